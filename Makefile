@@ -1,0 +1,44 @@
+# Pacer. `make test` needs no setup beyond Go, Java 17 and apt-get (as root):
+# scripts/test-env.sh installs redis-server and kcat, fetches and starts a
+# real Kafka broker and a private redis-server, and the servers are stopped
+# afterwards whatever the outcome.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+GO ?= go
+GO_TEST_TIMEOUT ?= 20m
+PKGS ?= ./...
+STOP_SERVERS := scripts/kafka.sh stop; scripts/redis.sh stop
+
+.PHONY: build demo test test-short bench lint servers stop-servers
+
+build:
+	$(GO) build -o bin/pacer ./cmd/pacer
+
+demo:
+	$(GO) run ./cmd/pacer demo
+
+test:
+	@trap '$(STOP_SERVERS)' EXIT; \
+	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	echo "PACER_TEST_KAFKA_BROKERS=$$PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR=$$PACER_TEST_REDIS_ADDR"; \
+	$(GO) test -race -count=1 -timeout $(GO_TEST_TIMEOUT) $(PKGS)
+
+test-short:
+	$(GO) test -short ./...
+
+bench:
+	@trap '$(STOP_SERVERS)' EXIT; \
+	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	$(GO) test -bench=. -benchmem -run='^$$' $(PKGS)
+
+lint:
+	$(GO) vet ./...
+
+# Start the servers and leave them running (for repeated `go test` runs):
+#   eval "$(make -s servers)"
+servers:
+	@scripts/test-env.sh
+
+stop-servers:
+	@$(STOP_SERVERS)

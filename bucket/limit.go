@@ -1,0 +1,68 @@
+package bucket
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// ErrInvalidLimit is returned, wrapped with what is wrong, for a limit that
+// can never be met or that the bucket cannot represent: see [Limit.Validate].
+// [Limiter.Take] and [Limiter.State] return it without calling Redis, and so
+// does Take for a cost outside [1, Burst]. Test for it with errors.Is.
+var ErrInvalidLimit = errors.New("bucket: invalid limit")
+
+// Bounds checked by [Limit.Validate]. The scripts count tokens in millionths
+// and time in microseconds, both exact in a Lua number (float64) only below
+// 2^53, and a wait must fit in a time.Duration.
+const (
+	maxBurst  = 1_000_000_000             // tokens; 10^15 millionths
+	maxRefill = 100 * 365 * 24 * time.Hour // Burst / PerSecond; about 3.2*10^15 µs
+)
+
+// Limit is the (rate, burst) of one bucket.
+//
+// The zero Limit is invalid: a bucket that never refills would refuse
+// forever, so [Limit.Validate] rejects it instead of waiting forever.
+type Limit struct {
+	// PerSecond is the refill rate in tokens per second: finite and > 0.
+	// Fractions are fine: 0.1 is one token every 10 seconds.
+	PerSecond float64
+	// Burst is the capacity in tokens, from 1 to 10^9: the most that can be
+	// taken at once, and what an idle bucket refills to.
+	Burst int
+}
+
+// Validate returns nil if the limit can be met, else an error wrapping
+// [ErrInvalidLimit] that names the field and its bad value, such as
+// "bucket: invalid limit: rate 0 must be > 0". A limit is valid when
+// PerSecond is finite and > 0, Burst is in [1, 10^9], and the time to
+// refill from empty, Burst / PerSecond seconds, is at most 100 years.
+func (l Limit) Validate() error {
+	switch {
+	case !(l.PerSecond > 0): // also NaN
+		return fmt.Errorf("%w: rate %v must be > 0", ErrInvalidLimit, l.PerSecond)
+	case math.IsInf(l.PerSecond, 1):
+		return fmt.Errorf("%w: rate %v must be finite", ErrInvalidLimit, l.PerSecond)
+	case l.Burst < 1:
+		return fmt.Errorf("%w: burst %d must be >= 1", ErrInvalidLimit, l.Burst)
+	case l.Burst > maxBurst:
+		return fmt.Errorf("%w: burst %d must be <= %d", ErrInvalidLimit, l.Burst, maxBurst)
+	case float64(l.Burst)/l.PerSecond > maxRefill.Seconds():
+		return fmt.Errorf("%w: refill time burst/rate = %d/%v s must be <= %v",
+			ErrInvalidLimit, l.Burst, l.PerSecond, maxRefill)
+	}
+	return nil
+}
+
+// validateCost checks lim and 1 <= cost <= lim.Burst.
+func validateCost(lim Limit, cost int) error {
+	if err := lim.Validate(); err != nil {
+		return err
+	}
+	if cost < 1 || cost > lim.Burst {
+		return fmt.Errorf("%w: cost %d must be between 1 and burst %d", ErrInvalidLimit, cost, lim.Burst)
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+// Package channels is the contract between the pacer and the provider
+// adapters (channels/whatsapp and friends): what a message is, what a send
+// returns, and how a provider's refusal is described.
+//
+// An adapter turns every provider response into exactly one [Class]. The
+// pacer decides what to do with it: a throttle slows the pacing key down and
+// retries later, a transient failure is retried with back-off, a permanent one
+// goes to the DLQ, a halt stops the key without dropping anything.
+//
+// This package imports only the standard library.
+package channels
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Message is one send request, built by the pacer from an envelope.
+type Message struct {
+	ID      string          // idempotency key of the envelope
+	Key     string          // pacing key: for WhatsApp the business phone-number ID
+	To      string          // recipient address; never logged
+	Payload json.RawMessage // JSON object merged into the provider request body; may be nil
+}
+
+// Result is what a successful send returns.
+type Result struct {
+	ProviderID string // the provider's id for the accepted message, e.g. a WhatsApp wamid
+}
+
+// Sender delivers one message to a provider. Send returns a nil error only
+// when the provider accepted the message; otherwise the error is a *[Error]
+// (read it with errors.As), or ctx.Err() when ctx ended before a response.
+// Implementations are safe for concurrent use.
+type Sender interface {
+	Send(ctx context.Context, m Message) (Result, error)
+}
+
+// Class says what a provider response means for the pacer.
+type Class int
+
+const (
+	// Success: the provider accepted the message.
+	Success Class = iota
+	// Throttle: the provider asked us to slow down; retry later, not an attempt failure.
+	Throttle
+	// Transient: the send failed for a reason unrelated to our rate; retry with back-off.
+	Transient
+	// Permanent: this message will never succeed; dead-letter it.
+	Permanent
+	// Halt: an account or credential problem; stop the pacing key and alert.
+	Halt
+)
+
+var classNames = [...]string{"success", "throttle", "transient", "permanent", "halt"}
+
+// String returns the class name used in metric labels and DLQ reasons.
+func (c Class) String() string {
+	if c < 0 || int(c) >= len(classNames) {
+		return fmt.Sprintf("class(%d)", int(c))
+	}
+	return classNames[c]
+}
+
+// Scope says which unit a throttle applies to.
+type Scope int
+
+const (
+	// ScopeKey: the whole pacing key (a WhatsApp phone number, an FCM project).
+	ScopeKey Scope = iota
+	// ScopePair: only this pacing key and this recipient (WhatsApp 131056).
+	ScopePair
+	// ScopeAccount: everything behind the same credentials (WhatsApp 80007 and 4).
+	ScopeAccount
+)
+
+var scopeNames = [...]string{"key", "pair", "account"}
+
+// String returns "key", "pair" or "account".
+func (s Scope) String() string {
+	if s < 0 || int(s) >= len(scopeNames) {
+		return fmt.Sprintf("scope(%d)", int(s))
+	}
+	return scopeNames[s]
+}
+
+// Error is what every Sender returns when a provider refused or failed a send.
+// Read it with errors.As; [ClassOf] and [RetryAfter] are shortcuts.
+//
+// Error text never contains credentials or the recipient address.
+type Error struct {
+	Channel    string        // "apns", "fcm", "sendgrid" or "whatsapp"
+	Status     int           // HTTP status; 0 if no response arrived
+	Code       string        // the provider's error code, verbatim; "" if none
+	Class      Class         // what the response means; never Success
+	Scope      Scope         // what a Throttle applies to; ScopeKey otherwise
+	RetryAfter time.Duration // delay the provider asked for; 0 if none
+	Detail     string        // short provider message, safe to log; may be ""
+	Err        error         // transport or decode cause; may be nil
+}
+
+// Error returns "<channel>: <class> status=<n> code=<c>: <detail>".
+func (e *Error) Error() string {
+	s := fmt.Sprintf("%s: %s status=%d", e.Channel, e.Class, e.Status)
+	if e.Code != "" {
+		s += " code=" + e.Code
+	}
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns the transport or decode cause, if any.
+func (e *Error) Unwrap() error { return e.Err }
+
+// ClassOf returns the class of err: Success for nil, the Class of a wrapped
+// *Error, and Transient for any other error (a network failure, a timeout).
+func ClassOf(err error) Class {
+	if err == nil {
+		return Success
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Class
+	}
+	return Transient
+}
+
+// RetryAfter returns the delay a wrapped *Error asked for, or 0.
+func RetryAfter(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
+}

@@ -1,0 +1,325 @@
+// Package whatsapp sends messages through the Meta WhatsApp Cloud API
+// (POST /{version}/{phone-number-id}/messages) and turns every response into
+// a [channels.Class].
+//
+// Responses are classified by the Graph API error.code, never by HTTP status,
+// as Meta advises: third parties see HTTP 429 where Meta's table says 400 for
+// the same code. The table is [codes]; its sources are listed beside it.
+//
+// Package whatsapptest is a fake Cloud API for tests and the demo.
+package whatsapp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pacerhq/pacer/channels"
+)
+
+// DefaultRate is the Cloud API throughput of one business phone number, in
+// messages per second: 80 by default, inbound and outbound messages of all
+// types together. Meta raises a number to 1,000 messages per second
+// automatically once it qualifies, and coexistence numbers are fixed at 20;
+// the API never reports the current value, so configure it per key when it
+// changes. Beyond it the API answers error code 130429.
+//
+// Source: https://developers.facebook.com/documentation/business-messaging/whatsapp/throughput
+// ("Updated: May 21, 2026").
+const DefaultRate = 80
+
+const (
+	channel = "whatsapp"
+
+	// DefaultBaseURL is the Graph API host used when Config.BaseURL is empty.
+	DefaultBaseURL = "https://graph.facebook.com"
+	// DefaultAPIVersion is the Graph API version used when Config.APIVersion is empty.
+	DefaultAPIVersion = "v21.0"
+	// DefaultTimeout is the timeout of the HTTP client made when Config.HTTPClient is nil.
+	DefaultTimeout = 30 * time.Second
+
+	maxDetail   = 200     // bytes of error.message kept in channels.Error.Detail
+	maxBodySize = 1 << 20 // bytes of a response body read
+)
+
+// Config configures a [Client]. The zero value of every field but Token
+// means its default.
+type Config struct {
+	// BaseURL is the scheme and host of the Graph API, optionally with a path
+	// prefix; default [DefaultBaseURL]. Tests point it at a fake.
+	BaseURL string
+	// APIVersion is the Graph API version path segment; default
+	// [DefaultAPIVersion]. Meta keeps a version for about two years.
+	APIVersion string
+	// Token is the system-user access token, sent as "Authorization: Bearer".
+	// Required. It never appears in an error.
+	Token string
+	// HTTPClient sends the requests; default a client with a
+	// [DefaultTimeout] timeout.
+	HTTPClient *http.Client
+}
+
+// Client is a [channels.Sender] for the WhatsApp Cloud API. It is safe for
+// concurrent use.
+type Client struct {
+	base    *url.URL
+	version string
+	auth    string // "Bearer <token>"
+	token   string
+	hc      *http.Client
+}
+
+var _ channels.Sender = (*Client)(nil)
+
+// New returns a Client for cfg. It returns an error naming the field if
+// Config.Token is empty or Config.BaseURL is not an absolute http or https
+// URL. The error never contains the token.
+func New(cfg Config) (*Client, error) {
+	if cfg.Token == "" {
+		return nil, errors.New("whatsapp: Config.Token is empty")
+	}
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	base, err := url.Parse(cfg.BaseURL)
+	// The value and url.Parse's error (which quotes it) are left out: a
+	// misplaced token could sit in it.
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, errors.New("whatsapp: Config.BaseURL is not an absolute http or https URL")
+	}
+	if strings.ContainsAny(cfg.APIVersion, "/?#") {
+		return nil, fmt.Errorf("whatsapp: Config.APIVersion %q is not one path segment", cfg.APIVersion)
+	}
+	if cfg.APIVersion == "" {
+		cfg.APIVersion = DefaultAPIVersion
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout}
+	}
+	return &Client{
+		base:    base,
+		version: cfg.APIVersion,
+		auth:    "Bearer " + cfg.Token,
+		token:   cfg.Token,
+		hc:      cfg.HTTPClient,
+	}, nil
+}
+
+// Send posts m to /{version}/{m.Key}/messages. The body is m.Payload (a JSON
+// object, or empty) with messaging_product "whatsapp", recipient_type
+// "individual" and to m.To set over it, and biz_opaque_callback_data m.ID
+// added unless the payload sets it (Meta echoes it in status webhooks).
+//
+// On HTTP 2xx with messages[0].id, Send returns that wamid as
+// Result.ProviderID: the message was accepted, not yet delivered. Otherwise
+// it returns a *[channels.Error]:
+//   - a payload that is not a JSON object: Permanent, Code "invalid-payload",
+//     and no request is made; an empty m.Key: Permanent, Code "invalid-key";
+//   - a Graph error body: classified by error.code through [codes]; an
+//     unknown code by status (429 and 5xx Transient, others Permanent);
+//   - any other non-2xx body: by status (429 and 5xx Transient, 401 and 403
+//     Halt, others Permanent), with Err describing the body;
+//   - a 2xx body without messages[0].id: Transient, with Err;
+//   - a transport failure: Transient, with Err.
+//
+// A Retry-After header (delta-seconds or HTTP-date) sets RetryAfter. Detail
+// is error.message cut to 200 bytes, with the token and m.To removed. If ctx
+// ends before a response, Send returns ctx.Err() itself.
+func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result, error) {
+	if m.Key == "" {
+		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent,
+			Code: "invalid-key", Detail: "empty pacing key (phone-number ID)"}
+	}
+	body, err := requestBody(m)
+	if err != nil {
+		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent,
+			Code: "invalid-payload", Detail: "payload is not a JSON object", Err: err}
+	}
+	u := c.base.JoinPath(c.version, url.PathEscape(m.Key), "messages")
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
+	if err != nil { // only a nil ctx gets here: the URL was checked in New
+		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent, Err: err}
+	}
+	req.Header.Set("Authorization", c.auth)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return channels.Result{}, ctx.Err()
+		}
+		// *url.Error names the URL (host, version, phone-number ID), never the header.
+		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Transient, Err: err}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBodySize))
+	if err != nil {
+		if ctx.Err() != nil {
+			return channels.Result{}, ctx.Err()
+		}
+		return channels.Result{}, &channels.Error{Channel: channel, Status: resp.StatusCode,
+			Class: channels.Transient, Err: fmt.Errorf("whatsapp: read response: %w", err)}
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return c.success(resp.StatusCode, raw)
+	}
+	return channels.Result{}, c.failure(resp, raw, m.To, time.Now())
+}
+
+// requestBody returns m.Payload with our fields merged in. Payload field
+// values are kept byte for byte.
+func requestBody(m channels.Message) ([]byte, error) {
+	fields := map[string]json.RawMessage{}
+	p := bytes.TrimSpace(m.Payload)
+	if len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+		if p[0] != '{' {
+			return nil, errors.New("whatsapp: payload is not a JSON object")
+		}
+		if err := json.Unmarshal(p, &fields); err != nil {
+			return nil, fmt.Errorf("whatsapp: decode payload: %w", err)
+		}
+	}
+	set := func(k, v string) {
+		b, _ := json.Marshal(v) // a string always marshals
+		fields[k] = b
+	}
+	set("messaging_product", "whatsapp")
+	set("recipient_type", "individual")
+	set("to", m.To)
+	if _, ok := fields["biz_opaque_callback_data"]; !ok && m.ID != "" {
+		set("biz_opaque_callback_data", m.ID)
+	}
+	return json.Marshal(fields)
+}
+
+// success reads the wamid from a 2xx body.
+func (c *Client) success(status int, raw []byte) (channels.Result, error) {
+	var ok struct {
+		Messages []struct {
+			ID string `json:"id"`
+		} `json:"messages"`
+	}
+	err := json.Unmarshal(raw, &ok)
+	if err == nil && len(ok.Messages) > 0 && ok.Messages[0].ID != "" {
+		return channels.Result{ProviderID: ok.Messages[0].ID}, nil
+	}
+	if err == nil {
+		err = errors.New("whatsapp: success body has no messages[0].id")
+	} else {
+		err = fmt.Errorf("whatsapp: decode success body: %w", err)
+	}
+	return channels.Result{}, &channels.Error{Channel: channel, Status: status, Class: channels.Transient, Err: err}
+}
+
+// graphError is the Graph API error body:
+//
+//	{"error":{"message":"(#130429) Rate limit hit","type":"OAuthException","code":130429,
+//	  "error_data":{"messaging_product":"whatsapp","details":"..."},"fbtrace_id":"..."}}
+type graphError struct {
+	Error *struct {
+		Message   string          `json:"message"`
+		Code      json.Number     `json:"code"`
+		ErrorData json.RawMessage `json:"error_data"` // an object on /messages, a string elsewhere in Graph
+		FBTraceID string          `json:"fbtrace_id"`
+	} `json:"error"`
+}
+
+// failure builds the *channels.Error for a non-2xx response.
+func (c *Client) failure(resp *http.Response, raw []byte, to string, now time.Time) *channels.Error {
+	e := &channels.Error{
+		Channel:    channel,
+		Status:     resp.StatusCode,
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), now),
+	}
+	var g graphError
+	if err := json.Unmarshal(raw, &g); err != nil || g.Error == nil || g.Error.Code == "" {
+		if err == nil {
+			err = errors.New("no error.code in body")
+		}
+		e.Class = statusClass(resp.StatusCode, true)
+		e.Err = fmt.Errorf("whatsapp: HTTP %d without a Graph error body: %w", resp.StatusCode, err)
+		return e
+	}
+	e.Code = g.Error.Code.String()
+	detail := g.Error.Message
+	if detail == "" {
+		var d struct {
+			Details string `json:"details"`
+		}
+		if json.Unmarshal(g.Error.ErrorData, &d) == nil {
+			detail = d.Details
+		}
+	}
+	e.Detail = c.redact(detail, to)
+	code, err := strconv.Atoi(e.Code)
+	if r, ok := classify(code); err == nil && ok {
+		e.Class, e.Scope = r.class, r.scope
+	} else {
+		e.Class = statusClass(resp.StatusCode, false)
+	}
+	return e
+}
+
+// statusClass classifies a response by its HTTP status alone: 429 and 5xx
+// are Transient, others Permanent. Without a Graph body, 401 and 403 are
+// Halt: a proxy or gateway refused our credentials, and dead-lettering every
+// message would lose them.
+func statusClass(status int, noBody bool) channels.Class {
+	switch {
+	case status == http.StatusTooManyRequests || status >= 500:
+		return channels.Transient
+	case noBody && (status == http.StatusUnauthorized || status == http.StatusForbidden):
+		return channels.Halt
+	default:
+		return channels.Permanent
+	}
+}
+
+// redact removes the token and the recipient from s, then cuts it to
+// maxDetail bytes on a rune boundary.
+func (c *Client) redact(s, to string) string {
+	s = strings.ReplaceAll(s, c.token, "[token]")
+	if to != "" {
+		s = strings.ReplaceAll(s, to, "[recipient]")
+		if d := strings.TrimPrefix(to, "+"); d != to && d != "" {
+			s = strings.ReplaceAll(s, d, "[recipient]")
+		}
+	}
+	if len(s) <= maxDetail {
+		return s
+	}
+	s = s[:maxDetail]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// parseRetryAfter returns the delay a Retry-After header value asks for at
+// now: delta-seconds, or an HTTP-date in any of the three forms RFC 9110
+// §10.2.3 allows (http.ParseTime). It returns 0 for an empty or invalid
+// value and for a date in the past.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+		const max = uint64(1<<63-1) / uint64(time.Second)
+		return time.Duration(min(n, max)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

@@ -1,0 +1,561 @@
+package whatsapp_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/whatsapp"
+	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
+)
+
+const (
+	token     = "EAAG-secret-token-0123456789"
+	recipient = "+16505551234"
+	phoneID   = "106540352242922"
+)
+
+// respond returns a server that answers every request with status, body and
+// the given headers.
+func respond(t *testing.T, status int, body string, header ...string) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i := 0; i+1 < len(header); i += 2 {
+			w.Header().Set(header[i], header[i+1])
+		}
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	}))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func newClient(t *testing.T, baseURL string) *whatsapp.Client {
+	t.Helper()
+	c, err := whatsapp.New(whatsapp.Config{BaseURL: baseURL, Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func message() channels.Message {
+	return channels.Message{
+		ID:      "env-1",
+		Key:     phoneID,
+		To:      recipient,
+		Payload: json.RawMessage(`{"type":"text","text":{"preview_url":false,"body":"hi"}}`),
+	}
+}
+
+// sendErr sends message() through a client of ts and returns the *channels.Error.
+func sendErr(t *testing.T, ts *httptest.Server) *channels.Error {
+	t.Helper()
+	res, err := newClient(t, ts.URL).Send(t.Context(), message())
+	var e *channels.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("Send = %+v, %v; want a *channels.Error", res, err)
+	}
+	if e.Channel != "whatsapp" {
+		t.Errorf("Channel = %q, want whatsapp", e.Channel)
+	}
+	if s := err.Error(); strings.Contains(s, token) || strings.Contains(s, strings.TrimPrefix(recipient, "+")) {
+		t.Errorf("error text %q contains the token or the recipient", s)
+	}
+	return e
+}
+
+func readTestdata(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestSendClassification runs every code of providers.md §1.4 through the
+// adapter. Statuses are those of Meta's older table ([W-EC-HTTP]); throttle
+// codes that third parties saw with 429 run with both, to show the class
+// comes from error.code alone.
+func TestSendClassification(t *testing.T) {
+	const (
+		key     = channels.ScopeKey
+		pair    = channels.ScopePair
+		account = channels.ScopeAccount
+	)
+	for _, c := range []struct {
+		code   string
+		status int
+		class  channels.Class
+		scope  channels.Scope
+	}{
+		{"130429", 400, channels.Throttle, key},
+		{"130429", 429, channels.Throttle, key},
+		{"131056", 400, channels.Throttle, pair},
+		{"131056", 429, channels.Throttle, pair},
+		{"80007", 400, channels.Throttle, account},
+		{"4", 400, channels.Throttle, account},
+		{"4", 429, channels.Throttle, account},
+		{"131048", 400, channels.Throttle, key},
+		{"131049", 400, channels.Permanent, key},
+		{"131057", 500, channels.Transient, key},
+		{"2", 503, channels.Transient, key},
+		{"131000", 500, channels.Transient, key},
+		{"131016", 500, channels.Transient, key},
+		{"1", 400, channels.Transient, key},
+		{"131026", 400, channels.Permanent, key},
+		{"131047", 400, channels.Permanent, key},
+		{"131021", 400, channels.Permanent, key},
+		{"131051", 400, channels.Permanent, key},
+		{"131053", 400, channels.Permanent, key},
+		{"100", 400, channels.Permanent, key},
+		{"131008", 400, channels.Permanent, key},
+		{"131009", 400, channels.Permanent, key},
+		{"33", 400, channels.Permanent, key},
+		{"130472", 400, channels.Permanent, key},
+		{"132000", 400, channels.Permanent, key},
+		{"132001", 404, channels.Permanent, key},
+		{"132005", 400, channels.Permanent, key},
+		{"132007", 400, channels.Permanent, key},
+		{"132012", 400, channels.Permanent, key},
+		{"132015", 400, channels.Permanent, key},
+		{"0", 401, channels.Halt, key},
+		{"190", 401, channels.Halt, key},
+		{"3", 500, channels.Halt, key},
+		{"10", 403, channels.Halt, key},
+		{"200", 403, channels.Halt, key},
+		{"250", 403, channels.Halt, key},
+		{"299", 403, channels.Halt, key},
+		{"131005", 403, channels.Halt, key},
+		{"368", 403, channels.Halt, key},
+		{"131031", 403, channels.Halt, key},
+		{"131042", 400, channels.Halt, key},
+		{"131045", 500, channels.Halt, key},
+	} {
+		t.Run(c.code+"/"+strconv.Itoa(c.status), func(t *testing.T) {
+			body := readTestdata(t, c.code+".json")
+			e := sendErr(t, respond(t, c.status, body, "Content-Type", "application/json"))
+			if e.Code != c.code || e.Status != c.status || e.Class != c.class || e.Scope != c.scope {
+				t.Errorf("got code=%q status=%d class=%v scope=%v; want %q %d %v %v",
+					e.Code, e.Status, e.Class, e.Scope, c.code, c.status, c.class, c.scope)
+			}
+			var g struct{ Error struct{ Message string } }
+			if err := json.Unmarshal([]byte(body), &g); err != nil {
+				t.Fatal(err)
+			}
+			if e.Detail != g.Error.Message {
+				t.Errorf("Detail = %q, want error.message %q", e.Detail, g.Error.Message)
+			}
+			if e.RetryAfter != 0 || e.Err != nil {
+				t.Errorf("RetryAfter = %v, Err = %v; want 0, nil", e.RetryAfter, e.Err)
+			}
+		})
+	}
+}
+
+// TestSendUnknownCode: a code in no table is classified by HTTP status.
+func TestSendUnknownCode(t *testing.T) {
+	body := readTestdata(t, "unknown.json")
+	for _, c := range []struct {
+		status int
+		class  channels.Class
+	}{
+		{400, channels.Permanent},
+		{401, channels.Permanent},
+		{404, channels.Permanent},
+		{429, channels.Transient},
+		{500, channels.Transient},
+		{503, channels.Transient},
+	} {
+		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
+			e := sendErr(t, respond(t, c.status, body))
+			if e.Class != c.class || e.Code != "9999999" || e.Scope != channels.ScopeKey {
+				t.Errorf("got class=%v code=%q scope=%v; want %v 9999999 key", e.Class, e.Code, e.Scope, c.class)
+			}
+		})
+	}
+}
+
+// TestSendNonGraphBody: a body without a Graph error is classified by status.
+func TestSendNonGraphBody(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		status int
+		body   string
+		class  channels.Class
+	}{
+		{"html 502", 502, "<html><body>Bad Gateway</body></html>", channels.Transient},
+		{"text 429", 429, "Too Many Requests", channels.Transient},
+		{"empty 503", 503, "", channels.Transient},
+		{"text 400", 400, "bad request", channels.Permanent},
+		{"json without error 400", 400, `{"ok":false}`, channels.Permanent},
+		{"error without code 400", 400, `{"error":{"message":"x"}}`, channels.Permanent},
+		{"text 404", 404, "not found", channels.Permanent},
+		{"text 401", 401, "Unauthorized", channels.Halt},
+		{"text 403", 403, "Forbidden", channels.Halt},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := sendErr(t, respond(t, c.status, c.body))
+			if e.Class != c.class || e.Status != c.status || e.Code != "" || e.Err == nil {
+				t.Errorf("got class=%v status=%d code=%q err=%v; want %v %d, no code, an Err",
+					e.Class, e.Status, e.Code, e.Err, c.class, c.status)
+			}
+		})
+	}
+}
+
+func TestSendSuccess(t *testing.T) {
+	res, err := newClient(t, respond(t, 200, readTestdata(t, "success.json")).URL).Send(t.Context(), message())
+	if err != nil || res.ProviderID != "wamid.HBgLMTY1MDUwNzY1MjAVAgARGBI5QTNDQTVCM0Q0Q0Q2RTY3RTcA" {
+		t.Fatalf("Send = %+v, %v", res, err)
+	}
+}
+
+// TestSendSuccessWithoutID: a 2xx the adapter cannot read is Transient.
+func TestSendSuccessWithoutID(t *testing.T) {
+	for _, body := range []string{`{"messages":[]}`, `{}`, `not json`, ``} {
+		e := sendErr(t, respond(t, 200, body))
+		if e.Class != channels.Transient || e.Err == nil {
+			t.Errorf("body %q: class=%v err=%v; want transient with Err", body, e.Class, e.Err)
+		}
+	}
+}
+
+// TestSendRequestShape checks method, path, headers and the merged body.
+func TestSendRequestShape(t *testing.T) {
+	type request struct {
+		method, path, auth, ctype string
+		body                      map[string]json.RawMessage
+	}
+	got := make(chan request, 1)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rq := request{method: r.Method, path: r.URL.EscapedPath(), auth: r.Header.Get("Authorization"),
+			ctype: r.Header.Get("Content-Type")}
+		if err := json.NewDecoder(r.Body).Decode(&rq.body); err != nil {
+			t.Errorf("request body: %v", err)
+		}
+		got <- rq
+		io.WriteString(w, `{"messages":[{"id":"wamid.1"}]}`)
+	}))
+	defer ts.Close()
+
+	for _, c := range []struct {
+		name    string
+		base    string
+		version string
+		key     string
+		payload string
+		want    map[string]string // JSON text of each body field
+		path    string
+	}{
+		{
+			name:    "payload fields kept, ours win",
+			payload: `{"type":"text","text":{"preview_url":false,"body":"hi \u00e9"},"to":"+1999","messaging_product":"sms","recipient_type":"group","x":[1,2.50]}`,
+			want: map[string]string{
+				"messaging_product":        `"whatsapp"`,
+				"recipient_type":           `"individual"`,
+				"to":                       `"+16505551234"`,
+				"biz_opaque_callback_data": `"env-1"`,
+				"type":                     `"text"`,
+				"text":                     `{"preview_url":false,"body":"hi \u00e9"}`,
+				"x":                        `[1,2.50]`,
+			},
+			path: "/v21.0/" + phoneID + "/messages",
+		},
+		{
+			name:    "payload sets biz_opaque_callback_data",
+			payload: `{"biz_opaque_callback_data":"theirs"}`,
+			want: map[string]string{
+				"messaging_product":        `"whatsapp"`,
+				"recipient_type":           `"individual"`,
+				"to":                       `"+16505551234"`,
+				"biz_opaque_callback_data": `"theirs"`,
+			},
+			path: "/v21.0/" + phoneID + "/messages",
+		},
+		{
+			name:    "nil payload, base path and version",
+			base:    "/graph/",
+			version: "v23.0",
+			key:     "a/b",
+			want: map[string]string{
+				"messaging_product":        `"whatsapp"`,
+				"recipient_type":           `"individual"`,
+				"to":                       `"+16505551234"`,
+				"biz_opaque_callback_data": `"env-1"`,
+			},
+			path: "/graph/v23.0/a%2Fb/messages",
+		},
+		{
+			name:    "null payload",
+			payload: ` null `,
+			want: map[string]string{
+				"messaging_product":        `"whatsapp"`,
+				"recipient_type":           `"individual"`,
+				"to":                       `"+16505551234"`,
+				"biz_opaque_callback_data": `"env-1"`,
+			},
+			path: "/v21.0/" + phoneID + "/messages",
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl, err := whatsapp.New(whatsapp.Config{BaseURL: ts.URL + c.base, APIVersion: c.version, Token: token})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := message()
+			m.Payload = nil
+			if c.payload != "" {
+				m.Payload = json.RawMessage(c.payload)
+			}
+			if c.key != "" {
+				m.Key = c.key
+			}
+			res, err := cl.Send(t.Context(), m)
+			if err != nil || res.ProviderID != "wamid.1" {
+				t.Fatalf("Send = %+v, %v", res, err)
+			}
+			rq := <-got
+			if rq.method != "POST" || rq.path != c.path || rq.auth != "Bearer "+token || rq.ctype != "application/json" {
+				t.Errorf("got %s %s auth=%q type=%q; want POST %s, bearer token, application/json",
+					rq.method, rq.path, rq.auth, rq.ctype, c.path)
+			}
+			if len(rq.body) != len(c.want) {
+				t.Errorf("body has %d fields, want %d: %v", len(rq.body), len(c.want), rq.body)
+			}
+			for k, v := range c.want {
+				if string(rq.body[k]) != v {
+					t.Errorf("body[%q] = %s, want %s", k, rq.body[k], v)
+				}
+			}
+		})
+	}
+}
+
+// TestSendInvalidRequest: bad payloads and keys fail without a request.
+func TestSendInvalidRequest(t *testing.T) {
+	var hits atomic.Int32
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer ts.Close()
+	c := newClient(t, ts.URL)
+	for _, p := range []string{`[1,2]`, `"text"`, `42`, `true`, `{"a":`, `{"a":1}x`, `{`} {
+		m := message()
+		m.Payload = json.RawMessage(p)
+		_, err := c.Send(t.Context(), m)
+		var e *channels.Error
+		if !errors.As(err, &e) || e.Class != channels.Permanent || e.Code != "invalid-payload" {
+			t.Errorf("payload %s: err = %v; want permanent invalid-payload", p, err)
+		}
+	}
+	m := message()
+	m.Key = ""
+	_, err := c.Send(t.Context(), m)
+	var e *channels.Error
+	if !errors.As(err, &e) || e.Class != channels.Permanent || e.Code != "invalid-key" {
+		t.Errorf("empty key: err = %v; want permanent invalid-key", err)
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("%d requests reached the server, want 0", n)
+	}
+}
+
+func TestNew(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		cfg   whatsapp.Config
+		field string // "" means no error
+	}{
+		{"defaults", whatsapp.Config{Token: token}, ""},
+		{"no token", whatsapp.Config{BaseURL: "http://x"}, "Config.Token"},
+		{"relative base", whatsapp.Config{Token: token, BaseURL: "graph.facebook.com"}, "Config.BaseURL"},
+		{"bad scheme", whatsapp.Config{Token: token, BaseURL: "ftp://graph.facebook.com"}, "Config.BaseURL"},
+		{"unparseable base", whatsapp.Config{Token: token, BaseURL: "http://%zz/" + token}, "Config.BaseURL"},
+		{"bad version", whatsapp.Config{Token: token, APIVersion: "v1/x"}, "Config.APIVersion"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := whatsapp.New(c.cfg)
+			switch {
+			case c.field == "" && err != nil:
+				t.Fatalf("New: %v", err)
+			case c.field != "" && (err == nil || !strings.Contains(err.Error(), c.field)):
+				t.Fatalf("New: %v; want an error naming %s", err, c.field)
+			case err != nil && strings.Contains(err.Error(), token):
+				t.Fatalf("New error %q contains the token", err)
+			}
+		})
+	}
+}
+
+// TestNoSecretsInErrors: the token and the recipient stay out of error text
+// even when the provider echoes them.
+func TestNoSecretsInErrors(t *testing.T) {
+	echo := `{"error":{"message":"(#131026) token ` + token + ` to ` + recipient + ` and 16505551234","code":131026}}`
+	for _, c := range []struct {
+		name string
+		ts   *httptest.Server
+	}{
+		{"graph error echoing both", respond(t, 400, echo)},
+		{"details echoing both", respond(t, 400, `{"error":{"code":100,"error_data":{"details":"`+token+` `+recipient+`"}}}`)},
+		{"html echoing both", respond(t, 502, "<p>"+token+" "+recipient+"</p>")},
+		{"bad success", respond(t, 200, token+recipient)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sendErr(t, c.ts) // checks the error text
+		})
+	}
+	t.Run("transport", func(t *testing.T) {
+		ts := httptest.NewServer(http.NotFoundHandler())
+		ts.Close()
+		sendErr(t, ts)
+	})
+}
+
+func TestDetailTruncated(t *testing.T) {
+	msg := strings.Repeat("é", 150) // 300 bytes
+	e := sendErr(t, respond(t, 400, `{"error":{"message":"`+msg+`","code":100}}`))
+	if len(e.Detail) > 200 || len(e.Detail) < 199 || !utf8.ValidString(e.Detail) {
+		t.Errorf("Detail is %d bytes, valid UTF-8 %v; want 199-200 valid bytes", len(e.Detail), utf8.ValidString(e.Detail))
+	}
+}
+
+func TestSendRetryAfter(t *testing.T) {
+	throttle := readTestdata(t, "130429.json")
+	for _, c := range []struct {
+		name     string
+		header   string
+		min, max time.Duration
+	}{
+		{"absent", "", 0, 0},
+		{"seconds", "120", 120 * time.Second, 120 * time.Second},
+		{"zero", "0", 0, 0},
+		{"http date", time.Now().Add(time.Hour).UTC().Format(http.TimeFormat), 58 * time.Minute, time.Hour},
+		{"rfc 850 date", time.Now().Add(time.Hour).UTC().Format("Monday, 02-Jan-06 15:04:05 GMT"), 58 * time.Minute, time.Hour},
+		{"past date", "Wed, 21 Oct 2015 07:28:00 GMT", 0, 0},
+		{"garbage", "soon", 0, 0},
+		{"negative", "-5", 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var h []string
+			if c.header != "" {
+				h = []string{"Retry-After", c.header}
+			}
+			e := sendErr(t, respond(t, 429, throttle, h...))
+			if e.RetryAfter < c.min || e.RetryAfter > c.max || e.Class != channels.Throttle {
+				t.Errorf("RetryAfter = %v class=%v; want in [%v, %v], throttle", e.RetryAfter, e.Class, c.min, c.max)
+			}
+			if got := channels.RetryAfter(error(e)); got != e.RetryAfter {
+				t.Errorf("channels.RetryAfter = %v", got)
+			}
+		})
+	}
+	t.Run("on a non-graph 503", func(t *testing.T) {
+		e := sendErr(t, respond(t, 503, "busy", "Retry-After", "7"))
+		if e.RetryAfter != 7*time.Second || e.Class != channels.Transient {
+			t.Errorf("got %v %v; want 7s transient", e.RetryAfter, e.Class)
+		}
+	})
+}
+
+func TestSendTransportError(t *testing.T) {
+	ts := httptest.NewServer(http.NotFoundHandler())
+	ts.Close()
+	e := sendErr(t, ts)
+	if e.Class != channels.Transient || e.Status != 0 || e.Err == nil {
+		t.Errorf("got class=%v status=%d err=%v; want transient, 0, an Err", e.Class, e.Status, e.Err)
+	}
+}
+
+func TestSendContext(t *testing.T) {
+	block := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+	}))
+	defer ts.Close()
+	defer close(block)
+	c := newClient(t, ts.URL)
+
+	t.Run("canceled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(20*time.Millisecond, cancel)
+		_, err := c.Send(ctx, message())
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v; want context.Canceled", err)
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		defer cancel()
+		_, err := c.Send(ctx, message())
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v; want context.DeadlineExceeded", err)
+		}
+	})
+	t.Run("already canceled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, err := c.Send(ctx, message())
+		if err != context.Canceled {
+			t.Fatalf("err = %v; want context.Canceled itself", err)
+		}
+	})
+}
+
+// TestSendAgainstFake runs the adapter against whatsapptest: the fake's
+// answers classify as documented and it sees the envelope ids.
+func TestSendAgainstFake(t *testing.T) {
+	fake := whatsapptest.NewServer(whatsapptest.Config{Rate: 0.001, Burst: 3, Token: token})
+	defer fake.Close()
+	c := newClient(t, fake.URL())
+	var ok, throttled int
+	for i := range 5 {
+		m := message()
+		m.ID = "env-" + strconv.Itoa(i)
+		res, err := c.Send(t.Context(), m)
+		switch {
+		case err == nil && strings.HasPrefix(res.ProviderID, "wamid."):
+			ok++
+		case channels.ClassOf(err) == channels.Throttle:
+			var e *channels.Error
+			errors.As(err, &e)
+			if e.Code != "130429" || e.Scope != channels.ScopeKey || e.Status != 429 {
+				t.Errorf("throttle = %+v", e)
+			}
+			throttled++
+		default:
+			t.Fatalf("Send %d = %+v, %v", i, res, err)
+		}
+	}
+	if ok != 3 || throttled != 2 {
+		t.Errorf("accepted %d, throttled %d; want 3, 2", ok, throttled)
+	}
+	arr := fake.Arrivals()
+	if len(arr) != 5 || arr[0].ID != "env-0" || arr[4].ID != "env-4" || arr[0].Key != phoneID || arr[0].To != recipient {
+		t.Errorf("arrivals = %+v", arr)
+	}
+
+	bad, err := whatsapp.New(whatsapp.Config{BaseURL: fake.URL(), Token: "wrong"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = bad.Send(t.Context(), message())
+	var e *channels.Error
+	if !errors.As(err, &e) || e.Class != channels.Halt || e.Code != "190" || e.Status != 401 {
+		t.Errorf("wrong token: %v; want halt code 190 status 401", err)
+	}
+}

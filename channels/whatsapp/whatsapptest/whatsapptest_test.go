@@ -1,0 +1,295 @@
+package whatsapptest_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
+)
+
+// post sends body to /v21.0/{key}/messages on h and returns the recorded answer.
+func post(h http.Handler, key, bearer, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("POST", "/v21.0/"+key+"/messages", strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	if bearer != "" {
+		r.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func text(to, id string) string {
+	return fmt.Sprintf(`{"messaging_product":"whatsapp","recipient_type":"individual","to":%q,
+		"type":"text","text":{"body":"hi"},"biz_opaque_callback_data":%q}`, to, id)
+}
+
+func decodeError(t *testing.T, w *httptest.ResponseRecorder) whatsapptest.ErrorBody {
+	t.Helper()
+	var b whatsapptest.ErrorBody
+	if err := json.Unmarshal(w.Body.Bytes(), &b); err != nil {
+		t.Fatalf("error body %q: %v", w.Body, err)
+	}
+	return b
+}
+
+// TestLimitEnforced: 2×burst requests at once get exactly burst accepted,
+// over real HTTP and from concurrent senders.
+func TestLimitEnforced(t *testing.T) {
+	const burst = 20
+	s := whatsapptest.NewServer(whatsapptest.Config{Rate: 0.001, Burst: burst}) // refills 1 per 1000 s
+	defer s.Close()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := range 2 * burst {
+		wg.Go(func() {
+			resp, err := http.Post(s.URL()+"/v21.0/111/messages", "application/json",
+				strings.NewReader(text("+15550001", fmt.Sprint("id-", i))))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			codes[resp.StatusCode]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if codes[200] != burst || codes[429] != burst {
+		t.Fatalf("statuses = %v; want %d×200 and %d×429", codes, burst, burst)
+	}
+	st := s.Stats()["111"]
+	if st.Delivered != burst || st.Throttled != burst || st.Duplicates != 0 || st.Max1s != burst {
+		t.Errorf("stats = %+v", st)
+	}
+	if n := len(s.Arrivals()); n != 2*burst {
+		t.Errorf("%d arrivals, want %d", n, 2*burst)
+	}
+	// Another key has its own bucket.
+	if w := post(s, "222", "", text("+15550001", "x")); w.Code != 200 {
+		t.Errorf("other key: HTTP %d", w.Code)
+	}
+}
+
+func TestDefaultBurst(t *testing.T) {
+	s := whatsapptest.New(whatsapptest.Config{Rate: 2.5}) // burst ceil(2.5) = 3
+	ok := 0
+	for range 6 {
+		if post(s, "k", "", text("+1555", "")).Code == 200 {
+			ok++
+		}
+	}
+	if ok != 3 {
+		t.Errorf("accepted %d of 6, want 3", ok)
+	}
+}
+
+func TestUnlimited(t *testing.T) {
+	s := whatsapptest.New(whatsapptest.Config{})
+	for i := range 500 {
+		if w := post(s, "k", "", text("+1555", "")); w.Code != 200 {
+			t.Fatalf("request %d: HTTP %d", i, w.Code)
+		}
+	}
+}
+
+// TestThrottleBody: beyond the bucket the fake answers Meta's 130429 body.
+func TestThrottleBody(t *testing.T) {
+	for _, c := range []struct {
+		status, want int
+	}{{0, 429}, {400, 400}} {
+		s := whatsapptest.New(whatsapptest.Config{Rate: 0.001, Burst: 1, ThrottleStatus: c.status})
+		post(s, "k", "", text("+1555", "a"))
+		w := post(s, "k", "", text("+1555", "b"))
+		if w.Code != c.want || w.Header().Get("Content-Type") != "application/json" {
+			t.Fatalf("HTTP %d %q, want %d application/json", w.Code, w.Header().Get("Content-Type"), c.want)
+		}
+		b := decodeError(t, w).Error
+		if b.Code != 130429 || b.Type != "OAuthException" || b.Message != "(#130429) Rate limit hit" ||
+			b.ErrorData == nil || b.ErrorData.MessagingProduct != "whatsapp" ||
+			b.ErrorData.Details != "Cloud API message throughput has been reached." || b.FBTraceID == "" {
+			t.Errorf("body = %s", w.Body)
+		}
+	}
+}
+
+func TestSuccessBody(t *testing.T) {
+	s := whatsapptest.New(whatsapptest.Config{})
+	ids := map[string]bool{}
+	for range 100 {
+		w := post(s, "k", "", text("+16505551234", ""))
+		var b struct {
+			MessagingProduct string `json:"messaging_product"`
+			Contacts         []struct {
+				Input string `json:"input"`
+				WaID  string `json:"wa_id"`
+			} `json:"contacts"`
+			Messages []struct {
+				ID            string `json:"id"`
+				MessageStatus string `json:"message_status"`
+			} `json:"messages"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &b); err != nil || w.Code != 200 {
+			t.Fatalf("HTTP %d %s: %v", w.Code, w.Body, err)
+		}
+		if b.MessagingProduct != "whatsapp" || len(b.Contacts) != 1 || b.Contacts[0].Input != "+16505551234" ||
+			b.Contacts[0].WaID != "16505551234" || len(b.Messages) != 1 || b.Messages[0].MessageStatus != "accepted" ||
+			!strings.HasPrefix(b.Messages[0].ID, "wamid.") {
+			t.Fatalf("body = %s", w.Body)
+		}
+		if ids[b.Messages[0].ID] {
+			t.Fatalf("wamid %s repeated", b.Messages[0].ID)
+		}
+		ids[b.Messages[0].ID] = true
+	}
+	// Another server gives other wamids.
+	w := post(whatsapptest.New(whatsapptest.Config{}), "k", "", text("+1555", ""))
+	for id := range ids {
+		if strings.Contains(w.Body.String(), id) {
+			t.Fatalf("second server repeated wamid %s", id)
+		}
+	}
+}
+
+func TestAuth(t *testing.T) {
+	s := whatsapptest.New(whatsapptest.Config{Token: "good"})
+	for _, bearer := range []string{"", "bad", "good "} {
+		w := post(s, "k", bearer, text("+1555", ""))
+		if w.Code != 401 || decodeError(t, w).Error.Code != 190 {
+			t.Errorf("token %q: HTTP %d %s; want 401 code 190", bearer, w.Code, w.Body)
+		}
+	}
+	if w := post(s, "k", "good", text("+1555", "")); w.Code != 200 {
+		t.Errorf("good token: HTTP %d %s", w.Code, w.Body)
+	}
+	if n := len(s.Arrivals()); n != 1 {
+		t.Errorf("%d arrivals, want 1 (refused requests are not recorded)", n)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	s := whatsapptest.New(whatsapptest.Config{})
+	for _, body := range []string{
+		``,
+		`not json`,
+		`[1]`,
+		`null`,
+		`{"to":"+1555"}`,
+		`{"messaging_product":"sms","to":"+1555"}`,
+		`{"messaging_product":"whatsapp"}`,
+		`{"messaging_product":"whatsapp","to":""}`,
+		`{"messaging_product":"whatsapp","to":15550001}`,
+	} {
+		w := post(s, "k", "", body)
+		if w.Code != 400 || decodeError(t, w).Error.Code != 100 {
+			t.Errorf("body %q: HTTP %d %s; want 400 code 100", body, w.Code, w.Body)
+		}
+	}
+	if n := len(s.Arrivals()); n != 0 {
+		t.Errorf("%d arrivals, want 0", n)
+	}
+	r := httptest.NewRequest("GET", "/v21.0/k/messages", nil)
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	if w.Code != 400 || decodeError(t, w).Error.Code != 100 {
+		t.Errorf("GET messages: HTTP %d %s; want 400 code 100", w.Code, w.Body)
+	}
+}
+
+// TestDuplicates: an ID accepted twice counts once as a duplicate; a
+// throttled request and an empty ID never do, and keys count separately.
+func TestDuplicates(t *testing.T) {
+	s := whatsapptest.New(whatsapptest.Config{Rate: 0.001, Burst: 4})
+	for _, id := range []string{"a", "b", "a", "", ""} { // the 5th is throttled
+		post(s, "k", "", text("+1555", id))
+	}
+	post(s, "k", "", text("+1555", "b")) // throttled, not a duplicate
+	post(s, "j", "", text("+1555", "a")) // other key
+	st := s.Stats()
+	if k := st["k"]; k.Delivered != 4 || k.Throttled != 2 || k.Duplicates != 1 {
+		t.Errorf("k: %+v; want 4 delivered, 2 throttled, 1 duplicate", k)
+	}
+	if j := st["j"]; j.Delivered != 1 || j.Duplicates != 0 {
+		t.Errorf("j: %+v; want 1 delivered, 0 duplicates", j)
+	}
+	arr := s.Arrivals()
+	if len(arr) != 7 || arr[2].ID != "a" || arr[4].Throttled != true || arr[6].Key != "j" || arr[0].To != "+1555" {
+		t.Errorf("arrivals = %+v", arr)
+	}
+}
+
+func TestSetRate(t *testing.T) {
+	s := whatsapptest.New(whatsapptest.Config{Rate: 0.001, Burst: 1})
+	accepted := func(key string) bool { return post(s, key, "", text("+1555", "")).Code == 200 }
+	if !accepted("a") || accepted("a") || !accepted("b") || accepted("b") {
+		t.Fatal("burst 1 not enforced")
+	}
+	s.SetRate("a", 0) // unlimited for a only
+	for range 10 {
+		if !accepted("a") {
+			t.Fatal("a refused after SetRate(a, 0)")
+		}
+	}
+	if accepted("b") {
+		t.Fatal("b accepted: SetRate(a) changed b")
+	}
+	s.SetRate("", 0) // unlimited for all, and for new keys
+	if !accepted("b") || !accepted("c") || !accepted("c") {
+		t.Fatal(`refused after SetRate("", 0)`)
+	}
+}
+
+func TestLatency(t *testing.T) {
+	s := whatsapptest.New(whatsapptest.Config{Latency: 50 * time.Millisecond})
+	start := time.Now()
+	post(s, "k", "", text("+1555", ""))
+	if d := time.Since(start); d < 50*time.Millisecond {
+		t.Errorf("answered after %v, want at least 50ms", d)
+	}
+}
+
+// TestStatsEndpoint: GET /_stats serves Stats, and FetchStats reads it.
+func TestStatsEndpoint(t *testing.T) {
+	s := whatsapptest.NewServer(whatsapptest.Config{Rate: 0.001, Burst: 2})
+	defer s.Close()
+	for _, id := range []string{"a", "a", "b"} {
+		if _, err := http.Post(s.URL()+"/v21.0/k/messages", "application/json", bytes.NewBufferString(text("+1", id))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := whatsapptest.FetchStats(t.Context(), nil, s.URL()+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := s.Stats()
+	k := got["k"]
+	if len(got) != 1 || k.Delivered != 2 || k.Throttled != 1 || k.Duplicates != 1 || k.Max1s != 2 ||
+		!k.First.Equal(want["k"].First) || !k.Last.Equal(want["k"].Last) {
+		t.Errorf("FetchStats = %+v, Stats = %+v", got, want)
+	}
+	resp, err := http.Get(s.URL() + "/_stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var raw map[string]map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"delivered", "throttled", "duplicates", "max_1s", "first", "last"} {
+		if _, ok := raw["k"][f]; !ok {
+			t.Errorf("/_stats has no %q: %v", f, raw)
+		}
+	}
+}

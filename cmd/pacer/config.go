@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/sethvargo/go-envconfig"
+)
+
+// config is everything `pacer run` reads from the environment. Each field
+// names its variable, unit and default; README.md has the same table.
+type config struct {
+	// PACER_KAFKA_BROKERS: comma-separated host:port seed brokers; default 127.0.0.1:9092.
+	KafkaBrokers []string `env:"PACER_KAFKA_BROKERS, default=127.0.0.1:9092"`
+	// PACER_REDIS_URL: redis:// or rediss:// URL of the bucket store; default redis://127.0.0.1:6379/0.
+	RedisURL string `env:"PACER_REDIS_URL, default=redis://127.0.0.1:6379/0"`
+	// PACER_REDIS_PREFIX: prefix of every Redis key Pacer writes; default "pacer".
+	RedisPrefix string `env:"PACER_REDIS_PREFIX, default=pacer"`
+	// PACER_METRICS_ADDR: listen address of /metrics, /healthz, /readyz; default :9464; "127.0.0.1:0" picks a free port.
+	MetricsAddr string `env:"PACER_METRICS_ADDR, default=:9464"`
+	// PACER_LOG_LEVEL: debug, info, warn or error; default info.
+	LogLevel string `env:"PACER_LOG_LEVEL, default=info"`
+	// PACER_LOG_FORMAT: json or text; default json.
+	LogFormat string `env:"PACER_LOG_FORMAT, default=json"`
+	// PACER_DRAIN: duration in-flight sends may finish after SIGTERM or a revoke; default 30s.
+	Drain time.Duration `env:"PACER_DRAIN, default=30s"`
+	// PACER_MAX_ATTEMPTS: requests per message before transient failures dead-letter it; default 5.
+	MaxAttempts int `env:"PACER_MAX_ATTEMPTS, default=5"`
+	// PACER_THROTTLE_COOLDOWN: key cooldown after a throttle without Retry-After (doubles while throttles repeat); default 1s.
+	ThrottleCooldown time.Duration `env:"PACER_THROTTLE_COOLDOWN, default=1s"`
+	// PACER_HALT_COOLDOWN: key cooldown after a credential or account error; default 30s.
+	HaltCooldown time.Duration `env:"PACER_HALT_COOLDOWN, default=30s"`
+
+	WhatsApp whatsappConfig
+}
+
+type whatsappConfig struct {
+	// PACER_WHATSAPP_BASE_URL: Graph API base URL; default https://graph.facebook.com.
+	BaseURL string `env:"PACER_WHATSAPP_BASE_URL, default=https://graph.facebook.com"`
+	// PACER_WHATSAPP_API_VERSION: Graph API version path segment; default v21.0.
+	APIVersion string `env:"PACER_WHATSAPP_API_VERSION, default=v21.0"`
+	// PACER_WHATSAPP_TOKEN: system-user access token; required by `run --channel whatsapp`; never logged.
+	Token string `env:"PACER_WHATSAPP_TOKEN"`
+	// PACER_WHATSAPP_RATE: messages per second per phone-number ID; default 80.
+	Rate float64 `env:"PACER_WHATSAPP_RATE, default=80"`
+	// PACER_WHATSAPP_BURST: bucket capacity in messages per phone-number ID; default 10.
+	Burst int `env:"PACER_WHATSAPP_BURST, default=10"`
+}
+
+// configError names the variable that is wrong.
+type configError struct {
+	Var     string
+	Problem string
+}
+
+func (e *configError) Error() string { return e.Var + ": " + e.Problem }
+
+// loadConfig reads the configuration through lookup (os.LookupEnv in main,
+// a map in tests) and validates it. Errors name the variable.
+func loadConfig(lookup func(string) (string, bool)) (config, error) {
+	var c config
+	err := envconfig.ProcessWith(context.Background(), &envconfig.Config{
+		Target:   &c,
+		Lookuper: envconfig.LookuperFunc(lookup),
+	})
+	if err != nil {
+		return c, fmt.Errorf("configuration: %w", err)
+	}
+	return c, c.validate()
+}
+
+func (c config) validate() error {
+	var errs []error
+	bad := func(v, p string) { errs = append(errs, &configError{v, p}) }
+	if len(c.KafkaBrokers) == 0 {
+		bad("PACER_KAFKA_BROKERS", "at least one host:port is required")
+	}
+	for _, b := range c.KafkaBrokers {
+		if !strings.Contains(b, ":") {
+			bad("PACER_KAFKA_BROKERS", fmt.Sprintf("%q is not host:port", b))
+		}
+	}
+	if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
+		bad("PACER_REDIS_URL", "must be a redis://, rediss:// or unix:// URL")
+	}
+	if c.RedisPrefix == "" || strings.ContainsAny(c.RedisPrefix, "{} ") {
+		bad("PACER_REDIS_PREFIX", "must be non-empty without braces or spaces")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		bad("PACER_LOG_LEVEL", err.Error())
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		bad("PACER_LOG_FORMAT", fmt.Sprintf("%q is not json or text", c.LogFormat))
+	}
+	if c.Drain <= 0 {
+		bad("PACER_DRAIN", "must be > 0")
+	}
+	if c.MaxAttempts < 1 {
+		bad("PACER_MAX_ATTEMPTS", "must be >= 1")
+	}
+	if c.ThrottleCooldown <= 0 {
+		bad("PACER_THROTTLE_COOLDOWN", "must be > 0")
+	}
+	if c.HaltCooldown <= 0 {
+		bad("PACER_HALT_COOLDOWN", "must be > 0")
+	}
+	if u, err := url.Parse(c.WhatsApp.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("PACER_WHATSAPP_BASE_URL", "must be an http(s) URL")
+	}
+	if c.WhatsApp.APIVersion == "" || strings.Contains(c.WhatsApp.APIVersion, "/") {
+		bad("PACER_WHATSAPP_API_VERSION", "must be a version such as v21.0")
+	}
+	if !(c.WhatsApp.Rate > 0) {
+		bad("PACER_WHATSAPP_RATE", "must be > 0 messages per second")
+	}
+	if c.WhatsApp.Burst < 1 {
+		bad("PACER_WHATSAPP_BURST", "must be >= 1 message")
+	}
+	return errors.Join(errs...)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	err := l.UnmarshalText([]byte(s))
+	if err != nil {
+		return l, fmt.Errorf("%q is not debug, info, warn or error", s)
+	}
+	return l, nil
+}

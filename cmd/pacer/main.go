@@ -1,0 +1,79 @@
+// Command pacer paces campaign messages from Kafka to rate-limited
+// providers. Subcommands:
+//
+//	pacer run --channel whatsapp         the daemon, configured by PACER_* variables
+//	pacer publish --channel whatsapp F   a JSONL campaign file (or -) to Kafka
+//	pacer demo                           the whole flow in-process, no servers
+//	pacer fake-provider whatsapp         a fake WhatsApp Cloud API for tests
+//
+// Exit status: 0 success, 1 failure, 2 bad usage or configuration.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: pacer <command> [flags]
+
+commands:
+  run            consume a channel's topic and pace its sends (configured by PACER_* variables)
+  publish        publish a JSONL campaign file to a channel's topic
+  demo           run the whole flow in-process: embedded Kafka, Redis and a fake provider
+  fake-provider  serve a fake provider API (whatsapp) for tests
+
+Run "pacer <command> -h" for the flags of a command.
+`
+
+// usageError is bad usage: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.LookupEnv))
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, lookup func(string) (string, bool)) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "run":
+		err = cmdRun(ctx, args[1:], stdout, stderr, lookup)
+	case "publish":
+		err = cmdPublish(ctx, args[1:], stdin, stdout, stderr, lookup)
+	case "demo":
+		err = cmdDemo(ctx, args[1:], stdout, stderr)
+	case "fake-provider":
+		err = cmdFakeProvider(ctx, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "pacer: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "pacer:", err)
+	var ue *usageError
+	var ce *configError
+	if errors.As(err, &ue) || errors.As(err, &ce) || errors.Is(err, errConfig) {
+		return 2
+	}
+	return 1
+}
+
+// errConfig marks configuration errors (exit status 2).
+var errConfig = errors.New("invalid configuration")

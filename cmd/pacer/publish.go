@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/pacerhq/pacer/pacer"
+	"github.com/schollz/progressbar/v3"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/term"
+)
+
+func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
+	fs := flag.NewFlagSet("pacer publish", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: pacer publish --channel C [--topic T] [--partitions N] FILE.jsonl|-")
+		fs.PrintDefaults()
+	}
+	channel := fs.String("channel", "", "channel of the campaign: whatsapp (required)")
+	topic := fs.String("topic", "", "topic to publish to (default pacer.<channel>)")
+	partitions := fs.Int("partitions", 12, "partitions of the topic if publish has to create it")
+	if err := fs.Parse(args); err != nil {
+		return &usageError{err.Error()}
+	}
+	if *channel == "" {
+		return &usageError{"publish: --channel is required"}
+	}
+	if *channel != "whatsapp" {
+		return &usageError{fmt.Sprintf("publish: unknown channel %q (whatsapp)", *channel)}
+	}
+	if fs.NArg() != 1 {
+		return &usageError{"publish: exactly one FILE (or - for stdin) is required"}
+	}
+	if *topic == "" {
+		*topic = "pacer." + *channel
+	}
+	if *partitions < 1 {
+		return &usageError{"publish: --partitions must be >= 1"}
+	}
+	cfg, err := loadConfig(lookup)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+
+	var (
+		in   io.Reader = stdin
+		size int64     = -1
+	)
+	if name := fs.Arg(0); name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil {
+			size = st.Size()
+		}
+		in = f
+	}
+
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(cfg.KafkaBrokers...),
+		kgo.ClientID("pacer-publish"),
+		kgo.RequiredAcks(kgo.AllISRAcks()), // with idempotent writes, kgo's default
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchMaxBytes(4<<20),
+	)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	n, err := ensureTopic(ctx, cl, *topic, *partitions)
+	if err != nil {
+		return err
+	}
+
+	pc := pacer.PublishConfig{
+		Topic: *topic, Partitions: n,
+		Reject: func(line int, err error) { fmt.Fprintf(stderr, "line %d: %v\n", line, err) },
+	}
+	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		bar := progressbar.NewOptions64(size,
+			progressbar.OptionSetWriter(stderr), progressbar.OptionShowBytes(true),
+			progressbar.OptionSetDescription("publishing "+*topic), progressbar.OptionThrottle(100_000_000),
+			progressbar.OptionClearOnFinish())
+		pc.Progress = func(read int64) { bar.Set64(read) }
+		defer bar.Finish()
+	}
+	s, err := pacer.Publish(ctx, cl, in, pc)
+	fmt.Fprintf(stdout, "published %d, rejected %d, %.2fs, %.0f msgs/s (topic %s, %d partitions)\n",
+		s.Published, s.Rejected, s.Elapsed.Seconds(), s.Rate(), *topic, n)
+	if err != nil {
+		return err
+	}
+	if s.Rejected > 0 {
+		return fmt.Errorf("%d line(s) rejected", s.Rejected)
+	}
+	return nil
+}
+
+// ensureTopic returns the partition count of topic, creating it with
+// partitions partitions (broker-default replication) when it does not exist.
+func ensureTopic(ctx context.Context, cl *kgo.Client, topic string, partitions int) (int, error) {
+	adm := kadm.NewClient(cl)
+	details, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("kafka metadata: %w", err)
+	}
+	if d, ok := details[topic]; ok && d.Err == nil {
+		return len(d.Partitions), nil
+	}
+	resp, err := adm.CreateTopic(ctx, int32(partitions), -1, nil, topic)
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return 0, fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	_ = resp
+	details, err = adm.ListTopics(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("kafka metadata: %w", err)
+	}
+	d, ok := details[topic]
+	if !ok || d.Err != nil || len(d.Partitions) == 0 {
+		return 0, fmt.Errorf("topic %s has no partitions after create", topic)
+	}
+	return len(d.Partitions), nil
+}

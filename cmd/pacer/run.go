@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/whatsapp"
+	"github.com/pacerhq/pacer/pacer"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
+	fs := flag.NewFlagSet("pacer run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	channel := fs.String("channel", "", "channel to pace: whatsapp (required)")
+	topic := fs.String("topic", "", "topic to consume (default pacer.<channel>)")
+	group := fs.String("group", "", "consumer group (default pacer-<channel>)")
+	if err := fs.Parse(args); err != nil {
+		return &usageError{err.Error()}
+	}
+	cfg, err := loadConfig(lookup)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+	log := newLogger(cfg, stderr)
+
+	var (
+		sender channels.Sender
+		limit  bucket.Limit
+	)
+	switch *channel {
+	case "whatsapp":
+		if cfg.WhatsApp.Token == "" {
+			return &configError{"PACER_WHATSAPP_TOKEN", "required for --channel whatsapp"}
+		}
+		c, err := whatsapp.New(whatsapp.Config{BaseURL: cfg.WhatsApp.BaseURL, APIVersion: cfg.WhatsApp.APIVersion, Token: cfg.WhatsApp.Token})
+		if err != nil {
+			return fmt.Errorf("%w: %w", errConfig, err)
+		}
+		sender, limit = c, bucket.Limit{PerSecond: cfg.WhatsApp.Rate, Burst: cfg.WhatsApp.Burst}
+	case "":
+		return &usageError{"run: --channel is required (whatsapp)"}
+	default:
+		return &usageError{fmt.Sprintf("run: unknown channel %q (whatsapp)", *channel)}
+	}
+
+	ropts, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return &configError{"PACER_REDIS_URL", "cannot parse the URL"} // the URL may hold a password: not echoed
+	}
+	rdb := redis.NewClient(ropts)
+	defer rdb.Close()
+	lim := bucket.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
+	if err := lim.Load(ctx); err != nil {
+		// Not fatal: the pacer stays not-ready and retries until Redis answers.
+		log.Warn("redis not reachable at start-up; sends wait until it is", "err", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p, err := pacer.New(pacer.Config{
+		Channel: *channel, Topic: *topic, Group: *group, Limit: limit,
+		MaxAttempts: cfg.MaxAttempts, Drain: cfg.Drain,
+		ThrottleCooldown: cfg.ThrottleCooldown, HaltCooldown: cfg.HaltCooldown,
+		Logger: log,
+	}, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + *channel)}, lim, sender, reg)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+
+	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return &configError{"PACER_METRICS_ADDR", err.Error()}
+	}
+	srv := &http.Server{Handler: opsHandler(reg, p.Ready), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	defer srv.Close()
+	log.Info("metrics listening", "addr", ln.Addr().String())
+
+	return p.Run(ctx)
+}
+
+// opsHandler serves /metrics, /healthz (the process is alive) and /readyz
+// (consuming and Redis answering).
+func opsHandler(reg *prometheus.Registry, ready func() bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	return mux
+}
+
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	lvl, _ := parseLevel(cfg.LogLevel)
+	o := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, o))
+	}
+	return slog.New(slog.NewJSONHandler(w, o))
+}
+

@@ -1,0 +1,352 @@
+// Package testenv gives Go tests the addresses of real servers: a
+// redis-server and an Apache Kafka broker (KRaft, single node).
+//
+// Order of resolution:
+//
+//   - Redis: $PACER_TEST_REDIS_ADDR if set, else a private redis-server
+//     started once per test binary on a free 127.0.0.1 port.
+//   - Kafka: $PACER_TEST_KAFKA_BROKERS if set, else (build tag
+//     "testcontainers" and a Docker engine answering) a container, else
+//     scripts/kafka.sh start (a broker shared by all test binaries of the
+//     work tree, left running afterwards: stop it with scripts/kafka.sh stop).
+//
+// `make test` starts both servers and sets the two variables. The helpers
+// never skip: without a server they fail the test with a hint.
+//
+// Packages that call RedisAddr should stop the private server at exit:
+//
+//	func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+//
+// Without Main the private redis-server still dies with the test binary (on
+// Linux through Pdeathsig), but its temporary directory stays behind.
+package testenv
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Environment variables read by this package.
+const (
+	EnvRedisAddr    = "PACER_TEST_REDIS_ADDR"
+	EnvKafkaBrokers = "PACER_TEST_KAFKA_BROKERS"
+)
+
+const hint = "run `make test` (it starts Redis and Kafka and sets " +
+	EnvRedisAddr + " and " + EnvKafkaBrokers + "), or set the variables yourself"
+
+// ---------------------------------------------------------------- Redis
+
+var (
+	redisOnce sync.Once
+	redisAddr string
+	redisErr  error
+	redisCmd  *exec.Cmd
+	redisDir  string
+	redisDone chan struct{} // closed when redisCmd has exited
+)
+
+// RedisAddr returns "host:port" of a real redis-server.
+func RedisAddr(t testing.TB) string {
+	t.Helper()
+	if a := strings.TrimSpace(os.Getenv(EnvRedisAddr)); a != "" {
+		return a
+	}
+	redisOnce.Do(func() { redisAddr, redisErr = startRedis() })
+	if redisErr != nil {
+		t.Fatalf("testenv: no Redis: %v\n%s", redisErr, hint)
+	}
+	return redisAddr
+}
+
+// RedisURL returns "redis://host:port/0" for the server of RedisAddr.
+func RedisURL(t testing.TB) string {
+	t.Helper()
+	return "redis://" + RedisAddr(t) + "/0"
+}
+
+func startRedis() (string, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", fmt.Errorf("%s is not set and redis-server is not installed (apt-get install redis-server)", EnvRedisAddr)
+	}
+	dir, err := os.MkdirTemp("", "pacer-testenv-redis-")
+	if err != nil {
+		return "", err
+	}
+	redisDir = dir
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return "", err
+		}
+		addr, err := tryRedis(bin, dir, port)
+		if err == nil {
+			return addr, nil
+		}
+		lastErr = err
+	}
+	return "", lastErr
+}
+
+func tryRedis(bin, dir string, port int) (string, error) {
+	var out syncBuffer
+	cmd := exec.Command(bin,
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", dir,
+		"--daemonize", "no",
+		"--protected-mode", "yes",
+	)
+	cmd.Dir = dir
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	setPdeathsig(cmd)
+	// Pdeathsig fires when the thread that forked the child exits, not the
+	// process: start and wait on a locked thread that lives exactly as long
+	// as the child.
+	started := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			_ = cmd.Wait()
+		}
+		close(done)
+	}()
+	if err := <-started; err != nil {
+		return "", fmt.Errorf("start redis-server: %w", err)
+	}
+
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return "", fmt.Errorf("redis-server exited early on port %d:\n%s", port, tail(out.String(), 20))
+		default:
+		}
+		if redisPing(addr, 500*time.Millisecond) == nil {
+			redisCmd, redisDone = cmd, done
+			return addr, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	<-done
+	return "", fmt.Errorf("redis-server on %s did not answer PING within 15s:\n%s", addr, tail(out.String(), 20))
+}
+
+// redisPing sends PING in RESP and expects +PONG.
+func redisPing(addr string, timeout time.Duration) error {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("unexpected PING reply %q", line)
+	}
+	return nil
+}
+
+func stopRedis() {
+	if redisCmd != nil && redisCmd.Process != nil {
+		_ = redisCmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-redisDone:
+		case <-time.After(5 * time.Second):
+			_ = redisCmd.Process.Kill()
+			<-redisDone
+		}
+		redisCmd = nil
+	}
+	if redisDir != "" {
+		_ = os.RemoveAll(redisDir)
+		redisDir = ""
+	}
+}
+
+// ---------------------------------------------------------------- Kafka
+
+var (
+	kafkaOnce sync.Once
+	kafkaAddr string
+	kafkaErr  error
+	kafkaNote string // printed by Main when this binary started the shared broker
+
+	// containerKafka is set by testenv_testcontainers.go (build tag
+	// testcontainers). It reports ok=false when no Docker engine answers.
+	containerKafka func() (addr string, ok bool, err error)
+	stopContainers func()
+)
+
+// KafkaBrokers returns the comma-separated bootstrap addresses of a real
+// Kafka broker.
+func KafkaBrokers(t testing.TB) string {
+	t.Helper()
+	if b := strings.TrimSpace(os.Getenv(EnvKafkaBrokers)); b != "" {
+		return b
+	}
+	kafkaOnce.Do(func() { kafkaAddr, kafkaErr = startKafka(t) })
+	if kafkaErr != nil {
+		t.Fatalf("testenv: no Kafka: %v\n%s", kafkaErr, hint)
+	}
+	return kafkaAddr
+}
+
+func startKafka(t testing.TB) (string, error) {
+	if containerKafka != nil {
+		addr, ok, err := containerKafka()
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			return addr, nil
+		}
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	script := filepath.Join(root, "scripts", "kafka.sh")
+	if _, err := os.Stat(script); err != nil {
+		return "", fmt.Errorf("%s is not set and %s is missing", EnvKafkaBrokers, script)
+	}
+	t.Logf("testenv: %s is not set; starting a broker with scripts/kafka.sh start (first run downloads jars)", EnvKafkaBrokers)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "bash", script, "start")
+	cmd.Dir = root
+	cmd.Stdin = nil
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("scripts/kafka.sh start: %v\n%s%s", err, tail(stdout.String(), 10), tail(stderr.String(), 40))
+	}
+	addr := lastLine(stdout.String())
+	if _, _, err := net.SplitHostPort(strings.Split(addr, ",")[0]); err != nil {
+		return "", fmt.Errorf("scripts/kafka.sh start printed %q, not host:port", addr)
+	}
+	kafkaNote = "testenv: the Kafka broker at " + addr + " stays up for later runs; stop it with scripts/kafka.sh stop"
+	return addr, nil
+}
+
+// RepoRoot walks up from the working directory to the directory holding
+// go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// ---------------------------------------------------------------- Main
+
+// Main runs the tests and then stops the servers that this test binary
+// started. Use it from TestMain: os.Exit(testenv.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	Stop()
+	return code
+}
+
+// Stop stops the servers started by this process (the private
+// redis-server, test containers). The shared Kafka broker of
+// scripts/kafka.sh is left running for other test binaries.
+func Stop() {
+	stopRedis()
+	if stopContainers != nil {
+		stopContainers()
+	}
+	if kafkaNote != "" {
+		fmt.Fprintln(os.Stderr, kafkaNote)
+		kafkaNote = ""
+	}
+}
+
+// ---------------------------------------------------------------- helpers
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	out := strings.Join(lines, "\n")
+	if out != "" {
+		out += "\n"
+	}
+	return out
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.b.Len() > 1<<20 { // keep memory bounded; only the tail matters
+		s.b.Reset()
+	}
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

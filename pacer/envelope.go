@@ -1,0 +1,126 @@
+package pacer
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// Envelope limits.
+const (
+	// MaxIDBytes is the longest envelope id accepted, in bytes.
+	MaxIDBytes = 128
+	// MaxPayloadBytes is the largest payload accepted, in bytes of JSON (1 MiB).
+	MaxPayloadBytes = 1 << 20
+)
+
+// Envelope is one message as published to a channel topic, one JSON object
+// per Kafka record value (and per line of a campaign file):
+//
+//	{"id":"c1-000001","key":"106540352242922","to":"15551234567",
+//	 "payload":{"type":"text","text":{"body":"hello"}},
+//	 "campaign":"c1","tenant":"acme","expires_at":"2026-12-01T00:00:00Z"}
+//
+// ID is the idempotency key; Key is the pacing key (for WhatsApp the business
+// phone-number ID) and also the Kafka record key.
+type Envelope struct {
+	ID        string          `json:"id"`
+	Key       string          `json:"key"`
+	To        string          `json:"to"`
+	Payload   json.RawMessage `json:"payload,omitempty"`
+	Campaign  string          `json:"campaign,omitempty"`
+	Tenant    string          `json:"tenant,omitempty"`
+	ExpiresAt time.Time       `json:"expires_at,omitzero"`
+}
+
+// EnvelopeError says which field of an envelope is wrong and why.
+type EnvelopeError struct {
+	Field   string // JSON field name; "" when the whole value is not a JSON object
+	Problem string
+}
+
+func (e *EnvelopeError) Error() string {
+	if e.Field == "" {
+		return "envelope: " + e.Problem
+	}
+	return fmt.Sprintf("envelope: %s: %s", e.Field, e.Problem)
+}
+
+// wireEnvelope keeps expires_at as text so a bad timestamp is reported by
+// field name rather than as a generic decode error.
+type wireEnvelope struct {
+	ID        *string         `json:"id"`
+	Key       *string         `json:"key"`
+	To        *string         `json:"to"`
+	Payload   json.RawMessage `json:"payload"`
+	Campaign  string          `json:"campaign"`
+	Tenant    string          `json:"tenant"`
+	ExpiresAt string          `json:"expires_at"`
+}
+
+// ParseEnvelope decodes and validates one envelope. Unknown fields are
+// ignored, so producers can add their own. The error, when not nil, is an
+// *[EnvelopeError] naming the field: id (required, at most [MaxIDBytes]
+// bytes), key and to (required), payload (a JSON object of at most
+// [MaxPayloadBytes] bytes), expires_at (RFC 3339).
+func ParseEnvelope(b []byte) (Envelope, error) {
+	var w wireEnvelope
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return Envelope{}, &EnvelopeError{Problem: "not a JSON object"}
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return Envelope{}, &EnvelopeError{Field: jsonField(err), Problem: "invalid JSON: " + err.Error()}
+	}
+	env := Envelope{Campaign: w.Campaign, Tenant: w.Tenant, Payload: w.Payload}
+	for _, f := range []struct {
+		name string
+		v    *string
+		dst  *string
+	}{{"id", w.ID, &env.ID}, {"key", w.Key, &env.Key}, {"to", w.To, &env.To}} {
+		if f.v == nil || *f.v == "" {
+			return Envelope{}, &EnvelopeError{Field: f.name, Problem: "required"}
+		}
+		if !utf8.ValidString(*f.v) {
+			return Envelope{}, &EnvelopeError{Field: f.name, Problem: "not valid UTF-8"}
+		}
+		*f.dst = *f.v
+	}
+	if len(env.ID) > MaxIDBytes {
+		return Envelope{}, &EnvelopeError{Field: "id", Problem: fmt.Sprintf("%d bytes, at most %d allowed", len(env.ID), MaxIDBytes)}
+	}
+	if p := bytes.TrimSpace(env.Payload); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+		if len(p) > MaxPayloadBytes {
+			return Envelope{}, &EnvelopeError{Field: "payload", Problem: fmt.Sprintf("%d bytes, at most %d allowed", len(p), MaxPayloadBytes)}
+		}
+		if p[0] != '{' {
+			return Envelope{}, &EnvelopeError{Field: "payload", Problem: "must be a JSON object"}
+		}
+		env.Payload = p
+	} else {
+		env.Payload = nil
+	}
+	if w.ExpiresAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, w.ExpiresAt)
+		if err != nil {
+			return Envelope{}, &EnvelopeError{Field: "expires_at", Problem: fmt.Sprintf("%q is not an RFC 3339 time", w.ExpiresAt)}
+		}
+		env.ExpiresAt = t
+	}
+	return env, nil
+}
+
+// jsonField names the field of a type error, or "" for a syntax error.
+func jsonField(err error) string {
+	if te, ok := err.(*json.UnmarshalTypeError); ok {
+		return te.Field
+	}
+	return ""
+}
+
+// Expired reports whether the envelope has an expiry at or before now.
+func (e Envelope) Expired(now time.Time) bool {
+	return !e.ExpiresAt.IsZero() && !now.Before(e.ExpiresAt)
+}

@@ -1,0 +1,73 @@
+package pacer
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the collectors the pacer updates; labels are bounded (channel,
+// class, reason), never a pacing key, a recipient or a tenant.
+type metrics struct {
+	sends       *prometheus.CounterVec   // channel, class
+	delivered   *prometheus.CounterVec   // channel
+	dlq         *prometheus.CounterVec   // channel, reason
+	bucketWait  *prometheus.HistogramVec // channel
+	takeLatency *prometheus.HistogramVec // channel
+	sendLatency *prometheus.HistogramVec // channel
+	redisErrors *prometheus.CounterVec   // channel
+	partitions  *prometheus.GaugeVec     // channel
+	queued      *prometheus.GaugeVec     // channel
+	ready       *prometheus.GaugeVec     // channel
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pacer", Name: "sends_total",
+			Help: "Requests that left the process for a provider, by the class of the response (success, throttle, transient, permanent, halt).",
+		}, []string{"class"}),
+		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pacer", Name: "delivered_total",
+			Help: "Messages the provider accepted.",
+		}, nil),
+		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pacer", Name: "dlq_total",
+			Help: "Records written to the DLQ topic, by reason (malformed, expired, permanent, attempts-exhausted).",
+		}, []string{"reason"}),
+		bucketWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "pacer", Name: "bucket_wait_seconds",
+			Help:    "Time a message waited for a token (including cooldowns) before its send.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, nil),
+		takeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "pacer", Name: "take_duration_seconds",
+			Help:    "Latency of one token-bucket script call to Redis.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 3, 10),
+		}, nil),
+		sendLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "pacer", Name: "send_duration_seconds",
+			Help:    "Latency of one provider request.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 3, 10),
+		}, nil),
+		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pacer", Name: "redis_errors_total",
+			Help: "Token-bucket calls that failed; the message waits and is never dropped.",
+		}, nil),
+		partitions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "pacer", Name: "partitions_assigned",
+			Help: "Partitions this process currently owns.",
+		}, nil),
+		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "pacer", Name: "records_queued",
+			Help: "Records fetched from Kafka and not yet finished, over all owned partitions.",
+		}, nil),
+		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "pacer", Name: "ready",
+			Help: "1 when the pacer is consuming and Redis answers, else 0 (the same as /readyz).",
+		}, nil),
+	}
+	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.dlq, m.bucketWait, m.takeLatency,
+		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

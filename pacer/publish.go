@@ -1,0 +1,183 @@
+package pacer
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pacerhq/pacer/partitioner"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// maxLineBytes bounds one campaign line: the largest payload plus room for
+// the other fields. A longer line is rejected without being held in memory.
+const maxLineBytes = MaxPayloadBytes + 64<<10
+
+// PublishConfig says where [Publish] writes.
+type PublishConfig struct {
+	Topic      string // required
+	Partitions int    // partition count of Topic, > 0; the record partition is partitioner.Partition(key, Partitions)
+	// Reject is called for every line that is not published, with its
+	// 1-based line number; may be nil. Called from Publish's goroutine.
+	Reject func(line int, err error)
+	// Progress is called after each line with the bytes read so far; may be nil.
+	Progress func(bytesRead int64)
+}
+
+// PublishSummary counts what [Publish] did.
+type PublishSummary struct {
+	Published int           // records Kafka acknowledged
+	Rejected  int           // lines that failed validation or whose produce failed
+	Elapsed   time.Duration // from the first line to the last acknowledgement
+}
+
+// Rate returns published records per second, or 0 when nothing was published.
+func (s PublishSummary) Rate() float64 {
+	if s.Published == 0 || s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Published) / s.Elapsed.Seconds()
+}
+
+// Publish reads a campaign, one envelope per line (blank lines skipped),
+// validates each line with [ParseEnvelope] and produces the valid ones to
+// cfg.Topic with the pacing key as record key, on the partition Kafka's Java
+// client would choose for that key. cl should be an idempotent producer with
+// acks=all (kgo's defaults) and kgo.ManualPartitioner.
+//
+// Invalid lines are reported through cfg.Reject and counted; the rest are
+// published. Publish returns an error only when reading r fails or ctx ends;
+// produce failures are rejected lines.
+func Publish(ctx context.Context, cl *kgo.Client, r io.Reader, cfg PublishConfig) (PublishSummary, error) {
+	if cfg.Topic == "" || cfg.Partitions < 1 {
+		return PublishSummary{}, errors.New("pacer: publish: Topic and Partitions > 0 are required")
+	}
+	reject := cfg.Reject
+	if reject == nil {
+		reject = func(int, error) {}
+	}
+	var (
+		published atomic.Int64
+		mu        sync.Mutex // guards reject for produce callbacks
+		failed    int
+		wg        sync.WaitGroup
+		read      int64
+	)
+	start := time.Now()
+	br := bufio.NewReaderSize(r, 64<<10)
+	var rerr error
+	for line := 1; ; line++ {
+		b, n, err := readLine(br)
+		read += int64(n)
+		if err != nil && err != io.EOF {
+			if errors.Is(err, errLineTooLong) {
+				mu.Lock()
+				failed++
+				reject(line, fmt.Errorf("line longer than %d bytes", maxLineBytes))
+				mu.Unlock()
+				continue
+			}
+			rerr = err
+			break
+		}
+		if len(trimSpace(b)) > 0 {
+			env, verr := ParseEnvelope(b)
+			if verr != nil {
+				mu.Lock()
+				failed++
+				reject(line, verr)
+				mu.Unlock()
+			} else {
+				rec := &kgo.Record{
+					Topic:     cfg.Topic,
+					Key:       []byte(env.Key),
+					Value:     append([]byte(nil), trimSpace(b)...),
+					Partition: partitioner.Partition([]byte(env.Key), cfg.Partitions),
+				}
+				if env.Campaign != "" {
+					rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "campaign", Value: []byte(env.Campaign)})
+				}
+				wg.Add(1)
+				ln := line
+				cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+					defer wg.Done()
+					if err != nil {
+						mu.Lock()
+						failed++
+						reject(ln, fmt.Errorf("produce: %w", err))
+						mu.Unlock()
+						return
+					}
+					published.Add(1)
+				})
+			}
+		}
+		if cfg.Progress != nil {
+			cfg.Progress(read)
+		}
+		if err == io.EOF || ctx.Err() != nil {
+			break
+		}
+	}
+	if err := cl.Flush(ctx); err != nil && rerr == nil {
+		rerr = err
+	}
+	wg.Wait()
+	if rerr == nil {
+		rerr = ctx.Err()
+	}
+	s := PublishSummary{Published: int(published.Load()), Rejected: failed, Elapsed: time.Since(start)}
+	if rerr != nil {
+		return s, fmt.Errorf("pacer: publish: %w", rerr)
+	}
+	return s, nil
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// readLine returns the next line without its newline and the bytes consumed.
+// A line over maxLineBytes is consumed whole and reported as errLineTooLong.
+func readLine(br *bufio.Reader) ([]byte, int, error) {
+	var buf []byte
+	n := 0
+	long := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		n += len(chunk)
+		if !long {
+			if len(buf)+len(chunk) > maxLineBytes+1 {
+				long, buf = true, nil
+			} else {
+				buf = append(buf, chunk...)
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if long {
+			if err == io.EOF {
+				return nil, n, errLineTooLong // the caller sees EOF on the next call
+			}
+			return nil, n, errLineTooLong
+		}
+		if len(buf) > 0 && buf[len(buf)-1] == '\n' {
+			buf = buf[:len(buf)-1]
+		}
+		return buf, n, err
+	}
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r' || b[0] == '\n') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t' || b[len(b)-1] == '\r' || b[len(b)-1] == '\n') {
+		b = b[:len(b)-1]
+	}
+	return b
+}

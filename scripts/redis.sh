@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# scripts/redis.sh {start|stop|status}
+#
+# A private redis-server on a free 127.0.0.1 port for tests: no persistence,
+# data and log in the run dir ($PACER_REDIS_RUN, default
+# $PACER_CACHE_DIR/redis/run, default .cache/redis/run). start writes
+# "127.0.0.1:PORT" to <run>/addr and prints it; if the server is already
+# running it just prints the address.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${PACER_CACHE_DIR:-$ROOT/.cache}
+RUN=${PACER_REDIS_RUN:-$CACHE/redis/run}
+
+log() { printf 'redis.sh: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# PING in the inline protocol over bash's /dev/tcp (no redis-cli needed)
+ping_redis() {
+	local addr=$1 line
+	{
+		exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}" &&
+			printf 'PING\r\n' >&3 &&
+			IFS= read -r -t 2 line <&3 &&
+			[[ $line == "+PONG"* ]]
+	} 2>/dev/null
+	local rc=$?
+	exec 3<&- 3>&- 2>/dev/null || true
+	return $rc
+}
+
+server_pid() {
+	local pid
+	[[ -f $RUN/redis.pid ]] || return 1
+	pid=$(cat "$RUN/redis.pid" 2>/dev/null) || return 1
+	[[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+	grep -qa redis-server "/proc/$pid/cmdline" 2>/dev/null || return 1
+	echo "$pid"
+}
+
+start() {
+	command -v redis-server >/dev/null ||
+		die "redis-server is not installed: run scripts/test-env.sh (apt-get install redis-server)"
+	mkdir -p "$RUN"
+	exec 9>"$RUN.lock"
+	flock -w 60 9 || die "timed out waiting for another redis.sh start"
+	if server_pid >/dev/null && [[ -s $RUN/addr ]] && ping_redis "$(cat "$RUN/addr")"; then
+		cat "$RUN/addr"
+		return 0
+	fi
+	stop_server
+	local attempt port addr pid
+	for attempt in 1 2 3 4 5; do
+		port=$((20000 + RANDOM % 12000))
+		port_in_use "$port" && continue
+		addr="127.0.0.1:$port"
+		rm -f "$RUN/redis.pid" "$RUN/addr" "$RUN/redis.log"
+		redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+			--dir "$RUN" --daemonize yes --pidfile "$RUN/redis.pid" \
+			--logfile "$RUN/redis.log" </dev/null >/dev/null 2>&1 9>&- || true
+		for _ in $(seq 1 100); do
+			if ping_redis "$addr"; then
+				echo "$addr" >"$RUN/addr"
+				echo "$addr"
+				return 0
+			fi
+			grep -q 'Address already in use' "$RUN/redis.log" 2>/dev/null && break
+			sleep 0.05
+		done
+		if pid=$(server_pid); then kill -KILL "$pid" 2>/dev/null || true; fi
+		grep -q 'Address already in use' "$RUN/redis.log" 2>/dev/null && continue
+		tail -n 20 "$RUN/redis.log" >&2 2>/dev/null || true
+		die "redis-server did not answer PING on $addr"
+	done
+	die "no free port for redis-server"
+}
+
+stop_server() {
+	local pid
+	if pid=$(server_pid); then
+		kill -TERM "$pid" 2>/dev/null || true
+		for _ in $(seq 1 100); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	rm -f "$RUN/redis.pid" "$RUN/addr"
+}
+
+status() {
+	if server_pid >/dev/null && [[ -s $RUN/addr ]]; then
+		echo "running $(cat "$RUN/addr") pid $(server_pid)"
+	else
+		echo "stopped"
+		return 1
+	fi
+}
+
+case "${1:-}" in
+start) start ;;
+stop) stop_server ;;
+status) status ;;
+*)
+	echo "usage: $0 {start|stop|status}" >&2
+	exit 2
+	;;
+esac

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# scripts/test-env.sh: everything the integration tests need, started.
+#
+# Installs what is missing (redis-server, kcat, Java, Maven) with apt-get,
+# fetches and starts the Kafka broker (scripts/kafka.sh) and a private
+# redis-server (scripts/redis.sh), then prints
+#
+#   export PACER_TEST_KAFKA_BROKERS=127.0.0.1:PORT
+#   export PACER_TEST_REDIS_ADDR=127.0.0.1:PORT
+#
+# Use:  eval "$(scripts/test-env.sh)"   or   . scripts/test-env.sh
+# Variables already set in the environment are kept and nothing is started
+# for them. Stop with scripts/kafka.sh stop; scripts/redis.sh stop.
+
+_pacer_test_env() {
+	set -euo pipefail
+	local root log
+	root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+	log() { printf 'test-env.sh: %s\n' "$*" >&2; }
+
+	# command -> Debian package
+	local -A pkg=([redis-server]=redis-server [kcat]=kcat [java]=openjdk-17-jre-headless [mvn]=maven)
+	local missing=() c
+	for c in redis-server kcat java mvn; do
+		command -v "$c" >/dev/null || missing+=("${pkg[$c]}")
+	done
+	if ((${#missing[@]})); then
+		local sudo=()
+		if [[ $(id -u) -ne 0 ]]; then
+			if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+				sudo=(sudo -n)
+			else
+				log "missing packages: ${missing[*]}; not root and no password-less sudo, so install them yourself:"
+				log "  sudo apt-get update && sudo apt-get install -y ${missing[*]}"
+				return 1
+			fi
+		fi
+		log "installing ${missing[*]}"
+		local aptlog
+		aptlog=$(mktemp)
+		if ! { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+			"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"; } \
+			</dev/null >"$aptlog" 2>&1; then
+			tail -n 30 "$aptlog" >&2
+			rm -f "$aptlog"
+			log "apt-get failed"
+			return 1
+		fi
+		rm -f "$aptlog"
+	fi
+
+	if [[ -z ${PACER_TEST_KAFKA_BROKERS:-} ]]; then
+		PACER_TEST_KAFKA_BROKERS=$("$root/scripts/kafka.sh" start)
+	fi
+	if [[ -z ${PACER_TEST_REDIS_ADDR:-} ]]; then
+		PACER_TEST_REDIS_ADDR=$("$root/scripts/redis.sh" start)
+	fi
+	export PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR
+	printf 'export PACER_TEST_KAFKA_BROKERS=%q\n' "$PACER_TEST_KAFKA_BROKERS"
+	printf 'export PACER_TEST_REDIS_ADDR=%q\n' "$PACER_TEST_REDIS_ADDR"
+}
+
+if [[ ${BASH_SOURCE[0]} != "$0" ]]; then
+	# sourced: run as a child (its set -e must not end the caller's shell)
+	# and take over the exports
+	unset -f _pacer_test_env
+	if _pacer_env=$(bash "${BASH_SOURCE[0]}"); then
+		eval "$_pacer_env"
+		unset _pacer_env
+	else
+		unset _pacer_env
+		return 1
+	fi
+else
+	_pacer_test_env
+fi
