@@ -155,7 +155,8 @@ func (l *Limiter) Take(ctx context.Context, channel, key string, lim Limit, cost
 		return Decision{}, fmt.Errorf("bucket: take %q: %w", bk, err)
 	}
 	var r [4]int64
-	if !ints(v, r[:]) || r[0] < 0 || r[0] > 1 || r[2] < 0 || r[3] < 0 || r[3] > 1 {
+	if !ints(v, r[:]) || r[0] < 0 || r[0] > 1 || r[1] < 0 || r[1] > int64(lim.Burst) ||
+		r[2] < 0 || r[3] < 0 || r[3] > 1 || (r[0] == 1) == (r[2] > 0) {
 		return Decision{}, fmt.Errorf("bucket: take %q: unexpected reply %s", bk, describe(v))
 	}
 	return Decision{
@@ -215,7 +216,7 @@ func (l *Limiter) State(ctx context.Context, channel, key string, lim Limit) (St
 		return State{}, fmt.Errorf("bucket: state %q: %w", bk, err)
 	}
 	var r [2]int64
-	if !ints(v, r[:]) || r[0] < 0 || r[1] < 0 {
+	if !ints(v, r[:]) || r[0] < 0 || r[0] > int64(lim.Burst)*1e6 || r[1] < 0 {
 		return State{}, fmt.Errorf("bucket: state %q: unexpected reply %s", bk, describe(v))
 	}
 	return State{

@@ -17,7 +17,7 @@ var ErrInvalidLimit = errors.New("bucket: invalid limit")
 // and time in microseconds, both exact in a Lua number (float64) only below
 // 2^53, and a wait must fit in a time.Duration.
 const (
-	maxBurst  = 1_000_000_000             // tokens; 10^15 millionths
+	maxBurst  = 1_000_000_000              // tokens; 10^15 millionths
 	maxRefill = 100 * 365 * 24 * time.Hour // Burst / PerSecond; about 3.2*10^15 µs
 )
 

@@ -205,6 +205,23 @@ func (p *Pacer) Run(ctx context.Context) error {
 	p.mu.Lock()
 	p.cl = cl
 	p.mu.Unlock()
+	// The DLQ must exist before the first poison record: a produce to a
+	// missing topic fails, and the partition would wait on it.
+	for {
+		_, err := EnsureTopic(ctx, cl, p.cfg.DLQTopic, 1)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			cl.Close()
+			return nil
+		}
+		p.log.Error("cannot ensure the DLQ topic; retrying", "topic", p.cfg.DLQTopic, "err", err)
+		if !sleep(ctx, 5*time.Second) {
+			cl.Close()
+			return nil
+		}
+	}
 	p.log.Info("pacer started", "topic", p.cfg.Topic, "group", p.cfg.Group,
 		"rate", p.cfg.Limit.PerSecond, "burst", p.cfg.Limit.Burst)
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,8 +9,6 @@ import (
 
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/schollz/progressbar/v3"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/term"
 )
@@ -76,7 +73,7 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
-	n, err := ensureTopic(ctx, cl, *topic, *partitions)
+	n, err := pacer.EnsureTopic(ctx, cl, *topic, *partitions)
 	if err != nil {
 		return err
 	}
@@ -105,29 +102,3 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	return nil
 }
 
-// ensureTopic returns the partition count of topic, creating it with
-// partitions partitions (broker-default replication) when it does not exist.
-func ensureTopic(ctx context.Context, cl *kgo.Client, topic string, partitions int) (int, error) {
-	adm := kadm.NewClient(cl)
-	details, err := adm.ListTopics(ctx, topic)
-	if err != nil {
-		return 0, fmt.Errorf("kafka metadata: %w", err)
-	}
-	if d, ok := details[topic]; ok && d.Err == nil {
-		return len(d.Partitions), nil
-	}
-	resp, err := adm.CreateTopic(ctx, int32(partitions), -1, nil, topic)
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return 0, fmt.Errorf("create topic %s: %w", topic, err)
-	}
-	_ = resp
-	details, err = adm.ListTopics(ctx, topic)
-	if err != nil {
-		return 0, fmt.Errorf("kafka metadata: %w", err)
-	}
-	d, ok := details[topic]
-	if !ok || d.Err != nil || len(d.Partitions) == 0 {
-		return 0, fmt.Errorf("topic %s has no partitions after create", topic)
-	}
-	return len(d.Partitions), nil
-}

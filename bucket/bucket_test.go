@@ -1,0 +1,783 @@
+package bucket_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// t0 is where miniredis's clock (TIME and TTLs) starts in every test.
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// slack is how far a duration measured on redis-server may be from the
+// exact one: the real clock runs on between steps (and under -race, on a busy
+// machine). Tables that run on redis-server keep every grant and refusal
+// more than slack away from flipping.
+const slack = 200 * time.Millisecond
+
+// env is one backend for one test: a fresh miniredis, or the shared
+// redis-server with a key prefix of the test's own.
+type env struct {
+	rdb   *redis.Client
+	mr    *miniredis.Miniredis // nil on redis-server
+	l     *bucket.Limiter
+	start time.Time // redis-server: wall time of offset 0, set by mark
+}
+
+// each runs f in parallel against miniredis (exact, clock set by the test)
+// and against a real redis-server (clock running, checks within slack).
+func each(t *testing.T, f func(t *testing.T, e *env)) {
+	t.Parallel()
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		f(t, newMini(t))
+	})
+	t.Run("redis-server", func(t *testing.T) {
+		t.Parallel()
+		f(t, newReal(t))
+	})
+}
+
+func newMini(t testing.TB) *env {
+	mr := miniredis.RunT(t)
+	mr.SetTime(t0)
+	mr.ClockTTL(true) // SetTime moves TTLs too, as the real clock does
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	return &env{rdb: rdb, mr: mr, l: bucket.New(rdb, bucket.Config{})}
+}
+
+func newReal(t testing.TB) *env {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { rdb.Close() })
+	// A prefix per test keeps parallel tests and earlier runs apart.
+	prefix := "test:" + t.Name() + ":" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	return &env{rdb: rdb, l: bucket.New(rdb, bucket.Config{Prefix: prefix})}
+}
+
+// exact reports whether the backend's clock is set by the test.
+func (e *env) exact() bool { return e.mr != nil }
+
+// at moves to offset d from the start of the test: miniredis sets its clock
+// (TIME and TTLs), redis-server sleeps until then. On redis-server offset 0
+// is the end of the first call (see mark), so offsets must not decrease and
+// the first step must be at 0.
+func (e *env) at(d time.Duration) {
+	if e.mr != nil {
+		e.mr.SetTime(t0.Add(d))
+		return
+	}
+	if !e.start.IsZero() {
+		time.Sleep(time.Until(e.start.Add(d)))
+	}
+}
+
+// mark is called after every call to Redis in a table. On redis-server the
+// first one fixes offset 0, so a grant expected at offset d always sees at
+// least d of refill after the first write.
+func (e *env) mark() {
+	if e.mr == nil && e.start.IsZero() {
+		e.start = time.Now()
+	}
+}
+
+// near reports whether a measured duration matches want: exactly on
+// miniredis, within slack on redis-server.
+func (e *env) near(got, want time.Duration) bool {
+	if e.exact() {
+		return got == want
+	}
+	return got >= want-slack && got <= want+slack
+}
+
+// take is one step of a step table for Take.
+type take struct {
+	at        time.Duration // since the start of the test
+	cost      int
+	allowed   bool
+	remaining int
+	wait      time.Duration // want Decision.Wait (0 when allowed)
+	cooldown  bool
+}
+
+func (e *env) takes(t *testing.T, key string, lim bucket.Limit, steps []take) {
+	t.Helper()
+	for i, s := range steps {
+		e.at(s.at)
+		d, err := e.l.Take(t.Context(), "test", key, lim, s.cost)
+		e.mark()
+		if err != nil || d.Allowed != s.allowed || d.Remaining != s.remaining ||
+			d.Cooldown != s.cooldown || !e.near(d.Wait, s.wait) {
+			t.Fatalf("step %d (at %v, cost %d): got %+v, %v; want allowed=%v remaining=%d wait=%v cooldown=%v",
+				i, s.at, s.cost, d, err, s.allowed, s.remaining, s.wait, s.cooldown)
+		}
+	}
+}
+
+func TestTakeBurstThenRefusal(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		e.takes(t, "k", bucket.Limit{PerSecond: 2, Burst: 3}, []take{
+			{0, 1, true, 2, 0, false},
+			{0, 2, true, 0, 0, false},
+			{0, 1, false, 0, 500 * time.Millisecond, false},
+			{0, 2, false, 0, time.Second, false},
+			{0, 3, false, 0, 1500 * time.Millisecond, false},
+		})
+	})
+}
+
+func TestTakeRefills(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		e.takes(t, "k", bucket.Limit{PerSecond: 2, Burst: 2}, []take{
+			{0, 2, true, 0, 0, false},
+			{0, 1, false, 0, 500 * time.Millisecond, false},
+			{500 * time.Millisecond, 1, true, 0, 0, false},
+			{500 * time.Millisecond, 1, false, 0, 500 * time.Millisecond, false},
+			{1500 * time.Millisecond, 1, true, 1, 0, false}, // 2 tokens back
+			{3 * time.Second, 2, true, 0, 0, false},         // 4 would be back, but burst is 2
+			{3 * time.Second, 1, false, 0, 500 * time.Millisecond, false},
+		})
+	})
+}
+
+// TestTakeSubSecondWait checks that short waits keep their microseconds and
+// are never rounded to 0.
+func TestTakeSubSecondWait(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		lim := bucket.Limit{PerSecond: 1000, Burst: 1}
+		if !e.exact() {
+			// Real time runs about one round trip (~0.1 ms) per call: take
+			// until refused, then the wait is what is left of 1 ms.
+			for i := range 1000 {
+				d, err := e.l.Take(t.Context(), "test", "k", lim, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !d.Allowed {
+					if d.Wait <= 0 || d.Wait > time.Millisecond || d.Wait%time.Microsecond != 0 {
+						t.Fatalf("call %d: wait %v, want in (0, 1ms] in whole µs", i, d.Wait)
+					}
+					return
+				}
+			}
+			t.Fatal("1000 calls at 1000/s with burst 1 were never refused")
+		}
+		e.takes(t, "k", lim, []take{
+			{0, 1, true, 0, 0, false},
+			{0, 1, false, 0, time.Millisecond, false},
+			{999 * time.Microsecond, 1, false, 0, time.Microsecond, false},
+			{999*time.Microsecond + 999*time.Nanosecond, 1, false, 0, time.Microsecond, false}, // TIME has µs
+			{time.Millisecond, 1, true, 0, 0, false},
+		})
+		// 1/3 s is not a whole number of µs: the wait rounds up.
+		e.takes(t, "k3", bucket.Limit{PerSecond: 3, Burst: 3}, []take{
+			{0, 3, true, 0, 0, false},
+			{0, 1, false, 0, 333334 * time.Microsecond, false},
+			{333333 * time.Microsecond, 1, false, 0, time.Microsecond, false},
+			{333334 * time.Microsecond, 1, true, 0, 0, false},
+		})
+	})
+}
+
+// TestTakeFractionalRate checks rates below one token per second and
+// burst-sized takes at rates whose token is not a whole number of µs.
+func TestTakeFractionalRate(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		e.takes(t, "slow", bucket.Limit{PerSecond: 0.1, Burst: 1}, []take{
+			{0, 1, true, 0, 0, false},
+			{0, 1, false, 0, 10 * time.Second, false},
+		})
+		// Burst 3 at rate 3/s is three takes at one instant, not two.
+		e.takes(t, "thirds", bucket.Limit{PerSecond: 3, Burst: 3}, []take{
+			{0, 1, true, 2, 0, false},
+			{0, 1, true, 1, 0, false},
+			{0, 1, true, 0, 0, false},
+			{0, 1, false, 0, 333334 * time.Microsecond, false},
+		})
+	})
+}
+
+func TestTakeRefusedChangesNothing(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		lim := bucket.Limit{PerSecond: 1, Burst: 2}
+		bk := e.l.BucketKey("test", "k")
+		if d, err := e.l.Take(ctx, "test", "k", lim, 2); err != nil || !d.Allowed {
+			t.Fatalf("first take: %+v, %v", d, err)
+		}
+		before := e.snapshot(t, bk)
+		for _, cost := range []int{1, 2} {
+			if d, err := e.l.Take(ctx, "test", "k", lim, cost); err != nil || d.Allowed {
+				t.Fatalf("take %d: %+v, %v; want refused", cost, d, err)
+			}
+		}
+		if err := e.l.Cooldown(ctx, "test", "k", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if d, err := e.l.Take(ctx, "test", "k", lim, 1); err != nil || !d.Cooldown {
+			t.Fatalf("take in cooldown: %+v, %v", d, err)
+		}
+		if _, err := e.l.State(ctx, "test", "k", lim); err != nil {
+			t.Fatal(err)
+		}
+		after := e.snapshot(t, bk)
+		if !maps.Equal(before.hash, after.hash) || after.pttl > before.pttl || (e.exact() && after.pttl != before.pttl) {
+			t.Fatalf("refusals changed the bucket: before %+v, after %+v", before, after)
+		}
+	})
+}
+
+type snapshot struct {
+	hash map[string]string
+	pttl time.Duration
+}
+
+func (e *env) snapshot(t *testing.T, key string) snapshot {
+	t.Helper()
+	h, err := e.rdb.HGetAll(t.Context(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := e.rdb.PTTL(t.Context(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snapshot{h, ttl}
+}
+
+// TestTakeTTL checks that a bucket key lives at least as long as the bucket
+// needs to refill from empty, so it expires only when full.
+func TestTakeTTL(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		lim := bucket.Limit{PerSecond: 0.1, Burst: 5} // refill from empty: 50 s
+		refill := 50 * time.Second
+		if d, err := e.l.Take(ctx, "test", "k", lim, 1); err != nil || !d.Allowed {
+			t.Fatalf("take: %+v, %v", d, err)
+		}
+		bk := e.l.BucketKey("test", "k")
+		ttl := e.rdb.PTTL(ctx, bk).Val()
+		if ttl < refill || ttl > refill+time.Second {
+			t.Fatalf("PTTL %s = %v, want in [%v, %v]", bk, ttl, refill, refill+time.Second)
+		}
+		if !e.exact() {
+			return
+		}
+		// Just before expiry the bucket is full already; after, it reads full.
+		e.at(refill)
+		if st, err := e.l.State(ctx, "test", "k", lim); err != nil || st.Tokens != 5 {
+			t.Fatalf("state at %v: %+v, %v; want 5 tokens", refill, st, err)
+		}
+		e.at(ttl)
+		if n := e.rdb.Exists(ctx, bk).Val(); n != 0 {
+			t.Fatalf("%s still exists after its TTL", bk)
+		}
+		e.takes(t, "k", lim, []take{{ttl, 5, true, 0, 0, false}})
+	})
+}
+
+func TestCooldown(t *testing.T) {
+	lim := bucket.Limit{PerSecond: 100, Burst: 100}
+	type step struct {
+		at       time.Duration
+		cooldown time.Duration // Cooldown(d) before the Take, if != 0
+		allowed  bool
+		wait     time.Duration // want Decision.Wait and State.CooldownLeft
+	}
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		for i, s := range []step{
+			{0, 0, true, 0},
+			{0, 600 * time.Millisecond, false, 600 * time.Millisecond},
+			{0, 100 * time.Millisecond, false, 600 * time.Millisecond}, // never shortened
+			{0, 1, false, 600 * time.Millisecond},                      // 1 ns rounds up to 1 ms, still shorter
+			{200 * time.Millisecond, 0, false, 400 * time.Millisecond},
+			{200 * time.Millisecond, time.Second, false, time.Second}, // lengthened
+			{200 * time.Millisecond, -time.Hour, false, time.Second},  // d <= 0: no-op
+			{1400 * time.Millisecond, 0, true, 0},                     // over at 1200 ms
+		} {
+			e.at(s.at)
+			if s.cooldown != 0 {
+				err := e.l.Cooldown(ctx, "test", "k", s.cooldown)
+				e.mark()
+				if err != nil {
+					t.Fatalf("step %d: Cooldown(%v): %v", i, s.cooldown, err)
+				}
+			}
+			st, err := e.l.State(ctx, "test", "k", lim)
+			e.mark()
+			if err != nil || !e.near(st.CooldownLeft, s.wait) {
+				t.Fatalf("step %d: State = %+v, %v; want CooldownLeft %v", i, st, err, s.wait)
+			}
+			d, err := e.l.Take(ctx, "test", "k", lim, 1)
+			e.mark()
+			if err != nil || d.Allowed != s.allowed || d.Cooldown != !s.allowed || !e.near(d.Wait, s.wait) {
+				t.Fatalf("step %d: Take = %+v, %v; want allowed=%v wait=%v", i, d, err, s.allowed, s.wait)
+			}
+		}
+		if !e.exact() {
+			return
+		}
+		// Cooldown(0) on a key without one creates nothing.
+		if err := e.l.Cooldown(ctx, "test", "other", 0); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.rdb.Exists(ctx, e.l.CooldownKey("test", "other")).Val(); n != 0 {
+			t.Fatal("Cooldown(0) created a key")
+		}
+	})
+}
+
+// TestCooldownKeepsRemaining checks that a refusal in cooldown reports the
+// bucket's tokens and takes none.
+func TestCooldownKeepsRemaining(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		lim := bucket.Limit{PerSecond: 0.001, Burst: 5}
+		e.takes(t, "k", lim, []take{{0, 2, true, 3, 0, false}})
+		if err := e.l.Cooldown(t.Context(), "test", "k", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		e.takes(t, "k", lim, []take{
+			{0, 1, false, 3, time.Hour, true},
+			{0, 5, false, 3, time.Hour, true},
+		})
+	})
+}
+
+// TestCorruptHashIsFull checks that a bucket whose stored state makes no
+// sense is a fresh, full bucket, and is repaired by the next grant.
+func TestCorruptHashIsFull(t *testing.T) {
+	lim := bucket.Limit{PerSecond: 1, Burst: 3}
+	for _, tc := range []struct {
+		name  string
+		write func(ctx context.Context, rdb *redis.Client, key string) error
+	}{
+		{"empty fields", hset("utokens", "", "ts_us", "")},
+		{"words", hset("utokens", "lots", "ts_us", "yesterday")},
+		{"no stamp", hset("utokens", "0")},
+		{"no tokens", hset("ts_us", "1")},
+		{"nan", hset("utokens", "nan", "ts_us", "nan")},
+		{"inf", hset("utokens", "inf", "ts_us", "-inf")},
+		{"negative", hset("utokens", "-5000000", "ts_us", "1")},
+		{"string key", func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.Set(ctx, key, "junk", 0).Err()
+		}},
+		{"list key", func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.RPush(ctx, key, "a", "b").Err()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				ctx := t.Context()
+				bk := e.l.BucketKey("test", "k")
+				if err := tc.write(ctx, e.rdb, bk); err != nil {
+					t.Fatal(err)
+				}
+				if st, err := e.l.State(ctx, "test", "k", lim); err != nil || st.Tokens != 3 {
+					t.Fatalf("State = %+v, %v; want 3 tokens", st, err)
+				}
+				e.takes(t, "k", lim, []take{
+					{0, 3, true, 0, 0, false},
+					{0, 1, false, 0, time.Second, false},
+				})
+				h := e.rdb.HGetAll(ctx, bk).Val()
+				if _, err := strconv.ParseInt(h["utokens"], 10, 64); err != nil {
+					t.Fatalf("not repaired: %v", h)
+				}
+				if _, err := strconv.ParseInt(h["ts_us"], 10, 64); err != nil {
+					t.Fatalf("not repaired: %v", h)
+				}
+			})
+		})
+	}
+}
+
+func hset(fieldValues ...string) func(context.Context, *redis.Client, string) error {
+	return func(ctx context.Context, rdb *redis.Client, key string) error {
+		return rdb.HSet(ctx, key, fieldValues).Err()
+	}
+}
+
+// TestClockSteppedBack checks that state stamped after Redis TIME neither
+// mints tokens nor stalls the bucket until the clock catches up.
+func TestClockSteppedBack(t *testing.T) {
+	lim := bucket.Limit{PerSecond: 2, Burst: 2}
+	t.Run("TIME", func(t *testing.T) {
+		t.Parallel()
+		e := newMini(t) // only miniredis can step TIME back
+		e.takes(t, "k", lim, []take{{0, 2, true, 0, 0, false}})
+		e.at(-time.Hour)
+		if st, err := e.l.State(t.Context(), "test", "k", lim); err != nil || st.Tokens != 0 {
+			t.Fatalf("State after the step = %+v, %v; want 0 tokens", st, err)
+		}
+		e.takes(t, "k", lim, []take{
+			{-time.Hour, 1, false, 0, 500 * time.Millisecond, false},
+			{-time.Hour + 499*time.Millisecond, 1, false, 0, time.Millisecond, false},
+			{-time.Hour + 500*time.Millisecond, 1, true, 0, 0, false},
+			{-time.Hour + 500*time.Millisecond, 1, false, 0, 500 * time.Millisecond, false},
+		})
+	})
+	// The same seen from the stored side: a stamp an hour ahead of TIME.
+	for _, tc := range []struct {
+		name    string
+		utokens string
+		steps   []take
+	}{
+		{"empty", "0", []take{
+			{0, 1, false, 0, 500 * time.Millisecond, false},
+			{500 * time.Millisecond, 1, true, 0, 0, false},
+			{500 * time.Millisecond, 1, false, 0, 500 * time.Millisecond, false},
+		}},
+		{"one token", "1000000", []take{
+			{0, 1, true, 0, 0, false},
+			{0, 1, false, 0, 500 * time.Millisecond, false},
+		}},
+		{"half a token", "500000", []take{
+			{0, 1, false, 0, 250 * time.Millisecond, false},
+			{0, 2, false, 0, 750 * time.Millisecond, false},
+		}},
+	} {
+		t.Run("stamp ahead/"+tc.name, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				ctx := t.Context()
+				now, err := e.rdb.Time(ctx).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ahead := strconv.FormatInt(now.Add(time.Hour).UnixMicro(), 10)
+				if err := e.rdb.HSet(ctx, e.l.BucketKey("test", "k"), "utokens", tc.utokens, "ts_us", ahead).Err(); err != nil {
+					t.Fatal(err)
+				}
+				e.takes(t, "k", lim, tc.steps)
+			})
+		})
+	}
+}
+
+func TestState(t *testing.T) {
+	lim := bucket.Limit{PerSecond: 2, Burst: 4}
+	type step struct {
+		at     time.Duration
+		take   int     // cost taken after State, 0 for none
+		tokens float64 // want State.Tokens
+	}
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		for i, s := range []step{
+			{0, 4, 4},
+			{0, 0, 0},
+			{250 * time.Millisecond, 0, 0.5},
+			{1250 * time.Millisecond, 1, 2.5},
+			{1250 * time.Millisecond, 0, 1.5},
+			{3 * time.Second, 0, 4}, // capped at burst
+		} {
+			e.at(s.at)
+			st, err := e.l.State(ctx, "test", "k", lim)
+			e.mark()
+			if err != nil || st.CooldownLeft != 0 || !e.nearTokens(st.Tokens, s.tokens, lim) {
+				t.Fatalf("step %d (at %v): State = %+v, %v; want %v tokens", i, s.at, st, err, s.tokens)
+			}
+			if s.take > 0 {
+				if d, err := e.l.Take(ctx, "test", "k", lim, s.take); err != nil || !d.Allowed {
+					t.Fatalf("step %d: Take(%d) = %+v, %v", i, s.take, d, err)
+				}
+			}
+		}
+		// State never creates a bucket.
+		if _, err := e.l.State(ctx, "test", "never", lim); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.rdb.Exists(ctx, e.l.BucketKey("test", "never"), e.l.CooldownKey("test", "never")).Val(); n != 0 {
+			t.Fatal("State created keys")
+		}
+	})
+}
+
+// nearTokens is near for token counts: exact on miniredis, within what
+// slack refills on redis-server.
+func (e *env) nearTokens(got, want float64, lim bucket.Limit) bool {
+	if e.exact() {
+		return got == want
+	}
+	return math.Abs(got-want) <= slack.Seconds()*lim.PerSecond && got >= 0 && got <= float64(lim.Burst)
+}
+
+// TestTakeAtomic checks that concurrent takes never grant more than the
+// bucket holds.
+func TestTakeAtomic(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		lim := bucket.Limit{PerSecond: 0.001, Burst: 50} // refills 1 token in 1000 s
+		var allowed atomic.Int64
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				for range 10 {
+					d, err := e.l.Take(t.Context(), "test", "k", lim, 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						allowed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if n := allowed.Load(); n != 50 {
+			t.Fatalf("%d of 200 concurrent takes allowed, want 50", n)
+		}
+	})
+}
+
+// noRedis fails the test on any Redis call (its nil Scripter panics).
+type noRedis struct{ redis.Scripter }
+
+func TestInvalidLimit(t *testing.T) {
+	t.Parallel()
+	l := bucket.New(noRedis{}, bucket.Config{})
+	for _, tc := range []struct {
+		lim  bucket.Limit
+		cost int
+		want string // error text; "" for valid
+	}{
+		{bucket.Limit{PerSecond: 80, Burst: 80}, 1, ""},
+		{bucket.Limit{PerSecond: 0.001, Burst: 1}, 1, ""},
+		{bucket.Limit{PerSecond: 1e12, Burst: 1e9}, 1e9, ""},
+		{bucket.Limit{PerSecond: 0, Burst: 1}, 1, "bucket: invalid limit: rate 0 must be > 0"},
+		{bucket.Limit{}, 1, "bucket: invalid limit: rate 0 must be > 0"},
+		{bucket.Limit{PerSecond: -1, Burst: 1}, 1, "bucket: invalid limit: rate -1 must be > 0"},
+		{bucket.Limit{PerSecond: math.NaN(), Burst: 1}, 1, "bucket: invalid limit: rate NaN must be > 0"},
+		{bucket.Limit{PerSecond: math.Inf(1), Burst: 1}, 1, "bucket: invalid limit: rate +Inf must be finite"},
+		{bucket.Limit{PerSecond: 1, Burst: 0}, 1, "bucket: invalid limit: burst 0 must be >= 1"},
+		{bucket.Limit{PerSecond: 1, Burst: -3}, 1, "bucket: invalid limit: burst -3 must be >= 1"},
+		{bucket.Limit{PerSecond: 1, Burst: 1e9 + 1}, 1, "bucket: invalid limit: burst 1000000001 must be <= 1000000000"},
+		{bucket.Limit{PerSecond: 1e-9, Burst: 10}, 1, "bucket: invalid limit: refill time burst/rate = 10/1e-09 s must be <= 876000h0m0s"},
+		{bucket.Limit{PerSecond: 1, Burst: 5}, 6, "bucket: invalid limit: cost 6 must be between 1 and burst 5"},
+		{bucket.Limit{PerSecond: 1, Burst: 5}, 0, "bucket: invalid limit: cost 0 must be between 1 and burst 5"},
+		{bucket.Limit{PerSecond: 1, Burst: 5}, -1, "bucket: invalid limit: cost -1 must be between 1 and burst 5"},
+	} {
+		t.Run(fmt.Sprintf("%+v cost %d", tc.lim, tc.cost), func(t *testing.T) {
+			verr := tc.lim.Validate()
+			if tc.want == "" {
+				if verr != nil {
+					t.Fatalf("Validate = %v, want nil", verr)
+				}
+				return
+			}
+			_, err := l.Take(t.Context(), "test", "k", tc.lim, tc.cost)
+			if !errors.Is(err, bucket.ErrInvalidLimit) || err.Error() != tc.want {
+				t.Fatalf("Take error = %v, want %q wrapping ErrInvalidLimit", err, tc.want)
+			}
+			if strings.HasPrefix(tc.want, "bucket: invalid limit: cost") {
+				return // the limit itself is fine
+			}
+			if !errors.Is(verr, bucket.ErrInvalidLimit) || verr.Error() != tc.want {
+				t.Fatalf("Validate = %v, want %q", verr, tc.want)
+			}
+			if _, err := l.State(t.Context(), "test", "k", tc.lim); !errors.Is(err, bucket.ErrInvalidLimit) {
+				t.Fatalf("State error = %v, want ErrInvalidLimit", err)
+			}
+		})
+	}
+}
+
+// TestDeps enforces style.md 2.9: bucket returns values that pacer counts,
+// and knows nothing of Kafka, providers or metrics.
+func TestDeps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	out, err := exec.Command(gobin, "list", "-deps", "github.com/pacerhq/pacer/bucket").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	bad := map[string]string{ // import path prefix => why
+		"github.com/pacerhq/pacer/pacer":       "pacer imports bucket, not the other way",
+		"github.com/pacerhq/pacer/channels":    "providers are pacer's business",
+		"github.com/pacerhq/pacer/partitioner": "keys arrive as strings",
+		"github.com/pacerhq/pacer/cmd":         "nothing imports cmd",
+		"github.com/prometheus/":               "only cmd and pacer measure",
+		"github.com/twmb/franz-go":             "only cmd and pacer speak Kafka",
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for prefix, why := range bad {
+			if strings.HasPrefix(dep, prefix) {
+				t.Errorf("bucket depends on %s: %s", dep, why)
+			}
+		}
+	}
+}
+
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		prefix, bucket, cooldown string
+	}{
+		{"", "pacer:{whatsapp:106540352242922}:bucket", "pacer:{whatsapp:106540352242922}:cooldown"},
+		{"stage", "stage:{whatsapp:106540352242922}:bucket", "stage:{whatsapp:106540352242922}:cooldown"},
+	} {
+		l := bucket.New(noRedis{}, bucket.Config{Prefix: tc.prefix})
+		if got := l.BucketKey("whatsapp", "106540352242922"); got != tc.bucket {
+			t.Errorf("prefix %q: BucketKey = %q, want %q", tc.prefix, got, tc.bucket)
+		}
+		if got := l.CooldownKey("whatsapp", "106540352242922"); got != tc.cooldown {
+			t.Errorf("prefix %q: CooldownKey = %q, want %q", tc.prefix, got, tc.cooldown)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		if err := e.l.Load(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Take works through EVALSHA, and through EVAL after a flush (only on
+		// miniredis: other tests share redis-server's script cache).
+		e.takes(t, "k", bucket.Limit{PerSecond: 1, Burst: 1}, []take{{0, 1, true, 0, 0, false}})
+		if e.exact() {
+			if err := e.rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			e.takes(t, "k", bucket.Limit{PerSecond: 1, Burst: 1}, []take{{0, 1, false, 0, time.Second, false}})
+		}
+	})
+}
+
+func TestRedisErrorsWrapped(t *testing.T) {
+	t.Parallel()
+	e := newMini(t)
+	e.mr.SetError("LOADING Redis is loading the dataset in memory")
+	ctx := t.Context()
+	lim := bucket.Limit{PerSecond: 1, Burst: 1}
+	for name, err := range map[string]error{
+		`bucket: take "pacer:{test:k}:bucket": LOADING`:       func() error { _, err := e.l.Take(ctx, "test", "k", lim, 1); return err }(),
+		`bucket: state "pacer:{test:k}:bucket": LOADING`:      func() error { _, err := e.l.State(ctx, "test", "k", lim); return err }(),
+		`bucket: cooldown "pacer:{test:k}:cooldown": LOADING`: e.l.Cooldown(ctx, "test", "k", time.Second),
+		`bucket: load take script: LOADING`:                   e.l.Load(ctx),
+	} {
+		var rerr redis.Error
+		if err == nil || !strings.HasPrefix(err.Error(), name) || !errors.As(err, &rerr) {
+			t.Errorf("got %v, want %q... wrapping a redis.Error", err, name)
+		}
+	}
+}
+
+// fakeReply is a Scripter whose every script replies v.
+type fakeReply struct {
+	redis.Scripter
+	v any
+}
+
+func (f fakeReply) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return redis.NewCmdResult(f.v, nil)
+}
+
+func TestUnexpectedReply(t *testing.T) {
+	t.Parallel()
+	lim := bucket.Limit{PerSecond: 1, Burst: 1}
+	// Each reply is malformed for every script, except where valid says.
+	for _, tc := range []struct {
+		v     any
+		valid string
+	}{
+		{nil, ""},
+		{"OK", ""},
+		{int64(1), ""},
+		{[]any{}, ""},
+		{[]any{int64(1), int64(0)}, "state"},
+		{[]any{int64(5000000), int64(0)}, ""}, // 5 tokens in a bucket of 1
+		{[]any{int64(-1), int64(0)}, ""},
+		{[]any{"1", "0", "0", "0"}, ""},
+		{[]any{int64(2), int64(0), int64(0), int64(0)}, ""},
+		{[]any{int64(0), int64(0), int64(-1), int64(0)}, ""},
+		{[]any{int64(1), int64(0), int64(0), int64(0), int64(0)}, ""},
+	} {
+		l := bucket.New(fakeReply{v: tc.v}, bucket.Config{})
+		if d, err := l.Take(t.Context(), "test", "k", lim, 1); err == nil || !strings.Contains(err.Error(), "unexpected reply") {
+			t.Errorf("Take with reply %#v: %+v, %v; want an unexpected-reply error", tc.v, d, err)
+		}
+		if st, err := l.State(t.Context(), "test", "k", lim); tc.valid != "state" && (err == nil || !strings.Contains(err.Error(), "unexpected reply")) {
+			t.Errorf("State with reply %#v: %+v, %v; want an unexpected-reply error", tc.v, st, err)
+		}
+		if err := l.Cooldown(t.Context(), "test", "k", time.Second); err == nil || !strings.Contains(err.Error(), "unexpected reply") {
+			t.Errorf("Cooldown with reply %#v: %v; want an unexpected-reply error", tc.v, err)
+		}
+	}
+}
+
+func ExampleLimiter_Take() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	mr.SetTime(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	l := bucket.New(rdb, bucket.Config{})
+	lim := bucket.Limit{PerSecond: 80, Burst: 2} // 80 messages per second, 2 at once
+	for range 3 {
+		d, err := l.Take(context.Background(), "whatsapp", "106540352242922", lim, 1)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("allowed=%v remaining=%d wait=%v\n", d.Allowed, d.Remaining, d.Wait)
+	}
+	// Output:
+	// allowed=true remaining=1 wait=0s
+	// allowed=true remaining=0 wait=0s
+	// allowed=false remaining=0 wait=12.5ms
+}
+
+func BenchmarkTake(b *testing.B) {
+	lim := bucket.Limit{PerSecond: 1e9, Burst: 1e9} // never refuses
+	for _, bb := range []struct {
+		name string
+		env  func(testing.TB) *env
+	}{
+		{"miniredis", newMini},
+		{"redis-server", newReal},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			e := bb.env(b)
+			if err := e.l.Load(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			var n atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				key := "k" + strconv.FormatInt(n.Add(1)%8, 10) // 8 pacing keys
+				for pb.Next() {
+					if _, err := e.l.Take(context.Background(), "bench", key, lim, 1); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

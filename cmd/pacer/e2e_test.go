@@ -1,0 +1,435 @@
+package main
+
+// End-to-end tests: the pacer binary against a real Kafka broker, a real
+// redis-server (both from internal/testenv) and the fake WhatsApp Cloud API.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
+	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+var pacerBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "pacer-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	pacerBin = filepath.Join(dir, "pacer")
+	out, err := exec.Command("go", "build", "-o", pacerBin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building pacer: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := testenv.Main(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// e2e is one test's world: unique topic, group and Redis prefix.
+type e2e struct {
+	t       *testing.T
+	brokers string
+	redis   string
+	topic   string
+	prefix  string
+	fake    *whatsapptest.Server
+}
+
+func newE2E(t *testing.T, fake whatsapptest.Config) *e2e {
+	var b [4]byte
+	rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	fake.Token = "e2e-secret-token"
+	s := whatsapptest.NewServer(fake)
+	t.Cleanup(s.Close)
+	return &e2e{t: t, brokers: testenv.KafkaBrokers(t), redis: testenv.RedisURL(t),
+		topic: "pacer.whatsapp.e2e-" + id, prefix: "pacer-e2e-" + id, fake: s}
+}
+
+func (e *e2e) env(extra ...string) []string {
+	return append(append(os.Environ(),
+		"PACER_KAFKA_BROKERS="+e.brokers,
+		"PACER_REDIS_URL="+e.redis,
+		"PACER_REDIS_PREFIX="+e.prefix,
+		"PACER_WHATSAPP_BASE_URL="+e.fake.URL(),
+		"PACER_WHATSAPP_TOKEN=e2e-secret-token",
+		"PACER_METRICS_ADDR=127.0.0.1:0",
+		"PACER_LOG_FORMAT=text",
+		"PACER_DRAIN=10s",
+	), extra...)
+}
+
+// publish runs `pacer publish` on lines and returns its exit code, stdout and stderr.
+func (e *e2e) publish(lines string, args ...string) (int, string, string) {
+	e.t.Helper()
+	cmd := exec.Command(pacerBin, append([]string{"publish", "--channel", "whatsapp", "--topic", e.topic}, append(args, "-")...)...)
+	cmd.Env = e.env()
+	cmd.Stdin = strings.NewReader(lines)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatalf("pacer publish: %v", err)
+	}
+	return code, out.String(), errb.String()
+}
+
+// proc is a running `pacer run`.
+type proc struct {
+	cmd     *exec.Cmd
+	mu      sync.Mutex
+	log     bytes.Buffer
+	metrics chan string // the /metrics address, once logged
+	done    chan error
+}
+
+var metricsAddrRE = regexp.MustCompile(`msg="metrics listening" addr=(\S+)`)
+
+func (e *e2e) run(extraEnv ...string) *proc {
+	e.t.Helper()
+	cmd := exec.Command(pacerBin, "run", "--channel", "whatsapp", "--topic", e.topic, "--group", "pacer-"+e.prefix)
+	cmd.Env = e.env(extraEnv...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, metrics: make(chan string, 1), done: make(chan error, 1)}
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.log.WriteString(line + "\n")
+			p.mu.Unlock()
+			if m := metricsAddrRE.FindStringSubmatch(line); m != nil {
+				p.metrics <- m[1]
+			}
+		}
+		p.done <- cmd.Wait()
+	}()
+	e.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+		}
+	})
+	return p
+}
+
+func (p *proc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// stop sends SIGTERM and requires a clean exit within 30 s.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("pacer run after SIGTERM: %v\n%s", err, p.logs())
+		}
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		t.Fatalf("pacer run did not exit within 30 s of SIGTERM\n%s", p.logs())
+	}
+}
+
+// campaign returns numbers x per envelopes, one per line, and the keys.
+func campaign(numbers, per int, tag string) (string, []string) {
+	var b strings.Builder
+	keys := make([]string, numbers)
+	for n := range keys {
+		keys[n] = fmt.Sprintf("10654%s%04d", tag, n+1)
+	}
+	for i := range per {
+		for n, k := range keys {
+			fmt.Fprintf(&b, `{"id":"%s-%d-%d","key":%q,"to":"1555%07d","payload":{"type":"text","text":{"body":"m%d"}}}`+"\n",
+				tag, n, i, k, n*per+i, i)
+		}
+	}
+	return b.String(), keys
+}
+
+// waitDelivered waits until the fake accepted want messages in all.
+func (e *e2e) waitDelivered(want int, within time.Duration, procs ...*proc) {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got := 0
+		for _, s := range e.fake.Stats() {
+			got += s.Delivered
+		}
+		if got >= want {
+			time.Sleep(500 * time.Millisecond) // let a late duplicate show
+			return
+		}
+		if time.Now().After(deadline) {
+			var logs strings.Builder
+			for _, p := range procs {
+				logs.WriteString(p.logs())
+			}
+			e.t.Fatalf("delivered %d of %d within %v\n%s", got, want, within, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkPacing asserts exactly-once delivery, no throttle, the 1 s window
+// limit and an achieved rate >= 95% of the limit, and logs the figures.
+func (e *e2e) checkPacing(keys []string, per int, rate float64, burst int) {
+	e.t.Helper()
+	stats := e.fake.Stats()
+	for _, k := range keys {
+		s := stats[k]
+		secs := s.Last.Sub(s.First).Seconds()
+		achieved := float64(s.Delivered) / secs
+		e.t.Logf("number %s: delivered %d, duplicates %d, throttled %d, max in 1s %d, %.2fs, %.1f msgs/s",
+			k, s.Delivered, s.Duplicates, s.Throttled, s.Max1s, secs, achieved)
+		if s.Delivered != per || s.Duplicates != 0 {
+			e.t.Errorf("number %s: delivered %d (duplicates %d), want %d exactly once", k, s.Delivered, s.Duplicates, per)
+		}
+		if s.Throttled != 0 {
+			e.t.Errorf("number %s: %d answers 130429, want 0", k, s.Throttled)
+		}
+		if limit := int(math.Floor(rate)) + burst; s.Max1s > limit {
+			e.t.Errorf("number %s: %d arrivals in one 1 s window, limit rate+burst = %d", k, s.Max1s, limit)
+		}
+		if achieved < 0.95*rate {
+			e.t.Errorf("number %s: achieved %.1f msgs/s, want >= 95%% of %.0f", k, achieved, rate)
+		}
+	}
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestEndToEndOneProcess(t *testing.T) {
+	const numbers, per, rate, burst = 3, 500, 50.0, 10
+	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: burst + 5})
+	lines, keys := campaign(numbers, per, "1")
+	code, out, stderr := e.publish(lines, "--partitions", "3")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("published %d, rejected 0", numbers*per)) {
+		t.Fatalf("publish: exit %d\n%s%s", code, out, stderr)
+	}
+	t.Logf("publish: %s", strings.TrimSpace(out))
+
+	p := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10")
+	var maddr string
+	select {
+	case maddr = <-p.metrics:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no metrics address logged\n%s", p.logs())
+	}
+	e.waitDelivered(numbers*per, 90*time.Second, p)
+	e.checkPacing(keys, per, rate, burst)
+
+	if code, body := httpGet(t, "http://"+maddr+"/readyz"); code != 200 {
+		t.Errorf("/readyz = %d %q, want 200", code, body)
+	}
+	_, metrics := httpGet(t, "http://"+maddr+"/metrics")
+	for _, want := range []string{
+		`pacer_delivered_total{channel="whatsapp"} 1500`,
+		`pacer_sends_total{channel="whatsapp",class="success"} 1500`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	p.stop(t)
+	if strings.Contains(p.logs(), "e2e-secret-token") {
+		t.Error("the WhatsApp token appears in the logs")
+	}
+	// Everything was committed: the group has no lag.
+	adm := kadm.NewClient(newKafkaClient(t, e.brokers))
+	lags, err := adm.Lag(context.Background(), "pacer-"+e.prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := lags["pacer-"+e.prefix].Lag.Total(); l != 0 {
+		t.Errorf("consumer group lag after shutdown = %d, want 0", l)
+	}
+}
+
+// TestEndToEndTwoProcessesShareLimit publishes round-robin over 4
+// partitions, so both group members send for every number at once: the
+// per-number limit must hold for their sum.
+func TestEndToEndTwoProcessesShareLimit(t *testing.T) {
+	const numbers, per, rate, burst = 3, 500, 50.0, 10
+	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: burst + 5})
+	cl := newKafkaClient(t, e.brokers, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 4, -1, nil, e.topic); err != nil {
+		t.Fatal(err)
+	}
+	lines, keys := campaign(numbers, per, "2")
+	var recs []*kgo.Record
+	for _, l := range strings.Split(strings.TrimSpace(lines), "\n") {
+		recs = append(recs, &kgo.Record{Topic: e.topic, Value: []byte(l)})
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	a := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10")
+	b := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10")
+	e.waitDelivered(numbers*per, 120*time.Second, a, b)
+	e.checkPacing(keys, per, rate, burst)
+	for i, p := range []*proc{a, b} {
+		if !strings.Contains(p.logs(), "partitions assigned") {
+			t.Errorf("process %d never got a partition\n%s", i, p.logs())
+		}
+	}
+	a.stop(t)
+	b.stop(t)
+}
+
+func TestPublishRejectsBadLines(t *testing.T) {
+	e := newE2E(t, whatsapptest.Config{})
+	big := `{"id":"big","key":"1","to":"2","payload":{"x":"` + strings.Repeat("a", 1<<20) + `"}}`
+	lines := strings.Join([]string{
+		`{"id":"ok-1","key":"106","to":"155","payload":{"type":"text","text":{"body":"a"}}}`,
+		`{"id":"bad-json","key":"106",`,
+		`{"key":"106","to":"155"}`,
+		`{"id":"no-key","to":"155"}`,
+		`{"id":"no-to","key":"106"}`,
+		big,
+		``,
+		`{"id":"ok-2","key":"107","to":"156"}`,
+		`{"id":"ok-3","key":"106","to":"157","expires_at":"tomorrow"}`,
+	}, "\n")
+	code, out, stderr := e.publish(lines, "--partitions", "2")
+	if code != 1 {
+		t.Fatalf("publish exit %d, want 1\n%s%s", code, out, stderr)
+	}
+	for _, want := range []string{
+		"line 2: envelope: invalid JSON",
+		"line 3: envelope: id: required",
+		"line 4: envelope: key: required",
+		"line 5: envelope: to: required",
+		"line 6: envelope: payload: 1048584 bytes, at most 1048576 allowed",
+		"line 9: envelope: expires_at:",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if !strings.Contains(out, "published 2, rejected 6") {
+		t.Errorf("summary = %q, want published 2, rejected 6", out)
+	}
+	got := consumeAll(t, e.brokers, e.topic, 2)
+	if len(got) != 2 || !strings.Contains(string(got[0].Value)+string(got[1].Value), `"ok-2"`) {
+		t.Errorf("topic holds %d records, want ok-1 and ok-2", len(got))
+	}
+}
+
+// TestPoisonRecordsGoToDLQ writes records that are not envelopes with kcat
+// (another producer), between good ones: they land in the DLQ with a reason
+// header and the good ones are delivered.
+func TestPoisonRecordsGoToDLQ(t *testing.T) {
+	if _, err := exec.LookPath("kcat"); err != nil {
+		t.Fatal("kcat is required (apt-get install kcat; make test installs it)")
+	}
+	e := newE2E(t, whatsapptest.Config{})
+	input := strings.Join([]string{
+		`106:{"id":"good-1","key":"106","to":"1551"}`,
+		`106:this is not json`,
+		`106:{"id":"no-to","key":"106"}`,
+		`106:{"id":"good-2","key":"106","to":"1552"}`,
+		`106:{"id":"old","key":"106","to":"1553","expires_at":"2001-01-01T00:00:00Z"}`,
+		`106:{"id":"good-3","key":"106","to":"1554"}`,
+	}, "\n") + "\n"
+	kc := exec.Command("kcat", "-b", e.brokers, "-P", "-t", e.topic, "-K:", "-X", "topic.partitioner=murmur2_random")
+	kc.Stdin = strings.NewReader(input)
+	if out, err := kc.CombinedOutput(); err != nil {
+		t.Fatalf("kcat: %v\n%s", err, out)
+	}
+	p := e.run()
+	e.waitDelivered(3, 60*time.Second, p)
+	dlq := consumeAll(t, e.brokers, e.topic+".dlq", 3)
+	reasons := map[string]string{}
+	for _, r := range dlq {
+		for _, h := range r.Headers {
+			if h.Key == "pacer-reason" {
+				reasons[string(r.Value)] = string(h.Value)
+			}
+		}
+	}
+	for val, want := range map[string]string{
+		`this is not json`:           "malformed",
+		`{"id":"no-to","key":"106"}`: "malformed",
+		`{"id":"old","key":"106","to":"1553","expires_at":"2001-01-01T00:00:00Z"}`: "expired",
+	} {
+		if reasons[val] != want {
+			t.Errorf("DLQ reason of %q = %q, want %q (DLQ: %v)", val, reasons[val], want, reasons)
+		}
+	}
+	p.stop(t)
+	if s := e.fake.Stats()["106"]; s.Delivered != 3 || s.Duplicates != 0 {
+		t.Errorf("delivered %d (duplicates %d), want the 3 good records once", s.Delivered, s.Duplicates)
+	}
+}
+
+func newKafkaClient(t *testing.T, brokers string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// consumeAll reads want records from topic, from the start, within 30 s.
+func consumeAll(t *testing.T, brokers, topic string, want int) []*kgo.Record {
+	t.Helper()
+	cl := newKafkaClient(t, brokers, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got []*kgo.Record
+	for len(got) < want && ctx.Err() == nil {
+		f := cl.PollFetches(ctx)
+		f.EachRecord(func(r *kgo.Record) { got = append(got, r) })
+	}
+	// A short extra poll catches records beyond want.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel2()
+	cl.PollFetches(ctx2).EachRecord(func(r *kgo.Record) { got = append(got, r) })
+	return got
+}
