@@ -239,7 +239,7 @@ func (c *Client) failure(resp *http.Response, raw []byte, to string, now time.Ti
 	e := &channels.Error{
 		Channel:    channel,
 		Status:     resp.StatusCode,
-		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), now),
+		RetryAfter: channels.ParseRetryAfter(resp.Header.Get("Retry-After"), now),
 	}
 	var g graphError
 	if err := json.Unmarshal(raw, &g); err != nil || g.Error == nil || g.Error.Code == "" {
@@ -305,21 +305,3 @@ func (c *Client) redact(s, to string) string {
 	return s
 }
 
-// parseRetryAfter returns the delay a Retry-After header value asks for at
-// now: delta-seconds, or an HTTP-date in any of the three forms RFC 9110
-// §10.2.3 allows (http.ParseTime). It returns 0 for an empty or invalid
-// value and for a date in the past.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if n, err := strconv.ParseUint(v, 10, 64); err == nil {
-		const max = uint64(1<<63-1) / uint64(time.Second)
-		return time.Duration(min(n, max)) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
-}
