@@ -226,9 +226,10 @@ func (l *Limiter) State(ctx context.Context, channel, key string, lim Limit) (St
 }
 
 // formatRate writes a rate so that Lua's tonumber reads back the same
-// float64: the shortest decimal that round-trips.
+// float64: the shortest decimal that round-trips, without an exponent,
+// which gopher-lua (miniredis) does not parse.
 func formatRate(perSecond float64) string {
-	return strconv.FormatFloat(perSecond, 'g', -1, 64)
+	return strconv.FormatFloat(perSecond, 'f', -1, 64)
 }
 
 // ints copies a script reply that is an array of len(dst) integers into dst.

@@ -214,6 +214,31 @@ func TestTakeFractionalRate(t *testing.T) {
 	})
 }
 
+// TestTakeExtremeLimits checks the fastest and slowest limits that the
+// scripts represent exactly.
+func TestTakeExtremeLimits(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		// 10^12 tokens/s: a missing token is 1 µs away, not 0. (On
+		// redis-server, time between calls refills millions of tokens.)
+		fast := []take{{0, 1e9, true, 0, 0, false}}
+		if e.exact() {
+			fast = append(fast,
+				take{0, 1, false, 0, time.Microsecond, false},
+				take{time.Microsecond, 1, true, 1e6 - 1, 0, false})
+		}
+		e.takes(t, "fast", bucket.Limit{PerSecond: 1e12, Burst: 1e9}, fast)
+		// One token per 10^8 s (3.2 years).
+		lim := bucket.Limit{PerSecond: 1e-8, Burst: 1}
+		e.takes(t, "slow", lim, []take{
+			{0, 1, true, 0, 0, false},
+			{0, 1, false, 0, 1e8 * time.Second, false},
+		})
+		if ttl := e.rdb.PTTL(t.Context(), e.l.BucketKey("test", "slow")).Val(); ttl < 1e8*time.Second {
+			t.Fatalf("PTTL = %v, want >= 1e8 s", ttl)
+		}
+	})
+}
+
 func TestTakeRefusedChangesNothing(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()

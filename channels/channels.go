@@ -141,3 +141,13 @@ func RetryAfter(err error) time.Duration {
 	}
 	return 0
 }
+
+// Limit is a provider's documented sending rate for one pacing key: PerSecond
+// in messages per second, Burst in messages. Source names the page the
+// numbers come from and when it was read; re-read it when the account's tier
+// changes, since providers never report their limits at run time.
+type Limit struct {
+	PerSecond float64
+	Burst     int
+	Source    string
+}
