@@ -18,11 +18,27 @@
 //	pacer:{whatsapp:106540352242922}:cooldown  string with a TTL
 //
 // The braces are a Redis Cluster hash tag: both keys of a pacing key live in
-// one slot, as a script touching both requires. A bucket hash stores tokens
-// in millionths and its time stamp in microseconds, both as integers, and
-// expires after the time it needs to refill from empty (Burst / PerSecond),
-// so an idle bucket disappears only when it would be full anyway. A missing
-// or corrupt hash reads as a full bucket.
+// one slot, as a script touching both requires (a "}" inside the channel or
+// key ends the tag early, but both keys still share it). The bucket hash
+// holds utokens, the tokens at the time stamp in millionths of a token, and
+// ts_us, the stamp in microseconds of Redis TIME, both as decimal integers.
+// It expires after the time the bucket needs to refill from empty
+// (Burst / PerSecond, plus 1 ms), so an idle bucket disappears only when it
+// would be full anyway. A missing or corrupt hash (wrong type, a field
+// missing, not a finite number >= 0) reads as a full bucket. The cooldown
+// key's TTL is the cooldown left; a cooldown key without a TTL was not
+// written by this package and is ignored.
+//
+// # Maths and clock
+//
+// Each call refills floor((now - ts_us) * PerSecond) millionths, capped at
+// Burst, where now is Redis TIME read inside the script. Integer costs are
+// thus exact, a wait is rounded up to the next microsecond, and the
+// refill loses less than a millionth of a token per grant. If the Redis
+// clock steps back (a failover to a server with a slower clock), stored
+// state is ahead of now: it gets no refill, so no tokens appear from the
+// step, and the next call re-stamps it to now, so the bucket does not stall
+// until the clock catches up.
 //
 // Scripts reply with integers only: Redis truncates a Lua float to an
 // integer on the wire. They need Redis 5 or later (effects replication of
@@ -33,6 +49,7 @@ package bucket
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -111,10 +128,10 @@ func (l *Limiter) Load(ctx context.Context) error {
 // Decision is the answer of [Limiter.Take].
 type Decision struct {
 	// Allowed reports whether cost tokens were taken. When false, nothing
-	// changed in Redis.
+	// was taken.
 	Allowed bool
-	// Remaining is the number of whole tokens left in the bucket after the
-	// call, from 0 to Burst.
+	// Remaining is the number of whole tokens in the bucket after the call,
+	// from 0 to Burst (in cooldown too).
 	Remaining int
 	// Wait is 0 when allowed. When refused it is how long until cost tokens
 	// will be there, or, if Cooldown, until the cooldown ends: wait that
@@ -131,7 +148,8 @@ type Decision struct {
 // refills at lim.PerSecond tokens per second up to lim.Burst tokens.
 //
 // If the key is in cooldown, Take refuses with Decision.Cooldown set and
-// Decision.Wait the cooldown left. Otherwise it takes cost tokens if the
+// Decision.Wait the cooldown left (the TTL of [Limiter.CooldownKey]).
+// Otherwise it takes cost tokens if the
 // bucket holds them. If Decision.Allowed is false, nothing was taken and
 // Decision.Wait is how long until cost tokens will be there: wait that long,
 // then call Take again. A refusal changes nothing in Redis, except that a
@@ -162,7 +180,7 @@ func (l *Limiter) Take(ctx context.Context, channel, key string, lim Limit, cost
 	return Decision{
 		Allowed:   r[0] == 1,
 		Remaining: int(r[1]),
-		Wait:      time.Duration(r[2]) * time.Microsecond,
+		Wait:      duration(r[2], time.Microsecond),
 		Cooldown:  r[3] == 1,
 	}, nil
 }
@@ -177,7 +195,10 @@ func (l *Limiter) Cooldown(ctx context.Context, channel, key string, d time.Dura
 	if d <= 0 {
 		return nil
 	}
-	ms := (d + time.Millisecond - 1) / time.Millisecond
+	ms := d / time.Millisecond
+	if d%time.Millisecond != 0 {
+		ms++ // round up without overflowing near the longest Duration
+	}
 	ck := l.CooldownKey(channel, key)
 	v, err := cooldownScript.Run(ctx, l.rdb, []string{ck}, int64(ms)).Result()
 	if err != nil {
@@ -221,7 +242,7 @@ func (l *Limiter) State(ctx context.Context, channel, key string, lim Limit) (St
 	}
 	return State{
 		Tokens:       float64(r[0]) / 1e6,
-		CooldownLeft: time.Duration(r[1]) * time.Millisecond,
+		CooldownLeft: duration(r[1], time.Millisecond),
 	}, nil
 }
 
@@ -230,6 +251,15 @@ func (l *Limiter) State(ctx context.Context, channel, key string, lim Limit) (St
 // which gopher-lua (miniredis) does not parse.
 func formatRate(perSecond float64) string {
 	return strconv.FormatFloat(perSecond, 'f', -1, 64)
+}
+
+// duration returns n units, saturating at the longest time.Duration (a
+// cooldown of nearly 292 years would overflow it in microseconds).
+func duration(n int64, unit time.Duration) time.Duration {
+	if n > math.MaxInt64/int64(unit) {
+		return math.MaxInt64
+	}
+	return time.Duration(n) * unit
 }
 
 // ints copies a script reply that is an array of len(dst) integers into dst.

@@ -358,6 +358,14 @@ func TestCooldown(t *testing.T) {
 			}
 		}
 		if !e.exact() {
+			// The longest cooldown saturates Wait instead of overflowing it.
+			// (miniredis overflows a TTL this long itself.)
+			if err := e.l.Cooldown(ctx, "test", "long", math.MaxInt64); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := e.l.Take(ctx, "test", "long", lim, 1); err != nil || !d.Cooldown || d.Wait < math.MaxInt64-slack {
+				t.Fatalf("Take in a %v cooldown: %+v, %v", time.Duration(math.MaxInt64), d, err)
+			}
 			return
 		}
 		// Cooldown(0) on a key without one creates nothing.

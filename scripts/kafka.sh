@@ -103,7 +103,7 @@ EOF
 	if [[ $(grep -c . <<<"$bindings") -ne 1 ]]; then
 		die "expected exactly one SLF4J binding in the classpath, found: ${bindings:-none}"
 	fi
-	ls "$work/lib"/kafka_2.13-"$KAFKA_VERSION".jar >/dev/null 2>&1 ||
+	[[ -f "$work/lib/kafka_2.13-$KAFKA_VERSION.jar" ]] ||
 		die "kafka_2.13-$KAFKA_VERSION.jar missing after fetch"
 	echo "$KAFKA_VERSION" >"$work/lib/.complete"
 	rm -rf "$LIB"
@@ -155,12 +155,10 @@ broker_pid() {
 }
 
 log_tail() {
-	local f
-	for f in "$RUN/logs/broker.out"; do
-		[[ -f $f ]] || continue
-		log "---- last lines of $f ----"
-		tail -n 60 "$f" >&2
-	done
+	local f=$RUN/logs/broker.out
+	[[ -f $f ]] || return 0
+	log "---- last lines of $f ----"
+	tail -n 60 "$f" >&2
 }
 
 # Metadata lists the broker and a produce/consume round trip succeeds.
@@ -182,15 +180,15 @@ broker_ready() {
 }
 
 kill_broker() {
-	local pid=$1 i
+	local pid=$1
 	kill -TERM "$pid" 2>/dev/null || return 0
-	for i in $(seq 1 300); do
+	for _ in $(seq 1 300); do
 		kill -0 "$pid" 2>/dev/null || return 0
 		sleep 0.1
 	done
 	log "broker $pid did not stop in 30 s: SIGKILL"
 	kill -KILL "$pid" 2>/dev/null || true
-	for i in $(seq 1 50); do
+	for _ in $(seq 1 50); do
 		kill -0 "$pid" 2>/dev/null || return 0
 		sleep 0.1
 	done
@@ -253,7 +251,7 @@ EOF
 	fi
 	# Detached from this shell: own session, no inherited fds (the lock on
 	# fd 9 and any pipe of a caller capturing our stdout must not leak).
-	# shellcheck disable=SC2086
+	# shellcheck disable=SC2086,SC2016
 	nohup setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$RUN/pid" \
 		java $HEAP "${jvm[@]}" -cp "$LIB/*" kafka.Kafka "$RUN/server.properties" \
 		</dev/null >"$RUN/logs/broker.out" 2>&1 9>&- &

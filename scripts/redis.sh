@@ -51,8 +51,8 @@ start() {
 		return 0
 	fi
 	stop_server
-	local attempt port addr pid
-	for attempt in 1 2 3 4 5; do
+	local port addr pid
+	for _ in 1 2 3 4 5; do
 		port=$((20000 + RANDOM % 12000))
 		port_in_use "$port" && continue
 		addr="127.0.0.1:$port"

@@ -14,7 +14,7 @@
 
 _pacer_test_env() {
 	set -euo pipefail
-	local root log
+	local root
 	root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 	log() { printf 'test-env.sh: %s\n' "$*" >&2; }
 

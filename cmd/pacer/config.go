@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"reflect"
 	"strings"
 	"time"
 
@@ -69,9 +70,35 @@ func loadConfig(lookup func(string) (string, bool)) (config, error) {
 		Lookuper: envconfig.LookuperFunc(lookup),
 	})
 	if err != nil {
-		return c, fmt.Errorf("configuration: %w", err)
+		return c, nameVariable(err)
 	}
 	return c, c.validate()
+}
+
+// nameVariable rewrites an envconfig error, which names the Go field path
+// ("WhatsApp: Rate: ..."), so that it names the environment variable.
+func nameVariable(err error) error {
+	msg := err.Error()
+	best, bestVar := "", ""
+	var walk func(t reflect.Type, path string)
+	walk = func(t reflect.Type, path string) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			p := path + f.Name
+			if tag, ok := f.Tag.Lookup("env"); ok {
+				if strings.HasPrefix(msg, p+": ") && len(p) > len(best) {
+					best, bestVar = p, strings.TrimSpace(strings.Split(tag, ",")[0])
+				}
+			} else if f.Type.Kind() == reflect.Struct {
+				walk(f.Type, p+": ")
+			}
+		}
+	}
+	walk(reflect.TypeOf(config{}), "")
+	if bestVar == "" {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	return &configError{bestVar, strings.TrimPrefix(msg, best+": ")}
 }
 
 func (c config) validate() error {

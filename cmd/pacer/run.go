@@ -56,6 +56,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return &usageError{fmt.Sprintf("run: unknown channel %q (whatsapp)", *channel)}
 	}
 
+	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return &configError{"PACER_METRICS_ADDR", err.Error()}
+	}
+	defer ln.Close()
 	ropts, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
 		return &configError{"PACER_REDIS_URL", "cannot parse the URL"} // the URL may hold a password: not echoed
@@ -63,7 +68,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	rdb := redis.NewClient(ropts)
 	defer rdb.Close()
 	lim := bucket.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
-	if err := lim.Load(ctx); err != nil {
+	redis.SetLogger(redisLogger{log})
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = lim.Load(lctx)
+	cancel()
+	if err != nil {
 		// Not fatal: the pacer stays not-ready and retries until Redis answers.
 		log.Warn("redis not reachable at start-up; sends wait until it is", "err", err)
 	}
@@ -80,10 +89,6 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 
-	ln, err := net.Listen("tcp", cfg.MetricsAddr)
-	if err != nil {
-		return &configError{"PACER_METRICS_ADDR", err.Error()}
-	}
 	srv := &http.Server{Handler: opsHandler(reg, p.Ready), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()
@@ -117,3 +122,11 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, o))
 }
 
+
+// redisLogger routes go-redis's internal messages (pool dial failures) to
+// slog at debug level; the pacer logs Redis trouble itself, once per outage.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug(fmt.Sprintf(format, v...), "component", "go-redis")
+}
