@@ -148,16 +148,17 @@ type Decision struct {
 // refills at lim.PerSecond tokens per second up to lim.Burst tokens.
 //
 // If the key is in cooldown, Take refuses with Decision.Cooldown set and
-// Decision.Wait the cooldown left (the TTL of [Limiter.CooldownKey]).
-// Otherwise it takes cost tokens if the
-// bucket holds them. If Decision.Allowed is false, nothing was taken and
-// Decision.Wait is how long until cost tokens will be there: wait that long,
-// then call Take again. A refusal changes nothing in Redis, except that a
-// bucket stamped in the future (the Redis clock stepped back) is re-stamped
-// to now with the tokens it had, so it never gains tokens from the step and
-// never stalls until the clock catches up. Time is Redis server time (TIME),
-// so all pacer replicas share one clock; the whole call is one Lua script,
-// so concurrent calls are atomic.
+// Decision.Wait the cooldown left (measured on the Redis clock).
+// Otherwise it takes cost tokens if the bucket holds them. If
+// Decision.Allowed is false, nothing was taken and Decision.Wait is how long
+// until cost tokens will be there: wait that long, then call Take again.
+//
+// A refusal changes nothing in Redis, except that a bucket stamped in the
+// future (the Redis clock stepped back) is re-stamped to now with the tokens
+// it had, so it never gains tokens from the step and never stalls until the
+// clock catches up. Time is Redis server time (TIME), so all pacer replicas
+// share one clock; the whole call is one Lua script, so concurrent calls are
+// atomic.
 //
 // Take returns an error wrapping [ErrInvalidLimit], without calling Redis,
 // if lim is invalid ([Limit.Validate]) or cost is not in [1, lim.Burst].

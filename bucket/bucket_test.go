@@ -378,6 +378,27 @@ func TestCooldown(t *testing.T) {
 	})
 }
 
+// TestCooldownWithoutTTL checks that a cooldown key without a TTL, which this
+// package never writes, does not stop the key forever, and that Cooldown
+// gives it a TTL.
+func TestCooldownWithoutTTL(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		lim := bucket.Limit{PerSecond: 1, Burst: 5}
+		if err := e.rdb.Set(ctx, e.l.CooldownKey("test", "k"), "forever", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := e.l.State(ctx, "test", "k", lim); err != nil || st.CooldownLeft != 0 {
+			t.Fatalf("State = %+v, %v; want no cooldown", st, err)
+		}
+		e.takes(t, "k", lim, []take{{0, 1, true, 4, 0, false}})
+		if err := e.l.Cooldown(ctx, "test", "k", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		e.takes(t, "k", lim, []take{{0, 1, false, 4, time.Minute, true}})
+	})
+}
+
 // TestCooldownKeepsRemaining checks that a refusal in cooldown reports the
 // bucket's tokens and takes none.
 func TestCooldownKeepsRemaining(t *testing.T) {

@@ -1,23 +1,31 @@
--- cooldown.lua: set a pacing key's cooldown to at least a duration, never
--- shortening a longer one. Run by bucket.Limiter.Cooldown.
+-- cooldown.lua: set a pacing key's cooldown to end no earlier than ms from
+-- now (Redis TIME), never shortening a longer one. Run by bucket.Limiter.Cooldown.
 --
--- KEYS[1]  cooldown key (a string; its TTL is the cooldown left)
+-- KEYS[1]  cooldown key, a string: the cooldown's end, in microseconds of
+--          Redis TIME since the Unix epoch; its TTL only cleans it up
 -- ARGV[1]  ms: cooldown in milliseconds, integer >= 1
 --
--- Reply: integer, the key's TTL after the call in milliseconds (>= ms).
+-- Reply: integer, milliseconds left of the cooldown after the call (>= ms).
 -- Error reply "ERR cooldown: ..." for malformed ARGV.
 --
--- Writes: PSETEX KEYS[1] ms ms when the key is missing, has no TTL, or has a
--- TTL shorter than ms; otherwise nothing.
+-- Writes: SET KEYS[1] <end_us> PX ms when the key is missing, corrupt, or
+-- ends sooner than now + ms; otherwise nothing. The end is compared against
+-- TIME, not the TTL, so every replica (and every Redis that honours TIME but
+-- not expiry in real time) sees the same end.
 
 local ms = tonumber(ARGV[1])
 if not ms or ms < 1 or ms ~= math.floor(ms) or ms == math.huge then
   return redis.error_reply('ERR cooldown: ms must be an integer >= 1')
 end
 
-local left = redis.call('PTTL', KEYS[1])
-if left >= ms then
-  return left
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local want = now + ms * 1000
+
+local ok, cur = pcall(redis.call, 'GET', KEYS[1])
+cur = ok and tonumber(cur) or nil
+if cur and cur == cur and cur ~= math.huge and cur >= want then
+  return math.ceil((cur - now) / 1000)
 end
-redis.call('PSETEX', KEYS[1], ARGV[1], ARGV[1])
+redis.call('SET', KEYS[1], string.format('%.0f', want), 'PX', ARGV[1])
 return ms

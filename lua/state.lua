@@ -51,8 +51,10 @@ end
 -- END refill
 
 local u = read(KEYS[1])
-local cd = redis.call('PTTL', KEYS[2])
-if cd < 0 then
-  cd = 0
+local okc, cd = pcall(redis.call, 'GET', KEYS[2])
+cd = okc and tonumber(cd) or nil
+local left = 0
+if cd and cd == cd and cd ~= math.huge and cd > now then
+  left = math.ceil((cd - now) / 1000)
 end
-return {u, cd}
+return {u, left}

@@ -4,7 +4,8 @@
 -- KEYS[1]  bucket hash, fields (decimal integer strings):
 --            utokens  tokens in the bucket at ts_us, in millionths of a token
 --            ts_us    Redis TIME of that count, in microseconds since the Unix epoch
--- KEYS[2]  cooldown key: while it exists with a TTL the pacing key is refused
+-- KEYS[2]  cooldown key: a string, the cooldown's end in microseconds of
+--          Redis TIME; while TIME is before it the pacing key is refused
 -- ARGV[1]  rate: refill in tokens per second, decimal number, finite and > 0
 -- ARGV[2]  burst: capacity in tokens, integer >= 1
 -- ARGV[3]  cost: tokens to take, integer, 1 <= cost <= burst
@@ -14,7 +15,7 @@
 --   remaining  whole tokens left in the bucket after the call
 --   wait_us    refused: microseconds until cost tokens are there (>= 1), or
 --              until the cooldown ends; allowed: 0
---   cooldown   1 if refused because KEYS[2] has a TTL, else 0
+--   cooldown   1 if refused because the cooldown in KEYS[2] has not ended, else 0
 -- Error reply "ERR take: ..." for malformed ARGV.
 --
 -- Clock: redis.call('TIME'), one clock for every client. The bucket refills
@@ -71,9 +72,10 @@ end
 
 local u, ts, wrongtype = read(KEYS[1])
 
-local cd = redis.call('PTTL', KEYS[2])
-if cd > 0 then
-  return {0, math.floor(u / 1000000), cd * 1000, 1}
+local okc, cd = pcall(redis.call, 'GET', KEYS[2])
+cd = okc and tonumber(cd) or nil
+if cd and cd == cd and cd ~= math.huge and cd > now then
+  return {0, math.floor(u / 1000000), cd - now, 1}
 end
 
 local cost_u = cost * 1000000

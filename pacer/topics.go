@@ -28,11 +28,14 @@ func EnsureTopic(ctx context.Context, cl *kgo.Client, topic string, partitions i
 			return len(d.Partitions), nil
 		}
 		if !created {
-			_, err := adm.CreateTopic(ctx, int32(partitions), -1, nil, topic)
+			resp, err := adm.CreateTopic(ctx, int32(partitions), -1, nil, topic)
+			if err == nil && resp.NumPartitions > 0 {
+				return int(resp.NumPartitions), nil
+			}
 			if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 				return 0, fmt.Errorf("pacer: create topic %s: %w", topic, err)
 			}
-			created = true
+			created = true // by someone else a moment ago: wait for its metadata
 		}
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("pacer: topic %s shows no partitions 30 s after it was created", topic)

@@ -133,8 +133,8 @@ port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 pick_port() {
 	# Below the Linux ephemeral range (32768+) so outgoing connections do
 	# not take it; retried by start if the bind still loses a race.
-	local p i
-	for i in $(seq 1 200); do
+	local p
+	for _ in $(seq 1 200); do
 		p=$((20000 + RANDOM % 12000))
 		[[ $p == "${1:-}" ]] && continue
 		port_in_use "$p" || { echo "$p"; return 0; }
@@ -243,7 +243,6 @@ EOF
 		"-Dlog4j2.configurationFile=$RUN/log4j2.properties")
 	cid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
 	tool=$(storage_tool)
-	# shellcheck disable=SC2086
 	if ! java -Xmx256m "${jvm[@]}" -cp "$LIB/*" "$tool" format -t "$cid" \
 		-c "$RUN/server.properties" </dev/null >"$RUN/logs/format.out" 2>&1; then
 		cat "$RUN/logs/format.out" >&2

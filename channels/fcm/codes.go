@@ -1,0 +1,191 @@
+package fcm
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/pacerhq/pacer/channels"
+)
+
+// QuotaCooldown is the smallest RetryAfter of a project-wide throttle: FCM
+// asks senders that exceed the project (or topic) message rate to back off
+// "with a minimum initial delay of 1 minute", and the quota refills "in the
+// following minute". A longer Retry-After header wins; a shorter one is
+// raised to it. Device-scope throttles have no such minimum.
+//
+// Sources: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode
+// (QUOTA_EXCEEDED) and https://firebase.google.com/docs/cloud-messaging/throttling-and-quotas.
+const QuotaCooldown = time.Minute
+
+// codes maps an FCM error code to its class: the errorCode of the
+// google.firebase.fcm.v1.FcmError detail when there is one, else the
+// canonical error.status of the Google API error envelope. A code not listed
+// is classified by HTTP status in [statusClass].
+//
+// Sources (read as summarised in the project's providers.md §3.3 and §7):
+//   - [F-EC] FCM error codes and what to do about each:
+//     https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode
+//   - [F-TQ] 429 RESOURCE_EXHAUSTED ("QUOTA_EXCEEDED") for the per-project
+//     quota, and in overload situations:
+//     https://firebase.google.com/docs/cloud-messaging/throttling-and-quotas
+//   - [I-FB719] a real 429 with status RESOURCE_EXHAUSTED, a
+//     google.rpc.ErrorInfo RATE_LIMIT_EXCEEDED and no FcmError:
+//     https://github.com/firebase/firebase-admin-go/issues/719
+//   - [I-FB736] QuotaFailure names which quota (project, device, topic):
+//     https://github.com/firebase/firebase-admin-go/issues/736
+//   - [L-FB] firebase-admin-go v4.21.0 messaging/messaging_errors.go, which
+//     still accepts APNS_AUTH_ERROR, the old name of THIRD_PARTY_AUTH_ERROR.
+var codes = map[string]channels.Class{
+	// Throttle: the project quota (600k/min), or a device or topic rate;
+	// see [throttleScope] for the scope and [QuotaCooldown] for the delay.
+	"QUOTA_EXCEEDED":     channels.Throttle, // 429, FcmError [F-EC]
+	"RESOURCE_EXHAUSTED": channels.Throttle, // 429 without FcmError [F-TQ] [I-FB719]
+
+	// Transient: nothing to do with our rate. FCM may have delivered a
+	// message it answered 503 for (firebase-admin-node#1248): a retry can
+	// duplicate.
+	"UNAVAILABLE":       channels.Transient, // 503 overload; honour Retry-After [F-EC]
+	"INTERNAL":          channels.Transient, // 500 [F-EC]
+	"UNSPECIFIED_ERROR": channels.Transient, // "no more information is available" [F-EC]; retry, bounded
+
+	// Permanent: this message to this token will never succeed.
+	"UNREGISTERED":       channels.Permanent, // 404 the token is dead: delete it [F-EC]
+	"SENDER_ID_MISMATCH": channels.Permanent, // 403 the token belongs to another sender [F-EC]
+	"INVALID_ARGUMENT":   channels.Permanent, // 400 bad field, bad token, payload too big [F-EC]
+
+	// Halt: credentials or permissions; every message of the project fails.
+	"THIRD_PARTY_AUTH_ERROR": channels.Halt, // 401 APNs certificate or key, or web push key, invalid [F-EC]
+	"APNS_AUTH_ERROR":        channels.Halt, // old name of THIRD_PARTY_AUTH_ERROR [L-FB]
+	"UNAUTHENTICATED":        channels.Halt, // 401 OAuth token rejected; Send refreshes it once first
+	"PERMISSION_DENIED":      channels.Halt, // 403 IAM: no cloudmessaging.messages.create on the project
+}
+
+// statusClass classifies a response whose code is not in [codes] (or that
+// has no Google error body) by HTTP status alone: 429 is a Throttle, as
+// FCM also answers it in overload [F-TQ]; 5xx is Transient; 401 and 403
+// are Halt, since the credentials or the project are wrong for every
+// message; anything else is Permanent.
+func statusClass(status int) channels.Class {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return channels.Throttle
+	case status >= 500:
+		return channels.Transient
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return channels.Halt
+	default:
+		return channels.Permanent
+	}
+}
+
+// Detail @types of the Google API error envelope.
+const (
+	typeFcmError     = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
+	typeApnsError    = "type.googleapis.com/google.firebase.fcm.v1.ApnsError"
+	typeQuotaFailure = "type.googleapis.com/google.rpc.QuotaFailure"
+	typeErrorInfo    = "type.googleapis.com/google.rpc.ErrorInfo"
+)
+
+// apiError is the Google API error envelope [F-EC]:
+//
+//	{"error":{"code":404,"message":"Requested entity was not found.","status":"NOT_FOUND",
+//	  "details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"UNREGISTERED"}]}}
+type apiError struct {
+	Error *struct {
+		Code    int               `json:"code"`
+		Message string            `json:"message"`
+		Status  string            `json:"status"`
+		Details []json.RawMessage `json:"details"`
+	} `json:"error"`
+}
+
+// detail is the union of the detail types we read.
+type detail struct {
+	Type       string            `json:"@type"`
+	ErrorCode  string            `json:"errorCode"`  // FcmError
+	StatusCode int               `json:"statusCode"` // ApnsError: the APNs HTTP status
+	Reason     string            `json:"reason"`     // ApnsError, ErrorInfo
+	Metadata   map[string]string `json:"metadata"`   // ErrorInfo
+	Violations []map[string]any  `json:"violations"` // QuotaFailure; field names vary (camelCase, snake_case)
+}
+
+// decodeDetails decodes the details of e that are JSON objects, skipping
+// the rest: one odd detail must not hide the FcmError.
+func decodeDetails(raw []json.RawMessage) []detail {
+	ds := make([]detail, 0, len(raw))
+	for _, r := range raw {
+		var d detail
+		if json.Unmarshal(r, &d) == nil {
+			ds = append(ds, d)
+		}
+	}
+	return ds
+}
+
+// errorCode returns the errorCode of the first FcmError detail, else status.
+func errorCode(ds []detail, status string) string {
+	for _, d := range ds {
+		if d.Type == typeFcmError && d.ErrorCode != "" {
+			return d.ErrorCode
+		}
+	}
+	return status
+}
+
+// throttleScope returns the scope of a throttle: ScopePair (this project and
+// this device) when a QuotaFailure or ErrorInfo detail names a device quota,
+// or an ApnsError relays APNs' per-device 429; ScopeKey (the project)
+// otherwise, including a topic quota, which has the project's 1-minute
+// minimum [F-EC].
+//
+// FCM documents that the QuotaFailure "specifies which quota was exceeded"
+// but not its wording [I-FB736]; providers.md marks the shape UNCONFIRMED.
+// So any string of a violation (subject, description, quota id or metric,
+// dimensions) or of ErrorInfo metadata that mentions "device" decides.
+func throttleScope(ds []detail) channels.Scope {
+	for _, d := range ds {
+		switch d.Type {
+		case typeQuotaFailure:
+			for _, v := range d.Violations {
+				if mentionsDevice(v) {
+					return channels.ScopePair
+				}
+			}
+		case typeErrorInfo:
+			for _, s := range d.Metadata {
+				if mentionsDevice(s) {
+					return channels.ScopePair
+				}
+			}
+		case typeApnsError:
+			if d.StatusCode == http.StatusTooManyRequests {
+				return channels.ScopePair
+			}
+		}
+	}
+	return channels.ScopeKey
+}
+
+// mentionsDevice reports whether v, a decoded JSON value, holds a string
+// containing "device" in any letter case.
+func mentionsDevice(v any) bool {
+	switch v := v.(type) {
+	case string:
+		return strings.Contains(strings.ToLower(v), "device")
+	case map[string]any:
+		for _, x := range v {
+			if mentionsDevice(x) {
+				return true
+			}
+		}
+	case []any:
+		for _, x := range v {
+			if mentionsDevice(x) {
+				return true
+			}
+		}
+	}
+	return false
+}

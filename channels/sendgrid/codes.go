@@ -1,0 +1,94 @@
+package sendgrid
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/pacerhq/pacer/channels"
+)
+
+// BlockCooldown is the RetryAfter of an HTTP 403 "temporarily blocked ...
+// due to repeated bad requests" answer, unless the response names a later
+// time. SendGrid gives no duration for the API; its SMTP error page calls
+// the same block "a temporary block of a few minutes", so 15 minutes leaves
+// a margin without parking the key for hours.
+//
+// Source: https://www.twilio.com/docs/sendgrid/for-developers/sending-email/smtp-errors-and-troubleshooting
+// (550 "You are temporarily blocked from sending emails due to repeated bad requests.").
+const BlockCooldown = 15 * time.Minute
+
+// statuses maps a Mail Send HTTP status to its class, as in the project's
+// providers.md §4.3. SendGrid has no error codes: the status decides, and
+// only a 403 is split by its message (see [classify]). A status not listed
+// is classified by its range in [classify].
+//
+// Sources (providers.md §7):
+//   - [S-RESP] status codes, including both 403 messages and 406:
+//     https://static1.twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/responses
+//   - [S-ERR] error body and 401:
+//     https://twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/errors
+//   - [S-MSE] 400 validation errors of Mail Send:
+//     https://twilio.com/docs/sendgrid/api-reference/mail-send/errors
+//   - [S-RL] 429 and X-RateLimit-Reset as Unix epoch seconds:
+//     https://www.twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/rate-limits
+//   - [S-XMID] 202 and X-Message-Id: https://sendgrid.com/docs/glossary/x-message-id/
+//   - [3P-SG] 413 payload too large: https://www.withone.ai/knowledge/sendgrid/
+var statuses = map[int]channels.Class{
+	// 202 Accepted (and 200 in sandbox mode) is success; see Client.Send.
+
+	// Throttle the API key until X-RateLimit-Reset (epoch seconds). [S-RL]
+	http.StatusTooManyRequests: channels.Throttle,
+
+	// Transient: nothing to do with our rate. SendGrid documents only 500;
+	// 502, 503 and 504 come from its edge and load balancers (UNCONFIRMED
+	// in the docs, providers.md §4.3).
+	http.StatusInternalServerError: channels.Transient, // [S-RESP]
+	http.StatusBadGateway:          channels.Transient,
+	http.StatusServiceUnavailable:  channels.Transient,
+	http.StatusGatewayTimeout:      channels.Transient,
+
+	// Permanent: this request will never be accepted.
+	http.StatusBadRequest:            channels.Permanent, // validation; errors[] names field and message [S-MSE]
+	http.StatusNotAcceptable:         channels.Permanent, // missing Accept header [S-RESP]
+	http.StatusRequestEntityTooLarge: channels.Permanent, // payload too large [3P-SG]
+
+	// Halt: the credentials or the account. [S-ERR] [S-RESP]
+	http.StatusUnauthorized: channels.Halt, // missing, invalid or revoked key; also "Maximum credits exceeded"
+	http.StatusForbidden:    channels.Halt, // "From address doesn't match Verified Sender Identity", key scopes;
+	// but "temporarily blocked ... due to repeated bad requests" is a Throttle: see blocked.
+}
+
+// blockedMarkers are lowercase phrases of the 403 that means "temporarily
+// blocked due to repeated bad requests": the current wording [S-RESP] and
+// the older "Too many bad requests. Temporary block".
+var blockedMarkers = []string{"temporarily blocked", "temporary block"}
+
+// blocked reports whether any message of a 403 body is the temporary block.
+func blocked(messages []string) bool {
+	for _, m := range messages {
+		m = strings.ToLower(m)
+		for _, k := range blockedMarkers {
+			if strings.Contains(m, k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// classify returns the class of a non-2xx status whose error body carried
+// messages. A status not in [statuses] is Transient from 500 up, Permanent
+// from 400 to 499, and Transient otherwise (an unexpected 1xx or 3xx).
+func classify(status int, messages []string) channels.Class {
+	if status == http.StatusForbidden && blocked(messages) {
+		return channels.Throttle
+	}
+	if c, ok := statuses[status]; ok {
+		return c
+	}
+	if status >= 400 && status < 500 {
+		return channels.Permanent
+	}
+	return channels.Transient
+}

@@ -1,0 +1,494 @@
+// Package sendgrid sends email through the Twilio SendGrid v3 Mail Send API
+// (POST /v3/mail/send) and turns every response into a [channels.Class].
+//
+// # Message
+//
+// A [channels.Message] maps onto one mail to one recipient:
+//
+//   - Key is the pacing key: the name of an API key in Config.APIKeys, so
+//     each SendGrid account (or subuser, through Config.OnBehalfOf) is paced
+//     on its own. The secret never leaves the Client.
+//   - To is the recipient address: personalizations[0].to[0].email.
+//   - ID is sent as personalizations[0].custom_args.pacer_id, which SendGrid
+//     echoes in every Event Webhook event of the mail.
+//   - Payload is the mail body without personalizations: a JSON object with
+//     from, subject, content, template_id, reply_to, attachments,
+//     categories, mail_settings and so on, kept byte for byte. Its optional
+//     "personalization" (singular) object holds per-recipient fields
+//     (dynamic_template_data, subject, cc, bcc, headers, substitutions,
+//     send_at, custom_args) and becomes personalizations[0].
+//
+// For the payload
+//
+//	{"from":{"email":"news@example.com"},"template_id":"d-1234",
+//	 "personalization":{"dynamic_template_data":{"name":"Ada"},"custom_args":{"campaign":"c9"}}}
+//
+// Send posts
+//
+//	{"from":{"email":"news@example.com"},"template_id":"d-1234",
+//	 "personalizations":[{"to":[{"email":"<m.To>"}],"dynamic_template_data":{"name":"Ada"},
+//	   "custom_args":{"campaign":"c9","pacer_id":"<m.ID>"}}]}
+//
+// to and custom_args.pacer_id are ours: a payload value for them is replaced.
+// A payload with "personalizations" (plural) is refused, since the adapter
+// sends exactly one recipient per message.
+//
+// # Responses
+//
+// SendGrid has no error codes, so responses are classified by HTTP status,
+// and a 403 by its message; the table is [statuses], with its sources. A
+// 429 carries X-RateLimit-Reset as Unix epoch seconds, not a delay; Go
+// canonicalises that header to X-Ratelimit-Reset, which is why this package
+// reads headers with http.Header.Get and does not use sendgrid-go, whose
+// retry helper looks the header up by its documented spelling and never
+// finds it (providers.md §4.4).
+//
+// Package sendgridtest is a fake Mail Send API for tests and the demo.
+package sendgrid
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pacerhq/pacer/channels"
+)
+
+// DefaultLimit is the rate assumed for one API key (one pacing key) when
+// none is configured: 100 requests per second, a burst of one second.
+//
+// SendGrid publishes no rate for /v3/mail/send: the v3 rate-limit page says
+// each endpoint has "a fixed number of requests per refresh period" and
+// gives example numbers only, a 2016 beta page said 3,000 requests/s, a
+// third party claims 10,000, and the 600 requests/min set on v2 endpoints
+// excludes mail/send (providers.md §4.1, all UNCONFIRMED). 100/s is the
+// conservative start providers.md §6.2 recommends: a thirtieth of the only
+// number SendGrid ever printed, yet 360,000 mails an hour, more than most
+// plans may send. AIMD finds the real ceiling from 429s, whose
+// X-RateLimit-Reset Send returns as RetryAfter; raise the limit per key when
+// an account is known to take more.
+var DefaultLimit = channels.Limit{
+	PerSecond: 100,
+	Burst:     100,
+	Source: "no published mail/send rate: https://www.twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/rate-limits " +
+		"and https://twilio.com/docs/sendgrid/for-developers/sending-email/v3-mail-send-faq (providers.md §4.1); " +
+		"100/s is providers.md §6.2's conservative start, read 2026-11-30",
+}
+
+const (
+	channel = "sendgrid"
+
+	// DefaultBaseURL is the Mail Send host used when Config.BaseURL is empty.
+	DefaultBaseURL = "https://api.sendgrid.com"
+	// EUBaseURL is the host for EU regional subusers (providers.md §4.2, [S-MS]).
+	EUBaseURL = "https://api.eu.sendgrid.com"
+	// DefaultTimeout is the timeout of the HTTP client made when Config.HTTPClient is nil.
+	DefaultTimeout = 30 * time.Second
+
+	// MaxBodyBytes is the largest request body Send posts, in bytes: SendGrid
+	// takes mails of less than 30 MB, attachments included ([S-LIM]). A
+	// larger one is Permanent with Code "payload-too-large" and is not sent.
+	MaxBodyBytes = 30 << 20
+
+	maxDetail   = 200     // bytes of channels.Error.Detail
+	maxRespSize = 1 << 20 // bytes of a response body read
+)
+
+// Config configures a [Client]. The zero value of every field but APIKeys
+// means its default.
+type Config struct {
+	// BaseURL is the scheme and host of the API, optionally with a path
+	// prefix; default [DefaultBaseURL]. Use [EUBaseURL] for EU regional
+	// subusers; tests point it at a fake.
+	BaseURL string
+	// APIKeys maps an API key name, the pacing key (Message.Key), to its
+	// secret, sent as "Authorization: Bearer". Required, at least one entry;
+	// names and secrets must be non-empty. Secrets never appear in an error.
+	APIKeys map[string]string
+	// OnBehalfOf maps an API key name to the subuser it sends as, sent as
+	// the On-Behalf-Of header (a subuser's username, or "account-id <id>").
+	// Optional; every name must be in APIKeys.
+	OnBehalfOf map[string]string
+	// HTTPClient sends the requests; default a client with a
+	// [DefaultTimeout] timeout.
+	HTTPClient *http.Client
+	// Now returns the current time, to turn X-RateLimit-Reset and
+	// Retry-After into delays; default time.Now.
+	Now func() time.Time
+}
+
+// key is what the Client holds for one API key name.
+type key struct {
+	auth       string // "Bearer <secret>"
+	onBehalfOf string // "" if none
+}
+
+// Client is a [channels.Sender] for SendGrid v3 Mail Send. It is safe for
+// concurrent use.
+type Client struct {
+	url     string         // {base}/v3/mail/send
+	keys    map[string]key // by name
+	secrets []string       // every secret, longest first, for redaction
+	hc      *http.Client
+	now     func() time.Time
+}
+
+var _ channels.Sender = (*Client)(nil)
+
+// New returns a Client for cfg. It copies the maps, so later changes to cfg
+// do not affect the Client. It returns an error naming the field if
+// Config.APIKeys is empty or has an empty name or secret, a secret or an
+// OnBehalfOf value is not a valid header value, Config.OnBehalfOf names a
+// key not in APIKeys, or Config.BaseURL is not an absolute http or https
+// URL. The error never contains a secret.
+func New(cfg Config) (*Client, error) {
+	if len(cfg.APIKeys) == 0 {
+		return nil, errors.New("sendgrid: Config.APIKeys is empty")
+	}
+	c := &Client{keys: make(map[string]key, len(cfg.APIKeys)), hc: cfg.HTTPClient, now: cfg.Now}
+	for _, name := range slices.Sorted(maps.Keys(cfg.APIKeys)) { // sorted: the same config always gives the same error
+		secret := cfg.APIKeys[name]
+		switch {
+		case name == "":
+			return nil, errors.New("sendgrid: Config.APIKeys has an empty name")
+		case secret == "":
+			return nil, fmt.Errorf("sendgrid: Config.APIKeys[%q] is empty", name)
+		case !token(secret):
+			return nil, fmt.Errorf("sendgrid: Config.APIKeys[%q] has characters not allowed in a header", name)
+		}
+		c.keys[name] = key{auth: "Bearer " + secret}
+		c.secrets = append(c.secrets, secret)
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.OnBehalfOf)) {
+		sub := cfg.OnBehalfOf[name]
+		k, ok := c.keys[name]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("sendgrid: Config.OnBehalfOf[%q] names no key in Config.APIKeys", name)
+		case sub == "" || strings.TrimSpace(sub) != sub || strings.ContainsFunc(sub, func(r rune) bool { return r < ' ' || r == 0x7f }):
+			return nil, fmt.Errorf("sendgrid: Config.OnBehalfOf[%q] is not a valid header value", name)
+		}
+		k.onBehalfOf = sub
+		c.keys[name] = k
+	}
+	// Longest first, so a secret that contains another is removed whole.
+	slices.SortFunc(c.secrets, func(a, b string) int { return len(b) - len(a) })
+
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	base, err := url.Parse(cfg.BaseURL)
+	// The value and url.Parse's error (which quotes it) are left out: a
+	// misplaced secret could sit in it.
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, errors.New("sendgrid: Config.BaseURL is not an absolute http or https URL")
+	}
+	c.url = base.JoinPath("v3", "mail", "send").String()
+	if c.hc == nil {
+		c.hc = &http.Client{Timeout: DefaultTimeout}
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return c, nil
+}
+
+// token reports whether s is visible ASCII only, as API keys are.
+func token(s string) bool {
+	for i := range len(s) {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// Send posts one mail for m to {BaseURL}/v3/mail/send with the secret of
+// API key m.Key, and On-Behalf-Of when Config.OnBehalfOf names a subuser for
+// it. The body is built as the package documentation shows.
+//
+// On HTTP 2xx Send returns X-Message-Id as Result.ProviderID ("" if the
+// header is missing): SendGrid answers 202 when it queued the mail (not yet
+// delivered; drops show only in the Event Webhook) and 200 in sandbox mode.
+// Otherwise it returns a *[channels.Error]:
+//   - m.Key not in Config.APIKeys: Halt, Code "unknown-api-key";
+//   - an empty m.To: Permanent, Code "invalid-recipient";
+//   - a payload that is not a JSON object, sets "personalizations", or has a
+//     "personalization" or personalization.custom_args that is not an
+//     object: Permanent, Code "invalid-payload";
+//   - a request body over [MaxBodyBytes]: Permanent, Code "payload-too-large";
+//   - any other status: classified through [statuses], with Code "": 429
+//     Throttle; 500, 502, 503, 504 Transient; 400, 406, 413 Permanent; 401
+//     Halt; 403 Halt, but Throttle when SendGrid says the account is
+//     "temporarily blocked" for repeated bad requests. Err is set when the
+//     body is not a SendGrid error body;
+//   - a transport failure: Transient, with Err.
+//
+// None of the first four sends a request. Scope is always ScopeKey. For a
+// 429, RetryAfter is the time until X-RateLimit-Reset (Unix epoch seconds),
+// or else what Retry-After asks for; for the 403 block it is at least
+// [BlockCooldown]; for any other status, Retry-After if present. Detail
+// lists the body's errors as "field: message" (at most 200 bytes) with API
+// keys and email addresses, the recipient's among them, removed. If ctx ends
+// before a response, Send returns ctx.Err() itself.
+func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result, error) {
+	k, ok := c.keys[m.Key]
+	if !ok {
+		// m.Key is left out of Detail: a secret put there by mistake must not be logged.
+		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Halt,
+			Code: "unknown-api-key", Detail: "the pacing key names no API key in Config.APIKeys"}
+	}
+	if m.To == "" {
+		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent,
+			Code: "invalid-recipient", Detail: "empty recipient address"}
+	}
+	if len(m.Payload) > MaxBodyBytes {
+		return channels.Result{}, tooLarge(len(m.Payload))
+	}
+	body, err := requestBody(m)
+	if err != nil {
+		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent,
+			Code: "invalid-payload", Detail: err.Error()}
+	}
+	if len(body) > MaxBodyBytes {
+		return channels.Result{}, tooLarge(len(body))
+	}
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil { // only a nil ctx gets here: the URL was checked in New
+		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent, Err: err}
+	}
+	req.Header.Set("Authorization", k.auth)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json") // without it SendGrid may answer 406 [S-RESP]
+	if k.onBehalfOf != "" {
+		req.Header.Set("On-Behalf-Of", k.onBehalfOf)
+	}
+
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return channels.Result{}, ctx.Err()
+		}
+		// *url.Error names the URL (host and path only), never a header.
+		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Transient, Err: err}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxRespSize))
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		// The status decides: a 202 whose body was cut off is still queued.
+		return channels.Result{ProviderID: resp.Header.Get("X-Message-Id")}, nil
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return channels.Result{}, ctx.Err()
+		}
+		return channels.Result{}, &channels.Error{Channel: channel, Status: resp.StatusCode,
+			Class: classify(resp.StatusCode, nil), Err: fmt.Errorf("sendgrid: read response: %w", err)}
+	}
+	return channels.Result{}, c.failure(resp, raw, m.To)
+}
+
+func tooLarge(n int) *channels.Error {
+	return &channels.Error{Channel: channel, Class: channels.Permanent, Code: "payload-too-large",
+		Detail: fmt.Sprintf("request body of %d bytes or more, over the %d-byte limit", n, MaxBodyBytes)}
+}
+
+// requestBody returns m.Payload with personalizations built from m.To, m.ID
+// and the payload's "personalization". Payload values are kept as they
+// came, less insignificant whitespace, and without HTML escaping. Errors
+// say what is wrong without quoting the payload.
+func requestBody(m channels.Message) ([]byte, error) {
+	fields, err := object(m.Payload, "payload")
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := fields["personalizations"]; ok {
+		return nil, errors.New(`payload sets "personalizations"; put per-recipient fields in "personalization"`)
+	}
+	p, err := object(fields["personalization"], "payload personalization")
+	if err != nil {
+		return nil, err
+	}
+	delete(fields, "personalization")
+	args, err := object(p["custom_args"], "payload personalization.custom_args")
+	if err != nil {
+		return nil, err
+	}
+	if m.ID != "" {
+		args["pacer_id"] = quote(m.ID)
+	}
+	if len(args) > 0 {
+		if p["custom_args"], err = encode(args); err != nil {
+			return nil, err
+		}
+	}
+	to, _ := json.Marshal([]address{{Email: m.To}}) // a struct of strings always marshals
+	p["to"] = to
+	if fields["personalizations"], err = encode([]map[string]json.RawMessage{p}); err != nil {
+		return nil, err
+	}
+	return encode(fields)
+}
+
+// address is a SendGrid email object.
+type address struct {
+	Email string `json:"email"`
+}
+
+// object decodes raw, a JSON object, null or empty, into its fields; the
+// map is never nil. what names raw in the error.
+func object(raw json.RawMessage, what string) (map[string]json.RawMessage, error) {
+	fields := map[string]json.RawMessage{}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return fields, nil
+	}
+	if raw[0] != '{' {
+		return nil, fmt.Errorf("%s is not a JSON object", what)
+	}
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		// A SyntaxError names an offset, never the text around it.
+		return nil, fmt.Errorf("%s is not valid JSON: %v", what, err)
+	}
+	return fields, nil
+}
+
+// quote returns s as a JSON string.
+func quote(s string) json.RawMessage {
+	b, _ := json.Marshal(s) // a string always marshals
+	return b
+}
+
+// encode marshals v without escaping <, > and &, which HTML mail bodies
+// are full of.
+func encode(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("encode request body: %v", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// errorBody is the SendGrid error body [S-ERR]:
+//
+//	{"errors":[{"field":"from.email"|null,"message":"...","help":"..."|null}]}
+type errorBody struct {
+	Errors []struct {
+		Field   json.RawMessage `json:"field"` // a string or null
+		Message string          `json:"message"`
+	} `json:"errors"`
+}
+
+// failure builds the *channels.Error for a non-2xx response.
+func (c *Client) failure(resp *http.Response, raw []byte, to string) *channels.Error {
+	e := &channels.Error{Channel: channel, Status: resp.StatusCode}
+	var b errorBody
+	err := json.Unmarshal(raw, &b)
+	if err == nil && len(b.Errors) == 0 {
+		err = errors.New("no errors[] in body")
+	}
+	var messages, parts []string
+	for _, x := range b.Errors {
+		var field string
+		_ = json.Unmarshal(x.Field, &field) // null or absent leaves ""
+		messages = append(messages, x.Message)
+		switch {
+		case field != "" && x.Message != "":
+			parts = append(parts, field+": "+x.Message)
+		case x.Message != "":
+			parts = append(parts, x.Message)
+		case field != "":
+			parts = append(parts, field)
+		}
+	}
+	if err != nil {
+		e.Err = fmt.Errorf("sendgrid: HTTP %d without a SendGrid error body: %w", resp.StatusCode, err)
+	}
+	e.Class = classify(resp.StatusCode, messages)
+	e.Detail = c.redact(strings.Join(parts, "; "), to)
+
+	now := c.now()
+	retry := channels.ParseRetryAfter(resp.Header.Get("Retry-After"), now)
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		// Header.Get canonicalises: it finds X-RateLimit-Reset sent under any spelling.
+		if d := channels.ParseResetEpoch(resp.Header.Get("X-RateLimit-Reset"), now); d > 0 {
+			retry = d
+		}
+	case e.Class == channels.Throttle: // the 403 block
+		if d := channels.ParseResetEpoch(resp.Header.Get("X-RateLimit-Reset"), now); d > retry {
+			retry = d
+		}
+		retry = max(retry, BlockCooldown)
+	}
+	e.RetryAfter = retry
+	return e
+}
+
+// emailLike matches anything shaped like an email address.
+var emailLike = regexp.MustCompile(`[^\s"'<>()\[\]{},;:@]+@[^\s"'<>()\[\]{},;:@]+`)
+
+// redact removes every API key secret, the recipient and anything else
+// shaped like an email address from s, then cuts it to maxDetail bytes on a
+// rune boundary.
+func (c *Client) redact(s, to string) string {
+	for _, sec := range c.secrets {
+		s = strings.ReplaceAll(s, sec, "[api-key]")
+	}
+	if to != "" {
+		s = replaceFold(s, to, "[recipient]")
+	}
+	s = emailLike.ReplaceAllString(s, "[address]")
+	if len(s) <= maxDetail {
+		return s
+	}
+	s = s[:maxDetail]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// replaceFold replaces every occurrence of old in s by repl, ignoring
+// ASCII case: email domains are case-insensitive, and SendGrid may echo an
+// address in another case than it was sent.
+func replaceFold(s, old, repl string) string {
+	lower, lold := asciiLower(s), asciiLower(old)
+	var b strings.Builder
+	for {
+		i := strings.Index(lower, lold)
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i])
+		b.WriteString(repl)
+		s, lower = s[i+len(old):], lower[i+len(old):]
+	}
+}
+
+// asciiLower maps A-Z to a-z and keeps every other byte, so offsets in the
+// result are offsets in s.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,75 @@
+package pacer_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/pacer"
+)
+
+func TestParseEnvelope(t *testing.T) {
+	env, err := pacer.ParseEnvelope([]byte(`  {"id":"c1-1","key":"106540352242922","to":"15551234567",
+		"payload":{"type":"text","text":{"body":"hi"}},"campaign":"c1","tenant":"acme",
+		"expires_at":"2030-01-02T03:04:05Z","extra":"ignored"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.ID != "c1-1" || env.Key != "106540352242922" || env.To != "15551234567" || env.Campaign != "c1" ||
+		env.Tenant != "acme" || string(env.Payload) != `{"type":"text","text":{"body":"hi"}}` ||
+		!env.ExpiresAt.Equal(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Fatalf("got %+v", env)
+	}
+}
+
+func TestParseEnvelopeErrorsNameTheField(t *testing.T) {
+	for _, c := range []struct {
+		name, in, field, problem string
+	}{
+		{"not an object", `[1,2]`, "", "not a JSON object"},
+		{"empty", ``, "", "not a JSON object"},
+		{"truncated", `{"id":"a",`, "", "invalid JSON"},
+		{"id missing", `{"key":"k","to":"t"}`, "id", "required"},
+		{"id empty", `{"id":"","key":"k","to":"t"}`, "id", "required"},
+		{"id wrong type", `{"id":5,"key":"k","to":"t"}`, "id", "invalid JSON"},
+		{"id too long", `{"id":"` + strings.Repeat("x", 129) + `","key":"k","to":"t"}`, "id", "129 bytes, at most 128"},
+		{"key missing", `{"id":"a","to":"t"}`, "key", "required"},
+		{"to missing", `{"id":"a","key":"k"}`, "to", "required"},
+		{"payload array", `{"id":"a","key":"k","to":"t","payload":[1]}`, "payload", "must be a JSON object"},
+		{"payload too big", `{"id":"a","key":"k","to":"t","payload":{"b":"` + strings.Repeat("x", pacer.MaxPayloadBytes) + `"}}`, "payload", "at most 1048576"},
+		{"bad expiry", `{"id":"a","key":"k","to":"t","expires_at":"tomorrow"}`, "expires_at", "not an RFC 3339 time"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := pacer.ParseEnvelope([]byte(c.in))
+			var ee *pacer.EnvelopeError
+			if !errors.As(err, &ee) || ee.Field != c.field || !strings.Contains(ee.Problem, c.problem) {
+				t.Fatalf("err = %v, want field %q problem containing %q", err, c.field, c.problem)
+			}
+		})
+	}
+}
+
+func TestParseEnvelopeLimitsAreInclusive(t *testing.T) {
+	id := strings.Repeat("x", pacer.MaxIDBytes)
+	if _, err := pacer.ParseEnvelope([]byte(`{"id":"` + id + `","key":"k","to":"t","payload":null}`)); err != nil {
+		t.Fatalf("128-byte id: %v", err)
+	}
+}
+
+func TestExpired(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		exp  time.Time
+		want bool
+	}{
+		{time.Time{}, false},
+		{now.Add(time.Second), false},
+		{now, true},
+		{now.Add(-time.Second), true},
+	} {
+		if got := (pacer.Envelope{ExpiresAt: c.exp}).Expired(now); got != c.want {
+			t.Errorf("Expired with expires_at %v = %v, want %v", c.exp, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package pacer_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/pacer"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// scriptSender answers each message ID with the errors queued for it, then
+// success. It records every call.
+type scriptSender struct {
+	mu      sync.Mutex
+	script  map[string][]error
+	calls   map[string]int
+	success map[string]int
+}
+
+func (s *scriptSender) Send(ctx context.Context, m channels.Message) (channels.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[m.ID]++
+	if q := s.script[m.ID]; len(q) > 0 {
+		s.script[m.ID] = q[1:]
+		if q[0] != nil {
+			return channels.Result{}, q[0]
+		}
+	}
+	s.success[m.ID]++
+	return channels.Result{ProviderID: "p-" + m.ID}, nil
+}
+
+func (s *scriptSender) count(m map[string]int, id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return m[id]
+}
+
+type harness struct {
+	t      *testing.T
+	kc     *kfake.Cluster
+	cl     *kgo.Client
+	mr     *miniredis.Miniredis
+	reg    *prometheus.Registry
+	sender *scriptSender
+	cfg    pacer.Config
+}
+
+func newHarness(t *testing.T, script map[string][]error) *harness {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "pacer.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return &harness{t: t, kc: kc, cl: cl, mr: miniredis.RunT(t), reg: prometheus.NewRegistry(),
+		sender: &scriptSender{script: script, calls: map[string]int{}, success: map[string]int{}},
+		cfg: pacer.Config{Channel: "test", Topic: "pacer.test", Limit: bucket.Limit{PerSecond: 1000, Burst: 10},
+			MaxAttempts: 3, ThrottleCooldown: 20 * time.Millisecond, HaltCooldown: 50 * time.Millisecond, Drain: 5 * time.Second}}
+}
+
+func (h *harness) produce(values ...string) {
+	h.t.Helper()
+	var rs []*kgo.Record
+	for _, v := range values {
+		rs = append(rs, &kgo.Record{Topic: "pacer.test", Key: []byte("k1"), Value: []byte(v)})
+	}
+	if err := h.cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// run starts the pacer and stops it once done() holds (or after 20 s).
+func (h *harness) run(done func() bool) {
+	h.t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
+	defer rdb.Close()
+	p, err := pacer.New(h.cfg, []kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)}, bucket.New(rdb, bucket.Config{}), h.sender, h.reg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for !done() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		h.t.Fatalf("Run: %v", err)
+	}
+	if !done() {
+		h.t.Fatal("condition not reached within 20 s")
+	}
+}
+
+func (h *harness) counter(name string, labels ...string) float64 {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue next
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// dlq returns the DLQ records' reason header by envelope value.
+func (h *harness) dlq(want int) map[string]string {
+	h.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.kc.ListenAddrs()...), kgo.ConsumeTopics("pacer.test.dlq"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer cl.Close()
+	got := map[string]string{}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for len(got) < want && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			for _, hd := range r.Headers {
+				if hd.Key == "pacer-reason" {
+					got[string(r.Value)] = string(hd.Value)
+				}
+			}
+		})
+	}
+	return got
+}
+
+func env(id string) string {
+	return fmt.Sprintf(`{"id":%q,"key":"k1","to":"155500%s"}`, id, id)
+}
+
+func TestOutcomes(t *testing.T) {
+	throttle := &channels.Error{Channel: "test", Status: 429, Code: "130429", Class: channels.Throttle}
+	pair := &channels.Error{Channel: "test", Status: 429, Code: "131056", Class: channels.Throttle, Scope: channels.ScopePair, RetryAfter: 30 * time.Millisecond}
+	transient := &channels.Error{Channel: "test", Status: 503, Code: "2", Class: channels.Transient}
+	permanent := &channels.Error{Channel: "test", Status: 400, Code: "131026", Class: channels.Permanent}
+	halt := &channels.Error{Channel: "test", Status: 401, Code: "190", Class: channels.Halt}
+	h := newHarness(t, map[string][]error{
+		"throttled": {throttle, throttle},
+		"pair":      {pair},
+		"flaky":     {transient},
+		"broken":    {transient, transient, transient, transient},
+		"bad":       {permanent},
+		"halted":    {halt},
+	})
+	h.produce(env("ok"), env("throttled"), env("pair"), env("flaky"), env("broken"), env("bad"), env("halted"),
+		`not json`, `{"id":"old","key":"k1","to":"1","expires_at":"2001-01-01T00:00:00Z"}`, env("last"))
+	s := h.sender
+	h.run(func() bool { return s.count(s.success, "last") == 1 })
+
+	for id, want := range map[string]int{"ok": 1, "throttled": 3, "pair": 2, "flaky": 2, "broken": 3, "bad": 1, "halted": 2, "last": 1} {
+		if got := s.count(s.calls, id); got != want {
+			t.Errorf("%s: %d requests, want %d", id, got, want)
+		}
+	}
+	for _, id := range []string{"ok", "throttled", "pair", "flaky", "halted", "last"} {
+		if got := s.count(s.success, id); got != 1 {
+			t.Errorf("%s: delivered %d times, want once", id, got)
+		}
+	}
+	reasons := h.dlq(4)
+	for v, want := range map[string]string{
+		env("broken"): "attempts-exhausted",
+		env("bad"):    "permanent:131026",
+		`not json`:    "malformed",
+		`{"id":"old","key":"k1","to":"1","expires_at":"2001-01-01T00:00:00Z"}`: "expired",
+	} {
+		if reasons[v] != want {
+			t.Errorf("DLQ reason of %s = %q, want %q", v, reasons[v], want)
+		}
+	}
+	if len(reasons) != 4 {
+		t.Errorf("DLQ holds %d records, want 4: %v", len(reasons), reasons)
+	}
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"pacer_delivered_total", nil, 6},
+		{"pacer_sends_total", []string{"class", "throttle"}, 3},
+		{"pacer_sends_total", []string{"class", "transient"}, 4},
+		{"pacer_sends_total", []string{"class", "permanent"}, 1},
+		{"pacer_sends_total", []string{"class", "halt"}, 1},
+		{"pacer_dlq_total", []string{"reason", "malformed"}, 1},
+		{"pacer_dlq_total", []string{"reason", "permanent"}, 1},
+	} {
+		if got := h.counter(c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	if problems, err := testutil.GatherAndLint(h.reg); err != nil || len(problems) > 0 {
+		t.Errorf("metric lint: %v %v", err, problems)
+	}
+
+	// Everything finished was committed.
+	lag, err := kadm.NewClient(h.cl).Lag(context.Background(), "pacer-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := lag["pacer-test"].Lag.Total(); l != 0 {
+		t.Errorf("lag after shutdown = %d, want 0", l)
+	}
+}
+
+// TestThrottleSetsSharedCooldown checks that a key-scoped throttle leaves a
+// cooldown in Redis that every replica reads.
+func TestThrottleSetsSharedCooldown(t *testing.T) {
+	h := newHarness(t, map[string][]error{
+		"a": {&channels.Error{Channel: "test", Status: 429, Code: "130429", Class: channels.Throttle, RetryAfter: 400 * time.Millisecond}},
+	})
+	h.produce(env("a"))
+	var sawCooldown bool
+	h.run(func() bool {
+		for _, k := range h.mr.Keys() {
+			if strings.HasSuffix(k, ":cooldown") && strings.Contains(k, "{test:k1}") {
+				sawCooldown = true
+			}
+		}
+		return h.sender.count(h.sender.success, "a") == 1
+	})
+	if !sawCooldown {
+		t.Error("no cooldown key for {test:k1} appeared in Redis after a throttle")
+	}
+	if got := h.sender.count(h.sender.calls, "a"); got != 2 {
+		t.Errorf("requests = %d, want 2 (throttled, then delivered)", got)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  pacer.Config
+		want string
+	}{
+		{"no channel", pacer.Config{Limit: bucket.Limit{PerSecond: 1, Burst: 1}}, "Channel is required"},
+		{"zero rate", pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 0, Burst: 1}}, "invalid limit"},
+		{"zero burst", pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 5, Burst: 0}}, "invalid limit"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := pacer.New(c.cfg, nil, bucket.New(nil, bucket.Config{}), &scriptSender{}, prometheus.NewRegistry())
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want %q", err, c.want)
+			}
+		})
+	}
+}
