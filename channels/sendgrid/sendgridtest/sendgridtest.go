@@ -1,0 +1,552 @@
+// Package sendgridtest is a fake Twilio SendGrid v3 Mail Send API for tests
+// and the demo.
+//
+// A [Server] answers POST /v3/mail/send the way SendGrid documents: it
+// checks the bearer API key (401), validates the body and lists every
+// problem in an errors body (400), enforces its own token bucket per API key
+// (429 with X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset
+// in Unix epoch seconds), and otherwise answers 202 with an empty body and a
+// unique X-Message-Id. It records every request that passed authentication
+// and validation as an [Arrival], so a test can check what the pacer really
+// sent: how fast per API key, how many were throttled, how many were sent
+// twice (by personalizations[0].custom_args.pacer_id, where the sendgrid
+// adapter puts the envelope id).
+//
+// The fake only sees secrets. Given Config.APIKeys (name to secret, the same
+// map as sendgrid.Config.APIKeys) it accepts only those secrets and reports
+// by name; without it, it accepts any key and reports by [KeyID].
+//
+// GET /_stats returns [Server.Stats] as JSON, for tests that run the fake in
+// another process; [FetchStats] reads it.
+//
+// The fake does not model plan volume limits, the 403 temporary block,
+// sender identities, On-Behalf-Of permissions (it records the header) or
+// sandbox mode. A Server is safe for concurrent use.
+package sendgridtest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// MaxBodyBytes is the largest request body the fake reads; a larger one is
+// answered 413. SendGrid takes mails of less than 30 MB.
+const MaxBodyBytes = 30 << 20
+
+// Config configures a [Server]. The zero value is an unlimited fake that
+// accepts any API key.
+type Config struct {
+	// Rate is how many requests per second one API key may make; 0 (or
+	// less) is unlimited. SendGrid publishes no number for Mail Send.
+	Rate float64
+	// Burst is the bucket capacity in requests; default ceil(Rate), at least 1.
+	Burst int
+	// APIKeys maps an API key name to its secret, like
+	// sendgrid.Config.APIKeys. If set, only these secrets are accepted (any
+	// other gets HTTP 401) and arrivals and stats carry the name. If empty,
+	// any non-empty key is accepted and reported as [KeyID](secret).
+	APIKeys map[string]string
+	// Latency is added before each answer, after the request was counted.
+	Latency time.Duration
+}
+
+// Arrival is one valid request the fake received.
+type Arrival struct {
+	Key        string    // API key name, or KeyID of the secret
+	OnBehalfOf string    // the On-Behalf-Of header; "" if absent
+	To         string    // personalizations[0].to[0].email
+	ID         string    // custom_args.pacer_id of personalizations[0], else of the mail; "" if absent
+	MessageID  string    // X-Message-Id answered; "" if throttled
+	At         time.Time // when it arrived
+	Throttled  bool      // answered 429 instead of accepted
+}
+
+// KeyStats summarises the arrivals of one API key.
+type KeyStats struct {
+	Delivered  int       `json:"delivered"`  // accepted requests
+	Throttled  int       `json:"throttled"`  // requests answered 429
+	Duplicates int       `json:"duplicates"` // accepted requests whose non-empty ID had been accepted before
+	Max1s      int       `json:"max_1s"`     // most accepted requests in any 1 s window [t, t+1s)
+	First      time.Time `json:"first"`      // first accepted request; zero if none
+	Last       time.Time `json:"last"`       // last accepted request; zero if none
+}
+
+// KeyID returns the name the fake reports an API key secret under when
+// Config.APIKeys is empty: "key-" and 12 hex digits of its SHA-256, stable
+// and not the secret.
+func KeyID(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return "key-" + hex.EncodeToString(h[:6])
+}
+
+// Server is a fake Mail Send API. Build it with [New] to mount
+// [Server.Handler] yourself, or with [NewServer] to get a listening
+// httptest server.
+type Server struct {
+	ts      *httptest.Server // nil when built by New
+	mux     *http.ServeMux
+	latency time.Duration
+	names   map[string]string // secret -> name; nil accepts any key
+	prefix  string            // random, keeps message ids unique across servers
+
+	mu       sync.Mutex
+	rate     float64            // default for keys without an override
+	burst    int                // Config.Burst; 0 means ceil(rate)
+	override map[string]float64 // SetRate(key, r)
+	keys     map[string]*keyState
+	arrivals []Arrival
+	seq      uint64
+}
+
+// keyState is the bucket and the running statistics of one API key.
+type keyState struct {
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time // when tokens was last brought up to date
+
+	stats    KeyStats
+	seen     map[string]bool // accepted IDs
+	window   []time.Time     // accepted arrivals within the last second
+	windowAt int             // index of the oldest entry of window still in it
+}
+
+// New returns a Server for cfg without a listener: serve [Server.Handler]
+// on an address of your choice. Close is a no-op for it. If two names of
+// Config.APIKeys share a secret, the fake reports it under the first name
+// in sorted order.
+func New(cfg Config) *Server {
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	s := &Server{
+		mux:      http.NewServeMux(),
+		latency:  cfg.Latency,
+		prefix:   hex.EncodeToString(b[:]),
+		rate:     max(cfg.Rate, 0),
+		burst:    max(cfg.Burst, 0),
+		override: map[string]float64{},
+		keys:     map[string]*keyState{},
+	}
+	if len(cfg.APIKeys) > 0 {
+		s.names = map[string]string{}
+		for _, name := range slices.Backward(slices.Sorted(maps.Keys(cfg.APIKeys))) {
+			s.names[cfg.APIKeys[name]] = name
+		}
+	}
+	s.mux.HandleFunc("POST /v3/mail/send", s.send)
+	s.mux.HandleFunc("GET /_stats", s.statsJSON)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeErrors(w, http.StatusNotFound, item("", "not found: "+r.Method+" "+r.URL.Path+" is not served by the fake", ""))
+	})
+	return s
+}
+
+// NewServer returns a Server for cfg listening on a local httptest server.
+// Call Close when done.
+func NewServer(cfg Config) *Server {
+	s := New(cfg)
+	s.ts = httptest.NewServer(s)
+	return s
+}
+
+// URL returns the base URL of a server built by [NewServer] (use it as
+// sendgrid.Config.BaseURL), or "" for one built by [New].
+func (s *Server) URL() string {
+	if s.ts == nil {
+		return ""
+	}
+	return s.ts.URL
+}
+
+// Close shuts down a server built by [NewServer] and waits for its
+// requests to finish. It does nothing for a server built by [New].
+func (s *Server) Close() {
+	if s.ts != nil {
+		s.ts.Close()
+	}
+}
+
+// Handler returns the fake as an http.Handler.
+func (s *Server) Handler() http.Handler { return s }
+
+// ServeHTTP serves the fake Mail Send API and GET /_stats.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// SetRate sets the rate of API key key (its name, or its [KeyID]) in
+// requests per second, or of every key (current and future, dropping
+// per-key rates) if key is "". A rate of 0 or less is unlimited. The burst
+// becomes Config.Burst, or ceil(rate) if that was 0. Tokens already earned
+// at the old rate are kept, up to the new burst.
+func (s *Server) SetRate(key string, rate float64) {
+	s.setRate(key, rate, time.Now())
+}
+
+func (s *Server) setRate(key string, rate float64, now time.Time) {
+	rate = max(rate, 0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if key == "" {
+		s.rate = rate
+		clear(s.override)
+		for _, k := range s.keys {
+			s.retune(k, rate, now)
+		}
+		return
+	}
+	s.override[key] = rate
+	if k, ok := s.keys[key]; ok {
+		s.retune(k, rate, now)
+	}
+}
+
+// retune moves k to a new rate at now.
+func (s *Server) retune(k *keyState, rate float64, now time.Time) {
+	k.refill(now)
+	k.rate, k.burst = rate, s.burstFor(rate)
+	k.tokens = min(k.tokens, k.burst)
+}
+
+// burstFor returns the bucket capacity for rate.
+func (s *Server) burstFor(rate float64) float64 {
+	if s.burst > 0 {
+		return float64(s.burst)
+	}
+	return max(math.Ceil(rate), 1)
+}
+
+// refill adds the tokens earned since k.last, up to k.burst.
+func (k *keyState) refill(now time.Time) {
+	if d := now.Sub(k.last); d > 0 {
+		k.tokens = min(k.burst, k.tokens+d.Seconds()*k.rate)
+		k.last = now
+	}
+}
+
+// verdict is what the bucket decided for one request.
+type verdict struct {
+	allowed   bool
+	messageID string    // set when allowed
+	limit     int       // bucket capacity, for X-RateLimit-Limit
+	reset     time.Time // when a token is next available, for X-RateLimit-Reset; set when refused
+}
+
+// arrive records a valid request for key and returns the bucket's verdict.
+// It reads the time from clock under the lock, so arrival times never go
+// backwards.
+func (s *Server) arrive(a Arrival, clock func() time.Time) verdict {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := clock()
+	a.At = now
+	k, ok := s.keys[a.Key]
+	if !ok {
+		rate, ok := s.override[a.Key]
+		if !ok {
+			rate = s.rate
+		}
+		b := s.burstFor(rate)
+		k = &keyState{rate: rate, burst: b, tokens: b, last: now, seen: map[string]bool{}}
+		s.keys[a.Key] = k
+	}
+	v := verdict{allowed: true, limit: int(k.burst)}
+	if k.rate > 0 {
+		k.refill(now)
+		if v.allowed = k.tokens >= 1; v.allowed {
+			k.tokens--
+		} else {
+			wait := time.Duration((1 - k.tokens) / k.rate * float64(time.Second))
+			v.reset = now.Add(wait)
+		}
+	}
+	st := &k.stats
+	if !v.allowed {
+		a.Throttled = true
+		s.arrivals = append(s.arrivals, a)
+		st.Throttled++
+		return v
+	}
+	s.seq++
+	// 22 characters, like SendGrid's ids (for example "W_9qHD2LQKSR6ucD1A2R_w").
+	v.messageID = fmt.Sprintf("%s%010d", s.prefix, s.seq)
+	a.MessageID = v.messageID
+	s.arrivals = append(s.arrivals, a)
+	st.Delivered++
+	if a.ID != "" {
+		if k.seen[a.ID] {
+			st.Duplicates++
+		}
+		k.seen[a.ID] = true
+	}
+	if st.First.IsZero() {
+		st.First = now
+	}
+	st.Last = now
+	// Sliding window: drop arrivals at least 1 s older than now.
+	for k.windowAt < len(k.window) && now.Sub(k.window[k.windowAt]) >= time.Second {
+		k.windowAt++
+	}
+	if k.windowAt > 1024 && k.windowAt*2 > len(k.window) { // compact
+		k.window = append(k.window[:0], k.window[k.windowAt:]...)
+		k.windowAt = 0
+	}
+	k.window = append(k.window, now)
+	st.Max1s = max(st.Max1s, len(k.window)-k.windowAt)
+	return v
+}
+
+// Arrivals returns a copy of every valid request received so far, in
+// arrival order. Requests refused for their key or body are not in it.
+func (s *Server) Arrivals() []Arrival {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Arrival(nil), s.arrivals...)
+}
+
+// Stats returns the statistics of every API key seen so far, by name (or
+// [KeyID]).
+func (s *Server) Stats() map[string]KeyStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := make(map[string]KeyStats, len(s.keys))
+	for key, k := range s.keys {
+		m[key] = k.stats
+	}
+	return m
+}
+
+// FetchStats reads GET {baseURL}/_stats from a fake running elsewhere.
+func FetchStats(ctx context.Context, hc *http.Client, baseURL string) (map[string]KeyStats, error) {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/_stats", nil)
+	if err != nil {
+		return nil, fmt.Errorf("sendgridtest: fetch stats: %w", err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("sendgridtest: fetch stats: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("sendgridtest: fetch stats: HTTP %d", resp.StatusCode)
+	}
+	var m map[string]KeyStats
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		return nil, fmt.Errorf("sendgridtest: fetch stats: %w", err)
+	}
+	return m, nil
+}
+
+func (s *Server) statsJSON(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(s.Stats())
+}
+
+// Messages of the errors the fake answers with. The 400 texts are
+// SendGrid's own (https://twilio.com/docs/sendgrid/api-reference/mail-send/errors,
+// as SendGrid returns them).
+const (
+	MsgAuthRequired  = "authorization required"
+	MsgAuthInvalid   = "The provided authorization grant is invalid, expired, or revoked"
+	MsgTooMany       = "too many requests"
+	MsgTooLarge      = "The JSON payload you have included in your request is too large."
+	MsgBadRequest    = "Bad Request"
+	MsgNoPersonal    = "The personalizations field is required and must have at least one personalization."
+	MsgPersonalLimit = "The personalization block is limited to 1000 personalizations per API request. You have provided %d personalizations. Please consider splitting this into multiple requests and resending your request."
+	MsgNoTo          = "The to array is required for all personalization objects, and must have at least one email object with a valid email address."
+	MsgBadAddress    = "Does not contain a valid address."
+	MsgNoFrom        = `The from object must be provided for every email send. It is an object that requires the email parameter, but may also contain a name parameter.  e.g. {"email" : "example@example.com"}  or {"email" : "example@example.com", "name" : "Example Recipient"}.`
+	MsgNoSubject     = "The subject is required. You can get around this requirement if you use a template with a subject defined or if every personalization has a subject defined."
+	MsgNoContent     = "Unless a valid template_id is provided, the content parameter is required. There must be at least one defined content block. We typically suggest both text/plain and text/html blocks are included, but only one block is required."
+	MsgEmptyContent  = "The content value must be a string at least one character in length."
+)
+
+const helpBase = "http://sendgrid.com/docs/API_Reference/Web_API_v3/Mail/errors.html"
+
+// mail is the part of a Mail Send body the fake checks.
+type mail struct {
+	Personalizations []struct {
+		To []struct {
+			Email string `json:"email"`
+		} `json:"to"`
+		Subject    string         `json:"subject"`
+		CustomArgs map[string]any `json:"custom_args"`
+	} `json:"personalizations"`
+	From *struct {
+		Email string `json:"email"`
+	} `json:"from"`
+	Subject string `json:"subject"`
+	Content []struct {
+		Type  string `json:"type"`
+		Value string `json:"value"`
+	} `json:"content"`
+	TemplateID string         `json:"template_id"`
+	CustomArgs map[string]any `json:"custom_args"`
+}
+
+// send serves POST /v3/mail/send.
+func (s *Server) send(w http.ResponseWriter, r *http.Request) {
+	secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || secret == "" {
+		writeErrors(w, http.StatusUnauthorized, item("", MsgAuthRequired, ""))
+		return
+	}
+	key := KeyID(secret)
+	if s.names != nil {
+		if key, ok = s.names[secret]; !ok {
+			writeErrors(w, http.StatusUnauthorized, item("", MsgAuthInvalid, ""))
+			return
+		}
+	}
+
+	var m mail
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err := dec.Decode(&m); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			writeErrors(w, http.StatusRequestEntityTooLarge, item("", MsgTooLarge, ""))
+			return
+		}
+		writeErrors(w, http.StatusBadRequest, item("", MsgBadRequest, ""))
+		return
+	}
+	if list := validate(&m); len(list) > 0 {
+		writeErrors(w, http.StatusBadRequest, list...)
+		return
+	}
+
+	a := Arrival{Key: key, OnBehalfOf: r.Header.Get("On-Behalf-Of"), To: m.Personalizations[0].To[0].Email}
+	if id, ok := m.Personalizations[0].CustomArgs["pacer_id"].(string); ok {
+		a.ID = id
+	} else if id, ok := m.CustomArgs["pacer_id"].(string); ok {
+		a.ID = id
+	}
+	v := s.arrive(a, time.Now)
+	if s.latency > 0 {
+		t := time.NewTimer(s.latency)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	if !v.allowed {
+		h := w.Header()
+		h.Set("X-RateLimit-Limit", strconv.Itoa(v.limit))
+		h.Set("X-RateLimit-Remaining", "0")
+		// Epoch seconds, rounded up: no token is there before this second.
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilUnix(v.reset), 10))
+		writeErrors(w, http.StatusTooManyRequests, item("", MsgTooMany, ""))
+		return
+	}
+	w.Header().Set("X-Message-Id", v.messageID)
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// ceilUnix returns t in Unix seconds, rounded up.
+func ceilUnix(t time.Time) int64 {
+	sec := t.Unix()
+	if t.Nanosecond() > 0 {
+		sec++
+	}
+	return sec
+}
+
+// validate returns SendGrid's errors for m, all of them, in SendGrid's
+// order; nil if m is valid.
+func validate(m *mail) []ErrorItem {
+	var list []ErrorItem
+	switch n := len(m.Personalizations); {
+	case n == 0:
+		list = append(list, item("personalizations", MsgNoPersonal, "#-Personalizations-Errors"))
+	case n > 1000:
+		list = append(list, item("personalizations", fmt.Sprintf(MsgPersonalLimit, n), "#-Personalizations-Errors"))
+	}
+	everySubject := len(m.Personalizations) > 0
+	for i, p := range m.Personalizations {
+		if len(p.To) == 0 {
+			list = append(list, item(fmt.Sprintf("personalizations.%d.to", i), MsgNoTo, "#message.personalizations.to"))
+		}
+		for j, t := range p.To {
+			if !validAddress(t.Email) {
+				list = append(list, item(fmt.Sprintf("personalizations.%d.to.%d.email", i, j), MsgBadAddress, "#-Email-Address"))
+			}
+		}
+		everySubject = everySubject && p.Subject != ""
+	}
+	if m.From == nil || !validAddress(m.From.Email) {
+		list = append(list, item("from.email", MsgNoFrom, "#message.from"))
+	}
+	if m.Subject == "" && m.TemplateID == "" && !everySubject {
+		list = append(list, item("subject", MsgNoSubject, "#message.subject"))
+	}
+	if m.TemplateID == "" && len(m.Content) == 0 {
+		list = append(list, item("content", MsgNoContent, "#message.content"))
+	}
+	for i, c := range m.Content {
+		if c.Value == "" {
+			list = append(list, item(fmt.Sprintf("content.%d.value", i), MsgEmptyContent, "#message.content.value"))
+		}
+	}
+	return list
+}
+
+// validAddress is a loose check: one @, something on both sides, a dot in
+// the domain, no spaces.
+func validAddress(s string) bool {
+	local, domain, ok := strings.Cut(s, "@")
+	return ok && local != "" && strings.Contains(domain, ".") && !strings.ContainsAny(domain, "@") &&
+		!strings.ContainsAny(s, " \t\r\n<>")
+}
+
+// ErrorBody is the SendGrid error body the fake answers with:
+//
+//	{"errors":[{"field":"from.email"|null,"message":"...","help":"..."}]}
+//
+// Tests can decode an answer into it.
+type ErrorBody struct {
+	Errors []ErrorItem `json:"errors"`
+}
+
+// ErrorItem is one entry of [ErrorBody]. Field is nil for an error about
+// the whole request; Help is left out when the fake has no link.
+type ErrorItem struct {
+	Field   *string `json:"field"`
+	Message string  `json:"message"`
+	Help    string  `json:"help,omitempty"`
+}
+
+// item returns an ErrorItem; an empty field is null, and a non-empty help
+// is an anchor on SendGrid's Mail Send errors page.
+func item(field, msg, help string) ErrorItem {
+	e := ErrorItem{Message: msg}
+	if field != "" {
+		e.Field = &field
+	}
+	if help != "" {
+		e.Help = helpBase + help
+	}
+	return e
+}
+
+// writeErrors answers status with an errors body.
+func writeErrors(w http.ResponseWriter, status int, list ...ErrorItem) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(ErrorBody{Errors: list})
+}
