@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 )
 
@@ -150,4 +151,35 @@ type Limit struct {
 	PerSecond float64
 	Burst     int
 	Source    string
+}
+
+// MaybeAccepted reports whether the provider may have accepted a message
+// whose Send returned err, i.e. whether sending it again could deliver it
+// twice. It is false only when the outcome is known to be "not accepted":
+// the provider answered with a non-2xx status, the adapter refused the
+// message before sending (Status 0 with class Permanent or Halt), or the
+// connection could not even be opened (a dial or DNS error). A timeout, a
+// connection cut after the request was written, a cancelled context or a 2xx
+// answer the adapter could not read all leave the outcome unknown: true.
+func MaybeAccepted(err error) bool {
+	if err == nil {
+		return true
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		switch {
+		case e.Status >= 200 && e.Status < 300:
+			return true
+		case e.Status > 0:
+			return false
+		case e.Class == Permanent || e.Class == Halt:
+			return false
+		}
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	var dns *net.DNSError
+	return !errors.As(err, &dns)
 }

@@ -7,6 +7,9 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	sends       *prometheus.CounterVec   // channel, class
 	delivered   *prometheus.CounterVec   // channel
+	duplicates  *prometheus.CounterVec   // channel
+	requeued    *prometheus.CounterVec   // channel, reason
+	retries     *prometheus.CounterVec   // channel
 	dlq         *prometheus.CounterVec   // channel, reason
 	bucketWait  *prometheus.HistogramVec // channel
 	takeLatency *prometheus.HistogramVec // channel
@@ -21,15 +24,27 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "sends_total",
-			Help: "Requests that left the process for a provider, by the class of the response (success, throttle, transient, permanent, halt).",
+			Help: "Requests that left the process for a provider, by the class of the response (success, throttle, transient, permanent, halt, unknown: no answer).",
 		}, []string{"class"}),
 		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "delivered_total",
 			Help: "Messages the provider accepted.",
 		}, nil),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pacer", Name: "duplicates_skipped_total",
+			Help: "Re-delivered records whose id the idempotency ledger shows as delivered; not sent again.",
+		}, nil),
+		requeued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pacer", Name: "requeued_total",
+			Help: "Records put back on a retry topic without an attempt, by reason (cooldown, token-wait, pair-throttle).",
+		}, []string{"reason"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pacer", Name: "retries_total",
+			Help: "Records sent to a retry topic after a transient failure or an unknown outcome.",
+		}, nil),
 		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "dlq_total",
-			Help: "Records written to the DLQ topic, by reason (malformed, expired, permanent, attempts-exhausted).",
+			Help: "Records written to the DLQ topic, by reason (malformed, expired, permanent, attempts-exhausted, unknown-outcome).",
 		}, []string{"reason"}),
 		bucketWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "pacer", Name: "bucket_wait_seconds",
@@ -48,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, nil),
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "redis_errors_total",
-			Help: "Token-bucket calls that failed; the message waits and is never dropped.",
+			Help: "Redis calls (bucket, ledger) that failed; the message waits and is never dropped.",
 		}, nil),
 		partitions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "pacer", Name: "partitions_assigned",
@@ -60,10 +75,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, nil),
 		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "pacer", Name: "ready",
-			Help: "1 when the pacer is consuming and Redis answers, else 0 (the same as /readyz).",
+			Help: "1 when the pacer is consuming and Kafka and Redis answer, else 0 (the same as /readyz).",
 		}, nil),
 	}
-	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.dlq, m.bucketWait, m.takeLatency,
+	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.retries, m.dlq, m.bucketWait, m.takeLatency,
 		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -1,27 +1,48 @@
 // Package pacer is the consume-pace-send loop: it reads envelopes from a
-// channel's Kafka topic as one consumer-group member, takes a token from the
-// Redis token bucket of each envelope's pacing key, sends through the
+// channel's Kafka topics as one consumer-group member, takes a token from
+// the Redis token bucket of each envelope's pacing key, sends through the
 // channel's [channels.Sender], and commits a partition's offset only past
-// records that are finished (delivered or dead-lettered).
+// records that are finished.
 //
-// # Per record
+// # Every record ends in exactly one state
 //
-//   - malformed (not an envelope) or expired: written to the DLQ topic with a
-//     reason header, never sent.
-//   - success: counted as delivered.
-//   - throttle: the pacing key gets a cooldown in Redis (the provider's
+//   - delivered: the provider accepted it; its id is recorded in the
+//     idempotency ledger, so a re-delivered copy is skipped, never re-sent.
+//   - requeued: it could not get a token within [Config.MaxTokenWait] (a
+//     long cooldown, an open breaker): it is written to a retry topic with
+//     its due time and its attempt count unchanged. A requeue is not an
+//     attempt and never exhausts a budget.
+//   - retrying: a transient failure: written to retry topic
+//     <topic>.retry.<n> with attempt+1 and a back-off delay with jitter.
+//   - dead-lettered: written to <topic>.dlq with a reason header:
+//     malformed, expired, permanent:<provider code>, attempts-exhausted,
+//     unknown-outcome.
+//
+// A record is finished once the provider accepted it or Kafka acknowledged
+// its copy on the retry or DLQ topic; offsets are committed only up to the
+// lowest unfinished record, so a crash re-delivers and never skips.
+//
+// # Outcomes
+//
+//   - throttle: the pacing key cools down in Redis (the provider's
 //     Retry-After, else [Config.ThrottleCooldown], doubling while throttles
-//     repeat), shared by every replica; the record is retried after it and
-//     the throttle does not count as a failed attempt.
-//   - transient: retried with exponential back-off and jitter; after
-//     [Config.MaxAttempts] requests it goes to the DLQ (attempts-exhausted).
-//   - permanent: DLQ with reason permanent:<provider code>.
+//     repeat), shared by every replica; the message waits or is requeued.
+//   - transient: retry topic, up to [Config.MaxAttempts] requests in all.
+//   - permanent: DLQ.
 //   - halt (credentials, account blocked): the key cools down for
-//     [Config.HaltCooldown] and the record is retried; nothing is dropped.
+//     [Config.HaltCooldown]; the message is requeued, never dropped.
+//   - no answer (timeout, connection cut after the request left): the
+//     provider may have the message. [Config.UnknownOutcome] decides:
+//     "dlq" (default) dead-letters it as unknown-outcome for an operator,
+//     "resend" retries it. The same applies to a claim left in the ledger by
+//     a process that died mid-send.
 //
-// One goroutine per assigned partition handles its records in offset order,
-// so the commit point is always just past the last finished record. A crash
-// re-delivers, never skips.
+// # Retry topics
+//
+// A retry record carries pacer-due (Unix ms). Its partition's worker holds
+// the head record until it is due and pauses fetching that partition
+// meanwhile; the poll loop itself never sleeps, so the member keeps its
+// place in the group.
 //
 // # Metrics
 //
@@ -29,28 +50,31 @@
 //
 //	pacer_sends_total{class}            requests sent, by response class
 //	pacer_delivered_total               messages the provider accepted
+//	pacer_duplicates_skipped_total      re-delivered records already delivered
+//	pacer_requeued_total{reason}        records put back for later (cooldown, token-wait, halt)
+//	pacer_retries_total                 records sent to a retry topic after a transient failure
 //	pacer_dlq_total{reason}             records dead-lettered, by reason
 //	pacer_bucket_wait_seconds           histogram: token wait per message
 //	pacer_take_duration_seconds         histogram: one bucket call to Redis
 //	pacer_send_duration_seconds         histogram: one provider request
-//	pacer_redis_errors_total            failed bucket calls (the record waits)
+//	pacer_redis_errors_total            failed Redis calls (the record waits)
 //	pacer_partitions_assigned           partitions owned by this process
 //	pacer_records_queued                fetched records not yet finished
-//	pacer_ready                         1 when consuming and Redis answers
+//	pacer_ready                         1 when Kafka and Redis answer
 package pacer
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"strconv"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,22 +92,48 @@ type Bucket interface {
 	Cooldown(ctx context.Context, channel, key string, d time.Duration) error
 }
 
+// Ledger is the idempotency record of envelope ids; *bucket.Ledger
+// implements it. Methods are safe for concurrent use.
+type Ledger interface {
+	Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (bucket.ClaimResult, error)
+	Delivered(ctx context.Context, channel, key, id, providerID string, ttl time.Duration) error
+	Release(ctx context.Context, channel, key, id, owner string) error
+}
+
+// Deps are the services a Pacer uses.
+type Deps struct {
+	Bucket Bucket          // required
+	Ledger Ledger          // required
+	Sender channels.Sender // required
+}
+
+// Unknown-outcome policies for [Config.UnknownOutcome].
+const (
+	UnknownOutcomeDLQ    = "dlq"
+	UnknownOutcomeResend = "resend"
+)
+
 // Config configures a [Pacer]. Zero values mean the documented default;
 // Channel and Limit are required.
 type Config struct {
-	Channel          string        // channel name, e.g. "whatsapp"; required
-	Topic            string        // topic to consume; default "pacer.<Channel>"
-	Group            string        // consumer group; default "pacer-<Channel>"
-	DLQTopic         string        // dead-letter topic; default "<Topic>.dlq"
-	Limit            bucket.Limit  // rate and burst per pacing key; required
-	MaxAttempts      int           // requests per record before DLQ on transient failures; default 5
-	Drain            time.Duration // on shutdown or revoke, how long in-flight sends may finish; default 30s
-	SendTimeout      time.Duration // one provider request; default 30s
-	ThrottleCooldown time.Duration // key cooldown after a throttle without Retry-After; default 1s
-	MaxCooldown      time.Duration // cap for any cooldown or retry delay; default 1h
-	HaltCooldown     time.Duration // key cooldown after a halt response; default 30s
-	MaxQueued        int           // fetched records per partition before fetching pauses; default 2000
-	Logger           *slog.Logger  // default slog.Default()
+	Channel          string          // channel name, e.g. "whatsapp"; required
+	Topic            string          // topic to consume; default "pacer.<Channel>"
+	Group            string          // consumer group; default "pacer-<Channel>"
+	DLQTopic         string          // dead-letter topic; default "<Topic>.dlq"
+	RetryDelays      []time.Duration // one retry topic "<Topic>.retry.<n>" per delay; default 5s, 30s, 5m
+	Limit            bucket.Limit    // rate and burst per pacing key; required
+	MaxAttempts      int             // requests per record before DLQ on transient failures; default 5
+	MaxTokenWait     time.Duration   // longest wait for a token or cooldown in place; longer requeues; default 5s
+	Drain            time.Duration   // on shutdown or revoke, how long in-flight sends may finish; default 30s
+	SendTimeout      time.Duration   // one provider request; default 30s
+	ThrottleCooldown time.Duration   // key cooldown after a throttle without Retry-After; default 1s
+	MaxCooldown      time.Duration   // cap for any cooldown or retry delay; default 1h
+	HaltCooldown     time.Duration   // key cooldown after a halt response; default 30s
+	UnknownOutcome   string          // "dlq" (default) or "resend"; see the package doc
+	IdempotencyTTL   time.Duration   // how long delivered ids are remembered; default 24h
+	MaxQueued        int             // fetched records per partition before fetching pauses; default 2000
+	Owner            string          // this process in ledger claims; default host-pid-random
+	Logger           *slog.Logger    // default slog.Default()
 }
 
 func (c *Config) setDefaults() error {
@@ -93,6 +143,13 @@ func (c *Config) setDefaults() error {
 	if err := c.Limit.Validate(); err != nil {
 		return fmt.Errorf("pacer: config: %w", err)
 	}
+	switch c.UnknownOutcome {
+	case "":
+		c.UnknownOutcome = UnknownOutcomeDLQ
+	case UnknownOutcomeDLQ, UnknownOutcomeResend:
+	default:
+		return fmt.Errorf("pacer: config: UnknownOutcome %q is not dlq or resend", c.UnknownOutcome)
+	}
 	def := func(s *string, v string) {
 		if *s == "" {
 			*s = v
@@ -101,6 +158,14 @@ func (c *Config) setDefaults() error {
 	def(&c.Topic, "pacer."+c.Channel)
 	def(&c.Group, "pacer-"+c.Channel)
 	def(&c.DLQTopic, c.Topic+".dlq")
+	if len(c.RetryDelays) == 0 {
+		c.RetryDelays = []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}
+	}
+	for i, d := range c.RetryDelays {
+		if d <= 0 {
+			return fmt.Errorf("pacer: config: RetryDelays[%d] = %v must be > 0", i, d)
+		}
+	}
 	defd := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -111,11 +176,19 @@ func (c *Config) setDefaults() error {
 	defd(&c.ThrottleCooldown, time.Second)
 	defd(&c.MaxCooldown, time.Hour)
 	defd(&c.HaltCooldown, 30*time.Second)
+	defd(&c.MaxTokenWait, 5*time.Second)
+	defd(&c.IdempotencyTTL, 24*time.Hour)
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 5
 	}
 	if c.MaxQueued <= 0 {
 		c.MaxQueued = 2000
+	}
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		rand.Read(b[:])
+		c.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -123,17 +196,22 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-// Pacer consumes one channel's topic and paces its sends. Create it with
+// retryTopic returns the name of retry tier n (1-based).
+func (c *Config) retryTopic(n int) string { return fmt.Sprintf("%s.retry.%d", c.Topic, n) }
+
+// Pacer consumes one channel's topics and paces its sends. Create it with
 // [New] and call [Pacer.Run] once.
 type Pacer struct {
 	cfg    Config
 	kopts  []kgo.Opt
 	bucket Bucket
+	ledger Ledger
 	sender channels.Sender
 	m      *metrics
 	log    *slog.Logger
 
 	consuming atomic.Bool
+	kafkaOK   atomic.Bool
 	redisOK   atomic.Bool
 
 	mu      sync.Mutex
@@ -149,31 +227,31 @@ type tp struct {
 }
 
 // New returns a Pacer for cfg. kopts carry the connection settings (at least
-// kgo.SeedBrokers); New adds the consumer group, topic and commit options.
+// kgo.SeedBrokers); New adds the consumer group, topics and commit options.
 // reg receives the metrics listed in the package doc. New returns an error
 // naming the field when cfg is invalid, or the registration error.
-func New(cfg Config, kopts []kgo.Opt, b Bucket, s channels.Sender, reg prometheus.Registerer) (*Pacer, error) {
+func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pacer, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	if b == nil || s == nil {
-		return nil, errors.New("pacer: New needs a Bucket and a Sender")
+	if deps.Bucket == nil || deps.Ledger == nil || deps.Sender == nil {
+		return nil, errors.New("pacer: New needs a Bucket, a Ledger and a Sender")
 	}
 	m, err := newMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"channel": cfg.Channel}, reg))
 	if err != nil {
 		return nil, fmt.Errorf("pacer: metrics: %w", err)
 	}
-	p := &Pacer{cfg: cfg, kopts: kopts, bucket: b, sender: s, m: m, log: cfg.Logger.With("channel", cfg.Channel),
-		workers: map[tp]*worker{}}
+	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, ledger: deps.Ledger, sender: deps.Sender, m: m,
+		log: cfg.Logger.With("channel", cfg.Channel), workers: map[tp]*worker{}}
 	p.redisOK.Store(true)
+	p.kafkaOK.Store(true)
 	return p, nil
 }
 
-// Ready reports whether the pacer is consuming and its last bucket call
-// reached Redis. It backs /readyz.
+// Ready reports whether the pacer is consuming, Kafka answers and the last
+// Redis call succeeded. It backs /readyz.
 func (p *Pacer) Ready() bool {
-	ok := p.consuming.Load() && p.redisOK.Load()
-	return ok
+	return p.consuming.Load() && p.kafkaOK.Load() && p.redisOK.Load()
 }
 
 // Run consumes until ctx ends, then stops fetching, lets in-flight sends
@@ -184,10 +262,15 @@ func (p *Pacer) Run(ctx context.Context) error {
 	defer cancelSends()
 	p.sendCtx = sendCtx
 
+	topics := []string{p.cfg.Topic}
+	for i := range p.cfg.RetryDelays {
+		topics = append(topics, p.cfg.retryTopic(i+1))
+	}
 	opts := append([]kgo.Opt{}, p.kopts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(p.cfg.Group),
-		kgo.ConsumeTopics(p.cfg.Topic),
+		kgo.ConsumeTopics(topics...),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(time.Second),
@@ -205,25 +288,13 @@ func (p *Pacer) Run(ctx context.Context) error {
 	p.mu.Lock()
 	p.cl = cl
 	p.mu.Unlock()
-	// The DLQ must exist before the first poison record: a produce to a
-	// missing topic fails, and the partition would wait on it.
-	for {
-		_, err := EnsureTopic(ctx, cl, p.cfg.DLQTopic, 1)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			cl.Close()
-			return nil
-		}
-		p.log.Error("cannot ensure the DLQ topic; retrying", "topic", p.cfg.DLQTopic, "err", err)
-		if !sleep(ctx, 5*time.Second) {
-			cl.Close()
-			return nil
-		}
+	if !p.ensureTopics(ctx, cl) {
+		cl.Close()
+		return nil
 	}
 	p.log.Info("pacer started", "topic", p.cfg.Topic, "group", p.cfg.Group,
-		"rate", p.cfg.Limit.PerSecond, "burst", p.cfg.Limit.Burst)
+		"rate", p.cfg.Limit.PerSecond, "burst", p.cfg.Limit.Burst, "owner", p.cfg.Owner)
+	go p.watchKafka(ctx, cl)
 
 	for {
 		fetches := cl.PollRecords(ctx, 10000)
@@ -245,7 +316,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 			w := p.workers[tp{f.Topic, f.Partition}]
 			p.mu.Unlock()
 			if w != nil {
-				w.push(cl, f.Records)
+				w.push(f.Records)
 			}
 		})
 		cl.AllowRebalance()
@@ -258,11 +329,67 @@ func (p *Pacer) Run(ctx context.Context) error {
 	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Drain)
 	defer cancel()
 	if err := cl.CommitMarkedOffsets(commitCtx); err != nil {
-		p.log.Error("final commit failed; finished records will be re-delivered", "err", err)
+		p.log.Error("final commit failed; finished records will be re-delivered (the ledger skips delivered ones)", "err", err)
 	}
 	cl.Close()
 	p.log.Info("pacer stopped")
 	return nil
+}
+
+// ensureTopics creates the DLQ and retry topics when missing (a produce to
+// a missing topic would stall the partition behind it). It retries until
+// ctx ends, returning false then.
+func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) bool {
+	for {
+		n, err := EnsureTopic(ctx, cl, p.cfg.Topic, 12)
+		if err == nil {
+			_, err = EnsureTopic(ctx, cl, p.cfg.DLQTopic, 1)
+		}
+		for i := range p.cfg.RetryDelays {
+			if err == nil {
+				_, err = EnsureTopic(ctx, cl, p.cfg.retryTopic(i+1), n)
+			}
+		}
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		p.kafkaOK.Store(false)
+		p.publishReady()
+		p.log.Error("cannot ensure the pacer's topics; retrying", "err", err)
+		if !sleep(ctx, 5*time.Second) {
+			return false
+		}
+	}
+}
+
+// watchKafka pings the cluster every 5 s so /readyz reflects Kafka.
+func (p *Pacer) watchKafka(ctx context.Context, cl *kgo.Client) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := cl.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if ok := err == nil; p.kafkaOK.Swap(ok) != ok {
+			if ok {
+				p.log.Info("kafka reachable again")
+			} else {
+				p.log.Error("kafka unreachable; sends stop until it answers", "err", err)
+			}
+			p.publishReady()
+		}
+	}
 }
 
 func (p *Pacer) setConsuming(v bool) {
@@ -287,13 +414,13 @@ func (p *Pacer) assigned(_ context.Context, cl *kgo.Client, parts map[string][]i
 			if p.workers[k] != nil {
 				continue
 			}
-			w := newWorker(p, k)
+			w := newWorker(p, cl, k)
 			p.workers[k] = w
-			go w.run(cl)
+			go w.run()
 		}
 	}
-	// A partition paused by an earlier owner of this client must not stay
-	// paused (franz-go keeps pause state across rebalances).
+	// A partition paused by an earlier owner in this client must not stay
+	// paused: franz-go keeps pause state across rebalances.
 	cl.ResumeFetchPartitions(parts)
 	p.m.partitions.WithLabelValues().Set(float64(len(p.workers)))
 	p.log.Info("partitions assigned", "partitions", fmt.Sprint(parts))
@@ -313,7 +440,7 @@ func (p *Pacer) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32)
 }
 
 // stop ends the workers of parts and waits for them; an in-flight send
-// finishes (bounded by SendTimeout and the drain deadline).
+// finishes (bounded by SendTimeout and Drain).
 func (p *Pacer) stop(parts map[string][]int32) {
 	var ws []*worker
 	p.mu.Lock()
@@ -354,276 +481,6 @@ func (p *Pacer) waitWorkers(ws []*worker) {
 		case <-deadline.C:
 			p.log.Warn("drain timeout: abandoning in-flight sends; their records will be re-delivered")
 			return
-		}
-	}
-}
-
-// worker owns one partition: a queue of fetched records handled in order.
-type worker struct {
-	p      *Pacer
-	tp     tp
-	ctx    context.Context // ends when the partition is revoked or the pacer stops
-	cancel context.CancelFunc
-	done   chan struct{}
-	wake   chan struct{}
-
-	mu     sync.Mutex
-	queue  []*kgo.Record
-	paused bool
-}
-
-func newWorker(p *Pacer, k tp) *worker {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &worker{p: p, tp: k, ctx: ctx, cancel: cancel, done: make(chan struct{}), wake: make(chan struct{}, 1)}
-}
-
-func (w *worker) push(cl *kgo.Client, rs []*kgo.Record) {
-	w.mu.Lock()
-	w.queue = append(w.queue, rs...)
-	if len(w.queue) >= w.p.cfg.MaxQueued && !w.paused {
-		w.paused = true
-		cl.PauseFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
-	}
-	w.mu.Unlock()
-	w.p.m.queued.WithLabelValues().Add(float64(len(rs)))
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (w *worker) pop(cl *kgo.Client) *kgo.Record {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.queue) == 0 {
-		return nil
-	}
-	r := w.queue[0]
-	w.queue[0] = nil
-	w.queue = w.queue[1:]
-	if w.paused && len(w.queue) <= w.p.cfg.MaxQueued/2 {
-		w.paused = false
-		cl.ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
-	}
-	return r
-}
-
-func (w *worker) run(cl *kgo.Client) {
-	defer close(w.done)
-	defer func() {
-		w.mu.Lock()
-		n := len(w.queue)
-		w.queue = nil
-		w.mu.Unlock()
-		w.p.m.queued.WithLabelValues().Sub(float64(n))
-	}()
-	for {
-		r := w.pop(cl)
-		if r == nil {
-			select {
-			case <-w.ctx.Done():
-				return
-			case <-w.wake:
-				continue
-			}
-		}
-		w.p.m.queued.WithLabelValues().Dec()
-		if !w.p.handle(w.ctx, r) {
-			return // stopped before the record finished: not marked, re-delivered
-		}
-		cl.MarkCommitRecords(r)
-	}
-}
-
-// handle takes one record to a finished state and returns true, or returns
-// false when ctx ended first (the record is then left for re-delivery).
-func (p *Pacer) handle(ctx context.Context, r *kgo.Record) bool {
-	log := p.log.With("partition", r.Partition, "offset", r.Offset)
-	env, err := ParseEnvelope(r.Value)
-	if err != nil {
-		return p.deadLetter(ctx, r, "malformed", err.Error(), log)
-	}
-	log = log.With("id", env.ID)
-	msg := channels.Message{ID: env.ID, Key: env.Key, To: env.To, Payload: env.Payload}
-	retry := backoff.NewExponentialBackOff()
-	retry.InitialInterval = 500 * time.Millisecond
-	retry.MaxInterval = 30 * time.Second
-	throttles, attempts := 0, 0
-	waitStart := time.Now()
-	for {
-		if env.Expired(time.Now()) {
-			return p.deadLetter(ctx, r, "expired", "expires_at "+env.ExpiresAt.Format(time.RFC3339)+" passed before a send", log)
-		}
-		if !p.takeToken(ctx, env.Key, log) {
-			return false
-		}
-		p.m.bucketWait.WithLabelValues().Observe(time.Since(waitStart).Seconds())
-
-		sctx, cancel := context.WithTimeout(p.sendCtx, p.cfg.SendTimeout)
-		start := time.Now()
-		_, err := p.sender.Send(sctx, msg)
-		cancel()
-		p.m.sendLatency.WithLabelValues().Observe(time.Since(start).Seconds())
-		attempts++
-		class := channels.ClassOf(err)
-		if p.sendCtx.Err() != nil && err != nil {
-			// The drain deadline cut the request: its outcome is unknown, so
-			// leave the record unfinished for re-delivery.
-			log.Warn("send abandoned at drain deadline", "err", err)
-			return false
-		}
-		p.m.sends.WithLabelValues(class.String()).Inc()
-		var perr *channels.Error
-		errors.As(err, &perr)
-		switch class {
-		case channels.Success:
-			p.m.delivered.WithLabelValues().Inc()
-			return true
-		case channels.Throttle:
-			attempts-- // a throttle is the pacer's fault, not the message's
-			throttles++
-			d := channels.RetryAfter(err)
-			if d <= 0 {
-				d = p.cfg.ThrottleCooldown << min(throttles-1, 10)
-			}
-			d = min(d, p.cfg.MaxCooldown)
-			if perr != nil && perr.Scope == channels.ScopePair {
-				// Only this recipient is limited: wait here without
-				// slowing the whole pacing key.
-				log.Info("pair throttled; retrying this message later", "code", perr.Code, "after", d)
-				if !sleep(ctx, d) {
-					return false
-				}
-			} else {
-				log.Info("throttled; pacing key cools down", "code", codeOf(perr), "cooldown", d)
-				p.cooldown(ctx, env.Key, d, log)
-			}
-			waitStart = time.Now()
-		case channels.Transient:
-			if attempts >= p.cfg.MaxAttempts {
-				return p.deadLetter(ctx, r, "attempts-exhausted", fmt.Sprintf("%d attempts, last: %v", attempts, err), log)
-			}
-			d := retry.NextBackOff()
-			if ra := channels.RetryAfter(err); ra > d {
-				d = min(ra, p.cfg.MaxCooldown)
-			}
-			log.Warn("transient failure; retrying", "attempt", attempts, "after", d, "err", err)
-			if !sleep(ctx, d) {
-				return false
-			}
-			waitStart = time.Now()
-		case channels.Permanent:
-			return p.deadLetter(ctx, r, "permanent:"+codeOf(perr), err.Error(), log)
-		case channels.Halt:
-			attempts--
-			log.Error("provider refuses this pacing key (credentials or account); cooling down, nothing dropped",
-				"code", codeOf(perr), "cooldown", p.cfg.HaltCooldown, "err", err)
-			p.cooldown(ctx, env.Key, p.cfg.HaltCooldown, log)
-			waitStart = time.Now()
-		}
-	}
-}
-
-func codeOf(e *channels.Error) string {
-	if e == nil || e.Code == "" {
-		return "none"
-	}
-	return e.Code
-}
-
-// takeToken waits until the bucket of key grants a token. Redis errors are
-// retried with back-off (the record is never dropped). It returns false only
-// when ctx ends.
-func (p *Pacer) takeToken(ctx context.Context, key string, log *slog.Logger) bool {
-	fail := backoff.NewExponentialBackOff()
-	fail.InitialInterval = 100 * time.Millisecond
-	fail.MaxInterval = 5 * time.Second
-	for {
-		start := time.Now()
-		d, err := p.bucket.Take(ctx, p.cfg.Channel, key, p.cfg.Limit, 1)
-		p.m.takeLatency.WithLabelValues().Observe(time.Since(start).Seconds())
-		if err != nil {
-			if ctx.Err() != nil {
-				return false
-			}
-			p.m.redisErrors.WithLabelValues().Inc()
-			if p.redisOK.Swap(false) {
-				log.Error("token bucket unavailable; sends stop until Redis answers", "err", err)
-				p.publishReady()
-			}
-			if !sleep(ctx, fail.NextBackOff()) {
-				return false
-			}
-			continue
-		}
-		if !p.redisOK.Swap(true) {
-			log.Info("token bucket reachable again")
-			p.publishReady()
-		}
-		if d.Allowed {
-			return true
-		}
-		// Jitter a cooldown wake-up by up to 10% so waiters on one key do not
-		// all return in the same instant.
-		wait := d.Wait
-		if d.Cooldown {
-			wait += time.Duration(rand.Int64N(int64(wait)/10 + 1))
-		}
-		if !sleep(ctx, wait) {
-			return false
-		}
-	}
-}
-
-func (p *Pacer) cooldown(ctx context.Context, key string, d time.Duration, log *slog.Logger) {
-	if err := p.bucket.Cooldown(ctx, p.cfg.Channel, key, d); err != nil {
-		// The shared cooldown failed; at least this worker waits.
-		log.Warn("could not store cooldown in Redis; waiting locally", "err", err)
-		sleep(ctx, d)
-	}
-}
-
-// deadLetter writes r to the DLQ topic with its reason and returns true once
-// Kafka acknowledged it. It retries until ctx ends (returning false) so a
-// record is never finished without reaching the DLQ.
-func (p *Pacer) deadLetter(ctx context.Context, r *kgo.Record, reason, detail string, log *slog.Logger) bool {
-	if len(detail) > 512 {
-		detail = detail[:512]
-	}
-	label := reason
-	if i := len("permanent:"); len(reason) > i && reason[:i] == "permanent:" {
-		label = "permanent"
-	}
-	dr := &kgo.Record{
-		Topic: p.cfg.DLQTopic,
-		Key:   r.Key,
-		Value: r.Value,
-		Headers: append(append([]kgo.RecordHeader{}, r.Headers...),
-			kgo.RecordHeader{Key: "pacer-reason", Value: []byte(reason)},
-			kgo.RecordHeader{Key: "pacer-detail", Value: []byte(detail)},
-			kgo.RecordHeader{Key: "pacer-channel", Value: []byte(p.cfg.Channel)},
-			kgo.RecordHeader{Key: "pacer-original-topic", Value: []byte(r.Topic)},
-			kgo.RecordHeader{Key: "pacer-original-partition", Value: []byte(strconv.Itoa(int(r.Partition)))},
-			kgo.RecordHeader{Key: "pacer-original-offset", Value: []byte(strconv.FormatInt(r.Offset, 10))},
-		),
-	}
-	fail := backoff.NewExponentialBackOff()
-	fail.MaxInterval = 10 * time.Second
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := p.cl.ProduceSync(pctx, dr).FirstErr()
-		cancel()
-		if err == nil {
-			p.m.dlq.WithLabelValues(label).Inc()
-			log.Warn("dead-lettered", "reason", reason, "detail", detail)
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		log.Error("DLQ write failed; retrying", "err", err)
-		if !sleep(ctx, fail.NextBackOff()) {
-			return false
 		}
 	}
 }

@@ -73,7 +73,7 @@ func newHarness(t *testing.T, script map[string][]error) *harness {
 	return &harness{t: t, kc: kc, cl: cl, mr: miniredis.RunT(t), reg: prometheus.NewRegistry(),
 		sender: &scriptSender{script: script, calls: map[string]int{}, success: map[string]int{}},
 		cfg: pacer.Config{Channel: "test", Topic: "pacer.test", Limit: bucket.Limit{PerSecond: 1000, Burst: 10},
-			MaxAttempts: 3, ThrottleCooldown: 20 * time.Millisecond, HaltCooldown: 50 * time.Millisecond, Drain: 5 * time.Second}}
+			MaxAttempts: 3, RetryDelays: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}, ThrottleCooldown: 20 * time.Millisecond, HaltCooldown: 50 * time.Millisecond, Drain: 5 * time.Second}}
 }
 
 func (h *harness) produce(values ...string) {
@@ -92,7 +92,8 @@ func (h *harness) run(done func() bool) {
 	h.t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
 	defer rdb.Close()
-	p, err := pacer.New(h.cfg, []kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)}, bucket.New(rdb, bucket.Config{}), h.sender, h.reg)
+	p, err := pacer.New(h.cfg, []kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)},
+		pacer.Deps{Bucket: bucket.New(rdb, bucket.Config{}), Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: h.sender}, h.reg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -186,7 +187,10 @@ func TestOutcomes(t *testing.T) {
 	h.produce(env("ok"), env("throttled"), env("pair"), env("flaky"), env("broken"), env("bad"), env("halted"),
 		`not json`, `{"id":"old","key":"k1","to":"1","expires_at":"2001-01-01T00:00:00Z"}`, env("last"))
 	s := h.sender
-	h.run(func() bool { return s.count(s.success, "last") == 1 })
+	h.run(func() bool {
+		return s.count(s.success, "last") == 1 && s.count(s.success, "flaky") == 1 &&
+			h.counter("pacer_dlq_total", "reason", "attempts-exhausted") == 1
+	})
 
 	for id, want := range map[string]int{"ok": 1, "throttled": 3, "pair": 2, "flaky": 2, "broken": 3, "bad": 1, "halted": 2, "last": 1} {
 		if got := s.count(s.calls, id); got != want {
@@ -278,10 +282,76 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"zero burst", pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 5, Burst: 0}}, "invalid limit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := pacer.New(c.cfg, nil, bucket.New(nil, bucket.Config{}), &scriptSender{}, prometheus.NewRegistry())
+			_, err := pacer.New(c.cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Ledger: bucket.NewLedger(nil, bucket.Config{}), Sender: &scriptSender{}}, prometheus.NewRegistry())
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestIdempotency: a copy of a delivered id is skipped; an id claimed by a
+// process that died mid-send is dead-lettered as unknown-outcome, unless an
+// operator replayed it from the DLQ.
+func TestIdempotency(t *testing.T) {
+	h := newHarness(t, nil)
+	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
+	defer rdb.Close()
+	l := bucket.NewLedger(rdb, bucket.Config{})
+	for _, id := range []string{"crashed", "replayed"} {
+		if _, err := l.Claim(context.Background(), "test", "k1", id, "dead-process", time.Hour, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.produce(env("twice"), env("twice"), env("crashed"))
+	rep := &kgo.Record{Topic: "pacer.test", Key: []byte("k1"), Value: []byte(env("replayed")),
+		Headers: []kgo.RecordHeader{{Key: "pacer-replayed", Value: []byte("1")}}}
+	if err := h.cl.ProduceSync(context.Background(), rep).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	h.produce(env("last"))
+	s := h.sender
+	h.run(func() bool { return s.count(s.success, "last") == 1 && s.count(s.success, "replayed") == 1 })
+	if got := s.count(s.calls, "twice"); got != 1 {
+		t.Errorf("twice: %d requests, want 1", got)
+	}
+	if got := s.count(s.calls, "crashed"); got != 0 {
+		t.Errorf("crashed: %d requests, want 0 (unknown outcome goes to the DLQ)", got)
+	}
+	if got := h.counter("pacer_duplicates_skipped_total"); got != 1 {
+		t.Errorf("pacer_duplicates_skipped_total = %v, want 1", got)
+	}
+	if r := h.dlq(1)[env("crashed")]; r != "unknown-outcome" {
+		t.Errorf("crashed: DLQ reason %q, want unknown-outcome", r)
+	}
+}
+
+// TestLongCooldownRequeues: a cooldown longer than MaxTokenWait puts the
+// record back without an attempt; it is delivered once the cooldown ends,
+// even with MaxAttempts 1.
+func TestLongCooldownRequeues(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.MaxAttempts = 1
+	h.cfg.MaxTokenWait = 100 * time.Millisecond
+	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
+	defer rdb.Close()
+	if err := bucket.New(rdb, bucket.Config{}).Cooldown(context.Background(), "test", "k1", 1500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	h.produce(env("a"), env("b"))
+	s := h.sender
+	h.run(func() bool { return s.count(s.success, "a") == 1 && s.count(s.success, "b") == 1 })
+	if el := time.Since(start); el < 1400*time.Millisecond {
+		t.Errorf("delivered after %v, before the 1.5 s cooldown ended", el)
+	}
+	if got := h.counter("pacer_requeued_total", "reason", "cooldown"); got < 2 {
+		t.Errorf("pacer_requeued_total{cooldown} = %v, want >= 2", got)
+	}
+	if got := h.counter("pacer_dlq_total", "reason", "attempts-exhausted"); got != 0 {
+		t.Errorf("attempts-exhausted = %v, want 0", got)
+	}
+	if s.count(s.calls, "a") != 1 || s.count(s.calls, "b") != 1 {
+		t.Errorf("requests a=%d b=%d, want 1 each", s.count(s.calls, "a"), s.count(s.calls, "b"))
 	}
 }

@@ -7,13 +7,15 @@
 //
 //   - Key is the pacing key: the name of an API key in Config.APIKeys, so
 //     each SendGrid account (or subuser, through Config.OnBehalfOf) is paced
-//     on its own. The secret never leaves the Client.
+//     on its own. The secret stays in the Config: never in a Message, never
+//     in an error.
 //   - To is the recipient address: personalizations[0].to[0].email.
 //   - ID is sent as personalizations[0].custom_args.pacer_id, which SendGrid
 //     echoes in every Event Webhook event of the mail.
 //   - Payload is the mail body without personalizations: a JSON object with
 //     from, subject, content, template_id, reply_to, attachments,
-//     categories, mail_settings and so on, kept byte for byte. Its optional
+//     categories, mail_settings and so on, kept as sent (less insignificant
+//     whitespace; <, > and & are not escaped). Its optional
 //     "personalization" (singular) object holds per-recipient fields
 //     (dynamic_template_data, subject, cc, bcc, headers, substitutions,
 //     send_at, custom_args) and becomes personalizations[0].

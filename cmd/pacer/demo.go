@@ -117,7 +117,8 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	p, err := pacer.New(pacer.Config{
 		Channel: "whatsapp", Topic: topic, Limit: lim, Drain: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
-	}, []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)}, bucket.New(rdb, bucket.Config{}), sender, prometheus.NewRegistry())
+	}, []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)},
+		pacer.Deps{Bucket: bucket.New(rdb, bucket.Config{}), Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: sender}, prometheus.NewRegistry())
 	if err != nil {
 		return err
 	}

@@ -84,7 +84,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		MaxAttempts: cfg.MaxAttempts, Drain: cfg.Drain,
 		ThrottleCooldown: cfg.ThrottleCooldown, HaltCooldown: cfg.HaltCooldown,
 		Logger: log,
-	}, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + *channel)}, lim, sender, reg)
+	}, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + *channel)},
+		pacer.Deps{Bucket: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Sender: sender}, reg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}

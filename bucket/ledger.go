@@ -1,0 +1,119 @@
+package bucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pacerhq/pacer/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// ClaimResult is the answer of [Ledger.Claim].
+type ClaimResult int
+
+const (
+	// Claimed: the caller owns the id now and may send it.
+	Claimed ClaimResult = iota
+	// Delivered: the id was delivered before; do not send it again.
+	Delivered
+	// Abandoned: another process claimed the id and never recorded an
+	// outcome (it crashed or was cut off mid-send). The provider may or may
+	// not have the message.
+	Abandoned
+)
+
+func (c ClaimResult) String() string {
+	switch c {
+	case Claimed:
+		return "claimed"
+	case Delivered:
+		return "delivered"
+	case Abandoned:
+		return "abandoned"
+	}
+	return fmt.Sprintf("claim(%d)", int(c))
+}
+
+var (
+	claimScript   = redis.NewScript(lua.Claim)
+	releaseScript = redis.NewScript(lua.Release)
+)
+
+// Ledger is the idempotency record of envelope ids: claimed before a send,
+// marked delivered after it, so a record Kafka delivers again is not sent
+// twice. Each id lives at "<prefix>:{<channel>:<pacing key>}:id:<id>", in
+// the Redis Cluster slot of its pacing key. A Ledger is safe for concurrent use.
+type Ledger struct {
+	rdb    redis.Cmdable
+	prefix string
+}
+
+// NewLedger returns a Ledger over rdb with the key prefix of cfg (default "pacer").
+func NewLedger(rdb redis.Cmdable, cfg Config) *Ledger {
+	p := cfg.Prefix
+	if p == "" {
+		p = defaultPrefix
+	}
+	return &Ledger{rdb: rdb, prefix: p}
+}
+
+// IDKey returns the Redis key of one envelope id.
+func (l *Ledger) IDKey(channel, key, id string) string {
+	return fmt.Sprintf("%s:{%s:%s}:id:%s", l.prefix, channel, key, id)
+}
+
+// Claim claims id for owner for ttl (rounded up to a millisecond). With
+// force, a claim left by another owner is taken over (the caller has decided
+// to send again); without it, such a claim answers [Abandoned]. Errors wrap
+// the Redis error.
+func (l *Ledger) Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (ClaimResult, error) {
+	k := l.IDKey(channel, key, id)
+	f := "0"
+	if force {
+		f = "1"
+	}
+	v, err := claimScript.Run(ctx, l.rdb, []string{k}, owner, ms(ttl), f).Result()
+	if err != nil {
+		return 0, fmt.Errorf("bucket: claim %q: %w", k, err)
+	}
+	switch v {
+	case "claimed":
+		return Claimed, nil
+	case "delivered":
+		return Delivered, nil
+	case "abandoned":
+		return Abandoned, nil
+	}
+	return 0, fmt.Errorf("bucket: claim %q: unexpected reply %v", k, v)
+}
+
+// Delivered records that id was accepted by the provider (providerID, may
+// be empty), for ttl. Errors wrap the Redis error.
+func (l *Ledger) Delivered(ctx context.Context, channel, key, id, providerID string, ttl time.Duration) error {
+	k := l.IDKey(channel, key, id)
+	if err := l.rdb.Set(ctx, k, "d:"+providerID, max(ttl, time.Millisecond)).Err(); err != nil {
+		return fmt.Errorf("bucket: deliver %q: %w", k, err)
+	}
+	return nil
+}
+
+// Release drops owner's claim on id (the provider refused the message, so
+// a retry may claim it again). Releasing a claim one does not hold does
+// nothing. Errors wrap the Redis error.
+func (l *Ledger) Release(ctx context.Context, channel, key, id, owner string) error {
+	k := l.IDKey(channel, key, id)
+	if err := releaseScript.Run(ctx, l.rdb, []string{k}, owner).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("bucket: release %q: %w", k, err)
+	}
+	return nil
+}
+
+func ms(d time.Duration) string {
+	n := (d + time.Millisecond - 1) / time.Millisecond
+	if n < 1 {
+		n = 1
+	}
+	return fmt.Sprint(int64(n))
+}

@@ -1,0 +1,71 @@
+package bucket_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/redis/go-redis/v9"
+)
+
+func ledgers(t *testing.T) map[string]*bucket.Ledger {
+	mr := miniredis.RunT(t)
+	real := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { real.Close() })
+	return map[string]*bucket.Ledger{
+		"miniredis":    bucket.NewLedger(redis.NewClient(&redis.Options{Addr: mr.Addr()}), bucket.Config{Prefix: "t" + t.Name()}),
+		"redis-server": bucket.NewLedger(real, bucket.Config{Prefix: "t" + t.Name() + time.Now().Format("150405.000000")}),
+	}
+}
+
+func TestLedgerSteps(t *testing.T) {
+	for name, l := range ledgers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			const ch, key, id = "whatsapp", "106", "m1"
+			for i, s := range []struct {
+				op    string // claim, force, deliver, release
+				owner string
+				want  bucket.ClaimResult
+			}{
+				{"claim", "a", bucket.Claimed},
+				{"claim", "a", bucket.Claimed},    // the same owner again
+				{"claim", "b", bucket.Abandoned},  // a crashed owner's claim
+				{"release", "b", 0},               // not b's: nothing happens
+				{"claim", "b", bucket.Abandoned},
+				{"release", "a", 0},               // the provider refused: a lets go
+				{"claim", "b", bucket.Claimed},    // a retry by another owner
+				{"force", "c", bucket.Claimed},    // the operator chose to resend
+				{"deliver", "c", 0},
+				{"claim", "a", bucket.Delivered},
+				{"force", "a", bucket.Delivered},  // delivered is final
+				{"release", "c", 0},
+				{"claim", "c", bucket.Delivered},
+			} {
+				var got bucket.ClaimResult
+				var err error
+				switch s.op {
+				case "claim", "force":
+					got, err = l.Claim(ctx, ch, key, id, s.owner, time.Minute, s.op == "force")
+				case "deliver":
+					err = l.Delivered(ctx, ch, key, id, "wamid.X", time.Hour)
+				case "release":
+					err = l.Release(ctx, ch, key, id, s.owner)
+				}
+				if err != nil || got != s.want {
+					t.Fatalf("step %d %s(%s): got %v, %v; want %v", i, s.op, s.owner, got, err, s.want)
+				}
+			}
+		})
+	}
+}
+
+func TestLedgerKeySharesSlot(t *testing.T) {
+	l := bucket.NewLedger(nil, bucket.Config{})
+	if got, want := l.IDKey("whatsapp", "106540352242922", "c1-9"), "pacer:{whatsapp:106540352242922}:id:c1-9"; got != want {
+		t.Fatalf("IDKey = %q, want %q", got, want)
+	}
+}

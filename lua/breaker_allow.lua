@@ -1,0 +1,97 @@
+-- breaker_allow.lua: ask one pacing key's breaker whether a send may go.
+-- Run by bucket.Limiter.BreakerAllow.
+--
+-- KEYS[1]  breaker hash, fields:
+--            opens     opens in a row without a success since (decimal integer >= 1)
+--            until_us  end of the open period, µs of Redis TIME since the Unix epoch
+--            probe_us  end of the half-open probe lease (µs); 0 when none was granted
+--            owner     holder of the probe lease (string; "" when none)
+--            reason    why the breaker opened, as given to breaker_result.lua (string)
+--          No hash (or a corrupt one: a number field missing or not an
+--          integer) is a closed breaker.
+-- ARGV[1]  owner: the asking replica, non-empty string
+-- ARGV[2]  probe_ms: lifetime of a probe lease, integer >= 1
+-- ARGV[3]  idle_ms: the hash expires this many ms after the lease ends, integer >= 1
+--
+-- Reply: array of 4 integers {allowed, probe, wait_us, state}
+--   allowed  1 if the send may go, else 0
+--   probe    1 if the send is the half-open probe (owner holds the lease), else 0
+--   wait_us  refused: µs until the open period or the other owner's lease
+--            ends (>= 1); allowed: 0
+--   state    0 closed, 1 open (TIME before until_us), 2 half-open
+-- Error reply "ERR breaker: ..." for malformed ARGV.
+--
+-- Closed: allowed. Open: refused. Half-open: allowed as the probe if no
+-- lease is live (probe_us <= now) or owner holds it; refused while another
+-- owner's lease is live. A lease is not renewed by asking again, so an
+-- owner that never reports loses it after probe_ms.
+--
+-- Writes: only when granting a new lease: HSET probe_us = now + probe_ms
+-- and owner, PEXPIRE KEYS[1] probe_ms + idle_ms.
+
+-- BEGIN breaker read (identical in breaker_allow.lua, breaker_result.lua and breaker_status.lua)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+-- int returns v as a number if it is a finite integer >= lo, else nil.
+local function int(v, lo)
+  local n = tonumber(v)
+  if not n or n ~= n or n == math.huge or n < lo or n ~= math.floor(n) then
+    return nil
+  end
+  return n
+end
+
+-- read returns the breaker in KEYS[1] and its state (0 closed, 1 open,
+-- 2 half-open), and whether KEYS[1] has the wrong type. A missing or corrupt
+-- hash is a closed breaker (nil state table).
+local function read()
+  local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'opens', 'until_us', 'probe_us', 'owner', 'reason')
+  if not ok or type(h) ~= 'table' or h.err then
+    return nil, 0, true
+  end
+  local b = {opens = int(h[1], 1), until_us = int(h[2], 0), probe_us = int(h[3], 0),
+    owner = type(h[4]) == 'string' and h[4] or '', reason = type(h[5]) == 'string' and h[5] or ''}
+  if not (b.opens and b.until_us and b.probe_us) then
+    return nil, 0, false
+  end
+  if now < b.until_us then
+    return b, 1, false
+  end
+  return b, 2, false
+end
+
+-- expire sets KEYS[1] to expire idle_ms after the later of until_us and probe_us.
+local function expire(b, idle_ms)
+  local last = math.max(b.until_us, b.probe_us, now)
+  redis.call('PEXPIRE', KEYS[1], math.ceil((last - now) / 1000) + idle_ms)
+end
+-- END breaker read
+
+local owner = ARGV[1]
+local probe_ms = tonumber(ARGV[2])
+local idle_ms = tonumber(ARGV[3])
+if not owner or owner == '' then
+  return redis.error_reply('ERR breaker: owner must be non-empty')
+end
+if not int(probe_ms, 1) or not int(idle_ms, 1) then
+  return redis.error_reply('ERR breaker: probe_ms and idle_ms must be integers >= 1')
+end
+
+local b, state = read()
+if state == 0 then
+  return {1, 0, 0, 0}
+end
+if state == 1 then
+  return {0, 0, b.until_us - now, 1}
+end
+if now < b.probe_us then
+  if b.owner == owner then
+    return {1, 1, 0, 2}
+  end
+  return {0, 0, b.probe_us - now, 2}
+end
+b.probe_us = now + probe_ms * 1000
+redis.call('HSET', KEYS[1], 'probe_us', string.format('%.0f', b.probe_us), 'owner', owner)
+expire(b, idle_ms)
+return {1, 1, 0, 2}

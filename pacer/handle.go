@@ -1,0 +1,406 @@
+package pacer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/channels"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Record headers the pacer reads and writes. Producers may set none of them.
+const (
+	hAttempt   = "pacer-attempt"   // failed requests so far (transient or unknown outcome)
+	hRequeues  = "pacer-requeues"  // times the record was put back without an attempt
+	hDue       = "pacer-due"       // Unix ms before which the record must not be sent
+	hOrigin    = "pacer-origin"    // topic/partition/offset of the first copy
+	hReplayed  = "pacer-replayed"  // "1": put back from the DLQ by an operator
+	hReason    = "pacer-reason"    // DLQ: why
+	hDetail    = "pacer-detail"    // DLQ: the last provider response or parse error
+	hChannel   = "pacer-channel"   // DLQ: the channel
+	hOrigTopic = "pacer-original-topic"
+	hOrigPart  = "pacer-original-partition"
+	hOrigOff   = "pacer-original-offset"
+)
+
+// meta is the pacer's bookkeeping carried in a record's headers.
+type meta struct {
+	attempt  int
+	requeues int
+	due      time.Time
+	replayed bool
+	origin   string // "topic/partition/offset"
+}
+
+func readMeta(r *kgo.Record) meta {
+	m := meta{origin: fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset)}
+	for _, h := range r.Headers {
+		v := string(h.Value)
+		switch h.Key {
+		case hAttempt:
+			m.attempt, _ = strconv.Atoi(v)
+		case hRequeues:
+			m.requeues, _ = strconv.Atoi(v)
+		case hDue:
+			if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
+				m.due = time.UnixMilli(ms)
+			}
+		case hOrigin:
+			if v != "" {
+				m.origin = v
+			}
+		case hReplayed:
+			m.replayed = v == "1"
+		}
+	}
+	return m
+}
+
+// headers returns r's headers without the pacer's, plus m's and extra.
+func (m meta) headers(r *kgo.Record, extra ...kgo.RecordHeader) []kgo.RecordHeader {
+	var hs []kgo.RecordHeader
+	for _, h := range r.Headers {
+		if !strings.HasPrefix(h.Key, "pacer-") {
+			hs = append(hs, h)
+		}
+	}
+	hs = append(hs,
+		kgo.RecordHeader{Key: hAttempt, Value: []byte(strconv.Itoa(m.attempt))},
+		kgo.RecordHeader{Key: hRequeues, Value: []byte(strconv.Itoa(m.requeues))},
+		kgo.RecordHeader{Key: hOrigin, Value: []byte(m.origin)},
+	)
+	if !m.due.IsZero() {
+		hs = append(hs, kgo.RecordHeader{Key: hDue, Value: []byte(strconv.FormatInt(m.due.UnixMilli(), 10))})
+	}
+	if m.replayed {
+		hs = append(hs, kgo.RecordHeader{Key: hReplayed, Value: []byte("1")})
+	}
+	return append(hs, extra...)
+}
+
+// handle takes one record to a finished state and returns true, or returns
+// false when the worker stopped first (the record is then re-delivered to
+// the partition's next owner).
+func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
+	ctx := w.ctx
+	log := p.log.With("topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+	m := readMeta(r)
+	if !w.waitDue(m.due) {
+		return false
+	}
+	env, err := ParseEnvelope(r.Value)
+	if err != nil {
+		return p.deadLetter(ctx, r, m, "malformed", err.Error(), log)
+	}
+	log = log.With("id", env.ID)
+	if env.Expired(time.Now()) {
+		return p.deadLetter(ctx, r, m, "expired", "expires_at "+env.ExpiresAt.Format(time.RFC3339)+" passed before a send", log)
+	}
+
+	force := m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
+	var claim bucket.ClaimResult
+	if !p.redis(ctx, log, func() (err error) {
+		claim, err = p.ledger.Claim(ctx, p.cfg.Channel, env.Key, env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
+		return err
+	}) {
+		return false
+	}
+	switch claim {
+	case bucket.Delivered:
+		p.m.duplicates.WithLabelValues().Inc()
+		log.Info("already delivered; skipped")
+		return true
+	case bucket.Abandoned:
+		return p.deadLetter(ctx, r, m, "unknown-outcome",
+			"another process claimed this id and stopped before recording an outcome; the provider may have the message", log)
+	}
+
+	msg := channels.Message{ID: env.ID, Key: env.Key, To: env.To, Payload: env.Payload}
+	throttles := 0
+	waitStart := time.Now()
+	for {
+		wait, reason, ok := p.waitToken(ctx, env.Key, log)
+		if !ok {
+			p.release(ctx, env, log)
+			return false
+		}
+		if wait > 0 {
+			p.release(ctx, env, log)
+			return p.requeue(ctx, r, m, reason, wait, log)
+		}
+		p.m.bucketWait.WithLabelValues().Observe(time.Since(waitStart).Seconds())
+
+		sctx, cancel := context.WithTimeout(p.sendCtx, p.cfg.SendTimeout)
+		start := time.Now()
+		res, err := p.sender.Send(sctx, msg)
+		cancel()
+		p.m.sendLatency.WithLabelValues().Observe(time.Since(start).Seconds())
+		class := channels.ClassOf(err)
+		var perr *channels.Error
+		errors.As(err, &perr)
+
+		if err != nil && channels.MaybeAccepted(err) {
+			// No answer: the provider may have the message.
+			p.m.sends.WithLabelValues("unknown").Inc()
+			if p.sendCtx.Err() != nil {
+				log.Warn("send cut at the drain deadline; outcome unknown, claim kept", "err", err)
+				return false
+			}
+			m.attempt++
+			if p.cfg.UnknownOutcome == UnknownOutcomeDLQ {
+				return p.deadLetter(ctx, r, m, "unknown-outcome", "no answer from the provider: "+err.Error(), log)
+			}
+			p.release(ctx, env, log)
+			return p.retry(ctx, r, m, err, log)
+		}
+		p.m.sends.WithLabelValues(class.String()).Inc()
+		switch class {
+		case channels.Success:
+			p.delivered(ctx, env, res, log)
+			return true
+		case channels.Throttle:
+			// Our pace, not the message, was at fault: no attempt counted.
+			throttles++
+			d := channels.RetryAfter(err)
+			if d <= 0 {
+				d = p.cfg.ThrottleCooldown << min(throttles-1, 16)
+			}
+			d = min(d, p.cfg.MaxCooldown)
+			if perr != nil && perr.Scope == channels.ScopePair {
+				// Only this recipient is limited: hold this message, not the key.
+				log.Info("pair throttled; retrying this message later", "code", codeOf(perr), "after", d)
+				if d > p.cfg.MaxTokenWait {
+					p.release(ctx, env, log)
+					return p.requeue(ctx, r, m, "pair-throttle", d, log)
+				}
+				if !sleep(ctx, d) {
+					p.release(ctx, env, log)
+					return false
+				}
+			} else {
+				log.Info("throttled; pacing key cools down", "code", codeOf(perr), "cooldown", d)
+				p.cooldown(ctx, env.Key, d, log)
+			}
+			waitStart = time.Now()
+		case channels.Transient:
+			m.attempt++
+			p.release(ctx, env, log)
+			return p.retry(ctx, r, m, err, log)
+		case channels.Permanent:
+			p.release(ctx, env, log)
+			return p.deadLetter(ctx, r, m, "permanent:"+codeOf(perr), err.Error(), log)
+		case channels.Halt:
+			log.Error("provider refuses this pacing key (credentials or account); cooling down, nothing dropped",
+				"code", codeOf(perr), "cooldown", p.cfg.HaltCooldown, "err", err)
+			p.cooldown(ctx, env.Key, p.cfg.HaltCooldown, log)
+			waitStart = time.Now()
+		}
+	}
+}
+
+func codeOf(e *channels.Error) string {
+	if e == nil || e.Code == "" {
+		return "none"
+	}
+	return e.Code
+}
+
+// redis runs op, retrying Redis errors with back-off until it succeeds
+// (true) or ctx ends (false). Sends stop meanwhile and /readyz says so.
+func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) bool {
+	fail := backoff.NewExponentialBackOff()
+	fail.InitialInterval = 100 * time.Millisecond
+	fail.MaxInterval = 5 * time.Second
+	for {
+		err := op()
+		if err == nil {
+			if !p.redisOK.Swap(true) {
+				log.Info("redis reachable again")
+				p.publishReady()
+			}
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		p.m.redisErrors.WithLabelValues().Inc()
+		if p.redisOK.Swap(false) {
+			log.Error("redis unavailable; sends stop until it answers, nothing is dropped", "err", err)
+			p.publishReady()
+		}
+		if !sleep(ctx, fail.NextBackOff()) {
+			return false
+		}
+	}
+}
+
+// waitToken waits until the bucket of key grants a token and returns
+// (0, "", true); or, when the wait would exceed MaxTokenWait, returns the
+// wait and why ("cooldown" or "token-wait") without waiting. ok is false
+// when ctx ended.
+func (p *Pacer) waitToken(ctx context.Context, key string, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
+	for {
+		var d bucket.Decision
+		start := time.Now()
+		if !p.redis(ctx, log, func() (err error) {
+			d, err = p.bucket.Take(ctx, p.cfg.Channel, key, p.cfg.Limit, 1)
+			return err
+		}) {
+			return 0, "", false
+		}
+		p.m.takeLatency.WithLabelValues().Observe(time.Since(start).Seconds())
+		if d.Allowed {
+			return 0, "", true
+		}
+		if d.Wait > p.cfg.MaxTokenWait {
+			if d.Cooldown {
+				return d.Wait, "cooldown", true
+			}
+			return d.Wait, "token-wait", true
+		}
+		// Spread cooldown wake-ups by up to 10% so waiters on one key do not
+		// all return in the same instant.
+		wait := d.Wait
+		if d.Cooldown {
+			wait += time.Duration(rand.Int64N(int64(wait)/10 + 1))
+		}
+		if !sleep(ctx, wait) {
+			return 0, "", false
+		}
+	}
+}
+
+func (p *Pacer) cooldown(ctx context.Context, key string, d time.Duration, log *slog.Logger) {
+	if err := p.bucket.Cooldown(ctx, p.cfg.Channel, key, d); err != nil {
+		// The shared cooldown failed; at least this worker waits.
+		log.Warn("could not store cooldown in Redis; waiting locally", "err", err)
+		sleep(ctx, min(d, p.cfg.MaxTokenWait))
+	}
+}
+
+// release drops this process's claim on env.ID after the provider refused
+// the message (or before any send), so a later copy can claim it. Failure
+// is logged: the copy then counts as unknown-outcome, never as delivered.
+func (p *Pacer) release(ctx context.Context, env Envelope, log *slog.Logger) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := p.ledger.Release(rctx, p.cfg.Channel, env.Key, env.ID, p.cfg.Owner); err != nil {
+		log.Warn("could not release the idempotency claim", "err", err)
+	}
+}
+
+// delivered records a successful send. The record is finished whatever
+// happens here: the provider has the message.
+func (p *Pacer) delivered(ctx context.Context, env Envelope, res channels.Result, log *slog.Logger) {
+	p.m.delivered.WithLabelValues().Inc()
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if !p.redis(dctx, log, func() error {
+		return p.ledger.Delivered(dctx, p.cfg.Channel, env.Key, env.ID, res.ProviderID, p.cfg.IdempotencyTTL)
+	}) {
+		log.Error("delivered, but the idempotency record could not be written; a re-delivered copy will count as unknown-outcome")
+	}
+}
+
+// retry sends r to the retry tier of its attempt count, or to the DLQ once
+// MaxAttempts requests failed.
+func (p *Pacer) retry(ctx context.Context, r *kgo.Record, m meta, cause error, log *slog.Logger) bool {
+	if m.attempt >= p.cfg.MaxAttempts {
+		return p.deadLetter(ctx, r, m, "attempts-exhausted", fmt.Sprintf("%d attempts, last: %v", m.attempt, cause), log)
+	}
+	tier := min(m.attempt, len(p.cfg.RetryDelays))
+	base := p.cfg.RetryDelays[tier-1]
+	d := base*4/5 + time.Duration(rand.Int64N(int64(base)*2/5+1)) // ±20% jitter
+	if ra := channels.RetryAfter(cause); ra > d {
+		d = min(ra, p.cfg.MaxCooldown)
+	}
+	m.due = time.Now().Add(d)
+	log.Warn("transient failure; retrying later", "attempt", m.attempt, "after", d, "err", cause)
+	if !p.produce(ctx, &kgo.Record{Topic: p.cfg.retryTopic(tier), Key: r.Key, Value: r.Value, Headers: m.headers(r)}, log) {
+		return false
+	}
+	p.m.retries.WithLabelValues().Inc()
+	return true
+}
+
+// requeue puts r back for later, due after wait, with its attempt count
+// unchanged: the record could not get a token in time.
+func (p *Pacer) requeue(ctx context.Context, r *kgo.Record, m meta, reason string, wait time.Duration, log *slog.Logger) bool {
+	wait = min(wait, p.cfg.MaxCooldown)
+	tier := len(p.cfg.RetryDelays)
+	for i, d := range p.cfg.RetryDelays {
+		if wait <= d {
+			tier = i + 1
+			break
+		}
+	}
+	m.requeues++
+	m.due = time.Now().Add(wait + time.Duration(rand.Int64N(int64(wait)/10+1)))
+	log.Info("requeued", "reason", reason, "due_in", wait, "tier", tier)
+	if !p.produce(ctx, &kgo.Record{Topic: p.cfg.retryTopic(tier), Key: r.Key, Value: r.Value, Headers: m.headers(r)}, log) {
+		return false
+	}
+	p.m.requeued.WithLabelValues(reason).Inc()
+	return true
+}
+
+// deadLetter writes r to the DLQ topic with its reason and returns true once
+// Kafka acknowledged it.
+func (p *Pacer) deadLetter(ctx context.Context, r *kgo.Record, m meta, reason, detail string, log *slog.Logger) bool {
+	if len(detail) > 512 {
+		detail = detail[:512]
+	}
+	label := reason
+	if i := strings.IndexByte(reason, ':'); i > 0 {
+		label = reason[:i]
+	}
+	ot, op, oo := m.origin, "", ""
+	if parts := strings.Split(m.origin, "/"); len(parts) == 3 {
+		ot, op, oo = parts[0], parts[1], parts[2]
+	}
+	m.due = time.Time{}
+	dr := &kgo.Record{Topic: p.cfg.DLQTopic, Key: r.Key, Value: r.Value, Headers: m.headers(r,
+		kgo.RecordHeader{Key: hReason, Value: []byte(reason)},
+		kgo.RecordHeader{Key: hDetail, Value: []byte(detail)},
+		kgo.RecordHeader{Key: hChannel, Value: []byte(p.cfg.Channel)},
+		kgo.RecordHeader{Key: hOrigTopic, Value: []byte(ot)},
+		kgo.RecordHeader{Key: hOrigPart, Value: []byte(op)},
+		kgo.RecordHeader{Key: hOrigOff, Value: []byte(oo)},
+	)}
+	if !p.produce(ctx, dr, log) {
+		return false
+	}
+	p.m.dlq.WithLabelValues(label).Inc()
+	log.Warn("dead-lettered", "reason", reason, "detail", detail)
+	return true
+}
+
+// produce writes rec and waits for Kafka's acknowledgement, retrying until
+// ctx ends (false): a record is never finished without its copy.
+func (p *Pacer) produce(ctx context.Context, rec *kgo.Record, log *slog.Logger) bool {
+	fail := backoff.NewExponentialBackOff()
+	fail.MaxInterval = 10 * time.Second
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := p.cl.ProduceSync(pctx, rec).FirstErr()
+		cancel()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		log.Error("write to "+rec.Topic+" failed; retrying", "err", err)
+		if !sleep(ctx, fail.NextBackOff()) {
+			return false
+		}
+	}
+}
