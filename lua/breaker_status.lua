@@ -42,6 +42,9 @@ local function read()
   if not (b.opens and b.until_us and b.probe_us) then
     return nil, 0, false
   end
+  if b.owner == '' then
+    b.probe_us = 0 -- a lease without an owner is no lease
+  end
   if now < b.until_us then
     return b, 1, false
   end

@@ -8,8 +8,8 @@ package lua
 
 import _ "embed"
 
-// Take is take.lua: take cost tokens from a token bucket unless its pacing
-// key is in cooldown; reply {allowed, remaining, wait_us, cooldown}.
+// Take is take.lua: take cost tokens from a token bucket now unless its
+// pacing key is in cooldown; reply {allowed, remaining, wait_us, cooldown}.
 //
 //go:embed take.lua
 var Take string
@@ -25,3 +25,23 @@ var State string
 //
 //go:embed cooldown.lua
 var Cooldown string
+
+// Reserve is reserve.lua: reserve the next free slot of one or more token
+// buckets (all or nothing), or lease up to n slots of one, letting a bucket
+// go into bounded debt; reply {granted, delay_us, wait_us, cooldown,
+// remaining, u0, now_us}.
+//
+//go:embed reserve.lua
+var Reserve string
+
+// LeaseReturn is lease_return.lua: give back the unused, not yet started
+// slots of a lease; reply: the slots given back.
+//
+//go:embed lease_return.lua
+var LeaseReturn string
+
+// Window is window.lua: count events against a sliding-window quota;
+// reply {allowed, remaining, wait_us}.
+//
+//go:embed window.lua
+var Window string

@@ -9,10 +9,16 @@ import (
 )
 
 var scripts = map[string]string{
-	"take.lua":     lua.Take,
-	"state.lua":    lua.State,
-	"cooldown.lua": lua.Cooldown,
+	"take.lua":         lua.Take,
+	"state.lua":        lua.State,
+	"cooldown.lua":     lua.Cooldown,
+	"reserve.lua":      lua.Reserve,
+	"lease_return.lua": lua.LeaseReturn,
+	"window.lua":       lua.Window,
 }
+
+// bucketScripts share the refill block (TestRefillShared).
+var bucketScripts = []string{"take.lua", "state.lua", "reserve.lua", "lease_return.lua"}
 
 // TestContracts checks that every script opens with its contract (style.md
 // 2.3): KEYS, ARGV with units, and the reply shape.
@@ -35,9 +41,9 @@ func TestContracts(t *testing.T) {
 	}
 }
 
-// TestRefillShared checks that take.lua and state.lua compute tokens with
-// the same code: Lua scripts cannot include each other, so the block is
-// copied, and must stay identical.
+// TestRefillShared checks that every script reading a token bucket does so
+// with the same code: Lua scripts cannot include each other, so the block
+// is copied, and must stay identical.
 func TestRefillShared(t *testing.T) {
 	block := func(name, src string) string {
 		_, rest, ok := strings.Cut(src, "-- BEGIN refill")
@@ -47,8 +53,11 @@ func TestRefillShared(t *testing.T) {
 		}
 		return body
 	}
-	if block("take.lua", lua.Take) != block("state.lua", lua.State) {
-		t.Fatal("the refill blocks of take.lua and state.lua differ")
+	want := block(bucketScripts[0], scripts[bucketScripts[0]])
+	for _, name := range bucketScripts[1:] {
+		if block(name, scripts[name]) != want {
+			t.Errorf("the refill blocks of %s and %s differ", bucketScripts[0], name)
+		}
 	}
 }
 

@@ -37,7 +37,30 @@ type config struct {
 	// PACER_HALT_COOLDOWN: key cooldown after a credential or account error; default 30s.
 	HaltCooldown time.Duration `env:"PACER_HALT_COOLDOWN, default=30s"`
 
+	// PACER_MAX_TOKEN_WAIT: longest wait for a token or a cooldown in place; a longer one requeues the record (not an attempt); default 5s.
+	MaxTokenWait time.Duration `env:"PACER_MAX_TOKEN_WAIT, default=5s"`
+	// PACER_RETRY_DELAYS: comma-separated back-off of the retry topics <topic>.retry.1, .2, ...; default 5s,30s,5m.
+	RetryDelays []time.Duration `env:"PACER_RETRY_DELAYS, default=5s,30s,5m"`
+	// PACER_UNKNOWN_OUTCOME: what to do when a send got no answer or a dead process left a claim: dlq or resend; default dlq.
+	UnknownOutcome string `env:"PACER_UNKNOWN_OUTCOME, default=dlq"`
+	// PACER_IDEMPOTENCY_TTL: how long delivered envelope ids are remembered; default 24h.
+	IdempotencyTTL time.Duration `env:"PACER_IDEMPOTENCY_TTL, default=24h"`
+
 	WhatsApp whatsappConfig
+	SendGrid sendgridConfig
+}
+
+type sendgridConfig struct {
+	// PACER_SENDGRID_BASE_URL: v3 API base URL; default https://api.sendgrid.com (EU subusers: https://api.eu.sendgrid.com).
+	BaseURL string `env:"PACER_SENDGRID_BASE_URL, default=https://api.sendgrid.com"`
+	// PACER_SENDGRID_API_KEYS: name=key pairs, comma-separated; the envelope key names the API key (the pacing key); never logged.
+	APIKeys string `env:"PACER_SENDGRID_API_KEYS"`
+	// PACER_SENDGRID_ON_BEHALF_OF: name=subuser pairs for the On-Behalf-Of header; default none.
+	OnBehalfOf string `env:"PACER_SENDGRID_ON_BEHALF_OF"`
+	// PACER_SENDGRID_RATE: mails per second per API key; default 100 (SendGrid publishes no mail/send rate).
+	Rate float64 `env:"PACER_SENDGRID_RATE, default=100"`
+	// PACER_SENDGRID_BURST: bucket capacity in mails per API key; default 100.
+	Burst int `env:"PACER_SENDGRID_BURST, default=100"`
 }
 
 type whatsappConfig struct {
@@ -136,6 +159,23 @@ func (c config) validate() error {
 	if c.HaltCooldown <= 0 {
 		bad("PACER_HALT_COOLDOWN", "must be > 0")
 	}
+	if c.MaxTokenWait <= 0 {
+		bad("PACER_MAX_TOKEN_WAIT", "must be > 0")
+	}
+	if len(c.RetryDelays) == 0 {
+		bad("PACER_RETRY_DELAYS", "at least one delay is required")
+	}
+	for _, d := range c.RetryDelays {
+		if d <= 0 {
+			bad("PACER_RETRY_DELAYS", fmt.Sprintf("%v must be > 0", d))
+		}
+	}
+	if c.UnknownOutcome != "dlq" && c.UnknownOutcome != "resend" {
+		bad("PACER_UNKNOWN_OUTCOME", fmt.Sprintf("%q is not dlq or resend", c.UnknownOutcome))
+	}
+	if c.IdempotencyTTL <= 0 {
+		bad("PACER_IDEMPOTENCY_TTL", "must be > 0")
+	}
 	if u, err := url.Parse(c.WhatsApp.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("PACER_WHATSAPP_BASE_URL", "must be an http(s) URL")
 	}
@@ -147,6 +187,15 @@ func (c config) validate() error {
 	}
 	if c.WhatsApp.Burst < 1 {
 		bad("PACER_WHATSAPP_BURST", "must be >= 1 message")
+	}
+	if u, err := url.Parse(c.SendGrid.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("PACER_SENDGRID_BASE_URL", "must be an http(s) URL")
+	}
+	if !(c.SendGrid.Rate > 0) {
+		bad("PACER_SENDGRID_RATE", "must be > 0 mails per second")
+	}
+	if c.SendGrid.Burst < 1 {
+		bad("PACER_SENDGRID_BURST", "must be >= 1 mail")
 	}
 	return errors.Join(errs...)
 }

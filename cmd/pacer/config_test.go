@@ -43,6 +43,11 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_LOG_FORMAT", "xml"},
 		{"PACER_WHATSAPP_BASE_URL", "graph.facebook.com"},
 		{"PACER_REDIS_PREFIX", "a{b}"},
+		{"PACER_MAX_TOKEN_WAIT", "0s"},
+		{"PACER_RETRY_DELAYS", "5s,-1s"},
+		{"PACER_RETRY_DELAYS", "5s,often"},
+		{"PACER_UNKNOWN_OUTCOME", "guess"},
+		{"PACER_IDEMPOTENCY_TTL", "0s"},
 	} {
 		t.Run(c.name+"="+c.val, func(t *testing.T) {
 			_, err := loadConfig(lookupMap(map[string]string{c.name: c.val}))

@@ -20,17 +20,14 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprintln(stderr, "usage: pacer publish --channel C [--topic T] [--partitions N] FILE.jsonl|-")
 		fs.PrintDefaults()
 	}
-	channel := fs.String("channel", "", "channel of the campaign: whatsapp (required)")
+	channel := fs.String("channel", "", "channel of the campaign: "+channelList+" (required)")
 	topic := fs.String("topic", "", "topic to publish to (default pacer.<channel>)")
 	partitions := fs.Int("partitions", 12, "partitions of the topic if publish has to create it")
 	if err := fs.Parse(args); err != nil {
 		return &usageError{err.Error()}
 	}
-	if *channel == "" {
-		return &usageError{"publish: --channel is required"}
-	}
-	if *channel != "whatsapp" {
-		return &usageError{fmt.Sprintf("publish: unknown channel %q (whatsapp)", *channel)}
+	if err := checkChannel(*channel); err != nil {
+		return err
 	}
 	if fs.NArg() != 1 {
 		return &usageError{"publish: exactly one FILE (or - for stdin) is required"}

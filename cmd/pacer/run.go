@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/channels"
-	"github.com/pacerhq/pacer/channels/whatsapp"
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -24,7 +22,7 @@ import (
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
 	fs := flag.NewFlagSet("pacer run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	channel := fs.String("channel", "", "channel to pace: whatsapp (required)")
+	channel := fs.String("channel", "", "channel to pace: "+channelList+" (required)")
 	topic := fs.String("topic", "", "topic to consume (default pacer.<channel>)")
 	group := fs.String("group", "", "consumer group (default pacer-<channel>)")
 	if err := fs.Parse(args); err != nil {
@@ -36,24 +34,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	}
 	log := newLogger(cfg, stderr)
 
-	var (
-		sender channels.Sender
-		limit  bucket.Limit
-	)
-	switch *channel {
-	case "whatsapp":
-		if cfg.WhatsApp.Token == "" {
-			return &configError{"PACER_WHATSAPP_TOKEN", "required for --channel whatsapp"}
-		}
-		c, err := whatsapp.New(whatsapp.Config{BaseURL: cfg.WhatsApp.BaseURL, APIVersion: cfg.WhatsApp.APIVersion, Token: cfg.WhatsApp.Token})
-		if err != nil {
-			return fmt.Errorf("%w: %w", errConfig, err)
-		}
-		sender, limit = c, bucket.Limit{PerSecond: cfg.WhatsApp.Rate, Burst: cfg.WhatsApp.Burst}
-	case "":
-		return &usageError{"run: --channel is required (whatsapp)"}
-	default:
-		return &usageError{fmt.Sprintf("run: unknown channel %q (whatsapp)", *channel)}
+	if err := checkChannel(*channel); err != nil {
+		return err
+	}
+	sender, limit, err := buildSender(ctx, *channel, cfg)
+	if err != nil {
+		return err
 	}
 
 	ln, err := net.Listen("tcp", cfg.MetricsAddr)
@@ -83,6 +69,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		Channel: *channel, Topic: *topic, Group: *group, Limit: limit,
 		MaxAttempts: cfg.MaxAttempts, Drain: cfg.Drain,
 		ThrottleCooldown: cfg.ThrottleCooldown, HaltCooldown: cfg.HaltCooldown,
+		MaxTokenWait: cfg.MaxTokenWait, RetryDelays: cfg.RetryDelays,
+		UnknownOutcome: cfg.UnknownOutcome, IdempotencyTTL: cfg.IdempotencyTTL,
 		Logger: log,
 	}, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + *channel)},
 		pacer.Deps{Bucket: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Sender: sender}, reg)

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/sendgrid"
+	"github.com/pacerhq/pacer/channels/whatsapp"
+)
+
+const channelList = "whatsapp, sendgrid"
+
+// checkChannel returns a usage error unless name is a channel Pacer serves.
+func checkChannel(name string) error {
+	switch name {
+	case "whatsapp", "sendgrid":
+		return nil
+	case "":
+		return &usageError{"--channel is required (" + channelList + ")"}
+	}
+	return &usageError{fmt.Sprintf("unknown channel %q (%s)", name, channelList)}
+}
+
+// buildSender returns the adapter and the per-key limit of channel, built
+// from cfg. Errors name the variable at fault and never echo a secret.
+func buildSender(_ context.Context, channel string, cfg config) (channels.Sender, bucket.Limit, error) {
+	switch channel {
+	case "whatsapp":
+		c := cfg.WhatsApp
+		if c.Token == "" {
+			return nil, bucket.Limit{}, &configError{"PACER_WHATSAPP_TOKEN", "required for --channel whatsapp"}
+		}
+		s, err := whatsapp.New(whatsapp.Config{BaseURL: c.BaseURL, APIVersion: c.APIVersion, Token: c.Token})
+		if err != nil {
+			return nil, bucket.Limit{}, fmt.Errorf("%w: %w", errConfig, err)
+		}
+		return s, bucket.Limit{PerSecond: c.Rate, Burst: c.Burst}, nil
+	case "sendgrid":
+		c := cfg.SendGrid
+		keys, err := parseKeyList(c.APIKeys)
+		if err != nil {
+			return nil, bucket.Limit{}, &configError{"PACER_SENDGRID_API_KEYS", err.Error()}
+		}
+		obo, err := parseKeyList(c.OnBehalfOf)
+		if err != nil {
+			return nil, bucket.Limit{}, &configError{"PACER_SENDGRID_ON_BEHALF_OF", err.Error()}
+		}
+		if len(keys) == 0 {
+			return nil, bucket.Limit{}, &configError{"PACER_SENDGRID_API_KEYS", "required for --channel sendgrid (name=key,...)"}
+		}
+		s, err := sendgrid.New(sendgrid.Config{BaseURL: c.BaseURL, APIKeys: keys, OnBehalfOf: obo})
+		if err != nil {
+			return nil, bucket.Limit{}, fmt.Errorf("%w: %w", errConfig, err)
+		}
+		return s, bucket.Limit{PerSecond: c.Rate, Burst: c.Burst}, nil
+	}
+	return nil, bucket.Limit{}, checkChannel(channel)
+}
+
+// parseKeyList parses "name=value,name2=value2". Errors name the entry by
+// position, never by value (values are secrets).
+func parseKeyList(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for i, part := range strings.Split(s, ",") {
+		name, val, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || name == "" || val == "" {
+			return nil, fmt.Errorf("entry %d is not name=value", i+1)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("name %q appears twice", name)
+		}
+		out[name] = val
+	}
+	return out, nil
+}

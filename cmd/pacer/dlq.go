@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/pacerhq/pacer/pacer"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
+	if len(args) == 0 || args[0] != "replay" {
+		return &usageError{"usage: pacer dlq replay --channel C [--topic T] [--reason R] [--campaign X] [--dry-run]"}
+	}
+	fs := flag.NewFlagSet("pacer dlq replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	channel := fs.String("channel", "", "channel: "+channelList+" (required)")
+	topic := fs.String("topic", "", "main topic (default pacer.<channel>); the DLQ is <topic>.dlq")
+	reason := fs.String("reason", "", "replay only this pacer-reason (e.g. unknown-outcome, permanent, permanent:131026); default all")
+	campaign := fs.String("campaign", "", "replay only envelopes of this campaign; default all")
+	dry := fs.Bool("dry-run", false, "count what would be replayed, write nothing")
+	if err := fs.Parse(args[1:]); err != nil {
+		return &usageError{err.Error()}
+	}
+	if err := checkChannel(*channel); err != nil {
+		return err
+	}
+	if *topic == "" {
+		*topic = "pacer." + *channel
+	}
+	cfg, err := loadConfig(lookup)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-dlq-replay"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	n, err := pacer.EnsureTopic(ctx, cl, *topic, 12)
+	if err != nil {
+		return err
+	}
+	s, err := pacer.Replay(ctx, cl, pacer.ReplayConfig{DLQTopic: *topic + ".dlq", Topic: *topic, Partitions: n,
+		Reason: *reason, Campaign: *campaign, DryRun: *dry})
+	verb := "replayed"
+	if *dry {
+		verb = "would replay"
+	}
+	fmt.Fprintf(stdout, "%s %d of %d DLQ records to %s\n", verb, s.Replayed, s.Scanned, *topic)
+	reasons := make([]string, 0, len(s.ByReason))
+	for r := range s.ByReason {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	for _, r := range reasons {
+		fmt.Fprintf(stdout, "  %-28s %d\n", r, s.ByReason[r])
+	}
+	return err
+}

@@ -1,0 +1,244 @@
+-- reserve.lua: reserve the next free slot of one or more token buckets, all
+-- or nothing, or lease up to n slots of one bucket. Run by bucket.Limiter
+-- Reserve, ReserveMulti, TakeMulti, Lease and the pipelined ReserveMany.
+--
+-- A grant takes the tokens now even when its slot is later: the bucket goes
+-- into debt (negative utokens), and later callers are given later slots, so
+-- each caller sleeps once until its own slot. Sent at its slot, every
+-- message conforms to every bucket: in any window of T seconds a bucket
+-- passes at most burst + rate * T tokens.
+--
+-- KEYS[1]     bucket hash 1, fields as in take.lua
+-- KEYS[2]     cooldown key 1, as in take.lua
+-- KEYS[2i-1], KEYS[2i]
+--             bucket hash and cooldown key i (i = 1 .. #KEYS / 2); while
+--             any cooldown has not ended, nothing is granted
+-- ARGV[1]     maxwait_us: latest slot to grant, microseconds after now,
+--             integer in [0, 2^52]; 0 grants only what is there now (a take)
+-- ARGV[2]     n: slots wanted, integer in [1, 10^9]; n > 1 (a lease) only
+--             with one bucket
+-- ARGV[3], ARGV[4], ARGV[5]: rate, burst, cost of bucket 1, and generally
+-- ARGV[3i], ARGV[3i+1], ARGV[3i+2]
+--             rate_i (tokens per second, finite > 0), burst_i (tokens,
+--             integer in [1, 10^9]) and cost_i (tokens per slot, integer in
+--             [1, burst_i]) of bucket i
+--
+-- Reply: array of 7 integers {granted, delay_us, wait_us, cooldown, remaining, u0, now_us}
+--   granted    slots granted: 0 (refused) to n
+--   delay_us   granted: microseconds from now until the first slot (0: now;
+--              <= maxwait_us); refused: 0
+--   wait_us    refused: microseconds until a retry could be granted (>= 1):
+--              until the cooldown ends, or until the first slot is within
+--              maxwait_us; granted: 0
+--   cooldown   1 if refused because a cooldown has not ended, else 0
+--   remaining  fewest whole tokens left in any bucket after the call (0 in debt)
+--   u0         bucket 1 before the call, in millionths at now (< 0: debt);
+--              slot k of a lease (k = 1 .. granted) starts at the fewest
+--              whole microseconds s with floor(s * rate_1) >= k * cost_1 * 10^6 - u0
+--   now_us     Redis TIME of the call, microseconds since the Unix epoch
+-- Error reply "ERR reserve: ..." for malformed KEYS or ARGV.
+--
+-- Several buckets: the slot is the latest of the buckets' own slots, and
+-- every bucket is debited as if its tokens were taken at that slot
+-- (refill up to it capped at burst, less cost), so a bucket whose own slot
+-- was earlier does not pass its tokens on to a later caller. Refill maths,
+-- clock and corrupt state as in take.lua.
+--
+-- Writes: when granted, HSET utokens ts_us of every bucket and PEXPIRE it to
+-- the time it needs to refill to burst (at least burst / rate) + 1 ms. A
+-- refusal writes nothing, except re-stamping to now (tokens kept) a bucket
+-- stamped after now. A cooldown refusal never writes.
+
+local nb = #KEYS / 2
+if nb < 1 or nb ~= math.floor(nb) or #ARGV ~= 2 + 3 * nb then
+  return redis.error_reply('ERR reserve: want 2 keys and 3 ARGV per bucket')
+end
+local maxwait = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+if not maxwait or maxwait < 0 or maxwait ~= math.floor(maxwait) or maxwait > 4503599627370496 then
+  return redis.error_reply('ERR reserve: maxwait_us must be an integer in [0, 2^52]')
+end
+if not n or n < 1 or n ~= math.floor(n) or n > 1e9 or (n > 1 and nb > 1) then
+  return redis.error_reply('ERR reserve: n must be an integer in [1, 1e9], 1 with several buckets')
+end
+local rates, bursts, costs = {}, {}, {}
+for i = 1, nb do
+  local rate, burst, cost = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1]), tonumber(ARGV[3 * i + 2])
+  if not rate or rate ~= rate or rate <= 0 or rate == math.huge then
+    return redis.error_reply('ERR reserve: rate must be a finite number > 0')
+  end
+  if not burst or burst < 1 or burst ~= math.floor(burst) or burst > 1e9 then
+    return redis.error_reply('ERR reserve: burst must be an integer in [1, 1e9]')
+  end
+  if not cost or cost < 1 or cost ~= math.floor(cost) or cost > burst then
+    return redis.error_reply('ERR reserve: cost must be an integer in [1, burst]')
+  end
+  rates[i], bursts[i], costs[i] = rate, burst * 1000000, cost * 1000000
+end
+
+-- BEGIN refill (identical in every bucket script; lua/embed_test.go checks)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- A debt (negative utokens) deeper than 10^9 tokens marks a corrupt hash.
+local max_debt = 1e15
+
+-- read returns, for the bucket hash at key refilling at rate tokens per
+-- second up to burst_u millionths: the tokens at now in millionths (< 0 is a
+-- debt of slots granted ahead), whether the hash is stamped after now, and
+-- whether key has the wrong type. A missing or corrupt hash reads as full.
+-- State stamped after now gets no refill: no tokens appear from a clock step.
+local function read(key, rate, burst_u)
+  local ok, h = pcall(redis.call, 'HMGET', key, 'utokens', 'ts_us')
+  if not ok or type(h) ~= 'table' or h.err then
+    return burst_u, false, true
+  end
+  local u, ts = tonumber(h[1]), tonumber(h[2])
+  if not u or not ts or u ~= u or ts ~= ts or u < -max_debt or ts < 0
+      or u == math.huge or ts == math.huge then
+    return burst_u, false, false
+  end
+  if now > ts then
+    u = u + math.floor((now - ts) * rate)
+  end
+  if u > burst_u then
+    u = burst_u
+  end
+  return u, ts > now, false
+end
+
+-- ttl_ms is the PEXPIRE of a bucket left holding v millionths: the time it
+-- needs to refill to burst_u, and at least the time from empty, plus 1 ms,
+-- so it expires only once it is full.
+local function ttl_ms(v, rate, burst_u)
+  local need = burst_u
+  if v < 0 then
+    need = burst_u - v
+  end
+  return math.ceil(need / rate / 1000) + 1
+end
+
+-- store writes v millionths stamped now to the bucket hash at key.
+local function store(key, v, rate, burst_u, wrongtype)
+  if wrongtype then
+    redis.call('DEL', key)
+  end
+  redis.call('HSET', key, 'utokens', string.format('%.0f', v), 'ts_us', string.format('%.0f', now))
+  redis.call('PEXPIRE', key, ttl_ms(v, rate, burst_u))
+end
+
+-- slot returns the fewest whole microseconds after which a bucket refilling
+-- at rate has refilled deficit millionths (0 if deficit <= 0), with the
+-- refill maths of read: floor(slot * rate) >= deficit.
+local function slot(deficit, rate)
+  if deficit <= 0 then
+    return 0
+  end
+  local s = math.ceil(deficit / rate)
+  if math.floor(s * rate) < deficit then
+    s = s + 1
+  elseif s > 1 and math.floor((s - 1) * rate) >= deficit then
+    s = s - 1
+  end
+  return s
+end
+
+-- cooldown_left returns the microseconds left of the cooldown at key, 0 when
+-- there is none (missing, not a number, or over).
+local function cooldown_left(key)
+  local ok, cd = pcall(redis.call, 'GET', key)
+  cd = ok and tonumber(cd) or nil
+  if cd and cd == cd and cd ~= math.huge and cd > now then
+    return cd - now
+  end
+  return 0
+end
+-- END refill
+
+local us, ahead, wrong = {}, {}, {}
+for i = 1, nb do
+  us[i], ahead[i], wrong[i] = read(KEYS[2 * i - 1], rates[i], bursts[i])
+end
+local function remaining(vs)
+  local r
+  for i = 1, nb do
+    local w = 0
+    if vs[i] > 0 then
+      w = math.floor(vs[i] / 1000000)
+    end
+    if not r or w < r then
+      r = w
+    end
+  end
+  return r
+end
+
+local cd = 0
+for i = 1, nb do
+  local left = cooldown_left(KEYS[2 * i])
+  if left > cd then
+    cd = left
+  end
+end
+if cd > 0 then
+  return {0, 0, cd, 1, remaining(us), us[1], now}
+end
+
+-- refuse re-stamps buckets stamped after now, then replies wait_us.
+local function refuse(wait)
+  for i = 1, nb do
+    if ahead[i] then
+      store(KEYS[2 * i - 1], us[i], rates[i], bursts[i], wrong[i])
+    end
+  end
+  if wait < 1 then
+    wait = 1
+  end
+  return {0, 0, wait, 0, remaining(us), us[1], now}
+end
+
+if nb == 1 then
+  local u, rate, cost_u = us[1], rates[1], costs[1]
+  local first = slot(cost_u - u, rate)
+  -- slot k <= maxwait exactly when floor(maxwait * rate) >= k * cost_u - u.
+  local g = math.floor((u + math.floor(maxwait * rate)) / cost_u)
+  if g > n then
+    g = n
+  end
+  local floor_debt = math.floor((u + max_debt) / cost_u)
+  if g > floor_debt then
+    g = floor_debt
+  end
+  if g < 1 or first > maxwait then
+    return refuse(first - maxwait)
+  end
+  local v = u - g * cost_u
+  store(KEYS[1], v, rate, bursts[1], wrong[1])
+  return {g, first, 0, 0, remaining({v}), u, now}
+end
+
+local s = 0
+for i = 1, nb do
+  local si = slot(costs[i] - us[i], rates[i])
+  if si > s then
+    s = si
+  end
+end
+if s > maxwait then
+  return refuse(s - maxwait)
+end
+local vs = {}
+for i = 1, nb do
+  local refill = math.floor(s * rates[i])
+  local c = us[i] + refill
+  if c > bursts[i] then
+    c = bursts[i]
+  end
+  vs[i] = c - costs[i] - refill
+  if vs[i] < -max_debt then
+    return refuse(1)
+  end
+end
+for i = 1, nb do
+  store(KEYS[2 * i - 1], vs[i], rates[i], bursts[i], wrong[i])
+end
+return {1, s, 0, 0, remaining(vs), us[1], now}

@@ -1,0 +1,158 @@
+package pacer
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/pacerhq/pacer/partitioner"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ReplayConfig chooses which DLQ records [Replay] puts back.
+type ReplayConfig struct {
+	DLQTopic   string // required
+	Topic      string // main topic to write to; required
+	Partitions int    // partitions of Topic, > 0
+	Reason     string // replay only records whose pacer-reason is Reason or starts with Reason+":"; "" = all
+	Campaign   string // replay only envelopes of this campaign; "" = all
+	DryRun     bool   // count, write nothing
+}
+
+// ReplaySummary counts what [Replay] did.
+type ReplaySummary struct {
+	Scanned  int            // DLQ records read
+	Replayed int            // records written back to the main topic (or that would be, with DryRun)
+	ByReason map[string]int // replayed records by pacer-reason
+}
+
+// Replay reads the DLQ from its start to its current end and writes each
+// chosen record back to the main topic, on its key's partition, with the
+// pacer's headers stripped and pacer-replayed: 1 set. A replayed record
+// whose id the ledger holds as claimed by a dead process is sent (the
+// operator decided); one already delivered is still skipped. The DLQ itself
+// is not changed, so running Replay twice puts records back twice; the
+// ledger keeps a delivered id from being sent again. cl must not be a
+// group consumer.
+func Replay(ctx context.Context, cl *kgo.Client, cfg ReplayConfig) (ReplaySummary, error) {
+	s := ReplaySummary{ByReason: map[string]int{}}
+	if cfg.DLQTopic == "" || cfg.Topic == "" || cfg.Partitions < 1 {
+		return s, fmt.Errorf("pacer: replay: DLQTopic, Topic and Partitions > 0 are required")
+	}
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, cfg.DLQTopic)
+	if err != nil {
+		return s, fmt.Errorf("pacer: replay: end offsets of %s: %w", cfg.DLQTopic, err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, cfg.DLQTopic)
+	if err != nil {
+		return s, fmt.Errorf("pacer: replay: start offsets of %s: %w", cfg.DLQTopic, err)
+	}
+	want := map[int32]int64{}
+	from := map[string]map[int32]kgo.Offset{cfg.DLQTopic: {}}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			err = o.Err
+			return
+		}
+		start := int64(0)
+		if so, ok := starts.Lookup(cfg.DLQTopic, o.Partition); ok && so.Err == nil {
+			start = so.Offset
+		}
+		if o.Offset > start {
+			want[o.Partition] = o.Offset
+			from[cfg.DLQTopic][o.Partition] = kgo.NewOffset().At(start)
+		}
+	})
+	if err != nil {
+		return s, fmt.Errorf("pacer: replay: %w", err)
+	}
+	if len(want) == 0 {
+		return s, nil
+	}
+	cl.AddConsumePartitions(from)
+	defer cl.RemoveConsumePartitions(map[string][]int32{cfg.DLQTopic: keys(want)})
+	var (
+		mu         sync.Mutex
+		produceErr error
+	)
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return s, ctx.Err()
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, e error) { ferr = e })
+		if ferr != nil {
+			return s, fmt.Errorf("pacer: replay: fetch: %w", ferr)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := want[r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			if r.Offset == end-1 {
+				delete(want, r.Partition)
+			}
+			s.Scanned++
+			reason := header(r, hReason)
+			if cfg.Reason != "" && reason != cfg.Reason && !strings.HasPrefix(reason, cfg.Reason+":") {
+				return
+			}
+			if cfg.Campaign != "" {
+				env, err := ParseEnvelope(r.Value)
+				if err != nil || env.Campaign != cfg.Campaign {
+					return
+				}
+			}
+			s.Replayed++
+			s.ByReason[reason]++
+			if cfg.DryRun {
+				return
+			}
+			out := &kgo.Record{Topic: cfg.Topic, Key: r.Key, Value: r.Value,
+				Partition: partitioner.Partition(r.Key, cfg.Partitions)}
+			for _, h := range r.Headers {
+				if !strings.HasPrefix(h.Key, "pacer-") {
+					out.Headers = append(out.Headers, h)
+				}
+			}
+			out.Headers = append(out.Headers, kgo.RecordHeader{Key: hReplayed, Value: []byte("1")})
+			cl.Produce(ctx, out, func(_ *kgo.Record, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil && produceErr == nil {
+					produceErr = err
+				}
+			})
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return s, fmt.Errorf("pacer: replay: %w", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if produceErr != nil {
+		return s, fmt.Errorf("pacer: replay: produce: %w", produceErr)
+	}
+	return s, nil
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func keys(m map[int32]int64) []int32 {
+	out := make([]int32, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
