@@ -8,9 +8,9 @@ SHELL := /usr/bin/env bash
 GO ?= go
 GO_TEST_TIMEOUT ?= 20m
 PKGS ?= ./...
-STOP_SERVERS := scripts/kafka.sh stop; scripts/redis.sh stop
+STOP_SERVERS := scripts/kafka.sh stop; scripts/redis.sh stop; scripts/redis-cluster.sh stop
 
-.PHONY: build demo test test-short bench lint servers stop-servers
+.PHONY: build demo test test-short bench soak lint servers stop-servers
 
 build:
 	$(GO) build -o bin/pacer ./cmd/pacer
@@ -31,6 +31,13 @@ bench:
 	@trap '$(STOP_SERVERS)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	$(GO) test -bench=. -benchmem -run='^$$' $(PKGS)
+
+# Long runs kept out of `make test`: the 5-minute cooldown of the delivery
+# guarantees (issue: none dead-lettered as attempts-exhausted).
+soak:
+	@trap '$(STOP_SERVERS)' EXIT; \
+	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	PACER_TEST_COOLDOWN=5m $(GO) test -count=1 -timeout 30m -v -run 'TestLongCooldown' ./cmd/pacer/
 
 lint:
 	$(GO) vet ./...

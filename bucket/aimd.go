@@ -70,8 +70,8 @@ type AIMD struct {
 	// Coalesce is how long after a counted throttle further throttles are
 	// taken as replies to the same burst of in-flight requests: they set
 	// the cooldown but do not lower the rate again. The cooldown a throttle
-	// sets extends this too, since nothing new is sent during it. From 1µs
-	// to 10 years. Default 1s.
+	// sets extends this too, since nothing new is sent during it. From 1ns
+	// (rounded up to the microsecond) to 10 years. Default 1s.
 	Coalesce time.Duration
 	// MinCooldown and MaxCooldown clamp the provider's hint (Retry-After)
 	// into the cooldown a throttle sets; a hint <= 0 means MinCooldown.
@@ -155,7 +155,7 @@ func (a AIMD) args(ceiling Limit) (aimdArgs, error) {
 	if err != nil {
 		return aimdArgs{}, err
 	}
-	coalesce, err := adaptPeriod("coalesce", a.Coalesce, time.Second, time.Microsecond)
+	coalesce, err := adaptPeriod("coalesce", a.Coalesce, time.Second, time.Nanosecond)
 	if err != nil {
 		return aimdArgs{}, err
 	}
@@ -189,10 +189,10 @@ func (a AIMD) cooldowns() (lo, hi time.Duration, err error) {
 	if a.MinCooldown > 0 {
 		hiDef = max(hiDef, a.MinCooldown)
 	}
-	if lo, err = adaptPeriod("min cooldown", a.MinCooldown, loDef, time.Millisecond); err != nil {
+	if hi, err = adaptPeriod("max cooldown", a.MaxCooldown, hiDef, time.Millisecond); err != nil {
 		return 0, 0, err
 	}
-	if hi, err = adaptPeriod("max cooldown", a.MaxCooldown, hiDef, time.Millisecond); err != nil {
+	if lo, err = adaptPeriod("min cooldown", a.MinCooldown, loDef, time.Millisecond); err != nil {
 		return 0, 0, err
 	}
 	if lo > hi {

@@ -262,11 +262,9 @@ func (l *Limiter) BreakerStatus(ctx context.Context, channel, key string) (Break
 		return BreakerStatus{}, fmt.Errorf("bucket: breaker status %q: %w", bk, err)
 	}
 	var r [4]int64
-	a, ok := v.([]any)
-	if ok && len(a) == 6 {
-		ok = ints(a[:4], r[:])
-	}
 	var prober, reason string
+	a, ok := v.([]any)
+	ok = ok && len(a) == 6 && ints(a[:4], r[:])
 	if ok {
 		prober, ok = a[4].(string)
 	}

@@ -763,7 +763,7 @@ func TestUnexpectedReply(t *testing.T) {
 		{[]any{}, ""},
 		{[]any{int64(1), int64(0)}, "state"},
 		{[]any{int64(5000000), int64(0)}, ""}, // 5 tokens in a bucket of 1
-		{[]any{int64(-1), int64(0)}, ""},
+		{[]any{int64(-1e15 - 1), int64(0)}, ""}, // a debt beyond 10^9 tokens
 		{[]any{"1", "0", "0", "0"}, ""},
 		{[]any{int64(2), int64(0), int64(0), int64(0)}, ""},
 		{[]any{int64(0), int64(0), int64(-1), int64(0)}, ""},

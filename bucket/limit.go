@@ -19,6 +19,8 @@ var ErrInvalidLimit = errors.New("bucket: invalid limit")
 const (
 	maxBurst  = 1_000_000_000              // tokens; 10^15 millionths
 	maxRefill = 100 * 365 * 24 * time.Hour // Burst / PerSecond; about 3.2*10^15 µs
+	maxDebtU  = 1_000_000_000_000_000      // deepest debt in millionths (10^9 tokens), as in the scripts
+	maxWaitUS = 1 << 52                    // longest maximum wait in µs (about 142 years), as in reserve.lua
 )
 
 // Limit is the (rate, burst) of one bucket.
@@ -56,6 +58,16 @@ func (l Limit) Validate() error {
 	return nil
 }
 
+// ValidateCost returns nil if the limit is valid ([Limit.Validate]) and a
+// request of cost tokens can ever be granted: 1 <= cost <= Burst. Otherwise
+// it returns an error wrapping [ErrInvalidLimit], such as "bucket: invalid
+// limit: cost 6 must be between 1 and burst 5". Check it where limits and
+// costs are configured: every call refuses such a request this way, without
+// calling Redis, rather than waiting forever.
+func (l Limit) ValidateCost(cost int) error {
+	return validateCost(l, cost)
+}
+
 // validateCost checks lim and 1 <= cost <= lim.Burst.
 func validateCost(lim Limit, cost int) error {
 	if err := lim.Validate(); err != nil {
@@ -65,4 +77,17 @@ func validateCost(lim Limit, cost int) error {
 		return fmt.Errorf("%w: cost %d must be between 1 and burst %d", ErrInvalidLimit, cost, lim.Burst)
 	}
 	return nil
+}
+
+// waitUS converts a maximum wait to whole microseconds for reserve.lua:
+// rounded down (a slot is never later than asked), negative as 0, and at
+// most maxWaitUS.
+func waitUS(d time.Duration) int64 {
+	switch {
+	case d <= 0:
+		return 0
+	case d/time.Microsecond > maxWaitUS:
+		return maxWaitUS
+	}
+	return int64(d / time.Microsecond)
 }

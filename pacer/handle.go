@@ -106,23 +106,6 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 	}
 
 	force := m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
-	var claim bucket.ClaimResult
-	if !p.redis(ctx, log, func() (err error) {
-		claim, err = p.ledger.Claim(ctx, p.cfg.Channel, env.Key, env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
-		return err
-	}) {
-		return false
-	}
-	switch claim {
-	case bucket.Delivered:
-		p.m.duplicates.WithLabelValues().Inc()
-		log.Info("already delivered; skipped")
-		return true
-	case bucket.Abandoned:
-		return p.deadLetter(ctx, r, m, "unknown-outcome",
-			"another process claimed this id and stopped before recording an outcome; the provider may have the message", log)
-	}
-
 	msg := channels.Message{ID: env.ID, Key: env.Key, To: env.To, Payload: env.Payload}
 	throttles := 0
 	waitStart := time.Now()
@@ -137,6 +120,25 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 			return p.requeue(ctx, r, m, reason, wait, log)
 		}
 		p.m.bucketWait.WithLabelValues().Observe(time.Since(waitStart).Seconds())
+
+		// Claim the id only now, right before the request: a process that
+		// dies while waiting for a token leaves no claim behind.
+		var claim bucket.ClaimResult
+		if !p.redis(ctx, log, func() (err error) {
+			claim, err = p.ledger.Claim(ctx, p.cfg.Channel, env.Key, env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
+			return err
+		}) {
+			return false
+		}
+		switch claim {
+		case bucket.Delivered:
+			p.m.duplicates.WithLabelValues().Inc()
+			log.Info("already delivered; skipped")
+			return true
+		case bucket.Abandoned:
+			return p.deadLetter(ctx, r, m, "unknown-outcome",
+				"another process claimed this id and stopped before recording an outcome; the provider may have the message", log)
+		}
 
 		sctx, cancel := context.WithTimeout(p.sendCtx, p.cfg.SendTimeout)
 		start := time.Now()

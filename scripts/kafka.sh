@@ -12,6 +12,7 @@
 #           write "127.0.0.1:PORT" to <run>/bootstrap and print it.
 #           Already running: print its address.
 #   stop    SIGTERM, then SIGKILL after 30 s
+#   restart stop, then start again on the same ports and data
 #   status  print the address and exit 0 if running, else exit 1
 #
 # Environment: PACER_CACHE_DIR, PACER_KAFKA_RUN, PACER_KAFKA_VERSION
@@ -310,6 +311,34 @@ stop() {
 	rm -f "$RUN/pid" "$RUN/bootstrap"
 }
 
+# restart stops the broker and starts it again on the same ports and data
+# (no format): what a rolling restart looks like to clients.
+restart() {
+	local pid addr jvm deadline
+	[[ -s $RUN/server.properties && -s $RUN/bootstrap ]] || die "no running broker in $RUN to restart"
+	addr=$(cat "$RUN/bootstrap")
+	if pid=$(broker_pid); then kill_broker "$pid"; fi
+	jvm=("${JVM_OPTS[@]}" "-Dkafka.logs.dir=$RUN/logs" "-Dlog4j2.configurationFile=$RUN/log4j2.properties")
+	rm -f "$RUN/pid"
+	# shellcheck disable=SC2086,SC2016
+	nohup setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$RUN/pid" \
+		java $HEAP "${jvm[@]}" -cp "$LIB/*" kafka.Kafka "$RUN/server.properties" \
+		</dev/null >>"$RUN/logs/broker.out" 2>&1 9>&- &
+	for _ in $(seq 1 50); do [[ -s $RUN/pid ]] && break; sleep 0.1; done
+	pid=$(cat "$RUN/pid")
+	deadline=$((SECONDS + READY_TIMEOUT))
+	while ((SECONDS < deadline)); do
+		kill -0 "$pid" 2>/dev/null || { log_tail; die "broker exited during restart"; }
+		if broker_ready "$addr"; then
+			echo "$addr"
+			return 0
+		fi
+		sleep 0.5
+	done
+	log_tail
+	die "broker not ready within ${READY_TIMEOUT}s of a restart"
+}
+
 status() {
 	if broker_pid >/dev/null && [[ -s $RUN/bootstrap ]]; then
 		echo "running $(cat "$RUN/bootstrap") pid $(broker_pid)"
@@ -323,9 +352,10 @@ case "${1:-}" in
 fetch) fetch ;;
 start) start ;;
 stop) stop ;;
+restart) restart ;;
 status) status ;;
 *)
-	echo "usage: $0 {fetch|start|stop|status}" >&2
+	echo "usage: $0 {fetch|start|stop|restart|status}" >&2
 	exit 2
 	;;
 esac

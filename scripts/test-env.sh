@@ -2,15 +2,18 @@
 # scripts/test-env.sh: everything the integration tests need, started.
 #
 # Installs what is missing (redis-server, kcat, Java, Maven) with apt-get,
-# fetches and starts the Kafka broker (scripts/kafka.sh) and a private
-# redis-server (scripts/redis.sh), then prints
+# fetches and starts the Kafka broker (scripts/kafka.sh), a private
+# redis-server (scripts/redis.sh) and a three-master Redis Cluster
+# (scripts/redis-cluster.sh), then prints
 #
 #   export PACER_TEST_KAFKA_BROKERS=127.0.0.1:PORT
 #   export PACER_TEST_REDIS_ADDR=127.0.0.1:PORT
+#   export PACER_TEST_REDIS_CLUSTER=127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3
 #
 # Use:  eval "$(scripts/test-env.sh)"   or   . scripts/test-env.sh
 # Variables already set in the environment are kept and nothing is started
-# for them. Stop with scripts/kafka.sh stop; scripts/redis.sh stop.
+# for them. Stop with scripts/kafka.sh stop; scripts/redis.sh stop;
+# scripts/redis-cluster.sh stop.
 
 _pacer_test_env() {
 	set -euo pipefail
@@ -19,9 +22,9 @@ _pacer_test_env() {
 	log() { printf 'test-env.sh: %s\n' "$*" >&2; }
 
 	# command -> Debian package
-	local -A pkg=([redis-server]=redis-server [kcat]=kcat [java]=openjdk-17-jre-headless [mvn]=maven)
+	local -A pkg=([redis-server]=redis-server [redis-cli]=redis-tools [kcat]=kcat [java]=openjdk-17-jre-headless [mvn]=maven)
 	local missing=() c
-	for c in redis-server kcat java mvn; do
+	for c in redis-server redis-cli kcat java mvn; do
 		command -v "$c" >/dev/null || missing+=("${pkg[$c]}")
 	done
 	if ((${#missing[@]})); then
@@ -55,9 +58,13 @@ _pacer_test_env() {
 	if [[ -z ${PACER_TEST_REDIS_ADDR:-} ]]; then
 		PACER_TEST_REDIS_ADDR=$("$root/scripts/redis.sh" start)
 	fi
-	export PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR
+	if [[ -z ${PACER_TEST_REDIS_CLUSTER:-} ]]; then
+		PACER_TEST_REDIS_CLUSTER=$("$root/scripts/redis-cluster.sh" start)
+	fi
+	export PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR PACER_TEST_REDIS_CLUSTER
 	printf 'export PACER_TEST_KAFKA_BROKERS=%q\n' "$PACER_TEST_KAFKA_BROKERS"
 	printf 'export PACER_TEST_REDIS_ADDR=%q\n' "$PACER_TEST_REDIS_ADDR"
+	printf 'export PACER_TEST_REDIS_CLUSTER=%q\n' "$PACER_TEST_REDIS_CLUSTER"
 }
 
 if [[ ${BASH_SOURCE[0]} != "$0" ]]; then

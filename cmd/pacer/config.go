@@ -18,6 +18,8 @@ import (
 type config struct {
 	// PACER_KAFKA_BROKERS: comma-separated host:port seed brokers; default 127.0.0.1:9092.
 	KafkaBrokers []string `env:"PACER_KAFKA_BROKERS, default=127.0.0.1:9092"`
+	// PACER_KAFKA_SESSION_TIMEOUT: consumer-group session timeout: how soon a dead replica's partitions move to others; default 45s (the broker allows 6s..30m by default).
+	KafkaSessionTimeout time.Duration `env:"PACER_KAFKA_SESSION_TIMEOUT, default=45s"`
 	// PACER_REDIS_URL: redis:// or rediss:// URL of the bucket store; default redis://127.0.0.1:6379/0.
 	RedisURL string `env:"PACER_REDIS_URL, default=redis://127.0.0.1:6379/0"`
 	// PACER_REDIS_PREFIX: prefix of every Redis key Pacer writes; default "pacer".
@@ -134,6 +136,9 @@ func (c config) validate() error {
 		if !strings.Contains(b, ":") {
 			bad("PACER_KAFKA_BROKERS", fmt.Sprintf("%q is not host:port", b))
 		}
+	}
+	if c.KafkaSessionTimeout < time.Second {
+		bad("PACER_KAFKA_SESSION_TIMEOUT", "must be >= 1s")
 	}
 	if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
 		bad("PACER_REDIS_URL", "must be a redis://, rediss:// or unix:// URL")

@@ -72,7 +72,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		MaxTokenWait: cfg.MaxTokenWait, RetryDelays: cfg.RetryDelays,
 		UnknownOutcome: cfg.UnknownOutcome, IdempotencyTTL: cfg.IdempotencyTTL,
 		Logger: log,
-	}, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + *channel)},
+	}, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + *channel),
+			kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))},
 		pacer.Deps{Bucket: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Sender: sender}, reg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)

@@ -26,6 +26,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -75,6 +76,8 @@ type Server struct {
 	token   string
 	status  int    // of a 130429 answer
 	prefix  string // random, keeps wamids unique across servers
+
+	inflight atomic.Int64 // requests being answered
 
 	mu       sync.Mutex
 	rate     float64            // default for keys without an override
@@ -149,6 +152,10 @@ func (s *Server) Close() {
 		s.ts.Close()
 	}
 }
+
+// InFlight returns how many requests the fake is answering right now
+// (received, answer not yet written).
+func (s *Server) InFlight() int { return int(s.inflight.Load()) }
 
 // Handler returns the fake as an http.Handler.
 func (s *Server) Handler() http.Handler { return s }
@@ -311,6 +318,8 @@ func (s *Server) statsJSON(w http.ResponseWriter, _ *http.Request) {
 
 // messages serves POST /{version}/{key}/messages.
 func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
 	if s.token != "" && r.Header.Get("Authorization") != "Bearer "+s.token {
 		writeError(w, http.StatusUnauthorized, 190, "Invalid OAuth access token - Cannot parse access token", "")
 		return

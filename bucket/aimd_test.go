@@ -1,0 +1,805 @@
+package bucket_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// The operations of an aimd step table.
+const (
+	opThrottle = iota // Throttled(hint)
+	opRecover         // Recover
+	opRead            // Adapted
+)
+
+// aimdStep is one step of a step table for the adaptive rate.
+type aimdStep struct {
+	at       time.Duration // since the start of the test
+	op       int           // opThrottle, opRecover or opRead
+	hint     time.Duration // throttle: the provider's hint
+	rate     float64       // want Adapted.Rate
+	change   int           // want -1 (Decreased), 1 (Increased) or 0
+	cooldown time.Duration // want Adapted.CooldownLeft
+	streak   int           // want Adapted.FloorStreak
+	ceiling  float64       // ceiling.PerSecond for this step; 0: the table's
+}
+
+// adapts runs steps on one key. Rates are exact on both backends (steps
+// keep clear of window ends by more than slack); cooldowns are near.
+func (e *env) adapts(t *testing.T, key string, ceiling bucket.Limit, a bucket.AIMD, steps []aimdStep) {
+	t.Helper()
+	for i, s := range steps {
+		e.at(s.at)
+		c := ceiling
+		if s.ceiling != 0 {
+			c.PerSecond = s.ceiling
+		}
+		var ad bucket.Adapted
+		var err error
+		switch s.op {
+		case opThrottle:
+			ad, err = e.l.Throttled(t.Context(), "test", key, c, a, s.hint)
+		case opRecover:
+			ad, err = e.l.Recover(t.Context(), "test", key, c, a)
+		case opRead:
+			ad, err = e.l.Adapted(t.Context(), "test", key, c, a)
+		}
+		e.mark()
+		floor := a.Floor
+		if floor == 0 {
+			floor = min(1, c.PerSecond)
+		}
+		if err != nil || ad.Rate != s.rate || ad.Ceiling != c.PerSecond || ad.AtFloor != (s.rate <= floor) ||
+			ad.Decreased != (s.change < 0) || ad.Increased != (s.change > 0) ||
+			!e.near(ad.CooldownLeft, s.cooldown) || ad.FloorStreak != s.streak {
+			t.Fatalf("step %d (at %v, op %d): got %+v, %v; want rate=%v change=%d cooldown=%v streak=%d",
+				i, s.at, s.op, ad, err, s.rate, s.change, s.cooldown, s.streak)
+		}
+	}
+}
+
+var lim100 = bucket.Limit{PerSecond: 100, Burst: 100}
+
+func TestAIMDHalvesToFloor(t *testing.T) {
+	a := bucket.AIMD{Floor: 10, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond}
+	cd := 300 * time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		e.adapts(t, "k", lim100, a, []aimdStep{
+			{at: 0, op: opRead, rate: 100},
+			{at: 0, op: opThrottle, rate: 50, change: -1, cooldown: cd},
+			{at: 600 * time.Millisecond, op: opThrottle, rate: 25, change: -1, cooldown: cd},
+			{at: 1200 * time.Millisecond, op: opThrottle, rate: 12.5, change: -1, cooldown: cd},
+			{at: 1800 * time.Millisecond, op: opThrottle, rate: 10, change: -1, cooldown: cd}, // 6.25, floored
+			{at: 2400 * time.Millisecond, op: opThrottle, rate: 10, cooldown: cd, streak: 1},
+			{at: 3000 * time.Millisecond, op: opThrottle, rate: 10, cooldown: cd, streak: 2},
+			{at: 3000 * time.Millisecond, op: opRead, rate: 10, cooldown: cd, streak: 2},
+		})
+	})
+}
+
+// TestAIMDDecreaseFactor checks a non-default Decrease and that the rate
+// keeps its millionths.
+func TestAIMDDecreaseFactor(t *testing.T) {
+	a := bucket.AIMD{Decrease: 0.9, Floor: 0.5, MinCooldown: 300 * time.Millisecond, Coalesce: 300 * time.Millisecond}
+	cd := 300 * time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		e.adapts(t, "k", bucket.Limit{PerSecond: 1, Burst: 1}, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 0.9, change: -1, cooldown: cd},
+			{at: 600 * time.Millisecond, op: opThrottle, rate: 0.81, change: -1, cooldown: cd},
+			{at: 1200 * time.Millisecond, op: opThrottle, rate: 0.729, change: -1, cooldown: cd},
+			{at: 1800 * time.Millisecond, op: opThrottle, rate: 0.6561, change: -1, cooldown: cd},
+			{at: 2400 * time.Millisecond, op: opThrottle, rate: 0.59049, change: -1, cooldown: cd},
+			{at: 3000 * time.Millisecond, op: opThrottle, rate: 0.531441, change: -1, cooldown: cd},
+			{at: 3600 * time.Millisecond, op: opThrottle, rate: 0.5, change: -1, cooldown: cd},
+		})
+	})
+}
+
+// TestAIMDCoalesce checks that throttles from one burst of in-flight
+// requests lower the rate once: those within Coalesce of a counted one, and
+// those during the cooldown it set, however long a later hint made it.
+func TestAIMDCoalesce(t *testing.T) {
+	a := bucket.AIMD{Coalesce: 800 * time.Millisecond, MinCooldown: 250 * time.Millisecond}
+	ms := time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		e.adapts(t, "k", lim100, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 50, change: -1, cooldown: 250 * ms},
+			{at: 0, op: opThrottle, rate: 50, cooldown: 250 * ms},
+			{at: 0, op: opThrottle, rate: 50, cooldown: 250 * ms},
+			{at: 500 * ms, op: opThrottle, rate: 50, cooldown: 250 * ms}, // cooldown over, Coalesce not
+			{at: 500 * ms, op: opThrottle, hint: 1500 * ms, rate: 50, cooldown: 1500 * ms},
+			{at: 1200 * ms, op: opThrottle, rate: 50, cooldown: 800 * ms}, // Coalesce over, cooldown not
+			{at: 2300 * ms, op: opThrottle, rate: 25, change: -1, cooldown: 250 * ms},
+			{at: 2300 * ms, op: opThrottle, rate: 25, cooldown: 250 * ms},
+		})
+	})
+}
+
+// TestAIMDCoalesceConcurrent checks that a burst of throttles reported at
+// once by many replicas lowers the rate once.
+func TestAIMDCoalesceConcurrent(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		var decreased atomic.Int64
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				ad, err := e.l.Throttled(t.Context(), "test", "k", lim100, bucket.AIMD{}, 0)
+				if err != nil || ad.Rate != 50 {
+					t.Errorf("Throttled = %+v, %v; want rate 50", ad, err)
+				}
+				if ad.Decreased {
+					decreased.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := decreased.Load(); n != 1 {
+			t.Fatalf("%d of 20 concurrent throttles decreased the rate, want 1", n)
+		}
+	})
+}
+
+func TestAIMDCooldownClamp(t *testing.T) {
+	const year = 365 * 24 * time.Hour
+	for _, tc := range []struct {
+		a    bucket.AIMD
+		hint time.Duration
+		want time.Duration
+	}{
+		{bucket.AIMD{}, 0, time.Second},
+		{bucket.AIMD{}, -5 * time.Second, time.Second},
+		{bucket.AIMD{}, math.MinInt64, time.Second},
+		{bucket.AIMD{}, time.Nanosecond, time.Second},
+		{bucket.AIMD{}, 90 * time.Second, 90 * time.Second},
+		{bucket.AIMD{}, 10 * year, time.Hour},
+		{bucket.AIMD{}, math.MaxInt64, time.Hour},
+		{bucket.AIMD{MinCooldown: time.Millisecond}, 1500 * time.Microsecond, 2 * time.Millisecond}, // rounded up
+		{bucket.AIMD{MinCooldown: 5 * time.Second, MaxCooldown: time.Minute}, 2 * time.Second, 5 * time.Second},
+		{bucket.AIMD{MinCooldown: 5 * time.Second, MaxCooldown: time.Minute}, time.Hour, time.Minute},
+		{bucket.AIMD{MaxCooldown: 500 * time.Millisecond}, 0, 500 * time.Millisecond}, // default Min follows Max
+		{bucket.AIMD{MinCooldown: 2 * time.Hour}, 10 * year, 2 * time.Hour},            // default Max follows Min
+		{bucket.AIMD{MaxCooldown: 10 * year}, 20 * year, 10 * year},
+	} {
+		t.Run(fmt.Sprintf("%+v/%v", tc.a, tc.hint), func(t *testing.T) {
+			if got := tc.a.CooldownFor(tc.hint); got != tc.want {
+				t.Fatalf("CooldownFor(%v) = %v, want %v", tc.hint, got, tc.want)
+			}
+			each(t, func(t *testing.T, e *env) {
+				ad, err := e.l.Throttled(t.Context(), "test", "k", lim100, tc.a, tc.hint)
+				if err != nil || !e.near(ad.CooldownLeft, tc.want) {
+					t.Fatalf("Throttled(%v) = %+v, %v; want CooldownLeft %v", tc.hint, ad, err, tc.want)
+				}
+				if tc.want < time.Second {
+					return // on redis-server it may be over before Take
+				}
+				// Take honours it: the cooldown key is shared with Limiter.Cooldown.
+				d, err := e.l.Take(t.Context(), "test", "k", ad.Limit(lim100), 1)
+				if err != nil || d.Allowed || !d.Cooldown || !e.near(d.Wait, tc.want) {
+					t.Fatalf("Take after the throttle = %+v, %v; want a cooldown of %v", d, err, tc.want)
+				}
+			})
+		})
+	}
+}
+
+// TestAIMDCooldownNeverShortened checks that a throttle keeps a longer
+// cooldown, whoever set it, and lengthens a shorter one.
+func TestAIMDCooldownNeverShortened(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		if err := e.l.Cooldown(ctx, "test", "k", 10*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range []struct{ hint, want time.Duration }{
+			{0, 10 * time.Minute},
+			{time.Minute, 10 * time.Minute},
+			{30 * time.Minute, 30 * time.Minute},
+			{time.Second, 30 * time.Minute},
+		} {
+			ad, err := e.l.Throttled(ctx, "test", "k", lim100, bucket.AIMD{}, s.hint)
+			if err != nil || !e.near(ad.CooldownLeft, s.want) {
+				t.Fatalf("step %d: Throttled(%v) = %+v, %v; want CooldownLeft %v", i, s.hint, ad, err, s.want)
+			}
+		}
+		st, err := e.l.State(ctx, "test", "k", lim100)
+		if err != nil || !e.near(st.CooldownLeft, 30*time.Minute) {
+			t.Fatalf("State = %+v, %v; want a 30m cooldown", st, err)
+		}
+		if err := e.l.Cooldown(ctx, "test", "k", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		ad, err := e.l.Adapted(ctx, "test", "k", lim100, bucket.AIMD{})
+		if err != nil || !e.near(ad.CooldownLeft, 30*time.Minute) || ad.Rate != 50 {
+			t.Fatalf("Adapted = %+v, %v; want rate 50 and a 30m cooldown", ad, err)
+		}
+	})
+}
+
+func TestAIMDRecover(t *testing.T) {
+	a := bucket.AIMD{Window: time.Second, Step: 35, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond}
+	cd, ms := 300*time.Millisecond, time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		e.adapts(t, "k", lim100, a, []aimdStep{
+			{at: 0, op: opRecover, rate: 100}, // no state: at the ceiling
+			{at: 0, op: opThrottle, rate: 50, change: -1, cooldown: cd}, // window starts at 300ms
+			{at: 0, op: opRecover, rate: 50, cooldown: cd},
+			{at: 1000 * ms, op: opRecover, rate: 50},
+			{at: 1600 * ms, op: opRecover, rate: 85, change: 1}, // window starts at 1600ms
+			{at: 2200 * ms, op: opRecover, rate: 85},
+			{at: 2200 * ms, op: opThrottle, rate: 42.5, change: -1, cooldown: cd}, // window starts at 2500ms
+			{at: 3000 * ms, op: opRecover, rate: 42.5},
+			{at: 3800 * ms, op: opRecover, rate: 77.5, change: 1},
+			{at: 3800 * ms, op: opRecover, rate: 77.5}, // once per window, not per call
+			{at: 5000 * ms, op: opRecover, rate: 100, change: 1}, // 112.5, capped
+			{at: 6200 * ms, op: opRecover, rate: 100},
+			{at: 6200 * ms, op: opRead, rate: 100},
+		})
+		// Back at the ceiling, the key has no state left.
+		if n := e.rdb.Exists(t.Context(), e.l.AIMDKey("test", "k")).Val(); n != 0 {
+			t.Fatal("the aimd hash outlived the return to the ceiling")
+		}
+	})
+}
+
+func TestAIMDRecoverFactor(t *testing.T) {
+	a := bucket.AIMD{Window: time.Second, Factor: 3, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond}
+	cd, ms := 300*time.Millisecond, time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		e.adapts(t, "k", lim100, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 50, change: -1, cooldown: cd},
+			{at: 600 * ms, op: opThrottle, rate: 25, change: -1, cooldown: cd}, // window starts at 900ms
+			{at: 1500 * ms, op: opRecover, rate: 25},
+			{at: 2200 * ms, op: opRecover, rate: 75, change: 1},
+			{at: 3500 * ms, op: opRecover, rate: 100, change: 1}, // 225, capped
+		})
+	})
+}
+
+// TestAIMDRecoverResetsStreak checks that a clean window ends a streak of
+// throttles at the floor, and that the default Step is a tenth of the
+// ceiling.
+func TestAIMDRecoverResetsStreak(t *testing.T) {
+	a := bucket.AIMD{Floor: 40, Window: time.Second, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond}
+	cd, ms := 300*time.Millisecond, time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		e.adapts(t, "k", lim100, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 50, change: -1, cooldown: cd},
+			{at: 600 * ms, op: opThrottle, rate: 40, change: -1, cooldown: cd},
+			{at: 1200 * ms, op: opThrottle, rate: 40, cooldown: cd, streak: 1},
+			{at: 1200 * ms, op: opThrottle, rate: 40, cooldown: cd, streak: 1}, // coalesced: counts once
+			{at: 1800 * ms, op: opThrottle, rate: 40, cooldown: cd, streak: 2}, // window starts at 2100ms
+			{at: 2800 * ms, op: opRecover, rate: 40, streak: 2},
+			{at: 3400 * ms, op: opRecover, rate: 50, change: 1},
+			{at: 3400 * ms, op: opRead, rate: 50},
+			{at: 3700 * ms, op: opThrottle, rate: 40, change: -1, cooldown: cd},
+		})
+	})
+}
+
+// TestAIMDCeilingChanges checks that a lowered ceiling caps the stored rate
+// at once, in every call, and that a raised one applies at once to a key
+// at its ceiling.
+func TestAIMDCeilingChanges(t *testing.T) {
+	a := bucket.AIMD{Window: time.Second, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond}
+	cd, ms := 300*time.Millisecond, time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		e.adapts(t, "k", lim100, a, []aimdStep{
+			{at: 0, op: opRead, rate: 120, ceiling: 120},
+			{at: 0, op: opThrottle, rate: 50, change: -1, cooldown: cd},
+			{at: 0, op: opRead, rate: 30, cooldown: cd, ceiling: 30},
+			{at: 0, op: opRecover, rate: 30, cooldown: cd, ceiling: 30},
+			{at: 600 * ms, op: opThrottle, rate: 15, change: -1, cooldown: cd, ceiling: 30}, // from 30, not 50
+			{at: 600 * ms, op: opRead, rate: 15, cooldown: cd},
+			{at: 2300 * ms, op: opRecover, rate: 35, change: 1, ceiling: 200}, // step: 200/10
+			{at: 2300 * ms, op: opRead, rate: 0.5, ceiling: 0.5},                // the default floor follows a ceiling below 1
+		})
+	})
+}
+
+// TestAIMDIdleExpiry checks that the aimd hash lives max(4*Window, 1h) past
+// the end of its cooldown, after which the key is back at its ceiling.
+func TestAIMDIdleExpiry(t *testing.T) {
+	for _, tc := range []struct {
+		window, idle time.Duration
+	}{
+		{time.Second, time.Hour},
+		{20 * time.Minute, 80 * time.Minute},
+	} {
+		t.Run(tc.window.String(), func(t *testing.T) {
+			a := bucket.AIMD{Window: tc.window, MinCooldown: 2 * time.Second}
+			each(t, func(t *testing.T, e *env) {
+				ctx := t.Context()
+				if _, err := e.l.Throttled(ctx, "test", "k", lim100, a, 0); err != nil {
+					t.Fatal(err)
+				}
+				ak := e.l.AIMDKey("test", "k")
+				want := tc.idle + 2*time.Second
+				if ttl := e.rdb.PTTL(ctx, ak).Val(); !e.near(ttl, want) {
+					t.Fatalf("PTTL %s = %v, want %v", ak, ttl, want)
+				}
+				if !e.exact() {
+					return
+				}
+				e.at(want - time.Millisecond)
+				if ad, err := e.l.Adapted(ctx, "test", "k", lim100, a); err != nil || ad.Rate != 50 {
+					t.Fatalf("Adapted just before expiry = %+v, %v; want rate 50", ad, err)
+				}
+				e.at(want)
+				if ad, err := e.l.Adapted(ctx, "test", "k", lim100, a); err != nil || ad.Rate != 100 {
+					t.Fatalf("Adapted after expiry = %+v, %v; want rate 100", ad, err)
+				}
+				// An increase gives the hash a fresh idle TTL.
+				if _, err := e.l.Throttled(ctx, "test", "k", lim100, a, 0); err != nil {
+					t.Fatal(err)
+				}
+				e.at(want + 2*time.Second + tc.window)
+				if ad, err := e.l.Recover(ctx, "test", "k", lim100, a); err != nil || !ad.Increased {
+					t.Fatalf("Recover = %+v, %v; want an increase", ad, err)
+				}
+				if ttl := e.rdb.PTTL(ctx, ak).Val(); ttl != tc.idle {
+					t.Fatalf("PTTL after an increase = %v, want %v", ttl, tc.idle)
+				}
+			})
+		})
+	}
+}
+
+// TestAIMDReadsChangeNothing checks that Adapted never writes and that
+// Recover writes only when it raises the rate.
+func TestAIMDReadsChangeNothing(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		if _, err := e.l.Adapted(ctx, "test", "never", lim100, bucket.AIMD{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.l.Recover(ctx, "test", "never", lim100, bucket.AIMD{}); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.rdb.Exists(ctx, e.l.AIMDKey("test", "never"), e.l.CooldownKey("test", "never")).Val(); n != 0 {
+			t.Fatal("Adapted or Recover created keys")
+		}
+		if _, err := e.l.Throttled(ctx, "test", "k", lim100, bucket.AIMD{}, 0); err != nil {
+			t.Fatal(err)
+		}
+		ak := e.l.AIMDKey("test", "k")
+		before := e.snapshot(t, ak)
+		for range 3 {
+			if _, err := e.l.Adapted(ctx, "test", "k", lim100, bucket.AIMD{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.l.Recover(ctx, "test", "k", lim100, bucket.AIMD{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		after := e.snapshot(t, ak)
+		if !maps.Equal(before.hash, after.hash) || after.pttl > before.pttl {
+			t.Fatalf("reads changed the hash: before %+v, after %+v", before, after)
+		}
+	})
+}
+
+// TestAIMDCorruptIsFresh checks that adaptive state that makes no sense
+// reads as a key at its ceiling and is repaired by the next throttle.
+func TestAIMDCorruptIsFresh(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(ctx context.Context, rdb *redis.Client, key string) error
+	}{
+		{"words", hset("urate", "fast", "last_us", "x", "hold_us", "y", "win_us", "z", "streak", "many")},
+		{"no rate", hset("last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
+		{"no window", hset("urate", "5000000", "last_us", "1", "hold_us", "1", "streak", "0")},
+		{"zero rate", hset("urate", "0", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
+		{"negative", hset("urate", "-5", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "-1")},
+		{"fraction", hset("urate", "5000000.5", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
+		{"nan", hset("urate", "nan", "last_us", "nan", "hold_us", "nan", "win_us", "nan", "streak", "nan")},
+		{"inf", hset("urate", "inf", "last_us", "1", "hold_us", "inf", "win_us", "1", "streak", "0")},
+		{"string key", func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.Set(ctx, key, "junk", 0).Err()
+		}},
+		{"list key", func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.RPush(ctx, key, "a", "b").Err()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				ctx := t.Context()
+				ak := e.l.AIMDKey("test", "k")
+				if err := tc.write(ctx, e.rdb, ak); err != nil {
+					t.Fatal(err)
+				}
+				e.adapts(t, "k", lim100, bucket.AIMD{}, []aimdStep{
+					{at: 0, op: opRead, rate: 100},
+					{at: 0, op: opRecover, rate: 100},
+					{at: 0, op: opThrottle, rate: 50, change: -1, cooldown: time.Second},
+				})
+				h := e.rdb.HGetAll(ctx, ak).Val()
+				for _, f := range []string{"urate", "last_us", "hold_us", "win_us", "streak"} {
+					if _, err := strconv.ParseInt(h[f], 10, 64); err != nil {
+						t.Fatalf("not repaired: %v", h)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestAIMDFloorTripsBreaker checks the path from persistent throttling at
+// the floor to an open breaker.
+func TestAIMDFloorTripsBreaker(t *testing.T) {
+	a := bucket.AIMD{Floor: 50, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond}
+	b := bucket.Breaker{FloorThrottles: 3}
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		for i, want := range []struct {
+			streak  int
+			tripped bool
+		}{{0, false}, {1, false}, {2, false}, {3, true}} {
+			e.at(time.Duration(i) * 600 * time.Millisecond)
+			ad, err := e.l.Throttled(ctx, "test", "k", lim100, a, 0)
+			e.mark()
+			if err != nil || ad.FloorStreak != want.streak || b.FloorTripped(ad) != want.tripped {
+				t.Fatalf("throttle %d: %+v, %v; want streak %d, tripped %v", i, ad, err, want.streak, want.tripped)
+			}
+			if b.FloorTripped(ad) {
+				if st, err := e.l.BreakerResult(ctx, "test", "k", b, false, "throttled at floor"); err != nil || st != bucket.BreakerOpen {
+					t.Fatalf("BreakerResult = %v, %v; want open", st, err)
+				}
+			}
+		}
+		if allowed, _, _, err := e.l.BreakerAllow(ctx, "test", "k", b, "a"); err != nil || allowed {
+			t.Fatalf("BreakerAllow = %v, %v; want refused", allowed, err)
+		}
+	})
+}
+
+func TestFloorTripped(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		b      bucket.Breaker
+		streak int
+		want   bool
+	}{
+		{bucket.Breaker{}, 4, false},
+		{bucket.Breaker{}, 5, true},
+		{bucket.Breaker{}, 6, true},
+		{bucket.Breaker{FloorThrottles: 1}, 0, false},
+		{bucket.Breaker{FloorThrottles: 1}, 1, true},
+	} {
+		if got := tc.b.FloorTripped(bucket.Adapted{FloorStreak: tc.streak}); got != tc.want {
+			t.Errorf("%+v.FloorTripped(streak %d) = %v, want %v", tc.b, tc.streak, got, tc.want)
+		}
+	}
+}
+
+func TestAIMDValidate(t *testing.T) {
+	t.Parallel()
+	l := bucket.New(noRedis{}, bucket.Config{})
+	for _, tc := range []struct {
+		a       bucket.AIMD
+		ceiling bucket.Limit
+		want    string // "" for valid
+	}{
+		{bucket.AIMD{}, lim100, ""},
+		{bucket.AIMD{}, bucket.Limit{PerSecond: 0.5, Burst: 1}, ""}, // default floor: 0.5
+		{bucket.AIMD{Floor: 1e-6}, bucket.Limit{PerSecond: 1e-6, Burst: 1}, ""},
+		{bucket.AIMD{Decrease: 0.99, Floor: 100, Window: time.Millisecond, Step: 1e-6, Coalesce: time.Nanosecond,
+			MinCooldown: time.Millisecond, MaxCooldown: 10 * 365 * 24 * time.Hour}, bucket.Limit{PerSecond: 1e9, Burst: 1e9}, ""},
+		{bucket.AIMD{Factor: 1.5}, lim100, ""},
+		{bucket.AIMD{}, bucket.Limit{}, "bucket: invalid limit: rate 0 must be > 0"},
+		{bucket.AIMD{}, bucket.Limit{PerSecond: 1e10, Burst: 1}, "bucket: invalid aimd: ceiling 1e+10 msgs/s must be in [1e-06, 1e+09]"},
+		{bucket.AIMD{}, bucket.Limit{PerSecond: 1e-7, Burst: 1}, "bucket: invalid aimd: ceiling 1e-07 msgs/s must be in [1e-06, 1e+09]"},
+		{bucket.AIMD{Decrease: 1}, lim100, "bucket: invalid aimd: decrease 1 must be in (0, 1)"},
+		{bucket.AIMD{Decrease: -0.5}, lim100, "bucket: invalid aimd: decrease -0.5 must be in (0, 1)"},
+		{bucket.AIMD{Decrease: math.NaN()}, lim100, "bucket: invalid aimd: decrease NaN must be in (0, 1)"},
+		{bucket.AIMD{Floor: -1}, lim100, "bucket: invalid aimd: floor -1 must be >= 1e-06"},
+		{bucket.AIMD{Floor: 1e-7}, lim100, "bucket: invalid aimd: floor 1e-07 must be >= 1e-06"},
+		{bucket.AIMD{Floor: math.NaN()}, lim100, "bucket: invalid aimd: floor NaN must be >= 1e-06"},
+		{bucket.AIMD{Floor: 101}, lim100, "bucket: invalid aimd: floor 101 must be <= ceiling 100"},
+		{bucket.AIMD{Step: -1}, lim100, "bucket: invalid aimd: step -1 must be finite and > 0"},
+		{bucket.AIMD{Step: math.Inf(1)}, lim100, "bucket: invalid aimd: step +Inf must be finite and > 0"},
+		{bucket.AIMD{Factor: 1}, lim100, "bucket: invalid aimd: factor 1 must be 0 or a finite number > 1"},
+		{bucket.AIMD{Factor: 0.5}, lim100, "bucket: invalid aimd: factor 0.5 must be 0 or a finite number > 1"},
+		{bucket.AIMD{Factor: math.Inf(1)}, lim100, "bucket: invalid aimd: factor +Inf must be 0 or a finite number > 1"},
+		{bucket.AIMD{Window: -time.Second}, lim100, "bucket: invalid aimd: window -1s must be in [1ms, 87600h0m0s]"},
+		{bucket.AIMD{Window: time.Microsecond}, lim100, "bucket: invalid aimd: window 1µs must be in [1ms, 87600h0m0s]"},
+		{bucket.AIMD{Window: 11 * 365 * 24 * time.Hour}, lim100, "bucket: invalid aimd: window 96360h0m0s must be in [1ms, 87600h0m0s]"},
+		{bucket.AIMD{Coalesce: -1}, lim100, "bucket: invalid aimd: coalesce -1ns must be in [1ns, 87600h0m0s]"},
+		{bucket.AIMD{MinCooldown: -time.Second}, lim100, "bucket: invalid aimd: min cooldown -1s must be in [1ms, 87600h0m0s]"},
+		{bucket.AIMD{MaxCooldown: time.Microsecond}, lim100, "bucket: invalid aimd: max cooldown 1µs must be in [1ms, 87600h0m0s]"},
+		{bucket.AIMD{MinCooldown: time.Minute, MaxCooldown: time.Second}, lim100, "bucket: invalid aimd: min cooldown 1m0s must be <= max cooldown 1s"},
+	} {
+		t.Run(fmt.Sprintf("%+v/%+v", tc.a, tc.ceiling), func(t *testing.T) {
+			err := tc.a.Validate(tc.ceiling)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			sentinel := bucket.ErrInvalidAIMD
+			if strings.HasPrefix(tc.want, "bucket: invalid limit") {
+				sentinel = bucket.ErrInvalidLimit
+			}
+			if !errors.Is(err, sentinel) || err.Error() != tc.want {
+				t.Fatalf("Validate = %v, want %q", err, tc.want)
+			}
+			// No call reaches Redis (noRedis would panic).
+			for name, f := range map[string]func() error{
+				"Throttled": func() error { _, err := l.Throttled(t.Context(), "test", "k", tc.ceiling, tc.a, 0); return err },
+				"Recover":   func() error { _, err := l.Recover(t.Context(), "test", "k", tc.ceiling, tc.a); return err },
+				"Adapted":   func() error { _, err := l.Adapted(t.Context(), "test", "k", tc.ceiling, tc.a); return err },
+				"Snapshot":  func() error { _, err := l.Snapshot(t.Context(), "test", "k", tc.ceiling, tc.a); return err },
+			} {
+				if err := f(); !errors.Is(err, sentinel) || err.Error() != tc.want {
+					t.Errorf("%s error = %v, want %q", name, err, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestAdaptedLimit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		rate    float64
+		ceiling bucket.Limit
+		want    bucket.Limit
+	}{
+		{0, lim100, lim100}, // the zero Adapted
+		{100, lim100, lim100},
+		{150, lim100, lim100},
+		{50, lim100, bucket.Limit{PerSecond: 50, Burst: 50}},
+		{12.5, bucket.Limit{PerSecond: 80, Burst: 10}, bucket.Limit{PerSecond: 12.5, Burst: 1}},    // 1.5625, rounded down
+		{1e-6, bucket.Limit{PerSecond: 1e9, Burst: 1e9}, bucket.Limit{PerSecond: 1e-6, Burst: 1}}, // at least 1
+		{0.5, bucket.Limit{PerSecond: 1, Burst: 3}, bucket.Limit{PerSecond: 0.5, Burst: 1}},
+	} {
+		got := bucket.Adapted{Rate: tc.rate}.Limit(tc.ceiling)
+		if got != tc.want {
+			t.Errorf("Adapted{Rate: %v}.Limit(%+v) = %+v, want %+v", tc.rate, tc.ceiling, got, tc.want)
+		}
+		if err := got.Validate(); err != nil {
+			t.Errorf("Adapted{Rate: %v}.Limit(%+v) = %+v: %v", tc.rate, tc.ceiling, got, err)
+		}
+	}
+}
+
+func TestResumeDelay(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		left time.Duration
+		rate float64
+		i    int
+		want time.Duration
+	}{
+		{time.Second, 10, 0, time.Second},
+		{time.Second, 10, 1, 1100 * time.Millisecond},
+		{time.Second, 10, 25, 3500 * time.Millisecond},
+		{0, 0.5, 3, 6 * time.Second},
+		{-time.Second, 4, 1, 250 * time.Millisecond}, // a cooldown already over
+		{time.Second, 0, 5, time.Second},
+		{time.Second, math.NaN(), 5, time.Second},
+		{time.Second, 10, -1, time.Second},
+		{time.Hour, 1e-6, math.MaxInt, math.MaxInt64}, // saturates
+		{math.MaxInt64, 1, 1, math.MaxInt64},
+	} {
+		if got := bucket.ResumeDelay(tc.left, tc.rate, tc.i); got != tc.want {
+			t.Errorf("ResumeDelay(%v, %v, %d) = %v, want %v", tc.left, tc.rate, tc.i, got, tc.want)
+		}
+	}
+}
+
+// TestAdaptScripts checks the contract header of each new script (the
+// format lua/embed_test.go checks for the others) and that the state-read
+// blocks copied between scripts are identical.
+func TestAdaptScripts(t *testing.T) {
+	t.Parallel()
+	scripts := map[string]string{
+		"aimd_throttle.lua":  lua.AIMDThrottle,
+		"aimd_recover.lua":   lua.AIMDRecover,
+		"aimd_state.lua":     lua.AIMDState,
+		"breaker_allow.lua":  lua.BreakerAllow,
+		"breaker_result.lua": lua.BreakerResult,
+		"breaker_status.lua": lua.BreakerStatus,
+	}
+	for name, src := range scripts {
+		var header []string
+		for _, line := range strings.Split(src, "\n") {
+			if !strings.HasPrefix(line, "--") {
+				break
+			}
+			header = append(header, line)
+		}
+		h := strings.Join(header, "\n")
+		for _, want := range []string{"-- " + name + ": ", "-- KEYS[1]", "-- ARGV[1]", "-- Reply:", "-- Writes:"} {
+			if !strings.Contains(h, want) {
+				t.Errorf("%s: the opening comment block lacks %q", name, want)
+			}
+		}
+	}
+	block := func(name, begin string) string {
+		_, rest, ok := strings.Cut(scripts[name], "-- BEGIN "+begin)
+		body, _, ok2 := strings.Cut(rest, "-- END "+begin)
+		if !ok || !ok2 || len(body) < 100 {
+			t.Fatalf("%s: no block between -- BEGIN %s and -- END %s", name, begin, begin)
+		}
+		return body
+	}
+	for _, group := range [][]string{
+		{"aimd read", "aimd_throttle.lua", "aimd_recover.lua", "aimd_state.lua"},
+		{"breaker read", "breaker_allow.lua", "breaker_result.lua", "breaker_status.lua"},
+	} {
+		first := block(group[1], group[0])
+		for _, name := range group[2:] {
+			if block(name, group[0]) != first {
+				t.Errorf("the %s blocks of %s and %s differ", group[0], group[1], name)
+			}
+		}
+	}
+}
+
+func TestAdaptRedisErrorsWrapped(t *testing.T) {
+	t.Parallel()
+	e := newMini(t)
+	e.mr.SetError("LOADING Redis is loading the dataset in memory")
+	ctx := t.Context()
+	a, b := bucket.AIMD{}, bucket.Breaker{}
+	for _, tc := range []struct {
+		want string
+		err  error
+	}{
+		{`bucket: throttled "pacer:{test:k}:aimd": LOADING`, second(e.l.Throttled(ctx, "test", "k", lim100, a, 0))},
+		{`bucket: recover "pacer:{test:k}:aimd": LOADING`, second(e.l.Recover(ctx, "test", "k", lim100, a))},
+		{`bucket: adapted "pacer:{test:k}:aimd": LOADING`, second(e.l.Adapted(ctx, "test", "k", lim100, a))},
+		{`bucket: adapted "pacer:{test:k}:aimd": LOADING`, second(e.l.Snapshot(ctx, "test", "k", lim100, a))},
+		{`bucket: breaker result "pacer:{test:k}:breaker": LOADING`, second(e.l.BreakerResult(ctx, "test", "k", b, false, ""))},
+		{`bucket: breaker status "pacer:{test:k}:breaker": LOADING`, second(e.l.BreakerStatus(ctx, "test", "k"))},
+		{`bucket: breaker allow "pacer:{test:k}:breaker": LOADING`, func() error {
+			_, _, _, err := e.l.BreakerAllow(ctx, "test", "k", b, "a")
+			return err
+		}()},
+	} {
+		var rerr redis.Error
+		if tc.err == nil || !strings.HasPrefix(tc.err.Error(), tc.want) || !errors.As(tc.err, &rerr) {
+			t.Errorf("got %v, want %q... wrapping a redis.Error", tc.err, tc.want)
+		}
+	}
+}
+
+// second returns the error of a call that returns a value and an error.
+func second[T any](_ T, err error) error { return err }
+
+func TestAdaptUnexpectedReply(t *testing.T) {
+	t.Parallel()
+	a, b := bucket.AIMD{}, bucket.Breaker{}
+	for _, v := range []any{
+		nil, "OK", int64(1), []any{},
+		[]any{int64(100e6), int64(0), int64(0)},                       // too short
+		[]any{int64(101e6), int64(0), int64(0), int64(0)},             // above the ceiling
+		[]any{int64(0), int64(0), int64(0), int64(0)},                 // below the floor
+		[]any{int64(50e6), int64(2), int64(0), int64(0)},              // change out of range
+		[]any{int64(50e6), int64(0), int64(-1), int64(0)},             // negative cooldown
+		[]any{int64(50e6), int64(0), int64(0), int64(-1)},             // negative streak
+		[]any{"50000000", int64(0), int64(0), int64(0)},               // a string
+		[]any{int64(1), int64(1), int64(1), int64(1), "x", int64(0)},  // status: reason not a string
+		[]any{int64(3), int64(1), int64(0), int64(0), "", ""},         // status: no such state
+		[]any{int64(1), int64(0), int64(5), int64(0), "", ""},         // status: open, no opens
+		[]any{int64(2), int64(1), int64(0), int64(5), "", ""},         // status: a lease without an owner
+		[]any{int64(1), int64(1), int64(0), int64(0), int64(0), "x"},  // status: owner not a string
+		[]any{int64(0), int64(0), int64(0), int64(0), "", "", "more"}, // status: too long
+	} {
+		l := bucket.New(fakeReply{v: v}, bucket.Config{})
+		ctx := t.Context()
+		for name, f := range map[string]func() error{
+			"Throttled": func() error { _, err := l.Throttled(ctx, "test", "k", lim100, a, 0); return err },
+			"Recover":   func() error { _, err := l.Recover(ctx, "test", "k", lim100, a); return err },
+			"Adapted":   func() error { _, err := l.Adapted(ctx, "test", "k", lim100, a); return err },
+			"BreakerAllow": func() error {
+				_, _, _, err := l.BreakerAllow(ctx, "test", "k", b, "a")
+				return err
+			},
+			"BreakerResult": func() error { _, err := l.BreakerResult(ctx, "test", "k", b, false, ""); return err },
+			"BreakerStatus": func() error { _, err := l.BreakerStatus(ctx, "test", "k"); return err },
+		} {
+			if err := f(); err == nil || !strings.Contains(err.Error(), "unexpected reply") {
+				t.Errorf("%s with reply %#v: %v; want an unexpected-reply error", name, v, err)
+			}
+		}
+	}
+	// Replies that are valid in shape but break a contract.
+	for _, tc := range []struct {
+		name string
+		v    any
+		f    func(l *bucket.Limiter) error
+	}{
+		{"throttle shorter than the hint", []any{int64(50e6), int64(-1), int64(10), int64(0)}, func(l *bucket.Limiter) error {
+			_, err := l.Throttled(t.Context(), "test", "k", lim100, a, time.Minute)
+			return err
+		}},
+		{"throttle that increased", []any{int64(50e6), int64(1), int64(60000), int64(0)}, func(l *bucket.Limiter) error {
+			_, err := l.Throttled(t.Context(), "test", "k", lim100, a, time.Minute)
+			return err
+		}},
+		{"recover that decreased", []any{int64(50e6), int64(-1), int64(0), int64(0)}, func(l *bucket.Limiter) error {
+			_, err := l.Recover(t.Context(), "test", "k", lim100, a)
+			return err
+		}},
+		{"allowed with a wait", []any{int64(1), int64(0), int64(5), int64(0)}, func(l *bucket.Limiter) error {
+			_, _, _, err := l.BreakerAllow(t.Context(), "test", "k", b, "a")
+			return err
+		}},
+		{"probe while closed", []any{int64(1), int64(1), int64(0), int64(0)}, func(l *bucket.Limiter) error {
+			_, _, _, err := l.BreakerAllow(t.Context(), "test", "k", b, "a")
+			return err
+		}},
+		{"halt that closed", []any{int64(0), int64(0), int64(0)}, func(l *bucket.Limiter) error {
+			_, err := l.BreakerResult(t.Context(), "test", "k", b, false, "")
+			return err
+		}},
+	} {
+		if err := tc.f(bucket.New(fakeReply{v: tc.v}, bucket.Config{})); err == nil || !strings.Contains(err.Error(), "unexpected reply") {
+			t.Errorf("%s (%#v): %v; want an unexpected-reply error", tc.name, tc.v, err)
+		}
+	}
+}
+
+func TestAdaptKeys(t *testing.T) {
+	t.Parallel()
+	l := bucket.New(noRedis{}, bucket.Config{Prefix: "stage"})
+	if got, want := l.AIMDKey("whatsapp", "106540352242922"), "stage:{whatsapp:106540352242922}:aimd"; got != want {
+		t.Errorf("AIMDKey = %q, want %q", got, want)
+	}
+	if got, want := l.BreakerKey("whatsapp", "106540352242922"), "stage:{whatsapp:106540352242922}:breaker"; got != want {
+		t.Errorf("BreakerKey = %q, want %q", got, want)
+	}
+}
+
+func ExampleLimiter_Throttled() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	mr.SetTime(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	ctx := context.Background()
+	l := bucket.New(rdb, bucket.Config{})
+	ceiling := bucket.Limit{PerSecond: 80, Burst: 20}
+	a := bucket.AIMD{Window: time.Minute} // halve on a throttle, +8/s per clean minute
+
+	// Three replicas see HTTP 429 from one burst: one decrease.
+	for range 3 {
+		ad, err := l.Throttled(ctx, "whatsapp", "106540352242922", ceiling, a, 2*time.Second)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("rate=%v decreased=%v cooldown=%v limit=%+v\n", ad.Rate, ad.Decreased, ad.CooldownLeft, ad.Limit(ceiling))
+	}
+	// A clean minute after the cooldown, sends succeed: the rate climbs.
+	mr.SetTime(time.Date(2030, 1, 1, 0, 1, 2, 0, time.UTC))
+	ad, err := l.Recover(ctx, "whatsapp", "106540352242922", ceiling, a)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("rate=%v increased=%v\n", ad.Rate, ad.Increased)
+	// Output:
+	// rate=40 decreased=true cooldown=2s limit={PerSecond:40 Burst:10}
+	// rate=40 decreased=false cooldown=2s limit={PerSecond:40 Burst:10}
+	// rate=40 decreased=false cooldown=2s limit={PerSecond:40 Burst:10}
+	// rate=48 increased=true
+}

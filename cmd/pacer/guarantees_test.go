@@ -1,0 +1,299 @@
+package main
+
+// Delivery-guarantee tests: crashes, Redis and Kafka restarts, poison
+// records and long cooldowns, with real servers and `pacer run` processes.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
+	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/redis/go-redis/v9"
+)
+
+// dlqReasons returns the pacer-reason of every DLQ record, by envelope id.
+func (e *e2e) dlqReasons(want int) map[string]string {
+	e.t.Helper()
+	out := map[string]string{}
+	for _, r := range consumeAll(e.t, e.brokers, e.topic+".dlq", want) {
+		env := string(r.Value)
+		id := env
+		if i := strings.Index(env, `"id":"`); i >= 0 {
+			id = env[i+6:]
+			id = id[:strings.IndexByte(id, '"')]
+		}
+		for _, h := range r.Headers {
+			if h.Key == "pacer-reason" {
+				out[id] = string(h.Value)
+			}
+		}
+	}
+	return out
+}
+
+// accounted waits until delivered plus dead-lettered reaches want.
+func (e *e2e) delivered() (delivered, dups int) {
+	for _, s := range e.fake.Stats() {
+		delivered += s.Delivered - s.Duplicates
+		dups += s.Duplicates
+	}
+	return
+}
+
+// TestCrashRecovery: 3 processes, 5,000 messages over 10 numbers; one
+// process is SIGKILLed twice and started again. No message arrives twice;
+// every message is delivered or dead-lettered as unknown-outcome, and those
+// are no more than the sends in flight at the kills.
+func TestCrashRecovery(t *testing.T) {
+	const numbers, per, rate, burst = 10, 500, 50.0, 10
+	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: burst + 5, Latency: 20 * time.Millisecond})
+	lines, _ := campaign(numbers, per, "3")
+	if code, out, errs := e.publish(lines, "--partitions", "6"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	envs := []string{"PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10", "PACER_KAFKA_SESSION_TIMEOUT=6s"}
+	procs := []*proc{e.run(envs...), e.run(envs...), e.run(envs...)}
+	var inflight []int
+	for kill := range 2 {
+		time.Sleep(4 * time.Second)
+		before := e.fake.InFlight()
+		procs[0].cmd.Process.Signal(syscall.SIGKILL)
+		<-procs[0].done
+		inflight = append(inflight, max(before, e.fake.InFlight()))
+		t.Logf("kill %d: SIGKILL with about %d requests in flight at the fake", kill+1, inflight[kill])
+		procs[0] = e.run(envs...)
+	}
+	total := numbers * per
+	deadline := time.Now().Add(4 * time.Minute)
+	var reasons map[string]string
+	for {
+		d, _ := e.delivered()
+		if d == total {
+			break
+		}
+		reasons = e.dlqReasons(0)
+		if d+len(reasons) >= total || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	time.Sleep(time.Second)
+	for _, p := range procs {
+		p.stop(t)
+	}
+	d, dups := e.delivered()
+	reasons = e.dlqReasons(total - d)
+	unknown := 0
+	for id, r := range reasons {
+		if r != "unknown-outcome" {
+			t.Errorf("DLQ %s: reason %q, want only unknown-outcome", id, r)
+		}
+		unknown++
+	}
+	t.Logf("delivered %d, duplicates %d, unknown-outcome %d, lost %d of %d", d, dups, unknown, total-d-unknown, total)
+	if dups != 0 {
+		t.Errorf("%d messages arrived twice", dups)
+	}
+	if d+unknown != total {
+		t.Errorf("delivered %d + unknown-outcome %d != %d: lost %d", d, unknown, total, total-d-unknown)
+	}
+	if limit := inflight[0] + inflight[1] + 2; unknown > limit {
+		t.Errorf("unknown-outcome %d > sends in flight at the kills (%v, +2 for the measuring gap)", unknown, inflight)
+	}
+}
+
+// privateRedis starts a redis-server the test may kill and restart.
+func privateRedis(t *testing.T) (addr string, restart func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	addr = fmt.Sprintf("127.0.0.1:%d", port)
+	dir := t.TempDir()
+	var cmd *exec.Cmd
+	start := func() {
+		cmd = exec.Command("redis-server", "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("redis-server: %v", err)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		for i := 0; rdb.Ping(context.Background()).Err() != nil; i++ {
+			if i > 100 {
+				t.Fatal("private redis-server did not answer")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	start()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return addr, func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		time.Sleep(time.Second)
+		start()
+	}
+}
+
+// TestRedisRestart: Redis dies mid-run and comes back empty (no script
+// cache, no buckets, no ledger). Nothing is lost or sent twice, the pacer
+// logs a handful of errors, and the limit holds: a fresh bucket may add one
+// burst in the window that spans the restart.
+func TestRedisRestart(t *testing.T) {
+	const numbers, per, rate, burst = 3, 300, 50.0, 10
+	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: 2*burst + 5})
+	addr, restart := privateRedis(t)
+	e.redis = "redis://" + addr + "/0"
+	lines, keys := campaign(numbers, per, "4")
+	if code, out, errs := e.publish(lines, "--partitions", "3"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	p := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10")
+	time.Sleep(3 * time.Second)
+	restart()
+	e.waitDelivered(numbers*per, 90*time.Second, p)
+	p.stop(t)
+	stats := e.fake.Stats()
+	for _, k := range keys {
+		s := stats[k]
+		t.Logf("number %s: delivered %d, duplicates %d, throttled %d, max in 1s %d", k, s.Delivered, s.Duplicates, s.Throttled, s.Max1s)
+		if s.Delivered != per || s.Duplicates != 0 {
+			t.Errorf("number %s: delivered %d (duplicates %d), want %d once", k, s.Delivered, s.Duplicates, per)
+		}
+		if s.Max1s > int(rate)+2*burst {
+			t.Errorf("number %s: %d in one 1 s window, want <= rate + 2 bursts = %d", k, s.Max1s, int(rate)+2*burst)
+		}
+	}
+	errs := strings.Count(p.logs(), "level=ERROR")
+	t.Logf("error lines logged across the restart: %d", errs)
+	if errs > 5 {
+		t.Errorf("%d error lines logged, want a handful (<= 5)\n%s", errs, p.logs())
+	}
+}
+
+// TestKafkaRestart: the broker restarts mid-run on the same ports and data.
+// Nothing is lost or sent twice.
+func TestKafkaRestart(t *testing.T) {
+	const numbers, per, rate, burst = 3, 300, 50.0, 10
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := t.TempDir()
+	script := filepath.Join(root, "scripts", "kafka.sh")
+	kafka := func(verb string) string {
+		cmd := exec.Command("bash", script, verb)
+		cmd.Env = append(os.Environ(), "PACER_KAFKA_RUN="+run)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("kafka.sh %s: %v\n%s", verb, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	brokers := kafka("start")
+	t.Cleanup(func() { kafka("stop") })
+	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: burst + 5})
+	e.brokers = brokers
+	lines, keys := campaign(numbers, per, "5")
+	if code, out, errs := e.publish(lines, "--partitions", "3"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	p := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10")
+	time.Sleep(3 * time.Second)
+	start := time.Now()
+	kafka("restart")
+	t.Logf("broker restarted in %.1fs", time.Since(start).Seconds())
+	e.waitDelivered(numbers*per, 3*time.Minute, p)
+	p.stop(t)
+	stats := e.fake.Stats()
+	for _, k := range keys {
+		s := stats[k]
+		t.Logf("number %s: delivered %d, duplicates %d, throttled %d, max in 1s %d", k, s.Delivered, s.Duplicates, s.Throttled, s.Max1s)
+		if s.Delivered != per || s.Duplicates != 0 {
+			t.Errorf("number %s: delivered %d (duplicates %d), want %d once", k, s.Delivered, s.Duplicates, per)
+		}
+	}
+}
+
+// TestPoisonAmongGood: one poison record among 1,000 good ones.
+func TestPoisonAmongGood(t *testing.T) {
+	e := newE2E(t, whatsapptest.Config{})
+	var b strings.Builder
+	for i := range 1000 {
+		if i == 500 {
+			b.WriteString("106:{\"id\":\"poison\",\"key\":\"106\",\"to\":\n")
+		}
+		fmt.Fprintf(&b, "106:{\"id\":\"g%d\",\"key\":\"106\",\"to\":\"1555%04d\"}\n", i, i)
+	}
+	kc := exec.Command("kcat", "-b", e.brokers, "-P", "-t", e.topic, "-K:", "-X", "topic.partitioner=murmur2_random")
+	kc.Stdin = strings.NewReader(b.String())
+	if out, err := kc.CombinedOutput(); err != nil {
+		t.Fatalf("kcat: %v\n%s", err, out)
+	}
+	p := e.run("PACER_WHATSAPP_RATE=1000", "PACER_WHATSAPP_BURST=50")
+	e.waitDelivered(1000, 60*time.Second, p)
+	reasons := e.dlqReasons(1)
+	p.stop(t)
+	if s := e.fake.Stats()["106"]; s.Delivered != 1000 || s.Duplicates != 0 {
+		t.Errorf("delivered %d (duplicates %d), want 1000 once", s.Delivered, s.Duplicates)
+	}
+	if len(reasons) != 1 || reasons["poison"] != "malformed" {
+		t.Errorf("DLQ = %v, want the poison record as malformed", reasons)
+	}
+}
+
+// TestLongCooldown: a key stays in cooldown (20 s here; `make soak` runs
+// 5 min via PACER_TEST_COOLDOWN) with PACER_MAX_ATTEMPTS=3: its messages are
+// requeued without attempts and delivered after the cooldown; none is
+// dead-lettered as attempts-exhausted.
+func TestLongCooldown(t *testing.T) {
+	cooldown := 20 * time.Second
+	if v := os.Getenv("PACER_TEST_COOLDOWN"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("PACER_TEST_COOLDOWN: %v", err)
+		}
+		cooldown = d
+	}
+	e := newE2E(t, whatsapptest.Config{})
+	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimSuffix(strings.TrimPrefix(e.redis, "redis://"), "/0")})
+	defer rdb.Close()
+	if err := bucket.New(rdb, bucket.Config{Prefix: e.prefix}).Cooldown(context.Background(), "whatsapp", "107", cooldown); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var b strings.Builder
+	for i := range 50 {
+		fmt.Fprintf(&b, `{"id":"cd%d","key":"107","to":"1555%04d"}`+"\n", i, i)
+	}
+	if code, out, errs := e.publish(b.String(), "--partitions", "2"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	p := e.run("PACER_MAX_ATTEMPTS=3", "PACER_MAX_TOKEN_WAIT=1s", "PACER_RETRY_DELAYS=2s,10s,60s")
+	e.waitDelivered(50, cooldown+2*time.Minute, p)
+	first := e.fake.Stats()["107"].First
+	p.stop(t)
+	t.Logf("cooldown %v: first delivery %.1fs after it was set", cooldown, first.Sub(start).Seconds())
+	if first.Sub(start) < cooldown-time.Second {
+		t.Errorf("first delivery %v after start, before the %v cooldown ended", first.Sub(start), cooldown)
+	}
+	if s := e.fake.Stats()["107"]; s.Delivered != 50 || s.Duplicates != 0 {
+		t.Errorf("delivered %d (duplicates %d), want 50 once", s.Delivered, s.Duplicates)
+	}
+	if strings.Contains(p.logs(), "attempts-exhausted") {
+		t.Error("a message was dead-lettered as attempts-exhausted during the cooldown")
+	}
+}

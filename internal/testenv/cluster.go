@@ -1,0 +1,181 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// EnvRedisCluster names the comma-separated addresses of a Redis Cluster
+// ("127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3"), read by [ClusterAddrs].
+const EnvRedisCluster = "PACER_TEST_REDIS_CLUSTER"
+
+var (
+	clusterOnce  sync.Once
+	clusterAddrs []string
+	clusterErr   error
+)
+
+// ClusterAddrs returns the addresses of the masters of a real Redis Cluster
+// (three masters, no replicas): $PACER_TEST_REDIS_CLUSTER if set, else the
+// cluster of scripts/redis-cluster.sh start, which this call starts if it
+// is not running (shared by all test binaries of the work tree and left
+// running: stop it with scripts/redis-cluster.sh stop; `make test` does).
+// It never skips: without a cluster it fails the test with a hint.
+func ClusterAddrs(t testing.TB) []string {
+	t.Helper()
+	if a := strings.TrimSpace(os.Getenv(EnvRedisCluster)); a != "" {
+		return splitAddrs(a)
+	}
+	clusterOnce.Do(func() { clusterAddrs, clusterErr = startCluster() })
+	if clusterErr != nil {
+		t.Fatalf("testenv: no Redis Cluster: %v\nrun `make test` (it starts one and sets %s), or set it yourself", clusterErr, EnvRedisCluster)
+	}
+	t.Logf("testenv: %s is not set; using the cluster of scripts/redis-cluster.sh (stop it with scripts/redis-cluster.sh stop)", EnvRedisCluster)
+	return clusterAddrs
+}
+
+func splitAddrs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func startCluster() ([]string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	script := filepath.Join(root, "scripts", "redis-cluster.sh")
+	if _, err := os.Stat(script); err != nil {
+		return nil, fmt.Errorf("%s is not set and %s is missing", EnvRedisCluster, script)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "bash", script, "start")
+	cmd.Dir = root
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("scripts/redis-cluster.sh start: %v\n%s%s", err, tail(stdout.String(), 10), tail(stderr.String(), 40))
+	}
+	addrs := splitAddrs(lastLine(stdout.String()))
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("scripts/redis-cluster.sh start printed %q, not addresses", stdout.String())
+	}
+	for _, a := range addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("scripts/redis-cluster.sh start printed %q, not host:port,...", lastLine(stdout.String()))
+		}
+	}
+	return addrs, nil
+}
+
+// Sentinel starts a private redis-server master and one redis-sentinel
+// (redis-server --sentinel) monitoring it as masterName "pacer", both on
+// free 127.0.0.1 ports, for the test only: they are stopped in t.Cleanup.
+// It returns the master name and the sentinel's address, for
+// redis.FailoverOptions or redis.UniversalOptions{MasterName, Addrs}. It
+// never skips: without redis-server it fails the test.
+func Sentinel(t testing.TB) (masterName string, sentinelAddrs []string) {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("testenv: redis-server is not installed (apt-get install redis-server)")
+	}
+	dir := t.TempDir()
+	master := startServer(t, bin, dir, "master", func(port int) []string {
+		return []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
+	})
+	sentinel := startServer(t, bin, dir, "sentinel", func(port int) []string {
+		conf := filepath.Join(dir, "sentinel-"+strconv.Itoa(port)+".conf")
+		_, mport, _ := net.SplitHostPort(master)
+		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor pacer 127.0.0.1 %s 1\nsentinel down-after-milliseconds pacer 5000\n", port, dir, mport)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return []string{conf, "--sentinel"}
+	})
+	return "pacer", []string{sentinel}
+}
+
+// startServer runs bin with args(port) on a free port until PING answers,
+// retrying on another port if it exits, and stops it in t.Cleanup.
+func startServer(t testing.TB, bin, dir, name string, args func(port int) []string) string {
+	t.Helper()
+	var lastErr error
+	for range 5 {
+		lastErr = nil
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out syncBuffer
+		cmd := exec.Command(bin, args(port)...)
+		cmd.Dir = dir
+		cmd.Stdout, cmd.Stderr = &out, &out
+		setPdeathsig(cmd)
+		started, done := make(chan error, 1), make(chan struct{})
+		go func() { // Pdeathsig follows the thread that forked: keep it alive
+			runtime.LockOSThread()
+			err := cmd.Start()
+			started <- err
+			if err == nil {
+				_ = cmd.Wait()
+			}
+			close(done)
+		}()
+		if err := <-started; err != nil {
+			t.Fatalf("testenv: start %s: %v", name, err)
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		up := false
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			select {
+			case <-done:
+				lastErr = fmt.Errorf("%s exited early on port %d:\n%s", name, port, tail(out.String(), 20))
+			default:
+			}
+			if lastErr != nil || redisPing(addr, 500*time.Millisecond) == nil {
+				up = lastErr == nil
+				break
+			}
+		}
+		if !up {
+			_ = cmd.Process.Kill()
+			<-done
+			if lastErr == nil {
+				lastErr = fmt.Errorf("%s on %s did not answer PING within 15s:\n%s", name, addr, tail(out.String(), 20))
+			}
+			continue
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+		})
+		return addr
+	}
+	t.Fatalf("testenv: %v", lastErr)
+	return ""
+}
