@@ -27,10 +27,14 @@ test:
 test-short:
 	$(GO) test -short ./...
 
+# bench: every benchmark, then the accuracy soak of package bucket (4
+# processes x 8 goroutines on one key for 30 s; see bucket/soak_test.go).
+# Figures: BENCHMARKS.md.
 bench:
 	@trap '$(STOP_SERVERS)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
-	$(GO) test -bench=. -benchmem -run='^$$' $(PKGS)
+	$(GO) test -bench=. -benchmem -run='^$$' $(PKGS); \
+	$(GO) test -tags soak -run '^TestAccuracySoak$$' -count=1 -v -timeout 10m ./bucket/
 
 # Long runs kept out of `make test`: the 5-minute cooldown of the delivery
 # guarantees (issue: none dead-lettered as attempts-exhausted).

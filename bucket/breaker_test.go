@@ -81,8 +81,8 @@ func TestBreakerSingleProbe(t *testing.T) {
 			{at: 0, op: opHalt, reason: "halt:401", state: bucket.BreakerOpen},
 			{at: 0, op: opAllow, owner: "a", wait: 500 * ms},
 			{at: 0, op: opAllow, owner: "b", wait: 500 * ms},
-			{at: 0, op: opOK, state: bucket.BreakerOpen},                           // sent before it opened
-			{at: 0, op: opHalt, reason: "halt:403", state: bucket.BreakerOpen},     // likewise: no doubling
+			{at: 0, op: opOK, state: bucket.BreakerOpen},                       // sent before it opened
+			{at: 0, op: opHalt, reason: "halt:403", state: bucket.BreakerOpen}, // likewise: no doubling
 			{at: 0, op: opStatus, state: bucket.BreakerOpen, wait: 500 * ms, opens: 1, reason: "halt:401"},
 			{at: 800 * ms, op: opStatus, state: bucket.BreakerHalfOpen, opens: 1, reason: "halt:401"},
 			{at: 800 * ms, op: opAllow, owner: "b", allowed: true, probe: true},

@@ -48,7 +48,7 @@ type Local struct {
 	buckets   map[string]*localBucket
 	cooldowns map[string]int64 // end, µs since epoch
 	calls     int              // since the last sweep
-	swept     int              // map sizes after the last sweep
+	swept     int              // entries left by the last sweep
 }
 
 // localBucket is a bucket hash: utokens and ts_us, plus the limit of its
@@ -60,13 +60,13 @@ type localBucket struct {
 
 // NewLocal returns an empty Local.
 func NewLocal(cfg LocalConfig) *Local {
-	if cfg.Replicas < 1 {
-		cfg.Replicas = 1
-	}
 	return newLocal(cfg, time.Now)
 }
 
 func newLocal(cfg LocalConfig, now func() time.Time) *Local {
+	if cfg.Replicas < 1 {
+		cfg.Replicas = 1
+	}
 	return &Local{
 		replicas:  cfg.Replicas,
 		now:       now,
@@ -354,11 +354,12 @@ func (l *Local) store(k string, v float64, now int64, rate, burstU float64) {
 	*b = localBucket{u: v, ts: now, rate: rate, burstU: burstU}
 }
 
-// sweep drops full buckets and ended cooldowns once the maps have doubled
-// since the last sweep, so each call pays O(1) on average.
+// sweep drops full buckets and ended cooldowns every max(1024, n) calls,
+// n the entries left by the last sweep, so each call pays O(1) on average
+// and the maps at most double between sweeps.
 func (l *Local) sweep(now int64) {
 	l.calls++
-	if size := len(l.buckets) + len(l.cooldowns); size < 2*l.swept+1024 && l.calls < 1<<16 {
+	if l.calls < max(1024, l.swept) {
 		return
 	}
 	for k, b := range l.buckets {

@@ -258,10 +258,17 @@ func (ls Lease) Slot(i int) time.Time {
 	if ls.src == nil || i < 0 || i >= ls.Granted {
 		return time.Time{}
 	}
-	s := ls.src
-	us := slotUS(float64(float64(i+1)*1e6)-float64(s.u0), s.lim.PerSecond) // no FMA: the scripts round each step
-	return s.base.Add(duration(us, time.Microsecond))
+	return ls.src.base.Add(duration(ls.offsetUS(i), time.Microsecond))
 }
+
+// offsetUS is the start of slot i in µs after the lease's call.
+func (ls Lease) offsetUS(i int) int64 {
+	s := ls.src
+	return slotUS(float64(float64(i+1)*1e6)-float64(s.u0), s.lim.PerSecond) // no FMA: the scripts round each step
+}
+
+// redisSlot is the start of slot i in µs of Redis TIME.
+func (ls Lease) redisSlot(i int) int64 { return ls.src.now0 + ls.offsetUS(i) }
 
 // Lease takes up to n slots of one token each from the bucket of (channel,
 // key) in one call: all the slots that start within maxWait from now, at

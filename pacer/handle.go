@@ -107,10 +107,21 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 
 	force := m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
 	msg := channels.Message{ID: env.ID, Key: env.Key, To: env.To, Payload: env.Payload}
-	throttles := 0
+	st := p.keyState(env.Key)
+	pairThrottles := 0
 	waitStart := time.Now()
 	for {
-		wait, reason, ok := p.waitToken(ctx, env.Key, log)
+		allowed, probe, bwait, ok := p.breakerGate(ctx, env.Key, st, log)
+		if !ok {
+			p.release(ctx, env, log)
+			return false
+		}
+		if !allowed {
+			p.release(ctx, env, log)
+			return p.requeue(ctx, r, m, "breaker", max(bwait, time.Second), log)
+		}
+		lim := p.limitFor(ctx, env.Key, st, log)
+		wait, reason, ok := p.waitToken(ctx, env.Key, lim, log)
 		if !ok {
 			p.release(ctx, env, log)
 			return false
@@ -164,20 +175,25 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 			return p.retry(ctx, r, m, err, log)
 		}
 		p.m.sends.WithLabelValues(class.String()).Inc()
+		p.m.response(class.String(), perr)
+		if probe {
+			p.breakerResult(ctx, env.Key, st, class == channels.Success || class == channels.Permanent,
+				"probe answered "+class.String()+" "+codeOf(perr), log)
+		}
 		switch class {
 		case channels.Success:
 			p.delivered(ctx, env, res, log)
 			return true
 		case channels.Throttle:
 			// Our pace, not the message, was at fault: no attempt counted.
-			throttles++
-			d := channels.RetryAfter(err)
-			if d <= 0 {
-				d = p.cfg.ThrottleCooldown << min(throttles-1, 16)
-			}
-			d = min(d, p.cfg.MaxCooldown)
 			if perr != nil && perr.Scope == channels.ScopePair {
-				// Only this recipient is limited: hold this message, not the key.
+				// Only this recipient is limited: hold this message, not the
+				// key (WhatsApp 131056 asks for 4^n s between tries).
+				pairThrottles++
+				d := perr.RetryAfter
+				if d <= 0 {
+					d = time.Second << min(2*(pairThrottles-1), 12)
+				}
 				log.Info("pair throttled; retrying this message later", "code", codeOf(perr), "after", d)
 				if d > p.cfg.MaxTokenWait {
 					p.release(ctx, env, log)
@@ -188,8 +204,7 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 					return false
 				}
 			} else {
-				log.Info("throttled; pacing key cools down", "code", codeOf(perr), "cooldown", d)
-				p.cooldown(ctx, env.Key, d, log)
+				p.throttled(ctx, env.Key, st, perr, log)
 			}
 			waitStart = time.Now()
 		case channels.Transient:
@@ -200,9 +215,10 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 			p.release(ctx, env, log)
 			return p.deadLetter(ctx, r, m, "permanent:"+codeOf(perr), err.Error(), log)
 		case channels.Halt:
-			log.Error("provider refuses this pacing key (credentials or account); cooling down, nothing dropped",
-				"code", codeOf(perr), "cooldown", p.cfg.HaltCooldown, "err", err)
-			p.cooldown(ctx, env.Key, p.cfg.HaltCooldown, log)
+			log.Error("provider refuses this pacing key (credentials or account); opening its breaker, nothing dropped",
+				"code", codeOf(perr), "err", err)
+			p.release(ctx, env, log)
+			p.breakerResult(ctx, env.Key, st, false, "halt: "+codeOf(perr), log)
 			waitStart = time.Now()
 		}
 	}
@@ -248,12 +264,12 @@ func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) bo
 // (0, "", true); or, when the wait would exceed MaxTokenWait, returns the
 // wait and why ("cooldown" or "token-wait") without waiting. ok is false
 // when ctx ended.
-func (p *Pacer) waitToken(ctx context.Context, key string, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
+func (p *Pacer) waitToken(ctx context.Context, key string, lim bucket.Limit, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
 	for {
 		var d bucket.Decision
 		start := time.Now()
 		if !p.redis(ctx, log, func() (err error) {
-			d, err = p.bucket.Take(ctx, p.cfg.Channel, key, p.cfg.Limit, 1)
+			d, err = p.bucket.Take(ctx, p.cfg.Channel, key, lim, 1)
 			return err
 		}) {
 			return 0, "", false
@@ -277,14 +293,6 @@ func (p *Pacer) waitToken(ctx context.Context, key string, log *slog.Logger) (wa
 		if !sleep(ctx, wait) {
 			return 0, "", false
 		}
-	}
-}
-
-func (p *Pacer) cooldown(ctx context.Context, key string, d time.Duration, log *slog.Logger) {
-	if err := p.bucket.Cooldown(ctx, p.cfg.Channel, key, d); err != nil {
-		// The shared cooldown failed; at least this worker waits.
-		log.Warn("could not store cooldown in Redis; waiting locally", "err", err)
-		sleep(ctx, min(d, p.cfg.MaxTokenWait))
 	}
 }
 

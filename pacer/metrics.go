@@ -1,6 +1,11 @@
 package pacer
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync"
+
+	"github.com/pacerhq/pacer/channels"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // metrics are the collectors the pacer updates; labels are bounded (channel,
 // class, reason), never a pacing key, a recipient or a tenant.
@@ -18,10 +23,41 @@ type metrics struct {
 	partitions  *prometheus.GaugeVec     // channel
 	queued      *prometheus.GaugeVec     // channel
 	ready       *prometheus.GaugeVec     // channel
+	responses   *prometheus.CounterVec   // channel, class, code
+
+	codesMu sync.Mutex
+	codes   map[string]bool // provider codes given a label so far
+}
+
+// maxCodes bounds the code label of pacer_responses_total: codes beyond the
+// first maxCodes distinct ones are counted as "other".
+const maxCodes = 64
+
+// response counts one provider answer by class and provider code.
+func (m *metrics) response(class string, e *channels.Error) {
+	code := "none"
+	if e != nil && e.Code != "" {
+		code = e.Code
+	}
+	m.codesMu.Lock()
+	if !m.codes[code] {
+		if len(m.codes) >= maxCodes {
+			code = "other"
+		} else {
+			m.codes[code] = true
+		}
+	}
+	m.codesMu.Unlock()
+	m.responses.WithLabelValues(class, code).Inc()
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
+		codes: map[string]bool{},
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pacer", Name: "responses_total",
+			Help: "Provider answers by class and provider error code (none for success; at most 64 codes, then other).",
+		}, []string{"class", "code"}),
 		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "sends_total",
 			Help: "Requests that left the process for a provider, by the class of the response (success, throttle, transient, permanent, halt, unknown: no answer).",
@@ -79,7 +115,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, nil),
 	}
 	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.retries, m.dlq, m.bucketWait, m.takeLatency,
-		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready} {
+		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

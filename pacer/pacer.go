@@ -24,13 +24,19 @@
 //
 // # Outcomes
 //
-//   - throttle: the pacing key cools down in Redis (the provider's
-//     Retry-After, else [Config.ThrottleCooldown], doubling while throttles
-//     repeat), shared by every replica; the message waits or is requeued.
+//   - throttle: AIMD in Redis, shared by every replica: the key's rate is
+//     multiplied by [bucket.AIMD] Decrease (once per burst of throttles,
+//     never below the floor) and the key cools down for the provider's
+//     Retry-After (clamped to AIMD MinCooldown..MaxCooldown). A clean window
+//     raises the rate again toward [Config.Limit], never above it. A
+//     pair-scoped throttle (WhatsApp 131056) holds only that message. The
+//     message waits, or is requeued; a throttle is never an attempt.
 //   - transient: retry topic, up to [Config.MaxAttempts] requests in all.
 //   - permanent: DLQ.
-//   - halt (credentials, account blocked): the key cools down for
-//     [Config.HaltCooldown]; the message is requeued, never dropped.
+//   - halt (credentials, account blocked), or throttles again and again at
+//     the floor: the key's breaker opens ([bucket.Breaker]); its messages
+//     are requeued (never attempts, never dropped) until one replica's
+//     half-open probe succeeds.
 //   - no answer (timeout, connection cut after the request left): the
 //     provider may have the message. [Config.UnknownOutcome] decides:
 //     "dlq" (default) dead-letters it as unknown-outcome for an operator,
@@ -61,6 +67,13 @@
 //	pacer_partitions_assigned           partitions owned by this process
 //	pacer_records_queued                fetched records not yet finished
 //	pacer_ready                         1 when Kafka and Redis answer
+//	pacer_responses_total{class,code}   provider answers by class and provider code
+//	pacer_keys_active                   pacing keys sent for in the last 5 minutes
+//	pacer_rate_current                  adapted rate summed over active keys (msgs/s)
+//	pacer_rate_configured               configured rate summed over active keys (msgs/s)
+//	pacer_keys_cooldown                 active keys in a cooldown
+//	pacer_keys_at_floor                 active keys at the AIMD floor
+//	pacer_breakers_open                 active keys whose breaker is open or half-open
 package pacer
 
 import (
@@ -102,9 +115,10 @@ type Ledger interface {
 
 // Deps are the services a Pacer uses.
 type Deps struct {
-	Bucket Bucket          // required
-	Ledger Ledger          // required
-	Sender channels.Sender // required
+	Bucket  Bucket          // required
+	Adapter Adapter         // required; *bucket.Limiter is both Bucket and Adapter
+	Ledger  Ledger          // required
+	Sender  channels.Sender // required
 }
 
 // Unknown-outcome policies for [Config.UnknownOutcome].
@@ -121,14 +135,14 @@ type Config struct {
 	Group            string          // consumer group; default "pacer-<Channel>"
 	DLQTopic         string          // dead-letter topic; default "<Topic>.dlq"
 	RetryDelays      []time.Duration // one retry topic "<Topic>.retry.<n>" per delay; default 5s, 30s, 5m
-	Limit            bucket.Limit    // rate and burst per pacing key; required
+	Limit            bucket.Limit    // rate and burst per pacing key: the AIMD ceiling; required
+	AIMD             bucket.AIMD     // adaptation on throttles; zero fields mean bucket's defaults
+	Breaker          bucket.Breaker  // per-key breaker on halts; zero fields mean bucket's defaults
 	MaxAttempts      int             // requests per record before DLQ on transient failures; default 5
 	MaxTokenWait     time.Duration   // longest wait for a token or cooldown in place; longer requeues; default 5s
 	Drain            time.Duration   // on shutdown or revoke, how long in-flight sends may finish; default 30s
 	SendTimeout      time.Duration   // one provider request; default 30s
-	ThrottleCooldown time.Duration   // key cooldown after a throttle without Retry-After; default 1s
-	MaxCooldown      time.Duration   // cap for any cooldown or retry delay; default 1h
-	HaltCooldown     time.Duration   // key cooldown after a halt response; default 30s
+	MaxCooldown      time.Duration   // cap for a retry delay; default 1h (AIMD.MaxCooldown caps cooldowns)
 	UnknownOutcome   string          // "dlq" (default) or "resend"; see the package doc
 	IdempotencyTTL   time.Duration   // how long delivered ids are remembered; default 24h
 	MaxQueued        int             // fetched records per partition before fetching pauses; default 2000
@@ -173,9 +187,13 @@ func (c *Config) setDefaults() error {
 	}
 	defd(&c.Drain, 30*time.Second)
 	defd(&c.SendTimeout, 30*time.Second)
-	defd(&c.ThrottleCooldown, time.Second)
 	defd(&c.MaxCooldown, time.Hour)
-	defd(&c.HaltCooldown, 30*time.Second)
+	if err := c.AIMD.Validate(c.Limit); err != nil {
+		return fmt.Errorf("pacer: config: %w", err)
+	}
+	if err := c.Breaker.Validate(); err != nil {
+		return fmt.Errorf("pacer: config: %w", err)
+	}
 	defd(&c.MaxTokenWait, 5*time.Second)
 	defd(&c.IdempotencyTTL, 24*time.Hour)
 	if c.MaxAttempts <= 0 {
@@ -205,8 +223,10 @@ type Pacer struct {
 	cfg    Config
 	kopts  []kgo.Opt
 	bucket Bucket
-	ledger Ledger
-	sender channels.Sender
+	ledger  Ledger
+	adapter Adapter
+	sender  channels.Sender
+	keys    keyStates
 	m      *metrics
 	log    *slog.Logger
 
@@ -234,15 +254,21 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	if deps.Bucket == nil || deps.Ledger == nil || deps.Sender == nil {
-		return nil, errors.New("pacer: New needs a Bucket, a Ledger and a Sender")
+	if deps.Bucket == nil || deps.Adapter == nil || deps.Ledger == nil || deps.Sender == nil {
+		return nil, errors.New("pacer: New needs a Bucket, an Adapter, a Ledger and a Sender")
 	}
-	m, err := newMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"channel": cfg.Channel}, reg))
+	wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"channel": cfg.Channel}, reg)
+	m, err := newMetrics(wrapped)
 	if err != nil {
 		return nil, fmt.Errorf("pacer: metrics: %w", err)
 	}
-	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, ledger: deps.Ledger, sender: deps.Sender, m: m,
-		log: cfg.Logger.With("channel", cfg.Channel), workers: map[tp]*worker{}}
+	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, ledger: deps.Ledger, sender: deps.Sender, m: m,
+		log: cfg.Logger.With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}}}
+	for _, c := range p.keyGauges() {
+		if err := wrapped.Register(c); err != nil {
+			return nil, fmt.Errorf("pacer: metrics: %w", err)
+		}
+	}
 	p.redisOK.Store(true)
 	p.kafkaOK.Store(true)
 	return p, nil

@@ -73,7 +73,7 @@ func newHarness(t *testing.T, script map[string][]error) *harness {
 	return &harness{t: t, kc: kc, cl: cl, mr: miniredis.RunT(t), reg: prometheus.NewRegistry(),
 		sender: &scriptSender{script: script, calls: map[string]int{}, success: map[string]int{}},
 		cfg: pacer.Config{Channel: "test", Topic: "pacer.test", Limit: bucket.Limit{PerSecond: 1000, Burst: 10},
-			MaxAttempts: 3, RetryDelays: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}, ThrottleCooldown: 20 * time.Millisecond, HaltCooldown: 50 * time.Millisecond, Drain: 5 * time.Second}}
+			MaxAttempts: 3, RetryDelays: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}, AIMD: bucket.AIMD{MinCooldown: 20 * time.Millisecond}, Breaker: bucket.Breaker{OpenFor: 50 * time.Millisecond}, Drain: 5 * time.Second}}
 }
 
 func (h *harness) produce(values ...string) {
@@ -92,8 +92,9 @@ func (h *harness) run(done func() bool) {
 	h.t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
 	defer rdb.Close()
+	lim := bucket.New(rdb, bucket.Config{})
 	p, err := pacer.New(h.cfg, []kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)},
-		pacer.Deps{Bucket: bucket.New(rdb, bucket.Config{}), Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: h.sender}, h.reg)
+		pacer.Deps{Bucket: lim, Adapter: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: h.sender}, h.reg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -282,7 +283,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"zero burst", pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 5, Burst: 0}}, "invalid limit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := pacer.New(c.cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Ledger: bucket.NewLedger(nil, bucket.Config{}), Sender: &scriptSender{}}, prometheus.NewRegistry())
+			_, err := pacer.New(c.cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: bucket.New(nil, bucket.Config{}), Ledger: bucket.NewLedger(nil, bucket.Config{}), Sender: &scriptSender{}}, prometheus.NewRegistry())
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want %q", err, c.want)
 			}

@@ -85,16 +85,36 @@ type serviceAccount struct {
 // service-account JSON key through the JWT-bearer grant of
 // golang.org/x/oauth2/google, at the key's token_uri. Each call builds the
 // credentials anew (once an hour at most, thanks to [tokens]) so that the
-// token request runs under the caller's ctx and hc, not New's.
+// token request runs under the caller's ctx, not New's.
+//
+// The JWT flow posts with http.Client.PostForm, which carries no ctx, so
+// the client handed to it puts ctx on every request itself: a Send whose
+// ctx ends stops waiting for the token endpoint.
 func jsonFetch(key []byte, hc *http.Client) func(ctx context.Context) (*oauth2.Token, error) {
 	return func(ctx context.Context) (*oauth2.Token, error) {
-		ctx = context.WithValue(ctx, oauth2.HTTPClient, hc)
+		base := hc.Transport
+		if base == nil {
+			base = http.DefaultTransport
+		}
+		tc := *hc
+		tc.Transport = ctxTransport{ctx: ctx, base: base}
+		ctx = context.WithValue(ctx, oauth2.HTTPClient, &tc)
 		creds, err := google.CredentialsFromJSONWithType(ctx, key, google.ServiceAccount, Scope)
 		if err != nil {
 			return nil, err
 		}
 		return creds.TokenSource.Token()
 	}
+}
+
+// ctxTransport sends every request under ctx.
+type ctxTransport struct {
+	ctx  context.Context
+	base http.RoundTripper
+}
+
+func (t ctxTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return t.base.RoundTrip(r.WithContext(t.ctx))
 }
 
 // sourceFetch adapts a caller's oauth2.TokenSource. Its Token method takes

@@ -34,9 +34,23 @@ type config struct {
 	Drain time.Duration `env:"PACER_DRAIN, default=30s"`
 	// PACER_MAX_ATTEMPTS: requests per message before transient failures dead-letter it; default 5.
 	MaxAttempts int `env:"PACER_MAX_ATTEMPTS, default=5"`
-	// PACER_THROTTLE_COOLDOWN: key cooldown after a throttle without Retry-After (doubles while throttles repeat); default 1s.
+	// PACER_THROTTLE_COOLDOWN: shortest key cooldown after a throttle (used when the provider names no Retry-After); default 1s.
 	ThrottleCooldown time.Duration `env:"PACER_THROTTLE_COOLDOWN, default=1s"`
-	// PACER_HALT_COOLDOWN: key cooldown after a credential or account error; default 30s.
+	// PACER_MAX_COOLDOWN: longest key cooldown a provider hint can ask for; default 1h.
+	MaxCooldown time.Duration `env:"PACER_MAX_COOLDOWN, default=1h"`
+	// PACER_AIMD_DECREASE: factor applied to a key's rate on a throttle, in (0,1); default 0.5.
+	AIMDDecrease float64 `env:"PACER_AIMD_DECREASE, default=0.5"`
+	// PACER_AIMD_FLOOR: lowest adapted rate in msgs/s per key; default 1.
+	AIMDFloor float64 `env:"PACER_AIMD_FLOOR, default=1"`
+	// PACER_AIMD_WINDOW: throttle-free time before the rate is raised; default 60s.
+	AIMDWindow time.Duration `env:"PACER_AIMD_WINDOW, default=60s"`
+	// PACER_AIMD_STEP: additive increase in msgs/s per clean window; default 0 = a tenth of the channel's rate.
+	AIMDStep float64 `env:"PACER_AIMD_STEP, default=0"`
+	// PACER_BREAKER_FLOOR_THROTTLES: throttles in a row at the floor that open a key's breaker; default 5.
+	BreakerFloorThrottles int `env:"PACER_BREAKER_FLOOR_THROTTLES, default=5"`
+	// PACER_BREAKER_MAX_OPEN: longest open period of a breaker (it doubles from PACER_HALT_COOLDOWN); default 10m.
+	BreakerMaxOpen time.Duration `env:"PACER_BREAKER_MAX_OPEN, default=10m"`
+	// PACER_HALT_COOLDOWN: first open period of a key's breaker after a credential or account error; default 30s.
 	HaltCooldown time.Duration `env:"PACER_HALT_COOLDOWN, default=30s"`
 
 	// PACER_MAX_TOKEN_WAIT: longest wait for a token or a cooldown in place; a longer one requeues the record (not an attempt); default 5s.
@@ -160,6 +174,27 @@ func (c config) validate() error {
 	}
 	if c.ThrottleCooldown <= 0 {
 		bad("PACER_THROTTLE_COOLDOWN", "must be > 0")
+	}
+	if c.MaxCooldown < c.ThrottleCooldown {
+		bad("PACER_MAX_COOLDOWN", "must be >= PACER_THROTTLE_COOLDOWN")
+	}
+	if !(c.AIMDDecrease > 0 && c.AIMDDecrease < 1) {
+		bad("PACER_AIMD_DECREASE", "must be in (0, 1)")
+	}
+	if !(c.AIMDFloor > 0) {
+		bad("PACER_AIMD_FLOOR", "must be > 0 messages per second")
+	}
+	if c.AIMDWindow <= 0 {
+		bad("PACER_AIMD_WINDOW", "must be > 0")
+	}
+	if c.AIMDStep < 0 {
+		bad("PACER_AIMD_STEP", "must be >= 0 (0 = a tenth of the rate)")
+	}
+	if c.BreakerFloorThrottles < 1 {
+		bad("PACER_BREAKER_FLOOR_THROTTLES", "must be >= 1")
+	}
+	if c.BreakerMaxOpen < c.HaltCooldown {
+		bad("PACER_BREAKER_MAX_OPEN", "must be >= PACER_HALT_COOLDOWN")
 	}
 	if c.HaltCooldown <= 0 {
 		bad("PACER_HALT_COOLDOWN", "must be > 0")

@@ -114,11 +114,12 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
+	limiter := bucket.New(rdb, bucket.Config{})
 	p, err := pacer.New(pacer.Config{
 		Channel: "whatsapp", Topic: topic, Limit: lim, Drain: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}, []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)},
-		pacer.Deps{Bucket: bucket.New(rdb, bucket.Config{}), Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: sender}, prometheus.NewRegistry())
+		pacer.Deps{Bucket: limiter, Adapter: limiter, Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: sender}, prometheus.NewRegistry())
 	if err != nil {
 		return err
 	}

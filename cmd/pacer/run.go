@@ -68,13 +68,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	p, err := pacer.New(pacer.Config{
 		Channel: *channel, Topic: *topic, Group: *group, Limit: limit,
 		MaxAttempts: cfg.MaxAttempts, Drain: cfg.Drain,
-		ThrottleCooldown: cfg.ThrottleCooldown, HaltCooldown: cfg.HaltCooldown,
+		AIMD: bucket.AIMD{Decrease: cfg.AIMDDecrease, Floor: min(cfg.AIMDFloor, limit.PerSecond), Window: cfg.AIMDWindow,
+			Step: cfg.AIMDStep, MinCooldown: cfg.ThrottleCooldown, MaxCooldown: cfg.MaxCooldown},
+		Breaker: bucket.Breaker{OpenFor: cfg.HaltCooldown, MaxOpenFor: cfg.BreakerMaxOpen, FloorThrottles: cfg.BreakerFloorThrottles},
 		MaxTokenWait: cfg.MaxTokenWait, RetryDelays: cfg.RetryDelays,
 		UnknownOutcome: cfg.UnknownOutcome, IdempotencyTTL: cfg.IdempotencyTTL,
 		Logger: log,
 	}, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + *channel),
 			kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))},
-		pacer.Deps{Bucket: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Sender: sender}, reg)
+		pacer.Deps{Bucket: lim, Adapter: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Sender: sender}, reg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}

@@ -83,6 +83,7 @@ type Server struct {
 	rate     float64            // default for keys without an override
 	burst    int                // Config.Burst; 0 means ceil(rate)
 	override map[string]float64 // SetRate(key, r)
+	forced   map[string]int     // ThrottleNext(key, seconds)
 	keys     map[string]*keyState
 	arrivals []Arrival
 	seq      uint64
@@ -115,6 +116,7 @@ func New(cfg Config) *Server {
 		rate:     max(cfg.Rate, 0),
 		burst:    max(cfg.Burst, 0),
 		override: map[string]float64{},
+		forced:   map[string]int{},
 		keys:     map[string]*keyState{},
 	}
 	if s.status == 0 {
@@ -151,6 +153,15 @@ func (s *Server) Close() {
 	if s.ts != nil {
 		s.ts.Close()
 	}
+}
+
+// ThrottleNext makes the next request for key answer 130429 with a
+// Retry-After header of seconds, whatever the bucket holds (Meta documents
+// no Retry-After for /messages; this is for testing cooldown handling).
+func (s *Server) ThrottleNext(key string, seconds int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forced[key] = seconds
 }
 
 // InFlight returns how many requests the fake is answering right now
@@ -343,6 +354,21 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	id, _ := body["biz_opaque_callback_data"].(string)
 	key := r.PathValue("key")
 
+	s.mu.Lock()
+	secs, forced := s.forced[key]
+	if forced {
+		delete(s.forced, key)
+		s.arrivals = append(s.arrivals, Arrival{Key: key, To: to, ID: id, At: time.Now(), Throttled: true})
+		if k := s.keys[key]; k != nil {
+			k.stats.Throttled++
+		}
+	}
+	s.mu.Unlock()
+	if forced {
+		w.Header().Set("Retry-After", fmt.Sprint(secs))
+		writeError(w, s.status, 130429, "(#130429) Rate limit hit", "Cloud API message throughput has been reached.")
+		return
+	}
 	ok := s.arrive(key, to, id, time.Now)
 	if s.latency > 0 {
 		t := time.NewTimer(s.latency)

@@ -1,0 +1,92 @@
+package bucket
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Leaser is what a [Dispenser] draws on: *[Limiter] and *[Local] both
+// implement it.
+type Leaser interface {
+	Lease(ctx context.Context, channel, key string, lim Limit, n int, maxWait time.Duration) (Lease, error)
+	Return(ctx context.Context, lease Lease, used int) (int, error)
+}
+
+// Dispenser hands the slots of successive leases of one pacing key to the
+// goroutines of one process, one slot per message, in order: one Lease
+// call serves up to N sends, so Redis sees a fraction of a call per
+// message however many goroutines send for the key. Leases taken by one
+// goroutine at a time would each find the others' debt ahead of them and
+// get few slots; one Dispenser per key and process avoids that.
+//
+// Next is a drop-in for [Limiter.Reserve] with cost 1. A Dispenser is safe
+// for concurrent use; Close it when the key's queue is done (partition
+// revoked, shutdown) to give back the slots that have not started.
+type Dispenser struct {
+	l            Leaser
+	channel, key string
+	lim          Limit
+	n            int
+	maxWait      time.Duration
+
+	mu   sync.Mutex
+	cur  Lease
+	next int // next slot of cur to hand out
+}
+
+// NewDispenser returns a Dispenser of (channel, key) under lim that leases
+// up to n slots at a time, each lease within maxWait (see [Limiter.Lease]).
+// It does not call l. Invalid arguments surface as the errors of Next.
+func NewDispenser(l Leaser, channel, key string, lim Limit, n int, maxWait time.Duration) *Dispenser {
+	return &Dispenser{l: l, channel: channel, key: key, lim: lim, n: n, maxWait: maxWait}
+}
+
+// Next returns the next slot, as a Reservation: OK with At (local clock)
+// and Delay (from now) when a slot was handed out; when the bucket refuses
+// a new lease, not OK with Wait and Cooldown as [Limiter.Lease] reported
+// them. A slot that started more than one slot interval ago while unused
+// is skipped (it lapsed); one that started less long ago is handed out,
+// as late as a sleep that overshot (see the package doc on late sends).
+// Errors are those of [Limiter.Lease]. Next is safe for concurrent use.
+func (d *Dispenser) Next(ctx context.Context) (Reservation, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	for d.next < d.cur.Granted {
+		at := d.cur.Slot(d.next)
+		d.next++
+		// A slot up to one interval old is still usable; older ones lapsed
+		// (the bucket has moved on and counted them).
+		if !at.Before(now.Add(-d.cur.Interval)) {
+			return reservationAt(at, now, d.cur.redisSlot(d.next-1)), nil
+		}
+	}
+	ls, err := d.l.Lease(ctx, d.channel, d.key, d.lim, d.n, d.maxWait)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if ls.Granted == 0 {
+		return Reservation{Remaining: ls.Remaining, Cooldown: ls.Cooldown, Wait: ls.Wait}, nil
+	}
+	d.cur, d.next = ls, 1
+	return reservationAt(ls.Start, time.Now(), ls.redisSlot(0)), nil
+}
+
+func reservationAt(at, now time.Time, redisSlot int64) Reservation {
+	return Reservation{OK: true, At: at, Delay: max(at.Sub(now), 0), redisSlot: redisSlot}
+}
+
+// Close gives back the slots of the current lease that were not handed out
+// and have not started ([Limiter.Return]), and reports how many. Next may
+// be called again afterwards; it leases anew.
+func (d *Dispenser) Close(ctx context.Context) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ls, used := d.cur, d.next
+	d.cur, d.next = Lease{}, 0
+	if used >= ls.Granted {
+		return 0, nil
+	}
+	return d.l.Return(ctx, ls, used)
+}

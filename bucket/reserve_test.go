@@ -1,0 +1,764 @@
+package bucket_test
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/redis/go-redis/v9"
+)
+
+// reserve is one step of a step table for Reserve.
+type reserve struct {
+	at       time.Duration // since the start of the test
+	cost     int
+	maxWait  time.Duration
+	ok       bool
+	delay    time.Duration // want Reservation.Delay (0 when refused)
+	wait     time.Duration // want Reservation.Wait (0 when granted)
+	cooldown bool
+}
+
+func (e *env) reserves(t *testing.T, key string, lim bucket.Limit, steps []reserve) {
+	t.Helper()
+	for i, s := range steps {
+		e.at(s.at)
+		before := time.Now()
+		r, err := e.l.Reserve(t.Context(), "test", key, lim, s.cost, s.maxWait)
+		e.mark()
+		if err != nil || r.OK != s.ok || r.Cooldown != s.cooldown || !e.near(r.Delay, s.delay) || !e.near(r.Wait, s.wait) ||
+			(r.OK && (r.At.Before(before.Add(r.Delay)) || r.At.After(time.Now().Add(r.Delay)))) || (!r.OK && !r.At.IsZero()) {
+			t.Fatalf("step %d (at %v, cost %d, maxWait %v): got %+v, %v; want ok=%v delay=%v wait=%v cooldown=%v",
+				i, s.at, s.cost, s.maxWait, r, err, s.ok, s.delay, s.wait, s.cooldown)
+		}
+	}
+}
+
+const ms = time.Millisecond
+
+// TestReserveSlots checks that reservations queue one slot apart, that a
+// slot beyond maxWait is refused with the time until it would fit, and that
+// the debt refills.
+func TestReserveSlots(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		e.reserves(t, "k", bucket.Limit{PerSecond: 2, Burst: 2}, []reserve{
+			{0, 1, 0, true, 0, 0, false},
+			{0, 1, time.Second, true, 0, 0, false}, // the burst: now
+			{0, 1, 0, false, 0, 500 * ms, false},   // maxWait 0 is a take
+			{0, 1, time.Second, true, 500 * ms, 0, false},
+			{0, 1, time.Second, true, time.Second, 0, false},
+			{0, 1, time.Second, false, 0, 500 * ms, false}, // slot 1.5 s > 1 s: try again in 0.5 s
+			{0, 2, 10 * time.Second, true, 2 * time.Second, 0, false},
+			{0, 1, time.Hour, true, 2500 * ms, 0, false},
+			{3 * time.Second, 1, 0, true, 0, 0, false}, // 2 + 6 tokens by 3 s, 7 taken before
+			{3 * time.Second, 1, 0, false, 0, 500 * ms, false},
+		})
+	})
+}
+
+// TestReserveSubSecond checks that slots keep their microseconds and are
+// never rounded to 0.
+func TestReserveSubSecond(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		if !e.exact() {
+			// 1000/s, burst 1: the next slot is (0, 1 ms] away, in whole µs.
+			lim := bucket.Limit{PerSecond: 1000, Burst: 1}
+			var prev time.Duration
+			for i := range 20 {
+				r, err := e.l.Reserve(t.Context(), "test", "k", lim, 1, time.Second)
+				if err != nil || !r.OK || r.Delay%time.Microsecond != 0 || (i > 1 && r.Delay <= prev) {
+					t.Fatalf("reservation %d: %+v, %v (previous delay %v)", i, r, err, prev)
+				}
+				prev = r.Delay
+			}
+			return
+		}
+		e.reserves(t, "k", bucket.Limit{PerSecond: 1000, Burst: 1}, []reserve{
+			{0, 1, time.Second, true, 0, 0, false},
+			{0, 1, time.Second, true, ms, 0, false},
+			{0, 1, time.Second, true, 2 * ms, 0, false},
+			{1999 * time.Microsecond, 1, 0, false, 0, 1001 * time.Microsecond, false}, // the slot at 3 ms
+			{1999 * time.Microsecond, 1, 1000 * time.Microsecond, false, 0, time.Microsecond, false},
+			{1999 * time.Microsecond, 1, 1001 * time.Microsecond, true, 1001 * time.Microsecond, 0, false},
+		})
+		e.reserves(t, "k3", bucket.Limit{PerSecond: 3, Burst: 1}, []reserve{
+			{0, 1, time.Second, true, 0, 0, false},
+			{0, 1, time.Second, true, 333334 * time.Microsecond, 0, false},
+			{0, 1, time.Second, true, 666667 * time.Microsecond, 0, false},
+			{0, 1, 0, false, 0, time.Second, false},
+		})
+	})
+}
+
+// TestReserveNoHerd checks that concurrent waiters get distinct slots one
+// token apart: each sleeps once, and they wake one by one.
+func TestReserveNoHerd(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		lim := bucket.Limit{PerSecond: 100, Burst: 1}
+		const n = 50
+		slots := make([]int64, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				r, err := e.l.Reserve(t.Context(), "test", "k", lim, 1, time.Second)
+				if err != nil || !r.OK {
+					t.Errorf("reserve: %+v, %v", r, err)
+				}
+				slots[i] = bucket.RedisSlot(r)
+			})
+		}
+		wg.Wait()
+		slices.Sort(slots)
+		for i := 1; i < n; i++ {
+			if gap := slots[i] - slots[i-1]; gap < 10000 || (e.exact() && gap != 10000) {
+				t.Fatalf("slots %d and %d are %d µs apart, want 10000 (all: %v)", i-1, i, gap, slots)
+			}
+		}
+	})
+}
+
+// TestReserveRefusedChangesNothing checks that a refused reservation (too
+// far, or in cooldown) neither debits the bucket nor moves its refill time.
+func TestReserveRefusedChangesNothing(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		lim := bucket.Limit{PerSecond: 1, Burst: 2}
+		bk := e.l.BucketKey("test", "k")
+		if r, err := e.l.Reserve(ctx, "test", "k", lim, 2, time.Hour); err != nil || !r.OK {
+			t.Fatalf("first reserve: %+v, %v", r, err)
+		}
+		if r, err := e.l.Reserve(ctx, "test", "k", lim, 1, 5*time.Second); err != nil || !r.OK || !e.near(r.Delay, time.Second) {
+			t.Fatalf("second reserve: %+v, %v", r, err)
+		}
+		before := e.snapshot(t, bk)
+		for _, c := range []struct {
+			cost    int
+			maxWait time.Duration
+		}{{1, 0}, {1, 1500 * ms}, {2, 2 * time.Second}} {
+			if r, err := e.l.Reserve(ctx, "test", "k", lim, c.cost, c.maxWait); err != nil || r.OK || r.Wait <= 0 {
+				t.Fatalf("reserve %+v: %+v, %v; want refused", c, r, err)
+			}
+		}
+		for _, maxWait := range []time.Duration{0, 1500 * ms} {
+			if ls, err := e.l.Lease(ctx, "test", "k", lim, 3, maxWait); err != nil || ls.Granted != 0 || ls.Wait <= 0 {
+				t.Fatalf("lease within %v: %+v, %v; want refused", maxWait, ls, err)
+			}
+		}
+		if d, err := e.l.TakeMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r", Limit: lim, Cost: 1}}); err != nil || d.Allowed {
+			t.Fatalf("take multi: %+v, %v; want refused", d, err)
+		}
+		if err := e.l.Cooldown(ctx, "test", "k", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := e.l.Reserve(ctx, "test", "k", lim, 1, time.Hour); err != nil || r.OK || !r.Cooldown {
+			t.Fatalf("reserve in cooldown: %+v, %v", r, err)
+		}
+		after := e.snapshot(t, bk)
+		if !maps.Equal(before.hash, after.hash) || after.pttl > before.pttl || (e.exact() && after.pttl != before.pttl) {
+			t.Fatalf("refusals changed the bucket: before %+v, after %+v", before, after)
+		}
+		if n := e.rdb.Exists(ctx, e.l.SubBucketKey("test", "k", "r")).Val(); n != 0 {
+			t.Fatal("a refused multi-bucket take wrote its sub-bucket")
+		}
+	})
+}
+
+// TestRequestLargerThanBurst checks that a request that could never be
+// granted is refused with ErrInvalidLimit, without calling Redis, by every
+// call: never an endless wait.
+func TestRequestLargerThanBurst(t *testing.T) {
+	t.Parallel()
+	l := bucket.New(noRedis{}, bucket.Config{})
+	ctx := t.Context()
+	lim := bucket.Limit{PerSecond: 10, Burst: 5}
+	for name, call := range map[string]func() error{
+		"Take":    func() error { _, err := l.Take(ctx, "test", "k", lim, 6); return err },
+		"Reserve": func() error { _, err := l.Reserve(ctx, "test", "k", lim, 6, time.Hour); return err },
+		"ReserveMulti": func() error {
+			_, err := l.ReserveMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r", Limit: lim, Cost: 6}}, time.Hour)
+			return err
+		},
+		"TakeMulti": func() error {
+			_, err := l.TakeMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 6}})
+			return err
+		},
+		"ReserveMany": func() error {
+			_, err := l.ReserveMany(ctx, []bucket.Item{{Channel: "test", Key: "a", Limit: lim, Cost: 1}, {Channel: "test", Key: "b", Limit: lim, Cost: 6}})
+			return err
+		},
+		"Lease zero":      func() error { _, err := l.Lease(ctx, "test", "k", lim, 0, time.Hour); return err },
+		"Lease bad limit": func() error { _, err := l.Lease(ctx, "test", "k", bucket.Limit{Burst: 1}, 1, time.Hour); return err },
+		"ValidateCost":    func() error { return lim.ValidateCost(6) },
+		"Multi empty":     func() error { _, err := l.TakeMulti(ctx, "test", "k", nil); return err },
+		"Multi duplicated": func() error {
+			_, err := l.TakeMulti(ctx, "test", "k", []bucket.Request{{Sub: "x", Limit: lim, Cost: 1}, {Sub: "x", Limit: lim, Cost: 1}})
+			return err
+		},
+		"Local Reserve": func() error {
+			_, err := bucket.NewLocal(bucket.LocalConfig{}).Reserve(ctx, "test", "k", lim, 6, time.Hour)
+			return err
+		},
+	} {
+		if err := call(); !errors.Is(err, bucket.ErrInvalidLimit) {
+			t.Errorf("%s: error %v, want ErrInvalidLimit", name, err)
+		}
+	}
+	if err := lim.ValidateCost(5); err != nil {
+		t.Fatalf("ValidateCost(5) = %v", err)
+	}
+}
+
+// TestReserveAndTakeShareTheBucket checks that Take sees the debt of slots
+// granted ahead, and Reserve the tokens Take took.
+func TestReserveAndTakeShareTheBucket(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		lim := bucket.Limit{PerSecond: 4, Burst: 2}
+		e.takes(t, "k", lim, []take{{0, 1, true, 1, 0, false}})
+		e.reserves(t, "k", lim, []reserve{
+			{0, 1, time.Second, true, 0, 0, false},
+			{0, 2, time.Second, true, 500 * ms, 0, false},
+		})
+		e.takes(t, "k", lim, []take{
+			{0, 1, false, 0, 750 * ms, false},
+			{750 * ms, 1, true, 0, 0, false},
+		})
+		if st, err := e.l.State(t.Context(), "test", "k", lim); err != nil || !e.nearTokens(st.Tokens, 0, lim) {
+			t.Fatalf("State = %+v, %v; want 0 tokens", st, err)
+		}
+	})
+}
+
+// TestStateShowsDebt checks that State reports a debt as negative tokens.
+func TestStateShowsDebt(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		lim := bucket.Limit{PerSecond: 2, Burst: 2}
+		e.reserves(t, "k", lim, []reserve{
+			{0, 2, 0, true, 0, 0, false},
+			{0, 2, 2 * time.Second, true, time.Second, 0, false},
+			{0, 1, 2 * time.Second, true, 1500 * ms, 0, false},
+		})
+		if st, err := e.l.State(t.Context(), "test", "k", lim); err != nil || !e.nearTokens(st.Tokens, -3, lim) {
+			t.Fatalf("State = %+v, %v; want -3 tokens", st, err)
+		}
+	})
+}
+
+// TestReserveClockSteppedBack checks that state stamped ahead of Redis TIME
+// (the clock stepped back, a failover) neither mints tokens nor stalls the
+// key for longer than the step.
+func TestReserveClockSteppedBack(t *testing.T) {
+	lim := bucket.Limit{PerSecond: 2, Burst: 2}
+	t.Run("TIME", func(t *testing.T) {
+		t.Parallel()
+		e := newMini(t) // only miniredis can step TIME back
+		e.reserves(t, "k", lim, []reserve{
+			{0, 2, 0, true, 0, 0, false},
+			{0, 1, time.Second, true, 500 * ms, 0, false},
+		})
+		// An hour back: no refill, and slots as if the stamp were now.
+		e.reserves(t, "k", lim, []reserve{
+			{-time.Hour, 1, 0, false, 0, time.Second, false},
+			{-time.Hour, 1, 2 * time.Second, true, time.Second, 0, false},
+			{-time.Hour + time.Second, 1, 2 * time.Second, true, 500 * ms, 0, false},
+		})
+	})
+	for _, tc := range []struct {
+		name    string
+		utokens string
+		steps   []reserve
+	}{
+		{"empty", "0", []reserve{
+			{0, 1, 0, false, 0, 500 * ms, false},
+			{0, 1, time.Second, true, 500 * ms, 0, false},
+			{0, 1, time.Second, true, time.Second, 0, false},
+		}},
+		{"in debt", "-2000000", []reserve{
+			{0, 1, time.Second, false, 0, 500 * ms, false},
+			{0, 1, 2 * time.Second, true, 1500 * ms, 0, false},
+		}},
+		{"full", "2000000", []reserve{
+			{0, 2, 0, true, 0, 0, false},
+			{0, 1, time.Second, true, 500 * ms, 0, false},
+		}},
+	} {
+		t.Run("stamp ahead/"+tc.name, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				ctx := t.Context()
+				now, err := e.rdb.Time(ctx).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ahead := strconv.FormatInt(now.Add(time.Hour).UnixMicro(), 10)
+				if err := e.rdb.HSet(ctx, e.l.BucketKey("test", "k"), "utokens", tc.utokens, "ts_us", ahead).Err(); err != nil {
+					t.Fatal(err)
+				}
+				e.reserves(t, "k", lim, tc.steps)
+			})
+		})
+	}
+}
+
+// TestReserveCorruptHashIsFull checks that Reserve and Lease read a corrupt
+// bucket as fresh and full, and repair it.
+func TestReserveCorruptHashIsFull(t *testing.T) {
+	lim := bucket.Limit{PerSecond: 1, Burst: 3}
+	for _, tc := range []struct {
+		name  string
+		write func(ctx context.Context, rdb *redis.Client, key string) error
+	}{
+		{"words", hset("utokens", "lots", "ts_us", "yesterday")},
+		{"no stamp", hset("utokens", "0")},
+		{"nan", hset("utokens", "nan", "ts_us", "nan")},
+		{"debt too deep", hset("utokens", "-1000000000000001", "ts_us", "1")},
+		{"stamp < 0", hset("utokens", "0", "ts_us", "-1")},
+		{"string key", func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.Set(ctx, key, "junk", 0).Err()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				ctx := t.Context()
+				bk := e.l.BucketKey("test", "k")
+				if err := tc.write(ctx, e.rdb, bk); err != nil {
+					t.Fatal(err)
+				}
+				ls, err := e.l.Lease(ctx, "test", "k", lim, 4, 1500*ms)
+				if err != nil || ls.Granted != 4 || !e.near(ls.Slot(3).Sub(ls.Start), time.Second) {
+					t.Fatalf("Lease = %+v, %v; want 4 slots, 3 at once", ls, err)
+				}
+				e.reserves(t, "k", lim, []reserve{{0, 1, 3 * time.Second, true, 2 * time.Second, 0, false}})
+				h := e.rdb.HGetAll(ctx, bk).Val()
+				if u, err := strconv.ParseInt(h["utokens"], 10, 64); err != nil || u != -2e6 && e.exact() {
+					t.Fatalf("not repaired: %v", h)
+				}
+			})
+		})
+	}
+}
+
+// TestIdleMonth checks that 30 idle days refill to burst without overflow,
+// even at the fastest rate, and from a debt.
+func TestIdleMonth(t *testing.T) {
+	const month = 30 * 24 * time.Hour
+	for _, lim := range []bucket.Limit{
+		{PerSecond: 80, Burst: 80},
+		{PerSecond: 1e12, Burst: 1e9},
+		{PerSecond: 0.1, Burst: 1},
+	} {
+		t.Run(formatLimit(lim), func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				ctx := t.Context()
+				now, err := e.rdb.Time(ctx).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				past := strconv.FormatInt(now.Add(-month).UnixMicro(), 10)
+				if err := e.rdb.HSet(ctx, e.l.BucketKey("test", "k"), "utokens", "-1000000000", "ts_us", past).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if st, err := e.l.State(ctx, "test", "k", lim); err != nil || st.Tokens != float64(lim.Burst) {
+					t.Fatalf("State after a month = %+v, %v; want %d tokens", st, err, lim.Burst)
+				}
+				e.reserves(t, "k", lim, []reserve{{0, lim.Burst, 0, true, 0, 0, false}})
+				if !e.exact() {
+					return
+				}
+				// And a month of miniredis's own clock.
+				e.at(month)
+				e.reserves(t, "k", lim, []reserve{{month, lim.Burst, 0, true, 0, 0, false}})
+			})
+		})
+	}
+}
+
+func formatLimit(l bucket.Limit) string {
+	return strconv.FormatFloat(l.PerSecond, 'g', -1, 64) + "/s burst " + strconv.Itoa(l.Burst)
+}
+
+// TestLowerLimitClamps checks that lowering a limit below the tokens held
+// clamps the bucket at once.
+func TestLowerLimitClamps(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		high := bucket.Limit{PerSecond: 0.001, Burst: 100}
+		low := bucket.Limit{PerSecond: 0.001, Burst: 10}
+		e.takes(t, "k", high, []take{{0, 1, true, 99, 0, false}})
+		if st, err := e.l.State(t.Context(), "test", "k", low); err != nil || st.Tokens != 10 {
+			t.Fatalf("State under the lower limit = %+v, %v; want 10", st, err)
+		}
+		e.takes(t, "k", low, []take{{0, 1, true, 9, 0, false}})
+		e.reserves(t, "k", low, []reserve{{0, 9, 0, true, 0, 0, false}, {0, 1, 0, false, 0, 1000 * time.Second, false}})
+		e.takes(t, "k", high, []take{{0, 1, false, 0, 1000 * time.Second, false}}) // raising it back adds nothing
+	})
+}
+
+// TestSlowRateTTL checks that at 0.1 token/s the bucket key outlives its
+// refill, from a debt too: the TTL never resets an unfinished refill.
+func TestSlowRateTTL(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		lim := bucket.Limit{PerSecond: 0.1, Burst: 1}
+		bk := e.l.BucketKey("test", "k")
+		e.reserves(t, "k", lim, []reserve{
+			{0, 1, time.Minute, true, 0, 0, false},
+			{0, 1, time.Minute, true, 10 * time.Second, 0, false},
+			{0, 1, time.Minute, true, 20 * time.Second, 0, false}, // 2 tokens in debt
+		})
+		full := 30 * time.Second // from -2 to 1 token at 0.1/s
+		if ttl := e.rdb.PTTL(ctx, bk).Val(); ttl < full || ttl > full+time.Second {
+			t.Fatalf("PTTL = %v, want in [%v, %v]", ttl, full, full+time.Second)
+		}
+		if !e.exact() {
+			return
+		}
+		e.at(full - ms)
+		if st, err := e.l.State(ctx, "test", "k", lim); err != nil || st.Tokens != 0.9999 {
+			t.Fatalf("State 1 ms before full = %+v, %v; want 0.9999 tokens", st, err)
+		}
+		e.reserves(t, "k", lim, []reserve{{full - ms, 1, 0, false, 0, ms, false}}) // refused: the TTL stays
+		e.at(full + 2*ms)
+		if n := e.rdb.Exists(ctx, bk).Val(); n != 0 {
+			t.Fatal("the key outlived its TTL")
+		}
+		e.reserves(t, "k", lim, []reserve{{full + 2*ms, 1, 0, true, 0, 0, false}})
+	})
+}
+
+// TestLease checks the slots of leases: the tokens there at once, then one
+// per 1/rate, all within maxWait, and that other callers queue after them.
+func TestLease(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		lim := bucket.Limit{PerSecond: 10, Burst: 5}
+		type step struct {
+			at      time.Duration
+			n       int
+			maxWait time.Duration
+			granted int
+			slots   []time.Duration // want Slot(i) - Slot(0) ... as offsets from Start
+			start   time.Duration   // want Start - reply time
+			wait    time.Duration
+		}
+		for i, s := range []step{
+			{0, 8, time.Second, 8, []time.Duration{0, 0, 0, 0, 0, 100 * ms, 200 * ms, 300 * ms}, 0, 0},
+			{0, 20, 500 * ms, 2, []time.Duration{0, 100 * ms}, 400 * ms, 0},
+			{0, 1, 500 * ms, 0, nil, 0, 100 * ms},
+			{500 * ms, 3, 0, 0, nil, 0, 100 * ms},
+			{600 * ms, 3, 100 * ms, 2, []time.Duration{0, 100 * ms}, 0, 0},
+		} {
+			e.at(s.at)
+			before := time.Now()
+			ls, err := e.l.Lease(ctx, "test", "k", lim, s.n, s.maxWait)
+			e.mark()
+			if err != nil || ls.Granted != s.granted || !e.near(ls.Wait, s.wait) || ls.Interval != 100*ms {
+				t.Fatalf("step %d: Lease = %+v, %v; want %d slots, wait %v", i, ls, err, s.granted, s.wait)
+			}
+			if s.granted == 0 {
+				if !ls.Start.IsZero() || !ls.Slot(0).IsZero() {
+					t.Fatalf("step %d: refused lease has slots: %+v", i, ls)
+				}
+				continue
+			}
+			// Start is on the local clock, on miniredis too.
+			if d := ls.Start.Sub(before); d < s.start-slack || d > s.start+slack || (e.exact() && d < s.start) {
+				t.Fatalf("step %d: Start %v after the call, want %v", i, ls.Start.Sub(before), s.start)
+			}
+			for j, want := range s.slots {
+				if got := ls.Slot(j).Sub(ls.Start); got != want && (e.exact() || got < want-slack || got > want+slack) {
+					t.Fatalf("step %d: Slot(%d) - Start = %v, want %v", i, j, got, want)
+				}
+			}
+			if !ls.Slot(s.granted).IsZero() || !ls.Slot(-1).IsZero() {
+				t.Fatalf("step %d: Slot out of range is not zero", i)
+			}
+		}
+	})
+}
+
+// TestLeaseReturn checks that Return gives back exactly the unused slots
+// that have not started, once, and that the bucket is then as if they had
+// never been granted.
+func TestLeaseReturn(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		lim := bucket.Limit{PerSecond: 10, Burst: 5}
+		ls, err := e.l.Lease(ctx, "test", "k", lim, 10, time.Second) // 5 at once, then 100..500 ms
+		e.mark()
+		if err != nil || ls.Granted != 10 {
+			t.Fatalf("Lease = %+v, %v", ls, err)
+		}
+		e.at(250 * ms) // slots at 100 and 200 ms have started
+		n, err := e.l.Return(ctx, ls, 6)
+		if err != nil || n != 3 {
+			t.Fatalf("Return(6) at 250 ms = %d, %v; want 3 (300, 400, 500 ms)", n, err)
+		}
+		if n, err := e.l.Return(ctx, ls, 6); !errors.Is(err, bucket.ErrReturned) || n != 0 {
+			t.Fatalf("second Return = %d, %v; want ErrReturned", n, err)
+		}
+		// As if only 7 slots (5 at once, 100 and 200 ms) had been granted:
+		// at 250 ms the bucket holds 2.5 - 2 = 0.5 token.
+		if st, err := e.l.State(ctx, "test", "k", lim); err != nil || !e.nearTokens(st.Tokens, 0.5, lim) {
+			t.Fatalf("State after Return = %+v, %v; want 0.5 tokens", st, err)
+		}
+		e.reserves(t, "k", lim, []reserve{{250 * ms, 1, time.Second, true, 50 * ms, 0, false}})
+
+		// Nothing to give back: a refused lease, all used, all started.
+		if n, err := e.l.Return(ctx, bucket.Lease{}, 0); err != nil || n != 0 {
+			t.Fatalf("Return of a zero Lease = %d, %v", n, err)
+		}
+		ls2, err := e.l.Lease(ctx, "test", "k2", lim, 3, 0)
+		if err != nil || ls2.Granted != 3 {
+			t.Fatalf("Lease = %+v, %v", ls2, err)
+		}
+		if n, err := e.l.Return(ctx, ls2, 3); err != nil || n != 0 {
+			t.Fatalf("Return all used = %d, %v", n, err)
+		}
+		if n, err := e.l.Return(ctx, ls2, 1); err != nil || n != 0 {
+			t.Fatalf("Return of slots that all started at once = %d, %v", n, err)
+		}
+	})
+}
+
+// TestTakeMulti checks the all-or-nothing take of a number and a pair
+// bucket.
+func TestTakeMulti(t *testing.T) {
+	number := bucket.Limit{PerSecond: 10, Burst: 2}
+	pair := bucket.Limit{PerSecond: 1.0 / 6, Burst: 2}
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		type step struct {
+			at        time.Duration
+			recipient string
+			allowed   bool
+			remaining int
+			wait      time.Duration
+		}
+		for i, s := range []step{
+			{0, "a", true, 1, 0},
+			{0, "a", true, 0, 0},
+			{0, "a", false, 0, 6 * time.Second},  // the pair is the longer wait
+			{0, "b", false, 0, 100 * ms},         // another pair, the number is empty
+			{300 * ms, "a", false, 0, 5700 * ms}, // the pair refilled 0.05 token
+			{300 * ms, "b", true, 1, 0},          // "a" took nothing: the number has 2
+			{300 * ms, "c", true, 0, 0},
+		} {
+			e.at(s.at)
+			d, err := e.l.TakeMulti(ctx, "test", "k", []bucket.Request{
+				{Limit: number, Cost: 1},
+				{Sub: s.recipient, Limit: pair, Cost: 1},
+			})
+			e.mark()
+			if err != nil || d.Allowed != s.allowed || d.Remaining != s.remaining || !e.near(d.Wait, s.wait) || d.Cooldown {
+				t.Fatalf("step %d: TakeMulti(%s) = %+v, %v; want allowed=%v remaining=%d wait=%v", i, s.recipient, d, err, s.allowed, s.remaining, s.wait)
+			}
+		}
+		if k := e.l.SubBucketKey("test", "k", "a"); e.rdb.Exists(ctx, k).Val() != 1 {
+			t.Fatalf("no sub-bucket at %s", k)
+		}
+	})
+}
+
+// TestReserveMultiDebitsAtTheSlot checks that a bucket whose own slot is
+// earlier than the common slot is debited as at the common slot, so it does
+// not pass its refill on to the next caller.
+func TestReserveMultiDebitsAtTheSlot(t *testing.T) {
+	lim := bucket.Limit{PerSecond: 1, Burst: 1}
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		both := []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r", Limit: lim, Cost: 1}}
+		// Empty the pair bucket only.
+		if d, err := e.l.TakeMulti(ctx, "test", "k", both[1:]); err != nil || !d.Allowed {
+			t.Fatalf("TakeMulti(pair) = %+v, %v", d, err)
+		}
+		e.mark()
+		r, err := e.l.ReserveMulti(ctx, "test", "k", both, 5*time.Second)
+		if err != nil || !r.OK || !e.near(r.Delay, time.Second) {
+			t.Fatalf("ReserveMulti = %+v, %v; want the pair's slot at 1 s", r, err)
+		}
+		// The number bucket, full now, is debited as at 1 s (full: 1 token,
+		// less 1), so the next message on the number alone goes at 2 s, not
+		// at 1 s next to the first.
+		e.reserves(t, "k", lim, []reserve{{0, 1, 5 * time.Second, true, 2 * time.Second, 0, false}})
+	})
+}
+
+// TestCooldownSub checks that a sub-bucket's cooldown stops the calls that
+// include it, and only those.
+func TestCooldownSub(t *testing.T) {
+	lim := bucket.Limit{PerSecond: 100, Burst: 100}
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		if err := e.l.CooldownSub(ctx, "test", "k", "r", 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		e.mark()
+		r, err := e.l.ReserveMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r", Limit: lim, Cost: 1}}, time.Hour)
+		if err != nil || r.OK || !r.Cooldown || !e.near(r.Wait, 2*time.Second) {
+			t.Fatalf("ReserveMulti with the pair in cooldown = %+v, %v", r, err)
+		}
+		e.reserves(t, "k", lim, []reserve{{0, 1, 0, true, 0, 0, false}})
+		r, err = e.l.ReserveMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "other", Limit: lim, Cost: 1}}, 0)
+		if err != nil || !r.OK {
+			t.Fatalf("ReserveMulti with another pair = %+v, %v", r, err)
+		}
+		if err := e.l.Cooldown(ctx, "test", "k", 3*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		e.reserves(t, "k", lim, []reserve{{0, 1, time.Hour, false, 0, 3 * time.Second, true}})
+		if ls, err := e.l.Lease(ctx, "test", "k", lim, 5, time.Hour); err != nil || ls.Granted != 0 || !ls.Cooldown || !e.near(ls.Wait, 3*time.Second) {
+			t.Fatalf("Lease in cooldown = %+v, %v", ls, err)
+		}
+	})
+}
+
+// TestReserveMany checks the pipelined form against single calls.
+func TestReserveMany(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		lim := bucket.Limit{PerSecond: 2, Burst: 1}
+		if rs, err := e.l.ReserveMany(ctx, nil); rs != nil || err != nil {
+			t.Fatalf("ReserveMany(nil) = %v, %v", rs, err)
+		}
+		var items []bucket.Item
+		for i := range 20 {
+			items = append(items, bucket.Item{Channel: "test", Key: "k" + strconv.Itoa(i%5), Limit: lim, Cost: 1, MaxWait: time.Second})
+		}
+		rs, err := e.l.ReserveMany(ctx, items)
+		e.mark()
+		if err != nil || len(rs) != len(items) {
+			t.Fatalf("ReserveMany = %v, %v", rs, err)
+		}
+		// Each key: now, 0.5 s, 1 s, then refused (1.5 s > 1 s).
+		for i, r := range rs {
+			round := i / 5
+			want := reserve{ok: round < 3, delay: time.Duration(round) * 500 * ms}
+			if round == 3 {
+				want.delay, want.wait = 0, 500*ms
+			}
+			if r.OK != want.ok || !e.near(r.Delay, want.delay) || !e.near(r.Wait, want.wait) {
+				t.Fatalf("item %d: %+v, want %+v", i, r, want)
+			}
+		}
+		e.reserves(t, "k0", lim, []reserve{{0, 1, 0, false, 0, 1500 * ms, false}})
+	})
+}
+
+// TestConcurrentAcrossForms checks that concurrent Reserve, Lease, Take,
+// TakeMulti and ReserveMany calls on one key never grant more than the
+// bucket holds.
+func TestConcurrentAcrossForms(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		lim := bucket.Limit{PerSecond: 0.001, Burst: 100} // no refill within the test
+		var mu sync.Mutex
+		granted := 0
+		add := func(n int) { mu.Lock(); granted += n; mu.Unlock() }
+		var wg sync.WaitGroup
+		for g := range 10 {
+			wg.Go(func() {
+				for range 10 {
+					var n int
+					var err error
+					switch g % 5 {
+					case 0:
+						var r bucket.Reservation
+						r, err = e.l.Reserve(ctx, "test", "k", lim, 1, 0)
+						n = b2i(r.OK)
+					case 1:
+						var ls bucket.Lease
+						ls, err = e.l.Lease(ctx, "test", "k", lim, 3, 0)
+						n = ls.Granted
+					case 2:
+						var d bucket.Decision
+						d, err = e.l.Take(ctx, "test", "k", lim, 2)
+						n = 2 * b2i(d.Allowed)
+					case 3:
+						var d bucket.Decision
+						d, err = e.l.TakeMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r" + strconv.Itoa(g), Limit: lim, Cost: 1}})
+						n = b2i(d.Allowed)
+					case 4:
+						var rs []bucket.Reservation
+						rs, err = e.l.ReserveMany(ctx, []bucket.Item{{Channel: "test", Key: "k", Limit: lim, Cost: 1}, {Channel: "test", Key: "k", Limit: lim, Cost: 1}})
+						for _, r := range rs {
+							n += b2i(r.OK)
+						}
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					add(n)
+				}
+			})
+		}
+		wg.Wait()
+		if granted != 100 {
+			t.Fatalf("granted %d tokens of a bucket of 100", granted)
+		}
+	})
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestDispenser checks that a Dispenser hands out the slots of successive
+// leases in order, to concurrent goroutines, and gives back the rest.
+func TestDispenser(t *testing.T) {
+	t.Parallel()
+	for name, mk := range map[string]func(t *testing.T) (bucket.Leaser, func() time.Time){
+		"miniredis": func(t *testing.T) (bucket.Leaser, func() time.Time) { return newMini(t).l, time.Now },
+		"Local": func(t *testing.T) (bucket.Leaser, func() time.Time) {
+			clock := time.Now()
+			return bucket.NewLocalAt(bucket.LocalConfig{}, func() time.Time { return clock }), func() time.Time { return clock }
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			l, _ := mk(t)
+			ctx := t.Context()
+			d := bucket.NewDispenser(l, "test", "k", bucket.Limit{PerSecond: 10, Burst: 5}, 8, time.Second)
+			var mu sync.Mutex
+			var slots []int64
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					for range 3 {
+						r, err := d.Next(ctx)
+						if err != nil || !r.OK || r.Delay < 0 {
+							t.Errorf("Next = %+v, %v", r, err)
+							return
+						}
+						mu.Lock()
+						slots = append(slots, bucket.RedisSlot(r))
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			slices.Sort(slots)
+			// 5 at once, then one per 100 ms: the first lease's 8, then 4 of
+			// the second lease's 7 (400 ms .. 1 s).
+			for i, s := range slots {
+				want := int64(max(0, i-4)) * 100000
+				if s-slots[0] != want {
+					t.Fatalf("slot %d at +%d µs, want +%d (all: %v)", i, s-slots[0], want, slots)
+				}
+			}
+			if n, err := d.Close(ctx); err != nil || n != 3 {
+				t.Fatalf("Close = %d, %v; want 3 unused slots back", n, err)
+			}
+			if n, err := d.Close(ctx); err != nil || n != 0 {
+				t.Fatalf("second Close = %d, %v", n, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,299 @@
+package bucket_test
+
+import (
+	"context"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/redis/go-redis/v9"
+)
+
+// noscript counts NOSCRIPT replies seen by one client: single commands, and
+// pipelines in which at least one command met it.
+type noscript struct{ calls, pipelines atomic.Int64 }
+
+func (h *noscript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *noscript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd) // cmd.Err() is set only after the hooks
+		if redis.HasErrorPrefix(err, "NOSCRIPT") || redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			h.calls.Add(1)
+		}
+		return err
+	}
+}
+
+func (h *noscript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+				h.pipelines.Add(1)
+				break
+			}
+		}
+		return err
+	}
+}
+
+// exercise runs every kind of call of l once on a few pacing keys and
+// fails the test on any error.
+func exercise(t *testing.T, l *bucket.Limiter, keys int) {
+	t.Helper()
+	ctx := t.Context()
+	lim := bucket.Limit{PerSecond: 1000, Burst: 1000}
+	var items []bucket.Item
+	for i := range keys {
+		key := "key" + strconv.Itoa(i)
+		items = append(items, bucket.Item{Channel: "whatsapp", Key: key, Limit: lim, Cost: 1, MaxWait: time.Second})
+		if d, err := l.Take(ctx, "whatsapp", key, lim, 1); err != nil || !d.Allowed {
+			t.Fatalf("Take(%s) = %+v, %v", key, d, err)
+		}
+		if r, err := l.Reserve(ctx, "whatsapp", key, lim, 1, time.Second); err != nil || !r.OK {
+			t.Fatalf("Reserve(%s) = %+v, %v", key, r, err)
+		}
+		ls, err := l.Lease(ctx, "whatsapp", key, lim, 10, time.Second)
+		if err != nil || ls.Granted != 10 {
+			t.Fatalf("Lease(%s) = %+v, %v", key, ls, err)
+		}
+		if _, err := l.Return(ctx, ls, 5); err != nil {
+			t.Fatalf("Return(%s): %v", key, err)
+		}
+		if d, err := l.TakeMulti(ctx, "whatsapp", key, []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "15551234567", Limit: lim, Cost: 1}}); err != nil || !d.Allowed {
+			t.Fatalf("TakeMulti(%s) = %+v, %v", key, d, err)
+		}
+		if err := l.CooldownSub(ctx, "whatsapp", key, "15550000000", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := l.ReserveMulti(ctx, "whatsapp", key, []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "15550000000", Limit: lim, Cost: 1}}, time.Hour); err != nil || !r.Cooldown {
+			t.Fatalf("ReserveMulti(%s) = %+v, %v", key, r, err)
+		}
+		if d, err := l.Admit(ctx, "tenant", key, bucket.Window{Max: 100, Period: time.Minute}, 1); err != nil || !d.Allowed {
+			t.Fatalf("Admit(%s) = %+v, %v", key, d, err)
+		}
+		if _, err := l.State(ctx, "whatsapp", key, lim); err != nil {
+			t.Fatalf("State(%s): %v", key, err)
+		}
+		if err := l.Cooldown(ctx, "whatsapp", key, ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2 * ms) // the cooldowns end
+	rs, err := l.ReserveMany(ctx, items)
+	if err != nil {
+		t.Fatalf("ReserveMany: %v", err)
+	}
+	for i, r := range rs {
+		if !r.OK {
+			t.Fatalf("ReserveMany item %d: %+v", i, r)
+		}
+	}
+}
+
+func uniquePrefix(t *testing.T) string {
+	return "test:" + strings.ReplaceAll(t.Name(), "/", ":") + ":" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
+// TestCluster runs every call on a real three-master Redis Cluster, checks
+// that pacing keys spread over the masters while the keys of one pacing key
+// share a slot, and that a SCRIPT FLUSH on every master is recovered.
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	addrs := testenv.ClusterAddrs(t)
+	if len(addrs) < 3 {
+		t.Fatalf("want three masters, got %v", addrs)
+	}
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs})
+	t.Cleanup(func() { rdb.Close() })
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		t.Fatalf("NewUniversalClient(%v) is a %T, want a ClusterClient", addrs, rdb)
+	}
+	ctx := t.Context()
+	prefix := uniquePrefix(t)
+	l := bucket.New(rdb, bucket.Config{Prefix: prefix})
+	if err := l.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	exercise(t, l, 12)
+
+	// Every key of a pacing key in one slot; pacing keys on several masters.
+	masters := map[string]bool{}
+	for i := range 12 {
+		key := "key" + strconv.Itoa(i)
+		slot := func(k string) int64 { return cc.ClusterKeySlot(ctx, k).Val() }
+		s := slot(l.BucketKey("whatsapp", key))
+		for _, k := range []string{l.CooldownKey("whatsapp", key), l.SubBucketKey("whatsapp", key, "15551234567"), l.SubCooldownKey("whatsapp", key, "15550000000")} {
+			if slot(k) != s {
+				t.Fatalf("%s is in slot %d, %s in %d", k, slot(k), l.BucketKey("whatsapp", key), s)
+			}
+		}
+		m, err := cc.MasterForKey(ctx, l.BucketKey("whatsapp", key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[m.Options().Addr] = true
+	}
+	if len(masters) < 2 {
+		t.Fatalf("12 pacing keys all on %v", masters)
+	}
+
+	// NOSCRIPT on every master: single calls and pipelines recover.
+	h := new(noscript)
+	cc.AddHook(h)
+	if err := cc.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	exercise(t, l, 12)
+	if n := h.pipelines.Load(); n > 1 {
+		t.Fatalf("%d pipelines met NOSCRIPT, want at most 1", n)
+	}
+}
+
+// TestSentinel runs every call through a Sentinel-managed master.
+func TestSentinel(t *testing.T) {
+	t.Parallel()
+	name, sentinels := testenv.Sentinel(t)
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{MasterName: name, Addrs: sentinels})
+	t.Cleanup(func() { rdb.Close() })
+	l := bucket.New(rdb, bucket.Config{Prefix: uniquePrefix(t)})
+	if err := l.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	exercise(t, l, 3)
+}
+
+// TestUniversalSingleNode runs every call through a UniversalClient on one
+// node.
+func TestUniversalSingleNode(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{testenv.RedisAddr(t)}})
+	t.Cleanup(func() { rdb.Close() })
+	l := bucket.New(rdb, bucket.Config{Prefix: uniquePrefix(t)})
+	exercise(t, l, 3)
+}
+
+// privateRedis starts a redis-server of the test's own, so that it can be
+// flushed and restarted without disturbing other tests. restart stops it and
+// starts it again on the same port, with an empty script cache.
+func privateRedis(t *testing.T) (addr string, restart func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	addr = "127.0.0.1:" + port
+	dir := t.TempDir()
+	var cmd *exec.Cmd
+	start := func() {
+		cmd = exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start redis-server: %v", err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * ms) {
+			c, err := net.DialTimeout("tcp", addr, 100*ms)
+			if err == nil {
+				c.Close()
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redis-server on %s did not start: %v", addr, err)
+			}
+		}
+	}
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
+	start()
+	t.Cleanup(stop)
+	return addr, func() { stop(); start() }
+}
+
+// TestNoScript checks that a SCRIPT FLUSH and a restart (both empty the
+// script cache) are recovered transparently, by single calls and inside
+// pipelines, with at most one failed round trip per flush.
+func TestNoScript(t *testing.T) {
+	t.Parallel()
+	addr, restart := privateRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	h := new(noscript)
+	rdb.AddHook(h)
+	ctx := t.Context()
+	l := bucket.New(rdb, bucket.Config{})
+	if err := l.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lim := bucket.Limit{PerSecond: 1e6, Burst: 1e6}
+	items := make([]bucket.Item, 50)
+	for i := range items {
+		items[i] = bucket.Item{Channel: "test", Key: "k" + strconv.Itoa(i), Limit: lim, Cost: 1, MaxWait: time.Second}
+	}
+	many := func(step string) {
+		t.Helper()
+		rs, err := l.ReserveMany(ctx, items)
+		if err != nil || len(rs) != len(items) {
+			t.Fatalf("%s: ReserveMany = %v, %v", step, rs, err)
+		}
+		for i, r := range rs {
+			if !r.OK {
+				t.Fatalf("%s: item %d: %+v", step, i, r)
+			}
+		}
+	}
+	for _, s := range []struct {
+		name  string
+		empty func()
+	}{
+		{"SCRIPT FLUSH", func() {
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"restart", restart},
+	} {
+		many("before " + s.name)
+		if h.calls.Load() != 0 || h.pipelines.Load() != 0 {
+			t.Fatalf("NOSCRIPT before %s", s.name)
+		}
+		// A pipeline: one failed round trip, then one retry.
+		s.empty()
+		many("pipeline after " + s.name)
+		if n := h.pipelines.Load(); n != 1 {
+			t.Fatalf("after %s: %d pipelines met NOSCRIPT, want 1", s.name, n)
+		}
+		many("second pipeline after " + s.name)
+		if n := h.pipelines.Load(); n != 1 {
+			t.Fatalf("after %s and a reload: %d pipelines met NOSCRIPT, want still 1", s.name, n)
+		}
+		// A single call: EVALSHA fails once, EVAL answers and reloads.
+		s.empty()
+		if r, err := l.Reserve(ctx, "test", "single", lim, 1, 0); err != nil || !r.OK {
+			t.Fatalf("Reserve after %s = %+v, %v", s.name, r, err)
+		}
+		if r, err := l.Reserve(ctx, "test", "single", lim, 1, 0); err != nil || !r.OK {
+			t.Fatalf("second Reserve after %s = %+v, %v", s.name, r, err)
+		}
+		if n := h.calls.Load(); n != 1 {
+			t.Fatalf("after %s: %d single calls met NOSCRIPT, want 1", s.name, n)
+		}
+		h.calls.Store(0)
+		h.pipelines.Store(0)
+		if err := l.Load(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,986 @@
+package fcm_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/oauth2"
+
+	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/fcm"
+	"github.com/pacerhq/pacer/channels/fcm/fcmtest"
+)
+
+const (
+	access    = "ya29.secret-access-token-0123456789"
+	recipient = "fGx3Vv2hQkqIj0sP4m1y7N:APA91bHun4MxP5egoKMwt2KZFBaFUH-1RYqx0123456789abcdefghijklmnop"
+	project   = "myproject-b5ae1"
+)
+
+// respond returns a server that answers every request with status, body and
+// the given headers.
+func respond(t *testing.T, status int, body string, header ...string) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i := 0; i+1 < len(header); i += 2 {
+			w.Header().Set(header[i], header[i+1])
+		}
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	}))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// newClient returns a Client of baseURL whose access token is always access.
+func newClient(t *testing.T, baseURL string) *fcm.Client {
+	t.Helper()
+	c, err := fcm.New(t.Context(), fcm.Config{BaseURL: baseURL,
+		TokenSource: oauth2.StaticTokenSource(&oauth2.Token{AccessToken: access})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func message() channels.Message {
+	return channels.Message{
+		ID:      "env-1",
+		Key:     project,
+		To:      recipient,
+		Payload: json.RawMessage(`{"notification":{"title":"Hi","body":"there"},"data":{"k":"v"}}`),
+	}
+}
+
+// checkErr returns the *channels.Error in err, and fails the test if there
+// is none or if its text holds a secret.
+func checkErr(t *testing.T, err error, secrets ...string) *channels.Error {
+	t.Helper()
+	var e *channels.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("err = %v; want a *channels.Error", err)
+	}
+	if e.Channel != "fcm" {
+		t.Errorf("Channel = %q, want fcm", e.Channel)
+	}
+	s := err.Error()
+	for _, x := range append(secrets, access, recipient) {
+		if x != "" && strings.Contains(s, x) {
+			t.Errorf("error text %q contains the secret %q", s, x)
+		}
+	}
+	return e
+}
+
+// sendErr sends message() through a client of ts and returns the *channels.Error.
+func sendErr(t *testing.T, ts *httptest.Server) *channels.Error {
+	t.Helper()
+	res, err := newClient(t, ts.URL).Send(t.Context(), message())
+	if err == nil {
+		t.Fatalf("Send = %+v, nil; want an error", res)
+	}
+	return checkErr(t, err)
+}
+
+func readTestdata(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestSendClassification runs every code of providers.md §3.3 through the
+// adapter, each with the HTTP status FCM documents for it.
+func TestSendClassification(t *testing.T) {
+	const (
+		key  = channels.ScopeKey
+		pair = channels.ScopePair
+	)
+	for _, c := range []struct {
+		file   string
+		status int
+		code   string
+		class  channels.Class
+		scope  channels.Scope
+		retry  time.Duration // RetryAfter without a Retry-After header
+	}{
+		{"QUOTA_EXCEEDED.json", 429, "QUOTA_EXCEEDED", channels.Throttle, key, time.Minute},
+		{"QUOTA_EXCEEDED_bare.json", 429, "QUOTA_EXCEEDED", channels.Throttle, key, time.Minute},
+		{"QUOTA_EXCEEDED_topic.json", 429, "QUOTA_EXCEEDED", channels.Throttle, key, time.Minute},
+		{"QUOTA_EXCEEDED_device.json", 429, "QUOTA_EXCEEDED", channels.Throttle, pair, 0},
+		{"RESOURCE_EXHAUSTED.json", 429, "RESOURCE_EXHAUSTED", channels.Throttle, key, time.Minute}, // #719
+		{"UNAVAILABLE.json", 503, "UNAVAILABLE", channels.Transient, key, 0},
+		{"INTERNAL.json", 500, "INTERNAL", channels.Transient, key, 0},
+		{"UNSPECIFIED_ERROR.json", 500, "UNSPECIFIED_ERROR", channels.Transient, key, 0},
+		{"UNREGISTERED.json", 404, "UNREGISTERED", channels.Permanent, key, 0},
+		{"SENDER_ID_MISMATCH.json", 403, "SENDER_ID_MISMATCH", channels.Permanent, key, 0},
+		{"INVALID_ARGUMENT.json", 400, "INVALID_ARGUMENT", channels.Permanent, key, 0},
+		{"INVALID_ARGUMENT_apns.json", 400, "INVALID_ARGUMENT", channels.Permanent, key, 0},
+		{"THIRD_PARTY_AUTH_ERROR.json", 401, "THIRD_PARTY_AUTH_ERROR", channels.Halt, key, 0},
+		{"APNS_AUTH_ERROR.json", 401, "APNS_AUTH_ERROR", channels.Halt, key, 0},
+		{"UNAUTHENTICATED.json", 401, "UNAUTHENTICATED", channels.Halt, key, 0},
+		{"PERMISSION_DENIED.json", 403, "PERMISSION_DENIED", channels.Halt, key, 0},
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			body := readTestdata(t, c.file)
+			var g struct {
+				Error struct {
+					Code    int
+					Message string
+				}
+			}
+			if err := json.Unmarshal([]byte(body), &g); err != nil || g.Error.Code != c.status {
+				t.Fatalf("testdata error.code = %d, %v; want %d", g.Error.Code, err, c.status)
+			}
+			e := sendErr(t, respond(t, c.status, body, "Content-Type", "application/json; charset=UTF-8"))
+			if e.Code != c.code || e.Status != c.status || e.Class != c.class || e.Scope != c.scope {
+				t.Errorf("got code=%q status=%d class=%v scope=%v; want %q %d %v %v",
+					e.Code, e.Status, e.Class, e.Scope, c.code, c.status, c.class, c.scope)
+			}
+			if e.Detail != g.Error.Message[:min(len(g.Error.Message), 200)] {
+				t.Errorf("Detail = %q, want error.message %q", e.Detail, g.Error.Message)
+			}
+			if e.RetryAfter != c.retry || e.Err != nil {
+				t.Errorf("RetryAfter = %v, Err = %v; want %v, nil", e.RetryAfter, e.Err, c.retry)
+			}
+		})
+	}
+}
+
+// TestSendCodeBeatsStatus: the code decides, whatever the HTTP status.
+func TestSendCodeBeatsStatus(t *testing.T) {
+	for _, c := range []struct {
+		file   string
+		status int
+		class  channels.Class
+	}{
+		{"UNREGISTERED.json", 500, channels.Permanent},
+		{"UNAVAILABLE.json", 400, channels.Transient},
+		{"QUOTA_EXCEEDED.json", 503, channels.Throttle},
+		{"PERMISSION_DENIED.json", 400, channels.Halt},
+	} {
+		e := sendErr(t, respond(t, c.status, readTestdata(t, c.file)))
+		if e.Class != c.class {
+			t.Errorf("%s with HTTP %d: class %v, want %v", c.file, c.status, e.Class, c.class)
+		}
+	}
+}
+
+// TestSendUnknownCode: a code in no table is classified by HTTP status.
+func TestSendUnknownCode(t *testing.T) {
+	body := readTestdata(t, "unknown.json")
+	for _, c := range []struct {
+		status int
+		class  channels.Class
+		retry  time.Duration
+	}{
+		{400, channels.Permanent, 0},
+		{404, channels.Permanent, 0},
+		{401, channels.Halt, 0},
+		{403, channels.Halt, 0},
+		{429, channels.Throttle, time.Minute},
+		{500, channels.Transient, 0},
+		{503, channels.Transient, 0},
+	} {
+		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
+			e := sendErr(t, respond(t, c.status, body))
+			if e.Class != c.class || e.Code != "FAILED_PRECONDITION" || e.Scope != channels.ScopeKey || e.RetryAfter != c.retry {
+				t.Errorf("got class=%v code=%q scope=%v retry=%v; want %v FAILED_PRECONDITION key %v",
+					e.Class, e.Code, e.Scope, e.RetryAfter, c.class, c.retry)
+			}
+		})
+	}
+}
+
+// TestSendNonGoogleBody: a body without a Google error is classified by status.
+func TestSendNonGoogleBody(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		status int
+		body   string
+		class  channels.Class
+	}{
+		{"bare 429", 429, "", channels.Throttle},
+		{"text 429", 429, "Too Many Requests", channels.Throttle},
+		{"html 502", 502, "<html><body>Bad Gateway</body></html>", channels.Transient},
+		{"empty 503", 503, "", channels.Transient},
+		{"text 400", 400, "bad request", channels.Permanent},
+		{"json without error 400", 400, `{"ok":false}`, channels.Permanent},
+		{"html 404", 404, "<html>Not Found</html>", channels.Permanent},
+		{"text 401", 401, "Unauthorized", channels.Halt},
+		{"text 403", 403, "Forbidden", channels.Halt},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := sendErr(t, respond(t, c.status, c.body))
+			if e.Class != c.class || e.Status != c.status || e.Code != "" || e.Err == nil || e.Scope != channels.ScopeKey {
+				t.Errorf("got class=%v status=%d code=%q err=%v scope=%v; want %v %d, no code, an Err, key",
+					e.Class, e.Status, e.Code, e.Err, e.Scope, c.class, c.status)
+			}
+			if c.class == channels.Throttle && e.RetryAfter != time.Minute {
+				t.Errorf("bare 429 RetryAfter = %v, want the 1 min floor", e.RetryAfter)
+			}
+		})
+	}
+}
+
+func TestSendSuccess(t *testing.T) {
+	res, err := newClient(t, respond(t, 200, readTestdata(t, "success.json")).URL).Send(t.Context(), message())
+	if err != nil || res.ProviderID != "projects/myproject-b5ae1/messages/0:1500415314455276%31bd1c9631bd1c96" {
+		t.Fatalf("Send = %+v, %v", res, err)
+	}
+}
+
+// TestSendSuccessWithoutName: a 2xx the adapter cannot read is Transient.
+func TestSendSuccessWithoutName(t *testing.T) {
+	for _, body := range []string{`{"name":""}`, `{}`, `not json`, ``} {
+		e := sendErr(t, respond(t, 200, body))
+		if e.Class != channels.Transient || e.Err == nil || e.Status != 200 {
+			t.Errorf("body %q: class=%v err=%v; want transient with Err", body, e.Class, e.Err)
+		}
+	}
+}
+
+// TestSendRequestShape checks method, path, headers and the merged body.
+func TestSendRequestShape(t *testing.T) {
+	type request struct {
+		method, path, auth, ctype string
+		body                      map[string]map[string]json.RawMessage
+		top                       int // top-level fields
+	}
+	got := make(chan request, 1)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rq := request{method: r.Method, path: r.URL.EscapedPath(), auth: r.Header.Get("Authorization"),
+			ctype: r.Header.Get("Content-Type")}
+		raw, _ := io.ReadAll(r.Body)
+		var top map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &top); err != nil {
+			t.Errorf("request body %s: %v", raw, err)
+		}
+		rq.top = len(top)
+		if err := json.Unmarshal(raw, &rq.body); err != nil {
+			t.Errorf("request body %s: %v", raw, err)
+		}
+		got <- rq
+		io.WriteString(w, `{"name":"projects/p/messages/1"}`)
+	}))
+	defer ts.Close()
+
+	for _, c := range []struct {
+		name    string
+		base    string
+		dataID  string
+		key     string
+		payload string
+		want    map[string]string // JSON text of each message field
+		path    string
+	}{
+		{
+			name:    "payload fields kept, token wins",
+			payload: `{"token":"someone-else","notification":{"title":"Hi \u00e9","body":"x"},"android":{"priority":"high","ttl":"3.5s"},"apns":{"headers":{"apns-priority":"10"}},"data":{"a":"1"}}`,
+			want: map[string]string{
+				"token":        `"` + recipient + `"`,
+				"notification": `{"title":"Hi \u00e9","body":"x"}`,
+				"android":      `{"priority":"high","ttl":"3.5s"}`,
+				"apns":         `{"headers":{"apns-priority":"10"}}`,
+				"data":         `{"a":"1"}`,
+			},
+			path: "/v1/projects/" + project + "/messages:send",
+		},
+		{
+			name:    "nil payload, base path, odd key",
+			base:    "/fcm/",
+			key:     "a/b c",
+			want:    map[string]string{"token": `"` + recipient + `"`},
+			path:    "/fcm/v1/projects/a%2Fb%20c/messages:send",
+			payload: "",
+		},
+		{
+			name:    "null payload",
+			payload: ` null `,
+			want:    map[string]string{"token": `"` + recipient + `"`},
+			path:    "/v1/projects/" + project + "/messages:send",
+		},
+		{
+			name:    "data id added to data",
+			dataID:  "pacer_id",
+			payload: `{"data":{"a":"1"}}`,
+			want:    map[string]string{"token": `"` + recipient + `"`, "data": `{"a":"1","pacer_id":"env-1"}`},
+			path:    "/v1/projects/" + project + "/messages:send",
+		},
+		{
+			name:    "data id creates data",
+			dataID:  "pacer_id",
+			payload: `{"notification":{"title":"t"},"data":null}`,
+			want:    map[string]string{"token": `"` + recipient + `"`, "notification": `{"title":"t"}`, "data": `{"pacer_id":"env-1"}`},
+			path:    "/v1/projects/" + project + "/messages:send",
+		},
+		{
+			name:    "data id set by the payload",
+			dataID:  "pacer_id",
+			payload: `{"data":{"pacer_id":"theirs"}}`,
+			want:    map[string]string{"token": `"` + recipient + `"`, "data": `{"pacer_id":"theirs"}`},
+			path:    "/v1/projects/" + project + "/messages:send",
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl, err := fcm.New(t.Context(), fcm.Config{BaseURL: ts.URL + c.base, DataIDKey: c.dataID,
+				TokenSource: oauth2.StaticTokenSource(&oauth2.Token{AccessToken: access})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := message()
+			m.Payload = nil
+			if c.payload != "" {
+				m.Payload = json.RawMessage(c.payload)
+			}
+			if c.key != "" {
+				m.Key = c.key
+			}
+			res, err := cl.Send(t.Context(), m)
+			if err != nil || res.ProviderID != "projects/p/messages/1" {
+				t.Fatalf("Send = %+v, %v", res, err)
+			}
+			rq := <-got
+			if rq.method != "POST" || rq.path != c.path || rq.auth != "Bearer "+access || !strings.HasPrefix(rq.ctype, "application/json") {
+				t.Errorf("got %s %s auth=%q type=%q; want POST %s, bearer token, application/json",
+					rq.method, rq.path, rq.auth, rq.ctype, c.path)
+			}
+			msg := rq.body["message"]
+			if rq.top != 1 || len(msg) != len(c.want) {
+				t.Errorf("body has %d top-level fields (want 1) and %d message fields (want %d): %v", rq.top, len(msg), len(c.want), msg)
+			}
+			for k, v := range c.want {
+				if string(msg[k]) != v {
+					t.Errorf("message[%q] = %s, want %s", k, msg[k], v)
+				}
+			}
+		})
+	}
+}
+
+// TestSendInvalidRequest: bad payloads, keys and recipients fail without a
+// request, since FCM counts client errors against the quota.
+func TestSendInvalidRequest(t *testing.T) {
+	var hits atomic.Int32
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer ts.Close()
+	c := newClient(t, ts.URL)
+	for _, p := range []string{`[1,2]`, `"text"`, `42`, `true`, `{"a":`, `{"a":1}x`, `{`} {
+		m := message()
+		m.Payload = json.RawMessage(p)
+		_, err := c.Send(t.Context(), m)
+		if e := checkErr(t, err); e.Class != channels.Permanent || e.Code != "invalid-payload" {
+			t.Errorf("payload %s: err = %v; want permanent invalid-payload", p, err)
+		}
+	}
+	for _, key := range []string{"", ".", ".."} {
+		m := message()
+		m.Key = key
+		_, err := c.Send(t.Context(), m)
+		if e := checkErr(t, err); e.Class != channels.Permanent || e.Code != "invalid-key" {
+			t.Errorf("key %q: err = %v; want permanent invalid-key", key, err)
+		}
+	}
+	m := message()
+	m.To = ""
+	_, err := c.Send(t.Context(), m)
+	if e := checkErr(t, err); e.Class != channels.Permanent || e.Code != "invalid-recipient" {
+		t.Errorf("empty recipient: err = %v; want permanent invalid-recipient", err)
+	}
+	withID, err := fcm.New(t.Context(), fcm.Config{BaseURL: ts.URL, DataIDKey: "pacer_id",
+		TokenSource: oauth2.StaticTokenSource(&oauth2.Token{AccessToken: access})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{`{"data":"x"}`, `{"data":[1]}`, `{"data":{"a":}}`} {
+		m := message()
+		m.Payload = json.RawMessage(p)
+		_, err := withID.Send(t.Context(), m)
+		if e := checkErr(t, err); e.Class != channels.Permanent || e.Code != "invalid-payload" {
+			t.Errorf("payload %s with DataIDKey: err = %v; want permanent invalid-payload", p, err)
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("%d requests reached the server, want 0", n)
+	}
+}
+
+// serviceAccount returns a valid key file (of a fake that is not listening)
+// as a map to alter, and its private key.
+func serviceAccount(t *testing.T) (map[string]any, string) {
+	t.Helper()
+	var sa map[string]any
+	if err := json.Unmarshal(fcmtest.New(fcmtest.Config{}).ServiceAccountJSONAt("http://127.0.0.1:1"), &sa); err != nil {
+		t.Fatal(err)
+	}
+	return sa, sa["private_key"].(string)
+}
+
+func marshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestNew(t *testing.T) {
+	sa, key := serviceAccount(t)
+	keyLines := strings.Split(strings.TrimSpace(key), "\n")
+	with := func(k string, v any) []byte {
+		m := map[string]any{}
+		for k, v := range sa {
+			m[k] = v
+		}
+		if v == nil {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+		return marshal(t, m)
+	}
+	ts := oauth2.StaticTokenSource(&oauth2.Token{AccessToken: access})
+	for _, c := range []struct {
+		name  string
+		cfg   fcm.Config
+		field string // "" means no error
+	}{
+		{"key file", fcm.Config{CredentialsJSON: marshal(t, sa)}, ""},
+		{"token source", fcm.Config{TokenSource: ts}, ""},
+		{"no token_uri: Google's", fcm.Config{CredentialsJSON: with("token_uri", nil)}, ""},
+		{"https token_uri", fcm.Config{CredentialsJSON: with("token_uri", "https://oauth2.example.com/token")}, ""},
+		{"neither", fcm.Config{}, "Config.CredentialsJSON or Config.TokenSource"},
+		{"both", fcm.Config{CredentialsJSON: marshal(t, sa), TokenSource: ts}, "Config.CredentialsJSON and Config.TokenSource"},
+		{"not json", fcm.Config{CredentialsJSON: []byte(key)}, "Config.CredentialsJSON"},
+		{"json array", fcm.Config{CredentialsJSON: []byte(`["` + keyLines[1] + `"]`)}, "Config.CredentialsJSON"},
+		{"user credentials", fcm.Config{CredentialsJSON: with("type", "authorized_user")}, `"authorized_user"`},
+		{"odd type", fcm.Config{CredentialsJSON: with("type", keyLines[1])}, "Config.CredentialsJSON"},
+		{"no email", fcm.Config{CredentialsJSON: with("client_email", nil)}, "client_email"},
+		{"no key", fcm.Config{CredentialsJSON: with("private_key", nil)}, "private_key"},
+		{"broken key", fcm.Config{CredentialsJSON: with("private_key", strings.Replace(key, keyLines[3], "AAAA", 1))}, "private_key"},
+		{"http token_uri", fcm.Config{CredentialsJSON: with("token_uri", "http://oauth2.example.com/token")}, "token_uri"},
+		{"relative base", fcm.Config{TokenSource: ts, BaseURL: "fcm.googleapis.com"}, "Config.BaseURL"},
+		{"bad scheme", fcm.Config{TokenSource: ts, BaseURL: "ftp://fcm.googleapis.com"}, "Config.BaseURL"},
+		{"unparseable base", fcm.Config{TokenSource: ts, BaseURL: "http://%zz/" + access}, "Config.BaseURL"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl, err := fcm.New(t.Context(), c.cfg)
+			switch {
+			case c.field == "" && (err != nil || cl == nil):
+				t.Fatalf("New: %v", err)
+			case c.field != "" && (err == nil || !strings.Contains(err.Error(), c.field)):
+				t.Fatalf("New: %v; want an error naming %s", err, c.field)
+			}
+			if err == nil {
+				return
+			}
+			for _, secret := range append(keyLines[1:len(keyLines)-1], access) {
+				if strings.Contains(err.Error(), secret) {
+					t.Fatalf("New error %q contains key material or the token", err)
+				}
+			}
+		})
+	}
+}
+
+// TestNoSecretsInErrors: the access token and the registration token stay
+// out of error text even when the provider echoes them.
+func TestNoSecretsInErrors(t *testing.T) {
+	echo := `{"error":{"code":400,"message":"token ` + access + ` to ` + recipient + `","status":"INVALID_ARGUMENT"}}`
+	for _, c := range []struct {
+		name string
+		ts   *httptest.Server
+	}{
+		{"google error echoing both", respond(t, 400, echo)},
+		{"html echoing both", respond(t, 502, "<p>"+access+" "+recipient+"</p>")},
+		{"bad success", respond(t, 200, access+recipient)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := sendErr(t, c.ts) // checks the error text
+			if strings.Contains(e.Detail, access) || strings.Contains(e.Detail, recipient) {
+				t.Errorf("Detail %q holds a secret", e.Detail)
+			}
+		})
+	}
+	t.Run("transport", func(t *testing.T) {
+		ts := httptest.NewServer(http.NotFoundHandler())
+		ts.Close()
+		sendErr(t, ts)
+	})
+}
+
+func TestDetailTruncated(t *testing.T) {
+	msg := strings.Repeat("é", 150) // 300 bytes
+	e := sendErr(t, respond(t, 400, `{"error":{"code":400,"message":"`+msg+`","status":"INVALID_ARGUMENT"}}`))
+	if len(e.Detail) > 200 || len(e.Detail) < 199 || !utf8.ValidString(e.Detail) {
+		t.Errorf("Detail is %d bytes, valid UTF-8 %v; want 199-200 valid bytes", len(e.Detail), utf8.ValidString(e.Detail))
+	}
+}
+
+// TestSendRetryAfter: Retry-After in both forms, and the 1 min floor of a
+// project throttle.
+func TestSendRetryAfter(t *testing.T) {
+	project429 := readTestdata(t, "QUOTA_EXCEEDED.json")
+	device429 := readTestdata(t, "QUOTA_EXCEEDED_device.json")
+	bare429 := readTestdata(t, "RESOURCE_EXHAUSTED.json")
+	unavailable := readTestdata(t, "UNAVAILABLE.json")
+	inAnHour := time.Now().Add(time.Hour).UTC()
+	for _, c := range []struct {
+		name     string
+		status   int
+		body     string
+		header   string
+		class    channels.Class
+		min, max time.Duration
+	}{
+		{"project, absent: 1 min floor", 429, project429, "", channels.Throttle, time.Minute, time.Minute},
+		{"project, seconds", 429, project429, "120", channels.Throttle, 120 * time.Second, 120 * time.Second},
+		{"project, seconds under the floor", 429, project429, "10", channels.Throttle, time.Minute, time.Minute},
+		{"project, http date", 429, project429, inAnHour.Format(http.TimeFormat), channels.Throttle, 58 * time.Minute, time.Hour},
+		{"project, rfc 850 date", 429, project429, inAnHour.Format(time.RFC850), channels.Throttle, 58 * time.Minute, time.Hour},
+		{"project, asctime date", 429, project429, inAnHour.Format(time.ANSIC), channels.Throttle, 58 * time.Minute, time.Hour},
+		{"project, past date", 429, project429, "Wed, 21 Oct 2015 07:28:00 GMT", channels.Throttle, time.Minute, time.Minute},
+		{"project, garbage", 429, project429, "soon", channels.Throttle, time.Minute, time.Minute},
+		{"#719, seconds", 429, bare429, "90", channels.Throttle, 90 * time.Second, 90 * time.Second},
+		{"device, absent", 429, device429, "", channels.Throttle, 0, 0},
+		{"device, seconds", 429, device429, "30", channels.Throttle, 30 * time.Second, 30 * time.Second},
+		{"device, http date", 429, device429, inAnHour.Format(http.TimeFormat), channels.Throttle, 58 * time.Minute, time.Hour},
+		{"503, absent", 503, unavailable, "", channels.Transient, 0, 0},
+		{"503, seconds", 503, unavailable, "7", channels.Transient, 7 * time.Second, 7 * time.Second},
+		{"503, http date", 503, unavailable, inAnHour.Format(http.TimeFormat), channels.Transient, 58 * time.Minute, time.Hour},
+		{"503 without a body, seconds", 503, "", "7", channels.Transient, 7 * time.Second, 7 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var h []string
+			if c.header != "" {
+				h = []string{"Retry-After", c.header}
+			}
+			e := sendErr(t, respond(t, c.status, c.body, h...))
+			if e.RetryAfter < c.min || e.RetryAfter > c.max || e.Class != c.class {
+				t.Errorf("RetryAfter = %v class=%v; want in [%v, %v], %v", e.RetryAfter, e.Class, c.min, c.max, c.class)
+			}
+			if got := channels.RetryAfter(error(e)); got != e.RetryAfter {
+				t.Errorf("channels.RetryAfter = %v", got)
+			}
+		})
+	}
+}
+
+func TestSendTransportError(t *testing.T) {
+	ts := httptest.NewServer(http.NotFoundHandler())
+	ts.Close()
+	e := sendErr(t, ts)
+	if e.Class != channels.Transient || e.Status != 0 || e.Err == nil {
+		t.Errorf("got class=%v status=%d err=%v; want transient, 0, an Err", e.Class, e.Status, e.Err)
+	}
+}
+
+func TestSendContext(t *testing.T) {
+	block := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+	}))
+	defer ts.Close()
+	defer close(block)
+	c := newClient(t, ts.URL)
+
+	t.Run("canceled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(20*time.Millisecond, cancel)
+		_, err := c.Send(ctx, message())
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v; want context.Canceled", err)
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		defer cancel()
+		_, err := c.Send(ctx, message())
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v; want context.DeadlineExceeded", err)
+		}
+	})
+	t.Run("already canceled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, err := c.Send(ctx, message())
+		if err != context.Canceled {
+			t.Fatalf("err = %v; want context.Canceled itself", err)
+		}
+	})
+	t.Run("during the token request", func(t *testing.T) {
+		fake := fcmtest.New(fcmtest.Config{})
+		release := make(chan struct{})
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /token", func(w http.ResponseWriter, r *http.Request) {
+			r.ParseForm()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		})
+		mux.Handle("/", fake)
+		slow := httptest.NewServer(mux)
+		defer slow.Close()
+		defer close(release)
+		cl, err := fcm.New(t.Context(), fcm.Config{BaseURL: slow.URL, CredentialsJSON: fake.ServiceAccountJSONAt(slow.URL)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(20*time.Millisecond, cancel)
+		start := time.Now()
+		_, err = cl.Send(ctx, message())
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v; want context.Canceled", err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("Send returned %v after the cancel; the token request ignored ctx", d)
+		}
+	})
+}
+
+// newFakeClient returns a Client of fake that gets its tokens from the
+// fake's token endpoint.
+func newFakeClient(t *testing.T, fake *fcmtest.Server, dataID string) *fcm.Client {
+	t.Helper()
+	c, err := fcm.New(t.Context(), fcm.Config{BaseURL: fake.URL(), CredentialsJSON: fake.ServiceAccountJSON(), DataIDKey: dataID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestTokenCaching: many sends, concurrent or not, make one token request.
+func TestTokenCaching(t *testing.T) {
+	fake := fcmtest.NewServer(fcmtest.Config{})
+	defer fake.Close()
+	c := newFakeClient(t, fake, "")
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			if _, err := c.Send(t.Context(), message()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	for range 50 {
+		if _, err := c.Send(t.Context(), message()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := fake.TokenRequests(); n != 1 {
+		t.Errorf("%d token requests for 100 sends, want 1", n)
+	}
+	if st := fake.Stats()[project]; st.Delivered != 100 {
+		t.Errorf("stats = %+v; want 100 delivered", st)
+	}
+}
+
+// TestTokenNearExpiry: a token within a minute of its expiry is replaced
+// before it is sent.
+func TestTokenNearExpiry(t *testing.T) {
+	fake := fcmtest.NewServer(fcmtest.Config{TokenTTL: 50 * time.Second})
+	defer fake.Close()
+	c := newFakeClient(t, fake, "")
+	for range 3 {
+		if _, err := c.Send(t.Context(), message()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := fake.TokenRequests(); n != 3 {
+		t.Errorf("%d token requests, want 3: a 50 s token is too close to expiry to reuse", n)
+	}
+}
+
+// TestUnauthenticatedRefresh: a refused access token is replaced once and
+// the send retried; a second refusal is a Halt.
+func TestUnauthenticatedRefresh(t *testing.T) {
+	t.Run("fake revokes its tokens", func(t *testing.T) {
+		fake := fcmtest.NewServer(fcmtest.Config{})
+		defer fake.Close()
+		c := newFakeClient(t, fake, "")
+		if _, err := c.Send(t.Context(), message()); err != nil {
+			t.Fatal(err)
+		}
+		fake.RevokeTokens()
+		if _, err := c.Send(t.Context(), message()); err != nil {
+			t.Fatalf("Send after revocation = %v; want success on a new token", err)
+		}
+		if n := fake.TokenRequests(); n != 2 {
+			t.Errorf("%d token requests, want 2", n)
+		}
+		if st := fake.Stats()[project]; st.Delivered != 2 {
+			t.Errorf("stats = %+v; want 2 delivered", st)
+		}
+	})
+
+	unauthenticated := readTestdata(t, "UNAUTHENTICATED.json")
+	counting := func(body string) (*httptest.Server, *atomic.Int32) {
+		var n atomic.Int32
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n.Add(1)
+			w.WriteHeader(401)
+			io.WriteString(w, body)
+		}))
+		t.Cleanup(ts.Close)
+		return ts, &n
+	}
+	t.Run("refused twice", func(t *testing.T) {
+		ts, sends := counting(unauthenticated)
+		var minted atomic.Int32
+		src := tokenFunc(func() (*oauth2.Token, error) {
+			return &oauth2.Token{AccessToken: "tok-" + strconv.Itoa(int(minted.Add(1)))}, nil
+		})
+		c, err := fcm.New(t.Context(), fcm.Config{BaseURL: ts.URL, TokenSource: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Send(t.Context(), message())
+		if e := checkErr(t, err, "tok-1", "tok-2"); e.Class != channels.Halt || e.Code != "UNAUTHENTICATED" || e.Status != 401 {
+			t.Errorf("err = %v; want halt UNAUTHENTICATED 401", err)
+		}
+		if sends.Load() != 2 || minted.Load() != 2 {
+			t.Errorf("%d sends with %d tokens; want 2 and 2", sends.Load(), minted.Load())
+		}
+	})
+	t.Run("no newer token", func(t *testing.T) {
+		ts, sends := counting(unauthenticated)
+		_, err := newClient(t, ts.URL).Send(t.Context(), message())
+		if e := checkErr(t, err); e.Class != channels.Halt || e.Code != "UNAUTHENTICATED" {
+			t.Errorf("err = %v; want halt UNAUTHENTICATED", err)
+		}
+		if n := sends.Load(); n != 1 {
+			t.Errorf("%d sends, want 1: a static token source has nothing newer", n)
+		}
+	})
+	t.Run("third-party auth is not retried", func(t *testing.T) {
+		ts, sends := counting(readTestdata(t, "THIRD_PARTY_AUTH_ERROR.json"))
+		var minted atomic.Int32
+		src := tokenFunc(func() (*oauth2.Token, error) {
+			return &oauth2.Token{AccessToken: "tok-" + strconv.Itoa(int(minted.Add(1)))}, nil
+		})
+		c, err := fcm.New(t.Context(), fcm.Config{BaseURL: ts.URL, TokenSource: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Send(t.Context(), message())
+		if e := checkErr(t, err); e.Class != channels.Halt || e.Code != "THIRD_PARTY_AUTH_ERROR" {
+			t.Errorf("err = %v; want halt THIRD_PARTY_AUTH_ERROR", err)
+		}
+		if n := sends.Load(); n != 1 {
+			t.Errorf("%d sends, want 1", n)
+		}
+	})
+}
+
+// tokenFunc is an oauth2.TokenSource made of a function.
+type tokenFunc func() (*oauth2.Token, error)
+
+func (f tokenFunc) Token() (*oauth2.Token, error) { return f() }
+
+// TestTokenErrors: no access token is a Halt with Code "oauth2", and no FCM
+// request; its text holds neither key material nor the assertion.
+func TestTokenErrors(t *testing.T) {
+	_, key := serviceAccount(t)
+	keyLines := strings.Split(strings.TrimSpace(key), "\n")
+	secrets := append([]string{key}, keyLines[1:len(keyLines)-1]...)
+
+	var fcmHits atomic.Int32
+	var assertion atomic.Value
+	tokenEndpoint := func(status int, body func(r *http.Request) string) string {
+		fake := fcmtest.New(fcmtest.Config{})
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /token", func(w http.ResponseWriter, r *http.Request) {
+			r.ParseForm()
+			assertion.Store(r.PostForm.Get("assertion"))
+			w.WriteHeader(status)
+			io.WriteString(w, body(r))
+		})
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fcmHits.Add(1) })
+		ts := httptest.NewServer(mux)
+		t.Cleanup(ts.Close)
+		return string(fake.ServiceAccountJSONAt(ts.URL))
+	}
+	for _, c := range []struct {
+		name   string
+		key    string // service-account JSON
+		detail string // in the error text
+	}{
+		{"invalid_grant", tokenEndpoint(400, func(*http.Request) string {
+			return `{"error":"invalid_grant","error_description":"Invalid JWT Signature."}`
+		}), "HTTP 400 invalid_grant: Invalid JWT Signature."},
+		{"echoing the request", tokenEndpoint(400, func(r *http.Request) string {
+			return "bad request: " + r.PostForm.Encode()
+		}), "HTTP 400"},
+		{"server error", tokenEndpoint(503, func(*http.Request) string { return "unavailable" }), "HTTP 503"},
+		{"not json", tokenEndpoint(200, func(*http.Request) string { return "<html>" }), "cannot fetch token"},
+		{"no access token", tokenEndpoint(200, func(*http.Request) string { return `{"expires_in":3600}` }), "empty access token"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl, err := fcm.New(t.Context(), fcm.Config{BaseURL: "http://127.0.0.1:1", CredentialsJSON: []byte(c.key)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = cl.Send(t.Context(), message())
+			a, _ := assertion.Load().(string)
+			e := checkErr(t, err, append(secrets, a)...)
+			if e.Class != channels.Halt || e.Code != "oauth2" || e.Status != 0 || !strings.Contains(err.Error(), c.detail) {
+				t.Errorf("err = %v; want halt oauth2, status 0, mentioning %q", err, c.detail)
+			}
+			if a == "" {
+				t.Error("the token endpoint got no assertion")
+			}
+		})
+	}
+	t.Run("token endpoint down", func(t *testing.T) {
+		ts := httptest.NewServer(http.NotFoundHandler())
+		ts.Close()
+		cl, err := fcm.New(t.Context(), fcm.Config{BaseURL: ts.URL,
+			CredentialsJSON: fcmtest.New(fcmtest.Config{}).ServiceAccountJSONAt(ts.URL)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cl.Send(t.Context(), message())
+		if e := checkErr(t, err, secrets...); e.Class != channels.Halt || e.Code != "oauth2" {
+			t.Errorf("err = %v; want halt oauth2", err)
+		}
+	})
+	t.Run("token source error", func(t *testing.T) {
+		boom := errors.New("metadata server unreachable")
+		cl, err := fcm.New(t.Context(), fcm.Config{BaseURL: "http://127.0.0.1:1",
+			TokenSource: tokenFunc(func() (*oauth2.Token, error) { return nil, boom })})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cl.Send(t.Context(), message())
+		if e := checkErr(t, err); e.Class != channels.Halt || e.Code != "oauth2" || !errors.Is(err, boom) {
+			t.Errorf("err = %v; want halt oauth2 wrapping the source's error", err)
+		}
+	})
+	t.Run("key of another fake", func(t *testing.T) {
+		fake := fcmtest.NewServer(fcmtest.Config{})
+		defer fake.Close()
+		other := fcmtest.New(fcmtest.Config{}).ServiceAccountJSONAt(fake.URL())
+		cl, err := fcm.New(t.Context(), fcm.Config{BaseURL: fake.URL(), CredentialsJSON: other})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cl.Send(t.Context(), message())
+		if e := checkErr(t, err, secrets...); e.Class != channels.Halt || e.Code != "oauth2" || !strings.Contains(err.Error(), "invalid_grant") {
+			t.Errorf("err = %v; want halt oauth2 invalid_grant", err)
+		}
+		if n := len(fake.Arrivals()); n != 0 {
+			t.Errorf("%d sends reached FCM without a token", n)
+		}
+	})
+	if n := fcmHits.Load(); n != 0 {
+		t.Errorf("%d requests reached FCM without a token", n)
+	}
+}
+
+// TestSendAgainstFake runs the adapter against fcmtest: the fake's answers
+// classify as documented and it sees the envelope ids.
+func TestSendAgainstFake(t *testing.T) {
+	t.Run("project quota", func(t *testing.T) {
+		fake := fcmtest.NewServer(fcmtest.Config{Rate: 0.001, Burst: 3, RetryAfter: 90 * time.Second})
+		defer fake.Close()
+		c := newFakeClient(t, fake, "pacer_id")
+		var ok, throttled int
+		for i := range 5 {
+			m := message()
+			m.ID = "env-" + strconv.Itoa(i)
+			res, err := c.Send(t.Context(), m)
+			switch {
+			case err == nil && strings.HasPrefix(res.ProviderID, "projects/"+project+"/messages/"):
+				ok++
+			case channels.ClassOf(err) == channels.Throttle:
+				e := checkErr(t, err)
+				if e.Code != "QUOTA_EXCEEDED" || e.Scope != channels.ScopeKey || e.Status != 429 || e.RetryAfter != 90*time.Second {
+					t.Errorf("throttle = %+v", e)
+				}
+				throttled++
+			default:
+				t.Fatalf("Send %d = %+v, %v", i, res, err)
+			}
+		}
+		if ok != 3 || throttled != 2 {
+			t.Errorf("accepted %d, throttled %d; want 3, 2", ok, throttled)
+		}
+		arr := fake.Arrivals()
+		if len(arr) != 5 || arr[0].ID != "env-0" || arr[4].ID != "env-4" || arr[0].Key != project || arr[0].To != recipient {
+			t.Errorf("arrivals = %+v", arr)
+		}
+	})
+	t.Run("#719 shape, http date", func(t *testing.T) {
+		fake := fcmtest.NewServer(fcmtest.Config{Rate: 0.001, Burst: 1, QuotaErrorInfo: true,
+			RetryAfter: 2 * time.Minute, RetryAfterDate: true})
+		defer fake.Close()
+		c := newFakeClient(t, fake, "")
+		c.Send(t.Context(), message())
+		_, err := c.Send(t.Context(), message())
+		e := checkErr(t, err)
+		if e.Class != channels.Throttle || e.Code != "RESOURCE_EXHAUSTED" || e.Scope != channels.ScopeKey ||
+			e.RetryAfter < 2*time.Minute-time.Second || e.RetryAfter > 2*time.Minute+2*time.Second {
+			t.Errorf("throttle = %+v; want RESOURCE_EXHAUSTED key, about 2 min", e)
+		}
+	})
+	t.Run("device rate", func(t *testing.T) {
+		fake := fcmtest.NewServer(fcmtest.Config{DeviceRate: 0.001, DeviceBurst: 2})
+		defer fake.Close()
+		c := newFakeClient(t, fake, "")
+		for i := range 3 {
+			_, err := c.Send(t.Context(), message())
+			if i < 2 && err != nil {
+				t.Fatalf("send %d: %v", i, err)
+			}
+			if i == 2 {
+				e := checkErr(t, err)
+				if e.Class != channels.Throttle || e.Scope != channels.ScopePair || e.Code != "QUOTA_EXCEEDED" || e.RetryAfter != 0 {
+					t.Errorf("device throttle = %+v; want throttle pair, no RetryAfter", e)
+				}
+			}
+		}
+		m := message()
+		m.To = "another-device"
+		if _, err := c.Send(t.Context(), m); err != nil {
+			t.Errorf("another device: %v", err)
+		}
+	})
+	t.Run("unregistered and invalid", func(t *testing.T) {
+		fake := fcmtest.NewServer(fcmtest.Config{Unregistered: []string{recipient}})
+		defer fake.Close()
+		c := newFakeClient(t, fake, "")
+		_, err := c.Send(t.Context(), message())
+		if e := checkErr(t, err); e.Class != channels.Permanent || e.Code != "UNREGISTERED" || e.Status != 404 {
+			t.Errorf("dead token: %+v; want permanent UNREGISTERED 404", e)
+		}
+		m := message()
+		m.To = "live"
+		m.Payload = json.RawMessage(`{"data":{"n":1}}`)
+		_, err = c.Send(t.Context(), m)
+		if e := checkErr(t, err); e.Class != channels.Permanent || e.Code != "INVALID_ARGUMENT" || e.Status != 400 {
+			t.Errorf("non-string data: %+v; want permanent INVALID_ARGUMENT 400", e)
+		}
+	})
+}

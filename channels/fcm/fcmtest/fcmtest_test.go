@@ -1,0 +1,574 @@
+package fcmtest_test
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/google"
+
+	"github.com/pacerhq/pacer/channels/fcm/fcmtest"
+)
+
+const bearer = "static-test-token"
+
+// post sends body to /v1/projects/{project}/messages:send on h and returns
+// the recorded answer.
+func post(h http.Handler, project, token, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("POST", "/v1/projects/"+project+"/messages:send", strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func msg(token, id string) string {
+	return fmt.Sprintf(`{"message":{"token":%q,"notification":{"title":"hi"},"data":{"pacer_id":%q}}}`, token, id)
+}
+
+func decodeError(t *testing.T, w *httptest.ResponseRecorder) fcmtest.ErrorBody {
+	t.Helper()
+	var b fcmtest.ErrorBody
+	if err := json.Unmarshal(w.Body.Bytes(), &b); err != nil {
+		t.Fatalf("error body %q: %v", w.Body, err)
+	}
+	return b
+}
+
+// detail returns the first detail of b with @type ending in suffix.
+func detail(b fcmtest.ErrorBody, suffix string) map[string]any {
+	for _, d := range b.Error.Details {
+		if s, _ := d["@type"].(string); strings.HasSuffix(s, suffix) {
+			return d
+		}
+	}
+	return nil
+}
+
+// TestTokenWithOAuth2: the key file works with golang.org/x/oauth2/google,
+// and the token it gets is accepted.
+func TestTokenWithOAuth2(t *testing.T) {
+	s := fcmtest.NewServer(fcmtest.Config{})
+	defer s.Close()
+	creds, err := google.CredentialsFromJSONWithType(t.Context(), s.ServiceAccountJSON(), google.ServiceAccount,
+		"https://www.googleapis.com/auth/firebase.messaging")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := creds.TokenSource.Token()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(tok.AccessToken, "ya29.") || time.Until(tok.Expiry) < 59*time.Minute || creds.ProjectID != fcmtest.ProjectID {
+		t.Errorf("token = %+v, project %q", tok, creds.ProjectID)
+	}
+	if w := post(s, "p", tok.AccessToken, msg("dev", "1")); w.Code != 200 {
+		t.Errorf("send with the issued token: HTTP %d %s", w.Code, w.Body)
+	}
+	if n := s.TokenRequests(); n != 1 {
+		t.Errorf("TokenRequests = %d, want 1", n)
+	}
+	s.RevokeTokens()
+	if w := post(s, "p", tok.AccessToken, msg("dev", "1")); w.Code != 401 || decodeError(t, w).Error.Status != "UNAUTHENTICATED" {
+		t.Errorf("send with a revoked token: HTTP %d %s; want 401 UNAUTHENTICATED", w.Code, w.Body)
+	}
+}
+
+// keyOf returns the private key of a key file.
+func keyOf(t *testing.T, keyFile []byte) (*rsa.PrivateKey, map[string]string) {
+	t.Helper()
+	var sa map[string]string
+	if err := json.Unmarshal(keyFile, &sa); err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode([]byte(sa["private_key"]))
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.(*rsa.PrivateKey), sa
+}
+
+// sign returns a compact RS256 JWS of header and claims.
+func sign(t *testing.T, key *rsa.PrivateKey, header, claims map[string]any) string {
+	t.Helper()
+	enc := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	in := enc(header) + "." + enc(claims)
+	sum := sha256.Sum256([]byte(in))
+	sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, sum[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in + "." + base64.RawURLEncoding.EncodeToString(sig)
+}
+
+// TestTokenEndpointRefusals: every part of the assertion is checked.
+func TestTokenEndpointRefusals(t *testing.T) {
+	s := fcmtest.NewServer(fcmtest.Config{})
+	defer s.Close()
+	key, sa := keyOf(t, s.ServiceAccountJSON())
+	other, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Unix()
+	header := func() map[string]any {
+		return map[string]any{"alg": "RS256", "typ": "JWT", "kid": sa["private_key_id"]}
+	}
+	claims := func() map[string]any {
+		return map[string]any{"iss": sa["client_email"], "aud": sa["token_uri"], "iat": now, "exp": now + 3600,
+			"scope": "https://www.googleapis.com/auth/firebase.messaging"}
+	}
+	with := func(m map[string]any, k string, v any) map[string]any { m[k] = v; return m }
+	for _, c := range []struct {
+		name      string
+		grant     string
+		assertion string
+		code      string // "" means granted
+	}{
+		{"good", fcmtest.GrantType, sign(t, key, header(), claims()), ""},
+		{"cloud-platform scope", fcmtest.GrantType, sign(t, key, header(), with(claims(), "scope", "https://www.googleapis.com/auth/cloud-platform")), ""},
+		{"grant type", "client_credentials", sign(t, key, header(), claims()), "unsupported_grant_type"},
+		{"not a jws", fcmtest.GrantType, "abc", "invalid_grant"},
+		{"other key", fcmtest.GrantType, sign(t, other, header(), claims()), "invalid_grant"},
+		{"tampered", fcmtest.GrantType, strings.Replace(sign(t, key, header(), claims()), ".", ".e30", 1), "invalid_grant"},
+		{"alg", fcmtest.GrantType, sign(t, key, with(header(), "alg", "HS256"), claims()), "invalid_grant"},
+		{"kid", fcmtest.GrantType, sign(t, key, with(header(), "kid", "0123"), claims()), "invalid_grant"},
+		{"issuer", fcmtest.GrantType, sign(t, key, header(), with(claims(), "iss", "x@y.iam.gserviceaccount.com")), "invalid_grant"},
+		{"audience", fcmtest.GrantType, sign(t, key, header(), with(claims(), "aud", "https://oauth2.googleapis.com/token")), "invalid_grant"},
+		{"expired", fcmtest.GrantType, sign(t, key, header(), with(with(claims(), "iat", now-7200), "exp", now-3600)), "invalid_grant"},
+		{"too long", fcmtest.GrantType, sign(t, key, header(), with(claims(), "exp", now+7200)), "invalid_grant"},
+		{"from the future", fcmtest.GrantType, sign(t, key, header(), with(with(claims(), "iat", now+600), "exp", now+1200)), "invalid_grant"},
+		{"scope", fcmtest.GrantType, sign(t, key, header(), with(claims(), "scope", "https://www.googleapis.com/auth/userinfo.email")), "invalid_scope"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp, err := http.PostForm(s.URL()+"/token", url.Values{"grant_type": {c.grant}, "assertion": {c.assertion}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var b struct {
+				AccessToken string `json:"access_token"`
+				ExpiresIn   int    `json:"expires_in"`
+				TokenType   string `json:"token_type"`
+				Error       string `json:"error"`
+				Description string `json:"error_description"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case c.code == "" && (resp.StatusCode != 200 || b.AccessToken == "" || b.ExpiresIn != 3599 || b.TokenType != "Bearer"):
+				t.Errorf("HTTP %d %+v; want a token", resp.StatusCode, b)
+			case c.code != "" && (resp.StatusCode != 400 || b.Error != c.code || b.Description == "" || b.AccessToken != ""):
+				t.Errorf("HTTP %d %+v; want 400 %s", resp.StatusCode, b, c.code)
+			}
+		})
+	}
+}
+
+// TestTokenTTL: Config.TokenTTL sets expires_in, and an expired token is refused.
+func TestTokenTTL(t *testing.T) {
+	s := fcmtest.NewServer(fcmtest.Config{TokenTTL: time.Second})
+	defer s.Close()
+	creds, err := google.CredentialsFromJSONWithType(t.Context(), s.ServiceAccountJSON(), google.ServiceAccount,
+		"https://www.googleapis.com/auth/firebase.messaging")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := creds.TokenSource.Token()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Until(tok.Expiry); d > time.Second || d < 0 {
+		t.Errorf("token expires in %v, want 1s", d)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if w := post(s, "p", tok.AccessToken, msg("dev", "")); w.Code != 401 {
+		t.Errorf("expired token: HTTP %d, want 401", w.Code)
+	}
+}
+
+func TestServiceAccountJSONAt(t *testing.T) {
+	s := fcmtest.New(fcmtest.Config{})
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	src, err := google.CredentialsFromJSONWithType(t.Context(), s.ServiceAccountJSONAt(ts.URL+"/"), google.ServiceAccount,
+		"https://www.googleapis.com/auth/firebase.messaging")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := oauth2.ReuseTokenSource(nil, src.TokenSource).Token()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := post(s, "p", tok.AccessToken, msg("dev", "")); w.Code != 200 {
+		t.Errorf("HTTP %d %s", w.Code, w.Body)
+	}
+	if s.URL() != "" {
+		t.Errorf("URL of a server built by New = %q, want empty", s.URL())
+	}
+}
+
+func TestAuth(t *testing.T) {
+	s := fcmtest.New(fcmtest.Config{Token: bearer})
+	for _, tok := range []string{"", "bad", bearer + " "} {
+		w := post(s, "p", tok, msg("dev", ""))
+		b := decodeError(t, w)
+		if w.Code != 401 || b.Error.Status != "UNAUTHENTICATED" || b.Error.Code != 401 || b.Error.Message == "" {
+			t.Errorf("token %q: HTTP %d %s; want 401 UNAUTHENTICATED", tok, w.Code, w.Body)
+		}
+	}
+	if w := post(s, "p", bearer, msg("dev", "")); w.Code != 200 {
+		t.Errorf("Config.Token: HTTP %d %s", w.Code, w.Body)
+	}
+	s.RevokeTokens() // Config.Token stays valid
+	if w := post(s, "p", bearer, msg("dev", "")); w.Code != 200 {
+		t.Errorf("Config.Token after RevokeTokens: HTTP %d %s", w.Code, w.Body)
+	}
+	if n := len(s.Arrivals()); n != 2 {
+		t.Errorf("%d arrivals, want 2 (refused requests are not recorded)", n)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	s := fcmtest.New(fcmtest.Config{Token: bearer})
+	for _, body := range []string{
+		``,
+		`not json`,
+		`[1]`,
+		`null`,
+		`{}`,
+		`{"message":null}`,
+		`{"message":[]}`,
+		`{"message":{}}`,
+		`{"message":{"token":""}}`,
+		`{"message":{"token":42}}`,
+		`{"message":{"token":"a","topic":"b"}}`,
+		`{"message":{"token":"a","bogus":1}}`,
+		`{"message":{"token":"a"},"extra":1}`,
+		`{"message":{"token":"a","data":{"n":1}}}`,
+		`{"message":{"token":"a","data":"x"}}`,
+		`{"message":{"token":"a","notification":"x"}}`,
+		`{"message":{"token":"a","android":[1]}}`,
+		`{"message":{"token":"a"},"validate_only":"yes"}`,
+	} {
+		w := post(s, "p", bearer, body)
+		b := decodeError(t, w)
+		if w.Code != 400 || b.Error.Status != "INVALID_ARGUMENT" || detail(b, "FcmError")["errorCode"] != "INVALID_ARGUMENT" ||
+			detail(b, "google.rpc.BadRequest") == nil {
+			t.Errorf("body %q: HTTP %d %s; want 400 INVALID_ARGUMENT with FcmError and BadRequest", body, w.Code, w.Body)
+		}
+	}
+	for _, body := range []string{
+		`{"message":{"token":"a"}}`,
+		`{"message":{"topic":"news"}}`,
+		`{"message":{"condition":"'a' in topics"}}`,
+		`{"message":{"token":"a","data":{"k":"v"},"notification":{"title":"t"},"android":{},"apns":{"payload":{}},"webpush":{},"fcm_options":{},"name":"x"}}`,
+		`{"message":{"token":"a","fcmOptions":{"analyticsLabel":"x"}}}`,
+	} {
+		if w := post(s, "p", bearer, body); w.Code != 200 {
+			t.Errorf("body %s: HTTP %d %s; want 200", body, w.Code, w.Body)
+		}
+	}
+	if n := len(s.Arrivals()); n != 5 {
+		t.Errorf("%d arrivals, want 5", n)
+	}
+	w := post(s, "p", bearer, `{"validate_only":true,"message":{"token":"a"}}`)
+	if w.Code != 200 || len(s.Arrivals()) != 5 {
+		t.Errorf("validate_only: HTTP %d, %d arrivals; want 200 and nothing recorded", w.Code, len(s.Arrivals()))
+	}
+	r := httptest.NewRequest("GET", "/v1/projects/p/messages:send", nil)
+	rw := httptest.NewRecorder()
+	s.ServeHTTP(rw, r)
+	if rw.Code != 404 || decodeError(t, rw).Error.Status != "NOT_FOUND" {
+		t.Errorf("GET messages:send: HTTP %d %s; want 404 NOT_FOUND", rw.Code, rw.Body)
+	}
+}
+
+// TestLimitEnforced: 2×burst sends at once get exactly burst accepted, over
+// real HTTP and from concurrent senders.
+func TestLimitEnforced(t *testing.T) {
+	const burst = 20
+	s := fcmtest.NewServer(fcmtest.Config{Rate: 0.001, Burst: burst, Token: bearer}) // refills 1 per 1000 s
+	defer s.Close()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := range 2 * burst {
+		wg.Go(func() {
+			req, _ := http.NewRequest("POST", s.URL()+"/v1/projects/111/messages:send", strings.NewReader(msg("dev", fmt.Sprint("id-", i))))
+			req.Header.Set("Authorization", "Bearer "+bearer)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			codes[resp.StatusCode]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if codes[200] != burst || codes[429] != burst {
+		t.Fatalf("statuses = %v; want %d×200 and %d×429", codes, burst, burst)
+	}
+	st := s.Stats()["111"]
+	if st.Delivered != burst || st.Throttled != burst || st.Duplicates != 0 || st.Max1s != burst {
+		t.Errorf("stats = %+v", st)
+	}
+	if n := len(s.Arrivals()); n != 2*burst {
+		t.Errorf("%d arrivals, want %d", n, 2*burst)
+	}
+	if w := post(s, "222", bearer, msg("dev", "x")); w.Code != 200 {
+		t.Errorf("other project: HTTP %d", w.Code)
+	}
+}
+
+func TestDefaultBurst(t *testing.T) {
+	s := fcmtest.New(fcmtest.Config{Rate: 2.5, Token: bearer}) // burst ceil(2.5) = 3
+	ok := 0
+	for range 6 {
+		if post(s, "p", bearer, msg("dev", "")).Code == 200 {
+			ok++
+		}
+	}
+	if ok != 3 {
+		t.Errorf("accepted %d of 6, want 3", ok)
+	}
+}
+
+func TestUnlimited(t *testing.T) {
+	s := fcmtest.New(fcmtest.Config{Token: bearer})
+	for i := range 500 {
+		if w := post(s, "p", bearer, msg("dev", "")); w.Code != 200 {
+			t.Fatalf("request %d: HTTP %d", i, w.Code)
+		}
+	}
+}
+
+// TestThrottleBodies: the project throttle in both shapes, the device
+// throttle, and Retry-After in both forms.
+func TestThrottleBodies(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		cfg    fcmtest.Config
+		device bool
+	}{
+		{"project", fcmtest.Config{Rate: 0.001, Burst: 1}, false},
+		{"project #719", fcmtest.Config{Rate: 0.001, Burst: 1, QuotaErrorInfo: true, RetryAfter: 30 * time.Second}, false},
+		{"project, http date", fcmtest.Config{Rate: 0.001, Burst: 1, RetryAfter: 90 * time.Second, RetryAfterDate: true}, false},
+		{"device", fcmtest.Config{DeviceRate: 0.001, DeviceBurst: 1, RetryAfter: 1500 * time.Millisecond}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.cfg.Token = bearer
+			s := fcmtest.New(c.cfg)
+			post(s, "p", bearer, msg("dev", "a"))
+			w := post(s, "p", bearer, msg("dev", "b"))
+			b := decodeError(t, w)
+			if w.Code != 429 || b.Error.Code != 429 || b.Error.Status != "RESOURCE_EXHAUSTED" || b.Error.Message == "" ||
+				!strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") {
+				t.Fatalf("HTTP %d %s", w.Code, w.Body)
+			}
+			fcmErr, qf, info := detail(b, "FcmError"), detail(b, "QuotaFailure"), detail(b, "ErrorInfo")
+			if c.cfg.QuotaErrorInfo {
+				md, _ := info["metadata"].(map[string]any)
+				if fcmErr != nil || qf != nil || info["reason"] != "RATE_LIMIT_EXCEEDED" || md["quota_limit"] != "SendsPerMinutePerProject" {
+					t.Errorf("#719 body = %s", w.Body)
+				}
+			} else {
+				v, _ := qf["violations"].([]any)
+				desc := ""
+				if len(v) == 1 {
+					desc, _ = v[0].(map[string]any)["description"].(string)
+				}
+				if fcmErr["errorCode"] != "QUOTA_EXCEEDED" || strings.Contains(strings.ToLower(desc), "device") != c.device {
+					t.Errorf("body = %s", w.Body)
+				}
+			}
+			ra := w.Header().Get("Retry-After")
+			switch {
+			case c.cfg.RetryAfter == 0 && ra != "":
+				t.Errorf("Retry-After %q, want none", ra)
+			case c.cfg.RetryAfterDate:
+				d, err := http.ParseTime(ra)
+				if wait := time.Until(d); err != nil || wait < 89*time.Second || wait > 92*time.Second {
+					t.Errorf("Retry-After %q (%v), want an HTTP-date about 90 s ahead", ra, err)
+				}
+			case c.cfg.RetryAfter == 30*time.Second && ra != "30", c.cfg.RetryAfter == 1500*time.Millisecond && ra != "2":
+				t.Errorf("Retry-After %q, want %v in whole seconds rounded up", ra, c.cfg.RetryAfter)
+			}
+			st := s.Stats()["p"]
+			if st.Delivered != 1 || (st.Throttled == 1) == c.device || (st.DeviceThrottled == 1) != c.device {
+				t.Errorf("stats = %+v", st)
+			}
+		})
+	}
+}
+
+func TestUnregistered(t *testing.T) {
+	s := fcmtest.New(fcmtest.Config{Token: bearer, Unregistered: []string{"gone"}})
+	s.Unregister("also-gone")
+	for _, tok := range []string{"gone", "also-gone"} {
+		w := post(s, "p", bearer, msg(tok, ""))
+		b := decodeError(t, w)
+		if w.Code != 404 || b.Error.Status != "NOT_FOUND" || b.Error.Message != "Requested entity was not found." ||
+			detail(b, "FcmError")["errorCode"] != "UNREGISTERED" {
+			t.Errorf("%s: HTTP %d %s; want 404 UNREGISTERED", tok, w.Code, w.Body)
+		}
+	}
+	if w := post(s, "p", bearer, msg("alive", "")); w.Code != 200 {
+		t.Errorf("alive: HTTP %d", w.Code)
+	}
+	if st := s.Stats()["p"]; st.Unregistered != 2 || st.Delivered != 1 {
+		t.Errorf("stats = %+v", st)
+	}
+}
+
+func TestSuccessBody(t *testing.T) {
+	s := fcmtest.New(fcmtest.Config{Token: bearer})
+	names := map[string]bool{}
+	for range 100 {
+		w := post(s, "my-project", bearer, msg("dev", ""))
+		var b map[string]string
+		if err := json.Unmarshal(w.Body.Bytes(), &b); err != nil || w.Code != 200 || len(b) != 1 {
+			t.Fatalf("HTTP %d %s: %v", w.Code, w.Body, err)
+		}
+		if !strings.HasPrefix(b["name"], "projects/my-project/messages/") || names[b["name"]] {
+			t.Fatalf("name %q: wrong shape or repeated", b["name"])
+		}
+		names[b["name"]] = true
+	}
+	w := post(fcmtest.New(fcmtest.Config{Token: bearer}), "my-project", bearer, msg("dev", ""))
+	for n := range names {
+		if strings.Contains(w.Body.String(), n) {
+			t.Fatalf("second server repeated name %s", n)
+		}
+	}
+}
+
+// TestDuplicates: the same (token, message) accepted twice counts once as a
+// duplicate, whatever the key order; a throttled send never does, and
+// projects count separately. Arrival.ID is data["pacer_id"].
+func TestDuplicates(t *testing.T) {
+	s := fcmtest.New(fcmtest.Config{Rate: 0.001, Burst: 5, Token: bearer})
+	for _, body := range []string{
+		msg("d1", "a"),
+		msg("d1", "b"),
+		`{"message":{"data":{"pacer_id":"a"},"notification":{"title":"hi"},"token":"d1"}}`, // a again, reordered
+		msg("d2", "a"), // same id, other device: not a duplicate
+		`{"message":{"token":"d1"}}`,
+		msg("d1", "b"), // throttled
+	} {
+		post(s, "p", bearer, body)
+	}
+	post(s, "q", bearer, msg("d1", "a"))
+	st := s.Stats()
+	if p := st["p"]; p.Delivered != 5 || p.Throttled != 1 || p.Duplicates != 1 {
+		t.Errorf("p: %+v; want 5 delivered, 1 throttled, 1 duplicate", p)
+	}
+	if q := st["q"]; q.Delivered != 1 || q.Duplicates != 0 {
+		t.Errorf("q: %+v; want 1 delivered, 0 duplicates", q)
+	}
+	arr := s.Arrivals()
+	if len(arr) != 7 || arr[2].ID != "a" || arr[4].ID != "" || arr[5].Status != 429 || !arr[5].Throttled ||
+		arr[6].Key != "q" || arr[0].To != "d1" || arr[3].To != "d2" {
+		t.Errorf("arrivals = %+v", arr)
+	}
+}
+
+func TestSetRate(t *testing.T) {
+	s := fcmtest.New(fcmtest.Config{Rate: 0.001, Burst: 1, Token: bearer})
+	accepted := func(project string) bool { return post(s, project, bearer, msg("dev", "")).Code == 200 }
+	if !accepted("a") || accepted("a") || !accepted("b") || accepted("b") {
+		t.Fatal("burst 1 not enforced")
+	}
+	s.SetRate("a", 0) // unlimited for a only
+	for range 10 {
+		if !accepted("a") {
+			t.Fatal("a refused after SetRate(a, 0)")
+		}
+	}
+	if accepted("b") {
+		t.Fatal("b accepted: SetRate(a) changed b")
+	}
+	s.SetRate("", 0) // unlimited for all, and for new projects
+	if !accepted("b") || !accepted("c") || !accepted("c") {
+		t.Fatal(`refused after SetRate("", 0)`)
+	}
+}
+
+func TestLatency(t *testing.T) {
+	s := fcmtest.New(fcmtest.Config{Latency: 50 * time.Millisecond, Token: bearer})
+	start := time.Now()
+	post(s, "p", bearer, msg("dev", ""))
+	if d := time.Since(start); d < 50*time.Millisecond {
+		t.Errorf("answered after %v, want at least 50ms", d)
+	}
+}
+
+// TestStatsEndpoint: GET /_stats serves Stats, and FetchStats reads it.
+func TestStatsEndpoint(t *testing.T) {
+	s := fcmtest.NewServer(fcmtest.Config{Rate: 0.001, Burst: 2, Token: bearer})
+	defer s.Close()
+	for _, id := range []string{"a", "a", "b"} {
+		req, _ := http.NewRequest("POST", s.URL()+"/v1/projects/k/messages:send", bytes.NewBufferString(msg("dev", id)))
+		req.Header.Set("Authorization", "Bearer "+bearer)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	got, err := fcmtest.FetchStats(t.Context(), nil, s.URL()+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := s.Stats()
+	k := got["k"]
+	if len(got) != 1 || k.Delivered != 2 || k.Throttled != 1 || k.Duplicates != 1 || k.Max1s != 2 ||
+		!k.First.Equal(want["k"].First) || !k.Last.Equal(want["k"].Last) {
+		t.Errorf("FetchStats = %+v, Stats = %+v", got, want)
+	}
+	resp, err := http.Get(s.URL() + "/_stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var raw map[string]map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"delivered", "throttled", "device_throttled", "unregistered", "duplicates", "max_1s", "first", "last"} {
+		if _, ok := raw["k"][f]; !ok {
+			t.Errorf("/_stats has no %q: %v", f, raw)
+		}
+	}
+}

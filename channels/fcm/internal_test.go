@@ -1,0 +1,195 @@
+package fcm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/oauth2"
+
+	"github.com/pacerhq/pacer/channels"
+)
+
+// TestClassifyTable pins [codes] to providers.md §3.3, so an edit to one of
+// them shows up here.
+func TestClassifyTable(t *testing.T) {
+	want := map[channels.Class][]string{
+		channels.Throttle:  {"QUOTA_EXCEEDED", "RESOURCE_EXHAUSTED"},
+		channels.Transient: {"UNAVAILABLE", "INTERNAL", "UNSPECIFIED_ERROR"},
+		channels.Permanent: {"UNREGISTERED", "SENDER_ID_MISMATCH", "INVALID_ARGUMENT"},
+		channels.Halt:      {"THIRD_PARTY_AUTH_ERROR", "APNS_AUTH_ERROR", "UNAUTHENTICATED", "PERMISSION_DENIED"},
+	}
+	n := 0
+	for class, list := range want {
+		for _, code := range list {
+			if got, ok := codes[code]; !ok || got != class {
+				t.Errorf("codes[%q] = %v, %v; want %v", code, got, ok, class)
+			}
+			n++
+		}
+	}
+	if n != len(codes) {
+		t.Errorf("codes has %d entries, the test lists %d", len(codes), n)
+	}
+	for _, c := range []struct {
+		status int
+		class  channels.Class
+	}{
+		{400, channels.Permanent}, {404, channels.Permanent}, {409, channels.Permanent}, {413, channels.Permanent},
+		{401, channels.Halt}, {403, channels.Halt},
+		{429, channels.Throttle},
+		{500, channels.Transient}, {502, channels.Transient}, {503, channels.Transient}, {504, channels.Transient},
+	} {
+		if got := statusClass(c.status); got != c.class {
+			t.Errorf("statusClass(%d) = %v, want %v", c.status, got, c.class)
+		}
+	}
+}
+
+func TestThrottleScope(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		details string
+		want    channels.Scope
+	}{
+		{"none", `[]`, channels.ScopeKey},
+		{"project quota", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"project:p","description":"Message rate exceeded."}]}]`, channels.ScopeKey},
+		{"topic quota", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"topic","description":"Topic message rate exceeded."}]}]`, channels.ScopeKey},
+		{"device description", `[{"@type":"` + typeQuotaFailure + `","violations":[{"description":"Device message rate exceeded."}]}]`, channels.ScopePair},
+		{"device quota id, camelCase", `[{"@type":"` + typeQuotaFailure + `","violations":[{"quotaId":"MessagesPerMinutePerDevice"}]}]`, channels.ScopePair},
+		{"device dimension, snake_case", `[{"@type":"` + typeQuotaFailure + `","violations":[{"quota_dimensions":{"target":"DEVICE"}}]}]`, channels.ScopePair},
+		{"second violation", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"project:p"},{"subject":"device:x"}]}]`, channels.ScopePair},
+		{"error info of #719", `[{"@type":"` + typeErrorInfo + `","reason":"RATE_LIMIT_EXCEEDED","metadata":{"quota_limit":"SendsPerMinutePerProject"}}]`, channels.ScopeKey},
+		{"error info device", `[{"@type":"` + typeErrorInfo + `","metadata":{"quota_limit":"SendsPerMinutePerDevice"}}]`, channels.ScopePair},
+		{"apns 429", `[{"@type":"` + typeApnsError + `","statusCode":429,"reason":"TooManyRequests"}]`, channels.ScopePair},
+		{"apns 400", `[{"@type":"` + typeApnsError + `","statusCode":400,"reason":"BadDeviceToken"}]`, channels.ScopeKey},
+		{"device word in another type", `[{"@type":"type.googleapis.com/google.rpc.Help","violations":[{"subject":"device"}]}]`, channels.ScopeKey},
+		{"odd details skipped", `["x",42,{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"device"}]}]`, channels.ScopePair},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var raw []json.RawMessage
+			if err := json.Unmarshal([]byte(c.details), &raw); err != nil {
+				t.Fatal(err)
+			}
+			if got := throttleScope(decodeDetails(raw)); got != c.want {
+				t.Errorf("throttleScope = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestErrorCode(t *testing.T) {
+	ds := decodeDetails([]json.RawMessage{
+		json.RawMessage(`{"@type":"` + typeErrorInfo + `","reason":"X"}`),
+		json.RawMessage(`{"@type":"` + typeFcmError + `","errorCode":"UNREGISTERED"}`),
+	})
+	if got := errorCode(ds, "NOT_FOUND"); got != "UNREGISTERED" {
+		t.Errorf("errorCode = %q, want the FcmError's", got)
+	}
+	if got := errorCode(ds[:1], "NOT_FOUND"); got != "NOT_FOUND" {
+		t.Errorf("errorCode without FcmError = %q, want the status", got)
+	}
+	empty := decodeDetails([]json.RawMessage{json.RawMessage(`{"@type":"` + typeFcmError + `"}`)})
+	if got := errorCode(empty, "INTERNAL"); got != "INTERNAL" {
+		t.Errorf("errorCode of an FcmError without errorCode = %q, want the status", got)
+	}
+}
+
+func TestTokensCache(t *testing.T) {
+	var fetches atomic.Int32
+	exp := time.Now().Add(time.Hour)
+	ts := newTokens(func(ctx context.Context) (*oauth2.Token, error) {
+		n := fetches.Add(1)
+		time.Sleep(10 * time.Millisecond) // let the others pile up on the semaphore
+		return &oauth2.Token{AccessToken: "t" + strconv.Itoa(int(n)), Expiry: exp}, nil
+	})
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			if tok, err := ts.get(t.Context()); err != nil || tok.AccessToken != "t1" {
+				t.Errorf("get = %v, %v; want t1", tok, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := fetches.Load(); n != 1 {
+		t.Fatalf("%d fetches for 50 concurrent gets, want 1", n)
+	}
+	ts.invalidate("someone-else") // a token no longer cached: no effect
+	if tok, _ := ts.get(t.Context()); tok.AccessToken != "t1" {
+		t.Fatalf("invalidate of another token dropped t1")
+	}
+	ts.invalidate("t1")
+	if tok, _ := ts.get(t.Context()); tok.AccessToken != "t2" || fetches.Load() != 2 {
+		t.Fatalf("after invalidate: %v, %d fetches; want t2, 2", tok, fetches.Load())
+	}
+}
+
+func TestTokensExpiry(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		name string
+		tok  *oauth2.Token
+		want bool
+	}{
+		{"nil", nil, false},
+		{"empty", &oauth2.Token{Expiry: now.Add(time.Hour)}, false},
+		{"no expiry", &oauth2.Token{AccessToken: "a"}, true},
+		{"an hour left", &oauth2.Token{AccessToken: "a", Expiry: now.Add(time.Hour)}, true},
+		{"just over the margin", &oauth2.Token{AccessToken: "a", Expiry: now.Add(tokenMargin + time.Second)}, true},
+		{"within the margin", &oauth2.Token{AccessToken: "a", Expiry: now.Add(tokenMargin - time.Second)}, false},
+		{"expired", &oauth2.Token{AccessToken: "a", Expiry: now.Add(-time.Second)}, false},
+	} {
+		if got := fresh(c.tok, now); got != c.want {
+			t.Errorf("%s: fresh = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestTokensWaitHonoursContext(t *testing.T) {
+	release := make(chan struct{})
+	ts := newTokens(func(ctx context.Context) (*oauth2.Token, error) {
+		<-release
+		return &oauth2.Token{AccessToken: "a"}, nil
+	})
+	go ts.get(context.Background()) // holds the semaphore until release
+	for len(ts.sem) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := ts.get(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("waiting get = %v, want DeadlineExceeded", err)
+	}
+	close(release)
+}
+
+func TestTokensEmptyToken(t *testing.T) {
+	ts := newTokens(func(ctx context.Context) (*oauth2.Token, error) { return &oauth2.Token{}, nil })
+	if _, err := ts.get(t.Context()); err == nil {
+		t.Error("an empty access token was accepted")
+	}
+}
+
+func TestTokenURIAllowed(t *testing.T) {
+	for u, want := range map[string]bool{
+		"https://oauth2.googleapis.com/token": true,
+		"http://127.0.0.1:4321/token":         true,
+		"http://[::1]:4321/token":             true,
+		"http://localhost/token":              true,
+		"http://oauth2.googleapis.com/token":  false,
+		"http://10.0.0.1/token":               false,
+		"ftp://127.0.0.1/token":               false,
+		"/token":                              false,
+		"%zz":                                 false,
+	} {
+		if got := tokenURIAllowed(u); got != want {
+			t.Errorf("tokenURIAllowed(%q) = %v, want %v", u, got, want)
+		}
+	}
+}

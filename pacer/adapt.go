@@ -1,0 +1,222 @@
+package pacer
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/channels"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Adapter is the shared adaptive state of pacing keys (AIMD rate, breaker);
+// *bucket.Limiter implements it. Methods are safe for concurrent use.
+type Adapter interface {
+	Throttled(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD, hint time.Duration) (bucket.Adapted, error)
+	Recover(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD) (bucket.Adapted, error)
+	BreakerAllow(ctx context.Context, channel, key string, b bucket.Breaker, owner string) (allowed, probe bool, wait time.Duration, err error)
+	BreakerResult(ctx context.Context, channel, key string, b bucket.Breaker, ok bool, reason string) (bucket.BreakerState, error)
+	BreakerStatus(ctx context.Context, channel, key string) (bucket.BreakerStatus, error)
+}
+
+// refreshEvery is how often a replica re-reads a key's shared state (its
+// adapted rate and breaker) from Redis while it sends for that key: the
+// bound on how long replicas disagree, at one or two calls per key per second.
+const refreshEvery = time.Second
+
+// activeFor is how long a key counts in the per-channel gauges after its
+// last message in this process.
+const activeFor = 5 * time.Minute
+
+// keyState is this process's view of one pacing key's shared state.
+type keyState struct {
+	mu            sync.Mutex
+	adapted       bucket.Adapted
+	limit         bucket.Limit // adapted limit passed to Take
+	refreshed     time.Time    // when adapted was last read from Redis
+	breaker       bucket.BreakerState
+	breakerUntil  time.Time
+	cooldownUntil time.Time
+	lastSeen      time.Time
+}
+
+type keyStates struct {
+	mu sync.Mutex
+	m  map[string]*keyState
+}
+
+func (p *Pacer) keyState(key string) *keyState {
+	p.keys.mu.Lock()
+	defer p.keys.mu.Unlock()
+	st := p.keys.m[key]
+	if st == nil {
+		st = &keyState{limit: p.cfg.Limit, adapted: bucket.Adapted{Rate: p.cfg.Limit.PerSecond, Ceiling: p.cfg.Limit.PerSecond}}
+		p.keys.m[key] = st
+	}
+	st.mu.Lock()
+	st.lastSeen = time.Now()
+	st.mu.Unlock()
+	return st
+}
+
+func (st *keyState) set(a bucket.Adapted, ceiling bucket.Limit, now time.Time) {
+	st.adapted = a
+	st.limit = a.Limit(ceiling)
+	st.refreshed = now
+	if a.CooldownLeft > 0 {
+		st.cooldownUntil = now.Add(a.CooldownLeft)
+	}
+}
+
+// limitFor returns the adapted limit of key, re-reading the shared state
+// (and raising the rate after a clean window) at most once per refreshEvery.
+// A Redis error keeps the last known limit: Take will fail the same way and
+// hold the message.
+func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slog.Logger) bucket.Limit {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	now := time.Now()
+	if now.Sub(st.refreshed) < refreshEvery {
+		return st.limit
+	}
+	st.refreshed = now
+	a, err := p.adapter.Recover(ctx, p.cfg.Channel, key, p.cfg.Limit, p.cfg.AIMD)
+	if err != nil {
+		return st.limit
+	}
+	if a.Increased {
+		log.Info("clean window: rate raised", "rate", a.Rate, "ceiling", a.Ceiling)
+	}
+	st.set(a, p.cfg.Limit, now)
+	if bs, err := p.adapter.BreakerStatus(ctx, p.cfg.Channel, key); err == nil {
+		st.breaker = bs.State
+		st.breakerUntil = now.Add(bs.OpenLeft)
+	}
+	return st.limit
+}
+
+// throttled applies a key-wide throttle: one AIMD decrease for the burst of
+// throttles it belongs to, and a cooldown every replica honours. A key
+// throttled again and again at its floor trips the breaker.
+func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, perr *channels.Error, log *slog.Logger) {
+	hint := time.Duration(0)
+	code := codeOf(perr)
+	if perr != nil {
+		hint = perr.RetryAfter
+	}
+	var a bucket.Adapted
+	if !p.redis(ctx, log, func() (err error) {
+		a, err = p.adapter.Throttled(ctx, p.cfg.Channel, key, p.cfg.Limit, p.cfg.AIMD, hint)
+		return err
+	}) {
+		return
+	}
+	st.mu.Lock()
+	st.set(a, p.cfg.Limit, time.Now())
+	st.mu.Unlock()
+	if a.Decreased {
+		log.Warn("throttled: rate lowered", "code", code, "rate", a.Rate, "ceiling", a.Ceiling, "cooldown", a.CooldownLeft)
+	} else {
+		log.Info("throttled (same burst: no further decrease)", "code", code, "rate", a.Rate, "cooldown", a.CooldownLeft)
+	}
+	if p.cfg.Breaker.FloorTripped(a) {
+		p.breakerResult(ctx, key, st, false, "throttled at the floor: "+code, log)
+	}
+}
+
+// breakerResult reports an outcome to the key's breaker.
+func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, ok bool, reason string, log *slog.Logger) {
+	var state bucket.BreakerState
+	if !p.redis(ctx, log, func() (err error) {
+		state, err = p.adapter.BreakerResult(ctx, p.cfg.Channel, key, p.cfg.Breaker, ok, reason)
+		return err
+	}) {
+		return
+	}
+	st.mu.Lock()
+	was := st.breaker
+	st.breaker = state
+	if state != bucket.BreakerClosed {
+		st.breakerUntil = time.Now().Add(p.cfg.Breaker.OpenFor)
+	}
+	st.mu.Unlock()
+	switch {
+	case state == bucket.BreakerOpen && was != bucket.BreakerOpen:
+		log.Error("breaker open: the provider refuses this pacing key; its messages wait, none is dropped", "reason", reason)
+	case state == bucket.BreakerClosed && was != bucket.BreakerClosed:
+		log.Info("breaker closed: the probe succeeded")
+	}
+}
+
+// breakerGate asks the breaker before a send when this process believes it
+// may be open. It returns allowed, whether this send is the half-open probe,
+// and how long to wait when not allowed; ok is false when ctx ended.
+func (p *Pacer) breakerGate(ctx context.Context, key string, st *keyState, log *slog.Logger) (allowed, probe bool, wait time.Duration, ok bool) {
+	st.mu.Lock()
+	closed := st.breaker == bucket.BreakerClosed
+	st.mu.Unlock()
+	if closed {
+		return true, false, 0, true
+	}
+	if !p.redis(ctx, log, func() (err error) {
+		allowed, probe, wait, err = p.adapter.BreakerAllow(ctx, p.cfg.Channel, key, p.cfg.Breaker, p.cfg.Owner)
+		return err
+	}) {
+		return false, false, 0, false
+	}
+	if allowed && !probe {
+		st.mu.Lock()
+		st.breaker = bucket.BreakerClosed
+		st.mu.Unlock()
+	}
+	return allowed, probe, wait, true
+}
+
+// registerKeyGauges adds the per-channel gauges computed from the keys this
+// process sent for in the last activeFor.
+func (p *Pacer) keyGauges() []prometheus.Collector {
+	sum := func(f func(st *keyState, now time.Time) float64) func() float64 {
+		return func() float64 {
+			now := time.Now()
+			p.keys.mu.Lock()
+			defer p.keys.mu.Unlock()
+			total := 0.0
+			for k, st := range p.keys.m {
+				st.mu.Lock()
+				if now.Sub(st.lastSeen) > activeFor {
+					st.mu.Unlock()
+					delete(p.keys.m, k)
+					continue
+				}
+				total += f(st, now)
+				st.mu.Unlock()
+			}
+			return total
+		}
+	}
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	g := func(name, help string, f func(st *keyState, now time.Time) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "pacer", Name: name, Help: help}, sum(f))
+	}
+	return []prometheus.Collector{
+		g("keys_active", "Pacing keys this process sent for in the last 5 minutes.",
+			func(*keyState, time.Time) float64 { return 1 }),
+		g("rate_current", "Adapted rate summed over active pacing keys, in messages per second.",
+			func(st *keyState, _ time.Time) float64 { return st.limit.PerSecond }),
+		g("rate_configured", "Configured rate (the AIMD ceiling) summed over active pacing keys, in messages per second.",
+			func(*keyState, time.Time) float64 { return p.cfg.Limit.PerSecond }),
+		g("keys_cooldown", "Active pacing keys in a cooldown.",
+			func(st *keyState, now time.Time) float64 { return b(st.cooldownUntil.After(now)) }),
+		g("keys_at_floor", "Active pacing keys whose adapted rate is at the AIMD floor.",
+			func(st *keyState, _ time.Time) float64 { return b(st.adapted.AtFloor) }),
+		g("breakers_open", "Active pacing keys whose breaker is open or half-open.",
+			func(st *keyState, _ time.Time) float64 { return b(st.breaker != bucket.BreakerClosed) }),
+	}
+}
