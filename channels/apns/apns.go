@@ -6,17 +6,21 @@
 //
 //   - Message.Key is the pacing key: the app's bundle ID, sent as apns-topic
 //     unless the payload's headers set one.
+//
 //   - Message.To is the hex device token, the last path segment.
+//
 //   - Message.Payload is a JSON object: the notification body, plus an
 //     optional "headers" member that is taken out and sent as request
 //     headers. Nothing else is added to the body; Message.ID is sent nowhere.
+//
+// For example, the payload
 //
 //	{"headers": {"apns-push-type": "alert", "apns-priority": "10",
 //	             "apns-expiration": "0", "apns-collapse-id": "score"},
 //	 "aps": {"alert": {"title": "Goal", "body": "2-1"}},
 //	 "match": 42}
 //
-// goes out as apns-push-type, apns-priority, apns-expiration and
+// goes out as the apns-push-type, apns-priority, apns-expiration and
 // apns-collapse-id headers with the body {"aps":{...},"match":42}. The
 // headers accepted are the ones Apple documents: apns-push-type,
 // apns-priority (10, 5 or 1), apns-expiration (epoch seconds, 0 = once),
@@ -226,7 +230,7 @@ func defaultHTTPClient() *http.Client {
 // On HTTP 200, Send returns the apns-id response header as
 // Result.ProviderID: APNs accepted the notification, which is not yet
 // delivered. Otherwise it returns a *[channels.Error] whose Code is the
-// APNs reason:
+// APNs reason, or one of ours for a message refused before sending:
 //   - an empty m.Key without an apns-topic header: Permanent, Code
 //     "invalid-key"; m.To not an even number of hex digits: Permanent, Code
 //     "invalid-device-token"; a bad payload: Permanent, Code
@@ -237,9 +241,12 @@ func defaultHTTPClient() *http.Client {
 //     410 Unregistered a Permanent whose Detail holds APNs's timestamp (read
 //     it with [InvalidSince]); an unknown reason, or none, by status with
 //     [statusClass] (429 and 5xx Transient, 403 Halt, other 4xx Permanent).
-//   - 403 ExpiredProviderToken: the token is renewed once (see
-//     tokenSource.renew) and the request repeated once; if that is not
-//     possible or fails the same way, Halt.
+//   - 403 ExpiredProviderToken: if the token is at least 20 minutes old, a
+//     new one is minted (once, for all concurrent sends) and the request is
+//     repeated once with it; otherwise, or if the repeat fails the same way,
+//     Halt. A younger token called expired means our clock is wrong, which
+//     a new token would not fix, and rotating it would risk 429
+//     TooManyProviderTokenUpdates.
 //   - a transport failure: Transient, with Err.
 //
 // A Retry-After header (APNs documents none) sets RetryAfter. Detail is a
@@ -295,7 +302,7 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 }
 
 // post makes one request and reads the answer. Its error is ctx.Err() or a
-// Transient *channels.Error; resp.Body is closed.
+// *channels.Error; resp.Body is closed.
 func (c *Client) post(ctx context.Context, u, bearer string, r request, to string) (*http.Response, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(r.body))
 	if err != nil { // only a nil ctx gets here: the URL was checked in New and m.To is hex

@@ -38,9 +38,9 @@ var reasons = map[string]rule{
 
 	// Transient: the server, not our rate. "Shutdown" means reconnect, which
 	// the HTTP/2 transport does. [A-RS]
-	"ServiceUnavailable":  {channels.Transient, channels.ScopeKey, "service unavailable"},    // 503
-	"Shutdown":            {channels.Transient, channels.ScopeKey, "server shutting down"},   // 503
-	"InternalServerError": {channels.Transient, channels.ScopeKey, "internal server error"},  // 500
+	"ServiceUnavailable":  {channels.Transient, channels.ScopeKey, "service unavailable"},     // 503
+	"Shutdown":            {channels.Transient, channels.ScopeKey, "server shutting down"},    // 503
+	"InternalServerError": {channels.Transient, channels.ScopeKey, "internal server error"},   // 500
 	"IdleTimeout":         {channels.Transient, channels.ScopeKey, "connection idle timeout"}, // 400; connection-level (our reading)
 
 	// Permanent: the device token is dead or wrong; "don't retry". [A-RS]
@@ -50,31 +50,31 @@ var reasons = map[string]rule{
 	"DeviceTokenNotForTopic": {channels.Permanent, channels.ScopeKey, "device token not for the topic"},              // 400
 
 	// Permanent: the request is wrong; retry only after a fix. [A-RS]
-	"BadCollapseId":      {channels.Permanent, channels.ScopeKey, "apns-collapse-id too long"},                // 400
-	"BadExpirationDate":  {channels.Permanent, channels.ScopeKey, "bad apns-expiration"},                      // 400
-	"BadMessageId":       {channels.Permanent, channels.ScopeKey, "bad apns-id"},                              // 400
-	"BadPriority":        {channels.Permanent, channels.ScopeKey, "bad apns-priority"},                        // 400
-	"BadTopic":           {channels.Permanent, channels.ScopeKey, "bad apns-topic"},                           // 400
-	"DuplicateHeaders":   {channels.Permanent, channels.ScopeKey, "duplicate headers"},                        // 400
-	"InvalidPushType":    {channels.Permanent, channels.ScopeKey, "bad apns-push-type"},                       // 400
-	"MissingDeviceToken": {channels.Permanent, channels.ScopeKey, "no device token in the path"},              // 400
-	"MissingTopic":       {channels.Permanent, channels.ScopeKey, "no apns-topic"},                            // 400
-	"PayloadEmpty":       {channels.Permanent, channels.ScopeKey, "empty payload"},                            // 400
-	"TopicDisallowed":    {channels.Permanent, channels.ScopeKey, "pushing to this topic is not allowed"},     // 400
-	"BadPath":            {channels.Permanent, channels.ScopeKey, "bad request path"},                         // 404
-	"MethodNotAllowed":   {channels.Permanent, channels.ScopeKey, "method not allowed"},                       // 405
-	"PayloadTooLarge":    {channels.Permanent, channels.ScopeKey, "payload too large"},                        // 413
+	"BadCollapseId":      {channels.Permanent, channels.ScopeKey, "apns-collapse-id too long"},            // 400
+	"BadExpirationDate":  {channels.Permanent, channels.ScopeKey, "bad apns-expiration"},                  // 400
+	"BadMessageId":       {channels.Permanent, channels.ScopeKey, "bad apns-id"},                          // 400
+	"BadPriority":        {channels.Permanent, channels.ScopeKey, "bad apns-priority"},                    // 400
+	"BadTopic":           {channels.Permanent, channels.ScopeKey, "bad apns-topic"},                       // 400
+	"DuplicateHeaders":   {channels.Permanent, channels.ScopeKey, "duplicate headers"},                    // 400
+	"InvalidPushType":    {channels.Permanent, channels.ScopeKey, "bad apns-push-type"},                   // 400
+	"MissingDeviceToken": {channels.Permanent, channels.ScopeKey, "no device token in the path"},          // 400
+	"MissingTopic":       {channels.Permanent, channels.ScopeKey, "no apns-topic"},                        // 400
+	"PayloadEmpty":       {channels.Permanent, channels.ScopeKey, "empty payload"},                        // 400
+	"TopicDisallowed":    {channels.Permanent, channels.ScopeKey, "pushing to this topic is not allowed"}, // 400
+	"BadPath":            {channels.Permanent, channels.ScopeKey, "bad request path"},                     // 404
+	"MethodNotAllowed":   {channels.Permanent, channels.ScopeKey, "method not allowed"},                   // 405
+	"PayloadTooLarge":    {channels.Permanent, channels.ScopeKey, "payload too large"},                    // 413
 
 	// Halt: the provider token or certificate. An ExpiredProviderToken is
 	// renewed and the send retried once before it gets here; see Send. [A-RS] [A-TK]
-	"ExpiredProviderToken":       {channels.Halt, channels.ScopeKey, "provider token expired"},                          // 403
-	"InvalidProviderToken":       {channels.Halt, channels.ScopeKey, "provider token invalid"},                          // 403
-	"MissingProviderToken":       {channels.Halt, channels.ScopeKey, "no provider token"},                               // 403
-	"UnrelatedKeyIdInToken":      {channels.Halt, channels.ScopeKey, "key ID not related to the topic"},                 // 403; needs a new connection
-	"BadEnvironmentKeyIdInToken": {channels.Halt, channels.ScopeKey, "key ID not for this environment"},                 // 403
-	"BadCertificate":             {channels.Halt, channels.ScopeKey, "bad certificate"},                                 // 403
-	"BadCertificateEnvironment":  {channels.Halt, channels.ScopeKey, "certificate for the other environment"},           // 403
-	"Forbidden":                  {channels.Halt, channels.ScopeKey, "forbidden; do not retry"},                         // 403
+	"ExpiredProviderToken":       {channels.Halt, channels.ScopeKey, "provider token expired"},                // 403
+	"InvalidProviderToken":       {channels.Halt, channels.ScopeKey, "provider token invalid"},                // 403
+	"MissingProviderToken":       {channels.Halt, channels.ScopeKey, "no provider token"},                     // 403
+	"UnrelatedKeyIdInToken":      {channels.Halt, channels.ScopeKey, "key ID not related to the topic"},       // 403; needs a new connection
+	"BadEnvironmentKeyIdInToken": {channels.Halt, channels.ScopeKey, "key ID not for this environment"},       // 403
+	"BadCertificate":             {channels.Halt, channels.ScopeKey, "bad certificate"},                       // 403
+	"BadCertificateEnvironment":  {channels.Halt, channels.ScopeKey, "certificate for the other environment"}, // 403
+	"Forbidden":                  {channels.Halt, channels.ScopeKey, "forbidden; do not retry"},               // 403
 }
 
 // statusClass classifies a response whose reason is unknown or missing by

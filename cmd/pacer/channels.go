@@ -2,21 +2,26 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/apns"
+	"github.com/pacerhq/pacer/channels/fcm"
 	"github.com/pacerhq/pacer/channels/sendgrid"
 	"github.com/pacerhq/pacer/channels/whatsapp"
 )
 
-const channelList = "whatsapp, sendgrid"
+const channelList = "whatsapp, apns, fcm, sendgrid"
 
 // checkChannel returns a usage error unless name is a channel Pacer serves.
 func checkChannel(name string) error {
 	switch name {
-	case "whatsapp", "sendgrid":
+	case "whatsapp", "apns", "fcm", "sendgrid":
 		return nil
 	case "":
 		return &usageError{"--channel is required (" + channelList + ")"}
@@ -26,8 +31,40 @@ func checkChannel(name string) error {
 
 // buildSender returns the adapter and the per-key limit of channel, built
 // from cfg. Errors name the variable at fault and never echo a secret.
-func buildSender(_ context.Context, channel string, cfg config) (channels.Sender, bucket.Limit, error) {
+func buildSender(ctx context.Context, channel string, cfg config) (channels.Sender, bucket.Limit, error) {
 	switch channel {
+	case "apns":
+		c := cfg.APNs
+		for _, v := range []struct{ name, val string }{
+			{"PACER_APNS_KEY_ID", c.KeyID}, {"PACER_APNS_TEAM_ID", c.TeamID}, {"PACER_APNS_KEY_FILE", c.KeyFile},
+		} {
+			if v.val == "" {
+				return nil, bucket.Limit{}, &configError{v.name, "required for --channel apns"}
+			}
+		}
+		p8, err := os.ReadFile(c.KeyFile)
+		if err != nil {
+			return nil, bucket.Limit{}, &configError{"PACER_APNS_KEY_FILE", "cannot read the .p8 key file: " + pathError(err)}
+		}
+		s, err := apns.New(apns.Config{BaseURL: c.BaseURL, KeyID: c.KeyID, TeamID: c.TeamID, PrivateKey: p8})
+		if err != nil {
+			return nil, bucket.Limit{}, fmt.Errorf("%w: %w", errConfig, err)
+		}
+		return s, bucket.Limit{PerSecond: c.Rate, Burst: c.Burst}, nil
+	case "fcm":
+		c := cfg.FCM
+		if c.CredentialsFile == "" {
+			return nil, bucket.Limit{}, &configError{"PACER_FCM_CREDENTIALS_FILE", "required for --channel fcm"}
+		}
+		js, err := os.ReadFile(c.CredentialsFile)
+		if err != nil {
+			return nil, bucket.Limit{}, &configError{"PACER_FCM_CREDENTIALS_FILE", "cannot read the service-account file: " + pathError(err)}
+		}
+		s, err := fcm.New(ctx, fcm.Config{BaseURL: c.BaseURL, CredentialsJSON: js})
+		if err != nil {
+			return nil, bucket.Limit{}, fmt.Errorf("%w: %w", errConfig, err)
+		}
+		return s, bucket.Limit{PerSecond: c.Rate, Burst: c.Burst}, nil
 	case "whatsapp":
 		c := cfg.WhatsApp
 		if c.Token == "" {
@@ -58,6 +95,15 @@ func buildSender(_ context.Context, channel string, cfg config) (channels.Sender
 		return s, bucket.Limit{PerSecond: c.Rate, Burst: c.Burst}, nil
 	}
 	return nil, bucket.Limit{}, checkChannel(channel)
+}
+
+// pathError names the failure of a file read without repeating the path.
+func pathError(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
 }
 
 // parseKeyList parses "name=value,name2=value2". Errors name the entry by

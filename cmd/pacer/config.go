@@ -64,6 +64,34 @@ type config struct {
 
 	WhatsApp whatsappConfig
 	SendGrid sendgridConfig
+	APNs     apnsConfig
+	FCM      fcmConfig
+}
+
+type apnsConfig struct {
+	// PACER_APNS_BASE_URL: APNs base URL; default https://api.push.apple.com (sandbox: https://api.sandbox.push.apple.com).
+	BaseURL string `env:"PACER_APNS_BASE_URL, default=https://api.push.apple.com"`
+	// PACER_APNS_KEY_ID: the 10-character key ID of the .p8 signing key; required by `run --channel apns`.
+	KeyID string `env:"PACER_APNS_KEY_ID"`
+	// PACER_APNS_TEAM_ID: the 10-character Apple team ID; required by `run --channel apns`.
+	TeamID string `env:"PACER_APNS_TEAM_ID"`
+	// PACER_APNS_KEY_FILE: path of the .p8 token-signing key (PKCS#8 EC P-256); required by `run --channel apns`; never logged.
+	KeyFile string `env:"PACER_APNS_KEY_FILE"`
+	// PACER_APNS_RATE: notifications per second per app (bundle ID); default 1000 (Apple publishes no number).
+	Rate float64 `env:"PACER_APNS_RATE, default=1000"`
+	// PACER_APNS_BURST: bucket capacity in notifications per app; default 1000.
+	Burst int `env:"PACER_APNS_BURST, default=1000"`
+}
+
+type fcmConfig struct {
+	// PACER_FCM_BASE_URL: FCM HTTP v1 base URL; default https://fcm.googleapis.com.
+	BaseURL string `env:"PACER_FCM_BASE_URL, default=https://fcm.googleapis.com"`
+	// PACER_FCM_CREDENTIALS_FILE: path of the service-account JSON; required by `run --channel fcm`; never logged.
+	CredentialsFile string `env:"PACER_FCM_CREDENTIALS_FILE"`
+	// PACER_FCM_RATE: messages per second per Firebase project; default 10000 (600,000/min).
+	Rate float64 `env:"PACER_FCM_RATE, default=10000"`
+	// PACER_FCM_BURST: bucket capacity in messages per project; default 10000.
+	Burst int `env:"PACER_FCM_BURST, default=10000"`
 }
 
 type sendgridConfig struct {
@@ -227,6 +255,29 @@ func (c config) validate() error {
 	}
 	if c.WhatsApp.Burst < 1 {
 		bad("PACER_WHATSAPP_BURST", "must be >= 1 message")
+	}
+	for _, u := range []struct{ name, val string }{
+		{"PACER_APNS_BASE_URL", c.APNs.BaseURL}, {"PACER_FCM_BASE_URL", c.FCM.BaseURL},
+	} {
+		if pu, err := url.Parse(u.val); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			bad(u.name, "must be an http(s) URL")
+		}
+	}
+	for _, r := range []struct {
+		name  string
+		rate  float64
+		bname string
+		burst int
+	}{
+		{"PACER_APNS_RATE", c.APNs.Rate, "PACER_APNS_BURST", c.APNs.Burst},
+		{"PACER_FCM_RATE", c.FCM.Rate, "PACER_FCM_BURST", c.FCM.Burst},
+	} {
+		if !(r.rate > 0) {
+			bad(r.name, "must be > 0 messages per second")
+		}
+		if r.burst < 1 {
+			bad(r.bname, "must be >= 1 message")
+		}
 	}
 	if u, err := url.Parse(c.SendGrid.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("PACER_SENDGRID_BASE_URL", "must be an http(s) URL")

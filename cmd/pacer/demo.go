@@ -15,8 +15,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/channels/whatsapp"
-	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -44,9 +42,10 @@ type demoReport struct {
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("pacer demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	numbers := fs.Int("numbers", 3, "WhatsApp phone numbers (pacing keys) in the campaign")
-	messages := fs.Int("messages", 400, "messages per number")
-	rate := fs.Float64("rate", 50, "pacer limit: messages per second per number")
+	channel := fs.String("channel", "whatsapp", "channel to demonstrate: "+channelList)
+	numbers := fs.Int("numbers", 3, "pacing keys in the campaign (WhatsApp numbers, APNs apps, FCM projects, SendGrid API keys)")
+	messages := fs.Int("messages", 400, "messages per pacing key")
+	rate := fs.Float64("rate", 50, "pacer limit: messages per second per pacing key")
 	burst := fs.Int("burst", 10, "pacer limit: bucket capacity in messages")
 	partitions := fs.Int("partitions", 3, "partitions of the demo topic")
 	report := fs.String("report", "", "also write the report as JSON to this file")
@@ -61,7 +60,10 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := lim.Validate(); err != nil {
 		return &usageError{"demo: --rate/--burst: " + err.Error()}
 	}
-	const topic = "pacer.whatsapp"
+	if err := checkChannel(*channel); err != nil {
+		return err
+	}
+	topic := "pacer." + *channel
 
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(*partitions), topic))
 	if err != nil {
@@ -75,20 +77,19 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer mr.Close()
 	// The fake provider enforces the same rate, with 100 ms of extra burst
 	// for network jitter between the Redis clock and its own.
-	fake := whatsapptest.NewServer(whatsapptest.Config{Rate: *rate, Burst: *burst + int(math.Ceil(*rate/10)), Token: "demo-token"})
-	defer fake.Close()
-	fmt.Fprintf(stdout, "embedded Kafka %v, embedded Redis %s, fake WhatsApp %s\n", kc.ListenAddrs(), mr.Addr(), fake.URL())
-
-	// The campaign: numbers x messages envelopes.
-	var campaign bytes.Buffer
-	keys := make([]string, *numbers)
-	for n := range keys {
-		keys[n] = fmt.Sprintf("1065403522%05d", n+1)
+	prov, err := newDemoProvider(ctx, *channel, *numbers, *messages, *rate, *burst)
+	if err != nil {
+		return err
 	}
+	defer prov.close()
+	fmt.Fprintf(stdout, "embedded Kafka %v, embedded Redis %s, fake %s %s\n", kc.ListenAddrs(), mr.Addr(), *channel, prov.url)
+
+	// The campaign: numbers x messages envelopes, interleaved.
+	var campaign bytes.Buffer
+	keys := prov.keys
 	for i := range *messages {
-		for n, k := range keys {
-			fmt.Fprintf(&campaign, `{"id":"demo-%d-%d","key":%q,"to":"1555%07d","campaign":"demo","payload":{"type":"text","text":{"body":"hello %d"}}}`+"\n",
-				n+1, i+1, k, n*(*messages)+i, i+1)
+		for n := range keys {
+			campaign.WriteString(prov.line(n, i) + "\n")
 		}
 	}
 	prod, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -101,25 +102,21 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	total := *numbers * *messages
-	fmt.Fprintf(stdout, "published %d messages (%d numbers x %d) in %.2fs; pacing at %.4g msgs/s, burst %d per number\n",
+	fmt.Fprintf(stdout, "published %d messages (%d keys x %d) in %.2fs; pacing at %.4g msgs/s, burst %d per key\n",
 		ps.Published, *numbers, *messages, ps.Elapsed.Seconds(), *rate, *burst)
 
 	level := slog.LevelWarn
 	if *verbose {
 		level = slog.LevelInfo
 	}
-	sender, err := whatsapp.New(whatsapp.Config{BaseURL: fake.URL(), Token: "demo-token"})
-	if err != nil {
-		return err
-	}
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 	limiter := bucket.New(rdb, bucket.Config{})
 	p, err := pacer.New(pacer.Config{
-		Channel: "whatsapp", Topic: topic, Limit: lim, Drain: 5 * time.Second,
+		Channel: *channel, Topic: topic, Limit: lim, Drain: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}, []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)},
-		pacer.Deps{Bucket: limiter, Adapter: limiter, Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: sender}, prometheus.NewRegistry())
+		pacer.Deps{Bucket: limiter, Adapter: limiter, Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: prov.sender}, prometheus.NewRegistry())
 	if err != nil {
 		return err
 	}
@@ -139,7 +136,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			done = true
 		case <-tick.C:
 			got := 0
-			for _, s := range fake.Stats() {
+			for _, s := range prov.stats() {
 				got += s.Delivered
 			}
 			if got >= total || time.Now().After(deadline) {
@@ -157,11 +154,11 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 
-	stats := fake.Stats()
+	stats := prov.stats()
 	rep := demoReport{}
 	ok := true
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "number\tmessages\tdelivered\tduplicates\tthrottled\tseconds\tmsgs/s\tmax in 1s\t")
+	fmt.Fprintln(tw, "key\tmessages\tdelivered\tduplicates\tthrottled\tseconds\tmsgs/s\tmax in 1s\t")
 	for _, k := range keys {
 		s := stats[k]
 		row := demoKey{Key: k, Messages: *messages, Delivered: s.Delivered - s.Duplicates, Duplicates: s.Duplicates,
@@ -181,7 +178,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			row.Throttled, row.Seconds, row.Rate, row.Max1s)
 	}
 	tw.Flush()
-	fmt.Fprintf(stdout, "lost %d; limit per number: %.4g msgs/s + burst %d => at most %d in any 1 s window\n",
+	fmt.Fprintf(stdout, "lost %d; limit per key: %.4g msgs/s + burst %d => at most %d in any 1 s window\n",
 		rep.Lost, *rate, *burst, int(math.Floor(*rate))+*burst)
 	if *report != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")

@@ -1,0 +1,690 @@
+// Package apnstest is a fake Apple Push Notification service for tests and
+// the demo.
+//
+// A [Server] answers POST /3/device/{device token} the way APNs documents
+// (see apns's package doc for the sources):
+//   - it checks the provider token: 403 MissingProviderToken without one,
+//     403 InvalidProviderToken if it is not an ES256 JWT with kid, iss and
+//     iat, fails [Config.PublicKey], or names another key or team, 403
+//     ExpiredProviderToken if its iat is more than 1 h old by the fake's
+//     clock;
+//   - it counts token rotations per team and answers 429
+//     TooManyProviderTokenUpdates to a new token seen less than 20 minutes
+//     after the previous new one (APNs counts per connection; the fake, per
+//     team, is stricter). A request still carrying an older token the fake
+//     accepted before is let through;
+//   - it validates the request: 400 MissingTopic, BadPriority,
+//     BadExpirationDate, BadCollapseId, InvalidPushType, BadMessageId,
+//     DuplicateHeaders, MissingDeviceToken, BadDeviceToken (not hex),
+//     PayloadEmpty, 413 PayloadTooLarge (over 4096 bytes, 5120 for voip),
+//     404 BadPath and 405 MethodNotAllowed;
+//   - it answers 410 Unregistered, with a timestamp, for device tokens
+//     registered as dead ([Config.Unregistered], [Server.Unregister]);
+//   - it enforces a hidden token bucket per apns-topic (the pacing key) and
+//     optionally per device token, answering 429 TooManyRequests beyond it.
+//     Real APNs publishes no per-topic limit and sends TooManyRequests per
+//     device token, so the adapter treats it as pair-scoped: the per-topic
+//     bucket is there to check that the pacer itself keeps to a rate;
+//   - otherwise it answers 200 with an apns-id header (the request's, or a
+//     new UUID) and an empty body.
+//
+// Every request that passed the token and validation checks is recorded as
+// an [Arrival], and summarised per apns-topic in [KeyStats]: how fast, how
+// many throttled, how many duplicates (the same device token and body
+// accepted twice). GET /_stats returns [Server.Stats] as JSON; [FetchStats]
+// reads it.
+//
+// [NewServer] serves over TLS and, like APNs, takes notifications over
+// HTTP/2 only (505 over HTTP/1.1); give the adapter
+// [Server.Client] so that it trusts the test certificate. A Server is safe
+// for concurrent use.
+package apnstest
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Limits APNs documents, in bytes and durations.
+const (
+	MaxPayload      = 4096             // notification body
+	MaxVoIPPayload  = 5120             // notification body for apns-push-type voip
+	MaxCollapseID   = 64               // apns-collapse-id
+	TokenLifetime   = time.Hour        // a provider token older than this is expired
+	MinTokenRefresh = 20 * time.Minute // a new provider token sooner than this is refused
+)
+
+// Config configures a [Server]. The zero value is an unlimited fake that
+// accepts any well-formed ES256 provider token.
+type Config struct {
+	// Rate is how many notifications per second one apns-topic may send; 0
+	// (or less) is unlimited. Beyond it the fake answers 429 TooManyRequests.
+	Rate float64
+	// Burst is the topic bucket capacity in notifications; default
+	// ceil(Rate), at least 1.
+	Burst int
+	// DeviceRate and DeviceBurst are the same for one device token, across
+	// topics; 0 is unlimited.
+	DeviceRate  float64
+	DeviceBurst int
+	// PublicKey, if set, verifies the signature of provider tokens; [NewKey]
+	// makes a pair. If nil, signatures are not checked.
+	PublicKey *ecdsa.PublicKey
+	// KeyID and TeamID, if set, are the only kid and iss accepted.
+	KeyID, TeamID string
+	// Unregistered lists device tokens answered 410 Unregistered, with the
+	// fake's start time as timestamp.
+	Unregistered map[string]bool
+	// Latency is added before each answer, after the request was counted.
+	Latency time.Duration
+	// Now is the fake's clock, for token ages, rotations, buckets and
+	// arrival times; default time.Now.
+	Now func() time.Time
+}
+
+// Arrival is one request that passed the token and validation checks.
+type Arrival struct {
+	Key       string    // apns-topic
+	To        string    // device token from the path
+	Body      string    // hex SHA-256 of the body
+	PushType  string    // apns-push-type; "" if absent
+	ApnsID    string    // apns-id answered; "" unless Status is 200
+	At        time.Time // when it arrived, by the fake's clock
+	Status    int       // 200, 410 (Unregistered) or 429 (TooManyRequests)
+	Throttled bool      // Status is 429
+}
+
+// KeyStats summarises the arrivals of one apns-topic.
+type KeyStats struct {
+	Delivered    int       `json:"delivered"`    // accepted requests
+	Throttled    int       `json:"throttled"`    // requests answered 429 TooManyRequests
+	Unregistered int       `json:"unregistered"` // requests answered 410 Unregistered
+	Duplicates   int       `json:"duplicates"`   // accepted requests whose device token and body had been accepted before
+	Max1s        int       `json:"max_1s"`       // most accepted requests in any 1 s window [t, t+1s)
+	First        time.Time `json:"first"`        // first accepted request; zero if none
+	Last         time.Time `json:"last"`         // last accepted request; zero if none
+}
+
+// TokenStats counts what the fake made of provider tokens.
+type TokenStats struct {
+	Tokens         int // distinct tokens accepted: the first of each team, then each rotation
+	TooManyUpdates int // requests answered 429 TooManyProviderTokenUpdates
+	Expired        int // requests answered 403 ExpiredProviderToken
+	Invalid        int // requests answered 403 InvalidProviderToken or MissingProviderToken
+}
+
+// Server is a fake APNs. Build it with [New] to mount [Server.Handler]
+// yourself, or with [NewServer] to get a listening HTTP/2 TLS server.
+type Server struct {
+	ts  *httptest.Server // nil when built by New
+	hc  *http.Client     // HTTP/2-only client trusting ts; nil when built by New
+	cfg Config
+	now func() time.Time
+
+	mu       sync.Mutex
+	rate     float64            // default for topics without an override
+	override map[string]float64 // SetRate(key, r)
+	keys     map[string]*keyState
+	devices  map[string]*bucket
+	dead     map[string]time.Time // device token -> when unregistered
+	teams    map[string]*teamState
+	tokens   TokenStats
+	arrivals []Arrival
+}
+
+// bucket is a token bucket; rate 0 is unlimited.
+type bucket struct {
+	rate, burst, tokens float64
+	last                time.Time // when tokens was last brought up to date
+}
+
+// refill adds the tokens earned since b.last, up to b.burst.
+func (b *bucket) refill(now time.Time) {
+	if d := now.Sub(b.last); d > 0 {
+		b.tokens = min(b.burst, b.tokens+d.Seconds()*b.rate)
+		b.last = now
+	}
+}
+
+// ok reports whether b has a token at now, after a refill.
+func (b *bucket) ok(now time.Time) bool {
+	if b.rate <= 0 {
+		return true
+	}
+	b.refill(now)
+	return b.tokens >= 1
+}
+
+// take removes a token if b is limited.
+func (b *bucket) take() {
+	if b.rate > 0 {
+		b.tokens--
+	}
+}
+
+// keyState is the bucket and the running statistics of one apns-topic.
+type keyState struct {
+	bucket
+	stats    KeyStats
+	seen     map[string]bool // accepted device token + body hashes
+	window   []time.Time     // accepted arrivals within the last second
+	windowAt int             // index of the oldest entry of window still in it
+}
+
+// teamState is the provider-token history of one team (iss).
+type teamState struct {
+	current string          // the newest token accepted
+	adopted time.Time       // when current was first accepted
+	seen    map[string]bool // every token accepted
+}
+
+// New returns a Server for cfg without a listener: serve [Server.Handler]
+// on an address of your choice. Close is a no-op for it.
+func New(cfg Config) *Server {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{
+		cfg:      cfg,
+		now:      cfg.Now,
+		rate:     max(cfg.Rate, 0),
+		override: map[string]float64{},
+		keys:     map[string]*keyState{},
+		devices:  map[string]*bucket{},
+		dead:     map[string]time.Time{},
+		teams:    map[string]*teamState{},
+	}
+	start := s.now()
+	for tok, ok := range cfg.Unregistered {
+		if ok {
+			s.dead[tok] = start
+		}
+	}
+	return s
+}
+
+// NewServer returns a Server for cfg listening on a local TLS server. Like
+// APNs it takes notifications over HTTP/2 only: over HTTP/1.1 they get 505
+// (Handler serves any protocol). Call Close when done.
+func NewServer(cfg Config) *Server {
+	s := New(cfg)
+	s.ts = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor != 2 && strings.HasPrefix(r.URL.Path, "/3/") {
+			http.Error(w, "APNs speaks HTTP/2 only", http.StatusHTTPVersionNotSupported)
+			return
+		}
+		s.ServeHTTP(w, r)
+	}))
+	s.ts.EnableHTTP2 = true
+	s.ts.StartTLS()
+	tr := s.ts.Client().Transport.(*http.Transport).Clone()
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetHTTP2(true)
+	s.hc = &http.Client{Transport: tr}
+	return s
+}
+
+// URL returns the base URL of a server built by [NewServer] (use it as
+// apns.Config.BaseURL), or "" for one built by [New].
+func (s *Server) URL() string {
+	if s.ts == nil {
+		return ""
+	}
+	return s.ts.URL
+}
+
+// Client returns a client that trusts the server built by [NewServer] and
+// speaks only HTTP/2, like the apns default (use it as
+// apns.Config.HTTPClient), or nil for one built by [New]. Its connections
+// are closed by Close.
+func (s *Server) Client() *http.Client { return s.hc }
+
+// Close shuts down a server built by [NewServer] and waits for its
+// requests to finish. It does nothing for a server built by [New].
+func (s *Server) Close() {
+	if s.ts != nil {
+		s.hc.CloseIdleConnections()
+		s.ts.Close()
+	}
+}
+
+// Handler returns the fake as an http.Handler.
+func (s *Server) Handler() http.Handler { return s }
+
+// ServeHTTP serves the fake APNs and GET /_stats.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch p := r.URL.Path; {
+	case p == "/_stats" && r.Method == http.MethodGet:
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s.Stats())
+	case strings.HasPrefix(p, "/3/device/"):
+		if r.Method != http.MethodPost {
+			writeReason(w, http.StatusMethodNotAllowed, "MethodNotAllowed")
+			return
+		}
+		s.device(w, r, strings.TrimPrefix(p, "/3/device/"))
+	default:
+		writeReason(w, http.StatusNotFound, "BadPath")
+	}
+}
+
+// SetRate sets the rate of apns-topic key in notifications per second, or
+// of every topic (current and future, dropping per-topic rates) if key is
+// "". A rate of 0 or less is unlimited. The burst becomes Config.Burst, or
+// ceil(rate) if that was 0. Tokens already earned at the old rate are kept,
+// up to the new burst.
+func (s *Server) SetRate(key string, rate float64) {
+	rate = max(rate, 0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if key == "" {
+		s.rate = rate
+		clear(s.override)
+		for _, k := range s.keys {
+			s.retune(k, rate, now)
+		}
+		return
+	}
+	s.override[key] = rate
+	if k, ok := s.keys[key]; ok {
+		s.retune(k, rate, now)
+	}
+}
+
+func (s *Server) retune(k *keyState, rate float64, now time.Time) {
+	k.refill(now)
+	k.rate, k.burst = rate, burstFor(rate, s.cfg.Burst)
+	k.tokens = min(k.tokens, k.burst)
+}
+
+// burstFor returns the bucket capacity for rate: burst, or ceil(rate) and
+// at least 1 if burst is 0.
+func burstFor(rate float64, burst int) float64 {
+	if burst > 0 {
+		return float64(burst)
+	}
+	return max(math.Ceil(rate), 1)
+}
+
+// Unregister makes the fake answer 410 Unregistered for device token,
+// with the fake's current time as timestamp.
+func (s *Server) Unregister(token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dead[token] = s.now()
+}
+
+// Arrivals returns a copy of every request that passed the token and
+// validation checks, in arrival order.
+func (s *Server) Arrivals() []Arrival {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Arrival(nil), s.arrivals...)
+}
+
+// Stats returns the statistics of every apns-topic seen so far.
+func (s *Server) Stats() map[string]KeyStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := make(map[string]KeyStats, len(s.keys))
+	for key, k := range s.keys {
+		m[key] = k.stats
+	}
+	return m
+}
+
+// Tokens returns what the fake made of provider tokens so far.
+func (s *Server) Tokens() TokenStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tokens
+}
+
+// FetchStats reads GET {baseURL}/_stats from a fake running elsewhere. For
+// a [NewServer] fake, pass its [Server.Client].
+func FetchStats(ctx context.Context, hc *http.Client, baseURL string) (map[string]KeyStats, error) {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/_stats", nil)
+	if err != nil {
+		return nil, fmt.Errorf("apnstest: fetch stats: %w", err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("apnstest: fetch stats: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("apnstest: fetch stats: HTTP %d", resp.StatusCode)
+	}
+	var m map[string]KeyStats
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		return nil, fmt.Errorf("apnstest: fetch stats: %w", err)
+	}
+	return m, nil
+}
+
+// NewKey returns a new P-256 signing key as the contents of a .p8 file
+// (PEM "PRIVATE KEY", PKCS#8), for apns.Config.PrivateKey, and its public
+// half, for Config.PublicKey.
+func NewKey() (p8 []byte, public *ecdsa.PublicKey, err error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("apnstest: new key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		return nil, nil, fmt.Errorf("apnstest: new key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), &k.PublicKey, nil
+}
+
+// pushTypes are the apns-push-type values Apple documents.
+var pushTypes = map[string]bool{
+	"alert": true, "background": true, "voip": true, "complication": true, "fileprovider": true,
+	"mdm": true, "liveactivity": true, "controls": true, "location": true, "pushtotalk": true, "widgets": true,
+}
+
+// device serves POST /3/device/{token}.
+func (s *Server) device(w http.ResponseWriter, r *http.Request, token string) {
+	if status, reason := s.authorize(r.Header.Get("Authorization")); status != 0 {
+		writeReason(w, status, reason)
+		return
+	}
+	if reason := checkHeaders(r.Header); reason != "" {
+		writeReason(w, http.StatusBadRequest, reason)
+		return
+	}
+	switch {
+	case token == "":
+		writeReason(w, http.StatusBadRequest, "MissingDeviceToken")
+		return
+	case !isHex(token):
+		writeReason(w, http.StatusBadRequest, "BadDeviceToken")
+		return
+	}
+	pushType := r.Header.Get("apns-push-type")
+	limit := MaxPayload
+	if pushType == "voip" {
+		limit = MaxVoIPPayload
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, int64(limit)+1))
+	switch {
+	case err != nil:
+		return // the client went away
+	case len(body) > limit:
+		writeReason(w, http.StatusRequestEntityTooLarge, "PayloadTooLarge")
+		return
+	case len(body) == 0:
+		writeReason(w, http.StatusBadRequest, "PayloadEmpty")
+		return
+	}
+	sum := sha256.Sum256(body)
+	a := Arrival{
+		Key:      r.Header.Get("apns-topic"),
+		To:       token,
+		Body:     hex.EncodeToString(sum[:]),
+		PushType: pushType,
+		ApnsID:   r.Header.Get("apns-id"),
+		Status:   http.StatusOK,
+	}
+	if a.ApnsID == "" {
+		a.ApnsID = newUUID()
+	}
+	deadSince := s.arrive(&a)
+	if s.cfg.Latency > 0 {
+		t := time.NewTimer(s.cfg.Latency)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	switch a.Status {
+	case http.StatusGone:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusGone)
+		_ = json.NewEncoder(w).Encode(struct {
+			Reason    string `json:"reason"`
+			Timestamp int64  `json:"timestamp"`
+		}{"Unregistered", deadSince.UnixMilli()})
+	case http.StatusTooManyRequests:
+		writeReason(w, http.StatusTooManyRequests, "TooManyRequests")
+	default:
+		w.Header().Set("apns-id", a.ApnsID)
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+// authorize checks the provider token in an Authorization header value. It
+// returns 0 if the token is accepted, or the status and reason to answer.
+func (s *Server) authorize(auth string) (int, string) {
+	scheme, tok, _ := strings.Cut(auth, " ")
+	if auth == "" || tok == "" || !strings.EqualFold(scheme, "bearer") {
+		s.count(func(t *TokenStats) { t.Invalid++ })
+		return http.StatusForbidden, "MissingProviderToken"
+	}
+	iss, iat, ok := s.verify(tok)
+	if !ok {
+		s.count(func(t *TokenStats) { t.Invalid++ })
+		return http.StatusForbidden, "InvalidProviderToken"
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if now.Sub(iat) > TokenLifetime {
+		s.tokens.Expired++
+		return http.StatusForbidden, "ExpiredProviderToken"
+	}
+	t, ok := s.teams[iss]
+	if !ok {
+		t = &teamState{seen: map[string]bool{}}
+		s.teams[iss] = t
+	}
+	switch {
+	case t.seen[tok]:
+		return 0, "" // the current token, or a straggler with an older one
+	case t.current != "" && now.Sub(t.adopted) < MinTokenRefresh:
+		s.tokens.TooManyUpdates++
+		return http.StatusTooManyRequests, "TooManyProviderTokenUpdates"
+	}
+	t.current, t.adopted, t.seen[tok] = tok, now, true
+	s.tokens.Tokens++
+	return 0, ""
+}
+
+func (s *Server) count(f func(*TokenStats)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(&s.tokens)
+}
+
+// verify parses an ES256 provider token and returns its iss and iat. The
+// signature is checked if Config.PublicKey is set; kid and iss must match
+// Config.KeyID and Config.TeamID if those are set.
+func (s *Server) verify(tok string) (iss string, iat time.Time, ok bool) {
+	var claims jwt.MapClaims
+	var t *jwt.Token
+	var err error
+	if s.cfg.PublicKey != nil {
+		t, err = jwt.ParseWithClaims(tok, &claims, func(*jwt.Token) (any, error) { return s.cfg.PublicKey, nil },
+			jwt.WithValidMethods([]string{"ES256"}), jwt.WithoutClaimsValidation())
+	} else {
+		t, _, err = jwt.NewParser().ParseUnverified(tok, &claims)
+		if err == nil && t.Method.Alg() != "ES256" {
+			return "", time.Time{}, false
+		}
+	}
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	kid, _ := t.Header["kid"].(string)
+	iss, _ = claims["iss"].(string)
+	n, isNum := claims["iat"].(float64)
+	if kid == "" || iss == "" || !isNum ||
+		(s.cfg.KeyID != "" && kid != s.cfg.KeyID) || (s.cfg.TeamID != "" && iss != s.cfg.TeamID) {
+		return "", time.Time{}, false
+	}
+	return iss, time.Unix(int64(n), 0), true
+}
+
+// checkHeaders returns the reason APNs gives for a bad apns-* header, or "".
+func checkHeaders(h http.Header) string {
+	for k, v := range h {
+		if strings.HasPrefix(strings.ToLower(k), "apns-") && len(v) > 1 {
+			return "DuplicateHeaders"
+		}
+	}
+	if h.Get("apns-topic") == "" {
+		return "MissingTopic"
+	}
+	if p, ok := h["Apns-Priority"]; ok && p[0] != "10" && p[0] != "5" && p[0] != "1" {
+		return "BadPriority"
+	}
+	if e, ok := h["Apns-Expiration"]; ok {
+		if _, err := strconv.ParseUint(e[0], 10, 63); err != nil {
+			return "BadExpirationDate"
+		}
+	}
+	if c, ok := h["Apns-Collapse-Id"]; ok && len(c[0]) > MaxCollapseID {
+		return "BadCollapseId"
+	}
+	if t, ok := h["Apns-Push-Type"]; ok && !pushTypes[t[0]] {
+		return "InvalidPushType"
+	}
+	if id, ok := h["Apns-Id"]; ok && !isUUID(id[0]) {
+		return "BadMessageId"
+	}
+	return ""
+}
+
+// arrive records a valid request and sets a.At and, for a refusal,
+// a.Status and a.Throttled (clearing a.ApnsID). For a dead device token it
+// returns when it was unregistered.
+func (s *Server) arrive(a *Arrival) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	a.At = now
+	k, ok := s.keys[a.Key]
+	if !ok {
+		rate, ok := s.override[a.Key]
+		if !ok {
+			rate = s.rate
+		}
+		b := burstFor(rate, s.cfg.Burst)
+		k = &keyState{bucket: bucket{rate: rate, burst: b, tokens: b, last: now}, seen: map[string]bool{}}
+		s.keys[a.Key] = k
+	}
+	st := &k.stats
+	defer func() { s.arrivals = append(s.arrivals, *a) }()
+
+	if since, dead := s.dead[a.To]; dead {
+		a.Status, a.ApnsID = http.StatusGone, ""
+		st.Unregistered++
+		return since
+	}
+	d, ok := s.devices[a.To]
+	if !ok && s.cfg.DeviceRate > 0 {
+		b := burstFor(s.cfg.DeviceRate, s.cfg.DeviceBurst)
+		d = &bucket{rate: s.cfg.DeviceRate, burst: b, tokens: b, last: now}
+		s.devices[a.To] = d
+	}
+	if !k.ok(now) || (d != nil && !d.ok(now)) {
+		a.Status, a.Throttled, a.ApnsID = http.StatusTooManyRequests, true, ""
+		st.Throttled++
+		return time.Time{}
+	}
+	k.take()
+	if d != nil {
+		d.take()
+	}
+	st.Delivered++
+	if pair := a.To + " " + a.Body; k.seen[pair] {
+		st.Duplicates++
+	} else {
+		k.seen[pair] = true
+	}
+	if st.First.IsZero() {
+		st.First = now
+	}
+	st.Last = now
+	// Sliding window: drop arrivals at least 1 s older than now.
+	for k.windowAt < len(k.window) && now.Sub(k.window[k.windowAt]) >= time.Second {
+		k.windowAt++
+	}
+	if k.windowAt > 1024 && k.windowAt*2 > len(k.window) { // compact
+		k.window = append(k.window[:0], k.window[k.windowAt:]...)
+		k.windowAt = 0
+	}
+	k.window = append(k.window, now)
+	st.Max1s = max(st.Max1s, len(k.window)-k.windowAt)
+	return time.Time{}
+}
+
+// writeReason answers with an APNs error body, {"reason":"..."}.
+func writeReason(w http.ResponseWriter, status int, reason string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(struct {
+		Reason string `json:"reason"`
+	}{reason})
+}
+
+// newUUID returns a random (version 4) UUID in lowercase canonical form,
+// as APNs makes apns-id values.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// isUUID reports whether s is a canonical lowercase UUID.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range []byte(s) {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// isHex reports whether s is an even number of hex digits.
+func isHex(s string) bool {
+	_, err := hex.DecodeString(s)
+	return err == nil && s != ""
+}
