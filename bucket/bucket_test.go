@@ -699,6 +699,16 @@ func TestKeys(t *testing.T) {
 		if got := l.CooldownKey("whatsapp", "106540352242922"); got != tc.cooldown {
 			t.Errorf("prefix %q: CooldownKey = %q, want %q", tc.prefix, got, tc.cooldown)
 		}
+		p := strings.TrimSuffix(tc.bucket, ":bucket")
+		for got, want := range map[string]string{
+			l.SubBucketKey("whatsapp", "106540352242922", "15551234567"):   p + ":sub:15551234567:bucket",
+			l.SubCooldownKey("whatsapp", "106540352242922", "15551234567"): p + ":sub:15551234567:cooldown",
+			l.WindowKey("tenant", "acme"):                                  strings.Split(p, ":")[0] + ":{tenant:acme}:window",
+		} {
+			if got != want {
+				t.Errorf("prefix %q: key %q, want %q", tc.prefix, got, want)
+			}
+		}
 	}
 }
 

@@ -762,3 +762,36 @@ func TestDispenser(t *testing.T) {
 		})
 	}
 }
+
+// TestUnexpectedReplyNewCalls checks that malformed script replies are
+// errors, never panics or made-up answers.
+func TestUnexpectedReplyNewCalls(t *testing.T) {
+	t.Parallel()
+	lim := bucket.Limit{PerSecond: 1, Burst: 1}
+	for _, v := range []any{
+		nil, "OK", int64(1), []any{},
+		[]any{int64(1), int64(0), int64(0), int64(0), int64(0), int64(0)},             // 6 values
+		[]any{int64(2), int64(0), int64(0), int64(0), int64(0), int64(0), int64(1)},   // 2 slots of 1 asked
+		[]any{int64(1), int64(-1), int64(0), int64(0), int64(0), int64(0), int64(1)},  // negative delay
+		[]any{int64(1), int64(0), int64(5), int64(0), int64(0), int64(0), int64(1)},   // granted with a wait
+		[]any{int64(0), int64(0), int64(0), int64(0), int64(0), int64(0), int64(1)},   // refused without a wait
+		[]any{int64(1), int64(2e6), int64(0), int64(0), int64(0), int64(0), int64(1)}, // delay > maxWait
+		[]any{int64(1), int64(0), int64(0), int64(0), int64(0), int64(2e6), int64(1)}, // u0 > burst
+		[]any{"1", "0", "0", "0", "0", "0", "1"},
+	} {
+		l := bucket.New(fakeReply{v: v}, bucket.Config{})
+		ctx := t.Context()
+		if r, err := l.Reserve(ctx, "test", "k", lim, 1, time.Second); err == nil {
+			t.Errorf("Reserve with reply %#v: %+v, want an error", v, r)
+		}
+		if ls, err := l.Lease(ctx, "test", "k", lim, 1, time.Second); err == nil {
+			t.Errorf("Lease with reply %#v: %+v, want an error", v, ls)
+		}
+		if d, err := l.TakeMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}}); err == nil {
+			t.Errorf("TakeMulti with reply %#v: %+v, want an error", v, d)
+		}
+		if d, err := l.Admit(ctx, "tenant", "k", bucket.Window{Max: 1, Period: time.Second}, 1); err == nil {
+			t.Errorf("Admit with reply %#v: %+v, want an error", v, d)
+		}
+	}
+}

@@ -7,6 +7,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +75,21 @@ func TestAIMDConvergence(t *testing.T) {
 	}
 	if thr >= 0.02 {
 		t.Errorf("%.2f%% of requests throttled, want < 2%%", thr*100)
+	}
+
+	// pacer status shows the adapted rate below the configured 80/s.
+	st := exec.Command(pacerBin, "status", "--channel", "whatsapp", "--key", key)
+	st.Env = e.env()
+	out, err := st.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pacer status: %v\n%s", err, out)
+	}
+	t.Logf("pacer status:\n%s", out)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if f := strings.Fields(lines[len(lines)-1]); len(f) < 3 || f[0] != key || f[2] != "80" {
+		t.Errorf("status row %q: want key, adapted rate, limit 80", lines[len(lines)-1])
+	} else if r, err := strconv.ParseFloat(f[1], 64); err != nil || r >= 80 || r < 1 {
+		t.Errorf("status rate %q: want the adapted rate, below 80", f[1])
 	}
 
 	lift := time.Now()

@@ -3,6 +3,7 @@
 //
 //	pacer run --channel whatsapp         the daemon, configured by PACER_* variables
 //	pacer publish --channel whatsapp F   a JSONL campaign file (or -) to Kafka
+//	pacer status --channel whatsapp      per-key rate, limit, tokens, cooldown, breaker
 //	pacer dlq replay --channel whatsapp  put DLQ records back on the main topic
 //	pacer demo                           the whole flow in-process, no servers
 //	pacer fake-provider whatsapp         a fake WhatsApp Cloud API for tests
@@ -25,6 +26,7 @@ const usage = `usage: pacer <command> [flags]
 commands:
   run            consume a channel's topic and pace its sends (configured by PACER_* variables)
   publish        publish a JSONL campaign file to a channel's topic
+  status         per-key rate, limit, tokens, cooldown and breaker from Redis
   dlq replay     put dead-lettered records back on the main topic
   demo           run the whole flow in-process: embedded Kafka, Redis and a fake provider
   fake-provider  serve a fake provider API (whatsapp) for tests
@@ -56,6 +58,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdPublish(ctx, args[1:], stdin, stdout, stderr, lookup)
 	case "demo":
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
+	case "status":
+		err = cmdStatus(ctx, args[1:], stdout, stderr, lookup)
 	case "dlq":
 		err = cmdDLQ(ctx, args[1:], stdout, stderr, lookup)
 	case "fake-provider":

@@ -63,14 +63,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		log.Warn("redis not reachable at start-up; sends wait until it is", "err", err)
 	}
 
+	aimd, breaker := adaptConfig(cfg, limit)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p, err := pacer.New(pacer.Config{
 		Channel: *channel, Topic: *topic, Group: *group, Limit: limit,
 		MaxAttempts: cfg.MaxAttempts, Drain: cfg.Drain,
-		AIMD: bucket.AIMD{Decrease: cfg.AIMDDecrease, Floor: min(cfg.AIMDFloor, limit.PerSecond), Window: cfg.AIMDWindow,
-			Step: cfg.AIMDStep, MinCooldown: cfg.ThrottleCooldown, MaxCooldown: cfg.MaxCooldown},
-		Breaker: bucket.Breaker{OpenFor: cfg.HaltCooldown, MaxOpenFor: cfg.BreakerMaxOpen, FloorThrottles: cfg.BreakerFloorThrottles},
+		AIMD: aimd, Breaker: breaker,
 		MaxTokenWait: cfg.MaxTokenWait, RetryDelays: cfg.RetryDelays,
 		UnknownOutcome: cfg.UnknownOutcome, IdempotencyTTL: cfg.IdempotencyTTL,
 		Logger: log,

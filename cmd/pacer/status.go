@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/redis/go-redis/v9"
+)
+
+// channelLimit returns the configured (ceiling) limit of channel.
+func channelLimit(channel string, cfg config) bucket.Limit {
+	switch channel {
+	case "whatsapp":
+		return bucket.Limit{PerSecond: cfg.WhatsApp.Rate, Burst: cfg.WhatsApp.Burst}
+	case "apns":
+		return bucket.Limit{PerSecond: cfg.APNs.Rate, Burst: cfg.APNs.Burst}
+	case "fcm":
+		return bucket.Limit{PerSecond: cfg.FCM.Rate, Burst: cfg.FCM.Burst}
+	case "sendgrid":
+		return bucket.Limit{PerSecond: cfg.SendGrid.Rate, Burst: cfg.SendGrid.Burst}
+	}
+	return bucket.Limit{}
+}
+
+// adaptConfig returns the AIMD and breaker settings for a channel limit.
+func adaptConfig(cfg config, limit bucket.Limit) (bucket.AIMD, bucket.Breaker) {
+	return bucket.AIMD{Decrease: cfg.AIMDDecrease, Floor: min(cfg.AIMDFloor, limit.PerSecond), Window: cfg.AIMDWindow,
+			Step: cfg.AIMDStep, MinCooldown: cfg.ThrottleCooldown, MaxCooldown: cfg.MaxCooldown},
+		bucket.Breaker{OpenFor: cfg.HaltCooldown, MaxOpenFor: cfg.BreakerMaxOpen, FloorThrottles: cfg.BreakerFloorThrottles}
+}
+
+// maxStatusKeys bounds the keys `pacer status` lists without --key.
+const maxStatusKeys = 1000
+
+func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
+	fs := flag.NewFlagSet("pacer status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	channel := fs.String("channel", "", "channel: "+channelList+" (required)")
+	key := fs.String("key", "", "one pacing key; default: every key with state in Redis (cooldown, adapted rate, breaker, bucket)")
+	if err := fs.Parse(args); err != nil {
+		return &usageError{err.Error()}
+	}
+	if err := checkChannel(*channel); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(lookup)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+	ropts, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return &configError{"PACER_REDIS_URL", "cannot parse the URL"}
+	}
+	rdb := redis.NewClient(ropts)
+	defer rdb.Close()
+	lim := bucket.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
+	ceiling := channelLimit(*channel, cfg)
+	aimd, _ := adaptConfig(cfg, ceiling)
+
+	keys := []string{*key}
+	if *key == "" {
+		if keys, err = scanKeys(ctx, rdb, cfg.RedisPrefix, *channel); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tRATE/S\tLIMIT/S\tTOKENS\tCOOLDOWN\tBREAKER\tREASON")
+	for _, k := range keys {
+		s, err := lim.Snapshot(ctx, *channel, k, ceiling, aimd)
+		if err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		br := s.Breaker.State.String()
+		if s.Breaker.OpenLeft > 0 {
+			br += " " + s.Breaker.OpenLeft.Round(time.Second).String()
+		}
+		floor := ""
+		if s.Adapted.AtFloor {
+			floor = " (floor)"
+		}
+		fmt.Fprintf(tw, "%s\t%.4g%s\t%.4g\t%.1f\t%s\t%s\t%s\n", k, s.Limit.PerSecond, floor, ceiling.PerSecond, s.Tokens,
+			s.Adapted.CooldownLeft.Round(time.Millisecond), br, s.Breaker.Reason)
+	}
+	tw.Flush()
+	if *key == "" {
+		fmt.Fprintf(stdout, "%d key(s) with state in Redis for channel %s\n", len(keys), *channel)
+	}
+	return nil
+}
+
+// scanKeys lists the pacing keys of channel that have any state in Redis.
+func scanKeys(ctx context.Context, rdb *redis.Client, prefix, channel string) ([]string, error) {
+	pattern := prefix + ":{" + channel + ":*}:*"
+	seen := map[string]bool{}
+	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+	for iter.Next(ctx) && len(seen) < maxStatusKeys {
+		k := iter.Val()
+		open := strings.Index(k, "{"+channel+":")
+		close := strings.LastIndex(k, "}")
+		if open < 0 || close <= open {
+			continue
+		}
+		seen[k[open+len(channel)+2:close]] = true
+	}
+	if err := iter.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(seen))
+	for k := range seen {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out, nil
+}
