@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -84,6 +85,7 @@ func h2(t *testing.T, h http.Handler) *httptest.Server {
 	t.Helper()
 	ts := httptest.NewUnstartedServer(h)
 	ts.EnableHTTP2 = true
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0) // handshakes cut by cancelled sends
 	ts.StartTLS()
 	t.Cleanup(ts.Close)
 	return ts
