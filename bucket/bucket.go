@@ -48,7 +48,7 @@
 //	pacer:{whatsapp:106540352242922}:cooldown           string: end in µs of Redis TIME
 //	pacer:{whatsapp:106540352242922}:sub:<sub>:bucket   a sub-bucket, e.g. sub = recipient
 //	pacer:{whatsapp:106540352242922}:sub:<sub>:cooldown its cooldown
-//	pacer:{<scope>:<key>}:window                        hash: start_us, cur, prev ([Window])
+//	pacer:{<scope>:<key>}:window                        hash: start_us, cur, prev (see Window)
 //
 // The braces are a Redis Cluster hash tag: every key of a pacing key lives
 // in one slot, as a script touching several requires (a "}" inside the

@@ -2,6 +2,7 @@ package pacer
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -107,10 +108,13 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, perr *c
 		hint = perr.RetryAfter
 	}
 	var a bucket.Adapted
-	if !p.redis(ctx, log, func() (err error) {
+	if err := p.redis(ctx, log, func() (err error) {
 		a, err = p.adapter.Throttled(ctx, p.cfg.Channel, key, p.cfg.Limit, p.cfg.AIMD, hint)
 		return err
-	}) {
+	}); err != nil {
+		if errors.Is(err, errRedisDown) {
+			p.fallback.Cooldown(ctx, p.cfg.Channel, key, p.cfg.AIMD.CooldownFor(hint))
+		}
 		return
 	}
 	st.mu.Lock()
@@ -129,10 +133,10 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, perr *c
 // breakerResult reports an outcome to the key's breaker.
 func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, ok bool, reason string, log *slog.Logger) {
 	var state bucket.BreakerState
-	if !p.redis(ctx, log, func() (err error) {
+	if err := p.redis(ctx, log, func() (err error) {
 		state, err = p.adapter.BreakerResult(ctx, p.cfg.Channel, key, p.cfg.Breaker, ok, reason)
 		return err
-	}) {
+	}); err != nil {
 		return
 	}
 	st.mu.Lock()
@@ -160,10 +164,13 @@ func (p *Pacer) breakerGate(ctx context.Context, key string, st *keyState, log *
 	if closed {
 		return true, false, 0, true
 	}
-	if !p.redis(ctx, log, func() (err error) {
+	if err := p.redis(ctx, log, func() (err error) {
 		allowed, probe, wait, err = p.adapter.BreakerAllow(ctx, p.cfg.Channel, key, p.cfg.Breaker, p.cfg.Owner)
 		return err
-	}) {
+	}); err != nil {
+		if errors.Is(err, errRedisDown) {
+			return true, false, 0, true // no shared breaker without Redis
+		}
 		return false, false, 0, false
 	}
 	if allowed && !probe {

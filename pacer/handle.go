@@ -135,10 +135,10 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 		// Claim the id only now, right before the request: a process that
 		// dies while waiting for a token leaves no claim behind.
 		var claim bucket.ClaimResult
-		if !p.redis(ctx, log, func() (err error) {
+		if err := p.redis(ctx, log, func() (err error) {
 			claim, err = p.ledger.Claim(ctx, p.cfg.Channel, env.Key, env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
 			return err
-		}) {
+		}); err != nil && !errors.Is(err, errRedisDown) {
 			return false
 		}
 		switch claim {
@@ -231,9 +231,15 @@ func codeOf(e *channels.Error) string {
 	return e.Code
 }
 
-// redis runs op, retrying Redis errors with back-off until it succeeds
-// (true) or ctx ends (false). Sends stop meanwhile and /readyz says so.
-func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) bool {
+// errRedisDown is what [Pacer.redis] returns in local failure mode when
+// Redis does not answer: the caller goes on without it.
+var errRedisDown = errors.New("pacer: redis unavailable (local failure mode)")
+
+// redis runs op. In closed failure mode (the default) it retries Redis
+// errors with back-off until op succeeds (nil) or ctx ends (ctx.Err()):
+// sends stop meanwhile and /readyz says so. In local mode it tries once and
+// returns errRedisDown on failure, so the caller can pace in-process.
+func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) error {
 	fail := backoff.NewExponentialBackOff()
 	fail.InitialInterval = 100 * time.Millisecond
 	fail.MaxInterval = 5 * time.Second
@@ -241,21 +247,30 @@ func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) bo
 		err := op()
 		if err == nil {
 			if !p.redisOK.Swap(true) {
-				log.Info("redis reachable again")
+				log.Info("redis reachable again; pacing through Redis")
+				p.m.fallback.WithLabelValues().Set(0)
 				p.publishReady()
 			}
-			return true
+			return nil
 		}
 		if ctx.Err() != nil {
-			return false
+			return ctx.Err()
 		}
 		p.m.redisErrors.WithLabelValues().Inc()
 		if p.redisOK.Swap(false) {
-			log.Error("redis unavailable; sends stop until it answers, nothing is dropped", "err", err)
+			if p.cfg.RedisFailure == RedisFailureLocal {
+				log.Error("redis unavailable; PACER_REDIS_FAILURE=local: pacing in-process at rate / expected replicas, without idempotency records", "err", err)
+				p.m.fallback.WithLabelValues().Set(1)
+			} else {
+				log.Error("redis unavailable; sends stop until it answers, nothing is dropped", "err", err)
+			}
 			p.publishReady()
 		}
+		if p.cfg.RedisFailure == RedisFailureLocal {
+			return errRedisDown
+		}
 		if !sleep(ctx, fail.NextBackOff()) {
-			return false
+			return ctx.Err()
 		}
 	}
 }
@@ -268,10 +283,14 @@ func (p *Pacer) waitToken(ctx context.Context, key string, lim bucket.Limit, log
 	for {
 		var d bucket.Decision
 		start := time.Now()
-		if !p.redis(ctx, log, func() (err error) {
+		err := p.redis(ctx, log, func() (err error) {
 			d, err = p.bucket.Take(ctx, p.cfg.Channel, key, lim, 1)
 			return err
-		}) {
+		})
+		if errors.Is(err, errRedisDown) {
+			d, err = p.fallback.Take(ctx, p.cfg.Channel, key, lim, 1)
+		}
+		if err != nil {
 			return 0, "", false
 		}
 		p.m.takeLatency.WithLabelValues().Observe(time.Since(start).Seconds())
@@ -313,9 +332,9 @@ func (p *Pacer) delivered(ctx context.Context, env Envelope, res channels.Result
 	p.m.delivered.WithLabelValues().Inc()
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if !p.redis(dctx, log, func() error {
+	if err := p.redis(dctx, log, func() error {
 		return p.ledger.Delivered(dctx, p.cfg.Channel, env.Key, env.ID, res.ProviderID, p.cfg.IdempotencyTTL)
-	}) {
+	}); err != nil {
 		log.Error("delivered, but the idempotency record could not be written; a re-delivered copy will count as unknown-outcome")
 	}
 }

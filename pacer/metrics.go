@@ -24,6 +24,7 @@ type metrics struct {
 	queued      *prometheus.GaugeVec     // channel
 	ready       *prometheus.GaugeVec     // channel
 	responses   *prometheus.CounterVec   // channel, class, code
+	fallback    *prometheus.GaugeVec     // channel
 
 	codesMu sync.Mutex
 	codes   map[string]bool // provider codes given a label so far
@@ -54,6 +55,10 @@ func (m *metrics) response(class string, e *channels.Error) {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		codes: map[string]bool{},
+		fallback: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "pacer", Name: "redis_fallback",
+			Help: "1 while Redis is down and PACER_REDIS_FAILURE=local paces in-process; 0 otherwise.",
+		}, nil),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "responses_total",
 			Help: "Provider answers by class and provider error code (none for success; at most 64 codes, then other).",
@@ -115,7 +120,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, nil),
 	}
 	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.retries, m.dlq, m.bucketWait, m.takeLatency,
-		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses} {
+		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

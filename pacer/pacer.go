@@ -67,6 +67,7 @@
 //	pacer_partitions_assigned           partitions owned by this process
 //	pacer_records_queued                fetched records not yet finished
 //	pacer_ready                         1 when Kafka and Redis answer
+//	pacer_redis_fallback                1 while pacing in-process (PACER_REDIS_FAILURE=local, Redis down)
 //	pacer_responses_total{class,code}   provider answers by class and provider code
 //	pacer_keys_active                   pacing keys sent for in the last 5 minutes
 //	pacer_rate_current                  adapted rate summed over active keys (msgs/s)
@@ -119,7 +120,16 @@ type Deps struct {
 	Adapter Adapter         // required; *bucket.Limiter is both Bucket and Adapter
 	Ledger  Ledger          // required
 	Sender  channels.Sender // required
+	// Fallback paces while Redis is down in RedisFailure "local" mode
+	// (*bucket.Local, at rate / expected replicas); required then, else unused.
+	Fallback Bucket
 }
+
+// Redis failure modes for [Config.RedisFailure].
+const (
+	RedisFailureClosed = "closed"
+	RedisFailureLocal  = "local"
+)
 
 // Unknown-outcome policies for [Config.UnknownOutcome].
 const (
@@ -144,6 +154,7 @@ type Config struct {
 	SendTimeout      time.Duration   // one provider request; default 30s
 	MaxCooldown      time.Duration   // cap for a retry delay; default 1h (AIMD.MaxCooldown caps cooldowns)
 	UnknownOutcome   string          // "dlq" (default) or "resend"; see the package doc
+	RedisFailure     string          // "closed" (default: sends stop while Redis is down) or "local" (pace with Deps.Fallback)
 	IdempotencyTTL   time.Duration   // how long delivered ids are remembered; default 24h
 	MaxQueued        int             // fetched records per partition before fetching pauses; default 2000
 	Owner            string          // this process in ledger claims; default host-pid-random
@@ -156,6 +167,13 @@ func (c *Config) setDefaults() error {
 	}
 	if err := c.Limit.Validate(); err != nil {
 		return fmt.Errorf("pacer: config: %w", err)
+	}
+	switch c.RedisFailure {
+	case "":
+		c.RedisFailure = RedisFailureClosed
+	case RedisFailureClosed, RedisFailureLocal:
+	default:
+		return fmt.Errorf("pacer: config: RedisFailure %q is not closed or local", c.RedisFailure)
 	}
 	switch c.UnknownOutcome {
 	case "":
@@ -224,8 +242,9 @@ type Pacer struct {
 	kopts  []kgo.Opt
 	bucket Bucket
 	ledger  Ledger
-	adapter Adapter
-	sender  channels.Sender
+	adapter  Adapter
+	fallback Bucket
+	sender   channels.Sender
 	keys    keyStates
 	m      *metrics
 	log    *slog.Logger
@@ -257,12 +276,15 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	if deps.Bucket == nil || deps.Adapter == nil || deps.Ledger == nil || deps.Sender == nil {
 		return nil, errors.New("pacer: New needs a Bucket, an Adapter, a Ledger and a Sender")
 	}
+	if cfg.RedisFailure == RedisFailureLocal && deps.Fallback == nil {
+		return nil, errors.New("pacer: RedisFailure local needs Deps.Fallback")
+	}
 	wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"channel": cfg.Channel}, reg)
 	m, err := newMetrics(wrapped)
 	if err != nil {
 		return nil, fmt.Errorf("pacer: metrics: %w", err)
 	}
-	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, ledger: deps.Ledger, sender: deps.Sender, m: m,
+	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ledger: deps.Ledger, sender: deps.Sender, m: m,
 		log: cfg.Logger.With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}}}
 	for _, c := range p.keyGauges() {
 		if err := wrapped.Register(c); err != nil {
@@ -319,7 +341,9 @@ func (p *Pacer) Run(ctx context.Context) error {
 		return nil
 	}
 	p.log.Info("pacer started", "topic", p.cfg.Topic, "group", p.cfg.Group,
-		"rate", p.cfg.Limit.PerSecond, "burst", p.cfg.Limit.Burst, "owner", p.cfg.Owner)
+		"rate", p.cfg.Limit.PerSecond, "burst", p.cfg.Limit.Burst, "owner", p.cfg.Owner,
+		"redis_failure", p.cfg.RedisFailure, "unknown_outcome", p.cfg.UnknownOutcome)
+	p.m.fallback.WithLabelValues().Set(0)
 	go p.watchKafka(ctx, cl)
 
 	for {

@@ -54,6 +54,7 @@ type harness struct {
 	kc     *kfake.Cluster
 	cl     *kgo.Client
 	mr     *miniredis.Miniredis
+	raddr  string // mr.Addr(), kept for after mr.Close
 	reg    *prometheus.Registry
 	sender *scriptSender
 	cfg    pacer.Config
@@ -70,7 +71,8 @@ func newHarness(t *testing.T, script map[string][]error) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	return &harness{t: t, kc: kc, cl: cl, mr: miniredis.RunT(t), reg: prometheus.NewRegistry(),
+	mr := miniredis.RunT(t)
+	return &harness{t: t, kc: kc, cl: cl, mr: mr, raddr: mr.Addr(), reg: prometheus.NewRegistry(),
 		sender: &scriptSender{script: script, calls: map[string]int{}, success: map[string]int{}},
 		cfg: pacer.Config{Channel: "test", Topic: "pacer.test", Limit: bucket.Limit{PerSecond: 1000, Burst: 10},
 			MaxAttempts: 3, RetryDelays: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}, AIMD: bucket.AIMD{MinCooldown: 20 * time.Millisecond}, Breaker: bucket.Breaker{OpenFor: 50 * time.Millisecond}, Drain: 5 * time.Second}}
@@ -90,11 +92,12 @@ func (h *harness) produce(values ...string) {
 // run starts the pacer and stops it once done() holds (or after 20 s).
 func (h *harness) run(done func() bool) {
 	h.t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: h.raddr, MaxRetries: -1})
 	defer rdb.Close()
 	lim := bucket.New(rdb, bucket.Config{})
 	p, err := pacer.New(h.cfg, []kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)},
-		pacer.Deps{Bucket: lim, Adapter: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: h.sender}, h.reg)
+		pacer.Deps{Bucket: lim, Adapter: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: h.sender,
+			Fallback: bucket.NewLocal(bucket.LocalConfig{Replicas: 2})}, h.reg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -355,4 +358,55 @@ func TestLongCooldownRequeues(t *testing.T) {
 	if s.count(s.calls, "a") != 1 || s.count(s.calls, "b") != 1 {
 		t.Errorf("requests a=%d b=%d, want 1 each", s.count(s.calls, "a"), s.count(s.calls, "b"))
 	}
+}
+
+// TestRedisFailureModes: with Redis gone, "closed" sends nothing and says
+// not ready; "local" keeps sending at its share of the rate and says so on
+// pacer_redis_fallback.
+func TestRedisFailureModes(t *testing.T) {
+	for _, mode := range []string{pacer.RedisFailureClosed, pacer.RedisFailureLocal} {
+		t.Run(mode, func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.cfg.RedisFailure = mode
+			h.mr.Close() // Redis is down from the start
+			h.produce(env("a"), env("b"), env("c"))
+			s := h.sender
+			deadline := time.Now().Add(3 * time.Second)
+			h.run(func() bool {
+				if mode == pacer.RedisFailureLocal {
+					return s.count(s.success, "c") == 1
+				}
+				return time.Now().After(deadline)
+			})
+			sent := s.count(s.calls, "a") + s.count(s.calls, "b") + s.count(s.calls, "c")
+			fallback := h.gauge("pacer_redis_fallback")
+			switch mode {
+			case pacer.RedisFailureClosed:
+				if sent != 0 || fallback != 0 {
+					t.Errorf("closed: %d sends, fallback gauge %v; want 0, 0", sent, fallback)
+				}
+			case pacer.RedisFailureLocal:
+				if sent != 3 || fallback != 1 {
+					t.Errorf("local: %d sends, fallback gauge %v; want 3, 1", sent, fallback)
+				}
+			}
+			if got := h.counter("pacer_redis_errors_total"); got < 1 {
+				t.Errorf("pacer_redis_errors_total = %v, want >= 1", got)
+			}
+		})
+	}
+}
+
+func (h *harness) gauge(name string) float64 {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
 }

@@ -59,6 +59,10 @@ type config struct {
 	RetryDelays []time.Duration `env:"PACER_RETRY_DELAYS, default=5s,30s,5m"`
 	// PACER_UNKNOWN_OUTCOME: what to do when a send got no answer or a dead process left a claim: dlq or resend; default dlq.
 	UnknownOutcome string `env:"PACER_UNKNOWN_OUTCOME, default=dlq"`
+	// PACER_REDIS_FAILURE: when Redis is unreachable: closed (stop sending, keep every record) or local (pace in-process at rate / PACER_EXPECTED_REPLICAS); default closed.
+	RedisFailure string `env:"PACER_REDIS_FAILURE, default=closed"`
+	// PACER_EXPECTED_REPLICAS: replicas sharing each channel, for the local failure mode's share of the rate; default 1.
+	ExpectedReplicas int `env:"PACER_EXPECTED_REPLICAS, default=1"`
 	// PACER_IDEMPOTENCY_TTL: how long delivered envelope ids are remembered; default 24h.
 	IdempotencyTTL time.Duration `env:"PACER_IDEMPOTENCY_TTL, default=24h"`
 
@@ -240,6 +244,12 @@ func (c config) validate() error {
 	}
 	if c.UnknownOutcome != "dlq" && c.UnknownOutcome != "resend" {
 		bad("PACER_UNKNOWN_OUTCOME", fmt.Sprintf("%q is not dlq or resend", c.UnknownOutcome))
+	}
+	if c.RedisFailure != "closed" && c.RedisFailure != "local" {
+		bad("PACER_REDIS_FAILURE", fmt.Sprintf("%q is not closed or local", c.RedisFailure))
+	}
+	if c.ExpectedReplicas < 1 {
+		bad("PACER_EXPECTED_REPLICAS", "must be >= 1")
 	}
 	if c.IdempotencyTTL <= 0 {
 		bad("PACER_IDEMPOTENCY_TTL", "must be > 0")

@@ -48,6 +48,18 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_RETRY_DELAYS", "5s,often"},
 		{"PACER_UNKNOWN_OUTCOME", "guess"},
 		{"PACER_IDEMPOTENCY_TTL", "0s"},
+		{"PACER_REDIS_FAILURE", "open"},
+		{"PACER_EXPECTED_REPLICAS", "0"},
+		{"PACER_AIMD_DECREASE", "1.5"},
+		{"PACER_AIMD_FLOOR", "0"},
+		{"PACER_AIMD_WINDOW", "0s"},
+		{"PACER_AIMD_STEP", "-1"},
+		{"PACER_BREAKER_FLOOR_THROTTLES", "0"},
+		{"PACER_KAFKA_SESSION_TIMEOUT", "10ms"},
+		{"PACER_APNS_RATE", "0"},
+		{"PACER_FCM_BURST", "0"},
+		{"PACER_SENDGRID_RATE", "x"},
+		{"PACER_APNS_BASE_URL", "ftp://x"},
 	} {
 		t.Run(c.name+"="+c.val, func(t *testing.T) {
 			_, err := loadConfig(lookupMap(map[string]string{c.name: c.val}))
@@ -77,6 +89,10 @@ func TestRunExitCodes(t *testing.T) {
 		{"bad rate", []string{"run", "--channel", "whatsapp"}, map[string]string{"PACER_WHATSAPP_TOKEN": secret, "PACER_WHATSAPP_RATE": "0"}, 2, "PACER_WHATSAPP_RATE"},
 		{"bad metrics addr", []string{"run", "--channel", "whatsapp"}, map[string]string{"PACER_WHATSAPP_TOKEN": secret, "PACER_METRICS_ADDR": "256.0.0.1:99999", "PACER_REDIS_URL": "redis://127.0.0.1:1/0"}, 2, "PACER_METRICS_ADDR"},
 		{"publish without file", []string{"publish", "--channel", "whatsapp"}, nil, 2, "exactly one FILE"},
+		{"apns without key", []string{"run", "--channel", "apns"}, map[string]string{"PACER_APNS_KEY_ID": "K", "PACER_APNS_TEAM_ID": "T"}, 2, "PACER_APNS_KEY_FILE"},
+		{"apns key unreadable", []string{"run", "--channel", "apns"}, map[string]string{"PACER_APNS_KEY_ID": "K", "PACER_APNS_TEAM_ID": "T", "PACER_APNS_KEY_FILE": "/nonexistent/secret-path.p8"}, 2, "PACER_APNS_KEY_FILE"},
+		{"fcm without credentials", []string{"run", "--channel", "fcm"}, nil, 2, "PACER_FCM_CREDENTIALS_FILE"},
+		{"sendgrid bad keys", []string{"run", "--channel", "sendgrid"}, map[string]string{"PACER_SENDGRID_API_KEYS": "main=SG.secret,broken"}, 2, "PACER_SENDGRID_API_KEYS"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out, errb bytes.Buffer

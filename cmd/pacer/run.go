@@ -71,11 +71,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		MaxAttempts: cfg.MaxAttempts, Drain: cfg.Drain,
 		AIMD: aimd, Breaker: breaker,
 		MaxTokenWait: cfg.MaxTokenWait, RetryDelays: cfg.RetryDelays,
-		UnknownOutcome: cfg.UnknownOutcome, IdempotencyTTL: cfg.IdempotencyTTL,
+		UnknownOutcome: cfg.UnknownOutcome, IdempotencyTTL: cfg.IdempotencyTTL, RedisFailure: cfg.RedisFailure,
 		Logger: log,
 	}, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + *channel),
 			kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))},
-		pacer.Deps{Bucket: lim, Adapter: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Sender: sender}, reg)
+		pacer.Deps{Bucket: lim, Adapter: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Sender: sender,
+			Fallback: bucket.NewLocal(bucket.LocalConfig{Replicas: cfg.ExpectedReplicas})}, reg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
