@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pacerhq/pacer/lua"
@@ -22,6 +24,8 @@ const (
 	// outcome (it crashed or was cut off mid-send). The provider may or may
 	// not have the message.
 	Abandoned
+	// CoolingDown: the pacing key is in cooldown; nothing was claimed.
+	CoolingDown
 )
 
 func (c ClaimResult) String() string {
@@ -32,6 +36,8 @@ func (c ClaimResult) String() string {
 		return "delivered"
 	case Abandoned:
 		return "abandoned"
+	case CoolingDown:
+		return "cooldown"
 	}
 	return fmt.Sprintf("claim(%d)", int(c))
 }
@@ -64,29 +70,40 @@ func (l *Ledger) IDKey(channel, key, id string) string {
 	return fmt.Sprintf("%s:{%s:%s}:id:%s", l.prefix, channel, key, id)
 }
 
-// Claim claims id for owner for ttl (rounded up to a millisecond). With
-// force, a claim left by another owner is taken over (the caller has decided
-// to send again); without it, such a claim answers [Abandoned]. Errors wrap
-// the Redis error.
-func (l *Ledger) Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (ClaimResult, error) {
+// Claim claims id for owner for ttl (rounded up to a millisecond), right
+// before its request. With force, a claim left by another owner is taken
+// over (the caller has decided to send again); without it, such a claim
+// answers [Abandoned]. If the pacing key is in cooldown (the key of
+// [Limiter.CooldownKey] with the same prefix), Claim answers [CoolingDown]
+// and the time left, claiming nothing: a sender that slept on a
+// reservation while a cooldown began does not send. Errors wrap the Redis
+// error.
+func (l *Ledger) Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (ClaimResult, time.Duration, error) {
 	k := l.IDKey(channel, key, id)
+	ck := fmt.Sprintf("%s:{%s:%s}:cooldown", l.prefix, channel, key)
 	f := "0"
 	if force {
 		f = "1"
 	}
-	v, err := claimScript.Run(ctx, l.rdb, []string{k}, owner, ms(ttl), f).Result()
+	v, err := claimScript.Run(ctx, l.rdb, []string{k, ck}, owner, ms(ttl), f).Result()
 	if err != nil {
-		return 0, fmt.Errorf("bucket: claim %q: %w", k, err)
+		return 0, 0, fmt.Errorf("bucket: claim %q: %w", k, err)
 	}
-	switch v {
-	case "claimed":
-		return Claimed, nil
-	case "delivered":
-		return Delivered, nil
-	case "abandoned":
-		return Abandoned, nil
+	s, _ := v.(string)
+	switch {
+	case s == "claimed":
+		return Claimed, 0, nil
+	case s == "delivered":
+		return Delivered, 0, nil
+	case s == "abandoned":
+		return Abandoned, 0, nil
+	case strings.HasPrefix(s, "cooldown:"):
+		us, err := strconv.ParseInt(s[len("cooldown:"):], 10, 64)
+		if err == nil && us > 0 {
+			return CoolingDown, time.Duration(us) * time.Microsecond, nil
+		}
 	}
-	return 0, fmt.Errorf("bucket: claim %q: unexpected reply %v", k, v)
+	return 0, 0, fmt.Errorf("bucket: claim %q: unexpected reply %v", k, v)
 }
 
 // Delivered records that id was accepted by the provider (providerID, may

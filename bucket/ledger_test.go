@@ -49,7 +49,7 @@ func TestLedgerSteps(t *testing.T) {
 				var err error
 				switch s.op {
 				case "claim", "force":
-					got, err = l.Claim(ctx, ch, key, id, s.owner, time.Minute, s.op == "force")
+					got, _, err = l.Claim(ctx, ch, key, id, s.owner, time.Minute, s.op == "force")
 				case "deliver":
 					err = l.Delivered(ctx, ch, key, id, "wamid.X", time.Hour)
 				case "release":
@@ -67,5 +67,35 @@ func TestLedgerKeySharesSlot(t *testing.T) {
 	l := bucket.NewLedger(nil, bucket.Config{})
 	if got, want := l.IDKey("whatsapp", "106540352242922", "c1-9"), "pacer:{whatsapp:106540352242922}:id:c1-9"; got != want {
 		t.Fatalf("IDKey = %q, want %q", got, want)
+	}
+}
+
+// TestLedgerClaimHonoursCooldown: no claim while the pacing key cools down,
+// so a sender woken from a reservation does not send into a cooldown.
+func TestLedgerClaimHonoursCooldown(t *testing.T) {
+	mr := miniredis.RunT(t)
+	for name, rdb := range map[string]*redis.Client{
+		"miniredis":    redis.NewClient(&redis.Options{Addr: mr.Addr()}),
+		"redis-server": redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer rdb.Close()
+			ctx := context.Background()
+			cfg := bucket.Config{Prefix: "tcd" + time.Now().Format("150405.000000")}
+			l, lim := bucket.NewLedger(rdb, cfg), bucket.New(rdb, cfg)
+			if err := lim.Cooldown(ctx, "whatsapp", "106", 2*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			got, left, err := l.Claim(ctx, "whatsapp", "106", "m1", "a", time.Minute, false)
+			if err != nil || got != bucket.CoolingDown || left <= time.Second || left > 2*time.Second {
+				t.Fatalf("Claim in cooldown = %v, %v, %v; want cooldown with 1s < left <= 2s", got, left, err)
+			}
+			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m1", "b", time.Minute, false); err != nil || got != bucket.CoolingDown {
+				t.Fatalf("second Claim = %v, %v; want cooldown (nothing was claimed)", got, err)
+			}
+			if got, _, err := l.Claim(ctx, "whatsapp", "107", "m1", "a", time.Minute, false); err != nil || got != bucket.Claimed {
+				t.Fatalf("Claim on another key = %v, %v; want claimed", got, err)
+			}
+		})
 	}
 }

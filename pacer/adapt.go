@@ -41,6 +41,50 @@ type keyState struct {
 	breakerUntil  time.Time
 	cooldownUntil time.Time
 	lastSeen      time.Time
+
+	disp    *bucket.Dispenser // leases of this key's slots, shared by this process's senders
+	dispLim bucket.Limit      // the limit disp leases under
+}
+
+// countingLeaser counts the Lease calls a Dispenser makes.
+type countingLeaser struct {
+	bucket.Leaser
+	calls func()
+}
+
+func (c countingLeaser) Lease(ctx context.Context, channel, key string, lim bucket.Limit, n int, maxWait time.Duration) (bucket.Lease, error) {
+	c.calls()
+	return c.Leaser.Lease(ctx, channel, key, lim, n, maxWait)
+}
+
+// dispenser returns the key's Dispenser for lim, replacing (and returning
+// the unused slots of) one made for another limit.
+func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, lim bucket.Limit) *bucket.Dispenser {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.disp != nil && st.dispLim == lim {
+		return st.disp
+	}
+	if st.disp != nil {
+		st.disp.Close(ctx)
+	}
+	n := min(p.cfg.LeaseSize, lim.Burst)
+	st.disp = bucket.NewDispenser(countingLeaser{p.bucket, func() { p.m.bucketCalls.WithLabelValues().Inc() }},
+		p.cfg.Channel, key, lim, max(n, 1), p.cfg.MaxTokenWait)
+	st.dispLim = lim
+	return st.disp
+}
+
+// dropLease gives back the key's leased slots that have not started (after
+// a throttle, so the lowered rate applies at once).
+func (st *keyState) dropLease(ctx context.Context) {
+	st.mu.Lock()
+	d := st.disp
+	st.disp = nil
+	st.mu.Unlock()
+	if d != nil {
+		d.Close(ctx)
+	}
 }
 
 type keyStates struct {
@@ -120,6 +164,7 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, perr *c
 	st.mu.Lock()
 	st.set(a, p.cfg.Limit, time.Now())
 	st.mu.Unlock()
+	st.dropLease(ctx)
 	if a.Decreased {
 		log.Warn("throttled: rate lowered", "code", code, "rate", a.Rate, "ceiling", a.Ceiling, "cooldown", a.CooldownLeft)
 	} else {

@@ -101,6 +101,12 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 		return p.deadLetter(ctx, r, m, "malformed", err.Error(), log)
 	}
 	log = log.With("id", env.ID)
+	// Two copies of one id in this process are handled one after the other,
+	// so the second finds the first's outcome in the ledger.
+	if !p.lockID(ctx, env.Key, env.ID) {
+		return false
+	}
+	defer p.unlockID(env.Key, env.ID)
 	if env.Expired(time.Now()) {
 		return p.deadLetter(ctx, r, m, "expired", "expires_at "+env.ExpiresAt.Format(time.RFC3339)+" passed before a send", log)
 	}
@@ -121,7 +127,7 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 			return p.requeue(ctx, r, m, "breaker", max(bwait, time.Second), log)
 		}
 		lim := p.limitFor(ctx, env.Key, st, log)
-		wait, reason, ok := p.waitToken(ctx, env.Key, lim, log)
+		wait, reason, ok := p.acquire(ctx, env.Key, st, lim, log)
 		if !ok {
 			p.release(ctx, env, log)
 			return false
@@ -135,13 +141,25 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 		// Claim the id only now, right before the request: a process that
 		// dies while waiting for a token leaves no claim behind.
 		var claim bucket.ClaimResult
+		var cool time.Duration
 		if err := p.redis(ctx, log, func() (err error) {
-			claim, err = p.ledger.Claim(ctx, p.cfg.Channel, env.Key, env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
+			claim, cool, err = p.ledger.Claim(ctx, p.cfg.Channel, env.Key, env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
 			return err
 		}); err != nil && !errors.Is(err, errRedisDown) {
 			return false
 		}
 		switch claim {
+		case bucket.CoolingDown:
+			// A cooldown began while this message slept on its slot.
+			if cool > p.cfg.MaxTokenWait {
+				p.release(ctx, env, log)
+				return p.requeue(ctx, r, m, "cooldown", cool, log)
+			}
+			if !sleep(ctx, cool+time.Duration(rand.Int64N(int64(cool)/10+1))) {
+				p.release(ctx, env, log)
+				return false
+			}
+			continue
 		case bucket.Delivered:
 			p.m.duplicates.WithLabelValues().Inc()
 			log.Info("already delivered; skipped")
@@ -224,6 +242,36 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 	}
 }
 
+// lockID waits until no other goroutine of this process handles the
+// envelope id (of pacing key key), then takes it. It reports false if ctx
+// ended first.
+func (p *Pacer) lockID(ctx context.Context, key, id string) bool {
+	k := key + "\x00" + id
+	for {
+		p.idsMu.Lock()
+		busy, ok := p.ids[k]
+		if !ok {
+			p.ids[k] = make(chan struct{})
+			p.idsMu.Unlock()
+			return true
+		}
+		p.idsMu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (p *Pacer) unlockID(key, id string) {
+	k := key + "\x00" + id
+	p.idsMu.Lock()
+	close(p.ids[k])
+	delete(p.ids, k)
+	p.idsMu.Unlock()
+}
+
 func codeOf(e *channels.Error) string {
 	if e == nil || e.Code == "" {
 		return "none"
@@ -275,44 +323,59 @@ func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) er
 	}
 }
 
-// waitToken waits until the bucket of key grants a token and returns
-// (0, "", true); or, when the wait would exceed MaxTokenWait, returns the
-// wait and why ("cooldown" or "token-wait") without waiting. ok is false
-// when ctx ended.
-func (p *Pacer) waitToken(ctx context.Context, key string, lim bucket.Limit, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
+// acquire waits for a send slot of key under lim: one reservation (or a
+// slot of a lease shared by this process's senders for the key) and one
+// sleep until it starts. It returns (0, "", true) once the slot started; or,
+// when no slot is to be had within MaxTokenWait, the wait and why
+// ("cooldown" or "token-wait") without waiting. ok is false when ctx ended.
+func (p *Pacer) acquire(ctx context.Context, key string, st *keyState, lim bucket.Limit, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
 	for {
-		var d bucket.Decision
+		var res bucket.Reservation
 		start := time.Now()
 		err := p.redis(ctx, log, func() (err error) {
-			d, err = p.bucket.Take(ctx, p.cfg.Channel, key, lim, 1)
+			res, err = p.reserve(ctx, key, st, lim)
 			return err
 		})
 		if errors.Is(err, errRedisDown) {
-			d, err = p.fallback.Take(ctx, p.cfg.Channel, key, lim, 1)
+			res, err = p.fallback.Reserve(ctx, p.cfg.Channel, key, lim, 1, p.cfg.MaxTokenWait)
 		}
 		if err != nil {
 			return 0, "", false
 		}
 		p.m.takeLatency.WithLabelValues().Observe(time.Since(start).Seconds())
-		if d.Allowed {
+		if res.OK {
+			if !sleep(ctx, res.Delay) {
+				return 0, "", false
+			}
 			return 0, "", true
 		}
-		if d.Wait > p.cfg.MaxTokenWait {
-			if d.Cooldown {
-				return d.Wait, "cooldown", true
+		if res.Wait > p.cfg.MaxTokenWait {
+			if res.Cooldown {
+				return res.Wait, "cooldown", true
 			}
-			return d.Wait, "token-wait", true
+			return res.Wait, "token-wait", true
 		}
 		// Spread cooldown wake-ups by up to 10% so waiters on one key do not
 		// all return in the same instant.
-		wait := d.Wait
-		if d.Cooldown {
-			wait += time.Duration(rand.Int64N(int64(wait)/10 + 1))
+		w := res.Wait
+		if res.Cooldown {
+			w += time.Duration(rand.Int64N(int64(w)/10 + 1))
 		}
-		if !sleep(ctx, wait) {
+		if !sleep(ctx, w) {
 			return 0, "", false
 		}
 	}
+}
+
+// reserve asks for one slot: through the key's Dispenser (one Redis call
+// per LeaseSize slots) when leases are on, else one reservation.
+func (p *Pacer) reserve(ctx context.Context, key string, st *keyState, lim bucket.Limit) (bucket.Reservation, error) {
+	if p.cfg.LeaseSize <= 1 {
+		p.m.bucketCalls.WithLabelValues().Inc()
+		return p.bucket.Reserve(ctx, p.cfg.Channel, key, lim, 1, p.cfg.MaxTokenWait)
+	}
+	d := st.dispenser(ctx, p, key, lim)
+	return d.Next(ctx)
 }
 
 // release drops this process's claim on env.ID after the provider refused

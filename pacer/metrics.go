@@ -25,6 +25,7 @@ type metrics struct {
 	ready       *prometheus.GaugeVec     // channel
 	responses   *prometheus.CounterVec   // channel, class, code
 	fallback    *prometheus.GaugeVec     // channel
+	bucketCalls *prometheus.CounterVec   // channel
 
 	codesMu sync.Mutex
 	codes   map[string]bool // provider codes given a label so far
@@ -55,6 +56,10 @@ func (m *metrics) response(class string, e *channels.Error) {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		codes: map[string]bool{},
+		bucketCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pacer", Name: "bucket_calls_total",
+			Help: "Token-bucket script calls to Redis (reservations and leases); divided by pacer_delivered_total, the bucket's Redis cost per message.",
+		}, nil),
 		fallback: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "pacer", Name: "redis_fallback",
 			Help: "1 while Redis is down and PACER_REDIS_FAILURE=local paces in-process; 0 otherwise.",
@@ -94,7 +99,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, nil),
 		takeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "pacer", Name: "take_duration_seconds",
-			Help:    "Latency of one token-bucket script call to Redis.",
+			Help:    "Latency of getting one send slot from the token bucket (a reservation, or a slot of a lease).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 3, 10),
 		}, nil),
 		sendLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -120,7 +125,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, nil),
 	}
 	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.retries, m.dlq, m.bucketWait, m.takeLatency,
-		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback} {
+		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

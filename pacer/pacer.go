@@ -95,21 +95,24 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Bucket is the distributed token bucket the pacer draws from;
-// *bucket.Limiter implements it. Both methods are safe for concurrent use.
+// Bucket is the token bucket the pacer draws from: *bucket.Limiter (in
+// Redis, shared by every replica) and *bucket.Local (in-process, for the
+// local failure mode) implement it. Methods are safe for concurrent use.
 type Bucket interface {
-	// Take removes cost tokens from the bucket of (channel, key) or says how
-	// long to wait; see bucket.Limiter.Take.
-	Take(ctx context.Context, channel, key string, lim bucket.Limit, cost int) (bucket.Decision, error)
-	// Cooldown stops every replica from taking tokens for (channel, key) for
-	// at least d.
+	// Reserve grants the next send slot of (channel, key) within maxWait,
+	// or says how long until one could be granted; see bucket.Limiter.Reserve.
+	Reserve(ctx context.Context, channel, key string, lim bucket.Limit, cost int, maxWait time.Duration) (bucket.Reservation, error)
+	// Lease and Return serve a bucket.Dispenser: up to n slots per call.
+	bucket.Leaser
+	// Cooldown stops every caller from being granted slots for (channel,
+	// key) for at least d.
 	Cooldown(ctx context.Context, channel, key string, d time.Duration) error
 }
 
 // Ledger is the idempotency record of envelope ids; *bucket.Ledger
 // implements it. Methods are safe for concurrent use.
 type Ledger interface {
-	Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (bucket.ClaimResult, error)
+	Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (bucket.ClaimResult, time.Duration, error)
 	Delivered(ctx context.Context, channel, key, id, providerID string, ttl time.Duration) error
 	Release(ctx context.Context, channel, key, id, owner string) error
 }
@@ -157,6 +160,8 @@ type Config struct {
 	RedisFailure     string          // "closed" (default: sends stop while Redis is down) or "local" (pace with Deps.Fallback)
 	IdempotencyTTL   time.Duration   // how long delivered ids are remembered; default 24h
 	MaxQueued        int             // fetched records per partition before fetching pauses; default 2000
+	InFlight         int             // records of one partition handled at once; default 32 (1 keeps strict order)
+	LeaseSize        int             // slots per Redis lease; default rate/10 (100 ms of slots) when that is >= 10, else 1 (one reservation per message); max 256
 	Owner            string          // this process in ledger claims; default host-pid-random
 	Logger           *slog.Logger    // default slog.Default()
 }
@@ -220,6 +225,16 @@ func (c *Config) setDefaults() error {
 	if c.MaxQueued <= 0 {
 		c.MaxQueued = 2000
 	}
+	if c.InFlight <= 0 {
+		c.InFlight = 32
+	}
+	if c.LeaseSize <= 0 {
+		c.LeaseSize = int(c.Limit.PerSecond / 10)
+		if c.LeaseSize < 10 {
+			c.LeaseSize = 1
+		}
+	}
+	c.LeaseSize = min(c.LeaseSize, 256, c.Limit.Burst)
 	if c.Owner == "" {
 		host, _ := os.Hostname()
 		var b [4]byte
@@ -253,6 +268,9 @@ type Pacer struct {
 	kafkaOK   atomic.Bool
 	redisOK   atomic.Bool
 
+	idsMu sync.Mutex
+	ids   map[string]chan struct{} // envelope ids being handled; closed when done
+
 	mu      sync.Mutex
 	workers map[tp]*worker
 	cl      *kgo.Client
@@ -285,7 +303,8 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 		return nil, fmt.Errorf("pacer: metrics: %w", err)
 	}
 	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ledger: deps.Ledger, sender: deps.Sender, m: m,
-		log: cfg.Logger.With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}}}
+		log: cfg.Logger.With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}},
+		ids: map[string]chan struct{}{}}
 	for _, c := range p.keyGauges() {
 		if err := wrapped.Register(c); err != nil {
 			return nil, fmt.Errorf("pacer: metrics: %w", err)

@@ -303,7 +303,7 @@ func TestIdempotency(t *testing.T) {
 	defer rdb.Close()
 	l := bucket.NewLedger(rdb, bucket.Config{})
 	for _, id := range []string{"crashed", "replayed"} {
-		if _, err := l.Claim(context.Background(), "test", "k1", id, "dead-process", time.Hour, false); err != nil {
+		if _, _, err := l.Claim(context.Background(), "test", "k1", id, "dead-process", time.Hour, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -315,7 +315,10 @@ func TestIdempotency(t *testing.T) {
 	}
 	h.produce(env("last"))
 	s := h.sender
-	h.run(func() bool { return s.count(s.success, "last") == 1 && s.count(s.success, "replayed") == 1 })
+	h.run(func() bool {
+		return s.count(s.success, "last") == 1 && s.count(s.success, "replayed") == 1 &&
+			h.counter("pacer_duplicates_skipped_total") == 1 && h.counter("pacer_dlq_total", "reason", "unknown-outcome") == 1
+	})
 	if got := s.count(s.calls, "twice"); got != 1 {
 		t.Errorf("twice: %d requests, want 1", got)
 	}
@@ -374,7 +377,7 @@ func TestRedisFailureModes(t *testing.T) {
 			deadline := time.Now().Add(3 * time.Second)
 			h.run(func() bool {
 				if mode == pacer.RedisFailureLocal {
-					return s.count(s.success, "c") == 1
+					return s.count(s.success, "a")+s.count(s.success, "b")+s.count(s.success, "c") == 3
 				}
 				return time.Now().After(deadline)
 			})

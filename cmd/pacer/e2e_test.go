@@ -299,6 +299,18 @@ func TestEndToEndTwoProcessesShareLimit(t *testing.T) {
 	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 4, -1, nil, e.topic); err != nil {
 		t.Fatal(err)
 	}
+	// Both members join before the campaign arrives, so the measured span
+	// holds no rebalance.
+	a := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10")
+	b := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10")
+	deadline := time.Now().Add(60 * time.Second)
+	for !(strings.Contains(a.logs(), "partitions assigned") && strings.Contains(b.logs(), "partitions assigned")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("both members not assigned within 60 s\n%s\n%s", a.logs(), b.logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second) // let the cooperative rebalance settle
 	lines, keys := campaign(numbers, per, "2")
 	var recs []*kgo.Record
 	for _, l := range strings.Split(strings.TrimSpace(lines), "\n") {
@@ -307,8 +319,6 @@ func TestEndToEndTwoProcessesShareLimit(t *testing.T) {
 	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	a := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10")
-	b := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10")
 	e.waitDelivered(numbers*per, 120*time.Second, a, b)
 	e.checkPacing(keys, per, rate, burst)
 	for i, p := range []*proc{a, b} {
