@@ -13,6 +13,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -29,6 +30,7 @@ const (
 	hOrigTopic = "pacer-original-topic"
 	hOrigPart  = "pacer-original-partition"
 	hOrigOff   = "pacer-original-offset"
+	hTruncated = "pacer-truncated" // DLQ: the value was cut; the original size in bytes
 )
 
 // meta is the pacer's bookkeeping carried in a record's headers.
@@ -416,7 +418,10 @@ func (p *Pacer) retry(ctx context.Context, r *kgo.Record, m meta, cause error, l
 	}
 	m.due = time.Now().Add(d)
 	log.Warn("transient failure; retrying later", "attempt", m.attempt, "after", d, "err", cause)
-	if !p.produce(ctx, &kgo.Record{Topic: p.cfg.retryTopic(tier), Key: r.Key, Value: r.Value, Headers: m.headers(r)}, log) {
+	if err := p.produce(ctx, &kgo.Record{Topic: p.cfg.retryTopic(tier), Key: r.Key, Value: r.Value, Headers: m.headers(r)}, log); err != nil {
+		if errors.Is(err, errTooLarge) {
+			return p.deadLetter(ctx, r, m, "too-large", "the retry copy exceeds the broker's message size; last: "+cause.Error(), log)
+		}
 		return false
 	}
 	p.m.retries.WithLabelValues().Inc()
@@ -437,7 +442,10 @@ func (p *Pacer) requeue(ctx context.Context, r *kgo.Record, m meta, reason strin
 	m.requeues++
 	m.due = time.Now().Add(wait + time.Duration(rand.Int64N(int64(wait)/10+1)))
 	log.Info("requeued", "reason", reason, "due_in", wait, "tier", tier)
-	if !p.produce(ctx, &kgo.Record{Topic: p.cfg.retryTopic(tier), Key: r.Key, Value: r.Value, Headers: m.headers(r)}, log) {
+	if err := p.produce(ctx, &kgo.Record{Topic: p.cfg.retryTopic(tier), Key: r.Key, Value: r.Value, Headers: m.headers(r)}, log); err != nil {
+		if errors.Is(err, errTooLarge) {
+			return p.deadLetter(ctx, r, m, "too-large", "the requeued copy exceeds the broker's message size", log)
+		}
 		return false
 	}
 	p.m.requeued.WithLabelValues(reason).Inc()
@@ -467,7 +475,28 @@ func (p *Pacer) deadLetter(ctx context.Context, r *kgo.Record, m meta, reason, d
 		kgo.RecordHeader{Key: hOrigPart, Value: []byte(op)},
 		kgo.RecordHeader{Key: hOrigOff, Value: []byte(oo)},
 	)}
-	if !p.produce(ctx, dr, log) {
+	err := p.produce(ctx, dr, log)
+	if errors.Is(err, errTooLarge) {
+		// Keep the reason and origin, drop the rest; then, if still too
+		// large, cut the value (the original stays in its topic at the
+		// offset named, until retention).
+		keep := []kgo.RecordHeader{}
+		for _, h := range dr.Headers {
+			switch h.Key {
+			case hReason, hChannel, hOrigTopic, hOrigPart, hOrigOff:
+				keep = append(keep, h)
+			}
+		}
+		dr.Headers = keep
+		if err = p.produce(ctx, dr, log); errors.Is(err, errTooLarge) {
+			n := min(len(dr.Value), 512<<10)
+			dr.Value = dr.Value[:n]
+			dr.Headers = append(dr.Headers, kgo.RecordHeader{Key: hTruncated, Value: []byte(strconv.Itoa(len(r.Value)))})
+			err = p.produce(ctx, dr, log)
+		}
+		log.Warn("DLQ copy too large for the broker: headers dropped and value cut if needed", "bytes", len(r.Value))
+	}
+	if err != nil {
 		return false
 	}
 	p.m.dlq.WithLabelValues(label).Inc()
@@ -475,24 +504,35 @@ func (p *Pacer) deadLetter(ctx context.Context, r *kgo.Record, m meta, reason, d
 	return true
 }
 
+// errTooLarge reports a copy Kafka refuses for its size (MESSAGE_TOO_LARGE):
+// retrying it unchanged would hold its partition forever.
+var errTooLarge = errors.New("pacer: record too large for the topic")
+
 // produce writes rec and waits for Kafka's acknowledgement, retrying until
-// ctx ends (false): a record is never finished without its copy.
-func (p *Pacer) produce(ctx context.Context, rec *kgo.Record, log *slog.Logger) bool {
+// ctx ends (ctx.Err()): a record is never finished without its copy. A copy
+// too large for the broker returns errTooLarge at once.
+func (p *Pacer) produce(ctx context.Context, rec *kgo.Record, log *slog.Logger) error {
 	fail := backoff.NewExponentialBackOff()
 	fail.MaxInterval = 10 * time.Second
 	for {
+		// A fresh copy per attempt: kgo keeps the context of the first
+		// Produce of a *Record, which the previous attempt has cancelled.
+		attempt := &kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Value, Headers: rec.Headers}
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := p.cl.ProduceSync(pctx, rec).FirstErr()
+		err := p.cl.ProduceSync(pctx, attempt).FirstErr()
 		cancel()
 		if err == nil {
-			return true
+			return nil
+		}
+		if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) {
+			return errTooLarge
 		}
 		if ctx.Err() != nil {
-			return false
+			return ctx.Err()
 		}
 		log.Error("write to "+rec.Topic+" failed; retrying", "err", err)
 		if !sleep(ctx, fail.NextBackOff()) {
-			return false
+			return ctx.Err()
 		}
 	}
 }

@@ -413,3 +413,49 @@ func (h *harness) gauge(name string) float64 {
 	}
 	return -1
 }
+
+// TestTooLargeForDLQ: a record whose DLQ copy exceeds the producer's
+// message size is still dead-lettered (value cut, pacer-truncated set), and
+// the partition keeps flowing.
+func TestTooLargeForDLQ(t *testing.T) {
+	h := newHarness(t, map[string][]error{
+		"big": {&channels.Error{Channel: "test", Status: 400, Code: "131026", Class: channels.Permanent}},
+	})
+	big := fmt.Sprintf(`{"id":"big","key":"k1","to":"1","payload":{"x":%q}}`, strings.Repeat("x", 1_040_000))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.kc.ListenAddrs()...), kgo.ProducerBatchMaxBytes(4<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "pacer.test", Key: []byte("k1"), Value: []byte(big)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	h.produce(env("after"))
+	s := h.sender
+	h.run(func() bool {
+		return s.count(s.success, "after") == 1 && h.counter("pacer_dlq_total", "reason", "permanent") == 1
+	})
+	dc, err := kgo.NewClient(kgo.SeedBrokers(h.kc.ListenAddrs()...), kgo.ConsumeTopics("pacer.test.dlq"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(8<<20), kgo.FetchMaxPartitionBytes(8<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var got *kgo.Record
+	for got == nil && ctx.Err() == nil {
+		dc.PollFetches(ctx).EachRecord(func(r *kgo.Record) { got = r })
+	}
+	if got == nil {
+		t.Fatal("no DLQ record")
+	}
+	hdr := map[string]string{}
+	for _, x := range got.Headers {
+		hdr[x.Key] = string(x.Value)
+	}
+	if hdr["pacer-reason"] != "permanent:131026" || hdr["pacer-truncated"] != fmt.Sprint(len(big)) || len(got.Value) != 512<<10 {
+		t.Errorf("DLQ record: reason %q truncated %q value %d bytes; want permanent:131026, %d, %d",
+			hdr["pacer-reason"], hdr["pacer-truncated"], len(got.Value), len(big), 512<<10)
+	}
+}

@@ -63,6 +63,10 @@ type config struct {
 	RedisFailure string `env:"PACER_REDIS_FAILURE, default=closed"`
 	// PACER_EXPECTED_REPLICAS: replicas sharing each channel, for the local failure mode's share of the rate; default 1.
 	ExpectedReplicas int `env:"PACER_EXPECTED_REPLICAS, default=1"`
+	// PACER_INFLIGHT: records of one partition handled at once (1 keeps strict order); default 32.
+	InFlight int `env:"PACER_INFLIGHT, default=32"`
+	// PACER_LEASE_SIZE: send slots taken from Redis per call for one key; default 0 = automatic (a tenth of a second of slots once that is >= 10, else 1).
+	LeaseSize int `env:"PACER_LEASE_SIZE, default=0"`
 	// PACER_IDEMPOTENCY_TTL: how long delivered envelope ids are remembered; default 24h.
 	IdempotencyTTL time.Duration `env:"PACER_IDEMPOTENCY_TTL, default=24h"`
 
@@ -213,13 +217,13 @@ func (c config) validate() error {
 	if !(c.AIMDDecrease > 0 && c.AIMDDecrease < 1) {
 		bad("PACER_AIMD_DECREASE", "must be in (0, 1)")
 	}
-	if !(c.AIMDFloor > 0) {
+	if !(c.AIMDFloor > 0) || c.AIMDFloor > 1e9 {
 		bad("PACER_AIMD_FLOOR", "must be > 0 messages per second")
 	}
 	if c.AIMDWindow <= 0 {
 		bad("PACER_AIMD_WINDOW", "must be > 0")
 	}
-	if c.AIMDStep < 0 {
+	if !(c.AIMDStep >= 0) || c.AIMDStep > 1e9 {
 		bad("PACER_AIMD_STEP", "must be >= 0 (0 = a tenth of the rate)")
 	}
 	if c.BreakerFloorThrottles < 1 {
@@ -251,6 +255,12 @@ func (c config) validate() error {
 	if c.ExpectedReplicas < 1 {
 		bad("PACER_EXPECTED_REPLICAS", "must be >= 1")
 	}
+	if c.InFlight < 1 || c.InFlight > 1024 {
+		bad("PACER_INFLIGHT", "must be in 1..1024")
+	}
+	if c.LeaseSize < 0 || c.LeaseSize > 256 {
+		bad("PACER_LEASE_SIZE", "must be in 0..256 (0 = automatic)")
+	}
 	if c.IdempotencyTTL <= 0 {
 		bad("PACER_IDEMPOTENCY_TTL", "must be > 0")
 	}
@@ -260,8 +270,8 @@ func (c config) validate() error {
 	if c.WhatsApp.APIVersion == "" || strings.Contains(c.WhatsApp.APIVersion, "/") {
 		bad("PACER_WHATSAPP_API_VERSION", "must be a version such as v21.0")
 	}
-	if !(c.WhatsApp.Rate > 0) {
-		bad("PACER_WHATSAPP_RATE", "must be > 0 messages per second")
+	if !(c.WhatsApp.Rate > 0) || c.WhatsApp.Rate > 1e9 {
+		bad("PACER_WHATSAPP_RATE", "must be > 0 and <= 1e9 messages per second")
 	}
 	if c.WhatsApp.Burst < 1 {
 		bad("PACER_WHATSAPP_BURST", "must be >= 1 message")
@@ -282,8 +292,8 @@ func (c config) validate() error {
 		{"PACER_APNS_RATE", c.APNs.Rate, "PACER_APNS_BURST", c.APNs.Burst},
 		{"PACER_FCM_RATE", c.FCM.Rate, "PACER_FCM_BURST", c.FCM.Burst},
 	} {
-		if !(r.rate > 0) {
-			bad(r.name, "must be > 0 messages per second")
+		if !(r.rate > 0) || r.rate > 1e9 {
+			bad(r.name, "must be > 0 and <= 1e9 messages per second")
 		}
 		if r.burst < 1 {
 			bad(r.bname, "must be >= 1 message")
@@ -292,8 +302,8 @@ func (c config) validate() error {
 	if u, err := url.Parse(c.SendGrid.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("PACER_SENDGRID_BASE_URL", "must be an http(s) URL")
 	}
-	if !(c.SendGrid.Rate > 0) {
-		bad("PACER_SENDGRID_RATE", "must be > 0 mails per second")
+	if !(c.SendGrid.Rate > 0) || c.SendGrid.Rate > 1e9 {
+		bad("PACER_SENDGRID_RATE", "must be > 0 and <= 1e9 mails per second")
 	}
 	if c.SendGrid.Burst < 1 {
 		bad("PACER_SENDGRID_BURST", "must be >= 1 mail")
