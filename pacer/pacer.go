@@ -123,6 +123,9 @@ type Deps struct {
 	Adapter Adapter         // required; *bucket.Limiter is both Bucket and Adapter
 	Ledger  Ledger          // required
 	Sender  channels.Sender // required
+	// RedisPing, if set, is called every 5 s so /readyz reflects Redis
+	// even while no message needs it; nil leaves that to the calls made.
+	RedisPing func(ctx context.Context) error
 	// Fallback paces while Redis is down in RedisFailure "local" mode
 	// (*bucket.Local, at rate / expected replicas); required then, else unused.
 	Fallback Bucket
@@ -259,6 +262,7 @@ type Pacer struct {
 	ledger  Ledger
 	adapter  Adapter
 	fallback Bucket
+	ping     func(ctx context.Context) error
 	sender   channels.Sender
 	keys    keyStates
 	m      *metrics
@@ -302,7 +306,7 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	if err != nil {
 		return nil, fmt.Errorf("pacer: metrics: %w", err)
 	}
-	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ledger: deps.Ledger, sender: deps.Sender, m: m,
+	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, sender: deps.Sender, m: m,
 		log: cfg.Logger.With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}},
 		ids: map[string]chan struct{}{}}
 	for _, c := range p.keyGauges() {
@@ -364,6 +368,9 @@ func (p *Pacer) Run(ctx context.Context) error {
 		"redis_failure", p.cfg.RedisFailure, "unknown_outcome", p.cfg.UnknownOutcome)
 	p.m.fallback.WithLabelValues().Set(0)
 	go p.watchKafka(ctx, cl)
+	if p.ping != nil {
+		go p.watchRedis(ctx)
+	}
 
 	for {
 		fetches := cl.PollRecords(ctx, 10000)
@@ -455,6 +462,34 @@ func (p *Pacer) watchKafka(ctx context.Context, cl *kgo.Client) {
 				p.log.Info("kafka reachable again")
 			} else {
 				p.log.Error("kafka unreachable; sends stop until it answers", "err", err)
+			}
+			p.publishReady()
+		}
+	}
+}
+
+// watchRedis pings Redis every 5 s so /readyz reflects it on an idle replica.
+func (p *Pacer) watchRedis(ctx context.Context) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := p.ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if ok := err == nil; p.redisOK.Swap(ok) != ok {
+			if ok {
+				p.log.Info("redis reachable again")
+				p.m.fallback.WithLabelValues().Set(0)
+			} else {
+				p.log.Error("redis unreachable", "err", err)
 			}
 			p.publishReady()
 		}

@@ -193,6 +193,7 @@ func TestOutcomes(t *testing.T) {
 	s := h.sender
 	h.run(func() bool {
 		return s.count(s.success, "last") == 1 && s.count(s.success, "flaky") == 1 &&
+			s.count(s.success, "pair") == 1 && s.count(s.success, "halted") == 1 && s.count(s.success, "throttled") == 1 &&
 			h.counter("pacer_dlq_total", "reason", "attempts-exhausted") == 1
 	})
 

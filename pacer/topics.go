@@ -9,26 +9,27 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // EnsureTopic returns the partition count of topic, creating it with
 // partitions partitions and the broker's default replication factor when it
-// does not exist. It waits up to 30 s (or until ctx ends) for a new topic's
-// metadata to show its partitions.
+// does not exist. It asks the brokers directly (not the client's metadata
+// cache, which may be seconds old), and waits up to 30 s, or until ctx
+// ends, for a topic another process just created to show its partitions.
 func EnsureTopic(ctx context.Context, cl *kgo.Client, topic string, partitions int) (int, error) {
-	adm := kadm.NewClient(cl)
 	deadline := time.Now().Add(30 * time.Second)
 	created := false
 	for {
-		details, err := adm.ListTopics(ctx, topic)
+		n, err := partitionCount(ctx, cl, topic)
 		if err != nil {
 			return 0, fmt.Errorf("pacer: topic %s: metadata: %w", topic, err)
 		}
-		if d, ok := details[topic]; ok && d.Err == nil && len(d.Partitions) > 0 {
-			return len(d.Partitions), nil
+		if n > 0 {
+			return n, nil
 		}
 		if !created {
-			resp, err := adm.CreateTopic(ctx, int32(partitions), -1, nil, topic)
+			resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), -1, nil, topic)
 			if err == nil && resp.NumPartitions > 0 {
 				return int(resp.NumPartitions), nil
 			}
@@ -44,4 +45,30 @@ func EnsureTopic(ctx context.Context, cl *kgo.Client, topic string, partitions i
 			return 0, ctx.Err()
 		}
 	}
+}
+
+// partitionCount asks a broker for topic's partitions: 0 when the topic
+// does not exist (yet).
+func partitionCount(ctx context.Context, cl *kgo.Client, topic string) (int, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	t := kmsg.NewMetadataRequestTopic()
+	t.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return 0, err
+	}
+	for _, rt := range resp.Topics {
+		if rt.Topic == nil || *rt.Topic != topic {
+			continue
+		}
+		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil {
+			if errors.Is(err, kerr.UnknownTopicOrPartition) {
+				return 0, nil
+			}
+			return 0, err
+		}
+		return len(rt.Partitions), nil
+	}
+	return 0, nil
 }

@@ -76,7 +76,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	}, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + *channel),
 			kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))},
 		pacer.Deps{Bucket: lim, Adapter: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Sender: sender,
-			Fallback: bucket.NewLocal(bucket.LocalConfig{Replicas: cfg.ExpectedReplicas})}, reg)
+			Fallback:  bucket.NewLocal(bucket.LocalConfig{Replicas: cfg.ExpectedReplicas}),
+			RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}, reg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
