@@ -32,16 +32,16 @@ func TestLedgerSteps(t *testing.T) {
 				want  bucket.ClaimResult
 			}{
 				{"claim", "a", bucket.Claimed},
-				{"claim", "a", bucket.Claimed},    // the same owner again
-				{"claim", "b", bucket.Abandoned},  // a crashed owner's claim
-				{"release", "b", 0},               // not b's: nothing happens
+				{"claim", "a", bucket.Claimed},   // the same owner again
+				{"claim", "b", bucket.Abandoned}, // a crashed owner's claim
+				{"release", "b", 0},              // not b's: nothing happens
 				{"claim", "b", bucket.Abandoned},
-				{"release", "a", 0},               // the provider refused: a lets go
-				{"claim", "b", bucket.Claimed},    // a retry by another owner
-				{"force", "c", bucket.Claimed},    // the operator chose to resend
+				{"release", "a", 0},            // the provider refused: a lets go
+				{"claim", "b", bucket.Claimed}, // a retry by another owner
+				{"force", "c", bucket.Claimed}, // the operator chose to resend
 				{"deliver", "c", 0},
 				{"claim", "a", bucket.Delivered},
-				{"force", "a", bucket.Delivered},  // delivered is final
+				{"force", "a", bucket.Delivered}, // delivered is final
 				{"release", "c", 0},
 				{"claim", "c", bucket.Delivered},
 			} {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -80,11 +82,17 @@ func ParseEnvelope(b []byte) (Envelope, error) {
 		v    *string
 		dst  *string
 	}{{"id", w.ID, &env.ID}, {"key", w.Key, &env.Key}, {"to", w.To, &env.To}} {
-		if f.v == nil || *f.v == "" {
+		if f.v == nil || strings.TrimSpace(*f.v) == "" {
 			return Envelope{}, &EnvelopeError{Field: f.name, Problem: "required"}
 		}
 		if !utf8.ValidString(*f.v) {
 			return Envelope{}, &EnvelopeError{Field: f.name, Problem: "not valid UTF-8"}
+		}
+		if strings.IndexFunc(*f.v, unicode.IsControl) >= 0 {
+			return Envelope{}, &EnvelopeError{Field: f.name, Problem: "contains a control character"}
+		}
+		if *f.v != strings.TrimSpace(*f.v) {
+			return Envelope{}, &EnvelopeError{Field: f.name, Problem: "has leading or trailing spaces"}
 		}
 		*f.dst = *f.v
 	}

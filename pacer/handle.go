@@ -19,14 +19,14 @@ import (
 
 // Record headers the pacer reads and writes. Producers may set none of them.
 const (
-	hAttempt   = "pacer-attempt"   // failed requests so far (transient or unknown outcome)
-	hRequeues  = "pacer-requeues"  // times the record was put back without an attempt
-	hDue       = "pacer-due"       // Unix ms before which the record must not be sent
-	hOrigin    = "pacer-origin"    // topic/partition/offset of the first copy
-	hReplayed  = "pacer-replayed"  // "1": put back from the DLQ by an operator
-	hReason    = "pacer-reason"    // DLQ: why
-	hDetail    = "pacer-detail"    // DLQ: the last provider response or parse error
-	hChannel   = "pacer-channel"   // DLQ: the channel
+	hAttempt   = "pacer-attempt"  // failed requests so far (transient or unknown outcome)
+	hRequeues  = "pacer-requeues" // times the record was put back without an attempt
+	hDue       = "pacer-due"      // Unix ms before which the record must not be sent
+	hOrigin    = "pacer-origin"   // topic/partition/offset of the first copy
+	hReplayed  = "pacer-replayed" // "1": put back from the DLQ by an operator
+	hReason    = "pacer-reason"   // DLQ: why
+	hDetail    = "pacer-detail"   // DLQ: the last provider response or parse error
+	hChannel   = "pacer-channel"  // DLQ: the channel
 	hOrigTopic = "pacer-original-topic"
 	hOrigPart  = "pacer-original-partition"
 	hOrigOff   = "pacer-original-offset"
@@ -164,7 +164,7 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 			continue
 		case bucket.Delivered:
 			p.m.duplicates.WithLabelValues().Inc()
-			log.Info("already delivered; skipped")
+			log.Debug("already delivered; skipped")
 			return true
 		case bucket.Abandoned:
 			return p.deadLetter(ctx, r, m, "unknown-outcome",

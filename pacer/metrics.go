@@ -124,6 +124,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "1 when the pacer is consuming and Kafka and Redis answer, else 0 (the same as /readyz).",
 		}, nil),
 	}
+	// Known label values exist from the start, so alerts and rate() see 0
+	// before the first event.
+	for _, c := range []string{"success", "throttle", "transient", "permanent", "halt", "unknown"} {
+		m.sends.WithLabelValues(c)
+	}
+	for _, r := range []string{"malformed", "expired", "permanent", "attempts-exhausted", "unknown-outcome", "too-large"} {
+		m.dlq.WithLabelValues(r)
+	}
+	for _, r := range []string{"cooldown", "token-wait", "pair-throttle", "breaker"} {
+		m.requeued.WithLabelValues(r)
+	}
+	m.retries.WithLabelValues()
+	m.duplicates.WithLabelValues()
+	m.redisErrors.WithLabelValues()
+	m.delivered.WithLabelValues()
+	m.bucketCalls.WithLabelValues()
 	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.retries, m.dlq, m.bucketWait, m.takeLatency,
 		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls} {
 		if err := reg.Register(c); err != nil {

@@ -146,27 +146,27 @@ const (
 // Config configures a [Pacer]. Zero values mean the documented default;
 // Channel and Limit are required.
 type Config struct {
-	Channel          string          // channel name, e.g. "whatsapp"; required
-	Topic            string          // topic to consume; default "pacer.<Channel>"
-	Group            string          // consumer group; default "pacer-<Channel>"
-	DLQTopic         string          // dead-letter topic; default "<Topic>.dlq"
-	RetryDelays      []time.Duration // one retry topic "<Topic>.retry.<n>" per delay; default 5s, 30s, 5m
-	Limit            bucket.Limit    // rate and burst per pacing key: the AIMD ceiling; required
-	AIMD             bucket.AIMD     // adaptation on throttles; zero fields mean bucket's defaults
-	Breaker          bucket.Breaker  // per-key breaker on halts; zero fields mean bucket's defaults
-	MaxAttempts      int             // requests per record before DLQ on transient failures; default 5
-	MaxTokenWait     time.Duration   // longest wait for a token or cooldown in place; longer requeues; default 5s
-	Drain            time.Duration   // on shutdown or revoke, how long in-flight sends may finish; default 30s
-	SendTimeout      time.Duration   // one provider request; default 30s
-	MaxCooldown      time.Duration   // cap for a retry delay; default 1h (AIMD.MaxCooldown caps cooldowns)
-	UnknownOutcome   string          // "dlq" (default) or "resend"; see the package doc
-	RedisFailure     string          // "closed" (default: sends stop while Redis is down) or "local" (pace with Deps.Fallback)
-	IdempotencyTTL   time.Duration   // how long delivered ids are remembered; default 24h
-	MaxQueued        int             // fetched records per partition before fetching pauses; default 2000
-	InFlight         int             // records of one partition handled at once; default 32 (1 keeps strict order)
-	LeaseSize        int             // slots per Redis lease; default rate/10 (100 ms of slots) when that is >= 10, else 1 (one reservation per message); max 256
-	Owner            string          // this process in ledger claims; default host-pid-random
-	Logger           *slog.Logger    // default slog.Default()
+	Channel        string          // channel name, e.g. "whatsapp"; required
+	Topic          string          // topic to consume; default "pacer.<Channel>"
+	Group          string          // consumer group; default "pacer-<Channel>"
+	DLQTopic       string          // dead-letter topic; default "<Topic>.dlq"
+	RetryDelays    []time.Duration // one retry topic "<Topic>.retry.<n>" per delay; default 5s, 30s, 5m
+	Limit          bucket.Limit    // rate and burst per pacing key: the AIMD ceiling; required
+	AIMD           bucket.AIMD     // adaptation on throttles; zero fields mean bucket's defaults
+	Breaker        bucket.Breaker  // per-key breaker on halts; zero fields mean bucket's defaults
+	MaxAttempts    int             // requests per record before DLQ on transient failures; default 5
+	MaxTokenWait   time.Duration   // longest wait for a token or cooldown in place; longer requeues; default 5s
+	Drain          time.Duration   // on shutdown or revoke, how long in-flight sends may finish; default 30s
+	SendTimeout    time.Duration   // one provider request; default 30s
+	MaxCooldown    time.Duration   // cap for a retry delay; default 1h (AIMD.MaxCooldown caps cooldowns)
+	UnknownOutcome string          // "dlq" (default) or "resend"; see the package doc
+	RedisFailure   string          // "closed" (default: sends stop while Redis is down) or "local" (pace with Deps.Fallback)
+	IdempotencyTTL time.Duration   // how long delivered ids are remembered; default 24h
+	MaxQueued      int             // fetched records per partition before fetching pauses; default 2000
+	InFlight       int             // records of one partition handled at once; default 32 (1 keeps strict order)
+	LeaseSize      int             // slots per Redis lease; default rate/10 (100 ms of slots) when that is >= 10, else 1 (one reservation per message); max 256
+	Owner          string          // this process in ledger claims; default host-pid-random
+	Logger         *slog.Logger    // default slog.Default()
 }
 
 func (c *Config) setDefaults() error {
@@ -256,17 +256,17 @@ func (c *Config) retryTopic(n int) string { return fmt.Sprintf("%s.retry.%d", c.
 // Pacer consumes one channel's topics and paces its sends. Create it with
 // [New] and call [Pacer.Run] once.
 type Pacer struct {
-	cfg    Config
-	kopts  []kgo.Opt
-	bucket Bucket
-	ledger  Ledger
+	cfg      Config
+	kopts    []kgo.Opt
+	bucket   Bucket
+	ledger   Ledger
 	adapter  Adapter
 	fallback Bucket
 	ping     func(ctx context.Context) error
 	sender   channels.Sender
-	keys    keyStates
-	m      *metrics
-	log    *slog.Logger
+	keys     keyStates
+	m        *metrics
+	log      *slog.Logger
 
 	consuming atomic.Bool
 	kafkaOK   atomic.Bool

@@ -304,4 +304,3 @@ func (c *Client) redact(s, to string) string {
 	}
 	return s
 }
-

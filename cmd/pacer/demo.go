@@ -50,8 +50,8 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	partitions := fs.Int("partitions", 3, "partitions of the demo topic")
 	report := fs.String("report", "", "also write the report as JSON to this file")
 	verbose := fs.Bool("v", false, "show the pacer's logs")
-	if err := fs.Parse(args); err != nil {
-		return &usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *numbers < 1 || *messages < 1 || *partitions < 1 {
 		return &usageError{"demo: --numbers, --messages and --partitions must be >= 1"}

@@ -28,9 +28,9 @@ type fakeStats struct {
 type demoProvider struct {
 	url    string
 	sender channels.Sender
-	keys   []string                     // pacing keys of the campaign
-	line   func(n, i int) string        // envelope for message i of key n
-	stats  func() map[string]fakeStats  // per pacing key
+	keys   []string                    // pacing keys of the campaign
+	line   func(n, i int) string       // envelope for message i of key n
+	stats  func() map[string]fakeStats // per pacing key
 	close  func()
 }
 

@@ -22,8 +22,8 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	reason := fs.String("reason", "", "replay only this pacer-reason (e.g. unknown-outcome, permanent, permanent:131026); default all")
 	campaign := fs.String("campaign", "", "replay only envelopes of this campaign; default all")
 	dry := fs.Bool("dry-run", false, "count what would be replayed, write nothing")
-	if err := fs.Parse(args[1:]); err != nil {
-		return &usageError{err.Error()}
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
 	}
 	if err := checkChannel(*channel); err != nil {
 		return err
@@ -59,6 +59,9 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	sort.Strings(reasons)
 	for _, r := range reasons {
 		fmt.Fprintf(stdout, "  %-28s %d\n", r, s.ByReason[r])
+	}
+	if err == nil && s.Replayed == 0 && s.Scanned > 0 && (*reason != "" || *campaign != "") {
+		fmt.Fprintln(stderr, "pacer: no DLQ record matched --reason/--campaign; reasons are malformed, expired, permanent[:code], attempts-exhausted, unknown-outcome, too-large")
 	}
 	return err
 }

@@ -27,8 +27,8 @@ func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Write
 		fs.Usage()
 		return &usageError{"fake-provider: the first argument must be a provider: whatsapp"}
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return &usageError{err.Error()}
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
 	}
 	fake := whatsapptest.New(whatsapptest.Config{Rate: *rate, Burst: *burst, Token: *token})
 	ln, err := net.Listen("tcp", *addr)

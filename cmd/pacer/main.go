@@ -14,6 +14,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -71,7 +72,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "pacer: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
-	if err == nil {
+	if err == nil || errors.Is(err, errHelp) {
 		return 0
 	}
 	fmt.Fprintln(stderr, "pacer:", err)
@@ -81,6 +82,24 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 2
 	}
 	return 1
+}
+
+// errHelp is -h on a subcommand: its usage was printed; exit status 0.
+var errHelp = errors.New("help requested")
+
+// parseFlags parses args into fs and refuses stray positional arguments
+// unless fs is publish's (which takes FILE).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return &usageError{err.Error()}
+	}
+	if fs.Name() != "pacer publish" && fs.NArg() > 0 {
+		return &usageError{fmt.Sprintf("%s: unexpected argument %q (flags go before arguments)", fs.Name(), fs.Arg(0))}
+	}
+	return nil
 }
 
 // errConfig marks configuration errors (exit status 2).

@@ -23,8 +23,8 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	channel := fs.String("channel", "", "channel of the campaign: "+channelList+" (required)")
 	topic := fs.String("topic", "", "topic to publish to (default pacer.<channel>)")
 	partitions := fs.Int("partitions", 12, "partitions of the topic if publish has to create it")
-	if err := fs.Parse(args); err != nil {
-		return &usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if err := checkChannel(*channel); err != nil {
 		return err
@@ -98,4 +98,3 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	return nil
 }
-

@@ -25,8 +25,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	channel := fs.String("channel", "", "channel to pace: "+channelList+" (required)")
 	topic := fs.String("topic", "", "topic to consume (default pacer.<channel>)")
 	group := fs.String("group", "", "consumer group (default pacer-<channel>)")
-	if err := fs.Parse(args); err != nil {
-		return &usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	cfg, err := loadConfig(lookup)
 	if err != nil {
@@ -74,7 +74,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		UnknownOutcome: cfg.UnknownOutcome, IdempotencyTTL: cfg.IdempotencyTTL, RedisFailure: cfg.RedisFailure,
 		Logger: log,
 	}, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + *channel),
-			kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))},
+		kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))},
 		pacer.Deps{Bucket: lim, Adapter: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Sender: sender,
 			Fallback:  bucket.NewLocal(bucket.LocalConfig{Replicas: cfg.ExpectedReplicas}),
 			RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}, reg)
@@ -108,13 +108,17 @@ func opsHandler(reg *prometheus.Registry, ready func() bool) http.Handler {
 
 func newLogger(cfg config, w io.Writer) *slog.Logger {
 	lvl, _ := parseLevel(cfg.LogLevel)
-	o := &slog.HandlerOptions{Level: lvl}
+	o := &slog.HandlerOptions{Level: lvl, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Value.Kind() == slog.KindDuration {
+			a.Value = slog.StringValue(a.Value.Duration().String()) // "1.5s", not nanoseconds
+		}
+		return a
+	}}
 	if cfg.LogFormat == "text" {
 		return slog.New(slog.NewTextHandler(w, o))
 	}
 	return slog.New(slog.NewJSONHandler(w, o))
 }
-
 
 // redisLogger routes go-redis's internal messages (pool dial failures) to
 // slog at debug level; the pacer logs Redis trouble itself, once per outage.

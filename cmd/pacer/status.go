@@ -44,8 +44,8 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	fs.SetOutput(stderr)
 	channel := fs.String("channel", "", "channel: "+channelList+" (required)")
 	key := fs.String("key", "", "one pacing key; default: every key with state in Redis (cooldown, adapted rate, breaker, bucket)")
-	if err := fs.Parse(args); err != nil {
-		return &usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if err := checkChannel(*channel); err != nil {
 		return err
