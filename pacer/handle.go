@@ -349,6 +349,14 @@ func (p *Pacer) acquire(ctx context.Context, key string, st *keyState, lim bucke
 			if !sleep(ctx, res.Delay) {
 				return 0, "", false
 			}
+			// A sender woken late (a stall, a busy CPU) would send its slot
+			// next to later ones and crowd the provider's window: past a
+			// quarter of a burst's worth of time, the slot lapses and a new
+			// one is taken.
+			if late := time.Since(res.At); late > lateSlot(lim) {
+				p.m.lateSlots.WithLabelValues().Inc()
+				continue
+			}
 			return 0, "", true
 		}
 		if res.Wait > p.cfg.MaxTokenWait {
@@ -367,6 +375,13 @@ func (p *Pacer) acquire(ctx context.Context, key string, st *keyState, lim bucke
 			return 0, "", false
 		}
 	}
+}
+
+// lateSlot is how late a sender may use its slot: a quarter of the time
+// the burst takes to refill (the rest is left for the trip to the
+// provider), at least 1 ms.
+func lateSlot(lim bucket.Limit) time.Duration {
+	return max(time.Duration(float64(lim.Burst)/4/lim.PerSecond*float64(time.Second)), time.Millisecond)
 }
 
 // reserve asks for one slot: through the key's Dispenser (one Redis call

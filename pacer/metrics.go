@@ -26,6 +26,7 @@ type metrics struct {
 	responses   *prometheus.CounterVec   // channel, class, code
 	fallback    *prometheus.GaugeVec     // channel
 	bucketCalls *prometheus.CounterVec   // channel
+	lateSlots   *prometheus.CounterVec   // channel
 
 	codesMu sync.Mutex
 	codes   map[string]bool // provider codes given a label so far
@@ -56,6 +57,10 @@ func (m *metrics) response(class string, e *channels.Error) {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		codes: map[string]bool{},
+		lateSlots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pacer", Name: "late_slots_total",
+			Help: "Send slots given up because the sender woke more than a quarter of a burst late (a stall); a new slot was taken, so the provider's window is never crowded.",
+		}, nil),
 		bucketCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "bucket_calls_total",
 			Help: "Token-bucket script calls to Redis (reservations and leases); divided by pacer_delivered_total, the bucket's Redis cost per message.",
@@ -140,8 +145,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.redisErrors.WithLabelValues()
 	m.delivered.WithLabelValues()
 	m.bucketCalls.WithLabelValues()
+	m.lateSlots.WithLabelValues()
 	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.retries, m.dlq, m.bucketWait, m.takeLatency,
-		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls} {
+		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls, m.lateSlots} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 
 // e2e is one test's world: unique topic, group and Redis prefix.
 type e2e struct {
-	t       *testing.T
+	t       testing.TB
 	brokers string
 	redis   string
 	topic   string
@@ -58,7 +58,7 @@ type e2e struct {
 	fake    *whatsapptest.Server
 }
 
-func newE2E(t *testing.T, fake whatsapptest.Config) *e2e {
+func newE2E(t testing.TB, fake whatsapptest.Config) *e2e {
 	var b [4]byte
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
@@ -151,7 +151,7 @@ func (p *proc) logs() string {
 }
 
 // stop sends SIGTERM and requires a clean exit within 30 s.
-func (p *proc) stop(t *testing.T) {
+func (p *proc) stop(t testing.TB) {
 	t.Helper()
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -231,7 +231,7 @@ func (e *e2e) checkPacing(keys []string, per int, rate float64, burst int) {
 	}
 }
 
-func httpGet(t *testing.T, url string) (int, string) {
+func httpGet(t testing.TB, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -416,7 +416,7 @@ func TestPoisonRecordsGoToDLQ(t *testing.T) {
 	}
 }
 
-func newKafkaClient(t *testing.T, brokers string, opts ...kgo.Opt) *kgo.Client {
+func newKafkaClient(t testing.TB, brokers string, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...)}, opts...)...)
 	if err != nil {
@@ -427,7 +427,7 @@ func newKafkaClient(t *testing.T, brokers string, opts ...kgo.Opt) *kgo.Client {
 }
 
 // consumeAll reads want records from topic, from the start, within 30 s.
-func consumeAll(t *testing.T, brokers, topic string, want int) []*kgo.Record {
+func consumeAll(t testing.TB, brokers, topic string, want int) []*kgo.Record {
 	t.Helper()
 	cl := newKafkaClient(t, brokers, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
