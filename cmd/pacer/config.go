@@ -63,6 +63,8 @@ type config struct {
 	RedisFailure string `env:"PACER_REDIS_FAILURE, default=closed"`
 	// PACER_EXPECTED_REPLICAS: replicas sharing each channel, for the local failure mode's share of the rate; default 1.
 	ExpectedReplicas int `env:"PACER_EXPECTED_REPLICAS, default=1"`
+	// PACER_SEND_TIMEOUT: longest wait for one provider answer; no answer in time is an unknown outcome; default 30s.
+	SendTimeout time.Duration `env:"PACER_SEND_TIMEOUT, default=30s"`
 	// PACER_INFLIGHT: records of one partition handled at once (1 keeps strict order); default 32.
 	InFlight int `env:"PACER_INFLIGHT, default=32"`
 	// PACER_LEASE_SIZE: send slots taken from Redis per call for one key; default 0 = automatic (a tenth of a second of slots once that is >= 10, else 1).
@@ -254,6 +256,9 @@ func (c config) validate() error {
 	}
 	if c.ExpectedReplicas < 1 {
 		bad("PACER_EXPECTED_REPLICAS", "must be >= 1")
+	}
+	if c.SendTimeout <= 0 {
+		bad("PACER_SEND_TIMEOUT", "must be > 0")
 	}
 	if c.InFlight < 1 || c.InFlight > 1024 {
 		bad("PACER_INFLIGHT", "must be in 1..1024")
