@@ -67,15 +67,18 @@ func TestReserveSlots(t *testing.T) {
 func TestReserveSubSecond(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		if !e.exact() {
-			// 1000/s, burst 1: the next slot is (0, 1 ms] away, in whole µs.
+			// 1000/s, burst 1: reservation i's slot is i ms after the first,
+			// so its delay is in whole µs and at most i ms. How long the calls
+			// themselves take shifts it on a loaded machine, so only these
+			// bounds are checked on the real clock; the exact values (never
+			// rounded to 0) are the miniredis table below.
 			lim := bucket.Limit{PerSecond: 1000, Burst: 1}
-			var prev time.Duration
 			for i := range 20 {
 				r, err := e.l.Reserve(t.Context(), "test", "k", lim, 1, time.Second)
-				if err != nil || !r.OK || r.Delay%time.Microsecond != 0 || (i > 1 && r.Delay <= prev) {
-					t.Fatalf("reservation %d: %+v, %v (previous delay %v)", i, r, err, prev)
+				if err != nil || !r.OK || r.Delay%time.Microsecond != 0 || r.Delay < 0 ||
+					r.Delay > time.Duration(i)*time.Millisecond {
+					t.Fatalf("reservation %d: %+v, %v; want a delay in [0, %d ms] in whole µs", i, r, err, i)
 				}
-				prev = r.Delay
 			}
 			return
 		}

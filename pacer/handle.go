@@ -2,6 +2,8 @@ package pacer
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -129,7 +131,7 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 			return p.requeue(ctx, r, m, "breaker", max(bwait, time.Second), log)
 		}
 		lim := p.limitFor(ctx, env.Key, st, log)
-		wait, reason, ok := p.acquire(ctx, env.Key, st, lim, log)
+		wait, reason, ok := p.acquire(ctx, env.Key, env.To, st, lim, log)
 		if !ok {
 			p.release(ctx, env, log)
 			return false
@@ -330,16 +332,16 @@ func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) er
 // sleep until it starts. It returns (0, "", true) once the slot started; or,
 // when no slot is to be had within MaxTokenWait, the wait and why
 // ("cooldown" or "token-wait") without waiting. ok is false when ctx ended.
-func (p *Pacer) acquire(ctx context.Context, key string, st *keyState, lim bucket.Limit, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
+func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, lim bucket.Limit, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
 	for {
 		var res bucket.Reservation
 		start := time.Now()
 		err := p.redis(ctx, log, func() (err error) {
-			res, err = p.reserve(ctx, key, st, lim)
+			res, err = p.reserve(ctx, p.bucket, key, to, st, lim)
 			return err
 		})
 		if errors.Is(err, errRedisDown) {
-			res, err = p.fallback.Reserve(ctx, p.cfg.Channel, key, lim, 1, p.cfg.MaxTokenWait)
+			res, err = p.reserve(ctx, p.fallback, key, to, nil, lim)
 		}
 		if err != nil {
 			return 0, "", false
@@ -384,15 +386,36 @@ func lateSlot(lim bucket.Limit) time.Duration {
 	return max(time.Duration(float64(lim.Burst)/4/lim.PerSecond*float64(time.Second)), time.Millisecond)
 }
 
-// reserve asks for one slot: through the key's Dispenser (one Redis call
-// per LeaseSize slots) when leases are on, else one reservation.
-func (p *Pacer) reserve(ctx context.Context, key string, st *keyState, lim bucket.Limit) (bucket.Reservation, error) {
-	if p.cfg.LeaseSize <= 1 {
+// reserve asks b for one slot of key: with a recipient bucket, one
+// all-or-nothing reservation of both; else through the key's Dispenser (one
+// Redis call per LeaseSize slots) when leases are on (st != nil); else one
+// reservation.
+func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keyState, lim bucket.Limit) (bucket.Reservation, error) {
+	if p.cfg.RecipientLimit != (bucket.Limit{}) {
+		// A slot far ahead for a busy recipient would charge the key's
+		// bucket at that slot too and hold other recipients behind it, so
+		// a multi reservation looks no further ahead than the key's burst
+		// lasts; a busy recipient's message waits and asks again.
+		reach := time.Duration(float64(lim.Burst) / lim.PerSecond * float64(time.Second))
 		p.m.bucketCalls.WithLabelValues().Inc()
-		return p.bucket.Reserve(ctx, p.cfg.Channel, key, lim, 1, p.cfg.MaxTokenWait)
+		return b.ReserveMulti(ctx, p.cfg.Channel, key, []bucket.Request{
+			{Limit: lim, Cost: 1},
+			{Sub: recipientSub(to), Limit: p.cfg.RecipientLimit, Cost: 1},
+		}, max(min(p.cfg.MaxTokenWait, reach), time.Millisecond))
+	}
+	if p.cfg.LeaseSize <= 1 || st == nil {
+		p.m.bucketCalls.WithLabelValues().Inc()
+		return b.Reserve(ctx, p.cfg.Channel, key, lim, 1, p.cfg.MaxTokenWait)
 	}
 	d := st.dispenser(ctx, p, key, lim)
 	return d.Next(ctx)
+}
+
+// recipientSub names a recipient's sub-bucket by a hash, so no address or
+// device token is written into a Redis key.
+func recipientSub(to string) string {
+	h := sha256.Sum256([]byte(to))
+	return "to:" + hex.EncodeToString(h[:12])
 }
 
 // release drops this process's claim on env.ID after the provider refused

@@ -102,6 +102,9 @@ type Bucket interface {
 	// Reserve grants the next send slot of (channel, key) within maxWait,
 	// or says how long until one could be granted; see bucket.Limiter.Reserve.
 	Reserve(ctx context.Context, channel, key string, lim bucket.Limit, cost int, maxWait time.Duration) (bucket.Reservation, error)
+	// ReserveMulti grants one slot in several buckets of key at once (the
+	// key's own and a recipient's), all or nothing.
+	ReserveMulti(ctx context.Context, channel, key string, reqs []bucket.Request, maxWait time.Duration) (bucket.Reservation, error)
 	// Lease and Return serve a bucket.Dispenser: up to n slots per call.
 	bucket.Leaser
 	// Cooldown stops every caller from being granted slots for (channel,
@@ -152,6 +155,7 @@ type Config struct {
 	DLQTopic       string          // dead-letter topic; default "<Topic>.dlq"
 	RetryDelays    []time.Duration // one retry topic "<Topic>.retry.<n>" per delay; default 5s, 30s, 5m
 	Limit          bucket.Limit    // rate and burst per pacing key: the AIMD ceiling; required
+	RecipientLimit bucket.Limit    // a second bucket per (pacing key, recipient), e.g. FCM's per-device limit; zero = none
 	AIMD           bucket.AIMD     // adaptation on throttles; zero fields mean bucket's defaults
 	Breaker        bucket.Breaker  // per-key breaker on halts; zero fields mean bucket's defaults
 	MaxAttempts    int             // requests per record before DLQ on transient failures; default 5
@@ -214,6 +218,11 @@ func (c *Config) setDefaults() error {
 	defd(&c.Drain, 30*time.Second)
 	defd(&c.SendTimeout, 30*time.Second)
 	defd(&c.MaxCooldown, time.Hour)
+	if c.RecipientLimit != (bucket.Limit{}) {
+		if err := c.RecipientLimit.Validate(); err != nil {
+			return fmt.Errorf("pacer: config: RecipientLimit: %w", err)
+		}
+	}
 	if err := c.AIMD.Validate(c.Limit); err != nil {
 		return fmt.Errorf("pacer: config: %w", err)
 	}

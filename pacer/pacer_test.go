@@ -27,12 +27,16 @@ type scriptSender struct {
 	script  map[string][]error
 	calls   map[string]int
 	success map[string]int
+	at      map[string]time.Time // last request per id, when non-nil
 }
 
 func (s *scriptSender) Send(ctx context.Context, m channels.Message) (channels.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls[m.ID]++
+	if s.at != nil {
+		s.at[m.ID] = time.Now()
+	}
 	if q := s.script[m.ID]; len(q) > 0 {
 		s.script[m.ID] = q[1:]
 		if q[0] != nil {
@@ -459,4 +463,45 @@ func TestTooLargeForDLQ(t *testing.T) {
 		t.Errorf("DLQ record: reason %q truncated %q value %d bytes; want permanent:131026, %d, %d",
 			hdr["pacer-reason"], hdr["pacer-truncated"], len(got.Value), len(big), 512<<10)
 	}
+}
+
+// TestRecipientLimit: with a per-recipient bucket (FCM's per-device limit),
+// messages to one recipient are spaced by it while another recipient of the
+// same pacing key is not held back.
+func TestRecipientLimit(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.RecipientLimit = bucket.Limit{PerSecond: 2, Burst: 1}
+	h.sender.at = map[string]time.Time{}
+	h.produce(`{"id":"r1","key":"k1","to":"dev-A"}`, `{"id":"r2","key":"k1","to":"dev-A"}`,
+		`{"id":"r3","key":"k1","to":"dev-A"}`, `{"id":"o1","key":"k1","to":"dev-B"}`)
+	s := h.sender
+	h.run(func() bool {
+		return s.count(s.success, "r1")+s.count(s.success, "r2")+s.count(s.success, "r3")+s.count(s.success, "o1") == 4
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first, last := s.at["r1"], s.at["r1"]
+	for _, id := range []string{"r2", "r3"} {
+		first, last = minTime(first, s.at[id]), maxTime(last, s.at[id])
+	}
+	if span := last.Sub(first); span < 900*time.Millisecond {
+		t.Errorf("3 messages to one device at 2/s burst 1 spanned %v, want >= 1 s", span)
+	}
+	if d := s.at["o1"].Sub(first); d > 400*time.Millisecond {
+		t.Errorf("the other device waited %v behind the first, want no wait", d)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

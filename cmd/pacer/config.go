@@ -102,6 +102,10 @@ type fcmConfig struct {
 	Rate float64 `env:"PACER_FCM_RATE, default=10000"`
 	// PACER_FCM_BURST: bucket capacity in messages per project; default 10000.
 	Burst int `env:"PACER_FCM_BURST, default=10000"`
+	// PACER_FCM_DEVICE_RATE: messages per second per device (FCM: 240/min and 5,000/h); default 1.3333 (80/min, within both); 0 = no device bucket.
+	DeviceRate float64 `env:"PACER_FCM_DEVICE_RATE, default=1.3333"`
+	// PACER_FCM_DEVICE_BURST: device bucket capacity; default 160.
+	DeviceBurst int `env:"PACER_FCM_DEVICE_BURST, default=160"`
 }
 
 type sendgridConfig struct {
@@ -128,6 +132,10 @@ type whatsappConfig struct {
 	Rate float64 `env:"PACER_WHATSAPP_RATE, default=80"`
 	// PACER_WHATSAPP_BURST: bucket capacity in messages per phone-number ID; default 10.
 	Burst int `env:"PACER_WHATSAPP_BURST, default=10"`
+	// PACER_WHATSAPP_PAIR_RATE: msgs/s per number->recipient pair (Meta: about 1 per 6 s, error 131056); default 0 = no pair bucket.
+	PairRate float64 `env:"PACER_WHATSAPP_PAIR_RATE, default=0"`
+	// PACER_WHATSAPP_PAIR_BURST: pair bucket capacity (Meta: up to 45 in a burst); default 45.
+	PairBurst int `env:"PACER_WHATSAPP_PAIR_BURST, default=45"`
 }
 
 // configError names the variable that is wrong.
@@ -312,6 +320,22 @@ func (c config) validate() error {
 	}
 	if c.SendGrid.Burst < 1 {
 		bad("PACER_SENDGRID_BURST", "must be >= 1 mail")
+	}
+	for _, r := range []struct {
+		name  string
+		rate  float64
+		bname string
+		burst int
+	}{
+		{"PACER_WHATSAPP_PAIR_RATE", c.WhatsApp.PairRate, "PACER_WHATSAPP_PAIR_BURST", c.WhatsApp.PairBurst},
+		{"PACER_FCM_DEVICE_RATE", c.FCM.DeviceRate, "PACER_FCM_DEVICE_BURST", c.FCM.DeviceBurst},
+	} {
+		if !(r.rate >= 0) || r.rate > 1e9 {
+			bad(r.name, "must be >= 0 (0 = off) and <= 1e9 messages per second")
+		}
+		if r.rate > 0 && r.burst < 1 {
+			bad(r.bname, "must be >= 1 message")
+		}
 	}
 	return errors.Join(errs...)
 }

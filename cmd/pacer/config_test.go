@@ -36,6 +36,8 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_WHATSAPP_RATE", "NaN"},
 		{"PACER_WHATSAPP_RATE", "1e308"},
 		{"PACER_INFLIGHT", "0"},
+		{"PACER_WHATSAPP_PAIR_RATE", "-1"},
+		{"PACER_FCM_DEVICE_BURST", "0"},
 		{"PACER_LEASE_SIZE", "-1"},
 		{"PACER_WHATSAPP_BURST", "0"},
 		{"PACER_WHATSAPP_BURST", "1.5"},

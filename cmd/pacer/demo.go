@@ -15,6 +15,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/channels/fcm"
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -113,7 +114,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer rdb.Close()
 	limiter := bucket.New(rdb, bucket.Config{})
 	p, err := pacer.New(pacer.Config{
-		Channel: *channel, Topic: topic, Limit: lim, Drain: 5 * time.Second,
+		Channel: *channel, Topic: topic, RecipientLimit: demoRecipientLimit(*channel), Limit: lim, Drain: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}, []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)},
 		pacer.Deps{Bucket: limiter, Adapter: limiter, Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: prov.sender}, prometheus.NewRegistry())
@@ -191,4 +192,12 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintln(stdout, "ok: every message delivered exactly once, no throttle")
 	return nil
+}
+
+// demoRecipientLimit is the per-recipient bucket run would use by default.
+func demoRecipientLimit(channel string) bucket.Limit {
+	if channel == "fcm" {
+		return bucket.Limit{PerSecond: fcm.DeviceLimit.PerSecond, Burst: fcm.DeviceLimit.Burst}
+	}
+	return bucket.Limit{}
 }

@@ -67,7 +67,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p, err := pacer.New(pacer.Config{
-		Channel: *channel, Topic: *topic, Group: *group, Limit: limit,
+		Channel: *channel, Topic: *topic, Group: *group, Limit: limit, RecipientLimit: recipientLimit(*channel, cfg),
 		MaxAttempts: cfg.MaxAttempts, Drain: cfg.Drain,
 		AIMD: aimd, Breaker: breaker,
 		MaxTokenWait: cfg.MaxTokenWait, RetryDelays: cfg.RetryDelays, InFlight: cfg.InFlight, LeaseSize: cfg.LeaseSize, SendTimeout: cfg.SendTimeout,

@@ -29,6 +29,18 @@ func channelLimit(channel string, cfg config) bucket.Limit {
 	return bucket.Limit{}
 }
 
+// recipientLimit returns the per-recipient bucket of channel, or the zero
+// Limit for none.
+func recipientLimit(channel string, cfg config) bucket.Limit {
+	switch {
+	case channel == "whatsapp" && cfg.WhatsApp.PairRate > 0:
+		return bucket.Limit{PerSecond: cfg.WhatsApp.PairRate, Burst: cfg.WhatsApp.PairBurst}
+	case channel == "fcm" && cfg.FCM.DeviceRate > 0:
+		return bucket.Limit{PerSecond: cfg.FCM.DeviceRate, Burst: cfg.FCM.DeviceBurst}
+	}
+	return bucket.Limit{}
+}
+
 // adaptConfig returns the AIMD and breaker settings for a channel limit.
 func adaptConfig(cfg config, limit bucket.Limit) (bucket.AIMD, bucket.Breaker) {
 	return bucket.AIMD{Decrease: cfg.AIMDDecrease, Floor: min(cfg.AIMDFloor, limit.PerSecond), Window: cfg.AIMDWindow,
