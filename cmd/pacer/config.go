@@ -22,6 +22,14 @@ type config struct {
 	KafkaSessionTimeout time.Duration `env:"PACER_KAFKA_SESSION_TIMEOUT, default=45s"`
 	// PACER_REDIS_URL: redis:// or rediss:// URL of the bucket store; default redis://127.0.0.1:6379/0.
 	RedisURL string `env:"PACER_REDIS_URL, default=redis://127.0.0.1:6379/0"`
+	// PACER_REDIS_CLUSTER_ADDRS: comma-separated host:port seeds of a Redis Cluster; set, it replaces PACER_REDIS_URL.
+	RedisClusterAddrs string `env:"PACER_REDIS_CLUSTER_ADDRS"`
+	// PACER_REDIS_SENTINEL_ADDRS: comma-separated host:port of Redis Sentinels; set, it replaces PACER_REDIS_URL.
+	RedisSentinelAddrs string `env:"PACER_REDIS_SENTINEL_ADDRS"`
+	// PACER_REDIS_SENTINEL_MASTER: the master name the Sentinels watch; required with PACER_REDIS_SENTINEL_ADDRS.
+	RedisSentinelMaster string `env:"PACER_REDIS_SENTINEL_MASTER"`
+	// PACER_REDIS_PASSWORD: password for the cluster or Sentinel-managed servers; never logged.
+	RedisPassword string `env:"PACER_REDIS_PASSWORD"`
 	// PACER_REDIS_PREFIX: prefix of every Redis key Pacer writes; default "pacer".
 	RedisPrefix string `env:"PACER_REDIS_PREFIX, default=pacer"`
 	// PACER_METRICS_ADDR: listen address of /metrics, /healthz, /readyz; default :9464; "127.0.0.1:0" picks a free port.
@@ -196,6 +204,18 @@ func (c config) validate() error {
 		if !strings.Contains(b, ":") {
 			bad("PACER_KAFKA_BROKERS", fmt.Sprintf("%q is not host:port", b))
 		}
+	}
+	for _, v := range []struct{ name, val string }{
+		{"PACER_REDIS_CLUSTER_ADDRS", c.RedisClusterAddrs}, {"PACER_REDIS_SENTINEL_ADDRS", c.RedisSentinelAddrs},
+	} {
+		for _, a := range splitList(v.val) {
+			if !strings.Contains(a, ":") {
+				bad(v.name, fmt.Sprintf("%q is not host:port", a))
+			}
+		}
+	}
+	if c.RedisClusterAddrs != "" && c.RedisSentinelAddrs != "" {
+		bad("PACER_REDIS_SENTINEL_ADDRS", "set either PACER_REDIS_CLUSTER_ADDRS or PACER_REDIS_SENTINEL_ADDRS, not both")
 	}
 	if c.KafkaSessionTimeout < time.Second {
 		bad("PACER_KAFKA_SESSION_TIMEOUT", "must be >= 1s")

@@ -443,3 +443,26 @@ func consumeAll(t testing.TB, brokers, topic string, want int) []*kgo.Record {
 	cl.PollFetches(ctx2).EachRecord(func(r *kgo.Record) { got = append(got, r) })
 	return got
 }
+
+// TestEndToEndRedisCluster runs `pacer run` against a real three-master
+// Redis Cluster: every key of a pacing key shares a hash tag, so each
+// script stays in one slot, and the limit holds as on one server.
+func TestEndToEndRedisCluster(t *testing.T) {
+	const numbers, per, rate, burst = 2, 200, 50.0, 10
+	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: burst + 5})
+	addrs := strings.Join(testenv.ClusterAddrs(t), ",")
+	lines, keys := campaign(numbers, per, "6")
+	if code, out, errs := e.publish(lines, "--partitions", "2"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	p := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10", "PACER_REDIS_CLUSTER_ADDRS="+addrs)
+	e.waitDelivered(numbers*per, 60*time.Second, p)
+	e.checkPacing(keys, per, rate, burst)
+	st := exec.Command(pacerBin, "status", "--channel", "whatsapp")
+	st.Env = e.env("PACER_REDIS_CLUSTER_ADDRS=" + addrs)
+	out, err := st.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), keys[0]) || !strings.Contains(string(out), keys[1]) {
+		t.Errorf("pacer status on the cluster: %v\n%s", err, out)
+	}
+	p.stop(t)
+}

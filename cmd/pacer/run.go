@@ -47,11 +47,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return &configError{"PACER_METRICS_ADDR", err.Error()}
 	}
 	defer ln.Close()
-	ropts, err := redis.ParseURL(cfg.RedisURL)
+	rdb, err := newRedis(cfg)
 	if err != nil {
-		return &configError{"PACER_REDIS_URL", "cannot parse the URL"} // the URL may hold a password: not echoed
+		return err
 	}
-	rdb := redis.NewClient(ropts)
 	defer rdb.Close()
 	lim := bucket.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
 	redis.SetLogger(redisLogger{log})

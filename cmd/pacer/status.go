@@ -7,6 +7,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -66,11 +67,10 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
-	ropts, err := redis.ParseURL(cfg.RedisURL)
+	rdb, err := newRedis(cfg)
 	if err != nil {
-		return &configError{"PACER_REDIS_URL", "cannot parse the URL"}
+		return err
 	}
-	rdb := redis.NewClient(ropts)
 	defer rdb.Close()
 	lim := bucket.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
 	ceiling := channelLimit(*channel, cfg)
@@ -107,21 +107,40 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	return nil
 }
 
-// scanKeys lists the pacing keys of channel that have any state in Redis.
-func scanKeys(ctx context.Context, rdb *redis.Client, prefix, channel string) ([]string, error) {
+// scanKeys lists the pacing keys of channel that have any state in Redis
+// (on every master of a cluster).
+func scanKeys(ctx context.Context, rdb redis.UniversalClient, prefix, channel string) ([]string, error) {
 	pattern := prefix + ":{" + channel + ":*}:*"
+	var mu sync.Mutex
 	seen := map[string]bool{}
-	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
-	for iter.Next(ctx) && len(seen) < maxStatusKeys {
-		k := iter.Val()
-		open := strings.Index(k, "{"+channel+":")
-		close := strings.LastIndex(k, "}")
-		if open < 0 || close <= open {
-			continue
+	scan := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			k := iter.Val()
+			open := strings.Index(k, "{"+channel+":")
+			end := strings.LastIndex(k, "}")
+			if open < 0 || end <= open {
+				continue
+			}
+			mu.Lock()
+			full := len(seen) >= maxStatusKeys
+			if !full {
+				seen[k[open+len(channel)+2:end]] = true
+			}
+			mu.Unlock()
+			if full {
+				break
+			}
 		}
-		seen[k[open+len(channel)+2:close]] = true
+		return iter.Err()
 	}
-	if err := iter.Err(); err != nil {
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, scan)
+	} else if c, ok := rdb.(*redis.Client); ok {
+		err = scan(ctx, c)
+	}
+	if err != nil {
 		return nil, err
 	}
 	out := make([]string, 0, len(seen))
