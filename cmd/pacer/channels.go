@@ -90,7 +90,7 @@ func buildSender(ctx context.Context, channel string, cfg config) (channels.Send
 		}
 		s, err := sendgrid.New(sendgrid.Config{BaseURL: c.BaseURL, APIKeys: keys, OnBehalfOf: obo})
 		if err != nil {
-			return nil, bucket.Limit{}, fmt.Errorf("%w: %w", errConfig, err)
+			return nil, bucket.Limit{}, &configError{"PACER_SENDGRID_API_KEYS or PACER_SENDGRID_ON_BEHALF_OF", err.Error()}
 		}
 		return s, bucket.Limit{PerSecond: c.Rate, Burst: c.Burst}, nil
 	}

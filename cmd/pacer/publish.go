@@ -54,6 +54,9 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		}
 		defer f.Close()
 		if st, err := f.Stat(); err == nil {
+			if st.IsDir() {
+				return &usageError{fmt.Sprintf("publish: %s is a directory, not a JSONL file", name)}
+			}
 			size = st.Size()
 		}
 		in = f
