@@ -15,7 +15,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -595,55 +594,6 @@ func TestResumeDelay(t *testing.T) {
 	} {
 		if got := bucket.ResumeDelay(tc.left, tc.rate, tc.i); got != tc.want {
 			t.Errorf("ResumeDelay(%v, %v, %d) = %v, want %v", tc.left, tc.rate, tc.i, got, tc.want)
-		}
-	}
-}
-
-// TestAdaptScripts checks the contract header of each new script (the
-// format lua/embed_test.go checks for the others) and that the state-read
-// blocks copied between scripts are identical.
-func TestAdaptScripts(t *testing.T) {
-	t.Parallel()
-	scripts := map[string]string{
-		"aimd_throttle.lua":  lua.AIMDThrottle,
-		"aimd_recover.lua":   lua.AIMDRecover,
-		"aimd_state.lua":     lua.AIMDState,
-		"breaker_allow.lua":  lua.BreakerAllow,
-		"breaker_result.lua": lua.BreakerResult,
-		"breaker_status.lua": lua.BreakerStatus,
-	}
-	for name, src := range scripts {
-		var header []string
-		for _, line := range strings.Split(src, "\n") {
-			if !strings.HasPrefix(line, "--") {
-				break
-			}
-			header = append(header, line)
-		}
-		h := strings.Join(header, "\n")
-		for _, want := range []string{"-- " + name + ": ", "-- KEYS[1]", "-- ARGV[1]", "-- Reply:", "-- Writes:"} {
-			if !strings.Contains(h, want) {
-				t.Errorf("%s: the opening comment block lacks %q", name, want)
-			}
-		}
-	}
-	block := func(name, begin string) string {
-		_, rest, ok := strings.Cut(scripts[name], "-- BEGIN "+begin)
-		body, _, ok2 := strings.Cut(rest, "-- END "+begin)
-		if !ok || !ok2 || len(body) < 100 {
-			t.Fatalf("%s: no block between -- BEGIN %s and -- END %s", name, begin, begin)
-		}
-		return body
-	}
-	for _, group := range [][]string{
-		{"aimd read", "aimd_throttle.lua", "aimd_recover.lua", "aimd_state.lua"},
-		{"breaker read", "breaker_allow.lua", "breaker_result.lua", "breaker_status.lua"},
-	} {
-		first := block(group[1], group[0])
-		for _, name := range group[2:] {
-			if block(name, group[0]) != first {
-				t.Errorf("the %s blocks of %s and %s differ", group[0], group[1], name)
-			}
 		}
 	}
 }

@@ -3,45 +3,38 @@
 // reply shape (integers or strings only, never Lua floats, which Redis
 // truncates to integers).
 //
+// Redis Lua has no require, so code that several scripts share lives once,
+// in a fragment (refill.lua, aimd_read.lua, breaker_read.lua, adapt_base.lua):
+// a script's line "-- @include refill" is replaced by refill.lua when the
+// package is initialised (see compose). The exported strings are the
+// composed scripts, ready for EVAL.
+//
 // Only package bucket may import lua.
 package lua
 
-import _ "embed"
+// Take is take.lua with refill.lua: take cost tokens from a token bucket now
+// unless its pacing key is in cooldown; reply {allowed, remaining, wait_us,
+// cooldown}.
+var Take = compose("take.lua")
 
-// Take is take.lua: take cost tokens from a token bucket now unless its
-// pacing key is in cooldown; reply {allowed, remaining, wait_us, cooldown}.
-//
-//go:embed take.lua
-var Take string
-
-// State is state.lua: read a bucket and its cooldown without writing; reply
-// {utokens, cooldown_ms}.
-//
-//go:embed state.lua
-var State string
+// State is state.lua with refill.lua: read a bucket and its cooldown without
+// writing; reply {utokens, cooldown_ms}.
+var State = compose("state.lua")
 
 // Cooldown is cooldown.lua: set a cooldown to at least ms milliseconds,
 // never shortening a longer one; reply: the TTL left in milliseconds.
-//
-//go:embed cooldown.lua
-var Cooldown string
+var Cooldown = compose("cooldown.lua")
 
-// Reserve is reserve.lua: reserve the next free slot of one or more token
-// buckets (all or nothing), or lease up to n slots of one, letting a bucket
-// go into bounded debt; reply {granted, delay_us, wait_us, cooldown,
-// remaining, u0, now_us}.
-//
-//go:embed reserve.lua
-var Reserve string
+// Reserve is reserve.lua with refill.lua: reserve the next free slot of one
+// or more token buckets (all or nothing), or lease up to n slots of one,
+// letting a bucket go into bounded debt; reply {granted, delay_us, wait_us,
+// cooldown, remaining, u0, now_us}.
+var Reserve = compose("reserve.lua")
 
-// LeaseReturn is lease_return.lua: give back the unused, not yet started
-// slots of a lease; reply: the slots given back.
-//
-//go:embed lease_return.lua
-var LeaseReturn string
+// LeaseReturn is lease_return.lua with refill.lua: give back the unused, not
+// yet started slots of a lease; reply: the slots given back.
+var LeaseReturn = compose("lease_return.lua")
 
-// Window is window.lua: count events against a sliding-window quota;
-// reply {allowed, remaining, wait_us}.
-//
-//go:embed window.lua
-var Window string
+// Window is window.lua: count events against a sliding-window quota; reply
+// {allowed, remaining, wait_us}.
+var Window = compose("window.lua")

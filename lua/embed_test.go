@@ -1,62 +1,152 @@
-package lua_test
+package lua
 
 import (
+	"io/fs"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
 
-	"github.com/pacerhq/pacer/lua"
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pacerhq/pacer/internal/testenv"
 )
 
-var scripts = map[string]string{
-	"take.lua":         lua.Take,
-	"state.lua":        lua.State,
-	"cooldown.lua":     lua.Cooldown,
-	"reserve.lua":      lua.Reserve,
-	"lease_return.lua": lua.LeaseReturn,
-	"window.lua":       lua.Window,
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-// bucketScripts share the refill block (TestRefillShared).
-var bucketScripts = []string{"take.lua", "state.lua", "reserve.lua", "lease_return.lua"}
+// scripts lists every exported script: its file, its composed text, and the
+// fragments (name.lua) that compose splices into it, nested ones included.
+var scripts = []struct {
+	file  string
+	src   string
+	frags []string
+}{
+	{"take.lua", Take, []string{"refill"}},
+	{"state.lua", State, []string{"refill"}},
+	{"cooldown.lua", Cooldown, nil},
+	{"reserve.lua", Reserve, []string{"refill"}},
+	{"lease_return.lua", LeaseReturn, []string{"refill"}},
+	{"window.lua", Window, nil},
+	{"aimd_throttle.lua", AIMDThrottle, []string{"aimd_read", "adapt_base"}},
+	{"aimd_recover.lua", AIMDRecover, []string{"aimd_read", "adapt_base"}},
+	{"aimd_state.lua", AIMDState, []string{"aimd_read", "adapt_base"}},
+	{"breaker_allow.lua", BreakerAllow, []string{"breaker_read", "adapt_base"}},
+	{"breaker_result.lua", BreakerResult, []string{"breaker_read", "adapt_base"}},
+	{"breaker_status.lua", BreakerStatus, []string{"breaker_read", "adapt_base"}},
+	{"claim.lua", Claim, nil},
+	{"release.lua", Release, nil},
+}
 
 // TestContracts checks that every script opens with its contract (style.md
 // 2.3): KEYS, ARGV with units, and the reply shape.
 func TestContracts(t *testing.T) {
-	for name, src := range scripts {
+	for _, s := range scripts {
 		// The contract is the comment block that opens the file.
 		var header []string
-		for _, line := range strings.Split(src, "\n") {
+		for _, line := range strings.Split(s.src, "\n") {
 			if !strings.HasPrefix(line, "--") {
 				break
 			}
 			header = append(header, line)
 		}
 		h := strings.Join(header, "\n")
-		for _, want := range []string{"-- " + name + ": ", "-- KEYS[1]", "-- ARGV[1]", "-- Reply:", "-- Writes:"} {
+		for _, want := range []string{"-- " + s.file + ": ", "-- KEYS[1]", "-- ARGV[1]", "-- Reply:", "-- Writes:"} {
 			if !strings.Contains(h, want) {
-				t.Errorf("%s: the opening comment block lacks %q", name, want)
+				t.Errorf("%s: the opening comment block lacks %q", s.file, want)
 			}
 		}
 	}
 }
 
-// TestRefillShared checks that every script reading a token bucket does so
-// with the same code: Lua scripts cannot include each other, so the block
-// is copied, and must stay identical.
-func TestRefillShared(t *testing.T) {
-	block := func(name, src string) string {
-		_, rest, ok := strings.Cut(src, "-- BEGIN refill")
-		body, _, ok2 := strings.Cut(rest, "-- END refill")
-		if !ok || !ok2 || len(body) < 100 {
-			t.Fatalf("%s: no refill block between -- BEGIN refill and -- END refill", name)
+// TestCompose checks the splicing of fragments into the scripts: no
+// "-- @include" line is left, each script holds each of its fragments
+// exactly once and no other, and every .lua file is a script or a fragment.
+func TestCompose(t *testing.T) {
+	frags := map[string]string{} // name -> composed text
+	known := map[string]bool{}
+	for _, s := range scripts {
+		known[s.file] = true
+		for _, name := range s.frags {
+			frags[name] = compose(name + ".lua")
+			known[name+".lua"] = true
 		}
-		return body
 	}
-	want := block(bucketScripts[0], scripts[bucketScripts[0]])
-	for _, name := range bucketScripts[1:] {
-		if block(name, scripts[name]) != want {
-			t.Errorf("the refill blocks of %s and %s differ", bucketScripts[0], name)
+	for _, s := range scripts {
+		for _, line := range strings.Split(s.src, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), strings.TrimSpace(includeMarker)) {
+				t.Errorf("%s: marker left after composing: %q", s.file, line)
+			}
+		}
+		for name, text := range frags {
+			want := 0
+			if slices.Contains(s.frags, name) {
+				want = 1
+			}
+			if n := strings.Count(s.src, text); n != want {
+				t.Errorf("%s holds %s.lua %d times, want %d", s.file, name, n, want)
+			}
+		}
+	}
+	all, err := fs.Glob(files, "*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range all {
+		if !known[f] {
+			t.Errorf("%s is neither a script listed in scripts nor a fragment one includes", f)
+		}
+	}
+}
+
+// TestSplice checks compose's handling of nested includes, a missing
+// fragment and an include cycle.
+func TestSplice(t *testing.T) {
+	fsys := fstest.MapFS{
+		"s.lua":     {Data: []byte("-- s\n-- @include a\nreturn x\n")},
+		"a.lua":     {Data: []byte("local x = 1\n-- @include b\n")},
+		"b.lua":     {Data: []byte("x = x + 1\n")},
+		"bad.lua":   {Data: []byte("-- @include none\n")},
+		"cycle.lua": {Data: []byte("-- @include loop\n")},
+		"loop.lua":  {Data: []byte("-- @include cycle\n")},
+	}
+	if got, want := splice(fsys, "s.lua", nil), "-- s\nlocal x = 1\nx = x + 1\nreturn x\n"; got != want {
+		t.Errorf("splice(s.lua) = %q, want %q", got, want)
+	}
+	for _, file := range []string{"bad.lua", "cycle.lua"} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("splice(%s) did not panic", file)
+				}
+			}()
+			splice(fsys, file, nil)
+		}()
+	}
+}
+
+// TestScriptsLoad checks that every composed script compiles: SCRIPT LOAD
+// into miniredis (gopher-lua) and, unless -short, a real redis-server.
+func TestScriptsLoad(t *testing.T) {
+	servers := map[string]*redis.Client{
+		"miniredis": redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}),
+	}
+	if !testing.Short() {
+		servers["redis-server"] = redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	}
+	for name, rdb := range servers {
+		t.Cleanup(func() { rdb.Close() })
+		for _, s := range scripts {
+			sha, err := rdb.ScriptLoad(t.Context(), s.src).Result()
+			if err != nil {
+				t.Errorf("%s: SCRIPT LOAD %s: %v", name, s.file, err)
+				continue
+			}
+			if want := redis.NewScript(s.src).Hash(); sha != want {
+				t.Errorf("%s: SCRIPT LOAD %s = %s, want %s", name, s.file, sha, want)
+			}
 		}
 	}
 }

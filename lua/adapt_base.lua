@@ -1,0 +1,18 @@
+-- adapt_base.lua: a fragment, not a script. compose (lua/compose.go)
+-- splices it in place of the line "-- @include adapt_base" of aimd_read.lua
+-- and breaker_read.lua.
+--
+-- Reads no KEYS or ARGV. Defines now (Redis TIME in µs since the Unix
+-- epoch) and the function int.
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+-- int returns v as a number if it is a finite integer >= lo, else nil.
+local function int(v, lo)
+  local n = tonumber(v)
+  if not n or n ~= n or n == math.huge or n < lo or n ~= math.floor(n) then
+    return nil
+  end
+  return n
+end

@@ -1,0 +1,56 @@
+-- aimd_read.lua: a fragment, not a script. compose (lua/compose.go) splices
+-- it in place of the line "-- @include aimd_read" of each aimd_*.lua script,
+-- so that all of them check ARGV[1..2] and read the aimd hash with the same
+-- code (Redis Lua has no require).
+--
+-- Reads ARGV[1] (ceil_u) and ARGV[2] (floor_u), returning an error reply if
+-- they are malformed, and KEYS[1] (aimd hash) and KEYS[2] (cooldown key) in
+-- its functions. Defines ceil_u, floor_u, now, and the functions int, read,
+-- cooldown_end and left_ms.
+
+local ceil_u = tonumber(ARGV[1])
+local floor_u = tonumber(ARGV[2])
+if not ceil_u or ceil_u < 1 or ceil_u > 1e15 or ceil_u ~= math.floor(ceil_u) then
+  return redis.error_reply('ERR aimd: ceil_u must be an integer in [1, 1e15]')
+end
+if not floor_u or floor_u < 1 or floor_u > ceil_u or floor_u ~= math.floor(floor_u) then
+  return redis.error_reply('ERR aimd: floor_u must be an integer in [1, ceil_u]')
+end
+
+-- @include adapt_base
+
+-- read returns the state in KEYS[1] with urate clamped to [floor_u, ceil_u],
+-- or nil when the hash is missing or corrupt, and whether KEYS[1] has the
+-- wrong type.
+local function read()
+  local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'urate', 'last_us', 'hold_us', 'win_us', 'streak')
+  if not ok or type(h) ~= 'table' or h.err then
+    return nil, true
+  end
+  local s = {urate = int(h[1], 1), last_us = int(h[2], 0), hold_us = int(h[3], 0),
+    win_us = int(h[4], 0), streak = int(h[5], 0)}
+  if not (s.urate and s.last_us and s.hold_us and s.win_us and s.streak) then
+    return nil, false
+  end
+  s.urate = math.max(floor_u, math.min(ceil_u, s.urate))
+  return s, false
+end
+
+-- cooldown_end returns the end (µs) of the cooldown in KEYS[2], or 0 when
+-- there is none (missing, corrupt, wrong type or over).
+local function cooldown_end()
+  local ok, cd = pcall(redis.call, 'GET', KEYS[2])
+  cd = ok and tonumber(cd) or nil
+  if cd and cd == cd and cd ~= math.huge and cd > now then
+    return cd
+  end
+  return 0
+end
+
+-- left_ms returns the ms from now until end_us, rounded up; 0 if past.
+local function left_ms(end_us)
+  if end_us <= now then
+    return 0
+  end
+  return math.ceil((end_us - now) / 1000)
+end
