@@ -52,7 +52,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -61,6 +60,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
 )
 
 // Limits APNs documents, in bytes and durations.
@@ -140,53 +141,14 @@ type Server struct {
 	now func() time.Time
 
 	mu       sync.Mutex
-	rate     float64            // default for topics without an override
-	override map[string]float64 // SetRate(key, r)
-	keys     map[string]*keyState
-	devices  map[string]*bucket
-	dead     map[string]time.Time // device token -> when unregistered
+	topics   *fakeprovider.Limiter // one bucket per apns-topic
+	devices  *fakeprovider.Limiter // one bucket per device token; used if Config.DeviceRate > 0
+	stats    fakeprovider.Stats    // by apns-topic; Duplicates by device token and body
+	unreg    map[string]int        // apns-topic -> requests answered 410; has every topic seen
+	dead     map[string]time.Time  // device token -> when unregistered
 	teams    map[string]*teamState
 	tokens   TokenStats
 	arrivals []Arrival
-}
-
-// bucket is a token bucket; rate 0 is unlimited.
-type bucket struct {
-	rate, burst, tokens float64
-	last                time.Time // when tokens was last brought up to date
-}
-
-// refill adds the tokens earned since b.last, up to b.burst.
-func (b *bucket) refill(now time.Time) {
-	if d := now.Sub(b.last); d > 0 {
-		b.tokens = min(b.burst, b.tokens+d.Seconds()*b.rate)
-		b.last = now
-	}
-}
-
-// ok reports whether b has a token at now, after a refill.
-func (b *bucket) ok(now time.Time) bool {
-	if b.rate <= 0 {
-		return true
-	}
-	b.refill(now)
-	return b.tokens >= 1
-}
-
-// take removes a token if b is limited.
-func (b *bucket) take() {
-	if b.rate > 0 {
-		b.tokens--
-	}
-}
-
-// keyState is the bucket and the running statistics of one apns-topic.
-type keyState struct {
-	bucket
-	stats    KeyStats
-	seen     map[string]bool // accepted device token + body hashes
-	window   []time.Time     // accepted arrivals within the last second
-	windowAt int             // index of the oldest entry of window still in it
 }
 
 // teamState is the provider-token history of one team (iss).
@@ -203,14 +165,13 @@ func New(cfg Config) *Server {
 		cfg.Now = time.Now
 	}
 	s := &Server{
-		cfg:      cfg,
-		now:      cfg.Now,
-		rate:     max(cfg.Rate, 0),
-		override: map[string]float64{},
-		keys:     map[string]*keyState{},
-		devices:  map[string]*bucket{},
-		dead:     map[string]time.Time{},
-		teams:    map[string]*teamState{},
+		cfg:     cfg,
+		now:     cfg.Now,
+		topics:  fakeprovider.NewLimiter(cfg.Rate, cfg.Burst),
+		devices: fakeprovider.NewLimiter(cfg.DeviceRate, cfg.DeviceBurst),
+		unreg:   map[string]int{},
+		dead:    map[string]time.Time{},
+		teams:   map[string]*teamState{},
 	}
 	start := s.now()
 	for tok, ok := range cfg.Unregistered {
@@ -273,8 +234,7 @@ func (s *Server) Handler() http.Handler { return s }
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch p := r.URL.Path; {
 	case p == "/_stats" && r.Method == http.MethodGet:
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(s.Stats())
+		fakeprovider.StatsHandler(s.Stats).ServeHTTP(w, r)
 	case strings.HasPrefix(p, "/3/device/"):
 		if r.Method != http.MethodPost {
 			writeReason(w, http.StatusMethodNotAllowed, "MethodNotAllowed")
@@ -292,37 +252,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // ceil(rate) if that was 0. Tokens already earned at the old rate are kept,
 // up to the new burst.
 func (s *Server) SetRate(key string, rate float64) {
-	rate = max(rate, 0)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	if key == "" {
-		s.rate = rate
-		clear(s.override)
-		for _, k := range s.keys {
-			s.retune(k, rate, now)
-		}
-		return
-	}
-	s.override[key] = rate
-	if k, ok := s.keys[key]; ok {
-		s.retune(k, rate, now)
-	}
-}
-
-func (s *Server) retune(k *keyState, rate float64, now time.Time) {
-	k.refill(now)
-	k.rate, k.burst = rate, burstFor(rate, s.cfg.Burst)
-	k.tokens = min(k.tokens, k.burst)
-}
-
-// burstFor returns the bucket capacity for rate: burst, or ceil(rate) and
-// at least 1 if burst is 0.
-func burstFor(rate float64, burst int) float64 {
-	if burst > 0 {
-		return float64(burst)
-	}
-	return max(math.Ceil(rate), 1)
+	s.topics.SetRate(key, rate, s.now())
 }
 
 // Unregister makes the fake answer 410 Unregistered for device token,
@@ -345,9 +277,14 @@ func (s *Server) Arrivals() []Arrival {
 func (s *Server) Stats() map[string]KeyStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := make(map[string]KeyStats, len(s.keys))
-	for key, k := range s.keys {
-		m[key] = k.stats
+	shared := s.stats.Snapshot()
+	m := make(map[string]KeyStats, len(s.unreg))
+	for key, unreg := range s.unreg {
+		c := shared[key]
+		m[key] = KeyStats{
+			Delivered: c.Delivered, Throttled: c.Throttled, Unregistered: unreg,
+			Duplicates: c.Duplicates, Max1s: c.Max1s, First: c.First, Last: c.Last,
+		}
 	}
 	return m
 }
@@ -362,24 +299,9 @@ func (s *Server) Tokens() TokenStats {
 // FetchStats reads GET {baseURL}/_stats from a fake running elsewhere. For
 // a [NewServer] fake, pass its [Server.Client].
 func FetchStats(ctx context.Context, hc *http.Client, baseURL string) (map[string]KeyStats, error) {
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/_stats", nil)
+	m, err := fakeprovider.FetchStats[map[string]KeyStats](ctx, hc, baseURL)
 	if err != nil {
-		return nil, fmt.Errorf("apnstest: fetch stats: %w", err)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("apnstest: fetch stats: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("apnstest: fetch stats: HTTP %d", resp.StatusCode)
-	}
-	var m map[string]KeyStats
-	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
-		return nil, fmt.Errorf("apnstest: fetch stats: %w", err)
+		return nil, fmt.Errorf("apnstest: %w", err)
 	}
 	return m, nil
 }
@@ -452,14 +374,8 @@ func (s *Server) device(w http.ResponseWriter, r *http.Request, token string) {
 		a.ApnsID = newUUID()
 	}
 	deadSince := s.arrive(&a)
-	if s.cfg.Latency > 0 {
-		t := time.NewTimer(s.cfg.Latency)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			return
-		}
+	if !fakeprovider.Sleep(r.Context(), s.cfg.Latency) {
+		return
 	}
 	switch a.Status {
 	case http.StatusGone:
@@ -587,59 +503,31 @@ func (s *Server) arrive(a *Arrival) time.Time {
 	defer s.mu.Unlock()
 	now := s.now()
 	a.At = now
-	k, ok := s.keys[a.Key]
-	if !ok {
-		rate, ok := s.override[a.Key]
-		if !ok {
-			rate = s.rate
-		}
-		b := burstFor(rate, s.cfg.Burst)
-		k = &keyState{bucket: bucket{rate: rate, burst: b, tokens: b, last: now}, seen: map[string]bool{}}
-		s.keys[a.Key] = k
+	k := s.topics.Bucket(a.Key, now)
+	if _, seen := s.unreg[a.Key]; !seen {
+		s.unreg[a.Key] = 0 // Stats lists every topic seen
 	}
-	st := &k.stats
 	defer func() { s.arrivals = append(s.arrivals, *a) }()
 
 	if since, dead := s.dead[a.To]; dead {
 		a.Status, a.ApnsID = http.StatusGone, ""
-		st.Unregistered++
+		s.unreg[a.Key]++
 		return since
 	}
-	d, ok := s.devices[a.To]
-	if !ok && s.cfg.DeviceRate > 0 {
-		b := burstFor(s.cfg.DeviceRate, s.cfg.DeviceBurst)
-		d = &bucket{rate: s.cfg.DeviceRate, burst: b, tokens: b, last: now}
-		s.devices[a.To] = d
+	var d *fakeprovider.Bucket
+	if s.cfg.DeviceRate > 0 {
+		d = s.devices.Bucket(a.To, now)
 	}
-	if !k.ok(now) || (d != nil && !d.ok(now)) {
+	if !k.Allow(now) || (d != nil && !d.Allow(now)) {
 		a.Status, a.Throttled, a.ApnsID = http.StatusTooManyRequests, true, ""
-		st.Throttled++
+		s.stats.Record(a.Key, "", now, true)
 		return time.Time{}
 	}
-	k.take()
+	k.Take(now)
 	if d != nil {
-		d.take()
+		d.Take(now)
 	}
-	st.Delivered++
-	if pair := a.To + " " + a.Body; k.seen[pair] {
-		st.Duplicates++
-	} else {
-		k.seen[pair] = true
-	}
-	if st.First.IsZero() {
-		st.First = now
-	}
-	st.Last = now
-	// Sliding window: drop arrivals at least 1 s older than now.
-	for k.windowAt < len(k.window) && now.Sub(k.window[k.windowAt]) >= time.Second {
-		k.windowAt++
-	}
-	if k.windowAt > 1024 && k.windowAt*2 > len(k.window) { // compact
-		k.window = append(k.window[:0], k.window[k.windowAt:]...)
-		k.windowAt = 0
-	}
-	k.window = append(k.window, now)
-	st.Max1s = max(st.Max1s, len(k.window)-k.windowAt)
+	s.stats.Record(a.Key, a.To+" "+a.Body, now, false)
 	return time.Time{}
 }
 

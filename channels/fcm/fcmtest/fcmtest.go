@@ -47,6 +47,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
 )
 
 const (
@@ -141,10 +143,10 @@ type Server struct {
 	tokenTT time.Duration
 
 	mu        sync.Mutex
-	rate      float64            // default for projects without an override
-	override  map[string]float64 // SetRate(project, r)
-	projects  map[string]*project
-	devices   map[string]*bucket // by project + "\x00" + token
+	projects  *fakeprovider.Limiter // one bucket per project
+	devices   *fakeprovider.Limiter // by project + "\x00" + token; used if Config.DeviceRate > 0
+	stats     fakeprovider.Stats    // by project; Duplicates by message digest
+	refused   map[string]*refusals  // by project; has every project seen
 	dead      map[string]bool
 	issued    map[string]time.Time // access token -> expiry
 	audiences map[string]bool      // token_uri values handed out
@@ -153,51 +155,11 @@ type Server struct {
 	seq       uint64
 }
 
-// bucket is a token bucket.
-type bucket struct {
-	rate, burst, tokens float64
-	last                time.Time // when tokens was last brought up to date
-}
-
-func newBucket(rate, burst float64, now time.Time) *bucket {
-	return &bucket{rate: rate, burst: burst, tokens: burst, last: now}
-}
-
-// refill adds the tokens earned since b.last, up to b.burst.
-func (b *bucket) refill(now time.Time) {
-	if d := now.Sub(b.last); d > 0 {
-		b.tokens = min(b.burst, b.tokens+d.Seconds()*b.rate)
-		b.last = now
-	}
-}
-
-// take removes one token if there is one; an unlimited bucket always has one.
-func (b *bucket) take(now time.Time) bool {
-	if b.rate <= 0 {
-		return true
-	}
-	b.refill(now)
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
-}
-
-// refund gives back a token taken for a send FCM did not count.
-func (b *bucket) refund() {
-	if b.rate > 0 {
-		b.tokens = min(b.burst, b.tokens+1)
-	}
-}
-
-// project is the bucket and running statistics of one project.
-type project struct {
-	bucket   *bucket
-	stats    KeyStats
-	seen     map[[32]byte]bool // digests of accepted (token, message)
-	window   []time.Time       // accepted arrivals within the last second
-	windowAt int               // index of the oldest entry of window still in it
+// refusals counts the sends of one project that [fakeprovider.Stats] does
+// not: refused for the device or for a dead token.
+type refusals struct {
+	device       int // answered 429 for a device rate
+	unregistered int // answered 404 UNREGISTERED
 }
 
 // signingKey is generated once per process: RSA key generation takes long
@@ -223,10 +185,9 @@ func New(cfg Config) *Server {
 		keyID:     randHex(20),
 		key:       signingKey(),
 		tokenTT:   cfg.TokenTTL,
-		rate:      max(cfg.Rate, 0),
-		override:  map[string]float64{},
-		projects:  map[string]*project{},
-		devices:   map[string]*bucket{},
+		projects:  fakeprovider.NewLimiter(cfg.Rate, cfg.Burst),
+		devices:   fakeprovider.NewLimiter(cfg.DeviceRate, cfg.DeviceBurst),
+		refused:   map[string]*refusals{},
 		dead:      map[string]bool{},
 		issued:    map[string]time.Time{},
 		audiences: map[string]bool{},
@@ -240,7 +201,7 @@ func New(cfg Config) *Server {
 	}
 	s.mux.HandleFunc("POST /token", s.token)
 	s.mux.HandleFunc("POST /v1/projects/{project}/messages:send", s.send)
-	s.mux.HandleFunc("GET /_stats", s.statsJSON)
+	s.mux.Handle("GET /_stats", fakeprovider.StatsHandler(s.Stats))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "NOT_FOUND", "Requested entity was not found.")
 	})
@@ -320,40 +281,9 @@ func (s *Server) ServiceAccountJSONAt(baseURL string) []byte {
 // ceil(rate) if that was 0. Tokens already earned at the old rate are kept,
 // up to the new burst.
 func (s *Server) SetRate(project string, rate float64) {
-	s.setRate(project, rate, time.Now())
-}
-
-func (s *Server) setRate(key string, rate float64, now time.Time) {
-	rate = max(rate, 0)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if key == "" {
-		s.rate = rate
-		clear(s.override)
-		for _, p := range s.projects {
-			retune(p.bucket, rate, burstFor(s.cfg.Burst, rate), now)
-		}
-		return
-	}
-	s.override[key] = rate
-	if p, ok := s.projects[key]; ok {
-		retune(p.bucket, rate, burstFor(s.cfg.Burst, rate), now)
-	}
-}
-
-// retune moves b to a new rate and burst at now.
-func retune(b *bucket, rate, burst float64, now time.Time) {
-	b.refill(now)
-	b.rate, b.burst = rate, burst
-	b.tokens = min(b.tokens, b.burst)
-}
-
-// burstFor returns the bucket capacity for rate: configured, or ceil(rate).
-func burstFor(configured int, rate float64) float64 {
-	if configured > 0 {
-		return float64(configured)
-	}
-	return max(math.Ceil(rate), 1)
+	s.projects.SetRate(project, rate, time.Now())
 }
 
 // Unregister marks registration tokens as dead: sends to them are answered
@@ -395,40 +325,25 @@ func (s *Server) Arrivals() []Arrival {
 func (s *Server) Stats() map[string]KeyStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := make(map[string]KeyStats, len(s.projects))
-	for key, p := range s.projects {
-		m[key] = p.stats
+	shared := s.stats.Snapshot()
+	m := make(map[string]KeyStats, len(s.refused))
+	for key, r := range s.refused {
+		c := shared[key]
+		m[key] = KeyStats{
+			Delivered: c.Delivered, Throttled: c.Throttled, DeviceThrottled: r.device, Unregistered: r.unregistered,
+			Duplicates: c.Duplicates, Max1s: c.Max1s, First: c.First, Last: c.Last,
+		}
 	}
 	return m
 }
 
 // FetchStats reads GET {baseURL}/_stats from a fake running elsewhere.
 func FetchStats(ctx context.Context, hc *http.Client, baseURL string) (map[string]KeyStats, error) {
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/_stats", nil)
+	m, err := fakeprovider.FetchStats[map[string]KeyStats](ctx, hc, baseURL)
 	if err != nil {
-		return nil, fmt.Errorf("fcmtest: fetch stats: %w", err)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("fcmtest: fetch stats: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("fcmtest: fetch stats: HTTP %d", resp.StatusCode)
-	}
-	var m map[string]KeyStats
-	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
-		return nil, fmt.Errorf("fcmtest: fetch stats: %w", err)
+		return nil, fmt.Errorf("fcmtest: %w", err)
 	}
 	return m, nil
-}
-
-func (s *Server) statsJSON(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(s.Stats())
 }
 
 // outcome is what the fake answers a valid send.
@@ -450,75 +365,38 @@ func (s *Server) arrive(key, target string, device bool, id string, digest [32]b
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := clock()
-	p, ok := s.projects[key]
+	p := s.projects.Bucket(key, now)
+	r, ok := s.refused[key]
 	if !ok {
-		rate, ok := s.override[key]
-		if !ok {
-			rate = s.rate
-		}
-		p = &project{bucket: newBucket(rate, burstFor(s.cfg.Burst, rate), now), seen: map[[32]byte]bool{}}
-		s.projects[key] = p
+		r = &refusals{}
+		s.refused[key] = r
 	}
 	a := Arrival{Key: key, To: target, ID: id, At: now, Status: http.StatusOK}
 	out := accepted
 	switch {
-	case !p.bucket.take(now):
+	case !p.Take(now):
 		out = throttledProject
-	case device && s.cfg.DeviceRate > 0 && !s.device(key, target, now).take(now):
-		p.bucket.refund()
+	case device && s.cfg.DeviceRate > 0 && !s.devices.Take(key+"\x00"+target, now):
+		p.Refund()
 		out = throttledDevice
 	case device && s.dead[target]:
 		out = unregistered
 	}
-	st := &p.stats
 	switch out {
 	case throttledProject:
-		st.Throttled++
 		a.Status, a.Throttled = http.StatusTooManyRequests, true
 	case throttledDevice:
-		st.DeviceThrottled++
+		r.device++
 		a.Status, a.Throttled = http.StatusTooManyRequests, true
 	case unregistered:
-		st.Unregistered++
+		r.unregistered++
 		a.Status = http.StatusNotFound
 	}
 	s.arrivals = append(s.arrivals, a)
-	if out != accepted {
-		return out
+	if out == accepted || out == throttledProject {
+		s.stats.Record(key, string(digest[:]), now, out == throttledProject)
 	}
-	st.Delivered++
-	if p.seen[digest] {
-		st.Duplicates++
-	}
-	p.seen[digest] = true
-	if st.First.IsZero() {
-		st.First = now
-	}
-	st.Last = now
-	// Sliding window: drop arrivals at least 1 s older than now.
-	for p.windowAt < len(p.window) && now.Sub(p.window[p.windowAt]) >= time.Second {
-		p.windowAt++
-	}
-	if p.windowAt > 1024 && p.windowAt*2 > len(p.window) { // compact
-		p.window = append(p.window[:0], p.window[p.windowAt:]...)
-		p.windowAt = 0
-	}
-	p.window = append(p.window, now)
-	st.Max1s = max(st.Max1s, len(p.window)-p.windowAt)
-	return accepted
-}
-
-// device returns the bucket of one registration token, creating it full.
-// s.mu is held.
-func (s *Server) device(key, token string, now time.Time) *bucket {
-	k := key + "\x00" + token
-	b, ok := s.devices[k]
-	if !ok {
-		rate := max(s.cfg.DeviceRate, 0)
-		b = newBucket(rate, burstFor(s.cfg.DeviceBurst, rate), now)
-		s.devices[k] = b
-	}
-	return b
+	return out
 }
 
 // send serves POST /v1/projects/{project}/messages:send.
@@ -543,14 +421,8 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	}
 
 	out := s.arrive(key, m.target, m.token, m.id, m.digest, time.Now)
-	if s.cfg.Latency > 0 {
-		t := time.NewTimer(s.cfg.Latency)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			return
-		}
+	if !fakeprovider.Sleep(r.Context(), s.cfg.Latency) {
+		return
 	}
 	switch out {
 	case throttledProject:
@@ -594,10 +466,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 func (s *Server) currentRate(key string) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p, ok := s.projects[key]; ok {
-		return p.bucket.rate
-	}
-	return s.rate
+	return s.projects.Rate(key)
 }
 
 // retryAfter sets the Retry-After header of a 429, if configured.

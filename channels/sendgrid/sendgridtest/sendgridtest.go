@@ -33,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -41,6 +40,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
 )
 
 // MaxBodyBytes is the largest request body the fake reads; a larger one is
@@ -75,15 +76,12 @@ type Arrival struct {
 	Throttled  bool      // answered 429 instead of accepted
 }
 
-// KeyStats summarises the arrivals of one API key.
-type KeyStats struct {
-	Delivered  int       `json:"delivered"`  // accepted requests
-	Throttled  int       `json:"throttled"`  // requests answered 429
-	Duplicates int       `json:"duplicates"` // accepted requests whose non-empty ID had been accepted before
-	Max1s      int       `json:"max_1s"`     // most accepted requests in any 1 s window [t, t+1s)
-	First      time.Time `json:"first"`      // first accepted request; zero if none
-	Last       time.Time `json:"last"`       // last accepted request; zero if none
-}
+// KeyStats summarises the arrivals of one API key: Delivered (accepted
+// requests), Throttled (requests answered 429), Duplicates (accepted
+// requests whose non-empty ID had been accepted before), Max1s (most
+// accepted requests in any 1 s window [t, t+1s)), First and Last (first and
+// last accepted request; zero if none).
+type KeyStats = fakeprovider.KeyStats
 
 // KeyID returns the name the fake reports an API key secret under when
 // Config.APIKeys is empty: "key-" and 12 hex digits of its SHA-256, stable
@@ -104,25 +102,10 @@ type Server struct {
 	prefix  string            // random, keeps message ids unique across servers
 
 	mu       sync.Mutex
-	rate     float64            // default for keys without an override
-	burst    int                // Config.Burst; 0 means ceil(rate)
-	override map[string]float64 // SetRate(key, r)
-	keys     map[string]*keyState
+	limits   *fakeprovider.Limiter // one bucket per API key name
+	stats    fakeprovider.Stats    // by API key name
 	arrivals []Arrival
 	seq      uint64
-}
-
-// keyState is the bucket and the running statistics of one API key.
-type keyState struct {
-	rate   float64
-	burst  float64
-	tokens float64
-	last   time.Time // when tokens was last brought up to date
-
-	stats    KeyStats
-	seen     map[string]bool // accepted IDs
-	window   []time.Time     // accepted arrivals within the last second
-	windowAt int             // index of the oldest entry of window still in it
 }
 
 // New returns a Server for cfg without a listener: serve [Server.Handler]
@@ -133,13 +116,10 @@ func New(cfg Config) *Server {
 	var b [6]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	s := &Server{
-		mux:      http.NewServeMux(),
-		latency:  cfg.Latency,
-		prefix:   hex.EncodeToString(b[:]),
-		rate:     max(cfg.Rate, 0),
-		burst:    max(cfg.Burst, 0),
-		override: map[string]float64{},
-		keys:     map[string]*keyState{},
+		mux:     http.NewServeMux(),
+		latency: cfg.Latency,
+		prefix:  hex.EncodeToString(b[:]),
+		limits:  fakeprovider.NewLimiter(cfg.Rate, cfg.Burst),
 	}
 	if len(cfg.APIKeys) > 0 {
 		s.names = map[string]string{}
@@ -148,7 +128,7 @@ func New(cfg Config) *Server {
 		}
 	}
 	s.mux.HandleFunc("POST /v3/mail/send", s.send)
-	s.mux.HandleFunc("GET /_stats", s.statsJSON)
+	s.mux.Handle("GET /_stats", fakeprovider.StatsHandler(s.Stats))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeErrors(w, http.StatusNotFound, item("", "not found: "+r.Method+" "+r.URL.Path+" is not served by the fake", ""))
 	})
@@ -192,48 +172,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // becomes Config.Burst, or ceil(rate) if that was 0. Tokens already earned
 // at the old rate are kept, up to the new burst.
 func (s *Server) SetRate(key string, rate float64) {
-	s.setRate(key, rate, time.Now())
-}
-
-func (s *Server) setRate(key string, rate float64, now time.Time) {
-	rate = max(rate, 0)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if key == "" {
-		s.rate = rate
-		clear(s.override)
-		for _, k := range s.keys {
-			s.retune(k, rate, now)
-		}
-		return
-	}
-	s.override[key] = rate
-	if k, ok := s.keys[key]; ok {
-		s.retune(k, rate, now)
-	}
-}
-
-// retune moves k to a new rate at now.
-func (s *Server) retune(k *keyState, rate float64, now time.Time) {
-	k.refill(now)
-	k.rate, k.burst = rate, s.burstFor(rate)
-	k.tokens = min(k.tokens, k.burst)
-}
-
-// burstFor returns the bucket capacity for rate.
-func (s *Server) burstFor(rate float64) float64 {
-	if s.burst > 0 {
-		return float64(s.burst)
-	}
-	return max(math.Ceil(rate), 1)
-}
-
-// refill adds the tokens earned since k.last, up to k.burst.
-func (k *keyState) refill(now time.Time) {
-	if d := now.Sub(k.last); d > 0 {
-		k.tokens = min(k.burst, k.tokens+d.Seconds()*k.rate)
-		k.last = now
-	}
+	s.limits.SetRate(key, rate, time.Now())
 }
 
 // verdict is what the bucket decided for one request.
@@ -252,31 +193,13 @@ func (s *Server) arrive(a Arrival, clock func() time.Time) verdict {
 	defer s.mu.Unlock()
 	now := clock()
 	a.At = now
-	k, ok := s.keys[a.Key]
-	if !ok {
-		rate, ok := s.override[a.Key]
-		if !ok {
-			rate = s.rate
-		}
-		b := s.burstFor(rate)
-		k = &keyState{rate: rate, burst: b, tokens: b, last: now, seen: map[string]bool{}}
-		s.keys[a.Key] = k
-	}
-	v := verdict{allowed: true, limit: int(k.burst)}
-	if k.rate > 0 {
-		k.refill(now)
-		if v.allowed = k.tokens >= 1; v.allowed {
-			k.tokens--
-		} else {
-			wait := time.Duration((1 - k.tokens) / k.rate * float64(time.Second))
-			v.reset = now.Add(wait)
-		}
-	}
-	st := &k.stats
+	b := s.limits.Bucket(a.Key, now)
+	v := verdict{allowed: b.Take(now), limit: int(b.Burst())}
+	s.stats.Record(a.Key, a.ID, now, !v.allowed)
 	if !v.allowed {
+		v.reset = now.Add(b.Wait(now))
 		a.Throttled = true
 		s.arrivals = append(s.arrivals, a)
-		st.Throttled++
 		return v
 	}
 	s.seq++
@@ -284,27 +207,6 @@ func (s *Server) arrive(a Arrival, clock func() time.Time) verdict {
 	v.messageID = fmt.Sprintf("%s%010d", s.prefix, s.seq)
 	a.MessageID = v.messageID
 	s.arrivals = append(s.arrivals, a)
-	st.Delivered++
-	if a.ID != "" {
-		if k.seen[a.ID] {
-			st.Duplicates++
-		}
-		k.seen[a.ID] = true
-	}
-	if st.First.IsZero() {
-		st.First = now
-	}
-	st.Last = now
-	// Sliding window: drop arrivals at least 1 s older than now.
-	for k.windowAt < len(k.window) && now.Sub(k.window[k.windowAt]) >= time.Second {
-		k.windowAt++
-	}
-	if k.windowAt > 1024 && k.windowAt*2 > len(k.window) { // compact
-		k.window = append(k.window[:0], k.window[k.windowAt:]...)
-		k.windowAt = 0
-	}
-	k.window = append(k.window, now)
-	st.Max1s = max(st.Max1s, len(k.window)-k.windowAt)
 	return v
 }
 
@@ -321,40 +223,16 @@ func (s *Server) Arrivals() []Arrival {
 func (s *Server) Stats() map[string]KeyStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := make(map[string]KeyStats, len(s.keys))
-	for key, k := range s.keys {
-		m[key] = k.stats
-	}
-	return m
+	return s.stats.Snapshot()
 }
 
 // FetchStats reads GET {baseURL}/_stats from a fake running elsewhere.
 func FetchStats(ctx context.Context, hc *http.Client, baseURL string) (map[string]KeyStats, error) {
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/_stats", nil)
+	m, err := fakeprovider.FetchStats[map[string]KeyStats](ctx, hc, baseURL)
 	if err != nil {
-		return nil, fmt.Errorf("sendgridtest: fetch stats: %w", err)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("sendgridtest: fetch stats: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("sendgridtest: fetch stats: HTTP %d", resp.StatusCode)
-	}
-	var m map[string]KeyStats
-	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
-		return nil, fmt.Errorf("sendgridtest: fetch stats: %w", err)
+		return nil, fmt.Errorf("sendgridtest: %w", err)
 	}
 	return m, nil
-}
-
-func (s *Server) statsJSON(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(s.Stats())
 }
 
 // Messages of the errors the fake answers with. The 400 texts are
@@ -436,14 +314,8 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		a.ID = id
 	}
 	v := s.arrive(a, time.Now)
-	if s.latency > 0 {
-		t := time.NewTimer(s.latency)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			return
-		}
+	if !fakeprovider.Sleep(r.Context(), s.latency) {
+		return
 	}
 	if !v.allowed {
 		h := w.Header()

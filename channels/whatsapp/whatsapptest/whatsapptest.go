@@ -21,13 +21,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
 )
 
 // Config configures a [Server]. The zero value is an unlimited fake that
@@ -57,15 +58,12 @@ type Arrival struct {
 	Throttled bool      // answered 130429 instead of accepted
 }
 
-// KeyStats summarises the arrivals of one phone-number ID.
-type KeyStats struct {
-	Delivered  int       `json:"delivered"`  // accepted requests
-	Throttled  int       `json:"throttled"`  // requests answered 130429
-	Duplicates int       `json:"duplicates"` // accepted requests whose non-empty ID had been accepted before
-	Max1s      int       `json:"max_1s"`     // most accepted requests in any 1 s window [t, t+1s)
-	First      time.Time `json:"first"`      // first accepted request; zero if none
-	Last       time.Time `json:"last"`       // last accepted request; zero if none
-}
+// KeyStats summarises the arrivals of one phone-number ID: Delivered
+// (accepted requests), Throttled (requests answered 130429), Duplicates
+// (accepted requests whose non-empty ID had been accepted before), Max1s
+// (most accepted requests in any 1 s window [t, t+1s)), First and Last
+// (first and last accepted request; zero if none).
+type KeyStats = fakeprovider.KeyStats
 
 // Server is a fake Cloud API. Build it with [New] to mount [Server.Handler]
 // yourself, or with [NewServer] to get a listening httptest server.
@@ -80,26 +78,11 @@ type Server struct {
 	inflight atomic.Int64 // requests being answered
 
 	mu       sync.Mutex
-	rate     float64            // default for keys without an override
-	burst    int                // Config.Burst; 0 means ceil(rate)
-	override map[string]float64 // SetRate(key, r)
-	forced   map[string]int     // ThrottleNext(key, seconds)
-	keys     map[string]*keyState
+	limits   *fakeprovider.Limiter // one bucket per phone-number ID
+	stats    fakeprovider.Stats    // by phone-number ID
+	forced   map[string]int        // ThrottleNext(key, seconds)
 	arrivals []Arrival
 	seq      uint64
-}
-
-// keyState is the bucket and the running statistics of one phone-number ID.
-type keyState struct {
-	rate   float64
-	burst  float64
-	tokens float64
-	last   time.Time // when tokens was last brought up to date
-
-	stats    KeyStats
-	seen     map[string]bool // accepted IDs
-	window   []time.Time     // accepted arrivals within the last second
-	windowAt int             // index of the oldest entry of window still in it
 }
 
 // New returns a Server for cfg without a listener: serve [Server.Handler]
@@ -108,22 +91,19 @@ func New(cfg Config) *Server {
 	var b [6]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	s := &Server{
-		mux:      http.NewServeMux(),
-		latency:  cfg.Latency,
-		token:    cfg.Token,
-		status:   cfg.ThrottleStatus,
-		prefix:   hex.EncodeToString(b[:]),
-		rate:     max(cfg.Rate, 0),
-		burst:    max(cfg.Burst, 0),
-		override: map[string]float64{},
-		forced:   map[string]int{},
-		keys:     map[string]*keyState{},
+		mux:     http.NewServeMux(),
+		latency: cfg.Latency,
+		token:   cfg.Token,
+		status:  cfg.ThrottleStatus,
+		prefix:  hex.EncodeToString(b[:]),
+		limits:  fakeprovider.NewLimiter(cfg.Rate, cfg.Burst),
+		forced:  map[string]int{},
 	}
 	if s.status == 0 {
 		s.status = http.StatusTooManyRequests
 	}
 	s.mux.HandleFunc("POST /{version}/{key}/messages", s.messages)
-	s.mux.HandleFunc("GET /_stats", s.statsJSON)
+	s.mux.Handle("GET /_stats", fakeprovider.StatsHandler(s.Stats))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, 100, "Unsupported request", r.Method+" "+r.URL.Path+" is not served by the fake")
 	})
@@ -180,48 +160,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // ceil(rate) if that was 0. Tokens already earned at the old rate are kept,
 // up to the new burst.
 func (s *Server) SetRate(key string, rate float64) {
-	s.setRate(key, rate, time.Now())
-}
-
-func (s *Server) setRate(key string, rate float64, now time.Time) {
-	rate = max(rate, 0)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if key == "" {
-		s.rate = rate
-		clear(s.override)
-		for _, k := range s.keys {
-			s.retune(k, rate, now)
-		}
-		return
-	}
-	s.override[key] = rate
-	if k, ok := s.keys[key]; ok {
-		s.retune(k, rate, now)
-	}
-}
-
-// retune moves k to a new rate at now.
-func (s *Server) retune(k *keyState, rate float64, now time.Time) {
-	k.refill(now)
-	k.rate, k.burst = rate, s.burstFor(rate)
-	k.tokens = min(k.tokens, k.burst)
-}
-
-// burstFor returns the bucket capacity for rate.
-func (s *Server) burstFor(rate float64) float64 {
-	if s.burst > 0 {
-		return float64(s.burst)
-	}
-	return max(math.Ceil(rate), 1)
-}
-
-// refill adds the tokens earned since k.last, up to k.burst.
-func (k *keyState) refill(now time.Time) {
-	if d := now.Sub(k.last); d > 0 {
-		k.tokens = min(k.burst, k.tokens+d.Seconds()*k.rate)
-		k.last = now
-	}
+	s.limits.SetRate(key, rate, time.Now())
 }
 
 // arrive records a valid request for key and reports whether the bucket let
@@ -231,51 +172,10 @@ func (s *Server) arrive(key, to, id string, clock func() time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := clock()
-	k, ok := s.keys[key]
-	if !ok {
-		rate, ok := s.override[key]
-		if !ok {
-			rate = s.rate
-		}
-		b := s.burstFor(rate)
-		k = &keyState{rate: rate, burst: b, tokens: b, last: now, seen: map[string]bool{}}
-		s.keys[key] = k
-	}
-	allowed := true
-	if k.rate > 0 {
-		k.refill(now)
-		if allowed = k.tokens >= 1; allowed {
-			k.tokens--
-		}
-	}
+	allowed := s.limits.Take(key, now)
 	s.arrivals = append(s.arrivals, Arrival{Key: key, To: to, ID: id, At: now, Throttled: !allowed})
-	st := &k.stats
-	if !allowed {
-		st.Throttled++
-		return false
-	}
-	st.Delivered++
-	if id != "" {
-		if k.seen[id] {
-			st.Duplicates++
-		}
-		k.seen[id] = true
-	}
-	if st.First.IsZero() {
-		st.First = now
-	}
-	st.Last = now
-	// Sliding window: drop arrivals at least 1 s older than now.
-	for k.windowAt < len(k.window) && now.Sub(k.window[k.windowAt]) >= time.Second {
-		k.windowAt++
-	}
-	if k.windowAt > 1024 && k.windowAt*2 > len(k.window) { // compact
-		k.window = append(k.window[:0], k.window[k.windowAt:]...)
-		k.windowAt = 0
-	}
-	k.window = append(k.window, now)
-	st.Max1s = max(st.Max1s, len(k.window)-k.windowAt)
-	return true
+	s.stats.Record(key, id, now, !allowed)
+	return allowed
 }
 
 // Arrivals returns a copy of every valid request received so far, in
@@ -290,41 +190,17 @@ func (s *Server) Arrivals() []Arrival {
 func (s *Server) Stats() map[string]KeyStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := make(map[string]KeyStats, len(s.keys))
-	for key, k := range s.keys {
-		m[key] = k.stats
-	}
-	return m
+	return s.stats.Snapshot()
 }
 
 // FetchStats reads GET {baseURL}/_stats from a fake running elsewhere, such
 // as in `pacer fake-provider whatsapp --addr`.
 func FetchStats(ctx context.Context, hc *http.Client, baseURL string) (map[string]KeyStats, error) {
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/_stats", nil)
+	m, err := fakeprovider.FetchStats[map[string]KeyStats](ctx, hc, baseURL)
 	if err != nil {
-		return nil, fmt.Errorf("whatsapptest: fetch stats: %w", err)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("whatsapptest: fetch stats: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("whatsapptest: fetch stats: HTTP %d", resp.StatusCode)
-	}
-	var m map[string]KeyStats
-	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
-		return nil, fmt.Errorf("whatsapptest: fetch stats: %w", err)
+		return nil, fmt.Errorf("whatsapptest: %w", err)
 	}
 	return m, nil
-}
-
-func (s *Server) statsJSON(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(s.Stats())
 }
 
 // messages serves POST /{version}/{key}/messages.
@@ -359,8 +235,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	if forced {
 		delete(s.forced, key)
 		s.arrivals = append(s.arrivals, Arrival{Key: key, To: to, ID: id, At: time.Now(), Throttled: true})
-		if k := s.keys[key]; k != nil {
-			k.stats.Throttled++
+		if s.stats.Has(key) { // a key never seen stays unknown
+			s.stats.Record(key, id, time.Now(), true)
 		}
 	}
 	s.mu.Unlock()
@@ -370,14 +246,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ok := s.arrive(key, to, id, time.Now)
-	if s.latency > 0 {
-		t := time.NewTimer(s.latency)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			return
-		}
+	if !fakeprovider.Sleep(r.Context(), s.latency) {
+		return
 	}
 	if !ok {
 		writeError(w, s.status, 130429, "(#130429) Rate limit hit", "Cloud API message throughput has been reached.")
