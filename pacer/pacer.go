@@ -376,9 +376,9 @@ func (p *Pacer) Run(ctx context.Context) error {
 		"rate", p.cfg.Limit.PerSecond, "burst", p.cfg.Limit.Burst, "owner", p.cfg.Owner,
 		"redis_failure", p.cfg.RedisFailure, "unknown_outcome", p.cfg.UnknownOutcome)
 	p.m.fallback.WithLabelValues().Set(0)
-	go p.watchKafka(ctx, cl)
+	go p.watch(ctx, "kafka", &p.kafkaOK, cl.Ping)
 	if p.ping != nil {
-		go p.watchRedis(ctx)
+		go p.watch(ctx, "redis", &p.redisOK, p.ping)
 	}
 
 	for {
@@ -450,8 +450,9 @@ func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) bool {
 	}
 }
 
-// watchKafka pings the cluster every 5 s so /readyz reflects Kafka.
-func (p *Pacer) watchKafka(ctx context.Context, cl *kgo.Client) {
+// watch pings a service every 5 s until ctx ends and keeps ok (and so
+// /readyz) in step with the answers, logging each change once.
+func (p *Pacer) watch(ctx context.Context, name string, ok *atomic.Bool, ping func(context.Context) error) {
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
 	for {
@@ -461,44 +462,19 @@ func (p *Pacer) watchKafka(ctx context.Context, cl *kgo.Client) {
 		case <-t.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := cl.Ping(pctx)
+		err := ping(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		if ok := err == nil; p.kafkaOK.Swap(ok) != ok {
-			if ok {
-				p.log.Info("kafka reachable again")
+		if up := err == nil; ok.Swap(up) != up {
+			if up {
+				p.log.Info(name + " reachable again")
+				if name == "redis" {
+					p.m.fallback.WithLabelValues().Set(0)
+				}
 			} else {
-				p.log.Error("kafka unreachable; sends stop until it answers", "err", err)
-			}
-			p.publishReady()
-		}
-	}
-}
-
-// watchRedis pings Redis every 5 s so /readyz reflects it on an idle replica.
-func (p *Pacer) watchRedis(ctx context.Context) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := p.ping(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if ok := err == nil; p.redisOK.Swap(ok) != ok {
-			if ok {
-				p.log.Info("redis reachable again")
-				p.m.fallback.WithLabelValues().Set(0)
-			} else {
-				p.log.Error("redis unreachable", "err", err)
+				p.log.Error(name+" unreachable; sends stop until it answers, nothing is dropped", "err", err)
 			}
 			p.publishReady()
 		}

@@ -56,11 +56,9 @@ func newDemoProvider(ctx context.Context, channel string, numbers, messages int,
 		}
 		d.url, d.sender, d.close = f.URL(), s, f.Close
 		d.stats = func() map[string]fakeStats {
-			out := map[string]fakeStats{}
-			for k, v := range f.Stats() {
-				out[k] = fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
-			}
-			return out
+			return statsOf(f.Stats(), func(v whatsapptest.KeyStats) fakeStats {
+				return fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
+			})
 		}
 	case "sendgrid":
 		keys := map[string]string{}
@@ -80,11 +78,9 @@ func newDemoProvider(ctx context.Context, channel string, numbers, messages int,
 		}
 		d.url, d.sender, d.close = f.URL(), s, f.Close
 		d.stats = func() map[string]fakeStats {
-			out := map[string]fakeStats{}
-			for k, v := range f.Stats() {
-				out[k] = fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
-			}
-			return out
+			return statsOf(f.Stats(), func(v sendgridtest.KeyStats) fakeStats {
+				return fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
+			})
 		}
 	case "fcm":
 		f := fcmtest.NewServer(fcmtest.Config{Rate: rate, Burst: fakeBurst})
@@ -102,11 +98,9 @@ func newDemoProvider(ctx context.Context, channel string, numbers, messages int,
 		}
 		d.url, d.sender, d.close = f.URL(), s, f.Close
 		d.stats = func() map[string]fakeStats {
-			out := map[string]fakeStats{}
-			for k, v := range f.Stats() {
-				out[k] = fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
-			}
-			return out
+			return statsOf(f.Stats(), func(v fcmtest.KeyStats) fakeStats {
+				return fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
+			})
 		}
 	case "apns":
 		p8, pub, err := apnstest.NewKey()
@@ -129,14 +123,21 @@ func newDemoProvider(ctx context.Context, channel string, numbers, messages int,
 		}
 		d.url, d.sender, d.close = f.URL(), s, f.Close
 		d.stats = func() map[string]fakeStats {
-			out := map[string]fakeStats{}
-			for k, v := range f.Stats() {
-				out[k] = fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
-			}
-			return out
+			return statsOf(f.Stats(), func(v apnstest.KeyStats) fakeStats {
+				return fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
+			})
 		}
 	default:
 		return nil, checkChannel(channel)
 	}
 	return d, nil
+}
+
+// statsOf converts a fake provider's per-key statistics with conv.
+func statsOf[T any](m map[string]T, conv func(T) fakeStats) map[string]fakeStats {
+	out := make(map[string]fakeStats, len(m))
+	for k, v := range m {
+		out[k] = conv(v)
+	}
+	return out
 }
