@@ -16,8 +16,6 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +28,7 @@ import (
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/channels/apns"
 	"github.com/pacerhq/pacer/channels/apns/apnstest"
+	"github.com/pacerhq/pacer/channels/internal/channeltest"
 )
 
 const (
@@ -91,18 +90,11 @@ func h2(t *testing.T, h http.Handler) *httptest.Server {
 	return ts
 }
 
-// respond returns a server that answers every request with status, body and
-// the given headers.
+// respond returns an HTTP/2 server that answers every request with status,
+// body and the given headers.
 func respond(t *testing.T, status int, body string, header ...string) *httptest.Server {
 	t.Helper()
-	return h2(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		for i := 0; i+1 < len(header); i += 2 {
-			w.Header().Set(header[i], header[i+1])
-		}
-		w.WriteHeader(status)
-		io.WriteString(w, body)
-	}))
+	return h2(t, channeltest.Responder(status, body, header...))
 }
 
 func config(t *testing.T, ts *httptest.Server) apns.Config {
@@ -140,30 +132,15 @@ func sendErr(t *testing.T, c *apns.Client, m channels.Message) *channels.Error {
 	if e.Channel != "apns" {
 		t.Errorf("Channel = %q, want apns", e.Channel)
 	}
-	noSecrets(t, err.Error())
+	noSecrets(t, err)
 	return e
 }
 
-// noSecrets fails if s holds the device token or any line of the key.
-func noSecrets(t *testing.T, s string) {
+// noSecrets fails if the text of err holds the device token or any line of
+// the key.
+func noSecrets(t *testing.T, err error) {
 	t.Helper()
-	if strings.Contains(strings.ToLower(s), device) {
-		t.Errorf("text %q holds the device token", s)
-	}
-	for _, line := range strings.Split(string(signingKey(t).p8), "\n") {
-		if len(line) > 8 && !strings.HasPrefix(line, "-----") && strings.Contains(s, line) {
-			t.Errorf("text %q holds key material", s)
-		}
-	}
-}
-
-func readTestdata(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	channeltest.NoSecrets(t, err, append(channeltest.PEMLines(string(signingKey(t).p8)), device)...)
 }
 
 // TestSendClassification runs every reason of providers.md §2.3 through the
@@ -213,7 +190,7 @@ func TestSendClassification(t *testing.T) {
 		{"PayloadTooLarge", 413, channels.Permanent, key},
 	} {
 		t.Run(c.reason, func(t *testing.T) {
-			body := readTestdata(t, c.reason+".json")
+			body := channeltest.ReadTestdata(t, c.reason+".json")
 			var hits atomic.Int32
 			ts := h2(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				hits.Add(1)
@@ -245,7 +222,7 @@ func TestSendClassification(t *testing.T) {
 
 // TestSendUnknownReason: a reason in no table is classified by HTTP status.
 func TestSendUnknownReason(t *testing.T) {
-	body := readTestdata(t, "unknown.json")
+	body := channeltest.ReadTestdata(t, "unknown.json")
 	for _, c := range []struct {
 		status int
 		class  channels.Class
@@ -467,8 +444,8 @@ func checkJWT(t *testing.T, auth string) *jwt.Token {
 // TestSendInvalidRequest: bad payloads, headers, device tokens and keys fail
 // as Permanent without a request.
 func TestSendInvalidRequest(t *testing.T) {
-	var hits atomic.Int32
-	ts := h2(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	var hits channeltest.Counter
+	ts := h2(t, &hits)
 	c := newClient(t, config(t, ts))
 	for _, p := range []string{
 		`[1,2]`, `"text"`, `42`, `true`, `{"a":`, `{"a":1}x`, `{`,
@@ -512,9 +489,7 @@ func TestSendInvalidRequest(t *testing.T) {
 	if e := sendErr(t, c, m); e.Class != channels.Permanent || e.Code != "invalid-key" {
 		t.Errorf("empty key: %v; want permanent invalid-key", e)
 	}
-	if n := hits.Load(); n != 0 {
-		t.Errorf("%d requests reached the server, want 0", n)
-	}
+	hits.CheckNone(t)
 	// Upper-case hex device tokens are hex too.
 	m = message()
 	m.To = strings.ToUpper(device)
@@ -526,8 +501,8 @@ func TestSendInvalidRequest(t *testing.T) {
 // TestPayloadLimits: the body, without "headers", may be 4096 bytes (5120
 // for voip); one more byte fails as PayloadTooLarge without a request.
 func TestPayloadLimits(t *testing.T) {
-	var hits atomic.Int32
-	ts := h2(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	var hits channeltest.Counter
+	ts := h2(t, &hits)
 	c := newClient(t, config(t, ts))
 	// body of n bytes: {"aps":{},"p":"xxx..."} is 17 bytes plus the x's.
 	body := func(n int) string { return `{"aps":{},"p":"` + strings.Repeat("x", n-17) + `"}` }
@@ -641,15 +616,9 @@ func TestNew(t *testing.T) {
 			case c.field != "" && (err == nil || !strings.Contains(err.Error(), c.field)):
 				t.Fatalf("New: %v; want an error naming %s", err, c.field)
 			}
-			if err != nil {
-				noSecrets(t, err.Error())
-				for _, secret := range [][]byte{p384, ed, sec1, garbled} {
-					for _, line := range strings.Split(string(secret), "\n") {
-						if len(line) > 8 && !strings.HasPrefix(line, "-----") && strings.Contains(err.Error(), line) {
-							t.Errorf("New error %q holds key material", err)
-						}
-					}
-				}
+			noSecrets(t, err)
+			for _, secret := range [][]byte{p384, ed, sec1, garbled} {
+				channeltest.NoSecrets(t, err, channeltest.PEMLines(string(secret))...)
 			}
 		})
 	}
@@ -666,8 +635,7 @@ func TestNoSecretsInErrors(t *testing.T) {
 		w.WriteHeader(502)
 		fmt.Fprintf(w, "<p>%s %s</p>", r.URL.Path, r.Header.Get("Authorization"))
 	}))
-	closed := httptest.NewServer(http.NotFoundHandler())
-	closed.Close()
+	closed := channeltest.Closed()
 	for _, c := range []struct {
 		name string
 		base string
@@ -697,12 +665,12 @@ func TestSendRetryAfter(t *testing.T) {
 		want   time.Duration
 		class  channels.Class
 	}{
-		{"absent", 503, readTestdata(t, "ServiceUnavailable.json"), "", 0, channels.Transient},
-		{"seconds on 503", 503, readTestdata(t, "ServiceUnavailable.json"), "120", 120 * time.Second, channels.Transient},
-		{"date on 500", 500, readTestdata(t, "InternalServerError.json"), t0.Add(15 * time.Minute).Format(http.TimeFormat), 15 * time.Minute, channels.Transient},
-		{"past date", 503, readTestdata(t, "Shutdown.json"), "Wed, 21 Oct 2015 07:28:00 GMT", 0, channels.Transient},
-		{"garbage", 503, readTestdata(t, "Shutdown.json"), "soon", 0, channels.Transient},
-		{"on a device throttle", 429, readTestdata(t, "TooManyRequests.json"), "7", 7 * time.Second, channels.Throttle},
+		{"absent", 503, channeltest.ReadTestdata(t, "ServiceUnavailable.json"), "", 0, channels.Transient},
+		{"seconds on 503", 503, channeltest.ReadTestdata(t, "ServiceUnavailable.json"), "120", 120 * time.Second, channels.Transient},
+		{"date on 500", 500, channeltest.ReadTestdata(t, "InternalServerError.json"), t0.Add(15 * time.Minute).Format(http.TimeFormat), 15 * time.Minute, channels.Transient},
+		{"past date", 503, channeltest.ReadTestdata(t, "Shutdown.json"), "Wed, 21 Oct 2015 07:28:00 GMT", 0, channels.Transient},
+		{"garbage", 503, channeltest.ReadTestdata(t, "Shutdown.json"), "soon", 0, channels.Transient},
+		{"on a device throttle", 429, channeltest.ReadTestdata(t, "TooManyRequests.json"), "7", 7 * time.Second, channels.Throttle},
 		{"on a non-APNs 503", 503, "busy", "9", 9 * time.Second, channels.Transient},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -721,49 +689,17 @@ func TestSendRetryAfter(t *testing.T) {
 }
 
 func TestSendTransportError(t *testing.T) {
-	ts := httptest.NewServer(http.NotFoundHandler())
-	ts.Close()
-	cfg := apns.Config{BaseURL: ts.URL, KeyID: keyID, TeamID: teamID, PrivateKey: signingKey(t).p8, HTTPClient: ts.Client()}
-	e := sendErr(t, newClient(t, cfg), message())
-	if e.Class != channels.Transient || e.Status != 0 || e.Err == nil || channels.ClassOf(e) != channels.Transient {
-		t.Errorf("got class=%v status=%d err=%v; want transient, 0, an Err", e.Class, e.Status, e.Err)
-	}
+	channeltest.CheckTransportError(t, func(ts *httptest.Server) error {
+		cfg := apns.Config{BaseURL: ts.URL, KeyID: keyID, TeamID: teamID, PrivateKey: signingKey(t).p8, HTTPClient: ts.Client()}
+		return sendErr(t, newClient(t, cfg), message())
+	})
 }
 
 func TestSendContext(t *testing.T) {
-	block := make(chan struct{})
-	ts := h2(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-block:
-		case <-r.Context().Done():
-		}
-	}))
-	defer close(block)
-	c := newClient(t, config(t, ts))
-
-	t.Run("canceled", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(t.Context())
-		time.AfterFunc(20*time.Millisecond, cancel)
+	c := newClient(t, config(t, h2(t, channeltest.Hang(t))))
+	channeltest.CheckContext(t, func(ctx context.Context) error {
 		_, err := c.Send(ctx, message())
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("err = %v; want context.Canceled", err)
-		}
-	})
-	t.Run("deadline", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
-		defer cancel()
-		_, err := c.Send(ctx, message())
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("err = %v; want context.DeadlineExceeded", err)
-		}
-	})
-	t.Run("already canceled", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(t.Context())
-		cancel()
-		_, err := c.Send(ctx, message())
-		if err != context.Canceled {
-			t.Fatalf("err = %v; want context.Canceled itself", err)
-		}
+		return err
 	})
 }
 

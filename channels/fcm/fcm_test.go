@@ -7,21 +7,19 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/oauth2"
 
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/channels/fcm"
 	"github.com/pacerhq/pacer/channels/fcm/fcmtest"
+	"github.com/pacerhq/pacer/channels/internal/channeltest"
 )
 
 const (
@@ -29,21 +27,6 @@ const (
 	recipient = "fGx3Vv2hQkqIj0sP4m1y7N:APA91bHun4MxP5egoKMwt2KZFBaFUH-1RYqx0123456789abcdefghijklmnop"
 	project   = "myproject-b5ae1"
 )
-
-// respond returns a server that answers every request with status, body and
-// the given headers.
-func respond(t *testing.T, status int, body string, header ...string) *httptest.Server {
-	t.Helper()
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for i := 0; i+1 < len(header); i += 2 {
-			w.Header().Set(header[i], header[i+1])
-		}
-		w.WriteHeader(status)
-		io.WriteString(w, body)
-	}))
-	t.Cleanup(ts.Close)
-	return ts
-}
 
 // newClient returns a Client of baseURL whose access token is always access.
 func newClient(t *testing.T, baseURL string) *fcm.Client {
@@ -76,12 +59,7 @@ func checkErr(t *testing.T, err error, secrets ...string) *channels.Error {
 	if e.Channel != "fcm" {
 		t.Errorf("Channel = %q, want fcm", e.Channel)
 	}
-	s := err.Error()
-	for _, x := range append(secrets, access, recipient) {
-		if x != "" && strings.Contains(s, x) {
-			t.Errorf("error text %q contains the secret %q", s, x)
-		}
-	}
+	channeltest.NoSecrets(t, err, append(secrets, access, recipient)...)
 	return e
 }
 
@@ -93,15 +71,6 @@ func sendErr(t *testing.T, ts *httptest.Server) *channels.Error {
 		t.Fatalf("Send = %+v, nil; want an error", res)
 	}
 	return checkErr(t, err)
-}
-
-func readTestdata(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // TestSendClassification runs every code of providers.md §3.3 through the
@@ -137,7 +106,7 @@ func TestSendClassification(t *testing.T) {
 		{"PERMISSION_DENIED.json", 403, "PERMISSION_DENIED", channels.Halt, key, 0},
 	} {
 		t.Run(c.file, func(t *testing.T) {
-			body := readTestdata(t, c.file)
+			body := channeltest.ReadTestdata(t, c.file)
 			var g struct {
 				Error struct {
 					Code    int
@@ -147,7 +116,7 @@ func TestSendClassification(t *testing.T) {
 			if err := json.Unmarshal([]byte(body), &g); err != nil || g.Error.Code != c.status {
 				t.Fatalf("testdata error.code = %d, %v; want %d", g.Error.Code, err, c.status)
 			}
-			e := sendErr(t, respond(t, c.status, body, "Content-Type", "application/json; charset=UTF-8"))
+			e := sendErr(t, channeltest.Respond(t, c.status, body, "Content-Type", "application/json; charset=UTF-8"))
 			if e.Code != c.code || e.Status != c.status || e.Class != c.class || e.Scope != c.scope {
 				t.Errorf("got code=%q status=%d class=%v scope=%v; want %q %d %v %v",
 					e.Code, e.Status, e.Class, e.Scope, c.code, c.status, c.class, c.scope)
@@ -174,7 +143,7 @@ func TestSendCodeBeatsStatus(t *testing.T) {
 		{"QUOTA_EXCEEDED.json", 503, channels.Throttle},
 		{"PERMISSION_DENIED.json", 400, channels.Halt},
 	} {
-		e := sendErr(t, respond(t, c.status, readTestdata(t, c.file)))
+		e := sendErr(t, channeltest.Respond(t, c.status, channeltest.ReadTestdata(t, c.file)))
 		if e.Class != c.class {
 			t.Errorf("%s with HTTP %d: class %v, want %v", c.file, c.status, e.Class, c.class)
 		}
@@ -183,7 +152,7 @@ func TestSendCodeBeatsStatus(t *testing.T) {
 
 // TestSendUnknownCode: a code in no table is classified by HTTP status.
 func TestSendUnknownCode(t *testing.T) {
-	body := readTestdata(t, "unknown.json")
+	body := channeltest.ReadTestdata(t, "unknown.json")
 	for _, c := range []struct {
 		status int
 		class  channels.Class
@@ -198,7 +167,7 @@ func TestSendUnknownCode(t *testing.T) {
 		{503, channels.Transient, 0},
 	} {
 		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
-			e := sendErr(t, respond(t, c.status, body))
+			e := sendErr(t, channeltest.Respond(t, c.status, body))
 			if e.Class != c.class || e.Code != "FAILED_PRECONDITION" || e.Scope != channels.ScopeKey || e.RetryAfter != c.retry {
 				t.Errorf("got class=%v code=%q scope=%v retry=%v; want %v FAILED_PRECONDITION key %v",
 					e.Class, e.Code, e.Scope, e.RetryAfter, c.class, c.retry)
@@ -226,7 +195,7 @@ func TestSendNonGoogleBody(t *testing.T) {
 		{"text 403", 403, "Forbidden", channels.Halt},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := sendErr(t, respond(t, c.status, c.body))
+			e := sendErr(t, channeltest.Respond(t, c.status, c.body))
 			if e.Class != c.class || e.Status != c.status || e.Code != "" || e.Err == nil || e.Scope != channels.ScopeKey {
 				t.Errorf("got class=%v status=%d code=%q err=%v scope=%v; want %v %d, no code, an Err, key",
 					e.Class, e.Status, e.Code, e.Err, e.Scope, c.class, c.status)
@@ -239,7 +208,7 @@ func TestSendNonGoogleBody(t *testing.T) {
 }
 
 func TestSendSuccess(t *testing.T) {
-	res, err := newClient(t, respond(t, 200, readTestdata(t, "success.json")).URL).Send(t.Context(), message())
+	res, err := newClient(t, channeltest.Respond(t, 200, channeltest.ReadTestdata(t, "success.json")).URL).Send(t.Context(), message())
 	if err != nil || res.ProviderID != "projects/myproject-b5ae1/messages/0:1500415314455276%31bd1c9631bd1c96" {
 		t.Fatalf("Send = %+v, %v", res, err)
 	}
@@ -248,7 +217,7 @@ func TestSendSuccess(t *testing.T) {
 // TestSendSuccessWithoutName: a 2xx the adapter cannot read is Transient.
 func TestSendSuccessWithoutName(t *testing.T) {
 	for _, body := range []string{`{"name":""}`, `{}`, `not json`, ``} {
-		e := sendErr(t, respond(t, 200, body))
+		e := sendErr(t, channeltest.Respond(t, 200, body))
 		if e.Class != channels.Transient || e.Err == nil || e.Status != 200 {
 			t.Errorf("body %q: class=%v err=%v; want transient with Err", body, e.Class, e.Err)
 		}
@@ -376,8 +345,8 @@ func TestSendRequestShape(t *testing.T) {
 // TestSendInvalidRequest: bad payloads, keys and recipients fail without a
 // request, since FCM counts client errors against the quota.
 func TestSendInvalidRequest(t *testing.T) {
-	var hits atomic.Int32
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	var hits channeltest.Counter
+	ts := httptest.NewServer(&hits)
 	defer ts.Close()
 	c := newClient(t, ts.URL)
 	for _, p := range []string{`[1,2]`, `"text"`, `42`, `true`, `{"a":`, `{"a":1}x`, `{`} {
@@ -415,9 +384,7 @@ func TestSendInvalidRequest(t *testing.T) {
 			t.Errorf("payload %s with DataIDKey: err = %v; want permanent invalid-payload", p, err)
 		}
 	}
-	if n := hits.Load(); n != 0 {
-		t.Errorf("%d requests reached the server, want 0", n)
-	}
+	hits.CheckNone(t)
 }
 
 // serviceAccount returns a valid key file (of a fake that is not listening)
@@ -490,11 +457,7 @@ func TestNew(t *testing.T) {
 			if err == nil {
 				return
 			}
-			for _, secret := range append(keyLines[1:len(keyLines)-1], access) {
-				if strings.Contains(err.Error(), secret) {
-					t.Fatalf("New error %q contains key material or the token", err)
-				}
-			}
+			channeltest.NoSecrets(t, err, append(keyLines[1:len(keyLines)-1], access)...)
 		})
 	}
 }
@@ -507,9 +470,9 @@ func TestNoSecretsInErrors(t *testing.T) {
 		name string
 		ts   *httptest.Server
 	}{
-		{"google error echoing both", respond(t, 400, echo)},
-		{"html echoing both", respond(t, 502, "<p>"+access+" "+recipient+"</p>")},
-		{"bad success", respond(t, 200, access+recipient)},
+		{"google error echoing both", channeltest.Respond(t, 400, echo)},
+		{"html echoing both", channeltest.Respond(t, 502, "<p>"+access+" "+recipient+"</p>")},
+		{"bad success", channeltest.Respond(t, 200, access+recipient)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := sendErr(t, c.ts) // checks the error text
@@ -519,27 +482,23 @@ func TestNoSecretsInErrors(t *testing.T) {
 		})
 	}
 	t.Run("transport", func(t *testing.T) {
-		ts := httptest.NewServer(http.NotFoundHandler())
-		ts.Close()
-		sendErr(t, ts)
+		sendErr(t, channeltest.Closed()) // checks the error text
 	})
 }
 
 func TestDetailTruncated(t *testing.T) {
-	msg := strings.Repeat("é", 150) // 300 bytes
-	e := sendErr(t, respond(t, 400, `{"error":{"code":400,"message":"`+msg+`","status":"INVALID_ARGUMENT"}}`))
-	if len(e.Detail) > 200 || len(e.Detail) < 199 || !utf8.ValidString(e.Detail) {
-		t.Errorf("Detail is %d bytes, valid UTF-8 %v; want 199-200 valid bytes", len(e.Detail), utf8.ValidString(e.Detail))
-	}
+	e := sendErr(t, channeltest.Respond(t, 400,
+		`{"error":{"code":400,"message":"`+channeltest.LongMessage+`","status":"INVALID_ARGUMENT"}}`))
+	channeltest.CheckTruncated(t, e.Detail)
 }
 
 // TestSendRetryAfter: Retry-After in both forms, and the 1 min floor of a
 // project throttle.
 func TestSendRetryAfter(t *testing.T) {
-	project429 := readTestdata(t, "QUOTA_EXCEEDED.json")
-	device429 := readTestdata(t, "QUOTA_EXCEEDED_device.json")
-	bare429 := readTestdata(t, "RESOURCE_EXHAUSTED.json")
-	unavailable := readTestdata(t, "UNAVAILABLE.json")
+	project429 := channeltest.ReadTestdata(t, "QUOTA_EXCEEDED.json")
+	device429 := channeltest.ReadTestdata(t, "QUOTA_EXCEEDED_device.json")
+	bare429 := channeltest.ReadTestdata(t, "RESOURCE_EXHAUSTED.json")
+	unavailable := channeltest.ReadTestdata(t, "UNAVAILABLE.json")
 	inAnHour := time.Now().Add(time.Hour).UTC()
 	for _, c := range []struct {
 		name     string
@@ -571,7 +530,7 @@ func TestSendRetryAfter(t *testing.T) {
 			if c.header != "" {
 				h = []string{"Retry-After", c.header}
 			}
-			e := sendErr(t, respond(t, c.status, c.body, h...))
+			e := sendErr(t, channeltest.Respond(t, c.status, c.body, h...))
 			if e.RetryAfter < c.min || e.RetryAfter > c.max || e.Class != c.class {
 				t.Errorf("RetryAfter = %v class=%v; want in [%v, %v], %v", e.RetryAfter, e.Class, c.min, c.max, c.class)
 			}
@@ -583,79 +542,34 @@ func TestSendRetryAfter(t *testing.T) {
 }
 
 func TestSendTransportError(t *testing.T) {
-	ts := httptest.NewServer(http.NotFoundHandler())
-	ts.Close()
-	e := sendErr(t, ts)
-	if e.Class != channels.Transient || e.Status != 0 || e.Err == nil {
-		t.Errorf("got class=%v status=%d err=%v; want transient, 0, an Err", e.Class, e.Status, e.Err)
-	}
+	channeltest.CheckTransportError(t, func(ts *httptest.Server) error { return sendErr(t, ts) })
 }
 
 func TestSendContext(t *testing.T) {
-	block := make(chan struct{})
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-block:
-		case <-r.Context().Done():
-		}
-	}))
-	defer ts.Close()
-	defer close(block)
-	c := newClient(t, ts.URL)
-
-	t.Run("canceled", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(t.Context())
-		time.AfterFunc(20*time.Millisecond, cancel)
+	c := newClient(t, channeltest.Hanging(t).URL)
+	channeltest.CheckContext(t, func(ctx context.Context) error {
 		_, err := c.Send(ctx, message())
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("err = %v; want context.Canceled", err)
-		}
-	})
-	t.Run("deadline", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
-		defer cancel()
-		_, err := c.Send(ctx, message())
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("err = %v; want context.DeadlineExceeded", err)
-		}
-	})
-	t.Run("already canceled", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(t.Context())
-		cancel()
-		_, err := c.Send(ctx, message())
-		if err != context.Canceled {
-			t.Fatalf("err = %v; want context.Canceled itself", err)
-		}
+		return err
 	})
 	t.Run("during the token request", func(t *testing.T) {
 		fake := fcmtest.New(fcmtest.Config{})
-		release := make(chan struct{})
+		hang := channeltest.Hang(t)
 		mux := http.NewServeMux()
 		mux.HandleFunc("POST /token", func(w http.ResponseWriter, r *http.Request) {
 			r.ParseForm()
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
+			hang.ServeHTTP(w, r)
 		})
 		mux.Handle("/", fake)
 		slow := httptest.NewServer(mux)
-		defer slow.Close()
-		defer close(release)
+		t.Cleanup(slow.Close)
 		cl, err := fcm.New(t.Context(), fcm.Config{BaseURL: slow.URL, CredentialsJSON: fake.ServiceAccountJSONAt(slow.URL)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(t.Context())
-		time.AfterFunc(20*time.Millisecond, cancel)
-		start := time.Now()
-		_, err = cl.Send(ctx, message())
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("err = %v; want context.Canceled", err)
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("Send returned %v after the cancel; the token request ignored ctx", d)
-		}
+		channeltest.CheckCanceled(t, func(ctx context.Context) error { // the token request must honour ctx
+			_, err := cl.Send(ctx, message())
+			return err
+		})
 	})
 }
 
@@ -735,7 +649,7 @@ func TestUnauthenticatedRefresh(t *testing.T) {
 		}
 	})
 
-	unauthenticated := readTestdata(t, "UNAUTHENTICATED.json")
+	unauthenticated := channeltest.ReadTestdata(t, "UNAUTHENTICATED.json")
 	counting := func(body string) (*httptest.Server, *atomic.Int32) {
 		var n atomic.Int32
 		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -775,7 +689,7 @@ func TestUnauthenticatedRefresh(t *testing.T) {
 		}
 	})
 	t.Run("third-party auth is not retried", func(t *testing.T) {
-		ts, sends := counting(readTestdata(t, "THIRD_PARTY_AUTH_ERROR.json"))
+		ts, sends := counting(channeltest.ReadTestdata(t, "THIRD_PARTY_AUTH_ERROR.json"))
 		var minted atomic.Int32
 		src := tokenFunc(func() (*oauth2.Token, error) {
 			return &oauth2.Token{AccessToken: "tok-" + strconv.Itoa(int(minted.Add(1)))}, nil

@@ -7,16 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/internal/channeltest"
 	"github.com/pacerhq/pacer/channels/sendgrid"
 	"github.com/pacerhq/pacer/channels/sendgrid/sendgridtest"
 )
@@ -33,21 +30,6 @@ const (
 var t0 = time.Unix(1392815263-30, 0)
 
 func keys() map[string]string { return map[string]string{keyName: secret, "transactional": secret2} }
-
-// respond returns a server that answers every request with status, body and
-// the given headers.
-func respond(t *testing.T, status int, body string, header ...string) *httptest.Server {
-	t.Helper()
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for i := 0; i+1 < len(header); i += 2 {
-			w.Header().Set(header[i], header[i+1])
-		}
-		w.WriteHeader(status)
-		io.WriteString(w, body)
-	}))
-	t.Cleanup(ts.Close)
-	return ts
-}
 
 func newClient(t *testing.T, baseURL string) *sendgrid.Client {
 	t.Helper()
@@ -68,16 +50,8 @@ func message() channels.Message {
 	}
 }
 
-// checkText fails if s holds a secret or the recipient, in any case.
-func checkText(t *testing.T, s string) {
-	t.Helper()
-	l := strings.ToLower(s)
-	for _, bad := range []string{secret, secret2, recipient, "ada.lovelace"} {
-		if strings.Contains(l, strings.ToLower(bad)) {
-			t.Errorf("error text %q contains %q", s, bad)
-		}
-	}
-}
+// secrets must stay out of error text, in any case.
+var secrets = []string{secret, secret2, recipient, "ada.lovelace"}
 
 // sendErr sends message() through a client of ts and returns the *channels.Error.
 func sendErr(t *testing.T, ts *httptest.Server) *channels.Error {
@@ -98,17 +72,8 @@ func sendErrWith(t *testing.T, c *sendgrid.Client, m channels.Message) *channels
 	if e.Class == channels.Success {
 		t.Errorf("Class = success in an error")
 	}
-	checkText(t, err.Error())
+	channeltest.NoSecrets(t, err, secrets...)
 	return e
-}
-
-func readTestdata(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // TestSendClassification runs every row of providers.md §4.3 (but 202, see
@@ -153,8 +118,8 @@ func TestSendClassification(t *testing.T) {
 		{"413.json", 413, nil, permanent, 0, "The JSON payload you have included in your request is too large.", false},
 	} {
 		t.Run(c.file, func(t *testing.T) {
-			body := readTestdata(t, c.file)
-			e := sendErr(t, respond(t, c.status, body, c.header...))
+			body := channeltest.ReadTestdata(t, c.file)
+			e := sendErr(t, channeltest.Respond(t, c.status, body, c.header...))
 			if e.Status != c.status || e.Class != c.class || e.Scope != channels.ScopeKey || e.Code != "" {
 				t.Errorf("got status=%d class=%v scope=%v code=%q; want %d %v key, no code",
 					e.Status, e.Class, e.Scope, e.Code, c.status, c.class)
@@ -182,7 +147,7 @@ func TestSendClassification(t *testing.T) {
 // message" joined by "; ", and a null field leaves the message alone.
 func TestSendDetailJoinsErrors(t *testing.T) {
 	body := `{"errors":[{"field":"subject","message":"The subject is required."},{"field":null,"message":"second"},{"field":"x"}]}`
-	e := sendErr(t, respond(t, 400, body))
+	e := sendErr(t, channeltest.Respond(t, 400, body))
 	if want := "subject: The subject is required.; second; x"; e.Detail != want {
 		t.Errorf("Detail = %q, want %q", e.Detail, want)
 	}
@@ -202,20 +167,20 @@ func TestSendUnlistedStatus(t *testing.T) {
 		{302, channels.Transient}, // a redirect without Location is returned as is
 	} {
 		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
-			e := sendErr(t, respond(t, c.status, `{"errors":[{"field":null,"message":"nope"}]}`))
+			e := sendErr(t, channeltest.Respond(t, c.status, `{"errors":[{"field":null,"message":"nope"}]}`))
 			if e.Class != c.class || e.Status != c.status || e.Detail != "nope" {
 				t.Errorf("got class=%v status=%d detail=%q; want %v", e.Class, e.Status, e.Detail, c.class)
 			}
 		})
 	}
 	t.Run("403 without a body", func(t *testing.T) {
-		e := sendErr(t, respond(t, 403, ""))
+		e := sendErr(t, channeltest.Respond(t, 403, ""))
 		if e.Class != channels.Halt || e.Err == nil {
 			t.Errorf("got class=%v err=%v; want halt with Err", e.Class, e.Err)
 		}
 	})
 	t.Run("json without errors", func(t *testing.T) {
-		e := sendErr(t, respond(t, 400, `{"message":"x"}`))
+		e := sendErr(t, channeltest.Respond(t, 400, `{"message":"x"}`))
 		if e.Class != channels.Permanent || e.Err == nil || e.Detail != "" {
 			t.Errorf("got class=%v err=%v detail=%q", e.Class, e.Err, e.Detail)
 		}
@@ -236,7 +201,7 @@ func TestSendSuccess(t *testing.T) {
 		{"200 sandbox mode", 200, nil, "", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			res, err := newClient(t, respond(t, c.status, c.body, c.header...).URL).Send(t.Context(), message())
+			res, err := newClient(t, channeltest.Respond(t, c.status, c.body, c.header...).URL).Send(t.Context(), message())
 			if err != nil || res.ProviderID != c.id {
 				t.Fatalf("Send = %+v, %v; want ProviderID %q", res, err, c.id)
 			}
@@ -364,8 +329,8 @@ func compare(t *testing.T, what string, got map[string]json.RawMessage, want map
 // TestSendInvalidRequest: unknown keys, empty recipients, bad and oversized
 // payloads fail without a request.
 func TestSendInvalidRequest(t *testing.T) {
-	var hits atomic.Int32
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	var hits channeltest.Counter
+	ts := httptest.NewServer(&hits)
 	defer ts.Close()
 	c := newClient(t, ts.URL)
 
@@ -413,9 +378,7 @@ func TestSendInvalidRequest(t *testing.T) {
 	if len(big) > sendgrid.MaxBodyBytes {
 		t.Fatalf("the body-over case has a payload over the limit already")
 	}
-	if n := hits.Load(); n != 0 {
-		t.Errorf("%d requests reached the server, want 0", n)
-	}
+	hits.CheckNone(t)
 }
 
 // TestSendResetEpoch: X-RateLimit-Reset is Unix epoch seconds, found under
@@ -469,14 +432,14 @@ func TestSendResetEpoch(t *testing.T) {
 		})
 	}
 	t.Run("the 403 block takes a later reset", func(t *testing.T) {
-		ts := respond(t, 403, readTestdata(t, "403-blocked.json"), "X-RateLimit-Reset", epoch(time.Hour))
+		ts := channeltest.Respond(t, 403, channeltest.ReadTestdata(t, "403-blocked.json"), "X-RateLimit-Reset", epoch(time.Hour))
 		cl, _ := sendgrid.New(sendgrid.Config{BaseURL: ts.URL, APIKeys: keys(), Now: func() time.Time { return now }})
 		if e := sendErrWith(t, cl, message()); e.RetryAfter != time.Hour || e.Class != channels.Throttle {
 			t.Errorf("RetryAfter = %v, class %v; want 1h throttle", e.RetryAfter, e.Class)
 		}
 	})
 	t.Run("default clock", func(t *testing.T) {
-		ts := respond(t, 429, "", "X-RateLimit-Reset", strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10))
+		ts := channeltest.Respond(t, 429, "", "X-RateLimit-Reset", strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10))
 		cl, _ := sendgrid.New(sendgrid.Config{BaseURL: ts.URL, APIKeys: keys()})
 		if e := sendErrWith(t, cl, message()); e.RetryAfter < 58*time.Minute || e.RetryAfter > time.Hour {
 			t.Errorf("RetryAfter = %v, want about 1h", e.RetryAfter)
@@ -513,7 +476,7 @@ func TestNew(t *testing.T) {
 			case c.field != "" && (err == nil || !strings.Contains(err.Error(), c.field)):
 				t.Fatalf("New: %v; want an error naming %s", err, c.field)
 			case err != nil:
-				checkText(t, err.Error())
+				channeltest.NoSecrets(t, err, secrets...)
 			}
 		})
 	}
@@ -549,11 +512,11 @@ func TestNoSecretsInErrors(t *testing.T) {
 		name string
 		ts   *httptest.Server
 	}{
-		{"errors echoing all", respond(t, 400, `{"errors":[{"field":"personalizations.0.to.0.email","message":"bad `+
+		{"errors echoing all", channeltest.Respond(t, 400, `{"errors":[{"field":"personalizations.0.to.0.email","message":"bad `+
 			recipient+` `+upper+` key `+secret+` and `+secret2+` <bcc@example.net>"}]}`)},
-		{"field echoing the recipient", respond(t, 400, `{"errors":[{"field":"`+recipient+`","message":"x"}]}`)},
-		{"html echoing all", respond(t, 502, "<p>"+secret+" "+recipient+"</p>")},
-		{"401 echoing the key", respond(t, 401, `{"errors":[{"field":null,"message":"bad key `+secret+`"}]}`)},
+		{"field echoing the recipient", channeltest.Respond(t, 400, `{"errors":[{"field":"`+recipient+`","message":"x"}]}`)},
+		{"html echoing all", channeltest.Respond(t, 502, "<p>"+secret+" "+recipient+"</p>")},
+		{"401 echoing the key", channeltest.Respond(t, 401, `{"errors":[{"field":null,"message":"bad key `+secret+`"}]}`)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := sendErr(t, c.ts) // checks the error text
@@ -563,64 +526,24 @@ func TestNoSecretsInErrors(t *testing.T) {
 		})
 	}
 	t.Run("transport", func(t *testing.T) {
-		ts := httptest.NewServer(http.NotFoundHandler())
-		ts.Close()
-		sendErr(t, ts)
+		sendErr(t, channeltest.Closed()) // checks the error text
 	})
 }
 
 func TestDetailTruncated(t *testing.T) {
-	msg := strings.Repeat("é", 150) // 300 bytes
-	e := sendErr(t, respond(t, 400, `{"errors":[{"field":null,"message":"`+msg+`"}]}`))
-	if len(e.Detail) > 200 || len(e.Detail) < 199 || !utf8.ValidString(e.Detail) {
-		t.Errorf("Detail is %d bytes, valid UTF-8 %v; want 199-200 valid bytes", len(e.Detail), utf8.ValidString(e.Detail))
-	}
+	e := sendErr(t, channeltest.Respond(t, 400, `{"errors":[{"field":null,"message":"`+channeltest.LongMessage+`"}]}`))
+	channeltest.CheckTruncated(t, e.Detail)
 }
 
 func TestSendTransportError(t *testing.T) {
-	ts := httptest.NewServer(http.NotFoundHandler())
-	ts.Close()
-	e := sendErr(t, ts)
-	if e.Class != channels.Transient || e.Status != 0 || e.Err == nil {
-		t.Errorf("got class=%v status=%d err=%v; want transient, 0, an Err", e.Class, e.Status, e.Err)
-	}
+	channeltest.CheckTransportError(t, func(ts *httptest.Server) error { return sendErr(t, ts) })
 }
 
 func TestSendContext(t *testing.T) {
-	block := make(chan struct{})
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-block:
-		case <-r.Context().Done():
-		}
-	}))
-	defer ts.Close()
-	defer close(block)
-	c := newClient(t, ts.URL)
-
-	t.Run("canceled", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(t.Context())
-		time.AfterFunc(20*time.Millisecond, cancel)
+	c := newClient(t, channeltest.Hanging(t).URL)
+	channeltest.CheckContext(t, func(ctx context.Context) error {
 		_, err := c.Send(ctx, message())
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("err = %v; want context.Canceled", err)
-		}
-	})
-	t.Run("deadline", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
-		defer cancel()
-		_, err := c.Send(ctx, message())
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("err = %v; want context.DeadlineExceeded", err)
-		}
-	})
-	t.Run("already canceled", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(t.Context())
-		cancel()
-		_, err := c.Send(ctx, message())
-		if err != context.Canceled {
-			t.Fatalf("err = %v; want context.Canceled itself", err)
-		}
+		return err
 	})
 }
 

@@ -7,16 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/internal/channeltest"
 	"github.com/pacerhq/pacer/channels/whatsapp"
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 )
@@ -26,21 +23,6 @@ const (
 	recipient = "+16505551234"
 	phoneID   = "106540352242922"
 )
-
-// respond returns a server that answers every request with status, body and
-// the given headers.
-func respond(t *testing.T, status int, body string, header ...string) *httptest.Server {
-	t.Helper()
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for i := 0; i+1 < len(header); i += 2 {
-			w.Header().Set(header[i], header[i+1])
-		}
-		w.WriteHeader(status)
-		io.WriteString(w, body)
-	}))
-	t.Cleanup(ts.Close)
-	return ts
-}
 
 func newClient(t *testing.T, baseURL string) *whatsapp.Client {
 	t.Helper()
@@ -71,19 +53,8 @@ func sendErr(t *testing.T, ts *httptest.Server) *channels.Error {
 	if e.Channel != "whatsapp" {
 		t.Errorf("Channel = %q, want whatsapp", e.Channel)
 	}
-	if s := err.Error(); strings.Contains(s, token) || strings.Contains(s, strings.TrimPrefix(recipient, "+")) {
-		t.Errorf("error text %q contains the token or the recipient", s)
-	}
+	channeltest.NoSecrets(t, err, token, strings.TrimPrefix(recipient, "+"))
 	return e
-}
-
-func readTestdata(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // TestSendClassification runs every code of providers.md §1.4 through the
@@ -146,8 +117,8 @@ func TestSendClassification(t *testing.T) {
 		{"131045", 500, channels.Halt, key},
 	} {
 		t.Run(c.code+"/"+strconv.Itoa(c.status), func(t *testing.T) {
-			body := readTestdata(t, c.code+".json")
-			e := sendErr(t, respond(t, c.status, body, "Content-Type", "application/json"))
+			body := channeltest.ReadTestdata(t, c.code+".json")
+			e := sendErr(t, channeltest.Respond(t, c.status, body, "Content-Type", "application/json"))
 			if e.Code != c.code || e.Status != c.status || e.Class != c.class || e.Scope != c.scope {
 				t.Errorf("got code=%q status=%d class=%v scope=%v; want %q %d %v %v",
 					e.Code, e.Status, e.Class, e.Scope, c.code, c.status, c.class, c.scope)
@@ -168,7 +139,7 @@ func TestSendClassification(t *testing.T) {
 
 // TestSendUnknownCode: a code in no table is classified by HTTP status.
 func TestSendUnknownCode(t *testing.T) {
-	body := readTestdata(t, "unknown.json")
+	body := channeltest.ReadTestdata(t, "unknown.json")
 	for _, c := range []struct {
 		status int
 		class  channels.Class
@@ -181,7 +152,7 @@ func TestSendUnknownCode(t *testing.T) {
 		{503, channels.Transient},
 	} {
 		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
-			e := sendErr(t, respond(t, c.status, body))
+			e := sendErr(t, channeltest.Respond(t, c.status, body))
 			if e.Class != c.class || e.Code != "9999999" || e.Scope != channels.ScopeKey {
 				t.Errorf("got class=%v code=%q scope=%v; want %v 9999999 key", e.Class, e.Code, e.Scope, c.class)
 			}
@@ -208,7 +179,7 @@ func TestSendNonGraphBody(t *testing.T) {
 		{"text 403", 403, "Forbidden", channels.Halt},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := sendErr(t, respond(t, c.status, c.body))
+			e := sendErr(t, channeltest.Respond(t, c.status, c.body))
 			if e.Class != c.class || e.Status != c.status || e.Code != "" || e.Err == nil {
 				t.Errorf("got class=%v status=%d code=%q err=%v; want %v %d, no code, an Err",
 					e.Class, e.Status, e.Code, e.Err, c.class, c.status)
@@ -218,7 +189,7 @@ func TestSendNonGraphBody(t *testing.T) {
 }
 
 func TestSendSuccess(t *testing.T) {
-	res, err := newClient(t, respond(t, 200, readTestdata(t, "success.json")).URL).Send(t.Context(), message())
+	res, err := newClient(t, channeltest.Respond(t, 200, channeltest.ReadTestdata(t, "success.json")).URL).Send(t.Context(), message())
 	if err != nil || res.ProviderID != "wamid.HBgLMTY1MDUwNzY1MjAVAgARGBI5QTNDQTVCM0Q0Q0Q2RTY3RTcA" {
 		t.Fatalf("Send = %+v, %v", res, err)
 	}
@@ -227,7 +198,7 @@ func TestSendSuccess(t *testing.T) {
 // TestSendSuccessWithoutID: a 2xx the adapter cannot read is Transient.
 func TestSendSuccessWithoutID(t *testing.T) {
 	for _, body := range []string{`{"messages":[]}`, `{}`, `not json`, ``} {
-		e := sendErr(t, respond(t, 200, body))
+		e := sendErr(t, channeltest.Respond(t, 200, body))
 		if e.Class != channels.Transient || e.Err == nil {
 			t.Errorf("body %q: class=%v err=%v; want transient with Err", body, e.Class, e.Err)
 		}
@@ -347,8 +318,8 @@ func TestSendRequestShape(t *testing.T) {
 
 // TestSendInvalidRequest: bad payloads and keys fail without a request.
 func TestSendInvalidRequest(t *testing.T) {
-	var hits atomic.Int32
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	var hits channeltest.Counter
+	ts := httptest.NewServer(&hits)
 	defer ts.Close()
 	c := newClient(t, ts.URL)
 	for _, p := range []string{`[1,2]`, `"text"`, `42`, `true`, `{"a":`, `{"a":1}x`, `{`} {
@@ -367,9 +338,7 @@ func TestSendInvalidRequest(t *testing.T) {
 	if !errors.As(err, &e) || e.Class != channels.Permanent || e.Code != "invalid-key" {
 		t.Errorf("empty key: err = %v; want permanent invalid-key", err)
 	}
-	if n := hits.Load(); n != 0 {
-		t.Errorf("%d requests reached the server, want 0", n)
-	}
+	hits.CheckNone(t)
 }
 
 func TestNew(t *testing.T) {
@@ -407,32 +376,27 @@ func TestNoSecretsInErrors(t *testing.T) {
 		name string
 		ts   *httptest.Server
 	}{
-		{"graph error echoing both", respond(t, 400, echo)},
-		{"details echoing both", respond(t, 400, `{"error":{"code":100,"error_data":{"details":"`+token+` `+recipient+`"}}}`)},
-		{"html echoing both", respond(t, 502, "<p>"+token+" "+recipient+"</p>")},
-		{"bad success", respond(t, 200, token+recipient)},
+		{"graph error echoing both", channeltest.Respond(t, 400, echo)},
+		{"details echoing both", channeltest.Respond(t, 400, `{"error":{"code":100,"error_data":{"details":"`+token+` `+recipient+`"}}}`)},
+		{"html echoing both", channeltest.Respond(t, 502, "<p>"+token+" "+recipient+"</p>")},
+		{"bad success", channeltest.Respond(t, 200, token+recipient)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sendErr(t, c.ts) // checks the error text
 		})
 	}
 	t.Run("transport", func(t *testing.T) {
-		ts := httptest.NewServer(http.NotFoundHandler())
-		ts.Close()
-		sendErr(t, ts)
+		sendErr(t, channeltest.Closed()) // checks the error text
 	})
 }
 
 func TestDetailTruncated(t *testing.T) {
-	msg := strings.Repeat("é", 150) // 300 bytes
-	e := sendErr(t, respond(t, 400, `{"error":{"message":"`+msg+`","code":100}}`))
-	if len(e.Detail) > 200 || len(e.Detail) < 199 || !utf8.ValidString(e.Detail) {
-		t.Errorf("Detail is %d bytes, valid UTF-8 %v; want 199-200 valid bytes", len(e.Detail), utf8.ValidString(e.Detail))
-	}
+	e := sendErr(t, channeltest.Respond(t, 400, `{"error":{"message":"`+channeltest.LongMessage+`","code":100}}`))
+	channeltest.CheckTruncated(t, e.Detail)
 }
 
 func TestSendRetryAfter(t *testing.T) {
-	throttle := readTestdata(t, "130429.json")
+	throttle := channeltest.ReadTestdata(t, "130429.json")
 	for _, c := range []struct {
 		name     string
 		header   string
@@ -452,7 +416,7 @@ func TestSendRetryAfter(t *testing.T) {
 			if c.header != "" {
 				h = []string{"Retry-After", c.header}
 			}
-			e := sendErr(t, respond(t, 429, throttle, h...))
+			e := sendErr(t, channeltest.Respond(t, 429, throttle, h...))
 			if e.RetryAfter < c.min || e.RetryAfter > c.max || e.Class != channels.Throttle {
 				t.Errorf("RetryAfter = %v class=%v; want in [%v, %v], throttle", e.RetryAfter, e.Class, c.min, c.max)
 			}
@@ -462,7 +426,7 @@ func TestSendRetryAfter(t *testing.T) {
 		})
 	}
 	t.Run("on a non-graph 503", func(t *testing.T) {
-		e := sendErr(t, respond(t, 503, "busy", "Retry-After", "7"))
+		e := sendErr(t, channeltest.Respond(t, 503, "busy", "Retry-After", "7"))
 		if e.RetryAfter != 7*time.Second || e.Class != channels.Transient {
 			t.Errorf("got %v %v; want 7s transient", e.RetryAfter, e.Class)
 		}
@@ -470,49 +434,14 @@ func TestSendRetryAfter(t *testing.T) {
 }
 
 func TestSendTransportError(t *testing.T) {
-	ts := httptest.NewServer(http.NotFoundHandler())
-	ts.Close()
-	e := sendErr(t, ts)
-	if e.Class != channels.Transient || e.Status != 0 || e.Err == nil {
-		t.Errorf("got class=%v status=%d err=%v; want transient, 0, an Err", e.Class, e.Status, e.Err)
-	}
+	channeltest.CheckTransportError(t, func(ts *httptest.Server) error { return sendErr(t, ts) })
 }
 
 func TestSendContext(t *testing.T) {
-	block := make(chan struct{})
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-block:
-		case <-r.Context().Done():
-		}
-	}))
-	defer ts.Close()
-	defer close(block)
-	c := newClient(t, ts.URL)
-
-	t.Run("canceled", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(t.Context())
-		time.AfterFunc(20*time.Millisecond, cancel)
+	c := newClient(t, channeltest.Hanging(t).URL)
+	channeltest.CheckContext(t, func(ctx context.Context) error {
 		_, err := c.Send(ctx, message())
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("err = %v; want context.Canceled", err)
-		}
-	})
-	t.Run("deadline", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
-		defer cancel()
-		_, err := c.Send(ctx, message())
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("err = %v; want context.DeadlineExceeded", err)
-		}
-	})
-	t.Run("already canceled", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(t.Context())
-		cancel()
-		_, err := c.Send(ctx, message())
-		if err != context.Canceled {
-			t.Fatalf("err = %v; want context.Canceled itself", err)
-		}
+		return err
 	})
 }
 

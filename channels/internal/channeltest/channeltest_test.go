@@ -1,0 +1,103 @@
+package channeltest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// recorder is a testing.TB that records failures instead of failing.
+type recorder struct {
+	testing.TB
+	failed []string
+}
+
+func (r *recorder) Helper() {}
+
+func (r *recorder) Errorf(format string, args ...any) {
+	r.failed = append(r.failed, fmt.Sprintf(format, args...))
+}
+
+func TestNoSecrets(t *testing.T) {
+	for _, c := range []struct {
+		err     error
+		secrets []string
+		fails   int
+	}{
+		{nil, []string{"s3cret"}, 0},
+		{errors.New("nothing here"), []string{"s3cret", ""}, 0},
+		{errors.New("token S3CRET leaked"), []string{"s3cret"}, 1},
+		{errors.New("a and b"), []string{"a and", "and b", "c"}, 2},
+	} {
+		r := &recorder{TB: t}
+		NoSecrets(r, c.err, c.secrets...)
+		if len(r.failed) != c.fails {
+			t.Errorf("NoSecrets(%v, %q): failures %q, want %d", c.err, c.secrets, r.failed, c.fails)
+		}
+	}
+}
+
+func TestPEMLines(t *testing.T) {
+	pem := "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49\r\nshort\n-----END PRIVATE KEY-----\n"
+	if got := PEMLines(pem); len(got) != 1 || got[0] != "MIGHAgEAMBMGByqGSM49" {
+		t.Errorf("PEMLines = %q", got)
+	}
+}
+
+func TestCheckTruncated(t *testing.T) {
+	for _, c := range []struct {
+		detail string
+		fails  bool
+	}{
+		{LongMessage[:200], false},
+		{LongMessage[:199], true}, // cuts a rune
+		{LongMessage[:198], true},
+		{LongMessage, true},
+		{strings.Repeat("e", 200), true},
+	} {
+		r := &recorder{TB: t}
+		CheckTruncated(r, c.detail)
+		if (len(r.failed) > 0) != c.fails {
+			t.Errorf("CheckTruncated(%d bytes): failures %q, want failing %v", len(c.detail), r.failed, c.fails)
+		}
+	}
+}
+
+func TestCounter(t *testing.T) {
+	var c Counter
+	r := &recorder{TB: t}
+	c.CheckNone(r)
+	c.ServeHTTP(nil, nil)
+	c.CheckNone(r)
+	if len(r.failed) != 1 {
+		t.Errorf("failures %q, want one after a request", r.failed)
+	}
+}
+
+// TestHanging: a request to Hanging returns when its context is done, and
+// the server closes at the end of the test.
+func TestHanging(t *testing.T) {
+	ts := Hanging(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL, nil)
+	start := time.Now()
+	_, err := ts.Client().Do(req)
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > Prompt {
+		t.Errorf("Do = %v after %v; want DeadlineExceeded at once", err, time.Since(start))
+	}
+}
+
+func TestCheckContext(t *testing.T) {
+	CheckContext(t, func(ctx context.Context) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		<-ctx.Done()
+		return fmt.Errorf("send: %w", ctx.Err())
+	})
+}
