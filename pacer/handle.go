@@ -352,9 +352,8 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, lim b
 				return 0, "", false
 			}
 			// A sender woken late (a stall, a busy CPU) would send its slot
-			// next to later ones and crowd the provider's window: past a
-			// quarter of a burst's worth of time, the slot lapses and a new
-			// one is taken.
+			// next to later ones and crowd the provider's window: past
+			// lateSlot, the slot lapses and a new one is taken.
 			if late := time.Since(res.At); late > lateSlot(lim) {
 				p.m.lateSlots.WithLabelValues().Inc()
 				continue
@@ -379,11 +378,13 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, lim b
 	}
 }
 
-// lateSlot is how late a sender may use its slot: a quarter of the time
-// the burst takes to refill (the rest is left for the trip to the
-// provider), at least 1 ms.
+// lateSlot is how late a sender may use its slot: half a slot interval,
+// and no more than a quarter of the time the burst takes to refill (the
+// rest is left for the trip to the provider), at least 1 ms. A send that
+// late can push at most about one message into the next second.
 func lateSlot(lim bucket.Limit) time.Duration {
-	return max(time.Duration(float64(lim.Burst)/4/lim.PerSecond*float64(time.Second)), time.Millisecond)
+	d := min(float64(lim.Burst)/4, 0.5) / lim.PerSecond
+	return max(time.Duration(d*float64(time.Second)), time.Millisecond)
 }
 
 // reserve asks b for one slot of key: with a recipient bucket, one

@@ -59,7 +59,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		codes: map[string]bool{},
 		lateSlots: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "late_slots_total",
-			Help: "Send slots given up because the sender woke more than a quarter of a burst late (a stall); a new slot was taken, so the provider's window is never crowded.",
+			Help: "Send slots given up because the sender woke more than half a slot interval late (a stall); a new slot was taken, so the provider's window is never crowded.",
 		}, nil),
 		bucketCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "bucket_calls_total",

@@ -78,13 +78,17 @@ func TestAIMDConvergence(t *testing.T) {
 	}
 
 	// pacer status shows the adapted rate below the configured 80/s.
+	// The shell says 5/s; status must show the running pacer's 80/s.
 	st := exec.Command(pacerBin, "status", "--channel", "whatsapp", "--key", key)
-	st.Env = e.env()
+	st.Env = e.env("PACER_WHATSAPP_RATE=5")
 	out, err := st.CombinedOutput()
 	if err != nil {
 		t.Fatalf("pacer status: %v\n%s", err, out)
 	}
 	t.Logf("pacer status:\n%s", out)
+	if !strings.Contains(string(out), "limit 80 msgs/s, burst 10 per key, from the running pacers") {
+		t.Errorf("status does not report the running pacer's limit:\n%s", out)
+	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if f := strings.Fields(lines[len(lines)-1]); len(f) < 3 || f[0] != key || f[2] != "80" {
 		t.Errorf("status row %q: want key, adapted rate, limit 80", lines[len(lines)-1])

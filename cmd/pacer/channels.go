@@ -48,7 +48,10 @@ func buildSender(ctx context.Context, channel string, cfg config) (channels.Send
 		}
 		s, err := apns.New(apns.Config{BaseURL: c.BaseURL, KeyID: c.KeyID, TeamID: c.TeamID, PrivateKey: p8})
 		if err != nil {
-			return nil, bucket.Limit{}, fmt.Errorf("%w: %w", errConfig, err)
+			return nil, bucket.Limit{}, adapterConfigError(err, map[string]string{
+				"Config.KeyID": "PACER_APNS_KEY_ID", "Config.TeamID": "PACER_APNS_TEAM_ID",
+				"Config.PrivateKey": "PACER_APNS_KEY_FILE", "Config.BaseURL": "PACER_APNS_BASE_URL",
+			})
 		}
 		return s, bucket.Limit{PerSecond: c.Rate, Burst: c.Burst}, nil
 	case "fcm":
@@ -62,7 +65,9 @@ func buildSender(ctx context.Context, channel string, cfg config) (channels.Send
 		}
 		s, err := fcm.New(ctx, fcm.Config{BaseURL: c.BaseURL, CredentialsJSON: js})
 		if err != nil {
-			return nil, bucket.Limit{}, fmt.Errorf("%w: %w", errConfig, err)
+			return nil, bucket.Limit{}, adapterConfigError(err, map[string]string{
+				"Config.CredentialsJSON": "PACER_FCM_CREDENTIALS_FILE", "Config.BaseURL": "PACER_FCM_BASE_URL",
+			})
 		}
 		return s, bucket.Limit{PerSecond: c.Rate, Burst: c.Burst}, nil
 	case "whatsapp":
@@ -95,6 +100,18 @@ func buildSender(ctx context.Context, channel string, cfg config) (channels.Send
 		return s, bucket.Limit{PerSecond: c.Rate, Burst: c.Burst}, nil
 	}
 	return nil, bucket.Limit{}, checkChannel(channel)
+}
+
+// adapterConfigError turns an adapter's New error, which names its Config
+// field, into one that names the variable that set it.
+func adapterConfigError(err error, vars map[string]string) error {
+	msg := err.Error()
+	for field, v := range vars {
+		if strings.Contains(msg, field) {
+			return &configError{v, strings.ReplaceAll(msg, field, v)}
+		}
+	}
+	return fmt.Errorf("%w: %w", errConfig, err)
 }
 
 // pathError names the failure of a file read without repeating the path.

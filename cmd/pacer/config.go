@@ -214,6 +214,12 @@ func (c config) validate() error {
 			}
 		}
 	}
+	if c.RedisSentinelMaster != "" && c.RedisSentinelAddrs == "" {
+		bad("PACER_REDIS_SENTINEL_MASTER", "set only with PACER_REDIS_SENTINEL_ADDRS")
+	}
+	if c.AIMDFloor > 0 && c.AIMDFloor > max(c.WhatsApp.Rate, c.APNs.Rate, c.FCM.Rate, c.SendGrid.Rate) {
+		bad("PACER_AIMD_FLOOR", "is above every channel's rate")
+	}
 	if c.RedisClusterAddrs != "" && c.RedisSentinelAddrs != "" {
 		bad("PACER_REDIS_SENTINEL_ADDRS", "set either PACER_REDIS_CLUSTER_ADDRS or PACER_REDIS_SENTINEL_ADDRS, not both")
 	}
@@ -271,9 +277,10 @@ func (c config) validate() error {
 	if len(c.RetryDelays) == 0 {
 		bad("PACER_RETRY_DELAYS", "at least one delay is required")
 	}
-	for _, d := range c.RetryDelays {
+	for i, d := range c.RetryDelays {
 		if d <= 0 {
-			bad("PACER_RETRY_DELAYS", fmt.Sprintf("%v must be > 0", d))
+			bad("PACER_RETRY_DELAYS", fmt.Sprintf("entry %d is empty, zero or negative; each delay must be > 0", i+1))
+			break
 		}
 	}
 	if c.UnknownOutcome != "dlq" && c.UnknownOutcome != "resend" {
@@ -353,7 +360,7 @@ func (c config) validate() error {
 		if !(r.rate >= 0) || r.rate > 1e9 {
 			bad(r.name, "must be >= 0 (0 = off) and <= 1e9 messages per second")
 		}
-		if r.rate > 0 && r.burst < 1 {
+		if r.burst < 1 {
 			bad(r.bname, "must be >= 1 message")
 		}
 	}

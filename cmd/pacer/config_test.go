@@ -37,6 +37,10 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_WHATSAPP_RATE", "1e308"},
 		{"PACER_INFLIGHT", "0"},
 		{"PACER_WHATSAPP_PAIR_RATE", "-1"},
+		{"PACER_WHATSAPP_PAIR_BURST", "-1"},
+		{"PACER_REDIS_SENTINEL_MASTER", "mymaster"},
+		{"PACER_RETRY_DELAYS", ","},
+		{"PACER_AIMD_FLOOR", "20000"},
 		{"PACER_FCM_DEVICE_BURST", "0"},
 		{"PACER_LEASE_SIZE", "-1"},
 		{"PACER_WHATSAPP_BURST", "0"},
@@ -99,6 +103,8 @@ func TestRunExitCodes(t *testing.T) {
 		{"apns without key", []string{"run", "--channel", "apns"}, map[string]string{"PACER_APNS_KEY_ID": "K", "PACER_APNS_TEAM_ID": "T"}, 2, "PACER_APNS_KEY_FILE"},
 		{"apns key unreadable", []string{"run", "--channel", "apns"}, map[string]string{"PACER_APNS_KEY_ID": "K", "PACER_APNS_TEAM_ID": "T", "PACER_APNS_KEY_FILE": "/nonexistent/secret-path.p8"}, 2, "PACER_APNS_KEY_FILE"},
 		{"fcm without credentials", []string{"run", "--channel", "fcm"}, nil, 2, "PACER_FCM_CREDENTIALS_FILE"},
+		{"fcm credentials not JSON", []string{"run", "--channel", "fcm"}, map[string]string{"PACER_FCM_CREDENTIALS_FILE": "/etc/hostname"}, 2, "PACER_FCM_CREDENTIALS_FILE"},
+		{"apns short key id", []string{"run", "--channel", "apns"}, map[string]string{"PACER_APNS_KEY_ID": "x", "PACER_APNS_TEAM_ID": "TEAM123456", "PACER_APNS_KEY_FILE": "/etc/hostname"}, 2, "PACER_APNS_"},
 		{"sendgrid bad keys", []string{"run", "--channel", "sendgrid"}, map[string]string{"PACER_SENDGRID_API_KEYS": "main=SG.secret,broken"}, 2, "PACER_SENDGRID_API_KEYS"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

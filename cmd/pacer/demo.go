@@ -32,7 +32,7 @@ type demoKey struct {
 	Throttled  int     `json:"throttled"`
 	Seconds    float64 `json:"seconds"`
 	Max1s      int     `json:"max_1s"`
-	Rate       float64 `json:"rate"` // achieved msgs/s between the first and last arrival
+	Rate       float64 `json:"rate"` // achieved msgs/s: delivered / (last - first arrival), so the burst shows above the rate
 }
 
 type demoReport struct {
@@ -179,7 +179,8 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			row.Throttled, row.Seconds, row.Rate, row.Max1s)
 	}
 	tw.Flush()
-	fmt.Fprintf(stdout, "lost %d; limit per key: %.4g msgs/s + burst %d => at most %d in any 1 s window\n",
+	fmt.Fprintf(stdout, "lost %d; limit per key: %.4g msgs/s + burst %d: the pacer's slots hold at most %d in any 1 s;\n"+
+		"max in 1s counts arrivals at the fake, which add a few ms of jitter; msgs/s = delivered / (last - first arrival)\n",
 		rep.Lost, *rate, *burst, int(math.Floor(*rate))+*burst)
 	if *report != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")

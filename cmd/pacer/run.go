@@ -62,6 +62,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		log.Warn("redis not reachable at start-up; sends wait until it is", "err", err)
 	}
 
+	publishLimit(ctx, rdb, cfg.RedisPrefix, *channel, limit, log)
 	aimd, breaker := adaptConfig(cfg, limit)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

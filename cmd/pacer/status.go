@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -49,6 +51,37 @@ func adaptConfig(cfg config, limit bucket.Limit) (bucket.AIMD, bucket.Breaker) {
 		bucket.Breaker{OpenFor: cfg.HaltCooldown, MaxOpenFor: cfg.BreakerMaxOpen, FloorThrottles: cfg.BreakerFloorThrottles}
 }
 
+// limitKey holds a channel's configured limit as the running pacers see it,
+// so `pacer status` shows theirs rather than its own shell's.
+func limitKey(prefix, channel string) string { return prefix + ":channel:" + channel + ":limit" }
+
+// publishLimit records the channel's configured limit in Redis (best
+// effort: Redis may be down at start-up).
+func publishLimit(ctx context.Context, rdb redis.UniversalClient, prefix, channel string, lim bucket.Limit, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := rdb.HSet(ctx, limitKey(prefix, channel), "rate", strconv.FormatFloat(lim.PerSecond, 'g', -1, 64),
+		"burst", lim.Burst).Err(); err != nil {
+		log.Debug("could not record the channel limit for pacer status", "err", err)
+	}
+}
+
+// publishedLimit reads the limit the running pacers recorded; ok is false
+// when there is none.
+func publishedLimit(ctx context.Context, rdb redis.UniversalClient, prefix, channel string) (bucket.Limit, bool) {
+	m, err := rdb.HGetAll(ctx, limitKey(prefix, channel)).Result()
+	if err != nil || len(m) == 0 {
+		return bucket.Limit{}, false
+	}
+	rate, err1 := strconv.ParseFloat(m["rate"], 64)
+	burst, err2 := strconv.Atoi(m["burst"])
+	lim := bucket.Limit{PerSecond: rate, Burst: burst}
+	if err1 != nil || err2 != nil || lim.Validate() != nil {
+		return bucket.Limit{}, false
+	}
+	return lim, true
+}
+
 // maxStatusKeys bounds the keys `pacer status` lists without --key.
 const maxStatusKeys = 1000
 
@@ -73,8 +106,12 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	}
 	defer rdb.Close()
 	lim := bucket.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
-	ceiling := channelLimit(*channel, cfg)
+	ceiling, from := channelLimit(*channel, cfg), "this shell's PACER_* settings (no running pacer recorded one)"
+	if pub, ok := publishedLimit(ctx, rdb, cfg.RedisPrefix, *channel); ok {
+		ceiling, from = pub, "the running pacers"
+	}
 	aimd, _ := adaptConfig(cfg, ceiling)
+	fmt.Fprintf(stdout, "channel %s: limit %.4g msgs/s, burst %d per key, from %s\n", *channel, ceiling.PerSecond, ceiling.Burst, from)
 
 	keys := []string{*key}
 	if *key == "" {
@@ -85,6 +122,15 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tRATE/S\tLIMIT/S\tTOKENS\tCOOLDOWN\tBREAKER\tREASON")
 	for _, k := range keys {
+		n, err := rdb.Exists(ctx, lim.BucketKey(*channel, k), lim.CooldownKey(*channel, k),
+			lim.AIMDKey(*channel, k), lim.BreakerKey(*channel, k)).Result()
+		if err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		if n == 0 {
+			fmt.Fprintf(tw, "%s\t-\t%.4g\t-\t-\t-\tno state in Redis: idle, or never sent for\n", k, ceiling.PerSecond)
+			continue
+		}
 		s, err := lim.Snapshot(ctx, *channel, k, ceiling, aimd)
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
