@@ -242,7 +242,12 @@ logger.raft.level = INFO
 EOF
 	local jvm=("${JVM_OPTS[@]}" "-Dkafka.logs.dir=$RUN/logs"
 		"-Dlog4j2.configurationFile=$RUN/log4j2.properties")
-	cid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+	# 16 random bytes, URL-safe base64; one starting with "-" would read as
+	# an option to the storage tool, so draw again.
+	cid=-
+	while [[ $cid == -* ]]; do
+		cid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+	done
 	tool=$(storage_tool)
 	if ! java -Xmx256m "${jvm[@]}" -cp "$LIB/*" "$tool" format -t "$cid" \
 		-c "$RUN/server.properties" </dev/null >"$RUN/logs/format.out" 2>&1; then
