@@ -275,7 +275,7 @@ func (a Adapted) Limit(ceiling Limit) Limit {
 // "<prefix>:{<channel>:<key>}:aimd", in the same Cluster slot as
 // [Limiter.BucketKey].
 func (l *Limiter) AIMDKey(channel, key string) string {
-	return l.prefix + ":{" + channel + ":" + key + "}:aimd"
+	return stateKey(l.prefix, channel, key, "aimd")
 }
 
 // Throttled records that the provider throttled a send for (channel, key)

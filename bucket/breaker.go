@@ -153,7 +153,7 @@ func (s BreakerState) String() string {
 // "<prefix>:{<channel>:<key>}:breaker", in the same Cluster slot as
 // [Limiter.BucketKey].
 func (l *Limiter) BreakerKey(channel, key string) string {
-	return l.prefix + ":{" + channel + ":" + key + "}:breaker"
+	return stateKey(l.prefix, channel, key, "breaker")
 }
 
 // BreakerAllow asks the breaker of (channel, key) whether owner (a name

@@ -181,14 +181,21 @@ func New(rdb redis.Scripter, cfg Config) *Limiter {
 // BucketKey returns the Redis key of the bucket hash of one pacing key:
 // "<prefix>:{<channel>:<key>}:bucket".
 func (l *Limiter) BucketKey(channel, key string) string {
-	return l.prefix + ":{" + channel + ":" + key + "}:bucket"
+	return stateKey(l.prefix, channel, key, "bucket")
+}
+
+// stateKey names one piece of a pacing key's state:
+// "<prefix>:{<channel>:<key>}:<kind>". The hash tag keeps every piece of one
+// pacing key in one Redis Cluster slot, so each script call stays in it.
+func stateKey(prefix, channel, key, kind string) string {
+	return prefix + ":{" + channel + ":" + key + "}:" + kind
 }
 
 // CooldownKey returns the Redis key of the cooldown of one pacing key:
 // "<prefix>:{<channel>:<key>}:cooldown", in the same Cluster slot as
 // [Limiter.BucketKey].
 func (l *Limiter) CooldownKey(channel, key string) string {
-	return l.prefix + ":{" + channel + ":" + key + "}:cooldown"
+	return stateKey(l.prefix, channel, key, "cooldown")
 }
 
 // SubBucketKey returns the Redis key of a sub-bucket of one pacing key:
@@ -196,13 +203,13 @@ func (l *Limiter) CooldownKey(channel, key string) string {
 // [Limiter.BucketKey], so that [Limiter.ReserveMulti] can take both in one
 // script. For WhatsApp's pair limit, sub is the recipient.
 func (l *Limiter) SubBucketKey(channel, key, sub string) string {
-	return l.prefix + ":{" + channel + ":" + key + "}:sub:" + sub + ":bucket"
+	return stateKey(l.prefix, channel, key, "sub:"+sub+":bucket")
 }
 
 // SubCooldownKey returns the Redis key of the cooldown of a sub-bucket:
 // "<prefix>:{<channel>:<key>}:sub:<sub>:cooldown".
 func (l *Limiter) SubCooldownKey(channel, key, sub string) string {
-	return l.prefix + ":{" + channel + ":" + key + "}:sub:" + sub + ":cooldown"
+	return stateKey(l.prefix, channel, key, "sub:"+sub+":cooldown")
 }
 
 // Load loads every script into Redis's script cache (SCRIPT LOAD; on a

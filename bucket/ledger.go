@@ -67,7 +67,7 @@ func NewLedger(rdb redis.Cmdable, cfg Config) *Ledger {
 
 // IDKey returns the Redis key of one envelope id.
 func (l *Ledger) IDKey(channel, key, id string) string {
-	return fmt.Sprintf("%s:{%s:%s}:id:%s", l.prefix, channel, key, id)
+	return stateKey(l.prefix, channel, key, "id:"+id)
 }
 
 // Claim claims id for owner for ttl (rounded up to a millisecond), right
@@ -80,7 +80,7 @@ func (l *Ledger) IDKey(channel, key, id string) string {
 // error.
 func (l *Ledger) Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (ClaimResult, time.Duration, error) {
 	k := l.IDKey(channel, key, id)
-	ck := fmt.Sprintf("%s:{%s:%s}:cooldown", l.prefix, channel, key)
+	ck := stateKey(l.prefix, channel, key, "cooldown")
 	f := "0"
 	if force {
 		f = "1"

@@ -42,7 +42,7 @@ func (w Window) Validate() error {
 // WindowKey returns the Redis key of the window counter of (scope, key):
 // "<prefix>:{<scope>:<key>}:window", e.g. scope "tenant" or "ip".
 func (l *Limiter) WindowKey(scope, key string) string {
-	return l.prefix + ":{" + scope + ":" + key + "}:window"
+	return stateKey(l.prefix, scope, key, "window")
 }
 
 // Admit counts n events of (scope, key) against the sliding-window quota w
