@@ -118,26 +118,35 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 	force := m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
 	msg := channels.Message{ID: env.ID, Key: env.Key, To: env.To, Payload: env.Payload}
 	st := p.keyState(env.Key)
+	// claimed is whether this handle holds the id's claim in the ledger;
+	// drop gives it back, and costs nothing when there is none.
+	claimed := false
+	drop := func() {
+		if claimed {
+			p.release(ctx, env, log)
+			claimed = false
+		}
+	}
 	pairThrottles := 0
 	waitStart := time.Now()
 	for {
 		allowed, probe, bwait, ok := p.breakerGate(ctx, env.Key, st, log)
 		if !ok {
-			p.release(ctx, env, log)
+			drop()
 			return false
 		}
 		if !allowed {
-			p.release(ctx, env, log)
+			drop()
 			return p.requeue(ctx, r, m, "breaker", max(bwait, time.Second), log)
 		}
 		lim := p.limitFor(ctx, env.Key, st, log)
 		wait, reason, ok := p.acquire(ctx, env.Key, env.To, st, lim, log)
 		if !ok {
-			p.release(ctx, env, log)
+			drop()
 			return false
 		}
 		if wait > 0 {
-			p.release(ctx, env, log)
+			drop()
 			return p.requeue(ctx, r, m, reason, wait, log)
 		}
 		p.m.bucketWait.WithLabelValues().Observe(time.Since(waitStart).Seconds())
@@ -146,21 +155,24 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 		// dies while waiting for a token leaves no claim behind.
 		var claim bucket.ClaimResult
 		var cool time.Duration
-		if err := p.redis(ctx, log, func() (err error) {
+		err := p.redis(ctx, log, func() (err error) {
 			claim, cool, err = p.ledger.Claim(ctx, p.cfg.Channel, env.Key, env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
 			return err
-		}); err != nil && !errors.Is(err, errRedisDown) {
+		})
+		if err != nil && !errors.Is(err, errRedisDown) {
+			drop()
 			return false
 		}
+		claimed = err == nil && claim == bucket.Claimed
 		switch claim {
 		case bucket.CoolingDown:
 			// A cooldown began while this message slept on its slot.
 			if cool > p.cfg.MaxTokenWait {
-				p.release(ctx, env, log)
+				drop()
 				return p.requeue(ctx, r, m, "cooldown", cool, log)
 			}
 			if !sleep(ctx, cool+time.Duration(rand.Int64N(int64(cool)/10+1))) {
-				p.release(ctx, env, log)
+				drop()
 				return false
 			}
 			continue
@@ -193,7 +205,7 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 			if p.cfg.UnknownOutcome == UnknownOutcomeDLQ {
 				return p.deadLetter(ctx, r, m, "unknown-outcome", "no answer from the provider: "+err.Error(), log)
 			}
-			p.release(ctx, env, log)
+			drop()
 			return p.retry(ctx, r, m, err, log)
 		}
 		p.m.sends.WithLabelValues(class.String()).Inc()
@@ -218,11 +230,11 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 				}
 				log.Info("pair throttled; retrying this message later", "code", codeOf(perr), "after", d)
 				if d > p.cfg.MaxTokenWait {
-					p.release(ctx, env, log)
+					drop()
 					return p.requeue(ctx, r, m, "pair-throttle", d, log)
 				}
 				if !sleep(ctx, d) {
-					p.release(ctx, env, log)
+					drop()
 					return false
 				}
 			} else {
@@ -231,15 +243,15 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 			waitStart = time.Now()
 		case channels.Transient:
 			m.attempt++
-			p.release(ctx, env, log)
+			drop()
 			return p.retry(ctx, r, m, err, log)
 		case channels.Permanent:
-			p.release(ctx, env, log)
+			drop()
 			return p.deadLetter(ctx, r, m, "permanent:"+codeOf(perr), err.Error(), log)
 		case channels.Halt:
 			log.Error("provider refuses this pacing key (credentials or account); opening its breaker, nothing dropped",
 				"code", codeOf(perr), "err", err)
-			p.release(ctx, env, log)
+			drop()
 			p.breakerResult(ctx, env.Key, st, false, "halt: "+codeOf(perr), log)
 			waitStart = time.Now()
 		}

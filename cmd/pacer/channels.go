@@ -53,7 +53,7 @@ func buildSender(ctx context.Context, channel string, cfg config) (channels.Send
 				"Config.PrivateKey": "PACER_APNS_KEY_FILE", "Config.BaseURL": "PACER_APNS_BASE_URL",
 			})
 		}
-		return s, bucket.Limit{PerSecond: c.Rate, Burst: c.Burst}, nil
+		return s, channelLimit(channel, cfg), nil
 	case "fcm":
 		c := cfg.FCM
 		if c.CredentialsFile == "" {
@@ -69,7 +69,7 @@ func buildSender(ctx context.Context, channel string, cfg config) (channels.Send
 				"Config.CredentialsJSON": "PACER_FCM_CREDENTIALS_FILE", "Config.BaseURL": "PACER_FCM_BASE_URL",
 			})
 		}
-		return s, bucket.Limit{PerSecond: c.Rate, Burst: c.Burst}, nil
+		return s, channelLimit(channel, cfg), nil
 	case "whatsapp":
 		c := cfg.WhatsApp
 		if c.Token == "" {
@@ -79,7 +79,7 @@ func buildSender(ctx context.Context, channel string, cfg config) (channels.Send
 		if err != nil {
 			return nil, bucket.Limit{}, fmt.Errorf("%w: %w", errConfig, err)
 		}
-		return s, bucket.Limit{PerSecond: c.Rate, Burst: c.Burst}, nil
+		return s, channelLimit(channel, cfg), nil
 	case "sendgrid":
 		c := cfg.SendGrid
 		keys, err := parseKeyList(c.APIKeys)
@@ -97,7 +97,7 @@ func buildSender(ctx context.Context, channel string, cfg config) (channels.Send
 		if err != nil {
 			return nil, bucket.Limit{}, &configError{"PACER_SENDGRID_API_KEYS or PACER_SENDGRID_ON_BEHALF_OF", err.Error()}
 		}
-		return s, bucket.Limit{PerSecond: c.Rate, Burst: c.Burst}, nil
+		return s, channelLimit(channel, cfg), nil
 	}
 	return nil, bucket.Limit{}, checkChannel(channel)
 }

@@ -304,61 +304,37 @@ func (c config) validate() error {
 	if c.IdempotencyTTL <= 0 {
 		bad("PACER_IDEMPOTENCY_TTL", "must be > 0")
 	}
-	if u, err := url.Parse(c.WhatsApp.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		bad("PACER_WHATSAPP_BASE_URL", "must be an http(s) URL")
-	}
 	if c.WhatsApp.APIVersion == "" || strings.Contains(c.WhatsApp.APIVersion, "/") {
 		bad("PACER_WHATSAPP_API_VERSION", "must be a version such as v21.0")
 	}
-	if !(c.WhatsApp.Rate > 0) || c.WhatsApp.Rate > 1e9 {
-		bad("PACER_WHATSAPP_RATE", "must be > 0 and <= 1e9 messages per second")
-	}
-	if c.WhatsApp.Burst < 1 {
-		bad("PACER_WHATSAPP_BURST", "must be >= 1 message")
-	}
 	for _, u := range []struct{ name, val string }{
-		{"PACER_APNS_BASE_URL", c.APNs.BaseURL}, {"PACER_FCM_BASE_URL", c.FCM.BaseURL},
+		{"PACER_WHATSAPP_BASE_URL", c.WhatsApp.BaseURL}, {"PACER_APNS_BASE_URL", c.APNs.BaseURL},
+		{"PACER_FCM_BASE_URL", c.FCM.BaseURL}, {"PACER_SENDGRID_BASE_URL", c.SendGrid.BaseURL},
 	} {
 		if pu, err := url.Parse(u.val); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
 			bad(u.name, "must be an http(s) URL")
 		}
 	}
+	// Each channel's limit, and each optional per-recipient limit (rate 0 = off).
 	for _, r := range []struct {
-		name  string
-		rate  float64
-		bname string
-		burst int
+		name     string
+		rate     float64
+		bname    string
+		burst    int
+		optional bool
 	}{
-		{"PACER_APNS_RATE", c.APNs.Rate, "PACER_APNS_BURST", c.APNs.Burst},
-		{"PACER_FCM_RATE", c.FCM.Rate, "PACER_FCM_BURST", c.FCM.Burst},
+		{"PACER_WHATSAPP_RATE", c.WhatsApp.Rate, "PACER_WHATSAPP_BURST", c.WhatsApp.Burst, false},
+		{"PACER_APNS_RATE", c.APNs.Rate, "PACER_APNS_BURST", c.APNs.Burst, false},
+		{"PACER_FCM_RATE", c.FCM.Rate, "PACER_FCM_BURST", c.FCM.Burst, false},
+		{"PACER_SENDGRID_RATE", c.SendGrid.Rate, "PACER_SENDGRID_BURST", c.SendGrid.Burst, false},
+		{"PACER_WHATSAPP_PAIR_RATE", c.WhatsApp.PairRate, "PACER_WHATSAPP_PAIR_BURST", c.WhatsApp.PairBurst, true},
+		{"PACER_FCM_DEVICE_RATE", c.FCM.DeviceRate, "PACER_FCM_DEVICE_BURST", c.FCM.DeviceBurst, true},
 	} {
-		if !(r.rate > 0) || r.rate > 1e9 {
-			bad(r.name, "must be > 0 and <= 1e9 messages per second")
-		}
-		if r.burst < 1 {
-			bad(r.bname, "must be >= 1 message")
-		}
-	}
-	if u, err := url.Parse(c.SendGrid.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		bad("PACER_SENDGRID_BASE_URL", "must be an http(s) URL")
-	}
-	if !(c.SendGrid.Rate > 0) || c.SendGrid.Rate > 1e9 {
-		bad("PACER_SENDGRID_RATE", "must be > 0 and <= 1e9 mails per second")
-	}
-	if c.SendGrid.Burst < 1 {
-		bad("PACER_SENDGRID_BURST", "must be >= 1 mail")
-	}
-	for _, r := range []struct {
-		name  string
-		rate  float64
-		bname string
-		burst int
-	}{
-		{"PACER_WHATSAPP_PAIR_RATE", c.WhatsApp.PairRate, "PACER_WHATSAPP_PAIR_BURST", c.WhatsApp.PairBurst},
-		{"PACER_FCM_DEVICE_RATE", c.FCM.DeviceRate, "PACER_FCM_DEVICE_BURST", c.FCM.DeviceBurst},
-	} {
-		if !(r.rate >= 0) || r.rate > 1e9 {
+		switch {
+		case r.optional && !(r.rate >= 0 && r.rate <= 1e9):
 			bad(r.name, "must be >= 0 (0 = off) and <= 1e9 messages per second")
+		case !r.optional && !(r.rate > 0 && r.rate <= 1e9):
+			bad(r.name, "must be > 0 and <= 1e9 messages per second")
 		}
 		if r.burst < 1 {
 			bad(r.bname, "must be >= 1 message")
