@@ -376,9 +376,9 @@ func (p *Pacer) Run(ctx context.Context) error {
 		"rate", p.cfg.Limit.PerSecond, "burst", p.cfg.Limit.Burst, "owner", p.cfg.Owner,
 		"redis_failure", p.cfg.RedisFailure, "unknown_outcome", p.cfg.UnknownOutcome)
 	p.m.fallback.WithLabelValues().Set(0)
-	go p.watch(ctx, "kafka", &p.kafkaOK, cl.Ping)
+	go p.watch(ctx, "kafka", &p.kafkaOK, cl.Ping, nil)
 	if p.ping != nil {
-		go p.watch(ctx, "redis", &p.redisOK, p.ping)
+		go p.watch(ctx, "redis", &p.redisOK, p.ping, func() { p.m.fallback.WithLabelValues().Set(0) })
 	}
 
 	for {
@@ -451,8 +451,9 @@ func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) bool {
 }
 
 // watch pings a service every 5 s until ctx ends and keeps ok (and so
-// /readyz) in step with the answers, logging each change once.
-func (p *Pacer) watch(ctx context.Context, name string, ok *atomic.Bool, ping func(context.Context) error) {
+// /readyz) in step with the answers, logging each change once; up, if not
+// nil, runs when the service answers again.
+func (p *Pacer) watch(ctx context.Context, name string, ok *atomic.Bool, ping func(context.Context) error, up func()) {
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
 	for {
@@ -467,11 +468,11 @@ func (p *Pacer) watch(ctx context.Context, name string, ok *atomic.Bool, ping fu
 		if ctx.Err() != nil {
 			return
 		}
-		if up := err == nil; ok.Swap(up) != up {
-			if up {
+		if answered := err == nil; ok.Swap(answered) != answered {
+			if answered {
 				p.log.Info(name + " reachable again")
-				if name == "redis" {
-					p.m.fallback.WithLabelValues().Set(0)
+				if up != nil {
+					up()
 				}
 			} else {
 				p.log.Error(name+" unreachable; sends stop until it answers, nothing is dropped", "err", err)
