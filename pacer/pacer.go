@@ -132,6 +132,10 @@ type Deps struct {
 	// Fallback paces while Redis is down in RedisFailure "local" mode
 	// (*bucket.Local, at rate / expected replicas); required then, else unused.
 	Fallback Bucket
+	// Policy gives each pacing key its limits and adaptation settings; nil
+	// gives every key the channel's (Config.Limit, RecipientLimit, AIMD,
+	// Breaker) as a [StaticPolicy].
+	Policy Policy
 }
 
 // Redis failure modes for [Config.RedisFailure].
@@ -168,7 +172,7 @@ type Config struct {
 	IdempotencyTTL time.Duration   // how long delivered ids are remembered; default 24h
 	MaxQueued      int             // fetched records per partition before fetching pauses; default 2000
 	InFlight       int             // records of one partition handled at once; default 32 (1 keeps strict order)
-	LeaseSize      int             // slots per Redis lease; default rate/10 (100 ms of slots) when that is >= 10, else 1 (one reservation per message); max 256
+	LeaseSize      int             // slots per Redis lease; 0 (default) = per key, its ceiling's rate/10 (100 ms of slots) when that is >= 10, else 1 (one reservation per message); at most 256 and the adapted burst
 	Owner          string          // this process in ledger claims; default host-pid-random
 	Logger         *slog.Logger    // default slog.Default()
 }
@@ -240,13 +244,9 @@ func (c *Config) setDefaults() error {
 	if c.InFlight <= 0 {
 		c.InFlight = 32
 	}
-	if c.LeaseSize <= 0 {
-		c.LeaseSize = int(c.Limit.PerSecond / 10)
-		if c.LeaseSize < 10 {
-			c.LeaseSize = 1
-		}
+	if c.LeaseSize < 0 {
+		c.LeaseSize = 0
 	}
-	c.LeaseSize = min(c.LeaseSize, 256, c.Limit.Burst)
 	if c.Owner == "" {
 		host, _ := os.Hostname()
 		var b [4]byte
@@ -257,6 +257,21 @@ func (c *Config) setDefaults() error {
 		c.Logger = slog.Default()
 	}
 	return nil
+}
+
+// leaseSize is how many slots one Redis lease takes for a key whose
+// ceiling is ceiling and adapted limit lim: Config.LeaseSize when set, else
+// 100 ms of the ceiling's slots when that is at least 10, else 1 (one
+// reservation per message); never more than 256 or lim.Burst.
+func (c *Config) leaseSize(ceiling, lim bucket.Limit) int {
+	n := c.LeaseSize
+	if n <= 0 {
+		n = int(ceiling.PerSecond / 10)
+		if n < 10 {
+			n = 1
+		}
+	}
+	return max(min(n, 256, lim.Burst), 1)
 }
 
 // retryTopic returns the name of retry tier n (1-based).
@@ -273,9 +288,13 @@ type Pacer struct {
 	fallback Bucket
 	ping     func(ctx context.Context) error
 	sender   channels.Sender
-	keys     keyStates
-	m        *metrics
-	log      *slog.Logger
+	policy   Policy
+	// policyDefault is the channel's policy from Config: a key's policy
+	// until its first read of Policy.
+	policyDefault StaticPolicy
+	keys          keyStates
+	m             *metrics
+	log           *slog.Logger
 
 	consuming atomic.Bool
 	kafkaOK   atomic.Bool
@@ -322,6 +341,11 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 		if err := wrapped.Register(c); err != nil {
 			return nil, fmt.Errorf("pacer: metrics: %w", err)
 		}
+	}
+	p.policyDefault = StaticPolicy{Limit: cfg.Limit, RecipientLimit: cfg.RecipientLimit, AIMD: cfg.AIMD, Breaker: cfg.Breaker}
+	p.policy = deps.Policy
+	if p.policy == nil {
+		p.policy = p.policyDefault
 	}
 	p.redisOK.Store(true)
 	p.kafkaOK.Store(true)
@@ -380,6 +404,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 	if p.ping != nil {
 		go p.watch(ctx, "redis", &p.redisOK, p.ping, func() { p.m.fallback.WithLabelValues().Set(0) })
 	}
+	go p.sweepLoop(ctx)
 
 	for {
 		fetches := cl.PollRecords(ctx, 10000)
