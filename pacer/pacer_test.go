@@ -468,9 +468,15 @@ func TestTooLargeForDLQ(t *testing.T) {
 // TestRecipientLimit: with a per-recipient bucket (FCM's per-device limit),
 // messages to one recipient are spaced by it while another recipient of the
 // same pacing key is not held back.
+//
+// The key's rate (20/s) leaves a sender 25 ms of lateness before its slot
+// lapses, and dev-B's burst of 2 survives one lapse, so a stall of the
+// race-instrumented test on a loaded machine cannot hold dev-B back by a
+// whole recipient interval (500 ms): a failure means dev-B queued behind dev-A.
 func TestRecipientLimit(t *testing.T) {
 	h := newHarness(t, nil)
-	h.cfg.RecipientLimit = bucket.Limit{PerSecond: 2, Burst: 1}
+	h.cfg.Limit = bucket.Limit{PerSecond: 20, Burst: 10}
+	h.cfg.RecipientLimit = bucket.Limit{PerSecond: 2, Burst: 2}
 	h.sender.at = map[string]time.Time{}
 	h.produce(`{"id":"r1","key":"k1","to":"dev-A"}`, `{"id":"r2","key":"k1","to":"dev-A"}`,
 		`{"id":"r3","key":"k1","to":"dev-A"}`, `{"id":"o1","key":"k1","to":"dev-B"}`)
@@ -484,8 +490,8 @@ func TestRecipientLimit(t *testing.T) {
 	for _, id := range []string{"r2", "r3"} {
 		first, last = minTime(first, s.at[id]), maxTime(last, s.at[id])
 	}
-	if span := last.Sub(first); span < 900*time.Millisecond {
-		t.Errorf("3 messages to one device at 2/s burst 1 spanned %v, want >= 1 s", span)
+	if span := last.Sub(first); span < 450*time.Millisecond {
+		t.Errorf("3 messages to one device at 2/s burst 2 spanned %v, want >= 0.5 s", span)
 	}
 	if d := s.at["o1"].Sub(first); d > 400*time.Millisecond {
 		t.Errorf("the other device waited %v behind the first, want no wait", d)
