@@ -191,6 +191,12 @@ func (p *Pacer) admit(f *flight) outcome {
 	if err != nil {
 		return dead("malformed", err.Error())
 	}
+	// A record key that names another pacing key than the envelope would
+	// pace by one and partition by the other: refused. A record without a
+	// key is paced by the envelope's.
+	if len(f.r.Key) > 0 && string(f.r.Key) != env.Key {
+		return dead("malformed", fmt.Sprintf("record key %q differs from the envelope's key %q", f.r.Key, env.Key))
+	}
 	f.env = env
 	f.log = f.log.With("id", env.ID)
 	if !p.lockID(f.w.ctx, env.Key, env.ID) {
@@ -655,24 +661,26 @@ func (p *Pacer) deadLetter(ctx context.Context, r *kgo.Record, m meta, reason, d
 	)}
 	err := p.produce(ctx, dr, log)
 	if errors.Is(err, errTooLarge) {
-		// Keep the reason and origin, drop the rest; then, if still too
-		// large, cut the value (the original stays in its topic at the
-		// offset named, until retention).
-		keep := []kgo.RecordHeader{}
+		// Shrink in steps, keeping what replay selects by: first drop the
+		// headers over 1 KiB (the pacer's own and a producer's campaign stay),
+		// then cut the value to 512 KiB, then drop it; the original stays at
+		// the offset named until retention.
+		var keep []kgo.RecordHeader
 		for _, h := range dr.Headers {
-			switch h.Key {
-			case hReason, hChannel, hOrigTopic, hOrigPart, hOrigOff:
+			if len(h.Value) <= 1<<10 {
 				keep = append(keep, h)
 			}
 		}
 		dr.Headers = keep
 		if err = p.produce(ctx, dr, log); errors.Is(err, errTooLarge) {
-			n := min(len(dr.Value), 512<<10)
-			dr.Value = dr.Value[:n]
 			dr.Headers = append(dr.Headers, kgo.RecordHeader{Key: hTruncated, Value: []byte(strconv.Itoa(len(r.Value)))})
-			err = p.produce(ctx, dr, log)
+			dr.Value = dr.Value[:min(len(dr.Value), 512<<10)]
+			if err = p.produce(ctx, dr, log); errors.Is(err, errTooLarge) {
+				dr.Value = nil
+				err = p.produce(ctx, dr, log)
+			}
 		}
-		log.Warn("DLQ copy too large for the broker: headers dropped and value cut if needed", "bytes", len(r.Value))
+		log.Warn("DLQ copy too large for the broker: large headers dropped and the value cut if needed", "bytes", len(r.Value))
 	}
 	if err != nil {
 		return false

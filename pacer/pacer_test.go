@@ -432,7 +432,8 @@ func TestTooLargeForDLQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "pacer.test", Key: []byte("k1"), Value: []byte(big)}).FirstErr(); err != nil {
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "pacer.test", Key: []byte("k1"), Value: []byte(big),
+		Headers: []kgo.RecordHeader{{Key: "campaign", Value: []byte("spring")}, {Key: "bulky", Value: make([]byte, 4<<10)}}}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	h.produce(env("after"))
@@ -462,6 +463,15 @@ func TestTooLargeForDLQ(t *testing.T) {
 	if hdr["pacer-reason"] != "permanent:131026" || hdr["pacer-truncated"] != fmt.Sprint(len(big)) || len(got.Value) != 512<<10 {
 		t.Errorf("DLQ record: reason %q truncated %q value %d bytes; want permanent:131026, %d, %d",
 			hdr["pacer-reason"], hdr["pacer-truncated"], len(got.Value), len(big), 512<<10)
+	}
+	// What replay selects by and what says where the original is stay; only
+	// the large header goes.
+	if hdr["campaign"] != "spring" || !strings.HasPrefix(hdr["pacer-origin"], "pacer.test/") || hdr["pacer-detail"] == "" {
+		t.Errorf("DLQ record headers: campaign %q origin %q detail %q; want spring, pacer.test/..., the provider answer",
+			hdr["campaign"], hdr["pacer-origin"], hdr["pacer-detail"])
+	}
+	if _, ok := hdr["bulky"]; ok {
+		t.Errorf("DLQ record kept the 4 KiB header")
 	}
 }
 
@@ -510,4 +520,28 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// TestRecordKeyMustMatchEnvelope: a record whose Kafka key names another
+// pacing key than its envelope is dead-lettered as malformed, never sent;
+// a record without a key is paced by the envelope's key.
+func TestRecordKeyMustMatchEnvelope(t *testing.T) {
+	h := newHarness(t, nil)
+	mismatch := env("mismatch")
+	if err := h.cl.ProduceSync(context.Background(),
+		&kgo.Record{Topic: "pacer.test", Key: []byte("k2"), Value: []byte(mismatch)},
+		&kgo.Record{Topic: "pacer.test", Value: []byte(env("keyless"))},
+	).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	s := h.sender
+	h.run(func() bool {
+		return s.count(s.success, "keyless") == 1 && h.counter("pacer_dlq_total", "reason", "malformed") == 1
+	})
+	if got := h.dlq(1); got[mismatch] != "malformed" {
+		t.Fatalf("DLQ = %v, want the mismatched record as malformed", got)
+	}
+	if n := s.count(s.calls, "mismatch"); n != 0 {
+		t.Fatalf("the mismatched record was sent %d times, want 0", n)
+	}
 }
