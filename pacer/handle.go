@@ -371,23 +371,27 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 	if f.claimed && o.kind != delivered && !o.keepClaim {
 		p.release(ctx, f.env, f.log)
 	}
+	done := false
 	switch o.kind {
 	case delivered:
 		p.delivered(ctx, f.env, o.res, f.log)
-		return true
+		done = true
 	case duplicate:
 		p.m.duplicates.WithLabelValues().Inc()
 		f.log.Debug("already delivered; skipped")
-		return true
+		done = true
 	case requeued:
-		return p.requeue(ctx, f.r, f.m, o.reason, o.wait, f.log)
+		done = p.requeue(ctx, f.r, f.m, o.reason, o.wait, f.log)
 	case retrying:
-		return p.retry(ctx, f.r, f.m, o.err, f.log)
+		done = p.retry(ctx, f.r, f.m, o.err, f.log)
 	case deadLettered:
-		return p.deadLetter(ctx, f.r, f.m, o.reason, o.detail, f.log)
-	default: // stopped; pass and again never reach here
-		return false
+		done = p.deadLetter(ctx, f.r, f.m, o.reason, o.detail, f.log)
 	}
+	// stopped (and pass or again, which never reach here): not finished.
+	if done {
+		p.tally.count(o.kind)
+	}
+	return done
 }
 
 // lockID waits until no other goroutine of this process handles the

@@ -2,6 +2,8 @@ package pacer_test
 
 import (
 	"context"
+	"encoding/json"
+	"log/slog"
 	"fmt"
 	"strings"
 	"sync"
@@ -543,5 +545,59 @@ func TestRecordKeyMustMatchEnvelope(t *testing.T) {
 	}
 	if n := s.count(s.calls, "mismatch"); n != 0 {
 		t.Fatalf("the mismatched record was sent %d times, want 0", n)
+	}
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestProgressAndSummaryLogged: while it delivers, Run logs progress at
+// INFO, and when it stops, a summary of what it finished.
+func TestProgressAndSummaryLogged(t *testing.T) {
+	h := newHarness(t, map[string][]error{"p3": {&channels.Error{Channel: "test", Status: 400, Code: "131026", Class: channels.Permanent}}})
+	var logs syncBuffer
+	h.cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	h.cfg.ProgressEvery = 20 * time.Millisecond
+	h.produce(env("p1"), env("p2"), env("p3"))
+	s := h.sender
+	h.run(func() bool {
+		return s.count(s.success, "p1")+s.count(s.success, "p2") == 2 && h.counter("pacer_dlq_total", "reason", "permanent") == 1 &&
+			strings.Contains(logs.String(), `"msg":"progress"`)
+	})
+	var progress, summary map[string]any
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		switch m["msg"] {
+		case "progress":
+			if progress == nil {
+				progress = m
+			}
+		case "pacer stopped":
+			summary = m
+		}
+	}
+	if progress == nil || progress["delivered"].(float64)+progress["dead_lettered"].(float64) < 1 {
+		t.Errorf("progress line = %v, want one counting what finished", progress)
+	}
+	if summary == nil || summary["delivered"] != 2.0 || summary["dead_lettered"] != 1.0 {
+		t.Errorf("summary = %v, want delivered 2, dead_lettered 1", summary)
 	}
 }
