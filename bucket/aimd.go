@@ -32,10 +32,31 @@ const (
 	adaptMinIdle   = time.Hour                 // shortest time before idle state expires
 )
 
-// AIMD configures the adaptive rate of a pacing key: additive (or
-// multiplicative) increase, multiplicative decrease, between a floor and the
-// configured rate, the ceiling. The zero value means all defaults; each
-// field's doc names its default.
+// AIMD configures the adaptive rate of a pacing key between a floor and the
+// configured rate, the ceiling, against a provider that counts at its own
+// ingress with a strict token bucket. The zero value means all defaults;
+// each field's doc names its default. The defaults are what the scenario
+// bench (`make bench-pacing`, BENCHMARKS.md) measured to meet: >= 97% of a
+// provider limit equal to the ceiling with <= 0.5% throttled, and settling
+// within 15 s to 90-100% of a hidden lower limit.
+//
+// The parts, each a field below:
+//   - Headroom where it costs no rate ([AIMD].Jitter): the pacer takes
+//     tokens with a burst smaller than the provider's by what Jitter lets
+//     through, so that sends bunched on their way (connections, scheduler,
+//     network) still fit the provider's bucket. Only a burst of 1 costs
+//     rate, the least that keeps slots Jitter apart.
+//   - A lone throttle cuts nothing ([AIMD].Persist): it only sets the
+//     cooldown (one token interval by default). Only throttles that persist
+//     lower the rate.
+//   - A decrease goes to what the provider accepts: throttles refused per
+//     second over the episode are subtracted from the rate, and the rate
+//     goes to [AIMD].Backoff of that estimate, cutting at most to
+//     [AIMD].Decrease of the rate at once.
+//   - Probing up starts gently and accelerates ([AIMD].Factor, Step,
+//     Accelerate, Window): the increase doubles with each clean window in a
+//     row, so a rate cut by a passing dip is back at its ceiling in seconds,
+//     and the next throttle stops the acceleration.
 //
 // The adapted rate lives in Redis, in the hash
 // "<prefix>:{<channel>:<key>}:aimd" ([Limiter.AIMDKey]), so every replica
@@ -49,35 +70,63 @@ const (
 // [Adapted.Limit]: Limit{PerSecond: adapted rate, Burst: the ceiling's
 // burst scaled by the same ratio}.
 type AIMD struct {
-	// Decrease is the factor applied to the rate on a throttle, in (0, 1).
-	// Default 0.5: a throttle halves the rate.
+	// Decrease is the deepest single decrease, as a factor of the rate, in
+	// (0, 1): however few messages the provider seems to accept, one
+	// decrease leaves at least Decrease * rate. Default 0.8.
 	Decrease float64
+	// Backoff is the fraction of the estimated capacity a decrease goes to,
+	// in (0, 1]: room below it for the probe to climb through before it
+	// meets the limit again. Default 0.95.
+	Backoff float64
+	// Persist is how close a counted throttle must follow the one before it
+	// for throttles to count as persistent and lower the rate; a throttle
+	// later than that is a lone one (a refusal at the edge of the provider's
+	// burst) and only sets the cooldown. From 1ms to 10 years. Default
+	// 4 token intervals at the ceiling (4 / ceiling s), at least 2s.
+	Persist time.Duration
 	// Floor is the lowest rate in messages per second: > 0 (at least 10^-6,
 	// the stored resolution) and <= the ceiling. Default 1, or the ceiling
 	// if that is lower.
 	Floor float64
 	// Window is how long a key must go without a counted throttle, from
 	// the end of its cooldown or from its last increase, before
-	// [Limiter.Recover] raises its rate. From 1ms to 10 years. Default 60s.
+	// [Limiter.Recover] raises its rate. From 1ms to 10 years. Default 2s
+	// (the pacer reads the state about once a second per replica).
 	Window time.Duration
-	// Step is the additive increase per clean window, in messages per
-	// second, > 0. Default a tenth of the ceiling. Ignored when Factor > 1.
+	// Step, when > 0 and Factor is 0, makes the first increase after a
+	// throttle additive: Step messages per second. Default 0 (Factor).
 	Step float64
-	// Factor, when > 1, makes the increase multiplicative: the rate is
-	// multiplied by Factor per clean window instead of gaining Step.
-	// Default 0 (additive). Values in (0, 1] are invalid.
+	// Factor makes the first increase after a throttle multiplicative: the
+	// rate is multiplied by Factor. A number > 1; default 1.02 when Step is
+	// 0, else 0 (Step). Values in (0, 1] are invalid.
 	Factor float64
+	// Accelerate multiplies each increase in a row by this over the one
+	// before, in [1, 1000]: with the defaults a rate rises by 2%, 4%, 8%, ...
+	// per clean window until a throttle, which starts over at Factor.
+	// 1 keeps the increase constant (classic AIMD). Default 2.
+	Accelerate float64
+	// Jitter is how much sooner than its slot a send may reach the
+	// provider, relative to the sends before it, without being refused by a
+	// provider whose bucket is exactly the ceiling: the pacing headroom
+	// [Adapted.Limit] leaves. From 0 (no headroom) to 1s. Default 25ms. A
+	// negative value means 0.
+	Jitter time.Duration
 	// Coalesce is how long after a counted throttle further throttles are
 	// taken as replies to the same burst of in-flight requests: they set
-	// the cooldown but do not lower the rate again. The cooldown a throttle
-	// sets extends this too, since nothing new is sent during it. From 1ns
-	// (rounded up to the microsecond) to 10 years. Default 1s.
+	// the cooldown but do not lower the rate again (they count for the
+	// estimate). The cooldown a throttle sets extends this too, since
+	// nothing new is sent during it. From 1ns (rounded up to the
+	// microsecond) to 10 years. Default 500ms, about a round trip to a
+	// distant provider.
 	Coalesce time.Duration
 	// MinCooldown and MaxCooldown clamp the provider's hint (Retry-After)
 	// into the cooldown a throttle sets; a hint <= 0 means MinCooldown.
 	// Both from 1ms to 10 years, MinCooldown <= MaxCooldown, rounded up to
-	// the millisecond. Default 1s (or MaxCooldown if that is lower) and 1h
-	// (or MinCooldown if that is higher).
+	// the millisecond. Default for MinCooldown: one token interval at the
+	// ceiling (1 / ceiling s) within [10ms, 1s], enough for the provider's
+	// bucket to earn the token it lacked ([AIMD.CooldownFor], which knows no
+	// ceiling, uses 1s), and never above MaxCooldown; for MaxCooldown 1h (or
+	// MinCooldown if that is higher).
 	MinCooldown, MaxCooldown time.Duration
 }
 
@@ -86,7 +135,10 @@ type AIMD struct {
 type aimdArgs struct {
 	ceilU, floorU, stepU int64   // millionths of a message per second
 	decrease, factor     float64 // factor 0: additive increase
+	backoff, accel       float64
 	windowUs, coalesceUs int64
+	persistUs            int64
+	jitter               float64 // seconds
 	minCooldown          time.Duration
 	maxCooldown          time.Duration
 	idleMs               int64
@@ -117,10 +169,31 @@ func (a AIMD) args(ceiling Limit) (aimdArgs, error) {
 
 	p.decrease = a.Decrease
 	if p.decrease == 0 {
-		p.decrease = 0.5
+		p.decrease = 0.8
 	}
 	if !(p.decrease > 0 && p.decrease < 1) { // also NaN
 		return bad("decrease %v must be in (0, 1)", a.Decrease)
+	}
+	p.backoff = a.Backoff
+	if p.backoff == 0 {
+		p.backoff = 0.95
+	}
+	if !(p.backoff > 0 && p.backoff <= 1) {
+		return bad("backoff %v must be in (0, 1]", a.Backoff)
+	}
+	p.accel = a.Accelerate
+	if p.accel == 0 {
+		p.accel = 2
+	}
+	if !(p.accel >= 1 && p.accel <= 1000) {
+		return bad("accelerate %v must be in [1, 1000]", a.Accelerate)
+	}
+	if !(a.Jitter <= time.Second) {
+		return bad("jitter %v must be <= 1s", a.Jitter)
+	}
+	p.jitter = max(a.Jitter, 0).Seconds()
+	if a.Jitter == 0 {
+		p.jitter = defaultJitter.Seconds()
 	}
 
 	floor := a.Floor
@@ -136,11 +209,10 @@ func (a AIMD) args(ceiling Limit) (aimdArgs, error) {
 	p.floorU = min(max(1, int64(math.Round(floor*1e6))), p.ceilU)
 
 	switch {
+	case a.Factor == 0 && a.Step == 0:
+		p.factor, p.stepU = 1.02, 1
 	case a.Factor == 0:
 		step := a.Step
-		if step == 0 {
-			step = c / 10
-		}
 		if !(step > 0) || math.IsInf(step, 1) {
 			return bad("step %v must be finite and > 0", a.Step)
 		}
@@ -151,22 +223,31 @@ func (a AIMD) args(ceiling Limit) (aimdArgs, error) {
 		return bad("factor %v must be 0 or a finite number > 1", a.Factor)
 	}
 
-	window, err := adaptPeriod("window", a.Window, 60*time.Second, time.Millisecond)
+	window, err := adaptPeriod("window", a.Window, 2*time.Second, time.Millisecond)
 	if err != nil {
 		return aimdArgs{}, err
 	}
-	coalesce, err := adaptPeriod("coalesce", a.Coalesce, time.Second, time.Nanosecond)
+	coalesce, err := adaptPeriod("coalesce", a.Coalesce, 500*time.Millisecond, time.Nanosecond)
+	if err != nil {
+		return aimdArgs{}, err
+	}
+	interval := time.Duration(min(1/c, adaptMaxPeriod.Seconds()) * float64(time.Second)) // one token at the ceiling
+	persist, err := adaptPeriod("persist", a.Persist, min(max(4*interval, 2*time.Second), adaptMaxPeriod), time.Millisecond)
 	if err != nil {
 		return aimdArgs{}, err
 	}
 	p.windowUs, p.coalesceUs = roundUp(window, time.Microsecond), roundUp(coalesce, time.Microsecond)
-	p.idleMs = roundUp(max(4*window, adaptMinIdle), time.Millisecond)
+	p.persistUs = roundUp(persist, time.Microsecond)
+	p.idleMs = roundUp(max(4*window, 4*persist, adaptMinIdle), time.Millisecond)
 
-	if p.minCooldown, p.maxCooldown, err = a.cooldowns(); err != nil {
+	if p.minCooldown, p.maxCooldown, err = a.cooldownsAt(min(max(interval, 10*time.Millisecond), time.Second)); err != nil {
 		return aimdArgs{}, err
 	}
 	return p, nil
 }
+
+// defaultJitter is the default [AIMD].Jitter.
+const defaultJitter = 25 * time.Millisecond
 
 // adaptPeriod returns d, or def when d is 0, after checking that it is in
 // [least, adaptMaxPeriod]. Its error wraps ErrInvalidAIMD.
@@ -180,9 +261,16 @@ func adaptPeriod(name string, d, def, least time.Duration) (time.Duration, error
 	return d, nil
 }
 
-// cooldowns returns MinCooldown and MaxCooldown with their defaults.
+// cooldowns returns MinCooldown and MaxCooldown with their defaults, 1s
+// for MinCooldown.
 func (a AIMD) cooldowns() (lo, hi time.Duration, err error) {
-	loDef, hiDef := time.Second, time.Hour
+	return a.cooldownsAt(time.Second)
+}
+
+// cooldownsAt returns MinCooldown and MaxCooldown with their defaults,
+// loDef for MinCooldown.
+func (a AIMD) cooldownsAt(loDef time.Duration) (lo, hi time.Duration, err error) {
+	hiDef := time.Hour
 	if a.MaxCooldown > 0 {
 		loDef = min(loDef, a.MaxCooldown)
 	}
@@ -255,20 +343,45 @@ type Adapted struct {
 	// and an increase resets it to 0. The pacer opens the key's breaker when
 	// it reaches [Breaker].FloorThrottles (see [Breaker.FloorTripped]).
 	FloorStreak int
+
+	jitter float64 // seconds: the headroom Limit leaves, from [AIMD].Jitter
 }
 
 // Limit returns the limit under which the pacer takes tokens for a key with
-// adapted state a and configured limit ceiling: Limit{PerSecond: a.Rate,
-// Burst: ceiling.Burst * a.Rate / ceiling.PerSecond rounded down, at least
-// 1}. It returns ceiling itself when a.Rate is 0 (the zero Adapted) or not
-// below ceiling.PerSecond. For a ceiling valid with an [AIMD], the result
-// passes [Limit.Validate].
+// adapted state a and configured limit ceiling (the provider's limit): the
+// adapted limit r = a.Rate (at most ceiling.PerSecond), b =
+// ceiling.Burst * r / ceiling.PerSecond rounded down and at least 1, less
+// the headroom of the [AIMD].Jitter j that a was read with.
+//
+// Sends paced at (r, b - d) that reach the provider up to j early relative
+// to each other still fit its bucket (r, b) when d >= r * j, so Limit takes
+// d = ceil(r * j) from the burst, which costs no rate. When the burst is
+// too small for that (d would leave less than 1), the burst becomes 1 and
+// the rate r / (1 + r*j - (b-1)): slots j further apart. So 80/s burst 10
+// with j = 25ms paces at 80/s burst 8, and 0.5/s burst 1 at 0.4938/s.
+//
+// It returns ceiling itself when a.Rate is 0 (the zero Adapted) and, with
+// no headroom (a zero jitter), when a.Rate is not below
+// ceiling.PerSecond. For a ceiling valid with an [AIMD], the result passes
+// [Limit.Validate].
 func (a Adapted) Limit(ceiling Limit) Limit {
-	if !(a.Rate > 0) || a.Rate >= ceiling.PerSecond {
+	if !(a.Rate > 0) {
 		return ceiling
 	}
-	burst := int(float64(ceiling.Burst) * (a.Rate / ceiling.PerSecond))
-	return Limit{PerSecond: a.Rate, Burst: max(burst, 1)}
+	r, b := ceiling.PerSecond, ceiling.Burst
+	if a.Rate < r {
+		r = a.Rate
+		b = max(int(float64(ceiling.Burst)*(a.Rate/ceiling.PerSecond)), 1)
+	}
+	x := r * a.jitter // tokens that jitter can bunch
+	if !(x > 0) {
+		return Limit{PerSecond: r, Burst: b}
+	}
+	d := int(min(math.Ceil(x), float64(b-1)))
+	if float64(d) >= x {
+		return Limit{PerSecond: r, Burst: b - d}
+	}
+	return Limit{PerSecond: r / (1 + x - float64(d)), Burst: b - d}
 }
 
 // AIMDKey returns the Redis key of the adaptive state of one pacing key:
@@ -303,7 +416,8 @@ func (l *Limiter) Throttled(ctx context.Context, channel, key string, ceiling Li
 	}
 	cd := clampCooldown(hint, p.minCooldown, p.maxCooldown)
 	ad, err := l.runAIMD(ctx, "throttled", aimdThrottleScript, channel, key, ceiling, p, -1, 0,
-		formatRate(p.decrease), p.coalesceUs, int64(cd/time.Millisecond), p.idleMs)
+		formatRate(p.decrease), p.coalesceUs, int64(cd/time.Millisecond), p.idleMs, p.persistUs,
+		formatRate(p.backoff))
 	if err != nil {
 		return Adapted{}, err
 	}
@@ -334,7 +448,7 @@ func (l *Limiter) Recover(ctx context.Context, channel, key string, ceiling Limi
 		return Adapted{}, err
 	}
 	return l.runAIMD(ctx, "recover", aimdRecoverScript, channel, key, ceiling, p, 0, 1,
-		p.stepU, formatRate(p.factor), p.windowUs, p.idleMs)
+		p.stepU, formatRate(p.factor), p.windowUs, p.idleMs, formatRate(p.accel))
 }
 
 // Adapted returns the adaptive state of (channel, key) without changing
@@ -379,6 +493,7 @@ func (l *Limiter) runAIMD(ctx context.Context, op string, s *redis.Script, chann
 		Decreased:    r[1] < 0,
 		Increased:    r[1] > 0,
 		FloorStreak:  int(min(r[3], math.MaxInt32)),
+		jitter:       p.jitter,
 	}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,19 +74,36 @@ func (e *env) adapts(t *testing.T, key string, ceiling bucket.Limit, a bucket.AI
 
 var lim100 = bucket.Limit{PerSecond: 100, Burst: 100}
 
+// classic turns a into plain AIMD for the tables that test the decrease,
+// the coalescing and the increase one at a time: every counted throttle
+// after the first of an episode cuts by exactly Decrease (Persist is long
+// and a tiny Backoff puts the estimate below it), and increases do not
+// accelerate unless a asks for it.
+func classic(a bucket.AIMD) bucket.AIMD {
+	a.Backoff, a.Persist = 1e-9, time.Hour
+	if a.Accelerate == 0 {
+		a.Accelerate = 1
+	}
+	if a.Decrease == 0 {
+		a.Decrease = 0.5
+	}
+	return a
+}
+
 func TestAIMDHalvesToFloor(t *testing.T) {
-	a := bucket.AIMD{Floor: 10, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond}
-	cd := 300 * time.Millisecond
+	a := classic(bucket.AIMD{Floor: 10, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond})
+	cd, ms := 300*time.Millisecond, time.Millisecond
 	each(t, func(t *testing.T, e *env) {
 		e.adapts(t, "k", lim100, a, []aimdStep{
 			{at: 0, op: opRead, rate: 100},
-			{at: 0, op: opThrottle, rate: 50, change: -1, cooldown: cd},
-			{at: 600 * time.Millisecond, op: opThrottle, rate: 25, change: -1, cooldown: cd},
-			{at: 1200 * time.Millisecond, op: opThrottle, rate: 12.5, change: -1, cooldown: cd},
-			{at: 1800 * time.Millisecond, op: opThrottle, rate: 10, change: -1, cooldown: cd}, // 6.25, floored
-			{at: 2400 * time.Millisecond, op: opThrottle, rate: 10, cooldown: cd, streak: 1},
-			{at: 3000 * time.Millisecond, op: opThrottle, rate: 10, cooldown: cd, streak: 2},
-			{at: 3000 * time.Millisecond, op: opRead, rate: 10, cooldown: cd, streak: 2},
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd}, // a lone throttle cuts nothing
+			{at: 600 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd},
+			{at: 1200 * ms, op: opThrottle, rate: 25, change: -1, cooldown: cd},
+			{at: 1800 * ms, op: opThrottle, rate: 12.5, change: -1, cooldown: cd},
+			{at: 2400 * ms, op: opThrottle, rate: 10, change: -1, cooldown: cd}, // 6.25, floored
+			{at: 3000 * ms, op: opThrottle, rate: 10, cooldown: cd, streak: 1},
+			{at: 3600 * ms, op: opThrottle, rate: 10, cooldown: cd, streak: 2},
+			{at: 3600 * ms, op: opRead, rate: 10, cooldown: cd, streak: 2},
 		})
 	})
 }
@@ -93,14 +111,15 @@ func TestAIMDHalvesToFloor(t *testing.T) {
 // TestAIMDDecreaseFactor checks a non-default Decrease and that the rate
 // keeps its millionths.
 func TestAIMDDecreaseFactor(t *testing.T) {
-	a := bucket.AIMD{Decrease: 0.9, Floor: 0.7, MinCooldown: 300 * time.Millisecond, Coalesce: 300 * time.Millisecond}
+	a := classic(bucket.AIMD{Decrease: 0.9, Floor: 0.7, MinCooldown: 300 * time.Millisecond, Coalesce: 300 * time.Millisecond})
 	cd := 300 * time.Millisecond
 	each(t, func(t *testing.T, e *env) {
 		e.adapts(t, "k", bucket.Limit{PerSecond: 1, Burst: 1}, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 0.9, change: -1, cooldown: cd},
-			{at: 600 * time.Millisecond, op: opThrottle, rate: 0.81, change: -1, cooldown: cd},
-			{at: 1200 * time.Millisecond, op: opThrottle, rate: 0.729, change: -1, cooldown: cd},
-			{at: 1800 * time.Millisecond, op: opThrottle, rate: 0.7, change: -1, cooldown: cd}, // 0.6561, floored
+			{at: 0, op: opThrottle, rate: 1, cooldown: cd},
+			{at: 400 * time.Millisecond, op: opThrottle, rate: 0.9, change: -1, cooldown: cd},
+			{at: 1000 * time.Millisecond, op: opThrottle, rate: 0.81, change: -1, cooldown: cd},
+			{at: 1600 * time.Millisecond, op: opThrottle, rate: 0.729, change: -1, cooldown: cd},
+			{at: 2200 * time.Millisecond, op: opThrottle, rate: 0.7, change: -1, cooldown: cd}, // 0.6561, floored
 		})
 	})
 }
@@ -109,18 +128,20 @@ func TestAIMDDecreaseFactor(t *testing.T) {
 // requests lower the rate once: those within Coalesce of a counted one, and
 // those during the cooldown it set, however long a later hint made it.
 func TestAIMDCoalesce(t *testing.T) {
-	a := bucket.AIMD{Coalesce: 800 * time.Millisecond, MinCooldown: 250 * time.Millisecond}
+	a := classic(bucket.AIMD{Coalesce: 800 * time.Millisecond, MinCooldown: 250 * time.Millisecond})
 	ms := time.Millisecond
 	each(t, func(t *testing.T, e *env) {
 		e.adapts(t, "k", lim100, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 50, change: -1, cooldown: 250 * ms},
-			{at: 0, op: opThrottle, rate: 50, cooldown: 250 * ms},
-			{at: 0, op: opThrottle, rate: 50, cooldown: 250 * ms},
-			{at: 500 * ms, op: opThrottle, rate: 50, cooldown: 250 * ms}, // cooldown over, Coalesce not
-			{at: 500 * ms, op: opThrottle, hint: 1500 * ms, rate: 50, cooldown: 1500 * ms},
-			{at: 1200 * ms, op: opThrottle, rate: 50, cooldown: 800 * ms}, // Coalesce over, cooldown not
-			{at: 2300 * ms, op: opThrottle, rate: 25, change: -1, cooldown: 250 * ms},
-			{at: 2300 * ms, op: opThrottle, rate: 25, cooldown: 250 * ms},
+			{at: 0, op: opThrottle, rate: 100, cooldown: 250 * ms}, // lone
+			{at: 0, op: opThrottle, rate: 100, cooldown: 250 * ms}, // coalesced into it
+			{at: 1000 * ms, op: opThrottle, rate: 50, change: -1, cooldown: 250 * ms},
+			{at: 1000 * ms, op: opThrottle, rate: 50, cooldown: 250 * ms},
+			{at: 1000 * ms, op: opThrottle, rate: 50, cooldown: 250 * ms},
+			{at: 1500 * ms, op: opThrottle, rate: 50, cooldown: 250 * ms}, // cooldown over, Coalesce not
+			{at: 1500 * ms, op: opThrottle, hint: 1500 * ms, rate: 50, cooldown: 1500 * ms},
+			{at: 2200 * ms, op: opThrottle, rate: 50, cooldown: 800 * ms}, // Coalesce over, cooldown not
+			{at: 3300 * ms, op: opThrottle, rate: 25, change: -1, cooldown: 250 * ms},
+			{at: 3300 * ms, op: opThrottle, rate: 25, cooldown: 250 * ms},
 		})
 	})
 }
@@ -128,12 +149,18 @@ func TestAIMDCoalesce(t *testing.T) {
 // TestAIMDCoalesceConcurrent checks that a burst of throttles reported at
 // once by many replicas lowers the rate once.
 func TestAIMDCoalesceConcurrent(t *testing.T) {
+	a := classic(bucket.AIMD{Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond})
 	each(t, func(t *testing.T, e *env) {
+		if ad, err := e.l.Throttled(t.Context(), "test", "k", lim100, a, 0); err != nil || ad.Rate != 100 {
+			t.Fatalf("lone Throttled = %+v, %v; want rate 100", ad, err)
+		}
+		e.mark()
+		e.at(time.Second)
 		var decreased atomic.Int64
 		var wg sync.WaitGroup
 		for range 20 {
 			wg.Go(func() {
-				ad, err := e.l.Throttled(t.Context(), "test", "k", lim100, bucket.AIMD{}, 0)
+				ad, err := e.l.Throttled(t.Context(), "test", "k", lim100, a, 0)
 				if err != nil || ad.Rate != 50 {
 					t.Errorf("Throttled = %+v, %v; want rate 50", ad, err)
 				}
@@ -174,8 +201,11 @@ func TestAIMDCooldownClamp(t *testing.T) {
 			if got := tc.a.CooldownFor(tc.hint); got != tc.want {
 				t.Fatalf("CooldownFor(%v) = %v, want %v", tc.hint, got, tc.want)
 			}
+			// At a ceiling of 1/s the default MinCooldown (one token
+			// interval, within [10ms, 1s]) is the 1s CooldownFor assumes.
+			lim1 := bucket.Limit{PerSecond: 1, Burst: 1}
 			each(t, func(t *testing.T, e *env) {
-				ad, err := e.l.Throttled(t.Context(), "test", "k", lim100, tc.a, tc.hint)
+				ad, err := e.l.Throttled(t.Context(), "test", "k", lim1, tc.a, tc.hint)
 				if err != nil || !e.near(ad.CooldownLeft, tc.want) {
 					t.Fatalf("Throttled(%v) = %+v, %v; want CooldownLeft %v", tc.hint, ad, err, tc.want)
 				}
@@ -183,7 +213,7 @@ func TestAIMDCooldownClamp(t *testing.T) {
 					return // on redis-server it may be over before Take
 				}
 				// Take honours it: the cooldown key is shared with Limiter.Cooldown.
-				d, err := e.l.Take(t.Context(), "test", "k", ad.Limit(lim100), 1)
+				d, err := e.l.Take(t.Context(), "test", "k", ad.Limit(lim1), 1)
 				if err != nil || d.Allowed || !d.Cooldown || !e.near(d.Wait, tc.want) {
 					t.Fatalf("Take after the throttle = %+v, %v; want a cooldown of %v", d, err, tc.want)
 				}
@@ -219,30 +249,33 @@ func TestAIMDCooldownNeverShortened(t *testing.T) {
 			t.Fatal(err)
 		}
 		ad, err := e.l.Adapted(ctx, "test", "k", lim100, bucket.AIMD{})
-		if err != nil || !e.near(ad.CooldownLeft, 30*time.Minute) || ad.Rate != 50 {
-			t.Fatalf("Adapted = %+v, %v; want rate 50 and a 30m cooldown", ad, err)
+		// Every throttle fell in the cooldown the first one found, so all
+		// belong to one lone throttle: no decrease.
+		if err != nil || !e.near(ad.CooldownLeft, 30*time.Minute) || ad.Rate != 100 {
+			t.Fatalf("Adapted = %+v, %v; want rate 100 and a 30m cooldown", ad, err)
 		}
 	})
 }
 
 func TestAIMDRecover(t *testing.T) {
-	a := bucket.AIMD{Window: time.Second, Step: 35, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond}
+	a := classic(bucket.AIMD{Window: time.Second, Step: 35, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond})
 	cd, ms := 300*time.Millisecond, time.Millisecond
 	each(t, func(t *testing.T, e *env) {
 		e.adapts(t, "k", lim100, a, []aimdStep{
-			{at: 0, op: opRecover, rate: 100},                           // no state: at the ceiling
-			{at: 0, op: opThrottle, rate: 50, change: -1, cooldown: cd}, // window starts at 300ms
-			{at: 0, op: opRecover, rate: 50, cooldown: cd},
-			{at: 1000 * ms, op: opRecover, rate: 50},
-			{at: 1600 * ms, op: opRecover, rate: 85, change: 1}, // window starts at 1600ms
-			{at: 2200 * ms, op: opRecover, rate: 85},
-			{at: 2200 * ms, op: opThrottle, rate: 42.5, change: -1, cooldown: cd}, // window starts at 2500ms
-			{at: 3000 * ms, op: opRecover, rate: 42.5},
-			{at: 3800 * ms, op: opRecover, rate: 77.5, change: 1},
-			{at: 3800 * ms, op: opRecover, rate: 77.5},           // once per window, not per call
-			{at: 5000 * ms, op: opRecover, rate: 100, change: 1}, // 112.5, capped
-			{at: 5000 * ms, op: opRecover, rate: 100},
-			{at: 5000 * ms, op: opRead, rate: 100},
+			{at: 0, op: opRecover, rate: 100},                                  // no state: at the ceiling
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},                   // lone
+			{at: 400 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd}, // window starts at 700ms
+			{at: 400 * ms, op: opRecover, rate: 50, cooldown: cd},
+			{at: 1400 * ms, op: opRecover, rate: 50},
+			{at: 2000 * ms, op: opRecover, rate: 85, change: 1}, // window starts at 2000ms
+			{at: 2600 * ms, op: opRecover, rate: 85},
+			{at: 2600 * ms, op: opThrottle, rate: 42.5, change: -1, cooldown: cd}, // window starts at 2900ms
+			{at: 3400 * ms, op: opRecover, rate: 42.5},
+			{at: 4200 * ms, op: opRecover, rate: 77.5, change: 1},
+			{at: 4200 * ms, op: opRecover, rate: 77.5},           // once per window, not per call
+			{at: 5400 * ms, op: opRecover, rate: 100, change: 1}, // 112.5, capped
+			{at: 5400 * ms, op: opRecover, rate: 100},
+			{at: 5400 * ms, op: opRead, rate: 100},
 		})
 		// Back at the ceiling, the key has no state left.
 		if n := e.rdb.Exists(t.Context(), e.l.AIMDKey("test", "k")).Val(); n != 0 {
@@ -252,36 +285,38 @@ func TestAIMDRecover(t *testing.T) {
 }
 
 func TestAIMDRecoverFactor(t *testing.T) {
-	a := bucket.AIMD{Window: time.Second, Factor: 3, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond}
+	a := classic(bucket.AIMD{Window: time.Second, Factor: 3, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond})
 	cd, ms := 300*time.Millisecond, time.Millisecond
 	each(t, func(t *testing.T, e *env) {
 		e.adapts(t, "k", lim100, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 50, change: -1, cooldown: cd},
-			{at: 600 * ms, op: opThrottle, rate: 25, change: -1, cooldown: cd}, // window starts at 900ms
-			{at: 1500 * ms, op: opRecover, rate: 25},
-			{at: 2200 * ms, op: opRecover, rate: 75, change: 1},
-			{at: 3500 * ms, op: opRecover, rate: 100, change: 1}, // 225, capped
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 400 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd},
+			{at: 1000 * ms, op: opThrottle, rate: 25, change: -1, cooldown: cd}, // window starts at 1300ms
+			{at: 1900 * ms, op: opRecover, rate: 25},
+			{at: 2600 * ms, op: opRecover, rate: 75, change: 1},
+			{at: 3900 * ms, op: opRecover, rate: 100, change: 1}, // 225, capped
 		})
 	})
 }
 
 // TestAIMDRecoverResetsStreak checks that a clean window ends a streak of
-// throttles at the floor, and that the default Step is a tenth of the
-// ceiling.
+// throttles at the floor.
 func TestAIMDRecoverResetsStreak(t *testing.T) {
-	a := bucket.AIMD{Floor: 40, Window: time.Second, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond}
+	a := classic(bucket.AIMD{Floor: 40, Step: 10, Window: time.Second, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond})
 	cd, ms := 300*time.Millisecond, time.Millisecond
 	each(t, func(t *testing.T, e *env) {
 		e.adapts(t, "k", lim100, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 50, change: -1, cooldown: cd},
-			{at: 600 * ms, op: opThrottle, rate: 40, change: -1, cooldown: cd},
-			{at: 1200 * ms, op: opThrottle, rate: 40, cooldown: cd, streak: 1},
-			{at: 1200 * ms, op: opThrottle, rate: 40, cooldown: cd, streak: 1}, // coalesced: counts once
-			{at: 1800 * ms, op: opThrottle, rate: 40, cooldown: cd, streak: 2}, // window starts at 2100ms
-			{at: 2800 * ms, op: opRecover, rate: 40, streak: 2},
-			{at: 3400 * ms, op: opRecover, rate: 50, change: 1},
-			{at: 3400 * ms, op: opRead, rate: 50},
-			{at: 3700 * ms, op: opThrottle, rate: 40, change: -1, cooldown: cd},
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 0 * ms, op: opThrottle, rate: 100, cooldown: cd}, // coalesced
+			{at: 400 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd},
+			{at: 1000 * ms, op: opThrottle, rate: 40, change: -1, cooldown: cd},
+			{at: 1600 * ms, op: opThrottle, rate: 40, cooldown: cd, streak: 1},
+			{at: 1600 * ms, op: opThrottle, rate: 40, cooldown: cd, streak: 1}, // coalesced: counts once
+			{at: 2200 * ms, op: opThrottle, rate: 40, cooldown: cd, streak: 2}, // window starts at 2500ms
+			{at: 3200 * ms, op: opRecover, rate: 40, streak: 2},
+			{at: 3800 * ms, op: opRecover, rate: 50, change: 1},
+			{at: 3800 * ms, op: opRead, rate: 50},
+			{at: 4100 * ms, op: opThrottle, rate: 40, change: -1, cooldown: cd},
 		})
 	})
 }
@@ -290,18 +325,19 @@ func TestAIMDRecoverResetsStreak(t *testing.T) {
 // at once, in every call, and that a raised one applies at once to a key
 // at its ceiling.
 func TestAIMDCeilingChanges(t *testing.T) {
-	a := bucket.AIMD{Window: time.Second, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond}
+	a := classic(bucket.AIMD{Window: time.Second, Step: 20, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond})
 	cd, ms := 300*time.Millisecond, time.Millisecond
 	each(t, func(t *testing.T, e *env) {
 		e.adapts(t, "k", lim100, a, []aimdStep{
 			{at: 0, op: opRead, rate: 120, ceiling: 120},
-			{at: 0, op: opThrottle, rate: 50, change: -1, cooldown: cd},
-			{at: 0, op: opRead, rate: 30, cooldown: cd, ceiling: 30},
-			{at: 0, op: opRecover, rate: 30, cooldown: cd, ceiling: 30},
-			{at: 600 * ms, op: opThrottle, rate: 15, change: -1, cooldown: cd, ceiling: 30}, // from 30, not 50
-			{at: 600 * ms, op: opRead, rate: 15, cooldown: cd},
-			{at: 2300 * ms, op: opRecover, rate: 35, change: 1, ceiling: 200}, // step: 200/10
-			{at: 2300 * ms, op: opRead, rate: 0.5, ceiling: 0.5},              // the default floor follows a ceiling below 1
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 400 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd},
+			{at: 400 * ms, op: opRead, rate: 30, cooldown: cd, ceiling: 30},
+			{at: 400 * ms, op: opRecover, rate: 30, cooldown: cd, ceiling: 30},
+			{at: 1000 * ms, op: opThrottle, rate: 15, change: -1, cooldown: cd, ceiling: 30}, // from 30, not 50
+			{at: 1000 * ms, op: opRead, rate: 15, cooldown: cd},
+			{at: 2400 * ms, op: opRecover, rate: 35, change: 1, ceiling: 200},
+			{at: 2400 * ms, op: opRead, rate: 0.5, ceiling: 0.5}, // the default floor follows a ceiling below 1
 		})
 	})
 }
@@ -316,7 +352,7 @@ func TestAIMDIdleExpiry(t *testing.T) {
 		{20 * time.Minute, 80 * time.Minute},
 	} {
 		t.Run(tc.window.String(), func(t *testing.T) {
-			a := bucket.AIMD{Window: tc.window, MinCooldown: 2 * time.Second}
+			a := bucket.AIMD{Window: tc.window, MinCooldown: 2 * time.Second, Persist: 10 * time.Second, Decrease: 0.5, Backoff: 1e-9}
 			each(t, func(t *testing.T, e *env) {
 				ctx := t.Context()
 				if _, err := e.l.Throttled(ctx, "test", "k", lim100, a, 0); err != nil {
@@ -330,6 +366,12 @@ func TestAIMDIdleExpiry(t *testing.T) {
 				if !e.exact() {
 					return
 				}
+				// A second throttle after the first one's cooldown cuts.
+				e.at(2 * time.Second)
+				if ad, err := e.l.Throttled(ctx, "test", "k", lim100, a, 0); err != nil || ad.Rate != 50 {
+					t.Fatalf("second Throttled = %+v, %v; want rate 50", ad, err)
+				}
+				want += 2 * time.Second
 				e.at(want - time.Millisecond)
 				if ad, err := e.l.Adapted(ctx, "test", "k", lim100, a); err != nil || ad.Rate != 50 {
 					t.Fatalf("Adapted just before expiry = %+v, %v; want rate 50", ad, err)
@@ -339,10 +381,13 @@ func TestAIMDIdleExpiry(t *testing.T) {
 					t.Fatalf("Adapted after expiry = %+v, %v; want rate 100", ad, err)
 				}
 				// An increase gives the hash a fresh idle TTL.
-				if _, err := e.l.Throttled(ctx, "test", "k", lim100, a, 0); err != nil {
-					t.Fatal(err)
+				for _, at := range []time.Duration{want, want + 2*time.Second} {
+					e.at(at)
+					if _, err := e.l.Throttled(ctx, "test", "k", lim100, a, 0); err != nil {
+						t.Fatal(err)
+					}
 				}
-				e.at(want + 2*time.Second + tc.window)
+				e.at(want + 4*time.Second + tc.window)
 				if ad, err := e.l.Recover(ctx, "test", "k", lim100, a); err != nil || !ad.Increased {
 					t.Fatalf("Recover = %+v, %v; want an increase", ad, err)
 				}
@@ -420,10 +465,10 @@ func TestAIMDCorruptIsFresh(t *testing.T) {
 				e.adapts(t, "k", lim100, bucket.AIMD{}, []aimdStep{
 					{at: 0, op: opRead, rate: 100},
 					{at: 0, op: opRecover, rate: 100},
-					{at: 0, op: opThrottle, rate: 50, change: -1, cooldown: time.Second},
+					{at: 0, op: opThrottle, rate: 100, cooldown: 10 * time.Millisecond}, // lone: 1/100 s
 				})
 				h := e.rdb.HGetAll(ctx, ak).Val()
-				for _, f := range []string{"urate", "last_us", "hold_us", "win_us", "streak"} {
+				for _, f := range []string{"urate", "last_us", "hold_us", "win_us", "streak", "ep_us", "n", "k"} {
 					if _, err := strconv.ParseInt(h[f], 10, 64); err != nil {
 						t.Fatalf("not repaired: %v", h)
 					}
@@ -436,14 +481,14 @@ func TestAIMDCorruptIsFresh(t *testing.T) {
 // TestAIMDFloorTripsBreaker checks the path from persistent throttling at
 // the floor to an open breaker.
 func TestAIMDFloorTripsBreaker(t *testing.T) {
-	a := bucket.AIMD{Floor: 50, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond}
+	a := classic(bucket.AIMD{Floor: 50, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond})
 	b := bucket.Breaker{FloorThrottles: 3}
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
 		for i, want := range []struct {
 			streak  int
 			tripped bool
-		}{{0, false}, {1, false}, {2, false}, {3, true}} {
+		}{{0, false}, {0, false}, {1, false}, {2, false}, {3, true}} {
 			e.at(time.Duration(i) * 600 * time.Millisecond)
 			ad, err := e.l.Throttled(ctx, "test", "k", lim100, a, 0)
 			e.mark()
@@ -749,4 +794,101 @@ func ExampleLimiter_Throttled() {
 	// rate=40 decreased=false cooldown=2s limit={PerSecond:40 Burst:10}
 	// rate=40 decreased=false cooldown=2s limit={PerSecond:40 Burst:10}
 	// rate=48 increased=true
+}
+
+// TestAIMDEstimate checks the throttle rules: a lone throttle cuts nothing;
+// throttles that persist (within Persist of the last counted one) cut to
+// Backoff times the estimated capacity, the rate less the throttles per
+// second of the episode (coalesced ones count for it); the cut never goes
+// below Decrease of the rate; the increase after a throttle starts at Factor
+// and doubles with each clean window in a row. Rates are exact on
+// miniredis; on redis-server the episode's length is a few ms longer than
+// the step offsets, so rates derived from it are near.
+func TestAIMDEstimate(t *testing.T) {
+	a := bucket.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	ms := time.Millisecond
+	cd := 10 * ms
+	steps := []aimdStep{
+		{at: 0, op: opThrottle, rate: 100, cooldown: cd},       // lone: episode starts, n = 0
+		{at: 50 * ms, op: opThrottle, rate: 100, cooldown: cd}, // coalesced: n = 1
+		{at: 90 * ms, op: opThrottle, rate: 100, cooldown: cd}, // n = 2
+		// persistent: n = 3 in 0.5 s, 6/s refused: est 94, * 0.9
+		{at: 500 * ms, op: opThrottle, rate: 84.6, change: -1, cooldown: cd},
+		{at: 550 * ms, op: opThrottle, rate: 84.6, cooldown: cd}, // coalesced: n = 1
+		// n = 2 in 0.5 s: est 84.6 - 4 = 80.6, * 0.9
+		{at: 1000 * ms, op: opThrottle, rate: 72.54, change: -1, cooldown: cd},
+		{at: 1500 * ms, op: opRecover, rate: 72.54},                // window ends at 2010ms
+		{at: 3100 * ms, op: opThrottle, rate: 72.54, cooldown: cd}, // 2.1 s after the last: lone
+		{at: 4200 * ms, op: opRecover, rate: 79.794, change: 1},    // * (1 + 0.1)
+		{at: 4200 * ms, op: opRecover, rate: 79.794},               // once per window
+		{at: 5300 * ms, op: opRecover, rate: 95.7528, change: 1},   // * (1 + 0.2)
+		{at: 6400 * ms, op: opRecover, rate: 100, change: 1},       // * (1 + 0.4), capped
+		{at: 7000 * ms, op: opThrottle, rate: 100, cooldown: cd},   // lone again
+	}
+	for range 50 {
+		steps = append(steps, aimdStep{at: 7050 * ms, op: opThrottle, rate: 100, cooldown: cd})
+	}
+	// 51 throttles in 0.2 s: est far below 0; the cut stops at Decrease.
+	steps = append(steps, aimdStep{at: 7200 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd})
+	each(t, func(t *testing.T, e *env) {
+		steps := slices.Clone(steps)
+		for i, s := range steps {
+			e.at(s.at)
+			var ad bucket.Adapted
+			var err error
+			switch s.op {
+			case opThrottle:
+				ad, err = e.l.Throttled(t.Context(), "test", "k", lim100, a, 0)
+			case opRecover:
+				ad, err = e.l.Recover(t.Context(), "test", "k", lim100, a)
+			}
+			e.mark()
+			near := ad.Rate == s.rate
+			if !e.exact() {
+				near = math.Abs(ad.Rate-s.rate) <= 0.01*s.rate
+			}
+			if err != nil || !near || ad.Decreased != (s.change < 0) || ad.Increased != (s.change > 0) ||
+				!e.near(ad.CooldownLeft, s.cooldown) {
+				t.Fatalf("step %d (at %v, op %d): got %+v, %v; want rate=%v change=%d cooldown=%v",
+					i, s.at, s.op, ad, err, s.rate, s.change, s.cooldown)
+			}
+			if !e.exact() && s.change != 0 {
+				scale := ad.Rate / s.rate // later rates follow this one
+				for j := i + 1; j < len(steps); j++ {
+					steps[j].rate = min(steps[j].rate*scale, 100)
+				}
+			}
+		}
+	})
+}
+
+// TestAIMDPacingHeadroom checks the limit the pacer takes tokens under:
+// the burst less the tokens Jitter can bunch, or, with a burst of 1, slots
+// Jitter further apart; Jitter < 0 leaves none.
+func TestAIMDPacingHeadroom(t *testing.T) {
+	for _, tc := range []struct {
+		ceiling bucket.Limit
+		a       bucket.AIMD
+		want    bucket.Limit
+	}{
+		{bucket.Limit{PerSecond: 80, Burst: 10}, bucket.AIMD{}, bucket.Limit{PerSecond: 80, Burst: 8}}, // 2 tokens in 25ms
+		{bucket.Limit{PerSecond: 80, Burst: 10}, bucket.AIMD{Jitter: -1}, bucket.Limit{PerSecond: 80, Burst: 10}},
+		{bucket.Limit{PerSecond: 80, Burst: 10}, bucket.AIMD{Jitter: 100 * time.Millisecond}, bucket.Limit{PerSecond: 80, Burst: 2}},
+		{bucket.Limit{PerSecond: 0.5, Burst: 1}, bucket.AIMD{}, bucket.Limit{PerSecond: 0.5 / 1.0125, Burst: 1}},
+		{bucket.Limit{PerSecond: 40, Burst: 2}, bucket.AIMD{}, bucket.Limit{PerSecond: 40, Burst: 1}},
+		{bucket.Limit{PerSecond: 80, Burst: 1}, bucket.AIMD{}, bucket.Limit{PerSecond: 80 / 3.0, Burst: 1}},
+	} {
+		t.Run(fmt.Sprintf("%v/%v", tc.ceiling, tc.a.Jitter), func(t *testing.T) {
+			e := newMini(t)
+			ad, err := e.l.Adapted(t.Context(), "test", "k", tc.ceiling, tc.a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ad.Limit(tc.ceiling)
+			if got.Burst != tc.want.Burst || math.Abs(got.PerSecond-tc.want.PerSecond) > 1e-9 {
+				t.Fatalf("Limit = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
 }

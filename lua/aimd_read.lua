@@ -19,11 +19,12 @@ end
 
 -- @include adapt_base
 
--- read returns the state in KEYS[1] with urate clamped to [floor_u, ceil_u],
+-- read returns the state in KEYS[1] (fields as in aimd_throttle.lua) with urate clamped to [floor_u, ceil_u],
 -- or nil when the hash is missing or corrupt, and whether KEYS[1] has the
 -- wrong type.
 local function read()
-  local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'urate', 'last_us', 'hold_us', 'win_us', 'streak')
+  local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'urate', 'last_us', 'hold_us', 'win_us', 'streak',
+    'ep_us', 'n', 'k')
   if not ok or type(h) ~= 'table' or h.err then
     return nil, true
   end
@@ -32,6 +33,11 @@ local function read()
   if not (s.urate and s.last_us and s.hold_us and s.win_us and s.streak) then
     return nil, false
   end
+  -- ep_us, n and k came later: a hash without them (or with a corrupt one)
+  -- reads them as 0, which starts a fresh episode and a slow probe.
+  s.ep_us = int(h[6], 0) or 0
+  s.n = int(h[7], 0) or 0
+  s.k = int(h[8], 0) or 0
   s.urate = math.max(floor_u, math.min(ceil_u, s.urate))
   return s, false
 end

@@ -1,16 +1,18 @@
 -- aimd_recover.lua: raise one pacing key's adapted rate after a clean
 -- window. Run by bucket.Limiter.Recover after successful sends.
 --
--- KEYS[1]  aimd hash, fields as in aimd_throttle.lua (urate, last_us,
---          hold_us, win_us, streak)
+-- KEYS[1]  aimd hash, fields as in aimd_throttle.lua
 -- KEYS[2]  cooldown key, as in cooldown.lua (read only)
 -- ARGV[1]  ceil_u: ceiling in millionths of a message per second, integer in [1, 1e15]
 -- ARGV[2]  floor_u: floor, same unit, integer in [1, ceil_u]
--- ARGV[3]  step_u: additive increase per clean window, same unit, integer >= 1
--- ARGV[4]  factor: multiplicative increase, decimal number > 1, or 0 to
---          add step_u instead
+-- ARGV[3]  step_u: additive increase of the first clean window, same unit,
+--          integer >= 1
+-- ARGV[4]  factor: multiplicative increase of the first clean window,
+--          decimal number > 1, or 0 to add step_u instead
 -- ARGV[5]  window_us: length of a clean window in µs, integer >= 1
 -- ARGV[6]  idle_ms: the hash expires this many ms after an increase, integer >= 1
+-- ARGV[7]  accel: each increase in a row is this many times the one
+--          before, decimal number >= 1 (1: constant steps)
 --
 -- Reply: array of 4 integers {urate, change, cooldown_ms, streak}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
@@ -21,14 +23,18 @@
 --
 -- A missing or corrupt hash is a key at its ceiling (reply {ceil_u, 0, cd, 0}).
 -- Once Redis TIME reaches win_us + window_us, with no counted throttle since
--- (a throttle moves win_us), the rate rises to urate * factor (at least
--- urate + 1) or urate + step_u, capped at ceil_u, and a new window starts
--- now. One call raises the rate at most once, however long the key was idle.
+-- (a throttle moves win_us), the rate rises by inc * accel^k, where inc is
+-- urate * (factor - 1) (or step_u when factor is 0) and k the increases in a
+-- row since the last counted throttle: the probe starts gently near the
+-- rate the last decrease found and accelerates while the provider accepts.
+-- The rate rises by at least 1, is capped at ceil_u, k grows by one and a
+-- new window starts now. One call raises the rate at most once, however
+-- long the key was idle.
 --
 -- Writes: nothing before the window is over. After it, when the new rate
 -- reaches ceil_u, DEL KEYS[1] (a key at its ceiling has no state, so a
--- raised ceiling applies at once); else HSET urate, win_us = now, streak = 0
--- and PEXPIRE KEYS[1] idle_ms.
+-- raised ceiling applies at once); else HSET urate, win_us = now, streak = 0,
+-- k and PEXPIRE KEYS[1] idle_ms.
 
 -- @include aimd_read
 
@@ -36,6 +42,10 @@ local step_u = tonumber(ARGV[3])
 local factor = tonumber(ARGV[4])
 local window_us = tonumber(ARGV[5])
 local idle_ms = tonumber(ARGV[6])
+local accel = tonumber(ARGV[7])
+if not accel or not (accel >= 1 and accel <= 1000) then
+  return redis.error_reply('ERR aimd: accel must be a number in [1, 1000]')
+end
 if not int(step_u, 1) or not int(window_us, 1) or not int(idle_ms, 1) then
   return redis.error_reply('ERR aimd: step_u, window_us and idle_ms must be integers >= 1')
 end
@@ -52,12 +62,15 @@ if now < s.win_us + window_us then
   return {s.urate, 0, cd, s.streak}
 end
 
-local u
+local inc
 if factor > 1 then
-  u = math.max(s.urate + 1, math.floor(s.urate * factor))
+  inc = s.urate * (factor - 1)
 else
-  u = s.urate + step_u
+  inc = step_u
 end
+-- accel^k overflows nothing: k stops growing once a step reaches the ceiling.
+inc = math.min(inc * accel ^ math.min(s.k, 64), ceil_u)
+local u = math.max(s.urate + 1, math.floor(s.urate + inc))
 if u >= ceil_u then
   redis.call('DEL', KEYS[1])
   if s.urate < ceil_u then
@@ -66,6 +79,6 @@ if u >= ceil_u then
   return {ceil_u, 0, cd, 0}
 end
 redis.call('HSET', KEYS[1], 'urate', string.format('%.0f', u), 'win_us', string.format('%.0f', now),
-  'streak', '0')
+  'streak', '0', 'k', string.format('%.0f', math.min(s.k + 1, 64)))
 redis.call('PEXPIRE', KEYS[1], idle_ms)
 return {u, 1, cd, 0}

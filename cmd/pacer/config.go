@@ -42,17 +42,18 @@ type config struct {
 	Drain time.Duration `env:"PACER_DRAIN, default=30s"`
 	// PACER_MAX_ATTEMPTS: requests per message before transient failures dead-letter it; default 5.
 	MaxAttempts int `env:"PACER_MAX_ATTEMPTS, default=5"`
-	// PACER_THROTTLE_COOLDOWN: shortest key cooldown after a throttle (used when the provider names no Retry-After); default 1s.
-	ThrottleCooldown time.Duration `env:"PACER_THROTTLE_COOLDOWN, default=1s"`
+	// PACER_THROTTLE_COOLDOWN: shortest key cooldown after a throttle (used when the provider names no Retry-After);
+	// default 0 = one token interval of the channel's rate, within [10ms, 1s].
+	ThrottleCooldown time.Duration `env:"PACER_THROTTLE_COOLDOWN, default=0s"`
 	// PACER_MAX_COOLDOWN: longest key cooldown a provider hint can ask for; default 1h.
 	MaxCooldown time.Duration `env:"PACER_MAX_COOLDOWN, default=1h"`
-	// PACER_AIMD_DECREASE: factor applied to a key's rate on a throttle, in (0,1); default 0.5.
-	AIMDDecrease float64 `env:"PACER_AIMD_DECREASE, default=0.5"`
+	// PACER_AIMD_DECREASE: deepest single cut of a key's rate when throttles persist, as a factor in (0,1); default 0.8.
+	AIMDDecrease float64 `env:"PACER_AIMD_DECREASE, default=0.8"`
 	// PACER_AIMD_FLOOR: lowest adapted rate in msgs/s per key; default 1.
 	AIMDFloor float64 `env:"PACER_AIMD_FLOOR, default=1"`
-	// PACER_AIMD_WINDOW: throttle-free time before the rate is raised; default 60s.
-	AIMDWindow time.Duration `env:"PACER_AIMD_WINDOW, default=60s"`
-	// PACER_AIMD_STEP: additive increase in msgs/s per clean window; default 0 = a tenth of the channel's rate.
+	// PACER_AIMD_WINDOW: throttle-free time before the rate is raised; default 2s.
+	AIMDWindow time.Duration `env:"PACER_AIMD_WINDOW, default=2s"`
+	// PACER_AIMD_STEP: additive first increase in msgs/s after a throttle; default 0 = multiplicative, +2% (doubling per clean window in a row).
 	AIMDStep float64 `env:"PACER_AIMD_STEP, default=0"`
 	// PACER_BREAKER_FLOOR_THROTTLES: throttles in a row at the floor that open a key's breaker; default 5.
 	BreakerFloorThrottles int `env:"PACER_BREAKER_FLOOR_THROTTLES, default=5"`
@@ -244,10 +245,10 @@ func (c config) validate() error {
 	if c.MaxAttempts < 1 {
 		bad("PACER_MAX_ATTEMPTS", "must be >= 1")
 	}
-	if c.ThrottleCooldown <= 0 {
-		bad("PACER_THROTTLE_COOLDOWN", "must be > 0")
+	if c.ThrottleCooldown < 0 {
+		bad("PACER_THROTTLE_COOLDOWN", "must be >= 0 (0 = one token interval)")
 	}
-	if c.MaxCooldown < c.ThrottleCooldown {
+	if c.MaxCooldown <= 0 || c.MaxCooldown < c.ThrottleCooldown {
 		bad("PACER_MAX_COOLDOWN", "must be >= PACER_THROTTLE_COOLDOWN")
 	}
 	if !(c.AIMDDecrease > 0 && c.AIMDDecrease < 1) {
@@ -260,7 +261,7 @@ func (c config) validate() error {
 		bad("PACER_AIMD_WINDOW", "must be > 0")
 	}
 	if !(c.AIMDStep >= 0) || c.AIMDStep > 1e9 {
-		bad("PACER_AIMD_STEP", "must be >= 0 (0 = a tenth of the rate)")
+		bad("PACER_AIMD_STEP", "must be >= 0 (0 = multiplicative increase)")
 	}
 	if c.BreakerFloorThrottles < 1 {
 		bad("PACER_BREAKER_FLOOR_THROTTLES", "must be >= 1")
