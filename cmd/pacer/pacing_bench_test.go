@@ -294,8 +294,14 @@ func runPacingScenario(t *testing.T, sc pacingScenario, tag string) pacingResult
 		ideal *= 4
 	}
 	e.waitDelivered(total, time.Duration(ideal*float64(time.Second))+90*time.Second, procs...)
-	for _, p := range procs {
+	for i, p := range procs {
 		p.stop(t)
+		if dir := os.Getenv("PACER_BENCH_LOGS"); dir != "" { // the replicas' logs, to study a run
+			name := fmt.Sprintf("%s/%s-%d.log", dir, strings.NewReplacer(" ", "_", "/", "_").Replace(sc.name), i)
+			if err := os.WriteFile(name, []byte(p.logs()), 0o644); err != nil {
+				t.Error(err)
+			}
+		}
 	}
 	t.Logf("per second from the first request, accepted/throttled: %s", perSecond(e.fake.Arrivals(), first))
 	return measurePacing(sc, keys, first, e.fake.Arrivals(), e.fake.Stats(), total)
