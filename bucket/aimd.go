@@ -49,14 +49,16 @@ const (
 //   - A lone throttle cuts nothing ([AIMD].Persist): it only sets the
 //     cooldown (one token interval by default). Only throttles that persist
 //     lower the rate.
-//   - A decrease goes to what the provider accepts: throttles refused per
-//     second over the episode are subtracted from the rate, and the rate
-//     goes to [AIMD].Backoff of that estimate, cutting at most to
-//     [AIMD].Decrease of the rate at once.
+//   - A decrease goes to what the provider accepts: the sends every replica
+//     saw accepted over the throttle episode, per second
+//     ([Limiter.ThrottledAfter]), estimate the capacity of a provider that
+//     keeps refusing, and the rate goes to [AIMD].Backoff of that estimate,
+//     cutting at most to [AIMD].Decrease of the rate at once.
 //   - Probing up starts gently and accelerates ([AIMD].Factor, Step,
 //     Accelerate, Window): the increase doubles with each clean window in a
 //     row, so a rate cut by a passing dip is back at its ceiling in seconds,
-//     and the next throttle stops the acceleration.
+//     and the next throttle stops the acceleration. A probe stops at the
+//     last estimated capacity and goes on above it gently, from Factor.
 //
 // The adapted rate lives in Redis, in the hash
 // "<prefix>:{<channel>:<key>}:aimd" ([Limiter.AIMDKey]), so every replica
@@ -410,6 +412,17 @@ func (l *Limiter) AIMDKey(channel, key string) string {
 // ([AIMD.Validate]). Other errors wrap the Redis error. Throttled is safe
 // for concurrent use.
 func (l *Limiter) Throttled(ctx context.Context, channel, key string, ceiling Limit, a AIMD, hint time.Duration) (Adapted, error) {
+	return l.ThrottledAfter(ctx, channel, key, ceiling, a, hint, 0)
+}
+
+// ThrottledAfter is [Limiter.Throttled] that also reports accepted, the
+// sends of (channel, key) the caller saw the provider accept since it last
+// reported them (to ThrottledAfter or [Limiter.RecoverAfter]). Throttles
+// that persist lower the rate to what every replica reported accepted over
+// the throttle episode, per second: what a saturated provider really
+// takes. Without reports, the refusals per second stand in for it. An
+// accepted < 0 counts as 0.
+func (l *Limiter) ThrottledAfter(ctx context.Context, channel, key string, ceiling Limit, a AIMD, hint time.Duration, accepted int) (Adapted, error) {
 	p, err := a.args(ceiling)
 	if err != nil {
 		return Adapted{}, err
@@ -417,7 +430,7 @@ func (l *Limiter) Throttled(ctx context.Context, channel, key string, ceiling Li
 	cd := clampCooldown(hint, p.minCooldown, p.maxCooldown)
 	ad, err := l.runAIMD(ctx, "throttled", aimdThrottleScript, channel, key, ceiling, p, -1, 0,
 		formatRate(p.decrease), p.coalesceUs, int64(cd/time.Millisecond), p.idleMs, p.persistUs,
-		formatRate(p.backoff))
+		formatRate(p.backoff), max(accepted, 0))
 	if err != nil {
 		return Adapted{}, err
 	}
@@ -443,12 +456,20 @@ func (l *Limiter) Throttled(ctx context.Context, channel, key string, ceiling Li
 //
 // Errors are as for [Limiter.Throttled]. Recover is safe for concurrent use.
 func (l *Limiter) Recover(ctx context.Context, channel, key string, ceiling Limit, a AIMD) (Adapted, error) {
+	return l.RecoverAfter(ctx, channel, key, ceiling, a, 0)
+}
+
+// RecoverAfter is [Limiter.Recover] that also reports accepted sends, as
+// [Limiter.ThrottledAfter] does; they count only while the key has
+// adaptive state (after a throttle). A probe from below the capacity the
+// last decrease estimated stops there and starts over gently.
+func (l *Limiter) RecoverAfter(ctx context.Context, channel, key string, ceiling Limit, a AIMD, accepted int) (Adapted, error) {
 	p, err := a.args(ceiling)
 	if err != nil {
 		return Adapted{}, err
 	}
 	return l.runAIMD(ctx, "recover", aimdRecoverScript, channel, key, ceiling, p, 0, 1,
-		p.stepU, formatRate(p.factor), p.windowUs, p.idleMs, formatRate(p.accel))
+		p.stepU, formatRate(p.factor), p.windowUs, p.idleMs, formatRate(p.accel), max(accepted, 0))
 }
 
 // Adapted returns the adaptive state of (channel, key) without changing

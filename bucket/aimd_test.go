@@ -36,6 +36,7 @@ type aimdStep struct {
 	cooldown time.Duration // want Adapted.CooldownLeft
 	streak   int           // want Adapted.FloorStreak
 	ceiling  float64       // ceiling.PerSecond for this step; 0: the table's
+	accepted int           // throttle, recover: accepted sends reported
 }
 
 // adapts runs steps on one key. Rates are exact on both backends (steps
@@ -831,7 +832,16 @@ func TestAIMDEstimate(t *testing.T) {
 	}
 	// 51 throttles in 0.2 s: est far below 0; the cut stops at Decrease.
 	steps = append(steps, aimdStep{at: 7200 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd})
-	each(t, func(t *testing.T, e *env) {
+	each(t, func(t *testing.T, e *env) { e.adaptsNear(t, a, steps) })
+}
+
+// adaptsNear runs steps on key "k" under lim100 like adapts, for rates
+// derived from the time an episode lasted: exact on miniredis, within 1%
+// on redis-server, where steps run a few ms after their offsets; there,
+// after a change, later rates are scaled by the same error.
+func (e *env) adaptsNear(t *testing.T, a bucket.AIMD, steps []aimdStep) {
+	t.Helper()
+	{
 		steps := slices.Clone(steps)
 		for i, s := range steps {
 			e.at(s.at)
@@ -839,9 +849,9 @@ func TestAIMDEstimate(t *testing.T) {
 			var err error
 			switch s.op {
 			case opThrottle:
-				ad, err = e.l.Throttled(t.Context(), "test", "k", lim100, a, 0)
+				ad, err = e.l.ThrottledAfter(t.Context(), "test", "k", lim100, a, s.hint, s.accepted)
 			case opRecover:
-				ad, err = e.l.Recover(t.Context(), "test", "k", lim100, a)
+				ad, err = e.l.RecoverAfter(t.Context(), "test", "k", lim100, a, s.accepted)
 			}
 			e.mark()
 			near := ad.Rate == s.rate
@@ -859,6 +869,34 @@ func TestAIMDEstimate(t *testing.T) {
 					steps[j].rate = min(steps[j].rate*scale, 100)
 				}
 			}
+		}
+	}
+}
+
+// TestAIMDAcceptedEstimate checks the estimate from accepted sends: what
+// every replica reported accepted over the episode, per second, is the
+// capacity of a provider that keeps refusing; the cut goes to Backoff of
+// it, and the probe stops at it (the cap) and goes on gently from there.
+func TestAIMDAcceptedEstimate(t *testing.T) {
+	a := bucket.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},       // lone: episode from 0
+			{at: 200 * ms, op: opRecover, rate: 100, accepted: 30}, // one replica reports 30
+			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: cd, // 40 in 0.5 s: 80/s, * 0.9
+				accepted: 10},
+			{at: 550 * ms, op: opThrottle, rate: 72, cooldown: cd}, // coalesced
+			{at: 1000 * ms, op: opRecover, rate: 72, accepted: 5},  // window ends at 1510ms
+			{at: 1600 * ms, op: opRecover, rate: 79.2, change: 1},  // * 1.1
+			{at: 2700 * ms, op: opRecover, rate: 80, change: 1},    // * 1.2 would pass the cap, 80
+			{at: 3800 * ms, op: opRecover, rate: 88, change: 1},    // from the cap: * 1.1 again
+			{at: 4900 * ms, op: opRecover, rate: 100, change: 1},   // * 1.2, capped at the ceiling
+		})
+		if n := e.rdb.Exists(t.Context(), e.l.AIMDKey("test", "k")).Val(); n != 0 {
+			t.Fatal("the aimd hash outlived the return to the ceiling")
 		}
 	})
 }

@@ -24,7 +24,7 @@ end
 -- wrong type.
 local function read()
   local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'urate', 'last_us', 'hold_us', 'win_us', 'streak',
-    'ep_us', 'n', 'k')
+    'ep_us', 'n', 'k', 'acc', 'cap')
   if not ok or type(h) ~= 'table' or h.err then
     return nil, true
   end
@@ -33,11 +33,14 @@ local function read()
   if not (s.urate and s.last_us and s.hold_us and s.win_us and s.streak) then
     return nil, false
   end
-  -- ep_us, n and k came later: a hash without them (or with a corrupt one)
-  -- reads them as 0, which starts a fresh episode and a slow probe.
+  -- ep_us, n, k, acc and cap came later: a hash without them (or with a
+  -- corrupt one) reads them as 0, which starts a fresh episode, a slow
+  -- probe and no known capacity.
   s.ep_us = int(h[6], 0) or 0
   s.n = int(h[7], 0) or 0
   s.k = int(h[8], 0) or 0
+  s.acc = int(h[9], 0) or 0
+  s.cap = int(h[10], 0) or 0
   s.urate = math.max(floor_u, math.min(ceil_u, s.urate))
   return s, false
 end

@@ -13,6 +13,9 @@
 -- ARGV[6]  idle_ms: the hash expires this many ms after an increase, integer >= 1
 -- ARGV[7]  accel: each increase in a row is this many times the one
 --          before, decimal number >= 1 (1: constant steps)
+-- ARGV[8]  accepted: sends of this key the caller saw accepted since it last
+--          reported, integer >= 0; added to the hash's acc (see
+--          aimd_throttle.lua) when the hash exists
 --
 -- Reply: array of 4 integers {urate, change, cooldown_ms, streak}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
@@ -27,11 +30,14 @@
 -- urate * (factor - 1) (or step_u when factor is 0) and k the increases in a
 -- row since the last counted throttle: the probe starts gently near the
 -- rate the last decrease found and accelerates while the provider accepts.
--- The rate rises by at least 1, is capped at ceil_u, k grows by one and a
--- new window starts now. One call raises the rate at most once, however
--- long the key was idle.
+-- The rate rises by at least 1 and is capped at ceil_u. A probe from below
+-- the last estimated capacity (cap) stops at cap and starts over gently
+-- (k = 0) from there, since that is where the provider refused last;
+-- otherwise k grows by one. A new window starts now. One call raises the
+-- rate at most once, however long the key was idle.
 --
--- Writes: nothing before the window is over. After it, when the new rate
+-- Writes: HINCRBY acc when accepted > 0 and the hash exists; nothing else
+-- before the window is over. After it, when the new rate
 -- reaches ceil_u, DEL KEYS[1] (a key at its ceiling has no state, so a
 -- raised ceiling applies at once); else HSET urate, win_us = now, streak = 0,
 -- k and PEXPIRE KEYS[1] idle_ms.
@@ -43,6 +49,10 @@ local factor = tonumber(ARGV[4])
 local window_us = tonumber(ARGV[5])
 local idle_ms = tonumber(ARGV[6])
 local accel = tonumber(ARGV[7])
+local accepted = tonumber(ARGV[8])
+if not int(accepted, 0) then
+  return redis.error_reply('ERR aimd: accepted must be an integer >= 0')
+end
 if not accel or not (accel >= 1 and accel <= 1000) then
   return redis.error_reply('ERR aimd: accel must be a number in [1, 1000]')
 end
@@ -58,6 +68,9 @@ local s = read()
 if not s then
   return {ceil_u, 0, cd, 0}
 end
+if accepted > 0 then
+  redis.call('HINCRBY', KEYS[1], 'acc', accepted)
+end
 if now < s.win_us + window_us then
   return {s.urate, 0, cd, s.streak}
 end
@@ -71,6 +84,10 @@ end
 -- accel^k overflows nothing: k stops growing once a step reaches the ceiling.
 inc = math.min(inc * accel ^ math.min(s.k, 64), ceil_u)
 local u = math.max(s.urate + 1, math.floor(s.urate + inc))
+local k = math.min(s.k + 1, 64)
+if s.urate < s.cap and u >= s.cap then
+  u, k = s.cap, 0
+end
 if u >= ceil_u then
   redis.call('DEL', KEYS[1])
   if s.urate < ceil_u then
@@ -79,6 +96,6 @@ if u >= ceil_u then
   return {ceil_u, 0, cd, 0}
 end
 redis.call('HSET', KEYS[1], 'urate', string.format('%.0f', u), 'win_us', string.format('%.0f', now),
-  'streak', '0', 'k', string.format('%.0f', math.min(s.k + 1, 64)))
+  'streak', '0', 'k', string.format('%.0f', k))
 redis.call('PEXPIRE', KEYS[1], idle_ms)
 return {u, 1, cd, 0}

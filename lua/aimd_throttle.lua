@@ -17,6 +17,10 @@
 --            n        throttles since ep_us, not counting the one at ep_us
 --            k        increases in a row since the last counted throttle
 --                     (aimd_recover.lua accelerates with it)
+--            acc      sends the provider accepted since ep_us, as reported by
+--                     every replica (ARGV[9] here, ARGV[8] of aimd_recover.lua)
+--            cap      the provider's capacity as last estimated, in
+--                     millionths of a message per second (0: none)
 -- KEYS[2]  cooldown key, as in cooldown.lua: a string, the cooldown's end in
 --          µs of Redis TIME; its TTL only cleans it up
 -- ARGV[1]  ceil_u: ceiling in millionths of a message per second, integer in [1, 1e15]
@@ -30,6 +34,8 @@
 --          last counted one means throttles persist, integer >= 1
 -- ARGV[8]  backoff: a decrease goes to this fraction of the estimated
 --          capacity, decimal number in (0, 1]
+-- ARGV[9]  accepted: sends of this key the caller saw accepted since it last
+--          reported, integer >= 0
 --
 -- Reply: array of 4 integers {urate, change, cooldown_ms, streak}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
@@ -50,18 +56,20 @@
 -- - last_us = 0 or now >= last_us + persist_us (lone): a new episode starts:
 --   ep_us = last_us = now, n = 0, k = 0, hold_us = max(now + coalesce_us,
 --   cooldown end), win_us = max(win_us, cooldown end). The rate stays.
--- - otherwise (persistent): n grows by one; over the episode the provider
---   refused about n / (now - ep_us) messages per second more than it
---   accepted, so its capacity is about est = urate - n / (now - ep_us)
---   (an over-estimate while cooldowns kept us below urate, so repeated
---   decreases close in from above). The rate becomes
---   max(floor_u, floor(urate * decrease), floor(min(est, urate) * backoff)),
---   and a new episode starts as above, with win_us = cooldown end.
+-- - otherwise (persistent): n grows by one. A provider that keeps refusing
+--   is saturated, so what it accepted over the episode is its capacity:
+--   est = acc / (now - ep_us). Without reports of accepted sends (acc = 0)
+--   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
+--   The rate becomes max(floor_u, floor(urate * decrease),
+--   floor(min(est, urate) * backoff)); cap becomes an estimate from acc
+--   (at least the new rate, at most ceil_u; the weaker one leaves cap as it
+--   was), and a new episode starts as above, with win_us = cooldown end.
+-- accepted is added to acc first in every case; a new episode sets acc = 0.
 -- A counted (lone or persistent) throttle adds one to streak if urate was at
 -- the floor already, else sets it to 0.
 --
 -- Writes: always. SET KEYS[2] <end_us> PX cooldown_ms unless the cooldown
--- already ends later (never shortened); HSET of all eight fields of KEYS[1]
+-- already ends later (never shortened); HSET of all ten fields of KEYS[1]
 -- (DEL first if it has the wrong type) and PEXPIRE KEYS[1] to
 -- (win_us - now) / 1000 + idle_ms.
 
@@ -73,6 +81,10 @@ local cooldown_ms = tonumber(ARGV[5])
 local idle_ms = tonumber(ARGV[6])
 local persist_us = tonumber(ARGV[7])
 local backoff = tonumber(ARGV[8])
+local accepted = tonumber(ARGV[9])
+if not int(accepted, 0) then
+  return redis.error_reply('ERR aimd: accepted must be an integer >= 0')
+end
 if not decrease or not (decrease > 0 and decrease < 1) then
   return redis.error_reply('ERR aimd: decrease must be a number in (0, 1)')
 end
@@ -94,8 +106,9 @@ end
 local s, wrongtype = read()
 local change = 0
 if not s then
-  s = {urate = ceil_u, last_us = 0, hold_us = 0, win_us = 0, streak = 0, ep_us = 0, n = 0, k = 0}
+  s = {urate = ceil_u, last_us = 0, hold_us = 0, win_us = 0, streak = 0, ep_us = 0, n = 0, k = 0, acc = 0, cap = 0}
 end
+s.acc = s.acc + accepted
 if now < s.hold_us then
   s.n = s.n + 1
   s.hold_us = math.max(s.hold_us, cd)
@@ -108,13 +121,22 @@ else
   end
   if s.last_us > 0 and now < s.last_us + persist_us then
     s.n = s.n + 1
-    local est = s.urate - s.n * 1e12 / math.max(1, now - s.ep_us)
+    local dt = math.max(1, now - s.ep_us)
+    local est
+    if s.acc > 0 then
+      est = s.acc * 1e12 / dt
+    else
+      est = s.urate - s.n * 1e12 / dt
+    end
     local u = math.max(floor_u, math.floor(s.urate * decrease), math.floor(math.min(est, s.urate) * backoff))
     u = math.min(u, s.urate)
     if u < s.urate then
       change = -1
     end
     s.urate = u
+    if s.acc > 0 then
+      s.cap = math.min(ceil_u, math.max(u, math.floor(est)))
+    end
     s.win_us = cd
   else
     s.win_us = math.max(s.win_us, cd)
@@ -122,6 +144,7 @@ else
   s.ep_us = now
   s.n = 0
   s.k = 0
+  s.acc = 0
   s.last_us = now
   s.hold_us = math.max(now + coalesce_us, cd)
 end
@@ -133,6 +156,6 @@ local f = '%.0f'
 redis.call('HSET', KEYS[1], 'urate', string.format(f, s.urate), 'last_us', string.format(f, s.last_us),
   'hold_us', string.format(f, s.hold_us), 'win_us', string.format(f, s.win_us),
   'streak', string.format(f, s.streak), 'ep_us', string.format(f, s.ep_us), 'n', string.format(f, s.n),
-  'k', string.format(f, s.k))
+  'k', string.format(f, s.k), 'acc', string.format(f, s.acc), 'cap', string.format(f, s.cap))
 redis.call('PEXPIRE', KEYS[1], left_ms(s.win_us) + idle_ms)
 return {s.urate, change, left_ms(cd), s.streak}
