@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
@@ -16,8 +17,11 @@ import (
 // Adapter is the shared adaptive state of pacing keys (AIMD rate, breaker);
 // *bucket.Limiter implements it. Methods are safe for concurrent use.
 type Adapter interface {
-	Throttled(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD, hint time.Duration) (bucket.Adapted, error)
-	Recover(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD) (bucket.Adapted, error)
+	// ThrottledAfter and RecoverAfter also report the sends of the key this
+	// process saw accepted since it last reported them: the estimate of the
+	// provider's capacity when throttles persist.
+	ThrottledAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD, hint time.Duration, accepted int) (bucket.Adapted, error)
+	RecoverAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD, accepted int) (bucket.Adapted, error)
 	BreakerAllow(ctx context.Context, channel, key string, b bucket.Breaker, owner string) (allowed, probe bool, wait time.Duration, err error)
 	BreakerResult(ctx context.Context, channel, key string, b bucket.Breaker, ok bool, reason string) (bucket.BreakerState, error)
 	BreakerStatus(ctx context.Context, channel, key string) (bucket.BreakerStatus, error)
@@ -92,6 +96,10 @@ type keyState struct {
 	cooldownUntil time.Time
 	lastSeen      time.Time
 	users         int // records of this key being handled now; never swept while > 0
+
+	// accepted counts the sends of the key the provider accepted since the
+	// last report to the shared state (RecoverAfter, ThrottledAfter).
+	accepted atomic.Int64
 
 	disp    *bucket.Dispenser // leases of this key's slots, shared by this process's senders
 	dispLim bucket.Limit      // the limit disp leases under
@@ -254,7 +262,11 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		}
 		pol = np
 	}
-	a, aerr := p.adapter.Recover(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD)
+	n := st.accepted.Swap(0)
+	a, aerr := p.adapter.RecoverAfter(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, int(n))
+	if aerr != nil {
+		st.accepted.Add(n) // reported with the next call
+	}
 	bs, berr := p.adapter.BreakerStatus(ctx, p.cfg.Channel, key)
 
 	st.mu.Lock()
@@ -294,10 +306,12 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol Key
 		hint = perr.RetryAfter
 	}
 	var a bucket.Adapted
+	n := st.accepted.Swap(0)
 	if err := p.redis(ctx, log, func() (err error) {
-		a, err = p.adapter.Throttled(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, hint)
+		a, err = p.adapter.ThrottledAfter(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, hint, int(n))
 		return err
 	}); err != nil {
+		st.accepted.Add(n)
 		if errors.Is(err, errRedisDown) {
 			p.fallback.Cooldown(ctx, p.cfg.Channel, key, pol.AIMD.CooldownFor(hint))
 		}
@@ -310,7 +324,7 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol Key
 	if a.Decreased {
 		log.Warn("throttled: rate lowered", "code", code, "rate", a.Rate, "ceiling", a.Ceiling, "cooldown", a.CooldownLeft)
 	} else {
-		log.Info("throttled (same burst: no further decrease)", "code", code, "rate", a.Rate, "cooldown", a.CooldownLeft)
+		log.Info("throttled (a lone throttle or one of the same burst: no decrease)", "code", code, "rate", a.Rate, "cooldown", a.CooldownLeft)
 	}
 	if pol.Breaker.FloorTripped(a) {
 		p.breakerResult(ctx, key, st, pol, false, "throttled at the floor: "+code, log)

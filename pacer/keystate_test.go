@@ -37,7 +37,7 @@ type stubAdapter struct {
 	calls   int
 }
 
-func (a *stubAdapter) Recover(ctx context.Context, channel, key string, ceiling bucket.Limit, _ bucket.AIMD) (bucket.Adapted, error) {
+func (a *stubAdapter) RecoverAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, _ bucket.AIMD, _ int) (bucket.Adapted, error) {
 	a.mu.Lock()
 	a.calls++
 	block, entered := a.block, a.entered
