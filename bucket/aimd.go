@@ -492,7 +492,7 @@ func (l *Limiter) Adapted(ctx context.Context, channel, key string, ceiling Limi
 func (l *Limiter) runAIMD(ctx context.Context, op string, s *redis.Script, channel, key string,
 	ceiling Limit, p aimdArgs, minChange, maxChange int64, args ...any) (Adapted, error) {
 	ak := l.AIMDKey(channel, key)
-	v, err := s.Run(ctx, l.rdb, []string{ak, l.CooldownKey(channel, key)},
+	v, err := s.Run(ctx, l.rdb, []string{ak, l.CooldownKey(channel, key), l.BucketKey(channel, key)},
 		append([]any{p.ceilU, p.floorU}, args...)...).Result()
 	if err != nil {
 		return Adapted{}, fmt.Errorf("bucket: %s %q: %w", op, ak, err)

@@ -930,3 +930,59 @@ func TestAIMDPacingHeadroom(t *testing.T) {
 		})
 	}
 }
+
+// TestAIMDReschedulesDebt checks that a change of the adapted rate moves
+// the slots the bucket granted ahead: a decrease clears the debt (the
+// pacer drops the slots it held and takes new ones at the new rate), an
+// increase scales it, so new slots follow the granted ones at the new
+// spacing instead of falling among them.
+func TestAIMDReschedulesDebt(t *testing.T) {
+	a := bucket.AIMD{MinCooldown: time.Millisecond, Coalesce: time.Millisecond, Decrease: 0.5, Backoff: 1e-9,
+		Persist: time.Hour, Window: time.Second, Factor: 2, Accelerate: 1}
+	ceiling := bucket.Limit{PerSecond: 10, Burst: 1}
+	ms := time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		reserve := func(perSecond float64) time.Duration {
+			t.Helper()
+			r, err := e.l.Reserve(ctx, "test", "k", bucket.Limit{PerSecond: perSecond, Burst: 1}, 1, 10*time.Second)
+			if err != nil || !r.OK {
+				t.Fatalf("Reserve = %+v, %v", r, err)
+			}
+			return r.Delay
+		}
+		throttle := func(want float64) {
+			t.Helper()
+			if ad, err := e.l.Throttled(ctx, "test", "k", ceiling, a, 0); err != nil || ad.Rate != want {
+				t.Fatalf("Throttled = %+v, %v; want rate %v", ad, err, want)
+			}
+		}
+		throttle(10) // lone
+		e.mark()
+		e.at(100 * ms)
+		for range 10 {
+			reserve(10) // slots up to 0.9 s ahead: 9 tokens of debt
+		}
+		throttle(5) // persistent: 10 -> 5, the debt is cleared
+		e.mark()
+		e.at(110 * ms) // past the 1ms cooldown
+		if d := reserve(5); d > 200*ms {
+			t.Fatalf("first slot after the decrease in %v, want < 200ms (one interval at 5/s, not behind the old debt)", d)
+		}
+		for range 9 {
+			reserve(5) // slots up to about 2.1 s at 5/s
+		}
+		e.at(1300 * ms) // the window (from 101ms) is over: 5 -> 10
+		if ad, err := e.l.Recover(ctx, "test", "k", ceiling, a); err != nil || ad.Rate != 10 || !ad.Increased {
+			t.Fatalf("Recover = %+v, %v; want rate 10", ad, err)
+		}
+		e.mark()
+		// At 1.3 s the last slot granted at 5/s is at about 2.1 s: 0.8 s
+		// ahead, 4 tokens of debt at 5/s. Scaled to 8 at 10/s, the next slot
+		// is 0.9 s ahead, after them; left at 4 tokens it would be 0.5 s
+		// ahead, among them.
+		if d := reserve(10); d < 800*ms || d > time.Second {
+			t.Fatalf("first slot after the increase in %v, want about 900ms (after the granted ones)", d)
+		}
+	})
+}

@@ -3,6 +3,8 @@
 --
 -- KEYS[1]  aimd hash, fields as in aimd_throttle.lua
 -- KEYS[2]  cooldown key, as in cooldown.lua (read only)
+-- KEYS[3]  the key's token bucket hash (optional): an increase scales its
+--          debt (see reschedule in aimd_read.lua)
 -- ARGV[1]  ceil_u: ceiling in millionths of a message per second, integer in [1, 1e15]
 -- ARGV[2]  floor_u: floor, same unit, integer in [1, ceil_u]
 -- ARGV[3]  step_u: additive increase of the first clean window, same unit,
@@ -37,7 +39,8 @@
 -- rate at most once, however long the key was idle.
 --
 -- Writes: HINCRBY acc when accepted > 0 and the hash exists; nothing else
--- before the window is over. After it, when the new rate
+-- before the window is over. After it, KEYS[3] as reschedule does; when the
+-- new rate
 -- reaches ceil_u, DEL KEYS[1] (a key at its ceiling has no state, so a
 -- raised ceiling applies at once); else HSET urate, win_us = now, streak = 0,
 -- k and PEXPIRE KEYS[1] idle_ms.
@@ -88,6 +91,7 @@ local k = math.min(s.k + 1, 64)
 if s.urate < s.cap and u >= s.cap then
   u, k = s.cap, 0
 end
+reschedule(s.urate, math.min(u, ceil_u))
 if u >= ceil_u then
   redis.call('DEL', KEYS[1])
   if s.urate < ceil_u then

@@ -23,6 +23,8 @@
 --                     millionths of a message per second (0: none)
 -- KEYS[2]  cooldown key, as in cooldown.lua: a string, the cooldown's end in
 --          µs of Redis TIME; its TTL only cleans it up
+-- KEYS[3]  the key's token bucket hash (optional): a decrease clears its
+--          debt (see reschedule in aimd_read.lua)
 -- ARGV[1]  ceil_u: ceiling in millionths of a message per second, integer in [1, 1e15]
 -- ARGV[2]  floor_u: floor, same unit, integer in [1, ceil_u]
 -- ARGV[3]  decrease: the deepest cut of one decrease, decimal number in (0, 1)
@@ -68,7 +70,7 @@
 -- A counted (lone or persistent) throttle adds one to streak if urate was at
 -- the floor already, else sets it to 0.
 --
--- Writes: always. SET KEYS[2] <end_us> PX cooldown_ms unless the cooldown
+-- Writes: always. On a decrease, KEYS[3] as reschedule does. SET KEYS[2] <end_us> PX cooldown_ms unless the cooldown
 -- already ends later (never shortened); HSET of all ten fields of KEYS[1]
 -- (DEL first if it has the wrong type) and PEXPIRE KEYS[1] to
 -- (win_us - now) / 1000 + idle_ms.
@@ -132,6 +134,7 @@ else
     u = math.min(u, s.urate)
     if u < s.urate then
       change = -1
+      reschedule(s.urate, u)
     end
     s.urate = u
     if s.acc > 0 then

@@ -100,6 +100,10 @@ type keyState struct {
 	// accepted counts the sends of the key the provider accepted since the
 	// last report to the shared state (RecoverAfter, ThrottledAfter).
 	accepted atomic.Int64
+	// cuts counts the decreases of the adapted rate this process has seen:
+	// a sender holding a slot granted before one drops it (the decrease
+	// cleared the bucket's debt) and takes a new one at the new rate.
+	cuts atomic.Int64
 
 	disp    *bucket.Dispenser // leases of this key's slots, shared by this process's senders
 	dispLim bucket.Limit      // the limit disp leases under
@@ -219,6 +223,9 @@ func (p *Pacer) sweepLoop(ctx context.Context) {
 }
 
 func (st *keyState) set(a bucket.Adapted, ceiling bucket.Limit, now time.Time) {
+	if a.Rate < st.adapted.Rate {
+		st.cuts.Add(1)
+	}
 	st.adapted = a
 	st.limit = a.Limit(ceiling)
 	if a.CooldownLeft > 0 {

@@ -485,6 +485,7 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, pol K
 	for {
 		var res bucket.Reservation
 		start := time.Now()
+		cuts := st.cuts.Load()
 		err := p.redis(ctx, log, func() (err error) {
 			res, err = p.reserve(ctx, p.bucket, key, to, st, pol, lim)
 			return err
@@ -505,6 +506,15 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, pol K
 			// lateSlot, the slot lapses and a new one is taken.
 			if late := time.Since(res.At); late > lateSlot(lim) {
 				p.m.lateSlots.WithLabelValues().Inc()
+				continue
+			}
+			// The rate was lowered while this sender slept: its slot was
+			// granted at the old rate, and the decrease cleared the debt
+			// such slots made. A new slot at the new rate replaces it.
+			if st.cuts.Load() != cuts {
+				st.mu.Lock()
+				lim = st.limit
+				st.mu.Unlock()
 				continue
 			}
 			return 0, "", true
