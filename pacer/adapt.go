@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,6 +105,9 @@ type keyState struct {
 	// a sender holding a slot granted before one drops it (the decrease
 	// cleared the bucket's debt) and takes a new one at the new rate.
 	cuts atomic.Int64
+	// ahead bounds the senders of this process holding a slot of the key
+	// that has not started (see aheadGate).
+	ahead chan struct{}
 
 	disp    *bucket.Dispenser // leases of this key's slots, shared by this process's senders
 	dispLim bucket.Limit      // the limit disp leases under
@@ -136,6 +140,28 @@ func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, lim buc
 		p.cfg.Channel, key, lim, n, p.cfg.MaxTokenWait)
 	st.dispLim = lim
 	return st.disp
+}
+
+// reserveAhead is how far ahead of now, at the key's adapted rate, the
+// senders of one process hold slots. Slots granted ahead were counted at
+// the rate of their grant: however many senders wait (Config.InFlight per
+// partition), a change of the rate takes effect within about this long,
+// soon enough for the next clean window to see its effect.
+const reserveAhead = time.Second
+
+// aheadGate returns the semaphore of senders that may hold a slot of the
+// key not yet started under lim: rate * reserveAhead + burst of them, at
+// least 1. A sender takes a place before asking for a slot and gives it
+// back to the same channel once its slot started; a rate change makes a
+// new channel, so for a moment both may be full.
+func (st *keyState) aheadGate(lim bucket.Limit) chan struct{} {
+	n := max(int(math.Ceil(lim.PerSecond*reserveAhead.Seconds()))+lim.Burst, 1)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ahead == nil || cap(st.ahead) != n {
+		st.ahead = make(chan struct{}, n)
+	}
+	return st.ahead
 }
 
 // dropLease gives back the key's leased slots that have not started (after

@@ -482,6 +482,13 @@ func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) er
 // when no slot is to be had within MaxTokenWait, the wait and why
 // ("cooldown" or "token-wait") without waiting. ok is false when ctx ended.
 func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, pol KeyPolicy, lim bucket.Limit, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
+	gate := st.aheadGate(lim)
+	select {
+	case gate <- struct{}{}:
+	case <-ctx.Done():
+		return 0, "", false
+	}
+	defer func() { <-gate }()
 	for {
 		var res bucket.Reservation
 		start := time.Now()
