@@ -107,6 +107,12 @@ type AIMD struct {
 	// per clean window until a throttle, which starts over at Factor.
 	// 1 keeps the increase constant (classic AIMD). Default 2.
 	Accelerate float64
+	// NoRefillPause turns off the pause after a decrease. By default a
+	// decrease sets a cooldown of at least the ceiling's burst at the new
+	// rate (Burst / rate s): a provider that kept refusing has spent its
+	// burst, and sends at once, even below its rate, would meet its edge
+	// again and cut the rate once more.
+	NoRefillPause bool
 	// Jitter is how much sooner than its slot a send may reach the
 	// provider, relative to the sends before it, without being refused by a
 	// provider whose bucket is exactly the ceiling: the pacing headroom
@@ -246,6 +252,14 @@ func (a AIMD) args(ceiling Limit) (aimdArgs, error) {
 		return aimdArgs{}, err
 	}
 	return p, nil
+}
+
+// pauseTokens is the pause_tokens of aimd_throttle.lua for a and ceiling.
+func pauseTokens(a AIMD, ceiling Limit) int {
+	if a.NoRefillPause {
+		return 0
+	}
+	return ceiling.Burst
 }
 
 // defaultJitter is the default [AIMD].Jitter.
@@ -430,7 +444,7 @@ func (l *Limiter) ThrottledAfter(ctx context.Context, channel, key string, ceili
 	cd := clampCooldown(hint, p.minCooldown, p.maxCooldown)
 	ad, err := l.runAIMD(ctx, "throttled", aimdThrottleScript, channel, key, ceiling, p, -1, 0,
 		formatRate(p.decrease), p.coalesceUs, int64(cd/time.Millisecond), p.idleMs, p.persistUs,
-		formatRate(p.backoff), max(accepted, 0))
+		formatRate(p.backoff), max(accepted, 0), pauseTokens(a, ceiling))
 	if err != nil {
 		return Adapted{}, err
 	}

@@ -81,7 +81,7 @@ var lim100 = bucket.Limit{PerSecond: 100, Burst: 100}
 // and a tiny Backoff puts the estimate below it), and increases do not
 // accelerate unless a asks for it.
 func classic(a bucket.AIMD) bucket.AIMD {
-	a.Backoff, a.Persist = 1e-9, time.Hour
+	a.Backoff, a.Persist, a.NoRefillPause = 1e-9, time.Hour, true
 	if a.Accelerate == 0 {
 		a.Accelerate = 1
 	}
@@ -353,7 +353,7 @@ func TestAIMDIdleExpiry(t *testing.T) {
 		{20 * time.Minute, 80 * time.Minute},
 	} {
 		t.Run(tc.window.String(), func(t *testing.T) {
-			a := bucket.AIMD{Window: tc.window, MinCooldown: 2 * time.Second, Persist: 10 * time.Second, Decrease: 0.5, Backoff: 1e-9}
+			a := bucket.AIMD{Window: tc.window, MinCooldown: 2 * time.Second, Persist: 10 * time.Second, Decrease: 0.5, Backoff: 1e-9, NoRefillPause: true}
 			each(t, func(t *testing.T, e *env) {
 				ctx := t.Context()
 				if _, err := e.l.Throttled(ctx, "test", "k", lim100, a, 0); err != nil {
@@ -806,7 +806,7 @@ func ExampleLimiter_Throttled() {
 // miniredis; on redis-server the episode's length is a few ms longer than
 // the step offsets, so rates derived from it are near.
 func TestAIMDEstimate(t *testing.T) {
-	a := bucket.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, Coalesce: 100 * time.Millisecond,
+	a := bucket.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
 		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
 	ms := time.Millisecond
 	cd := 10 * ms
@@ -878,7 +878,7 @@ func (e *env) adaptsNear(t *testing.T, a bucket.AIMD, steps []aimdStep) {
 // capacity of a provider that keeps refusing; the cut goes to Backoff of
 // it, and the probe stops at it (the cap) and goes on gently from there.
 func TestAIMDAcceptedEstimate(t *testing.T) {
-	a := bucket.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, Coalesce: 100 * time.Millisecond,
+	a := bucket.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
 		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
 	ms := time.Millisecond
 	cd := 10 * ms
@@ -937,7 +937,7 @@ func TestAIMDPacingHeadroom(t *testing.T) {
 // increase scales it, so new slots follow the granted ones at the new
 // spacing instead of falling among them.
 func TestAIMDReschedulesDebt(t *testing.T) {
-	a := bucket.AIMD{MinCooldown: time.Millisecond, Coalesce: time.Millisecond, Decrease: 0.5, Backoff: 1e-9,
+	a := bucket.AIMD{MinCooldown: time.Millisecond, Coalesce: time.Millisecond, Decrease: 0.5, Backoff: 1e-9, NoRefillPause: true,
 		Persist: time.Hour, Window: time.Second, Factor: 2, Accelerate: 1}
 	ceiling := bucket.Limit{PerSecond: 10, Burst: 1}
 	ms := time.Millisecond
@@ -985,4 +985,26 @@ func TestAIMDReschedulesDebt(t *testing.T) {
 			t.Fatalf("first slot after the increase in %v, want about 900ms (after the granted ones)", d)
 		}
 	})
+}
+
+// TestAIMDRefillPause checks the cooldown after a decrease: at least the
+// ceiling's burst at the new rate, since the provider that kept refusing
+// has spent its burst; a lone throttle and NoRefillPause have none.
+func TestAIMDRefillPause(t *testing.T) {
+	ceiling := bucket.Limit{PerSecond: 10, Burst: 5}
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		off  bool
+		want time.Duration
+	}{{false, time.Second}, {true, 100 * ms}} {
+		t.Run(fmt.Sprint("NoRefillPause=", tc.off), func(t *testing.T) {
+			a := bucket.AIMD{Decrease: 0.5, Backoff: 1e-9, Persist: time.Hour, Coalesce: time.Millisecond, NoRefillPause: tc.off}
+			each(t, func(t *testing.T, e *env) {
+				e.adapts(t, "k", ceiling, a, []aimdStep{
+					{at: 0, op: opThrottle, rate: 10, cooldown: 100 * ms},                  // lone: one token interval
+					{at: 200 * ms, op: opThrottle, rate: 5, change: -1, cooldown: tc.want}, // 5 tokens at 5/s
+				})
+			})
+		})
+	}
 }

@@ -38,6 +38,9 @@
 --          capacity, decimal number in (0, 1]
 -- ARGV[9]  accepted: sends of this key the caller saw accepted since it last
 --          reported, integer >= 0
+-- ARGV[10] pause_tokens: after a decrease, the cooldown lasts at least until
+--          the provider's bucket has earned this many tokens at the new rate
+--          (burst_tokens / new rate), integer >= 0; 0: no pause
 --
 -- Reply: array of 4 integers {urate, change, cooldown_ms, streak}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
@@ -87,6 +90,10 @@ local accepted = tonumber(ARGV[9])
 if not int(accepted, 0) then
   return redis.error_reply('ERR aimd: accepted must be an integer >= 0')
 end
+local pause_tokens = tonumber(ARGV[10])
+if not int(pause_tokens, 0) then
+  return redis.error_reply('ERR aimd: pause_tokens must be an integer >= 0')
+end
 if not decrease or not (decrease > 0 and decrease < 1) then
   return redis.error_reply('ERR aimd: decrease must be a number in (0, 1)')
 end
@@ -135,6 +142,14 @@ else
     if u < s.urate then
       change = -1
       reschedule(s.urate, u)
+      -- A provider that kept refusing has an empty bucket: sending on at
+      -- once, even below its rate, meets its edge again. Pause until it has
+      -- earned pause_tokens at the new rate.
+      local pause_end = now + math.floor(pause_tokens * 1e12 / u)
+      if pause_tokens > 0 and cd < pause_end then
+        redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
+        cd = pause_end
+      end
     end
     s.urate = u
     if s.acc > 0 then
