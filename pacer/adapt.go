@@ -105,6 +105,13 @@ type keyState struct {
 	// a sender holding a slot granted before one drops it (the decrease
 	// cleared the bucket's debt) and takes a new one at the new rate.
 	cuts atomic.Int64
+	// achieved is the key's accepted sends per second in this process,
+	// measured over at least achievedOver (refreshed by limitFor); delivered
+	// counts them, and mark/markCount are where the current measure began.
+	achieved  float64
+	delivered atomic.Int64
+	mark      time.Time
+	markCount int64
 	// ahead bounds the senders of this process holding a slot of the key
 	// that has not started (see aheadGate).
 	ahead chan struct{}
@@ -141,6 +148,10 @@ func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, lim buc
 	st.dispLim = lim
 	return st.disp
 }
+
+// achievedOver is the shortest span over which a key's achieved rate (the
+// numerator of pacer_utilization) is measured.
+const achievedOver = 5 * time.Second
 
 // reserveAhead is how far ahead of now, at the key's adapted rate, the
 // senders of one process hold slots. Slots granted ahead were counted at
@@ -312,6 +323,13 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	default:
 		close(st.first)
 	}
+	if d := now.Sub(st.mark); d >= achievedOver {
+		n := st.delivered.Load()
+		if !st.mark.IsZero() {
+			st.achieved = float64(n-st.markCount) / d.Seconds()
+		}
+		st.mark, st.markCount = now, n
+	}
 	ceilingChanged := st.pol.Limit != pol.Limit
 	st.pol = pol
 	if aerr == nil {
@@ -415,6 +433,28 @@ func (p *Pacer) breakerAllow(ctx context.Context, key string, st *keyState, pol 
 	return allowed, probe, wait, true
 }
 
+// utilization returns Σ achieved / Σ adapted rate over the keys of this
+// process that had a record in hand in the last achievedOver (busy keys:
+// their rate was the limit, not their demand); 0 when there are none.
+func (p *Pacer) utilization() float64 {
+	now := time.Now()
+	p.keys.mu.Lock()
+	defer p.keys.mu.Unlock()
+	var got, allowed float64
+	for _, st := range p.keys.m {
+		st.mu.Lock()
+		if (st.users > 0 || now.Sub(st.lastSeen) < achievedOver) && !st.mark.IsZero() {
+			got += st.achieved
+			allowed += st.adapted.Rate
+		}
+		st.mu.Unlock()
+	}
+	if allowed <= 0 {
+		return 0
+	}
+	return got / allowed
+}
+
 // keyGauges returns the per-channel gauges computed from the keys this
 // process sent for in the last activeFor.
 func (p *Pacer) keyGauges() []prometheus.Collector {
@@ -456,5 +496,10 @@ func (p *Pacer) keyGauges() []prometheus.Collector {
 			func(st *keyState, _ time.Time) float64 { return b(st.adapted.AtFloor) }),
 		g("breakers_open", "Active pacing keys whose breaker is open or half-open.",
 			func(st *keyState, _ time.Time) float64 { return b(st.breaker != bucket.BreakerClosed) }),
+		g("rate_achieved", "Accepted sends per second summed over active pacing keys (each measured over at least 5 s).",
+			func(st *keyState, _ time.Time) float64 { return st.achieved }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "pacer", Name: "utilization",
+			Help: "Achieved / allowed rate over the pacing keys that had messages in hand in the last 5 s: accepted sends per second divided by their adapted rates. Near 1 when the pacer sends at the limit it was given; below it, sends stalled or slots lapsed."},
+			p.utilization),
 	}
 }

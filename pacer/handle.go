@@ -316,10 +316,16 @@ func (p *Pacer) send(f *flight) outcome {
 	switch class {
 	case channels.Success:
 		f.st.accepted.Add(1)
+		f.st.delivered.Add(1)
 		return outcome{kind: delivered, res: res}
 	case channels.Throttle:
 		// Our pace, not the message, was at fault: no attempt counted.
 		f.waitStart = time.Now()
+		scope := channels.ScopeKey
+		if perr != nil {
+			scope = perr.Scope
+		}
+		p.m.throttles.WithLabelValues(scope.String()).Inc()
 		if perr != nil && perr.Scope == channels.ScopePair {
 			return p.pairThrottled(f, perr)
 		}

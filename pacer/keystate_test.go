@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -201,5 +202,22 @@ func TestInvalidPolicyKeepsTheLastOne(t *testing.T) {
 	defer st.done()
 	if lim, _ := p.limitFor(t.Context(), "k", st, p.log); lim.PerSecond != 100 {
 		t.Fatalf("limit = %v, want the channel's 100/s kept", lim)
+	}
+}
+
+// TestUtilization checks pacer_utilization: achieved over adapted rate,
+// summed over the keys that had a record in hand lately, idle keys left out.
+func TestUtilization(t *testing.T) {
+	p := &Pacer{keys: keyStates{m: map[string]*keyState{}}}
+	if u := p.utilization(); u != 0 {
+		t.Fatalf("no keys: utilization %v, want 0", u)
+	}
+	now := time.Now()
+	p.keys.m["busy"] = &keyState{users: 2, mark: now, achieved: 72, adapted: bucket.Adapted{Rate: 80}}
+	p.keys.m["recent"] = &keyState{lastSeen: now, mark: now, achieved: 18, adapted: bucket.Adapted{Rate: 20}}
+	p.keys.m["idle"] = &keyState{lastSeen: now.Add(-time.Minute), mark: now, achieved: 0, adapted: bucket.Adapted{Rate: 100}}
+	p.keys.m["unmeasured"] = &keyState{users: 1, adapted: bucket.Adapted{Rate: 100}}
+	if u := p.utilization(); math.Abs(u-0.9) > 1e-9 {
+		t.Fatalf("utilization %v, want (72+18)/(80+20) = 0.9", u)
 	}
 }
