@@ -23,6 +23,8 @@ type Adapter interface {
 	// provider's capacity when throttles persist.
 	ThrottledAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD, hint time.Duration, accepted int) (bucket.Adapted, error)
 	RecoverAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD, accepted int) (bucket.Adapted, error)
+	// Adapted reads a key's adaptive state and cooldown without changing them.
+	Adapted(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD) (bucket.Adapted, error)
 	BreakerAllow(ctx context.Context, channel, key string, b bucket.Breaker, owner string) (allowed, probe bool, wait time.Duration, err error)
 	BreakerResult(ctx context.Context, channel, key string, b bucket.Breaker, ok bool, reason string) (bucket.BreakerState, error)
 	BreakerStatus(ctx context.Context, channel, key string) (bucket.BreakerStatus, error)
@@ -147,6 +149,69 @@ func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, lim buc
 		p.cfg.Channel, key, lim, n, p.cfg.MaxTokenWait)
 	st.dispLim = lim
 	return st.disp
+}
+
+// accountKey is the pacing key under which the cooldown of the channel's
+// account lives in Redis (WhatsApp 80007 and 4 limit the business account
+// or app: every number behind the same credentials). With one credential
+// per channel the account is the channel. "@" starts no provider's key.
+const accountKey = "@account"
+
+// accountState is this process's view of the account cooldown, re-read from
+// Redis at most once per refreshEvery.
+type accountState struct {
+	mu        sync.Mutex
+	until     time.Time
+	refreshed time.Time
+}
+
+// accountLeft returns how long the account cooldown lasts from now, as this
+// process last read it (at most refreshEvery ago) or set it. A Redis error
+// keeps the last value.
+func (p *Pacer) accountLeft(ctx context.Context, pol KeyPolicy) time.Duration {
+	a := &p.account
+	a.mu.Lock()
+	now := time.Now()
+	if now.Sub(a.refreshed) >= refreshEvery {
+		a.refreshed = now
+		a.mu.Unlock()
+		ad, err := p.adapter.Adapted(ctx, p.cfg.Channel, accountKey, pol.Limit, pol.AIMD)
+		a.mu.Lock()
+		if err == nil {
+			a.until = maxTime(a.until, time.Now().Add(ad.CooldownLeft))
+		}
+	}
+	left := a.until.Sub(now)
+	a.mu.Unlock()
+	return max(left, 0)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// accountThrottled applies an account-scoped throttle: a cooldown of every
+// key of the channel, shared through Redis, of the provider's hint clamped
+// to the key's cooldown bounds (the WhatsApp adapter asks for a minute: the
+// budget is a rolling hour). It returns the cooldown.
+func (p *Pacer) accountThrottled(ctx context.Context, pol KeyPolicy, perr *channels.Error, log *slog.Logger) time.Duration {
+	hint := time.Duration(0)
+	if perr != nil {
+		hint = perr.RetryAfter
+	}
+	d := pol.AIMD.CooldownFor(hint)
+	if err := p.redis(ctx, log, func() error { return p.bucket.Cooldown(ctx, p.cfg.Channel, accountKey, d) }); err != nil &&
+		!errors.Is(err, errRedisDown) {
+		return d
+	}
+	p.account.mu.Lock()
+	p.account.until = maxTime(p.account.until, time.Now().Add(d))
+	p.account.mu.Unlock()
+	log.Warn("account throttled: every key of the channel cools down", "code", codeOf(perr), "cooldown", d)
+	return d
 }
 
 // achievedOver is the shortest span over which a key's achieved rate (the

@@ -223,6 +223,16 @@ func (p *Pacer) breakerGate(f *flight) outcome {
 		return requeue("breaker", max(wait, time.Second))
 	}
 	f.probe = probe
+	// The account (every key behind the channel's credentials) may be in
+	// a cooldown an account-scoped throttle set.
+	if left := p.accountLeft(ctx, f.pol); left > 0 {
+		if left > p.cfg.MaxTokenWait {
+			return requeue("account-cooldown", left)
+		}
+		if !sleep(ctx, left+time.Duration(rand.Int64N(int64(left)/10+1))) {
+			return stop()
+		}
+	}
 	return next()
 }
 
@@ -328,6 +338,10 @@ func (p *Pacer) send(f *flight) outcome {
 		p.m.throttles.WithLabelValues(scope.String()).Inc()
 		if perr != nil && perr.Scope == channels.ScopePair {
 			return p.pairThrottled(f, perr)
+		}
+		if perr != nil && perr.Scope == channels.ScopeAccount {
+			p.accountThrottled(ctx, f.pol, perr, f.log)
+			return outcome{kind: again} // the account gate holds it
 		}
 		p.throttled(ctx, f.env.Key, f.st, f.pol, perr, f.log)
 		return outcome{kind: again}

@@ -50,6 +50,10 @@ func (a *stubAdapter) RecoverAfter(ctx context.Context, channel, key string, cei
 	return bucket.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
 }
 
+func (a *stubAdapter) Adapted(_ context.Context, _, _ string, ceiling bucket.Limit, _ bucket.AIMD) (bucket.Adapted, error) {
+	return bucket.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
+}
+
 func (a *stubAdapter) BreakerStatus(context.Context, string, string) (bucket.BreakerStatus, error) {
 	return bucket.BreakerStatus{}, nil
 }

@@ -301,6 +301,7 @@ type Pacer struct {
 	// until its first read of Policy.
 	policyDefault StaticPolicy
 	keys          keyStates
+	account       accountState
 	m             *metrics
 	log           *slog.Logger
 

@@ -601,3 +601,39 @@ func TestProgressAndSummaryLogged(t *testing.T) {
 		t.Errorf("summary = %v, want delivered 2, dead_lettered 1", summary)
 	}
 }
+
+// TestAccountThrottleCoolsEveryKey: an account-scoped throttle (WhatsApp
+// 80007) of one key holds every key of the channel for its cooldown, through
+// the shared account cooldown, and is counted by scope.
+func TestAccountThrottleCoolsEveryKey(t *testing.T) {
+	const cool = 600 * time.Millisecond
+	h := newHarness(t, map[string][]error{
+		"a": {&channels.Error{Channel: "test", Status: 400, Code: "80007", Class: channels.Throttle,
+			Scope: channels.ScopeAccount, RetryAfter: cool}},
+	})
+	h.sender.at = map[string]time.Time{}
+	h.produce(env("a"))
+	var throttledAt time.Time
+	h.run(func() bool {
+		if throttledAt.IsZero() && h.sender.count(h.sender.calls, "a") == 1 {
+			h.sender.mu.Lock()
+			throttledAt = h.sender.at["a"]
+			h.sender.mu.Unlock()
+			// Another key's message arrives while the account cools down.
+			if err := h.cl.ProduceSync(context.Background(), &kgo.Record{Topic: "pacer.test", Key: []byte("k2"),
+				Value: []byte(`{"id":"b","key":"k2","to":"1555000"}`)}).FirstErr(); err != nil {
+				t.Error(err)
+			}
+		}
+		return h.sender.count(h.sender.success, "a") == 1 && h.sender.count(h.sender.success, "b") == 1
+	})
+	h.sender.mu.Lock()
+	b := h.sender.at["b"]
+	h.sender.mu.Unlock()
+	if wait := b.Sub(throttledAt); wait < cool-50*time.Millisecond {
+		t.Errorf("key k2 sent %v after the account throttle of k1, want >= the %v account cooldown", wait, cool)
+	}
+	if n := h.counter("pacer_throttles_total", "scope", "account"); n != 1 {
+		t.Errorf("pacer_throttles_total{scope=account} = %v, want 1", n)
+	}
+}
