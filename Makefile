@@ -10,7 +10,7 @@ GO_TEST_TIMEOUT ?= 20m
 PKGS ?= ./...
 STOP_SERVERS := scripts/kafka.sh stop; scripts/redis.sh stop; scripts/redis-cluster.sh stop
 
-.PHONY: build demo test test-short bench soak lint servers stop-servers
+.PHONY: build demo test test-short bench bench-pacing soak lint servers stop-servers
 
 build:
 	$(GO) build -o bin/pacer ./cmd/pacer
@@ -35,6 +35,17 @@ bench:
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	$(GO) test -bench=. -benchmem -run='^$$' $(PKGS); \
 	$(GO) test -tags soak -run '^TestAccuracySoak$$' -count=1 -v -timeout 10m ./bucket/
+
+# bench-pacing: the scenario bench of pacing at a provider's real limit
+# (cmd/pacer/pacing_bench_test.go), full form: real `pacer run` processes,
+# Kafka and Redis against the strict fake, campaigns of 60 s and more, about
+# 10 minutes. It prints the table recorded in BENCHMARKS.md. `make test` runs
+# its short form.
+bench-pacing:
+	@trap '$(STOP_SERVERS)' EXIT; \
+	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	PACER_BENCH_PACING=full $(GO) test -count=1 -timeout 40m -v -run '^TestPacingScenarios$$' ./cmd/pacer/ | \
+		grep -v '^\s*pacing_bench_test.go'
 
 # Long runs kept out of `make test`: the 5-minute cooldown of the delivery
 # guarantees (issue: none dead-lettered as attempts-exhausted).

@@ -46,15 +46,16 @@ func ratesPer(arr []whatsapptest.Arrival, key string, from, to time.Time, w time
 	return rates, throttled
 }
 
-// TestAIMDConvergence: the provider's hidden limit is 30/s while the
-// configured rate is 80/s. After 30 s the achieved rate stays within
-// 24..36/s (5 s windows) with < 2% of requests throttled; when the hidden
-// limit returns to 80/s the rate climbs back to >= 70/s within the recovery
-// time the settings give: ceil((70-24)/step) windows = 6 x 5 s = 30 s, plus
-// one window of slack.
+// TestAIMDConvergence: the provider's hidden limit is 30/s (burst 10, as
+// configured) while the configured rate is 80/s, with the default
+// adaptation settings. From 30 s on the achieved rate stays within
+// 27..33/s (5 s windows) with < 2% of requests throttled; when the hidden
+// limit returns to 80/s the rate climbs back to >= 70/s within 35 s (the
+// accelerating probe needs about 15; the bound leaves room for a loaded
+// machine).
 func TestAIMDConvergence(t *testing.T) {
 	const key = "1065499990001"
-	e := newE2E(t, whatsapptest.Config{Rate: 30, Burst: 30})
+	e := newE2E(t, whatsapptest.Config{Rate: 30, Burst: 10})
 	var b strings.Builder
 	for i := range 9000 {
 		fmt.Fprintf(&b, `{"id":"aimd-%d","key":%q,"to":"1555%07d"}`+"\n", i, key, i)
@@ -63,14 +64,13 @@ func TestAIMDConvergence(t *testing.T) {
 		t.Fatalf("publish: %d %s %s", code, out, errs)
 	}
 	start := time.Now()
-	p := e.run("PACER_WHATSAPP_RATE=80", "PACER_WHATSAPP_BURST=10", "PACER_AIMD_DECREASE=0.8",
-		"PACER_AIMD_STEP=8", "PACER_AIMD_WINDOW=5s", "PACER_THROTTLE_COOLDOWN=1s")
+	p := e.run("PACER_WHATSAPP_RATE=80", "PACER_WHATSAPP_BURST=10")
 	time.Sleep(60 * time.Second)
 	rates, thr := ratesPer(e.fake.Arrivals(), key, start.Add(30*time.Second), start.Add(60*time.Second), 5*time.Second)
 	t.Logf("hidden limit 30/s, configured 80/s: achieved per 5 s window from 30 s to 60 s: %.1f; throttled %.2f%%", rates, thr*100)
 	for i, r := range rates {
-		if r < 24 || r > 36 {
-			t.Errorf("window %d: %.1f msgs/s, want 24..36", i, r)
+		if r < 27 || r > 33 {
+			t.Errorf("window %d: %.1f msgs/s, want 27..33", i, r)
 		}
 	}
 	if thr >= 0.02 {
