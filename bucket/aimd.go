@@ -550,3 +550,84 @@ func ResumeDelay(left time.Duration, rate float64, i int) time.Duration {
 	}
 	return left + time.Duration(spread)
 }
+
+var (
+	aimdPairScript  = redis.NewScript(lua.AIMDPair)
+	aimdPairsScript = redis.NewScript(lua.AIMDPairs)
+)
+
+// Pair cooldowns, see [Limiter.PairThrottled].
+const (
+	// PairAgain is the least cooldown of a pair's throttles after its
+	// first: a pair throttled once is throttled at most once more a minute.
+	PairAgain = time.Minute
+	// pairForget is how long a quiet pair keeps its count of throttles.
+	pairForget = 10 * time.Minute
+)
+
+// PairsKey returns the Redis key of the pair cooldowns of one pacing key:
+// "<prefix>:{<channel>:<key>}:pairs", a hash by pair (sub), in the same
+// Cluster slot as [Limiter.BucketKey].
+func (l *Limiter) PairsKey(channel, key string) string {
+	return stateKey(l.prefix, channel, key, "pairs")
+}
+
+// PairThrottled records that the provider throttled one pair of (channel,
+// key): one recipient, named by sub (a hash of the address, never the
+// address), as WhatsApp 131056 or a per-device limit does. It sets the
+// pair's cooldown in Redis, shared by every replica ([Limiter.PairCooldowns]),
+// and returns it with the number of throttles of the pair counted (a pair
+// quiet for 10 minutes counts anew).
+//
+// The first throttle sets base (the provider's hint, or the pair's token
+// interval); each later one max([PairAgain], base * 4^(n-1)), as WhatsApp's
+// 4^X s, so that a pair is throttled at most once more a minute; never above
+// maxCooldown, and never shortening a cooldown set already. The key's own
+// rate and other recipients are untouched.
+//
+// It returns an error without calling Redis for an empty sub or base or
+// maxCooldown outside [1ms, 10 years] with base <= maxCooldown; other
+// errors wrap the Redis error. PairThrottled is safe for concurrent use.
+func (l *Limiter) PairThrottled(ctx context.Context, channel, key, sub string, base, maxCooldown time.Duration) (time.Duration, int, error) {
+	if sub == "" || base < time.Millisecond || base > maxCooldown || maxCooldown > adaptMaxPeriod {
+		return 0, 0, fmt.Errorf("%w: pair throttle: sub %q, base %v, max %v", ErrInvalidAIMD, sub, base, maxCooldown)
+	}
+	pk := l.PairsKey(channel, key)
+	v, err := aimdPairScript.Run(ctx, l.rdb, []string{pk}, sub, roundUp(base, time.Microsecond),
+		roundUp(min(max(PairAgain, base), maxCooldown), time.Microsecond), roundUp(maxCooldown, time.Microsecond),
+		roundUp(pairForget, time.Microsecond)).Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("bucket: pair throttled %q: %w", pk, err)
+	}
+	var r [2]int64
+	if !ints(v, r[:]) || r[0] < 1 || r[1] < 1 {
+		return 0, 0, fmt.Errorf("bucket: pair throttled %q: unexpected reply %s", pk, describe(v))
+	}
+	return duration(r[0], time.Millisecond), int(min(r[1], math.MaxInt32)), nil
+}
+
+// PairCooldowns returns the pairs of (channel, key) in a cooldown set by
+// [Limiter.PairThrottled], by sub, with the time left (rounded up to the
+// millisecond); an empty map when there are none. The pacer reads it about
+// once a second per key it sends for. Errors wrap the Redis error.
+func (l *Limiter) PairCooldowns(ctx context.Context, channel, key string) (map[string]time.Duration, error) {
+	pk := l.PairsKey(channel, key)
+	v, err := aimdPairsScript.Run(ctx, l.rdb, []string{pk}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("bucket: pair cooldowns %q: %w", pk, err)
+	}
+	a, ok := v.([]any)
+	if !ok || len(a)%2 != 0 {
+		return nil, fmt.Errorf("bucket: pair cooldowns %q: unexpected reply %s", pk, describe(v))
+	}
+	out := make(map[string]time.Duration, len(a)/2)
+	for i := 0; i < len(a); i += 2 {
+		sub, ok1 := a[i].(string)
+		ms, ok2 := a[i+1].(int64)
+		if !ok1 || !ok2 || ms < 1 {
+			return nil, fmt.Errorf("bucket: pair cooldowns %q: unexpected reply %s", pk, describe(v))
+		}
+		out[sub] = duration(ms, time.Millisecond)
+	}
+	return out, nil
+}

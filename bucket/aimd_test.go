@@ -1008,3 +1008,47 @@ func TestAIMDRefillPause(t *testing.T) {
 		})
 	}
 }
+
+// TestPairThrottled checks the shared pair cooldown: base for a pair's
+// first throttle, then at least PairAgain (a minute) and base * 4^(n-1),
+// never above the maximum nor shortened; other pairs and keys untouched; a
+// pair quiet for 10 minutes counts anew.
+func TestPairThrottled(t *testing.T) {
+	s := time.Second
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		pt := func(key, sub string, base time.Duration, wantCD time.Duration, wantN int) {
+			t.Helper()
+			cd, n, err := e.l.PairThrottled(ctx, "test", key, sub, base, time.Hour)
+			if err != nil || !e.near(cd, wantCD) || n != wantN {
+				t.Fatalf("PairThrottled(%s, %s) = %v, %d, %v; want %v, %d", key, sub, cd, n, err, wantCD, wantN)
+			}
+		}
+		pt("k", "p1", 2*s, 2*s, 1)
+		pt("k", "p1", 2*s, time.Minute, 2) // max(1m, 2s*4)
+		pt("k", "p1", 2*s, time.Minute, 3) // max(1m, 32s), not shortened
+		pt("k", "p1", 2*s, 128*s, 4)       // 2s*4^3
+		pt("k", "p2", 6*s, 6*s, 1)         // another pair: its own count
+		pt("other", "p1", 2*s, 2*s, 1)     // another key
+		pt("k", "p1", 2*s, 512*s, 5)       // 2s*4^4
+		for range 10 {
+			_, _, _ = e.l.PairThrottled(ctx, "test", "k", "p1", 2*s, time.Hour)
+		}
+		got, err := e.l.PairCooldowns(ctx, "test", "k")
+		if err != nil || len(got) != 2 || !e.near(got["p1"], time.Hour) || !e.near(got["p2"], 6*s) {
+			t.Fatalf("PairCooldowns = %v, %v; want p1 ~1h (capped), p2 ~6s", got, err)
+		}
+		if _, _, err := e.l.PairThrottled(ctx, "test", "k", "", s, time.Hour); !errors.Is(err, bucket.ErrInvalidAIMD) {
+			t.Fatalf("empty sub: %v, want ErrInvalidAIMD", err)
+		}
+		if !e.exact() {
+			return
+		}
+		e.at(7 * s) // p2 over
+		if got, _ := e.l.PairCooldowns(ctx, "test", "k"); len(got) != 1 || got["p2"] != 0 {
+			t.Fatalf("after p2's cooldown: %v, want only p1", got)
+		}
+		e.at(time.Hour + 11*time.Minute) // p1 over and quiet for 10 minutes: counts anew
+		pt("k", "p1", 2*s, 2*s, 1)
+	})
+}
