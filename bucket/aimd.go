@@ -305,6 +305,17 @@ func (a AIMD) cooldownsAt(loDef time.Duration) (lo, hi time.Duration, err error)
 	return lo, hi, nil
 }
 
+// CooldownBounds returns MinCooldown and MaxCooldown with their defaults
+// as [AIMD.CooldownFor] knows them (no ceiling: MinCooldown 1s), or 1s and
+// 1h if they are invalid.
+func (a AIMD) CooldownBounds() (lo, hi time.Duration) {
+	lo, hi, err := a.cooldowns()
+	if err != nil {
+		return time.Second, time.Hour
+	}
+	return lo, hi
+}
+
 // CooldownFor returns the cooldown that [Limiter.Throttled] sets for a
 // provider's hint: hint clamped to [MinCooldown, MaxCooldown] (defaults
 // filled in), MinCooldown when hint <= 0, rounded up to the millisecond.

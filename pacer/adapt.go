@@ -25,6 +25,11 @@ type Adapter interface {
 	RecoverAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD, accepted int) (bucket.Adapted, error)
 	// Adapted reads a key's adaptive state and cooldown without changing them.
 	Adapted(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD) (bucket.Adapted, error)
+	// PairThrottled sets the shared cooldown of one pair (key, recipient)
+	// after a pair-scoped throttle; PairCooldowns reads a key's pairs in
+	// cooldown (see bucket.Limiter.PairThrottled).
+	PairThrottled(ctx context.Context, channel, key, sub string, base, maxCooldown time.Duration) (time.Duration, int, error)
+	PairCooldowns(ctx context.Context, channel, key string) (map[string]time.Duration, error)
 	BreakerAllow(ctx context.Context, channel, key string, b bucket.Breaker, owner string) (allowed, probe bool, wait time.Duration, err error)
 	BreakerResult(ctx context.Context, channel, key string, b bucket.Breaker, ok bool, reason string) (bucket.BreakerState, error)
 	BreakerStatus(ctx context.Context, channel, key string) (bucket.BreakerStatus, error)
@@ -114,6 +119,10 @@ type keyState struct {
 	delivered atomic.Int64
 	mark      time.Time
 	markCount int64
+	// pairs are the key's recipients (by recipientSub) in a pair cooldown,
+	// with its end: set by this process's pair throttles and re-read from
+	// Redis with the rest of the key's state.
+	pairs map[string]time.Time
 	// ahead bounds the senders of this process holding a slot of the key
 	// that has not started (see aheadGate).
 	ahead chan struct{}
@@ -186,6 +195,25 @@ func (p *Pacer) accountLeft(ctx context.Context, pol KeyPolicy) time.Duration {
 	return max(left, 0)
 }
 
+// pairLeft returns how long the pair (key, sub) is in cooldown from now, as
+// this process knows it.
+func (st *keyState) pairLeft(sub string, now time.Time) time.Duration {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return max(st.pairs[sub].Sub(now), 0)
+}
+
+// setPair records that the pair (key, sub) cools down for d from now.
+func (st *keyState) setPair(sub string, d time.Duration) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.pairs == nil {
+		st.pairs = map[string]time.Time{}
+	}
+	st.pairs[sub] = maxTime(st.pairs[sub], time.Now().Add(d))
+}
+
+// maxTime returns the later of a and b.
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
@@ -377,6 +405,7 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		st.accepted.Add(n) // reported with the next call
 	}
 	bs, berr := p.adapter.BreakerStatus(ctx, p.cfg.Channel, key)
+	pairs, perr := p.adapter.PairCooldowns(ctx, p.cfg.Channel, key)
 
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -408,6 +437,19 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	if berr == nil {
 		st.breaker = bs.State
 		st.breakerUntil = now.Add(bs.OpenLeft)
+	}
+	if perr == nil {
+		for sub, until := range st.pairs { // keep what this process set since
+			if until.Before(now) {
+				delete(st.pairs, sub)
+			}
+		}
+		for sub, left := range pairs {
+			if st.pairs == nil {
+				st.pairs = map[string]time.Time{}
+			}
+			st.pairs[sub] = maxTime(st.pairs[sub], now.Add(left))
+		}
 	}
 	return st.limit, st.pol
 }

@@ -224,10 +224,16 @@ func (p *Pacer) breakerGate(f *flight) outcome {
 	}
 	f.probe = probe
 	// The account (every key behind the channel's credentials) may be in
-	// a cooldown an account-scoped throttle set.
-	if left := p.accountLeft(ctx, f.pol); left > 0 {
+	// a cooldown an account-scoped throttle set, or this recipient in a
+	// pair cooldown.
+	left := p.accountLeft(ctx, f.pol)
+	reason := "account-cooldown"
+	if pl := f.st.pairLeft(recipientSub(f.env.To), time.Now()); pl > left {
+		left, reason = pl, "pair-cooldown"
+	}
+	if left > 0 {
 		if left > p.cfg.MaxTokenWait {
-			return requeue("account-cooldown", left)
+			return requeue(reason, left)
 		}
 		if !sleep(ctx, left+time.Duration(rand.Int64N(int64(left)/10+1))) {
 			return stop()
@@ -363,11 +369,29 @@ func (p *Pacer) send(f *flight) outcome {
 // (WhatsApp 131056 asks for 4^n s between tries), not the key.
 func (p *Pacer) pairThrottled(f *flight, perr *channels.Error) outcome {
 	f.pairThrottles++
-	d := perr.RetryAfter
-	if d <= 0 {
-		d = time.Second << min(2*(f.pairThrottles-1), 12)
+	// The pair's first cooldown: the provider's hint, or one token interval
+	// of the recipient bucket, at least a second; later ones a minute or
+	// more (bucket.PairAgain), shared by every replica through Redis.
+	base := max(perr.RetryAfter, time.Second)
+	if rl := f.pol.RecipientLimit; rl.PerSecond > 0 {
+		base = max(base, time.Duration(float64(time.Second)/rl.PerSecond))
 	}
-	f.log.Info("pair throttled; retrying this message later", "code", codeOf(perr), "after", d)
+	_, maxCD := f.pol.AIMD.CooldownBounds()
+	base = min(base, maxCD)
+	sub := recipientSub(f.env.To)
+	var d time.Duration
+	var n int
+	if err := p.redis(f.w.ctx, f.log, func() (err error) {
+		d, n, err = p.adapter.PairThrottled(f.w.ctx, p.cfg.Channel, f.env.Key, sub, base, maxCD)
+		return err
+	}); err != nil {
+		if !errors.Is(err, errRedisDown) {
+			return stop()
+		}
+		d = time.Second << min(2*(f.pairThrottles-1), 12) // without Redis: this message's own 4^n s
+	}
+	f.st.setPair(sub, d)
+	f.log.Info("pair throttled; this recipient waits, the key's others do not", "code", codeOf(perr), "after", d, "pair_throttles", n)
 	if d > p.cfg.MaxTokenWait {
 		return requeue("pair-throttle", d)
 	}

@@ -54,6 +54,10 @@ func (a *stubAdapter) Adapted(_ context.Context, _, _ string, ceiling bucket.Lim
 	return bucket.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
 }
 
+func (a *stubAdapter) PairCooldowns(context.Context, string, string) (map[string]time.Duration, error) {
+	return nil, nil
+}
+
 func (a *stubAdapter) BreakerStatus(context.Context, string, string) (bucket.BreakerStatus, error) {
 	return bucket.BreakerStatus{}, nil
 }

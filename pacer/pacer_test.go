@@ -637,3 +637,50 @@ func TestAccountThrottleCoolsEveryKey(t *testing.T) {
 		t.Errorf("pacer_throttles_total{scope=account} = %v, want 1", n)
 	}
 }
+
+// TestPairThrottleHoldsOnlyThePair: a pair-scoped throttle (WhatsApp
+// 131056) holds that recipient, through a cooldown shared in Redis, for the
+// pair's base cooldown (1 s); another recipient of the same key sends at
+// once, and the key's rate is not touched.
+func TestPairThrottleHoldsOnlyThePair(t *testing.T) {
+	h := newHarness(t, map[string][]error{
+		"a": {&channels.Error{Channel: "test", Status: 400, Code: "131056", Class: channels.Throttle, Scope: channels.ScopePair}},
+	})
+	h.sender.at = map[string]time.Time{}
+	h.produce(`{"id":"a","key":"k1","to":"1555000111"}`)
+	var throttledAt time.Time
+	h.run(func() bool {
+		if throttledAt.IsZero() && h.sender.count(h.sender.calls, "a") == 1 {
+			h.sender.mu.Lock()
+			throttledAt = h.sender.at["a"]
+			h.sender.mu.Unlock()
+			h.produce(`{"id":"b","key":"k1","to":"1555000111"}`, `{"id":"c","key":"k1","to":"1555000222"}`)
+		}
+		return h.sender.count(h.sender.success, "a") == 1 && h.sender.count(h.sender.success, "b") == 1 &&
+			h.sender.count(h.sender.success, "c") == 1
+	})
+	h.sender.mu.Lock()
+	b, c := h.sender.at["b"].Sub(throttledAt), h.sender.at["c"].Sub(throttledAt)
+	h.sender.mu.Unlock()
+	if b < 950*time.Millisecond {
+		t.Errorf("the throttled pair's next message went %v after the throttle, want >= its 1 s cooldown", b)
+	}
+	if c > 900*time.Millisecond {
+		t.Errorf("another recipient of the key went %v after the pair throttle, want at once", c)
+	}
+	if n := h.counter("pacer_throttles_total", "scope", "pair"); n != 1 {
+		t.Errorf("pacer_throttles_total{scope=pair} = %v, want 1", n)
+	}
+	pairs := 0
+	for _, k := range h.mr.Keys() {
+		if strings.HasSuffix(k, "{test:k1}:pairs") {
+			pairs++
+		}
+		if strings.HasSuffix(k, "{test:k1}:aimd") {
+			t.Errorf("a pair throttle wrote the key's adaptive state %s", k)
+		}
+	}
+	if pairs != 1 {
+		t.Errorf("no shared pair cooldown in Redis")
+	}
+}
