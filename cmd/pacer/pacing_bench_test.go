@@ -356,7 +356,7 @@ func measurePacing(sc pacingScenario, keys []string, first time.Time, arr []what
 	r.hiddenAvg = hiddenAverage(sc, first, firstOK, lastOK)
 
 	// Settling: after the start (a hidden limit from the start) or each
-	// change, the first second from which every 2 s window until the next
+	// change, the first second from which every 5 s window until the next
 	// change (or the end) sends at 90-110% of the hidden limit: accepted
 	// >= 90% of it, requests (accepted and refused) <= 110%.
 	if len(sc.hidden) > 0 {
@@ -417,11 +417,11 @@ func measurePacing(sc pacingScenario, keys []string, first time.Time, arr []what
 	return r
 }
 
-// settleAfter returns the seconds from `from` until every 2 s window up to
+// settleAfter returns the seconds from `from` until every 5 s window up to
 // `to` accepts >= 90% of limit (msgs/s, all numbers together) and sends
 // (accepted and throttled) <= 110% of it; -1 if that never holds.
 func settleAfter(arr []whatsapptest.Arrival, from, to time.Time, limit float64) float64 {
-	const w = 2 * time.Second
+	const w = 5 * time.Second
 	good := func(s time.Time) bool {
 		ok, thr := 0, 0
 		for _, a := range arr {
