@@ -517,7 +517,7 @@ func (l *Limiter) Adapted(ctx context.Context, channel, key string, ceiling Limi
 func (l *Limiter) runAIMD(ctx context.Context, op string, s *redis.Script, channel, key string,
 	ceiling Limit, p aimdArgs, minChange, maxChange int64, args ...any) (Adapted, error) {
 	ak := l.AIMDKey(channel, key)
-	v, err := s.Run(ctx, l.rdb, []string{ak, l.CooldownKey(channel, key), l.BucketKey(channel, key)},
+	v, err := s.Run(ctx, l.rdb, []string{ak, l.CooldownKey(channel, key), l.BucketKey(channel, key), l.AchievedKey(channel, key)},
 		append([]any{p.ceilU, p.floorU}, args...)...).Result()
 	if err != nil {
 		return Adapted{}, fmt.Errorf("bucket: %s %q: %w", op, ak, err)
@@ -563,8 +563,9 @@ func ResumeDelay(left time.Duration, rate float64, i int) time.Duration {
 }
 
 var (
-	aimdPairScript  = redis.NewScript(lua.AIMDPair)
-	aimdPairsScript = redis.NewScript(lua.AIMDPairs)
+	aimdPairScript     = redis.NewScript(lua.AIMDPair)
+	aimdPairsScript    = redis.NewScript(lua.AIMDPairs)
+	aimdAchievedScript = redis.NewScript(lua.AIMDAchieved)
 )
 
 // Pair cooldowns, see [Limiter.PairThrottled].
@@ -575,6 +576,32 @@ const (
 	// pairForget is how long a quiet pair keeps its count of throttles.
 	pairForget = 10 * time.Minute
 )
+
+// AchievedKey returns the Redis key of the achieved rate of one pacing key,
+// as every replica reports it with [Limiter.RecoverAfter]:
+// "<prefix>:{<channel>:<key>}:achieved".
+func (l *Limiter) AchievedKey(channel, key string) string {
+	return stateKey(l.prefix, channel, key, "achieved")
+}
+
+// Achieved returns the accepted sends per second of (channel, key), summed
+// over every replica's reports ([Limiter.RecoverAfter]) over the last
+// window of at least 5 s; ok is false when no window has closed in the
+// last 5 minutes. Errors wrap the Redis error.
+func (l *Limiter) Achieved(ctx context.Context, channel, key string) (perSecond float64, ok bool, err error) {
+	v, err := aimdAchievedScript.Run(ctx, l.rdb, []string{l.AchievedKey(channel, key)}).Result()
+	if err != nil {
+		return 0, false, fmt.Errorf("bucket: achieved %q: %w", l.AchievedKey(channel, key), err)
+	}
+	n, isInt := v.(int64)
+	if !isInt {
+		return 0, false, fmt.Errorf("bucket: achieved %q: unexpected reply %s", l.AchievedKey(channel, key), describe(v))
+	}
+	if n < 0 {
+		return 0, false, nil
+	}
+	return float64(n) / 1000, true, nil
+}
 
 // PairsKey returns the Redis key of the pair cooldowns of one pacing key:
 // "<prefix>:{<channel>:<key>}:pairs", a hash by pair (sub), in the same

@@ -1052,3 +1052,39 @@ func TestPairThrottled(t *testing.T) {
 		pt("k", "p1", 2*s, 2*s, 1)
 	})
 }
+
+// TestAchieved checks the achieved rate every replica reports with
+// RecoverAfter: summed over a window of at least 5 s, whatever the key's
+// adaptive state, and none before a window closed.
+func TestAchieved(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		if _, ok, err := e.l.Achieved(ctx, "test", "k"); ok || err != nil {
+			t.Fatalf("Achieved before any report: ok %v, %v", ok, err)
+		}
+		rec := func(n int) {
+			t.Helper()
+			if _, err := e.l.RecoverAfter(ctx, "test", "k", lim100, bucket.AIMD{}, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rec(0) // opens the window
+		e.mark()
+		e.at(2 * time.Second)
+		rec(200) // replica A
+		rec(150) // replica B
+		if _, ok, _ := e.l.Achieved(ctx, "test", "k"); ok {
+			t.Fatal("Achieved before the window closed")
+		}
+		e.at(5 * time.Second)
+		rec(50)
+		r, ok, err := e.l.Achieved(ctx, "test", "k")
+		want := 80.0 // 400 in 5 s
+		if !e.exact() {
+			want = 400 / 5.005 // the window is a few ms longer on the real clock
+		}
+		if !ok || err != nil || math.Abs(r-want) > 0.2 {
+			t.Fatalf("Achieved = %v, %v, %v; want %.1f", r, ok, err, want)
+		}
+	})
+}

@@ -5,6 +5,10 @@
 -- KEYS[2]  cooldown key, as in cooldown.lua (read only)
 -- KEYS[3]  the key's token bucket hash (optional): an increase scales its
 --          debt (see reschedule in aimd_read.lua)
+-- KEYS[4]  the key's achieved hash (optional): accepted sends of every
+--          replica, fields a (sends in the current window), w_us (its start)
+--          and r (accepted per second over the last window of >= 5 s, in
+--          thousandths); read by `pacer status`
 -- ARGV[1]  ceil_u: ceiling in millionths of a message per second, integer in [1, 1e15]
 -- ARGV[2]  floor_u: floor, same unit, integer in [1, ceil_u]
 -- ARGV[3]  step_u: additive increase of the first clean window, same unit,
@@ -38,7 +42,8 @@
 -- otherwise k grows by one. A new window starts now. One call raises the
 -- rate at most once, however long the key was idle.
 --
--- Writes: HINCRBY acc when accepted > 0 and the hash exists; nothing else
+-- Writes: KEYS[4] as described above (a window of at least 5 s; PEXPIRE
+-- 5 min), HINCRBY acc when accepted > 0 and the hash exists; nothing else
 -- before the window is over. After it, KEYS[3] as reschedule does; when the
 -- new rate
 -- reaches ceil_u, DEL KEYS[1] (a key at its ceiling has no state, so a
@@ -64,6 +69,28 @@ if not int(step_u, 1) or not int(window_us, 1) or not int(idle_ms, 1) then
 end
 if not factor or not (factor == 0 or (factor > 1 and factor ~= math.huge)) then
   return redis.error_reply('ERR aimd: factor must be 0 or a finite number > 1')
+end
+
+-- The achieved rate, whatever the adaptive state.
+if #KEYS >= 4 then
+  local ok, h = pcall(redis.call, 'HMGET', KEYS[4], 'a', 'w_us')
+  local a, w = 0, nil
+  if ok and type(h) == 'table' and not h.err then
+    a, w = int(h[1], 0) or 0, int(h[2], 0)
+  else
+    redis.call('DEL', KEYS[4])
+  end
+  if not w or w > now then
+    redis.call('HSET', KEYS[4], 'a', accepted, 'w_us', string.format('%.0f', now))
+    redis.call('PEXPIRE', KEYS[4], 300000)
+  elseif now - w >= 5000000 then
+    redis.call('HSET', KEYS[4], 'r', string.format('%.0f', math.floor((a + accepted) * 1e9 / (now - w))), 'a', 0,
+      'w_us', string.format('%.0f', now))
+    redis.call('PEXPIRE', KEYS[4], 300000)
+  elseif accepted > 0 then
+    redis.call('HINCRBY', KEYS[4], 'a', accepted)
+    redis.call('PEXPIRE', KEYS[4], 300000)
+  end
 end
 
 local cd = left_ms(cooldown_end())

@@ -22,6 +22,10 @@ var AIMDPair = compose("aimd_pair.lua")
 // {sub, left_ms, ...}.
 var AIMDPairs = compose("aimd_pairs.lua")
 
+// AIMDAchieved is aimd_achieved.lua: a pacing key's achieved rate, in
+// thousandths of a message per second, or -1.
+var AIMDAchieved = compose("aimd_achieved.lua")
+
 // BreakerAllow is breaker_allow.lua with breaker_read.lua: whether a send to
 // a pacing key may go, granting one owner the half-open probe; reply
 // {allowed, probe, wait_us, state}.

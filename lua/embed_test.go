@@ -34,6 +34,7 @@ var scripts = []struct {
 	{"aimd_recover.lua", AIMDRecover, []string{"aimd_read", "adapt_base"}},
 	{"aimd_state.lua", AIMDState, []string{"aimd_read", "adapt_base"}},
 	{"aimd_pair.lua", AIMDPair, []string{"adapt_base"}},
+	{"aimd_achieved.lua", AIMDAchieved, nil},
 	{"aimd_pairs.lua", AIMDPairs, []string{"adapt_base"}},
 	{"breaker_allow.lua", BreakerAllow, []string{"breaker_read", "adapt_base"}},
 	{"breaker_result.lua", BreakerResult, []string{"breaker_read", "adapt_base"}},

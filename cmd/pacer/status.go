@@ -120,15 +120,15 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		}
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tRATE/S\tLIMIT/S\tTOKENS\tCOOLDOWN\tBREAKER\tREASON")
+	fmt.Fprintln(tw, "KEY\tRATE/S\tLIMIT/S\tACHIEVED/S\tUTIL\tTOKENS\tCOOLDOWN\tBREAKER\tREASON")
 	for _, k := range keys {
 		n, err := rdb.Exists(ctx, lim.BucketKey(*channel, k), lim.CooldownKey(*channel, k),
-			lim.AIMDKey(*channel, k), lim.BreakerKey(*channel, k)).Result()
+			lim.AIMDKey(*channel, k), lim.BreakerKey(*channel, k), lim.AchievedKey(*channel, k)).Result()
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
 		if n == 0 {
-			fmt.Fprintf(tw, "%s\t-\t%.4g\t-\t-\t-\tno state in Redis: idle, or never sent for\n", k, ceiling.PerSecond)
+			fmt.Fprintf(tw, "%s\t-\t%.4g\t-\t-\t-\t-\t-\tno state in Redis: idle, or never sent for\n", k, ceiling.PerSecond)
 			continue
 		}
 		s, err := lim.Snapshot(ctx, *channel, k, ceiling, aimd)
@@ -143,8 +143,17 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		if s.Adapted.AtFloor {
 			floor = " (floor)"
 		}
-		fmt.Fprintf(tw, "%s\t%.4g%s\t%.4g\t%.1f\t%s\t%s\t%s\n", k, s.Limit.PerSecond, floor, ceiling.PerSecond, s.Tokens,
-			s.Adapted.CooldownLeft.Round(time.Millisecond), br, s.Breaker.Reason)
+		// Utilization: what every replica saw accepted over the last 5 s or
+		// more, over the rate the key is paced at.
+		achieved, util := "-", "-"
+		if r, ok, err := lim.Achieved(ctx, *channel, k); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		} else if ok {
+			achieved = strconv.FormatFloat(r, 'f', 1, 64)
+			util = fmt.Sprintf("%.0f%%", 100*r/s.Limit.PerSecond)
+		}
+		fmt.Fprintf(tw, "%s\t%.4g%s\t%.4g\t%s\t%s\t%.1f\t%s\t%s\t%s\n", k, s.Limit.PerSecond, floor, ceiling.PerSecond,
+			achieved, util, s.Tokens, s.Adapted.CooldownLeft.Round(time.Millisecond), br, s.Breaker.Reason)
 	}
 	tw.Flush()
 	if *key == "" {
