@@ -773,28 +773,34 @@ func ExampleLimiter_Throttled() {
 	ctx := context.Background()
 	l := bucket.New(rdb, bucket.Config{})
 	ceiling := bucket.Limit{PerSecond: 80, Burst: 20}
-	a := bucket.AIMD{Window: time.Minute} // halve on a throttle, +8/s per clean minute
-
-	// Three replicas see HTTP 429 from one burst: one decrease.
-	for range 3 {
-		ad, err := l.Throttled(ctx, "whatsapp", "106540352242922", ceiling, a, 2*time.Second)
+	a := bucket.AIMD{} // the defaults
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	show := func(ad bucket.Adapted, err error) {
 		if err != nil {
 			panic(err)
 		}
-		fmt.Printf("rate=%v decreased=%v cooldown=%v limit=%+v\n", ad.Rate, ad.Decreased, ad.CooldownLeft, ad.Limit(ceiling))
+		fmt.Printf("rate=%.4g decreased=%v increased=%v cooldown=%v limit=%+v\n",
+			ad.Rate, ad.Decreased, ad.Increased, ad.CooldownLeft, ad.Limit(ceiling))
 	}
-	// A clean minute after the cooldown, sends succeed: the rate climbs.
-	mr.SetTime(time.Date(2030, 1, 1, 0, 1, 2, 0, time.UTC))
-	ad, err := l.Recover(ctx, "whatsapp", "106540352242922", ceiling, a)
-	if err != nil {
-		panic(err)
-	}
-	fmt.Printf("rate=%v increased=%v\n", ad.Rate, ad.Increased)
+	// One refusal at the edge of the provider's burst: no cut, one token
+	// interval of cooldown. The pacing limit keeps jitter headroom.
+	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 0))
+	// 0.6 s later, after replicas saw 27 sends accepted, another: throttles
+	// persist, the provider takes about 45/s: the rate goes to 0.95 of it
+	// (42.75/s, never below 0.8 of the rate at once: 64), with a pause for
+	// the provider to earn back its burst.
+	mr.SetTime(t0.Add(600 * time.Millisecond))
+	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 27))
+	// Clean 2 s windows after the pause: +2%, then +4%.
+	mr.SetTime(t0.Add(3 * time.Second))
+	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0))
+	mr.SetTime(t0.Add(5 * time.Second))
+	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0))
 	// Output:
-	// rate=40 decreased=true cooldown=2s limit={PerSecond:40 Burst:10}
-	// rate=40 decreased=false cooldown=2s limit={PerSecond:40 Burst:10}
-	// rate=40 decreased=false cooldown=2s limit={PerSecond:40 Burst:10}
-	// rate=48 increased=true
+	// rate=80 decreased=false increased=false cooldown=13ms limit={PerSecond:80 Burst:18}
+	// rate=64 decreased=true increased=false cooldown=313ms limit={PerSecond:64 Burst:14}
+	// rate=65.28 decreased=false increased=true cooldown=0s limit={PerSecond:65.28 Burst:14}
+	// rate=67.89 decreased=false increased=true cooldown=0s limit={PerSecond:67.8912 Burst:14}
 }
 
 // TestAIMDEstimate checks the throttle rules: a lone throttle cuts nothing;
@@ -836,8 +842,9 @@ func TestAIMDEstimate(t *testing.T) {
 }
 
 // adaptsNear runs steps on key "k" under lim100 like adapts, for rates
-// derived from the time an episode lasted: exact on miniredis, within 1%
-// on redis-server, where steps run a few ms after their offsets; there,
+// derived from the time an episode lasted: exact on miniredis, within 3%
+// on redis-server, where steps run a few ms (on a loaded machine, tens of
+// ms) after their offsets; there,
 // after a change, later rates are scaled by the same error.
 func (e *env) adaptsNear(t *testing.T, a bucket.AIMD, steps []aimdStep) {
 	t.Helper()
@@ -856,7 +863,7 @@ func (e *env) adaptsNear(t *testing.T, a bucket.AIMD, steps []aimdStep) {
 			e.mark()
 			near := ad.Rate == s.rate
 			if !e.exact() {
-				near = math.Abs(ad.Rate-s.rate) <= 0.01*s.rate
+				near = math.Abs(ad.Rate-s.rate) <= 0.03*s.rate
 			}
 			if err != nil || !near || ad.Decreased != (s.change < 0) || ad.Increased != (s.change > 0) ||
 				!e.near(ad.CooldownLeft, s.cooldown) {
@@ -1079,12 +1086,10 @@ func TestAchieved(t *testing.T) {
 		e.at(5 * time.Second)
 		rec(50)
 		r, ok, err := e.l.Achieved(ctx, "test", "k")
-		want := 80.0 // 400 in 5 s
-		if !e.exact() {
-			want = 400 / 5.005 // the window is a few ms longer on the real clock
-		}
-		if !ok || err != nil || math.Abs(r-want) > 0.2 {
-			t.Fatalf("Achieved = %v, %v, %v; want %.1f", r, ok, err, want)
+		// 400 in 5 s; on the real clock the window is a little longer (up to
+		// a quarter of a second on a loaded machine).
+		if lo := map[bool]float64{true: 80, false: 76}[e.exact()]; !ok || err != nil || r < lo || r > 80 {
+			t.Fatalf("Achieved = %v, %v, %v; want 80 (400 in 5 s), >= %v on the real clock", r, ok, err, lo)
 		}
 	})
 }
