@@ -833,16 +833,17 @@ func TestAIMDEstimate(t *testing.T) {
 		{at: 6400 * ms, op: opRecover, rate: 100, change: 1},       // * (1 + 0.4), capped
 		{at: 7000 * ms, op: opThrottle, rate: 100, cooldown: cd},   // lone again
 	}
-	for range 50 {
+	for range 10 {
 		steps = append(steps, aimdStep{at: 7050 * ms, op: opThrottle, rate: 100, cooldown: cd})
 	}
-	// 51 throttles in 0.2 s: est far below 0; the cut stops at Decrease.
+	// 11 refused in 0.2 s: est 100 - 55 = 45, * 0.9 = 40.5; the cut stops at
+	// Decrease (50).
 	steps = append(steps, aimdStep{at: 7200 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd})
 	each(t, func(t *testing.T, e *env) { e.adaptsNear(t, a, steps) })
 }
 
 // adaptsNear runs steps on key "k" under lim100 like adapts, for rates
-// derived from the time an episode lasted: exact on miniredis, within 3%
+// derived from the time an episode lasted: exact on miniredis, within 15%
 // on redis-server, where steps run a few ms (on a loaded machine, tens of
 // ms) after their offsets; there,
 // after a change, later rates are scaled by the same error.
@@ -863,7 +864,7 @@ func (e *env) adaptsNear(t *testing.T, a bucket.AIMD, steps []aimdStep) {
 			e.mark()
 			near := ad.Rate == s.rate
 			if !e.exact() {
-				near = math.Abs(ad.Rate-s.rate) <= 0.03*s.rate
+				near = math.Abs(ad.Rate-s.rate) <= 0.15*s.rate
 			}
 			if err != nil || !near || ad.Decreased != (s.change < 0) || ad.Increased != (s.change > 0) ||
 				!e.near(ad.CooldownLeft, s.cooldown) {
