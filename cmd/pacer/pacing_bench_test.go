@@ -95,10 +95,15 @@ func pacingScenarios(full bool) []pacingScenario {
 			extraEnv: nil},
 		{name: "4a 0.5/s burst 1", rate: 0.5, burst: 1, numbers: 1, per: n(40, 12), replicas: 1},
 		{name: "4b 1 per 6 s", rate: 1.0 / 6, burst: 1, numbers: 1, per: n(12, 4), replicas: 1},
-		{name: "5 pair limit", rate: 80, burst: 10, numbers: 1, per: n(4000, 1200), replicas: 1,
-			pairEvery: 50, pairRate: 0.5, pairBurst: 5},
+		// The pair limit scaled down from Meta's 1 per 6 s, bursts of 45, so
+		// that it is met within the campaign: 0.5/s, bursts of 5, against
+		// one recipient getting every 100th (200th) message, 0.8 (0.4)/s.
+		{name: "5 pair limit", rate: 80, burst: 10, numbers: 1, per: n(4000, 1200), replicas: 3,
+			pairEvery: n(100, 100), pairRate: 0.5, pairBurst: 5},
+		// The account budget scaled down from a rolling hour to 10 s, and
+		// the cooldown with it (PACER_MAX_COOLDOWN caps the adapter's minute).
 		{name: "6 account limit", rate: 40, burst: 10, numbers: 2, per: n(1200, 400), replicas: 1,
-			acctLimit: n(1000, 300), acctWin: 10 * time.Second},
+			acctLimit: n(600, 300), acctWin: 10 * time.Second, extraEnv: []string{"PACER_MAX_COOLDOWN=10s"}},
 		{name: "7 at the limit x3", rate: 80, burst: 10, numbers: 2, per: n(5600, 1600), replicas: 3},
 		{name: "7 hidden 30 of 80 x3", rate: 80, burst: 10, hidden: []hiddenStep{{0, 30}}, numbers: 1,
 			per: n(2100, 750), replicas: 3},
