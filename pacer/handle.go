@@ -223,15 +223,7 @@ func (p *Pacer) breakerGate(f *flight) outcome {
 		return requeue("breaker", max(wait, time.Second))
 	}
 	f.probe = probe
-	// The account (every key behind the channel's credentials) may be in
-	// a cooldown an account-scoped throttle set, or this recipient in a
-	// pair cooldown.
-	left := p.accountLeft(ctx, f.pol)
-	reason := "account-cooldown"
-	if pl := f.st.pairLeft(recipientSub(f.env.To), time.Now()); pl > left {
-		left, reason = pl, "pair-cooldown"
-	}
-	if left > 0 {
+	if left, reason := p.scopeLeft(ctx, f); left > 0 {
 		if left > p.cfg.MaxTokenWait {
 			return requeue(reason, left)
 		}
@@ -240,6 +232,18 @@ func (p *Pacer) breakerGate(f *flight) outcome {
 		}
 	}
 	return next()
+}
+
+// scopeLeft returns how long the record's account (every key behind the
+// channel's credentials) or its pair (key, recipient) is in a cooldown a
+// throttle of that scope set, and which ("account-cooldown",
+// "pair-cooldown"); 0 when neither is.
+func (p *Pacer) scopeLeft(ctx context.Context, f *flight) (time.Duration, string) {
+	left, reason := p.accountLeft(ctx, f.pol), "account-cooldown"
+	if pl := f.st.pairLeft(recipientSub(f.env.To), time.Now()); pl > left {
+		left, reason = pl, "pair-cooldown"
+	}
+	return left, reason
 }
 
 // slot waits for the key's next send slot; none within MaxTokenWait
@@ -251,6 +255,11 @@ func (p *Pacer) slot(f *flight) outcome {
 	}
 	if wait > 0 {
 		return requeue(reason, wait)
+	}
+	// An account or pair cooldown that began while this sender slept on
+	// its slot: the slot lapses, and the gates hold the record.
+	if left, _ := p.scopeLeft(f.w.ctx, f); left > 0 {
+		return outcome{kind: again}
 	}
 	p.m.bucketWait.WithLabelValues().Observe(time.Since(f.waitStart).Seconds())
 	return next()

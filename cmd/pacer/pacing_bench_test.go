@@ -63,7 +63,8 @@ type pacingResult struct {
 	lost, dups  int
 	requests    int
 	codes       map[int]int
-	pairMax     int     // most throttles of one pair after its first
+	pairMax     int           // throttles of the pair after its first
+	pairSpan    time.Duration // from the pair's first throttle to the last accepted send
 	pairPerMin  float64 // throttles per pair per minute after the first
 	othersRate  float64 // accepted msgs/s per number to other recipients (pair scenario)
 }
@@ -193,8 +194,23 @@ func checkPacingScenario(t *testing.T, sc pacingScenario, r pacingResult) {
 		t.Errorf("lost %d, duplicates %d; want none", r.lost, r.dups)
 	}
 	switch {
-	case sc.pairEvery > 0 || sc.acctLimit > 0:
-		return // printed; the pacer's pair and account scopes are not yet shared (README)
+	case sc.pairEvery > 0:
+		// After a pair's first throttle, at most one more per minute; the
+		// key's other recipients never slow down.
+		if most := int(math.Ceil(r.pairSpan.Minutes())); r.pairMax > most {
+			t.Errorf("pair throttled %d more times in %.1f min after its first, want <= %d (one a minute)",
+				r.pairMax, r.pairSpan.Minutes(), most)
+		}
+		if r.othersRate < 0.9*sc.rate {
+			t.Errorf("other recipients at %.1f msgs/s, want >= 90%% of %g", r.othersRate, sc.rate)
+		}
+	case sc.acctLimit > 0:
+		// One account throttle cools every number: each budget spent costs
+		// about one refusal (and the requests already on their way).
+		budgets := (sc.numbers*sc.per + sc.acctLimit - 1) / sc.acctLimit
+		if n := r.codes[80007]; n > 2*budgets*sc.replicas {
+			t.Errorf("%d account throttles (80007) for %d budgets spent, want <= %d", n, budgets, 2*budgets*sc.replicas)
+		}
 	case sc.rate < 1:
 		if thr := r.codes[130429]; thr > 1 {
 			t.Errorf("%d throttles, want at most one", thr)
@@ -415,6 +431,7 @@ func measurePacing(sc pacingScenario, keys []string, first time.Time, arr []what
 		}
 		r.pairMax = after
 		if !firstThr.IsZero() {
+			r.pairSpan = lastOK.Sub(firstThr)
 			r.pairPerMin = float64(after) / max(lastOK.Sub(firstThr).Minutes(), 1.0/60)
 		}
 		r.othersRate = float64(others) / float64(sc.numbers) / span
