@@ -65,8 +65,8 @@ type pacingResult struct {
 	codes       map[int]int
 	pairMax     int           // throttles of the pair after its first
 	pairSpan    time.Duration // from the pair's first throttle to the last accepted send
-	pairPerMin  float64 // throttles per pair per minute after the first
-	othersRate  float64 // accepted msgs/s per number to other recipients (pair scenario)
+	pairPerMin  float64       // throttles per pair per minute after the first
+	othersRate  float64       // accepted msgs/s per number to other recipients (pair scenario)
 }
 
 func (r pacingResult) utilization() float64 { return r.achieved / r.hiddenAvg }
