@@ -481,20 +481,34 @@ func (l *Limiter) ThrottledAfter(ctx context.Context, channel, key string, ceili
 //
 // Errors are as for [Limiter.Throttled]. Recover is safe for concurrent use.
 func (l *Limiter) Recover(ctx context.Context, channel, key string, ceiling Limit, a AIMD) (Adapted, error) {
-	return l.RecoverAfter(ctx, channel, key, ceiling, a, 0)
+	return l.recover(ctx, channel, key, ceiling, a, 0, false)
 }
 
-// RecoverAfter is [Limiter.Recover] that also reports accepted sends, as
-// [Limiter.ThrottledAfter] does; they count only while the key has
-// adaptive state (after a throttle). A probe from below the capacity the
-// last decrease estimated stops there and starts over gently.
+// RecoverAfter is [Limiter.Recover] for callers that report the sends they
+// saw accepted, as [Limiter.ThrottledAfter] does (every replica, with
+// every call, 0 when none). They estimate the provider's capacity and
+// the key's achieved rate ([Limiter.Achieved]), and they gate the probe:
+// only a rate in use is raised, when the sends accepted since the window
+// began reach 90% of the rate over the window less a second (the reports
+// of other replicas arrive up to a second late). A probe that outran what
+// the replicas really send (slots granted ahead at an older rate, a key
+// short of messages) would climb blind. A probe from below the capacity
+// the last decrease estimated stops there and starts over gently.
 func (l *Limiter) RecoverAfter(ctx context.Context, channel, key string, ceiling Limit, a AIMD, accepted int) (Adapted, error) {
+	return l.recover(ctx, channel, key, ceiling, a, accepted, true)
+}
+
+func (l *Limiter) recover(ctx context.Context, channel, key string, ceiling Limit, a AIMD, accepted int, inUse bool) (Adapted, error) {
 	p, err := a.args(ceiling)
 	if err != nil {
 		return Adapted{}, err
 	}
+	use := 0
+	if inUse {
+		use = 1
+	}
 	return l.runAIMD(ctx, "recover", aimdRecoverScript, channel, key, ceiling, p, 0, 1,
-		p.stepU, formatRate(p.factor), p.windowUs, p.idleMs, formatRate(p.accel), max(accepted, 0))
+		p.stepU, formatRate(p.factor), p.windowUs, p.idleMs, formatRate(p.accel), max(accepted, 0), use)
 }
 
 // Adapted returns the adaptive state of (channel, key) without changing

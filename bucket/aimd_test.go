@@ -791,11 +791,12 @@ func ExampleLimiter_Throttled() {
 	// the provider to earn back its burst.
 	mr.SetTime(t0.Add(600 * time.Millisecond))
 	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 27))
-	// Clean 2 s windows after the pause: +2%, then +4%.
+	// Clean 2 s windows after the pause, the rate in use (the replicas
+	// report about 64 and 65 sends a second): +2%, then +4%.
 	mr.SetTime(t0.Add(3 * time.Second))
-	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0))
+	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 130))
 	mr.SetTime(t0.Add(5 * time.Second))
-	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0))
+	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 131))
 	// Output:
 	// rate=80 decreased=false increased=false cooldown=13ms limit={PerSecond:80 Burst:18}
 	// rate=64 decreased=true increased=false cooldown=313ms limit={PerSecond:64 Burst:14}
@@ -819,19 +820,19 @@ func TestAIMDEstimate(t *testing.T) {
 	steps := []aimdStep{
 		{at: 0, op: opThrottle, rate: 100, cooldown: cd},       // lone: episode starts, n = 0
 		{at: 50 * ms, op: opThrottle, rate: 100, cooldown: cd}, // coalesced: n = 1
-		{at: 90 * ms, op: opThrottle, rate: 100, cooldown: cd}, // n = 2
+		{at: 60 * ms, op: opThrottle, rate: 100, cooldown: cd}, // n = 2
 		// persistent: n = 3 in 0.5 s, 6/s refused: est 94, * 0.9
 		{at: 500 * ms, op: opThrottle, rate: 84.6, change: -1, cooldown: cd},
 		{at: 550 * ms, op: opThrottle, rate: 84.6, cooldown: cd}, // coalesced: n = 1
 		// n = 2 in 0.5 s: est 84.6 - 4 = 80.6, * 0.9
 		{at: 1000 * ms, op: opThrottle, rate: 72.54, change: -1, cooldown: cd},
-		{at: 1500 * ms, op: opRecover, rate: 72.54},                // window ends at 2010ms
-		{at: 3100 * ms, op: opThrottle, rate: 72.54, cooldown: cd}, // 2.1 s after the last: lone
-		{at: 4200 * ms, op: opRecover, rate: 79.794, change: 1},    // * (1 + 0.1)
-		{at: 4200 * ms, op: opRecover, rate: 79.794},               // once per window
-		{at: 5300 * ms, op: opRecover, rate: 95.7528, change: 1},   // * (1 + 0.2)
-		{at: 6400 * ms, op: opRecover, rate: 100, change: 1},       // * (1 + 0.4), capped
-		{at: 7000 * ms, op: opThrottle, rate: 100, cooldown: cd},   // lone again
+		{at: 1500 * ms, op: opRecover, rate: 72.54},                            // window ends at 2010ms
+		{at: 3100 * ms, op: opThrottle, rate: 72.54, cooldown: cd},             // 2.1 s after the last: lone
+		{at: 4200 * ms, op: opRecover, rate: 79.794, change: 1, accepted: 80},  // * (1 + 0.1), the rate in use
+		{at: 4200 * ms, op: opRecover, rate: 79.794, accepted: 1},              // once per window
+		{at: 5300 * ms, op: opRecover, rate: 95.7528, change: 1, accepted: 80}, // * (1 + 0.2)
+		{at: 6400 * ms, op: opRecover, rate: 100, change: 1, accepted: 100},    // * (1 + 0.4), capped
+		{at: 7000 * ms, op: opThrottle, rate: 100, cooldown: cd},               // lone again
 	}
 	for range 10 {
 		steps = append(steps, aimdStep{at: 7050 * ms, op: opThrottle, rate: 100, cooldown: cd})
@@ -897,11 +898,15 @@ func TestAIMDAcceptedEstimate(t *testing.T) {
 			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: cd, // 40 in 0.5 s: 80/s, * 0.9
 				accepted: 10},
 			{at: 550 * ms, op: opThrottle, rate: 72, cooldown: cd}, // coalesced
-			{at: 1000 * ms, op: opRecover, rate: 72, accepted: 5},  // window ends at 1510ms
-			{at: 1600 * ms, op: opRecover, rate: 79.2, change: 1},  // * 1.1
-			{at: 2700 * ms, op: opRecover, rate: 80, change: 1},    // * 1.2 would pass the cap, 80
-			{at: 3800 * ms, op: opRecover, rate: 88, change: 1},    // from the cap: * 1.1 again
-			{at: 4900 * ms, op: opRecover, rate: 100, change: 1},   // * 1.2, capped at the ceiling
+			{at: 1000 * ms, op: opRecover, rate: 72, accepted: 1},  // window (from 560ms) ends at 1560ms
+			// The window is over, but the rate is not in use: of the 0.9 * 72/s *
+			// 0.04 s = 2.6 sends the window beyond its first second calls for,
+			// 1 was reported. No increase.
+			{at: 1600 * ms, op: opRecover, rate: 72},
+			{at: 1700 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 80}, // * 1.1
+			{at: 2800 * ms, op: opRecover, rate: 80, change: 1, accepted: 80},   // * 1.2 would pass the cap, 80
+			{at: 3900 * ms, op: opRecover, rate: 88, change: 1, accepted: 80},   // from the cap: * 1.1 again
+			{at: 5000 * ms, op: opRecover, rate: 100, change: 1, accepted: 100}, // * 1.2, capped at the ceiling
 		})
 		if n := e.rdb.Exists(t.Context(), e.l.AIMDKey("test", "k")).Val(); n != 0 {
 			t.Fatal("the aimd hash outlived the return to the ceiling")

@@ -25,7 +25,7 @@ end
 -- wrong type.
 local function read()
   local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'urate', 'last_us', 'hold_us', 'win_us', 'streak',
-    'ep_us', 'n', 'k', 'acc', 'cap')
+    'ep_us', 'n', 'k', 'acc', 'cap', 'wacc')
   if not ok or type(h) ~= 'table' or h.err then
     return nil, true
   end
@@ -42,6 +42,7 @@ local function read()
   s.k = int(h[8], 0) or 0
   s.acc = int(h[9], 0) or 0
   s.cap = int(h[10], 0) or 0
+  s.wacc = int(h[11], 0) or 0
   s.urate = math.max(floor_u, math.min(ceil_u, s.urate))
   return s, false
 end

@@ -22,6 +22,8 @@
 -- ARGV[8]  accepted: sends of this key the caller saw accepted since it last
 --          reported, integer >= 0; added to the hash's acc (see
 --          aimd_throttle.lua) when the hash exists
+-- ARGV[9]  in_use: 1 to raise only a rate in use (the callers report their
+--          accepted sends), 0 to raise after any clean window
 --
 -- Reply: array of 4 integers {urate, change, cooldown_ms, streak}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
@@ -32,7 +34,9 @@
 --
 -- A missing or corrupt hash is a key at its ceiling (reply {ceil_u, 0, cd, 0}).
 -- Once Redis TIME reaches win_us + window_us, with no counted throttle since
--- (a throttle moves win_us), the rate rises by inc * accel^k, where inc is
+-- (a throttle moves win_us), and, with in_use, once the sends accepted
+-- since win_us (wacc, from every replica's reports) reach 90% of urate over
+-- the window less a second, the rate rises by inc * accel^k, where inc is
 -- urate * (factor - 1) (or step_u when factor is 0) and k the increases in a
 -- row since the last counted throttle: the probe starts gently near the
 -- rate the last decrease found and accelerates while the provider accepts.
@@ -100,8 +104,18 @@ if not s then
 end
 if accepted > 0 then
   redis.call('HINCRBY', KEYS[1], 'acc', accepted)
+  redis.call('HINCRBY', KEYS[1], 'wacc', accepted)
+  s.wacc = s.wacc + accepted
 end
 if now < s.win_us + window_us then
+  return {s.urate, 0, cd, s.streak}
+end
+-- Only a rate in use is raised: a probe that outruns what the replicas
+-- really send (slots granted ahead at an older rate, a key short of
+-- messages) would climb blind. The sends accepted since win_us must reach
+-- 90% of the rate over the window less a second (the reports of other
+-- replicas arrive up to a second late).
+if ARGV[9] == '1' and s.wacc * 1e12 < 0.9 * s.urate * math.max(0, now - s.win_us - 1000000) then
   return {s.urate, 0, cd, s.streak}
 end
 
@@ -127,6 +141,6 @@ if u >= ceil_u then
   return {ceil_u, 0, cd, 0}
 end
 redis.call('HSET', KEYS[1], 'urate', string.format('%.0f', u), 'win_us', string.format('%.0f', now),
-  'streak', '0', 'k', string.format('%.0f', k))
+  'streak', '0', 'k', string.format('%.0f', k), 'wacc', '0')
 redis.call('PEXPIRE', KEYS[1], idle_ms)
 return {u, 1, cd, 0}

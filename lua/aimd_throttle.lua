@@ -21,6 +21,8 @@
 --                     every replica (ARGV[9] here, ARGV[8] of aimd_recover.lua)
 --            cap      the provider's capacity as last estimated, in
 --                     millionths of a message per second (0: none)
+--            wacc     sends accepted since win_us (see aimd_recover.lua);
+--                     every throttle sets it to 0
 -- KEYS[2]  cooldown key, as in cooldown.lua: a string, the cooldown's end in
 --          µs of Redis TIME; its TTL only cleans it up
 -- KEYS[3]  the key's token bucket hash (optional): a decrease clears its
@@ -174,6 +176,6 @@ local f = '%.0f'
 redis.call('HSET', KEYS[1], 'urate', string.format(f, s.urate), 'last_us', string.format(f, s.last_us),
   'hold_us', string.format(f, s.hold_us), 'win_us', string.format(f, s.win_us),
   'streak', string.format(f, s.streak), 'ep_us', string.format(f, s.ep_us), 'n', string.format(f, s.n),
-  'k', string.format(f, s.k), 'acc', string.format(f, s.acc), 'cap', string.format(f, s.cap))
+  'k', string.format(f, s.k), 'acc', string.format(f, s.acc), 'cap', string.format(f, s.cap), 'wacc', '0')
 redis.call('PEXPIRE', KEYS[1], left_ms(s.win_us) + idle_ms)
 return {s.urate, change, left_ms(cd), s.streak}
