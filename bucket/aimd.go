@@ -632,9 +632,11 @@ func (l *Limiter) PairsKey(channel, key string) string {
 // quiet for 10 minutes counts anew).
 //
 // The first throttle sets base (the provider's hint, or the pair's token
-// interval); each later one max([PairAgain], base * 4^(n-1)), as WhatsApp's
-// 4^X s, so that a pair is throttled at most once more a minute; never above
-// maxCooldown, and never shortening a cooldown set already. The key's own
+// interval); each later one max([PairAgain], base), so that a pair is
+// throttled at most once more a minute (retries further apart than
+// WhatsApp's 4^X s for X <= 2); never above maxCooldown, and never
+// shortening a cooldown set already. It does not grow further: the pair's
+// provider bucket refills while it waits. The key's own
 // rate and other recipients are untouched.
 //
 // It returns an error without calling Redis for an empty sub or base or

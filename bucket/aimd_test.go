@@ -1023,9 +1023,9 @@ func TestAIMDRefillPause(t *testing.T) {
 }
 
 // TestPairThrottled checks the shared pair cooldown: base for a pair's
-// first throttle, then at least PairAgain (a minute) and base * 4^(n-1),
-// never above the maximum nor shortened; other pairs and keys untouched; a
-// pair quiet for 10 minutes counts anew.
+// first throttle, then max(PairAgain (a minute), base), never above the
+// maximum nor shortened; other pairs and keys untouched; a pair quiet for
+// 10 minutes counts anew.
 func TestPairThrottled(t *testing.T) {
 	s := time.Second
 	each(t, func(t *testing.T, e *env) {
@@ -1038,18 +1038,20 @@ func TestPairThrottled(t *testing.T) {
 			}
 		}
 		pt("k", "p1", 2*s, 2*s, 1)
-		pt("k", "p1", 2*s, time.Minute, 2) // max(1m, 2s*4)
-		pt("k", "p1", 2*s, time.Minute, 3) // max(1m, 32s), not shortened
-		pt("k", "p1", 2*s, 128*s, 4)       // 2s*4^3
+		pt("k", "p1", 2*s, time.Minute, 2) // max(1m, 2s)
+		pt("k", "p1", 2*s, time.Minute, 3) // again, not 4^n: the pair's bucket refills meanwhile
 		pt("k", "p2", 6*s, 6*s, 1)         // another pair: its own count
 		pt("other", "p1", 2*s, 2*s, 1)     // another key
-		pt("k", "p1", 2*s, 512*s, 5)       // 2s*4^4
-		for range 10 {
-			_, _, _ = e.l.PairThrottled(ctx, "test", "k", "p1", 2*s, time.Hour)
+		pt("k", "p1", 90*s, 90*s, 4)       // a longer base (hint) wins over the minute
+		if cd, n, err := e.l.PairThrottled(ctx, "test", "k", "p3", 2*s, 30*s); err != nil || !e.near(cd, 2*s) || n != 1 {
+			t.Fatalf("p3 first: %v, %d, %v", cd, n, err)
+		}
+		if cd, n, err := e.l.PairThrottled(ctx, "test", "k", "p3", 2*s, 30*s); err != nil || !e.near(cd, 30*s) || n != 2 {
+			t.Fatalf("p3 again, max 30s: %v, %d, %v; want the 30s cap", cd, n, err)
 		}
 		got, err := e.l.PairCooldowns(ctx, "test", "k")
-		if err != nil || len(got) != 2 || !e.near(got["p1"], time.Hour) || !e.near(got["p2"], 6*s) {
-			t.Fatalf("PairCooldowns = %v, %v; want p1 ~1h (capped), p2 ~6s", got, err)
+		if err != nil || len(got) != 3 || !e.near(got["p1"], 90*s) || !e.near(got["p2"], 6*s) || !e.near(got["p3"], 30*s) {
+			t.Fatalf("PairCooldowns = %v, %v; want p1 ~90s, p2 ~6s, p3 ~30s", got, err)
 		}
 		if _, _, err := e.l.PairThrottled(ctx, "test", "k", "", s, time.Hour); !errors.Is(err, bucket.ErrInvalidAIMD) {
 			t.Fatalf("empty sub: %v, want ErrInvalidAIMD", err)
@@ -1058,10 +1060,10 @@ func TestPairThrottled(t *testing.T) {
 			return
 		}
 		e.at(7 * s) // p2 over
-		if got, _ := e.l.PairCooldowns(ctx, "test", "k"); len(got) != 1 || got["p2"] != 0 {
-			t.Fatalf("after p2's cooldown: %v, want only p1", got)
+		if got, _ := e.l.PairCooldowns(ctx, "test", "k"); len(got) != 2 || got["p2"] != 0 {
+			t.Fatalf("after p2's cooldown: %v, want only p1 and p3", got)
 		}
-		e.at(time.Hour + 11*time.Minute) // p1 over and quiet for 10 minutes: counts anew
+		e.at(12 * time.Minute) // p1 over and quiet for 10 minutes: counts anew
 		pt("k", "p1", 2*s, 2*s, 1)
 	})
 }

@@ -18,9 +18,12 @@
 -- Error reply "ERR aimd_pair: ..." for malformed ARGV.
 --
 -- The n-th throttle sets the cooldown to base_us when n = 1, else
--- max(again_us, base_us * 4^(n-1)) (WhatsApp asks for 4^X s between tries),
--- capped at max_us; a cooldown already ending later is kept. With again_us
--- of a minute, a pair throttled once is throttled at most once more a minute.
+-- max(again_us, base_us), capped at max_us; a cooldown already ending later
+-- is kept. With again_us of a minute, a pair throttled once is throttled at
+-- most once more a minute, and its messages are retried further apart than
+-- WhatsApp's 4^X s for X <= 2 asks. It does not grow further: a pair's
+-- provider bucket refills while it waits, so longer cooldowns would only
+-- starve it.
 --
 -- Writes: HSET KEYS[1] sub; HDEL of fields whose cooldown ended forget_us
 -- ago; PEXPIRE KEYS[1] to the latest end + forget_us.
@@ -71,7 +74,7 @@ end
 n = n + 1
 local d = base_us
 if n > 1 then
-  d = math.max(again_us, base_us * 4 ^ math.min(n - 1, 30))
+  d = math.max(again_us, base_us)
 end
 d = math.min(d, max_us)
 end_us = math.max(end_us, now + d)
