@@ -186,7 +186,7 @@ func (p *Pacer) accountLeft(ctx context.Context, pol KeyPolicy) time.Duration {
 		a.mu.Unlock()
 		ad, err := p.adapter.Adapted(ctx, p.cfg.Channel, accountKey, pol.Limit, pol.AIMD)
 		a.mu.Lock()
-		if err == nil {
+		if err == nil && ad.CooldownLeft > 0 {
 			a.until = maxTime(a.until, time.Now().Add(ad.CooldownLeft))
 		}
 	}

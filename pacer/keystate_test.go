@@ -229,3 +229,19 @@ func TestUtilization(t *testing.T) {
 		t.Fatalf("utilization %v, want (72+18)/(80+20) = 0.9", u)
 	}
 }
+
+// TestAccountLeftNoCooldown: with no account cooldown in Redis, accountLeft
+// is 0 after its refresh, not the time the read took (which made every
+// slot after a refresh lapse: at 0.5/s, every slot).
+func TestAccountLeftNoCooldown(t *testing.T) {
+	p := &Pacer{adapter: &stubAdapter{}, cfg: Config{Channel: "test"}}
+	pol := KeyPolicy{Limit: bucket.Limit{PerSecond: 0.5, Burst: 1}}
+	for i := range 3 {
+		if left := p.accountLeft(t.Context(), pol); left != 0 {
+			t.Fatalf("read %d: accountLeft = %v, want 0", i, left)
+		}
+		p.account.mu.Lock()
+		p.account.refreshed = time.Time{} // refresh again
+		p.account.mu.Unlock()
+	}
+}
