@@ -382,10 +382,13 @@ type Adapted struct {
 //
 // Sends paced at (r, b - d) that reach the provider up to j early relative
 // to each other still fit its bucket (r, b) when d >= r * j, so Limit takes
-// d = ceil(r * j) from the burst, which costs no rate. When the burst is
-// too small for that (d would leave less than 1), the burst becomes 1 and
-// the rate r / (1 + r*j - (b-1)): slots j further apart. So 80/s burst 10
-// with j = 25ms paces at 80/s burst 8, and 0.5/s burst 1 at 0.4938/s.
+// d = ceil(r * j) from the burst, at most half of it, which costs no rate.
+// When that is not enough and a slot interval is longer than j (r * j < 1:
+// low rates, burst 1), slots move j further apart: rate r / (1 + r*j - d).
+// Jitter of more than one slot interval on top of half the burst is left
+// to the lone-throttle rule (a rate cut there would cost more than the
+// throttles it saves). So 80/s burst 10 with j = 25ms paces at 80/s burst
+// 8, 0.5/s burst 1 at 0.4938/s, and 1,000/s burst 10 at 1,000/s burst 5.
 //
 // It returns ceiling itself when a.Rate is 0 (the zero Adapted) and, with
 // no headroom (a zero jitter), when a.Rate is not below
@@ -404,8 +407,8 @@ func (a Adapted) Limit(ceiling Limit) Limit {
 	if !(x > 0) {
 		return Limit{PerSecond: r, Burst: b}
 	}
-	d := int(min(math.Ceil(x), float64(b-1)))
-	if float64(d) >= x {
+	d := int(min(math.Ceil(x), float64(b/2)))
+	if float64(d) >= x || x >= 1 {
 		return Limit{PerSecond: r, Burst: b - d}
 	}
 	return Limit{PerSecond: r / (1 + x - float64(d)), Burst: b - d}

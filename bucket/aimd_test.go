@@ -925,10 +925,12 @@ func TestAIMDPacingHeadroom(t *testing.T) {
 	}{
 		{bucket.Limit{PerSecond: 80, Burst: 10}, bucket.AIMD{}, bucket.Limit{PerSecond: 80, Burst: 8}}, // 2 tokens in 25ms
 		{bucket.Limit{PerSecond: 80, Burst: 10}, bucket.AIMD{Jitter: -1}, bucket.Limit{PerSecond: 80, Burst: 10}},
-		{bucket.Limit{PerSecond: 80, Burst: 10}, bucket.AIMD{Jitter: 100 * time.Millisecond}, bucket.Limit{PerSecond: 80, Burst: 2}},
+		{bucket.Limit{PerSecond: 80, Burst: 10}, bucket.AIMD{Jitter: 100 * time.Millisecond}, bucket.Limit{PerSecond: 80, Burst: 5}}, // at most half
 		{bucket.Limit{PerSecond: 0.5, Burst: 1}, bucket.AIMD{}, bucket.Limit{PerSecond: 0.5 / 1.0125, Burst: 1}},
 		{bucket.Limit{PerSecond: 40, Burst: 2}, bucket.AIMD{}, bucket.Limit{PerSecond: 40, Burst: 1}},
-		{bucket.Limit{PerSecond: 80, Burst: 1}, bucket.AIMD{}, bucket.Limit{PerSecond: 80 / 3.0, Burst: 1}},
+		{bucket.Limit{PerSecond: 20, Burst: 1}, bucket.AIMD{}, bucket.Limit{PerSecond: 20 / 1.5, Burst: 1}}, // 0.5 tokens of jitter
+		{bucket.Limit{PerSecond: 80, Burst: 1}, bucket.AIMD{}, bucket.Limit{PerSecond: 80, Burst: 1}},       // 2 tokens: no cut
+		{bucket.Limit{PerSecond: 1000, Burst: 10}, bucket.AIMD{}, bucket.Limit{PerSecond: 1000, Burst: 5}},  // leases stay large
 	} {
 		t.Run(fmt.Sprintf("%v/%v", tc.ceiling, tc.a.Jitter), func(t *testing.T) {
 			e := newMini(t)

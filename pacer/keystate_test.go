@@ -245,3 +245,23 @@ func TestAccountLeftNoCooldown(t *testing.T) {
 		p.account.mu.Unlock()
 	}
 }
+
+// TestLeaseSizeIgnoresHeadroom: the pacing headroom takes tokens off the
+// burst, not off the lease: a key at 1,000/s burst 10 paced at burst 5
+// still leases 10 slots per Redis call (BENCHMARKS: 0.1 call per message).
+func TestLeaseSizeIgnoresHeadroom(t *testing.T) {
+	c := &Config{}
+	ceiling := bucket.Limit{PerSecond: 1000, Burst: 10}
+	for _, tc := range []struct {
+		lim  bucket.Limit
+		want int
+	}{
+		{bucket.Limit{PerSecond: 1000, Burst: 5}, 10}, // headroom only
+		{bucket.Limit{PerSecond: 500, Burst: 2}, 5},   // adapted to half: burst 5
+		{bucket.Limit{PerSecond: 50, Burst: 1}, 1},    // burst scaled to 0: one slot
+	} {
+		if got := c.leaseSize(ceiling, tc.lim); got != tc.want {
+			t.Errorf("leaseSize(%+v, %+v) = %d, want %d", ceiling, tc.lim, got, tc.want)
+		}
+	}
+}

@@ -270,7 +270,10 @@ func (c *Config) setDefaults() error {
 // leaseSize is how many slots one Redis lease takes for a key whose
 // ceiling is ceiling and adapted limit lim: Config.LeaseSize when set, else
 // 100 ms of the ceiling's slots when that is at least 10, else 1 (one
-// reservation per message); never more than 256 or lim.Burst.
+// reservation per message); never more than 256 or the ceiling's burst
+// scaled to the adapted rate (the burst before the pacing headroom
+// bucket.Adapted.Limit takes off, which does not make slots bunch: a
+// lease's slots are spaced at the rate).
 func (c *Config) leaseSize(ceiling, lim bucket.Limit) int {
 	n := c.LeaseSize
 	if n <= 0 {
@@ -279,7 +282,11 @@ func (c *Config) leaseSize(ceiling, lim bucket.Limit) int {
 			n = 1
 		}
 	}
-	return max(min(n, 256, lim.Burst), 1)
+	burst := ceiling.Burst
+	if lim.PerSecond < ceiling.PerSecond {
+		burst = int(float64(ceiling.Burst) * lim.PerSecond / ceiling.PerSecond)
+	}
+	return max(min(n, 256, max(burst, lim.Burst)), 1)
 }
 
 // retryTopic returns the name of retry tier n (1-based).
