@@ -166,8 +166,9 @@ type Config struct {
 	UnknownOutcome string          // "dlq" (default) or "resend"; see the package doc
 	RedisFailure   string          // "closed" (default: sends stop while Redis is down) or "local" (pace with Deps.Fallback)
 	IdempotencyTTL time.Duration   // how long delivered ids are remembered; default 24h
-	MaxQueued      int             // fetched records per partition before fetching pauses; default 2000
-	InFlight       int             // records of one partition handled at once; default 32 (1 keeps strict order)
+	MaxQueued      int             // records one partition holds in its per-key queues before fetching pauses; default 2000
+	InFlight       int             // records of one pacing key handled at once in a partition; default 32 (1 keeps strict order per key)
+	Lookahead      time.Duration   // a key holds at most Lookahead x rate records per partition (at least InFlight); more are parked; default 5s
 	LeaseSize      int             // slots per Redis lease; default rate/10 (100 ms of slots) when that is >= 10, else 1 (one reservation per message); max 256
 	Owner          string          // this process in ledger claims; default host-pid-random
 	Logger         *slog.Logger    // default slog.Default()
@@ -240,6 +241,7 @@ func (c *Config) setDefaults() error {
 	if c.InFlight <= 0 {
 		c.InFlight = 32
 	}
+	defd(&c.Lookahead, 5*time.Second)
 	if c.LeaseSize <= 0 {
 		c.LeaseSize = int(c.Limit.PerSecond / 10)
 		if c.LeaseSize < 10 {
@@ -275,6 +277,7 @@ type Pacer struct {
 	sender   channels.Sender
 	keys     keyStates
 	m        *metrics
+	qm       *queueMetrics
 	log      *slog.Logger
 
 	consuming atomic.Bool
@@ -318,7 +321,8 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, sender: deps.Sender, m: m,
 		log: cfg.Logger.With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}},
 		ids: map[string]chan struct{}{}}
-	for _, c := range p.keyGauges() {
+	p.qm = newQueueMetrics(p)
+	for _, c := range append(p.keyGauges(), prometheus.Collector(p.qm)) {
 		if err := wrapped.Register(c); err != nil {
 			return nil, fmt.Errorf("pacer: metrics: %w", err)
 		}

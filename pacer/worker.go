@@ -2,15 +2,22 @@ package pacer
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// worker owns one partition: a queue of fetched records, up to
-// Config.InFlight of them handled at once. Offsets are marked for commit
-// only up to the lowest record not yet finished, so a crash re-delivers
+// worker owns one partition. Its records are dispatched into one FIFO
+// queue per pacing key (the Kafka record key): each key has up to
+// Config.InFlight records handled at once, so a key's backlog waits for its
+// own slots and never for another key's. A key's records beyond its
+// lookahead bound are parked (see [Pacer.park]) instead of held, so the
+// partition keeps moving and memory stays bounded.
+//
+// Offsets are marked for commit only up to the lowest record not yet
+// finished (sent, parked, retried or dead-lettered), so a crash re-delivers
 // and never skips.
 type worker struct {
 	p      *Pacer
@@ -19,32 +26,68 @@ type worker struct {
 	ctx    context.Context // ends when the partition is revoked or the pacer stops
 	cancel context.CancelFunc
 	done   chan struct{}
-	wake   chan struct{}
+	wg     sync.WaitGroup // handlers and parkers
 
-	mu       sync.Mutex
-	queue    []*kgo.Record
-	full     bool       // fetching paused: MaxQueued records wait
-	notDue   int        // records holding for their due time (fetching paused while > 0)
-	paused   bool       // the partition is paused at the client
-	inflight []*pending // records being handled, in offset order
+	mu      sync.Mutex
+	stopped bool
+	log     []*pending           // records not yet committed, in offset order
+	keys    map[string]*keyQueue // pacing key -> its queue; removed when empty
+	held    int                  // records in key queues (waiting or being handled)
+	parking int                  // park copies being written
+	paused  bool                 // the partition is paused at the client
 }
 
-// pending is one record being handled.
+// pending is one fetched record until its offset is marked for commit.
 type pending struct {
 	r        *kgo.Record
 	finished bool
 }
 
-func newWorker(p *Pacer, cl *kgo.Client, k tp) *worker {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &worker{p: p, cl: cl, tp: k, ctx: ctx, cancel: cancel, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+// keyQueue is one pacing key's records in a partition, in offset order.
+type keyQueue struct {
+	waiting []*kgo.Record // not started yet
+	entries []*pending    // the pending of each waiting record
+	running int           // being handled
+	// parkedUntil is the estimated slot of the last record parked for
+	// this key by this worker: the next parked record is due one slot later.
+	parkedUntil time.Time
 }
 
-// syncPause pauses or resumes fetching the partition to match full and
-// notDue. Callers hold w.mu.
+func (q *keyQueue) size() int { return len(q.waiting) + q.running }
+
+// maxParking bounds the park copies one partition writes at once; past it
+// fetching pauses until Kafka acknowledged some.
+const maxParking = 256
+
+func newWorker(p *Pacer, cl *kgo.Client, k tp) *worker {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &worker{p: p, cl: cl, tp: k, ctx: ctx, cancel: cancel, done: make(chan struct{}), keys: map[string]*keyQueue{}}
+}
+
+// keyBound is how many records of one key a partition holds in memory:
+// Config.Lookahead of the key's configured rate, at least Config.InFlight.
+func (p *Pacer) keyBound() int {
+	n := int(math.Ceil(p.cfg.Limit.PerSecond * p.cfg.Lookahead.Seconds()))
+	return max(n, p.cfg.InFlight)
+}
+
+// strict reports whether every key's records are sent one at a time in
+// offset order (InFlight 1): such a key is never parked, since a parked
+// record would come back after the key's newer records.
+func (p *Pacer) strict() bool { return p.cfg.InFlight == 1 }
+
+// syncPause pauses fetching the partition while it holds MaxQueued records
+// or writes maxParking park copies, and resumes it below half of either.
+// Callers hold w.mu.
 func (w *worker) syncPause() {
-	want := w.full || w.notDue > 0
-	if want == w.paused {
+	want := w.paused
+	switch {
+	case w.held >= w.p.cfg.MaxQueued || w.parking >= maxParking:
+		want = true
+	case w.held <= w.p.cfg.MaxQueued/2 && w.parking <= maxParking/2:
+		want = false
+	}
+	if want == w.paused || w.stopped {
 		return
 	}
 	w.paused = want
@@ -56,117 +99,169 @@ func (w *worker) syncPause() {
 	}
 }
 
+// push takes fetched records: each joins its key's queue, or is parked
+// when the key already holds its bound (or the partition its MaxQueued and
+// the key at least InFlight) and the record is due. A record not yet due
+// (a retry or parked copy) is held: parking it again would only move it.
 func (w *worker) push(rs []*kgo.Record) {
-	w.mu.Lock()
-	w.queue = append(w.queue, rs...)
-	if len(w.queue) >= w.p.cfg.MaxQueued {
-		w.full = true
-		w.syncPause()
-	}
-	w.mu.Unlock()
-	w.p.m.queued.WithLabelValues().Add(float64(len(rs)))
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (w *worker) pop() *kgo.Record {
+	now := time.Now()
+	bound := w.p.keyBound()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.queue) == 0 {
-		return nil
+	if w.stopped {
+		return
 	}
-	r := w.queue[0]
-	w.queue[0] = nil
-	w.queue = w.queue[1:]
-	if w.full && len(w.queue) <= w.p.cfg.MaxQueued/2 {
-		w.full = false
-		w.syncPause()
+	w.p.m.queued.WithLabelValues().Add(float64(len(rs)))
+	for _, r := range rs {
+		e := &pending{r: r}
+		w.log = append(w.log, e)
+		k := string(r.Key)
+		q := w.keys[k]
+		if q == nil {
+			q = &keyQueue{}
+			w.keys[k] = q
+		}
+		over := q.size() >= bound || (w.held >= w.p.cfg.MaxQueued && q.size() >= w.p.cfg.InFlight)
+		if over && !w.p.strict() && !readMeta(r).due.After(now) {
+			due := w.slotAfter(q, now)
+			w.parking++
+			w.wg.Add(1)
+			go w.parkOne(k, e, due)
+			continue
+		}
+		q.waiting = append(q.waiting, r)
+		q.entries = append(q.entries, e)
+		w.held++
+		w.dispatch(q)
 	}
-	return r
+	w.syncPause()
 }
 
-// waitDue holds a record until due: fetching the partition pauses
-// meanwhile, and the poll loop goes on serving other partitions. It reports
-// false if the worker was stopped first.
-func (w *worker) waitDue(due time.Time) bool {
-	d := time.Until(due)
-	if d <= 0 {
-		return true
+// slotAfter estimates when the next record of q's key to be parked will
+// get its slot at the key's configured rate, after those held and those
+// parked before it. Callers hold w.mu.
+func (w *worker) slotAfter(q *keyQueue, now time.Time) time.Time {
+	per := time.Duration(float64(time.Second) / w.p.cfg.Limit.PerSecond)
+	due := now.Add(time.Duration(q.size()) * per)
+	if next := q.parkedUntil.Add(per); next.After(due) {
+		due = next
 	}
+	q.parkedUntil = due
+	return due
+}
+
+// dispatch starts q's waiting records while the key has fewer than
+// InFlight being handled. Callers hold w.mu.
+func (w *worker) dispatch(q *keyQueue) {
+	for !w.stopped && q.running < w.p.cfg.InFlight && len(q.waiting) > 0 {
+		r, e := q.waiting[0], q.entries[0]
+		q.waiting[0], q.entries[0] = nil, nil
+		q.waiting, q.entries = q.waiting[1:], q.entries[1:]
+		q.running++
+		w.wg.Add(1)
+		go w.handleOne(q, r, e)
+	}
+}
+
+func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending) {
+	defer w.wg.Done()
+	ok := w.p.handle(w, r)
 	w.mu.Lock()
-	w.notDue++
+	defer w.mu.Unlock()
+	q.running--
+	w.held--
+	if ok {
+		// Not finished (stopped first): it stays in the log, so nothing
+		// past it is ever marked.
+		w.finish(e)
+	}
+	w.dispatch(q)
+	w.forget(string(r.Key), q)
 	w.syncPause()
-	w.mu.Unlock()
-	ok := sleep(w.ctx, d)
+}
+
+func (w *worker) parkOne(key string, e *pending, due time.Time) {
+	defer w.wg.Done()
+	ok := w.p.park(w.ctx, e.r, due)
 	w.mu.Lock()
-	w.notDue--
+	defer w.mu.Unlock()
+	w.parking--
+	if ok {
+		w.finish(e)
+	}
+	if q := w.keys[key]; q != nil {
+		w.forget(key, q)
+	}
 	w.syncPause()
-	w.mu.Unlock()
-	return ok
+}
+
+// forget drops q once it holds nothing and its parked records' estimated
+// slots have passed. Callers hold w.mu.
+func (w *worker) forget(key string, q *keyQueue) {
+	if q.size() == 0 && !q.parkedUntil.After(time.Now()) && w.keys[key] == q {
+		delete(w.keys, key)
+	}
+}
+
+// waitDue holds a record until due, or reports false if the worker was
+// stopped first. Only the record's key waits: the partition goes on.
+func (w *worker) waitDue(due time.Time) bool {
+	return sleep(w.ctx, time.Until(due))
 }
 
 // finish records that e's record is finished and marks for commit the
-// longest run of finished records at the head of the in-flight list.
+// longest run of finished records at the head of the log. Callers hold
+// w.mu.
 func (w *worker) finish(e *pending) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	e.finished = true
+	// Keep only what a commit needs: the value may be large, and the record
+	// may wait in the log behind a slower one.
+	e.r = &kgo.Record{Topic: e.r.Topic, Partition: e.r.Partition, Offset: e.r.Offset, LeaderEpoch: e.r.LeaderEpoch}
+	w.p.m.queued.WithLabelValues().Dec()
 	var last *kgo.Record
-	for len(w.inflight) > 0 && w.inflight[0].finished {
-		last = w.inflight[0].r
-		w.inflight[0] = nil
-		w.inflight = w.inflight[1:]
+	n := 0
+	for n < len(w.log) && w.log[n].finished {
+		last = w.log[n].r
+		w.log[n] = nil
+		n++
 	}
+	w.log = w.log[n:]
 	if last != nil {
 		w.cl.MarkCommitRecords(last)
 	}
 }
 
-func (w *worker) run() {
-	var wg sync.WaitGroup
-	defer close(w.done)
-	defer wg.Wait() // in-flight sends finish (bounded by SendTimeout) before done
-	defer func() {
-		w.mu.Lock()
-		n := len(w.queue)
-		w.queue = nil
-		w.mu.Unlock()
-		w.p.m.queued.WithLabelValues().Sub(float64(n))
-	}()
-	slots := make(chan struct{}, w.p.cfg.InFlight)
-	for {
-		select {
-		case slots <- struct{}{}:
-		case <-w.ctx.Done():
-			return
+// stats is a snapshot of the worker's queues for the metrics.
+func (w *worker) stats(backlog func(n int)) (held int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	for _, q := range w.keys {
+		n := q.size()
+		if q.parkedUntil.After(now) {
+			n += int(q.parkedUntil.Sub(now).Seconds() * w.p.cfg.Limit.PerSecond)
 		}
-		var r *kgo.Record
-		for r == nil {
-			if r = w.pop(); r != nil {
-				break
-			}
-			select {
-			case <-w.ctx.Done():
-				return
-			case <-w.wake:
-			}
-		}
-		w.p.m.queued.WithLabelValues().Dec()
-		e := &pending{r: r}
-		w.mu.Lock()
-		w.inflight = append(w.inflight, e)
-		w.mu.Unlock()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			if w.p.handle(w, r) {
-				w.finish(e)
-			}
-			// Not finished (stopped first): it stays at or after the head
-			// of the in-flight list, so nothing past it is ever marked.
-		}()
+		backlog(n)
 	}
+	return w.held
+}
+
+func (w *worker) run() {
+	defer close(w.done)
+	<-w.ctx.Done()
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
+	// In-flight sends finish (bounded by SendTimeout) before done.
+	w.wg.Wait()
+	w.mu.Lock()
+	unfinished := 0
+	for _, e := range w.log {
+		if !e.finished {
+			unfinished++
+		}
+	}
+	w.log, w.keys, w.held = nil, nil, 0
+	w.mu.Unlock()
+	w.p.m.queued.WithLabelValues().Sub(float64(unfinished))
 }
