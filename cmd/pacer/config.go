@@ -73,8 +73,10 @@ type config struct {
 	ExpectedReplicas int `env:"PACER_EXPECTED_REPLICAS, default=1"`
 	// PACER_SEND_TIMEOUT: longest wait for one provider answer; no answer in time is an unknown outcome; default 30s.
 	SendTimeout time.Duration `env:"PACER_SEND_TIMEOUT, default=30s"`
-	// PACER_INFLIGHT: records of one partition handled at once (1 keeps strict order); default 32.
+	// PACER_INFLIGHT: records of one pacing key handled at once in a partition (1 keeps each key's strict order); default 32.
 	InFlight int `env:"PACER_INFLIGHT, default=32"`
+	// PACER_LOOKAHEAD: how much of its pace a key keeps in memory per partition (rate x lookahead records, at least PACER_INFLIGHT); the rest is parked on the retry topics; default 5s.
+	Lookahead time.Duration `env:"PACER_LOOKAHEAD, default=5s"`
 	// PACER_LEASE_SIZE: send slots taken from Redis per call for one key; default 0 = automatic (a tenth of a second of slots once that is >= 10, else 1).
 	LeaseSize int `env:"PACER_LEASE_SIZE, default=0"`
 	// PACER_IDEMPOTENCY_TTL: how long delivered envelope ids are remembered; default 24h.
@@ -297,6 +299,9 @@ func (c config) validate() error {
 	}
 	if c.InFlight < 1 || c.InFlight > 1024 {
 		bad("PACER_INFLIGHT", "must be in 1..1024")
+	}
+	if c.Lookahead <= 0 {
+		bad("PACER_LOOKAHEAD", "must be > 0")
 	}
 	if c.LeaseSize < 0 || c.LeaseSize > 256 {
 		bad("PACER_LEASE_SIZE", "must be in 0..256 (0 = automatic)")

@@ -70,7 +70,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		Channel: *channel, Topic: *topic, Group: *group, Limit: limit, RecipientLimit: recipientLimit(*channel, cfg),
 		MaxAttempts: cfg.MaxAttempts, Drain: cfg.Drain,
 		AIMD: aimd, Breaker: breaker,
-		MaxTokenWait: cfg.MaxTokenWait, RetryDelays: cfg.RetryDelays, InFlight: cfg.InFlight, LeaseSize: cfg.LeaseSize, SendTimeout: cfg.SendTimeout,
+		MaxTokenWait: cfg.MaxTokenWait, RetryDelays: cfg.RetryDelays, InFlight: cfg.InFlight, Lookahead: cfg.Lookahead, LeaseSize: cfg.LeaseSize, SendTimeout: cfg.SendTimeout,
 		UnknownOutcome: cfg.UnknownOutcome, IdempotencyTTL: cfg.IdempotencyTTL, RedisFailure: cfg.RedisFailure,
 		Logger: log,
 	}, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + *channel),
