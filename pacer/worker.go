@@ -56,8 +56,9 @@ type keyQueue struct {
 func (q *keyQueue) size() int { return len(q.waiting) + q.running }
 
 // maxParking bounds the park copies one partition writes at once; past it
-// fetching pauses until Kafka acknowledged some.
-const maxParking = 256
+// fetching pauses until Kafka acknowledged some. The client's produce
+// buffer (10,000 records by default) bounds all partitions together.
+const maxParking = 4096
 
 func newWorker(p *Pacer, cl *kgo.Client, k tp) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -104,11 +105,17 @@ func (w *worker) syncPause() {
 // the key at least InFlight) and the record is due. A record not yet due
 // (a retry or parked copy) is held: parking it again would only move it.
 func (w *worker) push(rs []*kgo.Record) {
+	type parkJob struct {
+		key string
+		e   *pending
+		due time.Time
+	}
+	var jobs []parkJob
 	now := time.Now()
 	bound := w.p.keyBound()
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.stopped {
+		w.mu.Unlock()
 		return
 	}
 	w.p.m.queued.WithLabelValues().Add(float64(len(rs)))
@@ -123,10 +130,7 @@ func (w *worker) push(rs []*kgo.Record) {
 		}
 		over := q.size() >= bound || (w.held >= w.p.cfg.MaxQueued && q.size() >= w.p.cfg.InFlight)
 		if over && !w.p.strict() && !readMeta(r).due.After(now) {
-			due := w.slotAfter(q, now)
-			w.parking++
-			w.wg.Add(1)
-			go w.parkOne(k, e, due)
+			jobs = append(jobs, parkJob{k, e, w.slotAfter(q, now)})
 			continue
 		}
 		q.waiting = append(q.waiting, r)
@@ -134,7 +138,13 @@ func (w *worker) push(rs []*kgo.Record) {
 		w.held++
 		w.dispatch(q)
 	}
+	w.parking += len(jobs)
+	w.wg.Add(len(jobs))
 	w.syncPause()
+	w.mu.Unlock()
+	for _, j := range jobs {
+		w.p.parkAsync(w.ctx, j.e.r, j.due, func(ok bool) { w.parked(j.key, j.e, ok) })
+	}
 }
 
 // slotAfter estimates when the next record of q's key to be parked will
@@ -180,9 +190,10 @@ func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending) {
 	w.syncPause()
 }
 
-func (w *worker) parkOne(key string, e *pending, due time.Time) {
+// parked takes the outcome of parking e: finished once Kafka acknowledged
+// its copy.
+func (w *worker) parked(key string, e *pending, ok bool) {
 	defer w.wg.Done()
-	ok := w.p.park(w.ctx, e.r, due)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.parking--
