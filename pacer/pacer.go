@@ -363,6 +363,9 @@ func (p *Pacer) Run(ctx context.Context) error {
 		kgo.OnPartitionsRevoked(p.revoked),
 		kgo.OnPartitionsLost(p.lost),
 		kgo.FetchMaxPartitionBytes(1<<20),
+		// A resumed partition joins the next fetch request: waiting 500 ms
+		// for data, not 5 s, keeps a pause short.
+		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	)
 	cl, err := kgo.NewClient(opts...)

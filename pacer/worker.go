@@ -38,8 +38,12 @@ type worker struct {
 }
 
 // pending is one fetched record until its offset is marked for commit.
+// Once finished it keeps only the offset: the value may be large, and the
+// entry may wait in the log behind a slower record.
 type pending struct {
-	r        *kgo.Record
+	r        *kgo.Record // nil once finished
+	offset   int64
+	epoch    int32
 	finished bool
 }
 
@@ -54,11 +58,6 @@ type keyQueue struct {
 }
 
 func (q *keyQueue) size() int { return len(q.waiting) + q.running }
-
-// maxParking bounds the park copies one partition writes at once; past it
-// fetching pauses until Kafka acknowledged some. The client's produce
-// buffer (10,000 records by default) bounds all partitions together.
-const maxParking = 4096
 
 func newWorker(p *Pacer, cl *kgo.Client, k tp) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -78,14 +77,16 @@ func (p *Pacer) keyBound() int {
 func (p *Pacer) strict() bool { return p.cfg.InFlight == 1 }
 
 // syncPause pauses fetching the partition while it holds MaxQueued records
-// or writes maxParking park copies, and resumes it below half of either.
+// and resumes it at half. Park copies being written do not pause it: the
+// client's produce buffer (10,000 records) bounds them, and a paused
+// partition waits for the next fetch request once resumed.
 // Callers hold w.mu.
 func (w *worker) syncPause() {
 	want := w.paused
 	switch {
-	case w.held >= w.p.cfg.MaxQueued || w.parking >= maxParking:
+	case w.held >= w.p.cfg.MaxQueued:
 		want = true
-	case w.held <= w.p.cfg.MaxQueued/2 && w.parking <= maxParking/2:
+	case w.held <= w.p.cfg.MaxQueued/2:
 		want = false
 	}
 	if want == w.paused || w.stopped {
@@ -108,6 +109,7 @@ func (w *worker) push(rs []*kgo.Record) {
 	type parkJob struct {
 		key string
 		e   *pending
+		r   *kgo.Record
 		due time.Time
 	}
 	var jobs []parkJob
@@ -120,7 +122,7 @@ func (w *worker) push(rs []*kgo.Record) {
 	}
 	w.p.m.queued.WithLabelValues().Add(float64(len(rs)))
 	for _, r := range rs {
-		e := &pending{r: r}
+		e := &pending{r: r, offset: r.Offset, epoch: r.LeaderEpoch}
 		w.log = append(w.log, e)
 		k := string(r.Key)
 		q := w.keys[k]
@@ -130,7 +132,7 @@ func (w *worker) push(rs []*kgo.Record) {
 		}
 		over := q.size() >= bound || (w.held >= w.p.cfg.MaxQueued && q.size() >= w.p.cfg.InFlight)
 		if over && !w.p.strict() && !readMeta(r).due.After(now) {
-			jobs = append(jobs, parkJob{k, e, w.slotAfter(q, now)})
+			jobs = append(jobs, parkJob{k, e, r, w.slotAfter(q, now)})
 			continue
 		}
 		q.waiting = append(q.waiting, r)
@@ -143,7 +145,7 @@ func (w *worker) push(rs []*kgo.Record) {
 	w.syncPause()
 	w.mu.Unlock()
 	for _, j := range jobs {
-		w.p.parkAsync(w.ctx, j.e.r, j.due, func(ok bool) { w.parked(j.key, j.e, ok) })
+		w.p.parkAsync(w.ctx, j.r, j.due, func(ok bool) { w.parked(j.key, j.e, ok) })
 	}
 }
 
@@ -225,20 +227,18 @@ func (w *worker) waitDue(due time.Time) bool {
 // w.mu.
 func (w *worker) finish(e *pending) {
 	e.finished = true
-	// Keep only what a commit needs: the value may be large, and the record
-	// may wait in the log behind a slower one.
-	e.r = &kgo.Record{Topic: e.r.Topic, Partition: e.r.Partition, Offset: e.r.Offset, LeaderEpoch: e.r.LeaderEpoch}
+	e.r = nil
 	w.p.m.queued.WithLabelValues().Dec()
-	var last *kgo.Record
+	var last *pending
 	n := 0
 	for n < len(w.log) && w.log[n].finished {
-		last = w.log[n].r
+		last = w.log[n]
 		w.log[n] = nil
 		n++
 	}
 	w.log = w.log[n:]
 	if last != nil {
-		w.cl.MarkCommitRecords(last)
+		w.cl.MarkCommitRecords(&kgo.Record{Topic: w.tp.topic, Partition: w.tp.partition, Offset: last.offset, LeaderEpoch: last.epoch})
 	}
 }
 
