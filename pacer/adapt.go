@@ -3,6 +3,7 @@ package pacer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -22,28 +23,79 @@ type Adapter interface {
 	BreakerStatus(ctx context.Context, channel, key string) (bucket.BreakerStatus, error)
 }
 
-// refreshEvery is how often a replica re-reads a key's shared state (its
-// adapted rate and breaker) from Redis while it sends for that key: the
+// Policy answers each pacing key's limits and adaptation settings. The
+// pacer asks it when a key is first seen and then at most once per
+// refreshEvery while the key sends, so a policy change reaches every
+// replica within about a second without touching the loop. Implementations
+// must be safe for concurrent use; an error keeps the key's last policy.
+type Policy interface {
+	KeyPolicy(ctx context.Context, key string) (KeyPolicy, error)
+}
+
+// KeyPolicy is one pacing key's policy.
+type KeyPolicy struct {
+	Limit          bucket.Limit   // the key's ceiling: rate in msgs/s and burst; the AIMD never goes above it
+	RecipientLimit bucket.Limit   // a second bucket per (key, recipient); zero = none
+	AIMD           bucket.AIMD    // adaptation on throttles; zero fields mean bucket's defaults
+	Breaker        bucket.Breaker // breaker on halts; zero fields mean bucket's defaults
+}
+
+// Validate reports the first reason kp cannot pace a key (an error naming
+// the field), or nil.
+func (kp KeyPolicy) Validate() error {
+	if err := kp.Limit.Validate(); err != nil {
+		return fmt.Errorf("Limit: %w", err)
+	}
+	if kp.RecipientLimit != (bucket.Limit{}) {
+		if err := kp.RecipientLimit.Validate(); err != nil {
+			return fmt.Errorf("RecipientLimit: %w", err)
+		}
+	}
+	if err := kp.AIMD.Validate(kp.Limit); err != nil {
+		return err
+	}
+	return kp.Breaker.Validate()
+}
+
+// StaticPolicy gives every key the same policy: the channel's configured
+// one, the default when [Deps.Policy] is nil.
+type StaticPolicy KeyPolicy
+
+// KeyPolicy returns s for every key; it never fails.
+func (s StaticPolicy) KeyPolicy(context.Context, string) (KeyPolicy, error) { return KeyPolicy(s), nil }
+
+// refreshEvery is how often a replica re-reads a key's policy and shared
+// state (its adapted rate and breaker) while it sends for that key: the
 // bound on how long replicas disagree, at one or two calls per key per second.
 const refreshEvery = time.Second
 
 // activeFor is how long a key counts in the per-channel gauges after its
-// last message in this process.
-const activeFor = 5 * time.Minute
+// last message in this process; an idle key's state is freed (and its
+// unused leased slots given back) by the sweep that runs every sweepEvery.
+const (
+	activeFor  = 5 * time.Minute
+	sweepEvery = time.Minute
+)
 
-// keyState is this process's view of one pacing key's shared state.
+// keyState is this process's view of one pacing key's policy and shared
+// state.
 type keyState struct {
 	mu            sync.Mutex
+	pol           KeyPolicy
 	adapted       bucket.Adapted
-	limit         bucket.Limit // adapted limit passed to Take
-	refreshed     time.Time    // when adapted was last read from Redis
+	limit         bucket.Limit  // adapted limit passed to the bucket
+	refreshed     time.Time     // when the state was last read from Redis
+	refreshing    bool          // a goroutine is reading it now (without holding mu)
+	first         chan struct{} // closed once the first read is done
 	breaker       bucket.BreakerState
 	breakerUntil  time.Time
 	cooldownUntil time.Time
 	lastSeen      time.Time
+	users         int // records of this key being handled now; never swept while > 0
 
 	disp    *bucket.Dispenser // leases of this key's slots, shared by this process's senders
 	dispLim bucket.Limit      // the limit disp leases under
+	keys    *keyStates
 }
 
 // countingLeaser counts the Lease calls a Dispenser makes.
@@ -57,9 +109,9 @@ func (c countingLeaser) Lease(ctx context.Context, channel, key string, lim buck
 	return c.Leaser.Lease(ctx, channel, key, lim, n, maxWait)
 }
 
-// dispenser returns the key's Dispenser for lim, replacing (and returning
-// the unused slots of) one made for another limit.
-func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, lim bucket.Limit) *bucket.Dispenser {
+// dispenser returns the key's Dispenser for lim leasing n slots at a time,
+// replacing (and returning the unused slots of) one made for another limit.
+func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, lim bucket.Limit, n int) *bucket.Dispenser {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.disp != nil && st.dispLim == lim {
@@ -68,9 +120,8 @@ func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, lim buc
 	if st.disp != nil {
 		st.disp.Close(ctx)
 	}
-	n := min(p.cfg.LeaseSize, lim.Burst)
 	st.disp = bucket.NewDispenser(countingLeaser{p.bucket, func() { p.m.bucketCalls.WithLabelValues().Inc() }},
-		p.cfg.Channel, key, lim, max(n, 1), p.cfg.MaxTokenWait)
+		p.cfg.Channel, key, lim, n, p.cfg.MaxTokenWait)
 	st.dispLim = lim
 	return st.disp
 }
@@ -87,65 +138,156 @@ func (st *keyState) dropLease(ctx context.Context) {
 	}
 }
 
+// keyStates holds the state of the keys this process handles; idle keys are
+// dropped by sweep.
 type keyStates struct {
 	mu sync.Mutex
 	m  map[string]*keyState
 }
 
+// keyState returns key's state and counts one more record of the key in
+// hand; the caller calls done when the record is finished.
 func (p *Pacer) keyState(key string) *keyState {
 	p.keys.mu.Lock()
 	defer p.keys.mu.Unlock()
 	st := p.keys.m[key]
 	if st == nil {
-		st = &keyState{limit: p.cfg.Limit, adapted: bucket.Adapted{Rate: p.cfg.Limit.PerSecond, Ceiling: p.cfg.Limit.PerSecond}}
+		pol := KeyPolicy(p.policyDefault)
+		st = &keyState{pol: pol, limit: pol.Limit, adapted: bucket.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond},
+			first: make(chan struct{}), keys: &p.keys}
 		p.keys.m[key] = st
 	}
 	st.mu.Lock()
 	st.lastSeen = time.Now()
+	st.users++
 	st.mu.Unlock()
 	return st
+}
+
+// done counts one record of the key as no longer in hand.
+func (st *keyState) done() {
+	st.keys.mu.Lock()
+	defer st.keys.mu.Unlock()
+	st.mu.Lock()
+	st.users--
+	st.lastSeen = time.Now()
+	st.mu.Unlock()
+}
+
+// sweep frees the state of keys idle for longer than activeFor at now (no
+// record in hand), giving back their leased slots that have not started, and
+// reports how many it freed. Run calls it every sweepEvery, so memory
+// follows the keys in use, not every key ever seen.
+func (p *Pacer) sweep(ctx context.Context, now time.Time) int {
+	var idle []*keyState
+	p.keys.mu.Lock()
+	for k, st := range p.keys.m {
+		st.mu.Lock()
+		if st.users == 0 && now.Sub(st.lastSeen) > activeFor {
+			delete(p.keys.m, k)
+			idle = append(idle, st)
+		}
+		st.mu.Unlock()
+	}
+	p.keys.mu.Unlock()
+	for _, st := range idle {
+		st.dropLease(ctx)
+	}
+	return len(idle)
+}
+
+// sweepLoop runs sweep every sweepEvery until ctx ends.
+func (p *Pacer) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			p.sweep(ctx, now)
+		}
+	}
 }
 
 func (st *keyState) set(a bucket.Adapted, ceiling bucket.Limit, now time.Time) {
 	st.adapted = a
 	st.limit = a.Limit(ceiling)
-	st.refreshed = now
 	if a.CooldownLeft > 0 {
 		st.cooldownUntil = now.Add(a.CooldownLeft)
 	}
 }
 
-// limitFor returns the adapted limit of key, re-reading the shared state
-// (and raising the rate after a clean window) at most once per refreshEvery.
-// A Redis error keeps the last known limit: Take will fail the same way and
-// hold the message.
-func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slog.Logger) bucket.Limit {
+// limitFor returns the adapted limit and the policy of key. At most once per
+// refreshEvery one caller re-reads them (the policy, then the shared state
+// in Redis, raising the rate after a clean window) without holding the
+// key's lock, so a slow Redis reply never stalls the key's other senders:
+// they use the last known values meanwhile (except before the key's first
+// read, which they wait for). A Redis or policy error keeps the last known
+// values: the bucket call will fail the same way and hold the message.
+func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slog.Logger) (bucket.Limit, KeyPolicy) {
+	st.mu.Lock()
+	now := time.Now()
+	if st.refreshing || now.Sub(st.refreshed) < refreshEvery {
+		first := st.first
+		st.mu.Unlock()
+		select {
+		case <-first:
+		case <-ctx.Done():
+		}
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.limit, st.pol
+	}
+	st.refreshing = true
+	pol := st.pol
+	st.mu.Unlock()
+
+	if np, err := p.policy.KeyPolicy(ctx, key); err != nil {
+		log.Warn("key policy unavailable; keeping the last one", "err", err)
+	} else if err := np.Validate(); err != nil {
+		log.Error("key policy refused; keeping the last one", "err", err)
+	} else {
+		if np.Limit != pol.Limit {
+			log.Info("key limit changed", "old_rate", pol.Limit.PerSecond, "old_burst", pol.Limit.Burst,
+				"rate", np.Limit.PerSecond, "burst", np.Limit.Burst)
+		}
+		pol = np
+	}
+	a, aerr := p.adapter.Recover(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD)
+	bs, berr := p.adapter.BreakerStatus(ctx, p.cfg.Channel, key)
+
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	now := time.Now()
-	if now.Sub(st.refreshed) < refreshEvery {
-		return st.limit
-	}
+	now = time.Now()
+	st.refreshing = false
 	st.refreshed = now
-	a, err := p.adapter.Recover(ctx, p.cfg.Channel, key, p.cfg.Limit, p.cfg.AIMD)
-	if err != nil {
-		return st.limit
+	select {
+	case <-st.first:
+	default:
+		close(st.first)
 	}
-	if a.Increased {
-		log.Info("clean window: rate raised", "rate", a.Rate, "ceiling", a.Ceiling)
+	ceilingChanged := st.pol.Limit != pol.Limit
+	st.pol = pol
+	if aerr == nil {
+		if a.Increased {
+			log.Info("clean window: rate raised", "rate", a.Rate, "ceiling", a.Ceiling)
+		}
+		st.set(a, pol.Limit, now)
+	} else if ceilingChanged {
+		st.limit = pol.Limit
 	}
-	st.set(a, p.cfg.Limit, now)
-	if bs, err := p.adapter.BreakerStatus(ctx, p.cfg.Channel, key); err == nil {
+	if berr == nil {
 		st.breaker = bs.State
 		st.breakerUntil = now.Add(bs.OpenLeft)
 	}
-	return st.limit
+	return st.limit, st.pol
 }
 
 // throttled applies a key-wide throttle: one AIMD decrease for the burst of
 // throttles it belongs to, and a cooldown every replica honours. A key
 // throttled again and again at its floor trips the breaker.
-func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, perr *channels.Error, log *slog.Logger) {
+func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol KeyPolicy, perr *channels.Error, log *slog.Logger) {
 	hint := time.Duration(0)
 	code := codeOf(perr)
 	if perr != nil {
@@ -153,16 +295,16 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, perr *c
 	}
 	var a bucket.Adapted
 	if err := p.redis(ctx, log, func() (err error) {
-		a, err = p.adapter.Throttled(ctx, p.cfg.Channel, key, p.cfg.Limit, p.cfg.AIMD, hint)
+		a, err = p.adapter.Throttled(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, hint)
 		return err
 	}); err != nil {
 		if errors.Is(err, errRedisDown) {
-			p.fallback.Cooldown(ctx, p.cfg.Channel, key, p.cfg.AIMD.CooldownFor(hint))
+			p.fallback.Cooldown(ctx, p.cfg.Channel, key, pol.AIMD.CooldownFor(hint))
 		}
 		return
 	}
 	st.mu.Lock()
-	st.set(a, p.cfg.Limit, time.Now())
+	st.set(a, pol.Limit, time.Now())
 	st.mu.Unlock()
 	st.dropLease(ctx)
 	if a.Decreased {
@@ -170,16 +312,16 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, perr *c
 	} else {
 		log.Info("throttled (same burst: no further decrease)", "code", code, "rate", a.Rate, "cooldown", a.CooldownLeft)
 	}
-	if p.cfg.Breaker.FloorTripped(a) {
-		p.breakerResult(ctx, key, st, false, "throttled at the floor: "+code, log)
+	if pol.Breaker.FloorTripped(a) {
+		p.breakerResult(ctx, key, st, pol, false, "throttled at the floor: "+code, log)
 	}
 }
 
 // breakerResult reports an outcome to the key's breaker.
-func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, ok bool, reason string, log *slog.Logger) {
+func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol KeyPolicy, ok bool, reason string, log *slog.Logger) {
 	var state bucket.BreakerState
 	if err := p.redis(ctx, log, func() (err error) {
-		state, err = p.adapter.BreakerResult(ctx, p.cfg.Channel, key, p.cfg.Breaker, ok, reason)
+		state, err = p.adapter.BreakerResult(ctx, p.cfg.Channel, key, pol.Breaker, ok, reason)
 		return err
 	}); err != nil {
 		return
@@ -188,7 +330,7 @@ func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, ok 
 	was := st.breaker
 	st.breaker = state
 	if state != bucket.BreakerClosed {
-		st.breakerUntil = time.Now().Add(p.cfg.Breaker.OpenFor)
+		st.breakerUntil = time.Now().Add(pol.Breaker.OpenFor)
 	}
 	st.mu.Unlock()
 	switch {
@@ -199,10 +341,10 @@ func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, ok 
 	}
 }
 
-// breakerGate asks the breaker before a send when this process believes it
+// breakerAllow asks the breaker before a send when this process believes it
 // may be open. It returns allowed, whether this send is the half-open probe,
 // and how long to wait when not allowed; ok is false when ctx ended.
-func (p *Pacer) breakerGate(ctx context.Context, key string, st *keyState, log *slog.Logger) (allowed, probe bool, wait time.Duration, ok bool) {
+func (p *Pacer) breakerAllow(ctx context.Context, key string, st *keyState, pol KeyPolicy, log *slog.Logger) (allowed, probe bool, wait time.Duration, ok bool) {
 	st.mu.Lock()
 	closed := st.breaker == bucket.BreakerClosed
 	st.mu.Unlock()
@@ -210,7 +352,7 @@ func (p *Pacer) breakerGate(ctx context.Context, key string, st *keyState, log *
 		return true, false, 0, true
 	}
 	if err := p.redis(ctx, log, func() (err error) {
-		allowed, probe, wait, err = p.adapter.BreakerAllow(ctx, p.cfg.Channel, key, p.cfg.Breaker, p.cfg.Owner)
+		allowed, probe, wait, err = p.adapter.BreakerAllow(ctx, p.cfg.Channel, key, pol.Breaker, p.cfg.Owner)
 		return err
 	}); err != nil {
 		if errors.Is(err, errRedisDown) {
@@ -226,7 +368,7 @@ func (p *Pacer) breakerGate(ctx context.Context, key string, st *keyState, log *
 	return allowed, probe, wait, true
 }
 
-// registerKeyGauges adds the per-channel gauges computed from the keys this
+// keyGauges returns the per-channel gauges computed from the keys this
 // process sent for in the last activeFor.
 func (p *Pacer) keyGauges() []prometheus.Collector {
 	sum := func(f func(st *keyState, now time.Time) float64) func() float64 {
@@ -235,14 +377,11 @@ func (p *Pacer) keyGauges() []prometheus.Collector {
 			p.keys.mu.Lock()
 			defer p.keys.mu.Unlock()
 			total := 0.0
-			for k, st := range p.keys.m {
+			for _, st := range p.keys.m {
 				st.mu.Lock()
-				if now.Sub(st.lastSeen) > activeFor {
-					st.mu.Unlock()
-					delete(p.keys.m, k)
-					continue
+				if st.users > 0 || now.Sub(st.lastSeen) <= activeFor {
+					total += f(st, now)
 				}
-				total += f(st, now)
 				st.mu.Unlock()
 			}
 			return total
@@ -263,7 +402,7 @@ func (p *Pacer) keyGauges() []prometheus.Collector {
 		g("rate_current", "Adapted rate summed over active pacing keys, in messages per second.",
 			func(st *keyState, _ time.Time) float64 { return st.limit.PerSecond }),
 		g("rate_configured", "Configured rate (the AIMD ceiling) summed over active pacing keys, in messages per second.",
-			func(*keyState, time.Time) float64 { return p.cfg.Limit.PerSecond }),
+			func(st *keyState, _ time.Time) float64 { return st.pol.Limit.PerSecond }),
 		g("keys_cooldown", "Active pacing keys in a cooldown.",
 			func(st *keyState, now time.Time) float64 { return b(st.cooldownUntil.After(now)) }),
 		g("keys_at_floor", "Active pacing keys whose adapted rate is at the AIMD floor.",

@@ -3,11 +3,15 @@ package pacer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Envelope limits.
@@ -53,30 +57,39 @@ func (e *EnvelopeError) Error() string {
 // wireEnvelope keeps expires_at as text so a bad timestamp is reported by
 // field name rather than as a generic decode error.
 type wireEnvelope struct {
-	ID        *string         `json:"id"`
-	Key       *string         `json:"key"`
-	To        *string         `json:"to"`
-	Payload   json.RawMessage `json:"payload"`
-	Campaign  string          `json:"campaign"`
-	Tenant    string          `json:"tenant"`
-	ExpiresAt string          `json:"expires_at"`
+	ID        *string        `json:"id"`
+	Key       *string        `json:"key"`
+	To        *string        `json:"to"`
+	Payload   jsontext.Value `json:"payload"`
+	Campaign  string         `json:"campaign"`
+	Tenant    string         `json:"tenant"`
+	ExpiresAt string         `json:"expires_at"`
 }
 
-// ParseEnvelope decodes and validates one envelope. Unknown fields are
-// ignored, so producers can add their own. The error, when not nil, is an
-// *[EnvelopeError] naming the field: id (required, at most [MaxIDBytes]
-// bytes), key and to (required), payload (a JSON object of at most
-// [MaxPayloadBytes] bytes), expires_at (RFC 3339).
+// envelopeFields lists the top-level fields an envelope may have, for the
+// error about an unknown one.
+const envelopeFields = "id, key, to, payload, campaign, tenant, expires_at"
+
+// ParseEnvelope decodes and validates one envelope. It is strict, so that
+// nothing is silently changed or dropped: invalid UTF-8 anywhere (raw bytes
+// or an unpaired \u surrogate escape), a field given twice (at any depth)
+// and an unknown top-level field (a misspelled expires_at would otherwise
+// send after the deadline) are refused; payload stays free-form otherwise.
+// The error, when not nil, is an *[EnvelopeError] naming the field: id
+// (required, at most [MaxIDBytes] bytes), key and to (required), payload (a
+// JSON object of at most [MaxPayloadBytes] bytes), expires_at (RFC 3339),
+// or the unknown, duplicated or badly encoded field (a path such as
+// payload/text/body below the top level).
 func ParseEnvelope(b []byte) (Envelope, error) {
 	var w wireEnvelope
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
 		return Envelope{}, &EnvelopeError{Problem: "not a JSON object"}
 	}
-	if err := json.Unmarshal(b, &w); err != nil {
-		return Envelope{}, &EnvelopeError{Field: jsonField(err), Problem: "invalid JSON: " + err.Error()}
+	if err := jsonv2.Unmarshal(b, &w, jsonv2.RejectUnknownMembers(true)); err != nil {
+		return Envelope{}, decodeError(err)
 	}
-	env := Envelope{Campaign: w.Campaign, Tenant: w.Tenant, Payload: w.Payload}
+	env := Envelope{Campaign: w.Campaign, Tenant: w.Tenant, Payload: json.RawMessage(w.Payload)}
 	for _, f := range []struct {
 		name string
 		v    *string
@@ -120,13 +133,38 @@ func ParseEnvelope(b []byte) (Envelope, error) {
 	return env, nil
 }
 
-// jsonField names the field of a type error, or "" for a syntax error.
-func jsonField(err error) string {
-	if te, ok := err.(*json.UnmarshalTypeError); ok {
-		return te.Field
+// decodeError turns a JSON decoding error into an *EnvelopeError naming the
+// field (as a path below the envelope, e.g. "payload/text/body") in words
+// a producer can act on, without Go type names.
+func decodeError(err error) *EnvelopeError {
+	var se *jsonv2.SemanticError
+	var xe *jsontext.SyntacticError
+	switch {
+	case errors.As(err, &se) && errors.Is(se.Err, jsonv2.ErrUnknownName):
+		return &EnvelopeError{Field: field(se.JSONPointer), Problem: "unknown field (an envelope has " + envelopeFields + ")"}
+	case errors.As(err, &se):
+		what := "a string"
+		if se.JSONPointer == "/payload" {
+			what = "a JSON object"
+		}
+		got := map[jsontext.Kind]string{'n': "null", 'f': "a boolean", 't': "a boolean", '"': "a string",
+			'0': "a number", '{': "an object", '[': "an array"}[se.JSONKind]
+		if got == "" {
+			got = "something else"
+		}
+		return &EnvelopeError{Field: field(se.JSONPointer), Problem: "must be " + what + ", got " + got}
+	case errors.As(err, &xe) && errors.Is(xe.Err, jsontext.ErrDuplicateName):
+		return &EnvelopeError{Field: field(xe.JSONPointer), Problem: "given more than once"}
+	case errors.As(err, &xe) && (strings.Contains(xe.Err.Error(), "UTF-8") || strings.Contains(xe.Err.Error(), "surrogate")):
+		return &EnvelopeError{Field: field(xe.JSONPointer), Problem: "not valid UTF-8"}
+	case errors.As(err, &xe):
+		return &EnvelopeError{Field: field(xe.JSONPointer), Problem: fmt.Sprintf("invalid JSON at byte %d: %v", xe.ByteOffset, xe.Err)}
 	}
-	return ""
+	return &EnvelopeError{Problem: "invalid JSON: " + err.Error()}
 }
+
+// field renders a JSON pointer as a field path without the leading slash.
+func field(p jsontext.Pointer) string { return strings.TrimPrefix(string(p), "/") }
 
 // Expired reports whether the envelope has an expiry at or before now.
 func (e Envelope) Expired(now time.Time) bool {

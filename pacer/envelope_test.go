@@ -12,7 +12,7 @@ import (
 func TestParseEnvelope(t *testing.T) {
 	env, err := pacer.ParseEnvelope([]byte(`  {"id":"c1-1","key":"106540352242922","to":"15551234567",
 		"payload":{"type":"text","text":{"body":"hi"}},"campaign":"c1","tenant":"acme",
-		"expires_at":"2030-01-02T03:04:05Z","extra":"ignored"}`))
+		"expires_at":"2030-01-02T03:04:05Z"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,17 @@ func TestParseEnvelopeErrorsNameTheField(t *testing.T) {
 		{"truncated", `{"id":"a",`, "", "invalid JSON"},
 		{"id missing", `{"key":"k","to":"t"}`, "id", "required"},
 		{"id empty", `{"id":"","key":"k","to":"t"}`, "id", "required"},
-		{"id wrong type", `{"id":5,"key":"k","to":"t"}`, "id", "invalid JSON"},
+		{"id wrong type", `{"id":5,"key":"k","to":"t"}`, "id", "must be a string, got a number"},
+		{"id invalid UTF-8", "{\"id\":\"zz-\xfe\",\"key\":\"k\",\"to\":\"t\"}", "id", "not valid UTF-8"},
+		{"id other invalid UTF-8", "{\"id\":\"zz-\xff\",\"key\":\"k\",\"to\":\"t\"}", "id", "not valid UTF-8"},
+		{"key lone surrogate", `{"id":"a","key":"k\ud800","to":"t"}`, "key", "not valid UTF-8"},
+		{"payload invalid UTF-8", "{\"id\":\"a\",\"key\":\"k\",\"to\":\"t\",\"payload\":{\"text\":{\"body\":\"\xc3\"}}}", "payload/text/body", "not valid UTF-8"},
+		{"campaign invalid UTF-8", "{\"id\":\"a\",\"key\":\"k\",\"to\":\"t\",\"campaign\":\"\xe2\x82\"}", "campaign", "not valid UTF-8"},
+		{"id twice", `{"id":"a","key":"k","to":"t","id":"b"}`, "id", "given more than once"},
+		{"payload member twice", `{"id":"a","key":"k","to":"t","payload":{"type":"text","type":"image"}}`, "payload/type", "given more than once"},
+		{"misspelled expiry", `{"id":"a","key":"k","to":"t","expire_at":"2020-01-01T00:00:00Z"}`, "expire_at", "unknown field"},
+		{"unknown field", `{"id":"a","key":"k","to":"t","priority_level":1}`, "priority_level", "unknown field"},
+		{"campaign not a string", `{"id":"a","key":"k","to":"t","campaign":{}}`, "campaign", "must be a string, got an object"},
 		{"id too long", `{"id":"` + strings.Repeat("x", 129) + `","key":"k","to":"t"}`, "id", "129 bytes, at most 128"},
 		{"key missing", `{"id":"a","to":"t"}`, "key", "required"},
 		{"key blank", `{"id":"a","key":"  ","to":"t"}`, "key", "required"},
@@ -50,6 +60,17 @@ func TestParseEnvelopeErrorsNameTheField(t *testing.T) {
 				t.Fatalf("err = %v, want field %q problem containing %q", err, c.field, c.problem)
 			}
 		})
+	}
+}
+
+// A payload is free-form below its top level: any members, any nesting.
+func TestParseEnvelopePayloadIsFreeForm(t *testing.T) {
+	env, err := pacer.ParseEnvelope([]byte(`{"id":"a","key":"k","to":"t","payload":{"anything":{"nested":[1,{"x":"\u00e9\ud83d\ude00"}]},"id":"not the envelope's"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.ID != "a" || !strings.Contains(string(env.Payload), `"anything"`) {
+		t.Fatalf("got %+v", env)
 	}
 }
 

@@ -90,172 +90,308 @@ func (m meta) headers(r *kgo.Record, extra ...kgo.RecordHeader) []kgo.RecordHead
 	return append(hs, extra...)
 }
 
+// kind is where a step left a record.
+type kind int
+
+const (
+	pass         kind = iota // the step let the record through: on to the next step
+	again                    // the send must be tried again: back to the first gate
+	stopped                  // the worker stopped first: not finished, re-delivered to the next owner
+	delivered                // the provider accepted it
+	duplicate                // its id was delivered before: skipped
+	requeued                 // no slot in time: put back on a retry topic, not an attempt
+	retrying                 // transient failure: retry topic with attempt + 1, or the DLQ
+	deadLettered             // never to be sent: DLQ with a reason
+)
+
+// outcome is what a step decided for a record. Only [Pacer.finish] acts on
+// it, so every exit releases the claim, writes the copy, counts and marks
+// the same way.
+type outcome struct {
+	kind      kind
+	reason    string          // requeued, deadLettered: why (the pacer-reason header, the metric label)
+	detail    string          // deadLettered: the provider answer or parse error
+	wait      time.Duration   // requeued: how long until the record may be tried again
+	err       error           // retrying: the cause (its Retry-After is honoured)
+	res       channels.Result // delivered: the provider's answer
+	keepClaim bool            // the provider may have the message: the claim stays (unknown outcome)
+}
+
+func next() outcome { return outcome{kind: pass} }
+func stop() outcome { return outcome{kind: stopped} }
+func requeue(reason string, d time.Duration) outcome {
+	return outcome{kind: requeued, reason: reason, wait: d}
+}
+func dead(reason, detail string) outcome {
+	return outcome{kind: deadLettered, reason: reason, detail: detail}
+}
+
+// flight is one record on its way through the steps: what they read and
+// what finish needs.
+type flight struct {
+	w       *worker
+	r       *kgo.Record
+	m       meta
+	env     Envelope
+	st      *keyState // nil until the envelope is parsed
+	pol     KeyPolicy // the key's policy at the last gate
+	lim     bucket.Limit
+	probe   bool // this send is the breaker's half-open probe
+	claimed bool // this flight holds the id's claim in the ledger
+	locked  bool // this flight holds the id in this process (lockID)
+	log     *slog.Logger
+
+	pairThrottles int       // pair-scoped throttles of this message so far
+	waitStart     time.Time // since when it waits for a slot
+}
+
 // handle takes one record to a finished state and returns true, or returns
 // false when the worker stopped first (the record is then re-delivered to
 // the partition's next owner).
 func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
-	ctx := w.ctx
-	log := p.log.With("topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
-	m := readMeta(r)
-	if !w.waitDue(m.due) {
-		return false
-	}
-	env, err := ParseEnvelope(r.Value)
-	if err != nil {
-		return p.deadLetter(ctx, r, m, "malformed", err.Error(), log)
-	}
-	log = log.With("id", env.ID)
-	// Two copies of one id in this process are handled one after the other,
-	// so the second finds the first's outcome in the ledger.
-	if !p.lockID(ctx, env.Key, env.ID) {
-		return false
-	}
-	defer p.unlockID(env.Key, env.ID)
-	if env.Expired(time.Now()) {
-		return p.deadLetter(ctx, r, m, "expired", "expires_at "+env.ExpiresAt.Format(time.RFC3339)+" passed before a send", log)
-	}
+	f := &flight{w: w, r: r, m: readMeta(r),
+		log: p.log.With("topic", r.Topic, "partition", r.Partition, "offset", r.Offset)}
+	return p.finish(f, p.steps(f))
+}
 
-	force := m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
-	msg := channels.Message{ID: env.ID, Key: env.Key, To: env.To, Payload: env.Payload}
-	st := p.keyState(env.Key)
-	// claimed is whether this handle holds the id's claim in the ledger;
-	// drop gives it back, and costs nothing when there is none.
-	claimed := false
-	drop := func() {
-		if claimed {
-			p.release(ctx, env, log)
-			claimed = false
-		}
+// steps runs the gates in order until one decides the record's outcome:
+// due time, envelope, expiry; then, for each try, breaker, slot, claim,
+// send. A throttle, a halt or a cooldown that began during the wait sends
+// the record back to the first gate (again).
+func (p *Pacer) steps(f *flight) outcome {
+	if o := p.admit(f); o.kind != pass {
+		return o
 	}
-	pairThrottles := 0
-	waitStart := time.Now()
+	f.waitStart = time.Now()
 	for {
-		allowed, probe, bwait, ok := p.breakerGate(ctx, env.Key, st, log)
-		if !ok {
-			drop()
-			return false
+		o := p.breakerGate(f)
+		if o.kind == pass {
+			o = p.slot(f)
 		}
-		if !allowed {
-			drop()
-			return p.requeue(ctx, r, m, "breaker", max(bwait, time.Second), log)
+		if o.kind == pass {
+			o = p.claim(f)
 		}
-		lim := p.limitFor(ctx, env.Key, st, log)
-		wait, reason, ok := p.acquire(ctx, env.Key, env.To, st, lim, log)
-		if !ok {
-			drop()
-			return false
+		if o.kind == pass {
+			o = p.send(f)
 		}
-		if wait > 0 {
-			drop()
-			return p.requeue(ctx, r, m, reason, wait, log)
-		}
-		p.m.bucketWait.WithLabelValues().Observe(time.Since(waitStart).Seconds())
-
-		// Claim the id only now, right before the request: a process that
-		// dies while waiting for a token leaves no claim behind.
-		var claim bucket.ClaimResult
-		var cool time.Duration
-		err := p.redis(ctx, log, func() (err error) {
-			claim, cool, err = p.ledger.Claim(ctx, p.cfg.Channel, env.Key, env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
-			return err
-		})
-		if err != nil && !errors.Is(err, errRedisDown) {
-			drop()
-			return false
-		}
-		claimed = err == nil && claim == bucket.Claimed
-		switch claim {
-		case bucket.CoolingDown:
-			// A cooldown began while this message slept on its slot.
-			if cool > p.cfg.MaxTokenWait {
-				drop()
-				return p.requeue(ctx, r, m, "cooldown", cool, log)
-			}
-			if !sleep(ctx, cool+time.Duration(rand.Int64N(int64(cool)/10+1))) {
-				drop()
-				return false
-			}
-			continue
-		case bucket.Delivered:
-			p.m.duplicates.WithLabelValues().Inc()
-			log.Debug("already delivered; skipped")
-			return true
-		case bucket.Abandoned:
-			return p.deadLetter(ctx, r, m, "unknown-outcome",
-				"another process claimed this id and stopped before recording an outcome; the provider may have the message", log)
-		}
-
-		sctx, cancel := context.WithTimeout(p.sendCtx, p.cfg.SendTimeout)
-		start := time.Now()
-		res, err := p.sender.Send(sctx, msg)
-		cancel()
-		p.m.sendLatency.WithLabelValues().Observe(time.Since(start).Seconds())
-		class := channels.ClassOf(err)
-		var perr *channels.Error
-		errors.As(err, &perr)
-
-		if err != nil && channels.MaybeAccepted(err) {
-			// No answer: the provider may have the message.
-			p.m.sends.WithLabelValues("unknown").Inc()
-			if p.sendCtx.Err() != nil {
-				log.Warn("send cut at the drain deadline; outcome unknown, claim kept", "err", err)
-				return false
-			}
-			m.attempt++
-			if p.cfg.UnknownOutcome == UnknownOutcomeDLQ {
-				return p.deadLetter(ctx, r, m, "unknown-outcome", "no answer from the provider: "+err.Error(), log)
-			}
-			drop()
-			return p.retry(ctx, r, m, err, log)
-		}
-		p.m.sends.WithLabelValues(class.String()).Inc()
-		p.m.response(class.String(), perr)
-		if probe {
-			p.breakerResult(ctx, env.Key, st, class == channels.Success || class == channels.Permanent,
-				"probe answered "+class.String()+" "+codeOf(perr), log)
-		}
-		switch class {
-		case channels.Success:
-			p.delivered(ctx, env, res, log)
-			return true
-		case channels.Throttle:
-			// Our pace, not the message, was at fault: no attempt counted.
-			if perr != nil && perr.Scope == channels.ScopePair {
-				// Only this recipient is limited: hold this message, not the
-				// key (WhatsApp 131056 asks for 4^n s between tries).
-				pairThrottles++
-				d := perr.RetryAfter
-				if d <= 0 {
-					d = time.Second << min(2*(pairThrottles-1), 12)
-				}
-				log.Info("pair throttled; retrying this message later", "code", codeOf(perr), "after", d)
-				if d > p.cfg.MaxTokenWait {
-					drop()
-					return p.requeue(ctx, r, m, "pair-throttle", d, log)
-				}
-				if !sleep(ctx, d) {
-					drop()
-					return false
-				}
-			} else {
-				p.throttled(ctx, env.Key, st, perr, log)
-			}
-			waitStart = time.Now()
-		case channels.Transient:
-			m.attempt++
-			drop()
-			return p.retry(ctx, r, m, err, log)
-		case channels.Permanent:
-			drop()
-			return p.deadLetter(ctx, r, m, "permanent:"+codeOf(perr), err.Error(), log)
-		case channels.Halt:
-			log.Error("provider refuses this pacing key (credentials or account); opening its breaker, nothing dropped",
-				"code", codeOf(perr), "err", err)
-			drop()
-			p.breakerResult(ctx, env.Key, st, false, "halt: "+codeOf(perr), log)
-			waitStart = time.Now()
+		if o.kind != again {
+			return o
 		}
 	}
+}
+
+// admit holds the record until it is due, parses it, takes its id in this
+// process (two copies of one id are handled one after the other, so the
+// second finds the first's outcome in the ledger) and checks its expiry.
+func (p *Pacer) admit(f *flight) outcome {
+	if !f.w.waitDue(f.m.due) {
+		return stop()
+	}
+	env, err := ParseEnvelope(f.r.Value)
+	if err != nil {
+		return dead("malformed", err.Error())
+	}
+	// A record key that names another pacing key than the envelope would
+	// pace by one and partition by the other: refused. A record without a
+	// key is paced by the envelope's.
+	if len(f.r.Key) > 0 && string(f.r.Key) != env.Key {
+		return dead("malformed", fmt.Sprintf("record key %q differs from the envelope's key %q", f.r.Key, env.Key))
+	}
+	f.env = env
+	f.log = f.log.With("id", env.ID)
+	if !p.lockID(f.w.ctx, env.Key, env.ID) {
+		return stop()
+	}
+	f.locked = true
+	f.st = p.keyState(env.Key)
+	if env.Expired(time.Now()) {
+		return dead("expired", "expires_at "+env.ExpiresAt.Format(time.RFC3339)+" passed before a send")
+	}
+	return next()
+}
+
+// breakerGate refreshes the key's policy and adapted limit and asks the
+// breaker: an open breaker requeues the record.
+func (p *Pacer) breakerGate(f *flight) outcome {
+	ctx := f.w.ctx
+	f.lim, f.pol = p.limitFor(ctx, f.env.Key, f.st, f.log)
+	allowed, probe, wait, ok := p.breakerAllow(ctx, f.env.Key, f.st, f.pol, f.log)
+	if !ok {
+		return stop()
+	}
+	if !allowed {
+		return requeue("breaker", max(wait, time.Second))
+	}
+	f.probe = probe
+	return next()
+}
+
+// slot waits for the key's next send slot; none within MaxTokenWait
+// requeues the record.
+func (p *Pacer) slot(f *flight) outcome {
+	wait, reason, ok := p.acquire(f.w.ctx, f.env.Key, f.env.To, f.st, f.pol, f.lim, f.log)
+	if !ok {
+		return stop()
+	}
+	if wait > 0 {
+		return requeue(reason, wait)
+	}
+	p.m.bucketWait.WithLabelValues().Observe(time.Since(f.waitStart).Seconds())
+	return next()
+}
+
+// claim takes the id in the ledger right before the request, so a process
+// that dies while waiting for a token leaves no claim behind.
+func (p *Pacer) claim(f *flight) outcome {
+	ctx := f.w.ctx
+	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
+	var res bucket.ClaimResult
+	var cool time.Duration
+	err := p.redis(ctx, f.log, func() (err error) {
+		res, cool, err = p.ledger.Claim(ctx, p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
+		return err
+	})
+	switch {
+	case errors.Is(err, errRedisDown):
+		return next() // local failure mode: no ledger, send anyway
+	case err != nil:
+		return stop()
+	}
+	switch res {
+	case bucket.Claimed:
+		f.claimed = true
+		return next()
+	case bucket.CoolingDown:
+		// A cooldown began while this message slept on its slot.
+		if cool > p.cfg.MaxTokenWait {
+			return requeue("cooldown", cool)
+		}
+		if !sleep(ctx, cool+time.Duration(rand.Int64N(int64(cool)/10+1))) {
+			return stop()
+		}
+		return outcome{kind: again}
+	case bucket.Delivered:
+		return outcome{kind: duplicate}
+	case bucket.Abandoned:
+		return dead("unknown-outcome",
+			"another process claimed this id and stopped before recording an outcome; the provider may have the message")
+	}
+	return stop()
+}
+
+// send makes one request and classifies the answer.
+func (p *Pacer) send(f *flight) outcome {
+	ctx := f.w.ctx
+	msg := channels.Message{ID: f.env.ID, Key: f.env.Key, To: f.env.To, Payload: f.env.Payload}
+	sctx, cancel := context.WithTimeout(p.sendCtx, p.cfg.SendTimeout)
+	start := time.Now()
+	res, err := p.sender.Send(sctx, msg)
+	cancel()
+	p.m.sendLatency.WithLabelValues().Observe(time.Since(start).Seconds())
+	class := channels.ClassOf(err)
+	var perr *channels.Error
+	errors.As(err, &perr)
+
+	if err != nil && channels.MaybeAccepted(err) {
+		// No answer: the provider may have the message.
+		p.m.sends.WithLabelValues("unknown").Inc()
+		if p.sendCtx.Err() != nil {
+			f.log.Warn("send cut at the drain deadline; outcome unknown, claim kept", "err", err)
+			return outcome{kind: stopped, keepClaim: true}
+		}
+		f.m.attempt++
+		if p.cfg.UnknownOutcome == UnknownOutcomeDLQ {
+			o := dead("unknown-outcome", "no answer from the provider: "+err.Error())
+			o.keepClaim = true
+			return o
+		}
+		return outcome{kind: retrying, err: err}
+	}
+	p.m.sends.WithLabelValues(class.String()).Inc()
+	p.m.response(class.String(), perr)
+	if f.probe {
+		p.breakerResult(ctx, f.env.Key, f.st, f.pol, class == channels.Success || class == channels.Permanent,
+			"probe answered "+class.String()+" "+codeOf(perr), f.log)
+	}
+	switch class {
+	case channels.Success:
+		return outcome{kind: delivered, res: res}
+	case channels.Throttle:
+		// Our pace, not the message, was at fault: no attempt counted.
+		f.waitStart = time.Now()
+		if perr != nil && perr.Scope == channels.ScopePair {
+			return p.pairThrottled(f, perr)
+		}
+		p.throttled(ctx, f.env.Key, f.st, f.pol, perr, f.log)
+		return outcome{kind: again}
+	case channels.Transient:
+		f.m.attempt++
+		return outcome{kind: retrying, err: err}
+	case channels.Permanent:
+		return dead("permanent:"+codeOf(perr), err.Error())
+	default: // channels.Halt
+		f.log.Error("provider refuses this pacing key (credentials or account); opening its breaker, nothing dropped",
+			"code", codeOf(perr), "err", err)
+		p.breakerResult(ctx, f.env.Key, f.st, f.pol, false, "halt: "+codeOf(perr), f.log)
+		f.waitStart = time.Now()
+		return outcome{kind: again}
+	}
+}
+
+// pairThrottled holds one message whose recipient alone is limited
+// (WhatsApp 131056 asks for 4^n s between tries), not the key.
+func (p *Pacer) pairThrottled(f *flight, perr *channels.Error) outcome {
+	f.pairThrottles++
+	d := perr.RetryAfter
+	if d <= 0 {
+		d = time.Second << min(2*(f.pairThrottles-1), 12)
+	}
+	f.log.Info("pair throttled; retrying this message later", "code", codeOf(perr), "after", d)
+	if d > p.cfg.MaxTokenWait {
+		return requeue("pair-throttle", d)
+	}
+	if !sleep(f.w.ctx, d) {
+		return stop()
+	}
+	return outcome{kind: again}
+}
+
+// finish carries out o, the one place every record's path ends: the claim
+// is released unless the provider has (or may have) the message, the copy
+// is written, the metric counted. It reports whether the record is
+// finished (its offset may be committed).
+func (p *Pacer) finish(f *flight, o outcome) bool {
+	ctx := f.w.ctx
+	if f.locked {
+		defer p.unlockID(f.env.Key, f.env.ID)
+	}
+	if f.st != nil {
+		defer f.st.done()
+	}
+	if f.claimed && o.kind != delivered && !o.keepClaim {
+		p.release(ctx, f.env, f.log)
+	}
+	done := false
+	switch o.kind {
+	case delivered:
+		p.delivered(ctx, f.env, o.res, f.log)
+		done = true
+	case duplicate:
+		p.m.duplicates.WithLabelValues().Inc()
+		f.log.Debug("already delivered; skipped")
+		done = true
+	case requeued:
+		done = p.requeue(ctx, f.r, f.m, o.reason, o.wait, f.log)
+	case retrying:
+		done = p.retry(ctx, f.r, f.m, o.err, f.log)
+	case deadLettered:
+		done = p.deadLetter(ctx, f.r, f.m, o.reason, o.detail, f.log)
+	}
+	// stopped (and pass or again, which never reach here): not finished.
+	if done {
+		p.tally.count(o.kind)
+	}
+	return done
 }
 
 // lockID waits until no other goroutine of this process handles the
@@ -344,16 +480,16 @@ func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) er
 // sleep until it starts. It returns (0, "", true) once the slot started; or,
 // when no slot is to be had within MaxTokenWait, the wait and why
 // ("cooldown" or "token-wait") without waiting. ok is false when ctx ended.
-func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, lim bucket.Limit, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
+func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, pol KeyPolicy, lim bucket.Limit, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
 	for {
 		var res bucket.Reservation
 		start := time.Now()
 		err := p.redis(ctx, log, func() (err error) {
-			res, err = p.reserve(ctx, p.bucket, key, to, st, lim)
+			res, err = p.reserve(ctx, p.bucket, key, to, st, pol, lim)
 			return err
 		})
 		if errors.Is(err, errRedisDown) {
-			res, err = p.reserve(ctx, p.fallback, key, to, nil, lim)
+			res, err = p.reserve(ctx, p.fallback, key, to, nil, pol, lim)
 		}
 		if err != nil {
 			return 0, "", false
@@ -399,12 +535,12 @@ func lateSlot(lim bucket.Limit) time.Duration {
 	return max(time.Duration(d*float64(time.Second)), time.Millisecond)
 }
 
-// reserve asks b for one slot of key: with a recipient bucket, one
-// all-or-nothing reservation of both; else through the key's Dispenser (one
-// Redis call per LeaseSize slots) when leases are on (st != nil); else one
-// reservation.
-func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keyState, lim bucket.Limit) (bucket.Reservation, error) {
-	if p.cfg.RecipientLimit != (bucket.Limit{}) {
+// reserve asks b for one slot of key under lim (the adapted limit of
+// pol.Limit): with a recipient bucket, one all-or-nothing reservation of
+// both; else through the key's Dispenser (one Redis call per lease) when
+// leases are on for the key and st != nil; else one reservation.
+func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keyState, pol KeyPolicy, lim bucket.Limit) (bucket.Reservation, error) {
+	if pol.RecipientLimit != (bucket.Limit{}) {
 		// A slot far ahead for a busy recipient would charge the key's
 		// bucket at that slot too and hold other recipients behind it, so
 		// a multi reservation looks no further ahead than the key's burst
@@ -413,14 +549,15 @@ func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keySt
 		p.m.bucketCalls.WithLabelValues().Inc()
 		return b.ReserveMulti(ctx, p.cfg.Channel, key, []bucket.Request{
 			{Limit: lim, Cost: 1},
-			{Sub: recipientSub(to), Limit: p.cfg.RecipientLimit, Cost: 1},
+			{Sub: recipientSub(to), Limit: pol.RecipientLimit, Cost: 1},
 		}, max(min(p.cfg.MaxTokenWait, reach), time.Millisecond))
 	}
-	if p.cfg.LeaseSize <= 1 || st == nil {
+	n := p.cfg.leaseSize(pol.Limit, lim)
+	if n <= 1 || st == nil {
 		p.m.bucketCalls.WithLabelValues().Inc()
 		return b.Reserve(ctx, p.cfg.Channel, key, lim, 1, p.cfg.MaxTokenWait)
 	}
-	d := st.dispenser(ctx, p, key, lim)
+	d := st.dispenser(ctx, p, key, lim, n)
 	return d.Next(ctx)
 }
 
@@ -528,24 +665,26 @@ func (p *Pacer) deadLetter(ctx context.Context, r *kgo.Record, m meta, reason, d
 	)}
 	err := p.produce(ctx, dr, log)
 	if errors.Is(err, errTooLarge) {
-		// Keep the reason and origin, drop the rest; then, if still too
-		// large, cut the value (the original stays in its topic at the
-		// offset named, until retention).
-		keep := []kgo.RecordHeader{}
+		// Shrink in steps, keeping what replay selects by: first drop the
+		// headers over 1 KiB (the pacer's own and a producer's campaign stay),
+		// then cut the value to 512 KiB, then drop it; the original stays at
+		// the offset named until retention.
+		var keep []kgo.RecordHeader
 		for _, h := range dr.Headers {
-			switch h.Key {
-			case hReason, hChannel, hOrigTopic, hOrigPart, hOrigOff:
+			if len(h.Value) <= 1<<10 {
 				keep = append(keep, h)
 			}
 		}
 		dr.Headers = keep
 		if err = p.produce(ctx, dr, log); errors.Is(err, errTooLarge) {
-			n := min(len(dr.Value), 512<<10)
-			dr.Value = dr.Value[:n]
 			dr.Headers = append(dr.Headers, kgo.RecordHeader{Key: hTruncated, Value: []byte(strconv.Itoa(len(r.Value)))})
-			err = p.produce(ctx, dr, log)
+			dr.Value = dr.Value[:min(len(dr.Value), 512<<10)]
+			if err = p.produce(ctx, dr, log); errors.Is(err, errTooLarge) {
+				dr.Value = nil
+				err = p.produce(ctx, dr, log)
+			}
 		}
-		log.Warn("DLQ copy too large for the broker: headers dropped and value cut if needed", "bytes", len(r.Value))
+		log.Warn("DLQ copy too large for the broker: large headers dropped and the value cut if needed", "bytes", len(r.Value))
 	}
 	if err != nil {
 		return false

@@ -84,9 +84,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
@@ -132,6 +134,10 @@ type Deps struct {
 	// Fallback paces while Redis is down in RedisFailure "local" mode
 	// (*bucket.Local, at rate / expected replicas); required then, else unused.
 	Fallback Bucket
+	// Policy gives each pacing key its limits and adaptation settings; nil
+	// gives every key the channel's (Config.Limit, RecipientLimit, AIMD,
+	// Breaker) as a [StaticPolicy].
+	Policy Policy
 }
 
 // Redis failure modes for [Config.RedisFailure].
@@ -169,7 +175,9 @@ type Config struct {
 	MaxQueued      int             // records one partition holds in its per-key queues before fetching pauses; default 2000
 	InFlight       int             // records of one pacing key handled at once in a partition; default 32 (1 keeps strict order per key)
 	Lookahead      time.Duration   // a key holds at most Lookahead x rate records per partition (at least InFlight); more are parked; default 5s
-	LeaseSize      int             // slots per Redis lease; default rate/10 (100 ms of slots) when that is >= 10, else 1 (one reservation per message); max 256
+	LeaseSize      int             // slots per Redis lease; 0 (default) = per key, its ceiling's rate/10 (100 ms of slots) when that is >= 10, else 1 (one reservation per message); at most 256 and the adapted burst
+	StartupTimeout time.Duration   // Run fails if the topics cannot be checked (no broker answers) within this; default 1m
+	ProgressEvery  time.Duration   // interval of the INFO progress line (delivered, dead-lettered, requeued, retried); default 30s, < 0 = none
 	Owner          string          // this process in ledger claims; default host-pid-random
 	Logger         *slog.Logger    // default slog.Default()
 }
@@ -217,6 +225,10 @@ func (c *Config) setDefaults() error {
 		}
 	}
 	defd(&c.Drain, 30*time.Second)
+	defd(&c.StartupTimeout, time.Minute)
+	if c.ProgressEvery == 0 {
+		c.ProgressEvery = 30 * time.Second
+	}
 	defd(&c.SendTimeout, 30*time.Second)
 	defd(&c.MaxCooldown, time.Hour)
 	if c.RecipientLimit != (bucket.Limit{}) {
@@ -242,13 +254,9 @@ func (c *Config) setDefaults() error {
 		c.InFlight = 32
 	}
 	defd(&c.Lookahead, 5*time.Second)
-	if c.LeaseSize <= 0 {
-		c.LeaseSize = int(c.Limit.PerSecond / 10)
-		if c.LeaseSize < 10 {
-			c.LeaseSize = 1
-		}
+	if c.LeaseSize < 0 {
+		c.LeaseSize = 0
 	}
-	c.LeaseSize = min(c.LeaseSize, 256, c.Limit.Burst)
 	if c.Owner == "" {
 		host, _ := os.Hostname()
 		var b [4]byte
@@ -259,6 +267,21 @@ func (c *Config) setDefaults() error {
 		c.Logger = slog.Default()
 	}
 	return nil
+}
+
+// leaseSize is how many slots one Redis lease takes for a key whose
+// ceiling is ceiling and adapted limit lim: Config.LeaseSize when set, else
+// 100 ms of the ceiling's slots when that is at least 10, else 1 (one
+// reservation per message); never more than 256 or lim.Burst.
+func (c *Config) leaseSize(ceiling, lim bucket.Limit) int {
+	n := c.LeaseSize
+	if n <= 0 {
+		n = int(ceiling.PerSecond / 10)
+		if n < 10 {
+			n = 1
+		}
+	}
+	return max(min(n, 256, lim.Burst), 1)
 }
 
 // retryTopic returns the name of retry tier n (1-based).
@@ -275,10 +298,14 @@ type Pacer struct {
 	fallback Bucket
 	ping     func(ctx context.Context) error
 	sender   channels.Sender
-	keys     keyStates
-	m        *metrics
-	qm       *queueMetrics
-	log      *slog.Logger
+	policy   Policy
+	// policyDefault is the channel's policy from Config: a key's policy
+	// until its first read of Policy.
+	policyDefault StaticPolicy
+	keys          keyStates
+	m             *metrics
+	qm            *queueMetrics
+	log           *slog.Logger
 
 	consuming atomic.Bool
 	kafkaOK   atomic.Bool
@@ -286,6 +313,9 @@ type Pacer struct {
 
 	idsMu sync.Mutex
 	ids   map[string]chan struct{} // envelope ids being handled; closed when done
+
+	tally   tally     // records finished, by how, for the progress log
+	started time.Time // when Run began
 
 	mu      sync.Mutex
 	workers map[tp]*worker
@@ -327,6 +357,11 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 			return nil, fmt.Errorf("pacer: metrics: %w", err)
 		}
 	}
+	p.policyDefault = StaticPolicy{Limit: cfg.Limit, RecipientLimit: cfg.RecipientLimit, AIMD: cfg.AIMD, Breaker: cfg.Breaker}
+	p.policy = deps.Policy
+	if p.policy == nil {
+		p.policy = p.policyDefault
+	}
 	p.redisOK.Store(true)
 	p.kafkaOK.Store(true)
 	return p, nil
@@ -342,6 +377,7 @@ func (p *Pacer) Ready() bool {
 // finish within Config.Drain, commits finished offsets and leaves the group.
 // It returns nil after a clean shutdown, or the error that stopped it.
 func (p *Pacer) Run(ctx context.Context) error {
+	p.started = time.Now()
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
 	p.sendCtx = sendCtx
@@ -375,9 +411,12 @@ func (p *Pacer) Run(ctx context.Context) error {
 	p.mu.Lock()
 	p.cl = cl
 	p.mu.Unlock()
-	if !p.ensureTopics(ctx, cl) {
+	if err := p.ensureTopics(ctx, cl); err != nil {
 		cl.Close()
-		return nil
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	}
 	p.log.Info("pacer started", "topic", p.cfg.Topic, "group", p.cfg.Group,
 		"rate", p.cfg.Limit.PerSecond, "burst", p.cfg.Limit.Burst, "owner", p.cfg.Owner,
@@ -386,6 +425,10 @@ func (p *Pacer) Run(ctx context.Context) error {
 	go p.watch(ctx, "kafka", &p.kafkaOK, cl.Ping, nil)
 	if p.ping != nil {
 		go p.watch(ctx, "redis", &p.redisOK, p.ping, func() { p.m.fallback.WithLabelValues().Set(0) })
+	}
+	go p.sweepLoop(ctx)
+	if p.cfg.ProgressEvery > 0 {
+		go p.progressLoop(ctx)
 	}
 
 	for {
@@ -424,14 +467,17 @@ func (p *Pacer) Run(ctx context.Context) error {
 		p.log.Error("final commit failed; finished records will be re-delivered (the ledger skips delivered ones)", "err", err)
 	}
 	cl.Close()
-	p.log.Info("pacer stopped")
+	p.log.Info("pacer stopped", p.tally.summary(time.Since(p.started))...)
 	return nil
 }
 
 // ensureTopics creates the DLQ and retry topics when missing (a produce to
 // a missing topic would stall the partition behind it). It retries until
-// ctx ends, returning false then.
-func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) bool {
+// Config.StartupTimeout has passed, then returns a [*KafkaError] saying
+// whether the seed brokers' names do not resolve, nothing listens there, or
+// what else failed; ctx.Err() when ctx ends first.
+func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) error {
+	deadline := time.Now().Add(p.cfg.StartupTimeout)
 	for {
 		n, err := EnsureTopic(ctx, cl, p.cfg.Topic, 12)
 		if err == nil {
@@ -443,18 +489,52 @@ func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) bool {
 			}
 		}
 		if err == nil {
-			return true
+			return nil
 		}
 		if ctx.Err() != nil {
-			return false
+			return ctx.Err()
+		}
+		kerr := &KafkaError{Err: err, Cause: kafkaCause(err)}
+		if time.Now().After(deadline) {
+			kerr.After = p.cfg.StartupTimeout
+			return kerr
 		}
 		p.kafkaOK.Store(false)
 		p.publishReady()
-		p.log.Error("cannot ensure the pacer's topics; retrying", "err", err)
+		p.log.Error("cannot reach Kafka to check the pacer's topics; retrying", "cause", kerr.Cause, "err", err,
+			"gives_up_in", time.Until(deadline).Round(time.Second))
 		if !sleep(ctx, 5*time.Second) {
-			return false
+			return ctx.Err()
 		}
 	}
+}
+
+// KafkaError is what [Pacer.Run] returns when Kafka could not be used at
+// start-up within Config.StartupTimeout.
+type KafkaError struct {
+	Cause string        // "a seed broker's host name does not resolve", "nothing listens at the seed brokers", or "the brokers refused the request"
+	After time.Duration // how long Run tried
+	Err   error         // the last error
+}
+
+func (e *KafkaError) Error() string {
+	return fmt.Sprintf("kafka: %s (gave up after %v): %v", e.Cause, e.After, e.Err)
+}
+
+func (e *KafkaError) Unwrap() error { return e.Err }
+
+// kafkaCause tells a name that does not resolve from a broker that is down
+// from a broker that answered with an error.
+func kafkaCause(err error) string {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return "a seed broker's host name does not resolve"
+	}
+	var op *net.OpError
+	if errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) {
+		return "nothing listens at the seed brokers (down, or a wrong port)"
+	}
+	return "the brokers refused the request"
 }
 
 // watch pings a service every 5 s until ctx ends and keeps ok (and so

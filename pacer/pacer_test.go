@@ -2,6 +2,8 @@ package pacer_test
 
 import (
 	"context"
+	"encoding/json"
+	"log/slog"
 	"fmt"
 	"strings"
 	"sync"
@@ -432,7 +434,8 @@ func TestTooLargeForDLQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "pacer.test", Key: []byte("k1"), Value: []byte(big)}).FirstErr(); err != nil {
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "pacer.test", Key: []byte("k1"), Value: []byte(big),
+		Headers: []kgo.RecordHeader{{Key: "campaign", Value: []byte("spring")}, {Key: "bulky", Value: make([]byte, 4<<10)}}}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	h.produce(env("after"))
@@ -463,14 +466,29 @@ func TestTooLargeForDLQ(t *testing.T) {
 		t.Errorf("DLQ record: reason %q truncated %q value %d bytes; want permanent:131026, %d, %d",
 			hdr["pacer-reason"], hdr["pacer-truncated"], len(got.Value), len(big), 512<<10)
 	}
+	// What replay selects by and what says where the original is stay; only
+	// the large header goes.
+	if hdr["campaign"] != "spring" || !strings.HasPrefix(hdr["pacer-origin"], "pacer.test/") || hdr["pacer-detail"] == "" {
+		t.Errorf("DLQ record headers: campaign %q origin %q detail %q; want spring, pacer.test/..., the provider answer",
+			hdr["campaign"], hdr["pacer-origin"], hdr["pacer-detail"])
+	}
+	if _, ok := hdr["bulky"]; ok {
+		t.Errorf("DLQ record kept the 4 KiB header")
+	}
 }
 
 // TestRecipientLimit: with a per-recipient bucket (FCM's per-device limit),
 // messages to one recipient are spaced by it while another recipient of the
 // same pacing key is not held back.
+//
+// The key's rate (20/s) leaves a sender 25 ms of lateness before its slot
+// lapses, and dev-B's burst of 2 survives one lapse, so a stall of the
+// race-instrumented test on a loaded machine cannot hold dev-B back by a
+// whole recipient interval (500 ms): a failure means dev-B queued behind dev-A.
 func TestRecipientLimit(t *testing.T) {
 	h := newHarness(t, nil)
-	h.cfg.RecipientLimit = bucket.Limit{PerSecond: 2, Burst: 1}
+	h.cfg.Limit = bucket.Limit{PerSecond: 20, Burst: 10}
+	h.cfg.RecipientLimit = bucket.Limit{PerSecond: 2, Burst: 2}
 	h.sender.at = map[string]time.Time{}
 	h.produce(`{"id":"r1","key":"k1","to":"dev-A"}`, `{"id":"r2","key":"k1","to":"dev-A"}`,
 		`{"id":"r3","key":"k1","to":"dev-A"}`, `{"id":"o1","key":"k1","to":"dev-B"}`)
@@ -484,8 +502,8 @@ func TestRecipientLimit(t *testing.T) {
 	for _, id := range []string{"r2", "r3"} {
 		first, last = minTime(first, s.at[id]), maxTime(last, s.at[id])
 	}
-	if span := last.Sub(first); span < 900*time.Millisecond {
-		t.Errorf("3 messages to one device at 2/s burst 1 spanned %v, want >= 1 s", span)
+	if span := last.Sub(first); span < 450*time.Millisecond {
+		t.Errorf("3 messages to one device at 2/s burst 2 spanned %v, want >= 0.5 s", span)
 	}
 	if d := s.at["o1"].Sub(first); d > 400*time.Millisecond {
 		t.Errorf("the other device waited %v behind the first, want no wait", d)
@@ -504,4 +522,82 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// TestRecordKeyMustMatchEnvelope: a record whose Kafka key names another
+// pacing key than its envelope is dead-lettered as malformed, never sent;
+// a record without a key is paced by the envelope's key.
+func TestRecordKeyMustMatchEnvelope(t *testing.T) {
+	h := newHarness(t, nil)
+	mismatch := env("mismatch")
+	if err := h.cl.ProduceSync(context.Background(),
+		&kgo.Record{Topic: "pacer.test", Key: []byte("k2"), Value: []byte(mismatch)},
+		&kgo.Record{Topic: "pacer.test", Value: []byte(env("keyless"))},
+	).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	s := h.sender
+	h.run(func() bool {
+		return s.count(s.success, "keyless") == 1 && h.counter("pacer_dlq_total", "reason", "malformed") == 1
+	})
+	if got := h.dlq(1); got[mismatch] != "malformed" {
+		t.Fatalf("DLQ = %v, want the mismatched record as malformed", got)
+	}
+	if n := s.count(s.calls, "mismatch"); n != 0 {
+		t.Fatalf("the mismatched record was sent %d times, want 0", n)
+	}
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestProgressAndSummaryLogged: while it delivers, Run logs progress at
+// INFO, and when it stops, a summary of what it finished.
+func TestProgressAndSummaryLogged(t *testing.T) {
+	h := newHarness(t, map[string][]error{"p3": {&channels.Error{Channel: "test", Status: 400, Code: "131026", Class: channels.Permanent}}})
+	var logs syncBuffer
+	h.cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	h.cfg.ProgressEvery = 20 * time.Millisecond
+	h.produce(env("p1"), env("p2"), env("p3"))
+	s := h.sender
+	h.run(func() bool {
+		return s.count(s.success, "p1")+s.count(s.success, "p2") == 2 && h.counter("pacer_dlq_total", "reason", "permanent") == 1 &&
+			strings.Contains(logs.String(), `"msg":"progress"`)
+	})
+	var progress, summary map[string]any
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		switch m["msg"] {
+		case "progress":
+			if progress == nil {
+				progress = m
+			}
+		case "pacer stopped":
+			summary = m
+		}
+	}
+	if progress == nil || progress["delivered"].(float64)+progress["dead_lettered"].(float64) < 1 {
+		t.Errorf("progress line = %v, want one counting what finished", progress)
+	}
+	if summary == nil || summary["delivered"] != 2.0 || summary["dead_lettered"] != 1.0 {
+		t.Errorf("summary = %v, want delivered 2, dead_lettered 1", summary)
+	}
 }

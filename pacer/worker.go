@@ -55,6 +55,8 @@ type keyQueue struct {
 	// parkedUntil is the estimated slot of the last record parked for
 	// this key by this worker: the next parked record is due one slot later.
 	parkedUntil time.Time
+	rate        float64   // msgs/s, read once per fetched batch
+	seen        time.Time // the batch rate was read for
 }
 
 func (q *keyQueue) size() int { return len(q.waiting) + q.running }
@@ -64,10 +66,28 @@ func newWorker(p *Pacer, cl *kgo.Client, k tp) *worker {
 	return &worker{p: p, cl: cl, tp: k, ctx: ctx, cancel: cancel, done: make(chan struct{}), keys: map[string]*keyQueue{}}
 }
 
-// keyBound is how many records of one key a partition holds in memory:
-// Config.Lookahead of the key's configured rate, at least Config.InFlight.
-func (p *Pacer) keyBound() int {
-	n := int(math.Ceil(p.cfg.Limit.PerSecond * p.cfg.Lookahead.Seconds()))
+// keyRate is key's rate in msgs/s as this process knows it: adapted (by
+// AIMD and the key's policy) if the key was sent for lately, else the
+// channel's default ceiling.
+func (p *Pacer) keyRate(key string) float64 {
+	p.keys.mu.Lock()
+	st := p.keys.m[key]
+	p.keys.mu.Unlock()
+	if st == nil {
+		return p.policyDefault.Limit.PerSecond
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.limit.PerSecond <= 0 {
+		return p.policyDefault.Limit.PerSecond
+	}
+	return st.limit.PerSecond
+}
+
+// keyBound is how many records of a key at rate msgs/s one partition holds
+// in memory: Config.Lookahead of its rate, at least Config.InFlight.
+func (p *Pacer) keyBound(rate float64) int {
+	n := int(math.Ceil(rate * p.cfg.Lookahead.Seconds()))
 	return max(n, p.cfg.InFlight)
 }
 
@@ -114,7 +134,6 @@ func (w *worker) push(rs []*kgo.Record) {
 	}
 	var jobs []parkJob
 	now := time.Now()
-	bound := w.p.keyBound()
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
@@ -130,7 +149,10 @@ func (w *worker) push(rs []*kgo.Record) {
 			q = &keyQueue{}
 			w.keys[k] = q
 		}
-		over := q.size() >= bound || (w.held >= w.p.cfg.MaxQueued && q.size() >= w.p.cfg.InFlight)
+		if q.seen != now {
+			q.seen, q.rate = now, w.p.keyRate(k)
+		}
+		over := q.size() >= w.p.keyBound(q.rate) || (w.held >= w.p.cfg.MaxQueued && q.size() >= w.p.cfg.InFlight)
 		if over && !w.p.strict() && !readMeta(r).due.After(now) {
 			jobs = append(jobs, parkJob{k, e, r, w.slotAfter(q, now)})
 			continue
@@ -150,10 +172,10 @@ func (w *worker) push(rs []*kgo.Record) {
 }
 
 // slotAfter estimates when the next record of q's key to be parked will
-// get its slot at the key's configured rate, after those held and those
+// get its slot at the key's rate, after those held and those
 // parked before it. Callers hold w.mu.
 func (w *worker) slotAfter(q *keyQueue, now time.Time) time.Time {
-	per := time.Duration(float64(time.Second) / w.p.cfg.Limit.PerSecond)
+	per := time.Duration(float64(time.Second) / q.rate)
 	due := now.Add(time.Duration(q.size()) * per)
 	if next := q.parkedUntil.Add(per); next.After(due) {
 		due = next
@@ -250,7 +272,7 @@ func (w *worker) stats(backlog func(n int)) (held int) {
 	for _, q := range w.keys {
 		n := q.size()
 		if q.parkedUntil.After(now) {
-			n += int(q.parkedUntil.Sub(now).Seconds() * w.p.cfg.Limit.PerSecond)
+			n += int(q.parkedUntil.Sub(now).Seconds() * q.rate)
 		}
 		backlog(n)
 	}

@@ -1,0 +1,205 @@
+package pacer
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// returnCounter is an in-process Bucket that counts the slots given back
+// through Return.
+type returnCounter struct {
+	*bucket.Local
+	returned atomic.Int64
+}
+
+func (r *returnCounter) Return(ctx context.Context, lease bucket.Lease, used int) (int, error) {
+	n, err := r.Local.Return(ctx, lease, used)
+	r.returned.Add(int64(n))
+	return n, err
+}
+
+// stubAdapter answers Recover with the ceiling as the adapted rate; while
+// block is non-nil, Recover waits on it.
+type stubAdapter struct {
+	Adapter
+	mu      sync.Mutex
+	block   chan struct{}
+	entered chan struct{}
+	calls   int
+}
+
+func (a *stubAdapter) Recover(ctx context.Context, channel, key string, ceiling bucket.Limit, _ bucket.AIMD) (bucket.Adapted, error) {
+	a.mu.Lock()
+	a.calls++
+	block, entered := a.block, a.entered
+	a.mu.Unlock()
+	if block != nil {
+		close(entered)
+		<-block
+	}
+	return bucket.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
+}
+
+func (a *stubAdapter) BreakerStatus(context.Context, string, string) (bucket.BreakerStatus, error) {
+	return bucket.BreakerStatus{}, nil
+}
+
+// policyFunc serves a key's policy from a function.
+type policyFunc func(key string) KeyPolicy
+
+func (f policyFunc) KeyPolicy(_ context.Context, key string) (KeyPolicy, error) { return f(key), nil }
+
+func testPacer(t *testing.T, b Bucket, a Adapter, pol Policy) *Pacer {
+	t.Helper()
+	lim := bucket.Limit{PerSecond: 100, Burst: 20}
+	p := &Pacer{
+		cfg:           Config{Channel: "test", Limit: lim, MaxTokenWait: 5 * time.Second},
+		bucket:        b,
+		adapter:       a,
+		keys:          keyStates{m: map[string]*keyState{}},
+		log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		policyDefault: StaticPolicy{Limit: lim},
+	}
+	p.policy = pol
+	if pol == nil {
+		p.policy = p.policyDefault
+	}
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.m = m
+	return p
+}
+
+// An idle key's state is freed by the sweep, without any /metrics scrape,
+// and the slots its lease still held are given back to the bucket; a key
+// with a record in hand is kept however long it waits.
+func TestSweepFreesIdleKeysAndReturnsLeases(t *testing.T) {
+	b := &returnCounter{Local: bucket.NewLocal(bucket.LocalConfig{})}
+	p := testPacer(t, b, &stubAdapter{}, nil)
+	ctx := t.Context()
+	// An empty bucket at 10/s: the lease's 10 slots all lie in the next second.
+	lim := bucket.Limit{PerSecond: 10, Burst: 10}
+	if r, err := b.Reserve(ctx, "test", "idle", lim, 10, time.Minute); err != nil || !r.OK {
+		t.Fatalf("draining reservation: %+v, %v", r, err)
+	}
+
+	idle := p.keyState("idle")
+	if _, err := idle.dispenser(ctx, p, "idle", lim, 10).Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	idle.done()
+	busy := p.keyState("busy") // a record still in hand
+
+	if n := p.sweep(ctx, time.Now()); n != 0 {
+		t.Fatalf("sweep right away freed %d keys, want 0", n)
+	}
+	if n := p.sweep(ctx, time.Now().Add(activeFor+time.Second)); n != 1 {
+		t.Fatalf("sweep after activeFor freed %d keys, want 1 (the idle one)", n)
+	}
+	p.keys.mu.Lock()
+	_, idleKept := p.keys.m["idle"]
+	_, busyKept := p.keys.m["busy"]
+	p.keys.mu.Unlock()
+	if idleKept || !busyKept {
+		t.Fatalf("after sweep: idle kept %v (want false), busy kept %v (want true)", idleKept, busyKept)
+	}
+	// The lease took 10 slots and handed out 1: 9 were unused.
+	if got := b.returned.Load(); got != 9 {
+		t.Fatalf("slots given back = %d, want 9", got)
+	}
+	busy.done()
+	if n := p.sweep(ctx, time.Now().Add(activeFor+time.Second)); n != 1 {
+		t.Fatalf("sweep after the busy key's record finished freed %d, want 1", n)
+	}
+}
+
+// A slow Redis reply while one sender refreshes a key's state must not
+// stall the key's other senders: they go on with the last known limit.
+func TestLimitForDoesNotHoldTheKeyAcrossRedis(t *testing.T) {
+	a := &stubAdapter{}
+	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), a, nil)
+	ctx := t.Context()
+	st := p.keyState("k")
+	defer st.done()
+	if lim, _ := p.limitFor(ctx, "k", st, p.log); lim.PerSecond != 100 {
+		t.Fatalf("first limit = %v, want 100/s", lim)
+	}
+	st.mu.Lock()
+	st.refreshed = time.Now().Add(-2 * refreshEvery) // due for a refresh
+	st.mu.Unlock()
+
+	a.mu.Lock()
+	a.block, a.entered = make(chan struct{}), make(chan struct{})
+	a.mu.Unlock()
+	defer close(a.block)
+	go p.limitFor(ctx, "k", st, p.log) // the refresher, stuck in Recover
+	<-a.entered
+
+	got := make(chan bucket.Limit, 1)
+	go func() {
+		lim, _ := p.limitFor(ctx, "k", st, p.log)
+		got <- lim
+	}()
+	select {
+	case lim := <-got:
+		if lim.PerSecond != 100 {
+			t.Fatalf("limit during the refresh = %v, want the last known 100/s", lim)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a second sender of the key waited for the first one's Redis call")
+	}
+}
+
+// A key's policy is asked again within refreshEvery, so a changed ceiling
+// reaches the limit without a restart.
+func TestPolicyRefreshedWithinASecond(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		rate := 50.0
+		pol := policyFunc(func(string) KeyPolicy {
+			mu.Lock()
+			defer mu.Unlock()
+			return KeyPolicy{Limit: bucket.Limit{PerSecond: rate, Burst: 10}}
+		})
+		p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, pol)
+		ctx := t.Context()
+		st := p.keyState("k")
+		defer st.done()
+		if lim, _ := p.limitFor(ctx, "k", st, p.log); lim.PerSecond != 50 {
+			t.Fatalf("limit = %v, want the policy's 50/s (not the channel's 100/s)", lim)
+		}
+		mu.Lock()
+		rate = 200
+		mu.Unlock()
+		if lim, _ := p.limitFor(ctx, "k", st, p.log); lim.PerSecond != 50 {
+			t.Fatalf("limit right after the change = %v, want 50/s until the refresh", lim)
+		}
+		time.Sleep(refreshEvery)
+		lim, kp := p.limitFor(ctx, "k", st, p.log)
+		if lim.PerSecond != 200 || kp.Limit.PerSecond != 200 {
+			t.Fatalf("limit %v, policy %v one refresh later; want 200/s", lim, kp.Limit)
+		}
+	})
+}
+
+// A policy that cannot pace is refused and the key keeps its last one.
+func TestInvalidPolicyKeepsTheLastOne(t *testing.T) {
+	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{},
+		policyFunc(func(string) KeyPolicy { return KeyPolicy{Limit: bucket.Limit{PerSecond: 0, Burst: 1}} }))
+	st := p.keyState("k")
+	defer st.done()
+	if lim, _ := p.limitFor(t.Context(), "k", st, p.log); lim.PerSecond != 100 {
+		t.Fatalf("limit = %v, want the channel's 100/s kept", lim)
+	}
+}
