@@ -43,12 +43,24 @@
 //     "resend" retries it. The same applies to a claim left in the ledger by
 //     a process that died mid-send.
 //
+// # Queues per key
+//
+// A partition's records are dispatched into one FIFO queue per pacing key
+// (the Kafka record key); each key has up to [Config.InFlight] records
+// handled at once and waits only for its own slots, so a key's backlog never
+// holds back the other keys of its partition. A key holds at most
+// [Config.Lookahead] of its rate in memory per partition (at least
+// InFlight); its further records are parked: copied to a retry topic due at
+// their estimated slot (one Kafka write per hop, never an attempt), and
+// finished once Kafka acknowledged the copy. A partition holding
+// [Config.MaxQueued] records pauses fetching. With InFlight 1 a key is never
+// parked, so its records go out in offset order. See worker.go and park.go.
+//
 // # Retry topics
 //
-// A retry record carries pacer-due (Unix ms). Its partition's worker holds
-// the head record until it is due and pauses fetching that partition
-// meanwhile; the poll loop itself never sleeps, so the member keeps its
-// place in the group.
+// A retry record carries pacer-due (Unix ms). It waits in its key's queue
+// until due; the other keys of its partition go on, and the poll loop
+// itself never sleeps, so the member keeps its place in the group.
 //
 // # Metrics
 //
@@ -66,6 +78,10 @@
 //	pacer_redis_errors_total            failed Redis calls (the record waits)
 //	pacer_partitions_assigned           partitions owned by this process
 //	pacer_records_queued                fetched records not yet finished
+//	pacer_parked_total                  records parked beyond their key's lookahead (Kafka writes)
+//	pacer_key_backlog_keys{class}       keys with records waiting, by backlog class (1-9 .. 10000+)
+//	pacer_lookahead_records             records held in the per-key queues
+//	pacer_lookahead_fill                held records over partitions x MaxQueued, 0..1
 //	pacer_ready                         1 when Kafka and Redis answer
 //	pacer_redis_fallback                1 while pacing in-process (PACER_REDIS_FAILURE=local, Redis down)
 //	pacer_responses_total{class,code}   provider answers by class and provider code
