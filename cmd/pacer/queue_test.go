@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -94,7 +95,7 @@ type headOfLine struct {
 
 // runHeadOfLine runs it until B and C (and A if waitA) are done, and at
 // least minRun so the RSS covers parked copies coming back.
-func runHeadOfLine(t *testing.T, big int, rate float64, waitA bool, minRun time.Duration) headOfLine {
+func runHeadOfLine(t *testing.T, big int, rate float64, waitA bool, minRun time.Duration, statusTop bool) headOfLine {
 	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: 2, Latency: 5 * time.Millisecond})
 	const parts = 4
 	ab := keysOn("7", 0, parts, 2)
@@ -121,6 +122,32 @@ func runHeadOfLine(t *testing.T, big int, rate float64, waitA bool, minRun time.
 			t.Fatalf("not done within 3 minutes: %+v\n%s", s, p.logs())
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	if statusTop {
+		// pacer status names A as the top key by backlog once the pacer
+		// published it (every 5 s).
+		for {
+			st := exec.Command(pacerBin, "status", "--channel", "whatsapp")
+			st.Env = e.env()
+			out, err := st.CombinedOutput()
+			if err != nil {
+				t.Fatalf("pacer status: %v\n%s", err, out)
+			}
+			first := ""
+			if _, top, ok := strings.Cut(string(out), "BACKLOG\n"); ok {
+				if f := strings.Fields(top); len(f) > 0 {
+					first = f[0]
+				}
+			}
+			if first == h.a {
+				t.Logf("pacer status:\n%s", out[strings.Index(string(out), "top keys"):])
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pacer status never listed %s first:\n%s", h.a, out)
+			}
+			time.Sleep(time.Second)
+		}
 	}
 	h.parked = scrape(t, p, &addr, "pacer_parked_total")
 	if os.Getenv("PACER_BENCH_DEBUG") != "" {
@@ -153,7 +180,7 @@ func runHeadOfLine(t *testing.T, big int, rate float64, waitA bool, minRun time.
 // on another, at 20/s. Behind a shared window B waited about 19 s; with a
 // queue per key B starts at once and is done about 1 s (its ideal) later.
 func TestQueuePerKeyShort(t *testing.T) {
-	h := runHeadOfLine(t, 400, 20, false, 0)
+	h := runHeadOfLine(t, 400, 20, false, 0, true)
 	for name, d := range map[string]time.Duration{"B first send": h.firstB, "C first send": h.firstC,
 		"B done": h.doneB - h.ideal, "C done": h.doneC - h.ideal} {
 		// Generous for a loaded 2-core machine; waiting for A costs 19 s.
@@ -175,8 +202,8 @@ func benchOnly(t *testing.T) {
 // TestQueueBench prints the figures of BENCHMARKS.md ("Queue per key").
 func TestQueueBench(t *testing.T) {
 	benchOnly(t)
-	t.Run("A400", func(t *testing.T) { runHeadOfLine(t, 400, 20, true, 0) })
-	t.Run("A100000", func(t *testing.T) { runHeadOfLine(t, 100_000, 20, false, 60*time.Second) })
+	t.Run("A400", func(t *testing.T) { runHeadOfLine(t, 400, 20, true, 0, false) })
+	t.Run("A100000", func(t *testing.T) { runHeadOfLine(t, 100_000, 20, false, 60*time.Second, false) })
 	t.Run("Spread", benchSpread)
 	t.Run("Kill", benchKill)
 }
@@ -252,10 +279,11 @@ func benchSpread(t *testing.T) {
 		}
 	}
 	var rates, lateness []float64
-	dups, lost := 0, 0
+	dups, lost, throttled := 0, 0, 0
 	for _, k := range keys {
 		s := stats[k]
 		dups += s.Duplicates
+		throttled += s.Throttled
 		lost += want[k] - (s.Delivered - s.Duplicates)
 		ideal := float64(want[k]) / rate
 		done := s.Last.Sub(t0).Seconds()
@@ -266,8 +294,8 @@ func benchSpread(t *testing.T) {
 	}
 	slices.Sort(rates)
 	slices.Sort(lateness)
-	t.Logf("%d numbers on 4 partitions, backlogs %d..%d (total %d) at %.0f/s: achieved rate over numbers with >= 2 s of backlog: min %.1f, median %.1f msgs/s; completion minus ideal: median %.1fs, max %.1fs; parked %.0f; duplicates %d, lost %d; max RSS %d MiB",
-		numbers, lo, hi, total, rate, rates[0], rates[len(rates)/2], lateness[len(lateness)/2], lateness[len(lateness)-1], parked, dups, lost, maxRSS/1024)
+	t.Logf("%d numbers on 4 partitions, backlogs %d..%d (total %d) at %.0f/s: achieved rate over numbers with >= 2 s of backlog: min %.1f, median %.1f msgs/s; completion minus ideal: median %.1fs, max %.1fs; parked %.0f; throttled %d; duplicates %d, lost %d; max RSS %d MiB",
+		numbers, lo, hi, total, rate, rates[0], rates[len(rates)/2], lateness[len(lateness)/2], lateness[len(lateness)-1], parked, throttled, dups, lost, maxRSS/1024)
 	if dups != 0 || lost != 0 {
 		t.Errorf("duplicates %d, lost %d: want 0", dups, lost)
 	}

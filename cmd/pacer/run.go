@@ -82,6 +82,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 
+	go publishBacklog(ctx, rdb, cfg.RedisPrefix, *channel, p.Owner(), p, log)
 	srv := &http.Server{Handler: opsHandler(reg, p.Ready), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()

@@ -149,6 +149,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	tw.Flush()
 	if *key == "" {
 		fmt.Fprintf(stdout, "%d key(s) with state in Redis for channel %s\n", len(keys), *channel)
+		return printBacklog(ctx, stdout, rdb, cfg.RedisPrefix, *channel, 10)
 	}
 	return nil
 }
