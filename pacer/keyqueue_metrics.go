@@ -50,33 +50,25 @@ func (m *queueMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.parked.Collect(ch)
 	p := m.pacerRef
 	p.mu.Lock()
-	ws := make([]*worker, 0, len(p.workers))
-	for _, w := range p.workers {
-		ws = append(ws, w)
-	}
+	parts := len(p.workers)
 	p.mu.Unlock()
 	counts := make([]int, len(backlogClasses))
-	held := 0
-	for _, w := range ws {
-		held += w.stats(func(n int) {
-			if n == 0 {
-				return
+	keys, held := p.backlogs()
+	for _, b := range keys {
+		for i, c := range backlogClasses {
+			if b.Held+b.Parked < c.below {
+				counts[i]++
+				break
 			}
-			for i, c := range backlogClasses {
-				if n < c.below {
-					counts[i]++
-					return
-				}
-			}
-		})
+		}
 	}
 	for i, c := range backlogClasses {
 		ch <- prometheus.MustNewConstMetric(m.backlog, prometheus.GaugeValue, float64(counts[i]), c.name)
 	}
 	ch <- prometheus.MustNewConstMetric(m.held, prometheus.GaugeValue, float64(held))
 	fill := 0.0
-	if len(ws) > 0 {
-		fill = float64(held) / float64(len(ws)*p.cfg.MaxQueued)
+	if parts > 0 {
+		fill = float64(held) / float64(parts*p.cfg.MaxQueued)
 	}
 	ch <- prometheus.MustNewConstMetric(m.fill, prometheus.GaugeValue, fill)
 }

@@ -117,10 +117,23 @@ func TestKeyBacklogDoesNotDelayOtherKeys(t *testing.T) {
 	}
 	h.produceManual(rs)
 	s := &seqSender{count: map[string]int{}}
+	maxHeld, sawBig := 0.0, false
 	h.runWith(s, func() bool {
+		// While A's backlog lasts the process holds at least A's in-flight
+		// records (parked copies read back before they are due are held
+		// too, up to MaxQueued per partition), and A is one key in backlog
+		// class 100-999.
+		maxHeld = max(maxHeld, h.gauge("pacer_lookahead_records"))
+		sawBig = sawBig || h.gaugeWith("pacer_key_backlog_keys", "class", "100-999") == 1
 		_, c := s.snapshot()
 		return len(c) == 420
 	})
+	if maxHeld < 32 || maxHeld > 420 {
+		t.Errorf("pacer_lookahead_records reached %v, want 32..420", maxHeld)
+	}
+	if !sawBig {
+		t.Errorf("pacer_key_backlog_keys{class=100-999} never 1 while A had 400 records waiting")
+	}
 	seq, c := s.snapshot()
 	for id, n := range c {
 		if n != 1 {
@@ -215,4 +228,26 @@ func TestRetryTierKeyCooldownDoesNotBlockOthers(t *testing.T) {
 	if _, c := s.snapshot(); len(c) != 1 {
 		t.Errorf("%d ids sent, want only B-0: %v", len(c), c)
 	}
+}
+
+// gaugeWith returns the gauge name{label=value}, or -1.
+func (h *harness) gaugeWith(name, label, value string) float64 {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }

@@ -264,21 +264,6 @@ func (w *worker) finish(e *pending) {
 	}
 }
 
-// stats is a snapshot of the worker's queues for the metrics.
-func (w *worker) stats(backlog func(n int)) (held int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	now := time.Now()
-	for _, q := range w.keys {
-		n := q.size()
-		if q.parkedUntil.After(now) {
-			n += int(q.parkedUntil.Sub(now).Seconds() * q.rate)
-		}
-		backlog(n)
-	}
-	return w.held
-}
-
 func (w *worker) run() {
 	defer close(w.done)
 	<-w.ctx.Done()
