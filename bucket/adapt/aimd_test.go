@@ -1,4 +1,4 @@
-package bucket_test
+package adapt_test
 
 import (
 	"context"
