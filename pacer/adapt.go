@@ -8,18 +8,19 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Adapter is the shared adaptive state of pacing keys (AIMD rate, breaker);
-// *bucket.Limiter implements it. Methods are safe for concurrent use.
+// *adapt.Adapter implements it. Methods are safe for concurrent use.
 type Adapter interface {
-	Throttled(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD, hint time.Duration) (bucket.Adapted, error)
-	Recover(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD) (bucket.Adapted, error)
-	BreakerAllow(ctx context.Context, channel, key string, b bucket.Breaker, owner string) (allowed, probe bool, wait time.Duration, err error)
-	BreakerResult(ctx context.Context, channel, key string, b bucket.Breaker, ok bool, reason string) (bucket.BreakerState, error)
-	BreakerStatus(ctx context.Context, channel, key string) (bucket.BreakerStatus, error)
+	Throttled(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD, hint time.Duration) (adapt.Adapted, error)
+	Recover(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD) (adapt.Adapted, error)
+	BreakerAllow(ctx context.Context, channel, key string, b adapt.Breaker, owner string) (allowed, probe bool, wait time.Duration, err error)
+	BreakerResult(ctx context.Context, channel, key string, b adapt.Breaker, ok bool, reason string) (adapt.BreakerState, error)
+	BreakerStatus(ctx context.Context, channel, key string) (adapt.BreakerStatus, error)
 }
 
 // refreshEvery is how often a replica re-reads a key's shared state (its
@@ -34,10 +35,10 @@ const activeFor = 5 * time.Minute
 // keyState is this process's view of one pacing key's shared state.
 type keyState struct {
 	mu            sync.Mutex
-	adapted       bucket.Adapted
+	adapted       adapt.Adapted
 	limit         bucket.Limit // adapted limit passed to Take
 	refreshed     time.Time    // when adapted was last read from Redis
-	breaker       bucket.BreakerState
+	breaker       adapt.BreakerState
 	breakerUntil  time.Time
 	cooldownUntil time.Time
 	lastSeen      time.Time
@@ -97,7 +98,7 @@ func (p *Pacer) keyState(key string) *keyState {
 	defer p.keys.mu.Unlock()
 	st := p.keys.m[key]
 	if st == nil {
-		st = &keyState{limit: p.cfg.Limit, adapted: bucket.Adapted{Rate: p.cfg.Limit.PerSecond, Ceiling: p.cfg.Limit.PerSecond}}
+		st = &keyState{limit: p.cfg.Limit, adapted: adapt.Adapted{Rate: p.cfg.Limit.PerSecond, Ceiling: p.cfg.Limit.PerSecond}}
 		p.keys.m[key] = st
 	}
 	st.mu.Lock()
@@ -106,7 +107,7 @@ func (p *Pacer) keyState(key string) *keyState {
 	return st
 }
 
-func (st *keyState) set(a bucket.Adapted, ceiling bucket.Limit, now time.Time) {
+func (st *keyState) set(a adapt.Adapted, ceiling bucket.Limit, now time.Time) {
 	st.adapted = a
 	st.limit = a.Limit(ceiling)
 	st.refreshed = now
@@ -151,7 +152,7 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, perr *c
 	if perr != nil {
 		hint = perr.RetryAfter
 	}
-	var a bucket.Adapted
+	var a adapt.Adapted
 	if err := p.redis(ctx, log, func() (err error) {
 		a, err = p.adapter.Throttled(ctx, p.cfg.Channel, key, p.cfg.Limit, p.cfg.AIMD, hint)
 		return err
@@ -177,7 +178,7 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, perr *c
 
 // breakerResult reports an outcome to the key's breaker.
 func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, ok bool, reason string, log *slog.Logger) {
-	var state bucket.BreakerState
+	var state adapt.BreakerState
 	if err := p.redis(ctx, log, func() (err error) {
 		state, err = p.adapter.BreakerResult(ctx, p.cfg.Channel, key, p.cfg.Breaker, ok, reason)
 		return err
@@ -187,14 +188,14 @@ func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, ok 
 	st.mu.Lock()
 	was := st.breaker
 	st.breaker = state
-	if state != bucket.BreakerClosed {
+	if state != adapt.BreakerClosed {
 		st.breakerUntil = time.Now().Add(p.cfg.Breaker.OpenFor)
 	}
 	st.mu.Unlock()
 	switch {
-	case state == bucket.BreakerOpen && was != bucket.BreakerOpen:
+	case state == adapt.BreakerOpen && was != adapt.BreakerOpen:
 		log.Error("breaker open: the provider refuses this pacing key; its messages wait, none is dropped", "reason", reason)
-	case state == bucket.BreakerClosed && was != bucket.BreakerClosed:
+	case state == adapt.BreakerClosed && was != adapt.BreakerClosed:
 		log.Info("breaker closed: the probe succeeded")
 	}
 }
@@ -204,7 +205,7 @@ func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, ok 
 // and how long to wait when not allowed; ok is false when ctx ended.
 func (p *Pacer) breakerGate(ctx context.Context, key string, st *keyState, log *slog.Logger) (allowed, probe bool, wait time.Duration, ok bool) {
 	st.mu.Lock()
-	closed := st.breaker == bucket.BreakerClosed
+	closed := st.breaker == adapt.BreakerClosed
 	st.mu.Unlock()
 	if closed {
 		return true, false, 0, true
@@ -220,7 +221,7 @@ func (p *Pacer) breakerGate(ctx context.Context, key string, st *keyState, log *
 	}
 	if allowed && !probe {
 		st.mu.Lock()
-		st.breaker = bucket.BreakerClosed
+		st.breaker = adapt.BreakerClosed
 		st.mu.Unlock()
 	}
 	return allowed, probe, wait, true
@@ -269,6 +270,6 @@ func (p *Pacer) keyGauges() []prometheus.Collector {
 		g("keys_at_floor", "Active pacing keys whose adapted rate is at the AIMD floor.",
 			func(st *keyState, _ time.Time) float64 { return b(st.adapted.AtFloor) }),
 		g("breakers_open", "Active pacing keys whose breaker is open or half-open.",
-			func(st *keyState, _ time.Time) float64 { return b(st.breaker != bucket.BreakerClosed) }),
+			func(st *keyState, _ time.Time) float64 { return b(st.breaker != adapt.BreakerClosed) }),
 	}
 }

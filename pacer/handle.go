@@ -14,6 +14,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -153,7 +154,7 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 
 		// Claim the id only now, right before the request: a process that
 		// dies while waiting for a token leaves no claim behind.
-		var claim bucket.ClaimResult
+		var claim ledger.ClaimResult
 		var cool time.Duration
 		err := p.redis(ctx, log, func() (err error) {
 			claim, cool, err = p.ledger.Claim(ctx, p.cfg.Channel, env.Key, env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
@@ -163,9 +164,9 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 			drop()
 			return false
 		}
-		claimed = err == nil && claim == bucket.Claimed
+		claimed = err == nil && claim == ledger.Claimed
 		switch claim {
-		case bucket.CoolingDown:
+		case ledger.CoolingDown:
 			// A cooldown began while this message slept on its slot.
 			if cool > p.cfg.MaxTokenWait {
 				drop()
@@ -176,11 +177,11 @@ func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
 				return false
 			}
 			continue
-		case bucket.Delivered:
+		case ledger.Delivered:
 			p.m.duplicates.WithLabelValues().Inc()
 			log.Debug("already delivered; skipped")
 			return true
-		case bucket.Abandoned:
+		case ledger.Abandoned:
 			return p.deadLetter(ctx, r, m, "unknown-outcome",
 				"another process claimed this id and stopped before recording an outcome; the provider may have the message", log)
 		}

@@ -1,4 +1,4 @@
-package bucket_test
+package ledger_test
 
 import (
 	"context"
@@ -7,17 +7,18 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
-func ledgers(t *testing.T) map[string]*bucket.Ledger {
+func ledgers(t *testing.T) map[string]*ledger.Ledger {
 	mr := miniredis.RunT(t)
 	real := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	t.Cleanup(func() { real.Close() })
-	return map[string]*bucket.Ledger{
-		"miniredis":    bucket.NewLedger(redis.NewClient(&redis.Options{Addr: mr.Addr()}), bucket.Config{Prefix: "t" + t.Name()}),
-		"redis-server": bucket.NewLedger(real, bucket.Config{Prefix: "t" + t.Name() + time.Now().Format("150405.000000")}),
+	return map[string]*ledger.Ledger{
+		"miniredis":    ledger.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), bucket.NewKeys("t"+t.Name())),
+		"redis-server": ledger.New(real, bucket.NewKeys("t"+t.Name()+time.Now().Format("150405.000000"))),
 	}
 }
 
@@ -29,23 +30,23 @@ func TestLedgerSteps(t *testing.T) {
 			for i, s := range []struct {
 				op    string // claim, force, deliver, release
 				owner string
-				want  bucket.ClaimResult
+				want  ledger.ClaimResult
 			}{
-				{"claim", "a", bucket.Claimed},
-				{"claim", "a", bucket.Claimed},   // the same owner again
-				{"claim", "b", bucket.Abandoned}, // a crashed owner's claim
+				{"claim", "a", ledger.Claimed},
+				{"claim", "a", ledger.Claimed},   // the same owner again
+				{"claim", "b", ledger.Abandoned}, // a crashed owner's claim
 				{"release", "b", 0},              // not b's: nothing happens
-				{"claim", "b", bucket.Abandoned},
+				{"claim", "b", ledger.Abandoned},
 				{"release", "a", 0},            // the provider refused: a lets go
-				{"claim", "b", bucket.Claimed}, // a retry by another owner
-				{"force", "c", bucket.Claimed}, // the operator chose to resend
+				{"claim", "b", ledger.Claimed}, // a retry by another owner
+				{"force", "c", ledger.Claimed}, // the operator chose to resend
 				{"deliver", "c", 0},
-				{"claim", "a", bucket.Delivered},
-				{"force", "a", bucket.Delivered}, // delivered is final
+				{"claim", "a", ledger.Delivered},
+				{"force", "a", ledger.Delivered}, // delivered is final
 				{"release", "c", 0},
-				{"claim", "c", bucket.Delivered},
+				{"claim", "c", ledger.Delivered},
 			} {
-				var got bucket.ClaimResult
+				var got ledger.ClaimResult
 				var err error
 				switch s.op {
 				case "claim", "force":
@@ -64,9 +65,9 @@ func TestLedgerSteps(t *testing.T) {
 }
 
 func TestLedgerKeySharesSlot(t *testing.T) {
-	l := bucket.NewLedger(nil, bucket.Config{})
-	if got, want := l.IDKey("whatsapp", "106540352242922", "c1-9"), "pacer:{whatsapp:106540352242922}:id:c1-9"; got != want {
-		t.Fatalf("IDKey = %q, want %q", got, want)
+	k := bucket.New(nil, bucket.Config{}).Keys()
+	if got, want := k.ID("whatsapp", "106540352242922", "c1-9"), "pacer:{whatsapp:106540352242922}:id:c1-9"; got != want {
+		t.Fatalf("Keys.ID = %q, want %q", got, want)
 	}
 }
 
@@ -81,19 +82,19 @@ func TestLedgerClaimHonoursCooldown(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			defer rdb.Close()
 			ctx := context.Background()
-			cfg := bucket.Config{Prefix: "tcd" + time.Now().Format("150405.000000")}
-			l, lim := bucket.NewLedger(rdb, cfg), bucket.New(rdb, cfg)
+			lim := bucket.New(rdb, bucket.Config{Prefix: "tcd" + time.Now().Format("150405.000000")})
+			l := ledger.New(rdb, lim.Keys())
 			if err := lim.Cooldown(ctx, "whatsapp", "106", 2*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			got, left, err := l.Claim(ctx, "whatsapp", "106", "m1", "a", time.Minute, false)
-			if err != nil || got != bucket.CoolingDown || left <= time.Second || left > 2*time.Second {
+			if err != nil || got != ledger.CoolingDown || left <= time.Second || left > 2*time.Second {
 				t.Fatalf("Claim in cooldown = %v, %v, %v; want cooldown with 1s < left <= 2s", got, left, err)
 			}
-			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m1", "b", time.Minute, false); err != nil || got != bucket.CoolingDown {
+			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m1", "b", time.Minute, false); err != nil || got != ledger.CoolingDown {
 				t.Fatalf("second Claim = %v, %v; want cooldown (nothing was claimed)", got, err)
 			}
-			if got, _, err := l.Claim(ctx, "whatsapp", "107", "m1", "a", time.Minute, false); err != nil || got != bucket.Claimed {
+			if got, _, err := l.Claim(ctx, "whatsapp", "107", "m1", "a", time.Minute, false); err != nil || got != ledger.Claimed {
 				t.Fatalf("Claim on another key = %v, %v; want claimed", got, err)
 			}
 		})
