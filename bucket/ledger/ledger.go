@@ -18,12 +18,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ClaimResult is the answer of [Ledger.Claim].
+// ClaimResult is the answer of [Ledger.Claim]. Only [Claimed] allows a
+// send; the zero value, [ClaimUnknown], is what Claim answers with an
+// error, so an error or a forgotten assignment never reads as a claim.
 type ClaimResult int
 
 const (
+	// ClaimUnknown: no answer (Claim failed); nothing is known of the id,
+	// and nothing was claimed. Do not send.
+	ClaimUnknown ClaimResult = iota
 	// Claimed: the caller owns the id now and may send it.
-	Claimed ClaimResult = iota
+	Claimed
 	// Delivered: the id was delivered before; do not send it again.
 	Delivered
 	// Abandoned: another process claimed the id and never recorded an
@@ -36,6 +41,8 @@ const (
 
 func (c ClaimResult) String() string {
 	switch c {
+	case ClaimUnknown:
+		return "unknown"
 	case Claimed:
 		return "claimed"
 	case Delivered:
@@ -75,8 +82,9 @@ func New(rdb redis.Cmdable, keys bucket.Keys) *Ledger {
 // answers [Abandoned]. If the pacing key is in cooldown
 // ([bucket.Limiter.Cooldown], [bucket.Keys].Cooldown), Claim answers
 // [CoolingDown] and the time left, claiming nothing: a sender that slept on
-// a reservation while a cooldown began does not send. Errors wrap the Redis
-// error.
+// a reservation while a cooldown began does not send. On an error (which
+// wraps the Redis error, or names an unexpected reply) it answers
+// [ClaimUnknown].
 func (l *Ledger) Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (ClaimResult, time.Duration, error) {
 	k := l.keys.ID(channel, key, id)
 	ck := l.keys.Cooldown(channel, key)
@@ -86,7 +94,7 @@ func (l *Ledger) Claim(ctx context.Context, channel, key, id, owner string, ttl 
 	}
 	v, err := claimScript.Run(ctx, l.rdb, []string{k, ck}, owner, ms(ttl), f).Result()
 	if err != nil {
-		return 0, 0, fmt.Errorf("ledger: claim %q: %w", k, err)
+		return ClaimUnknown, 0, fmt.Errorf("ledger: claim %q: %w", k, err)
 	}
 	s, _ := v.(string)
 	switch {
@@ -102,7 +110,7 @@ func (l *Ledger) Claim(ctx context.Context, channel, key, id, owner string, ttl 
 			return CoolingDown, time.Duration(us) * time.Microsecond, nil
 		}
 	}
-	return 0, 0, fmt.Errorf("ledger: claim %q: unexpected reply %v", k, v)
+	return ClaimUnknown, 0, fmt.Errorf("ledger: claim %q: unexpected reply %v", k, v)
 }
 
 // Delivered records that id was accepted by the provider (providerID, may

@@ -33,17 +33,17 @@ func TestLedgerSteps(t *testing.T) {
 				want  ledger.ClaimResult
 			}{
 				{"claim", "a", ledger.Claimed},
-				{"claim", "a", ledger.Claimed},   // the same owner again
-				{"claim", "b", ledger.Abandoned}, // a crashed owner's claim
-				{"release", "b", 0},              // not b's: nothing happens
+				{"claim", "a", ledger.Claimed},        // the same owner again
+				{"claim", "b", ledger.Abandoned},      // a crashed owner's claim
+				{"release", "b", ledger.ClaimUnknown}, // not b's: nothing happens
 				{"claim", "b", ledger.Abandoned},
-				{"release", "a", 0},            // the provider refused: a lets go
-				{"claim", "b", ledger.Claimed}, // a retry by another owner
-				{"force", "c", ledger.Claimed}, // the operator chose to resend
-				{"deliver", "c", 0},
+				{"release", "a", ledger.ClaimUnknown}, // the provider refused: a lets go
+				{"claim", "b", ledger.Claimed},        // a retry by another owner
+				{"force", "c", ledger.Claimed},        // the operator chose to resend
+				{"deliver", "c", ledger.ClaimUnknown},
 				{"claim", "a", ledger.Delivered},
 				{"force", "a", ledger.Delivered}, // delivered is final
-				{"release", "c", 0},
+				{"release", "c", ledger.ClaimUnknown},
 				{"claim", "c", ledger.Delivered},
 			} {
 				var got ledger.ClaimResult
@@ -98,5 +98,32 @@ func TestLedgerClaimHonoursCooldown(t *testing.T) {
 				t.Fatalf("Claim on another key = %v, %v; want claimed", got, err)
 			}
 		})
+	}
+}
+
+// TestClaimErrorIsNeverClaimed: an error answers ClaimUnknown, and the zero
+// ClaimResult is not Claimed, so a caller that checks the result before
+// the error (or not at all) does not send.
+func TestClaimErrorIsNeverClaimed(t *testing.T) {
+	var zero ledger.ClaimResult
+	if zero == ledger.Claimed || zero.String() != "unknown" {
+		t.Fatalf("zero ClaimResult = %v, want unknown and not Claimed", zero)
+	}
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	l := ledger.New(rdb, bucket.Keys{})
+	for _, c := range []struct {
+		name    string
+		breakIt func()
+	}{
+		{"redis error", func() { mr.SetError("LOADING Redis is loading the dataset in memory") }},
+		{"unreachable", mr.Close},
+	} {
+		c.breakIt()
+		got, left, err := l.Claim(t.Context(), "whatsapp", "106", "m1", "a", time.Minute, false)
+		if err == nil || got == ledger.Claimed || got != ledger.ClaimUnknown || left != 0 {
+			t.Fatalf("%s: Claim = %v, %v, %v; want unknown, 0 and an error", c.name, got, left, err)
+		}
 	}
 }
