@@ -16,7 +16,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
-	"github.com/pacerhq/pacer/bucket/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -44,7 +43,7 @@ type aimdStep struct {
 func (e *env) adapts(t *testing.T, key string, ceiling bucket.Limit, a adapt.AIMD, steps []aimdStep) {
 	t.Helper()
 	for i, s := range steps {
-		e.At(s.at)
+		e.at(s.at)
 		c := ceiling
 		if s.ceiling != 0 {
 			c.PerSecond = s.ceiling
@@ -59,14 +58,14 @@ func (e *env) adapts(t *testing.T, key string, ceiling bucket.Limit, a adapt.AIM
 		case opRead:
 			ad, err = e.l.Adapted(t.Context(), "test", key, c, a)
 		}
-		e.Mark()
+		e.mark()
 		floor := a.Floor
 		if floor == 0 {
 			floor = min(1, c.PerSecond)
 		}
 		if err != nil || ad.Rate != s.rate || ad.Ceiling != c.PerSecond || ad.AtFloor != (s.rate <= floor) ||
 			ad.Decreased != (s.change < 0) || ad.Increased != (s.change > 0) ||
-			!e.Near(ad.CooldownLeft, s.cooldown) || ad.FloorStreak != s.streak {
+			!e.near(ad.CooldownLeft, s.cooldown) || ad.FloorStreak != s.streak {
 			t.Fatalf("step %d (at %v, op %d): got %+v, %v; want rate=%v change=%d cooldown=%v streak=%d",
 				i, s.at, s.op, ad, err, s.rate, s.change, s.cooldown, s.streak)
 		}
@@ -178,7 +177,7 @@ func TestAIMDCooldownClamp(t *testing.T) {
 			}
 			each(t, func(t *testing.T, e *env) {
 				ad, err := e.l.Throttled(t.Context(), "test", "k", lim100, tc.a, tc.hint)
-				if err != nil || !e.Near(ad.CooldownLeft, tc.want) {
+				if err != nil || !e.near(ad.CooldownLeft, tc.want) {
 					t.Fatalf("Throttled(%v) = %+v, %v; want CooldownLeft %v", tc.hint, ad, err, tc.want)
 				}
 				if tc.want < time.Second {
@@ -186,7 +185,7 @@ func TestAIMDCooldownClamp(t *testing.T) {
 				}
 				// The bucket honours it: the cooldown key is shared with Limiter.Cooldown.
 				d, err := e.b.Reserve(t.Context(), "test", "k", ad.Limit(lim100), 1, 0)
-				if err != nil || d.OK || !d.Cooldown || !e.Near(d.Wait, tc.want) {
+				if err != nil || d.OK || !d.Cooldown || !e.near(d.Wait, tc.want) {
 					t.Fatalf("Reserve after the throttle = %+v, %v; want a cooldown of %v", d, err, tc.want)
 				}
 			})
@@ -209,19 +208,19 @@ func TestAIMDCooldownNeverShortened(t *testing.T) {
 			{time.Second, 30 * time.Minute},
 		} {
 			ad, err := e.l.Throttled(ctx, "test", "k", lim100, adapt.AIMD{}, s.hint)
-			if err != nil || !e.Near(ad.CooldownLeft, s.want) {
+			if err != nil || !e.near(ad.CooldownLeft, s.want) {
 				t.Fatalf("step %d: Throttled(%v) = %+v, %v; want CooldownLeft %v", i, s.hint, ad, err, s.want)
 			}
 		}
 		st, err := e.b.State(ctx, "test", "k", lim100)
-		if err != nil || !e.Near(st.CooldownLeft, 30*time.Minute) {
+		if err != nil || !e.near(st.CooldownLeft, 30*time.Minute) {
 			t.Fatalf("State = %+v, %v; want a 30m cooldown", st, err)
 		}
 		if err := e.b.Cooldown(ctx, "test", "k", time.Second); err != nil {
 			t.Fatal(err)
 		}
 		ad, err := e.l.Adapted(ctx, "test", "k", lim100, adapt.AIMD{})
-		if err != nil || !e.Near(ad.CooldownLeft, 30*time.Minute) || ad.Rate != 50 {
+		if err != nil || !e.near(ad.CooldownLeft, 30*time.Minute) || ad.Rate != 50 {
 			t.Fatalf("Adapted = %+v, %v; want rate 50 and a 30m cooldown", ad, err)
 		}
 	})
@@ -247,7 +246,7 @@ func TestAIMDRecover(t *testing.T) {
 			{at: 5000 * ms, op: opRead, rate: 100},
 		})
 		// Back at the ceiling, the key has no state left.
-		if n := e.RDB.Exists(t.Context(), e.keys.AIMD("test", "k")).Val(); n != 0 {
+		if n := e.rdb.Exists(t.Context(), e.keys.AIMD("test", "k")).Val(); n != 0 {
 			t.Fatal("the aimd hash outlived the return to the ceiling")
 		}
 	})
@@ -327,17 +326,17 @@ func TestAIMDIdleExpiry(t *testing.T) {
 				}
 				ak := e.keys.AIMD("test", "k")
 				want := tc.idle + 2*time.Second
-				if ttl := e.RDB.PTTL(ctx, ak).Val(); !e.TTLNear(ttl, want, since) {
+				if ttl := e.rdb.PTTL(ctx, ak).Val(); !e.TTLNear(ttl, want, since) {
 					t.Fatalf("PTTL %s = %v, want %v less the time since the throttle", ak, ttl, want)
 				}
-				if !e.Exact() {
+				if !e.exact() {
 					return
 				}
-				e.At(want - time.Millisecond)
+				e.at(want - time.Millisecond)
 				if ad, err := e.l.Adapted(ctx, "test", "k", lim100, a); err != nil || ad.Rate != 50 {
 					t.Fatalf("Adapted just before expiry = %+v, %v; want rate 50", ad, err)
 				}
-				e.At(want)
+				e.at(want)
 				if ad, err := e.l.Adapted(ctx, "test", "k", lim100, a); err != nil || ad.Rate != 100 {
 					t.Fatalf("Adapted after expiry = %+v, %v; want rate 100", ad, err)
 				}
@@ -345,11 +344,11 @@ func TestAIMDIdleExpiry(t *testing.T) {
 				if _, err := e.l.Throttled(ctx, "test", "k", lim100, a, 0); err != nil {
 					t.Fatal(err)
 				}
-				e.At(want + 2*time.Second + tc.window)
+				e.at(want + 2*time.Second + tc.window)
 				if ad, err := e.l.Recover(ctx, "test", "k", lim100, a); err != nil || !ad.Increased {
 					t.Fatalf("Recover = %+v, %v; want an increase", ad, err)
 				}
-				if ttl := e.RDB.PTTL(ctx, ak).Val(); ttl != tc.idle {
+				if ttl := e.rdb.PTTL(ctx, ak).Val(); ttl != tc.idle {
 					t.Fatalf("PTTL after an increase = %v, want %v", ttl, tc.idle)
 				}
 			})
@@ -368,14 +367,14 @@ func TestAIMDReadsChangeNothing(t *testing.T) {
 		if _, err := e.l.Recover(ctx, "test", "never", lim100, adapt.AIMD{}); err != nil {
 			t.Fatal(err)
 		}
-		if n := e.RDB.Exists(ctx, e.keys.AIMD("test", "never"), e.keys.Cooldown("test", "never")).Val(); n != 0 {
+		if n := e.rdb.Exists(ctx, e.keys.AIMD("test", "never"), e.keys.Cooldown("test", "never")).Val(); n != 0 {
 			t.Fatal("Adapted or Recover created keys")
 		}
 		if _, err := e.l.Throttled(ctx, "test", "k", lim100, adapt.AIMD{}, 0); err != nil {
 			t.Fatal(err)
 		}
 		ak := e.keys.AIMD("test", "k")
-		before := e.Snapshot(t, ak)
+		before := e.snapshot(t, ak)
 		for range 3 {
 			if _, err := e.l.Adapted(ctx, "test", "k", lim100, adapt.AIMD{}); err != nil {
 				t.Fatal(err)
@@ -384,8 +383,8 @@ func TestAIMDReadsChangeNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		after := e.Snapshot(t, ak)
-		if !maps.Equal(before.Hash, after.Hash) || after.PTTL > before.PTTL {
+		after := e.snapshot(t, ak)
+		if !maps.Equal(before.hash, after.hash) || after.pttl > before.pttl {
 			t.Fatalf("reads changed the hash: before %+v, after %+v", before, after)
 		}
 	})
@@ -398,14 +397,14 @@ func TestAIMDCorruptIsFresh(t *testing.T) {
 		name  string
 		write func(ctx context.Context, rdb *redis.Client, key string) error
 	}{
-		{"words", redistest.HSet("urate", "fast", "last_us", "x", "hold_us", "y", "win_us", "z", "streak", "many")},
-		{"no rate", redistest.HSet("last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
-		{"no window", redistest.HSet("urate", "5000000", "last_us", "1", "hold_us", "1", "streak", "0")},
-		{"zero rate", redistest.HSet("urate", "0", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
-		{"negative", redistest.HSet("urate", "-5", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "-1")},
-		{"fraction", redistest.HSet("urate", "5000000.5", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
-		{"nan", redistest.HSet("urate", "nan", "last_us", "nan", "hold_us", "nan", "win_us", "nan", "streak", "nan")},
-		{"inf", redistest.HSet("urate", "inf", "last_us", "1", "hold_us", "inf", "win_us", "1", "streak", "0")},
+		{"words", hset("urate", "fast", "last_us", "x", "hold_us", "y", "win_us", "z", "streak", "many")},
+		{"no rate", hset("last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
+		{"no window", hset("urate", "5000000", "last_us", "1", "hold_us", "1", "streak", "0")},
+		{"zero rate", hset("urate", "0", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
+		{"negative", hset("urate", "-5", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "-1")},
+		{"fraction", hset("urate", "5000000.5", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
+		{"nan", hset("urate", "nan", "last_us", "nan", "hold_us", "nan", "win_us", "nan", "streak", "nan")},
+		{"inf", hset("urate", "inf", "last_us", "1", "hold_us", "inf", "win_us", "1", "streak", "0")},
 		{"string key", func(ctx context.Context, rdb *redis.Client, key string) error {
 			return rdb.Set(ctx, key, "junk", 0).Err()
 		}},
@@ -417,7 +416,7 @@ func TestAIMDCorruptIsFresh(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
 				ctx := t.Context()
 				ak := e.keys.AIMD("test", "k")
-				if err := tc.write(ctx, e.RDB, ak); err != nil {
+				if err := tc.write(ctx, e.rdb, ak); err != nil {
 					t.Fatal(err)
 				}
 				e.adapts(t, "k", lim100, adapt.AIMD{}, []aimdStep{
@@ -425,7 +424,7 @@ func TestAIMDCorruptIsFresh(t *testing.T) {
 					{at: 0, op: opRecover, rate: 100},
 					{at: 0, op: opThrottle, rate: 50, change: -1, cooldown: time.Second},
 				})
-				h := e.RDB.HGetAll(ctx, ak).Val()
+				h := e.rdb.HGetAll(ctx, ak).Val()
 				for _, f := range []string{"urate", "last_us", "hold_us", "win_us", "streak"} {
 					if _, err := strconv.ParseInt(h[f], 10, 64); err != nil {
 						t.Fatalf("not repaired: %v", h)
@@ -447,9 +446,9 @@ func TestAIMDFloorTripsBreaker(t *testing.T) {
 			streak  int
 			tripped bool
 		}{{0, false}, {1, false}, {2, false}, {3, true}} {
-			e.At(time.Duration(i) * 600 * time.Millisecond)
+			e.at(time.Duration(i) * 600 * time.Millisecond)
 			ad, err := e.l.Throttled(ctx, "test", "k", lim100, a, 0)
-			e.Mark()
+			e.mark()
 			if err != nil || ad.FloorStreak != want.streak || b.FloorTripped(ad) != want.tripped {
 				t.Fatalf("throttle %d: %+v, %v; want streak %d, tripped %v", i, ad, err, want.streak, want.tripped)
 			}
@@ -579,7 +578,7 @@ func TestAdaptedLimit(t *testing.T) {
 func TestAdaptRedisErrorsWrapped(t *testing.T) {
 	t.Parallel()
 	e := newMini(t)
-	e.MR.SetError("LOADING Redis is loading the dataset in memory")
+	e.mr.SetError("LOADING Redis is loading the dataset in memory")
 	ctx := t.Context()
 	a, b := adapt.AIMD{}, adapt.Breaker{}
 	for _, tc := range []struct {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
-	"github.com/pacerhq/pacer/bucket/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -42,25 +41,25 @@ func (e *env) breakers(t *testing.T, key string, b adapt.Breaker, steps []breake
 	t.Helper()
 	ctx := t.Context()
 	for i, s := range steps {
-		e.At(s.at)
+		e.at(s.at)
 		switch s.op {
 		case opAllow:
 			allowed, probe, wait, err := e.l.BreakerAllow(ctx, "test", key, b, s.owner)
-			e.Mark()
-			if err != nil || allowed != s.allowed || probe != s.probe || !e.Near(wait, s.wait) {
+			e.mark()
+			if err != nil || allowed != s.allowed || probe != s.probe || !e.near(wait, s.wait) {
 				t.Fatalf("step %d (at %v): BreakerAllow(%q) = %v, %v, %v, %v; want %v, %v, %v",
 					i, s.at, s.owner, allowed, probe, wait, err, s.allowed, s.probe, s.wait)
 			}
 		case opOK, opHalt:
 			st, err := e.l.BreakerResult(ctx, "test", key, b, s.op == opOK, s.reason)
-			e.Mark()
+			e.mark()
 			if err != nil || st != s.state {
 				t.Fatalf("step %d (at %v): BreakerResult(ok %v) = %v, %v; want %v", i, s.at, s.op == opOK, st, err, s.state)
 			}
 		case opStatus:
 			st, err := e.l.BreakerStatus(ctx, "test", key)
-			e.Mark()
-			if err != nil || st.State != s.state || !e.Near(st.OpenLeft, s.wait) || st.Opens != s.opens ||
+			e.mark()
+			if err != nil || st.State != s.state || !e.near(st.OpenLeft, s.wait) || st.Opens != s.opens ||
 				st.Reason != s.reason || st.Prober != s.prober || (st.Prober == "") != (st.ProbeLeft == 0) {
 				t.Fatalf("step %d (at %v): BreakerStatus = %+v, %v; want state %v, open left %v, opens %d, reason %q, prober %q",
 					i, s.at, st, err, s.state, s.wait, s.opens, s.reason, s.prober)
@@ -96,7 +95,7 @@ func TestBreakerSingleProbe(t *testing.T) {
 			{at: 1100 * ms, op: opAllow, owner: "a", allowed: true},
 			{at: 1100 * ms, op: opStatus, state: adapt.BreakerClosed},
 		})
-		if n := e.RDB.Exists(t.Context(), e.keys.Breaker("test", "k")).Val(); n != 0 {
+		if n := e.rdb.Exists(t.Context(), e.keys.Breaker("test", "k")).Val(); n != 0 {
 			t.Fatal("a closed breaker left its hash behind")
 		}
 	})
@@ -169,19 +168,19 @@ func TestBreakerDefaults(t *testing.T) {
 			if st, err := e.l.BreakerResult(ctx, "test", tc.key, tc.b, false, "halt"); err != nil || st != adapt.BreakerOpen {
 				t.Fatalf("%s: BreakerResult = %v, %v", tc.key, st, err)
 			}
-			if _, _, wait, err := e.l.BreakerAllow(ctx, "test", tc.key, tc.b, "a"); err != nil || !e.Near(wait, tc.open) {
+			if _, _, wait, err := e.l.BreakerAllow(ctx, "test", tc.key, tc.b, "a"); err != nil || !e.near(wait, tc.open) {
 				t.Fatalf("%s: BreakerAllow wait = %v, %v; want %v", tc.key, wait, err, tc.open)
 			}
 			bk := e.keys.Breaker("test", tc.key)
-			if ttl := e.RDB.PTTL(ctx, bk).Val(); !e.TTLNear(ttl, tc.ttl, since) {
+			if ttl := e.rdb.PTTL(ctx, bk).Val(); !e.TTLNear(ttl, tc.ttl, since) {
 				t.Fatalf("%s: PTTL = %v, want %v less the time since the halt", tc.key, ttl, tc.ttl)
 			}
 		}
-		if !e.Exact() {
+		if !e.exact() {
 			return
 		}
 		// A breaker nobody probes expires, closed.
-		e.At(30*time.Second + time.Hour)
+		e.at(30*time.Second + time.Hour)
 		if st, err := e.l.BreakerStatus(ctx, "test", "default"); err != nil || st.State != adapt.BreakerClosed {
 			t.Fatalf("BreakerStatus after the TTL = %+v, %v; want closed", st, err)
 		}
@@ -190,11 +189,11 @@ func TestBreakerDefaults(t *testing.T) {
 		if _, err := e.l.BreakerResult(ctx, "test", "probe", b, false, ""); err != nil {
 			t.Fatal(err)
 		}
-		e.At(30*time.Second + time.Hour + time.Second)
+		e.at(30*time.Second + time.Hour + time.Second)
 		if ok, probe, _, err := e.l.BreakerAllow(ctx, "test", "probe", b, "a"); err != nil || !ok || !probe {
 			t.Fatalf("BreakerAllow = %v, %v, %v; want the probe", ok, probe, err)
 		}
-		if ttl := e.RDB.PTTL(ctx, e.keys.Breaker("test", "probe")).Val(); ttl != 3*time.Hour {
+		if ttl := e.rdb.PTTL(ctx, e.keys.Breaker("test", "probe")).Val(); ttl != 3*time.Hour {
 			t.Fatalf("PTTL with a lease = %v, want 3h", ttl)
 		}
 	})
@@ -207,11 +206,11 @@ func TestBreakerCorruptIsClosed(t *testing.T) {
 		name  string
 		write func(ctx context.Context, rdb *redis.Client, key string) error
 	}{
-		{"words", redistest.HSet("opens", "some", "until_us", "later", "probe_us", "never")},
-		{"no opens", redistest.HSet("until_us", "99999999999999999", "probe_us", "0")},
-		{"zero opens", redistest.HSet("opens", "0", "until_us", "99999999999999999", "probe_us", "0")},
-		{"negative", redistest.HSet("opens", "1", "until_us", "-1", "probe_us", "0")},
-		{"nan", redistest.HSet("opens", "nan", "until_us", "nan", "probe_us", "nan")},
+		{"words", hset("opens", "some", "until_us", "later", "probe_us", "never")},
+		{"no opens", hset("until_us", "99999999999999999", "probe_us", "0")},
+		{"zero opens", hset("opens", "0", "until_us", "99999999999999999", "probe_us", "0")},
+		{"negative", hset("opens", "1", "until_us", "-1", "probe_us", "0")},
+		{"nan", hset("opens", "nan", "until_us", "nan", "probe_us", "nan")},
 		{"string key", func(ctx context.Context, rdb *redis.Client, key string) error {
 			return rdb.Set(ctx, key, "junk", 0).Err()
 		}},
@@ -221,7 +220,7 @@ func TestBreakerCorruptIsClosed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
-				if err := tc.write(t.Context(), e.RDB, e.keys.Breaker("test", "k")); err != nil {
+				if err := tc.write(t.Context(), e.rdb, e.keys.Breaker("test", "k")); err != nil {
 					t.Fatal(err)
 				}
 				e.breakers(t, "k", adapt.Breaker{}, []breakerStep{
@@ -237,7 +236,7 @@ func TestBreakerCorruptIsClosed(t *testing.T) {
 	// A lease without an owner is no lease.
 	t.Run("lease without owner", func(t *testing.T) {
 		each(t, func(t *testing.T, e *env) {
-			if err := e.RDB.HSet(t.Context(), e.keys.Breaker("test", "k"), "opens", "2", "until_us", "1",
+			if err := e.rdb.HSet(t.Context(), e.keys.Breaker("test", "k"), "opens", "2", "until_us", "1",
 				"probe_us", "99999999999999999", "reason", "r").Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -340,7 +339,7 @@ func TestSnapshot(t *testing.T) {
 		}
 		// Sends under the adapted limit (the pacer takes before a cooldown
 		// or after it; Reserve itself refuses during one).
-		if err := e.RDB.Del(ctx, e.keys.Cooldown("test", "k")).Err(); err != nil {
+		if err := e.rdb.Del(ctx, e.keys.Cooldown("test", "k")).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if d, err := e.b.Reserve(ctx, "test", "k", ad.Limit(ceiling), 4, 0); err != nil || !d.OK {
@@ -354,9 +353,9 @@ func TestSnapshot(t *testing.T) {
 		}
 		sn, err = e.l.Snapshot(ctx, "test", "k", ceiling, adapt.AIMD{})
 		if err != nil || sn.Adapted.Rate != 40 || sn.Limit != (bucket.Limit{PerSecond: 40, Burst: 10}) ||
-			!e.Near(sn.Adapted.CooldownLeft, time.Minute) || !e.NearTokens(sn.Tokens, 6, sn.Limit.PerSecond, sn.Limit.Burst) ||
+			!e.near(sn.Adapted.CooldownLeft, time.Minute) || !e.nearTokens(sn.Tokens, 6, sn.Limit) ||
 			sn.Breaker.State != adapt.BreakerOpen || sn.Breaker.Reason != "halt:401" ||
-			!e.Near(sn.Breaker.OpenLeft, 30*time.Second) {
+			!e.near(sn.Breaker.OpenLeft, 30*time.Second) {
 			t.Fatalf("Snapshot = %+v, %v", sn, err)
 		}
 	})
