@@ -9,8 +9,9 @@ import (
 
 // ErrInvalidLimit is returned, wrapped with what is wrong, for a limit that
 // can never be met or that the bucket cannot represent: see [Limit.Validate].
-// [Limiter.Take] and [Limiter.State] return it without calling Redis, and so
-// does Take for a cost outside [1, Burst]. Test for it with errors.Is.
+// Every call of [Limiter] and [Local] returns it without calling Redis, and
+// so do Reserve and ReserveMulti for a cost outside [1, Burst]. Test for it
+// with errors.Is.
 var ErrInvalidLimit = errors.New("bucket: invalid limit")
 
 // Bounds checked by [Limit.Validate]. The scripts count tokens in millionths

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -245,7 +246,7 @@ func (p *Pacer) slot(f *flight) outcome {
 func (p *Pacer) claim(f *flight) outcome {
 	ctx := f.w.ctx
 	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
-	var res bucket.ClaimResult
+	var res ledger.ClaimResult
 	var cool time.Duration
 	err := p.redis(ctx, f.log, func() (err error) {
 		res, cool, err = p.ledger.Claim(ctx, p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
@@ -258,10 +259,10 @@ func (p *Pacer) claim(f *flight) outcome {
 		return stop()
 	}
 	switch res {
-	case bucket.Claimed:
+	case ledger.Claimed:
 		f.claimed = true
 		return next()
-	case bucket.CoolingDown:
+	case ledger.CoolingDown:
 		// A cooldown began while this message slept on its slot.
 		if cool > p.cfg.MaxTokenWait {
 			return requeue("cooldown", cool)
@@ -270,9 +271,9 @@ func (p *Pacer) claim(f *flight) outcome {
 			return stop()
 		}
 		return outcome{kind: again}
-	case bucket.Delivered:
+	case ledger.Delivered:
 		return outcome{kind: duplicate}
-	case bucket.Abandoned:
+	case ledger.Abandoned:
 		return dead("unknown-outcome",
 			"another process claimed this id and stopped before recording an outcome; the provider may have the message")
 	}

@@ -25,7 +25,7 @@
 // # Outcomes
 //
 //   - throttle: AIMD in Redis, shared by every replica: the key's rate is
-//     multiplied by [bucket.AIMD] Decrease (once per burst of throttles,
+//     multiplied by [adapt.AIMD] Decrease (once per burst of throttles,
 //     never below the floor) and the key cools down for the provider's
 //     Retry-After (clamped to AIMD MinCooldown..MaxCooldown). A clean window
 //     raises the rate again toward [Config.Limit], never above it. A
@@ -34,7 +34,7 @@
 //   - transient: retry topic, up to [Config.MaxAttempts] requests in all.
 //   - permanent: DLQ.
 //   - halt (credentials, account blocked), or throttles again and again at
-//     the floor: the key's breaker opens ([bucket.Breaker]); its messages
+//     the floor: the key's breaker opens ([adapt.Breaker]); its messages
 //     are requeued (never attempts, never dropped) until one replica's
 //     half-open probe succeeds.
 //   - no answer (timeout, connection cut after the request left): the
@@ -92,6 +92,8 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -114,10 +116,10 @@ type Bucket interface {
 	Cooldown(ctx context.Context, channel, key string, d time.Duration) error
 }
 
-// Ledger is the idempotency record of envelope ids; *bucket.Ledger
+// Ledger is the idempotency record of envelope ids; *ledger.Ledger
 // implements it. Methods are safe for concurrent use.
 type Ledger interface {
-	Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (bucket.ClaimResult, time.Duration, error)
+	Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (ledger.ClaimResult, time.Duration, error)
 	Delivered(ctx context.Context, channel, key, id, providerID string, ttl time.Duration) error
 	Release(ctx context.Context, channel, key, id, owner string) error
 }
@@ -125,7 +127,7 @@ type Ledger interface {
 // Deps are the services a Pacer uses.
 type Deps struct {
 	Bucket  Bucket          // required
-	Adapter Adapter         // required; *bucket.Limiter is both Bucket and Adapter
+	Adapter Adapter         // required; *adapt.Adapter, built with the Bucket's bucket.Config
 	Ledger  Ledger          // required
 	Sender  channels.Sender // required
 	// RedisPing, if set, is called every 5 s so /readyz reflects Redis
@@ -162,8 +164,8 @@ type Config struct {
 	RetryDelays    []time.Duration // one retry topic "<Topic>.retry.<n>" per delay; default 5s, 30s, 5m
 	Limit          bucket.Limit    // rate and burst per pacing key: the AIMD ceiling; required
 	RecipientLimit bucket.Limit    // a second bucket per (pacing key, recipient), e.g. FCM's per-device limit; zero = none
-	AIMD           bucket.AIMD     // adaptation on throttles; zero fields mean bucket's defaults
-	Breaker        bucket.Breaker  // per-key breaker on halts; zero fields mean bucket's defaults
+	AIMD           adapt.AIMD      // adaptation on throttles; zero fields mean adapt's defaults
+	Breaker        adapt.Breaker   // per-key breaker on halts; zero fields mean adapt's defaults
 	MaxAttempts    int             // requests per record before DLQ on transient failures; default 5
 	MaxTokenWait   time.Duration   // longest wait for a token or cooldown in place; longer requeues; default 5s
 	Drain          time.Duration   // on shutdown or revoke, how long in-flight sends may finish; default 30s

@@ -3,8 +3,8 @@ package pacer_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,7 +83,7 @@ func newHarness(t *testing.T, script map[string][]error) *harness {
 	return &harness{t: t, kc: kc, cl: cl, mr: mr, raddr: mr.Addr(), reg: prometheus.NewRegistry(),
 		sender: &scriptSender{script: script, calls: map[string]int{}, success: map[string]int{}},
 		cfg: pacer.Config{Channel: "test", Topic: "pacer.test", Limit: bucket.Limit{PerSecond: 1000, Burst: 10},
-			MaxAttempts: 3, RetryDelays: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}, AIMD: bucket.AIMD{MinCooldown: 20 * time.Millisecond}, Breaker: bucket.Breaker{OpenFor: 50 * time.Millisecond}, Drain: 5 * time.Second}}
+			MaxAttempts: 3, RetryDelays: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}, AIMD: adapt.AIMD{MinCooldown: 20 * time.Millisecond}, Breaker: adapt.Breaker{OpenFor: 50 * time.Millisecond}, Drain: 5 * time.Second}}
 }
 
 func (h *harness) produce(values ...string) {
@@ -102,7 +104,7 @@ func (h *harness) run(done func() bool) {
 	defer rdb.Close()
 	lim := bucket.New(rdb, bucket.Config{})
 	p, err := pacer.New(h.cfg, []kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)},
-		pacer.Deps{Bucket: lim, Adapter: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: h.sender,
+		pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: ledger.New(rdb, lim.Keys()), Sender: h.sender,
 			Fallback: bucket.NewLocal(bucket.LocalConfig{Replicas: 2})}, h.reg)
 	if err != nil {
 		h.t.Fatal(err)
@@ -293,7 +295,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"zero burst", pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 5, Burst: 0}}, "invalid limit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := pacer.New(c.cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: bucket.New(nil, bucket.Config{}), Ledger: bucket.NewLedger(nil, bucket.Config{}), Sender: &scriptSender{}}, prometheus.NewRegistry())
+			_, err := pacer.New(c.cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: ledger.New(nil, bucket.Keys{}), Sender: &scriptSender{}}, prometheus.NewRegistry())
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want %q", err, c.want)
 			}
@@ -308,7 +310,7 @@ func TestIdempotency(t *testing.T) {
 	h := newHarness(t, nil)
 	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
 	defer rdb.Close()
-	l := bucket.NewLedger(rdb, bucket.Config{})
+	l := ledger.New(rdb, bucket.Keys{})
 	for _, id := range []string{"crashed", "replayed"} {
 		if _, _, err := l.Claim(context.Background(), "test", "k1", id, "dead-process", time.Hour, false); err != nil {
 			t.Fatal(err)

@@ -15,6 +15,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels/fcm"
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/prometheus/client_golang/prometheus"
@@ -117,7 +119,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Channel: *channel, Topic: topic, RecipientLimit: demoRecipientLimit(*channel), Limit: lim, Drain: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}, []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)},
-		pacer.Deps{Bucket: limiter, Adapter: limiter, Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: prov.sender}, prometheus.NewRegistry())
+		pacer.Deps{Bucket: limiter, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: ledger.New(rdb, limiter.Keys()), Sender: prov.sender}, prometheus.NewRegistry())
 	if err != nil {
 		return err
 	}

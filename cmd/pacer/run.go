@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -75,7 +77,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		Logger: log,
 	}, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + *channel),
 		kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))},
-		pacer.Deps{Bucket: lim, Adapter: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Sender: sender,
+		pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Ledger: ledger.New(rdb, lim.Keys()), Sender: sender,
 			Fallback:  bucket.NewLocal(bucket.LocalConfig{Replicas: cfg.ExpectedReplicas}),
 			RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}, reg)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -45,10 +46,10 @@ func recipientLimit(channel string, cfg config) bucket.Limit {
 }
 
 // adaptConfig returns the AIMD and breaker settings for a channel limit.
-func adaptConfig(cfg config, limit bucket.Limit) (bucket.AIMD, bucket.Breaker) {
-	return bucket.AIMD{Decrease: cfg.AIMDDecrease, Floor: min(cfg.AIMDFloor, limit.PerSecond), Window: cfg.AIMDWindow,
+func adaptConfig(cfg config, limit bucket.Limit) (adapt.AIMD, adapt.Breaker) {
+	return adapt.AIMD{Decrease: cfg.AIMDDecrease, Floor: min(cfg.AIMDFloor, limit.PerSecond), Window: cfg.AIMDWindow,
 			Step: cfg.AIMDStep, MinCooldown: cfg.ThrottleCooldown, MaxCooldown: cfg.MaxCooldown},
-		bucket.Breaker{OpenFor: cfg.HaltCooldown, MaxOpenFor: cfg.BreakerMaxOpen, FloorThrottles: cfg.BreakerFloorThrottles}
+		adapt.Breaker{OpenFor: cfg.HaltCooldown, MaxOpenFor: cfg.BreakerMaxOpen, FloorThrottles: cfg.BreakerFloorThrottles}
 }
 
 // limitKey holds a channel's configured limit as the running pacers see it,
@@ -105,7 +106,8 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		return err
 	}
 	defer rdb.Close()
-	lim := bucket.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
+	ad := adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
+	names := ad.Keys()
 	ceiling, from := channelLimit(*channel, cfg), "this shell's PACER_* settings (no running pacer recorded one)"
 	if pub, ok := publishedLimit(ctx, rdb, cfg.RedisPrefix, *channel); ok {
 		ceiling, from = pub, "the running pacers"
@@ -122,8 +124,8 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tRATE/S\tLIMIT/S\tTOKENS\tCOOLDOWN\tBREAKER\tREASON")
 	for _, k := range keys {
-		n, err := rdb.Exists(ctx, lim.BucketKey(*channel, k), lim.CooldownKey(*channel, k),
-			lim.AIMDKey(*channel, k), lim.BreakerKey(*channel, k)).Result()
+		n, err := rdb.Exists(ctx, names.Bucket(*channel, k), names.Cooldown(*channel, k),
+			names.AIMD(*channel, k), names.Breaker(*channel, k)).Result()
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
@@ -131,7 +133,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 			fmt.Fprintf(tw, "%s\t-\t%.4g\t-\t-\t-\tno state in Redis: idle, or never sent for\n", k, ceiling.PerSecond)
 			continue
 		}
-		s, err := lim.Snapshot(ctx, *channel, k, ceiling, aimd)
+		s, err := ad.Snapshot(ctx, *channel, k, ceiling, aimd)
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
