@@ -59,7 +59,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -123,10 +122,22 @@ type Config struct {
 	// key. It never appears in an error.
 	PrivateKey []byte
 	// HTTPClient sends the requests; default a client speaking only HTTP/2
-	// over TLS 1.2 or later, with a [DefaultTimeout] timeout and a health
-	// ping after 1 min without frames. A custom client must speak HTTP/2:
-	// APNs speaks nothing else.
+	// over TLS 1.2 or later, with a [DefaultTimeout] timeout, a health
+	// ping after 1 min without frames, and at most Connections connections
+	// per host: a send beyond the streams they allow waits for one instead
+	// of opening a connection (see [DefaultConnections]). A custom client
+	// must speak HTTP/2, as APNs speaks nothing else, and must bound its
+	// own connections: net/http's default pool dials one per send waiting
+	// for a stream.
 	HTTPClient *http.Client
+	// Connections is the bound on HTTP/2 connections per APNs host of the
+	// default client, 1 to [MaxConnections]; default [DefaultConnections].
+	// Ignored when HTTPClient is set.
+	Connections int
+	// TLSConfig is the TLS configuration of the default client; default
+	// the system roots, TLS 1.2 or later (a lower MinVersion is raised).
+	// Tests set RootCAs to trust a fake. Ignored when HTTPClient is set.
+	TLSConfig *tls.Config
 	// TokenTTL is how long one provider token is used before a new one is
 	// minted; default [DefaultTokenTTL]. It must be within [MinTokenTTL]
 	// and [MaxTokenTTL].
@@ -179,8 +190,14 @@ func New(cfg Config) (*Client, error) {
 	case cfg.TokenTTL < MinTokenTTL || cfg.TokenTTL > MaxTokenTTL:
 		return nil, fmt.Errorf("apns: Config.TokenTTL %v is outside [%v, %v]", cfg.TokenTTL, MinTokenTTL, MaxTokenTTL)
 	}
+	switch {
+	case cfg.Connections == 0:
+		cfg.Connections = DefaultConnections
+	case cfg.Connections < 1 || cfg.Connections > MaxConnections:
+		return nil, fmt.Errorf("apns: Config.Connections %d is outside [1, %d]", cfg.Connections, MaxConnections)
+	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = defaultHTTPClient()
+		cfg.HTTPClient = defaultHTTPClient(cfg.Connections, cfg.TLSConfig)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -213,14 +230,14 @@ func isID(s string) bool {
 	return true
 }
 
-// defaultHTTPClient returns an HTTP/2-only client for APNs.
-func defaultHTTPClient() *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+// defaultHTTPClient returns an HTTP/2-only client for APNs whose
+// connections per host are bounded by conns (see [pool]).
+func defaultHTTPClient(conns int, tlsConfig *tls.Config) *http.Client {
+	t := channels.NewTransport(0, tlsConfig)
 	t.Protocols = new(http.Protocols)
 	t.Protocols.SetHTTP2(true)
-	t.HTTP2 = &http.HTTP2Config{SendPingTimeout: time.Minute, PingTimeout: 15 * time.Second}
-	return &http.Client{Transport: t, Timeout: DefaultTimeout}
+	t.IdleConnTimeout = connIdleTimeout
+	return &http.Client{Transport: newPool(t, conns), Timeout: DefaultTimeout}
 }
 
 // Send posts m to {BaseURL}/3/device/{m.To} with the provider token, the
@@ -321,8 +338,7 @@ func (c *Client) post(ctx context.Context, u, bearer string, r request, to strin
 		// *url.Error names the URL, which holds the device token.
 		return nil, nil, &channels.Error{Channel: channel, Class: channels.Transient, Err: redact(err, to)}
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBodySize))
+	raw, err := channels.ReadBody(resp.Body, maxBodySize)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()

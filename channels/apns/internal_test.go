@@ -170,8 +170,8 @@ func TestTokenSourceConcurrent(t *testing.T) {
 // TestDefaultHTTPClient: the default client speaks HTTP/2 over TLS 1.2+
 // and nothing else.
 func TestDefaultHTTPClient(t *testing.T) {
-	hc := defaultHTTPClient()
-	tr := hc.Transport.(*http.Transport)
+	hc := defaultHTTPClient(DefaultConnections, nil)
+	tr := hc.Transport.(*pool).t
 	if tr.Protocols == nil || !tr.Protocols.HTTP2() || tr.Protocols.HTTP1() || tr.Protocols.UnencryptedHTTP2() {
 		t.Errorf("protocols = %v; want HTTP/2 only", tr.Protocols)
 	}
@@ -181,9 +181,7 @@ func TestDefaultHTTPClient(t *testing.T) {
 	trust := func(ts *httptest.Server) *http.Client {
 		pool := x509.NewCertPool()
 		pool.AddCert(ts.Certificate())
-		c := defaultHTTPClient()
-		c.Transport.(*http.Transport).TLSClientConfig.RootCAs = pool
-		return c
+		return defaultHTTPClient(DefaultConnections, &tls.Config{RootCAs: pool})
 	}
 	h1 := httptest.NewUnstartedServer(http.NotFoundHandler())
 	h1.Config.ErrorLog = log.New(io.Discard, "", 0) // it refuses our handshake, as it should
