@@ -27,9 +27,21 @@
 // apns-collapse-id (at most 64 bytes), apns-topic and apns-id (a lowercase
 // UUID; APNs makes one when it is absent, which is the usual case). Values
 // are JSON strings, or numbers for apns-priority and apns-expiration. A
-// header left out is not sent, and APNs applies its default. Any other
-// member of "headers", or a bad value, fails the send as Permanent
-// "invalid-payload" without a request.
+// header left out is not sent, and APNs applies its default, except:
+//
+//   - apns-push-type, which Apple requires on watchOS and recommends
+//     everywhere: "background" when aps holds content-available 1 and no
+//     alert, sound or badge, "alert" otherwise.
+//   - apns-priority of a background push: 5, since Apple calls priority 10
+//     (its default) an error for them. A background push with apns-priority
+//     10 fails as Permanent "invalid-payload" without a request.
+//   - apns-topic gets the suffix its push type needs, unless it ends with
+//     it already: .voip, .complication, .pushkit.fileprovider,
+//     .push-type.liveactivity, .location-query, .voip-ptt (pushtotalk),
+//     .push-type.widgets. [A-SR]
+//
+// Any other member of "headers", or a bad value, fails the send as
+// Permanent "invalid-payload" without a request.
 //
 // The body must be at most 4096 bytes (5120 for apns-push-type voip) once
 // "headers" is removed, or the send fails as Permanent "PayloadTooLarge"
@@ -257,7 +269,8 @@ func defaultHTTPClient(conns int, tlsConfig *tls.Config) *http.Client {
 //     TooManyRequests is a Throttle of ScopePair (this device token only),
 //     410 Unregistered a Permanent whose Detail holds APNs's timestamp (read
 //     it with [InvalidSince]); an unknown reason, or none, by status with
-//     [statusClass] (429 and 5xx Transient, 403 Halt, other 4xx Permanent).
+//     [statusClass] (429 a Throttle of ScopePair, 5xx Transient, 403 Halt,
+//     other 4xx Permanent).
 //   - 403 ExpiredProviderToken: if the token is at least 20 minutes old, a
 //     new one is minted (once, for all concurrent sends) and the request is
 //     repeated once with it; otherwise, or if the repeat fails the same way,
@@ -290,6 +303,7 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 		}
 		r.header.Set("apns-topic", m.Key)
 	}
+	r.header.Set("apns-topic", topicFor(r.header.Get("apns-topic"), r.header.Get("apns-push-type")))
 	u := c.base.JoinPath("3", "device", m.To).String()
 
 	bearer, err := c.token.get()
@@ -373,8 +387,10 @@ func (c *Client) failure(resp *http.Response, raw []byte) *channels.Error {
 		RetryAfter: channels.ParseRetryAfter(resp.Header.Get("Retry-After"), c.now()),
 	}
 	reason := reasonOf(raw)
+	if e.Class = statusClass(resp.StatusCode); e.Class == channels.Throttle {
+		e.Scope = channels.ScopePair // APNs's only send throttle is per device token
+	}
 	if reason == "" {
-		e.Class = statusClass(resp.StatusCode)
 		// The body is left out: it could echo the request.
 		e.Err = fmt.Errorf("apns: HTTP %d without an APNs reason", resp.StatusCode)
 		return e
@@ -382,8 +398,6 @@ func (c *Client) failure(resp *http.Response, raw []byte) *channels.Error {
 	e.Code = reason
 	if r, ok := reasons[reason]; ok {
 		e.Class, e.Scope, e.Detail = r.class, r.scope, r.meaning
-	} else {
-		e.Class = statusClass(resp.StatusCode)
 	}
 	var b errorBody
 	if json.Unmarshal(raw, &b) == nil && b.Timestamp != nil {

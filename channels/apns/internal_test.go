@@ -58,7 +58,7 @@ func TestStatusClass(t *testing.T) {
 	for status, want := range map[int]channels.Class{
 		201: channels.Transient, 302: channels.Transient, 400: channels.Permanent, 401: channels.Permanent,
 		403: channels.Halt, 404: channels.Permanent, 410: channels.Permanent, 413: channels.Permanent,
-		429: channels.Transient, 500: channels.Transient, 503: channels.Transient, 599: channels.Transient,
+		429: channels.Throttle, 500: channels.Transient, 503: channels.Transient, 599: channels.Transient,
 	} {
 		if got := statusClass(status); got != want {
 			t.Errorf("statusClass(%d) = %v, want %v", status, got, want)
