@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -91,7 +92,7 @@ func sendAll(t *testing.T, c *apns.Client, n int) (int64, error) {
 // treats rapid connection and disconnection as a denial-of-service
 // attack"; https://developer.apple.com/documentation/usernotifications/sending-notification-requests-to-apns).
 // Go's HTTP/2 server cannot change its SETTINGS mid-connection, so the two
-// limits are two servers; TestStreamsRaised has both on one connection.
+// limits are two servers.
 func TestConnectionBound(t *testing.T) {
 	for _, c := range []struct {
 		streams, conns int
@@ -113,5 +114,20 @@ func TestConnectionBound(t *testing.T) {
 			t.Errorf("streams %d, bound %d: %d requests held at once", c.streams, bound, m)
 		}
 		t.Logf("streams %d, bound %d: %d TLS connections, at most %d requests at once", c.streams, bound, s.conns.Load(), s.maxSeen.Load())
+	}
+}
+
+// TestConnectionsConfig: Config.Connections outside [1, MaxConnections] is
+// refused by New, naming the field.
+func TestConnectionsConfig(t *testing.T) {
+	for _, n := range []int{-1, apns.MaxConnections + 1} {
+		cfg := apns.Config{KeyID: keyID, TeamID: teamID, PrivateKey: signingKey(t).p8, Connections: n}
+		if _, err := apns.New(cfg); err == nil || !strings.Contains(err.Error(), "Config.Connections") {
+			t.Errorf("Connections %d: New error %v, want one naming Config.Connections", n, err)
+		}
+	}
+	cfg := apns.Config{KeyID: keyID, TeamID: teamID, PrivateKey: signingKey(t).p8, Connections: apns.MaxConnections}
+	if _, err := apns.New(cfg); err != nil {
+		t.Errorf("Connections %d: %v", apns.MaxConnections, err)
 	}
 }
