@@ -193,7 +193,8 @@ type FieldError struct {
 	Err   error
 }
 
-// Error returns "pacer: config: <Field>: <Err>".
+// Error returns "pacer: config: <Field>: <Err>", such as "pacer: config:
+// Drain: -1s must be > 0".
 func (e *FieldError) Error() string { return "pacer: config: " + e.Field + ": " + e.Err.Error() }
 
 // Unwrap returns Err.
@@ -218,7 +219,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.Channel == "" {
-		badf("Channel", "Channel is required")
+		badf("Channel", "is required")
 	}
 	limitOK := c.Limit.Validate() == nil
 	sub("Limit.", c.Limit.Validate())
@@ -237,16 +238,16 @@ func (c Config) Validate() error {
 	switch c.RedisFailure {
 	case "", RedisFailureClosed, RedisFailureLocal:
 	default:
-		badf("RedisFailure", "RedisFailure %q is not closed or local", c.RedisFailure)
+		badf("RedisFailure", "%q is not closed or local", c.RedisFailure)
 	}
 	switch c.UnknownOutcome {
 	case "", UnknownOutcomeDLQ, UnknownOutcomeResend:
 	default:
-		badf("UnknownOutcome", "UnknownOutcome %q is not dlq or resend", c.UnknownOutcome)
+		badf("UnknownOutcome", "%q is not dlq or resend", c.UnknownOutcome)
 	}
 	for i, d := range c.RetryDelays {
 		if d <= 0 {
-			badf("RetryDelays", "RetryDelays[%d] = %v must be > 0", i, d)
+			badf("RetryDelays", "entry %d is %v; each delay must be > 0", i+1, d)
 			break
 		}
 	}
@@ -257,20 +258,20 @@ func (c Config) Validate() error {
 		{"Drain", c.Drain}, {"SendTimeout", c.SendTimeout}, {"MaxTokenWait", c.MaxTokenWait}, {"IdempotencyTTL", c.IdempotencyTTL},
 	} {
 		if d.v < 0 {
-			badf(d.field, "%s %v must be > 0 (0 = the default)", d.field, d.v)
+			badf(d.field, "%v must be > 0", d.v)
 		}
 	}
 	if c.MaxAttempts < 0 {
-		badf("MaxAttempts", "MaxAttempts %d must be >= 1 (0 = the default)", c.MaxAttempts)
+		badf("MaxAttempts", "%d must be >= 1", c.MaxAttempts)
 	}
 	if c.MaxQueued < 0 {
-		badf("MaxQueued", "MaxQueued %d must be >= 1 (0 = the default)", c.MaxQueued)
+		badf("MaxQueued", "%d must be >= 1", c.MaxQueued)
 	}
 	if c.InFlight < 0 || c.InFlight > maxInFlight {
-		badf("InFlight", "InFlight %d must be in 1..%d (0 = the default)", c.InFlight, maxInFlight)
+		badf("InFlight", "%d must be in 1..%d", c.InFlight, maxInFlight)
 	}
 	if c.LeaseSize < 0 || c.LeaseSize > maxLeaseSize {
-		badf("LeaseSize", "LeaseSize %d must be in 1..%d (0 = automatic)", c.LeaseSize, maxLeaseSize)
+		badf("LeaseSize", "%d must be in 0..%d (0 = automatic)", c.LeaseSize, maxLeaseSize)
 	}
 	return errors.Join(errs...)
 }

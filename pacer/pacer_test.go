@@ -288,7 +288,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		cfg  pacer.Config
 		want string
 	}{
-		{"no channel", pacer.Config{Limit: bucket.Limit{PerSecond: 1, Burst: 1}}, "Channel is required"},
+		{"no channel", pacer.Config{Limit: bucket.Limit{PerSecond: 1, Burst: 1}}, "Channel: is required"},
 		{"zero rate", pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 0, Burst: 1}}, "invalid limit"},
 		{"zero burst", pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 5, Burst: 0}}, "invalid limit"},
 	} {
