@@ -3,8 +3,10 @@ package pacer_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -290,7 +292,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		cfg  pacer.Config
 		want string
 	}{
-		{"no channel", pacer.Config{Limit: bucket.Limit{PerSecond: 1, Burst: 1}}, "Channel is required"},
+		{"no channel", pacer.Config{Limit: bucket.Limit{PerSecond: 1, Burst: 1}}, "Channel: is required"},
 		{"zero rate", pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 0, Burst: 1}}, "invalid limit"},
 		{"zero burst", pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 5, Burst: 0}}, "invalid limit"},
 	} {
@@ -601,5 +603,126 @@ func TestProgressAndSummaryLogged(t *testing.T) {
 	}
 	if summary == nil || summary["delivered"] != 2.0 || summary["dead_lettered"] != 1.0 {
 		t.Errorf("summary = %v, want delivered 2, dead_lettered 1", summary)
+	}
+}
+
+// TestMaxCooldownCapsRetryAndRequeue: AIMD.MaxCooldown, the one cooldown
+// cap (PACER_MAX_COOLDOWN), also caps the delay of a retry that a provider
+// asked to wait an hour, and of a requeue behind an hour-long cooldown.
+func TestMaxCooldownCapsRetryAndRequeue(t *testing.T) {
+	const maxCooldown = 10 * time.Second
+	h := newHarness(t, map[string][]error{
+		"flaky": {&channels.Error{Channel: "test", Status: 503, Code: "2", Class: channels.Transient, RetryAfter: time.Hour}},
+	})
+	h.cfg.AIMD.MaxCooldown = maxCooldown
+	h.cfg.MaxTokenWait = 100 * time.Millisecond
+	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
+	defer rdb.Close()
+	if err := bucket.New(rdb, bucket.Config{}).Cooldown(context.Background(), "test", "k2", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	h.produce(env("flaky"))
+	if err := h.cl.ProduceSync(context.Background(), &kgo.Record{Topic: "pacer.test", Key: []byte("k2"),
+		Value: []byte(`{"id":"cooled","key":"k2","to":"1555000"}`)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	h.run(func() bool {
+		return h.counter("pacer_retries_total") == 1 && h.counter("pacer_requeued_total", "reason", "cooldown") >= 1
+	})
+
+	// The copies on the retry topics carry their due time.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.kc.ListenAddrs()...), kgo.ConsumeTopics("pacer.test.retry.1", "pacer.test.retry.2"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	due := map[string]time.Duration{} // envelope id => due - start
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for len(due) < 2 && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			for _, hd := range r.Headers {
+				if hd.Key == "pacer-due" {
+					var ms int64
+					fmt.Sscan(string(hd.Value), &ms)
+					id := "flaky"
+					if strings.Contains(string(r.Value), "cooled") {
+						id = "cooled"
+					}
+					if _, seen := due[id]; !seen {
+						due[id] = time.UnixMilli(ms).Sub(start)
+					}
+				}
+			}
+		})
+	}
+	// A requeue adds up to a tenth of jitter; the run took a few seconds at most.
+	for _, id := range []string{"flaky", "cooled"} {
+		d, ok := due[id]
+		switch {
+		case !ok:
+			t.Errorf("%s: no copy on a retry topic", id)
+		case d < maxCooldown-time.Second || d > maxCooldown*11/10+5*time.Second:
+			t.Errorf("%s: due %v after the start, want about %v (AIMD.MaxCooldown), not the hour asked for", id, d.Round(time.Millisecond), maxCooldown)
+		}
+	}
+}
+
+// TestValidateNamesTheField: every problem is reported, joined, each on the
+// Config field at fault, so a caller can name its own setting.
+func TestValidateNamesTheField(t *testing.T) {
+	fields := func(err error) []string {
+		var out []string
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			var fe *pacer.FieldError
+			if !errors.As(e, &fe) {
+				t.Fatalf("%v is not a *pacer.FieldError", e)
+			}
+			out = append(out, fe.Field)
+		}
+		sort.Strings(out)
+		return out
+	}
+	ok := pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 80, Burst: 10}}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*pacer.Config)
+		want []string
+	}{
+		{"floor above the rate", func(c *pacer.Config) { c.AIMD.Floor = 100 }, []string{"AIMD.Floor"}},
+		{"rate beyond the adaptive range", func(c *pacer.Config) { c.Limit.PerSecond = 1e308 }, []string{"Limit.PerSecond"}},
+		{"zero burst", func(c *pacer.Config) { c.Limit.Burst = 0 }, []string{"Limit.Burst"}},
+		{"min above max cooldown", func(c *pacer.Config) { c.AIMD.MinCooldown, c.AIMD.MaxCooldown = time.Minute, time.Second },
+			[]string{"AIMD.MaxCooldown"}},
+		{"all at once", func(c *pacer.Config) {
+			c.Channel = ""
+			c.AIMD.Decrease = 1.5
+			c.Breaker.MaxOpenFor, c.Breaker.OpenFor = time.Second, time.Minute
+			c.RecipientLimit = bucket.Limit{PerSecond: -1, Burst: 1}
+			c.RetryDelays = []time.Duration{time.Second, 0}
+			c.Drain = -time.Second
+			c.LeaseSize = 257
+			c.InFlight = 1025
+			c.UnknownOutcome = "guess"
+			c.RedisFailure = "open"
+		}, []string{"AIMD.Decrease", "Breaker.MaxOpenFor", "Channel", "Drain", "InFlight", "LeaseSize", "RecipientLimit.PerSecond",
+			"RedisFailure", "RetryDelays", "UnknownOutcome"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := ok
+			c.edit(&cfg)
+			err := cfg.Validate()
+			if err == nil {
+				t.Fatal("Validate accepted it")
+			}
+			if got := fields(err); strings.Join(got, " ") != strings.Join(c.want, " ") {
+				t.Errorf("fields %v, want %v; error:\n%v", got, c.want, err)
+			}
+		})
 	}
 }

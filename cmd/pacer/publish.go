@@ -20,13 +20,14 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprintln(stderr, "usage: pacer publish --channel C [--topic T] [--partitions N] FILE.jsonl|-")
 		fs.PrintDefaults()
 	}
-	channel := fs.String("channel", "", "channel of the campaign: "+channelList+" (required)")
+	channel := fs.String("channel", "", "channel of the campaign: "+channelList()+" (required)")
 	topic := fs.String("topic", "", "topic to publish to (default pacer.<channel>)")
 	partitions := fs.Int("partitions", 12, "partitions of the topic if publish has to create it")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := checkChannel(*channel); err != nil {
+	ch, err := channelNamed(*channel)
+	if err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -38,7 +39,7 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if *partitions < 1 {
 		return &usageError{"publish: --partitions must be >= 1"}
 	}
-	cfg, err := loadConfig(lookup)
+	cfg, err := loadConfig(lookup, ch)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}

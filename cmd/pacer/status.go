@@ -18,40 +18,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// channelLimit returns the configured (ceiling) limit of channel.
-func channelLimit(channel string, cfg config) bucket.Limit {
-	switch channel {
-	case "whatsapp":
-		return bucket.Limit{PerSecond: cfg.WhatsApp.Rate, Burst: cfg.WhatsApp.Burst}
-	case "apns":
-		return bucket.Limit{PerSecond: cfg.APNs.Rate, Burst: cfg.APNs.Burst}
-	case "fcm":
-		return bucket.Limit{PerSecond: cfg.FCM.Rate, Burst: cfg.FCM.Burst}
-	case "sendgrid":
-		return bucket.Limit{PerSecond: cfg.SendGrid.Rate, Burst: cfg.SendGrid.Burst}
-	}
-	return bucket.Limit{}
-}
-
-// recipientLimit returns the per-recipient bucket of channel, or the zero
-// Limit for none.
-func recipientLimit(channel string, cfg config) bucket.Limit {
-	switch {
-	case channel == "whatsapp" && cfg.WhatsApp.PairRate > 0:
-		return bucket.Limit{PerSecond: cfg.WhatsApp.PairRate, Burst: cfg.WhatsApp.PairBurst}
-	case channel == "fcm" && cfg.FCM.DeviceRate > 0:
-		return bucket.Limit{PerSecond: cfg.FCM.DeviceRate, Burst: cfg.FCM.DeviceBurst}
-	}
-	return bucket.Limit{}
-}
-
-// adaptConfig returns the AIMD and breaker settings for a channel limit.
-func adaptConfig(cfg config, limit bucket.Limit) (adapt.AIMD, adapt.Breaker) {
-	return adapt.AIMD{Decrease: cfg.AIMDDecrease, Floor: min(cfg.AIMDFloor, limit.PerSecond), Window: cfg.AIMDWindow,
-			Step: cfg.AIMDStep, MinCooldown: cfg.ThrottleCooldown, MaxCooldown: cfg.MaxCooldown},
-		adapt.Breaker{OpenFor: cfg.HaltCooldown, MaxOpenFor: cfg.BreakerMaxOpen, FloorThrottles: cfg.BreakerFloorThrottles}
-}
-
 // limitKey holds a channel's configured limit as the running pacers see it,
 // so `pacer status` shows theirs rather than its own shell's.
 func limitKey(prefix, channel string) string { return prefix + ":channel:" + channel + ":limit" }
@@ -89,15 +55,16 @@ const maxStatusKeys = 1000
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
 	fs := flag.NewFlagSet("pacer status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	channel := fs.String("channel", "", "channel: "+channelList+" (required)")
+	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
 	key := fs.String("key", "", "one pacing key; default: every key with state in Redis (cooldown, adapted rate, breaker, bucket)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := checkChannel(*channel); err != nil {
+	ch, err := channelNamed(*channel)
+	if err != nil {
 		return err
 	}
-	cfg, err := loadConfig(lookup)
+	cfg, err := loadConfig(lookup, ch)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
@@ -108,11 +75,15 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	defer rdb.Close()
 	ad := adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
 	names := ad.Keys()
-	ceiling, from := channelLimit(*channel, cfg), "this shell's PACER_* settings (no running pacer recorded one)"
+	pc := cfg.pacerConfig(ch)
+	ceiling, from := pc.Limit, "this shell's PACER_* settings (no running pacer recorded one)"
 	if pub, ok := publishedLimit(ctx, rdb, cfg.RedisPrefix, *channel); ok {
 		ceiling, from = pub, "the running pacers"
 	}
-	aimd, _ := adaptConfig(cfg, ceiling)
+	// This shell's floor was checked against this shell's rate; the
+	// running pacers' may be lower.
+	aimd := pc.AIMD
+	aimd.Floor = min(aimd.Floor, ceiling.PerSecond)
 	fmt.Fprintf(stdout, "channel %s: limit %.4g msgs/s, burst %d per key, from %s\n", *channel, ceiling.PerSecond, ceiling.Burst, from)
 
 	keys := []string{*key}

@@ -41,12 +41,16 @@ func TestDataFlowsOneWay(t *testing.T) {
 	} {
 		checkDeps(t, pkg, bad)
 	}
-	for _, p := range []string{"apns", "fcm", "sendgrid", "whatsapp"} {
+	adapters := adapterPackages(t)
+	if len(adapters) < 4 {
+		t.Fatalf("found adapters %v under channels/, want at least apns, fcm, sendgrid and whatsapp", adapters)
+	}
+	for _, p := range adapters {
 		bad := map[string]string{
 			mod + "/pacer": "adapters return values; pacer decides", mod + "/bucket": "adapters do not pace",
 			mod + "/cmd": "nothing imports cmd", kafka: "only cmd and pacer speak Kafka", prom: "only cmd and pacer measure",
 		}
-		for _, other := range []string{"apns", "fcm", "sendgrid", "whatsapp"} {
+		for _, other := range adapters {
 			if other != p {
 				bad[mod+"/channels/"+other] = "providers never import each other"
 			}
@@ -70,6 +74,24 @@ func TestOnlyBucketImportsLua(t *testing.T) {
 			}
 		}
 	}
+}
+
+// adapterPackages returns the provider adapters: the packages directly
+// under channels/ but channels/internal, so a new channel is checked too.
+func adapterPackages(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", mod+"/channels/...").Output()
+	if err != nil {
+		t.Fatalf("go list channels: %v", err)
+	}
+	var names []string
+	for _, p := range strings.Fields(string(out)) {
+		name, ok := strings.CutPrefix(p, mod+"/channels/")
+		if ok && !strings.Contains(name, "/") && name != "internal" {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 func checkDeps(t *testing.T, pkg string, bad map[string]string) {
