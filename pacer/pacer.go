@@ -583,7 +583,7 @@ type KafkaError struct {
 }
 
 func (e *KafkaError) Error() string {
-	return fmt.Sprintf("kafka: %s (gave up after %v): %v", e.Cause, e.After, e.Err)
+	return fmt.Sprintf("pacer: kafka: %s (gave up after %v): %s", e.Cause, e.After, strings.TrimPrefix(e.Err.Error(), "pacer: "))
 }
 
 func (e *KafkaError) Unwrap() error { return e.Err }

@@ -7,11 +7,14 @@ import (
 	"log/slog"
 	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/pacer"
+	"github.com/redis/go-redis/v9"
 	"github.com/sethvargo/go-envconfig"
 )
 
@@ -227,7 +230,32 @@ func nameVariable(err error) error {
 	if bestVar == "" {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	return &configError{bestVar, strings.TrimPrefix(msg, best+": ")}
+	return &configError{bestVar, plainParseError(err, strings.TrimPrefix(msg, best+": "))}
+}
+
+// plainParseError says what was wrong with a value in words, without Go's
+// parser names ("strconv.ParseFloat: parsing ...").
+func plainParseError(err error, msg string) string {
+	var ne *strconv.NumError
+	if errors.As(err, &ne) {
+		switch {
+		case strings.HasPrefix(ne.Func, "ParseBool"):
+			return fmt.Sprintf("%q is not true or false", ne.Num)
+		case errors.Is(ne.Err, strconv.ErrRange):
+			return fmt.Sprintf("%q is out of range", ne.Num)
+		case strings.HasPrefix(ne.Func, "ParseFloat"):
+			return fmt.Sprintf("%q is not a number", ne.Num)
+		default:
+			return fmt.Sprintf("%q is not a whole number", ne.Num)
+		}
+	}
+	if i := strings.Index(msg, "time: invalid duration "); i >= 0 {
+		return msg[i+len("time: invalid duration "):] + " is not a duration (such as 500ms, 30s, 5m, 1h)"
+	}
+	if i := strings.Index(msg, "time: missing unit in duration "); i >= 0 {
+		return msg[i+len("time: missing unit in duration "):] + " has no unit (such as 500ms, 30s, 5m, 1h)"
+	}
+	return msg
 }
 
 // validate checks the settings only the command uses (Kafka, Redis, logs),
@@ -263,8 +291,20 @@ func (c config) validate() []error {
 	if c.KafkaSessionTimeout < time.Second {
 		bad("PACER_KAFKA_SESSION_TIMEOUT", "must be >= 1s")
 	}
-	if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
+	// The URL may hold a password: errors describe it, never echo it.
+	if u, err := url.Parse(c.RedisURL); err != nil {
+		switch {
+		case strings.Contains(err.Error(), "invalid port"):
+			bad("PACER_REDIS_URL", "the port is not a number")
+		case strings.Contains(err.Error(), "missing protocol scheme"):
+			bad("PACER_REDIS_URL", "must be a redis://, rediss:// or unix:// URL")
+		default:
+			bad("PACER_REDIS_URL", "is not a valid URL (special characters in a password must be percent-encoded)")
+		}
+	} else if u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix" {
 		bad("PACER_REDIS_URL", "must be a redis://, rediss:// or unix:// URL")
+	} else if _, err := redis.ParseURL(c.RedisURL); err != nil {
+		bad("PACER_REDIS_URL", "host, port or database is not valid (redis://[user:password@]host:port/db)")
 	}
 	if c.RedisPrefix == "" || strings.ContainsAny(c.RedisPrefix, "{} ") {
 		bad("PACER_REDIS_PREFIX", "must be non-empty without braces or spaces")
@@ -306,4 +346,45 @@ func parseLevel(s string) (slog.Level, error) {
 		return l, fmt.Errorf("%q is not debug, info, warn or error", s)
 	}
 	return l, nil
+}
+
+// settingsHelp lists every variable `pacer run` reads, with its default,
+// for `pacer run -h`: the shared ones, then channel's own (README.md says
+// what each means and its unit).
+func settingsHelp(ch *channel) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nsettings (environment variables; README.md gives each one's unit and meaning):")
+	t := reflect.TypeOf(config{})
+	for i := range t.NumField() {
+		tag, ok := t.Field(i).Tag.Lookup("env")
+		if !ok {
+			continue
+		}
+		name, def, _ := strings.Cut(tag, ",")
+		def = strings.TrimPrefix(strings.TrimSpace(def), "default=")
+		if def == "" {
+			def = "(none)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(name), def)
+	}
+	rows := channelTable
+	if ch != nil {
+		rows = []channel{*ch}
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "  %sRATE\t%g\n  %sBURST\t%d\n", r.prefix(), r.limit.PerSecond, r.prefix(), r.limit.Burst)
+		if rb := r.recipient; rb != nil {
+			fmt.Fprintf(tw, "  %s%s_RATE\t%g\n  %s%s_BURST\t%d\n", r.prefix(), rb.prefix, rb.limit.PerSecond, r.prefix(), rb.prefix, rb.limit.Burst)
+		}
+		for _, s := range r.settings {
+			def := s.def
+			if def == "" {
+				def = "(none)"
+			}
+			fmt.Fprintf(tw, "  %s%s\t%s\n", r.prefix(), s.suffix, def)
+		}
+	}
+	tw.Flush()
+	return b.String()
 }

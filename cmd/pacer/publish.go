@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -51,7 +52,8 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if name := fs.Arg(0); name != "-" {
 		f, err := os.Open(name)
 		if err != nil {
-			return err
+			// Like a directory: the argument cannot be used (exit 2).
+			return &usageError{fmt.Sprintf("publish: cannot open %s: %v", name, errors.Unwrap(err))}
 		}
 		defer f.Close()
 		if st, err := f.Stat(); err == nil {

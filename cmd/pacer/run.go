@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
@@ -27,6 +29,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	channel := fs.String("channel", "", "channel to pace: "+channelList()+" (required)")
 	topic := fs.String("topic", "", "topic to consume (default pacer.<channel>)")
 	group := fs.String("group", "", "consumer group (default pacer-<channel>)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: pacer run --channel C [--topic T] [--group G]")
+		fs.PrintDefaults()
+		ch, _ := channelNamed(*channel)
+		fmt.Fprint(stderr, settingsHelp(ch))
+	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -83,7 +91,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	defer srv.Close()
 	log.Info("metrics listening", "addr", ln.Addr().String())
 
-	return p.Run(ctx)
+	err = p.Run(ctx)
+	var ke *pacer.KafkaError
+	if errors.As(err, &ke) {
+		return fmt.Errorf("%w (PACER_KAFKA_BROKERS=%s; the wait is PACER_KAFKA_STARTUP_TIMEOUT)", err, strings.Join(cfg.KafkaBrokers, ","))
+	}
+	return err
 }
 
 // opsHandler serves /metrics, /healthz (the process is alive) and /readyz
