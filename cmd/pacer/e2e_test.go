@@ -582,3 +582,16 @@ func TestEndToEndRedisCluster(t *testing.T) {
 	}
 	p.stop(t)
 }
+
+// waitFor polls cond every 100 ms until it holds (true) or within passes
+// (false).
+func waitFor(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return true
+}
