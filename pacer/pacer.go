@@ -458,7 +458,13 @@ func (p *Pacer) Run(ctx context.Context) error {
 	opts = append(opts,
 		kgo.ConsumerGroup(p.cfg.Group),
 		kgo.ConsumeTopics(topics...),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		// Range balances each topic on its own: every member gets its share
+		// of the main topic (cooperative-sticky evens out the count over
+		// the main and retry topics together, and could leave one member
+		// all of the main topic and another only retry partitions). The
+		// same partition numbers of the main and retry topics go to one
+		// member, so a key's retries come back to the replica that paces it.
+		kgo.Balancers(kgo.RangeBalancer()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(time.Second),
