@@ -132,7 +132,7 @@ func TestScriptsLoad(t *testing.T) {
 		"miniredis": redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}),
 	}
 	if !testing.Short() {
-		servers["redis-server"] = redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+		servers["redis-server"] = redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
 	}
 	for name, rdb := range servers {
 		t.Cleanup(func() { rdb.Close() })

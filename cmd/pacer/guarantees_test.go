@@ -333,7 +333,11 @@ func TestLongCooldown(t *testing.T) {
 		cooldown = d
 	}
 	e := newE2E(t, whatsapptest.Config{})
-	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimSuffix(strings.TrimPrefix(e.redis, "redis://"), "/0")})
+	ro, err := redis.ParseURL(e.redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(ro)
 	defer rdb.Close()
 	if err := bucket.New(rdb, bucket.Config{Prefix: e.prefix}).Cooldown(context.Background(), "whatsapp", "107", cooldown); err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ func TestRedisPing(t *testing.T) {
 	if err := redisPing(addr, 5*time.Second); err != nil {
 		t.Fatalf("PING %s: %v", addr, err)
 	}
-	if got, want := RedisURL(t), "redis://"+addr+"/0"; got != want {
+	if got, want := RedisURL(t), "redis://"+addr+"/9"; got != want {
 		t.Fatalf("RedisURL = %q, want %q", got, want)
 	}
 	// A second call reuses the same server.
