@@ -855,7 +855,7 @@ func TestSendAgainstFake(t *testing.T) {
 		_, err := c.Send(t.Context(), message())
 		e := checkErr(t, err)
 		if e.Class != channels.Throttle || e.Code != "RESOURCE_EXHAUSTED" || e.Scope != channels.ScopeKey ||
-			e.RetryAfter < 2*time.Minute-time.Second || e.RetryAfter > 2*time.Minute+2*time.Second {
+			e.RetryAfter < 2*time.Minute-30*time.Second || e.RetryAfter > 2*time.Minute+2*time.Second { // a date: the client's clock has moved on since
 			t.Errorf("throttle = %+v; want RESOURCE_EXHAUSTED key, about 2 min", e)
 		}
 	})

@@ -576,9 +576,10 @@ func TestSendAgainstFake(t *testing.T) {
 		case channels.ClassOf(err) == channels.Throttle:
 			var e *channels.Error
 			errors.As(err, &e)
-			// Rate 0.001/s: the next token is 1000 s away, and the epoch rounds up.
+			// Rate 0.001/s: the next token is 1000 s away, and the epoch rounds up;
+			// the wait is measured on the client's clock, later on a loaded machine.
 			if e.Status != 429 || e.Scope != channels.ScopeKey || e.Detail != "too many requests" ||
-				e.RetryAfter < 998*time.Second || e.RetryAfter > 1001*time.Second {
+				e.RetryAfter < 970*time.Second || e.RetryAfter > 1001*time.Second {
 				t.Errorf("throttle = %+v", e)
 			}
 			throttled++
