@@ -1,6 +1,6 @@
 -- aimd_throttle.lua: record a throttle of one pacing key: lower its adapted
 -- rate multiplicatively (once per burst of throttles) and set its cooldown.
--- Run by bucket.Limiter.Throttled.
+-- Run by adapt.Adapter.Throttled.
 --
 -- KEYS[1]  aimd hash, fields (decimal integer strings):
 --            urate    adapted rate, in millionths of a message per second

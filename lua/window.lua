@@ -1,5 +1,5 @@
 -- window.lua: count n events against a sliding-window quota of max events
--- per period, unless that would exceed it. Run by bucket.Limiter.Admit.
+-- per period, unless that would exceed it. Run by window.Counter.Admit.
 --
 -- KEYS[1]  window hash, fields (decimal integer strings):
 --            start_us  start of the current fixed window, in microseconds

@@ -9,18 +9,19 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Adapter is the shared adaptive state of pacing keys (AIMD rate, breaker);
-// *bucket.Limiter implements it. Methods are safe for concurrent use.
+// *adapt.Adapter implements it. Methods are safe for concurrent use.
 type Adapter interface {
-	Throttled(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD, hint time.Duration) (bucket.Adapted, error)
-	Recover(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD) (bucket.Adapted, error)
-	BreakerAllow(ctx context.Context, channel, key string, b bucket.Breaker, owner string) (allowed, probe bool, wait time.Duration, err error)
-	BreakerResult(ctx context.Context, channel, key string, b bucket.Breaker, ok bool, reason string) (bucket.BreakerState, error)
-	BreakerStatus(ctx context.Context, channel, key string) (bucket.BreakerStatus, error)
+	Throttled(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD, hint time.Duration) (adapt.Adapted, error)
+	Recover(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD) (adapt.Adapted, error)
+	BreakerAllow(ctx context.Context, channel, key string, b adapt.Breaker, owner string) (allowed, probe bool, wait time.Duration, err error)
+	BreakerResult(ctx context.Context, channel, key string, b adapt.Breaker, ok bool, reason string) (adapt.BreakerState, error)
+	BreakerStatus(ctx context.Context, channel, key string) (adapt.BreakerStatus, error)
 }
 
 // Policy answers each pacing key's limits and adaptation settings. The
@@ -34,10 +35,10 @@ type Policy interface {
 
 // KeyPolicy is one pacing key's policy.
 type KeyPolicy struct {
-	Limit          bucket.Limit   // the key's ceiling: rate in msgs/s and burst; the AIMD never goes above it
-	RecipientLimit bucket.Limit   // a second bucket per (key, recipient); zero = none
-	AIMD           bucket.AIMD    // adaptation on throttles; zero fields mean bucket's defaults
-	Breaker        bucket.Breaker // breaker on halts; zero fields mean bucket's defaults
+	Limit          bucket.Limit  // the key's ceiling: rate in msgs/s and burst; the AIMD never goes above it
+	RecipientLimit bucket.Limit  // a second bucket per (key, recipient); zero = none
+	AIMD           adapt.AIMD    // adaptation on throttles; zero fields mean bucket's defaults
+	Breaker        adapt.Breaker // breaker on halts; zero fields mean bucket's defaults
 }
 
 // Validate reports the first reason kp cannot pace a key (an error naming
@@ -82,12 +83,12 @@ const (
 type keyState struct {
 	mu            sync.Mutex
 	pol           KeyPolicy
-	adapted       bucket.Adapted
+	adapted       adapt.Adapted
 	limit         bucket.Limit  // adapted limit passed to the bucket
 	refreshed     time.Time     // when the state was last read from Redis
 	refreshing    bool          // a goroutine is reading it now (without holding mu)
 	first         chan struct{} // closed once the first read is done
-	breaker       bucket.BreakerState
+	breaker       adapt.BreakerState
 	breakerUntil  time.Time
 	cooldownUntil time.Time
 	lastSeen      time.Time
@@ -153,7 +154,7 @@ func (p *Pacer) keyState(key string) *keyState {
 	st := p.keys.m[key]
 	if st == nil {
 		pol := KeyPolicy(p.policyDefault)
-		st = &keyState{pol: pol, limit: pol.Limit, adapted: bucket.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond},
+		st = &keyState{pol: pol, limit: pol.Limit, adapted: adapt.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond},
 			first: make(chan struct{}), keys: &p.keys}
 		p.keys.m[key] = st
 	}
@@ -210,7 +211,7 @@ func (p *Pacer) sweepLoop(ctx context.Context) {
 	}
 }
 
-func (st *keyState) set(a bucket.Adapted, ceiling bucket.Limit, now time.Time) {
+func (st *keyState) set(a adapt.Adapted, ceiling bucket.Limit, now time.Time) {
 	st.adapted = a
 	st.limit = a.Limit(ceiling)
 	if a.CooldownLeft > 0 {
@@ -293,7 +294,7 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol Key
 	if perr != nil {
 		hint = perr.RetryAfter
 	}
-	var a bucket.Adapted
+	var a adapt.Adapted
 	if err := p.redis(ctx, log, func() (err error) {
 		a, err = p.adapter.Throttled(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, hint)
 		return err
@@ -319,7 +320,7 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol Key
 
 // breakerResult reports an outcome to the key's breaker.
 func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol KeyPolicy, ok bool, reason string, log *slog.Logger) {
-	var state bucket.BreakerState
+	var state adapt.BreakerState
 	if err := p.redis(ctx, log, func() (err error) {
 		state, err = p.adapter.BreakerResult(ctx, p.cfg.Channel, key, pol.Breaker, ok, reason)
 		return err
@@ -329,14 +330,14 @@ func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol
 	st.mu.Lock()
 	was := st.breaker
 	st.breaker = state
-	if state != bucket.BreakerClosed {
+	if state != adapt.BreakerClosed {
 		st.breakerUntil = time.Now().Add(pol.Breaker.OpenFor)
 	}
 	st.mu.Unlock()
 	switch {
-	case state == bucket.BreakerOpen && was != bucket.BreakerOpen:
+	case state == adapt.BreakerOpen && was != adapt.BreakerOpen:
 		log.Error("breaker open: the provider refuses this pacing key; its messages wait, none is dropped", "reason", reason)
-	case state == bucket.BreakerClosed && was != bucket.BreakerClosed:
+	case state == adapt.BreakerClosed && was != adapt.BreakerClosed:
 		log.Info("breaker closed: the probe succeeded")
 	}
 }
@@ -346,7 +347,7 @@ func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol
 // and how long to wait when not allowed; ok is false when ctx ended.
 func (p *Pacer) breakerAllow(ctx context.Context, key string, st *keyState, pol KeyPolicy, log *slog.Logger) (allowed, probe bool, wait time.Duration, ok bool) {
 	st.mu.Lock()
-	closed := st.breaker == bucket.BreakerClosed
+	closed := st.breaker == adapt.BreakerClosed
 	st.mu.Unlock()
 	if closed {
 		return true, false, 0, true
@@ -362,7 +363,7 @@ func (p *Pacer) breakerAllow(ctx context.Context, key string, st *keyState, pol 
 	}
 	if allowed && !probe {
 		st.mu.Lock()
-		st.breaker = bucket.BreakerClosed
+		st.breaker = adapt.BreakerClosed
 		st.mu.Unlock()
 	}
 	return allowed, probe, wait, true
@@ -408,6 +409,6 @@ func (p *Pacer) keyGauges() []prometheus.Collector {
 		g("keys_at_floor", "Active pacing keys whose adapted rate is at the AIMD floor.",
 			func(st *keyState, _ time.Time) float64 { return b(st.adapted.AtFloor) }),
 		g("breakers_open", "Active pacing keys whose breaker is open or half-open.",
-			func(st *keyState, _ time.Time) float64 { return b(st.breaker != bucket.BreakerClosed) }),
+			func(st *keyState, _ time.Time) float64 { return b(st.breaker != adapt.BreakerClosed) }),
 	}
 }

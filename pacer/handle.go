@@ -14,6 +14,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -245,7 +246,7 @@ func (p *Pacer) slot(f *flight) outcome {
 func (p *Pacer) claim(f *flight) outcome {
 	ctx := f.w.ctx
 	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
-	var res bucket.ClaimResult
+	var res ledger.ClaimResult
 	var cool time.Duration
 	err := p.redis(ctx, f.log, func() (err error) {
 		res, cool, err = p.ledger.Claim(ctx, p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
@@ -258,10 +259,10 @@ func (p *Pacer) claim(f *flight) outcome {
 		return stop()
 	}
 	switch res {
-	case bucket.Claimed:
+	case ledger.Claimed:
 		f.claimed = true
 		return next()
-	case bucket.CoolingDown:
+	case ledger.CoolingDown:
 		// A cooldown began while this message slept on its slot.
 		if cool > p.cfg.MaxTokenWait {
 			return requeue("cooldown", cool)
@@ -270,9 +271,9 @@ func (p *Pacer) claim(f *flight) outcome {
 			return stop()
 		}
 		return outcome{kind: again}
-	case bucket.Delivered:
+	case ledger.Delivered:
 		return outcome{kind: duplicate}
-	case bucket.Abandoned:
+	case ledger.Abandoned:
 		return dead("unknown-outcome",
 			"another process claimed this id and stopped before recording an outcome; the provider may have the message")
 	}
@@ -602,7 +603,7 @@ func (p *Pacer) retry(ctx context.Context, r *kgo.Record, m meta, cause error, l
 	base := p.cfg.RetryDelays[tier-1]
 	d := base*4/5 + time.Duration(rand.Int64N(int64(base)*2/5+1)) // ±20% jitter
 	if ra := channels.RetryAfter(cause); ra > d {
-		d = min(ra, p.cfg.MaxCooldown)
+		d = min(ra, p.cfg.AIMD.MaxCooldown)
 	}
 	m.due = time.Now().Add(d)
 	log.Warn("transient failure; retrying later", "attempt", m.attempt, "after", d, "err", cause)
@@ -619,7 +620,7 @@ func (p *Pacer) retry(ctx context.Context, r *kgo.Record, m meta, cause error, l
 // requeue puts r back for later, due after wait, with its attempt count
 // unchanged: the record could not get a token in time.
 func (p *Pacer) requeue(ctx context.Context, r *kgo.Record, m meta, reason string, wait time.Duration, log *slog.Logger) bool {
-	wait = min(wait, p.cfg.MaxCooldown)
+	wait = min(wait, p.cfg.AIMD.MaxCooldown)
 	tier := len(p.cfg.RetryDelays)
 	for i, d := range p.cfg.RetryDelays {
 		if wait <= d {

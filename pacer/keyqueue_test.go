@@ -10,8 +10,6 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels"
-	"github.com/pacerhq/pacer/pacer"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -64,26 +62,10 @@ func (h *harness) produceManual(rs []*kgo.Record) {
 // runWith runs a pacer sending through s until done() holds (at most 30 s).
 func (h *harness) runWith(s channels.Sender, done func() bool) {
 	h.t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: h.raddr, MaxRetries: -1})
-	defer rdb.Close()
-	lim := bucket.New(rdb, bucket.Config{})
-	p, err := pacer.New(h.cfg, []kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)},
-		pacer.Deps{Bucket: lim, Adapter: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: s}, h.reg)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- p.Run(ctx) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !done() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	cancel()
-	if err := <-errc; err != nil {
-		h.t.Fatalf("Run: %v", err)
-	}
-	if !done() {
+	_, stop := h.start(h.cfg, s, h.reg)
+	ok := waitFor(30*time.Second, done)
+	stop()
+	if !ok {
 		h.t.Fatal("condition not reached within 30 s")
 	}
 }
@@ -126,10 +108,12 @@ func TestKeyBacklogDoesNotDelayOtherKeys(t *testing.T) {
 		maxHeld = max(maxHeld, h.gauge("pacer_lookahead_records"))
 		sawBig = sawBig || h.gaugeWith("pacer_key_backlog_keys", "class", "100-999") == 1
 		_, c := s.snapshot()
-		return len(c) == 420
+		// A rebalance at start-up may re-deliver records and so leave a
+		// second park copy; it is skipped by the ledger once read.
+		return len(c) == 420 && h.lag() == 0
 	})
-	if maxHeld < 32 || maxHeld > 420 {
-		t.Errorf("pacer_lookahead_records reached %v, want 32..420", maxHeld)
+	if maxHeld < 32 {
+		t.Errorf("pacer_lookahead_records reached %v, want >= 32 (A's in-flight records)", maxHeld)
 	}
 	if !sawBig {
 		t.Errorf("pacer_key_backlog_keys{class=100-999} never 1 while A had 400 records waiting")
@@ -158,13 +142,18 @@ func TestKeyBacklogDoesNotDelayOtherKeys(t *testing.T) {
 	if got := h.counter("pacer_parked_total"); got < 300 {
 		t.Errorf("pacer_parked_total = %v, want >= 300 (A's records beyond its bound)", got)
 	}
-	lag, err := kadm.NewClient(h.cl).Lag(context.Background(), "pacer-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l := lag["pacer-test"].Lag.Total(); l != 0 {
+	if l := h.lag(); l != 0 {
 		t.Errorf("lag after shutdown = %d, want 0", l)
 	}
+}
+
+// lag returns the group's lag over the main and retry topics, -1 if unknown.
+func (h *harness) lag() int64 {
+	lag, err := kadm.NewClient(h.cl).Lag(context.Background(), "pacer-test")
+	if err != nil {
+		return -1
+	}
+	return lag["pacer-test"].Lag.Total()
 }
 
 // TestStrictOrderPerKey: with InFlight 1 each key's records are sent in

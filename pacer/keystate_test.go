@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -37,7 +38,7 @@ type stubAdapter struct {
 	calls   int
 }
 
-func (a *stubAdapter) Recover(ctx context.Context, channel, key string, ceiling bucket.Limit, _ bucket.AIMD) (bucket.Adapted, error) {
+func (a *stubAdapter) Recover(ctx context.Context, channel, key string, ceiling bucket.Limit, _ adapt.AIMD) (adapt.Adapted, error) {
 	a.mu.Lock()
 	a.calls++
 	block, entered := a.block, a.entered
@@ -46,11 +47,11 @@ func (a *stubAdapter) Recover(ctx context.Context, channel, key string, ceiling 
 		close(entered)
 		<-block
 	}
-	return bucket.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
+	return adapt.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
 }
 
-func (a *stubAdapter) BreakerStatus(context.Context, string, string) (bucket.BreakerStatus, error) {
-	return bucket.BreakerStatus{}, nil
+func (a *stubAdapter) BreakerStatus(context.Context, string, string) (adapt.BreakerStatus, error) {
+	return adapt.BreakerStatus{}, nil
 }
 
 // policyFunc serves a key's policy from a function.

@@ -25,7 +25,12 @@ type worker struct {
 	tp     tp
 	ctx    context.Context // ends when the partition is revoked or the pacer stops
 	cancel context.CancelFunc
-	done   chan struct{}
+	// parkCtx outlives ctx by up to Config.Drain: a park copy already on
+	// its way when the partition is revoked is finished and committed
+	// rather than written twice.
+	parkCtx    context.Context
+	parkCancel context.CancelFunc
+	done       chan struct{}
 	wg     sync.WaitGroup // handlers and parkers
 
 	mu      sync.Mutex
@@ -63,7 +68,9 @@ func (q *keyQueue) size() int { return len(q.waiting) + q.running }
 
 func newWorker(p *Pacer, cl *kgo.Client, k tp) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &worker{p: p, cl: cl, tp: k, ctx: ctx, cancel: cancel, done: make(chan struct{}), keys: map[string]*keyQueue{}}
+	parkCtx, parkCancel := context.WithCancel(context.Background())
+	return &worker{p: p, cl: cl, tp: k, ctx: ctx, cancel: cancel, parkCtx: parkCtx, parkCancel: parkCancel,
+		done: make(chan struct{}), keys: map[string]*keyQueue{}}
 }
 
 // keyRate is key's rate in msgs/s as this process knows it: adapted (by
@@ -167,7 +174,7 @@ func (w *worker) push(rs []*kgo.Record) {
 	w.syncPause()
 	w.mu.Unlock()
 	for _, j := range jobs {
-		w.p.parkAsync(w.ctx, j.r, j.due, func(ok bool) { w.parked(j.key, j.e, ok) })
+		w.p.parkAsync(w.parkCtx, j.r, j.due, func(ok bool) { w.parked(j.key, j.e, ok) })
 	}
 }
 
@@ -270,8 +277,12 @@ func (w *worker) run() {
 	w.mu.Lock()
 	w.stopped = true
 	w.mu.Unlock()
-	// In-flight sends finish (bounded by SendTimeout) before done.
+	// In-flight sends finish (bounded by SendTimeout) and park copies are
+	// acknowledged (bounded by Drain) before done.
+	t := time.AfterFunc(w.p.cfg.Drain, w.parkCancel)
 	w.wg.Wait()
+	t.Stop()
+	w.parkCancel()
 	w.mu.Lock()
 	unfinished := 0
 	for _, e := range w.log {

@@ -1,4 +1,9 @@
-package bucket
+// Package ledger is the idempotency ledger of envelope ids, kept in Redis
+// beside the pacing key's bucket: an id is claimed before its send and
+// marked delivered after it, so a record Kafka delivers again is not sent
+// twice. Its keys come from the [bucket.Keys] of the limiter, so a claim
+// always reads that limiter's cooldown.
+package ledger
 
 import (
 	"context"
@@ -8,16 +13,22 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
 
-// ClaimResult is the answer of [Ledger.Claim].
+// ClaimResult is the answer of [Ledger.Claim]. Only [Claimed] allows a
+// send; the zero value, [ClaimUnknown], is what Claim answers with an
+// error, so an error or a forgotten assignment never reads as a claim.
 type ClaimResult int
 
 const (
+	// ClaimUnknown: no answer (Claim failed); nothing is known of the id,
+	// and nothing was claimed. Do not send.
+	ClaimUnknown ClaimResult = iota
 	// Claimed: the caller owns the id now and may send it.
-	Claimed ClaimResult = iota
+	Claimed
 	// Delivered: the id was delivered before; do not send it again.
 	Delivered
 	// Abandoned: another process claimed the id and never recorded an
@@ -30,6 +41,8 @@ const (
 
 func (c ClaimResult) String() string {
 	switch c {
+	case ClaimUnknown:
+		return "unknown"
 	case Claimed:
 		return "claimed"
 	case Delivered:
@@ -49,45 +62,39 @@ var (
 
 // Ledger is the idempotency record of envelope ids: claimed before a send,
 // marked delivered after it, so a record Kafka delivers again is not sent
-// twice. Each id lives at "<prefix>:{<channel>:<pacing key>}:id:<id>", in
-// the Redis Cluster slot of its pacing key. A Ledger is safe for concurrent use.
+// twice. Each id lives at [bucket.Keys].ID, in the Redis Cluster slot of
+// its pacing key. A Ledger is safe for concurrent use.
 type Ledger struct {
-	rdb    redis.Cmdable
-	prefix string
+	rdb  redis.Cmdable
+	keys bucket.Keys
 }
 
-// NewLedger returns a Ledger over rdb with the key prefix of cfg (default "pacer").
-func NewLedger(rdb redis.Cmdable, cfg Config) *Ledger {
-	p := cfg.Prefix
-	if p == "" {
-		p = defaultPrefix
-	}
-	return &Ledger{rdb: rdb, prefix: p}
-}
-
-// IDKey returns the Redis key of one envelope id.
-func (l *Ledger) IDKey(channel, key, id string) string {
-	return stateKey(l.prefix, channel, key, "id:"+id)
+// New returns a Ledger over rdb that names its keys, and reads the pacing
+// key's cooldown, with keys: pass the [bucket.Limiter.Keys] of the limiter
+// whose cooldowns a claim must honour.
+func New(rdb redis.Cmdable, keys bucket.Keys) *Ledger {
+	return &Ledger{rdb: rdb, keys: keys}
 }
 
 // Claim claims id for owner for ttl (rounded up to a millisecond), right
 // before its request. With force, a claim left by another owner is taken
 // over (the caller has decided to send again); without it, such a claim
-// answers [Abandoned]. If the pacing key is in cooldown (the key of
-// [Limiter.CooldownKey] with the same prefix), Claim answers [CoolingDown]
-// and the time left, claiming nothing: a sender that slept on a
-// reservation while a cooldown began does not send. Errors wrap the Redis
-// error.
+// answers [Abandoned]. If the pacing key is in cooldown
+// ([bucket.Limiter.Cooldown], [bucket.Keys].Cooldown), Claim answers
+// [CoolingDown] and the time left, claiming nothing: a sender that slept on
+// a reservation while a cooldown began does not send. On an error (which
+// wraps the Redis error, or names an unexpected reply) it answers
+// [ClaimUnknown].
 func (l *Ledger) Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (ClaimResult, time.Duration, error) {
-	k := l.IDKey(channel, key, id)
-	ck := stateKey(l.prefix, channel, key, "cooldown")
+	k := l.keys.ID(channel, key, id)
+	ck := l.keys.Cooldown(channel, key)
 	f := "0"
 	if force {
 		f = "1"
 	}
 	v, err := claimScript.Run(ctx, l.rdb, []string{k, ck}, owner, ms(ttl), f).Result()
 	if err != nil {
-		return 0, 0, fmt.Errorf("bucket: claim %q: %w", k, err)
+		return ClaimUnknown, 0, fmt.Errorf("ledger: claim %q: %w", k, err)
 	}
 	s, _ := v.(string)
 	switch {
@@ -103,15 +110,15 @@ func (l *Ledger) Claim(ctx context.Context, channel, key, id, owner string, ttl 
 			return CoolingDown, time.Duration(us) * time.Microsecond, nil
 		}
 	}
-	return 0, 0, fmt.Errorf("bucket: claim %q: unexpected reply %v", k, v)
+	return ClaimUnknown, 0, fmt.Errorf("ledger: claim %q: unexpected reply %v", k, v)
 }
 
 // Delivered records that id was accepted by the provider (providerID, may
 // be empty), for ttl. Errors wrap the Redis error.
 func (l *Ledger) Delivered(ctx context.Context, channel, key, id, providerID string, ttl time.Duration) error {
-	k := l.IDKey(channel, key, id)
+	k := l.keys.ID(channel, key, id)
 	if err := l.rdb.Set(ctx, k, "d:"+providerID, max(ttl, time.Millisecond)).Err(); err != nil {
-		return fmt.Errorf("bucket: deliver %q: %w", k, err)
+		return fmt.Errorf("ledger: deliver %q: %w", k, err)
 	}
 	return nil
 }
@@ -120,9 +127,9 @@ func (l *Ledger) Delivered(ctx context.Context, channel, key, id, providerID str
 // a retry may claim it again). Releasing a claim one does not hold does
 // nothing. Errors wrap the Redis error.
 func (l *Ledger) Release(ctx context.Context, channel, key, id, owner string) error {
-	k := l.IDKey(channel, key, id)
+	k := l.keys.ID(channel, key, id)
 	if err := releaseScript.Run(ctx, l.rdb, []string{k}, owner).Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("bucket: release %q: %w", k, err)
+		return fmt.Errorf("ledger: release %q: %w", k, err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package bucket
+package adapt
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/internal/wire"
 	"github.com/pacerhq/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -14,7 +16,7 @@ import (
 // ErrInvalidAIMD is returned, wrapped with what is wrong, for an [AIMD]
 // that cannot be applied to a ceiling: see [AIMD.Validate]. Test for it
 // with errors.Is.
-var ErrInvalidAIMD = errors.New("bucket: invalid aimd")
+var ErrInvalidAIMD = errors.New("adapt: invalid aimd")
 
 var (
 	aimdThrottleScript = redis.NewScript(lua.AIMDThrottle)
@@ -38,7 +40,7 @@ const (
 // field's doc names its default.
 //
 // The adapted rate lives in Redis, in the hash
-// "<prefix>:{<channel>:<key>}:aimd" ([Limiter.AIMDKey]), so every replica
+// "<prefix>:{<channel>:<key>}:aimd" ([bucket.Keys].AIMD), so every replica
 // shares it: a throttle seen by one replica slows them all. A key with no
 // hash is at its ceiling. The hash expires max(4*Window, 1h) after its last
 // write (counted from the end of a cooldown), so an idle key forgets its
@@ -58,7 +60,7 @@ type AIMD struct {
 	Floor float64
 	// Window is how long a key must go without a counted throttle, from
 	// the end of its cooldown or from its last increase, before
-	// [Limiter.Recover] raises its rate. From 1ms to 10 years. Default 60s.
+	// [Adapter.Recover] raises its rate. From 1ms to 10 years. Default 60s.
 	Window time.Duration
 	// Step is the additive increase per clean window, in messages per
 	// second, > 0. Default a tenth of the ceiling. Ignored when Factor > 1.
@@ -92,26 +94,28 @@ type aimdArgs struct {
 	idleMs               int64
 }
 
-// Validate returns nil if a applies to ceiling, else an error: one wrapping
-// [ErrInvalidLimit] if ceiling itself is invalid ([Limit.Validate]), or one
-// wrapping [ErrInvalidAIMD] that names the field and its bad value, such as
-// "bucket: invalid aimd: floor 5 must be <= ceiling 2". The ceiling's rate
-// must also be in [10^-6, 10^9] messages per second.
-func (a AIMD) Validate(ceiling Limit) error {
+// Validate returns nil if a applies to ceiling, else a *[bucket.FieldError]: with
+// Field "ceiling" and wrapping [bucket.ErrInvalidLimit] if ceiling itself is
+// invalid ([bucket.Limit.Validate]), or naming the AIMD field and wrapping
+// [ErrInvalidAIMD], such as "bucket: invalid aimd: floor 5 must be <=
+// ceiling 2" (Field "Floor"). The ceiling's rate must also be in [10^-6,
+// 10^9] messages per second (Field "ceiling"). MinCooldown above
+// MaxCooldown is reported on MaxCooldown.
+func (a AIMD) Validate(ceiling bucket.Limit) error {
 	_, err := a.args(ceiling)
 	return err
 }
 
-func (a AIMD) args(ceiling Limit) (aimdArgs, error) {
+func (a AIMD) args(ceiling bucket.Limit) (aimdArgs, error) {
 	if err := ceiling.Validate(); err != nil {
-		return aimdArgs{}, err
+		return aimdArgs{}, fieldErr("ceiling", err)
 	}
 	c := ceiling.PerSecond
-	bad := func(format string, v ...any) (aimdArgs, error) {
-		return aimdArgs{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidAIMD}, v...)...)
+	bad := func(field, format string, v ...any) (aimdArgs, error) {
+		return aimdArgs{}, fieldErr(field, fmt.Errorf("%w: "+format, append([]any{ErrInvalidAIMD}, v...)...))
 	}
 	if c < adaptMinRate || c > adaptMaxRate {
-		return bad("ceiling %v msgs/s must be in [%v, %v]", c, adaptMinRate, adaptMaxRate)
+		return bad("ceiling", "ceiling %v msgs/s must be in [%v, %v]", c, adaptMinRate, adaptMaxRate)
 	}
 	p := aimdArgs{ceilU: int64(math.Round(c * 1e6))}
 
@@ -120,7 +124,7 @@ func (a AIMD) args(ceiling Limit) (aimdArgs, error) {
 		p.decrease = 0.5
 	}
 	if !(p.decrease > 0 && p.decrease < 1) { // also NaN
-		return bad("decrease %v must be in (0, 1)", a.Decrease)
+		return bad("Decrease", "decrease %v must be in (0, 1)", a.Decrease)
 	}
 
 	floor := a.Floor
@@ -129,9 +133,9 @@ func (a AIMD) args(ceiling Limit) (aimdArgs, error) {
 	}
 	switch {
 	case !(floor >= adaptMinRate): // also NaN and negative
-		return bad("floor %v must be >= %v", a.Floor, adaptMinRate)
+		return bad("Floor", "floor %v must be >= %v", a.Floor, adaptMinRate)
 	case floor > c:
-		return bad("floor %v must be <= ceiling %v", floor, c)
+		return bad("Floor", "floor %v must be <= ceiling %v", floor, c)
 	}
 	p.floorU = min(max(1, int64(math.Round(floor*1e6))), p.ceilU)
 
@@ -142,20 +146,20 @@ func (a AIMD) args(ceiling Limit) (aimdArgs, error) {
 			step = c / 10
 		}
 		if !(step > 0) || math.IsInf(step, 1) {
-			return bad("step %v must be finite and > 0", a.Step)
+			return bad("Step", "step %v must be finite and > 0", a.Step)
 		}
 		p.stepU = max(1, int64(math.Round(min(step, adaptMaxRate)*1e6)))
 	case a.Factor > 1 && !math.IsInf(a.Factor, 1):
 		p.factor, p.stepU = a.Factor, 1
 	default:
-		return bad("factor %v must be 0 or a finite number > 1", a.Factor)
+		return bad("Factor", "factor %v must be 0 or a finite number > 1", a.Factor)
 	}
 
-	window, err := adaptPeriod("window", a.Window, 60*time.Second, time.Millisecond)
+	window, err := adaptPeriod("Window", "window", a.Window, 60*time.Second, time.Millisecond)
 	if err != nil {
 		return aimdArgs{}, err
 	}
-	coalesce, err := adaptPeriod("coalesce", a.Coalesce, time.Second, time.Nanosecond)
+	coalesce, err := adaptPeriod("Coalesce", "coalesce", a.Coalesce, time.Second, time.Nanosecond)
 	if err != nil {
 		return aimdArgs{}, err
 	}
@@ -169,13 +173,14 @@ func (a AIMD) args(ceiling Limit) (aimdArgs, error) {
 }
 
 // adaptPeriod returns d, or def when d is 0, after checking that it is in
-// [least, adaptMaxPeriod]. Its error wraps ErrInvalidAIMD.
-func adaptPeriod(name string, d, def, least time.Duration) (time.Duration, error) {
+// [least, adaptMaxPeriod]. Its error is a *FieldError naming field and
+// wrapping ErrInvalidAIMD.
+func adaptPeriod(field, name string, d, def, least time.Duration) (time.Duration, error) {
 	if d == 0 {
 		d = def
 	}
 	if d < least || d > adaptMaxPeriod {
-		return 0, fmt.Errorf("%w: %s %v must be in [%v, %v]", ErrInvalidAIMD, name, d, least, adaptMaxPeriod)
+		return 0, fieldErr(field, fmt.Errorf("%w: %s %v must be in [%v, %v]", ErrInvalidAIMD, name, d, least, adaptMaxPeriod))
 	}
 	return d, nil
 }
@@ -189,19 +194,19 @@ func (a AIMD) cooldowns() (lo, hi time.Duration, err error) {
 	if a.MinCooldown > 0 {
 		hiDef = max(hiDef, a.MinCooldown)
 	}
-	if hi, err = adaptPeriod("max cooldown", a.MaxCooldown, hiDef, time.Millisecond); err != nil {
+	if hi, err = adaptPeriod("MaxCooldown", "max cooldown", a.MaxCooldown, hiDef, time.Millisecond); err != nil {
 		return 0, 0, err
 	}
-	if lo, err = adaptPeriod("min cooldown", a.MinCooldown, loDef, time.Millisecond); err != nil {
+	if lo, err = adaptPeriod("MinCooldown", "min cooldown", a.MinCooldown, loDef, time.Millisecond); err != nil {
 		return 0, 0, err
 	}
 	if lo > hi {
-		return 0, 0, fmt.Errorf("%w: min cooldown %v must be <= max cooldown %v", ErrInvalidAIMD, lo, hi)
+		return 0, 0, fieldErr("MaxCooldown", fmt.Errorf("%w: min cooldown %v must be <= max cooldown %v", ErrInvalidAIMD, lo, hi))
 	}
 	return lo, hi, nil
 }
 
-// CooldownFor returns the cooldown that [Limiter.Throttled] sets for a
+// CooldownFor returns the cooldown that [Adapter.Throttled] sets for a
 // provider's hint: hint clamped to [MinCooldown, MaxCooldown] (defaults
 // filled in), MinCooldown when hint <= 0, rounded up to the millisecond.
 // It returns 0 if MinCooldown or MaxCooldown is invalid ([AIMD.Validate]).
@@ -230,7 +235,7 @@ func roundUp(d, unit time.Duration) int64 {
 }
 
 // Adapted is the adaptive state of one pacing key, as returned by
-// [Limiter.Throttled], [Limiter.Recover] and [Limiter.Adapted].
+// [Adapter.Throttled], [Adapter.Recover] and [Adapter.Adapted].
 type Adapted struct {
 	// Rate is the adapted rate in messages per second, between the floor
 	// and Ceiling, with a resolution of 10^-6; exactly Ceiling when the key
@@ -241,14 +246,14 @@ type Adapted struct {
 	Ceiling float64
 	// AtFloor reports that Rate is at the floor: throttles no longer lower it.
 	AtFloor bool
-	// CooldownLeft is the time left of the key's cooldown ([Limiter.Cooldown]
+	// CooldownLeft is the time left of the key's cooldown ([bucket.Limiter.Cooldown]
 	// and throttles share it), rounded up to the millisecond; 0 when none.
 	CooldownLeft time.Duration
 	// Decreased reports that this call lowered Rate (a counted throttle not
-	// already at the floor). Only [Limiter.Throttled] sets it.
+	// already at the floor). Only [Adapter.Throttled] sets it.
 	Decreased bool
 	// Increased reports that this call raised Rate (a clean window had
-	// passed). Only [Limiter.Recover] sets it.
+	// passed). Only [Adapter.Recover] sets it.
 	Increased bool
 	// FloorStreak is the number of counted throttles in a row that found
 	// the key already at its floor: throttles coalesced into one count once,
@@ -262,27 +267,20 @@ type Adapted struct {
 // Burst: ceiling.Burst * a.Rate / ceiling.PerSecond rounded down, at least
 // 1}. It returns ceiling itself when a.Rate is 0 (the zero Adapted) or not
 // below ceiling.PerSecond. For a ceiling valid with an [AIMD], the result
-// passes [Limit.Validate].
-func (a Adapted) Limit(ceiling Limit) Limit {
+// passes [bucket.Limit.Validate].
+func (a Adapted) Limit(ceiling bucket.Limit) bucket.Limit {
 	if !(a.Rate > 0) || a.Rate >= ceiling.PerSecond {
 		return ceiling
 	}
 	burst := int(float64(ceiling.Burst) * (a.Rate / ceiling.PerSecond))
-	return Limit{PerSecond: a.Rate, Burst: max(burst, 1)}
-}
-
-// AIMDKey returns the Redis key of the adaptive state of one pacing key:
-// "<prefix>:{<channel>:<key>}:aimd", in the same Cluster slot as
-// [Limiter.BucketKey].
-func (l *Limiter) AIMDKey(channel, key string) string {
-	return stateKey(l.prefix, channel, key, "aimd")
+	return bucket.Limit{PerSecond: a.Rate, Burst: max(burst, 1)}
 }
 
 // Throttled records that the provider throttled a send for (channel, key)
 // (HTTP 429 or its equivalent), with hint the delay it asked for (0 if
 // none), and returns the state after the throttle.
 //
-// Throttled sets the key's cooldown (the one [Limiter.Take] honours) to
+// Throttled sets the key's cooldown (the one [bucket.Limiter.Reserve] honours) to
 // [AIMD.CooldownFor](hint) unless a longer one is set already, which it
 // keeps. Then, unless the throttle belongs to the burst of an earlier
 // counted one (within a.Coalesce of it, or before the cooldown that one set
@@ -293,23 +291,23 @@ func (l *Limiter) AIMDKey(channel, key string) string {
 // clock, so throttles seen at once by many replicas count once.
 //
 // Throttled returns, without calling Redis, an error wrapping
-// [ErrInvalidLimit] or [ErrInvalidAIMD] if a does not apply to ceiling
+// [bucket.ErrInvalidLimit] or [ErrInvalidAIMD] if a does not apply to ceiling
 // ([AIMD.Validate]). Other errors wrap the Redis error. Throttled is safe
 // for concurrent use.
-func (l *Limiter) Throttled(ctx context.Context, channel, key string, ceiling Limit, a AIMD, hint time.Duration) (Adapted, error) {
+func (l *Adapter) Throttled(ctx context.Context, channel, key string, ceiling bucket.Limit, a AIMD, hint time.Duration) (Adapted, error) {
 	p, err := a.args(ceiling)
 	if err != nil {
 		return Adapted{}, err
 	}
 	cd := clampCooldown(hint, p.minCooldown, p.maxCooldown)
 	ad, err := l.runAIMD(ctx, "throttled", aimdThrottleScript, channel, key, ceiling, p, -1, 0,
-		formatRate(p.decrease), p.coalesceUs, int64(cd/time.Millisecond), p.idleMs)
+		wire.Rate(p.decrease), p.coalesceUs, int64(cd/time.Millisecond), p.idleMs)
 	if err != nil {
 		return Adapted{}, err
 	}
 	if ad.CooldownLeft < cd {
-		return Adapted{}, fmt.Errorf("bucket: throttled %q: unexpected reply: cooldown left %v < %v",
-			l.AIMDKey(channel, key), ad.CooldownLeft, cd)
+		return Adapted{}, fmt.Errorf("adapt: throttled %q: unexpected reply: cooldown left %v < %v",
+			l.keys.AIMD(channel, key), ad.CooldownLeft, cd)
 	}
 	return ad, nil
 }
@@ -327,14 +325,14 @@ func (l *Limiter) Throttled(ctx context.Context, channel, key string, ceiling Li
 // long the key was idle. A rate back at the ceiling deletes the key's
 // adaptive state.
 //
-// Errors are as for [Limiter.Throttled]. Recover is safe for concurrent use.
-func (l *Limiter) Recover(ctx context.Context, channel, key string, ceiling Limit, a AIMD) (Adapted, error) {
+// Errors are as for [Adapter.Throttled]. Recover is safe for concurrent use.
+func (l *Adapter) Recover(ctx context.Context, channel, key string, ceiling bucket.Limit, a AIMD) (Adapted, error) {
 	p, err := a.args(ceiling)
 	if err != nil {
 		return Adapted{}, err
 	}
 	return l.runAIMD(ctx, "recover", aimdRecoverScript, channel, key, ceiling, p, 0, 1,
-		p.stepU, formatRate(p.factor), p.windowUs, p.idleMs)
+		p.stepU, wire.Rate(p.factor), p.windowUs, p.idleMs)
 }
 
 // Adapted returns the adaptive state of (channel, key) without changing
@@ -342,8 +340,8 @@ func (l *Limiter) Recover(ctx context.Context, channel, key string, ceiling Limi
 // rate above a lowered ceiling reads as the ceiling. Each replica may
 // cache the result for about a second.
 //
-// Errors are as for [Limiter.Throttled]. Adapted is safe for concurrent use.
-func (l *Limiter) Adapted(ctx context.Context, channel, key string, ceiling Limit, a AIMD) (Adapted, error) {
+// Errors are as for [Adapter.Throttled]. Adapted is safe for concurrent use.
+func (l *Adapter) Adapted(ctx context.Context, channel, key string, ceiling bucket.Limit, a AIMD) (Adapted, error) {
 	p, err := a.args(ceiling)
 	if err != nil {
 		return Adapted{}, err
@@ -354,18 +352,18 @@ func (l *Limiter) Adapted(ctx context.Context, channel, key string, ceiling Limi
 // runAIMD runs one of the aimd scripts, whose arguments start with ceil_u
 // and floor_u and whose reply is {urate, change, cooldown_ms, streak} with
 // change in [minChange, maxChange].
-func (l *Limiter) runAIMD(ctx context.Context, op string, s *redis.Script, channel, key string,
-	ceiling Limit, p aimdArgs, minChange, maxChange int64, args ...any) (Adapted, error) {
-	ak := l.AIMDKey(channel, key)
-	v, err := s.Run(ctx, l.rdb, []string{ak, l.CooldownKey(channel, key)},
+func (l *Adapter) runAIMD(ctx context.Context, op string, s *redis.Script, channel, key string,
+	ceiling bucket.Limit, p aimdArgs, minChange, maxChange int64, args ...any) (Adapted, error) {
+	ak := l.keys.AIMD(channel, key)
+	v, err := s.Run(ctx, l.rdb, []string{ak, l.keys.Cooldown(channel, key)},
 		append([]any{p.ceilU, p.floorU}, args...)...).Result()
 	if err != nil {
-		return Adapted{}, fmt.Errorf("bucket: %s %q: %w", op, ak, err)
+		return Adapted{}, fmt.Errorf("adapt: %s %q: %w", op, ak, err)
 	}
 	var r [4]int64
-	if !ints(v, r[:]) || r[0] < p.floorU || r[0] > p.ceilU || r[1] < minChange || r[1] > maxChange ||
+	if !wire.Ints(v, r[:]) || r[0] < p.floorU || r[0] > p.ceilU || r[1] < minChange || r[1] > maxChange ||
 		r[2] < 0 || r[3] < 0 {
-		return Adapted{}, fmt.Errorf("bucket: %s %q: unexpected reply %s", op, ak, describe(v))
+		return Adapted{}, fmt.Errorf("adapt: %s %q: unexpected reply %s", op, ak, wire.Describe(v))
 	}
 	rate := float64(r[0]) / 1e6
 	if r[0] == p.ceilU {
@@ -375,28 +373,9 @@ func (l *Limiter) runAIMD(ctx context.Context, op string, s *redis.Script, chann
 		Rate:         rate,
 		Ceiling:      ceiling.PerSecond,
 		AtFloor:      r[0] <= p.floorU,
-		CooldownLeft: duration(r[2], time.Millisecond),
+		CooldownLeft: wire.Duration(r[2], time.Millisecond),
 		Decreased:    r[1] < 0,
 		Increased:    r[1] > 0,
 		FloorStreak:  int(min(r[3], math.MaxInt32)),
 	}, nil
-}
-
-// ResumeDelay spreads the senders of one pacing key over time after a
-// cooldown, so that they do not all call [Limiter.Take] in the instant it
-// ends: sender i (from 0) should wait left + i/rate, one token interval
-// apart at the adapted rate in messages per second. left is the cooldown
-// left ([Decision].Wait or [Adapted].CooldownLeft). i < 0 or a rate that is
-// not > 0 adds nothing to left. The result saturates at the longest
-// Duration. The pacer adds its own jitter on top.
-func ResumeDelay(left time.Duration, rate float64, i int) time.Duration {
-	left = max(left, 0)
-	if i <= 0 || !(rate > 0) {
-		return left
-	}
-	spread := float64(i) / rate * float64(time.Second)
-	if spread >= float64(math.MaxInt64-left) {
-		return math.MaxInt64
-	}
-	return left + time.Duration(spread)
 }

@@ -1,4 +1,4 @@
-package bucket
+package adapt
 
 import (
 	"context"
@@ -8,14 +8,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/internal/wire"
 	"github.com/pacerhq/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
 
 // ErrInvalidBreaker is returned, wrapped with what is wrong, for a
 // [Breaker] that [Breaker.Validate] rejects, and by
-// [Limiter.BreakerAllow] for an empty owner. Test for it with errors.Is.
-var ErrInvalidBreaker = errors.New("bucket: invalid breaker")
+// [Adapter.BreakerAllow] for an empty owner. Test for it with errors.Is.
+var ErrInvalidBreaker = errors.New("adapt: invalid breaker")
 
 var (
 	breakerAllowScript  = redis.NewScript(lua.BreakerAllow)
@@ -34,13 +36,13 @@ const breakerMaxReason = 200
 // defaults; each field's doc names its default.
 //
 // The breaker lives in Redis, in the hash "<prefix>:{<channel>:<key>}:breaker"
-// ([Limiter.BreakerKey]), shared by every replica. No hash means closed.
+// ([bucket.Keys].Breaker), shared by every replica. No hash means closed.
 // It expires max(1h, 2*MaxOpenFor) after its open period or probe lease
 // ends, so a breaker nobody probes closes by itself.
 //
 // # States
 //
-//   - Closed: every send may go ([Limiter.BreakerAllow] allows).
+//   - Closed: every send may go ([Adapter.BreakerAllow] allows).
 //   - Open, for OpenFor after a halt, doubled for each failed probe in a
 //     row up to MaxOpenFor: every send is refused.
 //   - Half-open, once the open period is over: one owner (a replica) at a
@@ -69,41 +71,41 @@ type breakerArgs struct {
 	openMs, maxOpenMs, probeMs, idleMs int64
 }
 
-// Validate returns nil if b is usable, else an error wrapping
-// [ErrInvalidBreaker] that names the field and its bad value, such as
-// "bucket: invalid breaker: open for -1s must be in [1ms, 87600h0m0s]".
+// Validate returns nil if b is usable, else a *[FieldError] naming the
+// field and wrapping [ErrInvalidBreaker], such as "bucket: invalid breaker:
+// open for -1s must be in [1ms, 87600h0m0s]" (Field "OpenFor").
 func (b Breaker) Validate() error {
 	_, err := b.args()
 	return err
 }
 
 func (b Breaker) args() (breakerArgs, error) {
-	period := func(name string, d, def time.Duration) (time.Duration, error) {
+	period := func(field, name string, d, def time.Duration) (time.Duration, error) {
 		if d == 0 {
 			d = def
 		}
 		if d < time.Millisecond || d > adaptMaxPeriod {
-			return 0, fmt.Errorf("%w: %s %v must be in [%v, %v]", ErrInvalidBreaker, name, d, time.Millisecond, adaptMaxPeriod)
+			return 0, fieldErr(field, fmt.Errorf("%w: %s %v must be in [%v, %v]", ErrInvalidBreaker, name, d, time.Millisecond, adaptMaxPeriod))
 		}
 		return d, nil
 	}
-	open, err := period("open for", b.OpenFor, 30*time.Second)
+	open, err := period("OpenFor", "open for", b.OpenFor, 30*time.Second)
 	if err != nil {
 		return breakerArgs{}, err
 	}
-	maxOpen, err := period("max open for", b.MaxOpenFor, max(10*time.Minute, open))
+	maxOpen, err := period("MaxOpenFor", "max open for", b.MaxOpenFor, max(10*time.Minute, open))
 	if err != nil {
 		return breakerArgs{}, err
 	}
 	if maxOpen < open {
-		return breakerArgs{}, fmt.Errorf("%w: max open for %v must be >= open for %v", ErrInvalidBreaker, maxOpen, open)
+		return breakerArgs{}, fieldErr("MaxOpenFor", fmt.Errorf("%w: max open for %v must be >= open for %v", ErrInvalidBreaker, maxOpen, open))
 	}
-	probe, err := period("probe ttl", b.ProbeTTL, 30*time.Second)
+	probe, err := period("ProbeTTL", "probe ttl", b.ProbeTTL, 30*time.Second)
 	if err != nil {
 		return breakerArgs{}, err
 	}
 	if b.FloorThrottles < 0 {
-		return breakerArgs{}, fmt.Errorf("%w: floor throttles %d must be >= 0", ErrInvalidBreaker, b.FloorThrottles)
+		return breakerArgs{}, fieldErr("FloorThrottles", fmt.Errorf("%w: floor throttles %d must be >= 0", ErrInvalidBreaker, b.FloorThrottles))
 	}
 	return breakerArgs{
 		openMs:    roundUp(open, time.Millisecond),
@@ -113,10 +115,10 @@ func (b Breaker) args() (breakerArgs, error) {
 	}, nil
 }
 
-// FloorTripped reports whether a, the reply of [Limiter.Throttled], shows
+// FloorTripped reports whether a, the reply of [Adapter.Throttled], shows
 // the key throttled at its floor often enough in a row (a.FloorStreak >=
 // b.FloorThrottles, default 5) that the pacer should open its breaker with
-// [Limiter.BreakerResult](ok false). Reporting it again while the breaker
+// [Adapter.BreakerResult](ok false). Reporting it again while the breaker
 // is open changes nothing.
 func (b Breaker) FloorTripped(a Adapted) bool {
 	n := b.FloorThrottles
@@ -149,13 +151,6 @@ func (s BreakerState) String() string {
 	return fmt.Sprintf("BreakerState(%d)", int(s))
 }
 
-// BreakerKey returns the Redis key of the breaker of one pacing key:
-// "<prefix>:{<channel>:<key>}:breaker", in the same Cluster slot as
-// [Limiter.BucketKey].
-func (l *Limiter) BreakerKey(channel, key string) string {
-	return stateKey(l.prefix, channel, key, "breaker")
-}
-
 // BreakerAllow asks the breaker of (channel, key) whether owner (a name
 // unique to the calling replica, such as host and pid) may send.
 //
@@ -163,7 +158,7 @@ func (l *Limiter) BreakerKey(channel, key string) string {
 // Half-open: allowed with probe set if no other owner holds a live probe
 // lease; the lease, granted for b.ProbeTTL, is not renewed by asking again.
 // The owner must then report the probe's outcome with
-// [Limiter.BreakerResult]. While another owner's lease is live, refused
+// [Adapter.BreakerResult]. While another owner's lease is live, refused
 // with wait the lease left (its result may close the breaker sooner). A
 // refused record is to be requeued, not counted as an attempt.
 //
@@ -171,7 +166,7 @@ func (l *Limiter) BreakerKey(channel, key string) string {
 // [ErrInvalidBreaker] if b is invalid or owner is empty. Other errors wrap
 // the Redis error. It is one Lua script on the Redis clock, safe for
 // concurrent use by any number of replicas.
-func (l *Limiter) BreakerAllow(ctx context.Context, channel, key string, b Breaker, owner string) (allowed, probe bool, wait time.Duration, err error) {
+func (l *Adapter) BreakerAllow(ctx context.Context, channel, key string, b Breaker, owner string) (allowed, probe bool, wait time.Duration, err error) {
 	p, err := b.args()
 	if err != nil {
 		return false, false, 0, err
@@ -179,24 +174,24 @@ func (l *Limiter) BreakerAllow(ctx context.Context, channel, key string, b Break
 	if owner == "" {
 		return false, false, 0, fmt.Errorf("%w: owner must not be empty", ErrInvalidBreaker)
 	}
-	bk := l.BreakerKey(channel, key)
+	bk := l.keys.Breaker(channel, key)
 	v, err := breakerAllowScript.Run(ctx, l.rdb, []string{bk}, owner, p.probeMs, p.idleMs).Result()
 	if err != nil {
-		return false, false, 0, fmt.Errorf("bucket: breaker allow %q: %w", bk, err)
+		return false, false, 0, fmt.Errorf("adapt: breaker allow %q: %w", bk, err)
 	}
 	var r [4]int64
-	if !ints(v, r[:]) || r[0] < 0 || r[0] > 1 || r[1] < 0 || r[1] > r[0] || r[2] < 0 ||
+	if !wire.Ints(v, r[:]) || r[0] < 0 || r[0] > 1 || r[1] < 0 || r[1] > r[0] || r[2] < 0 ||
 		(r[0] == 1) == (r[2] > 0) || r[3] < 0 || r[3] > 2 || (r[1] == 1) != (r[0] == 1 && r[3] == 2) {
-		return false, false, 0, fmt.Errorf("bucket: breaker allow %q: unexpected reply %s", bk, describe(v))
+		return false, false, 0, fmt.Errorf("adapt: breaker allow %q: unexpected reply %s", bk, wire.Describe(v))
 	}
-	return r[0] == 1, r[1] == 1, duration(r[2], time.Microsecond), nil
+	return r[0] == 1, r[1] == 1, wire.Duration(r[2], time.Microsecond), nil
 }
 
 // BreakerResult reports the outcome of a send for (channel, key) to its
 // breaker and returns the state after it. ok is true for a success, false
 // for a halt: the provider refuses everything from this key (credentials,
 // account blocked), or [Breaker.FloorTripped]. reason (such as "halt:401"
-// or "throttled at floor") is kept for [Limiter.BreakerStatus], cut to 200
+// or "throttled at floor") is kept for [Adapter.BreakerStatus], cut to 200
 // bytes; it must not hold secrets or recipients.
 //
 // A halt opens a closed breaker for b.OpenFor, and reopens a half-open one
@@ -209,7 +204,7 @@ func (l *Limiter) BreakerAllow(ctx context.Context, channel, key string, b Break
 // BreakerResult returns, without calling Redis, an error wrapping
 // [ErrInvalidBreaker] if b is invalid. Other errors wrap the Redis error.
 // It is safe for concurrent use.
-func (l *Limiter) BreakerResult(ctx context.Context, channel, key string, b Breaker, ok bool, reason string) (BreakerState, error) {
+func (l *Adapter) BreakerResult(ctx context.Context, channel, key string, b Breaker, ok bool, reason string) (BreakerState, error) {
 	p, err := b.args()
 	if err != nil {
 		return 0, err
@@ -221,15 +216,15 @@ func (l *Limiter) BreakerResult(ctx context.Context, channel, key string, b Brea
 	if len(reason) > breakerMaxReason {
 		reason = strings.ToValidUTF8(reason[:breakerMaxReason], "")
 	}
-	bk := l.BreakerKey(channel, key)
+	bk := l.keys.Breaker(channel, key)
 	v, err := breakerResultScript.Run(ctx, l.rdb, []string{bk}, okArg, p.openMs, p.maxOpenMs, p.idleMs, reason).Result()
 	if err != nil {
-		return 0, fmt.Errorf("bucket: breaker result %q: %w", bk, err)
+		return 0, fmt.Errorf("adapt: breaker result %q: %w", bk, err)
 	}
 	var r [3]int64
-	if !ints(v, r[:]) || r[0] < 0 || r[0] > 2 || r[1] < 0 || r[2] < 0 || (r[0] == 0) != (r[1] == 0) ||
+	if !wire.Ints(v, r[:]) || r[0] < 0 || r[0] > 2 || r[1] < 0 || r[2] < 0 || (r[0] == 0) != (r[1] == 0) ||
 		(r[0] == 1) != (r[2] > 0) || (!ok && r[0] != 1) {
-		return 0, fmt.Errorf("bucket: breaker result %q: unexpected reply %s", bk, describe(v))
+		return 0, fmt.Errorf("adapt: breaker result %q: unexpected reply %s", bk, wire.Describe(v))
 	}
 	return BreakerState(r[0]), nil
 }
@@ -255,16 +250,16 @@ type BreakerStatus struct {
 // BreakerStatus reads the breaker of (channel, key) without changing it.
 // A key with no breaker state (or a corrupt one) is closed. Errors wrap the
 // Redis error. BreakerStatus is safe for concurrent use.
-func (l *Limiter) BreakerStatus(ctx context.Context, channel, key string) (BreakerStatus, error) {
-	bk := l.BreakerKey(channel, key)
+func (l *Adapter) BreakerStatus(ctx context.Context, channel, key string) (BreakerStatus, error) {
+	bk := l.keys.Breaker(channel, key)
 	v, err := breakerStatusScript.Run(ctx, l.rdb, []string{bk}).Result()
 	if err != nil {
-		return BreakerStatus{}, fmt.Errorf("bucket: breaker status %q: %w", bk, err)
+		return BreakerStatus{}, fmt.Errorf("adapt: breaker status %q: %w", bk, err)
 	}
 	var r [4]int64
 	var prober, reason string
 	a, ok := v.([]any)
-	ok = ok && len(a) == 6 && ints(a[:4], r[:])
+	ok = ok && len(a) == 6 && wire.Ints(a[:4], r[:])
 	if ok {
 		prober, ok = a[4].(string)
 	}
@@ -273,43 +268,43 @@ func (l *Limiter) BreakerStatus(ctx context.Context, channel, key string) (Break
 	}
 	if !ok || r[0] < 0 || r[0] > 2 || r[1] < 0 || r[2] < 0 || r[3] < 0 || (r[0] == 0) != (r[1] == 0) ||
 		(r[0] == 1) != (r[2] > 0) || (prober == "") != (r[3] == 0) {
-		return BreakerStatus{}, fmt.Errorf("bucket: breaker status %q: unexpected reply %s", bk, describe(v))
+		return BreakerStatus{}, fmt.Errorf("adapt: breaker status %q: unexpected reply %s", bk, wire.Describe(v))
 	}
 	return BreakerStatus{
 		State:     BreakerState(r[0]),
-		OpenLeft:  duration(r[2], time.Microsecond),
+		OpenLeft:  wire.Duration(r[2], time.Microsecond),
 		Reason:    reason,
 		Opens:     int(min(r[1], math.MaxInt32)),
 		Prober:    prober,
-		ProbeLeft: duration(r[3], time.Microsecond),
+		ProbeLeft: wire.Duration(r[3], time.Microsecond),
 	}, nil
 }
 
 // Snapshot is everything `pacer status --channel C --key K` shows about
 // one pacing key.
 type Snapshot struct {
-	// Adapted is the adaptive state, as from [Limiter.Adapted]; its
+	// Adapted is the adaptive state, as from [Adapter.Adapted]; its
 	// CooldownLeft is the key's cooldown.
 	Adapted Adapted
 	// Limit is the limit the pacer takes tokens under: Adapted.Limit(ceiling).
-	Limit Limit
-	// Tokens is the bucket's tokens now under Limit, as from [Limiter.State].
+	Limit bucket.Limit
+	// Tokens is the bucket's tokens now under Limit, as from [bucket.Limiter.State].
 	Tokens float64
-	// Breaker is the breaker's state, as from [Limiter.BreakerStatus].
+	// Breaker is the breaker's state, as from [Adapter.BreakerStatus].
 	Breaker BreakerStatus
 }
 
 // Snapshot reads the adaptive state, bucket, cooldown and breaker of
 // (channel, key) without changing them, in three scripts (so not at one
-// instant). Errors are those of [Limiter.Adapted], [Limiter.State] and
-// [Limiter.BreakerStatus]. Snapshot is safe for concurrent use.
-func (l *Limiter) Snapshot(ctx context.Context, channel, key string, ceiling Limit, a AIMD) (Snapshot, error) {
+// instant). Errors are those of [Adapter.Adapted], [bucket.Limiter.State] and
+// [Adapter.BreakerStatus]. Snapshot is safe for concurrent use.
+func (l *Adapter) Snapshot(ctx context.Context, channel, key string, ceiling bucket.Limit, a AIMD) (Snapshot, error) {
 	ad, err := l.Adapted(ctx, channel, key, ceiling, a)
 	if err != nil {
 		return Snapshot{}, err
 	}
 	lim := ad.Limit(ceiling)
-	st, err := l.State(ctx, channel, key, lim)
+	st, err := l.bucket.State(ctx, channel, key, lim)
 	if err != nil {
 		return Snapshot{}, err
 	}

@@ -1,4 +1,4 @@
-package bucket_test
+package adapt_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -29,14 +30,14 @@ type breakerStep struct {
 	allowed bool          // opAllow: want allowed
 	probe   bool          // opAllow: want probe
 	wait    time.Duration // opAllow: want wait; opStatus: want OpenLeft
-	state   bucket.BreakerState
+	state   adapt.BreakerState
 	opens   int    // opStatus: want Opens
 	reason  string // opHalt: the reason given; opStatus: want Reason
 	prober  string // opStatus: want Prober
 }
 
 // breakers runs steps on one key's breaker.
-func (e *env) breakers(t *testing.T, key string, b bucket.Breaker, steps []breakerStep) {
+func (e *env) breakers(t *testing.T, key string, b adapt.Breaker, steps []breakerStep) {
 	t.Helper()
 	ctx := t.Context()
 	for i, s := range steps {
@@ -71,30 +72,30 @@ func (e *env) breakers(t *testing.T, key string, b bucket.Breaker, steps []break
 // replica, and that once it is half-open exactly one replica probes while
 // the others wait, until the probe's success closes it.
 func TestBreakerSingleProbe(t *testing.T) {
-	b := bucket.Breaker{OpenFor: 500 * time.Millisecond, ProbeTTL: 600 * time.Millisecond}
+	b := adapt.Breaker{OpenFor: 500 * time.Millisecond, ProbeTTL: 600 * time.Millisecond}
 	ms := time.Millisecond
 	each(t, func(t *testing.T, e *env) {
 		e.breakers(t, "k", b, []breakerStep{
-			{at: 0, op: opStatus, state: bucket.BreakerClosed},
+			{at: 0, op: opStatus, state: adapt.BreakerClosed},
 			{at: 0, op: opAllow, owner: "a", allowed: true},
-			{at: 0, op: opOK, state: bucket.BreakerClosed},
-			{at: 0, op: opHalt, reason: "halt:401", state: bucket.BreakerOpen},
+			{at: 0, op: opOK, state: adapt.BreakerClosed},
+			{at: 0, op: opHalt, reason: "halt:401", state: adapt.BreakerOpen},
 			{at: 0, op: opAllow, owner: "a", wait: 500 * ms},
 			{at: 0, op: opAllow, owner: "b", wait: 500 * ms},
-			{at: 0, op: opOK, state: bucket.BreakerOpen},                       // sent before it opened
-			{at: 0, op: opHalt, reason: "halt:403", state: bucket.BreakerOpen}, // likewise: no doubling
-			{at: 0, op: opStatus, state: bucket.BreakerOpen, wait: 500 * ms, opens: 1, reason: "halt:401"},
-			{at: 800 * ms, op: opStatus, state: bucket.BreakerHalfOpen, opens: 1, reason: "halt:401"},
+			{at: 0, op: opOK, state: adapt.BreakerOpen},                       // sent before it opened
+			{at: 0, op: opHalt, reason: "halt:403", state: adapt.BreakerOpen}, // likewise: no doubling
+			{at: 0, op: opStatus, state: adapt.BreakerOpen, wait: 500 * ms, opens: 1, reason: "halt:401"},
+			{at: 800 * ms, op: opStatus, state: adapt.BreakerHalfOpen, opens: 1, reason: "halt:401"},
 			{at: 800 * ms, op: opAllow, owner: "b", allowed: true, probe: true},
 			{at: 800 * ms, op: opAllow, owner: "a", wait: 600 * ms},
 			{at: 800 * ms, op: opAllow, owner: "b", allowed: true, probe: true}, // asking again: same lease
-			{at: 800 * ms, op: opStatus, state: bucket.BreakerHalfOpen, opens: 1, reason: "halt:401", prober: "b"},
+			{at: 800 * ms, op: opStatus, state: adapt.BreakerHalfOpen, opens: 1, reason: "halt:401", prober: "b"},
 			{at: 1100 * ms, op: opAllow, owner: "a", wait: 300 * ms}, // not renewed by b's second ask
-			{at: 1100 * ms, op: opOK, state: bucket.BreakerClosed},
+			{at: 1100 * ms, op: opOK, state: adapt.BreakerClosed},
 			{at: 1100 * ms, op: opAllow, owner: "a", allowed: true},
-			{at: 1100 * ms, op: opStatus, state: bucket.BreakerClosed},
+			{at: 1100 * ms, op: opStatus, state: adapt.BreakerClosed},
 		})
-		if n := e.rdb.Exists(t.Context(), e.l.BreakerKey("test", "k")).Val(); n != 0 {
+		if n := e.rdb.Exists(t.Context(), e.keys.Breaker("test", "k")).Val(); n != 0 {
 			t.Fatal("a closed breaker left its hash behind")
 		}
 	})
@@ -103,20 +104,20 @@ func TestBreakerSingleProbe(t *testing.T) {
 // TestBreakerProbeTTL checks that a prober that never reports (it crashed)
 // loses its lease after ProbeTTL, and another replica probes.
 func TestBreakerProbeTTL(t *testing.T) {
-	b := bucket.Breaker{OpenFor: 300 * time.Millisecond, ProbeTTL: 500 * time.Millisecond}
+	b := adapt.Breaker{OpenFor: 300 * time.Millisecond, ProbeTTL: 500 * time.Millisecond}
 	ms := time.Millisecond
 	each(t, func(t *testing.T, e *env) {
 		e.breakers(t, "k", b, []breakerStep{
-			{at: 0, op: opHalt, state: bucket.BreakerOpen},
+			{at: 0, op: opHalt, state: adapt.BreakerOpen},
 			{at: 600 * ms, op: opAllow, owner: "a", allowed: true, probe: true}, // a crashes
 			{at: 600 * ms, op: opAllow, owner: "b", wait: 500 * ms},
 			{at: 800 * ms, op: opAllow, owner: "b", wait: 300 * ms},
-			{at: 1400 * ms, op: opStatus, state: bucket.BreakerHalfOpen, opens: 1},
+			{at: 1400 * ms, op: opStatus, state: adapt.BreakerHalfOpen, opens: 1},
 			{at: 1400 * ms, op: opAllow, owner: "b", allowed: true, probe: true},
 			{at: 1400 * ms, op: opAllow, owner: "a", wait: 500 * ms}, // a is back: b holds it now
-			{at: 1400 * ms, op: opStatus, state: bucket.BreakerHalfOpen, opens: 1, prober: "b"},
-			{at: 1400 * ms, op: opHalt, reason: "still 401", state: bucket.BreakerOpen},
-			{at: 1400 * ms, op: opStatus, state: bucket.BreakerOpen, wait: 600 * ms, opens: 2, reason: "still 401"},
+			{at: 1400 * ms, op: opStatus, state: adapt.BreakerHalfOpen, opens: 1, prober: "b"},
+			{at: 1400 * ms, op: opHalt, reason: "still 401", state: adapt.BreakerOpen},
+			{at: 1400 * ms, op: opStatus, state: adapt.BreakerOpen, wait: 600 * ms, opens: 2, reason: "still 401"},
 		})
 	})
 }
@@ -124,9 +125,9 @@ func TestBreakerProbeTTL(t *testing.T) {
 // TestBreakerDoubling checks that each failed probe doubles the open
 // period up to MaxOpenFor, and that a success starts over.
 func TestBreakerDoubling(t *testing.T) {
-	b := bucket.Breaker{OpenFor: 400 * time.Millisecond, MaxOpenFor: 1600 * time.Millisecond}
+	b := adapt.Breaker{OpenFor: 400 * time.Millisecond, MaxOpenFor: 1600 * time.Millisecond}
 	ms := time.Millisecond
-	open := bucket.BreakerOpen
+	open := adapt.BreakerOpen
 	each(t, func(t *testing.T, e *env) {
 		e.breakers(t, "k", b, []breakerStep{
 			{at: 0, op: opHalt, reason: "r1", state: open},
@@ -142,7 +143,7 @@ func TestBreakerDoubling(t *testing.T) {
 			{at: 3700 * ms, op: opHalt, reason: "r4", state: open},
 			{at: 3700 * ms, op: opStatus, state: open, wait: 1600 * ms, opens: 4, reason: "r4"}, // capped
 			{at: 5600 * ms, op: opAllow, owner: "b", allowed: true, probe: true},
-			{at: 5600 * ms, op: opOK, state: bucket.BreakerClosed},
+			{at: 5600 * ms, op: opOK, state: adapt.BreakerClosed},
 			{at: 5600 * ms, op: opHalt, reason: "r5", state: open},
 			{at: 5600 * ms, op: opStatus, state: open, wait: 400 * ms, opens: 1, reason: "r5"},
 		})
@@ -156,22 +157,23 @@ func TestBreakerDefaults(t *testing.T) {
 		ctx := t.Context()
 		for _, tc := range []struct {
 			key  string
-			b    bucket.Breaker
+			b    adapt.Breaker
 			open time.Duration
 			ttl  time.Duration
 		}{
-			{"default", bucket.Breaker{}, 30 * time.Second, 30*time.Second + time.Hour},
-			{"long", bucket.Breaker{OpenFor: 40 * time.Minute}, 40 * time.Minute, 40*time.Minute + 80*time.Minute},
+			{"default", adapt.Breaker{}, 30 * time.Second, 30*time.Second + time.Hour},
+			{"long", adapt.Breaker{OpenFor: 40 * time.Minute}, 40 * time.Minute, 40*time.Minute + 80*time.Minute},
 		} {
-			if st, err := e.l.BreakerResult(ctx, "test", tc.key, tc.b, false, "halt"); err != nil || st != bucket.BreakerOpen {
+			since := time.Now()
+			if st, err := e.l.BreakerResult(ctx, "test", tc.key, tc.b, false, "halt"); err != nil || st != adapt.BreakerOpen {
 				t.Fatalf("%s: BreakerResult = %v, %v", tc.key, st, err)
 			}
 			if _, _, wait, err := e.l.BreakerAllow(ctx, "test", tc.key, tc.b, "a"); err != nil || !e.near(wait, tc.open) {
 				t.Fatalf("%s: BreakerAllow wait = %v, %v; want %v", tc.key, wait, err, tc.open)
 			}
-			bk := e.l.BreakerKey("test", tc.key)
-			if ttl := e.rdb.PTTL(ctx, bk).Val(); !e.near(ttl, tc.ttl) {
-				t.Fatalf("%s: PTTL = %v, want %v", tc.key, ttl, tc.ttl)
+			bk := e.keys.Breaker("test", tc.key)
+			if ttl := e.rdb.PTTL(ctx, bk).Val(); !e.TTLNear(ttl, tc.ttl, since) {
+				t.Fatalf("%s: PTTL = %v, want %v less the time since the halt", tc.key, ttl, tc.ttl)
 			}
 		}
 		if !e.exact() {
@@ -179,11 +181,11 @@ func TestBreakerDefaults(t *testing.T) {
 		}
 		// A breaker nobody probes expires, closed.
 		e.at(30*time.Second + time.Hour)
-		if st, err := e.l.BreakerStatus(ctx, "test", "default"); err != nil || st.State != bucket.BreakerClosed {
+		if st, err := e.l.BreakerStatus(ctx, "test", "default"); err != nil || st.State != adapt.BreakerClosed {
 			t.Fatalf("BreakerStatus after the TTL = %+v, %v; want closed", st, err)
 		}
 		// A probe lease keeps the hash at least ProbeTTL + idle.
-		b := bucket.Breaker{OpenFor: time.Second, ProbeTTL: 2 * time.Hour}
+		b := adapt.Breaker{OpenFor: time.Second, ProbeTTL: 2 * time.Hour}
 		if _, err := e.l.BreakerResult(ctx, "test", "probe", b, false, ""); err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +193,7 @@ func TestBreakerDefaults(t *testing.T) {
 		if ok, probe, _, err := e.l.BreakerAllow(ctx, "test", "probe", b, "a"); err != nil || !ok || !probe {
 			t.Fatalf("BreakerAllow = %v, %v, %v; want the probe", ok, probe, err)
 		}
-		if ttl := e.rdb.PTTL(ctx, e.l.BreakerKey("test", "probe")).Val(); ttl != 3*time.Hour {
+		if ttl := e.rdb.PTTL(ctx, e.keys.Breaker("test", "probe")).Val(); ttl != 3*time.Hour {
 			t.Fatalf("PTTL with a lease = %v, want 3h", ttl)
 		}
 	})
@@ -218,15 +220,15 @@ func TestBreakerCorruptIsClosed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
-				if err := tc.write(t.Context(), e.rdb, e.l.BreakerKey("test", "k")); err != nil {
+				if err := tc.write(t.Context(), e.rdb, e.keys.Breaker("test", "k")); err != nil {
 					t.Fatal(err)
 				}
-				e.breakers(t, "k", bucket.Breaker{}, []breakerStep{
-					{at: 0, op: opStatus, state: bucket.BreakerClosed},
+				e.breakers(t, "k", adapt.Breaker{}, []breakerStep{
+					{at: 0, op: opStatus, state: adapt.BreakerClosed},
 					{at: 0, op: opAllow, owner: "a", allowed: true},
-					{at: 0, op: opOK, state: bucket.BreakerClosed},
-					{at: 0, op: opHalt, reason: "halt", state: bucket.BreakerOpen},
-					{at: 0, op: opStatus, state: bucket.BreakerOpen, wait: 30 * time.Second, opens: 1, reason: "halt"},
+					{at: 0, op: opOK, state: adapt.BreakerClosed},
+					{at: 0, op: opHalt, reason: "halt", state: adapt.BreakerOpen},
+					{at: 0, op: opStatus, state: adapt.BreakerOpen, wait: 30 * time.Second, opens: 1, reason: "halt"},
 				})
 			})
 		})
@@ -234,12 +236,12 @@ func TestBreakerCorruptIsClosed(t *testing.T) {
 	// A lease without an owner is no lease.
 	t.Run("lease without owner", func(t *testing.T) {
 		each(t, func(t *testing.T, e *env) {
-			if err := e.rdb.HSet(t.Context(), e.l.BreakerKey("test", "k"), "opens", "2", "until_us", "1",
+			if err := e.rdb.HSet(t.Context(), e.keys.Breaker("test", "k"), "opens", "2", "until_us", "1",
 				"probe_us", "99999999999999999", "reason", "r").Err(); err != nil {
 				t.Fatal(err)
 			}
-			e.breakers(t, "k", bucket.Breaker{}, []breakerStep{
-				{at: 0, op: opStatus, state: bucket.BreakerHalfOpen, opens: 2, reason: "r"},
+			e.breakers(t, "k", adapt.Breaker{}, []breakerStep{
+				{at: 0, op: opStatus, state: adapt.BreakerHalfOpen, opens: 2, reason: "r"},
 				{at: 0, op: opAllow, owner: "a", allowed: true, probe: true},
 			})
 		})
@@ -249,7 +251,7 @@ func TestBreakerCorruptIsClosed(t *testing.T) {
 func TestBreakerReasonCut(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		long := "x" + strings.Repeat("é", 150) // 301 bytes; byte 200 is inside a rune
-		if _, err := e.l.BreakerResult(t.Context(), "test", "k", bucket.Breaker{}, false, long); err != nil {
+		if _, err := e.l.BreakerResult(t.Context(), "test", "k", adapt.Breaker{}, false, long); err != nil {
 			t.Fatal(err)
 		}
 		st, err := e.l.BreakerStatus(t.Context(), "test", "k")
@@ -261,20 +263,20 @@ func TestBreakerReasonCut(t *testing.T) {
 
 func TestBreakerValidate(t *testing.T) {
 	t.Parallel()
-	l := bucket.New(noRedis{}, bucket.Config{})
+	l := adapt.New(noRedis{}, bucket.Config{})
 	for _, tc := range []struct {
-		b    bucket.Breaker
+		b    adapt.Breaker
 		want string // "" for valid
 	}{
-		{bucket.Breaker{}, ""},
-		{bucket.Breaker{OpenFor: time.Millisecond, MaxOpenFor: time.Millisecond, ProbeTTL: time.Millisecond, FloorThrottles: 1}, ""},
-		{bucket.Breaker{OpenFor: time.Hour}, ""}, // default MaxOpenFor follows
-		{bucket.Breaker{OpenFor: -time.Second}, "bucket: invalid breaker: open for -1s must be in [1ms, 87600h0m0s]"},
-		{bucket.Breaker{OpenFor: time.Microsecond}, "bucket: invalid breaker: open for 1µs must be in [1ms, 87600h0m0s]"},
-		{bucket.Breaker{MaxOpenFor: 11 * 365 * 24 * time.Hour}, "bucket: invalid breaker: max open for 96360h0m0s must be in [1ms, 87600h0m0s]"},
-		{bucket.Breaker{OpenFor: time.Minute, MaxOpenFor: time.Second}, "bucket: invalid breaker: max open for 1s must be >= open for 1m0s"},
-		{bucket.Breaker{ProbeTTL: -1}, "bucket: invalid breaker: probe ttl -1ns must be in [1ms, 87600h0m0s]"},
-		{bucket.Breaker{FloorThrottles: -1}, "bucket: invalid breaker: floor throttles -1 must be >= 0"},
+		{adapt.Breaker{}, ""},
+		{adapt.Breaker{OpenFor: time.Millisecond, MaxOpenFor: time.Millisecond, ProbeTTL: time.Millisecond, FloorThrottles: 1}, ""},
+		{adapt.Breaker{OpenFor: time.Hour}, ""}, // default MaxOpenFor follows
+		{adapt.Breaker{OpenFor: -time.Second}, "adapt: invalid breaker: open for -1s must be in [1ms, 87600h0m0s]"},
+		{adapt.Breaker{OpenFor: time.Microsecond}, "adapt: invalid breaker: open for 1µs must be in [1ms, 87600h0m0s]"},
+		{adapt.Breaker{MaxOpenFor: 11 * 365 * 24 * time.Hour}, "adapt: invalid breaker: max open for 96360h0m0s must be in [1ms, 87600h0m0s]"},
+		{adapt.Breaker{OpenFor: time.Minute, MaxOpenFor: time.Second}, "adapt: invalid breaker: max open for 1s must be >= open for 1m0s"},
+		{adapt.Breaker{ProbeTTL: -1}, "adapt: invalid breaker: probe ttl -1ns must be in [1ms, 87600h0m0s]"},
+		{adapt.Breaker{FloorThrottles: -1}, "adapt: invalid breaker: floor throttles -1 must be >= 0"},
 	} {
 		t.Run(fmt.Sprintf("%+v", tc.b), func(t *testing.T) {
 			err := tc.b.Validate()
@@ -284,7 +286,7 @@ func TestBreakerValidate(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, bucket.ErrInvalidBreaker) || err.Error() != tc.want {
+			if !errors.Is(err, adapt.ErrInvalidBreaker) || err.Error() != tc.want {
 				t.Fatalf("Validate = %v, want %q", err, tc.want)
 			}
 			// No call reaches Redis (noRedis would panic).
@@ -296,19 +298,19 @@ func TestBreakerValidate(t *testing.T) {
 			}
 		})
 	}
-	_, _, _, err := l.BreakerAllow(t.Context(), "test", "k", bucket.Breaker{}, "")
-	if !errors.Is(err, bucket.ErrInvalidBreaker) || err.Error() != "bucket: invalid breaker: owner must not be empty" {
+	_, _, _, err := l.BreakerAllow(t.Context(), "test", "k", adapt.Breaker{}, "")
+	if !errors.Is(err, adapt.ErrInvalidBreaker) || err.Error() != "adapt: invalid breaker: owner must not be empty" {
 		t.Errorf("BreakerAllow with no owner: %v", err)
 	}
 }
 
 func TestBreakerStateString(t *testing.T) {
 	t.Parallel()
-	for s, want := range map[bucket.BreakerState]string{
-		bucket.BreakerClosed:   "closed",
-		bucket.BreakerOpen:     "open",
-		bucket.BreakerHalfOpen: "half-open",
-		7:                      "BreakerState(7)",
+	for s, want := range map[adapt.BreakerState]string{
+		adapt.BreakerClosed:   "closed",
+		adapt.BreakerOpen:     "open",
+		adapt.BreakerHalfOpen: "half-open",
+		7:                     "BreakerState(7)",
 	} {
 		if got := s.String(); got != want {
 			t.Errorf("BreakerState(%d).String() = %q, want %q", int(s), got, want)
@@ -322,37 +324,37 @@ func TestSnapshot(t *testing.T) {
 	ceiling := bucket.Limit{PerSecond: 80, Burst: 20}
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
-		sn, err := e.l.Snapshot(ctx, "test", "k", ceiling, bucket.AIMD{})
-		want := bucket.Snapshot{
-			Adapted: bucket.Adapted{Rate: 80, Ceiling: 80},
+		sn, err := e.l.Snapshot(ctx, "test", "k", ceiling, adapt.AIMD{})
+		want := adapt.Snapshot{
+			Adapted: adapt.Adapted{Rate: 80, Ceiling: 80},
 			Limit:   ceiling,
 			Tokens:  20,
 		}
 		if err != nil || sn != want {
 			t.Fatalf("Snapshot of a fresh key = %+v, %v; want %+v", sn, err, want)
 		}
-		ad, err := e.l.Throttled(ctx, "test", "k", ceiling, bucket.AIMD{}, time.Minute)
+		ad, err := e.l.Throttled(ctx, "test", "k", ceiling, adapt.AIMD{}, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Sends under the adapted limit (the pacer takes before a cooldown
-		// or after it; Take itself refuses during one).
-		if err := e.rdb.Del(ctx, e.l.CooldownKey("test", "k")).Err(); err != nil {
+		// or after it; Reserve itself refuses during one).
+		if err := e.rdb.Del(ctx, e.keys.Cooldown("test", "k")).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if d, err := e.l.Take(ctx, "test", "k", ad.Limit(ceiling), 4); err != nil || !d.Allowed {
-			t.Fatalf("Take = %+v, %v", d, err)
+		if d, err := e.b.Reserve(ctx, "test", "k", ad.Limit(ceiling), 4, 0); err != nil || !d.OK {
+			t.Fatalf("Reserve = %+v, %v", d, err)
 		}
-		if err := e.l.Cooldown(ctx, "test", "k", time.Minute); err != nil {
+		if err := e.b.Cooldown(ctx, "test", "k", time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.l.BreakerResult(ctx, "test", "k", bucket.Breaker{}, false, "halt:401"); err != nil {
+		if _, err := e.l.BreakerResult(ctx, "test", "k", adapt.Breaker{}, false, "halt:401"); err != nil {
 			t.Fatal(err)
 		}
-		sn, err = e.l.Snapshot(ctx, "test", "k", ceiling, bucket.AIMD{})
+		sn, err = e.l.Snapshot(ctx, "test", "k", ceiling, adapt.AIMD{})
 		if err != nil || sn.Adapted.Rate != 40 || sn.Limit != (bucket.Limit{PerSecond: 40, Burst: 10}) ||
 			!e.near(sn.Adapted.CooldownLeft, time.Minute) || !e.nearTokens(sn.Tokens, 6, sn.Limit) ||
-			sn.Breaker.State != bucket.BreakerOpen || sn.Breaker.Reason != "halt:401" ||
+			sn.Breaker.State != adapt.BreakerOpen || sn.Breaker.Reason != "halt:401" ||
 			!e.near(sn.Breaker.OpenLeft, 30*time.Second) {
 			t.Fatalf("Snapshot = %+v, %v", sn, err)
 		}
