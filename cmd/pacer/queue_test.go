@@ -382,10 +382,33 @@ func benchKill(t *testing.T) {
 			lag = lags["pacer-"+e.prefix].Lag.Total()
 		}
 		if (lag == 0 && len(union(delivered, reasons)) >= total) || time.Now().After(deadline) {
+			if lag != 0 && err == nil {
+				for _, l := range lags["pacer-"+e.prefix].Lag.Sorted() {
+					if l.Lag != 0 {
+						t.Logf("left: %s[%d] lag %d (commit %d, end %d, err %v)", l.Topic, l.Partition, l.Lag, l.Commit.At, l.End.Offset, l.Err)
+					}
+				}
+			}
 			break
 		}
 		time.Sleep(time.Second)
 	}
+	// How long the last delivery took, and how many copies the retry
+	// tiers received (parks, their hops and requeues).
+	var first, last time.Time
+	for _, s := range e.fake.Stats() {
+		if first.IsZero() || s.First.Before(first) {
+			first = s.First
+		}
+		if s.Last.After(last) {
+			last = s.Last
+		}
+	}
+	copies := int64(0)
+	if ends, err := adm.ListEndOffsets(context.Background(), e.topic+".retry.1", e.topic+".retry.2", e.topic+".retry.3"); err == nil {
+		ends.Each(func(o kadm.ListedOffset) { copies += o.Offset })
+	}
+	t.Logf("last delivery %v after the first (ideal for the 3,000: 60 s); %d copies written to the retry tiers", last.Sub(first).Round(time.Second), copies)
 	procs[1].stop(t)
 	_, dups := e.delivered()
 	lost := total - len(union(delivered, reasons))
