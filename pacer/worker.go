@@ -31,7 +31,7 @@ type worker struct {
 	parkCtx    context.Context
 	parkCancel context.CancelFunc
 	done       chan struct{}
-	wg     sync.WaitGroup // handlers and parkers
+	wg         sync.WaitGroup // handlers and parkers
 
 	mu      sync.Mutex
 	stopped bool
