@@ -1,5 +1,6 @@
 // Package deptest holds the tests that keep Pacer's data flowing one way:
-// cmd -> pacer -> {bucket, channels, partitioner}; bucket -> lua. The
+// cmd -> pacer -> {bucket, channels, partitioner}; bucket -> lua;
+// cmd -> pacer/statuspage -> {pacer, bucket}. The
 // subpackages of bucket (adapt, ledger, window) may import bucket and lua,
 // never the other way.
 package deptest
@@ -60,7 +61,11 @@ func TestDataFlowsOneWay(t *testing.T) {
 		kafka: "only cmd and pacer speak Kafka", prom: "only cmd and pacer measure",
 	}
 	for pkg, bad := range map[string]map[string]string{ // package => forbidden dependency prefix => why
-		"pacer": {mod + "/cmd": "nothing imports cmd"},
+		"pacer": {mod + "/cmd": "nothing imports cmd", mod + "/pacer/statuspage": "the status page reads the pacer, not the other way"},
+		"pacer/statuspage": {
+			mod + "/cmd": "nothing imports cmd", mod + "/channels/": "the page shows pacing state, never a provider's",
+		},
+		"deploy": {mod + "/": "deploy's tests check the deployment files, not Pacer's code"},
 		"bucket": {
 			mod + "/pacer": "pacer imports bucket, not the other way", mod + "/channels": "providers are pacer's business",
 			mod + "/partitioner": "keys arrive as strings", mod + "/cmd": "nothing imports cmd",
