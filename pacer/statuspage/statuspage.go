@@ -123,10 +123,14 @@ var sorts = map[string]func(a, b *Key) int{
 			-cmp.Compare(b2i(a.AtFloor), b2i(b.AtFloor)), -cmp.Compare(a.Backlog, b.Backlog),
 			-cmp.Compare(a.Achieved, b.Achieved), strings.Compare(a.Key, b.Key))
 	},
-	"backlog":     func(a, b *Key) int { return cmp.Or(-cmp.Compare(a.Backlog, b.Backlog), strings.Compare(a.Key, b.Key)) },
-	"achieved":    func(a, b *Key) int { return cmp.Or(-cmp.Compare(a.Achieved, b.Achieved), strings.Compare(a.Key, b.Key)) },
-	"utilization": func(a, b *Key) int { return cmp.Or(cmp.Compare(a.Utilization, b.Utilization), strings.Compare(a.Key, b.Key)) },
-	"key":         func(a, b *Key) int { return strings.Compare(a.Key, b.Key) },
+	"backlog": func(a, b *Key) int { return cmp.Or(-cmp.Compare(a.Backlog, b.Backlog), strings.Compare(a.Key, b.Key)) },
+	"achieved": func(a, b *Key) int {
+		return cmp.Or(-cmp.Compare(a.Achieved, b.Achieved), strings.Compare(a.Key, b.Key))
+	},
+	"utilization": func(a, b *Key) int {
+		return cmp.Or(cmp.Compare(a.Utilization, b.Utilization), strings.Compare(a.Key, b.Key))
+	},
+	"key": func(a, b *Key) int { return strings.Compare(a.Key, b.Key) },
 }
 
 func brRank(k *Key) int {
