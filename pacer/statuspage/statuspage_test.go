@@ -172,14 +172,17 @@ func TestPublishRestartsFromAFreedKey(t *testing.T) {
 	src := &source{}
 	pub := NewPublisher(rdb, cfg, src.get)
 	now := time.Now()
-	src.set(act("k", 500, 0))
+	src.set(act("j", 100, 0), act("k", 500, 0))
 	if err := pub.Publish(ctx, now.Add(-10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	// The key went idle, its state was freed, and it counts from 0 again.
-	src.set(act("k", 30, 1))
+	src.set(act("j", 150, 0), act("k", 30, 1))
 	if err := pub.Publish(ctx, now); err != nil {
 		t.Fatal(err)
+	}
+	if v, err := rdb.HGet(ctx, replicaKey(cfg.Prefix, channel, DefaultReplica()), "j").Result(); err != nil || v != "5 0" {
+		t.Fatalf("published %q, %v; want \"5 0\" (50 more in 10 s)", v, err)
 	}
 	v, err := rdb.HGet(ctx, replicaKey(cfg.Prefix, channel, DefaultReplica()), "k").Result()
 	if err != nil || v != "3 1" {
