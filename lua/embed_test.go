@@ -28,7 +28,7 @@ var scripts = []struct {
 	{"cooldown.lua", Cooldown, nil},
 	{"reserve.lua", Reserve, []string{"refill"}},
 	{"lease_return.lua", LeaseReturn, []string{"refill"}},
-	{"window.lua", Window, nil},
+	{"window.lua", Window, []string{"window_read"}},
 	{"aimd_throttle.lua", AIMDThrottle, []string{"aimd_read", "adapt_base"}},
 	{"aimd_recover.lua", AIMDRecover, []string{"aimd_read", "adapt_base"}},
 	{"aimd_state.lua", AIMDState, []string{"aimd_read", "adapt_base"}},
