@@ -37,6 +37,8 @@ var scripts = []struct {
 	{"breaker_status.lua", BreakerStatus, []string{"breaker_read", "adapt_base"}},
 	{"claim.lua", Claim, nil},
 	{"release.lua", Release, nil},
+	{"quota.lua", Quota, []string{"refill", "window_read"}},
+	{"quota_finish.lua", QuotaFinish, nil},
 }
 
 // TestContracts checks that every script opens with its contract (style.md

@@ -1,6 +1,6 @@
 // Package deptest holds the test that keeps Pacer's data flowing one way:
 // cmd -> pacer -> {bucket, channels, partitioner}; bucket -> lua. The
-// subpackages of bucket (adapt, ledger, window) may import bucket and lua,
+// subpackages of bucket (adapt, ledger, window, quota) may import bucket and lua,
 // never the other way.
 package deptest
 
@@ -29,10 +29,13 @@ func TestDataFlowsOneWay(t *testing.T) {
 			mod + "/partitioner": "keys arrive as strings", kafka: "only cmd and pacer speak Kafka", prom: "only cmd and pacer measure",
 			mod + "/bucket/adapt": "adapt imports bucket, not the other way", mod + "/bucket/ledger": "ledger imports bucket, not the other way",
 			mod + "/bucket/window": "window imports bucket, not the other way",
+			mod + "/bucket/quota":  "quota imports bucket, not the other way",
 		},
 		"bucket/adapt":  bucketSub,
 		"bucket/ledger": bucketSub,
 		"bucket/window": bucketSub,
+		"bucket/quota":  bucketSub,
+		"pacer/ingest":  {mod + "/cmd": "nothing imports cmd", mod + "/lua": "only bucket runs the scripts"},
 		"lua":           {mod + "/": "lua holds scripts and nothing else", "github.com/": "lua holds scripts and nothing else"},
 		"partitioner": {
 			mod + "/": "partitioner is pure functions", kafka: "partitioner computes, kgo sends", prom: "only cmd and pacer measure",
