@@ -118,7 +118,7 @@ func (l *Local) Take(_ context.Context, r Request) (Result, error) {
 			case cost > t.Bucket.Burst:
 				st.Wait = -1
 			case tokens < float64(cost):
-				st.Wait = time.Duration(math.Ceil((float64(cost) - tokens) / rate * 1e6)) * time.Microsecond
+				st.Wait = time.Duration(math.Ceil((float64(cost)-tokens)/rate*1e6)) * time.Microsecond
 			}
 			apply[i] = pending{b: b, cost: cost}
 			st.Remaining = int(math.Floor(tokens))
