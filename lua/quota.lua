@@ -27,8 +27,9 @@
 -- Reply: array {status, tier, counted, stored, then per tier i: remaining_i,
 -- wait_us_i, reset_us_i, then per id record: state}
 --   status     0 granted; 1 refused (tier names the tier); 2 the
---              idempotency-key record exists (stored holds it), nothing done
---   tier       refused: the 1-based tier with the longest wait; else 0
+--              idempotency-key record exists (stored holds it): the tiers
+--              and ids are reported as they stand, nothing is written
+--   tier       status 1: the 1-based tier with the longest wait; else 0
 --   counted    new ids (neither claimed nor done): the message cost
 --   stored     status 2: the idempotency-key record's value; else ""
 --   remaining  units the tier could still grant now (after a grant), floor
@@ -71,11 +72,9 @@ end
 -- @include refill
 -- @include window_read
 
+local stored = false
 if I == 1 then
-  local v = redis.call('GET', KEYS[T + 1])
-  if v then
-    return {2, 0, 0, v}
-  end
+  stored = redis.call('GET', KEYS[T + 1])
 end
 
 local states = {}
@@ -146,8 +145,11 @@ for i = 1, T do
   tiers[i] = tier
 end
 
-local granted = refused == 0
+local granted = refused == 0 and not stored
 local reply = {granted and 0 or 1, refused, counted, ''}
+if stored then
+  reply = {2, 0, counted, stored}
+end
 for i = 1, T do
   local t = tiers[i]
   local remaining, reset

@@ -75,9 +75,10 @@ func (l *Local) Take(_ context.Context, r Request) (Result, error) {
 	defer l.mu.Unlock()
 	now := l.now()
 	l.sweep(now)
+	var stored *localRecord
 	if r.IdemKey != "" {
 		if rec, ok := l.records[r.IdemKey]; ok && now.Before(rec.expires) {
-			return Result{Known: true, Stored: rec.value, Refused: -1}, nil
+			stored = &rec
 		}
 	}
 	res := Result{Refused: -1, Tiers: make([]TierState, len(r.Tiers)), IDs: make([]IDState, len(r.IDs)), Token: newToken()}
@@ -167,6 +168,10 @@ func (l *Local) Take(_ context.Context, r Request) (Result, error) {
 			res.Refused, longest = i, st.Wait
 		}
 		res.Tiers[i] = st
+	}
+	if stored != nil {
+		res.Known, res.Stored, res.Refused = true, stored.value, -1
+		return res, nil
 	}
 	res.Granted = res.Refused < 0
 	if !res.Granted {

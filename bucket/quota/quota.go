@@ -132,7 +132,8 @@ type Result struct {
 	// Counted is the number of new ids: the cost of PerMessage tiers.
 	Counted int
 	// Known is true when the request's Idempotency-Key record exists:
-	// Stored is its value and nothing else was done.
+	// Stored is its value and nothing was written (Tiers and IDs are as
+	// they stand).
 	Known  bool
 	Stored string
 	Tiers  []TierState // one per Request.Tiers
@@ -264,15 +265,12 @@ func parseTake(v any, tiers, ids int) (Result, bool) {
 	if !ok1 || !ok2 || !ok3 || !ok4 || status < 0 || status > 2 {
 		return Result{}, false
 	}
-	if status == 2 {
-		return Result{Known: true, Stored: stored, Refused: -1}, true
-	}
-	if len(a) != 4+3*tiers+ids || tier < 0 || tier > int64(tiers) || (status == 0) != (tier == 0) ||
+	if len(a) != 4+3*tiers+ids || tier < 0 || tier > int64(tiers) || (status == 1) != (tier > 0) ||
 		counted < 0 || counted > int64(ids) {
 		return Result{}, false
 	}
 	res := Result{Granted: status == 0, Refused: int(tier) - 1, Counted: int(counted),
-		Tiers: make([]TierState, tiers), IDs: make([]IDState, ids)}
+		Known: status == 2, Stored: stored, Tiers: make([]TierState, tiers), IDs: make([]IDState, ids)}
 	for i := range tiers {
 		var n [3]int64
 		if !wire.Ints(a[4+3*i:7+3*i], n[:]) || n[0] < 0 || n[1] < -1 || n[2] < 0 {

@@ -342,11 +342,11 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	setRateLimit(w.Header(), tiers, res)
 	if res.Known {
 		s.replay(w, res.Stored)
 		return
 	}
-	setRateLimit(w.Header(), tiers, res)
 	if !res.Granted {
 		if res.Tiers[res.Refused].Wait < 0 {
 			t := tiers[res.Refused]
