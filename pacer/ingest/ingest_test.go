@@ -211,7 +211,9 @@ func (e *env) records(topic string) map[string][]map[string]any {
 	}
 }
 
-func env1(id string) string { return fmt.Sprintf(`{"id":%q,"key":"106540352242922","to":"15551234567"}`, id) }
+func env1(id string) string {
+	return fmt.Sprintf(`{"id":%q,"key":"106540352242922","to":"15551234567"}`, id)
+}
 
 // t0 is midnight: the day window starts there.
 var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)

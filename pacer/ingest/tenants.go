@@ -157,7 +157,7 @@ type TenantFile struct {
 	path     string
 	channels []string
 	cur      atomic.Pointer[Tenants]
-	stamp    string // size, mtime and inode of the loaded file; Watch's goroutine only
+	stamp    string // SHA-256 of the file last read; Watch's goroutine only
 }
 
 // LoadTenantFile reads and validates the tenants file at path.
@@ -172,25 +172,18 @@ func LoadTenantFile(path string, channels []string) (*TenantFile, error) {
 // Tenants returns the tenants last loaded.
 func (tf *TenantFile) Tenants() *Tenants { return tf.cur.Load() }
 
-func stampOf(fi os.FileInfo) string {
-	return fmt.Sprintf("%d/%d/%v", fi.Size(), fi.ModTime().UnixNano(), fi.Sys())
-}
-
-// reload loads the file if it changed since the last load; it reports
-// whether it did. A file that fails validation is not loaded: the tenants
-// before stay in force.
+// reload loads the file if its content changed since the last load; it
+// reports whether it did. A file that fails validation is not loaded: the
+// tenants before stay in force.
 func (tf *TenantFile) reload() (bool, error) {
-	fi, err := os.Stat(tf.path)
-	if err != nil {
-		return false, fmt.Errorf("tenants file: %w", err)
-	}
-	st := stampOf(fi)
-	if st == tf.stamp {
-		return false, nil
-	}
 	b, err := os.ReadFile(tf.path)
 	if err != nil {
 		return false, fmt.Errorf("tenants file: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	st := string(sum[:])
+	if st == tf.stamp {
+		return false, nil
 	}
 	tf.stamp = st // a bad file is reported once, not every poll
 	ts, err := ParseTenants(b, tf.channels)
@@ -201,8 +194,9 @@ func (tf *TenantFile) reload() (bool, error) {
 	return true, nil
 }
 
-// Watch polls the file every interval until ctx ends and loads it when its
-// size, modification time or inode changed (an editor's rename included).
+// Watch reads the file every interval until ctx ends and loads it when its
+// content changed (a write in place or an editor's rename alike; a file's
+// mtime may not move within one clock tick, its content hash does).
 // A bad file is logged and the tenants before stay in force.
 func (tf *TenantFile) Watch(ctx context.Context, interval time.Duration, log *slog.Logger) {
 	t := time.NewTicker(interval)
