@@ -65,8 +65,10 @@ var OpenAPI []byte
 
 // Config configures a [Server]. Zero means the default named per field.
 type Config struct {
-	// Channels the gateway serves; topic pacer.<channel>. Required.
+	// Channels the gateway serves; topic TopicPrefix + channel. Required.
 	Channels []string
+	// TopicPrefix starts every channel topic; default "pacer.".
+	TopicPrefix string
 	// IPLimit is the request rate and burst per client IP. Required.
 	IPLimit bucket.Limit
 	// ChannelLimit is the message rate and burst per channel, all tenants
@@ -122,6 +124,9 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer) (*Server, error) {
 	}
 	if cfg.ProduceTimeout == 0 {
 		cfg.ProduceTimeout = 10 * time.Second
+	}
+	if cfg.TopicPrefix == "" {
+		cfg.TopicPrefix = "pacer."
 	}
 	if cfg.Partitions == 0 {
 		cfg.Partitions = 12
@@ -363,7 +368,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 
 // produce sends the new envelopes, settles the claims and answers.
 func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel string, tenant *Tenant, lines []line, req quota.Request, res quota.Result) {
-	topic := "pacer." + channel
+	topic := s.cfg.TopicPrefix + channel
 	parts := s.partitionCount(ctx, topic)
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProduceTimeout)
 	defer cancel()
