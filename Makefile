@@ -12,8 +12,10 @@ STOP_SERVERS := scripts/kafka.sh stop; scripts/redis.sh stop; scripts/redis-clus
 
 .PHONY: build demo test test-short bench bench-ingest soak lint servers stop-servers
 
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+
 build:
-	$(GO) build -o bin/pacer ./cmd/pacer
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/pacer ./cmd/pacer
 
 demo:
 	$(GO) run ./cmd/pacer demo

@@ -38,7 +38,7 @@ type benchOp func(ctx context.Context, key string) (int, error)
 func benchCallers(b *testing.B, mk func(b *testing.B, rdb *redis.Client, l *bucket.Limiter) benchOp) {
 	for _, callers := range []int{1, 8, 64} {
 		b.Run("callers="+strconv.Itoa(callers), func(b *testing.B) {
-			rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b), PoolSize: 128})
+			rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b), DB: testenv.RedisDB, PoolSize: 128})
 			b.Cleanup(func() { rdb.Close() })
 			l := bucket.New(rdb, bucket.Config{Prefix: "bench:" + strconv.FormatInt(time.Now().UnixNano(), 36)})
 			if err := l.Load(b.Context()); err != nil {

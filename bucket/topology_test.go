@@ -156,7 +156,7 @@ func TestSentinel(t *testing.T) {
 // node.
 func TestUniversalSingleNode(t *testing.T) {
 	t.Parallel()
-	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{testenv.RedisAddr(t)}})
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{testenv.RedisAddr(t)}, DB: testenv.RedisDB})
 	t.Cleanup(func() { rdb.Close() })
 	l := bucket.New(rdb, bucket.Config{Prefix: uniquePrefix(t)})
 	exercise(t, l, 3)

@@ -93,7 +93,7 @@ func (s Scope) String() string {
 //
 // Error text never contains credentials or the recipient address.
 type Error struct {
-	Channel    string        // "apns", "fcm", "sendgrid" or "whatsapp"
+	Channel    string        // the adapter's channel name, e.g. "whatsapp"
 	Status     int           // HTTP status; 0 if no response arrived
 	Code       string        // the provider's error code, verbatim; "" if none
 	Class      Class         // what the response means; never Success

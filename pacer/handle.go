@@ -603,7 +603,7 @@ func (p *Pacer) retry(ctx context.Context, r *kgo.Record, m meta, cause error, l
 	base := p.cfg.RetryDelays[tier-1]
 	d := base*4/5 + time.Duration(rand.Int64N(int64(base)*2/5+1)) // ±20% jitter
 	if ra := channels.RetryAfter(cause); ra > d {
-		d = min(ra, p.cfg.MaxCooldown)
+		d = min(ra, p.cfg.AIMD.MaxCooldown)
 	}
 	m.due = time.Now().Add(d)
 	log.Warn("transient failure; retrying later", "attempt", m.attempt, "after", d, "err", cause)
@@ -620,7 +620,7 @@ func (p *Pacer) retry(ctx context.Context, r *kgo.Record, m meta, cause error, l
 // requeue puts r back for later, due after wait, with its attempt count
 // unchanged: the record could not get a token in time.
 func (p *Pacer) requeue(ctx context.Context, r *kgo.Record, m meta, reason string, wait time.Duration, log *slog.Logger) bool {
-	wait = min(wait, p.cfg.MaxCooldown)
+	wait = min(wait, p.cfg.AIMD.MaxCooldown)
 	tier := len(p.cfg.RetryDelays)
 	for i, d := range p.cfg.RetryDelays {
 		if wait <= d {

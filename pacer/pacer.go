@@ -84,8 +84,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -155,73 +157,153 @@ const (
 )
 
 // Config configures a [Pacer]. Zero values mean the documented default;
-// Channel and Limit are required.
+// Channel and Limit are required. [Config.Validate] holds every rule.
 type Config struct {
 	Channel        string          // channel name, e.g. "whatsapp"; required
 	Topic          string          // topic to consume; default "pacer.<Channel>"
 	Group          string          // consumer group; default "pacer-<Channel>"
 	DLQTopic       string          // dead-letter topic; default "<Topic>.dlq"
-	RetryDelays    []time.Duration // one retry topic "<Topic>.retry.<n>" per delay; default 5s, 30s, 5m
+	RetryDelays    []time.Duration // one retry topic "<Topic>.retry.<n>" per delay, each > 0; default 5s, 30s, 5m
 	Limit          bucket.Limit    // rate and burst per pacing key: the AIMD ceiling; required
 	RecipientLimit bucket.Limit    // a second bucket per (pacing key, recipient), e.g. FCM's per-device limit; zero = none
-	AIMD           adapt.AIMD      // adaptation on throttles; zero fields mean adapt's defaults
-	Breaker        adapt.Breaker   // per-key breaker on halts; zero fields mean adapt's defaults
-	MaxAttempts    int             // requests per record before DLQ on transient failures; default 5
-	MaxTokenWait   time.Duration   // longest wait for a token or cooldown in place; longer requeues; default 5s
-	Drain          time.Duration   // on shutdown or revoke, how long in-flight sends may finish; default 30s
-	SendTimeout    time.Duration   // one provider request; default 30s
-	MaxCooldown    time.Duration   // cap for a retry delay; default 1h (AIMD.MaxCooldown caps cooldowns)
-	UnknownOutcome string          // "dlq" (default) or "resend"; see the package doc
-	RedisFailure   string          // "closed" (default: sends stop while Redis is down) or "local" (pace with Deps.Fallback)
-	IdempotencyTTL time.Duration   // how long delivered ids are remembered; default 24h
-	MaxQueued      int             // fetched records per partition before fetching pauses; default 2000
-	InFlight       int             // records of one partition handled at once; default 32 (1 keeps strict order)
-	LeaseSize      int             // slots per Redis lease; 0 (default) = per key, its ceiling's rate/10 (100 ms of slots) when that is >= 10, else 1 (one reservation per message); at most 256 and the adapted burst
-	StartupTimeout time.Duration   // Run fails if the topics cannot be checked (no broker answers) within this; default 1m
-	ProgressEvery  time.Duration   // interval of the INFO progress line (delivered, dead-lettered, requeued, retried); default 30s, < 0 = none
-	Owner          string          // this process in ledger claims; default host-pid-random
-	Logger         *slog.Logger    // default slog.Default()
+	// AIMD is the adaptation on throttles; zero fields mean adapt's
+	// defaults. Its MaxCooldown also caps every delay the pacer itself
+	// sets: a retry's wait for a provider's Retry-After, and a requeue's.
+	AIMD           adapt.AIMD
+	Breaker        adapt.Breaker // per-key breaker on halts; zero fields mean adapt's defaults
+	MaxAttempts    int           // requests per record before DLQ on transient failures; >= 0; default 5
+	MaxTokenWait   time.Duration // longest wait for a token or cooldown in place; longer requeues; default 5s
+	Drain          time.Duration // on shutdown or revoke, how long in-flight sends may finish; default 30s
+	SendTimeout    time.Duration // one provider request; default 30s
+	UnknownOutcome string        // "dlq" (default) or "resend"; see the package doc
+	RedisFailure   string        // "closed" (default: sends stop while Redis is down) or "local" (pace with Deps.Fallback)
+	IdempotencyTTL time.Duration // how long delivered ids are remembered; default 24h
+	MaxQueued      int           // fetched records per partition before fetching pauses; default 2000
+	InFlight       int           // records of one partition handled at once, 0..1024; default 32 (1 keeps strict order)
+	LeaseSize      int           // slots per Redis lease, 0..256; 0 (default) = per key, its ceiling's rate/10 (100 ms of slots) when that is >= 10, else 1 (one reservation per message); at most the adapted burst
+	StartupTimeout time.Duration // Run fails if the topics cannot be checked (no broker answers) within this; default 1m
+	ProgressEvery  time.Duration // interval of the INFO progress line (delivered, dead-lettered, requeued, retried); default 30s, < 0 = none
+	Owner          string        // this process in ledger claims; default host-pid-random
+	Logger         *slog.Logger  // default slog.Default()
 }
 
-func (c *Config) setDefaults() error {
+// Bounds checked by [Config.Validate].
+const (
+	maxInFlight  = 1024 // records of one partition at once
+	maxLeaseSize = 256  // slots per lease: a lease is one Lua call holding the key's slot
+)
+
+// FieldError is one problem [Config.Validate] found. Field is the path of
+// the Config field at fault, as written in Go: "Drain", "Limit.PerSecond",
+// "AIMD.Floor", "Breaker.MaxOpenFor", "RetryDelays". Err says what is wrong;
+// for Limit, RecipientLimit, AIMD and Breaker it is bucket's error (a
+// *bucket.FieldError).
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+// Error returns "pacer: config: <Field>: <Err>", such as "pacer: config:
+// Drain: -1s must be > 0".
+func (e *FieldError) Error() string { return "pacer: config: " + e.Field + ": " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Validate returns nil if [New] accepts c, else every problem found,
+// joined (errors.Join), each a *[FieldError] naming the field. Zero fields
+// stand for their defaults; negative durations and counts are errors. An
+// AIMD whose ceiling (Limit) is out of bucket's range is reported on
+// Limit.PerSecond; an AIMD Floor above Limit.PerSecond on AIMD.Floor.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field string, err error) { errs = append(errs, &FieldError{Field: field, Err: err}) }
+	badf := func(field, format string, v ...any) { bad(field, fmt.Errorf(format, v...)) }
+	// sub reports a bucket validation error under prefix + its field.
+	sub := func(prefix string, err error) {
+		var fe *bucket.FieldError
+		if errors.As(err, &fe) {
+			bad(prefix+fe.Field, err)
+		} else if err != nil {
+			bad(strings.TrimSuffix(prefix, "."), err)
+		}
+	}
 	if c.Channel == "" {
-		return errors.New("pacer: config: Channel is required")
+		badf("Channel", "is required")
 	}
-	if err := c.Limit.Validate(); err != nil {
-		return fmt.Errorf("pacer: config: %w", err)
+	limitOK := c.Limit.Validate() == nil
+	sub("Limit.", c.Limit.Validate())
+	if c.RecipientLimit != (bucket.Limit{}) {
+		sub("RecipientLimit.", c.RecipientLimit.Validate())
 	}
+	if limitOK {
+		err := c.AIMD.Validate(c.Limit)
+		if fe := (*bucket.FieldError)(nil); errors.As(err, &fe) && fe.Field == "ceiling" {
+			bad("Limit.PerSecond", err)
+		} else {
+			sub("AIMD.", err)
+		}
+	}
+	sub("Breaker.", c.Breaker.Validate())
 	switch c.RedisFailure {
-	case "":
-		c.RedisFailure = RedisFailureClosed
-	case RedisFailureClosed, RedisFailureLocal:
+	case "", RedisFailureClosed, RedisFailureLocal:
 	default:
-		return fmt.Errorf("pacer: config: RedisFailure %q is not closed or local", c.RedisFailure)
+		badf("RedisFailure", "%q is not closed or local", c.RedisFailure)
 	}
 	switch c.UnknownOutcome {
-	case "":
-		c.UnknownOutcome = UnknownOutcomeDLQ
-	case UnknownOutcomeDLQ, UnknownOutcomeResend:
+	case "", UnknownOutcomeDLQ, UnknownOutcomeResend:
 	default:
-		return fmt.Errorf("pacer: config: UnknownOutcome %q is not dlq or resend", c.UnknownOutcome)
+		badf("UnknownOutcome", "%q is not dlq or resend", c.UnknownOutcome)
 	}
+	for i, d := range c.RetryDelays {
+		if d <= 0 {
+			badf("RetryDelays", "entry %d is %v; each delay must be > 0", i+1, d)
+			break
+		}
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"Drain", c.Drain}, {"SendTimeout", c.SendTimeout}, {"MaxTokenWait", c.MaxTokenWait}, {"IdempotencyTTL", c.IdempotencyTTL},
+		{"StartupTimeout", c.StartupTimeout},
+	} {
+		if d.v < 0 {
+			badf(d.field, "%v must be > 0", d.v)
+		}
+	}
+	if c.MaxAttempts < 0 {
+		badf("MaxAttempts", "%d must be >= 1", c.MaxAttempts)
+	}
+	if c.MaxQueued < 0 {
+		badf("MaxQueued", "%d must be >= 1", c.MaxQueued)
+	}
+	if c.InFlight < 0 || c.InFlight > maxInFlight {
+		badf("InFlight", "%d must be in 1..%d", c.InFlight, maxInFlight)
+	}
+	if c.LeaseSize < 0 || c.LeaseSize > maxLeaseSize {
+		badf("LeaseSize", "%d must be in 0..%d (0 = automatic)", c.LeaseSize, maxLeaseSize)
+	}
+	return errors.Join(errs...)
+}
+
+// setDefaults fills in the zero fields of a valid c ([Config.Validate]).
+func (c *Config) setDefaults() {
 	def := func(s *string, v string) {
 		if *s == "" {
 			*s = v
 		}
 	}
+	def(&c.RedisFailure, RedisFailureClosed)
+	def(&c.UnknownOutcome, UnknownOutcomeDLQ)
 	def(&c.Topic, "pacer."+c.Channel)
 	def(&c.Group, "pacer-"+c.Channel)
 	def(&c.DLQTopic, c.Topic+".dlq")
 	if len(c.RetryDelays) == 0 {
 		c.RetryDelays = []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}
 	}
-	for i, d := range c.RetryDelays {
-		if d <= 0 {
-			return fmt.Errorf("pacer: config: RetryDelays[%d] = %v must be > 0", i, d)
-		}
-	}
 	defd := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
+		if *d == 0 {
 			*d = v
 		}
 	}
@@ -231,31 +313,19 @@ func (c *Config) setDefaults() error {
 		c.ProgressEvery = 30 * time.Second
 	}
 	defd(&c.SendTimeout, 30*time.Second)
-	defd(&c.MaxCooldown, time.Hour)
-	if c.RecipientLimit != (bucket.Limit{}) {
-		if err := c.RecipientLimit.Validate(); err != nil {
-			return fmt.Errorf("pacer: config: RecipientLimit: %w", err)
-		}
-	}
-	if err := c.AIMD.Validate(c.Limit); err != nil {
-		return fmt.Errorf("pacer: config: %w", err)
-	}
-	if err := c.Breaker.Validate(); err != nil {
-		return fmt.Errorf("pacer: config: %w", err)
-	}
+	// The longest cooldown bucket would set, its default included: the cap
+	// of retry and requeue delays too.
+	defd(&c.AIMD.MaxCooldown, c.AIMD.CooldownFor(math.MaxInt64))
 	defd(&c.MaxTokenWait, 5*time.Second)
 	defd(&c.IdempotencyTTL, 24*time.Hour)
-	if c.MaxAttempts <= 0 {
+	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5
 	}
-	if c.MaxQueued <= 0 {
+	if c.MaxQueued == 0 {
 		c.MaxQueued = 2000
 	}
-	if c.InFlight <= 0 {
+	if c.InFlight == 0 {
 		c.InFlight = 32
-	}
-	if c.LeaseSize < 0 {
-		c.LeaseSize = 0
 	}
 	if c.Owner == "" {
 		host, _ := os.Hostname()
@@ -266,13 +336,12 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return nil
 }
 
 // leaseSize is how many slots one Redis lease takes for a key whose
 // ceiling is ceiling and adapted limit lim: Config.LeaseSize when set, else
 // 100 ms of the ceiling's slots when that is at least 10, else 1 (one
-// reservation per message); never more than 256 or lim.Burst.
+// reservation per message); never more than maxLeaseSize or lim.Burst.
 func (c *Config) leaseSize(ceiling, lim bucket.Limit) int {
 	n := c.LeaseSize
 	if n <= 0 {
@@ -281,7 +350,7 @@ func (c *Config) leaseSize(ceiling, lim bucket.Limit) int {
 			n = 1
 		}
 	}
-	return max(min(n, 256, lim.Burst), 1)
+	return max(min(n, maxLeaseSize, lim.Burst), 1)
 }
 
 // retryTopic returns the name of retry tier n (1-based).
@@ -330,12 +399,13 @@ type tp struct {
 
 // New returns a Pacer for cfg. kopts carry the connection settings (at least
 // kgo.SeedBrokers); New adds the consumer group, topics and commit options.
-// reg receives the metrics listed in the package doc. New returns an error
-// naming the field when cfg is invalid, or the registration error.
+// reg receives the metrics listed in the package doc. New returns
+// [Config.Validate]'s error when cfg is invalid, or the registration error.
 func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pacer, error) {
-	if err := cfg.setDefaults(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.setDefaults()
 	if deps.Bucket == nil || deps.Adapter == nil || deps.Ledger == nil || deps.Sender == nil {
 		return nil, errors.New("pacer: New needs a Bucket, an Adapter, a Ledger and a Sender")
 	}
@@ -388,7 +458,13 @@ func (p *Pacer) Run(ctx context.Context) error {
 	opts = append(opts,
 		kgo.ConsumerGroup(p.cfg.Group),
 		kgo.ConsumeTopics(topics...),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		// Range balances each topic on its own: every member gets its share
+		// of the main topic (cooperative-sticky evens out the count over
+		// the main and retry topics together, and could leave one member
+		// all of the main topic and another only retry partitions). The
+		// same partition numbers of the main and retry topics go to one
+		// member, so a key's retries come back to the replica that paces it.
+		kgo.Balancers(kgo.RangeBalancer()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(time.Second),
@@ -513,7 +589,7 @@ type KafkaError struct {
 }
 
 func (e *KafkaError) Error() string {
-	return fmt.Sprintf("kafka: %s (gave up after %v): %v", e.Cause, e.After, e.Err)
+	return fmt.Sprintf("pacer: kafka: %s (gave up after %v): %s", e.Cause, e.After, strings.TrimPrefix(e.Err.Error(), "pacer: "))
 }
 
 func (e *KafkaError) Unwrap() error { return e.Err }

@@ -31,3 +31,5 @@ func New(rdb redis.Scripter, cfg bucket.Config) *Adapter {
 
 // Keys returns the names of the Redis keys this Adapter uses.
 func (l *Adapter) Keys() bucket.Keys { return l.keys }
+
+func fieldErr(field string, err error) error { return &bucket.FieldError{Field: field, Err: err} }

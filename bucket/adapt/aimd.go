@@ -94,11 +94,13 @@ type aimdArgs struct {
 	idleMs               int64
 }
 
-// Validate returns nil if a applies to ceiling, else an error: one wrapping
-// [bucket.ErrInvalidLimit] if ceiling itself is invalid ([bucket.Limit.Validate]), or one
-// wrapping [ErrInvalidAIMD] that names the field and its bad value, such as
-// "bucket: invalid aimd: floor 5 must be <= ceiling 2". The ceiling's rate
-// must also be in [10^-6, 10^9] messages per second.
+// Validate returns nil if a applies to ceiling, else a *[bucket.FieldError]: with
+// Field "ceiling" and wrapping [bucket.ErrInvalidLimit] if ceiling itself is
+// invalid ([bucket.Limit.Validate]), or naming the AIMD field and wrapping
+// [ErrInvalidAIMD], such as "bucket: invalid aimd: floor 5 must be <=
+// ceiling 2" (Field "Floor"). The ceiling's rate must also be in [10^-6,
+// 10^9] messages per second (Field "ceiling"). MinCooldown above
+// MaxCooldown is reported on MaxCooldown.
 func (a AIMD) Validate(ceiling bucket.Limit) error {
 	_, err := a.args(ceiling)
 	return err
@@ -106,14 +108,14 @@ func (a AIMD) Validate(ceiling bucket.Limit) error {
 
 func (a AIMD) args(ceiling bucket.Limit) (aimdArgs, error) {
 	if err := ceiling.Validate(); err != nil {
-		return aimdArgs{}, err
+		return aimdArgs{}, fieldErr("ceiling", err)
 	}
 	c := ceiling.PerSecond
-	bad := func(format string, v ...any) (aimdArgs, error) {
-		return aimdArgs{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidAIMD}, v...)...)
+	bad := func(field, format string, v ...any) (aimdArgs, error) {
+		return aimdArgs{}, fieldErr(field, fmt.Errorf("%w: "+format, append([]any{ErrInvalidAIMD}, v...)...))
 	}
 	if c < adaptMinRate || c > adaptMaxRate {
-		return bad("ceiling %v msgs/s must be in [%v, %v]", c, adaptMinRate, adaptMaxRate)
+		return bad("ceiling", "ceiling %v msgs/s must be in [%v, %v]", c, adaptMinRate, adaptMaxRate)
 	}
 	p := aimdArgs{ceilU: int64(math.Round(c * 1e6))}
 
@@ -122,7 +124,7 @@ func (a AIMD) args(ceiling bucket.Limit) (aimdArgs, error) {
 		p.decrease = 0.5
 	}
 	if !(p.decrease > 0 && p.decrease < 1) { // also NaN
-		return bad("decrease %v must be in (0, 1)", a.Decrease)
+		return bad("Decrease", "decrease %v must be in (0, 1)", a.Decrease)
 	}
 
 	floor := a.Floor
@@ -131,9 +133,9 @@ func (a AIMD) args(ceiling bucket.Limit) (aimdArgs, error) {
 	}
 	switch {
 	case !(floor >= adaptMinRate): // also NaN and negative
-		return bad("floor %v must be >= %v", a.Floor, adaptMinRate)
+		return bad("Floor", "floor %v must be >= %v", a.Floor, adaptMinRate)
 	case floor > c:
-		return bad("floor %v must be <= ceiling %v", floor, c)
+		return bad("Floor", "floor %v must be <= ceiling %v", floor, c)
 	}
 	p.floorU = min(max(1, int64(math.Round(floor*1e6))), p.ceilU)
 
@@ -144,20 +146,20 @@ func (a AIMD) args(ceiling bucket.Limit) (aimdArgs, error) {
 			step = c / 10
 		}
 		if !(step > 0) || math.IsInf(step, 1) {
-			return bad("step %v must be finite and > 0", a.Step)
+			return bad("Step", "step %v must be finite and > 0", a.Step)
 		}
 		p.stepU = max(1, int64(math.Round(min(step, adaptMaxRate)*1e6)))
 	case a.Factor > 1 && !math.IsInf(a.Factor, 1):
 		p.factor, p.stepU = a.Factor, 1
 	default:
-		return bad("factor %v must be 0 or a finite number > 1", a.Factor)
+		return bad("Factor", "factor %v must be 0 or a finite number > 1", a.Factor)
 	}
 
-	window, err := adaptPeriod("window", a.Window, 60*time.Second, time.Millisecond)
+	window, err := adaptPeriod("Window", "window", a.Window, 60*time.Second, time.Millisecond)
 	if err != nil {
 		return aimdArgs{}, err
 	}
-	coalesce, err := adaptPeriod("coalesce", a.Coalesce, time.Second, time.Nanosecond)
+	coalesce, err := adaptPeriod("Coalesce", "coalesce", a.Coalesce, time.Second, time.Nanosecond)
 	if err != nil {
 		return aimdArgs{}, err
 	}
@@ -171,13 +173,14 @@ func (a AIMD) args(ceiling bucket.Limit) (aimdArgs, error) {
 }
 
 // adaptPeriod returns d, or def when d is 0, after checking that it is in
-// [least, adaptMaxPeriod]. Its error wraps ErrInvalidAIMD.
-func adaptPeriod(name string, d, def, least time.Duration) (time.Duration, error) {
+// [least, adaptMaxPeriod]. Its error is a *FieldError naming field and
+// wrapping ErrInvalidAIMD.
+func adaptPeriod(field, name string, d, def, least time.Duration) (time.Duration, error) {
 	if d == 0 {
 		d = def
 	}
 	if d < least || d > adaptMaxPeriod {
-		return 0, fmt.Errorf("%w: %s %v must be in [%v, %v]", ErrInvalidAIMD, name, d, least, adaptMaxPeriod)
+		return 0, fieldErr(field, fmt.Errorf("%w: %s %v must be in [%v, %v]", ErrInvalidAIMD, name, d, least, adaptMaxPeriod))
 	}
 	return d, nil
 }
@@ -191,14 +194,14 @@ func (a AIMD) cooldowns() (lo, hi time.Duration, err error) {
 	if a.MinCooldown > 0 {
 		hiDef = max(hiDef, a.MinCooldown)
 	}
-	if hi, err = adaptPeriod("max cooldown", a.MaxCooldown, hiDef, time.Millisecond); err != nil {
+	if hi, err = adaptPeriod("MaxCooldown", "max cooldown", a.MaxCooldown, hiDef, time.Millisecond); err != nil {
 		return 0, 0, err
 	}
-	if lo, err = adaptPeriod("min cooldown", a.MinCooldown, loDef, time.Millisecond); err != nil {
+	if lo, err = adaptPeriod("MinCooldown", "min cooldown", a.MinCooldown, loDef, time.Millisecond); err != nil {
 		return 0, 0, err
 	}
 	if lo > hi {
-		return 0, 0, fmt.Errorf("%w: min cooldown %v must be <= max cooldown %v", ErrInvalidAIMD, lo, hi)
+		return 0, 0, fieldErr("MaxCooldown", fmt.Errorf("%w: min cooldown %v must be <= max cooldown %v", ErrInvalidAIMD, lo, hi))
 	}
 	return lo, hi, nil
 }

@@ -71,41 +71,41 @@ type breakerArgs struct {
 	openMs, maxOpenMs, probeMs, idleMs int64
 }
 
-// Validate returns nil if b is usable, else an error wrapping
-// [ErrInvalidBreaker] that names the field and its bad value, such as
-// "bucket: invalid breaker: open for -1s must be in [1ms, 87600h0m0s]".
+// Validate returns nil if b is usable, else a *[FieldError] naming the
+// field and wrapping [ErrInvalidBreaker], such as "bucket: invalid breaker:
+// open for -1s must be in [1ms, 87600h0m0s]" (Field "OpenFor").
 func (b Breaker) Validate() error {
 	_, err := b.args()
 	return err
 }
 
 func (b Breaker) args() (breakerArgs, error) {
-	period := func(name string, d, def time.Duration) (time.Duration, error) {
+	period := func(field, name string, d, def time.Duration) (time.Duration, error) {
 		if d == 0 {
 			d = def
 		}
 		if d < time.Millisecond || d > adaptMaxPeriod {
-			return 0, fmt.Errorf("%w: %s %v must be in [%v, %v]", ErrInvalidBreaker, name, d, time.Millisecond, adaptMaxPeriod)
+			return 0, fieldErr(field, fmt.Errorf("%w: %s %v must be in [%v, %v]", ErrInvalidBreaker, name, d, time.Millisecond, adaptMaxPeriod))
 		}
 		return d, nil
 	}
-	open, err := period("open for", b.OpenFor, 30*time.Second)
+	open, err := period("OpenFor", "open for", b.OpenFor, 30*time.Second)
 	if err != nil {
 		return breakerArgs{}, err
 	}
-	maxOpen, err := period("max open for", b.MaxOpenFor, max(10*time.Minute, open))
+	maxOpen, err := period("MaxOpenFor", "max open for", b.MaxOpenFor, max(10*time.Minute, open))
 	if err != nil {
 		return breakerArgs{}, err
 	}
 	if maxOpen < open {
-		return breakerArgs{}, fmt.Errorf("%w: max open for %v must be >= open for %v", ErrInvalidBreaker, maxOpen, open)
+		return breakerArgs{}, fieldErr("MaxOpenFor", fmt.Errorf("%w: max open for %v must be >= open for %v", ErrInvalidBreaker, maxOpen, open))
 	}
-	probe, err := period("probe ttl", b.ProbeTTL, 30*time.Second)
+	probe, err := period("ProbeTTL", "probe ttl", b.ProbeTTL, 30*time.Second)
 	if err != nil {
 		return breakerArgs{}, err
 	}
 	if b.FloorThrottles < 0 {
-		return breakerArgs{}, fmt.Errorf("%w: floor throttles %d must be >= 0", ErrInvalidBreaker, b.FloorThrottles)
+		return breakerArgs{}, fieldErr("FloorThrottles", fmt.Errorf("%w: floor throttles %d must be >= 0", ErrInvalidBreaker, b.FloorThrottles))
 	}
 	return breakerArgs{
 		openMs:    roundUp(open, time.Millisecond),

@@ -14,7 +14,7 @@ import (
 
 func ledgers(t *testing.T) map[string]*ledger.Ledger {
 	mr := miniredis.RunT(t)
-	real := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	real := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
 	t.Cleanup(func() { real.Close() })
 	return map[string]*ledger.Ledger{
 		"miniredis":    ledger.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), bucket.NewKeys("t"+t.Name())),
@@ -77,7 +77,7 @@ func TestLedgerClaimHonoursCooldown(t *testing.T) {
 	mr := miniredis.RunT(t)
 	for name, rdb := range map[string]*redis.Client{
 		"miniredis":    redis.NewClient(&redis.Options{Addr: mr.Addr()}),
-		"redis-server": redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)}),
+		"redis-server": redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer rdb.Close()

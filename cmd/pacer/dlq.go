@@ -17,7 +17,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	}
 	fs := flag.NewFlagSet("pacer dlq replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	channel := fs.String("channel", "", "channel: "+channelList+" (required)")
+	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
 	topic := fs.String("topic", "", "main topic (default pacer.<channel>); the DLQ is <topic>.dlq")
 	reason := fs.String("reason", "", "replay only this pacer-reason (e.g. unknown-outcome, permanent, permanent:131026); default all")
 	campaign := fs.String("campaign", "", "replay only envelopes of this campaign; default all")
@@ -25,13 +25,14 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if err := checkChannel(*channel); err != nil {
+	ch, err := channelNamed(*channel)
+	if err != nil {
 		return err
 	}
 	if *topic == "" {
 		*topic = "pacer." + *channel
 	}
-	cfg, err := loadConfig(lookup)
+	cfg, err := loadConfig(lookup, ch)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}

@@ -20,6 +20,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"syscall"
 )
 
@@ -33,6 +36,7 @@ commands:
   dlq replay     put dead-lettered records back on the main topic
   demo           run the whole flow in-process: embedded Kafka, Redis and a fake provider
   fake-provider  serve a fake provider API (whatsapp) for tests
+  version        print the version of this binary
 
 Run "pacer <command> -h" for the flags of a command.
 `
@@ -69,6 +73,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdDLQ(ctx, args[1:], stdout, stderr, lookup)
 	case "fake-provider":
 		err = cmdFakeProvider(ctx, args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, versionString())
+		return 0
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -79,7 +86,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil || errors.Is(err, errHelp) {
 		return 0
 	}
-	fmt.Fprintln(stderr, "pacer:", err)
+	// Errors of package pacer already say "pacer: "; say it once.
+	if msg := err.Error(); strings.HasPrefix(msg, "pacer: ") {
+		fmt.Fprintln(stderr, msg)
+	} else {
+		fmt.Fprintln(stderr, "pacer:", msg)
+	}
 	var ue *usageError
 	var ce *configError
 	if errors.As(err, &ue) || errors.As(err, &ce) || errors.Is(err, errConfig) {
@@ -91,19 +103,63 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // errHelp is -h on a subcommand: its usage was printed; exit status 0.
 var errHelp = errors.New("help requested")
 
-// parseFlags parses args into fs and refuses stray positional arguments
-// unless fs is publish's (which takes FILE).
+// parseFlags parses args into fs, flags before and after positional
+// arguments alike (pacer publish f.jsonl --channel whatsapp), and refuses
+// positional arguments unless fs is publish's (which takes FILE). "--" ends
+// the flags. The positional arguments are left in fs.Args().
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return errHelp
+			}
+			return &usageError{err.Error()}
 		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			pos = append(pos, rest...) // after "--": all positional
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	if fs.Name() != "pacer publish" && len(pos) > 0 {
+		return &usageError{fmt.Sprintf("%s: unexpected argument %q", strings.TrimPrefix(fs.Name(), "pacer "), pos[0])}
+	}
+	// Leave the positional arguments where fs.Arg and fs.NArg find them.
+	if err := fs.Parse(append([]string{"--"}, pos...)); err != nil {
 		return &usageError{err.Error()}
 	}
-	if fs.Name() != "pacer publish" && fs.NArg() > 0 {
-		return &usageError{fmt.Sprintf("%s: unexpected argument %q (flags go before arguments)", fs.Name(), fs.Arg(0))}
-	}
 	return nil
+}
+
+// version is the release this binary was built from, set by the Makefile
+// (-ldflags "-X main.version=..."); empty in a plain go build, where the
+// module's build information is used.
+var version string
+
+// versionString says which build this is: version (or the module version
+// and VCS revision Go recorded), and the Go toolchain.
+func versionString() string {
+	v := version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = bi.Main.Version
+			for _, s := range bi.Settings {
+				if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+					v += " " + s.Value[:12]
+				}
+			}
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	return "pacer " + v + " " + runtime.Version()
 }
 
 // errConfig marks configuration errors (exit status 2).

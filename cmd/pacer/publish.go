@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,13 +21,14 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprintln(stderr, "usage: pacer publish --channel C [--topic T] [--partitions N] FILE.jsonl|-")
 		fs.PrintDefaults()
 	}
-	channel := fs.String("channel", "", "channel of the campaign: "+channelList+" (required)")
+	channel := fs.String("channel", "", "channel of the campaign: "+channelList()+" (required)")
 	topic := fs.String("topic", "", "topic to publish to (default pacer.<channel>)")
 	partitions := fs.Int("partitions", 12, "partitions of the topic if publish has to create it")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := checkChannel(*channel); err != nil {
+	ch, err := channelNamed(*channel)
+	if err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -38,7 +40,7 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if *partitions < 1 {
 		return &usageError{"publish: --partitions must be >= 1"}
 	}
-	cfg, err := loadConfig(lookup)
+	cfg, err := loadConfig(lookup, ch)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
@@ -50,7 +52,8 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if name := fs.Arg(0); name != "-" {
 		f, err := os.Open(name)
 		if err != nil {
-			return err
+			// Like a directory: the argument cannot be used (exit 2).
+			return &usageError{fmt.Sprintf("publish: cannot open %s: %v", name, errors.Unwrap(err))}
 		}
 		defer f.Close()
 		if st, err := f.Stat(); err == nil {

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
@@ -24,25 +26,33 @@ import (
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
 	fs := flag.NewFlagSet("pacer run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	channel := fs.String("channel", "", "channel to pace: "+channelList+" (required)")
+	channel := fs.String("channel", "", "channel to pace: "+channelList()+" (required)")
 	topic := fs.String("topic", "", "topic to consume (default pacer.<channel>)")
 	group := fs.String("group", "", "consumer group (default pacer-<channel>)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: pacer run --channel C [--topic T] [--group G]")
+		fs.PrintDefaults()
+		ch, _ := channelNamed(*channel)
+		fmt.Fprint(stderr, settingsHelp(ch))
+	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(lookup)
+	ch, err := channelNamed(*channel)
+	if err != nil {
+		return err
+	}
+	cfg, err := loadConfig(lookup, ch)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 	log := newLogger(cfg, stderr)
-
-	if err := checkChannel(*channel); err != nil {
-		return err
-	}
-	sender, limit, err := buildSender(ctx, *channel, cfg)
+	sender, err := ch.sender(ctx, cfg.channels[ch.name].vars)
 	if err != nil {
 		return err
 	}
+	pc := cfg.pacerConfig(ch)
+	pc.Topic, pc.Group, pc.Logger = *topic, *group, log
 
 	ln, err := net.Listen("tcp", cfg.MetricsAddr)
 	if err != nil {
@@ -64,18 +74,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		log.Warn("redis not reachable at start-up; sends wait until it is", "err", err)
 	}
 
-	publishLimit(ctx, rdb, cfg.RedisPrefix, *channel, limit, log)
-	aimd, breaker := adaptConfig(cfg, limit)
+	publishLimit(ctx, rdb, cfg.RedisPrefix, ch.name, pc.Limit, log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p, err := pacer.New(pacer.Config{
-		Channel: *channel, Topic: *topic, Group: *group, Limit: limit, RecipientLimit: recipientLimit(*channel, cfg),
-		MaxAttempts: cfg.MaxAttempts, Drain: cfg.Drain,
-		AIMD: aimd, Breaker: breaker,
-		MaxTokenWait: cfg.MaxTokenWait, RetryDelays: cfg.RetryDelays, InFlight: cfg.InFlight, LeaseSize: cfg.LeaseSize, SendTimeout: cfg.SendTimeout,
-		UnknownOutcome: cfg.UnknownOutcome, IdempotencyTTL: cfg.IdempotencyTTL, RedisFailure: cfg.RedisFailure,
-		Logger: log,
-	}, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + *channel),
+	p, err := pacer.New(pc, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + ch.name),
 		kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))},
 		pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Ledger: ledger.New(rdb, lim.Keys()), Sender: sender,
 			Fallback:  bucket.NewLocal(bucket.LocalConfig{Replicas: cfg.ExpectedReplicas}),
@@ -89,7 +91,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	defer srv.Close()
 	log.Info("metrics listening", "addr", ln.Addr().String())
 
-	return p.Run(ctx)
+	err = p.Run(ctx)
+	var ke *pacer.KafkaError
+	if errors.As(err, &ke) {
+		return fmt.Errorf("%w (PACER_KAFKA_BROKERS=%s; the wait is PACER_KAFKA_STARTUP_TIMEOUT)", err, strings.Join(cfg.KafkaBrokers, ","))
+	}
+	return err
 }
 
 // opsHandler serves /metrics, /healthz (the process is alive) and /readyz

@@ -62,7 +62,7 @@ func Mini(t testing.TB) *Env {
 
 // Real returns an Env on the shared redis-server ([testenv.RedisAddr]).
 func Real(t testing.TB) *Env {
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
 	t.Cleanup(func() { rdb.Close() })
 	// A prefix per test keeps parallel tests and earlier runs apart.
 	return &Env{RDB: rdb, Prefix: "test:" + t.Name() + ":" + strconv.FormatInt(time.Now().UnixNano(), 36)}
