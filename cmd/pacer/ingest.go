@@ -92,7 +92,7 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(lookup)
+	cfg, err := loadConfig(lookup, nil) // every channel's settings, none singled out
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
@@ -101,7 +101,10 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 	log := newLogger(cfg, stderr).With("component", "ingest")
-	channels := []string{"whatsapp", "apns", "fcm", "sendgrid"}
+	var channels []string
+	for _, row := range channelTable {
+		channels = append(channels, row.name)
+	}
 	tf, err := ingest.LoadTenantFile(ic.Tenants, channels)
 	if err != nil {
 		return &configError{"PACER_INGEST_TENANTS", err.Error()}
