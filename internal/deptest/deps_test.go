@@ -1,7 +1,7 @@
 // Package deptest holds the tests that keep Pacer's data flowing one way:
 // cmd -> pacer -> {bucket, channels, partitioner}; bucket -> lua;
 // cmd -> pacer/statuspage -> {pacer, bucket}. The
-// subpackages of bucket (adapt, ledger, window) may import bucket and lua,
+// subpackages of bucket (adapt, ledger, window, quota) may import bucket and lua,
 // never the other way.
 package deptest
 
@@ -72,10 +72,13 @@ func TestDataFlowsOneWay(t *testing.T) {
 			kafka: "only cmd and pacer speak Kafka", prom: "only cmd and pacer measure",
 			mod + "/bucket/adapt": "adapt imports bucket, not the other way", mod + "/bucket/ledger": "ledger imports bucket, not the other way",
 			mod + "/bucket/window": "window imports bucket, not the other way",
+			mod + "/bucket/quota":  "quota imports bucket, not the other way",
 		},
 		"bucket/adapt":  bucketSub,
 		"bucket/ledger": bucketSub,
 		"bucket/window": bucketSub,
+		"bucket/quota":  bucketSub,
+		"pacer/ingest":  {mod + "/cmd": "nothing imports cmd"},
 		"lua":           {mod + "/": "lua holds scripts and nothing else", "github.com/": "lua holds scripts and nothing else"},
 		"partitioner": {
 			mod + "/": "partitioner is pure functions", kafka: "partitioner computes, kgo sends", prom: "only cmd and pacer measure",
