@@ -480,6 +480,21 @@ func (p *Pacer) Run(ctx context.Context) error {
 		kgo.FetchMaxPartitionBytes(1<<20),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	)
+	// The topics exist before the group is joined: a topic that appears
+	// after the join makes the group rebalance, and the range balancer
+	// revokes every partition to do so.
+	admin, err := kgo.NewClient(p.kopts...)
+	if err != nil {
+		return fmt.Errorf("pacer: kafka client: %w", err)
+	}
+	err = p.ensureTopics(ctx, admin)
+	admin.Close()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("pacer: kafka client: %w", err)
@@ -487,13 +502,6 @@ func (p *Pacer) Run(ctx context.Context) error {
 	p.mu.Lock()
 	p.cl = cl
 	p.mu.Unlock()
-	if err := p.ensureTopics(ctx, cl); err != nil {
-		cl.Close()
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
 	p.log.Info("pacer started", "topic", p.cfg.Topic, "group", p.cfg.Group,
 		"rate", p.cfg.Limit.PerSecond, "burst", p.cfg.Limit.Burst, "owner", p.cfg.Owner,
 		"redis_failure", p.cfg.RedisFailure, "unknown_outcome", p.cfg.UnknownOutcome)
