@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels"
@@ -72,8 +73,8 @@ var channelTable = []channel{
 		settings: []setting{
 			{"BASE_URL", whatsapp.DefaultBaseURL, httpURL},
 			{"API_VERSION", whatsapp.DefaultAPIVersion, func(s string) error {
-				if s == "" || strings.Contains(s, "/") {
-					return errors.New("must be a version such as v21.0")
+				if _, retired, err := whatsapp.Retired(s, time.Now()); err != nil || retired {
+					return fmt.Errorf("must be a Graph API version Meta still serves, such as %s", whatsapp.DefaultAPIVersion)
 				}
 				return nil
 			}},
