@@ -185,7 +185,9 @@ var channelTable = []channel{
 			if err != nil {
 				return nil, err
 			}
-			f := apnstest.NewServer(apnstest.Config{Rate: rate, Burst: burst, PublicKey: pub})
+			// APNs limits no app (topic) as a whole, only each device
+			// token, and publishes no number: the fake has no topic limit.
+			f := apnstest.NewServer(apnstest.Config{PublicKey: pub})
 			s, err := apns.New(apns.Config{BaseURL: f.URL(), KeyID: "DEMOKEY123", TeamID: "DEMOTEAM12", PrivateKey: p8, HTTPClient: f.Client()})
 			return &demoFake{url: f.URL(), sender: s, close: f.Close,
 				keys: demoKeys(keys, "com.example.demo%d"),
