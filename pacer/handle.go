@@ -331,6 +331,9 @@ func (p *Pacer) send(f *flight) outcome {
 		f.m.attempt++
 		return outcome{kind: retrying, err: err}
 	case channels.Permanent:
+		if code := codeOf(perr); code == channels.CodeNoCredentials {
+			return dead(code, err.Error()) // replayable as such once the credential exists
+		}
 		return dead("permanent:"+codeOf(perr), err.Error())
 	default: // channels.Halt
 		f.log.Error("provider refuses this pacing key (credentials or account); opening its breaker, nothing dropped",

@@ -48,7 +48,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 	log := newLogger(cfg, stderr)
-	sender, err := ch.sender(ctx, cfg.channels[ch.name].vars)
+	vars := cfg.channels[ch.name].vars
+	vars.log = log
+	sender, err := ch.sender(ctx, vars)
 	if err != nil {
 		return err
 	}
