@@ -91,6 +91,7 @@
 //	pacer_keys_cooldown                 active keys in a cooldown
 //	pacer_keys_at_floor                 active keys at the AIMD floor
 //	pacer_breakers_open                 active keys whose breaker is open or half-open
+//	pacer_consumer_lag_records{topic}   the group's records past its commits, per topic (every replica reports it: use max)
 package pacer
 
 import (
@@ -406,8 +407,9 @@ type Pacer struct {
 	idsMu sync.Mutex
 	ids   map[string]chan struct{} // envelope ids being handled; closed when done
 
-	tally   tally     // records finished, by how, for the progress log
-	started time.Time // when Run began
+	lag     *prometheus.GaugeVec // pacer_consumer_lag_records{topic}
+	tally   tally                // records finished, by how, for the progress log
+	started time.Time            // when Run began
 
 	mu      sync.Mutex
 	workers map[tp]*worker
@@ -444,6 +446,9 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, sender: deps.Sender, m: m,
 		log: cfg.Logger.With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}},
 		ids: map[string]chan struct{}{}}
+	if p.lag, err = newLagGauge(wrapped); err != nil {
+		return nil, fmt.Errorf("pacer: metrics: %w", err)
+	}
 	p.qm = newQueueMetrics(p)
 	for _, c := range append(p.keyGauges(), prometheus.Collector(p.qm)) {
 		if err := wrapped.Register(c); err != nil {
@@ -503,6 +508,21 @@ func (p *Pacer) Run(ctx context.Context) error {
 		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	)
+	// The topics exist before the group is joined: a topic that appears
+	// after the join makes the group rebalance, and the range balancer
+	// revokes every partition to do so.
+	admin, err := kgo.NewClient(p.kopts...)
+	if err != nil {
+		return fmt.Errorf("pacer: kafka client: %w", err)
+	}
+	err = p.ensureTopics(ctx, admin)
+	admin.Close()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("pacer: kafka client: %w", err)
@@ -510,13 +530,6 @@ func (p *Pacer) Run(ctx context.Context) error {
 	p.mu.Lock()
 	p.cl = cl
 	p.mu.Unlock()
-	if err := p.ensureTopics(ctx, cl); err != nil {
-		cl.Close()
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
 	p.log.Info("pacer started", "topic", p.cfg.Topic, "group", p.cfg.Group,
 		"rate", p.cfg.Limit.PerSecond, "burst", p.cfg.Limit.Burst, "owner", p.cfg.Owner,
 		"redis_failure", p.cfg.RedisFailure, "unknown_outcome", p.cfg.UnknownOutcome)
@@ -526,6 +539,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 		go p.watch(ctx, "redis", &p.redisOK, p.ping, func() { p.m.fallback.WithLabelValues().Set(0) })
 	}
 	go p.sweepLoop(ctx)
+	go p.lagLoop(ctx, cl, topics)
 	if p.cfg.ProgressEvery > 0 {
 		go p.progressLoop(ctx)
 	}
