@@ -43,7 +43,7 @@ func (p *Pacer) lagLoop(ctx context.Context, cl *kgo.Client, topics []string) {
 			p.log.Debug("consumer lag not read", "err", dl.Error())
 			return false
 		}
-		any := false
+		seen := false
 		for _, t := range topics {
 			var sum int64
 			known := false
@@ -55,10 +55,10 @@ func (p *Pacer) lagLoop(ctx context.Context, cl *kgo.Client, topics []string) {
 			}
 			if known {
 				p.lag.WithLabelValues(t).Set(float64(sum))
-				any = true
+				seen = true
 			}
 		}
-		return any
+		return seen
 	}
 	// Every second until the group has committed offsets (a fresh group
 	// has no lag to tell), then every lagEvery.
