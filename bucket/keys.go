@@ -19,7 +19,9 @@ const DefaultPrefix = "pacer"
 //	pacer:{whatsapp:106540352242922}:aimd               AIMD
 //	pacer:{whatsapp:106540352242922}:breaker            Breaker
 //	pacer:{whatsapp:106540352242922}:id:<id>            ID
+//	pacer:{whatsapp:106540352242922}:limit              Limit
 //	pacer:{<scope>:<key>}:window                        Window
+//	pacer:{whatsapp}:campaign:<campaign>                Campaign
 //
 // The braces are a Redis Cluster hash tag: every key of a pacing key lives
 // in one slot, as a script touching several requires (a "}" inside the
@@ -74,6 +76,19 @@ func (k Keys) Breaker(channel, key string) string { return k.name(channel, key, 
 // ID is the ledger record of one envelope id of a pacing key (package
 // ledger).
 func (k Keys) ID(channel, key, id string) string { return k.name(channel, key, "id:"+id) }
+
+// Limit is a pacing key's limit set at run time (package control): a hash
+// of rate and burst that replaces the channel's configured ceiling.
+func (k Keys) Limit(channel, key string) string { return k.name(channel, key, "limit") }
+
+// Campaign is the control hash of one campaign of a channel (package
+// control): its state (paused, cancelled) and its counters. The hash tag is
+// the channel, so a replica reads all its campaigns' states from one slot.
+//
+//	pacer:{<channel>}:campaign:<campaign>
+func (k Keys) Campaign(channel, campaign string) string {
+	return k.Prefix() + ":{" + channel + "}:campaign:" + campaign
+}
 
 // Window is the sliding-window counter of (scope, key), e.g. scope "tenant"
 // or "ip" (package window).

@@ -96,6 +96,12 @@ type keyState struct {
 	users         int           // records of this key being handled now; never swept while > 0
 	delivered     atomic.Uint64 // messages of this key the provider accepted through this process
 
+	// handoff passes a slot from a normal-priority sender whose slot came
+	// to a high-priority one waiting (unbuffered: only to one waiting now);
+	// normalWaiting counts the key's normal senders in acquire.
+	handoff       chan struct{}
+	normalWaiting atomic.Int32
+
 	disp    *bucket.Dispenser // leases of this key's slots, shared by this process's senders
 	dispLim bucket.Limit      // the limit disp leases under
 	keys    *keyStates
@@ -157,7 +163,7 @@ func (p *Pacer) keyState(key string) *keyState {
 	if st == nil {
 		pol := KeyPolicy(p.policyDefault)
 		st = &keyState{pol: pol, limit: pol.Limit, adapted: adapt.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond},
-			first: make(chan struct{}), keys: &p.keys}
+			first: make(chan struct{}), handoff: make(chan struct{}), keys: &p.keys}
 		p.keys.m[key] = st
 	}
 	st.mu.Lock()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -103,6 +104,7 @@ const (
 	requeued                 // no slot in time: put back on a retry topic, not an attempt
 	retrying                 // transient failure: retry topic with attempt + 1, or the DLQ
 	deadLettered             // never to be sent: DLQ with a reason
+	deferred                 // not to be sent yet (not_before, a paused campaign): parked until due, not an attempt
 )
 
 // outcome is what a step decided for a record. Only [Pacer.finish] acts on
@@ -122,6 +124,9 @@ func next() outcome { return outcome{kind: pass} }
 func stop() outcome { return outcome{kind: stopped} }
 func requeue(reason string, d time.Duration) outcome {
 	return outcome{kind: requeued, reason: reason, wait: d}
+}
+func deferUntil(reason string, d time.Duration) outcome {
+	return outcome{kind: deferred, reason: reason, wait: d}
 }
 func dead(reason, detail string) outcome {
 	return outcome{kind: deadLettered, reason: reason, detail: detail}
@@ -201,13 +206,45 @@ func (p *Pacer) admit(f *flight) outcome {
 	}
 	f.env = env
 	f.log = f.log.With("id", env.ID)
+	if env.Expired(time.Now()) {
+		return dead("expired", "expires_at "+env.ExpiresAt.Format(time.RFC3339)+" passed before a send")
+	}
+	if o := p.control(f); o.kind != pass {
+		return o
+	}
 	if !p.lockID(f.w.ctx, env.Key, env.ID) {
 		return stop()
 	}
 	f.locked = true
 	f.st = p.keyState(env.Key)
-	if env.Expired(time.Now()) {
-		return dead("expired", "expires_at "+env.ExpiresAt.Format(time.RFC3339)+" passed before a send")
+	return next()
+}
+
+// notBeforeSleep is the longest wait for not_before done in place: a record
+// due later is parked, so it holds none of its key's InFlight.
+const notBeforeSleep = 50 * time.Millisecond
+
+// control applies not_before and the campaign's state: a record not yet
+// due, or of a paused campaign, is parked (due at not_before, or
+// pausedRecheck ahead) without an attempt; one of a cancelled campaign is
+// dead-lettered as cancelled, unless an operator replayed it from the DLQ.
+func (p *Pacer) control(f *flight) outcome {
+	if wait := time.Until(f.env.NotBefore); wait > notBeforeSleep {
+		return deferUntil("not-before", wait)
+	} else if wait > 0 && !sleep(f.w.ctx, wait) {
+		return stop()
+	}
+	if p.camps == nil || f.env.Campaign == "" {
+		return next()
+	}
+	st, ok := p.camps.state(f.w.ctx, f.env.Campaign)
+	switch {
+	case !ok:
+		return stop()
+	case st == control.Paused:
+		return deferUntil("paused", pausedRecheck)
+	case st == control.Cancelled && !f.m.replayed:
+		return dead("cancelled", "campaign "+f.env.Campaign+" was cancelled")
 	}
 	return next()
 }
@@ -231,7 +268,7 @@ func (p *Pacer) breakerGate(f *flight) outcome {
 // slot waits for the key's next send slot; none within MaxTokenWait
 // requeues the record.
 func (p *Pacer) slot(f *flight) outcome {
-	wait, reason, ok := p.acquire(f.w.ctx, f.env.Key, f.env.To, f.st, f.pol, f.lim, f.log)
+	wait, reason, ok := p.acquire(f.w.ctx, f.env.Key, f.env.To, f.env.High(), f.st, f.pol, f.lim, f.log)
 	if !ok {
 		return stop()
 	}
@@ -401,6 +438,22 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 		done = p.retry(ctx, f.r, f.m, o.err, f.log)
 	case deadLettered:
 		done = p.deadLetter(ctx, f.r, f.m, o.reason, o.detail, f.log)
+	case deferred:
+		if done = p.park(ctx, f.r, time.Now().Add(o.wait)); done {
+			p.m.requeued.WithLabelValues(o.reason).Inc()
+		}
+	}
+	if done && p.camps != nil {
+		switch o.kind {
+		case delivered:
+			p.camps.count(f.env.Campaign, true, "")
+		case deadLettered:
+			label := o.reason
+			if i := strings.IndexByte(label, ':'); i > 0 {
+				label = label[:i]
+			}
+			p.camps.count(f.env.Campaign, false, label)
+		}
 	}
 	// stopped (and pass or again, which never reach here): not finished.
 	if done {
@@ -495,7 +548,30 @@ func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) er
 // sleep until it starts. It returns (0, "", true) once the slot started; or,
 // when no slot is to be had within MaxTokenWait, the wait and why
 // ("cooldown" or "token-wait") without waiting. ok is false when ctx ended.
-func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, pol KeyPolicy, lim bucket.Limit, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
+//
+// Priority changes the order, never the rate: a high-priority record,
+// while normal ones of its key wait for slots in this process, takes the
+// first of their slots to start (the normal record that held it reserves
+// anew, behind the slots already handed out); it reserves its own only when
+// none comes within handoffWait. So the slots leased or reserved for a
+// campaign's backlog hold a high record back by about one slot interval.
+func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyState, pol KeyPolicy, lim bucket.Limit, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
+	if high && st.normalWaiting.Load() > 0 {
+		t := time.NewTimer(handoffWait(lim, p.cfg.MaxTokenWait))
+		select {
+		case <-st.handoff:
+			t.Stop()
+			return 0, "", true
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return 0, "", false
+		}
+	}
+	if !high {
+		st.normalWaiting.Add(1)
+		defer st.normalWaiting.Add(-1)
+	}
 	for {
 		var res bucket.Reservation
 		start := time.Now()
@@ -521,6 +597,14 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, pol K
 				p.m.lateSlots.WithLabelValues().Inc()
 				continue
 			}
+			if !high {
+				select {
+				case st.handoff <- struct{}{}:
+					p.m.handoffs.WithLabelValues().Inc()
+					continue // a high-priority record sends in this slot
+				default:
+				}
+			}
 			return 0, "", true
 		}
 		if res.Wait > p.cfg.MaxTokenWait {
@@ -539,6 +623,14 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, pol K
 			return 0, "", false
 		}
 	}
+}
+
+// handoffWait is how long a high-priority record waits for a normal one's
+// slot before it reserves its own: two slot intervals of lim, within
+// [50 ms, maxWait].
+func handoffWait(lim bucket.Limit, maxWait time.Duration) time.Duration {
+	d := time.Duration(2 / lim.PerSecond * float64(time.Second))
+	return min(max(d, 50*time.Millisecond), maxWait)
 }
 
 // lateSlot is how late a sender may use its slot: half a slot interval,

@@ -27,6 +27,7 @@ type metrics struct {
 	fallback    *prometheus.GaugeVec     // channel
 	bucketCalls *prometheus.CounterVec   // channel
 	lateSlots   *prometheus.CounterVec   // channel
+	handoffs    *prometheus.CounterVec   // channel
 
 	codesMu sync.Mutex
 	codes   map[string]bool // provider codes given a label so far
@@ -85,9 +86,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "pacer", Name: "duplicates_skipped_total",
 			Help: "Re-delivered records whose id the idempotency ledger shows as delivered; not sent again.",
 		}, nil),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pacer", Name: "priority_handoffs_total",
+			Help: "Send slots a normal-priority record gave to a waiting high-priority record of its pacing key.",
+		}, nil),
 		requeued: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "requeued_total",
-			Help: "Records put back on a retry topic without an attempt, by reason (cooldown, token-wait, pair-throttle).",
+			Help: "Records put back on a retry topic without an attempt, by reason (cooldown, token-wait, pair-throttle, breaker, paused, not-before).",
 		}, []string{"reason"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "retries_total",
@@ -134,19 +139,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []string{"success", "throttle", "transient", "permanent", "halt", "unknown"} {
 		m.sends.WithLabelValues(c)
 	}
-	for _, r := range []string{"malformed", "expired", "permanent", "attempts-exhausted", "unknown-outcome", "too-large"} {
+	for _, r := range []string{"malformed", "expired", "permanent", "attempts-exhausted", "unknown-outcome", "too-large", "cancelled"} {
 		m.dlq.WithLabelValues(r)
 	}
-	for _, r := range []string{"cooldown", "token-wait", "pair-throttle", "breaker"} {
+	for _, r := range []string{"cooldown", "token-wait", "pair-throttle", "breaker", "paused", "not-before"} {
 		m.requeued.WithLabelValues(r)
 	}
 	m.retries.WithLabelValues()
+	m.handoffs.WithLabelValues()
 	m.duplicates.WithLabelValues()
 	m.redisErrors.WithLabelValues()
 	m.delivered.WithLabelValues()
 	m.bucketCalls.WithLabelValues()
 	m.lateSlots.WithLabelValues()
-	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.retries, m.dlq, m.bucketWait, m.takeLatency,
+	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.handoffs, m.retries, m.dlq, m.bucketWait, m.takeLatency,
 		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls, m.lateSlots} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

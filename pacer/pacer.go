@@ -112,6 +112,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/prometheus/client_golang/prometheus"
@@ -159,6 +160,9 @@ type Deps struct {
 	// gives every key the channel's (Config.Limit, RecipientLimit, AIMD,
 	// Breaker) as a [StaticPolicy].
 	Policy Policy
+	// Campaigns holds campaign states (paused, cancelled) and counters
+	// (*control.Store); nil: no campaign control, nothing counted.
+	Campaigns CampaignStore
 }
 
 // Redis failure modes for [Config.RedisFailure].
@@ -395,6 +399,7 @@ type Pacer struct {
 	// policyDefault is the channel's policy from Config: a key's policy
 	// until its first read of Policy.
 	policyDefault StaticPolicy
+	camps         *campaigns // nil without Deps.Campaigns
 	keys          keyStates
 	m             *metrics
 	qm            *queueMetrics
@@ -460,6 +465,10 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	if p.policy == nil {
 		p.policy = p.policyDefault
 	}
+	if deps.Campaigns != nil {
+		p.camps = &campaigns{store: deps.Campaigns, channel: cfg.Channel, log: p.log, base: context.Background(),
+			states: map[string]*campaignState{}, counts: map[string]*control.Counts{}}
+	}
 	p.redisOK.Store(true)
 	p.kafkaOK.Store(true)
 	return p, nil
@@ -479,6 +488,10 @@ func (p *Pacer) Run(ctx context.Context) error {
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
 	p.sendCtx = sendCtx
+	if p.camps != nil {
+		p.camps.base = sendCtx
+		go p.camps.loop(sendCtx)
+	}
 
 	topics := []string{p.cfg.Topic}
 	for i := range p.cfg.RetryDelays {
@@ -576,6 +589,9 @@ func (p *Pacer) Run(ctx context.Context) error {
 	p.stopAll()
 	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Drain)
 	defer cancel()
+	if p.camps != nil {
+		p.camps.flush(commitCtx)
+	}
 	if err := cl.CommitMarkedOffsets(commitCtx); err != nil {
 		p.log.Error("final commit failed; finished records will be re-delivered (the ledger skips delivered ones)", "err", err)
 	}

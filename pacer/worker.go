@@ -1,6 +1,7 @@
 package pacer
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"sync"
@@ -52,11 +53,15 @@ type pending struct {
 	finished bool
 }
 
-// keyQueue is one pacing key's records in a partition, in offset order.
+// keyQueue is one pacing key's records in a partition, in offset order:
+// two FIFOs, high-priority records first.
 type keyQueue struct {
 	waiting []*kgo.Record // not started yet
 	entries []*pending    // the pending of each waiting record
-	running int           // being handled
+	high    []*kgo.Record // priority high, not started yet: they start before waiting
+	highE   []*pending
+	running int // being handled
+	runHigh int // of which priority high
 	// parkedUntil is the estimated slot of the last record parked for
 	// this key by this worker: the next parked record is due one slot later.
 	parkedUntil time.Time
@@ -64,7 +69,18 @@ type keyQueue struct {
 	seen        time.Time // the batch rate was read for
 }
 
-func (q *keyQueue) size() int { return len(q.waiting) + q.running }
+func (q *keyQueue) size() int { return len(q.waiting) + len(q.high) + q.running }
+
+// highPriority reports whether r's envelope has priority high. Only a
+// value that mentions "priority" is parsed, so a normal record costs one
+// byte search.
+func highPriority(r *kgo.Record) bool {
+	if !bytes.Contains(r.Value, []byte(`"priority"`)) {
+		return false
+	}
+	env, err := ParseEnvelope(r.Value)
+	return err == nil && env.High()
+}
 
 func newWorker(p *Pacer, cl *kgo.Client, k tp) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -159,6 +175,14 @@ func (w *worker) push(rs []*kgo.Record) {
 		if q.seen != now {
 			q.seen, q.rate = now, w.p.keyRate(k)
 		}
+		if !w.p.strict() && highPriority(r) {
+			// Ahead of the key's normal records, never parked behind them.
+			q.high = append(q.high, r)
+			q.highE = append(q.highE, e)
+			w.held++
+			w.dispatch(q)
+			continue
+		}
 		over := q.size() >= w.p.keyBound(q.rate) || (w.held >= w.p.cfg.MaxQueued && q.size() >= w.p.cfg.InFlight)
 		if over && !w.p.strict() && !readMeta(r).due.After(now) {
 			jobs = append(jobs, parkJob{k, e, r, w.slotAfter(q, now)})
@@ -191,25 +215,40 @@ func (w *worker) slotAfter(q *keyQueue, now time.Time) time.Time {
 	return due
 }
 
-// dispatch starts q's waiting records while the key has fewer than
-// InFlight being handled. Callers hold w.mu.
+// dispatch starts q's records while the key has fewer than InFlight being
+// handled: high ones first, and high ones up to InFlight of their own, so a
+// key's normal records already waiting for slots never keep a high one
+// from starting (it then takes the next slot: see [Pacer.acquire]).
+// Callers hold w.mu.
 func (w *worker) dispatch(q *keyQueue) {
-	for !w.stopped && q.running < w.p.cfg.InFlight && len(q.waiting) > 0 {
+	for !w.stopped && q.runHigh < w.p.cfg.InFlight && len(q.high) > 0 {
+		r, e := q.high[0], q.highE[0]
+		q.high[0], q.highE[0] = nil, nil
+		q.high, q.highE = q.high[1:], q.highE[1:]
+		q.running++
+		q.runHigh++
+		w.wg.Add(1)
+		go w.handleOne(q, r, e, true)
+	}
+	for !w.stopped && q.running-q.runHigh < w.p.cfg.InFlight && len(q.waiting) > 0 {
 		r, e := q.waiting[0], q.entries[0]
 		q.waiting[0], q.entries[0] = nil, nil
 		q.waiting, q.entries = q.waiting[1:], q.entries[1:]
 		q.running++
 		w.wg.Add(1)
-		go w.handleOne(q, r, e)
+		go w.handleOne(q, r, e, false)
 	}
 }
 
-func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending) {
+func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, high bool) {
 	defer w.wg.Done()
 	ok := w.p.handle(w, r)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q.running--
+	if high {
+		q.runHigh--
+	}
 	w.held--
 	if ok {
 		// Not finished (stopped first): it stays in the log, so nothing

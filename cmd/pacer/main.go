@@ -6,6 +6,8 @@
 //	pacer ingest                         the HTTP API for tenants (PACER_INGEST_* variables)
 //	pacer status --channel whatsapp      per-key rate, limit, tokens, cooldown, breaker
 //	pacer dlq replay --channel whatsapp  put DLQ records back on the main topic
+//	pacer limit set|get|unset            per-key limits at run time
+//	pacer campaign pause|resume|cancel   campaign control at run time; status: its progress
 //	pacer demo                           the whole flow in-process, no servers
 //	pacer fake-provider whatsapp         a fake WhatsApp Cloud API for tests
 //
@@ -34,6 +36,8 @@ commands:
   ingest         serve the HTTP ingest API for tenants (configured by PACER_* variables)
   status         per-key rate, limit, tokens, cooldown and breaker from Redis
   dlq replay     put dead-lettered records back on the main topic
+  limit          set, get or unset a pacing key's limit at run time (set|get|unset)
+  campaign       pause, resume or cancel a campaign at run time, or show its status
   demo           run the whole flow in-process: embedded Kafka, Redis and a fake provider
   fake-provider  serve a fake provider API (whatsapp) for tests
   version        print the version of this binary
@@ -69,6 +73,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
 	case "status":
 		err = cmdStatus(ctx, args[1:], stdout, stderr, lookup)
+	case "limit":
+		err = cmdLimit(ctx, args[1:], stdout, stderr, lookup)
+	case "campaign":
+		err = cmdCampaign(ctx, args[1:], stdout, stderr, lookup)
 	case "dlq":
 		err = cmdDLQ(ctx, args[1:], stdout, stderr, lookup)
 	case "fake-provider":

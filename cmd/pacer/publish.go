@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/pacer"
+	"github.com/redis/go-redis/v9"
 	"github.com/schollz/progressbar/v3"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/term"
@@ -96,6 +100,7 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	s, err := pacer.Publish(ctx, cl, in, pc)
 	fmt.Fprintf(stdout, "published %d, rejected %d, %.2fs, %.0f msgs/s (topic %s, %d partitions)\n",
 		s.Published, s.Rejected, s.Elapsed.Seconds(), s.Rate(), *topic, n)
+	countPublished(ctx, cfg, *channel, s.ByCampaign, stderr)
 	if err != nil {
 		return err
 	}
@@ -103,4 +108,30 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return fmt.Errorf("%d line(s) rejected", s.Rejected)
 	}
 	return nil
+}
+
+// countPublished adds the records published per campaign to the campaigns'
+// counters in Redis (one HINCRBY per campaign), for `pacer campaign
+// status`. Best effort: without Redis the count stays unknown and publish
+// still succeeds.
+func countPublished(ctx context.Context, cfg config, channel string, byCampaign map[string]int, stderr io.Writer) {
+	if len(byCampaign) == 0 {
+		return
+	}
+	rdb, err := newRedis(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "pacer: campaign counts not recorded: %v\n", err)
+		return
+	}
+	defer rdb.Close()
+	redis.SetLogger(quietRedis{})
+	st := control.New(rdb, bucket.NewKeys(cfg.RedisPrefix))
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for c, n := range byCampaign {
+		if err := st.AddPublished(ctx, channel, c, int64(n)); err != nil {
+			fmt.Fprintf(stderr, "pacer: campaign %s: published count not recorded in Redis (%s): %v\n", c, redisSetting(cfg), err)
+			return
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/pacerhq/pacer/pacer/statuspage"
@@ -78,23 +79,27 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	}
 
 	publishLimit(ctx, rdb, cfg.RedisPrefix, ch.name, pc.Limit, log)
+	// Per-key limits and campaign controls set at run time (pacer limit,
+	// pacer campaign) live in Redis under the limiter's key names.
+	ctl := control.New(rdb, lim.Keys())
+	base := pacer.KeyPolicy{Limit: pc.Limit, RecipientLimit: pc.RecipientLimit, AIMD: pc.AIMD, Breaker: pc.Breaker}
+	policy := pacer.OverridePolicy{Base: base, Channel: ch.name, Store: ctl}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p, err := pacer.New(pc, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + ch.name),
 		kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))},
 		pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Ledger: ledger.New(rdb, lim.Keys()), Sender: sender,
 			Fallback:  bucket.NewLocal(bucket.LocalConfig{Replicas: cfg.ExpectedReplicas}),
-			RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}, reg)
+			RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+			Policy:    policy, Campaigns: ctl}, reg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 
 	go publishBacklog(ctx, rdb, cfg.RedisPrefix, ch.name, p.Owner(), p, log)
 	// The status page: this replica publishes its active keys, and its page
-	// shows every replica's (SLOT(per-key policy): a Redis-held policy
-	// replaces the static one here when per-key limits land).
-	scfg := statuspage.Config{Channel: ch.name, Prefix: cfg.RedisPrefix, Logger: log,
-		Policy: pacer.StaticPolicy{Limit: pc.Limit, RecipientLimit: pc.RecipientLimit, AIMD: pc.AIMD, Breaker: pc.Breaker}}
+	// shows every replica's, with each key's limit as set at run time.
+	scfg := statuspage.Config{Channel: ch.name, Prefix: cfg.RedisPrefix, Logger: log, Policy: policy}
 	go statuspage.NewPublisher(rdb, scfg, p.ActiveKeys).Run(ctx)
 	srv := &http.Server{Handler: opsHandler(reg, p.Ready, statuspage.New(rdb, scfg).Register), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
