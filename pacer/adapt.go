@@ -101,6 +101,12 @@ type keyState struct {
 	// normalWaiting counts the key's normal senders in acquire.
 	handoff       chan struct{}
 	normalWaiting atomic.Int32
+	// lastSlot is the latest slot handed out to a sender of the key in
+	// this process; raisedAfter, set when the key's limit rose, is when
+	// the slots granted at the old rate end: slots of the new rate before
+	// it are skipped (see acquire).
+	lastSlot    time.Time
+	raisedAfter time.Time
 
 	disp    *bucket.Dispenser // leases of this key's slots, shared by this process's senders
 	dispLim bucket.Limit      // the limit disp leases under
@@ -278,6 +284,7 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	}
 	ceilingChanged := st.pol.Limit != pol.Limit
 	st.pol = pol
+	prev := st.limit
 	if aerr == nil {
 		if a.Increased {
 			log.Info("clean window: rate raised", "rate", a.Rate, "ceiling", a.Ceiling)
@@ -285,6 +292,12 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		st.set(a, pol.Limit, now)
 	} else if ceilingChanged {
 		st.limit = pol.Limit
+	}
+	if st.limit.PerSecond > prev.PerSecond && st.lastSlot.After(now) {
+		// The bucket counts the slots granted ahead as tokens: at a higher
+		// rate it would start new slots among those this process already
+		// handed out at the old one. New slots start after them instead.
+		st.raisedAfter = st.lastSlot.Add(time.Duration(float64(time.Second) / st.limit.PerSecond))
 	}
 	if berr == nil {
 		st.breaker = bs.State

@@ -176,6 +176,9 @@ func (p *Pacer) steps(f *flight) outcome {
 			o = p.slot(f)
 		}
 		if o.kind == pass {
+			o = p.campaignGate(f)
+		}
+		if o.kind == pass {
 			o = p.claim(f)
 		}
 		if o.kind == pass {
@@ -217,6 +220,22 @@ func (p *Pacer) admit(f *flight) outcome {
 	}
 	f.locked = true
 	f.st = p.keyState(env.Key)
+	return next()
+}
+
+// campaignGate looks again at the campaign's state (as cached, no Redis
+// call) once the slot came: a record that waited for its slot when its
+// campaign was paused or cancelled is not sent (the slot goes unused).
+func (p *Pacer) campaignGate(f *flight) outcome {
+	if p.camps == nil || f.env.Campaign == "" {
+		return next()
+	}
+	switch st := p.camps.cached(f.env.Campaign); {
+	case st == control.Paused:
+		return deferUntil("paused", pausedRecheck)
+	case st == control.Cancelled && !f.m.replayed:
+		return dead("cancelled", "campaign "+f.env.Campaign+" was cancelled")
+	}
 	return next()
 }
 
@@ -587,6 +606,15 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 		}
 		p.m.takeLatency.WithLabelValues().Observe(time.Since(start).Seconds())
 		if res.OK {
+			st.mu.Lock()
+			skip := res.At.Before(st.raisedAfter)
+			if !skip && res.At.After(st.lastSlot) {
+				st.lastSlot = res.At
+			}
+			st.mu.Unlock()
+			if skip {
+				continue // among the slots granted before the key's limit rose
+			}
 			if !sleep(ctx, res.Delay) {
 				return 0, "", false
 			}

@@ -114,6 +114,17 @@ func (c *campaigns) state(ctx context.Context, campaign string) (control.State, 
 	return cs.state, true
 }
 
+// cached returns campaign's state as last read, without waiting (Running
+// when it was never read).
+func (c *campaigns) cached(campaign string) control.State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cs := c.states[campaign]; cs != nil {
+		return cs.state
+	}
+	return control.Running
+}
+
 // refresh reads the states of names; an error keeps the last ones (and
 // retries within campaignRefresh).
 func (c *campaigns) refresh(ctx context.Context, names []string) {

@@ -62,7 +62,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		fmt.Fprintf(stdout, "  %-28s %d\n", r, s.ByReason[r])
 	}
 	if err == nil && s.Replayed == 0 && s.Scanned > 0 && (*reason != "" || *campaign != "") {
-		fmt.Fprintln(stderr, "pacer: no DLQ record matched --reason/--campaign; reasons are malformed, expired, permanent[:code], attempts-exhausted, unknown-outcome, too-large")
+		fmt.Fprintln(stderr, "pacer: no DLQ record matched --reason/--campaign; reasons are malformed, expired, permanent[:code], attempts-exhausted, unknown-outcome, too-large, cancelled")
 	}
 	return err
 }
