@@ -423,3 +423,27 @@ func grepLines(s string, words ...string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestLimitSetRefusesBadValues: invalid values are refused before Redis is
+// touched, with exit status 2 and the flag named.
+func TestLimitSetRefusesBadValues(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--rate", "0"}, "--rate"},
+		{[]string{"--rate", "-5"}, "--rate"},
+		{[]string{"--rate", "fast"}, "--rate"},
+		{[]string{"--rate", "NaN"}, "--rate"},
+		{[]string{"--rate", "10", "--burst", "0"}, "--burst"},
+		{[]string{"--rate", "10", "--burst", "2.5"}, "--burst"},
+		{[]string{"--rate", "0.000001", "--burst", "1000000000"}, "--burst"},
+	} {
+		var out, errb strings.Builder
+		args := append([]string{"limit", "set", "--channel", "whatsapp", "--key", "106"}, c.args...)
+		code := run(t.Context(), args, strings.NewReader(""), &out, &errb, func(string) (string, bool) { return "", false })
+		if code != 2 || !strings.Contains(errb.String(), c.flag) {
+			t.Errorf("pacer %v: exit %d, stderr %q; want 2 naming %s", args, code, errb.String(), c.flag)
+		}
+	}
+}
