@@ -342,12 +342,13 @@ func runPriority(t *testing.T, backlog int, rate float64) (time.Duration, float6
 }
 
 // TestLivePriorityShort: a high message behind 20,000 normal ones of one
-// number is sent within 2 s (4 s on a loaded machine), by taking a normal
-// one's slot.
+// number is sent within 2 s (it takes tens of ms: the bound leaves room for
+// a loaded machine), by taking a normal one's slot; in the key's normal
+// FIFO it would wait for the key's lookahead (5 s of its rate).
 func TestLivePriorityShort(t *testing.T) {
 	lat, handoffs := runPriority(t, 20_000, 50)
-	if lat > 4*time.Second {
-		t.Errorf("high message sent %v after its publish, want within 2 s (4 s bound here)", lat)
+	if lat > 2*time.Second {
+		t.Errorf("high message sent %v after its publish, want within 2 s", lat)
 	}
 	if handoffs < 1 {
 		t.Errorf("pacer_priority_handoffs_total = %.0f: the high message did not take a normal one's slot", handoffs)
