@@ -11,12 +11,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// plaintextToTLS is how franz-go (pkg/kgo, broker.go) says that a
+// plaintext client got a TLS alert for an answer; the error has no type.
+const plaintextToTLS = "is this a plaintext connection speaking to a tls endpoint"
+
 // securityCause says which part of a secured connection failed, in words
 // ("authentication failed", "TLS: certificate signed by unknown
 // authority"), or "" when err is no such failure.
 func securityCause(err error) string {
 	var (
-		unknownCA *x509.UnknownAuthorityError
+		unknownCA x509.UnknownAuthorityError
 		host      x509.HostnameError
 		invalid   x509.CertificateInvalidError
 		header    tls.RecordHeaderError
@@ -40,6 +44,8 @@ func securityCause(err error) string {
 		// A TLS alert from the broker: "tls: certificate required",
 		// "tls: bad certificate", ...
 		return "TLS: the broker refused the handshake (" + op.Err.Error() + ")"
+	case err != nil && strings.Contains(err.Error(), plaintextToTLS):
+		return "TLS: the broker answered in TLS to a plaintext client"
 	case errors.As(err, &eof):
 		return "the broker closed the connection at once: it expects TLS or SASL and the client does not use it, or the reverse"
 	}

@@ -221,7 +221,7 @@ func kafkaOpts(cfg config) ([]kgo.Opt, error) {
 // retry mends (see [pacer.KafkaCause]), or "" for any other.
 func kafkaSetting(cfg config, err error) string {
 	var (
-		unknownCA *x509.UnknownAuthorityError
+		unknownCA x509.UnknownAuthorityError
 		host      x509.HostnameError
 		invalid   x509.CertificateInvalidError
 		header    tls.RecordHeaderError
@@ -241,6 +241,8 @@ func kafkaSetting(cfg config, err error) string {
 		return "PACER_KAFKA_TLS"
 	case errors.As(err, &op) && op.Op == "remote error":
 		return "PACER_KAFKA_TLS_CERT_FILE, PACER_KAFKA_TLS_KEY_FILE"
+	case err != nil && strings.Contains(err.Error(), "is this a plaintext connection speaking to a tls endpoint"): // franz-go's words
+		return "PACER_KAFKA_TLS"
 	case errors.As(err, &eof):
 		switch {
 		case !cfg.KafkaTLS:
