@@ -73,6 +73,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err = lim.Load(lctx)
 	cancel()
+	if r := redisRefusal(err); r != "" {
+		// Credentials or certificates: waiting cannot help.
+		return fmt.Errorf("redis: %s: %w", r, err)
+	}
 	if err != nil {
 		// Not fatal: the pacer stays not-ready and retries until Redis answers.
 		log.Warn("redis not reachable at start-up; sends wait until it is", "err", err)

@@ -271,3 +271,37 @@ func kafkaFailure(cfg config, err error) error {
 	}
 	return err
 }
+
+// redisRefusal says why Redis refused the connection when no retry can
+// mend it (credentials, certificates), naming the settings to look at;
+// "" for any other failure (a server that is down, a timeout).
+func redisRefusal(err error) string {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		host      x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		header    tls.RecordHeaderError
+		op        *net.OpError
+	)
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	switch {
+	// WRONGPASS: a wrong user or password; the other two: a password
+	// without a user where the default user has none, or no password.
+	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "without any password configured"):
+		return "authentication failed (PACER_REDIS_USERNAME and PACER_REDIS_PASSWORD, or the user and password of PACER_REDIS_URL)"
+	case errors.As(err, &unknownCA):
+		return "TLS: certificate signed by unknown authority (PACER_REDIS_TLS_CA_FILE)"
+	case errors.As(err, &host):
+		return "TLS: the server's certificate is not valid for " + host.Host + " (PACER_REDIS_TLS_SERVER_NAME)"
+	case errors.As(err, &invalid):
+		return "TLS: " + strings.TrimPrefix(invalid.Error(), "x509: ") + " (the server's certificate; PACER_REDIS_TLS_CA_FILE)"
+	case errors.As(err, &header):
+		return "TLS: the server does not answer in TLS (PACER_REDIS_TLS, or rediss:// in PACER_REDIS_URL)"
+	case errors.As(err, &op) && op.Op == "remote error":
+		return "TLS: the server refused the handshake (" + op.Err.Error() + ") (PACER_REDIS_TLS_CERT_FILE, PACER_REDIS_TLS_KEY_FILE)"
+	}
+	return ""
+}

@@ -295,3 +295,39 @@ func containsParts(s, want string) bool {
 	}
 	return true
 }
+
+// TestSecureRedisRefused: a wrong password or an unknown CA ends status and
+// run at once with a cause naming the setting (run would otherwise wait for
+// Redis, not ready), and never echoes the password.
+func TestSecureRedisRefused(t *testing.T) {
+	w := newSecureWorld(t, whatsapptest.Config{Rate: 10, Burst: 10})
+	wrong := "wrong-" + w.prefix
+	w.secrets = append(w.secrets, wrong)
+	for _, c := range []struct {
+		name, want string
+		set        map[string]string
+	}{
+		{"wrong password", "redis: authentication failed (PACER_REDIS_USERNAME and PACER_REDIS_PASSWORD, or the user and password of PACER_REDIS_URL): …WRONGPASS",
+			map[string]string{"PACER_REDIS_PASSWORD_FILE": "", "PACER_REDIS_PASSWORD": wrong}},
+		{"wrong CA", "redis: TLS: certificate signed by unknown authority (PACER_REDIS_TLS_CA_FILE)",
+			map[string]string{"PACER_REDIS_TLS_CA_FILE": otherCA(t)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, _ := pacerCmd(t, w.with(c.set), "", time.Minute, "status", "--channel", "whatsapp")
+			t.Logf("status: exit %d: %s", code, strings.TrimSpace(out))
+			if code != 1 || !containsParts(out, "pacer: status: "+c.want) {
+				t.Errorf("status: exit %d, want 1 and %q\n%s", code, c.want, out)
+			}
+			w.checkNoSecret(t, "status output", out)
+			set := map[string]string{"PACER_METRICS_ADDR": "127.0.0.1:0"}
+			for k, v := range c.set {
+				set[k] = v
+			}
+			code, out, _ = pacerCmd(t, w.with(set), "", time.Minute, "run", "--channel", "whatsapp", "--topic", w.topic, "--group", "pacer-"+w.prefix)
+			if code != 1 || !containsParts(out, "pacer: "+c.want) {
+				t.Errorf("run: exit %d, want 1 and %q\n%s", code, c.want, out)
+			}
+			w.checkNoSecret(t, "run's output", out)
+		})
+	}
+}
