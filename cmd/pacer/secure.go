@@ -256,19 +256,21 @@ func kafkaSetting(cfg config, err error) string {
 	return ""
 }
 
-// kafkaFailure returns err, a Kafka failure of a command, as a
-// [*pacer.KafkaError] whose cause names the setting to look at when one is
-// at fault ("authentication failed (PACER_KAFKA_SASL_*)").
+// kafkaFailure returns err, a Kafka failure of a command: when a setting
+// is at fault ([kafkaSetting]), as a [*pacer.KafkaError] whose cause names
+// it ("authentication failed (PACER_KAFKA_SASL_*)"); else unchanged.
 func kafkaFailure(cfg config, err error) error {
+	s := kafkaSetting(cfg, err)
+	if s == "" {
+		return err
+	}
 	var ke *pacer.KafkaError
 	if !errors.As(err, &ke) {
 		cause, _ := pacer.KafkaCause(err)
 		ke = &pacer.KafkaError{Cause: cause, Err: err}
 		err = ke
 	}
-	if s := kafkaSetting(cfg, err); s != "" {
-		ke.Cause += " (" + s + ")"
-	}
+	ke.Cause += " (" + s + ")"
 	return err
 }
 
