@@ -10,7 +10,7 @@ GO_TEST_TIMEOUT ?= 20m
 PKGS ?= ./...
 STOP_SERVERS := scripts/kafka.sh stop; scripts/redis.sh stop; scripts/redis-cluster.sh stop
 
-.PHONY: build demo test test-short bench soak lint servers stop-servers
+.PHONY: build demo test test-short bench bench-ingest soak lint servers stop-servers
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
@@ -55,3 +55,12 @@ servers:
 
 stop-servers:
 	@$(STOP_SERVERS)
+
+# bench-ingest: `pacer ingest` under load (vegeta) on the real Kafka broker and
+# redis-server, against a plain produce-only handler, and the quota accuracy
+# of a tenant at 100 req/s under 64 connections. PACER_BENCH_DURATION sets
+# each run's length (default 10s). Figures: BENCHMARKS.md.
+bench-ingest:
+	@trap '$(STOP_SERVERS)' EXIT; \
+	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	$(GO) test -tags benchingest -run '^TestLoad' -count=1 -v -timeout 20m ./pacer/ingest/

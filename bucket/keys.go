@@ -78,3 +78,16 @@ func (k Keys) ID(channel, key, id string) string { return k.name(channel, key, "
 // Window is the sliding-window counter of (scope, key), e.g. scope "tenant"
 // or "ip" (package window).
 func (k Keys) Window(scope, key string) string { return k.name(scope, key, "window") }
+
+// Ingest is a piece of the ingest gateway's state (package quota): kind is
+// "ip", "tenant", "tenant-day", "channel" (a tier's bucket or window), "id"
+// (an accepted envelope id of a tenant) or "ikey" (an Idempotency-Key of a
+// tenant), name its subject. Every ingest key shares the hash tag {ingest}:
+// one request's tiers and ids are checked in one script, which Redis
+// Cluster runs only on keys of one slot, so all ingest state lives on one
+// node.
+//
+//	pacer:{ingest}:<kind>:<name>
+func (k Keys) Ingest(kind, name string) string {
+	return k.Prefix() + ":{ingest}:" + kind + ":" + name
+}

@@ -27,7 +27,7 @@ var scripts = []struct {
 	{"cooldown.lua", Cooldown, nil},
 	{"reserve.lua", Reserve, []string{"refill"}},
 	{"lease_return.lua", LeaseReturn, []string{"refill"}},
-	{"window.lua", Window, nil},
+	{"window.lua", Window, []string{"window_read"}},
 	{"aimd_throttle.lua", AIMDThrottle, []string{"aimd_read", "adapt_base"}},
 	{"aimd_recover.lua", AIMDRecover, []string{"aimd_read", "adapt_base"}},
 	{"aimd_state.lua", AIMDState, []string{"aimd_read", "adapt_base"}},
@@ -36,6 +36,8 @@ var scripts = []struct {
 	{"breaker_status.lua", BreakerStatus, []string{"breaker_read", "adapt_base"}},
 	{"claim.lua", Claim, nil},
 	{"release.lua", Release, nil},
+	{"quota.lua", Quota, []string{"refill", "window_read"}},
+	{"quota_finish.lua", QuotaFinish, nil},
 }
 
 // TestContracts checks that every script opens with its contract (style.md

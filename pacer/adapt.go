@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
@@ -92,7 +93,8 @@ type keyState struct {
 	breakerUntil  time.Time
 	cooldownUntil time.Time
 	lastSeen      time.Time
-	users         int // records of this key being handled now; never swept while > 0
+	users         int           // records of this key being handled now; never swept while > 0
+	delivered     atomic.Uint64 // messages of this key the provider accepted through this process
 
 	disp    *bucket.Dispenser // leases of this key's slots, shared by this process's senders
 	dispLim bucket.Limit      // the limit disp leases under

@@ -376,6 +376,7 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 	switch o.kind {
 	case delivered:
 		p.delivered(ctx, f.env, o.res, f.log)
+		f.st.delivered.Add(1)
 		done = true
 	case duplicate:
 		p.m.duplicates.WithLabelValues().Inc()

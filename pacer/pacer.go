@@ -75,6 +75,7 @@
 //	pacer_keys_cooldown                 active keys in a cooldown
 //	pacer_keys_at_floor                 active keys at the AIMD floor
 //	pacer_breakers_open                 active keys whose breaker is open or half-open
+//	pacer_consumer_lag_records{topic}   the group's records past its commits, per topic (every replica reports it: use max)
 package pacer
 
 import (
@@ -382,8 +383,9 @@ type Pacer struct {
 	idsMu sync.Mutex
 	ids   map[string]chan struct{} // envelope ids being handled; closed when done
 
-	tally   tally     // records finished, by how, for the progress log
-	started time.Time // when Run began
+	lag     *prometheus.GaugeVec // pacer_consumer_lag_records{topic}
+	tally   tally                // records finished, by how, for the progress log
+	started time.Time            // when Run began
 
 	mu      sync.Mutex
 	workers map[tp]*worker
@@ -420,6 +422,9 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, sender: deps.Sender, m: m,
 		log: cfg.Logger.With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}},
 		ids: map[string]chan struct{}{}}
+	if p.lag, err = newLagGauge(wrapped); err != nil {
+		return nil, fmt.Errorf("pacer: metrics: %w", err)
+	}
 	for _, c := range p.keyGauges() {
 		if err := wrapped.Register(c); err != nil {
 			return nil, fmt.Errorf("pacer: metrics: %w", err)
@@ -498,6 +503,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 		go p.watch(ctx, "redis", &p.redisOK, p.ping, func() { p.m.fallback.WithLabelValues().Set(0) })
 	}
 	go p.sweepLoop(ctx)
+	go p.lagLoop(ctx, cl, topics)
 	if p.cfg.ProgressEvery > 0 {
 		go p.progressLoop(ctx)
 	}

@@ -25,7 +25,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -100,8 +99,15 @@ type Config struct {
 	// Send's ctx bounds the token request.
 	TokenSource oauth2.TokenSource
 	// HTTPClient sends the FCM requests and the token requests; default a
-	// client with a [DefaultTimeout] timeout.
+	// client with a [DefaultTimeout] timeout on the transport of
+	// [channels.NewTransport] (HTTP/2 when FCM offers it, keep-alive
+	// connections reused).
 	HTTPClient *http.Client
+	// MaxIdleConnsPerHost is how many idle connections to the provider the
+	// default client keeps for reuse; default
+	// [channels.DefaultMaxIdleConnsPerHost]. Set it to at least the sends a
+	// process has in flight at once. Ignored when HTTPClient is set.
+	MaxIdleConnsPerHost int
 	// DataIDKey, if set, makes Send add message.data[DataIDKey] = m.ID
 	// unless the payload sets that key. The app then sees the envelope id,
 	// which lets it drop the duplicates that retried 503s can cause; with
@@ -141,7 +147,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, errors.New("fcm: Config.BaseURL is not an absolute http or https URL")
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout}
+		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout, Transport: channels.NewTransport(cfg.MaxIdleConnsPerHost, nil)}
 	}
 	c := &Client{base: base, hc: cfg.HTTPClient, dataID: cfg.DataIDKey}
 	switch {
@@ -350,8 +356,7 @@ func (c *Client) post(ctx context.Context, u string, body []byte, access, to str
 		// *url.Error names the URL (host, project), never the header.
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Transient, Err: err}
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBodySize))
+	raw, err := channels.ReadBody(resp.Body, maxBodySize)
 	if err != nil {
 		if ctx.Err() != nil {
 			return channels.Result{}, ctx.Err()

@@ -898,3 +898,13 @@ func TestSendAgainstFake(t *testing.T) {
 		}
 	})
 }
+
+// TestConnectionReuse: the default client reuses its connections, at most 1
+// new one per 1,000 messages after warm-up (issue 9).
+func TestConnectionReuse(t *testing.T) {
+	h := channeltest.Responder(200, channeltest.ReadTestdata(t, "success.json"), "Content-Type", "application/json")
+	channeltest.CheckReuse(t, h, func(baseURL string) func(context.Context) error {
+		c := newClient(t, baseURL)
+		return func(ctx context.Context) error { _, err := c.Send(ctx, message()); return err }
+	})
+}

@@ -625,3 +625,13 @@ func TestSendAgainstFake(t *testing.T) {
 		t.Errorf("wrong key: %+v; want halt 401", e)
 	}
 }
+
+// TestConnectionReuse: the default client reuses its connections, at most 1
+// new one per 1,000 messages after warm-up (issue 9).
+func TestConnectionReuse(t *testing.T) {
+	h := channeltest.Responder(202, "", "X-Message-Id", "W_9qHD2LQKSR6ucD1A2R_w")
+	channeltest.CheckReuse(t, h, func(baseURL string) func(context.Context) error {
+		c := newClient(t, baseURL)
+		return func(ctx context.Context) error { _, err := c.Send(ctx, message()); return err }
+	})
+}

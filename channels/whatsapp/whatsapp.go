@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -64,8 +63,14 @@ type Config struct {
 	// Required. It never appears in an error.
 	Token string
 	// HTTPClient sends the requests; default a client with a
-	// [DefaultTimeout] timeout.
+	// [DefaultTimeout] timeout on the transport of [channels.NewTransport]
+	// (HTTP/2 when the Graph API offers it, keep-alive connections reused).
 	HTTPClient *http.Client
+	// MaxIdleConnsPerHost is how many idle connections to the provider the
+	// default client keeps for reuse; default
+	// [channels.DefaultMaxIdleConnsPerHost]. Set it to at least the sends a
+	// process has in flight at once. Ignored when HTTPClient is set.
+	MaxIdleConnsPerHost int
 }
 
 // Client is a [channels.Sender] for the WhatsApp Cloud API. It is safe for
@@ -103,7 +108,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.APIVersion = DefaultAPIVersion
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout}
+		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout, Transport: channels.NewTransport(cfg.MaxIdleConnsPerHost, nil)}
 	}
 	return &Client{
 		base:    base,
@@ -161,8 +166,7 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 		// *url.Error names the URL (host, version, phone-number ID), never the header.
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Transient, Err: err}
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBodySize))
+	raw, err := channels.ReadBody(resp.Body, maxBodySize)
 	if err != nil {
 		if ctx.Err() != nil {
 			return channels.Result{}, ctx.Err()

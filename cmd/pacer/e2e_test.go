@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/pacerhq/pacer/pacer/statuspage"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -350,6 +352,35 @@ func TestEndToEndOneProcess(t *testing.T) {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+	if !strings.Contains(metrics, `pacer_consumer_lag_records{channel="whatsapp",topic="`+e.topic+`"}`) {
+		t.Errorf("/metrics lacks pacer_consumer_lag_records of the topic")
+	}
+	// The status page lists the campaign's keys, with the running limit,
+	// once the replica has published them (every 5 s).
+	var st statuspage.Status
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		code, body := httpGet(t, "http://"+maddr+"/status.json?sort=key")
+		if code != 200 {
+			t.Fatalf("/status.json = %d %q", code, body)
+		}
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatalf("/status.json: %v\n%s", err, body)
+		}
+		if st.Totals.Keys == numbers || time.Now().After(deadline) {
+			break
+		}
+	}
+	if st.Channel != "whatsapp" || st.Totals.Keys != numbers || len(st.Keys) != numbers || len(st.Replicas) != 1 {
+		t.Fatalf("/status.json: channel %q, %d keys, %d rows, replicas %v; want whatsapp, %d keys, 1 replica", st.Channel, st.Totals.Keys, len(st.Keys), st.Replicas, numbers)
+	}
+	for i, k := range st.Keys {
+		if k.Key != keys[i] || k.Limit != rate || k.Burst != burst || k.Rate != rate || k.Breaker != "closed" || k.Replicas != 1 {
+			t.Errorf("/status.json row %d: %+v; want key %s at limit %v/%d, closed, 1 replica", i, k, keys[i], rate, burst)
+		}
+	}
+	if code, body := httpGet(t, "http://"+maddr+"/status"); code != 200 || !strings.Contains(body, "status.json") {
+		t.Errorf("/status = %d", code)
 	}
 	p.stop(t)
 	if strings.Contains(p.logs(), "e2e-secret-token") {

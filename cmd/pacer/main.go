@@ -3,6 +3,7 @@
 //
 //	pacer run --channel whatsapp         the daemon, configured by PACER_* variables
 //	pacer publish --channel whatsapp F   a JSONL campaign file (or -) to Kafka
+//	pacer ingest                         the HTTP API for tenants (PACER_INGEST_* variables)
 //	pacer status --channel whatsapp      per-key rate, limit, tokens, cooldown, breaker
 //	pacer dlq replay --channel whatsapp  put DLQ records back on the main topic
 //	pacer demo                           the whole flow in-process, no servers
@@ -30,6 +31,7 @@ const usage = `usage: pacer <command> [flags]
 commands:
   run            consume a channel's topic and pace its sends (configured by PACER_* variables)
   publish        publish a JSONL campaign file to a channel's topic
+  ingest         serve the HTTP ingest API for tenants (configured by PACER_* variables)
   status         per-key rate, limit, tokens, cooldown and breaker from Redis
   dlq replay     put dead-lettered records back on the main topic
   demo           run the whole flow in-process: embedded Kafka, Redis and a fake provider
@@ -61,6 +63,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdRun(ctx, args[1:], stdout, stderr, lookup)
 	case "publish":
 		err = cmdPublish(ctx, args[1:], stdin, stdout, stderr, lookup)
+	case "ingest":
+		err = cmdIngest(ctx, args[1:], stdout, stderr, lookup)
 	case "demo":
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
 	case "status":

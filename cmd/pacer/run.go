@@ -16,6 +16,7 @@ import (
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/statuspage"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -94,7 +95,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 
-	srv := &http.Server{Handler: opsHandler(reg, p.Ready), ReadHeaderTimeout: 5 * time.Second}
+	// The status page: this replica publishes its active keys, and its page
+	// shows every replica's (SLOT(per-key policy): a Redis-held policy
+	// replaces the static one here when per-key limits land).
+	scfg := statuspage.Config{Channel: ch.name, Prefix: cfg.RedisPrefix, Logger: log,
+		Policy: pacer.StaticPolicy{Limit: pc.Limit, RecipientLimit: pc.RecipientLimit, AIMD: pc.AIMD, Breaker: pc.Breaker}}
+	go statuspage.NewPublisher(rdb, scfg, p.ActiveKeys).Run(ctx)
+	srv := &http.Server{Handler: opsHandler(reg, p.Ready, statuspage.New(rdb, scfg).Register), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()
 	log.Info("metrics listening", "addr", ln.Addr().String())
@@ -110,10 +117,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	return err
 }
 
-// opsHandler serves /metrics, /healthz (the process is alive) and /readyz
-// (consuming and Redis answering).
-func opsHandler(reg *prometheus.Registry, ready func() bool) http.Handler {
+// opsHandler serves /metrics, /healthz (the process is alive), /readyz
+// (consuming and Redis answering) and what each of extra registers (the
+// status page).
+func opsHandler(reg *prometheus.Registry, ready func() bool, extra ...func(*http.ServeMux)) http.Handler {
 	mux := http.NewServeMux()
+	for _, add := range extra {
+		add(mux)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

@@ -1,6 +1,7 @@
 // Package deptest holds the tests that keep Pacer's data flowing one way:
-// cmd -> pacer -> {bucket, channels, partitioner}; bucket -> lua. The
-// subpackages of bucket (adapt, ledger, window) may import bucket and lua,
+// cmd -> pacer -> {bucket, channels, partitioner}; bucket -> lua;
+// cmd -> pacer/statuspage -> {pacer, bucket}. The
+// subpackages of bucket (adapt, ledger, window, quota) may import bucket and lua,
 // never the other way.
 package deptest
 
@@ -60,17 +61,24 @@ func TestDataFlowsOneWay(t *testing.T) {
 		kafka: "only cmd and pacer speak Kafka", prom: "only cmd and pacer measure",
 	}
 	for pkg, bad := range map[string]map[string]string{ // package => forbidden dependency prefix => why
-		"pacer": {mod + "/cmd": "nothing imports cmd"},
+		"pacer": {mod + "/cmd": "nothing imports cmd", mod + "/pacer/statuspage": "the status page reads the pacer, not the other way"},
+		"pacer/statuspage": {
+			mod + "/cmd": "nothing imports cmd", mod + "/channels/": "the page shows pacing state, never a provider's",
+		},
+		"deploy": {mod + "/": "deploy's tests check the deployment files, not Pacer's code"},
 		"bucket": {
 			mod + "/pacer": "pacer imports bucket, not the other way", mod + "/channels": "providers are pacer's business",
 			mod + "/partitioner": "keys arrive as strings", mod + "/cmd": "nothing imports cmd",
 			kafka: "only cmd and pacer speak Kafka", prom: "only cmd and pacer measure",
 			mod + "/bucket/adapt": "adapt imports bucket, not the other way", mod + "/bucket/ledger": "ledger imports bucket, not the other way",
 			mod + "/bucket/window": "window imports bucket, not the other way",
+			mod + "/bucket/quota":  "quota imports bucket, not the other way",
 		},
 		"bucket/adapt":  bucketSub,
 		"bucket/ledger": bucketSub,
 		"bucket/window": bucketSub,
+		"bucket/quota":  bucketSub,
+		"pacer/ingest":  {mod + "/cmd": "nothing imports cmd"},
 		"lua":           {mod + "/": "lua holds scripts and nothing else", "github.com/": "lua holds scripts and nothing else"},
 		"partitioner": {
 			mod + "/": "partitioner is pure functions", kafka: "partitioner computes, kgo sends", prom: "only cmd and pacer measure",
