@@ -83,10 +83,11 @@ func TestREADMEListsEverySetting(t *testing.T) {
 		listed[string(m[1])] = true
 	}
 	want := map[string]bool{}
-	tp := reflect.TypeOf(config{})
-	for i := range tp.NumField() {
-		if v := envName(tp.Field(i)); v != "" {
-			want[v] = true
+	for _, tp := range []reflect.Type{reflect.TypeOf(config{}), reflect.TypeOf(ingestConfig{})} {
+		for i := range tp.NumField() {
+			if v := envName(tp.Field(i)); v != "" {
+				want[v] = true
+			}
 		}
 	}
 	for _, ch := range channelTable {
