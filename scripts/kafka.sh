@@ -277,6 +277,7 @@ auto.create.topics.enable=true
 num.network.threads=2
 num.io.threads=2
 EOF
+	chmod 600 "$RUN/server.properties" # the PLAIN user's password
 	cat >"$RUN/log4j2.properties" <<'EOF'
 status = warn
 appender.console.type = Console
