@@ -10,7 +10,7 @@ GO_TEST_TIMEOUT ?= 20m
 PKGS ?= ./...
 STOP_SERVERS := scripts/kafka.sh stop; scripts/redis.sh stop; scripts/redis-cluster.sh stop
 
-.PHONY: build demo test test-short bench bench-ingest soak lint servers stop-servers
+.PHONY: build demo test test-short bench bench-ingest bench-queue soak lint servers stop-servers
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
@@ -37,6 +37,17 @@ bench:
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	$(GO) test -bench=. -benchmem -run='^$$' $(PKGS); \
 	$(GO) test -tags soak -run '^TestAccuracySoak$$' -count=1 -v -timeout 10m ./bucket/
+
+# bench-queue: queues per pacing key through `pacer run` (real Kafka and
+# Redis, the strict fake WhatsApp API): head-of-line figures with 400 and
+# 100,000 messages on one number, 50 numbers with spread backlogs, and a
+# SIGKILL of one of 2 replicas with parked records. About 5 minutes.
+# PACER_BENCH_SPREAD=numbers,lo,hi,rate scales the spread run;
+# PACER_BENCH_ENV=K=V,... adds pacer settings. Figures: BENCHMARKS.md.
+bench-queue:
+	@trap '$(STOP_SERVERS)' EXIT; \
+	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	PACER_BENCH_QUEUE=1 $(GO) test -count=1 -timeout 30m -v -run '^TestQueueBench$$' ./cmd/pacer/
 
 # Long runs kept out of `make test`: the 5-minute cooldown of the delivery
 # guarantees (issue: none dead-lettered as attempts-exhausted).

@@ -143,6 +143,13 @@ func RetryAfter(err error) time.Duration {
 	return 0
 }
 
+// CodeNoCredentials is the Code of the Permanent error a Sender returns,
+// without a request, for a pacing key it holds no credential for (a
+// WhatsApp phone number without its access token, say). The pacer
+// dead-letters such a message with the reason "no-credentials", which can
+// be replayed once the credential exists; other keys are not affected.
+const CodeNoCredentials = "no-credentials"
+
 // Limit is a provider's documented sending rate for one pacing key: PerSecond
 // in messages per second, Burst in messages. Source names the page the
 // numbers come from and when it was read; re-read it when the account's tier

@@ -138,6 +138,7 @@ type flight struct {
 	pol     KeyPolicy // the key's policy at the last gate
 	lim     bucket.Limit
 	probe   bool // this send is the breaker's half-open probe
+	sent    bool // a request left: its outcome is written even after a revoke
 	claimed bool // this flight holds the id's claim in the ledger
 	locked  bool // this flight holds the id in this process (lockID)
 	log     *slog.Logger
@@ -286,6 +287,7 @@ func (p *Pacer) send(f *flight) outcome {
 	msg := channels.Message{ID: f.env.ID, Key: f.env.Key, To: f.env.To, Payload: f.env.Payload}
 	sctx, cancel := context.WithTimeout(p.sendCtx, p.cfg.SendTimeout)
 	start := time.Now()
+	f.sent = true
 	res, err := p.sender.Send(sctx, msg)
 	cancel()
 	p.m.sendLatency.WithLabelValues().Observe(time.Since(start).Seconds())
@@ -329,6 +331,9 @@ func (p *Pacer) send(f *flight) outcome {
 		f.m.attempt++
 		return outcome{kind: retrying, err: err}
 	case channels.Permanent:
+		if code := codeOf(perr); code == channels.CodeNoCredentials {
+			return dead(code, err.Error()) // replayable as such once the credential exists
+		}
 		return dead("permanent:"+codeOf(perr), err.Error())
 	default: // channels.Halt
 		f.log.Error("provider refuses this pacing key (credentials or account); opening its breaker, nothing dropped",
@@ -363,6 +368,14 @@ func (p *Pacer) pairThrottled(f *flight, perr *channels.Error) outcome {
 // finished (its offset may be committed).
 func (p *Pacer) finish(f *flight, o outcome) bool {
 	ctx := f.w.ctx
+	if f.sent {
+		// The provider answered (or may have): the retry or DLQ copy is
+		// written even if the partition is revoked meanwhile, within the
+		// drain the revoke waits for; dropping it would send again.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Drain)
+		defer cancel()
+	}
 	if f.locked {
 		defer p.unlockID(f.env.Key, f.env.ID)
 	}

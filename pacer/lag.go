@@ -29,19 +29,21 @@ func newLagGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
 // reading keeps the last values (the watch on Kafka reports the outage).
 func (p *Pacer) lagLoop(ctx context.Context, cl *kgo.Client, topics []string) {
 	adm := kadm.NewClient(cl)
-	read := func() {
+	// read sets the gauges and reports whether it knew any topic's lag.
+	read := func() bool {
 		rctx, cancel := context.WithTimeout(ctx, lagEvery)
 		defer cancel()
 		lags, err := adm.Lag(rctx, p.cfg.Group)
 		if err != nil {
 			p.log.Debug("consumer lag not read", "err", err)
-			return
+			return false
 		}
 		dl, ok := lags[p.cfg.Group]
 		if !ok || dl.Error() != nil {
 			p.log.Debug("consumer lag not read", "err", dl.Error())
-			return
+			return false
 		}
+		seen := false
 		for _, t := range topics {
 			var sum int64
 			known := false
@@ -53,17 +55,25 @@ func (p *Pacer) lagLoop(ctx context.Context, cl *kgo.Client, topics []string) {
 			}
 			if known {
 				p.lag.WithLabelValues(t).Set(float64(sum))
+				seen = true
 			}
 		}
+		return seen
 	}
-	t := time.NewTicker(lagEvery)
+	// Every second until the group has committed offsets (a fresh group
+	// has no lag to tell), then every lagEvery.
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		read()
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if read() {
+			t.Reset(lagEvery)
+		} else {
+			t.Reset(time.Second)
 		}
 	}
 }

@@ -43,12 +43,24 @@
 //     "resend" retries it. The same applies to a claim left in the ledger by
 //     a process that died mid-send.
 //
+// # Queues per key
+//
+// A partition's records are dispatched into one FIFO queue per pacing key
+// (the Kafka record key); each key has up to [Config.InFlight] records
+// handled at once and waits only for its own slots, so a key's backlog never
+// holds back the other keys of its partition. A key holds at most
+// [Config.Lookahead] of its rate in memory per partition (at least
+// InFlight); its further records are parked: copied to a retry topic due at
+// their estimated slot (one Kafka write per hop, never an attempt), and
+// finished once Kafka acknowledged the copy. A partition holding
+// [Config.MaxQueued] records pauses fetching. With InFlight 1 a key is never
+// parked, so its records go out in offset order. See worker.go and park.go.
+//
 // # Retry topics
 //
-// A retry record carries pacer-due (Unix ms). Its partition's worker holds
-// the head record until it is due and pauses fetching that partition
-// meanwhile; the poll loop itself never sleeps, so the member keeps its
-// place in the group.
+// A retry record carries pacer-due (Unix ms). It waits in its key's queue
+// until due; the other keys of its partition go on, and the poll loop
+// itself never sleeps, so the member keeps its place in the group.
 //
 // # Metrics
 //
@@ -66,6 +78,10 @@
 //	pacer_redis_errors_total            failed Redis calls (the record waits)
 //	pacer_partitions_assigned           partitions owned by this process
 //	pacer_records_queued                fetched records not yet finished
+//	pacer_parked_total                  records parked beyond their key's lookahead (Kafka writes)
+//	pacer_key_backlog_keys{class}       keys with records waiting, by backlog class (1-9 .. 10000+)
+//	pacer_lookahead_records             records held in the per-key queues
+//	pacer_lookahead_fill                held records over partitions x MaxQueued, 0..1
 //	pacer_ready                         1 when Kafka and Redis answer
 //	pacer_redis_fallback                1 while pacing in-process (PACER_REDIS_FAILURE=local, Redis down)
 //	pacer_responses_total{class,code}   provider answers by class and provider code
@@ -179,8 +195,9 @@ type Config struct {
 	UnknownOutcome string        // "dlq" (default) or "resend"; see the package doc
 	RedisFailure   string        // "closed" (default: sends stop while Redis is down) or "local" (pace with Deps.Fallback)
 	IdempotencyTTL time.Duration // how long delivered ids are remembered; default 24h
-	MaxQueued      int           // fetched records per partition before fetching pauses; default 2000
-	InFlight       int           // records of one partition handled at once, 0..1024; default 32 (1 keeps strict order)
+	MaxQueued      int           // records one partition holds in its per-key queues before fetching pauses; default 2000
+	InFlight       int           // records of one pacing key handled at once in a partition, 0..1024; default 32 (1 keeps strict order per key)
+	Lookahead      time.Duration // a key holds at most Lookahead x its rate records per partition (at least InFlight); more are parked; >= 0; default 5s
 	LeaseSize      int           // slots per Redis lease, 0..256; 0 (default) = per key, its ceiling's rate/10 (100 ms of slots) when that is >= 10, else 1 (one reservation per message); at most the adapted burst
 	StartupTimeout time.Duration // Run fails if the topics cannot be checked (no broker answers) within this; default 1m
 	ProgressEvery  time.Duration // interval of the INFO progress line (delivered, dead-lettered, requeued, retried); default 30s, < 0 = none
@@ -190,7 +207,7 @@ type Config struct {
 
 // Bounds checked by [Config.Validate].
 const (
-	maxInFlight  = 1024 // records of one partition at once
+	maxInFlight  = 1024 // records of one pacing key of a partition at once
 	maxLeaseSize = 256  // slots per lease: a lease is one Lua call holding the key's slot
 )
 
@@ -279,6 +296,9 @@ func (c Config) Validate() error {
 	if c.MaxQueued < 0 {
 		badf("MaxQueued", "%d must be >= 1", c.MaxQueued)
 	}
+	if c.Lookahead < 0 {
+		badf("Lookahead", "%v must be > 0", c.Lookahead)
+	}
 	if c.InFlight < 0 || c.InFlight > maxInFlight {
 		badf("InFlight", "%d must be in 1..%d", c.InFlight, maxInFlight)
 	}
@@ -328,6 +348,9 @@ func (c *Config) setDefaults() {
 	if c.InFlight == 0 {
 		c.InFlight = 32
 	}
+	if c.Lookahead == 0 {
+		c.Lookahead = 5 * time.Second
+	}
 	if c.Owner == "" {
 		host, _ := os.Hostname()
 		var b [4]byte
@@ -374,6 +397,7 @@ type Pacer struct {
 	policyDefault StaticPolicy
 	keys          keyStates
 	m             *metrics
+	qm            *queueMetrics
 	log           *slog.Logger
 
 	consuming atomic.Bool
@@ -425,7 +449,8 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	if p.lag, err = newLagGauge(wrapped); err != nil {
 		return nil, fmt.Errorf("pacer: metrics: %w", err)
 	}
-	for _, c := range p.keyGauges() {
+	p.qm = newQueueMetrics(p)
+	for _, c := range append(p.keyGauges(), prometheus.Collector(p.qm)) {
 		if err := wrapped.Register(c); err != nil {
 			return nil, fmt.Errorf("pacer: metrics: %w", err)
 		}
@@ -478,8 +503,26 @@ func (p *Pacer) Run(ctx context.Context) error {
 		kgo.OnPartitionsRevoked(p.revoked),
 		kgo.OnPartitionsLost(p.lost),
 		kgo.FetchMaxPartitionBytes(1<<20),
+		// A resumed partition joins the next fetch request: waiting 500 ms
+		// for data, not 5 s, keeps a pause short.
+		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	)
+	// The topics exist before the group is joined: a topic that appears
+	// after the join makes the group rebalance, and the range balancer
+	// revokes every partition to do so.
+	admin, err := kgo.NewClient(p.kopts...)
+	if err != nil {
+		return fmt.Errorf("pacer: kafka client: %w", err)
+	}
+	err = p.ensureTopics(ctx, admin)
+	admin.Close()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("pacer: kafka client: %w", err)
@@ -487,13 +530,6 @@ func (p *Pacer) Run(ctx context.Context) error {
 	p.mu.Lock()
 	p.cl = cl
 	p.mu.Unlock()
-	if err := p.ensureTopics(ctx, cl); err != nil {
-		cl.Close()
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
 	p.log.Info("pacer started", "topic", p.cfg.Topic, "group", p.cfg.Group,
 		"rate", p.cfg.Limit.PerSecond, "burst", p.cfg.Limit.Burst, "owner", p.cfg.Owner,
 		"redis_failure", p.cfg.RedisFailure, "unknown_outcome", p.cfg.UnknownOutcome)

@@ -945,7 +945,7 @@ func TestExpiredProviderTokenRenewed(t *testing.T) {
 func TestSendAgainstFake(t *testing.T) {
 	const dead = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 	clk := newClock()
-	s, c := fake(t, apnstest.Config{Rate: 0.001, Burst: 3, DeviceRate: 0.001, DeviceBurst: 1}, clk)
+	s, c := fake(t, apnstest.Config{DeviceRate: 0.001, DeviceBurst: 1}, clk)
 	clk.Set(time.Minute)
 	s.Unregister(dead)
 

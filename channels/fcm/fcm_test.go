@@ -100,8 +100,8 @@ func TestSendClassification(t *testing.T) {
 		{"SENDER_ID_MISMATCH.json", 403, "SENDER_ID_MISMATCH", channels.Permanent, key, 0},
 		{"INVALID_ARGUMENT.json", 400, "INVALID_ARGUMENT", channels.Permanent, key, 0},
 		{"INVALID_ARGUMENT_apns.json", 400, "INVALID_ARGUMENT", channels.Permanent, key, 0},
-		{"THIRD_PARTY_AUTH_ERROR.json", 401, "THIRD_PARTY_AUTH_ERROR", channels.Halt, key, 0},
-		{"APNS_AUTH_ERROR.json", 401, "APNS_AUTH_ERROR", channels.Halt, key, 0},
+		{"THIRD_PARTY_AUTH_ERROR.json", 401, "THIRD_PARTY_AUTH_ERROR", channels.Permanent, key, 0},
+		{"APNS_AUTH_ERROR.json", 401, "APNS_AUTH_ERROR", channels.Permanent, key, 0},
 		{"UNAUTHENTICATED.json", 401, "UNAUTHENTICATED", channels.Halt, key, 0},
 		{"PERMISSION_DENIED.json", 403, "PERMISSION_DENIED", channels.Halt, key, 0},
 	} {
@@ -699,8 +699,8 @@ func TestUnauthenticatedRefresh(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = c.Send(t.Context(), message())
-		if e := checkErr(t, err); e.Class != channels.Halt || e.Code != "THIRD_PARTY_AUTH_ERROR" {
-			t.Errorf("err = %v; want halt THIRD_PARTY_AUTH_ERROR", err)
+		if e := checkErr(t, err); e.Class != channels.Permanent || e.Code != "THIRD_PARTY_AUTH_ERROR" {
+			t.Errorf("err = %v; want permanent THIRD_PARTY_AUTH_ERROR", err)
 		}
 		if n := sends.Load(); n != 1 {
 			t.Errorf("%d sends, want 1", n)

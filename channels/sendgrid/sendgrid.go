@@ -237,8 +237,9 @@ func token(s string) bool {
 //   - a request body over [MaxBodyBytes]: Permanent, Code "payload-too-large";
 //   - any other status: classified through [statuses], with Code "": 429
 //     Throttle; 500, 502, 503, 504 Transient; 400, 406, 413 Permanent; 401
-//     Halt; 403 Halt, but Throttle when SendGrid says the account is
-//     "temporarily blocked" for repeated bad requests. Err is set when the
+//     and 451 (data residency: the key's account is served by a regional
+//     host such as [EUBaseURL]) Halt; 403 Halt, but Throttle when SendGrid
+//     says the account is "temporarily blocked" for repeated bad requests. Err is set when the
 //     body is not a SendGrid error body;
 //   - a transport failure: Transient, with Err.
 //

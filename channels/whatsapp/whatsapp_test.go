@@ -115,6 +115,7 @@ func TestSendClassification(t *testing.T) {
 		{"131031", 403, channels.Halt, key},
 		{"131042", 400, channels.Halt, key},
 		{"131045", 500, channels.Halt, key},
+		{"133010", 400, channels.Halt, key},
 	} {
 		t.Run(c.code+"/"+strconv.Itoa(c.status), func(t *testing.T) {
 			body := channeltest.ReadTestdata(t, c.code+".json")
@@ -130,8 +131,12 @@ func TestSendClassification(t *testing.T) {
 			if e.Detail != g.Error.Message {
 				t.Errorf("Detail = %q, want error.message %q", e.Detail, g.Error.Message)
 			}
-			if e.RetryAfter != 0 || e.Err != nil {
-				t.Errorf("RetryAfter = %v, Err = %v; want 0, nil", e.RetryAfter, e.Err)
+			wantRetry := time.Duration(0)
+			if c.code == "131048" {
+				wantRetry = whatsapp.SpamCooldown
+			}
+			if e.RetryAfter != wantRetry || e.Err != nil {
+				t.Errorf("RetryAfter = %v, Err = %v; want %v, nil", e.RetryAfter, e.Err, wantRetry)
 			}
 		})
 	}
@@ -244,7 +249,7 @@ func TestSendRequestShape(t *testing.T) {
 				"text":                     `{"preview_url":false,"body":"hi \u00e9"}`,
 				"x":                        `[1,2.50]`,
 			},
-			path: "/v21.0/" + phoneID + "/messages",
+			path: "/" + whatsapp.DefaultAPIVersion + "/" + phoneID + "/messages",
 		},
 		{
 			name:    "payload sets biz_opaque_callback_data",
@@ -255,7 +260,7 @@ func TestSendRequestShape(t *testing.T) {
 				"to":                       `"+16505551234"`,
 				"biz_opaque_callback_data": `"theirs"`,
 			},
-			path: "/v21.0/" + phoneID + "/messages",
+			path: "/" + whatsapp.DefaultAPIVersion + "/" + phoneID + "/messages",
 		},
 		{
 			name:    "nil payload, base path and version",
@@ -279,7 +284,7 @@ func TestSendRequestShape(t *testing.T) {
 				"to":                       `"+16505551234"`,
 				"biz_opaque_callback_data": `"env-1"`,
 			},
-			path: "/v21.0/" + phoneID + "/messages",
+			path: "/" + whatsapp.DefaultAPIVersion + "/" + phoneID + "/messages",
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -92,7 +92,7 @@ func TestAIMDConvergence(t *testing.T) {
 		t.Fatalf("pacer status: %v\n%s", err, out)
 	}
 	t.Logf("pacer status:\n%s", out)
-	if !strings.Contains(string(out), "limit 80 msgs/s, burst 10 per key, from the running pacers") {
+	if !strings.Contains(string(out), "limit 80 msgs/s, burst 10 per key (LIMIT/S), from the running pacers") {
 		t.Errorf("status does not report the running pacer's limit:\n%s", out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")

@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels"
@@ -75,22 +79,35 @@ var channelTable = []channel{
 		settings: []setting{
 			{"BASE_URL", whatsapp.DefaultBaseURL, httpURL, false},
 			{"API_VERSION", whatsapp.DefaultAPIVersion, func(s string) error {
-				if s == "" || strings.Contains(s, "/") {
-					return errors.New("must be a version such as v21.0")
+				if _, retired, err := whatsapp.Retired(s, time.Now()); err != nil || retired {
+					return fmt.Errorf("must be a Graph API version Meta still serves, such as %s", whatsapp.DefaultAPIVersion)
 				}
 				return nil
 			}, false},
 			{"TOKEN", "", nil, true}, // system-user access token
 		},
-		sender: func(_ context.Context, v channelVars) (channels.Sender, error) {
-			if err := v.required("TOKEN"); err != nil {
-				return nil, err
+		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
+			hc := sharedClient()
+			newClient := func(token string) (*whatsapp.Client, error) {
+				return whatsapp.New(whatsapp.Config{BaseURL: v.get("BASE_URL"), APIVersion: v.get("API_VERSION"), Token: token, HTTPClient: hc})
 			}
-			s, err := whatsapp.New(whatsapp.Config{BaseURL: v.get("BASE_URL"), APIVersion: v.get("API_VERSION"), Token: v.get("TOKEN")})
-			if err != nil {
-				return nil, v.adapterError(err, map[string]string{"Config.BaseURL": "BASE_URL", "Config.APIVersion": "API_VERSION", "Config.Token": "TOKEN"})
+			var def channels.Sender
+			if v.get("TOKEN") != "" {
+				s, err := newClient(v.get("TOKEN"))
+				if err != nil {
+					return nil, v.adapterError(err, map[string]string{"Config.BaseURL": "BASE_URL", "Config.APIVersion": "API_VERSION", "Config.Token": "TOKEN"})
+				}
+				def = s
 			}
-			return s, nil
+			// A credential file holds the phone number's access token.
+			build := func(_ context.Context, _ string, content []byte) (channels.Sender, error) {
+				token, err := plainSecret(content)
+				if err != nil {
+					return nil, err
+				}
+				return newClient(token)
+			}
+			return credentialsSender(ctx, v, build, def, nil, v.required("TOKEN"))
 		},
 		demo: func(_ context.Context, keys int, rate float64, burst int) (*demoFake, error) {
 			f := whatsapptest.NewServer(whatsapptest.Config{Rate: rate, Burst: burst, Token: "demo-token"})
@@ -116,26 +133,64 @@ var channelTable = []channel{
 			{"TEAM_ID", "", nil, false},
 			{"KEY_FILE", "", nil, false}, // the .p8 signing key; never logged
 		},
-		sender: func(_ context.Context, v channelVars) (channels.Sender, error) {
-			if err := v.required("KEY_ID", "TEAM_ID", "KEY_FILE"); err != nil {
-				return nil, err
+		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
+			// One client, so one connection pool and one provider token,
+			// per signing key and host: APNs binds a connection to one team.
+			pool := newClientCache[*apns.Client]()
+			newClient := func(cfg apns.Config) (*apns.Client, error) {
+				return pool.get(fmt.Sprintf("%s\x00%s\x00%s\x00%x", cfg.BaseURL, cfg.TeamID, cfg.KeyID, sha256.Sum256(cfg.PrivateKey)),
+					func() (*apns.Client, error) { return apns.New(cfg) })
 			}
-			p8, err := v.readFile("KEY_FILE", "the .p8 key file")
-			if err != nil {
-				return nil, err
+			var def channels.Sender
+			if v.get("KEY_ID") != "" || v.get("TEAM_ID") != "" || v.get("KEY_FILE") != "" || v.credDir == "" {
+				if err := v.required("KEY_ID", "TEAM_ID", "KEY_FILE"); err != nil {
+					return nil, err
+				}
+				p8, err := v.readFile("KEY_FILE", "the .p8 key file")
+				if err != nil {
+					return nil, err
+				}
+				s, err := newClient(apns.Config{BaseURL: v.get("BASE_URL"), KeyID: v.get("KEY_ID"), TeamID: v.get("TEAM_ID"), PrivateKey: p8})
+				if err != nil {
+					return nil, v.adapterError(err, map[string]string{"Config.KeyID": "KEY_ID", "Config.TeamID": "TEAM_ID", "Config.PrivateKey": "KEY_FILE", "Config.BaseURL": "BASE_URL"})
+				}
+				def = s
 			}
-			s, err := apns.New(apns.Config{BaseURL: v.get("BASE_URL"), KeyID: v.get("KEY_ID"), TeamID: v.get("TEAM_ID"), PrivateKey: p8})
-			if err != nil {
-				return nil, v.adapterError(err, map[string]string{"Config.KeyID": "KEY_ID", "Config.TeamID": "TEAM_ID", "Config.PrivateKey": "KEY_FILE", "Config.BaseURL": "BASE_URL"})
+			// A credential file is {"team_id","key_id","private_key" (the
+			// .p8 PEM),"environment" ("production" or "development";
+			// default PACER_APNS_BASE_URL)}.
+			build := func(_ context.Context, _ string, content []byte) (channels.Sender, error) {
+				var c struct {
+					TeamID      string `json:"team_id"`
+					KeyID       string `json:"key_id"`
+					PrivateKey  string `json:"private_key"`
+					Environment string `json:"environment"`
+				}
+				if err := decodeCredential(content, &c); err != nil {
+					return nil, err
+				}
+				base := v.get("BASE_URL")
+				switch c.Environment {
+				case "":
+				case "production":
+					base = apns.ProductionURL
+				case "development", "sandbox":
+					base = apns.SandboxURL
+				default:
+					return nil, errors.New(`environment must be "production" or "development"`)
+				}
+				return newClient(apns.Config{BaseURL: base, KeyID: c.KeyID, TeamID: c.TeamID, PrivateKey: []byte(c.PrivateKey)})
 			}
-			return s, nil
+			return credentialsSender(ctx, v, build, def, nil, nil)
 		},
 		demo: func(_ context.Context, keys int, rate float64, burst int) (*demoFake, error) {
 			p8, pub, err := apnstest.NewKey()
 			if err != nil {
 				return nil, err
 			}
-			f := apnstest.NewServer(apnstest.Config{Rate: rate, Burst: burst, PublicKey: pub})
+			// APNs limits no app (topic) as a whole, only each device
+			// token, and publishes no number: the fake has no topic limit.
+			f := apnstest.NewServer(apnstest.Config{PublicKey: pub})
 			s, err := apns.New(apns.Config{BaseURL: f.URL(), KeyID: "DEMOKEY123", TeamID: "DEMOTEAM12", PrivateKey: p8, HTTPClient: f.Client()})
 			return &demoFake{url: f.URL(), sender: s, close: f.Close,
 				keys: demoKeys(keys, "com.example.demo%d"),
@@ -160,18 +215,36 @@ var channelTable = []channel{
 			{"CREDENTIALS_FILE", "", nil, false}, // service-account JSON; never logged
 		},
 		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
-			if err := v.required("CREDENTIALS_FILE"); err != nil {
-				return nil, err
+			hc := sharedClient()
+			// Projects sharing a service account share its client, so its
+			// access token is minted once.
+			accounts := newClientCache[*fcm.Client]()
+			newClient := func(js []byte) (*fcm.Client, error) {
+				return accounts.get(fmt.Sprintf("%x", sha256.Sum256(js)), func() (*fcm.Client, error) {
+					return fcm.New(ctx, fcm.Config{BaseURL: v.get("BASE_URL"), CredentialsJSON: js, HTTPClient: hc})
+				})
 			}
-			js, err := v.readFile("CREDENTIALS_FILE", "the service-account file")
-			if err != nil {
-				return nil, err
+			var def channels.Sender
+			if v.get("CREDENTIALS_FILE") != "" {
+				js, err := v.readFile("CREDENTIALS_FILE", "the service-account file")
+				if err != nil {
+					return nil, err
+				}
+				s, err := newClient(js)
+				if err != nil {
+					return nil, v.adapterError(err, map[string]string{"Config.CredentialsJSON": "CREDENTIALS_FILE", "Config.BaseURL": "BASE_URL"})
+				}
+				def = s
 			}
-			s, err := fcm.New(ctx, fcm.Config{BaseURL: v.get("BASE_URL"), CredentialsJSON: js})
-			if err != nil {
-				return nil, v.adapterError(err, map[string]string{"Config.CredentialsJSON": "CREDENTIALS_FILE", "Config.BaseURL": "BASE_URL"})
+			// A credential file is the project's service-account JSON key.
+			build := func(_ context.Context, _ string, content []byte) (channels.Sender, error) {
+				s, err := newClient(content)
+				if err != nil {
+					return nil, errors.New(strings.TrimPrefix(strings.ReplaceAll(err.Error(), "Config.CredentialsJSON", "the service-account key"), "fcm: "))
+				}
+				return s, nil
 			}
-			return s, nil
+			return credentialsSender(ctx, v, build, def, nil, v.required("CREDENTIALS_FILE"))
 		},
 		demo: func(ctx context.Context, keys int, rate float64, burst int) (*demoFake, error) {
 			f := fcmtest.NewServer(fcmtest.Config{Rate: rate, Burst: burst})
@@ -196,17 +269,44 @@ var channelTable = []channel{
 			{"API_KEYS", "", checkKeyList, true},      // name=key,...
 			{"ON_BEHALF_OF", "", checkKeyList, false}, // name=subuser,...
 		},
-		sender: func(_ context.Context, v channelVars) (channels.Sender, error) {
+		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
+			hc := sharedClient()
 			keys, _ := parseKeyList(v.get("API_KEYS"))
 			obo, _ := parseKeyList(v.get("ON_BEHALF_OF"))
-			if len(keys) == 0 {
-				return nil, &configError{v.name("API_KEYS"), "required for --channel sendgrid (name=key,...)"}
+			var def channels.Sender
+			if len(keys) > 0 {
+				s, err := sendgrid.New(sendgrid.Config{BaseURL: v.get("BASE_URL"), APIKeys: keys, OnBehalfOf: obo, HTTPClient: hc})
+				if err != nil {
+					return nil, &configError{v.name("API_KEYS") + " or " + v.name("ON_BEHALF_OF"), err.Error()}
+				}
+				def = s
 			}
-			s, err := sendgrid.New(sendgrid.Config{BaseURL: v.get("BASE_URL"), APIKeys: keys, OnBehalfOf: obo})
-			if err != nil {
-				return nil, &configError{v.name("API_KEYS") + " or " + v.name("ON_BEHALF_OF"), err.Error()}
+			// A credential file holds the API key, or {"api_key","on_behalf_of"}
+			// to send as a subuser.
+			build := func(_ context.Context, name string, content []byte) (channels.Sender, error) {
+				var c struct {
+					APIKey     string `json:"api_key"`
+					OnBehalfOf string `json:"on_behalf_of"`
+				}
+				if t := bytes.TrimSpace(content); len(t) > 0 && t[0] == '{' {
+					if err := decodeCredential(t, &c); err != nil {
+						return nil, err
+					}
+				} else {
+					var err error
+					if c.APIKey, err = plainSecret(content); err != nil {
+						return nil, err
+					}
+				}
+				cfg := sendgrid.Config{BaseURL: v.get("BASE_URL"), APIKeys: map[string]string{name: c.APIKey}, HTTPClient: hc}
+				if c.OnBehalfOf != "" {
+					cfg.OnBehalfOf = map[string]string{name: c.OnBehalfOf}
+				}
+				return sendgrid.New(cfg)
 			}
-			return s, nil
+			serves := func(key string) bool { _, ok := keys[key]; return ok }
+			return credentialsSender(ctx, v, build, def, serves,
+				&configError{v.name("API_KEYS"), "required for --channel sendgrid (name=key,...) unless PACER_CREDENTIALS_DIR is set"})
 		},
 		demo: func(_ context.Context, n int, rate float64, burst int) (*demoFake, error) {
 			keys := demoKeys(n, "account-%d")
@@ -286,8 +386,10 @@ type channelConfig struct {
 
 // channelVars are the values of a channel's string settings.
 type channelVars struct {
-	ch   *channel
-	vals map[string]string // by suffix
+	ch      *channel
+	vals    map[string]string // by suffix
+	credDir string            // PACER_CREDENTIALS_DIR; "" if unset
+	log     *slog.Logger      // for credential reloads; nil discards
 }
 
 func (v channelVars) get(suffix string) string  { return v.vals[suffix] }
@@ -348,7 +450,7 @@ func readChannel(ch *channel, lookup func(string) (string, bool)) (channelConfig
 		}
 		return l
 	}
-	c := channelConfig{vars: channelVars{ch: ch, vals: map[string]string{}}}
+	c := channelConfig{vars: channelVars{ch: ch, vals: map[string]string{}, credDir: get("PACER_CREDENTIALS_DIR", "")}}
 	c.limit = limit(ch.prefix(), ch.limit)
 	if r := ch.recipient; r != nil {
 		if c.recipient = limit(ch.prefix()+r.prefix+"_", r.limit); c.recipient.PerSecond == 0 {

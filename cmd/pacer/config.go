@@ -109,8 +109,10 @@ type config struct {
 	ExpectedReplicas int `env:"PACER_EXPECTED_REPLICAS, default=1"`
 	// PACER_SEND_TIMEOUT: longest wait for one provider answer; no answer in time is an unknown outcome; default 30s.
 	SendTimeout time.Duration `env:"PACER_SEND_TIMEOUT, default=30s" pacer:"SendTimeout"`
-	// PACER_INFLIGHT: records of one partition handled at once (1 keeps strict order); default 32.
+	// PACER_INFLIGHT: records of one pacing key handled at once in a partition (1 keeps each key's strict order); default 32.
 	InFlight int `env:"PACER_INFLIGHT, default=32" pacer:"InFlight"`
+	// PACER_LOOKAHEAD: how much of its pace a key keeps in memory per partition (rate x lookahead records, at least PACER_INFLIGHT); the rest is parked on the retry topics; default 5s.
+	Lookahead time.Duration `env:"PACER_LOOKAHEAD, default=5s" pacer:"Lookahead"`
 	// PACER_LEASE_SIZE: send slots taken from Redis per call for one key; default 0 = automatic (a tenth of a second of slots once that is >= 10, else 1).
 	LeaseSize int `env:"PACER_LEASE_SIZE, default=0" pacer:"LeaseSize"`
 	// PACER_IDEMPOTENCY_TTL: how long delivered envelope ids are remembered; default 24h.
@@ -191,7 +193,7 @@ func (c config) pacerConfig(ch *channel) pacer.Config {
 			MinCooldown: c.ThrottleCooldown, MaxCooldown: c.MaxCooldown},
 		Breaker:     adapt.Breaker{OpenFor: c.HaltCooldown, MaxOpenFor: c.BreakerMaxOpen, FloorThrottles: c.BreakerFloorThrottles},
 		MaxAttempts: c.MaxAttempts, Drain: c.Drain, MaxTokenWait: c.MaxTokenWait, RetryDelays: c.RetryDelays,
-		InFlight: c.InFlight, LeaseSize: c.LeaseSize, SendTimeout: c.SendTimeout, UnknownOutcome: c.UnknownOutcome,
+		InFlight: c.InFlight, Lookahead: c.Lookahead, LeaseSize: c.LeaseSize, SendTimeout: c.SendTimeout, UnknownOutcome: c.UnknownOutcome,
 		IdempotencyTTL: c.IdempotencyTTL, RedisFailure: c.RedisFailure, StartupTimeout: c.StartupTimeout,
 		ProgressEvery: c.ProgressEvery,
 	}

@@ -35,7 +35,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 	wa := c.channels["whatsapp"]
 	if c.RedisURL != "redis://127.0.0.1:6379/0" || c.MetricsAddr != ":9464" || c.Drain != 30*time.Second ||
 		c.MaxAttempts != 5 || wa.limit != (bucket.Limit{PerSecond: 80, Burst: 10}) || wa.recipient != (bucket.Limit{}) ||
-		wa.vars.get("BASE_URL") != "https://graph.facebook.com" || wa.vars.get("API_VERSION") != "v21.0" {
+		wa.vars.get("BASE_URL") != "https://graph.facebook.com" || wa.vars.get("API_VERSION") != "v26.0" {
 		t.Errorf("defaults = %+v", c)
 	}
 	if fcm := c.channels["fcm"]; fcm.limit != (bucket.Limit{PerSecond: 10000, Burst: 10000}) ||

@@ -129,8 +129,11 @@ func TestCrashRecovery(t *testing.T) {
 	if lost != 0 {
 		t.Errorf("%d messages neither delivered nor dead-lettered", lost)
 	}
-	if limit := inflight[0] + inflight[1] + 2; unknown > limit {
-		t.Errorf("unknown-outcome %d > sends in flight at the kills (%v, +2 for the measuring gap)", unknown, inflight)
+	// A claim is taken right before its request: at a kill, the requests
+	// the fake is serving, plus those claimed whose bytes had not reached
+	// it yet (a few under load: 5 per kill allowed).
+	if limit := inflight[0] + inflight[1] + 2*5; unknown > limit {
+		t.Errorf("unknown-outcome %d > sends in flight at the kills (%v, +5 per kill for claims whose request had not arrived)", unknown, inflight)
 	}
 }
 
@@ -187,7 +190,9 @@ func privateRedis(t *testing.T) (addr string, restart func()) {
 	return addr, func() {
 		cmd.Process.Kill()
 		cmd.Wait()
-		time.Sleep(time.Second)
+		// Down longer than go-redis's own retries (3, backing off up to
+		// 512 ms), so the pacer's calls really fail.
+		time.Sleep(3 * time.Second)
 		start()
 	}
 }
@@ -210,7 +215,7 @@ func TestRedisRestart(t *testing.T) {
 	}
 	const inflight = 8
 	p := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10", fmt.Sprintf("PACER_INFLIGHT=%d", inflight))
-	before := e.waitProgress(0, 60*time.Second, p)
+	before := e.waitProgress(30, 60*time.Second, p)
 	restart()
 	after := e.deliveredNow()
 	t.Logf("Redis restarted after %d deliveries (%d when it answered again), of %d", before, after, numbers*per)

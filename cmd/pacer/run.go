@@ -48,7 +48,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 	log := newLogger(cfg, stderr)
-	sender, err := ch.sender(ctx, cfg.channels[ch.name].vars)
+	vars := cfg.channels[ch.name].vars
+	vars.log = log
+	sender, err := ch.sender(ctx, vars)
 	if err != nil {
 		return err
 	}
@@ -95,6 +97,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 
+	go publishBacklog(ctx, rdb, cfg.RedisPrefix, ch.name, p.Owner(), p, log)
 	// The status page: this replica publishes its active keys, and its page
 	// shows every replica's (SLOT(per-key policy): a Redis-held policy
 	// replaces the static one here when per-key limits land).

@@ -142,6 +142,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 			more = fmt.Sprintf(" (the first %d; use --key for others)", maxStatusKeys)
 		}
 		fmt.Fprintf(stdout, "%d key(s) of channel %s seen in Redis (bucket, cooldown, rate, breaker or delivered ids)%s\n", len(keys), *channel, more)
+		return printBacklog(ctx, stdout, rdb, cfg.RedisPrefix, *channel, 10)
 	}
 	return nil
 }

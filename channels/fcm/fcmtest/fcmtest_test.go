@@ -407,13 +407,18 @@ func TestThrottleBodies(t *testing.T) {
 					t.Errorf("#719 body = %s", w.Body)
 				}
 			} else {
+				// The subject is "<kind>:<id>", as google.rpc.QuotaFailure documents.
 				v, _ := qf["violations"].([]any)
-				desc := ""
+				subject := ""
 				if len(v) == 1 {
-					desc, _ = v[0].(map[string]any)["description"].(string)
+					subject, _ = v[0].(map[string]any)["subject"].(string)
 				}
-				if fcmErr["errorCode"] != "QUOTA_EXCEEDED" || strings.Contains(strings.ToLower(desc), "device") != c.device {
-					t.Errorf("body = %s", w.Body)
+				want := "project:p"
+				if c.device {
+					want = "device:dev"
+				}
+				if fcmErr["errorCode"] != "QUOTA_EXCEEDED" || subject != want {
+					t.Errorf("body = %s; want subject %q", w.Body, want)
 				}
 			}
 			ra := w.Header().Get("Retry-After")
