@@ -623,7 +623,11 @@ func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		kerr := &KafkaError{Err: err, Cause: kafkaCause(err)}
+		cause, permanent := KafkaCause(err)
+		kerr := &KafkaError{Err: err, Cause: cause}
+		if permanent { // credentials or certificates: retrying cannot help
+			return kerr
+		}
 		if time.Now().After(deadline) {
 			kerr.After = p.cfg.StartupTimeout
 			return kerr
@@ -639,21 +643,35 @@ func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) error {
 }
 
 // KafkaError is what [Pacer.Run] returns when Kafka could not be used at
-// start-up within Config.StartupTimeout.
+// start-up within Config.StartupTimeout, or at once when [KafkaCause] finds
+// the failure permanent.
 type KafkaError struct {
-	Cause string        // "a seed broker's host name does not resolve", "nothing listens at the seed brokers", or "the brokers refused the request"
-	After time.Duration // how long Run tried
+	Cause string        // from [KafkaCause]: "a seed broker's host name does not resolve", "authentication failed", ...
+	After time.Duration // how long Run tried; 0: not retried
 	Err   error         // the last error
 }
 
 func (e *KafkaError) Error() string {
+	if e.After == 0 {
+		return fmt.Sprintf("pacer: kafka: %s: %s", e.Cause, strings.TrimPrefix(e.Err.Error(), "pacer: "))
+	}
 	return fmt.Sprintf("pacer: kafka: %s (gave up after %v): %s", e.Cause, e.After, strings.TrimPrefix(e.Err.Error(), "pacer: "))
 }
 
 func (e *KafkaError) Unwrap() error { return e.Err }
 
-// kafkaCause tells a name that does not resolve from a broker that is down
-// from a broker that answered with an error.
+// KafkaCause says why a Kafka request failed: a name that does not resolve,
+// a broker that is down, credentials or certificates the brokers refuse
+// ([securityCause]), or a broker that answered with an error. permanent
+// is true when no retry can mend it: credentials, certificates, TLS or SASL
+// on one side only.
+func KafkaCause(err error) (cause string, permanent bool) {
+	if c := securityCause(err); c != "" {
+		return c, true
+	}
+	return kafkaCause(err), false
+}
+
 func kafkaCause(err error) string {
 	var dns *net.DNSError
 	if errors.As(err, &dns) {

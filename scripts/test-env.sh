@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/test-env.sh: everything the integration tests need, started.
 #
-# Installs what is missing (redis-server, kcat, Java, Maven, Chromium) with
-# apt-get, takes promtool out of Debian's prometheus package into .cache,
+# Installs what is missing (redis-server, kcat, Java, Maven, Chromium, openssl)
+# with apt-get, takes promtool out of Debian's prometheus package into .cache,
 # fetches and starts the Kafka broker (scripts/kafka.sh), a private
 # redis-server (scripts/redis.sh) and a three-master Redis Cluster
 # (scripts/redis-cluster.sh), then prints
@@ -11,6 +11,11 @@
 #   export PACER_TEST_REDIS_ADDR=127.0.0.1:PORT
 #   export PACER_TEST_REDIS_CLUSTER=127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3
 #   export PACER_PROMTOOL=<path of promtool>
+#
+# and the secured listeners of the broker and the server it started
+# (`scripts/kafka.sh env`, `scripts/redis.sh env`): PACER_TEST_KAFKA_SASL_BROKERS
+# (SASL_SSL), PACER_TEST_KAFKA_MTLS_BROKERS (SSL with a client certificate),
+# PACER_TEST_KAFKA_CA, ..., PACER_TEST_REDIS_TLS_ADDR, PACER_TEST_REDIS_CA, ...
 #
 # Use:  eval "$(scripts/test-env.sh)"   or   . scripts/test-env.sh
 # Variables already set in the environment are kept and nothing is started
@@ -25,9 +30,9 @@ _pacer_test_env() {
 
 	# command -> Debian package
 	local -A pkg=([redis-server]=redis-server [redis-cli]=redis-tools [kcat]=kcat [java]=openjdk-17-jre-headless [mvn]=maven
-		[chromium]=chromium)
+		[chromium]=chromium [openssl]=openssl)
 	local missing=() c sudo=()
-	for c in redis-server redis-cli kcat java mvn chromium; do
+	for c in redis-server redis-cli kcat java mvn chromium openssl; do
 		command -v "$c" >/dev/null || missing+=("${pkg[$c]}")
 	done
 	if ((${#missing[@]})); then
@@ -80,11 +85,14 @@ _pacer_test_env() {
 	fi
 	PACER_PROMTOOL=$promtool
 
+	local secure=()
 	if [[ -z ${PACER_TEST_KAFKA_BROKERS:-} ]]; then
 		PACER_TEST_KAFKA_BROKERS=$("$root/scripts/kafka.sh" start)
+		[[ -n ${PACER_TEST_KAFKA_SASL_BROKERS:-} ]] || secure+=("$("$root/scripts/kafka.sh" env)")
 	fi
 	if [[ -z ${PACER_TEST_REDIS_ADDR:-} ]]; then
 		PACER_TEST_REDIS_ADDR=$("$root/scripts/redis.sh" start)
+		[[ -n ${PACER_TEST_REDIS_TLS_ADDR:-} ]] || secure+=("$("$root/scripts/redis.sh" env)")
 	fi
 	if [[ -z ${PACER_TEST_REDIS_CLUSTER:-} ]]; then
 		PACER_TEST_REDIS_CLUSTER=$("$root/scripts/redis-cluster.sh" start)
@@ -94,6 +102,12 @@ _pacer_test_env() {
 	printf 'export PACER_TEST_REDIS_ADDR=%q\n' "$PACER_TEST_REDIS_ADDR"
 	printf 'export PACER_TEST_REDIS_CLUSTER=%q\n' "$PACER_TEST_REDIS_CLUSTER"
 	printf 'export PACER_PROMTOOL=%q\n' "$PACER_PROMTOOL"
+	# Lines of kafka.sh env and redis.sh env: "export NAME=VALUE" with
+	# values of ports and paths only.
+	local block
+	for block in "${secure[@]}"; do
+		printf '%s\n' "$block"
+	done
 }
 
 if [[ ${BASH_SOURCE[0]} != "$0" ]]; then

@@ -64,6 +64,9 @@ type setting struct {
 	suffix string
 	def    string             // value when unset
 	check  func(string) error // nil: any value; checked for every channel at start-up
+	// secret: never logged or echoed, and may be given as a file
+	// (PACER_<NAME>_<suffix>_FILE, see [secretFiles]).
+	secret bool
 }
 
 // channelTable lists the channels Pacer serves, one row each. README.md's
@@ -74,14 +77,14 @@ var channelTable = []channel{
 		limit:     channels.Limit{PerSecond: whatsapp.DefaultRate, Burst: 10},
 		recipient: &recipientBucket{"PAIR", channels.Limit{PerSecond: 0, Burst: 45}}, // Meta: about 1 per 6 s, up to 45 in a burst (error 131056)
 		settings: []setting{
-			{"BASE_URL", whatsapp.DefaultBaseURL, httpURL},
+			{"BASE_URL", whatsapp.DefaultBaseURL, httpURL, false},
 			{"API_VERSION", whatsapp.DefaultAPIVersion, func(s string) error {
 				if _, retired, err := whatsapp.Retired(s, time.Now()); err != nil || retired {
 					return fmt.Errorf("must be a Graph API version Meta still serves, such as %s", whatsapp.DefaultAPIVersion)
 				}
 				return nil
-			}},
-			{"TOKEN", "", nil}, // system-user access token; never logged
+			}, false},
+			{"TOKEN", "", nil, true}, // system-user access token
 		},
 		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
 			hc := sharedClient()
@@ -125,10 +128,10 @@ var channelTable = []channel{
 		name: "apns", keys: "APNs apps (bundle IDs)",
 		limit: apns.DefaultLimit,
 		settings: []setting{
-			{"BASE_URL", "https://api.push.apple.com", httpURL},
-			{"KEY_ID", "", nil},
-			{"TEAM_ID", "", nil},
-			{"KEY_FILE", "", nil}, // the .p8 signing key; never logged
+			{"BASE_URL", "https://api.push.apple.com", httpURL, false},
+			{"KEY_ID", "", nil, false},
+			{"TEAM_ID", "", nil, false},
+			{"KEY_FILE", "", nil, false}, // the .p8 signing key; never logged
 		},
 		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
 			// One client, so one connection pool and one provider token,
@@ -208,8 +211,8 @@ var channelTable = []channel{
 		limit:     fcm.DefaultLimit,
 		recipient: &recipientBucket{"DEVICE", fcm.DeviceLimit},
 		settings: []setting{
-			{"BASE_URL", fcm.DefaultBaseURL, httpURL},
-			{"CREDENTIALS_FILE", "", nil}, // service-account JSON; never logged
+			{"BASE_URL", fcm.DefaultBaseURL, httpURL, false},
+			{"CREDENTIALS_FILE", "", nil, false}, // service-account JSON; never logged
 		},
 		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
 			hc := sharedClient()
@@ -262,9 +265,9 @@ var channelTable = []channel{
 		name: "sendgrid", keys: "SendGrid API keys",
 		limit: sendgrid.DefaultLimit,
 		settings: []setting{
-			{"BASE_URL", sendgrid.DefaultBaseURL, httpURL},
-			{"API_KEYS", "", checkKeyList},     // name=key,...; never logged
-			{"ON_BEHALF_OF", "", checkKeyList}, // name=subuser,...
+			{"BASE_URL", sendgrid.DefaultBaseURL, httpURL, false},
+			{"API_KEYS", "", checkKeyList, true},      // name=key,...
+			{"ON_BEHALF_OF", "", checkKeyList, false}, // name=subuser,...
 		},
 		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
 			hc := sharedClient()

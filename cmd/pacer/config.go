@@ -28,16 +28,44 @@ type config struct {
 	KafkaBrokers []string `env:"PACER_KAFKA_BROKERS, default=127.0.0.1:9092"`
 	// PACER_KAFKA_SESSION_TIMEOUT: consumer-group session timeout: how soon a dead replica's partitions move to others; default 45s (the broker allows 6s..30m by default).
 	KafkaSessionTimeout time.Duration `env:"PACER_KAFKA_SESSION_TIMEOUT, default=45s"`
-	// PACER_REDIS_URL: redis:// or rediss:// URL of the bucket store; default redis://127.0.0.1:6379/0.
-	RedisURL string `env:"PACER_REDIS_URL, default=redis://127.0.0.1:6379/0"`
+	// PACER_KAFKA_TLS: true reaches the brokers over TLS (their SSL or SASL_SSL listener); default false.
+	KafkaTLS bool `env:"PACER_KAFKA_TLS, default=false"`
+	// PACER_KAFKA_TLS_CA_FILE: PEM file of the CA certificates the brokers' certificates are checked against; default the system's.
+	KafkaTLSCAFile string `env:"PACER_KAFKA_TLS_CA_FILE"`
+	// PACER_KAFKA_TLS_CERT_FILE: PEM client certificate, for brokers that require one (mTLS); with PACER_KAFKA_TLS_KEY_FILE.
+	KafkaTLSCertFile string `env:"PACER_KAFKA_TLS_CERT_FILE"`
+	// PACER_KAFKA_TLS_KEY_FILE: PEM private key of PACER_KAFKA_TLS_CERT_FILE.
+	KafkaTLSKeyFile string `env:"PACER_KAFKA_TLS_KEY_FILE"`
+	// PACER_KAFKA_TLS_SERVER_NAME: the name the brokers' certificates must carry; default each broker's host.
+	KafkaTLSServerName string `env:"PACER_KAFKA_TLS_SERVER_NAME"`
+	// PACER_KAFKA_SASL_MECHANISM: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; default none (no SASL).
+	KafkaSASLMechanism string `env:"PACER_KAFKA_SASL_MECHANISM"`
+	// PACER_KAFKA_SASL_USERNAME: the SASL user; required with a mechanism.
+	KafkaSASLUsername string `env:"PACER_KAFKA_SASL_USERNAME"`
+	// PACER_KAFKA_SASL_PASSWORD: the SASL password; required with a mechanism; may be a file (_FILE); never logged.
+	KafkaSASLPassword string `env:"PACER_KAFKA_SASL_PASSWORD" secret:"true"`
+	// PACER_REDIS_URL: redis:// or rediss:// URL of the bucket store, with user and password if any; default redis://127.0.0.1:6379/0; may be a file (_FILE).
+	RedisURL string `env:"PACER_REDIS_URL, default=redis://127.0.0.1:6379/0" secret:"true"`
 	// PACER_REDIS_CLUSTER_ADDRS: comma-separated host:port seeds of a Redis Cluster; set, it replaces PACER_REDIS_URL.
 	RedisClusterAddrs string `env:"PACER_REDIS_CLUSTER_ADDRS"`
 	// PACER_REDIS_SENTINEL_ADDRS: comma-separated host:port of Redis Sentinels; set, it replaces PACER_REDIS_URL.
 	RedisSentinelAddrs string `env:"PACER_REDIS_SENTINEL_ADDRS"`
 	// PACER_REDIS_SENTINEL_MASTER: the master name the Sentinels watch; required with PACER_REDIS_SENTINEL_ADDRS.
 	RedisSentinelMaster string `env:"PACER_REDIS_SENTINEL_MASTER"`
-	// PACER_REDIS_PASSWORD: password for the cluster or Sentinel-managed servers; never logged.
-	RedisPassword string `env:"PACER_REDIS_PASSWORD"`
+	// PACER_REDIS_USERNAME: ACL user of the Redis servers (any mode); default none (the default user).
+	RedisUsername string `env:"PACER_REDIS_USERNAME"`
+	// PACER_REDIS_PASSWORD: password of the Redis servers (any mode; for a single server, unless PACER_REDIS_URL has one); may be a file (_FILE); never logged.
+	RedisPassword string `env:"PACER_REDIS_PASSWORD" secret:"true"`
+	// PACER_REDIS_TLS: true reaches Redis over TLS in every mode (a rediss:// URL does too); default false.
+	RedisTLS bool `env:"PACER_REDIS_TLS, default=false"`
+	// PACER_REDIS_TLS_CA_FILE: PEM file of the CA certificates the servers' certificates are checked against; default the system's.
+	RedisTLSCAFile string `env:"PACER_REDIS_TLS_CA_FILE"`
+	// PACER_REDIS_TLS_CERT_FILE: PEM client certificate, for servers that require one (tls-auth-clients); with PACER_REDIS_TLS_KEY_FILE.
+	RedisTLSCertFile string `env:"PACER_REDIS_TLS_CERT_FILE"`
+	// PACER_REDIS_TLS_KEY_FILE: PEM private key of PACER_REDIS_TLS_CERT_FILE.
+	RedisTLSKeyFile string `env:"PACER_REDIS_TLS_KEY_FILE"`
+	// PACER_REDIS_TLS_SERVER_NAME: the name the servers' certificates must carry; default each server's host.
+	RedisTLSServerName string `env:"PACER_REDIS_TLS_SERVER_NAME"`
 	// PACER_REDIS_PREFIX: prefix of every Redis key Pacer writes; default "pacer".
 	RedisPrefix string `env:"PACER_REDIS_PREFIX, default=pacer"`
 	// PACER_METRICS_ADDR: listen address of /metrics, /healthz, /readyz; default :9464; "127.0.0.1:0" picks a free port.
@@ -115,14 +143,18 @@ func (e *configError) Error() string { return e.Var + ": " + e.Problem }
 // loadConfig reads the configuration through lookup (os.LookupEnv in main,
 // a map in tests) and validates it for channel ch: every problem found,
 // joined, each naming its variable.
+//
+// Each secret variable V may instead be given as V_FILE, read here
+// ([secretFiles]).
 func loadConfig(lookup func(string) (string, bool), ch *channel) (config, error) {
+	lookup, fileErrs := secretFiles(lookup)
 	var c config
 	err := envconfig.ProcessWith(context.Background(), &envconfig.Config{
 		Target:   &c,
 		Lookuper: envconfig.LookuperFunc(lookup),
 	})
 	if err != nil {
-		return c, nameVariable(err)
+		return c, errors.Join(append(fileErrs(), nameVariable(err))...)
 	}
 	errs := c.validate()
 	c.channels = map[string]channelConfig{}
@@ -142,7 +174,9 @@ func loadConfig(lookup func(string) (string, bool), ch *channel) (config, error)
 			}
 		}
 	}
-	return c, errors.Join(errs...)
+	// The secret files' problems first: a value they left empty may
+	// also be reported as missing.
+	return c, errors.Join(append(fileErrs(), errs...)...)
 }
 
 // pacerConfig returns the pacer.Config of channel ch from c: everything
@@ -290,6 +324,7 @@ func (c config) validate() []error {
 	if c.RedisClusterAddrs != "" && c.RedisSentinelAddrs != "" {
 		bad("PACER_REDIS_SENTINEL_ADDRS", "set either PACER_REDIS_CLUSTER_ADDRS or PACER_REDIS_SENTINEL_ADDRS, not both")
 	}
+	c.validateSecurity(bad)
 	if c.KafkaSessionTimeout < time.Second {
 		bad("PACER_KAFKA_SESSION_TIMEOUT", "must be >= 1s")
 	}

@@ -36,15 +36,19 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-dlq-replay"),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	kopts, err := kafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(kopts, kgo.ClientID("pacer-dlq-replay"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
 	n, err := pacer.EnsureTopic(ctx, cl, *topic, 12)
 	if err != nil {
-		return err
+		return kafkaFailure(cfg, err)
 	}
 	s, err := pacer.Replay(ctx, cl, pacer.ReplayConfig{DLQTopic: *topic + ".dlq", Topic: *topic, Partitions: n,
 		Reason: *reason, Campaign: *campaign, DryRun: *dry})

@@ -59,6 +59,9 @@ type e2e struct {
 	topic   string
 	prefix  string
 	fake    *whatsapptest.Server
+	// rewrite, if set, changes the environment of every pacer command
+	// (the secured tests replace the servers and the token).
+	rewrite func([]string) []string
 }
 
 func newE2E(t testing.TB, fake whatsapptest.Config) *e2e {
@@ -73,6 +76,12 @@ func newE2E(t testing.TB, fake whatsapptest.Config) *e2e {
 }
 
 func (e *e2e) env(extra ...string) []string {
+	if e.rewrite != nil {
+		r := e.rewrite
+		e.rewrite = nil
+		defer func() { e.rewrite = r }()
+		return r(e.env(extra...))
+	}
 	return append(append(os.Environ(),
 		"PACER_KAFKA_BROKERS="+e.brokers,
 		"PACER_REDIS_URL="+e.redis,

@@ -119,13 +119,20 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	redis.SetLogger(redisLogger{log})
 	q := quota.New(rdb)
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	if err := q.Load(lctx); err != nil {
+	err = q.Load(lctx)
+	cancel()
+	if r := redisRefusal(err); r != "" {
+		return fmt.Errorf("redis: %s: %w", r, err) // credentials or certificates: waiting cannot help
+	} else if err != nil {
 		log.Warn("redis not reachable at start-up", "err", err, "failure_mode", cfg.RedisFailure)
 	}
-	cancel()
-	kc, err := kgo.NewClient(kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-ingest"),
+	kopts, err := kafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
+	kc, err := kgo.NewClient(append(kopts, kgo.ClientID("pacer-ingest"),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.RecordDeliveryTimeout(ic.ProduceTimeout), kgo.ProducerLinger(0))
+		kgo.RecordDeliveryTimeout(ic.ProduceTimeout), kgo.ProducerLinger(0))...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}

@@ -69,20 +69,23 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		in = f
 	}
 
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(cfg.KafkaBrokers...),
+	kopts, err := kafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(kopts,
 		kgo.ClientID("pacer-publish"),
 		kgo.RequiredAcks(kgo.AllISRAcks()), // with idempotent writes, kgo's default
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchMaxBytes(4<<20),
-	)
+	)...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
 	n, err := pacer.EnsureTopic(ctx, cl, *topic, *partitions)
 	if err != nil {
-		return err
+		return kafkaFailure(cfg, err)
 	}
 
 	pc := pacer.PublishConfig{

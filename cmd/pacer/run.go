@@ -57,6 +57,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	}
 	pc := cfg.pacerConfig(ch)
 	pc.Topic, pc.Group, pc.Logger = *topic, *group, log
+	kopts, err := kafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
 
 	ln, err := net.Listen("tcp", cfg.MetricsAddr)
 	if err != nil {
@@ -73,6 +77,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err = lim.Load(lctx)
 	cancel()
+	if r := redisRefusal(err); r != "" {
+		// Credentials or certificates: waiting cannot help.
+		return fmt.Errorf("redis: %s: %w", r, err)
+	}
 	if err != nil {
 		// Not fatal: the pacer stays not-ready and retries until Redis answers.
 		log.Warn("redis not reachable at start-up; sends wait until it is", "err", err)
@@ -86,8 +94,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	policy := pacer.OverridePolicy{Base: base, Channel: ch.name, Store: ctl}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p, err := pacer.New(pc, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + ch.name),
-		kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))},
+	p, err := pacer.New(pc, append(kopts, kgo.ClientID("pacer-"+ch.name),
+		kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))),
 		pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Ledger: ledger.New(rdb, lim.Keys()), Sender: sender,
 			Fallback:  bucket.NewLocal(bucket.LocalConfig{Replicas: cfg.ExpectedReplicas}),
 			RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
@@ -109,6 +117,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	err = p.Run(ctx)
 	var ke *pacer.KafkaError
 	if errors.As(err, &ke) {
+		if ke.After == 0 { // refused at once: the cause names the setting
+			return fmt.Errorf("%w (PACER_KAFKA_BROKERS=%s)", kafkaFailure(cfg, err), strings.Join(cfg.KafkaBrokers, ","))
+		}
 		return fmt.Errorf("%w (PACER_KAFKA_BROKERS=%s; the wait is PACER_KAFKA_STARTUP_TIMEOUT)", err, strings.Join(cfg.KafkaBrokers, ","))
 	}
 	return err

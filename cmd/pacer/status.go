@@ -81,6 +81,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	err = rdb.Ping(pctx).Err()
 	cancel()
 	if err != nil {
+		if r := redisRefusal(err); r != "" {
+			return fmt.Errorf("status: redis: %s: %v", r, err)
+		}
 		return fmt.Errorf("status: cannot read Redis (%s): %v", redisSetting(cfg), err)
 	}
 	ad := adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
