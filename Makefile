@@ -10,10 +10,12 @@ GO_TEST_TIMEOUT ?= 20m
 PKGS ?= ./...
 STOP_SERVERS := scripts/kafka.sh stop; scripts/redis.sh stop; scripts/redis-cluster.sh stop
 
-.PHONY: build demo test test-short bench bench-pacing soak lint servers stop-servers
+.PHONY: build demo test test-short bench bench-pacing bench-ingest bench-queue soak lint servers stop-servers
+
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
 build:
-	$(GO) build -o bin/pacer ./cmd/pacer
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/pacer ./cmd/pacer
 
 demo:
 	$(GO) run ./cmd/pacer demo
@@ -47,6 +49,17 @@ bench-pacing:
 	PACER_BENCH_PACING=full $(GO) test -count=1 -timeout 40m -v -run '^TestPacingScenarios$$' ./cmd/pacer/ | \
 		grep -v '^\s*pacing_bench_test.go'
 
+# bench-queue: queues per pacing key through `pacer run` (real Kafka and
+# Redis, the strict fake WhatsApp API): head-of-line figures with 400 and
+# 100,000 messages on one number, 50 numbers with spread backlogs, and a
+# SIGKILL of one of 2 replicas with parked records. About 5 minutes.
+# PACER_BENCH_SPREAD=numbers,lo,hi,rate scales the spread run;
+# PACER_BENCH_ENV=K=V,... adds pacer settings. Figures: BENCHMARKS.md.
+bench-queue:
+	@trap '$(STOP_SERVERS)' EXIT; \
+	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	PACER_BENCH_QUEUE=1 $(GO) test -count=1 -timeout 30m -v -run '^TestQueueBench$$' ./cmd/pacer/
+
 # Long runs kept out of `make test`: the 5-minute cooldown of the delivery
 # guarantees (issue: none dead-lettered as attempts-exhausted).
 soak:
@@ -64,3 +77,12 @@ servers:
 
 stop-servers:
 	@$(STOP_SERVERS)
+
+# bench-ingest: `pacer ingest` under load (vegeta) on the real Kafka broker and
+# redis-server, against a plain produce-only handler, and the quota accuracy
+# of a tenant at 100 req/s under 64 connections. PACER_BENCH_DURATION sets
+# each run's length (default 10s). Figures: BENCHMARKS.md.
+bench-ingest:
+	@trap '$(STOP_SERVERS)' EXIT; \
+	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	$(GO) test -tags benchingest -run '^TestLoad' -count=1 -v -timeout 20m ./pacer/ingest/

@@ -38,7 +38,7 @@ type benchOp func(ctx context.Context, key string) (int, error)
 func benchCallers(b *testing.B, mk func(b *testing.B, rdb *redis.Client, l *bucket.Limiter) benchOp) {
 	for _, callers := range []int{1, 8, 64} {
 		b.Run("callers="+strconv.Itoa(callers), func(b *testing.B) {
-			rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b), PoolSize: 128})
+			rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b), DB: testenv.RedisDB, PoolSize: 128})
 			b.Cleanup(func() { rdb.Close() })
 			l := bucket.New(rdb, bucket.Config{Prefix: "bench:" + strconv.FormatInt(time.Now().UnixNano(), 36)})
 			if err := l.Load(b.Context()); err != nil {
@@ -86,16 +86,6 @@ func benchCallers(b *testing.B, mk func(b *testing.B, rdb *redis.Client, l *buck
 	}
 }
 
-// BenchmarkTake is Limiter.Take: one call per message, granted only now.
-func BenchmarkTake(b *testing.B) {
-	benchCallers(b, func(b *testing.B, _ *redis.Client, l *bucket.Limiter) benchOp {
-		return func(ctx context.Context, key string) (int, error) {
-			d, err := l.Take(ctx, "bench", key, never, 1)
-			return b2i(d.Allowed), err
-		}
-	})
-}
-
 // BenchmarkReserve is Limiter.Reserve: one call per message, a slot within
 // a second.
 func BenchmarkReserve(b *testing.B) {
@@ -118,25 +108,6 @@ func BenchmarkLease(b *testing.B) {
 	})
 }
 
-// BenchmarkReserveMany is Limiter.ReserveMany of 16 pacing keys: one round
-// trip per 16 messages of different keys.
-func BenchmarkReserveMany(b *testing.B) {
-	benchCallers(b, func(b *testing.B, _ *redis.Client, l *bucket.Limiter) benchOp {
-		return func(ctx context.Context, key string) (int, error) {
-			items := make([]bucket.Item, 16)
-			for i := range items {
-				items[i] = bucket.Item{Channel: "bench", Key: key + ":" + strconv.Itoa(i), Limit: never, Cost: 1, MaxWait: time.Second}
-			}
-			rs, err := l.ReserveMany(ctx, items)
-			n := 0
-			for _, r := range rs {
-				n += b2i(r.OK)
-			}
-			return n, err
-		}
-	})
-}
-
 // BenchmarkRedisRate is go-redis/redis_rate v10 Allow, the peer: one call
 // per message.
 func BenchmarkRedisRate(b *testing.B) {
@@ -150,23 +121,6 @@ func BenchmarkRedisRate(b *testing.B) {
 				return 0, err
 			}
 			return r.Allowed, nil
-		}
-	})
-}
-
-// BenchmarkTakeMiniredis is Take on miniredis (the Lua in gopher-lua), for
-// comparison with a real server.
-func BenchmarkTakeMiniredis(b *testing.B) {
-	e := newMini(b)
-	var n atomic.Int64
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		key := "k" + strconv.FormatInt(n.Add(1)%8, 10)
-		for pb.Next() {
-			if _, err := e.l.Take(context.Background(), "bench", key, never, 1); err != nil {
-				b.Error(err)
-				return
-			}
 		}
 	})
 }

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"math"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,121 +16,67 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/internal/redistest"
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-// t0 is where miniredis's clock (TIME and TTLs) starts in every test.
-var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+// t0 is where miniredis's clock starts; slack is the tolerance on
+// redis-server's running clock (see redistest).
+var t0 = redistest.T0
 
-// slack is how far a duration measured on redis-server may be from the
-// exact one: the real clock runs on between steps (and under -race, on a busy
-// machine). Tables that run on redis-server keep every grant and refusal
-// more than slack away from flipping.
-const slack = 200 * time.Millisecond
+const slack = redistest.Slack
 
-// env is one backend for one test: a fresh miniredis, or the shared
-// redis-server with a key prefix of the test's own.
+// env is one backend for one test, with the Limiter under test.
 type env struct {
-	rdb   *redis.Client
-	mr    *miniredis.Miniredis // nil on redis-server
-	l     *bucket.Limiter
-	start time.Time // redis-server: wall time of offset 0, set by mark
+	*redistest.Env
+	l    *bucket.Limiter
+	keys bucket.Keys
+}
+
+func newEnv(r *redistest.Env) *env {
+	l := bucket.New(r.RDB, bucket.Config{Prefix: r.Prefix})
+	return &env{Env: r, l: l, keys: l.Keys()}
 }
 
 // each runs f in parallel against miniredis (exact, clock set by the test)
 // and against a real redis-server (clock running, checks within slack).
 func each(t *testing.T, f func(t *testing.T, e *env)) {
-	t.Parallel()
-	t.Run("miniredis", func(t *testing.T) {
-		t.Parallel()
-		f(t, newMini(t))
-	})
-	t.Run("redis-server", func(t *testing.T) {
-		t.Parallel()
-		f(t, newReal(t))
-	})
+	redistest.Each(t, func(t *testing.T, r *redistest.Env) { f(t, newEnv(r)) })
 }
 
-func newMini(t testing.TB) *env {
-	mr := miniredis.RunT(t)
-	mr.SetTime(t0)
-	mr.ClockTTL(true) // SetTime moves TTLs too, as the real clock does
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	return &env{rdb: rdb, mr: mr, l: bucket.New(rdb, bucket.Config{})}
-}
+func newMini(t testing.TB) *env { return newEnv(redistest.Mini(t)) }
 
-func newReal(t testing.TB) *env {
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
-	t.Cleanup(func() { rdb.Close() })
-	// A prefix per test keeps parallel tests and earlier runs apart.
-	prefix := "test:" + t.Name() + ":" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	return &env{rdb: rdb, l: bucket.New(rdb, bucket.Config{Prefix: prefix})}
-}
+func newReal(t testing.TB) *env { return newEnv(redistest.Real(t)) }
 
-// exact reports whether the backend's clock is set by the test.
-func (e *env) exact() bool { return e.mr != nil }
-
-// at moves to offset d from the start of the test: miniredis sets its clock
-// (TIME and TTLs), redis-server sleeps until then. On redis-server offset 0
-// is the end of the first call (see mark), so offsets must not decrease and
-// the first step must be at 0.
-func (e *env) at(d time.Duration) {
-	if e.mr != nil {
-		e.mr.SetTime(t0.Add(d))
-		return
-	}
-	if !e.start.IsZero() {
-		time.Sleep(time.Until(e.start.Add(d)))
-	}
-}
-
-// mark is called after every call to Redis in a table. On redis-server the
-// first one fixes offset 0, so a grant expected at offset d always sees at
-// least d of refill after the first write.
-func (e *env) mark() {
-	if e.mr == nil && e.start.IsZero() {
-		e.start = time.Now()
-	}
-}
-
-// near reports whether a measured duration matches want: exactly on
-// miniredis, within slack on redis-server.
-func (e *env) near(got, want time.Duration) bool {
-	if e.exact() {
-		return got == want
-	}
-	return got >= want-slack && got <= want+slack
-}
-
-// take is one step of a step table for Take.
+// take is one step of a step table for Reserve with no wait: a take of
+// the tokens there now.
 type take struct {
 	at        time.Duration // since the start of the test
 	cost      int
 	allowed   bool
 	remaining int
-	wait      time.Duration // want Decision.Wait (0 when allowed)
+	wait      time.Duration // want Reservation.Wait (0 when allowed)
 	cooldown  bool
 }
 
 func (e *env) takes(t *testing.T, key string, lim bucket.Limit, steps []take) {
 	t.Helper()
 	for i, s := range steps {
-		e.at(s.at)
-		d, err := e.l.Take(t.Context(), "test", key, lim, s.cost)
-		e.mark()
-		if err != nil || d.Allowed != s.allowed || d.Remaining != s.remaining ||
-			d.Cooldown != s.cooldown || !e.near(d.Wait, s.wait) {
+		e.At(s.at)
+		d, err := e.l.Reserve(t.Context(), "test", key, lim, s.cost, 0)
+		e.Mark()
+		if err != nil || d.OK != s.allowed || d.Remaining != s.remaining ||
+			d.Cooldown != s.cooldown || !e.Near(d.Wait, s.wait) {
 			t.Fatalf("step %d (at %v, cost %d): got %+v, %v; want allowed=%v remaining=%d wait=%v cooldown=%v",
 				i, s.at, s.cost, d, err, s.allowed, s.remaining, s.wait, s.cooldown)
 		}
 	}
 }
 
-func TestTakeBurstThenRefusal(t *testing.T) {
+func TestReserveNowBurstThenRefusal(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		e.takes(t, "k", bucket.Limit{PerSecond: 2, Burst: 3}, []take{
 			{0, 1, true, 2, 0, false},
@@ -143,7 +88,7 @@ func TestTakeBurstThenRefusal(t *testing.T) {
 	})
 }
 
-func TestTakeRefills(t *testing.T) {
+func TestReserveNowRefills(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		e.takes(t, "k", bucket.Limit{PerSecond: 2, Burst: 2}, []take{
 			{0, 2, true, 0, 0, false},
@@ -159,18 +104,18 @@ func TestTakeRefills(t *testing.T) {
 
 // TestTakeSubSecondWait checks that short waits keep their microseconds and
 // are never rounded to 0.
-func TestTakeSubSecondWait(t *testing.T) {
+func TestReserveNowSubSecondWait(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		lim := bucket.Limit{PerSecond: 1000, Burst: 1}
-		if !e.exact() {
+		if !e.Exact() {
 			// Real time runs about one round trip (~0.1 ms) per call: take
 			// until refused, then the wait is what is left of 1 ms.
 			for i := range 1000 {
-				d, err := e.l.Take(t.Context(), "test", "k", lim, 1)
+				d, err := e.l.Reserve(t.Context(), "test", "k", lim, 1, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !d.Allowed {
+				if !d.OK {
 					if d.Wait <= 0 || d.Wait > time.Millisecond || d.Wait%time.Microsecond != 0 {
 						t.Fatalf("call %d: wait %v, want in (0, 1ms] in whole µs", i, d.Wait)
 					}
@@ -198,7 +143,7 @@ func TestTakeSubSecondWait(t *testing.T) {
 
 // TestTakeFractionalRate checks rates below one token per second and
 // burst-sized takes at rates whose token is not a whole number of µs.
-func TestTakeFractionalRate(t *testing.T) {
+func TestReserveNowFractionalRate(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		e.takes(t, "slow", bucket.Limit{PerSecond: 0.1, Burst: 1}, []take{
 			{0, 1, true, 0, 0, false},
@@ -214,14 +159,14 @@ func TestTakeFractionalRate(t *testing.T) {
 	})
 }
 
-// TestTakeExtremeLimits checks the fastest and slowest limits that the
+// TestReserveNowExtremeLimits checks the fastest and slowest limits that the
 // scripts represent exactly.
-func TestTakeExtremeLimits(t *testing.T) {
+func TestReserveNowExtremeLimits(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		// 10^12 tokens/s: a missing token is 1 µs away, not 0. (On
 		// redis-server, time between calls refills millions of tokens.)
 		fast := []take{{0, 1e9, true, 0, 0, false}}
-		if e.exact() {
+		if e.Exact() {
 			fast = append(fast,
 				take{0, 1, false, 0, time.Microsecond, false},
 				take{time.Microsecond, 1, true, 1e6 - 1, 0, false})
@@ -229,93 +174,75 @@ func TestTakeExtremeLimits(t *testing.T) {
 		e.takes(t, "fast", bucket.Limit{PerSecond: 1e12, Burst: 1e9}, fast)
 		// One token per 10^8 s (3.2 years).
 		lim := bucket.Limit{PerSecond: 1e-8, Burst: 1}
+		since := time.Now()
 		e.takes(t, "slow", lim, []take{
 			{0, 1, true, 0, 0, false},
 			{0, 1, false, 0, 1e8 * time.Second, false},
 		})
-		if ttl := e.rdb.PTTL(t.Context(), e.l.BucketKey("test", "slow")).Val(); ttl < 1e8*time.Second {
-			t.Fatalf("PTTL = %v, want >= 1e8 s", ttl)
+		// The time to refill from empty, 10^8 s, plus 1 ms (and float
+		// rounding), less on redis-server the time since the grant.
+		if ttl := e.RDB.PTTL(t.Context(), e.keys.Bucket("test", "slow")).Val(); !e.TTLIn(ttl, 1e8*time.Second, 1e8*time.Second+time.Second, since) {
+			t.Fatalf("PTTL = %v, want 1e8 s to 1e8 s + 1 s, less the time since the grant", ttl)
 		}
 	})
 }
 
-func TestTakeRefusedChangesNothing(t *testing.T) {
+func TestReserveNowRefusedChangesNothing(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
 		lim := bucket.Limit{PerSecond: 1, Burst: 2}
-		bk := e.l.BucketKey("test", "k")
-		if d, err := e.l.Take(ctx, "test", "k", lim, 2); err != nil || !d.Allowed {
+		bk := e.keys.Bucket("test", "k")
+		if d, err := e.l.Reserve(ctx, "test", "k", lim, 2, 0); err != nil || !d.OK {
 			t.Fatalf("first take: %+v, %v", d, err)
 		}
-		before := e.snapshot(t, bk)
+		before := e.Snapshot(t, bk)
 		for _, cost := range []int{1, 2} {
-			if d, err := e.l.Take(ctx, "test", "k", lim, cost); err != nil || d.Allowed {
+			if d, err := e.l.Reserve(ctx, "test", "k", lim, cost, 0); err != nil || d.OK {
 				t.Fatalf("take %d: %+v, %v; want refused", cost, d, err)
 			}
 		}
 		if err := e.l.Cooldown(ctx, "test", "k", time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if d, err := e.l.Take(ctx, "test", "k", lim, 1); err != nil || !d.Cooldown {
+		if d, err := e.l.Reserve(ctx, "test", "k", lim, 1, 0); err != nil || !d.Cooldown {
 			t.Fatalf("take in cooldown: %+v, %v", d, err)
 		}
 		if _, err := e.l.State(ctx, "test", "k", lim); err != nil {
 			t.Fatal(err)
 		}
-		after := e.snapshot(t, bk)
-		if !maps.Equal(before.hash, after.hash) || after.pttl > before.pttl || (e.exact() && after.pttl != before.pttl) {
+		after := e.Snapshot(t, bk)
+		if !maps.Equal(before.Hash, after.Hash) || after.PTTL > before.PTTL || (e.Exact() && after.PTTL != before.PTTL) {
 			t.Fatalf("refusals changed the bucket: before %+v, after %+v", before, after)
 		}
 	})
 }
 
-type snapshot struct {
-	hash map[string]string
-	pttl time.Duration
-}
-
-func (e *env) snapshot(t *testing.T, key string) snapshot {
-	t.Helper()
-	h, err := e.rdb.HGetAll(t.Context(), key).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ttl, err := e.rdb.PTTL(t.Context(), key).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snapshot{h, ttl}
-}
-
-// TestTakeTTL checks that a bucket key lives at least as long as the bucket
+// TestReserveNowTTL checks that a bucket key lives at least as long as the bucket
 // needs to refill from empty, so it expires only when full.
-func TestTakeTTL(t *testing.T) {
+func TestReserveNowTTL(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
 		lim := bucket.Limit{PerSecond: 0.1, Burst: 5} // refill from empty: 50 s
 		refill := 50 * time.Second
-		if d, err := e.l.Take(ctx, "test", "k", lim, 1); err != nil || !d.Allowed {
+		since := time.Now()
+		if d, err := e.l.Reserve(ctx, "test", "k", lim, 1, 0); err != nil || !d.OK {
 			t.Fatalf("take: %+v, %v", d, err)
 		}
-		bk := e.l.BucketKey("test", "k")
-		ttl := e.rdb.PTTL(ctx, bk).Val()
-		lo := refill
-		if !e.exact() {
-			lo -= slack // the real clock runs on between the script and PTTL
+		bk := e.keys.Bucket("test", "k")
+		ttl := e.RDB.PTTL(ctx, bk).Val()
+		if !e.TTLIn(ttl, refill, refill+time.Second, since) {
+			t.Fatalf("PTTL %s = %v, want in [%v, %v] less the time since the take", bk, ttl, refill, refill+time.Second)
 		}
-		if ttl < lo || ttl > refill+time.Second {
-			t.Fatalf("PTTL %s = %v, want in [%v, %v]", bk, ttl, lo, refill+time.Second)
-		}
-		if !e.exact() {
+		if !e.Exact() {
 			return
 		}
 		// Just before expiry the bucket is full already; after, it reads full.
-		e.at(refill)
+		e.At(refill)
 		if st, err := e.l.State(ctx, "test", "k", lim); err != nil || st.Tokens != 5 {
 			t.Fatalf("state at %v: %+v, %v; want 5 tokens", refill, st, err)
 		}
-		e.at(ttl)
-		if n := e.rdb.Exists(ctx, bk).Val(); n != 0 {
+		e.At(ttl)
+		if n := e.RDB.Exists(ctx, bk).Val(); n != 0 {
 			t.Fatalf("%s still exists after its TTL", bk)
 		}
 		e.takes(t, "k", lim, []take{{ttl, 5, true, 0, 0, false}})
@@ -326,9 +253,9 @@ func TestCooldown(t *testing.T) {
 	lim := bucket.Limit{PerSecond: 100, Burst: 100}
 	type step struct {
 		at       time.Duration
-		cooldown time.Duration // Cooldown(d) before the Take, if != 0
+		cooldown time.Duration // Cooldown(d) before the take, if != 0
 		allowed  bool
-		wait     time.Duration // want Decision.Wait and State.CooldownLeft
+		wait     time.Duration // want Reservation.Wait and State.CooldownLeft
 	}
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
@@ -342,32 +269,32 @@ func TestCooldown(t *testing.T) {
 			{200 * time.Millisecond, -time.Hour, false, time.Second},  // d <= 0: no-op
 			{1400 * time.Millisecond, 0, true, 0},                     // over at 1200 ms
 		} {
-			e.at(s.at)
+			e.At(s.at)
 			if s.cooldown != 0 {
 				err := e.l.Cooldown(ctx, "test", "k", s.cooldown)
-				e.mark()
+				e.Mark()
 				if err != nil {
 					t.Fatalf("step %d: Cooldown(%v): %v", i, s.cooldown, err)
 				}
 			}
 			st, err := e.l.State(ctx, "test", "k", lim)
-			e.mark()
-			if err != nil || !e.near(st.CooldownLeft, s.wait) {
+			e.Mark()
+			if err != nil || !e.Near(st.CooldownLeft, s.wait) {
 				t.Fatalf("step %d: State = %+v, %v; want CooldownLeft %v", i, st, err, s.wait)
 			}
-			d, err := e.l.Take(ctx, "test", "k", lim, 1)
-			e.mark()
-			if err != nil || d.Allowed != s.allowed || d.Cooldown != !s.allowed || !e.near(d.Wait, s.wait) {
+			d, err := e.l.Reserve(ctx, "test", "k", lim, 1, 0)
+			e.Mark()
+			if err != nil || d.OK != s.allowed || d.Cooldown != !s.allowed || !e.Near(d.Wait, s.wait) {
 				t.Fatalf("step %d: Take = %+v, %v; want allowed=%v wait=%v", i, d, err, s.allowed, s.wait)
 			}
 		}
-		if !e.exact() {
+		if !e.Exact() {
 			// The longest cooldown saturates Wait instead of overflowing it.
 			// (miniredis overflows a TTL this long itself.)
 			if err := e.l.Cooldown(ctx, "test", "long", math.MaxInt64); err != nil {
 				t.Fatal(err)
 			}
-			if d, err := e.l.Take(ctx, "test", "long", lim, 1); err != nil || !d.Cooldown || d.Wait < math.MaxInt64-slack {
+			if d, err := e.l.Reserve(ctx, "test", "long", lim, 1, 0); err != nil || !d.Cooldown || d.Wait < math.MaxInt64-slack {
 				t.Fatalf("Take in a %v cooldown: %+v, %v", time.Duration(math.MaxInt64), d, err)
 			}
 			return
@@ -376,7 +303,7 @@ func TestCooldown(t *testing.T) {
 		if err := e.l.Cooldown(ctx, "test", "other", 0); err != nil {
 			t.Fatal(err)
 		}
-		if n := e.rdb.Exists(ctx, e.l.CooldownKey("test", "other")).Val(); n != 0 {
+		if n := e.RDB.Exists(ctx, e.keys.Cooldown("test", "other")).Val(); n != 0 {
 			t.Fatal("Cooldown(0) created a key")
 		}
 	})
@@ -389,7 +316,7 @@ func TestCooldownWithoutTTL(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
 		lim := bucket.Limit{PerSecond: 1, Burst: 5}
-		if err := e.rdb.Set(ctx, e.l.CooldownKey("test", "k"), "forever", 0).Err(); err != nil {
+		if err := e.RDB.Set(ctx, e.keys.Cooldown("test", "k"), "forever", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if st, err := e.l.State(ctx, "test", "k", lim); err != nil || st.CooldownLeft != 0 {
@@ -427,13 +354,13 @@ func TestCorruptHashIsFull(t *testing.T) {
 		name  string
 		write func(ctx context.Context, rdb *redis.Client, key string) error
 	}{
-		{"empty fields", hset("utokens", "", "ts_us", "")},
-		{"words", hset("utokens", "lots", "ts_us", "yesterday")},
-		{"no stamp", hset("utokens", "0")},
-		{"no tokens", hset("ts_us", "1")},
-		{"nan", hset("utokens", "nan", "ts_us", "nan")},
-		{"inf", hset("utokens", "inf", "ts_us", "-inf")},
-		{"negative", hset("utokens", "-5000000", "ts_us", "1")},
+		{"empty fields", redistest.HSet("utokens", "", "ts_us", "")},
+		{"words", redistest.HSet("utokens", "lots", "ts_us", "yesterday")},
+		{"no stamp", redistest.HSet("utokens", "0")},
+		{"no tokens", redistest.HSet("ts_us", "1")},
+		{"nan", redistest.HSet("utokens", "nan", "ts_us", "nan")},
+		{"inf", redistest.HSet("utokens", "inf", "ts_us", "-inf")},
+		{"negative", redistest.HSet("utokens", "-5000000", "ts_us", "1")},
 		{"string key", func(ctx context.Context, rdb *redis.Client, key string) error {
 			return rdb.Set(ctx, key, "junk", 0).Err()
 		}},
@@ -444,8 +371,8 @@ func TestCorruptHashIsFull(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
 				ctx := t.Context()
-				bk := e.l.BucketKey("test", "k")
-				if err := tc.write(ctx, e.rdb, bk); err != nil {
+				bk := e.keys.Bucket("test", "k")
+				if err := tc.write(ctx, e.RDB, bk); err != nil {
 					t.Fatal(err)
 				}
 				if st, err := e.l.State(ctx, "test", "k", lim); err != nil || st.Tokens != 3 {
@@ -455,7 +382,7 @@ func TestCorruptHashIsFull(t *testing.T) {
 					{0, 3, true, 0, 0, false},
 					{0, 1, false, 0, time.Second, false},
 				})
-				h := e.rdb.HGetAll(ctx, bk).Val()
+				h := e.RDB.HGetAll(ctx, bk).Val()
 				if _, err := strconv.ParseInt(h["utokens"], 10, 64); err != nil {
 					t.Fatalf("not repaired: %v", h)
 				}
@@ -467,12 +394,6 @@ func TestCorruptHashIsFull(t *testing.T) {
 	}
 }
 
-func hset(fieldValues ...string) func(context.Context, *redis.Client, string) error {
-	return func(ctx context.Context, rdb *redis.Client, key string) error {
-		return rdb.HSet(ctx, key, fieldValues).Err()
-	}
-}
-
 // TestClockSteppedBack checks that state stamped after Redis TIME neither
 // mints tokens nor stalls the bucket until the clock catches up.
 func TestClockSteppedBack(t *testing.T) {
@@ -481,7 +402,7 @@ func TestClockSteppedBack(t *testing.T) {
 		t.Parallel()
 		e := newMini(t) // only miniredis can step TIME back
 		e.takes(t, "k", lim, []take{{0, 2, true, 0, 0, false}})
-		e.at(-time.Hour)
+		e.At(-time.Hour)
 		if st, err := e.l.State(t.Context(), "test", "k", lim); err != nil || st.Tokens != 0 {
 			t.Fatalf("State after the step = %+v, %v; want 0 tokens", st, err)
 		}
@@ -515,12 +436,12 @@ func TestClockSteppedBack(t *testing.T) {
 		t.Run("stamp ahead/"+tc.name, func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
 				ctx := t.Context()
-				now, err := e.rdb.Time(ctx).Result()
+				now, err := e.RDB.Time(ctx).Result()
 				if err != nil {
 					t.Fatal(err)
 				}
 				ahead := strconv.FormatInt(now.Add(time.Hour).UnixMicro(), 10)
-				if err := e.rdb.HSet(ctx, e.l.BucketKey("test", "k"), "utokens", tc.utokens, "ts_us", ahead).Err(); err != nil {
+				if err := e.RDB.HSet(ctx, e.keys.Bucket("test", "k"), "utokens", tc.utokens, "ts_us", ahead).Err(); err != nil {
 					t.Fatal(err)
 				}
 				e.takes(t, "k", lim, tc.steps)
@@ -546,14 +467,14 @@ func TestState(t *testing.T) {
 			{1250 * time.Millisecond, 0, 1.5},
 			{3 * time.Second, 0, 4}, // capped at burst
 		} {
-			e.at(s.at)
+			e.At(s.at)
 			st, err := e.l.State(ctx, "test", "k", lim)
-			e.mark()
+			e.Mark()
 			if err != nil || st.CooldownLeft != 0 || !e.nearTokens(st.Tokens, s.tokens, lim) {
 				t.Fatalf("step %d (at %v): State = %+v, %v; want %v tokens", i, s.at, st, err, s.tokens)
 			}
 			if s.take > 0 {
-				if d, err := e.l.Take(ctx, "test", "k", lim, s.take); err != nil || !d.Allowed {
+				if d, err := e.l.Reserve(ctx, "test", "k", lim, s.take, 0); err != nil || !d.OK {
 					t.Fatalf("step %d: Take(%d) = %+v, %v", i, s.take, d, err)
 				}
 			}
@@ -562,24 +483,20 @@ func TestState(t *testing.T) {
 		if _, err := e.l.State(ctx, "test", "never", lim); err != nil {
 			t.Fatal(err)
 		}
-		if n := e.rdb.Exists(ctx, e.l.BucketKey("test", "never"), e.l.CooldownKey("test", "never")).Val(); n != 0 {
+		if n := e.RDB.Exists(ctx, e.keys.Bucket("test", "never"), e.keys.Cooldown("test", "never")).Val(); n != 0 {
 			t.Fatal("State created keys")
 		}
 	})
 }
 
-// nearTokens is near for token counts: exact on miniredis, within what
-// slack refills on redis-server.
+// nearTokens is Near for token counts of a bucket under lim.
 func (e *env) nearTokens(got, want float64, lim bucket.Limit) bool {
-	if e.exact() {
-		return got == want
-	}
-	return math.Abs(got-want) <= slack.Seconds()*lim.PerSecond && got <= float64(lim.Burst)
+	return e.NearTokens(got, want, lim.PerSecond, lim.Burst)
 }
 
 // TestTakeAtomic checks that concurrent takes never grant more than the
 // bucket holds.
-func TestTakeAtomic(t *testing.T) {
+func TestReserveNowAtomic(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		lim := bucket.Limit{PerSecond: 0.001, Burst: 50} // refills 1 token in 1000 s
 		var allowed atomic.Int64
@@ -587,12 +504,12 @@ func TestTakeAtomic(t *testing.T) {
 		for range 20 {
 			wg.Go(func() {
 				for range 10 {
-					d, err := e.l.Take(t.Context(), "test", "k", lim, 1)
+					d, err := e.l.Reserve(t.Context(), "test", "k", lim, 1, 0)
 					if err != nil {
 						t.Error(err)
 						return
 					}
-					if d.Allowed {
+					if d.OK {
 						allowed.Add(1)
 					}
 				}
@@ -640,7 +557,7 @@ func TestInvalidLimit(t *testing.T) {
 				}
 				return
 			}
-			_, err := l.Take(t.Context(), "test", "k", tc.lim, tc.cost)
+			_, err := l.Reserve(t.Context(), "test", "k", tc.lim, tc.cost, 0)
 			if !errors.Is(err, bucket.ErrInvalidLimit) || err.Error() != tc.want {
 				t.Fatalf("Take error = %v, want %q wrapping ErrInvalidLimit", err, tc.want)
 			}
@@ -657,62 +574,39 @@ func TestInvalidLimit(t *testing.T) {
 	}
 }
 
-// TestDeps enforces style.md 2.9: bucket returns values that pacer counts,
-// and knows nothing of Kafka, providers or metrics.
-func TestDeps(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go list")
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command")
-	}
-	out, err := exec.Command(gobin, "list", "-deps", "github.com/pacerhq/pacer/bucket").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	bad := map[string]string{ // import path prefix => why
-		"github.com/pacerhq/pacer/pacer":       "pacer imports bucket, not the other way",
-		"github.com/pacerhq/pacer/channels":    "providers are pacer's business",
-		"github.com/pacerhq/pacer/partitioner": "keys arrive as strings",
-		"github.com/pacerhq/pacer/cmd":         "nothing imports cmd",
-		"github.com/prometheus/":               "only cmd and pacer measure",
-		"github.com/twmb/franz-go":             "only cmd and pacer speak Kafka",
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		for prefix, why := range bad {
-			if strings.HasPrefix(dep, prefix) {
-				t.Errorf("bucket depends on %s: %s", dep, why)
-			}
-		}
-	}
-}
-
+// TestKeys checks every key name: one function names them all, with the
+// pacing key's hash tag, so every piece of its state shares its slot.
 func TestKeys(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		prefix, bucket, cooldown string
+		prefix, want string
 	}{
-		{"", "pacer:{whatsapp:106540352242922}:bucket", "pacer:{whatsapp:106540352242922}:cooldown"},
-		{"stage", "stage:{whatsapp:106540352242922}:bucket", "stage:{whatsapp:106540352242922}:cooldown"},
+		{"", "pacer"},
+		{"stage", "stage"},
 	} {
-		l := bucket.New(noRedis{}, bucket.Config{Prefix: tc.prefix})
-		if got := l.BucketKey("whatsapp", "106540352242922"); got != tc.bucket {
-			t.Errorf("prefix %q: BucketKey = %q, want %q", tc.prefix, got, tc.bucket)
+		k := bucket.New(noRedis{}, bucket.Config{Prefix: tc.prefix}).Keys()
+		if k != bucket.NewKeys(tc.prefix) || k.Prefix() != tc.want {
+			t.Fatalf("prefix %q: Keys %+v (prefix %q), want NewKeys(%q)", tc.prefix, k, k.Prefix(), tc.prefix)
 		}
-		if got := l.CooldownKey("whatsapp", "106540352242922"); got != tc.cooldown {
-			t.Errorf("prefix %q: CooldownKey = %q, want %q", tc.prefix, got, tc.cooldown)
-		}
-		p := strings.TrimSuffix(tc.bucket, ":bucket")
+		p := tc.want + ":{whatsapp:106540352242922}:"
+		const ch, key = "whatsapp", "106540352242922"
 		for got, want := range map[string]string{
-			l.SubBucketKey("whatsapp", "106540352242922", "15551234567"):   p + ":sub:15551234567:bucket",
-			l.SubCooldownKey("whatsapp", "106540352242922", "15551234567"): p + ":sub:15551234567:cooldown",
-			l.WindowKey("tenant", "acme"):                                  strings.Split(p, ":")[0] + ":{tenant:acme}:window",
+			k.Bucket(ch, key):                     p + "bucket",
+			k.Cooldown(ch, key):                   p + "cooldown",
+			k.SubBucket(ch, key, "15551234567"):   p + "sub:15551234567:bucket",
+			k.SubCooldown(ch, key, "15551234567"): p + "sub:15551234567:cooldown",
+			k.AIMD(ch, key):                       p + "aimd",
+			k.Breaker(ch, key):                    p + "breaker",
+			k.ID(ch, key, "c1-9"):                 p + "id:c1-9",
+			k.Window("tenant", "acme"):            tc.want + ":{tenant:acme}:window",
 		} {
 			if got != want {
 				t.Errorf("prefix %q: key %q, want %q", tc.prefix, got, want)
 			}
 		}
+	}
+	if (bucket.Keys{}).Bucket("a", "b") != "pacer:{a:b}:bucket" {
+		t.Errorf("the zero Keys does not use the default prefix")
 	}
 }
 
@@ -725,8 +619,8 @@ func TestLoad(t *testing.T) {
 		// Take works through EVALSHA, and through EVAL after a flush (only on
 		// miniredis: other tests share redis-server's script cache).
 		e.takes(t, "k", bucket.Limit{PerSecond: 1, Burst: 1}, []take{{0, 1, true, 0, 0, false}})
-		if e.exact() {
-			if err := e.rdb.ScriptFlush(ctx).Err(); err != nil {
+		if e.Exact() {
+			if err := e.RDB.ScriptFlush(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
 			e.takes(t, "k", bucket.Limit{PerSecond: 1, Burst: 1}, []take{{0, 1, false, 0, time.Second, false}})
@@ -737,14 +631,14 @@ func TestLoad(t *testing.T) {
 func TestRedisErrorsWrapped(t *testing.T) {
 	t.Parallel()
 	e := newMini(t)
-	e.mr.SetError("LOADING Redis is loading the dataset in memory")
+	e.MR.SetError("LOADING Redis is loading the dataset in memory")
 	ctx := t.Context()
 	lim := bucket.Limit{PerSecond: 1, Burst: 1}
 	for name, err := range map[string]error{
-		`bucket: take "pacer:{test:k}:bucket": LOADING`:       func() error { _, err := e.l.Take(ctx, "test", "k", lim, 1); return err }(),
+		`bucket: reserve "pacer:{test:k}:bucket": LOADING`:    func() error { _, err := e.l.Reserve(ctx, "test", "k", lim, 1, 0); return err }(),
 		`bucket: state "pacer:{test:k}:bucket": LOADING`:      func() error { _, err := e.l.State(ctx, "test", "k", lim); return err }(),
 		`bucket: cooldown "pacer:{test:k}:cooldown": LOADING`: e.l.Cooldown(ctx, "test", "k", time.Second),
-		`bucket: load take script: LOADING`:                   e.l.Load(ctx),
+		`bucket: load state script: LOADING`:                  e.l.Load(ctx),
 	} {
 		var rerr redis.Error
 		if err == nil || !strings.HasPrefix(err.Error(), name) || !errors.As(err, &rerr) {
@@ -784,8 +678,8 @@ func TestUnexpectedReply(t *testing.T) {
 		{[]any{int64(1), int64(0), int64(0), int64(0), int64(0)}, ""},
 	} {
 		l := bucket.New(fakeReply{v: tc.v}, bucket.Config{})
-		if d, err := l.Take(t.Context(), "test", "k", lim, 1); err == nil || !strings.Contains(err.Error(), "unexpected reply") {
-			t.Errorf("Take with reply %#v: %+v, %v; want an unexpected-reply error", tc.v, d, err)
+		if d, err := l.Reserve(t.Context(), "test", "k", lim, 1, 0); err == nil || !strings.Contains(err.Error(), "unexpected reply") {
+			t.Errorf("Reserve with reply %#v: %+v, %v; want an unexpected-reply error", tc.v, d, err)
 		}
 		if st, err := l.State(t.Context(), "test", "k", lim); tc.valid != "state" && (err == nil || !strings.Contains(err.Error(), "unexpected reply")) {
 			t.Errorf("State with reply %#v: %+v, %v; want an unexpected-reply error", tc.v, st, err)
@@ -796,7 +690,7 @@ func TestUnexpectedReply(t *testing.T) {
 	}
 }
 
-func ExampleLimiter_Take() {
+func ExampleLimiter_Reserve_now() {
 	mr, err := miniredis.Run()
 	if err != nil {
 		panic(err)
@@ -809,11 +703,11 @@ func ExampleLimiter_Take() {
 	l := bucket.New(rdb, bucket.Config{})
 	lim := bucket.Limit{PerSecond: 80, Burst: 2} // 80 messages per second, 2 at once
 	for range 3 {
-		d, err := l.Take(context.Background(), "whatsapp", "106540352242922", lim, 1)
+		d, err := l.Reserve(context.Background(), "whatsapp", "106540352242922", lim, 1, 0)
 		if err != nil {
 			panic(err)
 		}
-		fmt.Printf("allowed=%v remaining=%d wait=%v\n", d.Allowed, d.Remaining, d.Wait)
+		fmt.Printf("allowed=%v remaining=%d wait=%v\n", d.OK, d.Remaining, d.Wait)
 	}
 	// Output:
 	// allowed=true remaining=1 wait=0s

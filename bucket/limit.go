@@ -9,8 +9,9 @@ import (
 
 // ErrInvalidLimit is returned, wrapped with what is wrong, for a limit that
 // can never be met or that the bucket cannot represent: see [Limit.Validate].
-// [Limiter.Take] and [Limiter.State] return it without calling Redis, and so
-// does Take for a cost outside [1, Burst]. Test for it with errors.Is.
+// Every call of [Limiter] and [Local] returns it without calling Redis, and
+// so do Reserve and ReserveMulti for a cost outside [1, Burst]. Test for it
+// with errors.Is.
 var ErrInvalidLimit = errors.New("bucket: invalid limit")
 
 // Bounds checked by [Limit.Validate]. The scripts count tokens in millionths
@@ -44,19 +45,39 @@ type Limit struct {
 func (l Limit) Validate() error {
 	switch {
 	case !(l.PerSecond > 0): // also NaN
-		return fmt.Errorf("%w: rate %v must be > 0", ErrInvalidLimit, l.PerSecond)
+		return fieldErr("PerSecond", fmt.Errorf("%w: rate %v must be > 0", ErrInvalidLimit, l.PerSecond))
 	case math.IsInf(l.PerSecond, 1):
-		return fmt.Errorf("%w: rate %v must be finite", ErrInvalidLimit, l.PerSecond)
+		return fieldErr("PerSecond", fmt.Errorf("%w: rate %v must be finite", ErrInvalidLimit, l.PerSecond))
 	case l.Burst < 1:
-		return fmt.Errorf("%w: burst %d must be >= 1", ErrInvalidLimit, l.Burst)
+		return fieldErr("Burst", fmt.Errorf("%w: burst %d must be >= 1", ErrInvalidLimit, l.Burst))
 	case l.Burst > maxBurst:
-		return fmt.Errorf("%w: burst %d must be <= %d", ErrInvalidLimit, l.Burst, maxBurst)
+		return fieldErr("Burst", fmt.Errorf("%w: burst %d must be <= %d", ErrInvalidLimit, l.Burst, maxBurst))
 	case float64(l.Burst)/l.PerSecond > maxRefill.Seconds():
-		return fmt.Errorf("%w: refill time burst/rate = %d/%v s must be <= %v",
-			ErrInvalidLimit, l.Burst, l.PerSecond, maxRefill)
+		return fieldErr("Burst", fmt.Errorf("%w: refill time burst/rate = %d/%v s must be <= %v",
+			ErrInvalidLimit, l.Burst, l.PerSecond, maxRefill))
 	}
 	return nil
 }
+
+// FieldError is what [Limit.Validate], [AIMD.Validate] and
+// [Breaker.Validate] return: Field is the Go name of the field at fault
+// ("PerSecond", "Floor", "MaxOpenFor"), or "ceiling" for the ceiling
+// [AIMD.Validate] was given; Err wraps [ErrInvalidLimit], [ErrInvalidAIMD]
+// or [ErrInvalidBreaker] and says what is wrong. Callers that configure
+// these values from elsewhere (environment variables, flags) read Field to
+// name their own setting; the rules themselves stay here.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func fieldErr(field string, err error) error { return &FieldError{Field: field, Err: err} }
+
+// Error returns Err's text, such as "bucket: invalid aimd: floor 5 must be <= ceiling 2".
+func (e *FieldError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *FieldError) Unwrap() error { return e.Err }
 
 // ValidateCost returns nil if the limit is valid ([Limit.Validate]) and a
 // request of cost tokens can ever be granted: 1 <= cost <= Burst. Otherwise

@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/pacerhq/pacer/bucket/internal/wire"
 )
 
 // LocalConfig configures a [Local]. The zero value means all defaults.
@@ -18,8 +20,7 @@ type LocalConfig struct {
 }
 
 // Local is an in-process token bucket per pacing key with the semantics of
-// [Limiter] (Take, Reserve, Lease, Return, multi-bucket calls, Cooldown,
-// State), for PACER_REDIS_FAILURE=local: when Redis is unreachable, each
+// [Limiter] (Reserve, ReserveMulti, Lease, Return, Cooldown, State), for PACER_REDIS_FAILURE=local: when Redis is unreachable, each
 // replica paces on its own at its share of the limit instead of stopping.
 // It is never the default, since replicas that disagree about how many of
 // them run can together exceed a limit: that is the price of sending
@@ -99,25 +100,6 @@ func localKey(channel, key, sub string) string {
 	return channel + "\x00" + key + "\x00" + sub
 }
 
-// Take is [Limiter.Take] on this process's buckets.
-func (l *Local) Take(ctx context.Context, channel, key string, lim Limit, cost int) (Decision, error) {
-	return l.TakeMulti(ctx, channel, key, []Request{{Limit: lim, Cost: cost}})
-}
-
-// TakeMulti is [Limiter.TakeMulti] on this process's buckets.
-func (l *Local) TakeMulti(ctx context.Context, channel, key string, reqs []Request) (Decision, error) {
-	_, rep, err := l.reserve(channel, key, reqs, 1, 0)
-	if err != nil {
-		return Decision{}, err
-	}
-	return Decision{
-		Allowed:   rep.granted == 1,
-		Remaining: int(rep.remaining),
-		Wait:      duration(rep.wait, time.Microsecond),
-		Cooldown:  rep.cooldown == 1,
-	}, nil
-}
-
 // Reserve is [Limiter.Reserve] on this process's buckets.
 func (l *Local) Reserve(ctx context.Context, channel, key string, lim Limit, cost int, maxWait time.Duration) (Reservation, error) {
 	return l.ReserveMulti(ctx, channel, key, []Request{{Limit: lim, Cost: cost}}, maxWait)
@@ -166,7 +148,7 @@ func (l *Local) Return(ctx context.Context, lease Lease, used int) (int, error) 
 	}
 	rate := s.lim.PerSecond
 	burstU := float64(s.lim.Burst) * 1e6
-	started := math.Floor((float64(s.u0) + math.Floor(float64(now-s.now0)*rate)) / 1e6)
+	started := slotsStarted(float64(s.u0), s.now0, now, rate, 1e6)
 	from := float64(used)
 	if started > from {
 		from = started
@@ -190,24 +172,15 @@ func (l *Local) Cooldown(ctx context.Context, channel, key string, d time.Durati
 	return nil
 }
 
-// CooldownSub is [Limiter.CooldownSub] on this process.
-func (l *Local) CooldownSub(ctx context.Context, channel, key, sub string, d time.Duration) error {
-	l.cooldown(localKey(channel, key, sub), d)
-	return nil
-}
-
 func (l *Local) cooldown(k string, d time.Duration) {
 	if d <= 0 {
 		return
 	}
-	ms := d / time.Millisecond
-	if d%time.Millisecond != 0 {
-		ms++
-	}
+	ms := cooldownMS(d)
 	_, now := l.clock()
 	end := int64(math.MaxInt64)
-	if int64(ms) < (math.MaxInt64-now)/1000 {
-		end = now + int64(ms)*1000
+	if ms < (math.MaxInt64-now)/1000 {
+		end = now + ms*1000
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -230,7 +203,7 @@ func (l *Local) State(ctx context.Context, channel, key string, lim Limit) (Stat
 	u, _ := l.buckets[k].read(now, lim.PerSecond, float64(lim.Burst)*1e6)
 	var left time.Duration
 	if end, ok := l.cooldowns[k]; ok && end > now {
-		left = duration((end-now+999)/1000, time.Millisecond)
+		left = wire.Duration((end-now+999)/1000, time.Millisecond)
 	}
 	return State{Tokens: u / 1e6, CooldownLeft: left}, nil
 }
@@ -298,7 +271,7 @@ func (l *Local) reserve(channel, key string, reqs []Request, n, maxWait int64) (
 	if nb == 1 {
 		u, rate, costU := us[0], rates[0], costs[0]
 		first := slotUS(costU-u, rate)
-		g := math.Floor((u + math.Floor(mw*rate)) / costU)
+		g := math.Floor((u + refill(mw, rate)) / costU)
 		g = min(g, float64(n), math.Floor((u+maxDebtU)/costU))
 		if g < 1 || first > maxWait {
 			return refuse(first - maxWait)
@@ -317,9 +290,9 @@ func (l *Local) reserve(channel, key string, reqs []Request, n, maxWait int64) (
 	}
 	vs := make([]float64, nb)
 	for i := range nb {
-		refill := math.Floor(float64(s) * rates[i])
-		c := math.Min(us[i]+refill, bursts[i])
-		vs[i] = c - costs[i] - refill
+		r := refill(float64(s), rates[i])
+		c := math.Min(us[i]+r, bursts[i])
+		vs[i] = c - costs[i] - r
 		if vs[i] < -maxDebtU {
 			return refuse(1)
 		}
@@ -338,11 +311,7 @@ func (b *localBucket) read(now int64, rate, burstU float64) (float64, bool) {
 	if b == nil {
 		return burstU, false
 	}
-	u := b.u
-	if now > b.ts {
-		u += math.Floor(float64(now-b.ts) * rate)
-	}
-	return math.Min(u, burstU), b.ts > now
+	return tokensAt(b.u, b.ts, now, rate, burstU), b.ts > now
 }
 
 func (l *Local) store(k string, v float64, now int64, rate, burstU float64) {

@@ -39,7 +39,7 @@ func TestLocalMatchesRedis(t *testing.T) {
 				at += time.Duration(rnd.Int64N(int64(time.Minute)))
 			}
 		}
-		e.at(at)
+		e.At(at)
 		clock = t0.Add(at)
 		ki := rnd.IntN(len(limits))
 		key, lim := "k"+strconv.Itoa(ki), limits[ki]
@@ -55,9 +55,9 @@ func TestLocalMatchesRedis(t *testing.T) {
 		var got, want string
 		switch op := rnd.IntN(8); op {
 		case 0:
-			r, err := e.l.Take(ctx, "test", key, lim, cost)
-			l, lerr := loc.Take(ctx, "test", key, lim, cost)
-			got, want = fmt.Sprint(l, lerr), fmt.Sprint(r, err)
+			r, err := e.l.Reserve(ctx, "test", key, lim, cost, 0)
+			l, lerr := loc.Reserve(ctx, "test", key, lim, cost, 0)
+			got, want = resv(l, lerr), resv(r, err)
 		case 1, 2:
 			r, err := e.l.Reserve(ctx, "test", key, lim, cost, maxWait)
 			l, lerr := loc.Reserve(ctx, "test", key, lim, cost, maxWait)
@@ -79,9 +79,9 @@ func TestLocalMatchesRedis(t *testing.T) {
 				open[key] = leases{r, l}
 			}
 		case 4:
-			r, err := e.l.TakeMulti(ctx, "test", key, reqs)
-			l, lerr := loc.TakeMulti(ctx, "test", key, reqs)
-			got, want = fmt.Sprint(l, lerr), fmt.Sprint(r, err)
+			r, err := e.l.ReserveMulti(ctx, "test", key, reqs, 0)
+			l, lerr := loc.ReserveMulti(ctx, "test", key, reqs, 0)
+			got, want = resv(l, lerr), resv(r, err)
 		case 5:
 			r, err := e.l.ReserveMulti(ctx, "test", key, reqs, maxWait)
 			l, lerr := loc.ReserveMulti(ctx, "test", key, reqs, maxWait)
@@ -95,13 +95,8 @@ func TestLocalMatchesRedis(t *testing.T) {
 				continue
 			}
 			d := time.Duration(rnd.Int64N(int64(3 * time.Second)))
-			if rnd.IntN(2) == 0 {
-				err, lerr := e.l.Cooldown(ctx, "test", key, d), loc.Cooldown(ctx, "test", key, d)
-				got, want = fmt.Sprint(lerr), fmt.Sprint(err)
-			} else {
-				err, lerr := e.l.CooldownSub(ctx, "test", key, "r0", d), loc.CooldownSub(ctx, "test", key, "r0", d)
-				got, want = fmt.Sprint(lerr), fmt.Sprint(err)
-			}
+			err, lerr := e.l.Cooldown(ctx, "test", key, d), loc.Cooldown(ctx, "test", key, d)
+			got, want = fmt.Sprint(lerr), fmt.Sprint(err)
 		}
 		if got != want {
 			t.Fatalf("call %d at %v on %s %v: Local %s, Redis %s", i, at, key, lim, got, want)
@@ -131,18 +126,18 @@ func TestLocalReplicas(t *testing.T) {
 	ctx := t.Context()
 	lim := bucket.Limit{PerSecond: 80, Burst: 80} // 20/s, burst 20 each
 	for i := range 20 {
-		if d, err := loc.Take(ctx, "whatsapp", "n", lim, 1); err != nil || !d.Allowed {
+		if d, err := loc.Reserve(ctx, "whatsapp", "n", lim, 1, 0); err != nil || !d.OK {
 			t.Fatalf("take %d: %+v, %v", i, d, err)
 		}
 	}
-	if d, err := loc.Take(ctx, "whatsapp", "n", lim, 1); err != nil || d.Allowed || d.Wait != 50*ms {
+	if d, err := loc.Reserve(ctx, "whatsapp", "n", lim, 1, 0); err != nil || d.OK || d.Wait != 50*ms {
 		t.Fatalf("take 21: %+v, %v; want refused for 50 ms", d, err)
 	}
 	if r, err := loc.Reserve(ctx, "whatsapp", "n", lim, 1, time.Second); err != nil || !r.OK || r.Delay != 50*ms || !r.At.Equal(clock.Add(50*ms)) {
 		t.Fatalf("reserve: %+v, %v", r, err)
 	}
 	// A cost above the share of the burst still passes, alone.
-	if d, err := loc.Take(ctx, "whatsapp", "big", lim, 30); err != nil || !d.Allowed {
+	if d, err := loc.Reserve(ctx, "whatsapp", "big", lim, 30, 0); err != nil || !d.OK {
 		t.Fatalf("take 30 of a share of 20: %+v, %v", d, err)
 	}
 	if st, err := loc.State(ctx, "whatsapp", "n", lim); err != nil || st.Tokens != -1 {
@@ -159,7 +154,7 @@ func TestLocalForgetsIdleKeys(t *testing.T) {
 	ctx := t.Context()
 	lim := bucket.Limit{PerSecond: 10, Burst: 1}
 	for i := range 5000 {
-		if _, err := loc.Take(ctx, "test", "k"+strconv.Itoa(i), lim, 1); err != nil {
+		if _, err := loc.Reserve(ctx, "test", "k"+strconv.Itoa(i), lim, 1, 0); err != nil {
 			t.Fatal(err)
 		}
 		if err := loc.Cooldown(ctx, "test", "k"+strconv.Itoa(i), time.Second); err != nil {
@@ -171,7 +166,7 @@ func TestLocalForgetsIdleKeys(t *testing.T) {
 	}
 	clock = clock.Add(2 * time.Second)
 	for i := range 12000 {
-		if _, err := loc.Take(ctx, "test", "other"+strconv.Itoa(i%10), lim, 1); err != nil {
+		if _, err := loc.Reserve(ctx, "test", "other"+strconv.Itoa(i%10), lim, 1, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,10 +7,12 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/pacerhq/pacer/bucket/internal/wire"
 )
 
 // Reservation is the answer of [Limiter.Reserve], [Limiter.ReserveMulti]
-// and [Limiter.ReserveMany].
+// and [Dispenser.Next].
 type Reservation struct {
 	// OK reports that a slot was granted: its tokens are taken, and the
 	// message may go at At. When false, nothing was taken.
@@ -40,12 +42,11 @@ type Reservation struct {
 	redisSlot int64 // the slot in µs of Redis TIME; for the accuracy test
 }
 
-// Request is one bucket of a multi-bucket call ([Limiter.ReserveMulti],
-// [Limiter.TakeMulti]).
+// Request is one bucket of a multi-bucket call ([Limiter.ReserveMulti]).
 type Request struct {
 	// Sub names the bucket under the call's pacing key: "" is the pacing
-	// key's own bucket ([Limiter.BucketKey]); any other value is the
-	// sub-bucket [Limiter.SubBucketKey](channel, key, Sub), e.g. the
+	// key's own bucket ([Keys.Bucket]); any other value is the
+	// sub-bucket [Keys.SubBucket](channel, key, Sub), e.g. the
 	// recipient for WhatsApp's number->recipient pair limit. Every bucket of
 	// a call lives in the pacing key's Redis Cluster slot.
 	Sub string
@@ -65,8 +66,8 @@ type Request struct {
 // If the slot would start later than maxWait from now (Redis clock), or the
 // key is in cooldown, Reserve refuses without changing the bucket and
 // Reservation.Wait says when to try again; the pacer requeues the message
-// (not an attempt). maxWait 0 grants only tokens that are there now, like
-// [Limiter.Take]; a negative maxWait is 0, and maxWait is capped at 2^52 µs
+// (not an attempt). maxWait 0 grants only tokens that are there now; a
+// negative maxWait is 0, and maxWait is capped at 2^52 µs
 // (about 142 years).
 //
 // Reserve returns an error wrapping [ErrInvalidLimit], without calling
@@ -108,36 +109,9 @@ func (l *Limiter) ReserveMulti(ctx context.Context, channel, key string, reqs []
 	}
 	rep, ok := parseReserve(v, 1, waitUS(maxWait), reqs[0].Limit.Burst)
 	if !ok {
-		return Reservation{}, fmt.Errorf("bucket: reserve %q: unexpected reply %s", keys[0], describe(v))
+		return Reservation{}, fmt.Errorf("bucket: reserve %q: unexpected reply %s", keys[0], wire.Describe(v))
 	}
 	return rep.reservation(recv), nil
-}
-
-// TakeMulti is [Limiter.Take] over several buckets of one pacing key, all
-// or nothing, in one script: it takes every cost if every bucket holds it
-// now and no cooldown runs, else nothing. Decision.Wait is then how long
-// until every bucket holds its cost (or the longest cooldown ends).
-// Requests and errors are as for [Limiter.ReserveMulti]. TakeMulti is safe
-// for concurrent use.
-func (l *Limiter) TakeMulti(ctx context.Context, channel, key string, reqs []Request) (Decision, error) {
-	keys, args, err := l.multiCall(channel, key, reqs, 1, 0)
-	if err != nil {
-		return Decision{}, err
-	}
-	v, err := reserveScript.Run(ctx, l.rdb, keys, args...).Result()
-	if err != nil {
-		return Decision{}, fmt.Errorf("bucket: take %q: %w", keys[0], err)
-	}
-	rep, ok := parseReserve(v, 1, 0, reqs[0].Limit.Burst)
-	if !ok {
-		return Decision{}, fmt.Errorf("bucket: take %q: unexpected reply %s", keys[0], describe(v))
-	}
-	return Decision{
-		Allowed:   rep.granted == 1,
-		Remaining: int(rep.remaining),
-		Wait:      duration(rep.wait, time.Microsecond),
-		Cooldown:  rep.cooldown == 1,
-	}, nil
 }
 
 // maxRequests is the most buckets one multi-bucket call takes.
@@ -161,11 +135,11 @@ func (l *Limiter) multiCall(channel, key string, reqs []Request, n int, maxWait 
 			}
 		}
 		if r.Sub == "" {
-			keys = append(keys, l.BucketKey(channel, key), l.CooldownKey(channel, key))
+			keys = append(keys, l.keys.Bucket(channel, key), l.keys.Cooldown(channel, key))
 		} else {
-			keys = append(keys, l.SubBucketKey(channel, key, r.Sub), l.SubCooldownKey(channel, key, r.Sub))
+			keys = append(keys, l.keys.SubBucket(channel, key, r.Sub), l.keys.SubCooldown(channel, key, r.Sub))
 		}
-		args = append(args, formatRate(r.Limit.PerSecond), r.Limit.Burst, r.Cost)
+		args = append(args, wire.Rate(r.Limit.PerSecond), r.Limit.Burst, r.Cost)
 	}
 	return keys, args, nil
 }
@@ -179,7 +153,7 @@ type reserveReply struct {
 // a maximum wait of maxWait µs, bucket 1 having burst1 tokens.
 func parseReserve(v any, n int, maxWait int64, burst1 int) (reserveReply, bool) {
 	var r [7]int64
-	if !ints(v, r[:]) {
+	if !wire.Ints(v, r[:]) {
 		return reserveReply{}, false
 	}
 	rep := reserveReply{r[0], r[1], r[2], r[3], r[4], r[5], r[6]}
@@ -201,10 +175,10 @@ func (rep reserveReply) reservation(recv time.Time) Reservation {
 		return Reservation{
 			Remaining: int(rep.remaining),
 			Cooldown:  rep.cooldown == 1,
-			Wait:      duration(rep.wait, time.Microsecond),
+			Wait:      wire.Duration(rep.wait, time.Microsecond),
 		}
 	}
-	d := duration(rep.delay, time.Microsecond)
+	d := wire.Duration(rep.delay, time.Microsecond)
 	return Reservation{OK: true, Delay: d, At: recv.Add(d), Remaining: int(rep.remaining), redisSlot: rep.now + rep.delay}
 }
 
@@ -258,7 +232,7 @@ func (ls Lease) Slot(i int) time.Time {
 	if ls.src == nil || i < 0 || i >= ls.Granted {
 		return time.Time{}
 	}
-	return ls.src.base.Add(duration(ls.offsetUS(i), time.Microsecond))
+	return ls.src.base.Add(wire.Duration(ls.offsetUS(i), time.Microsecond))
 }
 
 // offsetUS is the start of slot i in µs after the lease's call.
@@ -306,7 +280,7 @@ func (l *Limiter) Lease(ctx context.Context, channel, key string, lim Limit, n i
 	}
 	rep, ok := parseReserve(v, n, waitUS(maxWait), lim.Burst)
 	if !ok {
-		return Lease{}, fmt.Errorf("bucket: lease %q: unexpected reply %s", keys[0], describe(v))
+		return Lease{}, fmt.Errorf("bucket: lease %q: unexpected reply %s", keys[0], wire.Describe(v))
 	}
 	return rep.lease(recv, &leaseSource{channel: channel, key: key, lim: lim}), nil
 }
@@ -328,7 +302,7 @@ func (rep reserveReply) lease(recv time.Time, src *leaseSource) Lease {
 		Interval:  interval(src.lim.PerSecond),
 		Remaining: int(rep.remaining),
 		Cooldown:  rep.cooldown == 1,
-		Wait:      duration(rep.wait, time.Microsecond),
+		Wait:      wire.Duration(rep.wait, time.Microsecond),
 	}
 	if rep.granted == 0 {
 		return ls
@@ -375,33 +349,15 @@ func (l *Limiter) Return(ctx context.Context, lease Lease, used int) (int, error
 		return 0, ErrReturned
 	}
 	used = max(used, 0)
-	bk := l.BucketKey(s.channel, s.key)
+	bk := l.keys.Bucket(s.channel, s.key)
 	v, err := leaseReturnScript.Run(ctx, l.rdb, []string{bk},
-		formatRate(s.lim.PerSecond), s.lim.Burst, 1, s.now0, s.u0, lease.Granted, used).Result()
+		wire.Rate(s.lim.PerSecond), s.lim.Burst, 1, s.now0, s.u0, lease.Granted, used).Result()
 	if err != nil {
 		return 0, fmt.Errorf("bucket: return %q: %w", bk, err)
 	}
 	n, ok := v.(int64)
 	if !ok || n < 0 || n > int64(lease.Granted-used) {
-		return 0, fmt.Errorf("bucket: return %q: unexpected reply %s", bk, describe(v))
+		return 0, fmt.Errorf("bucket: return %q: unexpected reply %s", bk, wire.Describe(v))
 	}
 	return int(n), nil
-}
-
-// slotUS is slot() of the scripts: the fewest whole microseconds s >= 0
-// with floor(s * rate) >= deficit millionths, with the same float64 maths.
-func slotUS(deficit, rate float64) int64 {
-	if deficit <= 0 {
-		return 0
-	}
-	s := math.Ceil(deficit / rate)
-	if math.Floor(s*rate) < deficit {
-		s++
-	} else if s > 1 && math.Floor((s-1)*rate) >= deficit {
-		s--
-	}
-	if s >= math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return int64(s)
 }

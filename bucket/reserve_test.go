@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -28,11 +29,11 @@ type reserve struct {
 func (e *env) reserves(t *testing.T, key string, lim bucket.Limit, steps []reserve) {
 	t.Helper()
 	for i, s := range steps {
-		e.at(s.at)
+		e.At(s.at)
 		before := time.Now()
 		r, err := e.l.Reserve(t.Context(), "test", key, lim, s.cost, s.maxWait)
-		e.mark()
-		if err != nil || r.OK != s.ok || r.Cooldown != s.cooldown || !e.near(r.Delay, s.delay) || !e.near(r.Wait, s.wait) ||
+		e.Mark()
+		if err != nil || r.OK != s.ok || r.Cooldown != s.cooldown || !e.Near(r.Delay, s.delay) || !e.Near(r.Wait, s.wait) ||
 			(r.OK && (r.At.Before(before.Add(r.Delay)) || r.At.After(time.Now().Add(r.Delay)))) || (!r.OK && !r.At.IsZero()) {
 			t.Fatalf("step %d (at %v, cost %d, maxWait %v): got %+v, %v; want ok=%v delay=%v wait=%v cooldown=%v",
 				i, s.at, s.cost, s.maxWait, r, err, s.ok, s.delay, s.wait, s.cooldown)
@@ -66,7 +67,7 @@ func TestReserveSlots(t *testing.T) {
 // never rounded to 0.
 func TestReserveSubSecond(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
-		if !e.exact() {
+		if !e.Exact() {
 			// 1000/s, burst 1: reservation i's slot is i ms after the first,
 			// so its delay is in whole µs and at most i ms. How long the calls
 			// themselves take shifts it on a loaded machine, so only these
@@ -119,7 +120,7 @@ func TestReserveNoHerd(t *testing.T) {
 		wg.Wait()
 		slices.Sort(slots)
 		for i := 1; i < n; i++ {
-			if gap := slots[i] - slots[i-1]; gap < 10000 || (e.exact() && gap != 10000) {
+			if gap := slots[i] - slots[i-1]; gap < 10000 || (e.Exact() && gap != 10000) {
 				t.Fatalf("slots %d and %d are %d µs apart, want 10000 (all: %v)", i-1, i, gap, slots)
 			}
 		}
@@ -132,14 +133,14 @@ func TestReserveRefusedChangesNothing(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
 		lim := bucket.Limit{PerSecond: 1, Burst: 2}
-		bk := e.l.BucketKey("test", "k")
+		bk := e.keys.Bucket("test", "k")
 		if r, err := e.l.Reserve(ctx, "test", "k", lim, 2, time.Hour); err != nil || !r.OK {
 			t.Fatalf("first reserve: %+v, %v", r, err)
 		}
-		if r, err := e.l.Reserve(ctx, "test", "k", lim, 1, 5*time.Second); err != nil || !r.OK || !e.near(r.Delay, time.Second) {
+		if r, err := e.l.Reserve(ctx, "test", "k", lim, 1, 5*time.Second); err != nil || !r.OK || !e.Near(r.Delay, time.Second) {
 			t.Fatalf("second reserve: %+v, %v", r, err)
 		}
-		before := e.snapshot(t, bk)
+		before := e.Snapshot(t, bk)
 		for _, c := range []struct {
 			cost    int
 			maxWait time.Duration
@@ -153,7 +154,7 @@ func TestReserveRefusedChangesNothing(t *testing.T) {
 				t.Fatalf("lease within %v: %+v, %v; want refused", maxWait, ls, err)
 			}
 		}
-		if d, err := e.l.TakeMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r", Limit: lim, Cost: 1}}); err != nil || d.Allowed {
+		if d, err := e.l.ReserveMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r", Limit: lim, Cost: 1}}, 0); err != nil || d.OK {
 			t.Fatalf("take multi: %+v, %v; want refused", d, err)
 		}
 		if err := e.l.Cooldown(ctx, "test", "k", time.Minute); err != nil {
@@ -162,11 +163,11 @@ func TestReserveRefusedChangesNothing(t *testing.T) {
 		if r, err := e.l.Reserve(ctx, "test", "k", lim, 1, time.Hour); err != nil || r.OK || !r.Cooldown {
 			t.Fatalf("reserve in cooldown: %+v, %v", r, err)
 		}
-		after := e.snapshot(t, bk)
-		if !maps.Equal(before.hash, after.hash) || after.pttl > before.pttl || (e.exact() && after.pttl != before.pttl) {
+		after := e.Snapshot(t, bk)
+		if !maps.Equal(before.Hash, after.Hash) || after.PTTL > before.PTTL || (e.Exact() && after.PTTL != before.PTTL) {
 			t.Fatalf("refusals changed the bucket: before %+v, after %+v", before, after)
 		}
-		if n := e.rdb.Exists(ctx, e.l.SubBucketKey("test", "k", "r")).Val(); n != 0 {
+		if n := e.RDB.Exists(ctx, e.keys.SubBucket("test", "k", "r")).Val(); n != 0 {
 			t.Fatal("a refused multi-bucket take wrote its sub-bucket")
 		}
 	})
@@ -181,26 +182,22 @@ func TestRequestLargerThanBurst(t *testing.T) {
 	ctx := t.Context()
 	lim := bucket.Limit{PerSecond: 10, Burst: 5}
 	for name, call := range map[string]func() error{
-		"Take":    func() error { _, err := l.Take(ctx, "test", "k", lim, 6); return err },
-		"Reserve": func() error { _, err := l.Reserve(ctx, "test", "k", lim, 6, time.Hour); return err },
+		"Reserve now": func() error { _, err := l.Reserve(ctx, "test", "k", lim, 6, 0); return err },
+		"Reserve":     func() error { _, err := l.Reserve(ctx, "test", "k", lim, 6, time.Hour); return err },
 		"ReserveMulti": func() error {
 			_, err := l.ReserveMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r", Limit: lim, Cost: 6}}, time.Hour)
 			return err
 		},
-		"TakeMulti": func() error {
-			_, err := l.TakeMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 6}})
-			return err
-		},
-		"ReserveMany": func() error {
-			_, err := l.ReserveMany(ctx, []bucket.Item{{Channel: "test", Key: "a", Limit: lim, Cost: 1}, {Channel: "test", Key: "b", Limit: lim, Cost: 6}})
+		"ReserveMulti now": func() error {
+			_, err := l.ReserveMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 6}}, 0)
 			return err
 		},
 		"Lease zero":      func() error { _, err := l.Lease(ctx, "test", "k", lim, 0, time.Hour); return err },
 		"Lease bad limit": func() error { _, err := l.Lease(ctx, "test", "k", bucket.Limit{Burst: 1}, 1, time.Hour); return err },
 		"ValidateCost":    func() error { return lim.ValidateCost(6) },
-		"Multi empty":     func() error { _, err := l.TakeMulti(ctx, "test", "k", nil); return err },
+		"Multi empty":     func() error { _, err := l.ReserveMulti(ctx, "test", "k", nil, 0); return err },
 		"Multi duplicated": func() error {
-			_, err := l.TakeMulti(ctx, "test", "k", []bucket.Request{{Sub: "x", Limit: lim, Cost: 1}, {Sub: "x", Limit: lim, Cost: 1}})
+			_, err := l.ReserveMulti(ctx, "test", "k", []bucket.Request{{Sub: "x", Limit: lim, Cost: 1}, {Sub: "x", Limit: lim, Cost: 1}}, 0)
 			return err
 		},
 		"Local Reserve": func() error {
@@ -217,9 +214,10 @@ func TestRequestLargerThanBurst(t *testing.T) {
 	}
 }
 
-// TestReserveAndTakeShareTheBucket checks that Take sees the debt of slots
-// granted ahead, and Reserve the tokens Take took.
-func TestReserveAndTakeShareTheBucket(t *testing.T) {
+// TestReserveAheadAndNowShareTheBucket checks that a reservation with no
+// wait sees the debt of slots granted ahead, and one with a wait the
+// tokens taken now.
+func TestReserveAheadAndNowShareTheBucket(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		lim := bucket.Limit{PerSecond: 4, Burst: 2}
 		e.takes(t, "k", lim, []take{{0, 1, true, 1, 0, false}})
@@ -293,12 +291,12 @@ func TestReserveClockSteppedBack(t *testing.T) {
 		t.Run("stamp ahead/"+tc.name, func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
 				ctx := t.Context()
-				now, err := e.rdb.Time(ctx).Result()
+				now, err := e.RDB.Time(ctx).Result()
 				if err != nil {
 					t.Fatal(err)
 				}
 				ahead := strconv.FormatInt(now.Add(time.Hour).UnixMicro(), 10)
-				if err := e.rdb.HSet(ctx, e.l.BucketKey("test", "k"), "utokens", tc.utokens, "ts_us", ahead).Err(); err != nil {
+				if err := e.RDB.HSet(ctx, e.keys.Bucket("test", "k"), "utokens", tc.utokens, "ts_us", ahead).Err(); err != nil {
 					t.Fatal(err)
 				}
 				e.reserves(t, "k", lim, tc.steps)
@@ -315,11 +313,11 @@ func TestReserveCorruptHashIsFull(t *testing.T) {
 		name  string
 		write func(ctx context.Context, rdb *redis.Client, key string) error
 	}{
-		{"words", hset("utokens", "lots", "ts_us", "yesterday")},
-		{"no stamp", hset("utokens", "0")},
-		{"nan", hset("utokens", "nan", "ts_us", "nan")},
-		{"debt too deep", hset("utokens", "-1000000000000001", "ts_us", "1")},
-		{"stamp < 0", hset("utokens", "0", "ts_us", "-1")},
+		{"words", redistest.HSet("utokens", "lots", "ts_us", "yesterday")},
+		{"no stamp", redistest.HSet("utokens", "0")},
+		{"nan", redistest.HSet("utokens", "nan", "ts_us", "nan")},
+		{"debt too deep", redistest.HSet("utokens", "-1000000000000001", "ts_us", "1")},
+		{"stamp < 0", redistest.HSet("utokens", "0", "ts_us", "-1")},
 		{"string key", func(ctx context.Context, rdb *redis.Client, key string) error {
 			return rdb.Set(ctx, key, "junk", 0).Err()
 		}},
@@ -327,17 +325,17 @@ func TestReserveCorruptHashIsFull(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
 				ctx := t.Context()
-				bk := e.l.BucketKey("test", "k")
-				if err := tc.write(ctx, e.rdb, bk); err != nil {
+				bk := e.keys.Bucket("test", "k")
+				if err := tc.write(ctx, e.RDB, bk); err != nil {
 					t.Fatal(err)
 				}
 				ls, err := e.l.Lease(ctx, "test", "k", lim, 4, 1500*ms)
-				if err != nil || ls.Granted != 4 || !e.near(ls.Slot(3).Sub(ls.Start), time.Second) {
+				if err != nil || ls.Granted != 4 || !e.Near(ls.Slot(3).Sub(ls.Start), time.Second) {
 					t.Fatalf("Lease = %+v, %v; want 4 slots, 3 at once", ls, err)
 				}
 				e.reserves(t, "k", lim, []reserve{{0, 1, 3 * time.Second, true, 2 * time.Second, 0, false}})
-				h := e.rdb.HGetAll(ctx, bk).Val()
-				if u, err := strconv.ParseInt(h["utokens"], 10, 64); err != nil || u != -2e6 && e.exact() {
+				h := e.RDB.HGetAll(ctx, bk).Val()
+				if u, err := strconv.ParseInt(h["utokens"], 10, 64); err != nil || u != -2e6 && e.Exact() {
 					t.Fatalf("not repaired: %v", h)
 				}
 			})
@@ -357,23 +355,23 @@ func TestIdleMonth(t *testing.T) {
 		t.Run(formatLimit(lim), func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
 				ctx := t.Context()
-				now, err := e.rdb.Time(ctx).Result()
+				now, err := e.RDB.Time(ctx).Result()
 				if err != nil {
 					t.Fatal(err)
 				}
 				past := strconv.FormatInt(now.Add(-month).UnixMicro(), 10)
-				if err := e.rdb.HSet(ctx, e.l.BucketKey("test", "k"), "utokens", "-1000000000", "ts_us", past).Err(); err != nil {
+				if err := e.RDB.HSet(ctx, e.keys.Bucket("test", "k"), "utokens", "-1000000000", "ts_us", past).Err(); err != nil {
 					t.Fatal(err)
 				}
 				if st, err := e.l.State(ctx, "test", "k", lim); err != nil || st.Tokens != float64(lim.Burst) {
 					t.Fatalf("State after a month = %+v, %v; want %d tokens", st, err, lim.Burst)
 				}
 				e.reserves(t, "k", lim, []reserve{{0, lim.Burst, 0, true, 0, 0, false}})
-				if !e.exact() {
+				if !e.Exact() {
 					return
 				}
 				// And a month of miniredis's own clock.
-				e.at(month)
+				e.At(month)
 				e.reserves(t, "k", lim, []reserve{{month, lim.Burst, 0, true, 0, 0, false}})
 			})
 		})
@@ -406,30 +404,29 @@ func TestSlowRateTTL(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
 		lim := bucket.Limit{PerSecond: 0.1, Burst: 1}
-		bk := e.l.BucketKey("test", "k")
+		bk := e.keys.Bucket("test", "k")
+		since := time.Now()
 		e.reserves(t, "k", lim, []reserve{
 			{0, 1, time.Minute, true, 0, 0, false},
 			{0, 1, time.Minute, true, 10 * time.Second, 0, false},
 			{0, 1, time.Minute, true, 20 * time.Second, 0, false}, // 2 tokens in debt
 		})
 		full := 30 * time.Second // from -2 to 1 token at 0.1/s
-		lo := full
-		if !e.exact() {
-			lo -= 200 * time.Millisecond // the real clock runs on between the script and PTTL
+		// On redis-server the debt is what the time since the first grant
+		// has not refilled: the TTL is full less that time.
+		if ttl := e.RDB.PTTL(ctx, bk).Val(); !e.TTLIn(ttl, full, full+time.Second, since) {
+			t.Fatalf("PTTL = %v, want in [%v, %v] less the time since the first grant", ttl, full, full+time.Second)
 		}
-		if ttl := e.rdb.PTTL(ctx, bk).Val(); ttl < lo || ttl > full+time.Second {
-			t.Fatalf("PTTL = %v, want in [%v, %v]", ttl, lo, full+time.Second)
-		}
-		if !e.exact() {
+		if !e.Exact() {
 			return
 		}
-		e.at(full - ms)
+		e.At(full - ms)
 		if st, err := e.l.State(ctx, "test", "k", lim); err != nil || st.Tokens != 0.9999 {
 			t.Fatalf("State 1 ms before full = %+v, %v; want 0.9999 tokens", st, err)
 		}
 		e.reserves(t, "k", lim, []reserve{{full - ms, 1, 0, false, 0, ms, false}}) // refused: the TTL stays
-		e.at(full + 2*ms)
-		if n := e.rdb.Exists(ctx, bk).Val(); n != 0 {
+		e.At(full + 2*ms)
+		if n := e.RDB.Exists(ctx, bk).Val(); n != 0 {
 			t.Fatal("the key outlived its TTL")
 		}
 		e.reserves(t, "k", lim, []reserve{{full + 2*ms, 1, 0, true, 0, 0, false}})
@@ -458,11 +455,11 @@ func TestLease(t *testing.T) {
 			{500 * ms, 3, 0, 0, nil, 0, 100 * ms},
 			{600 * ms, 3, 100 * ms, 2, []time.Duration{0, 100 * ms}, 0, 0},
 		} {
-			e.at(s.at)
+			e.At(s.at)
 			before := time.Now()
 			ls, err := e.l.Lease(ctx, "test", "k", lim, s.n, s.maxWait)
-			e.mark()
-			if err != nil || ls.Granted != s.granted || !e.near(ls.Wait, s.wait) || ls.Interval != 100*ms {
+			e.Mark()
+			if err != nil || ls.Granted != s.granted || !e.Near(ls.Wait, s.wait) || ls.Interval != 100*ms {
 				t.Fatalf("step %d: Lease = %+v, %v; want %d slots, wait %v", i, ls, err, s.granted, s.wait)
 			}
 			if s.granted == 0 {
@@ -472,11 +469,11 @@ func TestLease(t *testing.T) {
 				continue
 			}
 			// Start is on the local clock, on miniredis too.
-			if d := ls.Start.Sub(before); d < s.start-slack || d > s.start+slack || (e.exact() && d < s.start) {
+			if d := ls.Start.Sub(before); d < s.start-slack || d > s.start+slack || (e.Exact() && d < s.start) {
 				t.Fatalf("step %d: Start %v after the call, want %v", i, ls.Start.Sub(before), s.start)
 			}
 			for j, want := range s.slots {
-				if got := ls.Slot(j).Sub(ls.Start); got != want && (e.exact() || got < want-slack || got > want+slack) {
+				if got := ls.Slot(j).Sub(ls.Start); got != want && (e.Exact() || got < want-slack || got > want+slack) {
 					t.Fatalf("step %d: Slot(%d) - Start = %v, want %v", i, j, got, want)
 				}
 			}
@@ -495,11 +492,11 @@ func TestLeaseReturn(t *testing.T) {
 		ctx := t.Context()
 		lim := bucket.Limit{PerSecond: 10, Burst: 5}
 		ls, err := e.l.Lease(ctx, "test", "k", lim, 10, time.Second) // 5 at once, then 100..500 ms
-		e.mark()
+		e.Mark()
 		if err != nil || ls.Granted != 10 {
 			t.Fatalf("Lease = %+v, %v", ls, err)
 		}
-		e.at(250 * ms) // slots at 100 and 200 ms have started
+		e.At(250 * ms) // slots at 100 and 200 ms have started
 		n, err := e.l.Return(ctx, ls, 6)
 		if err != nil || n != 3 {
 			t.Fatalf("Return(6) at 250 ms = %d, %v; want 3 (300, 400, 500 ms)", n, err)
@@ -531,9 +528,9 @@ func TestLeaseReturn(t *testing.T) {
 	})
 }
 
-// TestTakeMulti checks the all-or-nothing take of a number and a pair
-// bucket.
-func TestTakeMulti(t *testing.T) {
+// TestReserveNowMulti checks the all-or-nothing take (no wait) of a
+// number and a pair bucket.
+func TestReserveNowMulti(t *testing.T) {
 	number := bucket.Limit{PerSecond: 10, Burst: 2}
 	pair := bucket.Limit{PerSecond: 1.0 / 6, Burst: 2}
 	each(t, func(t *testing.T, e *env) {
@@ -554,17 +551,17 @@ func TestTakeMulti(t *testing.T) {
 			{300 * ms, "b", true, 1, 0},          // "a" took nothing: the number has 2
 			{300 * ms, "c", true, 0, 0},
 		} {
-			e.at(s.at)
-			d, err := e.l.TakeMulti(ctx, "test", "k", []bucket.Request{
+			e.At(s.at)
+			d, err := e.l.ReserveMulti(ctx, "test", "k", []bucket.Request{
 				{Limit: number, Cost: 1},
 				{Sub: s.recipient, Limit: pair, Cost: 1},
-			})
-			e.mark()
-			if err != nil || d.Allowed != s.allowed || d.Remaining != s.remaining || !e.near(d.Wait, s.wait) || d.Cooldown {
-				t.Fatalf("step %d: TakeMulti(%s) = %+v, %v; want allowed=%v remaining=%d wait=%v", i, s.recipient, d, err, s.allowed, s.remaining, s.wait)
+			}, 0)
+			e.Mark()
+			if err != nil || d.OK != s.allowed || d.Remaining != s.remaining || !e.Near(d.Wait, s.wait) || d.Cooldown {
+				t.Fatalf("step %d: ReserveMulti(%s, now) = %+v, %v; want allowed=%v remaining=%d wait=%v", i, s.recipient, d, err, s.allowed, s.remaining, s.wait)
 			}
 		}
-		if k := e.l.SubBucketKey("test", "k", "a"); e.rdb.Exists(ctx, k).Val() != 1 {
+		if k := e.keys.SubBucket("test", "k", "a"); e.RDB.Exists(ctx, k).Val() != 1 {
 			t.Fatalf("no sub-bucket at %s", k)
 		}
 	})
@@ -579,12 +576,12 @@ func TestReserveMultiDebitsAtTheSlot(t *testing.T) {
 		ctx := t.Context()
 		both := []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r", Limit: lim, Cost: 1}}
 		// Empty the pair bucket only.
-		if d, err := e.l.TakeMulti(ctx, "test", "k", both[1:]); err != nil || !d.Allowed {
-			t.Fatalf("TakeMulti(pair) = %+v, %v", d, err)
+		if d, err := e.l.ReserveMulti(ctx, "test", "k", both[1:], 0); err != nil || !d.OK {
+			t.Fatalf("ReserveMulti(pair, now) = %+v, %v", d, err)
 		}
-		e.mark()
+		e.Mark()
 		r, err := e.l.ReserveMulti(ctx, "test", "k", both, 5*time.Second)
-		if err != nil || !r.OK || !e.near(r.Delay, time.Second) {
+		if err != nil || !r.OK || !e.Near(r.Delay, time.Second) {
 			t.Fatalf("ReserveMulti = %+v, %v; want the pair's slot at 1 s", r, err)
 		}
 		// The number bucket, full now, is debited as at 1 s (full: 1 token,
@@ -594,18 +591,24 @@ func TestReserveMultiDebitsAtTheSlot(t *testing.T) {
 	})
 }
 
-// TestCooldownSub checks that a sub-bucket's cooldown stops the calls that
-// include it, and only those.
-func TestCooldownSub(t *testing.T) {
+// TestSubCooldown checks that a sub-bucket's cooldown (its end in µs of
+// Redis TIME at Keys.SubCooldown, as reserve.lua reads it) stops the calls
+// that include it, and only those.
+func TestSubCooldown(t *testing.T) {
 	lim := bucket.Limit{PerSecond: 100, Burst: 100}
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
-		if err := e.l.CooldownSub(ctx, "test", "k", "r", 2*time.Second); err != nil {
+		now, err := e.RDB.Time(ctx).Result()
+		if err != nil {
 			t.Fatal(err)
 		}
-		e.mark()
+		end := now.Add(2 * time.Second).UnixMicro()
+		if err := e.RDB.Set(ctx, e.keys.SubCooldown("test", "k", "r"), end, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		e.Mark()
 		r, err := e.l.ReserveMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r", Limit: lim, Cost: 1}}, time.Hour)
-		if err != nil || r.OK || !r.Cooldown || !e.near(r.Wait, 2*time.Second) {
+		if err != nil || r.OK || !r.Cooldown || !e.Near(r.Wait, 2*time.Second) {
 			t.Fatalf("ReserveMulti with the pair in cooldown = %+v, %v", r, err)
 		}
 		e.reserves(t, "k", lim, []reserve{{0, 1, 0, true, 0, 0, false}})
@@ -617,47 +620,15 @@ func TestCooldownSub(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.reserves(t, "k", lim, []reserve{{0, 1, time.Hour, false, 0, 3 * time.Second, true}})
-		if ls, err := e.l.Lease(ctx, "test", "k", lim, 5, time.Hour); err != nil || ls.Granted != 0 || !ls.Cooldown || !e.near(ls.Wait, 3*time.Second) {
+		if ls, err := e.l.Lease(ctx, "test", "k", lim, 5, time.Hour); err != nil || ls.Granted != 0 || !ls.Cooldown || !e.Near(ls.Wait, 3*time.Second) {
 			t.Fatalf("Lease in cooldown = %+v, %v", ls, err)
 		}
 	})
 }
 
-// TestReserveMany checks the pipelined form against single calls.
-func TestReserveMany(t *testing.T) {
-	each(t, func(t *testing.T, e *env) {
-		ctx := t.Context()
-		lim := bucket.Limit{PerSecond: 2, Burst: 1}
-		if rs, err := e.l.ReserveMany(ctx, nil); rs != nil || err != nil {
-			t.Fatalf("ReserveMany(nil) = %v, %v", rs, err)
-		}
-		var items []bucket.Item
-		for i := range 20 {
-			items = append(items, bucket.Item{Channel: "test", Key: "k" + strconv.Itoa(i%5), Limit: lim, Cost: 1, MaxWait: time.Second})
-		}
-		rs, err := e.l.ReserveMany(ctx, items)
-		e.mark()
-		if err != nil || len(rs) != len(items) {
-			t.Fatalf("ReserveMany = %v, %v", rs, err)
-		}
-		// Each key: now, 0.5 s, 1 s, then refused (1.5 s > 1 s).
-		for i, r := range rs {
-			round := i / 5
-			want := reserve{ok: round < 3, delay: time.Duration(round) * 500 * ms}
-			if round == 3 {
-				want.delay, want.wait = 0, 500*ms
-			}
-			if r.OK != want.ok || !e.near(r.Delay, want.delay) || !e.near(r.Wait, want.wait) {
-				t.Fatalf("item %d: %+v, want %+v", i, r, want)
-			}
-		}
-		e.reserves(t, "k0", lim, []reserve{{0, 1, 0, false, 0, 1500 * ms, false}})
-	})
-}
-
-// TestConcurrentAcrossForms checks that concurrent Reserve, Lease, Take,
-// TakeMulti and ReserveMany calls on one key never grant more than the
-// bucket holds.
+// TestConcurrentAcrossForms checks that concurrent Reserve (with and
+// without a wait), Lease and ReserveMulti calls on one key never grant more
+// than the bucket holds.
 func TestConcurrentAcrossForms(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
@@ -671,29 +642,23 @@ func TestConcurrentAcrossForms(t *testing.T) {
 				for range 10 {
 					var n int
 					var err error
-					switch g % 5 {
+					switch g % 4 {
 					case 0:
 						var r bucket.Reservation
-						r, err = e.l.Reserve(ctx, "test", "k", lim, 1, 0)
+						r, err = e.l.Reserve(ctx, "test", "k", lim, 1, time.Second)
 						n = b2i(r.OK)
 					case 1:
 						var ls bucket.Lease
 						ls, err = e.l.Lease(ctx, "test", "k", lim, 3, 0)
 						n = ls.Granted
 					case 2:
-						var d bucket.Decision
-						d, err = e.l.Take(ctx, "test", "k", lim, 2)
-						n = 2 * b2i(d.Allowed)
+						var d bucket.Reservation
+						d, err = e.l.Reserve(ctx, "test", "k", lim, 2, 0)
+						n = 2 * b2i(d.OK)
 					case 3:
-						var d bucket.Decision
-						d, err = e.l.TakeMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r" + strconv.Itoa(g), Limit: lim, Cost: 1}})
-						n = b2i(d.Allowed)
-					case 4:
-						var rs []bucket.Reservation
-						rs, err = e.l.ReserveMany(ctx, []bucket.Item{{Channel: "test", Key: "k", Limit: lim, Cost: 1}, {Channel: "test", Key: "k", Limit: lim, Cost: 1}})
-						for _, r := range rs {
-							n += b2i(r.OK)
-						}
+						var d bucket.Reservation
+						d, err = e.l.ReserveMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r" + strconv.Itoa(g), Limit: lim, Cost: 1}}, 0)
+						n = b2i(d.OK)
 					}
 					if err != nil {
 						t.Error(err)
@@ -794,11 +759,8 @@ func TestUnexpectedReplyNewCalls(t *testing.T) {
 		if ls, err := l.Lease(ctx, "test", "k", lim, 1, time.Second); err == nil {
 			t.Errorf("Lease with reply %#v: %+v, want an error", v, ls)
 		}
-		if d, err := l.TakeMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}}); err == nil {
-			t.Errorf("TakeMulti with reply %#v: %+v, want an error", v, d)
-		}
-		if d, err := l.Admit(ctx, "tenant", "k", bucket.Window{Max: 1, Period: time.Second}, 1); err == nil {
-			t.Errorf("Admit with reply %#v: %+v, want an error", v, d)
+		if d, err := l.ReserveMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}}, 0); err == nil {
+			t.Errorf("ReserveMulti with reply %#v: %+v, want an error", v, d)
 		}
 	}
 }

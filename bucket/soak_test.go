@@ -186,7 +186,7 @@ func soakChild(t *testing.T) {
 	start, end := time.UnixMicro(atoi("PACER_SOAK_START")), time.UnixMicro(atoi("PACER_SOAK_END"))
 	lim := bucket.Limit{PerSecond: float64(atoi("PACER_SOAK_RATE")), Burst: int(atoi("PACER_SOAK_BURST"))}
 	mode, key := os.Getenv("PACER_SOAK_MODE"), os.Getenv("PACER_SOAK_KEY")
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), PoolSize: 2 * soakGoroutines})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB, PoolSize: 2 * soakGoroutines})
 	defer rdb.Close()
 	l := bucket.New(rdb, bucket.Config{Prefix: "soak"})
 	ctx := context.Background()

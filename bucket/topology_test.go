@@ -16,9 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// noscript counts NOSCRIPT replies seen by one client: single commands, and
-// pipelines in which at least one command met it.
-type noscript struct{ calls, pipelines atomic.Int64 }
+// noscript counts the NOSCRIPT replies seen by one client.
+type noscript struct{ calls atomic.Int64 }
 
 func (h *noscript) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -33,16 +32,7 @@ func (h *noscript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 func (h *noscript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, c := range cmds {
-			if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-				h.pipelines.Add(1)
-				break
-			}
-		}
-		return err
-	}
+	return next
 }
 
 // exercise runs every kind of call of l once on a few pacing keys and
@@ -51,12 +41,10 @@ func exercise(t *testing.T, l *bucket.Limiter, keys int) {
 	t.Helper()
 	ctx := t.Context()
 	lim := bucket.Limit{PerSecond: 1000, Burst: 1000}
-	var items []bucket.Item
 	for i := range keys {
 		key := "key" + strconv.Itoa(i)
-		items = append(items, bucket.Item{Channel: "whatsapp", Key: key, Limit: lim, Cost: 1, MaxWait: time.Second})
-		if d, err := l.Take(ctx, "whatsapp", key, lim, 1); err != nil || !d.Allowed {
-			t.Fatalf("Take(%s) = %+v, %v", key, d, err)
+		if d, err := l.Reserve(ctx, "whatsapp", key, lim, 1, 0); err != nil || !d.OK {
+			t.Fatalf("Reserve(%s, now) = %+v, %v", key, d, err)
 		}
 		if r, err := l.Reserve(ctx, "whatsapp", key, lim, 1, time.Second); err != nil || !r.OK {
 			t.Fatalf("Reserve(%s) = %+v, %v", key, r, err)
@@ -68,35 +56,27 @@ func exercise(t *testing.T, l *bucket.Limiter, keys int) {
 		if _, err := l.Return(ctx, ls, 5); err != nil {
 			t.Fatalf("Return(%s): %v", key, err)
 		}
-		if d, err := l.TakeMulti(ctx, "whatsapp", key, []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "15551234567", Limit: lim, Cost: 1}}); err != nil || !d.Allowed {
-			t.Fatalf("TakeMulti(%s) = %+v, %v", key, d, err)
+		if d, err := l.ReserveMulti(ctx, "whatsapp", key, []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "15551234567", Limit: lim, Cost: 1}}, 0); err != nil || !d.OK {
+			t.Fatalf("ReserveMulti(%s, now) = %+v, %v", key, d, err)
 		}
-		if err := l.CooldownSub(ctx, "whatsapp", key, "15550000000", time.Second); err != nil {
-			t.Fatal(err)
-		}
-		if r, err := l.ReserveMulti(ctx, "whatsapp", key, []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "15550000000", Limit: lim, Cost: 1}}, time.Hour); err != nil || !r.Cooldown {
+		if r, err := l.ReserveMulti(ctx, "whatsapp", key, []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "15550000000", Limit: lim, Cost: 1}}, time.Hour); err != nil || !r.OK {
 			t.Fatalf("ReserveMulti(%s) = %+v, %v", key, r, err)
-		}
-		if d, err := l.Admit(ctx, "tenant", key, bucket.Window{Max: 100, Period: time.Minute}, 1); err != nil || !d.Allowed {
-			t.Fatalf("Admit(%s) = %+v, %v", key, d, err)
 		}
 		if _, err := l.State(ctx, "whatsapp", key, lim); err != nil {
 			t.Fatalf("State(%s): %v", key, err)
 		}
-		if err := l.Cooldown(ctx, "whatsapp", key, ms); err != nil {
+		if err := l.Cooldown(ctx, "whatsapp", key, time.Second); err != nil {
 			t.Fatal(err)
 		}
-	}
-	time.Sleep(2 * ms) // the cooldowns end
-	rs, err := l.ReserveMany(ctx, items)
-	if err != nil {
-		t.Fatalf("ReserveMany: %v", err)
-	}
-	for i, r := range rs {
-		if !r.OK {
-			t.Fatalf("ReserveMany item %d: %+v", i, r)
+		if r, err := l.Reserve(ctx, "whatsapp", key, lim, 1, time.Hour); err != nil || r.OK || !r.Cooldown {
+			t.Fatalf("Reserve(%s) in cooldown = %+v, %v", key, r, err)
 		}
 	}
+}
+
+// uniqueLimiter is a Limiter on rdb with a key prefix of its own.
+func uniqueLimiter(t *testing.T, rdb redis.UniversalClient) *bucket.Limiter {
+	return bucket.New(rdb, bucket.Config{Prefix: uniquePrefix(t) + ":" + strconv.FormatInt(time.Now().UnixNano(), 36)})
 }
 
 func uniquePrefix(t *testing.T) string {
@@ -131,13 +111,13 @@ func TestCluster(t *testing.T) {
 	for i := range 12 {
 		key := "key" + strconv.Itoa(i)
 		slot := func(k string) int64 { return cc.ClusterKeySlot(ctx, k).Val() }
-		s := slot(l.BucketKey("whatsapp", key))
-		for _, k := range []string{l.CooldownKey("whatsapp", key), l.SubBucketKey("whatsapp", key, "15551234567"), l.SubCooldownKey("whatsapp", key, "15550000000")} {
+		s := slot(l.Keys().Bucket("whatsapp", key))
+		for _, k := range []string{l.Keys().Cooldown("whatsapp", key), l.Keys().SubBucket("whatsapp", key, "15551234567"), l.Keys().SubCooldown("whatsapp", key, "15550000000")} {
 			if slot(k) != s {
-				t.Fatalf("%s is in slot %d, %s in %d", k, slot(k), l.BucketKey("whatsapp", key), s)
+				t.Fatalf("%s is in slot %d, %s in %d", k, slot(k), l.Keys().Bucket("whatsapp", key), s)
 			}
 		}
-		m, err := cc.MasterForKey(ctx, l.BucketKey("whatsapp", key))
+		m, err := cc.MasterForKey(ctx, l.Keys().Bucket("whatsapp", key))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,15 +127,15 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("12 pacing keys all on %v", masters)
 	}
 
-	// NOSCRIPT on every master: single calls and pipelines recover.
+	// NOSCRIPT on every master: every call recovers (by EVAL).
 	h := new(noscript)
 	cc.AddHook(h)
 	if err := cc.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	exercise(t, l, 12)
-	if n := h.pipelines.Load(); n > 1 {
-		t.Fatalf("%d pipelines met NOSCRIPT, want at most 1", n)
+	exercise(t, uniqueLimiter(t, rdb), 12)
+	if h.calls.Load() == 0 {
+		t.Fatal("no call met NOSCRIPT after SCRIPT FLUSH on every master")
 	}
 }
 
@@ -176,7 +156,7 @@ func TestSentinel(t *testing.T) {
 // node.
 func TestUniversalSingleNode(t *testing.T) {
 	t.Parallel()
-	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{testenv.RedisAddr(t)}})
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{testenv.RedisAddr(t)}, DB: testenv.RedisDB})
 	t.Cleanup(func() { rdb.Close() })
 	l := bucket.New(rdb, bucket.Config{Prefix: uniquePrefix(t)})
 	exercise(t, l, 3)
@@ -223,8 +203,8 @@ func privateRedis(t *testing.T) (addr string, restart func()) {
 }
 
 // TestNoScript checks that a SCRIPT FLUSH and a restart (both empty the
-// script cache) are recovered transparently, by single calls and inside
-// pipelines, with at most one failed round trip per flush.
+// script cache) are recovered transparently, with one failed EVALSHA per
+// script and flush.
 func TestNoScript(t *testing.T) {
 	t.Parallel()
 	addr, restart := privateRedis(t)
@@ -238,22 +218,6 @@ func TestNoScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	lim := bucket.Limit{PerSecond: 1e6, Burst: 1e6}
-	items := make([]bucket.Item, 50)
-	for i := range items {
-		items[i] = bucket.Item{Channel: "test", Key: "k" + strconv.Itoa(i), Limit: lim, Cost: 1, MaxWait: time.Second}
-	}
-	many := func(step string) {
-		t.Helper()
-		rs, err := l.ReserveMany(ctx, items)
-		if err != nil || len(rs) != len(items) {
-			t.Fatalf("%s: ReserveMany = %v, %v", step, rs, err)
-		}
-		for i, r := range rs {
-			if !r.OK {
-				t.Fatalf("%s: item %d: %+v", step, i, r)
-			}
-		}
-	}
 	for _, s := range []struct {
 		name  string
 		empty func()
@@ -265,19 +229,8 @@ func TestNoScript(t *testing.T) {
 		}},
 		{"restart", restart},
 	} {
-		many("before " + s.name)
-		if h.calls.Load() != 0 || h.pipelines.Load() != 0 {
-			t.Fatalf("NOSCRIPT before %s", s.name)
-		}
-		// A pipeline: one failed round trip, then one retry.
-		s.empty()
-		many("pipeline after " + s.name)
-		if n := h.pipelines.Load(); n != 1 {
-			t.Fatalf("after %s: %d pipelines met NOSCRIPT, want 1", s.name, n)
-		}
-		many("second pipeline after " + s.name)
-		if n := h.pipelines.Load(); n != 1 {
-			t.Fatalf("after %s and a reload: %d pipelines met NOSCRIPT, want still 1", s.name, n)
+		if r, err := l.Reserve(ctx, "test", "single", lim, 1, 0); err != nil || !r.OK || h.calls.Load() != 0 {
+			t.Fatalf("Reserve before %s = %+v, %v; %d NOSCRIPT", s.name, r, err, h.calls.Load())
 		}
 		// A single call: EVALSHA fails once, EVAL answers and reloads.
 		s.empty()
@@ -291,7 +244,6 @@ func TestNoScript(t *testing.T) {
 			t.Fatalf("after %s: %d single calls met NOSCRIPT, want 1", s.name, n)
 		}
 		h.calls.Store(0)
-		h.pipelines.Store(0)
 		if err := l.Load(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -93,7 +93,7 @@ func (s Scope) String() string {
 //
 // Error text never contains credentials or the recipient address.
 type Error struct {
-	Channel    string        // "apns", "fcm", "sendgrid" or "whatsapp"
+	Channel    string        // the adapter's channel name, e.g. "whatsapp"
 	Status     int           // HTTP status; 0 if no response arrived
 	Code       string        // the provider's error code, verbatim; "" if none
 	Class      Class         // what the response means; never Success
@@ -142,6 +142,13 @@ func RetryAfter(err error) time.Duration {
 	}
 	return 0
 }
+
+// CodeNoCredentials is the Code of the Permanent error a Sender returns,
+// without a request, for a pacing key it holds no credential for (a
+// WhatsApp phone number without its access token, say). The pacer
+// dead-letters such a message with the reason "no-credentials", which can
+// be replayed once the credential exists; other keys are not affected.
+const CodeNoCredentials = "no-credentials"
 
 // Limit is a provider's documented sending rate for one pacing key: PerSecond
 // in messages per second, Burst in messages. Source names the page the

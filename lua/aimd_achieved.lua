@@ -1,5 +1,5 @@
 -- aimd_achieved.lua: read the achieved rate of one pacing key, as
--- aimd_recover.lua records it. Run by bucket.Limiter.Achieved.
+-- aimd_recover.lua records it. Run by adapt.Adapter.Achieved.
 --
 -- KEYS[1]  the key's achieved hash, fields as in aimd_recover.lua (KEYS[4])
 -- ARGV[1]  none: the script takes no arguments (pass none)

@@ -1,6 +1,6 @@
 -- aimd_pair.lua: record a pair-scoped throttle (one recipient of a pacing
 -- key: WhatsApp 131056, APNs or FCM per device) and set the pair's
--- cooldown, shared by every replica. Run by bucket.Limiter.PairThrottled.
+-- cooldown, shared by every replica. Run by adapt.Adapter.PairThrottled.
 --
 -- KEYS[1]  pairs hash of the pacing key; field: the pair's sub (a hash of
 --          the recipient), value "<end_us> <n> <last_us>": the cooldown's end

@@ -1,5 +1,5 @@
 -- aimd_pairs.lua: read the pairs of one pacing key in cooldown, as
--- aimd_pair.lua set them. Run by bucket.Limiter.PairCooldowns.
+-- aimd_pair.lua set them. Run by adapt.Adapter.PairCooldowns.
 --
 -- KEYS[1]  pairs hash of the pacing key, as in aimd_pair.lua
 -- ARGV[1]  none: the script takes no arguments (pass none)

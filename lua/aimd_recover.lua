@@ -1,5 +1,5 @@
 -- aimd_recover.lua: raise one pacing key's adapted rate after a clean
--- window. Run by bucket.Limiter.Recover after successful sends.
+-- window. Run by adapt.Adapter.Recover after successful sends.
 --
 -- KEYS[1]  aimd hash, fields as in aimd_throttle.lua
 -- KEYS[2]  cooldown key, as in cooldown.lua (read only)

@@ -1,5 +1,5 @@
 -- aimd_state.lua: read one pacing key's adapted rate and cooldown without
--- changing them. Run by bucket.Limiter.Adapted (caches, `pacer status`).
+-- changing them. Run by adapt.Adapter.Adapted (caches, `pacer status`).
 --
 -- KEYS[1]  aimd hash, fields as in aimd_throttle.lua
 -- KEYS[2]  cooldown key, as in cooldown.lua

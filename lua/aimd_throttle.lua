@@ -2,7 +2,7 @@
 -- (a refusal at the edge of the provider's burst, from jitter between our
 -- slots and the provider's ingress) only sets the cooldown; throttles that
 -- persist lower the adapted rate to an estimate of what the provider
--- accepts. Run by bucket.Limiter.Throttled.
+-- accepts. Run by adapt.Adapter.Throttled.
 --
 -- KEYS[1]  aimd hash, fields (decimal integer strings):
 --            urate    adapted rate, in millionths of a message per second

@@ -1,5 +1,5 @@
 -- breaker_allow.lua: ask one pacing key's breaker whether a send may go.
--- Run by bucket.Limiter.BreakerAllow.
+-- Run by adapt.Adapter.BreakerAllow.
 --
 -- KEYS[1]  breaker hash, fields:
 --            opens     opens in a row without a success since (decimal integer >= 1)

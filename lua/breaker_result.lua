@@ -1,5 +1,5 @@
 -- breaker_result.lua: report the outcome of a send to one pacing key's
--- breaker. Run by bucket.Limiter.BreakerResult.
+-- breaker. Run by adapt.Adapter.BreakerResult.
 --
 -- KEYS[1]  breaker hash, fields as in breaker_allow.lua (opens, until_us,
 --          probe_us, owner, reason)

@@ -1,5 +1,5 @@
 -- breaker_status.lua: read one pacing key's breaker without changing it.
--- Run by bucket.Limiter.BreakerStatus (for `pacer status`).
+-- Run by adapt.Adapter.BreakerStatus (for `pacer status`).
 --
 -- KEYS[1]  breaker hash, fields as in breaker_allow.lua (opens, until_us,
 --          probe_us, owner, reason)

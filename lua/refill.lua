@@ -4,13 +4,20 @@
 -- the same code (Redis Lua has no require).
 --
 -- Reads no KEYS or ARGV. Defines now (Redis TIME in µs since the Unix
--- epoch), max_debt, and the functions read, ttl_ms, store, slot and
--- cooldown_left.
+-- epoch), max_debt, and the functions refill, read, ttl_ms, store, slot and
+-- cooldown_left. refill is the one place in Lua that computes a bucket's
+-- refill; its one twin in Go is bucket/refill.go (for bucket.Local).
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 -- A debt (negative utokens) deeper than 10^9 tokens marks a corrupt hash.
 local max_debt = 1e15
+
+-- refill returns the millionths a bucket refilling at rate tokens per
+-- second gains in us microseconds.
+local function refill(us, rate)
+  return math.floor(us * rate)
+end
 
 -- read returns, for the bucket hash at key refilling at rate tokens per
 -- second up to burst_u millionths: the tokens at now in millionths (< 0 is a
@@ -28,7 +35,7 @@ local function read(key, rate, burst_u)
     return burst_u, false, false
   end
   if now > ts then
-    u = u + math.floor((now - ts) * rate)
+    u = u + refill(now - ts, rate)
   end
   if u > burst_u then
     u = burst_u
@@ -58,15 +65,15 @@ end
 
 -- slot returns the fewest whole microseconds after which a bucket refilling
 -- at rate has refilled deficit millionths (0 if deficit <= 0), with the
--- refill maths of read: floor(slot * rate) >= deficit.
+-- refill maths of read: refill(slot, rate) >= deficit.
 local function slot(deficit, rate)
   if deficit <= 0 then
     return 0
   end
   local s = math.ceil(deficit / rate)
-  if math.floor(s * rate) < deficit then
+  if refill(s, rate) < deficit then
     s = s + 1
-  elseif s > 1 and math.floor((s - 1) * rate) >= deficit then
+  elseif s > 1 and refill(s - 1, rate) >= deficit then
     s = s - 1
   end
   return s

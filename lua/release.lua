@@ -1,5 +1,5 @@
 -- release.lua: drop a claim after the provider refused the message, so a
--- later retry can claim it again. Run by bucket.Ledger.Release.
+-- later retry can claim it again. Run by ledger.Ledger.Release.
 --
 -- KEYS[1]  id key (see claim.lua)
 -- ARGV[1]  owner: only a claim "c:<owner>" is dropped

@@ -1,6 +1,6 @@
 -- reserve.lua: reserve the next free slot of one or more token buckets, all
 -- or nothing, or lease up to n slots of one bucket. Run by bucket.Limiter
--- Reserve, ReserveMulti, TakeMulti, Lease and the pipelined ReserveMany.
+-- Reserve, ReserveMulti and Lease (and their mirror, bucket.Local).
 --
 -- A grant takes the tokens now even when its slot is later: the bucket goes
 -- into debt (negative utokens), and later callers are given later slots, so
@@ -8,8 +8,13 @@
 -- message conforms to every bucket: in any window of T seconds a bucket
 -- passes at most burst + rate * T tokens.
 --
--- KEYS[1]     bucket hash 1, fields as in take.lua
--- KEYS[2]     cooldown key 1, as in take.lua
+-- KEYS[1]     bucket hash 1, fields (decimal integer strings):
+--               utokens  tokens in the bucket at ts_us, in millionths of a
+--                        token; negative while slots granted ahead are not
+--                        yet refilled (a debt, at most 10^9 tokens)
+--               ts_us    Redis TIME of that count, in µs since the Unix epoch
+-- KEYS[2]     cooldown key 1: a string, the cooldown's end in µs of Redis
+--             TIME; while TIME is before it the bucket grants nothing
 -- KEYS[2i-1], KEYS[2i]
 --             bucket hash and cooldown key i (i = 1 .. #KEYS / 2); while
 --             any cooldown has not ended, nothing is granted
@@ -41,8 +46,16 @@
 -- Several buckets: the slot is the latest of the buckets' own slots, and
 -- every bucket is debited as if its tokens were taken at that slot
 -- (refill up to it capped at burst, less cost), so a bucket whose own slot
--- was earlier does not pass its tokens on to a later caller. Refill maths,
--- clock and corrupt state as in take.lua.
+-- was earlier does not pass its tokens on to a later caller.
+--
+-- Clock: redis.call('TIME'), one clock for every client. A bucket refills
+-- by floor((now - ts_us) * rate) millionths per call (refill() of
+-- refill.lua), capped at burst (a lower burst than the one stored clamps at
+-- once). A missing or corrupt hash (wrong type, fields missing, not finite,
+-- ts_us < 0, a debt beyond 10^9 tokens) is a full bucket. State stamped
+-- after now (Redis clock stepped back) gets no refill; a refusal re-stamps
+-- it to now, keeping its tokens, so the bucket neither mints tokens nor
+-- stalls until the clock catches up.
 --
 -- Writes: when granted, HSET utokens ts_us of every bucket and PEXPIRE it to
 -- the time it needs to refill to burst (at least burst / rate) + 1 ms. A
@@ -123,8 +136,8 @@ end
 if nb == 1 then
   local u, rate, cost_u = us[1], rates[1], costs[1]
   local first = slot(cost_u - u, rate)
-  -- slot k <= maxwait exactly when floor(maxwait * rate) >= k * cost_u - u.
-  local g = math.floor((u + math.floor(maxwait * rate)) / cost_u)
+  -- slot k <= maxwait exactly when refill(maxwait) >= k * cost_u - u.
+  local g = math.floor((u + refill(maxwait, rate)) / cost_u)
   if g > n then
     g = n
   end
@@ -152,12 +165,12 @@ if s > maxwait then
 end
 local vs = {}
 for i = 1, nb do
-  local refill = math.floor(s * rates[i])
-  local c = us[i] + refill
+  local r = refill(s, rates[i])
+  local c = us[i] + r
   if c > bursts[i] then
     c = bursts[i]
   end
-  vs[i] = c - costs[i] - refill
+  vs[i] = c - costs[i] - r
   if vs[i] < -max_debt then
     return refuse(1)
   end

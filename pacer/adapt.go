@@ -11,28 +11,29 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Adapter is the shared adaptive state of pacing keys (AIMD rate, breaker);
-// *bucket.Limiter implements it. Methods are safe for concurrent use.
+// *adapt.Adapter implements it. Methods are safe for concurrent use.
 type Adapter interface {
 	// ThrottledAfter and RecoverAfter also report the sends of the key this
 	// process saw accepted since it last reported them: the estimate of the
 	// provider's capacity when throttles persist.
-	ThrottledAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD, hint time.Duration, accepted int) (bucket.Adapted, error)
-	RecoverAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD, accepted int) (bucket.Adapted, error)
+	ThrottledAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD, hint time.Duration, accepted int) (adapt.Adapted, error)
+	RecoverAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD, accepted int) (adapt.Adapted, error)
 	// Adapted reads a key's adaptive state and cooldown without changing them.
-	Adapted(ctx context.Context, channel, key string, ceiling bucket.Limit, a bucket.AIMD) (bucket.Adapted, error)
+	Adapted(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD) (adapt.Adapted, error)
 	// PairThrottled sets the shared cooldown of one pair (key, recipient)
 	// after a pair-scoped throttle; PairCooldowns reads a key's pairs in
-	// cooldown (see bucket.Limiter.PairThrottled).
+	// cooldown (see adapt.Adapter.PairThrottled).
 	PairThrottled(ctx context.Context, channel, key, sub string, base, maxCooldown time.Duration) (time.Duration, int, error)
 	PairCooldowns(ctx context.Context, channel, key string) (map[string]time.Duration, error)
-	BreakerAllow(ctx context.Context, channel, key string, b bucket.Breaker, owner string) (allowed, probe bool, wait time.Duration, err error)
-	BreakerResult(ctx context.Context, channel, key string, b bucket.Breaker, ok bool, reason string) (bucket.BreakerState, error)
-	BreakerStatus(ctx context.Context, channel, key string) (bucket.BreakerStatus, error)
+	BreakerAllow(ctx context.Context, channel, key string, b adapt.Breaker, owner string) (allowed, probe bool, wait time.Duration, err error)
+	BreakerResult(ctx context.Context, channel, key string, b adapt.Breaker, ok bool, reason string) (adapt.BreakerState, error)
+	BreakerStatus(ctx context.Context, channel, key string) (adapt.BreakerStatus, error)
 }
 
 // Policy answers each pacing key's limits and adaptation settings. The
@@ -46,10 +47,10 @@ type Policy interface {
 
 // KeyPolicy is one pacing key's policy.
 type KeyPolicy struct {
-	Limit          bucket.Limit   // the key's ceiling: rate in msgs/s and burst; the AIMD never goes above it
-	RecipientLimit bucket.Limit   // a second bucket per (key, recipient); zero = none
-	AIMD           bucket.AIMD    // adaptation on throttles; zero fields mean bucket's defaults
-	Breaker        bucket.Breaker // breaker on halts; zero fields mean bucket's defaults
+	Limit          bucket.Limit  // the key's ceiling: rate in msgs/s and burst; the AIMD never goes above it
+	RecipientLimit bucket.Limit  // a second bucket per (key, recipient); zero = none
+	AIMD           adapt.AIMD    // adaptation on throttles; zero fields mean bucket's defaults
+	Breaker        adapt.Breaker // breaker on halts; zero fields mean bucket's defaults
 }
 
 // Validate reports the first reason kp cannot pace a key (an error naming
@@ -94,16 +95,29 @@ const (
 type keyState struct {
 	mu            sync.Mutex
 	pol           KeyPolicy
-	adapted       bucket.Adapted
+	adapted       adapt.Adapted
 	limit         bucket.Limit  // adapted limit passed to the bucket
 	refreshed     time.Time     // when the state was last read from Redis
 	refreshing    bool          // a goroutine is reading it now (without holding mu)
 	first         chan struct{} // closed once the first read is done
-	breaker       bucket.BreakerState
+	breaker       adapt.BreakerState
 	breakerUntil  time.Time
 	cooldownUntil time.Time
 	lastSeen      time.Time
-	users         int // records of this key being handled now; never swept while > 0
+	users         int           // records of this key being handled now; never swept while > 0
+	delivered     atomic.Uint64 // messages of this key the provider accepted through this process
+
+	// handoff passes a slot from a normal-priority sender whose slot came
+	// to a high-priority one waiting (unbuffered: only to one waiting now);
+	// normalWaiting counts the key's normal senders in acquire.
+	handoff       chan struct{}
+	normalWaiting atomic.Int32
+	// lastSlot is the latest slot handed out to a sender of the key in
+	// this process; raisedAfter, set when the key's limit rose, is when
+	// the slots granted at the old rate end: slots of the new rate before
+	// it are skipped (see acquire).
+	lastSlot    time.Time
+	raisedAfter time.Time
 
 	// accepted counts the sends of the key the provider accepted since the
 	// last report to the shared state (RecoverAfter, ThrottledAfter).
@@ -113,12 +127,11 @@ type keyState struct {
 	// cleared the bucket's debt) and takes a new one at the new rate.
 	cuts atomic.Int64
 	// achieved is the key's accepted sends per second in this process,
-	// measured over at least achievedOver (refreshed by limitFor); delivered
-	// counts them, and mark/markCount are where the current measure began.
+	// measured over at least achievedOver (refreshed by limitFor) from
+	// delivered; mark/markCount are where the current measure began.
 	achieved  float64
-	delivered atomic.Int64
 	mark      time.Time
-	markCount int64
+	markCount uint64
 	// pairs are the key's recipients (by recipientSub) in a pair cooldown,
 	// with its end: set by this process's pair throttles and re-read from
 	// Redis with the rest of the key's state.
@@ -295,8 +308,8 @@ func (p *Pacer) keyState(key string) *keyState {
 	st := p.keys.m[key]
 	if st == nil {
 		pol := KeyPolicy(p.policyDefault)
-		st = &keyState{pol: pol, limit: pol.Limit, adapted: bucket.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond},
-			first: make(chan struct{}), keys: &p.keys}
+		st = &keyState{pol: pol, limit: pol.Limit, adapted: adapt.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond},
+			first: make(chan struct{}), handoff: make(chan struct{}), keys: &p.keys}
 		p.keys.m[key] = st
 	}
 	st.mu.Lock()
@@ -352,7 +365,7 @@ func (p *Pacer) sweepLoop(ctx context.Context) {
 	}
 }
 
-func (st *keyState) set(a bucket.Adapted, ceiling bucket.Limit, now time.Time) {
+func (st *keyState) set(a adapt.Adapted, ceiling bucket.Limit, now time.Time) {
 	if a.Rate < st.adapted.Rate {
 		st.cuts.Add(1)
 	}
@@ -426,6 +439,7 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	}
 	ceilingChanged := st.pol.Limit != pol.Limit
 	st.pol = pol
+	prev := st.limit
 	if aerr == nil {
 		if a.Increased {
 			log.Info("clean window: rate raised", "rate", a.Rate, "ceiling", a.Ceiling)
@@ -433,6 +447,12 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		st.set(a, pol.Limit, now)
 	} else if ceilingChanged {
 		st.limit = pol.Limit
+	}
+	if st.limit.PerSecond > prev.PerSecond && st.lastSlot.After(now) {
+		// The bucket counts the slots granted ahead as tokens: at a higher
+		// rate it would start new slots among those this process already
+		// handed out at the old one. New slots start after them instead.
+		st.raisedAfter = st.lastSlot.Add(time.Duration(float64(time.Second) / st.limit.PerSecond))
 	}
 	if berr == nil {
 		st.breaker = bs.State
@@ -463,7 +483,7 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol Key
 	if perr != nil {
 		hint = perr.RetryAfter
 	}
-	var a bucket.Adapted
+	var a adapt.Adapted
 	n := st.accepted.Swap(0)
 	if err := p.redis(ctx, log, func() (err error) {
 		a, err = p.adapter.ThrottledAfter(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, hint, int(n))
@@ -491,7 +511,7 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol Key
 
 // breakerResult reports an outcome to the key's breaker.
 func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol KeyPolicy, ok bool, reason string, log *slog.Logger) {
-	var state bucket.BreakerState
+	var state adapt.BreakerState
 	if err := p.redis(ctx, log, func() (err error) {
 		state, err = p.adapter.BreakerResult(ctx, p.cfg.Channel, key, pol.Breaker, ok, reason)
 		return err
@@ -501,14 +521,14 @@ func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol
 	st.mu.Lock()
 	was := st.breaker
 	st.breaker = state
-	if state != bucket.BreakerClosed {
+	if state != adapt.BreakerClosed {
 		st.breakerUntil = time.Now().Add(pol.Breaker.OpenFor)
 	}
 	st.mu.Unlock()
 	switch {
-	case state == bucket.BreakerOpen && was != bucket.BreakerOpen:
+	case state == adapt.BreakerOpen && was != adapt.BreakerOpen:
 		log.Error("breaker open: the provider refuses this pacing key; its messages wait, none is dropped", "reason", reason)
-	case state == bucket.BreakerClosed && was != bucket.BreakerClosed:
+	case state == adapt.BreakerClosed && was != adapt.BreakerClosed:
 		log.Info("breaker closed: the probe succeeded")
 	}
 }
@@ -518,7 +538,7 @@ func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol
 // and how long to wait when not allowed; ok is false when ctx ended.
 func (p *Pacer) breakerAllow(ctx context.Context, key string, st *keyState, pol KeyPolicy, log *slog.Logger) (allowed, probe bool, wait time.Duration, ok bool) {
 	st.mu.Lock()
-	closed := st.breaker == bucket.BreakerClosed
+	closed := st.breaker == adapt.BreakerClosed
 	st.mu.Unlock()
 	if closed {
 		return true, false, 0, true
@@ -534,7 +554,7 @@ func (p *Pacer) breakerAllow(ctx context.Context, key string, st *keyState, pol 
 	}
 	if allowed && !probe {
 		st.mu.Lock()
-		st.breaker = bucket.BreakerClosed
+		st.breaker = adapt.BreakerClosed
 		st.mu.Unlock()
 	}
 	return allowed, probe, wait, true
@@ -602,7 +622,7 @@ func (p *Pacer) keyGauges() []prometheus.Collector {
 		g("keys_at_floor", "Active pacing keys whose adapted rate is at the AIMD floor.",
 			func(st *keyState, _ time.Time) float64 { return b(st.adapted.AtFloor) }),
 		g("breakers_open", "Active pacing keys whose breaker is open or half-open.",
-			func(st *keyState, _ time.Time) float64 { return b(st.breaker != bucket.BreakerClosed) }),
+			func(st *keyState, _ time.Time) float64 { return b(st.breaker != adapt.BreakerClosed) }),
 		g("rate_achieved", "Accepted sends per second summed over active pacing keys (each measured over at least 5 s).",
 			func(st *keyState, _ time.Time) float64 { return st.achieved }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "pacer", Name: "utilization",

@@ -39,7 +39,21 @@ type Envelope struct {
 	Campaign  string          `json:"campaign,omitempty"`
 	Tenant    string          `json:"tenant,omitempty"`
 	ExpiresAt time.Time       `json:"expires_at,omitzero"`
+	// Priority is "high" or "normal" ("" on the wire means normal): a
+	// high record goes ahead of its pacing key's queued normal ones, at the
+	// key's rate.
+	Priority Priority `json:"priority,omitempty"`
+	// NotBefore is the earliest time the message may be sent (zero: at once).
+	NotBefore time.Time `json:"not_before,omitzero"`
 }
+
+// Priority orders the records of one pacing key: high ones go first.
+type Priority string
+
+const (
+	PriorityNormal Priority = "normal"
+	PriorityHigh   Priority = "high"
+)
 
 // EnvelopeError says which field of an envelope is wrong and why.
 type EnvelopeError struct {
@@ -64,11 +78,13 @@ type wireEnvelope struct {
 	Campaign  string         `json:"campaign"`
 	Tenant    string         `json:"tenant"`
 	ExpiresAt string         `json:"expires_at"`
+	Priority  string         `json:"priority"`
+	NotBefore string         `json:"not_before"`
 }
 
 // envelopeFields lists the top-level fields an envelope may have, for the
 // error about an unknown one.
-const envelopeFields = "id, key, to, payload, campaign, tenant, expires_at"
+const envelopeFields = "id, key, to, payload, campaign, tenant, expires_at, priority, not_before"
 
 // ParseEnvelope decodes and validates one envelope. It is strict, so that
 // nothing is silently changed or dropped: invalid UTF-8 anywhere (raw bytes
@@ -77,7 +93,8 @@ const envelopeFields = "id, key, to, payload, campaign, tenant, expires_at"
 // send after the deadline) are refused; payload stays free-form otherwise.
 // The error, when not nil, is an *[EnvelopeError] naming the field: id
 // (required, at most [MaxIDBytes] bytes), key and to (required), payload (a
-// JSON object of at most [MaxPayloadBytes] bytes), expires_at (RFC 3339),
+// JSON object of at most [MaxPayloadBytes] bytes), expires_at and
+// not_before (RFC 3339), priority ("high" or "normal"; absent means normal),
 // or the unknown, duplicated or badly encoded field (a path such as
 // payload/text/body below the top level).
 func ParseEnvelope(b []byte) (Envelope, error) {
@@ -130,6 +147,21 @@ func ParseEnvelope(b []byte) (Envelope, error) {
 		}
 		env.ExpiresAt = t
 	}
+	if w.NotBefore != "" {
+		t, err := time.Parse(time.RFC3339Nano, w.NotBefore)
+		if err != nil {
+			return Envelope{}, &EnvelopeError{Field: "not_before", Problem: fmt.Sprintf("%q is not an RFC 3339 time", w.NotBefore)}
+		}
+		env.NotBefore = t
+	}
+	switch Priority(w.Priority) {
+	case "", PriorityNormal:
+		env.Priority = PriorityNormal
+	case PriorityHigh:
+		env.Priority = PriorityHigh
+	default:
+		return Envelope{}, &EnvelopeError{Field: "priority", Problem: fmt.Sprintf("%q is neither high nor normal", w.Priority)}
+	}
 	return env, nil
 }
 
@@ -165,6 +197,9 @@ func decodeError(err error) *EnvelopeError {
 
 // field renders a JSON pointer as a field path without the leading slash.
 func field(p jsontext.Pointer) string { return strings.TrimPrefix(string(p), "/") }
+
+// High reports whether the envelope has priority high.
+func (e Envelope) High() bool { return e.Priority == PriorityHigh }
 
 // Expired reports whether the envelope has an expiry at or before now.
 func (e Envelope) Expired(now time.Time) bool {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/control"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -102,6 +104,7 @@ const (
 	requeued                 // no slot in time: put back on a retry topic, not an attempt
 	retrying                 // transient failure: retry topic with attempt + 1, or the DLQ
 	deadLettered             // never to be sent: DLQ with a reason
+	deferred                 // not to be sent yet (not_before, a paused campaign): parked until due, not an attempt
 )
 
 // outcome is what a step decided for a record. Only [Pacer.finish] acts on
@@ -122,6 +125,9 @@ func stop() outcome { return outcome{kind: stopped} }
 func requeue(reason string, d time.Duration) outcome {
 	return outcome{kind: requeued, reason: reason, wait: d}
 }
+func deferUntil(reason string, d time.Duration) outcome {
+	return outcome{kind: deferred, reason: reason, wait: d}
+}
 func dead(reason, detail string) outcome {
 	return outcome{kind: deadLettered, reason: reason, detail: detail}
 }
@@ -137,6 +143,7 @@ type flight struct {
 	pol     KeyPolicy // the key's policy at the last gate
 	lim     bucket.Limit
 	probe   bool // this send is the breaker's half-open probe
+	sent    bool // a request left: its outcome is written even after a revoke
 	claimed bool // this flight holds the id's claim in the ledger
 	locked  bool // this flight holds the id in this process (lockID)
 	log     *slog.Logger
@@ -169,6 +176,9 @@ func (p *Pacer) steps(f *flight) outcome {
 			o = p.slot(f)
 		}
 		if o.kind == pass {
+			o = p.campaignGate(f)
+		}
+		if o.kind == pass {
 			o = p.claim(f)
 		}
 		if o.kind == pass {
@@ -199,13 +209,61 @@ func (p *Pacer) admit(f *flight) outcome {
 	}
 	f.env = env
 	f.log = f.log.With("id", env.ID)
+	if env.Expired(time.Now()) {
+		return dead("expired", "expires_at "+env.ExpiresAt.Format(time.RFC3339)+" passed before a send")
+	}
+	if o := p.control(f); o.kind != pass {
+		return o
+	}
 	if !p.lockID(f.w.ctx, env.Key, env.ID) {
 		return stop()
 	}
 	f.locked = true
 	f.st = p.keyState(env.Key)
-	if env.Expired(time.Now()) {
-		return dead("expired", "expires_at "+env.ExpiresAt.Format(time.RFC3339)+" passed before a send")
+	return next()
+}
+
+// campaignGate looks again at the campaign's state (as cached, no Redis
+// call) once the slot came: a record that waited for its slot when its
+// campaign was paused or cancelled is not sent (the slot goes unused).
+func (p *Pacer) campaignGate(f *flight) outcome {
+	if p.camps == nil || f.env.Campaign == "" {
+		return next()
+	}
+	switch st := p.camps.cached(f.env.Campaign); {
+	case st == control.Paused:
+		return deferUntil("paused", pausedRecheck)
+	case st == control.Cancelled && !f.m.replayed:
+		return dead("cancelled", "campaign "+f.env.Campaign+" was cancelled")
+	}
+	return next()
+}
+
+// notBeforeSleep is the longest wait for not_before done in place: a record
+// due later is parked, so it holds none of its key's InFlight.
+const notBeforeSleep = 50 * time.Millisecond
+
+// control applies not_before and the campaign's state: a record not yet
+// due, or of a paused campaign, is parked (due at not_before, or
+// pausedRecheck ahead) without an attempt; one of a cancelled campaign is
+// dead-lettered as cancelled, unless an operator replayed it from the DLQ.
+func (p *Pacer) control(f *flight) outcome {
+	if wait := time.Until(f.env.NotBefore); wait > notBeforeSleep {
+		return deferUntil("not-before", wait)
+	} else if wait > 0 && !sleep(f.w.ctx, wait) {
+		return stop()
+	}
+	if p.camps == nil || f.env.Campaign == "" {
+		return next()
+	}
+	st, ok := p.camps.state(f.w.ctx, f.env.Campaign)
+	switch {
+	case !ok:
+		return stop()
+	case st == control.Paused:
+		return deferUntil("paused", pausedRecheck)
+	case st == control.Cancelled && !f.m.replayed:
+		return dead("cancelled", "campaign "+f.env.Campaign+" was cancelled")
 	}
 	return next()
 }
@@ -249,7 +307,7 @@ func (p *Pacer) scopeLeft(ctx context.Context, f *flight) (time.Duration, string
 // slot waits for the key's next send slot; none within MaxTokenWait
 // requeues the record.
 func (p *Pacer) slot(f *flight) outcome {
-	wait, reason, ok := p.acquire(f.w.ctx, f.env.Key, f.env.To, f.st, f.pol, f.lim, f.log)
+	wait, reason, ok := p.acquire(f.w.ctx, f.env.Key, f.env.To, f.env.High(), f.st, f.pol, f.lim, f.log)
 	if !ok {
 		return stop()
 	}
@@ -270,7 +328,7 @@ func (p *Pacer) slot(f *flight) outcome {
 func (p *Pacer) claim(f *flight) outcome {
 	ctx := f.w.ctx
 	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
-	var res bucket.ClaimResult
+	var res ledger.ClaimResult
 	var cool time.Duration
 	err := p.redis(ctx, f.log, func() (err error) {
 		res, cool, err = p.ledger.Claim(ctx, p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
@@ -283,10 +341,10 @@ func (p *Pacer) claim(f *flight) outcome {
 		return stop()
 	}
 	switch res {
-	case bucket.Claimed:
+	case ledger.Claimed:
 		f.claimed = true
 		return next()
-	case bucket.CoolingDown:
+	case ledger.CoolingDown:
 		// A cooldown began while this message slept on its slot.
 		if cool > p.cfg.MaxTokenWait {
 			return requeue("cooldown", cool)
@@ -295,9 +353,9 @@ func (p *Pacer) claim(f *flight) outcome {
 			return stop()
 		}
 		return outcome{kind: again}
-	case bucket.Delivered:
+	case ledger.Delivered:
 		return outcome{kind: duplicate}
-	case bucket.Abandoned:
+	case ledger.Abandoned:
 		return dead("unknown-outcome",
 			"another process claimed this id and stopped before recording an outcome; the provider may have the message")
 	}
@@ -310,6 +368,7 @@ func (p *Pacer) send(f *flight) outcome {
 	msg := channels.Message{ID: f.env.ID, Key: f.env.Key, To: f.env.To, Payload: f.env.Payload}
 	sctx, cancel := context.WithTimeout(p.sendCtx, p.cfg.SendTimeout)
 	start := time.Now()
+	f.sent = true
 	res, err := p.sender.Send(sctx, msg)
 	cancel()
 	p.m.sendLatency.WithLabelValues().Observe(time.Since(start).Seconds())
@@ -341,7 +400,6 @@ func (p *Pacer) send(f *flight) outcome {
 	switch class {
 	case channels.Success:
 		f.st.accepted.Add(1)
-		f.st.delivered.Add(1)
 		return outcome{kind: delivered, res: res}
 	case channels.Throttle:
 		// Our pace, not the message, was at fault: no attempt counted.
@@ -364,6 +422,9 @@ func (p *Pacer) send(f *flight) outcome {
 		f.m.attempt++
 		return outcome{kind: retrying, err: err}
 	case channels.Permanent:
+		if code := codeOf(perr); code == channels.CodeNoCredentials {
+			return dead(code, err.Error()) // replayable as such once the credential exists
+		}
 		return dead("permanent:"+codeOf(perr), err.Error())
 	default: // channels.Halt
 		f.log.Error("provider refuses this pacing key (credentials or account); opening its breaker, nothing dropped",
@@ -416,6 +477,14 @@ func (p *Pacer) pairThrottled(f *flight, perr *channels.Error) outcome {
 // finished (its offset may be committed).
 func (p *Pacer) finish(f *flight, o outcome) bool {
 	ctx := f.w.ctx
+	if f.sent {
+		// The provider answered (or may have): the retry or DLQ copy is
+		// written even if the partition is revoked meanwhile, within the
+		// drain the revoke waits for; dropping it would send again.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Drain)
+		defer cancel()
+	}
 	if f.locked {
 		defer p.unlockID(f.env.Key, f.env.ID)
 	}
@@ -429,6 +498,7 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 	switch o.kind {
 	case delivered:
 		p.delivered(ctx, f.env, o.res, f.log)
+		f.st.delivered.Add(1)
 		done = true
 	case duplicate:
 		p.m.duplicates.WithLabelValues().Inc()
@@ -440,6 +510,22 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 		done = p.retry(ctx, f.r, f.m, o.err, f.log)
 	case deadLettered:
 		done = p.deadLetter(ctx, f.r, f.m, o.reason, o.detail, f.log)
+	case deferred:
+		if done = p.park(ctx, f.r, time.Now().Add(o.wait)); done {
+			p.m.requeued.WithLabelValues(o.reason).Inc()
+		}
+	}
+	if done && p.camps != nil {
+		switch o.kind {
+		case delivered:
+			p.camps.count(f.env.Campaign, true, "")
+		case deadLettered:
+			label := o.reason
+			if i := strings.IndexByte(label, ':'); i > 0 {
+				label = label[:i]
+			}
+			p.camps.count(f.env.Campaign, false, label)
+		}
 	}
 	// stopped (and pass or again, which never reach here): not finished.
 	if done {
@@ -534,7 +620,30 @@ func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) er
 // sleep until it starts. It returns (0, "", true) once the slot started; or,
 // when no slot is to be had within MaxTokenWait, the wait and why
 // ("cooldown" or "token-wait") without waiting. ok is false when ctx ended.
-func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, pol KeyPolicy, lim bucket.Limit, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
+//
+// Priority changes the order, never the rate: a high-priority record,
+// while normal ones of its key wait for slots in this process, takes the
+// first of their slots to start (the normal record that held it reserves
+// anew, behind the slots already handed out); it reserves its own only when
+// none comes within handoffWait. So the slots leased or reserved for a
+// campaign's backlog hold a high record back by about one slot interval.
+//
+// At most rate * reserveAhead + burst senders of a key in this process hold
+// a slot not yet started (keyState.aheadGate), so a change of the rate
+// takes effect within about reserveAhead.
+func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyState, pol KeyPolicy, lim bucket.Limit, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
+	if high && st.normalWaiting.Load() > 0 {
+		t := time.NewTimer(handoffWait(lim, p.cfg.MaxTokenWait))
+		select {
+		case <-st.handoff:
+			t.Stop()
+			return 0, "", true
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return 0, "", false
+		}
+	}
 	gate := st.aheadGate(lim)
 	select {
 	case gate <- struct{}{}:
@@ -542,6 +651,10 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, pol K
 		return 0, "", false
 	}
 	defer func() { <-gate }()
+	if !high {
+		st.normalWaiting.Add(1)
+		defer st.normalWaiting.Add(-1)
+	}
 	for {
 		var res bucket.Reservation
 		start := time.Now()
@@ -558,6 +671,15 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, pol K
 		}
 		p.m.takeLatency.WithLabelValues().Observe(time.Since(start).Seconds())
 		if res.OK {
+			st.mu.Lock()
+			skip := res.At.Before(st.raisedAfter)
+			if !skip && res.At.After(st.lastSlot) {
+				st.lastSlot = res.At
+			}
+			st.mu.Unlock()
+			if skip {
+				continue // among the slots granted before the key's limit rose
+			}
 			if !sleep(ctx, res.Delay) {
 				return 0, "", false
 			}
@@ -577,6 +699,14 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, pol K
 				st.mu.Unlock()
 				continue
 			}
+			if !high {
+				select {
+				case st.handoff <- struct{}{}:
+					p.m.handoffs.WithLabelValues().Inc()
+					continue // a high-priority record sends in this slot
+				default:
+				}
+			}
 			return 0, "", true
 		}
 		if res.Wait > p.cfg.MaxTokenWait {
@@ -595,6 +725,14 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, st *keyState, pol K
 			return 0, "", false
 		}
 	}
+}
+
+// handoffWait is how long a high-priority record waits for a normal one's
+// slot before it reserves its own: two slot intervals of lim, within
+// [50 ms, maxWait].
+func handoffWait(lim bucket.Limit, maxWait time.Duration) time.Duration {
+	d := time.Duration(2 / lim.PerSecond * float64(time.Second))
+	return min(max(d, 50*time.Millisecond), maxWait)
 }
 
 // lateSlot is how late a sender may use its slot: half a slot interval,
@@ -673,7 +811,7 @@ func (p *Pacer) retry(ctx context.Context, r *kgo.Record, m meta, cause error, l
 	base := p.cfg.RetryDelays[tier-1]
 	d := base*4/5 + time.Duration(rand.Int64N(int64(base)*2/5+1)) // ±20% jitter
 	if ra := channels.RetryAfter(cause); ra > d {
-		d = min(ra, p.cfg.MaxCooldown)
+		d = min(ra, p.cfg.AIMD.MaxCooldown)
 	}
 	m.due = time.Now().Add(d)
 	log.Warn("transient failure; retrying later", "attempt", m.attempt, "after", d, "err", cause)
@@ -690,7 +828,7 @@ func (p *Pacer) retry(ctx context.Context, r *kgo.Record, m meta, cause error, l
 // requeue puts r back for later, due after wait, with its attempt count
 // unchanged: the record could not get a token in time.
 func (p *Pacer) requeue(ctx context.Context, r *kgo.Record, m meta, reason string, wait time.Duration, log *slog.Logger) bool {
-	wait = min(wait, p.cfg.MaxCooldown)
+	wait = min(wait, p.cfg.AIMD.MaxCooldown)
 	tier := len(p.cfg.RetryDelays)
 	for i, d := range p.cfg.RetryDelays {
 		if wait <= d {

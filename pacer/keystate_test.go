@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -38,7 +39,7 @@ type stubAdapter struct {
 	calls   int
 }
 
-func (a *stubAdapter) RecoverAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, _ bucket.AIMD, _ int) (bucket.Adapted, error) {
+func (a *stubAdapter) RecoverAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, _ adapt.AIMD, _ int) (adapt.Adapted, error) {
 	a.mu.Lock()
 	a.calls++
 	block, entered := a.block, a.entered
@@ -47,19 +48,19 @@ func (a *stubAdapter) RecoverAfter(ctx context.Context, channel, key string, cei
 		close(entered)
 		<-block
 	}
-	return bucket.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
+	return adapt.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
 }
 
-func (a *stubAdapter) Adapted(_ context.Context, _, _ string, ceiling bucket.Limit, _ bucket.AIMD) (bucket.Adapted, error) {
-	return bucket.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
+func (a *stubAdapter) Adapted(_ context.Context, _, _ string, ceiling bucket.Limit, _ adapt.AIMD) (adapt.Adapted, error) {
+	return adapt.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
 }
 
 func (a *stubAdapter) PairCooldowns(context.Context, string, string) (map[string]time.Duration, error) {
 	return nil, nil
 }
 
-func (a *stubAdapter) BreakerStatus(context.Context, string, string) (bucket.BreakerStatus, error) {
-	return bucket.BreakerStatus{}, nil
+func (a *stubAdapter) BreakerStatus(context.Context, string, string) (adapt.BreakerStatus, error) {
+	return adapt.BreakerStatus{}, nil
 }
 
 // policyFunc serves a key's policy from a function.
@@ -221,10 +222,10 @@ func TestUtilization(t *testing.T) {
 		t.Fatalf("no keys: utilization %v, want 0", u)
 	}
 	now := time.Now()
-	p.keys.m["busy"] = &keyState{users: 2, mark: now, achieved: 72, adapted: bucket.Adapted{Rate: 80}}
-	p.keys.m["recent"] = &keyState{lastSeen: now, mark: now, achieved: 18, adapted: bucket.Adapted{Rate: 20}}
-	p.keys.m["idle"] = &keyState{lastSeen: now.Add(-time.Minute), mark: now, achieved: 0, adapted: bucket.Adapted{Rate: 100}}
-	p.keys.m["unmeasured"] = &keyState{users: 1, adapted: bucket.Adapted{Rate: 100}}
+	p.keys.m["busy"] = &keyState{users: 2, mark: now, achieved: 72, adapted: adapt.Adapted{Rate: 80}}
+	p.keys.m["recent"] = &keyState{lastSeen: now, mark: now, achieved: 18, adapted: adapt.Adapted{Rate: 20}}
+	p.keys.m["idle"] = &keyState{lastSeen: now.Add(-time.Minute), mark: now, achieved: 0, adapted: adapt.Adapted{Rate: 100}}
+	p.keys.m["unmeasured"] = &keyState{users: 1, adapted: adapt.Adapted{Rate: 100}}
 	if u := p.utilization(); math.Abs(u-0.9) > 1e-9 {
 		t.Fatalf("utilization %v, want (72+18)/(80+20) = 0.9", u)
 	}

@@ -28,6 +28,7 @@ type metrics struct {
 	bucketCalls *prometheus.CounterVec   // channel
 	lateSlots   *prometheus.CounterVec   // channel
 	throttles   *prometheus.CounterVec   // channel, scope
+	handoffs    *prometheus.CounterVec   // channel
 
 	codesMu sync.Mutex
 	codes   map[string]bool // provider codes given a label so far
@@ -90,9 +91,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "pacer", Name: "duplicates_skipped_total",
 			Help: "Re-delivered records whose id the idempotency ledger shows as delivered; not sent again.",
 		}, nil),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pacer", Name: "priority_handoffs_total",
+			Help: "Send slots a normal-priority record gave to a waiting high-priority record of its pacing key.",
+		}, nil),
 		requeued: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "requeued_total",
-			Help: "Records put back on a retry topic without an attempt, by reason (cooldown, token-wait, pair-throttle).",
+			Help: "Records put back on a retry topic without an attempt, by reason (cooldown, token-wait, pair-throttle, breaker, paused, not-before).",
 		}, []string{"reason"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "retries_total",
@@ -139,13 +144,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []string{"success", "throttle", "transient", "permanent", "halt", "unknown"} {
 		m.sends.WithLabelValues(c)
 	}
-	for _, r := range []string{"malformed", "expired", "permanent", "attempts-exhausted", "unknown-outcome", "too-large"} {
+	for _, r := range []string{"malformed", "expired", "permanent", "attempts-exhausted", "unknown-outcome", "too-large", "cancelled"} {
 		m.dlq.WithLabelValues(r)
 	}
-	for _, r := range []string{"cooldown", "token-wait", "pair-throttle", "breaker"} {
+	for _, r := range []string{"cooldown", "token-wait", "pair-throttle", "breaker", "paused", "not-before"} {
 		m.requeued.WithLabelValues(r)
 	}
 	m.retries.WithLabelValues()
+	m.handoffs.WithLabelValues()
 	m.duplicates.WithLabelValues()
 	m.redisErrors.WithLabelValues()
 	m.delivered.WithLabelValues()
@@ -154,7 +160,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, s := range []channels.Scope{channels.ScopeKey, channels.ScopePair, channels.ScopeAccount} {
 		m.throttles.WithLabelValues(s.String())
 	}
-	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.retries, m.dlq, m.bucketWait, m.takeLatency,
+	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.handoffs, m.retries, m.dlq, m.bucketWait, m.takeLatency,
 		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls, m.lateSlots, m.throttles} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -25,7 +25,7 @@
 // # Outcomes
 //
 //   - throttle: AIMD in Redis, shared by every replica: the key's rate is
-//     multiplied by [bucket.AIMD] Decrease (once per burst of throttles,
+//     multiplied by [adapt.AIMD] Decrease (once per burst of throttles,
 //     never below the floor) and the key cools down for the provider's
 //     Retry-After (clamped to AIMD MinCooldown..MaxCooldown). A clean window
 //     raises the rate again toward [Config.Limit], never above it. A
@@ -34,7 +34,7 @@
 //   - transient: retry topic, up to [Config.MaxAttempts] requests in all.
 //   - permanent: DLQ.
 //   - halt (credentials, account blocked), or throttles again and again at
-//     the floor: the key's breaker opens ([bucket.Breaker]); its messages
+//     the floor: the key's breaker opens ([adapt.Breaker]); its messages
 //     are requeued (never attempts, never dropped) until one replica's
 //     half-open probe succeeds.
 //   - no answer (timeout, connection cut after the request left): the
@@ -43,12 +43,24 @@
 //     "resend" retries it. The same applies to a claim left in the ledger by
 //     a process that died mid-send.
 //
+// # Queues per key
+//
+// A partition's records are dispatched into one FIFO queue per pacing key
+// (the Kafka record key); each key has up to [Config.InFlight] records
+// handled at once and waits only for its own slots, so a key's backlog never
+// holds back the other keys of its partition. A key holds at most
+// [Config.Lookahead] of its rate in memory per partition (at least
+// InFlight); its further records are parked: copied to a retry topic due at
+// their estimated slot (one Kafka write per hop, never an attempt), and
+// finished once Kafka acknowledged the copy. A partition holding
+// [Config.MaxQueued] records pauses fetching. With InFlight 1 a key is never
+// parked, so its records go out in offset order. See worker.go and park.go.
+//
 // # Retry topics
 //
-// A retry record carries pacer-due (Unix ms). Its partition's worker holds
-// the head record until it is due and pauses fetching that partition
-// meanwhile; the poll loop itself never sleeps, so the member keeps its
-// place in the group.
+// A retry record carries pacer-due (Unix ms). It waits in its key's queue
+// until due; the other keys of its partition go on, and the poll loop
+// itself never sleeps, so the member keeps its place in the group.
 //
 // # Metrics
 //
@@ -66,6 +78,10 @@
 //	pacer_redis_errors_total            failed Redis calls (the record waits)
 //	pacer_partitions_assigned           partitions owned by this process
 //	pacer_records_queued                fetched records not yet finished
+//	pacer_parked_total                  records parked beyond their key's lookahead (Kafka writes)
+//	pacer_key_backlog_keys{class}       keys with records waiting, by backlog class (1-9 .. 10000+)
+//	pacer_lookahead_records             records held in the per-key queues
+//	pacer_lookahead_fill                held records over partitions x MaxQueued, 0..1
 //	pacer_ready                         1 when Kafka and Redis answer
 //	pacer_redis_fallback                1 while pacing in-process (PACER_REDIS_FAILURE=local, Redis down)
 //	pacer_responses_total{class,code}   provider answers by class and provider code
@@ -75,6 +91,7 @@
 //	pacer_keys_cooldown                 active keys in a cooldown
 //	pacer_keys_at_floor                 active keys at the AIMD floor
 //	pacer_breakers_open                 active keys whose breaker is open or half-open
+//	pacer_consumer_lag_records{topic}   the group's records past its commits, per topic (every replica reports it: use max)
 package pacer
 
 import (
@@ -84,14 +101,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/control"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -114,10 +136,10 @@ type Bucket interface {
 	Cooldown(ctx context.Context, channel, key string, d time.Duration) error
 }
 
-// Ledger is the idempotency record of envelope ids; *bucket.Ledger
+// Ledger is the idempotency record of envelope ids; *ledger.Ledger
 // implements it. Methods are safe for concurrent use.
 type Ledger interface {
-	Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (bucket.ClaimResult, time.Duration, error)
+	Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (ledger.ClaimResult, time.Duration, error)
 	Delivered(ctx context.Context, channel, key, id, providerID string, ttl time.Duration) error
 	Release(ctx context.Context, channel, key, id, owner string) error
 }
@@ -125,7 +147,7 @@ type Ledger interface {
 // Deps are the services a Pacer uses.
 type Deps struct {
 	Bucket  Bucket          // required
-	Adapter Adapter         // required; *bucket.Limiter is both Bucket and Adapter
+	Adapter Adapter         // required; *adapt.Adapter, built with the Bucket's bucket.Config
 	Ledger  Ledger          // required
 	Sender  channels.Sender // required
 	// RedisPing, if set, is called every 5 s so /readyz reflects Redis
@@ -138,6 +160,9 @@ type Deps struct {
 	// gives every key the channel's (Config.Limit, RecipientLimit, AIMD,
 	// Breaker) as a [StaticPolicy].
 	Policy Policy
+	// Campaigns holds campaign states (paused, cancelled) and counters
+	// (*control.Store); nil: no campaign control, nothing counted.
+	Campaigns CampaignStore
 }
 
 // Redis failure modes for [Config.RedisFailure].
@@ -153,73 +178,157 @@ const (
 )
 
 // Config configures a [Pacer]. Zero values mean the documented default;
-// Channel and Limit are required.
+// Channel and Limit are required. [Config.Validate] holds every rule.
 type Config struct {
 	Channel        string          // channel name, e.g. "whatsapp"; required
 	Topic          string          // topic to consume; default "pacer.<Channel>"
 	Group          string          // consumer group; default "pacer-<Channel>"
 	DLQTopic       string          // dead-letter topic; default "<Topic>.dlq"
-	RetryDelays    []time.Duration // one retry topic "<Topic>.retry.<n>" per delay; default 5s, 30s, 5m
+	RetryDelays    []time.Duration // one retry topic "<Topic>.retry.<n>" per delay, each > 0; default 5s, 30s, 5m
 	Limit          bucket.Limit    // rate and burst per pacing key: the AIMD ceiling; required
 	RecipientLimit bucket.Limit    // a second bucket per (pacing key, recipient), e.g. FCM's per-device limit; zero = none
-	AIMD           bucket.AIMD     // adaptation on throttles; zero fields mean bucket's defaults
-	Breaker        bucket.Breaker  // per-key breaker on halts; zero fields mean bucket's defaults
-	MaxAttempts    int             // requests per record before DLQ on transient failures; default 5
-	MaxTokenWait   time.Duration   // longest wait for a token or cooldown in place; longer requeues; default 5s
-	Drain          time.Duration   // on shutdown or revoke, how long in-flight sends may finish; default 30s
-	SendTimeout    time.Duration   // one provider request; default 30s
-	MaxCooldown    time.Duration   // cap for a retry delay; default 1h (AIMD.MaxCooldown caps cooldowns)
-	UnknownOutcome string          // "dlq" (default) or "resend"; see the package doc
-	RedisFailure   string          // "closed" (default: sends stop while Redis is down) or "local" (pace with Deps.Fallback)
-	IdempotencyTTL time.Duration   // how long delivered ids are remembered; default 24h
-	MaxQueued      int             // fetched records per partition before fetching pauses; default 2000
-	InFlight       int             // records of one partition handled at once; default 32 (1 keeps strict order)
-	LeaseSize      int             // slots per Redis lease; 0 (default) = per key, its ceiling's rate/10 (100 ms of slots) when that is >= 10, else 1 (one reservation per message); at most 256 and the adapted burst
-	StartupTimeout time.Duration   // Run fails if the topics cannot be checked (no broker answers) within this; default 1m
-	ProgressEvery  time.Duration   // interval of the INFO progress line (delivered, dead-lettered, requeued, retried); default 30s, < 0 = none
-	Owner          string          // this process in ledger claims; default host-pid-random
-	Logger         *slog.Logger    // default slog.Default()
+	// AIMD is the adaptation on throttles; zero fields mean adapt's
+	// defaults. Its MaxCooldown also caps every delay the pacer itself
+	// sets: a retry's wait for a provider's Retry-After, and a requeue's.
+	AIMD           adapt.AIMD
+	Breaker        adapt.Breaker // per-key breaker on halts; zero fields mean adapt's defaults
+	MaxAttempts    int           // requests per record before DLQ on transient failures; >= 0; default 5
+	MaxTokenWait   time.Duration // longest wait for a token or cooldown in place; longer requeues; default 5s
+	Drain          time.Duration // on shutdown or revoke, how long in-flight sends may finish; default 30s
+	SendTimeout    time.Duration // one provider request; default 30s
+	UnknownOutcome string        // "dlq" (default) or "resend"; see the package doc
+	RedisFailure   string        // "closed" (default: sends stop while Redis is down) or "local" (pace with Deps.Fallback)
+	IdempotencyTTL time.Duration // how long delivered ids are remembered; default 24h
+	MaxQueued      int           // records one partition holds in its per-key queues before fetching pauses; default 2000
+	InFlight       int           // records of one pacing key handled at once in a partition, 0..1024; default 32 (1 keeps strict order per key)
+	Lookahead      time.Duration // a key holds at most Lookahead x its rate records per partition (at least InFlight); more are parked; >= 0; default 5s
+	LeaseSize      int           // slots per Redis lease, 0..256; 0 (default) = per key, its ceiling's rate/10 (100 ms of slots) when that is >= 10, else 1 (one reservation per message); at most the adapted burst
+	StartupTimeout time.Duration // Run fails if the topics cannot be checked (no broker answers) within this; default 1m
+	ProgressEvery  time.Duration // interval of the INFO progress line (delivered, dead-lettered, requeued, retried); default 30s, < 0 = none
+	Owner          string        // this process in ledger claims; default host-pid-random
+	Logger         *slog.Logger  // default slog.Default()
 }
 
-func (c *Config) setDefaults() error {
+// Bounds checked by [Config.Validate].
+const (
+	maxInFlight  = 1024 // records of one pacing key of a partition at once
+	maxLeaseSize = 256  // slots per lease: a lease is one Lua call holding the key's slot
+)
+
+// FieldError is one problem [Config.Validate] found. Field is the path of
+// the Config field at fault, as written in Go: "Drain", "Limit.PerSecond",
+// "AIMD.Floor", "Breaker.MaxOpenFor", "RetryDelays". Err says what is wrong;
+// for Limit, RecipientLimit, AIMD and Breaker it is bucket's error (a
+// *bucket.FieldError).
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+// Error returns "pacer: config: <Field>: <Err>", such as "pacer: config:
+// Drain: -1s must be > 0".
+func (e *FieldError) Error() string { return "pacer: config: " + e.Field + ": " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Validate returns nil if [New] accepts c, else every problem found,
+// joined (errors.Join), each a *[FieldError] naming the field. Zero fields
+// stand for their defaults; negative durations and counts are errors. An
+// AIMD whose ceiling (Limit) is out of bucket's range is reported on
+// Limit.PerSecond; an AIMD Floor above Limit.PerSecond on AIMD.Floor.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field string, err error) { errs = append(errs, &FieldError{Field: field, Err: err}) }
+	badf := func(field, format string, v ...any) { bad(field, fmt.Errorf(format, v...)) }
+	// sub reports a bucket validation error under prefix + its field.
+	sub := func(prefix string, err error) {
+		var fe *bucket.FieldError
+		if errors.As(err, &fe) {
+			bad(prefix+fe.Field, err)
+		} else if err != nil {
+			bad(strings.TrimSuffix(prefix, "."), err)
+		}
+	}
 	if c.Channel == "" {
-		return errors.New("pacer: config: Channel is required")
+		badf("Channel", "is required")
 	}
-	if err := c.Limit.Validate(); err != nil {
-		return fmt.Errorf("pacer: config: %w", err)
+	limitOK := c.Limit.Validate() == nil
+	sub("Limit.", c.Limit.Validate())
+	if c.RecipientLimit != (bucket.Limit{}) {
+		sub("RecipientLimit.", c.RecipientLimit.Validate())
 	}
+	if limitOK {
+		err := c.AIMD.Validate(c.Limit)
+		if fe := (*bucket.FieldError)(nil); errors.As(err, &fe) && fe.Field == "ceiling" {
+			bad("Limit.PerSecond", err)
+		} else {
+			sub("AIMD.", err)
+		}
+	}
+	sub("Breaker.", c.Breaker.Validate())
 	switch c.RedisFailure {
-	case "":
-		c.RedisFailure = RedisFailureClosed
-	case RedisFailureClosed, RedisFailureLocal:
+	case "", RedisFailureClosed, RedisFailureLocal:
 	default:
-		return fmt.Errorf("pacer: config: RedisFailure %q is not closed or local", c.RedisFailure)
+		badf("RedisFailure", "%q is not closed or local", c.RedisFailure)
 	}
 	switch c.UnknownOutcome {
-	case "":
-		c.UnknownOutcome = UnknownOutcomeDLQ
-	case UnknownOutcomeDLQ, UnknownOutcomeResend:
+	case "", UnknownOutcomeDLQ, UnknownOutcomeResend:
 	default:
-		return fmt.Errorf("pacer: config: UnknownOutcome %q is not dlq or resend", c.UnknownOutcome)
+		badf("UnknownOutcome", "%q is not dlq or resend", c.UnknownOutcome)
 	}
+	for i, d := range c.RetryDelays {
+		if d <= 0 {
+			badf("RetryDelays", "entry %d is %v; each delay must be > 0", i+1, d)
+			break
+		}
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"Drain", c.Drain}, {"SendTimeout", c.SendTimeout}, {"MaxTokenWait", c.MaxTokenWait}, {"IdempotencyTTL", c.IdempotencyTTL},
+		{"StartupTimeout", c.StartupTimeout},
+	} {
+		if d.v < 0 {
+			badf(d.field, "%v must be > 0", d.v)
+		}
+	}
+	if c.MaxAttempts < 0 {
+		badf("MaxAttempts", "%d must be >= 1", c.MaxAttempts)
+	}
+	if c.MaxQueued < 0 {
+		badf("MaxQueued", "%d must be >= 1", c.MaxQueued)
+	}
+	if c.Lookahead < 0 {
+		badf("Lookahead", "%v must be > 0", c.Lookahead)
+	}
+	if c.InFlight < 0 || c.InFlight > maxInFlight {
+		badf("InFlight", "%d must be in 1..%d", c.InFlight, maxInFlight)
+	}
+	if c.LeaseSize < 0 || c.LeaseSize > maxLeaseSize {
+		badf("LeaseSize", "%d must be in 0..%d (0 = automatic)", c.LeaseSize, maxLeaseSize)
+	}
+	return errors.Join(errs...)
+}
+
+// setDefaults fills in the zero fields of a valid c ([Config.Validate]).
+func (c *Config) setDefaults() {
 	def := func(s *string, v string) {
 		if *s == "" {
 			*s = v
 		}
 	}
+	def(&c.RedisFailure, RedisFailureClosed)
+	def(&c.UnknownOutcome, UnknownOutcomeDLQ)
 	def(&c.Topic, "pacer."+c.Channel)
 	def(&c.Group, "pacer-"+c.Channel)
 	def(&c.DLQTopic, c.Topic+".dlq")
 	if len(c.RetryDelays) == 0 {
 		c.RetryDelays = []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}
 	}
-	for i, d := range c.RetryDelays {
-		if d <= 0 {
-			return fmt.Errorf("pacer: config: RetryDelays[%d] = %v must be > 0", i, d)
-		}
-	}
 	defd := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
+		if *d == 0 {
 			*d = v
 		}
 	}
@@ -229,31 +338,22 @@ func (c *Config) setDefaults() error {
 		c.ProgressEvery = 30 * time.Second
 	}
 	defd(&c.SendTimeout, 30*time.Second)
-	defd(&c.MaxCooldown, time.Hour)
-	if c.RecipientLimit != (bucket.Limit{}) {
-		if err := c.RecipientLimit.Validate(); err != nil {
-			return fmt.Errorf("pacer: config: RecipientLimit: %w", err)
-		}
-	}
-	if err := c.AIMD.Validate(c.Limit); err != nil {
-		return fmt.Errorf("pacer: config: %w", err)
-	}
-	if err := c.Breaker.Validate(); err != nil {
-		return fmt.Errorf("pacer: config: %w", err)
-	}
+	// The longest cooldown bucket would set, its default included: the cap
+	// of retry and requeue delays too.
+	defd(&c.AIMD.MaxCooldown, c.AIMD.CooldownFor(math.MaxInt64))
 	defd(&c.MaxTokenWait, 5*time.Second)
 	defd(&c.IdempotencyTTL, 24*time.Hour)
-	if c.MaxAttempts <= 0 {
+	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5
 	}
-	if c.MaxQueued <= 0 {
+	if c.MaxQueued == 0 {
 		c.MaxQueued = 2000
 	}
-	if c.InFlight <= 0 {
+	if c.InFlight == 0 {
 		c.InFlight = 32
 	}
-	if c.LeaseSize < 0 {
-		c.LeaseSize = 0
+	if c.Lookahead == 0 {
+		c.Lookahead = 5 * time.Second
 	}
 	if c.Owner == "" {
 		host, _ := os.Hostname()
@@ -264,15 +364,14 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return nil
 }
 
 // leaseSize is how many slots one Redis lease takes for a key whose
 // ceiling is ceiling and adapted limit lim: Config.LeaseSize when set, else
 // 100 ms of the ceiling's slots when that is at least 10, else 1 (one
-// reservation per message); never more than 256 or the ceiling's burst
-// scaled to the adapted rate (the burst before the pacing headroom
-// bucket.Adapted.Limit takes off, which does not make slots bunch: a
+// reservation per message); never more than maxLeaseSize or the ceiling's
+// burst scaled to the adapted rate (the burst before the pacing headroom
+// adapt.Adapted.Limit takes off, which does not make slots bunch: a
 // lease's slots are spaced at the rate).
 func (c *Config) leaseSize(ceiling, lim bucket.Limit) int {
 	n := c.LeaseSize
@@ -286,7 +385,7 @@ func (c *Config) leaseSize(ceiling, lim bucket.Limit) int {
 	if lim.PerSecond < ceiling.PerSecond {
 		burst = int(float64(ceiling.Burst) * lim.PerSecond / ceiling.PerSecond)
 	}
-	return max(min(n, 256, max(burst, lim.Burst)), 1)
+	return max(min(n, maxLeaseSize, max(burst, lim.Burst)), 1)
 }
 
 // retryTopic returns the name of retry tier n (1-based).
@@ -307,9 +406,11 @@ type Pacer struct {
 	// policyDefault is the channel's policy from Config: a key's policy
 	// until its first read of Policy.
 	policyDefault StaticPolicy
+	camps         *campaigns // nil without Deps.Campaigns
 	keys          keyStates
 	account       accountState
 	m             *metrics
+	qm            *queueMetrics
 	log           *slog.Logger
 
 	consuming atomic.Bool
@@ -319,8 +420,9 @@ type Pacer struct {
 	idsMu sync.Mutex
 	ids   map[string]chan struct{} // envelope ids being handled; closed when done
 
-	tally   tally     // records finished, by how, for the progress log
-	started time.Time // when Run began
+	lag     *prometheus.GaugeVec // pacer_consumer_lag_records{topic}
+	tally   tally                // records finished, by how, for the progress log
+	started time.Time            // when Run began
 
 	mu      sync.Mutex
 	workers map[tp]*worker
@@ -336,12 +438,13 @@ type tp struct {
 
 // New returns a Pacer for cfg. kopts carry the connection settings (at least
 // kgo.SeedBrokers); New adds the consumer group, topics and commit options.
-// reg receives the metrics listed in the package doc. New returns an error
-// naming the field when cfg is invalid, or the registration error.
+// reg receives the metrics listed in the package doc. New returns
+// [Config.Validate]'s error when cfg is invalid, or the registration error.
 func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pacer, error) {
-	if err := cfg.setDefaults(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.setDefaults()
 	if deps.Bucket == nil || deps.Adapter == nil || deps.Ledger == nil || deps.Sender == nil {
 		return nil, errors.New("pacer: New needs a Bucket, an Adapter, a Ledger and a Sender")
 	}
@@ -356,7 +459,11 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, sender: deps.Sender, m: m,
 		log: cfg.Logger.With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}},
 		ids: map[string]chan struct{}{}}
-	for _, c := range p.keyGauges() {
+	if p.lag, err = newLagGauge(wrapped); err != nil {
+		return nil, fmt.Errorf("pacer: metrics: %w", err)
+	}
+	p.qm = newQueueMetrics(p)
+	for _, c := range append(p.keyGauges(), prometheus.Collector(p.qm)) {
 		if err := wrapped.Register(c); err != nil {
 			return nil, fmt.Errorf("pacer: metrics: %w", err)
 		}
@@ -365,6 +472,10 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	p.policy = deps.Policy
 	if p.policy == nil {
 		p.policy = p.policyDefault
+	}
+	if deps.Campaigns != nil {
+		p.camps = &campaigns{store: deps.Campaigns, channel: cfg.Channel, log: p.log, base: context.Background(),
+			states: map[string]*campaignState{}, counts: map[string]*control.Counts{}}
 	}
 	p.redisOK.Store(true)
 	p.kafkaOK.Store(true)
@@ -385,6 +496,10 @@ func (p *Pacer) Run(ctx context.Context) error {
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
 	p.sendCtx = sendCtx
+	if p.camps != nil {
+		p.camps.base = sendCtx
+		go p.camps.loop(sendCtx)
+	}
 
 	topics := []string{p.cfg.Topic}
 	for i := range p.cfg.RetryDelays {
@@ -394,7 +509,13 @@ func (p *Pacer) Run(ctx context.Context) error {
 	opts = append(opts,
 		kgo.ConsumerGroup(p.cfg.Group),
 		kgo.ConsumeTopics(topics...),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		// Range balances each topic on its own: every member gets its share
+		// of the main topic (cooperative-sticky evens out the count over
+		// the main and retry topics together, and could leave one member
+		// all of the main topic and another only retry partitions). The
+		// same partition numbers of the main and retry topics go to one
+		// member, so a key's retries come back to the replica that paces it.
+		kgo.Balancers(kgo.RangeBalancer()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(time.Second),
@@ -403,8 +524,26 @@ func (p *Pacer) Run(ctx context.Context) error {
 		kgo.OnPartitionsRevoked(p.revoked),
 		kgo.OnPartitionsLost(p.lost),
 		kgo.FetchMaxPartitionBytes(1<<20),
+		// A resumed partition joins the next fetch request: waiting 500 ms
+		// for data, not 5 s, keeps a pause short.
+		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 	)
+	// The topics exist before the group is joined: a topic that appears
+	// after the join makes the group rebalance, and the range balancer
+	// revokes every partition to do so.
+	admin, err := kgo.NewClient(p.kopts...)
+	if err != nil {
+		return fmt.Errorf("pacer: kafka client: %w", err)
+	}
+	err = p.ensureTopics(ctx, admin)
+	admin.Close()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("pacer: kafka client: %w", err)
@@ -412,13 +551,6 @@ func (p *Pacer) Run(ctx context.Context) error {
 	p.mu.Lock()
 	p.cl = cl
 	p.mu.Unlock()
-	if err := p.ensureTopics(ctx, cl); err != nil {
-		cl.Close()
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
 	p.log.Info("pacer started", "topic", p.cfg.Topic, "group", p.cfg.Group,
 		"rate", p.cfg.Limit.PerSecond, "burst", p.cfg.Limit.Burst, "owner", p.cfg.Owner,
 		"redis_failure", p.cfg.RedisFailure, "unknown_outcome", p.cfg.UnknownOutcome)
@@ -428,6 +560,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 		go p.watch(ctx, "redis", &p.redisOK, p.ping, func() { p.m.fallback.WithLabelValues().Set(0) })
 	}
 	go p.sweepLoop(ctx)
+	go p.lagLoop(ctx, cl, topics)
 	if p.cfg.ProgressEvery > 0 {
 		go p.progressLoop(ctx)
 	}
@@ -464,6 +597,9 @@ func (p *Pacer) Run(ctx context.Context) error {
 	p.stopAll()
 	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Drain)
 	defer cancel()
+	if p.camps != nil {
+		p.camps.flush(commitCtx)
+	}
 	if err := cl.CommitMarkedOffsets(commitCtx); err != nil {
 		p.log.Error("final commit failed; finished records will be re-delivered (the ledger skips delivered ones)", "err", err)
 	}
@@ -495,7 +631,11 @@ func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		kerr := &KafkaError{Err: err, Cause: kafkaCause(err)}
+		cause, permanent := KafkaCause(err)
+		kerr := &KafkaError{Err: err, Cause: cause}
+		if permanent { // credentials or certificates: retrying cannot help
+			return kerr
+		}
 		if time.Now().After(deadline) {
 			kerr.After = p.cfg.StartupTimeout
 			return kerr
@@ -511,21 +651,35 @@ func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) error {
 }
 
 // KafkaError is what [Pacer.Run] returns when Kafka could not be used at
-// start-up within Config.StartupTimeout.
+// start-up within Config.StartupTimeout, or at once when [KafkaCause] finds
+// the failure permanent.
 type KafkaError struct {
-	Cause string        // "a seed broker's host name does not resolve", "nothing listens at the seed brokers", or "the brokers refused the request"
-	After time.Duration // how long Run tried
+	Cause string        // from [KafkaCause]: "a seed broker's host name does not resolve", "authentication failed", ...
+	After time.Duration // how long Run tried; 0: not retried
 	Err   error         // the last error
 }
 
 func (e *KafkaError) Error() string {
-	return fmt.Sprintf("kafka: %s (gave up after %v): %v", e.Cause, e.After, e.Err)
+	if e.After == 0 {
+		return fmt.Sprintf("pacer: kafka: %s: %s", e.Cause, strings.TrimPrefix(e.Err.Error(), "pacer: "))
+	}
+	return fmt.Sprintf("pacer: kafka: %s (gave up after %v): %s", e.Cause, e.After, strings.TrimPrefix(e.Err.Error(), "pacer: "))
 }
 
 func (e *KafkaError) Unwrap() error { return e.Err }
 
-// kafkaCause tells a name that does not resolve from a broker that is down
-// from a broker that answered with an error.
+// KafkaCause says why a Kafka request failed: a name that does not resolve,
+// a broker that is down, credentials or certificates the brokers refuse
+// ([securityCause]), or a broker that answered with an error. permanent
+// is true when no retry can mend it: credentials, certificates, TLS or SASL
+// on one side only.
+func KafkaCause(err error) (cause string, permanent bool) {
+	if c := securityCause(err); c != "" {
+		return c, true
+	}
+	return kafkaCause(err), false
+}
+
 func kafkaCause(err error) string {
 	var dns *net.DNSError
 	if errors.As(err, &dns) {

@@ -3,15 +3,20 @@ package pacer_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
+	"errors"
 	"fmt"
+	"log/slog"
+	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,7 +86,7 @@ func newHarness(t *testing.T, script map[string][]error) *harness {
 	return &harness{t: t, kc: kc, cl: cl, mr: mr, raddr: mr.Addr(), reg: prometheus.NewRegistry(),
 		sender: &scriptSender{script: script, calls: map[string]int{}, success: map[string]int{}},
 		cfg: pacer.Config{Channel: "test", Topic: "pacer.test", Limit: bucket.Limit{PerSecond: 1000, Burst: 10},
-			MaxAttempts: 3, RetryDelays: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}, AIMD: bucket.AIMD{MinCooldown: 20 * time.Millisecond}, Breaker: bucket.Breaker{OpenFor: 50 * time.Millisecond}, Drain: 5 * time.Second}}
+			MaxAttempts: 3, RetryDelays: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}, AIMD: adapt.AIMD{MinCooldown: 20 * time.Millisecond}, Breaker: adapt.Breaker{OpenFor: 50 * time.Millisecond}, Drain: 5 * time.Second}}
 }
 
 func (h *harness) produce(values ...string) {
@@ -95,32 +100,60 @@ func (h *harness) produce(values ...string) {
 	}
 }
 
-// run starts the pacer and stops it once done() holds (or after 20 s).
-func (h *harness) run(done func() bool) {
+// start runs a Pacer for cfg with its own Redis client on h's server and
+// its own sender; stop cancels it and fails the test if Run returned an
+// error. kopts are added to the Kafka options (hooks, for one).
+func (h *harness) start(cfg pacer.Config, sender channels.Sender, reg prometheus.Registerer, kopts ...kgo.Opt) (p *pacer.Pacer, stop func()) {
 	h.t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: h.raddr, MaxRetries: -1})
-	defer rdb.Close()
 	lim := bucket.New(rdb, bucket.Config{})
-	p, err := pacer.New(h.cfg, []kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)},
-		pacer.Deps{Bucket: lim, Adapter: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: h.sender,
-			Fallback: bucket.NewLocal(bucket.LocalConfig{Replicas: 2})}, h.reg)
+	p, err := pacer.New(cfg, append([]kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)}, kopts...),
+		pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: ledger.New(rdb, lim.Keys()), Sender: sender,
+			Fallback: bucket.NewLocal(bucket.LocalConfig{Replicas: 2})}, reg)
 	if err != nil {
+		rdb.Close()
 		h.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- p.Run(ctx) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for !done() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			err := <-errc
+			rdb.Close()
+			if err != nil {
+				h.t.Errorf("Run: %v", err)
+			}
+		})
 	}
-	cancel()
-	if err := <-errc; err != nil {
-		h.t.Fatalf("Run: %v", err)
-	}
-	if !done() {
+	h.t.Cleanup(stop)
+	return p, stop
+}
+
+// run starts the pacer and stops it once done() holds (or after 20 s).
+func (h *harness) run(done func() bool) {
+	h.t.Helper()
+	_, stop := h.start(h.cfg, h.sender, h.reg)
+	ok := waitFor(20*time.Second, done)
+	stop()
+	if !ok {
 		h.t.Fatal("condition not reached within 20 s")
 	}
+}
+
+// waitFor polls cond every 10 ms until it holds (true) or within passes
+// (false).
+func waitFor(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }
 
 func (h *harness) counter(name string, labels ...string) float64 {
@@ -162,7 +195,7 @@ func (h *harness) dlq(want int) map[string]string {
 	}
 	defer cl.Close()
 	got := map[string]string{}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for len(got) < want && ctx.Err() == nil {
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
@@ -258,27 +291,77 @@ func TestOutcomes(t *testing.T) {
 	}
 }
 
-// TestThrottleSetsSharedCooldown checks that a key-scoped throttle leaves a
-// cooldown in Redis that every replica reads.
-func TestThrottleSetsSharedCooldown(t *testing.T) {
-	h := newHarness(t, map[string][]error{
-		"a": {&channels.Error{Channel: "test", Status: 429, Code: "130429", Class: channels.Throttle, RetryAfter: 400 * time.Millisecond}},
-	})
-	h.produce(env("a"))
-	var sawCooldown bool
-	h.run(func() bool {
-		for _, k := range h.mr.Keys() {
-			if strings.HasSuffix(k, ":cooldown") && strings.Contains(k, "{test:k1}") {
-				sawCooldown = true
+// TestCooldownSharedByReplicas: a key-scoped throttle seen by one replica
+// cools the key down for every replica sharing its Redis. Three Pacers of
+// channel "test" share one Redis; each reads its own topic, so which
+// replica handles which message is fixed. Replica 0 is throttled for k1
+// with Retry-After 1 s; the k1 messages produced for replicas 1 and 2 after
+// that answer are sent only once the cooldown has passed, and so is replica
+// 0's retry.
+func TestCooldownSharedByReplicas(t *testing.T) {
+	const cooldown = time.Second
+	h := newHarness(t, nil)
+	senders := make([]*scriptSender, 3)
+	regs := make([]*prometheus.Registry, 3)
+	cfgs := make([]pacer.Config, 3)
+	for i := range senders {
+		senders[i] = &scriptSender{script: map[string][]error{}, calls: map[string]int{}, success: map[string]int{}, at: map[string]time.Time{}}
+		regs[i] = prometheus.NewRegistry()
+		cfgs[i] = h.cfg
+		if i > 0 {
+			cfgs[i].Topic = fmt.Sprintf("pacer.test.r%d", i)
+			cfgs[i].Group = fmt.Sprintf("pacer-test-r%d", i)
+		}
+	}
+	senders[0].script["a"] = []error{&channels.Error{Channel: "test", Status: 429, Code: "130429", Class: channels.Throttle, RetryAfter: cooldown}}
+	for i := range senders {
+		h.start(cfgs[i], senders[i], regs[i])
+	}
+	// Every replica has created its topics and owns its partitions.
+	if !waitFor(20*time.Second, func() bool {
+		for _, reg := range regs {
+			if gaugeIn(t, reg, "pacer_partitions_assigned") <= 0 {
+				return false
 			}
 		}
-		return h.sender.count(h.sender.success, "a") == 1
-	})
-	if !sawCooldown {
-		t.Error("no cooldown key for {test:k1} appeared in Redis after a throttle")
+		return true
+	}) {
+		t.Fatal("not every replica was assigned its partitions within 20 s")
 	}
-	if got := h.sender.count(h.sender.calls, "a"); got != 2 {
-		t.Errorf("requests = %d, want 2 (throttled, then delivered)", got)
+
+	h.produce(env("a"))
+	s0 := senders[0]
+	if !waitFor(20*time.Second, func() bool { return s0.count(s0.calls, "a") >= 1 }) {
+		t.Fatal("replica 0 did not send a within 20 s")
+	}
+	s0.mu.Lock()
+	throttledAt := s0.at["a"]
+	s0.mu.Unlock()
+	for i := 1; i < 3; i++ {
+		rec := &kgo.Record{Topic: cfgs[i].Topic, Key: []byte("k1"), Value: []byte(env(fmt.Sprint("b", i)))}
+		if err := h.cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !waitFor(20*time.Second, func() bool {
+		return s0.count(s0.success, "a") == 1 && senders[1].count(senders[1].success, "b1") == 1 &&
+			senders[2].count(senders[2].success, "b2") == 1
+	}) {
+		t.Fatalf("within 20 s: a delivered %d, b1 %d, b2 %d; want 1 each", s0.count(s0.success, "a"),
+			senders[1].count(senders[1].success, "b1"), senders[2].count(senders[2].success, "b2"))
+	}
+	// Redis keeps time in milliseconds: allow 10 ms of rounding.
+	for i, id := range []string{"a", "b1", "b2"} {
+		s := senders[i]
+		s.mu.Lock()
+		after := s.at[id].Sub(throttledAt)
+		s.mu.Unlock()
+		if after < cooldown-10*time.Millisecond {
+			t.Errorf("replica %d sent %s %v after the throttle, inside the %v cooldown", i, id, after, cooldown)
+		}
+	}
+	if got := s0.count(s0.calls, "a"); got != 2 {
+		t.Errorf("a: %d requests, want 2 (throttled, then delivered)", got)
 	}
 }
 
@@ -288,12 +371,12 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		cfg  pacer.Config
 		want string
 	}{
-		{"no channel", pacer.Config{Limit: bucket.Limit{PerSecond: 1, Burst: 1}}, "Channel is required"},
+		{"no channel", pacer.Config{Limit: bucket.Limit{PerSecond: 1, Burst: 1}}, "Channel: is required"},
 		{"zero rate", pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 0, Burst: 1}}, "invalid limit"},
 		{"zero burst", pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 5, Burst: 0}}, "invalid limit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := pacer.New(c.cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: bucket.New(nil, bucket.Config{}), Ledger: bucket.NewLedger(nil, bucket.Config{}), Sender: &scriptSender{}}, prometheus.NewRegistry())
+			_, err := pacer.New(c.cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: ledger.New(nil, bucket.Keys{}), Sender: &scriptSender{}}, prometheus.NewRegistry())
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want %q", err, c.want)
 			}
@@ -308,7 +391,7 @@ func TestIdempotency(t *testing.T) {
 	h := newHarness(t, nil)
 	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
 	defer rdb.Close()
-	l := bucket.NewLedger(rdb, bucket.Config{})
+	l := ledger.New(rdb, bucket.Keys{})
 	for _, id := range []string{"crashed", "replayed"} {
 		if _, _, err := l.Claim(context.Background(), "test", "k1", id, "dead-process", time.Hour, false); err != nil {
 			t.Fatal(err)
@@ -370,48 +453,115 @@ func TestLongCooldownRequeues(t *testing.T) {
 	}
 }
 
-// TestRedisFailureModes: with Redis gone, "closed" sends nothing and says
-// not ready; "local" keeps sending at its share of the rate and says so on
-// pacer_redis_fallback.
-func TestRedisFailureModes(t *testing.T) {
-	for _, mode := range []string{pacer.RedisFailureClosed, pacer.RedisFailureLocal} {
-		t.Run(mode, func(t *testing.T) {
-			h := newHarness(t, nil)
-			h.cfg.RedisFailure = mode
-			h.mr.Close() // Redis is down from the start
-			h.produce(env("a"), env("b"), env("c"))
-			s := h.sender
-			deadline := time.Now().Add(3 * time.Second)
-			h.run(func() bool {
-				if mode == pacer.RedisFailureLocal {
-					return s.count(s.success, "a")+s.count(s.success, "b")+s.count(s.success, "c") == 3
-				}
-				return time.Now().After(deadline)
-			})
-			sent := s.count(s.calls, "a") + s.count(s.calls, "b") + s.count(s.calls, "c")
-			fallback := h.gauge("pacer_redis_fallback")
-			switch mode {
-			case pacer.RedisFailureClosed:
-				if sent != 0 || fallback != 0 {
-					t.Errorf("closed: %d sends, fallback gauge %v; want 0, 0", sent, fallback)
-				}
-			case pacer.RedisFailureLocal:
-				if sent != 3 || fallback != 1 {
-					t.Errorf("local: %d sends, fallback gauge %v; want 3, 1", sent, fallback)
-				}
-			}
-			if got := h.counter("pacer_redis_errors_total"); got < 1 {
-				t.Errorf("pacer_redis_errors_total = %v, want >= 1", got)
-			}
-		})
+// TestRedisFailureClosed: in closed mode (the default) with Redis down,
+// the pacer fetches the records but sends none and is not ready; once Redis
+// answers again it sends each of them once and is ready.
+func TestRedisFailureClosed(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.RedisFailure = pacer.RedisFailureClosed
+	h.mr.Close() // Redis is down from the start
+	ids := []string{"a", "b", "c"}
+	for _, id := range ids {
+		h.produce(env(id))
+	}
+	polled := &pollCounter{topic: h.cfg.Topic}
+	p, stop := h.start(h.cfg, h.sender, h.reg, kgo.WithHooks(polled))
+	defer stop()
+	s := h.sender
+	sum := func(m map[string]int) (n int) {
+		for _, id := range ids {
+			n += s.count(m, id)
+		}
+		return n
+	}
+
+	// Down: all three records reached the pacer, which keeps retrying Redis
+	// for them (several failed calls after the fetch), sends nothing and
+	// says it is not ready.
+	if !waitFor(20*time.Second, func() bool { return polled.n.Load() == 3 && h.counter("pacer_redis_errors_total") >= 1 }) {
+		t.Fatalf("Redis down: %d of 3 records polled, pacer_redis_errors_total %v; want 3 and >= 1",
+			polled.n.Load(), h.counter("pacer_redis_errors_total"))
+	}
+	errs := h.counter("pacer_redis_errors_total")
+	if !waitFor(20*time.Second, func() bool { return h.counter("pacer_redis_errors_total") >= errs+3 }) {
+		t.Fatalf("pacer_redis_errors_total stayed at %v: the pacer stopped retrying Redis", h.counter("pacer_redis_errors_total"))
+	}
+	if n := sum(s.calls); n != 0 {
+		t.Errorf("Redis down: %d sends, want 0", n)
+	}
+	if p.Ready() {
+		t.Error("Redis down: Ready() = true, want false")
+	}
+	if g := h.gauge("pacer_ready"); g != 0 {
+		t.Errorf("Redis down: pacer_ready = %v, want 0", g)
+	}
+	if g := h.gauge("pacer_redis_fallback"); g == 1 {
+		t.Error("closed mode reports pacer_redis_fallback 1")
+	}
+
+	// Back: each record is sent once, and the pacer is ready again.
+	if err := h.mr.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(20*time.Second, func() bool { return sum(s.success) == 3 && p.Ready() }) {
+		t.Fatalf("Redis back: delivered %d of 3, Ready() %v; want 3, true", sum(s.success), p.Ready())
+	}
+	for _, id := range ids {
+		if got := s.count(s.calls, id); got != 1 {
+			t.Errorf("%s: %d requests, want 1", id, got)
+		}
+	}
+	if g := h.gauge("pacer_ready"); g != 1 {
+		t.Errorf("Redis back: pacer_ready = %v, want 1", g)
+	}
+}
+
+// TestRedisFailureLocal: in local mode with Redis down, the pacer keeps
+// sending through its in-process bucket and says so on pacer_redis_fallback.
+func TestRedisFailureLocal(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.RedisFailure = pacer.RedisFailureLocal
+	h.mr.Close() // Redis is down from the start
+	h.produce(env("a"), env("b"), env("c"))
+	s := h.sender
+	h.run(func() bool {
+		return s.count(s.success, "a")+s.count(s.success, "b")+s.count(s.success, "c") == 3
+	})
+	if sent := s.count(s.calls, "a") + s.count(s.calls, "b") + s.count(s.calls, "c"); sent != 3 {
+		t.Errorf("local: %d sends, want 3", sent)
+	}
+	if g := h.gauge("pacer_redis_fallback"); g != 1 {
+		t.Errorf("local: pacer_redis_fallback = %v, want 1", g)
+	}
+	if got := h.counter("pacer_redis_errors_total"); got < 1 {
+		t.Errorf("pacer_redis_errors_total = %v, want >= 1", got)
+	}
+}
+
+// pollCounter is a kgo hook counting the records of topic that the client
+// returned from a poll.
+type pollCounter struct {
+	topic string
+	n     atomic.Int64
+}
+
+func (c *pollCounter) OnFetchRecordUnbuffered(r *kgo.Record, polled bool) {
+	if polled && r.Topic == c.topic {
+		c.n.Add(1)
 	}
 }
 
 func (h *harness) gauge(name string) float64 {
 	h.t.Helper()
-	mfs, err := h.reg.Gather()
+	return gaugeIn(h.t, h.reg, name)
+}
+
+// gaugeIn returns the first value of gauge name in reg, or -1 if absent.
+func gaugeIn(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
@@ -449,7 +599,7 @@ func TestTooLargeForDLQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var got *kgo.Record
 	for got == nil && ctx.Err() == nil {
@@ -479,16 +629,15 @@ func TestTooLargeForDLQ(t *testing.T) {
 
 // TestRecipientLimit: with a per-recipient bucket (FCM's per-device limit),
 // messages to one recipient are spaced by it while another recipient of the
-// same pacing key is not held back.
-//
-// The key's rate (20/s) leaves a sender 25 ms of lateness before its slot
-// lapses, and dev-B's burst of 2 survives one lapse, so a stall of the
-// race-instrumented test on a loaded machine cannot hold dev-B back by a
-// whole recipient interval (500 ms): a failure means dev-B queued behind dev-A.
+// same pacing key is not held back. One slot every 2 s keeps the bounds
+// far apart: a loaded machine may delay a send by a second, never by the
+// 2 s the other recipient would wait behind the first.
 func TestRecipientLimit(t *testing.T) {
 	h := newHarness(t, nil)
+	// The key's 20/s leaves a sender 25 ms of lateness before its slot
+	// lapses (and with it the recipient's token).
 	h.cfg.Limit = bucket.Limit{PerSecond: 20, Burst: 10}
-	h.cfg.RecipientLimit = bucket.Limit{PerSecond: 2, Burst: 2}
+	h.cfg.RecipientLimit = bucket.Limit{PerSecond: 0.5, Burst: 1}
 	h.sender.at = map[string]time.Time{}
 	h.produce(`{"id":"r1","key":"k1","to":"dev-A"}`, `{"id":"r2","key":"k1","to":"dev-A"}`,
 		`{"id":"r3","key":"k1","to":"dev-A"}`, `{"id":"o1","key":"k1","to":"dev-B"}`)
@@ -502,11 +651,13 @@ func TestRecipientLimit(t *testing.T) {
 	for _, id := range []string{"r2", "r3"} {
 		first, last = minTime(first, s.at[id]), maxTime(last, s.at[id])
 	}
-	if span := last.Sub(first); span < 450*time.Millisecond {
-		t.Errorf("3 messages to one device at 2/s burst 2 spanned %v, want >= 0.5 s", span)
+	if span := last.Sub(first); span < 3900*time.Millisecond {
+		t.Errorf("3 messages to one device at 0.5/s burst 1 spanned %v, want >= 4 s", span)
 	}
-	if d := s.at["o1"].Sub(first); d > 400*time.Millisecond {
-		t.Errorf("the other device waited %v behind the first, want no wait", d)
+	// Each device's first message goes at once: sharing one bucket, one of
+	// them would wait 2 s behind the other.
+	if d := s.at["o1"].Sub(first).Abs(); d > 1500*time.Millisecond {
+		t.Errorf("the two devices' first messages were sent %v apart, want at once (2 s if they shared a bucket)", d)
 	}
 }
 
@@ -682,5 +833,126 @@ func TestPairThrottleHoldsOnlyThePair(t *testing.T) {
 	}
 	if pairs != 1 {
 		t.Errorf("no shared pair cooldown in Redis")
+	}
+}
+
+// TestMaxCooldownCapsRetryAndRequeue: AIMD.MaxCooldown, the one cooldown
+// cap (PACER_MAX_COOLDOWN), also caps the delay of a retry that a provider
+// asked to wait an hour, and of a requeue behind an hour-long cooldown.
+func TestMaxCooldownCapsRetryAndRequeue(t *testing.T) {
+	const maxCooldown = 10 * time.Second
+	h := newHarness(t, map[string][]error{
+		"flaky": {&channels.Error{Channel: "test", Status: 503, Code: "2", Class: channels.Transient, RetryAfter: time.Hour}},
+	})
+	h.cfg.AIMD.MaxCooldown = maxCooldown
+	h.cfg.MaxTokenWait = 100 * time.Millisecond
+	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
+	defer rdb.Close()
+	if err := bucket.New(rdb, bucket.Config{}).Cooldown(context.Background(), "test", "k2", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	h.produce(env("flaky"))
+	if err := h.cl.ProduceSync(context.Background(), &kgo.Record{Topic: "pacer.test", Key: []byte("k2"),
+		Value: []byte(`{"id":"cooled","key":"k2","to":"1555000"}`)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	h.run(func() bool {
+		return h.counter("pacer_retries_total") == 1 && h.counter("pacer_requeued_total", "reason", "cooldown") >= 1
+	})
+
+	// The copies on the retry topics carry their due time.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.kc.ListenAddrs()...), kgo.ConsumeTopics("pacer.test.retry.1", "pacer.test.retry.2"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	due := map[string]time.Duration{} // envelope id => due - start
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for len(due) < 2 && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			for _, hd := range r.Headers {
+				if hd.Key == "pacer-due" {
+					var ms int64
+					fmt.Sscan(string(hd.Value), &ms)
+					id := "flaky"
+					if strings.Contains(string(r.Value), "cooled") {
+						id = "cooled"
+					}
+					if _, seen := due[id]; !seen {
+						due[id] = time.UnixMilli(ms).Sub(start)
+					}
+				}
+			}
+		})
+	}
+	// A requeue adds up to a tenth of jitter; the run took a few seconds at most.
+	for _, id := range []string{"flaky", "cooled"} {
+		d, ok := due[id]
+		switch {
+		case !ok:
+			t.Errorf("%s: no copy on a retry topic", id)
+		case d < maxCooldown-time.Second || d > maxCooldown*11/10+5*time.Second:
+			t.Errorf("%s: due %v after the start, want about %v (AIMD.MaxCooldown), not the hour asked for", id, d.Round(time.Millisecond), maxCooldown)
+		}
+	}
+}
+
+// TestValidateNamesTheField: every problem is reported, joined, each on the
+// Config field at fault, so a caller can name its own setting.
+func TestValidateNamesTheField(t *testing.T) {
+	fields := func(err error) []string {
+		var out []string
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			var fe *pacer.FieldError
+			if !errors.As(e, &fe) {
+				t.Fatalf("%v is not a *pacer.FieldError", e)
+			}
+			out = append(out, fe.Field)
+		}
+		sort.Strings(out)
+		return out
+	}
+	ok := pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 80, Burst: 10}}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*pacer.Config)
+		want []string
+	}{
+		{"floor above the rate", func(c *pacer.Config) { c.AIMD.Floor = 100 }, []string{"AIMD.Floor"}},
+		{"rate beyond the adaptive range", func(c *pacer.Config) { c.Limit.PerSecond = 1e308 }, []string{"Limit.PerSecond"}},
+		{"zero burst", func(c *pacer.Config) { c.Limit.Burst = 0 }, []string{"Limit.Burst"}},
+		{"min above max cooldown", func(c *pacer.Config) { c.AIMD.MinCooldown, c.AIMD.MaxCooldown = time.Minute, time.Second },
+			[]string{"AIMD.MaxCooldown"}},
+		{"all at once", func(c *pacer.Config) {
+			c.Channel = ""
+			c.AIMD.Decrease = 1.5
+			c.Breaker.MaxOpenFor, c.Breaker.OpenFor = time.Second, time.Minute
+			c.RecipientLimit = bucket.Limit{PerSecond: -1, Burst: 1}
+			c.RetryDelays = []time.Duration{time.Second, 0}
+			c.Drain = -time.Second
+			c.LeaseSize = 257
+			c.InFlight = 1025
+			c.UnknownOutcome = "guess"
+			c.RedisFailure = "open"
+		}, []string{"AIMD.Decrease", "Breaker.MaxOpenFor", "Channel", "Drain", "InFlight", "LeaseSize", "RecipientLimit.PerSecond",
+			"RedisFailure", "RetryDelays", "UnknownOutcome"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := ok
+			c.edit(&cfg)
+			err := cfg.Validate()
+			if err == nil {
+				t.Fatal("Validate accepted it")
+			}
+			if got := fields(err); strings.Join(got, " ") != strings.Join(c.want, " ") {
+				t.Errorf("fields %v, want %v; error:\n%v", got, c.want, err)
+			}
+		})
 	}
 }

@@ -34,6 +34,8 @@ type PublishSummary struct {
 	Published int           // records Kafka acknowledged
 	Rejected  int           // lines that failed validation or whose produce failed
 	Elapsed   time.Duration // from the first line to the last acknowledgement
+	// ByCampaign counts the published records of each campaign named.
+	ByCampaign map[string]int
 }
 
 // Rate returns published records per second, or 0 when nothing was published.
@@ -67,6 +69,7 @@ func Publish(ctx context.Context, cl *kgo.Client, r io.Reader, cfg PublishConfig
 		failed    int
 		wg        sync.WaitGroup
 		read      int64
+		byCamp    = map[string]int{}
 	)
 	start := time.Now()
 	br := bufio.NewReaderSize(r, 64<<10)
@@ -103,7 +106,7 @@ func Publish(ctx context.Context, cl *kgo.Client, r io.Reader, cfg PublishConfig
 					rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "campaign", Value: []byte(env.Campaign)})
 				}
 				wg.Add(1)
-				ln := line
+				ln, camp := line, env.Campaign
 				cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 					defer wg.Done()
 					if err != nil {
@@ -114,6 +117,11 @@ func Publish(ctx context.Context, cl *kgo.Client, r io.Reader, cfg PublishConfig
 						return
 					}
 					published.Add(1)
+					if camp != "" {
+						mu.Lock()
+						byCamp[camp]++
+						mu.Unlock()
+					}
 				})
 			}
 		}
@@ -131,7 +139,7 @@ func Publish(ctx context.Context, cl *kgo.Client, r io.Reader, cfg PublishConfig
 	if rerr == nil {
 		rerr = ctx.Err()
 	}
-	s := PublishSummary{Published: int(published.Load()), Rejected: failed, Elapsed: time.Since(start)}
+	s := PublishSummary{Published: int(published.Load()), Rejected: failed, Elapsed: time.Since(start), ByCampaign: byCamp}
 	if rerr != nil {
 		return s, fmt.Errorf("pacer: publish: %w", rerr)
 	}

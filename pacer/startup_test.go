@@ -9,6 +9,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,7 +40,7 @@ func TestRunFailsWhenNoBrokerAnswers(t *testing.T) {
 			lim := bucket.New(rdb, bucket.Config{})
 			p, err := pacer.New(pacer.Config{Channel: "test", Limit: bucket.Limit{PerSecond: 10, Burst: 1}, StartupTimeout: time.Second},
 				[]kgo.Opt{kgo.SeedBrokers(c.seed), kgo.RetryTimeout(time.Second)},
-				pacer.Deps{Bucket: lim, Adapter: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: nopSender{}},
+				pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: ledger.New(rdb, lim.Keys()), Sender: nopSender{}},
 				prometheus.NewRegistry())
 			if err != nil {
 				t.Fatal(err)

@@ -1,16 +1,24 @@
 package pacer
 
 import (
+	"bytes"
 	"context"
+	"math"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// worker owns one partition: a queue of fetched records, up to
-// Config.InFlight of them handled at once. Offsets are marked for commit
-// only up to the lowest record not yet finished, so a crash re-delivers
+// worker owns one partition. Its records are dispatched into one FIFO
+// queue per pacing key (the Kafka record key): each key has up to
+// Config.InFlight records handled at once, so a key's backlog waits for its
+// own slots and never for another key's. A key's records beyond its
+// lookahead bound are parked (see [Pacer.park]) instead of held, so the
+// partition keeps moving and memory stays bounded.
+//
+// Offsets are marked for commit only up to the lowest record not yet
+// finished (sent, parked, retried or dead-lettered), so a crash re-delivers
 // and never skips.
 type worker struct {
 	p      *Pacer
@@ -18,33 +26,113 @@ type worker struct {
 	tp     tp
 	ctx    context.Context // ends when the partition is revoked or the pacer stops
 	cancel context.CancelFunc
-	done   chan struct{}
-	wake   chan struct{}
+	// parkCtx outlives ctx by up to Config.Drain: a park copy already on
+	// its way when the partition is revoked is finished and committed
+	// rather than written twice.
+	parkCtx    context.Context
+	parkCancel context.CancelFunc
+	done       chan struct{}
+	wg         sync.WaitGroup // handlers and parkers
 
-	mu       sync.Mutex
-	queue    []*kgo.Record
-	full     bool       // fetching paused: MaxQueued records wait
-	notDue   int        // records holding for their due time (fetching paused while > 0)
-	paused   bool       // the partition is paused at the client
-	inflight []*pending // records being handled, in offset order
+	mu      sync.Mutex
+	stopped bool
+	log     []*pending           // records not yet committed, in offset order
+	keys    map[string]*keyQueue // pacing key -> its queue; removed when empty
+	held    int                  // records in key queues (waiting or being handled)
+	parking int                  // park copies being written
+	paused  bool                 // the partition is paused at the client
 }
 
-// pending is one record being handled.
+// pending is one fetched record until its offset is marked for commit.
+// Once finished it keeps only the offset: the value may be large, and the
+// entry may wait in the log behind a slower record.
 type pending struct {
-	r        *kgo.Record
+	r        *kgo.Record // nil once finished
+	offset   int64
+	epoch    int32
 	finished bool
+}
+
+// keyQueue is one pacing key's records in a partition, in offset order:
+// two FIFOs, high-priority records first.
+type keyQueue struct {
+	waiting []*kgo.Record // not started yet
+	entries []*pending    // the pending of each waiting record
+	high    []*kgo.Record // priority high, not started yet: they start before waiting
+	highE   []*pending
+	running int // being handled
+	runHigh int // of which priority high
+	// parkedUntil is the estimated slot of the last record parked for
+	// this key by this worker: the next parked record is due one slot later.
+	parkedUntil time.Time
+	rate        float64   // msgs/s, read once per fetched batch
+	seen        time.Time // the batch rate was read for
+}
+
+func (q *keyQueue) size() int { return len(q.waiting) + len(q.high) + q.running }
+
+// highPriority reports whether r's envelope has priority high. Only a
+// value that mentions "priority" is parsed, so a normal record costs one
+// byte search.
+func highPriority(r *kgo.Record) bool {
+	if !bytes.Contains(r.Value, []byte(`"priority"`)) {
+		return false
+	}
+	env, err := ParseEnvelope(r.Value)
+	return err == nil && env.High()
 }
 
 func newWorker(p *Pacer, cl *kgo.Client, k tp) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &worker{p: p, cl: cl, tp: k, ctx: ctx, cancel: cancel, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	parkCtx, parkCancel := context.WithCancel(context.Background())
+	return &worker{p: p, cl: cl, tp: k, ctx: ctx, cancel: cancel, parkCtx: parkCtx, parkCancel: parkCancel,
+		done: make(chan struct{}), keys: map[string]*keyQueue{}}
 }
 
-// syncPause pauses or resumes fetching the partition to match full and
-// notDue. Callers hold w.mu.
+// keyRate is key's rate in msgs/s as this process knows it: adapted (by
+// AIMD and the key's policy) if the key was sent for lately, else the
+// channel's default ceiling.
+func (p *Pacer) keyRate(key string) float64 {
+	p.keys.mu.Lock()
+	st := p.keys.m[key]
+	p.keys.mu.Unlock()
+	if st == nil {
+		return p.policyDefault.Limit.PerSecond
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.limit.PerSecond <= 0 {
+		return p.policyDefault.Limit.PerSecond
+	}
+	return st.limit.PerSecond
+}
+
+// keyBound is how many records of a key at rate msgs/s one partition holds
+// in memory: Config.Lookahead of its rate, at least Config.InFlight.
+func (p *Pacer) keyBound(rate float64) int {
+	n := int(math.Ceil(rate * p.cfg.Lookahead.Seconds()))
+	return max(n, p.cfg.InFlight)
+}
+
+// strict reports whether every key's records are sent one at a time in
+// offset order (InFlight 1): such a key is never parked, since a parked
+// record would come back after the key's newer records.
+func (p *Pacer) strict() bool { return p.cfg.InFlight == 1 }
+
+// syncPause pauses fetching the partition while it holds MaxQueued records
+// and resumes it at half. Park copies being written do not pause it: the
+// client's produce buffer (10,000 records) bounds them, and a paused
+// partition waits for the next fetch request once resumed.
+// Callers hold w.mu.
 func (w *worker) syncPause() {
-	want := w.full || w.notDue > 0
-	if want == w.paused {
+	want := w.paused
+	switch {
+	case w.held >= w.p.cfg.MaxQueued:
+		want = true
+	case w.held <= w.p.cfg.MaxQueued/2:
+		want = false
+	}
+	if want == w.paused || w.stopped {
 		return
 	}
 	w.paused = want
@@ -56,117 +144,192 @@ func (w *worker) syncPause() {
 	}
 }
 
+// push takes fetched records: each joins its key's queue, or is parked
+// when the key already holds its bound (or the partition its MaxQueued and
+// the key at least InFlight) and the record is due. A record not yet due
+// (a retry or parked copy) is held: parking it again would only move it.
 func (w *worker) push(rs []*kgo.Record) {
-	w.mu.Lock()
-	w.queue = append(w.queue, rs...)
-	if len(w.queue) >= w.p.cfg.MaxQueued {
-		w.full = true
-		w.syncPause()
+	type parkJob struct {
+		key string
+		e   *pending
+		r   *kgo.Record
+		due time.Time
 	}
-	w.mu.Unlock()
+	var jobs []parkJob
+	now := time.Now()
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
 	w.p.m.queued.WithLabelValues().Add(float64(len(rs)))
-	select {
-	case w.wake <- struct{}{}:
-	default:
+	for _, r := range rs {
+		e := &pending{r: r, offset: r.Offset, epoch: r.LeaderEpoch}
+		w.log = append(w.log, e)
+		k := string(r.Key)
+		q := w.keys[k]
+		if q == nil {
+			q = &keyQueue{}
+			w.keys[k] = q
+		}
+		if q.seen != now {
+			q.seen, q.rate = now, w.p.keyRate(k)
+		}
+		if !w.p.strict() && highPriority(r) {
+			// Ahead of the key's normal records, never parked behind them.
+			q.high = append(q.high, r)
+			q.highE = append(q.highE, e)
+			w.held++
+			w.dispatch(q)
+			continue
+		}
+		over := q.size() >= w.p.keyBound(q.rate) || (w.held >= w.p.cfg.MaxQueued && q.size() >= w.p.cfg.InFlight)
+		if over && !w.p.strict() && !readMeta(r).due.After(now) {
+			jobs = append(jobs, parkJob{k, e, r, w.slotAfter(q, now)})
+			continue
+		}
+		q.waiting = append(q.waiting, r)
+		q.entries = append(q.entries, e)
+		w.held++
+		w.dispatch(q)
+	}
+	w.parking += len(jobs)
+	w.wg.Add(len(jobs))
+	w.syncPause()
+	w.mu.Unlock()
+	for _, j := range jobs {
+		w.p.parkAsync(w.parkCtx, j.r, j.due, func(ok bool) { w.parked(j.key, j.e, ok) })
 	}
 }
 
-func (w *worker) pop() *kgo.Record {
+// slotAfter estimates when the next record of q's key to be parked will
+// get its slot at the key's rate, after those held and those
+// parked before it. Callers hold w.mu.
+func (w *worker) slotAfter(q *keyQueue, now time.Time) time.Time {
+	per := time.Duration(float64(time.Second) / q.rate)
+	due := now.Add(time.Duration(q.size()) * per)
+	if next := q.parkedUntil.Add(per); next.After(due) {
+		due = next
+	}
+	q.parkedUntil = due
+	return due
+}
+
+// dispatch starts q's records while the key has fewer than InFlight being
+// handled: high ones first, and high ones up to InFlight of their own, so a
+// key's normal records already waiting for slots never keep a high one
+// from starting (it then takes the next slot: see [Pacer.acquire]).
+// Callers hold w.mu.
+func (w *worker) dispatch(q *keyQueue) {
+	for !w.stopped && q.runHigh < w.p.cfg.InFlight && len(q.high) > 0 {
+		r, e := q.high[0], q.highE[0]
+		q.high[0], q.highE[0] = nil, nil
+		q.high, q.highE = q.high[1:], q.highE[1:]
+		q.running++
+		q.runHigh++
+		w.wg.Add(1)
+		go w.handleOne(q, r, e, true)
+	}
+	for !w.stopped && q.running-q.runHigh < w.p.cfg.InFlight && len(q.waiting) > 0 {
+		r, e := q.waiting[0], q.entries[0]
+		q.waiting[0], q.entries[0] = nil, nil
+		q.waiting, q.entries = q.waiting[1:], q.entries[1:]
+		q.running++
+		w.wg.Add(1)
+		go w.handleOne(q, r, e, false)
+	}
+}
+
+func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, high bool) {
+	defer w.wg.Done()
+	ok := w.p.handle(w, r)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.queue) == 0 {
-		return nil
+	q.running--
+	if high {
+		q.runHigh--
 	}
-	r := w.queue[0]
-	w.queue[0] = nil
-	w.queue = w.queue[1:]
-	if w.full && len(w.queue) <= w.p.cfg.MaxQueued/2 {
-		w.full = false
-		w.syncPause()
+	w.held--
+	if ok {
+		// Not finished (stopped first): it stays in the log, so nothing
+		// past it is ever marked.
+		w.finish(e)
 	}
-	return r
+	w.dispatch(q)
+	w.forget(string(r.Key), q)
+	w.syncPause()
 }
 
-// waitDue holds a record until due: fetching the partition pauses
-// meanwhile, and the poll loop goes on serving other partitions. It reports
-// false if the worker was stopped first.
-func (w *worker) waitDue(due time.Time) bool {
-	d := time.Until(due)
-	if d <= 0 {
-		return true
+// parked takes the outcome of parking e: finished once Kafka acknowledged
+// its copy.
+func (w *worker) parked(key string, e *pending, ok bool) {
+	defer w.wg.Done()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.parking--
+	if ok {
+		w.finish(e)
 	}
-	w.mu.Lock()
-	w.notDue++
+	if q := w.keys[key]; q != nil {
+		w.forget(key, q)
+	}
 	w.syncPause()
-	w.mu.Unlock()
-	ok := sleep(w.ctx, d)
-	w.mu.Lock()
-	w.notDue--
-	w.syncPause()
-	w.mu.Unlock()
-	return ok
+}
+
+// forget drops q once it holds nothing and its parked records' estimated
+// slots have passed. Callers hold w.mu.
+func (w *worker) forget(key string, q *keyQueue) {
+	if q.size() == 0 && !q.parkedUntil.After(time.Now()) && w.keys[key] == q {
+		delete(w.keys, key)
+	}
+}
+
+// waitDue holds a record until due, or reports false if the worker was
+// stopped first. Only the record's key waits: the partition goes on.
+func (w *worker) waitDue(due time.Time) bool {
+	return sleep(w.ctx, time.Until(due))
 }
 
 // finish records that e's record is finished and marks for commit the
-// longest run of finished records at the head of the in-flight list.
+// longest run of finished records at the head of the log. Callers hold
+// w.mu.
 func (w *worker) finish(e *pending) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	e.finished = true
-	var last *kgo.Record
-	for len(w.inflight) > 0 && w.inflight[0].finished {
-		last = w.inflight[0].r
-		w.inflight[0] = nil
-		w.inflight = w.inflight[1:]
+	e.r = nil
+	w.p.m.queued.WithLabelValues().Dec()
+	var last *pending
+	n := 0
+	for n < len(w.log) && w.log[n].finished {
+		last = w.log[n]
+		w.log[n] = nil
+		n++
 	}
+	w.log = w.log[n:]
 	if last != nil {
-		w.cl.MarkCommitRecords(last)
+		w.cl.MarkCommitRecords(&kgo.Record{Topic: w.tp.topic, Partition: w.tp.partition, Offset: last.offset, LeaderEpoch: last.epoch})
 	}
 }
 
 func (w *worker) run() {
-	var wg sync.WaitGroup
 	defer close(w.done)
-	defer wg.Wait() // in-flight sends finish (bounded by SendTimeout) before done
-	defer func() {
-		w.mu.Lock()
-		n := len(w.queue)
-		w.queue = nil
-		w.mu.Unlock()
-		w.p.m.queued.WithLabelValues().Sub(float64(n))
-	}()
-	slots := make(chan struct{}, w.p.cfg.InFlight)
-	for {
-		select {
-		case slots <- struct{}{}:
-		case <-w.ctx.Done():
-			return
+	<-w.ctx.Done()
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
+	// In-flight sends finish (bounded by SendTimeout) and park copies are
+	// acknowledged (bounded by Drain) before done.
+	t := time.AfterFunc(w.p.cfg.Drain, w.parkCancel)
+	w.wg.Wait()
+	t.Stop()
+	w.parkCancel()
+	w.mu.Lock()
+	unfinished := 0
+	for _, e := range w.log {
+		if !e.finished {
+			unfinished++
 		}
-		var r *kgo.Record
-		for r == nil {
-			if r = w.pop(); r != nil {
-				break
-			}
-			select {
-			case <-w.ctx.Done():
-				return
-			case <-w.wake:
-			}
-		}
-		w.p.m.queued.WithLabelValues().Dec()
-		e := &pending{r: r}
-		w.mu.Lock()
-		w.inflight = append(w.inflight, e)
-		w.mu.Unlock()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			if w.p.handle(w, r) {
-				w.finish(e)
-			}
-			// Not finished (stopped first): it stays at or after the head
-			// of the in-flight list, so nothing past it is ever marked.
-		}()
 	}
+	w.log, w.keys, w.held = nil, nil, 0
+	w.mu.Unlock()
+	w.p.m.queued.WithLabelValues().Sub(float64(unfinished))
 }

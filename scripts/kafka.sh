@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/kafka.sh {fetch|start|stop|status}
+# scripts/kafka.sh {fetch|start|stop|restart|status|env}
 #
 # A real single-node Apache Kafka broker (KRaft, broker+controller) on
 # 127.0.0.1 for tests, assembled from Maven Central jars (no Docker).
@@ -11,6 +11,16 @@
 #           wait until it serves Metadata and a produce/consume round trip,
 #           write "127.0.0.1:PORT" to <run>/bootstrap and print it.
 #           Already running: print its address.
+#           Besides the PLAINTEXT listener the broker has a SASL_SSL one
+#           (PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 for user "pacer", whose
+#           random password is in <run>/sasl/password; the SCRAM credentials
+#           are written at format time) and an SSL one that requires a client
+#           certificate (mTLS), both with certificates of a throw-away CA
+#           made by scripts/certs.sh in <run>/tls.
+#   env     print the export lines of the secured listeners for tests:
+#           PACER_TEST_KAFKA_SASL_BROKERS, PACER_TEST_KAFKA_MTLS_BROKERS,
+#           PACER_TEST_KAFKA_CA, PACER_TEST_KAFKA_CLIENT_CERT, _CLIENT_KEY,
+#           PACER_TEST_KAFKA_SASL_USERNAME, PACER_TEST_KAFKA_SASL_PASSWORD_FILE
 #   stop    SIGTERM, then SIGKILL after 30 s
 #   restart stop, then start again on the same ports and data
 #   status  print the address and exit 0 if running, else exit 1
@@ -180,6 +190,27 @@ broker_ready() {
 	fi
 }
 
+# The SASL_SSL listener takes the user "pacer" and the SSL one the client
+# certificate: both serve Metadata (kcat; without it the ports answer).
+# kcat checks PLAIN: its SCRAM (librdkafka 2.0.2) is refused by this broker
+# where franz-go's is accepted, so the SCRAM users are checked by the Go
+# tests (cmd/pacer TestSecureKafka*).
+secure_ready() {
+	local sasl=$1 mtls=$2
+	if command -v kcat >/dev/null; then
+		timeout 10 kcat -b "$sasl" -L -m 3 -X security.protocol=SASL_SSL \
+			-X sasl.mechanisms=PLAIN -X sasl.username=pacer \
+			-X "sasl.password=$(cat "$RUN/sasl/password")" \
+			-X "ssl.ca.location=$RUN/tls/ca.pem" >/dev/null 2>&1 || return 1
+		timeout 10 kcat -b "$mtls" -L -m 3 -X security.protocol=SSL \
+			-X "ssl.ca.location=$RUN/tls/ca.pem" \
+			-X "ssl.certificate.location=$RUN/tls/client.pem" \
+			-X "ssl.key.location=$RUN/tls/client.key" >/dev/null 2>&1
+	else
+		port_in_use "${sasl##*:}" && port_in_use "${mtls##*:}"
+	fi
+}
+
 kill_broker() {
 	local pid=$1
 	kill -TERM "$pid" 2>/dev/null || return 0
@@ -198,21 +229,38 @@ kill_broker() {
 # ------------------------------------------------------------------ start
 
 start_once() {
-	local bport cport cid pid addr tool deadline
+	local bport cport sport mport cid pid addr tool deadline password
 	bport=$(pick_port)
 	cport=$(pick_port "$bport")
+	sport=$(pick_port "$cport")
+	mport=$(pick_port "$sport")
+	[[ $bport != "$sport" && $bport != "$mport" && $cport != "$mport" ]] || return 2
 	addr="127.0.0.1:$bport"
-	rm -rf "$RUN/data" "$RUN/logs" "$RUN/bootstrap" "$RUN/pid"
-	mkdir -p "$RUN/data" "$RUN/logs"
+	rm -rf "$RUN/data" "$RUN/logs" "$RUN/bootstrap" "$RUN/pid" "$RUN/env" "$RUN/sasl"
+	mkdir -p "$RUN/data" "$RUN/logs" "$RUN/sasl"
+	chmod 700 "$RUN/sasl"
+	"$ROOT/scripts/certs.sh" "$RUN/tls"
+	# Letters and digits only: it goes into a JAAS line and a SCRAM option.
+	password=$(head -c 48 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c 24)
+	(umask 077 && printf '%s' "$password" >"$RUN/sasl/password")
 	cat >"$RUN/server.properties" <<EOF
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$cport
-listeners=PLAINTEXT://127.0.0.1:$bport,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$bport
+listeners=PLAINTEXT://127.0.0.1:$bport,CONTROLLER://127.0.0.1:$cport,SASL_SSL://127.0.0.1:$sport,SSL://127.0.0.1:$mport
+advertised.listeners=PLAINTEXT://127.0.0.1:$bport,SASL_SSL://127.0.0.1:$sport,SSL://127.0.0.1:$mport
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_pacer="$password";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PEM
+ssl.keystore.location=$RUN/tls/server-keystore.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$RUN/tls/ca.pem
+listener.name.ssl.ssl.client.auth=required
 log.dirs=$RUN/data
 num.partitions=1
 default.replication.factor=1
@@ -229,6 +277,7 @@ auto.create.topics.enable=true
 num.network.threads=2
 num.io.threads=2
 EOF
+	chmod 600 "$RUN/server.properties" # the PLAIN user's password
 	cat >"$RUN/log4j2.properties" <<'EOF'
 status = warn
 appender.console.type = Console
@@ -250,7 +299,10 @@ EOF
 	done
 	tool=$(storage_tool)
 	if ! java -Xmx256m "${jvm[@]}" -cp "$LIB/*" "$tool" format -t "$cid" \
-		-c "$RUN/server.properties" </dev/null >"$RUN/logs/format.out" 2>&1; then
+		-c "$RUN/server.properties" \
+		--add-scram "SCRAM-SHA-256=[name=pacer,password=$password]" \
+		--add-scram "SCRAM-SHA-512=[name=pacer,password=$password]" \
+		</dev/null >"$RUN/logs/format.out" 2>&1; then
 		cat "$RUN/logs/format.out" >&2
 		die "storage format failed"
 	fi
@@ -274,8 +326,17 @@ EOF
 			log_tail
 			die "broker exited during start-up"
 		fi
-		if broker_ready "$addr"; then
+		if broker_ready "$addr" && secure_ready "127.0.0.1:$sport" "127.0.0.1:$mport"; then
 			trap - INT TERM HUP
+			cat >"$RUN/env" <<ENV
+export PACER_TEST_KAFKA_SASL_BROKERS=127.0.0.1:$sport
+export PACER_TEST_KAFKA_MTLS_BROKERS=127.0.0.1:$mport
+export PACER_TEST_KAFKA_CA=$RUN/tls/ca.pem
+export PACER_TEST_KAFKA_CLIENT_CERT=$RUN/tls/client.pem
+export PACER_TEST_KAFKA_CLIENT_KEY=$RUN/tls/client.key
+export PACER_TEST_KAFKA_SASL_USERNAME=pacer
+export PACER_TEST_KAFKA_SASL_PASSWORD_FILE=$RUN/sasl/password
+ENV
 			echo "$addr" >"$RUN/bootstrap"
 			echo "$addr"
 			return 0
@@ -313,7 +374,7 @@ stop() {
 	if pid=$(broker_pid); then
 		kill_broker "$pid"
 	fi
-	rm -f "$RUN/pid" "$RUN/bootstrap"
+	rm -f "$RUN/pid" "$RUN/bootstrap" "$RUN/env"
 }
 
 # restart stops the broker and starts it again on the same ports and data
@@ -344,6 +405,11 @@ restart() {
 	die "broker not ready within ${READY_TIMEOUT}s of a restart"
 }
 
+env_lines() {
+	broker_pid >/dev/null && [[ -s $RUN/env ]] || die "no running broker in $RUN (scripts/kafka.sh start)"
+	cat "$RUN/env"
+}
+
 status() {
 	if broker_pid >/dev/null && [[ -s $RUN/bootstrap ]]; then
 		echo "running $(cat "$RUN/bootstrap") pid $(broker_pid)"
@@ -357,10 +423,11 @@ case "${1:-}" in
 fetch) fetch ;;
 start) start ;;
 stop) stop ;;
+env) env_lines ;;
 restart) restart ;;
 status) status ;;
 *)
-	echo "usage: $0 {fetch|start|stop|restart|status}" >&2
+	echo "usage: $0 {fetch|start|stop|restart|status|env}" >&2
 	exit 2
 	;;
 esac

@@ -27,9 +27,21 @@
 // apns-collapse-id (at most 64 bytes), apns-topic and apns-id (a lowercase
 // UUID; APNs makes one when it is absent, which is the usual case). Values
 // are JSON strings, or numbers for apns-priority and apns-expiration. A
-// header left out is not sent, and APNs applies its default. Any other
-// member of "headers", or a bad value, fails the send as Permanent
-// "invalid-payload" without a request.
+// header left out is not sent, and APNs applies its default, except:
+//
+//   - apns-push-type, which Apple requires on watchOS and recommends
+//     everywhere: "background" when aps holds content-available 1 and no
+//     alert, sound or badge, "alert" otherwise.
+//   - apns-priority of a background push: 5, since Apple calls priority 10
+//     (its default) an error for them. A background push with apns-priority
+//     10 fails as Permanent "invalid-payload" without a request.
+//   - apns-topic gets the suffix its push type needs, unless it ends with
+//     it already: .voip, .complication, .pushkit.fileprovider,
+//     .push-type.liveactivity, .location-query, .voip-ptt (pushtotalk),
+//     .push-type.widgets. [A-SR]
+//
+// Any other member of "headers", or a bad value, fails the send as
+// Permanent "invalid-payload" without a request.
 //
 // The body must be at most 4096 bytes (5120 for apns-push-type voip) once
 // "headers" is removed, or the send fails as Permanent "PayloadTooLarge"
@@ -59,7 +71,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -123,10 +134,22 @@ type Config struct {
 	// key. It never appears in an error.
 	PrivateKey []byte
 	// HTTPClient sends the requests; default a client speaking only HTTP/2
-	// over TLS 1.2 or later, with a [DefaultTimeout] timeout and a health
-	// ping after 1 min without frames. A custom client must speak HTTP/2:
-	// APNs speaks nothing else.
+	// over TLS 1.2 or later, with a [DefaultTimeout] timeout, a health
+	// ping after 1 min without frames, and at most Connections connections
+	// per host: a send beyond the streams they allow waits for one instead
+	// of opening a connection (see [DefaultConnections]). A custom client
+	// must speak HTTP/2, as APNs speaks nothing else, and must bound its
+	// own connections: net/http's default pool dials one per send waiting
+	// for a stream.
 	HTTPClient *http.Client
+	// Connections is the bound on HTTP/2 connections per APNs host of the
+	// default client, 1 to [MaxConnections]; default [DefaultConnections].
+	// Ignored when HTTPClient is set.
+	Connections int
+	// TLSConfig is the TLS configuration of the default client; default
+	// the system roots, TLS 1.2 or later (a lower MinVersion is raised).
+	// Tests set RootCAs to trust a fake. Ignored when HTTPClient is set.
+	TLSConfig *tls.Config
 	// TokenTTL is how long one provider token is used before a new one is
 	// minted; default [DefaultTokenTTL]. It must be within [MinTokenTTL]
 	// and [MaxTokenTTL].
@@ -179,8 +202,14 @@ func New(cfg Config) (*Client, error) {
 	case cfg.TokenTTL < MinTokenTTL || cfg.TokenTTL > MaxTokenTTL:
 		return nil, fmt.Errorf("apns: Config.TokenTTL %v is outside [%v, %v]", cfg.TokenTTL, MinTokenTTL, MaxTokenTTL)
 	}
+	switch {
+	case cfg.Connections == 0:
+		cfg.Connections = DefaultConnections
+	case cfg.Connections < 1 || cfg.Connections > MaxConnections:
+		return nil, fmt.Errorf("apns: Config.Connections %d is outside [1, %d]", cfg.Connections, MaxConnections)
+	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = defaultHTTPClient()
+		cfg.HTTPClient = defaultHTTPClient(cfg.Connections, cfg.TLSConfig)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -213,14 +242,14 @@ func isID(s string) bool {
 	return true
 }
 
-// defaultHTTPClient returns an HTTP/2-only client for APNs.
-func defaultHTTPClient() *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+// defaultHTTPClient returns an HTTP/2-only client for APNs whose
+// connections per host are bounded by conns (see [pool]).
+func defaultHTTPClient(conns int, tlsConfig *tls.Config) *http.Client {
+	t := channels.NewTransport(0, tlsConfig)
 	t.Protocols = new(http.Protocols)
 	t.Protocols.SetHTTP2(true)
-	t.HTTP2 = &http.HTTP2Config{SendPingTimeout: time.Minute, PingTimeout: 15 * time.Second}
-	return &http.Client{Transport: t, Timeout: DefaultTimeout}
+	t.IdleConnTimeout = connIdleTimeout
+	return &http.Client{Transport: newPool(t, conns), Timeout: DefaultTimeout}
 }
 
 // Send posts m to {BaseURL}/3/device/{m.To} with the provider token, the
@@ -240,7 +269,8 @@ func defaultHTTPClient() *http.Client {
 //     TooManyRequests is a Throttle of ScopePair (this device token only),
 //     410 Unregistered a Permanent whose Detail holds APNs's timestamp (read
 //     it with [InvalidSince]); an unknown reason, or none, by status with
-//     [statusClass] (429 and 5xx Transient, 403 Halt, other 4xx Permanent).
+//     [statusClass] (429 a Throttle of ScopePair, 5xx Transient, 403 Halt,
+//     other 4xx Permanent).
 //   - 403 ExpiredProviderToken: if the token is at least 20 minutes old, a
 //     new one is minted (once, for all concurrent sends) and the request is
 //     repeated once with it; otherwise, or if the repeat fails the same way,
@@ -273,6 +303,7 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 		}
 		r.header.Set("apns-topic", m.Key)
 	}
+	r.header.Set("apns-topic", topicFor(r.header.Get("apns-topic"), r.header.Get("apns-push-type")))
 	u := c.base.JoinPath("3", "device", m.To).String()
 
 	bearer, err := c.token.get()
@@ -321,8 +352,7 @@ func (c *Client) post(ctx context.Context, u, bearer string, r request, to strin
 		// *url.Error names the URL, which holds the device token.
 		return nil, nil, &channels.Error{Channel: channel, Class: channels.Transient, Err: redact(err, to)}
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBodySize))
+	raw, err := channels.ReadBody(resp.Body, maxBodySize)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
@@ -357,8 +387,10 @@ func (c *Client) failure(resp *http.Response, raw []byte) *channels.Error {
 		RetryAfter: channels.ParseRetryAfter(resp.Header.Get("Retry-After"), c.now()),
 	}
 	reason := reasonOf(raw)
+	if e.Class = statusClass(resp.StatusCode); e.Class == channels.Throttle {
+		e.Scope = channels.ScopePair // APNs's only send throttle is per device token
+	}
 	if reason == "" {
-		e.Class = statusClass(resp.StatusCode)
 		// The body is left out: it could echo the request.
 		e.Err = fmt.Errorf("apns: HTTP %d without an APNs reason", resp.StatusCode)
 		return e
@@ -366,8 +398,6 @@ func (c *Client) failure(resp *http.Response, raw []byte) *channels.Error {
 	e.Code = reason
 	if r, ok := reasons[reason]; ok {
 		e.Class, e.Scope, e.Detail = r.class, r.scope, r.meaning
-	} else {
-		e.Class = statusClass(resp.StatusCode)
 	}
 	var b errorBody
 	if json.Unmarshal(raw, &b) == nil && b.Timestamp != nil {

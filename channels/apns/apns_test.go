@@ -220,7 +220,8 @@ func TestSendClassification(t *testing.T) {
 	}
 }
 
-// TestSendUnknownReason: a reason in no table is classified by HTTP status.
+// TestSendUnknownReason: a reason in no table is classified by HTTP status;
+// a 429 throttles the device token (see TestThrottleWithoutReason).
 func TestSendUnknownReason(t *testing.T) {
 	body := channeltest.ReadTestdata(t, "unknown.json")
 	for _, c := range []struct {
@@ -232,16 +233,20 @@ func TestSendUnknownReason(t *testing.T) {
 		{404, channels.Permanent},
 		{410, channels.Permanent},
 		{413, channels.Permanent},
-		{429, channels.Transient},
+		{429, channels.Throttle},
 		{500, channels.Transient},
 		{503, channels.Transient},
 	} {
 		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
 			ts := respond(t, c.status, body)
 			e := sendErr(t, newClient(t, config(t, ts)), message())
-			if e.Class != c.class || e.Code != "SomethingNewFromApple" || e.Scope != channels.ScopeKey || e.Err != nil {
-				t.Errorf("got class=%v code=%q scope=%v err=%v; want %v SomethingNewFromApple key nil",
-					e.Class, e.Code, e.Scope, e.Err, c.class)
+			scope := channels.ScopeKey
+			if c.status == 429 {
+				scope = channels.ScopePair
+			}
+			if e.Class != c.class || e.Code != "SomethingNewFromApple" || e.Scope != scope || e.Err != nil {
+				t.Errorf("got class=%v code=%q scope=%v err=%v; want %v SomethingNewFromApple %v nil",
+					e.Class, e.Code, e.Scope, e.Err, c.class, scope)
 			}
 		})
 	}
@@ -258,7 +263,7 @@ func TestSendNonAPNsBody(t *testing.T) {
 	}{
 		{"html 502", 502, "<html><body>Bad Gateway</body></html>", channels.Transient},
 		{"empty 503", 503, "", channels.Transient},
-		{"text 429", 429, "slow down", channels.Transient},
+		{"text 429", 429, "slow down", channels.Throttle},
 		{"text 400", 400, "bad request", channels.Permanent},
 		{"json without reason", 400, `{"error":"x"}`, channels.Permanent},
 		{"reason not a word", 400, `{"reason":"Bad Device Token"}`, channels.Permanent},
@@ -337,21 +342,21 @@ func TestSendRequestShape(t *testing.T) {
 			body: `{"aps":{}}`,
 		},
 		{
-			name:    "no headers member",
+			name:    "no headers member: background, priority 5",
 			payload: `{"aps":{"content-available":1}}`,
-			headers: map[string]string{"apns-topic": topic},
+			headers: map[string]string{"apns-topic": topic, "apns-push-type": "background", "apns-priority": "5"},
 			body:    `{"aps":{"content-available":1}}`,
 		},
 		{
 			name:    "nil payload, base path prefix",
 			prefix:  "/apns/",
-			headers: map[string]string{"apns-topic": topic},
+			headers: map[string]string{"apns-topic": topic, "apns-push-type": "alert"},
 			body:    `{}`,
 		},
 		{
 			name:    "null payload",
 			payload: ` null `,
-			headers: map[string]string{"apns-topic": topic},
+			headers: map[string]string{"apns-topic": topic, "apns-push-type": "alert"},
 			body:    `{}`,
 		},
 	} {
@@ -940,7 +945,7 @@ func TestExpiredProviderTokenRenewed(t *testing.T) {
 func TestSendAgainstFake(t *testing.T) {
 	const dead = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 	clk := newClock()
-	s, c := fake(t, apnstest.Config{Rate: 0.001, Burst: 3, DeviceRate: 0.001, DeviceBurst: 1}, clk)
+	s, c := fake(t, apnstest.Config{DeviceRate: 0.001, DeviceBurst: 1}, clk)
 	clk.Set(time.Minute)
 	s.Unregister(dead)
 

@@ -58,7 +58,7 @@ func TestStatusClass(t *testing.T) {
 	for status, want := range map[int]channels.Class{
 		201: channels.Transient, 302: channels.Transient, 400: channels.Permanent, 401: channels.Permanent,
 		403: channels.Halt, 404: channels.Permanent, 410: channels.Permanent, 413: channels.Permanent,
-		429: channels.Transient, 500: channels.Transient, 503: channels.Transient, 599: channels.Transient,
+		429: channels.Throttle, 500: channels.Transient, 503: channels.Transient, 599: channels.Transient,
 	} {
 		if got := statusClass(status); got != want {
 			t.Errorf("statusClass(%d) = %v, want %v", status, got, want)
@@ -170,8 +170,8 @@ func TestTokenSourceConcurrent(t *testing.T) {
 // TestDefaultHTTPClient: the default client speaks HTTP/2 over TLS 1.2+
 // and nothing else.
 func TestDefaultHTTPClient(t *testing.T) {
-	hc := defaultHTTPClient()
-	tr := hc.Transport.(*http.Transport)
+	hc := defaultHTTPClient(DefaultConnections, nil)
+	tr := hc.Transport.(*pool).t
 	if tr.Protocols == nil || !tr.Protocols.HTTP2() || tr.Protocols.HTTP1() || tr.Protocols.UnencryptedHTTP2() {
 		t.Errorf("protocols = %v; want HTTP/2 only", tr.Protocols)
 	}
@@ -181,9 +181,7 @@ func TestDefaultHTTPClient(t *testing.T) {
 	trust := func(ts *httptest.Server) *http.Client {
 		pool := x509.NewCertPool()
 		pool.AddCert(ts.Certificate())
-		c := defaultHTTPClient()
-		c.Transport.(*http.Transport).TLSClientConfig.RootCAs = pool
-		return c
+		return defaultHTTPClient(DefaultConnections, &tls.Config{RootCAs: pool})
 	}
 	h1 := httptest.NewUnstartedServer(http.NotFoundHandler())
 	h1.Config.ErrorLog = log.New(io.Discard, "", 0) // it refuses our handshake, as it should

@@ -78,13 +78,18 @@ var reasons = map[string]rule{
 }
 
 // statusClass classifies a response whose reason is unknown or missing by
-// its HTTP status: 429, 5xx and anything that is neither 2xx nor 4xx are
-// Transient, 403 is Halt, other 4xx are Permanent. 403 deviates from "4xx
+// its HTTP status: 429 is a Throttle (of the device token: the only 429
+// Apple documents for sends is TooManyRequests, "too many requests were
+// made consecutively to the same device token" [A-RS]), 5xx and anything
+// that is neither 2xx nor 4xx are Transient, 403 is Halt, other 4xx are
+// Permanent. 403 deviates from "4xx
 // is permanent" on purpose: every 403 APNs documents is a credential
 // problem, and dead-lettering every message of the key would lose them.
 func statusClass(status int) channels.Class {
 	switch {
-	case status == http.StatusTooManyRequests || status >= 500 || status < 400:
+	case status == http.StatusTooManyRequests:
+		return channels.Throttle
+	case status >= 500 || status < 400:
 		return channels.Transient
 	case status == http.StatusForbidden:
 		return channels.Halt

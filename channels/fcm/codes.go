@@ -55,11 +55,19 @@ var codes = map[string]channels.Class{
 	"SENDER_ID_MISMATCH": channels.Permanent, // 403 the token belongs to another sender [F-EC]
 	"INVALID_ARGUMENT":   channels.Permanent, // 400 bad field, bad token, payload too big [F-EC]
 
+	// Permanent for this message only: the project's APNs key or
+	// certificate, or its web push key, is invalid, so sends to iOS and web
+	// targets fail while Android sends go through [F-EC]. A registration
+	// token does not say its platform, so the adapter cannot hold iOS
+	// sends apart from Android ones: each failing message is dead-lettered
+	// (permanent:THIRD_PARTY_AUTH_ERROR, replayable once the key is fixed
+	// in the Firebase console) and the project key keeps flowing.
+	"THIRD_PARTY_AUTH_ERROR": channels.Permanent, // 401 [F-EC]
+	"APNS_AUTH_ERROR":        channels.Permanent, // old name of THIRD_PARTY_AUTH_ERROR [L-FB]
+
 	// Halt: credentials or permissions; every message of the project fails.
-	"THIRD_PARTY_AUTH_ERROR": channels.Halt, // 401 APNs certificate or key, or web push key, invalid [F-EC]
-	"APNS_AUTH_ERROR":        channels.Halt, // old name of THIRD_PARTY_AUTH_ERROR [L-FB]
-	"UNAUTHENTICATED":        channels.Halt, // 401 OAuth token rejected; Send refreshes it once first
-	"PERMISSION_DENIED":      channels.Halt, // 403 IAM: no cloudmessaging.messages.create on the project
+	"UNAUTHENTICATED":   channels.Halt, // 401 OAuth token rejected; Send refreshes it once first
+	"PERMISSION_DENIED": channels.Halt, // 403 IAM: no cloudmessaging.messages.create on the project
 }
 
 // statusClass classifies a response whose code is not in [codes] (or that
@@ -135,29 +143,35 @@ func errorCode(ds []detail, status string) string {
 }
 
 // throttleScope returns the scope of a throttle: ScopePair (this project and
-// this device) when a QuotaFailure or ErrorInfo detail names a device quota,
-// or an ApnsError relays APNs' per-device 429; ScopeKey (the project)
-// otherwise, including a topic quota, which has the project's 1-minute
-// minimum [F-EC].
+// this device) when a QuotaFailure or ErrorInfo detail names a device quota
+// in its structure, or an ApnsError relays APNs' per-device 429; ScopeKey
+// (the project) otherwise, including a topic quota, which has the
+// project's 1-minute minimum [F-EC].
 //
-// FCM documents that the QuotaFailure "specifies which quota was exceeded"
-// but not its wording [I-FB736]; providers.md marks the shape UNCONFIRMED.
-// So any string of a violation (subject, description, quota id or metric,
-// dimensions) or of ErrorInfo metadata that mentions "device" decides.
+// FCM says the QuotaFailure "specifies which quota was exceeded" [F-EC];
+// google.rpc.QuotaFailure defines a violation's subject as "<kind>:<id>"
+// ("clientip:<ip>", "project:<project id>"), and an ErrorInfo of a quota
+// error names the quota's unit in metadata.quota_unit with its dimension in
+// braces ("1/min/{project}", [I-FB719]). Only those structural fields
+// decide, by exact comparison of the kind or dimension: a project ID or a
+// free-text description that happens to contain "device" (project
+// smartdevice-prod) never makes a project throttle per device.
+//
+// Sources: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode
+// (QUOTA_EXCEEDED) and google/rpc/error_details.proto (QuotaFailure.Violation.subject,
+// https://github.com/googleapis/googleapis/blob/master/google/rpc/error_details.proto).
 func throttleScope(ds []detail) channels.Scope {
 	for _, d := range ds {
 		switch d.Type {
 		case typeQuotaFailure:
 			for _, v := range d.Violations {
-				if mentionsDevice(v) {
+				if deviceKinds[subjectKind(v)] {
 					return channels.ScopePair
 				}
 			}
 		case typeErrorInfo:
-			for _, s := range d.Metadata {
-				if mentionsDevice(s) {
-					return channels.ScopePair
-				}
+			if deviceKinds[unitDimension(d.Metadata["quota_unit"])] {
+				return channels.ScopePair
 			}
 		case typeApnsError:
 			if d.StatusCode == http.StatusTooManyRequests {
@@ -168,24 +182,27 @@ func throttleScope(ds []detail) channels.Scope {
 	return channels.ScopeKey
 }
 
-// mentionsDevice reports whether v, a decoded JSON value, holds a string
-// containing "device" in any letter case.
-func mentionsDevice(v any) bool {
-	switch v := v.(type) {
-	case string:
-		return strings.Contains(strings.ToLower(v), "device")
-	case map[string]any:
-		for _, x := range v {
-			if mentionsDevice(x) {
-				return true
-			}
-		}
-	case []any:
-		for _, x := range v {
-			if mentionsDevice(x) {
-				return true
-			}
-		}
+// deviceKinds are the subject kinds and quota dimensions, lowercase, that
+// name one registration token (one app instance on one device).
+var deviceKinds = map[string]bool{"device": true, "registration_token": true, "token": true, "instance": true}
+
+// subjectKind returns the kind of a QuotaFailure violation's subject, the
+// part before the first colon, lowercase; the whole subject when it has no
+// colon; "" when there is no string subject.
+func subjectKind(v map[string]any) string {
+	s, _ := v["subject"].(string)
+	kind, _, _ := strings.Cut(s, ":")
+	return strings.ToLower(strings.TrimSpace(kind))
+}
+
+// unitDimension returns the dimension of a quota unit such as
+// "1/min/{project}": the name in its last pair of braces, lowercase; ""
+// if it has none.
+func unitDimension(unit string) string {
+	i := strings.LastIndexByte(unit, '{')
+	j := strings.LastIndexByte(unit, '}')
+	if i < 0 || j < i {
+		return ""
 	}
-	return false
+	return strings.ToLower(strings.TrimSpace(unit[i+1 : j]))
 }

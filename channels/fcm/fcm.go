@@ -25,7 +25,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -100,8 +99,15 @@ type Config struct {
 	// Send's ctx bounds the token request.
 	TokenSource oauth2.TokenSource
 	// HTTPClient sends the FCM requests and the token requests; default a
-	// client with a [DefaultTimeout] timeout.
+	// client with a [DefaultTimeout] timeout on the transport of
+	// [channels.NewTransport] (HTTP/2 when FCM offers it, keep-alive
+	// connections reused).
 	HTTPClient *http.Client
+	// MaxIdleConnsPerHost is how many idle connections to the provider the
+	// default client keeps for reuse; default
+	// [channels.DefaultMaxIdleConnsPerHost]. Set it to at least the sends a
+	// process has in flight at once. Ignored when HTTPClient is set.
+	MaxIdleConnsPerHost int
 	// DataIDKey, if set, makes Send add message.data[DataIDKey] = m.ID
 	// unless the payload sets that key. The app then sees the envelope id,
 	// which lets it drop the duplicates that retried 503s can cause; with
@@ -141,7 +147,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, errors.New("fcm: Config.BaseURL is not an absolute http or https URL")
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout}
+		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout, Transport: channels.NewTransport(cfg.MaxIdleConnsPerHost, nil)}
 	}
 	c := &Client{base: base, hc: cfg.HTTPClient, dataID: cfg.DataIDKey}
 	switch {
@@ -260,8 +266,9 @@ func keySecrets(key string) []string {
 //   - an empty or dot-segment m.Key: Permanent, Code "invalid-key"; an
 //     empty m.To: Permanent, Code "invalid-recipient"; a payload that is
 //     not a JSON object (or whose data is not one, with DataIDKey):
-//     Permanent, Code "invalid-payload". No request is made: FCM counts
-//     client errors against the project quota.
+//     Permanent, Code "invalid-payload"; data and notification over
+//     [MaxPayload] bytes: Permanent, Code [CodePayloadTooLarge]. No request
+//     is made: FCM counts client errors against the project quota.
 //   - no access token: Halt, Code "oauth2", with a Detail saying why (the
 //     token endpoint's status and OAuth2 error, never its body, or the
 //     transport error) and Err unwrapping to the token source's error; no
@@ -285,8 +292,9 @@ func keySecrets(key string) []string {
 // A 401 UNAUTHENTICATED means the access token was refused: Send drops it,
 // fetches a new one and sends once more, since FCM accepted nothing; a
 // second refusal, or no new token to try, is a Halt. THIRD_PARTY_AUTH_ERROR
-// (APNs or web push credentials) is a Halt at once: a new token cannot fix
-// it.
+// (the project's APNs or web push credentials are invalid) is Permanent for
+// this message and not retried: a new token cannot fix it, and since only
+// iOS and web targets fail, the project's Android sends must go on.
 //
 // Detail is error.message cut to 200 bytes, with the access token and m.To
 // removed. If ctx ends before a response, Send returns ctx.Err() itself.
@@ -299,10 +307,14 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent,
 			Code: "invalid-recipient", Detail: "empty registration token"}
 	}
-	body, err := c.requestBody(m)
+	body, size, err := c.requestBody(m)
 	if err != nil {
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent,
 			Code: "invalid-payload", Detail: "payload is not a JSON object of message fields", Err: err}
+	}
+	if size > MaxPayload {
+		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent,
+			Code: CodePayloadTooLarge, Detail: fmt.Sprintf("data and notification hold %d bytes, at most %d allowed", size, MaxPayload)}
 	}
 	u := c.base.JoinPath("v1", "projects", url.PathEscape(m.Key), "messages:send").String()
 
@@ -350,8 +362,7 @@ func (c *Client) post(ctx context.Context, u string, body []byte, access, to str
 		// *url.Error names the URL (host, project), never the header.
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Transient, Err: err}
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBodySize))
+	raw, err := channels.ReadBody(resp.Body, maxBodySize)
 	if err != nil {
 		if ctx.Err() != nil {
 			return channels.Result{}, ctx.Err()
@@ -365,17 +376,59 @@ func (c *Client) post(ctx context.Context, u string, body []byte, access, to str
 	return channels.Result{}, c.failure(resp, raw, []string{access, to}, time.Now())
 }
 
-// requestBody returns {"message": m.Payload + token}. Payload field values
-// are kept byte for byte.
-func (c *Client) requestBody(m channels.Message) ([]byte, error) {
+// MaxPayload is the most bytes the keys and values of message.data and
+// message.notification may hold together in a message to a registration
+// token; FCM refuses more with 400 INVALID_ARGUMENT ("Message too big").
+// FCM counts such client errors against the project's quota, so Send
+// refuses the message itself, without a request, as Permanent with Code
+// [CodePayloadTooLarge]. Topic messages (2048 bytes) are not sent by this
+// adapter.
+//
+// Sources: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode
+// (INVALID_ARGUMENT: "4096 bytes for most messages ... This includes both
+// the keys and the values") and
+// https://firebase.google.com/docs/cloud-messaging/throttling-and-quotas
+// ("Client errors (HTTP status code 400-499) are counted (excluding 429s)").
+const MaxPayload = 4096
+
+// CodePayloadTooLarge is the Code of the Permanent error for a message over
+// [MaxPayload].
+const CodePayloadTooLarge = "payload-too-large"
+
+// payloadSize returns the bytes of the keys and values of the data and
+// notification objects of msg: string values count their decoded length,
+// other values their JSON text.
+func payloadSize(msg map[string]json.RawMessage) int {
+	n := 0
+	for _, part := range []string{"data", "notification"} {
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(msg[part], &fields) != nil {
+			continue
+		}
+		for k, v := range fields {
+			n += len(k)
+			var str string
+			if json.Unmarshal(v, &str) == nil {
+				n += len(str)
+			} else {
+				n += len(bytes.TrimSpace(v))
+			}
+		}
+	}
+	return n
+}
+
+// requestBody returns {"message": m.Payload + token} and the size of its
+// payload ([payloadSize]). Payload field values are kept byte for byte.
+func (c *Client) requestBody(m channels.Message) ([]byte, int, error) {
 	msg := map[string]json.RawMessage{}
 	p := bytes.TrimSpace(m.Payload)
 	if len(p) > 0 && !bytes.Equal(p, []byte("null")) {
 		if p[0] != '{' {
-			return nil, errors.New("fcm: payload is not a JSON object")
+			return nil, 0, errors.New("fcm: payload is not a JSON object")
 		}
 		if err := json.Unmarshal(p, &msg); err != nil {
-			return nil, fmt.Errorf("fcm: decode payload: %w", err)
+			return nil, 0, fmt.Errorf("fcm: decode payload: %w", err)
 		}
 	}
 	token, _ := json.Marshal(m.To) // a string always marshals
@@ -384,10 +437,10 @@ func (c *Client) requestBody(m channels.Message) ([]byte, error) {
 		data := map[string]json.RawMessage{}
 		if d := bytes.TrimSpace(msg["data"]); len(d) > 0 && !bytes.Equal(d, []byte("null")) {
 			if d[0] != '{' {
-				return nil, errors.New("fcm: payload data is not a JSON object")
+				return nil, 0, errors.New("fcm: payload data is not a JSON object")
 			}
 			if err := json.Unmarshal(d, &data); err != nil {
-				return nil, fmt.Errorf("fcm: decode payload data: %w", err)
+				return nil, 0, fmt.Errorf("fcm: decode payload data: %w", err)
 			}
 		}
 		if _, ok := data[c.dataID]; !ok {
@@ -395,9 +448,10 @@ func (c *Client) requestBody(m channels.Message) ([]byte, error) {
 			msg["data"], _ = json.Marshal(data)
 		}
 	}
-	return json.Marshal(struct {
+	b, err := json.Marshal(struct {
 		Message map[string]json.RawMessage `json:"message"`
 	}{msg})
+	return b, payloadSize(msg), err
 }
 
 // success reads the message name from a 2xx body.

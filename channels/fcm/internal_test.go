@@ -21,8 +21,8 @@ func TestClassifyTable(t *testing.T) {
 	want := map[channels.Class][]string{
 		channels.Throttle:  {"QUOTA_EXCEEDED", "RESOURCE_EXHAUSTED"},
 		channels.Transient: {"UNAVAILABLE", "INTERNAL", "UNSPECIFIED_ERROR"},
-		channels.Permanent: {"UNREGISTERED", "SENDER_ID_MISMATCH", "INVALID_ARGUMENT"},
-		channels.Halt:      {"THIRD_PARTY_AUTH_ERROR", "APNS_AUTH_ERROR", "UNAUTHENTICATED", "PERMISSION_DENIED"},
+		channels.Permanent: {"UNREGISTERED", "SENDER_ID_MISMATCH", "INVALID_ARGUMENT", "THIRD_PARTY_AUTH_ERROR", "APNS_AUTH_ERROR"},
+		channels.Halt:      {"UNAUTHENTICATED", "PERMISSION_DENIED"},
 	}
 	n := 0
 	for class, list := range want {
@@ -60,12 +60,15 @@ func TestThrottleScope(t *testing.T) {
 		{"none", `[]`, channels.ScopeKey},
 		{"project quota", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"project:p","description":"Message rate exceeded."}]}]`, channels.ScopeKey},
 		{"topic quota", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"topic","description":"Topic message rate exceeded."}]}]`, channels.ScopeKey},
-		{"device description", `[{"@type":"` + typeQuotaFailure + `","violations":[{"description":"Device message rate exceeded."}]}]`, channels.ScopePair},
-		{"device quota id, camelCase", `[{"@type":"` + typeQuotaFailure + `","violations":[{"quotaId":"MessagesPerMinutePerDevice"}]}]`, channels.ScopePair},
-		{"device dimension, snake_case", `[{"@type":"` + typeQuotaFailure + `","violations":[{"quota_dimensions":{"target":"DEVICE"}}]}]`, channels.ScopePair},
+		{"project whose ID holds the word device", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"project:smartdevice-prod","description":"Device-heavy project: message rate exceeded."}]}]`, channels.ScopeKey},
+		{"device subject", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"device:fcm-token-1","description":"Device message rate exceeded."}]}]`, channels.ScopePair},
+		{"bare device subject", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"device"}]}]`, channels.ScopePair},
+		{"registration token subject", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"registration_token:abc"}]}]`, channels.ScopePair},
+		{"device only in the description", `[{"@type":"` + typeQuotaFailure + `","violations":[{"description":"Device message rate exceeded."}]}]`, channels.ScopeKey},
 		{"second violation", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"project:p"},{"subject":"device:x"}]}]`, channels.ScopePair},
-		{"error info of #719", `[{"@type":"` + typeErrorInfo + `","reason":"RATE_LIMIT_EXCEEDED","metadata":{"quota_limit":"SendsPerMinutePerProject"}}]`, channels.ScopeKey},
-		{"error info device", `[{"@type":"` + typeErrorInfo + `","metadata":{"quota_limit":"SendsPerMinutePerDevice"}}]`, channels.ScopePair},
+		{"error info of #719", `[{"@type":"` + typeErrorInfo + `","reason":"RATE_LIMIT_EXCEEDED","metadata":{"quota_limit":"SendsPerMinutePerProject","quota_unit":"1/min/{project}"}}]`, channels.ScopeKey},
+		{"error info of a project named device", `[{"@type":"` + typeErrorInfo + `","reason":"RATE_LIMIT_EXCEEDED","metadata":{"consumer":"projects/device","quota_unit":"1/min/{project}"}}]`, channels.ScopeKey},
+		{"error info device unit", `[{"@type":"` + typeErrorInfo + `","metadata":{"quota_unit":"1/min/{project}/{device}"}}]`, channels.ScopePair},
 		{"apns 429", `[{"@type":"` + typeApnsError + `","statusCode":429,"reason":"TooManyRequests"}]`, channels.ScopePair},
 		{"apns 400", `[{"@type":"` + typeApnsError + `","statusCode":400,"reason":"BadDeviceToken"}]`, channels.ScopeKey},
 		{"device word in another type", `[{"@type":"type.googleapis.com/google.rpc.Help","violations":[{"subject":"device"}]}]`, channels.ScopeKey},

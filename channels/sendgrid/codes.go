@@ -26,8 +26,8 @@ const BlockCooldown = 15 * time.Minute
 // Sources (providers.md §7):
 //   - [S-RESP] status codes, including both 403 messages and 406:
 //     https://static1.twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/responses
-//   - [S-ERR] error body and 401:
-//     https://twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/errors
+//   - [S-ERR] error body, 401 and 451:
+//     https://www.twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/errors
 //   - [S-MSE] 400 validation errors of Mail Send:
 //     https://twilio.com/docs/sendgrid/api-reference/mail-send/errors
 //   - [S-RL] 429 and X-RateLimit-Reset as Unix epoch seconds:
@@ -57,6 +57,13 @@ var statuses = map[int]channels.Class{
 	http.StatusUnauthorized: channels.Halt, // missing, invalid or revoked key; also "Maximum credits exceeded"
 	http.StatusForbidden:    channels.Halt, // "From address doesn't match Verified Sender Identity", key scopes;
 	// but "temporarily blocked ... due to repeated bad requests" is a Throttle: see blocked.
+
+	// Halt: "Unavailable due to data residency restrictions" [S-ERR]. The
+	// account of the key keeps its data in a region (an EU regional
+	// subuser) that this host does not serve, so every mail of the key
+	// fails the same way until it is sent to the regional host
+	// (EUBaseURL); dead-lettering message by message would lose them all.
+	http.StatusUnavailableForLegalReasons: channels.Halt,
 }
 
 // blockedMarkers are lowercase phrases of the 403 that means "temporarily

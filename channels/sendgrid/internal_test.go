@@ -15,6 +15,7 @@ func TestClassifyTable(t *testing.T) {
 		400: channels.Permanent, 406: channels.Permanent, 413: channels.Permanent,
 		401: channels.Halt,
 		403: channels.Halt,
+		451: channels.Halt, // data residency [S-ERR]
 	}
 	if len(statuses) != len(want) {
 		t.Errorf("statuses has %d entries, §4.3 lists %d", len(statuses), len(want))

@@ -54,7 +54,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"net/url"
@@ -123,8 +122,14 @@ type Config struct {
 	// Optional; every name must be in APIKeys.
 	OnBehalfOf map[string]string
 	// HTTPClient sends the requests; default a client with a
-	// [DefaultTimeout] timeout.
+	// [DefaultTimeout] timeout on the transport of [channels.NewTransport]
+	// (HTTP/2 when SendGrid offers it, keep-alive connections reused).
 	HTTPClient *http.Client
+	// MaxIdleConnsPerHost is how many idle connections to the provider the
+	// default client keeps for reuse; default
+	// [channels.DefaultMaxIdleConnsPerHost]. Set it to at least the sends a
+	// process has in flight at once. Ignored when HTTPClient is set.
+	MaxIdleConnsPerHost int
 	// Now returns the current time, to turn X-RateLimit-Reset and
 	// Retry-After into delays; default time.Now.
 	Now func() time.Time
@@ -198,7 +203,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.url = base.JoinPath("v3", "mail", "send").String()
 	if c.hc == nil {
-		c.hc = &http.Client{Timeout: DefaultTimeout}
+		c.hc = &http.Client{Timeout: DefaultTimeout, Transport: channels.NewTransport(cfg.MaxIdleConnsPerHost, nil)}
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -232,8 +237,9 @@ func token(s string) bool {
 //   - a request body over [MaxBodyBytes]: Permanent, Code "payload-too-large";
 //   - any other status: classified through [statuses], with Code "": 429
 //     Throttle; 500, 502, 503, 504 Transient; 400, 406, 413 Permanent; 401
-//     Halt; 403 Halt, but Throttle when SendGrid says the account is
-//     "temporarily blocked" for repeated bad requests. Err is set when the
+//     and 451 (data residency: the key's account is served by a regional
+//     host such as [EUBaseURL]) Halt; 403 Halt, but Throttle when SendGrid
+//     says the account is "temporarily blocked" for repeated bad requests. Err is set when the
 //     body is not a SendGrid error body;
 //   - a transport failure: Transient, with Err.
 //
@@ -286,8 +292,7 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 		// *url.Error names the URL (host and path only), never a header.
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Transient, Err: err}
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxRespSize))
+	raw, err := channels.ReadBody(resp.Body, maxRespSize)
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		// The status decides: a 202 whose body was cut off is still queued.
 		return channels.Result{ProviderID: resp.Header.Get("X-Message-Id")}, nil

@@ -576,9 +576,10 @@ func TestSendAgainstFake(t *testing.T) {
 		case channels.ClassOf(err) == channels.Throttle:
 			var e *channels.Error
 			errors.As(err, &e)
-			// Rate 0.001/s: the next token is 1000 s away, and the epoch rounds up.
+			// Rate 0.001/s: the next token is 1000 s away, and the epoch rounds up;
+			// the wait is measured on the client's clock, later on a loaded machine.
 			if e.Status != 429 || e.Scope != channels.ScopeKey || e.Detail != "too many requests" ||
-				e.RetryAfter < 998*time.Second || e.RetryAfter > 1001*time.Second {
+				e.RetryAfter < 970*time.Second || e.RetryAfter > 1001*time.Second {
 				t.Errorf("throttle = %+v", e)
 			}
 			throttled++
@@ -623,4 +624,14 @@ func TestSendAgainstFake(t *testing.T) {
 	if e.Class != channels.Halt || e.Status != 401 || e.Detail != sendgridtest.MsgAuthInvalid {
 		t.Errorf("wrong key: %+v; want halt 401", e)
 	}
+}
+
+// TestConnectionReuse: the default client reuses its connections, at most 1
+// new one per 1,000 messages after warm-up (issue 9).
+func TestConnectionReuse(t *testing.T) {
+	h := channeltest.Responder(202, "", "X-Message-Id", "W_9qHD2LQKSR6ucD1A2R_w")
+	channeltest.CheckReuse(t, h, func(baseURL string) func(context.Context) error {
+		c := newClient(t, baseURL)
+		return func(ctx context.Context) error { _, err := c.Send(ctx, message()); return err }
+	})
 }

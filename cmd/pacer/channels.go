@@ -1,117 +1,480 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/channels/apns"
+	"github.com/pacerhq/pacer/channels/apns/apnstest"
 	"github.com/pacerhq/pacer/channels/fcm"
+	"github.com/pacerhq/pacer/channels/fcm/fcmtest"
 	"github.com/pacerhq/pacer/channels/sendgrid"
+	"github.com/pacerhq/pacer/channels/sendgrid/sendgridtest"
 	"github.com/pacerhq/pacer/channels/whatsapp"
+	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 )
 
-const channelList = "whatsapp, apns, fcm, sendgrid"
-
-// checkChannel returns a usage error unless name is a channel Pacer serves.
-func checkChannel(name string) error {
-	switch name {
-	case "whatsapp", "apns", "fcm", "sendgrid":
-		return nil
-	case "":
-		return &usageError{"--channel is required (" + channelList + ")"}
-	}
-	return &usageError{fmt.Sprintf("unknown channel %q (%s)", name, channelList)}
+// channel is everything the command knows of one provider channel: one row
+// of [channelTable]. Adding a channel is its package under channels/ and
+// one row here; nothing else in the command names a channel.
+type channel struct {
+	// name is the --channel value, the topic suffix (pacer.<name>), the
+	// metric label and the prefix of its variables (PACER_<NAME>_...).
+	name string
+	// keys says what one pacing key is, plural, for help text.
+	keys string
+	// limit is the default of PACER_<NAME>_RATE (messages per second per
+	// pacing key) and PACER_<NAME>_BURST (messages).
+	limit channels.Limit
+	// recipient, if set, is a second bucket per (pacing key, recipient).
+	recipient *recipientBucket
+	// settings are the channel's other variables, PACER_<NAME>_<suffix>.
+	settings []setting
+	// sender builds the adapter from the settings; its errors name the
+	// variable at fault and never echo a secret.
+	sender func(ctx context.Context, v channelVars) (channels.Sender, error)
+	// demo starts the channel's fake provider for `pacer demo`, enforcing
+	// rate and burst for each of keys pacing keys, and an adapter pointed
+	// at it. On error the caller still closes a non-nil fake.
+	demo func(ctx context.Context, keys int, rate float64, burst int) (*demoFake, error)
 }
 
-// buildSender returns the adapter and the per-key limit of channel, built
-// from cfg. Errors name the variable at fault and never echo a secret.
-func buildSender(ctx context.Context, channel string, cfg config) (channels.Sender, bucket.Limit, error) {
-	switch channel {
-	case "apns":
-		c := cfg.APNs
-		for _, v := range []struct{ name, val string }{
-			{"PACER_APNS_KEY_ID", c.KeyID}, {"PACER_APNS_TEAM_ID", c.TeamID}, {"PACER_APNS_KEY_FILE", c.KeyFile},
-		} {
-			if v.val == "" {
-				return nil, bucket.Limit{}, &configError{v.name, "required for --channel apns"}
+// recipientBucket is a channel's optional per-recipient bucket:
+// PACER_<NAME>_<prefix>_RATE (messages per second; 0 = off) and _BURST.
+type recipientBucket struct {
+	prefix string
+	limit  channels.Limit // the defaults
+}
+
+// setting is one string variable PACER_<NAME>_<suffix> of a channel.
+type setting struct {
+	suffix string
+	def    string             // value when unset
+	check  func(string) error // nil: any value; checked for every channel at start-up
+	// secret: never logged or echoed, and may be given as a file
+	// (PACER_<NAME>_<suffix>_FILE, see [secretFiles]).
+	secret bool
+}
+
+// channelTable lists the channels Pacer serves, one row each. README.md's
+// settings table lists every variable of every row.
+var channelTable = []channel{
+	{
+		name: "whatsapp", keys: "WhatsApp phone-number IDs",
+		limit:     channels.Limit{PerSecond: whatsapp.DefaultRate, Burst: 10},
+		recipient: &recipientBucket{"PAIR", channels.Limit{PerSecond: 0, Burst: 45}}, // Meta: about 1 per 6 s, up to 45 in a burst (error 131056)
+		settings: []setting{
+			{"BASE_URL", whatsapp.DefaultBaseURL, httpURL, false},
+			{"API_VERSION", whatsapp.DefaultAPIVersion, func(s string) error {
+				if _, retired, err := whatsapp.Retired(s, time.Now()); err != nil || retired {
+					return fmt.Errorf("must be a Graph API version Meta still serves, such as %s", whatsapp.DefaultAPIVersion)
+				}
+				return nil
+			}, false},
+			{"TOKEN", "", nil, true}, // system-user access token
+		},
+		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
+			hc := sharedClient()
+			newClient := func(token string) (*whatsapp.Client, error) {
+				return whatsapp.New(whatsapp.Config{BaseURL: v.get("BASE_URL"), APIVersion: v.get("API_VERSION"), Token: token, HTTPClient: hc})
 			}
-		}
-		p8, err := os.ReadFile(c.KeyFile)
-		if err != nil {
-			return nil, bucket.Limit{}, &configError{"PACER_APNS_KEY_FILE", "cannot read the .p8 key file: " + pathError(err)}
-		}
-		s, err := apns.New(apns.Config{BaseURL: c.BaseURL, KeyID: c.KeyID, TeamID: c.TeamID, PrivateKey: p8})
-		if err != nil {
-			return nil, bucket.Limit{}, adapterConfigError(err, map[string]string{
-				"Config.KeyID": "PACER_APNS_KEY_ID", "Config.TeamID": "PACER_APNS_TEAM_ID",
-				"Config.PrivateKey": "PACER_APNS_KEY_FILE", "Config.BaseURL": "PACER_APNS_BASE_URL",
-			})
-		}
-		return s, channelLimit(channel, cfg), nil
-	case "fcm":
-		c := cfg.FCM
-		if c.CredentialsFile == "" {
-			return nil, bucket.Limit{}, &configError{"PACER_FCM_CREDENTIALS_FILE", "required for --channel fcm"}
-		}
-		js, err := os.ReadFile(c.CredentialsFile)
-		if err != nil {
-			return nil, bucket.Limit{}, &configError{"PACER_FCM_CREDENTIALS_FILE", "cannot read the service-account file: " + pathError(err)}
-		}
-		s, err := fcm.New(ctx, fcm.Config{BaseURL: c.BaseURL, CredentialsJSON: js})
-		if err != nil {
-			return nil, bucket.Limit{}, adapterConfigError(err, map[string]string{
-				"Config.CredentialsJSON": "PACER_FCM_CREDENTIALS_FILE", "Config.BaseURL": "PACER_FCM_BASE_URL",
-			})
-		}
-		return s, channelLimit(channel, cfg), nil
-	case "whatsapp":
-		c := cfg.WhatsApp
-		if c.Token == "" {
-			return nil, bucket.Limit{}, &configError{"PACER_WHATSAPP_TOKEN", "required for --channel whatsapp"}
-		}
-		s, err := whatsapp.New(whatsapp.Config{BaseURL: c.BaseURL, APIVersion: c.APIVersion, Token: c.Token})
-		if err != nil {
-			return nil, bucket.Limit{}, fmt.Errorf("%w: %w", errConfig, err)
-		}
-		return s, channelLimit(channel, cfg), nil
-	case "sendgrid":
-		c := cfg.SendGrid
-		keys, err := parseKeyList(c.APIKeys)
-		if err != nil {
-			return nil, bucket.Limit{}, &configError{"PACER_SENDGRID_API_KEYS", err.Error()}
-		}
-		obo, err := parseKeyList(c.OnBehalfOf)
-		if err != nil {
-			return nil, bucket.Limit{}, &configError{"PACER_SENDGRID_ON_BEHALF_OF", err.Error()}
-		}
-		if len(keys) == 0 {
-			return nil, bucket.Limit{}, &configError{"PACER_SENDGRID_API_KEYS", "required for --channel sendgrid (name=key,...)"}
-		}
-		s, err := sendgrid.New(sendgrid.Config{BaseURL: c.BaseURL, APIKeys: keys, OnBehalfOf: obo})
-		if err != nil {
-			return nil, bucket.Limit{}, &configError{"PACER_SENDGRID_API_KEYS or PACER_SENDGRID_ON_BEHALF_OF", err.Error()}
-		}
-		return s, channelLimit(channel, cfg), nil
-	}
-	return nil, bucket.Limit{}, checkChannel(channel)
+			var def channels.Sender
+			if v.get("TOKEN") != "" {
+				s, err := newClient(v.get("TOKEN"))
+				if err != nil {
+					return nil, v.adapterError(err, map[string]string{"Config.BaseURL": "BASE_URL", "Config.APIVersion": "API_VERSION", "Config.Token": "TOKEN"})
+				}
+				def = s
+			}
+			// A credential file holds the phone number's access token.
+			build := func(_ context.Context, _ string, content []byte) (channels.Sender, error) {
+				token, err := plainSecret(content)
+				if err != nil {
+					return nil, err
+				}
+				return newClient(token)
+			}
+			return credentialsSender(ctx, v, build, def, nil, v.required("TOKEN"))
+		},
+		demo: func(_ context.Context, keys int, rate float64, burst int) (*demoFake, error) {
+			f := whatsapptest.NewServer(whatsapptest.Config{Rate: rate, Burst: burst, Token: "demo-token"})
+			s, err := whatsapp.New(whatsapp.Config{BaseURL: f.URL(), Token: "demo-token"})
+			return &demoFake{url: f.URL(), sender: s, close: f.Close,
+				keys:    demoKeys(keys, "1065403522%05d"),
+				to:      func(j int) string { return fmt.Sprintf("1555%07d", j) },
+				payload: func(i int) string { return fmt.Sprintf(`{"type":"text","text":{"body":"hello %d"}}`, i+1) },
+				stats: func() map[string]fakeStats {
+					return statsOf(f.Stats(), func(v whatsapptest.KeyStats) fakeStats {
+						return fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
+					})
+				},
+			}, err
+		},
+	},
+	{
+		name: "apns", keys: "APNs apps (bundle IDs)",
+		limit: apns.DefaultLimit,
+		settings: []setting{
+			{"BASE_URL", "https://api.push.apple.com", httpURL, false},
+			{"KEY_ID", "", nil, false},
+			{"TEAM_ID", "", nil, false},
+			{"KEY_FILE", "", nil, false}, // the .p8 signing key; never logged
+		},
+		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
+			// One client, so one connection pool and one provider token,
+			// per signing key and host: APNs binds a connection to one team.
+			pool := newClientCache[*apns.Client]()
+			newClient := func(cfg apns.Config) (*apns.Client, error) {
+				return pool.get(fmt.Sprintf("%s\x00%s\x00%s\x00%x", cfg.BaseURL, cfg.TeamID, cfg.KeyID, sha256.Sum256(cfg.PrivateKey)),
+					func() (*apns.Client, error) { return apns.New(cfg) })
+			}
+			var def channels.Sender
+			if v.get("KEY_ID") != "" || v.get("TEAM_ID") != "" || v.get("KEY_FILE") != "" || v.credDir == "" {
+				if err := v.required("KEY_ID", "TEAM_ID", "KEY_FILE"); err != nil {
+					return nil, err
+				}
+				p8, err := v.readFile("KEY_FILE", "the .p8 key file")
+				if err != nil {
+					return nil, err
+				}
+				s, err := newClient(apns.Config{BaseURL: v.get("BASE_URL"), KeyID: v.get("KEY_ID"), TeamID: v.get("TEAM_ID"), PrivateKey: p8})
+				if err != nil {
+					return nil, v.adapterError(err, map[string]string{"Config.KeyID": "KEY_ID", "Config.TeamID": "TEAM_ID", "Config.PrivateKey": "KEY_FILE", "Config.BaseURL": "BASE_URL"})
+				}
+				def = s
+			}
+			// A credential file is {"team_id","key_id","private_key" (the
+			// .p8 PEM),"environment" ("production" or "development";
+			// default PACER_APNS_BASE_URL)}.
+			build := func(_ context.Context, _ string, content []byte) (channels.Sender, error) {
+				var c struct {
+					TeamID      string `json:"team_id"`
+					KeyID       string `json:"key_id"`
+					PrivateKey  string `json:"private_key"`
+					Environment string `json:"environment"`
+				}
+				if err := decodeCredential(content, &c); err != nil {
+					return nil, err
+				}
+				base := v.get("BASE_URL")
+				switch c.Environment {
+				case "":
+				case "production":
+					base = apns.ProductionURL
+				case "development", "sandbox":
+					base = apns.SandboxURL
+				default:
+					return nil, errors.New(`environment must be "production" or "development"`)
+				}
+				return newClient(apns.Config{BaseURL: base, KeyID: c.KeyID, TeamID: c.TeamID, PrivateKey: []byte(c.PrivateKey)})
+			}
+			return credentialsSender(ctx, v, build, def, nil, nil)
+		},
+		demo: func(_ context.Context, keys int, rate float64, burst int) (*demoFake, error) {
+			p8, pub, err := apnstest.NewKey()
+			if err != nil {
+				return nil, err
+			}
+			// APNs limits no app (topic) as a whole, only each device
+			// token, and publishes no number: the fake has no topic limit.
+			f := apnstest.NewServer(apnstest.Config{PublicKey: pub})
+			s, err := apns.New(apns.Config{BaseURL: f.URL(), KeyID: "DEMOKEY123", TeamID: "DEMOTEAM12", PrivateKey: p8, HTTPClient: f.Client()})
+			return &demoFake{url: f.URL(), sender: s, close: f.Close,
+				keys: demoKeys(keys, "com.example.demo%d"),
+				to:   func(j int) string { return hex.EncodeToString(fmt.Appendf(nil, "device-%027d", j)) },
+				payload: func(i int) string {
+					return fmt.Sprintf(`{"headers":{"apns-push-type":"alert"},"aps":{"alert":"hello %d"}}`, i+1)
+				},
+				stats: func() map[string]fakeStats {
+					return statsOf(f.Stats(), func(v apnstest.KeyStats) fakeStats {
+						return fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
+					})
+				},
+			}, err
+		},
+	},
+	{
+		name: "fcm", keys: "Firebase projects",
+		limit:     fcm.DefaultLimit,
+		recipient: &recipientBucket{"DEVICE", fcm.DeviceLimit},
+		settings: []setting{
+			{"BASE_URL", fcm.DefaultBaseURL, httpURL, false},
+			{"CREDENTIALS_FILE", "", nil, false}, // service-account JSON; never logged
+		},
+		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
+			hc := sharedClient()
+			// Projects sharing a service account share its client, so its
+			// access token is minted once.
+			accounts := newClientCache[*fcm.Client]()
+			newClient := func(js []byte) (*fcm.Client, error) {
+				return accounts.get(fmt.Sprintf("%x", sha256.Sum256(js)), func() (*fcm.Client, error) {
+					return fcm.New(ctx, fcm.Config{BaseURL: v.get("BASE_URL"), CredentialsJSON: js, HTTPClient: hc})
+				})
+			}
+			var def channels.Sender
+			if v.get("CREDENTIALS_FILE") != "" {
+				js, err := v.readFile("CREDENTIALS_FILE", "the service-account file")
+				if err != nil {
+					return nil, err
+				}
+				s, err := newClient(js)
+				if err != nil {
+					return nil, v.adapterError(err, map[string]string{"Config.CredentialsJSON": "CREDENTIALS_FILE", "Config.BaseURL": "BASE_URL"})
+				}
+				def = s
+			}
+			// A credential file is the project's service-account JSON key.
+			build := func(_ context.Context, _ string, content []byte) (channels.Sender, error) {
+				s, err := newClient(content)
+				if err != nil {
+					return nil, errors.New(strings.TrimPrefix(strings.ReplaceAll(err.Error(), "Config.CredentialsJSON", "the service-account key"), "fcm: "))
+				}
+				return s, nil
+			}
+			return credentialsSender(ctx, v, build, def, nil, v.required("CREDENTIALS_FILE"))
+		},
+		demo: func(ctx context.Context, keys int, rate float64, burst int) (*demoFake, error) {
+			f := fcmtest.NewServer(fcmtest.Config{Rate: rate, Burst: burst})
+			s, err := fcm.New(ctx, fcm.Config{BaseURL: f.URL(), CredentialsJSON: f.ServiceAccountJSON(), DataIDKey: "pacer_id"})
+			return &demoFake{url: f.URL(), sender: s, close: f.Close,
+				keys:    demoKeys(keys, "demo-project-%d"),
+				to:      func(j int) string { return fmt.Sprintf("device-token-%07d", j) },
+				payload: func(i int) string { return fmt.Sprintf(`{"notification":{"title":"Hello","body":"message %d"}}`, i+1) },
+				stats: func() map[string]fakeStats {
+					return statsOf(f.Stats(), func(v fcmtest.KeyStats) fakeStats {
+						return fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
+					})
+				},
+			}, err
+		},
+	},
+	{
+		name: "sendgrid", keys: "SendGrid API keys",
+		limit: sendgrid.DefaultLimit,
+		settings: []setting{
+			{"BASE_URL", sendgrid.DefaultBaseURL, httpURL, false},
+			{"API_KEYS", "", checkKeyList, true},      // name=key,...
+			{"ON_BEHALF_OF", "", checkKeyList, false}, // name=subuser,...
+		},
+		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
+			hc := sharedClient()
+			keys, _ := parseKeyList(v.get("API_KEYS"))
+			obo, _ := parseKeyList(v.get("ON_BEHALF_OF"))
+			var def channels.Sender
+			if len(keys) > 0 {
+				s, err := sendgrid.New(sendgrid.Config{BaseURL: v.get("BASE_URL"), APIKeys: keys, OnBehalfOf: obo, HTTPClient: hc})
+				if err != nil {
+					return nil, &configError{v.name("API_KEYS") + " or " + v.name("ON_BEHALF_OF"), err.Error()}
+				}
+				def = s
+			}
+			// A credential file holds the API key, or {"api_key","on_behalf_of"}
+			// to send as a subuser.
+			build := func(_ context.Context, name string, content []byte) (channels.Sender, error) {
+				var c struct {
+					APIKey     string `json:"api_key"`
+					OnBehalfOf string `json:"on_behalf_of"`
+				}
+				if t := bytes.TrimSpace(content); len(t) > 0 && t[0] == '{' {
+					if err := decodeCredential(t, &c); err != nil {
+						return nil, err
+					}
+				} else {
+					var err error
+					if c.APIKey, err = plainSecret(content); err != nil {
+						return nil, err
+					}
+				}
+				cfg := sendgrid.Config{BaseURL: v.get("BASE_URL"), APIKeys: map[string]string{name: c.APIKey}, HTTPClient: hc}
+				if c.OnBehalfOf != "" {
+					cfg.OnBehalfOf = map[string]string{name: c.OnBehalfOf}
+				}
+				return sendgrid.New(cfg)
+			}
+			serves := func(key string) bool { _, ok := keys[key]; return ok }
+			return credentialsSender(ctx, v, build, def, serves,
+				&configError{v.name("API_KEYS"), "required for --channel sendgrid (name=key,...) unless PACER_CREDENTIALS_DIR is set"})
+		},
+		demo: func(_ context.Context, n int, rate float64, burst int) (*demoFake, error) {
+			keys := demoKeys(n, "account-%d")
+			secrets := map[string]string{}
+			for i, k := range keys {
+				secrets[k] = fmt.Sprintf("SG.demo-secret-%d", i+1)
+			}
+			f := sendgridtest.NewServer(sendgridtest.Config{Rate: rate, Burst: burst, APIKeys: secrets})
+			s, err := sendgrid.New(sendgrid.Config{BaseURL: f.URL(), APIKeys: secrets})
+			return &demoFake{url: f.URL(), sender: s, close: f.Close, keys: keys,
+				to: func(j int) string { return fmt.Sprintf("user%d@example.com", j) },
+				payload: func(i int) string {
+					return fmt.Sprintf(`{"from":{"email":"news@example.com"},"subject":"Hello %d","content":[{"type":"text/plain","value":"hello"}]}`, i+1)
+				},
+				stats: func() map[string]fakeStats {
+					return statsOf(f.Stats(), func(v sendgridtest.KeyStats) fakeStats {
+						return fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
+					})
+				},
+			}, err
+		},
+	},
 }
 
-// adapterConfigError turns an adapter's New error, which names its Config
-// field, into one that names the variable that set it.
-func adapterConfigError(err error, vars map[string]string) error {
+// channelList is the channel names for help text: "whatsapp, apns, ...".
+func channelList() string {
+	names := make([]string, len(channelTable))
+	for i, ch := range channelTable {
+		names[i] = ch.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// channelNamed returns the row of name, or a usage error.
+func channelNamed(name string) (*channel, error) {
+	if name == "" {
+		return nil, &usageError{"--channel is required (" + channelList() + ")"}
+	}
+	for i := range channelTable {
+		if channelTable[i].name == name {
+			return &channelTable[i], nil
+		}
+	}
+	return nil, &usageError{fmt.Sprintf("unknown channel %q (%s)", name, channelList())}
+}
+
+// prefix returns the prefix of ch's variables: "PACER_WHATSAPP_".
+func (ch *channel) prefix() string { return "PACER_" + strings.ToUpper(ch.name) + "_" }
+
+// variables returns the names of every variable of ch.
+func (ch *channel) variables() []string {
+	v := []string{ch.prefix() + "RATE", ch.prefix() + "BURST"}
+	if r := ch.recipient; r != nil {
+		v = append(v, ch.prefix()+r.prefix+"_RATE", ch.prefix()+r.prefix+"_BURST")
+	}
+	for _, s := range ch.settings {
+		v = append(v, ch.prefix()+s.suffix)
+	}
+	return v
+}
+
+// defaultRecipientLimit is the per-recipient bucket ch has when its
+// variables are unset; zero for none.
+func (ch *channel) defaultRecipientLimit() bucket.Limit {
+	if r := ch.recipient; r != nil && r.limit.PerSecond > 0 {
+		return bucket.Limit{PerSecond: r.limit.PerSecond, Burst: r.limit.Burst}
+	}
+	return bucket.Limit{}
+}
+
+// channelConfig is one channel's settings as read from the environment.
+type channelConfig struct {
+	limit     bucket.Limit // PACER_<NAME>_RATE, _BURST
+	recipient bucket.Limit // zero when the channel has none or its rate is 0
+	vars      channelVars
+}
+
+// channelVars are the values of a channel's string settings.
+type channelVars struct {
+	ch      *channel
+	vals    map[string]string // by suffix
+	credDir string            // PACER_CREDENTIALS_DIR; "" if unset
+	log     *slog.Logger      // for credential reloads; nil discards
+}
+
+func (v channelVars) get(suffix string) string  { return v.vals[suffix] }
+func (v channelVars) name(suffix string) string { return v.ch.prefix() + suffix }
+
+// required returns an error naming the first of suffixes that is empty.
+func (v channelVars) required(suffixes ...string) error {
+	for _, s := range suffixes {
+		if v.get(s) == "" {
+			return &configError{v.name(s), "required for --channel " + v.ch.name}
+		}
+	}
+	return nil
+}
+
+// readFile reads the file the setting suffix names; its error names the
+// variable and what the file is, never the path (it may be a secret's).
+func (v channelVars) readFile(suffix, what string) ([]byte, error) {
+	b, err := os.ReadFile(v.get(suffix))
+	if err != nil {
+		return nil, &configError{v.name(suffix), "cannot read " + what + ": " + pathError(err)}
+	}
+	return b, nil
+}
+
+// adapterError turns an adapter's New error, which names its Config field,
+// into one naming the variable that set it (fields maps "Config.Field" to
+// a setting's suffix).
+func (v channelVars) adapterError(err error, fields map[string]string) error {
 	msg := err.Error()
-	for field, v := range vars {
+	for field, suffix := range fields {
 		if strings.Contains(msg, field) {
-			return &configError{v, strings.ReplaceAll(msg, field, v)}
+			return &configError{v.name(suffix), strings.ReplaceAll(msg, field, v.name(suffix))}
 		}
 	}
 	return fmt.Errorf("%w: %w", errConfig, err)
+}
+
+// readChannel reads ch's variables through lookup; every problem found is
+// returned, each naming its variable.
+func readChannel(ch *channel, lookup func(string) (string, bool)) (channelConfig, []error) {
+	var errs []error
+	get := func(name, def string) string {
+		if v, ok := lookup(name); ok {
+			return v
+		}
+		return def
+	}
+	limit := func(prefix string, def channels.Limit) bucket.Limit {
+		rate, burst := get(prefix+"RATE", fmt.Sprint(def.PerSecond)), get(prefix+"BURST", fmt.Sprint(def.Burst))
+		l := bucket.Limit{PerSecond: def.PerSecond, Burst: def.Burst}
+		var err error
+		if l.PerSecond, err = strconv.ParseFloat(strings.TrimSpace(rate), 64); err != nil {
+			errs = append(errs, &configError{prefix + "RATE", fmt.Sprintf("%q is not a number", rate)})
+		}
+		if l.Burst, err = strconv.Atoi(strings.TrimSpace(burst)); err != nil {
+			errs = append(errs, &configError{prefix + "BURST", fmt.Sprintf("%q is not a whole number", burst)})
+		}
+		return l
+	}
+	c := channelConfig{vars: channelVars{ch: ch, vals: map[string]string{}, credDir: get("PACER_CREDENTIALS_DIR", "")}}
+	c.limit = limit(ch.prefix(), ch.limit)
+	if r := ch.recipient; r != nil {
+		if c.recipient = limit(ch.prefix()+r.prefix+"_", r.limit); c.recipient.PerSecond == 0 {
+			c.recipient = bucket.Limit{} // off
+		}
+	}
+	for _, s := range ch.settings {
+		val := get(ch.prefix()+s.suffix, s.def)
+		c.vars.vals[s.suffix] = val
+		if s.check != nil {
+			if err := s.check(val); err != nil {
+				errs = append(errs, &configError{ch.prefix() + s.suffix, err.Error()})
+			}
+		}
+	}
+	return c, errs
+}
+
+// httpURL checks a base URL setting.
+func httpURL(s string) error {
+	if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("must be an http(s) URL")
+	}
+	return nil
 }
 
 // pathError names the failure of a file read without repeating the path.
@@ -121,6 +484,12 @@ func pathError(err error) string {
 		return pe.Err.Error()
 	}
 	return err.Error()
+}
+
+// checkKeyList checks a "name=value,..." setting ([parseKeyList]).
+func checkKeyList(s string) error {
+	_, err := parseKeyList(s)
+	return err
 }
 
 // parseKeyList parses "name=value,name2=value2". Errors name the entry by

@@ -7,29 +7,65 @@ import (
 	"log/slog"
 	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
+	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/pacer"
+	"github.com/redis/go-redis/v9"
 	"github.com/sethvargo/go-envconfig"
 )
 
 // config is everything `pacer run` reads from the environment. Each field
-// names its variable, unit and default; README.md has the same table.
+// names its variable, unit and default; each channel's own variables are in
+// its row of [channelTable]; README.md has the same table. The rules a
+// pacer.Config field must follow live in package pacer and bucket
+// ([pacer.Config.Validate]); a field that sets one carries a pacer tag.
 type config struct {
 	// PACER_KAFKA_BROKERS: comma-separated host:port seed brokers; default 127.0.0.1:9092.
 	KafkaBrokers []string `env:"PACER_KAFKA_BROKERS, default=127.0.0.1:9092"`
 	// PACER_KAFKA_SESSION_TIMEOUT: consumer-group session timeout: how soon a dead replica's partitions move to others; default 45s (the broker allows 6s..30m by default).
 	KafkaSessionTimeout time.Duration `env:"PACER_KAFKA_SESSION_TIMEOUT, default=45s"`
-	// PACER_REDIS_URL: redis:// or rediss:// URL of the bucket store; default redis://127.0.0.1:6379/0.
-	RedisURL string `env:"PACER_REDIS_URL, default=redis://127.0.0.1:6379/0"`
+	// PACER_KAFKA_TLS: true reaches the brokers over TLS (their SSL or SASL_SSL listener); default false.
+	KafkaTLS bool `env:"PACER_KAFKA_TLS, default=false"`
+	// PACER_KAFKA_TLS_CA_FILE: PEM file of the CA certificates the brokers' certificates are checked against; default the system's.
+	KafkaTLSCAFile string `env:"PACER_KAFKA_TLS_CA_FILE"`
+	// PACER_KAFKA_TLS_CERT_FILE: PEM client certificate, for brokers that require one (mTLS); with PACER_KAFKA_TLS_KEY_FILE.
+	KafkaTLSCertFile string `env:"PACER_KAFKA_TLS_CERT_FILE"`
+	// PACER_KAFKA_TLS_KEY_FILE: PEM private key of PACER_KAFKA_TLS_CERT_FILE.
+	KafkaTLSKeyFile string `env:"PACER_KAFKA_TLS_KEY_FILE"`
+	// PACER_KAFKA_TLS_SERVER_NAME: the name the brokers' certificates must carry; default each broker's host.
+	KafkaTLSServerName string `env:"PACER_KAFKA_TLS_SERVER_NAME"`
+	// PACER_KAFKA_SASL_MECHANISM: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; default none (no SASL).
+	KafkaSASLMechanism string `env:"PACER_KAFKA_SASL_MECHANISM"`
+	// PACER_KAFKA_SASL_USERNAME: the SASL user; required with a mechanism.
+	KafkaSASLUsername string `env:"PACER_KAFKA_SASL_USERNAME"`
+	// PACER_KAFKA_SASL_PASSWORD: the SASL password; required with a mechanism; may be a file (_FILE); never logged.
+	KafkaSASLPassword string `env:"PACER_KAFKA_SASL_PASSWORD" secret:"true"`
+	// PACER_REDIS_URL: redis:// or rediss:// URL of the bucket store, with user and password if any; default redis://127.0.0.1:6379/0; may be a file (_FILE).
+	RedisURL string `env:"PACER_REDIS_URL, default=redis://127.0.0.1:6379/0" secret:"true"`
 	// PACER_REDIS_CLUSTER_ADDRS: comma-separated host:port seeds of a Redis Cluster; set, it replaces PACER_REDIS_URL.
 	RedisClusterAddrs string `env:"PACER_REDIS_CLUSTER_ADDRS"`
 	// PACER_REDIS_SENTINEL_ADDRS: comma-separated host:port of Redis Sentinels; set, it replaces PACER_REDIS_URL.
 	RedisSentinelAddrs string `env:"PACER_REDIS_SENTINEL_ADDRS"`
 	// PACER_REDIS_SENTINEL_MASTER: the master name the Sentinels watch; required with PACER_REDIS_SENTINEL_ADDRS.
 	RedisSentinelMaster string `env:"PACER_REDIS_SENTINEL_MASTER"`
-	// PACER_REDIS_PASSWORD: password for the cluster or Sentinel-managed servers; never logged.
-	RedisPassword string `env:"PACER_REDIS_PASSWORD"`
+	// PACER_REDIS_USERNAME: ACL user of the Redis servers (any mode); default none (the default user).
+	RedisUsername string `env:"PACER_REDIS_USERNAME"`
+	// PACER_REDIS_PASSWORD: password of the Redis servers (any mode; for a single server, unless PACER_REDIS_URL has one); may be a file (_FILE); never logged.
+	RedisPassword string `env:"PACER_REDIS_PASSWORD" secret:"true"`
+	// PACER_REDIS_TLS: true reaches Redis over TLS in every mode (a rediss:// URL does too); default false.
+	RedisTLS bool `env:"PACER_REDIS_TLS, default=false"`
+	// PACER_REDIS_TLS_CA_FILE: PEM file of the CA certificates the servers' certificates are checked against; default the system's.
+	RedisTLSCAFile string `env:"PACER_REDIS_TLS_CA_FILE"`
+	// PACER_REDIS_TLS_CERT_FILE: PEM client certificate, for servers that require one (tls-auth-clients); with PACER_REDIS_TLS_KEY_FILE.
+	RedisTLSCertFile string `env:"PACER_REDIS_TLS_CERT_FILE"`
+	// PACER_REDIS_TLS_KEY_FILE: PEM private key of PACER_REDIS_TLS_CERT_FILE.
+	RedisTLSKeyFile string `env:"PACER_REDIS_TLS_KEY_FILE"`
+	// PACER_REDIS_TLS_SERVER_NAME: the name the servers' certificates must carry; default each server's host.
+	RedisTLSServerName string `env:"PACER_REDIS_TLS_SERVER_NAME"`
 	// PACER_REDIS_PREFIX: prefix of every Redis key Pacer writes; default "pacer".
 	RedisPrefix string `env:"PACER_REDIS_PREFIX, default=pacer"`
 	// PACER_METRICS_ADDR: listen address of /metrics, /healthz, /readyz; default :9464; "127.0.0.1:0" picks a free port.
@@ -39,113 +75,63 @@ type config struct {
 	// PACER_LOG_FORMAT: json or text; default json.
 	LogFormat string `env:"PACER_LOG_FORMAT, default=json"`
 	// PACER_DRAIN: duration in-flight sends may finish after SIGTERM or a revoke; default 30s.
-	Drain time.Duration `env:"PACER_DRAIN, default=30s"`
+	Drain time.Duration `env:"PACER_DRAIN, default=30s" pacer:"Drain"`
 	// PACER_MAX_ATTEMPTS: requests per message before transient failures dead-letter it; default 5.
-	MaxAttempts int `env:"PACER_MAX_ATTEMPTS, default=5"`
+	MaxAttempts int `env:"PACER_MAX_ATTEMPTS, default=5" pacer:"MaxAttempts"`
 	// PACER_THROTTLE_COOLDOWN: shortest key cooldown after a throttle (used when the provider names no Retry-After);
 	// default 0 = one token interval of the channel's rate, within [10ms, 1s].
-	ThrottleCooldown time.Duration `env:"PACER_THROTTLE_COOLDOWN, default=0s"`
-	// PACER_MAX_COOLDOWN: longest key cooldown a provider hint can ask for; default 1h.
-	MaxCooldown time.Duration `env:"PACER_MAX_COOLDOWN, default=1h"`
+	ThrottleCooldown time.Duration `env:"PACER_THROTTLE_COOLDOWN, default=0s" pacer:"AIMD.MinCooldown"`
+	// PACER_MAX_COOLDOWN: longest key cooldown a provider hint can ask for, and longest delay of a retry or requeue; default 1h.
+	MaxCooldown time.Duration `env:"PACER_MAX_COOLDOWN, default=1h" pacer:"AIMD.MaxCooldown"`
 	// PACER_AIMD_DECREASE: deepest single cut of a key's rate when throttles persist, as a factor in (0,1); default 0.8.
-	AIMDDecrease float64 `env:"PACER_AIMD_DECREASE, default=0.8"`
-	// PACER_AIMD_FLOOR: lowest adapted rate in msgs/s per key; default 1.
-	AIMDFloor float64 `env:"PACER_AIMD_FLOOR, default=1"`
+	AIMDDecrease float64 `env:"PACER_AIMD_DECREASE, default=0.8" pacer:"AIMD.Decrease"`
+	// PACER_AIMD_FLOOR: lowest adapted rate in msgs/s per key, at most the channel's rate; default 1, or the channel's rate if lower.
+	AIMDFloor *float64 `env:"PACER_AIMD_FLOOR, noinit" pacer:"AIMD.Floor"`
 	// PACER_AIMD_WINDOW: throttle-free time before the rate is raised; default 2s.
-	AIMDWindow time.Duration `env:"PACER_AIMD_WINDOW, default=2s"`
+	AIMDWindow time.Duration `env:"PACER_AIMD_WINDOW, default=2s" pacer:"AIMD.Window"`
 	// PACER_AIMD_STEP: additive first increase in msgs/s after a throttle; default 0 = multiplicative, +2% (doubling per clean window in a row).
-	AIMDStep float64 `env:"PACER_AIMD_STEP, default=0"`
+	AIMDStep float64 `env:"PACER_AIMD_STEP, default=0" pacer:"AIMD.Step"`
 	// PACER_BREAKER_FLOOR_THROTTLES: throttles in a row at the floor that open a key's breaker; default 5.
-	BreakerFloorThrottles int `env:"PACER_BREAKER_FLOOR_THROTTLES, default=5"`
+	BreakerFloorThrottles int `env:"PACER_BREAKER_FLOOR_THROTTLES, default=5" pacer:"Breaker.FloorThrottles"`
 	// PACER_BREAKER_MAX_OPEN: longest open period of a breaker (it doubles from PACER_HALT_COOLDOWN); default 10m.
-	BreakerMaxOpen time.Duration `env:"PACER_BREAKER_MAX_OPEN, default=10m"`
+	BreakerMaxOpen time.Duration `env:"PACER_BREAKER_MAX_OPEN, default=10m" pacer:"Breaker.MaxOpenFor"`
 	// PACER_HALT_COOLDOWN: first open period of a key's breaker after a credential or account error; default 30s.
-	HaltCooldown time.Duration `env:"PACER_HALT_COOLDOWN, default=30s"`
+	HaltCooldown time.Duration `env:"PACER_HALT_COOLDOWN, default=30s" pacer:"Breaker.OpenFor"`
 
 	// PACER_MAX_TOKEN_WAIT: longest wait for a token or a cooldown in place; a longer one requeues the record (not an attempt); default 5s.
-	MaxTokenWait time.Duration `env:"PACER_MAX_TOKEN_WAIT, default=5s"`
+	MaxTokenWait time.Duration `env:"PACER_MAX_TOKEN_WAIT, default=5s" pacer:"MaxTokenWait"`
 	// PACER_RETRY_DELAYS: comma-separated back-off of the retry topics <topic>.retry.1, .2, ...; default 5s,30s,5m.
-	RetryDelays []time.Duration `env:"PACER_RETRY_DELAYS, default=5s,30s,5m"`
+	RetryDelays []time.Duration `env:"PACER_RETRY_DELAYS, default=5s,30s,5m" pacer:"RetryDelays"`
 	// PACER_UNKNOWN_OUTCOME: what to do when a send got no answer or a dead process left a claim: dlq or resend; default dlq.
-	UnknownOutcome string `env:"PACER_UNKNOWN_OUTCOME, default=dlq"`
+	UnknownOutcome string `env:"PACER_UNKNOWN_OUTCOME, default=dlq" pacer:"UnknownOutcome"`
 	// PACER_REDIS_FAILURE: when Redis is unreachable: closed (stop sending, keep every record) or local (pace in-process at rate / PACER_EXPECTED_REPLICAS); default closed.
-	RedisFailure string `env:"PACER_REDIS_FAILURE, default=closed"`
+	RedisFailure string `env:"PACER_REDIS_FAILURE, default=closed" pacer:"RedisFailure"`
 	// PACER_EXPECTED_REPLICAS: replicas sharing each channel, for the local failure mode's share of the rate; default 1.
 	ExpectedReplicas int `env:"PACER_EXPECTED_REPLICAS, default=1"`
 	// PACER_SEND_TIMEOUT: longest wait for one provider answer; no answer in time is an unknown outcome; default 30s.
-	SendTimeout time.Duration `env:"PACER_SEND_TIMEOUT, default=30s"`
-	// PACER_INFLIGHT: records of one partition handled at once (1 keeps strict order); default 32.
-	InFlight int `env:"PACER_INFLIGHT, default=32"`
+	SendTimeout time.Duration `env:"PACER_SEND_TIMEOUT, default=30s" pacer:"SendTimeout"`
+	// PACER_INFLIGHT: records of one pacing key handled at once in a partition (1 keeps each key's strict order); default 32.
+	InFlight int `env:"PACER_INFLIGHT, default=32" pacer:"InFlight"`
+	// PACER_LOOKAHEAD: how much of its pace a key keeps in memory per partition (rate x lookahead records, at least PACER_INFLIGHT); the rest is parked on the retry topics; default 5s.
+	Lookahead time.Duration `env:"PACER_LOOKAHEAD, default=5s" pacer:"Lookahead"`
 	// PACER_LEASE_SIZE: send slots taken from Redis per call for one key; default 0 = automatic (a tenth of a second of slots once that is >= 10, else 1).
-	LeaseSize int `env:"PACER_LEASE_SIZE, default=0"`
+	LeaseSize int `env:"PACER_LEASE_SIZE, default=0" pacer:"LeaseSize"`
 	// PACER_IDEMPOTENCY_TTL: how long delivered envelope ids are remembered; default 24h.
-	IdempotencyTTL time.Duration `env:"PACER_IDEMPOTENCY_TTL, default=24h"`
+	IdempotencyTTL time.Duration `env:"PACER_IDEMPOTENCY_TTL, default=24h" pacer:"IdempotencyTTL"`
+	// PACER_KAFKA_STARTUP_TIMEOUT: run exits 1 if no Kafka broker answered within this at start-up; default 1m.
+	StartupTimeout time.Duration `env:"PACER_KAFKA_STARTUP_TIMEOUT, default=1m" pacer:"StartupTimeout"`
+	// PACER_PROGRESS_INTERVAL: interval of run's INFO progress line; default 30s.
+	ProgressEvery time.Duration `env:"PACER_PROGRESS_INTERVAL, default=30s" pacer:"ProgressEvery"`
 
-	WhatsApp whatsappConfig
-	SendGrid sendgridConfig
-	APNs     apnsConfig
-	FCM      fcmConfig
+	// channels holds every channel's own settings (PACER_<NAME>_*), read
+	// by [readChannel] from the row of [channelTable], by channel name.
+	channels map[string]channelConfig
 }
 
-type apnsConfig struct {
-	// PACER_APNS_BASE_URL: APNs base URL; default https://api.push.apple.com (sandbox: https://api.sandbox.push.apple.com).
-	BaseURL string `env:"PACER_APNS_BASE_URL, default=https://api.push.apple.com"`
-	// PACER_APNS_KEY_ID: the 10-character key ID of the .p8 signing key; required by `run --channel apns`.
-	KeyID string `env:"PACER_APNS_KEY_ID"`
-	// PACER_APNS_TEAM_ID: the 10-character Apple team ID; required by `run --channel apns`.
-	TeamID string `env:"PACER_APNS_TEAM_ID"`
-	// PACER_APNS_KEY_FILE: path of the .p8 token-signing key (PKCS#8 EC P-256); required by `run --channel apns`; never logged.
-	KeyFile string `env:"PACER_APNS_KEY_FILE"`
-	// PACER_APNS_RATE: notifications per second per app (bundle ID); default 1000 (Apple publishes no number).
-	Rate float64 `env:"PACER_APNS_RATE, default=1000"`
-	// PACER_APNS_BURST: bucket capacity in notifications per app; default 1000.
-	Burst int `env:"PACER_APNS_BURST, default=1000"`
-}
-
-type fcmConfig struct {
-	// PACER_FCM_BASE_URL: FCM HTTP v1 base URL; default https://fcm.googleapis.com.
-	BaseURL string `env:"PACER_FCM_BASE_URL, default=https://fcm.googleapis.com"`
-	// PACER_FCM_CREDENTIALS_FILE: path of the service-account JSON; required by `run --channel fcm`; never logged.
-	CredentialsFile string `env:"PACER_FCM_CREDENTIALS_FILE"`
-	// PACER_FCM_RATE: messages per second per Firebase project; default 10000 (600,000/min).
-	Rate float64 `env:"PACER_FCM_RATE, default=10000"`
-	// PACER_FCM_BURST: bucket capacity in messages per project; default 10000.
-	Burst int `env:"PACER_FCM_BURST, default=10000"`
-	// PACER_FCM_DEVICE_RATE: messages per second per device (FCM: 240/min and 5,000/h); default 1.3333 (80/min, within both); 0 = no device bucket.
-	DeviceRate float64 `env:"PACER_FCM_DEVICE_RATE, default=1.3333"`
-	// PACER_FCM_DEVICE_BURST: device bucket capacity; default 160.
-	DeviceBurst int `env:"PACER_FCM_DEVICE_BURST, default=160"`
-}
-
-type sendgridConfig struct {
-	// PACER_SENDGRID_BASE_URL: v3 API base URL; default https://api.sendgrid.com (EU subusers: https://api.eu.sendgrid.com).
-	BaseURL string `env:"PACER_SENDGRID_BASE_URL, default=https://api.sendgrid.com"`
-	// PACER_SENDGRID_API_KEYS: name=key pairs, comma-separated; the envelope key names the API key (the pacing key); never logged.
-	APIKeys string `env:"PACER_SENDGRID_API_KEYS"`
-	// PACER_SENDGRID_ON_BEHALF_OF: name=subuser pairs for the On-Behalf-Of header; default none.
-	OnBehalfOf string `env:"PACER_SENDGRID_ON_BEHALF_OF"`
-	// PACER_SENDGRID_RATE: mails per second per API key; default 100 (SendGrid publishes no mail/send rate).
-	Rate float64 `env:"PACER_SENDGRID_RATE, default=100"`
-	// PACER_SENDGRID_BURST: bucket capacity in mails per API key; default 100.
-	Burst int `env:"PACER_SENDGRID_BURST, default=100"`
-}
-
-type whatsappConfig struct {
-	// PACER_WHATSAPP_BASE_URL: Graph API base URL; default https://graph.facebook.com.
-	BaseURL string `env:"PACER_WHATSAPP_BASE_URL, default=https://graph.facebook.com"`
-	// PACER_WHATSAPP_API_VERSION: Graph API version path segment; default v21.0.
-	APIVersion string `env:"PACER_WHATSAPP_API_VERSION, default=v21.0"`
-	// PACER_WHATSAPP_TOKEN: system-user access token; required by `run --channel whatsapp`; never logged.
-	Token string `env:"PACER_WHATSAPP_TOKEN"`
-	// PACER_WHATSAPP_RATE: messages per second per phone-number ID; default 80.
-	Rate float64 `env:"PACER_WHATSAPP_RATE, default=80"`
-	// PACER_WHATSAPP_BURST: bucket capacity in messages per phone-number ID; default 10.
-	Burst int `env:"PACER_WHATSAPP_BURST, default=10"`
-	// PACER_WHATSAPP_PAIR_RATE: msgs/s per number->recipient pair (Meta: about 1 per 6 s, error 131056); default 0 = no pair bucket.
-	PairRate float64 `env:"PACER_WHATSAPP_PAIR_RATE, default=0"`
-	// PACER_WHATSAPP_PAIR_BURST: pair bucket capacity (Meta: up to 45 in a burst); default 45.
-	PairBurst int `env:"PACER_WHATSAPP_PAIR_BURST, default=45"`
-}
+// pacerTag is the struct tag naming the pacer.Config field a variable sets
+// ("AIMD.Floor"): [pacer.Config.Validate] reports problems by field, and
+// the tag turns them back into the variable's name.
+const pacerTag = "pacer"
 
 // configError names the variable that is wrong.
 type configError struct {
@@ -156,17 +142,106 @@ type configError struct {
 func (e *configError) Error() string { return e.Var + ": " + e.Problem }
 
 // loadConfig reads the configuration through lookup (os.LookupEnv in main,
-// a map in tests) and validates it. Errors name the variable.
-func loadConfig(lookup func(string) (string, bool)) (config, error) {
+// a map in tests) and validates it for channel ch: every problem found,
+// joined, each naming its variable.
+//
+// Each secret variable V may instead be given as V_FILE, read here
+// ([secretFiles]).
+func loadConfig(lookup func(string) (string, bool), ch *channel) (config, error) {
+	lookup, fileErrs := secretFiles(lookup)
 	var c config
 	err := envconfig.ProcessWith(context.Background(), &envconfig.Config{
 		Target:   &c,
 		Lookuper: envconfig.LookuperFunc(lookup),
 	})
 	if err != nil {
-		return c, nameVariable(err)
+		return c, errors.Join(append(fileErrs(), nameVariable(err))...)
 	}
-	return c, c.validate()
+	errs := c.validate()
+	c.channels = map[string]channelConfig{}
+	for i := range channelTable {
+		row := &channelTable[i]
+		cc, cerrs := readChannel(row, lookup)
+		c.channels[row.name] = cc
+		errs = append(errs, cerrs...)
+		if len(cerrs) > 0 {
+			continue // its limits are not numbers
+		}
+		// The pacer's rules for this channel; another channel's run only
+		// needs this channel's own limits to be valid.
+		for _, e := range pacerErrors(c.pacerConfig(row).Validate()) {
+			if row == ch || strings.HasPrefix(e.Field, "Limit.") || strings.HasPrefix(e.Field, "RecipientLimit.") {
+				errs = append(errs, c.nameField(row, e))
+			}
+		}
+	}
+	// The secret files' problems first: a value they left empty may
+	// also be reported as missing.
+	return c, errors.Join(append(fileErrs(), errs...)...)
+}
+
+// pacerConfig returns the pacer.Config of channel ch from c: everything
+// but Topic, Group and Logger.
+func (c config) pacerConfig(ch *channel) pacer.Config {
+	cc := c.channels[ch.name]
+	var floor float64 // 0: bucket's default, 1 or the rate if lower
+	if c.AIMDFloor != nil {
+		floor = *c.AIMDFloor
+	}
+	return pacer.Config{
+		Channel: ch.name, Limit: cc.limit, RecipientLimit: cc.recipient,
+		AIMD: adapt.AIMD{Decrease: c.AIMDDecrease, Floor: floor, Window: c.AIMDWindow, Step: c.AIMDStep,
+			MinCooldown: c.ThrottleCooldown, MaxCooldown: c.MaxCooldown},
+		Breaker:     adapt.Breaker{OpenFor: c.HaltCooldown, MaxOpenFor: c.BreakerMaxOpen, FloorThrottles: c.BreakerFloorThrottles},
+		MaxAttempts: c.MaxAttempts, Drain: c.Drain, MaxTokenWait: c.MaxTokenWait, RetryDelays: c.RetryDelays,
+		InFlight: c.InFlight, Lookahead: c.Lookahead, LeaseSize: c.LeaseSize, SendTimeout: c.SendTimeout, UnknownOutcome: c.UnknownOutcome,
+		IdempotencyTTL: c.IdempotencyTTL, RedisFailure: c.RedisFailure, StartupTimeout: c.StartupTimeout,
+		ProgressEvery: c.ProgressEvery,
+	}
+}
+
+// pacerErrors returns the *pacer.FieldError problems joined in err.
+func pacerErrors(err error) []*pacer.FieldError {
+	var out []*pacer.FieldError
+	var walk func(error)
+	walk = func(err error) {
+		var fe *pacer.FieldError
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+		} else if errors.As(err, &fe) {
+			out = append(out, fe)
+		} else if err != nil {
+			out = append(out, &pacer.FieldError{Err: err})
+		}
+	}
+	walk(err)
+	return out
+}
+
+// nameField turns a problem with a pacer.Config field into one naming the
+// variable that set it: a channel's own (PACER_<NAME>_RATE) or a pacer tag's.
+func (c config) nameField(ch *channel, e *pacer.FieldError) error {
+	vars := map[string]string{"Limit.PerSecond": ch.prefix() + "RATE", "Limit.Burst": ch.prefix() + "BURST"}
+	if r := ch.recipient; r != nil {
+		vars["RecipientLimit.PerSecond"], vars["RecipientLimit.Burst"] = ch.prefix()+r.prefix+"_RATE", ch.prefix()+r.prefix+"_BURST"
+	}
+	t := reflect.TypeOf(c)
+	for i := range t.NumField() {
+		if f := t.Field(i).Tag.Get(pacerTag); f != "" {
+			vars[f] = envName(t.Field(i))
+		}
+	}
+	if v, ok := vars[e.Field]; ok {
+		return &configError{v, e.Err.Error()}
+	}
+	return fmt.Errorf("%w: %w", errConfig, e)
+}
+
+// envName returns the variable of a config field: the env tag's name.
+func envName(f reflect.StructField) string {
+	return strings.TrimSpace(strings.Split(f.Tag.Get("env"), ",")[0])
 }
 
 // nameVariable rewrites an envconfig error, which names the Go field path
@@ -192,10 +267,39 @@ func nameVariable(err error) error {
 	if bestVar == "" {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	return &configError{bestVar, strings.TrimPrefix(msg, best+": ")}
+	return &configError{bestVar, plainParseError(err, strings.TrimPrefix(msg, best+": "))}
 }
 
-func (c config) validate() error {
+// plainParseError says what was wrong with a value in words, without Go's
+// parser names ("strconv.ParseFloat: parsing ...").
+func plainParseError(err error, msg string) string {
+	var ne *strconv.NumError
+	if errors.As(err, &ne) {
+		switch {
+		case strings.HasPrefix(ne.Func, "ParseBool"):
+			return fmt.Sprintf("%q is not true or false", ne.Num)
+		case errors.Is(ne.Err, strconv.ErrRange):
+			return fmt.Sprintf("%q is out of range", ne.Num)
+		case strings.HasPrefix(ne.Func, "ParseFloat"):
+			return fmt.Sprintf("%q is not a number", ne.Num)
+		default:
+			return fmt.Sprintf("%q is not a whole number", ne.Num)
+		}
+	}
+	if i := strings.Index(msg, "time: invalid duration "); i >= 0 {
+		return msg[i+len("time: invalid duration "):] + " is not a duration (such as 500ms, 30s, 5m, 1h)"
+	}
+	if i := strings.Index(msg, "time: missing unit in duration "); i >= 0 {
+		return msg[i+len("time: missing unit in duration "):] + " has no unit (such as 500ms, 30s, 5m, 1h)"
+	}
+	return msg
+}
+
+// validate checks the settings only the command uses (Kafka, Redis, logs),
+// and refuses a 0 where the pacer would read 0 as "the default": each
+// variable has a default of its own, so 0 is a mistake unless the
+// variable's default is 0.
+func (c config) validate() []error {
 	var errs []error
 	bad := func(v, p string) { errs = append(errs, &configError{v, p}) }
 	if len(c.KafkaBrokers) == 0 {
@@ -218,17 +322,27 @@ func (c config) validate() error {
 	if c.RedisSentinelMaster != "" && c.RedisSentinelAddrs == "" {
 		bad("PACER_REDIS_SENTINEL_MASTER", "set only with PACER_REDIS_SENTINEL_ADDRS")
 	}
-	if c.AIMDFloor > 0 && c.AIMDFloor > max(c.WhatsApp.Rate, c.APNs.Rate, c.FCM.Rate, c.SendGrid.Rate) {
-		bad("PACER_AIMD_FLOOR", "is above every channel's rate")
-	}
 	if c.RedisClusterAddrs != "" && c.RedisSentinelAddrs != "" {
 		bad("PACER_REDIS_SENTINEL_ADDRS", "set either PACER_REDIS_CLUSTER_ADDRS or PACER_REDIS_SENTINEL_ADDRS, not both")
 	}
+	c.validateSecurity(bad)
 	if c.KafkaSessionTimeout < time.Second {
 		bad("PACER_KAFKA_SESSION_TIMEOUT", "must be >= 1s")
 	}
-	if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
+	// The URL may hold a password: errors describe it, never echo it.
+	if u, err := url.Parse(c.RedisURL); err != nil {
+		switch {
+		case strings.Contains(err.Error(), "invalid port"):
+			bad("PACER_REDIS_URL", "the port is not a number")
+		case strings.Contains(err.Error(), "missing protocol scheme"):
+			bad("PACER_REDIS_URL", "must be a redis://, rediss:// or unix:// URL")
+		default:
+			bad("PACER_REDIS_URL", "is not a valid URL (special characters in a password must be percent-encoded)")
+		}
+	} else if u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix" {
 		bad("PACER_REDIS_URL", "must be a redis://, rediss:// or unix:// URL")
+	} else if _, err := redis.ParseURL(c.RedisURL); err != nil {
+		bad("PACER_REDIS_URL", "host, port or database is not valid (redis://[user:password@]host:port/db)")
 	}
 	if c.RedisPrefix == "" || strings.ContainsAny(c.RedisPrefix, "{} ") {
 		bad("PACER_REDIS_PREFIX", "must be non-empty without braces or spaces")
@@ -239,109 +353,28 @@ func (c config) validate() error {
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		bad("PACER_LOG_FORMAT", fmt.Sprintf("%q is not json or text", c.LogFormat))
 	}
-	if c.Drain <= 0 {
-		bad("PACER_DRAIN", "must be > 0")
-	}
-	if c.MaxAttempts < 1 {
-		bad("PACER_MAX_ATTEMPTS", "must be >= 1")
-	}
-	if c.ThrottleCooldown < 0 {
-		bad("PACER_THROTTLE_COOLDOWN", "must be >= 0 (0 = one token interval)")
-	}
-	if c.MaxCooldown <= 0 || c.MaxCooldown < c.ThrottleCooldown {
-		bad("PACER_MAX_COOLDOWN", "must be >= PACER_THROTTLE_COOLDOWN")
-	}
-	if !(c.AIMDDecrease > 0 && c.AIMDDecrease < 1) {
-		bad("PACER_AIMD_DECREASE", "must be in (0, 1)")
-	}
-	if !(c.AIMDFloor > 0) || c.AIMDFloor > 1e9 {
-		bad("PACER_AIMD_FLOOR", "must be > 0 messages per second")
-	}
-	if c.AIMDWindow <= 0 {
-		bad("PACER_AIMD_WINDOW", "must be > 0")
-	}
-	if !(c.AIMDStep >= 0) || c.AIMDStep > 1e9 {
-		bad("PACER_AIMD_STEP", "must be >= 0 (0 = multiplicative increase)")
-	}
-	if c.BreakerFloorThrottles < 1 {
-		bad("PACER_BREAKER_FLOOR_THROTTLES", "must be >= 1")
-	}
-	if c.BreakerMaxOpen < c.HaltCooldown {
-		bad("PACER_BREAKER_MAX_OPEN", "must be >= PACER_HALT_COOLDOWN")
-	}
-	if c.HaltCooldown <= 0 {
-		bad("PACER_HALT_COOLDOWN", "must be > 0")
-	}
-	if c.MaxTokenWait <= 0 {
-		bad("PACER_MAX_TOKEN_WAIT", "must be > 0")
-	}
-	if len(c.RetryDelays) == 0 {
-		bad("PACER_RETRY_DELAYS", "at least one delay is required")
-	}
-	for i, d := range c.RetryDelays {
-		if d <= 0 {
-			bad("PACER_RETRY_DELAYS", fmt.Sprintf("entry %d is empty, zero or negative; each delay must be > 0", i+1))
-			break
-		}
-	}
-	if c.UnknownOutcome != "dlq" && c.UnknownOutcome != "resend" {
-		bad("PACER_UNKNOWN_OUTCOME", fmt.Sprintf("%q is not dlq or resend", c.UnknownOutcome))
-	}
-	if c.RedisFailure != "closed" && c.RedisFailure != "local" {
-		bad("PACER_REDIS_FAILURE", fmt.Sprintf("%q is not closed or local", c.RedisFailure))
-	}
 	if c.ExpectedReplicas < 1 {
 		bad("PACER_EXPECTED_REPLICAS", "must be >= 1")
 	}
-	if c.SendTimeout <= 0 {
-		bad("PACER_SEND_TIMEOUT", "must be > 0")
-	}
-	if c.InFlight < 1 || c.InFlight > 1024 {
-		bad("PACER_INFLIGHT", "must be in 1..1024")
-	}
-	if c.LeaseSize < 0 || c.LeaseSize > 256 {
-		bad("PACER_LEASE_SIZE", "must be in 0..256 (0 = automatic)")
-	}
-	if c.IdempotencyTTL <= 0 {
-		bad("PACER_IDEMPOTENCY_TTL", "must be > 0")
-	}
-	if c.WhatsApp.APIVersion == "" || strings.Contains(c.WhatsApp.APIVersion, "/") {
-		bad("PACER_WHATSAPP_API_VERSION", "must be a version such as v21.0")
-	}
-	for _, u := range []struct{ name, val string }{
-		{"PACER_WHATSAPP_BASE_URL", c.WhatsApp.BaseURL}, {"PACER_APNS_BASE_URL", c.APNs.BaseURL},
-		{"PACER_FCM_BASE_URL", c.FCM.BaseURL}, {"PACER_SENDGRID_BASE_URL", c.SendGrid.BaseURL},
-	} {
-		if pu, err := url.Parse(u.val); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-			bad(u.name, "must be an http(s) URL")
+	v, t := reflect.ValueOf(c), reflect.TypeOf(c)
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Tag.Get(pacerTag) == "" || strings.Contains(f.Tag.Get("env"), "default=0") {
+			continue
+		}
+		fv := v.Field(i)
+		if fv.Kind() == reflect.Pointer && !fv.IsNil() {
+			fv = fv.Elem()
+		}
+		if (fv.Kind() == reflect.Slice && fv.Len() == 0) || (fv.Kind() != reflect.Pointer && fv.IsZero()) {
+			def := ""
+			if _, d, ok := strings.Cut(f.Tag.Get("env"), "default="); ok {
+				def = " (unset it for the default " + d + ")"
+			}
+			bad(envName(f), "must not be 0 or empty"+def)
 		}
 	}
-	// Each channel's limit, and each optional per-recipient limit (rate 0 = off).
-	for _, r := range []struct {
-		name     string
-		rate     float64
-		bname    string
-		burst    int
-		optional bool
-	}{
-		{"PACER_WHATSAPP_RATE", c.WhatsApp.Rate, "PACER_WHATSAPP_BURST", c.WhatsApp.Burst, false},
-		{"PACER_APNS_RATE", c.APNs.Rate, "PACER_APNS_BURST", c.APNs.Burst, false},
-		{"PACER_FCM_RATE", c.FCM.Rate, "PACER_FCM_BURST", c.FCM.Burst, false},
-		{"PACER_SENDGRID_RATE", c.SendGrid.Rate, "PACER_SENDGRID_BURST", c.SendGrid.Burst, false},
-		{"PACER_WHATSAPP_PAIR_RATE", c.WhatsApp.PairRate, "PACER_WHATSAPP_PAIR_BURST", c.WhatsApp.PairBurst, true},
-		{"PACER_FCM_DEVICE_RATE", c.FCM.DeviceRate, "PACER_FCM_DEVICE_BURST", c.FCM.DeviceBurst, true},
-	} {
-		switch {
-		case r.optional && !(r.rate >= 0 && r.rate <= 1e9):
-			bad(r.name, "must be >= 0 (0 = off) and <= 1e9 messages per second")
-		case !r.optional && !(r.rate > 0 && r.rate <= 1e9):
-			bad(r.name, "must be > 0 and <= 1e9 messages per second")
-		}
-		if r.burst < 1 {
-			bad(r.bname, "must be >= 1 message")
-		}
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -351,4 +384,45 @@ func parseLevel(s string) (slog.Level, error) {
 		return l, fmt.Errorf("%q is not debug, info, warn or error", s)
 	}
 	return l, nil
+}
+
+// settingsHelp lists every variable `pacer run` reads, with its default,
+// for `pacer run -h`: the shared ones, then channel's own (README.md says
+// what each means and its unit).
+func settingsHelp(ch *channel) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nsettings (environment variables; README.md gives each one's unit and meaning):")
+	t := reflect.TypeOf(config{})
+	for i := range t.NumField() {
+		tag, ok := t.Field(i).Tag.Lookup("env")
+		if !ok {
+			continue
+		}
+		name, def, _ := strings.Cut(tag, ",")
+		def = strings.TrimPrefix(strings.TrimSpace(def), "default=")
+		if def == "" {
+			def = "(none)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(name), def)
+	}
+	rows := channelTable
+	if ch != nil {
+		rows = []channel{*ch}
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "  %sRATE\t%g\n  %sBURST\t%d\n", r.prefix(), r.limit.PerSecond, r.prefix(), r.limit.Burst)
+		if rb := r.recipient; rb != nil {
+			fmt.Fprintf(tw, "  %s%s_RATE\t%g\n  %s%s_BURST\t%d\n", r.prefix(), rb.prefix, rb.limit.PerSecond, r.prefix(), rb.prefix, rb.limit.Burst)
+		}
+		for _, s := range r.settings {
+			def := s.def
+			if def == "" {
+				def = "(none)"
+			}
+			fmt.Fprintf(tw, "  %s%s\t%s\n", r.prefix(), s.suffix, def)
+		}
+	}
+	tw.Flush()
+	return b.String()
 }

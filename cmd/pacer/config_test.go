@@ -6,24 +6,79 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pacerhq/pacer/bucket"
 )
 
 func lookupMap(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
+// whatsappRow is the whatsapp row of the channel table.
+func whatsappRow(t *testing.T) *channel {
+	t.Helper()
+	ch, err := channelNamed("whatsapp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
 func TestLoadConfigDefaults(t *testing.T) {
-	c, err := loadConfig(lookupMap(nil))
+	c, err := loadConfig(lookupMap(nil), whatsappRow(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(c.KafkaBrokers, ","); got != "127.0.0.1:9092" {
 		t.Errorf("KafkaBrokers = %q", got)
 	}
+	wa := c.channels["whatsapp"]
 	if c.RedisURL != "redis://127.0.0.1:6379/0" || c.MetricsAddr != ":9464" || c.Drain != 30*time.Second ||
-		c.MaxAttempts != 5 || c.WhatsApp.Rate != 80 || c.WhatsApp.Burst != 10 ||
-		c.WhatsApp.BaseURL != "https://graph.facebook.com" || c.WhatsApp.APIVersion != "v21.0" {
+		c.MaxAttempts != 5 || wa.limit != (bucket.Limit{PerSecond: 80, Burst: 10}) || wa.recipient != (bucket.Limit{}) ||
+		wa.vars.get("BASE_URL") != "https://graph.facebook.com" || wa.vars.get("API_VERSION") != "v26.0" {
 		t.Errorf("defaults = %+v", c)
+	}
+	if fcm := c.channels["fcm"]; fcm.limit != (bucket.Limit{PerSecond: 10000, Burst: 10000}) ||
+		fcm.recipient != (bucket.Limit{PerSecond: 4.0 / 3, Burst: 160}) {
+		t.Errorf("fcm defaults = %+v", fcm)
+	}
+	pc := c.pacerConfig(whatsappRow(t))
+	if pc.AIMD.MaxCooldown != time.Hour || pc.AIMD.MinCooldown != time.Second || pc.AIMD.Floor != 0 || pc.Breaker.OpenFor != 30*time.Second {
+		t.Errorf("pacer config = %+v", pc)
+	}
+}
+
+// TestMaxCooldownIsTheOneCap: PACER_MAX_COOLDOWN reaches AIMD.MaxCooldown,
+// the one field that caps cooldowns, retries and requeues (the pacer's own
+// tests show the cap holds).
+func TestMaxCooldownIsTheOneCap(t *testing.T) {
+	c, err := loadConfig(lookupMap(map[string]string{"PACER_MAX_COOLDOWN": "10s"}), whatsappRow(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.pacerConfig(whatsappRow(t)).AIMD.MaxCooldown; got != 10*time.Second {
+		t.Errorf("AIMD.MaxCooldown = %v, want 10s", got)
+	}
+}
+
+// TestLoadConfigJoinsEveryProblem: one start-up names every bad variable,
+// the command's own, the pacer's and each channel's.
+func TestLoadConfigJoinsEveryProblem(t *testing.T) {
+	bad := map[string]string{
+		"PACER_LOG_FORMAT": "xml", "PACER_AIMD_FLOOR": "100", "PACER_BREAKER_MAX_OPEN": "1s", "PACER_DRAIN": "-1s",
+		"PACER_APNS_RATE": "0", "PACER_SENDGRID_BURST": "many", "PACER_FCM_BASE_URL": "ftp://x", "PACER_MAX_ATTEMPTS": "0",
+	}
+	_, err := loadConfig(lookupMap(bad), whatsappRow(t))
+	if err == nil {
+		t.Fatal("loadConfig accepted it")
+	}
+	for v := range bad {
+		if !strings.Contains(err.Error(), v+": ") {
+			t.Errorf("error does not name %s:\n%v", v, err)
+		}
+	}
+	if n := strings.Count(err.Error(), "\n") + 1; n != len(bad) {
+		t.Errorf("%d problems reported, want %d:\n%v", n, len(bad), err)
 	}
 }
 
@@ -37,10 +92,12 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_WHATSAPP_RATE", "1e308"},
 		{"PACER_INFLIGHT", "0"},
 		{"PACER_WHATSAPP_PAIR_RATE", "-1"},
-		{"PACER_WHATSAPP_PAIR_BURST", "-1"},
 		{"PACER_REDIS_SENTINEL_MASTER", "mymaster"},
 		{"PACER_RETRY_DELAYS", ","},
 		{"PACER_AIMD_FLOOR", "20000"},
+		{"PACER_AIMD_FLOOR", "100"}, // above the whatsapp rate, 80
+		{"PACER_MAX_COOLDOWN", "100ms"},
+		{"PACER_FCM_DEVICE_BURST", "-1"}, // a recipient bucket that is on; an off one (rate 0) has no burst to check
 		{"PACER_FCM_DEVICE_BURST", "0"},
 		{"PACER_LEASE_SIZE", "-1"},
 		{"PACER_WHATSAPP_BURST", "0"},
@@ -73,7 +130,7 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_APNS_BASE_URL", "ftp://x"},
 	} {
 		t.Run(c.name+"="+c.val, func(t *testing.T) {
-			_, err := loadConfig(lookupMap(map[string]string{c.name: c.val}))
+			_, err := loadConfig(lookupMap(map[string]string{c.name: c.val}), whatsappRow(t))
 			if err == nil || !strings.Contains(err.Error(), c.name) {
 				t.Fatalf("error = %v, want one naming %s", err, c.name)
 			}
@@ -105,6 +162,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"fcm without credentials", []string{"run", "--channel", "fcm"}, nil, 2, "PACER_FCM_CREDENTIALS_FILE"},
 		{"fcm credentials not JSON", []string{"run", "--channel", "fcm"}, map[string]string{"PACER_FCM_CREDENTIALS_FILE": "/etc/hostname"}, 2, "PACER_FCM_CREDENTIALS_FILE"},
 		{"apns short key id", []string{"run", "--channel", "apns"}, map[string]string{"PACER_APNS_KEY_ID": "x", "PACER_APNS_TEAM_ID": "TEAM123456", "PACER_APNS_KEY_FILE": "/etc/hostname"}, 2, "PACER_APNS_"},
+		{"floor above the channel's rate", []string{"run", "--channel", "whatsapp"}, map[string]string{"PACER_WHATSAPP_TOKEN": secret, "PACER_AIMD_FLOOR": "100", "PACER_METRICS_ADDR": "256.0.0.1:99999", "PACER_REDIS_URL": "redis://127.0.0.1:1/0"}, 2, "PACER_AIMD_FLOOR"},
 		{"sendgrid bad keys", []string{"run", "--channel", "sendgrid"}, map[string]string{"PACER_SENDGRID_API_KEYS": "main=SG.secret,broken"}, 2, "PACER_SENDGRID_API_KEYS"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -10,12 +10,14 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/channels/fcm"
+	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -43,8 +45,12 @@ type demoReport struct {
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("pacer demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	channel := fs.String("channel", "whatsapp", "channel to demonstrate: "+channelList)
-	numbers := fs.Int("numbers", 3, "pacing keys in the campaign (WhatsApp numbers, APNs apps, FCM projects, SendGrid API keys)")
+	channel := fs.String("channel", "whatsapp", "channel to demonstrate: "+channelList())
+	keyKinds := make([]string, len(channelTable))
+	for i, ch := range channelTable {
+		keyKinds[i] = ch.keys
+	}
+	numbers := fs.Int("numbers", 3, "pacing keys in the campaign ("+strings.Join(keyKinds, ", ")+")")
 	messages := fs.Int("messages", 400, "messages per pacing key")
 	rate := fs.Float64("rate", 50, "pacer limit: messages per second per pacing key")
 	burst := fs.Int("burst", 10, "pacer limit: bucket capacity in messages")
@@ -61,10 +67,11 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := lim.Validate(); err != nil {
 		return &usageError{"demo: --rate/--burst: " + err.Error()}
 	}
-	if err := checkChannel(*channel); err != nil {
+	ch, err := channelNamed(*channel)
+	if err != nil {
 		return err
 	}
-	topic := "pacer." + *channel
+	topic := "pacer." + ch.name
 
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(*partitions), topic))
 	if err != nil {
@@ -78,11 +85,13 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer mr.Close()
 	// The fake provider enforces the same rate, with 100 ms of extra burst
 	// for network jitter between the Redis clock and its own.
-	prov, err := newDemoProvider(ctx, *channel, *numbers, *messages, *rate, *burst)
+	prov, err := ch.demo(ctx, *numbers, *rate, *burst+int(math.Ceil(*rate/10)))
+	if prov != nil {
+		defer prov.close()
+	}
 	if err != nil {
 		return err
 	}
-	defer prov.close()
 	fmt.Fprintf(stdout, "embedded Kafka %v, embedded Redis %s, fake %s %s\n", kc.ListenAddrs(), mr.Addr(), *channel, prov.url)
 
 	// The campaign: numbers x messages envelopes, interleaved.
@@ -90,7 +99,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	keys := prov.keys
 	for i := range *messages {
 		for n := range keys {
-			campaign.WriteString(prov.line(n, i) + "\n")
+			campaign.WriteString(prov.line(n, i, *messages) + "\n")
 		}
 	}
 	prod, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -114,10 +123,10 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer rdb.Close()
 	limiter := bucket.New(rdb, bucket.Config{})
 	p, err := pacer.New(pacer.Config{
-		Channel: *channel, Topic: topic, RecipientLimit: demoRecipientLimit(*channel), Limit: lim, Drain: 5 * time.Second,
+		Channel: ch.name, Topic: topic, RecipientLimit: ch.defaultRecipientLimit(), Limit: lim, Drain: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}, []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)},
-		pacer.Deps{Bucket: limiter, Adapter: limiter, Ledger: bucket.NewLedger(rdb, bucket.Config{}), Sender: prov.sender}, prometheus.NewRegistry())
+		pacer.Deps{Bucket: limiter, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: ledger.New(rdb, limiter.Keys()), Sender: prov.sender}, prometheus.NewRegistry())
 	if err != nil {
 		return err
 	}
@@ -193,12 +202,4 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintln(stdout, "ok: every message delivered exactly once, no throttle")
 	return nil
-}
-
-// demoRecipientLimit is the per-recipient bucket run would use by default.
-func demoRecipientLimit(channel string) bucket.Limit {
-	if channel == "fcm" {
-		return bucket.Limit{PerSecond: fcm.DeviceLimit.PerSecond, Burst: fcm.DeviceLimit.Burst}
-	}
-	return bucket.Limit{}
 }

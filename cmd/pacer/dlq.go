@@ -17,7 +17,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	}
 	fs := flag.NewFlagSet("pacer dlq replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	channel := fs.String("channel", "", "channel: "+channelList+" (required)")
+	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
 	topic := fs.String("topic", "", "main topic (default pacer.<channel>); the DLQ is <topic>.dlq")
 	reason := fs.String("reason", "", "replay only this pacer-reason (e.g. unknown-outcome, permanent, permanent:131026); default all")
 	campaign := fs.String("campaign", "", "replay only envelopes of this campaign; default all")
@@ -25,25 +25,30 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if err := checkChannel(*channel); err != nil {
+	ch, err := channelNamed(*channel)
+	if err != nil {
 		return err
 	}
 	if *topic == "" {
 		*topic = "pacer." + *channel
 	}
-	cfg, err := loadConfig(lookup)
+	cfg, err := loadConfig(lookup, ch)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-dlq-replay"),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	kopts, err := kafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(kopts, kgo.ClientID("pacer-dlq-replay"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
 	n, err := pacer.EnsureTopic(ctx, cl, *topic, 12)
 	if err != nil {
-		return err
+		return kafkaFailure(cfg, err)
 	}
 	s, err := pacer.Replay(ctx, cl, pacer.ReplayConfig{DLQTopic: *topic + ".dlq", Topic: *topic, Partitions: n,
 		Reason: *reason, Campaign: *campaign, DryRun: *dry})
@@ -61,7 +66,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		fmt.Fprintf(stdout, "  %-28s %d\n", r, s.ByReason[r])
 	}
 	if err == nil && s.Replayed == 0 && s.Scanned > 0 && (*reason != "" || *campaign != "") {
-		fmt.Fprintln(stderr, "pacer: no DLQ record matched --reason/--campaign; reasons are malformed, expired, permanent[:code], attempts-exhausted, unknown-outcome, too-large")
+		fmt.Fprintln(stderr, "pacer: no DLQ record matched --reason/--campaign; reasons are malformed, expired, permanent[:code], attempts-exhausted, unknown-outcome, too-large, cancelled")
 	}
 	return err
 }

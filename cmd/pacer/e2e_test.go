@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -17,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +27,7 @@ import (
 
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/pacerhq/pacer/pacer/statuspage"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -56,6 +59,9 @@ type e2e struct {
 	topic   string
 	prefix  string
 	fake    *whatsapptest.Server
+	// rewrite, if set, changes the environment of every pacer command
+	// (the secured tests replace the servers and the token).
+	rewrite func([]string) []string
 }
 
 func newE2E(t testing.TB, fake whatsapptest.Config) *e2e {
@@ -70,6 +76,12 @@ func newE2E(t testing.TB, fake whatsapptest.Config) *e2e {
 }
 
 func (e *e2e) env(extra ...string) []string {
+	if e.rewrite != nil {
+		r := e.rewrite
+		e.rewrite = nil
+		defer func() { e.rewrite = r }()
+		return r(e.env(extra...))
+	}
 	return append(append(os.Environ(),
 		"PACER_KAFKA_BROKERS="+e.brokers,
 		"PACER_REDIS_URL="+e.redis,
@@ -106,7 +118,50 @@ type proc struct {
 	mu      sync.Mutex
 	log     bytes.Buffer
 	metrics chan string // the /metrics address, once logged
+	addr    string      // the /metrics address, once read from metrics
 	done    chan error
+}
+
+// metricsAddr returns the process's /metrics address, waiting up to 60 s
+// for it to be logged.
+func (p *proc) metricsAddr(t testing.TB) string {
+	t.Helper()
+	if p.addr == "" {
+		select {
+		case p.addr = <-p.metrics:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("no metrics address logged within 60 s\n%s", p.logs())
+		}
+	}
+	return p.addr
+}
+
+// metric returns the value of one series of the process's /metrics, such
+// as `pacer_delivered_total{channel="whatsapp"}` (labels in the order
+// Prometheus writes them: sorted by name), and whether it was there.
+func (p *proc) metric(t testing.TB, series string) (float64, bool) {
+	t.Helper()
+	_, body := httpGet(t, "http://"+p.metricsAddr(t)+"/metrics")
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("/metrics: %s: %v", line, err)
+			}
+			return f, true
+		}
+	}
+	return 0, false
+}
+
+// mustMetric is metric for a series that must be there.
+func (p *proc) mustMetric(t testing.TB, series string) float64 {
+	t.Helper()
+	v, ok := p.metric(t, series)
+	if !ok {
+		t.Fatalf("/metrics lacks %s", series)
+	}
+	return v
 }
 
 var metricsAddrRE = regexp.MustCompile(`msg="metrics listening" addr=(\S+)`)
@@ -179,6 +234,35 @@ func campaign(numbers, per int, tag string) (string, []string) {
 		}
 	}
 	return b.String(), keys
+}
+
+// deliveredNow returns the requests the fake accepted so far.
+func (e *e2e) deliveredNow() (n int) {
+	for _, s := range e.fake.Stats() {
+		n += s.Delivered
+	}
+	return n
+}
+
+// waitProgress waits until the fake accepted more than from messages and
+// returns how many; it fails the test after within. Fault injections call
+// it instead of sleeping, so the fault lands while messages flow.
+func (e *e2e) waitProgress(from int, within time.Duration, procs ...*proc) int {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if n := e.deliveredNow(); n > from {
+			return n
+		}
+		if time.Now().After(deadline) {
+			var logs strings.Builder
+			for _, p := range procs {
+				logs.WriteString(p.logs())
+			}
+			e.t.Fatalf("no delivery beyond %d within %v\n%s", from, within, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // waitDelivered waits until the fake accepted want messages in all.
@@ -256,12 +340,7 @@ func TestEndToEndOneProcess(t *testing.T) {
 	t.Logf("publish: %s", strings.TrimSpace(out))
 
 	p := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10")
-	var maddr string
-	select {
-	case maddr = <-p.metrics:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no metrics address logged\n%s", p.logs())
-	}
+	maddr := p.metricsAddr(t)
 	e.waitDelivered(numbers*per, 90*time.Second, p)
 	e.checkPacing(keys, per, rate, burst)
 
@@ -276,6 +355,35 @@ func TestEndToEndOneProcess(t *testing.T) {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+	if !strings.Contains(metrics, `pacer_consumer_lag_records{channel="whatsapp",topic="`+e.topic+`"}`) {
+		t.Errorf("/metrics lacks pacer_consumer_lag_records of the topic")
+	}
+	// The status page lists the campaign's keys, with the running limit,
+	// once the replica has published them (every 5 s).
+	var st statuspage.Status
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		code, body := httpGet(t, "http://"+maddr+"/status.json?sort=key")
+		if code != 200 {
+			t.Fatalf("/status.json = %d %q", code, body)
+		}
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatalf("/status.json: %v\n%s", err, body)
+		}
+		if st.Totals.Keys == numbers || time.Now().After(deadline) {
+			break
+		}
+	}
+	if st.Channel != "whatsapp" || st.Totals.Keys != numbers || len(st.Keys) != numbers || len(st.Replicas) != 1 {
+		t.Fatalf("/status.json: channel %q, %d keys, %d rows, replicas %v; want whatsapp, %d keys, 1 replica", st.Channel, st.Totals.Keys, len(st.Keys), st.Replicas, numbers)
+	}
+	for i, k := range st.Keys {
+		if k.Key != keys[i] || k.Limit != rate || k.Burst != burst || k.Rate != rate || k.Breaker != "closed" || k.Replicas != 1 {
+			t.Errorf("/status.json row %d: %+v; want key %s at limit %v/%d, closed, 1 replica", i, k, keys[i], rate, burst)
+		}
+	}
+	if code, body := httpGet(t, "http://"+maddr+"/status"); code != 200 || !strings.Contains(body, "status.json") {
+		t.Errorf("/status = %d", code)
 	}
 	p.stop(t)
 	if strings.Contains(p.logs(), "e2e-secret-token") {
@@ -306,14 +414,7 @@ func TestEndToEndTwoProcessesShareLimit(t *testing.T) {
 	// holds no rebalance.
 	a := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10")
 	b := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10")
-	deadline := time.Now().Add(60 * time.Second)
-	for !(strings.Contains(a.logs(), "partitions assigned") && strings.Contains(b.logs(), "partitions assigned")) {
-		if time.Now().After(deadline) {
-			t.Fatalf("both members not assigned within 60 s\n%s\n%s", a.logs(), b.logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	time.Sleep(3 * time.Second) // let the cooperative rebalance settle
+	e.waitMembersOwn(2, e.topic, 60*time.Second, a, b)
 	lines, keys := campaign(numbers, per, "2")
 	var recs []*kgo.Record
 	for _, l := range strings.Split(strings.TrimSpace(lines), "\n") {
@@ -324,13 +425,68 @@ func TestEndToEndTwoProcessesShareLimit(t *testing.T) {
 	}
 	e.waitDelivered(numbers*per, 120*time.Second, a, b)
 	e.checkPacing(keys, per, rate, burst)
+	// The limit was shared only if both members sent: each delivered a part,
+	// and the parts add up to the campaign.
+	sum := 0.0
 	for i, p := range []*proc{a, b} {
-		if !strings.Contains(p.logs(), "partitions assigned") {
-			t.Errorf("process %d never got a partition\n%s", i, p.logs())
+		n := p.mustMetric(t, `pacer_delivered_total{channel="whatsapp"}`)
+		t.Logf("process %d delivered %.0f", i, n)
+		if n == 0 {
+			t.Errorf("process %d delivered nothing: the other sent the whole campaign alone\n%s", i, p.logs())
 		}
+		sum += n
+	}
+	if sum != numbers*per {
+		t.Errorf("the processes delivered %.0f in all, want %d", sum, numbers*per)
 	}
 	a.stop(t)
 	b.stop(t)
+}
+
+// waitMembersOwn waits until the group has n members and each owns at least
+// one partition of topic (a member owning only retry partitions sends no
+// fresh record), and the group is stable.
+func (e *e2e) waitMembersOwn(n int, topic string, within time.Duration, procs ...*proc) {
+	e.t.Helper()
+	adm := kadm.NewClient(newKafkaClient(e.t, e.brokers))
+	group := "pacer-" + e.prefix
+	deadline := time.Now().Add(within)
+	var last string
+	for {
+		gs, err := adm.DescribeGroups(context.Background(), group)
+		if err == nil && gs.Error() == nil {
+			g := gs[group]
+			owning := 0
+			var desc strings.Builder
+			for _, m := range g.Members {
+				c, _ := m.Assigned.AsConsumer()
+				parts := 0
+				if c != nil {
+					for _, t := range c.Topics {
+						if t.Topic == topic {
+							parts += len(t.Partitions)
+						}
+					}
+				}
+				fmt.Fprintf(&desc, "%s: %d of %s; ", m.MemberID, parts, topic)
+				if parts > 0 {
+					owning++
+				}
+			}
+			last = fmt.Sprintf("state %s, %d members: %s", g.State, len(g.Members), desc.String())
+			if g.State == "Stable" && len(g.Members) == n && owning == n {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			var logs strings.Builder
+			for _, p := range procs {
+				logs.WriteString(p.logs())
+			}
+			e.t.Fatalf("within %v, not every one of %d members owned a partition of %s (%s)\n%s", within, n, topic, last, logs.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func TestPublishRejectsBadLines(t *testing.T) {
@@ -468,4 +624,17 @@ func TestEndToEndRedisCluster(t *testing.T) {
 		t.Errorf("pacer status on the cluster: %v\n%s", err, out)
 	}
 	p.stop(t)
+}
+
+// waitFor polls cond every 100 ms until it holds (true) or within passes
+// (false).
+func waitFor(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return true
 }

@@ -66,8 +66,20 @@ func TestCrashRecovery(t *testing.T) {
 	envs := []string{"PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10", "PACER_KAFKA_SESSION_TIMEOUT=6s"}
 	procs := []*proc{e.run(envs...), e.run(envs...), e.run(envs...)}
 	var inflight []int
+	total := numbers * per
 	for kill := range 2 {
-		time.Sleep(4 * time.Second)
+		// Kill while messages flow and the victim is sending: past a fifth
+		// of the campaign (first kill), past two fifths (second kill), not
+		// yet all, and the victim has delivered some.
+		at := e.waitProgress((kill+1)*total/5, 3*time.Minute, procs...)
+		if !waitFor(time.Minute, func() bool { v, _ := procs[0].metric(t, `pacer_delivered_total{channel="whatsapp"}`); return v > 0 }) {
+			t.Fatalf("kill %d: the process to kill delivered nothing within 1 min\n%s", kill+1, procs[0].logs())
+		}
+		at = e.deliveredNow()
+		if at >= total {
+			t.Fatalf("kill %d: all %d delivered before the kill; the fault hit nothing", kill+1, total)
+		}
+		t.Logf("kill %d: after %d of %d delivered", kill+1, at, total)
 		before := e.fake.InFlight()
 		procs[0].cmd.Process.Signal(syscall.SIGKILL)
 		<-procs[0].done
@@ -75,7 +87,6 @@ func TestCrashRecovery(t *testing.T) {
 		t.Logf("kill %d: SIGKILL with about %d requests in flight at the fake", kill+1, inflight[kill])
 		procs[0] = e.run(envs...)
 	}
-	total := numbers * per
 	// Wait until every record is finished: the group has no lag left (on
 	// the main and retry topics) and every id is delivered or dead-lettered.
 	adm := kadm.NewClient(newKafkaClient(t, e.brokers))
@@ -118,8 +129,11 @@ func TestCrashRecovery(t *testing.T) {
 	if lost != 0 {
 		t.Errorf("%d messages neither delivered nor dead-lettered", lost)
 	}
-	if limit := inflight[0] + inflight[1] + 2; unknown > limit {
-		t.Errorf("unknown-outcome %d > sends in flight at the kills (%v, +2 for the measuring gap)", unknown, inflight)
+	// A claim is taken right before its request: at a kill, the requests
+	// the fake is serving, plus those claimed whose bytes had not reached
+	// it yet (a few under load: 5 per kill allowed).
+	if limit := inflight[0] + inflight[1] + 2*5; unknown > limit {
+		t.Errorf("unknown-outcome %d > sends in flight at the kills (%v, +5 per kill for claims whose request had not arrived)", unknown, inflight)
 	}
 }
 
@@ -176,14 +190,17 @@ func privateRedis(t *testing.T) (addr string, restart func()) {
 	return addr, func() {
 		cmd.Process.Kill()
 		cmd.Wait()
-		time.Sleep(time.Second)
+		// Down longer than go-redis's own retries (3, backing off up to
+		// 512 ms), so the pacer's calls really fail.
+		time.Sleep(3 * time.Second)
 		start()
 	}
 }
 
 // TestRedisRestart: Redis dies mid-run and comes back empty (no script
-// cache, no buckets, no ledger). Nothing is lost or sent twice and the pacer
-// logs a handful of errors. The limit state is what Redis lost, so the 1 s
+// cache, no buckets, no ledger). Messages flow before and after; nothing is
+// lost, dead-lettered or sent twice; the pacer saw the failed calls and is
+// ready again afterwards. The limit state is what Redis lost, so the 1 s
 // window spanning the restart may hold one fresh burst more, plus the slots
 // granted before the restart that senders were still sleeping on (at most
 // PACER_INFLIGHT per partition): rate + 2 bursts + in-flight.
@@ -198,10 +215,26 @@ func TestRedisRestart(t *testing.T) {
 	}
 	const inflight = 8
 	p := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10", fmt.Sprintf("PACER_INFLIGHT=%d", inflight))
-	time.Sleep(3 * time.Second)
+	before := e.waitProgress(30, 60*time.Second, p)
 	restart()
+	after := e.deliveredNow()
+	t.Logf("Redis restarted after %d deliveries (%d when it answered again), of %d", before, after, numbers*per)
+	if after >= numbers*per {
+		t.Fatalf("all %d delivered before Redis came back; the restart hit nothing", after)
+	}
 	e.waitDelivered(numbers*per, 90*time.Second, p)
+	redisErrs := p.mustMetric(t, `pacer_redis_errors_total{channel="whatsapp"}`)
+	code, body := httpGet(t, "http://"+p.metricsAddr(t)+"/readyz")
 	p.stop(t)
+	if redisErrs < 1 {
+		t.Errorf("pacer_redis_errors_total = %v, want >= 1: the pacer never saw Redis down", redisErrs)
+	}
+	if code != 200 {
+		t.Errorf("/readyz after Redis came back = %d %q, want 200", code, body)
+	}
+	if dlq := e.dlqReasons(0); len(dlq) != 0 {
+		t.Errorf("DLQ after the restart = %v, want empty", dlq)
+	}
 	stats := e.fake.Stats()
 	for _, k := range keys {
 		s := stats[k]
@@ -213,15 +246,10 @@ func TestRedisRestart(t *testing.T) {
 			t.Errorf("number %s: %d in one 1 s window, want <= rate + 2 bursts + in-flight = %d", k, s.Max1s, limit)
 		}
 	}
-	errs := strings.Count(p.logs(), "level=ERROR")
-	t.Logf("error lines logged across the restart: %d", errs)
-	if errs > 5 {
-		t.Errorf("%d error lines logged, want a handful (<= 5)\n%s", errs, p.logs())
-	}
 }
 
 // TestKafkaRestart: the broker restarts mid-run on the same ports and data.
-// Nothing is lost or sent twice.
+// Messages flow before and after; nothing is lost or sent twice.
 func TestKafkaRestart(t *testing.T) {
 	const numbers, per, rate, burst = 3, 300, 50.0, 10
 	root, err := testenv.RepoRoot()
@@ -248,10 +276,14 @@ func TestKafkaRestart(t *testing.T) {
 		t.Fatalf("publish: %d %s %s", code, out, errs)
 	}
 	p := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10")
-	time.Sleep(3 * time.Second)
+	before := e.waitProgress(0, 2*time.Minute, p)
 	start := time.Now()
 	kafka("restart")
-	t.Logf("broker restarted in %.1fs", time.Since(start).Seconds())
+	after := e.deliveredNow()
+	t.Logf("broker restarted in %.1fs, after %d deliveries (%d when it was back), of %d", time.Since(start).Seconds(), before, after, numbers*per)
+	if after >= numbers*per {
+		t.Fatalf("all %d delivered before the broker came back; the restart hit nothing", after)
+	}
 	e.waitDelivered(numbers*per, 3*time.Minute, p)
 	p.stop(t)
 	stats := e.fake.Stats()
@@ -292,9 +324,10 @@ func TestPoisonAmongGood(t *testing.T) {
 }
 
 // TestLongCooldown: a key stays in cooldown (20 s here; `make soak` runs
-// 5 min via PACER_TEST_COOLDOWN) with PACER_MAX_ATTEMPTS=3: its messages are
+// 5 min via PACER_TEST_COOLDOWN) with PACER_MAX_ATTEMPTS=1: its messages are
 // requeued without attempts and delivered after the cooldown; none is
-// dead-lettered as attempts-exhausted.
+// dead-lettered as attempts-exhausted. With one attempt allowed, a single
+// requeue counted as an attempt would exhaust a message.
 func TestLongCooldown(t *testing.T) {
 	cooldown := 20 * time.Second
 	if v := os.Getenv("PACER_TEST_COOLDOWN"); v != "" {
@@ -305,7 +338,11 @@ func TestLongCooldown(t *testing.T) {
 		cooldown = d
 	}
 	e := newE2E(t, whatsapptest.Config{})
-	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimSuffix(strings.TrimPrefix(e.redis, "redis://"), "/0")})
+	ro, err := redis.ParseURL(e.redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(ro)
 	defer rdb.Close()
 	if err := bucket.New(rdb, bucket.Config{Prefix: e.prefix}).Cooldown(context.Background(), "whatsapp", "107", cooldown); err != nil {
 		t.Fatal(err)
@@ -318,9 +355,12 @@ func TestLongCooldown(t *testing.T) {
 	if code, out, errs := e.publish(b.String(), "--partitions", "2"); code != 0 {
 		t.Fatalf("publish: %d %s %s", code, out, errs)
 	}
-	p := e.run("PACER_MAX_ATTEMPTS=3", "PACER_MAX_TOKEN_WAIT=1s", "PACER_RETRY_DELAYS=2s,10s,60s")
+	p := e.run("PACER_MAX_ATTEMPTS=1", "PACER_MAX_TOKEN_WAIT=1s", "PACER_RETRY_DELAYS=2s,10s,60s")
 	e.waitDelivered(50, cooldown+2*time.Minute, p)
 	first := e.fake.Stats()["107"].First
+	requeued := p.mustMetric(t, `pacer_requeued_total{channel="whatsapp",reason="cooldown"}`)
+	exhausted := p.mustMetric(t, `pacer_dlq_total{channel="whatsapp",reason="attempts-exhausted"}`)
+	attempts := p.mustMetric(t, `pacer_retries_total{channel="whatsapp"}`)
 	p.stop(t)
 	t.Logf("cooldown %v: first delivery %.1fs after it was set", cooldown, first.Sub(start).Seconds())
 	if first.Sub(start) < cooldown-time.Second {
@@ -329,7 +369,15 @@ func TestLongCooldown(t *testing.T) {
 	if s := e.fake.Stats()["107"]; s.Delivered != 50 || s.Duplicates != 0 {
 		t.Errorf("delivered %d (duplicates %d), want 50 once", s.Delivered, s.Duplicates)
 	}
-	if strings.Contains(p.logs(), "attempts-exhausted") {
-		t.Error("a message was dead-lettered as attempts-exhausted during the cooldown")
+	// The cooldown outlasted MaxTokenWait, so messages were put back, and
+	// that cost no attempt: no retry, nothing dead-lettered.
+	if requeued < 1 {
+		t.Errorf("pacer_requeued_total{reason=cooldown} = %v, want >= 1", requeued)
+	}
+	if exhausted != 0 || attempts != 0 {
+		t.Errorf("pacer_dlq_total{reason=attempts-exhausted} = %v, pacer_retries_total = %v; want 0, 0", exhausted, attempts)
+	}
+	if dlq := e.dlqReasons(0); len(dlq) != 0 {
+		t.Errorf("DLQ = %v, want empty", dlq)
 	}
 }

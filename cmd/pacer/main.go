@@ -3,8 +3,11 @@
 //
 //	pacer run --channel whatsapp         the daemon, configured by PACER_* variables
 //	pacer publish --channel whatsapp F   a JSONL campaign file (or -) to Kafka
+//	pacer ingest                         the HTTP API for tenants (PACER_INGEST_* variables)
 //	pacer status --channel whatsapp      per-key rate, limit, tokens, cooldown, breaker
 //	pacer dlq replay --channel whatsapp  put DLQ records back on the main topic
+//	pacer limit set|get|unset            per-key limits at run time
+//	pacer campaign pause|resume|cancel   campaign control at run time; status: its progress
 //	pacer demo                           the whole flow in-process, no servers
 //	pacer fake-provider whatsapp         a fake WhatsApp Cloud API for tests
 //
@@ -19,6 +22,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"syscall"
 )
 
@@ -27,10 +33,14 @@ const usage = `usage: pacer <command> [flags]
 commands:
   run            consume a channel's topic and pace its sends (configured by PACER_* variables)
   publish        publish a JSONL campaign file to a channel's topic
+  ingest         serve the HTTP ingest API for tenants (configured by PACER_* variables)
   status         per-key rate, limit, tokens, cooldown and breaker from Redis
   dlq replay     put dead-lettered records back on the main topic
+  limit          set, get or unset a pacing key's limit at run time (set|get|unset)
+  campaign       pause, resume or cancel a campaign at run time, or show its status
   demo           run the whole flow in-process: embedded Kafka, Redis and a fake provider
   fake-provider  serve a fake provider API (whatsapp) for tests
+  version        print the version of this binary
 
 Run "pacer <command> -h" for the flags of a command.
 `
@@ -57,14 +67,23 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdRun(ctx, args[1:], stdout, stderr, lookup)
 	case "publish":
 		err = cmdPublish(ctx, args[1:], stdin, stdout, stderr, lookup)
+	case "ingest":
+		err = cmdIngest(ctx, args[1:], stdout, stderr, lookup)
 	case "demo":
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
 	case "status":
 		err = cmdStatus(ctx, args[1:], stdout, stderr, lookup)
+	case "limit":
+		err = cmdLimit(ctx, args[1:], stdout, stderr, lookup)
+	case "campaign":
+		err = cmdCampaign(ctx, args[1:], stdout, stderr, lookup)
 	case "dlq":
 		err = cmdDLQ(ctx, args[1:], stdout, stderr, lookup)
 	case "fake-provider":
 		err = cmdFakeProvider(ctx, args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, versionString())
+		return 0
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -75,7 +94,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil || errors.Is(err, errHelp) {
 		return 0
 	}
-	fmt.Fprintln(stderr, "pacer:", err)
+	// Errors of package pacer already say "pacer: "; say it once.
+	if msg := err.Error(); strings.HasPrefix(msg, "pacer: ") {
+		fmt.Fprintln(stderr, msg)
+	} else {
+		fmt.Fprintln(stderr, "pacer:", msg)
+	}
 	var ue *usageError
 	var ce *configError
 	if errors.As(err, &ue) || errors.As(err, &ce) || errors.Is(err, errConfig) {
@@ -87,19 +111,63 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // errHelp is -h on a subcommand: its usage was printed; exit status 0.
 var errHelp = errors.New("help requested")
 
-// parseFlags parses args into fs and refuses stray positional arguments
-// unless fs is publish's (which takes FILE).
+// parseFlags parses args into fs, flags before and after positional
+// arguments alike (pacer publish f.jsonl --channel whatsapp), and refuses
+// positional arguments unless fs is publish's (which takes FILE). "--" ends
+// the flags. The positional arguments are left in fs.Args().
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return errHelp
+			}
+			return &usageError{err.Error()}
 		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			pos = append(pos, rest...) // after "--": all positional
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	if fs.Name() != "pacer publish" && len(pos) > 0 {
+		return &usageError{fmt.Sprintf("%s: unexpected argument %q", strings.TrimPrefix(fs.Name(), "pacer "), pos[0])}
+	}
+	// Leave the positional arguments where fs.Arg and fs.NArg find them.
+	if err := fs.Parse(append([]string{"--"}, pos...)); err != nil {
 		return &usageError{err.Error()}
 	}
-	if fs.Name() != "pacer publish" && fs.NArg() > 0 {
-		return &usageError{fmt.Sprintf("%s: unexpected argument %q (flags go before arguments)", fs.Name(), fs.Arg(0))}
-	}
 	return nil
+}
+
+// version is the release this binary was built from, set by the Makefile
+// (-ldflags "-X main.version=..."); empty in a plain go build, where the
+// module's build information is used.
+var version string
+
+// versionString says which build this is: version (or the module version
+// and VCS revision Go recorded), and the Go toolchain.
+func versionString() string {
+	v := version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = bi.Main.Version
+			for _, s := range bi.Settings {
+				if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+					v += " " + s.Value[:12]
+				}
+			}
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	return "pacer " + v + " " + runtime.Version()
 }
 
 // errConfig marks configuration errors (exit status 2).

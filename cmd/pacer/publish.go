@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"time"
 
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/pacer"
+	"github.com/redis/go-redis/v9"
 	"github.com/schollz/progressbar/v3"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/term"
@@ -20,13 +25,14 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprintln(stderr, "usage: pacer publish --channel C [--topic T] [--partitions N] FILE.jsonl|-")
 		fs.PrintDefaults()
 	}
-	channel := fs.String("channel", "", "channel of the campaign: "+channelList+" (required)")
+	channel := fs.String("channel", "", "channel of the campaign: "+channelList()+" (required)")
 	topic := fs.String("topic", "", "topic to publish to (default pacer.<channel>)")
 	partitions := fs.Int("partitions", 12, "partitions of the topic if publish has to create it")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := checkChannel(*channel); err != nil {
+	ch, err := channelNamed(*channel)
+	if err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -38,7 +44,7 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if *partitions < 1 {
 		return &usageError{"publish: --partitions must be >= 1"}
 	}
-	cfg, err := loadConfig(lookup)
+	cfg, err := loadConfig(lookup, ch)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
@@ -50,7 +56,8 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if name := fs.Arg(0); name != "-" {
 		f, err := os.Open(name)
 		if err != nil {
-			return err
+			// Like a directory: the argument cannot be used (exit 2).
+			return &usageError{fmt.Sprintf("publish: cannot open %s: %v", name, errors.Unwrap(err))}
 		}
 		defer f.Close()
 		if st, err := f.Stat(); err == nil {
@@ -62,20 +69,23 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		in = f
 	}
 
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(cfg.KafkaBrokers...),
+	kopts, err := kafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(kopts,
 		kgo.ClientID("pacer-publish"),
 		kgo.RequiredAcks(kgo.AllISRAcks()), // with idempotent writes, kgo's default
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchMaxBytes(4<<20),
-	)
+	)...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
 	n, err := pacer.EnsureTopic(ctx, cl, *topic, *partitions)
 	if err != nil {
-		return err
+		return kafkaFailure(cfg, err)
 	}
 
 	pc := pacer.PublishConfig{
@@ -93,6 +103,7 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	s, err := pacer.Publish(ctx, cl, in, pc)
 	fmt.Fprintf(stdout, "published %d, rejected %d, %.2fs, %.0f msgs/s (topic %s, %d partitions)\n",
 		s.Published, s.Rejected, s.Elapsed.Seconds(), s.Rate(), *topic, n)
+	countPublished(ctx, cfg, *channel, s.ByCampaign, stderr)
 	if err != nil {
 		return err
 	}
@@ -100,4 +111,30 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return fmt.Errorf("%d line(s) rejected", s.Rejected)
 	}
 	return nil
+}
+
+// countPublished adds the records published per campaign to the campaigns'
+// counters in Redis (one HINCRBY per campaign), for `pacer campaign
+// status`. Best effort: without Redis the count stays unknown and publish
+// still succeeds.
+func countPublished(ctx context.Context, cfg config, channel string, byCampaign map[string]int, stderr io.Writer) {
+	if len(byCampaign) == 0 {
+		return
+	}
+	rdb, err := newRedis(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "pacer: campaign counts not recorded: %v\n", err)
+		return
+	}
+	defer rdb.Close()
+	redis.SetLogger(quietRedis{})
+	st := control.New(rdb, bucket.NewKeys(cfg.RedisPrefix))
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for c, n := range byCampaign {
+		if err := st.AddPublished(ctx, channel, c, int64(n)); err != nil {
+			fmt.Fprintf(stderr, "pacer: campaign %s: published count not recorded in Redis (%s): %v\n", c, redisSetting(cfg), err)
+			return
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -9,14 +10,26 @@ import (
 // newRedis connects to Redis as configured: a Redis Cluster when
 // PACER_REDIS_CLUSTER_ADDRS is set, a Sentinel-managed master when
 // PACER_REDIS_SENTINEL_ADDRS is, else the single server of PACER_REDIS_URL.
+// In every mode PACER_REDIS_USERNAME and PACER_REDIS_PASSWORD log in (an
+// ACL user, or the default user with a password; for the single server
+// the URL's own user and password may do instead), and TLS is on with
+// PACER_REDIS_TLS or a rediss:// URL, checked against PACER_REDIS_TLS_CA_FILE
+// and with the client certificate of PACER_REDIS_TLS_CERT_FILE if set.
 // Every bucket key of one pacing key shares a hash tag, so each script call
 // stays in one cluster slot. Errors name the variable and never echo the URL
 // (it may hold a password).
 func newRedis(cfg config) (redis.UniversalClient, error) {
+	var tc *tls.Config
+	if cfg.redisTLS() {
+		var err error
+		if tc, err = cfg.redisTLSSettings().config(); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case cfg.RedisClusterAddrs != "":
 		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: splitList(cfg.RedisClusterAddrs), Password: cfg.RedisPassword,
+			Addrs: splitList(cfg.RedisClusterAddrs), Username: cfg.RedisUsername, Password: cfg.RedisPassword, TLSConfig: tc,
 		}), nil
 	case cfg.RedisSentinelAddrs != "":
 		if cfg.RedisSentinelMaster == "" {
@@ -24,12 +37,24 @@ func newRedis(cfg config) (redis.UniversalClient, error) {
 		}
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: cfg.RedisSentinelMaster, SentinelAddrs: splitList(cfg.RedisSentinelAddrs),
-			Password: cfg.RedisPassword,
+			Username: cfg.RedisUsername, Password: cfg.RedisPassword, TLSConfig: tc,
 		}), nil
 	}
 	o, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
 		return nil, &configError{"PACER_REDIS_URL", "cannot parse the URL (check host, port and database)"}
+	}
+	if cfg.RedisUsername != "" || cfg.RedisPassword != "" {
+		if o.Username != "" || o.Password != "" {
+			return nil, &configError{"PACER_REDIS_URL and PACER_REDIS_USERNAME or PACER_REDIS_PASSWORD", "give the user and password in one of them, not both"}
+		}
+		o.Username, o.Password = cfg.RedisUsername, cfg.RedisPassword
+	}
+	if tc != nil {
+		if tc.ServerName == "" && o.TLSConfig != nil {
+			tc.ServerName = o.TLSConfig.ServerName // the URL's host
+		}
+		o.TLSConfig = tc
 	}
 	return redis.NewClient(o), nil
 }

@@ -2,16 +2,22 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/control"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/statuspage"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -22,22 +28,36 @@ import (
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
 	fs := flag.NewFlagSet("pacer run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	channel := fs.String("channel", "", "channel to pace: "+channelList+" (required)")
+	channel := fs.String("channel", "", "channel to pace: "+channelList()+" (required)")
 	topic := fs.String("topic", "", "topic to consume (default pacer.<channel>)")
 	group := fs.String("group", "", "consumer group (default pacer-<channel>)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: pacer run --channel C [--topic T] [--group G]")
+		fs.PrintDefaults()
+		ch, _ := channelNamed(*channel)
+		fmt.Fprint(stderr, settingsHelp(ch))
+	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(lookup)
+	ch, err := channelNamed(*channel)
+	if err != nil {
+		return err
+	}
+	cfg, err := loadConfig(lookup, ch)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 	log := newLogger(cfg, stderr)
-
-	if err := checkChannel(*channel); err != nil {
+	vars := cfg.channels[ch.name].vars
+	vars.log = log
+	sender, err := ch.sender(ctx, vars)
+	if err != nil {
 		return err
 	}
-	sender, limit, err := buildSender(ctx, *channel, cfg)
+	pc := cfg.pacerConfig(ch)
+	pc.Topic, pc.Group, pc.Logger = *topic, *group, log
+	kopts, err := kafkaOpts(cfg)
 	if err != nil {
 		return err
 	}
@@ -57,43 +77,62 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err = lim.Load(lctx)
 	cancel()
+	if r := redisRefusal(err); r != "" {
+		// Credentials or certificates: waiting cannot help.
+		return fmt.Errorf("redis: %s: %w", r, err)
+	}
 	if err != nil {
 		// Not fatal: the pacer stays not-ready and retries until Redis answers.
 		log.Warn("redis not reachable at start-up; sends wait until it is", "err", err)
 	}
 
-	publishLimit(ctx, rdb, cfg.RedisPrefix, *channel, limit, log)
-	aimd, breaker := adaptConfig(cfg, limit)
+	publishLimit(ctx, rdb, cfg.RedisPrefix, ch.name, pc.Limit, log)
+	// Per-key limits and campaign controls set at run time (pacer limit,
+	// pacer campaign) live in Redis under the limiter's key names.
+	ctl := control.New(rdb, lim.Keys())
+	base := pacer.KeyPolicy{Limit: pc.Limit, RecipientLimit: pc.RecipientLimit, AIMD: pc.AIMD, Breaker: pc.Breaker}
+	policy := pacer.OverridePolicy{Base: base, Channel: ch.name, Store: ctl}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p, err := pacer.New(pacer.Config{
-		Channel: *channel, Topic: *topic, Group: *group, Limit: limit, RecipientLimit: recipientLimit(*channel, cfg),
-		MaxAttempts: cfg.MaxAttempts, Drain: cfg.Drain,
-		AIMD: aimd, Breaker: breaker,
-		MaxTokenWait: cfg.MaxTokenWait, RetryDelays: cfg.RetryDelays, InFlight: cfg.InFlight, LeaseSize: cfg.LeaseSize, SendTimeout: cfg.SendTimeout,
-		UnknownOutcome: cfg.UnknownOutcome, IdempotencyTTL: cfg.IdempotencyTTL, RedisFailure: cfg.RedisFailure,
-		Logger: log,
-	}, []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID("pacer-" + *channel),
-		kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))},
-		pacer.Deps{Bucket: lim, Adapter: lim, Ledger: bucket.NewLedger(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Sender: sender,
+	p, err := pacer.New(pc, append(kopts, kgo.ClientID("pacer-"+ch.name),
+		kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))),
+		pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Ledger: ledger.New(rdb, lim.Keys()), Sender: sender,
 			Fallback:  bucket.NewLocal(bucket.LocalConfig{Replicas: cfg.ExpectedReplicas}),
-			RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}, reg)
+			RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+			Policy:    policy, Campaigns: ctl}, reg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 
-	srv := &http.Server{Handler: opsHandler(reg, p.Ready), ReadHeaderTimeout: 5 * time.Second}
+	go publishBacklog(ctx, rdb, cfg.RedisPrefix, ch.name, p.Owner(), p, log)
+	// The status page: this replica publishes its active keys, and its page
+	// shows every replica's, with each key's limit as set at run time.
+	scfg := statuspage.Config{Channel: ch.name, Prefix: cfg.RedisPrefix, Logger: log, Policy: policy}
+	go statuspage.NewPublisher(rdb, scfg, p.ActiveKeys).Run(ctx)
+	srv := &http.Server{Handler: opsHandler(reg, p.Ready, statuspage.New(rdb, scfg).Register), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()
 	log.Info("metrics listening", "addr", ln.Addr().String())
 
-	return p.Run(ctx)
+	err = p.Run(ctx)
+	var ke *pacer.KafkaError
+	if errors.As(err, &ke) {
+		if ke.After == 0 { // refused at once: the cause names the setting
+			return fmt.Errorf("%w (PACER_KAFKA_BROKERS=%s)", kafkaFailure(cfg, err), strings.Join(cfg.KafkaBrokers, ","))
+		}
+		return fmt.Errorf("%w (PACER_KAFKA_BROKERS=%s; the wait is PACER_KAFKA_STARTUP_TIMEOUT)", err, strings.Join(cfg.KafkaBrokers, ","))
+	}
+	return err
 }
 
-// opsHandler serves /metrics, /healthz (the process is alive) and /readyz
-// (consuming and Redis answering).
-func opsHandler(reg *prometheus.Registry, ready func() bool) http.Handler {
+// opsHandler serves /metrics, /healthz (the process is alive), /readyz
+// (consuming and Redis answering) and what each of extra registers (the
+// status page).
+func opsHandler(reg *prometheus.Registry, ready func() bool, extra ...func(*http.ServeMux)) http.Handler {
 	mux := http.NewServeMux()
+	for _, add := range extra {
+		add(mux)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,42 +15,9 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/redis/go-redis/v9"
 )
-
-// channelLimit returns the configured (ceiling) limit of channel.
-func channelLimit(channel string, cfg config) bucket.Limit {
-	switch channel {
-	case "whatsapp":
-		return bucket.Limit{PerSecond: cfg.WhatsApp.Rate, Burst: cfg.WhatsApp.Burst}
-	case "apns":
-		return bucket.Limit{PerSecond: cfg.APNs.Rate, Burst: cfg.APNs.Burst}
-	case "fcm":
-		return bucket.Limit{PerSecond: cfg.FCM.Rate, Burst: cfg.FCM.Burst}
-	case "sendgrid":
-		return bucket.Limit{PerSecond: cfg.SendGrid.Rate, Burst: cfg.SendGrid.Burst}
-	}
-	return bucket.Limit{}
-}
-
-// recipientLimit returns the per-recipient bucket of channel, or the zero
-// Limit for none.
-func recipientLimit(channel string, cfg config) bucket.Limit {
-	switch {
-	case channel == "whatsapp" && cfg.WhatsApp.PairRate > 0:
-		return bucket.Limit{PerSecond: cfg.WhatsApp.PairRate, Burst: cfg.WhatsApp.PairBurst}
-	case channel == "fcm" && cfg.FCM.DeviceRate > 0:
-		return bucket.Limit{PerSecond: cfg.FCM.DeviceRate, Burst: cfg.FCM.DeviceBurst}
-	}
-	return bucket.Limit{}
-}
-
-// adaptConfig returns the AIMD and breaker settings for a channel limit.
-func adaptConfig(cfg config, limit bucket.Limit) (bucket.AIMD, bucket.Breaker) {
-	return bucket.AIMD{Decrease: cfg.AIMDDecrease, Floor: min(cfg.AIMDFloor, limit.PerSecond), Window: cfg.AIMDWindow,
-			Step: cfg.AIMDStep, MinCooldown: cfg.ThrottleCooldown, MaxCooldown: cfg.MaxCooldown},
-		bucket.Breaker{OpenFor: cfg.HaltCooldown, MaxOpenFor: cfg.BreakerMaxOpen, FloorThrottles: cfg.BreakerFloorThrottles}
-}
 
 // limitKey holds a channel's configured limit as the running pacers see it,
 // so `pacer status` shows theirs rather than its own shell's.
@@ -88,15 +56,16 @@ const maxStatusKeys = 1000
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
 	fs := flag.NewFlagSet("pacer status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	channel := fs.String("channel", "", "channel: "+channelList+" (required)")
+	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
 	key := fs.String("key", "", "one pacing key; default: every key with state in Redis (cooldown, adapted rate, breaker, bucket)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := checkChannel(*channel); err != nil {
+	ch, err := channelNamed(*channel)
+	if err != nil {
 		return err
 	}
-	cfg, err := loadConfig(lookup)
+	cfg, err := loadConfig(lookup, ch)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
@@ -105,13 +74,30 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		return err
 	}
 	defer rdb.Close()
-	lim := bucket.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
-	ceiling, from := channelLimit(*channel, cfg), "this shell's PACER_* settings (no running pacer recorded one)"
+	// Answer plainly when Redis cannot be read, before printing anything
+	// (and without go-redis's own log lines about dialling).
+	redis.SetLogger(quietRedis{})
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	err = rdb.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		if r := redisRefusal(err); r != "" {
+			return fmt.Errorf("status: redis: %s: %v", r, err)
+		}
+		return fmt.Errorf("status: cannot read Redis (%s): %v", redisSetting(cfg), err)
+	}
+	ad := adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
+	names := ad.Keys()
+	pc := cfg.pacerConfig(ch)
+	ceiling, from := pc.Limit, "this shell's PACER_* settings (no running pacer recorded one)"
 	if pub, ok := publishedLimit(ctx, rdb, cfg.RedisPrefix, *channel); ok {
 		ceiling, from = pub, "the running pacers"
 	}
-	aimd, _ := adaptConfig(cfg, ceiling)
-	fmt.Fprintf(stdout, "channel %s: limit %.4g msgs/s, burst %d per key, from %s\n", *channel, ceiling.PerSecond, ceiling.Burst, from)
+	// This shell's floor was checked against this shell's rate; the
+	// running pacers' may be lower.
+	aimd := pc.AIMD
+	aimd.Floor = min(aimd.Floor, ceiling.PerSecond)
+	fmt.Fprintf(stdout, "channel %s: limit %.4g msgs/s, burst %d per key (LIMIT/S), from %s\n", *channel, ceiling.PerSecond, ceiling.Burst, from)
 
 	keys := []string{*key}
 	if *key == "" {
@@ -122,16 +108,20 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tRATE/S\tLIMIT/S\tACHIEVED/S\tUTIL\tTOKENS\tCOOLDOWN\tBREAKER\tREASON")
 	for _, k := range keys {
-		n, err := rdb.Exists(ctx, lim.BucketKey(*channel, k), lim.CooldownKey(*channel, k),
-			lim.AIMDKey(*channel, k), lim.BreakerKey(*channel, k), lim.AchievedKey(*channel, k)).Result()
+		n, err := rdb.Exists(ctx, names.Bucket(*channel, k), names.Cooldown(*channel, k),
+			names.AIMD(*channel, k), names.Breaker(*channel, k), names.Achieved(*channel, k)).Result()
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
 		if n == 0 {
-			fmt.Fprintf(tw, "%s\t-\t%.4g\t-\t-\t-\t-\t-\tno state in Redis: idle, or never sent for\n", k, ceiling.PerSecond)
+			// State expires once it says nothing a fresh key would not:
+			// a full bucket, no cooldown, the rate not adapted, nothing
+			// accepted lately.
+			fmt.Fprintf(tw, "%s\t%.4g\t%.4g\t-\t-\t%d\t0s\tclosed\tbucket full, never throttled or recovered (no state kept)\n",
+				k, ceiling.PerSecond, ceiling.PerSecond, ceiling.Burst)
 			continue
 		}
-		s, err := lim.Snapshot(ctx, *channel, k, ceiling, aimd)
+		s, err := ad.Snapshot(ctx, *channel, k, ceiling, aimd)
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
@@ -146,7 +136,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		// Utilization: what every replica saw accepted over the last 5 s or
 		// more, over the rate the key is paced at.
 		achieved, util := "-", "-"
-		if r, ok, err := lim.Achieved(ctx, *channel, k); err != nil {
+		if r, ok, err := ad.Achieved(ctx, *channel, k); err != nil {
 			return fmt.Errorf("redis: %w", err)
 		} else if ok {
 			achieved = strconv.FormatFloat(r, 'f', 1, 64)
@@ -157,7 +147,12 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	}
 	tw.Flush()
 	if *key == "" {
-		fmt.Fprintf(stdout, "%d key(s) with state in Redis for channel %s\n", len(keys), *channel)
+		more := ""
+		if len(keys) >= maxStatusKeys {
+			more = fmt.Sprintf(" (the first %d; use --key for others)", maxStatusKeys)
+		}
+		fmt.Fprintf(stdout, "%d key(s) of channel %s seen in Redis (bucket, cooldown, rate, breaker or delivered ids)%s\n", len(keys), *channel, more)
+		return printBacklog(ctx, stdout, rdb, cfg.RedisPrefix, *channel, 10)
 	}
 	return nil
 }
@@ -172,15 +167,21 @@ func scanKeys(ctx context.Context, rdb redis.UniversalClient, prefix, channel st
 		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
 		for iter.Next(ctx) {
 			k := iter.Val()
+			// The pacing key is the hash tag's tail: the first "}" ends it
+			// (a ledger id after it may hold braces).
 			open := strings.Index(k, "{"+channel+":")
-			end := strings.LastIndex(k, "}")
-			if open < 0 || end <= open {
+			if open < 0 {
+				continue
+			}
+			tag := k[open+len(channel)+2:]
+			end := strings.IndexByte(tag, '}')
+			if end < 0 {
 				continue
 			}
 			mu.Lock()
 			full := len(seen) >= maxStatusKeys
 			if !full {
-				seen[k[open+len(channel)+2:end]] = true
+				seen[tag[:end]] = true
 			}
 			mu.Unlock()
 			if full {
@@ -204,4 +205,25 @@ func scanKeys(ctx context.Context, rdb redis.UniversalClient, prefix, channel st
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// quietRedis drops go-redis's internal log lines (dial retries), which
+// would interleave with status output; errors reach the caller anyway.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+// redisSetting names the setting that chose the Redis server, never its
+// value (a URL may hold a password).
+func redisSetting(cfg config) string {
+	switch {
+	case cfg.RedisClusterAddrs != "":
+		return "PACER_REDIS_CLUSTER_ADDRS=" + cfg.RedisClusterAddrs
+	case cfg.RedisSentinelAddrs != "":
+		return "PACER_REDIS_SENTINEL_ADDRS=" + cfg.RedisSentinelAddrs
+	}
+	if u, err := url.Parse(cfg.RedisURL); err == nil {
+		return "PACER_REDIS_URL host " + u.Host
+	}
+	return "PACER_REDIS_URL"
 }

@@ -1,27 +1,87 @@
-// Package deptest holds the test that keeps Pacer's data flowing one way:
-// cmd -> pacer -> {bucket, channels, partitioner}; bucket -> lua.
+// Package deptest holds the tests that keep Pacer's data flowing one way:
+// cmd -> pacer -> {bucket, channels, partitioner}; bucket -> lua;
+// cmd -> pacer/statuspage -> {pacer, bucket}. The
+// subpackages of bucket (adapt, ledger, window, quota) may import bucket and lua,
+// never the other way.
 package deptest
 
 import (
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
 
 const mod = "github.com/pacerhq/pacer"
 
+// goCmd returns the go command that built this test (GOROOT/bin/go), or the
+// one on PATH. Without one it fails the test: a guard that cannot look must
+// not pass.
+func goCmd(t *testing.T) string {
+	t.Helper()
+	if root := runtime.GOROOT(); root != "" {
+		bin := filepath.Join(root, "bin", "go")
+		if _, err := exec.LookPath(bin); err == nil {
+			return bin
+		}
+	}
+	bin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command in GOROOT (%q) or on PATH: the import boundaries cannot be checked", runtime.GOROOT())
+	}
+	return bin
+}
+
+// goList runs `go list args...` and returns its output.
+func goList(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(goCmd(t), append([]string{"list"}, args...)...)
+	out, err := cmd.Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, ee.Stderr)
+		}
+		t.Fatalf("go list %s: %v", strings.Join(args, " "), err)
+	}
+	if len(strings.TrimSpace(string(out))) == 0 {
+		t.Fatalf("go list %s printed nothing", strings.Join(args, " "))
+	}
+	return string(out)
+}
+
 // TestDataFlowsOneWay fails when a package gains an import its place in
 // the design forbids, and says why (style.md 2.9).
 func TestDataFlowsOneWay(t *testing.T) {
 	kafka := "github.com/twmb/franz-go"
 	prom := "github.com/prometheus/"
+	bucketSub := map[string]string{ // what bucket's subpackages may not import
+		mod + "/pacer": "pacer imports bucket, not the other way", mod + "/channels": "providers are pacer's business",
+		mod + "/partitioner": "keys arrive as strings", mod + "/cmd": "nothing imports cmd",
+		kafka: "only cmd and pacer speak Kafka", prom: "only cmd and pacer measure",
+	}
 	for pkg, bad := range map[string]map[string]string{ // package => forbidden dependency prefix => why
-		"pacer": {mod + "/cmd": "nothing imports cmd"},
+		"pacer": {mod + "/cmd": "nothing imports cmd", mod + "/pacer/statuspage": "the status page reads the pacer, not the other way"},
+		"pacer/statuspage": {
+			mod + "/cmd": "nothing imports cmd", mod + "/channels/": "the page shows pacing state, never a provider's",
+		},
+		"deploy": {mod + "/": "deploy's tests check the deployment files, not Pacer's code"},
 		"bucket": {
 			mod + "/pacer": "pacer imports bucket, not the other way", mod + "/channels": "providers are pacer's business",
-			mod + "/partitioner": "keys arrive as strings", kafka: "only cmd and pacer speak Kafka", prom: "only cmd and pacer measure",
+			mod + "/partitioner": "keys arrive as strings", mod + "/cmd": "nothing imports cmd",
+			kafka: "only cmd and pacer speak Kafka", prom: "only cmd and pacer measure",
+			mod + "/bucket/adapt": "adapt imports bucket, not the other way", mod + "/bucket/ledger": "ledger imports bucket, not the other way",
+			mod + "/bucket/window":  "window imports bucket, not the other way",
+			mod + "/bucket/quota":   "quota imports bucket, not the other way",
+			mod + "/bucket/control": "control imports bucket, not the other way",
 		},
-		"lua": {mod + "/": "lua holds scripts and nothing else", "github.com/": "lua holds scripts and nothing else"},
+		"bucket/adapt":   bucketSub,
+		"bucket/ledger":  bucketSub,
+		"bucket/window":  bucketSub,
+		"bucket/quota":   bucketSub,
+		"bucket/control": bucketSub,
+		"pacer/ingest":   {mod + "/cmd": "nothing imports cmd"},
+		"lua":            {mod + "/": "lua holds scripts and nothing else", "github.com/": "lua holds scripts and nothing else"},
 		"partitioner": {
 			mod + "/": "partitioner is pure functions", kafka: "partitioner computes, kgo sends", prom: "only cmd and pacer measure",
 		},
@@ -29,12 +89,16 @@ func TestDataFlowsOneWay(t *testing.T) {
 	} {
 		checkDeps(t, pkg, bad)
 	}
-	for _, p := range []string{"apns", "fcm", "sendgrid", "whatsapp"} {
+	adapters := adapterPackages(t)
+	if len(adapters) < 4 {
+		t.Fatalf("found adapters %v under channels/, want at least apns, fcm, sendgrid and whatsapp", adapters)
+	}
+	for _, p := range adapters {
 		bad := map[string]string{
 			mod + "/pacer": "adapters return values; pacer decides", mod + "/bucket": "adapters do not pace",
 			mod + "/cmd": "nothing imports cmd", kafka: "only cmd and pacer speak Kafka", prom: "only cmd and pacer measure",
 		}
-		for _, other := range []string{"apns", "fcm", "sendgrid", "whatsapp"} {
+		for _, other := range adapters {
 			if other != p {
 				bad[mod+"/channels/"+other] = "providers never import each other"
 			}
@@ -43,30 +107,49 @@ func TestDataFlowsOneWay(t *testing.T) {
 	}
 }
 
-// TestOnlyBucketImportsLua checks direct imports: the scripts are run by
-// package bucket and nobody else.
+// TestOnlyBucketImportsLua checks direct imports, tests' included: the
+// scripts are run by package bucket (and the packages beneath it) and
+// nobody else.
 func TestOnlyBucketImportsLua(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", mod+"/...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	out := goList(t, "-e", "-f", `{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`, mod+"/...")
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
+		if len(f) == 0 || f[0] == mod+"/lua" || f[0] == mod+"/bucket" || strings.HasPrefix(f[0], mod+"/bucket/") {
+			continue
+		}
 		for _, imp := range f[1:] {
-			if imp == mod+"/lua" && f[0] != mod+"/bucket" {
-				t.Errorf("%s imports lua: only bucket runs the scripts", f[0])
+			if imp == mod+"/lua" && f[0] != mod+"/bucket" && !strings.HasPrefix(f[0], mod+"/bucket/") {
+				t.Errorf("%s imports lua: only bucket and its subpackages run the scripts", f[0])
 			}
 		}
 	}
 }
 
+// adapterPackages returns the provider adapters: the packages directly
+// under channels/ but channels/internal, so a new channel is checked too.
+func adapterPackages(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", mod+"/channels/...").Output()
+	if err != nil {
+		t.Fatalf("go list channels: %v", err)
+	}
+	var names []string
+	for _, p := range strings.Fields(string(out)) {
+		name, ok := strings.CutPrefix(p, mod+"/channels/")
+		if ok && !strings.Contains(name, "/") && name != "internal" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
 func checkDeps(t *testing.T, pkg string, bad map[string]string) {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-deps", mod+"/"+pkg).Output()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v", pkg, err)
+	deps := strings.Fields(goList(t, "-deps", mod+"/"+pkg))
+	if len(deps) == 0 || deps[len(deps)-1] != mod+"/"+pkg {
+		t.Fatalf("go list -deps %s: the package itself is missing from %v", pkg, deps)
 	}
-	for _, dep := range strings.Fields(string(out)) {
+	for _, dep := range deps {
 		if dep == mod+"/"+pkg {
 			continue
 		}

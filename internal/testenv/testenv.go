@@ -73,10 +73,16 @@ func RedisAddr(t testing.TB) string {
 	return redisAddr
 }
 
-// RedisURL returns "redis://host:port/0" for the server of RedisAddr.
+// RedisDB is the database the tests use on the server of RedisAddr, so
+// that a server shared with the CLI (make servers, database 0) keeps the
+// tests' keys apart; `redis-cli -n 9 flushdb` clears them.
+const RedisDB = 9
+
+// RedisURL returns "redis://host:port/9" (database [RedisDB]) for the
+// server of RedisAddr.
 func RedisURL(t testing.TB) string {
 	t.Helper()
-	return "redis://" + RedisAddr(t) + "/0"
+	return "redis://" + RedisAddr(t) + "/" + strconv.Itoa(RedisDB)
 }
 
 func startRedis() (string, error) {

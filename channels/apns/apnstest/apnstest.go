@@ -20,11 +20,11 @@
 //     404 BadPath and 405 MethodNotAllowed;
 //   - it answers 410 Unregistered, with a timestamp, for device tokens
 //     registered as dead ([Config.Unregistered], [Server.Unregister]);
-//   - it enforces a hidden token bucket per apns-topic (the pacing key) and
-//     optionally per device token, answering 429 TooManyRequests beyond it.
-//     Real APNs publishes no per-topic limit and sends TooManyRequests per
-//     device token, so the adapter treats it as pair-scoped: the per-topic
-//     bucket is there to check that the pacer itself keeps to a rate;
+//   - it optionally enforces a hidden token bucket per device token
+//     ([Config.DeviceRate]), answering 429 TooManyRequests beyond it: APNs
+//     sends TooManyRequests when "too many requests were made consecutively
+//     to the same device token", and publishes no limit per apns-topic, so
+//     the fake has none either (a topic is never throttled as a whole);
 //   - otherwise it answers 200 with an apns-id header (the request's, or a
 //     new UUID) and an empty body.
 //
@@ -76,15 +76,13 @@ const (
 // Config configures a [Server]. The zero value is an unlimited fake that
 // accepts any well-formed ES256 provider token.
 type Config struct {
-	// Rate is how many notifications per second one apns-topic may send; 0
-	// (or less) is unlimited. Beyond it the fake answers 429 TooManyRequests.
-	Rate float64
-	// Burst is the topic bucket capacity in notifications; default
-	// ceil(Rate), at least 1.
-	Burst int
-	// DeviceRate and DeviceBurst are the same for one device token, across
-	// topics; 0 is unlimited.
-	DeviceRate  float64
+	// DeviceRate is how many notifications per second one device token may
+	// receive, across topics; 0 (or less) is unlimited. Beyond it the fake
+	// answers 429 TooManyRequests. Apple publishes no number.
+	// https://developer.apple.com/documentation/usernotifications/handling-notification-responses-from-apns
+	DeviceRate float64
+	// DeviceBurst is the device bucket capacity; default ceil(DeviceRate),
+	// at least 1.
 	DeviceBurst int
 	// PublicKey, if set, verifies the signature of provider tokens; [NewKey]
 	// makes a pair. If nil, signatures are not checked.
@@ -141,7 +139,6 @@ type Server struct {
 	now func() time.Time
 
 	mu       sync.Mutex
-	topics   *fakeprovider.Limiter // one bucket per apns-topic
 	devices  *fakeprovider.Limiter // one bucket per device token; used if Config.DeviceRate > 0
 	stats    fakeprovider.Stats    // by apns-topic; Duplicates by device token and body
 	unreg    map[string]int        // apns-topic -> requests answered 410; has every topic seen
@@ -167,7 +164,6 @@ func New(cfg Config) *Server {
 	s := &Server{
 		cfg:     cfg,
 		now:     cfg.Now,
-		topics:  fakeprovider.NewLimiter(cfg.Rate, cfg.Burst),
 		devices: fakeprovider.NewLimiter(cfg.DeviceRate, cfg.DeviceBurst),
 		unreg:   map[string]int{},
 		dead:    map[string]time.Time{},
@@ -246,15 +242,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// SetRate sets the rate of apns-topic key in notifications per second, or
-// of every topic (current and future, dropping per-topic rates) if key is
-// "". A rate of 0 or less is unlimited. The burst becomes Config.Burst, or
-// ceil(rate) if that was 0. Tokens already earned at the old rate are kept,
-// up to the new burst.
-func (s *Server) SetRate(key string, rate float64) {
+// SetDeviceRate sets the rate of device token to in notifications per
+// second, or of every device token (current and future) if to is "". A
+// rate of 0 or less is unlimited. The burst becomes Config.DeviceBurst, or
+// ceil(rate) if that was 0.
+func (s *Server) SetDeviceRate(to string, rate float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.topics.SetRate(key, rate, s.now())
+	s.cfg.DeviceRate = max(s.cfg.DeviceRate, rate) // turns the device buckets on
+	s.devices.SetRate(to, rate, s.now())
 }
 
 // Unregister makes the fake answer 410 Unregistered for device token,
@@ -503,7 +499,6 @@ func (s *Server) arrive(a *Arrival) time.Time {
 	defer s.mu.Unlock()
 	now := s.now()
 	a.At = now
-	k := s.topics.Bucket(a.Key, now)
 	if _, seen := s.unreg[a.Key]; !seen {
 		s.unreg[a.Key] = 0 // Stats lists every topic seen
 	}
@@ -518,14 +513,10 @@ func (s *Server) arrive(a *Arrival) time.Time {
 	if s.cfg.DeviceRate > 0 {
 		d = s.devices.Bucket(a.To, now)
 	}
-	if !k.Allow(now) || (d != nil && !d.Allow(now)) {
+	if d != nil && !d.Take(now) {
 		a.Status, a.Throttled, a.ApnsID = http.StatusTooManyRequests, true, ""
 		s.stats.Record(a.Key, "", now, true)
 		return time.Time{}
-	}
-	k.Take(now)
-	if d != nil {
-		d.Take(now)
 	}
 	s.stats.Record(a.Key, a.To+" "+a.Body, now, false)
 	return time.Time{}

@@ -129,12 +129,12 @@ func (f *fixture) post(to, payload string) *httptest.ResponseRecorder {
 	return serve(f.s, req(f.jwt, to, payload))
 }
 
-// TestLimitEnforced: 2×burst requests at once over HTTP/2 get exactly
-// burst accepted, from concurrent senders.
+// TestLimitEnforced: 2×burst requests at once to one device token over
+// HTTP/2 get exactly burst accepted, from concurrent senders.
 func TestLimitEnforced(t *testing.T) {
 	const burst = 20
 	k, pub := keys(t)
-	s := apnstest.NewServer(apnstest.Config{Rate: 0.001, Burst: burst, PublicKey: pub}) // refills 1 per 1000 s
+	s := apnstest.NewServer(apnstest.Config{DeviceRate: 0.001, DeviceBurst: burst, PublicKey: pub}) // refills 1 per 1000 s
 	defer s.Close()
 	jwt := sign(t, k, keyID, teamID, time.Now())
 	hc := s.Client()
@@ -171,16 +171,38 @@ func TestLimitEnforced(t *testing.T) {
 	if tok := s.Tokens(); tok.Tokens != 1 {
 		t.Errorf("tokens = %+v, want 1", tok)
 	}
-	// Another topic has its own bucket.
+	// Another device token has its own bucket; another topic to the same
+	// device does not (APNs throttles per device token).
+	if w := serve(s, req(jwt, "00ff", body)); w.Code != 200 {
+		t.Errorf("other device: HTTP %d %s", w.Code, w.Body)
+	}
 	r := req(jwt, device, body)
 	r.Header.Set("apns-topic", "com.example.other")
-	if w := serve(s, r); w.Code != 200 {
-		t.Errorf("other topic: HTTP %d %s", w.Code, w.Body)
+	if w := serve(s, r); w.Code != 429 {
+		t.Errorf("same device, other topic: HTTP %d %s; want 429", w.Code, w.Body)
+	}
+}
+
+// TestNoTopicLimit: APNs publishes no limit per apns-topic and answers
+// TooManyRequests only for "too many requests ... made consecutively to the
+// same device token", so the fake never throttles a topic as a whole: a
+// thousand notifications of one topic to a thousand devices all pass, even
+// with a device limit of one.
+// Source: https://developer.apple.com/documentation/usernotifications/handling-notification-responses-from-apns
+func TestNoTopicLimit(t *testing.T) {
+	f := newFixture(t, apnstest.Config{DeviceRate: 0.001, DeviceBurst: 1})
+	for i := range 1000 {
+		if w := f.post(fmt.Sprintf("%064x", i), body); w.Code != 200 {
+			t.Fatalf("device %d: HTTP %d %s", i, w.Code, w.Body)
+		}
+	}
+	if st := f.s.Stats()[topic]; st.Delivered != 1000 || st.Throttled != 0 {
+		t.Errorf("stats = %+v; want 1000 delivered, none throttled", st)
 	}
 }
 
 func TestDefaultBurst(t *testing.T) {
-	f := newFixture(t, apnstest.Config{Rate: 2.5}) // burst ceil(2.5) = 3
+	f := newFixture(t, apnstest.Config{DeviceRate: 2.5}) // burst ceil(2.5) = 3
 	ok := 0
 	for i := range 6 {
 		if f.post(device, fmt.Sprintf(`{"n":%d}`, i)).Code == 200 {
@@ -192,9 +214,9 @@ func TestDefaultBurst(t *testing.T) {
 	}
 }
 
-// TestBucketRefills steps the topic bucket through the fake's clock.
+// TestBucketRefills steps the device bucket through the fake's clock.
 func TestBucketRefills(t *testing.T) {
-	f := newFixture(t, apnstest.Config{Rate: 2, Burst: 3})
+	f := newFixture(t, apnstest.Config{DeviceRate: 2, DeviceBurst: 3})
 	ms := time.Millisecond
 	for i, st := range []struct {
 		at time.Duration
@@ -459,14 +481,14 @@ func TestValidation(t *testing.T) {
 // TestDuplicates: the same device token and body accepted twice counts
 // once; a throttled request never does, and topics count separately.
 func TestDuplicates(t *testing.T) {
-	f := newFixture(t, apnstest.Config{Rate: 0.001, Burst: 4})
+	f := newFixture(t, apnstest.Config{DeviceRate: 0.001, DeviceBurst: 3})
 	for _, p := range []struct{ to, body string }{
 		{device, `{"a":1}`}, {device, `{"a":2}`}, {device, `{"a":1}`}, {"00ff", `{"a":1}`},
-		{device, `{"a":1}`}, // throttled
+		{device, `{"a":1}`}, // throttled: the device's burst of 3 is spent
 	} {
 		f.post(p.to, p.body)
 	}
-	r := req(f.jwt, device, `{"a":1}`)
+	r := req(f.jwt, "0abc", `{"a":1}`)
 	r.Header.Set("apns-topic", "com.example.other")
 	serve(f.s, r)
 	st := f.s.Stats()
@@ -482,30 +504,28 @@ func TestDuplicates(t *testing.T) {
 	}
 }
 
-func TestSetRate(t *testing.T) {
-	f := newFixture(t, apnstest.Config{Rate: 0.001, Burst: 1})
+func TestSetDeviceRate(t *testing.T) {
+	f := newFixture(t, apnstest.Config{DeviceRate: 0.001, DeviceBurst: 1})
 	n := 0
-	accepted := func(key string) bool {
+	accepted := func(to string) bool {
 		n++
-		r := req(f.jwt, device, fmt.Sprintf(`{"n":%d}`, n))
-		r.Header.Set("apns-topic", key)
-		return serve(f.s, r).Code == 200
+		return f.post(to, fmt.Sprintf(`{"n":%d}`, n)).Code == 200
 	}
-	if !accepted("a") || accepted("a") || !accepted("b") || accepted("b") {
+	if !accepted("0a") || accepted("0a") || !accepted("0b") || accepted("0b") {
 		t.Fatal("burst 1 not enforced")
 	}
-	f.s.SetRate("a", 0) // unlimited for a only
+	f.s.SetDeviceRate("0a", 0) // unlimited for 0a only
 	for range 10 {
-		if !accepted("a") {
-			t.Fatal("a refused after SetRate(a, 0)")
+		if !accepted("0a") {
+			t.Fatal("0a refused after SetDeviceRate(0a, 0)")
 		}
 	}
-	if accepted("b") {
-		t.Fatal("b accepted: SetRate(a) changed b")
+	if accepted("0b") {
+		t.Fatal("0b accepted: SetDeviceRate(0a) changed 0b")
 	}
-	f.s.SetRate("", 0) // unlimited for all, and for new topics
-	if !accepted("b") || !accepted("c") || !accepted("c") {
-		t.Fatal(`refused after SetRate("", 0)`)
+	f.s.SetDeviceRate("", 0) // unlimited for all, and for new devices
+	if !accepted("0b") || !accepted("0c") || !accepted("0c") {
+		t.Fatal(`refused after SetDeviceRate("", 0)`)
 	}
 }
 
@@ -533,7 +553,7 @@ func TestLatency(t *testing.T) {
 // TestStatsEndpoint: GET /_stats serves Stats, and FetchStats reads it.
 func TestStatsEndpoint(t *testing.T) {
 	k, pub := keys(t)
-	s := apnstest.NewServer(apnstest.Config{Rate: 0.001, Burst: 2, PublicKey: pub})
+	s := apnstest.NewServer(apnstest.Config{DeviceRate: 0.001, DeviceBurst: 2, PublicKey: pub})
 	defer s.Close()
 	tok := sign(t, k, keyID, teamID, time.Now())
 	for range 3 {

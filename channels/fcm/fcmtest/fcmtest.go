@@ -9,20 +9,30 @@
 //     an opaque access token ([Server.ServiceAccountJSON] is the matching
 //     key file, whose token_uri points here).
 //   - POST /v1/projects/{project}/messages:send: it checks the bearer token
-//     (401 UNAUTHENTICATED), validates the body (400 INVALID_ARGUMENT),
-//     enforces a hidden token bucket per project (429 QUOTA_EXCEEDED, or the
-//     bare RESOURCE_EXHAUSTED of firebase-admin-go#719) and optionally per
-//     registration token (429 QUOTA_EXCEEDED for the device), answers 404
-//     UNREGISTERED for tokens registered as dead, and otherwise accepts with
-//     a unique message name.
+//     (401 UNAUTHENTICATED), validates the body, data and notification
+//     together at most 4,096 bytes (400 INVALID_ARGUMENT), enforces a hidden
+//     token bucket per project (429 QUOTA_EXCEEDED with a QuotaFailure whose
+//     subject is "project:<id>", or the bare RESOURCE_EXHAUSTED of
+//     firebase-admin-go#719) and optionally per registration token (429
+//     QUOTA_EXCEEDED, subject "device:<token>"), answers 404 UNREGISTERED
+//     for tokens registered as dead, 401 THIRD_PARTY_AUTH_ERROR for tokens
+//     of iOS or web apps whose APNs or web push credentials are broken
+//     ([Server.FailThirdPartyAuth]), 500 INTERNAL or 503 UNAVAILABLE while a
+//     project is in an outage ([Server.SetOutage]), and otherwise accepts
+//     with a unique message name.
+//
+// As FCM does, the project quota counts messages, client errors included
+// (every 4xx but 429: a body refused with 400, a dead token, a third-party
+// auth failure), and not 429s or server errors.
+// https://firebase.google.com/docs/cloud-messaging/throttling-and-quotas
 //
 // Every valid send is recorded as an [Arrival] so a test can check what the
 // pacer really sent: how fast per project, how many were throttled, how many
 // were sent twice. GET /_stats returns [Server.Stats] as JSON, for tests
 // that run the fake in another process; [FetchStats] reads it.
 //
-// The fake does not model topics, fanout, the hourly device limit or
-// payload size limits. A Server is safe for concurrent use.
+// The fake does not model topics, fanout or the hourly device limit. A
+// Server is safe for concurrent use.
 package fcmtest
 
 import (
@@ -60,6 +70,11 @@ const (
 	// DefaultTokenTTL is the lifetime of an issued access token when
 	// Config.TokenTTL is 0, as Google's (expires_in 3599).
 	DefaultTokenTTL = 3599 * time.Second
+
+	// MaxPayload is the most bytes the keys and values of message.data and
+	// message.notification may hold together; more is answered 400
+	// INVALID_ARGUMENT. https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode
+	MaxPayload = 4096
 
 	scopeFCM   = "https://www.googleapis.com/auth/firebase.messaging"
 	scopeCloud = "https://www.googleapis.com/auth/cloud-platform"
@@ -114,7 +129,7 @@ type Arrival struct {
 	To        string    // message.token (or the topic or condition)
 	ID        string    // message.data["pacer_id"]; "" if absent
 	At        time.Time // when it arrived
-	Status    int       // HTTP status answered: 200, 404 or 429
+	Status    int       // HTTP status answered: 200, 401 (THIRD_PARTY_AUTH_ERROR), 404, 429, 500 or 503
 	Throttled bool      // answered 429, for the project or the device
 }
 
@@ -124,6 +139,9 @@ type KeyStats struct {
 	Throttled       int       `json:"throttled"`        // sends answered 429 for the project quota
 	DeviceThrottled int       `json:"device_throttled"` // sends answered 429 for a device rate
 	Unregistered    int       `json:"unregistered"`     // sends answered 404 UNREGISTERED
+	ThirdPartyAuth  int       `json:"third_party_auth"` // sends answered 401 THIRD_PARTY_AUTH_ERROR
+	Invalid         int       `json:"invalid"`          // sends answered 400 INVALID_ARGUMENT (counted against the quota)
+	ServerErrors    int       `json:"server_errors"`    // sends answered 500 or 503 during an outage
 	Duplicates      int       `json:"duplicates"`       // accepted sends of a (token, message) accepted before
 	Max1s           int       `json:"max_1s"`           // most accepted sends in any 1 s window [t, t+1s)
 	First           time.Time `json:"first"`            // first accepted send; zero if none
@@ -148,6 +166,8 @@ type Server struct {
 	stats     fakeprovider.Stats    // by project; Duplicates by message digest
 	refused   map[string]*refusals  // by project; has every project seen
 	dead      map[string]bool
+	noAuth    map[string]bool      // registration tokens answered THIRD_PARTY_AUTH_ERROR
+	outage    map[string]int       // project -> HTTP status answered (500 or 503)
 	issued    map[string]time.Time // access token -> expiry
 	audiences map[string]bool      // token_uri values handed out
 	arrivals  []Arrival
@@ -156,10 +176,14 @@ type Server struct {
 }
 
 // refusals counts the sends of one project that [fakeprovider.Stats] does
-// not: refused for the device or for a dead token.
+// not: refused for the device, a dead token, third-party auth, an invalid
+// body or an outage.
 type refusals struct {
-	device       int // answered 429 for a device rate
-	unregistered int // answered 404 UNREGISTERED
+	device         int // answered 429 for a device rate
+	unregistered   int // answered 404 UNREGISTERED
+	thirdPartyAuth int // answered 401 THIRD_PARTY_AUTH_ERROR
+	invalid        int // answered 400 INVALID_ARGUMENT
+	serverErrors   int // answered 500 or 503
 }
 
 // signingKey is generated once per process: RSA key generation takes long
@@ -189,6 +213,8 @@ func New(cfg Config) *Server {
 		devices:   fakeprovider.NewLimiter(cfg.DeviceRate, cfg.DeviceBurst),
 		refused:   map[string]*refusals{},
 		dead:      map[string]bool{},
+		noAuth:    map[string]bool{},
+		outage:    map[string]int{},
 		issued:    map[string]time.Time{},
 		audiences: map[string]bool{},
 	}
@@ -296,6 +322,37 @@ func (s *Server) Unregister(tokens ...string) {
 	}
 }
 
+// FailThirdPartyAuth marks registration tokens as belonging to iOS or web
+// app instances whose project's APNs key or certificate, or web push key,
+// is invalid: sends to them are answered 401 THIRD_PARTY_AUTH_ERROR (with
+// an ApnsError InvalidProviderToken detail) from now on, while other tokens
+// of the same project are served as before, as FCM does.
+// https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode
+func (s *Server) FailThirdPartyAuth(tokens ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range tokens {
+		s.noAuth[t] = true
+	}
+}
+
+// SetOutage makes every valid send to project answer status, 500 INTERNAL
+// or 503 UNAVAILABLE (with Config.RetryAfter, if set), until it is called
+// again with status 0. It panics on any other status. Sends during an
+// outage do not count against the project's quota.
+func (s *Server) SetOutage(project string, status int) {
+	if status != 0 && status != http.StatusInternalServerError && status != http.StatusServiceUnavailable {
+		panic("fcmtest: SetOutage status must be 0, 500 or 503")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if status == 0 {
+		delete(s.outage, project)
+		return
+	}
+	s.outage[project] = status
+}
+
 // RevokeTokens forgets every access token issued so far: sends carrying
 // one are answered 401 UNAUTHENTICATED, as after a key is disabled or a
 // token expires early. Config.Token stays valid.
@@ -331,6 +388,7 @@ func (s *Server) Stats() map[string]KeyStats {
 		c := shared[key]
 		m[key] = KeyStats{
 			Delivered: c.Delivered, Throttled: c.Throttled, DeviceThrottled: r.device, Unregistered: r.unregistered,
+			ThirdPartyAuth: r.thirdPartyAuth, Invalid: r.invalid, ServerErrors: r.serverErrors,
 			Duplicates: c.Duplicates, Max1s: c.Max1s, First: c.First, Last: c.Last,
 		}
 	}
@@ -354,24 +412,51 @@ const (
 	throttledProject
 	throttledDevice
 	unregistered
+	thirdPartyAuth
+	serverError
 )
 
-// arrive records a valid send to target of project and decides its
-// outcome. It reads the time from clock under the lock, so arrival times
-// never go backwards. A send refused for the device gives its project token
-// back (429s do not count against the quota); one to a dead token keeps it
-// (client errors do).
-func (s *Server) arrive(key, target string, device bool, id string, digest [32]byte, clock func() time.Time) outcome {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := clock()
-	p := s.projects.Bucket(key, now)
+// refusalsOf returns the refusal counts of project key, creating them.
+// s.mu must be held.
+func (s *Server) refusalsOf(key string) *refusals {
 	r, ok := s.refused[key]
 	if !ok {
 		r = &refusals{}
 		s.refused[key] = r
 	}
+	return r
+}
+
+// invalid counts a send to project key refused with 400 INVALID_ARGUMENT:
+// a client error, which takes a message of the project's quota like an
+// accepted one [F-TQ].
+func (s *Server) invalid(key string, clock func() time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := clock()
+	s.projects.Bucket(key, now).Take(now)
+	s.refusalsOf(key).invalid++
+}
+
+// arrive records a valid send to target of project and decides its
+// outcome. It reads the time from clock under the lock, so arrival times
+// never go backwards. A send during an outage takes no project token, one
+// refused for the device gives its token back (429s do not count against
+// the quota); one to a dead token or failing third-party auth keeps it
+// (client errors do).
+func (s *Server) arrive(key, target string, device bool, id string, digest [32]byte, clock func() time.Time) outcome {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := clock()
+	r := s.refusalsOf(key)
 	a := Arrival{Key: key, To: target, ID: id, At: now, Status: http.StatusOK}
+	if st := s.outage[key]; st != 0 {
+		r.serverErrors++
+		a.Status = st
+		s.arrivals = append(s.arrivals, a)
+		return serverError
+	}
+	p := s.projects.Bucket(key, now)
 	out := accepted
 	switch {
 	case !p.Take(now):
@@ -381,6 +466,8 @@ func (s *Server) arrive(key, target string, device bool, id string, digest [32]b
 		out = throttledDevice
 	case device && s.dead[target]:
 		out = unregistered
+	case device && s.noAuth[target]:
+		out = thirdPartyAuth
 	}
 	switch out {
 	case throttledProject:
@@ -391,6 +478,9 @@ func (s *Server) arrive(key, target string, device bool, id string, digest [32]b
 	case unregistered:
 		r.unregistered++
 		a.Status = http.StatusNotFound
+	case thirdPartyAuth:
+		r.thirdPartyAuth++
+		a.Status = http.StatusUnauthorized
 	}
 	s.arrivals = append(s.arrivals, a)
 	if out == accepted || out == throttledProject {
@@ -408,6 +498,15 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.PathValue("project")
 	m, bad := parseSend(http.MaxBytesReader(w, r.Body, maxBody))
+	if bad != nil {
+		s.invalid(key, time.Now)
+	}
+	if bad == tooBig {
+		// The answer recorded from the live API for a payload over the
+		// limit: no details (bloomberg/pushiko docs/fcm_responses.md).
+		writeError(w, http.StatusBadRequest, "INVALID_ARGUMENT", "Request contains an invalid argument.")
+		return
+	}
 	if bad != nil {
 		writeError(w, http.StatusBadRequest, "INVALID_ARGUMENT", bad.msg,
 			fcmError("INVALID_ARGUMENT"),
@@ -450,7 +549,21 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	case throttledDevice:
 		s.retryAfter(w)
 		writeError(w, http.StatusTooManyRequests, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).",
-			fcmError("QUOTA_EXCEEDED"), quotaFailure("device", "Device message rate exceeded."))
+			fcmError("QUOTA_EXCEEDED"), quotaFailure("device:"+m.target, "Device message rate exceeded."))
+	case thirdPartyAuth:
+		writeError(w, http.StatusUnauthorized, "UNAUTHENTICATED", "Auth error from APNS or Web Push Service",
+			fcmError("THIRD_PARTY_AUTH_ERROR"),
+			map[string]any{"@type": "type.googleapis.com/google.firebase.fcm.v1.ApnsError", "statusCode": 403, "reason": "InvalidProviderToken"})
+	case serverError:
+		s.mu.Lock()
+		st := s.outage[key]
+		s.mu.Unlock()
+		if st == http.StatusServiceUnavailable {
+			s.retryAfter(w)
+			writeError(w, st, "UNAVAILABLE", "The service is currently unavailable.", fcmError("UNAVAILABLE"))
+			return
+		}
+		writeError(w, http.StatusInternalServerError, "INTERNAL", "Internal error encountered.", fcmError("INTERNAL"))
 	case unregistered:
 		writeError(w, http.StatusNotFound, "NOT_FOUND", "Requested entity was not found.", fcmError("UNREGISTERED"))
 	default:
@@ -510,6 +623,9 @@ type sendRequest struct {
 
 // badRequest is a validation failure: the field and what is wrong.
 type badRequest struct{ field, msg string }
+
+// tooBig is the badRequest of a payload over [MaxPayload].
+var tooBig = &badRequest{"message", "message too big"}
 
 // Message fields of the FCM v1 Message resource, in both JSON spellings
 // Google accepts. https://firebase.google.com/docs/reference/fcm/rest/v1/projects.messages
@@ -581,6 +697,24 @@ func parseSend(r io.Reader) (sendRequest, *badRequest) {
 			return req, &badRequest{"message.data", "Invalid value at 'message.data': values must be strings."}
 		}
 		req.id = data["pacer_id"]
+	}
+	size := 0
+	for _, part := range []string{"data", "notification"} {
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(msg[part], &fields) != nil {
+			continue
+		}
+		for k, v := range fields {
+			var str string
+			if json.Unmarshal(v, &str) == nil {
+				size += len(k) + len(str)
+			} else {
+				size += len(k) + len(bytes.TrimSpace(v))
+			}
+		}
+	}
+	if size > MaxPayload {
+		return req, tooBig
 	}
 	// The digest of the canonical message: json.Marshal sorts map keys,
 	// and UseNumber keeps numbers as written.

@@ -21,11 +21,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -236,4 +238,80 @@ func ReadTestdata(t testing.TB, name string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// ReuseConcurrency is the sends in flight at which [CheckReuse] counts
+// connections: PACER_INFLIGHT's default (32) and a process holding 8
+// partitions at that default (256).
+var ReuseConcurrency = []int{32, 256}
+
+// CheckReuse checks that an adapter reuses its connections: for each of
+// [ReuseConcurrency], it starts an HTTP/1.1 server of h that counts the TCP
+// connections it accepts, builds a sender with newSend(server URL) (the
+// adapter with its default HTTP client), warms it up (one round with every
+// send held at the server until all are in, so that as many connections as
+// sends in flight are open, then 2,000 sends), and then makes 4,000 sends at
+// that concurrency. It fails if a send fails, or if those 4,000 sends
+// opened more than 4 new connections (issue 9: at most 1 per 1,000
+// messages).
+func CheckReuse(t *testing.T, h http.Handler, newSend func(baseURL string) func(ctx context.Context) error) {
+	t.Helper()
+	for _, c := range ReuseConcurrency {
+		var conns atomic.Int64
+		var gate atomic.Pointer[sync.WaitGroup] // non-nil while warm-up holds sends
+		ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if wg := gate.Load(); wg != nil {
+				wg.Done()
+				wg.Wait()
+			}
+			h.ServeHTTP(w, r)
+		}))
+		ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		}
+		ts.Start()
+		send := newSend(ts.URL)
+		run := func(n int) {
+			t.Helper()
+			var failed atomic.Int64
+			var first atomic.Value
+			jobs := make(chan struct{})
+			var wg sync.WaitGroup
+			for range c {
+				wg.Go(func() {
+					for range jobs {
+						if err := send(t.Context()); err != nil && failed.Add(1) == 1 {
+							first.Store(err)
+						}
+					}
+				})
+			}
+			for range n {
+				jobs <- struct{}{}
+			}
+			close(jobs)
+			wg.Wait()
+			if f := failed.Load(); f > 0 {
+				t.Fatalf("concurrency %d: %d of %d sends failed, first: %v", c, f, n, first.Load())
+			}
+		}
+		var held sync.WaitGroup
+		held.Add(c)
+		gate.Store(&held)
+		run(c)
+		gate.Store(nil)
+		warm := conns.Load()
+		run(2000)
+		before := conns.Load()
+		run(4000)
+		if n := conns.Load() - before; n > 4 {
+			t.Errorf("concurrency %d: 4000 sends after warm-up opened %d new connections, want <= 4 (1 per 1000); warm-up opened %d then %d",
+				c, n, warm, before-warm)
+		} else {
+			t.Logf("concurrency %d: warm-up opened %d + %d connections, then 4000 sends %d", c, warm, before-warm, n)
+		}
+		ts.Close()
+	}
 }

@@ -19,9 +19,17 @@
 // GET /_stats returns [Server.Stats] as JSON, for tests that run the fake in
 // another process; [FetchStats] reads it.
 //
-// The fake does not model plan volume limits, the 403 temporary block,
-// sender identities, On-Behalf-Of permissions (it records the header) or
-// sandbox mode. A Server is safe for concurrent use.
+// Like SendGrid it also answers 406 to a request without an Accept header,
+// 403 "You are temporarily blocked ..." to an API key that sent too many bad
+// requests in a row (Config.BlockAfter) for Config.BlockFor, and 451
+// "Unavailable due to data residency restrictions" to the keys of regional
+// subusers (Config.RegionalKeys), as the global host does.
+// https://www.twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/errors
+// and https://www.twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/responses
+//
+// The fake does not model plan volume limits, sender identities,
+// On-Behalf-Of permissions (it records the header) or sandbox mode. A
+// Server is safe for concurrent use.
 package sendgridtest
 
 import (
@@ -63,6 +71,18 @@ type Config struct {
 	APIKeys map[string]string
 	// Latency is added before each answer, after the request was counted.
 	Latency time.Duration
+	// BlockAfter, if positive, is how many bad requests (answered 400) in
+	// a row block an API key: its requests are then answered 403 "You are
+	// temporarily blocked from sending emails due to repeated bad
+	// requests." for BlockFor. SendGrid publishes neither number.
+	BlockAfter int
+	// BlockFor is how long a block lasts; default 15 minutes (SendGrid's
+	// SMTP errors page calls it "a temporary block of a few minutes").
+	BlockFor time.Duration
+	// RegionalKeys names API keys (names, or KeyIDs without APIKeys) of
+	// accounts whose data lives in a region this host does not serve, such
+	// as EU regional subusers: their requests are answered 451.
+	RegionalKeys []string
 }
 
 // Arrival is one valid request the fake received.
@@ -101,7 +121,13 @@ type Server struct {
 	names   map[string]string // secret -> name; nil accepts any key
 	prefix  string            // random, keeps message ids unique across servers
 
+	blockAfter int
+	blockFor   time.Duration
+	regional   map[string]bool
+
 	mu       sync.Mutex
+	bad      map[string]int        // API key name -> bad requests in a row
+	blocked  map[string]time.Time  // API key name -> end of its block
 	limits   *fakeprovider.Limiter // one bucket per API key name
 	stats    fakeprovider.Stats    // by API key name
 	arrivals []Arrival
@@ -120,6 +146,18 @@ func New(cfg Config) *Server {
 		latency: cfg.Latency,
 		prefix:  hex.EncodeToString(b[:]),
 		limits:  fakeprovider.NewLimiter(cfg.Rate, cfg.Burst),
+
+		blockAfter: cfg.BlockAfter,
+		blockFor:   cfg.BlockFor,
+		regional:   map[string]bool{},
+		bad:        map[string]int{},
+		blocked:    map[string]time.Time{},
+	}
+	if s.blockFor <= 0 {
+		s.blockFor = 15 * time.Minute
+	}
+	for _, k := range cfg.RegionalKeys {
+		s.regional[k] = true
 	}
 	if len(cfg.APIKeys) > 0 {
 		s.names = map[string]string{}
@@ -252,7 +290,41 @@ const (
 	MsgNoSubject     = "The subject is required. You can get around this requirement if you use a template with a subject defined or if every personalization has a subject defined."
 	MsgNoContent     = "Unless a valid template_id is provided, the content parameter is required. There must be at least one defined content block. We typically suggest both text/plain and text/html blocks are included, but only one block is required."
 	MsgEmptyContent  = "The content value must be a string at least one character in length."
+	MsgNoAccept      = "Missing the Accept header. For example: Accept: application/json"
+	MsgBlocked       = "You are temporarily blocked from sending emails due to repeated bad requests."
+	MsgResidency     = "Unavailable due to data residency restrictions"
 )
+
+// Block blocks API key key (its name, or its [KeyID]) for d, as after too
+// many bad requests: its requests are answered 403 [MsgBlocked] until then.
+func (s *Server) Block(key string, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.blocked[key] = time.Now().Add(d)
+}
+
+// isBlocked reports whether key is blocked at now.
+func (s *Server) isBlocked(key string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return now.Before(s.blocked[key])
+}
+
+// badRequest counts a 400 of key and blocks it after Config.BlockAfter in a
+// row; good reports a request that passed validation.
+func (s *Server) badRequest(key string, good bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if good {
+		s.bad[key] = 0
+		return
+	}
+	s.bad[key]++
+	if s.blockAfter > 0 && s.bad[key] >= s.blockAfter {
+		s.bad[key] = 0
+		s.blocked[key] = time.Now().Add(s.blockFor)
+	}
+}
 
 const helpBase = "http://sendgrid.com/docs/API_Reference/Web_API_v3/Mail/errors.html"
 
@@ -292,6 +364,19 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	if s.regional[key] {
+		writeErrors(w, http.StatusUnavailableForLegalReasons, item("", MsgResidency, ""))
+		return
+	}
+	if s.isBlocked(key, time.Now()) {
+		writeErrors(w, http.StatusForbidden, item("", MsgBlocked, ""))
+		return
+	}
+	if r.Header.Get("Accept") == "" {
+		writeErrors(w, http.StatusNotAcceptable, item("", MsgNoAccept, ""))
+		return
+	}
+
 	var m mail
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err := dec.Decode(&m); err != nil {
@@ -299,13 +384,16 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 			writeErrors(w, http.StatusRequestEntityTooLarge, item("", MsgTooLarge, ""))
 			return
 		}
+		s.badRequest(key, false)
 		writeErrors(w, http.StatusBadRequest, item("", MsgBadRequest, ""))
 		return
 	}
 	if list := validate(&m); len(list) > 0 {
+		s.badRequest(key, false)
 		writeErrors(w, http.StatusBadRequest, list...)
 		return
 	}
+	s.badRequest(key, true)
 
 	a := Arrival{Key: key, OnBehalfOf: r.Header.Get("On-Behalf-Of"), To: m.Personalizations[0].To[0].Email}
 	if id, ok := m.Personalizations[0].CustomArgs["pacer_id"].(string); ok {

@@ -26,6 +26,7 @@ const (
 func post(h http.Handler, bearer, body string, header ...string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest("POST", "/v3/mail/send", strings.NewReader(body))
 	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Accept", "application/json")
 	if bearer != "" {
 		r.Header.Set("Authorization", "Bearer "+bearer)
 	}
@@ -92,6 +93,7 @@ func TestLimitEnforced(t *testing.T) {
 		wg.Go(func() {
 			req, _ := http.NewRequest("POST", s.URL()+"/v3/mail/send", strings.NewReader(mail("a@example.com", fmt.Sprint("id-", i))))
 			req.Header.Set("Authorization", "Bearer "+secret)
+			req.Header.Set("Accept", "application/json")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Error(err)
@@ -391,6 +393,7 @@ func TestStatsEndpoint(t *testing.T) {
 	for _, id := range []string{"a", "a", "b"} {
 		req, _ := http.NewRequest("POST", s.URL()+"/v3/mail/send", strings.NewReader(mail("a@example.com", id)))
 		req.Header.Set("Authorization", "Bearer "+secret)
+		req.Header.Set("Accept", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

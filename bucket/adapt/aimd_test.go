@@ -1,0 +1,1088 @@
+package adapt_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/redis/go-redis/v9"
+)
+
+// The operations of an aimd step table.
+const (
+	opThrottle = iota // Throttled(hint)
+	opRecover         // Recover
+	opRead            // Adapted
+)
+
+// aimdStep is one step of a step table for the adaptive rate.
+type aimdStep struct {
+	at       time.Duration // since the start of the test
+	op       int           // opThrottle, opRecover or opRead
+	hint     time.Duration // throttle: the provider's hint
+	rate     float64       // want Adapted.Rate
+	change   int           // want -1 (Decreased), 1 (Increased) or 0
+	cooldown time.Duration // want Adapted.CooldownLeft
+	streak   int           // want Adapted.FloorStreak
+	ceiling  float64       // ceiling.PerSecond for this step; 0: the table's
+	accepted int           // throttle, recover: accepted sends reported
+}
+
+// adapts runs steps on one key. Rates are exact on both backends (steps
+// keep clear of window ends by more than slack); cooldowns are near.
+func (e *env) adapts(t *testing.T, key string, ceiling bucket.Limit, a adapt.AIMD, steps []aimdStep) {
+	t.Helper()
+	for i, s := range steps {
+		e.at(s.at)
+		c := ceiling
+		if s.ceiling != 0 {
+			c.PerSecond = s.ceiling
+		}
+		var ad adapt.Adapted
+		var err error
+		switch s.op {
+		case opThrottle:
+			ad, err = e.l.Throttled(t.Context(), "test", key, c, a, s.hint)
+		case opRecover:
+			ad, err = e.l.Recover(t.Context(), "test", key, c, a)
+		case opRead:
+			ad, err = e.l.Adapted(t.Context(), "test", key, c, a)
+		}
+		e.mark()
+		floor := a.Floor
+		if floor == 0 {
+			floor = min(1, c.PerSecond)
+		}
+		if err != nil || ad.Rate != s.rate || ad.Ceiling != c.PerSecond || ad.AtFloor != (s.rate <= floor) ||
+			ad.Decreased != (s.change < 0) || ad.Increased != (s.change > 0) ||
+			!e.near(ad.CooldownLeft, s.cooldown) || ad.FloorStreak != s.streak {
+			t.Fatalf("step %d (at %v, op %d): got %+v, %v; want rate=%v change=%d cooldown=%v streak=%d",
+				i, s.at, s.op, ad, err, s.rate, s.change, s.cooldown, s.streak)
+		}
+	}
+}
+
+var lim100 = bucket.Limit{PerSecond: 100, Burst: 100}
+
+// classic turns a into plain AIMD for the tables that test the decrease,
+// the coalescing and the increase one at a time: every counted throttle
+// after the first of an episode cuts by exactly Decrease (Persist is long
+// and a tiny Backoff puts the estimate below it), and increases do not
+// accelerate unless a asks for it.
+func classic(a adapt.AIMD) adapt.AIMD {
+	a.Backoff, a.Persist, a.NoRefillPause = 1e-9, time.Hour, true
+	if a.Accelerate == 0 {
+		a.Accelerate = 1
+	}
+	if a.Decrease == 0 {
+		a.Decrease = 0.5
+	}
+	return a
+}
+
+func TestAIMDHalvesToFloor(t *testing.T) {
+	a := classic(adapt.AIMD{Floor: 10, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond})
+	cd, ms := 300*time.Millisecond, time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		e.adapts(t, "k", lim100, a, []aimdStep{
+			{at: 0, op: opRead, rate: 100},
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd}, // a lone throttle cuts nothing
+			{at: 600 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd},
+			{at: 1200 * ms, op: opThrottle, rate: 25, change: -1, cooldown: cd},
+			{at: 1800 * ms, op: opThrottle, rate: 12.5, change: -1, cooldown: cd},
+			{at: 2400 * ms, op: opThrottle, rate: 10, change: -1, cooldown: cd}, // 6.25, floored
+			{at: 3000 * ms, op: opThrottle, rate: 10, cooldown: cd, streak: 1},
+			{at: 3600 * ms, op: opThrottle, rate: 10, cooldown: cd, streak: 2},
+			{at: 3600 * ms, op: opRead, rate: 10, cooldown: cd, streak: 2},
+		})
+	})
+}
+
+// TestAIMDDecreaseFactor checks a non-default Decrease and that the rate
+// keeps its millionths.
+func TestAIMDDecreaseFactor(t *testing.T) {
+	a := classic(adapt.AIMD{Decrease: 0.9, Floor: 0.7, MinCooldown: 300 * time.Millisecond, Coalesce: 300 * time.Millisecond})
+	cd := 300 * time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		e.adapts(t, "k", bucket.Limit{PerSecond: 1, Burst: 1}, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 1, cooldown: cd},
+			{at: 400 * time.Millisecond, op: opThrottle, rate: 0.9, change: -1, cooldown: cd},
+			{at: 1000 * time.Millisecond, op: opThrottle, rate: 0.81, change: -1, cooldown: cd},
+			{at: 1600 * time.Millisecond, op: opThrottle, rate: 0.729, change: -1, cooldown: cd},
+			{at: 2200 * time.Millisecond, op: opThrottle, rate: 0.7, change: -1, cooldown: cd}, // 0.6561, floored
+		})
+	})
+}
+
+// TestAIMDCoalesce checks that throttles from one burst of in-flight
+// requests lower the rate once: those within Coalesce of a counted one, and
+// those during the cooldown it set, however long a later hint made it.
+func TestAIMDCoalesce(t *testing.T) {
+	a := classic(adapt.AIMD{Coalesce: 800 * time.Millisecond, MinCooldown: 250 * time.Millisecond})
+	ms := time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		e.adapts(t, "k", lim100, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: 250 * ms}, // lone
+			{at: 0, op: opThrottle, rate: 100, cooldown: 250 * ms}, // coalesced into it
+			{at: 1000 * ms, op: opThrottle, rate: 50, change: -1, cooldown: 250 * ms},
+			{at: 1000 * ms, op: opThrottle, rate: 50, cooldown: 250 * ms},
+			{at: 1000 * ms, op: opThrottle, rate: 50, cooldown: 250 * ms},
+			{at: 1500 * ms, op: opThrottle, rate: 50, cooldown: 250 * ms}, // cooldown over, Coalesce not
+			{at: 1500 * ms, op: opThrottle, hint: 1500 * ms, rate: 50, cooldown: 1500 * ms},
+			{at: 2200 * ms, op: opThrottle, rate: 50, cooldown: 800 * ms}, // Coalesce over, cooldown not
+			{at: 3300 * ms, op: opThrottle, rate: 25, change: -1, cooldown: 250 * ms},
+			{at: 3300 * ms, op: opThrottle, rate: 25, cooldown: 250 * ms},
+		})
+	})
+}
+
+// TestAIMDCoalesceConcurrent checks that a burst of throttles reported at
+// once by many replicas lowers the rate once.
+func TestAIMDCoalesceConcurrent(t *testing.T) {
+	a := classic(adapt.AIMD{Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond})
+	each(t, func(t *testing.T, e *env) {
+		if ad, err := e.l.Throttled(t.Context(), "test", "k", lim100, a, 0); err != nil || ad.Rate != 100 {
+			t.Fatalf("lone Throttled = %+v, %v; want rate 100", ad, err)
+		}
+		e.mark()
+		e.at(time.Second)
+		var decreased atomic.Int64
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				ad, err := e.l.Throttled(t.Context(), "test", "k", lim100, a, 0)
+				if err != nil || ad.Rate != 50 {
+					t.Errorf("Throttled = %+v, %v; want rate 50", ad, err)
+				}
+				if ad.Decreased {
+					decreased.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := decreased.Load(); n != 1 {
+			t.Fatalf("%d of 20 concurrent throttles decreased the rate, want 1", n)
+		}
+	})
+}
+
+func TestAIMDCooldownClamp(t *testing.T) {
+	const year = 365 * 24 * time.Hour
+	for _, tc := range []struct {
+		a    adapt.AIMD
+		hint time.Duration
+		want time.Duration
+	}{
+		{adapt.AIMD{}, 0, time.Second},
+		{adapt.AIMD{}, -5 * time.Second, time.Second},
+		{adapt.AIMD{}, math.MinInt64, time.Second},
+		{adapt.AIMD{}, time.Nanosecond, time.Second},
+		{adapt.AIMD{}, 90 * time.Second, 90 * time.Second},
+		{adapt.AIMD{}, 10 * year, time.Hour},
+		{adapt.AIMD{}, math.MaxInt64, time.Hour},
+		{adapt.AIMD{MinCooldown: time.Millisecond}, 1500 * time.Microsecond, 2 * time.Millisecond}, // rounded up
+		{adapt.AIMD{MinCooldown: 5 * time.Second, MaxCooldown: time.Minute}, 2 * time.Second, 5 * time.Second},
+		{adapt.AIMD{MinCooldown: 5 * time.Second, MaxCooldown: time.Minute}, time.Hour, time.Minute},
+		{adapt.AIMD{MaxCooldown: 500 * time.Millisecond}, 0, 500 * time.Millisecond}, // default Min follows Max
+		{adapt.AIMD{MinCooldown: 2 * time.Hour}, 10 * year, 2 * time.Hour},           // default Max follows Min
+		{adapt.AIMD{MaxCooldown: 10 * year}, 20 * year, 10 * year},
+	} {
+		t.Run(fmt.Sprintf("%+v/%v", tc.a, tc.hint), func(t *testing.T) {
+			if got := tc.a.CooldownFor(tc.hint); got != tc.want {
+				t.Fatalf("CooldownFor(%v) = %v, want %v", tc.hint, got, tc.want)
+			}
+			// At a ceiling of 1/s the default MinCooldown (one token
+			// interval, within [10ms, 1s]) is the 1s CooldownFor assumes.
+			lim1 := bucket.Limit{PerSecond: 1, Burst: 1}
+			each(t, func(t *testing.T, e *env) {
+				ad, err := e.l.Throttled(t.Context(), "test", "k", lim1, tc.a, tc.hint)
+				if err != nil || !e.near(ad.CooldownLeft, tc.want) {
+					t.Fatalf("Throttled(%v) = %+v, %v; want CooldownLeft %v", tc.hint, ad, err, tc.want)
+				}
+				if tc.want < time.Second {
+					return // on redis-server it may be over before Reserve
+				}
+				// The bucket honours it: the cooldown key is shared with Limiter.Cooldown.
+				d, err := e.b.Reserve(t.Context(), "test", "k", ad.Limit(lim1), 1, 0)
+				if err != nil || d.OK || !d.Cooldown || !e.near(d.Wait, tc.want) {
+					t.Fatalf("Reserve after the throttle = %+v, %v; want a cooldown of %v", d, err, tc.want)
+				}
+			})
+		})
+	}
+}
+
+// TestAIMDCooldownNeverShortened checks that a throttle keeps a longer
+// cooldown, whoever set it, and lengthens a shorter one.
+func TestAIMDCooldownNeverShortened(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		if err := e.b.Cooldown(ctx, "test", "k", 10*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range []struct{ hint, want time.Duration }{
+			{0, 10 * time.Minute},
+			{time.Minute, 10 * time.Minute},
+			{30 * time.Minute, 30 * time.Minute},
+			{time.Second, 30 * time.Minute},
+		} {
+			ad, err := e.l.Throttled(ctx, "test", "k", lim100, adapt.AIMD{}, s.hint)
+			if err != nil || !e.near(ad.CooldownLeft, s.want) {
+				t.Fatalf("step %d: Throttled(%v) = %+v, %v; want CooldownLeft %v", i, s.hint, ad, err, s.want)
+			}
+		}
+		st, err := e.b.State(ctx, "test", "k", lim100)
+		if err != nil || !e.near(st.CooldownLeft, 30*time.Minute) {
+			t.Fatalf("State = %+v, %v; want a 30m cooldown", st, err)
+		}
+		if err := e.b.Cooldown(ctx, "test", "k", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		ad, err := e.l.Adapted(ctx, "test", "k", lim100, adapt.AIMD{})
+		// Every throttle fell in the cooldown the first one found, so all
+		// belong to one lone throttle: no decrease.
+		if err != nil || !e.near(ad.CooldownLeft, 30*time.Minute) || ad.Rate != 100 {
+			t.Fatalf("Adapted = %+v, %v; want rate 100 and a 30m cooldown", ad, err)
+		}
+	})
+}
+
+func TestAIMDRecover(t *testing.T) {
+	a := classic(adapt.AIMD{Window: time.Second, Step: 35, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond})
+	cd, ms := 300*time.Millisecond, time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		e.adapts(t, "k", lim100, a, []aimdStep{
+			{at: 0, op: opRecover, rate: 100},                                  // no state: at the ceiling
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},                   // lone
+			{at: 400 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd}, // window starts at 700ms
+			{at: 400 * ms, op: opRecover, rate: 50, cooldown: cd},
+			{at: 1400 * ms, op: opRecover, rate: 50},
+			{at: 2000 * ms, op: opRecover, rate: 85, change: 1}, // window starts at 2000ms
+			{at: 2600 * ms, op: opRecover, rate: 85},
+			{at: 2600 * ms, op: opThrottle, rate: 42.5, change: -1, cooldown: cd}, // window starts at 2900ms
+			{at: 3400 * ms, op: opRecover, rate: 42.5},
+			{at: 4200 * ms, op: opRecover, rate: 77.5, change: 1},
+			{at: 4200 * ms, op: opRecover, rate: 77.5},           // once per window, not per call
+			{at: 5400 * ms, op: opRecover, rate: 100, change: 1}, // 112.5, capped
+			{at: 5400 * ms, op: opRecover, rate: 100},
+			{at: 5400 * ms, op: opRead, rate: 100},
+		})
+		// Back at the ceiling, the key has no state left.
+		if n := e.rdb.Exists(t.Context(), e.keys.AIMD("test", "k")).Val(); n != 0 {
+			t.Fatal("the aimd hash outlived the return to the ceiling")
+		}
+	})
+}
+
+func TestAIMDRecoverFactor(t *testing.T) {
+	a := classic(adapt.AIMD{Window: time.Second, Factor: 3, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond})
+	cd, ms := 300*time.Millisecond, time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		e.adapts(t, "k", lim100, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 400 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd},
+			{at: 1000 * ms, op: opThrottle, rate: 25, change: -1, cooldown: cd}, // window starts at 1300ms
+			{at: 1900 * ms, op: opRecover, rate: 25},
+			{at: 2600 * ms, op: opRecover, rate: 75, change: 1},
+			{at: 3900 * ms, op: opRecover, rate: 100, change: 1}, // 225, capped
+		})
+	})
+}
+
+// TestAIMDRecoverResetsStreak checks that a clean window ends a streak of
+// throttles at the floor.
+func TestAIMDRecoverResetsStreak(t *testing.T) {
+	a := classic(adapt.AIMD{Floor: 40, Step: 10, Window: time.Second, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond})
+	cd, ms := 300*time.Millisecond, time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		e.adapts(t, "k", lim100, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 0 * ms, op: opThrottle, rate: 100, cooldown: cd}, // coalesced
+			{at: 400 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd},
+			{at: 1000 * ms, op: opThrottle, rate: 40, change: -1, cooldown: cd},
+			{at: 1600 * ms, op: opThrottle, rate: 40, cooldown: cd, streak: 1},
+			{at: 1600 * ms, op: opThrottle, rate: 40, cooldown: cd, streak: 1}, // coalesced: counts once
+			{at: 2200 * ms, op: opThrottle, rate: 40, cooldown: cd, streak: 2}, // window starts at 2500ms
+			{at: 3200 * ms, op: opRecover, rate: 40, streak: 2},
+			{at: 3800 * ms, op: opRecover, rate: 50, change: 1},
+			{at: 3800 * ms, op: opRead, rate: 50},
+			{at: 4100 * ms, op: opThrottle, rate: 40, change: -1, cooldown: cd},
+		})
+	})
+}
+
+// TestAIMDCeilingChanges checks that a lowered ceiling caps the stored rate
+// at once, in every call, and that a raised one applies at once to a key
+// at its ceiling.
+func TestAIMDCeilingChanges(t *testing.T) {
+	a := classic(adapt.AIMD{Window: time.Second, Step: 20, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond})
+	cd, ms := 300*time.Millisecond, time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		e.adapts(t, "k", lim100, a, []aimdStep{
+			{at: 0, op: opRead, rate: 120, ceiling: 120},
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 400 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd},
+			{at: 400 * ms, op: opRead, rate: 30, cooldown: cd, ceiling: 30},
+			{at: 400 * ms, op: opRecover, rate: 30, cooldown: cd, ceiling: 30},
+			{at: 1000 * ms, op: opThrottle, rate: 15, change: -1, cooldown: cd, ceiling: 30}, // from 30, not 50
+			{at: 1000 * ms, op: opRead, rate: 15, cooldown: cd},
+			{at: 2400 * ms, op: opRecover, rate: 35, change: 1, ceiling: 200},
+			{at: 2400 * ms, op: opRead, rate: 0.5, ceiling: 0.5}, // the default floor follows a ceiling below 1
+		})
+	})
+}
+
+// TestAIMDIdleExpiry checks that the aimd hash lives max(4*Window, 1h) past
+// the end of its cooldown, after which the key is back at its ceiling.
+func TestAIMDIdleExpiry(t *testing.T) {
+	for _, tc := range []struct {
+		window, idle time.Duration
+	}{
+		{time.Second, time.Hour},
+		{20 * time.Minute, 80 * time.Minute},
+	} {
+		t.Run(tc.window.String(), func(t *testing.T) {
+			a := adapt.AIMD{Window: tc.window, MinCooldown: 2 * time.Second, Persist: 10 * time.Second, Decrease: 0.5, Backoff: 1e-9, NoRefillPause: true}
+			each(t, func(t *testing.T, e *env) {
+				ctx := t.Context()
+				since := time.Now()
+				if _, err := e.l.Throttled(ctx, "test", "k", lim100, a, 0); err != nil {
+					t.Fatal(err)
+				}
+				ak := e.keys.AIMD("test", "k")
+				want := tc.idle + 2*time.Second
+				if ttl := e.rdb.PTTL(ctx, ak).Val(); !e.TTLNear(ttl, want, since) {
+					t.Fatalf("PTTL %s = %v, want %v less the time since the throttle", ak, ttl, want)
+				}
+				if !e.exact() {
+					return
+				}
+				// A second throttle after the first one's cooldown cuts.
+				e.at(2 * time.Second)
+				if ad, err := e.l.Throttled(ctx, "test", "k", lim100, a, 0); err != nil || ad.Rate != 50 {
+					t.Fatalf("second Throttled = %+v, %v; want rate 50", ad, err)
+				}
+				want += 2 * time.Second
+				e.at(want - time.Millisecond)
+				if ad, err := e.l.Adapted(ctx, "test", "k", lim100, a); err != nil || ad.Rate != 50 {
+					t.Fatalf("Adapted just before expiry = %+v, %v; want rate 50", ad, err)
+				}
+				e.at(want)
+				if ad, err := e.l.Adapted(ctx, "test", "k", lim100, a); err != nil || ad.Rate != 100 {
+					t.Fatalf("Adapted after expiry = %+v, %v; want rate 100", ad, err)
+				}
+				// An increase gives the hash a fresh idle TTL.
+				for _, at := range []time.Duration{want, want + 2*time.Second} {
+					e.at(at)
+					if _, err := e.l.Throttled(ctx, "test", "k", lim100, a, 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+				e.at(want + 4*time.Second + tc.window)
+				if ad, err := e.l.Recover(ctx, "test", "k", lim100, a); err != nil || !ad.Increased {
+					t.Fatalf("Recover = %+v, %v; want an increase", ad, err)
+				}
+				if ttl := e.rdb.PTTL(ctx, ak).Val(); ttl != tc.idle {
+					t.Fatalf("PTTL after an increase = %v, want %v", ttl, tc.idle)
+				}
+			})
+		})
+	}
+}
+
+// TestAIMDReadsChangeNothing checks that Adapted never writes and that
+// Recover writes only when it raises the rate.
+func TestAIMDReadsChangeNothing(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		if _, err := e.l.Adapted(ctx, "test", "never", lim100, adapt.AIMD{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.l.Recover(ctx, "test", "never", lim100, adapt.AIMD{}); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.rdb.Exists(ctx, e.keys.AIMD("test", "never"), e.keys.Cooldown("test", "never")).Val(); n != 0 {
+			t.Fatal("Adapted or Recover created keys")
+		}
+		if _, err := e.l.Throttled(ctx, "test", "k", lim100, adapt.AIMD{}, 0); err != nil {
+			t.Fatal(err)
+		}
+		ak := e.keys.AIMD("test", "k")
+		before := e.snapshot(t, ak)
+		for range 3 {
+			if _, err := e.l.Adapted(ctx, "test", "k", lim100, adapt.AIMD{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.l.Recover(ctx, "test", "k", lim100, adapt.AIMD{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		after := e.snapshot(t, ak)
+		if !maps.Equal(before.hash, after.hash) || after.pttl > before.pttl {
+			t.Fatalf("reads changed the hash: before %+v, after %+v", before, after)
+		}
+	})
+}
+
+// TestAIMDCorruptIsFresh checks that adaptive state that makes no sense
+// reads as a key at its ceiling and is repaired by the next throttle.
+func TestAIMDCorruptIsFresh(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(ctx context.Context, rdb *redis.Client, key string) error
+	}{
+		{"words", hset("urate", "fast", "last_us", "x", "hold_us", "y", "win_us", "z", "streak", "many")},
+		{"no rate", hset("last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
+		{"no window", hset("urate", "5000000", "last_us", "1", "hold_us", "1", "streak", "0")},
+		{"zero rate", hset("urate", "0", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
+		{"negative", hset("urate", "-5", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "-1")},
+		{"fraction", hset("urate", "5000000.5", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
+		{"nan", hset("urate", "nan", "last_us", "nan", "hold_us", "nan", "win_us", "nan", "streak", "nan")},
+		{"inf", hset("urate", "inf", "last_us", "1", "hold_us", "inf", "win_us", "1", "streak", "0")},
+		{"string key", func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.Set(ctx, key, "junk", 0).Err()
+		}},
+		{"list key", func(ctx context.Context, rdb *redis.Client, key string) error {
+			return rdb.RPush(ctx, key, "a", "b").Err()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				ctx := t.Context()
+				ak := e.keys.AIMD("test", "k")
+				if err := tc.write(ctx, e.rdb, ak); err != nil {
+					t.Fatal(err)
+				}
+				e.adapts(t, "k", lim100, adapt.AIMD{}, []aimdStep{
+					{at: 0, op: opRead, rate: 100},
+					{at: 0, op: opRecover, rate: 100},
+					{at: 0, op: opThrottle, rate: 100, cooldown: 10 * time.Millisecond}, // lone: 1/100 s
+				})
+				h := e.rdb.HGetAll(ctx, ak).Val()
+				for _, f := range []string{"urate", "last_us", "hold_us", "win_us", "streak", "ep_us", "n", "k"} {
+					if _, err := strconv.ParseInt(h[f], 10, 64); err != nil {
+						t.Fatalf("not repaired: %v", h)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestAIMDFloorTripsBreaker checks the path from persistent throttling at
+// the floor to an open breaker.
+func TestAIMDFloorTripsBreaker(t *testing.T) {
+	a := classic(adapt.AIMD{Floor: 50, Coalesce: 300 * time.Millisecond, MinCooldown: 300 * time.Millisecond})
+	b := adapt.Breaker{FloorThrottles: 3}
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		for i, want := range []struct {
+			streak  int
+			tripped bool
+		}{{0, false}, {0, false}, {1, false}, {2, false}, {3, true}} {
+			e.at(time.Duration(i) * 600 * time.Millisecond)
+			ad, err := e.l.Throttled(ctx, "test", "k", lim100, a, 0)
+			e.mark()
+			if err != nil || ad.FloorStreak != want.streak || b.FloorTripped(ad) != want.tripped {
+				t.Fatalf("throttle %d: %+v, %v; want streak %d, tripped %v", i, ad, err, want.streak, want.tripped)
+			}
+			if b.FloorTripped(ad) {
+				if st, err := e.l.BreakerResult(ctx, "test", "k", b, false, "throttled at floor"); err != nil || st != adapt.BreakerOpen {
+					t.Fatalf("BreakerResult = %v, %v; want open", st, err)
+				}
+			}
+		}
+		if allowed, _, _, err := e.l.BreakerAllow(ctx, "test", "k", b, "a"); err != nil || allowed {
+			t.Fatalf("BreakerAllow = %v, %v; want refused", allowed, err)
+		}
+	})
+}
+
+func TestFloorTripped(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		b      adapt.Breaker
+		streak int
+		want   bool
+	}{
+		{adapt.Breaker{}, 4, false},
+		{adapt.Breaker{}, 5, true},
+		{adapt.Breaker{}, 6, true},
+		{adapt.Breaker{FloorThrottles: 1}, 0, false},
+		{adapt.Breaker{FloorThrottles: 1}, 1, true},
+	} {
+		if got := tc.b.FloorTripped(adapt.Adapted{FloorStreak: tc.streak}); got != tc.want {
+			t.Errorf("%+v.FloorTripped(streak %d) = %v, want %v", tc.b, tc.streak, got, tc.want)
+		}
+	}
+}
+
+func TestAIMDValidate(t *testing.T) {
+	t.Parallel()
+	l := adapt.New(noRedis{}, bucket.Config{})
+	for _, tc := range []struct {
+		a       adapt.AIMD
+		ceiling bucket.Limit
+		want    string // "" for valid
+	}{
+		{adapt.AIMD{}, lim100, ""},
+		{adapt.AIMD{}, bucket.Limit{PerSecond: 0.5, Burst: 1}, ""}, // default floor: 0.5
+		{adapt.AIMD{Floor: 1e-6}, bucket.Limit{PerSecond: 1e-6, Burst: 1}, ""},
+		{adapt.AIMD{Decrease: 0.99, Floor: 100, Window: time.Millisecond, Step: 1e-6, Coalesce: time.Nanosecond,
+			MinCooldown: time.Millisecond, MaxCooldown: 10 * 365 * 24 * time.Hour}, bucket.Limit{PerSecond: 1e9, Burst: 1e9}, ""},
+		{adapt.AIMD{Factor: 1.5}, lim100, ""},
+		{adapt.AIMD{}, bucket.Limit{}, "bucket: invalid limit: rate 0 must be > 0"},
+		{adapt.AIMD{}, bucket.Limit{PerSecond: 1e10, Burst: 1}, "adapt: invalid aimd: ceiling 1e+10 msgs/s must be in [1e-06, 1e+09]"},
+		{adapt.AIMD{}, bucket.Limit{PerSecond: 1e-7, Burst: 1}, "adapt: invalid aimd: ceiling 1e-07 msgs/s must be in [1e-06, 1e+09]"},
+		{adapt.AIMD{Decrease: 1}, lim100, "adapt: invalid aimd: decrease 1 must be in (0, 1)"},
+		{adapt.AIMD{Decrease: -0.5}, lim100, "adapt: invalid aimd: decrease -0.5 must be in (0, 1)"},
+		{adapt.AIMD{Decrease: math.NaN()}, lim100, "adapt: invalid aimd: decrease NaN must be in (0, 1)"},
+		{adapt.AIMD{Floor: -1}, lim100, "adapt: invalid aimd: floor -1 must be >= 1e-06"},
+		{adapt.AIMD{Floor: 1e-7}, lim100, "adapt: invalid aimd: floor 1e-07 must be >= 1e-06"},
+		{adapt.AIMD{Floor: math.NaN()}, lim100, "adapt: invalid aimd: floor NaN must be >= 1e-06"},
+		{adapt.AIMD{Floor: 101}, lim100, "adapt: invalid aimd: floor 101 must be <= ceiling 100"},
+		{adapt.AIMD{Step: -1}, lim100, "adapt: invalid aimd: step -1 must be finite and > 0"},
+		{adapt.AIMD{Step: math.Inf(1)}, lim100, "adapt: invalid aimd: step +Inf must be finite and > 0"},
+		{adapt.AIMD{Factor: 1}, lim100, "adapt: invalid aimd: factor 1 must be 0 or a finite number > 1"},
+		{adapt.AIMD{Factor: 0.5}, lim100, "adapt: invalid aimd: factor 0.5 must be 0 or a finite number > 1"},
+		{adapt.AIMD{Factor: math.Inf(1)}, lim100, "adapt: invalid aimd: factor +Inf must be 0 or a finite number > 1"},
+		{adapt.AIMD{Window: -time.Second}, lim100, "adapt: invalid aimd: window -1s must be in [1ms, 87600h0m0s]"},
+		{adapt.AIMD{Window: time.Microsecond}, lim100, "adapt: invalid aimd: window 1µs must be in [1ms, 87600h0m0s]"},
+		{adapt.AIMD{Window: 11 * 365 * 24 * time.Hour}, lim100, "adapt: invalid aimd: window 96360h0m0s must be in [1ms, 87600h0m0s]"},
+		{adapt.AIMD{Coalesce: -1}, lim100, "adapt: invalid aimd: coalesce -1ns must be in [1ns, 87600h0m0s]"},
+		{adapt.AIMD{MinCooldown: -time.Second}, lim100, "adapt: invalid aimd: min cooldown -1s must be in [1ms, 87600h0m0s]"},
+		{adapt.AIMD{MaxCooldown: time.Microsecond}, lim100, "adapt: invalid aimd: max cooldown 1µs must be in [1ms, 87600h0m0s]"},
+		{adapt.AIMD{MinCooldown: time.Minute, MaxCooldown: time.Second}, lim100, "adapt: invalid aimd: min cooldown 1m0s must be <= max cooldown 1s"},
+	} {
+		t.Run(fmt.Sprintf("%+v/%+v", tc.a, tc.ceiling), func(t *testing.T) {
+			err := tc.a.Validate(tc.ceiling)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			sentinel := adapt.ErrInvalidAIMD
+			if strings.HasPrefix(tc.want, "bucket: invalid limit") {
+				sentinel = bucket.ErrInvalidLimit
+			}
+			if !errors.Is(err, sentinel) || err.Error() != tc.want {
+				t.Fatalf("Validate = %v, want %q", err, tc.want)
+			}
+			// No call reaches Redis (noRedis would panic).
+			for name, f := range map[string]func() error{
+				"Throttled": func() error { _, err := l.Throttled(t.Context(), "test", "k", tc.ceiling, tc.a, 0); return err },
+				"Recover":   func() error { _, err := l.Recover(t.Context(), "test", "k", tc.ceiling, tc.a); return err },
+				"Adapted":   func() error { _, err := l.Adapted(t.Context(), "test", "k", tc.ceiling, tc.a); return err },
+				"Snapshot":  func() error { _, err := l.Snapshot(t.Context(), "test", "k", tc.ceiling, tc.a); return err },
+			} {
+				if err := f(); !errors.Is(err, sentinel) || err.Error() != tc.want {
+					t.Errorf("%s error = %v, want %q", name, err, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestAdaptedLimit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		rate    float64
+		ceiling bucket.Limit
+		want    bucket.Limit
+	}{
+		{0, lim100, lim100}, // the zero Adapted
+		{100, lim100, lim100},
+		{150, lim100, lim100},
+		{50, lim100, bucket.Limit{PerSecond: 50, Burst: 50}},
+		{12.5, bucket.Limit{PerSecond: 80, Burst: 10}, bucket.Limit{PerSecond: 12.5, Burst: 1}},   // 1.5625, rounded down
+		{1e-6, bucket.Limit{PerSecond: 1e9, Burst: 1e9}, bucket.Limit{PerSecond: 1e-6, Burst: 1}}, // at least 1
+		{0.5, bucket.Limit{PerSecond: 1, Burst: 3}, bucket.Limit{PerSecond: 0.5, Burst: 1}},
+	} {
+		got := adapt.Adapted{Rate: tc.rate}.Limit(tc.ceiling)
+		if got != tc.want {
+			t.Errorf("Adapted{Rate: %v}.Limit(%+v) = %+v, want %+v", tc.rate, tc.ceiling, got, tc.want)
+		}
+		if err := got.Validate(); err != nil {
+			t.Errorf("Adapted{Rate: %v}.Limit(%+v) = %+v: %v", tc.rate, tc.ceiling, got, err)
+		}
+	}
+}
+
+func TestAdaptRedisErrorsWrapped(t *testing.T) {
+	t.Parallel()
+	e := newMini(t)
+	e.mr.SetError("LOADING Redis is loading the dataset in memory")
+	ctx := t.Context()
+	a, b := adapt.AIMD{}, adapt.Breaker{}
+	for _, tc := range []struct {
+		want string
+		err  error
+	}{
+		{`adapt: throttled "pacer:{test:k}:aimd": LOADING`, second(e.l.Throttled(ctx, "test", "k", lim100, a, 0))},
+		{`adapt: recover "pacer:{test:k}:aimd": LOADING`, second(e.l.Recover(ctx, "test", "k", lim100, a))},
+		{`adapt: adapted "pacer:{test:k}:aimd": LOADING`, second(e.l.Adapted(ctx, "test", "k", lim100, a))},
+		{`adapt: adapted "pacer:{test:k}:aimd": LOADING`, second(e.l.Snapshot(ctx, "test", "k", lim100, a))},
+		{`adapt: breaker result "pacer:{test:k}:breaker": LOADING`, second(e.l.BreakerResult(ctx, "test", "k", b, false, ""))},
+		{`adapt: breaker status "pacer:{test:k}:breaker": LOADING`, second(e.l.BreakerStatus(ctx, "test", "k"))},
+		{`adapt: breaker allow "pacer:{test:k}:breaker": LOADING`, func() error {
+			_, _, _, err := e.l.BreakerAllow(ctx, "test", "k", b, "a")
+			return err
+		}()},
+	} {
+		var rerr redis.Error
+		if tc.err == nil || !strings.HasPrefix(tc.err.Error(), tc.want) || !errors.As(tc.err, &rerr) {
+			t.Errorf("got %v, want %q... wrapping a redis.Error", tc.err, tc.want)
+		}
+	}
+}
+
+// second returns the error of a call that returns a value and an error.
+func second[T any](_ T, err error) error { return err }
+
+func TestAdaptUnexpectedReply(t *testing.T) {
+	t.Parallel()
+	a, b := adapt.AIMD{}, adapt.Breaker{}
+	for _, v := range []any{
+		nil, "OK", int64(1), []any{},
+		[]any{int64(100e6), int64(0), int64(0)},                       // too short
+		[]any{int64(101e6), int64(0), int64(0), int64(0)},             // above the ceiling
+		[]any{int64(0), int64(0), int64(0), int64(0)},                 // below the floor
+		[]any{int64(50e6), int64(2), int64(0), int64(0)},              // change out of range
+		[]any{int64(50e6), int64(0), int64(-1), int64(0)},             // negative cooldown
+		[]any{int64(50e6), int64(0), int64(0), int64(-1)},             // negative streak
+		[]any{"50000000", int64(0), int64(0), int64(0)},               // a string
+		[]any{int64(1), int64(1), int64(1), int64(1), "x", int64(0)},  // status: reason not a string
+		[]any{int64(3), int64(1), int64(0), int64(0), "", ""},         // status: no such state
+		[]any{int64(1), int64(0), int64(5), int64(0), "", ""},         // status: open, no opens
+		[]any{int64(2), int64(1), int64(0), int64(5), "", ""},         // status: a lease without an owner
+		[]any{int64(1), int64(1), int64(0), int64(0), int64(0), "x"},  // status: owner not a string
+		[]any{int64(0), int64(0), int64(0), int64(0), "", "", "more"}, // status: too long
+	} {
+		l := adapt.New(fakeReply{v: v}, bucket.Config{})
+		ctx := t.Context()
+		for name, f := range map[string]func() error{
+			"Throttled": func() error { _, err := l.Throttled(ctx, "test", "k", lim100, a, 0); return err },
+			"Recover":   func() error { _, err := l.Recover(ctx, "test", "k", lim100, a); return err },
+			"Adapted":   func() error { _, err := l.Adapted(ctx, "test", "k", lim100, a); return err },
+			"BreakerAllow": func() error {
+				_, _, _, err := l.BreakerAllow(ctx, "test", "k", b, "a")
+				return err
+			},
+			"BreakerResult": func() error { _, err := l.BreakerResult(ctx, "test", "k", b, false, ""); return err },
+			"BreakerStatus": func() error { _, err := l.BreakerStatus(ctx, "test", "k"); return err },
+		} {
+			if err := f(); err == nil || !strings.Contains(err.Error(), "unexpected reply") {
+				t.Errorf("%s with reply %#v: %v; want an unexpected-reply error", name, v, err)
+			}
+		}
+	}
+	// Replies that are valid in shape but break a contract.
+	for _, tc := range []struct {
+		name string
+		v    any
+		f    func(l *adapt.Adapter) error
+	}{
+		{"throttle shorter than the hint", []any{int64(50e6), int64(-1), int64(10), int64(0)}, func(l *adapt.Adapter) error {
+			_, err := l.Throttled(t.Context(), "test", "k", lim100, a, time.Minute)
+			return err
+		}},
+		{"throttle that increased", []any{int64(50e6), int64(1), int64(60000), int64(0)}, func(l *adapt.Adapter) error {
+			_, err := l.Throttled(t.Context(), "test", "k", lim100, a, time.Minute)
+			return err
+		}},
+		{"recover that decreased", []any{int64(50e6), int64(-1), int64(0), int64(0)}, func(l *adapt.Adapter) error {
+			_, err := l.Recover(t.Context(), "test", "k", lim100, a)
+			return err
+		}},
+		{"allowed with a wait", []any{int64(1), int64(0), int64(5), int64(0)}, func(l *adapt.Adapter) error {
+			_, _, _, err := l.BreakerAllow(t.Context(), "test", "k", b, "a")
+			return err
+		}},
+		{"probe while closed", []any{int64(1), int64(1), int64(0), int64(0)}, func(l *adapt.Adapter) error {
+			_, _, _, err := l.BreakerAllow(t.Context(), "test", "k", b, "a")
+			return err
+		}},
+		{"halt that closed", []any{int64(0), int64(0), int64(0)}, func(l *adapt.Adapter) error {
+			_, err := l.BreakerResult(t.Context(), "test", "k", b, false, "")
+			return err
+		}},
+	} {
+		if err := tc.f(adapt.New(fakeReply{v: tc.v}, bucket.Config{})); err == nil || !strings.Contains(err.Error(), "unexpected reply") {
+			t.Errorf("%s (%#v): %v; want an unexpected-reply error", tc.name, tc.v, err)
+		}
+	}
+}
+
+// TestAdaptKeys checks that an Adapter names its keys as the Limiter of
+// the same Config does, so its throttles set that Limiter's cooldown.
+func TestAdaptKeys(t *testing.T) {
+	t.Parallel()
+	cfg := bucket.Config{Prefix: "stage"}
+	k := adapt.New(noRedis{}, cfg).Keys()
+	if k != bucket.New(noRedis{}, cfg).Keys() {
+		t.Fatalf("Adapter keys %+v differ from the Limiter's", k)
+	}
+	if got, want := k.AIMD("whatsapp", "106540352242922"), "stage:{whatsapp:106540352242922}:aimd"; got != want {
+		t.Errorf("AIMD key = %q, want %q", got, want)
+	}
+	if got, want := k.Breaker("whatsapp", "106540352242922"), "stage:{whatsapp:106540352242922}:breaker"; got != want {
+		t.Errorf("Breaker key = %q, want %q", got, want)
+	}
+}
+
+func ExampleAdapter_Throttled() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	mr.SetTime(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	ctx := context.Background()
+	l := adapt.New(rdb, bucket.Config{})
+	ceiling := bucket.Limit{PerSecond: 80, Burst: 20}
+	a := adapt.AIMD{} // the defaults
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	show := func(ad adapt.Adapted, err error) {
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("rate=%.4g decreased=%v increased=%v cooldown=%v limit=%+v\n",
+			ad.Rate, ad.Decreased, ad.Increased, ad.CooldownLeft, ad.Limit(ceiling))
+	}
+	// One refusal at the edge of the provider's burst: no cut, one token
+	// interval of cooldown. The pacing limit keeps jitter headroom.
+	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 0))
+	// 0.6 s later, after replicas saw 27 sends accepted, another: throttles
+	// persist, the provider takes about 45/s: the rate goes to 0.95 of it
+	// (42.75/s, never below 0.8 of the rate at once: 64), with a pause for
+	// the provider to earn back its burst.
+	mr.SetTime(t0.Add(600 * time.Millisecond))
+	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 27))
+	// Clean 2 s windows after the pause, the rate in use (the replicas
+	// report about 64 and 65 sends a second): +2%, then +4%.
+	mr.SetTime(t0.Add(3 * time.Second))
+	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 130))
+	mr.SetTime(t0.Add(5 * time.Second))
+	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 131))
+	// Output:
+	// rate=80 decreased=false increased=false cooldown=13ms limit={PerSecond:80 Burst:18}
+	// rate=64 decreased=true increased=false cooldown=313ms limit={PerSecond:64 Burst:14}
+	// rate=65.28 decreased=false increased=true cooldown=0s limit={PerSecond:65.28 Burst:14}
+	// rate=67.89 decreased=false increased=true cooldown=0s limit={PerSecond:67.8912 Burst:14}
+}
+
+// TestAIMDEstimate checks the throttle rules: a lone throttle cuts nothing;
+// throttles that persist (within Persist of the last counted one) cut to
+// Backoff times the estimated capacity, the rate less the throttles per
+// second of the episode (coalesced ones count for it); the cut never goes
+// below Decrease of the rate; the increase after a throttle starts at Factor
+// and doubles with each clean window in a row. Rates are exact on
+// miniredis; on redis-server the episode's length is a few ms longer than
+// the step offsets, so rates derived from it are near.
+func TestAIMDEstimate(t *testing.T) {
+	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	ms := time.Millisecond
+	cd := 10 * ms
+	steps := []aimdStep{
+		{at: 0, op: opThrottle, rate: 100, cooldown: cd},       // lone: episode starts, n = 0
+		{at: 50 * ms, op: opThrottle, rate: 100, cooldown: cd}, // coalesced: n = 1
+		{at: 60 * ms, op: opThrottle, rate: 100, cooldown: cd}, // n = 2
+		// persistent: n = 3 in 0.5 s, 6/s refused: est 94, * 0.9
+		{at: 500 * ms, op: opThrottle, rate: 84.6, change: -1, cooldown: cd},
+		{at: 550 * ms, op: opThrottle, rate: 84.6, cooldown: cd}, // coalesced: n = 1
+		// n = 2 in 0.5 s: est 84.6 - 4 = 80.6, * 0.9
+		{at: 1000 * ms, op: opThrottle, rate: 72.54, change: -1, cooldown: cd},
+		{at: 1500 * ms, op: opRecover, rate: 72.54},                            // window ends at 2010ms
+		{at: 3100 * ms, op: opThrottle, rate: 72.54, cooldown: cd},             // 2.1 s after the last: lone
+		{at: 4200 * ms, op: opRecover, rate: 79.794, change: 1, accepted: 80},  // * (1 + 0.1), the rate in use
+		{at: 4200 * ms, op: opRecover, rate: 79.794, accepted: 1},              // once per window
+		{at: 5300 * ms, op: opRecover, rate: 95.7528, change: 1, accepted: 80}, // * (1 + 0.2)
+		{at: 6400 * ms, op: opRecover, rate: 100, change: 1, accepted: 100},    // * (1 + 0.4), capped
+		{at: 7000 * ms, op: opThrottle, rate: 100, cooldown: cd},               // lone again
+	}
+	for range 10 {
+		steps = append(steps, aimdStep{at: 7050 * ms, op: opThrottle, rate: 100, cooldown: cd})
+	}
+	// 11 refused in 0.2 s: est 100 - 55 = 45, * 0.9 = 40.5; the cut stops at
+	// Decrease (50).
+	steps = append(steps, aimdStep{at: 7200 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd})
+	each(t, func(t *testing.T, e *env) { e.adaptsNear(t, a, steps) })
+}
+
+// adaptsNear runs steps on key "k" under lim100 like adapts, for rates
+// derived from the time an episode lasted: exact on miniredis, within 15%
+// on redis-server, where steps run a few ms (on a loaded machine, tens of
+// ms) after their offsets; there,
+// after a change, later rates are scaled by the same error.
+func (e *env) adaptsNear(t *testing.T, a adapt.AIMD, steps []aimdStep) {
+	t.Helper()
+	{
+		steps := slices.Clone(steps)
+		for i, s := range steps {
+			e.at(s.at)
+			var ad adapt.Adapted
+			var err error
+			switch s.op {
+			case opThrottle:
+				ad, err = e.l.ThrottledAfter(t.Context(), "test", "k", lim100, a, s.hint, s.accepted)
+			case opRecover:
+				ad, err = e.l.RecoverAfter(t.Context(), "test", "k", lim100, a, s.accepted)
+			}
+			e.mark()
+			near := ad.Rate == s.rate
+			if !e.exact() {
+				near = math.Abs(ad.Rate-s.rate) <= 0.15*s.rate
+			}
+			if err != nil || !near || ad.Decreased != (s.change < 0) || ad.Increased != (s.change > 0) ||
+				!e.near(ad.CooldownLeft, s.cooldown) {
+				t.Fatalf("step %d (at %v, op %d): got %+v, %v; want rate=%v change=%d cooldown=%v",
+					i, s.at, s.op, ad, err, s.rate, s.change, s.cooldown)
+			}
+			if !e.exact() && s.change != 0 {
+				scale := ad.Rate / s.rate // later rates follow this one
+				for j := i + 1; j < len(steps); j++ {
+					steps[j].rate = min(steps[j].rate*scale, 100)
+				}
+			}
+		}
+	}
+}
+
+// TestAIMDAcceptedEstimate checks the estimate from accepted sends: what
+// every replica reported accepted over the episode, per second, is the
+// capacity of a provider that keeps refusing; the cut goes to Backoff of
+// it, and the probe stops at it (the cap) and goes on gently from there.
+func TestAIMDAcceptedEstimate(t *testing.T) {
+	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},       // lone: episode from 0
+			{at: 200 * ms, op: opRecover, rate: 100, accepted: 30}, // one replica reports 30
+			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: cd, // 40 in 0.5 s: 80/s, * 0.9
+				accepted: 10},
+			{at: 550 * ms, op: opThrottle, rate: 72, cooldown: cd}, // coalesced
+			{at: 1000 * ms, op: opRecover, rate: 72, accepted: 1},  // window (from 560ms) ends at 1560ms
+			// The window is over, but the rate is not in use: of the 0.9 * 72/s *
+			// 0.04 s = 2.6 sends the window beyond its first second calls for,
+			// 1 was reported. No increase.
+			{at: 1600 * ms, op: opRecover, rate: 72},
+			{at: 1700 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 80}, // * 1.1
+			{at: 2800 * ms, op: opRecover, rate: 80, change: 1, accepted: 80},   // * 1.2 would pass the cap, 80
+			{at: 3900 * ms, op: opRecover, rate: 88, change: 1, accepted: 80},   // from the cap: * 1.1 again
+			{at: 5000 * ms, op: opRecover, rate: 100, change: 1, accepted: 100}, // * 1.2, capped at the ceiling
+		})
+		if n := e.rdb.Exists(t.Context(), e.keys.AIMD("test", "k")).Val(); n != 0 {
+			t.Fatal("the aimd hash outlived the return to the ceiling")
+		}
+	})
+}
+
+// TestAIMDPacingHeadroom checks the limit the pacer takes tokens under:
+// the burst less the tokens Jitter can bunch, or, with a burst of 1, slots
+// Jitter further apart; Jitter < 0 leaves none.
+func TestAIMDPacingHeadroom(t *testing.T) {
+	for _, tc := range []struct {
+		ceiling bucket.Limit
+		a       adapt.AIMD
+		want    bucket.Limit
+	}{
+		{bucket.Limit{PerSecond: 80, Burst: 10}, adapt.AIMD{}, bucket.Limit{PerSecond: 80, Burst: 8}}, // 2 tokens in 25ms
+		{bucket.Limit{PerSecond: 80, Burst: 10}, adapt.AIMD{Jitter: -1}, bucket.Limit{PerSecond: 80, Burst: 10}},
+		{bucket.Limit{PerSecond: 80, Burst: 10}, adapt.AIMD{Jitter: 100 * time.Millisecond}, bucket.Limit{PerSecond: 80, Burst: 5}}, // at most half
+		{bucket.Limit{PerSecond: 0.5, Burst: 1}, adapt.AIMD{}, bucket.Limit{PerSecond: 0.5 / 1.0125, Burst: 1}},
+		{bucket.Limit{PerSecond: 40, Burst: 2}, adapt.AIMD{}, bucket.Limit{PerSecond: 40, Burst: 1}},
+		{bucket.Limit{PerSecond: 20, Burst: 1}, adapt.AIMD{}, bucket.Limit{PerSecond: 20 / 1.5, Burst: 1}}, // 0.5 tokens of jitter
+		{bucket.Limit{PerSecond: 80, Burst: 1}, adapt.AIMD{}, bucket.Limit{PerSecond: 80, Burst: 1}},       // 2 tokens: no cut
+		{bucket.Limit{PerSecond: 1000, Burst: 10}, adapt.AIMD{}, bucket.Limit{PerSecond: 1000, Burst: 5}},  // leases stay large
+	} {
+		t.Run(fmt.Sprintf("%v/%v", tc.ceiling, tc.a.Jitter), func(t *testing.T) {
+			e := newMini(t)
+			ad, err := e.l.Adapted(t.Context(), "test", "k", tc.ceiling, tc.a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ad.Limit(tc.ceiling)
+			if got.Burst != tc.want.Burst || math.Abs(got.PerSecond-tc.want.PerSecond) > 1e-9 {
+				t.Fatalf("Limit = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestAIMDReschedulesDebt checks that a change of the adapted rate moves
+// the slots the bucket granted ahead: a decrease clears the debt (the
+// pacer drops the slots it held and takes new ones at the new rate), an
+// increase scales it, so new slots follow the granted ones at the new
+// spacing instead of falling among them.
+func TestAIMDReschedulesDebt(t *testing.T) {
+	a := adapt.AIMD{MinCooldown: time.Millisecond, Coalesce: time.Millisecond, Decrease: 0.5, Backoff: 1e-9, NoRefillPause: true,
+		Persist: time.Hour, Window: time.Second, Factor: 2, Accelerate: 1}
+	ceiling := bucket.Limit{PerSecond: 10, Burst: 1}
+	ms := time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		reserve := func(perSecond float64) time.Duration {
+			t.Helper()
+			r, err := e.b.Reserve(ctx, "test", "k", bucket.Limit{PerSecond: perSecond, Burst: 1}, 1, 10*time.Second)
+			if err != nil || !r.OK {
+				t.Fatalf("Reserve = %+v, %v", r, err)
+			}
+			return r.Delay
+		}
+		throttle := func(want float64) {
+			t.Helper()
+			if ad, err := e.l.Throttled(ctx, "test", "k", ceiling, a, 0); err != nil || ad.Rate != want {
+				t.Fatalf("Throttled = %+v, %v; want rate %v", ad, err, want)
+			}
+		}
+		throttle(10) // lone
+		e.mark()
+		e.at(100 * ms)
+		for range 10 {
+			reserve(10) // slots up to 0.9 s ahead: 9 tokens of debt
+		}
+		throttle(5) // persistent: 10 -> 5, the debt is cleared
+		e.mark()
+		e.at(110 * ms) // past the 1ms cooldown
+		if d := reserve(5); d > 200*ms {
+			t.Fatalf("first slot after the decrease in %v, want < 200ms (one interval at 5/s, not behind the old debt)", d)
+		}
+		for range 9 {
+			reserve(5) // slots up to about 2.1 s at 5/s
+		}
+		e.at(1300 * ms) // the window (from 101ms) is over: 5 -> 10
+		if ad, err := e.l.Recover(ctx, "test", "k", ceiling, a); err != nil || ad.Rate != 10 || !ad.Increased {
+			t.Fatalf("Recover = %+v, %v; want rate 10", ad, err)
+		}
+		e.mark()
+		// At 1.3 s the last slot granted at 5/s is at about 2.1 s: 0.8 s
+		// ahead, 4 tokens of debt at 5/s. Scaled to 8 at 10/s, the next slot
+		// is 0.9 s ahead, after them; left at 4 tokens it would be 0.5 s
+		// ahead, among them.
+		if d := reserve(10); d < 800*ms || d > time.Second {
+			t.Fatalf("first slot after the increase in %v, want about 900ms (after the granted ones)", d)
+		}
+	})
+}
+
+// TestAIMDRefillPause checks the cooldown after a decrease: at least the
+// ceiling's burst at the new rate, since the provider that kept refusing
+// has spent its burst; a lone throttle and NoRefillPause have none.
+func TestAIMDRefillPause(t *testing.T) {
+	ceiling := bucket.Limit{PerSecond: 10, Burst: 5}
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		off  bool
+		want time.Duration
+	}{{false, time.Second}, {true, 100 * ms}} {
+		t.Run(fmt.Sprint("NoRefillPause=", tc.off), func(t *testing.T) {
+			a := adapt.AIMD{Decrease: 0.5, Backoff: 1e-9, Persist: time.Hour, Coalesce: time.Millisecond, NoRefillPause: tc.off}
+			each(t, func(t *testing.T, e *env) {
+				e.adapts(t, "k", ceiling, a, []aimdStep{
+					{at: 0, op: opThrottle, rate: 10, cooldown: 100 * ms},                  // lone: one token interval
+					{at: 200 * ms, op: opThrottle, rate: 5, change: -1, cooldown: tc.want}, // 5 tokens at 5/s
+				})
+			})
+		})
+	}
+}
+
+// TestPairThrottled checks the shared pair cooldown: base for a pair's
+// first throttle, then max(PairAgain (a minute), base), never above the
+// maximum nor shortened; other pairs and keys untouched; a pair quiet for
+// 10 minutes counts anew.
+func TestPairThrottled(t *testing.T) {
+	s := time.Second
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		pt := func(key, sub string, base time.Duration, wantCD time.Duration, wantN int) {
+			t.Helper()
+			cd, n, err := e.l.PairThrottled(ctx, "test", key, sub, base, time.Hour)
+			if err != nil || !e.near(cd, wantCD) || n != wantN {
+				t.Fatalf("PairThrottled(%s, %s) = %v, %d, %v; want %v, %d", key, sub, cd, n, err, wantCD, wantN)
+			}
+		}
+		pt("k", "p1", 2*s, 2*s, 1)
+		pt("k", "p1", 2*s, time.Minute, 2) // max(1m, 2s)
+		pt("k", "p1", 2*s, time.Minute, 3) // again, not 4^n: the pair's bucket refills meanwhile
+		pt("k", "p2", 6*s, 6*s, 1)         // another pair: its own count
+		pt("other", "p1", 2*s, 2*s, 1)     // another key
+		pt("k", "p1", 90*s, 90*s, 4)       // a longer base (hint) wins over the minute
+		if cd, n, err := e.l.PairThrottled(ctx, "test", "k", "p3", 2*s, 30*s); err != nil || !e.near(cd, 2*s) || n != 1 {
+			t.Fatalf("p3 first: %v, %d, %v", cd, n, err)
+		}
+		if cd, n, err := e.l.PairThrottled(ctx, "test", "k", "p3", 2*s, 30*s); err != nil || !e.near(cd, 30*s) || n != 2 {
+			t.Fatalf("p3 again, max 30s: %v, %d, %v; want the 30s cap", cd, n, err)
+		}
+		got, err := e.l.PairCooldowns(ctx, "test", "k")
+		if err != nil || len(got) != 3 || !e.near(got["p1"], 90*s) || !e.near(got["p2"], 6*s) || !e.near(got["p3"], 30*s) {
+			t.Fatalf("PairCooldowns = %v, %v; want p1 ~90s, p2 ~6s, p3 ~30s", got, err)
+		}
+		if _, _, err := e.l.PairThrottled(ctx, "test", "k", "", s, time.Hour); !errors.Is(err, adapt.ErrInvalidAIMD) {
+			t.Fatalf("empty sub: %v, want ErrInvalidAIMD", err)
+		}
+		if !e.exact() {
+			return
+		}
+		e.at(7 * s) // p2 over
+		if got, _ := e.l.PairCooldowns(ctx, "test", "k"); len(got) != 2 || got["p2"] != 0 {
+			t.Fatalf("after p2's cooldown: %v, want only p1 and p3", got)
+		}
+		e.at(12 * time.Minute) // p1 over and quiet for 10 minutes: counts anew
+		pt("k", "p1", 2*s, 2*s, 1)
+	})
+}
+
+// TestAchieved checks the achieved rate every replica reports with
+// RecoverAfter: summed over a window of at least 5 s, whatever the key's
+// adaptive state, and none before a window closed.
+func TestAchieved(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		if _, ok, err := e.l.Achieved(ctx, "test", "k"); ok || err != nil {
+			t.Fatalf("Achieved before any report: ok %v, %v", ok, err)
+		}
+		rec := func(n int) {
+			t.Helper()
+			if _, err := e.l.RecoverAfter(ctx, "test", "k", lim100, adapt.AIMD{}, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rec(0) // opens the window
+		e.mark()
+		e.at(2 * time.Second)
+		rec(200) // replica A
+		rec(150) // replica B
+		if _, ok, _ := e.l.Achieved(ctx, "test", "k"); ok {
+			t.Fatal("Achieved before the window closed")
+		}
+		e.at(5 * time.Second)
+		rec(50)
+		r, ok, err := e.l.Achieved(ctx, "test", "k")
+		// 400 in 5 s; on the real clock the window is a little longer (up to
+		// a quarter of a second on a loaded machine).
+		if lo := map[bool]float64{true: 80, false: 76}[e.exact()]; !ok || err != nil || r < lo || r > 80 {
+			t.Fatalf("Achieved = %v, %v, %v; want 80 (400 in 5 s), >= %v on the real clock", r, ok, err, lo)
+		}
+	})
+}

@@ -1,0 +1,303 @@
+// Package control holds what an operator changes while Pacer runs, in
+// Redis: per-key limits (a pacing key's ceiling) and campaign states
+// (paused, cancelled) with per-campaign counters. Every running pacer reads
+// them, so a change reaches every replica without a restart. Key names come
+// from [bucket.Keys]: Limit and Campaign.
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/redis/go-redis/v9"
+)
+
+// Store reads and writes the run-time controls of one Redis prefix. It is
+// safe for concurrent use.
+type Store struct {
+	rdb  redis.UniversalClient
+	keys bucket.Keys
+}
+
+// New returns the Store of rdb under keys (use the Limiter's, so the names
+// share its prefix).
+func New(rdb redis.UniversalClient, keys bucket.Keys) *Store { return &Store{rdb: rdb, keys: keys} }
+
+// KeyLimit is a limit set for one pacing key. Burst 0 means the channel's
+// configured burst.
+type KeyLimit struct {
+	Key       string
+	PerSecond float64 // msgs/s, > 0
+	Burst     int     // tokens, >= 0 (0: the channel's)
+}
+
+// ErrInvalid wraps the reason a limit or campaign state is refused.
+var ErrInvalid = errors.New("control: invalid value")
+
+// Validate reports what is wrong with l, naming the field (key, rate or
+// burst): rate must be finite and > 0, burst 0 (the channel's) or within
+// [bucket.Limit.Validate]'s bounds for the rate.
+func (l KeyLimit) Validate() error {
+	if strings.TrimSpace(l.Key) == "" {
+		return fmt.Errorf("%w: key is required", ErrInvalid)
+	}
+	if !(l.PerSecond > 0) || math.IsInf(l.PerSecond, 1) {
+		return fmt.Errorf("%w: rate %v must be a finite number > 0 (msgs/s)", ErrInvalid, l.PerSecond)
+	}
+	if l.Burst < 0 {
+		return fmt.Errorf("%w: burst %d must be >= 1 (or 0 for the channel's)", ErrInvalid, l.Burst)
+	}
+	if err := (bucket.Limit{PerSecond: l.PerSecond, Burst: max(l.Burst, 1)}).Validate(); err != nil {
+		return fmt.Errorf("%w: burst: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+// Limit returns the limit set for key of channel; ok is false when none is.
+// One HGETALL.
+func (s *Store) Limit(ctx context.Context, channel, key string) (l KeyLimit, ok bool, err error) {
+	m, err := s.rdb.HGetAll(ctx, s.keys.Limit(channel, key)).Result()
+	if err != nil || len(m) == 0 {
+		return KeyLimit{}, false, err
+	}
+	return parseLimit(key, m)
+}
+
+func parseLimit(key string, m map[string]string) (KeyLimit, bool, error) {
+	rate, err1 := strconv.ParseFloat(m["rate"], 64)
+	burst, err2 := strconv.Atoi(m["burst"])
+	l := KeyLimit{Key: key, PerSecond: rate, Burst: burst}
+	if err := errors.Join(err1, err2); err != nil {
+		return KeyLimit{}, false, fmt.Errorf("%w: stored limit of %s: %v", ErrInvalid, key, err)
+	}
+	return l, true, nil
+}
+
+// SetLimit stores l for its key of channel and returns the one it replaced
+// (had false when none). The pacers apply it at their next refresh of the
+// key (within about a second).
+func (s *Store) SetLimit(ctx context.Context, channel string, l KeyLimit) (old KeyLimit, had bool, err error) {
+	if err := l.Validate(); err != nil {
+		return KeyLimit{}, false, err
+	}
+	old, had, err = s.Limit(ctx, channel, l.Key)
+	if err != nil && !errors.Is(err, ErrInvalid) {
+		return KeyLimit{}, false, err
+	}
+	err = s.rdb.HSet(ctx, s.keys.Limit(channel, l.Key), "rate", strconv.FormatFloat(l.PerSecond, 'g', -1, 64),
+		"burst", l.Burst, "set_at", time.Now().UTC().Format(time.RFC3339)).Err()
+	return old, had, err
+}
+
+// UnsetLimit removes key's limit; the channel's configured one applies
+// again. It returns the removed one (had false when none was set).
+func (s *Store) UnsetLimit(ctx context.Context, channel, key string) (old KeyLimit, had bool, err error) {
+	old, had, err = s.Limit(ctx, channel, key)
+	if err != nil && !errors.Is(err, ErrInvalid) {
+		return KeyLimit{}, false, err
+	}
+	return old, had, s.rdb.Del(ctx, s.keys.Limit(channel, key)).Err()
+}
+
+// Limits lists every key of channel with a limit set, sorted by key (a SCAN
+// of every master of a cluster).
+func (s *Store) Limits(ctx context.Context, channel string) ([]KeyLimit, error) {
+	pattern := s.keys.Limit(channel, "*")
+	var names []string
+	var mu sync.Mutex
+	scan := func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for it.Next(ctx) {
+			mu.Lock()
+			names = append(names, it.Val())
+			mu.Unlock()
+		}
+		return it.Err()
+	}
+	var err error
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		return nil, fmt.Errorf("control: cannot list keys on a %T", s.rdb)
+	}
+	if err != nil {
+		return nil, err
+	}
+	prefix, suffix := s.keys.Limit(channel, "\x00"), ""
+	prefix, suffix, _ = strings.Cut(prefix, "\x00")
+	var out []KeyLimit
+	for _, n := range names {
+		key := strings.TrimSuffix(strings.TrimPrefix(n, prefix), suffix)
+		l, ok, err := s.Limit(ctx, channel, key)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, l)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// State is a campaign's operator state.
+type State string
+
+const (
+	Running   State = ""          // no control: its records are sent
+	Paused    State = "paused"    // its records wait, without an attempt
+	Cancelled State = "cancelled" // its records go to the DLQ with reason cancelled
+)
+
+// ParseState reads "running", "paused" or "cancelled".
+func ParseState(s string) (State, error) {
+	switch s {
+	case "", "running":
+		return Running, nil
+	case "paused":
+		return Paused, nil
+	case "cancelled":
+		return Cancelled, nil
+	}
+	return "", fmt.Errorf("%w: campaign state %q (running, paused or cancelled)", ErrInvalid, s)
+}
+
+// SetState sets campaign's state and returns the previous one. One HGET
+// and one HSET.
+func (s *Store) SetState(ctx context.Context, channel, campaign string, st State) (old State, err error) {
+	if campaign == "" {
+		return "", fmt.Errorf("%w: campaign is required", ErrInvalid)
+	}
+	k := s.keys.Campaign(channel, campaign)
+	v, err := s.rdb.HGet(ctx, k, "state").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", err
+	}
+	if st == Running {
+		return State(v), s.rdb.HDel(ctx, k, "state").Err()
+	}
+	return State(v), s.rdb.HSet(ctx, k, "state", string(st)).Err()
+}
+
+// States returns the states of campaigns, in order: one pipelined HGET per
+// campaign, one round trip (one slot: the channel's hash tag).
+func (s *Store) States(ctx context.Context, channel string, campaigns []string) ([]State, error) {
+	if len(campaigns) == 0 {
+		return nil, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(campaigns))
+	for i, c := range campaigns {
+		cmds[i] = pipe.HGet(ctx, s.keys.Campaign(channel, c), "state")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make([]State, len(campaigns))
+	for i, c := range cmds {
+		out[i] = State(c.Val())
+	}
+	return out, nil
+}
+
+// Counts are a batch of one campaign's outcomes to add: Delivered, and
+// dead-lettered by reason; First and Last are the Unix ms of the batch's
+// first and last delivery (0 when none).
+type Counts struct {
+	Delivered   int64
+	DeadLetters map[string]int64
+	First, Last int64
+}
+
+// Add adds batches of counts, by campaign: one pipelined round trip of a
+// few commands per campaign (HINCRBY per field, HSETNX first, HSET last),
+// so a pacer flushing every second costs Redis a handful of commands per
+// active campaign per second, whatever the message rate.
+func (s *Store) Add(ctx context.Context, channel string, counts map[string]*Counts) error {
+	if len(counts) == 0 {
+		return nil
+	}
+	pipe := s.rdb.Pipeline()
+	for c, n := range counts {
+		k := s.keys.Campaign(channel, c)
+		if n.Delivered > 0 {
+			pipe.HIncrBy(ctx, k, "delivered", n.Delivered)
+			pipe.HSetNX(ctx, k, "first_ms", n.First)
+			pipe.HSet(ctx, k, "last_ms", n.Last)
+		}
+		for r, v := range n.DeadLetters {
+			pipe.HIncrBy(ctx, k, "dlq:"+r, v)
+		}
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// AddPublished adds n records published for campaign (by pacer publish).
+func (s *Store) AddPublished(ctx context.Context, channel, campaign string, n int64) error {
+	return s.rdb.HIncrBy(ctx, s.keys.Campaign(channel, campaign), "published", n).Err()
+}
+
+// Status is a campaign's progress as the pacers counted it.
+type Status struct {
+	Campaign    string           `json:"campaign"`
+	State       string           `json:"state"`        // running, paused or cancelled
+	Published   int64            `json:"published"`    // -1 when unknown (not published through pacer publish)
+	Delivered   int64            `json:"delivered"`    // accepted by the provider
+	DeadLetters map[string]int64 `json:"dead_letters"` // by reason
+	Remaining   int64            `json:"remaining"`    // -1 when published is unknown
+	Rate        float64          `json:"rate"`         // msgs/s between the first and the last delivery
+	ETASeconds  float64          `json:"eta_seconds"`  // remaining / rate; -1 when unknown
+	First       time.Time        `json:"first_delivery,omitzero"`
+	Last        time.Time        `json:"last_delivery,omitzero"`
+}
+
+// CampaignStatus reads campaign's state and counters: one HGETALL.
+func (s *Store) CampaignStatus(ctx context.Context, channel, campaign string) (Status, error) {
+	m, err := s.rdb.HGetAll(ctx, s.keys.Campaign(channel, campaign)).Result()
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{Campaign: campaign, State: m["state"], Published: -1, Remaining: -1, ETASeconds: -1, DeadLetters: map[string]int64{}}
+	if st.State == "" {
+		st.State = "running"
+	}
+	num := func(f string) int64 { n, _ := strconv.ParseInt(m[f], 10, 64); return n }
+	if _, ok := m["published"]; ok {
+		st.Published = num("published")
+	}
+	st.Delivered = num("delivered")
+	dead := int64(0)
+	for f := range m {
+		if r, ok := strings.CutPrefix(f, "dlq:"); ok {
+			st.DeadLetters[r] = num(f)
+			dead += num(f)
+		}
+	}
+	if f, l := num("first_ms"), num("last_ms"); f > 0 && l > 0 {
+		st.First, st.Last = time.UnixMilli(f).UTC(), time.UnixMilli(l).UTC()
+		if l > f && st.Delivered > 1 {
+			st.Rate = float64(st.Delivered-1) / (float64(l-f) / 1000)
+		}
+	}
+	if st.Published >= 0 {
+		st.Remaining = max(st.Published-st.Delivered-dead, 0)
+		if st.Remaining == 0 {
+			st.ETASeconds = 0
+		} else if st.Rate > 0 {
+			st.ETASeconds = float64(st.Remaining) / st.Rate
+		}
+	}
+	return st, nil
+}

@@ -1,0 +1,162 @@
+// Package redistest runs the tests of package bucket and its subpackages
+// against both backends they support: miniredis, whose clock the test sets
+// (exact checks), and the shared redis-server, whose clock runs (checks
+// within [Slack]).
+package redistest
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pacerhq/pacer/internal/testenv"
+)
+
+// T0 is where miniredis's clock (TIME and TTLs) starts in every test.
+var T0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Slack is how far a duration measured on redis-server may be from the
+// exact one: the real clock runs on between steps, and between a script and
+// the PTTL that reads what it wrote (under -race, on a busy machine).
+// Tables that run on redis-server keep every grant and refusal more than
+// Slack away from flipping.
+const Slack = 200 * time.Millisecond
+
+// Env is one backend for one test: a fresh miniredis, or the shared
+// redis-server with a key prefix of the test's own.
+type Env struct {
+	RDB    *redis.Client
+	MR     *miniredis.Miniredis // nil on redis-server
+	Prefix string               // key prefix of this test: "" (the default) on miniredis
+	start  time.Time            // redis-server: wall time of offset 0, set by Mark
+}
+
+// Each runs f in parallel against miniredis (exact, clock set by the test)
+// and against a real redis-server (clock running, checks within Slack).
+func Each(t *testing.T, f func(t *testing.T, e *Env)) {
+	t.Parallel()
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		f(t, Mini(t))
+	})
+	t.Run("redis-server", func(t *testing.T) {
+		t.Parallel()
+		f(t, Real(t))
+	})
+}
+
+// Mini returns an Env on a fresh miniredis, its clock at T0.
+func Mini(t testing.TB) *Env {
+	mr := miniredis.RunT(t)
+	mr.SetTime(T0)
+	mr.ClockTTL(true) // SetTime moves TTLs too, as the real clock does
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	return &Env{RDB: rdb, MR: mr}
+}
+
+// Real returns an Env on the shared redis-server ([testenv.RedisAddr]).
+func Real(t testing.TB) *Env {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
+	t.Cleanup(func() { rdb.Close() })
+	// A prefix per test keeps parallel tests and earlier runs apart.
+	return &Env{RDB: rdb, Prefix: "test:" + t.Name() + ":" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+}
+
+// Exact reports whether the backend's clock is set by the test.
+func (e *Env) Exact() bool { return e.MR != nil }
+
+// At moves to offset d from the start of the test: miniredis sets its clock
+// (TIME and TTLs), redis-server sleeps until then. On redis-server offset 0
+// is the end of the first call (see Mark), so offsets must not decrease and
+// the first step must be at 0.
+func (e *Env) At(d time.Duration) {
+	if e.MR != nil {
+		e.MR.SetTime(T0.Add(d))
+		return
+	}
+	if !e.start.IsZero() {
+		time.Sleep(time.Until(e.start.Add(d)))
+	}
+}
+
+// Mark is called after every call to Redis in a table. On redis-server the
+// first one fixes offset 0, so a grant expected at offset d always sees at
+// least d of refill after the first write.
+func (e *Env) Mark() {
+	if e.MR == nil && e.start.IsZero() {
+		e.start = time.Now()
+	}
+}
+
+// Near reports whether a measured duration matches want: exactly on
+// miniredis, within Slack on redis-server.
+func (e *Env) Near(got, want time.Duration) bool {
+	if e.Exact() {
+		return got == want
+	}
+	return got >= want-Slack && got <= want+Slack
+}
+
+// TTLNear reports whether got, the PTTL of a key that a script set to want
+// after since (read before the call), is right: see [Env.TTLIn].
+func (e *Env) TTLNear(got, want time.Duration, since time.Time) bool {
+	return e.TTLIn(got, want, want, since)
+}
+
+// TTLIn reports whether got, the PTTL of a key that a script set to
+// between lo and hi after since (read before the call), is right, called
+// once PTTL has answered: in [lo, hi] on miniredis; on redis-server at most
+// hi (a TTL only runs down) and at least lo less the time since since,
+// rounded up to the millisecond that PTTL counts in. The bound follows the
+// time that really passed, so a loaded machine cannot make it flake, and a
+// TTL set too short still fails.
+func (e *Env) TTLIn(got, lo, hi time.Duration, since time.Time) bool {
+	if !e.Exact() {
+		lo -= time.Since(since).Truncate(time.Millisecond) + time.Millisecond
+	}
+	return got >= lo && got <= hi
+}
+
+// NearTokens is Near for token counts of a bucket refilling at perSecond
+// up to burst: exact on miniredis, within what Slack refills on
+// redis-server.
+func (e *Env) NearTokens(got, want, perSecond float64, burst int) bool {
+	if e.Exact() {
+		return got == want
+	}
+	return math.Abs(got-want) <= Slack.Seconds()*perSecond && got <= float64(burst)
+}
+
+// KeySnapshot is a hash key's fields and PTTL.
+type KeySnapshot struct {
+	Hash map[string]string
+	PTTL time.Duration
+}
+
+// Snapshot reads the fields and PTTL of the hash at key.
+func (e *Env) Snapshot(t testing.TB, key string) KeySnapshot {
+	t.Helper()
+	h, err := e.RDB.HGetAll(t.Context(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := e.RDB.PTTL(t.Context(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return KeySnapshot{h, ttl}
+}
+
+// HSet returns a writer of fieldValues into the hash at key, for tables of
+// corrupt state.
+func HSet(fieldValues ...string) func(context.Context, *redis.Client, string) error {
+	return func(ctx context.Context, rdb *redis.Client, key string) error {
+		return rdb.HSet(ctx, key, fieldValues).Err()
+	}
+}

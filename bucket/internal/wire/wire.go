@@ -1,0 +1,53 @@
+// Package wire converts between Go values and what the Lua scripts of
+// package lua take and reply, for package bucket and its subpackages.
+package wire
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// Rate writes a rate so that Lua's tonumber reads back the same float64:
+// the shortest decimal that round-trips, without an exponent, which
+// gopher-lua (miniredis) does not parse.
+func Rate(perSecond float64) string {
+	return strconv.FormatFloat(perSecond, 'f', -1, 64)
+}
+
+// Duration returns n units, saturating at the longest time.Duration (a
+// cooldown of nearly 292 years would overflow it in microseconds).
+func Duration(n int64, unit time.Duration) time.Duration {
+	if n > math.MaxInt64/int64(unit) {
+		return math.MaxInt64
+	}
+	return time.Duration(n) * unit
+}
+
+// Ints copies a script reply that is an array of len(dst) integers into
+// dst. It reports false for any other shape.
+func Ints(v any, dst []int64) bool {
+	a, ok := v.([]any)
+	if !ok || len(a) != len(dst) {
+		return false
+	}
+	for i, e := range a {
+		n, ok := e.(int64)
+		if !ok {
+			return false
+		}
+		dst[i] = n
+	}
+	return true
+}
+
+// Describe names a reply's shape for an error, without its contents beyond
+// a short prefix.
+func Describe(v any) string {
+	s := fmt.Sprintf("%T %v", v, v)
+	if len(s) > 80 {
+		s = s[:80] + "..."
+	}
+	return s
+}

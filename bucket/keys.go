@@ -1,0 +1,119 @@
+package bucket
+
+// DefaultPrefix starts every Redis key when no prefix is configured.
+const DefaultPrefix = "pacer"
+
+// Keys names every Redis key of a pacing key: its bucket and cooldown, its
+// sub-buckets, its adaptive state (package adapt), its breaker and its
+// ledger ids (package ledger). All of them come from one function, so the
+// limiter, the adapter and the ledger built from one Keys cannot disagree
+// on a name (the ledger's claim reads the limiter's cooldown). Get it from
+// [Limiter.Keys], or [NewKeys] for a prefix.
+//
+// For channel "whatsapp", pacing key "106540352242922" and prefix "pacer":
+//
+//	pacer:{whatsapp:106540352242922}:bucket             Bucket
+//	pacer:{whatsapp:106540352242922}:cooldown           Cooldown
+//	pacer:{whatsapp:106540352242922}:sub:<sub>:bucket   SubBucket
+//	pacer:{whatsapp:106540352242922}:sub:<sub>:cooldown SubCooldown
+//	pacer:{whatsapp:106540352242922}:aimd               AIMD
+//	pacer:{whatsapp:106540352242922}:achieved           Achieved
+//	pacer:{whatsapp:106540352242922}:pairs              Pairs
+//	pacer:{whatsapp:106540352242922}:breaker            Breaker
+//	pacer:{whatsapp:106540352242922}:id:<id>            ID
+//	pacer:{whatsapp:106540352242922}:limit              Limit
+//	pacer:{<scope>:<key>}:window                        Window
+//	pacer:{whatsapp}:campaign:<campaign>                Campaign
+//
+// The braces are a Redis Cluster hash tag: every key of a pacing key lives
+// in one slot, as a script touching several requires (a "}" inside the
+// channel or key ends the tag early, but the keys still share it). The
+// zero Keys uses [DefaultPrefix].
+type Keys struct {
+	prefix string
+}
+
+// NewKeys returns the Keys of prefix; "" means [DefaultPrefix].
+func NewKeys(prefix string) Keys {
+	return Keys{prefix: prefix}
+}
+
+// Prefix returns the prefix that starts every key.
+func (k Keys) Prefix() string {
+	if k.prefix == "" {
+		return DefaultPrefix
+	}
+	return k.prefix
+}
+
+// name is the one function that names a piece of a pacing key's state:
+// "<prefix>:{<channel>:<key>}:<kind>".
+func (k Keys) name(channel, key, kind string) string {
+	return k.Prefix() + ":{" + channel + ":" + key + "}:" + kind
+}
+
+// Bucket is the bucket hash of a pacing key (fields utokens, ts_us).
+func (k Keys) Bucket(channel, key string) string { return k.name(channel, key, "bucket") }
+
+// Cooldown is the cooldown of a pacing key: its end in µs of Redis TIME.
+func (k Keys) Cooldown(channel, key string) string { return k.name(channel, key, "cooldown") }
+
+// SubBucket is the bucket hash of a sub-bucket of a pacing key, e.g. sub =
+// the recipient for WhatsApp's pair limit.
+func (k Keys) SubBucket(channel, key, sub string) string {
+	return k.name(channel, key, "sub:"+sub+":bucket")
+}
+
+// SubCooldown is the cooldown of a sub-bucket.
+func (k Keys) SubCooldown(channel, key, sub string) string {
+	return k.name(channel, key, "sub:"+sub+":cooldown")
+}
+
+// AIMD is the hash of a pacing key's adapted rate (package adapt).
+func (k Keys) AIMD(channel, key string) string { return k.name(channel, key, "aimd") }
+
+// Achieved is the achieved rate of a pacing key as every replica reports
+// the sends it saw accepted (package adapt): the estimate of a provider's
+// capacity when throttles persist.
+func (k Keys) Achieved(channel, key string) string { return k.name(channel, key, "achieved") }
+
+// Pairs is the hash of a pacing key's pair cooldowns, by pair (a hash of
+// the recipient, never the address) (package adapt).
+func (k Keys) Pairs(channel, key string) string { return k.name(channel, key, "pairs") }
+
+// Breaker is the hash of a pacing key's circuit breaker (package adapt).
+func (k Keys) Breaker(channel, key string) string { return k.name(channel, key, "breaker") }
+
+// ID is the ledger record of one envelope id of a pacing key (package
+// ledger).
+func (k Keys) ID(channel, key, id string) string { return k.name(channel, key, "id:"+id) }
+
+// Limit is a pacing key's limit set at run time (package control): a hash
+// of rate and burst that replaces the channel's configured ceiling.
+func (k Keys) Limit(channel, key string) string { return k.name(channel, key, "limit") }
+
+// Campaign is the control hash of one campaign of a channel (package
+// control): its state (paused, cancelled) and its counters. The hash tag is
+// the channel, so a replica reads all its campaigns' states from one slot.
+//
+//	pacer:{<channel>}:campaign:<campaign>
+func (k Keys) Campaign(channel, campaign string) string {
+	return k.Prefix() + ":{" + channel + "}:campaign:" + campaign
+}
+
+// Window is the sliding-window counter of (scope, key), e.g. scope "tenant"
+// or "ip" (package window).
+func (k Keys) Window(scope, key string) string { return k.name(scope, key, "window") }
+
+// Ingest is a piece of the ingest gateway's state (package quota): kind is
+// "ip", "tenant", "tenant-day", "channel" (a tier's bucket or window), "id"
+// (an accepted envelope id of a tenant) or "ikey" (an Idempotency-Key of a
+// tenant), name its subject. Every ingest key shares the hash tag {ingest}:
+// one request's tiers and ids are checked in one script, which Redis
+// Cluster runs only on keys of one slot, so all ingest state lives on one
+// node.
+//
+//	pacer:{ingest}:<kind>:<name>
+func (k Keys) Ingest(kind, name string) string {
+	return k.Prefix() + ":{ingest}:" + kind + ":" + name
+}

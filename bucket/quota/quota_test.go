@@ -1,0 +1,179 @@
+package quota_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/internal/redistest"
+	"github.com/pacerhq/pacer/bucket/quota"
+	"github.com/pacerhq/pacer/bucket/window"
+	"github.com/pacerhq/pacer/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+const ms = time.Millisecond
+
+// tiers returns an IP bucket (1/s, burst 2, per request), a tenant day
+// window (5 messages per day) and a channel bucket (10/s, burst 3 per
+// message), keyed under prefix.
+func tiers(prefix string) []quota.Tier {
+	k := bucket.NewKeys(prefix)
+	return []quota.Tier{
+		{Name: "ip", Key: k.Ingest("ip", "192.0.2.1"), Unit: quota.PerRequest, Bucket: &bucket.Limit{PerSecond: 1, Burst: 2}},
+		{Name: "tenant-day", Key: k.Ingest("tenant-day", "acme"), Unit: quota.PerMessage, Window: &window.Window{Max: 5, Period: 24 * time.Hour}},
+		{Name: "channel", Key: k.Ingest("channel", "whatsapp"), Unit: quota.PerMessage, Bucket: &bucket.Limit{PerSecond: 10, Burst: 3}},
+	}
+}
+
+func ids(prefix string, names ...string) []string {
+	var out []string
+	for _, n := range names {
+		out = append(out, bucket.NewKeys(prefix).Ingest("id", "acme:"+n))
+	}
+	return out
+}
+
+// both runs f on Redis (miniredis and redis-server) and on Local.
+func both(t *testing.T, f func(t *testing.T, q quota.Quota, prefix string)) {
+	redistest.Each(t, func(t *testing.T, e *redistest.Env) { f(t, quota.New(e.RDB), e.Prefix) })
+	t.Run("local", func(t *testing.T) { t.Parallel(); f(t, quota.NewLocal(1), "") })
+}
+
+// TestRefusalTakesNothing: a request one tier refuses consumes nothing
+// from the others, and the tier named is the binding one.
+func TestRefusalTakesNothing(t *testing.T) {
+	both(t, func(t *testing.T, q quota.Quota, p string) {
+		ctx := context.Background()
+		take := func(names ...string) quota.Result {
+			t.Helper()
+			r, err := q.Take(ctx, quota.Request{Tiers: tiers(p), IDs: ids(p, names...), ClaimTTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		// 3 messages: channel burst 3 used, day 3 of 5, ip 1 of 2.
+		r := take("a", "b", "c")
+		if !r.Granted || r.Counted != 3 || r.Tiers[0].Remaining != 1 || r.Tiers[1].Remaining != 2 || r.Tiers[2].Remaining != 0 {
+			t.Fatalf("first: %+v", r)
+		}
+		// 2 more: the channel bucket is empty, refused; ip and day untouched.
+		r = take("d", "e")
+		if r.Granted || r.Refused != 2 || r.Tiers[2].Wait < 150*ms || r.Tiers[2].Wait > 200*ms {
+			t.Fatalf("second: want refused by channel with wait ~200ms, got %+v", r)
+		}
+		if r.Tiers[0].Remaining != 1 || r.Tiers[1].Remaining != 2 {
+			t.Fatalf("second: a refusal took from other tiers: %+v", r)
+		}
+		// The same ids again: none is new, so the message tiers cost 0; only the ip request counts.
+		r = take("a", "b", "c")
+		if !r.Granted || r.Counted != 0 || r.IDs[0] != quota.IDPending || r.Tiers[0].Remaining != 0 {
+			t.Fatalf("retry of claimed ids: %+v", r)
+		}
+		// The ip bucket is empty now: refused by ip, nothing claimed for "z".
+		r = take("z")
+		if r.Granted || r.Refused != 0 || r.IDs[0] != quota.IDNew {
+			t.Fatalf("ip refusal: %+v", r)
+		}
+	})
+}
+
+// TestFinish: done ids are reported done; released ids can be claimed
+// again; an Idempotency-Key record replays what was stored.
+func TestFinish(t *testing.T) {
+	both(t, func(t *testing.T, q quota.Quota, p string) {
+		ctx := context.Background()
+		k := bucket.NewKeys(p)
+		big := []quota.Tier{{Name: "tenant", Key: k.Ingest("tenant", "acme"), Bucket: &bucket.Limit{PerSecond: 100, Burst: 100}}}
+		ik := k.Ingest("ikey", "acme:k1")
+		r, err := q.Take(ctx, quota.Request{Tiers: big, IDs: ids(p, "a", "b"), IdemKey: ik, ClaimTTL: time.Minute})
+		if err != nil || !r.Granted || r.Counted != 2 {
+			t.Fatalf("take: %+v %v", r, err)
+		}
+		again, err := q.Take(ctx, quota.Request{Tiers: big, IDs: ids(p, "a"), IdemKey: ik, ClaimTTL: time.Minute})
+		if err != nil || !again.Known || again.Stored != "p:"+r.Token {
+			t.Fatalf("in-flight idempotency key: %+v %v", again, err)
+		}
+		err = q.Finish(ctx, quota.Finish{Token: r.Token, IdemKey: ik, Done: ids(p, "a"), Release: ids(p, "b"), Stored: `{"status":202}`, DoneTTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, _ = q.Take(ctx, quota.Request{Tiers: big, IdemKey: ik, ClaimTTL: time.Minute})
+		if !again.Known || again.Stored != `{"status":202}` {
+			t.Fatalf("replay: %+v", again)
+		}
+		r2, err := q.Take(ctx, quota.Request{Tiers: big, IDs: ids(p, "a", "b"), ClaimTTL: time.Minute})
+		if err != nil || !r2.Granted || r2.Counted != 1 || r2.IDs[0] != quota.IDDone || r2.IDs[1] != quota.IDNew {
+			t.Fatalf("after finish: %+v %v", r2, err)
+		}
+		// A stale release (another token) must not drop r2's claim on b.
+		if err := q.Finish(ctx, quota.Finish{Token: r.Token, Release: ids(p, "b"), DoneTTL: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		r3, _ := q.Take(ctx, quota.Request{Tiers: big, IDs: ids(p, "b"), ClaimTTL: time.Minute})
+		if r3.IDs[0] != quota.IDPending {
+			t.Fatalf("a stale release dropped another request's claim: %+v", r3)
+		}
+	})
+}
+
+// TestDayWindowBoundary: the day window admits at most Max per fixed day
+// and, at the boundary, only what the previous day's decayed share leaves.
+func TestDayWindowBoundary(t *testing.T) {
+	t.Parallel()
+	e := redistest.Mini(t)
+	q := quota.New(e.RDB)
+	k := bucket.NewKeys("")
+	day := []quota.Tier{{Name: "tenant-day", Key: k.Ingest("tenant-day", "acme"), Unit: quota.PerMessage,
+		Window: &window.Window{Max: 1000, Period: 24 * time.Hour}}}
+	n := 0
+	take := func(count int) bool {
+		var names []string
+		for range count {
+			n++
+			names = append(names, string(rune('a'+n%26))+time.Duration(n).String())
+		}
+		r, err := q.Take(context.Background(), quota.Request{Tiers: day, IDs: ids("", names...), ClaimTTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Granted
+	}
+	// All 1000 in the last minute of day 0 (T0 is midnight).
+	e.MR.SetTime(redistest.T0.Add(24*time.Hour - time.Minute))
+	if !take(1000) || take(1) {
+		t.Fatal("day 0: want exactly 1000 admitted")
+	}
+	// One minute into day 1 the previous day still counts 1000*(1-1/1440),
+	// rounded up: 1000 - 0 -> no room beyond ceil's remainder.
+	e.MR.SetTime(redistest.T0.Add(24*time.Hour + time.Minute))
+	admitted := 0
+	for take(1) {
+		admitted++
+	}
+	// 1000 * 1/1440 of a day elapsed: floor(0.69) = 0 messages of room.
+	if admitted != 0 {
+		t.Fatalf("1 min after the boundary: %d admitted, want 0 (no 2x burst)", admitted)
+	}
+	// Half a day in: half the previous day's count has slid out.
+	e.MR.SetTime(redistest.T0.Add(36 * time.Hour))
+	for take(1) {
+		admitted++
+	}
+	if admitted != 500 {
+		t.Fatalf("half a day after the boundary: %d admitted, want 500", admitted)
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	q := quota.NewLocal(1)
+	_, err := q.Take(context.Background(), quota.Request{Tiers: []quota.Tier{{Name: "x", Key: "k"}}, ClaimTTL: time.Second})
+	if !errors.Is(err, quota.ErrInvalid) {
+		t.Fatalf("want ErrInvalid, got %v", err)
+	}
+}

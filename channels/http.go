@@ -1,0 +1,75 @@
+package channels
+
+import (
+	"crypto/tls"
+	"io"
+	"net/http"
+	"time"
+)
+
+// DefaultMaxIdleConnsPerHost is the number of idle connections to one
+// provider host that [NewTransport] keeps for reuse when given 0.
+//
+// A pool never holds more idle connections than were in use at once, so a
+// generous cap costs nothing until it is reached; a cap below the sends in
+// flight closes the surplus after every burst and dials it again with a new
+// TLS handshake (with net/http's default of 2 per host, about 0.75 new
+// connections per message at 32 sends in flight). A process has up to
+// PACER_INFLIGHT (default 32) sends in flight per partition it holds, so
+// 1024 covers 32 partitions at the default; raise it through the adapter's
+// Config.MaxIdleConnsPerHost when a process holds more. Idle connections
+// are closed after [IdleConnTimeout].
+const DefaultMaxIdleConnsPerHost = 1024
+
+// IdleConnTimeout is how long a connection made by [NewTransport] stays
+// idle before it is closed, as in net/http's DefaultTransport.
+const IdleConnTimeout = 90 * time.Second
+
+// MaxDrain is how many bytes of a response body beyond what an adapter
+// reads [ReadBody] discards so that the connection can be reused; a longer
+// body closes the connection instead.
+const MaxDrain = 256 << 10
+
+// NewTransport returns the HTTP transport the adapters' default clients
+// use: net/http's DefaultTransport (proxy from the environment, 30 s dial
+// timeout, TCP keep-alive, 10 s TLS handshake timeout) with TLS 1.2 or
+// later, HTTP/2 where the provider offers it in the TLS handshake (ALPN) and
+// HTTP/1.1 keep-alive otherwise, up to maxIdlePerHost idle connections per
+// host kept for reuse (0 means [DefaultMaxIdleConnsPerHost]; no cap on the
+// total over all hosts), and on HTTP/2 a health PING after 1 min without
+// frames, the connection dropped if it is not answered in 15 s.
+//
+// tlsConfig, if not nil, is used instead of the default (a clone is taken
+// and its MinVersion raised to TLS 1.2); tests set RootCAs through it.
+func NewTransport(maxIdlePerHost int, tlsConfig *tls.Config) *http.Transport {
+	if maxIdlePerHost <= 0 {
+		maxIdlePerHost = DefaultMaxIdleConnsPerHost
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if tlsConfig != nil {
+		t.TLSClientConfig = tlsConfig.Clone()
+	} else {
+		t.TLSClientConfig = &tls.Config{}
+	}
+	t.TLSClientConfig.MinVersion = max(t.TLSClientConfig.MinVersion, tls.VersionTLS12)
+	t.ForceAttemptHTTP2 = true // a custom TLS config turns it off otherwise
+	t.MaxIdleConns = 0
+	t.MaxIdleConnsPerHost = maxIdlePerHost
+	t.IdleConnTimeout = IdleConnTimeout
+	t.HTTP2 = &http.HTTP2Config{SendPingTimeout: time.Minute, PingTimeout: 15 * time.Second}
+	return t
+}
+
+// ReadBody reads at most limit bytes of body, then discards up to
+// [MaxDrain] more and closes it, so that the connection goes back to the
+// pool: net/http reuses a connection only when its response body was read to
+// the end before Close. A body longer than limit is returned cut to limit
+// bytes without error. The error is the read error, if any.
+func ReadBody(body io.ReadCloser, limit int64) ([]byte, error) {
+	defer body.Close()
+	raw, err := io.ReadAll(io.LimitReader(body, limit))
+	if err == nil && int64(len(raw)) == limit {
+		_, _ = io.Copy(io.Discard, io.LimitReader(body, MaxDrain))
+	}
+	return raw, err
+}

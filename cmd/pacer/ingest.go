@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/quota"
+	"github.com/pacerhq/pacer/pacer/ingest"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"github.com/sethvargo/go-envconfig"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ingestConfig is what `pacer ingest` reads beyond config (Kafka, Redis,
+// logging, PACER_REDIS_FAILURE, PACER_EXPECTED_REPLICAS,
+// PACER_IDEMPOTENCY_TTL). README.md has the same table.
+type ingestConfig struct {
+	// PACER_INGEST_ADDR: listen address of the API, /metrics, /healthz, /readyz; default :8080; "127.0.0.1:0" picks a free port (logged).
+	Addr string `env:"PACER_INGEST_ADDR, default=:8080"`
+	// PACER_INGEST_TENANTS: path of the tenants file (JSON: ids, API key SHA-256s, quotas, channels); required; reloaded on change.
+	Tenants string `env:"PACER_INGEST_TENANTS"`
+	// PACER_INGEST_IP_RATE: requests per second per client IP; default 100.
+	IPRate float64 `env:"PACER_INGEST_IP_RATE, default=100"`
+	// PACER_INGEST_IP_BURST: bucket capacity in requests per client IP; default 200.
+	IPBurst int `env:"PACER_INGEST_IP_BURST, default=200"`
+	// PACER_INGEST_CHANNEL_RATE: messages per second accepted per channel, all tenants together; default 10000.
+	ChannelRate float64 `env:"PACER_INGEST_CHANNEL_RATE, default=10000"`
+	// PACER_INGEST_CHANNEL_BURST: channel bucket capacity in messages, >= 1000 (a full batch); default 10000.
+	ChannelBurst int `env:"PACER_INGEST_CHANNEL_BURST, default=10000"`
+	// PACER_INGEST_TRUSTED_PROXIES: comma-separated CIDRs (or addresses) of proxies whose X-Forwarded-For is believed; default none.
+	TrustedProxies []string `env:"PACER_INGEST_TRUSTED_PROXIES"`
+	// PACER_INGEST_PRODUCE_TIMEOUT: longest wait for Kafka's acknowledgement before answering 503; default 10s.
+	ProduceTimeout time.Duration `env:"PACER_INGEST_PRODUCE_TIMEOUT, default=10s"`
+	// PACER_INGEST_PARTITIONS: partitions of a channel topic the gateway has to create; default 12.
+	Partitions int `env:"PACER_INGEST_PARTITIONS, default=12"`
+}
+
+func loadIngestConfig(lookup func(string) (string, bool)) (ingestConfig, []netip.Prefix, error) {
+	var c ingestConfig
+	if err := envconfig.ProcessWith(context.Background(), &envconfig.Config{Target: &c, Lookuper: envconfig.LookuperFunc(lookup)}); err != nil {
+		return c, nil, fmt.Errorf("ingest configuration: %w", err)
+	}
+	var errs []error
+	bad := func(v, p string) { errs = append(errs, &configError{v, p}) }
+	if c.Tenants == "" {
+		bad("PACER_INGEST_TENANTS", "required: the path of the tenants file")
+	}
+	if err := (bucket.Limit{PerSecond: c.IPRate, Burst: c.IPBurst}).Validate(); err != nil {
+		bad("PACER_INGEST_IP_RATE", err.Error())
+	}
+	if err := (bucket.Limit{PerSecond: c.ChannelRate, Burst: c.ChannelBurst}).Validate(); err != nil {
+		bad("PACER_INGEST_CHANNEL_RATE", err.Error())
+	}
+	if c.ChannelBurst < ingest.MaxBatch {
+		bad("PACER_INGEST_CHANNEL_BURST", fmt.Sprintf("must be >= %d (a full batch)", ingest.MaxBatch))
+	}
+	if c.ProduceTimeout <= 0 {
+		bad("PACER_INGEST_PRODUCE_TIMEOUT", "must be > 0")
+	}
+	if c.Partitions < 1 {
+		bad("PACER_INGEST_PARTITIONS", "must be >= 1")
+	}
+	var proxies []netip.Prefix
+	for _, s := range c.TrustedProxies {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				bad("PACER_INGEST_TRUSTED_PROXIES", fmt.Sprintf("%q is not a CIDR or an address", s))
+				continue
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		proxies = append(proxies, p)
+	}
+	return c, proxies, errors.Join(errs...)
+}
+
+func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
+	fs := flag.NewFlagSet("pacer ingest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(lookup, nil) // every channel's settings, none singled out
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+	ic, proxies, err := loadIngestConfig(lookup)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+	log := newLogger(cfg, stderr).With("component", "ingest")
+	var channels []string
+	for _, row := range channelTable {
+		channels = append(channels, row.name)
+	}
+	tf, err := ingest.LoadTenantFile(ic.Tenants, channels)
+	if err != nil {
+		return &configError{"PACER_INGEST_TENANTS", err.Error()}
+	}
+	go tf.Watch(ctx, time.Second, log)
+
+	rdb, err := newRedis(cfg)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	redis.SetLogger(redisLogger{log})
+	q := quota.New(rdb)
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = q.Load(lctx)
+	cancel()
+	if r := redisRefusal(err); r != "" {
+		return fmt.Errorf("redis: %s: %w", r, err) // credentials or certificates: waiting cannot help
+	} else if err != nil {
+		log.Warn("redis not reachable at start-up", "err", err, "failure_mode", cfg.RedisFailure)
+	}
+	kopts, err := kafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
+	kc, err := kgo.NewClient(append(kopts, kgo.ClientID("pacer-ingest"),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RecordDeliveryTimeout(ic.ProduceTimeout), kgo.ProducerLinger(0))...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer kc.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := ingest.New(ingest.Config{
+		Channels: channels, IPLimit: bucket.Limit{PerSecond: ic.IPRate, Burst: ic.IPBurst},
+		ChannelLimit:   bucket.Limit{PerSecond: ic.ChannelRate, Burst: ic.ChannelBurst},
+		TrustedProxies: proxies, IdempotencyTTL: cfg.IdempotencyTTL, ProduceTimeout: ic.ProduceTimeout,
+		Partitions: ic.Partitions, RedisFailure: cfg.RedisFailure, Logger: log,
+	}, ingest.Deps{Kafka: kc, Quota: q, Fallback: quota.NewLocal(cfg.ExpectedReplicas), Keys: bucket.NewKeys(cfg.RedisPrefix),
+		Tenants:   tf.Tenants,
+		RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}, reg)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+	ln, err := net.Listen("tcp", ic.Addr)
+	if err != nil {
+		return &configError{"PACER_INGEST_ADDR", err.Error()}
+	}
+	mux := http.NewServeMux()
+	ops := opsHandler(reg, func() bool {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return srv.Ready(c)
+	})
+	mux.Handle("/metrics", ops)
+	mux.Handle("/healthz", ops)
+	mux.Handle("/readyz", ops)
+	mux.Handle("/", srv)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute}
+	log.Info("ingest listening", "addr", ln.Addr().String(), "tenants", tf.Tenants().Len())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Drain)
+	defer cancel()
+	return hs.Shutdown(sctx)
+}

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/control"
+	"github.com/redis/go-redis/v9"
+)
+
+// controlStore opens the run-time control store of cfg's Redis and checks
+// that it answers.
+func controlStore(ctx context.Context, cfg config) (*control.Store, func(), error) {
+	rdb, err := newRedis(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	redis.SetLogger(quietRedis{})
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	err = rdb.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		rdb.Close()
+		return nil, nil, fmt.Errorf("cannot reach Redis (%s): %v", redisSetting(cfg), err)
+	}
+	return control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)), func() { rdb.Close() }, nil
+}
+
+const limitUsage = `usage: pacer limit set   --channel C --key K --rate R [--burst B]
+       pacer limit get   --channel C [--key K]
+       pacer limit unset --channel C --key K`
+
+// cmdLimit sets, shows and removes per-key limits: the key's ceiling (for
+// the bucket and the AIMD) applied by every running pacer within about a
+// second. Every change is logged with the old and new values.
+func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
+	if len(args) == 0 || (args[0] != "set" && args[0] != "get" && args[0] != "unset") {
+		return &usageError{limitUsage}
+	}
+	verb := args[0]
+	fs := flag.NewFlagSet("pacer limit "+verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
+	key := fs.String("key", "", "pacing key (for WhatsApp the phone-number ID)")
+	rate := fs.String("rate", "", "set: the key's rate in msgs/s (> 0)")
+	burst := fs.String("burst", "", "set: the key's burst in messages (>= 1); default the channel's")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	ch, err := channelNamed(*channel)
+	if err != nil {
+		return err
+	}
+	if verb != "get" && strings.TrimSpace(*key) == "" {
+		return &usageError{"limit " + verb + ": --key is required"}
+	}
+	var kl control.KeyLimit
+	if verb == "set" {
+		r, err := strconv.ParseFloat(*rate, 64)
+		if err != nil || !(r > 0) || math.IsInf(r, 0) {
+			return &usageError{fmt.Sprintf("limit set: --rate %q must be a number of msgs/s > 0", *rate)}
+		}
+		kl = control.KeyLimit{Key: *key, PerSecond: r}
+		if *burst != "" {
+			b, err := strconv.Atoi(*burst)
+			if err != nil || b < 1 {
+				return &usageError{fmt.Sprintf("limit set: --burst %q must be a whole number of messages >= 1", *burst)}
+			}
+			kl.Burst = b
+		}
+		if err := kl.Validate(); err != nil {
+			flagName := "--rate"
+			if strings.Contains(err.Error(), "burst") {
+				flagName = "--burst"
+			}
+			return &usageError{fmt.Sprintf("limit set: %s: %v", flagName, strings.TrimPrefix(err.Error(), control.ErrInvalid.Error()+": "))}
+		}
+	} else if *rate != "" || *burst != "" {
+		return &usageError{"limit " + verb + ": --rate and --burst belong to limit set"}
+	}
+	cfg, err := loadConfig(lookup, ch)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+	st, closeFn, err := controlStore(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("limit %s: %w", verb, err)
+	}
+	defer closeFn()
+	log := newLogger(cfg, stderr).With("channel", *channel, "key", *key)
+	show := func(l control.KeyLimit) string {
+		if l.Burst == 0 {
+			return fmt.Sprintf("%.6g msgs/s, burst the channel's", l.PerSecond)
+		}
+		return fmt.Sprintf("%.6g msgs/s, burst %d", l.PerSecond, l.Burst)
+	}
+	switch verb {
+	case "set":
+		old, had, err := st.SetLimit(ctx, *channel, kl)
+		if err != nil {
+			return fmt.Errorf("limit set: %w", err)
+		}
+		logChange(log, "key limit set", old, had, &kl)
+		was := "the channel's"
+		if had {
+			was = show(old)
+		}
+		fmt.Fprintf(stdout, "%s %s: %s (was %s); running pacers apply it within about 1 s\n", *channel, *key, show(kl), was)
+	case "unset":
+		old, had, err := st.UnsetLimit(ctx, *channel, *key)
+		if err != nil {
+			return fmt.Errorf("limit unset: %w", err)
+		}
+		logChange(log, "key limit unset", old, had, nil)
+		if !had {
+			fmt.Fprintf(stdout, "%s %s: no limit was set; the channel's applies\n", *channel, *key)
+		} else {
+			fmt.Fprintf(stdout, "%s %s: limit %s removed; the channel's applies again within about 1 s\n", *channel, *key, show(old))
+		}
+	case "get":
+		var ls []control.KeyLimit
+		if *key != "" {
+			l, ok, err := st.Limit(ctx, *channel, *key)
+			if err != nil {
+				return fmt.Errorf("limit get: %w", err)
+			}
+			if !ok {
+				fmt.Fprintf(stdout, "%s %s: no limit set; the channel's applies\n", *channel, *key)
+				return nil
+			}
+			ls = []control.KeyLimit{l}
+		} else if ls, err = st.Limits(ctx, *channel); err != nil {
+			return fmt.Errorf("limit get: %w", err)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "KEY\tRATE/S\tBURST")
+		for _, l := range ls {
+			b := "channel's"
+			if l.Burst > 0 {
+				b = strconv.Itoa(l.Burst)
+			}
+			fmt.Fprintf(tw, "%s\t%.6g\t%s\n", l.Key, l.PerSecond, b)
+		}
+		tw.Flush()
+		fmt.Fprintf(stdout, "%d key(s) of channel %s with a limit set\n", len(ls), *channel)
+	}
+	return nil
+}
+
+// logChange logs a limit change with the old and new values.
+func logChange(log *slog.Logger, msg string, old control.KeyLimit, had bool, nw *control.KeyLimit) {
+	attrs := []any{}
+	if had {
+		attrs = append(attrs, "old_rate", old.PerSecond, "old_burst", old.Burst)
+	} else {
+		attrs = append(attrs, "old", "channel's")
+	}
+	if nw != nil {
+		attrs = append(attrs, "rate", nw.PerSecond, "burst", nw.Burst)
+	} else {
+		attrs = append(attrs, "new", "channel's")
+	}
+	log.Info(msg, attrs...)
+}
+
+const campaignUsage = `usage: pacer campaign pause|resume|cancel --channel C --campaign X
+       pacer campaign status --channel C --campaign X [--json]`
+
+// cmdCampaign pauses, resumes or cancels a campaign on every running pacer
+// (within about a second), or shows its progress.
+func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
+	verbs := map[string]control.State{"pause": control.Paused, "resume": control.Running, "cancel": control.Cancelled, "status": ""}
+	if len(args) == 0 {
+		return &usageError{campaignUsage}
+	}
+	want, ok := verbs[args[0]]
+	if !ok {
+		return &usageError{campaignUsage}
+	}
+	verb := args[0]
+	fs := flag.NewFlagSet("pacer campaign "+verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
+	campaign := fs.String("campaign", "", "the envelopes' campaign (required)")
+	asJSON := fs.Bool("json", false, "status: print JSON")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	ch, err := channelNamed(*channel)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(*campaign) == "" {
+		return &usageError{"campaign " + verb + ": --campaign is required"}
+	}
+	cfg, err := loadConfig(lookup, ch)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+	st, closeFn, err := controlStore(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("campaign %s: %w", verb, err)
+	}
+	defer closeFn()
+	if verb != "status" {
+		old, err := st.SetState(ctx, *channel, *campaign, want)
+		if err != nil {
+			return fmt.Errorf("campaign %s: %w", verb, err)
+		}
+		name := func(s control.State) string {
+			if s == control.Running {
+				return "running"
+			}
+			return string(s)
+		}
+		newLogger(cfg, stderr).Info("campaign state set", "channel", *channel, "campaign", *campaign, "old", name(old), "new", name(want))
+		fmt.Fprintf(stdout, "campaign %s of %s: %s (was %s); running pacers apply it within about 1 s\n", *campaign, *channel, name(want), name(old))
+		if want == control.Cancelled {
+			fmt.Fprintf(stdout, "its records go to the DLQ with reason cancelled; pacer dlq replay --channel %s --reason cancelled --campaign %s puts them back\n", *channel, *campaign)
+		}
+		return nil
+	}
+	s, err := st.CampaignStatus(ctx, *channel, *campaign)
+	if err != nil {
+		return fmt.Errorf("campaign status: %w", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	unknown := func(n int64) string {
+		if n < 0 {
+			return "unknown"
+		}
+		return strconv.FormatInt(n, 10)
+	}
+	fmt.Fprintf(stdout, "campaign %s of %s: %s\n", s.Campaign, *channel, s.State)
+	fmt.Fprintf(stdout, "  published     %s\n", unknown(s.Published))
+	fmt.Fprintf(stdout, "  delivered     %d\n", s.Delivered)
+	reasons := make([]string, 0, len(s.DeadLetters))
+	total := int64(0)
+	for r, n := range s.DeadLetters {
+		reasons = append(reasons, r)
+		total += n
+	}
+	sort.Strings(reasons)
+	fmt.Fprintf(stdout, "  dead-lettered %d\n", total)
+	for _, r := range reasons {
+		fmt.Fprintf(stdout, "    %-20s %d\n", r, s.DeadLetters[r])
+	}
+	fmt.Fprintf(stdout, "  remaining     %s\n", unknown(s.Remaining))
+	fmt.Fprintf(stdout, "  rate          %.1f msgs/s\n", s.Rate)
+	eta := "unknown"
+	if s.ETASeconds >= 0 {
+		eta = (time.Duration(s.ETASeconds * float64(time.Second))).Round(time.Second).String()
+	}
+	fmt.Fprintf(stdout, "  eta           %s\n", eta)
+	return nil
+}

@@ -1,0 +1,450 @@
+package main
+
+// Operating Pacer live through `pacer run` against real Kafka and Redis
+// and the strict fake WhatsApp API: a per-key limit raised mid-campaign, a
+// campaign paused, resumed and cancelled, a high-priority message behind a
+// backlog, not_before. The Test*Short forms run in the normal suite;
+// TestLiveBench (PACER_BENCH_LIVE=1) prints the figures of BENCHMARKS.md.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
+)
+
+// cli runs `pacer args...` in e's environment and returns its stdout; a
+// non-zero exit fails the test.
+func (e *e2e) cli(args ...string) string {
+	e.t.Helper()
+	cmd := exec.Command(pacerBin, args...)
+	cmd.Env = e.env()
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		e.t.Fatalf("pacer %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// rateIn returns the accepted arrivals per second of key (and of ids with
+// prefix idPrefix, "" for all) in [from, to).
+func rateIn(as []whatsapptest.Arrival, key, idPrefix string, from, to time.Time) float64 {
+	n := 0
+	for _, a := range as {
+		if !a.Throttled && a.Key == key && strings.HasPrefix(a.ID, idPrefix) && !a.At.Before(from) && a.At.Before(to) {
+			n++
+		}
+	}
+	return float64(n) / to.Sub(from).Seconds()
+}
+
+// limitRaise is one run of a number at 50/s raised to 200/s mid-campaign.
+type limitRaise struct {
+	before, after float64       // msgs/s
+	holds         time.Duration // from the change until a 1 s window reaches 90% of 200/s
+	throttled     int
+}
+
+func runLimitRaise(t *testing.T, per int, changeAfter time.Duration) limitRaise {
+	e := newE2E(t, whatsapptest.Config{Rate: 200, Burst: 2, Latency: 5 * time.Millisecond})
+	key := "10654800001"
+	var b strings.Builder
+	lines(&b, "lr", key, per)
+	if code, out, errs := e.publish(b.String(), "--partitions", "2"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	// This run measures the limit change, not AIMD: at 200/s a loaded
+	// machine's scheduling jitter bunches a few sends and the strict fake
+	// throttles them; the default AIMD would halve the rate for a minute.
+	// Throttles cost 1% here (as in the queue benchmark), and are counted.
+	p := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=1", "PACER_AIMD_DECREASE=0.99", "PACER_THROTTLE_COOLDOWN=10ms")
+	e.waitProgress(0, 60*time.Second, p)
+	time.Sleep(changeAfter)
+	out := e.cli("limit", "set", "--channel", "whatsapp", "--key", key, "--rate", "200", "--burst", "1")
+	changed := time.Now()
+	if !strings.Contains(out, "200 msgs/s") {
+		t.Errorf("limit set printed %q", out)
+	}
+	if got := e.cli("limit", "get", "--channel", "whatsapp", "--key", key); !strings.Contains(got, "200") {
+		t.Errorf("limit get after set: %q", got)
+	}
+	e.waitDelivered(per, 120*time.Second, p)
+	logs := p.logs()
+	p.stop(t)
+	if ch := grepLines(logs, "key limit changed"); !strings.Contains(ch, "old_rate=50") || !strings.Contains(ch, " rate=200") {
+		t.Errorf("the pacer did not log the limit change with old and new values:\n%s", grepLines(logs, "limit", "policy"))
+	}
+	as := e.fake.Arrivals()
+	s := e.fake.Stats()[key]
+	r := limitRaise{throttled: s.Throttled, holds: -1}
+	r.before = rateIn(as, key, "", changed.Add(-changeAfter+time.Second), changed)
+	for at := changed; at.Before(s.Last.Add(-time.Second)); at = at.Add(50 * time.Millisecond) {
+		if rateIn(as, key, "", at, at.Add(time.Second)) >= 180 {
+			r.holds = at.Sub(changed)
+			break
+		}
+	}
+	if r.holds >= 0 {
+		r.after = rateIn(as, key, "", changed.Add(r.holds), s.Last)
+	}
+	var rows []string
+	for at := changed.Add(-3 * time.Second); at.Before(s.Last); at = at.Add(time.Second) {
+		rows = append(rows, fmt.Sprintf("%+.0fs %.0f", at.Sub(changed).Seconds(), rateIn(as, key, "", at, at.Add(time.Second))))
+	}
+	t.Logf("arrivals/s from the change: %s", strings.Join(rows, ", "))
+	for i, a := range as {
+		if a.Throttled {
+			var gaps []string
+			for j := max(i-3, 0); j < i; j++ {
+				gaps = append(gaps, a.At.Sub(as[j].At).Round(100*time.Microsecond).String())
+			}
+			t.Logf("throttled at %+v after the change; since the 3 before: %v", a.At.Sub(changed).Round(time.Millisecond), gaps)
+		}
+	}
+	t.Logf("number at 50/s raised to 200/s after %v: before %.1f msgs/s, after %.1f msgs/s, new rate holds %v after the change; throttled %d, duplicates %d",
+		changeAfter, r.before, r.after, r.holds.Round(10*time.Millisecond), r.throttled, s.Duplicates)
+	if s.Delivered != per || s.Duplicates != 0 {
+		t.Errorf("delivered %d (duplicates %d), want %d once", s.Delivered, s.Duplicates, per)
+	}
+	return r
+}
+
+// TestLiveLimitRaiseShort: a number at 50/s raised to 200/s with pacer
+// limit set: before about 50/s, then 200/s within a few seconds.
+func TestLiveLimitRaiseShort(t *testing.T) {
+	r := runLimitRaise(t, 1200, 4*time.Second)
+	if r.before < 40 || r.before > 55 {
+		t.Errorf("rate before the change %.1f msgs/s, want about 50", r.before)
+	}
+	if r.holds < 0 || r.holds > 4*time.Second {
+		t.Errorf("200/s held %v after the change, want within 4 s (the policy refresh is 1 s)", r.holds)
+	}
+	if r.after < 170 {
+		t.Errorf("rate after the change %.1f msgs/s, want about 200", r.after)
+	}
+	if r.throttled > 5 {
+		t.Errorf("%d throttles: the change overlapped slots of the two rates", r.throttled)
+	}
+}
+
+// campaignLines returns per envelopes of campaign camp for each key, ids
+// camp-key-i, interleaved over keys.
+func campaignLines(b *strings.Builder, camp string, keys []string, per int, extra string) {
+	for i := range per {
+		for _, k := range keys {
+			fmt.Fprintf(b, `{"id":"%s-%s-%d","key":%q,"to":"1555%07d","campaign":%q%s,"payload":{"type":"text","text":{"body":"m"}}}`+"\n",
+				camp, k, i, k, i, camp, extra)
+		}
+	}
+}
+
+// pauseRun is one run of the pause measurement.
+type pauseRun struct {
+	aBefore, aPaused, aAfter float64 // campaign A msgs/s per number
+	bBefore, bPaused         float64 // campaign B msgs/s per number
+	resumeFirst              time.Duration
+	lost, dups               int
+}
+
+// runPause: campaigns A and B interleaved on two numbers at rate/s each;
+// A is paused pauseAt after the first send for pauseFor, then resumed.
+func runPause(t *testing.T, rate float64, per int, pauseAt, pauseFor time.Duration) pauseRun {
+	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: 2, Latency: 5 * time.Millisecond})
+	keys := []string{"10654810001", "10654810002"}
+	var b strings.Builder
+	campaignLines(&b, "A", keys, per, "")
+	campaignLines(&b, "B", keys, per, "")
+	// Interleave A and B line by line, so both share each number's queue.
+	la, lb := strings.SplitAfter(b.String(), "\n"), []string{}
+	half := len(la) / 2
+	for i := range half {
+		lb = append(lb, la[i], la[half+i])
+	}
+	if code, out, errs := e.publish(strings.Join(lb, ""), "--partitions", "2"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	rs := strconv.FormatFloat(rate, 'f', -1, 64)
+	p := e.run("PACER_WHATSAPP_RATE="+rs, "PACER_WHATSAPP_BURST=1")
+	e.waitProgress(0, 60*time.Second, p)
+	t0 := time.Now()
+	time.Sleep(pauseAt)
+	e.cli("campaign", "pause", "--channel", "whatsapp", "--campaign", "A")
+	paused := time.Now()
+	time.Sleep(pauseFor)
+	e.cli("campaign", "resume", "--channel", "whatsapp", "--campaign", "A")
+	resumed := time.Now()
+	e.waitDelivered(4*per, 180*time.Second, p)
+	p.stop(t)
+	as := e.fake.Arrivals()
+	var r pauseRun
+	for _, k := range keys {
+		r.aBefore += rateIn(as, k, "A-", t0, paused) / 2
+		r.bBefore += rateIn(as, k, "B-", t0, paused) / 2
+		// The pause reaches the pacers within about 1 s: the window starts then.
+		r.aPaused += rateIn(as, k, "A-", paused.Add(1500*time.Millisecond), resumed) / 2
+		r.bPaused += rateIn(as, k, "B-", paused.Add(1500*time.Millisecond), resumed) / 2
+	}
+	r.resumeFirst = -1
+	for _, a := range as {
+		if !a.Throttled && strings.HasPrefix(a.ID, "A-") && a.At.After(resumed) {
+			r.resumeFirst = a.At.Sub(resumed)
+			break
+		}
+	}
+	ids := e.deliveredIDs()
+	r.lost = 4*per - len(ids)
+	_, r.dups = e.delivered()
+	// Arrivals per second of each campaign, summed over the numbers.
+	var rows []string
+	for s := t0.Truncate(time.Second); s.Before(resumed.Add(6 * time.Second)); s = s.Add(time.Second) {
+		ra, rb := 0.0, 0.0
+		for _, k := range keys {
+			ra += rateIn(as, k, "A-", s, s.Add(time.Second))
+			rb += rateIn(as, k, "B-", s, s.Add(time.Second))
+		}
+		rows = append(rows, fmt.Sprintf("%+.0fs A %.0f B %.0f", s.Sub(t0).Seconds(), ra, rb))
+	}
+	t.Logf("arrivals/s over both numbers, from the first send; pause at %+.0fs, resume at %+.0fs:\n  %s",
+		paused.Sub(t0).Seconds(), resumed.Sub(t0).Seconds(), strings.Join(rows, "\n  "))
+	t.Logf("per number at %.0f/s: A before %.1f, while paused %.2f, B before %.1f, while A paused %.1f msgs/s; first A send %v after resume; lost %d, duplicates %d",
+		rate, r.aBefore, r.aPaused, r.bBefore, r.bPaused, r.resumeFirst.Round(10*time.Millisecond), r.lost, r.dups)
+	if r.lost != 0 || r.dups != 0 {
+		t.Errorf("lost %d, duplicates %d: want 0", r.lost, r.dups)
+	}
+	return r
+}
+
+// TestLivePauseShort: while A is paused none of its records is sent, B
+// keeps flowing, and after resume every record is delivered once.
+func TestLivePauseShort(t *testing.T) {
+	r := runPause(t, 20, 150, 3*time.Second, 6*time.Second)
+	if r.aPaused != 0 {
+		t.Errorf("campaign A sent %.2f msgs/s per number while paused, want 0", r.aPaused)
+	}
+	if r.aBefore < 5 {
+		t.Errorf("campaign A sent %.1f msgs/s per number before the pause: the run measures nothing", r.aBefore)
+	}
+	if r.bPaused < 0.8*r.bBefore {
+		t.Errorf("campaign B fell from %.1f to %.1f msgs/s per number while A was paused: head-of-line blocking", r.bBefore, r.bPaused)
+	}
+	if r.resumeFirst < 0 || r.resumeFirst > 8*time.Second {
+		t.Errorf("first A send %v after resume, want within 8 s", r.resumeFirst)
+	}
+}
+
+// TestLiveCancel: a campaign cancelled mid-way: cancelled in the DLQ plus
+// delivered equals published, campaign status agrees, and a replay of the
+// cancelled ones delivers them (a replayed record is not cancelled again).
+func TestLiveCancel(t *testing.T) {
+	const per = 150
+	e := newE2E(t, whatsapptest.Config{Rate: 20, Burst: 2, Latency: 5 * time.Millisecond})
+	keys := []string{"10654820001", "10654820002"}
+	var b strings.Builder
+	campaignLines(&b, "C", keys, per, "")
+	if code, out, errs := e.publish(b.String(), "--partitions", "2"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	p := e.run("PACER_WHATSAPP_RATE=20", "PACER_WHATSAPP_BURST=1")
+	e.waitProgress(40, 60*time.Second, p)
+	e.cli("campaign", "cancel", "--channel", "whatsapp", "--campaign", "C")
+	total := 2 * per
+	var st struct {
+		Published   int64            `json:"published"`
+		Delivered   int64            `json:"delivered"`
+		DeadLetters map[string]int64 `json:"dead_letters"`
+		Remaining   int64            `json:"remaining"`
+	}
+	if !waitFor(60*time.Second, func() bool {
+		if err := json.Unmarshal([]byte(e.cli("campaign", "status", "--channel", "whatsapp", "--campaign", "C", "--json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Remaining == 0
+	}) {
+		t.Fatalf("campaign status never reached remaining 0: %+v\n%s", st, p.logs())
+	}
+	delivered, dups := e.delivered()
+	reasons := e.dlqReasons(total - delivered)
+	cancelled := 0
+	for _, r := range reasons {
+		if r == "cancelled" {
+			cancelled++
+		}
+	}
+	t.Logf("published %d, delivered %d, DLQ cancelled %d (status: published %d, delivered %d, dead-lettered %v)",
+		total, delivered, cancelled, st.Published, st.Delivered, st.DeadLetters)
+	if cancelled+delivered != total || cancelled == 0 || dups != 0 {
+		t.Errorf("cancelled %d + delivered %d != published %d (duplicates %d)", cancelled, delivered, total, dups)
+	}
+	if st.Published != int64(total) || st.Delivered != int64(delivered) || st.DeadLetters["cancelled"] != int64(cancelled) {
+		t.Errorf("campaign status %+v disagrees with the fake (%d delivered) and the DLQ (%d cancelled)", st, delivered, cancelled)
+	}
+	// Replayed, the cancelled records are sent although the campaign stays
+	// cancelled.
+	e.cli("dlq", "replay", "--channel", "whatsapp", "--topic", e.topic, "--reason", "cancelled")
+	e.waitDelivered(total, 60*time.Second, p)
+	p.stop(t)
+	if d, dups := e.delivered(); d != total || dups != 0 {
+		t.Errorf("after the replay: delivered %d (duplicates %d), want %d once", d, dups, total)
+	}
+}
+
+// runPriority publishes backlog normal messages of one number at rate/s,
+// then one high one, and returns the high one's latency from the end of its
+// publish to its arrival at the fake, and the handoffs counted.
+func runPriority(t *testing.T, backlog int, rate float64) (time.Duration, float64) {
+	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: 2, Latency: 5 * time.Millisecond})
+	key := "10654830001"
+	rs := strconv.FormatFloat(rate, 'f', -1, 64)
+	p := e.run("PACER_WHATSAPP_RATE="+rs, "PACER_WHATSAPP_BURST=1")
+	var b strings.Builder
+	lines(&b, "n", key, backlog)
+	if code, out, errs := e.publish(b.String(), "--partitions", "2"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	e.waitProgress(int(rate), 60*time.Second, p) // the number is sending at its rate
+	high := fmt.Sprintf(`{"id":"high-1","key":%q,"to":"15559999999","priority":"high","payload":{"type":"text","text":{"body":"otp"}}}`+"\n", key)
+	if code, out, errs := e.publish(high, "--partitions", "2"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	published := time.Now()
+	var at time.Time
+	if !waitFor(60*time.Second, func() bool {
+		for _, a := range e.fake.Arrivals() {
+			if a.ID == "high-1" && !a.Throttled {
+				at = a.At
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("the high message never arrived\n%s", p.logs())
+	}
+	time.Sleep(2 * time.Second) // the rate after it, for Max1s
+	var addr string
+	handoffs := scrape(t, p, &addr, "pacer_priority_handoffs_total")
+	p.stop(t)
+	s := e.fake.Stats()[key]
+	lat := at.Sub(published)
+	t.Logf("high message behind %d normal ones at %.0f/s: sent %v after its publish; %d normal delivered by then; handoffs %.0f; max in 1 s %d, throttled %d",
+		backlog, rate, lat.Round(time.Millisecond), s.Delivered-1, handoffs, s.Max1s, s.Throttled)
+	if s.Max1s > int(rate)+2 {
+		t.Errorf("%d arrivals in one 1 s window: priority changed the rate (limit %.0f + burst 2)", s.Max1s, rate)
+	}
+	return lat, handoffs
+}
+
+// TestLivePriorityShort: a high message behind 20,000 normal ones of one
+// number is sent within 2 s (it takes tens of ms: the bound leaves room for
+// a loaded machine), by taking a normal one's slot; in the key's normal
+// FIFO it would wait for the key's lookahead (5 s of its rate).
+func TestLivePriorityShort(t *testing.T) {
+	lat, handoffs := runPriority(t, 20_000, 50)
+	if lat > 2*time.Second {
+		t.Errorf("high message sent %v after its publish, want within 2 s", lat)
+	}
+	if handoffs < 1 {
+		t.Errorf("pacer_priority_handoffs_total = %.0f: the high message did not take a normal one's slot", handoffs)
+	}
+}
+
+// TestLiveNotBeforeShort: records with not_before 4 s ahead are not sent
+// before it, and the number's other records are not held behind them.
+func TestLiveNotBeforeShort(t *testing.T) {
+	e := newE2E(t, whatsapptest.Config{Rate: 50, Burst: 2, Latency: 5 * time.Millisecond})
+	key := "10654840001"
+	nb := time.Now().Add(8 * time.Second).UTC().Truncate(time.Millisecond)
+	var b strings.Builder
+	for i := range 20 {
+		fmt.Fprintf(&b, `{"id":"later-%d","key":%q,"to":"1555%07d","not_before":%q}`+"\n", i, key, i, nb.Format(time.RFC3339Nano))
+		fmt.Fprintf(&b, `{"id":"now-%d","key":%q,"to":"1556%07d"}`+"\n", i, key, i)
+	}
+	if code, out, errs := e.publish(b.String(), "--partitions", "2"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	p := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=1")
+	e.waitDelivered(40, 90*time.Second, p)
+	p.stop(t)
+	var lastNow, firstLater time.Time
+	for _, a := range e.fake.Arrivals() {
+		switch {
+		case a.Throttled:
+		case strings.HasPrefix(a.ID, "now-"):
+			lastNow = a.At
+		case strings.HasPrefix(a.ID, "later-") && firstLater.IsZero():
+			firstLater = a.At
+		}
+	}
+	t.Logf("not_before %v: last due record sent %v before it, first scheduled one %v after it",
+		nb.Format(time.RFC3339Nano), nb.Sub(lastNow).Round(time.Millisecond), firstLater.Sub(nb).Round(time.Millisecond))
+	if firstLater.Before(nb) {
+		t.Errorf("a not_before record was sent at %v, before %v", firstLater, nb)
+	}
+	if !lastNow.Before(nb) {
+		t.Errorf("the due records finished at %v, not before the scheduled ones' %v: they were held behind them", lastNow, nb)
+	}
+}
+
+// TestLiveBench prints the figures of BENCHMARKS.md ("Operating live").
+func TestLiveBench(t *testing.T) {
+	if os.Getenv("PACER_BENCH_LIVE") == "" {
+		t.Skip("measurement: run with PACER_BENCH_LIVE=1")
+	}
+	t.Run("LimitRaise", func(t *testing.T) { runLimitRaise(t, 3000, 5*time.Second) })
+	t.Run("Pause", func(t *testing.T) { runPause(t, 20, 400, 5*time.Second, 10*time.Second) })
+	t.Run("Priority", func(t *testing.T) {
+		var lats []time.Duration
+		for range 10 {
+			l, _ := runPriority(t, 20_000, 50)
+			lats = append(lats, l)
+		}
+		slices.Sort(lats)
+		t.Logf("high message behind 20,000 normal ones at 50/s, 10 runs: p50 %v, max %v (all: %v)",
+			lats[len(lats)/2].Round(time.Millisecond), lats[len(lats)-1].Round(time.Millisecond), lats)
+	})
+}
+
+// grepLines returns the lines of s containing any of words.
+func grepLines(s string, words ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, w := range words {
+			if strings.Contains(l, w) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestLimitSetRefusesBadValues: invalid values are refused before Redis is
+// touched, with exit status 2 and the flag named.
+func TestLimitSetRefusesBadValues(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--rate", "0"}, "--rate"},
+		{[]string{"--rate", "-5"}, "--rate"},
+		{[]string{"--rate", "fast"}, "--rate"},
+		{[]string{"--rate", "NaN"}, "--rate"},
+		{[]string{"--rate", "10", "--burst", "0"}, "--burst"},
+		{[]string{"--rate", "10", "--burst", "2.5"}, "--burst"},
+		{[]string{"--rate", "0.000001", "--burst", "1000000000"}, "--burst"},
+	} {
+		var out, errb strings.Builder
+		args := append([]string{"limit", "set", "--channel", "whatsapp", "--key", "106"}, c.args...)
+		code := run(t.Context(), args, strings.NewReader(""), &out, &errb, func(string) (string, bool) { return "", false })
+		if code != 2 || !strings.Contains(errb.String(), c.flag) {
+			t.Errorf("pacer %v: exit %d, stderr %q; want 2 naming %s", args, code, errb.String(), c.flag)
+		}
+	}
+}

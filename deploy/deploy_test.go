@@ -1,0 +1,497 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// promtool returns the promtool to run: $PACER_PROMTOOL, else the one on
+// PATH (scripts/test-env.sh installs Debian's). Without one the test fails:
+// a check that cannot run must not pass.
+func promtool(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("PACER_PROMTOOL"); p != "" {
+		return p
+	}
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("no promtool on PATH (scripts/test-env.sh installs it; or set PACER_PROMTOOL): the alert rules cannot be checked")
+	}
+	return p
+}
+
+func run(t *testing.T, dir, bin string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
+	}
+	t.Logf("%s %s:\n%s", filepath.Base(bin), strings.Join(args, " "), bytes.TrimSpace(out))
+}
+
+// TestAlertRules runs `promtool check rules` and the rules' unit tests.
+func TestAlertRules(t *testing.T) {
+	bin := promtool(t)
+	run(t, "prometheus", bin, "check", "rules", "alerts.yaml")
+	run(t, "prometheus", bin, "test", "rules", "alerts_test.yaml")
+}
+
+// documentedMetrics returns the metric names of README's Metrics table.
+func documentedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]bool{}
+	for _, n := range regexp.MustCompile("(?m)^\\| `(pacer_[a-z_]+)").FindAllStringSubmatch(string(b), -1) {
+		m[n[1]] = true
+	}
+	if len(m) < 20 {
+		t.Fatalf("found %d metrics in README's table; the pattern no longer matches it", len(m))
+	}
+	return m
+}
+
+// usedMetrics returns the pacer_ metrics an expression names, histogram
+// suffixes removed.
+func usedMetrics(expr string) []string {
+	var out []string
+	for _, n := range regexp.MustCompile(`\bpacer_[a-z_]+`).FindAllString(expr, -1) {
+		for _, suf := range []string{"_bucket", "_count", "_sum"} {
+			if strings.HasSuffix(n, "_seconds"+suf) {
+				n = strings.TrimSuffix(n, suf)
+			}
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestAlertsUseDocumentedMetrics fails when a rule names a metric that
+// README does not list (a renamed or removed metric silently never fires).
+func TestAlertsUseDocumentedMetrics(t *testing.T) {
+	doc := documentedMetrics(t)
+	b, err := os.ReadFile("prometheus/alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Expr        string            `json:"expr"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	var alerts []string
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			alerts = append(alerts, r.Alert)
+			for _, m := range usedMetrics(r.Expr) {
+				if !doc[m] {
+					t.Errorf("alert %s uses %s, which README's Metrics table does not list", r.Alert, m)
+				}
+			}
+			if len(r.Annotations["runbook"]) < 100 || r.Annotations["summary"] == "" {
+				t.Errorf("alert %s: want a summary and a runbook", r.Alert)
+			}
+		}
+	}
+	for _, want := range []string{"PacerKeysAtFloor", "PacerBreakerOpen", "PacerDLQGrowing", "PacerConsumerLagETA",
+		"PacerUnderutilized", "PacerRedisFallback", "PacerNoReplicaReady"} {
+		if !slices.Contains(alerts, want) {
+			t.Errorf("no alert %s", want)
+		}
+	}
+}
+
+// TestGrafanaDashboard checks that the dashboard imports as is: valid JSON,
+// the data source a template variable that every panel and query uses,
+// unique panel ids, and only documented metrics.
+func TestGrafanaDashboard(t *testing.T) {
+	b, err := os.ReadFile("grafana/pacer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type ds struct {
+		Type string `json:"type"`
+		UID  string `json:"uid"`
+	}
+	var d struct {
+		UID        string `json:"uid"`
+		Title      string `json:"title"`
+		Schema     int    `json:"schemaVersion"`
+		Templating struct {
+			List []struct {
+				Name  string `json:"name"`
+				Type  string `json:"type"`
+				Query any    `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+		Panels []struct {
+			ID         int    `json:"id"`
+			Type       string `json:"type"`
+			Title      string `json:"title"`
+			Datasource *ds    `json:"datasource"`
+			Targets    []struct {
+				Expr       string `json:"expr"`
+				Datasource *ds    `json:"datasource"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("grafana/pacer.json: %v", err)
+	}
+	if d.UID == "" || d.Title == "" || d.Schema < 36 {
+		t.Errorf("uid %q, title %q, schemaVersion %d", d.UID, d.Title, d.Schema)
+	}
+	if bytes.Contains(b, []byte("${DS_")) || bytes.Contains(b, []byte(`"__inputs": [`+"\n    {")) {
+		t.Errorf("the dashboard asks for inputs at import; use the datasource variable")
+	}
+	vars := map[string]string{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = v.Type
+	}
+	if vars["datasource"] != "datasource" || vars["channel"] != "query" {
+		t.Fatalf("template variables %v: want datasource (type datasource) and channel (query)", vars)
+	}
+	doc := documentedMetrics(t)
+	ids := map[int]bool{}
+	used := map[string]bool{}
+	for _, p := range d.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel id %d twice", p.ID)
+		}
+		ids[p.ID] = true
+		if p.Type == "row" {
+			continue
+		}
+		if p.Datasource == nil || p.Datasource.UID != "${datasource}" || len(p.Targets) == 0 {
+			t.Errorf("panel %q: datasource %+v, %d queries; want ${datasource} and a query", p.Title, p.Datasource, len(p.Targets))
+		}
+		for _, q := range p.Targets {
+			if q.Datasource == nil || q.Datasource.UID != "${datasource}" {
+				t.Errorf("panel %q: a query's datasource is %+v", p.Title, q.Datasource)
+			}
+			if !strings.Contains(q.Expr, `channel=~"$channel"`) {
+				t.Errorf("panel %q: %s does not filter on $channel", p.Title, q.Expr)
+			}
+			for _, m := range usedMetrics(q.Expr) {
+				used[m] = true
+				if !doc[m] {
+					t.Errorf("panel %q uses %s, which README's Metrics table does not list", p.Title, m)
+				}
+			}
+		}
+	}
+	// What the dashboard must show (issue: throughput, utilization, keys at
+	// floor / in cooldown / breaker open, throttles, DLQ, lag, latency, Redis).
+	for _, m := range []string{"pacer_delivered_total", "pacer_rate_current", "pacer_keys_at_floor", "pacer_keys_cooldown",
+		"pacer_breakers_open", "pacer_sends_total", "pacer_dlq_total", "pacer_consumer_lag_records", "pacer_bucket_wait_seconds",
+		"pacer_send_duration_seconds", "pacer_redis_errors_total", "pacer_redis_fallback"} {
+		if !used[m] {
+			t.Errorf("no panel shows %s", m)
+		}
+	}
+}
+
+// channelNames returns the channels Pacer has: the adapter packages under
+// channels/ (as internal/deptest finds them).
+func channelNames(t *testing.T) []string {
+	t.Helper()
+	es, err := os.ReadDir("../channels")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		if e.IsDir() && e.Name() != "internal" {
+			out = append(out, e.Name())
+		}
+	}
+	if len(out) < 4 {
+		t.Fatalf("channels %v: want at least 4", out)
+	}
+	return out
+}
+
+// manifests decodes every document of deploy/k8s/*.yaml (kustomization.yaml
+// apart) into its Kubernetes API type, refusing unknown and duplicate
+// fields: the schema check, offline (kubeconform fetches its schemas from
+// the network).
+func manifests(t *testing.T) map[string][]any {
+	t.Helper()
+	files, err := filepath.Glob("k8s/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in k8s/: %v", err)
+	}
+	out := map[string][]any{}
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
+			if strings.TrimSpace(regexp.MustCompile(`(?m)^#.*$`).ReplaceAllString(doc, "")) == "" {
+				continue
+			}
+			var u unstructured.Unstructured
+			if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+				t.Fatalf("%s document %d: %v", f, i+1, err)
+			}
+			var obj any
+			switch gvk := u.GroupVersionKind(); gvk.GroupVersion().String() + "/" + gvk.Kind {
+			case "apps/v1/Deployment":
+				obj = &appsv1.Deployment{}
+			case "policy/v1/PodDisruptionBudget":
+				obj = &policyv1.PodDisruptionBudget{}
+			case "v1/Service":
+				obj = &corev1.Service{}
+			case "v1/ConfigMap":
+				obj = &corev1.ConfigMap{}
+			case "v1/Secret":
+				obj = &corev1.Secret{}
+			default:
+				t.Fatalf("%s document %d: kind %v not checked here", f, i+1, gvk)
+			}
+			if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+				t.Errorf("%s document %d (%s %s): %v", f, i+1, u.GetKind(), u.GetName(), err)
+				continue
+			}
+			if u.GetName() == "" {
+				t.Errorf("%s document %d: no metadata.name", f, i+1)
+			}
+			out[f] = append(out[f], obj)
+		}
+	}
+	return out
+}
+
+func find[T any](all map[string][]any) []T {
+	var out []T
+	for _, objs := range all {
+		for _, o := range objs {
+			if v, ok := o.(T); ok {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// TestKubernetesManifests checks the manifests against the API types and
+// the deployment rules: one Deployment per channel and one for ingest, each
+// non-root with a read-only root filesystem, resources, /healthz and
+// /readyz probes, a grace period longer than PACER_DRAIN, credentials from
+// a Secret mounted read-only as the credentials directory, a
+// PodDisruptionBudget and a Service selecting its pods.
+func TestKubernetesManifests(t *testing.T) {
+	all := manifests(t)
+	deps := find[*appsv1.Deployment](all)
+	pdbs := find[*policyv1.PodDisruptionBudget](all)
+	svcs := find[*corev1.Service](all)
+	cms := find[*corev1.ConfigMap](all)
+	secrets := find[*corev1.Secret](all)
+	byArgs := map[string]*appsv1.Deployment{}
+	for _, d := range deps {
+		name := d.Name
+		spec := d.Spec.Template.Spec
+		if len(spec.Containers) != 1 {
+			t.Fatalf("%s: %d containers, want 1", name, len(spec.Containers))
+		}
+		c := spec.Containers[0]
+		byArgs[strings.Join(c.Args, " ")] = d
+		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil || sel.Empty() || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("%s: selector %v does not select its pod template's labels %v", name, d.Spec.Selector, d.Spec.Template.Labels)
+		}
+		psc, csc := spec.SecurityContext, c.SecurityContext
+		if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
+			t.Errorf("%s: want runAsNonRoot and a non-zero runAsUser", name)
+		}
+		if csc == nil || csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem ||
+			csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation || csc.Capabilities == nil ||
+			!slices.Contains(csc.Capabilities.Drop, "ALL") {
+			t.Errorf("%s: want a read-only root filesystem, no privilege escalation, all capabilities dropped", name)
+		}
+		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+			t.Errorf("%s: want cpu and memory requests and a memory limit", name)
+		}
+		probe := func(p *corev1.Probe, path string) {
+			if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || !hasPort(c, p.HTTPGet.Port) {
+				t.Errorf("%s: want an HTTP probe on %s at a port of the container, got %+v", name, path, p)
+			}
+		}
+		probe(c.LivenessProbe, "/healthz")
+		probe(c.ReadinessProbe, "/readyz")
+		drain := 30 * time.Second // PACER_DRAIN's default
+		for _, e := range c.Env {
+			if e.Name == "PACER_DRAIN" {
+				if drain, err = time.ParseDuration(e.Value); err != nil {
+					t.Errorf("%s: PACER_DRAIN %q: %v", name, e.Value, err)
+				}
+			}
+			if strings.Contains(e.Name, "TOKEN") || strings.Contains(e.Name, "API_KEYS") || e.Name == "PACER_REDIS_URL" {
+				if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+					t.Errorf("%s: %s must come from a Secret", name, e.Name)
+				}
+			}
+		}
+		if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= drain {
+			t.Errorf("%s: terminationGracePeriodSeconds %v, want longer than PACER_DRAIN %v", name, spec.TerminationGracePeriodSeconds, drain)
+		}
+		var credVol string
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == "/etc/pacer/credentials" && m.ReadOnly {
+				credVol = m.Name
+			}
+		}
+		secretMounted := false
+		for _, v := range spec.Volumes {
+			if v.Name == credVol && v.Secret != nil && v.Secret.SecretName != "" {
+				secretMounted = true
+			}
+		}
+		if !secretMounted {
+			t.Errorf("%s: want a Secret mounted read-only at /etc/pacer/credentials", name)
+		}
+		podLabels := labels.Set(d.Spec.Template.Labels)
+		hasPDB := false
+		for _, p := range pdbs {
+			s, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+			if err == nil && !s.Empty() && s.Matches(podLabels) && p.Spec.MinAvailable != nil {
+				hasPDB = true
+			}
+		}
+		if !hasPDB {
+			t.Errorf("%s: no PodDisruptionBudget with minAvailable selects its pods", name)
+		}
+		hasSvc := false
+		for _, s := range svcs {
+			if len(s.Spec.Selector) > 0 && labels.SelectorFromSet(s.Spec.Selector).Matches(podLabels) {
+				for _, p := range s.Spec.Ports {
+					hasSvc = hasSvc || hasPort(c, p.TargetPort)
+				}
+			}
+		}
+		if !hasSvc {
+			t.Errorf("%s: no Service selects its pods on a port of the container", name)
+		}
+		for _, ef := range c.EnvFrom {
+			if ef.ConfigMapRef != nil && !slices.ContainsFunc(cms, func(cm *corev1.ConfigMap) bool { return cm.Name == ef.ConfigMapRef.Name }) {
+				t.Errorf("%s: ConfigMap %s is not among the manifests", name, ef.ConfigMapRef.Name)
+			}
+		}
+	}
+	for _, ch := range channelNames(t) {
+		d := byArgs["run --channel "+ch]
+		if d == nil {
+			t.Errorf("no Deployment runs `pacer run --channel %s`", ch)
+			continue
+		}
+		// Its Secret is in the example, with the keys the pod reads.
+		sec := d.Spec.Template.Spec.Volumes[0].Secret
+		if sec == nil || !slices.ContainsFunc(secrets, func(s *corev1.Secret) bool { return s.Name == sec.SecretName }) {
+			t.Errorf("%s: its credentials Secret is not in secret.example.yaml", d.Name)
+		}
+	}
+	if d := byArgs["ingest"]; d == nil || !hasPort(d.Spec.Template.Spec.Containers[0], intstr.FromInt32(8080)) {
+		t.Errorf("no Deployment runs `pacer ingest` on port 8080")
+	}
+	kust, err := os.ReadFile("k8s/kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(kust, &k); err != nil {
+		t.Fatal(err)
+	}
+	for f := range all {
+		if base := filepath.Base(f); base != "secret.example.yaml" && !slices.Contains(k.Resources, base) {
+			t.Errorf("kustomization.yaml does not list %s", base)
+		}
+	}
+}
+
+// hasPort reports whether p names or numbers a port of c.
+func hasPort(c corev1.Container, p intstr.IntOrString) bool {
+	for _, cp := range c.Ports {
+		if (p.Type == intstr.String && p.StrVal == cp.Name) || (p.Type == intstr.Int && p.IntVal == cp.ContainerPort) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestComposeFile loads deploy/compose.yaml as `docker compose config`
+// does (compose-go, the library docker compose is built on: schema,
+// interpolation, consistency), with every profile on.
+func TestComposeFile(t *testing.T) {
+	wd, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := types.Mapping{}
+	for _, v := range []string{"PACER_WHATSAPP_TOKEN", "PACER_APNS_KEY_ID", "PACER_APNS_TEAM_ID", "PACER_SENDGRID_API_KEYS"} {
+		env[v] = "x"
+	}
+	p, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
+		WorkingDir: wd, ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(wd, "compose.yaml")}}, Environment: env,
+	}, func(o *loader.Options) { o.SetProjectName("pacer", true); o.Profiles = []string{"*"} })
+	if err != nil {
+		t.Fatalf("compose.yaml: %v", err)
+	}
+	var names []string
+	for n := range p.Services {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, ch := range channelNames(t) {
+		if !slices.Contains(names, "pacer-"+ch) {
+			t.Errorf("compose.yaml has no service pacer-%s (services %v)", ch, names)
+		}
+	}
+	// A required variable left unset is an error, as docker compose says.
+	delete(env, "PACER_WHATSAPP_TOKEN")
+	_, err = loader.LoadWithContext(context.Background(), types.ConfigDetails{
+		WorkingDir: wd, ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(wd, "compose.yaml")}}, Environment: env,
+	}, func(o *loader.Options) { o.SetProjectName("pacer", true) })
+	if err == nil || !strings.Contains(err.Error(), "PACER_WHATSAPP_TOKEN") {
+		t.Errorf("compose.yaml without PACER_WHATSAPP_TOKEN: %v, want an error naming it", err)
+	}
+}

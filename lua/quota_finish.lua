@@ -1,0 +1,65 @@
+-- quota_finish.lua: settle the claims quota.lua made for one request once
+-- Kafka answered: the ids it produced become done records, the ids it could
+-- not produce are released so that a retry may claim them. Run by
+-- quota.Limiter.Finish.
+--
+-- KEYS[1]        when ARGV[1] is 1: the request's idempotency-key record
+-- KEYS[1+I..]    D done id records, then R released id records (I = ARGV[1])
+-- ARGV[1]  1 if KEYS[1] is an idempotency-key record, else 0
+-- ARGV[2]  token: the claim token given to quota.lua
+-- ARGV[3]  D: number of id records to mark done, integer >= 0
+-- ARGV[4]  done_ms: TTL of a done record in milliseconds, integer >= 1
+-- ARGV[5]  stored: the value to keep in the idempotency-key record (the
+--          answer to replay); "" releases the record instead
+--
+-- Reply: integer, the records written or deleted.
+-- Error reply "ERR quota_finish: ..." for malformed ARGV.
+--
+-- Writes: each done id record SET "d" PX done_ms; each released id record
+-- DEL, only while it still holds "p:<token>" (a claim that expired and was
+-- taken by another request is not ours to drop); the idempotency-key record
+-- SET stored PX done_ms, or DEL (only while it holds "p:<token>").
+
+local I = tonumber(ARGV[1])
+local token = ARGV[2]
+local D = tonumber(ARGV[3])
+local done_ms = tonumber(ARGV[4])
+local stored = ARGV[5]
+if I ~= 0 and I ~= 1 then
+  return redis.error_reply('ERR quota_finish: ARGV[1] must be 0 or 1')
+end
+if not token or token == '' then
+  return redis.error_reply('ERR quota_finish: token must not be empty')
+end
+if not D or D < 0 or D ~= math.floor(D) or D > #KEYS - I then
+  return redis.error_reply('ERR quota_finish: D must be an integer in [0, ids]')
+end
+if not done_ms or done_ms < 1 or done_ms ~= math.floor(done_ms) then
+  return redis.error_reply('ERR quota_finish: done_ms must be an integer >= 1')
+end
+
+local claim = 'p:' .. token
+local n = 0
+local function release(key)
+  if redis.call('GET', key) == claim then
+    redis.call('DEL', key)
+    n = n + 1
+  end
+end
+if I == 1 then
+  if stored and stored ~= '' then
+    redis.call('SET', KEYS[1], stored, 'PX', done_ms)
+    n = n + 1
+  else
+    release(KEYS[1])
+  end
+end
+for k = 1 + I, #KEYS do
+  if k <= I + D then
+    redis.call('SET', KEYS[k], 'd', 'PX', done_ms)
+    n = n + 1
+  else
+    release(KEYS[k])
+  end
+end
+return n

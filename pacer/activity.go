@@ -1,0 +1,42 @@
+package pacer
+
+import (
+	"sort"
+	"time"
+)
+
+// KeyActivity is one active pacing key as this process sees it, for a
+// status page that adds up every replica's view.
+type KeyActivity struct {
+	Key string
+	// Delivered counts the key's messages the provider accepted through
+	// this process since the key became active here (it restarts from 0
+	// when an idle key's state is freed); a reader derives the achieved
+	// rate from two readings.
+	Delivered uint64
+	// InHand is the key's records this process is handling now: fetched,
+	// not yet finished (waiting for a token, being sent).
+	InHand int
+	// LastSeen is when a record of the key was last taken up or finished.
+	LastSeen time.Time
+}
+
+// ActiveKeys returns the pacing keys this process handled in the last 5
+// minutes (or has records of in hand), sorted by key. It takes the key
+// table's lock briefly and calls neither Redis nor Kafka; it is safe for
+// concurrent use.
+func (p *Pacer) ActiveKeys() []KeyActivity {
+	now := time.Now()
+	p.keys.mu.Lock()
+	out := make([]KeyActivity, 0, len(p.keys.m))
+	for k, st := range p.keys.m {
+		st.mu.Lock()
+		if st.users > 0 || now.Sub(st.lastSeen) <= activeFor {
+			out = append(out, KeyActivity{Key: k, Delivered: st.delivered.Load(), InHand: st.users, LastSeen: st.lastSeen})
+		}
+		st.mu.Unlock()
+	}
+	p.keys.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}

@@ -1,0 +1,755 @@
+// Package ingest is `pacer ingest`: the HTTP way in for many tenants. A
+// tenant POSTs one envelope, or up to [MaxBatch] as NDJSON, to
+// /v1/channels/{channel}/messages with its API key; the gateway checks
+// every quota tier (client IP, tenant requests/s, tenant messages/day,
+// channel messages/s) and claims the envelope ids in one atomic Redis step
+// (package bucket/quota), produces the envelopes to the channel's topic as
+// `pacer publish` does, and answers 202 only once Kafka acknowledged every
+// record. Every answer carries the IETF RateLimit-Policy and RateLimit
+// fields (see headers.go); errors are RFC 9457 problem+json. The API is
+// described by openapi.yaml in this package, served at /openapi.yaml.
+//
+// # Metrics
+//
+//	pacer_ingest_requests_total{code}                 answers by HTTP status
+//	pacer_ingest_messages_total{outcome}              envelopes: accepted, duplicate, rejected, failed
+//	pacer_ingest_quota_refusals_total{tier}           429s by the tier that refused
+//	pacer_ingest_request_duration_seconds             time to answer a POST
+//	pacer_ingest_redis_calls_total{call}              quota script calls: take, finish
+//	pacer_ingest_redis_errors_total                   quota calls that failed on Redis
+//	pacer_ingest_redis_fallback                       1 while quotas are per process (PACER_REDIS_FAILURE=local)
+package ingest
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/quota"
+	"github.com/pacerhq/pacer/bucket/window"
+	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/partitioner"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Request limits.
+const (
+	// MaxBatch is the most envelopes one NDJSON request may carry.
+	MaxBatch = 1000
+	// MaxEnvelopeBytes is the largest envelope (one JSON body or one NDJSON
+	// line) accepted: 1 MiB. Larger: 413.
+	MaxEnvelopeBytes = 1 << 20
+	// MaxRequestBytes is the largest request body accepted: 10 MiB. Larger: 413.
+	MaxRequestBytes = 10 << 20
+)
+
+// OpenAPI is the OpenAPI 3.1 description of the API.
+//
+//go:embed openapi.yaml
+var OpenAPI []byte
+
+// Config configures a [Server]. Zero means the default named per field.
+type Config struct {
+	// Channels the gateway serves; topic TopicPrefix + channel. Required.
+	Channels []string
+	// TopicPrefix starts every channel topic; default "pacer.".
+	TopicPrefix string
+	// IPLimit is the request rate and burst per client IP. Required.
+	IPLimit bucket.Limit
+	// ChannelLimit is the message rate and burst per channel, all tenants
+	// together. Required; its burst must be >= MaxBatch so a full batch
+	// can ever be admitted.
+	ChannelLimit bucket.Limit
+	// TrustedProxies: a request whose peer is in one of these has its
+	// client address taken from X-Forwarded-For (the right-most address
+	// not itself trusted). Default none: X-Forwarded-For is ignored.
+	TrustedProxies []netip.Prefix
+	// IdempotencyTTL is how long accepted ids and Idempotency-Key answers
+	// are remembered; default 24h.
+	IdempotencyTTL time.Duration
+	// ProduceTimeout bounds the wait for Kafka's acknowledgement; past it
+	// the request gets 503; default 10s.
+	ProduceTimeout time.Duration
+	// Partitions is the partition count used for a topic whose metadata
+	// cannot be read; default 12, as `pacer publish` creates topics.
+	Partitions int
+	// RedisFailure is "closed" (503 while Redis is down, the default) or
+	// "local" (quotas per process at 1/Replicas of each limit).
+	RedisFailure string
+	Logger       *slog.Logger
+}
+
+// Deps are the Server's connections.
+type Deps struct {
+	Kafka    *kgo.Client // idempotent producer, acks=all, kgo.ManualPartitioner
+	Quota    quota.Quota // quota.New(redis)
+	Fallback *quota.Local
+	Keys     bucket.Keys
+	Tenants  func() *Tenants
+	// RedisPing reports whether Redis answers, for /readyz.
+	RedisPing func(ctx context.Context) error
+}
+
+// Server is the ingest HTTP handler. Safe for concurrent use.
+type Server struct {
+	cfg  Config
+	deps Deps
+	log  *slog.Logger
+	m    *metrics
+	mux  *http.ServeMux
+
+	fallback   atomic.Bool // Redis down and local quotas in use
+	partitions sync.Map    // topic -> int
+}
+
+// New validates cfg and returns a Server registering its metrics on reg.
+func New(cfg Config, deps Deps, reg prometheus.Registerer) (*Server, error) {
+	if cfg.IdempotencyTTL == 0 {
+		cfg.IdempotencyTTL = 24 * time.Hour
+	}
+	if cfg.ProduceTimeout == 0 {
+		cfg.ProduceTimeout = 10 * time.Second
+	}
+	if cfg.TopicPrefix == "" {
+		cfg.TopicPrefix = "pacer."
+	}
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 12
+	}
+	if cfg.RedisFailure == "" {
+		cfg.RedisFailure = "closed"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	var errs []error
+	if len(cfg.Channels) == 0 {
+		errs = append(errs, errors.New("ingest: at least one channel is required"))
+	}
+	if err := cfg.IPLimit.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("ingest: ip limit: %w", err))
+	}
+	if err := cfg.ChannelLimit.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("ingest: channel limit: %w", err))
+	} else if cfg.ChannelLimit.Burst < MaxBatch {
+		errs = append(errs, fmt.Errorf("ingest: channel burst %d must be >= %d (a full batch)", cfg.ChannelLimit.Burst, MaxBatch))
+	}
+	if cfg.RedisFailure != "closed" && cfg.RedisFailure != "local" {
+		errs = append(errs, fmt.Errorf("ingest: redis failure %q is not closed or local", cfg.RedisFailure))
+	}
+	if cfg.RedisFailure == "local" && deps.Fallback == nil {
+		errs = append(errs, errors.New("ingest: redis failure local needs a Fallback"))
+	}
+	if deps.Kafka == nil || deps.Quota == nil || deps.Tenants == nil {
+		errs = append(errs, errors.New("ingest: Kafka, Quota and Tenants are required"))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, m: newMetrics(reg), mux: http.NewServeMux()}
+	s.mux.HandleFunc("POST /v1/channels/{channel}/messages", s.post)
+	s.mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Write(OpenAPI)
+	})
+	return s, nil
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Ready reports whether the gateway can check quotas: tenants loaded and
+// Redis answering (or the local failure mode in force).
+func (s *Server) Ready(ctx context.Context) bool {
+	if s.deps.Tenants() == nil {
+		return false
+	}
+	if s.deps.RedisPing == nil || s.cfg.RedisFailure == "local" {
+		return true
+	}
+	return s.deps.RedisPing(ctx) == nil
+}
+
+// line is one envelope of a request.
+type line struct {
+	n     int // 1-based line number
+	env   pacer.Envelope
+	value []byte
+	err   *pacer.EnvelopeError
+	dupOf int // > 0: the same id as line dupOf of this request
+	idx   int // index into the request's distinct ids
+}
+
+// Accepted is one accepted envelope in a 202 answer.
+type Accepted struct {
+	Line int    `json:"line"`
+	ID   string `json:"id"`
+	// Duplicate is true when the id was accepted before (by an earlier
+	// request or an earlier line): no second record was produced.
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// Rejected is one envelope not accepted.
+type Rejected struct {
+	Line  int    `json:"line"`
+	ID    string `json:"id,omitempty"`
+	Field string `json:"field,omitempty"`
+	Error string `json:"error"`
+}
+
+// Answer is the body of a 202 (and of a 503 that produced part of a batch).
+type Answer struct {
+	Accepted []Accepted `json:"accepted"`
+	Rejected []Rejected `json:"rejected"`
+}
+
+func (s *Server) post(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		s.m.requests.WithLabelValues(strconv.Itoa(rw.status)).Inc()
+		s.m.duration.Observe(time.Since(start).Seconds())
+	}()
+	s.handle(rw, r)
+}
+
+func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	ip := s.clientIP(r)
+	ipTier := quota.Tier{Name: "ip", Key: s.deps.Keys.Ingest("ip", ip.String()), Unit: quota.PerRequest, Bucket: &s.cfg.IPLimit}
+	channel := r.PathValue("channel")
+
+	// Unauthenticated and forbidden requests count against their IP alone.
+	refuse := func(status int, p problem, h ...string) {
+		tiers := []quota.Tier{ipTier}
+		res, ok := s.take(ctx, w, quota.Request{Tiers: tiers, ClaimTTL: time.Second})
+		if !ok {
+			return
+		}
+		setRateLimit(w.Header(), tiers, res)
+		if !res.Granted {
+			s.tooMany(w, tiers, res)
+			return
+		}
+		for i := 0; i+1 < len(h); i += 2 {
+			w.Header().Set(h[i], h[i+1])
+		}
+		p.Status = status
+		writeProblem(w, p)
+	}
+	key, ok := bearer(r.Header.Get("Authorization"))
+	tenant := s.deps.Tenants().Lookup(key)
+	if !ok || tenant == nil {
+		detail := "the Authorization header must be \"Bearer <api key>\""
+		if ok {
+			detail = "the API key is not known"
+		}
+		refuse(http.StatusUnauthorized, problem{Type: "https://pacer.dev/problems/unauthorized", Title: "Unauthorized", Detail: detail},
+			"WWW-Authenticate", `Bearer realm="pacer"`)
+		return
+	}
+	if !s.serves(channel) {
+		refuse(http.StatusNotFound, problem{Type: "https://pacer.dev/problems/unknown-channel", Title: "Unknown channel",
+			Detail: fmt.Sprintf("channel %q is not served here (%s)", channel, strings.Join(s.cfg.Channels, ", "))})
+		return
+	}
+	if !tenant.Allowed(channel) {
+		refuse(http.StatusForbidden, problem{Type: "https://pacer.dev/problems/forbidden-channel", Title: "Channel not allowed",
+			Detail: fmt.Sprintf("tenant %q may not publish to channel %q", tenant.ID, channel)})
+		return
+	}
+
+	tiers := []quota.Tier{
+		ipTier,
+		{Name: "tenant", Key: s.deps.Keys.Ingest("tenant", tenant.ID), Unit: quota.PerRequest,
+			Bucket: &bucket.Limit{PerSecond: tenant.RequestsPerSecond, Burst: tenant.Burst}},
+		{Name: "tenant-day", Key: s.deps.Keys.Ingest("tenant-day", tenant.ID), Unit: quota.PerMessage,
+			Window: &window.Window{Max: tenant.MessagesPerDay, Period: 24 * time.Hour}},
+		{Name: "channel", Key: s.deps.Keys.Ingest("channel", channel), Unit: quota.PerMessage, Bucket: &s.cfg.ChannelLimit},
+	}
+	// Until the quota step has answered, headers describe the policies with
+	// nothing known of the counts: the body errors below come first, and a
+	// request refused for its body costs nothing.
+	lines, perr := s.readBody(w, r)
+	if perr != nil {
+		refuse(perr.Status, *perr)
+		return
+	}
+	valid := 0
+	for _, l := range lines {
+		if l.err == nil {
+			valid++
+		}
+	}
+	if valid == 0 {
+		p := problem{Type: "https://pacer.dev/problems/invalid-envelope", Title: "Invalid envelope", Status: http.StatusBadRequest}
+		for _, l := range lines {
+			p.InvalidParams = append(p.InvalidParams, invalidParam{Line: l.n, Name: l.err.Field, Reason: l.err.Error()})
+		}
+		if len(lines) == 1 {
+			p.Detail = lines[0].err.Error()
+		} else {
+			p.Detail = fmt.Sprintf("all %d envelopes are invalid", len(lines))
+		}
+		refuse(http.StatusBadRequest, p)
+		return
+	}
+	for _, t := range tiers[2:] {
+		if valid > t.Capacity() {
+			refuse(http.StatusRequestEntityTooLarge, problem{Type: "https://pacer.dev/problems/batch-over-quota", Title: "Batch larger than a quota",
+				Detail: fmt.Sprintf("%d envelopes exceed policy %q, which allows at most %d at once; split the batch", valid, t.Name, t.Capacity())})
+			return
+		}
+	}
+
+	// Distinct ids, in line order.
+	var idKeys []string
+	first := map[string]int{}
+	for i := range lines {
+		l := &lines[i]
+		if l.err != nil {
+			continue
+		}
+		if f, ok := first[l.env.ID]; ok {
+			l.dupOf = f
+			continue
+		}
+		first[l.env.ID] = l.n
+		l.idx = len(idKeys)
+		idKeys = append(idKeys, s.deps.Keys.Ingest("id", tenant.ID+":"+channel+":"+l.env.ID))
+	}
+	var idemKey string
+	if k := r.Header.Get("Idempotency-Key"); k != "" {
+		if len(k) > 255 {
+			refuse(http.StatusBadRequest, problem{Type: "https://pacer.dev/problems/invalid-header", Title: "Invalid header",
+				Detail: "Idempotency-Key: at most 255 bytes", InvalidParams: []invalidParam{{Name: "Idempotency-Key", Reason: "at most 255 bytes"}}})
+			return
+		}
+		idemKey = s.deps.Keys.Ingest("ikey", tenant.ID+":"+channel+":"+k)
+	}
+	req := quota.Request{Tiers: tiers, IDs: idKeys, IdemKey: idemKey, ClaimTTL: s.cfg.ProduceTimeout + 30*time.Second}
+	res, ok := s.take(ctx, w, req)
+	if !ok {
+		return
+	}
+	setRateLimit(w.Header(), tiers, res)
+	if res.Known {
+		s.replay(w, res.Stored)
+		return
+	}
+	if !res.Granted {
+		if res.Tiers[res.Refused].Wait < 0 {
+			t := tiers[res.Refused]
+			writeProblem(w, problem{Type: "https://pacer.dev/problems/batch-over-quota", Title: "Batch larger than a quota",
+				Status: http.StatusRequestEntityTooLarge, Tier: t.Name,
+				Detail: fmt.Sprintf("policy %q allows at most %d at once; split the batch", t.Name, t.Capacity())})
+			return
+		}
+		s.tooMany(w, tiers, res)
+		return
+	}
+	s.produce(ctx, w, channel, tenant, lines, req, res)
+}
+
+// produce sends the new envelopes, settles the claims and answers.
+func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel string, tenant *Tenant, lines []line, req quota.Request, res quota.Result) {
+	topic := s.cfg.TopicPrefix + channel
+	parts := s.partitionCount(ctx, topic)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProduceTimeout)
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		failed  = map[int]error{} // by id index
+		pending = 0
+	)
+	for i := range lines {
+		l := &lines[i]
+		if l.err != nil || l.dupOf > 0 || res.IDs[l.idx] != quota.IDNew {
+			continue
+		}
+		pending++
+		rec := &kgo.Record{Topic: topic, Key: []byte(l.env.Key), Value: l.value,
+			Partition: partitioner.Partition([]byte(l.env.Key), parts)}
+		if l.env.Campaign != "" {
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "campaign", Value: []byte(l.env.Campaign)})
+		}
+		wg.Add(1)
+		idx := l.idx
+		s.deps.Kafka.Produce(pctx, rec, func(_ *kgo.Record, err error) {
+			defer wg.Done()
+			if err != nil {
+				mu.Lock()
+				failed[idx] = err
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+
+	var ans Answer
+	var fin quota.Finish
+	fin.Token, fin.IdemKey, fin.DoneTTL = res.Token, req.IdemKey, s.cfg.IdempotencyTTL
+	var produceErr error
+	for i := range lines {
+		l := &lines[i]
+		switch {
+		case l.err != nil:
+			ans.Rejected = append(ans.Rejected, Rejected{Line: l.n, Field: l.err.Field, Error: l.err.Error()})
+			s.m.messages.WithLabelValues("rejected").Inc()
+		case l.dupOf > 0:
+			// Settled with its first line below: accepted only if that was.
+		case res.IDs[l.idx] == quota.IDDone:
+			ans.Accepted = append(ans.Accepted, Accepted{Line: l.n, ID: l.env.ID, Duplicate: true})
+			s.m.messages.WithLabelValues("duplicate").Inc()
+		case res.IDs[l.idx] == quota.IDPending:
+			ans.Rejected = append(ans.Rejected, Rejected{Line: l.n, ID: l.env.ID, Field: "id",
+				Error: "envelope: id: being accepted by another request right now; retry later"})
+			s.m.messages.WithLabelValues("rejected").Inc()
+		case failed[l.idx] != nil:
+			produceErr = failed[l.idx]
+			fin.Release = append(fin.Release, req.IDs[l.idx])
+			ans.Rejected = append(ans.Rejected, Rejected{Line: l.n, ID: l.env.ID, Error: "not acknowledged by Kafka; retry later"})
+			s.m.messages.WithLabelValues("failed").Inc()
+		default:
+			fin.Done = append(fin.Done, req.IDs[l.idx])
+			ans.Accepted = append(ans.Accepted, Accepted{Line: l.n, ID: l.env.ID})
+			s.m.messages.WithLabelValues("accepted").Inc()
+		}
+	}
+	// Repeated lines follow their first line's outcome.
+	byLine := map[int]bool{}
+	for _, a := range ans.Accepted {
+		byLine[a.Line] = true
+	}
+	for _, l := range lines {
+		if l.err == nil && l.dupOf > 0 {
+			if byLine[l.dupOf] {
+				ans.Accepted = append(ans.Accepted, Accepted{Line: l.n, ID: l.env.ID, Duplicate: true})
+				s.m.messages.WithLabelValues("duplicate").Inc()
+			} else {
+				ans.Rejected = append(ans.Rejected, Rejected{Line: l.n, ID: l.env.ID, Field: "id",
+					Error: fmt.Sprintf("envelope: id: same id as line %d, which was not accepted", l.dupOf)})
+			}
+		}
+	}
+	sortAnswer(&ans)
+
+	status := http.StatusAccepted
+	if produceErr != nil {
+		status = http.StatusServiceUnavailable
+		s.log.Warn("kafka did not acknowledge; answering 503", "topic", topic, "failed", len(failed), "err", produceErr)
+	}
+	if len(ans.Accepted) == 0 && status == http.StatusAccepted && pending == 0 {
+		// Every valid line was claimed by another request in flight.
+		status = http.StatusConflict
+	}
+	body, _ := json.Marshal(ans)
+	if status == http.StatusAccepted && req.IdemKey != "" {
+		stored, _ := json.Marshal(storedAnswer{Status: status, Body: string(body)})
+		fin.Stored = string(stored)
+	}
+	s.finish(context.WithoutCancel(ctx), fin)
+
+	switch status {
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, problem{Type: "https://pacer.dev/problems/kafka-unavailable", Title: "Kafka unavailable", Status: status,
+			Detail: "Kafka did not acknowledge every envelope; the ones listed as accepted are kept, retry the others", Answer: &ans})
+	case http.StatusConflict:
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, problem{Type: "https://pacer.dev/problems/in-progress", Title: "Request in progress", Status: status,
+			Detail: "another request is accepting these envelope ids right now; retry later", Answer: &ans})
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		w.Write(body)
+	}
+}
+
+type storedAnswer struct {
+	Status int    `json:"status"`
+	Body   string `json:"body"`
+}
+
+// replay answers a request whose Idempotency-Key was seen: the stored
+// answer, or 409 while the first request is still producing.
+func (s *Server) replay(w http.ResponseWriter, stored string) {
+	var a storedAnswer
+	if strings.HasPrefix(stored, "p:") || json.Unmarshal([]byte(stored), &a) != nil || a.Status == 0 {
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, problem{Type: "https://pacer.dev/problems/in-progress", Title: "Request in progress", Status: http.StatusConflict,
+			Detail: "a request with this Idempotency-Key is being processed; retry later"})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Idempotent-Replayed", "true")
+	w.WriteHeader(a.Status)
+	io.WriteString(w, a.Body)
+}
+
+// take runs the quota step, on Redis or, when Redis fails and the failure
+// mode is local, on the process's share. It answers 503 itself and returns
+// false when it cannot.
+func (s *Server) take(ctx context.Context, w http.ResponseWriter, req quota.Request) (quota.Result, bool) {
+	s.m.redisCalls.WithLabelValues("take").Inc()
+	res, err := s.deps.Quota.Take(ctx, req)
+	if err == nil {
+		if s.fallback.CompareAndSwap(true, false) {
+			s.log.Info("redis answers again; quotas are shared again")
+			s.m.fallback.Set(0)
+		}
+		return res, true
+	}
+	if errors.Is(err, quota.ErrInvalid) {
+		s.log.Error("quota request invalid", "err", err)
+		writeProblem(w, problem{Type: "about:blank", Title: "Internal Server Error", Status: http.StatusInternalServerError})
+		return res, false
+	}
+	s.m.redisErrors.Inc()
+	if s.cfg.RedisFailure == "local" && ctx.Err() == nil {
+		if s.fallback.CompareAndSwap(false, true) {
+			s.log.Warn("redis unreachable; quotas are per process at a share of each limit until it answers", "err", err)
+			s.m.fallback.Set(1)
+		}
+		res, err = s.deps.Fallback.Take(ctx, req)
+		if err == nil {
+			return res, true
+		}
+	}
+	s.log.Warn("redis unreachable; answering 503", "err", err)
+	w.Header().Set("Retry-After", "1")
+	writeProblem(w, problem{Type: "https://pacer.dev/problems/quota-unavailable", Title: "Quota store unavailable", Status: http.StatusServiceUnavailable,
+		Detail: "the quota store does not answer; retry later"})
+	return res, false
+}
+
+func (s *Server) finish(ctx context.Context, f quota.Finish) {
+	if len(f.Done)+len(f.Release) == 0 && f.IdemKey == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s.m.redisCalls.WithLabelValues("finish").Inc()
+	err := s.deps.Quota.Finish(ctx, f)
+	if err != nil || s.fallback.Load() {
+		// Keep the process's own record too: it is what Local reads.
+		if s.deps.Fallback != nil {
+			s.deps.Fallback.Finish(ctx, f)
+		}
+	}
+	if err != nil {
+		s.m.redisErrors.Inc()
+		s.log.Warn("redis: accepted ids not recorded; a retry of them within the claim TTL is refused, after it produced again", "err", err)
+	}
+}
+
+func (s *Server) tooMany(w http.ResponseWriter, tiers []quota.Tier, res quota.Result) {
+	t := tiers[res.Refused]
+	s.m.refusals.WithLabelValues(t.Name).Inc()
+	wait := res.Tiers[res.Refused].Wait
+	w.Header().Set("Retry-After", strconv.FormatInt(max(seconds(wait), 1), 10))
+	writeProblem(w, problem{
+		Type: "https://iana.org/assignments/http-problem-types#quota-exceeded", Title: "Request cannot be satisfied as assigned quota has been exceeded",
+		Status: http.StatusTooManyRequests, Tier: t.Name, ViolatedPolicies: []string{t.Name},
+		Detail: fmt.Sprintf("quota %q exceeded; retry in %s", t.Name, wait.Round(time.Millisecond)),
+	})
+}
+
+func (s *Server) serves(channel string) bool {
+	for _, c := range s.cfg.Channels {
+		if c == channel {
+			return true
+		}
+	}
+	return false
+}
+
+// partitionCount returns topic's partition count, creating the topic as
+// `pacer publish` would when it is missing; cached once known.
+func (s *Server) partitionCount(ctx context.Context, topic string) int {
+	if n, ok := s.partitions.Load(topic); ok {
+		return n.(int)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := pacer.EnsureTopic(ctx, s.deps.Kafka, topic, s.cfg.Partitions)
+	if err != nil || n < 1 {
+		// Not cached: the produce will fail and answer 503 if Kafka is down.
+		return s.cfg.Partitions
+	}
+	s.partitions.Store(topic, n)
+	return n
+}
+
+// bearer returns the token of an "Authorization: Bearer <token>" value.
+func bearer(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// clientIP is the peer's address, or, when the peer is a trusted proxy,
+// the right-most X-Forwarded-For address that is not itself trusted.
+func (s *Server) clientIP(r *http.Request) netip.Addr {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	peer, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.IPv6Unspecified()
+	}
+	peer = peer.Unmap()
+	if !s.trusted(peer) {
+		return peer
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break
+		}
+		if a = a.Unmap(); !s.trusted(a) {
+			return a
+		}
+	}
+	return peer
+}
+
+func (s *Server) trusted(a netip.Addr) bool {
+	for _, p := range s.cfg.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// readBody reads the envelopes of r: one JSON object, or NDJSON lines.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]line, *problem) {
+	ct := r.Header.Get("Content-Type")
+	mt := "application/json"
+	if ct != "" {
+		var err error
+		if mt, _, err = mime.ParseMediaType(ct); err != nil {
+			mt = ct
+		}
+	}
+	if mt != "application/json" && mt != "application/x-ndjson" {
+		return nil, &problem{Type: "https://pacer.dev/problems/unsupported-media-type", Title: "Unsupported Media Type", Status: http.StatusUnsupportedMediaType,
+			Detail: fmt.Sprintf("Content-Type %q: send application/json (one envelope) or application/x-ndjson (up to %d)", mt, MaxBatch)}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &problem{Type: "https://pacer.dev/problems/too-large", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+				Detail: fmt.Sprintf("a request body may have at most %d bytes", MaxRequestBytes)}
+		}
+		return nil, &problem{Type: "https://pacer.dev/problems/bad-body", Title: "Bad Request", Status: http.StatusBadRequest, Detail: "reading the body: " + err.Error()}
+	}
+	var raw [][]byte
+	if mt == "application/json" {
+		raw = [][]byte{body}
+	} else {
+		for i, b := range strings.Split(string(body), "\n") {
+			_ = i
+			if strings.TrimSpace(b) == "" {
+				raw = append(raw, nil) // keeps line numbers
+				continue
+			}
+			raw = append(raw, []byte(b))
+		}
+	}
+	var lines []line
+	for i, b := range raw {
+		if b == nil {
+			continue
+		}
+		if len(b) > MaxEnvelopeBytes {
+			return nil, &problem{Type: "https://pacer.dev/problems/too-large", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+				Detail: fmt.Sprintf("line %d: an envelope may have at most %d bytes", i+1, MaxEnvelopeBytes)}
+		}
+		lines = append(lines, line{n: i + 1, value: b})
+	}
+	if len(lines) == 0 {
+		return nil, &problem{Type: "https://pacer.dev/problems/invalid-envelope", Title: "Invalid envelope", Status: http.StatusBadRequest,
+			Detail: "the body holds no envelope", InvalidParams: []invalidParam{{Name: "body", Reason: "empty"}}}
+	}
+	if len(lines) > MaxBatch {
+		return nil, &problem{Type: "https://pacer.dev/problems/too-many-envelopes", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("%d envelopes: at most %d per request", len(lines), MaxBatch)}
+	}
+	tenant := s.deps.Tenants().Lookup(mustBearer(r))
+	for i := range lines {
+		l := &lines[i]
+		env, err := pacer.ParseEnvelope(l.value)
+		if err != nil {
+			l.err = envelopeError(err)
+			continue
+		}
+		if env.Tenant != "" && env.Tenant != tenant.ID {
+			l.err = &pacer.EnvelopeError{Field: "tenant", Problem: "must be omitted or the API key's tenant (the tenant is set from the key)"}
+			continue
+		}
+		env.Tenant = tenant.ID
+		v, err := json.Marshal(env)
+		if err != nil {
+			l.err = &pacer.EnvelopeError{Problem: "cannot be re-encoded: " + err.Error()}
+			continue
+		}
+		l.env, l.value = env, v
+	}
+	return lines, nil
+}
+
+func mustBearer(r *http.Request) string {
+	k, _ := bearer(r.Header.Get("Authorization"))
+	return k
+}
+
+func envelopeError(err error) *pacer.EnvelopeError {
+	var ee *pacer.EnvelopeError
+	if errors.As(err, &ee) {
+		return ee
+	}
+	return &pacer.EnvelopeError{Problem: err.Error()}
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}

@@ -1,0 +1,523 @@
+package ingest_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/quota"
+	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/pacerhq/pacer/pacer/ingest"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+const (
+	acmeKey  = "acme-secret-key"
+	otherKey = "other-secret-key"
+)
+
+func digest(k string) string { s := sha256.Sum256([]byte(k)); return hex.EncodeToString(s[:]) }
+
+func tenantsJSON(rate float64, burst, day int) string {
+	return fmt.Sprintf(`{"tenants":[
+ {"id":"acme","key_sha256":[%q],"requests_per_second":%v,"burst":%d,"messages_per_day":%d,"channels":["whatsapp"]},
+ {"id":"other","key_sha256":[%q],"requests_per_second":100,"burst":100,"messages_per_day":100000,"channels":["sendgrid"]}]}`,
+		digest(acmeKey), rate, burst, day, digest(otherKey))
+}
+
+// env is one gateway on miniredis and kfake.
+type env struct {
+	t     *testing.T
+	mr    *miniredis.Miniredis
+	kc    *kfake.Cluster
+	kafka *kgo.Client
+	srv   *ingest.Server
+	reg   *prometheus.Registry
+	url   string
+	oapi  validator.Validator
+}
+
+type opts struct {
+	rate       float64
+	burst, day int
+	ip         bucket.Limit
+	failure    string
+	trusted    []netip.Prefix
+	kafkaAddrs []string // default: the kfake cluster
+}
+
+func newEnv(t *testing.T, o opts) *env {
+	t.Helper()
+	if o.rate == 0 {
+		o.rate, o.burst, o.day = 100, 100, 100000
+	}
+	if o.ip.PerSecond == 0 {
+		o.ip = bucket.Limit{PerSecond: 1000, Burst: 1000}
+	}
+	e := &env{t: t, mr: miniredis.RunT(t), reg: prometheus.NewRegistry()}
+	e.mr.SetTime(t0) // TIME in scripts; the test moves it
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "pacer.whatsapp", "pacer.sendgrid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	e.kc = kc
+	addrs := o.kafkaAddrs
+	if addrs == nil {
+		addrs = kc.ListenAddrs()
+	}
+	e.kafka, err = kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.kafka.Close)
+	ts, err := ingest.ParseTenants([]byte(tenantsJSON(o.rate, o.burst, o.day)), []string{"whatsapp", "sendgrid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: e.mr.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	e.srv, err = ingest.New(ingest.Config{
+		Channels: []string{"whatsapp", "sendgrid"}, IPLimit: o.ip, ChannelLimit: bucket.Limit{PerSecond: 5000, Burst: 5000},
+		TrustedProxies: o.trusted, RedisFailure: o.failure, ProduceTimeout: 3 * time.Second, Partitions: 4,
+	}, ingest.Deps{Kafka: e.kafka, Quota: quota.New(rdb), Fallback: quota.NewLocal(2), Keys: bucket.NewKeys(""),
+		Tenants: func() *ingest.Tenants { return ts }}, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(e.srv)
+	t.Cleanup(hs.Close)
+	e.url = hs.URL
+	doc, err := libopenapi.NewDocument(ingest.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, errs := validator.NewValidator(doc)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if ok, verrs := v.ValidateDocument(); !ok {
+		t.Fatalf("openapi.yaml is not a valid OpenAPI document: %v", verrs)
+	}
+	e.oapi = v
+	return e
+}
+
+type answer struct {
+	status int
+	h      http.Header
+	body   []byte
+}
+
+func (a answer) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(a.body, &m); err != nil {
+		t.Fatalf("body %q: %v", a.body, err)
+	}
+	return m
+}
+
+// do sends a request and checks request and answer against openapi.yaml.
+func (e *env) do(key, channel, ctype, body string, hdr ...string) answer {
+	e.t.Helper()
+	mk := func() *http.Request {
+		r, _ := http.NewRequest("POST", e.url+"/v1/channels/"+channel+"/messages", strings.NewReader(body))
+		if key != "" {
+			r.Header.Set("Authorization", "Bearer "+key)
+		}
+		if ctype != "" {
+			r.Header.Set("Content-Type", ctype)
+		}
+		for i := 0; i+1 < len(hdr); i += 2 {
+			r.Header.Set(hdr[i], hdr[i+1])
+		}
+		return r
+	}
+	resp, err := http.DefaultClient.Do(mk())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	a := answer{status: resp.StatusCode, h: resp.Header, body: b}
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	vr := mk()
+	vr.URL.Host = "localhost:8080"
+	if ok, verrs := e.oapi.ValidateHttpResponse(vr, resp); !ok {
+		var msgs []string
+		for _, v := range verrs {
+			msgs = append(msgs, v.Message+": "+v.Reason)
+			for _, s := range v.SchemaValidationErrors {
+				msgs = append(msgs, "  "+s.Reason)
+			}
+		}
+		e.t.Errorf("answer %d %s drifts from openapi.yaml:\n%s", a.status, b, strings.Join(msgs, "\n"))
+	}
+	return a
+}
+
+// records returns the ids on topic and the envelopes by id.
+func (e *env) records(topic string) map[string][]map[string]any {
+	e.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kc.ListenAddrs()...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cl.Close()
+	out := map[string][]map[string]any{}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			var m map[string]any
+			json.Unmarshal(r.Value, &m)
+			out[m["id"].(string)] = append(out[m["id"].(string)], m)
+		})
+		if n == 0 {
+			return out
+		}
+	}
+}
+
+func env1(id string) string {
+	return fmt.Sprintf(`{"id":%q,"key":"106540352242922","to":"15551234567"}`, id)
+}
+
+// t0 is midnight: the day window starts there.
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func init() { redis.SetLogger(quietLogger{}) }
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+var rateLimitRE = regexp.MustCompile(`^"([a-z-]+)";r=(\d+);t=(\d+)$`)
+
+func TestAcceptSingleAndBatch(t *testing.T) {
+	e := newEnv(t, opts{})
+	a := e.do(acmeKey, "whatsapp", "application/json", env1("m1"))
+	if a.status != 202 || !strings.Contains(string(a.body), `"id":"m1"`) {
+		t.Fatalf("single: %d %s", a.status, a.body)
+	}
+	if a.h.Get("RateLimit-Policy") != `"ip";q=1000;w=1;pacer-burst=1000, "tenant";q=100;w=1;pacer-burst=100, "tenant-day";q=100000;w=86400;pacer-unit="messages", "channel";q=5000;w=1;pacer-burst=5000;pacer-unit="messages"` {
+		t.Errorf("RateLimit-Policy: %q", a.h.Get("RateLimit-Policy"))
+	}
+	if m := rateLimitRE.FindStringSubmatch(a.h.Get("RateLimit")); m == nil || m[1] != "tenant" || m[2] != "99" {
+		t.Errorf("RateLimit: %q, want the tenant bucket (99 of 100 left) as closest to its limit", a.h.Get("RateLimit"))
+	}
+	batch := env1("b1") + "\n" + `{"id":"b2","key":"k"}` + "\n\n" + env1("b3") + "\n" + env1("b1") + "\n"
+	a = e.do(acmeKey, "whatsapp", "application/x-ndjson", batch)
+	if a.status != 202 {
+		t.Fatalf("batch: %d %s", a.status, a.body)
+	}
+	var ans ingest.Answer
+	json.Unmarshal(a.body, &ans)
+	want := ingest.Answer{
+		Accepted: []ingest.Accepted{{Line: 1, ID: "b1"}, {Line: 4, ID: "b3"}, {Line: 5, ID: "b1", Duplicate: true}},
+		Rejected: []ingest.Rejected{{Line: 2, Field: "to", Error: "envelope: to: required"}},
+	}
+	if fmt.Sprint(ans) != fmt.Sprint(want) {
+		t.Fatalf("batch answer:\n got %+v\nwant %+v", ans, want)
+	}
+	recs := e.records("pacer.whatsapp")
+	for _, id := range []string{"m1", "b1", "b3"} {
+		if len(recs[id]) != 1 || recs[id][0]["tenant"] != "acme" {
+			t.Errorf("id %s: %d records %v, want 1 with tenant acme", id, len(recs[id]), recs[id])
+		}
+	}
+	if len(recs) != 3 {
+		t.Errorf("%d ids on the topic, want 3", len(recs))
+	}
+}
+
+func TestRetryIsSafe(t *testing.T) {
+	e := newEnv(t, opts{})
+	first := e.do(acmeKey, "whatsapp", "", env1("r1"))
+	again := e.do(acmeKey, "whatsapp", "", env1("r1"))
+	if first.status != 202 || again.status != 202 || !strings.Contains(string(again.body), `"duplicate":true`) {
+		t.Fatalf("retry by envelope id: %d %s / %d %s", first.status, first.body, again.status, again.body)
+	}
+	k1 := e.do(acmeKey, "whatsapp", "application/x-ndjson", env1("r2")+"\n"+env1("r3"), "Idempotency-Key", "req-1")
+	k2 := e.do(acmeKey, "whatsapp", "application/x-ndjson", env1("r2")+"\n"+env1("r3"), "Idempotency-Key", "req-1")
+	if k1.status != 202 || k2.status != 202 || string(k1.body) != string(k2.body) || k2.h.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("Idempotency-Key replay: %d %s / %d %s %v", k1.status, k1.body, k2.status, k2.body, k2.h)
+	}
+	recs := e.records("pacer.whatsapp")
+	for _, id := range []string{"r1", "r2", "r3"} {
+		if len(recs[id]) != 1 {
+			t.Errorf("id %s on the topic %d times, want once", id, len(recs[id]))
+		}
+	}
+	// The tenant's day window counted each message once.
+	if got := testutil.ToFloat64(e.srvMetric("pacer_ingest_messages_total", "duplicate")); got != 1 {
+		t.Errorf("duplicates counted %v, want 1 (the replay produced no new answer lines)", got)
+	}
+}
+
+func (e *env) srvMetric(name, label string) prometheus.Collector {
+	mfs, _ := e.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x"}, func() float64 {
+						if m.Counter != nil {
+							return m.Counter.GetValue()
+						}
+						return m.Gauge.GetValue()
+					})
+				}
+			}
+		}
+	}
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x"}, func() float64 { return 0 })
+}
+
+func TestAuth(t *testing.T) {
+	e := newEnv(t, opts{})
+	for _, c := range []struct {
+		name, key, channel, body string
+		status                   int
+		field                    string
+	}{
+		{"no key", "", "whatsapp", env1("a"), 401, ""},
+		{"unknown key", "nope", "whatsapp", env1("a"), 401, ""},
+		{"channel not allowed", otherKey, "whatsapp", env1("a"), 403, ""},
+		{"unknown channel", acmeKey, "telegram", env1("a"), 404, ""},
+		{"tenant from the body", acmeKey, "whatsapp", `{"id":"a","key":"k","to":"t","tenant":"other"}`, 400, "tenant"},
+		{"invalid envelope", acmeKey, "whatsapp", `{"id":"a","key":"k"}`, 400, "to"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := e.do(c.key, c.channel, "application/json", c.body)
+			if a.status != c.status || a.h.Get("Content-Type") != "application/problem+json" || a.h.Get("RateLimit") == "" {
+				t.Fatalf("got %d %v %s", a.status, a.h, a.body)
+			}
+			if c.status == 401 && a.h.Get("WWW-Authenticate") == "" {
+				t.Errorf("401 without WWW-Authenticate")
+			}
+			if c.field != "" && !strings.Contains(string(a.body), `"name":"`+c.field+`"`) {
+				t.Errorf("400 does not name field %s: %s", c.field, a.body)
+			}
+			if strings.Contains(string(a.body), acmeKey) || strings.Contains(string(a.body), "nope") {
+				t.Errorf("the API key is echoed: %s", a.body)
+			}
+		})
+	}
+	if n := len(e.records("pacer.whatsapp")); n != 0 {
+		t.Errorf("%d records produced by refused requests", n)
+	}
+}
+
+func TestQuotaRefusal(t *testing.T) {
+	e := newEnv(t, opts{rate: 1, burst: 2, day: 1000})
+	for i := range 2 {
+		if a := e.do(acmeKey, "whatsapp", "", env1(fmt.Sprint("q", i))); a.status != 202 {
+			t.Fatalf("request %d: %d %s", i, a.status, a.body)
+		}
+	}
+	a := e.do(acmeKey, "whatsapp", "", env1("q2"))
+	p := a.json(t)
+	if a.status != 429 || p["tier"] != "tenant" || a.h.Get("Retry-After") != "1" || !strings.HasPrefix(a.h.Get("RateLimit"), `"tenant";r=0;t=1`) {
+		t.Fatalf("third request: %d %v %s", a.status, a.h, a.body)
+	}
+	// The refusal took nothing from the day window: 2 of 1000 counted.
+	e.mr.SetTime(t0.Add(2 * time.Second))
+	a = e.do(acmeKey, "whatsapp", "", env1("q3"))
+	if a.status != 202 {
+		t.Fatalf("after refill: %d %s", a.status, a.body)
+	}
+	day := e.mr.HGet("pacer:{ingest}:tenant-day:acme", "cur")
+	if day != "3" {
+		t.Fatalf("day window counted %q messages, want 3 (a refused request counts none)", day)
+	}
+}
+
+func TestIPTierAndProxies(t *testing.T) {
+	e := newEnv(t, opts{ip: bucket.Limit{PerSecond: 1, Burst: 1}, trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	a := e.do(acmeKey, "whatsapp", "", env1("i1"), "X-Forwarded-For", "198.51.100.7")
+	b := e.do(acmeKey, "whatsapp", "", env1("i2"), "X-Forwarded-For", "198.51.100.8")
+	c := e.do(acmeKey, "whatsapp", "", env1("i3"), "X-Forwarded-For", "198.51.100.7")
+	if a.status != 202 || b.status != 202 || c.status != 429 || c.json(t)["tier"] != "ip" {
+		t.Fatalf("ip tier behind a trusted proxy: %d %d %d %s", a.status, b.status, c.status, c.body)
+	}
+	// Not trusted: X-Forwarded-For is ignored, every request is 127.0.0.1's.
+	e2 := newEnv(t, opts{ip: bucket.Limit{PerSecond: 1, Burst: 1}})
+	a = e2.do(acmeKey, "whatsapp", "", env1("j1"), "X-Forwarded-For", "198.51.100.7")
+	b = e2.do(acmeKey, "whatsapp", "", env1("j2"), "X-Forwarded-For", "198.51.100.8")
+	if a.status != 202 || b.status != 429 {
+		t.Fatalf("X-Forwarded-For from an untrusted peer was believed: %d %d", a.status, b.status)
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	e := newEnv(t, opts{})
+	big := `{"id":"x","key":"k","to":"t","payload":{"a":"` + strings.Repeat("x", ingest.MaxEnvelopeBytes) + `"}}`
+	if a := e.do(acmeKey, "whatsapp", "", big); a.status != 413 {
+		t.Errorf("envelope over 1 MiB: %d", a.status)
+	}
+	var sb strings.Builder
+	for i := 0; sb.Len() <= ingest.MaxRequestBytes; i++ {
+		sb.WriteString(`{"id":"` + fmt.Sprint(i) + `","key":"k","to":"t","payload":{"a":"` + strings.Repeat("x", 900<<10) + `"}}` + "\n")
+	}
+	if a := e.do(acmeKey, "whatsapp", "application/x-ndjson", sb.String()); a.status != 413 {
+		t.Errorf("request over 10 MiB: %d", a.status)
+	}
+	var lines []string
+	for i := range ingest.MaxBatch + 1 {
+		lines = append(lines, env1(fmt.Sprint("n", i)))
+	}
+	if a := e.do(acmeKey, "whatsapp", "application/x-ndjson", strings.Join(lines, "\n")); a.status != 413 {
+		t.Errorf("%d envelopes: %d", ingest.MaxBatch+1, a.status)
+	}
+	if a := e.do(acmeKey, "whatsapp", "text/plain", env1("z")); a.status != 415 {
+		t.Errorf("text/plain: %d", a.status)
+	}
+}
+
+func TestKafkaDown(t *testing.T) {
+	e := newEnv(t, opts{kafkaAddrs: []string{"127.0.0.1:1"}})
+	a := e.do(acmeKey, "whatsapp", "", env1("k1"))
+	if a.status != 503 || a.h.Get("Retry-After") == "" {
+		t.Fatalf("Kafka unreachable: %d %v %s, want 503 with Retry-After", a.status, a.h, a.body)
+	}
+	// The id was released: once Kafka is back, the retry is produced.
+	if v := e.mr.Exists("pacer:{ingest}:id:acme:whatsapp:k1"); v {
+		t.Errorf("the failed id is still claimed")
+	}
+}
+
+func TestRedisDown(t *testing.T) {
+	t.Run("closed", func(t *testing.T) {
+		e := newEnv(t, opts{})
+		e.mr.Close()
+		a := e.do(acmeKey, "whatsapp", "", env1("c1"))
+		if a.status != 503 || a.h.Get("Retry-After") == "" {
+			t.Fatalf("closed: %d %s", a.status, a.body)
+		}
+	})
+	t.Run("local", func(t *testing.T) {
+		// Tenant burst 4 over 2 expected replicas: this process grants 2.
+		e := newEnv(t, opts{rate: 0.01, burst: 4, day: 1000, failure: "local"})
+		e.mr.Close()
+		var got []int
+		for i := range 3 {
+			got = append(got, e.do(acmeKey, "whatsapp", "", env1(fmt.Sprint("l", i))).status)
+		}
+		if fmt.Sprint(got) != "[202 202 429]" {
+			t.Fatalf("local quotas: %v, want [202 202 429] (half the burst of 4)", got)
+		}
+		if v := testutil.ToFloat64(e.srvMetric("pacer_ingest_redis_fallback", "")); v != 0 {
+			// srvMetric matches by label; the gauge has none: read it directly.
+		}
+		mfs, _ := e.reg.Gather()
+		found := false
+		for _, mf := range mfs {
+			if mf.GetName() == "pacer_ingest_redis_fallback" {
+				found = mf.GetMetric()[0].GetGauge().GetValue() == 1
+			}
+		}
+		if !found {
+			t.Errorf("pacer_ingest_redis_fallback is not 1 while Redis is down")
+		}
+		if a := e.do(acmeKey, "whatsapp", "", env1("l0")); a.status != 429 {
+			// the retry of l0 is still refused by the tenant tier, as it would be on Redis
+			t.Logf("retry: %d", a.status)
+		}
+	})
+}
+
+func TestConcurrentSameID(t *testing.T) {
+	e := newEnv(t, opts{})
+	var wg sync.WaitGroup
+	codes := make([]int, 16)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i] = e.do(acmeKey, "whatsapp", "", env1("same")).status
+		}()
+	}
+	wg.Wait()
+	for _, c := range codes {
+		if c != 202 && c != 409 {
+			t.Fatalf("codes %v: want only 202 and 409", codes)
+		}
+	}
+	if n := len(e.records("pacer.whatsapp")["same"]); n != 1 {
+		t.Fatalf("id on the topic %d times under 16 concurrent requests, want 1", n)
+	}
+}
+
+func TestTenantsFile(t *testing.T) {
+	_, err := ingest.ParseTenants([]byte(`{"tenants":[{"id":"a b","key_sha256":["zz"],"requests_per_second":0,"messages_per_day":0,"channels":["telegram"]}]}`), []string{"whatsapp"})
+	for _, want := range []string{"id: must be", "key_sha256: entry 1", "requests_per_second", "messages_per_day", `"telegram" is not a channel`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not say %q", err, want)
+		}
+	}
+	dir := t.TempDir()
+	path := dir + "/tenants.json"
+	os.WriteFile(path, []byte(tenantsJSON(1, 1, 1)), 0o600)
+	tf, err := ingest.LoadTenantFile(path, []string{"whatsapp", "sendgrid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tf.Tenants().Lookup(acmeKey) == nil || tf.Tenants().Lookup("new-key") != nil {
+		t.Fatal("lookup before reload")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go tf.Watch(ctx, 10*time.Millisecond, testLogger(t))
+	os.WriteFile(path+".tmp", []byte(strings.Replace(tenantsJSON(1, 1, 1), digest(acmeKey), digest("new-key"), 1)), 0o600)
+	os.Rename(path+".tmp", path)
+	deadline := time.Now().Add(10 * time.Second)
+	for tf.Tenants().Lookup("new-key") == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the new key was not loaded within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if tf.Tenants().Lookup(acmeKey) != nil {
+		t.Error("the removed key still works")
+	}
+	// A bad file keeps the tenants before.
+	os.WriteFile(path, []byte(`{"tenants":[{"id":""}]}`), 0o600)
+	time.Sleep(200 * time.Millisecond)
+	if tf.Tenants().Lookup("new-key") == nil {
+		t.Error("a bad file replaced the good tenants")
+	}
+}

@@ -1,0 +1,218 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Tenant is one tenant of the tenants file (PACER_INGEST_TENANTS):
+//
+//	{"tenants": [
+//	  {"id": "acme",
+//	   "key_sha256": ["<64 hex digits: SHA-256 of an API key>", "..."],
+//	   "requests_per_second": 50, "burst": 100,
+//	   "messages_per_day": 1000000,
+//	   "channels": ["whatsapp", "sendgrid"]}
+//	]}
+//
+// A tenant may have several keys (rotation); the file holds only their
+// SHA-256 (`printf %s "$KEY" | sha256sum`), never a key.
+type Tenant struct {
+	// ID names the tenant; it is written into every envelope it sends.
+	// 1 to 64 of [A-Za-z0-9._-].
+	ID string `json:"id"`
+	// KeySHA256 are the hex SHA-256 digests of the tenant's API keys.
+	KeySHA256 []string `json:"key_sha256"`
+	// RequestsPerSecond is the tenant's request rate (token bucket), > 0.
+	RequestsPerSecond float64 `json:"requests_per_second"`
+	// Burst is the tenant's bucket capacity in requests; default
+	// max(1, ceil(RequestsPerSecond)).
+	Burst int `json:"burst"`
+	// MessagesPerDay is the tenant's sliding-window quota of messages per
+	// 24 h, >= 1.
+	MessagesPerDay int `json:"messages_per_day"`
+	// Channels the tenant may publish to.
+	Channels []string `json:"channels"`
+}
+
+// Tenants is a loaded tenants file: every tenant by the SHA-256 of each of
+// its API keys.
+type Tenants struct {
+	byKey map[[sha256.Size]byte]*Tenant
+	count int
+}
+
+var tenantID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// ParseTenants parses and validates a tenants file. channels are the
+// channels the gateway serves; a tenant naming another is an error. Errors
+// name the tenant (by position and id) and the field, never a key digest.
+func ParseTenants(b []byte, channels []string) (*Tenants, error) {
+	var f struct {
+		Tenants []Tenant `json:"tenants"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("tenants file: %w", err)
+	}
+	ts := &Tenants{byKey: map[[sha256.Size]byte]*Tenant{}}
+	ids := map[string]bool{}
+	var errs []error
+	for i := range f.Tenants {
+		t := &f.Tenants[i]
+		bad := func(field, problem string) {
+			errs = append(errs, fmt.Errorf("tenants file: tenant %d (%q): %s: %s", i+1, t.ID, field, problem))
+		}
+		if !tenantID.MatchString(t.ID) {
+			bad("id", "must be 1 to 64 of A-Z a-z 0-9 . _ -")
+		}
+		if ids[t.ID] {
+			bad("id", "given to more than one tenant")
+		}
+		ids[t.ID] = true
+		if len(t.KeySHA256) == 0 {
+			bad("key_sha256", "at least one key digest is required")
+		}
+		for j, h := range t.KeySHA256 {
+			d, err := hex.DecodeString(strings.ToLower(h))
+			if err != nil || len(d) != sha256.Size {
+				bad("key_sha256", fmt.Sprintf("entry %d is not 64 hex digits", j+1))
+				continue
+			}
+			k := [sha256.Size]byte(d)
+			if ts.byKey[k] != nil {
+				bad("key_sha256", fmt.Sprintf("entry %d is a key of another tenant too", j+1))
+			}
+			ts.byKey[k] = t
+		}
+		if !(t.RequestsPerSecond > 0 && t.RequestsPerSecond <= 1e6) {
+			bad("requests_per_second", "must be > 0 and <= 1e6")
+		}
+		if t.Burst == 0 {
+			t.Burst = max(1, int(t.RequestsPerSecond+0.999999))
+		}
+		if t.Burst < 1 || t.Burst > 1e9 {
+			bad("burst", "must be >= 1 (0 or absent: the rate rounded up)")
+		}
+		if t.MessagesPerDay < 1 || t.MessagesPerDay > 1e9 {
+			bad("messages_per_day", "must be in 1..1e9")
+		}
+		if len(t.Channels) == 0 {
+			bad("channels", "at least one channel is required")
+		}
+		for _, c := range t.Channels {
+			known := false
+			for _, s := range channels {
+				known = known || s == c
+			}
+			if !known {
+				bad("channels", fmt.Sprintf("%q is not a channel this gateway serves (%s)", c, strings.Join(channels, ", ")))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	ts.count = len(f.Tenants)
+	return ts, nil
+}
+
+// Lookup returns the tenant whose API key is key, or nil. Only the key's
+// SHA-256 is compared, so the key itself is never kept.
+func (ts *Tenants) Lookup(key string) *Tenant {
+	if ts == nil || key == "" {
+		return nil
+	}
+	return ts.byKey[sha256.Sum256([]byte(key))]
+}
+
+// Len returns the number of tenants.
+func (ts *Tenants) Len() int { return ts.count }
+
+// Allowed reports whether t may publish to channel.
+func (t *Tenant) Allowed(channel string) bool {
+	for _, c := range t.Channels {
+		if c == channel {
+			return true
+		}
+	}
+	return false
+}
+
+// TenantFile is the tenants file, reloaded when it changes. Safe for
+// concurrent use.
+type TenantFile struct {
+	path     string
+	channels []string
+	cur      atomic.Pointer[Tenants]
+	stamp    string // SHA-256 of the file last read; Watch's goroutine only
+}
+
+// LoadTenantFile reads and validates the tenants file at path.
+func LoadTenantFile(path string, channels []string) (*TenantFile, error) {
+	tf := &TenantFile{path: path, channels: channels}
+	if _, err := tf.reload(); err != nil {
+		return nil, err
+	}
+	return tf, nil
+}
+
+// Tenants returns the tenants last loaded.
+func (tf *TenantFile) Tenants() *Tenants { return tf.cur.Load() }
+
+// reload loads the file if its content changed since the last load; it
+// reports whether it did. A file that fails validation is not loaded: the
+// tenants before stay in force.
+func (tf *TenantFile) reload() (bool, error) {
+	b, err := os.ReadFile(tf.path)
+	if err != nil {
+		return false, fmt.Errorf("tenants file: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	st := string(sum[:])
+	if st == tf.stamp {
+		return false, nil
+	}
+	tf.stamp = st // a bad file is reported once, not every poll
+	ts, err := ParseTenants(b, tf.channels)
+	if err != nil {
+		return false, err
+	}
+	tf.cur.Store(ts)
+	return true, nil
+}
+
+// Watch reads the file every interval until ctx ends and loads it when its
+// content changed (a write in place or an editor's rename alike; a file's
+// mtime may not move within one clock tick, its content hash does).
+// A bad file is logged and the tenants before stay in force.
+func (tf *TenantFile) Watch(ctx context.Context, interval time.Duration, log *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ok, err := tf.reload()
+		switch {
+		case err != nil:
+			log.Error("tenants file not reloaded; the tenants before stay in force", "err", err)
+		case ok:
+			log.Info("tenants file reloaded", "tenants", tf.Tenants().Len())
+		}
+	}
+}

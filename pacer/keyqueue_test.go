@@ -1,0 +1,242 @@
+package pacer_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/channels"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// seqSender accepts every message and records the order of the requests.
+type seqSender struct {
+	mu    sync.Mutex
+	seq   []string // ids, in request order
+	count map[string]int
+}
+
+func (s *seqSender) Send(_ context.Context, m channels.Message) (channels.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq = append(s.seq, m.ID)
+	s.count[m.ID]++
+	return channels.Result{ProviderID: "p-" + m.ID}, nil
+}
+
+func (s *seqSender) snapshot() ([]string, map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := make(map[string]int, len(s.count))
+	for k, v := range s.count {
+		c[k] = v
+	}
+	return append([]string(nil), s.seq...), c
+}
+
+// keyRecord is one envelope of pacing key key, numbered i, for partition part.
+func keyRecord(topic string, part int32, key string, i int, hs ...kgo.RecordHeader) *kgo.Record {
+	id := key + "-" + strconv.Itoa(i)
+	return &kgo.Record{Topic: topic, Partition: part, Key: []byte(key), Headers: hs,
+		Value: []byte(fmt.Sprintf(`{"id":%q,"key":%q,"to":"1555%04d"}`, id, key, i))}
+}
+
+func (h *harness) produceManual(rs []*kgo.Record) {
+	h.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.kc.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchMaxBytes(16<<20))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// runWith runs a pacer sending through s until done() holds (at most 30 s).
+func (h *harness) runWith(s channels.Sender, done func() bool) {
+	h.t.Helper()
+	_, stop := h.start(h.cfg, s, h.reg)
+	ok := waitFor(30*time.Second, done)
+	stop()
+	if !ok {
+		h.t.Fatal("condition not reached within 30 s")
+	}
+}
+
+// position returns the index of id in seq, or -1.
+func position(seq []string, id string) int {
+	for i, s := range seq {
+		if s == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestKeyBacklogDoesNotDelayOtherKeys: 400 records of key A, then 20 of B,
+// on one partition at a strict 200/s per key. B is its own limit: all of
+// its records go out while A is still near the start of its backlog, and
+// every record of both is sent exactly once although most of A's were
+// parked on the retry tiers (and some parked again) on the way.
+func TestKeyBacklogDoesNotDelayOtherKeys(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.Limit = bucket.Limit{PerSecond: 200, Burst: 1}
+	h.cfg.Lookahead = 100 * time.Millisecond // bound: max(20, InFlight 32) = 32 records of a key
+	h.cfg.RetryDelays = []time.Duration{200 * time.Millisecond, time.Second}
+	var rs []*kgo.Record
+	for i := range 400 {
+		rs = append(rs, keyRecord("pacer.test", 0, "A", i))
+	}
+	for i := range 20 {
+		rs = append(rs, keyRecord("pacer.test", 0, "B", i))
+	}
+	h.produceManual(rs)
+	s := &seqSender{count: map[string]int{}}
+	maxHeld, sawBig := 0.0, false
+	h.runWith(s, func() bool {
+		// While A's backlog lasts the process holds at least A's in-flight
+		// records (parked copies read back before they are due are held
+		// too, up to MaxQueued per partition), and A is one key in backlog
+		// class 100-999.
+		maxHeld = max(maxHeld, h.gauge("pacer_lookahead_records"))
+		sawBig = sawBig || h.gaugeWith("pacer_key_backlog_keys", "class", "100-999") == 1
+		_, c := s.snapshot()
+		// A rebalance at start-up may re-deliver records and so leave a
+		// second park copy; it is skipped by the ledger once read.
+		return len(c) == 420 && h.lag() == 0
+	})
+	if maxHeld < 32 {
+		t.Errorf("pacer_lookahead_records reached %v, want >= 32 (A's in-flight records)", maxHeld)
+	}
+	if !sawBig {
+		t.Errorf("pacer_key_backlog_keys{class=100-999} never 1 while A had 400 records waiting")
+	}
+	seq, c := s.snapshot()
+	for id, n := range c {
+		if n != 1 {
+			t.Errorf("%s sent %d times, want once", id, n)
+		}
+	}
+	if len(seq) != 420 {
+		t.Errorf("%d requests, want 420", len(seq))
+	}
+	// At 200/s, B's 20 records take 0.1 s; A gets 20 more slots meanwhile.
+	// Behind a shared window B would wait for about 370 of A's.
+	lastB := position(seq, "B-19")
+	aBefore := 0
+	for _, id := range seq[:lastB] {
+		if id[0] == 'A' {
+			aBefore++
+		}
+	}
+	if aBefore > 100 {
+		t.Errorf("%d of A's records were sent before B's last; B waited for A", aBefore)
+	}
+	if got := h.counter("pacer_parked_total"); got < 300 {
+		t.Errorf("pacer_parked_total = %v, want >= 300 (A's records beyond its bound)", got)
+	}
+	if l := h.lag(); l != 0 {
+		t.Errorf("lag after shutdown = %d, want 0", l)
+	}
+}
+
+// lag returns the group's lag over the main and retry topics, -1 if unknown.
+func (h *harness) lag() int64 {
+	lag, err := kadm.NewClient(h.cl).Lag(context.Background(), "pacer-test")
+	if err != nil {
+		return -1
+	}
+	return lag["pacer-test"].Lag.Total()
+}
+
+// TestStrictOrderPerKey: with InFlight 1 each key's records are sent in
+// offset order and none is parked, while a second key of the partition
+// still goes at its own pace.
+func TestStrictOrderPerKey(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.Limit = bucket.Limit{PerSecond: 200, Burst: 1}
+	h.cfg.InFlight = 1
+	h.cfg.Lookahead = 50 * time.Millisecond // bound 10: A would park if parking were allowed
+	h.cfg.MaxQueued = 60
+	var rs []*kgo.Record
+	for i := range 150 {
+		rs = append(rs, keyRecord("pacer.test", 0, "A", i))
+	}
+	for i := range 10 {
+		rs = append(rs, keyRecord("pacer.test", 0, "B", i))
+	}
+	h.produceManual(rs)
+	s := &seqSender{count: map[string]int{}}
+	h.runWith(s, func() bool {
+		_, c := s.snapshot()
+		return len(c) == 160
+	})
+	seq, _ := s.snapshot()
+	next := map[byte]int{}
+	for _, id := range seq {
+		n, _ := strconv.Atoi(id[2:])
+		if n != next[id[0]] {
+			t.Fatalf("%s sent when %c-%d was due next: order broken", id, id[0], next[id[0]])
+		}
+		next[id[0]]++
+	}
+	if got := h.counter("pacer_parked_total"); got != 0 {
+		t.Errorf("pacer_parked_total = %v in strict order, want 0", got)
+	}
+}
+
+// TestRetryTierKeyCooldownDoesNotBlockOthers: 40 records of key A in a
+// retry tier due in an hour (a long cooldown), then one of B due now: B is
+// sent, A waits.
+func TestRetryTierKeyCooldownDoesNotBlockOthers(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.RetryDelays = []time.Duration{time.Hour}
+	due := kgo.RecordHeader{Key: "pacer-due", Value: []byte(strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10))}
+	var rs []*kgo.Record
+	for i := range 40 {
+		rs = append(rs, keyRecord("pacer.test.retry.1", 0, "A", i, due))
+	}
+	rs = append(rs, keyRecord("pacer.test.retry.1", 0, "B", 0))
+	// The tier must exist before the pacer's topics are ensured.
+	if _, err := kadm.NewClient(h.cl).CreateTopic(context.Background(), 2, 1, nil, "pacer.test.retry.1"); err != nil {
+		t.Fatal(err)
+	}
+	h.produceManual(rs)
+	s := &seqSender{count: map[string]int{}}
+	h.runWith(s, func() bool {
+		_, c := s.snapshot()
+		return c["B-0"] == 1
+	})
+	if _, c := s.snapshot(); len(c) != 1 {
+		t.Errorf("%d ids sent, want only B-0: %v", len(c), c)
+	}
+}
+
+// gaugeWith returns the gauge name{label=value}, or -1.
+func (h *harness) gaugeWith(name, label, value string) float64 {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}

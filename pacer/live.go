@@ -1,0 +1,268 @@
+package pacer
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/control"
+)
+
+// LimitStore answers the limit set at run time for one pacing key;
+// *control.Store implements it.
+type LimitStore interface {
+	Limit(ctx context.Context, channel, key string) (control.KeyLimit, bool, error)
+}
+
+// OverridePolicy is a [Policy]: Base for every key, with the limit an
+// operator set for the key (`pacer limit set`) as its ceiling when there is
+// one. Burst 0 in the stored limit means Base's burst; an AIMD floor above
+// a lowered rate is lowered to it. One Redis read per key per refresh (at
+// most once per second per key and replica).
+type OverridePolicy struct {
+	Base    KeyPolicy
+	Channel string
+	Store   LimitStore
+}
+
+// KeyPolicy returns key's policy; the store's error when it cannot be read
+// (the pacer then keeps the key's last policy).
+func (o OverridePolicy) KeyPolicy(ctx context.Context, key string) (KeyPolicy, error) {
+	l, ok, err := o.Store.Limit(ctx, o.Channel, key)
+	if err != nil || !ok {
+		return o.Base, err
+	}
+	kp := o.Base
+	kp.Limit = bucket.Limit{PerSecond: l.PerSecond, Burst: l.Burst}
+	if kp.Limit.Burst == 0 {
+		kp.Limit.Burst = o.Base.Limit.Burst
+	}
+	if kp.AIMD.Floor > l.PerSecond {
+		kp.AIMD.Floor = l.PerSecond
+	}
+	return kp, nil
+}
+
+// CampaignStore holds campaign states and counters; *control.Store
+// implements it.
+type CampaignStore interface {
+	States(ctx context.Context, channel string, campaigns []string) ([]control.State, error)
+	Add(ctx context.Context, channel string, counts map[string]*control.Counts) error
+}
+
+// Campaign control timing.
+const (
+	// campaignRefresh is how often a replica re-reads the states of the
+	// campaigns it saw lately (one pipelined Redis round trip for all).
+	campaignRefresh = 500 * time.Millisecond
+	// campaignForget is how long a campaign's state stays cached after its
+	// last record.
+	campaignForget = 5 * time.Minute
+	// pausedRecheck is how far ahead a paused record is parked: it comes
+	// back (a Kafka write and read) and is looked at again after this long,
+	// so a resume sends it within about this long.
+	pausedRecheck = 5 * time.Second
+	// countsEvery is how often counted outcomes are added to the campaigns'
+	// counters in Redis.
+	countsEvery = time.Second
+)
+
+// campaigns is this process's view of campaign states and its counts not
+// yet added to Redis.
+type campaigns struct {
+	store   CampaignStore
+	channel string
+	log     *slog.Logger
+	base    context.Context // the process's: a first read outlives the worker that asked
+
+	mu     sync.Mutex
+	states map[string]*campaignState
+	counts map[string]*control.Counts
+}
+
+type campaignState struct {
+	state    control.State
+	read     chan struct{} // closed once read from Redis
+	lastSeen time.Time
+}
+
+// state returns campaign's state as last read (at most campaignRefresh
+// ago); the first call for a campaign reads it. ok is false when ctx ended
+// before the first read.
+func (c *campaigns) state(ctx context.Context, campaign string) (control.State, bool) {
+	c.mu.Lock()
+	cs := c.states[campaign]
+	first := cs == nil
+	if first {
+		cs = &campaignState{read: make(chan struct{})}
+		c.states[campaign] = cs
+	}
+	cs.lastSeen = time.Now()
+	c.mu.Unlock()
+	if first {
+		go c.refresh(c.base, []string{campaign})
+	}
+	select {
+	case <-cs.read:
+	case <-ctx.Done():
+		return "", false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return cs.state, true
+}
+
+// cached returns campaign's state as last read, without waiting (Running
+// when it was never read).
+func (c *campaigns) cached(campaign string) control.State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cs := c.states[campaign]; cs != nil {
+		return cs.state
+	}
+	return control.Running
+}
+
+// refresh reads the states of names; an error keeps the last ones (and
+// retries within campaignRefresh).
+func (c *campaigns) refresh(ctx context.Context, names []string) {
+	var states []control.State
+	var err error
+	for {
+		states, err = c.store.States(ctx, c.channel, names)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		c.log.Warn("campaign states unavailable; keeping the last ones", "err", err)
+		if !sleep(ctx, campaignRefresh) {
+			return
+		}
+	}
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, n := range names {
+		cs := c.states[n]
+		if cs == nil {
+			continue
+		}
+		if was := cs.state; was != states[i] {
+			select {
+			case <-cs.read:
+				c.log.Info("campaign state changed", "campaign", n, "old", stateName(was), "new", stateName(states[i]))
+			default:
+			}
+		}
+		cs.state = states[i]
+		select {
+		case <-cs.read:
+		default:
+			close(cs.read)
+		}
+	}
+}
+
+func stateName(s control.State) string {
+	if s == control.Running {
+		return "running"
+	}
+	return string(s)
+}
+
+// count adds one finished record of campaign: delivered, or dead-lettered
+// with reason (label, the part before ":").
+func (c *campaigns) count(campaign string, delivered bool, reason string) {
+	if campaign == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.counts[campaign]
+	if n == nil {
+		n = &control.Counts{DeadLetters: map[string]int64{}}
+		c.counts[campaign] = n
+	}
+	if delivered {
+		now := time.Now().UnixMilli()
+		if n.First == 0 {
+			n.First = now
+		}
+		n.Last = now
+		n.Delivered++
+		return
+	}
+	n.DeadLetters[reason]++
+}
+
+// flush adds the counts gathered so far to Redis; on failure they are kept
+// for the next flush.
+func (c *campaigns) flush(ctx context.Context) {
+	c.mu.Lock()
+	counts := c.counts
+	c.counts = map[string]*control.Counts{}
+	c.mu.Unlock()
+	if len(counts) == 0 {
+		return
+	}
+	if err := c.store.Add(ctx, c.channel, counts); err != nil {
+		c.log.Warn("campaign counters not written; retrying", "err", err)
+		c.mu.Lock()
+		for k, n := range counts {
+			m := c.counts[k]
+			if m == nil {
+				c.counts[k] = n
+				continue
+			}
+			m.Delivered += n.Delivered
+			m.First = min(m.First, n.First)
+			if m.First == 0 {
+				m.First = n.First
+			}
+			m.Last = max(m.Last, n.Last)
+			for r, v := range n.DeadLetters {
+				m.DeadLetters[r] += v
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+// loop refreshes the states of the campaigns seen in the last
+// campaignForget every campaignRefresh and adds the counts every
+// countsEvery, until ctx ends; then it adds the last counts.
+func (c *campaigns) loop(ctx context.Context) {
+	t := time.NewTicker(campaignRefresh)
+	defer t.Stop()
+	lastFlush := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			c.flush(fctx)
+			cancel()
+			return
+		case now := <-t.C:
+			var names []string
+			c.mu.Lock()
+			for n, cs := range c.states {
+				if now.Sub(cs.lastSeen) > campaignForget {
+					delete(c.states, n)
+					continue
+				}
+				names = append(names, n)
+			}
+			c.mu.Unlock()
+			if len(names) > 0 {
+				c.refresh(ctx, names)
+			}
+			if now.Sub(lastFlush) >= countsEvery {
+				lastFlush = now
+				c.flush(ctx)
+			}
+		}
+	}
+}

@@ -1,0 +1,78 @@
+package pacer
+
+import (
+	"strconv"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestParkCopy: a parked copy goes to the tier with the longest delay not
+// above its wait and is due after that delay (or its wait, if shorter), so a
+// tier's records fall due in the order they were written; attempts and
+// requeues are unchanged and pacer-parks counts the hops.
+func TestParkCopy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &Pacer{cfg: Config{Topic: "t", RetryDelays: []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}}}
+		r := &kgo.Record{Topic: "t", Partition: 3, Offset: 7, Key: []byte("k"), Value: []byte("v"), Headers: []kgo.RecordHeader{
+			{Key: "trace", Value: []byte("x")}, {Key: hAttempt, Value: []byte("2")}, {Key: hRequeues, Value: []byte("1")}, {Key: hParks, Value: []byte("4")},
+		}}
+		now := time.Now()
+		for _, c := range []struct {
+			wait  time.Duration
+			topic string
+			due   time.Duration
+		}{
+			{3 * time.Second, "t.retry.1", 3 * time.Second},
+			{7 * time.Second, "t.retry.1", 5 * time.Second},
+			{45 * time.Second, "t.retry.2", 30 * time.Second},
+			{5 * time.Minute, "t.retry.3", 5 * time.Minute},
+			{20 * time.Minute, "t.retry.3", 5 * time.Minute},
+		} {
+			got, _ := p.parkCopy(r, now.Add(c.wait))
+			due, _ := strconv.ParseInt(header(got, hDue), 10, 64)
+			if got.Topic != c.topic || time.UnixMilli(due) != now.Add(c.due) {
+				t.Errorf("wait %v: %s due in %v, want %s due in %v", c.wait, got.Topic, time.UnixMilli(due).Sub(now), c.topic, c.due)
+			}
+			for k, want := range map[string]string{hAttempt: "2", hRequeues: "1", hParks: "5", "trace": "x", hOrigin: "t/3/7"} {
+				if v := header(got, k); v != want {
+					t.Errorf("wait %v: header %s = %q, want %q", c.wait, k, v, want)
+				}
+			}
+			if string(got.Key) != "k" || string(got.Value) != "v" {
+				t.Errorf("key/value changed: %q %q", got.Key, got.Value)
+			}
+		}
+	})
+}
+
+// TestSlotAfter: parked records of a key at 20 msgs/s are due one slot
+// (50 ms) apart, after the records the key holds, and never before a slot
+// already given out, even once time has moved on.
+func TestSlotAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &worker{}
+		q := &keyQueue{rate: 20, running: 2, waiting: make([]*kgo.Record, 8)}
+		now := time.Now()
+		var got []time.Duration
+		for range 3 {
+			got = append(got, w.slotAfter(q, now).Sub(now))
+		}
+		want := []time.Duration{500 * time.Millisecond, 550 * time.Millisecond, 600 * time.Millisecond}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("slots %v, want %v", got, want)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // the key still holds 10: the next slot follows the last given
+		if d := w.slotAfter(q, time.Now()).Sub(now); d != 650*time.Millisecond {
+			t.Errorf("after 100 ms: due %v from the start, want 650ms", d)
+		}
+		time.Sleep(2 * time.Second) // all given slots passed: from the held records again
+		if d := w.slotAfter(q, time.Now()).Sub(time.Now()); d != 500*time.Millisecond {
+			t.Errorf("after 2 s: due in %v, want 500ms", d)
+		}
+	})
+}

@@ -1,0 +1,175 @@
+package statuspage
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/pacer"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultInterval is how often each replica publishes its active keys and
+// how often the page refreshes itself.
+const DefaultInterval = 5 * time.Second
+
+// Redis layout, for prefix "pacer" and channel "whatsapp" (the hash tag
+// keeps both in one Redis Cluster slot, so one transaction writes them):
+//
+//	pacer:status:{whatsapp}:replicas          sorted set: replica name -> Unix ms of its last publish
+//	pacer:status:{whatsapp}:replica:<name>    hash: pacing key -> "<achieved msgs/s> <records in hand>"
+//
+// A replica's hash expires after 3 intervals without a publish, and its
+// entry in the set is ignored after that, so a dead replica drops out.
+func replicasKey(prefix, channel string) string {
+	return prefix + ":status:{" + channel + "}:replicas"
+}
+
+func replicaKey(prefix, channel, replica string) string {
+	return prefix + ":status:{" + channel + "}:replica:" + replica
+}
+
+// DefaultReplica names this process in the replica set: host-pid.
+func DefaultReplica() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// Publisher writes this process's active pacing keys to Redis every
+// interval, with each key's achieved rate over the last interval and its
+// records in hand, so that any replica's status page shows the whole
+// channel. One Publisher per process and channel; Run is its only loop.
+type Publisher struct {
+	rdb      redis.UniversalClient
+	prefix   string
+	channel  string
+	replica  string
+	interval time.Duration
+	source   func() []pacer.KeyActivity
+	log      *slog.Logger
+
+	prev   map[string]uint64 // delivered per key at prevAt
+	prevAt time.Time
+}
+
+// NewPublisher returns a Publisher of cfg's channel that reads source
+// (e.g. (*pacer.Pacer).ActiveKeys) at each publish. It does not contact
+// Redis.
+func NewPublisher(rdb redis.UniversalClient, cfg Config, source func() []pacer.KeyActivity) *Publisher {
+	cfg.setDefaults()
+	return &Publisher{rdb: rdb, prefix: cfg.Prefix, channel: cfg.Channel, replica: cfg.Replica, interval: cfg.Interval,
+		source: source, log: cfg.Logger}
+}
+
+// Run publishes every interval until ctx ends, then removes this
+// replica's entry (best effort). Failures are logged at debug level and
+// retried at the next interval: the page is a view, never on the send path.
+func (p *Publisher) Run(ctx context.Context) {
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	for {
+		if err := p.Publish(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			p.log.Debug("status page: could not publish the active keys", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			p.rdb.ZRem(cctx, replicasKey(p.prefix, p.channel), p.replica)
+			p.rdb.Del(cctx, replicaKey(p.prefix, p.channel, p.replica))
+			cancel()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Publish writes one reading taken at now: the active keys, each with its
+// achieved rate since the previous reading (messages delivered by this
+// process divided by the seconds between readings; the first reading
+// counts from the first one's time minus one interval) and its records in
+// hand. It replaces the replica's hash in one transaction.
+func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
+	acts := p.source()
+	if p.prevAt.IsZero() {
+		p.prevAt = now.Add(-p.interval)
+	}
+	secs := now.Sub(p.prevAt).Seconds()
+	cur := make(map[string]uint64, len(acts))
+	fields := make([]any, 0, 2*len(acts))
+	for _, a := range acts {
+		cur[a.Key] = a.Delivered
+		d := a.Delivered
+		if prev, ok := p.prev[a.Key]; ok && prev <= d {
+			d -= prev // else the key's state was freed and counts from 0 again
+		}
+		rate := 0.0
+		if secs > 0 {
+			rate = float64(d) / secs
+		}
+		fields = append(fields, a.Key, strconv.FormatFloat(rate, 'g', 6, 64)+" "+strconv.Itoa(a.InHand))
+	}
+	hk := replicaKey(p.prefix, p.channel, p.replica)
+	rk := replicasKey(p.prefix, p.channel)
+	_, err := p.rdb.TxPipelined(ctx, func(tx redis.Pipeliner) error {
+		tx.Del(ctx, hk)
+		if len(fields) > 0 {
+			tx.HSet(ctx, hk, fields...)
+			tx.PExpire(ctx, hk, 3*p.interval)
+		}
+		tx.ZAdd(ctx, rk, redis.Z{Score: float64(now.UnixMilli()), Member: p.replica})
+		tx.ZRemRangeByScore(ctx, rk, "-inf", strconv.FormatInt(now.Add(-time.Hour).UnixMilli(), 10))
+		tx.PExpire(ctx, rk, time.Hour)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("statuspage: publish %q: %w", hk, err)
+	}
+	p.prev, p.prevAt = cur, now
+	return nil
+}
+
+// parseEntry reads one field value of a replica's hash.
+func parseEntry(v string) (achieved float64, inHand int, ok bool) {
+	a, b, found := strings.Cut(v, " ")
+	if !found {
+		return 0, 0, false
+	}
+	r, err1 := strconv.ParseFloat(a, 64)
+	n, err2 := strconv.Atoi(b)
+	if err1 != nil || err2 != nil || r < 0 || n < 0 {
+		return 0, 0, false
+	}
+	return r, n, true
+}
+
+// Config configures a [Page] and a [Publisher] of one channel.
+type Config struct {
+	Channel string // channel name, e.g. "whatsapp"; required
+	Prefix  string // Redis key prefix; "" = bucket.DefaultPrefix
+	// Policy gives each pacing key its ceiling (configured limit) and AIMD
+	// settings, as the running pacer uses them; required for a Page.
+	Policy   pacer.Policy
+	Interval time.Duration // publish and refresh interval; default DefaultInterval
+	Replica  string        // this process in the replica set; default DefaultReplica()
+	Logger   *slog.Logger  // default slog.Default()
+}
+
+func (c *Config) setDefaults() {
+	if c.Prefix == "" {
+		c.Prefix = bucket.DefaultPrefix
+	}
+	if c.Interval <= 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.Replica == "" {
+		c.Replica = DefaultReplica()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}

@@ -1,0 +1,436 @@
+// Package statuspage is the live status page of one channel, served by
+// `pacer run` on its metrics listener: /status (HTML, no external assets,
+// refreshing itself) and /status.json (the same data).
+//
+// Every replica publishes its active pacing keys to Redis ([Publisher]),
+// with each key's achieved rate and records in hand; the [Page] of any
+// replica reads the union, then each key's shared state (adapted rate,
+// tokens, cooldown, breaker) as `pacer status` does
+// ([adapt.Adapter.Snapshot]), so every replica shows the whole channel.
+//
+// # Scale
+//
+// A reading of N keys costs one sorted-set read, one HGETALL per live
+// replica and 3 N read-only scripts (run 16 at a time); it is cached for
+// half an interval, so any number of viewers cost one reading per 2.5 s
+// at most, and none while nobody looks. The page shows the top N keys
+// (default 100, at most 1000) under a sort order, and a search box that
+// filters every active key by substring on the server: the browser never
+// receives 10,000 rows.
+package statuspage
+
+import (
+	"cmp"
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/redis/go-redis/v9"
+)
+
+// Bounds of the rows one answer holds.
+const (
+	DefaultRows = 100
+	MaxRows     = 1000
+	maxErrors   = 20 // key errors listed in one answer
+	readers     = 16 // keys read from Redis at once
+)
+
+// Key is one active pacing key's row. Rates are in messages per second.
+type Key struct {
+	Key      string  `json:"key"`
+	Limit    float64 `json:"limit"`    // configured rate: the AIMD ceiling
+	Burst    int     `json:"burst"`    // configured burst
+	Rate     float64 `json:"rate"`     // adapted rate the pacers take tokens under
+	Achieved float64 `json:"achieved"` // delivered over the last publish interval, summed over replicas
+	// Utilization is Achieved / Rate (the share of the allowed rate used);
+	// low is expected for a key without a backlog.
+	Utilization   float64 `json:"utilization"`
+	Tokens        float64 `json:"tokens"`      // tokens in the bucket under Rate; negative while slots are granted ahead
+	CooldownMS    int64   `json:"cooldown_ms"` // cooldown left, ms; 0 = none
+	AtFloor       bool    `json:"at_floor"`    // adapted rate at the AIMD floor
+	Breaker       string  `json:"breaker"`     // closed, open, half-open
+	BreakerLeftMS int64   `json:"breaker_left_ms"`
+	BreakerReason string  `json:"breaker_reason,omitempty"`
+	// Backlog is the key's records the replicas hold in hand (fetched,
+	// not finished: waiting for a token or being sent), summed over them.
+	// SLOT(per-key backlog): records parked beyond the lookahead and the
+	// key's share of the consumer lag are added here when the per-key
+	// queues publish them.
+	Backlog  int    `json:"backlog"`
+	Replicas int    `json:"replicas"`        // replicas that handled the key in the last 5 minutes
+	Error    string `json:"error,omitempty"` // its state could not be read
+}
+
+// Campaign is one active campaign's progress.
+// SLOT(campaign progress): no campaign counters are kept yet; the page
+// shows an empty section with CampaignsNote until they are.
+type Campaign struct {
+	Name         string           `json:"name"`
+	Published    int64            `json:"published"`
+	Delivered    int64            `json:"delivered"`
+	DeadLettered map[string]int64 `json:"dead_lettered"` // by DLQ reason
+	Achieved     float64          `json:"achieved"`      // msgs/s
+	ETASeconds   float64          `json:"eta_seconds"`   // to drain at Achieved; -1 unknown
+}
+
+// Totals add up every active key (not only the rows shown).
+type Totals struct {
+	Keys        int     `json:"keys"`
+	Limit       float64 `json:"limit"`
+	Rate        float64 `json:"rate"`
+	Achieved    float64 `json:"achieved"`
+	Utilization float64 `json:"utilization"` // Achieved / Rate over keys with a backlog; 0 when none
+	Backlog     int     `json:"backlog"`
+	Cooldown    int     `json:"cooldown"`
+	AtFloor     int     `json:"at_floor"`
+	BreakerOpen int     `json:"breaker_open"` // open or half-open
+	Errors      int     `json:"errors"`
+}
+
+// Status is the answer of /status.json.
+type Status struct {
+	Channel        string     `json:"channel"`
+	CollectedAt    time.Time  `json:"collected_at"`
+	CollectMS      float64    `json:"collect_ms"` // how long the Redis reading took
+	RefreshSeconds float64    `json:"refresh_seconds"`
+	Replicas       []string   `json:"replicas"` // replicas that published within 3 intervals
+	Totals         Totals     `json:"totals"`
+	Query          string     `json:"query"`
+	Sort           string     `json:"sort"`
+	Matched        int        `json:"matched"` // active keys matching Query
+	Keys           []Key      `json:"keys"`    // the first rows of the matches under Sort
+	Campaigns      []Campaign `json:"campaigns"`
+	CampaignsNote  string     `json:"campaigns_note,omitempty"`
+	Errors         []string   `json:"errors,omitempty"`
+}
+
+// Sort orders of the rows.
+var sorts = map[string]func(a, b *Key) int{
+	// attention: open breakers, then cooldowns, then keys at the floor,
+	// then the largest backlogs.
+	"attention": func(a, b *Key) int {
+		return cmp.Or(-cmp.Compare(brRank(a), brRank(b)), -cmp.Compare(a.CooldownMS, b.CooldownMS),
+			-cmp.Compare(b2i(a.AtFloor), b2i(b.AtFloor)), -cmp.Compare(a.Backlog, b.Backlog),
+			-cmp.Compare(a.Achieved, b.Achieved), strings.Compare(a.Key, b.Key))
+	},
+	"backlog": func(a, b *Key) int { return cmp.Or(-cmp.Compare(a.Backlog, b.Backlog), strings.Compare(a.Key, b.Key)) },
+	"achieved": func(a, b *Key) int {
+		return cmp.Or(-cmp.Compare(a.Achieved, b.Achieved), strings.Compare(a.Key, b.Key))
+	},
+	"utilization": func(a, b *Key) int {
+		return cmp.Or(cmp.Compare(a.Utilization, b.Utilization), strings.Compare(a.Key, b.Key))
+	},
+	"key": func(a, b *Key) int { return strings.Compare(a.Key, b.Key) },
+}
+
+func brRank(k *Key) int {
+	switch k.Breaker {
+	case "open":
+		return 2
+	case "half-open":
+		return 1
+	}
+	return 0
+}
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// reading is one collection of every active key.
+type reading struct {
+	at       time.Time
+	took     time.Duration
+	replicas []string
+	keys     []Key // sorted by key
+	errors   []string
+	totals   Totals
+}
+
+// Page collects and serves the status of one channel. It is safe for
+// concurrent use.
+type Page struct {
+	rdb redis.UniversalClient
+	ad  *adapt.Adapter
+	cfg Config
+
+	collectMu sync.Mutex // one reading at a time
+	mu        sync.Mutex
+	last      *reading
+}
+
+// New returns the Page of cfg's channel reading rdb. It does not contact
+// Redis.
+func New(rdb redis.UniversalClient, cfg Config) *Page {
+	cfg.setDefaults()
+	if cfg.Policy == nil {
+		panic("statuspage: Config.Policy is required")
+	}
+	return &Page{rdb: rdb, ad: adapt.New(rdb, bucket.Config{Prefix: cfg.Prefix}), cfg: cfg}
+}
+
+// maxAge is how long a reading is served before the next request reads again.
+func (pg *Page) maxAge() time.Duration { return pg.cfg.Interval / 2 }
+
+// current returns a reading no older than maxAge, reading Redis if needed
+// (concurrent callers share one reading).
+func (pg *Page) current(ctx context.Context) (*reading, error) {
+	fresh := func() *reading {
+		pg.mu.Lock()
+		defer pg.mu.Unlock()
+		if pg.last != nil && time.Since(pg.last.at) < pg.maxAge() {
+			return pg.last
+		}
+		return nil
+	}
+	if r := fresh(); r != nil {
+		return r, nil
+	}
+	pg.collectMu.Lock()
+	defer pg.collectMu.Unlock()
+	if r := fresh(); r != nil {
+		return r, nil
+	}
+	r, err := pg.collect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pg.mu.Lock()
+	pg.last = r
+	pg.mu.Unlock()
+	return r, nil
+}
+
+// collect reads the live replicas' active keys and each key's state.
+func (pg *Page) collect(ctx context.Context) (*reading, error) {
+	start := time.Now()
+	rk := replicasKey(pg.cfg.Prefix, pg.cfg.Channel)
+	since := start.Add(-3 * pg.cfg.Interval).UnixMilli()
+	replicas, err := pg.rdb.ZRangeByScore(ctx, rk, &redis.ZRangeBy{Min: strconv.FormatInt(since, 10), Max: "+inf"}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("statuspage: read %q: %w", rk, err)
+	}
+	slices.Sort(replicas)
+	cmds := make([]*redis.MapStringStringCmd, len(replicas))
+	if len(replicas) > 0 {
+		_, err = pg.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, r := range replicas {
+				cmds[i] = p.HGetAll(ctx, replicaKey(pg.cfg.Prefix, pg.cfg.Channel, r))
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("statuspage: read the replicas' keys: %w", err)
+		}
+	}
+	byKey := map[string]*Key{}
+	for _, c := range cmds {
+		for k, v := range c.Val() {
+			ach, inHand, ok := parseEntry(v)
+			if !ok {
+				continue
+			}
+			row := byKey[k]
+			if row == nil {
+				row = &Key{Key: k}
+				byKey[k] = row
+			}
+			row.Achieved += ach
+			row.Backlog += inHand
+			row.Replicas++
+		}
+	}
+	keys := make([]Key, 0, len(byKey))
+	for _, row := range byKey {
+		keys = append(keys, *row)
+	}
+	slices.SortFunc(keys, func(a, b Key) int { return strings.Compare(a.Key, b.Key) })
+
+	// Each key's shared state, readers at a time.
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(readers, len(keys)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				pg.fill(ctx, &keys[i])
+			}
+		}()
+	}
+	for i := range keys {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+
+	r := &reading{at: time.Now(), replicas: replicas, keys: keys}
+	t := &r.totals
+	var backlogAch, backlogRate float64
+	for i := range keys {
+		k := &keys[i]
+		t.Keys++
+		t.Limit += k.Limit
+		t.Rate += k.Rate
+		t.Achieved += k.Achieved
+		t.Backlog += k.Backlog
+		if k.Backlog > 0 {
+			backlogAch += k.Achieved
+			backlogRate += k.Rate
+		}
+		t.Cooldown += b2i(k.CooldownMS > 0)
+		t.AtFloor += b2i(k.AtFloor)
+		t.BreakerOpen += b2i(k.Breaker == "open" || k.Breaker == "half-open")
+		if k.Error != "" {
+			t.Errors++
+			if len(r.errors) < maxErrors {
+				r.errors = append(r.errors, k.Key+": "+k.Error)
+			}
+		}
+	}
+	if backlogRate > 0 {
+		t.Utilization = backlogAch / backlogRate
+	}
+	r.took = time.Since(start)
+	return r, nil
+}
+
+// fill reads k's policy and shared state into k.
+func (pg *Page) fill(ctx context.Context, k *Key) {
+	pol, err := pg.cfg.Policy.KeyPolicy(ctx, k.Key)
+	if err != nil {
+		k.Error = "policy: " + err.Error()
+		return
+	}
+	aimd := pol.AIMD
+	aimd.Floor = min(aimd.Floor, pol.Limit.PerSecond)
+	k.Limit, k.Burst = pol.Limit.PerSecond, pol.Limit.Burst
+	s, err := pg.ad.Snapshot(ctx, pg.cfg.Channel, k.Key, pol.Limit, aimd)
+	if err != nil {
+		k.Error = err.Error()
+		k.Breaker = "unknown"
+		return
+	}
+	k.Rate = s.Limit.PerSecond
+	k.Tokens = s.Tokens
+	k.CooldownMS = s.Adapted.CooldownLeft.Milliseconds()
+	k.AtFloor = s.Adapted.AtFloor
+	k.Breaker = s.Breaker.State.String()
+	k.BreakerLeftMS = s.Breaker.OpenLeft.Milliseconds()
+	k.BreakerReason = s.Breaker.Reason
+	if k.Rate > 0 {
+		k.Utilization = k.Achieved / k.Rate
+	}
+}
+
+// Status returns the status with the rows matching query (a substring of
+// the pacing key, case-insensitive; "" = all), ordered by sortBy
+// ("attention", "backlog", "achieved", "utilization", "key"; "" =
+// attention), at most rows of them (0 = DefaultRows, capped at MaxRows).
+// Errors are Redis's (the whole reading failed); a key whose state could
+// not be read has its Error set instead.
+func (pg *Page) Status(ctx context.Context, query, sortBy string, rows int) (*Status, error) {
+	r, err := pg.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	order, ok := sorts[sortBy]
+	if !ok {
+		sortBy, order = "attention", sorts["attention"]
+	}
+	if rows <= 0 {
+		rows = DefaultRows
+	}
+	rows = min(rows, MaxRows)
+	q := strings.ToLower(query)
+	matched := make([]*Key, 0, len(r.keys))
+	for i := range r.keys {
+		if q == "" || strings.Contains(strings.ToLower(r.keys[i].Key), q) {
+			matched = append(matched, &r.keys[i])
+		}
+	}
+	top := topN(matched, rows, order)
+	st := &Status{
+		Channel: pg.cfg.Channel, CollectedAt: r.at, CollectMS: float64(r.took.Microseconds()) / 1000,
+		RefreshSeconds: pg.cfg.Interval.Seconds(), Replicas: r.replicas, Totals: r.totals,
+		Query: query, Sort: sortBy, Matched: len(matched), Keys: make([]Key, len(top)),
+		Campaigns:     []Campaign{},
+		CampaignsNote: "Campaign progress is not recorded yet: no per-campaign counters are kept. Follow a campaign with pacer_delivered_total and pacer_dlq_total in the metrics meanwhile.",
+		Errors:        r.errors,
+	}
+	for i, k := range top {
+		st.Keys[i] = *k
+	}
+	if st.Replicas == nil {
+		st.Replicas = []string{}
+	}
+	return st, nil
+}
+
+// topN returns the first n of ks under order: a full sort of the matches
+// (10,000 keys sort in about a millisecond).
+func topN(ks []*Key, n int, order func(a, b *Key) int) []*Key {
+	slices.SortFunc(ks, order)
+	return ks[:min(n, len(ks))]
+}
+
+//go:embed status.html
+var assets embed.FS
+
+// Register adds GET /status and GET /status.json to mux.
+func (pg *Page) Register(mux *http.ServeMux) {
+	html, err := assets.ReadFile("status.html")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		h.Set("Cache-Control", "no-store")
+		// Nothing from elsewhere: scripts and styles are inline, data from this origin.
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:")
+		w.Write(html)
+	})
+	mux.HandleFunc("GET /status.json", func(w http.ResponseWriter, req *http.Request) {
+		q := req.URL.Query()
+		rows := 0
+		if v := q.Get("n"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				http.Error(w, "n: want a number of rows, 1.."+strconv.Itoa(MaxRows), http.StatusBadRequest)
+				return
+			}
+			rows = n
+		}
+		if s := q.Get("sort"); s != "" {
+			if _, ok := sorts[s]; !ok {
+				http.Error(w, "sort: want attention, backlog, achieved, utilization or key", http.StatusBadRequest)
+				return
+			}
+		}
+		ctx, cancel := context.WithTimeout(req.Context(), 10*time.Second)
+		defer cancel()
+		st, err := pg.Status(ctx, q.Get("q"), q.Get("sort"), rows)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+			return
+		}
+		json.NewEncoder(w).Encode(st)
+	})
+}
