@@ -441,7 +441,7 @@ func (p *Pacer) pairThrottled(f *flight, perr *channels.Error) outcome {
 	f.pairThrottles++
 	// The pair's first cooldown: the provider's hint, or one token interval
 	// of the recipient bucket, at least a second; later ones a minute or
-	// more (bucket.PairAgain), shared by every replica through Redis.
+	// more (adapt.PairAgain), shared by every replica through Redis.
 	base := max(perr.RetryAfter, time.Second)
 	if rl := f.pol.RecipientLimit; rl.PerSecond > 0 {
 		base = max(base, time.Duration(float64(time.Second)/rl.PerSecond))
