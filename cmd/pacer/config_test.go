@@ -43,7 +43,9 @@ func TestLoadConfigDefaults(t *testing.T) {
 		t.Errorf("fcm defaults = %+v", fcm)
 	}
 	pc := c.pacerConfig(whatsappRow(t))
-	if pc.AIMD.MaxCooldown != time.Hour || pc.AIMD.MinCooldown != time.Second || pc.AIMD.Floor != 0 || pc.Breaker.OpenFor != 30*time.Second {
+	// MinCooldown 0: one token interval of the channel's rate (adapt.AIMD).
+	if pc.AIMD.MaxCooldown != time.Hour || pc.AIMD.MinCooldown != 0 || pc.AIMD.Floor != 0 || pc.AIMD.Decrease != 0.8 ||
+		pc.AIMD.Window != 2*time.Second || pc.AIMD.Step != 0 || pc.Breaker.OpenFor != 30*time.Second {
 		t.Errorf("pacer config = %+v", pc)
 	}
 }
