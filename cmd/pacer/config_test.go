@@ -97,8 +97,8 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_REDIS_SENTINEL_MASTER", "mymaster"},
 		{"PACER_RETRY_DELAYS", ","},
 		{"PACER_AIMD_FLOOR", "20000"},
-		{"PACER_AIMD_FLOOR", "100"}, // above the whatsapp rate, 80
-		{"PACER_MAX_COOLDOWN", "100ms"},
+		{"PACER_AIMD_FLOOR", "100"},      // above the whatsapp rate, 80
+		{"PACER_MAX_COOLDOWN", "-1s"},    // 100ms is valid: the default shortest cooldown (one token interval) follows it
 		{"PACER_FCM_DEVICE_BURST", "-1"}, // a recipient bucket that is on; an off one (rate 0) has no burst to check
 		{"PACER_FCM_DEVICE_BURST", "0"},
 		{"PACER_LEASE_SIZE", "-1"},
