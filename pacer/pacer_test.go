@@ -723,7 +723,7 @@ func TestProgressAndSummaryLogged(t *testing.T) {
 	h := newHarness(t, map[string][]error{"p3": {&channels.Error{Channel: "test", Status: 400, Code: "131026", Class: channels.Permanent}}})
 	var logs syncBuffer
 	h.cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
-	h.cfg.ProgressEvery = 20 * time.Millisecond
+	h.cfg.ProgressEvery = time.Second
 	h.produce(env("p1"), env("p2"), env("p3"))
 	s := h.sender
 	h.run(func() bool {
