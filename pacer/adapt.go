@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -168,7 +169,7 @@ func (p *Pacer) keyState(key string) *keyState {
 	st := p.keys.m[key]
 	if st == nil {
 		pol := KeyPolicy(p.policyDefault)
-		st = &keyState{pol: pol, limit: pol.Limit, adapted: adapt.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond},
+		st = &keyState{pol: pol, limit: withHeadroom(pol.Limit), adapted: adapt.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond},
 			first: make(chan struct{}), handoff: make(chan struct{}), keys: &p.keys}
 		p.keys.m[key] = st
 	}
@@ -225,9 +226,25 @@ func (p *Pacer) sweepLoop(ctx context.Context) {
 	}
 }
 
+// jitterAllowance is how much earlier than its slot a request may reach
+// the provider relative to its neighbours (connection set-up, scheduling,
+// network): the provider counts at its own ingress, so slots that keep rate
+// x T + burst at the pacer can arrive bunched by this much.
+const jitterAllowance = 25 * time.Millisecond
+
+// withHeadroom returns lim with its burst lowered by what jitterAllowance
+// can bunch (ceil(rate x 25 ms)), keeping at least half the burst and at
+// least 1: headroom against a provider that enforces its limit with no
+// slack, at no cost in rate.
+func withHeadroom(lim bucket.Limit) bucket.Limit {
+	b := lim.Burst - int(math.Ceil(lim.PerSecond*jitterAllowance.Seconds()))
+	lim.Burst = max(b, (lim.Burst+1)/2, 1)
+	return lim
+}
+
 func (st *keyState) set(a adapt.Adapted, ceiling bucket.Limit, now time.Time) {
 	st.adapted = a
-	st.limit = a.Limit(ceiling)
+	st.limit = withHeadroom(a.Limit(ceiling))
 	if a.CooldownLeft > 0 {
 		st.cooldownUntil = now.Add(a.CooldownLeft)
 	}
@@ -291,7 +308,7 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		}
 		st.set(a, pol.Limit, now)
 	} else if ceilingChanged {
-		st.limit = pol.Limit
+		st.limit = withHeadroom(pol.Limit)
 	}
 	if st.limit.PerSecond > prev.PerSecond && st.lastSlot.After(now) {
 		// The bucket counts the slots granted ahead as tokens: at a higher

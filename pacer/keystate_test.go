@@ -204,3 +204,23 @@ func TestInvalidPolicyKeepsTheLastOne(t *testing.T) {
 		t.Fatalf("limit = %v, want the channel's 100/s kept", lim)
 	}
 }
+
+// withHeadroom lowers the burst by what 25 ms of arrival jitter bunches,
+// keeping half the burst and at least 1; the rate never changes.
+func TestWithHeadroom(t *testing.T) {
+	for _, c := range []struct {
+		in   bucket.Limit
+		want int
+	}{
+		{bucket.Limit{PerSecond: 50, Burst: 10}, 8},    // ceil(1.25) = 2
+		{bucket.Limit{PerSecond: 80, Burst: 10}, 8},    // ceil(2) = 2
+		{bucket.Limit{PerSecond: 1000, Burst: 20}, 10}, // 25 would leave none: half kept
+		{bucket.Limit{PerSecond: 0.5, Burst: 1}, 1},    // at least 1
+		{bucket.Limit{PerSecond: 10, Burst: 45}, 44},
+	} {
+		got := withHeadroom(c.in)
+		if got.Burst != c.want || got.PerSecond != c.in.PerSecond {
+			t.Errorf("withHeadroom(%v) = %v, want burst %d at the same rate", c.in, got, c.want)
+		}
+	}
+}
