@@ -142,10 +142,11 @@ type flight struct {
 	st      *keyState // nil until the envelope is parsed
 	pol     KeyPolicy // the key's policy at the last gate
 	lim     bucket.Limit
-	probe   bool // this send is the breaker's half-open probe
-	sent    bool // a request left: its outcome is written even after a revoke
-	claimed bool // this flight holds the id's claim in the ledger
-	locked  bool // this flight holds the id in this process (lockID)
+	probe   bool      // this send is the breaker's half-open probe
+	sent    bool      // a request left: its outcome is written even after a revoke
+	slotAt  time.Time // when the send slot started (the slot step returned)
+	claimed bool      // this flight holds the id's claim in the ledger
+	locked  bool      // this flight holds the id in this process (lockID)
 	log     *slog.Logger
 
 	pairThrottles int       // pair-scoped throttles of this message so far
@@ -320,6 +321,7 @@ func (p *Pacer) slot(f *flight) outcome {
 		return outcome{kind: again}
 	}
 	p.m.bucketWait.WithLabelValues().Observe(time.Since(f.waitStart).Seconds())
+	f.slotAt = time.Now()
 	return next()
 }
 
@@ -343,6 +345,14 @@ func (p *Pacer) claim(f *flight) outcome {
 	switch res {
 	case ledger.Claimed:
 		f.claimed = true
+		// A claim held up by Redis (a stall, a failover) would send every
+		// slot that lapsed meanwhile at once, a burst the provider answers
+		// with throttles: a slot that started too long ago is given up and
+		// a new one taken (the claim is kept for it).
+		if late := time.Since(f.slotAt); late > lateSlot(f.lim)+lateClaim {
+			p.m.lateSlots.WithLabelValues().Inc()
+			return outcome{kind: again}
+		}
 		return next()
 	case ledger.CoolingDown:
 		// A cooldown began while this message slept on its slot.
@@ -734,6 +744,11 @@ func handoffWait(lim bucket.Limit, maxWait time.Duration) time.Duration {
 	d := time.Duration(2 / lim.PerSecond * float64(time.Second))
 	return min(max(d, 50*time.Millisecond), maxWait)
 }
+
+// lateClaim is how long the idempotency claim may take, beyond lateSlot,
+// before the slot it follows is given up: a claim is one Redis round trip
+// (well under a millisecond); one slower than this waited on Redis.
+const lateClaim = 20 * time.Millisecond
 
 // lateSlot is how late a sender may use its slot: half a slot interval,
 // and no more than a quarter of the time the burst takes to refill (the

@@ -294,6 +294,24 @@ func (c Config) Validate() error {
 			badf(d.field, "%v must be > 0", d.v)
 		}
 	}
+	// Floors below which a setting defeats its purpose: the ledger must
+	// remember a delivered id at least as long as a copy of its record can
+	// come back (a retry tier's delay, a rebalance), a send needs time for
+	// one round trip, and a progress line more often than every second is
+	// noise.
+	longest := 0 * time.Second
+	for _, d := range c.RetryDelays {
+		longest = max(longest, d)
+	}
+	if minTTL := max(10*time.Minute, 2*longest); c.IdempotencyTTL != 0 && c.IdempotencyTTL < minTTL {
+		badf("IdempotencyTTL", "%v is too short: delivered ids must be remembered at least %v (10m, and twice the longest retry delay), or re-delivered copies are sent again", c.IdempotencyTTL, minTTL)
+	}
+	if c.SendTimeout != 0 && c.SendTimeout < 100*time.Millisecond {
+		badf("SendTimeout", "%v must be >= 100ms: no provider answers faster", c.SendTimeout)
+	}
+	if c.ProgressEvery > 0 && c.ProgressEvery < time.Second {
+		badf("ProgressEvery", "%v must be >= 1s", c.ProgressEvery)
+	}
 	if c.MaxAttempts < 0 {
 		badf("MaxAttempts", "%d must be >= 1", c.MaxAttempts)
 	}

@@ -723,7 +723,7 @@ func TestProgressAndSummaryLogged(t *testing.T) {
 	h := newHarness(t, map[string][]error{"p3": {&channels.Error{Channel: "test", Status: 400, Code: "131026", Class: channels.Permanent}}})
 	var logs syncBuffer
 	h.cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
-	h.cfg.ProgressEvery = 20 * time.Millisecond
+	h.cfg.ProgressEvery = time.Second
 	h.produce(env("p1"), env("p2"), env("p3"))
 	s := h.sender
 	h.run(func() bool {
@@ -954,5 +954,64 @@ func TestValidateNamesTheField(t *testing.T) {
 				t.Errorf("fields %v, want %v; error:\n%v", got, c.want, err)
 			}
 		})
+	}
+}
+
+// timedSender accepts every message and records when each request came.
+type timedSender struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func (s *timedSender) Send(context.Context, channels.Message) (channels.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.times = append(s.times, time.Now())
+	return channels.Result{ProviderID: "ok"}, nil
+}
+
+func (s *timedSender) snapshot() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.times...)
+}
+
+// TestRedisStallDoesNotBurst: senders whose slots started while Redis
+// stalled (their idempotency claims waiting on it) must not all send the
+// moment it answers again: each late slot is given up and a new one taken,
+// so no 1 s window holds more than rate + burst requests.
+func TestRedisStallDoesNotBurst(t *testing.T) {
+	h := newHarness(t, nil)
+	const rate, burst, n = 10.0, 2, 40
+	h.cfg.Limit = bucket.Limit{PerSecond: rate, Burst: burst}
+	var vals []string
+	for i := range n {
+		vals = append(vals, env(fmt.Sprintf("s%02d", i)))
+	}
+	h.produce(vals...)
+	s := &timedSender{}
+	_, stop := h.start(h.cfg, s, h.reg)
+	defer stop()
+	if !waitFor(20*time.Second, func() bool { return len(s.snapshot()) >= 5 }) {
+		t.Fatal("no sends before the stall")
+	}
+	h.mr.SetError("LOADING Redis is loading the dataset in memory") // every command fails: a stall
+	time.Sleep(2 * time.Second)
+	h.mr.SetError("")
+	if !waitFor(30*time.Second, func() bool { return len(s.snapshot()) >= n }) {
+		t.Fatalf("delivered %d of %d after the stall", len(s.snapshot()), n)
+	}
+	times := s.snapshot()
+	for i := range times {
+		in := 0
+		for j := i; j < len(times) && times[j].Sub(times[i]) < time.Second; j++ {
+			in++
+		}
+		if limit := int(rate) + burst; in > limit {
+			t.Fatalf("%d requests in the 1 s from %v (request %d), want <= rate + burst = %d", in, times[i].Format("15:04:05.000"), i, limit)
+		}
+	}
+	if h.counter("pacer_late_slots_total") < 1 {
+		t.Fatal("no slot was given up: the stall did not hold any claim")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"reflect"
 	"strconv"
@@ -306,7 +307,7 @@ func (c config) validate() []error {
 		bad("PACER_KAFKA_BROKERS", "at least one host:port is required")
 	}
 	for _, b := range c.KafkaBrokers {
-		if !strings.Contains(b, ":") {
+		if _, port, err := net.SplitHostPort(b); err != nil || !validPort(port) {
 			bad("PACER_KAFKA_BROKERS", fmt.Sprintf("%q is not host:port", b))
 		}
 	}
@@ -341,6 +342,8 @@ func (c config) validate() []error {
 		}
 	} else if u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix" {
 		bad("PACER_REDIS_URL", "must be a redis://, rediss:// or unix:// URL")
+	} else if p := u.Port(); p != "" && !validPort(p) {
+		bad("PACER_REDIS_URL", "the port must be 1..65535")
 	} else if _, err := redis.ParseURL(c.RedisURL); err != nil {
 		bad("PACER_REDIS_URL", "host, port or database is not valid (redis://[user:password@]host:port/db)")
 	}
@@ -399,10 +402,13 @@ func settingsHelp(ch *channel) string {
 		if !ok {
 			continue
 		}
-		name, def, _ := strings.Cut(tag, ",")
-		def = strings.TrimPrefix(strings.TrimSpace(def), "default=")
-		if def == "" {
-			def = "(none)"
+		name, opts, _ := strings.Cut(tag, ",")
+		def := "(none)"
+		if i := strings.Index(opts, "default="); i >= 0 {
+			def = opts[i+len("default="):] // the last option; may hold commas
+		}
+		if strings.TrimSpace(name) == "PACER_AIMD_FLOOR" {
+			def = "1, or the channel's rate if lower"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(name), def)
 	}
@@ -423,6 +429,14 @@ func settingsHelp(ch *channel) string {
 			fmt.Fprintf(tw, "  %s%s\t%s\n", r.prefix(), s.suffix, def)
 		}
 	}
+	fmt.Fprintf(tw, "  PACER_CREDENTIALS_DIR\t(none)\n")
+	fmt.Fprintln(tw, "  any secret setting may be given as <VARIABLE>_FILE, a file holding its value")
 	tw.Flush()
 	return b.String()
+}
+
+// validPort reports whether p is a TCP port number, 1..65535.
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535
 }

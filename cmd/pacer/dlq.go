@@ -66,7 +66,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		fmt.Fprintf(stdout, "  %-28s %d\n", r, s.ByReason[r])
 	}
 	if err == nil && s.Replayed == 0 && s.Scanned > 0 && (*reason != "" || *campaign != "") {
-		fmt.Fprintln(stderr, "pacer: no DLQ record matched --reason/--campaign; reasons are malformed, expired, permanent[:code], attempts-exhausted, unknown-outcome, too-large, cancelled")
+		fmt.Fprintln(stderr, "pacer: no DLQ record matched --reason/--campaign; reasons are malformed, expired, permanent[:code], attempts-exhausted, unknown-outcome, too-large, cancelled, no-credentials")
 	}
 	return err
 }

@@ -22,7 +22,9 @@ package ingest
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -285,7 +287,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	// Until the quota step has answered, headers describe the policies with
 	// nothing known of the counts: the body errors below come first, and a
 	// request refused for its body costs nothing.
-	lines, perr := s.readBody(w, r)
+	lines, digest, perr := s.readBody(w, r)
 	if perr != nil {
 		refuse(perr.Status, *perr)
 		return
@@ -349,7 +351,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	setRateLimit(w.Header(), tiers, res)
 	if res.Known {
-		s.replay(w, res.Stored)
+		s.replay(w, res.Stored, digest)
 		return
 	}
 	if !res.Granted {
@@ -363,11 +365,11 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		s.tooMany(w, tiers, res)
 		return
 	}
-	s.produce(ctx, w, channel, tenant, lines, req, res)
+	s.produce(ctx, w, channel, tenant, lines, req, res, digest)
 }
 
 // produce sends the new envelopes, settles the claims and answers.
-func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel string, tenant *Tenant, lines []line, req quota.Request, res quota.Result) {
+func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel string, tenant *Tenant, lines []line, req quota.Request, res quota.Result, digest string) {
 	topic := s.cfg.TopicPrefix + channel
 	parts := s.partitionCount(ctx, topic)
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProduceTimeout)
@@ -461,7 +463,7 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 	}
 	body, _ := json.Marshal(ans)
 	if status == http.StatusAccepted && req.IdemKey != "" {
-		stored, _ := json.Marshal(storedAnswer{Status: status, Body: string(body)})
+		stored, _ := json.Marshal(storedAnswer{Status: status, Body: string(body), Digest: digest})
 		fin.Stored = string(stored)
 	}
 	s.finish(context.WithoutCancel(ctx), fin)
@@ -485,16 +487,25 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 type storedAnswer struct {
 	Status int    `json:"status"`
 	Body   string `json:"body"`
+	Digest string `json:"digest"` // SHA-256 of the request body, hex: a reused key must come with the same body
 }
 
 // replay answers a request whose Idempotency-Key was seen: the stored
-// answer, or 409 while the first request is still producing.
-func (s *Server) replay(w http.ResponseWriter, stored string) {
+// answer, 409 while the first request is still producing, or 422 when the
+// key comes with another body than the first time (digest differs).
+func (s *Server) replay(w http.ResponseWriter, stored, digest string) {
 	var a storedAnswer
 	if strings.HasPrefix(stored, "p:") || json.Unmarshal([]byte(stored), &a) != nil || a.Status == 0 {
 		w.Header().Set("Retry-After", "1")
 		writeProblem(w, problem{Type: "https://pacer.dev/problems/in-progress", Title: "Request in progress", Status: http.StatusConflict,
 			Detail: "a request with this Idempotency-Key is being processed; retry later"})
+		return
+	}
+	if a.Digest != "" && a.Digest != digest {
+		writeProblem(w, problem{Type: "https://pacer.dev/problems/idempotency-key-reused", Title: "Idempotency-Key reused",
+			Status:        http.StatusUnprocessableEntity,
+			Detail:        "this Idempotency-Key was used with another request body; use a new key for new content",
+			InvalidParams: []invalidParam{{Name: "Idempotency-Key", Reason: "already used with another body"}}})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -645,7 +656,7 @@ func (s *Server) trusted(a netip.Addr) bool {
 }
 
 // readBody reads the envelopes of r: one JSON object, or NDJSON lines.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]line, *problem) {
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]line, string, *problem) {
 	ct := r.Header.Get("Content-Type")
 	mt := "application/json"
 	if ct != "" {
@@ -655,17 +666,17 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]line, *prob
 		}
 	}
 	if mt != "application/json" && mt != "application/x-ndjson" {
-		return nil, &problem{Type: "https://pacer.dev/problems/unsupported-media-type", Title: "Unsupported Media Type", Status: http.StatusUnsupportedMediaType,
+		return nil, "", &problem{Type: "https://pacer.dev/problems/unsupported-media-type", Title: "Unsupported Media Type", Status: http.StatusUnsupportedMediaType,
 			Detail: fmt.Sprintf("Content-Type %q: send application/json (one envelope) or application/x-ndjson (up to %d)", mt, MaxBatch)}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, &problem{Type: "https://pacer.dev/problems/too-large", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+			return nil, "", &problem{Type: "https://pacer.dev/problems/too-large", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
 				Detail: fmt.Sprintf("a request body may have at most %d bytes", MaxRequestBytes)}
 		}
-		return nil, &problem{Type: "https://pacer.dev/problems/bad-body", Title: "Bad Request", Status: http.StatusBadRequest, Detail: "reading the body: " + err.Error()}
+		return nil, "", &problem{Type: "https://pacer.dev/problems/bad-body", Title: "Bad Request", Status: http.StatusBadRequest, Detail: "reading the body: " + err.Error()}
 	}
 	var raw [][]byte
 	if mt == "application/json" {
@@ -686,17 +697,17 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]line, *prob
 			continue
 		}
 		if len(b) > MaxEnvelopeBytes {
-			return nil, &problem{Type: "https://pacer.dev/problems/too-large", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+			return nil, "", &problem{Type: "https://pacer.dev/problems/too-large", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
 				Detail: fmt.Sprintf("line %d: an envelope may have at most %d bytes", i+1, MaxEnvelopeBytes)}
 		}
 		lines = append(lines, line{n: i + 1, value: b})
 	}
 	if len(lines) == 0 {
-		return nil, &problem{Type: "https://pacer.dev/problems/invalid-envelope", Title: "Invalid envelope", Status: http.StatusBadRequest,
+		return nil, "", &problem{Type: "https://pacer.dev/problems/invalid-envelope", Title: "Invalid envelope", Status: http.StatusBadRequest,
 			Detail: "the body holds no envelope", InvalidParams: []invalidParam{{Name: "body", Reason: "empty"}}}
 	}
 	if len(lines) > MaxBatch {
-		return nil, &problem{Type: "https://pacer.dev/problems/too-many-envelopes", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+		return nil, "", &problem{Type: "https://pacer.dev/problems/too-many-envelopes", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
 			Detail: fmt.Sprintf("%d envelopes: at most %d per request", len(lines), MaxBatch)}
 	}
 	tenant := s.deps.Tenants().Lookup(mustBearer(r))
@@ -719,7 +730,8 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]line, *prob
 		}
 		l.env, l.value = env, v
 	}
-	return lines, nil
+	sum := sha256.Sum256(body)
+	return lines, hex.EncodeToString(sum[:]), nil
 }
 
 func mustBearer(r *http.Request) string {

@@ -273,7 +273,16 @@ func TestRetryIsSafe(t *testing.T) {
 	if k1.status != 202 || k2.status != 202 || string(k1.body) != string(k2.body) || k2.h.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("Idempotency-Key replay: %d %s / %d %s %v", k1.status, k1.body, k2.status, k2.body, k2.h)
 	}
+	// The same key with new content would silently drop that content:
+	// refused, naming the header.
+	k3 := e.do(acmeKey, "whatsapp", "application/x-ndjson", env1("r4"), "Idempotency-Key", "req-1")
+	if k3.status != 422 || !strings.Contains(string(k3.body), "Idempotency-Key") {
+		t.Fatalf("Idempotency-Key reused with another body: %d %s, want 422 naming the header", k3.status, k3.body)
+	}
 	recs := e.records("pacer.whatsapp")
+	if len(recs["r4"]) != 0 {
+		t.Errorf("r4, sent with a reused Idempotency-Key, reached the topic")
+	}
 	for _, id := range []string{"r1", "r2", "r3"} {
 		if len(recs[id]) != 1 {
 			t.Errorf("id %s on the topic %d times, want once", id, len(recs[id]))
