@@ -40,10 +40,12 @@
 -- urate * (factor - 1) (or step_u when factor is 0) and k the increases in a
 -- row since the last counted throttle: the probe starts gently near the
 -- rate the last decrease found and accelerates while the provider accepts.
--- The rate rises by at least 1 and is capped at ceil_u. A probe from below
--- the last estimated capacity (cap) stops at cap and starts over gently
--- (k = 0) from there, since that is where the provider refused last;
--- otherwise k grows by one. A new window starts now. One call raises the
+-- The rate rises by at least 1 and is capped at ceil_u. A rate below the
+-- last estimated capacity (cap) goes straight to cap after one clean window
+-- (the provider took that much moments ago; the cut left a margin below it
+-- and the clean window shows the dip that caused it is over), and the probe
+-- starts over gently (k = 0) from there, since that is where the provider
+-- refused last; otherwise k grows by one. A new window starts now. One call raises the
 -- rate at most once, however long the key was idle.
 --
 -- Writes: KEYS[4] as described above (a window of at least 5 s; PEXPIRE
@@ -129,7 +131,7 @@ end
 inc = math.min(inc * accel ^ math.min(s.k, 64), ceil_u)
 local u = math.max(s.urate + 1, math.floor(s.urate + inc))
 local k = math.min(s.k + 1, 64)
-if s.urate < s.cap and u >= s.cap then
+if s.urate < s.cap then
   u, k = s.cap, 0
 end
 reschedule(s.urate, math.min(u, ceil_u))

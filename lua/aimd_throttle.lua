@@ -43,6 +43,8 @@
 -- ARGV[10] pause_tokens: after a decrease, the cooldown lasts at least until
 --          the provider's bucket has earned this many tokens at the new rate
 --          (burst_tokens / new rate), integer >= 0; 0: no pause
+-- ARGV[11] paced_u: the adapted rate the throttled send was paced at, in
+--          millionths, integer >= 0; 0: unknown
 --
 -- Reply: array of 4 integers {urate, change, cooldown_ms, streak}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
@@ -57,9 +59,11 @@
 -- at once.
 --
 -- Three cases, each counting the throttle in n or starting a new count:
--- - now < hold_us (coalesced): a reply to the same burst of in-flight
---   requests as the last counted throttle: n grows by one; the rate, streak
---   and last_us stay; hold_us and win_us only move out to the cooldown's end.
+-- - now < hold_us, or paced_u > urate (coalesced): a reply to the same
+--   burst of in-flight requests as the last counted throttle, or a send
+--   paced above the current rate by a replica that had not yet seen the
+--   last decrease: n grows by one; the rate, streak and last_us stay;
+--   hold_us and win_us only move out to the cooldown's end.
 -- - last_us = 0 or now >= last_us + persist_us (lone): a new episode starts:
 --   ep_us = last_us = now, n = 0, k = 0, hold_us = max(now + coalesce_us,
 --   cooldown end), win_us = max(win_us, cooldown end). The rate stays.
@@ -96,6 +100,10 @@ local pause_tokens = tonumber(ARGV[10])
 if not int(pause_tokens, 0) then
   return redis.error_reply('ERR aimd: pause_tokens must be an integer >= 0')
 end
+local paced_u = tonumber(ARGV[11] or '0')
+if not int(paced_u, 0) then
+  return redis.error_reply('ERR aimd: paced_u must be an integer >= 0')
+end
 if not decrease or not (decrease > 0 and decrease < 1) then
   return redis.error_reply('ERR aimd: decrease must be a number in (0, 1)')
 end
@@ -120,7 +128,7 @@ if not s then
   s = {urate = ceil_u, last_us = 0, hold_us = 0, win_us = 0, streak = 0, ep_us = 0, n = 0, k = 0, acc = 0, cap = 0}
 end
 s.acc = s.acc + accepted
-if now < s.hold_us then
+if now < s.hold_us or (paced_u > 0 and paced_u > s.urate) then
   s.n = s.n + 1
   s.hold_us = math.max(s.hold_us, cd)
   s.win_us = math.max(s.win_us, cd)

@@ -22,7 +22,7 @@ type Adapter interface {
 	// ThrottledAfter and RecoverAfter also report the sends of the key this
 	// process saw accepted since it last reported them: the estimate of the
 	// provider's capacity when throttles persist.
-	ThrottledAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD, hint time.Duration, accepted int) (adapt.Adapted, error)
+	ThrottledAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD, hint time.Duration, accepted int, paced float64) (adapt.Adapted, error)
 	RecoverAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD, accepted int) (adapt.Adapted, error)
 	// Adapted reads a key's adaptive state and cooldown without changing them.
 	Adapted(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD) (adapt.Adapted, error)
@@ -112,13 +112,6 @@ type keyState struct {
 	// normalWaiting counts the key's normal senders in acquire.
 	handoff       chan struct{}
 	normalWaiting atomic.Int32
-	// lastSlot is the latest slot handed out to a sender of the key in
-	// this process; raisedAfter, set when the key's limit rose, is when
-	// the slots granted at the old rate end: slots of the new rate before
-	// it are skipped (see acquire).
-	lastSlot    time.Time
-	raisedAfter time.Time
-
 	// accepted counts the sends of the key the provider accepted since the
 	// last report to the shared state (RecoverAfter, ThrottledAfter).
 	accepted atomic.Int64
@@ -439,7 +432,6 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	}
 	ceilingChanged := st.pol.Limit != pol.Limit
 	st.pol = pol
-	prev := st.limit
 	if aerr == nil {
 		if a.Increased {
 			log.Info("clean window: rate raised", "rate", a.Rate, "ceiling", a.Ceiling)
@@ -447,12 +439,6 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		st.set(a, pol.Limit, now)
 	} else if ceilingChanged {
 		st.limit = pol.Limit
-	}
-	if st.limit.PerSecond > prev.PerSecond && st.lastSlot.After(now) {
-		// The bucket counts the slots granted ahead as tokens: at a higher
-		// rate it would start new slots among those this process already
-		// handed out at the old one. New slots start after them instead.
-		st.raisedAfter = st.lastSlot.Add(time.Duration(float64(time.Second) / st.limit.PerSecond))
 	}
 	if berr == nil {
 		st.breaker = bs.State
@@ -477,7 +463,9 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 // throttled applies a key-wide throttle: one AIMD decrease for the burst of
 // throttles it belongs to, and a cooldown every replica honours. A key
 // throttled again and again at its floor trips the breaker.
-func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol KeyPolicy, perr *channels.Error, log *slog.Logger) {
+// paced is the adapted rate the throttled send was paced at (see
+// [adapt.Adapter.ThrottledAfter]).
+func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol KeyPolicy, paced float64, perr *channels.Error, log *slog.Logger) {
 	hint := time.Duration(0)
 	code := codeOf(perr)
 	if perr != nil {
@@ -486,7 +474,7 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol Key
 	var a adapt.Adapted
 	n := st.accepted.Swap(0)
 	if err := p.redis(ctx, log, func() (err error) {
-		a, err = p.adapter.ThrottledAfter(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, hint, int(n))
+		a, err = p.adapter.ThrottledAfter(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, hint, int(n), paced)
 		return err
 	}); err != nil {
 		st.accepted.Add(n)

@@ -145,6 +145,7 @@ type flight struct {
 	probe   bool      // this send is the breaker's half-open probe
 	sent    bool      // a request left: its outcome is written even after a revoke
 	slotAt  time.Time // when the send slot started (the slot step returned)
+	paced   float64   // msgs/s: the key's adapted rate this process knew when the slot started
 	claimed bool      // this flight holds the id's claim in the ledger
 	locked  bool      // this flight holds the id in this process (lockID)
 	log     *slog.Logger
@@ -322,6 +323,9 @@ func (p *Pacer) slot(f *flight) outcome {
 	}
 	p.m.bucketWait.WithLabelValues().Observe(time.Since(f.waitStart).Seconds())
 	f.slotAt = time.Now()
+	f.st.mu.Lock()
+	f.paced = f.st.adapted.Rate
+	f.st.mu.Unlock()
 	return next()
 }
 
@@ -426,7 +430,7 @@ func (p *Pacer) send(f *flight) outcome {
 			p.accountThrottled(ctx, f.pol, perr, f.log)
 			return outcome{kind: again} // the account gate holds it
 		}
-		p.throttled(ctx, f.env.Key, f.st, f.pol, perr, f.log)
+		p.throttled(ctx, f.env.Key, f.st, f.pol, f.paced, perr, f.log)
 		return outcome{kind: again}
 	case channels.Transient:
 		f.m.attempt++
@@ -681,15 +685,6 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 		}
 		p.m.takeLatency.WithLabelValues().Observe(time.Since(start).Seconds())
 		if res.OK {
-			st.mu.Lock()
-			skip := res.At.Before(st.raisedAfter)
-			if !skip && res.At.After(st.lastSlot) {
-				st.lastSlot = res.At
-			}
-			st.mu.Unlock()
-			if skip {
-				continue // among the slots granted before the key's limit rose
-			}
 			if !sleep(ctx, res.Delay) {
 				return 0, "", false
 			}

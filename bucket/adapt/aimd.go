@@ -59,8 +59,9 @@ const (
 //   - Probing up starts gently and accelerates ([AIMD].Factor, Step,
 //     Accelerate, Window): the increase doubles with each clean window in a
 //     row, so a rate cut by a passing dip is back at its ceiling in seconds,
-//     and the next throttle stops the acceleration. A probe stops at the
-//     last estimated capacity and goes on above it gently, from Factor.
+//     and the next throttle stops the acceleration. A rate below the last
+//     estimated capacity returns to it after one clean window, and the
+//     probe goes on above it gently, from Factor.
 //
 // The adapted rate lives in Redis, in the hash
 // "<prefix>:{<channel>:<key>}:aimd" ([bucket.Keys].AIMD), so every replica
@@ -266,6 +267,15 @@ func pauseTokens(a AIMD, ceiling bucket.Limit) int {
 	return ceiling.Burst
 }
 
+// pacedU is paced (msgs/s) in millionths for aimd_throttle.lua, 0 when
+// unknown, NaN or not positive.
+func pacedU(paced float64) int64 {
+	if !(paced > 0) {
+		return 0
+	}
+	return int64(math.Round(min(paced, adaptMaxRate) * 1e6))
+}
+
 // defaultJitter is the default [AIMD].Jitter.
 const defaultJitter = 25 * time.Millisecond
 
@@ -438,7 +448,7 @@ func (a Adapted) Limit(ceiling bucket.Limit) bucket.Limit {
 // ([AIMD.Validate]). Other errors wrap the Redis error. Throttled is safe
 // for concurrent use.
 func (l *Adapter) Throttled(ctx context.Context, channel, key string, ceiling bucket.Limit, a AIMD, hint time.Duration) (Adapted, error) {
-	return l.ThrottledAfter(ctx, channel, key, ceiling, a, hint, 0)
+	return l.ThrottledAfter(ctx, channel, key, ceiling, a, hint, 0, 0)
 }
 
 // ThrottledAfter is [Adapter.Throttled] that also reports accepted, the
@@ -448,7 +458,15 @@ func (l *Adapter) Throttled(ctx context.Context, channel, key string, ceiling bu
 // the throttle episode, per second: what a saturated provider really
 // takes. Without reports, the refusals per second stand in for it. An
 // accepted < 0 counts as 0.
-func (l *Adapter) ThrottledAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a AIMD, hint time.Duration, accepted int) (Adapted, error) {
+//
+// paced is the adapted rate (msgs/s) the caller knew when it started the
+// throttled send's slot, 0 if unknown. A send paced above the current
+// adapted rate was started by a replica that had not yet seen the last
+// decrease (each learns of it within its next refresh, about a second): its
+// throttle is the tail of the decrease already made, and it sets the
+// cooldown without counting as a new one. Without it, every replica's
+// slots granted at the old rate would cut the rate again.
+func (l *Adapter) ThrottledAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a AIMD, hint time.Duration, accepted int, paced float64) (Adapted, error) {
 	p, err := a.args(ceiling)
 	if err != nil {
 		return Adapted{}, err
@@ -456,7 +474,7 @@ func (l *Adapter) ThrottledAfter(ctx context.Context, channel, key string, ceili
 	cd := clampCooldown(hint, p.minCooldown, p.maxCooldown)
 	ad, err := l.runAIMD(ctx, "throttled", aimdThrottleScript, channel, key, ceiling, p, -1, 0,
 		wire.Rate(p.decrease), p.coalesceUs, int64(cd/time.Millisecond), p.idleMs, p.persistUs,
-		wire.Rate(p.backoff), max(accepted, 0), pauseTokens(a, ceiling))
+		wire.Rate(p.backoff), max(accepted, 0), pauseTokens(a, ceiling), pacedU(paced))
 	if err != nil {
 		return Adapted{}, err
 	}
@@ -493,8 +511,9 @@ func (l *Adapter) Recover(ctx context.Context, channel, key string, ceiling buck
 // began reach 90% of the rate over the window less a second (the reports
 // of other replicas arrive up to a second late). A probe that outran what
 // the replicas really send (slots granted ahead at an older rate, a key
-// short of messages) would climb blind. A probe from below the capacity
-// the last decrease estimated stops there and starts over gently.
+// short of messages) would climb blind. A rate below the capacity the last
+// decrease estimated returns to it after one clean window, and the probe
+// starts over gently from there.
 func (l *Adapter) RecoverAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a AIMD, accepted int) (Adapted, error) {
 	return l.recover(ctx, channel, key, ceiling, a, accepted, true)
 }

@@ -38,6 +38,7 @@ type aimdStep struct {
 	streak   int           // want Adapted.FloorStreak
 	ceiling  float64       // ceiling.PerSecond for this step; 0: the table's
 	accepted int           // throttle, recover: accepted sends reported
+	paced    float64       // throttle: the rate the send was paced at (0: unknown)
 }
 
 // adapts runs steps on one key. Rates are exact on both backends (steps
@@ -767,13 +768,13 @@ func ExampleAdapter_Throttled() {
 	}
 	// One refusal at the edge of the provider's burst: no cut, one token
 	// interval of cooldown. The pacing limit keeps jitter headroom.
-	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 0))
+	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 0, 0))
 	// 0.6 s later, after replicas saw 27 sends accepted, another: throttles
 	// persist, the provider takes about 45/s: the rate goes to 0.95 of it
 	// (42.75/s, never below 0.8 of the rate at once: 64), with a pause for
 	// the provider to earn back its burst.
 	mr.SetTime(t0.Add(600 * time.Millisecond))
-	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 27))
+	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 27, 0))
 	// Clean 2 s windows after the pause, the rate in use (the replicas
 	// report about 64 and 65 sends a second): +2%, then +4%.
 	mr.SetTime(t0.Add(3 * time.Second))
@@ -841,7 +842,7 @@ func (e *env) adaptsNear(t *testing.T, a adapt.AIMD, steps []aimdStep) {
 			var err error
 			switch s.op {
 			case opThrottle:
-				ad, err = e.l.ThrottledAfter(t.Context(), "test", "k", lim100, a, s.hint, s.accepted)
+				ad, err = e.l.ThrottledAfter(t.Context(), "test", "k", lim100, a, s.hint, s.accepted, s.paced)
 			case opRecover:
 				ad, err = e.l.RecoverAfter(t.Context(), "test", "k", lim100, a, s.accepted)
 			}
@@ -868,7 +869,8 @@ func (e *env) adaptsNear(t *testing.T, a adapt.AIMD, steps []aimdStep) {
 // TestAIMDAcceptedEstimate checks the estimate from accepted sends: what
 // every replica reported accepted over the episode, per second, is the
 // capacity of a provider that keeps refusing; the cut goes to Backoff of
-// it, and the probe stops at it (the cap) and goes on gently from there.
+// it; one clean window returns the rate to it (the cap), and the probe goes
+// on gently from there.
 func TestAIMDAcceptedEstimate(t *testing.T) {
 	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
 		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
@@ -886,14 +888,38 @@ func TestAIMDAcceptedEstimate(t *testing.T) {
 			// 0.04 s = 2.6 sends the window beyond its first second calls for,
 			// 1 was reported. No increase.
 			{at: 1600 * ms, op: opRecover, rate: 72},
-			{at: 1700 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 80}, // * 1.1
-			{at: 2800 * ms, op: opRecover, rate: 80, change: 1, accepted: 80},   // * 1.2 would pass the cap, 80
-			{at: 3900 * ms, op: opRecover, rate: 88, change: 1, accepted: 80},   // from the cap: * 1.1 again
-			{at: 5000 * ms, op: opRecover, rate: 100, change: 1, accepted: 100}, // * 1.2, capped at the ceiling
+			{at: 1700 * ms, op: opRecover, rate: 80, change: 1, accepted: 80},  // below the cap: straight to it
+			{at: 2800 * ms, op: opRecover, rate: 88, change: 1, accepted: 80},  // from the cap: * 1.1
+			{at: 3900 * ms, op: opRecover, rate: 100, change: 1, accepted: 90}, // * 1.2, capped at the ceiling
 		})
 		if n := e.rdb.Exists(t.Context(), e.keys.AIMD("test", "k")).Val(); n != 0 {
 			t.Fatal("the aimd hash outlived the return to the ceiling")
 		}
+	})
+}
+
+// TestAIMDStaleReplicaThrottle checks that a throttle of a send paced
+// above the current adapted rate (a replica that had not yet seen the last
+// decrease) sets the cooldown and counts as part of that decrease, where
+// the same throttle paced at the current rate cuts again.
+func TestAIMDStaleReplicaThrottle(t *testing.T) {
+	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd, paced: 100},                                 // lone
+			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: cd, accepted: 40, paced: 100}, // 80/s * 0.9
+			// 300 ms later, past the coalescing, a replica still pacing at
+			// 100/s is refused: part of the decrease made, no new cut.
+			{at: 800 * ms, op: opThrottle, rate: 72, cooldown: cd, paced: 100},
+			{at: 900 * ms, op: opThrottle, rate: 72, cooldown: cd, paced: 100},
+			// Paced at no more than the current rate, a throttle within
+			// Persist cuts: 30 accepted in the 0.5 s since the decrease, 60/s *
+			// 0.9.
+			{at: 1000 * ms, op: opThrottle, rate: 54, change: -1, cooldown: cd, accepted: 30, paced: 70},
+		})
 	})
 }
 

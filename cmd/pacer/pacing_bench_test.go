@@ -278,6 +278,19 @@ func runPacingScenario(t *testing.T, sc pacingScenario, tag string) pacingResult
 	if _, err := kadm.NewClient(cl).CreateTopic(context.Background(), 6, -1, nil, e.topic); err != nil {
 		t.Fatal(err)
 	}
+	env := append([]string{fmt.Sprintf("PACER_WHATSAPP_RATE=%g", sc.rate), fmt.Sprintf("PACER_WHATSAPP_BURST=%d", sc.burst)}, sc.extraEnv...)
+	if len(sc.hidden) > 0 && sc.hidden[0].at == 0 {
+		e.fake.SetRate("", sc.hidden[0].rate)
+	}
+	var procs []*proc
+	for range sc.replicas {
+		procs = append(procs, e.run(env...))
+	}
+
+	// The campaign arrives at running replicas, as in production: the group
+	// has settled first, so no rebalance as replicas join (a stop of every
+	// partition for its duration) falls inside the measured run.
+	waitGroupSettled(t, procs)
 	var recs []*kgo.Record
 	for i := range sc.per {
 		for n, k := range keys {
@@ -292,15 +305,6 @@ func runPacingScenario(t *testing.T, sc pacingScenario, tag string) pacingResult
 	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	env := append([]string{fmt.Sprintf("PACER_WHATSAPP_RATE=%g", sc.rate), fmt.Sprintf("PACER_WHATSAPP_BURST=%d", sc.burst)}, sc.extraEnv...)
-	if len(sc.hidden) > 0 && sc.hidden[0].at == 0 {
-		e.fake.SetRate("", sc.hidden[0].rate)
-	}
-	var procs []*proc
-	for range sc.replicas {
-		procs = append(procs, e.run(env...))
-	}
-
 	// The schedule runs from the first request the fake sees.
 	var first time.Time
 	for deadline := time.Now().Add(60 * time.Second); first.IsZero(); time.Sleep(5 * time.Millisecond) {
@@ -334,6 +338,17 @@ func runPacingScenario(t *testing.T, sc pacingScenario, tag string) pacingResult
 	}
 	e.waitDelivered(total, time.Duration(ideal*float64(time.Second))+90*time.Second, procs...)
 	for i, p := range procs {
+		var parts []string
+		for _, m := range []string{"pacer_late_slots_total", "pacer_parked_total", "pacer_duplicates_skipped_total", "pacer_bucket_calls_total"} {
+			for _, sfx := range []string{"", `{channel="whatsapp"}`} {
+				if v, ok := p.metric(t, m+sfx); ok {
+					parts = append(parts, fmt.Sprintf("%s %g", m, v))
+				}
+			}
+		}
+		t.Logf("replica %d: %s", i, strings.Join(parts, ", "))
+	}
+	for i, p := range procs {
 		p.stop(t)
 		if dir := os.Getenv("PACER_BENCH_LOGS"); dir != "" { // the replicas' logs, to study a run
 			name := fmt.Sprintf("%s/%s-%d.log", dir, strings.NewReplacer(" ", "_", "/", "_").Replace(sc.name), i)
@@ -354,6 +369,33 @@ func runPacingScenario(t *testing.T, sc pacingScenario, tag string) pacingResult
 	}
 	t.Logf("per second from the first request, accepted/throttled: %s", perSecond(e.fake.Arrivals(), first))
 	return measurePacing(sc, keys, first, e.fake.Arrivals(), e.fake.Stats(), total)
+}
+
+// waitGroupSettled waits until every replica has partitions assigned and
+// none has logged an assignment or a revocation for 2 s.
+func waitGroupSettled(t *testing.T, procs []*proc) {
+	t.Helper()
+	count := func() (n int, all bool) {
+		all = true
+		for _, p := range procs {
+			l := p.logs()
+			a := strings.Count(l, `msg="partitions assigned"`)
+			n += a + strings.Count(l, `msg="partitions revoked"`)
+			all = all && a > 0
+		}
+		return n, all
+	}
+	last, since := -1, time.Now()
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		n, all := count()
+		if n != last {
+			last, since = n, time.Now()
+		}
+		if all && time.Since(since) >= 2*time.Second {
+			return
+		}
+	}
+	t.Fatalf("the consumer group did not settle within 90 s\n%s", procs[0].logs())
 }
 
 // measurePacing computes the bench's figures from the fake's arrivals.
