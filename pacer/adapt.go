@@ -27,10 +27,10 @@ type Adapter interface {
 	// Adapted reads a key's adaptive state and cooldown without changing them.
 	Adapted(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD) (adapt.Adapted, error)
 	// PairThrottled sets the shared cooldown of one pair (key, recipient)
-	// after a pair-scoped throttle; PairCooldowns reads a key's pairs in
-	// cooldown (see adapt.Adapter.PairThrottled).
-	PairThrottled(ctx context.Context, channel, key, sub string, base, maxCooldown time.Duration) (time.Duration, int, error)
-	PairCooldowns(ctx context.Context, channel, key string) (map[string]time.Duration, error)
+	// and learned rate after a pair-scoped throttle; Pairs reads a key's
+	// throttled pairs (see adapt.Adapter.PairThrottled).
+	PairThrottled(ctx context.Context, channel, key, sub string, base, maxCooldown time.Duration, rate float64) (adapt.Pair, error)
+	Pairs(ctx context.Context, channel, key string) (map[string]adapt.Pair, error)
 	BreakerAllow(ctx context.Context, channel, key string, b adapt.Breaker, owner string) (allowed, probe bool, wait time.Duration, err error)
 	BreakerResult(ctx context.Context, channel, key string, b adapt.Breaker, ok bool, reason string) (adapt.BreakerState, error)
 	BreakerStatus(ctx context.Context, channel, key string) (adapt.BreakerStatus, error)
@@ -126,9 +126,11 @@ type keyState struct {
 	mark      time.Time
 	markCount uint64
 	// pairs are the key's recipients (by recipientSub) in a pair cooldown,
-	// with its end: set by this process's pair throttles and re-read from
-	// Redis with the rest of the key's state.
-	pairs map[string]time.Time
+	// with its end; pairRates their learned rates (msgs/s): set by this
+	// process's pair throttles and re-read from Redis with the rest of the
+	// key's state.
+	pairs     map[string]time.Time
+	pairRates map[string]float64
 	// ahead bounds the senders of this process holding a slot of the key
 	// that has not started (see aheadGate).
 	ahead chan struct{}
@@ -209,14 +211,36 @@ func (st *keyState) pairLeft(sub string, now time.Time) time.Duration {
 	return max(st.pairs[sub].Sub(now), 0)
 }
 
-// setPair records that the pair (key, sub) cools down for d from now.
-func (st *keyState) setPair(sub string, d time.Duration) {
+// setPair records that the pair (key, sub) cools down for d from now and
+// is paced at rate msgs/s (0: no learned rate) after.
+func (st *keyState) setPair(sub string, d time.Duration, rate float64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.pairs == nil {
 		st.pairs = map[string]time.Time{}
 	}
 	st.pairs[sub] = maxTime(st.pairs[sub], time.Now().Add(d))
+	if rate > 0 {
+		if st.pairRates == nil {
+			st.pairRates = map[string]float64{}
+		}
+		st.pairRates[sub] = rate
+	}
+}
+
+// anyPairRate reports whether any pair of the key has a learned rate.
+func (st *keyState) anyPairRate() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.pairRates) > 0
+}
+
+// pairRate returns the learned rate of the pair (key, sub) in msgs/s, 0
+// when it has none.
+func (st *keyState) pairRate(sub string) float64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.pairRates[sub]
 }
 
 // maxTime returns the later of a and b.
@@ -411,7 +435,7 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		st.accepted.Add(n) // reported with the next call
 	}
 	bs, berr := p.adapter.BreakerStatus(ctx, p.cfg.Channel, key)
-	pairs, perr := p.adapter.PairCooldowns(ctx, p.cfg.Channel, key)
+	pairs, perr := p.adapter.Pairs(ctx, p.cfg.Channel, key)
 
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -450,12 +474,19 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 				delete(st.pairs, sub)
 			}
 		}
-		for sub, left := range pairs {
-			if st.pairs == nil {
-				st.pairs = map[string]time.Time{}
+		rates := map[string]float64{}
+		for sub, pr := range pairs {
+			if pr.Left > 0 {
+				if st.pairs == nil {
+					st.pairs = map[string]time.Time{}
+				}
+				st.pairs[sub] = maxTime(st.pairs[sub], now.Add(pr.Left))
 			}
-			st.pairs[sub] = maxTime(st.pairs[sub], now.Add(left))
+			if pr.Rate > 0 {
+				rates[sub] = pr.Rate
+			}
 		}
+		st.pairRates = rates
 	}
 	return st.limit, st.pol
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
@@ -462,20 +463,28 @@ func (p *Pacer) pairThrottled(f *flight, perr *channels.Error) outcome {
 	}
 	_, maxCD := f.pol.AIMD.CooldownBounds()
 	base = min(base, maxCD)
+	// The pair's rate after its first throttle: the configured recipient
+	// rate, else one message per base cooldown; halved by each later
+	// throttle (adapt.Adapter.PairThrottled).
+	rate := 1 / base.Seconds()
+	if rl := f.pol.RecipientLimit; rl.PerSecond > 0 {
+		rate = min(rate, rl.PerSecond)
+	}
 	sub := recipientSub(f.env.To)
-	var d time.Duration
-	var n int
+	var pr adapt.Pair
 	if err := p.redis(f.w.ctx, f.log, func() (err error) {
-		d, n, err = p.adapter.PairThrottled(f.w.ctx, p.cfg.Channel, f.env.Key, sub, base, maxCD)
+		pr, err = p.adapter.PairThrottled(f.w.ctx, p.cfg.Channel, f.env.Key, sub, base, maxCD, rate)
 		return err
 	}); err != nil {
 		if !errors.Is(err, errRedisDown) {
 			return stop()
 		}
-		d = time.Second << min(2*(f.pairThrottles-1), 12) // without Redis: this message's own 4^n s
+		pr.Left = time.Second << min(2*(f.pairThrottles-1), 12) // without Redis: this message's own 4^n s
 	}
-	f.st.setPair(sub, d)
-	f.log.Info("pair throttled; this recipient waits, the key's others do not", "code", codeOf(perr), "after", d, "pair_throttles", n)
+	d := pr.Left
+	f.st.setPair(sub, d, pr.Rate)
+	f.log.Info("pair throttled; this recipient waits, the key's others do not", "code", codeOf(perr), "after", d,
+		"pair_rate", pr.Rate, "pair_throttles", pr.Throttles)
 	if d > p.cfg.MaxTokenWait {
 		return requeue("pair-throttle", d)
 	}
@@ -755,11 +764,18 @@ func lateSlot(lim bucket.Limit) time.Duration {
 }
 
 // reserve asks b for one slot of key under lim (the adapted limit of
-// pol.Limit): with a recipient bucket, one all-or-nothing reservation of
-// both; else through the key's Dispenser (one Redis call per lease) when
+// pol.Limit): with a recipient bucket (configured, or a pair's learned
+// rate, the lower of the two), one all-or-nothing reservation of both; else through the key's Dispenser (one Redis call per lease) when
 // leases are on for the key and st != nil; else one reservation.
 func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keyState, pol KeyPolicy, lim bucket.Limit) (bucket.Reservation, error) {
-	if pol.RecipientLimit != (bucket.Limit{}) {
+	rl := pol.RecipientLimit
+	if st != nil && st.anyPairRate() {
+		// A pair that learned its rate from throttles is paced at it.
+		if r := st.pairRate(recipientSub(to)); r > 0 && (rl == (bucket.Limit{}) || r < rl.PerSecond) {
+			rl = bucket.Limit{PerSecond: r, Burst: 1}
+		}
+	}
+	if rl != (bucket.Limit{}) {
 		// A slot far ahead for a busy recipient would charge the key's
 		// bucket at that slot too and hold other recipients behind it, so
 		// a multi reservation looks no further ahead than the key's burst
@@ -768,7 +784,7 @@ func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keySt
 		p.m.bucketCalls.WithLabelValues().Inc()
 		return b.ReserveMulti(ctx, p.cfg.Channel, key, []bucket.Request{
 			{Limit: lim, Cost: 1},
-			{Sub: recipientSub(to), Limit: pol.RecipientLimit, Cost: 1},
+			{Sub: recipientSub(to), Limit: rl, Cost: 1},
 		}, max(min(p.cfg.MaxTokenWait, reach), time.Millisecond))
 	}
 	n := p.cfg.leaseSize(pol.Limit, lim)

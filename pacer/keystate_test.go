@@ -55,7 +55,7 @@ func (a *stubAdapter) Adapted(_ context.Context, _, _ string, ceiling bucket.Lim
 	return adapt.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
 }
 
-func (a *stubAdapter) PairCooldowns(context.Context, string, string) (map[string]time.Duration, error) {
+func (a *stubAdapter) Pairs(context.Context, string, string) (map[string]adapt.Pair, error) {
 	return nil, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -833,6 +834,55 @@ func TestPairThrottleHoldsOnlyThePair(t *testing.T) {
 	}
 	if pairs != 1 {
 		t.Errorf("no shared pair cooldown in Redis")
+	}
+}
+
+// TestPairLearnedRatePacesThePair: after a pair's throttle, its waiting
+// messages go at the pair's learned rate (one per base cooldown, 1/s here)
+// once the cooldown ends, not at once into the provider's emptied pair
+// bucket; another recipient of the key is not paced by it.
+func TestPairLearnedRatePacesThePair(t *testing.T) {
+	h := newHarness(t, map[string][]error{
+		"a": {&channels.Error{Channel: "test", Status: 400, Code: "131056", Class: channels.Throttle, Scope: channels.ScopePair}},
+	})
+	h.sender.at = map[string]time.Time{}
+	h.produce(`{"id":"a","key":"k1","to":"1555000111"}`)
+	ids := []string{"b1", "b2", "b3"}
+	produced := false
+	h.run(func() bool {
+		if !produced && h.sender.count(h.sender.calls, "a") == 1 {
+			produced = true
+			var envs []string
+			for _, id := range ids {
+				envs = append(envs, fmt.Sprintf(`{"id":%q,"key":"k1","to":"1555000111"}`, id))
+			}
+			envs = append(envs, `{"id":"c1","key":"k1","to":"1555000222"}`, `{"id":"c2","key":"k1","to":"1555000222"}`)
+			h.produce(envs...)
+		}
+		for _, id := range append(ids, "a", "c1", "c2") {
+			if h.sender.count(h.sender.success, id) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	h.sender.mu.Lock()
+	var at []time.Time
+	for _, id := range append([]string{"a"}, ids...) {
+		at = append(at, h.sender.at[id])
+	}
+	c := h.sender.at["c2"].Sub(h.sender.at["c1"])
+	h.sender.mu.Unlock()
+	slices.SortFunc(at, func(x, y time.Time) int { return x.Compare(y) })
+	for i := 1; i < len(at); i++ {
+		// 1 s apart at the learned 1/s; a sender may use its slot up to a
+		// quarter of an interval late, so the next can follow 0.75 s after.
+		if gap := at[i].Sub(at[i-1]); gap < 600*time.Millisecond {
+			t.Errorf("pair sends %d and %d went %v apart, want about 1 s (the pair's learned rate)", i-1, i, gap)
+		}
+	}
+	if c > 500*time.Millisecond {
+		t.Errorf("another recipient's two messages went %v apart, want no pair pacing", c)
 	}
 }
 

@@ -611,64 +611,84 @@ func (l *Adapter) Achieved(ctx context.Context, channel, key string) (perSecond 
 	return float64(n) / 1000, true, nil
 }
 
+// Pair is the shared state of one throttled pair (key, recipient).
+type Pair struct {
+	Left      time.Duration // cooldown left, >= 0, rounded up to the millisecond
+	Rate      float64       // the pair's learned rate, msgs/s; 0: none
+	Throttles int           // throttles counted since the pair was last quiet for 10 minutes
+}
+
+// PairMinRate is the least rate a pair's halving reaches: one message a
+// minute, the pace its cooldowns allow anyway.
+const PairMinRate = 1.0 / 60
+
 // PairThrottled records that the provider throttled one pair of (channel,
 // key): one recipient, named by sub (a hash of the address, never the
 // address), as WhatsApp 131056 or a per-device limit does. It sets the
-// pair's cooldown in Redis, shared by every replica ([Adapter.PairCooldowns]),
-// and returns it with the number of throttles of the pair counted (a pair
-// quiet for 10 minutes counts anew).
+// pair's cooldown and learned rate in Redis, shared by every replica
+// ([Adapter.Pairs]), and returns them with the number of throttles of the
+// pair counted (a pair quiet for 10 minutes counts anew).
 //
-// The first throttle sets base (the provider's hint, or the pair's token
-// interval); each later one max([PairAgain], base), so that a pair is
-// throttled at most once more a minute (retries further apart than
-// WhatsApp's 4^X s for X <= 2); never above maxCooldown, and never
-// shortening a cooldown set already. It does not grow further: the pair's
-// provider bucket refills while it waits. The key's own
-// rate and other recipients are untouched.
+// The first throttle sets the cooldown base (the provider's hint, or the
+// pair's token interval) and the pair's rate to rate (msgs/s, e.g. the
+// provider's documented pair rate); each later one a cooldown of
+// max([PairAgain], base) and half the rate, never below min(rate,
+// [PairMinRate]), so that a pair is throttled at most once more a minute
+// (retries further apart than WhatsApp's 4^X s for X <= 2) and, once the
+// cooldown ends, its waiting messages go at the learned rate rather than
+// at once into the provider's emptied pair bucket. Cooldowns are never
+// above maxCooldown nor shortened, and do not grow further: the pair's
+// provider bucket refills while it waits. The key's own rate and other
+// recipients are untouched.
 //
-// It returns an error without calling Redis for an empty sub or base or
-// maxCooldown outside [1ms, 10 years] with base <= maxCooldown; other
-// errors wrap the Redis error. PairThrottled is safe for concurrent use.
-func (l *Adapter) PairThrottled(ctx context.Context, channel, key, sub string, base, maxCooldown time.Duration) (time.Duration, int, error) {
-	if sub == "" || base < time.Millisecond || base > maxCooldown || maxCooldown > adaptMaxPeriod {
-		return 0, 0, fmt.Errorf("%w: pair throttle: sub %q, base %v, max %v", ErrInvalidAIMD, sub, base, maxCooldown)
+// It returns an error without calling Redis for an empty sub, base or
+// maxCooldown outside [1ms, 10 years] with base <= maxCooldown, or a rate
+// not in (0, 1e9]; other errors wrap the Redis error. PairThrottled is safe
+// for concurrent use.
+func (l *Adapter) PairThrottled(ctx context.Context, channel, key, sub string, base, maxCooldown time.Duration, rate float64) (Pair, error) {
+	if sub == "" || base < time.Millisecond || base > maxCooldown || maxCooldown > adaptMaxPeriod || !(rate > 0 && rate <= adaptMaxRate) {
+		return Pair{}, fmt.Errorf("%w: pair throttle: sub %q, base %v, max %v, rate %v", ErrInvalidAIMD, sub, base, maxCooldown, rate)
 	}
 	pk := l.keys.Pairs(channel, key)
+	first := max(int64(math.Round(rate*1e6)), 1)
+	least := min(first, int64(math.Round(PairMinRate*1e6)))
 	v, err := aimdPairScript.Run(ctx, l.rdb, []string{pk}, sub, roundUp(base, time.Microsecond),
 		roundUp(min(max(PairAgain, base), maxCooldown), time.Microsecond), roundUp(maxCooldown, time.Microsecond),
-		roundUp(pairForget, time.Microsecond)).Result()
+		roundUp(pairForget, time.Microsecond), first, least).Result()
 	if err != nil {
-		return 0, 0, fmt.Errorf("adapt: pair throttled %q: %w", pk, err)
+		return Pair{}, fmt.Errorf("adapt: pair throttled %q: %w", pk, err)
 	}
-	var r [2]int64
-	if !wire.Ints(v, r[:]) || r[0] < 1 || r[1] < 1 {
-		return 0, 0, fmt.Errorf("adapt: pair throttled %q: unexpected reply %s", pk, wire.Describe(v))
+	var r [3]int64
+	if !wire.Ints(v, r[:]) || r[0] < 1 || r[1] < 1 || r[2] < 1 {
+		return Pair{}, fmt.Errorf("adapt: pair throttled %q: unexpected reply %s", pk, wire.Describe(v))
 	}
-	return wire.Duration(r[0], time.Millisecond), int(min(r[1], math.MaxInt32)), nil
+	return Pair{Left: wire.Duration(r[0], time.Millisecond), Rate: float64(r[2]) / 1e6, Throttles: int(min(r[1], math.MaxInt32))}, nil
 }
 
-// PairCooldowns returns the pairs of (channel, key) in a cooldown set by
-// [Adapter.PairThrottled], by sub, with the time left (rounded up to the
-// millisecond); an empty map when there are none. The pacer reads it about
+// Pairs returns the throttled pairs of (channel, key) set by
+// [Adapter.PairThrottled], by sub: those in cooldown and those throttled in
+// the last 10 minutes (with their learned rate; Throttles is not read and
+// stays 0); an empty map when there are none. The pacer reads it about
 // once a second per key it sends for. Errors wrap the Redis error.
-func (l *Adapter) PairCooldowns(ctx context.Context, channel, key string) (map[string]time.Duration, error) {
+func (l *Adapter) Pairs(ctx context.Context, channel, key string) (map[string]Pair, error) {
 	pk := l.keys.Pairs(channel, key)
-	v, err := aimdPairsScript.Run(ctx, l.rdb, []string{pk}).Result()
+	v, err := aimdPairsScript.Run(ctx, l.rdb, []string{pk}, roundUp(pairForget, time.Microsecond)).Result()
 	if err != nil {
-		return nil, fmt.Errorf("adapt: pair cooldowns %q: %w", pk, err)
+		return nil, fmt.Errorf("adapt: pairs %q: %w", pk, err)
 	}
 	a, ok := v.([]any)
-	if !ok || len(a)%2 != 0 {
-		return nil, fmt.Errorf("adapt: pair cooldowns %q: unexpected reply %s", pk, wire.Describe(v))
+	if !ok || len(a)%3 != 0 {
+		return nil, fmt.Errorf("adapt: pairs %q: unexpected reply %s", pk, wire.Describe(v))
 	}
-	out := make(map[string]time.Duration, len(a)/2)
-	for i := 0; i < len(a); i += 2 {
+	out := make(map[string]Pair, len(a)/3)
+	for i := 0; i < len(a); i += 3 {
 		sub, ok1 := a[i].(string)
 		ms, ok2 := a[i+1].(int64)
-		if !ok1 || !ok2 || ms < 1 {
-			return nil, fmt.Errorf("adapt: pair cooldowns %q: unexpected reply %s", pk, wire.Describe(v))
+		ru, ok3 := a[i+2].(int64)
+		if !ok1 || !ok2 || !ok3 || ms < 0 || ru < 0 {
+			return nil, fmt.Errorf("adapt: pairs %q: unexpected reply %s", pk, wire.Describe(v))
 		}
-		out[sub] = wire.Duration(ms, time.Millisecond)
+		out[sub] = Pair{Left: wire.Duration(ms, time.Millisecond), Rate: float64(ru) / 1e6}
 	}
 	return out, nil
 }

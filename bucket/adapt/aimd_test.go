@@ -1033,49 +1033,60 @@ func TestAIMDRefillPause(t *testing.T) {
 	}
 }
 
-// TestPairThrottled checks the shared pair cooldown: base for a pair's
-// first throttle, then max(PairAgain (a minute), base), never above the
-// maximum nor shortened; other pairs and keys untouched; a pair quiet for
-// 10 minutes counts anew.
+// TestPairThrottled checks the shared pair state: for a pair's first
+// throttle the cooldown base and the given rate, then max(PairAgain (a
+// minute), base) and half the rate each time (never below a message a
+// minute), never above the maximum nor shortened; other pairs and keys
+// untouched; a pair quiet for 10 minutes counts anew.
 func TestPairThrottled(t *testing.T) {
 	s := time.Second
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
-		pt := func(key, sub string, base time.Duration, wantCD time.Duration, wantN int) {
+		pt := func(key, sub string, base time.Duration, rate float64, wantCD time.Duration, wantN int, wantRate float64) {
 			t.Helper()
-			cd, n, err := e.l.PairThrottled(ctx, "test", key, sub, base, time.Hour)
-			if err != nil || !e.near(cd, wantCD) || n != wantN {
-				t.Fatalf("PairThrottled(%s, %s) = %v, %d, %v; want %v, %d", key, sub, cd, n, err, wantCD, wantN)
+			pr, err := e.l.PairThrottled(ctx, "test", key, sub, base, time.Hour, rate)
+			if err != nil || !e.near(pr.Left, wantCD) || pr.Throttles != wantN || math.Abs(pr.Rate-wantRate) > 1e-6 {
+				t.Fatalf("PairThrottled(%s, %s) = %+v, %v; want %v, %d, rate %v", key, sub, pr, err, wantCD, wantN, wantRate)
 			}
 		}
-		pt("k", "p1", 2*s, 2*s, 1)
-		pt("k", "p1", 2*s, time.Minute, 2) // max(1m, 2s)
-		pt("k", "p1", 2*s, time.Minute, 3) // again, not 4^n: the pair's bucket refills meanwhile
-		pt("k", "p2", 6*s, 6*s, 1)         // another pair: its own count
-		pt("other", "p1", 2*s, 2*s, 1)     // another key
-		pt("k", "p1", 90*s, 90*s, 4)       // a longer base (hint) wins over the minute
-		if cd, n, err := e.l.PairThrottled(ctx, "test", "k", "p3", 2*s, 30*s); err != nil || !e.near(cd, 2*s) || n != 1 {
-			t.Fatalf("p3 first: %v, %d, %v", cd, n, err)
+		pt("k", "p1", 2*s, 0.5, 2*s, 1, 0.5)
+		pt("k", "p1", 2*s, 0.5, time.Minute, 2, 0.25)  // max(1m, 2s), half the rate
+		pt("k", "p1", 2*s, 0.5, time.Minute, 3, 0.125) // again, not 4^n: the pair's bucket refills meanwhile
+		pt("k", "p2", 6*s, 1.0/6, 6*s, 1, 1.0/6)       // another pair: its own count and rate
+		pt("other", "p1", 2*s, 0.5, 2*s, 1, 0.5)       // another key
+		pt("k", "p1", 90*s, 0.5, 90*s, 4, 0.0625)      // a longer base (hint) wins over the minute
+		for n := 5; n <= 8; n++ {
+			pt("k", "p1", 2*s, 0.5, 90*s, n, max(0.5/float64(int(1)<<(n-1)), adapt.PairMinRate))
 		}
-		if cd, n, err := e.l.PairThrottled(ctx, "test", "k", "p3", 2*s, 30*s); err != nil || !e.near(cd, 30*s) || n != 2 {
-			t.Fatalf("p3 again, max 30s: %v, %d, %v; want the 30s cap", cd, n, err)
+		if pr, err := e.l.PairThrottled(ctx, "test", "k", "p3", 2*s, 30*s, 0.5); err != nil || !e.near(pr.Left, 2*s) || pr.Throttles != 1 {
+			t.Fatalf("p3 first: %+v, %v", pr, err)
 		}
-		got, err := e.l.PairCooldowns(ctx, "test", "k")
-		if err != nil || len(got) != 3 || !e.near(got["p1"], 90*s) || !e.near(got["p2"], 6*s) || !e.near(got["p3"], 30*s) {
-			t.Fatalf("PairCooldowns = %v, %v; want p1 ~90s, p2 ~6s, p3 ~30s", got, err)
+		if pr, err := e.l.PairThrottled(ctx, "test", "k", "p3", 2*s, 30*s, 0.5); err != nil || !e.near(pr.Left, 30*s) || pr.Throttles != 2 {
+			t.Fatalf("p3 again, max 30s: %+v, %v; want the 30s cap", pr, err)
 		}
-		if _, _, err := e.l.PairThrottled(ctx, "test", "k", "", s, time.Hour); !errors.Is(err, adapt.ErrInvalidAIMD) {
+		got, err := e.l.Pairs(ctx, "test", "k")
+		if err != nil || len(got) != 3 || !e.near(got["p1"].Left, 90*s) || !e.near(got["p2"].Left, 6*s) || !e.near(got["p3"].Left, 30*s) ||
+			math.Abs(got["p1"].Rate-adapt.PairMinRate) > 1e-6 || math.Abs(got["p3"].Rate-0.25) > 1e-6 {
+			t.Fatalf("Pairs = %+v, %v; want p1 ~90s at 1/min, p2 ~6s, p3 ~30s at 0.25/s", got, err)
+		}
+		if _, err := e.l.PairThrottled(ctx, "test", "k", "", s, time.Hour, 1); !errors.Is(err, adapt.ErrInvalidAIMD) {
 			t.Fatalf("empty sub: %v, want ErrInvalidAIMD", err)
+		}
+		if _, err := e.l.PairThrottled(ctx, "test", "k", "p1", s, time.Hour, 0); !errors.Is(err, adapt.ErrInvalidAIMD) {
+			t.Fatalf("rate 0: %v, want ErrInvalidAIMD", err)
 		}
 		if !e.exact() {
 			return
 		}
-		e.at(7 * s) // p2 over
-		if got, _ := e.l.PairCooldowns(ctx, "test", "k"); len(got) != 2 || got["p2"] != 0 {
-			t.Fatalf("after p2's cooldown: %v, want only p1 and p3", got)
+		e.at(7 * s) // p2's cooldown over: still listed with its rate
+		if got, _ := e.l.Pairs(ctx, "test", "k"); len(got) != 3 || got["p2"].Left != 0 || math.Abs(got["p2"].Rate-1.0/6) > 1e-6 {
+			t.Fatalf("after p2's cooldown: %+v, want p2 with no cooldown at 1/6 s", got)
 		}
-		e.at(12 * time.Minute) // p1 over and quiet for 10 minutes: counts anew
-		pt("k", "p1", 2*s, 2*s, 1)
+		e.at(12 * time.Minute) // quiet for 10 minutes: forgotten, and counts anew
+		if got, _ := e.l.Pairs(ctx, "test", "k"); len(got) != 0 {
+			t.Fatalf("after 12 minutes: %+v, want none", got)
+		}
+		pt("k", "p1", 2*s, 0.5, 2*s, 1, 0.5)
 	})
 }
 
