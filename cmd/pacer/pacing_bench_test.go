@@ -66,7 +66,7 @@ type pacingResult struct {
 	pairMax     int           // throttles of the pair after its first
 	pairSpan    time.Duration // from the pair's first throttle to the last accepted send
 	pairPerMin  float64       // throttles per pair per minute after the first
-	othersRate  float64       // accepted msgs/s per number to other recipients (pair scenario)
+	othersRate  float64       // accepted msgs/s per number to other recipients, over their span (pair scenario: also achieved)
 }
 
 func (r pacingResult) utilization() float64 { return r.achieved / r.hiddenAvg }
@@ -483,6 +483,7 @@ func measurePacing(sc pacingScenario, keys []string, first time.Time, arr []what
 		firstThr := time.Time{}
 		after := 0
 		others := 0
+		var firstOther, lastOther time.Time
 		for _, a := range arr {
 			if a.Code == 131056 {
 				if firstThr.IsZero() {
@@ -491,8 +492,12 @@ func measurePacing(sc pacingScenario, keys []string, first time.Time, arr []what
 					after++
 				}
 			}
-			if a.Code == 0 && a.To != "15550000000" {
+			if a.Code == 0 && !a.Throttled && a.To != "15550000000" {
 				others++
+				if firstOther.IsZero() {
+					firstOther = a.At
+				}
+				lastOther = a.At
 			}
 		}
 		r.pairMax = after
@@ -500,7 +505,10 @@ func measurePacing(sc pacingScenario, keys []string, first time.Time, arr []what
 			r.pairSpan = lastOK.Sub(firstThr)
 			r.pairPerMin = float64(after) / max(lastOK.Sub(firstThr).Minutes(), 1.0/60)
 		}
-		r.othersRate = float64(others) / float64(sc.numbers) / span
+		// The other recipients over their own span: the pair's last
+		// messages, held to the pair's rate, trail the campaign.
+		r.othersRate = float64(others-sc.numbers) / float64(sc.numbers) / lastOther.Sub(firstOther).Seconds()
+		r.achieved = r.othersRate
 	}
 	return r
 }
