@@ -25,7 +25,7 @@ end
 -- wrong type.
 local function read()
   local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'urate', 'last_us', 'hold_us', 'win_us', 'streak',
-    'ep_us', 'n', 'k', 'acc', 'cap', 'wacc')
+    'ep_us', 'n', 'k', 'acc', 'cap', 'wacc', 'ceil')
   if not ok or type(h) ~= 'table' or h.err then
     return nil, true
   end
@@ -43,6 +43,13 @@ local function read()
   s.acc = int(h[9], 0) or 0
   s.cap = int(h[10], 0) or 0
   s.wacc = int(h[11], 0) or 0
+  -- A rate at the ceiling it was written under (never cut: lone throttles
+  -- only) follows a changed ceiling, so an operator's raise applies at
+  -- once; a rate the provider cut stays where it was (within the new one).
+  local was = int(h[12], 1)
+  if was and was ~= ceil_u and s.urate >= was then
+    s.urate = ceil_u
+  end
   s.urate = math.max(floor_u, math.min(ceil_u, s.urate))
   return s, false
 end

@@ -143,6 +143,6 @@ if u >= ceil_u then
   return {ceil_u, 0, cd, 0}
 end
 redis.call('HSET', KEYS[1], 'urate', string.format('%.0f', u), 'win_us', string.format('%.0f', now),
-  'streak', '0', 'k', string.format('%.0f', k), 'wacc', '0')
+  'streak', '0', 'k', string.format('%.0f', k), 'wacc', '0', 'ceil', string.format('%.0f', ceil_u))
 redis.call('PEXPIRE', KEYS[1], idle_ms)
 return {u, 1, cd, 0}

@@ -23,6 +23,8 @@
 --                     millionths of a message per second (0: none)
 --            wacc     sends accepted since win_us (see aimd_recover.lua);
 --                     every throttle sets it to 0
+--            ceil     the ceiling (ceil_u) the hash was last written under: a
+--                     rate at it follows a changed ceiling (see aimd_read.lua)
 -- KEYS[2]  cooldown key, as in cooldown.lua: a string, the cooldown's end in
 --          µs of Redis TIME; its TTL only cleans it up
 -- KEYS[3]  the key's token bucket hash (optional): a decrease clears its
@@ -80,7 +82,7 @@
 -- the floor already, else sets it to 0.
 --
 -- Writes: always. On a decrease, KEYS[3] as reschedule does. SET KEYS[2] <end_us> PX cooldown_ms unless the cooldown
--- already ends later (never shortened); HSET of all ten fields of KEYS[1]
+-- already ends later (never shortened); HSET of all twelve fields of KEYS[1]
 -- (DEL first if it has the wrong type) and PEXPIRE KEYS[1] to
 -- (win_us - now) / 1000 + idle_ms.
 
@@ -184,6 +186,7 @@ local f = '%.0f'
 redis.call('HSET', KEYS[1], 'urate', string.format(f, s.urate), 'last_us', string.format(f, s.last_us),
   'hold_us', string.format(f, s.hold_us), 'win_us', string.format(f, s.win_us),
   'streak', string.format(f, s.streak), 'ep_us', string.format(f, s.ep_us), 'n', string.format(f, s.n),
-  'k', string.format(f, s.k), 'acc', string.format(f, s.acc), 'cap', string.format(f, s.cap), 'wacc', '0')
+  'k', string.format(f, s.k), 'acc', string.format(f, s.acc), 'cap', string.format(f, s.cap), 'wacc', '0',
+  'ceil', string.format(f, ceil_u))
 redis.call('PEXPIRE', KEYS[1], left_ms(s.win_us) + idle_ms)
 return {s.urate, change, left_ms(cd), s.streak}

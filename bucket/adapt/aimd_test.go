@@ -923,6 +923,38 @@ func TestAIMDStaleReplicaThrottle(t *testing.T) {
 	})
 }
 
+// TestAIMDCeilingRaiseFollowed: a key whose state holds its ceiling (lone
+// throttles only) follows a raised ceiling at once; one the provider cut
+// keeps its rate under the new ceiling.
+func TestAIMDCeilingRaiseFollowed(t *testing.T) {
+	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Hour, Factor: 1.1, Accelerate: 2}
+	old, raised := bucket.Limit{PerSecond: 50, Burst: 10}, bucket.Limit{PerSecond: 200, Burst: 10}
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		if ad, err := e.l.Throttled(ctx, "test", "lone", old, a, 0); err != nil || ad.Rate != 50 {
+			t.Fatalf("lone throttle: %+v, %v", ad, err)
+		}
+		if ad, err := e.l.Adapted(ctx, "test", "lone", raised, a); err != nil || ad.Rate != 200 {
+			t.Fatalf("after the raise: %+v, %v; want rate 200 (it held its old ceiling)", ad, err)
+		}
+		if !e.exact() {
+			return // the cut needs the clock moved
+		}
+		if _, err := e.l.Throttled(ctx, "test", "cut", old, a, 0); err != nil {
+			t.Fatal(err)
+		}
+		e.at(500 * time.Millisecond)
+		ad, err := e.l.Throttled(ctx, "test", "cut", old, a, 0)
+		if err != nil || !(ad.Rate < 50) {
+			t.Fatalf("persistent throttle: %+v, %v; want a cut", ad, err)
+		}
+		if got, err := e.l.Adapted(ctx, "test", "cut", raised, a); err != nil || got.Rate != ad.Rate {
+			t.Fatalf("after the raise: %+v, %v; want the cut rate %v kept", got, err, ad.Rate)
+		}
+	})
+}
+
 // TestAIMDPacingHeadroom checks the limit the pacer takes tokens under:
 // the burst less the tokens Jitter can bunch, or, with a burst of 1, slots
 // Jitter further apart; Jitter < 0 leaves none.
