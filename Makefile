@@ -10,7 +10,7 @@ GO_TEST_TIMEOUT ?= 20m
 PKGS ?= ./...
 STOP_SERVERS := scripts/kafka.sh stop; scripts/redis.sh stop; scripts/redis-cluster.sh stop
 
-.PHONY: build demo test test-short bench bench-ingest bench-queue soak lint servers stop-servers
+.PHONY: build demo test test-short bench bench-pacing bench-ingest bench-queue soak lint servers stop-servers
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
@@ -37,6 +37,17 @@ bench:
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	$(GO) test -bench=. -benchmem -run='^$$' $(PKGS); \
 	$(GO) test -tags soak -run '^TestAccuracySoak$$' -count=1 -v -timeout 10m ./bucket/
+
+# bench-pacing: the scenario bench of pacing at a provider's real limit
+# (cmd/pacer/pacing_bench_test.go), full form: real `pacer run` processes,
+# Kafka and Redis against the strict fake, campaigns of 60 s and more, about
+# 10 minutes. It prints the table recorded in BENCHMARKS.md. `make test` runs
+# its short form.
+bench-pacing:
+	@trap '$(STOP_SERVERS)' EXIT; \
+	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	PACER_BENCH_PACING=full $(GO) test -count=1 -timeout 40m -v -run '^TestPacingScenarios$$' ./cmd/pacer/ | \
+		grep -v '^\s*pacing_bench_test.go'
 
 # bench-queue: queues per pacing key through `pacer run` (real Kafka and
 # Redis, the strict fake WhatsApp API): head-of-line figures with 400 and

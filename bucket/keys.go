@@ -17,6 +17,8 @@ const DefaultPrefix = "pacer"
 //	pacer:{whatsapp:106540352242922}:sub:<sub>:bucket   SubBucket
 //	pacer:{whatsapp:106540352242922}:sub:<sub>:cooldown SubCooldown
 //	pacer:{whatsapp:106540352242922}:aimd               AIMD
+//	pacer:{whatsapp:106540352242922}:achieved           Achieved
+//	pacer:{whatsapp:106540352242922}:pairs              Pairs
 //	pacer:{whatsapp:106540352242922}:breaker            Breaker
 //	pacer:{whatsapp:106540352242922}:id:<id>            ID
 //	pacer:{whatsapp:106540352242922}:limit              Limit
@@ -69,6 +71,15 @@ func (k Keys) SubCooldown(channel, key, sub string) string {
 
 // AIMD is the hash of a pacing key's adapted rate (package adapt).
 func (k Keys) AIMD(channel, key string) string { return k.name(channel, key, "aimd") }
+
+// Achieved is the achieved rate of a pacing key as every replica reports
+// the sends it saw accepted (package adapt): the estimate of a provider's
+// capacity when throttles persist.
+func (k Keys) Achieved(channel, key string) string { return k.name(channel, key, "achieved") }
+
+// Pairs is the hash of a pacing key's pair cooldowns, by pair (a hash of
+// the recipient, never the address) (package adapt).
+func (k Keys) Pairs(channel, key string) string { return k.name(channel, key, "pairs") }
 
 // Breaker is the hash of a pacing key's circuit breaker (package adapt).
 func (k Keys) Breaker(channel, key string) string { return k.name(channel, key, "breaker") }

@@ -4,9 +4,10 @@
 -- code (Redis Lua has no require).
 --
 -- Reads ARGV[1] (ceil_u) and ARGV[2] (floor_u), returning an error reply if
--- they are malformed, and KEYS[1] (aimd hash) and KEYS[2] (cooldown key) in
--- its functions. Defines ceil_u, floor_u, now, and the functions int, read,
--- cooldown_end and left_ms.
+-- they are malformed, and KEYS[1] (aimd hash), KEYS[2] (cooldown key) and
+-- KEYS[3] (the key's token bucket hash, optional) in its functions. Defines
+-- ceil_u, floor_u, now, and the functions int, read, cooldown_end,
+-- reschedule and left_ms.
 
 local ceil_u = tonumber(ARGV[1])
 local floor_u = tonumber(ARGV[2])
@@ -19,11 +20,12 @@ end
 
 -- @include adapt_base
 
--- read returns the state in KEYS[1] with urate clamped to [floor_u, ceil_u],
+-- read returns the state in KEYS[1] (fields as in aimd_throttle.lua) with urate clamped to [floor_u, ceil_u],
 -- or nil when the hash is missing or corrupt, and whether KEYS[1] has the
 -- wrong type.
 local function read()
-  local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'urate', 'last_us', 'hold_us', 'win_us', 'streak')
+  local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'urate', 'last_us', 'hold_us', 'win_us', 'streak',
+    'ep_us', 'n', 'k', 'acc', 'cap', 'wacc', 'ceil')
   if not ok or type(h) ~= 'table' or h.err then
     return nil, true
   end
@@ -31,6 +33,22 @@ local function read()
     win_us = int(h[4], 0), streak = int(h[5], 0)}
   if not (s.urate and s.last_us and s.hold_us and s.win_us and s.streak) then
     return nil, false
+  end
+  -- ep_us, n, k, acc and cap came later: a hash without them (or with a
+  -- corrupt one) reads them as 0, which starts a fresh episode, a slow
+  -- probe and no known capacity.
+  s.ep_us = int(h[6], 0) or 0
+  s.n = int(h[7], 0) or 0
+  s.k = int(h[8], 0) or 0
+  s.acc = int(h[9], 0) or 0
+  s.cap = int(h[10], 0) or 0
+  s.wacc = int(h[11], 0) or 0
+  -- A rate at the ceiling it was written under (never cut: lone throttles
+  -- only) follows a changed ceiling, so an operator's raise applies at
+  -- once; a rate the provider cut stays where it was (within the new one).
+  local was = int(h[12], 1)
+  if was and was ~= ceil_u and s.urate >= was then
+    s.urate = ceil_u
   end
   s.urate = math.max(floor_u, math.min(ceil_u, s.urate))
   return s, false
@@ -45,6 +63,42 @@ local function cooldown_end()
     return cd
   end
   return 0
+end
+
+-- reschedule moves the debt of the token bucket hash KEYS[3] (slots
+-- granted ahead, utokens < 0 at now; see reserve.lua and refill.lua) when
+-- the adapted rate changes from from_u to to_u (millionths of a message per
+-- second, the rate the bucket refills at). The debt is in tokens, so left
+-- alone it would move the next grant: a faster rate would put new slots
+-- among those granted already (a burst the provider refuses), a slower one
+-- far behind them (a gap). A higher rate scales the debt by to_u / from_u,
+-- so new slots follow the granted ones at the new spacing. A lower rate
+-- clears it: the pacer drops the slots it was granted before a decrease and
+-- takes new ones at the new rate, from now. Does nothing without KEYS[3],
+-- when the hash is missing or corrupt, or when it holds no debt.
+local function reschedule(from_u, to_u)
+  if #KEYS < 3 or from_u == to_u then
+    return
+  end
+  local ok, h = pcall(redis.call, 'HMGET', KEYS[3], 'utokens', 'ts_us')
+  if not ok or type(h) ~= 'table' or h.err then
+    return
+  end
+  local u, ts = tonumber(h[1]), tonumber(h[2])
+  if not u or not ts or u ~= u or ts ~= ts or u == math.huge or ts == math.huge or u < -1e15 then
+    return
+  end
+  if now > ts then
+    u = u + math.floor((now - ts) * from_u / 1e6)
+  end
+  if u >= 0 then
+    return
+  end
+  local v = 0
+  if to_u > from_u then
+    v = math.floor(u * to_u / from_u)
+  end
+  redis.call('HSET', KEYS[3], 'utokens', string.format('%.0f', v), 'ts_us', string.format('%.0f', now))
 end
 
 -- left_ms returns the ms from now until end_us, rounded up; 0 if past.

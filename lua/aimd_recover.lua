@@ -1,16 +1,29 @@
 -- aimd_recover.lua: raise one pacing key's adapted rate after a clean
 -- window. Run by adapt.Adapter.Recover after successful sends.
 --
--- KEYS[1]  aimd hash, fields as in aimd_throttle.lua (urate, last_us,
---          hold_us, win_us, streak)
+-- KEYS[1]  aimd hash, fields as in aimd_throttle.lua
 -- KEYS[2]  cooldown key, as in cooldown.lua (read only)
+-- KEYS[3]  the key's token bucket hash (optional): an increase scales its
+--          debt (see reschedule in aimd_read.lua)
+-- KEYS[4]  the key's achieved hash (optional): accepted sends of every
+--          replica, fields a (sends in the current window), w_us (its start)
+--          and r (accepted per second over the last window of >= 5 s, in
+--          thousandths); read by `pacer status`
 -- ARGV[1]  ceil_u: ceiling in millionths of a message per second, integer in [1, 1e15]
 -- ARGV[2]  floor_u: floor, same unit, integer in [1, ceil_u]
--- ARGV[3]  step_u: additive increase per clean window, same unit, integer >= 1
--- ARGV[4]  factor: multiplicative increase, decimal number > 1, or 0 to
---          add step_u instead
+-- ARGV[3]  step_u: additive increase of the first clean window, same unit,
+--          integer >= 1
+-- ARGV[4]  factor: multiplicative increase of the first clean window,
+--          decimal number > 1, or 0 to add step_u instead
 -- ARGV[5]  window_us: length of a clean window in µs, integer >= 1
 -- ARGV[6]  idle_ms: the hash expires this many ms after an increase, integer >= 1
+-- ARGV[7]  accel: each increase in a row is this many times the one
+--          before, decimal number >= 1 (1: constant steps)
+-- ARGV[8]  accepted: sends of this key the caller saw accepted since it last
+--          reported, integer >= 0; added to the hash's acc (see
+--          aimd_throttle.lua) when the hash exists
+-- ARGV[9]  in_use: 1 to raise only a rate in use (the callers report their
+--          accepted sends), 0 to raise after any clean window
 --
 -- Reply: array of 4 integers {urate, change, cooldown_ms, streak}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
@@ -21,14 +34,27 @@
 --
 -- A missing or corrupt hash is a key at its ceiling (reply {ceil_u, 0, cd, 0}).
 -- Once Redis TIME reaches win_us + window_us, with no counted throttle since
--- (a throttle moves win_us), the rate rises to urate * factor (at least
--- urate + 1) or urate + step_u, capped at ceil_u, and a new window starts
--- now. One call raises the rate at most once, however long the key was idle.
+-- (a throttle moves win_us), and, with in_use, once the sends accepted
+-- since win_us (wacc, from every replica's reports) reach 90% of urate over
+-- the window less a second, the rate rises by inc * accel^k, where inc is
+-- urate * (factor - 1) (or step_u when factor is 0) and k the increases in a
+-- row since the last counted throttle: the probe starts gently near the
+-- rate the last decrease found and accelerates while the provider accepts.
+-- The rate rises by at least 1 and is capped at ceil_u. A rate below the
+-- last estimated capacity (cap) goes straight to cap after one clean window
+-- (the provider took that much moments ago; the cut left a margin below it
+-- and the clean window shows the dip that caused it is over), and the probe
+-- starts over gently (k = 0) from there, since that is where the provider
+-- refused last; otherwise k grows by one. A new window starts now. One call raises the
+-- rate at most once, however long the key was idle.
 --
--- Writes: nothing before the window is over. After it, when the new rate
+-- Writes: KEYS[4] as described above (a window of at least 5 s; PEXPIRE
+-- 5 min), HINCRBY acc when accepted > 0 and the hash exists; nothing else
+-- before the window is over. After it, KEYS[3] as reschedule does; when the
+-- new rate
 -- reaches ceil_u, DEL KEYS[1] (a key at its ceiling has no state, so a
--- raised ceiling applies at once); else HSET urate, win_us = now, streak = 0
--- and PEXPIRE KEYS[1] idle_ms.
+-- raised ceiling applies at once); else HSET urate, win_us = now, streak = 0,
+-- k and PEXPIRE KEYS[1] idle_ms.
 
 -- @include aimd_read
 
@@ -36,6 +62,14 @@ local step_u = tonumber(ARGV[3])
 local factor = tonumber(ARGV[4])
 local window_us = tonumber(ARGV[5])
 local idle_ms = tonumber(ARGV[6])
+local accel = tonumber(ARGV[7])
+local accepted = tonumber(ARGV[8])
+if not int(accepted, 0) then
+  return redis.error_reply('ERR aimd: accepted must be an integer >= 0')
+end
+if not accel or not (accel >= 1 and accel <= 1000) then
+  return redis.error_reply('ERR aimd: accel must be a number in [1, 1000]')
+end
 if not int(step_u, 1) or not int(window_us, 1) or not int(idle_ms, 1) then
   return redis.error_reply('ERR aimd: step_u, window_us and idle_ms must be integers >= 1')
 end
@@ -43,21 +77,64 @@ if not factor or not (factor == 0 or (factor > 1 and factor ~= math.huge)) then
   return redis.error_reply('ERR aimd: factor must be 0 or a finite number > 1')
 end
 
+-- The achieved rate, whatever the adaptive state.
+if #KEYS >= 4 then
+  local ok, h = pcall(redis.call, 'HMGET', KEYS[4], 'a', 'w_us')
+  local a, w = 0, nil
+  if ok and type(h) == 'table' and not h.err then
+    a, w = int(h[1], 0) or 0, int(h[2], 0)
+  else
+    redis.call('DEL', KEYS[4])
+  end
+  if not w or w > now then
+    redis.call('HSET', KEYS[4], 'a', accepted, 'w_us', string.format('%.0f', now))
+    redis.call('PEXPIRE', KEYS[4], 300000)
+  elseif now - w >= 5000000 then
+    redis.call('HSET', KEYS[4], 'r', string.format('%.0f', math.floor((a + accepted) * 1e9 / (now - w))), 'a', 0,
+      'w_us', string.format('%.0f', now))
+    redis.call('PEXPIRE', KEYS[4], 300000)
+  elseif accepted > 0 then
+    redis.call('HINCRBY', KEYS[4], 'a', accepted)
+    redis.call('PEXPIRE', KEYS[4], 300000)
+  end
+end
+
 local cd = left_ms(cooldown_end())
 local s = read()
 if not s then
   return {ceil_u, 0, cd, 0}
 end
+if accepted > 0 then
+  redis.call('HINCRBY', KEYS[1], 'acc', accepted)
+  redis.call('HINCRBY', KEYS[1], 'wacc', accepted)
+  s.wacc = s.wacc + accepted
+end
 if now < s.win_us + window_us then
   return {s.urate, 0, cd, s.streak}
 end
-
-local u
-if factor > 1 then
-  u = math.max(s.urate + 1, math.floor(s.urate * factor))
-else
-  u = s.urate + step_u
+-- Only a rate in use is raised: a probe that outruns what the replicas
+-- really send (slots granted ahead at an older rate, a key short of
+-- messages) would climb blind. The sends accepted since win_us must reach
+-- 90% of the rate over the window less a second (the reports of other
+-- replicas arrive up to a second late).
+if ARGV[9] == '1' and s.wacc * 1e12 < 0.9 * s.urate * math.max(0, now - s.win_us - 1000000) then
+  return {s.urate, 0, cd, s.streak}
 end
+
+local inc
+if factor > 1 then
+  inc = s.urate * (factor - 1)
+else
+  inc = step_u
+end
+-- accel^k overflows nothing: k stops growing once a step reaches the ceiling.
+inc = math.min(inc * accel ^ math.min(s.k, 64), ceil_u)
+local u = math.max(s.urate + 1, math.floor(s.urate + inc))
+local k = math.min(s.k + 1, 64)
+if s.urate < s.cap then
+  u, k = s.cap, 0
+end
+reschedule(s.urate, math.min(u, ceil_u))
 if u >= ceil_u then
   redis.call('DEL', KEYS[1])
   if s.urate < ceil_u then
@@ -66,6 +143,6 @@ if u >= ceil_u then
   return {ceil_u, 0, cd, 0}
 end
 redis.call('HSET', KEYS[1], 'urate', string.format('%.0f', u), 'win_us', string.format('%.0f', now),
-  'streak', '0')
+  'streak', '0', 'k', string.format('%.0f', k), 'wacc', '0', 'ceil', string.format('%.0f', ceil_u))
 redis.call('PEXPIRE', KEYS[1], idle_ms)
 return {u, 1, cd, 0}

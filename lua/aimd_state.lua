@@ -1,8 +1,7 @@
 -- aimd_state.lua: read one pacing key's adapted rate and cooldown without
 -- changing them. Run by adapt.Adapter.Adapted (caches, `pacer status`).
 --
--- KEYS[1]  aimd hash, fields as in aimd_throttle.lua (urate, last_us,
---          hold_us, win_us, streak)
+-- KEYS[1]  aimd hash, fields as in aimd_throttle.lua
 -- KEYS[2]  cooldown key, as in cooldown.lua
 -- ARGV[1]  ceil_u: ceiling in millionths of a message per second, integer in [1, 1e15]
 -- ARGV[2]  floor_u: floor, same unit, integer in [1, ceil_u]

@@ -1,23 +1,52 @@
--- aimd_throttle.lua: record a throttle of one pacing key: lower its adapted
--- rate multiplicatively (once per burst of throttles) and set its cooldown.
--- Run by adapt.Adapter.Throttled.
+-- aimd_throttle.lua: record a throttle of one pacing key. A lone throttle
+-- (a refusal at the edge of the provider's burst, from jitter between our
+-- slots and the provider's ingress) only sets the cooldown; throttles that
+-- persist lower the adapted rate to an estimate of what the provider
+-- accepts. Run by adapt.Adapter.Throttled.
 --
 -- KEYS[1]  aimd hash, fields (decimal integer strings):
 --            urate    adapted rate, in millionths of a message per second
---            last_us  Redis TIME of the last counted throttle, in µs since the Unix epoch
+--            last_us  Redis TIME of the last counted throttle, in µs since the
+--                     Unix epoch (0: none yet)
 --            hold_us  throttles before this time (µs) belong to the last counted one
 --            win_us   start of the current clean window (µs); no increase
 --                     before win_us + window_us
 --            streak   counted throttles in a row that found the rate at the floor
+--            ep_us    start (µs) of the current throttle episode: the last
+--                     decrease, or the counted throttle that began the episode
+--            n        throttles since ep_us, not counting the one at ep_us
+--            k        increases in a row since the last counted throttle
+--                     (aimd_recover.lua accelerates with it)
+--            acc      sends the provider accepted since ep_us, as reported by
+--                     every replica (ARGV[9] here, ARGV[8] of aimd_recover.lua)
+--            cap      the provider's capacity as last estimated, in
+--                     millionths of a message per second (0: none)
+--            wacc     sends accepted since win_us (see aimd_recover.lua);
+--                     every throttle sets it to 0
+--            ceil     the ceiling (ceil_u) the hash was last written under: a
+--                     rate at it follows a changed ceiling (see aimd_read.lua)
 -- KEYS[2]  cooldown key, as in cooldown.lua: a string, the cooldown's end in
 --          µs of Redis TIME; its TTL only cleans it up
+-- KEYS[3]  the key's token bucket hash (optional): a decrease clears its
+--          debt (see reschedule in aimd_read.lua)
 -- ARGV[1]  ceil_u: ceiling in millionths of a message per second, integer in [1, 1e15]
 -- ARGV[2]  floor_u: floor, same unit, integer in [1, ceil_u]
--- ARGV[3]  decrease: multiplicative factor, decimal number in (0, 1)
+-- ARGV[3]  decrease: the deepest cut of one decrease, decimal number in (0, 1)
 -- ARGV[4]  coalesce_us: a throttle less than this many µs after a counted
 --          one is part of it, integer >= 1
 -- ARGV[5]  cooldown_ms: cooldown to set, integer >= 1
 -- ARGV[6]  idle_ms: the hash expires this many ms after win_us, integer >= 1
+-- ARGV[7]  persist_us: a counted throttle less than this many µs after the
+--          last counted one means throttles persist, integer >= 1
+-- ARGV[8]  backoff: a decrease goes to this fraction of the estimated
+--          capacity, decimal number in (0, 1]
+-- ARGV[9]  accepted: sends of this key the caller saw accepted since it last
+--          reported, integer >= 0
+-- ARGV[10] pause_tokens: after a decrease, the cooldown lasts at least until
+--          the provider's bucket has earned this many tokens at the new rate
+--          (burst_tokens / new rate), integer >= 0; 0: no pause
+-- ARGV[11] paced_u: the adapted rate the throttled send was paced at, in
+--          millionths, integer >= 0; 0: unknown
 --
 -- Reply: array of 4 integers {urate, change, cooldown_ms, streak}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
@@ -27,19 +56,33 @@
 -- Error reply "ERR aimd: ..." for malformed ARGV.
 --
 -- A missing or corrupt hash (wrong type, a field missing, not an integer,
--- out of range) is a key at its ceiling. The stored rate is clamped to
--- [floor_u, ceil_u] on every read, so a lowered ceiling applies at once.
+-- out of range) is a key at its ceiling with no throttle yet. The stored rate
+-- is clamped to [floor_u, ceil_u] on every read, so a lowered ceiling applies
+-- at once.
 --
--- A throttle at or after hold_us is counted: the rate becomes
--- max(floor_u, floor(urate * decrease)), streak grows by one if urate was at
--- the floor already and is 0 otherwise, last_us = now,
--- hold_us = max(now + coalesce_us, cooldown end) and win_us = cooldown end
--- (the clean window starts when sending resumes). A throttle before hold_us
--- comes from the same burst of in-flight requests: the rate and streak stay,
--- and hold_us and win_us only move out to the cooldown's end.
+-- Three cases, each counting the throttle in n or starting a new count:
+-- - now < hold_us, or paced_u > urate (coalesced): a reply to the same
+--   burst of in-flight requests as the last counted throttle, or a send
+--   paced above the current rate by a replica that had not yet seen the
+--   last decrease: n grows by one; the rate, streak and last_us stay;
+--   hold_us and win_us only move out to the cooldown's end.
+-- - last_us = 0 or now >= last_us + persist_us (lone): a new episode starts:
+--   ep_us = last_us = now, n = 0, k = 0, hold_us = max(now + coalesce_us,
+--   cooldown end), win_us = max(win_us, cooldown end). The rate stays.
+-- - otherwise (persistent): n grows by one. A provider that keeps refusing
+--   is saturated, so what it accepted over the episode is its capacity:
+--   est = acc / (now - ep_us). Without reports of accepted sends (acc = 0)
+--   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
+--   The rate becomes max(floor_u, floor(urate * decrease),
+--   floor(min(est, urate) * backoff)); cap becomes an estimate from acc
+--   (at least the new rate, at most ceil_u; the weaker one leaves cap as it
+--   was), and a new episode starts as above, with win_us = cooldown end.
+-- accepted is added to acc first in every case; a new episode sets acc = 0.
+-- A counted (lone or persistent) throttle adds one to streak if urate was at
+-- the floor already, else sets it to 0.
 --
--- Writes: always. SET KEYS[2] <end_us> PX cooldown_ms unless the cooldown
--- already ends later (never shortened); HSET of all five fields of KEYS[1]
+-- Writes: always. On a decrease, KEYS[3] as reschedule does. SET KEYS[2] <end_us> PX cooldown_ms unless the cooldown
+-- already ends later (never shortened); HSET of all twelve fields of KEYS[1]
 -- (DEL first if it has the wrong type) and PEXPIRE KEYS[1] to
 -- (win_us - now) / 1000 + idle_ms.
 
@@ -49,11 +92,28 @@ local decrease = tonumber(ARGV[3])
 local coalesce_us = tonumber(ARGV[4])
 local cooldown_ms = tonumber(ARGV[5])
 local idle_ms = tonumber(ARGV[6])
+local persist_us = tonumber(ARGV[7])
+local backoff = tonumber(ARGV[8])
+local accepted = tonumber(ARGV[9])
+if not int(accepted, 0) then
+  return redis.error_reply('ERR aimd: accepted must be an integer >= 0')
+end
+local pause_tokens = tonumber(ARGV[10])
+if not int(pause_tokens, 0) then
+  return redis.error_reply('ERR aimd: pause_tokens must be an integer >= 0')
+end
+local paced_u = tonumber(ARGV[11] or '0')
+if not int(paced_u, 0) then
+  return redis.error_reply('ERR aimd: paced_u must be an integer >= 0')
+end
 if not decrease or not (decrease > 0 and decrease < 1) then
   return redis.error_reply('ERR aimd: decrease must be a number in (0, 1)')
 end
-if not int(coalesce_us, 1) or not int(cooldown_ms, 1) or not int(idle_ms, 1) then
-  return redis.error_reply('ERR aimd: coalesce_us, cooldown_ms and idle_ms must be integers >= 1')
+if not int(coalesce_us, 1) or not int(cooldown_ms, 1) or not int(idle_ms, 1) or not int(persist_us, 1) then
+  return redis.error_reply('ERR aimd: coalesce_us, cooldown_ms, idle_ms and persist_us must be integers >= 1')
+end
+if not backoff or not (backoff > 0 and backoff <= 1) then
+  return redis.error_reply('ERR aimd: backoff must be a number in (0, 1]')
 end
 
 -- The cooldown, as cooldown.lua sets it: never shortened.
@@ -67,9 +127,11 @@ end
 local s, wrongtype = read()
 local change = 0
 if not s then
-  s = {urate = ceil_u, last_us = 0, hold_us = 0, win_us = 0, streak = 0}
+  s = {urate = ceil_u, last_us = 0, hold_us = 0, win_us = 0, streak = 0, ep_us = 0, n = 0, k = 0, acc = 0, cap = 0}
 end
-if now < s.hold_us then
+s.acc = s.acc + accepted
+if now < s.hold_us or (paced_u > 0 and paced_u > s.urate) then
+  s.n = s.n + 1
   s.hold_us = math.max(s.hold_us, cd)
   s.win_us = math.max(s.win_us, cd)
 else
@@ -78,14 +140,43 @@ else
   else
     s.streak = 0
   end
-  local u = math.max(floor_u, math.floor(s.urate * decrease))
-  if u < s.urate then
-    change = -1
+  if s.last_us > 0 and now < s.last_us + persist_us then
+    s.n = s.n + 1
+    local dt = math.max(1, now - s.ep_us)
+    local est
+    if s.acc > 0 then
+      est = s.acc * 1e12 / dt
+    else
+      est = s.urate - s.n * 1e12 / dt
+    end
+    local u = math.max(floor_u, math.floor(s.urate * decrease), math.floor(math.min(est, s.urate) * backoff))
+    u = math.min(u, s.urate)
+    if u < s.urate then
+      change = -1
+      reschedule(s.urate, u)
+      -- A provider that kept refusing has an empty bucket: sending on at
+      -- once, even below its rate, meets its edge again. Pause until it has
+      -- earned pause_tokens at the new rate.
+      local pause_end = now + math.floor(pause_tokens * 1e12 / u)
+      if pause_tokens > 0 and cd < pause_end then
+        redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
+        cd = pause_end
+      end
+    end
+    s.urate = u
+    if s.acc > 0 then
+      s.cap = math.min(ceil_u, math.max(u, math.floor(est)))
+    end
+    s.win_us = cd
+  else
+    s.win_us = math.max(s.win_us, cd)
   end
-  s.urate = u
+  s.ep_us = now
+  s.n = 0
+  s.k = 0
+  s.acc = 0
   s.last_us = now
   s.hold_us = math.max(now + coalesce_us, cd)
-  s.win_us = cd
 end
 
 if wrongtype then
@@ -94,6 +185,8 @@ end
 local f = '%.0f'
 redis.call('HSET', KEYS[1], 'urate', string.format(f, s.urate), 'last_us', string.format(f, s.last_us),
   'hold_us', string.format(f, s.hold_us), 'win_us', string.format(f, s.win_us),
-  'streak', string.format(f, s.streak))
+  'streak', string.format(f, s.streak), 'ep_us', string.format(f, s.ep_us), 'n', string.format(f, s.n),
+  'k', string.format(f, s.k), 'acc', string.format(f, s.acc), 'cap', string.format(f, s.cap), 'wacc', '0',
+  'ceil', string.format(f, ceil_u))
 redis.call('PEXPIRE', KEYS[1], left_ms(s.win_us) + idle_ms)
 return {s.urate, change, left_ms(cd), s.streak}

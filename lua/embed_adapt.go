@@ -14,6 +14,18 @@ var AIMDRecover = compose("aimd_recover.lua")
 // adapted rate without writing; reply {urate, 0, cooldown_ms, streak}.
 var AIMDState = compose("aimd_state.lua")
 
+// AIMDPair is aimd_pair.lua: record a pair-scoped throttle and set the
+// pair's shared cooldown; reply {cooldown_ms, n}.
+var AIMDPair = compose("aimd_pair.lua")
+
+// AIMDPairs is aimd_pairs.lua: the pairs of a pacing key in cooldown; reply
+// {sub, left_ms, ...}.
+var AIMDPairs = compose("aimd_pairs.lua")
+
+// AIMDAchieved is aimd_achieved.lua: a pacing key's achieved rate, in
+// thousandths of a message per second, or -1.
+var AIMDAchieved = compose("aimd_achieved.lua")
+
 // BreakerAllow is breaker_allow.lua with breaker_read.lua: whether a send to
 // a pacing key may go, granting one owner the half-open probe; reply
 // {allowed, probe, wait_us, state}.

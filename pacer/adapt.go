@@ -19,8 +19,18 @@ import (
 // Adapter is the shared adaptive state of pacing keys (AIMD rate, breaker);
 // *adapt.Adapter implements it. Methods are safe for concurrent use.
 type Adapter interface {
-	Throttled(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD, hint time.Duration) (adapt.Adapted, error)
-	Recover(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD) (adapt.Adapted, error)
+	// ThrottledAfter and RecoverAfter also report the sends of the key this
+	// process saw accepted since it last reported them: the estimate of the
+	// provider's capacity when throttles persist.
+	ThrottledAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD, hint time.Duration, accepted int, paced float64) (adapt.Adapted, error)
+	RecoverAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD, accepted int) (adapt.Adapted, error)
+	// Adapted reads a key's adaptive state and cooldown without changing them.
+	Adapted(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD) (adapt.Adapted, error)
+	// PairThrottled sets the shared cooldown of one pair (key, recipient)
+	// and learned rate after a pair-scoped throttle; Pairs reads a key's
+	// throttled pairs (see adapt.Adapter.PairThrottled).
+	PairThrottled(ctx context.Context, channel, key, sub string, base, maxCooldown time.Duration, rate float64) (adapt.Pair, error)
+	Pairs(ctx context.Context, channel, key string) (map[string]adapt.Pair, error)
 	BreakerAllow(ctx context.Context, channel, key string, b adapt.Breaker, owner string) (allowed, probe bool, wait time.Duration, err error)
 	BreakerResult(ctx context.Context, channel, key string, b adapt.Breaker, ok bool, reason string) (adapt.BreakerState, error)
 	BreakerStatus(ctx context.Context, channel, key string) (adapt.BreakerStatus, error)
@@ -102,12 +112,28 @@ type keyState struct {
 	// normalWaiting counts the key's normal senders in acquire.
 	handoff       chan struct{}
 	normalWaiting atomic.Int32
-	// lastSlot is the latest slot handed out to a sender of the key in
-	// this process; raisedAfter, set when the key's limit rose, is when
-	// the slots granted at the old rate end: slots of the new rate before
-	// it are skipped (see acquire).
-	lastSlot    time.Time
-	raisedAfter time.Time
+	// accepted counts the sends of the key the provider accepted since the
+	// last report to the shared state (RecoverAfter, ThrottledAfter).
+	accepted atomic.Int64
+	// cuts counts the decreases of the adapted rate this process has seen:
+	// a sender holding a slot granted before one drops it (the decrease
+	// cleared the bucket's debt) and takes a new one at the new rate.
+	cuts atomic.Int64
+	// achieved is the key's accepted sends per second in this process,
+	// measured over at least achievedOver (refreshed by limitFor) from
+	// delivered; mark/markCount are where the current measure began.
+	achieved  float64
+	mark      time.Time
+	markCount uint64
+	// pairs are the key's recipients (by recipientSub) in a pair cooldown,
+	// with its end; pairRates their learned rates (msgs/s): set by this
+	// process's pair throttles and re-read from Redis with the rest of the
+	// key's state.
+	pairs     map[string]time.Time
+	pairRates map[string]float64
+	// ahead bounds the senders of this process holding a slot of the key
+	// that has not started (see aheadGate).
+	ahead chan struct{}
 
 	disp    *bucket.Dispenser // leases of this key's slots, shared by this process's senders
 	dispLim bucket.Limit      // the limit disp leases under
@@ -142,6 +168,136 @@ func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, lim buc
 	return st.disp
 }
 
+// accountKey is the pacing key under which the cooldown of the channel's
+// account lives in Redis (WhatsApp 80007 and 4 limit the business account
+// or app: every number behind the same credentials). With one credential
+// per channel the account is the channel. "@" starts no provider's key.
+const accountKey = "@account"
+
+// accountState is this process's view of the account cooldown, re-read from
+// Redis at most once per refreshEvery.
+type accountState struct {
+	mu        sync.Mutex
+	until     time.Time
+	refreshed time.Time
+}
+
+// accountLeft returns how long the account cooldown lasts from now, as this
+// process last read it (at most refreshEvery ago) or set it. A Redis error
+// keeps the last value.
+func (p *Pacer) accountLeft(ctx context.Context, pol KeyPolicy) time.Duration {
+	a := &p.account
+	a.mu.Lock()
+	now := time.Now()
+	if now.Sub(a.refreshed) >= refreshEvery {
+		a.refreshed = now
+		a.mu.Unlock()
+		ad, err := p.adapter.Adapted(ctx, p.cfg.Channel, accountKey, pol.Limit, pol.AIMD)
+		a.mu.Lock()
+		if err == nil && ad.CooldownLeft > 0 {
+			a.until = maxTime(a.until, time.Now().Add(ad.CooldownLeft))
+		}
+	}
+	left := a.until.Sub(now)
+	a.mu.Unlock()
+	return max(left, 0)
+}
+
+// pairLeft returns how long the pair (key, sub) is in cooldown from now, as
+// this process knows it.
+func (st *keyState) pairLeft(sub string, now time.Time) time.Duration {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return max(st.pairs[sub].Sub(now), 0)
+}
+
+// setPair records that the pair (key, sub) cools down for d from now and
+// is paced at rate msgs/s (0: no learned rate) after.
+func (st *keyState) setPair(sub string, d time.Duration, rate float64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.pairs == nil {
+		st.pairs = map[string]time.Time{}
+	}
+	st.pairs[sub] = maxTime(st.pairs[sub], time.Now().Add(d))
+	if rate > 0 {
+		if st.pairRates == nil {
+			st.pairRates = map[string]float64{}
+		}
+		st.pairRates[sub] = rate
+	}
+}
+
+// anyPairRate reports whether any pair of the key has a learned rate.
+func (st *keyState) anyPairRate() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.pairRates) > 0
+}
+
+// pairRate returns the learned rate of the pair (key, sub) in msgs/s, 0
+// when it has none.
+func (st *keyState) pairRate(sub string) float64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.pairRates[sub]
+}
+
+// maxTime returns the later of a and b.
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// accountThrottled applies an account-scoped throttle: a cooldown of every
+// key of the channel, shared through Redis, of the provider's hint clamped
+// to the key's cooldown bounds (the WhatsApp adapter asks for a minute: the
+// budget is a rolling hour). It returns the cooldown.
+func (p *Pacer) accountThrottled(ctx context.Context, pol KeyPolicy, perr *channels.Error, log *slog.Logger) time.Duration {
+	hint := time.Duration(0)
+	if perr != nil {
+		hint = perr.RetryAfter
+	}
+	d := pol.AIMD.CooldownFor(hint)
+	if err := p.redis(ctx, log, func() error { return p.bucket.Cooldown(ctx, p.cfg.Channel, accountKey, d) }); err != nil &&
+		!errors.Is(err, errRedisDown) {
+		return d
+	}
+	p.account.mu.Lock()
+	p.account.until = maxTime(p.account.until, time.Now().Add(d))
+	p.account.mu.Unlock()
+	log.Warn("account throttled: every key of the channel cools down", "code", codeOf(perr), "cooldown", d)
+	return d
+}
+
+// achievedOver is the shortest span over which a key's achieved rate (the
+// numerator of pacer_utilization) is measured.
+const achievedOver = 5 * time.Second
+
+// reserveAhead is how far ahead of now, at the key's adapted rate, the
+// senders of one process hold slots. Slots granted ahead were counted at
+// the rate of their grant: however many senders wait (Config.InFlight per
+// partition), a change of the rate takes effect within about this long,
+// soon enough for the next clean window to see its effect.
+const reserveAhead = time.Second
+
+// aheadGate returns the semaphore of senders that may hold a slot of the
+// key not yet started under lim: rate * reserveAhead + burst of them, at
+// least 1. A sender takes a place before asking for a slot and gives it
+// back to the same channel once its slot started; a rate change makes a
+// new channel, so for a moment both may be full.
+func (st *keyState) aheadGate(lim bucket.Limit) chan struct{} {
+	n := max(int(math.Ceil(lim.PerSecond*reserveAhead.Seconds()))+lim.Burst, 1)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ahead == nil || cap(st.ahead) != n {
+		st.ahead = make(chan struct{}, n)
+	}
+	return st.ahead
+}
+
 // dropLease gives back the key's leased slots that have not started (after
 // a throttle, so the lowered rate applies at once).
 func (st *keyState) dropLease(ctx context.Context) {
@@ -169,7 +325,7 @@ func (p *Pacer) keyState(key string) *keyState {
 	st := p.keys.m[key]
 	if st == nil {
 		pol := KeyPolicy(p.policyDefault)
-		st = &keyState{pol: pol, limit: withHeadroom(pol.Limit), adapted: adapt.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond},
+		st = &keyState{pol: pol, limit: pol.Limit, adapted: adapt.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond},
 			first: make(chan struct{}), handoff: make(chan struct{}), keys: &p.keys}
 		p.keys.m[key] = st
 	}
@@ -226,25 +382,12 @@ func (p *Pacer) sweepLoop(ctx context.Context) {
 	}
 }
 
-// jitterAllowance is how much earlier than its slot a request may reach
-// the provider relative to its neighbours (connection set-up, scheduling,
-// network): the provider counts at its own ingress, so slots that keep rate
-// x T + burst at the pacer can arrive bunched by this much.
-const jitterAllowance = 25 * time.Millisecond
-
-// withHeadroom returns lim with its burst lowered by what jitterAllowance
-// can bunch (ceil(rate x 25 ms)), keeping at least half the burst and at
-// least 1: headroom against a provider that enforces its limit with no
-// slack, at no cost in rate.
-func withHeadroom(lim bucket.Limit) bucket.Limit {
-	b := lim.Burst - int(math.Ceil(lim.PerSecond*jitterAllowance.Seconds()))
-	lim.Burst = max(b, (lim.Burst+1)/2, 1)
-	return lim
-}
-
 func (st *keyState) set(a adapt.Adapted, ceiling bucket.Limit, now time.Time) {
+	if a.Rate < st.adapted.Rate {
+		st.cuts.Add(1)
+	}
 	st.adapted = a
-	st.limit = withHeadroom(a.Limit(ceiling))
+	st.limit = a.Limit(ceiling)
 	if a.CooldownLeft > 0 {
 		st.cooldownUntil = now.Add(a.CooldownLeft)
 	}
@@ -286,8 +429,13 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		}
 		pol = np
 	}
-	a, aerr := p.adapter.Recover(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD)
+	n := st.accepted.Swap(0)
+	a, aerr := p.adapter.RecoverAfter(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, int(n))
+	if aerr != nil {
+		st.accepted.Add(n) // reported with the next call
+	}
 	bs, berr := p.adapter.BreakerStatus(ctx, p.cfg.Channel, key)
+	pairs, perr := p.adapter.Pairs(ctx, p.cfg.Channel, key)
 
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -299,26 +447,46 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	default:
 		close(st.first)
 	}
+	if d := now.Sub(st.mark); d >= achievedOver {
+		n := st.delivered.Load()
+		if !st.mark.IsZero() {
+			st.achieved = float64(n-st.markCount) / d.Seconds()
+		}
+		st.mark, st.markCount = now, n
+	}
 	ceilingChanged := st.pol.Limit != pol.Limit
 	st.pol = pol
-	prev := st.limit
 	if aerr == nil {
 		if a.Increased {
 			log.Info("clean window: rate raised", "rate", a.Rate, "ceiling", a.Ceiling)
 		}
 		st.set(a, pol.Limit, now)
 	} else if ceilingChanged {
-		st.limit = withHeadroom(pol.Limit)
-	}
-	if st.limit.PerSecond > prev.PerSecond && st.lastSlot.After(now) {
-		// The bucket counts the slots granted ahead as tokens: at a higher
-		// rate it would start new slots among those this process already
-		// handed out at the old one. New slots start after them instead.
-		st.raisedAfter = st.lastSlot.Add(time.Duration(float64(time.Second) / st.limit.PerSecond))
+		st.limit = pol.Limit
 	}
 	if berr == nil {
 		st.breaker = bs.State
 		st.breakerUntil = now.Add(bs.OpenLeft)
+	}
+	if perr == nil {
+		for sub, until := range st.pairs { // keep what this process set since
+			if until.Before(now) {
+				delete(st.pairs, sub)
+			}
+		}
+		rates := map[string]float64{}
+		for sub, pr := range pairs {
+			if pr.Left > 0 {
+				if st.pairs == nil {
+					st.pairs = map[string]time.Time{}
+				}
+				st.pairs[sub] = maxTime(st.pairs[sub], now.Add(pr.Left))
+			}
+			if pr.Rate > 0 {
+				rates[sub] = pr.Rate
+			}
+		}
+		st.pairRates = rates
 	}
 	return st.limit, st.pol
 }
@@ -326,17 +494,21 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 // throttled applies a key-wide throttle: one AIMD decrease for the burst of
 // throttles it belongs to, and a cooldown every replica honours. A key
 // throttled again and again at its floor trips the breaker.
-func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol KeyPolicy, perr *channels.Error, log *slog.Logger) {
+// paced is the adapted rate the throttled send was paced at (see
+// [adapt.Adapter.ThrottledAfter]).
+func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol KeyPolicy, paced float64, perr *channels.Error, log *slog.Logger) {
 	hint := time.Duration(0)
 	code := codeOf(perr)
 	if perr != nil {
 		hint = perr.RetryAfter
 	}
 	var a adapt.Adapted
+	n := st.accepted.Swap(0)
 	if err := p.redis(ctx, log, func() (err error) {
-		a, err = p.adapter.Throttled(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, hint)
+		a, err = p.adapter.ThrottledAfter(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, hint, int(n), paced)
 		return err
 	}); err != nil {
+		st.accepted.Add(n)
 		if errors.Is(err, errRedisDown) {
 			p.fallback.Cooldown(ctx, p.cfg.Channel, key, pol.AIMD.CooldownFor(hint))
 		}
@@ -349,7 +521,7 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol Key
 	if a.Decreased {
 		log.Warn("throttled: rate lowered", "code", code, "rate", a.Rate, "ceiling", a.Ceiling, "cooldown", a.CooldownLeft)
 	} else {
-		log.Info("throttled (same burst: no further decrease)", "code", code, "rate", a.Rate, "cooldown", a.CooldownLeft)
+		log.Info("throttled (a lone throttle or one of the same burst: no decrease)", "code", code, "rate", a.Rate, "cooldown", a.CooldownLeft)
 	}
 	if pol.Breaker.FloorTripped(a) {
 		p.breakerResult(ctx, key, st, pol, false, "throttled at the floor: "+code, log)
@@ -407,6 +579,28 @@ func (p *Pacer) breakerAllow(ctx context.Context, key string, st *keyState, pol 
 	return allowed, probe, wait, true
 }
 
+// utilization returns Σ achieved / Σ adapted rate over the keys of this
+// process that had a record in hand in the last achievedOver (busy keys:
+// their rate was the limit, not their demand); 0 when there are none.
+func (p *Pacer) utilization() float64 {
+	now := time.Now()
+	p.keys.mu.Lock()
+	defer p.keys.mu.Unlock()
+	var got, allowed float64
+	for _, st := range p.keys.m {
+		st.mu.Lock()
+		if (st.users > 0 || now.Sub(st.lastSeen) < achievedOver) && !st.mark.IsZero() {
+			got += st.achieved
+			allowed += st.adapted.Rate
+		}
+		st.mu.Unlock()
+	}
+	if allowed <= 0 {
+		return 0
+	}
+	return got / allowed
+}
+
 // keyGauges returns the per-channel gauges computed from the keys this
 // process sent for in the last activeFor.
 func (p *Pacer) keyGauges() []prometheus.Collector {
@@ -448,5 +642,10 @@ func (p *Pacer) keyGauges() []prometheus.Collector {
 			func(st *keyState, _ time.Time) float64 { return b(st.adapted.AtFloor) }),
 		g("breakers_open", "Active pacing keys whose breaker is open or half-open.",
 			func(st *keyState, _ time.Time) float64 { return b(st.breaker != adapt.BreakerClosed) }),
+		g("rate_achieved", "Accepted sends per second summed over active pacing keys (each measured over at least 5 s).",
+			func(st *keyState, _ time.Time) float64 { return st.achieved }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "pacer", Name: "utilization",
+			Help: "Achieved / allowed rate over the pacing keys that had messages in hand in the last 5 s: accepted sends per second divided by their adapted rates. Near 1 when the pacer sends at the limit it was given; below it, sends stalled or slots lapsed."},
+			p.utilization),
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
@@ -145,6 +146,7 @@ type flight struct {
 	probe   bool      // this send is the breaker's half-open probe
 	sent    bool      // a request left: its outcome is written even after a revoke
 	slotAt  time.Time // when the send slot started (the slot step returned)
+	paced   float64   // msgs/s: the key's adapted rate this process knew when the slot started
 	claimed bool      // this flight holds the id's claim in the ledger
 	locked  bool      // this flight holds the id in this process (lockID)
 	log     *slog.Logger
@@ -282,7 +284,27 @@ func (p *Pacer) breakerGate(f *flight) outcome {
 		return requeue("breaker", max(wait, time.Second))
 	}
 	f.probe = probe
+	if left, reason := p.scopeLeft(ctx, f); left > 0 {
+		if left > p.cfg.MaxTokenWait {
+			return requeue(reason, left)
+		}
+		if !sleep(ctx, left+time.Duration(rand.Int64N(int64(left)/10+1))) {
+			return stop()
+		}
+	}
 	return next()
+}
+
+// scopeLeft returns how long the record's account (every key behind the
+// channel's credentials) or its pair (key, recipient) is in a cooldown a
+// throttle of that scope set, and which ("account-cooldown",
+// "pair-cooldown"); 0 when neither is.
+func (p *Pacer) scopeLeft(ctx context.Context, f *flight) (time.Duration, string) {
+	left, reason := p.accountLeft(ctx, f.pol), "account-cooldown"
+	if pl := f.st.pairLeft(recipientSub(f.env.To), time.Now()); pl > left {
+		left, reason = pl, "pair-cooldown"
+	}
+	return left, reason
 }
 
 // slot waits for the key's next send slot; none within MaxTokenWait
@@ -295,8 +317,16 @@ func (p *Pacer) slot(f *flight) outcome {
 	if wait > 0 {
 		return requeue(reason, wait)
 	}
+	// An account or pair cooldown that began while this sender slept on
+	// its slot: the slot lapses, and the gates hold the record.
+	if left, _ := p.scopeLeft(f.w.ctx, f); left > 0 {
+		return outcome{kind: again}
+	}
 	p.m.bucketWait.WithLabelValues().Observe(time.Since(f.waitStart).Seconds())
 	f.slotAt = time.Now()
+	f.st.mu.Lock()
+	f.paced = f.st.adapted.Rate
+	f.st.mu.Unlock()
 	return next()
 }
 
@@ -384,14 +414,24 @@ func (p *Pacer) send(f *flight) outcome {
 	}
 	switch class {
 	case channels.Success:
+		f.st.accepted.Add(1)
 		return outcome{kind: delivered, res: res}
 	case channels.Throttle:
 		// Our pace, not the message, was at fault: no attempt counted.
 		f.waitStart = time.Now()
+		scope := channels.ScopeKey
+		if perr != nil {
+			scope = perr.Scope
+		}
+		p.m.throttles.WithLabelValues(scope.String()).Inc()
 		if perr != nil && perr.Scope == channels.ScopePair {
 			return p.pairThrottled(f, perr)
 		}
-		p.throttled(ctx, f.env.Key, f.st, f.pol, perr, f.log)
+		if perr != nil && perr.Scope == channels.ScopeAccount {
+			p.accountThrottled(ctx, f.pol, perr, f.log)
+			return outcome{kind: again} // the account gate holds it
+		}
+		p.throttled(ctx, f.env.Key, f.st, f.pol, f.paced, perr, f.log)
 		return outcome{kind: again}
 	case channels.Transient:
 		f.m.attempt++
@@ -414,11 +454,37 @@ func (p *Pacer) send(f *flight) outcome {
 // (WhatsApp 131056 asks for 4^n s between tries), not the key.
 func (p *Pacer) pairThrottled(f *flight, perr *channels.Error) outcome {
 	f.pairThrottles++
-	d := perr.RetryAfter
-	if d <= 0 {
-		d = time.Second << min(2*(f.pairThrottles-1), 12)
+	// The pair's first cooldown: the provider's hint, or one token interval
+	// of the recipient bucket, at least a second; later ones a minute or
+	// more (adapt.PairAgain), shared by every replica through Redis.
+	base := max(perr.RetryAfter, time.Second)
+	if rl := f.pol.RecipientLimit; rl.PerSecond > 0 {
+		base = max(base, time.Duration(float64(time.Second)/rl.PerSecond))
 	}
-	f.log.Info("pair throttled; retrying this message later", "code", codeOf(perr), "after", d)
+	_, maxCD := f.pol.AIMD.CooldownBounds()
+	base = min(base, maxCD)
+	// The pair's rate after its first throttle: the configured recipient
+	// rate, else one message per base cooldown; halved by each later
+	// throttle (adapt.Adapter.PairThrottled).
+	rate := 1 / base.Seconds()
+	if rl := f.pol.RecipientLimit; rl.PerSecond > 0 {
+		rate = min(rate, rl.PerSecond)
+	}
+	sub := recipientSub(f.env.To)
+	var pr adapt.Pair
+	if err := p.redis(f.w.ctx, f.log, func() (err error) {
+		pr, err = p.adapter.PairThrottled(f.w.ctx, p.cfg.Channel, f.env.Key, sub, base, maxCD, rate)
+		return err
+	}); err != nil {
+		if !errors.Is(err, errRedisDown) {
+			return stop()
+		}
+		pr.Left = time.Second << min(2*(f.pairThrottles-1), 12) // without Redis: this message's own 4^n s
+	}
+	d := pr.Left
+	f.st.setPair(sub, d, pr.Rate)
+	f.log.Info("pair throttled; this recipient waits, the key's others do not", "code", codeOf(perr), "after", d,
+		"pair_rate", pr.Rate, "pair_throttles", pr.Throttles)
 	if d > p.cfg.MaxTokenWait {
 		return requeue("pair-throttle", d)
 	}
@@ -584,6 +650,10 @@ func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) er
 // anew, behind the slots already handed out); it reserves its own only when
 // none comes within handoffWait. So the slots leased or reserved for a
 // campaign's backlog hold a high record back by about one slot interval.
+//
+// At most rate * reserveAhead + burst senders of a key in this process hold
+// a slot not yet started (keyState.aheadGate), so a change of the rate
+// takes effect within about reserveAhead.
 func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyState, pol KeyPolicy, lim bucket.Limit, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
 	if high && st.normalWaiting.Load() > 0 {
 		t := time.NewTimer(handoffWait(lim, p.cfg.MaxTokenWait))
@@ -597,6 +667,13 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 			return 0, "", false
 		}
 	}
+	gate := st.aheadGate(lim)
+	select {
+	case gate <- struct{}{}:
+	case <-ctx.Done():
+		return 0, "", false
+	}
+	defer func() { <-gate }()
 	if !high {
 		st.normalWaiting.Add(1)
 		defer st.normalWaiting.Add(-1)
@@ -604,6 +681,7 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 	for {
 		var res bucket.Reservation
 		start := time.Now()
+		cuts := st.cuts.Load()
 		err := p.redis(ctx, log, func() (err error) {
 			res, err = p.reserve(ctx, p.bucket, key, to, st, pol, lim)
 			return err
@@ -616,15 +694,6 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 		}
 		p.m.takeLatency.WithLabelValues().Observe(time.Since(start).Seconds())
 		if res.OK {
-			st.mu.Lock()
-			skip := res.At.Before(st.raisedAfter)
-			if !skip && res.At.After(st.lastSlot) {
-				st.lastSlot = res.At
-			}
-			st.mu.Unlock()
-			if skip {
-				continue // among the slots granted before the key's limit rose
-			}
 			if !sleep(ctx, res.Delay) {
 				return 0, "", false
 			}
@@ -633,6 +702,15 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 			// lateSlot, the slot lapses and a new one is taken.
 			if late := time.Since(res.At); late > lateSlot(lim) {
 				p.m.lateSlots.WithLabelValues().Inc()
+				continue
+			}
+			// The rate was lowered while this sender slept: its slot was
+			// granted at the old rate, and the decrease cleared the debt
+			// such slots made. A new slot at the new rate replaces it.
+			if st.cuts.Load() != cuts {
+				st.mu.Lock()
+				lim = st.limit
+				st.mu.Unlock()
 				continue
 			}
 			if !high {
@@ -686,11 +764,18 @@ func lateSlot(lim bucket.Limit) time.Duration {
 }
 
 // reserve asks b for one slot of key under lim (the adapted limit of
-// pol.Limit): with a recipient bucket, one all-or-nothing reservation of
-// both; else through the key's Dispenser (one Redis call per lease) when
+// pol.Limit): with a recipient bucket (configured, or a pair's learned
+// rate, the lower of the two), one all-or-nothing reservation of both; else through the key's Dispenser (one Redis call per lease) when
 // leases are on for the key and st != nil; else one reservation.
 func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keyState, pol KeyPolicy, lim bucket.Limit) (bucket.Reservation, error) {
-	if pol.RecipientLimit != (bucket.Limit{}) {
+	rl := pol.RecipientLimit
+	if st != nil && st.anyPairRate() {
+		// A pair that learned its rate from throttles is paced at it.
+		if r := st.pairRate(recipientSub(to)); r > 0 && (rl == (bucket.Limit{}) || r < rl.PerSecond) {
+			rl = bucket.Limit{PerSecond: r, Burst: 1}
+		}
+	}
+	if rl != (bucket.Limit{}) {
 		// A slot far ahead for a busy recipient would charge the key's
 		// bucket at that slot too and hold other recipients behind it, so
 		// a multi reservation looks no further ahead than the key's burst
@@ -699,7 +784,7 @@ func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keySt
 		p.m.bucketCalls.WithLabelValues().Inc()
 		return b.ReserveMulti(ctx, p.cfg.Channel, key, []bucket.Request{
 			{Limit: lim, Cost: 1},
-			{Sub: recipientSub(to), Limit: pol.RecipientLimit, Cost: 1},
+			{Sub: recipientSub(to), Limit: rl, Cost: 1},
 		}, max(min(p.cfg.MaxTokenWait, reach), time.Millisecond))
 	}
 	n := p.cfg.leaseSize(pol.Limit, lim)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,7 +39,7 @@ type stubAdapter struct {
 	calls   int
 }
 
-func (a *stubAdapter) Recover(ctx context.Context, channel, key string, ceiling bucket.Limit, _ adapt.AIMD) (adapt.Adapted, error) {
+func (a *stubAdapter) RecoverAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, _ adapt.AIMD, _ int) (adapt.Adapted, error) {
 	a.mu.Lock()
 	a.calls++
 	block, entered := a.block, a.entered
@@ -48,6 +49,14 @@ func (a *stubAdapter) Recover(ctx context.Context, channel, key string, ceiling 
 		<-block
 	}
 	return adapt.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
+}
+
+func (a *stubAdapter) Adapted(_ context.Context, _, _ string, ceiling bucket.Limit, _ adapt.AIMD) (adapt.Adapted, error) {
+	return adapt.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
+}
+
+func (a *stubAdapter) Pairs(context.Context, string, string) (map[string]adapt.Pair, error) {
+	return nil, nil
 }
 
 func (a *stubAdapter) BreakerStatus(context.Context, string, string) (adapt.BreakerStatus, error) {
@@ -205,22 +214,55 @@ func TestInvalidPolicyKeepsTheLastOne(t *testing.T) {
 	}
 }
 
-// withHeadroom lowers the burst by what 25 ms of arrival jitter bunches,
-// keeping half the burst and at least 1; the rate never changes.
-func TestWithHeadroom(t *testing.T) {
-	for _, c := range []struct {
-		in   bucket.Limit
+// TestUtilization checks pacer_utilization: achieved over adapted rate,
+// summed over the keys that had a record in hand lately, idle keys left out.
+func TestUtilization(t *testing.T) {
+	p := &Pacer{keys: keyStates{m: map[string]*keyState{}}}
+	if u := p.utilization(); u != 0 {
+		t.Fatalf("no keys: utilization %v, want 0", u)
+	}
+	now := time.Now()
+	p.keys.m["busy"] = &keyState{users: 2, mark: now, achieved: 72, adapted: adapt.Adapted{Rate: 80}}
+	p.keys.m["recent"] = &keyState{lastSeen: now, mark: now, achieved: 18, adapted: adapt.Adapted{Rate: 20}}
+	p.keys.m["idle"] = &keyState{lastSeen: now.Add(-time.Minute), mark: now, achieved: 0, adapted: adapt.Adapted{Rate: 100}}
+	p.keys.m["unmeasured"] = &keyState{users: 1, adapted: adapt.Adapted{Rate: 100}}
+	if u := p.utilization(); math.Abs(u-0.9) > 1e-9 {
+		t.Fatalf("utilization %v, want (72+18)/(80+20) = 0.9", u)
+	}
+}
+
+// TestAccountLeftNoCooldown: with no account cooldown in Redis, accountLeft
+// is 0 after its refresh, not the time the read took (which made every
+// slot after a refresh lapse: at 0.5/s, every slot).
+func TestAccountLeftNoCooldown(t *testing.T) {
+	p := &Pacer{adapter: &stubAdapter{}, cfg: Config{Channel: "test"}}
+	pol := KeyPolicy{Limit: bucket.Limit{PerSecond: 0.5, Burst: 1}}
+	for i := range 3 {
+		if left := p.accountLeft(t.Context(), pol); left != 0 {
+			t.Fatalf("read %d: accountLeft = %v, want 0", i, left)
+		}
+		p.account.mu.Lock()
+		p.account.refreshed = time.Time{} // refresh again
+		p.account.mu.Unlock()
+	}
+}
+
+// TestLeaseSizeIgnoresHeadroom: the pacing headroom takes tokens off the
+// burst, not off the lease: a key at 1,000/s burst 10 paced at burst 5
+// still leases 10 slots per Redis call (BENCHMARKS: 0.1 call per message).
+func TestLeaseSizeIgnoresHeadroom(t *testing.T) {
+	c := &Config{}
+	ceiling := bucket.Limit{PerSecond: 1000, Burst: 10}
+	for _, tc := range []struct {
+		lim  bucket.Limit
 		want int
 	}{
-		{bucket.Limit{PerSecond: 50, Burst: 10}, 8},    // ceil(1.25) = 2
-		{bucket.Limit{PerSecond: 80, Burst: 10}, 8},    // ceil(2) = 2
-		{bucket.Limit{PerSecond: 1000, Burst: 20}, 10}, // 25 would leave none: half kept
-		{bucket.Limit{PerSecond: 0.5, Burst: 1}, 1},    // at least 1
-		{bucket.Limit{PerSecond: 10, Burst: 45}, 44},
+		{bucket.Limit{PerSecond: 1000, Burst: 5}, 10}, // headroom only
+		{bucket.Limit{PerSecond: 500, Burst: 2}, 5},   // adapted to half: burst 5
+		{bucket.Limit{PerSecond: 50, Burst: 1}, 1},    // burst scaled to 0: one slot
 	} {
-		got := withHeadroom(c.in)
-		if got.Burst != c.want || got.PerSecond != c.in.PerSecond {
-			t.Errorf("withHeadroom(%v) = %v, want burst %d at the same rate", c.in, got, c.want)
+		if got := c.leaseSize(ceiling, tc.lim); got != tc.want {
+			t.Errorf("leaseSize(%+v, %+v) = %d, want %d", ceiling, tc.lim, got, tc.want)
 		}
 	}
 }

@@ -27,6 +27,7 @@ type metrics struct {
 	fallback    *prometheus.GaugeVec     // channel
 	bucketCalls *prometheus.CounterVec   // channel
 	lateSlots   *prometheus.CounterVec   // channel
+	throttles   *prometheus.CounterVec   // channel, scope
 	handoffs    *prometheus.CounterVec   // channel
 
 	codesMu sync.Mutex
@@ -58,6 +59,10 @@ func (m *metrics) response(class string, e *channels.Error) {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		codes: map[string]bool{},
+		throttles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pacer", Name: "throttles_total",
+			Help: "Provider throttles by scope: key (the pacing key's rate), pair (one recipient of a key: WhatsApp 131056, APNs/FCM per device), account (every key behind the same credentials: WhatsApp 80007, 4).",
+		}, []string{"scope"}),
 		lateSlots: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "late_slots_total",
 			Help: "Send slots given up because the sender woke more than half a slot interval late (a stall); a new slot was taken, so the provider's window is never crowded.",
@@ -152,8 +157,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.delivered.WithLabelValues()
 	m.bucketCalls.WithLabelValues()
 	m.lateSlots.WithLabelValues()
+	for _, s := range []channels.Scope{channels.ScopeKey, channels.ScopePair, channels.ScopeAccount} {
+		m.throttles.WithLabelValues(s.String())
+	}
 	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.handoffs, m.retries, m.dlq, m.bucketWait, m.takeLatency,
-		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls, m.lateSlots} {
+		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls, m.lateSlots, m.throttles} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -387,7 +387,10 @@ func (c *Config) setDefaults() {
 // leaseSize is how many slots one Redis lease takes for a key whose
 // ceiling is ceiling and adapted limit lim: Config.LeaseSize when set, else
 // 100 ms of the ceiling's slots when that is at least 10, else 1 (one
-// reservation per message); never more than maxLeaseSize or lim.Burst.
+// reservation per message); never more than maxLeaseSize or the ceiling's
+// burst scaled to the adapted rate (the burst before the pacing headroom
+// adapt.Adapted.Limit takes off, which does not make slots bunch: a
+// lease's slots are spaced at the rate).
 func (c *Config) leaseSize(ceiling, lim bucket.Limit) int {
 	n := c.LeaseSize
 	if n <= 0 {
@@ -396,7 +399,11 @@ func (c *Config) leaseSize(ceiling, lim bucket.Limit) int {
 			n = 1
 		}
 	}
-	return max(min(n, maxLeaseSize, lim.Burst), 1)
+	burst := ceiling.Burst
+	if lim.PerSecond < ceiling.PerSecond {
+		burst = int(float64(ceiling.Burst) * lim.PerSecond / ceiling.PerSecond)
+	}
+	return max(min(n, maxLeaseSize, max(burst, lim.Burst)), 1)
 }
 
 // retryTopic returns the name of retry tier n (1-based).
@@ -419,6 +426,7 @@ type Pacer struct {
 	policyDefault StaticPolicy
 	camps         *campaigns // nil without Deps.Campaigns
 	keys          keyStates
+	account       accountState
 	m             *metrics
 	qm            *queueMetrics
 	log           *slog.Logger

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -750,6 +751,138 @@ func TestProgressAndSummaryLogged(t *testing.T) {
 	}
 	if summary == nil || summary["delivered"] != 2.0 || summary["dead_lettered"] != 1.0 {
 		t.Errorf("summary = %v, want delivered 2, dead_lettered 1", summary)
+	}
+}
+
+// TestAccountThrottleCoolsEveryKey: an account-scoped throttle (WhatsApp
+// 80007) of one key holds every key of the channel for its cooldown, through
+// the shared account cooldown, and is counted by scope.
+func TestAccountThrottleCoolsEveryKey(t *testing.T) {
+	const cool = 600 * time.Millisecond
+	h := newHarness(t, map[string][]error{
+		"a": {&channels.Error{Channel: "test", Status: 400, Code: "80007", Class: channels.Throttle,
+			Scope: channels.ScopeAccount, RetryAfter: cool}},
+	})
+	h.sender.at = map[string]time.Time{}
+	h.produce(env("a"))
+	var throttledAt time.Time
+	h.run(func() bool {
+		if throttledAt.IsZero() && h.sender.count(h.sender.calls, "a") == 1 {
+			h.sender.mu.Lock()
+			throttledAt = h.sender.at["a"]
+			h.sender.mu.Unlock()
+			// Another key's message arrives while the account cools down.
+			if err := h.cl.ProduceSync(context.Background(), &kgo.Record{Topic: "pacer.test", Key: []byte("k2"),
+				Value: []byte(`{"id":"b","key":"k2","to":"1555000"}`)}).FirstErr(); err != nil {
+				t.Error(err)
+			}
+		}
+		return h.sender.count(h.sender.success, "a") == 1 && h.sender.count(h.sender.success, "b") == 1
+	})
+	h.sender.mu.Lock()
+	b := h.sender.at["b"]
+	h.sender.mu.Unlock()
+	if wait := b.Sub(throttledAt); wait < cool-50*time.Millisecond {
+		t.Errorf("key k2 sent %v after the account throttle of k1, want >= the %v account cooldown", wait, cool)
+	}
+	if n := h.counter("pacer_throttles_total", "scope", "account"); n != 1 {
+		t.Errorf("pacer_throttles_total{scope=account} = %v, want 1", n)
+	}
+}
+
+// TestPairThrottleHoldsOnlyThePair: a pair-scoped throttle (WhatsApp
+// 131056) holds that recipient, through a cooldown shared in Redis, for the
+// pair's base cooldown (1 s); another recipient of the same key sends at
+// once, and the key's rate is not touched.
+func TestPairThrottleHoldsOnlyThePair(t *testing.T) {
+	h := newHarness(t, map[string][]error{
+		"a": {&channels.Error{Channel: "test", Status: 400, Code: "131056", Class: channels.Throttle, Scope: channels.ScopePair}},
+	})
+	h.sender.at = map[string]time.Time{}
+	h.produce(`{"id":"a","key":"k1","to":"1555000111"}`)
+	var throttledAt time.Time
+	h.run(func() bool {
+		if throttledAt.IsZero() && h.sender.count(h.sender.calls, "a") == 1 {
+			h.sender.mu.Lock()
+			throttledAt = h.sender.at["a"]
+			h.sender.mu.Unlock()
+			h.produce(`{"id":"b","key":"k1","to":"1555000111"}`, `{"id":"c","key":"k1","to":"1555000222"}`)
+		}
+		return h.sender.count(h.sender.success, "a") == 1 && h.sender.count(h.sender.success, "b") == 1 &&
+			h.sender.count(h.sender.success, "c") == 1
+	})
+	h.sender.mu.Lock()
+	b, c := h.sender.at["b"].Sub(throttledAt), h.sender.at["c"].Sub(throttledAt)
+	h.sender.mu.Unlock()
+	if b < 950*time.Millisecond {
+		t.Errorf("the throttled pair's next message went %v after the throttle, want >= its 1 s cooldown", b)
+	}
+	if c > 900*time.Millisecond {
+		t.Errorf("another recipient of the key went %v after the pair throttle, want at once", c)
+	}
+	if n := h.counter("pacer_throttles_total", "scope", "pair"); n != 1 {
+		t.Errorf("pacer_throttles_total{scope=pair} = %v, want 1", n)
+	}
+	pairs := 0
+	for _, k := range h.mr.Keys() {
+		if strings.HasSuffix(k, "{test:k1}:pairs") {
+			pairs++
+		}
+		if strings.HasSuffix(k, "{test:k1}:aimd") {
+			t.Errorf("a pair throttle wrote the key's adaptive state %s", k)
+		}
+	}
+	if pairs != 1 {
+		t.Errorf("no shared pair cooldown in Redis")
+	}
+}
+
+// TestPairLearnedRatePacesThePair: after a pair's throttle, its waiting
+// messages go at the pair's learned rate (one per base cooldown, 1/s here)
+// once the cooldown ends, not at once into the provider's emptied pair
+// bucket; another recipient of the key is not paced by it.
+func TestPairLearnedRatePacesThePair(t *testing.T) {
+	h := newHarness(t, map[string][]error{
+		"a": {&channels.Error{Channel: "test", Status: 400, Code: "131056", Class: channels.Throttle, Scope: channels.ScopePair}},
+	})
+	h.sender.at = map[string]time.Time{}
+	h.produce(`{"id":"a","key":"k1","to":"1555000111"}`)
+	ids := []string{"b1", "b2", "b3"}
+	produced := false
+	h.run(func() bool {
+		if !produced && h.sender.count(h.sender.calls, "a") == 1 {
+			produced = true
+			var envs []string
+			for _, id := range ids {
+				envs = append(envs, fmt.Sprintf(`{"id":%q,"key":"k1","to":"1555000111"}`, id))
+			}
+			envs = append(envs, `{"id":"c1","key":"k1","to":"1555000222"}`, `{"id":"c2","key":"k1","to":"1555000222"}`)
+			h.produce(envs...)
+		}
+		for _, id := range append(ids, "a", "c1", "c2") {
+			if h.sender.count(h.sender.success, id) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	h.sender.mu.Lock()
+	var at []time.Time
+	for _, id := range append([]string{"a"}, ids...) {
+		at = append(at, h.sender.at[id])
+	}
+	c := h.sender.at["c2"].Sub(h.sender.at["c1"])
+	h.sender.mu.Unlock()
+	slices.SortFunc(at, func(x, y time.Time) int { return x.Compare(y) })
+	for i := 1; i < len(at); i++ {
+		// 1 s apart at the learned 1/s; a sender may use its slot up to a
+		// quarter of an interval late, so the next can follow 0.75 s after.
+		if gap := at[i].Sub(at[i-1]); gap < 600*time.Millisecond {
+			t.Errorf("pair sends %d and %d went %v apart, want about 1 s (the pair's learned rate)", i-1, i, gap)
+		}
+	}
+	if c > 500*time.Millisecond {
+		t.Errorf("another recipient's two messages went %v apart, want no pair pacing", c)
 	}
 }
 

@@ -34,10 +34,34 @@ const (
 	adaptMinIdle   = time.Hour                 // shortest time before idle state expires
 )
 
-// AIMD configures the adaptive rate of a pacing key: additive (or
-// multiplicative) increase, multiplicative decrease, between a floor and the
-// configured rate, the ceiling. The zero value means all defaults; each
-// field's doc names its default.
+// AIMD configures the adaptive rate of a pacing key between a floor and the
+// configured rate, the ceiling, against a provider that counts at its own
+// ingress with a strict token bucket. The zero value means all defaults;
+// each field's doc names its default. The defaults are what the scenario
+// bench (`make bench-pacing`, BENCHMARKS.md) measured to meet: >= 97% of a
+// provider limit equal to the ceiling with <= 0.5% throttled, and settling
+// within 15 s to 90-100% of a hidden lower limit.
+//
+// The parts, each a field below:
+//   - Headroom where it costs no rate ([AIMD].Jitter): the pacer takes
+//     tokens with a burst smaller than the provider's by what Jitter lets
+//     through, so that sends bunched on their way (connections, scheduler,
+//     network) still fit the provider's bucket. Only a burst of 1 costs
+//     rate, the least that keeps slots Jitter apart.
+//   - A lone throttle cuts nothing ([AIMD].Persist): it only sets the
+//     cooldown (one token interval by default). Only throttles that persist
+//     lower the rate.
+//   - A decrease goes to what the provider accepts: the sends every replica
+//     saw accepted over the throttle episode, per second
+//     ([Adapter.ThrottledAfter]), estimate the capacity of a provider that
+//     keeps refusing, and the rate goes to [AIMD].Backoff of that estimate,
+//     cutting at most to [AIMD].Decrease of the rate at once.
+//   - Probing up starts gently and accelerates ([AIMD].Factor, Step,
+//     Accelerate, Window): the increase doubles with each clean window in a
+//     row, so a rate cut by a passing dip is back at its ceiling in seconds,
+//     and the next throttle stops the acceleration. A rate below the last
+//     estimated capacity returns to it after one clean window, and the
+//     probe goes on above it gently, from Factor.
 //
 // The adapted rate lives in Redis, in the hash
 // "<prefix>:{<channel>:<key>}:aimd" ([bucket.Keys].AIMD), so every replica
@@ -48,38 +72,72 @@ const (
 // the rate is back at the ceiling.
 //
 // The pacer applies the adapted rate by taking tokens under
-// [Adapted.Limit]: Limit{PerSecond: adapted rate, Burst: the ceiling's
+// [Adapted.Limit]: bucket.Limit{PerSecond: adapted rate, Burst: the ceiling's
 // burst scaled by the same ratio}.
 type AIMD struct {
-	// Decrease is the factor applied to the rate on a throttle, in (0, 1).
-	// Default 0.5: a throttle halves the rate.
+	// Decrease is the deepest single decrease, as a factor of the rate, in
+	// (0, 1): however few messages the provider seems to accept, one
+	// decrease leaves at least Decrease * rate. Default 0.8.
 	Decrease float64
+	// Backoff is the fraction of the estimated capacity a decrease goes to,
+	// in (0, 1]: room below it for the probe to climb through before it
+	// meets the limit again. Default 0.95.
+	Backoff float64
+	// Persist is how close a counted throttle must follow the one before it
+	// for throttles to count as persistent and lower the rate; a throttle
+	// later than that is a lone one (a refusal at the edge of the provider's
+	// burst) and only sets the cooldown. From 1ms to 10 years. Default
+	// 4 token intervals at the ceiling (4 / ceiling s), at least 2s.
+	Persist time.Duration
 	// Floor is the lowest rate in messages per second: > 0 (at least 10^-6,
 	// the stored resolution) and <= the ceiling. Default 1, or the ceiling
 	// if that is lower.
 	Floor float64
 	// Window is how long a key must go without a counted throttle, from
 	// the end of its cooldown or from its last increase, before
-	// [Adapter.Recover] raises its rate. From 1ms to 10 years. Default 60s.
+	// [Adapter.Recover] raises its rate. From 1ms to 10 years. Default 2s
+	// (the pacer reads the state about once a second per replica).
 	Window time.Duration
-	// Step is the additive increase per clean window, in messages per
-	// second, > 0. Default a tenth of the ceiling. Ignored when Factor > 1.
+	// Step, when > 0 and Factor is 0, makes the first increase after a
+	// throttle additive: Step messages per second. Default 0 (Factor).
 	Step float64
-	// Factor, when > 1, makes the increase multiplicative: the rate is
-	// multiplied by Factor per clean window instead of gaining Step.
-	// Default 0 (additive). Values in (0, 1] are invalid.
+	// Factor makes the first increase after a throttle multiplicative: the
+	// rate is multiplied by Factor. A number > 1; default 1.02 when Step is
+	// 0, else 0 (Step). Values in (0, 1] are invalid.
 	Factor float64
+	// Accelerate multiplies each increase in a row by this over the one
+	// before, in [1, 1000]: with the defaults a rate rises by 2%, 4%, 8%, ...
+	// per clean window until a throttle, which starts over at Factor.
+	// 1 keeps the increase constant (classic AIMD). Default 2.
+	Accelerate float64
+	// NoRefillPause turns off the pause after a decrease. By default a
+	// decrease sets a cooldown of at least the ceiling's burst at the new
+	// rate (Burst / rate s): a provider that kept refusing has spent its
+	// burst, and sends at once, even below its rate, would meet its edge
+	// again and cut the rate once more.
+	NoRefillPause bool
+	// Jitter is how much sooner than its slot a send may reach the
+	// provider, relative to the sends before it, without being refused by a
+	// provider whose bucket is exactly the ceiling: the pacing headroom
+	// [Adapted.Limit] leaves. From 0 (no headroom) to 1s. Default 25ms. A
+	// negative value means 0.
+	Jitter time.Duration
 	// Coalesce is how long after a counted throttle further throttles are
 	// taken as replies to the same burst of in-flight requests: they set
-	// the cooldown but do not lower the rate again. The cooldown a throttle
-	// sets extends this too, since nothing new is sent during it. From 1ns
-	// (rounded up to the microsecond) to 10 years. Default 1s.
+	// the cooldown but do not lower the rate again (they count for the
+	// estimate). The cooldown a throttle sets extends this too, since
+	// nothing new is sent during it. From 1ns (rounded up to the
+	// microsecond) to 10 years. Default 500ms, about a round trip to a
+	// distant provider.
 	Coalesce time.Duration
 	// MinCooldown and MaxCooldown clamp the provider's hint (Retry-After)
 	// into the cooldown a throttle sets; a hint <= 0 means MinCooldown.
 	// Both from 1ms to 10 years, MinCooldown <= MaxCooldown, rounded up to
-	// the millisecond. Default 1s (or MaxCooldown if that is lower) and 1h
-	// (or MinCooldown if that is higher).
+	// the millisecond. Default for MinCooldown: one token interval at the
+	// ceiling (1 / ceiling s) within [10ms, 1s], enough for the provider's
+	// bucket to earn the token it lacked ([AIMD.CooldownFor], which knows no
+	// ceiling, uses 1s), and never above MaxCooldown; for MaxCooldown 1h (or
+	// MinCooldown if that is higher).
 	MinCooldown, MaxCooldown time.Duration
 }
 
@@ -88,7 +146,10 @@ type AIMD struct {
 type aimdArgs struct {
 	ceilU, floorU, stepU int64   // millionths of a message per second
 	decrease, factor     float64 // factor 0: additive increase
+	backoff, accel       float64
 	windowUs, coalesceUs int64
+	persistUs            int64
+	jitter               float64 // seconds
 	minCooldown          time.Duration
 	maxCooldown          time.Duration
 	idleMs               int64
@@ -97,7 +158,7 @@ type aimdArgs struct {
 // Validate returns nil if a applies to ceiling, else a *[bucket.FieldError]: with
 // Field "ceiling" and wrapping [bucket.ErrInvalidLimit] if ceiling itself is
 // invalid ([bucket.Limit.Validate]), or naming the AIMD field and wrapping
-// [ErrInvalidAIMD], such as "bucket: invalid aimd: floor 5 must be <=
+// [ErrInvalidAIMD], such as "adapt: invalid aimd: floor 5 must be <=
 // ceiling 2" (Field "Floor"). The ceiling's rate must also be in [10^-6,
 // 10^9] messages per second (Field "ceiling"). MinCooldown above
 // MaxCooldown is reported on MaxCooldown.
@@ -121,10 +182,31 @@ func (a AIMD) args(ceiling bucket.Limit) (aimdArgs, error) {
 
 	p.decrease = a.Decrease
 	if p.decrease == 0 {
-		p.decrease = 0.5
+		p.decrease = 0.8
 	}
 	if !(p.decrease > 0 && p.decrease < 1) { // also NaN
 		return bad("Decrease", "decrease %v must be in (0, 1)", a.Decrease)
+	}
+	p.backoff = a.Backoff
+	if p.backoff == 0 {
+		p.backoff = 0.95
+	}
+	if !(p.backoff > 0 && p.backoff <= 1) {
+		return bad("Backoff", "backoff %v must be in (0, 1]", a.Backoff)
+	}
+	p.accel = a.Accelerate
+	if p.accel == 0 {
+		p.accel = 2
+	}
+	if !(p.accel >= 1 && p.accel <= 1000) {
+		return bad("Accelerate", "accelerate %v must be in [1, 1000]", a.Accelerate)
+	}
+	if !(a.Jitter <= time.Second) {
+		return bad("Jitter", "jitter %v must be <= 1s", a.Jitter)
+	}
+	p.jitter = max(a.Jitter, 0).Seconds()
+	if a.Jitter == 0 {
+		p.jitter = defaultJitter.Seconds()
 	}
 
 	floor := a.Floor
@@ -140,11 +222,10 @@ func (a AIMD) args(ceiling bucket.Limit) (aimdArgs, error) {
 	p.floorU = min(max(1, int64(math.Round(floor*1e6))), p.ceilU)
 
 	switch {
+	case a.Factor == 0 && a.Step == 0:
+		p.factor, p.stepU = 1.02, 1
 	case a.Factor == 0:
 		step := a.Step
-		if step == 0 {
-			step = c / 10
-		}
 		if !(step > 0) || math.IsInf(step, 1) {
 			return bad("Step", "step %v must be finite and > 0", a.Step)
 		}
@@ -155,22 +236,48 @@ func (a AIMD) args(ceiling bucket.Limit) (aimdArgs, error) {
 		return bad("Factor", "factor %v must be 0 or a finite number > 1", a.Factor)
 	}
 
-	window, err := adaptPeriod("Window", "window", a.Window, 60*time.Second, time.Millisecond)
+	window, err := adaptPeriod("Window", "window", a.Window, 2*time.Second, time.Millisecond)
 	if err != nil {
 		return aimdArgs{}, err
 	}
-	coalesce, err := adaptPeriod("Coalesce", "coalesce", a.Coalesce, time.Second, time.Nanosecond)
+	coalesce, err := adaptPeriod("Coalesce", "coalesce", a.Coalesce, 500*time.Millisecond, time.Nanosecond)
+	if err != nil {
+		return aimdArgs{}, err
+	}
+	interval := time.Duration(min(1/c, adaptMaxPeriod.Seconds()) * float64(time.Second)) // one token at the ceiling
+	persist, err := adaptPeriod("Persist", "persist", a.Persist, min(max(4*interval, 2*time.Second), adaptMaxPeriod), time.Millisecond)
 	if err != nil {
 		return aimdArgs{}, err
 	}
 	p.windowUs, p.coalesceUs = roundUp(window, time.Microsecond), roundUp(coalesce, time.Microsecond)
-	p.idleMs = roundUp(max(4*window, adaptMinIdle), time.Millisecond)
+	p.persistUs = roundUp(persist, time.Microsecond)
+	p.idleMs = roundUp(max(4*window, 4*persist, adaptMinIdle), time.Millisecond)
 
-	if p.minCooldown, p.maxCooldown, err = a.cooldowns(); err != nil {
+	if p.minCooldown, p.maxCooldown, err = a.cooldownsAt(min(max(interval, 10*time.Millisecond), time.Second)); err != nil {
 		return aimdArgs{}, err
 	}
 	return p, nil
 }
+
+// pauseTokens is the pause_tokens of aimd_throttle.lua for a and ceiling.
+func pauseTokens(a AIMD, ceiling bucket.Limit) int {
+	if a.NoRefillPause {
+		return 0
+	}
+	return ceiling.Burst
+}
+
+// pacedU is paced (msgs/s) in millionths for aimd_throttle.lua, 0 when
+// unknown, NaN or not positive.
+func pacedU(paced float64) int64 {
+	if !(paced > 0) {
+		return 0
+	}
+	return int64(math.Round(min(paced, adaptMaxRate) * 1e6))
+}
+
+// defaultJitter is the default [AIMD].Jitter.
+const defaultJitter = 25 * time.Millisecond
 
 // adaptPeriod returns d, or def when d is 0, after checking that it is in
 // [least, adaptMaxPeriod]. Its error is a *FieldError naming field and
@@ -185,9 +292,16 @@ func adaptPeriod(field, name string, d, def, least time.Duration) (time.Duration
 	return d, nil
 }
 
-// cooldowns returns MinCooldown and MaxCooldown with their defaults.
+// cooldowns returns MinCooldown and MaxCooldown with their defaults, 1s
+// for MinCooldown.
 func (a AIMD) cooldowns() (lo, hi time.Duration, err error) {
-	loDef, hiDef := time.Second, time.Hour
+	return a.cooldownsAt(time.Second)
+}
+
+// cooldownsAt returns MinCooldown and MaxCooldown with their defaults,
+// loDef for MinCooldown.
+func (a AIMD) cooldownsAt(loDef time.Duration) (lo, hi time.Duration, err error) {
+	hiDef := time.Hour
 	if a.MaxCooldown > 0 {
 		loDef = min(loDef, a.MaxCooldown)
 	}
@@ -204,6 +318,17 @@ func (a AIMD) cooldowns() (lo, hi time.Duration, err error) {
 		return 0, 0, fieldErr("MaxCooldown", fmt.Errorf("%w: min cooldown %v must be <= max cooldown %v", ErrInvalidAIMD, lo, hi))
 	}
 	return lo, hi, nil
+}
+
+// CooldownBounds returns MinCooldown and MaxCooldown with their defaults
+// as [AIMD.CooldownFor] knows them (no ceiling: MinCooldown 1s), or 1s and
+// 1h if they are invalid.
+func (a AIMD) CooldownBounds() (lo, hi time.Duration) {
+	lo, hi, err := a.cooldowns()
+	if err != nil {
+		return time.Second, time.Hour
+	}
+	return lo, hi
 }
 
 // CooldownFor returns the cooldown that [Adapter.Throttled] sets for a
@@ -260,20 +385,48 @@ type Adapted struct {
 	// and an increase resets it to 0. The pacer opens the key's breaker when
 	// it reaches [Breaker].FloorThrottles (see [Breaker.FloorTripped]).
 	FloorStreak int
+
+	jitter float64 // seconds: the headroom Limit leaves, from [AIMD].Jitter
 }
 
 // Limit returns the limit under which the pacer takes tokens for a key with
-// adapted state a and configured limit ceiling: Limit{PerSecond: a.Rate,
-// Burst: ceiling.Burst * a.Rate / ceiling.PerSecond rounded down, at least
-// 1}. It returns ceiling itself when a.Rate is 0 (the zero Adapted) or not
-// below ceiling.PerSecond. For a ceiling valid with an [AIMD], the result
-// passes [bucket.Limit.Validate].
+// adapted state a and configured limit ceiling (the provider's limit): the
+// adapted limit r = a.Rate (at most ceiling.PerSecond), b =
+// ceiling.Burst * r / ceiling.PerSecond rounded down and at least 1, less
+// the headroom of the [AIMD].Jitter j that a was read with.
+//
+// Sends paced at (r, b - d) that reach the provider up to j early relative
+// to each other still fit its bucket (r, b) when d >= r * j, so Limit takes
+// d = ceil(r * j) from the burst, at most half of it, which costs no rate.
+// When that is not enough and a slot interval is longer than j (r * j < 1:
+// low rates, burst 1), slots move j further apart: rate r / (1 + r*j - d).
+// Jitter of more than one slot interval on top of half the burst is left
+// to the lone-throttle rule (a rate cut there would cost more than the
+// throttles it saves). So 80/s burst 10 with j = 25ms paces at 80/s burst
+// 8, 0.5/s burst 1 at 0.4938/s, and 1,000/s burst 10 at 1,000/s burst 5.
+//
+// It returns ceiling itself when a.Rate is 0 (the zero Adapted) and, with
+// no headroom (a zero jitter), when a.Rate is not below
+// ceiling.PerSecond. For a ceiling valid with an [AIMD], the result passes
+// [bucket.Limit.Validate].
 func (a Adapted) Limit(ceiling bucket.Limit) bucket.Limit {
-	if !(a.Rate > 0) || a.Rate >= ceiling.PerSecond {
+	if !(a.Rate > 0) {
 		return ceiling
 	}
-	burst := int(float64(ceiling.Burst) * (a.Rate / ceiling.PerSecond))
-	return bucket.Limit{PerSecond: a.Rate, Burst: max(burst, 1)}
+	r, b := ceiling.PerSecond, ceiling.Burst
+	if a.Rate < r {
+		r = a.Rate
+		b = max(int(float64(ceiling.Burst)*(a.Rate/ceiling.PerSecond)), 1)
+	}
+	x := r * a.jitter // tokens that jitter can bunch
+	if !(x > 0) {
+		return bucket.Limit{PerSecond: r, Burst: b}
+	}
+	d := int(min(math.Ceil(x), float64(b/2)))
+	if float64(d) >= x || x >= 1 {
+		return bucket.Limit{PerSecond: r, Burst: b - d}
+	}
+	return bucket.Limit{PerSecond: r / (1 + x - float64(d)), Burst: b - d}
 }
 
 // Throttled records that the provider throttled a send for (channel, key)
@@ -295,13 +448,33 @@ func (a Adapted) Limit(ceiling bucket.Limit) bucket.Limit {
 // ([AIMD.Validate]). Other errors wrap the Redis error. Throttled is safe
 // for concurrent use.
 func (l *Adapter) Throttled(ctx context.Context, channel, key string, ceiling bucket.Limit, a AIMD, hint time.Duration) (Adapted, error) {
+	return l.ThrottledAfter(ctx, channel, key, ceiling, a, hint, 0, 0)
+}
+
+// ThrottledAfter is [Adapter.Throttled] that also reports accepted, the
+// sends of (channel, key) the caller saw the provider accept since it last
+// reported them (to ThrottledAfter or [Adapter.RecoverAfter]). Throttles
+// that persist lower the rate to what every replica reported accepted over
+// the throttle episode, per second: what a saturated provider really
+// takes. Without reports, the refusals per second stand in for it. An
+// accepted < 0 counts as 0.
+//
+// paced is the adapted rate (msgs/s) the caller knew when it started the
+// throttled send's slot, 0 if unknown. A send paced above the current
+// adapted rate was started by a replica that had not yet seen the last
+// decrease (each learns of it within its next refresh, about a second): its
+// throttle is the tail of the decrease already made, and it sets the
+// cooldown without counting as a new one. Without it, every replica's
+// slots granted at the old rate would cut the rate again.
+func (l *Adapter) ThrottledAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a AIMD, hint time.Duration, accepted int, paced float64) (Adapted, error) {
 	p, err := a.args(ceiling)
 	if err != nil {
 		return Adapted{}, err
 	}
 	cd := clampCooldown(hint, p.minCooldown, p.maxCooldown)
 	ad, err := l.runAIMD(ctx, "throttled", aimdThrottleScript, channel, key, ceiling, p, -1, 0,
-		wire.Rate(p.decrease), p.coalesceUs, int64(cd/time.Millisecond), p.idleMs)
+		wire.Rate(p.decrease), p.coalesceUs, int64(cd/time.Millisecond), p.idleMs, p.persistUs,
+		wire.Rate(p.backoff), max(accepted, 0), pauseTokens(a, ceiling), pacedU(paced))
 	if err != nil {
 		return Adapted{}, err
 	}
@@ -327,12 +500,35 @@ func (l *Adapter) Throttled(ctx context.Context, channel, key string, ceiling bu
 //
 // Errors are as for [Adapter.Throttled]. Recover is safe for concurrent use.
 func (l *Adapter) Recover(ctx context.Context, channel, key string, ceiling bucket.Limit, a AIMD) (Adapted, error) {
+	return l.recover(ctx, channel, key, ceiling, a, 0, false)
+}
+
+// RecoverAfter is [Adapter.Recover] for callers that report the sends they
+// saw accepted, as [Adapter.ThrottledAfter] does (every replica, with
+// every call, 0 when none). They estimate the provider's capacity and
+// the key's achieved rate ([Adapter.Achieved]), and they gate the probe:
+// only a rate in use is raised, when the sends accepted since the window
+// began reach 90% of the rate over the window less a second (the reports
+// of other replicas arrive up to a second late). A probe that outran what
+// the replicas really send (slots granted ahead at an older rate, a key
+// short of messages) would climb blind. A rate below the capacity the last
+// decrease estimated returns to it after one clean window, and the probe
+// starts over gently from there.
+func (l *Adapter) RecoverAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, a AIMD, accepted int) (Adapted, error) {
+	return l.recover(ctx, channel, key, ceiling, a, accepted, true)
+}
+
+func (l *Adapter) recover(ctx context.Context, channel, key string, ceiling bucket.Limit, a AIMD, accepted int, inUse bool) (Adapted, error) {
 	p, err := a.args(ceiling)
 	if err != nil {
 		return Adapted{}, err
 	}
+	use := 0
+	if inUse {
+		use = 1
+	}
 	return l.runAIMD(ctx, "recover", aimdRecoverScript, channel, key, ceiling, p, 0, 1,
-		p.stepU, wire.Rate(p.factor), p.windowUs, p.idleMs)
+		p.stepU, wire.Rate(p.factor), p.windowUs, p.idleMs, wire.Rate(p.accel), max(accepted, 0), use)
 }
 
 // Adapted returns the adaptive state of (channel, key) without changing
@@ -355,7 +551,7 @@ func (l *Adapter) Adapted(ctx context.Context, channel, key string, ceiling buck
 func (l *Adapter) runAIMD(ctx context.Context, op string, s *redis.Script, channel, key string,
 	ceiling bucket.Limit, p aimdArgs, minChange, maxChange int64, args ...any) (Adapted, error) {
 	ak := l.keys.AIMD(channel, key)
-	v, err := s.Run(ctx, l.rdb, []string{ak, l.keys.Cooldown(channel, key)},
+	v, err := s.Run(ctx, l.rdb, []string{ak, l.keys.Cooldown(channel, key), l.keys.Bucket(channel, key), l.keys.Achieved(channel, key)},
 		append([]any{p.ceilU, p.floorU}, args...)...).Result()
 	if err != nil {
 		return Adapted{}, fmt.Errorf("adapt: %s %q: %w", op, ak, err)
@@ -377,5 +573,122 @@ func (l *Adapter) runAIMD(ctx context.Context, op string, s *redis.Script, chann
 		Decreased:    r[1] < 0,
 		Increased:    r[1] > 0,
 		FloorStreak:  int(min(r[3], math.MaxInt32)),
+		jitter:       p.jitter,
 	}, nil
+}
+
+var (
+	aimdPairScript     = redis.NewScript(lua.AIMDPair)
+	aimdPairsScript    = redis.NewScript(lua.AIMDPairs)
+	aimdAchievedScript = redis.NewScript(lua.AIMDAchieved)
+)
+
+// Pair cooldowns, see [Adapter.PairThrottled].
+const (
+	// PairAgain is the least cooldown of a pair's throttles after its
+	// first: a pair throttled once is throttled at most once more a minute.
+	PairAgain = time.Minute
+	// pairForget is how long a quiet pair keeps its count of throttles.
+	pairForget = 10 * time.Minute
+)
+
+// Achieved returns the accepted sends per second of (channel, key), summed
+// over every replica's reports ([Adapter.RecoverAfter]) over the last
+// window of at least 5 s; ok is false when no window has closed in the
+// last 5 minutes. Errors wrap the Redis error.
+func (l *Adapter) Achieved(ctx context.Context, channel, key string) (perSecond float64, ok bool, err error) {
+	v, err := aimdAchievedScript.Run(ctx, l.rdb, []string{l.keys.Achieved(channel, key)}).Result()
+	if err != nil {
+		return 0, false, fmt.Errorf("adapt: achieved %q: %w", l.keys.Achieved(channel, key), err)
+	}
+	n, isInt := v.(int64)
+	if !isInt {
+		return 0, false, fmt.Errorf("adapt: achieved %q: unexpected reply %s", l.keys.Achieved(channel, key), wire.Describe(v))
+	}
+	if n < 0 {
+		return 0, false, nil
+	}
+	return float64(n) / 1000, true, nil
+}
+
+// Pair is the shared state of one throttled pair (key, recipient).
+type Pair struct {
+	Left      time.Duration // cooldown left, >= 0, rounded up to the millisecond
+	Rate      float64       // the pair's learned rate, msgs/s; 0: none
+	Throttles int           // throttles counted since the pair was last quiet for 10 minutes
+}
+
+// PairMinRate is the least rate a pair's halving reaches: one message a
+// minute, the pace its cooldowns allow anyway.
+const PairMinRate = 1.0 / 60
+
+// PairThrottled records that the provider throttled one pair of (channel,
+// key): one recipient, named by sub (a hash of the address, never the
+// address), as WhatsApp 131056 or a per-device limit does. It sets the
+// pair's cooldown and learned rate in Redis, shared by every replica
+// ([Adapter.Pairs]), and returns them with the number of throttles of the
+// pair counted (a pair quiet for 10 minutes counts anew).
+//
+// The first throttle sets the cooldown base (the provider's hint, or the
+// pair's token interval) and the pair's rate to rate (msgs/s, e.g. the
+// provider's documented pair rate); each later one a cooldown of
+// max([PairAgain], base) and half the rate, never below min(rate,
+// [PairMinRate]), so that a pair is throttled at most once more a minute
+// (retries further apart than WhatsApp's 4^X s for X <= 2) and, once the
+// cooldown ends, its waiting messages go at the learned rate rather than
+// at once into the provider's emptied pair bucket. Cooldowns are never
+// above maxCooldown nor shortened, and do not grow further: the pair's
+// provider bucket refills while it waits. The key's own rate and other
+// recipients are untouched.
+//
+// It returns an error without calling Redis for an empty sub, base or
+// maxCooldown outside [1ms, 10 years] with base <= maxCooldown, or a rate
+// not in (0, 1e9]; other errors wrap the Redis error. PairThrottled is safe
+// for concurrent use.
+func (l *Adapter) PairThrottled(ctx context.Context, channel, key, sub string, base, maxCooldown time.Duration, rate float64) (Pair, error) {
+	if sub == "" || base < time.Millisecond || base > maxCooldown || maxCooldown > adaptMaxPeriod || !(rate > 0 && rate <= adaptMaxRate) {
+		return Pair{}, fmt.Errorf("%w: pair throttle: sub %q, base %v, max %v, rate %v", ErrInvalidAIMD, sub, base, maxCooldown, rate)
+	}
+	pk := l.keys.Pairs(channel, key)
+	first := max(int64(math.Round(rate*1e6)), 1)
+	least := min(first, int64(math.Round(PairMinRate*1e6)))
+	v, err := aimdPairScript.Run(ctx, l.rdb, []string{pk}, sub, roundUp(base, time.Microsecond),
+		roundUp(min(max(PairAgain, base), maxCooldown), time.Microsecond), roundUp(maxCooldown, time.Microsecond),
+		roundUp(pairForget, time.Microsecond), first, least).Result()
+	if err != nil {
+		return Pair{}, fmt.Errorf("adapt: pair throttled %q: %w", pk, err)
+	}
+	var r [3]int64
+	if !wire.Ints(v, r[:]) || r[0] < 1 || r[1] < 1 || r[2] < 1 {
+		return Pair{}, fmt.Errorf("adapt: pair throttled %q: unexpected reply %s", pk, wire.Describe(v))
+	}
+	return Pair{Left: wire.Duration(r[0], time.Millisecond), Rate: float64(r[2]) / 1e6, Throttles: int(min(r[1], math.MaxInt32))}, nil
+}
+
+// Pairs returns the throttled pairs of (channel, key) set by
+// [Adapter.PairThrottled], by sub: those in cooldown and those throttled in
+// the last 10 minutes (with their learned rate; Throttles is not read and
+// stays 0); an empty map when there are none. The pacer reads it about
+// once a second per key it sends for. Errors wrap the Redis error.
+func (l *Adapter) Pairs(ctx context.Context, channel, key string) (map[string]Pair, error) {
+	pk := l.keys.Pairs(channel, key)
+	v, err := aimdPairsScript.Run(ctx, l.rdb, []string{pk}, roundUp(pairForget, time.Microsecond)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("adapt: pairs %q: %w", pk, err)
+	}
+	a, ok := v.([]any)
+	if !ok || len(a)%3 != 0 {
+		return nil, fmt.Errorf("adapt: pairs %q: unexpected reply %s", pk, wire.Describe(v))
+	}
+	out := make(map[string]Pair, len(a)/3)
+	for i := 0; i < len(a); i += 3 {
+		sub, ok1 := a[i].(string)
+		ms, ok2 := a[i+1].(int64)
+		ru, ok3 := a[i+2].(int64)
+		if !ok1 || !ok2 || !ok3 || ms < 0 || ru < 0 {
+			return nil, fmt.Errorf("adapt: pairs %q: unexpected reply %s", pk, wire.Describe(v))
+		}
+		out[sub] = Pair{Left: wire.Duration(ms, time.Millisecond), Rate: float64(ru) / 1e6}
+	}
+	return out, nil
 }

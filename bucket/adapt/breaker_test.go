@@ -324,16 +324,19 @@ func TestSnapshot(t *testing.T) {
 	ceiling := bucket.Limit{PerSecond: 80, Burst: 20}
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
-		sn, err := e.l.Snapshot(ctx, "test", "k", ceiling, adapt.AIMD{})
-		want := adapt.Snapshot{
-			Adapted: adapt.Adapted{Rate: 80, Ceiling: 80},
-			Limit:   ceiling,
-			Tokens:  20,
+		a := adapt.AIMD{Decrease: 0.5, Backoff: 1e-9, Persist: time.Hour, Coalesce: time.Millisecond, NoRefillPause: true}
+		sn, err := e.l.Snapshot(ctx, "test", "k", ceiling, a)
+		// The pacing limit keeps 25 ms of jitter headroom: 2 tokens at 80/s.
+		if err != nil || sn.Adapted.Rate != 80 || sn.Adapted.Ceiling != 80 || sn.Adapted.CooldownLeft != 0 ||
+			sn.Limit != (bucket.Limit{PerSecond: 80, Burst: 18}) || sn.Tokens != 18 || sn.Breaker.State != adapt.BreakerClosed {
+			t.Fatalf("Snapshot of a fresh key = %+v, %v; want rate 80, limit 80/s burst 18, 18 tokens", sn, err)
 		}
-		if err != nil || sn != want {
-			t.Fatalf("Snapshot of a fresh key = %+v, %v; want %+v", sn, err, want)
+		if _, err := e.l.Throttled(ctx, "test", "k", ceiling, a, time.Millisecond); err != nil { // lone
+			t.Fatal(err)
 		}
-		ad, err := e.l.Throttled(ctx, "test", "k", ceiling, adapt.AIMD{}, time.Minute)
+		e.mark()
+		e.at(50 * time.Millisecond)                                         // after the lone one's cooldown (one token interval, 13 ms)
+		ad, err := e.l.Throttled(ctx, "test", "k", ceiling, a, time.Minute) // persistent: halves
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -351,9 +354,9 @@ func TestSnapshot(t *testing.T) {
 		if _, err := e.l.BreakerResult(ctx, "test", "k", adapt.Breaker{}, false, "halt:401"); err != nil {
 			t.Fatal(err)
 		}
-		sn, err = e.l.Snapshot(ctx, "test", "k", ceiling, adapt.AIMD{})
-		if err != nil || sn.Adapted.Rate != 40 || sn.Limit != (bucket.Limit{PerSecond: 40, Burst: 10}) ||
-			!e.near(sn.Adapted.CooldownLeft, time.Minute) || !e.nearTokens(sn.Tokens, 6, sn.Limit) ||
+		sn, err = e.l.Snapshot(ctx, "test", "k", ceiling, a)
+		if err != nil || sn.Adapted.Rate != 40 || sn.Limit != (bucket.Limit{PerSecond: 40, Burst: 9}) ||
+			!e.near(sn.Adapted.CooldownLeft, time.Minute) || !e.nearTokens(sn.Tokens, 5, sn.Limit) ||
 			sn.Breaker.State != adapt.BreakerOpen || sn.Breaker.Reason != "halt:401" ||
 			!e.near(sn.Breaker.OpenLeft, 30*time.Second) {
 			t.Fatalf("Snapshot = %+v, %v", sn, err)

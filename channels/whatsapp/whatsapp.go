@@ -276,6 +276,15 @@ type graphError struct {
 	} `json:"error"`
 }
 
+// AccountCooldown is the RetryAfter of an account- or app-scoped throttle
+// (80007, 4) that names no Retry-After. Both limits are request budgets
+// over a rolling hour (200 or 5,000 requests per hour per WABA and app;
+// providers.md §1.4, [W-AP] [W-EC]): a cooldown of one minute lets a
+// sixtieth of the hour roll out of the window (about 83 requests of a
+// 5,000/h budget) before the account is tried again, where 1 s would meet
+// the exhausted budget again at once.
+const AccountCooldown = time.Minute
+
 // failure builds the *channels.Error for a non-2xx response.
 func (c *Client) failure(resp *http.Response, raw []byte, to string, now time.Time) *channels.Error {
 	e := &channels.Error{
@@ -306,6 +315,9 @@ func (c *Client) failure(resp *http.Response, raw []byte, to string, now time.Ti
 	code, err := strconv.Atoi(e.Code)
 	if r, ok := classify(code); err == nil && ok {
 		e.Class, e.Scope = r.class, r.scope
+		if e.Scope == channels.ScopeAccount && e.RetryAfter <= 0 {
+			e.RetryAfter = AccountCooldown
+		}
 		e.RetryAfter = max(e.RetryAfter, cooldowns[code])
 	} else {
 		e.Class = statusClass(resp.StatusCode, false)

@@ -131,8 +131,14 @@ func TestSendClassification(t *testing.T) {
 			if e.Detail != g.Error.Message {
 				t.Errorf("Detail = %q, want error.message %q", e.Detail, g.Error.Message)
 			}
+			// An account budget is a rolling hour (providers.md §1.4): its
+			// throttles ask for a minute, not the key's 1 s; a spam rate
+			// limit (131048) an hour.
 			wantRetry := time.Duration(0)
-			if c.code == "131048" {
+			switch {
+			case c.scope == account:
+				wantRetry = whatsapp.AccountCooldown
+			case c.code == "131048":
 				wantRetry = whatsapp.SpamCooldown
 			}
 			if e.RetryAfter != wantRetry || e.Err != nil {

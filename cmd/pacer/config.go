@@ -79,17 +79,18 @@ type config struct {
 	Drain time.Duration `env:"PACER_DRAIN, default=30s" pacer:"Drain"`
 	// PACER_MAX_ATTEMPTS: requests per message before transient failures dead-letter it; default 5.
 	MaxAttempts int `env:"PACER_MAX_ATTEMPTS, default=5" pacer:"MaxAttempts"`
-	// PACER_THROTTLE_COOLDOWN: shortest key cooldown after a throttle (used when the provider names no Retry-After); default 1s.
-	ThrottleCooldown time.Duration `env:"PACER_THROTTLE_COOLDOWN, default=1s" pacer:"AIMD.MinCooldown"`
+	// PACER_THROTTLE_COOLDOWN: shortest key cooldown after a throttle (used when the provider names no Retry-After);
+	// default 0 = one token interval of the channel's rate, within [10ms, 1s].
+	ThrottleCooldown time.Duration `env:"PACER_THROTTLE_COOLDOWN, default=0s" pacer:"AIMD.MinCooldown"`
 	// PACER_MAX_COOLDOWN: longest key cooldown a provider hint can ask for, and longest delay of a retry or requeue; default 1h.
 	MaxCooldown time.Duration `env:"PACER_MAX_COOLDOWN, default=1h" pacer:"AIMD.MaxCooldown"`
-	// PACER_AIMD_DECREASE: factor applied to a key's rate on a throttle, in (0,1); default 0.5.
-	AIMDDecrease float64 `env:"PACER_AIMD_DECREASE, default=0.5" pacer:"AIMD.Decrease"`
+	// PACER_AIMD_DECREASE: deepest single cut of a key's rate when throttles persist, as a factor in (0,1); default 0.8.
+	AIMDDecrease float64 `env:"PACER_AIMD_DECREASE, default=0.8" pacer:"AIMD.Decrease"`
 	// PACER_AIMD_FLOOR: lowest adapted rate in msgs/s per key, at most the channel's rate; default 1, or the channel's rate if lower.
 	AIMDFloor *float64 `env:"PACER_AIMD_FLOOR, noinit" pacer:"AIMD.Floor"`
-	// PACER_AIMD_WINDOW: throttle-free time before the rate is raised; default 60s.
-	AIMDWindow time.Duration `env:"PACER_AIMD_WINDOW, default=60s" pacer:"AIMD.Window"`
-	// PACER_AIMD_STEP: additive increase in msgs/s per clean window; default 0 = a tenth of the channel's rate.
+	// PACER_AIMD_WINDOW: throttle-free time before the rate is raised; default 2s.
+	AIMDWindow time.Duration `env:"PACER_AIMD_WINDOW, default=2s" pacer:"AIMD.Window"`
+	// PACER_AIMD_STEP: additive first increase in msgs/s after a throttle; default 0 = multiplicative, +2% (doubling per clean window in a row).
 	AIMDStep float64 `env:"PACER_AIMD_STEP, default=0" pacer:"AIMD.Step"`
 	// PACER_BREAKER_FLOOR_THROTTLES: throttles in a row at the floor that open a key's breaker; default 5.
 	BreakerFloorThrottles int `env:"PACER_BREAKER_FLOOR_THROTTLES, default=5" pacer:"Breaker.FloorThrottles"`

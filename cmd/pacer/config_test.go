@@ -43,7 +43,9 @@ func TestLoadConfigDefaults(t *testing.T) {
 		t.Errorf("fcm defaults = %+v", fcm)
 	}
 	pc := c.pacerConfig(whatsappRow(t))
-	if pc.AIMD.MaxCooldown != time.Hour || pc.AIMD.MinCooldown != time.Second || pc.AIMD.Floor != 0 || pc.Breaker.OpenFor != 30*time.Second {
+	// MinCooldown 0: one token interval of the channel's rate (adapt.AIMD).
+	if pc.AIMD.MaxCooldown != time.Hour || pc.AIMD.MinCooldown != 0 || pc.AIMD.Floor != 0 || pc.AIMD.Decrease != 0.8 ||
+		pc.AIMD.Window != 2*time.Second || pc.AIMD.Step != 0 || pc.Breaker.OpenFor != 30*time.Second {
 		t.Errorf("pacer config = %+v", pc)
 	}
 }
@@ -95,8 +97,8 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_REDIS_SENTINEL_MASTER", "mymaster"},
 		{"PACER_RETRY_DELAYS", ","},
 		{"PACER_AIMD_FLOOR", "20000"},
-		{"PACER_AIMD_FLOOR", "100"}, // above the whatsapp rate, 80
-		{"PACER_MAX_COOLDOWN", "100ms"},
+		{"PACER_AIMD_FLOOR", "100"},      // above the whatsapp rate, 80
+		{"PACER_MAX_COOLDOWN", "-1s"},    // 100ms is valid: the default shortest cooldown (one token interval) follows it
 		{"PACER_FCM_DEVICE_BURST", "-1"}, // a recipient bucket that is on; an off one (rate 0) has no burst to check
 		{"PACER_FCM_DEVICE_BURST", "0"},
 		{"PACER_LEASE_SIZE", "-1"},

@@ -58,7 +58,7 @@ func (e *e2e) delivered() (delivered, dups int) {
 // are no more than the sends in flight at the kills.
 func TestCrashRecovery(t *testing.T) {
 	const numbers, per, rate, burst = 10, 500, 50.0, 10
-	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: burst + 5, Latency: 20 * time.Millisecond})
+	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: burst, Latency: 20 * time.Millisecond})
 	lines, _ := campaign(numbers, per, "3")
 	if code, out, errs := e.publish(lines, "--partitions", "6"); code != 0 {
 		t.Fatalf("publish: %d %s %s", code, out, errs)
@@ -269,7 +269,7 @@ func TestKafkaRestart(t *testing.T) {
 	}
 	brokers := kafka("start")
 	t.Cleanup(func() { kafka("stop") })
-	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: burst + 5})
+	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: burst})
 	e.brokers = brokers
 	lines, keys := campaign(numbers, per, "5")
 	if code, out, errs := e.publish(lines, "--partitions", "3"); code != 0 {

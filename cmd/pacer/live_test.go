@@ -130,8 +130,11 @@ func TestLiveLimitRaiseShort(t *testing.T) {
 	if r.after < 170 {
 		t.Errorf("rate after the change %.1f msgs/s, want about 200", r.after)
 	}
-	if r.throttled > 5 {
-		t.Errorf("%d throttles: the change overlapped slots of the two rates", r.throttled)
+	// The slots this process took ahead at 50/s (up to a second of them)
+	// meet the first ones at 200/s: a few lone throttles, which cost no
+	// rate. More than 1% would mean the rates keep overlapping.
+	if r.throttled > 12 {
+		t.Errorf("%d throttles for 1200 messages: the change overlapped slots of the two rates", r.throttled)
 	}
 }
 

@@ -136,7 +136,7 @@ func pacerCmd(t *testing.T, e *e2e, stdin string, limit time.Duration, args ...s
 // delivered exactly once at the paced rate, and no output holds a secret.
 func TestEndToEndSecure(t *testing.T) {
 	const numbers, per, rate, burst = 2, 250, 50.0, 10
-	w := newSecureWorld(t, whatsapptest.Config{Rate: rate, Burst: burst + 5})
+	w := newSecureWorld(t, whatsapptest.Config{Rate: rate, Burst: burst}) // as strict as the provider: no spare burst
 	t.Logf("kafka: %s; redis: TLS %s, user %s", w.kafka, w.redis.TLSAddr, w.redis.Username)
 	lines, keys := campaign(numbers, per, "s")
 	code, out, stderr := w.publish(lines, "--partitions", "2")

@@ -106,17 +106,18 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		}
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tRATE/S\tLIMIT/S\tTOKENS\tCOOLDOWN\tBREAKER\tREASON")
+	fmt.Fprintln(tw, "KEY\tRATE/S\tLIMIT/S\tACHIEVED/S\tUTIL\tTOKENS\tCOOLDOWN\tBREAKER\tREASON")
 	for _, k := range keys {
 		n, err := rdb.Exists(ctx, names.Bucket(*channel, k), names.Cooldown(*channel, k),
-			names.AIMD(*channel, k), names.Breaker(*channel, k)).Result()
+			names.AIMD(*channel, k), names.Breaker(*channel, k), names.Achieved(*channel, k)).Result()
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
 		if n == 0 {
 			// State expires once it says nothing a fresh key would not:
-			// a full bucket, no cooldown, the rate not adapted.
-			fmt.Fprintf(tw, "%s\t%.4g\t%.4g\t%d\t0s\tclosed\tbucket full, never throttled or recovered (no state kept)\n",
+			// a full bucket, no cooldown, the rate not adapted, nothing
+			// accepted lately.
+			fmt.Fprintf(tw, "%s\t%.4g\t%.4g\t-\t-\t%d\t0s\tclosed\tbucket full, never throttled or recovered (no state kept)\n",
 				k, ceiling.PerSecond, ceiling.PerSecond, ceiling.Burst)
 			continue
 		}
@@ -132,8 +133,17 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		if s.Adapted.AtFloor {
 			floor = " (floor)"
 		}
-		fmt.Fprintf(tw, "%s\t%.4g%s\t%.4g\t%.1f\t%s\t%s\t%s\n", k, s.Limit.PerSecond, floor, ceiling.PerSecond, s.Tokens,
-			s.Adapted.CooldownLeft.Round(time.Millisecond), br, s.Breaker.Reason)
+		// Utilization: what every replica saw accepted over the last 5 s or
+		// more, over the rate the key is paced at.
+		achieved, util := "-", "-"
+		if r, ok, err := ad.Achieved(ctx, *channel, k); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		} else if ok {
+			achieved = strconv.FormatFloat(r, 'f', 1, 64)
+			util = fmt.Sprintf("%.0f%%", 100*r/s.Limit.PerSecond)
+		}
+		fmt.Fprintf(tw, "%s\t%.4g%s\t%.4g\t%s\t%s\t%.1f\t%s\t%s\t%s\n", k, s.Limit.PerSecond, floor, ceiling.PerSecond,
+			achieved, util, s.Tokens, s.Adapted.CooldownLeft.Round(time.Millisecond), br, s.Breaker.Reason)
 	}
 	tw.Flush()
 	if *key == "" {

@@ -30,9 +30,10 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 const channel = "whatsapp"
 
-// policy is the channel's: 80 msgs/s, burst 10; a throttle halves the rate.
+// policy is the channel's: 80 msgs/s, burst 10; throttles that persist
+// halve the rate at most.
 var policy = pacer.StaticPolicy{Limit: bucket.Limit{PerSecond: 80, Burst: 10},
-	AIMD: adapt.AIMD{Decrease: 0.5, Floor: 10, MinCooldown: time.Second, MaxCooldown: time.Minute}}
+	AIMD: adapt.AIMD{Decrease: 0.5, Floor: 10, MinCooldown: time.Second, MaxCooldown: time.Minute, Coalesce: 10 * time.Millisecond}}
 
 // setup returns a client of the test Redis and a prefix of this test's own.
 func setup(t *testing.T) (redis.UniversalClient, Config) {
@@ -69,14 +70,22 @@ func act(key string, delivered uint64, inHand int) pacer.KeyActivity {
 	return pacer.KeyActivity{Key: key, Delivered: delivered, InHand: inHand, LastSeen: time.Now()}
 }
 
-// scenario writes a channel with two replicas: key A throttled once with a
-// 30 s hint (rate 40 of 80), key B's breaker open, key C sending freely.
+// scenario writes a channel with two replicas: key A throttled twice (a
+// lone throttle cuts nothing; a second one soon after means throttles
+// persist and, with nothing accepted meanwhile, halves the rate), the
+// second with a 30 s hint (rate 40 of 80), key B's breaker open, key C sending freely.
 // Replica r1 delivered 100 of A and 10 of B in 5 s (20/s, 2/s) and holds 5
 // of A; r2 delivered 50 of A (10/s) and 20 of C (4/s) and holds 3 of A.
 func scenario(t *testing.T, rdb redis.UniversalClient, cfg Config) {
 	t.Helper()
 	ctx := context.Background()
 	ad := adapt.New(rdb, bucket.Config{Prefix: cfg.Prefix})
+	lone := policy.AIMD
+	lone.MinCooldown = time.Millisecond
+	if a, err := ad.Throttled(ctx, channel, "15550000001", policy.Limit, lone, 0); err != nil || a.Rate != 80 {
+		t.Fatalf("first Throttled: %+v, %v; want rate 80 (a lone throttle)", a, err)
+	}
+	time.Sleep(20 * time.Millisecond) // past its cooldown and Coalesce
 	if a, err := ad.Throttled(ctx, channel, "15550000001", policy.Limit, policy.AIMD, 30*time.Second); err != nil || a.Rate != 40 {
 		t.Fatalf("Throttled: %+v, %v; want rate 40", a, err)
 	}
@@ -143,8 +152,10 @@ func TestStatusAddsUpReplicas(t *testing.T) {
 	if b.Breaker != "open" || b.BreakerReason != "halt: 131031 account locked" || b.BreakerLeftMS <= 4*60*1000 || b.Achieved != 2 || b.Rate != 80 {
 		t.Errorf("key B: %+v; want open ~5 min with its reason, achieved 2, rate 80", b)
 	}
-	if c.Achieved != 4 || c.Rate != 80 || c.Tokens != 10 || c.CooldownMS != 0 || c.Replicas != 1 {
-		t.Errorf("key C: %+v; want achieved 4, rate 80, a full bucket of 10, no cooldown, 1 replica", c)
+	// A full bucket is the paced burst: 10 less the 2 tokens of 25 ms of
+	// jitter headroom at 80/s (adapt.Adapted.Limit).
+	if c.Achieved != 4 || c.Rate != 80 || c.Tokens != 8 || c.CooldownMS != 0 || c.Replicas != 1 {
+		t.Errorf("key C: %+v; want achieved 4, rate 80, a full bucket of 8 (burst 10 less the headroom), no cooldown, 1 replica", c)
 	}
 	tot := st.Totals
 	if tot.Keys != 3 || tot.Achieved != 36 || tot.Rate != 200 || tot.Limit != 240 || tot.Backlog != 8 || tot.Cooldown != 1 ||
@@ -337,7 +348,7 @@ func TestPageInChromium(t *testing.T) {
 		t.Errorf("row of A: %q; want limit 80, rate 40, achieved 30, 75 %%, cooldown ~30 s, closed, backlog 8, 2 replicas", a)
 	}
 	b := row(t, dom, "15550000002")
-	if !regexp.MustCompile(`^15550000002\|80\|80\|2\|3 %\|10\|—\|open [45](\.\d)? min\|0\|1$`).MatchString(b) {
+	if !regexp.MustCompile(`^15550000002\|80\|80\|2\|3 %\|8\|—\|open [45](\.\d)? min\|0\|1$`).MatchString(b) {
 		t.Errorf("row of B: %q; want an open breaker with ~5 min left", b)
 	}
 	if !strings.Contains(dom, `title="halt: 131031 account locked"`) {

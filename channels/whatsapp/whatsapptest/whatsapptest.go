@@ -9,10 +9,18 @@
 // twice (by biz_opaque_callback_data, where the pacer puts the envelope id).
 //
 // GET /_stats returns [Server.Stats] as JSON, for tests that run the fake in
-// another process; [FetchStats] reads it.
+// another process; [FetchStats] reads it. POST /_admin/rate and
+// POST /_admin/fail change the fake while it runs ([Server.SetRate],
+// [Server.FailNext]): a hidden limit below the configured rate, as inbound
+// traffic takes Meta's throughput away from a number mid-campaign.
 //
-// The fake does not model the pair rate limit (131056), the account limits
-// (80007, 4) or inbound traffic. A Server is safe for concurrent use.
+// Every limit is counted at the fake's own ingress, when the request body has
+// been read, with no slack: a token bucket of exactly Rate and Burst per
+// phone-number ID, started full at its first request; with PairRate, a token
+// bucket per (phone-number ID, recipient) answering 131056; with
+// AccountLimit, at most AccountLimit requests per AccountWindow (rolling)
+// per account answering 80007. A request refused by one limit takes no token
+// of the others. A Server is safe for concurrent use.
 package whatsapptest
 
 import (
@@ -21,8 +29,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,7 +58,32 @@ type Config struct {
 	// ThrottleStatus is the HTTP status of a 130429 answer; default 429, as
 	// third parties observe. Meta's own table says 400: set it to test both.
 	ThrottleStatus int
+	// PairRate is how many messages per second one phone-number ID may send
+	// to one recipient ("to"), answered 131056 beyond it; 0 (or less) is
+	// unlimited. Meta documents 1 per 6 s with bursts of up to 45
+	// ([PairRate], [PairBurst]; providers.md §1.4 [W-AP]).
+	PairRate float64
+	// PairBurst is the pair bucket's capacity; default ceil(PairRate), at
+	// least 1.
+	PairBurst int
+	// AccountLimit is how many requests the phone-number IDs of one account
+	// may make in any AccountWindow, answered 80007 beyond it; 0 (or less)
+	// is unlimited. Meta's WABA budget is 200 or 5,000 per rolling hour
+	// (providers.md §1.4 [W-AP]).
+	AccountLimit int
+	// AccountWindow is the rolling window of AccountLimit; default 1h.
+	AccountWindow time.Duration
+	// Accounts maps a phone-number ID to its account (WABA) ID; an ID not
+	// in it is an account of its own.
+	Accounts map[string]string
 }
+
+// The pair limit Meta documents for a business number and one user
+// (providers.md §1.4 [W-AP]): one message per 6 s, bursts of up to 45.
+const (
+	PairRate  = 1.0 / 6
+	PairBurst = 45
+)
 
 // Arrival is one valid request the fake received.
 type Arrival struct {
@@ -55,7 +91,8 @@ type Arrival struct {
 	To        string    // the request's "to"
 	ID        string    // the request's "biz_opaque_callback_data"; "" if absent
 	At        time.Time // when it arrived
-	Throttled bool      // answered 130429 instead of accepted
+	Throttled bool      // answered a throttle (Code) instead of accepted
+	Code      int       // 0 when accepted; 130429, 131056, 80007, or 131000 (a 500 from FailNext)
 }
 
 // KeyStats summarises the arrivals of one phone-number ID: Delivered
@@ -79,8 +116,14 @@ type Server struct {
 
 	mu       sync.Mutex
 	limits   *fakeprovider.Limiter // one bucket per phone-number ID
-	stats    fakeprovider.Stats    // by phone-number ID
-	forced   map[string]int        // ThrottleNext(key, seconds)
+	pairs    *fakeprovider.Limiter // one bucket per phone-number ID and recipient
+	accounts map[string]string     // Config.Accounts
+	acctMax  int                   // Config.AccountLimit
+	acctWin  time.Duration         // Config.AccountWindow
+	acctLog  map[string][]time.Time
+	stats    fakeprovider.Stats // by phone-number ID
+	forced   map[string]int     // ThrottleNext(key, seconds)
+	fail     map[string]int     // FailNext(key, n)
 	arrivals []Arrival
 	seq      uint64
 }
@@ -91,19 +134,30 @@ func New(cfg Config) *Server {
 	var b [6]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	s := &Server{
-		mux:     http.NewServeMux(),
-		latency: cfg.Latency,
-		token:   cfg.Token,
-		status:  cfg.ThrottleStatus,
-		prefix:  hex.EncodeToString(b[:]),
-		limits:  fakeprovider.NewLimiter(cfg.Rate, cfg.Burst),
-		forced:  map[string]int{},
+		mux:      http.NewServeMux(),
+		latency:  cfg.Latency,
+		token:    cfg.Token,
+		status:   cfg.ThrottleStatus,
+		prefix:   hex.EncodeToString(b[:]),
+		limits:   fakeprovider.NewLimiter(cfg.Rate, cfg.Burst),
+		pairs:    fakeprovider.NewLimiter(cfg.PairRate, cfg.PairBurst),
+		accounts: maps.Clone(cfg.Accounts),
+		acctMax:  cfg.AccountLimit,
+		acctWin:  cfg.AccountWindow,
+		acctLog:  map[string][]time.Time{},
+		forced:   map[string]int{},
+		fail:     map[string]int{},
 	}
 	if s.status == 0 {
 		s.status = http.StatusTooManyRequests
 	}
+	if s.acctWin <= 0 {
+		s.acctWin = time.Hour
+	}
 	s.mux.HandleFunc("POST /{version}/{key}/messages", s.messages)
 	s.mux.Handle("GET /_stats", fakeprovider.StatsHandler(s.Stats))
+	s.mux.HandleFunc("POST /_admin/rate", s.adminRate)
+	s.mux.HandleFunc("POST /_admin/fail", s.adminFail)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, 100, "Unsupported request", r.Method+" "+r.URL.Path+" is not served by the fake")
 	})
@@ -165,17 +219,91 @@ func (s *Server) SetRate(key string, rate float64) {
 	s.limits.SetRate(key, rate, time.Now())
 }
 
-// arrive records a valid request for key and reports whether the bucket let
-// it through. It reads the time from clock under the lock, so arrival times
-// never go backwards.
-func (s *Server) arrive(key, to, id string, clock func() time.Time) bool {
+// FailNext makes the next n requests for key answer HTTP 500 with code
+// 131000 ("Something went wrong", a transient error), after they were
+// counted by every limit: the provider took them and failed.
+func (s *Server) FailNext(key string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail[key] += n
+}
+
+// adminRate serves POST /_admin/rate?key=K&rate=R: [Server.SetRate](K, R);
+// key empty or absent means every key. It answers 204, or 400 naming a bad
+// rate.
+func (s *Server) adminRate(w http.ResponseWriter, r *http.Request) {
+	rate, err := strconv.ParseFloat(r.FormValue("rate"), 64)
+	if err != nil || math.IsNaN(rate) || math.IsInf(rate, 0) {
+		http.Error(w, "rate must be a number of messages per second (0 = unlimited)", http.StatusBadRequest)
+		return
+	}
+	s.SetRate(r.FormValue("key"), rate)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// adminFail serves POST /_admin/fail?key=K&n=N: [Server.FailNext](K, N).
+func (s *Server) adminFail(w http.ResponseWriter, r *http.Request) {
+	n, err := strconv.Atoi(r.FormValue("n"))
+	if err != nil || n < 0 || r.FormValue("key") == "" {
+		http.Error(w, "key must be a phone-number ID and n a count >= 0", http.StatusBadRequest)
+		return
+	}
+	s.FailNext(r.FormValue("key"), n)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// account returns the account of phone-number ID key.
+func (s *Server) account(key string) string {
+	if a, ok := s.accounts[key]; ok {
+		return a
+	}
+	return "number:" + key
+}
+
+// arrive records a valid request for key and returns the code of its
+// answer: 0 to accept, 130429 (the number's bucket), 131056 (the pair's
+// bucket), 80007 (the account's budget) or 131000 (FailNext). It reads the
+// time from clock under the lock, so arrival times never go backwards.
+func (s *Server) arrive(key, to, id string, clock func() time.Time) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := clock()
-	allowed := s.limits.Take(key, now)
-	s.arrivals = append(s.arrivals, Arrival{Key: key, To: to, ID: id, At: now, Throttled: !allowed})
-	s.stats.Record(key, id, now, !allowed)
-	return allowed
+	code := 0
+	acct := s.account(key)
+	if s.acctMax > 0 {
+		log := s.acctLog[acct]
+		i := 0
+		for i < len(log) && now.Sub(log[i]) >= s.acctWin {
+			i++
+		}
+		log = log[i:]
+		if len(log) >= s.acctMax {
+			code = 80007
+		}
+		s.acctLog[acct] = log
+	}
+	pb := s.pairs.Bucket(key+"\x00"+to, now)
+	switch {
+	case code != 0:
+	case !s.limits.Bucket(key, now).Allow(now):
+		code = 130429
+	case !pb.Allow(now):
+		code = 131056
+	default:
+		s.limits.Take(key, now)
+		pb.Take(now)
+		if s.acctMax > 0 {
+			s.acctLog[acct] = append(s.acctLog[acct], now)
+		}
+		if s.fail[key] > 0 {
+			s.fail[key]--
+			code = 131000
+		}
+	}
+	throttled := code != 0 && code != 131000
+	s.arrivals = append(s.arrivals, Arrival{Key: key, To: to, ID: id, At: now, Throttled: throttled, Code: code})
+	s.stats.Record(key, id, now, code != 0)
+	return code
 }
 
 // Arrivals returns a copy of every valid request received so far, in
@@ -245,12 +373,25 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		writeError(w, s.status, 130429, "(#130429) Rate limit hit", "Cloud API message throughput has been reached.")
 		return
 	}
-	ok := s.arrive(key, to, id, time.Now)
+	code := s.arrive(key, to, id, time.Now)
 	if !fakeprovider.Sleep(r.Context(), s.latency) {
 		return
 	}
-	if !ok {
+	switch code {
+	case 130429:
 		writeError(w, s.status, 130429, "(#130429) Rate limit hit", "Cloud API message throughput has been reached.")
+		return
+	case 131056:
+		writeError(w, s.status, 131056, "(#131056) (Business Account, Consumer Account) pair rate limit hit",
+			"Message failed to send because there were too many messages sent from this phone number to the same phone number in a short period of time.")
+		return
+	case 80007:
+		writeError(w, http.StatusBadRequest, 80007, "(#80007) Rate limit issues",
+			"The WhatsApp Business Account has reached its rate limit.")
+		return
+	case 131000:
+		writeError(w, http.StatusInternalServerError, 131000, "(#131000) Something went wrong",
+			"Message failed to send due to an unknown error.")
 		return
 	}
 	s.mu.Lock()

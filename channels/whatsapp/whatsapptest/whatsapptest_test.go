@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
@@ -292,4 +293,137 @@ func TestStatsEndpoint(t *testing.T) {
 			t.Errorf("/_stats has no %q: %v", f, raw)
 		}
 	}
+}
+
+// codeOf returns the error.code of an answer, 0 for a 200.
+func codeOf(t *testing.T, w *httptest.ResponseRecorder) int {
+	t.Helper()
+	if w.Code == http.StatusOK {
+		return 0
+	}
+	return decodeError(t, w).Error.Code
+}
+
+// TestStrictBucket checks the number's bucket has no slack: exactly Burst
+// at once, then one more only when a whole token has been earned (1/Rate),
+// counted from the first request.
+func TestStrictBucket(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := whatsapptest.New(whatsapptest.Config{Rate: 10, Burst: 3})
+		time.Sleep(time.Hour) // a bucket starts at its first request, not at New
+		for i, want := range []int{0, 0, 0, 130429} {
+			if got := codeOf(t, post(s, "111", "", text("+1555000", fmt.Sprint(i)))); got != want {
+				t.Fatalf("request %d at once: code %d, want %d", i, got, want)
+			}
+		}
+		time.Sleep(99 * time.Millisecond) // 0.99 of a token: still refused
+		if got := codeOf(t, post(s, "111", "", text("+1555000", "a"))); got != 130429 {
+			t.Fatalf("after 99ms: code %d, want 130429", got)
+		}
+		time.Sleep(time.Millisecond)
+		if got := codeOf(t, post(s, "111", "", text("+1555000", "b"))); got != 0 {
+			t.Fatalf("after 100ms: code %d, want 0", got)
+		}
+	})
+}
+
+// TestPairLimit checks 131056 per (number, recipient) with Meta's documented
+// burst and rate, that other recipients and the number's bucket are
+// untouched by it, and the documented body (providers.md §1.4).
+func TestPairLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := whatsapptest.New(whatsapptest.Config{Rate: 1000, PairRate: whatsapptest.PairRate, PairBurst: whatsapptest.PairBurst})
+		for i := range whatsapptest.PairBurst {
+			if got := codeOf(t, post(s, "111", "", text("+1555000", fmt.Sprint(i)))); got != 0 {
+				t.Fatalf("pair request %d: code %d, want 0", i, got)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		w := post(s, "111", "", text("+1555000", "over"))
+		if got := codeOf(t, w); got != 131056 || w.Code != http.StatusTooManyRequests {
+			t.Fatalf("46th to one recipient: HTTP %d code %d, want 429 131056", w.Code, got)
+		}
+		if got := codeOf(t, post(s, "111", "", text("+1555999", "other"))); got != 0 {
+			t.Fatalf("another recipient: code %d, want 0", got)
+		}
+		if got := codeOf(t, post(s, "222", "", text("+1555000", "other number"))); got != 0 {
+			t.Fatalf("another number to the same recipient: code %d, want 0", got)
+		}
+		time.Sleep(6 * time.Second) // one token at 1 per 6 s (less the 0.45 s spent above)
+		if got := codeOf(t, post(s, "111", "", text("+1555000", "later"))); got != 0 {
+			t.Fatalf("6 s later: code %d, want 0", got)
+		}
+		if got := codeOf(t, post(s, "111", "", text("+1555000", "again"))); got != 131056 {
+			t.Fatalf("at once again: code %d, want 131056", got)
+		}
+		st := s.Stats()["111"]
+		if st.Delivered != whatsapptest.PairBurst+2 || st.Throttled != 2 {
+			t.Fatalf("stats %+v, want %d delivered and 2 throttled", st, whatsapptest.PairBurst+2)
+		}
+	})
+}
+
+// TestAccountLimit checks 80007 over a rolling window shared by the numbers
+// of one account, and not by a number of another account.
+func TestAccountLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := whatsapptest.New(whatsapptest.Config{AccountLimit: 3, AccountWindow: time.Minute,
+			Accounts: map[string]string{"111": "waba-1", "222": "waba-1"}})
+		for i, key := range []string{"111", "222", "111"} {
+			if got := codeOf(t, post(s, key, "", text("+1555000", fmt.Sprint(i)))); got != 0 {
+				t.Fatalf("request %d: code %d, want 0", i, got)
+			}
+			time.Sleep(10 * time.Second)
+		}
+		w := post(s, "222", "", text("+1555000", "over"))
+		if got := codeOf(t, w); got != 80007 || w.Code != http.StatusBadRequest {
+			t.Fatalf("4th in the window: HTTP %d code %d, want 400 80007", w.Code, got)
+		}
+		if got := codeOf(t, post(s, "333", "", text("+1555000", "other account"))); got != 0 {
+			t.Fatalf("another account: code %d, want 0", got)
+		}
+		time.Sleep(30 * time.Second) // the first request (at 0) has left the window
+		if got := codeOf(t, post(s, "111", "", text("+1555000", "rolled"))); got != 0 {
+			t.Fatalf("after the first left the window: code %d, want 0", got)
+		}
+		if got := codeOf(t, post(s, "111", "", text("+1555000", "full"))); got != 80007 {
+			t.Fatalf("window full again: code %d, want 80007", got)
+		}
+	})
+}
+
+// TestAdmin checks the run-time endpoints: a hidden lower rate and 5xx.
+func TestAdmin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := whatsapptest.New(whatsapptest.Config{Rate: 100, Burst: 1})
+		admin := func(path string) int {
+			r := httptest.NewRequest("POST", path, nil)
+			w := httptest.NewRecorder()
+			s.ServeHTTP(w, r)
+			return w.Code
+		}
+		if c := admin("/_admin/rate?rate=x"); c != http.StatusBadRequest {
+			t.Fatalf("bad rate: HTTP %d, want 400", c)
+		}
+		if c := admin("/_admin/rate?key=111&rate=1"); c != http.StatusNoContent {
+			t.Fatalf("rate: HTTP %d, want 204", c)
+		}
+		post(s, "111", "", text("+1555000", "a"))
+		time.Sleep(500 * time.Millisecond) // 100/s would have refilled; 1/s has not
+		if got := codeOf(t, post(s, "111", "", text("+1555000", "b"))); got != 130429 {
+			t.Fatalf("at the hidden rate: code %d, want 130429", got)
+		}
+		time.Sleep(time.Second)
+		if c := admin("/_admin/fail?key=111&n=1"); c != http.StatusNoContent {
+			t.Fatalf("fail: HTTP %d, want 204", c)
+		}
+		w := post(s, "111", "", text("+1555000", "c"))
+		if got := codeOf(t, w); got != 131000 || w.Code != http.StatusInternalServerError {
+			t.Fatalf("after FailNext: HTTP %d code %d, want 500 131000", w.Code, got)
+		}
+		time.Sleep(time.Second)
+		if got := codeOf(t, post(s, "111", "", text("+1555000", "d"))); got != 0 {
+			t.Fatalf("after the failure: code %d, want 0", got)
+		}
+	})
 }
