@@ -23,6 +23,10 @@ func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Write
 	rate := fs.Float64("rate", 80, "messages per second allowed per phone-number ID (0 = unlimited)")
 	burst := fs.Int("burst", 0, "bucket capacity in messages (0 = ceil(rate))")
 	token := fs.String("token", "", "the only bearer token accepted (empty = any)")
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fs.Usage()
+		return errHelp
+	}
 	if len(args) == 0 || args[0] != "whatsapp" {
 		fs.Usage()
 		return &usageError{"fake-provider: the first argument must be a provider: whatsapp"}

@@ -46,7 +46,8 @@ func cpuTime() time.Duration {
 }
 
 type rig struct {
-	kafka  *kgo.Client
+	brokers string
+	kafka   *kgo.Client
 	rdb    *redis.Client
 	prefix string
 	topic  string
@@ -55,12 +56,21 @@ type rig struct {
 }
 
 func newRig(t *testing.T, tenantRate float64, tenantBurst int) *rig {
-	brokers := testenv.KafkaBrokers(t)
-	r := &rig{prefix: fmt.Sprintf("bench%d", time.Now().UnixNano()), reg: prometheus.NewRegistry()}
+	return newRigOn(t, testenv.KafkaBrokers(t), tenantRate, tenantBurst, 0)
+}
+
+// newRigOn is a rig on brokers whose gateway waits at most produceTimeout
+// (0: the default) for Kafka's acknowledgement.
+func newRigOn(t *testing.T, brokers string, tenantRate float64, tenantBurst int, produceTimeout time.Duration) *rig {
+	r := &rig{brokers: brokers, prefix: fmt.Sprintf("bench%d", time.Now().UnixNano()), reg: prometheus.NewRegistry()}
+	delivery := 5 * time.Second
+	if produceTimeout > 0 {
+		delivery = produceTimeout
+	}
 	r.topic = r.prefix + ".whatsapp"
 	var err error
 	r.kafka, err = kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(5*time.Second), kgo.ProducerLinger(0))
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(delivery), kgo.ProducerLinger(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +85,8 @@ func newRig(t *testing.T, tenantRate float64, tenantBurst int) *rig {
 		t.Fatal(err)
 	}
 	r.srv, err = ingest.New(ingest.Config{Channels: []string{"whatsapp", "sendgrid"}, TopicPrefix: r.prefix + ".",
-		IPLimit: bucket.Limit{PerSecond: 1e6, Burst: 1e6}, ChannelLimit: bucket.Limit{PerSecond: 1e6, Burst: 1e6}, Partitions: 12},
+		IPLimit: bucket.Limit{PerSecond: 1e6, Burst: 1e6}, ChannelLimit: bucket.Limit{PerSecond: 1e6, Burst: 1e6}, Partitions: 12,
+		ProduceTimeout: produceTimeout},
 		ingest.Deps{Kafka: r.kafka, Quota: quota.New(r.rdb), Keys: bucket.NewKeys(r.prefix), Tenants: func() *ingest.Tenants { return ts }}, r.reg)
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +233,7 @@ func TestLoadQuotaAccuracy(t *testing.T) {
 }
 
 func (r *rig) countIDs(t *testing.T) map[string]int {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(testenv.KafkaBrokers(t), ",")...), kgo.ConsumeTopics(r.topic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(r.brokers, ",")...), kgo.ConsumeTopics(r.topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
