@@ -48,11 +48,11 @@ func cpuTime() time.Duration {
 type rig struct {
 	brokers string
 	kafka   *kgo.Client
-	rdb    *redis.Client
-	prefix string
-	topic  string
-	reg    *prometheus.Registry
-	srv    *ingest.Server
+	rdb     *redis.Client
+	prefix  string
+	topic   string
+	reg     *prometheus.Registry
+	srv     *ingest.Server
 }
 
 func newRig(t *testing.T, tenantRate float64, tenantBurst int) *rig {
