@@ -3,11 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/pacerhq/pacer/pacer"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestCLIMessages drives main's run through the operator mistakes that
@@ -123,6 +129,31 @@ func TestHelp(t *testing.T) {
 		code, out := help(args...)
 		if code != 0 || !strings.Contains(out, "usage: pacer fake-provider whatsapp") || strings.Contains(out, "pacer: ") {
 			t.Errorf("%v: exit %d, %q; want exit 0 with the usage and no error", args, code, out)
+		}
+	}
+}
+
+// TestDLQReplayMissingTopic: replaying a topic that has no DLQ says so in
+// one line naming the DLQ topic, prints no "replayed 0" summary, and
+// creates no topic.
+func TestDLQReplayMissingTopic(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	topic := fmt.Sprintf("missing%d", time.Now().UnixNano())
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"dlq", "replay", "--channel", "whatsapp", "--topic", topic}, strings.NewReader(""), &out, &errb,
+		lookupMap(map[string]string{"PACER_KAFKA_BROKERS": brokers}))
+	want := "pacer: dlq replay: DLQ topic " + topic + ".dlq does not exist"
+	if code != 1 || out.Len() != 0 || strings.Count(errb.String(), "\n") != 1 || !strings.HasPrefix(errb.String(), want) {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout, one line starting %q", code, out.String(), errb.String(), want)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, tp := range []string{topic, topic + ".dlq"} {
+		if n, err := pacer.TopicPartitions(context.Background(), cl, tp); err != nil || n != 0 {
+			t.Errorf("topic %s: %d partitions (%v) after the refused replay, want none", tp, n, err)
 		}
 	}
 }
