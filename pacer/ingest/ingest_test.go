@@ -30,6 +30,7 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/quota"
 	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/pacerhq/pacer/pacer"
 	"github.com/pacerhq/pacer/pacer/ingest"
 )
 
@@ -645,5 +646,64 @@ func TestContentType(t *testing.T) {
 	recs := e.records("pacer.whatsapp")
 	if len(recs) != 4 {
 		t.Errorf("%d ids on the topic, want the 4 accepted ones: %v", len(recs), recs)
+	}
+}
+
+// TestTenantSetOnEveryRecord: whatever form the envelope takes (no tenant,
+// the key's tenant, tenant null or "", the member's name escaped, the word
+// in the payload), the record on the topic is one envelope that
+// pacer.ParseEnvelope accepts (no member given twice) with the key's
+// tenant and the rest of the content unchanged.
+func TestTenantSetOnEveryRecord(t *testing.T) {
+	e := newEnv(t, opts{})
+	bodies := map[string]string{
+		"plain":   `{"id":"t1","key":"k","to":"1555","payload":{"text":"hi"}}`,
+		"spaces":  "  \t{ \"id\":\"t2\" , \"key\":\"k\",\"to\":\"1555\"}  ",
+		"same":    `{"id":"t3","key":"k","to":"1555","tenant":"acme"}`,
+		"null":    `{"id":"t4","key":"k","to":"1555","tenant":null}`,
+		"empty":   `{"id":"t5","key":"k","to":"1555","tenant":""}`,
+		"escaped": `{"id":"t6","key":"k","to":"1555","te\u006eant":null}`,
+		"payload": `{"id":"t7","key":"k","to":"1555","payload":{"text":"dear tenant"}}`,
+	}
+	var lines []string
+	for _, b := range bodies {
+		lines = append(lines, b)
+	}
+	a := e.do(acmeKey, "whatsapp", "application/x-ndjson", strings.Join(lines, "\n")+"\r\n")
+	if a.status != 202 {
+		t.Fatalf("%d %s", a.status, a.body)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kc.ListenAddrs()...), kgo.ConsumeTopics("pacer.whatsapp"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got := map[string]pacer.Envelope{}
+	for len(got) < len(bodies) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		fs := cl.PollFetches(ctx)
+		timedOut := ctx.Err() != nil
+		cancel()
+		if timedOut {
+			break
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			env, err := pacer.ParseEnvelope(r.Value)
+			if err != nil {
+				t.Errorf("record %s: %v", r.Value, err)
+				return
+			}
+			got[env.ID] = env
+		})
+	}
+	for name, id := range map[string]string{"plain": "t1", "spaces": "t2", "same": "t3", "null": "t4", "empty": "t5", "escaped": "t6", "payload": "t7"} {
+		env, ok := got[id]
+		if !ok || env.Tenant != "acme" || env.Key != "k" || env.To != "1555" {
+			t.Errorf("%s: record %+v (found %v), want tenant acme, key k, to 1555", name, env, ok)
+		}
+	}
+	if p := string(got["t7"].Payload); p != `{"text":"dear tenant"}` || string(got["t1"].Payload) != `{"text":"hi"}` {
+		t.Errorf("payloads changed: %s, %s", got["t7"].Payload, got["t1"].Payload)
 	}
 }

@@ -13,6 +13,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -156,10 +159,33 @@ func attack(t *testing.T, name string, h http.Handler, batch int, rate vegeta.Ra
 	defer hs.Close()
 	atk := vegeta.NewAttacker(vegeta.Workers(workers), vegeta.MaxWorkers(workers), vegeta.KeepAlive(true), vegeta.Timeout(30*time.Second))
 	var m vegeta.Metrics
+	if dir := os.Getenv("PACER_BENCH_PROFILE"); dir != "" {
+		// A CPU profile of this run alone (load generator included).
+		f, err := os.Create(filepath.Join(dir, strings.NewReplacer(", ", "-", " ", "-").Replace(name)+".pprof"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	c0 := cpuTime()
 	calls0 := redisCalls(reg)
+	// PACER_BENCH_REQUESTS=N ends each run after N answers instead of after
+	// the duration: a fixed amount of work, to compare two builds by their
+	// whole-process time.
+	limit, _ := strconv.Atoi(os.Getenv("PACER_BENCH_REQUESTS"))
+	if limit > 0 {
+		d = 0
+	}
+	n := 0
 	for res := range atk.Attack(targeter(hs.URL+"/v1/channels/whatsapp/messages", batch), rate, d, name) {
 		m.Add(res)
+		if n++; n == limit {
+			atk.Stop()
+		}
 	}
 	m.Close()
 	cpu := (cpuTime() - c0).Seconds() / m.Duration.Seconds()
@@ -197,10 +223,23 @@ func TestLoadThroughput(t *testing.T) {
 	r := newRig(t, 1e6, 1e6)
 	d := loadDuration()
 	max := vegeta.Rate{Freq: 0}
-	attack(t, "plain, single", r.plain(), 1, max, 32, d, nil)
-	attack(t, "ingest, single", r.srv, 1, max, 32, d, r.reg)
-	attack(t, "plain, batch 100", r.plain(), 100, max, 32, d, nil)
-	attack(t, "ingest, batch 100", r.srv, 100, max, 32, d, r.reg)
+	for _, run := range []struct {
+		name  string
+		h     http.Handler
+		batch int
+		reg   *prometheus.Registry
+	}{
+		{"plain, single", r.plain(), 1, nil},
+		{"ingest, single", r.srv, 1, r.reg},
+		{"plain, batch 100", r.plain(), 100, nil},
+		{"ingest, batch 100", r.srv, 100, r.reg},
+	} {
+		// PACER_BENCH_RUNS=ingest runs only the runs whose name holds "ingest".
+		if sel := os.Getenv("PACER_BENCH_RUNS"); sel != "" && !strings.Contains(run.name, sel) {
+			continue
+		}
+		attack(t, run.name, run.h, run.batch, max, 32, d, run.reg)
+	}
 	// Every 202'd id on the topic exactly once.
 	counts := r.countIDs(t)
 	dups := 0
