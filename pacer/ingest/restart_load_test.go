@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -51,6 +52,7 @@ func privateKafka(t *testing.T) (string, func()) {
 
 // outcome is what the load generator saw of one request.
 type outcome struct {
+	sent     time.Duration // since the load started, when the request was sent
 	at       time.Duration // since the load started, when the answer came
 	status   int
 	ids      []string // the ids sent
@@ -129,7 +131,9 @@ func TestLoadKafkaRestart(t *testing.T) {
 				for i := range ids {
 					ids[i] = fmt.Sprintf("r%d", next.Add(1))
 				}
+				sent := time.Since(start)
 				o, err := post(c, url, ids)
+				o.sent = sent
 				if err != nil {
 					netErrs.Add(1)
 					mu.Lock()
@@ -146,12 +150,44 @@ func TestLoadKafkaRestart(t *testing.T) {
 		}()
 	}
 	time.Sleep(before)
+	// The broker's port is probed every 20 ms through the restart: the
+	// spans in which it refused connections are the outage.
+	var (
+		outages  [][2]time.Duration
+		probing  atomic.Bool
+		probed   = make(chan struct{})
+		downFrom = time.Duration(-1)
+	)
+	probing.Store(true)
+	go func() {
+		defer close(probed)
+		for probing.Load() {
+			conn, err := net.DialTimeout("tcp", brokers, 100*time.Millisecond)
+			now := time.Since(start)
+			if err != nil && downFrom < 0 {
+				downFrom = now
+			} else if err == nil {
+				conn.Close()
+				if downFrom >= 0 {
+					outages = append(outages, [2]time.Duration{downFrom, now})
+					downFrom = -1
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
 	down := time.Since(start)
 	restart()
 	up := time.Since(start)
 	time.Sleep(after)
+	probing.Store(false)
+	<-probed
 	stop.Store(true)
 	wg.Wait()
+	t.Logf("broker port closed: %v", outages)
+	if len(outages) == 0 {
+		t.Errorf("the probe never saw the broker's port closed")
+	}
 	t.Logf("load %.1fs; broker restart from %.1fs to %.1fs (kafka.sh restart: SIGTERM, start on the same ports and data, ready)",
 		time.Since(start).Seconds(), down.Seconds(), up.Seconds())
 	if n := netErrs.Load(); n > 0 {
@@ -185,6 +221,11 @@ func TestLoadKafkaRestart(t *testing.T) {
 				if !kept[id] {
 					refused[id] = true
 				}
+			}
+		}
+		for _, span := range outages {
+			if o.status == 202 && o.sent >= span[0] && o.at <= span[1] {
+				t.Errorf("202 for a request sent at %v and answered at %v, while the broker's port was closed (%v to %v)", o.sent, o.at, span[0], span[1])
 			}
 		}
 		if o.at >= down && o.at < up+5*time.Second {
