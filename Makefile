@@ -79,10 +79,13 @@ stop-servers:
 	@$(STOP_SERVERS)
 
 # bench-ingest: `pacer ingest` under load (vegeta) on the real Kafka broker and
-# redis-server, against a plain produce-only handler, and the quota accuracy
-# of a tenant at 100 req/s under 64 connections. PACER_BENCH_DURATION sets
-# each run's length (default 10s). Figures: BENCHMARKS.md.
+# redis-server, against a plain produce-only handler; the quota accuracy of a
+# tenant at 100 req/s under 64 connections; and a restart of a broker of its
+# own (scripts/kafka.sh) under load, counting every acknowledged id on the
+# topic. PACER_BENCH_DURATION sets each load run's length (default 60s, as
+# the issue asks: about 8 minutes in all). Figures: BENCHMARKS.md.
+PACER_BENCH_DURATION ?= 60s
 bench-ingest:
 	@trap '$(STOP_SERVERS)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
-	$(GO) test -tags benchingest -run '^TestLoad' -count=1 -v -timeout 20m ./pacer/ingest/
+	PACER_BENCH_DURATION=$(PACER_BENCH_DURATION) $(GO) test -tags benchingest -run '^TestLoad' -count=1 -v -timeout 30m ./pacer/ingest/

@@ -77,17 +77,23 @@ if I == 1 then
   stored = redis.call('GET', KEYS[T + 1])
 end
 
+-- The id records are read with MGET, in chunks of at most 500 keys (one
+-- call instead of one per id; unpack's stack stays small).
 local states = {}
 local counted = 0
-for k = 1, N do
-  local v = redis.call('GET', KEYS[T + I + k])
-  if not v then
-    states[k] = 0
-    counted = counted + 1
-  elseif string.sub(v, 1, 2) == 'p:' then
-    states[k] = 1
-  else
-    states[k] = 2
+for from = 1, N, 500 do
+  local to = math.min(from + 499, N)
+  local vals = redis.call('MGET', unpack(KEYS, T + I + from, T + I + to))
+  for k = from, to do
+    local v = vals[k - from + 1]
+    if not v then
+      states[k] = 0
+      counted = counted + 1
+    elseif string.sub(v, 1, 2) == 'p:' then
+      states[k] = 1
+    else
+      states[k] = 2
+    end
   end
 end
 

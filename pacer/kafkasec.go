@@ -15,10 +15,30 @@ import (
 // plaintext client got a TLS alert for an answer; the error has no type.
 const plaintextToTLS = "is this a plaintext connection speaking to a tls endpoint"
 
-// securityCause says which part of a secured connection failed, in words
-// ("authentication failed", "TLS: certificate signed by unknown
-// authority"), or "" when err is no such failure.
-func securityCause(err error) string {
+// SecurityFailure is which part of a secured Kafka connection failed: a
+// failure no retry mends. The one place that reads these errors is
+// [KafkaSecurity]; commands map a kind to the settings to look at.
+type SecurityFailure int
+
+// The kinds of [SecurityFailure].
+const (
+	NoSecurityFailure   SecurityFailure = iota // not a security failure
+	SASLAuthFailed                             // the brokers refused the credentials
+	SASLMechanism                              // the listener does not offer this SASL mechanism
+	TLSUnknownCA                               // the broker's certificate is signed by an unknown authority
+	TLSHostname                                // the broker's certificate is not valid for the host name
+	TLSCertInvalid                             // the broker's certificate is expired or otherwise invalid
+	TLSNotTLS                                  // the broker does not answer in TLS (a plaintext or SASL_PLAINTEXT listener)
+	TLSHandshakeRefused                        // the broker sent a TLS alert (client certificate missing or refused)
+	TLSToPlaintext                             // the broker answered in TLS to a plaintext client
+	ClosedAtOnce                               // the broker closed the connection at once: TLS or SASL on one side only
+)
+
+// KafkaSecurity says which part of a secured connection err reports as
+// failed, and the cause in words ("authentication failed", "TLS:
+// certificate signed by unknown authority"); NoSecurityFailure and ""
+// when err is no such failure.
+func KafkaSecurity(err error) (SecurityFailure, string) {
 	var (
 		unknownCA x509.UnknownAuthorityError
 		host      x509.HostnameError
@@ -28,26 +48,34 @@ func securityCause(err error) string {
 		eof       *kgo.ErrFirstReadEOF
 	)
 	switch {
+	case err == nil:
+		return NoSecurityFailure, ""
 	case errors.Is(err, kerr.SaslAuthenticationFailed):
-		return "authentication failed"
+		return SASLAuthFailed, "authentication failed"
 	case errors.Is(err, kerr.UnsupportedSaslMechanism), errors.Is(err, kerr.IllegalSaslState):
-		return "the brokers do not offer this SASL mechanism on this listener"
+		return SASLMechanism, "the brokers do not offer this SASL mechanism on this listener"
 	case errors.As(err, &unknownCA):
-		return "TLS: certificate signed by unknown authority"
+		return TLSUnknownCA, "TLS: certificate signed by unknown authority"
 	case errors.As(err, &host):
-		return "TLS: the broker's certificate is not valid for " + host.Host
+		return TLSHostname, "TLS: the broker's certificate is not valid for " + host.Host
 	case errors.As(err, &invalid):
-		return "TLS: " + strings.TrimPrefix(invalid.Error(), "x509: ")
+		return TLSCertInvalid, "TLS: " + strings.TrimPrefix(invalid.Error(), "x509: ")
 	case errors.As(err, &header):
-		return "TLS: the broker does not answer in TLS (a plaintext or SASL_PLAINTEXT listener)"
+		return TLSNotTLS, "TLS: the broker does not answer in TLS (a plaintext or SASL_PLAINTEXT listener)"
 	case errors.As(err, &op) && op.Op == "remote error":
 		// A TLS alert from the broker: "tls: certificate required",
 		// "tls: bad certificate", ...
-		return "TLS: the broker refused the handshake (" + op.Err.Error() + ")"
-	case err != nil && strings.Contains(err.Error(), plaintextToTLS):
-		return "TLS: the broker answered in TLS to a plaintext client"
+		return TLSHandshakeRefused, "TLS: the broker refused the handshake (" + op.Err.Error() + ")"
+	case strings.Contains(err.Error(), plaintextToTLS):
+		return TLSToPlaintext, "TLS: the broker answered in TLS to a plaintext client"
 	case errors.As(err, &eof):
-		return "the broker closed the connection at once: it expects TLS or SASL and the client does not use it, or the reverse"
+		return ClosedAtOnce, "the broker closed the connection at once: it expects TLS or SASL and the client does not use it, or the reverse"
 	}
-	return ""
+	return NoSecurityFailure, ""
+}
+
+// securityCause is the cause in words of [KafkaSecurity], or "".
+func securityCause(err error) string {
+	_, c := KafkaSecurity(err)
+	return c
 }

@@ -67,7 +67,7 @@ func Replay(ctx context.Context, cl *kgo.Client, cfg ReplayConfig) (ReplaySummar
 		}
 	})
 	if err != nil {
-		return s, fmt.Errorf("pacer: replay: %w", err)
+		return s, fmt.Errorf("pacer: replay: %s: %w", cfg.DLQTopic, err)
 	}
 	if len(want) == 0 {
 		return s, nil

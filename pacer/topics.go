@@ -47,6 +47,17 @@ func EnsureTopic(ctx context.Context, cl *kgo.Client, topic string, partitions i
 	}
 }
 
+// TopicPartitions returns topic's partition count: 0 when the topic does
+// not exist. It creates nothing. Errors ("pacer: topic T: metadata: ...")
+// wrap the broker's or the network's.
+func TopicPartitions(ctx context.Context, cl *kgo.Client, topic string) (int, error) {
+	n, err := partitionCount(ctx, cl, topic)
+	if err != nil {
+		return 0, fmt.Errorf("pacer: topic %s: metadata: %w", topic, err)
+	}
+	return n, nil
+}
+
 // partitionCount asks a broker for topic's partitions: 0 when the topic
 // does not exist (yet).
 func partitionCount(ctx context.Context, cl *kgo.Client, topic string) (int, error) {

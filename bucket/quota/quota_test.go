@@ -3,6 +3,7 @@ package quota_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -176,4 +177,40 @@ func TestInvalid(t *testing.T) {
 	if !errors.Is(err, quota.ErrInvalid) {
 		t.Fatalf("want ErrInvalid, got %v", err)
 	}
+}
+
+// TestManyIDs: the id records of a request of 1,200 ids (read in chunks
+// of 500 by the script) are each reported in their own state: done,
+// claimed or new, at the chunk edges too.
+func TestManyIDs(t *testing.T) {
+	both(t, func(t *testing.T, q quota.Quota, p string) {
+		ctx := context.Background()
+		k := bucket.NewKeys(p)
+		big := []quota.Tier{{Name: "tenant", Key: k.Ingest("tenant", "acme"), Bucket: &bucket.Limit{PerSecond: 100, Burst: 100}}}
+		var names []string
+		for i := range 1200 {
+			names = append(names, fmt.Sprint("m", i))
+		}
+		all := ids(p, names...)
+		done := []string{all[0], all[499], all[1000], all[1199]}
+		pending := []string{all[500], all[999], all[1001]}
+		r, err := q.Take(ctx, quota.Request{Tiers: big, IDs: append(append([]string{}, done...), pending...), ClaimTTL: time.Minute})
+		if err != nil || !r.Granted {
+			t.Fatalf("take: %+v %v", r, err)
+		}
+		if err := q.Finish(ctx, quota.Finish{Token: r.Token, Done: done, DoneTTL: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		r, err = q.Take(ctx, quota.Request{Tiers: big, IDs: all, ClaimTTL: time.Minute})
+		if err != nil || !r.Granted || r.Counted != 1200-7 {
+			t.Fatalf("take of 1200: counted %d, granted %v, err %v; want 1193 new", r.Counted, r.Granted, err)
+		}
+		want := map[int]quota.IDState{0: quota.IDDone, 499: quota.IDDone, 1000: quota.IDDone, 1199: quota.IDDone,
+			500: quota.IDPending, 999: quota.IDPending, 1001: quota.IDPending}
+		for i, s := range r.IDs {
+			if w, ok := want[i]; (ok && s != w) || (!ok && s != quota.IDNew) {
+				t.Errorf("id %d: state %v, want %v", i, s, w)
+			}
+		}
+	})
 }

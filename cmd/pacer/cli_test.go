@@ -3,10 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/pacerhq/pacer/pacer"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestCLIMessages drives main's run through the operator mistakes that
@@ -74,5 +81,79 @@ func TestStatusWithRedisDownPrintsOnlyTheError(t *testing.T) {
 		lookupMap(map[string]string{"PACER_REDIS_URL": "redis://127.0.0.1:1/0"}))
 	if code != 1 || out.Len() != 0 || strings.Count(strings.TrimSpace(errb.String()), "\n") != 0 {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout, one error line", code, out.String(), errb.String())
+	}
+}
+
+// TestHelp: -h on a command prints its usage and exits 0; `pacer ingest -h`
+// lists every setting it reads with its unit and default.
+func TestHelp(t *testing.T) {
+	help := func(args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), args, strings.NewReader(""), &out, &errb, lookupMap(nil))
+		return code, out.String() + errb.String()
+	}
+	code, out := help("ingest", "-h")
+	if code != 0 || !strings.Contains(out, "usage: pacer ingest") {
+		t.Fatalf("ingest -h: exit %d, %q", code, out)
+	}
+	for _, row := range [][3]string{
+		{"PACER_INGEST_ADDR", "host:port", ":8080"},
+		{"PACER_INGEST_TENANTS", "path", "(none)"},
+		{"PACER_INGEST_IP_RATE", "requests/s", "100"},
+		{"PACER_INGEST_IP_BURST", "requests", "200"},
+		{"PACER_INGEST_CHANNEL_RATE", "messages/s", "10000"},
+		{"PACER_INGEST_CHANNEL_BURST", "messages", "10000"},
+		{"PACER_INGEST_TRUSTED_PROXIES", "CIDRs", "(none)"},
+		{"PACER_INGEST_PRODUCE_TIMEOUT", "duration", "10s"},
+		{"PACER_INGEST_PARTITIONS", "partitions", "12"},
+		{"PACER_KAFKA_BROKERS", "host:port,...", "127.0.0.1:9092"},
+		{"PACER_REDIS_URL", "URL", "redis://127.0.0.1:6379/0"},
+		{"PACER_REDIS_FAILURE", "closed|local", "closed"},
+		{"PACER_EXPECTED_REPLICAS", "replicas", "1"},
+		{"PACER_IDEMPOTENCY_TTL", "duration", "24h"},
+		{"PACER_DRAIN", "duration", "30s"},
+		{"PACER_LOG_LEVEL", "debug|info|warn|error", "info"},
+	} {
+		re := regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(row[0]) + ` +` + regexp.QuoteMeta(row[1]) + ` +` + regexp.QuoteMeta(row[2]) + `( |$)`)
+		if !re.MatchString(out) {
+			t.Errorf("ingest -h has no row %q with unit %q and default %q:\n%s", row[0], row[1], row[2], out)
+		}
+	}
+	// Settings ingest does not read are not listed.
+	for _, v := range []string{"PACER_AIMD_DECREASE", "PACER_INFLIGHT", "PACER_METRICS_ADDR"} {
+		if strings.Contains(out, v) {
+			t.Errorf("ingest -h lists %s, which ingest does not read", v)
+		}
+	}
+	for _, args := range [][]string{{"fake-provider", "-h"}, {"fake-provider", "--help"}, {"fake-provider", "whatsapp", "-h"}} {
+		code, out := help(args...)
+		if code != 0 || !strings.Contains(out, "usage: pacer fake-provider whatsapp") || strings.Contains(out, "pacer: ") {
+			t.Errorf("%v: exit %d, %q; want exit 0 with the usage and no error", args, code, out)
+		}
+	}
+}
+
+// TestDLQReplayMissingTopic: replaying a topic that has no DLQ says so in
+// one line naming the DLQ topic, prints no "replayed 0" summary, and
+// creates no topic.
+func TestDLQReplayMissingTopic(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	topic := fmt.Sprintf("missing%d", time.Now().UnixNano())
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"dlq", "replay", "--channel", "whatsapp", "--topic", topic}, strings.NewReader(""), &out, &errb,
+		lookupMap(map[string]string{"PACER_KAFKA_BROKERS": brokers}))
+	want := "pacer: dlq replay: DLQ topic " + topic + ".dlq does not exist"
+	if code != 1 || out.Len() != 0 || strings.Count(errb.String(), "\n") != 1 || !strings.HasPrefix(errb.String(), want) {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout, one line starting %q", code, out.String(), errb.String(), want)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, tp := range []string{topic, topic + ".dlq"} {
+		if n, err := pacer.TopicPartitions(context.Background(), cl, tp); err != nil || n != 0 {
+			t.Errorf("topic %s: %d partitions (%v) after the refused replay, want none", tp, n, err)
+		}
 	}
 }

@@ -26,7 +26,7 @@ import (
 // ([pacer.Config.Validate]); a field that sets one carries a pacer tag.
 type config struct {
 	// PACER_KAFKA_BROKERS: comma-separated host:port seed brokers; default 127.0.0.1:9092.
-	KafkaBrokers []string `env:"PACER_KAFKA_BROKERS, default=127.0.0.1:9092"`
+	KafkaBrokers []string `env:"PACER_KAFKA_BROKERS, default=127.0.0.1:9092" unit:"host:port,..."`
 	// PACER_KAFKA_SESSION_TIMEOUT: consumer-group session timeout: how soon a dead replica's partitions move to others; default 45s (the broker allows 6s..30m by default).
 	KafkaSessionTimeout time.Duration `env:"PACER_KAFKA_SESSION_TIMEOUT, default=45s"`
 	// PACER_KAFKA_TLS: true reaches the brokers over TLS (their SSL or SASL_SSL listener); default false.
@@ -38,25 +38,25 @@ type config struct {
 	// PACER_KAFKA_TLS_KEY_FILE: PEM private key of PACER_KAFKA_TLS_CERT_FILE.
 	KafkaTLSKeyFile string `env:"PACER_KAFKA_TLS_KEY_FILE"`
 	// PACER_KAFKA_TLS_SERVER_NAME: the name the brokers' certificates must carry; default each broker's host.
-	KafkaTLSServerName string `env:"PACER_KAFKA_TLS_SERVER_NAME"`
+	KafkaTLSServerName string `env:"PACER_KAFKA_TLS_SERVER_NAME" unit:"host name"`
 	// PACER_KAFKA_SASL_MECHANISM: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; default none (no SASL).
-	KafkaSASLMechanism string `env:"PACER_KAFKA_SASL_MECHANISM"`
+	KafkaSASLMechanism string `env:"PACER_KAFKA_SASL_MECHANISM" unit:"PLAIN|SCRAM-SHA-256|SCRAM-SHA-512"`
 	// PACER_KAFKA_SASL_USERNAME: the SASL user; required with a mechanism.
-	KafkaSASLUsername string `env:"PACER_KAFKA_SASL_USERNAME"`
+	KafkaSASLUsername string `env:"PACER_KAFKA_SASL_USERNAME" unit:"name"`
 	// PACER_KAFKA_SASL_PASSWORD: the SASL password; required with a mechanism; may be a file (_FILE); never logged.
-	KafkaSASLPassword string `env:"PACER_KAFKA_SASL_PASSWORD" secret:"true"`
+	KafkaSASLPassword string `env:"PACER_KAFKA_SASL_PASSWORD" secret:"true" unit:"secret"`
 	// PACER_REDIS_URL: redis:// or rediss:// URL of the bucket store, with user and password if any; default redis://127.0.0.1:6379/0; may be a file (_FILE).
-	RedisURL string `env:"PACER_REDIS_URL, default=redis://127.0.0.1:6379/0" secret:"true"`
+	RedisURL string `env:"PACER_REDIS_URL, default=redis://127.0.0.1:6379/0" secret:"true" unit:"URL"`
 	// PACER_REDIS_CLUSTER_ADDRS: comma-separated host:port seeds of a Redis Cluster; set, it replaces PACER_REDIS_URL.
-	RedisClusterAddrs string `env:"PACER_REDIS_CLUSTER_ADDRS"`
+	RedisClusterAddrs string `env:"PACER_REDIS_CLUSTER_ADDRS" unit:"host:port,..."`
 	// PACER_REDIS_SENTINEL_ADDRS: comma-separated host:port of Redis Sentinels; set, it replaces PACER_REDIS_URL.
-	RedisSentinelAddrs string `env:"PACER_REDIS_SENTINEL_ADDRS"`
+	RedisSentinelAddrs string `env:"PACER_REDIS_SENTINEL_ADDRS" unit:"host:port,..."`
 	// PACER_REDIS_SENTINEL_MASTER: the master name the Sentinels watch; required with PACER_REDIS_SENTINEL_ADDRS.
-	RedisSentinelMaster string `env:"PACER_REDIS_SENTINEL_MASTER"`
+	RedisSentinelMaster string `env:"PACER_REDIS_SENTINEL_MASTER" unit:"name"`
 	// PACER_REDIS_USERNAME: ACL user of the Redis servers (any mode); default none (the default user).
-	RedisUsername string `env:"PACER_REDIS_USERNAME"`
+	RedisUsername string `env:"PACER_REDIS_USERNAME" unit:"name"`
 	// PACER_REDIS_PASSWORD: password of the Redis servers (any mode; for a single server, unless PACER_REDIS_URL has one); may be a file (_FILE); never logged.
-	RedisPassword string `env:"PACER_REDIS_PASSWORD" secret:"true"`
+	RedisPassword string `env:"PACER_REDIS_PASSWORD" secret:"true" unit:"secret"`
 	// PACER_REDIS_TLS: true reaches Redis over TLS in every mode (a rediss:// URL does too); default false.
 	RedisTLS bool `env:"PACER_REDIS_TLS, default=false"`
 	// PACER_REDIS_TLS_CA_FILE: PEM file of the CA certificates the servers' certificates are checked against; default the system's.
@@ -66,15 +66,15 @@ type config struct {
 	// PACER_REDIS_TLS_KEY_FILE: PEM private key of PACER_REDIS_TLS_CERT_FILE.
 	RedisTLSKeyFile string `env:"PACER_REDIS_TLS_KEY_FILE"`
 	// PACER_REDIS_TLS_SERVER_NAME: the name the servers' certificates must carry; default each server's host.
-	RedisTLSServerName string `env:"PACER_REDIS_TLS_SERVER_NAME"`
+	RedisTLSServerName string `env:"PACER_REDIS_TLS_SERVER_NAME" unit:"host name"`
 	// PACER_REDIS_PREFIX: prefix of every Redis key Pacer writes; default "pacer".
-	RedisPrefix string `env:"PACER_REDIS_PREFIX, default=pacer"`
+	RedisPrefix string `env:"PACER_REDIS_PREFIX, default=pacer" unit:"key prefix"`
 	// PACER_METRICS_ADDR: listen address of /metrics, /healthz, /readyz; default :9464; "127.0.0.1:0" picks a free port.
 	MetricsAddr string `env:"PACER_METRICS_ADDR, default=:9464"`
 	// PACER_LOG_LEVEL: debug, info, warn or error; default info.
-	LogLevel string `env:"PACER_LOG_LEVEL, default=info"`
+	LogLevel string `env:"PACER_LOG_LEVEL, default=info" unit:"debug|info|warn|error"`
 	// PACER_LOG_FORMAT: json or text; default json.
-	LogFormat string `env:"PACER_LOG_FORMAT, default=json"`
+	LogFormat string `env:"PACER_LOG_FORMAT, default=json" unit:"json|text"`
 	// PACER_DRAIN: duration in-flight sends may finish after SIGTERM or a revoke; default 30s.
 	Drain time.Duration `env:"PACER_DRAIN, default=30s" pacer:"Drain"`
 	// PACER_MAX_ATTEMPTS: requests per message before transient failures dead-letter it; default 5.
@@ -106,9 +106,9 @@ type config struct {
 	// PACER_UNKNOWN_OUTCOME: what to do when a send got no answer or a dead process left a claim: dlq or resend; default dlq.
 	UnknownOutcome string `env:"PACER_UNKNOWN_OUTCOME, default=dlq" pacer:"UnknownOutcome"`
 	// PACER_REDIS_FAILURE: when Redis is unreachable: closed (stop sending, keep every record) or local (pace in-process at rate / PACER_EXPECTED_REPLICAS); default closed.
-	RedisFailure string `env:"PACER_REDIS_FAILURE, default=closed" pacer:"RedisFailure"`
+	RedisFailure string `env:"PACER_REDIS_FAILURE, default=closed" pacer:"RedisFailure" unit:"closed|local"`
 	// PACER_EXPECTED_REPLICAS: replicas sharing each channel, for the local failure mode's share of the rate; default 1.
-	ExpectedReplicas int `env:"PACER_EXPECTED_REPLICAS, default=1"`
+	ExpectedReplicas int `env:"PACER_EXPECTED_REPLICAS, default=1" unit:"replicas"`
 	// PACER_SEND_TIMEOUT: longest wait for one provider answer; no answer in time is an unknown outcome; default 30s.
 	SendTimeout time.Duration `env:"PACER_SEND_TIMEOUT, default=30s" pacer:"SendTimeout"`
 	// PACER_INFLIGHT: records of one pacing key handled at once in a partition (1 keeps each key's strict order); default 32.
@@ -433,6 +433,51 @@ func settingsHelp(ch *channel) string {
 	fmt.Fprintln(tw, "  any secret setting may be given as <VARIABLE>_FILE, a file holding its value")
 	tw.Flush()
 	return b.String()
+}
+
+// envRow is one setting of a config struct for a -h listing.
+type envRow struct{ name, unit, def, help string }
+
+// envRows lists the env-tagged fields of struct type t whose variable keep
+// accepts (nil: all): the name, the unit (tag unit, else from the Go type),
+// the default ("(none)" without one) and tag help.
+func envRows(t reflect.Type, keep func(name string) bool) []envRow {
+	var rows []envRow
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, ok := f.Tag.Lookup("env")
+		if !ok {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		name = strings.TrimSpace(name)
+		if keep != nil && !keep(name) {
+			continue
+		}
+		def := "(none)"
+		if i := strings.Index(opts, "default="); i >= 0 {
+			def = opts[i+len("default="):] // the last option; may hold commas
+		}
+		unit := f.Tag.Get("unit")
+		if unit == "" {
+			switch {
+			case f.Type == reflect.TypeOf(time.Duration(0)):
+				unit = "duration"
+			case f.Type.Kind() == reflect.Bool:
+				unit = "true|false"
+			case f.Type.Kind() == reflect.Slice:
+				unit = "list"
+			case f.Type.Kind() == reflect.Int:
+				unit = "count"
+			case strings.HasSuffix(name, "_FILE"):
+				unit = "path"
+			default:
+				unit = "text"
+			}
+		}
+		rows = append(rows, envRow{name: name, unit: unit, def: def, help: f.Tag.Get("help")})
+	}
+	return rows
 }
 
 // validPort reports whether p is a TCP port number, 1..65535.

@@ -46,12 +46,23 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
+	// A DLQ that does not exist holds nothing to replay: say so, and create
+	// no topic on the way.
+	dlq := *topic + ".dlq"
+	if n, err := pacer.TopicPartitions(ctx, cl, dlq); err != nil {
+		return kafkaFailure(cfg, err)
+	} else if n == 0 {
+		return fmt.Errorf("dlq replay: DLQ topic %s does not exist: nothing was dead-lettered from %s yet, or --channel/--topic name another topic", dlq, *topic)
+	}
 	n, err := pacer.EnsureTopic(ctx, cl, *topic, 12)
 	if err != nil {
 		return kafkaFailure(cfg, err)
 	}
-	s, err := pacer.Replay(ctx, cl, pacer.ReplayConfig{DLQTopic: *topic + ".dlq", Topic: *topic, Partitions: n,
+	s, err := pacer.Replay(ctx, cl, pacer.ReplayConfig{DLQTopic: dlq, Topic: *topic, Partitions: n,
 		Reason: *reason, Campaign: *campaign, DryRun: *dry})
+	if err != nil && s.Scanned == 0 {
+		return err // nothing done: the error alone, no "replayed 0" line above it
+	}
 	verb := "replayed"
 	if *dry {
 		verb = "would replay"

@@ -31,6 +31,10 @@ func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Write
 	pairBurst := fs.Int("pair-burst", whatsapptest.PairBurst, "pair bucket capacity in messages")
 	acctLimit := fs.Int("account-limit", 0, "requests per account (every number is its own) in --account-window, answered 80007 beyond (0 = unlimited)")
 	acctWindow := fs.Duration("account-window", time.Hour, "rolling window of --account-limit")
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fs.Usage()
+		return errHelp
+	}
 	if len(args) == 0 || args[0] != "whatsapp" {
 		fs.Usage()
 		return &usageError{"fake-provider: the first argument must be a provider: whatsapp"}

@@ -9,6 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"reflect"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
@@ -26,23 +29,56 @@ import (
 // PACER_IDEMPOTENCY_TTL). README.md has the same table.
 type ingestConfig struct {
 	// PACER_INGEST_ADDR: listen address of the API, /metrics, /healthz, /readyz; default :8080; "127.0.0.1:0" picks a free port (logged).
-	Addr string `env:"PACER_INGEST_ADDR, default=:8080"`
+	Addr string `env:"PACER_INGEST_ADDR, default=:8080" unit:"host:port" help:"API, /metrics, /healthz, /readyz; 127.0.0.1:0 picks a free port (logged)"`
 	// PACER_INGEST_TENANTS: path of the tenants file (JSON: ids, API key SHA-256s, quotas, channels); required; reloaded on change.
-	Tenants string `env:"PACER_INGEST_TENANTS"`
+	Tenants string `env:"PACER_INGEST_TENANTS" unit:"path" help:"the tenants file (required; reloaded on change)"`
 	// PACER_INGEST_IP_RATE: requests per second per client IP; default 100.
-	IPRate float64 `env:"PACER_INGEST_IP_RATE, default=100"`
+	IPRate float64 `env:"PACER_INGEST_IP_RATE, default=100" unit:"requests/s" help:"per client IP"`
 	// PACER_INGEST_IP_BURST: bucket capacity in requests per client IP; default 200.
-	IPBurst int `env:"PACER_INGEST_IP_BURST, default=200"`
+	IPBurst int `env:"PACER_INGEST_IP_BURST, default=200" unit:"requests" help:"IP bucket capacity"`
 	// PACER_INGEST_CHANNEL_RATE: messages per second accepted per channel, all tenants together; default 10000.
-	ChannelRate float64 `env:"PACER_INGEST_CHANNEL_RATE, default=10000"`
+	ChannelRate float64 `env:"PACER_INGEST_CHANNEL_RATE, default=10000" unit:"messages/s" help:"per channel, all tenants"`
 	// PACER_INGEST_CHANNEL_BURST: channel bucket capacity in messages, >= 1000 (a full batch); default 10000.
-	ChannelBurst int `env:"PACER_INGEST_CHANNEL_BURST, default=10000"`
+	ChannelBurst int `env:"PACER_INGEST_CHANNEL_BURST, default=10000" unit:"messages" help:"channel bucket capacity, >= 1000"`
 	// PACER_INGEST_TRUSTED_PROXIES: comma-separated CIDRs (or addresses) of proxies whose X-Forwarded-For is believed; default none.
-	TrustedProxies []string `env:"PACER_INGEST_TRUSTED_PROXIES"`
+	TrustedProxies []string `env:"PACER_INGEST_TRUSTED_PROXIES" unit:"CIDRs" help:"proxies whose X-Forwarded-For is believed"`
 	// PACER_INGEST_PRODUCE_TIMEOUT: longest wait for Kafka's acknowledgement before answering 503; default 10s.
-	ProduceTimeout time.Duration `env:"PACER_INGEST_PRODUCE_TIMEOUT, default=10s"`
+	ProduceTimeout time.Duration `env:"PACER_INGEST_PRODUCE_TIMEOUT, default=10s" unit:"duration" help:"longest wait for Kafka's ack before 503"`
 	// PACER_INGEST_PARTITIONS: partitions of a channel topic the gateway has to create; default 12.
-	Partitions int `env:"PACER_INGEST_PARTITIONS, default=12"`
+	Partitions int `env:"PACER_INGEST_PARTITIONS, default=12" unit:"partitions" help:"of a channel topic the gateway creates"`
+}
+
+// ingestShared are the settings of config that `pacer ingest` reads too
+// (Kafka, Redis, logging, drain, Redis failure mode, idempotency TTL), as
+// prefixes of their names; README.md says what each means.
+var ingestShared = []string{"PACER_KAFKA_BROKERS", "PACER_KAFKA_TLS", "PACER_KAFKA_SASL_", "PACER_REDIS_",
+	"PACER_EXPECTED_REPLICAS", "PACER_IDEMPOTENCY_TTL", "PACER_DRAIN", "PACER_LOG_"}
+
+// ingestSettingsHelp lists every variable `pacer ingest` reads, for
+// `pacer ingest -h`: its own with unit, default and meaning, then the
+// shared ones with unit and default.
+func ingestSettingsHelp() string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nsettings (environment variables; README.md gives each one's meaning):")
+	fmt.Fprintln(tw, "  variable\tunit\tdefault\tmeaning")
+	for _, r := range envRows(reflect.TypeOf(ingestConfig{}), nil) {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.name, r.unit, r.def, r.help)
+	}
+	fmt.Fprintln(tw, "\nread as `pacer run` reads them:")
+	for _, r := range envRows(reflect.TypeOf(config{}), func(name string) bool {
+		for _, p := range ingestShared {
+			if strings.HasPrefix(name, p) {
+				return true
+			}
+		}
+		return false
+	}) {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.name, r.unit, r.def)
+	}
+	fmt.Fprintln(tw, "  any secret setting may be given as <VARIABLE>_FILE, a file holding its value")
+	tw.Flush()
+	return b.String()
 }
 
 func loadIngestConfig(lookup func(string) (string, bool)) (ingestConfig, []netip.Prefix, error) {
@@ -89,6 +125,10 @@ func loadIngestConfig(lookup func(string) (string, bool)) (ingestConfig, []netip
 func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
 	fs := flag.NewFlagSet("pacer ingest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: pacer ingest (no flags; configured by environment variables)")
+		fmt.Fprint(stderr, ingestSettingsHelp())
+	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/pacerhq/pacer/pacer"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -218,32 +217,23 @@ func kafkaOpts(cfg config) ([]kgo.Opt, error) {
 }
 
 // kafkaSetting names the settings to look at for a Kafka failure that no
-// retry mends (see [pacer.KafkaCause]), or "" for any other.
+// retry mends (as [pacer.KafkaSecurity] classifies it), or "" for any other.
 func kafkaSetting(cfg config, err error) string {
-	var (
-		unknownCA x509.UnknownAuthorityError
-		host      x509.HostnameError
-		invalid   x509.CertificateInvalidError
-		header    tls.RecordHeaderError
-		op        *net.OpError
-		eof       *kgo.ErrFirstReadEOF
-	)
-	switch {
-	case errors.Is(err, kerr.SaslAuthenticationFailed), errors.Is(err, kerr.UnsupportedSaslMechanism), errors.Is(err, kerr.IllegalSaslState):
+	kind, _ := pacer.KafkaSecurity(err)
+	switch kind {
+	case pacer.SASLAuthFailed, pacer.SASLMechanism:
 		return "PACER_KAFKA_SASL_*"
-	case errors.As(err, &unknownCA):
+	case pacer.TLSUnknownCA:
 		return "PACER_KAFKA_TLS_CA_FILE"
-	case errors.As(err, &host):
+	case pacer.TLSHostname:
 		return "PACER_KAFKA_TLS_SERVER_NAME"
-	case errors.As(err, &invalid):
+	case pacer.TLSCertInvalid:
 		return "the brokers' certificates; PACER_KAFKA_TLS_CA_FILE"
-	case errors.As(err, &header):
+	case pacer.TLSNotTLS, pacer.TLSToPlaintext:
 		return "PACER_KAFKA_TLS"
-	case errors.As(err, &op) && op.Op == "remote error":
+	case pacer.TLSHandshakeRefused:
 		return "PACER_KAFKA_TLS_CERT_FILE, PACER_KAFKA_TLS_KEY_FILE"
-	case err != nil && strings.Contains(err.Error(), "is this a plaintext connection speaking to a tls endpoint"): // franz-go's words
-		return "PACER_KAFKA_TLS"
-	case errors.As(err, &eof):
+	case pacer.ClosedAtOnce:
 		switch {
 		case !cfg.KafkaTLS:
 			return "PACER_KAFKA_TLS"

@@ -2,12 +2,19 @@ package main
 
 import (
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func writeFile(t *testing.T, name, content string) string {
@@ -180,5 +187,47 @@ func TestNewRedisSecurity(t *testing.T) {
 	c = config{RedisURL: "redis://u:url-secret@r:6379/0", RedisPassword: "var-secret"}
 	if _, err := newRedis(c); err == nil || !strings.Contains(err.Error(), "not both") || strings.Contains(err.Error(), "secret") {
 		t.Errorf("URL and PACER_REDIS_PASSWORD: %v, want an error naming both without the values", err)
+	}
+}
+
+// TestKafkaFailureNamesCauseAndSetting: every failure kind that
+// pacer.KafkaSecurity reads is reported with its cause in words and the
+// setting to look at; any other error passes unchanged.
+func TestKafkaFailureNamesCauseAndSetting(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("pacer: topic t: metadata: %w", err) }
+	for _, c := range []struct {
+		name string
+		cfg  config
+		err  error
+		want string
+	}{
+		{"sasl", config{}, wrap(kerr.SaslAuthenticationFailed), "kafka: authentication failed (PACER_KAFKA_SASL_*)"},
+		{"mechanism", config{}, wrap(kerr.UnsupportedSaslMechanism), "kafka: the brokers do not offer this SASL mechanism on this listener (PACER_KAFKA_SASL_*)"},
+		{"unknown CA", config{}, wrap(x509.UnknownAuthorityError{}), "kafka: TLS: certificate signed by unknown authority (PACER_KAFKA_TLS_CA_FILE)"},
+		{"host name", config{}, wrap(x509.HostnameError{Certificate: &x509.Certificate{}, Host: "kafka.example.com"}),
+			"kafka: TLS: the broker's certificate is not valid for kafka.example.com (PACER_KAFKA_TLS_SERVER_NAME)"},
+		{"expired", config{}, wrap(x509.CertificateInvalidError{Cert: &x509.Certificate{}, Reason: x509.Expired}),
+			"(the brokers' certificates; PACER_KAFKA_TLS_CA_FILE)"},
+		{"not TLS", config{}, wrap(tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}),
+			"kafka: TLS: the broker does not answer in TLS (a plaintext or SASL_PLAINTEXT listener) (PACER_KAFKA_TLS)"},
+		{"alert", config{}, wrap(&net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}),
+			"kafka: TLS: the broker refused the handshake (tls: certificate required) (PACER_KAFKA_TLS_CERT_FILE, PACER_KAFKA_TLS_KEY_FILE)"},
+		{"TLS to plaintext", config{}, wrap(errors.New("read: is this a plaintext connection speaking to a tls endpoint?")),
+			"kafka: TLS: the broker answered in TLS to a plaintext client (PACER_KAFKA_TLS)"},
+		{"closed, no TLS", config{}, wrap(&kgo.ErrFirstReadEOF{}), "closed the connection at once: it expects TLS or SASL and the client does not use it, or the reverse (PACER_KAFKA_TLS)"},
+		{"closed, TLS", config{KafkaTLS: true}, wrap(&kgo.ErrFirstReadEOF{}), "(PACER_KAFKA_TLS, PACER_KAFKA_SASL_MECHANISM)"},
+		{"closed, TLS and SASL", config{KafkaTLS: true, KafkaSASLMechanism: "PLAIN"}, wrap(&kgo.ErrFirstReadEOF{}),
+			"(PACER_KAFKA_TLS, PACER_KAFKA_SASL_MECHANISM, PACER_KAFKA_TLS_CERT_FILE)"},
+		{"down", config{}, wrap(syscall.ECONNREFUSED), "pacer: topic t: metadata: connection refused"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := kafkaFailure(c.cfg, c.err).Error()
+			if !strings.Contains(got, c.want) {
+				t.Errorf("kafkaFailure = %q, want it to contain %q", got, c.want)
+			}
+			if c.name == "down" && got != c.err.Error() {
+				t.Errorf("a failure no setting mends was changed: %q", got)
+			}
+		})
 	}
 }

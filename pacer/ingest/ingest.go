@@ -11,7 +11,7 @@
 //
 // # Metrics
 //
-//	pacer_ingest_requests_total{code}                 answers by HTTP status
+//	pacer_ingest_requests_total{code}                 answers of the API by HTTP status
 //	pacer_ingest_messages_total{outcome}              envelopes: accepted, duplicate, rejected, failed
 //	pacer_ingest_quota_refusals_total{tier}           429s by the tier that refused
 //	pacer_ingest_request_duration_seconds             time to answer a POST
@@ -21,6 +21,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	_ "embed"
@@ -165,15 +166,38 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, m: newMetrics(reg), mux: http.NewServeMux()}
 	s.mux.HandleFunc("POST /v1/channels/{channel}/messages", s.post)
+	s.mux.HandleFunc("/v1/channels/{channel}/messages", s.notAllowed("POST"))
 	s.mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(OpenAPI)
 	})
+	s.mux.HandleFunc("/openapi.yaml", s.notAllowed("GET, HEAD"))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.refuse(w, r, problem{Type: "https://pacer.dev/problems/not-found", Title: "Not Found", Status: http.StatusNotFound,
+			Detail: fmt.Sprintf("no resource at %q; messages are POSTed to /v1/channels/{channel}/messages", r.URL.Path)})
+	})
 	return s, nil
 }
 
+// notAllowed answers 405 with Allow: allow (RFC 9110, section 15.5.6).
+func (s *Server) notAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.refuse(w, r, problem{Type: "https://pacer.dev/problems/method-not-allowed", Title: "Method Not Allowed", Status: http.StatusMethodNotAllowed,
+			Detail: fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, allow)}, "Allow", allow)
+	}
+}
+
 // ServeHTTP serves the API.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if rw.status == 0 {
+			rw.status = http.StatusOK
+		}
+		s.m.requests.WithLabelValues(strconv.Itoa(rw.status)).Inc()
+	}()
+	s.mux.ServeHTTP(rw, r)
+}
 
 // Ready reports whether the gateway can check quotas: tenants loaded and
 // Redis answering (or the local failure mode in force).
@@ -222,37 +246,43 @@ type Answer struct {
 
 func (s *Server) post(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rw := &statusWriter{ResponseWriter: w}
-	defer func() {
-		s.m.requests.WithLabelValues(strconv.Itoa(rw.status)).Inc()
-		s.m.duration.Observe(time.Since(start).Seconds())
-	}()
-	s.handle(rw, r)
+	defer func() { s.m.duration.Observe(time.Since(start).Seconds()) }()
+	s.handle(w, r)
+}
+
+// ipTier is the quota tier of r's client IP.
+func (s *Server) ipTier(r *http.Request) quota.Tier {
+	return quota.Tier{Name: "ip", Key: s.deps.Keys.Ingest("ip", s.clientIP(r).String()), Unit: quota.PerRequest, Bucket: &s.cfg.IPLimit}
+}
+
+// refuse answers problem p (its Status set) with the header pairs h, after
+// counting the request against its client IP alone: unauthenticated,
+// forbidden and malformed requests cost their IP and nothing else. A spent
+// IP tier answers 429 instead.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, p problem, h ...string) {
+	tiers := []quota.Tier{s.ipTier(r)}
+	res, ok := s.take(r.Context(), w, quota.Request{Tiers: tiers, ClaimTTL: time.Second})
+	if !ok {
+		return
+	}
+	setRateLimit(w.Header(), tiers, res)
+	if !res.Granted {
+		s.tooMany(w, tiers, res)
+		return
+	}
+	for i := 0; i+1 < len(h); i += 2 {
+		w.Header().Set(h[i], h[i+1])
+	}
+	writeProblem(w, p)
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	ip := s.clientIP(r)
-	ipTier := quota.Tier{Name: "ip", Key: s.deps.Keys.Ingest("ip", ip.String()), Unit: quota.PerRequest, Bucket: &s.cfg.IPLimit}
+	ipTier := s.ipTier(r)
 	channel := r.PathValue("channel")
-
-	// Unauthenticated and forbidden requests count against their IP alone.
 	refuse := func(status int, p problem, h ...string) {
-		tiers := []quota.Tier{ipTier}
-		res, ok := s.take(ctx, w, quota.Request{Tiers: tiers, ClaimTTL: time.Second})
-		if !ok {
-			return
-		}
-		setRateLimit(w.Header(), tiers, res)
-		if !res.Granted {
-			s.tooMany(w, tiers, res)
-			return
-		}
-		for i := 0; i+1 < len(h); i += 2 {
-			w.Header().Set(h[i], h[i+1])
-		}
 		p.Status = status
-		writeProblem(w, p)
+		s.refuse(w, r, p, h...)
 	}
 	key, ok := bearer(r.Header.Get("Authorization"))
 	tenant := s.deps.Tenants().Lookup(key)
@@ -287,9 +317,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	// Until the quota step has answered, headers describe the policies with
 	// nothing known of the counts: the body errors below come first, and a
 	// request refused for its body costs nothing.
-	lines, digest, perr := s.readBody(w, r)
+	lines, digest, perr := s.readBody(w, r, tenant)
 	if perr != nil {
-		refuse(perr.Status, *perr)
+		refuse(perr.Status, perr.problem, perr.header...)
 		return
 	}
 	valid := 0
@@ -404,6 +434,21 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 	}
 	wg.Wait()
 
+	// Envelopes by outcome, added to the metric once per request.
+	const (
+		accepted = iota
+		duplicate
+		rejected
+		failedOutcome
+	)
+	var outcomes [4]float64
+	defer func() {
+		for i, o := range [4]string{"accepted", "duplicate", "rejected", "failed"} {
+			if outcomes[i] > 0 {
+				s.m.messages.WithLabelValues(o).Add(outcomes[i])
+			}
+		}
+	}()
 	var ans Answer
 	var fin quota.Finish
 	fin.Token, fin.IdemKey, fin.DoneTTL = res.Token, req.IdemKey, s.cfg.IdempotencyTTL
@@ -413,25 +458,25 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 		switch {
 		case l.err != nil:
 			ans.Rejected = append(ans.Rejected, Rejected{Line: l.n, Field: l.err.Field, Error: l.err.Error()})
-			s.m.messages.WithLabelValues("rejected").Inc()
+			outcomes[rejected]++
 		case l.dupOf > 0:
 			// Settled with its first line below: accepted only if that was.
 		case res.IDs[l.idx] == quota.IDDone:
 			ans.Accepted = append(ans.Accepted, Accepted{Line: l.n, ID: l.env.ID, Duplicate: true})
-			s.m.messages.WithLabelValues("duplicate").Inc()
+			outcomes[duplicate]++
 		case res.IDs[l.idx] == quota.IDPending:
 			ans.Rejected = append(ans.Rejected, Rejected{Line: l.n, ID: l.env.ID, Field: "id",
 				Error: "envelope: id: being accepted by another request right now; retry later"})
-			s.m.messages.WithLabelValues("rejected").Inc()
+			outcomes[rejected]++
 		case failed[l.idx] != nil:
 			produceErr = failed[l.idx]
 			fin.Release = append(fin.Release, req.IDs[l.idx])
 			ans.Rejected = append(ans.Rejected, Rejected{Line: l.n, ID: l.env.ID, Error: "not acknowledged by Kafka; retry later"})
-			s.m.messages.WithLabelValues("failed").Inc()
+			outcomes[failedOutcome]++
 		default:
 			fin.Done = append(fin.Done, req.IDs[l.idx])
 			ans.Accepted = append(ans.Accepted, Accepted{Line: l.n, ID: l.env.ID})
-			s.m.messages.WithLabelValues("accepted").Inc()
+			outcomes[accepted]++
 		}
 	}
 	// Repeated lines follow their first line's outcome.
@@ -443,7 +488,7 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 		if l.err == nil && l.dupOf > 0 {
 			if byLine[l.dupOf] {
 				ans.Accepted = append(ans.Accepted, Accepted{Line: l.n, ID: l.env.ID, Duplicate: true})
-				s.m.messages.WithLabelValues("duplicate").Inc()
+				outcomes[duplicate]++
 			} else {
 				ans.Rejected = append(ans.Rejected, Rejected{Line: l.n, ID: l.env.ID, Field: "id",
 					Error: fmt.Sprintf("envelope: id: same id as line %d, which was not accepted", l.dupOf)})
@@ -656,39 +701,75 @@ func (s *Server) trusted(a netip.Addr) bool {
 }
 
 // readBody reads the envelopes of r: one JSON object, or NDJSON lines.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]line, string, *problem) {
+// AcceptPost lists the request body types of a POST of messages, as the
+// Accept-Post field of a 415 answers them.
+const AcceptPost = "application/json, application/x-ndjson"
+
+// bodyProblem is a request body refused, with the header fields to send.
+type bodyProblem struct {
+	problem
+	header []string // name, value pairs
+}
+
+func bodyRefusal(p problem, h ...string) *bodyProblem { return &bodyProblem{p, h} }
+
+// mediaType checks r's Content-Type and Content-Encoding: the media type
+// must be application/json or application/x-ndjson (the request body types
+// of openapi.yaml), with no charset or charset utf-8 (JSON is UTF-8, RFC
+// 8259), and the body must not be content-coded. A missing Content-Type is
+// refused too: the body's type is never guessed.
+func mediaType(r *http.Request) (string, *bodyProblem) {
+	unsupported := func(detail string) *bodyProblem {
+		return bodyRefusal(problem{Type: "https://pacer.dev/problems/unsupported-media-type", Title: "Unsupported Media Type",
+			Status: http.StatusUnsupportedMediaType, Detail: detail}, "Accept-Post", AcceptPost)
+	}
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		p := unsupported(fmt.Sprintf("Content-Encoding %q: send the body uncompressed", ce))
+		p.header = append(p.header, "Accept-Encoding", "identity")
+		return "", p
+	}
+	want := fmt.Sprintf("send Content-Type application/json (one envelope) or application/x-ndjson (up to %d, one per line)", MaxBatch)
 	ct := r.Header.Get("Content-Type")
-	mt := "application/json"
-	if ct != "" {
-		var err error
-		if mt, _, err = mime.ParseMediaType(ct); err != nil {
-			mt = ct
-		}
+	if ct == "" {
+		return "", unsupported("no Content-Type: " + want)
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return "", unsupported(fmt.Sprintf("Content-Type %q is not a media type: %s", ct, want))
 	}
 	if mt != "application/json" && mt != "application/x-ndjson" {
-		return nil, "", &problem{Type: "https://pacer.dev/problems/unsupported-media-type", Title: "Unsupported Media Type", Status: http.StatusUnsupportedMediaType,
-			Detail: fmt.Sprintf("Content-Type %q: send application/json (one envelope) or application/x-ndjson (up to %d)", mt, MaxBatch)}
+		return "", unsupported(fmt.Sprintf("Content-Type %q: %s", mt, want))
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return "", unsupported(fmt.Sprintf("Content-Type %q: charset %q: the body must be UTF-8: %s, with charset utf-8 or none", ct, cs, want))
+	}
+	return mt, nil
+}
+
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, tenant *Tenant) ([]line, string, *bodyProblem) {
+	mt, bp := mediaType(r)
+	if bp != nil {
+		return nil, "", bp
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, "", &problem{Type: "https://pacer.dev/problems/too-large", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
-				Detail: fmt.Sprintf("a request body may have at most %d bytes", MaxRequestBytes)}
+			return nil, "", bodyRefusal(problem{Type: "https://pacer.dev/problems/too-large", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+				Detail: fmt.Sprintf("a request body may have at most %d bytes", MaxRequestBytes)})
 		}
-		return nil, "", &problem{Type: "https://pacer.dev/problems/bad-body", Title: "Bad Request", Status: http.StatusBadRequest, Detail: "reading the body: " + err.Error()}
+		return nil, "", bodyRefusal(problem{Type: "https://pacer.dev/problems/bad-body", Title: "Bad Request", Status: http.StatusBadRequest, Detail: "reading the body: " + err.Error()})
 	}
 	var raw [][]byte
 	if mt == "application/json" {
 		raw = [][]byte{body}
 	} else {
-		for i, b := range strings.Split(string(body), "\n") {
-			_ = i
-			if strings.TrimSpace(b) == "" {
+		for _, b := range bytes.Split(body, []byte("\n")) {
+			if len(bytes.TrimSpace(b)) == 0 {
 				raw = append(raw, nil) // keeps line numbers
 				continue
 			}
-			raw = append(raw, []byte(b))
+			raw = append(raw, b)
 		}
 	}
 	var lines []line
@@ -697,20 +778,21 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]line, strin
 			continue
 		}
 		if len(b) > MaxEnvelopeBytes {
-			return nil, "", &problem{Type: "https://pacer.dev/problems/too-large", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
-				Detail: fmt.Sprintf("line %d: an envelope may have at most %d bytes", i+1, MaxEnvelopeBytes)}
+			return nil, "", bodyRefusal(problem{Type: "https://pacer.dev/problems/too-large", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+				Detail: fmt.Sprintf("line %d: an envelope may have at most %d bytes", i+1, MaxEnvelopeBytes)})
 		}
 		lines = append(lines, line{n: i + 1, value: b})
 	}
 	if len(lines) == 0 {
-		return nil, "", &problem{Type: "https://pacer.dev/problems/invalid-envelope", Title: "Invalid envelope", Status: http.StatusBadRequest,
-			Detail: "the body holds no envelope", InvalidParams: []invalidParam{{Name: "body", Reason: "empty"}}}
+		return nil, "", bodyRefusal(problem{Type: "https://pacer.dev/problems/invalid-envelope", Title: "Invalid envelope", Status: http.StatusBadRequest,
+			Detail: "the body holds no envelope", InvalidParams: []invalidParam{{Name: "body", Reason: "empty"}}})
 	}
 	if len(lines) > MaxBatch {
-		return nil, "", &problem{Type: "https://pacer.dev/problems/too-many-envelopes", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
-			Detail: fmt.Sprintf("%d envelopes: at most %d per request", len(lines), MaxBatch)}
+		return nil, "", bodyRefusal(problem{Type: "https://pacer.dev/problems/too-many-envelopes", Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("%d envelopes: at most %d per request", len(lines), MaxBatch)})
 	}
-	tenant := s.deps.Tenants().Lookup(mustBearer(r))
+	member, _ := json.Marshal(tenant.ID)
+	member = append(append([]byte(`{"tenant":`), member...), ',')
 	for i := range lines {
 		l := &lines[i]
 		env, err := pacer.ParseEnvelope(l.value)
@@ -722,21 +804,35 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]line, strin
 			l.err = &pacer.EnvelopeError{Field: "tenant", Problem: "must be omitted or the API key's tenant (the tenant is set from the key)"}
 			continue
 		}
-		env.Tenant = tenant.ID
-		v, err := json.Marshal(env)
+		v, err := withTenant(l.value, env, tenant.ID, member)
 		if err != nil {
 			l.err = &pacer.EnvelopeError{Problem: "cannot be re-encoded: " + err.Error()}
 			continue
 		}
+		env.Tenant = tenant.ID
 		l.env, l.value = env, v
 	}
 	sum := sha256.Sum256(body)
 	return lines, hex.EncodeToString(sum[:]), nil
 }
 
-func mustBearer(r *http.Request) string {
-	k, _ := bearer(r.Header.Get("Authorization"))
-	return k
+// withTenant returns the record value of envelope line raw (which
+// pacer.ParseEnvelope accepted as env) with its tenant set to id: raw
+// itself when it names id already; raw with member (`{"tenant":"<id>",`)
+// in place of its "{" when raw cannot hold a tenant member at all (neither
+// the word tenant nor a \u escape, which could spell it, occurs in it), so
+// the result has no duplicate member; else env re-encoded with the tenant.
+// Splicing spares the re-encoding of every envelope of a batch.
+func withTenant(raw []byte, env pacer.Envelope, id string, member []byte) ([]byte, error) {
+	raw = bytes.TrimSpace(raw)
+	if env.Tenant == id {
+		return raw, nil
+	}
+	if !bytes.Contains(raw, []byte("tenant")) && !bytes.Contains(raw, []byte(`\u`)) {
+		return append(append(make([]byte, 0, len(member)+len(raw)-1), member...), raw[1:]...), nil
+	}
+	env.Tenant = id
+	return json.Marshal(env)
 }
 
 func envelopeError(err error) *pacer.EnvelopeError {

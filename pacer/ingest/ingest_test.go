@@ -30,6 +30,7 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/quota"
 	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/pacerhq/pacer/pacer"
 	"github.com/pacerhq/pacer/pacer/ingest"
 )
 
@@ -263,8 +264,8 @@ func TestAcceptSingleAndBatch(t *testing.T) {
 
 func TestRetryIsSafe(t *testing.T) {
 	e := newEnv(t, opts{})
-	first := e.do(acmeKey, "whatsapp", "", env1("r1"))
-	again := e.do(acmeKey, "whatsapp", "", env1("r1"))
+	first := e.do(acmeKey, "whatsapp", "application/json", env1("r1"))
+	again := e.do(acmeKey, "whatsapp", "application/json", env1("r1"))
 	if first.status != 202 || again.status != 202 || !strings.Contains(string(again.body), `"duplicate":true`) {
 		t.Fatalf("retry by envelope id: %d %s / %d %s", first.status, first.body, again.status, again.body)
 	}
@@ -354,18 +355,18 @@ func TestAuth(t *testing.T) {
 func TestQuotaRefusal(t *testing.T) {
 	e := newEnv(t, opts{rate: 1, burst: 2, day: 1000})
 	for i := range 2 {
-		if a := e.do(acmeKey, "whatsapp", "", env1(fmt.Sprint("q", i))); a.status != 202 {
+		if a := e.do(acmeKey, "whatsapp", "application/json", env1(fmt.Sprint("q", i))); a.status != 202 {
 			t.Fatalf("request %d: %d %s", i, a.status, a.body)
 		}
 	}
-	a := e.do(acmeKey, "whatsapp", "", env1("q2"))
+	a := e.do(acmeKey, "whatsapp", "application/json", env1("q2"))
 	p := a.json(t)
 	if a.status != 429 || p["tier"] != "tenant" || a.h.Get("Retry-After") != "1" || !strings.HasPrefix(a.h.Get("RateLimit"), `"tenant";r=0;t=1`) {
 		t.Fatalf("third request: %d %v %s", a.status, a.h, a.body)
 	}
 	// The refusal took nothing from the day window: 2 of 1000 counted.
 	e.mr.SetTime(t0.Add(2 * time.Second))
-	a = e.do(acmeKey, "whatsapp", "", env1("q3"))
+	a = e.do(acmeKey, "whatsapp", "application/json", env1("q3"))
 	if a.status != 202 {
 		t.Fatalf("after refill: %d %s", a.status, a.body)
 	}
@@ -377,16 +378,16 @@ func TestQuotaRefusal(t *testing.T) {
 
 func TestIPTierAndProxies(t *testing.T) {
 	e := newEnv(t, opts{ip: bucket.Limit{PerSecond: 1, Burst: 1}, trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-	a := e.do(acmeKey, "whatsapp", "", env1("i1"), "X-Forwarded-For", "198.51.100.7")
-	b := e.do(acmeKey, "whatsapp", "", env1("i2"), "X-Forwarded-For", "198.51.100.8")
-	c := e.do(acmeKey, "whatsapp", "", env1("i3"), "X-Forwarded-For", "198.51.100.7")
+	a := e.do(acmeKey, "whatsapp", "application/json", env1("i1"), "X-Forwarded-For", "198.51.100.7")
+	b := e.do(acmeKey, "whatsapp", "application/json", env1("i2"), "X-Forwarded-For", "198.51.100.8")
+	c := e.do(acmeKey, "whatsapp", "application/json", env1("i3"), "X-Forwarded-For", "198.51.100.7")
 	if a.status != 202 || b.status != 202 || c.status != 429 || c.json(t)["tier"] != "ip" {
 		t.Fatalf("ip tier behind a trusted proxy: %d %d %d %s", a.status, b.status, c.status, c.body)
 	}
 	// Not trusted: X-Forwarded-For is ignored, every request is 127.0.0.1's.
 	e2 := newEnv(t, opts{ip: bucket.Limit{PerSecond: 1, Burst: 1}})
-	a = e2.do(acmeKey, "whatsapp", "", env1("j1"), "X-Forwarded-For", "198.51.100.7")
-	b = e2.do(acmeKey, "whatsapp", "", env1("j2"), "X-Forwarded-For", "198.51.100.8")
+	a = e2.do(acmeKey, "whatsapp", "application/json", env1("j1"), "X-Forwarded-For", "198.51.100.7")
+	b = e2.do(acmeKey, "whatsapp", "application/json", env1("j2"), "X-Forwarded-For", "198.51.100.8")
 	if a.status != 202 || b.status != 429 {
 		t.Fatalf("X-Forwarded-For from an untrusted peer was believed: %d %d", a.status, b.status)
 	}
@@ -395,7 +396,7 @@ func TestIPTierAndProxies(t *testing.T) {
 func TestTooLarge(t *testing.T) {
 	e := newEnv(t, opts{})
 	big := `{"id":"x","key":"k","to":"t","payload":{"a":"` + strings.Repeat("x", ingest.MaxEnvelopeBytes) + `"}}`
-	if a := e.do(acmeKey, "whatsapp", "", big); a.status != 413 {
+	if a := e.do(acmeKey, "whatsapp", "application/json", big); a.status != 413 {
 		t.Errorf("envelope over 1 MiB: %d", a.status)
 	}
 	var sb strings.Builder
@@ -419,7 +420,7 @@ func TestTooLarge(t *testing.T) {
 
 func TestKafkaDown(t *testing.T) {
 	e := newEnv(t, opts{kafkaAddrs: []string{"127.0.0.1:1"}})
-	a := e.do(acmeKey, "whatsapp", "", env1("k1"))
+	a := e.do(acmeKey, "whatsapp", "application/json", env1("k1"))
 	if a.status != 503 || a.h.Get("Retry-After") == "" {
 		t.Fatalf("Kafka unreachable: %d %v %s, want 503 with Retry-After", a.status, a.h, a.body)
 	}
@@ -433,7 +434,7 @@ func TestRedisDown(t *testing.T) {
 	t.Run("closed", func(t *testing.T) {
 		e := newEnv(t, opts{})
 		e.mr.Close()
-		a := e.do(acmeKey, "whatsapp", "", env1("c1"))
+		a := e.do(acmeKey, "whatsapp", "application/json", env1("c1"))
 		if a.status != 503 || a.h.Get("Retry-After") == "" {
 			t.Fatalf("closed: %d %s", a.status, a.body)
 		}
@@ -444,7 +445,7 @@ func TestRedisDown(t *testing.T) {
 		e.mr.Close()
 		var got []int
 		for i := range 3 {
-			got = append(got, e.do(acmeKey, "whatsapp", "", env1(fmt.Sprint("l", i))).status)
+			got = append(got, e.do(acmeKey, "whatsapp", "application/json", env1(fmt.Sprint("l", i))).status)
 		}
 		if fmt.Sprint(got) != "[202 202 429]" {
 			t.Fatalf("local quotas: %v, want [202 202 429] (half the burst of 4)", got)
@@ -462,7 +463,7 @@ func TestRedisDown(t *testing.T) {
 		if !found {
 			t.Errorf("pacer_ingest_redis_fallback is not 1 while Redis is down")
 		}
-		if a := e.do(acmeKey, "whatsapp", "", env1("l0")); a.status != 429 {
+		if a := e.do(acmeKey, "whatsapp", "application/json", env1("l0")); a.status != 429 {
 			// the retry of l0 is still refused by the tenant tier, as it would be on Redis
 			t.Logf("retry: %d", a.status)
 		}
@@ -477,7 +478,7 @@ func TestConcurrentSameID(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			codes[i] = e.do(acmeKey, "whatsapp", "", env1("same")).status
+			codes[i] = e.do(acmeKey, "whatsapp", "application/json", env1("same")).status
 		}()
 	}
 	wg.Wait()
@@ -528,5 +529,181 @@ func TestTenantsFile(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if tf.Tenants().Lookup("new-key") == nil {
 		t.Error("a bad file replaced the good tenants")
+	}
+}
+
+// raw sends method to path with the header pairs h, without the OpenAPI
+// check (the document describes the API's operations, not every method).
+func (e *env) raw(method, path, body string, h ...string) answer {
+	e.t.Helper()
+	r, _ := http.NewRequest(method, e.url+path, strings.NewReader(body))
+	for i := 0; i+1 < len(h); i += 2 {
+		r.Header.Set(h[i], h[i+1])
+	}
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return answer{status: resp.StatusCode, h: resp.Header, body: b}
+}
+
+// isProblem checks that a is an RFC 9457 problem of status with the
+// RateLimit fields, and returns its members.
+func isProblem(t *testing.T, what string, a answer, status int) map[string]any {
+	t.Helper()
+	if a.status != status || a.h.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("%s: %d %q %s, want %d application/problem+json", what, a.status, a.h.Get("Content-Type"), a.body, status)
+	}
+	p := a.json(t)
+	if p["status"] != float64(status) || p["type"] == "" || p["title"] == "" || p["detail"] == "" {
+		t.Errorf("%s: problem %v lacks status %d, type, title or detail", what, p, status)
+	}
+	if a.h.Get("RateLimit") == "" || a.h.Get("RateLimit-Policy") == "" {
+		t.Errorf("%s: no RateLimit fields: %v", what, a.h)
+	}
+	return p
+}
+
+// TestNotFoundAndMethodNotAllowed: every error of the API is problem+json,
+// the ones the router gives too: 405 names the allowed methods in Allow,
+// 404 the path.
+func TestNotFoundAndMethodNotAllowed(t *testing.T) {
+	e := newEnv(t, opts{})
+	for _, m := range []string{"GET", "PUT", "DELETE", "PATCH"} {
+		a := e.raw(m, "/v1/channels/whatsapp/messages", "", "Authorization", "Bearer "+acmeKey)
+		p := isProblem(t, m+" messages", a, 405)
+		if a.h.Get("Allow") != "POST" || !strings.Contains(p["detail"].(string), m) {
+			t.Errorf("%s messages: Allow %q, detail %q; want Allow POST and the method named", m, a.h.Get("Allow"), p["detail"])
+		}
+	}
+	a := e.raw("POST", "/openapi.yaml", "")
+	if isProblem(t, "POST /openapi.yaml", a, 405); a.h.Get("Allow") != "GET, HEAD" {
+		t.Errorf("POST /openapi.yaml: Allow %q, want GET, HEAD", a.h.Get("Allow"))
+	}
+	a = e.raw("GET", "/v1/channels/whatsapp/mesages", "")
+	if p := isProblem(t, "unknown path", a, 404); !strings.Contains(p["detail"].(string), "/v1/channels/whatsapp/mesages") {
+		t.Errorf("404 does not name the path: %v", p)
+	}
+	if a := e.raw("GET", "/openapi.yaml", ""); a.status != 200 || !bytes.Equal(a.body, ingest.OpenAPI) {
+		t.Errorf("GET /openapi.yaml: %d", a.status)
+	}
+	// They count against the client IP like any unauthenticated request.
+	e2 := newEnv(t, opts{ip: bucket.Limit{PerSecond: 1, Burst: 1}})
+	e2.raw("GET", "/v1/channels/whatsapp/messages", "")
+	if a := e2.raw("GET", "/nothing", ""); a.status != 429 || a.h.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("second request from a spent IP: %d %s, want 429 problem+json", a.status, a.body)
+	}
+}
+
+// TestContentType: the body's type is never guessed: a missing or other
+// Content-Type, a charset other than UTF-8 and a compressed body get 415
+// naming the expected types (and Accept-Post listing them); nothing is
+// produced. application/json and application/x-ndjson, with or without
+// charset=utf-8, are accepted.
+func TestContentType(t *testing.T) {
+	e := newEnv(t, opts{})
+	for i, c := range []struct {
+		ctype, encoding string
+		want            string
+	}{
+		{"", "", "no Content-Type"},
+		{"text/plain", "", `"text/plain"`},
+		{"application/x-www-form-urlencoded", "", "application/x-www-form-urlencoded"},
+		{"application/json; charset=iso-8859-1", "", "iso-8859-1"},
+		{"application/json;;", "", "is not a media type"},
+		{"application/json", "gzip", "gzip"},
+	} {
+		h := []string{"Authorization", "Bearer " + acmeKey}
+		if c.ctype != "" {
+			h = append(h, "Content-Type", c.ctype)
+		}
+		if c.encoding != "" {
+			h = append(h, "Content-Encoding", c.encoding)
+		}
+		a := e.raw("POST", "/v1/channels/whatsapp/messages", env1(fmt.Sprint("ct", i)), h...)
+		p := isProblem(t, fmt.Sprintf("Content-Type %q, Content-Encoding %q", c.ctype, c.encoding), a, 415)
+		d, _ := p["detail"].(string)
+		if !strings.Contains(d, c.want) || a.h.Get("Accept-Post") != ingest.AcceptPost {
+			t.Errorf("Content-Type %q: detail %q, Accept-Post %q; want the detail to say %q and Accept-Post %q",
+				c.ctype, d, a.h.Get("Accept-Post"), c.want, ingest.AcceptPost)
+		}
+		if c.encoding == "" && (!strings.Contains(d, "application/json") || !strings.Contains(d, "application/x-ndjson")) {
+			t.Errorf("Content-Type %q: detail %q does not name the expected types", c.ctype, d)
+		}
+	}
+	// The OpenAPI check of a 415 too (with a Content-Type the document's
+	// request body does not list).
+	if a := e.do(acmeKey, "whatsapp", "text/plain", env1("ct-oapi")); a.status != 415 {
+		t.Errorf("text/plain: %d", a.status)
+	}
+	for i, ct := range []string{"application/json", "application/json; charset=utf-8", "Application/JSON; charset=UTF-8", "application/x-ndjson; charset=utf-8"} {
+		if a := e.do(acmeKey, "whatsapp", ct, env1(fmt.Sprint("ok", i))); a.status != 202 {
+			t.Errorf("Content-Type %q: %d %s, want 202", ct, a.status, a.body)
+		}
+	}
+	recs := e.records("pacer.whatsapp")
+	if len(recs) != 4 {
+		t.Errorf("%d ids on the topic, want the 4 accepted ones: %v", len(recs), recs)
+	}
+}
+
+// TestTenantSetOnEveryRecord: whatever form the envelope takes (no tenant,
+// the key's tenant, tenant null or "", the member's name escaped, the word
+// in the payload), the record on the topic is one envelope that
+// pacer.ParseEnvelope accepts (no member given twice) with the key's
+// tenant and the rest of the content unchanged.
+func TestTenantSetOnEveryRecord(t *testing.T) {
+	e := newEnv(t, opts{})
+	bodies := map[string]string{
+		"plain":   `{"id":"t1","key":"k","to":"1555","payload":{"text":"hi"}}`,
+		"spaces":  "  \t{ \"id\":\"t2\" , \"key\":\"k\",\"to\":\"1555\"}  ",
+		"same":    `{"id":"t3","key":"k","to":"1555","tenant":"acme"}`,
+		"null":    `{"id":"t4","key":"k","to":"1555","tenant":null}`,
+		"empty":   `{"id":"t5","key":"k","to":"1555","tenant":""}`,
+		"escaped": `{"id":"t6","key":"k","to":"1555","te\u006eant":null}`,
+		"payload": `{"id":"t7","key":"k","to":"1555","payload":{"text":"dear tenant"}}`,
+	}
+	var lines []string
+	for _, b := range bodies {
+		lines = append(lines, b)
+	}
+	a := e.do(acmeKey, "whatsapp", "application/x-ndjson", strings.Join(lines, "\n")+"\r\n")
+	if a.status != 202 {
+		t.Fatalf("%d %s", a.status, a.body)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kc.ListenAddrs()...), kgo.ConsumeTopics("pacer.whatsapp"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got := map[string]pacer.Envelope{}
+	for len(got) < len(bodies) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		fs := cl.PollFetches(ctx)
+		timedOut := ctx.Err() != nil
+		cancel()
+		if timedOut {
+			break
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			env, err := pacer.ParseEnvelope(r.Value)
+			if err != nil {
+				t.Errorf("record %s: %v", r.Value, err)
+				return
+			}
+			got[env.ID] = env
+		})
+	}
+	for name, id := range map[string]string{"plain": "t1", "spaces": "t2", "same": "t3", "null": "t4", "empty": "t5", "escaped": "t6", "payload": "t7"} {
+		env, ok := got[id]
+		if !ok || env.Tenant != "acme" || env.Key != "k" || env.To != "1555" {
+			t.Errorf("%s: record %+v (found %v), want tenant acme, key k, to 1555", name, env, ok)
+		}
+	}
+	if p := string(got["t7"].Payload); p != `{"text":"dear tenant"}` || string(got["t1"].Payload) != `{"text":"hi"}` {
+		t.Errorf("payloads changed: %s, %s", got["t7"].Payload, got["t1"].Payload)
 	}
 }

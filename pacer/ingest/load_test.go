@@ -13,6 +13,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -46,21 +49,31 @@ func cpuTime() time.Duration {
 }
 
 type rig struct {
-	kafka  *kgo.Client
-	rdb    *redis.Client
-	prefix string
-	topic  string
-	reg    *prometheus.Registry
-	srv    *ingest.Server
+	brokers string
+	kafka   *kgo.Client
+	rdb     *redis.Client
+	prefix  string
+	topic   string
+	reg     *prometheus.Registry
+	srv     *ingest.Server
 }
 
 func newRig(t *testing.T, tenantRate float64, tenantBurst int) *rig {
-	brokers := testenv.KafkaBrokers(t)
-	r := &rig{prefix: fmt.Sprintf("bench%d", time.Now().UnixNano()), reg: prometheus.NewRegistry()}
+	return newRigOn(t, testenv.KafkaBrokers(t), tenantRate, tenantBurst, 0)
+}
+
+// newRigOn is a rig on brokers whose gateway waits at most produceTimeout
+// (0: the default) for Kafka's acknowledgement.
+func newRigOn(t *testing.T, brokers string, tenantRate float64, tenantBurst int, produceTimeout time.Duration) *rig {
+	r := &rig{brokers: brokers, prefix: fmt.Sprintf("bench%d", time.Now().UnixNano()), reg: prometheus.NewRegistry()}
+	delivery := 5 * time.Second
+	if produceTimeout > 0 {
+		delivery = produceTimeout
+	}
 	r.topic = r.prefix + ".whatsapp"
 	var err error
 	r.kafka, err = kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(5*time.Second), kgo.ProducerLinger(0))
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(delivery), kgo.ProducerLinger(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +88,8 @@ func newRig(t *testing.T, tenantRate float64, tenantBurst int) *rig {
 		t.Fatal(err)
 	}
 	r.srv, err = ingest.New(ingest.Config{Channels: []string{"whatsapp", "sendgrid"}, TopicPrefix: r.prefix + ".",
-		IPLimit: bucket.Limit{PerSecond: 1e6, Burst: 1e6}, ChannelLimit: bucket.Limit{PerSecond: 1e6, Burst: 1e6}, Partitions: 12},
+		IPLimit: bucket.Limit{PerSecond: 1e6, Burst: 1e6}, ChannelLimit: bucket.Limit{PerSecond: 1e6, Burst: 1e6}, Partitions: 12,
+		ProduceTimeout: produceTimeout},
 		ingest.Deps{Kafka: r.kafka, Quota: quota.New(r.rdb), Keys: bucket.NewKeys(r.prefix), Tenants: func() *ingest.Tenants { return ts }}, r.reg)
 	if err != nil {
 		t.Fatal(err)
@@ -145,10 +159,33 @@ func attack(t *testing.T, name string, h http.Handler, batch int, rate vegeta.Ra
 	defer hs.Close()
 	atk := vegeta.NewAttacker(vegeta.Workers(workers), vegeta.MaxWorkers(workers), vegeta.KeepAlive(true), vegeta.Timeout(30*time.Second))
 	var m vegeta.Metrics
+	if dir := os.Getenv("PACER_BENCH_PROFILE"); dir != "" {
+		// A CPU profile of this run alone (load generator included).
+		f, err := os.Create(filepath.Join(dir, strings.NewReplacer(", ", "-", " ", "-").Replace(name)+".pprof"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	c0 := cpuTime()
 	calls0 := redisCalls(reg)
+	// PACER_BENCH_REQUESTS=N ends each run after N answers instead of after
+	// the duration: a fixed amount of work, to compare two builds by their
+	// whole-process time.
+	limit, _ := strconv.Atoi(os.Getenv("PACER_BENCH_REQUESTS"))
+	if limit > 0 {
+		d = 0
+	}
+	n := 0
 	for res := range atk.Attack(targeter(hs.URL+"/v1/channels/whatsapp/messages", batch), rate, d, name) {
 		m.Add(res)
+		if n++; n == limit {
+			atk.Stop()
+		}
 	}
 	m.Close()
 	cpu := (cpuTime() - c0).Seconds() / m.Duration.Seconds()
@@ -186,10 +223,23 @@ func TestLoadThroughput(t *testing.T) {
 	r := newRig(t, 1e6, 1e6)
 	d := loadDuration()
 	max := vegeta.Rate{Freq: 0}
-	attack(t, "plain, single", r.plain(), 1, max, 32, d, nil)
-	attack(t, "ingest, single", r.srv, 1, max, 32, d, r.reg)
-	attack(t, "plain, batch 100", r.plain(), 100, max, 32, d, nil)
-	attack(t, "ingest, batch 100", r.srv, 100, max, 32, d, r.reg)
+	for _, run := range []struct {
+		name  string
+		h     http.Handler
+		batch int
+		reg   *prometheus.Registry
+	}{
+		{"plain, single", r.plain(), 1, nil},
+		{"ingest, single", r.srv, 1, r.reg},
+		{"plain, batch 100", r.plain(), 100, nil},
+		{"ingest, batch 100", r.srv, 100, r.reg},
+	} {
+		// PACER_BENCH_RUNS=ingest runs only the runs whose name holds "ingest".
+		if sel := os.Getenv("PACER_BENCH_RUNS"); sel != "" && !strings.Contains(run.name, sel) {
+			continue
+		}
+		attack(t, run.name, run.h, run.batch, max, 32, d, run.reg)
+	}
 	// Every 202'd id on the topic exactly once.
 	counts := r.countIDs(t)
 	dups := 0
@@ -222,7 +272,7 @@ func TestLoadQuotaAccuracy(t *testing.T) {
 }
 
 func (r *rig) countIDs(t *testing.T) map[string]int {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(testenv.KafkaBrokers(t), ",")...), kgo.ConsumeTopics(r.topic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(r.brokers, ",")...), kgo.ConsumeTopics(r.topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
