@@ -309,6 +309,7 @@ type Status struct {
 	ETASeconds  float64          `json:"eta_seconds"`  // remaining / rate; -1 when unknown
 	First       time.Time        `json:"first_delivery,omitzero"`
 	Last        time.Time        `json:"last_delivery,omitzero"`
+	LastActive  time.Time        `json:"last_active,omitzero"` // Recent only: its score in the channel's index
 }
 
 // CampaignStatus reads campaign's state and counters: one HGETALL.
@@ -328,22 +329,23 @@ func (s *Store) Recent(ctx context.Context, channel string, since time.Time, n i
 	if n <= 0 {
 		n = 100
 	}
-	names, err := s.rdb.ZRevRangeByScore(ctx, s.keys.Campaigns(channel), &redis.ZRangeBy{
+	zs, err := s.rdb.ZRevRangeByScoreWithScores(ctx, s.keys.Campaigns(channel), &redis.ZRangeBy{
 		Min: strconv.FormatInt(since.UnixMilli(), 10), Max: "+inf", Count: int64(n)}).Result()
-	if err != nil || len(names) == 0 {
+	if err != nil || len(zs) == 0 {
 		return nil, err
 	}
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, len(names))
-	for i, c := range names {
-		cmds[i] = pipe.HGetAll(ctx, s.keys.Campaign(channel, c))
+	cmds := make([]*redis.MapStringStringCmd, len(zs))
+	for i, z := range zs {
+		cmds[i] = pipe.HGetAll(ctx, s.keys.Campaign(channel, fmt.Sprint(z.Member)))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]Status, len(names))
+	out := make([]Status, len(zs))
 	for i, c := range cmds {
-		out[i] = parseStatus(names[i], c.Val())
+		out[i] = parseStatus(fmt.Sprint(zs[i].Member), c.Val())
+		out[i].LastActive = time.UnixMilli(int64(zs[i].Score)).UTC()
 	}
 	return out, nil
 }
