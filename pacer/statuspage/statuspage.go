@@ -122,8 +122,8 @@ type Status struct {
 	Totals         Totals     `json:"totals"`
 	Query          string     `json:"query"`
 	Sort           string     `json:"sort"`
-	Matched        int        `json:"matched"` // active keys matching Query
-	Keys           []Key      `json:"keys"`    // the first rows of the matches under Sort
+	Matched        int        `json:"matched"`   // active keys matching Query
+	Keys           []Key      `json:"keys"`      // the first rows of the matches under Sort
 	Campaigns      []Campaign `json:"campaigns"` // unfinished first, then by last activity
 	Errors         []string   `json:"errors,omitempty"`
 }
