@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -270,27 +269,7 @@ func TestStatusJSONRefusesBadParameters(t *testing.T) {
 }
 
 // chromium runs Debian's headless Chromium with args and returns stdout.
-func chromium(t *testing.T, args ...string) []byte {
-	t.Helper()
-	bin := os.Getenv("PACER_CHROMIUM")
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("chromium"); err != nil {
-			t.Fatalf("no chromium on PATH (scripts/test-env.sh installs Debian's; or set PACER_CHROMIUM): the page cannot be checked in a browser")
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-		"--no-first-run", "--disable-extensions", "--user-data-dir=" + t.TempDir()}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("chromium %s: %v\n%s", strings.Join(args, " "), err, tail(stderr.String(), 2000))
-	}
-	return stdout.Bytes()
-}
+func chromium(t *testing.T, args ...string) []byte { return testenv.Chromium(t, args...) }
 
 func tail(s string, n int) string {
 	if len(s) > n {
