@@ -10,7 +10,7 @@ GO_TEST_TIMEOUT ?= 20m
 PKGS ?= ./...
 STOP_SERVERS := scripts/kafka.sh stop; scripts/redis.sh stop; scripts/redis-cluster.sh stop
 
-.PHONY: build demo test test-short bench bench-pacing bench-ingest bench-queue soak lint servers stop-servers
+.PHONY: build demo test test-short bench bench-pacing bench-ingest bench-queue bench-live soak lint servers stop-servers
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
@@ -59,6 +59,18 @@ bench-queue:
 	@trap '$(STOP_SERVERS)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	PACER_BENCH_QUEUE=1 $(GO) test -count=1 -timeout 30m -v -run '^TestQueueBench$$' ./cmd/pacer/
+
+# bench-live: operating live through 2 replicas of `pacer run` (real Kafka
+# and Redis, the strict fake WhatsApp API): a number at 50/s raised to
+# 200/s mid-campaign, a campaign paused at 5 s for 10 s beside another on
+# the same numbers, a campaign cancelled (DLQ cancelled + delivered =
+# published), and a high-priority message behind 20,000 normal ones (10
+# runs). About 8 minutes. PACER_BENCH_REPLICAS=N changes the replica
+# count. Figures: BENCHMARKS.md.
+bench-live:
+	@trap '$(STOP_SERVERS)' EXIT; \
+	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	PACER_BENCH_LIVE=1 $(GO) test -count=1 -timeout 40m -v -run '^TestLiveBench$$' ./cmd/pacer/
 
 # Long runs kept out of `make test`: the 5-minute cooldown of the delivery
 # guarantees (issue: none dead-lettered as attempts-exhausted).

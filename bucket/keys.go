@@ -101,6 +101,15 @@ func (k Keys) Campaign(channel, campaign string) string {
 	return k.Prefix() + ":{" + channel + "}:campaign:" + campaign
 }
 
+// Campaigns is the index of a channel's campaigns (package control): a
+// sorted set of campaign names scored by the Unix ms of their last
+// activity (published, counted, state changed), in the campaigns' slot.
+//
+//	pacer:{<channel>}:campaigns
+func (k Keys) Campaigns(channel string) string {
+	return k.Prefix() + ":{" + channel + "}:campaigns"
+}
+
 // Window is the sliding-window counter of (scope, key), e.g. scope "tenant"
 // or "ip" (package window).
 func (k Keys) Window(scope, key string) string { return k.name(scope, key, "window") }

@@ -197,7 +197,7 @@ func (p *Pacer) steps(f *flight) outcome {
 // process (two copies of one id are handled one after the other, so the
 // second finds the first's outcome in the ledger) and checks its expiry.
 func (p *Pacer) admit(f *flight) outcome {
-	if !f.w.waitDue(f.m.due) {
+	if !p.waitParked(f) {
 		return stop()
 	}
 	env, err := ParseEnvelope(f.r.Value)

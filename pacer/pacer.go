@@ -425,6 +425,7 @@ type Pacer struct {
 	// until its first read of Policy.
 	policyDefault StaticPolicy
 	camps         *campaigns // nil without Deps.Campaigns
+	parkMarks     rateMarks  // keys' rates as parked records saw them (parkraise.go)
 	keys          keyStates
 	account       accountState
 	m             *metrics

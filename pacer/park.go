@@ -64,8 +64,12 @@ func (p *Pacer) park(ctx context.Context, r *kgo.Record, due time.Time) bool {
 // round trip each), and done(ok) is called once it is acknowledged; a copy
 // that failed is written again by park, in a goroutine. It may block while
 // the client's produce buffer is full, so callers hold no lock.
+//
+// The copy carries the key's rate its due time was estimated at
+// (hParkRate), so a raise of the key's rate takes it early (waitParked).
 func (p *Pacer) parkAsync(ctx context.Context, r *kgo.Record, due time.Time, done func(ok bool)) {
 	c, _ := p.parkCopy(r, due)
+	c.Headers = append(c.Headers, parkRateHeader(p.keyRate(string(r.Key))))
 	p.cl.Produce(ctx, c, func(_ *kgo.Record, err error) {
 		if err == nil {
 			p.qm.parked.Inc()

@@ -65,6 +65,7 @@ type keyQueue struct {
 	// parkedUntil is the estimated slot of the last record parked for
 	// this key by this worker: the next parked record is due one slot later.
 	parkedUntil time.Time
+	parkRate    float64   // msgs/s parkedUntil was estimated at
 	rate        float64   // msgs/s, read once per fetched batch
 	seen        time.Time // the batch rate was read for
 }
@@ -204,8 +205,13 @@ func (w *worker) push(rs []*kgo.Record) {
 
 // slotAfter estimates when the next record of q's key to be parked will
 // get its slot at the key's rate, after those held and those
-// parked before it. Callers hold w.mu.
+// parked before it (their slots moved earlier if the rate rose since).
+// Callers hold w.mu.
 func (w *worker) slotAfter(q *keyQueue, now time.Time) time.Time {
+	if q.parkedUntil.After(now) {
+		q.parkedUntil = rescaleDue(q.parkedUntil, now, q.parkRate, q.rate)
+	}
+	q.parkRate = q.rate
 	per := time.Duration(float64(time.Second) / q.rate)
 	due := now.Add(time.Duration(q.size()) * per)
 	if next := q.parkedUntil.Add(per); next.After(due) {

@@ -184,10 +184,35 @@ func (s *Store) SetState(ctx context.Context, channel, campaign string, st State
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return "", err
 	}
+	pipe := s.rdb.Pipeline()
 	if st == Running {
-		return State(v), s.rdb.HDel(ctx, k, "state").Err()
+		pipe.HDel(ctx, k, "state")
+	} else {
+		pipe.HSet(ctx, k, "state", string(st))
 	}
-	return State(v), s.rdb.HSet(ctx, k, "state", string(st)).Err()
+	s.touch(ctx, pipe, channel, time.Now(), campaign)
+	_, err = pipe.Exec(ctx)
+	return State(v), err
+}
+
+// MaxIndexed is how many campaigns a channel's index keeps (the most
+// recently active); an older one keeps its counters but leaves the index
+// (and the status page).
+const MaxIndexed = 10_000
+
+// touch adds to pipe the commands that mark campaigns active at now in the
+// channel's index and trim it to MaxIndexed.
+func (s *Store) touch(ctx context.Context, pipe redis.Pipeliner, channel string, now time.Time, campaigns ...string) {
+	if len(campaigns) == 0 {
+		return
+	}
+	idx := s.keys.Campaigns(channel)
+	zs := make([]redis.Z, len(campaigns))
+	for i, c := range campaigns {
+		zs[i] = redis.Z{Score: float64(now.UnixMilli()), Member: c}
+	}
+	pipe.ZAdd(ctx, idx, zs...)
+	pipe.ZRemRangeByRank(ctx, idx, 0, -MaxIndexed-1)
 }
 
 // States returns the states of campaigns, in order: one pipelined HGET per
@@ -221,14 +246,20 @@ type Counts struct {
 }
 
 // Add adds batches of counts, by campaign: one pipelined round trip of a
-// few commands per campaign (HINCRBY per field, HSETNX first, HSET last),
-// so a pacer flushing every second costs Redis a handful of commands per
-// active campaign per second, whatever the message rate.
+// few commands per campaign (HINCRBY per field, HSETNX first, HSET last,
+// and the campaign's entry in the channel's index), so a pacer flushing
+// every second costs Redis a handful of commands per active campaign per
+// second, whatever the message rate.
 func (s *Store) Add(ctx context.Context, channel string, counts map[string]*Counts) error {
 	if len(counts) == 0 {
 		return nil
 	}
 	pipe := s.rdb.Pipeline()
+	names := make([]string, 0, len(counts))
+	for c := range counts {
+		names = append(names, c)
+	}
+	s.touch(ctx, pipe, channel, time.Now(), names...)
 	for c, n := range counts {
 		k := s.keys.Campaign(channel, c)
 		if n.Delivered > 0 {
@@ -244,9 +275,26 @@ func (s *Store) Add(ctx context.Context, channel string, counts map[string]*Coun
 	return err
 }
 
-// AddPublished adds n records published for campaign (by pacer publish).
-func (s *Store) AddPublished(ctx context.Context, channel, campaign string, n int64) error {
-	return s.rdb.HIncrBy(ctx, s.keys.Campaign(channel, campaign), "published", n).Err()
+// AddPublished adds the records published per campaign (by pacer publish
+// or the ingest API, once Kafka acknowledged them): one pipelined round
+// trip, an HINCRBY per campaign plus the index. Campaign names must be
+// non-empty; counts <= 0 are skipped.
+func (s *Store) AddPublished(ctx context.Context, channel string, byCampaign map[string]int64) error {
+	pipe := s.rdb.Pipeline()
+	var names []string
+	for c, n := range byCampaign {
+		if c == "" || n <= 0 {
+			continue
+		}
+		names = append(names, c)
+		pipe.HIncrBy(ctx, s.keys.Campaign(channel, c), "published", n)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	s.touch(ctx, pipe, channel, time.Now(), names...)
+	_, err := pipe.Exec(ctx)
+	return err
 }
 
 // Status is a campaign's progress as the pacers counted it.
@@ -261,6 +309,7 @@ type Status struct {
 	ETASeconds  float64          `json:"eta_seconds"`  // remaining / rate; -1 when unknown
 	First       time.Time        `json:"first_delivery,omitzero"`
 	Last        time.Time        `json:"last_delivery,omitzero"`
+	LastActive  time.Time        `json:"last_active,omitzero"` // Recent only: its score in the channel's index
 }
 
 // CampaignStatus reads campaign's state and counters: one HGETALL.
@@ -269,6 +318,40 @@ func (s *Store) CampaignStatus(ctx context.Context, channel, campaign string) (S
 	if err != nil {
 		return Status{}, err
 	}
+	return parseStatus(campaign, m), nil
+}
+
+// Recent returns the statuses of the channel's campaigns last active at or
+// after since, most recently active first, at most n of them (n <= 0: 100):
+// one ZREVRANGEBYSCORE and one pipelined HGETALL per campaign, all in the
+// channel's slot.
+func (s *Store) Recent(ctx context.Context, channel string, since time.Time, n int) ([]Status, error) {
+	if n <= 0 {
+		n = 100
+	}
+	zs, err := s.rdb.ZRevRangeByScoreWithScores(ctx, s.keys.Campaigns(channel), &redis.ZRangeBy{
+		Min: strconv.FormatInt(since.UnixMilli(), 10), Max: "+inf", Count: int64(n)}).Result()
+	if err != nil || len(zs) == 0 {
+		return nil, err
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(zs))
+	for i, z := range zs {
+		cmds[i] = pipe.HGetAll(ctx, s.keys.Campaign(channel, fmt.Sprint(z.Member)))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]Status, len(zs))
+	for i, c := range cmds {
+		out[i] = parseStatus(fmt.Sprint(zs[i].Member), c.Val())
+		out[i].LastActive = time.UnixMilli(int64(zs[i].Score)).UTC()
+	}
+	return out, nil
+}
+
+// parseStatus reads a campaign's hash.
+func parseStatus(campaign string, m map[string]string) Status {
 	st := Status{Campaign: campaign, State: m["state"], Published: -1, Remaining: -1, ETASeconds: -1, DeadLetters: map[string]int64{}}
 	if st.State == "" {
 		st.State = "running"
@@ -299,5 +382,5 @@ func (s *Store) CampaignStatus(ctx context.Context, channel, campaign string) (S
 			st.ETASeconds = float64(st.Remaining) / st.Rate
 		}
 	}
-	return st, nil
+	return st
 }

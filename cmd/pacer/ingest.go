@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/bucket/quota"
 	"github.com/pacerhq/pacer/pacer/ingest"
 	"github.com/prometheus/client_golang/prometheus"
@@ -186,7 +187,7 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		TrustedProxies: proxies, IdempotencyTTL: cfg.IdempotencyTTL, ProduceTimeout: ic.ProduceTimeout,
 		Partitions: ic.Partitions, RedisFailure: cfg.RedisFailure, Logger: log,
 	}, ingest.Deps{Kafka: kc, Quota: q, Fallback: quota.NewLocal(cfg.ExpectedReplicas), Keys: bucket.NewKeys(cfg.RedisPrefix),
-		Tenants:   tf.Tenants,
+		Tenants: tf.Tenants, Campaigns: control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)),
 		RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}, reg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)

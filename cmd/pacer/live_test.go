@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,27 +47,62 @@ func rateIn(as []whatsapptest.Arrival, key, idPrefix string, from, to time.Time)
 	return float64(n) / to.Sub(from).Seconds()
 }
 
+// startAndPublish starts replicas `pacer run` with env and publishes
+// lines. One replica starts after the publish (the topic has 2
+// partitions); more start first (the topic gets pacer run's 12 partitions)
+// and the lines are published once every replica owns a partition of the
+// topic, so no rebalance falls into the measurement.
+func (e *e2e) startAndPublish(lines string, replicas int, env ...string) []*proc {
+	e.t.Helper()
+	publish := func() {
+		if code, out, errs := e.publish(lines, "--partitions", "2"); code != 0 {
+			e.t.Fatalf("publish: %d %s %s", code, out, errs)
+		}
+	}
+	if replicas == 1 {
+		publish()
+		return []*proc{e.run(env...)}
+	}
+	var ps []*proc
+	for range replicas {
+		ps = append(ps, e.run(env...))
+	}
+	e.waitMembersOwn(replicas, e.topic, 90*time.Second, ps...)
+	publish()
+	return ps
+}
+
+// stopAll stops every process and returns their logs, joined.
+func stopAll(t *testing.T, ps []*proc) string {
+	var logs strings.Builder
+	for _, p := range ps {
+		logs.WriteString(p.logs())
+		p.stop(t)
+	}
+	return logs.String()
+}
+
 // limitRaise is one run of a number at 50/s raised to 200/s mid-campaign.
 type limitRaise struct {
 	before, after float64       // msgs/s
 	holds         time.Duration // from the change until a 1 s window reaches 90% of 200/s
+	done          time.Duration // from the change to the last delivery
+	ideal         time.Duration // the same at exactly 200/s from the change
 	throttled     int
+	atChange      int // throttles within 3 s of the change
 }
 
-func runLimitRaise(t *testing.T, per int, changeAfter time.Duration) limitRaise {
+func runLimitRaise(t *testing.T, per int, changeAfter time.Duration, replicas int) limitRaise {
 	e := newE2E(t, whatsapptest.Config{Rate: 200, Burst: 2, Latency: 5 * time.Millisecond})
 	key := "10654800001"
 	var b strings.Builder
 	lines(&b, "lr", key, per)
-	if code, out, errs := e.publish(b.String(), "--partitions", "2"); code != 0 {
-		t.Fatalf("publish: %d %s %s", code, out, errs)
-	}
 	// This run measures the limit change, not AIMD: at 200/s a loaded
 	// machine's scheduling jitter bunches a few sends and the strict fake
 	// throttles them; the default AIMD would halve the rate for a minute.
 	// Throttles cost 1% here (as in the queue benchmark), and are counted.
-	p := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=1", "PACER_AIMD_DECREASE=0.99", "PACER_THROTTLE_COOLDOWN=10ms")
-	e.waitProgress(0, 60*time.Second, p)
+	ps := e.startAndPublish(b.String(), replicas, "PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=1", "PACER_AIMD_DECREASE=0.99", "PACER_THROTTLE_COOLDOWN=10ms")
+	e.waitProgress(0, 60*time.Second, ps...)
 	time.Sleep(changeAfter)
 	out := e.cli("limit", "set", "--channel", "whatsapp", "--key", key, "--rate", "200", "--burst", "1")
 	changed := time.Now()
@@ -76,9 +112,11 @@ func runLimitRaise(t *testing.T, per int, changeAfter time.Duration) limitRaise 
 	if got := e.cli("limit", "get", "--channel", "whatsapp", "--key", key); !strings.Contains(got, "200") {
 		t.Errorf("limit get after set: %q", got)
 	}
-	e.waitDelivered(per, 120*time.Second, p)
-	logs := p.logs()
-	p.stop(t)
+	e.waitDelivered(per, 120*time.Second, ps...)
+	logs := stopAll(t, ps)
+	if os.Getenv("PACER_BENCH_DEBUG") != "" {
+		t.Log(logs)
+	}
 	if ch := grepLines(logs, "key limit changed"); !strings.Contains(ch, "old_rate=50") || !strings.Contains(ch, " rate=200") {
 		t.Errorf("the pacer did not log the limit change with old and new values:\n%s", grepLines(logs, "limit", "policy"))
 	}
@@ -95,6 +133,19 @@ func runLimitRaise(t *testing.T, per int, changeAfter time.Duration) limitRaise 
 	if r.holds >= 0 {
 		r.after = rateIn(as, key, "", changed.Add(r.holds), s.Last)
 	}
+	r.done = s.Last.Sub(changed)
+	for _, a := range as {
+		if a.Throttled && !a.At.Before(changed) && a.At.Before(changed.Add(3*time.Second)) {
+			r.atChange++
+		}
+	}
+	left := 0
+	for _, a := range as {
+		if !a.Throttled && a.Key == key && !a.At.Before(changed) {
+			left++
+		}
+	}
+	r.ideal = time.Duration(float64(left) / 200 * float64(time.Second))
 	var rows []string
 	for at := changed.Add(-3 * time.Second); at.Before(s.Last); at = at.Add(time.Second) {
 		rows = append(rows, fmt.Sprintf("%+.0fs %.0f", at.Sub(changed).Seconds(), rateIn(as, key, "", at, at.Add(time.Second))))
@@ -109,8 +160,8 @@ func runLimitRaise(t *testing.T, per int, changeAfter time.Duration) limitRaise 
 			t.Logf("throttled at %+v after the change; since the 3 before: %v", a.At.Sub(changed).Round(time.Millisecond), gaps)
 		}
 	}
-	t.Logf("number at 50/s raised to 200/s after %v: before %.1f msgs/s, after %.1f msgs/s, new rate holds %v after the change; throttled %d, duplicates %d",
-		changeAfter, r.before, r.after, r.holds.Round(10*time.Millisecond), r.throttled, s.Duplicates)
+	t.Logf("%d replica(s), %d messages of a number at 50/s raised to 200/s after %v: before %.1f msgs/s, after %.1f msgs/s, new rate holds %v after the change; last delivery %v after it (ideal %v); throttled %d (%d within 3 s of the change), duplicates %d",
+		replicas, per, changeAfter, r.before, r.after, r.holds.Round(10*time.Millisecond), r.done.Round(10*time.Millisecond), r.ideal.Round(10*time.Millisecond), r.throttled, r.atChange, s.Duplicates)
 	if s.Delivered != per || s.Duplicates != 0 {
 		t.Errorf("delivered %d (duplicates %d), want %d once", s.Delivered, s.Duplicates, per)
 	}
@@ -118,9 +169,13 @@ func runLimitRaise(t *testing.T, per int, changeAfter time.Duration) limitRaise 
 }
 
 // TestLiveLimitRaiseShort: a number at 50/s raised to 200/s with pacer
-// limit set: before about 50/s, then 200/s within a few seconds.
+// limit set: before about 50/s, then 200/s within a few seconds. 2,500
+// messages: most are parked beyond the key's lookahead with due times
+// estimated at 50/s (those past 30 s on retry tier 2, due 30 s after the
+// start); the raise takes them early, so the last is delivered about when
+// 200/s from the change would deliver it, not 30 s after the start.
 func TestLiveLimitRaiseShort(t *testing.T) {
-	r := runLimitRaise(t, 1200, 4*time.Second)
+	r := runLimitRaise(t, 2500, 3*time.Second, 1)
 	if r.before < 40 || r.before > 55 {
 		t.Errorf("rate before the change %.1f msgs/s, want about 50", r.before)
 	}
@@ -132,9 +187,13 @@ func TestLiveLimitRaiseShort(t *testing.T) {
 	}
 	// The slots this process took ahead at 50/s (up to a second of them)
 	// meet the first ones at 200/s: a few lone throttles, which cost no
-	// rate. More than 1% would mean the rates keep overlapping.
-	if r.throttled > 12 {
-		t.Errorf("%d throttles for 1200 messages: the change overlapped slots of the two rates", r.throttled)
+	// rate. More would mean the rates keep overlapping.
+	if r.atChange > 12 {
+		t.Errorf("%d throttles within 3 s of the change: it overlapped slots of the two rates", r.atChange)
+	}
+	// Ideal about 12 s; the parked records on their old schedule took 27 s.
+	if r.done > r.ideal+8*time.Second {
+		t.Errorf("last delivery %v after the change, ideal %v: parked records came back on the schedule of the old rate", r.done, r.ideal)
 	}
 }
 
@@ -159,7 +218,7 @@ type pauseRun struct {
 
 // runPause: campaigns A and B interleaved on two numbers at rate/s each;
 // A is paused pauseAt after the first send for pauseFor, then resumed.
-func runPause(t *testing.T, rate float64, per int, pauseAt, pauseFor time.Duration) pauseRun {
+func runPause(t *testing.T, rate float64, per int, pauseAt, pauseFor time.Duration, replicas int) pauseRun {
 	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: 2, Latency: 5 * time.Millisecond})
 	keys := []string{"10654810001", "10654810002"}
 	var b strings.Builder
@@ -171,12 +230,9 @@ func runPause(t *testing.T, rate float64, per int, pauseAt, pauseFor time.Durati
 	for i := range half {
 		lb = append(lb, la[i], la[half+i])
 	}
-	if code, out, errs := e.publish(strings.Join(lb, ""), "--partitions", "2"); code != 0 {
-		t.Fatalf("publish: %d %s %s", code, out, errs)
-	}
 	rs := strconv.FormatFloat(rate, 'f', -1, 64)
-	p := e.run("PACER_WHATSAPP_RATE="+rs, "PACER_WHATSAPP_BURST=1")
-	e.waitProgress(0, 60*time.Second, p)
+	ps := e.startAndPublish(strings.Join(lb, ""), replicas, "PACER_WHATSAPP_RATE="+rs, "PACER_WHATSAPP_BURST=1")
+	e.waitProgress(0, 60*time.Second, ps...)
 	t0 := time.Now()
 	time.Sleep(pauseAt)
 	e.cli("campaign", "pause", "--channel", "whatsapp", "--campaign", "A")
@@ -184,8 +240,8 @@ func runPause(t *testing.T, rate float64, per int, pauseAt, pauseFor time.Durati
 	time.Sleep(pauseFor)
 	e.cli("campaign", "resume", "--channel", "whatsapp", "--campaign", "A")
 	resumed := time.Now()
-	e.waitDelivered(4*per, 180*time.Second, p)
-	p.stop(t)
+	e.waitDelivered(4*per, 180*time.Second, ps...)
+	stopAll(t, ps)
 	as := e.fake.Arrivals()
 	var r pauseRun
 	for _, k := range keys {
@@ -217,8 +273,8 @@ func runPause(t *testing.T, rate float64, per int, pauseAt, pauseFor time.Durati
 	}
 	t.Logf("arrivals/s over both numbers, from the first send; pause at %+.0fs, resume at %+.0fs:\n  %s",
 		paused.Sub(t0).Seconds(), resumed.Sub(t0).Seconds(), strings.Join(rows, "\n  "))
-	t.Logf("per number at %.0f/s: A before %.1f, while paused %.2f, B before %.1f, while A paused %.1f msgs/s; first A send %v after resume; lost %d, duplicates %d",
-		rate, r.aBefore, r.aPaused, r.bBefore, r.bPaused, r.resumeFirst.Round(10*time.Millisecond), r.lost, r.dups)
+	t.Logf("%d replica(s), per number at %.0f/s: A before %.1f, while paused %.2f, B before %.1f, while A paused %.1f msgs/s; first A send %v after resume; lost %d, duplicates %d",
+		replicas, rate, r.aBefore, r.aPaused, r.bBefore, r.bPaused, r.resumeFirst.Round(10*time.Millisecond), r.lost, r.dups)
 	if r.lost != 0 || r.dups != 0 {
 		t.Errorf("lost %d, duplicates %d: want 0", r.lost, r.dups)
 	}
@@ -228,7 +284,7 @@ func runPause(t *testing.T, rate float64, per int, pauseAt, pauseFor time.Durati
 // TestLivePauseShort: while A is paused none of its records is sent, B
 // keeps flowing, and after resume every record is delivered once.
 func TestLivePauseShort(t *testing.T) {
-	r := runPause(t, 20, 150, 3*time.Second, 6*time.Second)
+	r := runPause(t, 20, 150, 3*time.Second, 6*time.Second, 1)
 	if r.aPaused != 0 {
 		t.Errorf("campaign A sent %.2f msgs/s per number while paused, want 0", r.aPaused)
 	}
@@ -246,17 +302,19 @@ func TestLivePauseShort(t *testing.T) {
 // TestLiveCancel: a campaign cancelled mid-way: cancelled in the DLQ plus
 // delivered equals published, campaign status agrees, and a replay of the
 // cancelled ones delivers them (a replayed record is not cancelled again).
-func TestLiveCancel(t *testing.T) {
-	const per = 150
+func TestLiveCancel(t *testing.T) { runCancel(t, 150, 1) }
+
+// runCancel publishes per messages of campaign C on each of two numbers
+// at 20/s, cancels C after 40 deliveries, checks and logs the counts, then
+// replays the cancelled ones.
+func runCancel(t *testing.T, per, replicas int) {
 	e := newE2E(t, whatsapptest.Config{Rate: 20, Burst: 2, Latency: 5 * time.Millisecond})
 	keys := []string{"10654820001", "10654820002"}
 	var b strings.Builder
 	campaignLines(&b, "C", keys, per, "")
-	if code, out, errs := e.publish(b.String(), "--partitions", "2"); code != 0 {
-		t.Fatalf("publish: %d %s %s", code, out, errs)
-	}
-	p := e.run("PACER_WHATSAPP_RATE=20", "PACER_WHATSAPP_BURST=1")
-	e.waitProgress(40, 60*time.Second, p)
+	ps := e.startAndPublish(b.String(), replicas, "PACER_WHATSAPP_RATE=20", "PACER_WHATSAPP_BURST=1")
+	p := ps[0]
+	e.waitProgress(40, 60*time.Second, ps...)
 	e.cli("campaign", "cancel", "--channel", "whatsapp", "--campaign", "C")
 	total := 2 * per
 	var st struct {
@@ -281,8 +339,8 @@ func TestLiveCancel(t *testing.T) {
 			cancelled++
 		}
 	}
-	t.Logf("published %d, delivered %d, DLQ cancelled %d (status: published %d, delivered %d, dead-lettered %v)",
-		total, delivered, cancelled, st.Published, st.Delivered, st.DeadLetters)
+	t.Logf("%d replica(s): published %d, delivered %d, DLQ cancelled %d (status: published %d, delivered %d, dead-lettered %v)",
+		replicas, total, delivered, cancelled, st.Published, st.Delivered, st.DeadLetters)
 	if cancelled+delivered != total || cancelled == 0 || dups != 0 {
 		t.Errorf("cancelled %d + delivered %d != published %d (duplicates %d)", cancelled, delivered, total, dups)
 	}
@@ -292,8 +350,8 @@ func TestLiveCancel(t *testing.T) {
 	// Replayed, the cancelled records are sent although the campaign stays
 	// cancelled.
 	e.cli("dlq", "replay", "--channel", "whatsapp", "--topic", e.topic, "--reason", "cancelled")
-	e.waitDelivered(total, 60*time.Second, p)
-	p.stop(t)
+	e.waitDelivered(total, 60*time.Second, ps...)
+	stopAll(t, ps)
 	if d, dups := e.delivered(); d != total || dups != 0 {
 		t.Errorf("after the replay: delivered %d (duplicates %d), want %d once", d, dups, total)
 	}
@@ -302,17 +360,23 @@ func TestLiveCancel(t *testing.T) {
 // runPriority publishes backlog normal messages of one number at rate/s,
 // then one high one, and returns the high one's latency from the end of its
 // publish to its arrival at the fake, and the handoffs counted.
-func runPriority(t *testing.T, backlog int, rate float64) (time.Duration, float64) {
+func runPriority(t *testing.T, backlog int, rate float64, replicas int) (time.Duration, float64) {
 	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: 2, Latency: 5 * time.Millisecond})
 	key := "10654830001"
 	rs := strconv.FormatFloat(rate, 'f', -1, 64)
-	p := e.run("PACER_WHATSAPP_RATE="+rs, "PACER_WHATSAPP_BURST=1")
+	var ps []*proc
+	for range replicas {
+		ps = append(ps, e.run("PACER_WHATSAPP_RATE="+rs, "PACER_WHATSAPP_BURST=1"))
+	}
+	if replicas > 1 {
+		e.waitMembersOwn(replicas, e.topic, 90*time.Second, ps...)
+	}
 	var b strings.Builder
 	lines(&b, "n", key, backlog)
 	if code, out, errs := e.publish(b.String(), "--partitions", "2"); code != 0 {
 		t.Fatalf("publish: %d %s %s", code, out, errs)
 	}
-	e.waitProgress(int(rate), 60*time.Second, p) // the number is sending at its rate
+	e.waitProgress(int(rate), 60*time.Second, ps...) // the number is sending at its rate
 	high := fmt.Sprintf(`{"id":"high-1","key":%q,"to":"15559999999","priority":"high","payload":{"type":"text","text":{"body":"otp"}}}`+"\n", key)
 	if code, out, errs := e.publish(high, "--partitions", "2"); code != 0 {
 		t.Fatalf("publish: %d %s %s", code, out, errs)
@@ -328,16 +392,19 @@ func runPriority(t *testing.T, backlog int, rate float64) (time.Duration, float6
 		}
 		return false
 	}) {
-		t.Fatalf("the high message never arrived\n%s", p.logs())
+		t.Fatalf("the high message never arrived\n%s", ps[0].logs())
 	}
 	time.Sleep(2 * time.Second) // the rate after it, for Max1s
-	var addr string
-	handoffs := scrape(t, p, &addr, "pacer_priority_handoffs_total")
-	p.stop(t)
+	handoffs := 0.0
+	for _, p := range ps {
+		var addr string
+		handoffs += scrape(t, p, &addr, "pacer_priority_handoffs_total")
+	}
+	stopAll(t, ps)
 	s := e.fake.Stats()[key]
 	lat := at.Sub(published)
-	t.Logf("high message behind %d normal ones at %.0f/s: sent %v after its publish; %d normal delivered by then; handoffs %.0f; max in 1 s %d, throttled %d",
-		backlog, rate, lat.Round(time.Millisecond), s.Delivered-1, handoffs, s.Max1s, s.Throttled)
+	t.Logf("%d replica(s): high message behind %d normal ones at %.0f/s: sent %v after its publish; %d normal delivered by then; handoffs %.0f; max in 1 s %d, throttled %d",
+		replicas, backlog, rate, lat.Round(time.Millisecond), s.Delivered-1, handoffs, s.Max1s, s.Throttled)
 	if s.Max1s > int(rate)+2 {
 		t.Errorf("%d arrivals in one 1 s window: priority changed the rate (limit %.0f + burst 2)", s.Max1s, rate)
 	}
@@ -349,7 +416,7 @@ func runPriority(t *testing.T, backlog int, rate float64) (time.Duration, float6
 // a loaded machine), by taking a normal one's slot; in the key's normal
 // FIFO it would wait for the key's lookahead (5 s of its rate).
 func TestLivePriorityShort(t *testing.T) {
-	lat, handoffs := runPriority(t, 20_000, 50)
+	lat, handoffs := runPriority(t, 20_000, 50, 1)
 	if lat > 2*time.Second {
 		t.Errorf("high message sent %v after its publish, want within 2 s", lat)
 	}
@@ -395,23 +462,43 @@ func TestLiveNotBeforeShort(t *testing.T) {
 	}
 }
 
-// TestLiveBench prints the figures of BENCHMARKS.md ("Operating live").
+// TestLiveBench prints the figures of BENCHMARKS.md ("Operating live"):
+// every measurement through 2 replicas of pacer run (PACER_BENCH_REPLICAS
+// to change it). `make bench-live` runs it.
 func TestLiveBench(t *testing.T) {
 	if os.Getenv("PACER_BENCH_LIVE") == "" {
-		t.Skip("measurement: run with PACER_BENCH_LIVE=1")
+		t.Skip("measurement: run with PACER_BENCH_LIVE=1 (make bench-live)")
 	}
-	t.Run("LimitRaise", func(t *testing.T) { runLimitRaise(t, 3000, 5*time.Second) })
-	t.Run("Pause", func(t *testing.T) { runPause(t, 20, 400, 5*time.Second, 10*time.Second) })
+	n := 2
+	if v := os.Getenv("PACER_BENCH_REPLICAS"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	t.Logf("load before: %s", loadavg())
+	t.Run("LimitRaise", func(t *testing.T) { runLimitRaise(t, 3000, 5*time.Second, n) })
+	t.Run("Pause", func(t *testing.T) { runPause(t, 20, 400, 5*time.Second, 10*time.Second, n) })
+	t.Run("Cancel", func(t *testing.T) { runCancel(t, 300, n) })
 	t.Run("Priority", func(t *testing.T) {
 		var lats []time.Duration
 		for range 10 {
-			l, _ := runPriority(t, 20_000, 50)
+			l, _ := runPriority(t, 20_000, 50, n)
 			lats = append(lats, l)
 		}
 		slices.Sort(lats)
-		t.Logf("high message behind 20,000 normal ones at 50/s, 10 runs: p50 %v, max %v (all: %v)",
-			lats[len(lats)/2].Round(time.Millisecond), lats[len(lats)-1].Round(time.Millisecond), lats)
+		t.Logf("%d replica(s): high message behind 20,000 normal ones at 50/s, 10 runs: p50 %v, max %v (all: %v)",
+			n, lats[len(lats)/2].Round(time.Millisecond), lats[len(lats)-1].Round(time.Millisecond), lats)
 	})
+	t.Logf("load after: %s", loadavg())
+}
+
+// loadavg returns /proc/loadavg's 1, 5 and 15 minute load averages and the
+// CPU count, for the record of a measurement.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	return fmt.Sprintf("%s %s %s on %d CPUs", f[0], f[1], f[2], runtime.NumCPU())
 }
 
 // grepLines returns the lines of s containing any of words.

@@ -114,7 +114,7 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 }
 
 // countPublished adds the records published per campaign to the campaigns'
-// counters in Redis (one HINCRBY per campaign), for `pacer campaign
+// counters in Redis (one pipelined round trip), for `pacer campaign
 // status`. Best effort: without Redis the count stays unknown and publish
 // still succeeds.
 func countPublished(ctx context.Context, cfg config, channel string, byCampaign map[string]int, stderr io.Writer) {
@@ -131,10 +131,11 @@ func countPublished(ctx context.Context, cfg config, channel string, byCampaign 
 	st := control.New(rdb, bucket.NewKeys(cfg.RedisPrefix))
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	counts := make(map[string]int64, len(byCampaign))
 	for c, n := range byCampaign {
-		if err := st.AddPublished(ctx, channel, c, int64(n)); err != nil {
-			fmt.Fprintf(stderr, "pacer: campaign %s: published count not recorded in Redis (%s): %v\n", c, redisSetting(cfg), err)
-			return
-		}
+		counts[c] = int64(n)
+	}
+	if err := st.AddPublished(ctx, channel, counts); err != nil {
+		fmt.Fprintf(stderr, "pacer: published counts of %d campaign(s) not recorded in Redis (%s): %v\n", len(counts), redisSetting(cfg), err)
 	}
 }

@@ -106,6 +106,16 @@ type Deps struct {
 	Tenants  func() *Tenants
 	// RedisPing reports whether Redis answers, for /readyz.
 	RedisPing func(ctx context.Context) error
+	// Campaigns, if set, counts the envelopes accepted per campaign (once
+	// Kafka acknowledged them; a duplicate is not counted again) for
+	// `pacer campaign status` and the status page.
+	Campaigns PublishedCounter
+}
+
+// PublishedCounter adds envelopes published per campaign to the
+// campaigns' counters; *control.Store implements it.
+type PublishedCounter interface {
+	AddPublished(ctx context.Context, channel string, byCampaign map[string]int64) error
 }
 
 // Server is the ingest HTTP handler. Safe for concurrent use.
@@ -453,6 +463,7 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 	var fin quota.Finish
 	fin.Token, fin.IdemKey, fin.DoneTTL = res.Token, req.IdemKey, s.cfg.IdempotencyTTL
 	var produceErr error
+	published := map[string]int64{} // accepted new envelopes by campaign
 	for i := range lines {
 		l := &lines[i]
 		switch {
@@ -477,6 +488,9 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 			fin.Done = append(fin.Done, req.IDs[l.idx])
 			ans.Accepted = append(ans.Accepted, Accepted{Line: l.n, ID: l.env.ID})
 			outcomes[accepted]++
+			if l.env.Campaign != "" {
+				published[l.env.Campaign]++
+			}
 		}
 	}
 	// Repeated lines follow their first line's outcome.
@@ -512,6 +526,7 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 		fin.Stored = string(stored)
 	}
 	s.finish(context.WithoutCancel(ctx), fin)
+	s.countPublished(context.WithoutCancel(ctx), channel, published)
 
 	switch status {
 	case http.StatusServiceUnavailable:
@@ -612,6 +627,24 @@ func (s *Server) finish(ctx context.Context, f quota.Finish) {
 	if err != nil {
 		s.m.redisErrors.Inc()
 		s.log.Warn("redis: accepted ids not recorded; a retry of them within the claim TTL is refused, after it produced again", "err", err)
+	}
+}
+
+// countPublished adds the accepted envelopes per campaign to the
+// campaigns' published counters: one pipelined Redis round trip per
+// request that carries campaigns. Best effort: a failure is logged and
+// counted as a Redis error; the envelopes stay accepted (the campaign's
+// published count is then short by them).
+func (s *Server) countPublished(ctx context.Context, channel string, byCampaign map[string]int64) {
+	if s.deps.Campaigns == nil || len(byCampaign) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s.m.redisCalls.WithLabelValues("published").Inc()
+	if err := s.deps.Campaigns.AddPublished(ctx, channel, byCampaign); err != nil {
+		s.m.redisErrors.Inc()
+		s.log.Warn("redis: campaigns' published counts not recorded", "channel", channel, "campaigns", len(byCampaign), "err", err)
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/bucket/quota"
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/pacerhq/pacer/pacer"
@@ -58,6 +59,7 @@ type env struct {
 	kafka *kgo.Client
 	srv   *ingest.Server
 	reg   *prometheus.Registry
+	ctl   *control.Store // campaign counters on the same miniredis
 	url   string
 	oapi  validator.Validator
 }
@@ -103,11 +105,12 @@ func newEnv(t *testing.T, o opts) *env {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: e.mr.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
+	e.ctl = control.New(rdb, bucket.NewKeys(""))
 	e.srv, err = ingest.New(ingest.Config{
 		Channels: []string{"whatsapp", "sendgrid"}, IPLimit: o.ip, ChannelLimit: bucket.Limit{PerSecond: 5000, Burst: 5000},
 		TrustedProxies: o.trusted, RedisFailure: o.failure, ProduceTimeout: 3 * time.Second, Partitions: 4,
 	}, ingest.Deps{Kafka: e.kafka, Quota: quota.New(rdb), Fallback: quota.NewLocal(2), Keys: bucket.NewKeys(""),
-		Tenants: func() *ingest.Tenants { return ts }}, e.reg)
+		Tenants: func() *ingest.Tenants { return ts }, Campaigns: e.ctl}, e.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,6 +295,50 @@ func TestRetryIsSafe(t *testing.T) {
 	// The tenant's day window counted each message once.
 	if got := testutil.ToFloat64(e.srvMetric("pacer_ingest_messages_total", "duplicate")); got != 1 {
 		t.Errorf("duplicates counted %v, want 1 (the replay produced no new answer lines)", got)
+	}
+}
+
+// TestCampaignPublishedCounts: the envelopes accepted per campaign are
+// added to the campaign's published counter once: not the rejected ones,
+// not a duplicate in the batch, not a retry of the same ids, not a replay
+// of an Idempotency-Key.
+func TestCampaignPublishedCounts(t *testing.T) {
+	e := newEnv(t, opts{})
+	ctx := context.Background()
+	camp := func(id, c string) string {
+		return fmt.Sprintf(`{"id":%q,"key":"106540352242922","to":"15551234567","campaign":%q}`, id, c)
+	}
+	batch := strings.Join([]string{camp("s1", "spring"), camp("s2", "spring"), camp("s1", "spring"),
+		`{"id":"s3","key":"106540352242922","campaign":"spring"}`, camp("f1", "fall"), env1("n1")}, "\n")
+	if a := e.do(acmeKey, "whatsapp", "application/x-ndjson", batch); a.status != 202 {
+		t.Fatalf("batch: %d %s", a.status, a.body)
+	}
+	// The client retries the whole batch, and again with an Idempotency-Key twice.
+	if a := e.do(acmeKey, "whatsapp", "application/x-ndjson", batch); a.status != 202 {
+		t.Fatalf("retry: %d %s", a.status, a.body)
+	}
+	more := camp("s4", "spring") + "\n" + camp("s5", "spring")
+	for range 2 {
+		if a := e.do(acmeKey, "whatsapp", "application/x-ndjson", more, "Idempotency-Key", "k-spring"); a.status != 202 {
+			t.Fatalf("with Idempotency-Key: %d %s", a.status, a.body)
+		}
+	}
+	for c, want := range map[string]int64{"spring": 4, "fall": 1} {
+		st, err := e.ctl.CampaignStatus(ctx, "whatsapp", c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Published != want || st.Remaining != want {
+			t.Errorf("campaign %s: published %d, remaining %d; want %d accepted once", c, st.Published, st.Remaining, want)
+		}
+	}
+	// Both are in the channel's index, the latest first.
+	recent, err := e.ctl.Recent(ctx, "whatsapp", time.Now().Add(-time.Minute), 10)
+	if err != nil || len(recent) != 2 || recent[0].Published+recent[1].Published != 5 {
+		t.Errorf("recent campaigns %+v, %v; want spring and fall", recent, err)
+	}
+	if recs := e.records("pacer.whatsapp"); len(recs) != 6 {
+		t.Errorf("%d ids on the topic, want 6 (s1, s2, f1, n1, s4, s5)", len(recs))
 	}
 }
 

@@ -11,7 +11,9 @@
 // # Scale
 //
 // A reading of N keys costs one sorted-set read, one HGETALL per live
-// replica and 3 N read-only scripts (run 16 at a time); it is cached for
+// replica and 3 N read-only scripts (run 16 at a time), plus one
+// sorted-set read and one HGETALL per campaign of the last week (at most
+// 200, pipelined) for the campaigns' progress; it is cached for
 // half an interval, so any number of viewers cost one reading per 2.5 s
 // at most, and none while nobody looks. The page shows the top N keys
 // (default 100, at most 1000) under a sort order, and a search box that
@@ -34,6 +36,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -71,17 +74,29 @@ type Key struct {
 	Error    string `json:"error,omitempty"` // its state could not be read
 }
 
-// Campaign is one active campaign's progress.
-// SLOT(campaign progress): no campaign counters are kept yet; the page
-// shows an empty section with CampaignsNote until they are.
+// Campaign is one active campaign's progress, from the counters the
+// pacers, `pacer publish` and the ingest API keep in Redis (package
+// control).
 type Campaign struct {
 	Name         string           `json:"name"`
-	Published    int64            `json:"published"`
+	State        string           `json:"state"`     // running, paused or cancelled
+	Published    int64            `json:"published"` // -1 when unknown (not published through pacer publish or the ingest API)
 	Delivered    int64            `json:"delivered"`
 	DeadLettered map[string]int64 `json:"dead_lettered"` // by DLQ reason
-	Achieved     float64          `json:"achieved"`      // msgs/s
-	ETASeconds   float64          `json:"eta_seconds"`   // to drain at Achieved; -1 unknown
+	Remaining    int64            `json:"remaining"`     // published - delivered - dead-lettered; -1 when unknown
+	Achieved     float64          `json:"achieved"`      // msgs/s between its first and last delivery
+	ETASeconds   float64          `json:"eta_seconds"`   // remaining at Achieved; -1 unknown
+	LastActive   time.Time        `json:"last_active"`   // last publish, count or state change
 }
+
+// Which campaigns the page shows: those unfinished (remaining above 0) or
+// paused, and those active in the last campaignRecent, among
+// the campaignsRead most recently active in the last campaignHorizon.
+const (
+	campaignRecent  = time.Hour
+	campaignHorizon = 7 * 24 * time.Hour
+	campaignsRead   = 200
+)
 
 // Totals add up every active key (not only the rows shown).
 type Totals struct {
@@ -107,10 +122,9 @@ type Status struct {
 	Totals         Totals     `json:"totals"`
 	Query          string     `json:"query"`
 	Sort           string     `json:"sort"`
-	Matched        int        `json:"matched"` // active keys matching Query
-	Keys           []Key      `json:"keys"`    // the first rows of the matches under Sort
-	Campaigns      []Campaign `json:"campaigns"`
-	CampaignsNote  string     `json:"campaigns_note,omitempty"`
+	Matched        int        `json:"matched"`   // active keys matching Query
+	Keys           []Key      `json:"keys"`      // the first rows of the matches under Sort
+	Campaigns      []Campaign `json:"campaigns"` // unfinished first, then by last activity
 	Errors         []string   `json:"errors,omitempty"`
 }
 
@@ -156,6 +170,7 @@ type reading struct {
 	took     time.Duration
 	replicas []string
 	keys     []Key // sorted by key
+	camps    []Campaign
 	errors   []string
 	totals   Totals
 }
@@ -165,6 +180,7 @@ type reading struct {
 type Page struct {
 	rdb redis.UniversalClient
 	ad  *adapt.Adapter
+	ctl *control.Store
 	cfg Config
 
 	collectMu sync.Mutex // one reading at a time
@@ -179,7 +195,8 @@ func New(rdb redis.UniversalClient, cfg Config) *Page {
 	if cfg.Policy == nil {
 		panic("statuspage: Config.Policy is required")
 	}
-	return &Page{rdb: rdb, ad: adapt.New(rdb, bucket.Config{Prefix: cfg.Prefix}), cfg: cfg}
+	return &Page{rdb: rdb, ad: adapt.New(rdb, bucket.Config{Prefix: cfg.Prefix}),
+		ctl: control.New(rdb, bucket.NewKeys(cfg.Prefix)), cfg: cfg}
 }
 
 // maxAge is how long a reading is served before the next request reads again.
@@ -277,7 +294,11 @@ func (pg *Page) collect(ctx context.Context) (*reading, error) {
 	close(next)
 	wg.Wait()
 
-	r := &reading{at: time.Now(), replicas: replicas, keys: keys}
+	camps, err := pg.campaigns(ctx, start)
+	if err != nil {
+		return nil, err
+	}
+	r := &reading{at: time.Now(), replicas: replicas, keys: keys, camps: camps}
 	t := &r.totals
 	var backlogAch, backlogRate float64
 	for i := range keys {
@@ -306,6 +327,28 @@ func (pg *Page) collect(ctx context.Context) (*reading, error) {
 	}
 	r.took = time.Since(start)
 	return r, nil
+}
+
+// campaigns reads the channel's campaigns to show at now (see
+// campaignRecent): one sorted-set read and one pipelined HGETALL each.
+func (pg *Page) campaigns(ctx context.Context, now time.Time) ([]Campaign, error) {
+	sts, err := pg.ctl.Recent(ctx, pg.cfg.Channel, now.Add(-campaignHorizon), campaignsRead)
+	if err != nil {
+		return nil, fmt.Errorf("statuspage: read the campaigns: %w", err)
+	}
+	out := []Campaign{}
+	for _, st := range sts {
+		unfinished := st.Remaining > 0 || st.State == string(control.Paused)
+		if !unfinished && now.Sub(st.LastActive) > campaignRecent {
+			continue
+		}
+		out = append(out, Campaign{Name: st.Campaign, State: st.State, Published: st.Published, Delivered: st.Delivered,
+			DeadLettered: st.DeadLetters, Remaining: st.Remaining, Achieved: st.Rate, ETASeconds: st.ETASeconds,
+			LastActive: st.LastActive})
+	}
+	// Unfinished first; Recent gave them most recently active first.
+	slices.SortStableFunc(out, func(a, b Campaign) int { return -cmp.Compare(b2i(a.Remaining > 0), b2i(b.Remaining > 0)) })
+	return out, nil
 }
 
 // fill reads k's policy and shared state into k.
@@ -367,9 +410,8 @@ func (pg *Page) Status(ctx context.Context, query, sortBy string, rows int) (*St
 		Channel: pg.cfg.Channel, CollectedAt: r.at, CollectMS: float64(r.took.Microseconds()) / 1000,
 		RefreshSeconds: pg.cfg.Interval.Seconds(), Replicas: r.replicas, Totals: r.totals,
 		Query: query, Sort: sortBy, Matched: len(matched), Keys: make([]Key, len(top)),
-		Campaigns:     []Campaign{},
-		CampaignsNote: "Campaign progress is not recorded yet: no per-campaign counters are kept. Follow a campaign with pacer_delivered_total and pacer_dlq_total in the metrics meanwhile.",
-		Errors:        r.errors,
+		Campaigns: r.camps,
+		Errors:    r.errors,
 	}
 	for i, k := range top {
 		st.Keys[i] = *k

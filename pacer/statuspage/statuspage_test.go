@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/redis/go-redis/v9"
@@ -117,9 +117,38 @@ func scenario(t *testing.T, rdb redis.UniversalClient, cfg Config) {
 	}
 }
 
+// campaignScenario writes three campaigns' counters as the pacers,
+// pacer publish and pacer campaign do: spring running (1,000 published, 600
+// delivered over 20 s, 10 dead-lettered as permanent), autumn paused (200
+// published, 50 delivered), and old, finished 2 hours ago (not shown).
+func campaignScenario(t *testing.T, rdb redis.UniversalClient, cfg Config) {
+	t.Helper()
+	ctx := context.Background()
+	ctl := control.New(rdb, bucket.NewKeys(cfg.Prefix))
+	now := time.Now()
+	if err := ctl.AddPublished(ctx, channel, map[string]int64{"spring": 1000, "autumn": 200, "old": 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.Add(ctx, channel, map[string]*control.Counts{
+		"spring": {Delivered: 600, DeadLetters: map[string]int64{"permanent": 10}, First: now.Add(-20 * time.Second).UnixMilli(), Last: now.UnixMilli()},
+		"autumn": {Delivered: 50, DeadLetters: map[string]int64{}, First: now.Add(-10 * time.Second).UnixMilli(), Last: now.UnixMilli()},
+		"old":    {Delivered: 10, DeadLetters: map[string]int64{}, First: now.Add(-3 * time.Hour).UnixMilli(), Last: now.Add(-2 * time.Hour).UnixMilli()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctl.SetState(ctx, channel, "autumn", control.Paused); err != nil {
+		t.Fatal(err)
+	}
+	// old's last activity was 2 hours ago.
+	if err := rdb.ZAdd(ctx, bucket.NewKeys(cfg.Prefix).Campaigns(channel), redis.Z{Score: float64(now.Add(-2 * time.Hour).UnixMilli()), Member: "old"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestStatusAddsUpReplicas(t *testing.T) {
 	rdb, cfg := setup(t)
 	scenario(t, rdb, cfg)
+	campaignScenario(t, rdb, cfg)
 	// A replica that stopped publishing 20 s ago (over 3 intervals) is left out.
 	stale := cfg
 	stale.Replica = "gone"
@@ -162,8 +191,20 @@ func TestStatusAddsUpReplicas(t *testing.T) {
 		tot.BreakerOpen != 1 || tot.AtFloor != 0 || tot.Utilization != 0.75 {
 		t.Errorf("totals %+v", tot)
 	}
-	if len(st.Campaigns) != 0 || st.CampaignsNote == "" {
-		t.Errorf("campaigns %+v, note %q: want none, with a note", st.Campaigns, st.CampaignsNote)
+	// Campaigns: the unfinished ones; old, finished 2 hours ago, is left out.
+	if len(st.Campaigns) != 2 {
+		t.Fatalf("campaigns %+v: want spring and autumn", st.Campaigns)
+	}
+	sp, au := st.Campaigns[0], st.Campaigns[1]
+	if sp.Name != "spring" {
+		sp, au = au, sp
+	}
+	if sp.Name != "spring" || sp.State != "running" || sp.Published != 1000 || sp.Delivered != 600 || sp.DeadLettered["permanent"] != 10 ||
+		sp.Remaining != 390 || sp.Achieved < 29.9 || sp.Achieved > 30 || sp.ETASeconds < 13 || sp.ETASeconds > 13.1 {
+		t.Errorf("spring %+v; want running, 600 of 1000 delivered, 10 permanent, 390 remaining at ~29.95/s, ETA ~13 s", sp)
+	}
+	if au.Name != "autumn" || au.State != "paused" || au.Published != 200 || au.Delivered != 50 || au.Remaining != 150 {
+		t.Errorf("autumn %+v; want paused, 50 of 200 delivered, 150 remaining", au)
 	}
 
 	// Search and top-N over every key.
@@ -239,27 +280,7 @@ func TestStatusJSONRefusesBadParameters(t *testing.T) {
 }
 
 // chromium runs Debian's headless Chromium with args and returns stdout.
-func chromium(t *testing.T, args ...string) []byte {
-	t.Helper()
-	bin := os.Getenv("PACER_CHROMIUM")
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("chromium"); err != nil {
-			t.Fatalf("no chromium on PATH (scripts/test-env.sh installs Debian's; or set PACER_CHROMIUM): the page cannot be checked in a browser")
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-		"--no-first-run", "--disable-extensions", "--user-data-dir=" + t.TempDir()}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("chromium %s: %v\n%s", strings.Join(args, " "), err, tail(stderr.String(), 2000))
-	}
-	return stdout.Bytes()
-}
+func chromium(t *testing.T, args ...string) []byte { return testenv.Chromium(t, args...) }
 
 func tail(s string, n int) string {
 	if len(s) > n {
@@ -274,6 +295,22 @@ func row(t *testing.T, dom, key string) string {
 	m := regexp.MustCompile(`<tr[^>]*data-key="` + regexp.QuoteMeta(key) + `"[^>]*>(.*?)</tr>`).FindStringSubmatch(dom)
 	if m == nil {
 		t.Fatalf("no row for key %s in the page:\n%s", key, tail(dom, 4000))
+	}
+	cells := regexp.MustCompile(`<td[^>]*>(.*?)</td>`).FindAllStringSubmatch(m[1], -1)
+	var out []string
+	for _, c := range cells {
+		out = append(out, strings.TrimSpace(regexp.MustCompile(`<[^>]+>`).ReplaceAllString(c[1], "")))
+	}
+	return strings.Join(out, "|")
+}
+
+// campaignRow returns the text of the campaigns table's row of name in
+// dom, cells joined by |.
+func campaignRow(t *testing.T, dom, name string) string {
+	t.Helper()
+	m := regexp.MustCompile(`<tr[^>]*data-campaign="` + regexp.QuoteMeta(name) + `"[^>]*>(.*?)</tr>`).FindStringSubmatch(dom)
+	if m == nil {
+		t.Fatalf("no row for campaign %s in the page:\n%s", name, tail(dom, 4000))
 	}
 	cells := regexp.MustCompile(`<td[^>]*>(.*?)</td>`).FindAllStringSubmatch(m[1], -1)
 	var out []string
@@ -309,6 +346,7 @@ func screenshotPath(t *testing.T) string {
 func TestPageInChromium(t *testing.T) {
 	rdb, cfg := setup(t)
 	scenario(t, rdb, cfg)
+	campaignScenario(t, rdb, cfg)
 	// More keys sending freely, so the picture looks like a channel at work.
 	ctx := context.Background()
 	src := &source{}
@@ -354,8 +392,15 @@ func TestPageInChromium(t *testing.T) {
 	if !strings.Contains(dom, `title="halt: 131031 account locked"`) {
 		t.Errorf("the breaker's reason is not on the page")
 	}
-	if !strings.Contains(dom, "No active campaigns to show.") {
-		t.Errorf("the campaigns section does not say it is empty")
+	// campaign | state | delivered / published | progress | remaining | dead-lettered | achieved | ETA
+	if got := campaignRow(t, dom, "spring"); got != "spring|running|600 / 1,000|61 %|390|permanent 10|30|13 s" {
+		t.Errorf("row of campaign spring: %q", got)
+	}
+	if got := campaignRow(t, dom, "autumn"); got != "autumn|paused|50 / 200|25 %|150|0|4.9|paused" {
+		t.Errorf("row of campaign autumn: %q", got)
+	}
+	if strings.Contains(dom, `data-campaign="old"`) {
+		t.Errorf("campaign old, finished 2 hours ago, is shown")
 	}
 	if !regexp.MustCompile(`showing 12 of 12 \(12 active\)`).MatchString(dom) {
 		t.Errorf("the row count is missing")
