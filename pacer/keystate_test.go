@@ -231,6 +231,27 @@ func TestUtilization(t *testing.T) {
 	}
 }
 
+// TestUtilizationByKeyClass: pacer_utilization and pacer_rate_achieved
+// are summed per key class, the keys' configured rate.
+func TestUtilizationByKeyClass(t *testing.T) {
+	p := &Pacer{keys: keyStates{m: map[string]*keyState{}}}
+	now := time.Now()
+	tier := func(r float64) KeyPolicy { return KeyPolicy{Limit: bucket.Limit{PerSecond: r, Burst: 10}} }
+	p.keys.m["a"] = &keyState{users: 1, mark: now, achieved: 76, adapted: adapt.Adapted{Rate: 80}, pol: tier(80)}
+	p.keys.m["b"] = &keyState{users: 1, mark: now, achieved: 40, adapted: adapt.Adapted{Rate: 80}, pol: tier(80)}
+	p.keys.m["c"] = &keyState{users: 1, mark: now, achieved: 990, adapted: adapt.Adapted{Rate: 1000}, pol: tier(1000)}
+	got := p.byClass()
+	if len(got) != 2 {
+		t.Fatalf("classes %v, want 80/s and 1000/s", got)
+	}
+	if c := got["80/s"]; c.achieved != 116 || math.Abs(c.achievedBusy/c.allowedBusy-116.0/160) > 1e-9 {
+		t.Errorf("80/s: %+v, want achieved 116, utilization 116/160", c)
+	}
+	if c := got["1000/s"]; c.achieved != 990 || math.Abs(c.achievedBusy/c.allowedBusy-0.99) > 1e-9 {
+		t.Errorf("1000/s: %+v, want achieved 990, utilization 0.99", c)
+	}
+}
+
 // TestAccountLeftNoCooldown: with no account cooldown in Redis, accountLeft
 // is 0 after its refresh, not the time the read took (which made every
 // slot after a refresh lapse: at 0.5/s, every slot).
