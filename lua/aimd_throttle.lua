@@ -66,7 +66,11 @@
 --   paced above the current rate by a replica that had not yet seen the
 --   last decrease: n grows by one; the rate, streak and last_us stay;
 --   hold_us and win_us only move out to the cooldown's end.
--- - last_us = 0 or now >= last_us + persist_us (lone): a new episode starts:
+-- - last_us = 0 or now >= last_us + persist_us, or the provider accepted
+--   99% or more of the episode's requests (acc >= 99 * (n + 2), this
+--   throttle and the one at ep_us counted: refusals that sporadic are the
+--   jitter of a busy key at a burst edge, not a saturated provider) (lone):
+--   a new episode starts:
 --   ep_us = last_us = now, n = 0, k = 0, hold_us = max(now + coalesce_us,
 --   cooldown end), win_us = max(win_us, cooldown end). The rate stays.
 -- - otherwise (persistent): n grows by one. A provider that keeps refusing
@@ -140,7 +144,7 @@ else
   else
     s.streak = 0
   end
-  if s.last_us > 0 and now < s.last_us + persist_us then
+  if s.last_us > 0 and now < s.last_us + persist_us and s.acc < 99 * (s.n + 2) then
     s.n = s.n + 1
     local dt = math.max(1, now - s.ep_us)
     local est

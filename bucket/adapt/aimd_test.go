@@ -923,6 +923,24 @@ func TestAIMDStaleReplicaThrottle(t *testing.T) {
 	})
 }
 
+// TestAIMDSporadicThrottlesCutNothing: throttles within Persist of each
+// other cut nothing while the provider accepted 99% or more of the
+// episode's requests (the jitter of a busy key at its burst edge); a
+// refused share of 1% or more does.
+func TestAIMDSporadicThrottlesCutNothing(t *testing.T) {
+	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Hour, Factor: 1.1, Accelerate: 2}
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 1000 * ms, op: opThrottle, rate: 100, cooldown: cd, accepted: 198},             // 2 of 200 refused: no cut, a new episode
+			{at: 2000 * ms, op: opThrottle, rate: 87.3, change: -1, cooldown: cd, accepted: 97}, // 2 of 99: a cut, to 97/s * 0.9
+		})
+	})
+}
+
 // TestAIMDCeilingRaiseFollowed: a key whose state holds its ceiling (lone
 // throttles only) follows a raised ceiling at once; one the provider cut
 // keeps its rate under the new ceiling.
