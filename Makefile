@@ -10,7 +10,7 @@ GO_TEST_TIMEOUT ?= 20m
 PKGS ?= ./...
 STOP_SERVERS := scripts/kafka.sh stop; scripts/redis.sh stop; scripts/redis-cluster.sh stop
 
-.PHONY: build demo test test-short bench bench-ingest bench-queue soak lint servers stop-servers
+.PHONY: build demo test test-short bench bench-e2e bench-ingest bench-queue soak lint servers stop-servers
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
@@ -48,6 +48,19 @@ bench-queue:
 	@trap '$(STOP_SERVERS)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	PACER_BENCH_QUEUE=1 $(GO) test -count=1 -timeout 30m -v -run '^TestQueueBench$$' ./cmd/pacer/
+
+# bench-e2e: one `pacer run` process beside a minimal baseline
+# (internal/bench/baseline: a franz-go consumer group that POSTs each record
+# with a pooled HTTP client and commits after the send; bench tooling, not
+# part of Pacer) on the real Kafka broker and redis-server, against the
+# same unlimited fake WhatsApp Cloud API: msgs/s, CPU per 1,000 messages,
+# new TCP connections per 100k, Redis round trips and commands per message,
+# at 200 keys unlimited, 20 numbers at 80/s and 2 numbers at 1,000/s.
+# About 5 minutes. PACER_BENCH_SHAPES=0,2 picks shapes. Figures: BENCHMARKS.md.
+bench-e2e:
+	@trap '$(STOP_SERVERS)' EXIT; \
+	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	PACER_BENCH_E2E=1 $(GO) test -count=1 -timeout 30m -v -run '^TestE2EBench$$' ./cmd/pacer/
 
 # Long runs kept out of `make test`: the 5-minute cooldown of the delivery
 # guarantees (issue: none dead-lettered as attempts-exhausted).

@@ -72,6 +72,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return err
 	}
 	defer rdb.Close()
+	trips := &roundTrips{}
+	rdb.AddHook(trips)
 	lim := bucket.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
 	redis.SetLogger(redisLogger{log})
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -93,7 +95,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	base := pacer.KeyPolicy{Limit: pc.Limit, RecipientLimit: pc.RecipientLimit, AIMD: pc.AIMD, Breaker: pc.Breaker}
 	policy := pacer.OverridePolicy{Base: base, Channel: ch.name, Store: ctl}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), trips.collector(ch.name))
 	p, err := pacer.New(pc, append(kopts, kgo.ClientID("pacer-"+ch.name),
 		kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))),
 		pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Ledger: ledger.New(rdb, lim.Keys()), Sender: sender,
