@@ -145,6 +145,9 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 	if !ok {
 		rt = -1
 	}
+	late, _ := p.metric(t, `pacer_late_slots_total{channel="whatsapp"}`)
+	calls, _ := p.metric(t, `pacer_bucket_calls_total{channel="whatsapp"}`)
+	t.Logf("Pacer: %.0f slots given up as late, %.0f bucket calls", late, calls)
 	p.stop(t)
 	pacerRes.load = load0 + " → " + loadAvg()
 	pacerRes.commands, pacerRes.clientCmds, pacerRes.byCmd = mon.stop()
