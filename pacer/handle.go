@@ -374,6 +374,7 @@ func (p *Pacer) claim(f *flight) outcome {
 	if pc := f.ahead; pc != nil {
 		f.ahead = nil
 		if res, cool, err = pc.Wait(ctx); err != nil && ctx.Err() == nil {
+			p.m.redisErrors.WithLabelValues().Inc()
 			f.log.Debug("claim started ahead failed; claiming again", "err", err)
 		}
 	}

@@ -198,7 +198,7 @@ type Config struct {
 	SendTimeout    time.Duration // one provider request; default 30s
 	UnknownOutcome string        // "dlq" (default) or "resend"; see the package doc
 	RedisFailure   string        // "closed" (default: sends stop while Redis is down) or "local" (pace with Deps.Fallback)
-	IdempotencyTTL time.Duration // how long delivered ids are remembered; default 24h
+	IdempotencyTTL time.Duration // how long the ledger keeps a claim or delivered mark: it must outlive the record's offset commit (see Validate's floor); default 10m
 	MaxQueued      int           // records one partition holds in its per-key queues before fetching pauses; default 2000
 	InFlight       int           // records of one pacing key handled at once in a partition, 0..1024; default 32 (1 keeps strict order per key)
 	Lookahead      time.Duration // a key holds at most Lookahead x its rate records per partition (at least InFlight); more are parked; >= 0; default 5s
@@ -295,8 +295,15 @@ func (c Config) Validate() error {
 		}
 	}
 	// Floors below which a setting defeats its purpose: the ledger must
-	// remember a delivered id at least as long as a copy of its record can
-	// come back (a retry tier's delay, a rebalance), a send needs time for
+	// remember a delivered id at least as long as its record can stay
+	// uncommitted and come back (a record held until due on a retry topic
+	// holds the commits behind it up to a tier's delay and jitter; a
+	// rebalance; MaxTokenWait, SendTimeout and Drain are far shorter): 10
+	// minutes and twice the longest retry delay. Past that, the ledger keeps
+	// nothing of a delivered record, so its Redis memory follows the rate
+	// (rate x IdempotencyTTL), not the day's volume; a producer that
+	// publishes the same envelope id again later is a separate question
+	// (pacer ingest answers it for PACER_IDEMPOTENCY_TTL). A send needs time for
 	// one round trip, and a progress line more often than every second is
 	// noise.
 	longest := 0 * time.Second
@@ -360,7 +367,7 @@ func (c *Config) setDefaults() {
 	// of retry and requeue delays too.
 	defd(&c.AIMD.MaxCooldown, c.AIMD.CooldownFor(math.MaxInt64))
 	defd(&c.MaxTokenWait, 5*time.Second)
-	defd(&c.IdempotencyTTL, 24*time.Hour)
+	defd(&c.IdempotencyTTL, 10*time.Minute)
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5
 	}

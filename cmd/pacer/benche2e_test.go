@@ -343,3 +343,81 @@ func flushBenchDB(t *testing.T, addr string) {
 		t.Logf("FLUSHDB %d: %v %s", benchDB, err, out)
 	}
 }
+
+// TestLedgerMemoryBench (PACER_BENCH_MEMORY=1, part of `make bench-e2e`)
+// measures what the idempotency ledger keeps in Redis: used_memory and the
+// bench database's keys before a campaign of PACER_BENCH_MEMORY_N messages
+// (default 1,000,000; 200 numbers, the channel's default limit), right
+// after it, and PACER_BENCH_IDLE later (default 10m). used_memory is the
+// whole server's: on a shared server other clients move it, so the keys of
+// the bench's own database and a sample of their MEMORY USAGE are printed
+// beside it.
+func TestLedgerMemoryBench(t *testing.T) {
+	if os.Getenv("PACER_BENCH_MEMORY") == "" {
+		t.Skip("measurement: run with PACER_BENCH_MEMORY=1 (make bench-e2e)")
+	}
+	n := 1_000_000
+	if v := os.Getenv("PACER_BENCH_MEMORY_N"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	idle := 10 * time.Minute
+	if v := os.Getenv("PACER_BENCH_IDLE"); v != "" {
+		idle, _ = time.ParseDuration(v)
+	}
+	const keys = 200
+	e := newE2E(t, whatsapptest.Config{})
+	addr := testenv.RedisAddr(t)
+	e.redis = fmt.Sprintf("redis://%s/%d", addr, benchDB)
+	flushBenchDB(t, addr)
+	lines, _ := campaign(keys, n/keys, "mm")
+	if code, out, errs := e.publish(lines, "--partitions", "12"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	lines = ""
+	fake := newCountingFake(t, e)
+	before := redisMemory(t, addr)
+	t.Logf("before: %s", before)
+	p := e.run()
+	r := fake.measure(t, p.cmd.Process.Pid, n/keys*keys, 2*time.Hour, p.logs)
+	p.stop(t)
+	after := redisMemory(t, addr)
+	t.Logf("after %d messages in %.0fs (%d duplicates): %s", r.delivered, r.seconds, r.duplicates, after)
+	time.Sleep(idle)
+	t.Logf("after %v idle: %s", idle, redisMemory(t, addr))
+	flushBenchDB(t, addr)
+}
+
+// redisMemory describes the server's used_memory and the bench database's
+// keys, with the mean MEMORY USAGE of up to 200 random ones.
+func redisMemory(t *testing.T, addr string) string {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	cli := func(args ...string) string {
+		out, err := exec.Command("redis-cli", append([]string{"-h", host, "-p", port, "-n", strconv.Itoa(benchDB)}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("redis-cli %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	used := ""
+	for _, l := range strings.Split(cli("INFO", "memory"), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
+			used = v
+		}
+	}
+	size, _ := strconv.Atoi(cli("DBSIZE"))
+	var sum, k int
+	for range min(size, 200) {
+		key := cli("RANDOMKEY")
+		if b, err := strconv.Atoi(cli("MEMORY", "USAGE", key)); err == nil {
+			sum += b
+			k++
+		}
+	}
+	mean := 0
+	if k > 0 {
+		mean = sum / k
+	}
+	return fmt.Sprintf("used_memory %s B (whole server); database %d: %d keys, mean MEMORY USAGE %d B (%d sampled), about %.1f MB",
+		used, benchDB, size, mean, k, float64(size*mean)/1e6)
+}

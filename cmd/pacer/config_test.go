@@ -106,6 +106,8 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_REDIS_URL", "redis://127.0.0.1:99999/0"},
 		{"PACER_KAFKA_BROKERS", "a:b:c"},
 		{"PACER_IDEMPOTENCY_TTL", "3s"},
+		{"PACER_LEDGER_TTL", "3s"},
+		{"PACER_LEDGER_TTL", "9m"},
 		{"PACER_LEDGER_FLUSH", "0s"},
 		{"PACER_LEDGER_FLUSH", "2s"},
 		{"PACER_SEND_TIMEOUT", "1ns"},
