@@ -335,12 +335,14 @@ func (m *monitor) stop() (total, clients int64, byCmd map[string]int64) {
 
 // flushBenchDB empties the bench's database, so the next shape starts clean
 // and the shared server keeps nothing of the bench.
-func flushBenchDB(t *testing.T, addr string) {
+func flushBenchDB(t *testing.T, addr string) { flushDB(t, addr, benchDB) }
+
+func flushDB(t *testing.T, addr string, db int) {
 	t.Helper()
 	out, err := exec.Command("redis-cli", "-h", strings.Split(addr, ":")[0], "-p", strings.Split(addr, ":")[1],
-		"-n", strconv.Itoa(benchDB), "FLUSHDB").CombinedOutput()
+		"-n", strconv.Itoa(db), "FLUSHDB").CombinedOutput()
 	if err != nil {
-		t.Logf("FLUSHDB %d: %v %s", benchDB, err, out)
+		t.Logf("FLUSHDB %d: %v %s", db, err, out)
 	}
 }
 
@@ -420,4 +422,62 @@ func redisMemory(t *testing.T, addr string) string {
 	}
 	return fmt.Sprintf("used_memory %s B (whole server); database %d: %d keys, mean MEMORY USAGE %d B (%d sampled), about %.1f MB",
 		used, benchDB, size, mean, k, float64(size*mean)/1e6)
+}
+
+// TestKeysMemoryBench (PACER_BENCH_KEYS=1) measures one `pacer run`
+// process's memory per active pacing key: RSS and Go heap in use when it
+// has just sent one message to each of PACER_BENCH_KEYS_N numbers (default
+// 100,000), against the same process idle before, and again after
+// PACER_BENCH_KEYS_IDLE (default 7m: keys are freed 5 minutes after their
+// last send, by a sweep every minute).
+func TestKeysMemoryBench(t *testing.T) {
+	if os.Getenv("PACER_BENCH_KEYS") == "" {
+		t.Skip("measurement: run with PACER_BENCH_KEYS=1")
+	}
+	n := 100_000
+	if v := os.Getenv("PACER_BENCH_KEYS_N"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	idle := 7 * time.Minute
+	if v := os.Getenv("PACER_BENCH_KEYS_IDLE"); v != "" {
+		idle, _ = time.ParseDuration(v)
+	}
+	e := newE2E(t, whatsapptest.Config{})
+	e.redis = fmt.Sprintf("redis://%s/%d", testenv.RedisAddr(t), benchDB+1)
+	fake := newCountingFake(t, e)
+	if code, out, errs := e.publish(`{"id":"warm","key":"1065400000","to":"15550000000"}`+"\n", "--partitions", "12"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	p := e.run()
+	fake.measure(t, p.cmd.Process.Pid, 1, time.Minute, p.logs)
+	time.Sleep(5 * time.Second)
+	mem := func(when string) (rss, heap float64) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+				kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+				rss = kb * 1024
+			}
+		}
+		heap, _ = p.metric(t, "go_memstats_heap_inuse_bytes")
+		active, _ := p.metric(t, `pacer_keys_active{channel="whatsapp"}`)
+		t.Logf("%s: RSS %.1f MB, Go heap in use %.1f MB, keys active %.0f", when, rss/1e6, heap/1e6, active)
+		return rss, heap
+	}
+	rss0, heap0 := mem("idle, before")
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `{"id":"k-%d","key":"2065%07d","to":"1555%07d"}`+"\n", i, i, i)
+	}
+	if code, out, errs := e.publish(b.String(), "--partitions", "12"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	r := fake.measure(t, p.cmd.Process.Pid, n+1, 30*time.Minute, p.logs)
+	rss1, heap1 := mem(fmt.Sprintf("%d keys just sent (%.0fs)", n, r.seconds))
+	time.Sleep(idle)
+	rss2, heap2 := mem(fmt.Sprintf("after %v idle", idle))
+	p.stop(t)
+	t.Logf("per key while active: RSS %.0f B, heap %.0f B; after idle, over the idle process before: RSS %.0f B, heap %.0f B per key",
+		(rss1-rss0)/float64(n), (heap1-heap0)/float64(n), (rss2-rss0)/float64(n), (heap2-heap0)/float64(n))
+	flushDB(t, testenv.RedisAddr(t), benchDB+1)
 }
