@@ -604,6 +604,15 @@ func codeOf(e *channels.Error) string {
 	return e.Code
 }
 
+// LedgerWriteFailed counts a failed write of the ledger that the record
+// path does not wait for (a batch of delivered marks or releases, which
+// the ledger tries again) in pacer_redis_errors_total and logs it: give it
+// as the OnError of a *ledger.Batcher.
+func (p *Pacer) LedgerWriteFailed(err error) {
+	p.m.redisErrors.WithLabelValues().Inc()
+	p.log.Warn("idempotency ledger: write failed; tried again", "err", err)
+}
+
 // errRedisDown is what [Pacer.redis] returns in local failure mode when
 // Redis does not answer: the caller goes on without it.
 var errRedisDown = errors.New("pacer: redis unavailable (local failure mode)")

@@ -18,11 +18,16 @@ var claimManyScript = redis.NewScript(lua.ClaimMany)
 // Defaults of [BatchConfig].
 const (
 	// DefaultFlushInterval is how long the first operation of a batch waits
-	// for others: at most one Redis round trip per 5 ms (200 a second) for
-	// the whole process, whatever its message rate.
-	DefaultFlushInterval = 5 * time.Millisecond
+	// for others: at most one Redis round trip per 20 ms (50 a second) for
+	// the whole process, whatever its message rate, and Flush for what
+	// cannot wait.
+	DefaultFlushInterval = 20 * time.Millisecond
 	// DefaultMaxBatch is how many operations start a flush at once.
 	DefaultMaxBatch = 512
+	// flushTimeout bounds one flush: a Redis that does not answer fails the
+	// flush (the claims answer an error, the marks wait for the next one)
+	// rather than holding every claim until it is back.
+	flushTimeout = time.Second
 	// maxMarks bounds the delivered marks and releases kept while Redis
 	// does not answer; beyond it the oldest are dropped (and reported).
 	maxMarks = 100_000
@@ -293,7 +298,7 @@ func (b *Batcher) run() {
 			return
 		}
 		t.Stop()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 		ok := b.flush(ctx)
 		cancel()
 		if ok {

@@ -39,8 +39,14 @@ import (
 	"github.com/pacerhq/pacer/internal/testenv"
 )
 
-// benchDB is the Redis database of the bench's Pacer: the tests use 9.
-const benchDB = 12
+// benchDB is the Redis database of the bench's Pacer (the tests use 9):
+// 12, or PACER_BENCH_DB (the keys bench uses the next one).
+var benchDB = func() int {
+	if n, err := strconv.Atoi(os.Getenv("PACER_BENCH_DB")); err == nil && n > 0 {
+		return n
+	}
+	return 12
+}()
 
 // benchShape is one workload: keys x per messages, paced at rate msgs/s
 // per key (burst), with inflight sends per key and partition. Rate 0 keeps

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
@@ -96,8 +97,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	policy := pacer.OverridePolicy{Base: base, Channel: ch.name, Store: ctl}
 	// The ledger's claims and delivered marks go to Redis in one pipeline
 	// per PACER_LEDGER_FLUSH; those still waiting at exit are written then.
+	var failTo atomic.Pointer[pacer.Pacer] // set below; the ledger reports its failures to it
 	led := ledger.NewBatcher(rdb, lim.Keys(), ledger.BatchConfig{FlushInterval: cfg.LedgerFlush,
-		OnError: func(err error) { log.Warn("idempotency ledger: write failed", "err", err) }})
+		OnError: func(err error) {
+			if p := failTo.Load(); p != nil {
+				p.LedgerWriteFailed(err)
+			} else {
+				log.Warn("idempotency ledger: write failed; tried again", "err", err)
+			}
+		}})
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Drain)
 		defer cancel()
@@ -116,6 +124,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
+	failTo.Store(p)
 
 	go publishBacklog(ctx, rdb, cfg.RedisPrefix, ch.name, p.Owner(), p, log)
 	// The status page: this replica publishes its active keys, and its page
