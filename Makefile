@@ -10,7 +10,7 @@ GO_TEST_TIMEOUT ?= 20m
 PKGS ?= ./...
 STOP_SERVERS := scripts/kafka.sh stop; scripts/redis.sh stop; scripts/redis-cluster.sh stop
 
-.PHONY: build demo test test-short bench bench-pacing bench-ingest bench-queue bench-live soak lint servers stop-servers
+.PHONY: build demo test test-short bench bench-pacing bench-e2e bench-ingest bench-queue bench-live soak lint servers stop-servers
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
@@ -71,6 +71,26 @@ bench-live:
 	@trap '$(STOP_SERVERS)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	PACER_BENCH_LIVE=1 $(GO) test -count=1 -timeout 40m -v -run '^TestLiveBench$$' ./cmd/pacer/
+
+# bench-e2e: one `pacer run` process beside a minimal baseline
+# (internal/bench/baseline: a franz-go consumer group that POSTs each record
+# with a pooled HTTP client and commits after the send; bench tooling, not
+# part of Pacer) on the real Kafka broker and redis-server, against the
+# same unlimited fake WhatsApp Cloud API: msgs/s, CPU per 1,000 messages,
+# new TCP connections per 100k, Redis round trips and commands per message,
+# at 200 keys unlimited, 20 numbers at 80/s and 2 numbers at 1,000/s.
+# About 5 minutes. PACER_BENCH_SHAPES=0,2 picks shapes. With
+# BENCH_MEMORY=1 it also measures Redis memory before, after a 1M-message
+# campaign and 10 minutes idle (TestLedgerMemoryBench), and a process's
+# memory with 100,000 active keys and after idle (TestKeysMemoryBench):
+# about 30 minutes more. Figures: BENCHMARKS.md.
+bench-e2e:
+	@trap '$(STOP_SERVERS)' EXIT; \
+	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	PACER_BENCH_E2E=1 $(GO) test -count=1 -timeout 30m -v -run '^TestE2EBench$$' ./cmd/pacer/; \
+	if [ -n "$${BENCH_MEMORY:-}" ]; then \
+	  PACER_BENCH_MEMORY=1 PACER_BENCH_KEYS=1 $(GO) test -count=1 -timeout 90m -v -run '^(TestLedgerMemoryBench|TestKeysMemoryBench)$$' ./cmd/pacer/; \
+	fi
 
 # Long runs kept out of `make test`: the 5-minute cooldown of the delivery
 # guarantees (issue: none dead-lettered as attempts-exhausted).

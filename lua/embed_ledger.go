@@ -7,6 +7,12 @@ import _ "embed"
 //go:embed claim.lua
 var Claim string
 
+// ClaimMany claims several ids of one pacing key in one call; see
+// claim_many.lua for the contract.
+//
+//go:embed claim_many.lua
+var ClaimMany string
+
 // Release drops a claim held by one owner; see release.lua for the contract.
 //
 //go:embed release.lua

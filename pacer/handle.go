@@ -143,12 +143,14 @@ type flight struct {
 	st      *keyState // nil until the envelope is parsed
 	pol     KeyPolicy // the key's policy at the last gate
 	lim     bucket.Limit
-	probe   bool      // this send is the breaker's half-open probe
-	sent    bool      // a request left: its outcome is written even after a revoke
-	slotAt  time.Time // when the send slot started (the slot step returned)
-	paced   float64   // msgs/s: the key's adapted rate this process knew when the slot started
-	claimed bool      // this flight holds the id's claim in the ledger
-	locked  bool      // this flight holds the id in this process (lockID)
+	probe   bool                   // this send is the breaker's half-open probe
+	sent    bool                   // a request left: its outcome is written even after a revoke
+	slotAt  time.Time              // when the send slot started (the slot step returned)
+	paced   float64                // msgs/s: the key's adapted rate this process knew when the slot started
+	claimed bool                   // this flight holds the id's claim in the ledger
+	ahead   *ledger.PendingClaim   // a claim started before the slot began (see claimAhead)
+	stale   []*ledger.PendingClaim // claims started for slots that lapsed, settled by finish
+	locked  bool                   // this flight holds the id in this process (lockID)
 	log     *slog.Logger
 
 	pairThrottles int       // pair-scoped throttles of this message so far
@@ -308,9 +310,14 @@ func (p *Pacer) scopeLeft(ctx context.Context, f *flight) (time.Duration, string
 }
 
 // slot waits for the key's next send slot; none within MaxTokenWait
-// requeues the record.
+// requeues the record. With a ledger that claims ahead, the claim starts
+// its flush interval before the slot does.
 func (p *Pacer) slot(f *flight) outcome {
-	wait, reason, ok := p.acquire(f.w.ctx, f.env.Key, f.env.To, f.env.High(), f.st, f.pol, f.lim, f.log)
+	var ahead func(at time.Time)
+	if ca, ok := p.ledger.(ClaimAheadLedger); ok {
+		ahead = func(at time.Time) { p.claimAhead(f, ca, at) }
+	}
+	wait, reason, ok := p.acquire(f.w.ctx, f.env.Key, f.env.To, f.env.High(), f.st, f.pol, f.lim, f.log, ahead)
 	if !ok {
 		return stop()
 	}
@@ -330,17 +337,85 @@ func (p *Pacer) slot(f *flight) outcome {
 	return next()
 }
 
-// claim takes the id in the ledger right before the request, so a process
-// that dies while waiting for a token leaves no claim behind.
+// ClaimAheadLedger is a [Ledger] whose claims go to Redis in batches, at
+// most FlushInterval after they are made (*ledger.Batcher): the pacer
+// starts a record's claim that long (plus claimMargin) before its send
+// slot, so the batch's wait overlaps the slot's and the send is not late.
+type ClaimAheadLedger interface {
+	Ledger
+	ClaimAsync(channel, key, id, owner string, ttl time.Duration, force bool) *ledger.PendingClaim
+	FlushInterval() time.Duration
+	// Flush sends what waits now rather than at the end of the interval.
+	Flush()
+}
+
+// claimMargin is the time a claim is started before its slot beyond the
+// ledger's flush interval: the round trip and the flush itself.
+const claimMargin = 3 * time.Millisecond
+
+// claimAhead starts f's claim (see [ClaimAheadLedger]) for the slot at at;
+// one due sooner than a flush interval is flushed at once. A claim started
+// for an earlier slot that lapsed is cancelled if no flush took it yet,
+// else left to finish settling (no wait here: the new slot is close).
+//
+// Crash semantics: a claim may be in Redis up to FlushInterval +
+// claimMargin before its request leaves, so a process that dies holds, on
+// top of its sends in flight, the claims of the slots of that last span;
+// Kafka re-delivers their records, which then read as abandoned (unknown
+// outcome), never as sent twice.
+func (p *Pacer) claimAhead(f *flight, ca ClaimAheadLedger, at time.Time) {
+	if pc := f.ahead; pc != nil && !pc.Cancel() {
+		f.stale = append(f.stale, pc)
+	}
+	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
+	f.ahead = ca.ClaimAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
+	if time.Until(at) < ca.FlushInterval() {
+		ca.Flush()
+	}
+}
+
+// settleAhead takes back the claims started ahead that were not used:
+// cancelled when no flush took them yet, else waited for and, if one
+// claimed, held (f.claimed) so finish releases it.
+func (p *Pacer) settleAhead(f *flight) {
+	if f.ahead != nil {
+		if !f.ahead.Cancel() {
+			f.stale = append(f.stale, f.ahead)
+		}
+		f.ahead = nil
+	}
+	for _, pc := range f.stale {
+		if res, _, _ := pc.Wait(context.Background()); res == ledger.Claimed {
+			f.claimed = true
+		}
+	}
+	f.stale = nil
+}
+
+// claim takes the id in the ledger right before the request (or takes the
+// answer of the claim started ahead of the slot), so a process that dies
+// while waiting for a token leaves no claim behind.
 func (p *Pacer) claim(f *flight) outcome {
 	ctx := f.w.ctx
 	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
 	var res ledger.ClaimResult
 	var cool time.Duration
-	err := p.redis(ctx, f.log, func() (err error) {
-		res, cool, err = p.ledger.Claim(ctx, p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
-		return err
-	})
+	var err error
+	if pc := f.ahead; pc != nil {
+		f.ahead = nil
+		if res, cool, err = pc.Wait(ctx); err != nil && ctx.Err() == nil {
+			p.m.redisErrors.WithLabelValues().Inc()
+			f.log.Debug("claim started ahead failed; claiming again", "err", err)
+		}
+	}
+	if res == ledger.ClaimUnknown && ctx.Err() == nil {
+		err = p.redis(ctx, f.log, func() (err error) {
+			res, cool, err = p.ledger.Claim(ctx, p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
+			return err
+		})
+	} else if ctx.Err() != nil {
+		err = ctx.Err()
+	}
 	switch {
 	case errors.Is(err, errRedisDown):
 		return next() // local failure mode: no ledger, send anyway
@@ -514,6 +589,7 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 	if f.st != nil {
 		defer f.st.done()
 	}
+	p.settleAhead(f)
 	if f.claimed && o.kind != delivered && !o.keepClaim {
 		p.release(ctx, f.env, f.log)
 	}
@@ -594,6 +670,15 @@ func codeOf(e *channels.Error) string {
 	return e.Code
 }
 
+// LedgerWriteFailed counts a failed write of the ledger that the record
+// path does not wait for (a batch of delivered marks or releases, which
+// the ledger tries again) in pacer_redis_errors_total and logs it: give it
+// as the OnError of a *ledger.Batcher.
+func (p *Pacer) LedgerWriteFailed(err error) {
+	p.m.redisErrors.WithLabelValues().Inc()
+	p.log.Warn("idempotency ledger: write failed; tried again", "err", err)
+}
+
 // errRedisDown is what [Pacer.redis] returns in local failure mode when
 // Redis does not answer: the caller goes on without it.
 var errRedisDown = errors.New("pacer: redis unavailable (local failure mode)")
@@ -654,7 +739,11 @@ func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) er
 // At most rate * reserveAhead + burst senders of a key in this process hold
 // a slot not yet started (keyState.aheadGate), so a change of the rate
 // takes effect within about reserveAhead.
-func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyState, pol KeyPolicy, lim bucket.Limit, log *slog.Logger) (wait time.Duration, reason string, ok bool) {
+//
+// ahead, if not nil, is called once per slot granted, the ledger's flush
+// interval plus claimMargin before the slot starts (at once when it starts
+// sooner): it starts the record's claim (see [Pacer.claimAhead]).
+func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyState, pol KeyPolicy, lim bucket.Limit, log *slog.Logger, ahead func(at time.Time)) (wait time.Duration, reason string, ok bool) {
 	if high && st.normalWaiting.Load() > 0 {
 		t := time.NewTimer(handoffWait(lim, p.cfg.MaxTokenWait))
 		select {
@@ -694,7 +783,14 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 		}
 		p.m.takeLatency.WithLabelValues().Observe(time.Since(start).Seconds())
 		if res.OK {
-			if !sleep(ctx, res.Delay) {
+			if ahead != nil {
+				lead := p.ledger.(ClaimAheadLedger).FlushInterval() + claimMargin
+				if !sleep(ctx, time.Until(res.At.Add(-lead))) {
+					return 0, "", false
+				}
+				ahead(res.At)
+			}
+			if !sleep(ctx, time.Until(res.At)) {
 				return 0, "", false
 			}
 			// A sender woken late (a stall, a busy CPU) would send its slot
@@ -763,10 +859,18 @@ func lateSlot(lim bucket.Limit) time.Duration {
 	return max(time.Duration(d*float64(time.Second)), time.Millisecond)
 }
 
+// leaseBacklog is the automatic lease size from which a key always leases.
+// A smaller lease (a key under 100 msgs/s) is taken only while the key has
+// at least as many senders waiting for slots in this process, so its slots
+// are used rather than left to lapse; with fewer, each sender reserves its
+// own slot.
+const leaseBacklog = 10
+
 // reserve asks b for one slot of key under lim (the adapted limit of
 // pol.Limit): with a recipient bucket (configured, or a pair's learned
-// rate, the lower of the two), one all-or-nothing reservation of both; else through the key's Dispenser (one Redis call per lease) when
-// leases are on for the key and st != nil; else one reservation.
+// rate, the lower of the two), one all-or-nothing reservation of both; else
+// through the key's Dispenser (one Redis call per lease) when leases are on
+// for the key (see leaseBacklog) and st != nil; else one reservation.
 func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keyState, pol KeyPolicy, lim bucket.Limit) (bucket.Reservation, error) {
 	rl := pol.RecipientLimit
 	if st != nil && st.anyPairRate() {
@@ -788,7 +892,7 @@ func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keySt
 		}, max(min(p.cfg.MaxTokenWait, reach), time.Millisecond))
 	}
 	n := p.cfg.leaseSize(pol.Limit, lim)
-	if n <= 1 || st == nil {
+	if n <= 1 || st == nil || (p.cfg.LeaseSize == 0 && n < leaseBacklog && int(st.normalWaiting.Load()) < n) {
 		p.m.bucketCalls.WithLabelValues().Inc()
 		return b.Reserve(ctx, p.cfg.Channel, key, lim, 1, p.cfg.MaxTokenWait)
 	}

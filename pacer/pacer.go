@@ -198,11 +198,11 @@ type Config struct {
 	SendTimeout    time.Duration // one provider request; default 30s
 	UnknownOutcome string        // "dlq" (default) or "resend"; see the package doc
 	RedisFailure   string        // "closed" (default: sends stop while Redis is down) or "local" (pace with Deps.Fallback)
-	IdempotencyTTL time.Duration // how long delivered ids are remembered; default 24h
+	IdempotencyTTL time.Duration // how long the ledger keeps a claim or delivered mark: it must outlive the record's offset commit (see Validate's floor); default 10m
 	MaxQueued      int           // records one partition holds in its per-key queues before fetching pauses; default 2000
 	InFlight       int           // records of one pacing key handled at once in a partition, 0..1024; default 32 (1 keeps strict order per key)
 	Lookahead      time.Duration // a key holds at most Lookahead x its rate records per partition (at least InFlight); more are parked; >= 0; default 5s
-	LeaseSize      int           // slots per Redis lease, 0..256; 0 (default) = per key, its ceiling's rate/10 (100 ms of slots) when that is >= 10, else 1 (one reservation per message); at most the adapted burst
+	LeaseSize      int           // slots per Redis lease, 0..256; 0 (default) = per key, its ceiling's rate/10 (100 ms of slots) when that is >= 2, else 1 (one reservation per message), not capped by the burst; an automatic lease under 10 slots is taken only while the key has as many senders waiting
 	StartupTimeout time.Duration // Run fails if the topics cannot be checked (no broker answers) within this; default 1m
 	ProgressEvery  time.Duration // interval of the INFO progress line (delivered, dead-lettered, requeued, retried); default 30s, < 0 = none
 	Owner          string        // this process in ledger claims; default host-pid-random
@@ -295,8 +295,15 @@ func (c Config) Validate() error {
 		}
 	}
 	// Floors below which a setting defeats its purpose: the ledger must
-	// remember a delivered id at least as long as a copy of its record can
-	// come back (a retry tier's delay, a rebalance), a send needs time for
+	// remember a delivered id at least as long as its record can stay
+	// uncommitted and come back (a record held until due on a retry topic
+	// holds the commits behind it up to a tier's delay and jitter; a
+	// rebalance; MaxTokenWait, SendTimeout and Drain are far shorter): 10
+	// minutes and twice the longest retry delay. Past that, the ledger keeps
+	// nothing of a delivered record, so its Redis memory follows the rate
+	// (rate x IdempotencyTTL), not the day's volume; a producer that
+	// publishes the same envelope id again later is a separate question
+	// (pacer ingest answers it for PACER_IDEMPOTENCY_TTL). A send needs time for
 	// one round trip, and a progress line more often than every second is
 	// noise.
 	longest := 0 * time.Second
@@ -360,7 +367,7 @@ func (c *Config) setDefaults() {
 	// of retry and requeue delays too.
 	defd(&c.AIMD.MaxCooldown, c.AIMD.CooldownFor(math.MaxInt64))
 	defd(&c.MaxTokenWait, 5*time.Second)
-	defd(&c.IdempotencyTTL, 24*time.Hour)
+	defd(&c.IdempotencyTTL, 10*time.Minute)
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5
 	}
@@ -386,24 +393,23 @@ func (c *Config) setDefaults() {
 
 // leaseSize is how many slots one Redis lease takes for a key whose
 // ceiling is ceiling and adapted limit lim: Config.LeaseSize when set, else
-// 100 ms of the ceiling's slots when that is at least 10, else 1 (one
-// reservation per message); never more than maxLeaseSize or the ceiling's
-// burst scaled to the adapted rate (the burst before the pacing headroom
-// adapt.Adapted.Limit takes off, which does not make slots bunch: a
-// lease's slots are spaced at the rate).
+// 100 ms of slots at the adapted rate when that is at least 2, else 1 (one
+// reservation per message); never more than maxLeaseSize. The burst does
+// not cap it: a lease's slots are spaced at the rate (the bucket goes into
+// debt for them, as for reservations made ahead), so a lease of 100 ms of
+// slots bunches nothing; it only holds other replicas' slots back by as
+// much, and a throttle gives back the slots not started (dropLease).
+// Below 10 slots, [Pacer.reserve] leases only while the key has that many
+// senders waiting (see leaseBacklog).
 func (c *Config) leaseSize(ceiling, lim bucket.Limit) int {
 	n := c.LeaseSize
 	if n <= 0 {
-		n = int(ceiling.PerSecond / 10)
-		if n < 10 {
+		n = int(min(ceiling.PerSecond, lim.PerSecond) / 10) // 100 ms at the adapted rate
+		if n < 2 {
 			n = 1
 		}
 	}
-	burst := ceiling.Burst
-	if lim.PerSecond < ceiling.PerSecond {
-		burst = int(float64(ceiling.Burst) * lim.PerSecond / ceiling.PerSecond)
-	}
-	return max(min(n, maxLeaseSize, max(burst, lim.Burst)), 1)
+	return max(min(n, maxLeaseSize), 1)
 }
 
 // retryTopic returns the name of retry tier n (1-based).

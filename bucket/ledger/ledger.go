@@ -97,6 +97,12 @@ func (l *Ledger) Claim(ctx context.Context, channel, key, id, owner string, ttl 
 		return ClaimUnknown, 0, fmt.Errorf("ledger: claim %q: %w", k, err)
 	}
 	s, _ := v.(string)
+	return parseClaim(k, s)
+}
+
+// parseClaim reads the reply s of claim.lua (or one of claim_many.lua's)
+// for id key k.
+func parseClaim(k, s string) (ClaimResult, time.Duration, error) {
 	switch {
 	case s == "claimed":
 		return Claimed, 0, nil
@@ -110,7 +116,7 @@ func (l *Ledger) Claim(ctx context.Context, channel, key, id, owner string, ttl 
 			return CoolingDown, time.Duration(us) * time.Microsecond, nil
 		}
 	}
-	return ClaimUnknown, 0, fmt.Errorf("ledger: claim %q: unexpected reply %v", k, v)
+	return ClaimUnknown, 0, fmt.Errorf("ledger: claim %q: unexpected reply %q", k, s)
 }
 
 // Delivered records that id was accepted by the provider (providerID, may

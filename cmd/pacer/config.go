@@ -115,10 +115,14 @@ type config struct {
 	InFlight int `env:"PACER_INFLIGHT, default=32" pacer:"InFlight"`
 	// PACER_LOOKAHEAD: how much of its pace a key keeps in memory per partition (rate x lookahead records, at least PACER_INFLIGHT); the rest is parked on the retry topics; default 5s.
 	Lookahead time.Duration `env:"PACER_LOOKAHEAD, default=5s" pacer:"Lookahead"`
-	// PACER_LEASE_SIZE: send slots taken from Redis per call for one key; default 0 = automatic (a tenth of a second of slots once that is >= 10, else 1).
+	// PACER_LEASE_SIZE: send slots taken from Redis per call for one key; default 0 = automatic (a tenth of a second of slots once that is >= 2, below 10 only while the key has that many messages waiting, else 1).
 	LeaseSize int `env:"PACER_LEASE_SIZE, default=0" pacer:"LeaseSize"`
-	// PACER_IDEMPOTENCY_TTL: how long delivered envelope ids are remembered; default 24h.
-	IdempotencyTTL time.Duration `env:"PACER_IDEMPOTENCY_TTL, default=24h" pacer:"IdempotencyTTL"`
+	// PACER_IDEMPOTENCY_TTL: how long pacer ingest remembers accepted envelope ids and Idempotency-Key answers; default 24h.
+	IdempotencyTTL time.Duration `env:"PACER_IDEMPOTENCY_TTL, default=24h"`
+	// PACER_LEDGER_TTL: how long pacer run's idempotency ledger keeps a claim or delivered mark in Redis; at least 10m and twice the longest retry delay; default 10m.
+	LedgerTTL time.Duration `env:"PACER_LEDGER_TTL, default=10m" pacer:"IdempotencyTTL"`
+	// PACER_LEDGER_FLUSH: how long an idempotency claim or delivered mark waits for others to go to Redis with it in one pipeline, 1ms..1s; default 20ms.
+	LedgerFlush time.Duration `env:"PACER_LEDGER_FLUSH, default=20ms"`
 	// PACER_KAFKA_STARTUP_TIMEOUT: run exits 1 if no Kafka broker answered within this at start-up; default 1m.
 	StartupTimeout time.Duration `env:"PACER_KAFKA_STARTUP_TIMEOUT, default=1m" pacer:"StartupTimeout"`
 	// PACER_PROGRESS_INTERVAL: interval of run's INFO progress line; default 30s.
@@ -196,7 +200,7 @@ func (c config) pacerConfig(ch *channel) pacer.Config {
 		Breaker:     adapt.Breaker{OpenFor: c.HaltCooldown, MaxOpenFor: c.BreakerMaxOpen, FloorThrottles: c.BreakerFloorThrottles},
 		MaxAttempts: c.MaxAttempts, Drain: c.Drain, MaxTokenWait: c.MaxTokenWait, RetryDelays: c.RetryDelays,
 		InFlight: c.InFlight, Lookahead: c.Lookahead, LeaseSize: c.LeaseSize, SendTimeout: c.SendTimeout, UnknownOutcome: c.UnknownOutcome,
-		IdempotencyTTL: c.IdempotencyTTL, RedisFailure: c.RedisFailure, StartupTimeout: c.StartupTimeout,
+		IdempotencyTTL: c.LedgerTTL, RedisFailure: c.RedisFailure, StartupTimeout: c.StartupTimeout,
 		ProgressEvery: c.ProgressEvery,
 	}
 }
@@ -305,6 +309,12 @@ func (c config) validate() []error {
 	bad := func(v, p string) { errs = append(errs, &configError{v, p}) }
 	if len(c.KafkaBrokers) == 0 {
 		bad("PACER_KAFKA_BROKERS", "at least one host:port is required")
+	}
+	if c.IdempotencyTTL < 10*time.Minute {
+		bad("PACER_IDEMPOTENCY_TTL", fmt.Sprintf("%v is too short: a client's retry must find the id it sent (at least 10m)", c.IdempotencyTTL))
+	}
+	if c.LedgerFlush < time.Millisecond || c.LedgerFlush > time.Second {
+		bad("PACER_LEDGER_FLUSH", fmt.Sprintf("%v is outside 1ms..1s", c.LedgerFlush))
 	}
 	for _, b := range c.KafkaBrokers {
 		if _, port, err := net.SplitHostPort(b); err != nil || !validPort(port) {

@@ -59,6 +59,7 @@ type e2e struct {
 	topic   string
 	prefix  string
 	fake    *whatsapptest.Server
+	fakeURL string // if set, the fake's address instead of fake.URL()
 	// rewrite, if set, changes the environment of every pacer command
 	// (the secured tests replace the servers and the token).
 	rewrite func([]string) []string
@@ -82,11 +83,15 @@ func (e *e2e) env(extra ...string) []string {
 		defer func() { e.rewrite = r }()
 		return r(e.env(extra...))
 	}
+	fakeURL := e.fakeURL
+	if fakeURL == "" {
+		fakeURL = e.fake.URL()
+	}
 	return append(append(os.Environ(),
 		"PACER_KAFKA_BROKERS="+e.brokers,
 		"PACER_REDIS_URL="+e.redis,
 		"PACER_REDIS_PREFIX="+e.prefix,
-		"PACER_WHATSAPP_BASE_URL="+e.fake.URL(),
+		"PACER_WHATSAPP_BASE_URL="+fakeURL,
 		"PACER_WHATSAPP_TOKEN=e2e-secret-token",
 		"PACER_METRICS_ADDR=127.0.0.1:0",
 		"PACER_LOG_FORMAT=text",

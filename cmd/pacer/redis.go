@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"strings"
+	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -67,4 +70,34 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// roundTrips counts the requests a go-redis client makes of Redis: one per
+// command, one per pipeline (or transaction) however many commands it
+// carries. Add it with AddHook; it is read as pacer_redis_round_trips_total.
+type roundTrips struct{ n atomic.Int64 }
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// collector returns pacer_redis_round_trips_total{channel} for h.
+func (h *roundTrips) collector(channel string) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "pacer_redis_round_trips_total",
+		Help:        "Requests made of Redis: one per command, one per pipeline however many commands it carries.",
+		ConstLabels: prometheus.Labels{"channel": channel},
+	}, func() float64 { return float64(h.n.Load()) })
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
@@ -72,6 +73,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return err
 	}
 	defer rdb.Close()
+	trips := &roundTrips{}
+	rdb.AddHook(trips)
 	lim := bucket.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
 	redis.SetLogger(redisLogger{log})
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -92,17 +95,36 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	ctl := control.New(rdb, lim.Keys())
 	base := pacer.KeyPolicy{Limit: pc.Limit, RecipientLimit: pc.RecipientLimit, AIMD: pc.AIMD, Breaker: pc.Breaker}
 	policy := pacer.OverridePolicy{Base: base, Channel: ch.name, Store: ctl}
+	// The ledger's claims and delivered marks go to Redis in one pipeline
+	// per PACER_LEDGER_FLUSH; those still waiting at exit are written then.
+	var failTo atomic.Pointer[pacer.Pacer] // set below; the ledger reports its failures to it
+	led := ledger.NewBatcher(rdb, lim.Keys(), ledger.BatchConfig{FlushInterval: cfg.LedgerFlush,
+		OnError: func(err error) {
+			if p := failTo.Load(); p != nil {
+				p.LedgerWriteFailed(err)
+			} else {
+				log.Warn("idempotency ledger: write failed; tried again", "err", err)
+			}
+		}})
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Drain)
+		defer cancel()
+		if err := led.Close(cctx); err != nil {
+			log.Error("idempotency ledger: marks not written at exit; their records read as unknown outcome if delivered again", "err", err)
+		}
+	}()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), trips.collector(ch.name))
 	p, err := pacer.New(pc, append(kopts, kgo.ClientID("pacer-"+ch.name),
 		kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))),
-		pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Ledger: ledger.New(rdb, lim.Keys()), Sender: sender,
+		pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Ledger: led, Sender: sender,
 			Fallback:  bucket.NewLocal(bucket.LocalConfig{Replicas: cfg.ExpectedReplicas}),
 			RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 			Policy:    policy, Campaigns: ctl}, reg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
+	failTo.Store(p)
 
 	go publishBacklog(ctx, rdb, cfg.RedisPrefix, ch.name, p.Owner(), p, log)
 	// The status page: this replica publishes its active keys, and its page

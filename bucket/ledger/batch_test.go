@@ -1,0 +1,380 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/ledger"
+	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/redis/go-redis/v9"
+)
+
+// tripCounter counts the requests a client makes: one per command, one per
+// pipeline.
+type tripCounter struct{ n atomic.Int64 }
+
+func (h *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+}
+
+// servers returns a miniredis client and a redis-server client, each with
+// its own key prefix.
+func servers(t *testing.T) map[string]struct {
+	rdb  *redis.Client
+	keys bucket.Keys
+} {
+	mr := miniredis.RunT(t)
+	out := map[string]struct {
+		rdb  *redis.Client
+		keys bucket.Keys
+	}{}
+	for name, o := range map[string]*redis.Options{
+		"miniredis":    {Addr: mr.Addr()},
+		"redis-server": {Addr: testenv.RedisAddr(t), DB: testenv.RedisDB},
+	} {
+		rdb := redis.NewClient(o)
+		t.Cleanup(func() { rdb.Close() })
+		out[name] = struct {
+			rdb  *redis.Client
+			keys bucket.Keys
+		}{rdb, bucket.NewKeys("tb" + t.Name() + time.Now().Format("150405.000000"))}
+	}
+	return out
+}
+
+func closeBatcher(t *testing.T, b *ledger.Batcher) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+// TestBatcherSteps: through a Batcher, each step answers as through the
+// Ledger (TestLedgerSteps), though marks and releases are only queued.
+func TestBatcherSteps(t *testing.T) {
+	for name, s := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			b := ledger.NewBatcher(s.rdb, s.keys, ledger.BatchConfig{FlushInterval: 2 * time.Millisecond})
+			defer closeBatcher(t, b)
+			const ch, key, id = "whatsapp", "106", "m1"
+			for i, st := range []struct {
+				op    string
+				owner string
+				want  ledger.ClaimResult
+			}{
+				{"claim", "a", ledger.Claimed},
+				{"claim", "a", ledger.Claimed},
+				{"claim", "b", ledger.Abandoned},
+				{"release", "b", ledger.ClaimUnknown},
+				{"claim", "b", ledger.Abandoned},
+				{"release", "a", ledger.ClaimUnknown},
+				{"claim", "b", ledger.Claimed},
+				{"force", "c", ledger.Claimed},
+				{"deliver", "c", ledger.ClaimUnknown},
+				{"claim", "a", ledger.Delivered},
+				{"force", "a", ledger.Delivered},
+				{"release", "c", ledger.ClaimUnknown},
+				{"claim", "c", ledger.Delivered},
+			} {
+				var got ledger.ClaimResult
+				var err error
+				switch st.op {
+				case "claim", "force":
+					got, _, err = b.Claim(ctx, ch, key, id, st.owner, time.Minute, st.op == "force")
+				case "deliver":
+					err = b.Delivered(ctx, ch, key, id, "wamid.X", time.Hour)
+				case "release":
+					err = b.Release(ctx, ch, key, id, st.owner)
+				}
+				if err != nil || got != st.want {
+					t.Fatalf("step %d %s(%s): got %v, %v; want %v", i, st.op, st.owner, got, err, st.want)
+				}
+			}
+		})
+	}
+}
+
+// TestBatcherRoundTrips: 200 goroutines each claim an id (of 20 pacing
+// keys) and mark it delivered; the 400 operations take a handful of round
+// trips, not 400, and every answer is right.
+func TestBatcherRoundTrips(t *testing.T) {
+	for name, s := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			trips := &tripCounter{}
+			s.rdb.AddHook(trips)
+			if err := s.rdb.Ping(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// A long interval and a large batch: a flush every 100 ms at most,
+			// so the count does not depend on how fast the goroutines start.
+			b := ledger.NewBatcher(s.rdb, s.keys, ledger.BatchConfig{FlushInterval: 100 * time.Millisecond, MaxBatch: 1000})
+			defer closeBatcher(t, b)
+			base := trips.n.Load()
+			const n = 200
+			var wg sync.WaitGroup
+			errs := make(chan error, n)
+			for i := range n {
+				wg.Go(func() {
+					key, id := fmt.Sprint(106+i%20), fmt.Sprint("m", i)
+					got, _, err := b.Claim(t.Context(), "whatsapp", key, id, "a", time.Minute, false)
+					if err != nil || got != ledger.Claimed {
+						errs <- fmt.Errorf("claim %s: %v, %v", id, got, err)
+						return
+					}
+					if err := b.Delivered(t.Context(), "whatsapp", key, id, "w", time.Hour); err != nil {
+						errs <- err
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			closeBatcher(t, b)
+			// Whatever the scheduling: the claims take one flush each 100 ms
+			// (at most a few, a script load each the first time), the marks
+			// one more.
+			if got := trips.n.Load() - base; got > 12 {
+				t.Errorf("%d claims and %d marks took %d round trips; want at most 12", n, n, got)
+			} else {
+				t.Logf("%d claims and %d marks: %d round trips", n, n, got)
+			}
+			l := ledger.New(s.rdb, s.keys)
+			for i := range n {
+				if got, _, err := l.Claim(t.Context(), "whatsapp", fmt.Sprint(106+i%20), fmt.Sprint("m", i), "b", time.Minute, false); err != nil || got != ledger.Delivered {
+					t.Fatalf("id m%d after the batch: %v, %v; want delivered", i, got, err)
+				}
+			}
+		})
+	}
+}
+
+// TestBatcherMarkBeforeClaim: a claim queued after a delivered mark of the
+// same id, in the same flush, sees the mark; a release before a claim by
+// another owner frees the id for it.
+func TestBatcherMarkBeforeClaim(t *testing.T) {
+	for name, s := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			l := ledger.New(s.rdb, s.keys)
+			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m1", "a", time.Minute, false); err != nil || got != ledger.Claimed {
+				t.Fatalf("claim: %v %v", got, err)
+			}
+			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m2", "a", time.Minute, false); err != nil || got != ledger.Claimed {
+				t.Fatalf("claim: %v %v", got, err)
+			}
+			b := ledger.NewBatcher(s.rdb, s.keys, ledger.BatchConfig{FlushInterval: 50 * time.Millisecond})
+			defer closeBatcher(t, b)
+			b.Delivered(ctx, "whatsapp", "106", "m1", "w", time.Hour)
+			b.Release(ctx, "whatsapp", "106", "m2", "a")
+			p1 := b.ClaimAsync("whatsapp", "106", "m1", "a", time.Minute, false)
+			p2 := b.ClaimAsync("whatsapp", "106", "m2", "b", time.Minute, false)
+			if got, _, err := p1.Wait(ctx); err != nil || got != ledger.Delivered {
+				t.Errorf("claim after the mark in one flush: %v, %v; want delivered", got, err)
+			}
+			if got, _, err := p2.Wait(ctx); err != nil || got != ledger.Claimed {
+				t.Errorf("claim by b after a's release in one flush: %v, %v; want claimed", got, err)
+			}
+		})
+	}
+}
+
+// TestBatcherCancel: a claim cancelled before its flush writes nothing; one
+// whose context ends before its flush is cancelled likewise.
+func TestBatcherCancel(t *testing.T) {
+	for name, s := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			b := ledger.NewBatcher(s.rdb, s.keys, ledger.BatchConfig{FlushInterval: 200 * time.Millisecond})
+			defer closeBatcher(t, b)
+			pc := b.ClaimAsync("whatsapp", "106", "m1", "a", time.Minute, false)
+			if !pc.Cancel() {
+				t.Fatal("Cancel before the flush = false")
+			}
+			if got, _, err := pc.Wait(t.Context()); got != ledger.ClaimUnknown || err == nil {
+				t.Fatalf("Wait after Cancel = %v, %v; want unknown and an error", got, err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			if got, _, err := b.Claim(ctx, "whatsapp", "106", "m2", "a", time.Minute, false); got != ledger.ClaimUnknown || err == nil {
+				t.Fatalf("Claim with an ended context = %v, %v; want unknown and an error", got, err)
+			}
+			time.Sleep(400 * time.Millisecond) // a flush, had they stayed queued
+			for _, id := range []string{"m1", "m2"} {
+				if n, err := s.rdb.Exists(t.Context(), s.keys.ID("whatsapp", "106", id)).Result(); err != nil || n != 0 {
+					t.Errorf("cancelled claim of %s left a key: %d, %v", id, n, err)
+				}
+			}
+			// Other owners can claim them: nothing was written.
+			if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "b", time.Minute, false); err != nil || got != ledger.Claimed {
+				t.Fatalf("claim by b after a's cancel = %v, %v; want claimed", got, err)
+			}
+		})
+	}
+}
+
+// TestBatcherCrash is what a crash means with a flush interval: a process
+// that claimed an id, sent it, and died before its delivered mark was
+// flushed leaves its claim, so the next owner reads the id as abandoned
+// (unknown outcome: dead-lettered, or resent only with force) and never as
+// free; the marks of the last flush interval are all a crash can lose.
+func TestBatcherCrash(t *testing.T) {
+	for name, s := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			a := ledger.NewBatcher(s.rdb, s.keys, ledger.BatchConfig{FlushInterval: time.Hour})
+			l := ledger.New(s.rdb, s.keys)
+			// The claim went out (its own flush; here written directly), the
+			// request left, the mark waits for a flush an hour away.
+			if got, _, err := l.Claim(t.Context(), "whatsapp", "106", "m1", "a", time.Minute, false); err != nil || got != ledger.Claimed {
+				t.Fatalf("claim: %v %v", got, err)
+			}
+			a.Delivered(t.Context(), "whatsapp", "106", "m1", "w", time.Hour)
+			// The crash: the process ends without a flush.
+			dead, cancel := context.WithCancel(context.Background())
+			cancel()
+			if err := a.Close(dead); err == nil {
+				t.Fatal("Close with an ended context wrote everything; want the mark lost")
+			}
+			b := ledger.New(s.rdb, s.keys)
+			if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "b", time.Minute, false); err != nil || got != ledger.Abandoned {
+				t.Fatalf("next owner's claim = %v, %v; want abandoned (unknown outcome), never claimed", got, err)
+			}
+			if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "b", time.Minute, true); err != nil || got != ledger.Claimed {
+				t.Fatalf("next owner's forced claim = %v, %v; want claimed (UnknownOutcome resend)", got, err)
+			}
+		})
+	}
+}
+
+// TestBatcherRedisDown: while Redis fails, claims answer an error (never
+// Claimed) and a delivered mark is kept and tried again; claims queued
+// behind a failed mark fail too, so none passes it; once Redis answers the
+// mark is written.
+func TestBatcherRedisDown(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	defer rdb.Close()
+	var reported atomic.Int64
+	b := ledger.NewBatcher(rdb, bucket.Keys{}, ledger.BatchConfig{FlushInterval: time.Millisecond,
+		OnError: func(error) { reported.Add(1) }})
+	defer closeBatcher(t, b)
+	if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "a", time.Minute, false); err != nil || got != ledger.Claimed {
+		t.Fatalf("claim: %v %v", got, err)
+	}
+	mr.SetError("LOADING Redis is loading the dataset in memory")
+	b.Delivered(t.Context(), "whatsapp", "106", "m1", "w", time.Hour)
+	got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "a", time.Minute, false)
+	if err == nil || got != ledger.ClaimUnknown {
+		t.Fatalf("claim while Redis fails = %v, %v; want unknown and an error", got, err)
+	}
+	if reported.Load() == 0 {
+		t.Error("a failed mark was not reported")
+	}
+	mr.SetError("")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if v, _ := mr.Get("pacer:{whatsapp:106}:id:m1"); v == "d:w" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the mark was not written once Redis answered")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "a", time.Minute, false); err != nil || got != ledger.Delivered {
+		t.Fatalf("claim after the mark = %v, %v; want delivered", got, err)
+	}
+}
+
+// TestBatcherCooldownPerKey: one flush claims ids of several pacing keys;
+// only the ids of the key in cooldown answer cooldown, and nothing of
+// theirs is written.
+func TestBatcherCooldownPerKey(t *testing.T) {
+	for name, s := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			lim := bucket.New(s.rdb, bucket.Config{Prefix: s.keys.Prefix()})
+			if err := lim.Cooldown(ctx, "whatsapp", "107", 2*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			b := ledger.NewBatcher(s.rdb, s.keys, ledger.BatchConfig{FlushInterval: 50 * time.Millisecond})
+			defer closeBatcher(t, b)
+			var pcs []*ledger.PendingClaim
+			for i := range 6 {
+				pcs = append(pcs, b.ClaimAsync("whatsapp", fmt.Sprint(106+i%3), fmt.Sprint("m", i), "a", time.Minute, false))
+			}
+			for i, pc := range pcs {
+				got, left, err := pc.Wait(ctx)
+				want := ledger.Claimed
+				if i%3 == 1 {
+					want = ledger.CoolingDown
+				}
+				if err != nil || got != want || (want == ledger.CoolingDown && (left <= time.Second || left > 2*time.Second)) {
+					t.Errorf("id m%d of key %d: %v, %v, %v; want %v", i, 106+i%3, got, left, err, want)
+				}
+			}
+			if n, _ := s.rdb.Exists(ctx, s.keys.ID("whatsapp", "107", "m1"), s.keys.ID("whatsapp", "107", "m4")).Result(); n != 0 {
+				t.Errorf("%d claims written for the key in cooldown; want 0", n)
+			}
+		})
+	}
+}
+
+// TestBatcherCluster: under Redis Cluster a flush claims each pacing key's
+// ids in a call of their own (one slot each), so ids of many keys claim
+// and mark without a CROSSSLOT error.
+func TestBatcherCluster(t *testing.T) {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
+	defer rdb.Close()
+	keys := bucket.NewKeys("tbc" + time.Now().Format("150405.000000"))
+	b := ledger.NewBatcher(rdb, keys, ledger.BatchConfig{FlushInterval: 20 * time.Millisecond})
+	defer closeBatcher(t, b)
+	var pcs []*ledger.PendingClaim
+	for i := range 40 {
+		pcs = append(pcs, b.ClaimAsync("whatsapp", fmt.Sprint(106+i%10), fmt.Sprint("m", i), "a", time.Minute, false))
+	}
+	for i, pc := range pcs {
+		if got, _, err := pc.Wait(t.Context()); err != nil || got != ledger.Claimed {
+			t.Fatalf("id m%d: %v, %v; want claimed", i, got, err)
+		}
+		b.Delivered(t.Context(), "whatsapp", fmt.Sprint(106+i%10), fmt.Sprint("m", i), "w", time.Minute)
+	}
+	for i := range 40 {
+		if got, _, err := b.Claim(t.Context(), "whatsapp", fmt.Sprint(106+i%10), fmt.Sprint("m", i), "b", time.Minute, false); err != nil || got != ledger.Delivered {
+			t.Fatalf("id m%d after its mark: %v, %v; want delivered", i, got, err)
+		}
+	}
+}
+
+// TestBatcherFlush: Flush sends a claim at once rather than at the end of
+// the interval (here an hour).
+func TestBatcherFlush(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	b := ledger.NewBatcher(rdb, bucket.Keys{}, ledger.BatchConfig{FlushInterval: time.Hour})
+	defer closeBatcher(t, b)
+	pc := b.ClaimAsync("whatsapp", "106", "m1", "a", time.Minute, false)
+	b.Flush()
+	select {
+	case <-pc.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer 10 s after Flush")
+	}
+	if got, _, err := pc.Wait(t.Context()); err != nil || got != ledger.Claimed {
+		t.Fatalf("claim = %v, %v; want claimed", got, err)
+	}
+}

@@ -1,0 +1,489 @@
+package main
+
+// TestE2EBench (PACER_BENCH_E2E=1, `make bench-e2e`) puts one `pacer run`
+// process side by side with a minimal baseline (internal/bench/baseline: a
+// franz-go consumer group that POSTs each record with one pooled HTTP
+// client and commits after the send; bench tooling, not part of Pacer), on
+// the real Kafka broker and redis-server, against the same unlimited fake
+// WhatsApp Cloud API, and prints what BENCHMARKS.md records: msgs/s, CPU
+// seconds per 1,000 messages, new TCP connections per 100k messages
+// (counted at the fake), and, for Pacer, Redis round trips and commands per
+// delivered message.
+//
+// Redis is counted in a database of its own (benchDB) through MONITOR, so
+// other clients of a shared server do not count: a line "[db addr]" is a
+// command a client sent, "[db lua]" one a script ran. Round trips are the
+// process's own count (pacer_redis_round_trips_total: a pipeline is one).
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
+	"github.com/pacerhq/pacer/internal/testenv"
+)
+
+// benchDB is the Redis database of the bench's Pacer (the tests use 9):
+// 12, or PACER_BENCH_DB (the keys bench uses the next one).
+var benchDB = func() int {
+	if n, err := strconv.Atoi(os.Getenv("PACER_BENCH_DB")); err == nil && n > 0 {
+		return n
+	}
+	return 12
+}()
+
+// benchShape is one workload: keys x per messages, paced at rate msgs/s
+// per key (burst), with inflight sends per key and partition. Rate 0 keeps
+// the channel's default limit (WhatsApp: 80/s per number, far above what
+// one process delivers over 200 numbers, so the fake's pace is the limit).
+type benchShape struct {
+	name     string
+	keys     int
+	per      int
+	rate     float64
+	burst    int
+	inflight int
+}
+
+// benchResult is what one run measured.
+type benchResult struct {
+	delivered, duplicates int
+	seconds               float64 // first to last arrival at the fake
+	cpu                   float64 // CPU seconds of the process from first to last arrival
+	conns                 int64   // TCP connections the fake accepted
+	maxInFlight           int     // most requests the fake answered at once (sampled)
+	roundTrips            float64 // Redis round trips (Pacer only)
+	commands              int64   // Redis commands, scripts' included (Pacer only)
+	clientCmds            int64   // of which sent by a client
+	byCmd                 map[string]int64
+	load                  string
+}
+
+func TestE2EBench(t *testing.T) {
+	if os.Getenv("PACER_BENCH_E2E") == "" {
+		t.Skip("measurement: run with PACER_BENCH_E2E=1 (make bench-e2e)")
+	}
+	baseline := filepath.Join(t.TempDir(), "baseline")
+	if out, err := exec.Command("go", "build", "-o", baseline, "../../internal/bench/baseline").CombinedOutput(); err != nil {
+		t.Fatalf("building the baseline: %v\n%s", err, out)
+	}
+	shapes := []benchShape{
+		{"200 keys unlimited", 200, 500, 0, 0, 32},
+		{"20 numbers at 80/s", 20, 1600, 80, 10, 32},
+		{"2 numbers at 1000/s", 2, 15000, 1000, 10, 64},
+	}
+	if v := os.Getenv("PACER_BENCH_SHAPES"); v != "" { // e.g. "0,2"
+		var pick []benchShape
+		for _, f := range strings.Split(v, ",") {
+			i, _ := strconv.Atoi(f)
+			pick = append(pick, shapes[i])
+		}
+		shapes = pick
+	}
+	var table strings.Builder
+	table.WriteString("| shape | run | msgs/s | CPU s per 1,000 msgs | new TCP conns per 100k | Redis round trips per msg | Redis commands per msg | load (1/5/15 min) |\n|---|---|---:|---:|---:|---:|---:|---|\n")
+	for _, sh := range shapes {
+		t.Run(strings.ReplaceAll(sh.name, " ", "_"), func(t *testing.T) {
+			p, b := benchShapeRun(t, baseline, sh)
+			n := float64(p.delivered)
+			fmt.Fprintf(&table, "| %s | Pacer | %.0f | %.3f | %.0f | %.3f | %.2f | %s |\n", sh.name,
+				n/p.seconds, p.cpu/n*1000, float64(p.conns)/n*1e5, p.roundTrips/n, float64(p.commands)/n, p.load)
+			nb := float64(b.delivered)
+			fmt.Fprintf(&table, "| | baseline | %.0f | %.3f | %.0f | 0 | 0 | %s |\n",
+				nb/b.seconds, b.cpu/nb*1000, float64(b.conns)/nb*1e5, b.load)
+			var cmds []string
+			for c, k := range p.byCmd {
+				cmds = append(cmds, fmt.Sprintf("%s %.3f", c, float64(k)/n))
+			}
+			sort.Strings(cmds)
+			t.Logf("Pacer: delivered %d (duplicates %d) in %.2fs; CPU %.2fs; %d connections; at most %d requests at once; Redis: %.0f round trips, %d commands (%d sent by a client); per message: %s",
+				p.delivered, p.duplicates, p.seconds, p.cpu, p.conns, p.maxInFlight, p.roundTrips, p.commands, p.clientCmds, strings.Join(cmds, ", "))
+			t.Logf("baseline: delivered %d (duplicates %d) in %.2fs; CPU %.2fs; %d connections; at most %d requests at once",
+				b.delivered, b.duplicates, b.seconds, b.cpu, b.conns, b.maxInFlight)
+		})
+	}
+	t.Logf("GOMAXPROCS %d, NumCPU %d\n%s", runtime.GOMAXPROCS(0), runtime.NumCPU(), table.String())
+}
+
+// benchShapeRun publishes sh's messages once and has Pacer, then the
+// baseline (its own consumer group), deliver all of them.
+func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, baseRes benchResult) {
+	e := newE2E(t, whatsapptest.Config{})
+	addr := testenv.RedisAddr(t)
+	e.redis = fmt.Sprintf("redis://%s/%d", addr, benchDB)
+	lines, _ := campaign(sh.keys, sh.per, "bx")
+	if code, out, errs := e.publish(lines, "--partitions", "12"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	n := sh.keys * sh.per
+	rate := sh.rate
+	if rate == 0 {
+		rate = 80
+	}
+	within := time.Duration(float64(n)/float64(sh.keys)/rate*3+120) * time.Second
+
+	fake := newCountingFake(t, e)
+	mon := startMonitor(t, addr, benchDB)
+	load0 := loadAvg()
+	env := []string{fmt.Sprintf("PACER_INFLIGHT=%d", sh.inflight)}
+	if sh.rate > 0 {
+		env = append(env, fmt.Sprintf("PACER_WHATSAPP_RATE=%g", sh.rate), fmt.Sprintf("PACER_WHATSAPP_BURST=%d", sh.burst))
+	}
+	p := e.run(append(env, os.Getenv("PACER_BENCH_ENV_EXTRA"))...)
+	pacerRes = fake.measure(t, p.cmd.Process.Pid, n, within, p.logs)
+	rt, ok := p.metric(t, `pacer_redis_round_trips_total{channel="whatsapp"}`)
+	if !ok {
+		rt = -1
+	}
+	late, _ := p.metric(t, `pacer_late_slots_total{channel="whatsapp"}`)
+	calls, _ := p.metric(t, `pacer_bucket_calls_total{channel="whatsapp"}`)
+	t.Logf("Pacer: %.0f slots given up as late, %.0f bucket calls", late, calls)
+	p.stop(t)
+	pacerRes.load = load0 + " → " + loadAvg()
+	pacerRes.commands, pacerRes.clientCmds, pacerRes.byCmd = mon.stop()
+	pacerRes.roundTrips = rt
+	if rt < 0 { // no metric: every client command was its own round trip
+		pacerRes.roundTrips = float64(pacerRes.clientCmds)
+	}
+	flushBenchDB(t, addr)
+
+	fake = newCountingFake(t, e)
+	load0 = loadAvg()
+	conc := min(sh.keys*sh.inflight, 1024)
+	cmd := exec.Command(baseline, "-brokers", e.brokers, "-topic", e.topic, "-group", "baseline-"+e.prefix,
+		"-url", e.fakeURL, "-token", "e2e-secret-token", "-concurrency", strconv.Itoa(conc))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	baseRes = fake.measure(t, cmd.Process.Pid, n, within, stderr.String)
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	baseRes.load = load0 + " → " + loadAvg()
+	return pacerRes, baseRes
+}
+
+// countingFake is an unlimited fake Cloud API that counts the TCP
+// connections it accepts and samples the requests it answers at once.
+type countingFake struct {
+	srv   *whatsapptest.Server
+	conns atomic.Int64
+}
+
+func newCountingFake(t *testing.T, e *e2e) *countingFake {
+	f := &countingFake{srv: whatsapptest.New(whatsapptest.Config{Token: "e2e-secret-token"})}
+	ts := httptest.NewUnstartedServer(f.srv.Handler())
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			f.conns.Add(1)
+		}
+	}
+	ts.Start()
+	t.Cleanup(ts.Close)
+	e.fake, e.fakeURL = f.srv, ts.URL
+	return f
+}
+
+// measure waits until the fake accepted n messages and returns the
+// figures; process pid's CPU time is read at the first and at the last
+// arrival.
+func (f *countingFake) measure(t *testing.T, pid, n int, within time.Duration, logs func() string) benchResult {
+	t.Helper()
+	var r benchResult
+	deadline := time.Now().Add(within)
+	var cpu0 float64
+	started := false
+	for {
+		got, dups := 0, 0
+		for _, s := range f.srv.Stats() {
+			got += s.Delivered
+			dups += s.Duplicates
+		}
+		r.maxInFlight = max(r.maxInFlight, f.srv.InFlight())
+		if got > 0 && !started {
+			cpu0, started = procCPU(t, pid), true
+		}
+		if got >= n {
+			r.cpu = procCPU(t, pid) - cpu0
+			r.delivered, r.duplicates = got, dups
+			break
+		}
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGQUIT) // its goroutines, into the log
+			time.Sleep(2 * time.Second)
+			t.Fatalf("delivered %d of %d within %v\n%s", got, n, within, logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var first, last time.Time
+	for _, s := range f.srv.Stats() {
+		if first.IsZero() || s.First.Before(first) {
+			first = s.First
+		}
+		if s.Last.After(last) {
+			last = s.Last
+		}
+	}
+	r.seconds = last.Sub(first).Seconds()
+	r.conns = f.conns.Load()
+	return r
+}
+
+// procCPU returns the user + system CPU seconds of process pid so far
+// (/proc/pid/stat, clock ticks of 1/100 s).
+func procCPU(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatalf("reading the CPU time of %d: %v", pid, err)
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100
+}
+
+func loadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], "/")
+}
+
+// monitor counts the commands Redis runs in one database, from MONITOR.
+type monitor struct {
+	conn    net.Conn
+	wg      sync.WaitGroup
+	total   int64
+	clients int64
+	byCmd   map[string]int64
+}
+
+func startMonitor(t *testing.T, addr string, db int) *monitor {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	m := &monitor{conn: c, byCmd: map[string]int64{}}
+	tag := []byte(fmt.Sprintf("[%d ", db))
+	br := bufio.NewReaderSize(c, 1<<20)
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
+		t.Fatalf("MONITOR: %q %v", line, err)
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for {
+			line, err := br.ReadSlice('\n')
+			if err != nil && err != bufio.ErrBufferFull {
+				return
+			}
+			i := bytes.Index(line, tag)
+			if i < 0 {
+				continue
+			}
+			rest := line[i+len(tag):]
+			j := bytes.IndexByte(rest, ']')
+			if j < 0 {
+				continue
+			}
+			m.total++
+			src := "lua:"
+			if !bytes.Equal(rest[:j], []byte("lua")) {
+				m.clients++
+				src = ""
+			}
+			name := rest[j+1:]
+			if q := bytes.IndexByte(name, '"'); q >= 0 {
+				name = name[q+1:]
+				if q2 := bytes.IndexByte(name, '"'); q2 >= 0 {
+					name = name[:q2]
+				}
+			}
+			m.byCmd[src+strings.ToLower(string(name))]++
+		}
+	}()
+	return m
+}
+
+// stop ends the count and returns commands in all, those clients sent, and
+// the count by command ("lua:" prefixed when a script ran it).
+func (m *monitor) stop() (total, clients int64, byCmd map[string]int64) {
+	time.Sleep(200 * time.Millisecond) // the last lines
+	m.conn.Close()
+	m.wg.Wait()
+	return m.total, m.clients, m.byCmd
+}
+
+// flushBenchDB empties the bench's database, so the next shape starts clean
+// and the shared server keeps nothing of the bench.
+func flushBenchDB(t *testing.T, addr string) { flushDB(t, addr, benchDB) }
+
+func flushDB(t *testing.T, addr string, db int) {
+	t.Helper()
+	out, err := exec.Command("redis-cli", "-h", strings.Split(addr, ":")[0], "-p", strings.Split(addr, ":")[1],
+		"-n", strconv.Itoa(db), "FLUSHDB").CombinedOutput()
+	if err != nil {
+		t.Logf("FLUSHDB %d: %v %s", db, err, out)
+	}
+}
+
+// TestLedgerMemoryBench (PACER_BENCH_MEMORY=1, part of `make bench-e2e`)
+// measures what the idempotency ledger keeps in Redis: used_memory and the
+// bench database's keys before a campaign of PACER_BENCH_MEMORY_N messages
+// (default 1,000,000; 200 numbers, the channel's default limit), right
+// after it, and PACER_BENCH_IDLE later (default 10m). used_memory is the
+// whole server's: on a shared server other clients move it, so the keys of
+// the bench's own database and a sample of their MEMORY USAGE are printed
+// beside it.
+func TestLedgerMemoryBench(t *testing.T) {
+	if os.Getenv("PACER_BENCH_MEMORY") == "" {
+		t.Skip("measurement: run with PACER_BENCH_MEMORY=1 (make bench-e2e)")
+	}
+	n := 1_000_000
+	if v := os.Getenv("PACER_BENCH_MEMORY_N"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	idle := 10 * time.Minute
+	if v := os.Getenv("PACER_BENCH_IDLE"); v != "" {
+		idle, _ = time.ParseDuration(v)
+	}
+	const keys = 200
+	e := newE2E(t, whatsapptest.Config{})
+	addr := testenv.RedisAddr(t)
+	e.redis = fmt.Sprintf("redis://%s/%d", addr, benchDB)
+	flushBenchDB(t, addr)
+	lines, _ := campaign(keys, n/keys, "mm")
+	if code, out, errs := e.publish(lines, "--partitions", "12"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	lines = ""
+	fake := newCountingFake(t, e)
+	before := redisMemory(t, addr)
+	t.Logf("before: %s", before)
+	p := e.run()
+	r := fake.measure(t, p.cmd.Process.Pid, n/keys*keys, 2*time.Hour, p.logs)
+	p.stop(t)
+	after := redisMemory(t, addr)
+	t.Logf("after %d messages in %.0fs (%d duplicates): %s", r.delivered, r.seconds, r.duplicates, after)
+	time.Sleep(idle)
+	t.Logf("after %v idle: %s", idle, redisMemory(t, addr))
+	flushBenchDB(t, addr)
+}
+
+// redisMemory describes the server's used_memory and the bench database's
+// keys, with the mean MEMORY USAGE of up to 200 random ones.
+func redisMemory(t *testing.T, addr string) string {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	cli := func(args ...string) string {
+		out, err := exec.Command("redis-cli", append([]string{"-h", host, "-p", port, "-n", strconv.Itoa(benchDB)}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("redis-cli %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	used := ""
+	for _, l := range strings.Split(cli("INFO", "memory"), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
+			used = v
+		}
+	}
+	size, _ := strconv.Atoi(cli("DBSIZE"))
+	var sum, k int
+	for range min(size, 200) {
+		key := cli("RANDOMKEY")
+		if b, err := strconv.Atoi(cli("MEMORY", "USAGE", key)); err == nil {
+			sum += b
+			k++
+		}
+	}
+	mean := 0
+	if k > 0 {
+		mean = sum / k
+	}
+	return fmt.Sprintf("used_memory %s B (whole server); database %d: %d keys, mean MEMORY USAGE %d B (%d sampled), about %.1f MB",
+		used, benchDB, size, mean, k, float64(size*mean)/1e6)
+}
+
+// TestKeysMemoryBench (PACER_BENCH_KEYS=1) measures one `pacer run`
+// process's memory per active pacing key: RSS and Go heap in use when it
+// has just sent one message to each of PACER_BENCH_KEYS_N numbers (default
+// 100,000), against the same process idle before, and again after
+// PACER_BENCH_KEYS_IDLE (default 7m: keys are freed 5 minutes after their
+// last send, by a sweep every minute).
+func TestKeysMemoryBench(t *testing.T) {
+	if os.Getenv("PACER_BENCH_KEYS") == "" {
+		t.Skip("measurement: run with PACER_BENCH_KEYS=1")
+	}
+	n := 100_000
+	if v := os.Getenv("PACER_BENCH_KEYS_N"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	idle := 7 * time.Minute
+	if v := os.Getenv("PACER_BENCH_KEYS_IDLE"); v != "" {
+		idle, _ = time.ParseDuration(v)
+	}
+	e := newE2E(t, whatsapptest.Config{})
+	e.redis = fmt.Sprintf("redis://%s/%d", testenv.RedisAddr(t), benchDB+1)
+	fake := newCountingFake(t, e)
+	if code, out, errs := e.publish(`{"id":"warm","key":"1065400000","to":"15550000000"}`+"\n", "--partitions", "12"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	p := e.run()
+	fake.measure(t, p.cmd.Process.Pid, 1, time.Minute, p.logs)
+	time.Sleep(5 * time.Second)
+	mem := func(when string) (rss, heap float64) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+				kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+				rss = kb * 1024
+			}
+		}
+		heap, _ = p.metric(t, "go_memstats_heap_inuse_bytes")
+		active, _ := p.metric(t, `pacer_keys_active{channel="whatsapp"}`)
+		t.Logf("%s: RSS %.1f MB, Go heap in use %.1f MB, keys active %.0f", when, rss/1e6, heap/1e6, active)
+		return rss, heap
+	}
+	rss0, heap0 := mem("idle, before")
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `{"id":"k-%d","key":"2065%07d","to":"1555%07d"}`+"\n", i, i, i)
+	}
+	if code, out, errs := e.publish(b.String(), "--partitions", "12"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	r := fake.measure(t, p.cmd.Process.Pid, n+1, 30*time.Minute, p.logs)
+	rss1, heap1 := mem(fmt.Sprintf("%d keys just sent (%.0fs)", n, r.seconds))
+	time.Sleep(idle)
+	rss2, heap2 := mem(fmt.Sprintf("after %v idle", idle))
+	p.stop(t)
+	t.Logf("per key while active: RSS %.0f B, heap %.0f B; after idle, over the idle process before: RSS %.0f B, heap %.0f B per key",
+		(rss1-rss0)/float64(n), (heap1-heap0)/float64(n), (rss2-rss0)/float64(n), (heap2-heap0)/float64(n))
+	flushDB(t, testenv.RedisAddr(t), benchDB+1)
+}
