@@ -434,6 +434,10 @@ type Pacer struct {
 	tally   tally                // records finished, by how, for the progress log
 	started time.Time            // when Run began
 
+	// chains holds the live chains of strict-order keys (pacing key ->
+	// *chain): a chain copy names one, see park.go.
+	chains sync.Map
+
 	mu      sync.Mutex
 	workers map[tp]*worker
 	cl      *kgo.Client

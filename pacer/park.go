@@ -3,7 +3,10 @@ package pacer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -74,4 +77,168 @@ func (p *Pacer) parkAsync(ctx context.Context, r *kgo.Record, due time.Time, don
 		}
 		go func() { done(p.park(ctx, r, due)) }()
 	})
+}
+
+// hChain marks the park copy of a strict-order key's record (InFlight 1):
+// "<chain token>/<offset of the record in the main partition>".
+const hChain = "pacer-chain"
+
+// chainSeq numbers the chains of this process: a token is Owner-seq, so no
+// other process or earlier run of this one can hold a live chain of it.
+var chainSeq atomic.Int64
+
+// chain is a strict-order key's parked records from one main partition
+// worker, kept in the key's offset order:
+//
+//   - It starts when the key holds its lookahead bound; from then on every
+//     record of the key the worker reads is parked too (none is held), all
+//     to the last retry tier, in offset order. The client writes one
+//     partition's records in the order produced (idempotent writes), so the
+//     copies sit in the tier partition in the key's offset order.
+//   - The tier's worker sends the copies one at a time (InFlight 1) in
+//     that order, and none before ready: once the main worker holds no
+//     record of the key (those read before the chain started were sent).
+//     Copies are never parked again, so their order never changes.
+//   - A parked record's main entry is finished only when its copy is
+//     (sent, retried, requeued or dead-lettered), not when the copy is
+//     written: the main partition's commit stays below the oldest unsent
+//     copy. When the chain is empty it ends, and the key's next records
+//     are held in the main partition again.
+//   - A copy whose token names no live chain in this process (the main
+//     worker stopped: a crash, a revoke, a restart) is dropped unsent: its
+//     record was either sent already (the ledger says so), or its main
+//     entry was not finished, so the commit is below it and the next owner
+//     of the main partition reads it again and parks it in a new chain, in
+//     order behind the records before it.
+//
+// So the key's sends follow its offset order across crashes and
+// rebalances; the cost is one Kafka write and read per parked record, and
+// a main partition whose commit waits for the key's chain (a crash then
+// re-reads the partition from the chain's oldest unsent record: the ledger
+// skips what was sent).
+type chain struct {
+	token string
+	key   string
+	w     *worker       // the main partition's worker: it parks and finishes
+	ready chan struct{} // closed once w holds no record of key
+	dead  chan struct{} // closed when w stops: every copy is stale
+	// Under w.mu:
+	pend    map[int64]*pending // main entries whose copies are not finished, by offset
+	isReady bool
+}
+
+// startChain starts key's chain in w (see [chain]). Callers hold w.mu.
+func (w *worker) startChain(key string) *chain {
+	c := &chain{token: fmt.Sprintf("%s-%d", w.p.cfg.Owner, chainSeq.Add(1)), key: key, w: w,
+		ready: make(chan struct{}), dead: make(chan struct{}), pend: map[int64]*pending{}}
+	w.chains[key] = c
+	w.p.chains.Store(key, c)
+	w.chainReady(key)
+	return c
+}
+
+// chainReady lets key's chain copies be sent once w holds no record of key.
+// Callers hold w.mu.
+func (w *worker) chainReady(key string) {
+	c := w.chains[key]
+	if c == nil || c.isReady {
+		return
+	}
+	if q := w.keys[key]; q != nil && q.size() > 0 {
+		return
+	}
+	c.isReady = true
+	close(c.ready)
+}
+
+// chainFinished finishes the main entry at offset once its copy is
+// finished, and ends the chain when none is left. Callers hold w.mu.
+func (w *worker) chainFinished(c *chain, offset int64) {
+	if w.stopped || w.chains[c.key] != c {
+		return
+	}
+	e := c.pend[offset]
+	if e == nil {
+		return
+	}
+	delete(c.pend, offset)
+	w.finish(e)
+	if len(c.pend) == 0 {
+		delete(w.chains, c.key)
+		w.p.chains.CompareAndDelete(c.key, c)
+	}
+}
+
+// endChains marks w's chains stale at its stop. Callers hold w.mu.
+func (w *worker) endChains() {
+	for k, c := range w.chains {
+		close(c.dead)
+		w.p.chains.CompareAndDelete(k, c)
+	}
+	w.chains = map[string]*chain{}
+}
+
+// chainCopy returns the copy of r parked in chain c: the last retry tier,
+// no due time (the tier's worker holds it until the chain is ready), the
+// chain header naming c and r's main offset.
+func (p *Pacer) chainCopy(r *kgo.Record, c *chain) *kgo.Record {
+	m := readMeta(r)
+	m.due = time.Time{}
+	parks := 1
+	if n, err := strconv.Atoi(header(r, hParks)); err == nil {
+		parks = n + 1
+	}
+	return &kgo.Record{Topic: p.cfg.retryTopic(len(p.cfg.RetryDelays)), Key: r.Key, Value: r.Value,
+		Headers: m.headers(r,
+			kgo.RecordHeader{Key: hParks, Value: []byte(strconv.Itoa(parks))},
+			kgo.RecordHeader{Key: hChain, Value: []byte(c.token + "/" + strconv.FormatInt(r.Offset, 10))})}
+}
+
+// parkChained writes r's chain copy without waiting, in the order of the
+// calls (see parkAsync). done(copied) follows Kafka's acknowledgement;
+// copied is false when the record was dead-lettered instead (too large).
+// A write that failed is retried by produce, in a goroutine; it is the only
+// way a copy can land behind a later one (Kafka refusing one copy and
+// taking the next), and done is not called if ctx ends first.
+func (p *Pacer) parkChained(ctx context.Context, r *kgo.Record, c *chain, done func(copied, ok bool)) {
+	cp := p.chainCopy(r, c)
+	p.cl.Produce(ctx, cp, func(_ *kgo.Record, err error) {
+		if err == nil {
+			p.qm.parked.Inc()
+			done(true, true)
+			return
+		}
+		go func() {
+			log := p.log.With("topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+			err := p.produce(ctx, cp, log)
+			switch {
+			case err == nil:
+				p.qm.parked.Inc()
+				done(true, true)
+			case errors.Is(err, errTooLarge):
+				done(false, p.deadLetter(ctx, r, readMeta(r), "too-large", "the parked copy exceeds the broker's message size", log))
+			default:
+				done(false, false)
+			}
+		}()
+	})
+}
+
+// liveChain returns the live chain a chain copy's header names, and the
+// copy's main offset; nil when the chain is not live in this process.
+func (p *Pacer) liveChain(r *kgo.Record) (*chain, int64, bool) {
+	v := header(r, hChain)
+	if v == "" {
+		return nil, 0, false
+	}
+	i := strings.LastIndexByte(v, '/')
+	off, err := strconv.ParseInt(v[i+1:], 10, 64)
+	if i < 0 || err != nil {
+		return nil, 0, true
+	}
+	c, _ := p.chains.Load(string(r.Key))
+	if ch, _ := c.(*chain); ch != nil && ch.token == v[:i] {
+		return ch, off, true
+	}
+	return nil, 0, true
 }

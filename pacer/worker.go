@@ -41,6 +41,7 @@ type worker struct {
 	held    int                  // records in key queues (waiting or being handled)
 	parking int                  // park copies being written
 	paused  bool                 // the partition is paused at the client
+	chains  map[string]*chain    // strict order: pacing key -> its live chain (see [chain])
 }
 
 // pending is one fetched record until its offset is marked for commit.
@@ -86,7 +87,7 @@ func newWorker(p *Pacer, cl *kgo.Client, k tp) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
 	parkCtx, parkCancel := context.WithCancel(context.Background())
 	return &worker{p: p, cl: cl, tp: k, ctx: ctx, cancel: cancel, parkCtx: parkCtx, parkCancel: parkCancel,
-		done: make(chan struct{}), keys: map[string]*keyQueue{}}
+		done: make(chan struct{}), keys: map[string]*keyQueue{}, chains: map[string]*chain{}}
 }
 
 // keyRate is key's rate in msgs/s as this process knows it: adapted (by
@@ -115,8 +116,8 @@ func (p *Pacer) keyBound(rate float64) int {
 }
 
 // strict reports whether every key's records are sent one at a time in
-// offset order (InFlight 1): such a key is never parked, since a parked
-// record would come back after the key's newer records.
+// offset order (InFlight 1): such a key is parked only in a [chain], which
+// keeps that order.
 func (p *Pacer) strict() bool { return p.cfg.InFlight == 1 }
 
 // syncPause pauses fetching the partition while it holds MaxQueued records
@@ -150,10 +151,11 @@ func (w *worker) syncPause() {
 // (a retry or parked copy) is held: parking it again would only move it.
 func (w *worker) push(rs []*kgo.Record) {
 	type parkJob struct {
-		key string
-		e   *pending
-		r   *kgo.Record
-		due time.Time
+		key   string
+		e     *pending
+		r     *kgo.Record
+		due   time.Time
+		chain *chain // strict order: parked in this chain
 	}
 	var jobs []parkJob
 	now := time.Now()
@@ -184,8 +186,21 @@ func (w *worker) push(rs []*kgo.Record) {
 			continue
 		}
 		over := q.size() >= w.p.keyBound(q.rate) || (w.held >= w.p.cfg.MaxQueued && q.size() >= w.p.cfg.InFlight)
+		if w.p.strict() && w.tp.topic == w.p.cfg.Topic {
+			// Once a strict key parks, all its later records follow in its
+			// chain, in offset order, until the chain is empty.
+			c := w.chains[k]
+			if c == nil && over {
+				c = w.startChain(k)
+			}
+			if c != nil {
+				c.pend[e.offset] = e
+				jobs = append(jobs, parkJob{key: k, e: e, r: r, chain: c})
+				continue
+			}
+		}
 		if over && !w.p.strict() && !readMeta(r).due.After(now) {
-			jobs = append(jobs, parkJob{k, e, r, w.slotAfter(q, now)})
+			jobs = append(jobs, parkJob{key: k, e: e, r: r, due: w.slotAfter(q, now)})
 			continue
 		}
 		q.waiting = append(q.waiting, r)
@@ -198,6 +213,10 @@ func (w *worker) push(rs []*kgo.Record) {
 	w.syncPause()
 	w.mu.Unlock()
 	for _, j := range jobs {
+		if j.chain != nil {
+			w.p.parkChained(w.parkCtx, j.r, j.chain, func(copied, ok bool) { w.chainParked(j.chain, j.e, copied, ok) })
+			continue
+		}
 		w.p.parkAsync(w.parkCtx, j.r, j.due, func(ok bool) { w.parked(j.key, j.e, ok) })
 	}
 }
@@ -242,7 +261,7 @@ func (w *worker) dispatch(q *keyQueue) {
 
 func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, high bool) {
 	defer w.wg.Done()
-	ok := w.p.handle(w, r)
+	ok := w.handleCopy(r)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q.running--
@@ -256,7 +275,57 @@ func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, high bool) {
 		w.finish(e)
 	}
 	w.dispatch(q)
+	w.chainReady(string(r.Key))
 	w.forget(string(r.Key), q)
+	w.syncPause()
+}
+
+// handleCopy handles r as [Pacer.handle] does; a strict key's chain copy
+// (see [chain]) first waits until its chain is ready, is dropped unsent if
+// its chain is not live, and once finished finishes its main entry.
+func (w *worker) handleCopy(r *kgo.Record) bool {
+	if w.tp.topic == w.p.cfg.Topic {
+		return w.p.handle(w, r)
+	}
+	c, off, isCopy := w.p.liveChain(r)
+	if !isCopy {
+		return w.p.handle(w, r)
+	}
+	if c != nil {
+		select {
+		case <-c.ready:
+		case <-c.dead:
+			c = nil
+		case <-w.ctx.Done():
+			return false
+		}
+	}
+	if c == nil {
+		w.p.qm.staleCopies.Inc()
+		w.p.log.Debug("parked copy of an ended chain dropped: its record is sent or read again from the main partition",
+			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "chain", header(r, hChain))
+		return true
+	}
+	if !w.p.handle(w, r) {
+		return false
+	}
+	c.w.mu.Lock()
+	c.w.chainFinished(c, off)
+	c.w.mu.Unlock()
+	return true
+}
+
+// chainParked takes the outcome of writing e's chain copy: nothing is
+// finished when the copy was written (its main entry waits for the copy,
+// see [chain]); a record dead-lettered instead is finished.
+func (w *worker) chainParked(c *chain, e *pending, copied, ok bool) {
+	defer w.wg.Done()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.parking--
+	if !copied && ok {
+		w.chainFinished(c, e.offset)
+	}
 	w.syncPause()
 }
 
@@ -315,6 +384,7 @@ func (w *worker) run() {
 	<-w.ctx.Done()
 	w.mu.Lock()
 	w.stopped = true
+	w.endChains()
 	w.mu.Unlock()
 	// In-flight sends finish (bounded by SendTimeout) and park copies are
 	// acknowledged (bounded by Drain) before done.
