@@ -150,6 +150,55 @@ func TestKeyBacklogDoesNotDelayOtherKeys(t *testing.T) {
 	}
 }
 
+// TestRevokeParksHeldRecords: a pacer stopped (its partitions revoked)
+// while key A holds its 32 records (its bound) parks those not sent before
+// its commit, so the commit of A's partition reaches its end (A's other
+// 168 records were parked before); the next owner reads none of A's main
+// records again and so parks none of them again (without it, the commit
+// stayed at A's oldest held record and the next owner parked all 168 a
+// second time), and every record is sent once.
+func TestRevokeParksHeldRecords(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.Limit = bucket.Limit{PerSecond: 50, Burst: 1}
+	h.cfg.Lookahead = 100 * time.Millisecond // bound: InFlight 32
+	h.cfg.RetryDelays = []time.Duration{200 * time.Millisecond, time.Second}
+	var rs []*kgo.Record
+	for i := range 200 {
+		rs = append(rs, keyRecord("pacer.test", 0, "A", i))
+	}
+	h.produceManual(rs)
+	s := &seqSender{count: map[string]int{}}
+	reg := prometheus.NewRegistry()
+	_, stop := h.start(h.cfg, s, reg)
+	if !waitFor(30*time.Second, func() bool { _, c := s.snapshot(); return len(c) >= 5 }) {
+		t.Fatal("5 records not sent within 30 s")
+	}
+	stop()
+	first, _ := s.snapshot()
+	parked1 := counterIn(t, reg, "pacer_parked_total")
+	reg = prometheus.NewRegistry()
+	_, stop = h.start(h.cfg, s, reg)
+	ok := waitFor(30*time.Second, func() bool { _, c := s.snapshot(); return len(c) == 200 && h.lag() == 0 })
+	stop()
+	_, c := s.snapshot()
+	if !ok {
+		t.Fatalf("%d of 200 ids sent within 30 s (lag %d)", len(c), h.lag())
+	}
+	for id, n := range c {
+		if n != 1 {
+			t.Errorf("%s sent %d times, want once", id, n)
+		}
+	}
+	parked2 := counterIn(t, reg, "pacer_parked_total")
+	t.Logf("first run: %d sent, %v parked; second run parked %v", len(first), parked1, parked2)
+	if parked1 < 190 {
+		t.Errorf("first run parked %v, want >= 190 (168 beyond the bound and the held ones at the revoke)", parked1)
+	}
+	if parked2 > 50 {
+		t.Errorf("second run parked %v, want <= 100: A's main records were read and parked again", parked2)
+	}
+}
+
 // lag returns the group's lag over the main and retry topics, -1 if unknown.
 func (h *harness) lag() int64 {
 	lag, err := kadm.NewClient(h.cl).Lag(context.Background(), "pacer-test")

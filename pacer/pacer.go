@@ -773,7 +773,7 @@ func (p *Pacer) assigned(_ context.Context, cl *kgo.Client, parts map[string][]i
 }
 
 func (p *Pacer) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
-	p.stop(parts)
+	p.stop(parts, true)
 	if err := cl.CommitMarkedOffsets(ctx); err != nil {
 		p.log.Warn("commit on revoke failed; finished records will be re-delivered", "err", err)
 	}
@@ -781,13 +781,15 @@ func (p *Pacer) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]
 }
 
 func (p *Pacer) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
-	p.stop(parts)
+	p.stop(parts, false)
 	p.log.Warn("partitions lost", "partitions", fmt.Sprint(parts))
 }
 
 // stop ends the workers of parts and waits for them; an in-flight send
-// finishes (bounded by SendTimeout and Drain).
-func (p *Pacer) stop(parts map[string][]int32) {
+// finishes (bounded by SendTimeout and Drain). With handover (a revoke: the
+// partitions are still ours until it returns) their held records are
+// parked first, see [worker.parkHeld].
+func (p *Pacer) stop(parts map[string][]int32, handover bool) {
 	var ws []*worker
 	p.mu.Lock()
 	for topic, ps := range parts {
@@ -800,7 +802,7 @@ func (p *Pacer) stop(parts map[string][]int32) {
 	}
 	p.m.partitions.WithLabelValues().Set(float64(len(p.workers)))
 	p.mu.Unlock()
-	p.waitWorkers(ws)
+	p.waitWorkers(ws, handover)
 }
 
 func (p *Pacer) stopAll() {
@@ -812,11 +814,12 @@ func (p *Pacer) stopAll() {
 	}
 	p.m.partitions.WithLabelValues().Set(0)
 	p.mu.Unlock()
-	p.waitWorkers(ws)
+	p.waitWorkers(ws, true)
 }
 
-func (p *Pacer) waitWorkers(ws []*worker) {
+func (p *Pacer) waitWorkers(ws []*worker, handover bool) {
 	for _, w := range ws {
+		w.handover.Store(handover)
 		w.cancel()
 	}
 	deadline := time.NewTimer(p.cfg.Drain)

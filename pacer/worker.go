@@ -5,6 +5,7 @@ import (
 	"context"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -33,6 +34,9 @@ type worker struct {
 	parkCancel context.CancelFunc
 	done       chan struct{}
 	wg         sync.WaitGroup // handlers and parkers
+	// handover is set before ctx ends when the partition is revoked (not
+	// lost): its held records are parked before the commit, see parkHeld.
+	handover atomic.Bool
 
 	mu      sync.Mutex
 	stopped bool
@@ -353,6 +357,63 @@ func (w *worker) forget(key string, q *keyQueue) {
 	}
 }
 
+// parkHeld parks the records w still holds unsent, once its handlers have
+// stopped, and finishes them, so the commit of the revoke moves past every
+// record fetched. Without it the commit stops at the key's oldest held
+// record, and the partition's next owner reads again, and parks again,
+// every record parked after it: with a backlog, most of the partition.
+// Each key's held records are due one slot apart from now. Only for a main
+// partition: a retry tier's held records are mostly copies not yet due,
+// which the next owner reads again at no write, and the records after them
+// were mostly not sent yet. Not in strict order (a held record is older
+// than the key's chain), and not for a lost partition (another member may
+// be handling it already).
+func (w *worker) parkHeld(deadline time.Time) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	type job struct {
+		e *pending
+		c *kgo.Record
+	}
+	var jobs []job
+	now := time.Now()
+	n := map[string]int{}
+	w.mu.Lock()
+	for _, e := range w.log {
+		if e.finished || e.r == nil {
+			continue
+		}
+		k := string(e.r.Key)
+		rate := w.p.keyRate(k)
+		if q := w.keys[k]; q != nil && q.rate > 0 {
+			rate = q.rate
+		}
+		due := now.Add(time.Duration(float64(n[k]) / rate * float64(time.Second)))
+		n[k]++
+		if d := readMeta(e.r).due; d.After(due) {
+			due = d // a retry keeps its backoff
+		}
+		c, _ := w.p.parkCopy(e.r, due)
+		jobs = append(jobs, job{e, c})
+	}
+	w.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Add(len(jobs))
+	for _, j := range jobs {
+		w.p.cl.Produce(ctx, j.c, func(_ *kgo.Record, err error) {
+			defer wg.Done()
+			if err != nil {
+				return // not finished: read again by the next owner
+			}
+			w.p.qm.parked.Inc()
+			w.mu.Lock()
+			w.finish(j.e)
+			w.mu.Unlock()
+		})
+	}
+	wg.Wait()
+}
+
 // waitDue holds a record until due, or reports false if the worker was
 // stopped first. Only the record's key waits: the partition goes on.
 func (w *worker) waitDue(due time.Time) bool {
@@ -382,6 +443,7 @@ func (w *worker) finish(e *pending) {
 func (w *worker) run() {
 	defer close(w.done)
 	<-w.ctx.Done()
+	deadline := time.Now().Add(w.p.cfg.Drain)
 	w.mu.Lock()
 	w.stopped = true
 	w.endChains()
@@ -391,6 +453,9 @@ func (w *worker) run() {
 	t := time.AfterFunc(w.p.cfg.Drain, w.parkCancel)
 	w.wg.Wait()
 	t.Stop()
+	if w.handover.Load() && !w.p.strict() && w.tp.topic == w.p.cfg.Topic {
+		w.parkHeld(deadline)
+	}
 	w.parkCancel()
 	w.mu.Lock()
 	unfinished := 0

@@ -193,6 +193,73 @@ func TestQueuePerKeyShort(t *testing.T) {
 	}
 }
 
+// parkCost reads every copy the retry tiers of e hold and sums up what
+// parking cost: copies carrying pacer-parks (park copies and their hops),
+// the records they were made for (distinct ids), the copies of a record
+// made anew from its main partition after a rebalance or crash re-delivered
+// it (pacer-parks 1 more than once), and the largest hop count.
+type parkStats struct {
+	copies, records, reparks, maxHops int
+}
+
+func (s parkStats) String() string {
+	per := 0.0
+	if s.records > 0 {
+		per = float64(s.copies) / float64(s.records)
+	}
+	return fmt.Sprintf("%d park copies for %d parked records (%.2f per record; %d made again from a re-delivered original; most hops of one record %d)",
+		s.copies, s.records, per, s.reparks, s.maxHops)
+}
+
+func parkCost(t *testing.T, e *e2e) parkStats {
+	adm := kadm.NewClient(newKafkaClient(t, e.brokers))
+	tiers := []string{e.topic + ".retry.1", e.topic + ".retry.2", e.topic + ".retry.3"}
+	ends, err := adm.ListEndOffsets(context.Background(), tiers...)
+	if err != nil {
+		t.Logf("park cost: %v", err)
+		return parkStats{}
+	}
+	var st parkStats
+	first := map[string]int{}
+	seen := map[string]bool{}
+	for _, tier := range tiers {
+		want := 0
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Topic == tier {
+				want += int(o.Offset)
+			}
+		})
+		if want == 0 {
+			continue
+		}
+		for _, r := range consumeAll(t, e.brokers, tier, want) {
+			parks := 0
+			for _, h := range r.Headers {
+				if h.Key == "pacer-parks" {
+					parks, _ = strconv.Atoi(string(h.Value))
+				}
+			}
+			if parks == 0 {
+				continue
+			}
+			st.copies++
+			st.maxHops = max(st.maxHops, parks)
+			env := string(r.Value)
+			id := env[strings.Index(env, `"id":"`)+6:]
+			id = id[:strings.IndexByte(id, '"')]
+			seen[id] = true
+			if parks == 1 {
+				first[id]++
+			}
+		}
+	}
+	st.records = len(seen)
+	for _, n := range first {
+		st.reparks += n - 1
+	}
+	return st
+}
+
 func benchOnly(t *testing.T) {
 	if os.Getenv("PACER_BENCH_QUEUE") == "" {
 		t.Skip("measurement: run with PACER_BENCH_QUEUE=1 (make bench-queue)")
@@ -408,7 +475,7 @@ func benchKill(t *testing.T) {
 	if ends, err := adm.ListEndOffsets(context.Background(), e.topic+".retry.1", e.topic+".retry.2", e.topic+".retry.3"); err == nil {
 		ends.Each(func(o kadm.ListedOffset) { copies += o.Offset })
 	}
-	t.Logf("last delivery %v after the first (ideal for the 3,000: 60 s); %d copies written to the retry tiers", last.Sub(first).Round(time.Second), copies)
+	t.Logf("last delivery %v after the first (ideal for the 3,000: 60 s); %d copies written to the retry tiers; %v", last.Sub(first).Round(time.Second), copies, parkCost(t, e))
 	procs[1].stop(t)
 	_, dups := e.delivered()
 	lost := total - len(union(delivered, reasons))
