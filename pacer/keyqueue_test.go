@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -410,4 +412,51 @@ func counterIn(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// TestParkedDuplicateSpendsNoSlot: 20 parked copies of key A whose ids
+// were delivered before (a rebalance parked their records twice), then a
+// new record of A, at 2/s, handled one at a time. The copies are skipped
+// before their slots, so the new record is sent within about one slot; if
+// each duplicate took a slot before its claim found it delivered, the new
+// one would wait 10 s.
+func TestParkedDuplicateSpendsNoSlot(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.Limit = bucket.Limit{PerSecond: 2, Burst: 1}
+	h.cfg.InFlight = 1 // one at a time, in the tier's order: the duplicates first
+	h.cfg.MaxTokenWait = 30 * time.Second
+	h.cfg.RetryDelays = []time.Duration{time.Second}
+	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
+	defer rdb.Close()
+	led := ledger.New(rdb, bucket.New(rdb, bucket.Config{}).Keys())
+	parks := kgo.RecordHeader{Key: "pacer-parks", Value: []byte("1")}
+	var rs []*kgo.Record
+	for i := range 20 {
+		if err := led.Delivered(context.Background(), "test", "A", "A-"+strconv.Itoa(i), "p", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, keyRecord("pacer.test.retry.1", 0, "A", i, parks))
+	}
+	rs = append(rs, keyRecord("pacer.test.retry.1", 0, "A", 20, parks))
+	if _, err := kadm.NewClient(h.cl).CreateTopic(context.Background(), 2, 1, nil, "pacer.test.retry.1"); err != nil {
+		t.Fatal(err)
+	}
+	h.produceManual(rs)
+	s := &seqSender{count: map[string]int{}}
+	start := time.Now()
+	var took time.Duration
+	h.runWith(s, func() bool {
+		_, c := s.snapshot()
+		if c["A-20"] == 1 && took == 0 {
+			took = time.Since(start)
+		}
+		return c["A-20"] == 1 && h.counter("pacer_duplicates_skipped_total") == 20
+	})
+	if _, c := s.snapshot(); len(c) != 1 {
+		t.Errorf("%d ids sent, want only A-20: %v", len(c), c)
+	}
+	t.Logf("A-20 sent %v after the start", took)
+	if took > 5*time.Second {
+		t.Errorf("A-20 sent %v after the start, want < 5 s: the duplicates spent A's slots", took)
+	}
 }

@@ -79,6 +79,31 @@ func (p *Pacer) parkAsync(ctx context.Context, r *kgo.Record, due time.Time, don
 	})
 }
 
+// deliveredReader is the read a Ledger may offer (*ledger.Ledger does):
+// whether an id was recorded delivered, without claiming it.
+type deliveredReader interface {
+	IsDelivered(ctx context.Context, channel, key, id string) (bool, error)
+}
+
+// parkedDuplicate reports whether f's record is a parked copy whose id was
+// delivered already: a rebalance or crash re-delivers a record parked
+// before, and its second copy comes back too. Asked before the slot, so the
+// duplicate does not spend one of its key's slots (the claim finds it only
+// after the slot); one Redis GET per parked copy. An error answers false:
+// the claim still decides.
+func (p *Pacer) parkedDuplicate(f *flight) bool {
+	d, ok := p.ledger.(deliveredReader)
+	if !ok || header(f.r, hParks) == "" {
+		return false
+	}
+	var delivered bool
+	err := p.redis(f.w.ctx, f.log, func() (err error) {
+		delivered, err = d.IsDelivered(f.w.ctx, p.cfg.Channel, f.env.Key, f.env.ID)
+		return err
+	})
+	return err == nil && delivered
+}
+
 // hChain marks the park copy of a strict-order key's record (InFlight 1):
 // "<chain token>/<offset of the record in the main partition>".
 const hChain = "pacer-chain"
