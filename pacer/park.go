@@ -16,18 +16,35 @@ import (
 // because its key held its lookahead bound, never an attempt.
 const hParks = "pacer-parks"
 
-// parkCopy returns the copy of r that parks it, due at the estimated start
-// of its slot, or sooner: it goes to the tier with the longest delay not
-// above the wait (tier 1 when the wait is shorter than every delay) and is
-// due after that tier's delay. So the records of a tier stay in the order
-// they fall due, and a copy comes back no later than its slot; a copy whose
-// key still holds its bound then is parked again (one Kafka write and read
-// per hop: with the default 5s,30s,5m tiers, a record 20 minutes behind its
-// key's backlog is written about 4 times). The attempt and requeue counts
-// are unchanged; pacer-parks counts the hops.
-func (p *Pacer) parkCopy(r *kgo.Record, due time.Time) (*kgo.Record, meta) {
+// hSlot is the Unix ms of a parked record's estimated slot, set when it is
+// first parked and kept by every hop, so a copy that comes back before its
+// slot is parked again due at that same slot (never at a fresh estimate of
+// the worker that read it, which knows only its own queue).
+const hSlot = "pacer-slot"
+
+// slotOf returns r's estimated slot (hSlot), if it has one.
+func slotOf(r *kgo.Record) (time.Time, bool) {
+	ms, err := strconv.ParseInt(header(r, hSlot), 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
+
+// parkCopy returns the copy of r that parks it until slot, the estimated
+// start of its slot (the caller passes the slot a copy already carries to
+// park it again for the same), or sooner: it goes to
+// the tier with the longest delay not above the wait (tier 1 when the wait
+// is shorter than every delay) and is due after that tier's delay. So the
+// records of a tier stay in the order they fall due, and a copy comes back
+// no later than its slot; a copy that comes back due before its slot is
+// within the lookahead is parked again, due at the same slot (one Kafka
+// write and read per hop: with the default 5s,30s,5m tiers, a record 20
+// minutes behind its key's backlog is written 4 times). The attempt and
+// requeue counts are unchanged; pacer-parks counts the hops.
+func (p *Pacer) parkCopy(r *kgo.Record, slot time.Time) (*kgo.Record, meta) {
 	m := readMeta(r)
-	wait := time.Until(due)
+	wait := time.Until(slot)
 	tier := 1
 	for i, d := range p.cfg.RetryDelays {
 		if d <= wait {
@@ -43,7 +60,8 @@ func (p *Pacer) parkCopy(r *kgo.Record, due time.Time) (*kgo.Record, meta) {
 		}
 	}
 	return &kgo.Record{Topic: p.cfg.retryTopic(tier), Key: r.Key, Value: r.Value,
-		Headers: m.headers(r, kgo.RecordHeader{Key: hParks, Value: []byte(strconv.Itoa(parks))})}, m
+		Headers: m.headers(r, kgo.RecordHeader{Key: hParks, Value: []byte(strconv.Itoa(parks))},
+			kgo.RecordHeader{Key: hSlot, Value: []byte(strconv.FormatInt(slot.UnixMilli(), 10))})}, m
 }
 
 // park writes r's park copy (see parkCopy) and returns true once Kafka

@@ -70,7 +70,8 @@ type keyQueue struct {
 	// parkedUntil is the estimated slot of the last record parked for
 	// this key by this worker: the next parked record is due one slot later.
 	parkedUntil time.Time
-	rate        float64   // msgs/s, read once per fetched batch
+	rate        float64   // msgs/s, adapted, read once per fetched batch: the bound
+	ceil        float64   // msgs/s, the key's ceiling, read with rate: the slot estimates
 	seen        time.Time // the batch rate was read for
 }
 
@@ -110,6 +111,26 @@ func (p *Pacer) keyRate(key string) float64 {
 		return p.policyDefault.Limit.PerSecond
 	}
 	return st.limit.PerSecond
+}
+
+// keyCeiling is key's ceiling in msgs/s: its policy's rate once read, else
+// the channel's. Parked records are due at slots estimated at the ceiling:
+// an adapted rate lowered by throttles would put them later than the key,
+// recovering, can send them, and its queue would run dry meanwhile; too
+// early, they are held once their slot is within the lookahead.
+func (p *Pacer) keyCeiling(key string) float64 {
+	p.keys.mu.Lock()
+	st := p.keys.m[key]
+	p.keys.mu.Unlock()
+	if st == nil {
+		return p.policyDefault.Limit.PerSecond
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.pol.Limit.PerSecond <= 0 {
+		return p.policyDefault.Limit.PerSecond
+	}
+	return st.pol.Limit.PerSecond
 }
 
 // keyBound is how many records of a key at rate msgs/s one partition holds
@@ -179,7 +200,7 @@ func (w *worker) push(rs []*kgo.Record) {
 			w.keys[k] = q
 		}
 		if q.seen != now {
-			q.seen, q.rate = now, w.p.keyRate(k)
+			q.seen, q.rate, q.ceil = now, w.p.keyRate(k), w.p.keyCeiling(k)
 		}
 		if !w.p.strict() && highPriority(r) {
 			// Ahead of the key's normal records, never parked behind them.
@@ -189,7 +210,8 @@ func (w *worker) push(rs []*kgo.Record) {
 			w.dispatch(q)
 			continue
 		}
-		over := q.size() >= w.p.keyBound(q.rate) || (w.held >= w.p.cfg.MaxQueued && q.size() >= w.p.cfg.InFlight)
+		full := w.held >= w.p.cfg.MaxQueued && q.size() >= w.p.cfg.InFlight
+		over := q.size() >= w.p.keyBound(q.rate) || full
 		if w.p.strict() && w.tp.topic == w.p.cfg.Topic {
 			// Once a strict key parks, all its later records follow in its
 			// chain, in offset order, until the chain is empty.
@@ -204,8 +226,20 @@ func (w *worker) push(rs []*kgo.Record) {
 			}
 		}
 		if over && !w.p.strict() && !readMeta(r).due.After(now) {
-			jobs = append(jobs, parkJob{key: k, e: e, r: r, due: w.slotAfter(q, now)})
-			continue
+			// A copy back from parking is held once its own slot is within
+			// the lookahead (its key's bound counts the records ahead of
+			// it, not behind); before that it is parked again for the same
+			// slot. Only a full partition parks it behind the key's others.
+			slot, back := slotOf(r)
+			switch {
+			case back && !full && !slot.After(now.Add(w.p.cfg.Lookahead)):
+			case back && !full:
+				jobs = append(jobs, parkJob{key: k, e: e, r: r, due: slot})
+				continue
+			default:
+				jobs = append(jobs, parkJob{key: k, e: e, r: r, due: w.slotAfter(q, now)})
+				continue
+			}
 		}
 		q.waiting = append(q.waiting, r)
 		q.entries = append(q.entries, e)
@@ -226,10 +260,14 @@ func (w *worker) push(rs []*kgo.Record) {
 }
 
 // slotAfter estimates when the next record of q's key to be parked will
-// get its slot at the key's rate, after those held and those
-// parked before it. Callers hold w.mu.
+// get its slot at the key's ceiling (see [Pacer.keyCeiling]), after those
+// held and those parked before it. Callers hold w.mu.
 func (w *worker) slotAfter(q *keyQueue, now time.Time) time.Time {
-	per := time.Duration(float64(time.Second) / q.rate)
+	rate := q.rate
+	if q.ceil > rate {
+		rate = q.ceil
+	}
+	per := time.Duration(float64(time.Second) / rate)
 	due := now.Add(time.Duration(q.size()) * per)
 	if next := q.parkedUntil.Add(per); next.After(due) {
 		due = next

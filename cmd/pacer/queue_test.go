@@ -260,6 +260,23 @@ func parkCost(t *testing.T, e *e2e) parkStats {
 	return st
 }
 
+// timeline returns key's accepted arrivals per step from t0, as
+// "n n n ...": where a backlogged key ran dry shows as low counts.
+func timeline(e *e2e, key string, t0 time.Time, step time.Duration) string {
+	var n []int
+	for _, a := range e.fake.Arrivals() {
+		if a.Key != key || a.Throttled {
+			continue
+		}
+		i := int(a.At.Sub(t0) / step)
+		for len(n) <= i {
+			n = append(n, 0)
+		}
+		n[i]++
+	}
+	return strings.Trim(fmt.Sprint(n), "[]")
+}
+
 func benchOnly(t *testing.T) {
 	if os.Getenv("PACER_BENCH_QUEUE") == "" {
 		t.Skip("measurement: run with PACER_BENCH_QUEUE=1 (make bench-queue)")
@@ -279,7 +296,9 @@ func TestQueueBench(t *testing.T) {
 // from lo to hi, at rate msgs/s each (scaled by PACER_BENCH_SPREAD=numbers,lo,hi,rate).
 func benchSpread(t *testing.T) {
 	numbers, lo, hi, rate := 50, 10, 2000, 80.0
-	if v := os.Getenv("PACER_BENCH_SPREAD"); v != "" {
+	if v := os.Getenv("PACER_BENCH_SPREAD"); v == "full" {
+		hi = 50_000 // the scale: 313,000 messages, the largest 10.4 minutes at 80/s
+	} else if v != "" {
 		f := strings.Split(v, ",")
 		numbers, _ = strconv.Atoi(f[0])
 		lo, _ = strconv.Atoi(f[1])
@@ -344,7 +363,17 @@ func benchSpread(t *testing.T) {
 	t.Logf("pacer settings: %v", env)
 	p := e.run(env...)
 	maxRSS := 0
+	// At most 3 times the largest number's ideal plus 2 minutes, or
+	// PACER_BENCH_SPREAD_MAX (a duration): the figures are then those of
+	// what was delivered by then, and the run fails on the records left.
 	deadline := time.Now().Add(time.Duration(float64(hi)/rate*3+120) * time.Second)
+	if v := os.Getenv("PACER_BENCH_SPREAD_MAX"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("PACER_BENCH_SPREAD_MAX=%q: %v", v, err)
+		}
+		deadline = time.Now().Add(d)
+	}
 	for {
 		maxRSS = max(maxRSS, rssKB(p.cmd.Process.Pid))
 		got := 0
@@ -367,7 +396,7 @@ func benchSpread(t *testing.T) {
 		}
 	}
 	var rates, lateness []float64
-	dups, lost, throttled := 0, 0, 0
+	dups, lost, throttled, unfinished := 0, 0, 0, 0
 	for _, k := range keys {
 		s := stats[k]
 		dups += s.Duplicates
@@ -375,11 +404,22 @@ func benchSpread(t *testing.T) {
 		lost += want[k] - (s.Delivered - s.Duplicates)
 		ideal := float64(want[k]) / prate
 		done := s.Last.Sub(t0).Seconds()
-		if want[k] >= int(2*rate) { // a rate needs a backlog of some seconds to mean anything
+		if want[k] >= int(2*rate) && s.Delivered > 1 { // a rate needs a backlog of some seconds to mean anything
 			rates = append(rates, float64(s.Delivered-1)/s.Last.Sub(s.First).Seconds())
 		}
-		lateness = append(lateness, done-ideal)
+		if s.Delivered-s.Duplicates >= want[k] {
+			lateness = append(lateness, done-ideal)
+		} else {
+			unfinished++
+		}
 	}
+	// The largest numbers, each: its rate, and its deliveries per 60 s.
+	for _, k := range keys[max(0, len(keys)-3):] {
+		s := stats[k]
+		t.Logf("number %s, %d messages (ideal %.0f s): delivered %d, %.1f msgs/s from its first to its last; per 60 s: %s",
+			k, want[k], float64(want[k])/prate, s.Delivered, float64(s.Delivered-1)/s.Last.Sub(s.First).Seconds(), timeline(e, k, t0, time.Minute))
+	}
+	t.Logf("park cost: %v", parkCost(t, e))
 	if os.Getenv("PACER_BENCH_DEBUG") != "" {
 		last := map[string][]time.Time{}
 		shown := 0
@@ -400,8 +440,11 @@ func benchSpread(t *testing.T) {
 	}
 	slices.Sort(rates)
 	slices.Sort(lateness)
-	t.Logf("%d numbers on 4 partitions, backlogs %d..%d (total %d), fake at %.0f/s, pacer at %.1f/s: achieved rate over numbers with >= 2 s of backlog: min %.1f, median %.1f msgs/s; completion minus ideal: median %.1fs, max %.1fs; parked %.0f; throttled %d; duplicates %d, lost %d; max RSS %d MiB",
-		numbers, lo, hi, total, rate, prate, rates[0], rates[len(rates)/2], lateness[len(lateness)/2], lateness[len(lateness)-1], parked, throttled, dups, lost, maxRSS/1024)
+	if len(rates) == 0 || len(lateness) == 0 {
+		t.Fatalf("nothing to measure: %d rates, %d numbers finished", len(rates), len(lateness))
+	}
+	t.Logf("%d numbers on 4 partitions, backlogs %d..%d (total %d), fake at %.0f/s, pacer at %.1f/s: achieved rate over numbers with >= 2 s of backlog: min %.1f, median %.1f msgs/s; completion minus ideal over the %d finished: median %.1fs, max %.1fs; %d unfinished at the end of the run; parked %.0f; throttled %d; duplicates %d, lost %d; max RSS %d MiB; run took %v",
+		numbers, lo, hi, total, rate, prate, rates[0], rates[len(rates)/2], len(lateness), lateness[len(lateness)/2], lateness[len(lateness)-1], unfinished, parked, throttled, dups, lost, maxRSS/1024, time.Since(t0).Round(time.Second))
 	if dups != 0 || lost != 0 {
 		t.Errorf("duplicates %d, lost %d: want 0", dups, lost)
 	}
@@ -476,6 +519,11 @@ func benchKill(t *testing.T) {
 		ends.Each(func(o kadm.ListedOffset) { copies += o.Offset })
 	}
 	t.Logf("last delivery %v after the first (ideal for the 3,000: 60 s); %d copies written to the retry tiers; %v", last.Sub(first).Round(time.Second), copies, parkCost(t, e))
+	throttled := 0
+	for _, st := range e.fake.Stats() {
+		throttled += st.Throttled
+	}
+	t.Logf("the 3,000-message number's deliveries per 5 s from the first: %s; throttled %d (each halves the number's rate for a while: default AIMD)", timeline(e, "10654k00000", first, 5*time.Second), throttled)
 	procs[1].stop(t)
 	_, dups := e.delivered()
 	lost := total - len(union(delivered, reasons))
