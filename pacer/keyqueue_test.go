@@ -23,6 +23,7 @@ type seqSender struct {
 	mu    sync.Mutex
 	seq   []string // ids, in request order
 	count map[string]int
+	at    map[string]time.Time // when each id was sent, if non-nil
 }
 
 func (s *seqSender) Send(_ context.Context, m channels.Message) (channels.Result, error) {
@@ -30,6 +31,9 @@ func (s *seqSender) Send(_ context.Context, m channels.Message) (channels.Result
 	defer s.mu.Unlock()
 	s.seq = append(s.seq, m.ID)
 	s.count[m.ID]++
+	if s.at != nil {
+		s.at[m.ID] = time.Now()
+	}
 	return channels.Result{ProviderID: "p-" + m.ID}, nil
 }
 
@@ -458,5 +462,43 @@ func TestParkedDuplicateSpendsNoSlot(t *testing.T) {
 	t.Logf("A-20 sent %v after the start", took)
 	if took > 5*time.Second {
 		t.Errorf("A-20 sent %v after the start, want < 5 s: the duplicates spent A's slots", took)
+	}
+}
+
+// TestDueCopyStartsFirst: in a retry tier, key A's records 0, 1 and 3
+// are due in 3 s and record 2, after them, is due now, with InFlight 2.
+// Record 2 is sent at once: records sleeping until their due time hold
+// none of the key's InFlight places (they used to, and record 2 then
+// waited 3 s behind them, the key's queue dry meanwhile), and the key's
+// waiting records are in due order, so 2 is not behind 3 either.
+func TestDueCopyStartsFirst(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.InFlight = 2
+	h.cfg.RetryDelays = []time.Duration{time.Hour}
+	later := kgo.RecordHeader{Key: "pacer-due", Value: []byte(strconv.FormatInt(time.Now().Add(3*time.Second).UnixMilli(), 10))}
+	rs := []*kgo.Record{
+		keyRecord("pacer.test.retry.1", 0, "A", 0, later),
+		keyRecord("pacer.test.retry.1", 0, "A", 1, later),
+		keyRecord("pacer.test.retry.1", 0, "A", 3, later),
+		keyRecord("pacer.test.retry.1", 0, "A", 2),
+	}
+	if _, err := kadm.NewClient(h.cl).CreateTopic(context.Background(), 2, 1, nil, "pacer.test.retry.1"); err != nil {
+		t.Fatal(err)
+	}
+	h.produceManual(rs)
+	s := &seqSender{count: map[string]int{}}
+	s.at = map[string]time.Time{}
+	start := time.Now()
+	h.runWith(s, func() bool { _, c := s.snapshot(); return len(c) == 4 })
+	seq, _ := s.snapshot()
+	s.mu.Lock()
+	took, last := s.at["A-2"].Sub(start), s.at["A-0"].Sub(start)
+	s.mu.Unlock()
+	t.Logf("sent %v; A-2 after %v, A-0 after %v", seq, took.Round(10*time.Millisecond), last.Round(10*time.Millisecond))
+	if seq[0] != "A-2" || took > 2*time.Second {
+		t.Errorf("A-2 sent %v after the start (order %v), want first and within 2 s: it waited behind records not yet due", took, seq)
+	}
+	if last < 2500*time.Millisecond {
+		t.Errorf("A-0 sent %v after the start, before its due time (3 s)", last)
 	}
 }

@@ -53,8 +53,11 @@
 // InFlight); its further records are parked: copied to a retry topic due at
 // their estimated slot (one Kafka write per hop, never an attempt), and
 // finished once Kafka acknowledged the copy. A partition holding
-// [Config.MaxQueued] records pauses fetching. With InFlight 1 a key is never
-// parked, so its records go out in offset order. See worker.go and park.go.
+// [Config.MaxQueued] records pauses fetching. With InFlight 1 a key's
+// records go out in offset order: once it parks, all its later records are
+// parked in one chain, sent in order before the key is held again (see
+// [chain]). A revoked partition parks the records it still holds before
+// its commit. See worker.go and park.go.
 //
 // # Retry topics
 //
@@ -78,7 +81,8 @@
 //	pacer_redis_errors_total            failed Redis calls (the record waits)
 //	pacer_partitions_assigned           partitions owned by this process
 //	pacer_records_queued                fetched records not yet finished
-//	pacer_parked_total                  records parked beyond their key's lookahead (Kafka writes)
+//	pacer_parked_total                  records parked beyond their key's lookahead or at a revoke (Kafka writes)
+//	pacer_parked_stale_total            strict order: parked copies of an ended chain dropped unsent
 //	pacer_key_backlog_keys{class}       keys with records waiting, by backlog class (1-9 .. 10000+)
 //	pacer_lookahead_records             records held in the per-key queues
 //	pacer_lookahead_fill                held records over partitions x MaxQueued, 0..1

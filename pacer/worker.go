@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +64,14 @@ type pending struct {
 type keyQueue struct {
 	waiting []*kgo.Record // not started yet
 	entries []*pending    // the pending of each waiting record
+	// dues is when each waiting record may start: its pacer-due, or when
+	// it was fetched. Except in strict order, waiting is kept in due order
+	// (records due alike in fetch order) and a record starts only once
+	// due, so a copy due now never waits for an InFlight place held by
+	// copies sleeping until later.
+	dues    []time.Time
+	timer   *time.Timer   // dispatches the head of waiting when it falls due
+	timed   time.Time     // when timer fires
 	high    []*kgo.Record // priority high, not started yet: they start before waiting
 	highE   []*pending
 	running int // being handled
@@ -241,8 +250,7 @@ func (w *worker) push(rs []*kgo.Record) {
 				continue
 			}
 		}
-		q.waiting = append(q.waiting, r)
-		q.entries = append(q.entries, e)
+		q.enqueue(r, e, now, w.p.strict())
 		w.held++
 		w.dispatch(q)
 	}
@@ -291,14 +299,57 @@ func (w *worker) dispatch(q *keyQueue) {
 		w.wg.Add(1)
 		go w.handleOne(q, r, e, true)
 	}
+	now := time.Now()
 	for !w.stopped && q.running-q.runHigh < w.p.cfg.InFlight && len(q.waiting) > 0 {
+		if !w.p.strict() && q.dues[0].After(now) {
+			w.wake(q, q.dues[0])
+			return
+		}
 		r, e := q.waiting[0], q.entries[0]
 		q.waiting[0], q.entries[0] = nil, nil
-		q.waiting, q.entries = q.waiting[1:], q.entries[1:]
+		q.waiting, q.entries, q.dues = q.waiting[1:], q.entries[1:], q.dues[1:]
 		q.running++
 		w.wg.Add(1)
 		go w.handleOne(q, r, e, false)
 	}
+}
+
+// enqueue adds r (its log entry e, fetched at now) to q's waiting records:
+// at the end in strict order, else after every record due no later.
+func (q *keyQueue) enqueue(r *kgo.Record, e *pending, now time.Time, strict bool) {
+	due := readMeta(r).due
+	if due.Before(now) {
+		due = now
+	}
+	i := len(q.dues)
+	if !strict {
+		for i > 0 && q.dues[i-1].After(due) {
+			i--
+		}
+	}
+	q.waiting = slices.Insert(q.waiting, i, r)
+	q.entries = slices.Insert(q.entries, i, e)
+	q.dues = slices.Insert(q.dues, i, due)
+}
+
+// wake dispatches q again at at, unless it is woken sooner already.
+// Callers hold w.mu.
+func (w *worker) wake(q *keyQueue, at time.Time) {
+	if q.timer != nil && !q.timed.After(at) {
+		return
+	}
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	q.timed = at
+	q.timer = time.AfterFunc(time.Until(at), func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if q.timed.Equal(at) {
+			q.timer = nil
+		}
+		w.dispatch(q)
+	})
 }
 
 func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, high bool) {
