@@ -290,6 +290,83 @@ func TestQueueBench(t *testing.T) {
 	t.Run("A100000", func(t *testing.T) { runHeadOfLine(t, 100_000, 20, false, 60*time.Second, false) })
 	t.Run("Spread", benchSpread)
 	t.Run("Kill", benchKill)
+	t.Run("Strict", benchStrict)
+}
+
+// benchStrict: strict order (PACER_INFLIGHT=1). Number A has 8,000
+// messages at 200/s, more than a partition holds (2,000); number B's 20
+// are written to A's partition once A has started. A's excess is parked in
+// its chain, so B is read and sent at once (before chains, A's backlog
+// paused the partition and B waited until A's backlog had drained to
+// 1,000), and A's messages arrive in offset order, except those a throttle
+// sent to a retry (their order is given up).
+func benchStrict(t *testing.T) {
+	const rate, big = 200.0, 8000
+	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: 2, Latency: 5 * time.Millisecond})
+	ab := keysOn("8", 0, 4, 2)
+	var b strings.Builder
+	lines(&b, "q", ab[0], big)
+	if code, out, errs := e.publish(b.String(), "--partitions", "4"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	p := e.run("PACER_WHATSAPP_RATE=200", "PACER_WHATSAPP_BURST=1", "PACER_INFLIGHT=1")
+	for e.fake.Stats()[ab[0]].Delivered == 0 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	// B is written once A has started: it is fetched behind A's backlog.
+	b.Reset()
+	lines(&b, "q", ab[1], 20)
+	published := time.Now()
+	if code, out, errs := e.publish(b.String(), "--partitions", "4"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		s := e.fake.Stats()
+		if s[ab[0]].Delivered >= big && s[ab[1]].Delivered >= 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not done within 3 minutes: %+v\n%s", s, p.logs())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	var addr string
+	parked := scrape(t, p, &addr, "pacer_parked_total")
+	p.stop(t)
+	stats := e.fake.Stats()
+	sa, sb := stats[ab[0]], stats[ab[1]]
+	throttled := map[string]bool{}
+	for _, a := range e.fake.Arrivals() {
+		if a.Throttled {
+			throttled[a.ID] = true
+		}
+	}
+	last, inversions := -1, 0
+	for _, a := range e.fake.Arrivals() {
+		if a.Key != ab[0] || a.Throttled || throttled[a.ID] {
+			continue
+		}
+		i, _ := strconv.Atoi(a.ID[strings.LastIndexByte(a.ID, '-')+1:])
+		if i < last {
+			inversions++
+		}
+		last = i
+	}
+	t.Logf("strict order, A 8,000 and then B 20 on one partition at %.0f/s: B first send %v after its publish, done %v (ideal 0.1 s); A done %v (ideal 40 s); parked %.0f; throttled %d (ids retried: order given up); A's other sends out of offset order: %d; duplicates %d",
+		rate, sb.First.Sub(published).Round(10*time.Millisecond), sb.Last.Sub(published).Round(10*time.Millisecond), sa.Last.Sub(sa.First).Round(time.Second), parked, len(throttled), inversions, sa.Duplicates+sb.Duplicates)
+	if inversions != 0 {
+		t.Errorf("%d of A's sends out of offset order", inversions)
+	}
+	if d := sb.Last.Sub(published); d > 5*time.Second {
+		t.Errorf("B done %v after its publish, want < 5 s: B waited for A's backlog", d)
+	}
+	if parked < 1000 {
+		t.Errorf("parked %.0f, want >= 1,000 (A's excess over its bound of 1,000)", parked)
+	}
+	if sa.Duplicates+sb.Duplicates != 0 {
+		t.Errorf("duplicates %d, want 0", sa.Duplicates+sb.Duplicates)
+	}
 }
 
 // benchSpread: numbers on 4 partitions with backlogs spread geometrically
