@@ -51,9 +51,12 @@ bench-pacing:
 
 # bench-queue: queues per pacing key through `pacer run` (real Kafka and
 # Redis, the strict fake WhatsApp API): head-of-line figures with 400 and
-# 100,000 messages on one number, 50 numbers with spread backlogs, and a
-# SIGKILL of one of 2 replicas with parked records. About 5 minutes.
-# PACER_BENCH_SPREAD=numbers,lo,hi,rate scales the spread run;
+# 100,000 messages on one number, 50 numbers with spread backlogs, a
+# SIGKILL of one of 2 replicas with parked records, and strict order
+# (PACER_INFLIGHT=1) with parking. About 6 minutes.
+# PACER_BENCH_SPREAD=numbers,lo,hi,rate scales the spread run (=full: the
+# issue's 50 numbers, 10..50,000 messages at 80/s, over 10 minutes more;
+# PACER_BENCH_SPREAD_MAX=20m caps its wait);
 # PACER_BENCH_ENV=K=V,... adds pacer settings. Figures: BENCHMARKS.md.
 bench-queue:
 	@trap '$(STOP_SERVERS)' EXIT; \

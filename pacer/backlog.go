@@ -33,7 +33,8 @@ func (p *Pacer) Backlog(n int) []KeyBacklog {
 // records held in all. A key's records are held by the workers of several
 // partitions (its main partition, the retry tiers its parked copies went
 // to), and the partition that parked them estimates how many slots it gave
-// out ahead, which covers the copies another worker now holds; so Held sums
+// out ahead (or, for a strict-order key, counts its chain's copies not yet
+// finished), which covers the copies another worker now holds; so Held sums
 // the workers and Parked is what the largest estimate adds to that sum.
 func (p *Pacer) backlogs() ([]KeyBacklog, int) {
 	p.mu.Lock()
@@ -60,7 +61,20 @@ func (p *Pacer) backlogs() ([]KeyBacklog, int) {
 			if q.parkedUntil.After(now) {
 				n += int(q.parkedUntil.Sub(now).Seconds() * q.rate)
 			}
+			if c := w.chains[k]; c != nil {
+				n += len(c.pend)
+			}
 			a.best = max(a.best, n)
+		}
+		for k, c := range w.chains {
+			if w.keys[k] == nil {
+				a := by[k]
+				if a == nil {
+					a = &acc{}
+					by[k] = a
+				}
+				a.best = max(a.best, len(c.pend))
+			}
 		}
 		w.mu.Unlock()
 	}

@@ -224,6 +224,9 @@ func (p *Pacer) admit(f *flight) outcome {
 		return stop()
 	}
 	f.locked = true
+	if p.parkedDuplicate(f) {
+		return outcome{kind: duplicate}
+	}
 	f.st = p.keyState(env.Key)
 	return next()
 }

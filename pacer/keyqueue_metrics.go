@@ -15,11 +15,12 @@ var backlogClasses = []struct {
 // queueMetrics are the per-key queue collectors: labels are backlog
 // classes, never a pacing key.
 type queueMetrics struct {
-	parked   prometheus.Counter
-	backlog  *prometheus.Desc
-	held     *prometheus.Desc
-	fill     *prometheus.Desc
-	pacerRef *Pacer
+	parked      prometheus.Counter
+	staleCopies prometheus.Counter
+	backlog     *prometheus.Desc
+	held        *prometheus.Desc
+	fill        *prometheus.Desc
+	pacerRef    *Pacer
 }
 
 func newQueueMetrics(p *Pacer) *queueMetrics {
@@ -28,6 +29,10 @@ func newQueueMetrics(p *Pacer) *queueMetrics {
 		parked: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "parked_total",
 			Help: "Records parked: written to a retry topic, due at their estimated slot, because their pacing key held its lookahead bound in the partition (one Kafka write each; not an attempt).",
+		}),
+		staleCopies: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "pacer", Name: "parked_stale_total",
+			Help: "Parked copies of strict-order keys dropped unsent because their chain ended with its partition's worker (a crash, a revoke): each record is sent already or read again from its main partition.",
 		}),
 		backlog: prometheus.NewDesc("pacer_key_backlog_keys",
 			"Pacing keys with records waiting in this process, by backlog class (records held plus the estimated parked ones).",
@@ -41,6 +46,7 @@ func newQueueMetrics(p *Pacer) *queueMetrics {
 
 func (m *queueMetrics) Describe(ch chan<- *prometheus.Desc) {
 	m.parked.Describe(ch)
+	m.staleCopies.Describe(ch)
 	ch <- m.backlog
 	ch <- m.held
 	ch <- m.fill
@@ -48,6 +54,7 @@ func (m *queueMetrics) Describe(ch chan<- *prometheus.Desc) {
 
 func (m *queueMetrics) Collect(ch chan<- prometheus.Metric) {
 	m.parked.Collect(ch)
+	m.staleCopies.Collect(ch)
 	p := m.pacerRef
 	p.mu.Lock()
 	parts := len(p.workers)

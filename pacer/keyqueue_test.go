@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -19,6 +23,7 @@ type seqSender struct {
 	mu    sync.Mutex
 	seq   []string // ids, in request order
 	count map[string]int
+	at    map[string]time.Time // when each id was sent, if non-nil
 }
 
 func (s *seqSender) Send(_ context.Context, m channels.Message) (channels.Result, error) {
@@ -26,6 +31,9 @@ func (s *seqSender) Send(_ context.Context, m channels.Message) (channels.Result
 	defer s.mu.Unlock()
 	s.seq = append(s.seq, m.ID)
 	s.count[m.ID]++
+	if s.at != nil {
+		s.at[m.ID] = time.Now()
+	}
 	return channels.Result{ProviderID: "p-" + m.ID}, nil
 }
 
@@ -136,6 +144,7 @@ func TestKeyBacklogDoesNotDelayOtherKeys(t *testing.T) {
 			aBefore++
 		}
 	}
+	t.Logf("A's records sent before B's last: %d; parked %v", aBefore, h.counter("pacer_parked_total"))
 	if aBefore > 100 {
 		t.Errorf("%d of A's records were sent before B's last; B waited for A", aBefore)
 	}
@@ -144,6 +153,55 @@ func TestKeyBacklogDoesNotDelayOtherKeys(t *testing.T) {
 	}
 	if l := h.lag(); l != 0 {
 		t.Errorf("lag after shutdown = %d, want 0", l)
+	}
+}
+
+// TestRevokeParksHeldRecords: a pacer stopped (its partitions revoked)
+// while key A holds its 32 records (its bound) parks those not sent before
+// its commit, so the commit of A's partition reaches its end (A's other
+// 168 records were parked before); the next owner reads none of A's main
+// records again and so parks none of them again (without it, the commit
+// stayed at A's oldest held record and the next owner parked all 168 a
+// second time), and every record is sent once.
+func TestRevokeParksHeldRecords(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.Limit = bucket.Limit{PerSecond: 50, Burst: 1}
+	h.cfg.Lookahead = 100 * time.Millisecond // bound: InFlight 32
+	h.cfg.RetryDelays = []time.Duration{200 * time.Millisecond, time.Second}
+	var rs []*kgo.Record
+	for i := range 200 {
+		rs = append(rs, keyRecord("pacer.test", 0, "A", i))
+	}
+	h.produceManual(rs)
+	s := &seqSender{count: map[string]int{}}
+	reg := prometheus.NewRegistry()
+	_, stop := h.start(h.cfg, s, reg)
+	if !waitFor(30*time.Second, func() bool { _, c := s.snapshot(); return len(c) >= 5 }) {
+		t.Fatal("5 records not sent within 30 s")
+	}
+	stop()
+	first, _ := s.snapshot()
+	parked1 := counterIn(t, reg, "pacer_parked_total")
+	reg = prometheus.NewRegistry()
+	_, stop = h.start(h.cfg, s, reg)
+	ok := waitFor(30*time.Second, func() bool { _, c := s.snapshot(); return len(c) == 200 && h.lag() == 0 })
+	stop()
+	_, c := s.snapshot()
+	if !ok {
+		t.Fatalf("%d of 200 ids sent within 30 s (lag %d)", len(c), h.lag())
+	}
+	for id, n := range c {
+		if n != 1 {
+			t.Errorf("%s sent %d times, want once", id, n)
+		}
+	}
+	parked2 := counterIn(t, reg, "pacer_parked_total")
+	t.Logf("first run: %d sent, %v parked; second run parked %v", len(first), parked1, parked2)
+	if parked1 < 190 {
+		t.Errorf("first run parked %v, want >= 190 (168 beyond the bound and the held ones at the revoke)", parked1)
+	}
+	if parked2 > 50 {
+		t.Errorf("second run parked %v, want <= 100: A's main records were read and parked again", parked2)
 	}
 }
 
@@ -156,39 +214,139 @@ func (h *harness) lag() int64 {
 	return lag["pacer-test"].Lag.Total()
 }
 
-// TestStrictOrderPerKey: with InFlight 1 each key's records are sent in
-// offset order and none is parked, while a second key of the partition
-// still goes at its own pace.
-func TestStrictOrderPerKey(t *testing.T) {
-	h := newHarness(t, nil)
-	h.cfg.Limit = bucket.Limit{PerSecond: 200, Burst: 1}
+// checkOrder fails t unless seq (ids "<key>-<n>") holds every key's
+// records in order 0, 1, 2, ... with none skipped and none twice.
+func checkOrder(t *testing.T, seq []string) {
+	t.Helper()
+	next := map[string]int{}
+	for _, id := range seq {
+		k, ns, _ := strings.Cut(id, "-")
+		n, _ := strconv.Atoi(ns)
+		if n != next[k] {
+			t.Fatalf("%s sent when %s-%d was due next: order broken", id, k, next[k])
+		}
+		next[k]++
+	}
+}
+
+// strictConfig: strict order (InFlight 1) at 100/s per key, a bound of 10
+// records per key (lookahead 100 ms) and 60 per partition.
+func strictConfig(h *harness) {
+	h.cfg.Limit = bucket.Limit{PerSecond: 100, Burst: 1}
 	h.cfg.InFlight = 1
-	h.cfg.Lookahead = 50 * time.Millisecond // bound 10: A would park if parking were allowed
+	h.cfg.Lookahead = 100 * time.Millisecond
 	h.cfg.MaxQueued = 60
+	h.cfg.RetryDelays = []time.Duration{200 * time.Millisecond, time.Second}
+}
+
+// TestStrictOrderParked: with InFlight 1, key A's 300 records (3 s at
+// 100/s) fill its bound of 10 and the rest is parked in A's chain, yet A's
+// records are sent in offset order, including 150 more written once A has
+// started (its chain takes them, though A's queue has room again). B's 10
+// records, written to A's partition after those, are read and sent at
+// once, not after A's backlog has drained to the partition's 30 (which
+// took about 2.7 s when strict keys were never parked and A's backlog
+// paused the partition).
+func TestStrictOrderParked(t *testing.T) {
+	h := newHarness(t, nil)
+	strictConfig(h)
 	var rs []*kgo.Record
 	for i := range 150 {
 		rs = append(rs, keyRecord("pacer.test", 0, "A", i))
 	}
+	h.produceManual(rs)
+	s := &seqSender{count: map[string]int{}}
+	_, stop := h.start(h.cfg, s, h.reg)
+	if !waitFor(30*time.Second, func() bool { _, c := s.snapshot(); return len(c) > 0 }) {
+		t.Fatal("A's first record not sent within 30 s")
+	}
+	rs = rs[:0]
+	for i := range 150 {
+		rs = append(rs, keyRecord("pacer.test", 0, "A", 150+i))
+	}
+	h.produceManual(rs)
+	rs = rs[:0]
 	for i := range 10 {
 		rs = append(rs, keyRecord("pacer.test", 0, "B", i))
 	}
 	h.produceManual(rs)
-	s := &seqSender{count: map[string]int{}}
-	h.runWith(s, func() bool {
+	ok := waitFor(30*time.Second, func() bool { _, c := s.snapshot(); return len(c) == 310 && h.lag() == 0 })
+	stop()
+	if !ok {
 		_, c := s.snapshot()
-		return len(c) == 160
-	})
-	seq, _ := s.snapshot()
-	next := map[byte]int{}
-	for _, id := range seq {
-		n, _ := strconv.Atoi(id[2:])
-		if n != next[id[0]] {
-			t.Fatalf("%s sent when %c-%d was due next: order broken", id, id[0], next[id[0]])
-		}
-		next[id[0]]++
+		t.Fatalf("%d of 310 ids sent within 30 s (lag %d)", len(c), h.lag())
 	}
-	if got := h.counter("pacer_parked_total"); got != 0 {
-		t.Errorf("pacer_parked_total = %v in strict order, want 0", got)
+	seq, c := s.snapshot()
+	checkOrder(t, seq)
+	for id, n := range c {
+		if n != 1 {
+			t.Errorf("%s sent %d times, want once", id, n)
+		}
+	}
+	// B's 10 records take 0.1 s at its own 100/s; reading and starting
+	// them takes some more on a loaded machine. A gets about 10 slots in
+	// 0.1 s; 100 allows a second of delay.
+	aBefore := 0
+	for _, id := range seq[:position(seq, "B-9")] {
+		if id[0] == 'A' {
+			aBefore++
+		}
+	}
+	t.Logf("A's records sent before B's last: %d; parked %v", aBefore, h.counter("pacer_parked_total"))
+	if aBefore > 100 {
+		t.Errorf("%d of A's records were sent before B's last: B waited for A's backlog", aBefore)
+	}
+	if got := h.counter("pacer_parked_total"); got < 250 {
+		t.Errorf("pacer_parked_total = %v, want >= 250 (A's records beyond its bound of 10)", got)
+	}
+}
+
+// TestStrictOrderParkedAcrossRestart: the pacer stops once A's chain
+// copies are written but before A's first 10 records (held in its main
+// partition, 1 s at 10/s) are all sent; a second pacer, at 200/s, takes
+// over. The first one's copies are dropped unsent (their records are read
+// again from the main partition, whose commit stayed below them), so A's
+// records are sent once each and in offset order over both runs.
+func TestStrictOrderParkedAcrossRestart(t *testing.T) {
+	h := newHarness(t, nil)
+	strictConfig(h)
+	h.cfg.Limit = bucket.Limit{PerSecond: 10, Burst: 1}
+	h.cfg.Lookahead = time.Second // bound 10
+	var rs []*kgo.Record
+	for i := range 150 {
+		rs = append(rs, keyRecord("pacer.test", 0, "A", i))
+	}
+	h.produceManual(rs)
+	s := &seqSender{count: map[string]int{}}
+	reg := prometheus.NewRegistry()
+	_, stop := h.start(h.cfg, s, reg)
+	if !waitFor(30*time.Second, func() bool { return counterIn(t, reg, "pacer_parked_total") >= 140 }) {
+		t.Fatal("A's 140 records beyond its bound not parked within 30 s")
+	}
+	stop()
+	first, _ := s.snapshot()
+	if len(first) >= 10 {
+		t.Fatalf("the first run sent %d records before its stop, want < 10: the case is not tested", len(first))
+	}
+	reg = prometheus.NewRegistry()
+	h.cfg.Limit = bucket.Limit{PerSecond: 200, Burst: 1}
+	_, stop = h.start(h.cfg, s, reg)
+	ok := waitFor(30*time.Second, func() bool { _, c := s.snapshot(); return len(c) == 150 && h.lag() == 0 })
+	stop()
+	if !ok {
+		_, c := s.snapshot()
+		t.Fatalf("%d of 150 ids sent within 30 s (lag %d)", len(c), h.lag())
+	}
+	seq, c := s.snapshot()
+	checkOrder(t, seq)
+	for id, n := range c {
+		if n != 1 {
+			t.Errorf("%s sent %d times, want once", id, n)
+		}
+	}
+	t.Logf("first run sent %d; second run dropped %v stale copies, parked %v", len(first), counterIn(t, reg, "pacer_parked_stale_total"), counterIn(t, reg, "pacer_parked_total"))
+	if got := counterIn(t, reg, "pacer_parked_stale_total"); got < 140 {
+		t.Errorf("pacer_parked_stale_total = %v in the second run, want >= 140 (the first run's copies)", got)
 	}
 }
 
@@ -239,4 +397,108 @@ func (h *harness) gaugeWith(name, label, value string) float64 {
 		}
 	}
 	return -1
+}
+
+// counterIn returns the sum of counter name in reg, or -1 if absent.
+func counterIn(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			sum := 0.0
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			return sum
+		}
+	}
+	return -1
+}
+
+// TestParkedDuplicateSpendsNoSlot: 20 parked copies of key A whose ids
+// were delivered before (a rebalance parked their records twice), then a
+// new record of A, at 2/s, handled one at a time. The copies are skipped
+// before their slots, so the new record is sent within about one slot; if
+// each duplicate took a slot before its claim found it delivered, the new
+// one would wait 10 s.
+func TestParkedDuplicateSpendsNoSlot(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.Limit = bucket.Limit{PerSecond: 2, Burst: 1}
+	h.cfg.InFlight = 1 // one at a time, in the tier's order: the duplicates first
+	h.cfg.MaxTokenWait = 30 * time.Second
+	h.cfg.RetryDelays = []time.Duration{time.Second}
+	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
+	defer rdb.Close()
+	led := ledger.New(rdb, bucket.New(rdb, bucket.Config{}).Keys())
+	parks := kgo.RecordHeader{Key: "pacer-parks", Value: []byte("1")}
+	var rs []*kgo.Record
+	for i := range 20 {
+		if err := led.Delivered(context.Background(), "test", "A", "A-"+strconv.Itoa(i), "p", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, keyRecord("pacer.test.retry.1", 0, "A", i, parks))
+	}
+	rs = append(rs, keyRecord("pacer.test.retry.1", 0, "A", 20, parks))
+	if _, err := kadm.NewClient(h.cl).CreateTopic(context.Background(), 2, 1, nil, "pacer.test.retry.1"); err != nil {
+		t.Fatal(err)
+	}
+	h.produceManual(rs)
+	s := &seqSender{count: map[string]int{}}
+	start := time.Now()
+	var took time.Duration
+	h.runWith(s, func() bool {
+		_, c := s.snapshot()
+		if c["A-20"] == 1 && took == 0 {
+			took = time.Since(start)
+		}
+		return c["A-20"] == 1 && h.counter("pacer_duplicates_skipped_total") == 20
+	})
+	if _, c := s.snapshot(); len(c) != 1 {
+		t.Errorf("%d ids sent, want only A-20: %v", len(c), c)
+	}
+	t.Logf("A-20 sent %v after the start", took)
+	if took > 5*time.Second {
+		t.Errorf("A-20 sent %v after the start, want < 5 s: the duplicates spent A's slots", took)
+	}
+}
+
+// TestDueCopyStartsFirst: in a retry tier, key A's records 0, 1 and 3
+// are due in 3 s and record 2, after them, is due now, with InFlight 2.
+// Record 2 is sent at once: records sleeping until their due time hold
+// none of the key's InFlight places (they used to, and record 2 then
+// waited 3 s behind them, the key's queue dry meanwhile), and the key's
+// waiting records are in due order, so 2 is not behind 3 either.
+func TestDueCopyStartsFirst(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.InFlight = 2
+	h.cfg.RetryDelays = []time.Duration{time.Hour}
+	later := kgo.RecordHeader{Key: "pacer-due", Value: []byte(strconv.FormatInt(time.Now().Add(3*time.Second).UnixMilli(), 10))}
+	rs := []*kgo.Record{
+		keyRecord("pacer.test.retry.1", 0, "A", 0, later),
+		keyRecord("pacer.test.retry.1", 0, "A", 1, later),
+		keyRecord("pacer.test.retry.1", 0, "A", 3, later),
+		keyRecord("pacer.test.retry.1", 0, "A", 2),
+	}
+	if _, err := kadm.NewClient(h.cl).CreateTopic(context.Background(), 2, 1, nil, "pacer.test.retry.1"); err != nil {
+		t.Fatal(err)
+	}
+	h.produceManual(rs)
+	s := &seqSender{count: map[string]int{}}
+	s.at = map[string]time.Time{}
+	start := time.Now()
+	h.runWith(s, func() bool { _, c := s.snapshot(); return len(c) == 4 })
+	seq, _ := s.snapshot()
+	s.mu.Lock()
+	took, last := s.at["A-2"].Sub(start), s.at["A-0"].Sub(start)
+	s.mu.Unlock()
+	t.Logf("sent %v; A-2 after %v, A-0 after %v", seq, took.Round(10*time.Millisecond), last.Round(10*time.Millisecond))
+	if seq[0] != "A-2" || took > 2*time.Second {
+		t.Errorf("A-2 sent %v after the start (order %v), want first and within 2 s: it waited behind records not yet due", took, seq)
+	}
+	if last < 2500*time.Millisecond {
+		t.Errorf("A-0 sent %v after the start, before its due time (3 s)", last)
+	}
 }

@@ -53,8 +53,11 @@
 // InFlight); its further records are parked: copied to a retry topic due at
 // their estimated slot (one Kafka write per hop, never an attempt), and
 // finished once Kafka acknowledged the copy. A partition holding
-// [Config.MaxQueued] records pauses fetching. With InFlight 1 a key is never
-// parked, so its records go out in offset order. See worker.go and park.go.
+// [Config.MaxQueued] records pauses fetching. With InFlight 1 a key's
+// records go out in offset order: once it parks, all its later records are
+// parked in one chain, sent in order before the key is held again (see
+// [chain]). A revoked partition parks the records it still holds before
+// its commit. See worker.go and park.go.
 //
 // # Retry topics
 //
@@ -78,7 +81,8 @@
 //	pacer_redis_errors_total            failed Redis calls (the record waits)
 //	pacer_partitions_assigned           partitions owned by this process
 //	pacer_records_queued                fetched records not yet finished
-//	pacer_parked_total                  records parked beyond their key's lookahead (Kafka writes)
+//	pacer_parked_total                  records parked beyond their key's lookahead or at a revoke (Kafka writes)
+//	pacer_parked_stale_total            strict order: parked copies of an ended chain dropped unsent
 //	pacer_key_backlog_keys{class}       keys with records waiting, by backlog class (1-9 .. 10000+)
 //	pacer_lookahead_records             records held in the per-key queues
 //	pacer_lookahead_fill                held records over partitions x MaxQueued, 0..1
@@ -449,6 +453,10 @@ type Pacer struct {
 	tally   tally                // records finished, by how, for the progress log
 	started time.Time            // when Run began
 
+	// chains holds the live chains of strict-order keys (pacing key ->
+	// *chain): a chain copy names one, see park.go.
+	chains sync.Map
+
 	mu      sync.Mutex
 	workers map[tp]*worker
 	cl      *kgo.Client
@@ -784,7 +792,7 @@ func (p *Pacer) assigned(_ context.Context, cl *kgo.Client, parts map[string][]i
 }
 
 func (p *Pacer) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
-	p.stop(parts)
+	p.stop(parts, true)
 	if err := cl.CommitMarkedOffsets(ctx); err != nil {
 		p.log.Warn("commit on revoke failed; finished records will be re-delivered", "err", err)
 	}
@@ -792,13 +800,15 @@ func (p *Pacer) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]
 }
 
 func (p *Pacer) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
-	p.stop(parts)
+	p.stop(parts, false)
 	p.log.Warn("partitions lost", "partitions", fmt.Sprint(parts))
 }
 
 // stop ends the workers of parts and waits for them; an in-flight send
-// finishes (bounded by SendTimeout and Drain).
-func (p *Pacer) stop(parts map[string][]int32) {
+// finishes (bounded by SendTimeout and Drain). With handover (a revoke: the
+// partitions are still ours until it returns) their held records are
+// parked first, see [worker.parkHeld].
+func (p *Pacer) stop(parts map[string][]int32, handover bool) {
 	var ws []*worker
 	p.mu.Lock()
 	for topic, ps := range parts {
@@ -811,7 +821,7 @@ func (p *Pacer) stop(parts map[string][]int32) {
 	}
 	p.m.partitions.WithLabelValues().Set(float64(len(p.workers)))
 	p.mu.Unlock()
-	p.waitWorkers(ws)
+	p.waitWorkers(ws, handover)
 }
 
 func (p *Pacer) stopAll() {
@@ -823,11 +833,12 @@ func (p *Pacer) stopAll() {
 	}
 	p.m.partitions.WithLabelValues().Set(0)
 	p.mu.Unlock()
-	p.waitWorkers(ws)
+	p.waitWorkers(ws, true)
 }
 
-func (p *Pacer) waitWorkers(ws []*worker) {
+func (p *Pacer) waitWorkers(ws []*worker, handover bool) {
 	for _, w := range ws {
+		w.handover.Store(handover)
 		w.cancel()
 	}
 	deadline := time.NewTimer(p.cfg.Drain)

@@ -36,6 +36,11 @@ func TestParkCopy(t *testing.T) {
 			if got.Topic != c.topic || time.UnixMilli(due) != now.Add(c.due) {
 				t.Errorf("wait %v: %s due in %v, want %s due in %v", c.wait, got.Topic, time.UnixMilli(due).Sub(now), c.topic, c.due)
 			}
+			// The copy carries its slot: parked again, it is due at the
+			// same slot, however often it hops.
+			if slot, ok := slotOf(got); !ok || !slot.Equal(now.Add(c.wait)) {
+				t.Errorf("wait %v: pacer-slot %v (%v), want %v", c.wait, slot, ok, now.Add(c.wait))
+			}
 			for k, want := range map[string]string{hAttempt: "2", hRequeues: "1", hParks: "5", "trace": "x", hOrigin: "t/3/7"} {
 				if v := header(got, k); v != want {
 					t.Errorf("wait %v: header %s = %q, want %q", c.wait, k, v, want)
@@ -73,6 +78,13 @@ func TestSlotAfter(t *testing.T) {
 		time.Sleep(2 * time.Second) // all given slots passed: from the held records again
 		if d := w.slotAfter(q, time.Now()).Sub(time.Now()); d != 500*time.Millisecond {
 			t.Errorf("after 2 s: due in %v, want 500ms", d)
+		}
+		// A key whose adapted rate fell to 10/s is estimated at its
+		// ceiling of 20/s: its parked records come back no later than
+		// the key, recovering, can send them.
+		q2 := &keyQueue{rate: 10, ceil: 20, running: 2, waiting: make([]*kgo.Record, 8)}
+		if d := w.slotAfter(q2, time.Now()).Sub(time.Now()); d != 500*time.Millisecond {
+			t.Errorf("adapted 10/s, ceiling 20/s: due in %v, want 500ms", d)
 		}
 	})
 }

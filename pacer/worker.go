@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -33,6 +35,9 @@ type worker struct {
 	parkCancel context.CancelFunc
 	done       chan struct{}
 	wg         sync.WaitGroup // handlers and parkers
+	// handover is set before ctx ends when the partition is revoked (not
+	// lost): its held records are parked before the commit, see parkHeld.
+	handover atomic.Bool
 
 	mu      sync.Mutex
 	stopped bool
@@ -41,6 +46,7 @@ type worker struct {
 	held    int                  // records in key queues (waiting or being handled)
 	parking int                  // park copies being written
 	paused  bool                 // the partition is paused at the client
+	chains  map[string]*chain    // strict order: pacing key -> its live chain (see [chain])
 }
 
 // pending is one fetched record until its offset is marked for commit.
@@ -58,6 +64,14 @@ type pending struct {
 type keyQueue struct {
 	waiting []*kgo.Record // not started yet
 	entries []*pending    // the pending of each waiting record
+	// dues is when each waiting record may start: its pacer-due, or when
+	// it was fetched. Except in strict order, waiting is kept in due order
+	// (records due alike in fetch order) and a record starts only once
+	// due, so a copy due now never waits for an InFlight place held by
+	// copies sleeping until later.
+	dues    []time.Time
+	timer   *time.Timer   // dispatches the head of waiting when it falls due
+	timed   time.Time     // when timer fires
 	high    []*kgo.Record // priority high, not started yet: they start before waiting
 	highE   []*pending
 	running int // being handled
@@ -66,7 +80,8 @@ type keyQueue struct {
 	// this key by this worker: the next parked record is due one slot later.
 	parkedUntil time.Time
 	parkRate    float64   // msgs/s parkedUntil was estimated at
-	rate        float64   // msgs/s, read once per fetched batch
+	rate        float64   // msgs/s, adapted, read once per fetched batch: the bound
+	ceil        float64   // msgs/s, the key's ceiling, read with rate: the slot estimates
 	seen        time.Time // the batch rate was read for
 }
 
@@ -87,7 +102,7 @@ func newWorker(p *Pacer, cl *kgo.Client, k tp) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
 	parkCtx, parkCancel := context.WithCancel(context.Background())
 	return &worker{p: p, cl: cl, tp: k, ctx: ctx, cancel: cancel, parkCtx: parkCtx, parkCancel: parkCancel,
-		done: make(chan struct{}), keys: map[string]*keyQueue{}}
+		done: make(chan struct{}), keys: map[string]*keyQueue{}, chains: map[string]*chain{}}
 }
 
 // keyRate is key's rate in msgs/s as this process knows it: adapted (by
@@ -108,6 +123,26 @@ func (p *Pacer) keyRate(key string) float64 {
 	return st.limit.PerSecond
 }
 
+// keyCeiling is key's ceiling in msgs/s: its policy's rate once read, else
+// the channel's. Parked records are due at slots estimated at the ceiling:
+// an adapted rate lowered by throttles would put them later than the key,
+// recovering, can send them, and its queue would run dry meanwhile; too
+// early, they are held once their slot is within the lookahead.
+func (p *Pacer) keyCeiling(key string) float64 {
+	p.keys.mu.Lock()
+	st := p.keys.m[key]
+	p.keys.mu.Unlock()
+	if st == nil {
+		return p.policyDefault.Limit.PerSecond
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.pol.Limit.PerSecond <= 0 {
+		return p.policyDefault.Limit.PerSecond
+	}
+	return st.pol.Limit.PerSecond
+}
+
 // keyBound is how many records of a key at rate msgs/s one partition holds
 // in memory: Config.Lookahead of its rate, at least Config.InFlight.
 func (p *Pacer) keyBound(rate float64) int {
@@ -116,8 +151,8 @@ func (p *Pacer) keyBound(rate float64) int {
 }
 
 // strict reports whether every key's records are sent one at a time in
-// offset order (InFlight 1): such a key is never parked, since a parked
-// record would come back after the key's newer records.
+// offset order (InFlight 1): such a key is parked only in a [chain], which
+// keeps that order.
 func (p *Pacer) strict() bool { return p.cfg.InFlight == 1 }
 
 // syncPause pauses fetching the partition while it holds MaxQueued records
@@ -151,10 +186,11 @@ func (w *worker) syncPause() {
 // (a retry or parked copy) is held: parking it again would only move it.
 func (w *worker) push(rs []*kgo.Record) {
 	type parkJob struct {
-		key string
-		e   *pending
-		r   *kgo.Record
-		due time.Time
+		key   string
+		e     *pending
+		r     *kgo.Record
+		due   time.Time
+		chain *chain // strict order: parked in this chain
 	}
 	var jobs []parkJob
 	now := time.Now()
@@ -174,7 +210,7 @@ func (w *worker) push(rs []*kgo.Record) {
 			w.keys[k] = q
 		}
 		if q.seen != now {
-			q.seen, q.rate = now, w.p.keyRate(k)
+			q.seen, q.rate, q.ceil = now, w.p.keyRate(k), w.p.keyCeiling(k)
 		}
 		if !w.p.strict() && highPriority(r) {
 			// Ahead of the key's normal records, never parked behind them.
@@ -184,13 +220,38 @@ func (w *worker) push(rs []*kgo.Record) {
 			w.dispatch(q)
 			continue
 		}
-		over := q.size() >= w.p.keyBound(q.rate) || (w.held >= w.p.cfg.MaxQueued && q.size() >= w.p.cfg.InFlight)
-		if over && !w.p.strict() && !readMeta(r).due.After(now) {
-			jobs = append(jobs, parkJob{k, e, r, w.slotAfter(q, now)})
-			continue
+		full := w.held >= w.p.cfg.MaxQueued && q.size() >= w.p.cfg.InFlight
+		over := q.size() >= w.p.keyBound(q.rate) || full
+		if w.p.strict() && w.tp.topic == w.p.cfg.Topic {
+			// Once a strict key parks, all its later records follow in its
+			// chain, in offset order, until the chain is empty.
+			c := w.chains[k]
+			if c == nil && over {
+				c = w.startChain(k)
+			}
+			if c != nil {
+				c.pend[e.offset] = e
+				jobs = append(jobs, parkJob{key: k, e: e, r: r, chain: c})
+				continue
+			}
 		}
-		q.waiting = append(q.waiting, r)
-		q.entries = append(q.entries, e)
+		if over && !w.p.strict() && !readMeta(r).due.After(now) {
+			// A copy back from parking is held once its own slot is within
+			// the lookahead (its key's bound counts the records ahead of
+			// it, not behind); before that it is parked again for the same
+			// slot. Only a full partition parks it behind the key's others.
+			slot, back := slotOf(r)
+			switch {
+			case back && !full && !slot.After(now.Add(w.p.cfg.Lookahead)):
+			case back && !full:
+				jobs = append(jobs, parkJob{key: k, e: e, r: r, due: slot})
+				continue
+			default:
+				jobs = append(jobs, parkJob{key: k, e: e, r: r, due: w.slotAfter(q, now)})
+				continue
+			}
+		}
+		q.enqueue(r, e, now, w.p.strict())
 		w.held++
 		w.dispatch(q)
 	}
@@ -199,20 +260,25 @@ func (w *worker) push(rs []*kgo.Record) {
 	w.syncPause()
 	w.mu.Unlock()
 	for _, j := range jobs {
+		if j.chain != nil {
+			w.p.parkChained(w.parkCtx, j.r, j.chain, func(copied, ok bool) { w.chainParked(j.chain, j.e, copied, ok) })
+			continue
+		}
 		w.p.parkAsync(w.parkCtx, j.r, j.due, func(ok bool) { w.parked(j.key, j.e, ok) })
 	}
 }
 
 // slotAfter estimates when the next record of q's key to be parked will
-// get its slot at the key's rate, after those held and those
-// parked before it (their slots moved earlier if the rate rose since).
-// Callers hold w.mu.
+// get its slot at the key's ceiling (see [Pacer.keyCeiling]), after those
+// held and those parked before it (their slots moved earlier if the
+// ceiling rose since). Callers hold w.mu.
 func (w *worker) slotAfter(q *keyQueue, now time.Time) time.Time {
+	rate := max(q.rate, q.ceil)
 	if q.parkedUntil.After(now) {
-		q.parkedUntil = rescaleDue(q.parkedUntil, now, q.parkRate, q.rate)
+		q.parkedUntil = rescaleDue(q.parkedUntil, now, q.parkRate, rate)
 	}
-	q.parkRate = q.rate
-	per := time.Duration(float64(time.Second) / q.rate)
+	q.parkRate = rate
+	per := time.Duration(float64(time.Second) / rate)
 	due := now.Add(time.Duration(q.size()) * per)
 	if next := q.parkedUntil.Add(per); next.After(due) {
 		due = next
@@ -236,19 +302,62 @@ func (w *worker) dispatch(q *keyQueue) {
 		w.wg.Add(1)
 		go w.handleOne(q, r, e, true)
 	}
+	now := time.Now()
 	for !w.stopped && q.running-q.runHigh < w.p.cfg.InFlight && len(q.waiting) > 0 {
+		if !w.p.strict() && q.dues[0].After(now) {
+			w.wake(q, q.dues[0])
+			return
+		}
 		r, e := q.waiting[0], q.entries[0]
 		q.waiting[0], q.entries[0] = nil, nil
-		q.waiting, q.entries = q.waiting[1:], q.entries[1:]
+		q.waiting, q.entries, q.dues = q.waiting[1:], q.entries[1:], q.dues[1:]
 		q.running++
 		w.wg.Add(1)
 		go w.handleOne(q, r, e, false)
 	}
 }
 
+// enqueue adds r (its log entry e, fetched at now) to q's waiting records:
+// at the end in strict order, else after every record due no later.
+func (q *keyQueue) enqueue(r *kgo.Record, e *pending, now time.Time, strict bool) {
+	due := readMeta(r).due
+	if due.Before(now) {
+		due = now
+	}
+	i := len(q.dues)
+	if !strict {
+		for i > 0 && q.dues[i-1].After(due) {
+			i--
+		}
+	}
+	q.waiting = slices.Insert(q.waiting, i, r)
+	q.entries = slices.Insert(q.entries, i, e)
+	q.dues = slices.Insert(q.dues, i, due)
+}
+
+// wake dispatches q again at at, unless it is woken sooner already.
+// Callers hold w.mu.
+func (w *worker) wake(q *keyQueue, at time.Time) {
+	if q.timer != nil && !q.timed.After(at) {
+		return
+	}
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	q.timed = at
+	q.timer = time.AfterFunc(time.Until(at), func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if q.timed.Equal(at) {
+			q.timer = nil
+		}
+		w.dispatch(q)
+	})
+}
+
 func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, high bool) {
 	defer w.wg.Done()
-	ok := w.p.handle(w, r)
+	ok := w.handleCopy(r)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q.running--
@@ -262,7 +371,57 @@ func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, high bool) {
 		w.finish(e)
 	}
 	w.dispatch(q)
+	w.chainReady(string(r.Key))
 	w.forget(string(r.Key), q)
+	w.syncPause()
+}
+
+// handleCopy handles r as [Pacer.handle] does; a strict key's chain copy
+// (see [chain]) first waits until its chain is ready, is dropped unsent if
+// its chain is not live, and once finished finishes its main entry.
+func (w *worker) handleCopy(r *kgo.Record) bool {
+	if w.tp.topic == w.p.cfg.Topic {
+		return w.p.handle(w, r)
+	}
+	c, off, isCopy := w.p.liveChain(r)
+	if !isCopy {
+		return w.p.handle(w, r)
+	}
+	if c != nil {
+		select {
+		case <-c.ready:
+		case <-c.dead:
+			c = nil
+		case <-w.ctx.Done():
+			return false
+		}
+	}
+	if c == nil {
+		w.p.qm.staleCopies.Inc()
+		w.p.log.Debug("parked copy of an ended chain dropped: its record is sent or read again from the main partition",
+			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "chain", header(r, hChain))
+		return true
+	}
+	if !w.p.handle(w, r) {
+		return false
+	}
+	c.w.mu.Lock()
+	c.w.chainFinished(c, off)
+	c.w.mu.Unlock()
+	return true
+}
+
+// chainParked takes the outcome of writing e's chain copy: nothing is
+// finished when the copy was written (its main entry waits for the copy,
+// see [chain]); a record dead-lettered instead is finished.
+func (w *worker) chainParked(c *chain, e *pending, copied, ok bool) {
+	defer w.wg.Done()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.parking--
+	if !copied && ok {
+		w.chainFinished(c, e.offset)
+	}
 	w.syncPause()
 }
 
@@ -288,6 +447,63 @@ func (w *worker) forget(key string, q *keyQueue) {
 	if q.size() == 0 && !q.parkedUntil.After(time.Now()) && w.keys[key] == q {
 		delete(w.keys, key)
 	}
+}
+
+// parkHeld parks the records w still holds unsent, once its handlers have
+// stopped, and finishes them, so the commit of the revoke moves past every
+// record fetched. Without it the commit stops at the key's oldest held
+// record, and the partition's next owner reads again, and parks again,
+// every record parked after it: with a backlog, most of the partition.
+// Each key's held records are due one slot apart from now. Only for a main
+// partition: a retry tier's held records are mostly copies not yet due,
+// which the next owner reads again at no write, and the records after them
+// were mostly not sent yet. Not in strict order (a held record is older
+// than the key's chain), and not for a lost partition (another member may
+// be handling it already).
+func (w *worker) parkHeld(deadline time.Time) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	type job struct {
+		e *pending
+		c *kgo.Record
+	}
+	var jobs []job
+	now := time.Now()
+	n := map[string]int{}
+	w.mu.Lock()
+	for _, e := range w.log {
+		if e.finished || e.r == nil {
+			continue
+		}
+		k := string(e.r.Key)
+		rate := w.p.keyRate(k)
+		if q := w.keys[k]; q != nil && q.rate > 0 {
+			rate = q.rate
+		}
+		due := now.Add(time.Duration(float64(n[k]) / rate * float64(time.Second)))
+		n[k]++
+		if d := readMeta(e.r).due; d.After(due) {
+			due = d // a retry keeps its backoff
+		}
+		c, _ := w.p.parkCopy(e.r, due)
+		jobs = append(jobs, job{e, c})
+	}
+	w.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Add(len(jobs))
+	for _, j := range jobs {
+		w.p.cl.Produce(ctx, j.c, func(_ *kgo.Record, err error) {
+			defer wg.Done()
+			if err != nil {
+				return // not finished: read again by the next owner
+			}
+			w.p.qm.parked.Inc()
+			w.mu.Lock()
+			w.finish(j.e)
+			w.mu.Unlock()
+		})
+	}
+	wg.Wait()
 }
 
 // waitDue holds a record until due, or reports false if the worker was
@@ -319,14 +535,19 @@ func (w *worker) finish(e *pending) {
 func (w *worker) run() {
 	defer close(w.done)
 	<-w.ctx.Done()
+	deadline := time.Now().Add(w.p.cfg.Drain)
 	w.mu.Lock()
 	w.stopped = true
+	w.endChains()
 	w.mu.Unlock()
 	// In-flight sends finish (bounded by SendTimeout) and park copies are
 	// acknowledged (bounded by Drain) before done.
 	t := time.AfterFunc(w.p.cfg.Drain, w.parkCancel)
 	w.wg.Wait()
 	t.Stop()
+	if w.handover.Load() && !w.p.strict() && w.tp.topic == w.p.cfg.Topic {
+		w.parkHeld(deadline)
+	}
 	w.parkCancel()
 	w.mu.Lock()
 	unfinished := 0

@@ -119,6 +119,22 @@ func parseClaim(k, s string) (ClaimResult, time.Duration, error) {
 	return ClaimUnknown, 0, fmt.Errorf("ledger: claim %q: unexpected reply %q", k, s)
 }
 
+// IsDelivered reports whether id was recorded delivered: one GET, nothing
+// written. A caller can skip a copy it knows may be a duplicate before it
+// spends a send slot on it; Claim still decides before a send. Errors wrap
+// the Redis error.
+func (l *Ledger) IsDelivered(ctx context.Context, channel, key, id string) (bool, error) {
+	k := l.keys.ID(channel, key, id)
+	v, err := l.rdb.Get(ctx, k).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("ledger: read %q: %w", k, err)
+	}
+	return strings.HasPrefix(v, "d:"), nil
+}
+
 // Delivered records that id was accepted by the provider (providerID, may
 // be empty), for ttl. Errors wrap the Redis error.
 func (l *Ledger) Delivered(ctx context.Context, channel, key, id, providerID string, ttl time.Duration) error {

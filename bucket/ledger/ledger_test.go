@@ -127,3 +127,30 @@ func TestClaimErrorIsNeverClaimed(t *testing.T) {
 		}
 	}
 }
+
+// TestIsDelivered: an id is delivered only once Delivered recorded it; a
+// claim alone is not.
+func TestIsDelivered(t *testing.T) {
+	for name, l := range ledgers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			const ch, key, id = "whatsapp", "106", "m1"
+			check := func(step string, want bool) {
+				t.Helper()
+				got, err := l.IsDelivered(ctx, ch, key, id)
+				if err != nil || got != want {
+					t.Fatalf("%s: IsDelivered = %v, %v; want %v", step, got, err, want)
+				}
+			}
+			check("unknown id", false)
+			if _, _, err := l.Claim(ctx, ch, key, id, "a", time.Minute, false); err != nil {
+				t.Fatal(err)
+			}
+			check("claimed", false)
+			if err := l.Delivered(ctx, ch, key, id, "wamid.X", time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			check("delivered", true)
+		})
+	}
+}

@@ -193,6 +193,90 @@ func TestQueuePerKeyShort(t *testing.T) {
 	}
 }
 
+// parkCost reads every copy the retry tiers of e hold and sums up what
+// parking cost: copies carrying pacer-parks (park copies and their hops),
+// the records they were made for (distinct ids), the copies of a record
+// made anew from its main partition after a rebalance or crash re-delivered
+// it (pacer-parks 1 more than once), and the largest hop count.
+type parkStats struct {
+	copies, records, reparks, maxHops int
+}
+
+func (s parkStats) String() string {
+	per := 0.0
+	if s.records > 0 {
+		per = float64(s.copies) / float64(s.records)
+	}
+	return fmt.Sprintf("%d park copies for %d parked records (%.2f per record; %d made again from a re-delivered original; most hops of one record %d)",
+		s.copies, s.records, per, s.reparks, s.maxHops)
+}
+
+func parkCost(t *testing.T, e *e2e) parkStats {
+	adm := kadm.NewClient(newKafkaClient(t, e.brokers))
+	tiers := []string{e.topic + ".retry.1", e.topic + ".retry.2", e.topic + ".retry.3"}
+	ends, err := adm.ListEndOffsets(context.Background(), tiers...)
+	if err != nil {
+		t.Logf("park cost: %v", err)
+		return parkStats{}
+	}
+	var st parkStats
+	first := map[string]int{}
+	seen := map[string]bool{}
+	for _, tier := range tiers {
+		want := 0
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Topic == tier {
+				want += int(o.Offset)
+			}
+		})
+		if want == 0 {
+			continue
+		}
+		for _, r := range consumeAll(t, e.brokers, tier, want) {
+			parks := 0
+			for _, h := range r.Headers {
+				if h.Key == "pacer-parks" {
+					parks, _ = strconv.Atoi(string(h.Value))
+				}
+			}
+			if parks == 0 {
+				continue
+			}
+			st.copies++
+			st.maxHops = max(st.maxHops, parks)
+			env := string(r.Value)
+			id := env[strings.Index(env, `"id":"`)+6:]
+			id = id[:strings.IndexByte(id, '"')]
+			seen[id] = true
+			if parks == 1 {
+				first[id]++
+			}
+		}
+	}
+	st.records = len(seen)
+	for _, n := range first {
+		st.reparks += n - 1
+	}
+	return st
+}
+
+// timeline returns key's accepted arrivals per step from t0, as
+// "n n n ...": where a backlogged key ran dry shows as low counts.
+func timeline(e *e2e, key string, t0 time.Time, step time.Duration) string {
+	var n []int
+	for _, a := range e.fake.Arrivals() {
+		if a.Key != key || a.Throttled {
+			continue
+		}
+		i := int(a.At.Sub(t0) / step)
+		for len(n) <= i {
+			n = append(n, 0)
+		}
+		n[i]++
+	}
+	return strings.Trim(fmt.Sprint(n), "[]")
+}
+
 func benchOnly(t *testing.T) {
 	if os.Getenv("PACER_BENCH_QUEUE") == "" {
 		t.Skip("measurement: run with PACER_BENCH_QUEUE=1 (make bench-queue)")
@@ -206,13 +290,92 @@ func TestQueueBench(t *testing.T) {
 	t.Run("A100000", func(t *testing.T) { runHeadOfLine(t, 100_000, 20, false, 60*time.Second, false) })
 	t.Run("Spread", benchSpread)
 	t.Run("Kill", benchKill)
+	t.Run("Strict", benchStrict)
+}
+
+// benchStrict: strict order (PACER_INFLIGHT=1). Number A has 8,000
+// messages at 200/s, more than a partition holds (2,000); number B's 20
+// are written to A's partition once A has started. A's excess is parked in
+// its chain, so B is read and sent at once (before chains, A's backlog
+// paused the partition and B waited until A's backlog had drained to
+// 1,000), and A's messages arrive in offset order, except those a throttle
+// sent to a retry (their order is given up).
+func benchStrict(t *testing.T) {
+	const rate, big = 200.0, 8000
+	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: 2, Latency: 5 * time.Millisecond})
+	ab := keysOn("8", 0, 4, 2)
+	var b strings.Builder
+	lines(&b, "q", ab[0], big)
+	if code, out, errs := e.publish(b.String(), "--partitions", "4"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	p := e.run("PACER_WHATSAPP_RATE=200", "PACER_WHATSAPP_BURST=1", "PACER_INFLIGHT=1")
+	for e.fake.Stats()[ab[0]].Delivered == 0 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	// B is written once A has started: it is fetched behind A's backlog.
+	b.Reset()
+	lines(&b, "q", ab[1], 20)
+	published := time.Now()
+	if code, out, errs := e.publish(b.String(), "--partitions", "4"); code != 0 {
+		t.Fatalf("publish: %d %s %s", code, out, errs)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		s := e.fake.Stats()
+		if s[ab[0]].Delivered >= big && s[ab[1]].Delivered >= 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not done within 3 minutes: %+v\n%s", s, p.logs())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	var addr string
+	parked := scrape(t, p, &addr, "pacer_parked_total")
+	p.stop(t)
+	stats := e.fake.Stats()
+	sa, sb := stats[ab[0]], stats[ab[1]]
+	throttled := map[string]bool{}
+	for _, a := range e.fake.Arrivals() {
+		if a.Throttled {
+			throttled[a.ID] = true
+		}
+	}
+	last, inversions := -1, 0
+	for _, a := range e.fake.Arrivals() {
+		if a.Key != ab[0] || a.Throttled || throttled[a.ID] {
+			continue
+		}
+		i, _ := strconv.Atoi(a.ID[strings.LastIndexByte(a.ID, '-')+1:])
+		if i < last {
+			inversions++
+		}
+		last = i
+	}
+	t.Logf("strict order, A 8,000 and then B 20 on one partition at %.0f/s: B first send %v after its publish, done %v (ideal 0.1 s); A done %v (ideal 40 s); parked %.0f; throttled %d (ids retried: order given up); A's other sends out of offset order: %d; duplicates %d",
+		rate, sb.First.Sub(published).Round(10*time.Millisecond), sb.Last.Sub(published).Round(10*time.Millisecond), sa.Last.Sub(sa.First).Round(time.Second), parked, len(throttled), inversions, sa.Duplicates+sb.Duplicates)
+	if inversions != 0 {
+		t.Errorf("%d of A's sends out of offset order", inversions)
+	}
+	if d := sb.Last.Sub(published); d > 5*time.Second {
+		t.Errorf("B done %v after its publish, want < 5 s: B waited for A's backlog", d)
+	}
+	if parked < 1000 {
+		t.Errorf("parked %.0f, want >= 1,000 (A's excess over its bound of 1,000)", parked)
+	}
+	if sa.Duplicates+sb.Duplicates != 0 {
+		t.Errorf("duplicates %d, want 0", sa.Duplicates+sb.Duplicates)
+	}
 }
 
 // benchSpread: numbers on 4 partitions with backlogs spread geometrically
 // from lo to hi, at rate msgs/s each (scaled by PACER_BENCH_SPREAD=numbers,lo,hi,rate).
 func benchSpread(t *testing.T) {
 	numbers, lo, hi, rate := 50, 10, 2000, 80.0
-	if v := os.Getenv("PACER_BENCH_SPREAD"); v != "" {
+	if v := os.Getenv("PACER_BENCH_SPREAD"); v == "full" {
+		hi = 50_000 // the issue's scale: 313,000 messages, the largest 10.4 minutes at 80/s
+	} else if v != "" {
 		f := strings.Split(v, ",")
 		numbers, _ = strconv.Atoi(f[0])
 		lo, _ = strconv.Atoi(f[1])
@@ -277,7 +440,17 @@ func benchSpread(t *testing.T) {
 	t.Logf("pacer settings: %v", env)
 	p := e.run(env...)
 	maxRSS := 0
+	// At most 3 times the largest number's ideal plus 2 minutes, or
+	// PACER_BENCH_SPREAD_MAX (a duration): the figures are then those of
+	// what was delivered by then, and the run fails on the records left.
 	deadline := time.Now().Add(time.Duration(float64(hi)/rate*3+120) * time.Second)
+	if v := os.Getenv("PACER_BENCH_SPREAD_MAX"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("PACER_BENCH_SPREAD_MAX=%q: %v", v, err)
+		}
+		deadline = time.Now().Add(d)
+	}
 	for {
 		maxRSS = max(maxRSS, rssKB(p.cmd.Process.Pid))
 		got := 0
@@ -300,7 +473,7 @@ func benchSpread(t *testing.T) {
 		}
 	}
 	var rates, lateness []float64
-	dups, lost, throttled := 0, 0, 0
+	dups, lost, throttled, unfinished := 0, 0, 0, 0
 	for _, k := range keys {
 		s := stats[k]
 		dups += s.Duplicates
@@ -308,11 +481,22 @@ func benchSpread(t *testing.T) {
 		lost += want[k] - (s.Delivered - s.Duplicates)
 		ideal := float64(want[k]) / prate
 		done := s.Last.Sub(t0).Seconds()
-		if want[k] >= int(2*rate) { // a rate needs a backlog of some seconds to mean anything
+		if want[k] >= int(2*rate) && s.Delivered > 1 { // a rate needs a backlog of some seconds to mean anything
 			rates = append(rates, float64(s.Delivered-1)/s.Last.Sub(s.First).Seconds())
 		}
-		lateness = append(lateness, done-ideal)
+		if s.Delivered-s.Duplicates >= want[k] {
+			lateness = append(lateness, done-ideal)
+		} else {
+			unfinished++
+		}
 	}
+	// The largest numbers, each: its rate, and its deliveries per 60 s.
+	for _, k := range keys[max(0, len(keys)-3):] {
+		s := stats[k]
+		t.Logf("number %s, %d messages (ideal %.0f s): delivered %d, %.1f msgs/s from its first to its last; per 60 s: %s",
+			k, want[k], float64(want[k])/prate, s.Delivered, float64(s.Delivered-1)/s.Last.Sub(s.First).Seconds(), timeline(e, k, t0, time.Minute))
+	}
+	t.Logf("park cost: %v", parkCost(t, e))
 	if os.Getenv("PACER_BENCH_DEBUG") != "" {
 		last := map[string][]time.Time{}
 		shown := 0
@@ -333,8 +517,11 @@ func benchSpread(t *testing.T) {
 	}
 	slices.Sort(rates)
 	slices.Sort(lateness)
-	t.Logf("%d numbers on 4 partitions, backlogs %d..%d (total %d), fake at %.0f/s, pacer at %.1f/s: achieved rate over numbers with >= 2 s of backlog: min %.1f, median %.1f msgs/s; completion minus ideal: median %.1fs, max %.1fs; parked %.0f; throttled %d; duplicates %d, lost %d; max RSS %d MiB",
-		numbers, lo, hi, total, rate, prate, rates[0], rates[len(rates)/2], lateness[len(lateness)/2], lateness[len(lateness)-1], parked, throttled, dups, lost, maxRSS/1024)
+	if len(rates) == 0 || len(lateness) == 0 {
+		t.Fatalf("nothing to measure: %d rates, %d numbers finished", len(rates), len(lateness))
+	}
+	t.Logf("%d numbers on 4 partitions, backlogs %d..%d (total %d), fake at %.0f/s, pacer at %.1f/s: achieved rate over numbers with >= 2 s of backlog: min %.1f, median %.1f msgs/s; completion minus ideal over the %d finished: median %.1fs, max %.1fs; %d unfinished at the end of the run; parked %.0f; throttled %d; duplicates %d, lost %d; max RSS %d MiB; run took %v",
+		numbers, lo, hi, total, rate, prate, rates[0], rates[len(rates)/2], len(lateness), lateness[len(lateness)/2], lateness[len(lateness)-1], unfinished, parked, throttled, dups, lost, maxRSS/1024, time.Since(t0).Round(time.Second))
 	if dups != 0 || lost != 0 {
 		t.Errorf("duplicates %d, lost %d: want 0", dups, lost)
 	}
@@ -408,7 +595,12 @@ func benchKill(t *testing.T) {
 	if ends, err := adm.ListEndOffsets(context.Background(), e.topic+".retry.1", e.topic+".retry.2", e.topic+".retry.3"); err == nil {
 		ends.Each(func(o kadm.ListedOffset) { copies += o.Offset })
 	}
-	t.Logf("last delivery %v after the first (ideal for the 3,000: 60 s); %d copies written to the retry tiers", last.Sub(first).Round(time.Second), copies)
+	t.Logf("last delivery %v after the first (ideal for the 3,000: 60 s); %d copies written to the retry tiers; %v", last.Sub(first).Round(time.Second), copies, parkCost(t, e))
+	throttled := 0
+	for _, st := range e.fake.Stats() {
+		throttled += st.Throttled
+	}
+	t.Logf("the 3,000-message number's deliveries per 5 s from the first: %s; throttled %d (each halves the number's rate for a while: default AIMD)", timeline(e, "10654k00000", first, 5*time.Second), throttled)
 	procs[1].stop(t)
 	_, dups := e.delivered()
 	lost := total - len(union(delivered, reasons))
