@@ -156,6 +156,49 @@ func TestKeyBacklogDoesNotDelayOtherKeys(t *testing.T) {
 	}
 }
 
+// TestKeylessRecordsQueuedByEnvelopeKey: records published without a
+// Kafka key (a platform's own producer) are queued by their envelope's
+// pacing key, so a keyless backlog of A does not hold B's keyless records
+// back either.
+func TestKeylessRecordsQueuedByEnvelopeKey(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.Limit = bucket.Limit{PerSecond: 200, Burst: 1}
+	h.cfg.Lookahead = 100 * time.Millisecond
+	h.cfg.RetryDelays = []time.Duration{200 * time.Millisecond, time.Second}
+	var rs []*kgo.Record
+	for i := range 400 {
+		rs = append(rs, keyRecord("pacer.test", 0, "A", i))
+	}
+	for i := range 20 {
+		rs = append(rs, keyRecord("pacer.test", 0, "B", i))
+	}
+	for _, r := range rs {
+		r.Key = nil
+	}
+	h.produceManual(rs)
+	s := &seqSender{count: map[string]int{}}
+	h.runWith(s, func() bool {
+		_, c := s.snapshot()
+		return len(c) == 420 && h.lag() == 0
+	})
+	seq, c := s.snapshot()
+	for id, n := range c {
+		if n != 1 {
+			t.Errorf("%s sent %d times, want once", id, n)
+		}
+	}
+	aBefore := 0
+	for _, id := range seq[:position(seq, "B-19")] {
+		if id[0] == 'A' {
+			aBefore++
+		}
+	}
+	t.Logf("A's records sent before B's last: %d", aBefore)
+	if aBefore > 100 {
+		t.Errorf("%d of A's keyless records were sent before B's last; B waited for A", aBefore)
+	}
+}
+
 // TestRevokeParksHeldRecords: a pacer stopped (its partitions revoked)
 // while key A holds its 32 records (its bound) parks those not sent before
 // its commit, so the commit of A's partition reaches its end (A's other

@@ -203,6 +203,16 @@ func (w *worker) push(rs []*kgo.Record) {
 	for _, r := range rs {
 		e := &pending{r: r, offset: r.Offset, epoch: r.LeaderEpoch}
 		w.log = append(w.log, e)
+		if len(r.Key) == 0 {
+			// A record published without a key (a producer of its own)
+			// is queued, and its retry and parked copies partitioned, by
+			// its envelope's pacing key: keyless records must not share
+			// one queue. A record that does not parse keeps no key and is
+			// dead-lettered as malformed when handled.
+			if env, err := ParseEnvelope(r.Value); err == nil {
+				r.Key = []byte(env.Key)
+			}
+		}
 		k := string(r.Key)
 		q := w.keys[k]
 		if q == nil {
