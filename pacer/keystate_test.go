@@ -268,9 +268,9 @@ func TestAccountLeftNoCooldown(t *testing.T) {
 	}
 }
 
-// TestLeaseSizeIgnoresHeadroom: the pacing headroom takes tokens off the
-// burst, not off the lease: a key at 1,000/s burst 10 paced at burst 5
-// still leases 10 slots per Redis call (BENCHMARKS: 0.1 call per message).
+// TestLeaseSizeIgnoresHeadroom: a lease is 100 ms of slots at the
+// adapted rate, whatever the burst: the pacing headroom takes tokens off
+// the burst, not off the lease (a lease's slots are spaced at the rate).
 func TestLeaseSizeIgnoresHeadroom(t *testing.T) {
 	c := &Config{}
 	ceiling := bucket.Limit{PerSecond: 1000, Burst: 10}
@@ -278,9 +278,9 @@ func TestLeaseSizeIgnoresHeadroom(t *testing.T) {
 		lim  bucket.Limit
 		want int
 	}{
-		{bucket.Limit{PerSecond: 1000, Burst: 5}, 10}, // headroom only
-		{bucket.Limit{PerSecond: 500, Burst: 2}, 5},   // adapted to half: burst 5
-		{bucket.Limit{PerSecond: 50, Burst: 1}, 1},    // burst scaled to 0: one slot
+		{bucket.Limit{PerSecond: 1000, Burst: 5}, 100}, // headroom only: 100 ms at 1000/s
+		{bucket.Limit{PerSecond: 500, Burst: 2}, 50},   // adapted to half
+		{bucket.Limit{PerSecond: 50, Burst: 1}, 5},     // 100 ms at 50/s
 	} {
 		if got := c.leaseSize(ceiling, tc.lim); got != tc.want {
 			t.Errorf("leaseSize(%+v, %+v) = %d, want %d", ceiling, tc.lim, got, tc.want)

@@ -251,6 +251,11 @@ func (w *worker) push(rs []*kgo.Record) {
 			// it, not behind); before that it is parked again for the same
 			// slot. Only a full partition parks it behind the key's others.
 			slot, back := slotOf(r)
+			if was := parkRateOf(r); back && was > 0 && slot.After(now) {
+				// The key's rate rose since the slot was estimated (`pacer
+				// limit set`): the records ahead of it drain faster from now.
+				slot = rescaleDue(slot, now, was, max(q.rate, q.ceil))
+			}
 			switch {
 			case back && !full && !slot.After(now.Add(w.p.cfg.Lookahead)):
 			case back && !full:
@@ -314,8 +319,14 @@ func (w *worker) dispatch(q *keyQueue) {
 	}
 	now := time.Now()
 	for !w.stopped && q.running-q.runHigh < w.p.cfg.InFlight && len(q.waiting) > 0 {
-		if !w.p.strict() && q.dues[0].After(now) {
-			w.wake(q, q.dues[0])
+		if !w.p.strict() && q.dues[0].After(now) && !w.rateRose(q.waiting[0]) {
+			wake := q.dues[0]
+			if parkRateOf(q.waiting[0]) > 0 {
+				// A parked copy: its key's rate is looked at again each
+				// second, so a raise starts it early (see rateRose).
+				wake = minTime(wake, now.Add(time.Second))
+			}
+			w.wake(q, wake)
 			return
 		}
 		r, e := q.waiting[0], q.entries[0]
@@ -329,6 +340,26 @@ func (w *worker) dispatch(q *keyQueue) {
 
 // enqueue adds r (its log entry e, fetched at now) to q's waiting records:
 // at the end in strict order, else after every record due no later.
+// rateRose reports whether r is a parked copy whose key's rate (adapted
+// or ceiling) rose above the rate its slot was estimated at: it starts
+// before its due time, and waitParked moves that due time earlier.
+func (w *worker) rateRose(r *kgo.Record) bool {
+	was := parkRateOf(r)
+	if was <= 0 {
+		return false
+	}
+	k := string(r.Key)
+	return max(w.p.keyRate(k), w.p.keyCeiling(k)) > was
+}
+
+// minTime returns the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 func (q *keyQueue) enqueue(r *kgo.Record, e *pending, now time.Time, strict bool) {
 	due := readMeta(r).due
 	if due.Before(now) {
