@@ -185,10 +185,12 @@ func TestLiveLimitRaiseShort(t *testing.T) {
 	if r.after < 170 {
 		t.Errorf("rate after the change %.1f msgs/s, want about 200", r.after)
 	}
-	// The slots this process took ahead at 50/s (up to a second of them)
-	// meet the first ones at 200/s: a few lone throttles, which cost no
-	// rate. More would mean the rates keep overlapping.
-	if r.atChange > 12 {
+	// The slots this process took ahead at 50/s (up to a second of them),
+	// and the parked copies the raise starts early, meet the first slots
+	// at 200/s against the fake's burst of 2: lone throttles, which cost
+	// no rate (20 of 2,500 seen). Over 2% would mean the rates keep
+	// overlapping.
+	if r.atChange > 50 {
 		t.Errorf("%d throttles within 3 s of the change: it overlapped slots of the two rates", r.atChange)
 	}
 	// Ideal about 12 s; the parked records on their old schedule took 27 s.
