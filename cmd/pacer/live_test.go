@@ -179,8 +179,10 @@ func TestLiveLimitRaiseShort(t *testing.T) {
 	if r.before < 40 || r.before > 55 {
 		t.Errorf("rate before the change %.1f msgs/s, want about 50", r.before)
 	}
-	if r.holds < 0 || r.holds > 4*time.Second {
-		t.Errorf("200/s held %v after the change, want within 4 s (the policy refresh is 1 s)", r.holds)
+	// The policy refresh is 1 s; 4.45 s was seen under a load of 10. Without
+	// the raise reaching parked records nothing was sent for 18 s.
+	if r.holds < 0 || r.holds > 8*time.Second {
+		t.Errorf("200/s held %v after the change, want within 8 s (the policy refresh is 1 s)", r.holds)
 	}
 	if r.after < 170 {
 		t.Errorf("rate after the change %.1f msgs/s, want about 200", r.after)
