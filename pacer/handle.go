@@ -346,7 +346,7 @@ func (p *Pacer) slot(f *flight) outcome {
 // slot, so the batch's wait overlaps the slot's and the send is not late.
 type ClaimAheadLedger interface {
 	Ledger
-	ClaimAsync(channel, key, id, owner string, ttl time.Duration, force bool) *ledger.PendingClaim
+	ClaimAsync(channel, key, id, owner string, force bool) *ledger.PendingClaim
 	FlushInterval() time.Duration
 	// Flush sends what waits now rather than at the end of the interval.
 	Flush()
@@ -371,7 +371,7 @@ func (p *Pacer) claimAhead(f *flight, ca ClaimAheadLedger, at time.Time) {
 		f.stale = append(f.stale, pc)
 	}
 	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
-	f.ahead = ca.ClaimAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
+	f.ahead = ca.ClaimAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force)
 	if time.Until(at) < ca.FlushInterval() {
 		ca.Flush()
 	}
@@ -413,7 +413,7 @@ func (p *Pacer) claim(f *flight) outcome {
 	}
 	if res == ledger.ClaimUnknown && ctx.Err() == nil {
 		err = p.redis(ctx, f.log, func() (err error) {
-			res, cool, err = p.ledger.Claim(ctx, p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
+			res, cool, err = p.ledger.Claim(ctx, p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force)
 			return err
 		})
 	} else if ctx.Err() != nil {
@@ -928,7 +928,7 @@ func (p *Pacer) delivered(ctx context.Context, env Envelope, res channels.Result
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := p.redis(dctx, log, func() error {
-		return p.ledger.Delivered(dctx, p.cfg.Channel, env.Key, env.ID, res.ProviderID, p.cfg.IdempotencyTTL)
+		return p.ledger.Delivered(dctx, p.cfg.Channel, env.Key, env.ID, res.ProviderID)
 	}); err != nil {
 		log.Error("delivered, but the idempotency record could not be written; a re-delivered copy will count as unknown-outcome")
 	}

@@ -111,7 +111,7 @@ func (h *harness) start(cfg pacer.Config, sender channels.Sender, reg prometheus
 	h.t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: h.raddr, MaxRetries: -1})
 	lim := bucket.New(rdb, bucket.Config{})
-	var led pacer.Ledger = ledger.New(rdb, lim.Keys())
+	var led pacer.Ledger = ledger.New(rdb, lim.Keys(), 0)
 	var bat *ledger.Batcher
 	if h.batched > 0 {
 		bat = ledger.NewBatcher(rdb, lim.Keys(), ledger.BatchConfig{FlushInterval: h.batched})
@@ -402,7 +402,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"zero burst", pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 5, Burst: 0}}, "invalid limit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := pacer.New(c.cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: ledger.New(nil, bucket.Keys{}), Sender: &scriptSender{}}, prometheus.NewRegistry())
+			_, err := pacer.New(c.cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: ledger.New(nil, bucket.Keys{}, 0), Sender: &scriptSender{}}, prometheus.NewRegistry())
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want %q", err, c.want)
 			}
@@ -424,9 +424,9 @@ func testIdempotency(t *testing.T, batched time.Duration) {
 	h.batched = batched
 	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
 	defer rdb.Close()
-	l := ledger.New(rdb, bucket.Keys{})
+	l := ledger.New(rdb, bucket.Keys{}, 0)
 	for _, id := range []string{"crashed", "replayed"} {
-		if _, _, err := l.Claim(context.Background(), "test", "k1", id, "dead-process", time.Hour, false); err != nil {
+		if _, _, err := l.Claim(context.Background(), "test", "k1", id, "dead-process", false); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -3,6 +3,9 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -52,6 +55,33 @@ func servers(t *testing.T) map[string]struct {
 	return out
 }
 
+// entries returns every ledger field under keys' prefix (Redis keys
+// "<prefix>:{...}:ids:<generation>") and its value; a field held by two
+// generations is named "<generation>/<field>" for the older one.
+func entries(t *testing.T, rdb redis.Cmdable, keys bucket.Keys) map[string]string {
+	t.Helper()
+	hashes, err := rdb.Keys(t.Context(), keys.Prefix()+":{*}:ids:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(hashes)
+	slices.Reverse(hashes) // the newest generation first (same digit count)
+	out := map[string]string{}
+	for _, h := range hashes {
+		m, err := rdb.HGetAll(t.Context(), h).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for f, v := range m {
+			if _, ok := out[f]; ok {
+				f = h[strings.LastIndex(h, ":")+1:] + "/" + f
+			}
+			out[f] = v
+		}
+	}
+	return out
+}
+
 func closeBatcher(t *testing.T, b *ledger.Batcher) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -93,9 +123,9 @@ func TestBatcherSteps(t *testing.T) {
 				var err error
 				switch st.op {
 				case "claim", "force":
-					got, _, err = b.Claim(ctx, ch, key, id, st.owner, time.Minute, st.op == "force")
+					got, _, err = b.Claim(ctx, ch, key, id, st.owner, st.op == "force")
 				case "deliver":
-					err = b.Delivered(ctx, ch, key, id, "wamid.X", time.Hour)
+					err = b.Delivered(ctx, ch, key, id, "wamid.X")
 				case "release":
 					err = b.Release(ctx, ch, key, id, st.owner)
 				}
@@ -129,12 +159,12 @@ func TestBatcherRoundTrips(t *testing.T) {
 			for i := range n {
 				wg.Go(func() {
 					key, id := fmt.Sprint(106+i%20), fmt.Sprint("m", i)
-					got, _, err := b.Claim(t.Context(), "whatsapp", key, id, "a", time.Minute, false)
+					got, _, err := b.Claim(t.Context(), "whatsapp", key, id, "a", false)
 					if err != nil || got != ledger.Claimed {
 						errs <- fmt.Errorf("claim %s: %v, %v", id, got, err)
 						return
 					}
-					if err := b.Delivered(t.Context(), "whatsapp", key, id, "w", time.Hour); err != nil {
+					if err := b.Delivered(t.Context(), "whatsapp", key, id, "w"); err != nil {
 						errs <- err
 					}
 				})
@@ -153,9 +183,9 @@ func TestBatcherRoundTrips(t *testing.T) {
 			} else {
 				t.Logf("%d claims and %d marks: %d round trips", n, n, got)
 			}
-			l := ledger.New(s.rdb, s.keys)
+			l := ledger.New(s.rdb, s.keys, 0)
 			for i := range n {
-				if got, _, err := l.Claim(t.Context(), "whatsapp", fmt.Sprint(106+i%20), fmt.Sprint("m", i), "b", time.Minute, false); err != nil || got != ledger.Delivered {
+				if got, _, err := l.Claim(t.Context(), "whatsapp", fmt.Sprint(106+i%20), fmt.Sprint("m", i), "b", false); err != nil || got != ledger.Delivered {
 					t.Fatalf("id m%d after the batch: %v, %v; want delivered", i, got, err)
 				}
 			}
@@ -170,19 +200,19 @@ func TestBatcherMarkBeforeClaim(t *testing.T) {
 	for name, s := range servers(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			l := ledger.New(s.rdb, s.keys)
-			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m1", "a", time.Minute, false); err != nil || got != ledger.Claimed {
+			l := ledger.New(s.rdb, s.keys, 0)
+			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m1", "a", false); err != nil || got != ledger.Claimed {
 				t.Fatalf("claim: %v %v", got, err)
 			}
-			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m2", "a", time.Minute, false); err != nil || got != ledger.Claimed {
+			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m2", "a", false); err != nil || got != ledger.Claimed {
 				t.Fatalf("claim: %v %v", got, err)
 			}
 			b := ledger.NewBatcher(s.rdb, s.keys, ledger.BatchConfig{FlushInterval: 50 * time.Millisecond})
 			defer closeBatcher(t, b)
-			b.Delivered(ctx, "whatsapp", "106", "m1", "w", time.Hour)
+			b.Delivered(ctx, "whatsapp", "106", "m1", "w")
 			b.Release(ctx, "whatsapp", "106", "m2", "a")
-			p1 := b.ClaimAsync("whatsapp", "106", "m1", "a", time.Minute, false)
-			p2 := b.ClaimAsync("whatsapp", "106", "m2", "b", time.Minute, false)
+			p1 := b.ClaimAsync("whatsapp", "106", "m1", "a", false)
+			p2 := b.ClaimAsync("whatsapp", "106", "m2", "b", false)
 			if got, _, err := p1.Wait(ctx); err != nil || got != ledger.Delivered {
 				t.Errorf("claim after the mark in one flush: %v, %v; want delivered", got, err)
 			}
@@ -200,7 +230,7 @@ func TestBatcherCancel(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			b := ledger.NewBatcher(s.rdb, s.keys, ledger.BatchConfig{FlushInterval: 200 * time.Millisecond})
 			defer closeBatcher(t, b)
-			pc := b.ClaimAsync("whatsapp", "106", "m1", "a", time.Minute, false)
+			pc := b.ClaimAsync("whatsapp", "106", "m1", "a", false)
 			if !pc.Cancel() {
 				t.Fatal("Cancel before the flush = false")
 			}
@@ -209,17 +239,15 @@ func TestBatcherCancel(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()
-			if got, _, err := b.Claim(ctx, "whatsapp", "106", "m2", "a", time.Minute, false); got != ledger.ClaimUnknown || err == nil {
+			if got, _, err := b.Claim(ctx, "whatsapp", "106", "m2", "a", false); got != ledger.ClaimUnknown || err == nil {
 				t.Fatalf("Claim with an ended context = %v, %v; want unknown and an error", got, err)
 			}
 			time.Sleep(400 * time.Millisecond) // a flush, had they stayed queued
-			for _, id := range []string{"m1", "m2"} {
-				if n, err := s.rdb.Exists(t.Context(), s.keys.ID("whatsapp", "106", id)).Result(); err != nil || n != 0 {
-					t.Errorf("cancelled claim of %s left a key: %d, %v", id, n, err)
-				}
+			if got := entries(t, s.rdb, s.keys); len(got) != 0 {
+				t.Errorf("cancelled claims left entries: %v", got)
 			}
 			// Other owners can claim them: nothing was written.
-			if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "b", time.Minute, false); err != nil || got != ledger.Claimed {
+			if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "b", false); err != nil || got != ledger.Claimed {
 				t.Fatalf("claim by b after a's cancel = %v, %v; want claimed", got, err)
 			}
 		})
@@ -235,24 +263,24 @@ func TestBatcherCrash(t *testing.T) {
 	for name, s := range servers(t) {
 		t.Run(name, func(t *testing.T) {
 			a := ledger.NewBatcher(s.rdb, s.keys, ledger.BatchConfig{FlushInterval: time.Hour})
-			l := ledger.New(s.rdb, s.keys)
+			l := ledger.New(s.rdb, s.keys, 0)
 			// The claim went out (its own flush; here written directly), the
 			// request left, the mark waits for a flush an hour away.
-			if got, _, err := l.Claim(t.Context(), "whatsapp", "106", "m1", "a", time.Minute, false); err != nil || got != ledger.Claimed {
+			if got, _, err := l.Claim(t.Context(), "whatsapp", "106", "m1", "a", false); err != nil || got != ledger.Claimed {
 				t.Fatalf("claim: %v %v", got, err)
 			}
-			a.Delivered(t.Context(), "whatsapp", "106", "m1", "w", time.Hour)
+			a.Delivered(t.Context(), "whatsapp", "106", "m1", "w")
 			// The crash: the process ends without a flush.
 			dead, cancel := context.WithCancel(context.Background())
 			cancel()
 			if err := a.Close(dead); err == nil {
 				t.Fatal("Close with an ended context wrote everything; want the mark lost")
 			}
-			b := ledger.New(s.rdb, s.keys)
-			if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "b", time.Minute, false); err != nil || got != ledger.Abandoned {
+			b := ledger.New(s.rdb, s.keys, 0)
+			if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "b", false); err != nil || got != ledger.Abandoned {
 				t.Fatalf("next owner's claim = %v, %v; want abandoned (unknown outcome), never claimed", got, err)
 			}
-			if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "b", time.Minute, true); err != nil || got != ledger.Claimed {
+			if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "b", true); err != nil || got != ledger.Claimed {
 				t.Fatalf("next owner's forced claim = %v, %v; want claimed (UnknownOutcome resend)", got, err)
 			}
 		})
@@ -271,12 +299,12 @@ func TestBatcherRedisDown(t *testing.T) {
 	b := ledger.NewBatcher(rdb, bucket.Keys{}, ledger.BatchConfig{FlushInterval: time.Millisecond,
 		OnError: func(error) { reported.Add(1) }})
 	defer closeBatcher(t, b)
-	if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "a", time.Minute, false); err != nil || got != ledger.Claimed {
+	if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "a", false); err != nil || got != ledger.Claimed {
 		t.Fatalf("claim: %v %v", got, err)
 	}
 	mr.SetError("LOADING Redis is loading the dataset in memory")
-	b.Delivered(t.Context(), "whatsapp", "106", "m1", "w", time.Hour)
-	got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "a", time.Minute, false)
+	b.Delivered(t.Context(), "whatsapp", "106", "m1", "w")
+	got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "a", false)
 	if err == nil || got != ledger.ClaimUnknown {
 		t.Fatalf("claim while Redis fails = %v, %v; want unknown and an error", got, err)
 	}
@@ -286,7 +314,7 @@ func TestBatcherRedisDown(t *testing.T) {
 	mr.SetError("")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if v, _ := mr.Get("pacer:{whatsapp:106}:id:m1"); v == "d:w" {
+		if entries(t, rdb, bucket.Keys{})["106\nm1"] == "d:w" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -294,7 +322,7 @@ func TestBatcherRedisDown(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "a", time.Minute, false); err != nil || got != ledger.Delivered {
+	if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "a", false); err != nil || got != ledger.Delivered {
 		t.Fatalf("claim after the mark = %v, %v; want delivered", got, err)
 	}
 }
@@ -314,7 +342,7 @@ func TestBatcherCooldownPerKey(t *testing.T) {
 			defer closeBatcher(t, b)
 			var pcs []*ledger.PendingClaim
 			for i := range 6 {
-				pcs = append(pcs, b.ClaimAsync("whatsapp", fmt.Sprint(106+i%3), fmt.Sprint("m", i), "a", time.Minute, false))
+				pcs = append(pcs, b.ClaimAsync("whatsapp", fmt.Sprint(106+i%3), fmt.Sprint("m", i), "a", false))
 			}
 			for i, pc := range pcs {
 				got, left, err := pc.Wait(ctx)
@@ -326,8 +354,9 @@ func TestBatcherCooldownPerKey(t *testing.T) {
 					t.Errorf("id m%d of key %d: %v, %v, %v; want %v", i, 106+i%3, got, left, err, want)
 				}
 			}
-			if n, _ := s.rdb.Exists(ctx, s.keys.ID("whatsapp", "107", "m1"), s.keys.ID("whatsapp", "107", "m4")).Result(); n != 0 {
-				t.Errorf("%d claims written for the key in cooldown; want 0", n)
+			want := map[string]string{"106\nm0": "c:a", "108\nm2": "c:a", "106\nm3": "c:a", "108\nm5": "c:a"}
+			if got := entries(t, s.rdb, s.keys); !maps.Equal(got, want) {
+				t.Errorf("entries %q; want %q (nothing for the key in cooldown)", got, want)
 			}
 		})
 	}
@@ -344,16 +373,16 @@ func TestBatcherCluster(t *testing.T) {
 	defer closeBatcher(t, b)
 	var pcs []*ledger.PendingClaim
 	for i := range 40 {
-		pcs = append(pcs, b.ClaimAsync("whatsapp", fmt.Sprint(106+i%10), fmt.Sprint("m", i), "a", time.Minute, false))
+		pcs = append(pcs, b.ClaimAsync("whatsapp", fmt.Sprint(106+i%10), fmt.Sprint("m", i), "a", false))
 	}
 	for i, pc := range pcs {
 		if got, _, err := pc.Wait(t.Context()); err != nil || got != ledger.Claimed {
 			t.Fatalf("id m%d: %v, %v; want claimed", i, got, err)
 		}
-		b.Delivered(t.Context(), "whatsapp", fmt.Sprint(106+i%10), fmt.Sprint("m", i), "w", time.Minute)
+		b.Delivered(t.Context(), "whatsapp", fmt.Sprint(106+i%10), fmt.Sprint("m", i), "w")
 	}
 	for i := range 40 {
-		if got, _, err := b.Claim(t.Context(), "whatsapp", fmt.Sprint(106+i%10), fmt.Sprint("m", i), "b", time.Minute, false); err != nil || got != ledger.Delivered {
+		if got, _, err := b.Claim(t.Context(), "whatsapp", fmt.Sprint(106+i%10), fmt.Sprint("m", i), "b", false); err != nil || got != ledger.Delivered {
 			t.Fatalf("id m%d after its mark: %v, %v; want delivered", i, got, err)
 		}
 	}
@@ -367,7 +396,7 @@ func TestBatcherFlush(t *testing.T) {
 	defer rdb.Close()
 	b := ledger.NewBatcher(rdb, bucket.Keys{}, ledger.BatchConfig{FlushInterval: time.Hour})
 	defer closeBatcher(t, b)
-	pc := b.ClaimAsync("whatsapp", "106", "m1", "a", time.Minute, false)
+	pc := b.ClaimAsync("whatsapp", "106", "m1", "a", false)
 	b.Flush()
 	select {
 	case <-pc.Done():

@@ -17,8 +17,8 @@ func ledgers(t *testing.T) map[string]*ledger.Ledger {
 	real := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
 	t.Cleanup(func() { real.Close() })
 	return map[string]*ledger.Ledger{
-		"miniredis":    ledger.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), bucket.NewKeys("t"+t.Name())),
-		"redis-server": ledger.New(real, bucket.NewKeys("t"+t.Name()+time.Now().Format("150405.000000"))),
+		"miniredis":    ledger.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), bucket.NewKeys("t"+t.Name()), 0),
+		"redis-server": ledger.New(real, bucket.NewKeys("t"+t.Name()+time.Now().Format("150405.000000")), 0),
 	}
 }
 
@@ -50,9 +50,9 @@ func TestLedgerSteps(t *testing.T) {
 				var err error
 				switch s.op {
 				case "claim", "force":
-					got, _, err = l.Claim(ctx, ch, key, id, s.owner, time.Minute, s.op == "force")
+					got, _, err = l.Claim(ctx, ch, key, id, s.owner, s.op == "force")
 				case "deliver":
-					err = l.Delivered(ctx, ch, key, id, "wamid.X", time.Hour)
+					err = l.Delivered(ctx, ch, key, id, "wamid.X")
 				case "release":
 					err = l.Release(ctx, ch, key, id, s.owner)
 				}
@@ -61,13 +61,6 @@ func TestLedgerSteps(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestLedgerKeySharesSlot(t *testing.T) {
-	k := bucket.New(nil, bucket.Config{}).Keys()
-	if got, want := k.ID("whatsapp", "106540352242922", "c1-9"), "pacer:{whatsapp:106540352242922}:id:c1-9"; got != want {
-		t.Fatalf("Keys.ID = %q, want %q", got, want)
 	}
 }
 
@@ -83,18 +76,18 @@ func TestLedgerClaimHonoursCooldown(t *testing.T) {
 			defer rdb.Close()
 			ctx := context.Background()
 			lim := bucket.New(rdb, bucket.Config{Prefix: "tcd" + time.Now().Format("150405.000000")})
-			l := ledger.New(rdb, lim.Keys())
+			l := ledger.New(rdb, lim.Keys(), 0)
 			if err := lim.Cooldown(ctx, "whatsapp", "106", 2*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			got, left, err := l.Claim(ctx, "whatsapp", "106", "m1", "a", time.Minute, false)
+			got, left, err := l.Claim(ctx, "whatsapp", "106", "m1", "a", false)
 			if err != nil || got != ledger.CoolingDown || left <= time.Second || left > 2*time.Second {
 				t.Fatalf("Claim in cooldown = %v, %v, %v; want cooldown with 1s < left <= 2s", got, left, err)
 			}
-			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m1", "b", time.Minute, false); err != nil || got != ledger.CoolingDown {
+			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m1", "b", false); err != nil || got != ledger.CoolingDown {
 				t.Fatalf("second Claim = %v, %v; want cooldown (nothing was claimed)", got, err)
 			}
-			if got, _, err := l.Claim(ctx, "whatsapp", "107", "m1", "a", time.Minute, false); err != nil || got != ledger.Claimed {
+			if got, _, err := l.Claim(ctx, "whatsapp", "107", "m1", "a", false); err != nil || got != ledger.Claimed {
 				t.Fatalf("Claim on another key = %v, %v; want claimed", got, err)
 			}
 		})
@@ -112,7 +105,7 @@ func TestClaimErrorIsNeverClaimed(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	l := ledger.New(rdb, bucket.Keys{})
+	l := ledger.New(rdb, bucket.Keys{}, 0)
 	for _, c := range []struct {
 		name    string
 		breakIt func()
@@ -121,7 +114,7 @@ func TestClaimErrorIsNeverClaimed(t *testing.T) {
 		{"unreachable", mr.Close},
 	} {
 		c.breakIt()
-		got, left, err := l.Claim(t.Context(), "whatsapp", "106", "m1", "a", time.Minute, false)
+		got, left, err := l.Claim(t.Context(), "whatsapp", "106", "m1", "a", false)
 		if err == nil || got == ledger.Claimed || got != ledger.ClaimUnknown || left != 0 {
 			t.Fatalf("%s: Claim = %v, %v, %v; want unknown, 0 and an error", c.name, got, left, err)
 		}
@@ -143,11 +136,11 @@ func TestIsDelivered(t *testing.T) {
 				}
 			}
 			check("unknown id", false)
-			if _, _, err := l.Claim(ctx, ch, key, id, "a", time.Minute, false); err != nil {
+			if _, _, err := l.Claim(ctx, ch, key, id, "a", false); err != nil {
 				t.Fatal(err)
 			}
 			check("claimed", false)
-			if err := l.Delivered(ctx, ch, key, id, "wamid.X", time.Hour); err != nil {
+			if err := l.Delivered(ctx, ch, key, id, "wamid.X"); err != nil {
 				t.Fatal(err)
 			}
 			check("delivered", true)
