@@ -45,14 +45,12 @@
 -- Commands: TIME; MGET of the cooldown keys when a claim is made; one HMGET
 -- per generation read (5) when a claim, release or read is made (marks
 -- alone read nothing); one HSET and one PEXPIREAT of the current hash when
--- anything is written; one HDEL per hash that loses fields (releases, and
--- older claims a new claim replaces).
+-- anything is written; one HDEL per hash a release drops a claim from.
 --
 -- Writes: HSET of the current generation's hash (claims "c:<owner>",
 -- marks "d:<provider id>"), PEXPIREAT of it at the end of generation
--- g + 4; HDEL of released claims (every generation) and of older
--- generations' claims a new owner's claim replaces (so a later release
--- does not bring them back).
+-- g + 4; HDEL of a released claim from every generation that holds it
+-- (older claims it shadowed included, so none comes back).
 
 local gen_ms, base, c = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if not gen_ms or gen_ms < 1 or gen_ms ~= math.floor(gen_ms) then
@@ -189,11 +187,8 @@ for j = 0, nops - 1 do
     elseif s.claim == mine then
       r = 'claimed' -- claimed again (a slot that lapsed): nothing to write
     else
-      -- A new claim, or a takeover: older generations' claims go, so a
-      -- release of this one does not bring them back.
-      for i = cur - 4, cur - 1 do
-        if held[f][i] then drop(f, i) end
-      end
+      -- A new claim, or a takeover (older generations' claims stay,
+      -- shadowed by this newer one; a release drops them all).
       put(f, mine)
       s.claim = mine
       r = 'claimed'

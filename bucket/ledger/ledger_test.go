@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -144,6 +145,108 @@ func TestIsDelivered(t *testing.T) {
 				t.Fatal(err)
 			}
 			check("delivered", true)
+		})
+	}
+}
+
+// TestLedgerGenerations: ids live in one hash per generation (TTL/4); an
+// entry is read from the current generation and the 4 before it (so it is
+// seen for the TTL), and the current hash expires when the fourth
+// generation after it ends (so nothing outlives 1.25 x the TTL). Entries
+// are planted in older generations by hand, as a process that wrote them
+// minutes ago would have left them.
+func TestLedgerGenerations(t *testing.T) {
+	const ttl = time.Hour
+	gen := int64(ttl / 4 / time.Millisecond)
+	for name, s := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			// 15-minute generations: a test that starts in a generation's
+			// last 5 s waits for the next, so its writes share one.
+			if left := gen - time.Now().UnixMilli()%gen; left < 5000 {
+				time.Sleep(time.Duration(left+10) * time.Millisecond)
+			}
+			g := time.Now().UnixMilli() / gen
+			l := ledger.New(s.rdb, s.keys, ttl)
+			const ch = "whatsapp"
+			hkey := func(d int64) string { return s.keys.ChannelIDs(ch, g+d) }
+			for _, p := range []struct {
+				d        int64
+				field, v string
+			}{
+				{-4, "106\nold", "d:x"},      // 4 generations back: within the TTL
+				{-5, "106\ngone", "d:x"},     // 5 back: past it
+				{-3, "106\nheld", "c:a"},     // a's claim
+				{-2, "106\ntaken", "c:dead"}, // a dead process's claim
+				{-1, "106\nboth", "d:w"},     // delivered, then claimed again by z
+				{0, "106\nboth", "c:z"},
+			} {
+				if err := s.rdb.HSet(ctx, hkey(p.d), p.field, p.v).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, c := range []struct {
+				op, id, owner string
+				want          ledger.ClaimResult
+			}{
+				{"delivered?", "old", "", ledger.Delivered},
+				{"delivered?", "gone", "", ledger.ClaimUnknown},
+				{"claim", "gone", "b", ledger.Claimed}, // past the TTL: free again
+				{"claim", "old", "b", ledger.Delivered},
+				{"claim", "held", "a", ledger.Claimed}, // a's own: nothing written
+				{"claim", "held", "b", ledger.Abandoned},
+				{"release", "held", "b", ledger.ClaimUnknown}, // not b's: kept
+				{"claim", "held", "b", ledger.Abandoned},
+				{"force", "both", "b", ledger.Delivered}, // delivered in any generation is final
+				{"force", "taken", "b", ledger.Claimed},  // takes over the dead claim
+				{"release", "taken", "b", ledger.ClaimUnknown},
+				{"claim", "taken", "c", ledger.Claimed}, // the dead claim does not come back
+				{"release", "held", "a", ledger.ClaimUnknown},
+				{"claim", "held", "b", ledger.Claimed},
+				{"claim", "new", "a", ledger.Claimed},
+			} {
+				var got ledger.ClaimResult
+				var err error
+				switch c.op {
+				case "delivered?":
+					var d bool
+					if d, err = l.IsDelivered(ctx, ch, "106", c.id); d {
+						got = ledger.Delivered
+					}
+				case "claim", "force":
+					got, _, err = l.Claim(ctx, ch, "106", c.id, c.owner, c.op == "force")
+				case "release":
+					err = l.Release(ctx, ch, "106", c.id, c.owner)
+				}
+				if err != nil || got != c.want {
+					t.Fatalf("step %d %s %s (%s): %v, %v; want %v", i, c.op, c.id, c.owner, got, err, c.want)
+				}
+			}
+			// Where each entry is now: new claims in the current generation,
+			// the dead claim and the released ones gone from theirs.
+			for _, w := range []struct {
+				d        int64
+				field, v string
+			}{
+				{0, "106\ngone", "c:b"}, {0, "106\ntaken", "c:c"}, {0, "106\nheld", "c:b"}, {0, "106\nnew", "c:a"},
+				{0, "106\nboth", "c:z"}, {-1, "106\nboth", "d:w"}, {-4, "106\nold", "d:x"},
+				{-2, "106\ntaken", ""}, {-3, "106\nheld", ""},
+			} {
+				v, err := s.rdb.HGet(ctx, hkey(w.d), w.field).Result()
+				if errors.Is(err, redis.Nil) {
+					v, err = "", nil
+				}
+				if err != nil || v != w.v {
+					t.Errorf("generation %+d, %q = %q, %v; want %q", w.d, w.field, v, err, w.v)
+				}
+			}
+			// The current hash expires when generation g+4 ends: more than
+			// the TTL from now, at most 1.25 x the TTL.
+			at := time.UnixMilli((g + 5) * gen)
+			left, err := s.rdb.PTTL(ctx, hkey(0)).Result()
+			if err != nil || left <= ttl-time.Minute || left > ttl*5/4 || left > time.Until(at)+time.Minute || left < time.Until(at)-time.Minute {
+				t.Errorf("current generation's PTTL = %v, %v; want about %v (the end of generation g+4), in (TTL, 1.25 TTL]", left, err, time.Until(at).Round(time.Second))
+			}
 		})
 	}
 }
