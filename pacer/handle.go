@@ -348,8 +348,9 @@ type ClaimAheadLedger interface {
 	Ledger
 	ClaimAsync(channel, key, id, owner string, force bool) *ledger.PendingClaim
 	FlushInterval() time.Duration
-	// Flush sends what waits now rather than at the end of the interval.
-	Flush()
+	// FlushBy sends what waits by t at the latest rather than at the end
+	// of the interval (at once if t is past).
+	FlushBy(t time.Time)
 }
 
 // claimMargin is the time a claim is started before its slot beyond the
@@ -357,7 +358,9 @@ type ClaimAheadLedger interface {
 const claimMargin = 3 * time.Millisecond
 
 // claimAhead starts f's claim (see [ClaimAheadLedger]) for the slot at at;
-// one due sooner than a flush interval is flushed at once. A claim started
+// one due sooner than a flush interval (a sender woken late) has its flush
+// start by claimMargin before the slot, and not at once: the claims and
+// marks that come meanwhile share that flush's round trip. A claim started
 // for an earlier slot that lapsed is cancelled if no flush took it yet,
 // else left to finish settling (no wait here: the new slot is close).
 //
@@ -373,7 +376,7 @@ func (p *Pacer) claimAhead(f *flight, ca ClaimAheadLedger, at time.Time) {
 	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
 	f.ahead = ca.ClaimAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force)
 	if time.Until(at) < ca.FlushInterval() {
-		ca.Flush()
+		ca.FlushBy(at.Add(-claimMargin))
 	}
 }
 

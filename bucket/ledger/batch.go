@@ -83,7 +83,9 @@ type Batcher struct {
 	marks   []mark
 	closed  bool
 	wake    chan struct{} // an operation waits
-	full    chan struct{} // MaxBatch operations wait
+	full    chan struct{} // MaxBatch operations wait, or Flush
+	due     time.Time     // under mu: the latest a flush may start (FlushBy), zero if none
+	rearm   chan struct{} // due moved earlier
 	stop    chan struct{}
 	stopped chan struct{}
 }
@@ -102,7 +104,7 @@ func NewBatcher(rdb redis.Cmdable, keys bucket.Keys, cfg BatchConfig) *Batcher {
 		cfg.MaxBatch = DefaultMaxBatch
 	}
 	b := &Batcher{l: New(rdb, keys, cfg.TTL), interval: cfg.FlushInterval, maxBatch: cfg.MaxBatch, onError: cfg.OnError,
-		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), rearm: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 	go b.run()
 	return b
 }
@@ -120,6 +122,26 @@ func (b *Batcher) Flush() {
 	case b.full <- struct{}{}:
 	default:
 	}
+}
+
+// FlushBy has what waits sent by t at the latest (now if t is past): a
+// claim whose send slot is closer than the interval waits only until its
+// answer is needed, and other operations that come meanwhile go with it,
+// rather than a flush of its own at once.
+func (b *Batcher) FlushBy(t time.Time) {
+	if !time.Now().Before(t) {
+		b.Flush()
+		return
+	}
+	b.mu.Lock()
+	if b.due.IsZero() || t.Before(b.due) {
+		b.due = t
+		select {
+		case b.rearm <- struct{}{}:
+		default:
+		}
+	}
+	b.mu.Unlock()
 }
 
 // PendingClaim is a claim made with [Batcher.ClaimAsync].
@@ -293,18 +315,30 @@ func (b *Batcher) run() {
 		case <-b.stop:
 			return
 		}
-		t := time.NewTimer(max(b.interval, backoff))
-		select {
-		case <-t.C:
-		case <-b.full:
-			if backoff > 0 {
-				<-t.C
+		// The flush starts an interval (or the back-off) after the first
+		// operation, or at the earliest FlushBy, or at once on Flush.
+		end := time.Now().Add(max(b.interval, backoff))
+		t := time.NewTimer(time.Until(b.deadline(end, backoff)))
+	wait:
+		for {
+			select {
+			case <-t.C:
+				break wait
+			case <-b.full:
+				if backoff == 0 {
+					break wait
+				}
+			case <-b.rearm:
+				t.Reset(time.Until(b.deadline(end, backoff)))
+			case <-b.stop:
+				t.Stop()
+				return
 			}
-		case <-b.stop:
-			t.Stop()
-			return
 		}
 		t.Stop()
+		b.mu.Lock()
+		b.due = time.Time{}
+		b.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 		ok := b.flush(ctx)
 		cancel()
@@ -319,6 +353,18 @@ func (b *Batcher) run() {
 		}
 		b.mu.Unlock()
 	}
+}
+
+// deadline returns when the flush of the operations waiting since end -
+// interval starts: end, or the earliest FlushBy if sooner (not while
+// backing off from a failed flush).
+func (b *Batcher) deadline(end time.Time, backoff time.Duration) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if backoff == 0 && !b.due.IsZero() && b.due.Before(end) {
+		return b.due
+	}
+	return end
 }
 
 // maxOps bounds the operations of one ledger.lua call, so one call does

@@ -30,6 +30,21 @@ func (h *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
 }
 
+// flushCounter counts a Batcher's flushes: pipelines that start with
+// EVALSHA (not the EVAL that follows a NOSCRIPT).
+type flushCounter struct{ n atomic.Int64 }
+
+func (h *flushCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *flushCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *flushCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "evalsha" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
 // servers returns a miniredis client and a redis-server client, each with
 // its own key prefix.
 func servers(t *testing.T) map[string]struct {
@@ -405,5 +420,38 @@ func TestBatcherFlush(t *testing.T) {
 	}
 	if got, _, err := pc.Wait(t.Context()); err != nil || got != ledger.Claimed {
 		t.Fatalf("claim = %v, %v; want claimed", got, err)
+	}
+}
+
+// TestBatcherFlushBy: FlushBy has a claim sent by its time (here 200 ms
+// ahead, the interval an hour), and a claim made meanwhile goes in the same
+// flush: one round trip for both.
+func TestBatcherFlushBy(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	flushes := &flushCounter{}
+	rdb.AddHook(flushes)
+	b := ledger.NewBatcher(rdb, bucket.Keys{}, ledger.BatchConfig{FlushInterval: time.Hour})
+	defer closeBatcher(t, b)
+	start := time.Now()
+	p1 := b.ClaimAsync("whatsapp", "106", "m1", "a", false)
+	b.FlushBy(start.Add(200 * time.Millisecond))
+	p2 := b.ClaimAsync("whatsapp", "107", "m2", "a", false)
+	for _, pc := range []*ledger.PendingClaim{p1, p2} {
+		select {
+		case <-pc.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("no answer 10 s after FlushBy 200 ms ahead")
+		}
+		if got, _, err := pc.Wait(t.Context()); err != nil || got != ledger.Claimed {
+			t.Fatalf("claim = %v, %v; want claimed", got, err)
+		}
+	}
+	if took := time.Since(start); took < 150*time.Millisecond {
+		t.Errorf("answered after %v: the flush did not wait for its time (200 ms)", took)
+	}
+	if n := flushes.n.Load(); n != 1 {
+		t.Errorf("%d flushes for two claims; want 1", n)
 	}
 }
