@@ -354,15 +354,26 @@ type ClaimAheadLedger interface {
 }
 
 // claimMargin is the time a claim is started before its slot beyond the
-// ledger's flush interval: the round trip and the flush itself.
-const claimMargin = 3 * time.Millisecond
+// ledger's flush interval: the round trip, the flush itself, and a
+// sender's late wake-up on a busy machine. A claim made in time is
+// answered by the flush that runs anyway (one every interval at most);
+// only a sender woken later than claimMargin - claimTrip needs its flush
+// started early (FlushBy), so the wider the margin, the fewer flushes
+// (round trips) a second, at the cost of claims made that much earlier
+// before their requests (see claimAhead's crash semantics).
+const claimMargin = 10 * time.Millisecond
+
+// claimTrip is how long before its slot a late claim's flush starts: the
+// round trip to Redis.
+const claimTrip = 3 * time.Millisecond
 
 // claimAhead starts f's claim (see [ClaimAheadLedger]) for the slot at at;
-// one due sooner than a flush interval (a sender woken late) has its flush
-// start by claimMargin before the slot, and not at once: the claims and
-// marks that come meanwhile share that flush's round trip. A claim started
-// for an earlier slot that lapsed is cancelled if no flush took it yet,
-// else left to finish settling (no wait here: the new slot is close).
+// one due sooner than a flush interval plus claimTrip (a sender woken
+// late) has its flush start by claimTrip before the slot, and not at once:
+// the claims and marks that come meanwhile share that flush's round trip.
+// A claim started for an earlier slot that lapsed is cancelled if no flush
+// took it yet, else left to finish settling (no wait here: the new slot is
+// close).
 //
 // Crash semantics: a claim may be in Redis up to FlushInterval +
 // claimMargin before its request leaves, so a process that dies holds, on
@@ -375,8 +386,8 @@ func (p *Pacer) claimAhead(f *flight, ca ClaimAheadLedger, at time.Time) {
 	}
 	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
 	f.ahead = ca.ClaimAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force)
-	if time.Until(at) < ca.FlushInterval() {
-		ca.FlushBy(at.Add(-claimMargin))
+	if time.Until(at) < ca.FlushInterval()+claimTrip {
+		ca.FlushBy(at.Add(-claimTrip))
 	}
 }
 
