@@ -3,6 +3,8 @@ package ledger_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -248,5 +250,35 @@ func TestLedgerGenerations(t *testing.T) {
 				t.Errorf("current generation's PTTL = %v, %v; want about %v (the end of generation g+4), in (TTL, 1.25 TTL]", left, err, time.Until(at).Round(time.Second))
 			}
 		})
+	}
+}
+
+// TestLedgerClockSkew: the generation is Redis TIME's; a process whose
+// clock is off it by more than a generation (TTL/4) gets an error, never a
+// claim in the wrong generation's hash, and one off by less works.
+func TestLedgerClockSkew(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	const ttl = 4 * time.Minute // generations of 1 minute
+	l := ledger.New(rdb, bucket.Keys{}, ttl)
+	for _, c := range []struct {
+		off  time.Duration // Redis TIME minus the process's clock
+		want ledger.ClaimResult
+	}{
+		{-30 * time.Second, ledger.Claimed},
+		{30 * time.Second, ledger.Claimed},
+		{-3 * time.Minute, ledger.ClaimUnknown},
+		{3 * time.Minute, ledger.ClaimUnknown},
+	} {
+		mr.SetTime(time.Now().Add(c.off))
+		id := fmt.Sprint("m", c.off)
+		got, _, err := l.Claim(t.Context(), "whatsapp", "106", id, "a", false)
+		if got != c.want || (c.want == ledger.ClaimUnknown) != (err != nil) {
+			t.Errorf("Redis %v off: claim = %v, %v; want %v", c.off, got, err, c.want)
+		}
+		if err != nil && !strings.Contains(err.Error(), "clock") {
+			t.Errorf("Redis %v off: error %q does not name the clock", c.off, err)
+		}
 	}
 }
