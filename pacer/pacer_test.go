@@ -410,6 +410,24 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
+// TestNewRejectsShortLedgerTTL: a ledger that forgets ids sooner than
+// IdempotencyTTL would let re-delivered copies be sent again.
+func TestNewRejectsShortLedgerTTL(t *testing.T) {
+	cfg := pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 5, Burst: 1}, IdempotencyTTL: 20 * time.Minute}
+	for _, c := range []struct {
+		ttl  time.Duration
+		want string // "" for no error
+	}{
+		{10 * time.Minute, "the ledger keeps ids 10m0s, less than IdempotencyTTL 20m0s"},
+		{20 * time.Minute, ""},
+	} {
+		_, err := pacer.New(cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: ledger.New(nil, bucket.Keys{}, c.ttl), Sender: &scriptSender{}}, prometheus.NewRegistry())
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("ledger TTL %v: err = %v, want %q", c.ttl, err, c.want)
+		}
+	}
+}
+
 // TestIdempotency: a copy of a delivered id is skipped; an id claimed by a
 // process that died mid-send is dead-lettered as unknown-outcome, unless an
 // operator replayed it from the DLQ.
