@@ -88,8 +88,9 @@ type Ledger struct {
 	cluster bool
 }
 
-// New returns a Ledger over rdb whose entries are seen for ttl (at least
-// 4 ms; 0 or less means [DefaultTTL]) and freed at most ttl + ttl/4 after
+// New returns a Ledger over rdb whose entries are seen for ttl at least
+// (0 or less means [DefaultTTL]; generations of ttl/4 rounded up to a
+// millisecond) and freed at most ttl + ttl/4 (plus 4 ms of rounding) after
 // they were written. It names its keys, and reads the pacing key's
 // cooldown, with keys: pass the [bucket.Limiter.Keys] of the limiter whose
 // cooldowns a claim must honour.
@@ -98,7 +99,7 @@ func New(rdb redis.Cmdable, keys bucket.Keys, ttl time.Duration) *Ledger {
 		ttl = DefaultTTL
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
-	return &Ledger{rdb: rdb, keys: keys, ttl: ttl, genMs: max(ttl.Milliseconds()/generations, 1), cluster: cluster}
+	return &Ledger{rdb: rdb, keys: keys, ttl: ttl, genMs: max((ttl.Milliseconds()+generations-1)/generations, 1), cluster: cluster}
 }
 
 // TTL returns how long an entry is seen at least.
