@@ -19,9 +19,13 @@ func ledgers(t *testing.T) map[string]*ledger.Ledger {
 	mr := miniredis.RunT(t)
 	real := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
 	t.Cleanup(func() { real.Close() })
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
+	t.Cleanup(func() { cluster.Close() })
 	return map[string]*ledger.Ledger{
 		"miniredis":    ledger.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), bucket.NewKeys("t"+t.Name()), 0),
 		"redis-server": ledger.New(real, bucket.NewKeys("t"+t.Name()+time.Now().Format("150405.000000")), 0),
+		// Under Redis Cluster the hashes are the pacing key's.
+		"redis-cluster": ledger.New(cluster, bucket.NewKeys("tc"+t.Name()+time.Now().Format("150405.000000")), 0),
 	}
 }
 
