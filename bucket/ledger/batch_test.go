@@ -1,9 +1,11 @@
 package ledger_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -453,5 +455,74 @@ func TestBatcherFlushBy(t *testing.T) {
 	}
 	if n := flushes.n.Load(); n != 1 {
 		t.Errorf("%d flushes for two claims; want 1", n)
+	}
+}
+
+// TestBatcherCommandsPerFlush: a flush costs a fixed handful of Redis
+// commands whatever the number of ids it carries (one ledger.lua call: an
+// MGET of the cooldowns, an HMGET per generation read, one HSET, one
+// PEXPIREAT), not one per id: 200 claims and 200 delivered marks of 20
+// pacing keys take at most 10 commands naming the ledger's keys per flush
+// (MONITOR on redis-server, the EVALSHA included; TIME names no key).
+func TestBatcherCommandsPerFlush(t *testing.T) {
+	o := &redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB}
+	keys := bucket.NewKeys("tcmd" + time.Now().Format("150405.000000"))
+	rdb := redis.NewClient(o)
+	defer rdb.Close()
+	// The script in the server's cache first, so no flush sends it again.
+	if _, _, err := ledger.New(rdb, bucket.NewKeys(keys.Prefix()+"warm"), 0).Claim(t.Context(), "whatsapp", "1", "w", "a", false); err != nil {
+		t.Fatal(err)
+	}
+	// MONITOR on a connection of its own: every command the server runs,
+	// those of scripts included, one line each.
+	mon, err := net.Dial("tcp", o.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	if _, err := mon.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(mon)
+	if l, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+		t.Fatalf("MONITOR: %q, %v", l, err)
+	}
+	var named atomic.Int64 // lines naming the ledger's keys
+	go func() {
+		for {
+			l, err := rd.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if strings.Contains(l, keys.Prefix()+":{") {
+				named.Add(1)
+			}
+		}
+	}()
+	flushes := &flushCounter{}
+	rdb.AddHook(flushes)
+	b := ledger.NewBatcher(rdb, keys, ledger.BatchConfig{FlushInterval: 100 * time.Millisecond, MaxBatch: 1000})
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			key, id := fmt.Sprint(106+i%20), fmt.Sprint("m", i)
+			if got, _, err := b.Claim(t.Context(), "whatsapp", key, id, "a", false); err != nil || got != ledger.Claimed {
+				t.Errorf("claim %s: %v, %v", id, got, err)
+			}
+			b.Delivered(t.Context(), "whatsapp", key, id, "w")
+		})
+	}
+	wg.Wait()
+	closeBatcher(t, b)
+	time.Sleep(300 * time.Millisecond) // the last lines are read
+	n := int(named.Load())
+	f := flushes.n.Load()
+	if f == 0 || n > 10*int(f) {
+		t.Errorf("200 claims and 200 marks: %d commands naming the ledger's keys in %d flushes; want at most 10 a flush", n, f)
+	} else {
+		t.Logf("200 claims and 200 marks: %d commands naming the ledger's keys in %d flushes", n, f)
+	}
+	if got := len(entries(t, rdb, keys)); got != 200 {
+		t.Errorf("%d ids recorded; want 200", got)
 	}
 }
