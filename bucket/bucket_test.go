@@ -597,7 +597,8 @@ func TestKeys(t *testing.T) {
 			k.SubCooldown(ch, key, "15551234567"): p + "sub:15551234567:cooldown",
 			k.AIMD(ch, key):                       p + "aimd",
 			k.Breaker(ch, key):                    p + "breaker",
-			k.ID(ch, key, "c1-9"):                 p + "id:c1-9",
+			k.IDs(ch, key, 7):                     p + "ids:7",
+			k.ChannelIDs(ch, -2):                  tc.want + ":{whatsapp}:ids:-2",
 			k.Window("tenant", "acme"):            tc.want + ":{tenant:acme}:window",
 		} {
 			if got != want {

@@ -1,5 +1,7 @@
 package bucket
 
+import "strconv"
+
 // DefaultPrefix starts every Redis key when no prefix is configured.
 const DefaultPrefix = "pacer"
 
@@ -20,10 +22,11 @@ const DefaultPrefix = "pacer"
 //	pacer:{whatsapp:106540352242922}:achieved           Achieved
 //	pacer:{whatsapp:106540352242922}:pairs              Pairs
 //	pacer:{whatsapp:106540352242922}:breaker            Breaker
-//	pacer:{whatsapp:106540352242922}:id:<id>            ID
+//	pacer:{whatsapp:106540352242922}:ids:<generation>   IDs (Redis Cluster)
 //	pacer:{whatsapp:106540352242922}:limit              Limit
 //	pacer:{<scope>:<key>}:window                        Window
 //	pacer:{whatsapp}:campaign:<campaign>                Campaign
+//	pacer:{whatsapp}:ids:<generation>                   ChannelIDs
 //
 // The braces are a Redis Cluster hash tag: every key of a pacing key lives
 // in one slot, as a script touching several requires (a "}" inside the
@@ -84,9 +87,21 @@ func (k Keys) Pairs(channel, key string) string { return k.name(channel, key, "p
 // Breaker is the hash of a pacing key's circuit breaker (package adapt).
 func (k Keys) Breaker(channel, key string) string { return k.name(channel, key, "breaker") }
 
-// ID is the ledger record of one envelope id of a pacing key (package
-// ledger).
-func (k Keys) ID(channel, key, id string) string { return k.name(channel, key, "id:"+id) }
+// IDs is the ledger hash of one generation of a pacing key's envelope
+// ids (package ledger), used under Redis Cluster: in the key's slot, beside
+// the cooldown its claims read.
+func (k Keys) IDs(channel, key string, gen int64) string {
+	return k.name(channel, key, "ids:"+strconv.FormatInt(gen, 10))
+}
+
+// ChannelIDs is the ledger hash of one generation of a channel's envelope
+// ids, every pacing key's (package ledger), used without Redis Cluster: a
+// flush of the ledger then writes one hash whatever the number of keys.
+//
+//	pacer:{<channel>}:ids:<generation>
+func (k Keys) ChannelIDs(channel string, gen int64) string {
+	return k.Prefix() + ":{" + channel + "}:ids:" + strconv.FormatInt(gen, 10)
+}
 
 // Limit is a pacing key's limit set at run time (package control): a hash
 // of rate and burst that replaces the channel's configured ceiling.

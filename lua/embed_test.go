@@ -37,9 +37,7 @@ var scripts = []struct {
 	{"breaker_allow.lua", BreakerAllow, []string{"breaker_read", "adapt_base"}},
 	{"breaker_result.lua", BreakerResult, []string{"breaker_read", "adapt_base"}},
 	{"breaker_status.lua", BreakerStatus, []string{"breaker_read", "adapt_base"}},
-	{"claim.lua", Claim, nil},
-	{"claim_many.lua", ClaimMany, nil},
-	{"release.lua", Release, nil},
+	{"ledger.lua", Ledger, nil},
 	{"quota.lua", Quota, []string{"refill", "window_read"}},
 	{"quota_finish.lua", QuotaFinish, nil},
 }

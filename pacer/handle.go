@@ -346,20 +346,34 @@ func (p *Pacer) slot(f *flight) outcome {
 // slot, so the batch's wait overlaps the slot's and the send is not late.
 type ClaimAheadLedger interface {
 	Ledger
-	ClaimAsync(channel, key, id, owner string, ttl time.Duration, force bool) *ledger.PendingClaim
+	ClaimAsync(channel, key, id, owner string, force bool) *ledger.PendingClaim
 	FlushInterval() time.Duration
-	// Flush sends what waits now rather than at the end of the interval.
-	Flush()
+	// FlushBy sends what waits by t at the latest rather than at the end
+	// of the interval (at once if t is past).
+	FlushBy(t time.Time)
 }
 
 // claimMargin is the time a claim is started before its slot beyond the
-// ledger's flush interval: the round trip and the flush itself.
-const claimMargin = 3 * time.Millisecond
+// ledger's flush interval: the round trip, the flush itself, and a
+// sender's late wake-up on a busy machine. A claim made in time is
+// answered by the flush that runs anyway (one every interval at most);
+// only a sender woken later than claimMargin - claimTrip needs its flush
+// started early (FlushBy), so the wider the margin, the fewer flushes
+// (round trips) a second, at the cost of claims made that much earlier
+// before their requests (see claimAhead's crash semantics).
+const claimMargin = 10 * time.Millisecond
+
+// claimTrip is how long before its slot a late claim's flush starts: the
+// round trip to Redis.
+const claimTrip = 3 * time.Millisecond
 
 // claimAhead starts f's claim (see [ClaimAheadLedger]) for the slot at at;
-// one due sooner than a flush interval is flushed at once. A claim started
-// for an earlier slot that lapsed is cancelled if no flush took it yet,
-// else left to finish settling (no wait here: the new slot is close).
+// one due sooner than a flush interval plus claimTrip (a sender woken
+// late) has its flush start by claimTrip before the slot, and not at once:
+// the claims and marks that come meanwhile share that flush's round trip.
+// A claim started for an earlier slot that lapsed is cancelled if no flush
+// took it yet, else left to finish settling (no wait here: the new slot is
+// close).
 //
 // Crash semantics: a claim may be in Redis up to FlushInterval +
 // claimMargin before its request leaves, so a process that dies holds, on
@@ -371,9 +385,9 @@ func (p *Pacer) claimAhead(f *flight, ca ClaimAheadLedger, at time.Time) {
 		f.stale = append(f.stale, pc)
 	}
 	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
-	f.ahead = ca.ClaimAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
-	if time.Until(at) < ca.FlushInterval() {
-		ca.Flush()
+	f.ahead = ca.ClaimAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force)
+	if time.Until(at) < ca.FlushInterval()+claimTrip {
+		ca.FlushBy(at.Add(-claimTrip))
 	}
 }
 
@@ -413,7 +427,7 @@ func (p *Pacer) claim(f *flight) outcome {
 	}
 	if res == ledger.ClaimUnknown && ctx.Err() == nil {
 		err = p.redis(ctx, f.log, func() (err error) {
-			res, cool, err = p.ledger.Claim(ctx, p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
+			res, cool, err = p.ledger.Claim(ctx, p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force)
 			return err
 		})
 	} else if ctx.Err() != nil {
@@ -928,7 +942,7 @@ func (p *Pacer) delivered(ctx context.Context, env Envelope, res channels.Result
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := p.redis(dctx, log, func() error {
-		return p.ledger.Delivered(dctx, p.cfg.Channel, env.Key, env.ID, res.ProviderID, p.cfg.IdempotencyTTL)
+		return p.ledger.Delivered(dctx, p.cfg.Channel, env.Key, env.ID, res.ProviderID)
 	}); err != nil {
 		log.Error("delivered, but the idempotency record could not be written; a re-delivered copy will count as unknown-outcome")
 	}

@@ -475,11 +475,11 @@ func TestParkedDuplicateSpendsNoSlot(t *testing.T) {
 	h.cfg.RetryDelays = []time.Duration{time.Second}
 	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
 	defer rdb.Close()
-	led := ledger.New(rdb, bucket.New(rdb, bucket.Config{}).Keys())
+	led := ledger.New(rdb, bucket.New(rdb, bucket.Config{}).Keys(), 0)
 	parks := kgo.RecordHeader{Key: "pacer-parks", Value: []byte("1")}
 	var rs []*kgo.Record
 	for i := range 20 {
-		if err := led.Delivered(context.Background(), "test", "A", "A-"+strconv.Itoa(i), "p", time.Hour); err != nil {
+		if err := led.Delivered(context.Background(), "test", "A", "A-"+strconv.Itoa(i), "p"); err != nil {
 			t.Fatal(err)
 		}
 		rs = append(rs, keyRecord("pacer.test.retry.1", 0, "A", i, parks))

@@ -143,8 +143,8 @@ type Bucket interface {
 // Ledger is the idempotency record of envelope ids; *ledger.Ledger
 // implements it. Methods are safe for concurrent use.
 type Ledger interface {
-	Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (ledger.ClaimResult, time.Duration, error)
-	Delivered(ctx context.Context, channel, key, id, providerID string, ttl time.Duration) error
+	Claim(ctx context.Context, channel, key, id, owner string, force bool) (ledger.ClaimResult, time.Duration, error)
+	Delivered(ctx context.Context, channel, key, id, providerID string) error
 	Release(ctx context.Context, channel, key, id, owner string) error
 }
 
@@ -202,7 +202,7 @@ type Config struct {
 	SendTimeout    time.Duration // one provider request; default 30s
 	UnknownOutcome string        // "dlq" (default) or "resend"; see the package doc
 	RedisFailure   string        // "closed" (default: sends stop while Redis is down) or "local" (pace with Deps.Fallback)
-	IdempotencyTTL time.Duration // how long the ledger keeps a claim or delivered mark: it must outlive the record's offset commit (see Validate's floor); default 10m
+	IdempotencyTTL time.Duration // how long the ledger must keep a claim or delivered mark: it must outlive the record's offset commit (see Validate's floor); default 10m; New refuses a Deps.Ledger with a TTL() below it
 	MaxQueued      int           // records one partition holds in its per-key queues before fetching pauses; default 2000
 	InFlight       int           // records of one pacing key handled at once in a partition, 0..1024; default 32 (1 keeps strict order per key)
 	Lookahead      time.Duration // a key holds at most Lookahead x its rate records per partition (at least InFlight); more are parked; >= 0; default 5s
@@ -483,6 +483,11 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	}
 	if cfg.RedisFailure == RedisFailureLocal && deps.Fallback == nil {
 		return nil, errors.New("pacer: RedisFailure local needs Deps.Fallback")
+	}
+	// The ledger keeps ids for the TTL it was built with: it must be at
+	// least IdempotencyTTL, or re-delivered copies are sent again.
+	if l, ok := deps.Ledger.(interface{ TTL() time.Duration }); ok && l.TTL() < cfg.IdempotencyTTL {
+		return nil, fmt.Errorf("pacer: the ledger keeps ids %v, less than IdempotencyTTL %v", l.TTL(), cfg.IdempotencyTTL)
 	}
 	wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"channel": cfg.Channel}, reg)
 	m, err := newMetrics(wrapped)

@@ -111,7 +111,7 @@ func (h *harness) start(cfg pacer.Config, sender channels.Sender, reg prometheus
 	h.t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: h.raddr, MaxRetries: -1})
 	lim := bucket.New(rdb, bucket.Config{})
-	var led pacer.Ledger = ledger.New(rdb, lim.Keys())
+	var led pacer.Ledger = ledger.New(rdb, lim.Keys(), 0)
 	var bat *ledger.Batcher
 	if h.batched > 0 {
 		bat = ledger.NewBatcher(rdb, lim.Keys(), ledger.BatchConfig{FlushInterval: h.batched})
@@ -402,11 +402,29 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"zero burst", pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 5, Burst: 0}}, "invalid limit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := pacer.New(c.cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: ledger.New(nil, bucket.Keys{}), Sender: &scriptSender{}}, prometheus.NewRegistry())
+			_, err := pacer.New(c.cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: ledger.New(nil, bucket.Keys{}, 0), Sender: &scriptSender{}}, prometheus.NewRegistry())
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestNewRejectsShortLedgerTTL: a ledger that forgets ids sooner than
+// IdempotencyTTL would let re-delivered copies be sent again.
+func TestNewRejectsShortLedgerTTL(t *testing.T) {
+	cfg := pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 5, Burst: 1}, IdempotencyTTL: 20 * time.Minute}
+	for _, c := range []struct {
+		ttl  time.Duration
+		want string // "" for no error
+	}{
+		{10 * time.Minute, "the ledger keeps ids 10m0s, less than IdempotencyTTL 20m0s"},
+		{20 * time.Minute, ""},
+	} {
+		_, err := pacer.New(cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: ledger.New(nil, bucket.Keys{}, c.ttl), Sender: &scriptSender{}}, prometheus.NewRegistry())
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("ledger TTL %v: err = %v, want %q", c.ttl, err, c.want)
+		}
 	}
 }
 
@@ -424,9 +442,9 @@ func testIdempotency(t *testing.T, batched time.Duration) {
 	h.batched = batched
 	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
 	defer rdb.Close()
-	l := ledger.New(rdb, bucket.Keys{})
+	l := ledger.New(rdb, bucket.Keys{}, 0)
 	for _, id := range []string{"crashed", "replayed"} {
-		if _, _, err := l.Claim(context.Background(), "test", "k1", id, "dead-process", time.Hour, false); err != nil {
+		if _, _, err := l.Claim(context.Background(), "test", "k1", id, "dead-process", false); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -40,7 +40,7 @@ func TestRunFailsWhenNoBrokerAnswers(t *testing.T) {
 			lim := bucket.New(rdb, bucket.Config{})
 			p, err := pacer.New(pacer.Config{Channel: "test", Limit: bucket.Limit{PerSecond: 10, Burst: 1}, StartupTimeout: time.Second},
 				[]kgo.Opt{kgo.SeedBrokers(c.seed), kgo.RetryTimeout(time.Second)},
-				pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: ledger.New(rdb, lim.Keys()), Sender: nopSender{}},
+				pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: ledger.New(rdb, lim.Keys(), 0), Sender: nopSender{}},
 				prometheus.NewRegistry())
 			if err != nil {
 				t.Fatal(err)

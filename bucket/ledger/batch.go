@@ -13,8 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var claimManyScript = redis.NewScript(lua.ClaimMany)
-
 // Defaults of [BatchConfig].
 const (
 	// DefaultFlushInterval is how long the first operation of a batch waits
@@ -44,6 +42,9 @@ type BatchConfig struct {
 	// MaxBatch is how many waiting operations flush at once without
 	// waiting for FlushInterval; 0 means [DefaultMaxBatch].
 	MaxBatch int
+	// TTL is how long an entry is seen at least (see [New]); 0 means
+	// [DefaultTTL].
+	TTL time.Duration
 	// OnError, if set, is told of a failed flush of delivered marks or
 	// releases (they are tried again at the next flush, after a back-off of
 	// up to 1 s) and of marks dropped beyond 100,000 waiting. It is called
@@ -54,9 +55,15 @@ type BatchConfig struct {
 // Batcher is a [Ledger] whose operations from many goroutines go to Redis
 // together: every FlushInterval at most, the claims, delivered marks and
 // releases that wait are sent in one pipeline (one round trip per Redis
-// node), the claims of one pacing key as one claim_many.lua call. Redis
-// runs the operations of a flush in the order they were made, marks and
-// releases before claims, so a claim always sees every mark made before it.
+// node) of ledger.lua calls, one per channel (per pacing key under Redis
+// Cluster, whose keys of one call must share a slot), at most 1,000
+// operations each. Each call runs a handful of commands whatever its size
+// (TIME, MGET of the cooldowns, an HMGET per generation read, one HSET and
+// one PEXPIREAT; see [Ledger]), so Redis commands per message fall as the
+// batch grows, and round trips per message are about 1 / (messages per
+// flush). Redis runs the operations of a flush in the order they were
+// made, marks and releases before claims, so a claim always sees every
+// mark made before it.
 //
 // Claim waits for its flush; [Batcher.ClaimAsync] starts a claim without
 // waiting, so a sender can claim ahead of its send slot and not after it.
@@ -76,16 +83,16 @@ type Batcher struct {
 	marks   []mark
 	closed  bool
 	wake    chan struct{} // an operation waits
-	full    chan struct{} // MaxBatch operations wait
+	full    chan struct{} // MaxBatch operations wait, or Flush
+	due     time.Time     // under mu: the latest a flush may start (FlushBy), zero if none
+	rearm   chan struct{} // due moved earlier
 	stop    chan struct{}
 	stopped chan struct{}
 }
 
-// mark is a delivered mark (owner == "") or a release of owner's claim.
-type mark struct {
-	k, val, owner string
-	ttl           time.Duration
-}
+// mark is a delivered mark (kind 'd') or a release of an owner's claim
+// (kind 'r').
+type mark = op
 
 // NewBatcher returns a Batcher over rdb that names its keys with keys (see
 // [New]) and starts its flushing goroutine; Close stops it.
@@ -96,11 +103,14 @@ func NewBatcher(rdb redis.Cmdable, keys bucket.Keys, cfg BatchConfig) *Batcher {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = DefaultMaxBatch
 	}
-	b := &Batcher{l: New(rdb, keys), interval: cfg.FlushInterval, maxBatch: cfg.MaxBatch, onError: cfg.OnError,
-		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	b := &Batcher{l: New(rdb, keys, cfg.TTL), interval: cfg.FlushInterval, maxBatch: cfg.MaxBatch, onError: cfg.OnError,
+		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), rearm: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 	go b.run()
 	return b
 }
+
+// TTL returns how long an entry is seen at least.
+func (b *Batcher) TTL() time.Duration { return b.l.ttl }
 
 // FlushInterval returns the longest an operation waits for its flush.
 func (b *Batcher) FlushInterval() time.Duration { return b.interval }
@@ -114,11 +124,30 @@ func (b *Batcher) Flush() {
 	}
 }
 
+// FlushBy has what waits sent by t at the latest (now if t is past): a
+// claim whose send slot is closer than the interval waits only until its
+// answer is needed, and other operations that come meanwhile go with it,
+// rather than a flush of its own at once.
+func (b *Batcher) FlushBy(t time.Time) {
+	if !time.Now().Before(t) {
+		b.Flush()
+		return
+	}
+	b.mu.Lock()
+	if b.due.IsZero() || t.Before(b.due) {
+		b.due = t
+		select {
+		case b.rearm <- struct{}{}:
+		default:
+		}
+	}
+	b.mu.Unlock()
+}
+
 // PendingClaim is a claim made with [Batcher.ClaimAsync].
 type PendingClaim struct {
 	b                       *Batcher
 	channel, key, id, owner string
-	ttl                     time.Duration
 	force                   bool
 
 	done  chan struct{}
@@ -130,12 +159,12 @@ type PendingClaim struct {
 
 // ClaimAsync queues a claim of id (see [Ledger.Claim]) for the next flush
 // and returns at once.
-func (b *Batcher) ClaimAsync(channel, key, id, owner string, ttl time.Duration, force bool) *PendingClaim {
-	pc := &PendingClaim{b: b, channel: channel, key: key, id: id, owner: owner, ttl: ttl, force: force, done: make(chan struct{})}
+func (b *Batcher) ClaimAsync(channel, key, id, owner string, force bool) *PendingClaim {
+	pc := &PendingClaim{b: b, channel: channel, key: key, id: id, owner: owner, force: force, done: make(chan struct{})}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		pc.res, pc.cool, pc.err = b.l.Claim(context.Background(), channel, key, id, owner, ttl, force)
+		pc.res, pc.cool, pc.err = b.l.Claim(context.Background(), channel, key, id, owner, force)
 		close(pc.done)
 		return pc
 	}
@@ -194,21 +223,21 @@ func (pc *PendingClaim) Wait(ctx context.Context) (ClaimResult, time.Duration, e
 
 // Claim claims id as [Ledger.Claim] does, in the next flush, and waits for
 // the answer (see [PendingClaim.Wait] for ctx).
-func (b *Batcher) Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (ClaimResult, time.Duration, error) {
-	return b.ClaimAsync(channel, key, id, owner, ttl, force).Wait(ctx)
+func (b *Batcher) Claim(ctx context.Context, channel, key, id, owner string, force bool) (ClaimResult, time.Duration, error) {
+	return b.ClaimAsync(channel, key, id, owner, force).Wait(ctx)
 }
 
 // Delivered queues the mark of id as delivered (see [Ledger.Delivered]) for
 // the next flush and returns nil. After Close it writes at once.
-func (b *Batcher) Delivered(ctx context.Context, channel, key, id, providerID string, ttl time.Duration) error {
-	return b.queue(ctx, mark{k: b.l.keys.ID(channel, key, id), val: "d:" + providerID, ttl: max(ttl, time.Millisecond)},
-		func() error { return b.l.Delivered(ctx, channel, key, id, providerID, ttl) })
+func (b *Batcher) Delivered(ctx context.Context, channel, key, id, providerID string) error {
+	return b.queue(ctx, mark{kind: 'd', channel: channel, key: key, id: id, arg: providerID},
+		func() error { return b.l.Delivered(ctx, channel, key, id, providerID) })
 }
 
 // Release queues the release of owner's claim on id (see [Ledger.Release])
 // for the next flush and returns nil. After Close it writes at once.
 func (b *Batcher) Release(ctx context.Context, channel, key, id, owner string) error {
-	return b.queue(ctx, mark{k: b.l.keys.ID(channel, key, id), owner: owner},
+	return b.queue(ctx, mark{kind: 'r', channel: channel, key: key, id: id, arg: owner},
 		func() error { return b.l.Release(ctx, channel, key, id, owner) })
 }
 
@@ -286,18 +315,30 @@ func (b *Batcher) run() {
 		case <-b.stop:
 			return
 		}
-		t := time.NewTimer(max(b.interval, backoff))
-		select {
-		case <-t.C:
-		case <-b.full:
-			if backoff > 0 {
-				<-t.C
+		// The flush starts an interval (or the back-off) after the first
+		// operation, or at the earliest FlushBy, or at once on Flush.
+		end := time.Now().Add(max(b.interval, backoff))
+		t := time.NewTimer(time.Until(b.deadline(end, backoff)))
+	wait:
+		for {
+			select {
+			case <-t.C:
+				break wait
+			case <-b.full:
+				if backoff == 0 {
+					break wait
+				}
+			case <-b.rearm:
+				t.Reset(time.Until(b.deadline(end, backoff)))
+			case <-b.stop:
+				t.Stop()
+				return
 			}
-		case <-b.stop:
-			t.Stop()
-			return
 		}
 		t.Stop()
+		b.mu.Lock()
+		b.due = time.Time{}
+		b.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 		ok := b.flush(ctx)
 		cancel()
@@ -314,18 +355,46 @@ func (b *Batcher) run() {
 	}
 }
 
-// claimGroup is the claims that go in one claim_many call: of one pacing
-// key under Redis Cluster (one slot), else of any.
-type claimGroup struct {
-	owner  string
-	ttl    time.Duration
-	force  bool
+// deadline returns when the flush of the operations waiting since end -
+// interval starts: end, or the earliest FlushBy if sooner (not while
+// backing off from a failed flush).
+func (b *Batcher) deadline(end time.Time, backoff time.Duration) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if backoff == 0 && !b.due.IsZero() && b.due.Before(end) {
+		return b.due
+	}
+	return end
+}
+
+// maxOps bounds the operations of one ledger.lua call, so one call does
+// not hold Redis long.
+const maxOps = 1000
+
+// call is one ledger.lua call of a flush: marks (and releases) then claims
+// of one group, in the order they were made.
+type call struct {
+	marks  []mark
 	claims []*PendingClaim
+	cmd    redis.Cmder
+}
+
+func (c *call) ops() []op {
+	ops := append([]op(nil), c.marks...)
+	for _, pc := range c.claims {
+		o := op{kind: 'c', channel: pc.channel, key: pc.key, id: pc.id, arg: pc.owner}
+		if pc.force {
+			o.kind = 'f'
+		}
+		ops = append(ops, o)
+	}
+	return ops
 }
 
 // flush sends what waits in one pipeline and reports whether every mark
-// was written. Marks that failed wait for the next flush, and so do the
-// claims behind them: a claim must never pass a mark made before it.
+// was written. Marks that failed wait for the next flush, and the claims of
+// their group behind them answer an error: a claim must never pass a mark
+// made before it.
 func (b *Batcher) flush(ctx context.Context) bool {
 	b.mu.Lock()
 	marks, claims := b.marks, b.claims
@@ -337,132 +406,97 @@ func (b *Batcher) flush(ctx context.Context) bool {
 	if len(marks)+len(claims) == 0 {
 		return true
 	}
-	var groups []*claimGroup
-	byKey := map[string]*claimGroup{}
-	_, cluster := b.l.rdb.(*redis.ClusterClient)
-	for _, c := range claims {
-		gk := strings.Join([]string{c.owner, c.ttl.String(), fmt.Sprint(c.force)}, "\x00")
-		if cluster {
-			gk += "\x00" + c.channel + "\x00" + c.key
+	// Each group's calls, in order: its marks first, then its claims.
+	var order []string
+	byGroup := map[string][]*call{}
+	last := func(g string) *call {
+		cs := byGroup[g]
+		if len(cs) == 0 || len(cs[len(cs)-1].marks)+len(cs[len(cs)-1].claims) >= maxOps {
+			if len(cs) == 0 {
+				order = append(order, g)
+			}
+			cs = append(cs, &call{})
+			byGroup[g] = cs
 		}
-		g := byKey[gk]
-		if g == nil || len(g.claims) >= 1000 {
-			g = &claimGroup{owner: c.owner, ttl: c.ttl, force: c.force}
-			byKey[gk] = g
-			groups = append(groups, g)
-		}
-		g.claims = append(g.claims, c)
+		return cs[len(cs)-1]
+	}
+	for _, m := range marks {
+		c := last(b.l.group(m.channel, m.key))
+		c.marks = append(c.marks, m)
+	}
+	for _, pc := range claims {
+		c := last(b.l.group(pc.channel, pc.key))
+		c.claims = append(c.claims, pc)
+	}
+	var calls []*call
+	for _, g := range order {
+		calls = append(calls, byGroup[g]...)
 	}
 
+	now := time.Now()
 	pipe := b.l.rdb.Pipeline()
-	markCmds := make([]redis.Cmder, len(marks))
-	for i, m := range marks {
-		if m.owner == "" {
-			markCmds[i] = pipe.Set(ctx, m.k, m.val, m.ttl)
-		} else {
-			markCmds[i] = pipe.EvalSha(ctx, releaseScript.Hash(), []string{m.k}, m.owner)
-		}
-	}
-	groupCmds := make([]redis.Cmder, len(groups))
-	for i, g := range groups {
-		keys, argv := b.groupArgs(g)
-		groupCmds[i] = pipe.EvalSha(ctx, claimManyScript.Hash(), keys, argv...)
+	for _, c := range calls {
+		keys, argv := b.l.args(c.ops(), now)
+		c.cmd = pipe.EvalSha(ctx, ledgerScript.Hash(), keys, argv...)
 	}
 	_, _ = pipe.Exec(ctx) // each command's error is read below
 
-	// A script missing from the server's cache (a restart, SCRIPT FLUSH):
-	// the commands that found none go again, with the scripts' text, in
-	// one more pipeline.
-	var again []int // markCmds index, or len(marks)+group index
-	for i, c := range markCmds {
-		if isNoScript(c.Err()) {
-			again = append(again, i)
-		}
-	}
-	for i, c := range groupCmds {
-		if isNoScript(c.Err()) {
-			again = append(again, len(marks)+i)
+	// The script missing from the server's cache (a restart, SCRIPT
+	// FLUSH): the calls that found none go again, with its text, in one
+	// more pipeline.
+	var again []*call
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			again = append(again, c)
 		}
 	}
 	if len(again) > 0 {
 		pipe := b.l.rdb.Pipeline()
-		for _, i := range again {
-			if i < len(marks) {
-				markCmds[i] = pipe.Eval(ctx, lua.Release, []string{marks[i].k}, marks[i].owner)
-			} else {
-				g := groups[i-len(marks)]
-				keys, argv := b.groupArgs(g)
-				groupCmds[i-len(marks)] = pipe.Eval(ctx, lua.ClaimMany, keys, argv...)
-			}
+		for _, c := range again {
+			keys, argv := b.l.args(c.ops(), now)
+			c.cmd = pipe.Eval(ctx, lua.Ledger, keys, argv...)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
 
 	var failed []mark
 	var firstErr error
-	for i, c := range markCmds {
-		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
-			failed = append(failed, marks[i])
-			firstErr = cmp(firstErr, err)
+	failedGroup := map[string]bool{}
+	for _, g := range order {
+		for _, c := range byGroup[g] {
+			v, err := c.cmd.(*redis.Cmd).Result()
+			replies, _ := v.([]any)
+			if err == nil && len(replies) != len(c.marks)+len(c.claims) {
+				err = fmt.Errorf("%d replies for %d operations", len(replies), len(c.marks)+len(c.claims))
+			}
+			if err != nil || failedGroup[g] {
+				if err == nil {
+					err = errors.New("marks before it in the flush failed")
+				}
+				failedGroup[g] = true
+				failed = append(failed, c.marks...)
+				firstErr = cmp(firstErr, err)
+				for _, pc := range c.claims {
+					pc.res, pc.err = ClaimUnknown, fmt.Errorf("ledger: claim %q: %w", name(pc.channel, pc.key, pc.id), err)
+					close(pc.done)
+				}
+				continue
+			}
+			for j, pc := range c.claims {
+				s, _ := replies[len(c.marks)+j].(string)
+				pc.res, pc.cool, pc.err = parseClaim(name(pc.channel, pc.key, pc.id), s)
+				close(pc.done)
+			}
 		}
 	}
 	if len(failed) > 0 {
 		b.report(fmt.Errorf("ledger: %d of %d delivered marks or releases not written, tried again: %w", len(failed), len(marks), firstErr))
-		for _, g := range groups { // behind the marks: not answered, waited for
-			for _, c := range g.claims {
-				c.res, c.err = ClaimUnknown, fmt.Errorf("ledger: claim %q: marks before it failed: %w", c.id, firstErr)
-				close(c.done)
-			}
-		}
 		b.mu.Lock()
 		b.marks = append(failed, b.marks...)
 		b.mu.Unlock()
 		return false
 	}
-	for i, g := range groups {
-		v, err := groupCmds[i].(*redis.Cmd).Result()
-		replies, _ := v.([]any)
-		for j, c := range g.claims {
-			switch {
-			case err != nil:
-				c.res, c.err = ClaimUnknown, fmt.Errorf("ledger: claim %q: %w", b.l.keys.ID(c.channel, c.key, c.id), err)
-			case j >= len(replies):
-				c.res, c.err = ClaimUnknown, fmt.Errorf("ledger: claim %q: %d replies for %d ids", c.id, len(replies), len(g.claims))
-			default:
-				s, _ := replies[j].(string)
-				c.res, c.cool, c.err = parseClaim(b.l.keys.ID(c.channel, c.key, c.id), s)
-			}
-			close(c.done)
-		}
-	}
 	return true
-}
-
-// groupArgs returns the KEYS and ARGV of g's claim_many call.
-func (b *Batcher) groupArgs(g *claimGroup) ([]string, []any) {
-	coolIdx := map[string]int{}
-	var cools, ids []string
-	argv := []any{g.owner, ms(g.ttl), force(g.force), 0}
-	for _, c := range g.claims {
-		ck := b.l.keys.Cooldown(c.channel, c.key)
-		i, ok := coolIdx[ck]
-		if !ok {
-			cools = append(cools, ck)
-			i = len(cools)
-			coolIdx[ck] = i
-		}
-		ids = append(ids, b.l.keys.ID(c.channel, c.key, c.id))
-		argv = append(argv, i)
-	}
-	argv[3] = len(cools)
-	return append(cools, ids...), argv
-}
-
-func force(f bool) string {
-	if f {
-		return "1"
-	}
-	return "0"
 }
 
 func isNoScript(err error) bool {

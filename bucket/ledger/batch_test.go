@@ -1,8 +1,13 @@
 package ledger_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,6 +32,21 @@ func (h *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
 }
 
+// flushCounter counts a Batcher's flushes: pipelines that start with
+// EVALSHA (not the EVAL that follows a NOSCRIPT).
+type flushCounter struct{ n atomic.Int64 }
+
+func (h *flushCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *flushCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *flushCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "evalsha" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
 // servers returns a miniredis client and a redis-server client, each with
 // its own key prefix.
 func servers(t *testing.T) map[string]struct {
@@ -48,6 +68,33 @@ func servers(t *testing.T) map[string]struct {
 			rdb  *redis.Client
 			keys bucket.Keys
 		}{rdb, bucket.NewKeys("tb" + t.Name() + time.Now().Format("150405.000000"))}
+	}
+	return out
+}
+
+// entries returns every ledger field under keys' prefix (Redis keys
+// "<prefix>:{...}:ids:<generation>") and its value; a field held by two
+// generations is named "<generation>/<field>" for the older one.
+func entries(t *testing.T, rdb redis.Cmdable, keys bucket.Keys) map[string]string {
+	t.Helper()
+	hashes, err := rdb.Keys(t.Context(), keys.Prefix()+":{*}:ids:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(hashes)
+	slices.Reverse(hashes) // the newest generation first (same digit count)
+	out := map[string]string{}
+	for _, h := range hashes {
+		m, err := rdb.HGetAll(t.Context(), h).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for f, v := range m {
+			if _, ok := out[f]; ok {
+				f = h[strings.LastIndex(h, ":")+1:] + "/" + f
+			}
+			out[f] = v
+		}
 	}
 	return out
 }
@@ -93,9 +140,9 @@ func TestBatcherSteps(t *testing.T) {
 				var err error
 				switch st.op {
 				case "claim", "force":
-					got, _, err = b.Claim(ctx, ch, key, id, st.owner, time.Minute, st.op == "force")
+					got, _, err = b.Claim(ctx, ch, key, id, st.owner, st.op == "force")
 				case "deliver":
-					err = b.Delivered(ctx, ch, key, id, "wamid.X", time.Hour)
+					err = b.Delivered(ctx, ch, key, id, "wamid.X")
 				case "release":
 					err = b.Release(ctx, ch, key, id, st.owner)
 				}
@@ -129,12 +176,12 @@ func TestBatcherRoundTrips(t *testing.T) {
 			for i := range n {
 				wg.Go(func() {
 					key, id := fmt.Sprint(106+i%20), fmt.Sprint("m", i)
-					got, _, err := b.Claim(t.Context(), "whatsapp", key, id, "a", time.Minute, false)
+					got, _, err := b.Claim(t.Context(), "whatsapp", key, id, "a", false)
 					if err != nil || got != ledger.Claimed {
 						errs <- fmt.Errorf("claim %s: %v, %v", id, got, err)
 						return
 					}
-					if err := b.Delivered(t.Context(), "whatsapp", key, id, "w", time.Hour); err != nil {
+					if err := b.Delivered(t.Context(), "whatsapp", key, id, "w"); err != nil {
 						errs <- err
 					}
 				})
@@ -153,9 +200,9 @@ func TestBatcherRoundTrips(t *testing.T) {
 			} else {
 				t.Logf("%d claims and %d marks: %d round trips", n, n, got)
 			}
-			l := ledger.New(s.rdb, s.keys)
+			l := ledger.New(s.rdb, s.keys, 0)
 			for i := range n {
-				if got, _, err := l.Claim(t.Context(), "whatsapp", fmt.Sprint(106+i%20), fmt.Sprint("m", i), "b", time.Minute, false); err != nil || got != ledger.Delivered {
+				if got, _, err := l.Claim(t.Context(), "whatsapp", fmt.Sprint(106+i%20), fmt.Sprint("m", i), "b", false); err != nil || got != ledger.Delivered {
 					t.Fatalf("id m%d after the batch: %v, %v; want delivered", i, got, err)
 				}
 			}
@@ -170,19 +217,19 @@ func TestBatcherMarkBeforeClaim(t *testing.T) {
 	for name, s := range servers(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			l := ledger.New(s.rdb, s.keys)
-			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m1", "a", time.Minute, false); err != nil || got != ledger.Claimed {
+			l := ledger.New(s.rdb, s.keys, 0)
+			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m1", "a", false); err != nil || got != ledger.Claimed {
 				t.Fatalf("claim: %v %v", got, err)
 			}
-			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m2", "a", time.Minute, false); err != nil || got != ledger.Claimed {
+			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m2", "a", false); err != nil || got != ledger.Claimed {
 				t.Fatalf("claim: %v %v", got, err)
 			}
 			b := ledger.NewBatcher(s.rdb, s.keys, ledger.BatchConfig{FlushInterval: 50 * time.Millisecond})
 			defer closeBatcher(t, b)
-			b.Delivered(ctx, "whatsapp", "106", "m1", "w", time.Hour)
+			b.Delivered(ctx, "whatsapp", "106", "m1", "w")
 			b.Release(ctx, "whatsapp", "106", "m2", "a")
-			p1 := b.ClaimAsync("whatsapp", "106", "m1", "a", time.Minute, false)
-			p2 := b.ClaimAsync("whatsapp", "106", "m2", "b", time.Minute, false)
+			p1 := b.ClaimAsync("whatsapp", "106", "m1", "a", false)
+			p2 := b.ClaimAsync("whatsapp", "106", "m2", "b", false)
 			if got, _, err := p1.Wait(ctx); err != nil || got != ledger.Delivered {
 				t.Errorf("claim after the mark in one flush: %v, %v; want delivered", got, err)
 			}
@@ -200,7 +247,7 @@ func TestBatcherCancel(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			b := ledger.NewBatcher(s.rdb, s.keys, ledger.BatchConfig{FlushInterval: 200 * time.Millisecond})
 			defer closeBatcher(t, b)
-			pc := b.ClaimAsync("whatsapp", "106", "m1", "a", time.Minute, false)
+			pc := b.ClaimAsync("whatsapp", "106", "m1", "a", false)
 			if !pc.Cancel() {
 				t.Fatal("Cancel before the flush = false")
 			}
@@ -209,17 +256,15 @@ func TestBatcherCancel(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()
-			if got, _, err := b.Claim(ctx, "whatsapp", "106", "m2", "a", time.Minute, false); got != ledger.ClaimUnknown || err == nil {
+			if got, _, err := b.Claim(ctx, "whatsapp", "106", "m2", "a", false); got != ledger.ClaimUnknown || err == nil {
 				t.Fatalf("Claim with an ended context = %v, %v; want unknown and an error", got, err)
 			}
 			time.Sleep(400 * time.Millisecond) // a flush, had they stayed queued
-			for _, id := range []string{"m1", "m2"} {
-				if n, err := s.rdb.Exists(t.Context(), s.keys.ID("whatsapp", "106", id)).Result(); err != nil || n != 0 {
-					t.Errorf("cancelled claim of %s left a key: %d, %v", id, n, err)
-				}
+			if got := entries(t, s.rdb, s.keys); len(got) != 0 {
+				t.Errorf("cancelled claims left entries: %v", got)
 			}
 			// Other owners can claim them: nothing was written.
-			if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "b", time.Minute, false); err != nil || got != ledger.Claimed {
+			if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "b", false); err != nil || got != ledger.Claimed {
 				t.Fatalf("claim by b after a's cancel = %v, %v; want claimed", got, err)
 			}
 		})
@@ -235,24 +280,24 @@ func TestBatcherCrash(t *testing.T) {
 	for name, s := range servers(t) {
 		t.Run(name, func(t *testing.T) {
 			a := ledger.NewBatcher(s.rdb, s.keys, ledger.BatchConfig{FlushInterval: time.Hour})
-			l := ledger.New(s.rdb, s.keys)
+			l := ledger.New(s.rdb, s.keys, 0)
 			// The claim went out (its own flush; here written directly), the
 			// request left, the mark waits for a flush an hour away.
-			if got, _, err := l.Claim(t.Context(), "whatsapp", "106", "m1", "a", time.Minute, false); err != nil || got != ledger.Claimed {
+			if got, _, err := l.Claim(t.Context(), "whatsapp", "106", "m1", "a", false); err != nil || got != ledger.Claimed {
 				t.Fatalf("claim: %v %v", got, err)
 			}
-			a.Delivered(t.Context(), "whatsapp", "106", "m1", "w", time.Hour)
+			a.Delivered(t.Context(), "whatsapp", "106", "m1", "w")
 			// The crash: the process ends without a flush.
 			dead, cancel := context.WithCancel(context.Background())
 			cancel()
 			if err := a.Close(dead); err == nil {
 				t.Fatal("Close with an ended context wrote everything; want the mark lost")
 			}
-			b := ledger.New(s.rdb, s.keys)
-			if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "b", time.Minute, false); err != nil || got != ledger.Abandoned {
+			b := ledger.New(s.rdb, s.keys, 0)
+			if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "b", false); err != nil || got != ledger.Abandoned {
 				t.Fatalf("next owner's claim = %v, %v; want abandoned (unknown outcome), never claimed", got, err)
 			}
-			if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "b", time.Minute, true); err != nil || got != ledger.Claimed {
+			if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "b", true); err != nil || got != ledger.Claimed {
 				t.Fatalf("next owner's forced claim = %v, %v; want claimed (UnknownOutcome resend)", got, err)
 			}
 		})
@@ -271,12 +316,12 @@ func TestBatcherRedisDown(t *testing.T) {
 	b := ledger.NewBatcher(rdb, bucket.Keys{}, ledger.BatchConfig{FlushInterval: time.Millisecond,
 		OnError: func(error) { reported.Add(1) }})
 	defer closeBatcher(t, b)
-	if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "a", time.Minute, false); err != nil || got != ledger.Claimed {
+	if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "a", false); err != nil || got != ledger.Claimed {
 		t.Fatalf("claim: %v %v", got, err)
 	}
 	mr.SetError("LOADING Redis is loading the dataset in memory")
-	b.Delivered(t.Context(), "whatsapp", "106", "m1", "w", time.Hour)
-	got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "a", time.Minute, false)
+	b.Delivered(t.Context(), "whatsapp", "106", "m1", "w")
+	got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "a", false)
 	if err == nil || got != ledger.ClaimUnknown {
 		t.Fatalf("claim while Redis fails = %v, %v; want unknown and an error", got, err)
 	}
@@ -286,7 +331,7 @@ func TestBatcherRedisDown(t *testing.T) {
 	mr.SetError("")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if v, _ := mr.Get("pacer:{whatsapp:106}:id:m1"); v == "d:w" {
+		if entries(t, rdb, bucket.Keys{})["106\nm1"] == "d:w" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -294,7 +339,7 @@ func TestBatcherRedisDown(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "a", time.Minute, false); err != nil || got != ledger.Delivered {
+	if got, _, err := b.Claim(t.Context(), "whatsapp", "106", "m1", "a", false); err != nil || got != ledger.Delivered {
 		t.Fatalf("claim after the mark = %v, %v; want delivered", got, err)
 	}
 }
@@ -314,7 +359,7 @@ func TestBatcherCooldownPerKey(t *testing.T) {
 			defer closeBatcher(t, b)
 			var pcs []*ledger.PendingClaim
 			for i := range 6 {
-				pcs = append(pcs, b.ClaimAsync("whatsapp", fmt.Sprint(106+i%3), fmt.Sprint("m", i), "a", time.Minute, false))
+				pcs = append(pcs, b.ClaimAsync("whatsapp", fmt.Sprint(106+i%3), fmt.Sprint("m", i), "a", false))
 			}
 			for i, pc := range pcs {
 				got, left, err := pc.Wait(ctx)
@@ -326,8 +371,9 @@ func TestBatcherCooldownPerKey(t *testing.T) {
 					t.Errorf("id m%d of key %d: %v, %v, %v; want %v", i, 106+i%3, got, left, err, want)
 				}
 			}
-			if n, _ := s.rdb.Exists(ctx, s.keys.ID("whatsapp", "107", "m1"), s.keys.ID("whatsapp", "107", "m4")).Result(); n != 0 {
-				t.Errorf("%d claims written for the key in cooldown; want 0", n)
+			want := map[string]string{"106\nm0": "c:a", "108\nm2": "c:a", "106\nm3": "c:a", "108\nm5": "c:a"}
+			if got := entries(t, s.rdb, s.keys); !maps.Equal(got, want) {
+				t.Errorf("entries %q; want %q (nothing for the key in cooldown)", got, want)
 			}
 		})
 	}
@@ -344,16 +390,16 @@ func TestBatcherCluster(t *testing.T) {
 	defer closeBatcher(t, b)
 	var pcs []*ledger.PendingClaim
 	for i := range 40 {
-		pcs = append(pcs, b.ClaimAsync("whatsapp", fmt.Sprint(106+i%10), fmt.Sprint("m", i), "a", time.Minute, false))
+		pcs = append(pcs, b.ClaimAsync("whatsapp", fmt.Sprint(106+i%10), fmt.Sprint("m", i), "a", false))
 	}
 	for i, pc := range pcs {
 		if got, _, err := pc.Wait(t.Context()); err != nil || got != ledger.Claimed {
 			t.Fatalf("id m%d: %v, %v; want claimed", i, got, err)
 		}
-		b.Delivered(t.Context(), "whatsapp", fmt.Sprint(106+i%10), fmt.Sprint("m", i), "w", time.Minute)
+		b.Delivered(t.Context(), "whatsapp", fmt.Sprint(106+i%10), fmt.Sprint("m", i), "w")
 	}
 	for i := range 40 {
-		if got, _, err := b.Claim(t.Context(), "whatsapp", fmt.Sprint(106+i%10), fmt.Sprint("m", i), "b", time.Minute, false); err != nil || got != ledger.Delivered {
+		if got, _, err := b.Claim(t.Context(), "whatsapp", fmt.Sprint(106+i%10), fmt.Sprint("m", i), "b", false); err != nil || got != ledger.Delivered {
 			t.Fatalf("id m%d after its mark: %v, %v; want delivered", i, got, err)
 		}
 	}
@@ -367,7 +413,7 @@ func TestBatcherFlush(t *testing.T) {
 	defer rdb.Close()
 	b := ledger.NewBatcher(rdb, bucket.Keys{}, ledger.BatchConfig{FlushInterval: time.Hour})
 	defer closeBatcher(t, b)
-	pc := b.ClaimAsync("whatsapp", "106", "m1", "a", time.Minute, false)
+	pc := b.ClaimAsync("whatsapp", "106", "m1", "a", false)
 	b.Flush()
 	select {
 	case <-pc.Done():
@@ -376,5 +422,107 @@ func TestBatcherFlush(t *testing.T) {
 	}
 	if got, _, err := pc.Wait(t.Context()); err != nil || got != ledger.Claimed {
 		t.Fatalf("claim = %v, %v; want claimed", got, err)
+	}
+}
+
+// TestBatcherFlushBy: FlushBy has a claim sent by its time (here 200 ms
+// ahead, the interval an hour), and a claim made meanwhile goes in the same
+// flush: one round trip for both.
+func TestBatcherFlushBy(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	flushes := &flushCounter{}
+	rdb.AddHook(flushes)
+	b := ledger.NewBatcher(rdb, bucket.Keys{}, ledger.BatchConfig{FlushInterval: time.Hour})
+	defer closeBatcher(t, b)
+	start := time.Now()
+	p1 := b.ClaimAsync("whatsapp", "106", "m1", "a", false)
+	b.FlushBy(start.Add(200 * time.Millisecond))
+	p2 := b.ClaimAsync("whatsapp", "107", "m2", "a", false)
+	for _, pc := range []*ledger.PendingClaim{p1, p2} {
+		select {
+		case <-pc.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("no answer 10 s after FlushBy 200 ms ahead")
+		}
+		if got, _, err := pc.Wait(t.Context()); err != nil || got != ledger.Claimed {
+			t.Fatalf("claim = %v, %v; want claimed", got, err)
+		}
+	}
+	if took := time.Since(start); took < 150*time.Millisecond {
+		t.Errorf("answered after %v: the flush did not wait for its time (200 ms)", took)
+	}
+	if n := flushes.n.Load(); n != 1 {
+		t.Errorf("%d flushes for two claims; want 1", n)
+	}
+}
+
+// TestBatcherCommandsPerFlush: a flush costs a fixed handful of Redis
+// commands whatever the number of ids it carries (one ledger.lua call: an
+// MGET of the cooldowns, an HMGET per generation read, one HSET, one
+// PEXPIREAT), not one per id: 200 claims and 200 delivered marks of 20
+// pacing keys take at most 10 commands naming the ledger's keys per flush
+// (MONITOR on redis-server, the EVALSHA included; TIME names no key).
+func TestBatcherCommandsPerFlush(t *testing.T) {
+	o := &redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB}
+	keys := bucket.NewKeys("tcmd" + time.Now().Format("150405.000000"))
+	rdb := redis.NewClient(o)
+	defer rdb.Close()
+	// The script in the server's cache first, so no flush sends it again.
+	if _, _, err := ledger.New(rdb, bucket.NewKeys(keys.Prefix()+"warm"), 0).Claim(t.Context(), "whatsapp", "1", "w", "a", false); err != nil {
+		t.Fatal(err)
+	}
+	// MONITOR on a connection of its own: every command the server runs,
+	// those of scripts included, one line each.
+	mon, err := net.Dial("tcp", o.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	if _, err := mon.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(mon)
+	if l, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+		t.Fatalf("MONITOR: %q, %v", l, err)
+	}
+	var named atomic.Int64 // lines naming the ledger's keys
+	go func() {
+		for {
+			l, err := rd.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if strings.Contains(l, keys.Prefix()+":{") {
+				named.Add(1)
+			}
+		}
+	}()
+	flushes := &flushCounter{}
+	rdb.AddHook(flushes)
+	b := ledger.NewBatcher(rdb, keys, ledger.BatchConfig{FlushInterval: 100 * time.Millisecond, MaxBatch: 1000})
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			key, id := fmt.Sprint(106+i%20), fmt.Sprint("m", i)
+			if got, _, err := b.Claim(t.Context(), "whatsapp", key, id, "a", false); err != nil || got != ledger.Claimed {
+				t.Errorf("claim %s: %v, %v", id, got, err)
+			}
+			b.Delivered(t.Context(), "whatsapp", key, id, "w")
+		})
+	}
+	wg.Wait()
+	closeBatcher(t, b)
+	time.Sleep(300 * time.Millisecond) // the last lines are read
+	n := int(named.Load())
+	f := flushes.n.Load()
+	if f == 0 || n > 10*int(f) {
+		t.Errorf("200 claims and 200 marks: %d commands naming the ledger's keys in %d flushes; want at most 10 a flush", n, f)
+	} else {
+		t.Logf("200 claims and 200 marks: %d commands naming the ledger's keys in %d flushes", n, f)
+	}
+	if got := len(entries(t, rdb, keys)); got != 200 {
+		t.Errorf("%d ids recorded; want 200", got)
 	}
 }

@@ -7,7 +7,6 @@ package ledger
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -55,53 +54,156 @@ func (c ClaimResult) String() string {
 	return fmt.Sprintf("claim(%d)", int(c))
 }
 
-var (
-	claimScript   = redis.NewScript(lua.Claim)
-	releaseScript = redis.NewScript(lua.Release)
-)
+var ledgerScript = redis.NewScript(lua.Ledger)
+
+// DefaultTTL is how long a ledger entry is seen when no TTL is given.
+const DefaultTTL = 10 * time.Minute
+
+// generations is how many generations a TTL spans: an entry is written to
+// the current generation's hash and read from it and the generations
+// before it, so it is seen for at least TTL and kept at most TTL + one
+// generation (1.25 x TTL).
+const generations = 4
 
 // Ledger is the idempotency record of envelope ids: claimed before a send,
 // marked delivered after it, so a record Kafka delivers again is not sent
-// twice. Each id lives at [bucket.Keys].ID, in the Redis Cluster slot of
-// its pacing key. A Ledger is safe for concurrent use.
+// twice. A Ledger is safe for concurrent use.
+//
+// Layout (lua/ledger.lua): ids are fields of one Redis hash per generation
+// of TTL/4 of Redis TIME; an entry goes to the current generation's hash,
+// which expires when the fourth generation after it ends, and is read from
+// the current hash and the 4 before it. So an entry is seen for at least
+// TTL and its memory is freed at most TTL + TTL/4 after it was written,
+// with no per-id key and no per-id command: a flush of many operations
+// writes one HSET and one PEXPIREAT per hash, whatever its size. Without
+// Redis Cluster the hash is the channel's ([bucket.Keys].ChannelIDs, field
+// "<pacing key>\n<id>": a pacing key holds no control character); under
+// Redis Cluster it is the pacing key's ([bucket.Keys].IDs, field "<id>"),
+// in the slot of the cooldown a claim reads.
 type Ledger struct {
-	rdb  redis.Cmdable
-	keys bucket.Keys
+	rdb     redis.Cmdable
+	keys    bucket.Keys
+	ttl     time.Duration
+	genMs   int64
+	cluster bool
 }
 
-// New returns a Ledger over rdb that names its keys, and reads the pacing
-// key's cooldown, with keys: pass the [bucket.Limiter.Keys] of the limiter
-// whose cooldowns a claim must honour.
-func New(rdb redis.Cmdable, keys bucket.Keys) *Ledger {
-	return &Ledger{rdb: rdb, keys: keys}
+// New returns a Ledger over rdb whose entries are seen for ttl at least
+// (0 or less means [DefaultTTL]; generations of ttl/4 rounded up to a
+// millisecond) and freed at most ttl + ttl/4 (plus 4 ms of rounding) after
+// they were written. It names its keys, and reads the pacing key's
+// cooldown, with keys: pass the [bucket.Limiter.Keys] of the limiter whose
+// cooldowns a claim must honour.
+func New(rdb redis.Cmdable, keys bucket.Keys, ttl time.Duration) *Ledger {
+	if ttl <= 0 {
+		ttl = DefaultTTL
+	}
+	_, cluster := rdb.(*redis.ClusterClient)
+	return &Ledger{rdb: rdb, keys: keys, ttl: ttl, genMs: max((ttl.Milliseconds()+generations-1)/generations, 1), cluster: cluster}
 }
 
-// Claim claims id for owner for ttl (rounded up to a millisecond), right
-// before its request. With force, a claim left by another owner is taken
-// over (the caller has decided to send again); without it, such a claim
-// answers [Abandoned]. If the pacing key is in cooldown
+// TTL returns how long an entry is seen at least.
+func (l *Ledger) TTL() time.Duration { return l.ttl }
+
+// op is one operation of ledger.lua: kind 'd' (delivered, arg the provider
+// id), 'r' (release, arg the owner), 'c' or 'f' (claim, forced claim, arg
+// the owner) or 'q' (read).
+type op struct {
+	kind             byte
+	channel, key, id string
+	arg              string
+}
+
+// group names the hash family of channel and key: the channel's, or the
+// pacing key's under Redis Cluster. Operations of one group go in one call.
+func (l *Ledger) group(channel, key string) string {
+	if l.cluster {
+		return channel + "\n" + key
+	}
+	return channel
+}
+
+// field is the hash field of an id.
+func (l *Ledger) field(key, id string) string {
+	if l.cluster {
+		return id
+	}
+	return key + "\n" + id
+}
+
+// args returns the KEYS and ARGV of one ledger.lua call of ops, all of one
+// group, at now.
+func (l *Ledger) args(ops []op, now time.Time) ([]string, []any) {
+	ch, key := ops[0].channel, ops[0].key
+	coolIdx := map[string]int{}
+	var keys []string
+	argv := make([]any, 3, 3+4*len(ops))
+	for _, o := range ops {
+		ci := 0
+		if o.kind == 'c' || o.kind == 'f' {
+			ck := l.keys.Cooldown(o.channel, o.key)
+			i, ok := coolIdx[ck]
+			if !ok {
+				keys = append(keys, ck)
+				i = len(keys)
+				coolIdx[ck] = i
+			}
+			ci = i
+		}
+		argv = append(argv, string(o.kind), l.field(o.key, o.id), o.arg, ci)
+	}
+	base := now.UnixMilli()/l.genMs - 5
+	for g := base; g < base+7; g++ {
+		if l.cluster {
+			keys = append(keys, l.keys.IDs(ch, key, g))
+		} else {
+			keys = append(keys, l.keys.ChannelIDs(ch, g))
+		}
+	}
+	argv[0], argv[1], argv[2] = l.genMs, base, len(coolIdx)
+	return keys, argv
+}
+
+// run makes one ledger.lua call of one operation and returns its reply.
+func (l *Ledger) run(ctx context.Context, o op) (string, error) {
+	keys, argv := l.args([]op{o}, time.Now())
+	v, err := ledgerScript.Run(ctx, l.rdb, keys, argv...).Result()
+	if err != nil {
+		return "", err
+	}
+	out, _ := v.([]any)
+	if len(out) != 1 {
+		return "", fmt.Errorf("%d replies for 1 operation", len(out))
+	}
+	s, _ := out[0].(string)
+	return s, nil
+}
+
+// name is how errors name the id of channel and key.
+func name(channel, key, id string) string { return channel + ":" + key + ":" + id }
+
+// Claim claims id for owner (non-empty), right before its request; the
+// claim is seen for the ledger's TTL. With force, a claim left by another
+// owner is taken over (the caller has decided to send again); without it,
+// such a claim answers [Abandoned]. If the pacing key is in cooldown
 // ([bucket.Limiter.Cooldown], [bucket.Keys].Cooldown), Claim answers
 // [CoolingDown] and the time left, claiming nothing: a sender that slept on
 // a reservation while a cooldown began does not send. On an error (which
 // wraps the Redis error, or names an unexpected reply) it answers
 // [ClaimUnknown].
-func (l *Ledger) Claim(ctx context.Context, channel, key, id, owner string, ttl time.Duration, force bool) (ClaimResult, time.Duration, error) {
-	k := l.keys.ID(channel, key, id)
-	ck := l.keys.Cooldown(channel, key)
-	f := "0"
+func (l *Ledger) Claim(ctx context.Context, channel, key, id, owner string, force bool) (ClaimResult, time.Duration, error) {
+	o := op{kind: 'c', channel: channel, key: key, id: id, arg: owner}
 	if force {
-		f = "1"
+		o.kind = 'f'
 	}
-	v, err := claimScript.Run(ctx, l.rdb, []string{k, ck}, owner, ms(ttl), f).Result()
+	s, err := l.run(ctx, o)
 	if err != nil {
-		return ClaimUnknown, 0, fmt.Errorf("ledger: claim %q: %w", k, err)
+		return ClaimUnknown, 0, fmt.Errorf("ledger: claim %q: %w", name(channel, key, id), err)
 	}
-	s, _ := v.(string)
-	return parseClaim(k, s)
+	return parseClaim(name(channel, key, id), s)
 }
 
-// parseClaim reads the reply s of claim.lua (or one of claim_many.lua's)
-// for id key k.
+// parseClaim reads ledger.lua's reply s to a claim of id k.
 func parseClaim(k, s string) (ClaimResult, time.Duration, error) {
 	switch {
 	case s == "claimed":
@@ -119,28 +221,23 @@ func parseClaim(k, s string) (ClaimResult, time.Duration, error) {
 	return ClaimUnknown, 0, fmt.Errorf("ledger: claim %q: unexpected reply %q", k, s)
 }
 
-// IsDelivered reports whether id was recorded delivered: one GET, nothing
-// written. A caller can skip a copy it knows may be a duplicate before it
-// spends a send slot on it; Claim still decides before a send. Errors wrap
-// the Redis error.
+// IsDelivered reports whether id was recorded delivered: one script call
+// that writes nothing. A caller can skip a copy it knows may be a duplicate
+// before it spends a send slot on it; Claim still decides before a send.
+// Errors wrap the Redis error.
 func (l *Ledger) IsDelivered(ctx context.Context, channel, key, id string) (bool, error) {
-	k := l.keys.ID(channel, key, id)
-	v, err := l.rdb.Get(ctx, k).Result()
-	if errors.Is(err, redis.Nil) {
-		return false, nil
-	}
+	s, err := l.run(ctx, op{kind: 'q', channel: channel, key: key, id: id})
 	if err != nil {
-		return false, fmt.Errorf("ledger: read %q: %w", k, err)
+		return false, fmt.Errorf("ledger: read %q: %w", name(channel, key, id), err)
 	}
-	return strings.HasPrefix(v, "d:"), nil
+	return s == "delivered", nil
 }
 
 // Delivered records that id was accepted by the provider (providerID, may
-// be empty), for ttl. Errors wrap the Redis error.
-func (l *Ledger) Delivered(ctx context.Context, channel, key, id, providerID string, ttl time.Duration) error {
-	k := l.keys.ID(channel, key, id)
-	if err := l.rdb.Set(ctx, k, "d:"+providerID, max(ttl, time.Millisecond)).Err(); err != nil {
-		return fmt.Errorf("ledger: deliver %q: %w", k, err)
+// be empty), for the ledger's TTL. Errors wrap the Redis error.
+func (l *Ledger) Delivered(ctx context.Context, channel, key, id, providerID string) error {
+	if _, err := l.run(ctx, op{kind: 'd', channel: channel, key: key, id: id, arg: providerID}); err != nil {
+		return fmt.Errorf("ledger: deliver %q: %w", name(channel, key, id), err)
 	}
 	return nil
 }
@@ -149,17 +246,8 @@ func (l *Ledger) Delivered(ctx context.Context, channel, key, id, providerID str
 // a retry may claim it again). Releasing a claim one does not hold does
 // nothing. Errors wrap the Redis error.
 func (l *Ledger) Release(ctx context.Context, channel, key, id, owner string) error {
-	k := l.keys.ID(channel, key, id)
-	if err := releaseScript.Run(ctx, l.rdb, []string{k}, owner).Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("ledger: release %q: %w", k, err)
+	if _, err := l.run(ctx, op{kind: 'r', channel: channel, key: key, id: id, arg: owner}); err != nil {
+		return fmt.Errorf("ledger: release %q: %w", name(channel, key, id), err)
 	}
 	return nil
-}
-
-func ms(d time.Duration) string {
-	n := (d + time.Millisecond - 1) / time.Millisecond
-	if n < 1 {
-		n = 1
-	}
-	return fmt.Sprint(int64(n))
 }

@@ -2,6 +2,9 @@ package ledger_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,9 +19,13 @@ func ledgers(t *testing.T) map[string]*ledger.Ledger {
 	mr := miniredis.RunT(t)
 	real := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
 	t.Cleanup(func() { real.Close() })
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
+	t.Cleanup(func() { cluster.Close() })
 	return map[string]*ledger.Ledger{
-		"miniredis":    ledger.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), bucket.NewKeys("t"+t.Name())),
-		"redis-server": ledger.New(real, bucket.NewKeys("t"+t.Name()+time.Now().Format("150405.000000"))),
+		"miniredis":    ledger.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), bucket.NewKeys("t"+t.Name()), 0),
+		"redis-server": ledger.New(real, bucket.NewKeys("t"+t.Name()+time.Now().Format("150405.000000")), 0),
+		// Under Redis Cluster the hashes are the pacing key's.
+		"redis-cluster": ledger.New(cluster, bucket.NewKeys("tc"+t.Name()+time.Now().Format("150405.000000")), 0),
 	}
 }
 
@@ -50,9 +57,9 @@ func TestLedgerSteps(t *testing.T) {
 				var err error
 				switch s.op {
 				case "claim", "force":
-					got, _, err = l.Claim(ctx, ch, key, id, s.owner, time.Minute, s.op == "force")
+					got, _, err = l.Claim(ctx, ch, key, id, s.owner, s.op == "force")
 				case "deliver":
-					err = l.Delivered(ctx, ch, key, id, "wamid.X", time.Hour)
+					err = l.Delivered(ctx, ch, key, id, "wamid.X")
 				case "release":
 					err = l.Release(ctx, ch, key, id, s.owner)
 				}
@@ -61,13 +68,6 @@ func TestLedgerSteps(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestLedgerKeySharesSlot(t *testing.T) {
-	k := bucket.New(nil, bucket.Config{}).Keys()
-	if got, want := k.ID("whatsapp", "106540352242922", "c1-9"), "pacer:{whatsapp:106540352242922}:id:c1-9"; got != want {
-		t.Fatalf("Keys.ID = %q, want %q", got, want)
 	}
 }
 
@@ -83,18 +83,18 @@ func TestLedgerClaimHonoursCooldown(t *testing.T) {
 			defer rdb.Close()
 			ctx := context.Background()
 			lim := bucket.New(rdb, bucket.Config{Prefix: "tcd" + time.Now().Format("150405.000000")})
-			l := ledger.New(rdb, lim.Keys())
+			l := ledger.New(rdb, lim.Keys(), 0)
 			if err := lim.Cooldown(ctx, "whatsapp", "106", 2*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			got, left, err := l.Claim(ctx, "whatsapp", "106", "m1", "a", time.Minute, false)
+			got, left, err := l.Claim(ctx, "whatsapp", "106", "m1", "a", false)
 			if err != nil || got != ledger.CoolingDown || left <= time.Second || left > 2*time.Second {
 				t.Fatalf("Claim in cooldown = %v, %v, %v; want cooldown with 1s < left <= 2s", got, left, err)
 			}
-			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m1", "b", time.Minute, false); err != nil || got != ledger.CoolingDown {
+			if got, _, err := l.Claim(ctx, "whatsapp", "106", "m1", "b", false); err != nil || got != ledger.CoolingDown {
 				t.Fatalf("second Claim = %v, %v; want cooldown (nothing was claimed)", got, err)
 			}
-			if got, _, err := l.Claim(ctx, "whatsapp", "107", "m1", "a", time.Minute, false); err != nil || got != ledger.Claimed {
+			if got, _, err := l.Claim(ctx, "whatsapp", "107", "m1", "a", false); err != nil || got != ledger.Claimed {
 				t.Fatalf("Claim on another key = %v, %v; want claimed", got, err)
 			}
 		})
@@ -112,7 +112,7 @@ func TestClaimErrorIsNeverClaimed(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	l := ledger.New(rdb, bucket.Keys{})
+	l := ledger.New(rdb, bucket.Keys{}, 0)
 	for _, c := range []struct {
 		name    string
 		breakIt func()
@@ -121,7 +121,7 @@ func TestClaimErrorIsNeverClaimed(t *testing.T) {
 		{"unreachable", mr.Close},
 	} {
 		c.breakIt()
-		got, left, err := l.Claim(t.Context(), "whatsapp", "106", "m1", "a", time.Minute, false)
+		got, left, err := l.Claim(t.Context(), "whatsapp", "106", "m1", "a", false)
 		if err == nil || got == ledger.Claimed || got != ledger.ClaimUnknown || left != 0 {
 			t.Fatalf("%s: Claim = %v, %v, %v; want unknown, 0 and an error", c.name, got, left, err)
 		}
@@ -143,14 +143,146 @@ func TestIsDelivered(t *testing.T) {
 				}
 			}
 			check("unknown id", false)
-			if _, _, err := l.Claim(ctx, ch, key, id, "a", time.Minute, false); err != nil {
+			if _, _, err := l.Claim(ctx, ch, key, id, "a", false); err != nil {
 				t.Fatal(err)
 			}
 			check("claimed", false)
-			if err := l.Delivered(ctx, ch, key, id, "wamid.X", time.Hour); err != nil {
+			if err := l.Delivered(ctx, ch, key, id, "wamid.X"); err != nil {
 				t.Fatal(err)
 			}
 			check("delivered", true)
 		})
+	}
+}
+
+// TestLedgerGenerations: ids live in one hash per generation (TTL/4); an
+// entry is read from the current generation and the 4 before it (so it is
+// seen for the TTL), and the current hash expires when the fourth
+// generation after it ends (so nothing outlives 1.25 x the TTL). Entries
+// are planted in older generations by hand, as a process that wrote them
+// minutes ago would have left them.
+func TestLedgerGenerations(t *testing.T) {
+	const ttl = time.Hour
+	gen := int64(ttl / 4 / time.Millisecond)
+	for name, s := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			// 15-minute generations: a test that starts in a generation's
+			// last 5 s waits for the next, so its writes share one.
+			if left := gen - time.Now().UnixMilli()%gen; left < 5000 {
+				time.Sleep(time.Duration(left+10) * time.Millisecond)
+			}
+			g := time.Now().UnixMilli() / gen
+			l := ledger.New(s.rdb, s.keys, ttl)
+			const ch = "whatsapp"
+			hkey := func(d int64) string { return s.keys.ChannelIDs(ch, g+d) }
+			for _, p := range []struct {
+				d        int64
+				field, v string
+			}{
+				{-4, "106\nold", "d:x"},      // 4 generations back: within the TTL
+				{-5, "106\ngone", "d:x"},     // 5 back: past it
+				{-3, "106\nheld", "c:a"},     // a's claim
+				{-2, "106\ntaken", "c:dead"}, // a dead process's claim
+				{-1, "106\nboth", "d:w"},     // delivered, then claimed again by z
+				{0, "106\nboth", "c:z"},
+			} {
+				if err := s.rdb.HSet(ctx, hkey(p.d), p.field, p.v).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, c := range []struct {
+				op, id, owner string
+				want          ledger.ClaimResult
+			}{
+				{"delivered?", "old", "", ledger.Delivered},
+				{"delivered?", "gone", "", ledger.ClaimUnknown},
+				{"claim", "gone", "b", ledger.Claimed}, // past the TTL: free again
+				{"claim", "old", "b", ledger.Delivered},
+				{"claim", "held", "a", ledger.Claimed}, // a's own: nothing written
+				{"claim", "held", "b", ledger.Abandoned},
+				{"release", "held", "b", ledger.ClaimUnknown}, // not b's: kept
+				{"claim", "held", "b", ledger.Abandoned},
+				{"force", "both", "b", ledger.Delivered}, // delivered in any generation is final
+				{"force", "taken", "b", ledger.Claimed},  // takes over the dead claim
+				{"release", "taken", "b", ledger.ClaimUnknown},
+				{"claim", "taken", "c", ledger.Claimed}, // the dead claim does not come back
+				{"release", "held", "a", ledger.ClaimUnknown},
+				{"claim", "held", "b", ledger.Claimed},
+				{"claim", "new", "a", ledger.Claimed},
+			} {
+				var got ledger.ClaimResult
+				var err error
+				switch c.op {
+				case "delivered?":
+					var d bool
+					if d, err = l.IsDelivered(ctx, ch, "106", c.id); d {
+						got = ledger.Delivered
+					}
+				case "claim", "force":
+					got, _, err = l.Claim(ctx, ch, "106", c.id, c.owner, c.op == "force")
+				case "release":
+					err = l.Release(ctx, ch, "106", c.id, c.owner)
+				}
+				if err != nil || got != c.want {
+					t.Fatalf("step %d %s %s (%s): %v, %v; want %v", i, c.op, c.id, c.owner, got, err, c.want)
+				}
+			}
+			// Where each entry is now: new claims in the current generation,
+			// the dead claim and the released ones gone from theirs.
+			for _, w := range []struct {
+				d        int64
+				field, v string
+			}{
+				{0, "106\ngone", "c:b"}, {0, "106\ntaken", "c:c"}, {0, "106\nheld", "c:b"}, {0, "106\nnew", "c:a"},
+				{0, "106\nboth", "c:z"}, {-1, "106\nboth", "d:w"}, {-4, "106\nold", "d:x"},
+				{-2, "106\ntaken", ""}, {-3, "106\nheld", ""},
+			} {
+				v, err := s.rdb.HGet(ctx, hkey(w.d), w.field).Result()
+				if errors.Is(err, redis.Nil) {
+					v, err = "", nil
+				}
+				if err != nil || v != w.v {
+					t.Errorf("generation %+d, %q = %q, %v; want %q", w.d, w.field, v, err, w.v)
+				}
+			}
+			// The current hash expires when generation g+4 ends: more than
+			// the TTL from now, at most 1.25 x the TTL.
+			at := time.UnixMilli((g + 5) * gen)
+			left, err := s.rdb.PTTL(ctx, hkey(0)).Result()
+			if err != nil || left <= ttl-time.Minute || left > ttl*5/4 || left > time.Until(at)+time.Minute || left < time.Until(at)-time.Minute {
+				t.Errorf("current generation's PTTL = %v, %v; want about %v (the end of generation g+4), in (TTL, 1.25 TTL]", left, err, time.Until(at).Round(time.Second))
+			}
+		})
+	}
+}
+
+// TestLedgerClockSkew: the generation is Redis TIME's; a process whose
+// clock is off it by more than a generation (TTL/4) gets an error, never a
+// claim in the wrong generation's hash, and one off by less works.
+func TestLedgerClockSkew(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	const ttl = 4 * time.Minute // generations of 1 minute
+	l := ledger.New(rdb, bucket.Keys{}, ttl)
+	for _, c := range []struct {
+		off  time.Duration // Redis TIME minus the process's clock
+		want ledger.ClaimResult
+	}{
+		{-30 * time.Second, ledger.Claimed},
+		{30 * time.Second, ledger.Claimed},
+		{-3 * time.Minute, ledger.ClaimUnknown},
+		{3 * time.Minute, ledger.ClaimUnknown},
+	} {
+		mr.SetTime(time.Now().Add(c.off))
+		id := fmt.Sprint("m", c.off)
+		got, _, err := l.Claim(t.Context(), "whatsapp", "106", id, "a", false)
+		if got != c.want || (c.want == ledger.ClaimUnknown) != (err != nil) {
+			t.Errorf("Redis %v off: claim = %v, %v; want %v", c.off, got, err, c.want)
+		}
+		if err != nil && !strings.Contains(err.Error(), "clock") {
+			t.Errorf("Redis %v off: error %q does not name the clock", c.off, err)
+		}
 	}
 }

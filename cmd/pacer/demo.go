@@ -126,7 +126,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Channel: ch.name, Topic: topic, RecipientLimit: ch.defaultRecipientLimit(), Limit: lim, Drain: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}, []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)},
-		pacer.Deps{Bucket: limiter, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: ledger.New(rdb, limiter.Keys()), Sender: prov.sender}, prometheus.NewRegistry())
+		pacer.Deps{Bucket: limiter, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: ledger.New(rdb, limiter.Keys(), 0), Sender: prov.sender}, prometheus.NewRegistry())
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	// The ledger's claims and delivered marks go to Redis in one pipeline
 	// per PACER_LEDGER_FLUSH; those still waiting at exit are written then.
 	var failTo atomic.Pointer[pacer.Pacer] // set below; the ledger reports its failures to it
-	led := ledger.NewBatcher(rdb, lim.Keys(), ledger.BatchConfig{FlushInterval: cfg.LedgerFlush,
+	led := ledger.NewBatcher(rdb, lim.Keys(), ledger.BatchConfig{FlushInterval: cfg.LedgerFlush, TTL: cfg.LedgerTTL,
 		OnError: func(err error) {
 			if p := failTo.Load(); p != nil {
 				p.LedgerWriteFailed(err)

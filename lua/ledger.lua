@@ -1,0 +1,218 @@
+-- ledger.lua: the idempotency ledger's operations of one flush (claims,
+-- delivered marks, releases, reads of envelope ids) in one call. Run by
+-- ledger.Ledger and ledger.Batcher.
+--
+-- Layout: the ledger keeps ids as fields of one hash per generation of
+-- gen_ms milliseconds of Redis TIME (generation g = floor(now_ms / gen_ms),
+-- gen_ms = the ledger's TTL / 4). An entry is written to the current
+-- generation's hash, which expires at the end of generation g + 4, and read
+-- from the current hash and the 4 before it: it is seen for at least 4
+-- generations (the TTL) and kept for at most 5 (1.25 x the TTL). A field's
+-- value is "d:<provider id>" once delivered, "c:<owner>" while claimed.
+-- Across generations: "d:" anywhere is delivered; otherwise the newest
+-- generation holding a claim names its owner.
+--
+-- KEYS[1]         the first cooldown key: KEYS[1..c] are the cooldown keys
+--                 of the claimed ids' pacing keys (bucket's: the cooldown's
+--                 end in µs of Redis TIME); c may be 0
+-- KEYS[c+1..c+7]  the generation hashes of generations base .. base+6, all
+--                 in one Redis Cluster slot with the cooldown keys
+-- ARGV[1]         gen_ms: generation length, integer >= 1 (ms)
+-- ARGV[2]         base: the generation of KEYS[c+1], integer; the caller
+--                 passes its own clock's generation - 5, so Redis TIME's
+--                 generation must be base+4 .. base+6 (clocks apart by less
+--                 than one generation), else an error
+-- ARGV[3]         c: how many of KEYS are cooldown keys, integer >= 0
+-- ARGV[4..]       operations, 4 arguments each, run in order:
+--                   op, field, arg, cooldown index (1..c, or 0)
+--                 op "d": mark field delivered, arg = provider id (may be "")
+--                 op "r": release arg's (the owner's) claim on field
+--                 op "c": claim field for owner arg; "f": the same, taking
+--                         over a claim left by another owner (force)
+--                 op "q": read field, writing nothing
+--
+-- Reply: an array, one string per operation in order:
+--   "d": "ok"
+--   "r": "released" (it was arg's claim, now dropped) or "kept"
+--   "c"/"f": "claimed", "delivered" (final, even in a cooldown),
+--        "abandoned" (claimed by another owner, which may or may not have
+--        sent it; "c" only, nothing written) or "cooldown:<us>" (the
+--        pacing key cools down <us> more microseconds; nothing written)
+--   "q": "delivered", "claimed" or "none"
+-- Error reply "ERR ledger: ..." for malformed ARGV or a clock off by more
+-- than a generation.
+--
+-- Commands: TIME; MGET of the cooldown keys when a claim is made; one HMGET
+-- per generation read (5) when a claim, release or read is made (marks
+-- alone read nothing); one HSET and one PEXPIREAT of the current hash when
+-- anything is written; one HDEL per hash a release drops a claim from.
+--
+-- Writes: HSET of the current generation's hash (claims "c:<owner>",
+-- marks "d:<provider id>"), PEXPIREAT of it at the end of generation
+-- g + 4; HDEL of a released claim from every generation that holds it
+-- (older claims it shadowed included, so none comes back).
+
+local gen_ms, base, c = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if not gen_ms or gen_ms < 1 or gen_ms ~= math.floor(gen_ms) then
+  return redis.error_reply('ERR ledger: gen_ms must be an integer >= 1')
+end
+if not base or base ~= math.floor(base) then
+  return redis.error_reply('ERR ledger: base must be an integer')
+end
+if not c or c < 0 or c ~= math.floor(c) or #KEYS ~= c + 7 then
+  return redis.error_reply('ERR ledger: c must be an integer >= 0 with c + 7 keys')
+end
+local nops = (#ARGV - 3) / 4
+if nops < 1 or nops ~= math.floor(nops) then
+  return redis.error_reply('ERR ledger: operations must come in fours')
+end
+
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local g = math.floor(math.floor(now_us / 1000) / gen_ms)
+local cur = g - base + 1 -- index of the current generation among KEYS[c+1..c+7]
+if cur < 5 or cur > 7 then
+  return redis.error_reply('ERR ledger: the caller\'s clock is off Redis TIME by more than a generation (' .. gen_ms .. ' ms)')
+end
+local function hkey(i) return KEYS[c + i] end -- i: cur-4 .. cur
+
+-- The fields to read: those of claims, releases and reads.
+local fields, seen = {}, {}
+local needcool = false
+for j = 0, nops - 1 do
+  local op, f = ARGV[4 + 4 * j], ARGV[5 + 4 * j]
+  if op ~= 'd' and op ~= 'r' and op ~= 'c' and op ~= 'f' and op ~= 'q' then
+    return redis.error_reply('ERR ledger: operation ' .. (j + 1) .. ' is not d, r, c, f or q')
+  end
+  if op ~= 'd' and op ~= 'q' and ARGV[6 + 4 * j] == '' then
+    return redis.error_reply('ERR ledger: the owner of operation ' .. (j + 1) .. ' is empty')
+  end
+  if op == 'c' or op == 'f' then
+    needcool = true
+    local ci = tonumber(ARGV[7 + 4 * j])
+    if not ci or ci < 1 or ci > c then
+      return redis.error_reply('ERR ledger: cooldown index of operation ' .. (j + 1) .. ' is outside 1..c')
+    end
+  end
+  if op ~= 'd' and not seen[f] then
+    seen[f] = true
+    fields[#fields + 1] = f
+  end
+end
+
+-- A cooldown's end in µs of Redis TIME, or nil; MGET answers nil for a key
+-- of another type, which counts as no cooldown.
+local cool = {}
+if needcool then
+  local cds = redis.call('MGET', unpack(KEYS, 1, c))
+  for i = 1, c do
+    local cd = tonumber(cds[i])
+    if cd and cd == cd and cd ~= math.huge and cd > now_us then
+      cool[i] = 'cooldown:' .. string.format('%.0f', cd - now_us)
+    end
+  end
+end
+
+-- state[f]: delivered (its "d:" value) or claim (the newest "c:" value);
+-- held[f][i]: generation i holds a value for f.
+local state, held = {}, {}
+for _, f in ipairs(fields) do
+  state[f], held[f] = {}, {}
+end
+if #fields > 0 then
+  for i = cur, cur - 4, -1 do -- newest first
+    local vals = redis.call('HMGET', hkey(i), unpack(fields))
+    for k, f in ipairs(fields) do
+      local v = vals[k]
+      if v then
+        held[f][i] = true
+        local s = state[f]
+        if string.sub(v, 1, 2) == 'd:' then
+          s.delivered = s.delivered or v
+        elseif string.sub(v, 1, 2) == 'c:' and not s.claim then
+          s.claim = v
+        end
+      end
+    end
+  end
+end
+
+-- Run the operations in order on state; collect the writes.
+local set = {}    -- field -> value for the current hash
+local setn = {}   -- fields in the order first set
+local del = {}    -- i -> {field = true}: HDEL from generation i
+local function put(f, v)
+  if set[f] == nil then setn[#setn + 1] = f end
+  set[f] = v
+  if del[cur] then del[cur][f] = nil end
+end
+local function drop(f, i)
+  del[i] = del[i] or {}
+  del[i][f] = true
+  if i == cur and set[f] then set[f] = false end
+end
+
+local out = {}
+for j = 0, nops - 1 do
+  local op, f, arg = ARGV[4 + 4 * j], ARGV[5 + 4 * j], ARGV[6 + 4 * j]
+  local r
+  if op == 'd' then
+    put(f, 'd:' .. arg)
+    if state[f] then state[f].delivered = 'd:' .. arg end
+    r = 'ok'
+  elseif op == 'q' then
+    local s = state[f]
+    r = (s.delivered and 'delivered') or (s.claim and 'claimed') or 'none'
+  elseif op == 'r' then
+    local s = state[f]
+    if not s.delivered and s.claim == 'c:' .. arg then
+      s.claim = nil
+      for i = cur - 4, cur do
+        if held[f][i] or (i == cur and set[f]) then drop(f, i) end
+      end
+      r = 'released'
+    else
+      r = 'kept'
+    end
+  else -- 'c' or 'f'
+    local s = state[f]
+    local mine = 'c:' .. arg
+    local ci = tonumber(ARGV[7 + 4 * j])
+    if s.delivered then
+      r = 'delivered'
+    elseif cool[ci] then
+      r = cool[ci]
+    elseif s.claim and s.claim ~= mine and op ~= 'f' then
+      r = 'abandoned'
+    elseif s.claim == mine then
+      r = 'claimed' -- claimed again (a slot that lapsed): nothing to write
+    else
+      -- A new claim, or a takeover (older generations' claims stay,
+      -- shadowed by this newer one; a release drops them all).
+      put(f, mine)
+      s.claim = mine
+      r = 'claimed'
+    end
+  end
+  out[j + 1] = r
+end
+
+local hs = {}
+for _, f in ipairs(setn) do
+  if set[f] then
+    hs[#hs + 1] = f
+    hs[#hs + 1] = set[f]
+  end
+end
+if #hs > 0 then
+  redis.call('HSET', hkey(cur), unpack(hs))
+  redis.call('PEXPIREAT', hkey(cur), string.format('%.0f', (g + 5) * gen_ms))
+end
+for i = cur - 4, cur do
+  if del[i] then
+    local fs = {}
+    for f in pairs(del[i]) do fs[#fs + 1] = f end
+    if #fs > 0 then redis.call('HDEL', hkey(i), unpack(fs)) end
+  end
+end
+return out
