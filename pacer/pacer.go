@@ -202,7 +202,7 @@ type Config struct {
 	SendTimeout    time.Duration // one provider request; default 30s
 	UnknownOutcome string        // "dlq" (default) or "resend"; see the package doc
 	RedisFailure   string        // "closed" (default: sends stop while Redis is down) or "local" (pace with Deps.Fallback)
-	IdempotencyTTL time.Duration // how long the ledger must keep a claim or delivered mark: it must outlive the record's offset commit (see Validate's floor); default 10m; New refuses a Deps.Ledger with a TTL() below it
+	IdempotencyTTL time.Duration // how long the ledger must keep a claim or delivered mark: it must outlive the record's offset commit (see [MinLedgerTTL]); default 7m; New refuses a Deps.Ledger with a TTL() below it
 	MaxQueued      int           // records one partition holds in its per-key queues before fetching pauses; default 2000
 	InFlight       int           // records of one pacing key handled at once in a partition, 0..1024; default 32 (1 keeps strict order per key)
 	Lookahead      time.Duration // a key holds at most Lookahead x its rate records per partition (at least InFlight); more are parked; >= 0; default 5s
@@ -302,20 +302,17 @@ func (c Config) Validate() error {
 	// remember a delivered id at least as long as its record can stay
 	// uncommitted and come back (a record held until due on a retry topic
 	// holds the commits behind it up to a tier's delay and jitter; a
-	// rebalance; MaxTokenWait, SendTimeout and Drain are far shorter): 10
-	// minutes and twice the longest retry delay. Past that, the ledger keeps
+	// rebalance; MaxTokenWait, SendTimeout and Drain are far shorter): the
+	// longest retry delay with its +20% jitter, plus a minute for those, and
+	// 5 minutes at least (7m with the default delays). Past that, the ledger keeps
 	// nothing of a delivered record, so its Redis memory follows the rate
 	// (rate x IdempotencyTTL), not the day's volume; a producer that
 	// publishes the same envelope id again later is a separate question
 	// (pacer ingest answers it for PACER_IDEMPOTENCY_TTL). A send needs time for
 	// one round trip, and a progress line more often than every second is
 	// noise.
-	longest := 0 * time.Second
-	for _, d := range c.RetryDelays {
-		longest = max(longest, d)
-	}
-	if minTTL := max(10*time.Minute, 2*longest); c.IdempotencyTTL != 0 && c.IdempotencyTTL < minTTL {
-		badf("IdempotencyTTL", "%v is too short: delivered ids must be remembered at least %v (10m, and twice the longest retry delay), or re-delivered copies are sent again", c.IdempotencyTTL, minTTL)
+	if minTTL := MinLedgerTTL(c.RetryDelays); c.IdempotencyTTL != 0 && c.IdempotencyTTL < minTTL {
+		badf("IdempotencyTTL", "%v is too short: delivered ids must be remembered at least %v (1.2 x the longest retry delay + 1m, 5m at least), or re-delivered copies are sent again", c.IdempotencyTTL, minTTL)
 	}
 	if c.SendTimeout != 0 && c.SendTimeout < 100*time.Millisecond {
 		badf("SendTimeout", "%v must be >= 100ms: no provider answers faster", c.SendTimeout)
@@ -371,7 +368,7 @@ func (c *Config) setDefaults() {
 	// of retry and requeue delays too.
 	defd(&c.AIMD.MaxCooldown, c.AIMD.CooldownFor(math.MaxInt64))
 	defd(&c.MaxTokenWait, 5*time.Second)
-	defd(&c.IdempotencyTTL, 10*time.Minute)
+	defd(&c.IdempotencyTTL, 7*time.Minute)
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5
 	}
@@ -872,4 +869,18 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// MinLedgerTTL is the shortest IdempotencyTTL that delays allows: a
+// delivered record stays uncommitted, and may be read again after a crash,
+// while a record ahead of it on a retry topic waits out its delay (the
+// longest, +20% jitter); a minute more covers a rebalance, MaxTokenWait,
+// SendTimeout and Drain; 5 minutes at least. 7m for the default delays
+// (5s, 30s, 5m).
+func MinLedgerTTL(delays []time.Duration) time.Duration {
+	longest := time.Duration(0)
+	for _, d := range delays {
+		longest = max(longest, d)
+	}
+	return max(5*time.Minute, longest*6/5+time.Minute)
 }

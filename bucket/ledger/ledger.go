@@ -57,7 +57,7 @@ func (c ClaimResult) String() string {
 var ledgerScript = redis.NewScript(lua.Ledger)
 
 // DefaultTTL is how long a ledger entry is seen when no TTL is given.
-const DefaultTTL = 10 * time.Minute
+const DefaultTTL = 7 * time.Minute
 
 // generations is how many generations a TTL spans: an entry is written to
 // the current generation's hash and read from it and the generations

@@ -357,7 +357,7 @@ func flushDB(t *testing.T, addr string, db int) {
 // bench database's keys before a campaign of PACER_BENCH_MEMORY_N messages
 // (default 1,000,000; 200 numbers, the channel's default limit), right
 // after it, PACER_BENCH_IDLE later (default 10m), and again once the
-// ledger's longest lifetime has passed (1.25 x PACER_LEDGER_TTL, 12.5 min,
+// ledger's longest lifetime has passed (1.25 x PACER_LEDGER_TTL, 8.75 min,
 // plus 30 s: a generation's hash expires whole). used_memory is the
 // whole server's: on a shared server other clients move it, so the keys of
 // the bench's own database and a sample of their MEMORY USAGE are printed

@@ -119,8 +119,8 @@ type config struct {
 	LeaseSize int `env:"PACER_LEASE_SIZE, default=0" pacer:"LeaseSize"`
 	// PACER_IDEMPOTENCY_TTL: how long pacer ingest remembers accepted envelope ids and Idempotency-Key answers; default 24h.
 	IdempotencyTTL time.Duration `env:"PACER_IDEMPOTENCY_TTL, default=24h"`
-	// PACER_LEDGER_TTL: how long pacer run's idempotency ledger keeps a claim or delivered mark in Redis; at least 10m and twice the longest retry delay; default 10m.
-	LedgerTTL time.Duration `env:"PACER_LEDGER_TTL, default=10m" pacer:"IdempotencyTTL"`
+	// PACER_LEDGER_TTL: how long pacer run's idempotency ledger keeps a claim or delivered mark in Redis; at least 1.2 x the longest retry delay + 1m (5m at least); default 7m.
+	LedgerTTL time.Duration `env:"PACER_LEDGER_TTL, default=7m" pacer:"IdempotencyTTL"`
 	// PACER_LEDGER_FLUSH: how long an idempotency claim or delivered mark waits for others to go to Redis with it in one pipeline, 1ms..1s; default 20ms.
 	LedgerFlush time.Duration `env:"PACER_LEDGER_FLUSH, default=20ms"`
 	// PACER_KAFKA_STARTUP_TIMEOUT: run exits 1 if no Kafka broker answered within this at start-up; default 1m.

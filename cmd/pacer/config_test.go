@@ -109,7 +109,7 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_KAFKA_BROKERS", "a:b:c"},
 		{"PACER_IDEMPOTENCY_TTL", "3s"},
 		{"PACER_LEDGER_TTL", "3s"},
-		{"PACER_LEDGER_TTL", "9m"},
+		{"PACER_LEDGER_TTL", "6m"}, // below 1.2 x 5m + 1m
 		{"PACER_LEDGER_FLUSH", "0s"},
 		{"PACER_LEDGER_FLUSH", "2s"},
 		{"PACER_SEND_TIMEOUT", "1ns"},
