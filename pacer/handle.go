@@ -879,7 +879,7 @@ const lateClaim = 20 * time.Millisecond
 // refill time, at least 1 ms (a key with no headroom, burst 1 or no jitter
 // configured, gets only that). So 1,000/s burst 10 (paced at burst 5)
 // allows 2.5 ms, 80/s burst 10 (paced at burst 8) 12.5 ms, 0.5/s burst 1
-// 1 s.
+// (paced at 0.4938/s) 0.51 s.
 //
 // Fewer wake-ups or a spin before the slot would not make senders punctual
 // on a busy machine: lateness there is the operating system running other
