@@ -881,10 +881,13 @@ const lateClaim = 20 * time.Millisecond
 // allows 2.5 ms, 80/s burst 10 (paced at burst 8) 12.5 ms, 0.5/s burst 1
 // (paced at 0.4938/s) 0.51 s.
 //
-// Fewer wake-ups or a spin before the slot would not make senders punctual
-// on a busy machine: lateness there is the operating system running other
-// processes on the cores, which a dispatcher goroutine per key waits for
-// just the same, and a spin burns the CPU the sends need.
+// Senders are not made more punctual instead (one dispatcher goroutine per
+// key, or a wake-up before the slot and a spin to it): an idle Go process
+// sleeps in whole milliseconds (the runtime's epoll_wait timeout, rounded
+// up to 1 ms: runtime/netpoll_epoll.go), so a wake-up is up to 1 ms late
+// by design, and beating that means spinning, a core kept busy at 1,000
+// slots/s; on a loaded machine lateness is the operating system running
+// other processes, which a dispatcher waits for just the same.
 func lateSlot(ceiling, lim bucket.Limit) time.Duration {
 	floor := max(time.Duration(min(float64(lim.Burst)/4, 0.5)/lim.PerSecond*float64(time.Second)), time.Millisecond)
 	if !(lim.PerSecond > 0) {
