@@ -66,7 +66,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"scope"}),
 		lateSlots: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "late_slots_total",
-			Help: "Send slots given up because the sender woke later after the slot than the pacing headroom allows (half of (burst - paced burst) / rate, at least half a slot interval or 1 ms); a new slot was taken, so the provider's window is never crowded.",
+			Help: "Send slots given up because the sender woke (or its idempotency claim answered) later after the slot than allowed: half the pacing headroom, (burst - paced burst) / rate / 2, and never less than half a slot interval capped at a quarter of the burst's refill time, at least 1 ms; a new slot was taken, so the provider's window is never crowded.",
 		}, nil),
 		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "pacer", Name: "slot_lateness_seconds",
