@@ -889,10 +889,10 @@ const lateClaim = 20 * time.Millisecond
 // slots/s; on a loaded machine lateness is the operating system running
 // other processes, which a dispatcher waits for just the same.
 func lateSlot(ceiling, lim bucket.Limit) time.Duration {
-	floor := max(time.Duration(min(float64(lim.Burst)/4, 0.5)/lim.PerSecond*float64(time.Second)), time.Millisecond)
 	if !(lim.PerSecond > 0) {
-		return floor
+		return time.Millisecond
 	}
+	floor := max(time.Duration(min(float64(lim.Burst)/4, 0.5)/lim.PerSecond*float64(time.Second)), time.Millisecond)
 	b := ceiling.Burst // the provider's burst at the paced rate
 	if ceiling.PerSecond > 0 && lim.PerSecond < ceiling.PerSecond {
 		b = max(int(float64(ceiling.Burst)*lim.PerSecond/ceiling.PerSecond), 1)
