@@ -29,6 +29,7 @@ type Dispenser struct {
 	lim          Limit
 	n            int
 	maxWait      time.Duration
+	late         time.Duration // a slot older than this (at least Interval) lapses
 
 	mu   sync.Mutex
 	cur  Lease
@@ -42,12 +43,24 @@ func NewDispenser(l Leaser, channel, key string, lim Limit, n int, maxWait time.
 	return &Dispenser{l: l, channel: channel, key: key, lim: lim, n: n, maxWait: maxWait}
 }
 
+// WithLate sets how long after its start an unused slot may still be
+// handed out (see Next): the lateness a caller accepts at its send. Below
+// one slot interval, or 0 (the default), one slot interval. It returns d,
+// and is meant to be called before d is shared.
+func (d *Dispenser) WithLate(late time.Duration) *Dispenser {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.late = late
+	return d
+}
+
 // Next returns the next slot, as a Reservation: OK with At (local clock)
 // and Delay (from now) when a slot was handed out; when the bucket refuses
 // a new lease, not OK with Wait and Cooldown as [Limiter.Lease] reported
-// them. A slot that started more than one slot interval ago while unused
-// is skipped (it lapsed); one that started less long ago is handed out,
-// as late as a sleep that overshot (see the package doc on late sends).
+// them. A slot that started more than one slot interval (or the lateness
+// set by WithLate, if longer) ago while unused is skipped (it lapsed); one
+// that started less long ago is handed out, as late as a sleep that
+// overshot (see the package doc on late sends).
 // Errors are those of [Limiter.Lease]. Next is safe for concurrent use.
 func (d *Dispenser) Next(ctx context.Context) (Reservation, error) {
 	d.mu.Lock()
@@ -56,9 +69,9 @@ func (d *Dispenser) Next(ctx context.Context) (Reservation, error) {
 	for d.next < d.cur.Granted {
 		at := d.cur.Slot(d.next)
 		d.next++
-		// A slot up to one interval old is still usable; older ones lapsed
-		// (the bucket has moved on and counted them).
-		if !at.Before(now.Add(-d.cur.Interval)) {
+		// A slot up to one interval (or d.late) old is still usable;
+		// older ones lapsed (the bucket has moved on and counted them).
+		if !at.Before(now.Add(-max(d.cur.Interval, d.late))) {
 			return reservationAt(at, now, d.cur.redisSlot(d.next-1)), nil
 		}
 	}

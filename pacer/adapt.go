@@ -136,9 +136,10 @@ type keyState struct {
 	// that has not started (see aheadGate).
 	ahead chan struct{}
 
-	disp    *bucket.Dispenser // leases of this key's slots, shared by this process's senders
-	dispLim bucket.Limit      // the limit disp leases under
-	keys    *keyStates
+	disp     *bucket.Dispenser // leases of this key's slots, shared by this process's senders
+	dispLim  bucket.Limit      // the limit disp leases under
+	dispCeil bucket.Limit      // the ceiling dispLim was adapted from
+	keys     *keyStates
 }
 
 // countingLeaser counts the Lease calls a Dispenser makes.
@@ -152,20 +153,22 @@ func (c countingLeaser) Lease(ctx context.Context, channel, key string, lim buck
 	return c.Leaser.Lease(ctx, channel, key, lim, n, maxWait)
 }
 
-// dispenser returns the key's Dispenser for lim leasing n slots at a time,
-// replacing (and returning the unused slots of) one made for another limit.
-func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, lim bucket.Limit, n int) *bucket.Dispenser {
+// dispenser returns the key's Dispenser for lim (the adapted limit of
+// ceiling) leasing n slots at a time, replacing (and returning the unused
+// slots of) one made for another limit. Its slots stay usable as long
+// after their start as a sender may be late (lateSlot).
+func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, ceiling, lim bucket.Limit, n int) *bucket.Dispenser {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.disp != nil && st.dispLim == lim {
+	if st.disp != nil && st.dispLim == lim && st.dispCeil == ceiling {
 		return st.disp
 	}
 	if st.disp != nil {
 		st.disp.Close(ctx)
 	}
 	st.disp = bucket.NewDispenser(countingLeaser{p.bucket, func() { p.m.bucketCalls.WithLabelValues().Inc() }},
-		p.cfg.Channel, key, lim, n, p.cfg.MaxTokenWait)
-	st.dispLim = lim
+		p.cfg.Channel, key, lim, n, p.cfg.MaxTokenWait).WithLate(lateSlot(ceiling, lim))
+	st.dispLim, st.dispCeil = lim, ceiling
 	return st.disp
 }
 

@@ -446,7 +446,7 @@ func (p *Pacer) claim(f *flight) outcome {
 		// slot that lapsed meanwhile at once, a burst the provider answers
 		// with throttles: a slot that started too long ago is given up and
 		// a new one taken (the claim is kept for it).
-		if late := time.Since(f.slotAt); late > lateSlot(f.lim)+lateClaim {
+		if late := time.Since(f.slotAt); late > lateSlot(f.pol.Limit, f.lim)+lateClaim {
 			p.m.lateSlots.WithLabelValues().Inc()
 			return outcome{kind: again}
 		}
@@ -813,7 +813,9 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 			// A sender woken late (a stall, a busy CPU) would send its slot
 			// next to later ones and crowd the provider's window: past
 			// lateSlot, the slot lapses and a new one is taken.
-			if late := time.Since(res.At); late > lateSlot(lim) {
+			late := time.Since(res.At)
+			p.m.lateness.WithLabelValues().Observe(max(late, 0).Seconds())
+			if late > lateSlot(pol.Limit, lim) {
 				p.m.lateSlots.WithLabelValues().Inc()
 				continue
 			}
@@ -867,13 +869,56 @@ func handoffWait(lim bucket.Limit, maxWait time.Duration) time.Duration {
 // (well under a millisecond); one slower than this waited on Redis.
 const lateClaim = 20 * time.Millisecond
 
-// lateSlot is how late a sender may use its slot: half a slot interval,
-// and no more than a quarter of the time the burst takes to refill (the
-// rest is left for the trip to the provider), at least 1 ms. A send that
-// late can push at most about one message into the next second.
-func lateSlot(lim bucket.Limit) time.Duration {
-	d := min(float64(lim.Burst)/4, 0.5) / lim.PerSecond
-	return max(time.Duration(d*float64(time.Second)), time.Millisecond)
+// lateSlot is how late after its granted slot a sender of a key paced
+// at lim (the adapted limit of ceiling, see [adapt.Adapted.Limit]) may
+// still send; a sender woken later gives the slot up and takes a new one
+// (pacer_late_slots_total), which wastes the slot's token.
+//
+// Why lateness within the pacing headroom is harmless: the slots granted
+// for a key conform to lim = (r, Bp): any window of T seconds holds at
+// most Bp + r*T of them (package bucket, checked by its accuracy soak).
+// Sends each made between 0 and L after their slot put into a window of T
+// seconds only slots of a window of T + L, so at most Bp + r*(T + L): the
+// provider's r*T + B holds while L <= (B - Bp) / r, where B is the
+// provider's burst at rate r (the ceiling's burst scaled down with the
+// adapted rate, as Limit scales it, rounded down). That headroom, B - Bp
+// tokens, is what Limit takes off the burst for the network's jitter
+// ([adapt.AIMD].Jitter): sends that reach the provider early relative to
+// the ones before them. A late wake-up moves a send the same way a slow
+// trip does, so the two share it: a sender may use half of (B - Bp) / r,
+// and the network keeps the other half.
+//
+// The result is never below the floor the pacer kept before counting the
+// headroom: half a slot interval and at most a quarter of the burst's
+// refill time, at least 1 ms (a key with no headroom, burst 1 or no jitter
+// configured, gets only that). So 1,000/s burst 10 (paced at burst 5)
+// allows 2.5 ms, 80/s burst 10 (paced at burst 8) 12.5 ms, 0.5/s burst 1
+// (paced at 0.4938/s) 0.51 s.
+//
+// Senders are not made more punctual instead (one dispatcher goroutine per
+// key, or a wake-up before the slot and a spin to it): an idle Go process
+// sleeps in whole milliseconds (the runtime's epoll_wait timeout, rounded
+// up to 1 ms: runtime/netpoll_epoll.go), so a wake-up is up to 1 ms late
+// by design, and beating that means spinning (a core kept busy at 1,000
+// slots/s) or a thread of its own sleeping in nanosleep(2): tried, that
+// woke 57-62% of the senders within 0.4 ms instead of 33-38%, but cost 35%
+// more CPU per message and left the wake-ups later than 3 ms as they were
+// (BENCHMARKS.md). On a loaded machine lateness is the operating system
+// running other processes, which a dispatcher waits for just the same.
+func lateSlot(ceiling, lim bucket.Limit) time.Duration {
+	if !(lim.PerSecond > 0) {
+		return time.Millisecond
+	}
+	floor := max(time.Duration(min(float64(lim.Burst)/4, 0.5)/lim.PerSecond*float64(time.Second)), time.Millisecond)
+	b := ceiling.Burst // the provider's burst at the paced rate
+	if ceiling.PerSecond > 0 && lim.PerSecond < ceiling.PerSecond {
+		b = max(int(float64(ceiling.Burst)*lim.PerSecond/ceiling.PerSecond), 1)
+	}
+	if b <= lim.Burst {
+		return floor
+	}
+	share := time.Duration(float64(b-lim.Burst) / lim.PerSecond / 2 * float64(time.Second))
+	return max(share, floor)
 }
 
 // leaseBacklog is the automatic lease size from which a key always leases.
@@ -913,7 +958,7 @@ func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keySt
 		p.m.bucketCalls.WithLabelValues().Inc()
 		return b.Reserve(ctx, p.cfg.Channel, key, lim, 1, p.cfg.MaxTokenWait)
 	}
-	d := st.dispenser(ctx, p, key, lim, n)
+	d := st.dispenser(ctx, p, key, pol.Limit, lim, n)
 	return d.Next(ctx)
 }
 

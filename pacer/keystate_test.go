@@ -105,7 +105,7 @@ func TestSweepFreesIdleKeysAndReturnsLeases(t *testing.T) {
 	}
 
 	idle := p.keyState("idle")
-	if _, err := idle.dispenser(ctx, p, "idle", lim, 10).Next(ctx); err != nil {
+	if _, err := idle.dispenser(ctx, p, "idle", lim, lim, 10).Next(ctx); err != nil {
 		t.Fatal(err)
 	}
 	idle.done()

@@ -27,6 +27,7 @@ type metrics struct {
 	fallback    *prometheus.GaugeVec     // channel
 	bucketCalls *prometheus.CounterVec   // channel
 	lateSlots   *prometheus.CounterVec   // channel
+	lateness    *prometheus.HistogramVec // channel
 	throttles   *prometheus.CounterVec   // channel, scope
 	handoffs    *prometheus.CounterVec   // channel
 
@@ -65,7 +66,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"scope"}),
 		lateSlots: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "late_slots_total",
-			Help: "Send slots given up because the sender woke more than half a slot interval late (a stall); a new slot was taken, so the provider's window is never crowded.",
+			Help: "Send slots given up because the sender woke (or its idempotency claim answered) later after the slot than allowed: half the pacing headroom, (burst - paced burst) / rate / 2, and never less than half a slot interval capped at a quarter of the burst's refill time, at least 1 ms; a new slot was taken, so the provider's window is never crowded.",
+		}, nil),
+		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "pacer", Name: "slot_lateness_seconds",
+			Help:    "How long after its send slot a sender woke (every slot: those used and those given up as late).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 12),
 		}, nil),
 		bucketCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "bucket_calls_total",
@@ -161,7 +167,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.throttles.WithLabelValues(s.String())
 	}
 	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.handoffs, m.retries, m.dlq, m.bucketWait, m.takeLatency,
-		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls, m.lateSlots, m.throttles} {
+		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls, m.lateSlots, m.lateness, m.throttles} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -78,6 +78,8 @@
 //	pacer_bucket_wait_seconds           histogram: token wait per message
 //	pacer_take_duration_seconds         histogram: one bucket call to Redis
 //	pacer_send_duration_seconds         histogram: one provider request
+//	pacer_slot_lateness_seconds         histogram: how long after its slot a sender woke
+//	pacer_late_slots_total              slots given up: the sender woke later than half the pacing headroom allows
 //	pacer_redis_errors_total            failed Redis calls (the record waits)
 //	pacer_partitions_assigned           partitions owned by this process
 //	pacer_records_queued                fetched records not yet finished

@@ -154,6 +154,14 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 	late, _ := p.metric(t, `pacer_late_slots_total{channel="whatsapp"}`)
 	calls, _ := p.metric(t, `pacer_bucket_calls_total{channel="whatsapp"}`)
 	t.Logf("Pacer: %.0f slots given up as late, %.0f bucket calls", late, calls)
+	if count, ok := p.metric(t, `pacer_slot_lateness_seconds_count{channel="whatsapp"}`); ok && count > 0 {
+		var dist []string
+		for _, le := range []string{"0.0004", "0.0008", "0.0016", "0.0032", "0.0064", "0.0128", "0.0256"} {
+			v, _ := p.metric(t, `pacer_slot_lateness_seconds_bucket{channel="whatsapp",le="`+le+`"}`)
+			dist = append(dist, fmt.Sprintf("<= %s s %.1f%%", le, v/count*100))
+		}
+		t.Logf("Pacer: senders woke after their slot (of %.0f slots): %s", count, strings.Join(dist, ", "))
+	}
 	p.stop(t)
 	pacerRes.load = load0 + " → " + loadAvg()
 	pacerRes.commands, pacerRes.clientCmds, pacerRes.byCmd = mon.stop()
