@@ -750,7 +750,7 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 	if high && st.normalWaiting.Load() > 0 {
 		t := time.NewTimer(handoffWait(lim, p.cfg.MaxTokenWait))
 		select {
-		case <-st.handoff:
+		case <-st.handoffChan(true):
 			t.Stop()
 			return 0, "", true
 		case <-t.C:
@@ -814,7 +814,7 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 			}
 			if !high {
 				select {
-				case st.handoff <- struct{}{}:
+				case st.handoffChan(false) <- struct{}{}:
 					p.m.handoffs.WithLabelValues().Inc()
 					continue // a high-priority record sends in this slot
 				default:

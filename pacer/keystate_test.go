@@ -222,10 +222,10 @@ func TestUtilization(t *testing.T) {
 		t.Fatalf("no keys: utilization %v, want 0", u)
 	}
 	now := time.Now()
-	p.keys.m["busy"] = &keyState{users: 2, mark: now, achieved: 72, adapted: adapt.Adapted{Rate: 80}}
-	p.keys.m["recent"] = &keyState{lastSeen: now, mark: now, achieved: 18, adapted: adapt.Adapted{Rate: 20}}
-	p.keys.m["idle"] = &keyState{lastSeen: now.Add(-time.Minute), mark: now, achieved: 0, adapted: adapt.Adapted{Rate: 100}}
-	p.keys.m["unmeasured"] = &keyState{users: 1, adapted: adapt.Adapted{Rate: 100}}
+	p.keys.m["busy"] = &keyState{pol: &KeyPolicy{}, users: 2, mark: now, achieved: 72, adapted: adapt.Adapted{Rate: 80}}
+	p.keys.m["recent"] = &keyState{pol: &KeyPolicy{}, lastSeen: now, mark: now, achieved: 18, adapted: adapt.Adapted{Rate: 20}}
+	p.keys.m["idle"] = &keyState{pol: &KeyPolicy{}, lastSeen: now.Add(-time.Minute), mark: now, achieved: 0, adapted: adapt.Adapted{Rate: 100}}
+	p.keys.m["unmeasured"] = &keyState{pol: &KeyPolicy{}, users: 1, adapted: adapt.Adapted{Rate: 100}}
 	if u := p.utilization(); math.Abs(u-0.9) > 1e-9 {
 		t.Fatalf("utilization %v, want (72+18)/(80+20) = 0.9", u)
 	}
@@ -237,9 +237,9 @@ func TestUtilizationByKeyClass(t *testing.T) {
 	p := &Pacer{keys: keyStates{m: map[string]*keyState{}}}
 	now := time.Now()
 	tier := func(r float64) KeyPolicy { return KeyPolicy{Limit: bucket.Limit{PerSecond: r, Burst: 10}} }
-	p.keys.m["a"] = &keyState{users: 1, mark: now, achieved: 76, adapted: adapt.Adapted{Rate: 80}, pol: tier(80)}
-	p.keys.m["b"] = &keyState{users: 1, mark: now, achieved: 40, adapted: adapt.Adapted{Rate: 80}, pol: tier(80)}
-	p.keys.m["c"] = &keyState{users: 1, mark: now, achieved: 990, adapted: adapt.Adapted{Rate: 1000}, pol: tier(1000)}
+	p.keys.m["a"] = &keyState{users: 1, mark: now, achieved: 76, adapted: adapt.Adapted{Rate: 80}, pol: new(tier(80))}
+	p.keys.m["b"] = &keyState{users: 1, mark: now, achieved: 40, adapted: adapt.Adapted{Rate: 80}, pol: new(tier(80))}
+	p.keys.m["c"] = &keyState{users: 1, mark: now, achieved: 990, adapted: adapt.Adapted{Rate: 1000}, pol: new(tier(1000))}
 	got := p.byClass()
 	if len(got) != 2 {
 		t.Fatalf("classes %v, want 80/s and 1000/s", got)
