@@ -446,10 +446,11 @@ func (p *Pacer) sweep(ctx context.Context, now time.Time) int {
 	return len(idle)
 }
 
-// shrinkFrom is the peak size from which a map of keys is made anew once
-// it holds a quarter of it or less (Go maps keep their space for good);
-// below it the space kept is a few hundred KB at most.
-const shrinkFrom = 4096
+// shrinkFrom is the peak size from which a map of keys (or of ids in
+// hand) is made anew once it holds a quarter of it or less: a Go map keeps
+// the space of its deleted entries for good. Below it the space kept is
+// about 50 KB at most.
+const shrinkFrom = 1024
 
 // freeOSFrom is how many keys one sweep must free for it to return the
 // process's idle heap to the operating system at once (about 0.3 MB of

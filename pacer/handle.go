@@ -646,6 +646,7 @@ func (p *Pacer) lockID(ctx context.Context, key, id string) bool {
 		busy, ok := p.ids[k]
 		if !ok {
 			p.ids[k] = make(chan struct{})
+			p.idsPeak = max(p.idsPeak, len(p.ids))
 			p.idsMu.Unlock()
 			return true
 		}
@@ -663,6 +664,13 @@ func (p *Pacer) unlockID(key, id string) {
 	p.idsMu.Lock()
 	close(p.ids[k])
 	delete(p.ids, k)
+	if p.idsPeak >= shrinkFrom && len(p.ids) <= p.idsPeak/4 {
+		m := make(map[string]chan struct{}, len(p.ids)) // see shrinkFrom
+		for k, c := range p.ids {
+			m[k] = c
+		}
+		p.ids, p.idsPeak = m, len(m)
+	}
 	p.idsMu.Unlock()
 }
 
