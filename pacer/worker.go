@@ -47,10 +47,10 @@ type worker struct {
 	// makes it anew once it holds a quarter of that or less (a Go map
 	// keeps the space of deleted entries).
 	keysPeak int
-	held    int                  // records in key queues (waiting or being handled)
-	parking int                  // park copies being written
-	paused  bool                 // the partition is paused at the client
-	chains  map[string]*chain    // strict order: pacing key -> its live chain (see [chain])
+	held     int               // records in key queues (waiting or being handled)
+	parking  int               // park copies being written
+	paused   bool              // the partition is paused at the client
+	chains   map[string]*chain // strict order: pacing key -> its live chain (see [chain])
 }
 
 // pending is one fetched record until its offset is marked for commit.
