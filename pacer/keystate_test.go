@@ -381,3 +381,32 @@ func TestDoneTrimsTheKeyState(t *testing.T) {
 		t.Error("a dispenser whose slots all lapsed was kept")
 	}
 }
+
+// A partition's map of key queues is made anew once a burst of keys has
+// drained (a Go map keeps the space of deleted entries): the heap it held
+// for the burst's keys is given back.
+func TestForgetShrinksTheKeyMap(t *testing.T) {
+	const n = 20_000
+	w := &worker{keys: map[string]*keyQueue{}}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("2065%07d", i)
+	}
+	before := heapAfterGC()
+	for _, k := range keys {
+		w.keys[k] = &keyQueue{}
+		w.keysPeak = max(w.keysPeak, len(w.keys))
+	}
+	w.mu.Lock()
+	for _, k := range keys {
+		w.forget(k, w.keys[k])
+	}
+	w.mu.Unlock()
+	left := (float64(heapAfterGC()) - float64(before)) / n
+	t.Logf("after the burst drained: %.1f bytes per key still held", left)
+	if len(w.keys) != 0 || left > 8 {
+		t.Errorf("after the burst drained: %d queues, %.1f bytes per key still held, want 0 and <= 8", len(w.keys), left)
+	}
+	runtime.KeepAlive(w)
+	runtime.KeepAlive(keys)
+}
