@@ -322,13 +322,13 @@ func (st *keyState) aheadGate(lim bucket.Limit) chan struct{} {
 }
 
 // handoffChan returns the key's handoff channel (see keyState.handoff).
-// A high-priority sender about to wait for a slot passes make true; a
+// A high-priority sender about to wait for a slot passes create true; a
 // normal one offering its slot passes false and gets nil while no
 // high-priority sender ever waited (a send to nil is never ready).
-func (st *keyState) handoffChan(make_ bool) chan struct{} {
+func (st *keyState) handoffChan(create bool) chan struct{} {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.handoff == nil && make_ {
+	if st.handoff == nil && create {
 		st.handoff = make(chan struct{})
 	}
 	return st.handoff
