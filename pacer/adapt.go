@@ -439,8 +439,9 @@ func (p *Pacer) sweep(ctx context.Context, now time.Time) int {
 	}
 	if len(idle) >= freeOSFrom {
 		// Give the freed pages back now rather than over the next minutes
-		// (the runtime returns idle heap gradually): a burst of keys then
-		// leaves no lasting RSS. A full GC at most once per sweepEvery.
+		// (the runtime returns idle heap gradually), so the RSS of a burst
+		// of keys' state does not outlast it. A full GC at most once per
+		// sweepEvery.
 		debug.FreeOSMemory()
 	}
 	return len(idle)
@@ -453,8 +454,8 @@ func (p *Pacer) sweep(ctx context.Context, now time.Time) int {
 const shrinkFrom = 1024
 
 // freeOSFrom is how many keys one sweep must free for it to return the
-// process's idle heap to the operating system at once (about 0.3 MB of
-// state and its map's space per thousand keys).
+// process's idle heap to the operating system at once (a key's state and
+// its share of the key map are about 0.36 MB per thousand keys).
 const freeOSFrom = 10_000
 
 // sweepLoop runs sweep every sweepEvery until ctx ends.
