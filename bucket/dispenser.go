@@ -90,6 +90,23 @@ func reservationAt(at, now time.Time, redisSlot int64) Reservation {
 	return Reservation{OK: true, At: at, Delay: max(at.Sub(now), 0), redisSlot: redisSlot}
 }
 
+// Limit returns the limit d leases under, as given to [NewDispenser].
+func (d *Dispenser) Limit() Limit { return d.lim }
+
+// Spent reports whether d holds no slot it could still hand out at now:
+// every slot of its lease was handed out or has lapsed (started more than
+// one slot interval before now, as [Dispenser.Next] skips them). A spent
+// Dispenser can be dropped without [Dispenser.Close]: there is nothing to
+// give back.
+func (d *Dispenser) Spent(now time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.next >= d.cur.Granted {
+		return true
+	}
+	return d.cur.Slot(d.cur.Granted - 1).Before(now.Add(-d.cur.Interval))
+}
+
 // Close gives back the slots of the current lease that were not handed out
 // and have not started ([Limiter.Return]), and reports how many. Next may
 // be called again afterwards; it leases anew.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -92,15 +93,23 @@ const (
 )
 
 // keyState is this process's view of one pacing key's policy and shared
-// state.
+// state. One exists per key active in this process (100,000 keys at a time
+// is a supported load), so it is kept small: the parts few keys use (the
+// wait for the first read, the priority handoff, the lookahead gate, the
+// lease dispenser, pair cooldowns) are made on first use, and the gate and
+// a spent dispenser are dropped again once the key has no record in hand
+// (see [keyState.trim]). TestKeyStateBytes bounds its size.
 type keyState struct {
 	mu            sync.Mutex
-	pol           KeyPolicy
+	refreshing    bool         // a goroutine is reading it now (without holding mu)
+	normalWaiting atomic.Int32 // the key's normal-priority senders in acquire
+	pol           *KeyPolicy   // shared with every key of the same policy (see keyStates.def)
 	adapted       adapt.Adapted
-	limit         bucket.Limit  // adapted limit passed to the bucket
-	refreshed     time.Time     // when the state was last read from Redis
-	refreshing    bool          // a goroutine is reading it now (without holding mu)
-	first         chan struct{} // closed once the first read is done
+	limit         bucket.Limit // adapted limit passed to the bucket
+	refreshed     time.Time    // when the state was last read from Redis; zero before the first read ends
+	// first, made by a sender that waits for the key's first read, is
+	// closed (and dropped) once that read is done.
+	first         chan struct{}
 	breaker       adapt.BreakerState
 	breakerUntil  time.Time
 	cooldownUntil time.Time
@@ -110,9 +119,8 @@ type keyState struct {
 
 	// handoff passes a slot from a normal-priority sender whose slot came
 	// to a high-priority one waiting (unbuffered: only to one waiting now);
-	// normalWaiting counts the key's normal senders in acquire.
-	handoff       chan struct{}
-	normalWaiting atomic.Int32
+	// made by the first high-priority sender that waits (see handoffChan).
+	handoff chan struct{}
 	// accepted counts the sends of the key the provider accepted since the
 	// last report to the shared state (RecoverAfter, ThrottledAfter).
 	accepted atomic.Int64
@@ -126,31 +134,38 @@ type keyState struct {
 	achieved  float64
 	mark      time.Time
 	markCount uint64
-	// pairs are the key's recipients (by recipientSub) in a pair cooldown,
-	// with its end; pairRates their learned rates (msgs/s): set by this
-	// process's pair throttles and re-read from Redis with the rest of the
-	// key's state.
-	pairs     map[string]time.Time
-	pairRates map[string]float64
+	// pairs is the key's recipients in a pair cooldown and their learned
+	// rates; nil until one of the key's pairs is throttled.
+	pairs *pairState
 	// ahead bounds the senders of this process holding a slot of the key
-	// that has not started (see aheadGate).
+	// that has not started (see aheadGate); nil while no sender holds one.
 	ahead chan struct{}
 
-	disp     *bucket.Dispenser // leases of this key's slots, shared by this process's senders
-	dispLim  bucket.Limit      // the limit disp leases under
-	dispCeil bucket.Limit      // the ceiling dispLim was adapted from
+	disp     *bucket.Dispenser // leases of this key's slots, shared by this process's senders; nil when none is held
+	dispCeil bucket.Limit      // the ceiling disp's limit was adapted from (its lateness bound follows both)
 	keys     *keyStates
 }
 
-// countingLeaser counts the Lease calls a Dispenser makes.
-type countingLeaser struct {
-	bucket.Leaser
-	calls func()
+// pairState is what a key's process knows of its pairs (key, recipient):
+// until holds the recipients (by recipientSub) in a pair cooldown, with its
+// end; rates their learned rates (msgs/s). Set by this process's pair
+// throttles and re-read from Redis with the rest of the key's state.
+type pairState struct {
+	until map[string]time.Time
+	rates map[string]float64
 }
 
+// countingLeaser counts the Lease calls a Dispenser makes in
+// pacer_bucket_calls_total.
+type countingLeaser struct{ p *Pacer }
+
 func (c countingLeaser) Lease(ctx context.Context, channel, key string, lim bucket.Limit, n int, maxWait time.Duration) (bucket.Lease, error) {
-	c.calls()
-	return c.Leaser.Lease(ctx, channel, key, lim, n, maxWait)
+	c.p.m.bucketCalls.WithLabelValues().Inc()
+	return c.p.bucket.Lease(ctx, channel, key, lim, n, maxWait)
+}
+
+func (c countingLeaser) Return(ctx context.Context, lease bucket.Lease, used int) (int, error) {
+	return c.p.bucket.Return(ctx, lease, used)
 }
 
 // dispenser returns the key's Dispenser for lim (the adapted limit of
@@ -160,15 +175,14 @@ func (c countingLeaser) Lease(ctx context.Context, channel, key string, lim buck
 func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, ceiling, lim bucket.Limit, n int) *bucket.Dispenser {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.disp != nil && st.dispLim == lim && st.dispCeil == ceiling {
+	if st.disp != nil && st.disp.Limit() == lim && st.dispCeil == ceiling {
 		return st.disp
 	}
 	if st.disp != nil {
 		st.disp.Close(ctx)
 	}
-	st.disp = bucket.NewDispenser(countingLeaser{p.bucket, func() { p.m.bucketCalls.WithLabelValues().Inc() }},
-		p.cfg.Channel, key, lim, n, p.cfg.MaxTokenWait).WithLate(lateSlot(ceiling, lim))
-	st.dispLim, st.dispCeil = lim, ceiling
+	st.disp = bucket.NewDispenser(countingLeaser{p}, p.cfg.Channel, key, lim, n, p.cfg.MaxTokenWait).WithLate(lateSlot(ceiling, lim))
+	st.dispCeil = ceiling
 	return st.disp
 }
 
@@ -212,7 +226,10 @@ func (p *Pacer) accountLeft(ctx context.Context, pol KeyPolicy) time.Duration {
 func (st *keyState) pairLeft(sub string, now time.Time) time.Duration {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return max(st.pairs[sub].Sub(now), 0)
+	if st.pairs == nil {
+		return 0
+	}
+	return max(st.pairs.until[sub].Sub(now), 0)
 }
 
 // setPair records that the pair (key, sub) cools down for d from now and
@@ -221,14 +238,17 @@ func (st *keyState) setPair(sub string, d time.Duration, rate float64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.pairs == nil {
-		st.pairs = map[string]time.Time{}
+		st.pairs = &pairState{}
 	}
-	st.pairs[sub] = maxTime(st.pairs[sub], time.Now().Add(d))
+	if st.pairs.until == nil {
+		st.pairs.until = map[string]time.Time{}
+	}
+	st.pairs.until[sub] = maxTime(st.pairs.until[sub], time.Now().Add(d))
 	if rate > 0 {
-		if st.pairRates == nil {
-			st.pairRates = map[string]float64{}
+		if st.pairs.rates == nil {
+			st.pairs.rates = map[string]float64{}
 		}
-		st.pairRates[sub] = rate
+		st.pairs.rates[sub] = rate
 	}
 }
 
@@ -236,7 +256,7 @@ func (st *keyState) setPair(sub string, d time.Duration, rate float64) {
 func (st *keyState) anyPairRate() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return len(st.pairRates) > 0
+	return st.pairs != nil && len(st.pairs.rates) > 0
 }
 
 // pairRate returns the learned rate of the pair (key, sub) in msgs/s, 0
@@ -244,7 +264,10 @@ func (st *keyState) anyPairRate() bool {
 func (st *keyState) pairRate(sub string) float64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.pairRates[sub]
+	if st.pairs == nil {
+		return 0
+	}
+	return st.pairs.rates[sub]
 }
 
 // maxTime returns the later of a and b.
@@ -302,6 +325,19 @@ func (st *keyState) aheadGate(lim bucket.Limit) chan struct{} {
 	return st.ahead
 }
 
+// handoffChan returns the key's handoff channel (see keyState.handoff).
+// A high-priority sender about to wait for a slot passes create true; a
+// normal one offering its slot passes false and gets nil while no
+// high-priority sender ever waited (a send to nil is never ready).
+func (st *keyState) handoffChan(create bool) chan struct{} {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.handoff == nil && create {
+		st.handoff = make(chan struct{})
+	}
+	return st.handoff
+}
+
 // dropLease gives back the key's leased slots that have not started (after
 // a throttle, so the lowered rate applies at once).
 func (st *keyState) dropLease(ctx context.Context) {
@@ -319,6 +355,13 @@ func (st *keyState) dropLease(ctx context.Context) {
 type keyStates struct {
 	mu sync.Mutex
 	m  map[string]*keyState
+	// peak is the most keys m held since it was last made: a Go map
+	// never gives back the space of deleted entries, so sweep makes a new
+	// one once m holds a small part of its peak.
+	peak int
+	// def is the channel's policy (Config's), shared by every key whose
+	// policy is the same, so a key's state holds a pointer, not a copy.
+	def *KeyPolicy
 }
 
 // keyState returns key's state and counts one more record of the key in
@@ -328,10 +371,14 @@ func (p *Pacer) keyState(key string) *keyState {
 	defer p.keys.mu.Unlock()
 	st := p.keys.m[key]
 	if st == nil {
-		pol := KeyPolicy(p.policyDefault)
+		if def := KeyPolicy(p.policyDefault); p.keys.def == nil || *p.keys.def != def {
+			p.keys.def = &def
+		}
+		pol := p.keys.def
 		st = &keyState{pol: pol, limit: pol.Limit, adapted: adapt.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond},
-			first: make(chan struct{}), handoff: make(chan struct{}), keys: &p.keys}
+			keys: &p.keys}
 		p.keys.m[key] = st
+		p.keys.peak = max(p.keys.peak, len(p.keys.m))
 	}
 	st.mu.Lock()
 	st.lastSeen = time.Now()
@@ -340,14 +387,30 @@ func (p *Pacer) keyState(key string) *keyState {
 	return st
 }
 
-// done counts one record of the key as no longer in hand.
+// done counts one record of the key as no longer in hand; the last one
+// trims the key's state.
 func (st *keyState) done() {
 	st.keys.mu.Lock()
 	defer st.keys.mu.Unlock()
 	st.mu.Lock()
 	st.users--
 	st.lastSeen = time.Now()
+	if st.users == 0 {
+		st.trim(st.lastSeen)
+	}
 	st.mu.Unlock()
+}
+
+// trim drops what a key with no record in hand does not need until its
+// next record: the lookahead gate (no sender holds a place: every sender
+// is a user) and a spent dispenser (nothing to give back; one still
+// holding slots is kept for the key's next records, or given back by
+// sweep). Callers hold st.mu and see st.users == 0.
+func (st *keyState) trim(now time.Time) {
+	st.ahead = nil
+	if st.disp != nil && st.disp.Spent(now) {
+		st.disp = nil
+	}
 }
 
 // sweep frees the state of keys idle for longer than activeFor at now (no
@@ -362,15 +425,42 @@ func (p *Pacer) sweep(ctx context.Context, now time.Time) int {
 		if st.users == 0 && now.Sub(st.lastSeen) > activeFor {
 			delete(p.keys.m, k)
 			idle = append(idle, st)
+		} else if st.users == 0 {
+			st.trim(now) // a dispenser whose slots lapsed since the key's last record
 		}
 		st.mu.Unlock()
+	}
+	if p.keys.peak >= shrinkFrom && len(p.keys.m) <= p.keys.peak/4 {
+		m := make(map[string]*keyState, len(p.keys.m))
+		for k, st := range p.keys.m {
+			m[k] = st
+		}
+		p.keys.m, p.keys.peak = m, len(m)
 	}
 	p.keys.mu.Unlock()
 	for _, st := range idle {
 		st.dropLease(ctx)
 	}
+	if len(idle) >= freeOSFrom {
+		// Give the freed pages back now rather than over the next minutes
+		// (the runtime returns idle heap gradually), so the RSS of a burst
+		// of keys' state does not outlast it. A full GC at most once per
+		// sweepEvery.
+		debug.FreeOSMemory()
+	}
 	return len(idle)
 }
+
+// shrinkFrom is the peak size from which a map of keys (or of ids in
+// hand) is made anew once it holds a quarter of it or less: a Go map keeps
+// the space of its deleted entries for good. Below it the space kept is
+// about 50 KB at most.
+const shrinkFrom = 1024
+
+// freeOSFrom is how many keys one sweep must free for it to return the
+// process's idle heap to the operating system at once (a key's state and
+// its share of the key map are about 0.36 MB per thousand keys).
+const freeOSFrom = 10_000
 
 // sweepLoop runs sweep every sweepEvery until ctx ends.
 func (p *Pacer) sweepLoop(ctx context.Context) {
@@ -408,18 +498,23 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	st.mu.Lock()
 	now := time.Now()
 	if st.refreshing || now.Sub(st.refreshed) < refreshEvery {
-		first := st.first
-		st.mu.Unlock()
-		select {
-		case <-first:
-		case <-ctx.Done():
+		if st.refreshed.IsZero() { // the key's first read is under way: wait for it
+			if st.first == nil {
+				st.first = make(chan struct{})
+			}
+			first := st.first
+			st.mu.Unlock()
+			select {
+			case <-first:
+			case <-ctx.Done():
+			}
+			st.mu.Lock()
 		}
-		st.mu.Lock()
 		defer st.mu.Unlock()
-		return st.limit, st.pol
+		return st.limit, *st.pol
 	}
 	st.refreshing = true
-	pol := st.pol
+	pol := *st.pol
 	st.mu.Unlock()
 
 	if np, err := p.policy.KeyPolicy(ctx, key); err != nil {
@@ -446,10 +541,9 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	now = time.Now()
 	st.refreshing = false
 	st.refreshed = now
-	select {
-	case <-st.first:
-	default:
+	if st.first != nil {
 		close(st.first)
+		st.first = nil
 	}
 	if d := now.Sub(st.mark); d >= achievedOver {
 		n := st.delivered.Load()
@@ -459,7 +553,14 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		st.mark, st.markCount = now, n
 	}
 	ceilingChanged := st.pol.Limit != pol.Limit
-	st.pol = pol
+	if pol != *st.pol {
+		if st.keys != nil && st.keys.def != nil && pol == *st.keys.def {
+			st.pol = st.keys.def
+		} else {
+			np := pol
+			st.pol = &np
+		}
+	}
 	if aerr == nil {
 		if a.Increased {
 			log.Info("clean window: rate raised", "rate", a.Rate, "ceiling", a.Ceiling)
@@ -472,27 +573,36 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		st.breaker = bs.State
 		st.breakerUntil = now.Add(bs.OpenLeft)
 	}
-	if perr == nil {
-		for sub, until := range st.pairs { // keep what this process set since
+	if perr == nil && (st.pairs != nil || len(pairs) > 0) {
+		if st.pairs == nil {
+			st.pairs = &pairState{}
+		}
+		ps := st.pairs
+		for sub, until := range ps.until { // keep what this process set since
 			if until.Before(now) {
-				delete(st.pairs, sub)
+				delete(ps.until, sub)
 			}
 		}
-		rates := map[string]float64{}
+		ps.rates = nil
 		for sub, pr := range pairs {
 			if pr.Left > 0 {
-				if st.pairs == nil {
-					st.pairs = map[string]time.Time{}
+				if ps.until == nil {
+					ps.until = map[string]time.Time{}
 				}
-				st.pairs[sub] = maxTime(st.pairs[sub], now.Add(pr.Left))
+				ps.until[sub] = maxTime(ps.until[sub], now.Add(pr.Left))
 			}
 			if pr.Rate > 0 {
-				rates[sub] = pr.Rate
+				if ps.rates == nil {
+					ps.rates = map[string]float64{}
+				}
+				ps.rates[sub] = pr.Rate
 			}
 		}
-		st.pairRates = rates
+		if len(ps.until) == 0 && ps.rates == nil {
+			st.pairs = nil // every pair cooled down: the key's usual state
+		}
 	}
-	return st.limit, st.pol
+	return st.limit, *st.pol
 }
 
 // throttled applies a key-wide throttle: one AIMD decrease for the burst of

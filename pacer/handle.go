@@ -660,6 +660,7 @@ func (p *Pacer) lockID(ctx context.Context, key, id string) bool {
 		busy, ok := p.ids[k]
 		if !ok {
 			p.ids[k] = make(chan struct{})
+			p.idsPeak = max(p.idsPeak, len(p.ids))
 			p.idsMu.Unlock()
 			return true
 		}
@@ -677,6 +678,13 @@ func (p *Pacer) unlockID(key, id string) {
 	p.idsMu.Lock()
 	close(p.ids[k])
 	delete(p.ids, k)
+	if p.idsPeak >= shrinkFrom && len(p.ids) <= p.idsPeak/4 {
+		m := make(map[string]chan struct{}, len(p.ids)) // see shrinkFrom
+		for k, c := range p.ids {
+			m[k] = c
+		}
+		p.ids, p.idsPeak = m, len(m)
+	}
 	p.idsMu.Unlock()
 }
 
@@ -764,7 +772,7 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 	if high && st.normalWaiting.Load() > 0 {
 		t := time.NewTimer(handoffWait(lim, p.cfg.MaxTokenWait))
 		select {
-		case <-st.handoff:
+		case <-st.handoffChan(true):
 			t.Stop()
 			return 0, "", true
 		case <-t.C:
@@ -830,7 +838,7 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 			}
 			if !high {
 				select {
-				case st.handoff <- struct{}{}:
+				case st.handoffChan(false) <- struct{}{}:
 					p.m.handoffs.WithLabelValues().Inc()
 					continue // a high-priority record sends in this slot
 				default:

@@ -2,9 +2,11 @@ package pacer
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -222,10 +224,10 @@ func TestUtilization(t *testing.T) {
 		t.Fatalf("no keys: utilization %v, want 0", u)
 	}
 	now := time.Now()
-	p.keys.m["busy"] = &keyState{users: 2, mark: now, achieved: 72, adapted: adapt.Adapted{Rate: 80}}
-	p.keys.m["recent"] = &keyState{lastSeen: now, mark: now, achieved: 18, adapted: adapt.Adapted{Rate: 20}}
-	p.keys.m["idle"] = &keyState{lastSeen: now.Add(-time.Minute), mark: now, achieved: 0, adapted: adapt.Adapted{Rate: 100}}
-	p.keys.m["unmeasured"] = &keyState{users: 1, adapted: adapt.Adapted{Rate: 100}}
+	p.keys.m["busy"] = &keyState{pol: &KeyPolicy{}, users: 2, mark: now, achieved: 72, adapted: adapt.Adapted{Rate: 80}}
+	p.keys.m["recent"] = &keyState{pol: &KeyPolicy{}, lastSeen: now, mark: now, achieved: 18, adapted: adapt.Adapted{Rate: 20}}
+	p.keys.m["idle"] = &keyState{pol: &KeyPolicy{}, lastSeen: now.Add(-time.Minute), mark: now, achieved: 0, adapted: adapt.Adapted{Rate: 100}}
+	p.keys.m["unmeasured"] = &keyState{pol: &KeyPolicy{}, users: 1, adapted: adapt.Adapted{Rate: 100}}
 	if u := p.utilization(); math.Abs(u-0.9) > 1e-9 {
 		t.Fatalf("utilization %v, want (72+18)/(80+20) = 0.9", u)
 	}
@@ -237,9 +239,9 @@ func TestUtilizationByKeyClass(t *testing.T) {
 	p := &Pacer{keys: keyStates{m: map[string]*keyState{}}}
 	now := time.Now()
 	tier := func(r float64) KeyPolicy { return KeyPolicy{Limit: bucket.Limit{PerSecond: r, Burst: 10}} }
-	p.keys.m["a"] = &keyState{users: 1, mark: now, achieved: 76, adapted: adapt.Adapted{Rate: 80}, pol: tier(80)}
-	p.keys.m["b"] = &keyState{users: 1, mark: now, achieved: 40, adapted: adapt.Adapted{Rate: 80}, pol: tier(80)}
-	p.keys.m["c"] = &keyState{users: 1, mark: now, achieved: 990, adapted: adapt.Adapted{Rate: 1000}, pol: tier(1000)}
+	p.keys.m["a"] = &keyState{users: 1, mark: now, achieved: 76, adapted: adapt.Adapted{Rate: 80}, pol: new(tier(80))}
+	p.keys.m["b"] = &keyState{users: 1, mark: now, achieved: 40, adapted: adapt.Adapted{Rate: 80}, pol: new(tier(80))}
+	p.keys.m["c"] = &keyState{users: 1, mark: now, achieved: 990, adapted: adapt.Adapted{Rate: 1000}, pol: new(tier(1000))}
 	got := p.byClass()
 	if len(got) != 2 {
 		t.Fatalf("classes %v, want 80/s and 1000/s", got)
@@ -286,4 +288,125 @@ func TestLeaseSizeIgnoresHeadroom(t *testing.T) {
 			t.Errorf("leaseSize(%+v, %+v) = %d, want %d", ceiling, tc.lim, got, tc.want)
 		}
 	}
+}
+
+// heapAfterGC is the heap in use by live objects, in bytes.
+func heapAfterGC() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// TestKeyStateBytes bounds what one active key costs this process: n keys
+// each taken up by one record the way handle does (its state read, a place
+// in its lookahead gate, the record finished) hold at most
+// keyStateBudget bytes of heap each, and the sweep after activeFor gives
+// back all but a few bytes per key (the key map made anew included). The
+// issue's bound is 1 KB of RSS per active key; the Go heap grows to about
+// twice its live part between collections (GOGC 100), so live state must
+// stay under about half of that.
+func TestKeyStateBytes(t *testing.T) {
+	const n = 20_000
+	const keyStateBudget = 450 // bytes of live heap per active key
+	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, nil)
+	ctx := t.Context()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("2065%07d", i) // a 10-digit phone number id, as a WhatsApp key
+	}
+	before := heapAfterGC()
+	for _, k := range keys {
+		st := p.keyState(k)
+		lim, _ := p.limitFor(ctx, k, st, p.log)
+		gate := st.aheadGate(lim)
+		gate <- struct{}{}
+		<-gate
+		st.done()
+	}
+	active := heapAfterGC()
+	perKey := (float64(active) - float64(before)) / n
+	t.Logf("%d active keys: %.0f bytes of heap per key", n, perKey)
+	if perKey > keyStateBudget {
+		t.Errorf("%.0f bytes of heap per active key, want <= %d", perKey, keyStateBudget)
+	}
+
+	if freed := p.sweep(ctx, time.Now().Add(activeFor+time.Second)); freed != n {
+		t.Fatalf("sweep freed %d keys, want %d", freed, n)
+	}
+	left := (float64(heapAfterGC()) - float64(before)) / n
+	t.Logf("after the sweep: %.1f bytes of heap per key still held", left)
+	if left > 8 {
+		t.Errorf("after the sweep %.1f bytes per key still held, want <= 8 (the key map not made anew, or state kept)", left)
+	}
+	runtime.KeepAlive(p)
+	runtime.KeepAlive(keys)
+}
+
+// A key with no record in hand keeps no lookahead gate and no spent
+// dispenser; one whose lease still holds slots not started keeps it for
+// its next records.
+func TestDoneTrimsTheKeyState(t *testing.T) {
+	b := bucket.NewLocal(bucket.LocalConfig{})
+	p := testPacer(t, b, &stubAdapter{}, nil)
+	ctx := t.Context()
+	lim := bucket.Limit{PerSecond: 10, Burst: 1}
+
+	st := p.keyState("spent")
+	st.aheadGate(lim)
+	d := st.dispenser(ctx, p, "spent", lim, lim, 1)
+	if r, err := d.Next(ctx); err != nil || !r.OK {
+		t.Fatalf("Next: %+v, %v", r, err)
+	}
+	st.done()
+	if st.ahead != nil || st.disp != nil {
+		t.Errorf("after its last record: gate %v, dispenser %v, want both dropped", st.ahead != nil, st.disp != nil)
+	}
+
+	// Burst 1 at 10/s: a lease of 5 slots reaches 400 ms ahead.
+	st = p.keyState("holding")
+	d = st.dispenser(ctx, p, "holding", lim, lim, 5)
+	if r, err := d.Next(ctx); err != nil || !r.OK {
+		t.Fatalf("Next: %+v, %v", r, err)
+	}
+	st.done()
+	if st.disp != d {
+		t.Fatal("a dispenser with slots not started was dropped")
+	}
+	st.mu.Lock()
+	st.trim(time.Now().Add(time.Second)) // every slot lapsed
+	st.mu.Unlock()
+	if st.disp != nil {
+		t.Error("a dispenser whose slots all lapsed was kept")
+	}
+}
+
+// A partition's map of key queues is made anew once a burst of keys has
+// drained (a Go map keeps the space of deleted entries): the heap it held
+// for the burst's keys is given back.
+func TestForgetShrinksTheKeyMap(t *testing.T) {
+	const n = 20_000
+	w := &worker{keys: map[string]*keyQueue{}}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("2065%07d", i)
+	}
+	before := heapAfterGC()
+	for _, k := range keys {
+		w.keys[k] = &keyQueue{}
+		w.keysPeak = max(w.keysPeak, len(w.keys))
+	}
+	w.mu.Lock()
+	for _, k := range keys {
+		w.forget(k, w.keys[k])
+	}
+	w.mu.Unlock()
+	left := (float64(heapAfterGC()) - float64(before)) / n
+	t.Logf("after the burst drained: %.1f bytes per key still held", left)
+	if len(w.keys) != 0 || left > 8 {
+		t.Errorf("after the burst drained: %d queues, %.1f bytes per key still held, want 0 and <= 8", len(w.keys), left)
+	}
+	runtime.KeepAlive(w)
+	runtime.KeepAlive(keys)
 }

@@ -447,6 +447,8 @@ type Pacer struct {
 
 	idsMu sync.Mutex
 	ids   map[string]chan struct{} // envelope ids being handled; closed when done
+	// idsPeak is the most ids held since ids was made (see shrinkFrom).
+	idsPeak int
 
 	lag     *prometheus.GaugeVec // pacer_consumer_lag_records{topic}
 	tally   tally                // records finished, by how, for the progress log

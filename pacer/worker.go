@@ -43,10 +43,14 @@ type worker struct {
 	stopped bool
 	log     []*pending           // records not yet committed, in offset order
 	keys    map[string]*keyQueue // pacing key -> its queue; removed when empty
-	held    int                  // records in key queues (waiting or being handled)
-	parking int                  // park copies being written
-	paused  bool                 // the partition is paused at the client
-	chains  map[string]*chain    // strict order: pacing key -> its live chain (see [chain])
+	// keysPeak is the most queues keys held since it was made: forget
+	// makes it anew once it holds a quarter of that or less (a Go map
+	// keeps the space of deleted entries).
+	keysPeak int
+	held     int               // records in key queues (waiting or being handled)
+	parking  int               // park copies being written
+	paused   bool              // the partition is paused at the client
+	chains   map[string]*chain // strict order: pacing key -> its live chain (see [chain])
 }
 
 // pending is one fetched record until its offset is marked for commit.
@@ -218,6 +222,7 @@ func (w *worker) push(rs []*kgo.Record) {
 		if q == nil {
 			q = &keyQueue{}
 			w.keys[k] = q
+			w.keysPeak = max(w.keysPeak, len(w.keys))
 		}
 		if q.seen != now {
 			q.seen, q.rate, q.ceil = now, w.p.keyRate(k), w.p.keyCeiling(k)
@@ -487,6 +492,13 @@ func (w *worker) parked(key string, e *pending, ok bool) {
 func (w *worker) forget(key string, q *keyQueue) {
 	if q.size() == 0 && !q.parkedUntil.After(time.Now()) && w.keys[key] == q {
 		delete(w.keys, key)
+		if w.keysPeak >= shrinkFrom && len(w.keys) <= w.keysPeak/4 {
+			m := make(map[string]*keyQueue, len(w.keys))
+			for k, q := range w.keys {
+				m[k] = q
+			}
+			w.keys, w.keysPeak = m, len(m)
+		}
 	}
 }
 
