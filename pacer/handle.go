@@ -317,7 +317,7 @@ func (p *Pacer) scopeLeft(ctx context.Context, f *flight) (time.Duration, string
 // its flush interval before the slot does.
 func (p *Pacer) slot(f *flight) outcome {
 	var ahead func(at time.Time)
-	if ca, ok := p.ledger.(ClaimAheadLedger); ok {
+	if ca, ok := p.ledger.(ClaimAheadLedger); ok && !f.claimed {
 		ahead = func(at time.Time) { p.claimAhead(f, ca, at) }
 	}
 	wait, reason, ok := p.acquire(f.w.ctx, f.env.Key, f.env.To, f.env.High(), f.st, f.pol, f.lim, f.log, ahead)
@@ -398,8 +398,33 @@ func (p *Pacer) settleAhead(f *flight) {
 // claim takes the id in the ledger right before the request (or takes the
 // answer of the claim started ahead of the slot), so a process that dies
 // while waiting for a token leaves no claim behind.
+//
+// A record that holds its claim already (its slot was given up after the
+// claim came, see below) keeps it for the new slot and does not claim
+// again: a second claim would wait for Redis again, and under load come
+// as late as the first, slot after slot (each wait a batch of the ledger,
+// each lapsed slot one more claim in the next batch, until nothing is
+// sent). The claim's cooldown check is then this process's view of the
+// key's cooldown (refreshed with its adapted rate, and set at once by its
+// own throttles); the new slot itself was granted by the bucket, which
+// refuses slots in a cooldown.
 func (p *Pacer) claim(f *flight) outcome {
 	ctx := f.w.ctx
+	if f.claimed && f.ahead == nil {
+		f.st.mu.Lock()
+		cool := time.Until(f.st.cooldownUntil)
+		f.st.mu.Unlock()
+		if cool <= 0 {
+			return next()
+		}
+		if cool > p.cfg.MaxTokenWait {
+			return requeue("cooldown", cool)
+		}
+		if !sleep(ctx, cool+time.Duration(rand.Int64N(int64(cool)/10+1))) {
+			return stop()
+		}
+		return outcome{kind: again}
+	}
 	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
 	var res ledger.ClaimResult
 	var cool time.Duration
