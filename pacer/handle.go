@@ -44,31 +44,40 @@ type meta struct {
 	requeues int
 	due      time.Time
 	replayed bool
-	origin   string // "topic/partition/offset"
+	origin   string // "topic/partition/offset" from the record's header; "" for a record read at its origin (see originOf)
 }
 
+// readMeta reads r's pacer headers. It is on every record's path (fetch,
+// handling), so it formats nothing: a record without pacer headers costs
+// a loop over its headers.
 func readMeta(r *kgo.Record) meta {
-	m := meta{origin: fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset)}
+	var m meta
 	for _, h := range r.Headers {
-		v := string(h.Value)
 		switch h.Key {
 		case hAttempt:
-			m.attempt, _ = strconv.Atoi(v)
+			m.attempt, _ = strconv.Atoi(string(h.Value))
 		case hRequeues:
-			m.requeues, _ = strconv.Atoi(v)
+			m.requeues, _ = strconv.Atoi(string(h.Value))
 		case hDue:
-			if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
+			if ms, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil && ms > 0 {
 				m.due = time.UnixMilli(ms)
 			}
 		case hOrigin:
-			if v != "" {
-				m.origin = v
-			}
+			m.origin = string(h.Value)
 		case hReplayed:
-			m.replayed = v == "1"
+			m.replayed = string(h.Value) == "1"
 		}
 	}
 	return m
+}
+
+// originOf is where r was first written, "topic/partition/offset": its
+// origin header, or r's own place when it has none.
+func (m meta) originOf(r *kgo.Record) string {
+	if m.origin != "" {
+		return m.origin
+	}
+	return r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10)
 }
 
 // headers returns r's headers without the pacer's, plus m's and extra.
@@ -82,7 +91,7 @@ func (m meta) headers(r *kgo.Record, extra ...kgo.RecordHeader) []kgo.RecordHead
 	hs = append(hs,
 		kgo.RecordHeader{Key: hAttempt, Value: []byte(strconv.Itoa(m.attempt))},
 		kgo.RecordHeader{Key: hRequeues, Value: []byte(strconv.Itoa(m.requeues))},
-		kgo.RecordHeader{Key: hOrigin, Value: []byte(m.origin)},
+		kgo.RecordHeader{Key: hOrigin, Value: []byte(m.originOf(r))},
 	)
 	if !m.due.IsZero() {
 		hs = append(hs, kgo.RecordHeader{Key: hDue, Value: []byte(strconv.FormatInt(m.due.UnixMilli(), 10))})
@@ -306,7 +315,7 @@ func (p *Pacer) breakerGate(f *flight) outcome {
 // "pair-cooldown"); 0 when neither is.
 func (p *Pacer) scopeLeft(ctx context.Context, f *flight) (time.Duration, string) {
 	left, reason := p.accountLeft(ctx, f.pol), "account-cooldown"
-	if pl := f.st.pairLeft(recipientSub(f.env.To), time.Now()); pl > left {
+	if pl := f.st.pairLeft(f.env.To, time.Now()); pl > left {
 		left, reason = pl, "pair-cooldown"
 	}
 	return left, reason
@@ -1017,8 +1026,9 @@ func (p *Pacer) deadLetter(ctx context.Context, r *kgo.Record, m meta, reason, d
 	if i := strings.IndexByte(reason, ':'); i > 0 {
 		label = reason[:i]
 	}
-	ot, op, oo := m.origin, "", ""
-	if parts := strings.Split(m.origin, "/"); len(parts) == 3 {
+	origin := m.originOf(r)
+	ot, op, oo := origin, "", ""
+	if parts := strings.Split(origin, "/"); len(parts) == 3 {
 		ot, op, oo = parts[0], parts[1], parts[2]
 	}
 	m.due = time.Time{}

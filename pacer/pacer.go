@@ -53,7 +53,8 @@
 // InFlight); its further records are parked: copied to a retry topic due at
 // their estimated slot (one Kafka write per hop, never an attempt), and
 // finished once Kafka acknowledged the copy. A partition holding
-// [Config.MaxQueued] records pauses fetching. With InFlight 1 a key's
+// [Config.MaxQueued] records pauses fetching; what a fetch on its way
+// brings is held, up to twice MaxQueued, not parked. With InFlight 1 a key's
 // records go out in offset order: once it parks, all its later records are
 // parked in one chain, sent in order before the key is held again (see
 // [chain]). A revoked partition parks the records it still holds before
@@ -85,7 +86,7 @@
 //	pacer_parked_stale_total            strict order: parked copies of an ended chain dropped unsent
 //	pacer_key_backlog_keys{class}       keys with records waiting, by backlog class (1-9 .. 10000+)
 //	pacer_lookahead_records             records held in the per-key queues
-//	pacer_lookahead_fill                held records over partitions x MaxQueued, 0..1
+//	pacer_lookahead_fill                held records over partitions x MaxQueued, 0..2 (fetching pauses at 1)
 //	pacer_ready                         1 when Kafka and Redis answer
 //	pacer_redis_fallback                1 while pacing in-process (PACER_REDIS_FAILURE=local, Redis down)
 //	pacer_responses_total{class,code}   provider answers by class and provider code
@@ -556,7 +557,10 @@ func (p *Pacer) Run(ctx context.Context) error {
 		kgo.OnPartitionsAssigned(p.assigned),
 		kgo.OnPartitionsRevoked(p.revoked),
 		kgo.OnPartitionsLost(p.lost),
-		kgo.FetchMaxPartitionBytes(1<<20),
+		// A quarter MiB per partition and fetch: what a fetch in flight
+		// when a full partition pauses adds stays within maxHeld (about
+		// 2,600 envelopes of 100 bytes), rather than parked.
+		kgo.FetchMaxPartitionBytes(256<<10),
 		// A resumed partition joins the next fetch request: waiting 500 ms
 		// for data, not 5 s, keeps a pause short.
 		kgo.FetchMaxWait(500*time.Millisecond),

@@ -171,7 +171,11 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 	}
 	late, _ := p.metric(t, `pacer_late_slots_total{channel="whatsapp"}`)
 	calls, _ := p.metric(t, `pacer_bucket_calls_total{channel="whatsapp"}`)
-	t.Logf("Pacer: %.0f slots given up as late, %.0f bucket calls", late, calls)
+	parked, ok := p.metric(t, `pacer_parked_total{channel="whatsapp"}`)
+	if !ok {
+		parked, _ = p.metric(t, `pacer_parked_total`)
+	}
+	t.Logf("Pacer: %.0f slots given up as late, %.0f bucket calls, %.0f records parked", late, calls, parked)
 	p.stop(t)
 	pacerRes.load = load0 + " → " + loadAvg()
 	pacerRes.commands, pacerRes.clientCmds, pacerRes.byCmd = mon.stop()
