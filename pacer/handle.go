@@ -367,20 +367,22 @@ const claimMargin = 3 * time.Millisecond
 
 // claimAhead starts f's claim (see [ClaimAheadLedger]) for the slot at at;
 // one due sooner than a flush interval is flushed at once. A claim started
-// for an earlier slot that lapsed is cancelled if no flush took it yet,
-// else left to finish settling (no wait here: the new slot is close).
+// for an earlier slot that lapsed serves the new slot: it claims the same
+// id for the same owner, so its answer holds for any slot, and a new claim
+// per lapsed slot (several per message on a loaded machine) would only add
+// a claim and a cancel to the ledger's batches.
 //
 // Crash semantics: a claim may be in Redis up to FlushInterval +
-// claimMargin before its request leaves, so a process that dies holds, on
-// top of its sends in flight, the claims of the slots of that last span;
-// Kafka re-delivers their records, which then read as abandoned (unknown
-// outcome), never as sent twice.
+// claimMargin before its request leaves (plus the slots of its record that
+// lapsed meanwhile, each at most lateSlot and one slot interval), so a
+// process that dies holds, on top of its sends in flight, the claims of
+// the slots of that last span; Kafka re-delivers their records, which then
+// read as abandoned (unknown outcome), never as sent twice.
 func (p *Pacer) claimAhead(f *flight, ca ClaimAheadLedger, at time.Time) {
-	if pc := f.ahead; pc != nil && !pc.Cancel() {
-		f.stale = append(f.stale, pc)
+	if f.ahead == nil {
+		force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
+		f.ahead = ca.ClaimAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
 	}
-	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
-	f.ahead = ca.ClaimAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, p.cfg.IdempotencyTTL, force)
 	if time.Until(at) < ca.FlushInterval() {
 		ca.Flush()
 	}
