@@ -557,10 +557,11 @@ func (p *Pacer) Run(ctx context.Context) error {
 		kgo.OnPartitionsAssigned(p.assigned),
 		kgo.OnPartitionsRevoked(p.revoked),
 		kgo.OnPartitionsLost(p.lost),
-		// A quarter MiB per partition and fetch: what a fetch in flight
-		// when a full partition pauses adds stays within maxHeld (about
-		// 2,600 envelopes of 100 bytes), rather than parked.
-		kgo.FetchMaxPartitionBytes(256<<10),
+		// 128 KiB per partition and fetch (about 1,300 envelopes of 100
+		// bytes): what the fetches on their way when a full partition
+		// pauses bring stays within maxHeld, rather than parked. A fetch
+		// takes a few ms, so this still reads tens of MB/s per partition.
+		kgo.FetchMaxPartitionBytes(128<<10),
 		// A resumed partition joins the next fetch request: waiting 500 ms
 		// for data, not 5 s, keeps a pause short.
 		kgo.FetchMaxWait(500*time.Millisecond),

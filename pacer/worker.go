@@ -157,9 +157,9 @@ func (p *Pacer) strict() bool { return p.cfg.InFlight == 1 }
 
 // maxHeld is how many records one partition holds before it parks a
 // key's records within the key's own bound: twice MaxQueued. Fetching
-// pauses at MaxQueued and resumes at half, and a fetch already on its way
-// when it pauses brings up to FetchMaxPartitionBytes more (about 2,600
-// envelopes of 100 bytes): parking those at once, to read them back from
+// pauses at MaxQueued and resumes at half, and the fetches already on
+// their way when it pauses bring up to FetchMaxPartitionBytes more each
+// (about 1,300 envelopes of 100 bytes): parking those at once, to read them back from
 // a retry topic soon after, cost one Kafka write and read each and most
 // of a send's CPU (200 keys with backlogs in 12 partitions parked 1.75
 // copies per message delivered).
