@@ -232,7 +232,8 @@ func benchCPUProfile(t *testing.T, p *proc, n int, fake *countingFake, file stri
 		t.Errorf("CPU profile: %s %s", resp.Status, buf.String())
 		return
 	}
-	name := file + "." + strings.ReplaceAll(t.Name()[strings.LastIndexByte(t.Name(), '/')+1:], " ", "_")
+	_, sub, _ := strings.Cut(t.Name(), "/")
+	name := file + "." + strings.NewReplacer("/", "_", " ", "_").Replace(sub)
 	if err := os.WriteFile(name, buf.Bytes(), 0o644); err != nil {
 		t.Errorf("CPU profile: %v", err)
 		return
