@@ -175,7 +175,8 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 	if !ok {
 		parked, _ = p.metric(t, `pacer_parked_total`)
 	}
-	t.Logf("Pacer: %.0f slots given up as late, %.0f bucket calls, %.0f records parked", late, calls, parked)
+	t.Logf("Pacer: %.0f slots given up as late, %.0f bucket calls, %.0f records parked, %d rebalances (partitions revoked)",
+		late, calls, parked, strings.Count(p.logs(), `msg="partitions revoked"`))
 	p.stop(t)
 	pacerRes.load = load0 + " → " + loadAvg()
 	pacerRes.commands, pacerRes.clientCmds, pacerRes.byCmd = mon.stop()
