@@ -221,15 +221,15 @@ func (p *Pacer) accountLeft(ctx context.Context, pol KeyPolicy) time.Duration {
 	return max(left, 0)
 }
 
-// pairLeft returns how long the pair (key, sub) is in cooldown from now, as
+// pairLeft returns how long the pair (key, recipient to) is in cooldown from now, as
 // this process knows it.
-func (st *keyState) pairLeft(sub string, now time.Time) time.Duration {
+func (st *keyState) pairLeft(to string, now time.Time) time.Duration {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.pairs == nil {
-		return 0
+	if st.pairs == nil || len(st.pairs.until) == 0 {
+		return 0 // no pair of the key cools down: no hash of the recipient
 	}
-	return max(st.pairs.until[sub].Sub(now), 0)
+	return max(st.pairs.until[recipientSub(to)].Sub(now), 0)
 }
 
 // setPair records that the pair (key, sub) cools down for d from now and

@@ -44,31 +44,40 @@ type meta struct {
 	requeues int
 	due      time.Time
 	replayed bool
-	origin   string // "topic/partition/offset"
+	origin   string // "topic/partition/offset" from the record's header; "" for a record read at its origin (see originOf)
 }
 
+// readMeta reads r's pacer headers. It is on every record's path (fetch,
+// handling), so it formats nothing: a record without pacer headers costs
+// a loop over its headers.
 func readMeta(r *kgo.Record) meta {
-	m := meta{origin: fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset)}
+	var m meta
 	for _, h := range r.Headers {
-		v := string(h.Value)
 		switch h.Key {
 		case hAttempt:
-			m.attempt, _ = strconv.Atoi(v)
+			m.attempt, _ = strconv.Atoi(string(h.Value))
 		case hRequeues:
-			m.requeues, _ = strconv.Atoi(v)
+			m.requeues, _ = strconv.Atoi(string(h.Value))
 		case hDue:
-			if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
+			if ms, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil && ms > 0 {
 				m.due = time.UnixMilli(ms)
 			}
 		case hOrigin:
-			if v != "" {
-				m.origin = v
-			}
+			m.origin = string(h.Value)
 		case hReplayed:
-			m.replayed = v == "1"
+			m.replayed = string(h.Value) == "1"
 		}
 	}
 	return m
+}
+
+// originOf is where r was first written, "topic/partition/offset": its
+// origin header, or r's own place when it has none.
+func (m meta) originOf(r *kgo.Record) string {
+	if m.origin != "" {
+		return m.origin
+	}
+	return r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10)
 }
 
 // headers returns r's headers without the pacer's, plus m's and extra.
@@ -82,7 +91,7 @@ func (m meta) headers(r *kgo.Record, extra ...kgo.RecordHeader) []kgo.RecordHead
 	hs = append(hs,
 		kgo.RecordHeader{Key: hAttempt, Value: []byte(strconv.Itoa(m.attempt))},
 		kgo.RecordHeader{Key: hRequeues, Value: []byte(strconv.Itoa(m.requeues))},
-		kgo.RecordHeader{Key: hOrigin, Value: []byte(m.origin)},
+		kgo.RecordHeader{Key: hOrigin, Value: []byte(m.originOf(r))},
 	)
 	if !m.due.IsZero() {
 		hs = append(hs, kgo.RecordHeader{Key: hDue, Value: []byte(strconv.FormatInt(m.due.UnixMilli(), 10))})
@@ -306,7 +315,7 @@ func (p *Pacer) breakerGate(f *flight) outcome {
 // "pair-cooldown"); 0 when neither is.
 func (p *Pacer) scopeLeft(ctx context.Context, f *flight) (time.Duration, string) {
 	left, reason := p.accountLeft(ctx, f.pol), "account-cooldown"
-	if pl := f.st.pairLeft(recipientSub(f.env.To), time.Now()); pl > left {
+	if pl := f.st.pairLeft(f.env.To, time.Now()); pl > left {
 		left, reason = pl, "pair-cooldown"
 	}
 	return left, reason
@@ -317,7 +326,7 @@ func (p *Pacer) scopeLeft(ctx context.Context, f *flight) (time.Duration, string
 // its flush interval before the slot does.
 func (p *Pacer) slot(f *flight) outcome {
 	var ahead func(at time.Time)
-	if ca, ok := p.ledger.(ClaimAheadLedger); ok {
+	if ca, ok := p.ledger.(ClaimAheadLedger); ok && !f.claimed {
 		ahead = func(at time.Time) { p.claimAhead(f, ca, at) }
 	}
 	wait, reason, ok := p.acquire(f.w.ctx, f.env.Key, f.env.To, f.env.High(), f.st, f.pol, f.lim, f.log, ahead)
@@ -371,21 +380,22 @@ const claimTrip = 3 * time.Millisecond
 // one due sooner than a flush interval plus claimTrip (a sender woken
 // late) has its flush start by claimTrip before the slot, and not at once:
 // the claims and marks that come meanwhile share that flush's round trip.
-// A claim started for an earlier slot that lapsed is cancelled if no flush
-// took it yet, else left to finish settling (no wait here: the new slot is
-// close).
+// A claim started for an earlier slot that lapsed serves the new slot: it
+// claims the same id for the same owner, so its answer holds for any slot,
+// and a new claim per lapsed slot (several per message on a loaded machine)
+// would only add a claim and a cancel to the ledger's batches.
 //
 // Crash semantics: a claim may be in Redis up to FlushInterval +
-// claimMargin before its request leaves, so a process that dies holds, on
-// top of its sends in flight, the claims of the slots of that last span;
-// Kafka re-delivers their records, which then read as abandoned (unknown
-// outcome), never as sent twice.
+// claimMargin before its request leaves (plus the slots of its record that
+// lapsed meanwhile, each at most lateSlot and one slot interval), so a
+// process that dies holds, on top of its sends in flight, the claims of
+// the slots of that last span; Kafka re-delivers their records, which then
+// read as abandoned (unknown outcome), never as sent twice.
 func (p *Pacer) claimAhead(f *flight, ca ClaimAheadLedger, at time.Time) {
-	if pc := f.ahead; pc != nil && !pc.Cancel() {
-		f.stale = append(f.stale, pc)
+	if f.ahead == nil {
+		force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
+		f.ahead = ca.ClaimAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force)
 	}
-	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
-	f.ahead = ca.ClaimAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force)
 	if time.Until(at) < ca.FlushInterval()+claimTrip {
 		ca.FlushBy(at.Add(-claimTrip))
 	}
@@ -412,8 +422,33 @@ func (p *Pacer) settleAhead(f *flight) {
 // claim takes the id in the ledger right before the request (or takes the
 // answer of the claim started ahead of the slot), so a process that dies
 // while waiting for a token leaves no claim behind.
+//
+// A record that holds its claim already (its slot was given up after the
+// claim came, see below) keeps it for the new slot and does not claim
+// again: a second claim would wait for Redis again, and under load come
+// as late as the first, slot after slot (each wait a batch of the ledger,
+// each lapsed slot one more claim in the next batch, until nothing is
+// sent). The claim's cooldown check is then this process's view of the
+// key's cooldown (refreshed with its adapted rate, and set at once by its
+// own throttles); the new slot itself was granted by the bucket, which
+// refuses slots in a cooldown.
 func (p *Pacer) claim(f *flight) outcome {
 	ctx := f.w.ctx
+	if f.claimed && f.ahead == nil {
+		f.st.mu.Lock()
+		cool := time.Until(f.st.cooldownUntil)
+		f.st.mu.Unlock()
+		if cool <= 0 {
+			return next()
+		}
+		if cool > p.cfg.MaxTokenWait {
+			return requeue("cooldown", cool)
+		}
+		if !sleep(ctx, cool+time.Duration(rand.Int64N(int64(cool)/10+1))) {
+			return stop()
+		}
+		return outcome{kind: again}
+	}
 	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
 	var res ledger.ClaimResult
 	var cool time.Duration
@@ -1059,8 +1094,9 @@ func (p *Pacer) deadLetter(ctx context.Context, r *kgo.Record, m meta, reason, d
 	if i := strings.IndexByte(reason, ':'); i > 0 {
 		label = reason[:i]
 	}
-	ot, op, oo := m.origin, "", ""
-	if parts := strings.Split(m.origin, "/"); len(parts) == 3 {
+	origin := m.originOf(r)
+	ot, op, oo := origin, "", ""
+	if parts := strings.Split(origin, "/"); len(parts) == 3 {
 		ot, op, oo = parts[0], parts[1], parts[2]
 	}
 	m.due = time.Time{}

@@ -40,7 +40,7 @@ func newQueueMetrics(p *Pacer) *queueMetrics {
 		held: prometheus.NewDesc("pacer_lookahead_records",
 			"Records held in the per-key queues of this process's partitions (waiting or being handled).", nil, nil),
 		fill: prometheus.NewDesc("pacer_lookahead_fill",
-			"Records held over the partitions' capacity (partitions owned x PACER_MAX_QUEUED), 0..1; at 1 fetching pauses.", nil, nil),
+			"Records held over the partitions' capacity (partitions owned x PACER_MAX_QUEUED), 0..2; at 1 fetching pauses, and what a fetch on its way brings is held up to 2 before records are parked.", nil, nil),
 	}
 }
 

@@ -53,7 +53,8 @@
 // InFlight); its further records are parked: copied to a retry topic due at
 // their estimated slot (one Kafka write per hop, never an attempt), and
 // finished once Kafka acknowledged the copy. A partition holding
-// [Config.MaxQueued] records pauses fetching. With InFlight 1 a key's
+// [Config.MaxQueued] records pauses fetching; what a fetch on its way
+// brings is held, up to twice MaxQueued, not parked. With InFlight 1 a key's
 // records go out in offset order: once it parks, all its later records are
 // parked in one chain, sent in order before the key is held again (see
 // [chain]). A revoked partition parks the records it still holds before
@@ -87,7 +88,7 @@
 //	pacer_parked_stale_total            strict order: parked copies of an ended chain dropped unsent
 //	pacer_key_backlog_keys{class}       keys with records waiting, by backlog class (1-9 .. 10000+)
 //	pacer_lookahead_records             records held in the per-key queues
-//	pacer_lookahead_fill                held records over partitions x MaxQueued, 0..1
+//	pacer_lookahead_fill                held records over partitions x MaxQueued, 0..2 (fetching pauses at 1)
 //	pacer_ready                         1 when Kafka and Redis answer
 //	pacer_redis_fallback                1 while pacing in-process (PACER_REDIS_FAILURE=local, Redis down)
 //	pacer_responses_total{class,code}   provider answers by class and provider code
@@ -496,7 +497,7 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 		return nil, fmt.Errorf("pacer: metrics: %w", err)
 	}
 	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, sender: deps.Sender, m: m,
-		log: cfg.Logger.With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}},
+		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}},
 		ids: map[string]chan struct{}{}}
 	if p.lag, err = newLagGauge(wrapped); err != nil {
 		return nil, fmt.Errorf("pacer: metrics: %w", err)
@@ -562,7 +563,11 @@ func (p *Pacer) Run(ctx context.Context) error {
 		kgo.OnPartitionsAssigned(p.assigned),
 		kgo.OnPartitionsRevoked(p.revoked),
 		kgo.OnPartitionsLost(p.lost),
-		kgo.FetchMaxPartitionBytes(1<<20),
+		// 128 KiB per partition and fetch (about 1,300 envelopes of 100
+		// bytes): what the fetches on their way when a full partition
+		// pauses bring stays within maxHeld, rather than parked. A fetch
+		// takes a few ms, so this still reads tens of MB/s per partition.
+		kgo.FetchMaxPartitionBytes(128<<10),
 		// A resumed partition joins the next fetch request: waiting 500 ms
 		// for data, not 5 s, keeps a pause short.
 		kgo.FetchMaxWait(500*time.Millisecond),

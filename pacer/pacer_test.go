@@ -73,6 +73,8 @@ type harness struct {
 	// batched, if > 0, gives each pacer a ledger.Batcher of this flush
 	// interval (as pacer run does) instead of a plain Ledger.
 	batched time.Duration
+	// batchHook, if set, is a go-redis hook on the Batcher's client only.
+	batchHook redis.Hook
 }
 
 func newHarness(t *testing.T, script map[string][]error) *harness {
@@ -114,7 +116,13 @@ func (h *harness) start(cfg pacer.Config, sender channels.Sender, reg prometheus
 	var led pacer.Ledger = ledger.New(rdb, lim.Keys(), 0)
 	var bat *ledger.Batcher
 	if h.batched > 0 {
-		bat = ledger.NewBatcher(rdb, lim.Keys(), ledger.BatchConfig{FlushInterval: h.batched})
+		brdb := rdb
+		if h.batchHook != nil {
+			brdb = redis.NewClient(&redis.Options{Addr: h.raddr, MaxRetries: -1})
+			brdb.AddHook(h.batchHook)
+			h.t.Cleanup(func() { brdb.Close() })
+		}
+		bat = ledger.NewBatcher(brdb, lim.Keys(), ledger.BatchConfig{FlushInterval: h.batched})
 		led = bat
 	}
 	p, err := pacer.New(cfg, append([]kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)}, kopts...),
@@ -851,11 +859,20 @@ func TestPairThrottleHoldsOnlyThePair(t *testing.T) {
 	h.sender.at = map[string]time.Time{}
 	h.produce(`{"id":"a","key":"k1","to":"1555000111"}`)
 	var throttledAt time.Time
+	produced := false
 	h.run(func() bool {
 		if throttledAt.IsZero() && h.sender.count(h.sender.calls, "a") == 1 {
 			h.sender.mu.Lock()
 			throttledAt = h.sender.at["a"]
 			h.sender.mu.Unlock()
+		}
+		// The next messages come once the throttle was answered (its
+		// cooldown is in Redis): one fetched while it is still being
+		// recorded would be sent before there is a cooldown to hold it.
+		if !produced && !throttledAt.IsZero() && slices.ContainsFunc(h.mr.Keys(), func(k string) bool {
+			return strings.HasSuffix(k, "{test:k1}:pairs")
+		}) {
+			produced = true
 			h.produce(`{"id":"b","key":"k1","to":"1555000111"}`, `{"id":"c","key":"k1","to":"1555000222"}`)
 		}
 		return h.sender.count(h.sender.success, "a") == 1 && h.sender.count(h.sender.success, "b") == 1 &&
@@ -1153,5 +1170,52 @@ func TestClaimAheadNotLate(t *testing.T) {
 	// is the pace, not a count of lapses.
 	if got := float64(len(times)-1) / secs; got < rate/2 {
 		t.Errorf("%.0f sends/s, want at least half the rate (%v/s)", got, rate)
+	}
+}
+
+// slowFlushes is a go-redis hook that holds every pipeline for delay before
+// sending it and counts the scripts (EVALSHA) its pipelines carry.
+type slowFlushes struct {
+	delay   time.Duration
+	scripts atomic.Int64
+}
+
+func (s *slowFlushes) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s *slowFlushes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (s *slowFlushes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "evalsha" {
+				s.scripts.Add(1)
+			}
+		}
+		time.Sleep(s.delay)
+		return next(ctx, cmds)
+	}
+}
+
+// TestLateClaimKeptForNextSlot: a claim that comes later after its slot
+// than a slot may be used (every ledger flush here takes 60 ms, past the
+// 5 ms + 20 ms allowed at 100/s) gives that slot up once; the record keeps
+// its claim and sends at its next slot, with no second claim. Claiming
+// again for each new slot waited for a flush again and came as late,
+// slot after slot, and nothing was sent.
+func TestLateClaimKeptForNextSlot(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.Limit = bucket.Limit{PerSecond: 100, Burst: 1}
+	h.batched = 5 * time.Millisecond
+	slow := &slowFlushes{delay: 60 * time.Millisecond}
+	h.batchHook = slow
+	h.produce(env("a"))
+	h.run(func() bool { return h.sender.count(h.sender.success, "a") == 1 })
+	if n := h.counter("pacer_late_slots_total"); n < 1 {
+		t.Errorf("pacer_late_slots_total = %v: the slow claim did not make its slot late, the test shows nothing", n)
+	}
+	// One claim_many call, and at most one release or script more: not
+	// one claim per slot.
+	if n := slow.scripts.Load(); n != 1 {
+		t.Errorf("%d scripts in the ledger's flushes, want 1 claim_many", n)
 	}
 }

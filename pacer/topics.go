@@ -16,7 +16,10 @@ import (
 // partitions partitions and the broker's default replication factor when it
 // does not exist. It asks the brokers directly (not the client's metadata
 // cache, which may be seconds old), and waits up to 30 s, or until ctx
-// ends, for a topic another process just created to show its partitions.
+// ends, for a topic just created (by it or by another process) to show its
+// partitions in the metadata: a consumer group joined before that would
+// find the topic a moment later and rebalance, and a rebalance parks
+// every record its partitions hold.
 func EnsureTopic(ctx context.Context, cl *kgo.Client, topic string, partitions int) (int, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	created := false
@@ -29,14 +32,12 @@ func EnsureTopic(ctx context.Context, cl *kgo.Client, topic string, partitions i
 			return n, nil
 		}
 		if !created {
-			resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), -1, nil, topic)
-			if err == nil && resp.NumPartitions > 0 {
-				return int(resp.NumPartitions), nil
-			}
+			_, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), -1, nil, topic)
 			if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 				return 0, fmt.Errorf("pacer: create topic %s: %w", topic, err)
 			}
-			created = true // by someone else a moment ago: wait for its metadata
+			created = true // by us or by someone else a moment ago: wait for its metadata
+			continue
 		}
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("pacer: topic %s shows no partitions 30 s after it was created", topic)

@@ -159,6 +159,16 @@ func (p *Pacer) keyBound(rate float64) int {
 // keeps that order.
 func (p *Pacer) strict() bool { return p.cfg.InFlight == 1 }
 
+// maxHeld is how many records one partition holds before it parks a
+// key's records within the key's own bound: twice MaxQueued. Fetching
+// pauses at MaxQueued and resumes at half, and the fetches already on
+// their way when it pauses bring up to FetchMaxPartitionBytes more each
+// (about 1,300 envelopes of 100 bytes): parking those at once, to read them back from
+// a retry topic soon after, cost one Kafka write and read each and most
+// of a send's CPU (200 keys with backlogs in 12 partitions parked 1.75
+// copies per message delivered).
+func (p *Pacer) maxHeld() int { return 2 * p.cfg.MaxQueued }
+
 // syncPause pauses fetching the partition while it holds MaxQueued records
 // and resumes it at half. Park copies being written do not pause it: the
 // client's produce buffer (10,000 records) bounds them, and a paused
@@ -185,8 +195,9 @@ func (w *worker) syncPause() {
 }
 
 // push takes fetched records: each joins its key's queue, or is parked
-// when the key already holds its bound (or the partition its MaxQueued and
-// the key at least InFlight) and the record is due. A record not yet due
+// when the key already holds its bound (or the partition twice its
+// MaxQueued, see maxHeld, and the key at least InFlight) and the record is
+// due. A record not yet due
 // (a retry or parked copy) is held: parking it again would only move it.
 func (w *worker) push(rs []*kgo.Record) {
 	type parkJob struct {
@@ -235,7 +246,7 @@ func (w *worker) push(rs []*kgo.Record) {
 			w.dispatch(q)
 			continue
 		}
-		full := w.held >= w.p.cfg.MaxQueued && q.size() >= w.p.cfg.InFlight
+		full := w.held >= w.p.maxHeld() && q.size() >= w.p.cfg.InFlight
 		over := q.size() >= w.p.keyBound(q.rate) || full
 		if w.p.strict() && w.tp.topic == w.p.cfg.Topic {
 			// Once a strict key parks, all its later records follow in its

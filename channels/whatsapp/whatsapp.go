@@ -15,12 +15,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/pacerhq/pacer/channels"
 )
@@ -195,7 +199,109 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 
 // requestBody returns m.Payload with our fields merged in. Payload field
 // values are kept byte for byte.
+//
+// The payload's fields are copied in their order after ours, without a map
+// or reflection (one request per message: this was a twentieth of the
+// pacer's CPU per message); a payload that the copy does not take as it
+// is (a syntax error, invalid UTF-8 in a name) goes the general way, which
+// gives the same body and the same errors as before.
 func requestBody(m channels.Message) ([]byte, error) {
+	if b, ok := appendRequestBody(make([]byte, 0, 128+len(m.Payload)), m); ok {
+		return b, nil
+	}
+	return requestBodyMap(m)
+}
+
+// appendRequestBody is requestBody's common way: it appends to dst the
+// body of m, or reports false when requestBodyMap must decide.
+func appendRequestBody(dst []byte, m channels.Message) ([]byte, bool) {
+	type field struct {
+		name string
+		val  []byte // compact JSON
+	}
+	var fields []field
+	var callback []byte // the payload's biz_opaque_callback_data
+	p := bytes.TrimSpace(m.Payload)
+	if len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+		if p[0] != '{' {
+			return nil, false
+		}
+		dec := jsontext.NewDecoder(bytes.NewReader(p), jsontext.AllowDuplicateNames(true))
+		if t, err := dec.ReadToken(); err != nil || t.Kind() != '{' {
+			return nil, false
+		}
+		for dec.PeekKind() == '"' {
+			t, err := dec.ReadToken()
+			if err != nil {
+				return nil, false
+			}
+			name := t.String() // t is valid until the next read
+			v, err := dec.ReadValue()
+			if err != nil {
+				return nil, false
+			}
+			end := int(dec.InputOffset())
+			val := p[end-len(v) : end] // the payload's own bytes, not the decoder's buffer
+			if bytes.ContainsAny(val, " \t\r\n") {
+				c := jsontext.Value(bytes.Clone(val))
+				if c.Compact() != nil {
+					return nil, false
+				}
+				val = c
+			}
+			switch name {
+			case "messaging_product", "recipient_type", "to":
+				continue // ours win
+			case "biz_opaque_callback_data":
+				callback = val
+				continue
+			}
+			// A name given twice keeps its last value, as a map would.
+			if i := slices.IndexFunc(fields, func(f field) bool { return f.name == name }); i >= 0 {
+				fields = slices.Delete(fields, i, i+1)
+			}
+			fields = append(fields, field{name, val})
+		}
+		if t, err := dec.ReadToken(); err != nil || t.Kind() != '}' {
+			return nil, false
+		}
+		if _, err := dec.ReadToken(); err != io.EOF {
+			return nil, false // trailing data
+		}
+	}
+	var err error
+	dst = append(dst, `{"messaging_product":"whatsapp","recipient_type":"individual","to":`...)
+	if dst, err = jsontext.AppendQuote(dst, m.To); err != nil {
+		return nil, false
+	}
+	switch {
+	case callback != nil:
+		var v string
+		if json.Unmarshal(callback, &v) != nil || utf8.RuneCountInString(v) > MaxCallbackData {
+			return nil, false
+		}
+		dst = append(append(dst, `,"biz_opaque_callback_data":`...), callback...)
+	case m.ID != "":
+		if utf8.RuneCountInString(m.ID) > MaxCallbackData {
+			return nil, false
+		}
+		dst = append(dst, `,"biz_opaque_callback_data":`...)
+		if dst, err = jsontext.AppendQuote(dst, m.ID); err != nil {
+			return nil, false
+		}
+	}
+	for _, f := range fields {
+		dst = append(dst, ',')
+		if dst, err = jsontext.AppendQuote(dst, f.name); err != nil {
+			return nil, false
+		}
+		dst = append(append(dst, ':'), f.val...)
+	}
+	return append(dst, '}'), true
+}
+
+// requestBodyMap is requestBody through a map of the payload's fields.
+func requestBodyMap(m channels.Message) ([]byte, error) {
 	fields := map[string]json.RawMessage{}
 	p := bytes.TrimSpace(m.Payload)
 	if len(p) > 0 && !bytes.Equal(p, []byte("null")) {

@@ -84,7 +84,10 @@ func TestE2EBench(t *testing.T) {
 		t.Fatalf("building the baseline: %v\n%s", err, out)
 	}
 	shapes := []benchShape{
-		{"200 keys unlimited", 200, 500, 0, 0, 32},
+		// 1,000/s per number: a limit that does not bind (the unlimited
+		// fake's pace is the limit; the channel's 80/s x 200 would cap
+		// this shape at 16,000 msgs/s, below the baseline's figure).
+		{"200 keys unlimited", 200, 500, 1000, 10, 32},
 		{"20 numbers at 80/s", 20, 1600, 80, 10, 32},
 		{"2 numbers at 1000/s", 2, 15000, 1000, 10, 64},
 	}
@@ -145,15 +148,35 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 	if sh.rate > 0 {
 		env = append(env, fmt.Sprintf("PACER_WHATSAPP_RATE=%g", sh.rate), fmt.Sprintf("PACER_WHATSAPP_BURST=%d", sh.burst))
 	}
+	prof := os.Getenv("PACER_BENCH_CPUPROFILE")
+	if prof != "" {
+		env = append(env, "PACER_PPROF=true")
+	}
 	p := e.run(append(env, os.Getenv("PACER_BENCH_ENV_EXTRA"))...)
+	var profDone chan struct{}
+	if prof != "" { // a CPU profile of the process while it delivers
+		profDone = make(chan struct{})
+		go func() {
+			defer close(profDone)
+			benchCPUProfile(t, p, n, fake, prof)
+		}()
+	}
 	pacerRes = fake.measure(t, p.cmd.Process.Pid, n, within, p.logs)
+	if profDone != nil {
+		<-profDone
+	}
 	rt, ok := p.metric(t, `pacer_redis_round_trips_total{channel="whatsapp"}`)
 	if !ok {
 		rt = -1
 	}
 	late, _ := p.metric(t, `pacer_late_slots_total{channel="whatsapp"}`)
 	calls, _ := p.metric(t, `pacer_bucket_calls_total{channel="whatsapp"}`)
-	t.Logf("Pacer: %.0f slots given up as late, %.0f bucket calls", late, calls)
+	parked, ok := p.metric(t, `pacer_parked_total{channel="whatsapp"}`)
+	if !ok {
+		parked, _ = p.metric(t, `pacer_parked_total`)
+	}
+	t.Logf("Pacer: %.0f slots given up as late, %.0f bucket calls, %.0f records parked, %d rebalances (partitions revoked)",
+		late, calls, parked, strings.Count(p.logs(), `msg="partitions revoked"`))
 	if count, ok := p.metric(t, `pacer_slot_lateness_seconds_count{channel="whatsapp"}`); ok && count > 0 {
 		var dist []string
 		for _, le := range []string{"0.0004", "0.0008", "0.0016", "0.0032", "0.0064", "0.0128", "0.0256"} {
@@ -187,6 +210,44 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 	cmd.Wait()
 	baseRes.load = load0 + " → " + loadAvg()
 	return pacerRes, baseRes
+}
+
+// benchCPUProfile writes to file (PACER_BENCH_CPUPROFILE; the shape's
+// name is added when several run) a CPU profile of p, taken once the fake
+// has the first message, for PACER_BENCH_CPUPROFILE_SECONDS (default 10).
+func benchCPUProfile(t *testing.T, p *proc, n int, fake *countingFake, file string) {
+	secs := 10
+	if v, err := strconv.Atoi(os.Getenv("PACER_BENCH_CPUPROFILE_SECONDS")); err == nil && v > 0 {
+		secs = v
+	}
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		got := 0
+		for _, s := range fake.srv.Stats() {
+			got += s.Delivered
+		}
+		if got > 0 {
+			break
+		}
+	}
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.metricsAddr(t), secs))
+	if err != nil {
+		t.Errorf("CPU profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	buf.ReadFrom(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("CPU profile: %s %s", resp.Status, buf.String())
+		return
+	}
+	_, sub, _ := strings.Cut(t.Name(), "/")
+	name := file + "." + strings.NewReplacer("/", "_", " ", "_").Replace(sub)
+	if err := os.WriteFile(name, buf.Bytes(), 0o644); err != nil {
+		t.Errorf("CPU profile: %v", err)
+		return
+	}
+	t.Logf("CPU profile of %ds written to %s", secs, name)
 }
 
 // countingFake is an unlimited fake Cloud API that counts the TCP

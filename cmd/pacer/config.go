@@ -71,6 +71,8 @@ type config struct {
 	RedisPrefix string `env:"PACER_REDIS_PREFIX, default=pacer" unit:"key prefix"`
 	// PACER_METRICS_ADDR: listen address of /metrics, /healthz, /readyz; default :9464; "127.0.0.1:0" picks a free port.
 	MetricsAddr string `env:"PACER_METRICS_ADDR, default=:9464"`
+	// PACER_PPROF: true also serves Go's profiles (/debug/pprof/) on PACER_METRICS_ADDR; default false.
+	Pprof bool `env:"PACER_PPROF, default=false"`
 	// PACER_LOG_LEVEL: debug, info, warn or error; default info.
 	LogLevel string `env:"PACER_LOG_LEVEL, default=info" unit:"debug|info|warn|error"`
 	// PACER_LOG_FORMAT: json or text; default json.

@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func lookupMap(m map[string]string) func(string) (string, bool) {
@@ -187,5 +190,26 @@ func TestRunExitCodes(t *testing.T) {
 				t.Fatalf("output contains the token: %q", all)
 			}
 		})
+	}
+}
+
+// TestPprofOnlyWhenAsked: the ops server serves Go's profiles only with
+// PACER_PPROF (registerPprof), never by default.
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	get := func(h http.Handler) (int, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pprof/", nil))
+		return rec.Code, rec.Body.String()
+	}
+	ready := func() bool { return true }
+	if code, _ := get(opsHandler(prometheus.NewRegistry(), ready)); code != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ without PACER_PPROF: %d, want 404", code)
+	}
+	if code, body := get(opsHandler(prometheus.NewRegistry(), ready, registerPprof)); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Errorf("/debug/pprof/ with PACER_PPROF: %d %q, want 200 with the profiles' index", code, body)
+	}
+	cfg, err := loadConfig(lookupMap(map[string]string{"PACER_PPROF": "true"}), whatsappRow(t))
+	if err != nil || !cfg.Pprof {
+		t.Errorf("PACER_PPROF=true: Pprof %v, err %v", cfg.Pprof, err)
 	}
 }

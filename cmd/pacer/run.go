@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -131,7 +132,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	// shows every replica's, with each key's limit as set at run time.
 	scfg := statuspage.Config{Channel: ch.name, Prefix: cfg.RedisPrefix, Logger: log, Policy: policy}
 	go statuspage.NewPublisher(rdb, scfg, p.ActiveKeys).Run(ctx)
-	srv := &http.Server{Handler: opsHandler(reg, p.Ready, statuspage.New(rdb, scfg).Register), ReadHeaderTimeout: 5 * time.Second}
+	extra := []func(*http.ServeMux){statuspage.New(rdb, scfg).Register}
+	if cfg.Pprof {
+		extra = append(extra, registerPprof)
+	}
+	srv := &http.Server{Handler: opsHandler(reg, p.Ready, extra...), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()
 	log.Info("metrics listening", "addr", ln.Addr().String())
@@ -165,6 +170,17 @@ func opsHandler(reg *prometheus.Registry, ready func() bool, extra ...func(*http
 		io.WriteString(w, "ready\n")
 	})
 	return mux
+}
+
+// registerPprof serves Go's runtime profiles under /debug/pprof/
+// (PACER_PPROF): CPU, heap, goroutines, for finding where a process's time
+// goes. They name no secret, but show the code's layout: off by default.
+func registerPprof(mux *http.ServeMux) {
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }
 
 func newLogger(cfg config, w io.Writer) *slog.Logger {
