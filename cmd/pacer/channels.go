@@ -442,11 +442,16 @@ func readChannel(ch *channel, lookup func(string) (string, bool)) (channelConfig
 		rate, burst := get(prefix+"RATE", fmt.Sprint(def.PerSecond)), get(prefix+"BURST", fmt.Sprint(def.Burst))
 		l := bucket.Limit{PerSecond: def.PerSecond, Burst: def.Burst}
 		var err error
+		// A 0 is refused where the default is not 0, as for every setting.
 		if l.PerSecond, err = strconv.ParseFloat(strings.TrimSpace(rate), 64); err != nil {
 			errs = append(errs, &configError{prefix + "RATE", fmt.Sprintf("%q is not a number", rate)})
+		} else if l.PerSecond == 0 && def.PerSecond != 0 {
+			errs = append(errs, &configError{prefix + "RATE", fmt.Sprintf("must not be 0 (unset it for the default %v)", def.PerSecond)})
 		}
 		if l.Burst, err = strconv.Atoi(strings.TrimSpace(burst)); err != nil {
 			errs = append(errs, &configError{prefix + "BURST", fmt.Sprintf("%q is not a whole number", burst)})
+		} else if l.Burst == 0 && def.Burst != 0 {
+			errs = append(errs, &configError{prefix + "BURST", fmt.Sprintf("must not be 0 (unset it for the default %d)", def.Burst)})
 		}
 		return l
 	}
