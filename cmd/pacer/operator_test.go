@@ -141,3 +141,16 @@ func TestSubcommandHelpListsOnlyItsFlags(t *testing.T) {
 		t.Errorf("limit get --rate: exit %d, %q; want 2 naming the flag", code, errs)
 	}
 }
+
+// TestStatusEscapesKeys: pacer status prints a pacing key with control
+// characters quoted, and a key without state as idle.
+func TestStatusEscapesKeys(t *testing.T) {
+	env, _ := operatorEnv(t)
+	code, out, errs := runCLI(env, "status", "--channel", "whatsapp", "--key", "k\x1b]0;owned\x07\r")
+	if code != 0 || strings.ContainsAny(out, "\x1b\x07\r") || !strings.Contains(out, `"k\x1b]0;owned\a\r"`) {
+		t.Errorf("status --key: exit %d, %q %q; want the key escaped", code, out, errs)
+	}
+	if !strings.Contains(out, "idle") || !strings.Contains(out, "from this shell's PACER_* settings") {
+		t.Errorf("status of a key without state, no pacer running: %q; want it idle and the limit's source named", out)
+	}
+}
