@@ -57,6 +57,9 @@ func TestCLIMessages(t *testing.T) {
 		{"stray argument", []string{"status", "--channel", "whatsapp", "extra"}, nil, 2,
 			`pacer: status: unexpected argument "extra"`, "pacer: pacer"},
 		{"version", []string{"version"}, nil, 0, "pacer ", ""},
+		// Refused before the demo runs (the demo would print its table first).
+		{"demo report path", []string{"demo", "-report", filepath.Join(dir, "none", "x.json")}, nil, 2,
+			"demo: -report: open", "delivered"},
 		// A reason no record can carry is refused before Kafka is read.
 		{"dlq reason", []string{"dlq", "replay", "--channel", "whatsapp", "--reason", "nonsense"}, down, 2,
 			`--reason: reason "nonsense" is not a DLQ reason: malformed, expired, permanent`, ""},
