@@ -32,6 +32,9 @@ func controlStore(ctx context.Context, cfg config) (*control.Store, func(), erro
 	cancel()
 	if err != nil {
 		rdb.Close()
+		if h := redisHint(cfg, err); h != "" {
+			return nil, nil, fmt.Errorf("cannot reach Redis: %s: %v", h, err)
+		}
 		return nil, nil, fmt.Errorf("cannot reach Redis (%s): %v", redisSetting(cfg), err)
 	}
 	return control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)), func() { rdb.Close() }, nil

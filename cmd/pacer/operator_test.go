@@ -154,3 +154,28 @@ func TestStatusEscapesKeys(t *testing.T) {
 		t.Errorf("status of a key without state, no pacer running: %q; want it idle and the limit's source named", out)
 	}
 }
+
+// TestRedisTLSMismatchNamesTheSetting: a plain client on Redis's TLS port,
+// and a TLS client on its plain port, get an error naming the settings to
+// look at, not a bare EOF or deadline.
+func TestRedisTLSMismatchNamesTheSetting(t *testing.T) {
+	sec := testenv.RedisSecure(t)
+	plain := testenv.RedisAddr(t)
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"plain client, TLS port", map[string]string{"PACER_REDIS_URL": "redis://" + sec.TLSAddr + "/0"},
+			"if that port expects TLS, set PACER_REDIS_TLS=true or use rediss:// in PACER_REDIS_URL (PACER_REDIS_URL host " + sec.TLSAddr + ")"},
+		{"TLS client, plain port", map[string]string{"PACER_REDIS_URL": "rediss://" + plain + "/0", "PACER_REDIS_TLS_CA_FILE": sec.CAFile},
+			"if that port is not a TLS port, unset PACER_REDIS_TLS or use redis:// in PACER_REDIS_URL"},
+	} {
+		for _, args := range [][]string{{"status", "--channel", "whatsapp"}, {"limit", "get", "--channel", "whatsapp"}} {
+			code, _, errs := runCLI(c.env, args...)
+			if code != 1 || !strings.Contains(errs, c.want) {
+				t.Errorf("%s, %v: exit %d, %q; want 1 and %q", c.name, args, code, errs, c.want)
+			}
+		}
+	}
+}

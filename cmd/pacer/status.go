@@ -84,6 +84,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		if r := redisRefusal(err); r != "" {
 			return fmt.Errorf("status: redis: %s: %v", r, err)
 		}
+		if h := redisHint(cfg, err); h != "" {
+			return fmt.Errorf("status: cannot read Redis: %s: %v", h, err)
+		}
 		return fmt.Errorf("status: cannot read Redis (%s): %v", redisSetting(cfg), err)
 	}
 	ad := adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
