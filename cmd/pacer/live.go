@@ -159,7 +159,7 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 			if l.Burst > 0 {
 				b = strconv.Itoa(l.Burst)
 			}
-			fmt.Fprintf(tw, "%s\t%.6g\t%s\n", l.Key, l.PerSecond, b)
+			fmt.Fprintf(tw, "%s\t%.6g\t%s\n", quoteText(l.Key), l.PerSecond, b)
 		}
 		tw.Flush()
 		fmt.Fprintf(stdout, "%d key(s) of channel %s with a limit set\n", len(ls), *channel)
@@ -252,9 +252,9 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 			return string(s)
 		}
 		newLogger(cfg, stderr).Info("campaign state set", "channel", *channel, "campaign", *campaign, "old", name(old), "new", name(want))
-		fmt.Fprintf(stdout, "campaign %s of %s: %s (was %s); running pacers apply it within about 1 s\n", *campaign, *channel, name(want), name(old))
+		fmt.Fprintf(stdout, "campaign %s of %s: %s (was %s); running pacers apply it within about 1 s\n", quoteText(*campaign), *channel, name(want), name(old))
 		if want == control.Cancelled {
-			fmt.Fprintf(stdout, "its records go to the DLQ with reason cancelled; pacer dlq replay --channel %s --reason cancelled --campaign %s puts them back\n", *channel, *campaign)
+			fmt.Fprintf(stdout, "its records go to the DLQ with reason cancelled; pacer dlq replay --channel %s --reason cancelled --campaign %s puts them back\n", *channel, quoteText(*campaign))
 		}
 		return nil
 	}
