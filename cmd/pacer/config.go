@@ -191,7 +191,7 @@ func loadConfig(lookup func(string) (string, bool), ch *channel) (config, error)
 		cc, cerrs := readChannel(row, lookup)
 		c.channels[row.name] = cc
 		errs = append(errs, cerrs...)
-		if len(cerrs) > 0 {
+		if cc.unparsed {
 			continue // its limits are not numbers
 		}
 		// The pacer's rules for this channel; another channel's run only

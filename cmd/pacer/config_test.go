@@ -71,6 +71,9 @@ func TestLoadConfigJoinsEveryProblem(t *testing.T) {
 		"PACER_APNS_RATE": "0", "PACER_SENDGRID_BURST": "many", "PACER_FCM_BASE_URL": "ftp://x", "PACER_MAX_ATTEMPTS": "0",
 		// Values that do not parse at all: each is named, not only the first.
 		"PACER_AIMD_WINDOW": "soon", "PACER_RETRY_DELAYS": "5s,,x", "PACER_INFLIGHT": "many",
+		// The run's own channel's settings wrong do not hide the pacer's
+		// rules (PACER_LEASE_SIZE is one).
+		"PACER_WHATSAPP_BASE_URL": "x", "PACER_WHATSAPP_PAIR_BURST": "0", "PACER_LEASE_SIZE": "-1",
 	}
 	_, err := loadConfig(lookupMap(bad), whatsappRow(t))
 	if err == nil {
