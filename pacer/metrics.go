@@ -150,7 +150,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []string{"success", "throttle", "transient", "permanent", "halt", "unknown"} {
 		m.sends.WithLabelValues(c)
 	}
-	for _, r := range []string{"malformed", "expired", "permanent", "attempts-exhausted", "unknown-outcome", "too-large", "cancelled", "no-credentials"} {
+	for _, r := range DLQReasons {
 		m.dlq.WithLabelValues(r)
 	}
 	for _, r := range []string{"cooldown", "token-wait", "pair-throttle", "breaker", "paused", "not-before"} {

@@ -39,18 +39,26 @@ type KeyLimit struct {
 	Burst     int     // tokens, >= 0 (0: the channel's)
 }
 
+// MinKeyRate is the lowest per-key rate accepted, in msgs/s: one message a
+// day. Anything slower is not a pace but a stop (pause the campaign).
+const MinKeyRate = 1.0 / 86400
+
 // ErrInvalid wraps the reason a limit or campaign state is refused.
 var ErrInvalid = errors.New("control: invalid value")
 
 // Validate reports what is wrong with l, naming the field (key, rate or
 // burst): rate must be finite and > 0, burst 0 (the channel's) or within
-// [bucket.Limit.Validate]'s bounds for the rate.
+// [bucket.Limit.Validate]'s bounds for the rate; and rate at least
+// [MinKeyRate].
 func (l KeyLimit) Validate() error {
 	if strings.TrimSpace(l.Key) == "" {
 		return fmt.Errorf("%w: key is required", ErrInvalid)
 	}
 	if !(l.PerSecond > 0) || math.IsInf(l.PerSecond, 1) {
 		return fmt.Errorf("%w: rate %v must be a finite number > 0 (msgs/s)", ErrInvalid, l.PerSecond)
+	}
+	if l.PerSecond < MinKeyRate {
+		return fmt.Errorf("%w: rate %v is below one message a day (%.6g msgs/s)", ErrInvalid, l.PerSecond, MinKeyRate)
 	}
 	if l.Burst < 0 {
 		return fmt.Errorf("%w: burst %d must be >= 1 (or 0 for the channel's)", ErrInvalid, l.Burst)
@@ -310,6 +318,13 @@ type Status struct {
 	First       time.Time        `json:"first_delivery,omitzero"`
 	Last        time.Time        `json:"last_delivery,omitzero"`
 	LastActive  time.Time        `json:"last_active,omitzero"` // Recent only: its score in the channel's index
+}
+
+// Known reports whether Redis holds anything of campaign on channel: a
+// state, a counter (published, delivered, dead-lettered). One EXISTS.
+func (s *Store) Known(ctx context.Context, channel, campaign string) (bool, error) {
+	n, err := s.rdb.Exists(ctx, s.keys.Campaign(channel, campaign)).Result()
+	return n > 0, err
 }
 
 // CampaignStatus reads campaign's state and counters: one HGETALL.

@@ -110,7 +110,7 @@ func printBacklog(ctx context.Context, w io.Writer, rdb redis.UniversalClient, p
 		if i == n {
 			break
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\n", k, sum[k])
+		fmt.Fprintf(tw, "%s\t%.0f\n", quoteText(k), sum[k])
 	}
 	return tw.Flush()
 }

@@ -382,6 +382,9 @@ type channelConfig struct {
 	limit     bucket.Limit // PACER_<NAME>_RATE, _BURST
 	recipient bucket.Limit // zero when the channel has none or its rate is 0
 	vars      channelVars
+	// unparsed: a rate or burst is not a number, so the pacer's rules
+	// cannot be checked on this channel's limits.
+	unparsed bool
 }
 
 // channelVars are the values of a channel's string settings.
@@ -432,6 +435,7 @@ func (v channelVars) adapterError(err error, fields map[string]string) error {
 // returned, each naming its variable.
 func readChannel(ch *channel, lookup func(string) (string, bool)) (channelConfig, []error) {
 	var errs []error
+	unparsed := false
 	get := func(name, def string) string {
 		if v, ok := lookup(name); ok {
 			return v
@@ -442,11 +446,22 @@ func readChannel(ch *channel, lookup func(string) (string, bool)) (channelConfig
 		rate, burst := get(prefix+"RATE", fmt.Sprint(def.PerSecond)), get(prefix+"BURST", fmt.Sprint(def.Burst))
 		l := bucket.Limit{PerSecond: def.PerSecond, Burst: def.Burst}
 		var err error
+		// A 0 is refused where the default is not 0, as for every setting
+		// (the default then stands in, so the pacer's rules are still
+		// checked on the rest).
 		if l.PerSecond, err = strconv.ParseFloat(strings.TrimSpace(rate), 64); err != nil {
 			errs = append(errs, &configError{prefix + "RATE", fmt.Sprintf("%q is not a number", rate)})
+			unparsed = true
+		} else if l.PerSecond == 0 && def.PerSecond != 0 {
+			errs = append(errs, &configError{prefix + "RATE", fmt.Sprintf("must not be 0 (unset it for the default %v)", def.PerSecond)})
+			l.PerSecond = def.PerSecond
 		}
 		if l.Burst, err = strconv.Atoi(strings.TrimSpace(burst)); err != nil {
 			errs = append(errs, &configError{prefix + "BURST", fmt.Sprintf("%q is not a whole number", burst)})
+			unparsed = true
+		} else if l.Burst == 0 && def.Burst != 0 {
+			errs = append(errs, &configError{prefix + "BURST", fmt.Sprintf("must not be 0 (unset it for the default %d)", def.Burst)})
+			l.Burst = def.Burst
 		}
 		return l
 	}
@@ -466,6 +481,7 @@ func readChannel(ch *channel, lookup func(string) (string, bool)) (channelConfig
 			}
 		}
 	}
+	c.unparsed = unparsed
 	return c, errs
 }
 

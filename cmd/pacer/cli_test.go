@@ -57,6 +57,16 @@ func TestCLIMessages(t *testing.T) {
 		{"stray argument", []string{"status", "--channel", "whatsapp", "extra"}, nil, 2,
 			`pacer: status: unexpected argument "extra"`, "pacer: pacer"},
 		{"version", []string{"version"}, nil, 0, "pacer ", ""},
+		// Refused before the demo runs (the demo would print its table first).
+		{"demo report path", []string{"demo", "-report", filepath.Join(dir, "none", "x.json")}, nil, 2,
+			"demo: -report: open", "delivered"},
+		// A reason no record can carry is refused before Kafka is read.
+		{"dlq reason", []string{"dlq", "replay", "--channel", "whatsapp", "--reason", "nonsense"}, down, 2,
+			`--reason: reason "nonsense" is not a DLQ reason: malformed, expired, permanent`, ""},
+		{"dlq empty code", []string{"dlq", "replay", "--channel", "whatsapp", "--reason", "permanent:"}, down, 2,
+			"permanent:<provider code>", ""},
+		{"dlq permanent code", []string{"dlq", "replay", "--channel", "whatsapp", "--reason", "permanent:131026", "--topic", "x"}, down, 1,
+			"pacer: topic x", "--reason"},
 		{"run -h lists the settings", []string{"run", "--channel", "whatsapp", "-h"}, nil, 0,
 			"PACER_WHATSAPP_PAIR_BURST", ""},
 	} {

@@ -157,21 +157,43 @@ func (e *configError) Error() string { return e.Var + ": " + e.Problem }
 func loadConfig(lookup func(string) (string, bool), ch *channel) (config, error) {
 	lookup, fileErrs := secretFiles(lookup)
 	var c config
-	err := envconfig.ProcessWith(context.Background(), &envconfig.Config{
-		Target:   &c,
-		Lookuper: envconfig.LookuperFunc(lookup),
-	})
-	if err != nil {
-		return c, errors.Join(append(fileErrs(), nameVariable(err))...)
+	// envconfig stops at the first value it cannot parse: each one found is
+	// set aside (read as unset) and the rest parsed again, so that every
+	// variable at fault is named.
+	var parseErrs []error
+	hidden := map[string]bool{}
+	for {
+		err := envconfig.ProcessWith(context.Background(), &envconfig.Config{
+			Target: &c,
+			Lookuper: envconfig.LookuperFunc(func(k string) (string, bool) {
+				if hidden[k] {
+					return "", false
+				}
+				return lookup(k)
+			}),
+		})
+		if err == nil {
+			break
+		}
+		named := nameVariable(err)
+		parseErrs = append(parseErrs, named)
+		var ce *configError
+		if !errors.As(named, &ce) || hidden[ce.Var] {
+			break
+		}
+		hidden[ce.Var] = true
+		c = config{}
 	}
-	errs := c.validate()
+	// The variables set aside read as their defaults below: the other
+	// variables' problems are reported with theirs.
+	errs := append(parseErrs, c.validate()...)
 	c.channels = map[string]channelConfig{}
 	for i := range channelTable {
 		row := &channelTable[i]
 		cc, cerrs := readChannel(row, lookup)
 		c.channels[row.name] = cc
 		errs = append(errs, cerrs...)
-		if len(cerrs) > 0 {
+		if cc.unparsed {
 			continue // its limits are not numbers
 		}
 		// The pacer's rules for this channel; another channel's run only
@@ -374,7 +396,7 @@ func (c config) validate() []error {
 	v, t := reflect.ValueOf(c), reflect.TypeOf(c)
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if f.Tag.Get(pacerTag) == "" || strings.Contains(f.Tag.Get("env"), "default=0") {
+		if f.Tag.Get(pacerTag) == "" || zeroDefault(f.Tag.Get("env")) {
 			continue
 		}
 		fv := v.Field(i)
@@ -390,6 +412,21 @@ func (c config) validate() []error {
 		}
 	}
 	return errs
+}
+
+// zeroDefault reports whether an env tag's default is 0 ("default=0",
+// "default=0s"; not "default=0.8").
+func zeroDefault(tag string) bool {
+	_, d, ok := strings.Cut(tag, "default=")
+	if !ok {
+		return false
+	}
+	d, _, _ = strings.Cut(d, ",")
+	if f, err := strconv.ParseFloat(d, 64); err == nil {
+		return f == 0
+	}
+	dur, err := time.ParseDuration(d)
+	return err == nil && dur == 0
 }
 
 func parseLevel(s string) (slog.Level, error) {

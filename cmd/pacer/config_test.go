@@ -72,6 +72,11 @@ func TestLoadConfigJoinsEveryProblem(t *testing.T) {
 	bad := map[string]string{
 		"PACER_LOG_FORMAT": "xml", "PACER_AIMD_FLOOR": "100", "PACER_BREAKER_MAX_OPEN": "1s", "PACER_DRAIN": "-1s",
 		"PACER_APNS_RATE": "0", "PACER_SENDGRID_BURST": "many", "PACER_FCM_BASE_URL": "ftp://x", "PACER_MAX_ATTEMPTS": "0",
+		// Values that do not parse at all: each is named, not only the first.
+		"PACER_AIMD_WINDOW": "soon", "PACER_RETRY_DELAYS": "5s,,x", "PACER_INFLIGHT": "many",
+		// The run's own channel's settings wrong do not hide the pacer's
+		// rules (PACER_LEASE_SIZE is one).
+		"PACER_WHATSAPP_BASE_URL": "x", "PACER_WHATSAPP_PAIR_BURST": "0", "PACER_LEASE_SIZE": "-1",
 	}
 	_, err := loadConfig(lookupMap(bad), whatsappRow(t))
 	if err == nil {
@@ -133,6 +138,8 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_REDIS_FAILURE", "open"},
 		{"PACER_EXPECTED_REPLICAS", "0"},
 		{"PACER_AIMD_DECREASE", "1.5"},
+		{"PACER_AIMD_DECREASE", "0"}, // default 0.8: a 0 is a mistake
+		{"PACER_WHATSAPP_PAIR_BURST", "0"},
 		{"PACER_AIMD_FLOOR", "0"},
 		{"PACER_AIMD_WINDOW", "0s"},
 		{"PACER_AIMD_STEP", "-1"},

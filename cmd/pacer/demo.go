@@ -71,6 +71,15 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	// The report file is opened before the demo runs: a path that cannot
+	// be written fails now, not after the whole demo.
+	var reportFile *os.File
+	if *report != "" {
+		if reportFile, err = os.OpenFile(*report, os.O_WRONLY|os.O_CREATE, 0o644); err != nil {
+			return &usageError{"demo: -report: " + err.Error()}
+		}
+		defer reportFile.Close()
+	}
 	topic := "pacer." + ch.name
 
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(*partitions), topic))
@@ -191,10 +200,16 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "lost %d; limit per key: %.4g msgs/s + burst %d: the pacer's slots hold at most %d in any 1 s;\n"+
 		"max in 1s counts arrivals at the fake, which add a few ms of jitter; msgs/s = delivered / (last - first arrival)\n",
 		rep.Lost, *rate, *burst, int(math.Floor(*rate))+*burst)
-	if *report != "" {
+	if reportFile != nil {
 		b, _ := json.MarshalIndent(rep, "", "  ")
-		if err := os.WriteFile(*report, append(b, '\n'), 0o644); err != nil {
-			return err
+		if err := reportFile.Truncate(0); err != nil {
+			return fmt.Errorf("demo: -report: %w", err)
+		}
+		if _, err := reportFile.Write(append(b, '\n')); err != nil {
+			return fmt.Errorf("demo: -report: %w", err)
+		}
+		if err := reportFile.Close(); err != nil {
+			return fmt.Errorf("demo: -report: %w", err)
 		}
 	}
 	if !ok {

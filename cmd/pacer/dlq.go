@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -19,7 +20,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	fs.SetOutput(stderr)
 	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
 	topic := fs.String("topic", "", "main topic (default pacer.<channel>); the DLQ is <topic>.dlq")
-	reason := fs.String("reason", "", "replay only this pacer-reason (e.g. unknown-outcome, permanent, permanent:131026); default all")
+	reason := fs.String("reason", "", "replay only this pacer-reason: "+strings.Join(pacer.DLQReasons, ", ")+", or permanent:<provider code>; default all")
 	campaign := fs.String("campaign", "", "replay only envelopes of this campaign; default all")
 	dry := fs.Bool("dry-run", false, "count what would be replayed, write nothing")
 	if err := parseFlags(fs, args[1:]); err != nil {
@@ -28,6 +29,11 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	ch, err := channelNamed(*channel)
 	if err != nil {
 		return err
+	}
+	if *reason != "" {
+		if err := pacer.CheckReason(*reason); err != nil {
+			return &usageError{"dlq replay: --reason: " + err.Error()}
+		}
 	}
 	if *topic == "" {
 		*topic = "pacer." + *channel
@@ -77,7 +83,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		fmt.Fprintf(stdout, "  %-28s %d\n", r, s.ByReason[r])
 	}
 	if err == nil && s.Replayed == 0 && s.Scanned > 0 && (*reason != "" || *campaign != "") {
-		fmt.Fprintln(stderr, "pacer: no DLQ record matched --reason/--campaign; reasons are malformed, expired, permanent[:code], attempts-exhausted, unknown-outcome, too-large, cancelled, no-credentials")
+		fmt.Fprintln(stderr, "pacer: no DLQ record matched --reason/--campaign")
 	}
 	return err
 }

@@ -165,7 +165,7 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	if r := redisRefusal(err); r != "" {
 		return fmt.Errorf("redis: %s: %w", r, err) // credentials or certificates: waiting cannot help
 	} else if err != nil {
-		log.Warn("redis not reachable at start-up", "err", err, "failure_mode", cfg.RedisFailure)
+		log.Warn("redis not reachable at start-up", "err", err, "failure_mode", cfg.RedisFailure, "hint", redisHint(cfg, err))
 	}
 	kopts, err := kafkaOpts(cfg)
 	if err != nil {
@@ -173,7 +173,13 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	}
 	kc, err := kgo.NewClient(append(kopts, kgo.ClientID("pacer-ingest"),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.RecordDeliveryTimeout(ic.ProduceTimeout), kgo.ProducerLinger(0))...)
+		// A broker that is slow but answering fails a produce request within
+		// the timeout, and franz-go then fails its records; a broker that
+		// does not answer at all leaves a request in flight that the
+		// idempotent producer retries until the broker answers (the HTTP
+		// answer does not wait for it, see ingest.Server).
+		kgo.RecordDeliveryTimeout(ic.ProduceTimeout), kgo.ProduceRequestTimeout(ic.ProduceTimeout),
+		kgo.ProducerLinger(0))...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}

@@ -32,6 +32,9 @@ func controlStore(ctx context.Context, cfg config) (*control.Store, func(), erro
 	cancel()
 	if err != nil {
 		rdb.Close()
+		if h := redisHint(cfg, err); h != "" {
+			return nil, nil, fmt.Errorf("cannot reach Redis: %s: %v", h, err)
+		}
 		return nil, nil, fmt.Errorf("cannot reach Redis (%s): %v", redisSetting(cfg), err)
 	}
 	return control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)), func() { rdb.Close() }, nil
@@ -53,8 +56,13 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 	fs.SetOutput(stderr)
 	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
 	key := fs.String("key", "", "pacing key (for WhatsApp the phone-number ID)")
-	rate := fs.String("rate", "", "set: the key's rate in msgs/s (> 0)")
-	burst := fs.String("burst", "", "set: the key's burst in messages (>= 1); default the channel's")
+	// --rate and --burst exist for set only: get and unset refuse them as
+	// unknown flags and do not list them in -h.
+	rate, burst := new(string), new(string)
+	if verb == "set" {
+		fs.StringVar(rate, "rate", "", fmt.Sprintf("the key's rate in msgs/s (>= %.6g, one a day)", control.MinKeyRate))
+		fs.StringVar(burst, "burst", "", "the key's burst in messages (>= 1); default the channel's")
+	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
@@ -71,6 +79,9 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 		if err != nil || !(r > 0) || math.IsInf(r, 0) {
 			return &usageError{fmt.Sprintf("limit set: --rate %q must be a number of msgs/s > 0", *rate)}
 		}
+		if r < control.MinKeyRate {
+			return &usageError{fmt.Sprintf("limit set: --rate %q is below one message a day (%.6g msgs/s); pause the key's campaign instead", *rate, control.MinKeyRate)}
+		}
 		kl = control.KeyLimit{Key: *key, PerSecond: r}
 		if *burst != "" {
 			b, err := strconv.Atoi(*burst)
@@ -86,8 +97,6 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 			}
 			return &usageError{fmt.Sprintf("limit set: %s: %v", flagName, strings.TrimPrefix(err.Error(), control.ErrInvalid.Error()+": "))}
 		}
-	} else if *rate != "" || *burst != "" {
-		return &usageError{"limit " + verb + ": --rate and --burst belong to limit set"}
 	}
 	cfg, err := loadConfig(lookup, ch)
 	if err != nil {
@@ -150,7 +159,7 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 			if l.Burst > 0 {
 				b = strconv.Itoa(l.Burst)
 			}
-			fmt.Fprintf(tw, "%s\t%.6g\t%s\n", l.Key, l.PerSecond, b)
+			fmt.Fprintf(tw, "%s\t%.6g\t%s\n", quoteText(l.Key), l.PerSecond, b)
 		}
 		tw.Flush()
 		fmt.Fprintf(stdout, "%d key(s) of channel %s with a limit set\n", len(ls), *channel)
@@ -161,12 +170,16 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 // logChange logs a limit change with the old and new values.
 func logChange(log *slog.Logger, msg string, old control.KeyLimit, had bool, nw *control.KeyLimit) {
 	attrs := []any{}
-	if had {
+	if had && old.Burst == 0 {
+		attrs = append(attrs, "old_rate", old.PerSecond, "old_burst", "channel's")
+	} else if had {
 		attrs = append(attrs, "old_rate", old.PerSecond, "old_burst", old.Burst)
 	} else {
 		attrs = append(attrs, "old", "channel's")
 	}
-	if nw != nil {
+	if nw != nil && nw.Burst == 0 {
+		attrs = append(attrs, "rate", nw.PerSecond, "burst", "channel's")
+	} else if nw != nil {
 		attrs = append(attrs, "rate", nw.PerSecond, "burst", nw.Burst)
 	} else {
 		attrs = append(attrs, "new", "channel's")
@@ -192,8 +205,14 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs := flag.NewFlagSet("pacer campaign "+verb, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
-	campaign := fs.String("campaign", "", "the envelopes' campaign (required)")
-	asJSON := fs.Bool("json", false, "status: print JSON")
+	campaign := fs.String("campaign", "", "the envelopes' campaign (required; an envelope without one, or with \"\", has no campaign)")
+	// Each verb has only its own flags: another verb's is refused as unknown.
+	asJSON, force := new(bool), new(bool)
+	if verb == "status" {
+		fs.BoolVar(asJSON, "json", false, "print JSON")
+	} else {
+		fs.BoolVar(force, "force", false, "set the state of a campaign Redis does not know yet (none of its records published or sent so far)")
+	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
@@ -201,8 +220,8 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	if err != nil {
 		return err
 	}
-	if strings.TrimSpace(*campaign) == "" {
-		return &usageError{"campaign " + verb + ": --campaign is required"}
+	if *campaign == "" {
+		return &usageError{"campaign " + verb + ": --campaign is required (an empty campaign is no campaign)"}
 	}
 	cfg, err := loadConfig(lookup, ch)
 	if err != nil {
@@ -214,6 +233,14 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	}
 	defer closeFn()
 	if verb != "status" {
+		known, err := st.Known(ctx, *channel, *campaign)
+		if err != nil {
+			return fmt.Errorf("campaign %s: %w", verb, err)
+		}
+		if !known && !*force {
+			return &usageError{fmt.Sprintf("campaign %s: campaign %s of %s is not known (nothing published, sent or set for it); check the name, or add --force to set the state of a campaign not yet published",
+				verb, quoteText(*campaign), *channel)}
+		}
 		old, err := st.SetState(ctx, *channel, *campaign, want)
 		if err != nil {
 			return fmt.Errorf("campaign %s: %w", verb, err)
@@ -225,9 +252,9 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 			return string(s)
 		}
 		newLogger(cfg, stderr).Info("campaign state set", "channel", *channel, "campaign", *campaign, "old", name(old), "new", name(want))
-		fmt.Fprintf(stdout, "campaign %s of %s: %s (was %s); running pacers apply it within about 1 s\n", *campaign, *channel, name(want), name(old))
+		fmt.Fprintf(stdout, "campaign %s of %s: %s (was %s); running pacers apply it within about 1 s\n", quoteText(*campaign), *channel, name(want), name(old))
 		if want == control.Cancelled {
-			fmt.Fprintf(stdout, "its records go to the DLQ with reason cancelled; pacer dlq replay --channel %s --reason cancelled --campaign %s puts them back\n", *channel, *campaign)
+			fmt.Fprintf(stdout, "its records go to the DLQ with reason cancelled; pacer dlq replay --channel %s --reason cancelled --campaign %s puts them back\n", *channel, quoteText(*campaign))
 		}
 		return nil
 	}
@@ -235,10 +262,19 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	if err != nil {
 		return fmt.Errorf("campaign status: %w", err)
 	}
+	known := true
+	if s.State == "running" && s.Published < 0 && s.Delivered == 0 && len(s.DeadLetters) == 0 {
+		if known, err = st.Known(ctx, *channel, *campaign); err != nil {
+			return fmt.Errorf("campaign status: %w", err)
+		}
+	}
+	if !known {
+		s.State = "unknown"
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(s)
+		return enc.Encode(statusJSON(s))
 	}
 	unknown := func(n int64) string {
 		if n < 0 {
@@ -246,7 +282,7 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 		}
 		return strconv.FormatInt(n, 10)
 	}
-	fmt.Fprintf(stdout, "campaign %s of %s: %s\n", s.Campaign, *channel, s.State)
+	fmt.Fprintf(stdout, "campaign %s of %s: %s\n", quoteText(s.Campaign), *channel, s.State)
 	fmt.Fprintf(stdout, "  published     %s\n", unknown(s.Published))
 	fmt.Fprintf(stdout, "  delivered     %d\n", s.Delivered)
 	reasons := make([]string, 0, len(s.DeadLetters))
@@ -268,4 +304,28 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	}
 	fmt.Fprintf(stdout, "  eta           %s\n", eta)
 	return nil
+}
+
+// campaignJSON is `campaign status --json`: [control.Status] with what is
+// not known as null instead of -1, and state "unknown" for a campaign
+// Redis holds nothing of.
+type campaignJSON struct {
+	control.Status
+	Published  *int64   `json:"published"`   // null: not counted (records not written by pacer publish or ingest)
+	Remaining  *int64   `json:"remaining"`   // null when published is
+	ETASeconds *float64 `json:"eta_seconds"` // null when unknown
+}
+
+func statusJSON(s control.Status) campaignJSON {
+	out := campaignJSON{Status: s}
+	if s.Published >= 0 {
+		out.Published = &s.Published
+	}
+	if s.Remaining >= 0 {
+		out.Remaining = &s.Remaining
+	}
+	if s.ETASeconds >= 0 {
+		out.ETASeconds = &s.ETASeconds
+	}
+	return out
 }

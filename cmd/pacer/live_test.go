@@ -532,7 +532,9 @@ func TestLimitSetRefusesBadValues(t *testing.T) {
 		{[]string{"--rate", "NaN"}, "--rate"},
 		{[]string{"--rate", "10", "--burst", "0"}, "--burst"},
 		{[]string{"--rate", "10", "--burst", "2.5"}, "--burst"},
-		{[]string{"--rate", "0.000001", "--burst", "1000000000"}, "--burst"},
+		{[]string{"--rate", "0.0001", "--burst", "1000000000"}, "--burst"},
+		{[]string{"--rate", "1e-9"}, "--rate"},                    // below one a day
+		{[]string{"--rate", "0.00001", "--burst", "1"}, "--rate"}, // 0.86 a day
 	} {
 		var out, errb strings.Builder
 		args := append([]string{"limit", "set", "--channel", "whatsapp", "--key", "106"}, c.args...)

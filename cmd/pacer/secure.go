@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"reflect"
@@ -294,6 +296,30 @@ func redisRefusal(err error) string {
 		return "TLS: the server does not answer in TLS (PACER_REDIS_TLS, or rediss:// in PACER_REDIS_URL)"
 	case errors.As(err, &op) && op.Op == "remote error":
 		return "TLS: the server refused the handshake (" + op.Err.Error() + ") (PACER_REDIS_TLS_CERT_FILE, PACER_REDIS_TLS_KEY_FILE)"
+	}
+	return ""
+}
+
+// redisHint names the settings to look at when Redis fails in the way a
+// TLS mismatch does, "" otherwise. Unlike [redisRefusal] it is only a
+// hint (a plain server that is merely slow, or restarting, fails alike):
+// callers add it to the error or log line and keep retrying.
+//   - TLS off, the connection closed at once (EOF, reset): a TLS port
+//     drops a plain client's first command.
+//   - TLS on, no answer in time: a plain port never answers the TLS
+//     handshake.
+func redisHint(cfg config, err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	where := redisSetting(cfg)
+	if !cfg.redisTLS() && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(msg, "connection reset by peer")) {
+		return "the server closed the connection at once; if that port expects TLS, set PACER_REDIS_TLS=true or use rediss:// in PACER_REDIS_URL (" + where + ")"
+	}
+	var ne net.Error
+	if cfg.redisTLS() && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())) {
+		return "no answer to the TLS handshake in time; if that port is not a TLS port, unset PACER_REDIS_TLS or use redis:// in PACER_REDIS_URL, else check the host and port (" + where + ")"
 	}
 	return ""
 }

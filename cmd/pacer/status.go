@@ -84,12 +84,15 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		if r := redisRefusal(err); r != "" {
 			return fmt.Errorf("status: redis: %s: %v", r, err)
 		}
+		if h := redisHint(cfg, err); h != "" {
+			return fmt.Errorf("status: cannot read Redis: %s: %v", h, err)
+		}
 		return fmt.Errorf("status: cannot read Redis (%s): %v", redisSetting(cfg), err)
 	}
 	ad := adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
 	names := ad.Keys()
 	pc := cfg.pacerConfig(ch)
-	ceiling, from := pc.Limit, "this shell's PACER_* settings (no running pacer recorded one)"
+	ceiling, from := pc.Limit, "this shell's PACER_* settings, as no running pacer recorded one"
 	if pub, ok := publishedLimit(ctx, rdb, cfg.RedisPrefix, *channel); ok {
 		ceiling, from = pub, "the running pacers"
 	}
@@ -117,8 +120,8 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 			// State expires once it says nothing a fresh key would not:
 			// a full bucket, no cooldown, the rate not adapted, nothing
 			// accepted lately.
-			fmt.Fprintf(tw, "%s\t%.4g\t%.4g\t-\t-\t%d\t0s\tclosed\tbucket full, never throttled or recovered (no state kept)\n",
-				k, ceiling.PerSecond, ceiling.PerSecond, ceiling.Burst)
+			fmt.Fprintf(tw, "%s\t%.4g\t%.4g\t-\t-\t%d\t0s\tclosed\tidle (no state kept: bucket full, not throttled lately)\n",
+				quoteText(k), ceiling.PerSecond, ceiling.PerSecond, ceiling.Burst)
 			continue
 		}
 		s, err := ad.Snapshot(ctx, *channel, k, ceiling, aimd)
@@ -142,7 +145,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 			achieved = strconv.FormatFloat(r, 'f', 1, 64)
 			util = fmt.Sprintf("%.0f%%", 100*r/s.Limit.PerSecond)
 		}
-		fmt.Fprintf(tw, "%s\t%.4g%s\t%.4g\t%s\t%s\t%.1f\t%s\t%s\t%s\n", k, s.Limit.PerSecond, floor, ceiling.PerSecond,
+		fmt.Fprintf(tw, "%s\t%.4g%s\t%.4g\t%s\t%s\t%.1f\t%s\t%s\t%s\n", quoteText(k), s.Limit.PerSecond, floor, ceiling.PerSecond,
 			achieved, util, s.Tokens, s.Adapted.CooldownLeft.Round(time.Millisecond), br, s.Breaker.Reason)
 	}
 	tw.Flush()

@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net"
 	"net/http"
@@ -415,11 +416,13 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProduceTimeout)
 	defer cancel()
 	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		failed  = map[int]error{} // by id index
-		pending = 0
+		wg         sync.WaitGroup
+		mu         sync.Mutex
+		liveFailed = map[int]error{} // by id index; the callbacks write it under mu
+		liveAcked  = map[int]bool{}  // by id index; likewise
+		pending    = 0
 	)
+	campaignOf := map[int]string{} // by id index, for a late acknowledgement
 	for i := range lines {
 		l := &lines[i]
 		if l.err != nil || l.dupOf > 0 || res.IDs[l.idx] != quota.IDNew {
@@ -430,19 +433,47 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 			Partition: partitioner.Partition([]byte(l.env.Key), parts)}
 		if l.env.Campaign != "" {
 			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "campaign", Value: []byte(l.env.Campaign)})
+			campaignOf[l.idx] = l.env.Campaign
 		}
 		wg.Add(1)
 		idx := l.idx
 		s.deps.Kafka.Produce(pctx, rec, func(_ *kgo.Record, err error) {
 			defer wg.Done()
+			mu.Lock()
+			defer mu.Unlock()
 			if err != nil {
-				mu.Lock()
-				failed[idx] = err
-				mu.Unlock()
+				liveFailed[idx] = err
+			} else {
+				liveAcked[idx] = true
 			}
 		})
 	}
-	wg.Wait()
+	// The answer is due at ProduceTimeout whatever Kafka does: a record
+	// already in a produce request when Kafka stopped answering is neither
+	// acknowledged nor failed (the idempotent producer keeps retrying it
+	// until Kafka answers), so its callback may come much later. Its id
+	// stays claimed and is settled when the callback comes (see settleLate).
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	late := map[int]bool{} // by id index: no answer from Kafka by the timeout
+	failed, acked := liveFailed, liveAcked
+	select {
+	case <-done:
+	case <-pctx.Done():
+		mu.Lock()
+		for i := range lines {
+			l := &lines[i]
+			if l.err == nil && l.dupOf == 0 && res.IDs[l.idx] == quota.IDNew && !acked[l.idx] && failed[l.idx] == nil {
+				late[l.idx] = true
+			}
+		}
+		failed, acked = maps.Clone(liveFailed), maps.Clone(liveAcked)
+		mu.Unlock()
+		go func() {
+			<-done // every callback has come: the live maps are final
+			s.settleLate(context.WithoutCancel(ctx), liveAcked, liveFailed, late, campaignOf, req.IDs, res.Token, channel)
+		}()
+	}
 
 	// Envelopes by outcome, added to the metric once per request.
 	const (
@@ -479,6 +510,11 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 			ans.Rejected = append(ans.Rejected, Rejected{Line: l.n, ID: l.env.ID, Field: "id",
 				Error: "envelope: id: being accepted by another request right now; retry later"})
 			outcomes[rejected]++
+		case late[l.idx]:
+			produceErr = errProduceTimeout
+			ans.Rejected = append(ans.Rejected, Rejected{Line: l.n, ID: l.env.ID,
+				Error: "not acknowledged by Kafka within the produce timeout; retry later with the same id (if it was written meanwhile, the retry is answered duplicate)"})
+			outcomes[failedOutcome]++
 		case failed[l.idx] != nil:
 			produceErr = failed[l.idx]
 			fin.Release = append(fin.Release, req.IDs[l.idx])
@@ -542,6 +578,39 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 		w.WriteHeader(status)
 		w.Write(body)
 	}
+}
+
+// errProduceTimeout: Kafka answered neither way within ProduceTimeout.
+var errProduceTimeout = errors.New("no acknowledgement within the produce timeout")
+
+// settleLate settles the claims of the late ids of a request already
+// answered 503, once every produce callback has come (acked and failed are
+// then final): an acknowledged id is recorded as accepted (a retry of it is
+// then answered duplicate) and counted for its campaign, a failed one is
+// released for a retry. ids are the request's id keys and token its claim
+// token. Until it runs, a retry of a late
+// id is answered "being accepted by another request right now"; should
+// Kafka stay silent past the claim TTL the claim lapses and a retry
+// produces again (the pacer's idempotency ledger keeps that from being
+// sent twice).
+func (s *Server) settleLate(ctx context.Context, acked map[int]bool, failed map[int]error, late map[int]bool, campaignOf map[int]string, ids []string, token, channel string) {
+	fin := quota.Finish{Token: token, DoneTTL: s.cfg.IdempotencyTTL}
+	published := map[string]int64{}
+	for idx := range late {
+		switch {
+		case acked[idx]:
+			fin.Done = append(fin.Done, ids[idx])
+			if c := campaignOf[idx]; c != "" {
+				published[c]++
+			}
+		default:
+			fin.Release = append(fin.Release, ids[idx])
+		}
+	}
+	s.log.Info("kafka answered after the produce timeout; claims settled", "channel", channel,
+		"acknowledged", len(fin.Done), "failed", len(fin.Release))
+	s.finish(ctx, fin)
+	s.countPublished(ctx, channel, published)
 }
 
 type storedAnswer struct {

@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/control"
@@ -752,5 +753,57 @@ func TestTenantSetOnEveryRecord(t *testing.T) {
 	}
 	if p := string(got["t7"].Payload); p != `{"text":"dear tenant"}` || string(got["t1"].Payload) != `{"text":"hi"}` {
 		t.Errorf("payloads changed: %s, %s", got["t7"].Payload, got["t1"].Payload)
+	}
+}
+
+// TestProduceTimeoutWhileKafkaSilent: Kafka takes a produce request and
+// does not answer (a paused broker). The client gets its 503 at the
+// produce timeout (3 s here), not when Kafka answers; once Kafka answers
+// and the record is written, a retry of the same id is answered duplicate
+// and the topic holds the record once.
+func TestProduceTimeoutWhileKafkaSilent(t *testing.T) {
+	e := newEnv(t, opts{})
+	// The topic's partitions are known before Kafka goes silent.
+	if a := e.do(acmeKey, "whatsapp", "application/json", env1("warm")); a.status != 202 {
+		t.Fatalf("warm-up: %d %s", a.status, a.body)
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	wake := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(wake)
+	e.kc.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.kc.SleepControl(func() { <-release })
+		return nil, nil, false // then handled as usual: the record is written
+	})
+	// Kafka answers after 15 s: without the bound the 503 would come then.
+	timer := time.AfterFunc(15*time.Second, wake)
+	defer timer.Stop()
+	start := time.Now()
+	a := e.do(acmeKey, "whatsapp", "application/json", env1("slow1"))
+	took := time.Since(start)
+	p := isProblem(t, "Kafka silent", a, 503)
+	if a.h.Get("Retry-After") == "" || p["type"] != "https://pacer.dev/problems/kafka-unavailable" {
+		t.Errorf("Kafka silent: %v %s, want a kafka-unavailable problem with Retry-After", a.h, a.body)
+	}
+	if took > 9*time.Second {
+		t.Fatalf("Kafka silent: answered after %v, want about the 3 s produce timeout", took)
+	}
+	wake()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := e.do(acmeKey, "whatsapp", "application/json", env1("slow1"))
+		if r.status == 202 {
+			if !strings.Contains(string(r.body), `"duplicate":true`) {
+				t.Fatalf("retry after Kafka wrote the record: %s, want duplicate", r.body)
+			}
+			break
+		}
+		if r.status != 409 || time.Now().After(deadline) {
+			t.Fatalf("retry while the late record settles: %d %s, want 409 then 202 duplicate", r.status, r.body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if n := len(e.records("pacer.whatsapp")["slow1"]); n != 1 {
+		t.Errorf("slow1 on the topic %d times, want once", n)
 	}
 }
