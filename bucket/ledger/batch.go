@@ -94,6 +94,9 @@ type CountWriter func(ctx context.Context, pipe redis.Pipeliner, counts []Count)
 // Delivered and Release only queue their write (and return nil): a record
 // is finished before its mark reaches Redis. What that means after a crash
 // is in [BatchConfig.FlushInterval]. Close writes what waits.
+// DeliveredCounted queues a count (a campaign's) with the mark, written
+// in the same flush ([BatchConfig.Count]), so a crash leaves the counts as
+// it leaves the marks.
 //
 // A Batcher is safe for concurrent use.
 type Batcher struct {
