@@ -667,15 +667,21 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 		}
 	}
 	if done && p.camps != nil {
-		switch o.kind {
+		switch cl := p.countingLedger(); o.kind {
 		case delivered:
-			p.camps.count(f.env.Campaign, true, "")
+			if cl == nil {
+				p.camps.count(f.env.Campaign, true, "")
+			} // else counted with its mark (p.delivered)
 		case deadLettered:
 			label := o.reason
 			if i := strings.IndexByte(label, ':'); i > 0 {
 				label = label[:i]
 			}
-			p.camps.count(f.env.Campaign, false, label)
+			if cl != nil && f.env.Campaign != "" {
+				cl.AddCount(ledger.Count{Name: f.env.Campaign, Field: countDLQ + label, At: time.Now().UnixMilli()})
+			} else {
+				p.camps.count(f.env.Campaign, false, label)
+			}
 		}
 	}
 	// stopped (and pass or again, which never reach here): not finished.
@@ -1030,10 +1036,28 @@ func (p *Pacer) delivered(ctx context.Context, env Envelope, res channels.Result
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := p.redis(dctx, log, func() error {
+		if cl := p.countingLedger(); cl != nil && env.Campaign != "" {
+			// The campaign's count goes in the flush that writes the mark.
+			return cl.DeliveredCounted(dctx, p.cfg.Channel, env.Key, env.ID, res.ProviderID,
+				ledger.Count{Name: env.Campaign, Field: countDelivered, At: time.Now().UnixMilli()})
+		}
 		return p.ledger.Delivered(dctx, p.cfg.Channel, env.Key, env.ID, res.ProviderID)
 	}); err != nil {
 		log.Error("delivered, but the idempotency record could not be written; a re-delivered copy will count as unknown-outcome")
 	}
+}
+
+// countingLedger returns the ledger that writes campaign counts with its
+// marks, or nil when the campaigns' counts are added every countsEvery
+// (no campaign store, or a ledger that does not count).
+func (p *Pacer) countingLedger() CountingLedger {
+	if p.camps == nil {
+		return nil
+	}
+	if cl, ok := p.ledger.(CountingLedger); ok && cl.Counting() {
+		return cl
+	}
+	return nil
 }
 
 // retry sends r to the retry tier of its attempt count, or to the DLQ once

@@ -3,11 +3,14 @@ package pacer
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/control"
+	"github.com/pacerhq/pacer/bucket/ledger"
+	"github.com/redis/go-redis/v9"
 )
 
 // LimitStore answers the limit set at run time for one pacing key;
@@ -50,6 +53,82 @@ func (o OverridePolicy) KeyPolicy(ctx context.Context, key string) (KeyPolicy, e
 type CampaignStore interface {
 	States(ctx context.Context, channel string, campaigns []string) ([]control.State, error)
 	Add(ctx context.Context, channel string, counts map[string]*control.Counts) error
+}
+
+// CountingLedger is a [Ledger] that writes a campaign's count in the
+// flush that writes the record's delivered mark (*ledger.Batcher with a
+// [ledger.BatchConfig].Count, see [CampaignCounts]). With one, the pacer
+// counts its campaigns' outcomes through it rather than adding them to the
+// [CampaignStore] every second, so a crash leaves the counters as it
+// leaves the ledger: a delivered record counted exactly when its mark was
+// written (a record Kafka delivers again after the crash is skipped as a
+// duplicate and never counted, so a count lost with it would be lost for
+// good).
+type CountingLedger interface {
+	// Counting reports whether counts are written (a Count writer is set).
+	Counting() bool
+	// DeliveredCounted is Delivered with c written in the same flush.
+	DeliveredCounted(ctx context.Context, channel, key, id, providerID string, c ledger.Count) error
+	// AddCount queues c, which has no mark, for the next flush.
+	AddCount(c ledger.Count)
+}
+
+// Counter names of a [ledger.Count] of a campaign ([CampaignCounts]).
+const (
+	countDelivered = "delivered"
+	countDLQ       = "dlq:" // + the reason's label
+)
+
+// CampaignAdder adds campaign counts to a pipeline; *control.Store
+// implements it.
+type CampaignAdder interface {
+	AddTo(ctx context.Context, pipe redis.Pipeliner, channel string, counts map[string]*control.Counts) func() map[string]*control.Counts
+}
+
+// CampaignCounts returns the [ledger.CountWriter] that adds the counts of
+// channel's campaigns ([ledger.Count] Name the campaign, Field "delivered"
+// or "dlq:<reason>", At the Unix ms of a delivery) to their counters in
+// store, in the pipeline of the ledger flush that writes the records'
+// marks: give it as the Count of the Batcher given as [Deps].Ledger, with
+// the same store as [Deps].Campaigns.
+func CampaignCounts(store CampaignAdder, channel string) ledger.CountWriter {
+	return func(ctx context.Context, pipe redis.Pipeliner, cs []ledger.Count) func() []ledger.Count {
+		counts := map[string]*control.Counts{}
+		for _, c := range cs {
+			n := counts[c.Name]
+			if n == nil {
+				n = &control.Counts{DeadLetters: map[string]int64{}}
+				counts[c.Name] = n
+			}
+			if reason, ok := strings.CutPrefix(c.Field, countDLQ); ok {
+				n.DeadLetters[reason]++
+				continue
+			}
+			n.Delivered++
+			if n.First == 0 || c.At < n.First {
+				n.First = c.At
+			}
+			n.Last = max(n.Last, c.At)
+		}
+		unwritten := store.AddTo(ctx, pipe, channel, counts)
+		return func() []ledger.Count {
+			left := unwritten()
+			if len(left) == 0 {
+				return nil
+			}
+			var out []ledger.Count
+			for _, c := range cs {
+				n := left[c.Name]
+				if n == nil {
+					continue
+				}
+				if reason, ok := strings.CutPrefix(c.Field, countDLQ); ok && n.DeadLetters[reason] > 0 || !ok && n.Delivered > 0 {
+					out = append(out, c)
+				}
+			}
+			return out
+		}
+	}
 }
 
 // Campaign control timing.

@@ -254,33 +254,77 @@ type Counts struct {
 }
 
 // Add adds batches of counts, by campaign: one pipelined round trip of a
-// few commands per campaign (HINCRBY per field, HSETNX first, HSET last,
-// and the campaign's entry in the channel's index), so a pacer flushing
-// every second costs Redis a handful of commands per active campaign per
-// second, whatever the message rate.
+// few commands per campaign (see [Store.AddTo]).
 func (s *Store) Add(ctx context.Context, channel string, counts map[string]*Counts) error {
 	if len(counts) == 0 {
 		return nil
 	}
 	pipe := s.rdb.Pipeline()
+	s.AddTo(ctx, pipe, channel, counts)
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// AddTo adds to pipe, without running it, the writes of batches of counts,
+// by campaign: a few commands per campaign (HINCRBY per counter, HSETNX
+// first_ms, HSET last_ms, and the campaigns' entries in the channel's
+// index), all in the channel's slot, so a pacer adding its counts with its
+// idempotency ledger's flush costs Redis a handful of commands per active
+// campaign per flush, whatever the message rate. Once pipe ran, unwritten
+// returns the counts that were not added (by campaign, only the counters
+// whose HINCRBY failed: those that succeeded must not be added again), or
+// nil when all were; first_ms, last_ms and the index are not counters and
+// are not reported.
+func (s *Store) AddTo(ctx context.Context, pipe redis.Pipeliner, channel string, counts map[string]*Counts) (unwritten func() map[string]*Counts) {
+	if len(counts) == 0 {
+		return func() map[string]*Counts { return nil }
+	}
 	names := make([]string, 0, len(counts))
 	for c := range counts {
 		names = append(names, c)
 	}
+	sort.Strings(names)
 	s.touch(ctx, pipe, channel, time.Now(), names...)
-	for c, n := range counts {
+	type incr struct {
+		campaign, reason string // reason "" : delivered
+		n                int64
+		cmd              *redis.IntCmd
+	}
+	var incrs []incr
+	for _, c := range names {
+		n := counts[c]
 		k := s.keys.Campaign(channel, c)
 		if n.Delivered > 0 {
-			pipe.HIncrBy(ctx, k, "delivered", n.Delivered)
+			incrs = append(incrs, incr{campaign: c, n: n.Delivered, cmd: pipe.HIncrBy(ctx, k, "delivered", n.Delivered)})
 			pipe.HSetNX(ctx, k, "first_ms", n.First)
 			pipe.HSet(ctx, k, "last_ms", n.Last)
 		}
 		for r, v := range n.DeadLetters {
-			pipe.HIncrBy(ctx, k, "dlq:"+r, v)
+			incrs = append(incrs, incr{campaign: c, reason: r, n: v, cmd: pipe.HIncrBy(ctx, k, "dlq:"+r, v)})
 		}
 	}
-	_, err := pipe.Exec(ctx)
-	return err
+	return func() map[string]*Counts {
+		var out map[string]*Counts
+		for _, in := range incrs {
+			if in.cmd.Err() == nil {
+				continue
+			}
+			if out == nil {
+				out = map[string]*Counts{}
+			}
+			m := out[in.campaign]
+			if m == nil {
+				m = &Counts{DeadLetters: map[string]int64{}}
+				out[in.campaign] = m
+			}
+			if in.reason == "" {
+				m.Delivered, m.First, m.Last = in.n, counts[in.campaign].First, counts[in.campaign].Last
+			} else {
+				m.DeadLetters[in.reason] = in.n
+			}
+		}
+		return out
+	}
 }
 
 // AddPublished adds the records published per campaign (by pacer publish

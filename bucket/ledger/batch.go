@@ -50,7 +50,31 @@ type BatchConfig struct {
 	// up to 1 s) and of marks dropped beyond 100,000 waiting. It is called
 	// from the flushing goroutine.
 	OnError func(error)
+	// Count, if set, writes the counts queued with delivered marks
+	// ([Batcher.DeliveredCounted]) or alone ([Batcher.AddCount]) in the
+	// flush that writes those marks: see [CountWriter].
+	Count CountWriter
 }
+
+// Count is one outcome counted with the delivered mark of its record
+// ([Batcher.DeliveredCounted]), or alone ([Batcher.AddCount]): Name is
+// what it counts in (a campaign), Field which counter (e.g. "delivered",
+// "dlq:<reason>"), At the Unix ms of the outcome.
+type Count struct {
+	Name, Field string
+	At          int64
+}
+
+// CountWriter adds to pipe, the pipeline of one flush, the writes of
+// counts (every count queued since the last flush, in the order they were
+// queued), and returns a function that, once pipe ran, returns the counts
+// not written: they are tried again with the next flush, with the marks
+// that failed in this one. Without Redis Cluster the flush runs in one
+// MULTI/EXEC, so its marks and counts are written together or not at all;
+// under Redis Cluster the counts' keys are in another slot than the marks'
+// (see [Batcher.DeliveredCounted]). It is called from the flushing
+// goroutine.
+type CountWriter func(ctx context.Context, pipe redis.Pipeliner, counts []Count) (unwritten func() []Count)
 
 // Batcher is a [Ledger] whose operations from many goroutines go to Redis
 // together: every FlushInterval at most, the claims, delivered marks and
@@ -70,6 +94,9 @@ type BatchConfig struct {
 // Delivered and Release only queue their write (and return nil): a record
 // is finished before its mark reaches Redis. What that means after a crash
 // is in [BatchConfig.FlushInterval]. Close writes what waits.
+// DeliveredCounted queues a count (a campaign's) with the mark, written
+// in the same flush ([BatchConfig.Count]), so a crash leaves the counts as
+// it leaves the marks.
 //
 // A Batcher is safe for concurrent use.
 type Batcher struct {
@@ -77,10 +104,12 @@ type Batcher struct {
 	interval time.Duration
 	maxBatch int
 	onError  func(error)
+	count    CountWriter
 
 	mu      sync.Mutex
 	claims  []*PendingClaim
 	marks   []mark
+	counts  []Count // to write in the flush that writes the marks queued with them
 	closed  bool
 	wake    chan struct{} // an operation waits
 	full    chan struct{} // MaxBatch operations wait, or Flush
@@ -103,7 +132,7 @@ func NewBatcher(rdb redis.Cmdable, keys bucket.Keys, cfg BatchConfig) *Batcher {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = DefaultMaxBatch
 	}
-	b := &Batcher{l: New(rdb, keys, cfg.TTL), interval: cfg.FlushInterval, maxBatch: cfg.MaxBatch, onError: cfg.OnError,
+	b := &Batcher{l: New(rdb, keys, cfg.TTL), interval: cfg.FlushInterval, maxBatch: cfg.MaxBatch, onError: cfg.OnError, count: cfg.Count,
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1), rearm: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 	go b.run()
 	return b
@@ -230,18 +259,83 @@ func (b *Batcher) Claim(ctx context.Context, channel, key, id, owner string, for
 // Delivered queues the mark of id as delivered (see [Ledger.Delivered]) for
 // the next flush and returns nil. After Close it writes at once.
 func (b *Batcher) Delivered(ctx context.Context, channel, key, id, providerID string) error {
-	return b.queue(ctx, mark{kind: 'd', channel: channel, key: key, id: id, arg: providerID},
+	return b.queue(ctx, mark{kind: 'd', channel: channel, key: key, id: id, arg: providerID}, nil,
 		func() error { return b.l.Delivered(ctx, channel, key, id, providerID) })
+}
+
+// Counting reports whether the Batcher writes counts ([BatchConfig.Count]);
+// without, DeliveredCounted is Delivered and AddCount does nothing.
+func (b *Batcher) Counting() bool { return b.count != nil }
+
+// DeliveredCounted queues the mark of id as delivered, as Delivered does,
+// and c with it: c is written in the flush that writes the mark, and
+// tried again with it when that flush fails, so a count never reaches
+// Redis long before or after its mark. Without Redis Cluster they go in one
+// MULTI/EXEC: a crash (of the process or of its connection) leaves both or
+// neither. Under Redis Cluster the mark (the pacing key's slot) and c (the
+// count's keys, elsewhere) go in the same pipeline to two nodes: a crash
+// while that one round trip is under way may leave one without the other.
+// After Close it writes both at once.
+func (b *Batcher) DeliveredCounted(ctx context.Context, channel, key, id, providerID string, c Count) error {
+	cs := []Count{c}
+	if b.count == nil {
+		cs = nil
+	}
+	return b.queue(ctx, mark{kind: 'd', channel: channel, key: key, id: id, arg: providerID}, cs,
+		func() error {
+			if err := b.l.Delivered(ctx, channel, key, id, providerID); err != nil {
+				return err
+			}
+			return b.writeCounts(ctx, cs)
+		})
+}
+
+// AddCount queues c, an outcome with no mark of its own (a record
+// dead-lettered once its DLQ copy was acknowledged), for the next flush.
+// After Close it writes at once; a failure is reported to OnError.
+func (b *Batcher) AddCount(c Count) {
+	if b.count == nil {
+		return
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := b.writeCounts(ctx, []Count{c}); err != nil {
+			b.report(err)
+		}
+		return
+	}
+	b.counts = append(b.counts, c)
+	b.signal()
+	b.mu.Unlock()
+}
+
+// writeCounts writes cs in a pipeline of their own (after Close).
+func (b *Batcher) writeCounts(ctx context.Context, cs []Count) error {
+	if len(cs) == 0 || b.count == nil {
+		return nil
+	}
+	pipe := b.l.rdb.Pipeline()
+	unwritten := b.count(ctx, pipe, cs)
+	_, err := pipe.Exec(ctx)
+	if left := unwritten(); len(left) > 0 {
+		return fmt.Errorf("ledger: %d counts not written: %w", len(left), cmp(err, errors.New("refused")))
+	}
+	return nil
 }
 
 // Release queues the release of owner's claim on id (see [Ledger.Release])
 // for the next flush and returns nil. After Close it writes at once.
 func (b *Batcher) Release(ctx context.Context, channel, key, id, owner string) error {
-	return b.queue(ctx, mark{kind: 'r', channel: channel, key: key, id: id, arg: owner},
+	return b.queue(ctx, mark{kind: 'r', channel: channel, key: key, id: id, arg: owner}, nil,
 		func() error { return b.l.Release(ctx, channel, key, id, owner) })
 }
 
-func (b *Batcher) queue(_ context.Context, m mark, direct func() error) error {
+// queue queues m and the counts cs that go with it, under one lock: a
+// flush takes both or neither.
+func (b *Batcher) queue(_ context.Context, m mark, cs []Count, direct func() error) error {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -252,6 +346,7 @@ func (b *Batcher) queue(_ context.Context, m mark, direct func() error) error {
 		b.report(fmt.Errorf("ledger: %d marks wait for Redis: the oldest dropped (its record reads as abandoned if delivered again)", maxMarks))
 	}
 	b.marks = append(b.marks, m)
+	b.counts = append(b.counts, cs...)
 	b.signal()
 	b.mu.Unlock()
 	return nil
@@ -263,7 +358,7 @@ func (b *Batcher) signal() {
 	case b.wake <- struct{}{}:
 	default:
 	}
-	if len(b.claims)+len(b.marks) >= b.maxBatch {
+	if len(b.claims)+len(b.marks)+len(b.counts) >= b.maxBatch {
 		select {
 		case b.full <- struct{}{}:
 		default:
@@ -293,7 +388,7 @@ func (b *Batcher) Close(ctx context.Context) error {
 	for {
 		ok := b.flush(ctx)
 		b.mu.Lock()
-		left := len(b.marks) + len(b.claims)
+		left := len(b.marks) + len(b.claims) + len(b.counts)
 		b.mu.Unlock()
 		if ok && left == 0 {
 			return nil
@@ -348,7 +443,7 @@ func (b *Batcher) run() {
 			backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
 		}
 		b.mu.Lock()
-		if len(b.claims)+len(b.marks) > 0 {
+		if len(b.claims)+len(b.marks)+len(b.counts) > 0 {
 			b.signal()
 		}
 		b.mu.Unlock()
@@ -397,13 +492,13 @@ func (c *call) ops() []op {
 // made before it.
 func (b *Batcher) flush(ctx context.Context) bool {
 	b.mu.Lock()
-	marks, claims := b.marks, b.claims
-	b.marks, b.claims = nil, nil
+	marks, claims, counts := b.marks, b.claims, b.counts
+	b.marks, b.claims, b.counts = nil, nil, nil
 	for _, c := range claims {
 		c.taken = true
 	}
 	b.mu.Unlock()
-	if len(marks)+len(claims) == 0 {
+	if len(marks)+len(claims)+len(counts) == 0 {
 		return true
 	}
 	// Each group's calls, in order: its marks first, then its claims.
@@ -435,11 +530,23 @@ func (b *Batcher) flush(ctx context.Context) bool {
 
 	now := time.Now()
 	pipe := b.l.rdb.Pipeline()
+	if len(counts) > 0 && !b.l.cluster {
+		// The marks and the counts queued with them: both or neither.
+		pipe = b.l.rdb.TxPipeline()
+	}
 	for _, c := range calls {
 		keys, argv := b.l.args(c.ops(), now)
 		c.cmd = pipe.EvalSha(ctx, ledgerScript.Hash(), keys, argv...)
 	}
+	unwritten := func() []Count { return nil }
+	if len(counts) > 0 {
+		unwritten = b.count(ctx, pipe, counts)
+	}
 	_, _ = pipe.Exec(ctx) // each command's error is read below
+	// Counts not written go again with the next flush, with the marks that
+	// failed in this one (a NOSCRIPT below fails no count: the counts were
+	// written, and the marks go again at once).
+	failedCounts := unwritten()
 
 	// The script missing from the server's cache (a restart, SCRIPT
 	// FLUSH): the calls that found none go again, with its text, in one
@@ -489,10 +596,16 @@ func (b *Batcher) flush(ctx context.Context) bool {
 			}
 		}
 	}
+	if len(failedCounts) > 0 {
+		b.report(fmt.Errorf("ledger: %d of %d counts not written, tried again", len(failedCounts), len(counts)))
+	}
 	if len(failed) > 0 {
 		b.report(fmt.Errorf("ledger: %d of %d delivered marks or releases not written, tried again: %w", len(failed), len(marks), firstErr))
+	}
+	if len(failed)+len(failedCounts) > 0 {
 		b.mu.Lock()
 		b.marks = append(failed, b.marks...)
+		b.counts = append(failedCounts, b.counts...)
 		b.mu.Unlock()
 		return false
 	}

@@ -325,11 +325,15 @@ func TestBatcherRedisDown(t *testing.T) {
 	if err == nil || got != ledger.ClaimUnknown {
 		t.Fatalf("claim while Redis fails = %v, %v; want unknown and an error", got, err)
 	}
+	// The flush answers its claims before it reports its failed marks.
+	deadline := time.Now().Add(10 * time.Second)
+	for reported.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	if reported.Load() == 0 {
 		t.Error("a failed mark was not reported")
 	}
 	mr.SetError("")
-	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if entries(t, rdb, bucket.Keys{})["106\nm1"] == "d:w" {
 			break
@@ -524,5 +528,197 @@ func TestBatcherCommandsPerFlush(t *testing.T) {
 	}
 	if got := len(entries(t, rdb, keys)); got != 200 {
 		t.Errorf("%d ids recorded; want 200", got)
+	}
+}
+
+// killSwitch is a process's connection to Redis that dies once its
+// after-th flush with delivered marks has been written: nothing it sends
+// later reaches Redis (a kill -9 right after that flush).
+type killSwitch struct {
+	after  int64
+	n      atomic.Int64
+	killed atomic.Bool
+}
+
+var errKilled = fmt.Errorf("the process was killed")
+
+func (h *killSwitch) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *killSwitch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.killed.Load() {
+			cmd.SetErr(errKilled)
+			return errKilled
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *killSwitch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.killed.Load() {
+			for _, c := range cmds {
+				c.SetErr(errKilled)
+			}
+			return errKilled
+		}
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if c.Name() == "evalsha" && slices.ContainsFunc(c.Args(), func(a any) bool { return a == "d" }) {
+				if h.n.Add(1) >= h.after {
+					h.killed.Store(true)
+				}
+				break
+			}
+		}
+		return err
+	}
+}
+
+// hincrCounts is a CountWriter that adds each count's field to the hash
+// key with one HINCRBY per field, and reports as unwritten the counts of a
+// field whose HINCRBY failed.
+func hincrCounts(key string) ledger.CountWriter {
+	return func(ctx context.Context, pipe redis.Pipeliner, cs []ledger.Count) func() []ledger.Count {
+		n := map[string]int64{}
+		for _, c := range cs {
+			n[c.Field]++
+		}
+		cmds := map[string]*redis.IntCmd{}
+		for f, v := range n {
+			cmds[f] = pipe.HIncrBy(ctx, key, f, v)
+		}
+		return func() []ledger.Count {
+			var out []ledger.Count
+			for _, c := range cs {
+				if cmds[c.Field].Err() != nil {
+					out = append(out, c)
+				}
+			}
+			return out
+		}
+	}
+}
+
+// TestBatcherCountsWithMarks: a count queued with a delivered mark is
+// written in the flush that writes the mark, so when the process dies (its
+// connection cut right after its third flush of marks, the later ones
+// queued and never written, the Batcher never closed) the counts in Redis
+// equal the ids the ledger holds as delivered: none counted without its
+// mark, none marked without its count. Also under Redis Cluster, where the
+// count's key is in another slot than the marks'.
+func TestBatcherCountsWithMarks(t *testing.T) {
+	type target struct {
+		rdb  redis.UniversalClient
+		keys bucket.Keys
+	}
+	targets := map[string]target{}
+	for name, s := range servers(t) {
+		targets[name] = target{s.rdb, s.keys}
+	}
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
+	t.Cleanup(func() { cl.Close() })
+	targets["cluster"] = target{cl, bucket.NewKeys("tbk" + time.Now().Format("150405.000000"))}
+	for name, s := range targets {
+		t.Run(name, func(t *testing.T) {
+			var kill killSwitch
+			kill.after = 3
+			var rdb redis.UniversalClient
+			switch c := s.rdb.(type) { // the process's own connections
+			case *redis.Client:
+				rdb = redis.NewClient(&redis.Options{Addr: c.Options().Addr, DB: c.Options().DB})
+			case *redis.ClusterClient:
+				rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
+			}
+			defer rdb.Close()
+			rdb.AddHook(&kill)
+			counter := s.keys.Campaign("whatsapp", "spring")
+			b := ledger.NewBatcher(rdb, s.keys, ledger.BatchConfig{FlushInterval: time.Millisecond, Count: hincrCounts(counter)})
+			if !b.Counting() {
+				t.Fatal("Counting() = false with a Count writer")
+			}
+			// Marks come, 20 at a time, while flushes go, until the kill and
+			// 20 more after it (never written).
+			total, after := 0, 0
+			deadline := time.Now().Add(20 * time.Second)
+			for after < 20 {
+				for range 20 {
+					if err := b.DeliveredCounted(t.Context(), "whatsapp", fmt.Sprint(106+total%7), fmt.Sprint("m", total), "w",
+						ledger.Count{Name: "spring", Field: "delivered", At: time.Now().UnixMilli()}); err != nil {
+						t.Fatal(err)
+					}
+					total++
+					if kill.killed.Load() {
+						after++
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the third flush of marks did not come within 20 s")
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			// The process is gone: the Batcher is never closed. Read what
+			// Redis holds.
+			l := ledger.New(s.rdb, s.keys, 0)
+			marked := 0
+			for i := range total {
+				ok, err := l.IsDelivered(t.Context(), "whatsapp", fmt.Sprint(106+i%7), fmt.Sprint("m", i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok {
+					marked++
+				}
+			}
+			counted, err := s.rdb.HGet(t.Context(), counter, "delivered").Int()
+			if err != nil && err != redis.Nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d of %d marked delivered, %d counted", marked, total, counted)
+			if marked == 0 || marked == total {
+				t.Fatalf("%d of %d marked delivered: the kill hit no flush in the middle of the marks", marked, total)
+			}
+			if counted != marked {
+				t.Errorf("campaign count %d, ledger holds %d delivered: counts and marks disagree after the kill", counted, marked)
+			}
+		})
+	}
+}
+
+// TestBatcherCountsRetried: a flush that fails (Redis refuses every
+// command) writes neither its marks nor their counts; both go again
+// together and are written once, the count added once, not twice.
+func TestBatcherCountsRetried(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	defer rdb.Close()
+	var reported atomic.Int64
+	keys := bucket.Keys{}
+	counter := keys.Campaign("whatsapp", "spring")
+	b := ledger.NewBatcher(rdb, keys, ledger.BatchConfig{FlushInterval: time.Millisecond, Count: hincrCounts(counter),
+		OnError: func(error) { reported.Add(1) }})
+	defer closeBatcher(t, b)
+	mr.SetError("LOADING Redis is loading the dataset in memory")
+	b.DeliveredCounted(t.Context(), "whatsapp", "106", "m1", "w", ledger.Count{Name: "spring", Field: "delivered"})
+	b.AddCount(ledger.Count{Name: "spring", Field: "dlq:expired"})
+	deadline := time.Now().Add(10 * time.Second)
+	for reported.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the failed flush was not reported")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	mr.SetError("")
+	for entries(t, rdb, keys)["106\nm1"] != "d:w" {
+		if time.Now().After(deadline) {
+			t.Fatal("the mark was not written once Redis answered")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	closeBatcher(t, b)
+	got, err := rdb.HGetAll(t.Context(), counter).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"delivered": "1", "dlq:expired": "1"}; !maps.Equal(got, want) {
+		t.Errorf("counts %v; want %v (each once, with its mark)", got, want)
 	}
 }

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/redis/go-redis/v9"
@@ -53,15 +55,21 @@ func (e *e2e) delivered() (delivered, dups int) {
 	return
 }
 
-// TestCrashRecovery: 3 processes, 5,000 messages over 10 numbers; one
-// process is SIGKILLed twice and started again. No message arrives twice;
-// every message is delivered or dead-lettered as unknown-outcome, and those
-// are no more than the sends in flight at the kills plus what the ledger's
-// flush interval holds.
+// TestCrashRecovery: 3 processes, 5,000 messages of one campaign over 10
+// numbers; one process is SIGKILLed twice and started again. No message
+// arrives twice; every message is delivered or dead-lettered as
+// unknown-outcome, and those are no more than the sends in flight at the
+// kills plus what the ledger's flush interval holds. The campaign's
+// counters agree with the ledger after the kills: delivered = the ids the
+// ledger holds delivered, dead-lettered unknown-outcome = the DLQ's,
+// remaining 0.
 func TestCrashRecovery(t *testing.T) {
 	const numbers, per, rate, burst = 10, 500, 50.0, 10
 	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: burst, Latency: 20 * time.Millisecond})
-	lines, _ := campaign(numbers, per, "3")
+	_, keys := campaign(numbers, per, "3")
+	var b strings.Builder
+	campaignLines(&b, "crash", keys, per, "")
+	lines := b.String()
 	if code, out, errs := e.publish(lines, "--partitions", "6"); code != 0 {
 		t.Fatalf("publish: %d %s %s", code, out, errs)
 	}
@@ -140,6 +148,42 @@ func TestCrashRecovery(t *testing.T) {
 	held := int(math.Ceil(numbers * rate * (2*20*time.Millisecond + 3*time.Millisecond).Seconds()))
 	if limit := inflight[0] + inflight[1] + 2*(5+held); unknown > limit {
 		t.Errorf("unknown-outcome %d > sends in flight at the kills (%v) + per kill 5 claims whose request had not arrived and %d the ledger's flush interval holds", unknown, inflight, held)
+	}
+
+	// The campaign's counters against the ledger's delivered marks.
+	opt, err := redis.ParseURL(e.redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	led := ledger.New(rdb, bucket.NewKeys(e.prefix), 0)
+	marked := 0
+	for _, k := range keys {
+		for i := range per {
+			ok, err := led.IsDelivered(context.Background(), "whatsapp", k, fmt.Sprintf("crash-%s-%d", k, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				marked++
+			}
+		}
+	}
+	var st struct {
+		Published   int64            `json:"published"`
+		Delivered   int64            `json:"delivered"`
+		DeadLetters map[string]int64 `json:"dead_letters"`
+		Remaining   int64            `json:"remaining"`
+	}
+	if err := json.Unmarshal([]byte(e.cli("campaign", "status", "--channel", "whatsapp", "--campaign", "crash", "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("campaign status: published %d, delivered %d, dead-lettered %v, remaining %d; the ledger holds %d delivered",
+		st.Published, st.Delivered, st.DeadLetters, st.Remaining, marked)
+	if st.Published != int64(total) || st.Delivered != int64(marked) || st.DeadLetters["unknown-outcome"] != int64(unknown) || st.Remaining != 0 {
+		t.Errorf("campaign status published %d, delivered %d, unknown-outcome %d, remaining %d; want %d, %d (the ledger's delivered marks), %d (the DLQ's), 0",
+			st.Published, st.Delivered, st.DeadLetters["unknown-outcome"], st.Remaining, total, marked, unknown)
 	}
 }
 

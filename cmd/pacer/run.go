@@ -98,8 +98,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	policy := pacer.OverridePolicy{Base: base, Channel: ch.name, Store: ctl}
 	// The ledger's claims and delivered marks go to Redis in one pipeline
 	// per PACER_LEDGER_FLUSH; those still waiting at exit are written then.
+	// The campaigns' counts go with the marks of their records, in the same
+	// flush, so a crash leaves the counters as it leaves the ledger.
 	var failTo atomic.Pointer[pacer.Pacer] // set below; the ledger reports its failures to it
 	led := ledger.NewBatcher(rdb, lim.Keys(), ledger.BatchConfig{FlushInterval: cfg.LedgerFlush, TTL: cfg.LedgerTTL,
+		Count: pacer.CampaignCounts(ctl, ch.name),
 		OnError: func(err error) {
 			if p := failTo.Load(); p != nil {
 				p.LedgerWriteFailed(err)
