@@ -612,6 +612,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 				p.log.Warn("fetch error", "topic", t, "partition", part, "err", err)
 			}
 		})
+		var fs []*fetched
 		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
 			if len(f.Records) == 0 {
 				return
@@ -620,9 +621,16 @@ func (p *Pacer) Run(ctx context.Context) error {
 			w := p.workers[tp{f.Topic, f.Partition}]
 			p.mu.Unlock()
 			if w != nil {
-				w.push(f.Records)
+				if w.backlogEnd < 0 {
+					w.backlogEnd = f.HighWatermark
+				}
+				fs = append(fs, &fetched{w: w, rs: f.Records})
 			}
 		})
+		p.skipKnown(ctx, fs)
+		for _, f := range fs {
+			f.w.push(f.rs, f.skip)
+		}
 		cl.AllowRebalance()
 	}
 
