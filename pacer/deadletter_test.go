@@ -8,6 +8,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/ledger"
+	"github.com/pacerhq/pacer/pacer"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -159,5 +160,41 @@ func TestDeliveredBacklogSkippedBeforeSlot(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReplayOncePerID: a message dead-lettered more than once (its DLQ
+// copies carry one envelope id) is replayed once; a value that does not
+// parse is replayed as often as it is there.
+func TestReplayOncePerID(t *testing.T) {
+	h := newHarness(t, nil)
+	if _, err := kadm.NewClient(h.cl).CreateTopic(context.Background(), 1, 1, nil, "pacer.test.dlq"); err != nil {
+		t.Fatal(err)
+	}
+	var rs []*kgo.Record
+	for _, v := range []string{env("a"), env("b"), env("a"), "not json", env("a"), "not json"} {
+		rs = append(rs, &kgo.Record{Topic: "pacer.test.dlq", Key: []byte("k1"), Value: []byte(v),
+			Headers: []kgo.RecordHeader{{Key: "pacer-reason", Value: []byte("unknown-outcome")}}})
+	}
+	if err := h.cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.kc.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	s, err := pacer.Replay(context.Background(), cl, pacer.ReplayConfig{DLQTopic: "pacer.test.dlq", Topic: "pacer.test", Partitions: 2})
+	if err != nil || s.Scanned != 6 || s.Replayed != 4 || s.Duplicates != 2 {
+		t.Fatalf("Replay = %+v, %v; want 6 scanned, 4 replayed, 2 duplicates", s, err)
+	}
+	ends, err := kadm.NewClient(h.cl).ListEndOffsets(context.Background(), "pacer.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	if n != 4 {
+		t.Errorf("%d records on the main topic, want 4 (a, b and both unparsed)", n)
 	}
 }
