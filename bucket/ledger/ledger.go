@@ -1,8 +1,10 @@
 // Package ledger is the idempotency ledger of envelope ids, kept in Redis
 // beside the pacing key's bucket: an id is claimed before its send and
 // marked delivered after it, so a record Kafka delivers again is not sent
-// twice. Its keys come from the [bucket.Keys] of the limiter, so a claim
-// always reads that limiter's cooldown.
+// twice; an id whose outcome is unknown (a claim left by a process that
+// died mid-send) is marked dead-lettered once its DLQ copy is written, so
+// it is not dead-lettered again. Its keys come from the [bucket.Keys] of
+// the limiter, so a claim always reads that limiter's cooldown.
 package ledger
 
 import (
