@@ -440,3 +440,27 @@ func TestLedgerDeadLetteredGenerations(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkLedgerLookup: one poll's backlog read, 10,000 ids of 100 pacing
+// keys (half of them delivered) on redis-server, per Lookup.
+func BenchmarkLedgerLookup(b *testing.B) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b), DB: testenv.RedisDB})
+	defer rdb.Close()
+	l := ledger.New(rdb, bucket.NewKeys("tbl"+time.Now().Format("150405.000000")), 0)
+	refs := make([]ledger.Ref, 10_000)
+	for i := range refs {
+		refs[i] = ledger.Ref{Channel: "whatsapp", Key: fmt.Sprint(100 + i%100), ID: fmt.Sprint("m", i)}
+		if i%2 == 0 {
+			if err := l.Delivered(b.Context(), "whatsapp", refs[i].Key, refs[i].ID, "w"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		st, err := l.Lookup(b.Context(), refs)
+		if err != nil || st[0] != ledger.StateDelivered || st[1] != ledger.StateNone {
+			b.Fatalf("Lookup: %v, %v", st[:2], err)
+		}
+	}
+}
