@@ -8,9 +8,11 @@
 -- generation's hash, which expires at the end of generation g + 4, and read
 -- from the current hash and the 4 before it: it is seen for at least 4
 -- generations (the TTL) and kept for at most 5 (1.25 x the TTL). A field's
--- value is "d:<provider id>" once delivered, "c:<owner>" while claimed.
--- Across generations: "d:" anywhere is delivered; otherwise the newest
--- generation holding a claim names its owner.
+-- value is "d:<provider id>" once delivered, "c:<owner>" while claimed,
+-- "x:<reason>" once dead-lettered while claimed (its DLQ copy written: a
+-- copy read again is not dead-lettered again). Across generations: "d:"
+-- anywhere is delivered; otherwise the newest generation holding a "c:" or
+-- an "x:" value decides: the claim's owner, or dead-lettered.
 --
 -- KEYS[1]         the first cooldown key: KEYS[1..c] are the cooldown keys
 --                 of the claimed ids' pacing keys (bucket's: the cooldown's
@@ -26,29 +28,33 @@
 -- ARGV[4..]       operations, 4 arguments each, run in order:
 --                   op, field, arg, cooldown index (1..c, or 0)
 --                 op "d": mark field delivered, arg = provider id (may be "")
+--                 op "x": mark field dead-lettered, arg = reason (may be
+--                         ""), unless it is delivered
 --                 op "r": release arg's (the owner's) claim on field
 --                 op "c": claim field for owner arg; "f": the same, taking
 --                         over a claim left by another owner (force)
 --                 op "q": read field, writing nothing
 --
 -- Reply: an array, one string per operation in order:
---   "d": "ok"
+--   "d", "x": "ok"
 --   "r": "released" (it was arg's claim, now dropped) or "kept"
 --   "c"/"f": "claimed", "delivered" (final, even in a cooldown),
+--        "deadlettered" (its DLQ copy was written; "c" only, nothing
+--        written, even in a cooldown: "f" takes it over as a claim),
 --        "abandoned" (claimed by another owner, which may or may not have
 --        sent it; "c" only, nothing written) or "cooldown:<us>" (the
 --        pacing key cools down <us> more microseconds; nothing written)
---   "q": "delivered", "claimed" or "none"
+--   "q": "delivered", "deadlettered", "claimed" or "none"
 -- Error reply "ERR ledger: ..." for malformed ARGV or a clock off by more
 -- than a generation.
 --
 -- Commands: TIME; MGET of the cooldown keys when a claim is made; one HMGET
--- per generation read (5) when a claim, release or read is made (marks
--- alone read nothing); one HSET and one PEXPIREAT of the current hash when
+-- per generation read (5) when a claim, release, read or dead-lettered
+-- mark is made (delivered marks alone read nothing); one HSET and one PEXPIREAT of the current hash when
 -- anything is written; one HDEL per hash a release drops a claim from.
 --
 -- Writes: HSET of the current generation's hash (claims "c:<owner>",
--- marks "d:<provider id>"), PEXPIREAT of it at the end of generation
+-- marks "d:<provider id>" and "x:<reason>"), PEXPIREAT of it at the end of generation
 -- g + 4; HDEL of a released claim from every generation that holds it
 -- (older claims it shadowed included, so none comes back).
 
@@ -81,10 +87,10 @@ local fields, seen = {}, {}
 local needcool = false
 for j = 0, nops - 1 do
   local op, f = ARGV[4 + 4 * j], ARGV[5 + 4 * j]
-  if op ~= 'd' and op ~= 'r' and op ~= 'c' and op ~= 'f' and op ~= 'q' then
-    return redis.error_reply('ERR ledger: operation ' .. (j + 1) .. ' is not d, r, c, f or q')
+  if op ~= 'd' and op ~= 'x' and op ~= 'r' and op ~= 'c' and op ~= 'f' and op ~= 'q' then
+    return redis.error_reply('ERR ledger: operation ' .. (j + 1) .. ' is not d, x, r, c, f or q')
   end
-  if op ~= 'd' and op ~= 'q' and ARGV[6 + 4 * j] == '' then
+  if op ~= 'd' and op ~= 'x' and op ~= 'q' and ARGV[6 + 4 * j] == '' then
     return redis.error_reply('ERR ledger: the owner of operation ' .. (j + 1) .. ' is empty')
   end
   if op == 'c' or op == 'f' then
@@ -113,7 +119,8 @@ if needcool then
   end
 end
 
--- state[f]: delivered (its "d:" value) or claim (the newest "c:" value);
+-- state[f]: delivered (its "d:" value) or claim (the newest "c:" or "x:"
+-- value: a claim, or dead-lettered);
 -- held[f][i]: generation i holds a value for f.
 local state, held = {}, {}
 for _, f in ipairs(fields) do
@@ -129,7 +136,7 @@ if #fields > 0 then
         local s = state[f]
         if string.sub(v, 1, 2) == 'd:' then
           s.delivered = s.delivered or v
-        elseif string.sub(v, 1, 2) == 'c:' and not s.claim then
+        elseif (string.sub(v, 1, 2) == 'c:' or string.sub(v, 1, 2) == 'x:') and not s.claim then
           s.claim = v
         end
       end
@@ -160,9 +167,17 @@ for j = 0, nops - 1 do
     put(f, 'd:' .. arg)
     if state[f] then state[f].delivered = 'd:' .. arg end
     r = 'ok'
+  elseif op == 'x' then
+    local s = state[f]
+    if not s.delivered then -- a delivered mark stays (in its generation too)
+      put(f, 'x:' .. arg)
+      s.claim = 'x:' .. arg
+    end
+    r = 'ok'
   elseif op == 'q' then
     local s = state[f]
-    r = (s.delivered and 'delivered') or (s.claim and 'claimed') or 'none'
+    local dead = s.claim and string.sub(s.claim, 1, 2) == 'x:'
+    r = (s.delivered and 'delivered') or (dead and 'deadlettered') or (s.claim and 'claimed') or 'none'
   elseif op == 'r' then
     local s = state[f]
     if not s.delivered and s.claim == 'c:' .. arg then
@@ -180,6 +195,8 @@ for j = 0, nops - 1 do
     local ci = tonumber(ARGV[7 + 4 * j])
     if s.delivered then
       r = 'delivered'
+    elseif op == 'c' and s.claim and string.sub(s.claim, 1, 2) == 'x:' then
+      r = 'deadlettered'
     elseif cool[ci] then
       r = cool[ci]
     elseif s.claim and s.claim ~= mine and op ~= 'f' then

@@ -110,7 +110,7 @@ const (
 	again                    // the send must be tried again: back to the first gate
 	stopped                  // the worker stopped first: not finished, re-delivered to the next owner
 	delivered                // the provider accepted it
-	duplicate                // its id was delivered before: skipped
+	duplicate                // its id was delivered (or dead-lettered) before: skipped
 	requeued                 // no slot in time: put back on a retry topic, not an attempt
 	retrying                 // transient failure: retry topic with attempt + 1, or the DLQ
 	deadLettered             // never to be sent: DLQ with a reason
@@ -127,7 +127,7 @@ type outcome struct {
 	wait      time.Duration   // requeued: how long until the record may be tried again
 	err       error           // retrying: the cause (its Retry-After is honoured)
 	res       channels.Result // delivered: the provider's answer
-	keepClaim bool            // the provider may have the message: the claim stays (unknown outcome)
+	keepClaim bool            // the provider may have the message: the claim stays (unknown outcome), and a DLQ copy marks the id dead-lettered
 }
 
 func next() outcome { return outcome{kind: pass} }
@@ -497,9 +497,15 @@ func (p *Pacer) claim(f *flight) outcome {
 		return outcome{kind: again}
 	case ledger.Delivered:
 		return outcome{kind: duplicate}
+	case ledger.DeadLettered:
+		// Dead-lettered already, by a process that stopped before its
+		// offset commit: its DLQ copy is written.
+		return outcome{kind: duplicate, reason: "dead-lettered"}
 	case ledger.Abandoned:
-		return dead("unknown-outcome",
+		o := dead("unknown-outcome",
 			"another process claimed this id and stopped before recording an outcome; the provider may have the message")
+		o.keepClaim = true
+		return o
 	}
 	return stop()
 }
@@ -653,7 +659,11 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 		done = true
 	case duplicate:
 		p.m.duplicates.WithLabelValues().Inc()
-		f.log.Debug("already delivered; skipped")
+		if o.reason == "dead-lettered" {
+			f.log.Debug("already dead-lettered; skipped")
+		} else {
+			f.log.Debug("already delivered; skipped")
+		}
 		done = true
 	case requeued:
 		done = p.requeue(ctx, f.r, f.m, o.reason, o.wait, f.log)
@@ -661,6 +671,9 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 		done = p.retry(ctx, f.r, f.m, o.err, f.log)
 	case deadLettered:
 		done = p.deadLetter(ctx, f.r, f.m, o.reason, o.detail, f.log)
+		if done && o.keepClaim {
+			p.markDeadLettered(ctx, f.env, o.reason, f.log)
+		}
 	case deferred:
 		if done = p.park(ctx, f.r, time.Now().Add(o.wait)); done {
 			p.m.requeued.WithLabelValues(o.reason).Inc()
@@ -1058,6 +1071,30 @@ func (p *Pacer) countingLedger() CountingLedger {
 		return cl
 	}
 	return nil
+}
+
+// deadLetterMarker is the mark a Ledger may offer (*ledger.Ledger and
+// *ledger.Batcher do): id dead-lettered while claimed.
+type deadLetterMarker interface {
+	DeadLettered(ctx context.Context, channel, key, id, reason string) error
+}
+
+// markDeadLettered records in the ledger that env.ID, whose claim stays
+// (an unknown outcome), has its DLQ copy written: a copy Kafka delivers
+// again (a crash before the offset commit) then claims DeadLettered and is
+// skipped, rather than dead-lettered once more. Failure is logged: such a
+// copy is then dead-lettered again, never sent.
+func (p *Pacer) markDeadLettered(ctx context.Context, env Envelope, reason string, log *slog.Logger) {
+	d, ok := p.ledger.(deadLetterMarker)
+	if !ok {
+		return
+	}
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := d.DeadLettered(mctx, p.cfg.Channel, env.Key, env.ID, reason); err != nil {
+		p.m.redisErrors.WithLabelValues().Inc()
+		log.Warn("dead-lettered, but the ledger could not record it; a re-delivered copy will be dead-lettered again", "err", err)
+	}
 }
 
 // retry sends r to the retry tier of its attempt count, or to the DLQ once

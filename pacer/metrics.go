@@ -95,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, nil),
 		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "duplicates_skipped_total",
-			Help: "Re-delivered records whose id the idempotency ledger shows as delivered; not sent again.",
+			Help: "Re-delivered records whose id the idempotency ledger shows as delivered, or dead-lettered while claimed; not sent, not dead-lettered again.",
 		}, nil),
 		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "priority_handoffs_total",

@@ -41,7 +41,14 @@
 //     provider may have the message. [Config.UnknownOutcome] decides:
 //     "dlq" (default) dead-letters it as unknown-outcome for an operator,
 //     "resend" retries it. The same applies to a claim left in the ledger by
-//     a process that died mid-send.
+//     a process that died mid-send. Once its DLQ copy is written the ledger
+//     records the id dead-lettered, so a copy Kafka delivers again (a crash
+//     before the commit) is skipped as a duplicate, not dead-lettered again.
+//
+// After a crash or a rebalance, the records of a partition's backlog when
+// assigned are read in the ledger once per poll before they are queued
+// (see [Pacer.skipKnown]): those delivered or dead-lettered are finished as
+// duplicates without a send slot.
 //
 // # Queues per key
 //
@@ -72,7 +79,7 @@
 //
 //	pacer_sends_total{class}            requests sent, by response class
 //	pacer_delivered_total               messages the provider accepted
-//	pacer_duplicates_skipped_total      re-delivered records already delivered
+//	pacer_duplicates_skipped_total      re-delivered records already delivered (or dead-lettered)
 //	pacer_requeued_total{reason}        records put back for later (cooldown, token-wait, halt)
 //	pacer_retries_total                 records sent to a retry topic after a transient failure
 //	pacer_dlq_total{reason}             records dead-lettered, by reason
@@ -621,6 +628,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 				p.log.Warn("fetch error", "topic", t, "partition", part, "err", err)
 			}
 		})
+		var fs []*fetched
 		fetches.EachPartition(func(f kgo.FetchTopicPartition) {
 			if len(f.Records) == 0 {
 				return
@@ -629,9 +637,16 @@ func (p *Pacer) Run(ctx context.Context) error {
 			w := p.workers[tp{f.Topic, f.Partition}]
 			p.mu.Unlock()
 			if w != nil {
-				w.push(f.Records)
+				if w.backlogEnd < 0 {
+					w.backlogEnd = f.HighWatermark
+				}
+				fs = append(fs, &fetched{w: w, rs: f.Records})
 			}
 		})
+		p.skipKnown(ctx, fs)
+		for _, f := range fs {
+			f.w.push(f.rs, f.skip)
+		}
 		cl.AllowRebalance()
 	}
 

@@ -42,19 +42,23 @@ type ReplayConfig struct {
 
 // ReplaySummary counts what [Replay] did.
 type ReplaySummary struct {
-	Scanned  int            // DLQ records read
-	Replayed int            // records written back to the main topic (or that would be, with DryRun)
-	ByReason map[string]int // replayed records by pacer-reason
+	Scanned    int            // DLQ records read
+	Replayed   int            // records written back to the main topic (or that would be, with DryRun)
+	Duplicates int            // chosen records not written: their envelope id was replayed already in this run
+	ByReason   map[string]int // replayed records by pacer-reason
 }
 
 // Replay reads the DLQ from its start to its current end and writes each
 // chosen record back to the main topic, on its key's partition, with the
-// pacer's headers stripped and pacer-replayed: 1 set. A replayed record
-// whose id the ledger holds as claimed by a dead process is sent (the
-// operator decided); one already delivered is still skipped. The DLQ itself
-// is not changed, so running Replay twice puts records back twice; the
-// ledger keeps a delivered id from being sent again. cl must not be a
-// group consumer.
+// pacer's headers stripped and pacer-replayed: 1 set. A record whose
+// envelope id (of its pacing key) was chosen before in the same run is not
+// written again (a message dead-lettered twice is replayed once); one whose
+// value does not parse is written each time. A replayed record whose id
+// the ledger holds as claimed by a dead process, or as dead-lettered, is
+// sent (the operator decided); one already delivered is still skipped. The
+// DLQ itself is not changed, so running Replay twice puts records back
+// twice; the ledger keeps a delivered id from being sent again. cl must not
+// be a group consumer.
 func Replay(ctx context.Context, cl *kgo.Client, cfg ReplayConfig) (ReplaySummary, error) {
 	s := ReplaySummary{ByReason: map[string]int{}}
 	if cfg.DLQTopic == "" || cfg.Topic == "" || cfg.Partitions < 1 {
@@ -96,6 +100,7 @@ func Replay(ctx context.Context, cl *kgo.Client, cfg ReplayConfig) (ReplaySummar
 	var (
 		mu         sync.Mutex
 		produceErr error
+		chosen     = map[string]bool{} // pacing key "\x00" envelope id
 	)
 	for len(want) > 0 {
 		fs := cl.PollFetches(ctx)
@@ -120,11 +125,17 @@ func Replay(ctx context.Context, cl *kgo.Client, cfg ReplayConfig) (ReplaySummar
 			if cfg.Reason != "" && reason != cfg.Reason && !strings.HasPrefix(reason, cfg.Reason+":") {
 				return
 			}
-			if cfg.Campaign != "" {
-				env, err := ParseEnvelope(r.Value)
-				if err != nil || env.Campaign != cfg.Campaign {
+			env, perr := ParseEnvelope(r.Value)
+			if cfg.Campaign != "" && (perr != nil || env.Campaign != cfg.Campaign) {
+				return
+			}
+			if perr == nil {
+				id := env.Key + "\x00" + env.ID
+				if chosen[id] {
+					s.Duplicates++
 					return
 				}
+				chosen[id] = true
 			}
 			s.Replayed++
 			s.ByReason[reason]++

@@ -38,6 +38,10 @@ type worker struct {
 	// handover is set before ctx ends when the partition is revoked (not
 	// lost): its held records are parked before the commit, see parkHeld.
 	handover atomic.Bool
+	// backlogEnd is the partition's high watermark at the worker's first
+	// fetch (-1 before it): the records below it are read in the ledger
+	// before they are queued (see [Pacer.skipKnown]). Poll loop only.
+	backlogEnd int64
 
 	mu      sync.Mutex
 	stopped bool
@@ -106,7 +110,7 @@ func newWorker(p *Pacer, cl *kgo.Client, k tp) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
 	parkCtx, parkCancel := context.WithCancel(context.Background())
 	return &worker{p: p, cl: cl, tp: k, ctx: ctx, cancel: cancel, parkCtx: parkCtx, parkCancel: parkCancel,
-		done: make(chan struct{}), keys: map[string]*keyQueue{}, chains: map[string]*chain{}}
+		done: make(chan struct{}), keys: map[string]*keyQueue{}, chains: map[string]*chain{}, backlogEnd: -1}
 }
 
 // keyRate is key's rate in msgs/s as this process knows it: adapted (by
@@ -199,7 +203,9 @@ func (w *worker) syncPause() {
 // MaxQueued, see maxHeld, and the key at least InFlight) and the record is
 // due. A record not yet due
 // (a retry or parked copy) is held: parking it again would only move it.
-func (w *worker) push(rs []*kgo.Record) {
+// A record whose skip is true was handled already (see [Pacer.skipKnown]):
+// it is finished at once as a duplicate, taking no slot; skip may be nil.
+func (w *worker) push(rs []*kgo.Record, skip []bool) {
 	type parkJob struct {
 		key   string
 		e     *pending
@@ -215,9 +221,15 @@ func (w *worker) push(rs []*kgo.Record) {
 		return
 	}
 	w.p.m.queued.WithLabelValues().Add(float64(len(rs)))
-	for _, r := range rs {
+	for i, r := range rs {
 		e := &pending{r: r, offset: r.Offset, epoch: r.LeaderEpoch}
 		w.log = append(w.log, e)
+		if skip != nil && skip[i] {
+			w.finish(e)
+			w.p.m.duplicates.WithLabelValues().Inc()
+			w.p.tally.count(duplicate)
+			continue
+		}
 		if len(r.Key) == 0 {
 			// A record published without a key (a producer of its own)
 			// is queued, and its retry and parked copies partitioned, by

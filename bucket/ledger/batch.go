@@ -119,8 +119,8 @@ type Batcher struct {
 	stopped chan struct{}
 }
 
-// mark is a delivered mark (kind 'd') or a release of an owner's claim
-// (kind 'r').
+// mark is a delivered mark (kind 'd'), a dead-lettered mark (kind 'x') or
+// a release of an owner's claim (kind 'r').
 type mark = op
 
 // NewBatcher returns a Batcher over rdb that names its keys with keys (see
@@ -331,6 +331,21 @@ func (b *Batcher) writeCounts(ctx context.Context, cs []Count) error {
 func (b *Batcher) Release(ctx context.Context, channel, key, id, owner string) error {
 	return b.queue(ctx, mark{kind: 'r', channel: channel, key: key, id: id, arg: owner}, nil,
 		func() error { return b.l.Release(ctx, channel, key, id, owner) })
+}
+
+// DeadLettered queues the mark of id as dead-lettered (see
+// [Ledger.DeadLettered]) for the next flush, with the delivered marks, and
+// returns nil. After Close it writes at once.
+func (b *Batcher) DeadLettered(ctx context.Context, channel, key, id, reason string) error {
+	return b.queue(ctx, mark{kind: 'x', channel: channel, key: key, id: id, arg: reason}, nil,
+		func() error { return b.l.DeadLettered(ctx, channel, key, id, reason) })
+}
+
+// Lookup reads the state of each id of refs as [Ledger.Lookup] does, in a
+// pipeline of its own (not in a flush): marks still waiting for their
+// flush are not seen (their ids read as claimed or none).
+func (b *Batcher) Lookup(ctx context.Context, refs []Ref) ([]State, error) {
+	return b.l.Lookup(ctx, refs)
 }
 
 // queue queues m and the counts cs that go with it, under one lock: a

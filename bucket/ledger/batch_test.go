@@ -683,6 +683,41 @@ func TestBatcherCountsWithMarks(t *testing.T) {
 	}
 }
 
+// TestBatcherDeadLettered: a dead-lettered mark is queued like a delivered
+// one and runs before the claims of its flush, so a claim made after it
+// answers DeadLettered; Lookup reads it once flushed.
+func TestBatcherDeadLettered(t *testing.T) {
+	for name, s := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			b := ledger.NewBatcher(s.rdb, s.keys, ledger.BatchConfig{FlushInterval: time.Hour})
+			defer closeBatcher(t, b)
+			const ch, key = "whatsapp", "106"
+			a := b.ClaimAsync(ch, key, "m1", "a", false)
+			b.Flush()
+			if got, _, err := a.Wait(ctx); err != nil || got != ledger.Claimed {
+				t.Fatalf("claim: %v, %v", got, err)
+			}
+			// One flush: the mark, then a claim made after it.
+			if err := b.DeadLettered(ctx, ch, key, "m1", "unknown-outcome"); err != nil {
+				t.Fatal(err)
+			}
+			c := b.ClaimAsync(ch, key, "m1", "c", false)
+			b.Flush()
+			if got, _, err := c.Wait(ctx); err != nil || got != ledger.DeadLettered {
+				t.Fatalf("claim after the mark: %v, %v; want dead-lettered", got, err)
+			}
+			st, err := b.Lookup(ctx, []ledger.Ref{{Channel: ch, Key: key, ID: "m1"}, {Channel: ch, Key: key, ID: "m2"}})
+			if err != nil || !slices.Equal(st, []ledger.State{ledger.StateDeadLettered, ledger.StateNone}) {
+				t.Fatalf("Lookup = %v, %v; want [dead-lettered none]", st, err)
+			}
+			if got := entries(t, s.rdb, s.keys)["106\nm1"]; got != "x:unknown-outcome" {
+				t.Fatalf("entry = %q, want x:unknown-outcome", got)
+			}
+		})
+	}
+}
+
 // TestBatcherCountsRetried: a flush that fails (Redis refuses every
 // command) writes neither its marks nor their counts; both go again
 // together and are written once, the count added once, not twice.

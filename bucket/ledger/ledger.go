@@ -1,8 +1,10 @@
 // Package ledger is the idempotency ledger of envelope ids, kept in Redis
 // beside the pacing key's bucket: an id is claimed before its send and
 // marked delivered after it, so a record Kafka delivers again is not sent
-// twice. Its keys come from the [bucket.Keys] of the limiter, so a claim
-// always reads that limiter's cooldown.
+// twice; an id whose outcome is unknown (a claim left by a process that
+// died mid-send) is marked dead-lettered once its DLQ copy is written, so
+// it is not dead-lettered again. Its keys come from the [bucket.Keys] of
+// the limiter, so a claim always reads that limiter's cooldown.
 package ledger
 
 import (
@@ -36,6 +38,10 @@ const (
 	Abandoned
 	// CoolingDown: the pacing key is in cooldown; nothing was claimed.
 	CoolingDown
+	// DeadLettered: the id was dead-lettered while claimed (its DLQ copy
+	// is written, [Ledger.DeadLettered]); do not send it, and do not
+	// dead-letter it again. A forced claim takes it over instead.
+	DeadLettered
 )
 
 func (c ClaimResult) String() string {
@@ -50,9 +56,63 @@ func (c ClaimResult) String() string {
 		return "abandoned"
 	case CoolingDown:
 		return "cooldown"
+	case DeadLettered:
+		return "dead-lettered"
 	}
 	return fmt.Sprintf("claim(%d)", int(c))
 }
+
+// State is what the ledger holds for an id ([Ledger.Lookup]). The zero
+// value, [StateUnknown], is what a failed read answers.
+type State int
+
+const (
+	// StateUnknown: the read failed; nothing is known of the id.
+	StateUnknown State = iota
+	// StateNone: the ledger holds nothing for the id.
+	StateNone
+	// StateClaimed: claimed, no outcome recorded.
+	StateClaimed
+	// StateDelivered: delivered; final.
+	StateDelivered
+	// StateDeadLettered: dead-lettered while claimed (see [DeadLettered]).
+	StateDeadLettered
+)
+
+func (s State) String() string {
+	switch s {
+	case StateUnknown:
+		return "unknown"
+	case StateNone:
+		return "none"
+	case StateClaimed:
+		return "claimed"
+	case StateDelivered:
+		return "delivered"
+	case StateDeadLettered:
+		return "dead-lettered"
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// parseState reads ledger.lua's reply s to a read ("q").
+func parseState(s string) State {
+	switch s {
+	case "none":
+		return StateNone
+	case "claimed":
+		return StateClaimed
+	case "delivered":
+		return StateDelivered
+	case "deadlettered":
+		return StateDeadLettered
+	}
+	return StateUnknown
+}
+
+// Ref names one id of [Ledger.Lookup]: its channel, pacing key and
+// envelope id.
+type Ref struct{ Channel, Key, ID string }
 
 var ledgerScript = redis.NewScript(lua.Ledger)
 
@@ -106,7 +166,7 @@ func New(rdb redis.Cmdable, keys bucket.Keys, ttl time.Duration) *Ledger {
 func (l *Ledger) TTL() time.Duration { return l.ttl }
 
 // op is one operation of ledger.lua: kind 'd' (delivered, arg the provider
-// id), 'r' (release, arg the owner), 'c' or 'f' (claim, forced claim, arg
+// id), 'x' (dead-lettered, arg the reason), 'r' (release, arg the owner), 'c' or 'f' (claim, forced claim, arg
 // the owner) or 'q' (read).
 type op struct {
 	kind             byte
@@ -212,6 +272,8 @@ func parseClaim(k, s string) (ClaimResult, time.Duration, error) {
 		return Delivered, 0, nil
 	case s == "abandoned":
 		return Abandoned, 0, nil
+	case s == "deadlettered":
+		return DeadLettered, 0, nil
 	case strings.HasPrefix(s, "cooldown:"):
 		us, err := strconv.ParseInt(s[len("cooldown:"):], 10, 64)
 		if err == nil && us > 0 {
@@ -250,4 +312,88 @@ func (l *Ledger) Release(ctx context.Context, channel, key, id, owner string) er
 		return fmt.Errorf("ledger: release %q: %w", name(channel, key, id), err)
 	}
 	return nil
+}
+
+// DeadLettered records that id, claimed (by this process, or by one that
+// died: [Abandoned]), was dead-lettered with reason (its DLQ copy
+// written), for the ledger's TTL: a later claim answers [DeadLettered],
+// so a copy Kafka delivers again is skipped rather than dead-lettered
+// again; a forced claim (a record replayed from the DLQ) takes it over.
+// A delivered id stays delivered. Errors wrap the Redis error.
+func (l *Ledger) DeadLettered(ctx context.Context, channel, key, id, reason string) error {
+	if _, err := l.run(ctx, op{kind: 'x', channel: channel, key: key, id: id, arg: reason}); err != nil {
+		return fmt.Errorf("ledger: dead-letter %q: %w", name(channel, key, id), err)
+	}
+	return nil
+}
+
+// Lookup reads the state of each id of refs, writing nothing: one
+// ledger.lua call per channel (per pacing key under Redis Cluster) of at
+// most 1,000 ids, all in one pipeline (one round trip per Redis node). The
+// answer has one [State] per ref, in order; an id whose call failed reads
+// [StateUnknown], and the first such error is returned (wrapping the Redis
+// error).
+func (l *Ledger) Lookup(ctx context.Context, refs []Ref) ([]State, error) {
+	out := make([]State, len(refs))
+	if len(refs) == 0 {
+		return out, nil
+	}
+	type call struct {
+		idx []int
+		ops []op
+		cmd *redis.Cmd
+	}
+	var calls []*call
+	open := map[string]*call{}
+	for i, r := range refs {
+		g := l.group(r.Channel, r.Key)
+		c := open[g]
+		if c == nil || len(c.ops) >= maxOps {
+			c = &call{}
+			open[g] = c
+			calls = append(calls, c)
+		}
+		c.idx = append(c.idx, i)
+		c.ops = append(c.ops, op{kind: 'q', channel: r.Channel, key: r.Key, id: r.ID})
+	}
+	now := time.Now()
+	run := func(eval func(p redis.Pipeliner, keys []string, argv []any) *redis.Cmd, cs []*call) {
+		pipe := l.rdb.Pipeline()
+		for _, c := range cs {
+			keys, argv := l.args(c.ops, now)
+			c.cmd = eval(pipe, keys, argv)
+		}
+		_, _ = pipe.Exec(ctx) // each command's error is read below
+	}
+	run(func(p redis.Pipeliner, keys []string, argv []any) *redis.Cmd {
+		return p.EvalSha(ctx, ledgerScript.Hash(), keys, argv...)
+	}, calls)
+	var again []*call
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			again = append(again, c)
+		}
+	}
+	if len(again) > 0 {
+		run(func(p redis.Pipeliner, keys []string, argv []any) *redis.Cmd {
+			return p.Eval(ctx, lua.Ledger, keys, argv...)
+		}, again)
+	}
+	var first error
+	for _, c := range calls {
+		v, err := c.cmd.Result()
+		replies, _ := v.([]any)
+		if err == nil && len(replies) != len(c.ops) {
+			err = fmt.Errorf("%d replies for %d operations", len(replies), len(c.ops))
+		}
+		if err != nil {
+			first = cmp(first, fmt.Errorf("ledger: read %d ids: %w", len(c.ops), err))
+			continue
+		}
+		for j, i := range c.idx {
+			s, _ := replies[j].(string)
+			out[i] = parseState(s)
+		}
+	}
+	return out, first
 }

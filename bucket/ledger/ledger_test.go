@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -283,6 +284,183 @@ func TestLedgerClockSkew(t *testing.T) {
 		}
 		if err != nil && !strings.Contains(err.Error(), "clock") {
 			t.Errorf("Redis %v off: error %q does not name the clock", c.off, err)
+		}
+	}
+}
+
+// TestLedgerDeadLettered: an id dead-lettered while claimed (a dead
+// owner's claim, an unknown outcome) answers DeadLettered to a claim, for
+// good, whoever asks; a forced claim (a replayed record) takes it over,
+// and its own outcome counts from then on. Lookup reads each state.
+func TestLedgerDeadLettered(t *testing.T) {
+	for name, l := range ledgers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			const ch, key, id = "whatsapp", "106", "m1"
+			for i, s := range []struct {
+				op    string // claim, force, deliver, release, dead, read
+				owner string
+				want  any // ledger.ClaimResult for claims, ledger.State for reads
+			}{
+				{"read", "", ledger.StateNone},
+				{"claim", "a", ledger.Claimed},
+				{"read", "", ledger.StateClaimed},
+				{"claim", "b", ledger.Abandoned}, // a died mid-send
+				{"dead", "b", nil},               // b wrote the DLQ copy
+				{"read", "", ledger.StateDeadLettered},
+				{"claim", "c", ledger.DeadLettered}, // read again after b died too
+				{"claim", "a", ledger.DeadLettered}, // even the old owner
+				{"release", "a", nil},               // not a claim any more: kept
+				{"claim", "c", ledger.DeadLettered},
+				{"force", "d", ledger.Claimed}, // replayed: taken over
+				{"read", "", ledger.StateClaimed},
+				{"claim", "e", ledger.Abandoned}, // d's claim now
+				{"dead", "d", nil},               // d's send had no answer
+				{"claim", "e", ledger.DeadLettered},
+				{"force", "f", ledger.Claimed},
+				{"deliver", "f", nil},
+				{"claim", "g", ledger.Delivered},
+				{"dead", "g", nil}, // delivered stays final
+				{"claim", "g", ledger.Delivered},
+				{"force", "g", ledger.Delivered},
+				{"read", "", ledger.StateDelivered},
+			} {
+				var got any
+				var err error
+				switch s.op {
+				case "claim", "force":
+					got, _, err = l.Claim(ctx, ch, key, id, s.owner, s.op == "force")
+				case "deliver":
+					err = l.Delivered(ctx, ch, key, id, "wamid.X")
+				case "release":
+					err = l.Release(ctx, ch, key, id, s.owner)
+				case "dead":
+					err = l.DeadLettered(ctx, ch, key, id, "unknown-outcome")
+				case "read":
+					var st []ledger.State
+					st, err = l.Lookup(ctx, []ledger.Ref{{Channel: ch, Key: key, ID: id}})
+					if err == nil {
+						got = st[0]
+					}
+				}
+				if err != nil || got != s.want {
+					t.Fatalf("step %d %s(%s): got %v, %v; want %v", i, s.op, s.owner, got, err, s.want)
+				}
+			}
+		})
+	}
+}
+
+// TestLedgerLookup: one Lookup reads ids of several pacing keys in any
+// state, in the order asked, an id of one key not seen under another.
+func TestLedgerLookup(t *testing.T) {
+	for name, l := range ledgers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			const ch = "whatsapp"
+			var refs []ledger.Ref
+			var want []ledger.State
+			for i := range 30 {
+				key, id := fmt.Sprint(100+i%3), fmt.Sprint("m", i)
+				refs = append(refs, ledger.Ref{Channel: ch, Key: key, ID: id})
+				switch i % 4 {
+				case 0:
+					want = append(want, ledger.StateNone)
+					continue
+				case 1:
+					want = append(want, ledger.StateClaimed)
+				case 2:
+					want = append(want, ledger.StateDelivered)
+				case 3:
+					want = append(want, ledger.StateDeadLettered)
+				}
+				if _, _, err := l.Claim(ctx, ch, key, id, "a", false); err != nil {
+					t.Fatal(err)
+				}
+				var err error
+				switch i % 4 {
+				case 2:
+					err = l.Delivered(ctx, ch, key, id, "w")
+				case 3:
+					err = l.DeadLettered(ctx, ch, key, id, "unknown-outcome")
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			refs = append(refs, ledger.Ref{Channel: ch, Key: "999", ID: "m2"}) // m2 is 102's
+			want = append(want, ledger.StateNone)
+			got, err := l.Lookup(ctx, refs)
+			if err != nil || !slices.Equal(got, want) {
+				t.Fatalf("Lookup = %v, %v; want %v", got, err, want)
+			}
+		})
+	}
+}
+
+// TestLedgerDeadLetteredGenerations: across generations the newest claim
+// or dead-lettered mark decides, and a delivered mark anywhere wins.
+func TestLedgerDeadLetteredGenerations(t *testing.T) {
+	const ttl = time.Hour
+	gen := int64(ttl / 4 / time.Millisecond)
+	for name, s := range servers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			if left := gen - time.Now().UnixMilli()%gen; left < 5000 {
+				time.Sleep(time.Duration(left+10) * time.Millisecond)
+			}
+			g := time.Now().UnixMilli() / gen
+			l := ledger.New(s.rdb, s.keys, ttl)
+			const ch = "whatsapp"
+			for _, p := range []struct {
+				d        int64
+				field, v string
+			}{
+				{-3, "106\nretaken", "x:unknown-outcome"}, // dead-lettered, then taken over by a replay
+				{-1, "106\nretaken", "c:replay"},
+				{-3, "106\nlater", "c:dead"}, // claimed, dead-lettered later
+				{-2, "106\nlater", "x:unknown-outcome"},
+				{-4, "106\nsent", "d:w"}, // delivered, an older-looking mark after
+				{-1, "106\nsent", "x:unknown-outcome"},
+			} {
+				if err := s.rdb.HSet(ctx, s.keys.ChannelIDs(ch, g+p.d), p.field, p.v).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, c := range []struct {
+				id   string
+				want ledger.ClaimResult
+			}{
+				{"retaken", ledger.Abandoned}, {"later", ledger.DeadLettered}, {"sent", ledger.Delivered},
+			} {
+				if got, _, err := l.Claim(ctx, ch, "106", c.id, "b", false); err != nil || got != c.want {
+					t.Errorf("claim %s = %v, %v; want %v", c.id, got, err, c.want)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLedgerLookup: one poll's backlog read, 10,000 ids of 100 pacing
+// keys (half of them delivered) on redis-server, per Lookup.
+func BenchmarkLedgerLookup(b *testing.B) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b), DB: testenv.RedisDB})
+	defer rdb.Close()
+	l := ledger.New(rdb, bucket.NewKeys("tbl"+time.Now().Format("150405.000000")), 0)
+	refs := make([]ledger.Ref, 10_000)
+	for i := range refs {
+		refs[i] = ledger.Ref{Channel: "whatsapp", Key: fmt.Sprint(100 + i%100), ID: fmt.Sprint("m", i)}
+		if i%2 == 0 {
+			if err := l.Delivered(b.Context(), "whatsapp", refs[i].Key, refs[i].ID, "w"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		st, err := l.Lookup(b.Context(), refs)
+		if err != nil || st[0] != ledger.StateDelivered || st[1] != ledger.StateNone {
+			b.Fatalf("Lookup: %v, %v", st[:2], err)
 		}
 	}
 }

@@ -74,6 +74,9 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		verb = "would replay"
 	}
 	fmt.Fprintf(stdout, "%s %d of %d DLQ records to %s\n", verb, s.Replayed, s.Scanned, *topic)
+	if s.Duplicates > 0 {
+		fmt.Fprintf(stdout, "  %d more chosen were copies of an envelope id replayed once\n", s.Duplicates)
+	}
 	reasons := make([]string, 0, len(s.ByReason))
 	for r := range s.ByReason {
 		reasons = append(reasons, r)
