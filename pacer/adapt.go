@@ -284,13 +284,31 @@ const achievedOver = 5 * time.Second
 // soon enough for the next clean window to see its effect.
 const reserveAhead = time.Second
 
-// aheadGate returns the semaphore of senders that may hold a slot of the
-// key not yet started under lim: rate * reserveAhead + burst of them, at
-// least 1. A sender takes a place before asking for a slot and gives it
-// back to the same channel once its slot started; a rate change makes a
-// new channel, so for a moment both may be full.
-func (st *keyState) aheadGate(lim bucket.Limit) chan struct{} {
-	n := max(int(math.Ceil(lim.PerSecond*reserveAhead.Seconds()))+lim.Burst, 1)
+// aheadSenders is how many senders of a key in this process may hold a
+// slot not yet started under lim (the adapted limit of pol.Limit): rate *
+// reserveAhead + burst, at least 1; for a key with a recipient bucket,
+// whose reservations look only [multiReach] ahead, rate * that reach + 1.
+//
+// More senders than the bucket grants slots to would each be refused and
+// ask again every slot interval: with a recipient bucket (FCM's device
+// limit), a gate of rate * reserveAhead + burst let 40 of a 50/s key's 60
+// senders ask Redis 50 times a second each, about 50 calls per message
+// sent, and the CPU they took woke the slot holders too late to use their
+// slots: the key ran at half its rate. The one sender beyond the reach
+// asks for the next slot as the first held one starts.
+func aheadSenders(lim bucket.Limit, pol KeyPolicy, maxWait time.Duration) int {
+	if pol.RecipientLimit != (bucket.Limit{}) {
+		return max(int(math.Ceil(lim.PerSecond*multiReach(lim, maxWait).Seconds()))+1, 1)
+	}
+	return max(int(math.Ceil(lim.PerSecond*reserveAhead.Seconds()))+lim.Burst, 1)
+}
+
+// aheadGate returns the semaphore of the n senders that may hold a slot of
+// the key not yet started (n from [aheadSenders]). A sender takes a place
+// before asking for a slot and gives it back to the same channel once its
+// slot started; a change of n (of the rate) makes a new channel, so for a
+// moment both may be full.
+func (st *keyState) aheadGate(n int) chan struct{} {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.ahead == nil || cap(st.ahead) != n {

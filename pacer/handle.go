@@ -740,8 +740,8 @@ func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) er
 // campaign's backlog hold a high record back by about one slot interval.
 //
 // At most rate * reserveAhead + burst senders of a key in this process hold
-// a slot not yet started (keyState.aheadGate), so a change of the rate
-// takes effect within about reserveAhead.
+// a slot not yet started (aheadSenders; fewer with a recipient bucket), so
+// a change of the rate takes effect within about reserveAhead.
 //
 // ahead, if not nil, is called once per slot granted, the ledger's flush
 // interval plus claimMargin before the slot starts (at once when it starts
@@ -759,13 +759,18 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 			return 0, "", false
 		}
 	}
-	gate := st.aheadGate(lim)
+	gate := st.aheadGate(aheadSenders(lim, pol, p.cfg.MaxTokenWait))
 	select {
 	case gate <- struct{}{}:
 	case <-ctx.Done():
 		return 0, "", false
 	}
-	defer func() { <-gate }()
+	held := true
+	defer func() {
+		if held {
+			<-gate
+		}
+	}()
 	if !high {
 		st.normalWaiting.Add(1)
 		defer st.normalWaiting.Add(-1)
@@ -834,7 +839,24 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 		if res.Cooldown {
 			w += time.Duration(rand.Int64N(int64(w)/10 + 1))
 		}
+		if res.Cooldown || w <= time.Duration(float64(time.Second)/lim.PerSecond) {
+			if !sleep(ctx, w) {
+				return 0, "", false
+			}
+			continue
+		}
+		// No slot within reach for longer than one slot interval of the
+		// key: its recipient is busy. It waits outside the gate, so it does
+		// not hold a place the key's other recipients could use.
+		<-gate
+		held = false
 		if !sleep(ctx, w) {
+			return 0, "", false
+		}
+		select {
+		case gate <- struct{}{}:
+			held = true
+		case <-ctx.Done():
 			return 0, "", false
 		}
 	}
@@ -887,12 +909,11 @@ func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keySt
 		// bucket at that slot too and hold other recipients behind it, so
 		// a multi reservation looks no further ahead than the key's burst
 		// lasts; a busy recipient's message waits and asks again.
-		reach := time.Duration(float64(lim.Burst) / lim.PerSecond * float64(time.Second))
 		p.m.bucketCalls.WithLabelValues().Inc()
 		return b.ReserveMulti(ctx, p.cfg.Channel, key, []bucket.Request{
 			{Limit: lim, Cost: 1},
 			{Sub: recipientSub(to), Limit: rl, Cost: 1},
-		}, max(min(p.cfg.MaxTokenWait, reach), time.Millisecond))
+		}, multiReach(lim, p.cfg.MaxTokenWait))
 	}
 	n := p.cfg.leaseSize(pol.Limit, lim)
 	if n <= 1 || st == nil || (p.cfg.LeaseSize == 0 && n < leaseBacklog && int(st.normalWaiting.Load()) < n) {
@@ -901,6 +922,14 @@ func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keySt
 	}
 	d := st.dispenser(ctx, p, key, lim, n)
 	return d.Next(ctx)
+}
+
+// multiReach is how far ahead a reservation of a key's and a recipient's
+// buckets together looks: as long as the key's burst lasts at lim, at
+// most maxWait, at least 1 ms.
+func multiReach(lim bucket.Limit, maxWait time.Duration) time.Duration {
+	reach := time.Duration(float64(lim.Burst) / lim.PerSecond * float64(time.Second))
+	return max(min(maxWait, reach), time.Millisecond)
 }
 
 // recipientSub names a recipient's sub-bucket by a hash, so no address or
