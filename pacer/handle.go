@@ -144,6 +144,7 @@ type flight struct {
 	pol     KeyPolicy // the key's policy at the last gate
 	lim     bucket.Limit
 	probe   bool                   // this send is the breaker's half-open probe
+	cred    uint64                 // CredentialVersion of the key when the request left
 	sent    bool                   // a request left: its outcome is written even after a revoke
 	slotAt  time.Time              // when the send slot started (the slot step returned)
 	paced   float64                // msgs/s: the key's adapted rate this process knew when the slot started
@@ -182,6 +183,9 @@ func (p *Pacer) steps(f *flight) outcome {
 		}
 		if o.kind == pass {
 			o = p.campaignGate(f)
+		}
+		if o.kind == pass {
+			o = p.breakerShut(f)
 		}
 		if o.kind == pass {
 			o = p.claim(f)
@@ -462,6 +466,7 @@ func (p *Pacer) send(f *flight) outcome {
 	sctx, cancel := context.WithTimeout(p.sendCtx, p.cfg.SendTimeout)
 	start := time.Now()
 	f.sent = true
+	f.cred = p.credentialVersion(f.env.Key)
 	res, err := p.sender.Send(sctx, msg)
 	cancel()
 	p.m.sendLatency.WithLabelValues().Observe(time.Since(start).Seconds())
@@ -522,6 +527,7 @@ func (p *Pacer) send(f *flight) outcome {
 	default: // channels.Halt
 		f.log.Error("provider refuses this pacing key (credentials or account); opening its breaker, nothing dropped",
 			"code", codeOf(perr), "err", err)
+		f.st.haltedWith(f.cred)
 		p.breakerResult(ctx, f.env.Key, f.st, f.pol, false, "halt: "+codeOf(perr), f.log)
 		f.waitStart = time.Now()
 		return outcome{kind: again}
