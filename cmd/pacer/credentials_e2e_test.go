@@ -191,7 +191,10 @@ func TestEndToEndRefusedCredential(t *testing.T) {
 		defer gate.mu.Unlock()
 		return gate.refused[num]
 	}
-	if !waitFor(60*time.Second, func() bool { v, _ := p.metric(t, `pacer_requeued_total{channel="whatsapp",reason="breaker"}`); return v >= before-burst-2 }) {
+	if !waitFor(60*time.Second, func() bool {
+		v, _ := p.metric(t, `pacer_requeued_total{channel="whatsapp",reason="breaker"}`)
+		return v >= before-burst-2
+	}) {
 		t.Fatalf("the number's records were not requeued by its breaker; 401s %d\n%s", refused(), p.logs())
 	}
 	time.Sleep(time.Second) // a second of slots: what was sent before this fix
