@@ -674,7 +674,12 @@ func (p *Pacer) breakerAllow(ctx context.Context, key string, st *keyState, pol 
 		return err
 	}); err != nil {
 		if errors.Is(err, errRedisDown) {
-			return true, false, 0, true // no shared breaker without Redis
+			// No shared breaker without Redis: nor a local one, which
+			// breakerShut would otherwise keep sending back here.
+			st.mu.Lock()
+			st.breaker = adapt.BreakerClosed
+			st.mu.Unlock()
+			return true, false, 0, true
 		}
 		return false, false, 0, false
 	}

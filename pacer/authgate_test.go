@@ -9,6 +9,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/pacer"
 )
 
 // haltSender answers every request with the 401 of a refused credential
@@ -126,5 +127,23 @@ func TestHaltEndsWhenTheCredentialIsReplaced(t *testing.T) {
 	}
 	if got := s.refused.Load(); got != refused {
 		t.Errorf("%d more requests refused after the credential was replaced, want none", got-refused)
+	}
+}
+
+// TestHaltWithRedisDownLocal: with Redis down and PACER_REDIS_FAILURE=local
+// there is no shared breaker; a halt must not leave the key's breaker shut
+// in this process either (the record would go from the breaker gate to
+// breakerShut and back forever): the halted record is sent again and
+// delivered.
+func TestHaltWithRedisDownLocal(t *testing.T) {
+	halt := &channels.Error{Channel: "test", Status: 401, Code: "190", Class: channels.Halt}
+	h := newHarness(t, map[string][]error{"halted": {halt}})
+	h.cfg.RedisFailure = pacer.RedisFailureLocal
+	h.mr.Close()
+	h.produce(env("halted"), env("next"))
+	s := h.sender
+	h.run(func() bool { return s.count(s.success, "halted") == 1 && s.count(s.success, "next") == 1 })
+	if got := s.count(s.calls, "halted"); got != 2 {
+		t.Errorf("halted: %d requests, want 2 (the halt, then the delivery)", got)
 	}
 }
