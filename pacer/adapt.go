@@ -112,6 +112,8 @@ type keyState struct {
 	first         chan struct{}
 	breaker       adapt.BreakerState
 	breakerUntil  time.Time
+	haltCred      uint64 // CredentialVersion of the last request a halt refused
+	haltCredSet   bool   // haltCred is set: a halt opened the breaker in this process
 	cooldownUntil time.Time
 	lastSeen      time.Time
 	users         int           // records of this key being handled now; never swept while > 0
@@ -310,13 +312,31 @@ const achievedOver = 5 * time.Second
 // soon enough for the next clean window to see its effect.
 const reserveAhead = time.Second
 
-// aheadGate returns the semaphore of senders that may hold a slot of the
-// key not yet started under lim: rate * reserveAhead + burst of them, at
-// least 1. A sender takes a place before asking for a slot and gives it
-// back to the same channel once its slot started; a rate change makes a
-// new channel, so for a moment both may be full.
-func (st *keyState) aheadGate(lim bucket.Limit) chan struct{} {
-	n := max(int(math.Ceil(lim.PerSecond*reserveAhead.Seconds()))+lim.Burst, 1)
+// aheadSenders is how many senders of a key in this process may hold a
+// slot not yet started under lim (the adapted limit of pol.Limit): rate *
+// reserveAhead + burst, at least 1; for a key with a recipient bucket,
+// whose reservations look only [multiReach] ahead, rate * that reach + 1.
+//
+// More senders than the bucket grants slots to would each be refused and
+// ask again every slot interval: with a recipient bucket (FCM's device
+// limit), a gate of rate * reserveAhead + burst let 40 of a 50/s key's 60
+// senders ask Redis 50 times a second each, about 50 calls per message
+// sent, and the CPU they took woke the slot holders too late to use their
+// slots: the key ran at half its rate. The one sender beyond the reach
+// asks for the next slot as the first held one starts.
+func aheadSenders(lim bucket.Limit, pol KeyPolicy, maxWait time.Duration) int {
+	if pol.RecipientLimit != (bucket.Limit{}) {
+		return max(int(math.Ceil(lim.PerSecond*multiReach(lim, maxWait).Seconds()))+1, 1)
+	}
+	return max(int(math.Ceil(lim.PerSecond*reserveAhead.Seconds()))+lim.Burst, 1)
+}
+
+// aheadGate returns the semaphore of the n senders that may hold a slot of
+// the key not yet started (n from [aheadSenders]). A sender takes a place
+// before asking for a slot and gives it back to the same channel once its
+// slot started; a change of n (of the rate) makes a new channel, so for a
+// moment both may be full.
+func (st *keyState) aheadGate(n int) chan struct{} {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.ahead == nil || cap(st.ahead) != n {
@@ -644,6 +664,15 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol Key
 
 // breakerResult reports an outcome to the key's breaker.
 func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol KeyPolicy, ok bool, reason string, log *slog.Logger) {
+	// A halt opens the breaker (breaker_result.lua): this process's other
+	// senders of the key stop at once (breakerShut), not a Redis round
+	// trip later.
+	st.mu.Lock()
+	was := st.breaker
+	if !ok && was == adapt.BreakerClosed {
+		st.breaker, st.breakerUntil = adapt.BreakerOpen, time.Now().Add(pol.Breaker.OpenFor)
+	}
+	st.mu.Unlock()
 	var state adapt.BreakerState
 	if err := p.redis(ctx, log, func() (err error) {
 		state, err = p.adapter.BreakerResult(ctx, p.cfg.Channel, key, pol.Breaker, ok, reason)
@@ -652,7 +681,6 @@ func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol
 		return
 	}
 	st.mu.Lock()
-	was := st.breaker
 	st.breaker = state
 	if state != adapt.BreakerClosed {
 		st.breakerUntil = time.Now().Add(pol.Breaker.OpenFor)
@@ -666,6 +694,69 @@ func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol
 	}
 }
 
+// breakerShut holds back a record whose slot came after the key's breaker
+// opened in this process: a halt (a refused credential, a blocked account)
+// answered to another sender of the key while this one waited for its
+// slot. Its request would be refused the same way; before this gate every
+// slot granted ahead was still sent with the refused credential (a second
+// of slots: 24 requests at 20 msgs/s + burst). The record goes back to the
+// breaker gate, which parks it ("breaker"); its slot lapses. The
+// half-open probe passes.
+func (p *Pacer) breakerShut(f *flight) outcome {
+	if f.probe {
+		return next()
+	}
+	f.st.mu.Lock()
+	shut := f.st.breaker != adapt.BreakerClosed
+	f.st.mu.Unlock()
+	if shut {
+		return outcome{kind: again}
+	}
+	return next()
+}
+
+// CredentialVersioner is a [channels.Sender] whose credential per pacing
+// key can be replaced while the pacer runs (`pacer run` with
+// PACER_CREDENTIALS_DIR). CredentialVersion returns a number that changes
+// whenever key's credential is added, replaced or removed. A breaker that a
+// halt (a refused credential) opened is closed as soon as the key's
+// version differs from the one its refused request was sent with, so the
+// new credential is tried at once rather than at the next half-open probe
+// (up to Breaker.MaxOpenFor later).
+type CredentialVersioner interface {
+	CredentialVersion(key string) uint64
+}
+
+// credentialVersion returns the sender's CredentialVersion of key, 0 when
+// the sender does not have one.
+func (p *Pacer) credentialVersion(key string) uint64 {
+	if cv, ok := p.sender.(CredentialVersioner); ok {
+		return cv.CredentialVersion(key)
+	}
+	return 0
+}
+
+// haltedWith records that a request sent with credential version v was
+// refused by a halt.
+func (st *keyState) haltedWith(v uint64) {
+	st.mu.Lock()
+	st.haltCred, st.haltCredSet = v, true
+	st.mu.Unlock()
+}
+
+// credentialReplaced reports whether the key's breaker was opened, in this
+// process, by a halt of a credential that has since been replaced. Every
+// sender that asks before the breaker is closed (breakerAllow) is told so.
+func (p *Pacer) credentialReplaced(key string, st *keyState) bool {
+	if _, ok := p.sender.(CredentialVersioner); !ok {
+		return false
+	}
+	v := p.credentialVersion(key)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.haltCredSet && st.haltCred != v
+}
+
 // breakerAllow asks the breaker before a send when this process believes it
 // may be open. It returns allowed, whether this send is the half-open probe,
 // and how long to wait when not allowed; ok is false when ctx ended.
@@ -676,12 +767,32 @@ func (p *Pacer) breakerAllow(ctx context.Context, key string, st *keyState, pol 
 	if closed {
 		return true, false, 0, true
 	}
+	if bc, ok := p.adapter.(interface {
+		BreakerClose(ctx context.Context, channel, key string) error
+	}); ok && p.credentialReplaced(key, st) {
+		if err := p.redis(ctx, log, func() error { return bc.BreakerClose(ctx, p.cfg.Channel, key) }); err != nil && !errors.Is(err, errRedisDown) {
+			return false, false, 0, false
+		}
+		st.mu.Lock()
+		closing := st.haltCredSet
+		st.breaker, st.haltCredSet = adapt.BreakerClosed, false
+		st.mu.Unlock()
+		if closing {
+			log.Info("breaker closed: the key's credential was replaced since it was refused")
+		}
+		return true, false, 0, true
+	}
 	if err := p.redis(ctx, log, func() (err error) {
 		allowed, probe, wait, err = p.adapter.BreakerAllow(ctx, p.cfg.Channel, key, pol.Breaker, p.cfg.Owner)
 		return err
 	}); err != nil {
 		if errors.Is(err, errRedisDown) {
-			return true, false, 0, true // no shared breaker without Redis
+			// No shared breaker without Redis: nor a local one, which
+			// breakerShut would otherwise keep sending back here.
+			st.mu.Lock()
+			st.breaker = adapt.BreakerClosed
+			st.mu.Unlock()
+			return true, false, 0, true
 		}
 		return false, false, 0, false
 	}

@@ -153,6 +153,7 @@ type flight struct {
 	pol     KeyPolicy // the key's policy at the last gate
 	lim     bucket.Limit
 	probe   bool                   // this send is the breaker's half-open probe
+	cred    uint64                 // CredentialVersion of the key when the request left
 	sent    bool                   // a request left: its outcome is written even after a revoke
 	slotAt  time.Time              // when the send slot started (the slot step returned)
 	paced   float64                // msgs/s: the key's adapted rate this process knew when the slot started
@@ -191,6 +192,9 @@ func (p *Pacer) steps(f *flight) outcome {
 		}
 		if o.kind == pass {
 			o = p.campaignGate(f)
+		}
+		if o.kind == pass {
+			o = p.breakerShut(f)
 		}
 		if o.kind == pass {
 			o = p.claim(f)
@@ -517,6 +521,7 @@ func (p *Pacer) send(f *flight) outcome {
 	sctx, cancel := context.WithTimeout(p.sendCtx, p.cfg.SendTimeout)
 	start := time.Now()
 	f.sent = true
+	f.cred = p.credentialVersion(f.env.Key)
 	res, err := p.sender.Send(sctx, msg)
 	cancel()
 	p.m.sendLatency.WithLabelValues().Observe(time.Since(start).Seconds())
@@ -577,6 +582,7 @@ func (p *Pacer) send(f *flight) outcome {
 	default: // channels.Halt
 		f.log.Error("provider refuses this pacing key (credentials or account); opening its breaker, nothing dropped",
 			"code", codeOf(perr), "err", err)
+		f.st.haltedWith(f.cred)
 		p.breakerResult(ctx, f.env.Key, f.st, f.pol, false, "halt: "+codeOf(perr), f.log)
 		f.waitStart = time.Now()
 		return outcome{kind: again}
@@ -816,8 +822,8 @@ func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) er
 // campaign's backlog hold a high record back by about one slot interval.
 //
 // At most rate * reserveAhead + burst senders of a key in this process hold
-// a slot not yet started (keyState.aheadGate), so a change of the rate
-// takes effect within about reserveAhead.
+// a slot not yet started (aheadSenders; fewer with a recipient bucket), so
+// a change of the rate takes effect within about reserveAhead.
 //
 // ahead, if not nil, is called once per slot granted, the ledger's flush
 // interval plus claimMargin before the slot starts (at once when it starts
@@ -835,13 +841,18 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 			return 0, "", false
 		}
 	}
-	gate := st.aheadGate(lim)
+	gate := st.aheadGate(aheadSenders(lim, pol, p.cfg.MaxTokenWait))
 	select {
 	case gate <- struct{}{}:
 	case <-ctx.Done():
 		return 0, "", false
 	}
-	defer func() { <-gate }()
+	held := true
+	defer func() {
+		if held {
+			<-gate
+		}
+	}()
 	if !high {
 		st.normalWaiting.Add(1)
 		defer st.normalWaiting.Add(-1)
@@ -912,7 +923,24 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 		if res.Cooldown {
 			w += time.Duration(rand.Int64N(int64(w)/10 + 1))
 		}
+		if res.Cooldown || w <= time.Duration(float64(time.Second)/lim.PerSecond) {
+			if !sleep(ctx, w) {
+				return 0, "", false
+			}
+			continue
+		}
+		// No slot within reach for longer than one slot interval of the
+		// key: its recipient is busy. It waits outside the gate, so it does
+		// not hold a place the key's other recipients could use.
+		<-gate
+		held = false
 		if !sleep(ctx, w) {
+			return 0, "", false
+		}
+		select {
+		case gate <- struct{}{}:
+			held = true
+		case <-ctx.Done():
 			return 0, "", false
 		}
 	}
@@ -1008,12 +1036,11 @@ func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keySt
 		// bucket at that slot too and hold other recipients behind it, so
 		// a multi reservation looks no further ahead than the key's burst
 		// lasts; a busy recipient's message waits and asks again.
-		reach := time.Duration(float64(lim.Burst) / lim.PerSecond * float64(time.Second))
 		p.m.bucketCalls.WithLabelValues().Inc()
 		return b.ReserveMulti(ctx, p.cfg.Channel, key, []bucket.Request{
 			{Limit: lim, Cost: 1},
 			{Sub: recipientSub(to), Limit: rl, Cost: 1},
-		}, max(min(p.cfg.MaxTokenWait, reach), time.Millisecond))
+		}, multiReach(lim, p.cfg.MaxTokenWait))
 	}
 	n := p.cfg.leaseSize(pol.Limit, lim)
 	if n <= 1 || st == nil || (p.cfg.LeaseSize == 0 && n < leaseBacklog && int(st.normalWaiting.Load()) < n) {
@@ -1022,6 +1049,14 @@ func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keySt
 	}
 	d := st.dispenser(ctx, p, key, pol.Limit, lim, n)
 	return d.Next(ctx)
+}
+
+// multiReach is how far ahead a reservation of a key's and a recipient's
+// buckets together looks: as long as the key's burst lasts at lim, at
+// most maxWait, at least 1 ms.
+func multiReach(lim bucket.Limit, maxWait time.Duration) time.Duration {
+	reach := time.Duration(float64(lim.Burst) / lim.PerSecond * float64(time.Second))
+	return max(min(maxWait, reach), time.Millisecond)
 }
 
 // recipientSub names a recipient's sub-bucket by a hash, so no address or

@@ -229,6 +229,24 @@ func (l *Adapter) BreakerResult(ctx context.Context, channel, key string, b Brea
 	return BreakerState(r[0]), nil
 }
 
+// breakerCloseScript deletes a breaker hash: a closed breaker has none
+// (breaker_result.lua closes with DEL). A script, as every call of the
+// package is: the client it is given runs scripts only.
+var breakerCloseScript = redis.NewScript("return redis.call('DEL', KEYS[1])")
+
+// BreakerClose closes the breaker of (channel, key) whatever its state,
+// for when the cause of the halt that opened it is gone (the key's
+// credential was replaced): the key's messages go again at once instead of
+// at the next half-open probe. Errors wrap the Redis error. It is safe for
+// concurrent use.
+func (l *Adapter) BreakerClose(ctx context.Context, channel, key string) error {
+	bk := l.keys.Breaker(channel, key)
+	if err := breakerCloseScript.Run(ctx, l.rdb, []string{bk}).Err(); err != nil {
+		return fmt.Errorf("adapt: breaker close %q: %w", bk, err)
+	}
+	return nil
+}
+
 // BreakerStatus is a read-only view of one breaker, for `pacer status`.
 type BreakerStatus struct {
 	State BreakerState

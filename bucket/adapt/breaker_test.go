@@ -363,3 +363,35 @@ func TestSnapshot(t *testing.T) {
 		}
 	})
 }
+
+// TestBreakerClose: BreakerClose ends an open breaker at once (its
+// credential was replaced): the next allow is an ordinary send, not a
+// probe, and a later halt opens it again for the first open period.
+func TestBreakerClose(t *testing.T) {
+	b := adapt.Breaker{OpenFor: time.Minute}
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		if _, err := e.l.BreakerResult(ctx, "test", "k", b, false, "halt: 401"); err != nil {
+			t.Fatal(err)
+		}
+		if allowed, _, _, err := e.l.BreakerAllow(ctx, "test", "k", b, "a"); err != nil || allowed {
+			t.Fatalf("open breaker: allowed %v, %v", allowed, err)
+		}
+		if err := e.l.BreakerClose(ctx, "test", "k"); err != nil {
+			t.Fatal(err)
+		}
+		allowed, probe, _, err := e.l.BreakerAllow(ctx, "test", "k", b, "a")
+		if err != nil || !allowed || probe {
+			t.Fatalf("after BreakerClose: allowed %v, probe %v, %v; want an ordinary send", allowed, probe, err)
+		}
+		if st, err := e.l.BreakerStatus(ctx, "test", "k"); err != nil || st.State != adapt.BreakerClosed || st.Opens != 0 {
+			t.Fatalf("after BreakerClose: %+v, %v; want closed", st, err)
+		}
+		if _, err := e.l.BreakerResult(ctx, "test", "k", b, false, "halt: 401"); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := e.l.BreakerStatus(ctx, "test", "k"); err != nil || st.State != adapt.BreakerOpen || st.Opens != 1 {
+			t.Fatalf("halt after BreakerClose: %+v, %v; want open, opens 1", st, err)
+		}
+	})
+}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/pacer"
 )
 
 // credentialsPoll is how often the credentials directory is read again.
@@ -56,6 +57,19 @@ type keyedSender struct {
 	mu      sync.RWMutex
 	senders map[string]channels.Sender // by pacing key
 	sums    map[string][32]byte        // content digest of each key's file, loaded or refused
+	vers    map[string]uint64          // by pacing key: +1 each time its credential is added, replaced or removed
+}
+
+var _ pacer.CredentialVersioner = (*keyedSender)(nil)
+
+// CredentialVersion is [pacer.CredentialVersioner]: it changes whenever
+// key's credential file is added, replaced by one that builds a client, or
+// removed, so a key's breaker that a refused credential opened closes once
+// the file is fixed.
+func (k *keyedSender) CredentialVersion(key string) uint64 {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.vers[key]
 }
 
 // newKeyedSender reads dir once, so that `pacer run` starts with every
@@ -70,7 +84,7 @@ func newKeyedSender(ctx context.Context, channel, dir string, build buildFunc, d
 		log = slog.New(slog.DiscardHandler)
 	}
 	k := &keyedSender{channel: channel, dir: dir, build: build, def: def, serves: serves, log: log,
-		senders: map[string]channels.Sender{}, sums: map[string][32]byte{}}
+		senders: map[string]channels.Sender{}, sums: map[string][32]byte{}, vers: map[string]uint64{}}
 	if err := k.reload(ctx); err != nil {
 		return nil, &configError{"PACER_CREDENTIALS_DIR", err.Error()}
 	}
@@ -130,6 +144,7 @@ func (k *keyedSender) reload(ctx context.Context) error {
 		_, had := k.senders[key]
 		if err == nil {
 			k.senders[key] = s
+			k.vers[key]++
 		}
 		k.mu.Unlock()
 		switch {
@@ -150,6 +165,7 @@ func (k *keyedSender) reload(ctx context.Context) error {
 			delete(k.sums, key)
 			if _, ok := k.senders[key]; ok {
 				delete(k.senders, key)
+				k.vers[key]++
 				removed = append(removed, key)
 			}
 		}

@@ -155,3 +155,75 @@ func TestEndToEndCredentialsPerSender(t *testing.T) {
 		t.Errorf("DLQ detail does not name the reason:\n%s", dlqText.String())
 	}
 }
+
+// TestEndToEndRefusedCredential: `pacer run` on the real Kafka and Redis
+// with one WhatsApp number whose credential file holds a wrong token. Meta
+// answers 401 (Graph error 190): a halt, so the number's breaker opens and
+// its records are requeued (reason breaker), none dead-lettered; only the
+// requests in flight when the first 401 came back carry the wrong token
+// (the first burst at most, not a second of slots). Once the file holds
+// the right token, the number's next records are sent with it at once,
+// well before the breaker's open period (1 min here) would end.
+func TestEndToEndRefusedCredential(t *testing.T) {
+	const burst, before, after = 3, 100, 10
+	e := newE2E(t, whatsapptest.Config{})
+	num := "106540352209"
+	good := "EAAG-tenant-D-secret-9f8e7d"
+	gate := &tokenGate{tokens: map[string]string{num: good}, fakeToken: "e2e-secret-token", next: e.fake.Handler(), refused: map[string]int{}}
+	gs := httptest.NewServer(gate)
+	t.Cleanup(gs.Close)
+	mount := &secretMount{t: t, dir: t.TempDir()}
+	mount.update(map[string]string{"whatsapp." + num: "EAAG-tenant-D-wrong-000000"})
+	batch := func(prefix string, n int) {
+		var lines strings.Builder
+		for i := range n {
+			fmt.Fprintf(&lines, `{"id":"%s-%d","key":%q,"to":"1555%07d","payload":{"type":"text","text":{"body":"m%d"}}}`+"\n", prefix, i, num, i, i)
+		}
+		if code, out, errs := e.publish(lines.String()); code != 0 {
+			t.Fatalf("publish: %d %s %s", code, out, errs)
+		}
+	}
+	batch("refused", before)
+	p := e.run("PACER_WHATSAPP_BASE_URL="+gs.URL, "PACER_WHATSAPP_TOKEN=", "PACER_CREDENTIALS_DIR="+mount.dir,
+		"PACER_WHATSAPP_RATE=50", fmt.Sprintf("PACER_WHATSAPP_BURST=%d", burst), "PACER_HALT_COOLDOWN=1m")
+	refused := func() int {
+		gate.mu.Lock()
+		defer gate.mu.Unlock()
+		return gate.refused[num]
+	}
+	if !waitFor(60*time.Second, func() bool {
+		v, _ := p.metric(t, `pacer_requeued_total{channel="whatsapp",reason="breaker"}`)
+		return v >= before-burst-2
+	}) {
+		t.Fatalf("the number's records were not requeued by its breaker; 401s %d\n%s", refused(), p.logs())
+	}
+	time.Sleep(time.Second) // a second of slots: what was sent before this fix
+	n401 := refused()
+	if n401 < 1 || n401 > burst+2 {
+		t.Errorf("%d requests with the wrong token, want 1 to %d (the first burst and the requests in flight)", n401, burst+2)
+	}
+	if dlq, _ := p.metric(t, `pacer_dlq_total{channel="whatsapp",reason="permanent"}`); dlq != 0 {
+		t.Errorf("%v records dead-lettered, want none", dlq)
+	}
+
+	fixed := time.Now()
+	mount.update(map[string]string{"whatsapp." + num: good})
+	if !waitFor(30*time.Second, func() bool { return strings.Contains(p.logs(), `credential updated" channel=whatsapp key=`+num) }) {
+		t.Fatalf("the fixed credential file was not picked up within 30 s\n%s", p.logs())
+	}
+	batch("fixed", after)
+	if !waitFor(20*time.Second, func() bool { return e.fake.Stats()[num].Delivered >= after }) {
+		t.Fatalf("%d delivered within 20 s of the fixed file, want the %d records published after it (the breaker stays open 1 min otherwise)\n%s",
+			e.fake.Stats()[num].Delivered, after, p.logs())
+	}
+	took := time.Since(fixed)
+	if !strings.Contains(p.logs(), "breaker closed: the key's credential was replaced") {
+		t.Errorf("log lacks the breaker's closing for the replaced credential")
+	}
+	if got := refused(); got != n401 {
+		t.Errorf("%d more requests with the wrong token after the file was fixed, want none", got-n401)
+	}
+	t.Logf("wrong token: %d requests refused (burst %d), %d records requeued; fixed file: %d delivered %v after the swap",
+		n401, burst, before, e.fake.Stats()[num].Delivered, took.Round(time.Millisecond))
+	p.stop(t)
+}

@@ -118,6 +118,15 @@ func TestKeyedSender(t *testing.T) {
 	want("222", tokB)
 	want("333", "")
 	want("x", "") // another channel's file
+	// The credential versions the pacer compares to close a breaker a
+	// refused credential opened: they change with the credential in use.
+	versions := func() [3]uint64 {
+		return [3]uint64{k.CredentialVersion("111"), k.CredentialVersion("222"), k.CredentialVersion("333")}
+	}
+	v0 := versions()
+	if v0[0] == v0[2] || v0[1] == v0[2] {
+		t.Errorf("versions %v: keys 111 and 222 with a file have the version of 333 without one", v0)
+	}
 
 	m.update(map[string]string{"whatsapp.111": tokA2, "whatsapp.222": "bad-token", "whatsapp.333": tokC})
 	if err := k.reload(ctx); err != nil {
@@ -126,6 +135,16 @@ func TestKeyedSender(t *testing.T) {
 	want("111", tokA2)
 	want("222", tokB) // refused file: the previous credential stays
 	want("333", tokC)
+	if v1 := versions(); v1[0] == v0[0] || v1[1] != v0[1] || v1[2] == v0[2] {
+		t.Errorf("versions %v after replacing 111, refusing 222's file and adding 333 (were %v): want 111 and 333 changed, 222 kept", v1, v0)
+	}
+	v1 := versions()
+	if err := k.reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := versions(); v != v1 {
+		t.Errorf("versions %v after a reload of unchanged files, want %v", v, v1)
+	}
 
 	m.update(map[string]string{"whatsapp.111": tokA2})
 	if err := k.reload(ctx); err != nil {
@@ -133,6 +152,9 @@ func TestKeyedSender(t *testing.T) {
 	}
 	want("222", "")
 	want("333", "")
+	if v := versions(); v[0] != v1[0] || v[1] == v1[1] || v[2] == v1[2] {
+		t.Errorf("versions %v after removing 222 and 333 (were %v): want 222 and 333 changed, 111 kept", v, v1)
+	}
 
 	// With a default credential, keys without a file use it.
 	d, err := newKeyedSender(ctx, "whatsapp", m.dir, build, tokenSender("default"), nil, nil)
