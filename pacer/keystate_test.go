@@ -320,7 +320,7 @@ func TestKeyStateBytes(t *testing.T) {
 	for _, k := range keys {
 		st := p.keyState(k)
 		lim, _ := p.limitFor(ctx, k, st, p.log)
-		gate := st.aheadGate(lim)
+		gate := st.aheadGate(aheadSenders(lim, KeyPolicy{}, time.Second))
 		gate <- struct{}{}
 		<-gate
 		st.done()
@@ -354,7 +354,7 @@ func TestDoneTrimsTheKeyState(t *testing.T) {
 	lim := bucket.Limit{PerSecond: 10, Burst: 1}
 
 	st := p.keyState("spent")
-	st.aheadGate(lim)
+	st.aheadGate(aheadSenders(lim, KeyPolicy{}, time.Second))
 	d := st.dispenser(ctx, p, "spent", lim, lim, 1)
 	if r, err := d.Next(ctx); err != nil || !r.OK {
 		t.Fatalf("Next: %+v, %v", r, err)
