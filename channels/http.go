@@ -16,9 +16,10 @@ import (
 // TLS handshake (with net/http's default of 2 per host, about 0.75 new
 // connections per message at 32 sends in flight). A process has up to
 // PACER_INFLIGHT (default 32) sends in flight per partition it holds, so
-// 1024 covers 32 partitions at the default; raise it through the adapter's
-// Config.MaxIdleConnsPerHost when a process holds more. Idle connections
-// are closed after [IdleConnTimeout].
+// 1024 covers 32 keys sending at once at the default; beyond that, sends
+// wait for a connection of the pool (see [NewTransport]); raise it through
+// the adapter's Config.MaxIdleConnsPerHost for more requests at once. Idle
+// connections are closed after [IdleConnTimeout].
 const DefaultMaxIdleConnsPerHost = 1024
 
 // IdleConnTimeout is how long a connection made by [NewTransport] stays
@@ -36,7 +37,10 @@ const MaxDrain = 256 << 10
 // later, HTTP/2 where the provider offers it in the TLS handshake (ALPN) and
 // HTTP/1.1 keep-alive otherwise, up to maxIdlePerHost idle connections per
 // host kept for reuse (0 means [DefaultMaxIdleConnsPerHost]; no cap on the
-// total over all hosts), and on HTTP/2 a health PING after 1 min without
+// total over all hosts) and as many connections per host at most: more
+// sends at once than that wait for a connection of the pool (a few
+// milliseconds, a request's time) rather than open one that the pool would
+// close after the burst and dial again with a new TLS handshake, and on HTTP/2 a health PING after 1 min without
 // frames, the connection dropped if it is not answered in 15 s.
 //
 // tlsConfig, if not nil, is used instead of the default (a clone is taken
@@ -55,6 +59,7 @@ func NewTransport(maxIdlePerHost int, tlsConfig *tls.Config) *http.Transport {
 	t.ForceAttemptHTTP2 = true // a custom TLS config turns it off otherwise
 	t.MaxIdleConns = 0
 	t.MaxIdleConnsPerHost = maxIdlePerHost
+	t.MaxConnsPerHost = maxIdlePerHost
 	t.IdleConnTimeout = IdleConnTimeout
 	t.HTTP2 = &http.HTTP2Config{SendPingTimeout: time.Minute, PingTimeout: 15 * time.Second}
 	return t

@@ -241,9 +241,10 @@ func ReadTestdata(t testing.TB, name string) string {
 }
 
 // ReuseConcurrency is the sends in flight at which [CheckReuse] counts
-// connections: PACER_INFLIGHT's default (32) and a process holding 8
-// partitions at that default (256).
-var ReuseConcurrency = []int{32, 256}
+// connections: PACER_INFLIGHT's default (32), a process holding 8 keys at
+// that default (256), and twice the default pool (2,048: 64 keys), where
+// the sends beyond the pool wait for one of its connections.
+var ReuseConcurrency = []int{32, 256, 2 * channels.DefaultMaxIdleConnsPerHost}
 
 // CheckReuse checks that an adapter reuses its connections: for each of
 // [ReuseConcurrency], it starts an HTTP/1.1 server of h that counts the TCP
@@ -258,9 +259,12 @@ func CheckReuse(t *testing.T, h http.Handler, newSend func(baseURL string) func(
 	t.Helper()
 	for _, c := range ReuseConcurrency {
 		var conns atomic.Int64
-		var gate atomic.Pointer[sync.WaitGroup] // non-nil while warm-up holds sends
+		// While warm-up holds sends, the first of them (as many as the pool
+		// has connections) wait at the server until all have come.
+		var gate atomic.Pointer[sync.WaitGroup]
+		var toHold atomic.Int64
 		ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if wg := gate.Load(); wg != nil {
+			if wg := gate.Load(); wg != nil && toHold.Add(-1) >= 0 {
 				wg.Done()
 				wg.Wait()
 			}
@@ -298,7 +302,9 @@ func CheckReuse(t *testing.T, h http.Handler, newSend func(baseURL string) func(
 			}
 		}
 		var held sync.WaitGroup
-		held.Add(c)
+		hold := min(c, channels.DefaultMaxIdleConnsPerHost)
+		held.Add(hold)
+		toHold.Store(int64(hold))
 		gate.Store(&held)
 		run(c)
 		gate.Store(nil)
