@@ -1016,7 +1016,7 @@ func lateSlot(ceiling, lim bucket.Limit) time.Duration {
 // at least as many senders waiting for slots in this process, so its slots
 // are used rather than left to lapse; with fewer, each sender reserves its
 // own slot.
-const leaseBacklog = 10
+const leaseBacklog = 20
 
 // reserve asks b for one slot of key under lim (the adapted limit of
 // pol.Limit): with a recipient bucket (configured, or a pair's learned

@@ -270,7 +270,7 @@ func TestAccountLeftNoCooldown(t *testing.T) {
 	}
 }
 
-// TestLeaseSizeIgnoresHeadroom: a lease is 100 ms of slots at the
+// TestLeaseSizeIgnoresHeadroom: a lease is 200 ms of slots at the
 // adapted rate, whatever the burst: the pacing headroom takes tokens off
 // the burst, not off the lease (a lease's slots are spaced at the rate).
 func TestLeaseSizeIgnoresHeadroom(t *testing.T) {
@@ -280,9 +280,10 @@ func TestLeaseSizeIgnoresHeadroom(t *testing.T) {
 		lim  bucket.Limit
 		want int
 	}{
-		{bucket.Limit{PerSecond: 1000, Burst: 5}, 100}, // headroom only: 100 ms at 1000/s
-		{bucket.Limit{PerSecond: 500, Burst: 2}, 50},   // adapted to half
-		{bucket.Limit{PerSecond: 50, Burst: 1}, 5},     // 100 ms at 50/s
+		{bucket.Limit{PerSecond: 1000, Burst: 5}, 200}, // headroom only: 200 ms at 1000/s
+		{bucket.Limit{PerSecond: 500, Burst: 2}, 100},  // adapted to half
+		{bucket.Limit{PerSecond: 80, Burst: 8}, 16},    // 200 ms at 80/s
+		{bucket.Limit{PerSecond: 5, Burst: 1}, 1},      // one reservation per message
 	} {
 		if got := c.leaseSize(ceiling, tc.lim); got != tc.want {
 			t.Errorf("leaseSize(%+v, %+v) = %d, want %d", ceiling, tc.lim, got, tc.want)
