@@ -45,8 +45,13 @@
 -- (the provider took that much moments ago; the cut left a margin below it
 -- and the clean window shows the dip that caused it is over), and the probe
 -- starts over gently (k = 0) from there, since that is where the provider
--- refused last; otherwise k grows by one. A new window starts now. One call raises the
--- rate at most once, however long the key was idle.
+-- refused last; otherwise k grows by one. A new window starts now. The
+-- first increase of a rate at or above a known capacity (cap > 0, urate >=
+-- cap, k = 0: after a return to cap, a cut that left the rate at or above
+-- the estimate, or a lone throttle) waits 4 windows, not one: the rate
+-- cruises at the capacity found and probes above it rarely, since a probe
+-- that meets the limit costs a cut below it. One call raises the rate at
+-- most once, however long the key was idle.
 --
 -- Writes: KEYS[4] as described above (a window of at least 5 s; PEXPIRE
 -- 5 min), HINCRBY acc when accepted > 0 and the hash exists; nothing else
@@ -64,6 +69,9 @@ local window_us = tonumber(ARGV[5])
 local idle_ms = tonumber(ARGV[6])
 local accel = tonumber(ARGV[7])
 local accepted = tonumber(ARGV[8])
+-- Windows a rate at a capacity found cruises there, beyond a clean
+-- window, before the probe above it.
+local cruise = 3
 if not int(accepted, 0) then
   return redis.error_reply('ERR aimd: accepted must be an integer >= 0')
 end
@@ -109,7 +117,14 @@ if accepted > 0 then
   redis.call('HINCRBY', KEYS[1], 'wacc', accepted)
   s.wacc = s.wacc + accepted
 end
-if now < s.win_us + window_us then
+-- The first probe above a capacity found (k = 0 at or above cap) waits
+-- cruise windows more: a capacity found is probed rarely, since each probe
+-- that meets it costs a cut below it.
+local span = window_us
+if s.k == 0 and s.cap > 0 and s.urate >= s.cap then
+  span = (1 + cruise) * window_us
+end
+if now < s.win_us + span then
   return {s.urate, 0, cd, s.streak}
 end
 -- Only a rate in use is raised: a probe that outruns what the replicas

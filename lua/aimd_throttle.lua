@@ -42,9 +42,12 @@
 --          capacity, decimal number in (0, 1]
 -- ARGV[9]  accepted: sends of this key the caller saw accepted since it last
 --          reported, integer >= 0
--- ARGV[10] pause_tokens: after a decrease, the cooldown lasts at least until
---          the provider's bucket has earned this many tokens at the new rate
---          (burst_tokens / new rate), integer >= 0; 0: no pause
+-- ARGV[10] pause_tokens: the ceiling's burst, integer >= 0; after a
+--          decrease, the cooldown lasts at least until the provider's
+--          bucket has earned the pacer's burst at the new rate:
+--          max(1, pause_tokens * new rate / ceil_u) tokens, that is
+--          pause_tokens / ceiling s (at least one token interval at the new
+--          rate); 0: no pause
 -- ARGV[11] paced_u: the adapted rate the throttled send was paced at, in
 --          millionths, integer >= 0; 0: unknown
 --
@@ -78,9 +81,11 @@
 --   est = acc / (now - ep_us). Without reports of accepted sends (acc = 0)
 --   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
 --   The rate becomes max(floor_u, floor(urate * decrease),
---   floor(min(est, urate) * backoff)); cap becomes an estimate from acc
---   (at least the new rate, at most ceil_u; the weaker one leaves cap as it
---   was), and a new episode starts as above, with win_us = cooldown end.
+--   floor(min(est, urate) * backoff)); cap becomes the estimate from acc
+--   (within [floor_u, ceil_u], even when Decrease kept the new rate above
+--   it: aimd_recover.lua then holds the rate there, not probing, for 4
+--   windows; the weaker estimate leaves cap as it was), and a new episode
+--   starts as above, with win_us = cooldown end.
 -- accepted is added to acc first in every case; a new episode sets acc = 0.
 -- A counted (lone or persistent) throttle adds one to streak if urate was at
 -- the floor already, else sets it to 0.
@@ -160,8 +165,13 @@ else
       reschedule(s.urate, u)
       -- A provider that kept refusing has an empty bucket: sending on at
       -- once, even below its rate, meets its edge again. Pause until it has
-      -- earned pause_tokens at the new rate.
-      local pause_end = now + math.floor(pause_tokens * 1e12 / u)
+      -- earned the burst the pacer takes at the new rate (pause_tokens
+      -- scaled by u / ceil_u, at least one token): enough for the pacer's
+      -- bunched slots to fit. Earning the provider's whole burst back
+      -- would cost that many sends at every cut, a dip below the capacity
+      -- the cut has just found; the new rate, below it, refills the rest.
+      local tokens = math.max(1, pause_tokens * u / ceil_u)
+      local pause_end = now + math.floor(tokens * 1e12 / u)
       if pause_tokens > 0 and cd < pause_end then
         redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
         cd = pause_end
@@ -169,7 +179,7 @@ else
     end
     s.urate = u
     if s.acc > 0 then
-      s.cap = math.min(ceil_u, math.max(u, math.floor(est)))
+      s.cap = math.min(ceil_u, math.max(floor_u, math.floor(est)))
     end
     s.win_us = cd
   else

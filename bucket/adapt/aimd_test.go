@@ -772,18 +772,24 @@ func ExampleAdapter_Throttled() {
 	// 0.6 s later, after replicas saw 27 sends accepted, another: throttles
 	// persist, the provider takes about 45/s: the rate goes to 0.95 of it
 	// (42.75/s, never below 0.8 of the rate at once: 64), with a pause for
-	// the provider to earn back its burst.
+	// the provider to earn the burst the pacer takes at 64/s (16 tokens).
 	mr.SetTime(t0.Add(600 * time.Millisecond))
 	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 27, 0))
-	// Clean 2 s windows after the pause, the rate in use (the replicas
-	// report about 64 and 65 sends a second): +2%, then +4%.
+	// A clean 2 s window after the pause: the rate stays, above the capacity
+	// found (45/s); throttles that go on cut it further.
 	mr.SetTime(t0.Add(3 * time.Second))
 	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 130))
-	mr.SetTime(t0.Add(5 * time.Second))
+	// None did: after 4 clean windows in all, the rate in use (the replicas
+	// report about 64 and 65 sends a second), the probe: +2%, then +4% a
+	// window later.
+	mr.SetTime(t0.Add(9 * time.Second))
+	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 390))
+	mr.SetTime(t0.Add(11 * time.Second))
 	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 131))
 	// Output:
 	// rate=80 decreased=false increased=false cooldown=13ms limit={PerSecond:80 Burst:18}
-	// rate=64 decreased=true increased=false cooldown=313ms limit={PerSecond:64 Burst:14}
+	// rate=64 decreased=true increased=false cooldown=250ms limit={PerSecond:64 Burst:14}
+	// rate=64 decreased=false increased=false cooldown=0s limit={PerSecond:64 Burst:14}
 	// rate=65.28 decreased=false increased=true cooldown=0s limit={PerSecond:65.28 Burst:14}
 	// rate=67.89 decreased=false increased=true cooldown=0s limit={PerSecond:67.8912 Burst:14}
 }
@@ -869,8 +875,8 @@ func (e *env) adaptsNear(t *testing.T, a adapt.AIMD, steps []aimdStep) {
 // TestAIMDAcceptedEstimate checks the estimate from accepted sends: what
 // every replica reported accepted over the episode, per second, is the
 // capacity of a provider that keeps refusing; the cut goes to Backoff of
-// it; one clean window returns the rate to it (the cap), and the probe goes
-// on gently from there.
+// it; one clean window returns the rate to it (the cap), where it cruises
+// for 3 windows more before the probe goes on gently from there.
 func TestAIMDAcceptedEstimate(t *testing.T) {
 	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
 		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
@@ -888,9 +894,13 @@ func TestAIMDAcceptedEstimate(t *testing.T) {
 			// 0.04 s = 2.6 sends the window beyond its first second calls for,
 			// 1 was reported. No increase.
 			{at: 1600 * ms, op: opRecover, rate: 72},
-			{at: 1700 * ms, op: opRecover, rate: 80, change: 1, accepted: 80},  // below the cap: straight to it
-			{at: 2800 * ms, op: opRecover, rate: 88, change: 1, accepted: 80},  // from the cap: * 1.1
-			{at: 3900 * ms, op: opRecover, rate: 100, change: 1, accepted: 90}, // * 1.2, capped at the ceiling
+			{at: 1700 * ms, op: opRecover, rate: 80, change: 1, accepted: 80}, // below the cap: straight to it
+			// At the cap the rate cruises 3 windows more (to 4700ms), then
+			// the probe's window (to 5700ms) must pass before the probe.
+			{at: 2800 * ms, op: opRecover, rate: 80, accepted: 80},
+			{at: 5600 * ms, op: opRecover, rate: 80, accepted: 300},
+			{at: 5800 * ms, op: opRecover, rate: 88, change: 1, accepted: 20},  // from the cap: * 1.1
+			{at: 7000 * ms, op: opRecover, rate: 100, change: 1, accepted: 90}, // * 1.2, capped at the ceiling
 		})
 		if n := e.rdb.Exists(t.Context(), e.keys.AIMD("test", "k")).Val(); n != 0 {
 			t.Fatal("the aimd hash outlived the return to the ceiling")
@@ -1061,22 +1071,27 @@ func TestAIMDReschedulesDebt(t *testing.T) {
 	})
 }
 
-// TestAIMDRefillPause checks the cooldown after a decrease: at least the
-// ceiling's burst at the new rate, since the provider that kept refusing
-// has spent its burst; a lone throttle and NoRefillPause have none.
+// TestAIMDRefillPause checks the cooldown after a decrease: until the
+// provider, which kept refusing and so has spent its burst, has earned the
+// burst the pacer takes at the new rate (the ceiling's burst scaled by new
+// rate / ceiling), not its whole burst; a lone throttle and NoRefillPause
+// have none.
 func TestAIMDRefillPause(t *testing.T) {
 	ceiling := bucket.Limit{PerSecond: 10, Burst: 5}
 	ms := time.Millisecond
 	for _, tc := range []struct {
 		off  bool
 		want time.Duration
-	}{{false, time.Second}, {true, 100 * ms}} {
+	}{{false, 500 * ms}, {true, 100 * ms}} {
 		t.Run(fmt.Sprint("NoRefillPause=", tc.off), func(t *testing.T) {
 			a := adapt.AIMD{Decrease: 0.5, Backoff: 1e-9, Persist: time.Hour, Coalesce: time.Millisecond, NoRefillPause: tc.off}
 			each(t, func(t *testing.T, e *env) {
 				e.adapts(t, "k", ceiling, a, []aimdStep{
 					{at: 0, op: opThrottle, rate: 10, cooldown: 100 * ms},                  // lone: one token interval
-					{at: 200 * ms, op: opThrottle, rate: 5, change: -1, cooldown: tc.want}, // 5 tokens at 5/s
+					// The burst the pacer takes at 5/s, 5 * 5/10 = 2.5 tokens, at
+					// 5/s: 500ms. The provider's whole burst (1 s) would cost
+					// 2.5 sends more at each cut.
+					{at: 200 * ms, op: opThrottle, rate: 5, change: -1, cooldown: tc.want},
 				})
 			})
 		})
