@@ -78,7 +78,9 @@
 --   cooldown end), win_us = max(win_us, cooldown end). The rate stays.
 -- - otherwise (persistent): n grows by one. A provider that keeps refusing
 --   is saturated, so what it accepted over the episode is its capacity:
---   est = acc / (now - ep_us). Without reports of accepted sends (acc = 0)
+--   est = acc / (now - ep_us), or, within -20%..+25% of the last estimate
+--   cap, the mean of the two (the same capacity met again: the mean evens
+--   out the replicas' late reports). Without reports of accepted sends (acc = 0)
 --   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
 --   The rate becomes max(floor_u, floor(urate * decrease),
 --   floor(min(est, urate) * backoff)); cap becomes the estimate from acc
@@ -155,6 +157,11 @@ else
     local est
     if s.acc > 0 then
       est = s.acc * 1e12 / dt
+      -- An estimate near the last one (within -20%..+25%) meets the same
+      -- capacity: their mean evens out the replicas' late reports.
+      if s.cap > 0 and est >= 0.8 * s.cap and est <= 1.25 * s.cap then
+        est = (est + s.cap) / 2
+      end
     else
       est = s.urate - s.n * 1e12 / dt
     end
