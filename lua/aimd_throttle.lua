@@ -43,7 +43,8 @@
 -- ARGV[9]  accepted: sends of this key the caller saw accepted since it last
 --          reported, integer >= 0
 -- ARGV[10] pause_tokens: the ceiling's burst, integer >= 0; after a
---          decrease, the cooldown lasts at least until the provider's
+--          persistent throttle (a decrease, or a rate kept below the
+--          estimate), the cooldown lasts at least until the provider's
 --          bucket has earned the pacer's burst at the new rate:
 --          max(1, pause_tokens * new rate / ceil_u) tokens, that is
 --          pause_tokens / ceiling s (at least one token interval at the new
@@ -83,7 +84,10 @@
 --   out the replicas' late reports). Without reports of accepted sends (acc = 0)
 --   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
 --   The rate becomes max(floor_u, floor(urate * decrease),
---   floor(min(est, urate) * backoff)); cap becomes the estimate from acc
+--   floor(min(est, urate) * backoff)), or stays when an estimate from acc
+--   exceeds it (urate < est: below the provider's capacity, the refusals
+--   come from its bucket emptied moments ago, by a probe or bunched sends;
+--   the pause refills it); cap becomes the estimate from acc
 --   (within [floor_u, ceil_u], even when Decrease kept the new rate above
 --   it: aimd_recover.lua then holds the rate there, not probing, for 4
 --   windows; the weaker estimate leaves cap as it was), and a new episode
@@ -167,22 +171,32 @@ else
     end
     local u = math.max(floor_u, math.floor(s.urate * decrease), math.floor(math.min(est, s.urate) * backoff))
     u = math.min(u, s.urate)
+    local refill = u < s.urate
+    if s.acc > 0 and s.urate < est then
+      refill = true
+      -- The provider accepted more than the rate over the episode: the
+      -- rate is below its capacity, and the refusals come from its bucket,
+      -- emptied moments ago (by the probe a cut just ended, or by sends
+      -- bunched on their way). Cutting again would only dip below the
+      -- capacity; the pause below refills the bucket.
+      u = s.urate
+    end
     if u < s.urate then
       change = -1
       reschedule(s.urate, u)
-      -- A provider that kept refusing has an empty bucket: sending on at
-      -- once, even below its rate, meets its edge again. Pause until it has
-      -- earned the burst the pacer takes at the new rate (pause_tokens
-      -- scaled by u / ceil_u, at least one token): enough for the pacer's
-      -- bunched slots to fit. Earning the provider's whole burst back
-      -- would cost that many sends at every cut, a dip below the capacity
-      -- the cut has just found; the new rate, below it, refills the rest.
-      local tokens = math.max(1, pause_tokens * u / ceil_u)
-      local pause_end = now + math.floor(tokens * 1e12 / u)
-      if pause_tokens > 0 and cd < pause_end then
-        redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
-        cd = pause_end
-      end
+    end
+    -- A provider that kept refusing has an empty bucket: sending on at
+    -- once, even below its rate, meets its edge again. Pause until it has
+    -- earned the burst the pacer takes at the new rate (pause_tokens
+    -- scaled by u / ceil_u, at least one token): enough for the pacer's
+    -- bunched slots to fit. Earning the provider's whole burst back
+    -- would cost that many sends at every cut, a dip below the capacity
+    -- the cut has just found; the new rate, below it, refills the rest.
+    local tokens = math.max(1, pause_tokens * u / ceil_u)
+    local pause_end = now + math.floor(tokens * 1e12 / u)
+    if refill and pause_tokens > 0 and cd < pause_end then
+      redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
+      cd = pause_end
     end
     s.urate = u
     if s.acc > 0 then
