@@ -908,6 +908,41 @@ func TestAIMDAcceptedEstimate(t *testing.T) {
 	})
 }
 
+// TestAIMDFoundCapacity checks the rules for a key whose capacity is
+// found: a throttle episode whose estimate is near the last one averages
+// the two; throttles that persist while the rate is below the estimate cut
+// nothing but pause until the provider's bucket has earned the pacer's
+// burst back (they come from its bucket, emptied by the probe); back at
+// the capacity the rate cruises for 4 windows before the probe above it;
+// and that probe climbs only while 95% of its rate is accepted over the
+// window less half a second.
+func TestAIMDFoundCapacity(t *testing.T) {
+	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	ms := time.Millisecond
+	// lim100 has a burst of 100: the pause earns u * 100/100 tokens at u/s, 1 s.
+	pause := time.Second
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: 10 * ms}, // lone
+			// 40 accepted in 0.5 s: 80/s, the cut to 72 and the pause (to 1500ms).
+			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: pause, accepted: 40},
+			// 99 accepted in 1.1 s: 90/s, near 80: the estimate is 85, above
+			// the rate: no cut, a pause again (to 2600ms).
+			{at: 1600 * ms, op: opThrottle, rate: 72, cooldown: pause, accepted: 99},
+			{at: 3700 * ms, op: opRecover, rate: 85, change: 1, accepted: 80}, // below the cap: to it
+			// At the cap: no probe before 4 windows (7700ms).
+			{at: 4800 * ms, op: opRecover, rate: 85, accepted: 95},
+			{at: 7600 * ms, op: opRecover, rate: 85, accepted: 250},
+			{at: 7800 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // 385 >= 0.95 * 85/s * 3.6 s: * 1.1
+			// 40 < 0.95 * 93.5/s * 0.6 s: not in use yet (the rule below the
+			// cap, 90% over the window less a second, would take 8.4).
+			{at: 8900 * ms, op: opRecover, rate: 93.5, accepted: 40},
+			{at: 9000 * ms, op: opRecover, rate: 100, change: 1, accepted: 30}, // * (1 + 0.2), capped
+		})
+	})
+}
+
 // TestAIMDStaleReplicaThrottle checks that a throttle of a send paced
 // above the current adapted rate (a replica that had not yet seen the last
 // decrease) sets the cooldown and counts as part of that decrease, where
