@@ -36,7 +36,7 @@
 -- Once Redis TIME reaches win_us + window_us, with no counted throttle since
 -- (a throttle moves win_us), and, with in_use, once the sends accepted
 -- since win_us (wacc, from every replica's reports) reach 90% of urate over
--- the window less a second (at or above cap > 0: 95% over the window less
+-- the window less a second (at or above cap > 0: over the window less
 -- half a second), the rate rises by inc * accel^k, where inc is
 -- urate * (factor - 1) (or step_u when factor is 0) and k the increases in a
 -- row since the last counted throttle: the probe starts gently near the
@@ -133,14 +133,14 @@ end
 -- messages) would climb blind. The sends accepted since win_us must reach
 -- 90% of the rate over the window less a second (the reports of other
 -- replicas arrive up to a second late). Above a capacity found, where a
--- blind probe ends in a burst the provider refuses, 95% over the window
+-- blind probe ends in a burst the provider refuses, 90% over the window
 -- less half a second: a replica whose report is late holds the probe
 -- until the next call (about a second), no more.
-local share, lag = 0.9, 1000000
+local lag = 1000000
 if s.cap > 0 and s.urate >= s.cap then
-  share, lag = 0.95, 500000
+  lag = 500000
 end
-if ARGV[9] == '1' and s.wacc * 1e12 < share * s.urate * math.max(0, now - s.win_us - lag) then
+if ARGV[9] == '1' and s.wacc * 1e12 < 0.9 * s.urate * math.max(0, now - s.win_us - lag) then
   return {s.urate, 0, cd, s.streak}
 end
 

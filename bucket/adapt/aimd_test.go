@@ -914,8 +914,8 @@ func TestAIMDAcceptedEstimate(t *testing.T) {
 // nothing but pause until the provider's bucket has earned the pacer's
 // burst back (they come from its bucket, emptied by the probe); back at
 // the capacity the rate cruises for 4 windows before the probe above it;
-// and that probe climbs only while 95% of its rate is accepted over the
-// window less half a second.
+// and that probe climbs only while 90% of its rate is accepted over the
+// window less half a second (not less a second, as below it).
 func TestAIMDFoundCapacity(t *testing.T) {
 	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, Coalesce: 100 * time.Millisecond,
 		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
@@ -934,9 +934,9 @@ func TestAIMDFoundCapacity(t *testing.T) {
 			// At the cap: no probe before 4 windows (7700ms).
 			{at: 4800 * ms, op: opRecover, rate: 85, accepted: 95},
 			{at: 7600 * ms, op: opRecover, rate: 85, accepted: 250},
-			{at: 7800 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // 385 >= 0.95 * 85/s * 3.6 s: * 1.1
-			// 40 < 0.95 * 93.5/s * 0.6 s: not in use yet (the rule below the
-			// cap, 90% over the window less a second, would take 8.4).
+			{at: 7800 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // 385 >= 0.9 * 85/s * 3.6 s: * 1.1
+			// 40 < 0.9 * 93.5/s * 0.6 s: not in use yet (the rule below the
+			// cap, over the window less a second, would take 8.4).
 			{at: 8900 * ms, op: opRecover, rate: 93.5, accepted: 40},
 			{at: 9000 * ms, op: opRecover, rate: 100, change: 1, accepted: 30}, // * (1 + 0.2), capped
 		})
