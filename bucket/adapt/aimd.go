@@ -37,10 +37,11 @@ const (
 // AIMD configures the adaptive rate of a pacing key between a floor and the
 // configured rate, the ceiling, against a provider that counts at its own
 // ingress with a strict token bucket. The zero value means all defaults;
-// each field's doc names its default. The defaults are what the scenario
-// bench (`make bench-pacing`, BENCHMARKS.md) measured to meet: >= 97% of a
-// provider limit equal to the ceiling with <= 0.5% throttled, and settling
-// within 15 s to 90-100% of a hidden lower limit.
+// each field's doc names its default. The defaults aim at the targets of
+// the scenario bench (`make bench-pacing`; its figures are in
+// BENCHMARKS.md): >= 97% of a provider limit equal to the ceiling with
+// <= 0.5% throttled, and settling within 15 s to 90-100% of a hidden lower
+// limit.
 //
 // The parts, each a field below:
 //   - Headroom where it costs no rate ([AIMD].Jitter): the pacer takes

@@ -1122,7 +1122,7 @@ func TestAIMDRefillPause(t *testing.T) {
 			a := adapt.AIMD{Decrease: 0.5, Backoff: 1e-9, Persist: time.Hour, Coalesce: time.Millisecond, NoRefillPause: tc.off}
 			each(t, func(t *testing.T, e *env) {
 				e.adapts(t, "k", ceiling, a, []aimdStep{
-					{at: 0, op: opThrottle, rate: 10, cooldown: 100 * ms},                  // lone: one token interval
+					{at: 0, op: opThrottle, rate: 10, cooldown: 100 * ms}, // lone: one token interval
 					// The burst the pacer takes at 5/s, 5 * 5/10 = 2.5 tokens, at
 					// 5/s: 500ms. The provider's whole burst (1 s) would cost
 					// 2.5 sends more at each cut.
