@@ -154,6 +154,15 @@ end
 inc = math.min(inc * accel ^ math.min(s.k, 64), ceil_u)
 local u = math.max(s.urate + 1, math.floor(s.urate + inc))
 local k = math.min(s.k + 1, 64)
+-- Above a capacity found, a probe step accelerates the next only once the
+-- sends accepted over the window average at least halfway from cap to the
+-- rate: the provider really took more than cap. Replicas that do not send
+-- the raised rate (their reports a second late pass the in-use rule
+-- above) keep the step they have rather than doubling it blind.
+if s.cap > 0 and s.urate > s.cap and s.k > 0 and
+    s.wacc * 1e12 < (s.cap + s.urate) / 2 * math.max(1, now - s.win_us) then
+  k = s.k
+end
 if s.urate < s.cap then
   u, k = s.cap, 0
 end
