@@ -943,6 +943,32 @@ func TestAIMDFoundCapacity(t *testing.T) {
 	})
 }
 
+// TestAIMDProbeAcceleratesOnEvidence checks that above a capacity found a
+// probe step doubles the next only once the sends accepted over the
+// window average at least halfway from the capacity to the rate; else the
+// next step keeps its size.
+func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
+	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			// 20 accepted in 0.5 s: a capacity of 40/s; the cut stops at 50.
+			{at: 500 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd, accepted: 20},
+			{at: 4600 * ms, op: opRecover, rate: 55, change: 1, accepted: 180}, // after 4 windows: * 1.1
+			// 45 in 1.1 s: in use, but under (40 + 55) / 2 per second. This
+			// step is 20% (the first one doubles), and the next one keeps it.
+			{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 45},
+			// 20% again, not 40%; 80 in 1.1 s is over (40 + 66) / 2 per
+			// second, so the next one doubles.
+			{at: 6800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 80},
+			{at: 7900 * ms, op: opRecover, rate: 100, change: 1, accepted: 90}, // * 1.4, capped
+		})
+	})
+}
+
 // TestAIMDStaleReplicaThrottle checks that a throttle of a send paced
 // above the current adapted rate (a replica that had not yet seen the last
 // decrease) sets the cooldown and counts as part of that decrease, where
