@@ -51,8 +51,10 @@
 -- cap, k = 0: after a return to cap, a cut that left the rate at or above
 -- the estimate, or a lone throttle) waits 4 windows, not one: the rate
 -- cruises at the capacity found and probes above it rarely, since a probe
--- that meets the limit costs a cut below it. One call raises the rate at
--- most once, however long the key was idle.
+-- that meets the limit costs a cut below it. Above cap, k grows only once
+-- wacc averages at least (cap + urate) / 2 per second since win_us (the
+-- provider took more than cap); else it stays, and so does the step. One
+-- call raises the rate at most once, however long the key was idle.
 --
 -- Writes: KEYS[4] as described above (a window of at least 5 s; PEXPIRE
 -- 5 min), HINCRBY acc when accepted > 0 and the hash exists; nothing else

@@ -71,8 +71,10 @@ const (
 //     found is probed rarely: at or above it, the first increase after a
 //     throttle waits 4 windows (the rate cruises there), and each probe
 //     step needs 90% of its rate accepted over the window less half a
-//     second (below it, less a second), so a probe does not climb far
-//     past what the replicas really send.
+//     second (below it, less a second) and doubles the next one only once
+//     the sends accepted over the window average halfway from the capacity
+//     to the rate, so a probe does not climb far past what the replicas
+//     really send.
 //
 // The adapted rate lives in Redis, in the hash
 // "<prefix>:{<channel>:<key>}:aimd" ([bucket.Keys].AIMD), so every replica
