@@ -51,8 +51,8 @@
 -- cap, k = 0: after a return to cap, a cut that left the rate at or above
 -- the estimate, or a lone throttle) waits 4 windows, not one: the rate
 -- cruises at the capacity found and probes above it rarely, since a probe
--- that meets the limit costs a cut below it. Above cap, k grows only once
--- wacc averages at least (cap + urate) / 2 per second since win_us (the
+-- that meets the limit costs a cut below it. Above cap, with in_use, k
+-- grows only once wacc averages at least (cap + urate) / 2 per second since win_us (the
 -- provider took more than cap); else it stays, and so does the step. One
 -- call raises the rate at most once, however long the key was idle.
 --
@@ -161,7 +161,7 @@ local k = math.min(s.k + 1, 64)
 -- rate: the provider really took more than cap. Replicas that do not send
 -- the raised rate (their reports a second late pass the in-use rule
 -- above) keep the step they have rather than doubling it blind.
-if s.cap > 0 and s.urate > s.cap and s.k > 0 and
+if ARGV[9] == '1' and s.cap > 0 and s.urate > s.cap and s.k > 0 and
     s.wacc * 1e12 < (s.cap + s.urate) / 2 * math.max(1, now - s.win_us) then
   k = s.k
 end
