@@ -36,7 +36,8 @@
 -- Once Redis TIME reaches win_us + window_us, with no counted throttle since
 -- (a throttle moves win_us), and, with in_use, once the sends accepted
 -- since win_us (wacc, from every replica's reports) reach 90% of urate over
--- the window less a second, the rate rises by inc * accel^k, where inc is
+-- the window less a second (at or above cap > 0: over the window less
+-- half a second), the rate rises by inc * accel^k, where inc is
 -- urate * (factor - 1) (or step_u when factor is 0) and k the increases in a
 -- row since the last counted throttle: the probe starts gently near the
 -- rate the last decrease found and accelerates while the provider accepts.
@@ -45,8 +46,15 @@
 -- (the provider took that much moments ago; the cut left a margin below it
 -- and the clean window shows the dip that caused it is over), and the probe
 -- starts over gently (k = 0) from there, since that is where the provider
--- refused last; otherwise k grows by one. A new window starts now. One call raises the
--- rate at most once, however long the key was idle.
+-- refused last; otherwise k grows by one. A new window starts now. The
+-- first increase of a rate at or above a known capacity (cap > 0, urate >=
+-- cap, k = 0: after a return to cap, a cut that left the rate at or above
+-- the estimate, or a lone throttle) waits 4 windows, not one: the rate
+-- cruises at the capacity found and probes above it rarely, since a probe
+-- that meets the limit costs a cut below it. Above cap, with in_use, k
+-- grows only once wacc averages at least (cap + urate) / 2 per second since win_us (the
+-- provider took more than cap); else it stays, and so does the step. One
+-- call raises the rate at most once, however long the key was idle.
 --
 -- Writes: KEYS[4] as described above (a window of at least 5 s; PEXPIRE
 -- 5 min), HINCRBY acc when accepted > 0 and the hash exists; nothing else
@@ -64,6 +72,9 @@ local window_us = tonumber(ARGV[5])
 local idle_ms = tonumber(ARGV[6])
 local accel = tonumber(ARGV[7])
 local accepted = tonumber(ARGV[8])
+-- Windows a rate at a capacity found cruises there, beyond a clean
+-- window, before the probe above it.
+local cruise = 3
 if not int(accepted, 0) then
   return redis.error_reply('ERR aimd: accepted must be an integer >= 0')
 end
@@ -109,15 +120,29 @@ if accepted > 0 then
   redis.call('HINCRBY', KEYS[1], 'wacc', accepted)
   s.wacc = s.wacc + accepted
 end
-if now < s.win_us + window_us then
+-- The first probe above a capacity found (k = 0 at or above cap) waits
+-- cruise windows more: a capacity found is probed rarely, since each probe
+-- that meets it costs a cut below it.
+local span = window_us
+if s.k == 0 and s.cap > 0 and s.urate >= s.cap then
+  span = (1 + cruise) * window_us
+end
+if now < s.win_us + span then
   return {s.urate, 0, cd, s.streak}
 end
 -- Only a rate in use is raised: a probe that outruns what the replicas
 -- really send (slots granted ahead at an older rate, a key short of
 -- messages) would climb blind. The sends accepted since win_us must reach
 -- 90% of the rate over the window less a second (the reports of other
--- replicas arrive up to a second late).
-if ARGV[9] == '1' and s.wacc * 1e12 < 0.9 * s.urate * math.max(0, now - s.win_us - 1000000) then
+-- replicas arrive up to a second late). Above a capacity found, where a
+-- blind probe ends in a burst the provider refuses, 90% over the window
+-- less half a second: a replica whose report is late holds the probe
+-- until the next call (about a second), no more.
+local lag = 1000000
+if s.cap > 0 and s.urate >= s.cap then
+  lag = 500000
+end
+if ARGV[9] == '1' and s.wacc * 1e12 < 0.9 * s.urate * math.max(0, now - s.win_us - lag) then
   return {s.urate, 0, cd, s.streak}
 end
 
@@ -131,6 +156,15 @@ end
 inc = math.min(inc * accel ^ math.min(s.k, 64), ceil_u)
 local u = math.max(s.urate + 1, math.floor(s.urate + inc))
 local k = math.min(s.k + 1, 64)
+-- Above a capacity found, a probe step accelerates the next only once the
+-- sends accepted over the window average at least halfway from cap to the
+-- rate: the provider really took more than cap. Replicas that do not send
+-- the raised rate (their reports a second late pass the in-use rule
+-- above) keep the step they have rather than doubling it blind.
+if ARGV[9] == '1' and s.cap > 0 and s.urate > s.cap and s.k > 0 and
+    s.wacc * 1e12 < (s.cap + s.urate) / 2 * math.max(1, now - s.win_us) then
+  k = s.k
+end
 if s.urate < s.cap then
   u, k = s.cap, 0
 end

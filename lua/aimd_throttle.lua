@@ -42,9 +42,13 @@
 --          capacity, decimal number in (0, 1]
 -- ARGV[9]  accepted: sends of this key the caller saw accepted since it last
 --          reported, integer >= 0
--- ARGV[10] pause_tokens: after a decrease, the cooldown lasts at least until
---          the provider's bucket has earned this many tokens at the new rate
---          (burst_tokens / new rate), integer >= 0; 0: no pause
+-- ARGV[10] pause_tokens: the ceiling's burst, integer >= 0; after a
+--          persistent throttle (a decrease, or a rate kept below the
+--          estimate), the cooldown lasts at least until the provider's
+--          bucket has earned the pacer's burst at the new rate:
+--          max(1, pause_tokens * new rate / ceil_u) tokens, that is
+--          pause_tokens / ceiling s (at least one token interval at the new
+--          rate); 0: no pause
 -- ARGV[11] paced_u: the adapted rate the throttled send was paced at, in
 --          millionths, integer >= 0; 0: unknown
 --
@@ -75,12 +79,19 @@
 --   cooldown end), win_us = max(win_us, cooldown end). The rate stays.
 -- - otherwise (persistent): n grows by one. A provider that keeps refusing
 --   is saturated, so what it accepted over the episode is its capacity:
---   est = acc / (now - ep_us). Without reports of accepted sends (acc = 0)
+--   est = acc / (now - ep_us), or, within -20%..+25% of the last estimate
+--   cap, the mean of the two (the same capacity met again: the mean evens
+--   out the replicas' late reports). Without reports of accepted sends (acc = 0)
 --   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
 --   The rate becomes max(floor_u, floor(urate * decrease),
---   floor(min(est, urate) * backoff)); cap becomes an estimate from acc
---   (at least the new rate, at most ceil_u; the weaker one leaves cap as it
---   was), and a new episode starts as above, with win_us = cooldown end.
+--   floor(min(est, urate) * backoff)), or stays when an estimate from acc
+--   exceeds it (urate < est: below the provider's capacity, the refusals
+--   come from its bucket emptied moments ago, by a probe or bunched sends;
+--   the pause refills it); cap becomes the estimate from acc
+--   (within [floor_u, ceil_u], even when Decrease kept the new rate above
+--   it: aimd_recover.lua then holds the rate there, not probing, for 4
+--   windows; the weaker estimate leaves cap as it was), and a new episode
+--   starts as above, with win_us = cooldown end.
 -- accepted is added to acc first in every case; a new episode sets acc = 0.
 -- A counted (lone or persistent) throttle adds one to streak if urate was at
 -- the floor already, else sets it to 0.
@@ -150,26 +161,46 @@ else
     local est
     if s.acc > 0 then
       est = s.acc * 1e12 / dt
+      -- An estimate near the last one (within -20%..+25%) meets the same
+      -- capacity: their mean evens out the replicas' late reports.
+      if s.cap > 0 and est >= 0.8 * s.cap and est <= 1.25 * s.cap then
+        est = (est + s.cap) / 2
+      end
     else
       est = s.urate - s.n * 1e12 / dt
     end
     local u = math.max(floor_u, math.floor(s.urate * decrease), math.floor(math.min(est, s.urate) * backoff))
     u = math.min(u, s.urate)
+    local refill = u < s.urate
+    if s.acc > 0 and s.urate < est then
+      refill = true
+      -- The provider accepted more than the rate over the episode: the
+      -- rate is below its capacity, and the refusals come from its bucket,
+      -- emptied moments ago (by the probe a cut just ended, or by sends
+      -- bunched on their way). Cutting again would only dip below the
+      -- capacity; the pause below refills the bucket.
+      u = s.urate
+    end
     if u < s.urate then
       change = -1
       reschedule(s.urate, u)
-      -- A provider that kept refusing has an empty bucket: sending on at
-      -- once, even below its rate, meets its edge again. Pause until it has
-      -- earned pause_tokens at the new rate.
-      local pause_end = now + math.floor(pause_tokens * 1e12 / u)
-      if pause_tokens > 0 and cd < pause_end then
-        redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
-        cd = pause_end
-      end
+    end
+    -- A provider that kept refusing has an empty bucket: sending on at
+    -- once, even below its rate, meets its edge again. Pause until it has
+    -- earned the burst the pacer takes at the new rate (pause_tokens
+    -- scaled by u / ceil_u, at least one token): enough for the pacer's
+    -- bunched slots to fit. Earning the provider's whole burst back
+    -- would cost that many sends at every cut, a dip below the capacity
+    -- the cut has just found; the new rate, below it, refills the rest.
+    local tokens = math.max(1, pause_tokens * u / ceil_u)
+    local pause_end = now + math.floor(tokens * 1e12 / u)
+    if refill and pause_tokens > 0 and cd < pause_end then
+      redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
+      cd = pause_end
     end
     s.urate = u
     if s.acc > 0 then
-      s.cap = math.min(ceil_u, math.max(u, math.floor(est)))
+      s.cap = math.min(ceil_u, math.max(floor_u, math.floor(est)))
     end
     s.win_us = cd
   else

@@ -37,10 +37,11 @@ const (
 // AIMD configures the adaptive rate of a pacing key between a floor and the
 // configured rate, the ceiling, against a provider that counts at its own
 // ingress with a strict token bucket. The zero value means all defaults;
-// each field's doc names its default. The defaults are what the scenario
-// bench (`make bench-pacing`, BENCHMARKS.md) measured to meet: >= 97% of a
-// provider limit equal to the ceiling with <= 0.5% throttled, and settling
-// within 15 s to 90-100% of a hidden lower limit.
+// each field's doc names its default. The defaults aim at the targets of
+// the scenario bench (`make bench-pacing`; its figures are in
+// BENCHMARKS.md): >= 97% of a provider limit equal to the ceiling with
+// <= 0.5% throttled, and settling within 15 s to 90-100% of a hidden lower
+// limit.
 //
 // The parts, each a field below:
 //   - Headroom where it costs no rate ([AIMD].Jitter): the pacer takes
@@ -55,13 +56,25 @@ const (
 //     saw accepted over the throttle episode, per second
 //     ([Adapter.ThrottledAfter]), estimate the capacity of a provider that
 //     keeps refusing, and the rate goes to [AIMD].Backoff of that estimate,
-//     cutting at most to [AIMD].Decrease of the rate at once.
+//     cutting at most to [AIMD].Decrease of the rate at once. An estimate
+//     within -20%..+25% of the last one meets the same capacity: the two
+//     are averaged (the replicas' reports arrive up to a second late).
+//     Throttles that persist while the rate is below the estimate cut
+//     nothing: they come from the provider's bucket, emptied moments ago
+//     by a probe or bunched sends, and the refill pause (below) is the
+//     remedy, not a rate under the capacity.
 //   - Probing up starts gently and accelerates ([AIMD].Factor, Step,
 //     Accelerate, Window): the increase doubles with each clean window in a
 //     row, so a rate cut by a passing dip is back at its ceiling in seconds,
 //     and the next throttle stops the acceleration. A rate below the last
-//     estimated capacity returns to it after one clean window, and the
-//     probe goes on above it gently, from Factor.
+//     estimated capacity returns to it after one clean window. A capacity
+//     found is probed rarely: at or above it, the first increase after a
+//     throttle waits 4 windows (the rate cruises there), and each probe
+//     step needs 90% of its rate accepted over the window less half a
+//     second (below it, less a second) and doubles the next one only once
+//     the sends accepted over the window average halfway from the capacity
+//     to the rate, so a probe does not climb far past what the replicas
+//     really send.
 //
 // The adapted rate lives in Redis, in the hash
 // "<prefix>:{<channel>:<key>}:aimd" ([bucket.Keys].AIMD), so every replica
@@ -110,11 +123,14 @@ type AIMD struct {
 	// per clean window until a throttle, which starts over at Factor.
 	// 1 keeps the increase constant (classic AIMD). Default 2.
 	Accelerate float64
-	// NoRefillPause turns off the pause after a decrease. By default a
-	// decrease sets a cooldown of at least the ceiling's burst at the new
-	// rate (Burst / rate s): a provider that kept refusing has spent its
-	// burst, and sends at once, even below its rate, would meet its edge
-	// again and cut the rate once more.
+	// NoRefillPause turns off the pause after a decrease (or a persistent
+	// throttle below the estimated capacity). By default it sets a
+	// cooldown until the provider has earned the burst the pacer takes at
+	// the new rate (the ceiling's Burst scaled by rate / ceiling, at least
+	// one token: Burst / ceiling s, 125ms at 80/s burst 10): a provider
+	// that kept refusing has spent its burst, and sends at once, even below
+	// its rate, would meet its edge again. Earning its whole burst back
+	// would cost that many sends below the capacity at every cut.
 	NoRefillPause bool
 	// Jitter is how much sooner than its slot a send may reach the
 	// provider, relative to the sends before it, without being refused by a

@@ -772,18 +772,24 @@ func ExampleAdapter_Throttled() {
 	// 0.6 s later, after replicas saw 27 sends accepted, another: throttles
 	// persist, the provider takes about 45/s: the rate goes to 0.95 of it
 	// (42.75/s, never below 0.8 of the rate at once: 64), with a pause for
-	// the provider to earn back its burst.
+	// the provider to earn the burst the pacer takes at 64/s (16 tokens).
 	mr.SetTime(t0.Add(600 * time.Millisecond))
 	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 27, 0))
-	// Clean 2 s windows after the pause, the rate in use (the replicas
-	// report about 64 and 65 sends a second): +2%, then +4%.
+	// A clean 2 s window after the pause: the rate stays, above the capacity
+	// found (45/s); throttles that go on cut it further.
 	mr.SetTime(t0.Add(3 * time.Second))
 	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 130))
-	mr.SetTime(t0.Add(5 * time.Second))
+	// None did: after 4 clean windows in all, the rate in use (the replicas
+	// report about 64 and 65 sends a second), the probe: +2%, then +4% a
+	// window later.
+	mr.SetTime(t0.Add(9 * time.Second))
+	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 390))
+	mr.SetTime(t0.Add(11 * time.Second))
 	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 131))
 	// Output:
 	// rate=80 decreased=false increased=false cooldown=13ms limit={PerSecond:80 Burst:18}
-	// rate=64 decreased=true increased=false cooldown=313ms limit={PerSecond:64 Burst:14}
+	// rate=64 decreased=true increased=false cooldown=250ms limit={PerSecond:64 Burst:14}
+	// rate=64 decreased=false increased=false cooldown=0s limit={PerSecond:64 Burst:14}
 	// rate=65.28 decreased=false increased=true cooldown=0s limit={PerSecond:65.28 Burst:14}
 	// rate=67.89 decreased=false increased=true cooldown=0s limit={PerSecond:67.8912 Burst:14}
 }
@@ -869,8 +875,8 @@ func (e *env) adaptsNear(t *testing.T, a adapt.AIMD, steps []aimdStep) {
 // TestAIMDAcceptedEstimate checks the estimate from accepted sends: what
 // every replica reported accepted over the episode, per second, is the
 // capacity of a provider that keeps refusing; the cut goes to Backoff of
-// it; one clean window returns the rate to it (the cap), and the probe goes
-// on gently from there.
+// it; one clean window returns the rate to it (the cap), where it cruises
+// for 3 windows more before the probe goes on gently from there.
 func TestAIMDAcceptedEstimate(t *testing.T) {
 	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
 		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
@@ -888,13 +894,78 @@ func TestAIMDAcceptedEstimate(t *testing.T) {
 			// 0.04 s = 2.6 sends the window beyond its first second calls for,
 			// 1 was reported. No increase.
 			{at: 1600 * ms, op: opRecover, rate: 72},
-			{at: 1700 * ms, op: opRecover, rate: 80, change: 1, accepted: 80},  // below the cap: straight to it
-			{at: 2800 * ms, op: opRecover, rate: 88, change: 1, accepted: 80},  // from the cap: * 1.1
-			{at: 3900 * ms, op: opRecover, rate: 100, change: 1, accepted: 90}, // * 1.2, capped at the ceiling
+			{at: 1700 * ms, op: opRecover, rate: 80, change: 1, accepted: 80}, // below the cap: straight to it
+			// At the cap the rate cruises 3 windows more (to 4700ms), then
+			// the probe's window (to 5700ms) must pass before the probe.
+			{at: 2800 * ms, op: opRecover, rate: 80, accepted: 80},
+			{at: 5600 * ms, op: opRecover, rate: 80, accepted: 300},
+			{at: 5800 * ms, op: opRecover, rate: 88, change: 1, accepted: 20},  // from the cap: * 1.1
+			{at: 7000 * ms, op: opRecover, rate: 100, change: 1, accepted: 90}, // * 1.2, capped at the ceiling
 		})
 		if n := e.rdb.Exists(t.Context(), e.keys.AIMD("test", "k")).Val(); n != 0 {
 			t.Fatal("the aimd hash outlived the return to the ceiling")
 		}
+	})
+}
+
+// TestAIMDFoundCapacity checks the rules for a key whose capacity is
+// found: a throttle episode whose estimate is near the last one averages
+// the two; throttles that persist while the rate is below the estimate cut
+// nothing but pause until the provider's bucket has earned the pacer's
+// burst back (they come from its bucket, emptied by the probe); back at
+// the capacity the rate cruises for 4 windows before the probe above it;
+// and that probe climbs only while 90% of its rate is accepted over the
+// window less half a second (not less a second, as below it).
+func TestAIMDFoundCapacity(t *testing.T) {
+	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	ms := time.Millisecond
+	// lim100 has a burst of 100: the pause earns u * 100/100 tokens at u/s, 1 s.
+	pause := time.Second
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: 10 * ms}, // lone
+			// 40 accepted in 0.5 s: 80/s, the cut to 72 and the pause (to 1500ms).
+			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: pause, accepted: 40},
+			// 99 accepted in 1.1 s: 90/s, near 80: the estimate is 85, above
+			// the rate: no cut, a pause again (to 2600ms).
+			{at: 1600 * ms, op: opThrottle, rate: 72, cooldown: pause, accepted: 99},
+			{at: 3700 * ms, op: opRecover, rate: 85, change: 1, accepted: 80}, // below the cap: to it
+			// At the cap: no probe before 4 windows (7700ms).
+			{at: 4800 * ms, op: opRecover, rate: 85, accepted: 95},
+			{at: 7600 * ms, op: opRecover, rate: 85, accepted: 250},
+			{at: 7800 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // 385 >= 0.9 * 85/s * 3.6 s: * 1.1
+			// 40 < 0.9 * 93.5/s * 0.6 s: not in use yet (the rule below the
+			// cap, over the window less a second, would take 8.4).
+			{at: 8900 * ms, op: opRecover, rate: 93.5, accepted: 40},
+			{at: 9000 * ms, op: opRecover, rate: 100, change: 1, accepted: 30}, // * (1 + 0.2), capped
+		})
+	})
+}
+
+// TestAIMDProbeAcceleratesOnEvidence checks that above a capacity found a
+// probe step doubles the next only once the sends accepted over the
+// window average at least halfway from the capacity to the rate; else the
+// next step keeps its size.
+func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
+	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			// 20 accepted in 0.5 s: a capacity of 40/s; the cut stops at 50.
+			{at: 500 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd, accepted: 20},
+			{at: 4600 * ms, op: opRecover, rate: 55, change: 1, accepted: 180}, // after 4 windows: * 1.1
+			// 45 in 1.1 s: in use, but under (40 + 55) / 2 per second. This
+			// step is 20% (the first one doubles), and the next one keeps it.
+			{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 45},
+			// 20% again, not 40%; 80 in 1.1 s is over (40 + 66) / 2 per
+			// second, so the next one doubles.
+			{at: 6800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 80},
+			{at: 7900 * ms, op: opRecover, rate: 100, change: 1, accepted: 90}, // * 1.4, capped
+		})
 	})
 }
 
@@ -1066,22 +1137,27 @@ func TestAIMDReschedulesDebt(t *testing.T) {
 	})
 }
 
-// TestAIMDRefillPause checks the cooldown after a decrease: at least the
-// ceiling's burst at the new rate, since the provider that kept refusing
-// has spent its burst; a lone throttle and NoRefillPause have none.
+// TestAIMDRefillPause checks the cooldown after a decrease: until the
+// provider, which kept refusing and so has spent its burst, has earned the
+// burst the pacer takes at the new rate (the ceiling's burst scaled by new
+// rate / ceiling), not its whole burst; a lone throttle and NoRefillPause
+// have none.
 func TestAIMDRefillPause(t *testing.T) {
 	ceiling := bucket.Limit{PerSecond: 10, Burst: 5}
 	ms := time.Millisecond
 	for _, tc := range []struct {
 		off  bool
 		want time.Duration
-	}{{false, time.Second}, {true, 100 * ms}} {
+	}{{false, 500 * ms}, {true, 100 * ms}} {
 		t.Run(fmt.Sprint("NoRefillPause=", tc.off), func(t *testing.T) {
 			a := adapt.AIMD{Decrease: 0.5, Backoff: 1e-9, Persist: time.Hour, Coalesce: time.Millisecond, NoRefillPause: tc.off}
 			each(t, func(t *testing.T, e *env) {
 				e.adapts(t, "k", ceiling, a, []aimdStep{
-					{at: 0, op: opThrottle, rate: 10, cooldown: 100 * ms},                  // lone: one token interval
-					{at: 200 * ms, op: opThrottle, rate: 5, change: -1, cooldown: tc.want}, // 5 tokens at 5/s
+					{at: 0, op: opThrottle, rate: 10, cooldown: 100 * ms}, // lone: one token interval
+					// The burst the pacer takes at 5/s, 5 * 5/10 = 2.5 tokens, at
+					// 5/s: 500ms. The provider's whole burst (1 s) would cost
+					// 2.5 sends more at each cut.
+					{at: 200 * ms, op: opThrottle, rate: 5, change: -1, cooldown: tc.want},
 				})
 			})
 		})
