@@ -94,6 +94,23 @@ func (e *Env) Mark() {
 	}
 }
 
+// Behind reports, on redis-server, how far the wall clock is past offset
+// d (0 on miniredis, or before Mark): how late a step meant for d ran.
+func (e *Env) Behind(d time.Duration) time.Duration {
+	if e.MR != nil || e.start.IsZero() {
+		return 0
+	}
+	return time.Since(e.start) - d
+}
+
+// Restart forgets offset 0 on redis-server, for a table run again from its
+// first step (on fresh keys); on miniredis it does nothing.
+func (e *Env) Restart() {
+	if e.MR == nil {
+		e.start = time.Time{}
+	}
+}
+
 // Near reports whether a measured duration matches want: exactly on
 // miniredis, within Slack on redis-server.
 func (e *Env) Near(got, want time.Duration) bool {
