@@ -24,12 +24,18 @@ var (
 	aimdStateScript    = redis.NewScript(lua.AIMDState)
 )
 
+// MaxRate is the highest ceiling [AIMD.Validate] accepts, in msgs/s: 10^15
+// millionths, the most the scripts keep exactly. A per-key limit above it
+// (bucket/control) would be refused by every pacer, so control refuses it
+// when it is set.
+const MaxRate = 1e9
+
 // Bounds checked by [AIMD.Validate] and [Breaker.Validate]. The scripts
 // keep rates in millionths of a message per second and times in
 // microseconds, exact in a Lua number (float64) only below 2^53.
 const (
-	adaptMinRate   = 1e-6                      // msgs/s: one millionth, the stored resolution
-	adaptMaxRate   = 1e9                       // msgs/s: 10^15 millionths
+	adaptMinRate   = 1e-6 // msgs/s: one millionth, the stored resolution
+	adaptMaxRate   = MaxRate
 	adaptMaxPeriod = 10 * 365 * 24 * time.Hour // longest Window, Coalesce, cooldown or open period
 	adaptMinIdle   = time.Hour                 // shortest time before idle state expires
 )

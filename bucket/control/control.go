@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,13 +44,18 @@ type KeyLimit struct {
 // day. Anything slower is not a pace but a stop (pause the campaign).
 const MinKeyRate = 1.0 / 86400
 
+// MaxKeyRate is the highest per-key rate accepted, in msgs/s: the highest
+// ceiling a pacer's AIMD accepts ([adapt.MaxRate]); a pacer refuses a
+// higher one and keeps the key's last limit.
+const MaxKeyRate = adapt.MaxRate
+
 // ErrInvalid wraps the reason a limit or campaign state is refused.
 var ErrInvalid = errors.New("control: invalid value")
 
 // Validate reports what is wrong with l, naming the field (key, rate or
 // burst): rate must be finite and > 0, burst 0 (the channel's) or within
 // [bucket.Limit.Validate]'s bounds for the rate; and rate at least
-// [MinKeyRate].
+// [MinKeyRate] and at most [MaxKeyRate].
 func (l KeyLimit) Validate() error {
 	if strings.TrimSpace(l.Key) == "" {
 		return fmt.Errorf("%w: key is required", ErrInvalid)
@@ -59,6 +65,9 @@ func (l KeyLimit) Validate() error {
 	}
 	if l.PerSecond < MinKeyRate {
 		return fmt.Errorf("%w: rate %v is below one message a day (%.6g msgs/s)", ErrInvalid, l.PerSecond, MinKeyRate)
+	}
+	if l.PerSecond > MaxKeyRate {
+		return fmt.Errorf("%w: rate %v is above the highest a pacer accepts (%.6g msgs/s)", ErrInvalid, l.PerSecond, MaxKeyRate)
 	}
 	if l.Burst < 0 {
 		return fmt.Errorf("%w: burst %d must be >= 1 (or 0 for the channel's)", ErrInvalid, l.Burst)

@@ -535,12 +535,20 @@ func TestLimitSetRefusesBadValues(t *testing.T) {
 		{[]string{"--rate", "0.0001", "--burst", "1000000000"}, "--burst"},
 		{[]string{"--rate", "1e-9"}, "--rate"},                    // below one a day
 		{[]string{"--rate", "0.00001", "--burst", "1"}, "--rate"}, // 0.86 a day
+		// Above the highest ceiling a pacer accepts (1e9 msgs/s): a pacer
+		// would refuse it and keep the key's last limit.
+		{[]string{"--rate", "1e308"}, "--rate"},
+		{[]string{"--rate", "1e12"}, "--rate"},
+		{[]string{"--rate", "5e9", "--burst", "10"}, "--rate"},
 	} {
 		var out, errb strings.Builder
 		args := append([]string{"limit", "set", "--channel", "whatsapp", "--key", "106"}, c.args...)
 		code := run(t.Context(), args, strings.NewReader(""), &out, &errb, func(string) (string, bool) { return "", false })
 		if code != 2 || !strings.Contains(errb.String(), c.flag) {
 			t.Errorf("pacer %v: exit %d, stderr %q; want 2 naming %s", args, code, errb.String(), c.flag)
+		}
+		if r, _ := strconv.ParseFloat(c.args[1], 64); r > 1e9 && !strings.Contains(errb.String(), "1e+09") {
+			t.Errorf("pacer %v: stderr %q does not name the highest rate accepted, 1e+09 msgs/s", args, errb.String())
 		}
 	}
 }
