@@ -98,6 +98,41 @@ func parseLimit(key string, m map[string]string) (KeyLimit, bool, error) {
 	return l, true, nil
 }
 
+// LimitsOf returns the limits set for keys of channel, by key (a key
+// without one is absent): one pipelined HGETALL per key, one round trip (one
+// per master holding some of them, on a cluster). A stored limit that cannot
+// be read is absent and its error is returned in bad, by key, with the
+// others; err is a Redis error.
+func (s *Store) LimitsOf(ctx context.Context, channel string, keys []string) (limits map[string]KeyLimit, bad map[string]error, err error) {
+	if len(keys) == 0 {
+		return nil, nil, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.HGetAll(ctx, s.keys.Limit(channel, k))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, nil, err
+	}
+	limits = map[string]KeyLimit{}
+	for i, c := range cmds {
+		if len(c.Val()) == 0 {
+			continue
+		}
+		l, _, err := parseLimit(keys[i], c.Val())
+		if err != nil {
+			if bad == nil {
+				bad = map[string]error{}
+			}
+			bad[keys[i]] = err
+			continue
+		}
+		limits[keys[i]] = l
+	}
+	return limits, bad, nil
+}
+
 // SetLimit stores l for its key of channel and returns the one it replaced
 // (had false when none). The pacers apply it at their next refresh of the
 // key (within about a second).
