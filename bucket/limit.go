@@ -59,8 +59,8 @@ func (l Limit) Validate() error {
 	return nil
 }
 
-// FieldError is what [Limit.Validate], [AIMD.Validate] and
-// [Breaker.Validate] return: Field is the Go name of the field at fault
+// FieldError is what [Limit.Validate] returns, and each of the problems
+// [AIMD.Validate] and [Breaker.Validate] return joined: Field is the Go name of the field at fault
 // ("PerSecond", "Floor", "MaxOpenFor"), or "ceiling" for the ceiling
 // [AIMD.Validate] was given; Err wraps [ErrInvalidLimit], [ErrInvalidAIMD]
 // or [ErrInvalidBreaker] and says what is wrong. Callers that configure

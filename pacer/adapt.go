@@ -14,6 +14,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -115,9 +116,13 @@ type keyState struct {
 	haltCred      uint64 // CredentialVersion of the last request a halt refused
 	haltCredSet   bool   // haltCred is set: a halt opened the breaker in this process
 	cooldownUntil time.Time
-	lastSeen      time.Time
-	users         int           // records of this key being handled now; never swept while > 0
-	delivered     atomic.Uint64 // messages of this key the provider accepted through this process
+	// refused describes the last limit read for the key and refused (one
+	// that does not parse, or above the AIMD's highest ceiling), logged
+	// once when it was read; "" once a valid one is read.
+	refused   string
+	lastSeen  time.Time
+	users     int           // records of this key being handled now; never swept while > 0
+	delivered atomic.Uint64 // messages of this key the provider accepted through this process
 
 	// handoff passes a slot from a normal-priority sender whose slot came
 	// to a high-priority one waiting (unbuffered: only to one waiting now);
@@ -537,10 +542,17 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	pol := *st.pol
 	st.mu.Unlock()
 
-	if np, err := p.policy.KeyPolicy(ctx, key); err != nil {
+	// A stored limit read but refused (it does not parse, or the pacer
+	// cannot pace it) is logged once, until it changes, not at every refresh.
+	var refused string
+	var refusedAttrs []any
+	if np, err := p.policy.KeyPolicy(ctx, key); errors.Is(err, control.ErrInvalid) {
+		refused, refusedAttrs = err.Error(), []any{"err", err}
+	} else if err != nil {
 		log.Warn("key policy unavailable; keeping the last one", "err", err)
 	} else if err := np.Validate(); err != nil {
-		log.Error("key policy refused; keeping the last one", "err", err)
+		refused = fmt.Sprintf("%+v %v", np, err)
+		refusedAttrs = []any{"rate", np.Limit.PerSecond, "burst", np.Limit.Burst, "err", err}
 	} else {
 		if np.Limit != pol.Limit {
 			log.Info("key limit changed", "old_rate", pol.Limit.PerSecond, "old_burst", pol.Limit.Burst,
@@ -572,6 +584,11 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		}
 		st.mark, st.markCount = now, n
 	}
+	if refused != st.refused && refused != "" {
+		log.Warn("key limit refused; keeping the last one", append(append([]any{"key", key}, refusedAttrs...),
+			"kept_rate", pol.Limit.PerSecond, "kept_burst", pol.Limit.Burst)...)
+	}
+	st.refused = refused
 	ceilingChanged := st.pol.Limit != pol.Limit
 	if pol != *st.pol {
 		if st.keys != nil && st.keys.def != nil && pol == *st.keys.def {

@@ -1,12 +1,14 @@
 package pacer
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -410,4 +413,72 @@ func TestForgetShrinksTheKeyMap(t *testing.T) {
 	}
 	runtime.KeepAlive(w)
 	runtime.KeepAlive(keys)
+}
+
+// A stored key limit a pacer cannot pace (a rate above the AIMD's highest
+// ceiling, written before `pacer limit set` refused it) is refused, the key
+// keeps its last limit, and the refusal is logged once as a warning naming
+// the key and the value, not at every refresh; a new bad value is logged
+// again.
+func TestRefusedKeyLimitLoggedOnce(t *testing.T) {
+	store := limitMap{"k": {Key: "k", PerSecond: 1e12}}
+	base := KeyPolicy{Limit: bucket.Limit{PerSecond: 100, Burst: 20}}
+	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, OverridePolicy{Base: base, Channel: "test", Store: store})
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	st := p.keyState("k")
+	defer st.done()
+	refresh := func() bucket.Limit {
+		st.mu.Lock()
+		st.refreshed = time.Now().Add(-2 * refreshEvery)
+		st.mu.Unlock()
+		lim, _ := p.limitFor(t.Context(), "k", st, log)
+		return lim
+	}
+	for range 3 {
+		if lim := refresh(); lim.PerSecond != 100 {
+			t.Fatalf("limit = %v, want the channel's 100/s kept", lim)
+		}
+	}
+	warns := func() []string {
+		var out []string
+		for _, l := range strings.Split(buf.String(), "\n") {
+			if strings.Contains(l, "key limit refused") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	w := warns()
+	if len(w) != 1 || !strings.Contains(w[0], "level=WARN") || !strings.Contains(w[0], "key=k") || !strings.Contains(w[0], "rate=1e+12") {
+		t.Fatalf("refusal logged %d times: %q; want once, a warning with key=k rate=1e+12", len(w), w)
+	}
+	store["k"] = control.KeyLimit{Key: "k", PerSecond: 50}
+	if lim := refresh(); lim.PerSecond != 50 {
+		t.Fatalf("limit = %v after a valid one was stored, want 50/s", lim)
+	}
+	store["k"] = control.KeyLimit{Key: "k", PerSecond: 5e9}
+	refresh()
+	refresh()
+	if w := warns(); len(w) != 2 || !strings.Contains(w[1], "rate=5e+09") {
+		t.Fatalf("refusals logged: %q; want a second one for 5e+09", w)
+	}
+	// A stored limit that does not parse: the same, once.
+	p.policy = OverridePolicy{Base: base, Channel: "test", Store: badStore{}}
+	for range 3 {
+		if lim := refresh(); lim.PerSecond != 50 {
+			t.Fatalf("limit = %v with an unreadable stored limit, want the last one kept, 50/s", lim)
+		}
+	}
+	if w := warns(); len(w) != 3 || !strings.Contains(w[2], "key=k") || !strings.Contains(w[2], "fast") {
+		t.Fatalf("refusals logged: %q; want a third, once, naming key k and the stored value", w)
+	}
+}
+
+// badStore holds a stored limit that does not parse, as control.Store
+// reports it.
+type badStore struct{}
+
+func (badStore) Limit(_ context.Context, _, key string) (control.KeyLimit, bool, error) {
+	return control.KeyLimit{}, false, fmt.Errorf("%w: stored limit of %s: rate %q is not a number", control.ErrInvalid, key, "fast")
 }

@@ -246,6 +246,17 @@ func (e *FieldError) Error() string { return "pacer: config: " + e.Field + ": " 
 // Unwrap returns Err.
 func (e *FieldError) Unwrap() error { return e.Err }
 
+// joined returns the errors joined in err (errors.Join), or err alone.
+func joined(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
 // Validate returns nil if [New] accepts c, else every problem found,
 // joined (errors.Join), each a *[FieldError] naming the field. Zero fields
 // stand for their defaults; negative durations and counts are errors. An
@@ -255,12 +266,24 @@ func (c Config) Validate() error {
 	var errs []error
 	bad := func(field string, err error) { errs = append(errs, &FieldError{Field: field, Err: err}) }
 	badf := func(field, format string, v ...any) { bad(field, fmt.Errorf(format, v...)) }
-	// sub reports a bucket validation error under prefix + its field.
-	sub := func(prefix string, err error) {
+	// sub reports each problem of a bucket validation error (they may be
+	// joined) under prefix + its field; skip drops those of a field.
+	var sub func(prefix string, err error)
+	skip := map[string]bool{}
+	sub = func(prefix string, err error) {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				sub(prefix, e)
+			}
+			return
+		}
 		var fe *bucket.FieldError
-		if errors.As(err, &fe) {
+		switch {
+		case err == nil:
+		case errors.As(err, &fe) && skip[prefix+fe.Field]:
+		case errors.As(err, &fe):
 			bad(prefix+fe.Field, err)
-		} else if err != nil {
+		default:
 			bad(strings.TrimSuffix(prefix, "."), err)
 		}
 	}
@@ -272,13 +295,20 @@ func (c Config) Validate() error {
 	if c.RecipientLimit != (bucket.Limit{}) {
 		sub("RecipientLimit.", c.RecipientLimit.Validate())
 	}
+	// The AIMD's own checks run whatever the limit: a bad rate does not
+	// hide a bad AIMD setting. The ceiling's problems are the limit's: said
+	// once, under Limit (already said when the limit itself is invalid).
 	if limitOK {
-		err := c.AIMD.Validate(c.Limit)
-		if fe := (*bucket.FieldError)(nil); errors.As(err, &fe) && fe.Field == "ceiling" {
-			bad("Limit.PerSecond", err)
-		} else {
-			sub("AIMD.", err)
+		for _, e := range joined(c.AIMD.Validate(c.Limit)) {
+			if fe := (*bucket.FieldError)(nil); errors.As(e, &fe) && fe.Field == "ceiling" {
+				bad("Limit.PerSecond", e)
+			} else {
+				sub("AIMD.", e)
+			}
 		}
+	} else {
+		skip["AIMD.ceiling"] = true
+		sub("AIMD.", c.AIMD.Validate(c.Limit))
 	}
 	sub("Breaker.", c.Breaker.Validate())
 	switch c.RedisFailure {
@@ -324,7 +354,7 @@ func (c Config) Validate() error {
 	if minTTL := MinLedgerTTL(c.RetryDelays); c.IdempotencyTTL != 0 && c.IdempotencyTTL < minTTL {
 		badf("IdempotencyTTL", "%v is too short: delivered ids must be remembered at least %v (1.2 x the longest retry delay + 1m, 5m at least), or re-delivered copies are sent again", c.IdempotencyTTL, minTTL)
 	}
-	if c.SendTimeout != 0 && c.SendTimeout < 100*time.Millisecond {
+	if c.SendTimeout > 0 && c.SendTimeout < 100*time.Millisecond { // a negative one is said above
 		badf("SendTimeout", "%v must be >= 100ms: no provider answers faster", c.SendTimeout)
 	}
 	if c.ProgressEvery > 0 && c.ProgressEvery < time.Second {

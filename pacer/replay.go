@@ -38,6 +38,18 @@ type ReplayConfig struct {
 	Reason     string // replay only records whose pacer-reason is Reason or starts with Reason+":"; "" = all
 	Campaign   string // replay only envelopes of this campaign; "" = all
 	DryRun     bool   // count, write nothing
+	// Chosen, if set, is called with each record written back (or that
+	// would be, with DryRun), in the order read (per DLQ partition, by
+	// offset), from Replay's goroutine.
+	Chosen func(ReplayedRecord)
+}
+
+// ReplayedRecord is one record [Replay] writes back (or would): its pacing
+// key (the record key), envelope id and campaign (ID "" and Err set when
+// its value does not parse as an envelope), and its pacer-reason.
+type ReplayedRecord struct {
+	Key, ID, Campaign, Reason string
+	Err                       error
 }
 
 // ReplaySummary counts what [Replay] did.
@@ -139,6 +151,13 @@ func Replay(ctx context.Context, cl *kgo.Client, cfg ReplayConfig) (ReplaySummar
 			}
 			s.Replayed++
 			s.ByReason[reason]++
+			if cfg.Chosen != nil {
+				rr := ReplayedRecord{Key: string(r.Key), Reason: reason, Err: perr}
+				if perr == nil {
+					rr.Key, rr.ID, rr.Campaign = env.Key, env.ID, env.Campaign
+				}
+				cfg.Chosen(rr)
+			}
 			if cfg.DryRun {
 				return
 			}

@@ -24,12 +24,18 @@ var (
 	aimdStateScript    = redis.NewScript(lua.AIMDState)
 )
 
+// MaxRate is the highest ceiling [AIMD.Validate] accepts, in msgs/s: 10^15
+// millionths, the most the scripts keep exactly. A per-key limit above it
+// (bucket/control) would be refused by every pacer, so control refuses it
+// when it is set.
+const MaxRate = 1e9
+
 // Bounds checked by [AIMD.Validate] and [Breaker.Validate]. The scripts
 // keep rates in millionths of a message per second and times in
 // microseconds, exact in a Lua number (float64) only below 2^53.
 const (
-	adaptMinRate   = 1e-6                      // msgs/s: one millionth, the stored resolution
-	adaptMaxRate   = 1e9                       // msgs/s: 10^15 millionths
+	adaptMinRate   = 1e-6 // msgs/s: one millionth, the stored resolution
+	adaptMaxRate   = MaxRate
 	adaptMaxPeriod = 10 * 365 * 24 * time.Hour // longest Window, Coalesce, cooldown or open period
 	adaptMinIdle   = time.Hour                 // shortest time before idle state expires
 )
@@ -171,7 +177,8 @@ type aimdArgs struct {
 	idleMs               int64
 }
 
-// Validate returns nil if a applies to ceiling, else a *[bucket.FieldError]: with
+// Validate returns nil if a applies to ceiling, else every problem found,
+// joined (errors.Join), each a *[bucket.FieldError]: with
 // Field "ceiling" and wrapping [bucket.ErrInvalidLimit] if ceiling itself is
 // invalid ([bucket.Limit.Validate]), or naming the AIMD field and wrapping
 // [ErrInvalidAIMD], such as "adapt: invalid aimd: floor 5 must be <=
@@ -184,15 +191,22 @@ func (a AIMD) Validate(ceiling bucket.Limit) error {
 }
 
 func (a AIMD) args(ceiling bucket.Limit) (aimdArgs, error) {
-	if err := ceiling.Validate(); err != nil {
-		return aimdArgs{}, fieldErr("ceiling", err)
+	// Every problem is collected: the checks that do not need the ceiling
+	// run even when it is invalid.
+	var errs []error
+	bad := func(field, format string, v ...any) {
+		errs = append(errs, fieldErr(field, fmt.Errorf("%w: "+format, append([]any{ErrInvalidAIMD}, v...)...)))
 	}
 	c := ceiling.PerSecond
-	bad := func(field, format string, v ...any) (aimdArgs, error) {
-		return aimdArgs{}, fieldErr(field, fmt.Errorf("%w: "+format, append([]any{ErrInvalidAIMD}, v...)...))
+	ceilOK := true
+	if err := ceiling.Validate(); err != nil {
+		errs, ceilOK = append(errs, fieldErr("ceiling", err)), false
+	} else if c < adaptMinRate || c > adaptMaxRate {
+		bad("ceiling", "ceiling %v msgs/s must be in [%v, %v]", c, adaptMinRate, adaptMaxRate)
+		ceilOK = false
 	}
-	if c < adaptMinRate || c > adaptMaxRate {
-		return bad("ceiling", "ceiling %v msgs/s must be in [%v, %v]", c, adaptMinRate, adaptMaxRate)
+	if !ceilOK {
+		c = 1 // a stand-in for the defaults that follow the ceiling
 	}
 	p := aimdArgs{ceilU: int64(math.Round(c * 1e6))}
 
@@ -201,24 +215,24 @@ func (a AIMD) args(ceiling bucket.Limit) (aimdArgs, error) {
 		p.decrease = 0.8
 	}
 	if !(p.decrease > 0 && p.decrease < 1) { // also NaN
-		return bad("Decrease", "decrease %v must be in (0, 1)", a.Decrease)
+		bad("Decrease", "decrease %v must be in (0, 1)", a.Decrease)
 	}
 	p.backoff = a.Backoff
 	if p.backoff == 0 {
 		p.backoff = 0.95
 	}
 	if !(p.backoff > 0 && p.backoff <= 1) {
-		return bad("Backoff", "backoff %v must be in (0, 1]", a.Backoff)
+		bad("Backoff", "backoff %v must be in (0, 1]", a.Backoff)
 	}
 	p.accel = a.Accelerate
 	if p.accel == 0 {
 		p.accel = 2
 	}
 	if !(p.accel >= 1 && p.accel <= 1000) {
-		return bad("Accelerate", "accelerate %v must be in [1, 1000]", a.Accelerate)
+		bad("Accelerate", "accelerate %v must be in [1, 1000]", a.Accelerate)
 	}
 	if !(a.Jitter <= time.Second) {
-		return bad("Jitter", "jitter %v must be <= 1s", a.Jitter)
+		bad("Jitter", "jitter %v must be <= 1s", a.Jitter)
 	}
 	p.jitter = max(a.Jitter, 0).Seconds()
 	if a.Jitter == 0 {
@@ -231,9 +245,9 @@ func (a AIMD) args(ceiling bucket.Limit) (aimdArgs, error) {
 	}
 	switch {
 	case !(floor >= adaptMinRate): // also NaN and negative
-		return bad("Floor", "floor %v must be >= %v", a.Floor, adaptMinRate)
-	case floor > c:
-		return bad("Floor", "floor %v must be <= ceiling %v", floor, c)
+		bad("Floor", "floor %v must be >= %v", a.Floor, adaptMinRate)
+	case ceilOK && floor > c:
+		bad("Floor", "floor %v must be <= ceiling %v", floor, c)
 	}
 	p.floorU = min(max(1, int64(math.Round(floor*1e6))), p.ceilU)
 
@@ -243,34 +257,37 @@ func (a AIMD) args(ceiling bucket.Limit) (aimdArgs, error) {
 	case a.Factor == 0:
 		step := a.Step
 		if !(step > 0) || math.IsInf(step, 1) {
-			return bad("Step", "step %v must be finite and > 0", a.Step)
+			bad("Step", "step %v must be finite and > 0", a.Step)
+		} else {
+			p.stepU = max(1, int64(math.Round(min(step, adaptMaxRate)*1e6)))
 		}
-		p.stepU = max(1, int64(math.Round(min(step, adaptMaxRate)*1e6)))
 	case a.Factor > 1 && !math.IsInf(a.Factor, 1):
 		p.factor, p.stepU = a.Factor, 1
 	default:
-		return bad("Factor", "factor %v must be 0 or a finite number > 1", a.Factor)
+		bad("Factor", "factor %v must be 0 or a finite number > 1", a.Factor)
 	}
 
-	window, err := adaptPeriod("Window", "window", a.Window, 2*time.Second, time.Millisecond)
-	if err != nil {
-		return aimdArgs{}, err
+	period := func(field, name string, d, def, least time.Duration) time.Duration {
+		d, err := adaptPeriod(field, name, d, def, least)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return d
 	}
-	coalesce, err := adaptPeriod("Coalesce", "coalesce", a.Coalesce, 500*time.Millisecond, time.Nanosecond)
-	if err != nil {
-		return aimdArgs{}, err
-	}
+	window := period("Window", "window", a.Window, 2*time.Second, time.Millisecond)
+	coalesce := period("Coalesce", "coalesce", a.Coalesce, 500*time.Millisecond, time.Nanosecond)
 	interval := time.Duration(min(1/c, adaptMaxPeriod.Seconds()) * float64(time.Second)) // one token at the ceiling
-	persist, err := adaptPeriod("Persist", "persist", a.Persist, min(max(4*interval, 2*time.Second), adaptMaxPeriod), time.Millisecond)
-	if err != nil {
-		return aimdArgs{}, err
-	}
+	persist := period("Persist", "persist", a.Persist, min(max(4*interval, 2*time.Second), adaptMaxPeriod), time.Millisecond)
 	p.windowUs, p.coalesceUs = roundUp(window, time.Microsecond), roundUp(coalesce, time.Microsecond)
 	p.persistUs = roundUp(persist, time.Microsecond)
 	p.idleMs = roundUp(max(4*window, 4*persist, adaptMinIdle), time.Millisecond)
 
+	var err error
 	if p.minCooldown, p.maxCooldown, err = a.cooldownsAt(min(max(interval, 10*time.Millisecond), time.Second)); err != nil {
-		return aimdArgs{}, err
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return aimdArgs{}, errors.Join(errs...)
 	}
 	return p, nil
 }
@@ -324,10 +341,12 @@ func (a AIMD) cooldownsAt(loDef time.Duration) (lo, hi time.Duration, err error)
 	if a.MinCooldown > 0 {
 		hiDef = max(hiDef, a.MinCooldown)
 	}
-	if hi, err = adaptPeriod("MaxCooldown", "max cooldown", a.MaxCooldown, hiDef, time.Millisecond); err != nil {
-		return 0, 0, err
+	hi, hiErr := adaptPeriod("MaxCooldown", "max cooldown", a.MaxCooldown, hiDef, time.Millisecond)
+	lo, loErr := adaptPeriod("MinCooldown", "min cooldown", a.MinCooldown, loDef, time.Millisecond)
+	if a.MinCooldown == 0 && hiErr != nil {
+		loErr = nil // its default follows the bad MaxCooldown: one problem
 	}
-	if lo, err = adaptPeriod("MinCooldown", "min cooldown", a.MinCooldown, loDef, time.Millisecond); err != nil {
+	if err := errors.Join(hiErr, loErr); err != nil {
 		return 0, 0, err
 	}
 	if lo > hi {

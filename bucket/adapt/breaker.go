@@ -71,41 +71,37 @@ type breakerArgs struct {
 	openMs, maxOpenMs, probeMs, idleMs int64
 }
 
-// Validate returns nil if b is usable, else a *[FieldError] naming the
-// field and wrapping [ErrInvalidBreaker], such as "bucket: invalid breaker:
-// open for -1s must be in [1ms, 87600h0m0s]" (Field "OpenFor").
+// Validate returns nil if b is usable, else every problem found, joined
+// (errors.Join), each a *[FieldError] naming the field and wrapping
+// [ErrInvalidBreaker], such as "bucket: invalid breaker: open for -1s must
+// be in [1ms, 87600h0m0s]" (Field "OpenFor").
 func (b Breaker) Validate() error {
 	_, err := b.args()
 	return err
 }
 
 func (b Breaker) args() (breakerArgs, error) {
-	period := func(field, name string, d, def time.Duration) (time.Duration, error) {
+	var errs []error // every problem, joined
+	period := func(field, name string, d, def time.Duration) time.Duration {
 		if d == 0 {
 			d = def
 		}
 		if d < time.Millisecond || d > adaptMaxPeriod {
-			return 0, fieldErr(field, fmt.Errorf("%w: %s %v must be in [%v, %v]", ErrInvalidBreaker, name, d, time.Millisecond, adaptMaxPeriod))
+			errs = append(errs, fieldErr(field, fmt.Errorf("%w: %s %v must be in [%v, %v]", ErrInvalidBreaker, name, d, time.Millisecond, adaptMaxPeriod)))
 		}
-		return d, nil
+		return d
 	}
-	open, err := period("OpenFor", "open for", b.OpenFor, 30*time.Second)
-	if err != nil {
-		return breakerArgs{}, err
+	open := period("OpenFor", "open for", b.OpenFor, 30*time.Second)
+	maxOpen := period("MaxOpenFor", "max open for", b.MaxOpenFor, max(10*time.Minute, open))
+	if len(errs) == 0 && maxOpen < open {
+		errs = append(errs, fieldErr("MaxOpenFor", fmt.Errorf("%w: max open for %v must be >= open for %v", ErrInvalidBreaker, maxOpen, open)))
 	}
-	maxOpen, err := period("MaxOpenFor", "max open for", b.MaxOpenFor, max(10*time.Minute, open))
-	if err != nil {
-		return breakerArgs{}, err
-	}
-	if maxOpen < open {
-		return breakerArgs{}, fieldErr("MaxOpenFor", fmt.Errorf("%w: max open for %v must be >= open for %v", ErrInvalidBreaker, maxOpen, open))
-	}
-	probe, err := period("ProbeTTL", "probe ttl", b.ProbeTTL, 30*time.Second)
-	if err != nil {
-		return breakerArgs{}, err
-	}
+	probe := period("ProbeTTL", "probe ttl", b.ProbeTTL, 30*time.Second)
 	if b.FloorThrottles < 0 {
-		return breakerArgs{}, fieldErr("FloorThrottles", fmt.Errorf("%w: floor throttles %d must be >= 0", ErrInvalidBreaker, b.FloorThrottles))
+		errs = append(errs, fieldErr("FloorThrottles", fmt.Errorf("%w: floor throttles %d must be >= 0", ErrInvalidBreaker, b.FloorThrottles)))
+	}
+	if len(errs) > 0 {
+		return breakerArgs{}, errors.Join(errs...)
 	}
 	return breakerArgs{
 		openMs:    roundUp(open, time.Millisecond),

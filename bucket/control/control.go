@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,13 +44,18 @@ type KeyLimit struct {
 // day. Anything slower is not a pace but a stop (pause the campaign).
 const MinKeyRate = 1.0 / 86400
 
+// MaxKeyRate is the highest per-key rate accepted, in msgs/s: the highest
+// ceiling a pacer's AIMD accepts ([adapt.MaxRate]); a pacer refuses a
+// higher one and keeps the key's last limit.
+const MaxKeyRate = adapt.MaxRate
+
 // ErrInvalid wraps the reason a limit or campaign state is refused.
 var ErrInvalid = errors.New("control: invalid value")
 
 // Validate reports what is wrong with l, naming the field (key, rate or
 // burst): rate must be finite and > 0, burst 0 (the channel's) or within
 // [bucket.Limit.Validate]'s bounds for the rate; and rate at least
-// [MinKeyRate].
+// [MinKeyRate] and at most [MaxKeyRate].
 func (l KeyLimit) Validate() error {
 	if strings.TrimSpace(l.Key) == "" {
 		return fmt.Errorf("%w: key is required", ErrInvalid)
@@ -59,6 +65,9 @@ func (l KeyLimit) Validate() error {
 	}
 	if l.PerSecond < MinKeyRate {
 		return fmt.Errorf("%w: rate %v is below one message a day (%.6g msgs/s)", ErrInvalid, l.PerSecond, MinKeyRate)
+	}
+	if l.PerSecond > MaxKeyRate {
+		return fmt.Errorf("%w: rate %v is above the highest a pacer accepts (%.6g msgs/s)", ErrInvalid, l.PerSecond, MaxKeyRate)
 	}
 	if l.Burst < 0 {
 		return fmt.Errorf("%w: burst %d must be >= 1 (or 0 for the channel's)", ErrInvalid, l.Burst)
@@ -87,6 +96,41 @@ func parseLimit(key string, m map[string]string) (KeyLimit, bool, error) {
 		return KeyLimit{}, false, fmt.Errorf("%w: stored limit of %s: %v", ErrInvalid, key, err)
 	}
 	return l, true, nil
+}
+
+// LimitsOf returns the limits set for keys of channel, by key (a key
+// without one is absent): one pipelined HGETALL per key, one round trip (one
+// per master holding some of them, on a cluster). A stored limit that cannot
+// be read is absent and its error is returned in bad, by key, with the
+// others; err is a Redis error.
+func (s *Store) LimitsOf(ctx context.Context, channel string, keys []string) (limits map[string]KeyLimit, bad map[string]error, err error) {
+	if len(keys) == 0 {
+		return nil, nil, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.HGetAll(ctx, s.keys.Limit(channel, k))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, nil, err
+	}
+	limits = map[string]KeyLimit{}
+	for i, c := range cmds {
+		if len(c.Val()) == 0 {
+			continue
+		}
+		l, _, err := parseLimit(keys[i], c.Val())
+		if err != nil {
+			if bad == nil {
+				bad = map[string]error{}
+			}
+			bad[keys[i]] = err
+			continue
+		}
+		limits[keys[i]] = l
+	}
+	return limits, bad, nil
 }
 
 // SetLimit stores l for its key of channel and returns the one it replaced

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/pacerhq/pacer/pacer"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -166,4 +167,59 @@ func TestDLQReplayMissingTopic(t *testing.T) {
 			t.Errorf("topic %s: %d partitions (%v) after the refused replay, want none", tp, n, err)
 		}
 	}
+}
+
+// TestDLQReplayDryRunLists: --dry-run prints one line per record a replay
+// would write (pacing key, envelope id, campaign, reason; a name with
+// control characters Go-quoted; an id chosen twice listed once), then the
+// summary, and writes nothing to the main topic.
+func TestDLQReplayDryRunLists(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	topic := fmt.Sprintf("dryrun%d", time.Now().UnixNano())
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.DefaultProduceTopic(topic+".dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := t.Context()
+	if _, err := pacer.EnsureTopic(ctx, cl, topic+".dlq", 1); err != nil {
+		t.Fatal(err)
+	}
+	rec := func(key, value, reason string) *kgo.Record {
+		return &kgo.Record{Key: []byte(key), Value: []byte(value), Headers: []kgo.RecordHeader{{Key: "pacer-reason", Value: []byte(reason)}}}
+	}
+	if err := cl.ProduceSync(ctx,
+		rec("106", `{"id":"a1","key":"106","to":"1555","campaign":"spring"}`, "cancelled"),
+		rec("107", `{"id":"b2","key":"107","to":"1555","campaign":"x\u001b[2Jy"}`, "permanent:131026"),
+		rec("106", `{"id":"a1","key":"106","to":"1555","campaign":"spring"}`, "unknown-outcome"),
+		rec("108", `{"id":"c3","key":"108","to":"1555"}`, "expired"),
+		rec("109", `not json`, "malformed"),
+	).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"dlq", "replay", "--channel", "whatsapp", "--topic", topic, "--dry-run"}, strings.NewReader(""), &out, &errb,
+		lookupMap(map[string]string{"PACER_KAFKA_BROKERS": brokers}))
+	want := `would write key 106 id a1 campaign spring reason cancelled
+would write key 107 id b2 campaign "x\x1b[2Jy" reason permanent:131026
+would write key 108 id c3 campaign - reason expired
+would write key 109 id - (value is not an envelope) campaign - reason malformed
+would replay 4 of 5 DLQ records to ` + topic + `
+  1 more chosen were copies of an envelope id replayed once
+`
+	if code != 0 || !strings.HasPrefix(out.String(), want) {
+		t.Fatalf("exit %d, stdout:\n%s\nstderr %q; want exit 0 and stdout starting:\n%s", code, out.String(), errb.String(), want)
+	}
+	if n := strings.Count(out.String(), "\n"); n != strings.Count(want, "\n")+4 { // and one line per reason
+		t.Errorf("stdout has %d lines, want the records, the summary and 4 reasons:\n%s", n, out.String())
+	}
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset != 0 {
+			t.Errorf("dry run wrote %d records to %s partition %d", o.Offset, topic, o.Partition)
+		}
+	})
 }

@@ -205,8 +205,17 @@ func loadConfig(lookup func(string) (string, bool), ch *channel) (config, error)
 		}
 	}
 	// The secret files' problems first: a value they left empty may
-	// also be reported as missing.
-	return c, errors.Join(append(fileErrs(), errs...)...)
+	// also be reported as missing. One line per problem: a problem found
+	// by two checks is said once.
+	var out []error
+	said := map[string]bool{}
+	for _, e := range append(fileErrs(), errs...) {
+		if !said[e.Error()] {
+			said[e.Error()] = true
+			out = append(out, e)
+		}
+	}
+	return c, errors.Join(out...)
 }
 
 // pacerConfig returns the pacer.Config of channel ch from c: everything
@@ -340,8 +349,10 @@ func (c config) validate() []error {
 	if c.LedgerFlush < time.Millisecond || c.LedgerFlush > time.Second {
 		bad("PACER_LEDGER_FLUSH", fmt.Sprintf("%v is outside 1ms..1s", c.LedgerFlush))
 	}
+	seen := map[string]bool{} // one line per bad entry, however often it is listed
 	for _, b := range c.KafkaBrokers {
-		if _, port, err := net.SplitHostPort(b); err != nil || !validPort(port) {
+		if _, port, err := net.SplitHostPort(b); (err != nil || !validPort(port)) && !seen[b] {
+			seen[b] = true
 			bad("PACER_KAFKA_BROKERS", fmt.Sprintf("%q is not host:port", b))
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -218,5 +219,45 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 	cfg, err := loadConfig(lookupMap(map[string]string{"PACER_PPROF": "true"}), whatsappRow(t))
 	if err != nil || !cfg.Pprof {
 		t.Errorf("PACER_PPROF=true: Pprof %v, err %v", cfg.Pprof, err)
+	}
+}
+
+// TestLoadConfigEveryProblemOncePerLine: every bad setting is named even
+// when another one would stop a check early (a bad rate used to skip the
+// AIMD checks; the AIMD and breaker checks stopped at their first error),
+// and a problem is one line, however many checks find it.
+func TestLoadConfigEveryProblemOncePerLine(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want []string // the variables named, one line each, in any order
+	}{
+		{map[string]string{"PACER_AIMD_DECREASE": "2", "PACER_WHATSAPP_RATE": "-1"},
+			[]string{"PACER_AIMD_DECREASE", "PACER_WHATSAPP_RATE"}},
+		{map[string]string{"PACER_AIMD_DECREASE": "2", "PACER_THROTTLE_COOLDOWN": "-1s", "PACER_HALT_COOLDOWN": "-1s"},
+			[]string{"PACER_AIMD_DECREASE", "PACER_THROTTLE_COOLDOWN", "PACER_HALT_COOLDOWN"}},
+		{map[string]string{"PACER_AIMD_DECREASE": "2", "PACER_AIMD_WINDOW": "-1s", "PACER_MAX_COOLDOWN": "-1s"},
+			[]string{"PACER_AIMD_DECREASE", "PACER_AIMD_WINDOW", "PACER_MAX_COOLDOWN"}},
+		{map[string]string{"PACER_HALT_COOLDOWN": "-1s", "PACER_BREAKER_MAX_OPEN": "-1s"},
+			[]string{"PACER_HALT_COOLDOWN", "PACER_BREAKER_MAX_OPEN"}},
+		{map[string]string{"PACER_SEND_TIMEOUT": "-1s"}, []string{"PACER_SEND_TIMEOUT"}},
+		{map[string]string{"PACER_KAFKA_BROKERS": ","}, []string{"PACER_KAFKA_BROKERS"}},
+		{map[string]string{"PACER_KAFKA_BROKERS": "a,b"}, []string{"PACER_KAFKA_BROKERS", "PACER_KAFKA_BROKERS"}}, // two entries, two problems
+	} {
+		_, err := loadConfig(lookupMap(c.env), whatsappRow(t))
+		if err == nil {
+			t.Errorf("%v: accepted", c.env)
+			continue
+		}
+		var got []string
+		for _, l := range strings.Split(err.Error(), "\n") {
+			v, _, _ := strings.Cut(l, ":")
+			got = append(got, v)
+		}
+		want := slices.Clone(c.want)
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%v: lines name %v, want %v:\n%v", c.env, got, want, err)
+		}
 	}
 }

@@ -22,7 +22,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	topic := fs.String("topic", "", "main topic (default pacer.<channel>); the DLQ is <topic>.dlq")
 	reason := fs.String("reason", "", "replay only this pacer-reason: "+strings.Join(pacer.DLQReasons, ", ")+", or permanent:<provider code>; default all")
 	campaign := fs.String("campaign", "", "replay only envelopes of this campaign; default all")
-	dry := fs.Bool("dry-run", false, "count what would be replayed, write nothing")
+	dry := fs.Bool("dry-run", false, "list and count what would be replayed, write nothing")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
@@ -64,8 +64,24 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	if err != nil {
 		return kafkaFailure(cfg, err)
 	}
-	s, err := pacer.Replay(ctx, cl, pacer.ReplayConfig{DLQTopic: dlq, Topic: *topic, Partitions: n,
-		Reason: *reason, Campaign: *campaign, DryRun: *dry})
+	rc := pacer.ReplayConfig{DLQTopic: dlq, Topic: *topic, Partitions: n,
+		Reason: *reason, Campaign: *campaign, DryRun: *dry}
+	if *dry {
+		// One line per record a replay would write, so that the ids can be
+		// checked with the provider first.
+		rc.Chosen = func(r pacer.ReplayedRecord) {
+			id := quoteText(r.ID)
+			if r.Err != nil {
+				id = "- (value is not an envelope)"
+			}
+			campaign := quoteText(r.Campaign)
+			if r.Campaign == "" {
+				campaign = "-"
+			}
+			fmt.Fprintf(stdout, "would write key %s id %s campaign %s reason %s\n", quoteText(r.Key), id, campaign, quoteText(r.Reason))
+		}
+	}
+	s, err := pacer.Replay(ctx, cl, rc)
 	if err != nil && s.Scanned == 0 {
 		return err // nothing done: the error alone, no "replayed 0" line above it
 	}

@@ -60,7 +60,7 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 	// unknown flags and do not list them in -h.
 	rate, burst := new(string), new(string)
 	if verb == "set" {
-		fs.StringVar(rate, "rate", "", fmt.Sprintf("the key's rate in msgs/s (>= %.6g, one a day)", control.MinKeyRate))
+		fs.StringVar(rate, "rate", "", fmt.Sprintf("the key's rate in msgs/s (>= %.6g, one a day; <= %.6g)", control.MinKeyRate, control.MaxKeyRate))
 		fs.StringVar(burst, "burst", "", "the key's burst in messages (>= 1); default the channel's")
 	}
 	if err := parseFlags(fs, args[1:]); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -108,9 +109,16 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 			return fmt.Errorf("redis: %w", err)
 		}
 	}
+	// A key's own limit (`pacer limit set`) is its ceiling, as the pacers
+	// apply it: one pipelined read for every key shown.
+	overrides, _, err := control.New(rdb, names).LimitsOf(ctx, *channel, keys)
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tRATE/S\tLIMIT/S\tACHIEVED/S\tUTIL\tTOKENS\tCOOLDOWN\tBREAKER\tREASON")
 	for _, k := range keys {
+		ceiling, aimd, set := keyCeiling(ceiling, aimd, overrides[k])
 		n, err := rdb.Exists(ctx, names.Bucket(*channel, k), names.Cooldown(*channel, k),
 			names.AIMD(*channel, k), names.Breaker(*channel, k), names.Achieved(*channel, k)).Result()
 		if err != nil {
@@ -120,8 +128,8 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 			// State expires once it says nothing a fresh key would not:
 			// a full bucket, no cooldown, the rate not adapted, nothing
 			// accepted lately.
-			fmt.Fprintf(tw, "%s\t%.4g\t%.4g\t-\t-\t%d\t0s\tclosed\tidle (no state kept: bucket full, not throttled lately)\n",
-				quoteText(k), ceiling.PerSecond, ceiling.PerSecond, ceiling.Burst)
+			fmt.Fprintf(tw, "%s\t%.4g\t%.4g%s\t-\t-\t%d\t0s\tclosed\tidle (no state kept: bucket full, not throttled lately)\n",
+				quoteText(k), ceiling.PerSecond, ceiling.PerSecond, set, ceiling.Burst)
 			continue
 		}
 		s, err := ad.Snapshot(ctx, *channel, k, ceiling, aimd)
@@ -145,7 +153,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 			achieved = strconv.FormatFloat(r, 'f', 1, 64)
 			util = fmt.Sprintf("%.0f%%", 100*r/s.Limit.PerSecond)
 		}
-		fmt.Fprintf(tw, "%s\t%.4g%s\t%.4g\t%s\t%s\t%.1f\t%s\t%s\t%s\n", quoteText(k), s.Limit.PerSecond, floor, ceiling.PerSecond,
+		fmt.Fprintf(tw, "%s\t%.4g%s\t%.4g%s\t%s\t%s\t%.1f\t%s\t%s\t%s\n", quoteText(k), s.Limit.PerSecond, floor, ceiling.PerSecond, set,
 			achieved, util, s.Tokens, s.Adapted.CooldownLeft.Round(time.Millisecond), br, s.Breaker.Reason)
 	}
 	tw.Flush()
@@ -158,6 +166,26 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		return printBacklog(ctx, stdout, rdb, cfg.RedisPrefix, *channel, 10)
 	}
 	return nil
+}
+
+// keyCeiling returns the ceiling and AIMD a key is paced with: the
+// channel's, or the key's own limit l when one is set and a pacer would
+// apply it (burst 0: the channel's; the AIMD floor lowered to a lower rate,
+// as pacer.OverridePolicy does); set is " (key)" then, else "".
+func keyCeiling(channel bucket.Limit, aimd adapt.AIMD, l control.KeyLimit) (bucket.Limit, adapt.AIMD, string) {
+	if l.Key == "" {
+		return channel, aimd, ""
+	}
+	lim := bucket.Limit{PerSecond: l.PerSecond, Burst: l.Burst}
+	if lim.Burst == 0 {
+		lim.Burst = channel.Burst
+	}
+	a := aimd
+	a.Floor = min(a.Floor, lim.PerSecond)
+	if a.Validate(lim) != nil { // refused by the pacers, which keep the channel's
+		return channel, aimd, ""
+	}
+	return lim, a, " (key)"
 }
 
 // scanKeys lists the pacing keys of channel that have any state in Redis

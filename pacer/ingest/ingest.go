@@ -412,9 +412,13 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 // produce sends the new envelopes, settles the claims and answers.
 func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel string, tenant *Tenant, lines []line, req quota.Request, res quota.Result, digest string) {
 	topic := s.cfg.TopicPrefix + channel
-	parts := s.partitionCount(ctx, topic)
+	// One deadline for the whole request: the partition lookup (a metadata
+	// request, or a topic creation, while the count is not known yet) and
+	// the produce share ProduceTimeout, so a silent Kafka is answered 503 at
+	// ProduceTimeout, not after the lookup's own wait as well.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProduceTimeout)
 	defer cancel()
+	parts := s.partitionCount(pctx, topic)
 	var (
 		wg         sync.WaitGroup
 		mu         sync.Mutex
@@ -739,16 +743,18 @@ func (s *Server) serves(channel string) bool {
 }
 
 // partitionCount returns topic's partition count, creating the topic as
-// `pacer publish` would when it is missing; cached once known.
+// `pacer publish` would when it is missing; cached once known (for the
+// process's life: the last known count is used whatever Kafka answers
+// later). Before it is known, it asks Kafka within ctx (the request's
+// deadline) and, when the metadata cannot be read by then,
+// returns Config.Partitions without caching it: the produce that follows,
+// bounded by the same deadline, then fails or times out if Kafka is down.
 func (s *Server) partitionCount(ctx context.Context, topic string) int {
 	if n, ok := s.partitions.Load(topic); ok {
 		return n.(int)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
 	n, err := pacer.EnsureTopic(ctx, s.deps.Kafka, topic, s.cfg.Partitions)
 	if err != nil || n < 1 {
-		// Not cached: the produce will fail and answer 503 if Kafka is down.
 		return s.cfg.Partitions
 	}
 	s.partitions.Store(topic, n)

@@ -807,3 +807,36 @@ func TestProduceTimeoutWhileKafkaSilent(t *testing.T) {
 		t.Errorf("slow1 on the topic %d times, want once", n)
 	}
 }
+
+// TestProduceTimeoutBoundsPartitionLookup: a freshly started ingest, which
+// does not know the topic's partition count yet, meets a silent Kafka (it
+// answers neither metadata nor produce requests). The lookup of the count
+// and the produce share the one produce timeout (3 s here): the client gets
+// its 503 at about 3 s, not after a lookup's own wait and then 3 s more.
+func TestProduceTimeoutBoundsPartitionLookup(t *testing.T) {
+	e := newEnv(t, opts{})
+	release := make(chan struct{})
+	var once sync.Once
+	wake := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(wake)
+	for _, k := range []kmsg.Key{kmsg.Metadata, kmsg.Produce, kmsg.CreateTopics} {
+		e.kc.ControlKey(int16(k), func(kmsg.Request) (kmsg.Response, error, bool) {
+			e.kc.SleepControl(func() { <-release })
+			return nil, nil, false
+		})
+	}
+	timer := time.AfterFunc(30*time.Second, wake)
+	defer timer.Stop()
+	start := time.Now()
+	a := e.do(acmeKey, "whatsapp", "application/json", env1("fresh1"))
+	took := time.Since(start)
+	isProblem(t, "Kafka silent on a fresh ingest", a, 503)
+	// 3 s plus room for a loaded machine; the lookup's own 5 s wait before
+	// the 3 s of the produce made it 8 s.
+	if took > 6*time.Second {
+		t.Fatalf("Kafka silent on a fresh ingest: answered after %v, want about the 3 s produce timeout", took)
+	}
+	if took < 2500*time.Millisecond {
+		t.Fatalf("Kafka silent on a fresh ingest: answered after %v, before the 3 s produce timeout", took)
+	}
+}
