@@ -482,3 +482,22 @@ type badStore struct{}
 func (badStore) Limit(_ context.Context, _, key string) (control.KeyLimit, bool, error) {
 	return control.KeyLimit{}, false, fmt.Errorf("%w: stored limit of %s: rate %q is not a number", control.ErrInvalid, key, "fast")
 }
+
+// TestKeyRates: a key's rate is its adapted limit and its ceiling its
+// policy's, each the channel's until this process knows the key; parked
+// records are estimated at the ceiling, so a key cut by throttles (40 of
+// 80) must still report 80 there.
+func TestKeyRates(t *testing.T) {
+	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, nil)
+	if r, c := p.keyRates("unknown"); r != 100 || c != 100 {
+		t.Errorf("unknown key: rate %v, ceiling %v; want the channel's 100, 100", r, c)
+	}
+	st := p.keyState("cut")
+	st.mu.Lock()
+	st.limit = bucket.Limit{PerSecond: 40, Burst: 5}
+	st.pol = &KeyPolicy{Limit: bucket.Limit{PerSecond: 80, Burst: 10}}
+	st.mu.Unlock()
+	if r, c := p.keyRates("cut"); r != 40 || c != 80 {
+		t.Errorf("cut key: rate %v, ceiling %v; want 40 (adapted), 80 (its policy)", r, c)
+	}
+}

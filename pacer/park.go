@@ -91,7 +91,8 @@ func (p *Pacer) park(ctx context.Context, r *kgo.Record, due time.Time) bool {
 // key's rate takes it early (waitParked).
 func (p *Pacer) parkAsync(ctx context.Context, r *kgo.Record, due time.Time, done func(ok bool)) {
 	c, _ := p.parkCopy(r, due)
-	c.Headers = append(c.Headers, parkRateHeader(max(p.keyRate(string(r.Key)), p.keyCeiling(string(r.Key)))))
+	rate, ceiling := p.keyRates(string(r.Key))
+	c.Headers = append(c.Headers, parkRateHeader(max(rate, ceiling)))
 	p.cl.Produce(ctx, c, func(_ *kgo.Record, err error) {
 		if err == nil {
 			p.qm.parked.Inc()

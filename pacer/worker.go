@@ -113,42 +113,38 @@ func newWorker(p *Pacer, cl *kgo.Client, k tp) *worker {
 		done: make(chan struct{}), keys: map[string]*keyQueue{}, chains: map[string]*chain{}, backlogEnd: -1}
 }
 
-// keyRate is key's rate in msgs/s as this process knows it: adapted (by
-// AIMD and the key's policy) if the key was sent for lately, else the
-// channel's default ceiling.
-func (p *Pacer) keyRate(key string) float64 {
+// keyRates returns key's rate and ceiling in msgs/s as this process knows
+// them: the rate adapted (by AIMD and the key's policy) if the key was sent
+// for lately, and the ceiling, its policy's rate once read; each the
+// channel's default until known. Parked records are due at slots
+// estimated at the ceiling: an adapted rate lowered by throttles would put
+// them later than the key, recovering, can send them, and its queue would
+// run dry meanwhile; too early, they are held once their slot is within
+// the lookahead.
+func (p *Pacer) keyRates(key string) (rate, ceiling float64) {
+	def := p.policyDefault.Limit.PerSecond
 	p.keys.mu.Lock()
 	st := p.keys.m[key]
 	p.keys.mu.Unlock()
 	if st == nil {
-		return p.policyDefault.Limit.PerSecond
+		return def, def
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.limit.PerSecond <= 0 {
-		return p.policyDefault.Limit.PerSecond
+	rate, ceiling = st.limit.PerSecond, st.pol.Limit.PerSecond
+	if rate <= 0 {
+		rate = def
 	}
-	return st.limit.PerSecond
+	if ceiling <= 0 {
+		ceiling = def
+	}
+	return rate, ceiling
 }
 
-// keyCeiling is key's ceiling in msgs/s: its policy's rate once read, else
-// the channel's. Parked records are due at slots estimated at the ceiling:
-// an adapted rate lowered by throttles would put them later than the key,
-// recovering, can send them, and its queue would run dry meanwhile; too
-// early, they are held once their slot is within the lookahead.
-func (p *Pacer) keyCeiling(key string) float64 {
-	p.keys.mu.Lock()
-	st := p.keys.m[key]
-	p.keys.mu.Unlock()
-	if st == nil {
-		return p.policyDefault.Limit.PerSecond
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.pol.Limit.PerSecond <= 0 {
-		return p.policyDefault.Limit.PerSecond
-	}
-	return st.pol.Limit.PerSecond
+// keyRate is the rate of [Pacer.keyRates].
+func (p *Pacer) keyRate(key string) float64 {
+	r, _ := p.keyRates(key)
+	return r
 }
 
 // keyBound is how many records of a key at rate msgs/s one partition holds
@@ -248,7 +244,8 @@ func (w *worker) push(rs []*kgo.Record, skip []bool) {
 			w.keysPeak = max(w.keysPeak, len(w.keys))
 		}
 		if q.seen != now {
-			q.seen, q.rate, q.ceil = now, w.p.keyRate(k), w.p.keyCeiling(k)
+			q.seen = now
+			q.rate, q.ceil = w.p.keyRates(k)
 		}
 		if !w.p.strict() && highPriority(r) {
 			// Ahead of the key's normal records, never parked behind them.
@@ -377,7 +374,8 @@ func (w *worker) rateRose(r *kgo.Record) bool {
 		return false
 	}
 	k := string(r.Key)
-	return max(w.p.keyRate(k), w.p.keyCeiling(k)) > was
+	rate, ceiling := w.p.keyRates(k)
+	return max(rate, ceiling) > was
 }
 
 // minTime returns the earlier of a and b.
