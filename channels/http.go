@@ -14,11 +14,11 @@ import (
 // generous cap costs nothing until it is reached; a cap below the sends in
 // flight closes the surplus after every burst and dials it again with a new
 // TLS handshake (with net/http's default of 2 per host, about 0.75 new
-// connections per message at 32 sends in flight). A process has up to
-// PACER_INFLIGHT (default 32) sends in flight per partition it holds, so
-// 1024 covers 32 keys sending at once at the default; beyond that, sends
-// wait for a connection of the pool (see [NewTransport]); raise it through
-// the adapter's Config.MaxIdleConnsPerHost for more requests at once. Idle
+// connections per message at 32 sends in flight). A pacer process has up
+// to PACER_PROCESS_INFLIGHT (default 1024) records in hand at once, so
+// 1024 covers its sends at the default; beyond that, sends wait for a
+// connection of the pool (see [NewTransport]); raise it through the
+// adapter's Config.MaxIdleConnsPerHost for more requests at once. Idle
 // connections are closed after [IdleConnTimeout].
 const DefaultMaxIdleConnsPerHost = 1024
 

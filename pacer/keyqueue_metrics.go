@@ -20,6 +20,7 @@ type queueMetrics struct {
 	backlog     *prometheus.Desc
 	held        *prometheus.Desc
 	fill        *prometheus.Desc
+	handling    *prometheus.Desc
 	pacerRef    *Pacer
 }
 
@@ -41,6 +42,8 @@ func newQueueMetrics(p *Pacer) *queueMetrics {
 			"Records held in the per-key queues of this process's partitions (waiting or being handled).", nil, nil),
 		fill: prometheus.NewDesc("pacer_lookahead_fill",
 			"Records held over the partitions' capacity (partitions owned x PACER_MAX_QUEUED), 0..2; at 1 fetching pauses, and what a fetch on its way brings is held up to 2 before records are parked.", nil, nil),
+		handling: prometheus.NewDesc("pacer_inflight_records",
+			"Records being handled by this process (waiting for their slot, their claim or the provider's answer), at most PACER_PROCESS_INFLIGHT; the others held wait in their key's queue.", nil, nil),
 	}
 }
 
@@ -50,6 +53,7 @@ func (m *queueMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.backlog
 	ch <- m.held
 	ch <- m.fill
+	ch <- m.handling
 }
 
 func (m *queueMetrics) Collect(ch chan<- prometheus.Metric) {
@@ -78,4 +82,5 @@ func (m *queueMetrics) Collect(ch chan<- prometheus.Metric) {
 		fill = float64(held) / float64(parts*p.cfg.MaxQueued)
 	}
 	ch <- prometheus.MustNewConstMetric(m.fill, prometheus.GaugeValue, fill)
+	ch <- prometheus.MustNewConstMetric(m.handling, prometheus.GaugeValue, float64(p.places.inUse(p.cfg.ProcessInFlight)))
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -543,5 +544,96 @@ func TestDueCopyStartsFirst(t *testing.T) {
 	}
 	if last < 2500*time.Millisecond {
 		t.Errorf("A-0 sent %v after the start, before its due time (3 s)", last)
+	}
+}
+
+// slowSender accepts every message after hold, recording the request
+// order and the most requests it had at once.
+type slowSender struct {
+	seqSender
+	hold    time.Duration
+	cur     atomic.Int32
+	maxSeen atomic.Int32
+}
+
+func (s *slowSender) Send(ctx context.Context, m channels.Message) (channels.Result, error) {
+	n := s.cur.Add(1)
+	defer s.cur.Add(-1)
+	for {
+		was := s.maxSeen.Load()
+		if n <= was || s.maxSeen.CompareAndSwap(was, n) {
+			break
+		}
+	}
+	time.Sleep(s.hold)
+	return s.seqSender.Send(ctx, m)
+}
+
+// TestProcessInFlightBound: the process handles at most ProcessInFlight
+// records at once over all keys and partitions, and a freed place goes to
+// the key waiting longest, so a key's backlog does not hold another key's
+// records behind it.
+func TestProcessInFlightBound(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cfg.Limit = bucket.Limit{PerSecond: 5000, Burst: 50}
+	h.cfg.ProcessInFlight = 3
+	var rs []*kgo.Record
+	for i := range 150 {
+		rs = append(rs, keyRecord("pacer.test", 0, "A", i))
+	}
+	for i := range 10 {
+		rs = append(rs, keyRecord("pacer.test", 0, "B", i))
+	}
+	for i := range 10 {
+		rs = append(rs, keyRecord("pacer.test", 1, "C", i))
+	}
+	h.produceManual(rs)
+	// 20 ms a request: at 5,000/s each key alone would have its 32
+	// records (PACER_INFLIGHT) in requests at once.
+	s := &slowSender{seqSender: seqSender{count: map[string]int{}}, hold: 20 * time.Millisecond}
+	maxGauge := 0.0
+	h.runWith(s, func() bool {
+		maxGauge = max(maxGauge, h.gauge("pacer_inflight_records"))
+		_, c := s.snapshot()
+		return len(c) == 170 && h.lag() == 0
+	})
+	if got := s.maxSeen.Load(); got > 3 || got < 2 {
+		t.Errorf("at most %d requests at once, want 2..3 (ProcessInFlight 3)", got)
+	}
+	if maxGauge > 3 || maxGauge < 1 {
+		t.Errorf("pacer_inflight_records reached %v, want 1..3", maxGauge)
+	}
+	seq, c := s.snapshot()
+	for id, n := range c {
+		if n != 1 {
+			t.Errorf("%s sent %d times, want once", id, n)
+		}
+	}
+	// Round the keys: B's and C's 10 records each go out while A sends
+	// about 10 more; behind A's backlog they would wait for most of A's 150.
+	for _, last := range []string{"B-9", "C-9"} {
+		aBefore := 0
+		for _, id := range seq[:position(seq, last)] {
+			if id[0] == 'A' {
+				aBefore++
+			}
+		}
+		if aBefore > 60 {
+			t.Errorf("%d of A's records were sent before %s; the other keys waited for A's places", aBefore, last)
+		}
+	}
+	// Nor does any key hold the others back: the places go round the three
+	// keys while they all have records, so no key gets a long run.
+	run, longest := 0, 0
+	for i, id := range seq[:30] {
+		if i > 0 && id[0] == seq[i-1][0] {
+			run++
+		} else {
+			run = 1
+		}
+		longest = max(longest, run)
+	}
+	if longest > 5 {
+		t.Errorf("%d requests of one key in a row among the first 30 (%v), want <= 5: the places did not go round the keys", longest, seq[:30])
 	}
 }

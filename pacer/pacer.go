@@ -60,8 +60,11 @@
 // InFlight); its further records are parked: copied to a retry topic due at
 // their estimated slot (one Kafka write per hop, never an attempt), and
 // finished once Kafka acknowledged the copy. A partition holding
-// [Config.MaxQueued] records pauses fetching; what a fetch on its way
-// brings is held, up to twice MaxQueued, not parked. With InFlight 1 a key's
+// [Config.MaxQueued] records pauses fetching; a fetch asked for before
+// that is held whole, and records are parked for a full partition only
+// once it holds twice MaxQueued. The process handles at most
+// [Config.ProcessInFlight] records at once over all its keys (see
+// [places]): the others wait in their queues. With InFlight 1 a key's
 // records go out in offset order: once it parks, all its later records are
 // parked in one chain, sent in order before the key is held again (see
 // [chain]). A revoked partition parks the records it still holds before
@@ -215,18 +218,26 @@ type Config struct {
 	IdempotencyTTL time.Duration // how long the ledger must keep a claim or delivered mark: it must outlive the record's offset commit (see [MinLedgerTTL]); default 7m; New refuses a Deps.Ledger with a TTL() below it
 	MaxQueued      int           // records one partition holds in its per-key queues before fetching pauses; default 2000
 	InFlight       int           // records of one pacing key handled at once in a partition, 0..1024; default 32 (1 keeps strict order per key)
-	Lookahead      time.Duration // a key holds at most Lookahead x its rate records per partition (at least InFlight); more are parked; >= 0; default 5s
-	LeaseSize      int           // slots per Redis lease, 0..256; 0 (default) = per key, its adapted rate/5 (200 ms of slots) when that is >= 2, else 1 (one reservation per message), not capped by the burst; an automatic lease under 20 slots is taken only while the key has as many senders waiting
-	StartupTimeout time.Duration // Run fails if the topics cannot be checked (no broker answers) within this; default 1m
-	ProgressEvery  time.Duration // interval of the INFO progress line (delivered, dead-lettered, requeued, retried); default 30s, < 0 = none
-	Owner          string        // this process in ledger claims; default host-pid-random
-	Logger         *slog.Logger  // default slog.Default()
+	// ProcessInFlight bounds the records handled at once by the process
+	// over every partition and key (each holds a goroutine while it waits
+	// for its slot, its claim and the provider's answer), 0..65536; default
+	// 1024, the connections the adapters' HTTP pool keeps per host. Records
+	// beyond it wait in their key's queue, and a freed place goes to the key
+	// waiting longest. Not applied with InFlight 1 (strict order).
+	ProcessInFlight int
+	Lookahead       time.Duration // a key holds at most Lookahead x its rate records per partition (at least InFlight); more are parked; >= 0; default 5s
+	LeaseSize       int           // slots per Redis lease, 0..256; 0 (default) = per key, its adapted rate/5 (200 ms of slots) when that is >= 2, else 1 (one reservation per message), not capped by the burst; an automatic lease under 20 slots is taken only while the key has as many senders waiting
+	StartupTimeout  time.Duration // Run fails if the topics cannot be checked (no broker answers) within this; default 1m
+	ProgressEvery   time.Duration // interval of the INFO progress line (delivered, dead-lettered, requeued, retried); default 30s, < 0 = none
+	Owner           string        // this process in ledger claims; default host-pid-random
+	Logger          *slog.Logger  // default slog.Default()
 }
 
 // Bounds checked by [Config.Validate].
 const (
-	maxInFlight  = 1024 // records of one pacing key of a partition at once
-	maxLeaseSize = 256  // slots per lease: a lease is one Lua call holding the key's slot
+	maxInFlight        = 1024  // records of one pacing key of a partition at once
+	maxProcessInFlight = 65536 // records of the process at once
+	maxLeaseSize       = 256   // slots per lease: a lease is one Lua call holding the key's slot
 )
 
 // FieldError is one problem [Config.Validate] found. Field is the path of
@@ -372,6 +383,9 @@ func (c Config) Validate() error {
 	if c.InFlight < 0 || c.InFlight > maxInFlight {
 		badf("InFlight", "%d must be in 1..%d", c.InFlight, maxInFlight)
 	}
+	if c.ProcessInFlight < 0 || c.ProcessInFlight > maxProcessInFlight {
+		badf("ProcessInFlight", "%d must be in 1..%d", c.ProcessInFlight, maxProcessInFlight)
+	}
 	if c.LeaseSize < 0 || c.LeaseSize > maxLeaseSize {
 		badf("LeaseSize", "%d must be in 0..%d (0 = automatic)", c.LeaseSize, maxLeaseSize)
 	}
@@ -417,6 +431,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.InFlight == 0 {
 		c.InFlight = 32
+	}
+	if c.ProcessInFlight == 0 {
+		c.ProcessInFlight = 1024
 	}
 	if c.Lookahead == 0 {
 		c.Lookahead = 5 * time.Second
@@ -473,6 +490,7 @@ type Pacer struct {
 	fallback Bucket
 	ping     func(ctx context.Context) error
 	sender   channels.Sender
+	places   *places // the bound of records handled at once; nil in strict order
 	policy   Policy
 	// policyDefault is the channel's policy from Config: a key's policy
 	// until its first read of Policy.
@@ -542,6 +560,9 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, sender: deps.Sender, m: m,
 		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}},
 		ids: map[string]chan struct{}{}}
+	if !p.strict() {
+		p.places = newPlaces(cfg.ProcessInFlight)
+	}
 	if p.lag, err = newLagGauge(wrapped); err != nil {
 		return nil, fmt.Errorf("pacer: metrics: %w", err)
 	}

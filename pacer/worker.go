@@ -84,6 +84,9 @@ type keyQueue struct {
 	highE   []*pending
 	running int // being handled
 	runHigh int // of which priority high
+	// placeQueued: q waits in [places] for a place for its next record;
+	// placeServed: q is being dispatched with a freed place (see places.put).
+	placeQueued, placeServed bool
 	// parkedUntil is the estimated slot of the last record parked for
 	// this key by this worker: the next parked record is due one slot later.
 	parkedUntil time.Time
@@ -163,10 +166,13 @@ func (p *Pacer) strict() bool { return p.cfg.InFlight == 1 }
 // key's records within the key's own bound: twice MaxQueued. Fetching
 // pauses at MaxQueued and resumes at half, and the fetches already on
 // their way when it pauses bring up to FetchMaxPartitionBytes more each
-// (about 1,300 envelopes of 100 bytes): parking those at once, to read them back from
-// a retry topic soon after, cost one Kafka write and read each and most
-// of a send's CPU (200 keys with backlogs in 12 partitions parked 1.75
-// copies per message delivered).
+// (about 1,300 envelopes of 100 bytes uncompressed, 4,000 to 7,000 in a
+// compressed batch): parking those at once, to read them back from a
+// retry topic soon after, cost one Kafka write and read each and most of
+// a send's CPU (200 keys with backlogs in 12 partitions parked 1.75
+// copies per message delivered). So push holds a whole fetch that was
+// asked for while the partition held less than maxHeld, and parks only
+// from a fetch that comes once it holds maxHeld.
 func (p *Pacer) maxHeld() int { return 2 * p.cfg.MaxQueued }
 
 // syncPause pauses fetching the partition while it holds MaxQueued records
@@ -217,6 +223,11 @@ func (w *worker) push(rs []*kgo.Record, skip []bool) {
 		return
 	}
 	w.p.m.queued.WithLabelValues().Add(float64(len(rs)))
+	// A fetch asked for while the partition held fewer than maxHeld
+	// records is held whole: one fetch is bounded in bytes
+	// (FetchMaxPartitionBytes, compressed), and a first fetch of a backlog
+	// brings thousands of small envelopes at once.
+	heldBefore := w.held
 	for i, r := range rs {
 		e := &pending{r: r, offset: r.Offset, epoch: r.LeaderEpoch}
 		w.log = append(w.log, e)
@@ -255,7 +266,7 @@ func (w *worker) push(rs []*kgo.Record, skip []bool) {
 			w.dispatch(q)
 			continue
 		}
-		full := w.held >= w.p.maxHeld() && q.size() >= w.p.cfg.InFlight
+		full := heldBefore >= w.p.maxHeld() && q.size() >= w.p.cfg.InFlight
 		over := q.size() >= w.p.keyBound(q.rate) || full
 		if w.p.strict() && w.tp.topic == w.p.cfg.Topic {
 			// Once a strict key parks, all its later records follow in its
@@ -334,6 +345,9 @@ func (w *worker) slotAfter(q *keyQueue, now time.Time) time.Time {
 // Callers hold w.mu.
 func (w *worker) dispatch(q *keyQueue) {
 	for !w.stopped && q.runHigh < w.p.cfg.InFlight && len(q.high) > 0 {
+		if !w.place(q) {
+			return
+		}
 		r, e := q.high[0], q.highE[0]
 		q.high[0], q.highE[0] = nil, nil
 		q.high, q.highE = q.high[1:], q.highE[1:]
@@ -352,6 +366,9 @@ func (w *worker) dispatch(q *keyQueue) {
 				wake = minTime(wake, now.Add(time.Second))
 			}
 			w.wake(q, wake)
+			return
+		}
+		if !w.place(q) {
 			return
 		}
 		r, e := q.waiting[0], q.entries[0]
@@ -422,9 +439,21 @@ func (w *worker) wake(q *keyQueue, at time.Time) {
 	})
 }
 
+// place takes a place in the process's bound of records handled at once
+// (see [places]) for q's next record, or queues q for one; in strict order
+// (no bound) it always succeeds. Callers hold w.mu.
+func (w *worker) place(q *keyQueue) bool {
+	return w.p.places == nil || w.p.places.take(w, q)
+}
+
 func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, high bool) {
 	defer w.wg.Done()
 	ok := w.handleCopy(r)
+	if w.p.places != nil {
+		// Freed once this key's queue has asked again (behind the queues
+		// waiting already), so a place goes round the keys.
+		defer w.p.places.put()
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q.running--

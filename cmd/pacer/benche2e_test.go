@@ -177,6 +177,16 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 	}
 	t.Logf("Pacer: %.0f slots given up as late, %.0f bucket calls, %.0f records parked, %d rebalances (partitions revoked)",
 		late, calls, parked, strings.Count(p.logs(), `msg="partitions revoked"`))
+	{ // where the records that went back to Kafka went, by reason
+		_, body := httpGet(t, "http://"+p.metricsAddr(t)+"/metrics")
+		var back []string
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "pacer_requeued_total{") || strings.HasPrefix(line, "pacer_retries_total{") || strings.HasPrefix(line, "pacer_parked_total") {
+				back = append(back, line)
+			}
+		}
+		t.Logf("Pacer: back to Kafka: %s", strings.Join(back, "; "))
+	}
 	if count, ok := p.metric(t, `pacer_slot_lateness_seconds_count{channel="whatsapp"}`); ok && count > 0 {
 		var dist []string
 		for _, le := range []string{"0.0004", "0.0008", "0.0016", "0.0032", "0.0064", "0.0128", "0.0256"} {

@@ -115,6 +115,8 @@ type config struct {
 	SendTimeout time.Duration `env:"PACER_SEND_TIMEOUT, default=30s" pacer:"SendTimeout"`
 	// PACER_INFLIGHT: records of one pacing key handled at once in a partition (1 keeps each key's strict order); default 32.
 	InFlight int `env:"PACER_INFLIGHT, default=32" pacer:"InFlight"`
+	// PACER_PROCESS_INFLIGHT: records one process handles at once over every partition and key (waiting for a slot, a claim or the provider's answer); more wait in their key's queue; default 1024.
+	ProcessInFlight int `env:"PACER_PROCESS_INFLIGHT, default=1024" pacer:"ProcessInFlight"`
 	// PACER_LOOKAHEAD: how much of its pace a key keeps in memory per partition (rate x lookahead records, at least PACER_INFLIGHT); the rest is parked on the retry topics; default 5s.
 	Lookahead time.Duration `env:"PACER_LOOKAHEAD, default=5s" pacer:"Lookahead"`
 	// PACER_LEASE_SIZE: send slots taken from Redis per call for one key; default 0 = automatic (a fifth of a second of slots once that is >= 2, below 20 only while the key has that many messages waiting, else 1).
@@ -232,7 +234,7 @@ func (c config) pacerConfig(ch *channel) pacer.Config {
 			MinCooldown: c.ThrottleCooldown, MaxCooldown: c.MaxCooldown},
 		Breaker:     adapt.Breaker{OpenFor: c.HaltCooldown, MaxOpenFor: c.BreakerMaxOpen, FloorThrottles: c.BreakerFloorThrottles},
 		MaxAttempts: c.MaxAttempts, Drain: c.Drain, MaxTokenWait: c.MaxTokenWait, RetryDelays: c.RetryDelays,
-		InFlight: c.InFlight, Lookahead: c.Lookahead, LeaseSize: c.LeaseSize, SendTimeout: c.SendTimeout, UnknownOutcome: c.UnknownOutcome,
+		InFlight: c.InFlight, ProcessInFlight: c.ProcessInFlight, Lookahead: c.Lookahead, LeaseSize: c.LeaseSize, SendTimeout: c.SendTimeout, UnknownOutcome: c.UnknownOutcome,
 		IdempotencyTTL: c.LedgerTTL, RedisFailure: c.RedisFailure, StartupTimeout: c.StartupTimeout,
 		ProgressEvery: c.ProgressEvery,
 	}
