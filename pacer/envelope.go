@@ -71,9 +71,9 @@ func (e *EnvelopeError) Error() string {
 // wireEnvelope keeps expires_at as text so a bad timestamp is reported by
 // field name rather than as a generic decode error.
 type wireEnvelope struct {
-	ID        *string        `json:"id"`
-	Key       *string        `json:"key"`
-	To        *string        `json:"to"`
+	ID        string         `json:"id"` // absent, null and "" alike: required
+	Key       string         `json:"key"`
+	To        string         `json:"to"`
 	Payload   jsontext.Value `json:"payload"`
 	Campaign  string         `json:"campaign"`
 	Tenant    string         `json:"tenant"`
@@ -107,25 +107,24 @@ func ParseEnvelope(b []byte) (Envelope, error) {
 		return Envelope{}, decodeError(err)
 	}
 	env := Envelope{Campaign: w.Campaign, Tenant: w.Tenant, Payload: json.RawMessage(w.Payload)}
-	for _, f := range []struct {
+	for _, f := range [...]struct {
 		name string
-		v    *string
-		dst  *string
-	}{{"id", w.ID, &env.ID}, {"key", w.Key, &env.Key}, {"to", w.To, &env.To}} {
-		if f.v == nil || strings.TrimSpace(*f.v) == "" {
+		v    string
+	}{{"id", w.ID}, {"key", w.Key}, {"to", w.To}} {
+		if strings.TrimSpace(f.v) == "" {
 			return Envelope{}, &EnvelopeError{Field: f.name, Problem: "required"}
 		}
-		if !utf8.ValidString(*f.v) {
+		if !utf8.ValidString(f.v) {
 			return Envelope{}, &EnvelopeError{Field: f.name, Problem: "not valid UTF-8"}
 		}
-		if strings.IndexFunc(*f.v, unicode.IsControl) >= 0 {
+		if strings.IndexFunc(f.v, unicode.IsControl) >= 0 {
 			return Envelope{}, &EnvelopeError{Field: f.name, Problem: "contains a control character"}
 		}
-		if *f.v != strings.TrimSpace(*f.v) {
+		if f.v != strings.TrimSpace(f.v) {
 			return Envelope{}, &EnvelopeError{Field: f.name, Problem: "has leading or trailing spaces"}
 		}
-		*f.dst = *f.v
 	}
+	env.ID, env.Key, env.To = w.ID, w.Key, w.To
 	if len(env.ID) > MaxIDBytes {
 		return Envelope{}, &EnvelopeError{Field: "id", Problem: fmt.Sprintf("%d bytes, at most %d allowed", len(env.ID), MaxIDBytes)}
 	}

@@ -121,6 +121,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -668,6 +669,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 		go p.watch(ctx, "redis", &p.redisOK, p.ping, func() { p.m.fallback.WithLabelValues().Set(0) })
 	}
 	go p.sweepLoop(ctx)
+	go p.releaseLoop(ctx, debug.FreeOSMemory)
 	go p.lagLoop(ctx, cl, topics)
 	if p.cfg.ProgressEvery > 0 {
 		go p.progressLoop(ctx)

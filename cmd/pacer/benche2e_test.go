@@ -258,6 +258,16 @@ func benchCPUProfile(t *testing.T, p *proc, n int, fake *countingFake, file stri
 		return
 	}
 	t.Logf("CPU profile of %ds written to %s", secs, name)
+	// And what the process allocated since it started (go tool pprof
+	// -sample_index=alloc_space): the garbage collector's work.
+	if resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/allocs", p.metricsAddr(t))); err == nil {
+		var buf bytes.Buffer
+		buf.ReadFrom(resp.Body)
+		resp.Body.Close()
+		if err := os.WriteFile(name+".allocs", buf.Bytes(), 0o644); err == nil {
+			t.Logf("allocation profile written to %s.allocs", name)
+		}
+	}
 }
 
 // countingFake is an unlimited fake Cloud API that counts the TCP
