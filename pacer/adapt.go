@@ -387,6 +387,31 @@ type keyStates struct {
 	// def is the channel's policy (Config's), shared by every key whose
 	// policy is the same, so a key's state holds a pointer, not a copy.
 	def *KeyPolicy
+	// slab is the rest of the block new states are cut from (see
+	// keyStateBlock).
+	slab []keyState
+}
+
+// keyStateBlock is how many keys' states are allocated together. A
+// campaign's keys are made while its records' garbage is made, in the
+// same size classes: one at a time, 100,000 keys' states ended up spread
+// over spans twice their size once that garbage was collected (1.6 KB of
+// RSS per active key for 370 B of state), and a span with one live state
+// is not given back. Made in blocks, the states of keys that start
+// together sit together; a block is freed by the garbage collector once
+// none of its states is referenced (swept keys' states are never reused),
+// so a key that stays active keeps at most its block (16 x 368 B) alive,
+// as one live state kept its 8 KiB span before.
+const keyStateBlock = 16
+
+// newState returns a zero state from the current block. Callers hold mu.
+func (ks *keyStates) newState() *keyState {
+	if len(ks.slab) == 0 {
+		ks.slab = make([]keyState, keyStateBlock)
+	}
+	st := &ks.slab[0]
+	ks.slab = ks.slab[1:]
+	return st
 }
 
 // keyState returns key's state and counts one more record of the key in
@@ -400,8 +425,9 @@ func (p *Pacer) keyState(key string) *keyState {
 			p.keys.def = &def
 		}
 		pol := p.keys.def
-		st = &keyState{pol: pol, limit: pol.Limit, adapted: adapt.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond},
-			keys: &p.keys}
+		st = p.keys.newState()
+		st.pol, st.limit, st.keys = pol, pol.Limit, &p.keys
+		st.adapted = adapt.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond}
 		p.keys.m[key] = st
 		p.keys.peak = max(p.keys.peak, len(p.keys.m))
 	}

@@ -559,7 +559,13 @@ func TestKeysMemoryBench(t *testing.T) {
 	if code, out, errs := e.publish(`{"id":"warm","key":"1065400000","to":"15550000000"}`+"\n", "--partitions", "12"); code != 0 {
 		t.Fatalf("publish: %d %s %s", code, out, errs)
 	}
-	p := e.run()
+	heapProf := os.Getenv("PACER_BENCH_HEAPPROFILE") // a file: the live heap a minute after the last send
+	var p *proc
+	if heapProf != "" {
+		p = e.run("PACER_PPROF=true")
+	} else {
+		p = e.run()
+	}
 	fake.measure(t, p.cmd.Process.Pid, 1, time.Minute, p.logs)
 	time.Sleep(5 * time.Second)
 	mem := func(when string) (rss, heap float64) {
@@ -591,6 +597,14 @@ func TestKeysMemoryBench(t *testing.T) {
 	settle := min(time.Minute, idle)
 	time.Sleep(settle)
 	rss15, heap15 := mem(fmt.Sprintf("%d keys active, %v after the last send", n, settle))
+	if heapProf != "" {
+		if resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", p.metricsAddr(t))); err == nil {
+			var buf bytes.Buffer
+			buf.ReadFrom(resp.Body)
+			resp.Body.Close()
+			os.WriteFile(heapProf, buf.Bytes(), 0o644)
+		}
+	}
 	time.Sleep(idle - settle)
 	rss2, heap2 := mem(fmt.Sprintf("after %v idle", idle))
 	p.stop(t)
