@@ -239,6 +239,17 @@ func benchCPUProfile(t *testing.T, p *proc, n int, fake *countingFake, file stri
 			break
 		}
 	}
+	if g := os.Getenv("PACER_BENCH_GOROUTINES"); g != "" {
+		// A goroutine dump 3 s into the sends: where the records in hand
+		// wait (go tool pprof -traces, or read it: debug=1).
+		time.Sleep(3 * time.Second)
+		if resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/goroutine?debug=1", p.metricsAddr(t))); err == nil {
+			var buf bytes.Buffer
+			buf.ReadFrom(resp.Body)
+			resp.Body.Close()
+			os.WriteFile(g, buf.Bytes(), 0o644)
+		}
+	}
 	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.metricsAddr(t), secs))
 	if err != nil {
 		t.Errorf("CPU profile: %v", err)

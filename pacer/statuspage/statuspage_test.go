@@ -522,3 +522,66 @@ func TestPageWith10000Keys(t *testing.T) {
 		t.Errorf("page load with 10,000 keys: first %v, cached %v; want under 30 s and 10 s even on a loaded machine", cold, warm)
 	}
 }
+
+// TestPublishWritesWhatChanged: a reading writes only the keys whose value
+// changed and removes those no longer active, so idle keys cost nothing;
+// a hash lost from Redis is written whole again at the next reading.
+func TestPublishWritesWhatChanged(t *testing.T) {
+	rdb, cfg := setup(t)
+	ctx := context.Background()
+	hk := replicaKey(cfg.Prefix, channel, DefaultReplica())
+	src := &source{}
+	pub := NewPublisher(rdb, cfg, src.get)
+	now := time.Now()
+	field := func(k string) string {
+		t.Helper()
+		v, err := rdb.HGet(ctx, hk, k).Result()
+		if err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	publish := func(at time.Time) {
+		t.Helper()
+		if err := pub.Publish(ctx, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src.set(act("idle", 10, 0), act("busy", 100, 2), act("leaving", 5, 0))
+	publish(now)
+	src.set(act("idle", 10, 0), act("busy", 150, 2), act("leaving", 5, 0))
+	publish(now.Add(5 * time.Second)) // idle: "0 0", as the reading before
+	// A marker in idle's field: a reading that rewrote it would replace it.
+	if err := rdb.HSet(ctx, hk, "idle", "marker").Err(); err != nil {
+		t.Fatal(err)
+	}
+	src.set(act("idle", 10, 0), act("busy", 200, 1))
+	publish(now.Add(10 * time.Second))
+	if v := field("idle"); v != "marker" {
+		t.Errorf("idle key's field %q: a reading rewrote a value that did not change", v)
+	}
+	if v := field("busy"); v != "10 1" {
+		t.Errorf("busy key's field %q, want \"10 1\" (50 in 5 s, 1 in hand)", v)
+	}
+	if v := field("leaving"); v != "" {
+		t.Errorf("a key no longer active still has its field %q", v)
+	}
+	// The hash is lost (Redis restarted without persistence): the next
+	// reading sees it and the one after writes every key again.
+	if err := rdb.Del(ctx, hk).Err(); err != nil {
+		t.Fatal(err)
+	}
+	src.set(act("idle", 10, 0), act("busy", 250, 1))
+	publish(now.Add(15 * time.Second))
+	publish(now.Add(20 * time.Second))
+	if v := field("idle"); v != "0 0" {
+		t.Errorf("after the hash was lost, idle key's field %q, want \"0 0\" written again", v)
+	}
+	iv := cfg.Interval
+	if iv == 0 {
+		iv = DefaultInterval
+	}
+	if ttl := rdb.PTTL(ctx, hk).Val(); ttl <= 0 || ttl > 3*iv {
+		t.Errorf("replica hash TTL %v, want within 3 intervals", ttl)
+	}
+}
