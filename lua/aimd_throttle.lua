@@ -81,7 +81,11 @@
 --   is saturated, so what it accepted over the episode is its capacity:
 --   est = acc / (now - ep_us), or, within -20%..+25% of the last estimate
 --   cap, the mean of the two (the same capacity met again: the mean evens
---   out the replicas' late reports). Without reports of accepted sends (acc = 0)
+--   out the replicas' late reports), and, when the episode's refusals (n + 1)
+--   are 10% or less of its requests (acc + n + 1), at least cap * backoff
+--   (a provider that refused so few was not saturated: the sends it
+--   accepted are the pacer's, short of its rate after a cut, not its
+--   capacity). Without reports of accepted sends (acc = 0)
 --   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
 --   The rate becomes max(floor_u, floor(urate * decrease),
 --   floor(min(est, urate) * backoff)), or stays when an estimate from acc
@@ -165,6 +169,15 @@ else
       -- capacity: their mean evens out the replicas' late reports.
       if s.cap > 0 and est >= 0.8 * s.cap and est <= 1.25 * s.cap then
         est = (est + s.cap) / 2
+      end
+      -- An episode whose refusals are 10% of its requests or fewer did not
+      -- saturate the provider: what it accepted is what the pacer sent
+      -- (short of its rate after a cut: the pause, the slots dropped and
+      -- taken anew), a bound below the capacity, not the capacity. It
+      -- lowers the capacity found by Backoff at most, so throttles that
+      -- persist walk it down gently, never through a chain of cuts below it.
+      if s.cap > 0 and (s.n + 1) * 10 <= s.acc + s.n + 1 then
+        est = math.max(est, s.cap * backoff)
       end
     else
       est = s.urate - s.n * 1e12 / dt

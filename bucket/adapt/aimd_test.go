@@ -991,6 +991,35 @@ func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 	})
 }
 
+// TestAIMDFewRefusalsKeepTheCapacity: an episode whose refusals are 10%
+// of its requests or fewer did not saturate the provider (the pacer sent
+// short of its rate after a cut), so its estimate lowers the capacity
+// found by Backoff at most; an episode with more refusals cuts to what
+// the provider accepted.
+func TestAIMDFewRefusalsKeepTheCapacity(t *testing.T) {
+	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Hour, Factor: 1.1, Accelerate: 2}
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			// 20 accepted in 0.5 s: a capacity of 40/s; the cut stops at 50.
+			{at: 500 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd, accepted: 20},
+			// 20 accepted and 2 refused in 1 s: 20/s, but the provider
+			// refused under 10%: the capacity goes to 40 * 0.9 = 36 at most
+			// (not 20), the rate to 36 * 0.9 (not Decrease's 25).
+			{at: 1500 * ms, op: opThrottle, rate: 32.4, change: -1, cooldown: cd, accepted: 20},
+			{at: 1550 * ms, op: opThrottle, rate: 32.4, cooldown: cd},
+			{at: 1560 * ms, op: opThrottle, rate: 32.4, cooldown: cd},
+			{at: 1570 * ms, op: opThrottle, rate: 32.4, cooldown: cd},
+			// 10 accepted and 5 refused in 0.5 s: saturated, a capacity of
+			// 20/s, the rate to 20 * 0.9.
+			{at: 2000 * ms, op: opThrottle, rate: 18, change: -1, cooldown: cd, accepted: 10},
+		})
+	})
+}
+
 // TestAIMDStaleReplicaThrottle checks that a throttle of a send paced
 // above the current adapted rate (a replica that had not yet seen the last
 // decrease) sets the cooldown and counts as part of that decrease, where
