@@ -108,3 +108,60 @@ local function left_ms(end_us)
   end
   return math.ceil((end_us - now) / 1000)
 end
+
+-- Accepted sends per replica. A replica (an adapt.Adapter: one per process
+-- and channel) names itself with every report of the sends it saw
+-- accepted since its last one; its fields of KEYS[1] are rs:<id> (the
+-- start, µs, of the span its pending count covers), rc:<id> (that count),
+-- rr:<id> (accepted per second over its last span of at least 0.5 s, in
+-- millionths) and rt:<id> (when that span ended, µs).
+
+-- replica_report adds accepted to the pending count of replica id; once
+-- its span reaches 0.5 s, the span's rate becomes rr:<id> and a new span
+-- starts. A first report, or one more than 3 s after the span began (the
+-- replica was silent), covers an unknown span: a new span starts and the
+-- count is dropped. Does nothing without an id or when KEYS[1] has the
+-- wrong type.
+local function replica_report(id, accepted)
+  if id == nil or id == '' then
+    return
+  end
+  local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'rs:' .. id, 'rc:' .. id)
+  if not ok or type(h) ~= 'table' or h.err then
+    return
+  end
+  local rs, rc = int(h[1], 0), (int(h[2], 0) or 0) + accepted
+  local f = '%.0f'
+  if not rs or rs > now or now - rs > 3000000 then
+    redis.call('HSET', KEYS[1], 'rs:' .. id, string.format(f, now), 'rc:' .. id, '0')
+  elseif now - rs >= 500000 then
+    redis.call('HSET', KEYS[1], 'rr:' .. id, string.format(f, math.floor(rc * 1e12 / (now - rs))),
+      'rt:' .. id, string.format(f, now), 'rs:' .. id, string.format(f, now), 'rc:' .. id, '0')
+  else
+    redis.call('HSET', KEYS[1], 'rc:' .. id, string.format(f, rc))
+  end
+end
+
+-- replicas_rate returns the sum of rr:<id> (millionths of a message per
+-- second) over the replicas whose rate is at most 2.5 s old, and how many
+-- they are; 0, 0 when KEYS[1] is missing or of the wrong type.
+local function replicas_rate()
+  local ok, h = pcall(redis.call, 'HGETALL', KEYS[1])
+  if not ok or type(h) ~= 'table' or h.err then
+    return 0, 0
+  end
+  local m = {}
+  for i = 1, #h - 1, 2 do
+    m[h[i]] = h[i + 1]
+  end
+  local sum, n = 0, 0
+  for k, v in pairs(m) do
+    if string.sub(k, 1, 3) == 'rt:' then
+      local at, r = int(v, 0), int(m['rr:' .. string.sub(k, 4)], 0)
+      if at and r and at <= now and now - at <= 2500000 then
+        sum, n = sum + r, n + 1
+      end
+    end
+  end
+  return sum, n
+end

@@ -24,6 +24,9 @@
 --          aimd_throttle.lua) when the hash exists
 -- ARGV[9]  in_use: 1 to raise only a rate in use (the callers report their
 --          accepted sends), 0 to raise after any clean window
+-- ARGV[10] replica: the caller's replica id (optional): accepted goes to
+--          its own rate too, when the hash exists (see replica_report in
+--          aimd_read.lua)
 --
 -- Reply: array of 4 integers {urate, change, cooldown_ms, streak}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
@@ -57,7 +60,8 @@
 -- call raises the rate at most once, however long the key was idle.
 --
 -- Writes: KEYS[4] as described above (a window of at least 5 s; PEXPIRE
--- 5 min), HINCRBY acc when accepted > 0 and the hash exists; nothing else
+-- 5 min), HINCRBY acc when accepted > 0 and the hash exists, the caller's
+-- replica fields when the hash exists; nothing else
 -- before the window is over. After it, KEYS[3] as reschedule does; when the
 -- new rate
 -- reaches ceil_u, DEL KEYS[1] (a key at its ceiling has no state, so a
@@ -115,6 +119,7 @@ local s = read()
 if not s then
   return {ceil_u, 0, cd, 0}
 end
+replica_report(ARGV[10], accepted)
 if accepted > 0 then
   redis.call('HINCRBY', KEYS[1], 'acc', accepted)
   redis.call('HINCRBY', KEYS[1], 'wacc', accepted)

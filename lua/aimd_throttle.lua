@@ -51,6 +51,9 @@
 --          rate); 0: no pause
 -- ARGV[11] paced_u: the adapted rate the throttled send was paced at, in
 --          millionths, integer >= 0; 0: unknown
+-- ARGV[12] replica: the caller's replica id (optional): its accepted
+--          count goes to its own rate too (rs:, rc:, rr:, rt: fields; see
+--          replica_report in aimd_read.lua)
 --
 -- Reply: array of 4 integers {urate, change, cooldown_ms, streak}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
@@ -79,10 +82,11 @@
 --   cooldown end), win_us = max(win_us, cooldown end). The rate stays.
 -- - otherwise (persistent): n grows by one. A provider that keeps refusing
 --   is saturated, so what it accepted over the episode is its capacity:
---   est = acc / (now - ep_us), or, within -20%..+25% of the last estimate
+--   est = acc / (now - ep_us) (with two replicas or more whose rate is at
+--   most 2.5 s old, the sum of their rates instead), or, within -20%..+25% of the last estimate
 --   cap, the mean of the two (the same capacity met again: the mean evens
 --   out the replicas' late reports), and, when the episode's refusals (n + 1)
---   are 10% or less of its requests (acc + n + 1), at least cap * backoff
+--   are 10% or less of its requests (est * episode + n + 1), at least cap * backoff
 --   (a provider that refused so few was not saturated: the sends it
 --   accepted are the pacer's, short of its rate after a cut, not its
 --   capacity). Without reports of accepted sends (acc = 0)
@@ -91,7 +95,8 @@
 --   floor(min(est, urate) * backoff)), or stays when an estimate from acc
 --   exceeds it (urate < est: below the provider's capacity, the refusals
 --   come from its bucket emptied moments ago, by a probe or bunched sends;
---   the pause refills it); cap becomes the estimate from acc
+--   the pause refills it; an estimate above 1.25 * cap then raises cap to
+--   urate at most, never to the estimate); cap becomes the estimate from acc
 --   (within [floor_u, ceil_u], even when Decrease kept the new rate above
 --   it: aimd_recover.lua then holds the rate there, not probing, for 4
 --   windows; the weaker estimate leaves cap as it was), and a new episode
@@ -145,6 +150,9 @@ end
 
 local s, wrongtype = read()
 local change = 0
+if not wrongtype then
+  replica_report(ARGV[12], accepted)
+end
 if not s then
   s = {urate = ceil_u, last_us = 0, hold_us = 0, win_us = 0, streak = 0, ep_us = 0, n = 0, k = 0, acc = 0, cap = 0}
 end
@@ -163,12 +171,24 @@ else
     s.n = s.n + 1
     local dt = math.max(1, now - s.ep_us)
     local est
+    local above = false -- est is more than 1.25 times cap
     if s.acc > 0 then
       est = s.acc * 1e12 / dt
+      -- With two replicas or more reporting, their reports come up to a
+      -- second late and each covers its own span, so an episode shorter
+      -- than a report's span counts sends from before it, or misses its
+      -- last second: the sum of each replica's latest rate is the better
+      -- measure. One replica's count over the episode is exact.
+      local rsum, rn = replicas_rate()
+      if rn >= 2 then
+        est = rsum
+      end
       -- An estimate near the last one (within -20%..+25%) meets the same
       -- capacity: their mean evens out the replicas' late reports.
       if s.cap > 0 and est >= 0.8 * s.cap and est <= 1.25 * s.cap then
         est = (est + s.cap) / 2
+      elseif s.cap > 0 and est > 1.25 * s.cap then
+        above = true
       end
       -- An episode whose refusals are 10% of its requests or fewer did not
       -- saturate the provider: what it accepted is what the pacer sent
@@ -176,7 +196,7 @@ else
       -- taken anew), a bound below the capacity, not the capacity. It
       -- lowers the capacity found by Backoff at most, so throttles that
       -- persist walk it down gently, never through a chain of cuts below it.
-      if s.cap > 0 and (s.n + 1) * 10 <= s.acc + s.n + 1 then
+      if s.cap > 0 and (s.n + 1) * 10 <= est * dt / 1e12 + s.n + 1 then
         est = math.max(est, s.cap * backoff)
       end
     else
@@ -211,10 +231,18 @@ else
       redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
       cd = pause_end
     end
-    s.urate = u
     if s.acc > 0 then
-      s.cap = math.min(ceil_u, math.max(floor_u, math.floor(est)))
+      local c = est
+      if above and s.urate < est then
+        -- No cut, and an estimate far above the capacity found (a short
+        -- episode, bunched reports): it raises the capacity to the rate
+        -- at most, so the next clean window does not jump to it; a probe
+        -- finds a capacity really raised.
+        c = math.max(s.cap, s.urate)
+      end
+      s.cap = math.min(ceil_u, math.max(floor_u, math.floor(c)))
     end
+    s.urate = u
     s.win_us = cd
   else
     s.win_us = math.max(s.win_us, cd)

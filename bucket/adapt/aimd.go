@@ -513,7 +513,7 @@ func (l *Adapter) ThrottledAfter(ctx context.Context, channel, key string, ceili
 	cd := clampCooldown(hint, p.minCooldown, p.maxCooldown)
 	ad, err := l.runAIMD(ctx, "throttled", aimdThrottleScript, channel, key, ceiling, p, -1, 0,
 		wire.Rate(p.decrease), p.coalesceUs, int64(cd/time.Millisecond), p.idleMs, p.persistUs,
-		wire.Rate(p.backoff), max(accepted, 0), pauseTokens(a, ceiling), pacedU(paced))
+		wire.Rate(p.backoff), max(accepted, 0), pauseTokens(a, ceiling), pacedU(paced), l.replica)
 	if err != nil {
 		return Adapted{}, err
 	}
@@ -567,7 +567,7 @@ func (l *Adapter) recover(ctx context.Context, channel, key string, ceiling buck
 		use = 1
 	}
 	return l.runAIMD(ctx, "recover", aimdRecoverScript, channel, key, ceiling, p, 0, 1,
-		p.stepU, wire.Rate(p.factor), p.windowUs, p.idleMs, wire.Rate(p.accel), max(accepted, 0), use)
+		p.stepU, wire.Rate(p.factor), p.windowUs, p.idleMs, wire.Rate(p.accel), max(accepted, 0), use, l.replica)
 }
 
 // Adapted returns the adaptive state of (channel, key) without changing

@@ -39,6 +39,7 @@ type aimdStep struct {
 	ceiling  float64       // ceiling.PerSecond for this step; 0: the table's
 	accepted int           // throttle, recover: accepted sends reported
 	paced    float64       // throttle: the rate the send was paced at (0: unknown)
+	replica  int           // adaptsNear: the replica (Adapter) that calls; 0 is e.l
 }
 
 // adapts runs steps on one key. Rates are exact on both backends (steps
@@ -850,17 +851,25 @@ func (e *env) adaptsNear(t *testing.T, a adapt.AIMD, steps []aimdStep) {
 			e.Restart()
 		}
 		steps := slices.Clone(steps)
+		var replicas []*adapt.Adapter // the other replicas, made on first use
 		var fail string
 		late := false
 		for i, s := range steps {
 			e.at(s.at)
 			var ad adapt.Adapted
 			var err error
+			l := e.l
+			if s.replica > 0 {
+				for len(replicas) < s.replica {
+					replicas = append(replicas, adapt.New(e.rdb, bucket.Config{Prefix: e.Prefix}))
+				}
+				l = replicas[s.replica-1]
+			}
 			switch s.op {
 			case opThrottle:
-				ad, err = e.l.ThrottledAfter(t.Context(), "test", key, lim100, a, s.hint, s.accepted, s.paced)
+				ad, err = l.ThrottledAfter(t.Context(), "test", key, lim100, a, s.hint, s.accepted, s.paced)
 			case opRecover:
-				ad, err = e.l.RecoverAfter(t.Context(), "test", key, lim100, a, s.accepted)
+				ad, err = l.RecoverAfter(t.Context(), "test", key, lim100, a, s.accepted)
 			}
 			e.mark()
 			if e.Behind(s.at) > stepLate {
@@ -1016,6 +1025,53 @@ func TestAIMDFewRefusalsKeepTheCapacity(t *testing.T) {
 			// 10 accepted and 5 refused in 0.5 s: saturated, a capacity of
 			// 20/s, the rate to 20 * 0.9.
 			{at: 2000 * ms, op: opThrottle, rate: 18, change: -1, cooldown: cd, accepted: 10},
+		})
+	})
+}
+
+// TestAIMDReplicaRates: with two replicas or more reporting, the
+// estimate of a persistent throttle is the sum of each replica's accepted
+// rate over its own last span (of at least 0.5 s), not the episode's count
+// over its length, which late reports skew.
+func TestAIMDReplicaRates(t *testing.T) {
+	a := adapt.AIMD{Decrease: 0.2, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Hour, Factor: 1.1, Accelerate: 2}
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd}, // lone; replica 0's span starts
+			// Replica 1's first report starts its span (its 5 count for
+			// the episode only).
+			{at: 100 * ms, op: opRecover, rate: 100, accepted: 5, replica: 1},
+			{at: 700 * ms, op: opRecover, rate: 100, accepted: 20},             // 20 in 0.7 s: 28.57/s
+			{at: 1100 * ms, op: opRecover, rate: 100, accepted: 20, replica: 1}, // 20 in 1 s: 20/s
+			// 45 in the 1.2 s episode would be 37.5/s (* 0.9 = 33.75); the
+			// replicas' rates sum to 48.57/s: * 0.9.
+			{at: 1200 * ms, op: opThrottle, rate: 43.714285, change: -1, cooldown: cd, replica: 1},
+		})
+	})
+}
+
+// TestAIMDEstimateFarAboveCapacity: throttles that persist while the
+// rate is below an estimate more than 1.25 times the capacity found cut
+// nothing and raise the capacity to the rate at most: the next clean
+// window does not jump to the estimate, and the rate cruises there.
+func TestAIMDEstimateFarAboveCapacity(t *testing.T) {
+	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			// 20 accepted in 0.5 s: a capacity of 40/s; the cut stops at 50.
+			{at: 500 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd, accepted: 20},
+			// 40 in 0.5 s: 80/s, twice the capacity and above the rate: no
+			// cut; the capacity goes to 50, not 80.
+			{at: 1000 * ms, op: opThrottle, rate: 50, cooldown: cd, accepted: 40},
+			{at: 2100 * ms, op: opRecover, rate: 50, accepted: 60}, // at the capacity: cruising
+			{at: 5100 * ms, op: opRecover, rate: 55, change: 1, accepted: 150},
 		})
 	})
 }
