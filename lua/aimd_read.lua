@@ -113,11 +113,11 @@ end
 -- and channel) names itself with every report of the sends it saw
 -- accepted since its last one; its fields of KEYS[1] are rs:<id> (the
 -- start, µs, of the span its pending count covers), rc:<id> (that count),
--- rr:<id> (accepted per second over its last span of at least 0.5 s, in
+-- rr:<id> (accepted per second over its last span of at least 1 s, in
 -- millionths) and rt:<id> (when that span ended, µs).
 
 -- replica_report adds accepted to the pending count of replica id; once
--- its span reaches 0.5 s, the span's rate becomes rr:<id> and a new span
+-- its span reaches 1 s, the span's rate becomes rr:<id> and a new span
 -- starts. A first report, or one more than 3 s after the span began (the
 -- replica was silent), covers an unknown span: a new span starts and the
 -- count is dropped. Does nothing without an id or when KEYS[1] has the
@@ -134,7 +134,7 @@ local function replica_report(id, accepted)
   local f = '%.0f'
   if not rs or rs > now or now - rs > 3000000 then
     redis.call('HSET', KEYS[1], 'rs:' .. id, string.format(f, now), 'rc:' .. id, '0')
-  elseif now - rs >= 500000 then
+  elseif now - rs >= 1000000 then
     redis.call('HSET', KEYS[1], 'rr:' .. id, string.format(f, math.floor(rc * 1e12 / (now - rs))),
       'rt:' .. id, string.format(f, now), 'rs:' .. id, string.format(f, now), 'rc:' .. id, '0')
   else

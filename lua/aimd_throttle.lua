@@ -86,10 +86,11 @@
 --   most 2.5 s old, the sum of their rates instead), or, within -20%..+25% of the last estimate
 --   cap, the mean of the two (the same capacity met again: the mean evens
 --   out the replicas' late reports), and, when the episode's refusals (n + 1)
---   are 10% or less of its requests (est * episode + n + 1), at least cap * backoff
---   (a provider that refused so few was not saturated: the sends it
---   accepted are the pacer's, short of its rate after a cut, not its
---   capacity). Without reports of accepted sends (acc = 0)
+--   are 10% or less of its requests (acc + n + 1) and the estimate is from
+--   acc, at least cap * backoff (a provider that refused so few was not
+--   saturated: the sends it accepted are the pacer's, short of its rate
+--   after a cut, not its capacity); the rate then goes to that estimate,
+--   not Backoff below it. Without reports of accepted sends (acc = 0)
 --   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
 --   The rate becomes max(floor_u, floor(urate * decrease),
 --   floor(min(est, urate) * backoff)), or stays when an estimate from acc
@@ -172,6 +173,7 @@ else
     local dt = math.max(1, now - s.ep_us)
     local est
     local above = false -- est is more than 1.25 times cap
+    local few = false -- est is cap * backoff: few refusals (see below)
     if s.acc > 0 then
       est = s.acc * 1e12 / dt
       -- With two replicas or more reporting, their reports come up to a
@@ -180,7 +182,8 @@ else
       -- last second: the sum of each replica's latest rate is the better
       -- measure. One replica's count over the episode is exact.
       local rsum, rn = replicas_rate()
-      if rn >= 2 then
+      local replicas = rn >= 2
+      if replicas then
         est = rsum
       end
       -- An estimate near the last one (within -20%..+25%) meets the same
@@ -195,14 +198,25 @@ else
       -- (short of its rate after a cut: the pause, the slots dropped and
       -- taken anew), a bound below the capacity, not the capacity. It
       -- lowers the capacity found by Backoff at most, so throttles that
-      -- persist walk it down gently, never through a chain of cuts below it.
-      if s.cap > 0 and (s.n + 1) * 10 <= est * dt / 1e12 + s.n + 1 then
-        est = math.max(est, s.cap * backoff)
+      -- persist walk it down gently, never through a chain of cuts below
+      -- it; the rate goes to that capacity. With two replicas or more the
+      -- estimate is their rates, which a pacer short of its rate does not
+      -- bias: no floor then.
+      if not replicas and s.cap > 0 and (s.n + 1) * 10 <= s.acc + s.n + 1 and est < s.cap * backoff then
+        est = s.cap * backoff
+        few = true
       end
     else
       est = s.urate - s.n * 1e12 / dt
     end
-    local u = math.max(floor_u, math.floor(s.urate * decrease), math.floor(math.min(est, s.urate) * backoff))
+    -- The cut goes to Backoff of the estimate, room below it for the
+    -- probe; after an episode of few refusals, to the lowered capacity
+    -- itself: lowering it by Backoff is the room.
+    local margin = backoff
+    if few then
+      margin = 1
+    end
+    local u = math.max(floor_u, math.floor(s.urate * decrease), math.floor(math.min(est, s.urate) * margin))
     u = math.min(u, s.urate)
     local refill = u < s.urate
     if s.acc > 0 and s.urate < est then

@@ -65,14 +65,20 @@ const (
 //     cutting at most to [AIMD].Decrease of the rate at once. An estimate
 //     within -20%..+25% of the last one meets the same capacity: the two
 //     are averaged (the replicas' reports arrive up to a second late).
-//     An episode whose refusals are 10% of its requests or fewer lowers a
-//     capacity found by Backoff at most: a provider that refused so few
-//     was not saturated, and what it accepted is what the pacer sent,
-//     short of its rate after a cut (the pause, the slots taken anew).
+//     With two replicas or more reporting, the estimate is the sum of
+//     each replica's accepted rate over its own last span of at least a
+//     second: their reports arrive up to a second late and over different
+//     spans, so a count over a short episode swings both ways. With one,
+//     an episode whose refusals are 10% of its requests or fewer lowers a
+//     capacity found by Backoff at most, and the rate goes to it: a
+//     provider that refused so few was not saturated, and what it
+//     accepted is what the pacer sent, short of its rate after a cut (the
+//     pause, the slots taken anew).
 //     Throttles that persist while the rate is below the estimate cut
 //     nothing: they come from the provider's bucket, emptied moments ago
 //     by a probe or bunched sends, and the refill pause (below) is the
-//     remedy, not a rate under the capacity.
+//     remedy, not a rate under the capacity; such an estimate more than
+//     1.25 times the capacity found raises it to the rate at most.
 //   - Probing up starts gently and accelerates ([AIMD].Factor, Step,
 //     Accelerate, Window): the increase doubles with each clean window in a
 //     row, so a rate cut by a passing dip is back at its ceiling in seconds,
@@ -495,7 +501,9 @@ func (l *Adapter) Throttled(ctx context.Context, channel, key string, ceiling bu
 // reported them (to ThrottledAfter or [Adapter.RecoverAfter]). Throttles
 // that persist lower the rate to what every replica reported accepted over
 // the throttle episode, per second: what a saturated provider really
-// takes. Without reports, the refusals per second stand in for it. An
+// takes (with two replicas or more, the sum of each one's accepted rate
+// over its own last span of at least a second; each Adapter is one
+// replica). Without reports, the refusals per second stand in for it. An
 // accepted < 0 counts as 0.
 //
 // paced is the adapted rate (msgs/s) the caller knew when it started the

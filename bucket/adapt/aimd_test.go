@@ -1003,8 +1003,9 @@ func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 // TestAIMDFewRefusalsKeepTheCapacity: an episode whose refusals are 10%
 // of its requests or fewer did not saturate the provider (the pacer sent
 // short of its rate after a cut), so its estimate lowers the capacity
-// found by Backoff at most; an episode with more refusals cuts to what
-// the provider accepted.
+// found by Backoff at most, and the rate goes to that capacity; an
+// episode with more refusals cuts to Backoff of what the provider
+// accepted.
 func TestAIMDFewRefusalsKeepTheCapacity(t *testing.T) {
 	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
 		MinCooldown: 10 * time.Millisecond, Window: time.Hour, Factor: 1.1, Accelerate: 2}
@@ -1017,13 +1018,13 @@ func TestAIMDFewRefusalsKeepTheCapacity(t *testing.T) {
 			{at: 500 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd, accepted: 20},
 			// 20 accepted and 2 refused in 1 s: 20/s, but the provider
 			// refused under 10%: the capacity goes to 40 * 0.9 = 36 at most
-			// (not 20), the rate to 36 * 0.9 (not Decrease's 25).
-			{at: 1500 * ms, op: opThrottle, rate: 32.4, change: -1, cooldown: cd, accepted: 20},
-			{at: 1550 * ms, op: opThrottle, rate: 32.4, cooldown: cd},
-			{at: 1560 * ms, op: opThrottle, rate: 32.4, cooldown: cd},
-			{at: 1570 * ms, op: opThrottle, rate: 32.4, cooldown: cd},
+			// (not 20), and the rate to it (not Decrease's 25).
+			{at: 1500 * ms, op: opThrottle, rate: 36, change: -1, cooldown: cd, accepted: 20},
+			{at: 1550 * ms, op: opThrottle, rate: 36, cooldown: cd},
+			{at: 1560 * ms, op: opThrottle, rate: 36, cooldown: cd},
+			{at: 1570 * ms, op: opThrottle, rate: 36, cooldown: cd},
 			// 10 accepted and 5 refused in 0.5 s: saturated, a capacity of
-			// 20/s, the rate to 20 * 0.9.
+			// 20/s, the rate to 20 * 0.9 (Decrease's 18 too).
 			{at: 2000 * ms, op: opThrottle, rate: 18, change: -1, cooldown: cd, accepted: 10},
 		})
 	})
@@ -1031,7 +1032,7 @@ func TestAIMDFewRefusalsKeepTheCapacity(t *testing.T) {
 
 // TestAIMDReplicaRates: with two replicas or more reporting, the
 // estimate of a persistent throttle is the sum of each replica's accepted
-// rate over its own last span (of at least 0.5 s), not the episode's count
+// rate over its own last span (of at least 1 s), not the episode's count
 // over its length, which late reports skew.
 func TestAIMDReplicaRates(t *testing.T) {
 	a := adapt.AIMD{Decrease: 0.2, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
@@ -1044,11 +1045,11 @@ func TestAIMDReplicaRates(t *testing.T) {
 			// Replica 1's first report starts its span (its 5 count for
 			// the episode only).
 			{at: 100 * ms, op: opRecover, rate: 100, accepted: 5, replica: 1},
-			{at: 700 * ms, op: opRecover, rate: 100, accepted: 20},             // 20 in 0.7 s: 28.57/s
-			{at: 1100 * ms, op: opRecover, rate: 100, accepted: 20, replica: 1}, // 20 in 1 s: 20/s
-			// 45 in the 1.2 s episode would be 37.5/s (* 0.9 = 33.75); the
-			// replicas' rates sum to 48.57/s: * 0.9.
-			{at: 1200 * ms, op: opThrottle, rate: 43.714285, change: -1, cooldown: cd, replica: 1},
+			{at: 1050 * ms, op: opRecover, rate: 100, accepted: 30},             // 30 in 1.05 s: 28.57/s
+			{at: 1150 * ms, op: opRecover, rate: 100, accepted: 20, replica: 1}, // 20 in 1.05 s: 19.05/s
+			// 55 in the 1.9 s episode would be 28.9/s (* 0.9 = 26.05); the
+			// replicas' rates sum to 47.62/s: * 0.9.
+			{at: 1900 * ms, op: opThrottle, rate: 42.857142, change: -1, cooldown: cd, replica: 1},
 		})
 	})
 }
