@@ -24,9 +24,6 @@
 --          aimd_throttle.lua) when the hash exists
 -- ARGV[9]  in_use: 1 to raise only a rate in use (the callers report their
 --          accepted sends), 0 to raise after any clean window
--- ARGV[10] replica: the caller's replica id (optional): accepted goes to
---          its own rate too, when the hash exists (see replica_report in
---          aimd_read.lua)
 --
 -- Reply: array of 4 integers {urate, change, cooldown_ms, streak}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
@@ -54,14 +51,15 @@
 -- cap, k = 0: after a return to cap, a cut that left the rate at or above
 -- the estimate, or a lone throttle) waits 4 windows, not one: the rate
 -- cruises at the capacity found and probes above it rarely, since a probe
--- that meets the limit costs a cut below it. Above cap, with in_use, k
+-- that meets the limit costs a cut below it. Above cap, with in_use, the
+-- rate rises only once wacc reaches (cap + urate) / 2 per second over the
+-- window less a quarter of a second (the provider follows the probe), and k
 -- grows only once wacc averages at least (cap + urate) / 2 per second since win_us (the
 -- provider took more than cap); else it stays, and so does the step. One
 -- call raises the rate at most once, however long the key was idle.
 --
 -- Writes: KEYS[4] as described above (a window of at least 5 s; PEXPIRE
--- 5 min), HINCRBY acc when accepted > 0 and the hash exists, the caller's
--- replica fields when the hash exists; nothing else
+-- 5 min), HINCRBY acc when accepted > 0 and the hash exists; nothing else
 -- before the window is over. After it, KEYS[3] as reschedule does; when the
 -- new rate
 -- reaches ceil_u, DEL KEYS[1] (a key at its ceiling has no state, so a
@@ -119,7 +117,6 @@ local s = read()
 if not s then
   return {ceil_u, 0, cd, 0}
 end
-replica_report(ARGV[10], accepted)
 if accepted > 0 then
   redis.call('HINCRBY', KEYS[1], 'acc', accepted)
   redis.call('HINCRBY', KEYS[1], 'wacc', accepted)
@@ -148,6 +145,19 @@ if s.cap > 0 and s.urate >= s.cap then
   lag = 500000
 end
 if ARGV[9] == '1' and s.wacc * 1e12 < 0.9 * s.urate * math.max(0, now - s.win_us - lag) then
+  return {s.urate, 0, cd, s.streak}
+end
+
+-- Above a capacity found, a probe climbs on only while the provider
+-- follows it: the sends accepted since win_us average at least halfway
+-- from cap to the rate over the window less a quarter of a second (the
+-- reports of other replicas come up to a second late, a third of one on
+-- average with three). A probe whose replicas send no more than cap (the
+-- provider's limit, or the pacer short of its rate) holds where it is,
+-- rather than climbing blind to 1.2-1.4 times the capacity, where the cut
+-- that ends it falls below the capacity.
+if ARGV[9] == '1' and s.cap > 0 and s.urate > s.cap and
+    s.wacc * 1e12 < (s.cap + s.urate) / 2 * math.max(0, now - s.win_us - 250000) then
   return {s.urate, 0, cd, s.streak}
 end
 

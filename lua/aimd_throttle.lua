@@ -51,9 +51,6 @@
 --          rate); 0: no pause
 -- ARGV[11] paced_u: the adapted rate the throttled send was paced at, in
 --          millionths, integer >= 0; 0: unknown
--- ARGV[12] replica: the caller's replica id (optional): its accepted
---          count goes to its own rate too (rs:, rc:, rr:, rt: fields; see
---          replica_report in aimd_read.lua)
 --
 -- Reply: array of 4 integers {urate, change, cooldown_ms, streak}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
@@ -82,15 +79,13 @@
 --   cooldown end), win_us = max(win_us, cooldown end). The rate stays.
 -- - otherwise (persistent): n grows by one. A provider that keeps refusing
 --   is saturated, so what it accepted over the episode is its capacity:
---   est = acc / (now - ep_us) (with two replicas or more whose rate is at
---   most 2.5 s old, the sum of their rates instead), or, within -20%..+25% of the last estimate
+--   est = acc / (now - ep_us), or, within -20%..+25% of the last estimate
 --   cap, the mean of the two (the same capacity met again: the mean evens
 --   out the replicas' late reports), and, when the episode's refusals (n + 1)
---   are 10% or less of its requests (acc + n + 1) and the estimate is from
---   acc, at least cap * backoff (a provider that refused so few was not
---   saturated: the sends it accepted are the pacer's, short of its rate
---   after a cut, not its capacity); the rate then goes to that estimate,
---   not Backoff below it. Without reports of accepted sends (acc = 0)
+--   are 10% or less of its requests (acc + n + 1), at least cap * backoff
+--   (a provider that refused so few was not saturated: the sends it
+--   accepted are the pacer's, short of its rate after a cut, not its
+--   capacity); the rate then goes to that estimate, not Backoff below it. Without reports of accepted sends (acc = 0)
 --   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
 --   The rate becomes max(floor_u, floor(urate * decrease),
 --   floor(min(est, urate) * backoff)), or stays when an estimate from acc
@@ -151,9 +146,6 @@ end
 
 local s, wrongtype = read()
 local change = 0
-if not wrongtype then
-  replica_report(ARGV[12], accepted)
-end
 if not s then
   s = {urate = ceil_u, last_us = 0, hold_us = 0, win_us = 0, streak = 0, ep_us = 0, n = 0, k = 0, acc = 0, cap = 0}
 end
@@ -176,16 +168,6 @@ else
     local few = false -- est is cap * backoff: few refusals (see below)
     if s.acc > 0 then
       est = s.acc * 1e12 / dt
-      -- With two replicas or more reporting, their reports come up to a
-      -- second late and each covers its own span, so an episode shorter
-      -- than a report's span counts sends from before it, or misses its
-      -- last second: the sum of each replica's latest rate is the better
-      -- measure. One replica's count over the episode is exact.
-      local rsum, rn = replicas_rate()
-      local replicas = rn >= 2
-      if replicas then
-        est = rsum
-      end
       -- An estimate near the last one (within -20%..+25%) meets the same
       -- capacity: their mean evens out the replicas' late reports.
       if s.cap > 0 and est >= 0.8 * s.cap and est <= 1.25 * s.cap then
@@ -199,10 +181,8 @@ else
       -- taken anew), a bound below the capacity, not the capacity. It
       -- lowers the capacity found by Backoff at most, so throttles that
       -- persist walk it down gently, never through a chain of cuts below
-      -- it; the rate goes to that capacity. With two replicas or more the
-      -- estimate is their rates, which a pacer short of its rate does not
-      -- bias: no floor then.
-      if not replicas and s.cap > 0 and (s.n + 1) * 10 <= s.acc + s.n + 1 and est < s.cap * backoff then
+      -- it; the rate goes to that capacity.
+      if s.cap > 0 and (s.n + 1) * 10 <= s.acc + s.n + 1 and est < s.cap * backoff then
         est = s.cap * backoff
         few = true
       end

@@ -7,9 +7,6 @@
 package adapt
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/redis/go-redis/v9"
 )
@@ -21,21 +18,15 @@ type Adapter struct {
 	rdb    redis.Scripter
 	keys   bucket.Keys
 	bucket *bucket.Limiter // for the tokens of a Snapshot
-	// replica names this Adapter in the accepted sends it reports
-	// ([Adapter.ThrottledAfter], [Adapter.RecoverAfter]): a key's state
-	// keeps each replica's latest accepted rate. Random, 16 hex digits.
-	replica string
 }
 
 // New returns an Adapter that runs its scripts on rdb (any client
 // [bucket.New] takes) and names its keys as a [bucket.Limiter] of cfg
 // does, so a throttle's cooldown is that limiter's. It does not contact
-// Redis. Each Adapter is one replica for the accepted sends it reports.
+// Redis.
 func New(rdb redis.Scripter, cfg bucket.Config) *Adapter {
 	l := bucket.New(rdb, cfg)
-	var b [8]byte
-	rand.Read(b[:]) // never fails (crypto/rand)
-	return &Adapter{rdb: rdb, keys: l.Keys(), bucket: l, replica: hex.EncodeToString(b[:])}
+	return &Adapter{rdb: rdb, keys: l.Keys(), bucket: l}
 }
 
 // Keys returns the names of the Redis keys this Adapter uses.

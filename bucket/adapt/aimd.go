@@ -65,11 +65,7 @@ const (
 //     cutting at most to [AIMD].Decrease of the rate at once. An estimate
 //     within -20%..+25% of the last one meets the same capacity: the two
 //     are averaged (the replicas' reports arrive up to a second late).
-//     With two replicas or more reporting, the estimate is the sum of
-//     each replica's accepted rate over its own last span of at least a
-//     second: their reports arrive up to a second late and over different
-//     spans, so a count over a short episode swings both ways. With one,
-//     an episode whose refusals are 10% of its requests or fewer lowers a
+//     An episode whose refusals are 10% of its requests or fewer lowers a
 //     capacity found by Backoff at most, and the rate goes to it: a
 //     provider that refused so few was not saturated, and what it
 //     accepted is what the pacer sent, short of its rate after a cut (the
@@ -501,9 +497,7 @@ func (l *Adapter) Throttled(ctx context.Context, channel, key string, ceiling bu
 // reported them (to ThrottledAfter or [Adapter.RecoverAfter]). Throttles
 // that persist lower the rate to what every replica reported accepted over
 // the throttle episode, per second: what a saturated provider really
-// takes (with two replicas or more, the sum of each one's accepted rate
-// over its own last span of at least a second; each Adapter is one
-// replica). Without reports, the refusals per second stand in for it. An
+// takes. Without reports, the refusals per second stand in for it. An
 // accepted < 0 counts as 0.
 //
 // paced is the adapted rate (msgs/s) the caller knew when it started the
@@ -521,7 +515,7 @@ func (l *Adapter) ThrottledAfter(ctx context.Context, channel, key string, ceili
 	cd := clampCooldown(hint, p.minCooldown, p.maxCooldown)
 	ad, err := l.runAIMD(ctx, "throttled", aimdThrottleScript, channel, key, ceiling, p, -1, 0,
 		wire.Rate(p.decrease), p.coalesceUs, int64(cd/time.Millisecond), p.idleMs, p.persistUs,
-		wire.Rate(p.backoff), max(accepted, 0), pauseTokens(a, ceiling), pacedU(paced), l.replica)
+		wire.Rate(p.backoff), max(accepted, 0), pauseTokens(a, ceiling), pacedU(paced))
 	if err != nil {
 		return Adapted{}, err
 	}
@@ -575,7 +569,7 @@ func (l *Adapter) recover(ctx context.Context, channel, key string, ceiling buck
 		use = 1
 	}
 	return l.runAIMD(ctx, "recover", aimdRecoverScript, channel, key, ceiling, p, 0, 1,
-		p.stepU, wire.Rate(p.factor), p.windowUs, p.idleMs, wire.Rate(p.accel), max(accepted, 0), use, l.replica)
+		p.stepU, wire.Rate(p.factor), p.windowUs, p.idleMs, wire.Rate(p.accel), max(accepted, 0), use)
 }
 
 // Adapted returns the adaptive state of (channel, key) without changing
