@@ -51,9 +51,7 @@
 -- cap, k = 0: after a return to cap, a cut that left the rate at or above
 -- the estimate, or a lone throttle) waits 4 windows, not one: the rate
 -- cruises at the capacity found and probes above it rarely, since a probe
--- that meets the limit costs a cut below it. Above cap, with in_use, the
--- rate rises only once wacc reaches (cap + urate) / 2 per second over the
--- window less a quarter of a second (the provider follows the probe), and k
+-- that meets the limit costs a cut below it. Above cap, with in_use, k
 -- grows only once wacc averages at least (cap + urate) / 2 per second since win_us (the
 -- provider took more than cap); else it stays, and so does the step. One
 -- call raises the rate at most once, however long the key was idle.
@@ -145,19 +143,6 @@ if s.cap > 0 and s.urate >= s.cap then
   lag = 500000
 end
 if ARGV[9] == '1' and s.wacc * 1e12 < 0.9 * s.urate * math.max(0, now - s.win_us - lag) then
-  return {s.urate, 0, cd, s.streak}
-end
-
--- Above a capacity found, a probe climbs on only while the provider
--- follows it: the sends accepted since win_us average at least halfway
--- from cap to the rate over the window less a quarter of a second (the
--- reports of other replicas come up to a second late, a third of one on
--- average with three). A probe whose replicas send no more than cap (the
--- provider's limit, or the pacer short of its rate) holds where it is,
--- rather than climbing blind to 1.2-1.4 times the capacity, where the cut
--- that ends it falls below the capacity.
-if ARGV[9] == '1' and s.cap > 0 and s.urate > s.cap and
-    s.wacc * 1e12 < (s.cap + s.urate) / 2 * math.max(0, now - s.win_us - 250000) then
   return {s.urate, 0, cd, s.streak}
 end
 

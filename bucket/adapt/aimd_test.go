@@ -961,7 +961,7 @@ func TestAIMDFoundCapacity(t *testing.T) {
 			// 40 < 0.9 * 93.5/s * 0.6 s: not in use yet (the rule below the
 			// cap, over the window less a second, would take 8.4).
 			{at: 8900 * ms, op: opRecover, rate: 93.5, accepted: 40},
-			{at: 9000 * ms, op: opRecover, rate: 100, change: 1, accepted: 50}, // 90 >= (85 + 93.5) / 2 per second over 0.95 s: * (1 + 0.2), capped
+			{at: 9000 * ms, op: opRecover, rate: 100, change: 1, accepted: 30}, // * (1 + 0.2), capped
 		})
 	})
 }
@@ -1041,31 +1041,6 @@ func TestAIMDEstimateFarAboveCapacity(t *testing.T) {
 			{at: 1000 * ms, op: opThrottle, rate: 50, cooldown: cd, accepted: 40},
 			{at: 2100 * ms, op: opRecover, rate: 50, accepted: 60}, // at the capacity: cruising
 			{at: 5100 * ms, op: opRecover, rate: 55, change: 1, accepted: 150},
-		})
-	})
-}
-
-// TestAIMDProbeAboveCapacityNeedsEvidence: above a capacity found, a
-// probe rises only once the sends accepted over the window less a quarter
-// of a second average halfway from the capacity to the rate; 90% of the
-// rate over the window less half a second (the rule below) is not enough.
-func TestAIMDProbeAboveCapacityNeedsEvidence(t *testing.T) {
-	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
-		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
-	ms := time.Millisecond
-	cd := 10 * ms
-	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
-			// 20 accepted in 0.5 s: a capacity of 40/s; the cut stops at 50.
-			{at: 500 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd, accepted: 20},
-			{at: 4600 * ms, op: opRecover, rate: 55, change: 1, accepted: 180}, // after 4 windows: * 1.1
-			{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 45},  // 45 >= 47.5/s * 0.85 s: * 1.2
-			// 44 >= 0.9 * 66/s * 0.6 s, but under (40 + 66) / 2 per second
-			// over 0.85 s: the provider did not follow; no rise.
-			{at: 6800 * ms, op: opRecover, rate: 66, accepted: 44},
-			// 64 in 1.3 s: over 53/s * 1.05 s; the step stays 20%.
-			{at: 7000 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 20},
 		})
 	})
 }
