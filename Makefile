@@ -42,7 +42,8 @@ bench:
 # (cmd/pacer/pacing_bench_test.go), full form: real `pacer run` processes,
 # Kafka and Redis against the strict fake, campaigns of 60 s and more, about
 # 10 minutes. It prints the table recorded in BENCHMARKS.md. `make test` runs
-# its short form.
+# its short form. PACER_BENCH_PACING_ONLY="3,7 hidden" runs only the
+# scenarios whose names start with one of the comma-separated prefixes.
 bench-pacing:
 	@trap '$(STOP_SERVERS)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \

@@ -81,13 +81,18 @@
 --   is saturated, so what it accepted over the episode is its capacity:
 --   est = acc / (now - ep_us), or, within -20%..+25% of the last estimate
 --   cap, the mean of the two (the same capacity met again: the mean evens
---   out the replicas' late reports). Without reports of accepted sends (acc = 0)
+--   out the replicas' late reports), and, when the episode's refusals (n + 1)
+--   are 10% or less of its requests (acc + n + 1), at least cap * backoff
+--   (a provider that refused so few was not saturated: the sends it
+--   accepted are the pacer's, short of its rate after a cut, not its
+--   capacity); the rate then goes to that estimate, not Backoff below it. Without reports of accepted sends (acc = 0)
 --   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
 --   The rate becomes max(floor_u, floor(urate * decrease),
 --   floor(min(est, urate) * backoff)), or stays when an estimate from acc
 --   exceeds it (urate < est: below the provider's capacity, the refusals
 --   come from its bucket emptied moments ago, by a probe or bunched sends;
---   the pause refills it); cap becomes the estimate from acc
+--   the pause refills it; an estimate above 1.25 * cap then raises cap to
+--   urate at most, never to the estimate); cap becomes the estimate from acc
 --   (within [floor_u, ceil_u], even when Decrease kept the new rate above
 --   it: aimd_recover.lua then holds the rate there, not probing, for 4
 --   windows; the weaker estimate leaves cap as it was), and a new episode
@@ -159,17 +164,39 @@ else
     s.n = s.n + 1
     local dt = math.max(1, now - s.ep_us)
     local est
+    local above = false -- est is more than 1.25 times cap
+    local few = false -- est is cap * backoff: few refusals (see below)
     if s.acc > 0 then
       est = s.acc * 1e12 / dt
       -- An estimate near the last one (within -20%..+25%) meets the same
       -- capacity: their mean evens out the replicas' late reports.
       if s.cap > 0 and est >= 0.8 * s.cap and est <= 1.25 * s.cap then
         est = (est + s.cap) / 2
+      elseif s.cap > 0 and est > 1.25 * s.cap then
+        above = true
+      end
+      -- An episode whose refusals are 10% of its requests or fewer did not
+      -- saturate the provider: what it accepted is what the pacer sent
+      -- (short of its rate after a cut: the pause, the slots dropped and
+      -- taken anew), a bound below the capacity, not the capacity. It
+      -- lowers the capacity found by Backoff at most, so throttles that
+      -- persist walk it down gently, never through a chain of cuts below
+      -- it; the rate goes to that capacity.
+      if s.cap > 0 and (s.n + 1) * 10 <= s.acc + s.n + 1 and est < s.cap * backoff then
+        est = s.cap * backoff
+        few = true
       end
     else
       est = s.urate - s.n * 1e12 / dt
     end
-    local u = math.max(floor_u, math.floor(s.urate * decrease), math.floor(math.min(est, s.urate) * backoff))
+    -- The cut goes to Backoff of the estimate, room below it for the
+    -- probe; after an episode of few refusals, to the lowered capacity
+    -- itself: lowering it by Backoff is the room.
+    local margin = backoff
+    if few then
+      margin = 1
+    end
+    local u = math.max(floor_u, math.floor(s.urate * decrease), math.floor(math.min(est, s.urate) * margin))
     u = math.min(u, s.urate)
     local refill = u < s.urate
     if s.acc > 0 and s.urate < est then
@@ -198,10 +225,18 @@ else
       redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
       cd = pause_end
     end
-    s.urate = u
     if s.acc > 0 then
-      s.cap = math.min(ceil_u, math.max(floor_u, math.floor(est)))
+      local c = est
+      if above and s.urate < est then
+        -- No cut, and an estimate far above the capacity found (a short
+        -- episode, bunched reports): it raises the capacity to the rate
+        -- at most, so the next clean window does not jump to it; a probe
+        -- finds a capacity really raised.
+        c = math.max(s.cap, s.urate)
+      end
+      s.cap = math.min(ceil_u, math.max(floor_u, math.floor(c)))
     end
+    s.urate = u
     s.win_us = cd
   else
     s.win_us = math.max(s.win_us, cd)

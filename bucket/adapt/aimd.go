@@ -65,10 +65,16 @@ const (
 //     cutting at most to [AIMD].Decrease of the rate at once. An estimate
 //     within -20%..+25% of the last one meets the same capacity: the two
 //     are averaged (the replicas' reports arrive up to a second late).
+//     An episode whose refusals are 10% of its requests or fewer lowers a
+//     capacity found by Backoff at most, and the rate goes to it: a
+//     provider that refused so few was not saturated, and what it
+//     accepted is what the pacer sent, short of its rate after a cut (the
+//     pause, the slots taken anew).
 //     Throttles that persist while the rate is below the estimate cut
 //     nothing: they come from the provider's bucket, emptied moments ago
 //     by a probe or bunched sends, and the refill pause (below) is the
-//     remedy, not a rate under the capacity.
+//     remedy, not a rate under the capacity; such an estimate more than
+//     1.25 times the capacity found raises it to the rate at most.
 //   - Probing up starts gently and accelerates ([AIMD].Factor, Step,
 //     Accelerate, Window): the increase doubles with each clean window in a
 //     row, so a rate cut by a passing dip is back at its ceiling in seconds,

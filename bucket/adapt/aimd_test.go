@@ -856,11 +856,12 @@ func (e *env) adaptsNear(t *testing.T, a adapt.AIMD, steps []aimdStep) {
 			e.at(s.at)
 			var ad adapt.Adapted
 			var err error
+			l := e.l
 			switch s.op {
 			case opThrottle:
-				ad, err = e.l.ThrottledAfter(t.Context(), "test", key, lim100, a, s.hint, s.accepted, s.paced)
+				ad, err = l.ThrottledAfter(t.Context(), "test", key, lim100, a, s.hint, s.accepted, s.paced)
 			case opRecover:
-				ad, err = e.l.RecoverAfter(t.Context(), "test", key, lim100, a, s.accepted)
+				ad, err = l.RecoverAfter(t.Context(), "test", key, lim100, a, s.accepted)
 			}
 			e.mark()
 			if e.Behind(s.at) > stepLate {
@@ -987,6 +988,59 @@ func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 			// second, so the next one doubles.
 			{at: 6800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 80},
 			{at: 7900 * ms, op: opRecover, rate: 100, change: 1, accepted: 90}, // * 1.4, capped
+		})
+	})
+}
+
+// TestAIMDFewRefusalsKeepTheCapacity: an episode whose refusals are 10%
+// of its requests or fewer did not saturate the provider (the pacer sent
+// short of its rate after a cut), so its estimate lowers the capacity
+// found by Backoff at most, and the rate goes to that capacity; an
+// episode with more refusals cuts to Backoff of what the provider
+// accepted.
+func TestAIMDFewRefusalsKeepTheCapacity(t *testing.T) {
+	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Hour, Factor: 1.1, Accelerate: 2}
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			// 20 accepted in 0.5 s: a capacity of 40/s; the cut stops at 50.
+			{at: 500 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd, accepted: 20},
+			// 20 accepted and 2 refused in 1 s: 20/s, but the provider
+			// refused under 10%: the capacity goes to 40 * 0.9 = 36 at most
+			// (not 20), and the rate to it (not Decrease's 25).
+			{at: 1500 * ms, op: opThrottle, rate: 36, change: -1, cooldown: cd, accepted: 20},
+			{at: 1550 * ms, op: opThrottle, rate: 36, cooldown: cd},
+			{at: 1560 * ms, op: opThrottle, rate: 36, cooldown: cd},
+			{at: 1570 * ms, op: opThrottle, rate: 36, cooldown: cd},
+			// 10 accepted and 5 refused in 0.5 s: saturated, a capacity of
+			// 20/s, the rate to 20 * 0.9 (Decrease's 18 too).
+			{at: 2000 * ms, op: opThrottle, rate: 18, change: -1, cooldown: cd, accepted: 10},
+		})
+	})
+}
+
+// TestAIMDEstimateFarAboveCapacity: throttles that persist while the
+// rate is below an estimate more than 1.25 times the capacity found cut
+// nothing and raise the capacity to the rate at most: the next clean
+// window does not jump to the estimate, and the rate cruises there.
+func TestAIMDEstimateFarAboveCapacity(t *testing.T) {
+	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			// 20 accepted in 0.5 s: a capacity of 40/s; the cut stops at 50.
+			{at: 500 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd, accepted: 20},
+			// 40 in 0.5 s: 80/s, twice the capacity and above the rate: no
+			// cut; the capacity goes to 50, not 80.
+			{at: 1000 * ms, op: opThrottle, rate: 50, cooldown: cd, accepted: 40},
+			{at: 2100 * ms, op: opRecover, rate: 50, accepted: 60}, // at the capacity: cruising
+			{at: 5100 * ms, op: opRecover, rate: 55, change: 1, accepted: 150},
 		})
 	})
 }

@@ -12,6 +12,11 @@ package main
 // of 60 s and more) and prints the table recorded in BENCHMARKS.md. Without
 // it, `go test` runs the short form, with the same assertions on shorter
 // campaigns, so that a regression fails CI.
+//
+// PACER_BENCH_PACING_ONLY runs a subset: a comma-separated list of
+// prefixes of scenario names ("3,7 hidden" runs "3 hidden 80>40>80" and
+// "7 hidden 30 of 80 x3"); unset or empty runs every scenario. A list that
+// matches none fails the test, so a typo never passes as an empty run.
 
 import (
 	"context"
@@ -117,13 +122,22 @@ func pacingScenarios(full bool) []pacingScenario {
 // that nothing is lost or doubled.
 func TestPacingScenarios(t *testing.T) {
 	full := os.Getenv("PACER_BENCH_PACING") == "full"
+	only := pacingOnly(os.Getenv("PACER_BENCH_PACING_ONLY"))
 	var rows []string
+	ran := 0
 	for i, sc := range pacingScenarios(full) {
+		if !only(sc.name) {
+			continue
+		}
+		ran++
 		t.Run(sc.name, func(t *testing.T) {
 			r := runPacingScenario(t, sc, fmt.Sprint(7, i))
 			rows = append(rows, pacingRow(sc, r))
 			checkPacingScenario(t, sc, r, full)
 		})
+	}
+	if ran == 0 {
+		t.Fatalf("PACER_BENCH_PACING_ONLY=%q matches no scenario", os.Getenv("PACER_BENCH_PACING_ONLY"))
 	}
 	form := "short"
 	if full {
@@ -138,6 +152,29 @@ func TestPacingScenarios(t *testing.T) {
 	}
 	t.Log("\n" + b.String())
 	fmt.Print(b.String())
+}
+
+// pacingOnly returns whether a scenario name is selected by list, the
+// value of PACER_BENCH_PACING_ONLY: comma-separated name prefixes, each
+// trimmed of spaces; an empty list (or only empty prefixes) selects all.
+func pacingOnly(list string) func(name string) bool {
+	var prefixes []string
+	for p := range strings.SplitSeq(list, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			prefixes = append(prefixes, p)
+		}
+	}
+	return func(name string) bool {
+		if len(prefixes) == 0 {
+			return true
+		}
+		for _, p := range prefixes {
+			if strings.HasPrefix(name, p) {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // pacingRow formats one table row.
@@ -590,4 +627,35 @@ func perSecond(arr []whatsapptest.Arrival, first time.Time) string {
 		fmt.Fprintf(&b, " %d/%d", ok[i], thr[i])
 	}
 	return b.String()
+}
+
+// TestPacingOnly guards the bench's subset selection: prefixes, trimmed,
+// and an empty list selects all.
+func TestPacingOnly(t *testing.T) {
+	names := []string{}
+	for _, sc := range pacingScenarios(false) {
+		names = append(names, sc.name)
+	}
+	for _, c := range []struct {
+		list string
+		want []string
+	}{
+		{"", names},
+		{" , ", names},
+		{"3,7 hidden", []string{"3 hidden 80>40>80", "7 hidden 30 of 80 x3"}},
+		{" 4", []string{"4a 0.5/s burst 1", "4b 1 per 6 s"}},
+		{"7", []string{"7 at the limit x3", "7 hidden 30 of 80 x3"}},
+		{"hidden", nil},
+	} {
+		only := pacingOnly(c.list)
+		var got []string
+		for _, n := range names {
+			if only(n) {
+				got = append(got, n)
+			}
+		}
+		if strings.Join(got, "|") != strings.Join(c.want, "|") {
+			t.Errorf("pacingOnly(%q) selects %q, want %q", c.list, got, c.want)
+		}
+	}
 }
