@@ -1,6 +1,7 @@
 package pacer
 
 import (
+	"slices"
 	"time"
 )
 
@@ -25,10 +26,16 @@ type KeyActivity struct {
 // reading of 100,000 keys every 5 s need not sort them). It takes the key
 // table's lock briefly and calls neither Redis nor Kafka; it is safe for
 // concurrent use.
-func (p *Pacer) ActiveKeys() []KeyActivity {
+func (p *Pacer) ActiveKeys() []KeyActivity { return p.AppendActiveKeys(nil) }
+
+// AppendActiveKeys appends to dst what ActiveKeys returns, and returns the
+// extended slice: a caller that reads every few seconds passes its last
+// result's dst[:0] and makes no garbage (100,000 keys every 5 s were 67 MB
+// a minute of it, in a process with nothing to send).
+func (p *Pacer) AppendActiveKeys(dst []KeyActivity) []KeyActivity {
 	now := time.Now()
 	p.keys.mu.Lock()
-	out := make([]KeyActivity, 0, len(p.keys.m))
+	out := slices.Grow(dst, len(p.keys.m))
 	for k, st := range p.keys.m {
 		st.mu.Lock()
 		if st.users > 0 || now.Sub(st.lastSeen) <= activeFor {

@@ -134,7 +134,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	// The status page: this replica publishes its active keys, and its page
 	// shows every replica's, with each key's limit as set at run time.
 	scfg := statuspage.Config{Channel: ch.name, Prefix: cfg.RedisPrefix, Logger: log, Policy: policy}
-	go statuspage.NewPublisher(rdb, scfg, p.ActiveKeys).Run(ctx)
+	go statuspage.NewPublisher(rdb, scfg, p.AppendActiveKeys).Run(ctx)
 	extra := []func(*http.ServeMux){statuspage.New(rdb, scfg).Register}
 	if cfg.Pprof {
 		extra = append(extra, registerPprof)

@@ -50,7 +50,8 @@ type Publisher struct {
 	channel  string
 	replica  string
 	interval time.Duration
-	source   func() []pacer.KeyActivity
+	source   func(dst []pacer.KeyActivity) []pacer.KeyActivity
+	acts     []pacer.KeyActivity // the last reading's, reused
 	log      *slog.Logger
 
 	prev    map[string]published // per active key: what the last reading (at prevAt) saw and wrote
@@ -61,9 +62,10 @@ type Publisher struct {
 }
 
 // NewPublisher returns a Publisher of cfg's channel that reads source
-// (e.g. (*pacer.Pacer).ActiveKeys) at each publish. It does not contact
+// (e.g. (*pacer.Pacer).AppendActiveKeys, given the last reading's slice to
+// reuse) at each publish. It does not contact
 // Redis.
-func NewPublisher(rdb redis.UniversalClient, cfg Config, source func() []pacer.KeyActivity) *Publisher {
+func NewPublisher(rdb redis.UniversalClient, cfg Config, source func(dst []pacer.KeyActivity) []pacer.KeyActivity) *Publisher {
 	cfg.setDefaults()
 	return &Publisher{rdb: rdb, prefix: cfg.Prefix, channel: cfg.Channel, replica: cfg.Replica, interval: cfg.Interval,
 		source: source, log: cfg.Logger}
@@ -103,7 +105,9 @@ func (p *Publisher) Run(ctx context.Context) {
 // keys, rewritten whole every interval, made 20 MB of garbage and 100,000
 // HSET fields every 5 s in a process with nothing to send.
 func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
-	acts := p.source()
+	clear(p.acts) // drop the last reading's keys
+	p.acts = p.source(p.acts[:0])
+	acts := p.acts
 	if p.prevAt.IsZero() {
 		p.prevAt = now.Add(-p.interval)
 	}

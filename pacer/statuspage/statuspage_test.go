@@ -64,7 +64,11 @@ type source struct {
 }
 
 func (s *source) set(acts ...pacer.KeyActivity) { s.mu.Lock(); s.acts = acts; s.mu.Unlock() }
-func (s *source) get() []pacer.KeyActivity      { s.mu.Lock(); defer s.mu.Unlock(); return s.acts }
+func (s *source) get(dst []pacer.KeyActivity) []pacer.KeyActivity {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append(dst, s.acts...)
+}
 
 func act(key string, delivered uint64, inHand int) pacer.KeyActivity {
 	return pacer.KeyActivity{Key: key, Delivered: delivered, InHand: inHand, LastSeen: time.Now()}
