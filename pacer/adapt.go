@@ -513,32 +513,37 @@ const shrinkFrom = 1024
 // its share of the key map are about 0.36 MB per thousand keys).
 const freeOSFrom = 10_000
 
-// idleRelease is how long a process that finished records must then
-// finish none before it returns its free memory to the operating system
-// (see releaseLoop).
-const idleRelease = 30 * time.Second
+// idleReleases are how long after it last finished a record an idle
+// process returns its free memory to the operating system (see
+// releaseLoop): at 30 s, and again once the provider connections of its
+// last sends have closed (channels.IdleConnTimeout, 90 s idle) with their
+// buffers and goroutines.
+var idleReleases = []time.Duration{30 * time.Second, 2 * time.Minute}
+
+// releaseTick is how often releaseLoop looks at the records finished.
+const releaseTick = 10 * time.Second
 
 // releaseLoop gives a process's free heap back to the operating system
-// once it has been idle for idleRelease after finishing records: a
-// campaign leaves the garbage of its sends (a heap up to twice what is
+// once it has been idle for each of idleReleases after finishing records:
+// a campaign leaves the garbage of its sends (a heap up to twice what is
 // live, by the runtime's GOGC), which the runtime would otherwise collect
 // and return over several minutes; an idle replica then holds what is
-// live (its keys' state, kept activeFor) and little more. One full GC per
-// idle period, never while records are being finished.
+// live (its keys' state, kept activeFor) and little more. A full GC per
+// release, never while records are being finished.
 func (p *Pacer) releaseLoop(ctx context.Context, release func()) {
-	t := time.NewTicker(idleRelease / 3)
+	t := time.NewTicker(releaseTick)
 	defer t.Stop()
-	last, since, released := p.tally.snapshot(), time.Now(), true
+	last, since, done := p.tally.snapshot(), time.Now(), len(idleReleases)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			if s := p.tally.snapshot(); s != last {
-				last, since, released = s, now, false
-			} else if !released && now.Sub(since) >= idleRelease {
+				last, since, done = s, now, 0
+			} else if done < len(idleReleases) && now.Sub(since) >= idleReleases[done] {
 				release()
-				released = true
+				done++
 			}
 		}
 	}
