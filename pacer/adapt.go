@@ -160,6 +160,10 @@ type keyState struct {
 type pairState struct {
 	until map[string]time.Time
 	rates map[string]float64
+	// rateAt is when this process set each rate of rates it learned from
+	// its own throttle: a refresh whose read of Redis began before that
+	// keeps it (its read may predate the write).
+	rateAt map[string]time.Time
 }
 
 // countingLeaser counts the Lease calls a Dispenser makes in
@@ -256,6 +260,10 @@ func (st *keyState) setPair(sub string, d time.Duration, rate float64) {
 			st.pairs.rates = map[string]float64{}
 		}
 		st.pairs.rates[sub] = rate
+		if st.pairs.rateAt == nil {
+			st.pairs.rateAt = map[string]time.Time{}
+		}
+		st.pairs.rateAt[sub] = time.Now()
 	}
 }
 
@@ -275,6 +283,49 @@ func (st *keyState) pairRate(sub string) float64 {
 		return 0
 	}
 	return st.pairs.rates[sub]
+}
+
+// merge takes the key's pairs as read from Redis (a read that began at
+// began) at now: cooldowns end at the later of the read's and this
+// process's own; rates are the read's, plus those this process learned
+// after the read began (its throttle's write may postdate the read).
+func (ps *pairState) merge(pairs map[string]adapt.Pair, began, now time.Time) {
+	for sub, until := range ps.until { // keep what this process set since
+		if until.Before(now) {
+			delete(ps.until, sub)
+		}
+	}
+	// Keep the rates this process learned after the read began (a
+	// throttle's write to Redis the read may not have seen).
+	var kept map[string]float64
+	for sub, at := range ps.rateAt {
+		if _, read := pairs[sub]; !read && at.After(began) {
+			if kept == nil {
+				kept = map[string]float64{}
+			}
+			kept[sub] = ps.rates[sub]
+		} else {
+			delete(ps.rateAt, sub)
+		}
+	}
+	if len(ps.rateAt) == 0 {
+		ps.rateAt = nil
+	}
+	ps.rates = kept
+	for sub, pr := range pairs {
+		if pr.Left > 0 {
+			if ps.until == nil {
+				ps.until = map[string]time.Time{}
+			}
+			ps.until[sub] = maxTime(ps.until[sub], now.Add(pr.Left))
+		}
+		if pr.Rate > 0 {
+			if ps.rates == nil {
+				ps.rates = map[string]float64{}
+			}
+			ps.rates[sub] = pr.Rate
+		}
+	}
 }
 
 // maxTime returns the later of a and b.
@@ -622,6 +673,7 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		}
 		pol = np
 	}
+	began := time.Now() // the reads of Redis below start after this
 	n := st.accepted.Swap(0)
 	a, aerr := p.adapter.RecoverAfter(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, int(n))
 	if aerr != nil {
@@ -676,28 +728,8 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		if st.pairs == nil {
 			st.pairs = &pairState{}
 		}
-		ps := st.pairs
-		for sub, until := range ps.until { // keep what this process set since
-			if until.Before(now) {
-				delete(ps.until, sub)
-			}
-		}
-		ps.rates = nil
-		for sub, pr := range pairs {
-			if pr.Left > 0 {
-				if ps.until == nil {
-					ps.until = map[string]time.Time{}
-				}
-				ps.until[sub] = maxTime(ps.until[sub], now.Add(pr.Left))
-			}
-			if pr.Rate > 0 {
-				if ps.rates == nil {
-					ps.rates = map[string]float64{}
-				}
-				ps.rates[sub] = pr.Rate
-			}
-		}
-		if len(ps.until) == 0 && ps.rates == nil {
+		st.pairs.merge(pairs, began, now)
+		if ps := st.pairs; len(ps.until) == 0 && ps.rates == nil {
 			st.pairs = nil // every pair cooled down: the key's usual state
 		}
 	}
