@@ -41,7 +41,7 @@ func newQueueMetrics(p *Pacer) *queueMetrics {
 		held: prometheus.NewDesc("pacer_lookahead_records",
 			"Records held in the per-key queues of this process's partitions (waiting or being handled).", nil, nil),
 		fill: prometheus.NewDesc("pacer_lookahead_fill",
-			"Records held over the partitions' capacity (partitions owned x PACER_MAX_QUEUED), 0..2; at 1 fetching pauses, and what a fetch on its way brings is held up to 2 before records are parked.", nil, nil),
+			"Records held over the partitions' capacity (partitions owned x 2,000), 0..2; at 1 fetching pauses; a fetch asked for below 2 is held whole, and records are parked for a full partition only once it holds 2.", nil, nil),
 		handling: prometheus.NewDesc("pacer_inflight_records",
 			"Records being handled by this process (waiting for their slot, their claim or the provider's answer), at most PACER_PROCESS_INFLIGHT; the others held wait in their key's queue.", nil, nil),
 	}
