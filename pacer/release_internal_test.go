@@ -2,6 +2,7 @@ package pacer
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,13 +16,13 @@ func TestReleaseLoopWhenIdle(t *testing.T) {
 		p := &Pacer{}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		released := 0
-		go p.releaseLoop(ctx, func() { released++ })
-		check := func(want int, when string) {
+		var released atomic.Int32
+		go p.releaseLoop(ctx, func() { released.Add(1) })
+		check := func(want int32, when string) {
 			t.Helper()
 			synctest.Wait()
-			if released != want {
-				t.Fatalf("released %d times %s, want %d", released, when, want)
+			if got := released.Load(); got != want {
+				t.Fatalf("released %d times %s, want %d", got, when, want)
 			}
 		}
 		// Idle from the start: nothing was finished, nothing to give back.
