@@ -27,6 +27,25 @@ const (
 	opRead            // Adapted
 )
 
+// capacityAIMD is the configuration of the tests of a capacity found:
+// halving capped at Backoff 0.9 of the estimate, a 10 ms cooldown, a
+// window (probe interval) of window, probes of +10% doubling on evidence.
+func capacityAIMD(window time.Duration) adapt.AIMD {
+	return adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
+		MinCooldown: 10 * time.Millisecond, Window: window, Factor: 1.1, Accelerate: 2}
+}
+
+// capacity40 are the first steps of those tests under capacityAIMD: a
+// lone throttle at 100/s, then a second with 20 accepted in 0.5 s, a
+// capacity of 40/s; the cut stops at 50 (Decrease).
+func capacity40() []aimdStep {
+	const ms, cd = time.Millisecond, 10 * time.Millisecond
+	return []aimdStep{
+		{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+		{at: 500 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd, accepted: 20},
+	}
+}
+
 // aimdStep is one step of a step table for the adaptive rate.
 type aimdStep struct {
 	at       time.Duration // since the start of the test
@@ -803,8 +822,7 @@ func ExampleAdapter_Throttled() {
 // miniredis; on redis-server the episode's length is a few ms longer than
 // the step offsets, so rates derived from it are near.
 func TestAIMDEstimate(t *testing.T) {
-	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
-		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	a := capacityAIMD(time.Second)
 	ms := time.Millisecond
 	cd := 10 * ms
 	steps := []aimdStep{
@@ -901,8 +919,7 @@ func (e *env) adaptsNear(t *testing.T, a adapt.AIMD, steps []aimdStep) {
 // it; one clean window returns the rate to it (the cap), where it cruises
 // for 3 windows more before the probe goes on gently from there.
 func TestAIMDAcceptedEstimate(t *testing.T) {
-	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
-		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	a := capacityAIMD(time.Second)
 	ms := time.Millisecond
 	cd := 10 * ms
 	each(t, func(t *testing.T, e *env) {
@@ -971,15 +988,10 @@ func TestAIMDFoundCapacity(t *testing.T) {
 // window average at least halfway from the capacity to the rate; else the
 // next step keeps its size.
 func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
-	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
-		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	a := capacityAIMD(time.Second)
 	ms := time.Millisecond
-	cd := 10 * ms
 	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
-			// 20 accepted in 0.5 s: a capacity of 40/s; the cut stops at 50.
-			{at: 500 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd, accepted: 20},
+		e.adaptsNear(t, a, append(capacity40(), []aimdStep{
 			{at: 4600 * ms, op: opRecover, rate: 55, change: 1, accepted: 180}, // after 4 windows: * 1.1
 			// 45 in 1.1 s: in use, but under (40 + 55) / 2 per second. This
 			// step is 20% (the first one doubles), and the next one keeps it.
@@ -988,7 +1000,7 @@ func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 			// second, so the next one doubles.
 			{at: 6800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 80},
 			{at: 7900 * ms, op: opRecover, rate: 100, change: 1, accepted: 90}, // * 1.4, capped
-		})
+		}...))
 	})
 }
 
@@ -999,15 +1011,11 @@ func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 // episode with more refusals cuts to Backoff of what the provider
 // accepted.
 func TestAIMDFewRefusalsKeepTheCapacity(t *testing.T) {
-	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
-		MinCooldown: 10 * time.Millisecond, Window: time.Hour, Factor: 1.1, Accelerate: 2}
+	a := capacityAIMD(time.Hour)
 	ms := time.Millisecond
 	cd := 10 * ms
 	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
-			// 20 accepted in 0.5 s: a capacity of 40/s; the cut stops at 50.
-			{at: 500 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd, accepted: 20},
+		e.adaptsNear(t, a, append(capacity40(), []aimdStep{
 			// 20 accepted and 2 refused in 1 s: 20/s, but the provider
 			// refused under 10%: the capacity goes to 40 * 0.9 = 36 at most
 			// (not 20), and the rate to it (not Decrease's 25).
@@ -1018,7 +1026,7 @@ func TestAIMDFewRefusalsKeepTheCapacity(t *testing.T) {
 			// 10 accepted and 5 refused in 0.5 s: saturated, a capacity of
 			// 20/s, the rate to 20 * 0.9 (Decrease's 18 too).
 			{at: 2000 * ms, op: opThrottle, rate: 18, change: -1, cooldown: cd, accepted: 10},
-		})
+		}...))
 	})
 }
 
@@ -1027,21 +1035,17 @@ func TestAIMDFewRefusalsKeepTheCapacity(t *testing.T) {
 // nothing and raise the capacity to the rate at most: the next clean
 // window does not jump to the estimate, and the rate cruises there.
 func TestAIMDEstimateFarAboveCapacity(t *testing.T) {
-	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
-		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	a := capacityAIMD(time.Second)
 	ms := time.Millisecond
 	cd := 10 * ms
 	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
-			// 20 accepted in 0.5 s: a capacity of 40/s; the cut stops at 50.
-			{at: 500 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd, accepted: 20},
+		e.adaptsNear(t, a, append(capacity40(), []aimdStep{
 			// 40 in 0.5 s: 80/s, twice the capacity and above the rate: no
 			// cut; the capacity goes to 50, not 80.
 			{at: 1000 * ms, op: opThrottle, rate: 50, cooldown: cd, accepted: 40},
 			{at: 2100 * ms, op: opRecover, rate: 50, accepted: 60}, // at the capacity: cruising
 			{at: 5100 * ms, op: opRecover, rate: 55, change: 1, accepted: 150},
-		})
+		}...))
 	})
 }
 
@@ -1050,8 +1054,7 @@ func TestAIMDEstimateFarAboveCapacity(t *testing.T) {
 // decrease) sets the cooldown and counts as part of that decrease, where
 // the same throttle paced at the current rate cuts again.
 func TestAIMDStaleReplicaThrottle(t *testing.T) {
-	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
-		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	a := capacityAIMD(time.Second)
 	ms := time.Millisecond
 	cd := 10 * ms
 	each(t, func(t *testing.T, e *env) {
@@ -1075,8 +1078,7 @@ func TestAIMDStaleReplicaThrottle(t *testing.T) {
 // episode's requests (the jitter of a busy key at its burst edge); a
 // refused share of 1% or more does.
 func TestAIMDSporadicThrottlesCutNothing(t *testing.T) {
-	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
-		MinCooldown: 10 * time.Millisecond, Window: time.Hour, Factor: 1.1, Accelerate: 2}
+	a := capacityAIMD(time.Hour)
 	ms := time.Millisecond
 	cd := 10 * ms
 	each(t, func(t *testing.T, e *env) {
@@ -1092,8 +1094,7 @@ func TestAIMDSporadicThrottlesCutNothing(t *testing.T) {
 // throttles only) follows a raised ceiling at once; one the provider cut
 // keeps its rate under the new ceiling.
 func TestAIMDCeilingRaiseFollowed(t *testing.T) {
-	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
-		MinCooldown: 10 * time.Millisecond, Window: time.Hour, Factor: 1.1, Accelerate: 2}
+	a := capacityAIMD(time.Hour)
 	old, raised := bucket.Limit{PerSecond: 50, Burst: 10}, bucket.Limit{PerSecond: 200, Burst: 10}
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
