@@ -167,8 +167,6 @@ func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
 		}
 		if len(fields) > 0 {
 			tx.HSet(ctx, hk, fields...)
-		}
-		if len(fields) > 0 {
 			tx.PExpire(ctx, hk, 3*p.interval)
 		}
 		tx.ZAdd(ctx, rk, redis.Z{Score: float64(now.UnixMilli()), Member: p.replica})
