@@ -2,10 +2,16 @@ package channels_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
+	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pacerhq/pacer/channels"
 )
@@ -66,3 +72,50 @@ func TestNewTransport(t *testing.T) {
 }
 
 var _ io.ReadCloser = (*body)(nil)
+
+// TestDo: a request with a deadline goes straight to the transport (a
+// redirect comes back as it is; the client's own Timeout does not apply);
+// one without a deadline goes through the client (the redirect is
+// followed). A transport failure is a *url.Error naming the method and URL.
+func TestDo(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/from" {
+			http.Redirect(w, r, "/to", http.StatusTemporaryRedirect)
+			return
+		}
+		io.WriteString(w, "to")
+	}))
+	defer srv.Close()
+	hc := srv.Client()
+	post := func(ctx context.Context, u string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return channels.Do(hc, req)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := post(ctx, srv.URL+"/from")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTemporaryRedirect {
+		t.Errorf("with a deadline: status %d, want the redirect itself (307)", resp.StatusCode)
+	}
+	resp, err = post(context.Background(), srv.URL+"/from")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("without a deadline: status %d, want the redirect followed (200)", resp.StatusCode)
+	}
+
+	_, err = post(ctx, "http://127.0.0.1:1/messages")
+	var ue *url.Error
+	if !errors.As(err, &ue) || ue.Op != "Post" || ue.URL != "http://127.0.0.1:1/messages" {
+		t.Errorf("transport failure: %#v, want *url.Error Op Post naming the URL", err)
+	}
+}

@@ -161,7 +161,9 @@ type flight struct {
 	ahead   *ledger.PendingClaim   // a claim started before the slot began (see claimAhead)
 	stale   []*ledger.PendingClaim // claims started for slots that lapsed, settled by finish
 	locked  bool                   // this flight holds the id in this process (lockID)
-	log     *slog.Logger
+	log     *slog.Logger           // &logger
+	logger  slog.Logger            // its handler logh (no allocation per record)
+	logh    flightLog
 
 	pairThrottles int       // pair-scoped throttles of this message so far
 	waitStart     time.Time // since when it waits for a slot
@@ -171,8 +173,10 @@ type flight struct {
 // false when the worker stopped first (the record is then re-delivered to
 // the partition's next owner).
 func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
-	f := &flight{w: w, r: r, m: readMeta(r),
-		log: p.log.With("topic", r.Topic, "partition", r.Partition, "offset", r.Offset)}
+	f := &flight{w: w, r: r, m: readMeta(r)}
+	f.logh = flightLog{h: p.log.Handler(), f: f}
+	f.logger = *slog.New(&f.logh)
+	f.log = &f.logger
 	return p.finish(f, p.steps(f))
 }
 
@@ -226,7 +230,6 @@ func (p *Pacer) admit(f *flight) outcome {
 		return dead("malformed", fmt.Sprintf("record key %q differs from the envelope's key %q", f.r.Key, env.Key))
 	}
 	f.env = env
-	f.log = f.log.With("id", env.ID)
 	if env.Expired(time.Now()) {
 		return dead("expired", "expires_at "+env.ExpiresAt.Format(time.RFC3339)+" passed before a send")
 	}
@@ -518,12 +521,10 @@ func (p *Pacer) claim(f *flight) outcome {
 func (p *Pacer) send(f *flight) outcome {
 	ctx := f.w.ctx
 	msg := channels.Message{ID: f.env.ID, Key: f.env.Key, To: f.env.To, Payload: f.env.Payload}
-	sctx, cancel := context.WithTimeout(p.sendCtx, p.cfg.SendTimeout)
 	start := time.Now()
 	f.sent = true
 	f.cred = p.credentialVersion(f.env.Key)
-	res, err := p.sender.Send(sctx, msg)
-	cancel()
+	res, err := p.sender.Send(p.sendBy.ctx(start), msg)
 	p.m.sendLatency.WithLabelValues().Observe(time.Since(start).Seconds())
 	class := channels.ClassOf(err)
 	var perr *channels.Error
@@ -643,9 +644,7 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 		// The provider answered (or may have): the retry or DLQ copy is
 		// written even if the partition is revoked meanwhile, within the
 		// drain the revoke waits for; dropping it would send again.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Drain)
-		defer cancel()
+		ctx = p.drainBy.ctx(time.Now())
 	}
 	if f.locked {
 		defer p.unlockID(f.env.Key, f.env.ID)

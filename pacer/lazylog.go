@@ -51,3 +51,38 @@ func (l lazyAttrs) WithGroup(name string) slog.Handler {
 	}
 	return lazyAttrs{h: h.WithGroup(name)}
 }
+
+// flightLog is the handler of a flight's logger: the record's place (topic,
+// partition, offset) and, once parsed, its id are read from the flight when
+// a line is written. It lives in the flight, so a record's logger costs no
+// allocation; almost no record logs.
+type flightLog struct {
+	h slog.Handler // the pacer's
+	f *flight
+}
+
+func (l *flightLog) attrs() []slog.Attr {
+	r := l.f.r
+	a := []slog.Attr{slog.String("topic", r.Topic), slog.Int("partition", int(r.Partition)), slog.Int64("offset", r.Offset)}
+	if l.f.env.ID != "" {
+		a = append(a, slog.String("id", l.f.env.ID))
+	}
+	return a
+}
+
+func (l *flightLog) Enabled(ctx context.Context, lvl slog.Level) bool { return l.h.Enabled(ctx, lvl) }
+
+func (l *flightLog) Handle(ctx context.Context, r slog.Record) error {
+	return l.h.WithAttrs(l.attrs()).Handle(ctx, r)
+}
+
+func (l *flightLog) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return l.h.WithAttrs(append(l.attrs(), attrs...))
+}
+
+func (l *flightLog) WithGroup(name string) slog.Handler {
+	if name == "" {
+		return l
+	}
+	return l.h.WithAttrs(l.attrs()).WithGroup(name)
+}

@@ -492,6 +492,7 @@ type Pacer struct {
 	ping     func(ctx context.Context) error
 	sender   channels.Sender
 	places   *places // the bound of records handled at once; nil in strict order
+	handlers *goPool // the goroutines that handle records
 	policy   Policy
 	// policyDefault is the channel's policy from Config: a key's policy
 	// until its first read of Policy.
@@ -526,6 +527,10 @@ type Pacer struct {
 	cl      *kgo.Client
 	// sendCtx ends when the drain deadline passes after shutdown began.
 	sendCtx context.Context
+	// sendBy gives a request its SendTimeout under sendCtx; drainBy a
+	// record whose request left its Drain to write the outcome, revoke or
+	// not (see [deadlines]).
+	sendBy, drainBy *deadlines
 }
 
 type tp struct {
@@ -560,7 +565,7 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	}
 	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, sender: deps.Sender, m: m,
 		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}},
-		ids: map[string]chan struct{}{}}
+		ids: map[string]chan struct{}{}, handlers: newGoPool()}
 	if !p.strict() {
 		p.places = newPlaces(cfg.ProcessInFlight)
 	}
@@ -601,6 +606,8 @@ func (p *Pacer) Run(ctx context.Context) error {
 	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
 	p.sendCtx = sendCtx
+	p.sendBy = newDeadlines(sendCtx, p.cfg.SendTimeout)
+	p.drainBy = newDeadlines(context.WithoutCancel(ctx), p.cfg.Drain)
 	if p.camps != nil {
 		p.camps.base = sendCtx
 		go p.camps.loop(sendCtx)

@@ -354,7 +354,7 @@ func (w *worker) dispatch(q *keyQueue) {
 		q.running++
 		q.runHigh++
 		w.wg.Add(1)
-		go w.handleOne(q, r, e, true)
+		w.p.handlers.Go(func() { w.handleOne(q, r, e, true) })
 	}
 	now := time.Now()
 	for !w.stopped && q.running-q.runHigh < w.p.cfg.InFlight && len(q.waiting) > 0 {
@@ -376,7 +376,7 @@ func (w *worker) dispatch(q *keyQueue) {
 		q.waiting, q.entries, q.dues = q.waiting[1:], q.entries[1:], q.dues[1:]
 		q.running++
 		w.wg.Add(1)
-		go w.handleOne(q, r, e, false)
+		w.p.handlers.Go(func() { w.handleOne(q, r, e, false) })
 	}
 }
 

@@ -344,7 +344,7 @@ func (c *Client) post(ctx context.Context, u, bearer string, r request, to strin
 	}
 	req.Header.Set("Authorization", bearer)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.hc.Do(req)
+	resp, err := channels.Do(c.hc, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()

@@ -354,7 +354,7 @@ func (c *Client) post(ctx context.Context, u string, body []byte, access, to str
 	req.Header.Set("Content-Type", "application/json; charset=utf-8")
 	req.Header.Set("Accept", "application/json")
 
-	resp, err := c.hc.Do(req)
+	resp, err := channels.Do(c.hc, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return channels.Result{}, ctx.Err()

@@ -284,7 +284,7 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 		req.Header.Set("On-Behalf-Of", k.onBehalfOf)
 	}
 
-	resp, err := c.hc.Do(req)
+	resp, err := channels.Do(c.hc, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return channels.Result{}, ctx.Err()

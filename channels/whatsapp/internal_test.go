@@ -1,6 +1,7 @@
 package whatsapp
 
 import (
+	"net/url"
 	"testing"
 
 	"github.com/pacerhq/pacer/channels"
@@ -40,6 +41,24 @@ func TestClassifyTable(t *testing.T) {
 	for code, s := range scopes {
 		if r, _ := classify(code); r.scope != s {
 			t.Errorf("classify(%d).scope = %v, want %v", code, r.scope, s)
+		}
+	}
+}
+
+// TestMessagesURL: the URL of a key's /messages endpoint is base/version/
+// key/messages as url.JoinPath makes it (with the key path-escaped), for
+// plain phone-number IDs and for keys the fast way leaves to JoinPath.
+func TestMessagesURL(t *testing.T) {
+	for _, base := range []string{"https://graph.facebook.com", "http://127.0.0.1:8080/graph/", "https://h.example/a//b"} {
+		c, err := New(Config{Token: "t", BaseURL: base})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"106540352242922", "A-b_9", "a b", "x/y", "..", ".", "ü", "a%2F", "?q"} {
+			want := c.base.JoinPath(c.version, url.PathEscape(key), "messages").String()
+			if got := c.messagesURL(key); got != want {
+				t.Errorf("base %q key %q: %q, want %q", base, key, got, want)
+			}
 		}
 	}
 }

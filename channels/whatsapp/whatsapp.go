@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -82,6 +83,7 @@ type Config struct {
 type Client struct {
 	base    *url.URL
 	version string
+	prefix  string // base joined with version, and "/"
 	auth    string // "Bearer <token>"
 	token   string
 	hc      *http.Client
@@ -124,6 +126,7 @@ func New(cfg Config) (*Client, error) {
 	return &Client{
 		base:    base,
 		version: cfg.APIVersion,
+		prefix:  base.JoinPath(cfg.APIVersion).String() + "/",
 		auth:    "Bearer " + cfg.Token,
 		token:   cfg.Token,
 		hc:      cfg.HTTPClient,
@@ -167,16 +170,15 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent,
 			Code: "invalid-payload", Detail: "payload is not a JSON object", Err: err}
 	}
-	u := c.base.JoinPath(c.version, url.PathEscape(m.Key), "messages")
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.messagesURL(m.Key), bytes.NewReader(body))
 	if err != nil { // only a nil ctx gets here: the URL was checked in New
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent, Err: err}
 	}
-	req.Header.Set("Authorization", c.auth)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
+	req.Header["Authorization"] = []string{c.auth}
+	req.Header["Content-Type"] = jsonType
+	req.Header["Accept"] = jsonType
 
-	resp, err := c.hc.Do(req)
+	resp, err := channels.Do(c.hc, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return channels.Result{}, ctx.Err()
@@ -198,6 +200,24 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 	return channels.Result{}, c.failure(resp, raw, m.To, time.Now())
 }
 
+// jsonType is the Content-Type and Accept of a request (shared, never
+// written to).
+var jsonType = []string{"application/json"}
+
+// messagesURL returns the URL of key's /messages endpoint:
+// base/version/key/messages with key path-escaped. A key of letters,
+// digits, '-' and '_' (a phone-number ID is digits) is appended to the
+// prefix as it is; any other goes through url.JoinPath.
+func (c *Client) messagesURL(key string) string {
+	for i := 0; i < len(key); i++ {
+		b := key[i]
+		if !('0' <= b && b <= '9' || 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || b == '-' || b == '_') {
+			return c.base.JoinPath(c.version, url.PathEscape(key), "messages").String()
+		}
+	}
+	return c.prefix + key + "/messages"
+}
+
 // requestBody returns m.Payload with our fields merged in. Payload field
 // values are kept byte for byte.
 //
@@ -211,6 +231,19 @@ func requestBody(m channels.Message) ([]byte, error) {
 		return b, nil
 	}
 	return requestBodyMap(m)
+}
+
+// payloadDecoders keeps the decoders appendRequestBody reads payloads
+// with (one per request otherwise, with its buffers).
+var payloadDecoders = sync.Pool{New: func() any {
+	pd := &payloadDecoder{}
+	pd.d = jsontext.NewDecoder(&pd.r)
+	return pd
+}}
+
+type payloadDecoder struct {
+	r bytes.Reader
+	d *jsontext.Decoder
 }
 
 // appendRequestBody is requestBody's common way: it appends to dst the
@@ -227,7 +260,11 @@ func appendRequestBody(dst []byte, m channels.Message) ([]byte, bool) {
 		if p[0] != '{' {
 			return nil, false
 		}
-		dec := jsontext.NewDecoder(bytes.NewReader(p), jsontext.AllowDuplicateNames(true))
+		pd := payloadDecoders.Get().(*payloadDecoder)
+		defer payloadDecoders.Put(pd)
+		pd.r.Reset(p)
+		dec := pd.d
+		dec.Reset(&pd.r, jsontext.AllowDuplicateNames(true))
 		if t, err := dec.ReadToken(); err != nil || t.Kind() != '{' {
 			return nil, false
 		}
