@@ -149,6 +149,7 @@ type flight struct {
 	r       *kgo.Record
 	m       meta
 	env     Envelope
+	parsed  *Envelope // r's envelope parsed before the record was handled, until admit takes it
 	st      *keyState // nil until the envelope is parsed
 	pol     KeyPolicy // the key's policy at the last gate
 	lim     bucket.Limit
@@ -171,9 +172,10 @@ type flight struct {
 
 // handle takes one record to a finished state and returns true, or returns
 // false when the worker stopped first (the record is then re-delivered to
-// the partition's next owner).
-func (p *Pacer) handle(w *worker, r *kgo.Record) bool {
-	f := &flight{w: w, r: r, m: readMeta(r)}
+// the partition's next owner). env, if not nil, is r's envelope, parsed
+// already.
+func (p *Pacer) handle(w *worker, r *kgo.Record, env *Envelope) bool {
+	f := &flight{w: w, r: r, m: readMeta(r), parsed: env}
 	f.logh = flightLog{h: p.log.Handler(), f: f}
 	f.logger = *slog.New(&f.logh)
 	f.log = &f.logger
@@ -219,9 +221,14 @@ func (p *Pacer) admit(f *flight) outcome {
 	if !p.waitParked(f) {
 		return stop()
 	}
-	env, err := ParseEnvelope(f.r.Value)
-	if err != nil {
-		return dead("malformed", err.Error())
+	var env Envelope
+	if f.parsed != nil {
+		env, f.parsed = *f.parsed, nil
+	} else {
+		var err error
+		if env, err = ParseEnvelope(f.r.Value); err != nil {
+			return dead("malformed", err.Error())
+		}
 	}
 	// A record key that names another pacing key than the envelope would
 	// pace by one and partition by the other: refused. A record without a

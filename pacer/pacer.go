@@ -711,7 +711,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 		})
 		p.skipKnown(ctx, fs)
 		for _, f := range fs {
-			f.w.push(f.rs, f.skip)
+			f.w.push(f.rs, f.skip, f.envs)
 		}
 		cl.AllowRebalance()
 	}

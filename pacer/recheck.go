@@ -23,6 +23,10 @@ type fetched struct {
 	w    *worker
 	rs   []*kgo.Record
 	skip []bool // skip[i]: rs[i] was handled already (the ledger says so); nil if none
+	// envs[i] is rs[i]'s envelope when skipKnown parsed it (ID ""
+	// otherwise); nil if none was: the record's handling takes it rather
+	// than parse it again.
+	envs []Envelope
 }
 
 // skipKnown finds the records of a poll that were handled already, before
@@ -68,6 +72,10 @@ func (p *Pacer) skipKnown(ctx context.Context, fs []*fetched) {
 			if err != nil || (len(r.Key) > 0 && string(r.Key) != env.Key) {
 				continue
 			}
+			if f.envs == nil {
+				f.envs = make([]Envelope, len(f.rs))
+			}
+			f.envs[i] = env
 			refs = append(refs, ledger.Ref{Channel: p.cfg.Channel, Key: env.Key, ID: env.ID})
 			where = append(where, at{f, i, header(r, hReplayed) == "1"})
 		}

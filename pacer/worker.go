@@ -62,6 +62,7 @@ type worker struct {
 // entry may wait in the log behind a slower record.
 type pending struct {
 	r        *kgo.Record // nil once finished
+	env      *Envelope   // r's envelope if parsed before it is handled (see fetched.envs), until it is
 	offset   int64
 	epoch    int32
 	finished bool
@@ -207,7 +208,7 @@ func (w *worker) syncPause() {
 // (a retry or parked copy) is held: parking it again would only move it.
 // A record whose skip is true was handled already (see [Pacer.skipKnown]):
 // it is finished at once as a duplicate, taking no slot; skip may be nil.
-func (w *worker) push(rs []*kgo.Record, skip []bool) {
+func (w *worker) push(rs []*kgo.Record, skip []bool, envs []Envelope) {
 	type parkJob struct {
 		key   string
 		e     *pending
@@ -230,6 +231,9 @@ func (w *worker) push(rs []*kgo.Record, skip []bool) {
 	heldBefore := w.held
 	for i, r := range rs {
 		e := &pending{r: r, offset: r.Offset, epoch: r.LeaderEpoch}
+		if envs != nil && envs[i].ID != "" {
+			e.env = &envs[i]
+		}
 		w.log = append(w.log, e)
 		if skip != nil && skip[i] {
 			w.finish(e)
@@ -448,7 +452,11 @@ func (w *worker) place(q *keyQueue) bool {
 
 func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, high bool) {
 	defer w.wg.Done()
-	ok := w.handleCopy(r)
+	w.mu.Lock()
+	env := e.env
+	e.env = nil
+	w.mu.Unlock()
+	ok := w.handleCopy(r, env)
 	if w.p.places != nil {
 		// Freed once this key's queue has asked again (behind the queues
 		// waiting already), so a place goes round the keys.
@@ -475,13 +483,13 @@ func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, high bool) {
 // handleCopy handles r as [Pacer.handle] does; a strict key's chain copy
 // (see [chain]) first waits until its chain is ready, is dropped unsent if
 // its chain is not live, and once finished finishes its main entry.
-func (w *worker) handleCopy(r *kgo.Record) bool {
+func (w *worker) handleCopy(r *kgo.Record, env *Envelope) bool {
 	if w.tp.topic == w.p.cfg.Topic {
-		return w.p.handle(w, r)
+		return w.p.handle(w, r, env)
 	}
 	c, off, isCopy := w.p.liveChain(r)
 	if !isCopy {
-		return w.p.handle(w, r)
+		return w.p.handle(w, r, env)
 	}
 	if c != nil {
 		select {
@@ -498,7 +506,7 @@ func (w *worker) handleCopy(r *kgo.Record) bool {
 			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "chain", header(r, hChain))
 		return true
 	}
-	if !w.p.handle(w, r) {
+	if !w.p.handle(w, r, env) {
 		return false
 	}
 	c.w.mu.Lock()

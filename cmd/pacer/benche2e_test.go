@@ -73,6 +73,9 @@ type benchResult struct {
 	clientCmds            int64   // of which sent by a client
 	byCmd                 map[string]int64
 	load                  string
+	machineCPU            float64 // CPU seconds of the whole machine (every process) over the same span
+	perSecond             []int   // deliveries counted at the fake in each second from the first
+	topCPU                string  // the processes that used the most CPU over the run
 }
 
 func TestE2EBench(t *testing.T) {
@@ -115,10 +118,18 @@ func TestE2EBench(t *testing.T) {
 				cmds = append(cmds, fmt.Sprintf("%s %.3f", c, float64(k)/n))
 			}
 			sort.Strings(cmds)
-			t.Logf("Pacer: delivered %d (duplicates %d) in %.2fs; CPU %.2fs; %d connections; at most %d requests at once; Redis: %.0f round trips, %d commands (%d sent by a client); per message: %s",
+			t.Logf("Pacer: delivered %d (duplicates %d) in %.2fs; CPU %.2fs; %d connections; at most %d requests at once; Redis: %.0f round trips, %d commands (%d sent by a client; -1: not counted); per message: %s",
 				p.delivered, p.duplicates, p.seconds, p.cpu, p.conns, p.maxInFlight, p.roundTrips, p.commands, p.clientCmds, strings.Join(cmds, ", "))
 			t.Logf("baseline: delivered %d (duplicates %d) in %.2fs; CPU %.2fs; %d connections; at most %d requests at once",
 				b.delivered, b.duplicates, b.seconds, b.cpu, b.conns, b.maxInFlight)
+			for _, r := range []struct {
+				name string
+				r    benchResult
+			}{{"Pacer", p}, {"baseline", b}} {
+				t.Logf("%s: machine CPU %.2fs over the run (%.2f of %d cores busy; %.3f s per 1,000 msgs, the process %.3f); delivered per second: %v; most CPU: %s",
+					r.name, r.r.machineCPU, r.r.machineCPU/r.r.seconds, runtime.NumCPU(), r.r.machineCPU/float64(r.r.delivered)*1000,
+					r.r.cpu/float64(r.r.delivered)*1000, r.r.perSecond, r.r.topCPU)
+			}
 		})
 	}
 	t.Logf("GOMAXPROCS %d, NumCPU %d\n%s", runtime.GOMAXPROCS(0), runtime.NumCPU(), table.String())
@@ -309,7 +320,10 @@ func (f *countingFake) measure(t *testing.T, pid, n int, within time.Duration, l
 	t.Helper()
 	var r benchResult
 	deadline := time.Now().Add(within)
-	var cpu0 float64
+	var cpu0, machine0 float64
+	var procs0 map[string]float64
+	var counted int
+	var secondAt time.Time
 	started := false
 	for {
 		got, dups := 0, 0
@@ -319,10 +333,18 @@ func (f *countingFake) measure(t *testing.T, pid, n int, within time.Duration, l
 		}
 		r.maxInFlight = max(r.maxInFlight, f.srv.InFlight())
 		if got > 0 && !started {
-			cpu0, started = procCPU(t, pid), true
+			cpu0, machine0, started = procCPU(t, pid), machineCPU(), true
+			procs0 = allProcCPU()
+			secondAt = time.Now().Add(time.Second)
+		}
+		if started && !time.Now().Before(secondAt) {
+			r.perSecond = append(r.perSecond, got-counted)
+			counted, secondAt = got, secondAt.Add(time.Second)
 		}
 		if got >= n {
 			r.cpu = procCPU(t, pid) - cpu0
+			r.machineCPU = machineCPU() - machine0
+			r.topCPU = topCPU(procs0, allProcCPU(), 6)
 			r.delivered, r.duplicates = got, dups
 			break
 		}
@@ -345,6 +367,62 @@ func (f *countingFake) measure(t *testing.T, pid, n int, within time.Duration, l
 	r.seconds = last.Sub(first).Seconds()
 	r.conns = f.conns.Load()
 	return r
+}
+
+// allProcCPU returns the CPU seconds of every process now, by "pid name".
+func allProcCPU() map[string]float64 {
+	m := map[string]float64{}
+	ds, _ := os.ReadDir("/proc")
+	for _, d := range ds {
+		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i, j := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if i < 0 || j < i {
+			continue
+		}
+		f := strings.Fields(string(b[j+2:]))
+		ut, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		m[d.Name()+" "+string(b[i+1:j])] = (ut + st) / 100
+	}
+	return m
+}
+
+// topCPU names the n processes that used the most CPU between two
+// readings of allProcCPU, with their seconds.
+func topCPU(before, after map[string]float64, n int) string {
+	type pc struct {
+		name string
+		s    float64
+	}
+	var ps []pc
+	for k, v := range after {
+		ps = append(ps, pc{k, v - before[k]})
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i].s > ps[j].s })
+	var out []string
+	for _, p := range ps[:min(n, len(ps))] {
+		out = append(out, fmt.Sprintf("%s %.2fs", p.name, p.s))
+	}
+	return strings.Join(out, ", ")
+}
+
+// machineCPU returns the CPU seconds every process of the machine has
+// used so far (/proc/stat: all but idle and iowait, in 1/100 s).
+func machineCPU() float64 {
+	b, _ := os.ReadFile("/proc/stat")
+	line, _, _ := strings.Cut(string(b), "\n")
+	var busy float64
+	for i, f := range strings.Fields(line)[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		v, _ := strconv.ParseFloat(f, 64)
+		busy += v
+	}
+	return busy / 100
 }
 
 // procCPU returns the user + system CPU seconds of process pid so far
@@ -370,8 +448,18 @@ func loadAvg() string {
 	return strings.Join(f[:3], "/")
 }
 
-// monitor counts the commands Redis runs in one database, from MONITOR.
+// monitor counts the commands Redis runs while a shape's Pacer runs: by
+// default from INFO commandstats (a script's commands included; every
+// database and client of the server, so the bench wants a Redis to itself),
+// or with PACER_BENCH_MONITOR=1 from MONITOR, in the bench's database only,
+// split into commands clients sent and those scripts ran. MONITOR makes
+// Redis write every command to the monitor (the ledger's batches are
+// thousands of arguments each): it costs Redis and the bench about as much
+// CPU as the Pacer process itself on a 2-core machine, so its runs are not
+// for throughput.
 type monitor struct {
+	addr    string
+	stats   map[string]int64 // INFO commandstats at the start; nil under MONITOR
 	conn    net.Conn
 	wg      sync.WaitGroup
 	total   int64
@@ -381,6 +469,9 @@ type monitor struct {
 
 func startMonitor(t *testing.T, addr string, db int) *monitor {
 	t.Helper()
+	if os.Getenv("PACER_BENCH_MONITOR") == "" {
+		return &monitor{addr: addr, stats: commandStats(t, addr)}
+	}
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -430,9 +521,40 @@ func startMonitor(t *testing.T, addr string, db int) *monitor {
 	return m
 }
 
+// commandStats returns the calls of each command the Redis server at addr
+// has run (INFO commandstats: a script's commands included).
+func commandStats(t *testing.T, addr string) map[string]int64 {
+	host, port, _ := strings.Cut(addr, ":")
+	out, err := exec.Command("redis-cli", "-h", host, "-p", port, "INFO", "commandstats").Output()
+	if err != nil && t != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	m := map[string]int64{}
+	for _, line := range strings.Split(string(out), "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		n, _ := strconv.ParseInt(calls, 10, 64)
+		m[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return m
+}
+
 // stop ends the count and returns commands in all, those clients sent, and
 // the count by command ("lua:" prefixed when a script ran it).
 func (m *monitor) stop() (total, clients int64, byCmd map[string]int64) {
+	if m.stats != nil {
+		byCmd = map[string]int64{}
+		for c, n := range commandStats(nil, m.addr) {
+			if d := n - m.stats[c]; d > 0 {
+				byCmd[c] = d
+				total += d
+			}
+		}
+		return total, -1, byCmd
+	}
 	time.Sleep(200 * time.Millisecond) // the last lines
 	m.conn.Close()
 	m.wg.Wait()
