@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
@@ -103,24 +104,23 @@ const (
 type keyState struct {
 	mu            sync.Mutex
 	refreshing    bool         // a goroutine is reading it now (without holding mu)
+	haltCredSet   bool         // haltCred is set: a halt opened the breaker in this process
 	normalWaiting atomic.Int32 // the key's normal-priority senders in acquire
 	pol           *KeyPolicy   // shared with every key of the same policy (see keyStates.def)
 	adapted       adapt.Adapted
 	limit         bucket.Limit // adapted limit passed to the bucket
-	refreshed     time.Time    // when the state was last read from Redis; zero before the first read ends
+	refreshed     instant      // when the state was last read from Redis; zero before the first read ends
 	// first, made by a sender that waits for the key's first read, is
 	// closed (and dropped) once that read is done.
 	first         chan struct{}
 	breaker       adapt.BreakerState
-	breakerUntil  time.Time
 	haltCred      uint64 // CredentialVersion of the last request a halt refused
-	haltCredSet   bool   // haltCred is set: a halt opened the breaker in this process
-	cooldownUntil time.Time
+	cooldownUntil instant
 	// refused describes the last limit read for the key and refused (one
 	// that does not parse, or above the AIMD's highest ceiling), logged
 	// once when it was read; "" once a valid one is read.
 	refused   string
-	lastSeen  time.Time
+	lastSeen  instant
 	users     int           // records of this key being handled now; never swept while > 0
 	delivered atomic.Uint64 // messages of this key the provider accepted through this process
 
@@ -139,7 +139,7 @@ type keyState struct {
 	// measured over at least achievedOver (refreshed by limitFor) from
 	// delivered; mark/markCount are where the current measure began.
 	achieved  float64
-	mark      time.Time
+	mark      instant
 	markCount uint64
 	// pairs is the key's recipients in a pair cooldown and their learned
 	// rates; nil until one of the key's pairs is throttled.
@@ -451,9 +451,12 @@ type keyStates struct {
 // is not given back. Made in blocks, the states of keys that start
 // together sit together; a block is freed by the garbage collector once
 // none of its states is referenced (swept keys' states are never reused),
-// so a key that stays active keeps at most its block (16 x 368 B) alive,
-// as one live state kept its 8 KiB span before.
-const keyStateBlock = 16
+// so a key that stays active keeps at most its block alive (8 KiB, as one
+// live state kept its 8 KiB span before). A block is as many states as
+// fill 8 KiB, one of the runtime's size classes, so it wastes almost
+// nothing: 31 of 264 B take 8,184 B (16 of 368 B took a 6 KiB class for
+// 5,888 B).
+const keyStateBlock = int(8192 / unsafe.Sizeof(keyState{}))
 
 // newState returns a zero state from the current block. Callers hold mu.
 func (ks *keyStates) newState() *keyState {
@@ -483,7 +486,7 @@ func (p *Pacer) keyState(key string) *keyState {
 		p.keys.peak = max(p.keys.peak, len(p.keys.m))
 	}
 	st.mu.Lock()
-	st.lastSeen = time.Now()
+	st.lastSeen = nowInstant()
 	st.users++
 	st.mu.Unlock()
 	return st
@@ -496,9 +499,10 @@ func (st *keyState) done() {
 	defer st.keys.mu.Unlock()
 	st.mu.Lock()
 	st.users--
-	st.lastSeen = time.Now()
+	now := time.Now()
+	st.lastSeen = instantOf(now)
 	if st.users == 0 {
-		st.trim(st.lastSeen)
+		st.trim(now)
 	}
 	st.mu.Unlock()
 }
@@ -521,10 +525,11 @@ func (st *keyState) trim(now time.Time) {
 // follows the keys in use, not every key ever seen.
 func (p *Pacer) sweep(ctx context.Context, now time.Time) int {
 	var idle []*keyState
+	at := instantOf(now)
 	p.keys.mu.Lock()
 	for k, st := range p.keys.m {
 		st.mu.Lock()
-		if st.users == 0 && now.Sub(st.lastSeen) > activeFor {
+		if st.users == 0 && at.Sub(st.lastSeen) > activeFor {
 			delete(p.keys.m, k)
 			idle = append(idle, st)
 		} else if st.users == 0 {
@@ -621,7 +626,7 @@ func (st *keyState) set(a adapt.Adapted, ceiling bucket.Limit, now time.Time) {
 	st.adapted = a
 	st.limit = a.Limit(ceiling)
 	if a.CooldownLeft > 0 {
-		st.cooldownUntil = now.Add(a.CooldownLeft)
+		st.cooldownUntil = instantOf(now.Add(a.CooldownLeft))
 	}
 }
 
@@ -635,7 +640,7 @@ func (st *keyState) set(a adapt.Adapted, ceiling bucket.Limit, now time.Time) {
 func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slog.Logger) (bucket.Limit, KeyPolicy) {
 	st.mu.Lock()
 	now := time.Now()
-	if st.refreshing || now.Sub(st.refreshed) < refreshEvery {
+	if st.refreshing || instantOf(now).Sub(st.refreshed) < refreshEvery {
 		if st.refreshed.IsZero() { // the key's first read is under way: wait for it
 			if st.first == nil {
 				st.first = make(chan struct{})
@@ -686,17 +691,18 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	defer st.mu.Unlock()
 	now = time.Now()
 	st.refreshing = false
-	st.refreshed = now
+	at := instantOf(now)
+	st.refreshed = at
 	if st.first != nil {
 		close(st.first)
 		st.first = nil
 	}
-	if d := now.Sub(st.mark); d >= achievedOver {
+	if d := at.Sub(st.mark); d >= achievedOver {
 		n := st.delivered.Load()
 		if !st.mark.IsZero() {
 			st.achieved = float64(n-st.markCount) / d.Seconds()
 		}
-		st.mark, st.markCount = now, n
+		st.mark, st.markCount = at, n
 	}
 	if refused != st.refused && refused != "" {
 		log.Warn("key limit refused; keeping the last one", append(append([]any{"key", key}, refusedAttrs...),
@@ -722,7 +728,6 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	}
 	if berr == nil {
 		st.breaker = bs.State
-		st.breakerUntil = now.Add(bs.OpenLeft)
 	}
 	if perr == nil && (st.pairs != nil || len(pairs) > 0) {
 		if st.pairs == nil {
@@ -781,7 +786,7 @@ func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol
 	st.mu.Lock()
 	was := st.breaker
 	if !ok && was == adapt.BreakerClosed {
-		st.breaker, st.breakerUntil = adapt.BreakerOpen, time.Now().Add(pol.Breaker.OpenFor)
+		st.breaker = adapt.BreakerOpen
 	}
 	st.mu.Unlock()
 	var state adapt.BreakerState
@@ -793,9 +798,6 @@ func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol
 	}
 	st.mu.Lock()
 	st.breaker = state
-	if state != adapt.BreakerClosed {
-		st.breakerUntil = time.Now().Add(pol.Breaker.OpenFor)
-	}
 	st.mu.Unlock()
 	switch {
 	case state == adapt.BreakerOpen && was != adapt.BreakerOpen:
@@ -947,7 +949,7 @@ func keyClass(lim bucket.Limit) string {
 
 // byClass sums the keys of this process by key class.
 func (p *Pacer) byClass() map[string]classSums {
-	now := time.Now()
+	now := nowInstant()
 	out := map[string]classSums{}
 	p.keys.mu.Lock()
 	defer p.keys.mu.Unlock()
@@ -998,9 +1000,9 @@ func (c classGauges) Collect(ch chan<- prometheus.Metric) {
 // keyGauges returns the per-channel gauges computed from the keys this
 // process sent for in the last activeFor.
 func (p *Pacer) keyGauges() []prometheus.Collector {
-	sum := func(f func(st *keyState, now time.Time) float64) func() float64 {
+	sum := func(f func(st *keyState, now instant) float64) func() float64 {
 		return func() float64 {
-			now := time.Now()
+			now := nowInstant()
 			p.keys.mu.Lock()
 			defer p.keys.mu.Unlock()
 			total := 0.0
@@ -1020,22 +1022,22 @@ func (p *Pacer) keyGauges() []prometheus.Collector {
 		}
 		return 0
 	}
-	g := func(name, help string, f func(st *keyState, now time.Time) float64) prometheus.Collector {
+	g := func(name, help string, f func(st *keyState, now instant) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "pacer", Name: name, Help: help}, sum(f))
 	}
 	return []prometheus.Collector{
 		g("keys_active", "Pacing keys this process sent for in the last 5 minutes.",
-			func(*keyState, time.Time) float64 { return 1 }),
+			func(*keyState, instant) float64 { return 1 }),
 		g("rate_current", "Adapted rate summed over active pacing keys, in messages per second.",
-			func(st *keyState, _ time.Time) float64 { return st.limit.PerSecond }),
+			func(st *keyState, _ instant) float64 { return st.limit.PerSecond }),
 		g("rate_configured", "Configured rate (the AIMD ceiling) summed over active pacing keys, in messages per second.",
-			func(st *keyState, _ time.Time) float64 { return st.pol.Limit.PerSecond }),
+			func(st *keyState, _ instant) float64 { return st.pol.Limit.PerSecond }),
 		g("keys_cooldown", "Active pacing keys in a cooldown.",
-			func(st *keyState, now time.Time) float64 { return b(st.cooldownUntil.After(now)) }),
+			func(st *keyState, now instant) float64 { return b(st.cooldownUntil.After(now)) }),
 		g("keys_at_floor", "Active pacing keys whose adapted rate is at the AIMD floor.",
-			func(st *keyState, _ time.Time) float64 { return b(st.adapted.AtFloor) }),
+			func(st *keyState, _ instant) float64 { return b(st.adapted.AtFloor) }),
 		g("breakers_open", "Active pacing keys whose breaker is open or half-open.",
-			func(st *keyState, _ time.Time) float64 { return b(st.breaker != adapt.BreakerClosed) }),
+			func(st *keyState, _ instant) float64 { return b(st.breaker != adapt.BreakerClosed) }),
 		classGauges{p: p,
 			achieved: prometheus.NewDesc("pacer_rate_achieved",
 				"Accepted sends per second summed over active pacing keys (each measured over at least 5 s), by key class (the keys' configured rate).",

@@ -440,7 +440,7 @@ func (p *Pacer) claim(f *flight) outcome {
 	ctx := f.w.ctx
 	if f.claimed && f.ahead == nil {
 		f.st.mu.Lock()
-		cool := time.Until(f.st.cooldownUntil)
+		cool := time.Until(f.st.cooldownUntil.Time())
 		f.st.mu.Unlock()
 		if cool <= 0 {
 			return next()
