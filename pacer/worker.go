@@ -630,6 +630,11 @@ func (w *worker) finish(e *pending) {
 		n++
 	}
 	w.log = w.log[n:]
+	if len(w.log) == 0 {
+		// Let go of the array: emptied by slicing, it stays as large as
+		// the partition's largest burst (2 MB after 100,000 records).
+		w.log = nil
+	}
 	if last != nil {
 		w.cl.MarkCommitRecords(&kgo.Record{Topic: w.tp.topic, Partition: w.tp.partition, Offset: last.offset, LeaderEpoch: last.epoch})
 	}
