@@ -8,6 +8,7 @@ import (
 	"math"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -441,6 +442,9 @@ type keyStates struct {
 	// slab is the rest of the block new states are cut from (see
 	// keyStateBlock).
 	slab []keyState
+	// text is the block the keys of m are copied into (see keyTextBlock):
+	// its bytes up to len are keys, never written again.
+	text []byte
 }
 
 // keyStateBlock is how many keys' states are allocated together. A
@@ -468,6 +472,33 @@ func (ks *keyStates) newState() *keyState {
 	return st
 }
 
+// keyTextBlock is the size of the blocks a key of the key map is copied
+// into (keys longer than keyTextMax are copied alone). A key as decoded
+// from its record is a small string made among the garbage of every
+// record of a campaign: 100,000 keys (1.6 MB) kept whole spans of that
+// garbage from being reused or given back, each span held by a few of
+// them. Copied when their state is made, the keys that start together sit
+// together, as their states do (see keyStateBlock); a block is freed once
+// none of its keys is referenced any more.
+const (
+	keyTextBlock = 4096
+	keyTextMax   = 256
+)
+
+// keyText returns a copy of key in the current block of keys. Callers
+// hold mu.
+func (ks *keyStates) keyText(key string) string {
+	if len(key) > keyTextMax {
+		return strings.Clone(key)
+	}
+	if cap(ks.text)-len(ks.text) < len(key) {
+		ks.text = make([]byte, 0, keyTextBlock)
+	}
+	ks.text = append(ks.text, key...)
+	b := ks.text[len(ks.text)-len(key):]
+	return unsafe.String(unsafe.SliceData(b), len(b)) // b is never written again
+}
+
 // keyState returns key's state and counts one more record of the key in
 // hand; the caller calls done when the record is finished.
 func (p *Pacer) keyState(key string) *keyState {
@@ -482,7 +513,7 @@ func (p *Pacer) keyState(key string) *keyState {
 		st = p.keys.newState()
 		st.pol, st.limit, st.keys = pol, pol.Limit, &p.keys
 		st.adapted = adapt.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond}
-		p.keys.m[key] = st
+		p.keys.m[p.keys.keyText(key)] = st
 		p.keys.peak = max(p.keys.peak, len(p.keys.m))
 	}
 	st.mu.Lock()
