@@ -105,30 +105,19 @@ const (
 type keyState struct {
 	mu            sync.Mutex
 	refreshing    bool         // a goroutine is reading it now (without holding mu)
-	haltCredSet   bool         // haltCred is set: a halt opened the breaker in this process
 	normalWaiting atomic.Int32 // the key's normal-priority senders in acquire
 	pol           *KeyPolicy   // shared with every key of the same policy (see keyStates.def)
 	adapted       adapt.Adapted
 	limit         bucket.Limit // adapted limit passed to the bucket
 	refreshed     instant      // when the state was last read from Redis; zero before the first read ends
-	// first, made by a sender that waits for the key's first read, is
-	// closed (and dropped) once that read is done.
-	first         chan struct{}
 	breaker       adapt.BreakerState
-	haltCred      uint64 // CredentialVersion of the last request a halt refused
 	cooldownUntil instant
-	// refused describes the last limit read for the key and refused (one
-	// that does not parse, or above the AIMD's highest ceiling), logged
-	// once when it was read; "" once a valid one is read.
-	refused   string
+	// rare is what few keys need; nil while none of it is set (see keyRare).
+	rare      *keyRare
 	lastSeen  instant
 	users     int           // records of this key being handled now; never swept while > 0
 	delivered atomic.Uint64 // messages of this key the provider accepted through this process
 
-	// handoff passes a slot from a normal-priority sender whose slot came
-	// to a high-priority one waiting (unbuffered: only to one waiting now);
-	// made by the first high-priority sender that waits (see handoffChan).
-	handoff chan struct{}
 	// accepted counts the sends of the key the provider accepted since the
 	// last report to the shared state (RecoverAfter, ThrottledAfter).
 	accepted atomic.Int64
@@ -142,9 +131,6 @@ type keyState struct {
 	achieved  float64
 	mark      instant
 	markCount uint64
-	// pairs is the key's recipients in a pair cooldown and their learned
-	// rates; nil until one of the key's pairs is throttled.
-	pairs *pairState
 	// ahead bounds the senders of this process holding a slot of the key
 	// that has not started (see aheadGate); nil while no sender holds one.
 	ahead chan struct{}
@@ -152,6 +138,53 @@ type keyState struct {
 	disp     *bucket.Dispenser // leases of this key's slots, shared by this process's senders; nil when none is held
 	dispCeil bucket.Limit      // the ceiling disp's limit was adapted from (its lateness bound follows both)
 	keys     *keyStates
+}
+
+// keyRare is the part of a key's state that few keys need: one pointer in
+// every key's state (of 100,000 in a process), made for a key when one of
+// its fields is set and dropped once they are all zero again. Guarded by
+// the key's mu.
+type keyRare struct {
+	// first, made by a sender that waits for the key's first read, is
+	// closed (and dropped) once that read is done.
+	first chan struct{}
+	// handoff passes a slot from a normal-priority sender whose slot came
+	// to a high-priority one waiting (unbuffered: only to one waiting now);
+	// made by the first high-priority sender that waits (see handoffChan).
+	handoff chan struct{}
+	// pairs is the key's recipients in a pair cooldown and their learned
+	// rates; nil until one of the key's pairs is throttled.
+	pairs *pairState
+	// refused describes the last limit read for the key and refused (one
+	// that does not parse, or above the AIMD's highest ceiling), logged
+	// once when it was read; "" once a valid one is read.
+	refused     string
+	haltCred    uint64 // CredentialVersion of the last request a halt refused
+	haltCredSet bool   // haltCred is set: a halt opened the breaker in this process
+}
+
+// rareSet returns st.rare, made if nil. Callers hold st.mu.
+func (st *keyState) rareSet() *keyRare {
+	if st.rare == nil {
+		st.rare = &keyRare{}
+	}
+	return st.rare
+}
+
+// rareTidy drops st.rare once all of it is zero. Callers hold st.mu.
+func (st *keyState) rareTidy() {
+	if st.rare != nil && *st.rare == (keyRare{}) {
+		st.rare = nil
+	}
+}
+
+// pairs returns the key's pair state, nil when none of its pairs is
+// known. Callers hold st.mu.
+func (st *keyState) pairs() *pairState {
+	if st.rare == nil {
+		return nil
+	}
+	return st.rare.pairs
 }
 
 // pairState is what a key's process knows of its pairs (key, recipient):
@@ -238,10 +271,11 @@ func (p *Pacer) accountLeft(ctx context.Context, pol KeyPolicy) time.Duration {
 func (st *keyState) pairLeft(to string, now time.Time) time.Duration {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.pairs == nil || len(st.pairs.until) == 0 {
+	ps := st.pairs()
+	if ps == nil || len(ps.until) == 0 {
 		return 0 // no pair of the key cools down: no hash of the recipient
 	}
-	return max(st.pairs.until[recipientSub(to)].Sub(now), 0)
+	return max(ps.until[recipientSub(to)].Sub(now), 0)
 }
 
 // setPair records that the pair (key, sub) cools down for d from now and
@@ -249,22 +283,24 @@ func (st *keyState) pairLeft(to string, now time.Time) time.Duration {
 func (st *keyState) setPair(sub string, d time.Duration, rate float64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.pairs == nil {
-		st.pairs = &pairState{}
+	r := st.rareSet()
+	if r.pairs == nil {
+		r.pairs = &pairState{}
 	}
-	if st.pairs.until == nil {
-		st.pairs.until = map[string]time.Time{}
+	ps := r.pairs
+	if ps.until == nil {
+		ps.until = map[string]time.Time{}
 	}
-	st.pairs.until[sub] = maxTime(st.pairs.until[sub], time.Now().Add(d))
+	ps.until[sub] = maxTime(ps.until[sub], time.Now().Add(d))
 	if rate > 0 {
-		if st.pairs.rates == nil {
-			st.pairs.rates = map[string]float64{}
+		if ps.rates == nil {
+			ps.rates = map[string]float64{}
 		}
-		st.pairs.rates[sub] = rate
-		if st.pairs.rateAt == nil {
-			st.pairs.rateAt = map[string]time.Time{}
+		ps.rates[sub] = rate
+		if ps.rateAt == nil {
+			ps.rateAt = map[string]time.Time{}
 		}
-		st.pairs.rateAt[sub] = time.Now()
+		ps.rateAt[sub] = time.Now()
 	}
 }
 
@@ -272,7 +308,8 @@ func (st *keyState) setPair(sub string, d time.Duration, rate float64) {
 func (st *keyState) anyPairRate() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.pairs != nil && len(st.pairs.rates) > 0
+	ps := st.pairs()
+	return ps != nil && len(ps.rates) > 0
 }
 
 // pairRate returns the learned rate of the pair (key, sub) in msgs/s, 0
@@ -280,10 +317,11 @@ func (st *keyState) anyPairRate() bool {
 func (st *keyState) pairRate(sub string) float64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.pairs == nil {
+	ps := st.pairs()
+	if ps == nil {
 		return 0
 	}
-	return st.pairs.rates[sub]
+	return ps.rates[sub]
 }
 
 // merge takes the key's pairs as read from Redis (a read that began at
@@ -402,17 +440,21 @@ func (st *keyState) aheadGate(n int) chan struct{} {
 	return st.ahead
 }
 
-// handoffChan returns the key's handoff channel (see keyState.handoff).
+// handoffChan returns the key's handoff channel (see keyRare.handoff).
 // A high-priority sender about to wait for a slot passes create true; a
 // normal one offering its slot passes false and gets nil while no
 // high-priority sender ever waited (a send to nil is never ready).
 func (st *keyState) handoffChan(create bool) chan struct{} {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.handoff == nil && create {
-		st.handoff = make(chan struct{})
+	if st.rare == nil && !create {
+		return nil
 	}
-	return st.handoff
+	r := st.rareSet()
+	if r.handoff == nil && create {
+		r.handoff = make(chan struct{})
+	}
+	return r.handoff
 }
 
 // dropLease gives back the key's leased slots that have not started (after
@@ -673,10 +715,11 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	now := time.Now()
 	if st.refreshing || instantOf(now).Sub(st.refreshed) < refreshEvery {
 		if st.refreshed.IsZero() { // the key's first read is under way: wait for it
-			if st.first == nil {
-				st.first = make(chan struct{})
+			r := st.rareSet()
+			if r.first == nil {
+				r.first = make(chan struct{})
 			}
-			first := st.first
+			first := r.first
 			st.mu.Unlock()
 			select {
 			case <-first:
@@ -724,9 +767,9 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	st.refreshing = false
 	at := instantOf(now)
 	st.refreshed = at
-	if st.first != nil {
-		close(st.first)
-		st.first = nil
+	if st.rare != nil && st.rare.first != nil {
+		close(st.rare.first)
+		st.rare.first = nil
 	}
 	if d := at.Sub(st.mark); d >= achievedOver {
 		n := st.delivered.Load()
@@ -735,11 +778,15 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		}
 		st.mark, st.markCount = at, n
 	}
-	if refused != st.refused && refused != "" {
+	if refused != "" && (st.rare == nil || refused != st.rare.refused) {
 		log.Warn("key limit refused; keeping the last one", append(append([]any{"key", key}, refusedAttrs...),
 			"kept_rate", pol.Limit.PerSecond, "kept_burst", pol.Limit.Burst)...)
 	}
-	st.refused = refused
+	if refused != "" {
+		st.rareSet().refused = refused
+	} else if st.rare != nil {
+		st.rare.refused = ""
+	}
 	ceilingChanged := st.pol.Limit != pol.Limit
 	if pol != *st.pol {
 		if st.keys != nil && st.keys.def != nil && pol == *st.keys.def {
@@ -760,15 +807,17 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	if berr == nil {
 		st.breaker = bs.State
 	}
-	if perr == nil && (st.pairs != nil || len(pairs) > 0) {
-		if st.pairs == nil {
-			st.pairs = &pairState{}
+	if perr == nil && (st.pairs() != nil || len(pairs) > 0) {
+		r := st.rareSet()
+		if r.pairs == nil {
+			r.pairs = &pairState{}
 		}
-		st.pairs.merge(pairs, began, now)
-		if ps := st.pairs; len(ps.until) == 0 && ps.rates == nil {
-			st.pairs = nil // every pair cooled down: the key's usual state
+		r.pairs.merge(pairs, began, now)
+		if ps := r.pairs; len(ps.until) == 0 && ps.rates == nil {
+			r.pairs = nil // every pair cooled down: the key's usual state
 		}
 	}
+	st.rareTidy()
 	return st.limit, *st.pol
 }
 
@@ -884,7 +933,8 @@ func (p *Pacer) credentialVersion(key string) uint64 {
 // refused by a halt.
 func (st *keyState) haltedWith(v uint64) {
 	st.mu.Lock()
-	st.haltCred, st.haltCredSet = v, true
+	r := st.rareSet()
+	r.haltCred, r.haltCredSet = v, true
 	st.mu.Unlock()
 }
 
@@ -898,7 +948,7 @@ func (p *Pacer) credentialReplaced(key string, st *keyState) bool {
 	v := p.credentialVersion(key)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.haltCredSet && st.haltCred != v
+	return st.rare != nil && st.rare.haltCredSet && st.rare.haltCred != v
 }
 
 // breakerAllow asks the breaker before a send when this process believes it
@@ -918,8 +968,12 @@ func (p *Pacer) breakerAllow(ctx context.Context, key string, st *keyState, pol 
 			return false, false, 0, false
 		}
 		st.mu.Lock()
-		closing := st.haltCredSet
-		st.breaker, st.haltCredSet = adapt.BreakerClosed, false
+		closing := st.rare != nil && st.rare.haltCredSet
+		st.breaker = adapt.BreakerClosed
+		if closing {
+			st.rare.haltCred, st.rare.haltCredSet = 0, false // haltCred is read only while set
+			st.rareTidy()
+		}
 		st.mu.Unlock()
 		if closing {
 			log.Info("breaker closed: the key's credential was replaced since it was refused")

@@ -1,12 +1,15 @@
 package pacer
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/control"
 )
 
 // The key map holds its own copies of the keys, side by side in shared
@@ -57,5 +60,66 @@ func TestKeysCopiedTogether(t *testing.T) {
 		if h == k && unsafe.StringData(h) != unsafe.SliceData(p.keys.text) {
 			t.Error("the key is not at the start of the new block")
 		}
+	}
+}
+
+// refusingPolicy refuses every key's stored limit while refuse is set.
+type refusingPolicy struct {
+	Policy
+	refuse bool
+}
+
+func (p *refusingPolicy) KeyPolicy(ctx context.Context, key string) (KeyPolicy, error) {
+	if p.refuse {
+		return KeyPolicy{}, fmt.Errorf("%w: rate \"fast\" is not a number", control.ErrInvalid)
+	}
+	return p.Policy.KeyPolicy(ctx, key)
+}
+
+// What few keys need (keyRare) is made when it is set and dropped once
+// it is all zero again: a key whose first read a sender waited for, or
+// whose stored limit was refused for a while, is back to the usual state
+// with nothing more than any other key.
+func TestKeyRareDroppedOnceUnused(t *testing.T) {
+	pol := &refusingPolicy{}
+	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, pol)
+	pol.Policy = p.policyDefault
+	ctx := t.Context()
+	st := p.keyState("k")
+	defer st.done()
+
+	// A sender waiting for the key's first read (see limitFor).
+	st.mu.Lock()
+	first := make(chan struct{})
+	st.rareSet().first = first
+	st.mu.Unlock()
+	p.limitFor(ctx, "k", st, p.log)
+	select {
+	case <-first:
+	default:
+		t.Fatal("the first read's waiters were not released")
+	}
+	if st.rare != nil {
+		t.Errorf("after the first read: %+v kept, want nil", *st.rare)
+	}
+
+	// A refused limit is remembered (logged once) until a valid one is read.
+	pol.refuse = true
+	st.refreshed = instantOf(time.Now().Add(-2 * refreshEvery))
+	p.limitFor(ctx, "k", st, p.log)
+	if st.rare == nil || st.rare.refused == "" {
+		t.Fatalf("a refused limit was not remembered: %+v", st.rare)
+	}
+	pol.refuse = false
+	st.refreshed = instantOf(time.Now().Add(-2 * refreshEvery))
+	p.limitFor(ctx, "k", st, p.log)
+	if st.rare != nil {
+		t.Errorf("after a valid limit: %+v kept, want nil", *st.rare)
+	}
+
+	// A pair throttle keeps the pair's state, not the rest.
+	st.setPair("sub", time.Minute, 0)
+	if st.rare == nil || st.pairs() == nil || st.rare.first != nil || st.rare.refused != "" {
+		t.Fatalf("after a pair throttle: %+v", st.rare)
 	}
 }
