@@ -135,9 +135,8 @@ type keyState struct {
 	// that has not started (see aheadGate); nil while no sender holds one.
 	ahead chan struct{}
 
-	disp     *bucket.Dispenser // leases of this key's slots, shared by this process's senders; nil when none is held
-	dispCeil bucket.Limit      // the ceiling disp's limit was adapted from (its lateness bound follows both)
-	keys     *keyStates
+	disp *bucket.Dispenser // leases of this key's slots, shared by this process's senders; nil when none is held
+	keys *keyStates
 }
 
 // keyRare is the part of a key's state that few keys need: one pointer in
@@ -215,19 +214,21 @@ func (c countingLeaser) Return(ctx context.Context, lease bucket.Lease, used int
 
 // dispenser returns the key's Dispenser for lim (the adapted limit of
 // ceiling) leasing n slots at a time, replacing (and returning the unused
-// slots of) one made for another limit. Its slots stay usable as long
-// after their start as a sender may be late (lateSlot).
+// slots of) one made for another limit or lateness. Its slots stay usable
+// as long after their start as a sender may be late (lateSlot, which
+// follows both lim and ceiling: the dispenser's lateness is how the key's
+// state remembers the ceiling it was made for).
 func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, ceiling, lim bucket.Limit, n int) *bucket.Dispenser {
+	late := lateSlot(ceiling, lim)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.disp != nil && st.disp.Limit() == lim && st.dispCeil == ceiling {
+	if st.disp != nil && st.disp.Limit() == lim && st.disp.Late() == late {
 		return st.disp
 	}
 	if st.disp != nil {
 		st.disp.Close(ctx)
 	}
-	st.disp = bucket.NewDispenser(countingLeaser{p}, p.cfg.Channel, key, lim, n, p.cfg.MaxTokenWait).WithLate(lateSlot(ceiling, lim))
-	st.dispCeil = ceiling
+	st.disp = bucket.NewDispenser(countingLeaser{p}, p.cfg.Channel, key, lim, n, p.cfg.MaxTokenWait).WithLate(late)
 	return st.disp
 }
 

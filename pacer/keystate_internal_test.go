@@ -123,3 +123,41 @@ func TestKeyRareDroppedOnceUnused(t *testing.T) {
 		t.Fatalf("after a pair throttle: %+v", st.rare)
 	}
 }
+
+// A key's dispenser is kept while the limit and the lateness its ceiling
+// gives (lateSlot) stay the same, and replaced, its unused slots given
+// back, when either changes.
+func TestDispenserFollowsLimitAndLateness(t *testing.T) {
+	b := bucket.NewLocal(bucket.LocalConfig{})
+	p := testPacer(t, b, &stubAdapter{}, nil)
+	ctx := t.Context()
+	st := p.keyState("k")
+	defer st.done()
+	lim := bucket.Limit{PerSecond: 10, Burst: 2}
+	narrow := bucket.Limit{PerSecond: 10, Burst: 2} // no headroom: lateSlot's floor
+	wide := bucket.Limit{PerSecond: 10, Burst: 10}  // 8 slots of headroom: 0.4 s
+	if lateSlot(narrow, lim) == lateSlot(wide, lim) {
+		t.Fatal("the two ceilings give the same lateness: the test needs them apart")
+	}
+	d := st.dispenser(ctx, p, "k", narrow, lim, 4)
+	if d.Late() != lateSlot(narrow, lim) {
+		t.Errorf("lateness %v, want %v", d.Late(), lateSlot(narrow, lim))
+	}
+	if again := st.dispenser(ctx, p, "k", narrow, lim, 4); again != d {
+		t.Error("same limit and ceiling: a new dispenser")
+	}
+	same := bucket.Limit{PerSecond: 10, Burst: 1} // another ceiling, the same lateness
+	if lateSlot(same, lim) != lateSlot(narrow, lim) {
+		t.Fatal("lateSlot changed: pick another ceiling of the same lateness")
+	}
+	if again := st.dispenser(ctx, p, "k", same, lim, 4); again != d {
+		t.Error("a ceiling of the same lateness: a new dispenser")
+	}
+	w := st.dispenser(ctx, p, "k", wide, lim, 4)
+	if w == d || w.Late() != lateSlot(wide, lim) {
+		t.Errorf("a ceiling of another lateness: same dispenser %v, lateness %v (want %v)", w == d, w.Late(), lateSlot(wide, lim))
+	}
+	if l := st.dispenser(ctx, p, "k", wide, bucket.Limit{PerSecond: 5, Burst: 1}, 4); l == w || l.Limit().PerSecond != 5 {
+		t.Errorf("another limit: same dispenser %v, limit %v", l == w, l.Limit())
+	}
+}
