@@ -35,7 +35,7 @@ func (p *Pacer) AppendActiveKeys(dst []KeyActivity) []KeyActivity {
 	for k, st := range p.keys.m {
 		st.mu.Lock()
 		if st.users > 0 || now.Sub(st.lastSeen) <= activeFor {
-			out = append(out, KeyActivity{Key: k, Delivered: st.delivered.Load(), InHand: st.users})
+			out = append(out, KeyActivity{Key: k, Delivered: st.delivered.Load(), InHand: int(st.users)})
 		}
 		st.mu.Unlock()
 	}

@@ -97,16 +97,24 @@ const (
 
 // keyState is this process's view of one pacing key's policy and shared
 // state. One exists per key active in this process (100,000 keys at a time
-// is a supported load), so it is kept small: the parts few keys use (the
-// wait for the first read, the priority handoff, the lookahead gate, the
-// lease dispenser, pair cooldowns) are made on first use, and the gate and
-// a spent dispenser are dropped again once the key has no record in hand
-// (see [keyState.trim]). TestKeyStateBytes bounds its size.
+// is a supported load), so it is kept small (192 B): the parts few keys use
+// (the wait for the first read, the priority handoff, pair cooldowns, a
+// refused limit, a halt's credential: see [keyRare]) sit behind one
+// pointer, the lookahead gate and the lease dispenser are made on first
+// use and dropped again once the key has no record in hand (see
+// [keyState.trim]), times are 8-byte [instant]s, and the counters that fit
+// 32 bits share 8 bytes. TestKeyStateBytes bounds its size.
 type keyState struct {
 	mu            sync.Mutex
 	refreshing    bool         // a goroutine is reading it now (without holding mu)
 	normalWaiting atomic.Int32 // the key's normal-priority senders in acquire
-	pol           *KeyPolicy   // shared with every key of the same policy (see keyStates.def)
+	users         int32        // records of this key being handled now; never swept while > 0
+	// cuts counts the decreases of the adapted rate this process has seen:
+	// a sender holding a slot granted before one drops it (the decrease
+	// cleared the bucket's debt) and takes a new one at the new rate.
+	// Only compared for a change (it may wrap).
+	cuts          atomic.Int32
+	pol           *KeyPolicy // shared with every key of the same policy (see keyStates.def)
 	adapted       adapt.Adapted
 	limit         bucket.Limit // adapted limit passed to the bucket
 	refreshed     instant      // when the state was last read from Redis; zero before the first read ends
@@ -115,16 +123,11 @@ type keyState struct {
 	// rare is what few keys need; nil while none of it is set (see keyRare).
 	rare      *keyRare
 	lastSeen  instant
-	users     int           // records of this key being handled now; never swept while > 0
 	delivered atomic.Uint64 // messages of this key the provider accepted through this process
 
 	// accepted counts the sends of the key the provider accepted since the
 	// last report to the shared state (RecoverAfter, ThrottledAfter).
 	accepted atomic.Int64
-	// cuts counts the decreases of the adapted rate this process has seen:
-	// a sender holding a slot granted before one drops it (the decrease
-	// cleared the bucket's debt) and takes a new one at the new rate.
-	cuts atomic.Int64
 	// achieved is the key's accepted sends per second in this process,
 	// measured over at least achievedOver (refreshed by limitFor) from
 	// delivered; mark/markCount are where the current measure began.
@@ -136,7 +139,6 @@ type keyState struct {
 	ahead chan struct{}
 
 	disp *bucket.Dispenser // leases of this key's slots, shared by this process's senders; nil when none is held
-	keys *keyStates
 }
 
 // keyRare is the part of a key's state that few keys need: one pointer in
@@ -554,7 +556,7 @@ func (p *Pacer) keyState(key string) *keyState {
 		}
 		pol := p.keys.def
 		st = p.keys.newState()
-		st.pol, st.limit, st.keys = pol, pol.Limit, &p.keys
+		st.pol, st.limit = pol, pol.Limit
 		st.adapted = adapt.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond}
 		p.keys.m[p.keys.keyText(key)] = st
 		p.keys.peak = max(p.keys.peak, len(p.keys.m))
@@ -566,11 +568,11 @@ func (p *Pacer) keyState(key string) *keyState {
 	return st
 }
 
-// done counts one record of the key as no longer in hand; the last one
+// done counts one record of st's key as no longer in hand; the last one
 // trims the key's state.
-func (st *keyState) done() {
-	st.keys.mu.Lock()
-	defer st.keys.mu.Unlock()
+func (ks *keyStates) done(st *keyState) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
 	st.mu.Lock()
 	st.users--
 	now := time.Now()
@@ -790,8 +792,8 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	}
 	ceilingChanged := st.pol.Limit != pol.Limit
 	if pol != *st.pol {
-		if st.keys != nil && st.keys.def != nil && pol == *st.keys.def {
-			st.pol = st.keys.def
+		if p.keys.def != nil && pol == *p.keys.def {
+			st.pol = p.keys.def
 		} else {
 			np := pol
 			st.pol = &np

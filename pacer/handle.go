@@ -651,7 +651,7 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 		defer p.unlockID(f.env.Key, f.env.ID)
 	}
 	if f.st != nil {
-		defer f.st.done()
+		defer p.keys.done(f.st)
 	}
 	p.settleAhead(f)
 	if f.claimed && o.kind != delivered && !o.keepClaim {

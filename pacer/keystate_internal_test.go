@@ -21,7 +21,7 @@ func TestKeysCopiedTogether(t *testing.T) {
 	long := strings.Repeat("x", keyTextMax+1)
 	keys := []string{fmt.Sprintf("2065%07d", 1), fmt.Sprintf("2065%07d", 2), fmt.Sprintf("2065%07d", 3), long}
 	for _, k := range keys {
-		p.keyState(k).done()
+		p.keys.done(p.keyState(k))
 	}
 	held := map[string]string{}
 	for k := range p.keys.m {
@@ -52,7 +52,7 @@ func TestKeysCopiedTogether(t *testing.T) {
 	// A key that does not fit in what is left of the block starts a new one.
 	p.keys.text = p.keys.text[:keyTextBlock-5]
 	k := fmt.Sprintf("2065%07d", 4)
-	p.keyState(k).done()
+	p.keys.done(p.keyState(k))
 	if len(p.keys.text) != 11 {
 		t.Errorf("after a key that did not fit: %d bytes of the block used, want 11 (a new block)", len(p.keys.text))
 	}
@@ -86,7 +86,7 @@ func TestKeyRareDroppedOnceUnused(t *testing.T) {
 	pol.Policy = p.policyDefault
 	ctx := t.Context()
 	st := p.keyState("k")
-	defer st.done()
+	defer p.keys.done(st)
 
 	// A sender waiting for the key's first read (see limitFor).
 	st.mu.Lock()
@@ -132,7 +132,7 @@ func TestDispenserFollowsLimitAndLateness(t *testing.T) {
 	p := testPacer(t, b, &stubAdapter{}, nil)
 	ctx := t.Context()
 	st := p.keyState("k")
-	defer st.done()
+	defer p.keys.done(st)
 	lim := bucket.Limit{PerSecond: 10, Burst: 2}
 	narrow := bucket.Limit{PerSecond: 10, Burst: 2} // no headroom: lateSlot's floor
 	wide := bucket.Limit{PerSecond: 10, Burst: 10}  // 8 slots of headroom: 0.4 s
