@@ -503,7 +503,7 @@ type keyStates struct {
 // so a key that stays active keeps at most its block alive (8 KiB, as one
 // live state kept its 8 KiB span before). A block is as many states as
 // fill 8 KiB, one of the runtime's size classes, so it wastes almost
-// nothing: 31 of 264 B take 8,184 B (16 of 368 B took a 6 KiB class for
+// nothing: 42 of 192 B take 8,064 B (16 of 368 B took a 6 KiB class for
 // 5,888 B).
 const keyStateBlock = int(8192 / unsafe.Sizeof(keyState{}))
 
@@ -642,7 +642,7 @@ const shrinkFrom = 1024
 
 // freeOSFrom is how many keys one sweep must free for it to return the
 // process's idle heap to the operating system at once (a key's state and
-// its share of the key map are about 0.36 MB per thousand keys).
+// its share of the key map are about 0.25 MB per thousand keys).
 const freeOSFrom = 10_000
 
 // idleReleases are how long after it last finished a record an idle
