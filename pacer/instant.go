@@ -11,10 +11,10 @@ var clockBase = time.Now()
 
 // instant is a time kept in a key's state: the nanoseconds from clockBase
 // to it, 8 bytes where a time.Time takes 24 (a key's state keeps four, and
-// a process 100,000 keys' states). 0 is the zero time.Time ("never").
+// a process up to 100,000 states). 0 is the zero time.Time ("never").
 //
-// An instant is made from a time.Time ([instantOf], [nowInstant]) and compares
-// as that time would: the difference from clockBase is read on the
+// An instant is made from a time.Time ([instantOf], [nowInstant]) and
+// compares as that time would: the difference from clockBase is read on the
 // monotonic clock when the time has a monotonic reading (every time.Now()
 // of the process does), so a step of the wall clock changes no comparison,
 // as with time.Time. Inside a testing/synctest bubble, whose clock has no
@@ -27,8 +27,8 @@ var clockBase = time.Now()
 type instant int64
 
 // instantOf returns t as an instant. A t that falls exactly on clockBase
-// is taken 1 ns later (0 is the zero instant). t is within about 292
-// years of clockBase, as a time.Time difference is (beyond, it saturates).
+// is taken 1 ns later (0 is the zero instant); one more than about 292
+// years from clockBase saturates, as time.Time's Sub does.
 func instantOf(t time.Time) instant {
 	if t.IsZero() {
 		return 0
