@@ -93,6 +93,9 @@ func reservationAt(at, now time.Time, redisSlot int64) Reservation {
 // Limit returns the limit d leases under, as given to [NewDispenser].
 func (d *Dispenser) Limit() Limit { return d.lim }
 
+// Late returns the lateness set by [Dispenser.WithLate] (0 when none).
+func (d *Dispenser) Late() time.Duration { return d.late } // set before d is shared
+
 // Spent reports whether d holds no slot it could still hand out at now:
 // every slot of its lease was handed out or has lapsed (started more than
 // one slot interval before now, as [Dispenser.Next] skips them). A spent

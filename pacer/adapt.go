@@ -8,9 +8,11 @@ import (
 	"math"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
@@ -95,62 +97,95 @@ const (
 
 // keyState is this process's view of one pacing key's policy and shared
 // state. One exists per key active in this process (100,000 keys at a time
-// is a supported load), so it is kept small: the parts few keys use (the
-// wait for the first read, the priority handoff, the lookahead gate, the
-// lease dispenser, pair cooldowns) are made on first use, and the gate and
-// a spent dispenser are dropped again once the key has no record in hand
-// (see [keyState.trim]). TestKeyStateBytes bounds its size.
+// is a supported load), so it is kept small (192 B): the parts few keys use
+// (the wait for the first read, the priority handoff, pair cooldowns, a
+// refused limit, a halt's credential: see [keyRare]) sit behind one
+// pointer, the lookahead gate and the lease dispenser are made on first
+// use and dropped again once the key has no record in hand (see
+// [keyState.trim]), times are 8-byte [instant]s, and the counters that fit
+// 32 bits share 8 bytes. TestKeyStateBytes bounds its size.
 type keyState struct {
 	mu            sync.Mutex
 	refreshing    bool         // a goroutine is reading it now (without holding mu)
 	normalWaiting atomic.Int32 // the key's normal-priority senders in acquire
-	pol           *KeyPolicy   // shared with every key of the same policy (see keyStates.def)
-	adapted       adapt.Adapted
-	limit         bucket.Limit // adapted limit passed to the bucket
-	refreshed     time.Time    // when the state was last read from Redis; zero before the first read ends
-	// first, made by a sender that waits for the key's first read, is
-	// closed (and dropped) once that read is done.
-	first         chan struct{}
-	breaker       adapt.BreakerState
-	breakerUntil  time.Time
-	haltCred      uint64 // CredentialVersion of the last request a halt refused
-	haltCredSet   bool   // haltCred is set: a halt opened the breaker in this process
-	cooldownUntil time.Time
-	// refused describes the last limit read for the key and refused (one
-	// that does not parse, or above the AIMD's highest ceiling), logged
-	// once when it was read; "" once a valid one is read.
-	refused   string
-	lastSeen  time.Time
-	users     int           // records of this key being handled now; never swept while > 0
-	delivered atomic.Uint64 // messages of this key the provider accepted through this process
-
-	// handoff passes a slot from a normal-priority sender whose slot came
-	// to a high-priority one waiting (unbuffered: only to one waiting now);
-	// made by the first high-priority sender that waits (see handoffChan).
-	handoff chan struct{}
-	// accepted counts the sends of the key the provider accepted since the
-	// last report to the shared state (RecoverAfter, ThrottledAfter).
-	accepted atomic.Int64
+	users         int32        // records of this key being handled now; never swept while > 0
 	// cuts counts the decreases of the adapted rate this process has seen:
 	// a sender holding a slot granted before one drops it (the decrease
 	// cleared the bucket's debt) and takes a new one at the new rate.
-	cuts atomic.Int64
+	// Only compared for a change (it may wrap).
+	cuts          atomic.Int32
+	pol           *KeyPolicy // shared with every key of the same policy (see keyStates.def)
+	adapted       adapt.Adapted
+	limit         bucket.Limit // adapted limit passed to the bucket
+	refreshed     instant      // when the state was last read from Redis; zero before the first read ends
+	breaker       adapt.BreakerState
+	cooldownUntil instant
+	// rare is what few keys need; nil while none of it is set (see keyRare).
+	rare      *keyRare
+	lastSeen  instant
+	delivered atomic.Uint64 // messages of this key the provider accepted through this process
+
+	// accepted counts the sends of the key the provider accepted since the
+	// last report to the shared state (RecoverAfter, ThrottledAfter).
+	accepted atomic.Int64
 	// achieved is the key's accepted sends per second in this process,
 	// measured over at least achievedOver (refreshed by limitFor) from
 	// delivered; mark/markCount are where the current measure began.
 	achieved  float64
-	mark      time.Time
+	mark      instant
 	markCount uint64
-	// pairs is the key's recipients in a pair cooldown and their learned
-	// rates; nil until one of the key's pairs is throttled.
-	pairs *pairState
 	// ahead bounds the senders of this process holding a slot of the key
 	// that has not started (see aheadGate); nil while no sender holds one.
 	ahead chan struct{}
 
-	disp     *bucket.Dispenser // leases of this key's slots, shared by this process's senders; nil when none is held
-	dispCeil bucket.Limit      // the ceiling disp's limit was adapted from (its lateness bound follows both)
-	keys     *keyStates
+	disp *bucket.Dispenser // leases of this key's slots, shared by this process's senders; nil when none is held
+}
+
+// keyRare is the part of a key's state that few keys need: one pointer in
+// every key's state (of 100,000 in a process), made for a key when one of
+// its fields is set and dropped once they are all zero again. Guarded by
+// the key's mu.
+type keyRare struct {
+	// first, made by a sender that waits for the key's first read, is
+	// closed (and dropped) once that read is done.
+	first chan struct{}
+	// handoff passes a slot from a normal-priority sender whose slot came
+	// to a high-priority one waiting (unbuffered: only to one waiting now);
+	// made by the first high-priority sender that waits (see handoffChan).
+	handoff chan struct{}
+	// pairs is the key's recipients in a pair cooldown and their learned
+	// rates; nil until one of the key's pairs is throttled.
+	pairs *pairState
+	// refused describes the last limit read for the key and refused (one
+	// that does not parse, or above the AIMD's highest ceiling), logged
+	// once when it was read; "" once a valid one is read.
+	refused     string
+	haltCred    uint64 // CredentialVersion of the last request a halt refused
+	haltCredSet bool   // haltCred is set: a halt opened the breaker in this process
+}
+
+// rareSet returns st.rare, made if nil. Callers hold st.mu.
+func (st *keyState) rareSet() *keyRare {
+	if st.rare == nil {
+		st.rare = &keyRare{}
+	}
+	return st.rare
+}
+
+// rareTidy drops st.rare once all of it is zero. Callers hold st.mu.
+func (st *keyState) rareTidy() {
+	if st.rare != nil && *st.rare == (keyRare{}) {
+		st.rare = nil
+	}
+}
+
+// pairs returns the key's pair state, nil when none of its pairs is
+// known. Callers hold st.mu.
+func (st *keyState) pairs() *pairState {
+	if st.rare == nil {
+		return nil
+	}
+	return st.rare.pairs
 }
 
 // pairState is what a key's process knows of its pairs (key, recipient):
@@ -181,19 +216,21 @@ func (c countingLeaser) Return(ctx context.Context, lease bucket.Lease, used int
 
 // dispenser returns the key's Dispenser for lim (the adapted limit of
 // ceiling) leasing n slots at a time, replacing (and returning the unused
-// slots of) one made for another limit. Its slots stay usable as long
-// after their start as a sender may be late (lateSlot).
+// slots of) one made for another limit or lateness. Its slots stay usable
+// as long after their start as a sender may be late (lateSlot, which
+// follows both lim and ceiling: the dispenser's lateness is how the key's
+// state remembers the ceiling it was made for).
 func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, ceiling, lim bucket.Limit, n int) *bucket.Dispenser {
+	late := lateSlot(ceiling, lim)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.disp != nil && st.disp.Limit() == lim && st.dispCeil == ceiling {
+	if st.disp != nil && st.disp.Limit() == lim && st.disp.Late() == late {
 		return st.disp
 	}
 	if st.disp != nil {
 		st.disp.Close(ctx)
 	}
-	st.disp = bucket.NewDispenser(countingLeaser{p}, p.cfg.Channel, key, lim, n, p.cfg.MaxTokenWait).WithLate(lateSlot(ceiling, lim))
-	st.dispCeil = ceiling
+	st.disp = bucket.NewDispenser(countingLeaser{p}, p.cfg.Channel, key, lim, n, p.cfg.MaxTokenWait).WithLate(late)
 	return st.disp
 }
 
@@ -237,10 +274,11 @@ func (p *Pacer) accountLeft(ctx context.Context, pol KeyPolicy) time.Duration {
 func (st *keyState) pairLeft(to string, now time.Time) time.Duration {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.pairs == nil || len(st.pairs.until) == 0 {
+	ps := st.pairs()
+	if ps == nil || len(ps.until) == 0 {
 		return 0 // no pair of the key cools down: no hash of the recipient
 	}
-	return max(st.pairs.until[recipientSub(to)].Sub(now), 0)
+	return max(ps.until[recipientSub(to)].Sub(now), 0)
 }
 
 // setPair records that the pair (key, sub) cools down for d from now and
@@ -248,22 +286,24 @@ func (st *keyState) pairLeft(to string, now time.Time) time.Duration {
 func (st *keyState) setPair(sub string, d time.Duration, rate float64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.pairs == nil {
-		st.pairs = &pairState{}
+	r := st.rareSet()
+	if r.pairs == nil {
+		r.pairs = &pairState{}
 	}
-	if st.pairs.until == nil {
-		st.pairs.until = map[string]time.Time{}
+	ps := r.pairs
+	if ps.until == nil {
+		ps.until = map[string]time.Time{}
 	}
-	st.pairs.until[sub] = maxTime(st.pairs.until[sub], time.Now().Add(d))
+	ps.until[sub] = maxTime(ps.until[sub], time.Now().Add(d))
 	if rate > 0 {
-		if st.pairs.rates == nil {
-			st.pairs.rates = map[string]float64{}
+		if ps.rates == nil {
+			ps.rates = map[string]float64{}
 		}
-		st.pairs.rates[sub] = rate
-		if st.pairs.rateAt == nil {
-			st.pairs.rateAt = map[string]time.Time{}
+		ps.rates[sub] = rate
+		if ps.rateAt == nil {
+			ps.rateAt = map[string]time.Time{}
 		}
-		st.pairs.rateAt[sub] = time.Now()
+		ps.rateAt[sub] = time.Now()
 	}
 }
 
@@ -271,7 +311,8 @@ func (st *keyState) setPair(sub string, d time.Duration, rate float64) {
 func (st *keyState) anyPairRate() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.pairs != nil && len(st.pairs.rates) > 0
+	ps := st.pairs()
+	return ps != nil && len(ps.rates) > 0
 }
 
 // pairRate returns the learned rate of the pair (key, sub) in msgs/s, 0
@@ -279,10 +320,11 @@ func (st *keyState) anyPairRate() bool {
 func (st *keyState) pairRate(sub string) float64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.pairs == nil {
+	ps := st.pairs()
+	if ps == nil {
 		return 0
 	}
-	return st.pairs.rates[sub]
+	return ps.rates[sub]
 }
 
 // merge takes the key's pairs as read from Redis (a read that began at
@@ -401,17 +443,21 @@ func (st *keyState) aheadGate(n int) chan struct{} {
 	return st.ahead
 }
 
-// handoffChan returns the key's handoff channel (see keyState.handoff).
+// handoffChan returns the key's handoff channel (see keyRare.handoff).
 // A high-priority sender about to wait for a slot passes create true; a
 // normal one offering its slot passes false and gets nil while no
 // high-priority sender ever waited (a send to nil is never ready).
 func (st *keyState) handoffChan(create bool) chan struct{} {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.handoff == nil && create {
-		st.handoff = make(chan struct{})
+	if st.rare == nil && !create {
+		return nil
 	}
-	return st.handoff
+	r := st.rareSet()
+	if r.handoff == nil && create {
+		r.handoff = make(chan struct{})
+	}
+	return r.handoff
 }
 
 // dropLease gives back the key's leased slots that have not started (after
@@ -441,6 +487,9 @@ type keyStates struct {
 	// slab is the rest of the block new states are cut from (see
 	// keyStateBlock).
 	slab []keyState
+	// text is the block the keys of m are copied into (see keyTextBlock):
+	// its bytes up to len are keys, never written again.
+	text []byte
 }
 
 // keyStateBlock is how many keys' states are allocated together. A
@@ -451,9 +500,12 @@ type keyStates struct {
 // is not given back. Made in blocks, the states of keys that start
 // together sit together; a block is freed by the garbage collector once
 // none of its states is referenced (swept keys' states are never reused),
-// so a key that stays active keeps at most its block (16 x 368 B) alive,
-// as one live state kept its 8 KiB span before.
-const keyStateBlock = 16
+// so a key that stays active keeps at most its block alive (8 KiB, as one
+// live state kept its 8 KiB span before). A block is as many states as
+// fill 8 KiB, one of the runtime's size classes, so it wastes almost
+// nothing: 42 of 192 B take 8,064 B (16 of 368 B took a 6 KiB class for
+// 5,888 B).
+const keyStateBlock = int(8192 / unsafe.Sizeof(keyState{}))
 
 // newState returns a zero state from the current block. Callers hold mu.
 func (ks *keyStates) newState() *keyState {
@@ -463,6 +515,33 @@ func (ks *keyStates) newState() *keyState {
 	st := &ks.slab[0]
 	ks.slab = ks.slab[1:]
 	return st
+}
+
+// keyTextBlock is the size of the blocks a key of the key map is copied
+// into (keys longer than keyTextMax are copied alone). A key as decoded
+// from its record is a small string made among the garbage of every
+// record of a campaign: 100,000 keys (1.6 MB) kept whole spans of that
+// garbage from being reused or given back, each span held by a few of
+// them. Copied when their state is made, the keys that start together sit
+// together, as their states do (see keyStateBlock); a block is freed once
+// none of its keys is referenced any more.
+const (
+	keyTextBlock = 4096
+	keyTextMax   = 256
+)
+
+// keyText returns a copy of key in the current block of keys. Callers
+// hold mu.
+func (ks *keyStates) keyText(key string) string {
+	if len(key) > keyTextMax {
+		return strings.Clone(key)
+	}
+	if cap(ks.text)-len(ks.text) < len(key) {
+		ks.text = make([]byte, 0, keyTextBlock)
+	}
+	ks.text = append(ks.text, key...)
+	b := ks.text[len(ks.text)-len(key):]
+	return unsafe.String(unsafe.SliceData(b), len(b)) // b is never written again
 }
 
 // keyState returns key's state and counts one more record of the key in
@@ -477,28 +556,29 @@ func (p *Pacer) keyState(key string) *keyState {
 		}
 		pol := p.keys.def
 		st = p.keys.newState()
-		st.pol, st.limit, st.keys = pol, pol.Limit, &p.keys
+		st.pol, st.limit = pol, pol.Limit
 		st.adapted = adapt.Adapted{Rate: pol.Limit.PerSecond, Ceiling: pol.Limit.PerSecond}
-		p.keys.m[key] = st
+		p.keys.m[p.keys.keyText(key)] = st
 		p.keys.peak = max(p.keys.peak, len(p.keys.m))
 	}
 	st.mu.Lock()
-	st.lastSeen = time.Now()
+	st.lastSeen = nowInstant()
 	st.users++
 	st.mu.Unlock()
 	return st
 }
 
-// done counts one record of the key as no longer in hand; the last one
+// done counts one record of st's key as no longer in hand; the last one
 // trims the key's state.
-func (st *keyState) done() {
-	st.keys.mu.Lock()
-	defer st.keys.mu.Unlock()
+func (ks *keyStates) done(st *keyState) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
 	st.mu.Lock()
 	st.users--
-	st.lastSeen = time.Now()
+	now := time.Now()
+	st.lastSeen = instantOf(now)
 	if st.users == 0 {
-		st.trim(st.lastSeen)
+		st.trim(now)
 	}
 	st.mu.Unlock()
 }
@@ -521,10 +601,11 @@ func (st *keyState) trim(now time.Time) {
 // follows the keys in use, not every key ever seen.
 func (p *Pacer) sweep(ctx context.Context, now time.Time) int {
 	var idle []*keyState
+	at := instantOf(now)
 	p.keys.mu.Lock()
 	for k, st := range p.keys.m {
 		st.mu.Lock()
-		if st.users == 0 && now.Sub(st.lastSeen) > activeFor {
+		if st.users == 0 && at.Sub(st.lastSeen) > activeFor {
 			delete(p.keys.m, k)
 			idle = append(idle, st)
 		} else if st.users == 0 {
@@ -561,7 +642,7 @@ const shrinkFrom = 1024
 
 // freeOSFrom is how many keys one sweep must free for it to return the
 // process's idle heap to the operating system at once (a key's state and
-// its share of the key map are about 0.36 MB per thousand keys).
+// its share of the key map are about 0.25 MB per thousand keys).
 const freeOSFrom = 10_000
 
 // idleReleases are how long after it last finished a record an idle
@@ -621,7 +702,7 @@ func (st *keyState) set(a adapt.Adapted, ceiling bucket.Limit, now time.Time) {
 	st.adapted = a
 	st.limit = a.Limit(ceiling)
 	if a.CooldownLeft > 0 {
-		st.cooldownUntil = now.Add(a.CooldownLeft)
+		st.cooldownUntil = instantOf(now.Add(a.CooldownLeft))
 	}
 }
 
@@ -635,12 +716,13 @@ func (st *keyState) set(a adapt.Adapted, ceiling bucket.Limit, now time.Time) {
 func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slog.Logger) (bucket.Limit, KeyPolicy) {
 	st.mu.Lock()
 	now := time.Now()
-	if st.refreshing || now.Sub(st.refreshed) < refreshEvery {
+	if st.refreshing || instantOf(now).Sub(st.refreshed) < refreshEvery {
 		if st.refreshed.IsZero() { // the key's first read is under way: wait for it
-			if st.first == nil {
-				st.first = make(chan struct{})
+			r := st.rareSet()
+			if r.first == nil {
+				r.first = make(chan struct{})
 			}
-			first := st.first
+			first := r.first
 			st.mu.Unlock()
 			select {
 			case <-first:
@@ -686,27 +768,32 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	defer st.mu.Unlock()
 	now = time.Now()
 	st.refreshing = false
-	st.refreshed = now
-	if st.first != nil {
-		close(st.first)
-		st.first = nil
+	at := instantOf(now)
+	st.refreshed = at
+	if st.rare != nil && st.rare.first != nil {
+		close(st.rare.first)
+		st.rare.first = nil
 	}
-	if d := now.Sub(st.mark); d >= achievedOver {
+	if d := at.Sub(st.mark); d >= achievedOver {
 		n := st.delivered.Load()
 		if !st.mark.IsZero() {
 			st.achieved = float64(n-st.markCount) / d.Seconds()
 		}
-		st.mark, st.markCount = now, n
+		st.mark, st.markCount = at, n
 	}
-	if refused != st.refused && refused != "" {
+	if refused != "" && (st.rare == nil || refused != st.rare.refused) {
 		log.Warn("key limit refused; keeping the last one", append(append([]any{"key", key}, refusedAttrs...),
 			"kept_rate", pol.Limit.PerSecond, "kept_burst", pol.Limit.Burst)...)
 	}
-	st.refused = refused
+	if refused != "" {
+		st.rareSet().refused = refused
+	} else if st.rare != nil {
+		st.rare.refused = ""
+	}
 	ceilingChanged := st.pol.Limit != pol.Limit
 	if pol != *st.pol {
-		if st.keys != nil && st.keys.def != nil && pol == *st.keys.def {
-			st.pol = st.keys.def
+		if p.keys.def != nil && pol == *p.keys.def {
+			st.pol = p.keys.def
 		} else {
 			np := pol
 			st.pol = &np
@@ -722,17 +809,18 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	}
 	if berr == nil {
 		st.breaker = bs.State
-		st.breakerUntil = now.Add(bs.OpenLeft)
 	}
-	if perr == nil && (st.pairs != nil || len(pairs) > 0) {
-		if st.pairs == nil {
-			st.pairs = &pairState{}
+	if perr == nil && (st.pairs() != nil || len(pairs) > 0) {
+		r := st.rareSet()
+		if r.pairs == nil {
+			r.pairs = &pairState{}
 		}
-		st.pairs.merge(pairs, began, now)
-		if ps := st.pairs; len(ps.until) == 0 && ps.rates == nil {
-			st.pairs = nil // every pair cooled down: the key's usual state
+		r.pairs.merge(pairs, began, now)
+		if ps := r.pairs; len(ps.until) == 0 && ps.rates == nil {
+			r.pairs = nil // every pair cooled down: the key's usual state
 		}
 	}
+	st.rareTidy()
 	return st.limit, *st.pol
 }
 
@@ -781,7 +869,7 @@ func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol
 	st.mu.Lock()
 	was := st.breaker
 	if !ok && was == adapt.BreakerClosed {
-		st.breaker, st.breakerUntil = adapt.BreakerOpen, time.Now().Add(pol.Breaker.OpenFor)
+		st.breaker = adapt.BreakerOpen
 	}
 	st.mu.Unlock()
 	var state adapt.BreakerState
@@ -793,9 +881,6 @@ func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol
 	}
 	st.mu.Lock()
 	st.breaker = state
-	if state != adapt.BreakerClosed {
-		st.breakerUntil = time.Now().Add(pol.Breaker.OpenFor)
-	}
 	st.mu.Unlock()
 	switch {
 	case state == adapt.BreakerOpen && was != adapt.BreakerOpen:
@@ -851,7 +936,8 @@ func (p *Pacer) credentialVersion(key string) uint64 {
 // refused by a halt.
 func (st *keyState) haltedWith(v uint64) {
 	st.mu.Lock()
-	st.haltCred, st.haltCredSet = v, true
+	r := st.rareSet()
+	r.haltCred, r.haltCredSet = v, true
 	st.mu.Unlock()
 }
 
@@ -865,7 +951,7 @@ func (p *Pacer) credentialReplaced(key string, st *keyState) bool {
 	v := p.credentialVersion(key)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.haltCredSet && st.haltCred != v
+	return st.rare != nil && st.rare.haltCredSet && st.rare.haltCred != v
 }
 
 // breakerAllow asks the breaker before a send when this process believes it
@@ -885,8 +971,12 @@ func (p *Pacer) breakerAllow(ctx context.Context, key string, st *keyState, pol 
 			return false, false, 0, false
 		}
 		st.mu.Lock()
-		closing := st.haltCredSet
-		st.breaker, st.haltCredSet = adapt.BreakerClosed, false
+		closing := st.rare != nil && st.rare.haltCredSet
+		st.breaker = adapt.BreakerClosed
+		if closing {
+			st.rare.haltCred, st.rare.haltCredSet = 0, false // haltCred is read only while set
+			st.rareTidy()
+		}
 		st.mu.Unlock()
 		if closing {
 			log.Info("breaker closed: the key's credential was replaced since it was refused")
@@ -947,7 +1037,7 @@ func keyClass(lim bucket.Limit) string {
 
 // byClass sums the keys of this process by key class.
 func (p *Pacer) byClass() map[string]classSums {
-	now := time.Now()
+	now := nowInstant()
 	out := map[string]classSums{}
 	p.keys.mu.Lock()
 	defer p.keys.mu.Unlock()
@@ -998,9 +1088,9 @@ func (c classGauges) Collect(ch chan<- prometheus.Metric) {
 // keyGauges returns the per-channel gauges computed from the keys this
 // process sent for in the last activeFor.
 func (p *Pacer) keyGauges() []prometheus.Collector {
-	sum := func(f func(st *keyState, now time.Time) float64) func() float64 {
+	sum := func(f func(st *keyState, now instant) float64) func() float64 {
 		return func() float64 {
-			now := time.Now()
+			now := nowInstant()
 			p.keys.mu.Lock()
 			defer p.keys.mu.Unlock()
 			total := 0.0
@@ -1020,22 +1110,22 @@ func (p *Pacer) keyGauges() []prometheus.Collector {
 		}
 		return 0
 	}
-	g := func(name, help string, f func(st *keyState, now time.Time) float64) prometheus.Collector {
+	g := func(name, help string, f func(st *keyState, now instant) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "pacer", Name: name, Help: help}, sum(f))
 	}
 	return []prometheus.Collector{
 		g("keys_active", "Pacing keys this process sent for in the last 5 minutes.",
-			func(*keyState, time.Time) float64 { return 1 }),
+			func(*keyState, instant) float64 { return 1 }),
 		g("rate_current", "Adapted rate summed over active pacing keys, in messages per second.",
-			func(st *keyState, _ time.Time) float64 { return st.limit.PerSecond }),
+			func(st *keyState, _ instant) float64 { return st.limit.PerSecond }),
 		g("rate_configured", "Configured rate (the AIMD ceiling) summed over active pacing keys, in messages per second.",
-			func(st *keyState, _ time.Time) float64 { return st.pol.Limit.PerSecond }),
+			func(st *keyState, _ instant) float64 { return st.pol.Limit.PerSecond }),
 		g("keys_cooldown", "Active pacing keys in a cooldown.",
-			func(st *keyState, now time.Time) float64 { return b(st.cooldownUntil.After(now)) }),
+			func(st *keyState, now instant) float64 { return b(st.cooldownUntil.After(now)) }),
 		g("keys_at_floor", "Active pacing keys whose adapted rate is at the AIMD floor.",
-			func(st *keyState, _ time.Time) float64 { return b(st.adapted.AtFloor) }),
+			func(st *keyState, _ instant) float64 { return b(st.adapted.AtFloor) }),
 		g("breakers_open", "Active pacing keys whose breaker is open or half-open.",
-			func(st *keyState, _ time.Time) float64 { return b(st.breaker != adapt.BreakerClosed) }),
+			func(st *keyState, _ instant) float64 { return b(st.breaker != adapt.BreakerClosed) }),
 		classGauges{p: p,
 			achieved: prometheus.NewDesc("pacer_rate_achieved",
 				"Accepted sends per second summed over active pacing keys (each measured over at least 5 s), by key class (the keys' configured rate).",

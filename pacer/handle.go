@@ -450,7 +450,7 @@ func (p *Pacer) claim(f *flight) outcome {
 	ctx := f.w.ctx
 	if f.claimed && f.ahead == nil {
 		f.st.mu.Lock()
-		cool := time.Until(f.st.cooldownUntil)
+		cool := time.Until(f.st.cooldownUntil.Time())
 		f.st.mu.Unlock()
 		if cool <= 0 {
 			return next()
@@ -657,7 +657,7 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 		defer p.unlockID(f.env.Key, f.env.ID)
 	}
 	if f.st != nil {
-		defer f.st.done()
+		defer p.keys.done(f.st)
 	}
 	p.settleAhead(f)
 	if f.claimed && o.kind != delivered && !o.keepClaim {

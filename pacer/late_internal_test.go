@@ -166,7 +166,7 @@ func TestAcquireGivesUpOnlySlotsLaterThanTheHeadroomAllows(t *testing.T) {
 				p := testPacer(t, b, &stubAdapter{}, nil)
 				p.cfg.LeaseSize = 1 // one reservation per slot
 				st := p.keyState("k")
-				defer st.done()
+				defer p.keys.done(st)
 				lim := bucket.Limit{PerSecond: 1000, Burst: 5}
 				wait, _, ok := p.acquire(t.Context(), "k", "to", false, st, KeyPolicy{Limit: c.ceiling}, lim, p.log, nil)
 				if !ok || wait != 0 {

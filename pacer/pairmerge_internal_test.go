@@ -19,7 +19,7 @@ func TestPairMergeKeepsRatesLearnedDuringTheRead(t *testing.T) {
 	time.Sleep(2 * time.Millisecond)
 	st.setPair("new", time.Second, 1) // learned while the read was on its way
 	now := time.Now()
-	st.pairs.merge(map[string]adapt.Pair{"read": {Rate: 0.25, Left: 0}}, began, now)
+	st.pairs().merge(map[string]adapt.Pair{"read": {Rate: 0.25, Left: 0}}, began, now)
 	if r := st.pairRate("new"); r != 1 {
 		t.Errorf("rate learned during the read: %v, want 1 kept", r)
 	}
@@ -30,11 +30,11 @@ func TestPairMergeKeepsRatesLearnedDuringTheRead(t *testing.T) {
 		t.Errorf("rate read: %v, want 0.25", r)
 	}
 	// The next read, which began after, has it or not: Redis decides.
-	st.pairs.merge(map[string]adapt.Pair{}, now.Add(time.Millisecond), now.Add(time.Second))
+	st.pairs().merge(map[string]adapt.Pair{}, now.Add(time.Millisecond), now.Add(time.Second))
 	if r := st.pairRate("new"); r != 0 {
 		t.Errorf("rate absent from a read that began after it was learned: %v, want 0", r)
 	}
-	if st.pairs.rateAt != nil {
-		t.Errorf("rateAt %v, want nil once no rate is kept", st.pairs.rateAt)
+	if st.pairs().rateAt != nil {
+		t.Errorf("rateAt %v, want nil once no rate is kept", st.pairs().rateAt)
 	}
 }

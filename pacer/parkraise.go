@@ -142,7 +142,7 @@ func (p *Pacer) waitParked(f *flight) bool {
 	ctx := f.w.ctx
 	return waitRescaled(ctx, f.m.due, was, func(was float64) (float64, time.Time) {
 		st := p.keyState(key)
-		defer st.done()
+		defer p.keys.done(st)
 		lim, _ := p.limitFor(ctx, key, st, f.log)
 		return p.parkMarks.seen(key, lim.PerSecond, was, time.Now())
 	})

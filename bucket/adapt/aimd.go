@@ -410,17 +410,9 @@ type Adapted struct {
 	// Ceiling is the configured rate the call was given, in messages per
 	// second.
 	Ceiling float64
-	// AtFloor reports that Rate is at the floor: throttles no longer lower it.
-	AtFloor bool
 	// CooldownLeft is the time left of the key's cooldown ([bucket.Limiter.Cooldown]
 	// and throttles share it), rounded up to the millisecond; 0 when none.
 	CooldownLeft time.Duration
-	// Decreased reports that this call lowered Rate (a counted throttle not
-	// already at the floor). Only [Adapter.Throttled] sets it.
-	Decreased bool
-	// Increased reports that this call raised Rate (a clean window had
-	// passed). Only [Adapter.Recover] sets it.
-	Increased bool
 	// FloorStreak is the number of counted throttles in a row that found
 	// the key already at its floor: throttles coalesced into one count once,
 	// and an increase resets it to 0. The pacer opens the key's breaker when
@@ -428,6 +420,18 @@ type Adapted struct {
 	FloorStreak int
 
 	jitter float64 // seconds: the headroom Limit leaves, from [AIMD].Jitter
+
+	// The flags last, together: a pacer keeps one Adapted per active key
+	// (48 bytes; 56 with the flags between the 8-byte fields).
+
+	// AtFloor reports that Rate is at the floor: throttles no longer lower it.
+	AtFloor bool
+	// Decreased reports that this call lowered Rate (a counted throttle not
+	// already at the floor). Only [Adapter.Throttled] sets it.
+	Decreased bool
+	// Increased reports that this call raised Rate (a clean window had
+	// passed). Only [Adapter.Recover] sets it.
+	Increased bool
 }
 
 // Limit returns the limit under which the pacer takes tokens for a key with

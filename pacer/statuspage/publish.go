@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -56,7 +57,7 @@ type Publisher struct {
 
 	prev    map[string]published // per active key: what the last reading (at prevAt) saw and wrote
 	prevAt  time.Time
-	gen     uint64 // Publish calls so far
+	gen     uint32 // Publish calls so far (wraps after 680 years at 5 s)
 	peak    int    // the most keys prev held since it was made
 	rewrite bool   // the next Publish writes the whole hash again
 }
@@ -127,8 +128,8 @@ func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
 		if secs > 0 {
 			rate = float64(d) / secs
 		}
-		r := published{delivered: a.Delivered, rate: rate, inHand: a.InHand, gen: p.gen}
-		if p.rewrite || !ok || was.rate != rate || was.inHand != a.InHand {
+		r := published{delivered: a.Delivered, rate: rate, inHand: int32(min(a.InHand, math.MaxInt32)), gen: p.gen}
+		if p.rewrite || !ok || was.rate != rate || was.inHand != r.inHand {
 			fields = append(fields, a.Key, strconv.FormatFloat(rate, 'g', 6, 64)+" "+strconv.Itoa(a.InHand))
 		}
 		p.prev[a.Key] = r
@@ -185,12 +186,13 @@ func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// published is what a Publisher last published of one key.
+// published is what a Publisher last published of one key: 24 bytes,
+// one per active key.
 type published struct {
 	delivered uint64  // the key's Delivered at the reading
 	rate      float64 // msgs/s written
-	inHand    int     // records in hand written
-	gen       uint64  // the Publish that last saw the key active
+	inHand    int32   // records in hand written
+	gen       uint32  // the Publish that last saw the key active
 }
 
 // parseEntry reads one field value of a replica's hash.

@@ -71,7 +71,7 @@ func (s *source) get(dst []pacer.KeyActivity) []pacer.KeyActivity {
 }
 
 func act(key string, delivered uint64, inHand int) pacer.KeyActivity {
-	return pacer.KeyActivity{Key: key, Delivered: delivered, InHand: inHand, LastSeen: time.Now()}
+	return pacer.KeyActivity{Key: key, Delivered: delivered, InHand: inHand}
 }
 
 // scenario writes a channel with two replicas: key A throttled twice (a
