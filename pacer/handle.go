@@ -779,9 +779,7 @@ var errRedisDown = errors.New("pacer: redis unavailable (local failure mode)")
 // sends stop meanwhile and /readyz says so. In local mode it tries once and
 // returns errRedisDown on failure, so the caller can pace in-process.
 func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) error {
-	fail := backoff.NewExponentialBackOff()
-	fail.InitialInterval = 100 * time.Millisecond
-	fail.MaxInterval = 5 * time.Second
+	var fail *backoff.ExponentialBackOff // made at the first failure
 	for {
 		err := op()
 		if err == nil {
@@ -807,6 +805,11 @@ func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) er
 		}
 		if p.cfg.RedisFailure == RedisFailureLocal {
 			return errRedisDown
+		}
+		if fail == nil {
+			fail = backoff.NewExponentialBackOff()
+			fail.InitialInterval = 100 * time.Millisecond
+			fail.MaxInterval = 5 * time.Second
 		}
 		if !sleep(ctx, fail.NextBackOff()) {
 			return ctx.Err()
@@ -1087,8 +1090,7 @@ func (p *Pacer) release(ctx context.Context, env Envelope, log *slog.Logger) {
 // happens here: the provider has the message.
 func (p *Pacer) delivered(ctx context.Context, env Envelope, res channels.Result, log *slog.Logger) {
 	p.m.delivered.WithLabelValues().Inc()
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
+	dctx := p.markBy.ctx(time.Now())
 	if err := p.redis(dctx, log, func() error {
 		if cl := p.countingLedger(); cl != nil && env.Campaign != "" {
 			// The campaign's count goes in the flush that writes the mark.

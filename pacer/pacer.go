@@ -531,6 +531,9 @@ type Pacer struct {
 	// record whose request left its Drain to write the outcome, revoke or
 	// not (see [deadlines]).
 	sendBy, drainBy *deadlines
+	// markBy bounds the write of a delivered mark: 30 s, whatever ends the
+	// record's context.
+	markBy *deadlines
 }
 
 type tp struct {
@@ -565,7 +568,7 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	}
 	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, sender: deps.Sender, m: m,
 		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}},
-		ids: map[string]chan struct{}{}, handlers: newGoPool()}
+		ids: map[string]chan struct{}{}, handlers: newGoPool(), markBy: newDeadlines(context.Background(), 30*time.Second)}
 	if !p.strict() {
 		p.places = newPlaces(cfg.ProcessInFlight)
 	}
