@@ -685,13 +685,15 @@ func (p *Pacer) Run(ctx context.Context) error {
 		go p.progressLoop(ctx)
 	}
 
+	// Consuming from here: a replica whose partitions hold nothing (or that
+	// has none) waits in PollRecords, and is ready all the same.
+	p.setConsuming(true)
 	for {
 		fetches := cl.PollRecords(ctx, 10000)
 		if fetches.IsClientClosed() || ctx.Err() != nil {
 			cl.AllowRebalance()
 			break
 		}
-		p.setConsuming(true)
 		fetches.EachError(func(t string, part int32, err error) {
 			if !errors.Is(err, context.Canceled) {
 				p.log.Warn("fetch error", "topic", t, "partition", part, "err", err)

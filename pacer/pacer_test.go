@@ -1250,3 +1250,15 @@ func TestLateClaimKeptForNextSlot(t *testing.T) {
 		t.Errorf("%d claims in the ledger's flushes, want 1", n)
 	}
 }
+
+// TestReadyWithNothingToConsume: a pacer whose topic holds no record is
+// ready once it consumes (its poll waits for records), and says so on
+// pacer_ready: an idle channel's replicas must pass their readiness probe.
+func TestReadyWithNothingToConsume(t *testing.T) {
+	h := newHarness(t, nil)
+	p, stop := h.start(h.cfg, h.sender, h.reg)
+	defer stop()
+	if !waitFor(30*time.Second, func() bool { return p.Ready() && h.gauge("pacer_ready") == 1 }) {
+		t.Fatalf("empty topic: Ready() %v, pacer_ready %v; want true, 1", p.Ready(), h.gauge("pacer_ready"))
+	}
+}
