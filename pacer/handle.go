@@ -779,11 +779,25 @@ var errRedisDown = errors.New("pacer: redis unavailable (local failure mode)")
 // sends stop meanwhile and /readyz says so. In local mode it tries once and
 // returns errRedisDown on failure, so the caller can pace in-process.
 func (p *Pacer) redis(ctx context.Context, log *slog.Logger, op func() error) error {
+	return p.redisOp(ctx, log, op, true)
+}
+
+// redisQueued is [Pacer.redis] for an op that may only queue its write for
+// a later flush (a delivered mark): its success says nothing of Redis, so
+// it never ends the failure mode (with PACER_REDIS_FAILURE=local, every
+// queued mark flipped the pacer back to Redis's buckets mid-outage, and the
+// next call flipped it back to a fresh in-process one).
+func (p *Pacer) redisQueued(ctx context.Context, log *slog.Logger, op func() error) error {
+	return p.redisOp(ctx, log, op, false)
+}
+
+// redisOp is redis; proves says whether op's success means Redis answered.
+func (p *Pacer) redisOp(ctx context.Context, log *slog.Logger, op func() error, proves bool) error {
 	var fail *backoff.ExponentialBackOff // made at the first failure
 	for {
 		err := op()
 		if err == nil {
-			if !p.redisOK.Swap(true) {
+			if proves && !p.redisOK.Swap(true) {
 				log.Info("redis reachable again; pacing through Redis")
 				p.m.fallback.WithLabelValues().Set(0)
 				p.publishReady()
@@ -1091,7 +1105,7 @@ func (p *Pacer) release(ctx context.Context, env Envelope, log *slog.Logger) {
 func (p *Pacer) delivered(ctx context.Context, env Envelope, res channels.Result, log *slog.Logger) {
 	p.m.delivered.WithLabelValues().Inc()
 	dctx := p.markBy.ctx(time.Now())
-	if err := p.redis(dctx, log, func() error {
+	if err := p.redisQueued(dctx, log, func() error {
 		if cl := p.countingLedger(); cl != nil && env.Campaign != "" {
 			// The campaign's count goes in the flush that writes the mark.
 			return cl.DeliveredCounted(dctx, p.cfg.Channel, env.Key, env.ID, res.ProviderID,

@@ -1262,3 +1262,46 @@ func TestReadyWithNothingToConsume(t *testing.T) {
 		t.Fatalf("empty topic: Ready() %v, pacer_ready %v; want true, 1", p.Ready(), h.gauge("pacer_ready"))
 	}
 }
+
+// TestRedisFailureLocalStaysLocal: in local mode with Redis down, the
+// delivered marks the ledger only queues for its next flush are no sign of
+// Redis: the pacer stays in its fallback for the whole outage (it flipped
+// back to Redis's buckets after each queued mark, and to a fresh
+// in-process bucket at the next failed call).
+func TestRedisFailureLocalStaysLocal(t *testing.T) {
+	h := newHarness(t, nil)
+	h.batched = 20 * time.Millisecond
+	h.cfg.RedisFailure = pacer.RedisFailureLocal
+	var logs syncBuffer
+	h.cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	h.mr.Close() // Redis is down from the start
+	ids := []string{"a", "b", "c", "d", "e", "f"}
+	for _, id := range ids {
+		h.produce(env(id))
+	}
+	s := h.sender
+	_, stop := h.start(h.cfg, h.sender, h.reg)
+	defer stop()
+	if !waitFor(30*time.Second, func() bool {
+		n := 0
+		for _, id := range ids {
+			n += s.count(s.success, id)
+		}
+		return n == len(ids)
+	}) {
+		t.Fatal("local mode, Redis down: not every record delivered within 30s")
+	}
+	if n := strings.Count(logs.String(), "redis reachable again"); n != 0 {
+		t.Errorf("Redis down throughout: %d lines %q, want 0", n, "redis reachable again")
+	}
+	if g := h.gauge("pacer_redis_fallback"); g != 1 {
+		t.Errorf("pacer_redis_fallback = %v, want 1 (still in the fallback)", g)
+	}
+	// Back, so that the queued marks are written before the ledger closes.
+	if err := h.mr.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(30*time.Second, func() bool { return len(h.mr.Keys()) > 0 }) {
+		t.Error("Redis back: the queued delivered marks were not written within 30s")
+	}
+}
