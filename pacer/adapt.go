@@ -131,10 +131,12 @@ type keyState struct {
 	// accepted counts the sends of the key the provider accepted since the
 	// last report to the shared state (RecoverAfter, ThrottledAfter).
 	accepted atomic.Int64
-	// cuts counts the decreases of the adapted rate this process has seen:
-	// a sender holding a slot granted before one drops it (the decrease
-	// cleared the bucket's debt) and takes a new one at the new rate.
-	cuts atomic.Int64
+	// cutAt is when the last decrease this process has seen was made (by
+	// any replica), in Unix ns of the local clock, and grows with each one
+	// (0: none): a sender holding a slot granted before it drops it (the
+	// decrease cleared the bucket's debt) and takes a new one at the new
+	// rate; a slot granted after it is the new schedule (see acquire).
+	cutAt atomic.Int64
 	// achieved is the key's accepted sends per second in this process,
 	// measured over at least achievedOver (refreshed by limitFor) from
 	// delivered; mark/markCount are where the current measure began.
@@ -616,7 +618,12 @@ func (p *Pacer) sweepLoop(ctx context.Context) {
 
 func (st *keyState) set(a adapt.Adapted, ceiling bucket.Limit, now time.Time) {
 	if a.Rate < st.adapted.Rate {
-		st.cuts.Add(1)
+		// The decrease was made a.SinceDecrease before the reply (by
+		// another replica, up to a refresh ago); now less that is no
+		// earlier than it on this clock, as the reply came after the
+		// script ran. Unknown: now, so every slot held is dropped.
+		at := now.Add(-max(a.SinceDecrease, 0)).UnixNano()
+		st.cutAt.Store(max(at, st.cutAt.Load()+1)) // under mu: its only writer
 	}
 	st.adapted = a
 	st.limit = a.Limit(ceiling)
