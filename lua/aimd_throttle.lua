@@ -13,7 +13,8 @@
 --                     before win_us + window_us
 --            streak   counted throttles in a row that found the rate at the floor
 --            ep_us    start (µs) of the current throttle episode: the last
---                     decrease, or the counted throttle that began the episode
+--                     decrease (the end of its refill pause, if it set one),
+--                     or the counted throttle that began the episode
 --            n        throttles since ep_us, not counting the one at ep_us
 --            k        increases in a row since the last counted throttle
 --                     (aimd_recover.lua accelerates with it)
@@ -101,7 +102,9 @@
 --   (within [floor_u, ceil_u], even when Decrease kept the new rate above
 --   it: aimd_recover.lua then holds the rate there, not probing, for 4
 --   windows; the weaker estimate leaves cap as it was), and a new episode
---   starts as above, with win_us = cooldown end.
+--   starts as above, with win_us = cooldown end, and ep_us = the end of the
+--   refill pause when one was set (nothing is sent in it: counted, it would
+--   put the next estimate below the capacity by its share of the episode).
 -- accepted is added to acc first in every case; a new episode sets acc = 0.
 -- A counted (lone or persistent) throttle adds one to streak if urate was at
 -- the floor already, else sets it to 0.
@@ -151,6 +154,7 @@ end
 
 local s, wrongtype = read()
 local change = 0
+local start = now -- ep_us of a new episode
 if not s then
   s = {urate = ceil_u, last_us = 0, hold_us = 0, win_us = 0, streak = 0, ep_us = 0, n = 0, k = 0, acc = 0, cap = 0,
     cut_us = 0}
@@ -232,6 +236,13 @@ else
       redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
       cd = pause_end
     end
+    if refill and pause_tokens > 0 then
+      -- The next episode's accepted sends are counted from the end of the
+      -- pause: nothing is sent in it, and counted over it they would put
+      -- the next estimate under the capacity by the pause's share of the
+      -- episode (125 ms of a 1 s episode: 12%).
+      start = cd
+    end
     if s.acc > 0 then
       local c = est
       if above and s.urate < est then
@@ -248,7 +259,7 @@ else
   else
     s.win_us = math.max(s.win_us, cd)
   end
-  s.ep_us = now
+  s.ep_us = start
   s.n = 0
   s.k = 0
   s.acc = 0

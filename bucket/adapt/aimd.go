@@ -59,7 +59,8 @@ const (
 //     cooldown (one token interval by default). Only throttles that persist
 //     lower the rate.
 //   - A decrease goes to what the provider accepts: the sends every replica
-//     saw accepted over the throttle episode, per second
+//     saw accepted over the throttle episode (from the end of the last
+//     refill pause), per second
 //     ([Adapter.ThrottledAfter]), estimate the capacity of a provider that
 //     keeps refusing, and the rate goes to [AIMD].Backoff of that estimate,
 //     cutting at most to [AIMD].Decrease of the rate at once. An estimate

@@ -969,18 +969,19 @@ func TestAIMDFoundCapacity(t *testing.T) {
 			{at: 0, op: opThrottle, rate: 100, cooldown: 10 * ms}, // lone
 			// 40 accepted in 0.5 s: 80/s, the cut to 72 and the pause (to 1500ms).
 			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: pause, accepted: 40},
-			// 99 accepted in 1.1 s: 90/s, near 80: the estimate is 85, above
-			// the rate: no cut, a pause again (to 2600ms).
-			{at: 1600 * ms, op: opThrottle, rate: 72, cooldown: pause, accepted: 99},
-			{at: 3700 * ms, op: opRecover, rate: 85, change: 1, accepted: 80}, // below the cap: to it
-			// At the cap: no probe before 4 windows (7700ms).
-			{at: 4800 * ms, op: opRecover, rate: 85, accepted: 95},
-			{at: 7600 * ms, op: opRecover, rate: 85, accepted: 250},
-			{at: 7800 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // 385 >= 0.9 * 85/s * 3.6 s: * 1.1
+			// 81 accepted in the 0.9 s since the pause ended (not the 1.9 s
+			// since the cut): 90/s, near 80: the estimate is 85, above the
+			// rate: no cut, a pause again (to 3400ms).
+			{at: 2400 * ms, op: opThrottle, rate: 72, cooldown: pause, accepted: 81},
+			{at: 4500 * ms, op: opRecover, rate: 85, change: 1, accepted: 80}, // below the cap: to it
+			// At the cap: no probe before 4 windows (8500ms).
+			{at: 5600 * ms, op: opRecover, rate: 85, accepted: 95},
+			{at: 8400 * ms, op: opRecover, rate: 85, accepted: 250},
+			{at: 8600 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // 385 >= 0.9 * 85/s * 3.6 s: * 1.1
 			// 40 < 0.9 * 93.5/s * 0.6 s: not in use yet (the rule below the
 			// cap, over the window less a second, would take 8.4).
-			{at: 8900 * ms, op: opRecover, rate: 93.5, accepted: 40},
-			{at: 9000 * ms, op: opRecover, rate: 100, change: 1, accepted: 30}, // * (1 + 0.2), capped
+			{at: 9700 * ms, op: opRecover, rate: 93.5, accepted: 40},
+			{at: 9800 * ms, op: opRecover, rate: 100, change: 1, accepted: 30}, // * (1 + 0.2), capped
 		})
 	})
 }
