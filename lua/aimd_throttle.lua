@@ -94,10 +94,7 @@
 --   capacity); the rate then goes to that estimate, not Backoff below it. Without reports of accepted sends (acc = 0)
 --   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
 --   The rate becomes max(floor_u, floor(urate * decrease),
---   floor(min(est, urate) * backoff)) (without the floor(urate * decrease)
---   bound when est was averaged with cap: an estimate that meets the
---   capacity found again is trusted, and the cut that ends a probe above
---   it goes there in one step), or stays when an estimate from acc
+--   floor(min(est, urate) * backoff)), or stays when an estimate from acc
 --   exceeds it (urate < est: below the provider's capacity, the refusals
 --   come from its bucket emptied moments ago, by a probe or bunched sends;
 --   the pause refills it; an estimate above 1.25 * cap then raises cap to
@@ -179,14 +176,12 @@ else
     local est
     local above = false -- est is more than 1.25 times cap
     local few = false -- est is cap * backoff: few refusals (see below)
-    local near = false -- est met the capacity found again (averaged with it)
     if s.acc > 0 then
       est = s.acc * 1e12 / dt
       -- An estimate near the last one (within -20%..+25%) meets the same
       -- capacity: their mean evens out the replicas' late reports.
       if s.cap > 0 and est >= 0.8 * s.cap and est <= 1.25 * s.cap then
         est = (est + s.cap) / 2
-        near = true
       elseif s.cap > 0 and est > 1.25 * s.cap then
         above = true
       end
@@ -211,16 +206,7 @@ else
     if few then
       margin = 1
     end
-    -- Decrease bounds a cut whose estimate may be wrong. An estimate that
-    -- met the capacity found again is not: the cut that ends a probe above
-    -- it goes there in one step, not through a chain of cuts (each a
-    -- pause, each an episode short of the rate that estimates the
-    -- capacity low) to below it.
-    local deepest = math.floor(s.urate * decrease)
-    if near then
-      deepest = 0
-    end
-    local u = math.max(floor_u, deepest, math.floor(math.min(est, s.urate) * margin))
+    local u = math.max(floor_u, math.floor(s.urate * decrease), math.floor(math.min(est, s.urate) * margin))
     u = math.min(u, s.urate)
     local refill = u < s.urate
     if s.acc > 0 and s.urate < est then

@@ -65,8 +65,7 @@ const (
 //     keeps refusing, and the rate goes to [AIMD].Backoff of that estimate,
 //     cutting at most to [AIMD].Decrease of the rate at once. An estimate
 //     within -20%..+25% of the last one meets the same capacity: the two
-//     are averaged (the replicas' reports arrive up to a second late), and
-//     the cut goes to Backoff of the mean in one step, Decrease or not.
+//     are averaged (the replicas' reports arrive up to a second late).
 //     An episode whose refusals are 10% of its requests or fewer lowers a
 //     capacity found by Backoff at most, and the rate goes to it: a
 //     provider that refused so few was not saturated, and what it
@@ -104,8 +103,7 @@ const (
 type AIMD struct {
 	// Decrease is the deepest single decrease, as a factor of the rate, in
 	// (0, 1): however few messages the provider seems to accept, one
-	// decrease leaves at least Decrease * rate, unless its estimate met
-	// the capacity found again (see above). Default 0.8.
+	// decrease leaves at least Decrease * rate. Default 0.8.
 	Decrease float64
 	// Backoff is the fraction of the estimated capacity a decrease goes to,
 	// in (0, 1]: room below it for the probe to climb through before it

@@ -1374,26 +1374,3 @@ func TestAIMDSinceDecrease(t *testing.T) {
 		check("Recover to the ceiling", ad, err, 100, -1)
 	})
 }
-
-// TestAIMDCutToACapacityMetAgain: Decrease bounds the cut of an episode
-// whose estimate is new; an estimate that meets the capacity found again
-// (within -20%..+25%, averaged with it) cuts to Backoff of it in one step,
-// not through a chain of Decrease cuts, each a pause and an episode short
-// of the rate.
-func TestAIMDCutToACapacityMetAgain(t *testing.T) {
-	a := capacityAIMD(time.Hour)
-	a.Decrease = 0.8
-	ms := time.Millisecond
-	cd := 10 * ms
-	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 100, cooldown: cd}, // lone
-			// 20 accepted in 0.5 s: a capacity of 40/s, new: Decrease holds
-			// the cut at 80.
-			{at: 500 * ms, op: opThrottle, rate: 80, change: -1, cooldown: cd, accepted: 20},
-			// 21 accepted in 0.5 s: 42/s, near 40: the mean, 41, and the rate
-			// to 41 * 0.9 (not Decrease's 64).
-			{at: 1000 * ms, op: opThrottle, rate: 36.9, change: -1, cooldown: cd, accepted: 21},
-		})
-	})
-}
