@@ -98,9 +98,7 @@
 --   exceeds it (urate < est: below the provider's capacity, the refusals
 --   come from its bucket emptied moments ago, by a probe or bunched sends;
 --   the pause refills it; an estimate above 1.25 * cap then raises cap to
---   urate at most, never to the estimate; an estimate under 0.8 * cap from
---   an episode shorter than a second, before every replica reported its
---   sends, lowers cap to cap * backoff at most); cap becomes the estimate from acc
+--   urate at most, never to the estimate); cap becomes the estimate from acc
 --   (within [floor_u, ceil_u], even when Decrease kept the new rate above
 --   it: aimd_recover.lua then holds the rate there, not probing, for 4
 --   windows; the weaker estimate leaves cap as it was), and a new episode
@@ -133,10 +131,6 @@ if not int(pause_tokens, 0) then
   return redis.error_reply('ERR aimd: pause_tokens must be an integer >= 0')
 end
 local paced_u = tonumber(ARGV[11] or '0')
--- How often each replica reports the sends it saw accepted (the pacer's
--- refresh of a key's state), in µs: an episode shorter than that has not
--- had every replica's report.
-local report_us = 1000000
 if not int(paced_u, 0) then
   return redis.error_reply('ERR aimd: paced_u must be an integer >= 0')
 end
@@ -257,14 +251,6 @@ else
         -- at most, so the next clean window does not jump to it; a probe
         -- finds a capacity really raised.
         c = math.max(s.cap, s.urate)
-      elseif s.cap > 0 and est < 0.8 * s.cap and dt < report_us then
-        -- An episode shorter than a report interval, and an estimate far
-        -- below the capacity found: the other replicas' reports of its
-        -- sends are not all in yet (each reports about once a second), so
-        -- the estimate is low by as much. The cut is made as for any, but
-        -- the capacity found drops by Backoff at most: the next clean
-        -- window returns the rate there, not to the short count.
-        c = math.max(est, s.cap * backoff)
       end
       s.cap = math.min(ceil_u, math.max(floor_u, math.floor(c)))
     end

@@ -1374,38 +1374,3 @@ func TestAIMDSinceDecrease(t *testing.T) {
 		check("Recover to the ceiling", ad, err, 100, -1)
 	})
 }
-
-// TestAIMDShortEpisodeKeepsTheCapacity: an episode shorter than a report
-// interval (a second: the other replicas' reports of its sends are not
-// all in) whose estimate is far below the capacity found cuts as any, but
-// lowers the capacity by Backoff at most, so the next clean window returns
-// the rate there; a longer one replaces it.
-func TestAIMDShortEpisodeKeepsTheCapacity(t *testing.T) {
-	a := capacityAIMD(time.Second)
-	ms := time.Millisecond
-	cd := 10 * ms
-	for _, c := range []struct {
-		name     string
-		at       time.Duration // the second throttle of the episode
-		accepted int
-		back     aimdStep // the first recover after the cut
-	}{
-		// 7 accepted in 0.7 s: 10/s, under 0.8 * 40: the cut to 25
-		// (Decrease), the capacity to 40 * 0.9 = 36 (not 10), and the
-		// next clean window returns the rate there.
-		{"0.7 s", 1200 * ms, 7, aimdStep{at: 2300 * ms, op: opRecover, rate: 36, change: 1, accepted: 30}},
-		// 11 accepted in 1.1 s: the same 10/s, counted over every
-		// report: the capacity is 10, and the rate (25, above it) cruises
-		// for 4 windows.
-		{"1.1 s", 1600 * ms, 11, aimdStep{at: 2700 * ms, op: opRecover, rate: 25, accepted: 30}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			each(t, func(t *testing.T, e *env) {
-				e.adaptsNear(t, a, append(capacity40(), []aimdStep{
-					{at: c.at, op: opThrottle, rate: 25, change: -1, cooldown: cd, accepted: c.accepted},
-					c.back,
-				}...))
-			})
-		})
-	}
-}
