@@ -72,7 +72,7 @@ func (d *Dispenser) Next(ctx context.Context) (Reservation, error) {
 		// A slot up to one interval (or d.late) old is still usable;
 		// older ones lapsed (the bucket has moved on and counted them).
 		if !at.Before(now.Add(-max(d.cur.Interval, d.late))) {
-			return reservationAt(at, now, d.cur.redisSlot(d.next-1)), nil
+			return reservationAt(at, now, d.cur, d.next-1), nil
 		}
 	}
 	ls, err := d.l.Lease(ctx, d.channel, d.key, d.lim, d.n, d.maxWait)
@@ -83,11 +83,12 @@ func (d *Dispenser) Next(ctx context.Context) (Reservation, error) {
 		return Reservation{Remaining: ls.Remaining, Cooldown: ls.Cooldown, Wait: ls.Wait}, nil
 	}
 	d.cur, d.next = ls, 1
-	return reservationAt(ls.Start, time.Now(), ls.redisSlot(0)), nil
+	return reservationAt(ls.Start, time.Now(), ls, 0), nil
 }
 
-func reservationAt(at, now time.Time, redisSlot int64) Reservation {
-	return Reservation{OK: true, At: at, Delay: max(at.Sub(now), 0), redisSlot: redisSlot}
+// reservationAt is slot i of ls, at at, handed out at now.
+func reservationAt(at, now time.Time, ls Lease, i int) Reservation {
+	return Reservation{OK: true, At: at, Delay: max(at.Sub(now), 0), Granted: ls.src.base, redisSlot: ls.redisSlot(i)}
 }
 
 // Limit returns the limit d leases under, as given to [NewDispenser].

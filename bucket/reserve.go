@@ -38,6 +38,12 @@ type Reservation struct {
 	// for a refusal: requeue the message for Wait (a requeue, not an
 	// attempt).
 	Wait time.Duration
+	// Granted is when the reply that granted the slot arrived, on the
+	// local clock: for a slot of a lease ([Dispenser]), the lease's reply.
+	// A slot granted after a decrease of the key's adapted rate belongs to
+	// the schedule at the new rate (the decrease cleared the debt of the
+	// slots granted before it). Zero when !OK.
+	Granted time.Time
 
 	redisSlot int64 // the slot in µs of Redis TIME; for the accuracy test
 }
@@ -179,7 +185,8 @@ func (rep reserveReply) reservation(recv time.Time) Reservation {
 		}
 	}
 	d := wire.Duration(rep.delay, time.Microsecond)
-	return Reservation{OK: true, Delay: d, At: recv.Add(d), Remaining: int(rep.remaining), redisSlot: rep.now + rep.delay}
+	return Reservation{OK: true, Delay: d, At: recv.Add(d), Remaining: int(rep.remaining), Granted: recv,
+		redisSlot: rep.now + rep.delay}
 }
 
 // maxLease is the most slots one lease asks for.

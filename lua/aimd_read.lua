@@ -7,7 +7,7 @@
 -- they are malformed, and KEYS[1] (aimd hash), KEYS[2] (cooldown key) and
 -- KEYS[3] (the key's token bucket hash, optional) in its functions. Defines
 -- ceil_u, floor_u, now, and the functions int, read, cooldown_end,
--- reschedule and left_ms.
+-- reschedule, since_cut and left_ms.
 
 local ceil_u = tonumber(ARGV[1])
 local floor_u = tonumber(ARGV[2])
@@ -25,7 +25,7 @@ end
 -- wrong type.
 local function read()
   local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'urate', 'last_us', 'hold_us', 'win_us', 'streak',
-    'ep_us', 'n', 'k', 'acc', 'cap', 'wacc', 'ceil')
+    'ep_us', 'n', 'k', 'acc', 'cap', 'wacc', 'ceil', 'cut_us')
   if not ok or type(h) ~= 'table' or h.err then
     return nil, true
   end
@@ -34,7 +34,7 @@ local function read()
   if not (s.urate and s.last_us and s.hold_us and s.win_us and s.streak) then
     return nil, false
   end
-  -- ep_us, n, k, acc and cap came later: a hash without them (or with a
+  -- ep_us, n, k, acc, cap and cut_us came later: a hash without them (or with a
   -- corrupt one) reads them as 0, which starts a fresh episode, a slow
   -- probe and no known capacity.
   s.ep_us = int(h[6], 0) or 0
@@ -43,6 +43,7 @@ local function read()
   s.acc = int(h[9], 0) or 0
   s.cap = int(h[10], 0) or 0
   s.wacc = int(h[11], 0) or 0
+  s.cut_us = int(h[13], 0) or 0
   -- A rate at the ceiling it was written under (never cut: lone throttles
   -- only) follows a changed ceiling, so an operator's raise applies at
   -- once; a rate the provider cut stays where it was (within the new one).
@@ -99,6 +100,16 @@ local function reschedule(from_u, to_u)
     v = math.floor(u * to_u / from_u)
   end
   redis.call('HSET', KEYS[3], 'utokens', string.format('%.0f', v), 'ts_us', string.format('%.0f', now))
+end
+
+-- since_cut returns the µs from the last decrease (cut_us of s) to now, or
+-- -1 when s is nil or records none: the fifth integer of every aimd
+-- script's reply.
+local function since_cut(s)
+  if not s or s.cut_us <= 0 or s.cut_us > now then
+    return -1
+  end
+  return now - s.cut_us
 end
 
 -- left_ms returns the ms from now until end_us, rounded up; 0 if past.

@@ -25,14 +25,19 @@
 -- ARGV[9]  in_use: 1 to raise only a rate in use (the callers report their
 --          accepted sends), 0 to raise after any clean window
 --
--- Reply: array of 4 integers {urate, change, cooldown_ms, streak}
+-- Reply: array of 5 integers {urate, change, cooldown_ms, streak, since_us}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
 --   change       1 if this call raised the rate, else 0
 --   cooldown_ms  ms left of the cooldown; 0 when there is none
 --   streak       the streak field after the call (0 after an increase)
+--   since_us     µs since the last decrease (cut_us, see aimd_throttle.lua),
+--                -1 when none is recorded (no hash, or a rate back at the
+--                ceiling): a replica that learns of a decrease keeps the
+--                slots it was granted after it (the decrease cleared the
+--                debt of those before)
 -- Error reply "ERR aimd: ..." for malformed ARGV.
 --
--- A missing or corrupt hash is a key at its ceiling (reply {ceil_u, 0, cd, 0}).
+-- A missing or corrupt hash is a key at its ceiling (reply {ceil_u, 0, cd, 0, -1}).
 -- Once Redis TIME reaches win_us + window_us, with no counted throttle since
 -- (a throttle moves win_us), and, with in_use, once the sends accepted
 -- since win_us (wacc, from every replica's reports) reach 90% of urate over
@@ -113,7 +118,7 @@ end
 local cd = left_ms(cooldown_end())
 local s = read()
 if not s then
-  return {ceil_u, 0, cd, 0}
+  return {ceil_u, 0, cd, 0, -1}
 end
 if accepted > 0 then
   redis.call('HINCRBY', KEYS[1], 'acc', accepted)
@@ -128,7 +133,7 @@ if s.k == 0 and s.cap > 0 and s.urate >= s.cap then
   span = (1 + cruise) * window_us
 end
 if now < s.win_us + span then
-  return {s.urate, 0, cd, s.streak}
+  return {s.urate, 0, cd, s.streak, since_cut(s)}
 end
 -- Only a rate in use is raised: a probe that outruns what the replicas
 -- really send (slots granted ahead at an older rate, a key short of
@@ -143,7 +148,7 @@ if s.cap > 0 and s.urate >= s.cap then
   lag = 500000
 end
 if ARGV[9] == '1' and s.wacc * 1e12 < 0.9 * s.urate * math.max(0, now - s.win_us - lag) then
-  return {s.urate, 0, cd, s.streak}
+  return {s.urate, 0, cd, s.streak, since_cut(s)}
 end
 
 local inc
@@ -172,11 +177,11 @@ reschedule(s.urate, math.min(u, ceil_u))
 if u >= ceil_u then
   redis.call('DEL', KEYS[1])
   if s.urate < ceil_u then
-    return {ceil_u, 1, cd, 0}
+    return {ceil_u, 1, cd, 0, -1}
   end
-  return {ceil_u, 0, cd, 0}
+  return {ceil_u, 0, cd, 0, -1}
 end
 redis.call('HSET', KEYS[1], 'urate', string.format('%.0f', u), 'win_us', string.format('%.0f', now),
   'streak', '0', 'k', string.format('%.0f', k), 'wacc', '0', 'ceil', string.format('%.0f', ceil_u))
 redis.call('PEXPIRE', KEYS[1], idle_ms)
-return {u, 1, cd, 0}
+return {u, 1, cd, 0, since_cut(s)}

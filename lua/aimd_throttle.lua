@@ -13,7 +13,8 @@
 --                     before win_us + window_us
 --            streak   counted throttles in a row that found the rate at the floor
 --            ep_us    start (µs) of the current throttle episode: the last
---                     decrease, or the counted throttle that began the episode
+--                     decrease (the end of its refill pause, if it set one),
+--                     or the counted throttle that began the episode
 --            n        throttles since ep_us, not counting the one at ep_us
 --            k        increases in a row since the last counted throttle
 --                     (aimd_recover.lua accelerates with it)
@@ -25,6 +26,9 @@
 --                     every throttle sets it to 0
 --            ceil     the ceiling (ceil_u) the hash was last written under: a
 --                     rate at it follows a changed ceiling (see aimd_read.lua)
+--            cut_us   Redis TIME (µs) of the last decrease (0: none yet):
+--                     replicas keep the slots granted after it (see the
+--                     reply's since_us)
 -- KEYS[2]  cooldown key, as in cooldown.lua: a string, the cooldown's end in
 --          µs of Redis TIME; its TTL only cleans it up
 -- KEYS[3]  the key's token bucket hash (optional): a decrease clears its
@@ -52,11 +56,13 @@
 -- ARGV[11] paced_u: the adapted rate the throttled send was paced at, in
 --          millionths, integer >= 0; 0: unknown
 --
--- Reply: array of 4 integers {urate, change, cooldown_ms, streak}
+-- Reply: array of 5 integers {urate, change, cooldown_ms, streak, since_us}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
 --   change       -1 if this call lowered the rate, else 0
 --   cooldown_ms  ms left of the cooldown after the call, >= ARGV[5]
 --   streak       the streak field after the call
+--   since_us     µs from the last decrease (cut_us) to now, 0 when this
+--                call made it; -1 when none is recorded
 -- Error reply "ERR aimd: ..." for malformed ARGV.
 --
 -- A missing or corrupt hash (wrong type, a field missing, not an integer,
@@ -96,13 +102,15 @@
 --   (within [floor_u, ceil_u], even when Decrease kept the new rate above
 --   it: aimd_recover.lua then holds the rate there, not probing, for 4
 --   windows; the weaker estimate leaves cap as it was), and a new episode
---   starts as above, with win_us = cooldown end.
+--   starts as above, with win_us = cooldown end, and ep_us = the end of the
+--   refill pause when one was set (nothing is sent in it: counted, it would
+--   put the next estimate below the capacity by its share of the episode).
 -- accepted is added to acc first in every case; a new episode sets acc = 0.
 -- A counted (lone or persistent) throttle adds one to streak if urate was at
 -- the floor already, else sets it to 0.
 --
 -- Writes: always. On a decrease, KEYS[3] as reschedule does. SET KEYS[2] <end_us> PX cooldown_ms unless the cooldown
--- already ends later (never shortened); HSET of all twelve fields of KEYS[1]
+-- already ends later (never shortened); HSET of all thirteen fields of KEYS[1]
 -- (DEL first if it has the wrong type) and PEXPIRE KEYS[1] to
 -- (win_us - now) / 1000 + idle_ms.
 
@@ -146,8 +154,10 @@ end
 
 local s, wrongtype = read()
 local change = 0
+local start = now -- ep_us of a new episode
 if not s then
-  s = {urate = ceil_u, last_us = 0, hold_us = 0, win_us = 0, streak = 0, ep_us = 0, n = 0, k = 0, acc = 0, cap = 0}
+  s = {urate = ceil_u, last_us = 0, hold_us = 0, win_us = 0, streak = 0, ep_us = 0, n = 0, k = 0, acc = 0, cap = 0,
+    cut_us = 0}
 end
 s.acc = s.acc + accepted
 if now < s.hold_us or (paced_u > 0 and paced_u > s.urate) then
@@ -211,6 +221,7 @@ else
     if u < s.urate then
       change = -1
       reschedule(s.urate, u)
+      s.cut_us = now
     end
     -- A provider that kept refusing has an empty bucket: sending on at
     -- once, even below its rate, meets its edge again. Pause until it has
@@ -224,6 +235,13 @@ else
     if refill and pause_tokens > 0 and cd < pause_end then
       redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
       cd = pause_end
+    end
+    if refill and pause_tokens > 0 then
+      -- The next episode's accepted sends are counted from the end of the
+      -- pause: nothing is sent in it, and counted over it they would put
+      -- the next estimate under the capacity by the pause's share of the
+      -- episode (125 ms of a 1 s episode: 12%).
+      start = cd
     end
     if s.acc > 0 then
       local c = est
@@ -241,7 +259,7 @@ else
   else
     s.win_us = math.max(s.win_us, cd)
   end
-  s.ep_us = now
+  s.ep_us = start
   s.n = 0
   s.k = 0
   s.acc = 0
@@ -257,6 +275,6 @@ redis.call('HSET', KEYS[1], 'urate', string.format(f, s.urate), 'last_us', strin
   'hold_us', string.format(f, s.hold_us), 'win_us', string.format(f, s.win_us),
   'streak', string.format(f, s.streak), 'ep_us', string.format(f, s.ep_us), 'n', string.format(f, s.n),
   'k', string.format(f, s.k), 'acc', string.format(f, s.acc), 'cap', string.format(f, s.cap), 'wacc', '0',
-  'ceil', string.format(f, ceil_u))
+  'ceil', string.format(f, ceil_u), 'cut_us', string.format(f, s.cut_us))
 redis.call('PEXPIRE', KEYS[1], left_ms(s.win_us) + idle_ms)
-return {s.urate, change, left_ms(cd), s.streak}
+return {s.urate, change, left_ms(cd), s.streak, since_cut(s)}

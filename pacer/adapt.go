@@ -109,11 +109,12 @@ type keyState struct {
 	refreshing    bool         // a goroutine is reading it now (without holding mu)
 	normalWaiting atomic.Int32 // the key's normal-priority senders in acquire
 	users         int32        // records of this key being handled now; never swept while > 0
-	// cuts counts the decreases of the adapted rate this process has seen:
-	// a sender holding a slot granted before one drops it (the decrease
-	// cleared the bucket's debt) and takes a new one at the new rate.
-	// Only compared for a change (it may wrap).
-	cuts          atomic.Int32
+	// cutAt is when the last decrease this process has seen was made (by
+	// any replica), in Unix ns of the local clock, and grows with each one
+	// (0: none): a sender holding a slot granted before it drops it (the
+	// decrease cleared the bucket's debt) and takes a new one at the new
+	// rate; a slot granted after it is the new schedule (see acquire).
+	cutAt         atomic.Int64
 	pol           *KeyPolicy // shared with every key of the same policy (see keyStates.def)
 	adapted       adapt.Adapted
 	limit         bucket.Limit // adapted limit passed to the bucket
@@ -697,7 +698,12 @@ func (p *Pacer) sweepLoop(ctx context.Context) {
 
 func (st *keyState) set(a adapt.Adapted, ceiling bucket.Limit, now time.Time) {
 	if a.Rate < st.adapted.Rate {
-		st.cuts.Add(1)
+		// The decrease was made a.SinceDecrease before the reply (by
+		// another replica, up to a refresh ago); now less that is no
+		// earlier than it on this clock, as the reply came after the
+		// script ran. Unknown: now, so every slot held is dropped.
+		at := now.Add(-max(a.SinceDecrease, 0)).UnixNano()
+		st.cutAt.Store(max(at, st.cutAt.Load()+1)) // under mu: its only writer
 	}
 	st.adapted = a
 	st.limit = a.Limit(ceiling)

@@ -343,7 +343,7 @@ func (p *Pacer) slot(f *flight) outcome {
 	if ca, ok := p.ledger.(ClaimAheadLedger); ok && !f.claimed {
 		ahead = func(at time.Time) { p.claimAhead(f, ca, at) }
 	}
-	wait, reason, ok := p.acquire(f.w.ctx, f.env.Key, f.env.To, f.env.High(), f.st, f.pol, f.lim, f.log, ahead)
+	wait, reason, paced, ok := p.acquire(f.w.ctx, f.env.Key, f.env.To, f.env.High(), f.st, f.pol, f.lim, f.log, ahead)
 	if !ok {
 		return stop()
 	}
@@ -357,9 +357,7 @@ func (p *Pacer) slot(f *flight) outcome {
 	}
 	p.m.bucketWait.WithLabelValues().Observe(time.Since(f.waitStart).Seconds())
 	f.slotAt = time.Now()
-	f.st.mu.Lock()
-	f.paced = f.st.adapted.Rate
-	f.st.mu.Unlock()
+	f.paced = paced
 	return next()
 }
 
@@ -851,24 +849,31 @@ func (p *Pacer) redisOp(ctx context.Context, log *slog.Logger, op func() error, 
 // ahead, if not nil, is called once per slot granted, the ledger's flush
 // interval plus claimMargin before the slot starts (at once when it starts
 // sooner): it starts the record's claim (see [Pacer.claimAhead]).
-func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyState, pol KeyPolicy, lim bucket.Limit, log *slog.Logger, ahead func(at time.Time)) (wait time.Duration, reason string, ok bool) {
+//
+// paced is the key's adapted rate this process knew when the slot was
+// granted (see [adapt.Adapter.ThrottledAfter]): a slot granted at a rate
+// since lowered, and kept (see below), was paced at the old one.
+func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyState, pol KeyPolicy, lim bucket.Limit, log *slog.Logger, ahead func(at time.Time)) (wait time.Duration, reason string, paced float64, ok bool) {
+	st.mu.Lock()
+	paced = st.adapted.Rate // a slot handed off was granted at most a slot interval ago
+	st.mu.Unlock()
 	if high && st.normalWaiting.Load() > 0 {
 		t := time.NewTimer(handoffWait(lim, p.cfg.MaxTokenWait))
 		select {
 		case <-st.handoffChan(true):
 			t.Stop()
-			return 0, "", true
+			return 0, "", paced, true
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return 0, "", false
+			return 0, "", 0, false
 		}
 	}
 	gate := st.aheadGate(aheadSenders(lim, pol, p.cfg.MaxTokenWait))
 	select {
 	case gate <- struct{}{}:
 	case <-ctx.Done():
-		return 0, "", false
+		return 0, "", 0, false
 	}
 	held := true
 	defer func() {
@@ -883,7 +888,10 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 	for {
 		var res bucket.Reservation
 		start := time.Now()
-		cuts := st.cuts.Load()
+		cutAt := st.cutAt.Load()
+		st.mu.Lock()
+		paced = st.adapted.Rate
+		st.mu.Unlock()
 		err := p.redis(ctx, log, func() (err error) {
 			res, err = p.reserve(ctx, p.bucket, key, to, st, pol, lim)
 			return err
@@ -892,19 +900,19 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 			res, err = p.reserve(ctx, p.fallback, key, to, nil, pol, lim)
 		}
 		if err != nil {
-			return 0, "", false
+			return 0, "", 0, false
 		}
 		p.m.takeLatency.WithLabelValues().Observe(time.Since(start).Seconds())
 		if res.OK {
 			if ahead != nil {
 				lead := p.ledger.(ClaimAheadLedger).FlushInterval() + claimMargin
 				if !sleep(ctx, time.Until(res.At.Add(-lead))) {
-					return 0, "", false
+					return 0, "", 0, false
 				}
 				ahead(res.At)
 			}
 			if !sleep(ctx, time.Until(res.At)) {
-				return 0, "", false
+				return 0, "", 0, false
 			}
 			// A sender woken late (a stall, a busy CPU) would send its slot
 			// next to later ones and crowd the provider's window: past
@@ -915,10 +923,15 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 				p.m.lateSlots.WithLabelValues().Inc()
 				continue
 			}
-			// The rate was lowered while this sender slept: its slot was
-			// granted at the old rate, and the decrease cleared the debt
-			// such slots made. A new slot at the new rate replaces it.
-			if st.cuts.Load() != cuts {
+			// The rate was lowered while this sender slept: a slot
+			// granted before the decrease was granted at the old rate, and
+			// the decrease cleared the debt such slots made; a new slot at
+			// the new rate replaces it. A slot granted after the decrease
+			// (another replica made it, and this process learned of it at
+			// its refresh, up to a second later) is part of the new
+			// schedule: dropping it would leave its place unused by every
+			// replica, a gap of up to a second of the key's rate.
+			if c := st.cutAt.Load(); c != cutAt && res.Granted.UnixNano() < c {
 				st.mu.Lock()
 				lim = st.limit
 				st.mu.Unlock()
@@ -932,13 +945,13 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 				default:
 				}
 			}
-			return 0, "", true
+			return 0, "", paced, true
 		}
 		if res.Wait > p.cfg.MaxTokenWait {
 			if res.Cooldown {
-				return res.Wait, "cooldown", true
+				return res.Wait, "cooldown", 0, true
 			}
-			return res.Wait, "token-wait", true
+			return res.Wait, "token-wait", 0, true
 		}
 		// Spread cooldown wake-ups by up to 10% so waiters on one key do not
 		// all return in the same instant.
@@ -948,7 +961,7 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 		}
 		if res.Cooldown || w <= time.Duration(float64(time.Second)/lim.PerSecond) {
 			if !sleep(ctx, w) {
-				return 0, "", false
+				return 0, "", 0, false
 			}
 			continue
 		}
@@ -958,13 +971,13 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 		<-gate
 		held = false
 		if !sleep(ctx, w) {
-			return 0, "", false
+			return 0, "", 0, false
 		}
 		select {
 		case gate <- struct{}{}:
 			held = true
 		case <-ctx.Done():
-			return 0, "", false
+			return 0, "", 0, false
 		}
 	}
 }

@@ -168,7 +168,7 @@ func TestAcquireGivesUpOnlySlotsLaterThanTheHeadroomAllows(t *testing.T) {
 				st := p.keyState("k")
 				defer p.keys.done(st)
 				lim := bucket.Limit{PerSecond: 1000, Burst: 5}
-				wait, _, ok := p.acquire(t.Context(), "k", "to", false, st, KeyPolicy{Limit: c.ceiling}, lim, p.log, nil)
+				wait, _, _, ok := p.acquire(t.Context(), "k", "to", false, st, KeyPolicy{Limit: c.ceiling}, lim, p.log, nil)
 				if !ok || wait != 0 {
 					t.Fatalf("acquire: wait %v ok %v, want a slot", wait, ok)
 				}

@@ -59,7 +59,8 @@ const (
 //     cooldown (one token interval by default). Only throttles that persist
 //     lower the rate.
 //   - A decrease goes to what the provider accepts: the sends every replica
-//     saw accepted over the throttle episode, per second
+//     saw accepted over the throttle episode (from the end of the last
+//     refill pause), per second
 //     ([Adapter.ThrottledAfter]), estimate the capacity of a provider that
 //     keeps refusing, and the rate goes to [AIMD].Backoff of that estimate,
 //     cutting at most to [AIMD].Decrease of the rate at once. An estimate
@@ -418,6 +419,13 @@ type Adapted struct {
 	// and an increase resets it to 0. The pacer opens the key's breaker when
 	// it reaches [Breaker].FloorThrottles (see [Breaker.FloorTripped]).
 	FloorStreak int
+	// SinceDecrease is how long before the call the key's rate was last
+	// lowered (by any replica, on the Redis clock), rounded down to the
+	// microsecond; -1 when no decrease is recorded (no adaptive state). A
+	// decrease clears the slots granted ahead at the old rate, so a replica
+	// that learns of it at a refresh gives up only the slots granted
+	// before it: those granted since are the new schedule.
+	SinceDecrease time.Duration
 
 	jitter float64 // seconds: the headroom Limit leaves, from [AIMD].Jitter
 
@@ -591,8 +599,8 @@ func (l *Adapter) Adapted(ctx context.Context, channel, key string, ceiling buck
 }
 
 // runAIMD runs one of the aimd scripts, whose arguments start with ceil_u
-// and floor_u and whose reply is {urate, change, cooldown_ms, streak} with
-// change in [minChange, maxChange].
+// and floor_u and whose reply is {urate, change, cooldown_ms, streak,
+// since_us} with change in [minChange, maxChange] and since_us >= -1.
 func (l *Adapter) runAIMD(ctx context.Context, op string, s *redis.Script, channel, key string,
 	ceiling bucket.Limit, p aimdArgs, minChange, maxChange int64, args ...any) (Adapted, error) {
 	ak := l.keys.AIMD(channel, key)
@@ -601,25 +609,30 @@ func (l *Adapter) runAIMD(ctx context.Context, op string, s *redis.Script, chann
 	if err != nil {
 		return Adapted{}, fmt.Errorf("adapt: %s %q: %w", op, ak, err)
 	}
-	var r [4]int64
+	var r [5]int64
 	if !wire.Ints(v, r[:]) || r[0] < p.floorU || r[0] > p.ceilU || r[1] < minChange || r[1] > maxChange ||
-		r[2] < 0 || r[3] < 0 {
+		r[2] < 0 || r[3] < 0 || r[4] < -1 {
 		return Adapted{}, fmt.Errorf("adapt: %s %q: unexpected reply %s", op, ak, wire.Describe(v))
 	}
 	rate := float64(r[0]) / 1e6
 	if r[0] == p.ceilU {
 		rate = ceiling.PerSecond // exact, not rounded to the millionth
 	}
-	return Adapted{
-		Rate:         rate,
-		Ceiling:      ceiling.PerSecond,
-		AtFloor:      r[0] <= p.floorU,
-		CooldownLeft: wire.Duration(r[2], time.Millisecond),
-		Decreased:    r[1] < 0,
-		Increased:    r[1] > 0,
-		FloorStreak:  int(min(r[3], math.MaxInt32)),
-		jitter:       p.jitter,
-	}, nil
+	ad := Adapted{
+		Rate:          rate,
+		Ceiling:       ceiling.PerSecond,
+		AtFloor:       r[0] <= p.floorU,
+		CooldownLeft:  wire.Duration(r[2], time.Millisecond),
+		Decreased:     r[1] < 0,
+		Increased:     r[1] > 0,
+		FloorStreak:   int(min(r[3], math.MaxInt32)),
+		SinceDecrease: -1,
+		jitter:        p.jitter,
+	}
+	if r[4] >= 0 {
+		ad.SinceDecrease = wire.Duration(r[4], time.Microsecond)
+	}
+	return ad, nil
 }
 
 var (

@@ -678,12 +678,14 @@ func TestAdaptUnexpectedReply(t *testing.T) {
 	for _, v := range []any{
 		nil, "OK", int64(1), []any{},
 		[]any{int64(100e6), int64(0), int64(0)},                       // too short
-		[]any{int64(101e6), int64(0), int64(0), int64(0)},             // above the ceiling
-		[]any{int64(0), int64(0), int64(0), int64(0)},                 // below the floor
-		[]any{int64(50e6), int64(2), int64(0), int64(0)},              // change out of range
-		[]any{int64(50e6), int64(0), int64(-1), int64(0)},             // negative cooldown
-		[]any{int64(50e6), int64(0), int64(0), int64(-1)},             // negative streak
-		[]any{"50000000", int64(0), int64(0), int64(0)},               // a string
+		[]any{int64(50e6), int64(0), int64(0), int64(0)},              // aimd: no since_us
+		[]any{int64(101e6), int64(0), int64(0), int64(0), int64(-1)},  // above the ceiling
+		[]any{int64(0), int64(0), int64(0), int64(0), int64(-1)},      // below the floor
+		[]any{int64(50e6), int64(2), int64(0), int64(0), int64(-1)},   // change out of range
+		[]any{int64(50e6), int64(0), int64(-1), int64(0), int64(-1)},  // negative cooldown
+		[]any{int64(50e6), int64(0), int64(0), int64(-1), int64(-1)},  // negative streak
+		[]any{int64(50e6), int64(0), int64(0), int64(0), int64(-2)},   // since_us below -1
+		[]any{"50000000", int64(0), int64(0), int64(0), int64(-1)},    // a string
 		[]any{int64(1), int64(1), int64(1), int64(1), "x", int64(0)},  // status: reason not a string
 		[]any{int64(3), int64(1), int64(0), int64(0), "", ""},         // status: no such state
 		[]any{int64(1), int64(0), int64(5), int64(0), "", ""},         // status: open, no opens
@@ -715,15 +717,15 @@ func TestAdaptUnexpectedReply(t *testing.T) {
 		v    any
 		f    func(l *adapt.Adapter) error
 	}{
-		{"throttle shorter than the hint", []any{int64(50e6), int64(-1), int64(10), int64(0)}, func(l *adapt.Adapter) error {
+		{"throttle shorter than the hint", []any{int64(50e6), int64(-1), int64(10), int64(0), int64(0)}, func(l *adapt.Adapter) error {
 			_, err := l.Throttled(t.Context(), "test", "k", lim100, a, time.Minute)
 			return err
 		}},
-		{"throttle that increased", []any{int64(50e6), int64(1), int64(60000), int64(0)}, func(l *adapt.Adapter) error {
+		{"throttle that increased", []any{int64(50e6), int64(1), int64(60000), int64(0), int64(0)}, func(l *adapt.Adapter) error {
 			_, err := l.Throttled(t.Context(), "test", "k", lim100, a, time.Minute)
 			return err
 		}},
-		{"recover that decreased", []any{int64(50e6), int64(-1), int64(0), int64(0)}, func(l *adapt.Adapter) error {
+		{"recover that decreased", []any{int64(50e6), int64(-1), int64(0), int64(0), int64(0)}, func(l *adapt.Adapter) error {
 			_, err := l.Recover(t.Context(), "test", "k", lim100, a)
 			return err
 		}},
@@ -967,18 +969,19 @@ func TestAIMDFoundCapacity(t *testing.T) {
 			{at: 0, op: opThrottle, rate: 100, cooldown: 10 * ms}, // lone
 			// 40 accepted in 0.5 s: 80/s, the cut to 72 and the pause (to 1500ms).
 			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: pause, accepted: 40},
-			// 99 accepted in 1.1 s: 90/s, near 80: the estimate is 85, above
-			// the rate: no cut, a pause again (to 2600ms).
-			{at: 1600 * ms, op: opThrottle, rate: 72, cooldown: pause, accepted: 99},
-			{at: 3700 * ms, op: opRecover, rate: 85, change: 1, accepted: 80}, // below the cap: to it
-			// At the cap: no probe before 4 windows (7700ms).
-			{at: 4800 * ms, op: opRecover, rate: 85, accepted: 95},
-			{at: 7600 * ms, op: opRecover, rate: 85, accepted: 250},
-			{at: 7800 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // 385 >= 0.9 * 85/s * 3.6 s: * 1.1
+			// 81 accepted in the 0.9 s since the pause ended (not the 1.9 s
+			// since the cut): 90/s, near 80: the estimate is 85, above the
+			// rate: no cut, a pause again (to 3400ms).
+			{at: 2400 * ms, op: opThrottle, rate: 72, cooldown: pause, accepted: 81},
+			{at: 4500 * ms, op: opRecover, rate: 85, change: 1, accepted: 80}, // below the cap: to it
+			// At the cap: no probe before 4 windows (8500ms).
+			{at: 5600 * ms, op: opRecover, rate: 85, accepted: 95},
+			{at: 8400 * ms, op: opRecover, rate: 85, accepted: 250},
+			{at: 8600 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // 385 >= 0.9 * 85/s * 3.6 s: * 1.1
 			// 40 < 0.9 * 93.5/s * 0.6 s: not in use yet (the rule below the
 			// cap, over the window less a second, would take 8.4).
-			{at: 8900 * ms, op: opRecover, rate: 93.5, accepted: 40},
-			{at: 9000 * ms, op: opRecover, rate: 100, change: 1, accepted: 30}, // * (1 + 0.2), capped
+			{at: 9700 * ms, op: opRecover, rate: 93.5, accepted: 40},
+			{at: 9800 * ms, op: opRecover, rate: 100, change: 1, accepted: 30}, // * (1 + 0.2), capped
 		})
 	})
 }
@@ -1329,5 +1332,45 @@ func TestAchieved(t *testing.T) {
 		if lo := map[bool]float64{true: 80, false: 76}[e.exact()]; !ok || err != nil || r < lo || r > 80 {
 			t.Fatalf("Achieved = %v, %v, %v; want 80 (400 in 5 s), >= %v on the real clock", r, ok, err, lo)
 		}
+	})
+}
+
+// TestAIMDSinceDecrease checks that every reply says how long ago the rate
+// was last lowered, on the Redis clock: -1 before any decrease, 0 from the
+// throttle that lowers it, the time since from later reads, recovers and
+// throttles that lower nothing (a replica that learns of a decrease at a
+// refresh keeps the slots granted after it), and -1 again once the rate is
+// back at its ceiling.
+func TestAIMDSinceDecrease(t *testing.T) {
+	a := classic(adapt.AIMD{MinCooldown: time.Millisecond, Coalesce: time.Millisecond, Window: time.Second, Factor: 4})
+	ms := time.Millisecond
+	each(t, func(t *testing.T, e *env) {
+		ctx := t.Context()
+		check := func(op string, ad adapt.Adapted, err error, rate float64, want time.Duration) {
+			t.Helper()
+			e.mark()
+			if err != nil || ad.Rate != rate || (want < 0) != (ad.SinceDecrease < 0) || (want >= 0 && !e.near(ad.SinceDecrease, want)) {
+				t.Fatalf("%s = %+v, %v; want rate %v, SinceDecrease %v", op, ad, err, rate, want)
+			}
+		}
+		ad, err := e.l.Adapted(ctx, "test", "k", lim100, a)
+		check("Adapted of a new key", ad, err, 100, -1)
+		ad, err = e.l.Throttled(ctx, "test", "k", lim100, a, 0)
+		check("lone Throttled", ad, err, 100, -1)
+		e.at(100 * ms)
+		ad, err = e.l.Throttled(ctx, "test", "k", lim100, a, 0)
+		check("Throttled that lowers", ad, err, 50, 0)
+		e.at(400 * ms)
+		ad, err = e.l.RecoverAfter(ctx, "test", "k", lim100, a, 0)
+		check("Recover within the window", ad, err, 50, 300*ms)
+		e.at(500 * ms)
+		ad, err = e.l.Adapted(ctx, "test", "k", lim100, a)
+		check("Adapted", ad, err, 50, 400*ms)
+		e.at(600 * ms)
+		ad, err = e.l.ThrottledAfter(ctx, "test", "k", lim100, a, 0, 0, 100) // paced above the rate: the same decrease
+		check("Throttled paced at the old rate", ad, err, 50, 500*ms)
+		e.at(1700 * ms)
+		ad, err = e.l.Recover(ctx, "test", "k", lim100, a)
+		check("Recover to the ceiling", ad, err, 100, -1)
 	})
 }
