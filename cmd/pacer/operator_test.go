@@ -179,3 +179,22 @@ func TestRedisTLSMismatchNamesTheSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishedCountedAfterInterrupt: the records a publish wrote before
+// Ctrl-C (its context ended) are counted for their campaign, so `campaign
+// status` knows the campaign and its remaining work.
+func TestPublishedCountedAfterInterrupt(t *testing.T) {
+	env, st := operatorEnv(t)
+	cfg, err := loadConfig(lookupMap(env), whatsappRow(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // interrupted
+	var errb bytes.Buffer
+	countPublished(ctx, cfg, "whatsapp", map[string]int{"pint": 304}, &errb)
+	s, err := st.CampaignStatus(context.Background(), "whatsapp", "pint")
+	if err != nil || s.Published != 304 {
+		t.Errorf("after an interrupted publish: published %d (err %v, stderr %q), want 304", s.Published, err, errb.String())
+	}
+}

@@ -116,7 +116,8 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 // countPublished adds the records published per campaign to the campaigns'
 // counters in Redis (one pipelined round trip), for `pacer campaign
 // status`. Best effort: without Redis the count stays unknown and publish
-// still succeeds.
+// still succeeds. The records published before an interrupt (Ctrl-C ends
+// ctx) are in Kafka: they are counted all the same, within 5 s.
 func countPublished(ctx context.Context, cfg config, channel string, byCampaign map[string]int, stderr io.Writer) {
 	if len(byCampaign) == 0 {
 		return
@@ -129,7 +130,7 @@ func countPublished(ctx context.Context, cfg config, channel string, byCampaign 
 	defer rdb.Close()
 	redis.SetLogger(quietRedis{})
 	st := control.New(rdb, bucket.NewKeys(cfg.RedisPrefix))
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	counts := make(map[string]int64, len(byCampaign))
 	for c, n := range byCampaign {
