@@ -382,8 +382,9 @@ type channelConfig struct {
 	limit     bucket.Limit // PACER_<NAME>_RATE, _BURST
 	recipient bucket.Limit // zero when the channel has none or its rate is 0
 	vars      channelVars
-	// unparsed: a rate or burst is not a number, so the pacer's rules
-	// cannot be checked on this channel's limits.
+	// unparsed: a rate or burst is not a number (its default stands in),
+	// so the pacer's rules that compare with this channel's limits cannot
+	// be checked; the others still are.
 	unparsed bool
 }
 
@@ -446,11 +447,12 @@ func readChannel(ch *channel, lookup func(string) (string, bool)) (channelConfig
 		rate, burst := get(prefix+"RATE", fmt.Sprint(def.PerSecond)), get(prefix+"BURST", fmt.Sprint(def.Burst))
 		l := bucket.Limit{PerSecond: def.PerSecond, Burst: def.Burst}
 		var err error
-		// A 0 is refused where the default is not 0, as for every setting
-		// (the default then stands in, so the pacer's rules are still
-		// checked on the rest).
+		// A 0 is refused where the default is not 0, as for every setting,
+		// and so is a value that is not a number (the default then stands
+		// in, so the pacer's rules are still checked on the rest).
 		if l.PerSecond, err = strconv.ParseFloat(strings.TrimSpace(rate), 64); err != nil {
 			errs = append(errs, &configError{prefix + "RATE", fmt.Sprintf("%q is not a number", rate)})
+			l.PerSecond = def.PerSecond
 			unparsed = true
 		} else if l.PerSecond == 0 && def.PerSecond != 0 {
 			errs = append(errs, &configError{prefix + "RATE", fmt.Sprintf("must not be 0 (unset it for the default %v)", def.PerSecond)})
@@ -458,6 +460,7 @@ func readChannel(ch *channel, lookup func(string) (string, bool)) (channelConfig
 		}
 		if l.Burst, err = strconv.Atoi(strings.TrimSpace(burst)); err != nil {
 			errs = append(errs, &configError{prefix + "BURST", fmt.Sprintf("%q is not a whole number", burst)})
+			l.Burst = def.Burst
 			unparsed = true
 		} else if l.Burst == 0 && def.Burst != 0 {
 			errs = append(errs, &configError{prefix + "BURST", fmt.Sprintf("must not be 0 (unset it for the default %d)", def.Burst)})

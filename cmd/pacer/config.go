@@ -195,13 +195,17 @@ func loadConfig(lookup func(string) (string, bool), ch *channel) (config, error)
 		cc, cerrs := readChannel(row, lookup)
 		c.channels[row.name] = cc
 		errs = append(errs, cerrs...)
-		if cc.unparsed {
-			continue // its limits are not numbers
-		}
 		// The pacer's rules for this channel; another channel's run only
-		// needs this channel's own limits to be valid.
+		// needs this channel's own limits to be valid. A limit that is not
+		// a number reads as its default here: the rules comparing with it
+		// are not checked, the others are (a bad rate does not hide a bad
+		// AIMD or breaker setting).
 		for _, e := range pacerErrors(c.pacerConfig(row).Validate()) {
-			if row == ch || strings.HasPrefix(e.Field, "Limit.") || strings.HasPrefix(e.Field, "RecipientLimit.") {
+			limitRule := strings.HasPrefix(e.Field, "Limit.") || strings.HasPrefix(e.Field, "RecipientLimit.")
+			if cc.unparsed && (limitRule || e.Field == "AIMD.Floor") {
+				continue
+			}
+			if row == ch || limitRule {
 				errs = append(errs, c.nameField(row, e))
 			}
 		}

@@ -261,3 +261,26 @@ func TestLoadConfigEveryProblemOncePerLine(t *testing.T) {
 		}
 	}
 }
+
+// TestUnparsedRateHidesNothing: a rate or burst that is not a number is
+// reported with every other bad setting, as a negative one is (README: a
+// bad rate does not hide a bad AIMD or breaker setting).
+func TestUnparsedRateHidesNothing(t *testing.T) {
+	for _, v := range []string{"PACER_WHATSAPP_RATE", "PACER_WHATSAPP_BURST"} {
+		for _, val := range []string{"abc", "-1"} {
+			bad := map[string]string{v: val, "PACER_AIMD_DECREASE": "1.5", "PACER_BREAKER_MAX_OPEN": "-1s"}
+			_, err := loadConfig(lookupMap(bad), whatsappRow(t))
+			if err == nil {
+				t.Fatalf("%s=%s: loadConfig accepted it", v, val)
+			}
+			for name := range bad {
+				if !strings.Contains(err.Error(), name+": ") {
+					t.Errorf("%s=%s: error does not name %s:\n%v", v, val, name, err)
+				}
+			}
+			if n := strings.Count(err.Error(), "\n") + 1; n != len(bad) {
+				t.Errorf("%s=%s: %d problems reported, want %d:\n%v", v, val, n, len(bad), err)
+			}
+		}
+	}
+}
