@@ -443,7 +443,9 @@ func readChannel(ch *channel, lookup func(string) (string, bool)) (channelConfig
 		}
 		return def
 	}
-	limit := func(prefix string, def channels.Limit) bucket.Limit {
+	// zeroOff: a rate of 0 turns the bucket off (a recipient bucket,
+	// whatever its default); its burst is still checked.
+	limit := func(prefix string, def channels.Limit, zeroOff bool) bucket.Limit {
 		rate, burst := get(prefix+"RATE", fmt.Sprint(def.PerSecond)), get(prefix+"BURST", fmt.Sprint(def.Burst))
 		l := bucket.Limit{PerSecond: def.PerSecond, Burst: def.Burst}
 		var err error
@@ -454,7 +456,7 @@ func readChannel(ch *channel, lookup func(string) (string, bool)) (channelConfig
 			errs = append(errs, &configError{prefix + "RATE", fmt.Sprintf("%q is not a number", rate)})
 			l.PerSecond = def.PerSecond
 			unparsed = true
-		} else if l.PerSecond == 0 && def.PerSecond != 0 {
+		} else if l.PerSecond == 0 && def.PerSecond != 0 && !zeroOff {
 			errs = append(errs, &configError{prefix + "RATE", fmt.Sprintf("must not be 0 (unset it for the default %v)", def.PerSecond)})
 			l.PerSecond = def.PerSecond
 		}
@@ -466,14 +468,17 @@ func readChannel(ch *channel, lookup func(string) (string, bool)) (channelConfig
 			errs = append(errs, &configError{prefix + "BURST", fmt.Sprintf("must not be 0 (unset it for the default %d)", def.Burst)})
 			l.Burst = def.Burst
 		}
+		if zeroOff && l.PerSecond == 0 {
+			return bucket.Limit{} // off
+		}
 		return l
 	}
 	c := channelConfig{vars: channelVars{ch: ch, vals: map[string]string{}, credDir: get("PACER_CREDENTIALS_DIR", "")}}
-	c.limit = limit(ch.prefix(), ch.limit)
+	c.limit = limit(ch.prefix(), ch.limit, false)
 	if r := ch.recipient; r != nil {
-		if c.recipient = limit(ch.prefix()+r.prefix+"_", r.limit); c.recipient.PerSecond == 0 {
-			c.recipient = bucket.Limit{} // off
-		}
+		// README: a recipient bucket's rate 0 = off (the pacer runs
+		// without it), even where its default is on (FCM's device bucket).
+		c.recipient = limit(ch.prefix()+r.prefix+"_", r.limit, true)
 	}
 	for _, s := range ch.settings {
 		val := get(ch.prefix()+s.suffix, s.def)

@@ -284,3 +284,25 @@ func TestUnparsedRateHidesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestRecipientRateZeroIsOff: README documents 0 as the off switch of a
+// recipient bucket (PACER_FCM_DEVICE_RATE, PACER_WHATSAPP_PAIR_RATE), even
+// where its default is on: the pacer then runs without it.
+func TestRecipientRateZeroIsOff(t *testing.T) {
+	for _, c := range []struct{ ch, v string }{{"fcm", "PACER_FCM_DEVICE_RATE"}, {"whatsapp", "PACER_WHATSAPP_PAIR_RATE"}} {
+		row, err := channelNamed(c.ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := loadConfig(lookupMap(map[string]string{c.v: "0"}), row)
+		if err != nil {
+			t.Fatalf("%s=0: %v", c.v, err)
+		}
+		if got := cfg.pacerConfig(row).RecipientLimit; got != (bucket.Limit{}) {
+			t.Errorf("%s=0: RecipientLimit = %+v, want none (off)", c.v, got)
+		}
+		if err := cfg.pacerConfig(row).Validate(); err != nil {
+			t.Errorf("%s=0: the pacer refuses it: %v", c.v, err)
+		}
+	}
+}
