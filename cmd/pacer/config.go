@@ -159,33 +159,7 @@ func (e *configError) Error() string { return e.Var + ": " + e.Problem }
 func loadConfig(lookup func(string) (string, bool), ch *channel) (config, error) {
 	lookup, fileErrs := secretFiles(lookup)
 	var c config
-	// envconfig stops at the first value it cannot parse: each one found is
-	// set aside (read as unset) and the rest parsed again, so that every
-	// variable at fault is named.
-	var parseErrs []error
-	hidden := map[string]bool{}
-	for {
-		err := envconfig.ProcessWith(context.Background(), &envconfig.Config{
-			Target: &c,
-			Lookuper: envconfig.LookuperFunc(func(k string) (string, bool) {
-				if hidden[k] {
-					return "", false
-				}
-				return lookup(k)
-			}),
-		})
-		if err == nil {
-			break
-		}
-		named := nameVariable(err)
-		parseErrs = append(parseErrs, named)
-		var ce *configError
-		if !errors.As(named, &ce) || hidden[ce.Var] {
-			break
-		}
-		hidden[ce.Var] = true
-		c = config{}
-	}
+	parseErrs := processEnv(&c, lookup)
 	// The variables set aside read as their defaults below: the other
 	// variables' problems are reported with theirs.
 	errs := append(parseErrs, c.validate()...)
@@ -222,6 +196,39 @@ func loadConfig(lookup func(string) (string, bool), ch *channel) (config, error)
 		}
 	}
 	return c, errors.Join(out...)
+}
+
+// processEnv fills *target (a pointer to a struct of env-tagged fields)
+// from lookup with envconfig, and returns every value that does not parse,
+// each naming its variable. envconfig stops at the first value it cannot
+// parse: each one found is set aside (read as unset, so its default stands
+// in) and the rest parsed again, so that every variable at fault is named.
+func processEnv[T any](target *T, lookup func(string) (string, bool)) []error {
+	var parseErrs []error
+	hidden := map[string]bool{}
+	for {
+		var zero T
+		*target = zero
+		err := envconfig.ProcessWith(context.Background(), &envconfig.Config{
+			Target: target,
+			Lookuper: envconfig.LookuperFunc(func(k string) (string, bool) {
+				if hidden[k] {
+					return "", false
+				}
+				return lookup(k)
+			}),
+		})
+		if err == nil {
+			return parseErrs
+		}
+		named := nameVariable(reflect.TypeOf(zero), err)
+		parseErrs = append(parseErrs, named)
+		var ce *configError
+		if !errors.As(named, &ce) || hidden[ce.Var] {
+			return parseErrs
+		}
+		hidden[ce.Var] = true
+	}
 }
 
 // pacerConfig returns the pacer.Config of channel ch from c: everything
@@ -288,9 +295,10 @@ func envName(f reflect.StructField) string {
 	return strings.TrimSpace(strings.Split(f.Tag.Get("env"), ",")[0])
 }
 
-// nameVariable rewrites an envconfig error, which names the Go field path
-// ("WhatsApp: Rate: ..."), so that it names the environment variable.
-func nameVariable(err error) error {
+// nameVariable rewrites an envconfig error about struct type t, which
+// names the Go field path ("WhatsApp: Rate: ..."), so that it names the
+// environment variable.
+func nameVariable(t reflect.Type, err error) error {
 	msg := err.Error()
 	best, bestVar := "", ""
 	var walk func(t reflect.Type, path string)
@@ -307,7 +315,7 @@ func nameVariable(err error) error {
 			}
 		}
 	}
-	walk(reflect.TypeOf(config{}), "")
+	walk(t, "")
 	if bestVar == "" {
 		return fmt.Errorf("configuration: %w", err)
 	}

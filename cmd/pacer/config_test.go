@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -304,5 +305,58 @@ func TestRecipientRateZeroIsOff(t *testing.T) {
 		if err := cfg.pacerConfig(row).Validate(); err != nil {
 			t.Errorf("%s=0: the pacer refuses it: %v", c.v, err)
 		}
+	}
+}
+
+// TestIngestConfigNamesEveryVariable: `pacer ingest` reports every bad
+// variable at once, one line each, naming the variable (not the Go field),
+// and blames a bad burst on the burst.
+func TestIngestConfigNamesEveryVariable(t *testing.T) {
+	bad := map[string]string{
+		"PACER_INGEST_IP_RATE": "abc", "PACER_INGEST_IP_BURST": "0", "PACER_INGEST_CHANNEL_RATE": "-1",
+		"PACER_INGEST_CHANNEL_BURST": "many", "PACER_INGEST_PRODUCE_TIMEOUT": "5", "PACER_INGEST_PARTITIONS": "0",
+		"PACER_INGEST_TRUSTED_PROXIES": "nowhere",
+	}
+	lookup := lookupMap(bad)
+	_, _, err := loadIngestConfig(func(k string) (string, bool) {
+		if k == "PACER_INGEST_TENANTS" {
+			return "tenants.json", true
+		}
+		return lookup(k)
+	})
+	if err == nil {
+		t.Fatal("loadIngestConfig accepted it")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	for v := range bad {
+		n := 0
+		for _, l := range lines {
+			if strings.HasPrefix(l, v+": ") {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d lines name %s, want 1:\n%v", n, v, err)
+		}
+	}
+	if len(lines) != len(bad) {
+		t.Errorf("%d problems reported, want %d:\n%v", len(lines), len(bad), err)
+	}
+	for _, field := range []string{"IPBurst", "ProduceTimeout", "strconv.", "time: "} {
+		if strings.Contains(err.Error(), field) {
+			t.Errorf("error names Go's %q:\n%v", field, err)
+		}
+	}
+}
+
+// TestIngestReportsRunAndIngestSettingsTogether: a bad shared setting
+// does not hide a bad ingest one.
+func TestIngestReportsRunAndIngestSettingsTogether(t *testing.T) {
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{"ingest"}, nil, io.Discard, &stderr,
+		lookupMap(map[string]string{"PACER_LOG_FORMAT": "xml", "PACER_INGEST_IP_BURST": "0"}))
+	if code != 2 || !strings.Contains(stderr.String(), "PACER_LOG_FORMAT: ") || !strings.Contains(stderr.String(), "PACER_INGEST_IP_BURST: ") ||
+		!strings.Contains(stderr.String(), "PACER_INGEST_TENANTS: ") {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr.String())
 	}
 }
