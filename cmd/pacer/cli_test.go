@@ -57,6 +57,14 @@ func TestCLIMessages(t *testing.T) {
 			"cannot read Redis (PACER_REDIS_URL host 127.0.0.1:1)", "hunter2"},
 		{"stray argument", []string{"status", "--channel", "whatsapp", "extra"}, nil, 2,
 			`pacer: status: unexpected argument "extra"`, "pacer: pacer"},
+		// An explicitly empty flag (an unset shell variable) is refused,
+		// never read as the production default topic or group.
+		{"empty topic", []string{"run", "--channel", "whatsapp", "--topic", ""}, down, 2, "run: --topic given but empty", ""},
+		{"empty group", []string{"run", "--channel", "whatsapp", "--group="}, down, 2, "run: --group given but empty", ""},
+		{"empty publish topic", []string{"publish", "--channel", "whatsapp", "--topic", "", file}, down, 2, "publish: --topic given but empty", ""},
+		{"empty dlq flags", []string{"dlq", "replay", "--channel", "whatsapp", "--topic", "", "--reason", "", "--campaign", ""}, down, 2,
+			"dlq replay: --campaign, --reason, --topic given but empty", ""},
+		{"empty status key", []string{"status", "--channel", "whatsapp", "--key", ""}, down, 2, "status: --key given but empty", ""},
 		{"version", []string{"version"}, nil, 0, "pacer ", ""},
 		// Refused before the demo runs (the demo would print its table first).
 		{"demo report path", []string{"demo", "-report", filepath.Join(dir, "none", "x.json")}, nil, 2,

@@ -114,7 +114,8 @@ var errHelp = errors.New("help requested")
 // parseFlags parses args into fs, flags before and after positional
 // arguments alike (pacer publish f.jsonl --channel whatsapp), and refuses
 // positional arguments unless fs is publish's (which takes FILE). "--" ends
-// the flags. The positional arguments are left in fs.Args().
+// the flags. A text flag given as "" is refused (see below). The
+// positional arguments are left in fs.Args().
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	var pos []string
 	for {
@@ -134,6 +135,18 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		}
 		pos = append(pos, rest[0])
 		args = rest[1:]
+	}
+	// A text flag given but empty ("--topic ''", often an unset shell
+	// variable) is refused rather than read as its default, which for
+	// --topic and --group is the production one.
+	var empty []string
+	fs.Visit(func(f *flag.Flag) {
+		if f.DefValue == "" && f.Value.String() == "" {
+			empty = append(empty, "--"+f.Name)
+		}
+	})
+	if len(empty) > 0 {
+		return &usageError{fmt.Sprintf("%s: %s given but empty: give a value or leave the flag out", strings.TrimPrefix(fs.Name(), "pacer "), strings.Join(empty, ", "))}
 	}
 	if fs.Name() != "pacer publish" && len(pos) > 0 {
 		return &usageError{fmt.Sprintf("%s: unexpected argument %q", strings.TrimPrefix(fs.Name(), "pacer "), pos[0])}
