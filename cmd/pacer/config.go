@@ -415,6 +415,9 @@ func (c config) validate() []error {
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		bad("PACER_LOG_FORMAT", fmt.Sprintf("%q is not json or text", c.LogFormat))
 	}
+	if err := listenAddr(c.MetricsAddr, ":9464"); err != "" {
+		bad("PACER_METRICS_ADDR", err)
+	}
 	if c.ExpectedReplicas < 1 {
 		bad("PACER_EXPECTED_REPLICAS", "must be >= 1")
 	}
@@ -552,6 +555,19 @@ func envRows(t reflect.Type, keep func(name string) bool) []envRow {
 		rows = append(rows, envRow{name: name, unit: unit, def: def, help: f.Tag.Get("help")})
 	}
 	return rows
+}
+
+// listenAddr checks a listen address setting (default def): "" would
+// listen on a random port of every interface, so it is refused like any
+// other empty value. It returns the problem, or "".
+func listenAddr(a, def string) string {
+	if a == "" {
+		return "must not be empty (unset it for the default " + def + ")"
+	}
+	if _, port, err := net.SplitHostPort(a); err != nil || (port != "0" && !validPort(port)) {
+		return fmt.Sprintf("%q is not host:port (such as %s or 127.0.0.1:0)", a, def)
+	}
+	return ""
 }
 
 // validPort reports whether p is a TCP port number, 1..65535.

@@ -139,6 +139,8 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_IDEMPOTENCY_TTL", "0s"},
 		{"PACER_REDIS_FAILURE", "open"},
 		{"PACER_EXPECTED_REPLICAS", "0"},
+		{"PACER_METRICS_ADDR", ""}, // would listen on a random port of every interface
+		{"PACER_METRICS_ADDR", "9464"},
 		{"PACER_AIMD_DECREASE", "1.5"},
 		{"PACER_AIMD_DECREASE", "0"}, // default 0.8: a 0 is a mistake
 		{"PACER_WHATSAPP_PAIR_BURST", "0"},
@@ -315,7 +317,7 @@ func TestIngestConfigNamesEveryVariable(t *testing.T) {
 	bad := map[string]string{
 		"PACER_INGEST_IP_RATE": "abc", "PACER_INGEST_IP_BURST": "0", "PACER_INGEST_CHANNEL_RATE": "-1",
 		"PACER_INGEST_CHANNEL_BURST": "many", "PACER_INGEST_PRODUCE_TIMEOUT": "5", "PACER_INGEST_PARTITIONS": "0",
-		"PACER_INGEST_TRUSTED_PROXIES": "nowhere",
+		"PACER_INGEST_TRUSTED_PROXIES": "nowhere", "PACER_INGEST_ADDR": "",
 	}
 	lookup := lookupMap(bad)
 	_, _, err := loadIngestConfig(func(k string) (string, bool) {

@@ -88,6 +88,9 @@ func loadIngestConfig(lookup func(string) (string, bool)) (ingestConfig, []netip
 	var c ingestConfig
 	errs := processEnv(&c, lookup)
 	bad := func(v, p string) { errs = append(errs, &configError{v, p}) }
+	if err := listenAddr(c.Addr, ":8080"); err != "" {
+		bad("PACER_INGEST_ADDR", err)
+	}
 	if c.Tenants == "" {
 		bad("PACER_INGEST_TENANTS", "required: the path of the tenants file")
 	}
