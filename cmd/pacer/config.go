@@ -180,6 +180,10 @@ func loadConfig(lookup func(string) (string, bool), ch *channel) (config, error)
 				continue
 			}
 			if row == ch || limitRule {
+				if e.Field == "AIMD.MaxCooldown" && c.ThrottleCooldown > c.MaxCooldown && c.MaxCooldown > 0 {
+					errs = append(errs, cooldownConflict(c, lookup))
+					continue
+				}
 				errs = append(errs, c.nameField(row, e))
 			}
 		}
@@ -249,6 +253,22 @@ func (c config) pacerConfig(ch *channel) pacer.Config {
 		IdempotencyTTL: c.LedgerTTL, RedisFailure: c.RedisFailure, StartupTimeout: c.StartupTimeout,
 		ProgressEvery: c.ProgressEvery,
 	}
+}
+
+// cooldownConflict is the problem of a PACER_THROTTLE_COOLDOWN above
+// PACER_MAX_COOLDOWN, which the pacer reports on its MaxCooldown field: it
+// names the variable the operator set, or both when both were set.
+func cooldownConflict(c config, lookup func(string) (string, bool)) error {
+	_, minSet := lookup("PACER_THROTTLE_COOLDOWN")
+	_, maxSet := lookup("PACER_MAX_COOLDOWN")
+	v := "PACER_THROTTLE_COOLDOWN, PACER_MAX_COOLDOWN"
+	switch {
+	case minSet && !maxSet:
+		v = "PACER_THROTTLE_COOLDOWN"
+	case maxSet && !minSet:
+		v = "PACER_MAX_COOLDOWN"
+	}
+	return &configError{v, fmt.Sprintf("PACER_THROTTLE_COOLDOWN %v must be <= PACER_MAX_COOLDOWN %v", c.ThrottleCooldown, c.MaxCooldown)}
 }
 
 // pacerErrors returns the *pacer.FieldError problems joined in err.

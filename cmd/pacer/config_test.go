@@ -362,3 +362,21 @@ func TestIngestReportsRunAndIngestSettingsTogether(t *testing.T) {
 		t.Errorf("exit %d, stderr:\n%s", code, stderr.String())
 	}
 }
+
+// TestCooldownConflictNamesTheVariableSet: a shortest cooldown above the
+// longest is blamed on the variable the operator set (both when both).
+func TestCooldownConflictNamesTheVariableSet(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"PACER_THROTTLE_COOLDOWN": "2h"}, "PACER_THROTTLE_COOLDOWN: PACER_THROTTLE_COOLDOWN 2h0m0s must be <= PACER_MAX_COOLDOWN 1h0m0s"},
+		{map[string]string{"PACER_THROTTLE_COOLDOWN": "10s", "PACER_MAX_COOLDOWN": "5s"},
+			"PACER_THROTTLE_COOLDOWN, PACER_MAX_COOLDOWN: PACER_THROTTLE_COOLDOWN 10s must be <= PACER_MAX_COOLDOWN 5s"},
+	} {
+		_, err := loadConfig(lookupMap(c.env), whatsappRow(t))
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%v: error = %v, want %q", c.env, err, c.want)
+		}
+	}
+}
