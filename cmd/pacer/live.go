@@ -125,7 +125,7 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 		if had {
 			was = show(old)
 		}
-		fmt.Fprintf(stdout, "%s %s: %s (was %s); running pacers apply it within about 1 s\n", *channel, *key, show(kl), was)
+		fmt.Fprintf(stdout, "%s %s: %s (was %s); running pacers apply it within about 1 s\n", *channel, quoteText(*key), show(kl), was)
 	case "unset":
 		old, had, err := st.UnsetLimit(ctx, *channel, *key)
 		if err != nil {
@@ -133,9 +133,9 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 		}
 		logChange(log, "key limit unset", old, had, nil)
 		if !had {
-			fmt.Fprintf(stdout, "%s %s: no limit was set; the channel's applies\n", *channel, *key)
+			fmt.Fprintf(stdout, "%s %s: no limit was set; the channel's applies\n", *channel, quoteText(*key))
 		} else {
-			fmt.Fprintf(stdout, "%s %s: limit %s removed; the channel's applies again within about 1 s\n", *channel, *key, show(old))
+			fmt.Fprintf(stdout, "%s %s: limit %s removed; the channel's applies again within about 1 s\n", *channel, quoteText(*key), show(old))
 		}
 	case "get":
 		var ls []control.KeyLimit
@@ -145,7 +145,7 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 				return fmt.Errorf("limit get: %w", err)
 			}
 			if !ok {
-				fmt.Fprintf(stdout, "%s %s: no limit set; the channel's applies\n", *channel, *key)
+				fmt.Fprintf(stdout, "%s %s: no limit set; the channel's applies\n", *channel, quoteText(*key))
 				return nil
 			}
 			ls = []control.KeyLimit{l}

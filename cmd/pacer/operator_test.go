@@ -103,6 +103,19 @@ func TestOperatorOutputEscapesControlCharacters(t *testing.T) {
 	if code != 0 || strings.ContainsAny(out, "\x1b") || strings.Contains(out, "\nforged") || !strings.Contains(out, `"x\x1b[2J\nforged line"`) {
 		t.Errorf("campaign status: exit %d, %q %q; want the name escaped", code, out, errs)
 	}
+	// A pacing key is quoted the same way by every limit verb.
+	for _, args := range [][]string{
+		{"limit", "get", "--channel", "whatsapp", "--key", evil},   // none set yet
+		{"limit", "unset", "--channel", "whatsapp", "--key", evil}, // none to remove
+		{"limit", "set", "--channel", "whatsapp", "--key", evil, "--rate", "5"},
+		{"limit", "get", "--channel", "whatsapp", "--key", evil},
+		{"limit", "unset", "--channel", "whatsapp", "--key", evil},
+	} {
+		code, out, errs := runCLI(env, args...)
+		if code != 0 || strings.ContainsAny(out, "\x1b") || strings.Contains(out, "\nforged") || !strings.Contains(out, `"x\x1b[2J\nforged line"`) {
+			t.Errorf("pacer %s: exit %d, %q %q; want the key escaped", args[1], code, out, errs)
+		}
+	}
 	if quoteText("spring sale 2026 ✓") != "spring sale 2026 ✓" {
 		t.Errorf("a printable name is changed: %q", quoteText("spring sale 2026 ✓"))
 	}
