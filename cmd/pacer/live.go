@@ -299,6 +299,9 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fmt.Fprintf(stdout, "  remaining     %s\n", unknown(s.Remaining))
 	fmt.Fprintf(stdout, "  rate          %.1f msgs/s\n", s.Rate)
 	eta := "unknown"
+	if s.State == string(control.Paused) || s.State == string(control.Cancelled) {
+		eta = "none (" + s.State + ")"
+	}
 	if s.ETASeconds >= 0 {
 		eta = (time.Duration(s.ETASeconds * float64(time.Second))).Round(time.Second).String()
 	}

@@ -192,3 +192,38 @@ func TestRedisTLSMismatchNamesTheSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestCampaignStatusNoETAWhilePaused: a paused campaign sends nothing, so
+// it has no ETA (text "none (paused)", JSON null); running again, it has.
+func TestCampaignStatusNoETAWhilePaused(t *testing.T) {
+	env, st := operatorEnv(t)
+	ctx := context.Background()
+	if err := st.AddPublished(ctx, "whatsapp", map[string]int64{"spring": 10}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	if err := st.Add(ctx, "whatsapp", map[string]*control.Counts{"spring": {Delivered: 3, First: now - 2000, Last: now}}); err != nil {
+		t.Fatal(err)
+	}
+	eta := func(want string, wantJSON bool) {
+		t.Helper()
+		code, out, errs := runCLI(env, "campaign", "status", "--channel", "whatsapp", "--campaign", "spring")
+		if code != 0 || !strings.Contains(out, "  eta           "+want+"\n") {
+			t.Errorf("status: exit %d, %q %q; want eta %s", code, out, errs, want)
+		}
+		code, out, _ = runCLI(env, "campaign", "status", "--channel", "whatsapp", "--campaign", "spring", "--json")
+		var js map[string]any
+		if err := json.Unmarshal([]byte(out), &js); code != 0 || err != nil || (js["eta_seconds"] != nil) != wantJSON {
+			t.Errorf("status --json: exit %d, %s; want eta_seconds present=%v", code, out, wantJSON)
+		}
+	}
+	eta("7s", true) // 7 remaining at 1 msg/s
+	if code, _, errs := runCLI(env, "campaign", "pause", "--channel", "whatsapp", "--campaign", "spring"); code != 0 {
+		t.Fatalf("pause: exit %d, %q", code, errs)
+	}
+	eta("none (paused)", false)
+	if code, _, errs := runCLI(env, "campaign", "resume", "--channel", "whatsapp", "--campaign", "spring"); code != 0 {
+		t.Fatalf("resume: exit %d, %q", code, errs)
+	}
+	eta("7s", true)
+}
