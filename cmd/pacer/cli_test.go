@@ -150,6 +150,23 @@ func TestHelp(t *testing.T) {
 			t.Errorf("%v: exit %d, %q; want exit 0 with the usage and no error", args, code, out)
 		}
 	}
+	// A command made of subcommands lists each on a line of its own.
+	for cmd, verbs := range map[string][]string{"limit": {"set", "get", "unset"}, "campaign": {"pause", "resume", "cancel", "status"}, "dlq": {"replay"}} {
+		for _, h := range []string{"-h", "--help", "help"} {
+			code, out := help(cmd, h)
+			if code != 0 || strings.Contains(out, "pacer: ") || !strings.Contains(out, "usage: pacer "+cmd) {
+				t.Errorf("%s %s: exit %d, %q; want exit 0 with the usage and no error", cmd, h, code, out)
+			}
+			for _, v := range verbs {
+				if !regexp.MustCompile(`(?m)^  ` + v + ` +\S`).MatchString(out) {
+					t.Errorf("%s %s: no line for subcommand %s:\n%s", cmd, h, v, out)
+				}
+			}
+		}
+		if code, _ := help(cmd); code != 2 {
+			t.Errorf("%s without a subcommand: exit %d, want 2", cmd, code)
+		}
+	}
 }
 
 // TestDLQReplayMissingTopic: replaying a topic that has no DLQ says so in

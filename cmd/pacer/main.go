@@ -108,6 +108,22 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return 1
 }
 
+// verbHelp prints the help of a command made of subcommands (limit,
+// campaign, dlq) when args asks for it ("-h", "--help", "help"): its usage
+// lines, then each subcommand (name, meaning) on a line of its own. It
+// returns errHelp (exit status 0) if it printed, else nil.
+func verbHelp(args []string, stdout io.Writer, cmd, usage string, verbs [][2]string) error {
+	if len(args) == 0 || (args[0] != "-h" && args[0] != "-help" && args[0] != "--help" && args[0] != "help") {
+		return nil
+	}
+	fmt.Fprintf(stdout, "%s\n\nsubcommands:\n", usage)
+	for _, v := range verbs {
+		fmt.Fprintf(stdout, "  %-7s %s\n", v[0], v[1])
+	}
+	fmt.Fprintf(stdout, "\nRun \"pacer %s <subcommand> -h\" for its flags.\n", cmd)
+	return errHelp
+}
+
 // errHelp is -h on a subcommand: its usage was printed; exit status 0.
 var errHelp = errors.New("help requested")
 
