@@ -402,7 +402,7 @@ type Status struct {
 	DeadLetters map[string]int64 `json:"dead_letters"` // by reason
 	Remaining   int64            `json:"remaining"`    // -1 when published is unknown
 	Rate        float64          `json:"rate"`         // msgs/s between the first and the last delivery
-	ETASeconds  float64          `json:"eta_seconds"`  // remaining / rate; -1 when unknown
+	ETASeconds  float64          `json:"eta_seconds"`  // remaining / rate; -1 when unknown or the campaign is paused or cancelled
 	First       time.Time        `json:"first_delivery,omitzero"`
 	Last        time.Time        `json:"last_delivery,omitzero"`
 	LastActive  time.Time        `json:"last_active,omitzero"` // Recent only: its score in the channel's index
@@ -481,7 +481,7 @@ func parseStatus(campaign string, m map[string]string) Status {
 		st.Remaining = max(st.Published-st.Delivered-dead, 0)
 		if st.Remaining == 0 {
 			st.ETASeconds = 0
-		} else if st.Rate > 0 {
+		} else if st.State == "running" && st.Rate > 0 { // a paused or cancelled campaign has none
 			st.ETASeconds = float64(st.Remaining) / st.Rate
 		}
 	}

@@ -382,8 +382,9 @@ type channelConfig struct {
 	limit     bucket.Limit // PACER_<NAME>_RATE, _BURST
 	recipient bucket.Limit // zero when the channel has none or its rate is 0
 	vars      channelVars
-	// unparsed: a rate or burst is not a number, so the pacer's rules
-	// cannot be checked on this channel's limits.
+	// unparsed: a rate or burst is not a number (its default stands in),
+	// so the pacer's rules that compare with this channel's limits cannot
+	// be checked; the others still are.
 	unparsed bool
 }
 
@@ -442,35 +443,42 @@ func readChannel(ch *channel, lookup func(string) (string, bool)) (channelConfig
 		}
 		return def
 	}
-	limit := func(prefix string, def channels.Limit) bucket.Limit {
+	// zeroOff: a rate of 0 turns the bucket off (a recipient bucket,
+	// whatever its default); its burst is still checked.
+	limit := func(prefix string, def channels.Limit, zeroOff bool) bucket.Limit {
 		rate, burst := get(prefix+"RATE", fmt.Sprint(def.PerSecond)), get(prefix+"BURST", fmt.Sprint(def.Burst))
 		l := bucket.Limit{PerSecond: def.PerSecond, Burst: def.Burst}
 		var err error
-		// A 0 is refused where the default is not 0, as for every setting
-		// (the default then stands in, so the pacer's rules are still
-		// checked on the rest).
+		// A 0 is refused where the default is not 0, as for every setting,
+		// and so is a value that is not a number (the default then stands
+		// in, so the pacer's rules are still checked on the rest).
 		if l.PerSecond, err = strconv.ParseFloat(strings.TrimSpace(rate), 64); err != nil {
 			errs = append(errs, &configError{prefix + "RATE", fmt.Sprintf("%q is not a number", rate)})
+			l.PerSecond = def.PerSecond
 			unparsed = true
-		} else if l.PerSecond == 0 && def.PerSecond != 0 {
+		} else if l.PerSecond == 0 && def.PerSecond != 0 && !zeroOff {
 			errs = append(errs, &configError{prefix + "RATE", fmt.Sprintf("must not be 0 (unset it for the default %v)", def.PerSecond)})
 			l.PerSecond = def.PerSecond
 		}
 		if l.Burst, err = strconv.Atoi(strings.TrimSpace(burst)); err != nil {
 			errs = append(errs, &configError{prefix + "BURST", fmt.Sprintf("%q is not a whole number", burst)})
+			l.Burst = def.Burst
 			unparsed = true
 		} else if l.Burst == 0 && def.Burst != 0 {
 			errs = append(errs, &configError{prefix + "BURST", fmt.Sprintf("must not be 0 (unset it for the default %d)", def.Burst)})
 			l.Burst = def.Burst
 		}
+		if zeroOff && l.PerSecond == 0 {
+			return bucket.Limit{} // off
+		}
 		return l
 	}
 	c := channelConfig{vars: channelVars{ch: ch, vals: map[string]string{}, credDir: get("PACER_CREDENTIALS_DIR", "")}}
-	c.limit = limit(ch.prefix(), ch.limit)
+	c.limit = limit(ch.prefix(), ch.limit, false)
 	if r := ch.recipient; r != nil {
-		if c.recipient = limit(ch.prefix()+r.prefix+"_", r.limit); c.recipient.PerSecond == 0 {
-			c.recipient = bucket.Limit{} // off
-		}
+		// README: a recipient bucket's rate 0 = off (the pacer runs
+		// without it), even where its default is on (FCM's device bucket).
+		c.recipient = limit(ch.prefix()+r.prefix+"_", r.limit, true)
 	}
 	for _, s := range ch.settings {
 		val := get(ch.prefix()+s.suffix, s.def)

@@ -57,6 +57,14 @@ func TestCLIMessages(t *testing.T) {
 			"cannot read Redis (PACER_REDIS_URL host 127.0.0.1:1)", "hunter2"},
 		{"stray argument", []string{"status", "--channel", "whatsapp", "extra"}, nil, 2,
 			`pacer: status: unexpected argument "extra"`, "pacer: pacer"},
+		// An explicitly empty flag (an unset shell variable) is refused,
+		// never read as the production default topic or group.
+		{"empty topic", []string{"run", "--channel", "whatsapp", "--topic", ""}, down, 2, "run: --topic given but empty", ""},
+		{"empty group", []string{"run", "--channel", "whatsapp", "--group="}, down, 2, "run: --group given but empty", ""},
+		{"empty publish topic", []string{"publish", "--channel", "whatsapp", "--topic", "", file}, down, 2, "publish: --topic given but empty", ""},
+		{"empty dlq flags", []string{"dlq", "replay", "--channel", "whatsapp", "--topic", "", "--reason", "", "--campaign", ""}, down, 2,
+			"dlq replay: --campaign, --reason, --topic given but empty", ""},
+		{"empty status key", []string{"status", "--channel", "whatsapp", "--key", ""}, down, 2, "status: --key given but empty", ""},
 		{"version", []string{"version"}, nil, 0, "pacer ", ""},
 		// Refused before the demo runs (the demo would print its table first).
 		{"demo report path", []string{"demo", "-report", filepath.Join(dir, "none", "x.json")}, nil, 2,
@@ -140,6 +148,23 @@ func TestHelp(t *testing.T) {
 		code, out := help(args...)
 		if code != 0 || !strings.Contains(out, "usage: pacer fake-provider whatsapp") || strings.Contains(out, "pacer: ") {
 			t.Errorf("%v: exit %d, %q; want exit 0 with the usage and no error", args, code, out)
+		}
+	}
+	// A command made of subcommands lists each on a line of its own.
+	for cmd, verbs := range map[string][]string{"limit": {"set", "get", "unset"}, "campaign": {"pause", "resume", "cancel", "status"}, "dlq": {"replay"}} {
+		for _, h := range []string{"-h", "--help", "help"} {
+			code, out := help(cmd, h)
+			if code != 0 || strings.Contains(out, "pacer: ") || !strings.Contains(out, "usage: pacer "+cmd) {
+				t.Errorf("%s %s: exit %d, %q; want exit 0 with the usage and no error", cmd, h, code, out)
+			}
+			for _, v := range verbs {
+				if !regexp.MustCompile(`(?m)^  ` + v + ` +\S`).MatchString(out) {
+					t.Errorf("%s %s: no line for subcommand %s:\n%s", cmd, h, v, out)
+				}
+			}
+		}
+		if code, _ := help(cmd); code != 2 {
+			t.Errorf("%s without a subcommand: exit %d, want 2", cmd, code)
 		}
 	}
 }

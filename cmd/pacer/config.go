@@ -159,33 +159,7 @@ func (e *configError) Error() string { return e.Var + ": " + e.Problem }
 func loadConfig(lookup func(string) (string, bool), ch *channel) (config, error) {
 	lookup, fileErrs := secretFiles(lookup)
 	var c config
-	// envconfig stops at the first value it cannot parse: each one found is
-	// set aside (read as unset) and the rest parsed again, so that every
-	// variable at fault is named.
-	var parseErrs []error
-	hidden := map[string]bool{}
-	for {
-		err := envconfig.ProcessWith(context.Background(), &envconfig.Config{
-			Target: &c,
-			Lookuper: envconfig.LookuperFunc(func(k string) (string, bool) {
-				if hidden[k] {
-					return "", false
-				}
-				return lookup(k)
-			}),
-		})
-		if err == nil {
-			break
-		}
-		named := nameVariable(err)
-		parseErrs = append(parseErrs, named)
-		var ce *configError
-		if !errors.As(named, &ce) || hidden[ce.Var] {
-			break
-		}
-		hidden[ce.Var] = true
-		c = config{}
-	}
+	parseErrs := processEnv(&c, lookup)
 	// The variables set aside read as their defaults below: the other
 	// variables' problems are reported with theirs.
 	errs := append(parseErrs, c.validate()...)
@@ -195,13 +169,21 @@ func loadConfig(lookup func(string) (string, bool), ch *channel) (config, error)
 		cc, cerrs := readChannel(row, lookup)
 		c.channels[row.name] = cc
 		errs = append(errs, cerrs...)
-		if cc.unparsed {
-			continue // its limits are not numbers
-		}
 		// The pacer's rules for this channel; another channel's run only
-		// needs this channel's own limits to be valid.
+		// needs this channel's own limits to be valid. A limit that is not
+		// a number reads as its default here: the rules comparing with it
+		// are not checked, the others are (a bad rate does not hide a bad
+		// AIMD or breaker setting).
 		for _, e := range pacerErrors(c.pacerConfig(row).Validate()) {
-			if row == ch || strings.HasPrefix(e.Field, "Limit.") || strings.HasPrefix(e.Field, "RecipientLimit.") {
+			limitRule := strings.HasPrefix(e.Field, "Limit.") || strings.HasPrefix(e.Field, "RecipientLimit.")
+			if cc.unparsed && (limitRule || e.Field == "AIMD.Floor") {
+				continue
+			}
+			if row == ch || limitRule {
+				if e.Field == "AIMD.MaxCooldown" && c.ThrottleCooldown > c.MaxCooldown && c.MaxCooldown > 0 {
+					errs = append(errs, cooldownConflict(c, lookup))
+					continue
+				}
 				errs = append(errs, c.nameField(row, e))
 			}
 		}
@@ -218,6 +200,39 @@ func loadConfig(lookup func(string) (string, bool), ch *channel) (config, error)
 		}
 	}
 	return c, errors.Join(out...)
+}
+
+// processEnv fills *target (a pointer to a struct of env-tagged fields)
+// from lookup with envconfig, and returns every value that does not parse,
+// each naming its variable. envconfig stops at the first value it cannot
+// parse: each one found is set aside (read as unset, so its default stands
+// in) and the rest parsed again, so that every variable at fault is named.
+func processEnv[T any](target *T, lookup func(string) (string, bool)) []error {
+	var parseErrs []error
+	hidden := map[string]bool{}
+	for {
+		var zero T
+		*target = zero
+		err := envconfig.ProcessWith(context.Background(), &envconfig.Config{
+			Target: target,
+			Lookuper: envconfig.LookuperFunc(func(k string) (string, bool) {
+				if hidden[k] {
+					return "", false
+				}
+				return lookup(k)
+			}),
+		})
+		if err == nil {
+			return parseErrs
+		}
+		named := nameVariable(reflect.TypeOf(zero), err)
+		parseErrs = append(parseErrs, named)
+		var ce *configError
+		if !errors.As(named, &ce) || hidden[ce.Var] {
+			return parseErrs
+		}
+		hidden[ce.Var] = true
+	}
 }
 
 // pacerConfig returns the pacer.Config of channel ch from c: everything
@@ -238,6 +253,22 @@ func (c config) pacerConfig(ch *channel) pacer.Config {
 		IdempotencyTTL: c.LedgerTTL, RedisFailure: c.RedisFailure, StartupTimeout: c.StartupTimeout,
 		ProgressEvery: c.ProgressEvery,
 	}
+}
+
+// cooldownConflict is the problem of a PACER_THROTTLE_COOLDOWN above
+// PACER_MAX_COOLDOWN, which the pacer reports on its MaxCooldown field: it
+// names the variable the operator set, or both when both were set.
+func cooldownConflict(c config, lookup func(string) (string, bool)) error {
+	_, minSet := lookup("PACER_THROTTLE_COOLDOWN")
+	_, maxSet := lookup("PACER_MAX_COOLDOWN")
+	v := "PACER_THROTTLE_COOLDOWN, PACER_MAX_COOLDOWN"
+	switch {
+	case minSet && !maxSet:
+		v = "PACER_THROTTLE_COOLDOWN"
+	case maxSet && !minSet:
+		v = "PACER_MAX_COOLDOWN"
+	}
+	return &configError{v, fmt.Sprintf("PACER_THROTTLE_COOLDOWN %v must be <= PACER_MAX_COOLDOWN %v", c.ThrottleCooldown, c.MaxCooldown)}
 }
 
 // pacerErrors returns the *pacer.FieldError problems joined in err.
@@ -284,9 +315,10 @@ func envName(f reflect.StructField) string {
 	return strings.TrimSpace(strings.Split(f.Tag.Get("env"), ",")[0])
 }
 
-// nameVariable rewrites an envconfig error, which names the Go field path
-// ("WhatsApp: Rate: ..."), so that it names the environment variable.
-func nameVariable(err error) error {
+// nameVariable rewrites an envconfig error about struct type t, which
+// names the Go field path ("WhatsApp: Rate: ..."), so that it names the
+// environment variable.
+func nameVariable(t reflect.Type, err error) error {
 	msg := err.Error()
 	best, bestVar := "", ""
 	var walk func(t reflect.Type, path string)
@@ -303,7 +335,7 @@ func nameVariable(err error) error {
 			}
 		}
 	}
-	walk(reflect.TypeOf(config{}), "")
+	walk(t, "")
 	if bestVar == "" {
 		return fmt.Errorf("configuration: %w", err)
 	}
@@ -402,6 +434,9 @@ func (c config) validate() []error {
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		bad("PACER_LOG_FORMAT", fmt.Sprintf("%q is not json or text", c.LogFormat))
+	}
+	if err := listenAddr(c.MetricsAddr, ":9464"); err != "" {
+		bad("PACER_METRICS_ADDR", err)
 	}
 	if c.ExpectedReplicas < 1 {
 		bad("PACER_EXPECTED_REPLICAS", "must be >= 1")
@@ -540,6 +575,19 @@ func envRows(t reflect.Type, keep func(name string) bool) []envRow {
 		rows = append(rows, envRow{name: name, unit: unit, def: def, help: f.Tag.Get("help")})
 	}
 	return rows
+}
+
+// listenAddr checks a listen address setting (default def): "" would
+// listen on a random port of every interface, so it is refused like any
+// other empty value. It returns the problem, or "".
+func listenAddr(a, def string) string {
+	if a == "" {
+		return "must not be empty (unset it for the default " + def + ")"
+	}
+	if _, port, err := net.SplitHostPort(a); err != nil || (port != "0" && !validPort(port)) {
+		return fmt.Sprintf("%q is not host:port (such as %s or 127.0.0.1:0)", a, def)
+	}
+	return ""
 }
 
 // validPort reports whether p is a TCP port number, 1..65535.

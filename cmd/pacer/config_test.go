@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -138,6 +139,8 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_IDEMPOTENCY_TTL", "0s"},
 		{"PACER_REDIS_FAILURE", "open"},
 		{"PACER_EXPECTED_REPLICAS", "0"},
+		{"PACER_METRICS_ADDR", ""}, // would listen on a random port of every interface
+		{"PACER_METRICS_ADDR", "9464"},
 		{"PACER_AIMD_DECREASE", "1.5"},
 		{"PACER_AIMD_DECREASE", "0"}, // default 0.8: a 0 is a mistake
 		{"PACER_WHATSAPP_PAIR_BURST", "0"},
@@ -258,6 +261,122 @@ func TestLoadConfigEveryProblemOncePerLine(t *testing.T) {
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			t.Errorf("%v: lines name %v, want %v:\n%v", c.env, got, want, err)
+		}
+	}
+}
+
+// TestUnparsedRateHidesNothing: a rate or burst that is not a number is
+// reported with every other bad setting, as a negative one is (README: a
+// bad rate does not hide a bad AIMD or breaker setting).
+func TestUnparsedRateHidesNothing(t *testing.T) {
+	for _, v := range []string{"PACER_WHATSAPP_RATE", "PACER_WHATSAPP_BURST"} {
+		for _, val := range []string{"abc", "-1"} {
+			bad := map[string]string{v: val, "PACER_AIMD_DECREASE": "1.5", "PACER_BREAKER_MAX_OPEN": "-1s"}
+			_, err := loadConfig(lookupMap(bad), whatsappRow(t))
+			if err == nil {
+				t.Fatalf("%s=%s: loadConfig accepted it", v, val)
+			}
+			for name := range bad {
+				if !strings.Contains(err.Error(), name+": ") {
+					t.Errorf("%s=%s: error does not name %s:\n%v", v, val, name, err)
+				}
+			}
+			if n := strings.Count(err.Error(), "\n") + 1; n != len(bad) {
+				t.Errorf("%s=%s: %d problems reported, want %d:\n%v", v, val, n, len(bad), err)
+			}
+		}
+	}
+}
+
+// TestRecipientRateZeroIsOff: README documents 0 as the off switch of a
+// recipient bucket (PACER_FCM_DEVICE_RATE, PACER_WHATSAPP_PAIR_RATE), even
+// where its default is on: the pacer then runs without it.
+func TestRecipientRateZeroIsOff(t *testing.T) {
+	for _, c := range []struct{ ch, v string }{{"fcm", "PACER_FCM_DEVICE_RATE"}, {"whatsapp", "PACER_WHATSAPP_PAIR_RATE"}} {
+		row, err := channelNamed(c.ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := loadConfig(lookupMap(map[string]string{c.v: "0"}), row)
+		if err != nil {
+			t.Fatalf("%s=0: %v", c.v, err)
+		}
+		if got := cfg.pacerConfig(row).RecipientLimit; got != (bucket.Limit{}) {
+			t.Errorf("%s=0: RecipientLimit = %+v, want none (off)", c.v, got)
+		}
+		if err := cfg.pacerConfig(row).Validate(); err != nil {
+			t.Errorf("%s=0: the pacer refuses it: %v", c.v, err)
+		}
+	}
+}
+
+// TestIngestConfigNamesEveryVariable: `pacer ingest` reports every bad
+// variable at once, one line each, naming the variable (not the Go field),
+// and blames a bad burst on the burst.
+func TestIngestConfigNamesEveryVariable(t *testing.T) {
+	bad := map[string]string{
+		"PACER_INGEST_IP_RATE": "abc", "PACER_INGEST_IP_BURST": "0", "PACER_INGEST_CHANNEL_RATE": "-1",
+		"PACER_INGEST_CHANNEL_BURST": "many", "PACER_INGEST_PRODUCE_TIMEOUT": "5", "PACER_INGEST_PARTITIONS": "0",
+		"PACER_INGEST_TRUSTED_PROXIES": "nowhere", "PACER_INGEST_ADDR": "",
+	}
+	lookup := lookupMap(bad)
+	_, _, err := loadIngestConfig(func(k string) (string, bool) {
+		if k == "PACER_INGEST_TENANTS" {
+			return "tenants.json", true
+		}
+		return lookup(k)
+	})
+	if err == nil {
+		t.Fatal("loadIngestConfig accepted it")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	for v := range bad {
+		n := 0
+		for _, l := range lines {
+			if strings.HasPrefix(l, v+": ") {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d lines name %s, want 1:\n%v", n, v, err)
+		}
+	}
+	if len(lines) != len(bad) {
+		t.Errorf("%d problems reported, want %d:\n%v", len(lines), len(bad), err)
+	}
+	for _, field := range []string{"IPBurst", "ProduceTimeout", "strconv.", "time: "} {
+		if strings.Contains(err.Error(), field) {
+			t.Errorf("error names Go's %q:\n%v", field, err)
+		}
+	}
+}
+
+// TestIngestReportsRunAndIngestSettingsTogether: a bad shared setting
+// does not hide a bad ingest one.
+func TestIngestReportsRunAndIngestSettingsTogether(t *testing.T) {
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{"ingest"}, nil, io.Discard, &stderr,
+		lookupMap(map[string]string{"PACER_LOG_FORMAT": "xml", "PACER_INGEST_IP_BURST": "0"}))
+	if code != 2 || !strings.Contains(stderr.String(), "PACER_LOG_FORMAT: ") || !strings.Contains(stderr.String(), "PACER_INGEST_IP_BURST: ") ||
+		!strings.Contains(stderr.String(), "PACER_INGEST_TENANTS: ") {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+}
+
+// TestCooldownConflictNamesTheVariableSet: a shortest cooldown above the
+// longest is blamed on the variable the operator set (both when both).
+func TestCooldownConflictNamesTheVariableSet(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"PACER_THROTTLE_COOLDOWN": "2h"}, "PACER_THROTTLE_COOLDOWN: PACER_THROTTLE_COOLDOWN 2h0m0s must be <= PACER_MAX_COOLDOWN 1h0m0s"},
+		{map[string]string{"PACER_THROTTLE_COOLDOWN": "10s", "PACER_MAX_COOLDOWN": "5s"},
+			"PACER_THROTTLE_COOLDOWN, PACER_MAX_COOLDOWN: PACER_THROTTLE_COOLDOWN 10s must be <= PACER_MAX_COOLDOWN 5s"},
+	} {
+		_, err := loadConfig(lookupMap(c.env), whatsappRow(t))
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%v: error = %v, want %q", c.env, err, c.want)
 		}
 	}
 }

@@ -90,13 +90,28 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *numbers < 1 || *messages < 1 || *partitions < 1 {
 		return &usageError{"demo: --numbers, --messages and --partitions must be >= 1"}
 	}
-	lim := bucket.Limit{PerSecond: *rate, Burst: *burst}
-	if err := lim.Validate(); err != nil {
-		return &usageError{"demo: --rate/--burst: " + err.Error()}
-	}
 	ch, err := channelNamed(*channel)
 	if err != nil {
 		return err
+	}
+	lim := bucket.Limit{PerSecond: *rate, Burst: *burst}
+	topic := "pacer." + ch.name
+	// The pacer's own rules (the bucket's and the AIMD's range of rates)
+	// are checked with the other flags, before anything is published.
+	pc := pacer.Config{Channel: ch.name, Topic: topic, RecipientLimit: ch.defaultRecipientLimit(), Limit: lim, Drain: 5 * time.Second}
+	var flagErrs []string
+	for _, e := range pacerErrors(pc.Validate()) {
+		switch {
+		case e.Field == "Limit.PerSecond":
+			flagErrs = append(flagErrs, "-rate: "+e.Err.Error())
+		case e.Field == "Limit.Burst":
+			flagErrs = append(flagErrs, "-burst: "+e.Err.Error())
+		default:
+			flagErrs = append(flagErrs, e.Error())
+		}
+	}
+	if len(flagErrs) > 0 {
+		return &usageError{"demo: " + strings.Join(flagErrs, "; ")}
 	}
 	// The report file is opened before the demo runs: a path that cannot
 	// be written fails now, not after the whole demo.
@@ -107,7 +122,6 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		defer reportFile.Close()
 	}
-	topic := "pacer." + ch.name
 
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(*partitions), topic))
 	if err != nil {
@@ -158,10 +172,8 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 	limiter := bucket.New(rdb, bucket.Config{})
-	p, err := pacer.New(pacer.Config{
-		Channel: ch.name, Topic: topic, RecipientLimit: ch.defaultRecipientLimit(), Limit: lim, Drain: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
-	}, []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)},
+	pc.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	p, err := pacer.New(pc, []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)},
 		pacer.Deps{Bucket: limiter, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: ledger.New(rdb, limiter.Keys(), 0), Sender: prov.sender}, prometheus.NewRegistry())
 	if err != nil {
 		return err

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,5 +40,25 @@ func TestDemoPacedRate(t *testing.T) {
 				t.Errorf("paced %.2f of %v: pass %v, want %v", got, c.rate, pass, c.pass)
 			}
 		})
+	}
+}
+
+// TestDemoFlagsCheckedFirst: a rate or burst the pacer refuses (the AIMD's
+// range of rates included) is bad usage, exit 2 naming the flag, before
+// anything is started or published.
+func TestDemoFlagsCheckedFirst(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"demo", "-rate", "1e12"}, "pacer: demo: -rate: "},
+		{[]string{"demo", "-rate", "0"}, "pacer: demo: -rate: "},
+		{[]string{"demo", "-burst", "0"}, "pacer: demo: -burst: "},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), c.args, strings.NewReader(""), &out, &errb, lookupMap(nil))
+		if code != 2 || out.Len() != 0 || !strings.HasPrefix(errb.String(), c.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2, nothing on stdout, %q", c.args, code, out.String(), errb.String(), c.want)
+		}
 	}
 }

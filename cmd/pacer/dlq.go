@@ -13,8 +13,14 @@ import (
 )
 
 func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
+	const usage = "usage: pacer dlq replay --channel C [--topic T] [--reason R] [--campaign X] [--dry-run]"
+	if err := verbHelp(args, stdout, "dlq", usage, [][2]string{
+		{"replay", "put dead-lettered records of <topic>.dlq back on the main topic"},
+	}); err != nil {
+		return err
+	}
 	if len(args) == 0 || args[0] != "replay" {
-		return &usageError{"usage: pacer dlq replay --channel C [--topic T] [--reason R] [--campaign X] [--dry-run]"}
+		return &usageError{usage}
 	}
 	fs := flag.NewFlagSet("pacer dlq replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)

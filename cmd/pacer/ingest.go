@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
-	"github.com/sethvargo/go-envconfig"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -82,23 +81,22 @@ func ingestSettingsHelp() string {
 	return b.String()
 }
 
+// loadIngestConfig reads ingestConfig through lookup: every problem
+// found, joined, one per line, each naming its variable (as loadConfig
+// does for `pacer run`).
 func loadIngestConfig(lookup func(string) (string, bool)) (ingestConfig, []netip.Prefix, error) {
 	var c ingestConfig
-	if err := envconfig.ProcessWith(context.Background(), &envconfig.Config{Target: &c, Lookuper: envconfig.LookuperFunc(lookup)}); err != nil {
-		return c, nil, fmt.Errorf("ingest configuration: %w", err)
-	}
-	var errs []error
+	errs := processEnv(&c, lookup)
 	bad := func(v, p string) { errs = append(errs, &configError{v, p}) }
+	if err := listenAddr(c.Addr, ":8080"); err != "" {
+		bad("PACER_INGEST_ADDR", err)
+	}
 	if c.Tenants == "" {
 		bad("PACER_INGEST_TENANTS", "required: the path of the tenants file")
 	}
-	if err := (bucket.Limit{PerSecond: c.IPRate, Burst: c.IPBurst}).Validate(); err != nil {
-		bad("PACER_INGEST_IP_RATE", err.Error())
-	}
-	if err := (bucket.Limit{PerSecond: c.ChannelRate, Burst: c.ChannelBurst}).Validate(); err != nil {
-		bad("PACER_INGEST_CHANNEL_RATE", err.Error())
-	}
-	if c.ChannelBurst < ingest.MaxBatch {
+	limitErrs("PACER_INGEST_IP_", bucket.Limit{PerSecond: c.IPRate, Burst: c.IPBurst}, 100, bad)
+	limitErrs("PACER_INGEST_CHANNEL_", bucket.Limit{PerSecond: c.ChannelRate, Burst: c.ChannelBurst}, 10000, bad)
+	if c.ChannelBurst >= 1 && c.ChannelBurst < ingest.MaxBatch { // below 1: said above
 		bad("PACER_INGEST_CHANNEL_BURST", fmt.Sprintf("must be >= %d (a full batch)", ingest.MaxBatch))
 	}
 	if c.ProduceTimeout <= 0 {
@@ -123,6 +121,36 @@ func loadIngestConfig(lookup func(string) (string, bool)) (ingestConfig, []netip
 	return c, proxies, errors.Join(errs...)
 }
 
+// limitErrs reports the problems of l, set by prefix+"RATE" and
+// prefix+"BURST", each on the variable at fault: the burst is checked too
+// when the rate is wrong (against defRate, a valid rate).
+func limitErrs(prefix string, l bucket.Limit, defRate float64, bad func(v, p string)) {
+	name := func(err error) {
+		var fe *bucket.FieldError
+		if errors.As(err, &fe) && fe.Field == "Burst" {
+			bad(prefix+"BURST", fe.Err.Error())
+		} else if errors.As(err, &fe) {
+			bad(prefix+"RATE", fe.Err.Error())
+		} else {
+			bad(prefix+"RATE", err.Error())
+		}
+	}
+	err := l.Validate()
+	if err == nil {
+		return
+	}
+	name(err)
+	var fe *bucket.FieldError
+	if errors.As(err, &fe) && fe.Field == "PerSecond" {
+		if err := (bucket.Limit{PerSecond: defRate, Burst: l.Burst}).Validate(); err != nil {
+			var be *bucket.FieldError
+			if errors.As(err, &be) && be.Field == "Burst" {
+				name(err)
+			}
+		}
+	}
+}
+
 func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
 	fs := flag.NewFlagSet("pacer ingest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -133,12 +161,11 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(lookup, nil) // every channel's settings, none singled out
-	if err != nil {
-		return fmt.Errorf("%w: %w", errConfig, err)
-	}
-	ic, proxies, err := loadIngestConfig(lookup)
-	if err != nil {
+	// Every channel's settings, none singled out, and ingest's own: every
+	// problem of both at once.
+	cfg, err := loadConfig(lookup, nil)
+	ic, proxies, ierr := loadIngestConfig(lookup)
+	if err := errors.Join(err, ierr); err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 	log := newLogger(cfg, stderr).With("component", "ingest")

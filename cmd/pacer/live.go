@@ -48,6 +48,13 @@ const limitUsage = `usage: pacer limit set   --channel C --key K --rate R [--bur
 // the bucket and the AIMD) applied by every running pacer within about a
 // second. Every change is logged with the old and new values.
 func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
+	if err := verbHelp(args, stdout, "limit", limitUsage, [][2]string{
+		{"set", "give a pacing key a rate (and burst) of its own; running pacers apply it within about 1 s"},
+		{"get", "show a key's limit, or every key of the channel that has one"},
+		{"unset", "remove a key's limit: the channel's applies again"},
+	}); err != nil {
+		return err
+	}
 	if len(args) == 0 || (args[0] != "set" && args[0] != "get" && args[0] != "unset") {
 		return &usageError{limitUsage}
 	}
@@ -125,7 +132,7 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 		if had {
 			was = show(old)
 		}
-		fmt.Fprintf(stdout, "%s %s: %s (was %s); running pacers apply it within about 1 s\n", *channel, *key, show(kl), was)
+		fmt.Fprintf(stdout, "%s %s: %s (was %s); running pacers apply it within about 1 s\n", *channel, quoteText(*key), show(kl), was)
 	case "unset":
 		old, had, err := st.UnsetLimit(ctx, *channel, *key)
 		if err != nil {
@@ -133,9 +140,9 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 		}
 		logChange(log, "key limit unset", old, had, nil)
 		if !had {
-			fmt.Fprintf(stdout, "%s %s: no limit was set; the channel's applies\n", *channel, *key)
+			fmt.Fprintf(stdout, "%s %s: no limit was set; the channel's applies\n", *channel, quoteText(*key))
 		} else {
-			fmt.Fprintf(stdout, "%s %s: limit %s removed; the channel's applies again within about 1 s\n", *channel, *key, show(old))
+			fmt.Fprintf(stdout, "%s %s: limit %s removed; the channel's applies again within about 1 s\n", *channel, quoteText(*key), show(old))
 		}
 	case "get":
 		var ls []control.KeyLimit
@@ -145,7 +152,7 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 				return fmt.Errorf("limit get: %w", err)
 			}
 			if !ok {
-				fmt.Fprintf(stdout, "%s %s: no limit set; the channel's applies\n", *channel, *key)
+				fmt.Fprintf(stdout, "%s %s: no limit set; the channel's applies\n", *channel, quoteText(*key))
 				return nil
 			}
 			ls = []control.KeyLimit{l}
@@ -193,6 +200,14 @@ const campaignUsage = `usage: pacer campaign pause|resume|cancel --channel C --c
 // cmdCampaign pauses, resumes or cancels a campaign on every running pacer
 // (within about a second), or shows its progress.
 func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
+	if err := verbHelp(args, stdout, "campaign", campaignUsage, [][2]string{
+		{"pause", "hold a campaign's records on every running pacer, without an attempt"},
+		{"resume", "send a paused campaign's records again"},
+		{"cancel", "send a campaign's records to the DLQ with reason cancelled"},
+		{"status", "a campaign's progress: published, delivered, dead-lettered, remaining, rate, ETA"},
+	}); err != nil {
+		return err
+	}
 	verbs := map[string]control.State{"pause": control.Paused, "resume": control.Running, "cancel": control.Cancelled, "status": ""}
 	if len(args) == 0 {
 		return &usageError{campaignUsage}
@@ -299,6 +314,9 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fmt.Fprintf(stdout, "  remaining     %s\n", unknown(s.Remaining))
 	fmt.Fprintf(stdout, "  rate          %.1f msgs/s\n", s.Rate)
 	eta := "unknown"
+	if s.State == string(control.Paused) || s.State == string(control.Cancelled) {
+		eta = "none (" + s.State + ")"
+	}
 	if s.ETASeconds >= 0 {
 		eta = (time.Duration(s.ETASeconds * float64(time.Second))).Round(time.Second).String()
 	}

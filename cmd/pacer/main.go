@@ -108,13 +108,30 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return 1
 }
 
+// verbHelp prints the help of a command made of subcommands (limit,
+// campaign, dlq) when args asks for it ("-h", "--help", "help"): its usage
+// lines, then each subcommand (name, meaning) on a line of its own. It
+// returns errHelp (exit status 0) if it printed, else nil.
+func verbHelp(args []string, stdout io.Writer, cmd, usage string, verbs [][2]string) error {
+	if len(args) == 0 || (args[0] != "-h" && args[0] != "-help" && args[0] != "--help" && args[0] != "help") {
+		return nil
+	}
+	fmt.Fprintf(stdout, "%s\n\nsubcommands:\n", usage)
+	for _, v := range verbs {
+		fmt.Fprintf(stdout, "  %-7s %s\n", v[0], v[1])
+	}
+	fmt.Fprintf(stdout, "\nRun \"pacer %s <subcommand> -h\" for its flags.\n", cmd)
+	return errHelp
+}
+
 // errHelp is -h on a subcommand: its usage was printed; exit status 0.
 var errHelp = errors.New("help requested")
 
 // parseFlags parses args into fs, flags before and after positional
 // arguments alike (pacer publish f.jsonl --channel whatsapp), and refuses
 // positional arguments unless fs is publish's (which takes FILE). "--" ends
-// the flags. The positional arguments are left in fs.Args().
+// the flags. A text flag given as "" is refused (see below). The
+// positional arguments are left in fs.Args().
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	var pos []string
 	for {
@@ -134,6 +151,18 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		}
 		pos = append(pos, rest[0])
 		args = rest[1:]
+	}
+	// A text flag given but empty ("--topic ''", often an unset shell
+	// variable) is refused rather than read as its default, which for
+	// --topic and --group is the production one.
+	var empty []string
+	fs.Visit(func(f *flag.Flag) {
+		if f.DefValue == "" && f.Value.String() == "" {
+			empty = append(empty, "--"+f.Name)
+		}
+	})
+	if len(empty) > 0 {
+		return &usageError{fmt.Sprintf("%s: %s given but empty: give a value or leave the flag out", strings.TrimPrefix(fs.Name(), "pacer "), strings.Join(empty, ", "))}
 	}
 	if fs.Name() != "pacer publish" && len(pos) > 0 {
 		return &usageError{fmt.Sprintf("%s: unexpected argument %q", strings.TrimPrefix(fs.Name(), "pacer "), pos[0])}

@@ -103,6 +103,19 @@ func TestOperatorOutputEscapesControlCharacters(t *testing.T) {
 	if code != 0 || strings.ContainsAny(out, "\x1b") || strings.Contains(out, "\nforged") || !strings.Contains(out, `"x\x1b[2J\nforged line"`) {
 		t.Errorf("campaign status: exit %d, %q %q; want the name escaped", code, out, errs)
 	}
+	// A pacing key is quoted the same way by every limit verb.
+	for _, args := range [][]string{
+		{"limit", "get", "--channel", "whatsapp", "--key", evil},   // none set yet
+		{"limit", "unset", "--channel", "whatsapp", "--key", evil}, // none to remove
+		{"limit", "set", "--channel", "whatsapp", "--key", evil, "--rate", "5"},
+		{"limit", "get", "--channel", "whatsapp", "--key", evil},
+		{"limit", "unset", "--channel", "whatsapp", "--key", evil},
+	} {
+		code, out, errs := runCLI(env, args...)
+		if code != 0 || strings.ContainsAny(out, "\x1b") || strings.Contains(out, "\nforged") || !strings.Contains(out, `"x\x1b[2J\nforged line"`) {
+			t.Errorf("pacer %s: exit %d, %q %q; want the key escaped", args[1], code, out, errs)
+		}
+	}
 	if quoteText("spring sale 2026 ✓") != "spring sale 2026 ✓" {
 		t.Errorf("a printable name is changed: %q", quoteText("spring sale 2026 ✓"))
 	}
@@ -197,4 +210,39 @@ func TestPublishedCountedAfterInterrupt(t *testing.T) {
 	if err != nil || s.Published != 304 {
 		t.Errorf("after an interrupted publish: published %d (err %v, stderr %q), want 304", s.Published, err, errb.String())
 	}
+}
+
+// TestCampaignStatusNoETAWhilePaused: a paused campaign sends nothing, so
+// it has no ETA (text "none (paused)", JSON null); running again, it has.
+func TestCampaignStatusNoETAWhilePaused(t *testing.T) {
+	env, st := operatorEnv(t)
+	ctx := context.Background()
+	if err := st.AddPublished(ctx, "whatsapp", map[string]int64{"spring": 10}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli()
+	if err := st.Add(ctx, "whatsapp", map[string]*control.Counts{"spring": {Delivered: 3, First: now - 2000, Last: now}}); err != nil {
+		t.Fatal(err)
+	}
+	eta := func(want string, wantJSON bool) {
+		t.Helper()
+		code, out, errs := runCLI(env, "campaign", "status", "--channel", "whatsapp", "--campaign", "spring")
+		if code != 0 || !strings.Contains(out, "  eta           "+want+"\n") {
+			t.Errorf("status: exit %d, %q %q; want eta %s", code, out, errs, want)
+		}
+		code, out, _ = runCLI(env, "campaign", "status", "--channel", "whatsapp", "--campaign", "spring", "--json")
+		var js map[string]any
+		if err := json.Unmarshal([]byte(out), &js); code != 0 || err != nil || (js["eta_seconds"] != nil) != wantJSON {
+			t.Errorf("status --json: exit %d, %s; want eta_seconds present=%v", code, out, wantJSON)
+		}
+	}
+	eta("7s", true) // 7 remaining at 1 msg/s
+	if code, _, errs := runCLI(env, "campaign", "pause", "--channel", "whatsapp", "--campaign", "spring"); code != 0 {
+		t.Fatalf("pause: exit %d, %q", code, errs)
+	}
+	eta("none (paused)", false)
+	if code, _, errs := runCLI(env, "campaign", "resume", "--channel", "whatsapp", "--campaign", "spring"); code != 0 {
+		t.Fatalf("resume: exit %d, %q", code, errs)
+	}
+	eta("7s", true)
 }
