@@ -81,8 +81,10 @@ bench-live:
 # with a pooled HTTP client and commits after the send; bench tooling, not
 # part of Pacer) on the real Kafka broker and redis-server, against the
 # same unlimited fake WhatsApp Cloud API: msgs/s, CPU per 1,000 messages,
-# new TCP connections per 100k, Redis round trips and commands per message,
-# at 200 keys unlimited, 20 numbers at 80/s and 2 numbers at 1,000/s.
+# new TCP connections per 100k, Redis round trips and commands per message
+# (INFO commandstats: the servers it starts serve the bench alone), the
+# machine's CPU and the busiest processes over each run, at 200 keys
+# unlimited, 20 numbers at 80/s and 2 numbers at 1,000/s.
 # About 5 minutes. PACER_BENCH_SHAPES=0,2 picks shapes. With
 # BENCH_MEMORY=1 it also measures Redis memory before, after a 1M-message
 # campaign and 10 minutes idle (TestLedgerMemoryBench), and a process's
