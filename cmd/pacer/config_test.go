@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -378,5 +381,44 @@ func TestCooldownConflictNamesTheVariableSet(t *testing.T) {
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%v: error = %v, want %q", c.env, err, c.want)
 		}
+	}
+}
+
+// TestMisspelledSettings: a PACER_ variable no command reads but within two
+// edits of one that is stops start-up naming both (never its value); the
+// settings themselves, their _FILE forms, ingest's, and variables far from
+// every setting pass.
+func TestMisspelledSettings(t *testing.T) {
+	env := []string{
+		"PACER_WHATSAP_RATE=20", "PACER_REDIS_PERFIX=secret-ish", "PACER_INGEST_IP_RAT=5",
+		"PACER_WHATSAPP_RATE=20", "PACER_REDIS_PREFIX=p", "PACER_WHATSAPP_TOKEN_FILE=/t", "PACER_INGEST_IP_RATE=5",
+		"PACER_APNS_KEY_ID=k", "PACER_KAFKA_SASL_PASSWORD=x", "PACER_CACHE_DIR=/c", "PACER_TEST_REDIS_ADDR=a", "HOME=/root",
+	}
+	var got []string
+	for _, err := range misspelledSettings(env) {
+		got = append(got, err.Error())
+	}
+	want := []string{
+		"PACER_WHATSAP_RATE: no such setting; did you mean PACER_WHATSAPP_RATE?",
+		"PACER_REDIS_PERFIX: no such setting; did you mean PACER_REDIS_PREFIX?",
+		"PACER_INGEST_IP_RAT: no such setting; did you mean PACER_INGEST_IP_RATE?",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("misspelled settings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestMisspelledSettingStopsStartup: the binary refuses to start with a
+// misspelled setting in its environment (exit 2, naming it and the setting
+// meant, not its value), whatever the command.
+func TestMisspelledSettingStopsStartup(t *testing.T) {
+	cmd := exec.Command(pacerBin, "status", "--channel", "whatsapp")
+	cmd.Env = append(os.Environ(), "PACER_WHATSAP_RATE=hunter2")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 ||
+		!strings.Contains(string(out), "PACER_WHATSAP_RATE: no such setting; did you mean PACER_WHATSAPP_RATE?") ||
+		strings.Contains(string(out), "hunter2") {
+		t.Errorf("misspelled setting: %v, %q; want exit 2 naming PACER_WHATSAP_RATE and PACER_WHATSAPP_RATE, not the value", err, out)
 	}
 }

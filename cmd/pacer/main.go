@@ -53,6 +53,12 @@ func (e *usageError) Error() string { return e.msg }
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if errs := misspelledSettings(os.Environ()); len(errs) > 0 {
+		for _, err := range errs {
+			fmt.Fprintf(os.Stderr, "pacer: %v\n", err)
+		}
+		os.Exit(2)
+	}
 	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.LookupEnv))
 }
 
