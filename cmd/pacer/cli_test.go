@@ -248,3 +248,14 @@ would replay 4 of 5 DLQ records to ` + topic + `
 		}
 	})
 }
+
+// TestRedisDatabaseOutOfRange: a database number the server does not have
+// is a setting to fix, not an outage to wait out: status (and run) stop at
+// once naming PACER_REDIS_URL.
+func TestRedisDatabaseOutOfRange(t *testing.T) {
+	env := map[string]string{"PACER_REDIS_URL": "redis://" + testenv.RedisAddr(t) + "/99"}
+	code, out, errs := runCLI(env, "status", "--channel", "whatsapp")
+	if code != 1 || out != "" || !strings.Contains(errs, "the database number in PACER_REDIS_URL is beyond the server's databases") {
+		t.Errorf("database 99: exit %d, stdout %q, stderr %q; want 1 naming PACER_REDIS_URL's database", code, out, errs)
+	}
+}

@@ -284,6 +284,8 @@ func redisRefusal(err error) string {
 	switch {
 	// WRONGPASS: a wrong user or password; the other two: a password
 	// without a user where the default user has none, or no password.
+	case strings.Contains(msg, "DB index is out of range"):
+		return "the database number in PACER_REDIS_URL is beyond the server's databases (its `databases` setting, 16 by default; Redis Cluster has only database 0)"
 	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "without any password configured"):
 		return "authentication failed (PACER_REDIS_USERNAME and PACER_REDIS_PASSWORD, or the user and password of PACER_REDIS_URL)"
 	case errors.As(err, &unknownCA):
