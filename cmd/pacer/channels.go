@@ -535,3 +535,27 @@ func parseKeyList(s string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// maxTopicLen is the longest main topic Pacer takes: Kafka's limit of 249
+// characters less its longest derived name's suffix (".retry.10").
+const maxTopicLen = 249 - len(".retry.10")
+
+// checkTopic refuses a topic name Kafka would refuse (only ASCII letters,
+// digits, '.', '_' and '-'; not "." or ".."; with its retry and DLQ topics
+// within Kafka's 249 characters), naming the flag: the broker's
+// INVALID_TOPIC_EXCEPTION otherwise read as Kafka not answering, retried
+// until the start-up timeout.
+func checkTopic(flag, topic string) error {
+	if topic == "." || topic == ".." {
+		return &usageError{fmt.Sprintf("--%s %q: not a Kafka topic name", flag, topic)}
+	}
+	if len(topic) > maxTopicLen {
+		return &usageError{fmt.Sprintf("--%s: %d characters, at most %d (its retry and DLQ topics must fit Kafka's 249)", flag, len(topic), maxTopicLen)}
+	}
+	for _, r := range topic {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return &usageError{fmt.Sprintf("--%s %q: Kafka topic names take only ASCII letters, digits, '.', '_' and '-'", flag, topic)}
+		}
+	}
+	return nil
+}

@@ -65,6 +65,12 @@ func TestCLIMessages(t *testing.T) {
 		{"empty dlq flags", []string{"dlq", "replay", "--channel", "whatsapp", "--topic", "", "--reason", "", "--campaign", ""}, down, 2,
 			"dlq replay: --campaign, --reason, --topic given but empty", ""},
 		{"empty status key", []string{"status", "--channel", "whatsapp", "--key", ""}, down, 2, "status: --key given but empty", ""},
+		// A name Kafka refuses is the flag's fault, not an outage to retry.
+		{"bad run topic", []string{"run", "--channel", "whatsapp", "--topic", "nc bad!"}, down, 2,
+			`--topic "nc bad!": Kafka topic names take only ASCII letters, digits, '.', '_' and '-'`, ""},
+		{"bad publish topic", []string{"publish", "--channel", "whatsapp", "--topic", "..", file}, down, 2, `--topic "..": not a Kafka topic name`, ""},
+		{"long dlq topic", []string{"dlq", "replay", "--channel", "whatsapp", "--topic", strings.Repeat("t", 241), "--reason", "malformed"}, down, 2,
+			"--topic: 241 characters, at most 240", ""},
 		{"version", []string{"version"}, nil, 0, "pacer ", ""},
 		// Refused before the demo runs (the demo would print its table first).
 		{"demo report path", []string{"demo", "-report", filepath.Join(dir, "none", "x.json")}, nil, 2,

@@ -44,6 +44,9 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	if *topic == "" {
 		*topic = "pacer." + *channel
 	}
+	if err := checkTopic("topic", *topic); err != nil {
+		return err
+	}
 	cfg, err := loadConfig(lookup, ch)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)

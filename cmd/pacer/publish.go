@@ -41,6 +41,9 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if *topic == "" {
 		*topic = "pacer." + *channel
 	}
+	if err := checkTopic("topic", *topic); err != nil {
+		return err
+	}
 	if *partitions < 1 {
 		return &usageError{"publish: --partitions must be >= 1"}
 	}

@@ -46,6 +46,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	if err != nil {
 		return err
 	}
+	if *topic != "" {
+		if err := checkTopic("topic", *topic); err != nil {
+			return err
+		}
+	}
 	cfg, err := loadConfig(lookup, ch)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
