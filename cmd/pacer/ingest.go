@@ -221,7 +221,7 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		Partitions: ic.Partitions, RedisFailure: cfg.RedisFailure, Logger: log,
 	}, ingest.Deps{Kafka: kc, Quota: q, Fallback: quota.NewLocal(cfg.ExpectedReplicas), Keys: bucket.NewKeys(cfg.RedisPrefix),
 		Tenants: tf.Tenants, Campaigns: control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)),
-		RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}, reg)
+		RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, KafkaPing: kc.Ping}, reg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}

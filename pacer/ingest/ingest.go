@@ -107,6 +107,10 @@ type Deps struct {
 	Tenants  func() *Tenants
 	// RedisPing reports whether Redis answers, for /readyz.
 	RedisPing func(ctx context.Context) error
+	// KafkaPing reports whether a Kafka broker answers, for /readyz
+	// (kgo.Client.Ping): without Kafka every request waits out
+	// ProduceTimeout and gets 503, so the gateway is not ready.
+	KafkaPing func(ctx context.Context) error
 	// Campaigns, if set, counts the envelopes accepted per campaign (once
 	// Kafka acknowledged them; a duplicate is not counted again) for
 	// `pacer campaign status` and the status page.
@@ -210,10 +214,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(rw, r)
 }
 
-// Ready reports whether the gateway can check quotas: tenants loaded and
-// Redis answering (or the local failure mode in force).
+// Ready reports whether the gateway can take requests: tenants loaded,
+// Kafka answering, and Redis answering (or the local failure mode in
+// force).
 func (s *Server) Ready(ctx context.Context) bool {
 	if s.deps.Tenants() == nil {
+		return false
+	}
+	if s.deps.KafkaPing != nil && s.deps.KafkaPing(ctx) != nil {
 		return false
 	}
 	if s.deps.RedisPing == nil || s.cfg.RedisFailure == "local" {

@@ -111,7 +111,7 @@ func newEnv(t *testing.T, o opts) *env {
 		Channels: []string{"whatsapp", "sendgrid"}, IPLimit: o.ip, ChannelLimit: bucket.Limit{PerSecond: 5000, Burst: 5000},
 		TrustedProxies: o.trusted, RedisFailure: o.failure, ProduceTimeout: 3 * time.Second, Partitions: 4,
 	}, ingest.Deps{Kafka: e.kafka, Quota: quota.New(rdb), Fallback: quota.NewLocal(2), Keys: bucket.NewKeys(""),
-		Tenants: func() *ingest.Tenants { return ts }, Campaigns: e.ctl}, e.reg)
+		Tenants: func() *ingest.Tenants { return ts }, Campaigns: e.ctl, KafkaPing: e.kafka.Ping}, e.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -838,5 +838,19 @@ func TestProduceTimeoutBoundsPartitionLookup(t *testing.T) {
 	}
 	if took < 2500*time.Millisecond {
 		t.Fatalf("Kafka silent on a fresh ingest: answered after %v, before the 3 s produce timeout", took)
+	}
+}
+
+// TestReadyNeedsKafka: the gateway is ready with Kafka answering and not
+// with Kafka unreachable (each request would wait out its produce timeout
+// for a 503).
+func TestReadyNeedsKafka(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if e := newEnv(t, opts{}); !e.srv.Ready(ctx) {
+		t.Error("Kafka answering: not ready")
+	}
+	if e := newEnv(t, opts{kafkaAddrs: []string{"127.0.0.1:1"}}); e.srv.Ready(ctx) {
+		t.Error("Kafka unreachable: ready")
 	}
 }
