@@ -122,7 +122,11 @@ type keyState struct {
 	breaker       adapt.BreakerState
 	cooldownUntil instant
 	// rare is what few keys need; nil while none of it is set (see keyRare).
-	rare      *keyRare
+	rare *keyRare
+	// lastSeen is when the key was last in use: a record of it taken or
+	// let go, or the latest slot granted to one of its senders if later
+	// (see handedOut: a raise of the key's limit starts the new rate after
+	// it, keyRare.raisedAfter).
 	lastSeen  instant
 	delivered atomic.Uint64 // messages of this key the provider accepted through this process
 
@@ -163,6 +167,12 @@ type keyRare struct {
 	refused     string
 	haltCred    uint64 // CredentialVersion of the last request a halt refused
 	haltCredSet bool   // haltCred is set: a halt opened the breaker in this process
+	// raisedAfter, set when the key's limit (its ceiling) rose while this
+	// process held slots granted at the old rate, is when the last of
+	// those starts plus one interval of the new rate: the key's senders
+	// reserve no slot of the new rate before it (see acquire), so the two
+	// rates never overlap in this process. Zero once it has passed.
+	raisedAfter instant
 }
 
 // rareSet returns st.rare, made if nil. Callers hold st.mu.
@@ -563,7 +573,7 @@ func (p *Pacer) keyState(key string) *keyState {
 		p.keys.peak = max(p.keys.peak, len(p.keys.m))
 	}
 	st.mu.Lock()
-	st.lastSeen = nowInstant()
+	st.seen(nowInstant())
 	st.users++
 	st.mu.Unlock()
 	return st
@@ -577,7 +587,7 @@ func (ks *keyStates) done(st *keyState) {
 	st.mu.Lock()
 	st.users--
 	now := time.Now()
-	st.lastSeen = instantOf(now)
+	st.seen(instantOf(now))
 	if st.users == 0 {
 		st.trim(now)
 	}
@@ -696,6 +706,46 @@ func (p *Pacer) sweepLoop(ctx context.Context) {
 	}
 }
 
+// current returns the key's adapted limit and policy as last read (no
+// Redis call), or lim and pol while the key has not been read yet: a
+// sender that waited (for a place among the key's senders, a slot) uses
+// the key's limit of now, not the one it read before its wait, so no slot
+// is reserved at a rate the key no longer has. It also returns how long
+// from now the key's new slots wait after a raise (see
+// keyRare.raisedAfter), 0 when they do not.
+func (st *keyState) current(lim bucket.Limit, pol KeyPolicy, now instant) (bucket.Limit, KeyPolicy, time.Duration) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.refreshed.IsZero() {
+		lim, pol = st.limit, *st.pol
+	}
+	var hold time.Duration
+	if r := st.rare; r != nil && !r.raisedAfter.IsZero() {
+		if hold = r.raisedAfter.Sub(now); hold <= 0 {
+			hold, r.raisedAfter = 0, 0
+			st.rareTidy()
+		}
+	}
+	return lim, pol, hold
+}
+
+// handedOut records that a sender of this process was granted the key's
+// slot at at (it sends in it, or lets it lapse): the key is in use until
+// then (lastSeen).
+func (st *keyState) handedOut(at time.Time) {
+	st.mu.Lock()
+	st.seen(instantOf(at))
+	st.mu.Unlock()
+}
+
+// seen moves lastSeen to at unless it is later already (a slot granted
+// ahead). Callers hold st.mu.
+func (st *keyState) seen(at instant) {
+	if at.After(st.lastSeen) {
+		st.lastSeen = at
+	}
+}
+
 func (st *keyState) set(a adapt.Adapted, ceiling bucket.Limit, now time.Time) {
 	if a.Rate < st.adapted.Rate {
 		// The decrease was made a.SinceDecrease before the reply (by
@@ -797,6 +847,7 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		st.rare.refused = ""
 	}
 	ceilingChanged := st.pol.Limit != pol.Limit
+	prev := st.limit
 	if pol != *st.pol {
 		if p.keys.def != nil && pol == *p.keys.def {
 			st.pol = p.keys.def
@@ -812,6 +863,15 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		st.set(a, pol.Limit, now)
 	} else if ceilingChanged {
 		st.limit = pol.Limit
+	}
+	if ceilingChanged && st.limit.PerSecond > prev.PerSecond && st.lastSeen.After(at) {
+		// The bucket counts the slots granted ahead as tokens, and repays
+		// them at the rate of each call: at the higher rate its next
+		// slots would start among those this process handed out at the
+		// old one. An increase of the adapted rate within the ceiling
+		// moves that debt in Redis (aimd_recover.lua); a changed ceiling
+		// does not, so the new slots wait for the old ones here.
+		st.rareSet().raisedAfter = st.lastSeen + instant(float64(time.Second)/st.limit.PerSecond)
 	}
 	if berr == nil {
 		st.breaker = bs.State

@@ -347,6 +347,9 @@ func (p *Pacer) slot(f *flight) outcome {
 	if !ok {
 		return stop()
 	}
+	// acquire paced the slot at the key's limit of its end, which may be
+	// newer than the one read before: the send and its result use it too.
+	f.lim, f.pol, _ = f.st.current(f.lim, f.pol, nowInstant())
 	if wait > 0 {
 		return requeue(reason, wait)
 	}
@@ -889,6 +892,18 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 		var res bucket.Reservation
 		start := time.Now()
 		cutAt := st.cutAt.Load()
+		// The key's limit of now: one read before a wait (for the gate, a
+		// slot that lapsed, a cooldown) may be that of an old rate.
+		var hold time.Duration
+		lim, pol, hold = st.current(lim, pol, instantOf(start))
+		if hold > 0 {
+			// The key's limit rose while this process held slots of the
+			// old rate: the new rate starts after them.
+			if !sleep(ctx, hold) {
+				return 0, "", 0, false
+			}
+			continue
+		}
 		st.mu.Lock()
 		paced = st.adapted.Rate
 		st.mu.Unlock()
@@ -904,6 +919,7 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 		}
 		p.m.takeLatency.WithLabelValues().Observe(time.Since(start).Seconds())
 		if res.OK {
+			st.handedOut(res.At)
 			if ahead != nil {
 				lead := p.ledger.(ClaimAheadLedger).FlushInterval() + claimMargin
 				if !sleep(ctx, time.Until(res.At.Add(-lead))) {

@@ -601,3 +601,46 @@ func TestStatusShowsKeyLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveLimitLowerThenRaise: a number paced at the strict fake's own
+// limit (50/s, burst 2: a small burst, so the fake absorbs no overlap) is
+// lowered to 10/s with pacer limit set and raised back to 50/s with pacer
+// limit unset 8 s later. At the raise the key's senders hold slots granted
+// at 10/s (up to about 2 s of them), and others that read the key's limit
+// before it are still waiting for theirs: the 50/s slots must start after
+// the first, and the second must take slots at 50/s (README, per-key
+// limits: "the two rates never overlap in this process"). The fake then
+// throttles nothing it would not throttle without the changes: none, or
+// one that a loaded machine's scheduling bunched. Slots of the two rates
+// overlapping throttled 5 (7 with only the stale limits fixed, 20 with
+// only the held slots waited for).
+func TestLiveLimitLowerThenRaise(t *testing.T) {
+	e := newE2E(t, whatsapptest.Config{Rate: 50, Burst: 2, Latency: 5 * time.Millisecond})
+	key := "910000000000000"
+	const per = 700 // 2 s at 50/s, 8 s at 10/s, then about 10 s at 50/s
+	var b strings.Builder
+	lines(&b, "lu", key, per)
+	ps := e.startAndPublish(b.String(), 1, "PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=2")
+	e.waitProgress(0, 60*time.Second, ps...)
+	time.Sleep(2 * time.Second)
+	e.cli("limit", "set", "--channel", "whatsapp", "--key", key, "--rate", "10")
+	time.Sleep(8 * time.Second)
+	e.cli("limit", "unset", "--channel", "whatsapp", "--key", key)
+	raised := time.Now()
+	e.waitDelivered(per, 120*time.Second, ps...)
+	logs := stopAll(t, ps)
+	s := e.fake.Stats()[key]
+	var at []string
+	for _, a := range e.fake.Arrivals() {
+		if a.Throttled {
+			at = append(at, fmt.Sprintf("%+.2fs", a.At.Sub(raised).Seconds()))
+		}
+	}
+	if s.Throttled > 1 {
+		t.Errorf("the fake throttled %d sends (at %v from the unset): the slots of 10/s and 50/s overlapped\n%s",
+			s.Throttled, at, grepLines(logs, "key limit changed", "throttled"))
+	}
+	if s.Delivered != per || s.Duplicates != 0 {
+		t.Errorf("delivered %d (duplicates %d), want %d once", s.Delivered, s.Duplicates, per)
+	}
+}
