@@ -266,6 +266,33 @@ func TestAcceptSingleAndBatch(t *testing.T) {
 	}
 }
 
+// TestRejectedLinesCounted: every invalid line counts as rejected, those
+// of an all-invalid 400 as well as one inside a 202, and a line that is not
+// a JSON object names the field "envelope".
+func TestRejectedLinesCounted(t *testing.T) {
+	e := newEnv(t, opts{})
+	for i := range 8 {
+		a := e.do(acmeKey, "whatsapp", "application/json", fmt.Sprintf(`{"id":"x%d","key":"k"}`, i))
+		if a.status != 400 {
+			t.Fatalf("invalid envelope %d: %d %s, want 400", i, a.status, a.body)
+		}
+	}
+	a := e.do(acmeKey, "whatsapp", "application/x-ndjson", "[1]\n\"text\"")
+	p := isProblem(t, "two lines not objects", a, 400)
+	if got := fmt.Sprint(p["invalid-params"]); got != "[map[line:1 name:envelope reason:envelope: not a JSON object] map[line:2 name:envelope reason:envelope: not a JSON object]]" {
+		t.Errorf("invalid-params %s", got)
+	}
+	a = e.do(acmeKey, "whatsapp", "application/x-ndjson", env1("ok1")+"\n42")
+	var ans ingest.Answer
+	json.Unmarshal(a.body, &ans)
+	if want := []ingest.Rejected{{Line: 2, Field: "envelope", Error: "envelope: not a JSON object"}}; a.status != 202 || fmt.Sprint(ans.Rejected) != fmt.Sprint(want) {
+		t.Errorf("batch with a number line: %d %s, want 202 rejecting line 2 as %+v", a.status, a.body, want)
+	}
+	if got := testutil.ToFloat64(e.srvMetric("pacer_ingest_messages_total", "rejected")); got != 11 {
+		t.Errorf("rejected lines counted %v, want 11 (8 + 2 in 400s, 1 in a 202)", got)
+	}
+}
+
 func TestRetryIsSafe(t *testing.T) {
 	e := newEnv(t, opts{})
 	first := e.do(acmeKey, "whatsapp", "application/json", env1("r1"))
