@@ -195,6 +195,23 @@ func TestDLQReplayMissingTopic(t *testing.T) {
 	}
 }
 
+// TestFakeProviderRefusesNegativeLimits: a negative limit is refused with
+// exit status 2 naming the flag, before anything listens.
+func TestFakeProviderRefusesNegativeLimits(t *testing.T) {
+	for _, c := range [][2]string{{"--rate", "-1"}, {"--burst", "-5"}, {"--pair-rate", "-1"}, {"--pair-burst", "-2"},
+		{"--account-limit", "-3"}, {"--rate", "NaN"}, {"--account-window", "0s"}} {
+		// A fake that starts anyway is stopped after a while, and fails.
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		var outb, errb bytes.Buffer
+		code := run(ctx, []string{"fake-provider", "whatsapp", "--addr", "127.0.0.1:0", c[0], c[1]}, strings.NewReader(""), &outb, &errb, lookupMap(nil))
+		cancel()
+		out, errs := outb.String(), errb.String()
+		if code != 2 || !strings.Contains(errs, c[0]+" ") || strings.Contains(out, "listening") {
+			t.Errorf("fake-provider %s %s: exit %d, stdout %q, stderr %q; want exit 2 naming %s", c[0], c[1], code, out, errs, c[0])
+		}
+	}
+}
+
 // TestDLQReplayDryRunLists: --dry-run prints one line per record a replay
 // would write (the record key it writes, envelope id, campaign, reason, and
 // the envelope's key where it differs; a name with control characters
