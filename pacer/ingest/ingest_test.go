@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -566,6 +568,51 @@ func TestConcurrentSameID(t *testing.T) {
 		t.Fatalf("id on the topic %d times under 16 concurrent requests, want 1", n)
 	}
 }
+
+// TestTenantsFileMissingLogsOnceAMinute: a tenants file missing for 150 s,
+// polled every second, logs "not reloaded" three times (at once, a minute
+// on, two minutes on), then once "readable again" when it is back.
+func TestTenantsFileMissingLogsOnceAMinute(t *testing.T) {
+	path := t.TempDir() + "/tenants.json"
+	os.WriteFile(path, []byte(tenantsJSON(1, 1, 1)), 0o600)
+	tf, err := ingest.LoadTenantFile(path, []string{"whatsapp", "sendgrid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return buf.Write(p)
+		}), nil))
+		ctx, cancel := context.WithCancel(t.Context())
+		go tf.Watch(ctx, time.Second, log)
+		os.Remove(path)
+		time.Sleep(150*time.Second + time.Second/2)
+		os.WriteFile(path, []byte(tenantsJSON(1, 1, 1)), 0o600)
+		time.Sleep(2 * time.Second)
+		cancel()
+		synctest.Wait()
+		mu.Lock()
+		out := buf.String()
+		mu.Unlock()
+		if n := strings.Count(out, "tenants file not reloaded"); n != 3 {
+			t.Errorf("%d not-reloaded lines while the file was missing 150 s, want 3:\n%s", n, out)
+		}
+		if n := strings.Count(out, "tenants file readable again"); n != 1 {
+			t.Errorf("%d readable-again lines, want 1:\n%s", n, out)
+		}
+	})
+	if tf.Tenants().Lookup(acmeKey) == nil {
+		t.Error("the tenants were lost while the file was missing")
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func TestTenantsFile(t *testing.T) {
 	_, err := ingest.ParseTenants([]byte(`{"tenants":[{"id":"a b","key_sha256":["zz"],"requests_per_second":0,"messages_per_day":0,"channels":["telegram"]}]}`), []string{"whatsapp"})
