@@ -10,6 +10,7 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/bucket/ledger"
+	"github.com/pacerhq/pacer/internal/logrepeat"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -156,6 +157,11 @@ type campaigns struct {
 	log     *slog.Logger
 	base    context.Context // the process's: a first read outlives the worker that asked
 
+	// statesLog keeps a Redis outage from logging "campaign states
+	// unavailable" at every retry: the first, then one a minute, and a
+	// line when the states can be read again.
+	statesLog logrepeat.Gate
+
 	mu     sync.Mutex
 	states map[string]*campaignState
 	counts map[string]*control.Counts
@@ -214,13 +220,19 @@ func (c *campaigns) refresh(ctx context.Context, names []string) {
 		if err == nil || ctx.Err() != nil {
 			break
 		}
-		c.log.Warn("campaign states unavailable; keeping the last ones", "err", err)
+		if log, skipped := c.statesLog.Fail(); log {
+			c.log.Warn("campaign states unavailable; keeping the last ones (logged at most once a minute while it lasts)",
+				"err", err, "unlogged_failures", skipped)
+		}
 		if !sleep(ctx, campaignRefresh) {
 			return
 		}
 	}
 	if err != nil {
 		return
+	}
+	if ok, failures, lasted := c.statesLog.OK(); ok {
+		c.log.Info("campaign states recovered", "failures", failures, "after", lasted.Round(time.Millisecond))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

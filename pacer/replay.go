@@ -44,11 +44,15 @@ type ReplayConfig struct {
 	Chosen func(ReplayedRecord)
 }
 
-// ReplayedRecord is one record [Replay] writes back (or would): its pacing
-// key (the record key), envelope id and campaign (ID "" and Err set when
-// its value does not parse as an envelope), and its pacer-reason.
+// ReplayedRecord is one record [Replay] writes back (or would): the record
+// key it writes (the DLQ record's key, unchanged), envelope id and campaign
+// (ID "" and Err set when its value does not parse as an envelope), and its
+// pacer-reason. EnvelopeKey is the envelope's pacing key ("" when the
+// value does not parse): the pacer paces a record without a key by it, and
+// dead-letters a record whose key differs from it again as malformed.
 type ReplayedRecord struct {
 	Key, ID, Campaign, Reason string
+	EnvelopeKey               string
 	Err                       error
 }
 
@@ -154,7 +158,7 @@ func Replay(ctx context.Context, cl *kgo.Client, cfg ReplayConfig) (ReplaySummar
 			if cfg.Chosen != nil {
 				rr := ReplayedRecord{Key: string(r.Key), Reason: reason, Err: perr}
 				if perr == nil {
-					rr.Key, rr.ID, rr.Campaign = env.Key, env.ID, env.Campaign
+					rr.ID, rr.Campaign, rr.EnvelopeKey = env.ID, env.Campaign, env.Key
 				}
 				cfg.Chosen(rr)
 			}

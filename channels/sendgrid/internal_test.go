@@ -65,6 +65,8 @@ func TestRedact(t *testing.T) {
 		{"no address here: a@ b", "", "no address here: a@ b"},
 		{"field personalizations.0.to.0.email", "x@y.z", "field personalizations.0.to.0.email"},
 		{"unicode İ ada@example.com", "ada@example.com", "unicode İ [recipient]"},
+		{"code 400 for 4", "4", "code 400 for [recipient]"},
+		{"bob.ada@example.com", "ada@example.com", "[address]"},
 	} {
 		if got := c.redact(r.in, r.to); got != r.want {
 			t.Errorf("redact(%q, %q) = %q, want %q", r.in, r.to, got, r.want)

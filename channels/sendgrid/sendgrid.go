@@ -451,13 +451,15 @@ var emailLike = regexp.MustCompile(`[^\s"'<>()\[\]{},;:@]+@[^\s"'<>()\[\]{},;:@]
 
 // redact removes every API key secret, the recipient and anything else
 // shaped like an email address from s, then cuts it to maxDetail bytes on a
-// rune boundary.
+// rune boundary. The recipient is replaced only where it stands alone (not
+// inside a longer address or word); anything else address-shaped becomes
+// "[address]".
 func (c *Client) redact(s, to string) string {
 	for _, sec := range c.secrets {
 		s = strings.ReplaceAll(s, sec, "[api-key]")
 	}
 	if to != "" {
-		s = replaceFold(s, to, "[recipient]")
+		s = channels.ReplaceAddress(s, to, "[recipient]")
 	}
 	s = emailLike.ReplaceAllString(s, "[address]")
 	if len(s) <= maxDetail {
@@ -468,34 +470,4 @@ func (c *Client) redact(s, to string) string {
 		s = s[:len(s)-1]
 	}
 	return s
-}
-
-// replaceFold replaces every occurrence of old in s by repl, ignoring
-// ASCII case: email domains are case-insensitive, and SendGrid may echo an
-// address in another case than it was sent.
-func replaceFold(s, old, repl string) string {
-	lower, lold := asciiLower(s), asciiLower(old)
-	var b strings.Builder
-	for {
-		i := strings.Index(lower, lold)
-		if i < 0 {
-			b.WriteString(s)
-			return b.String()
-		}
-		b.WriteString(s[:i])
-		b.WriteString(repl)
-		s, lower = s[i+len(old):], lower[i+len(old):]
-	}
-}
-
-// asciiLower maps A-Z to a-z and keeps every other byte, so offsets in the
-// result are offsets in s.
-func asciiLower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }

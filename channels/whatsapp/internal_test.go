@@ -62,3 +62,16 @@ func TestMessagesURL(t *testing.T) {
 		}
 	}
 }
+
+func TestRedactKeepsErrorCodes(t *testing.T) {
+	c := &Client{token: "EAAtoken"}
+	for _, r := range []struct{ in, to, want string }{
+		{"(#1300) Something went wrong", "10", "(#1300) Something went wrong"},
+		{"(#100) Invalid parameter for 1", "1", "(#100) Invalid parameter for [recipient]"},
+		{"(#131026) 15551234567 EAAtoken", "+15551234567", "(#131026) [recipient] [token]"},
+	} {
+		if got := c.redact(r.in, r.to); got != r.want {
+			t.Errorf("redact(%q, %q) = %q, want %q", r.in, r.to, got, r.want)
+		}
+	}
+}

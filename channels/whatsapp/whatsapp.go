@@ -487,13 +487,15 @@ func statusClass(status int, noBody bool) channels.Class {
 }
 
 // redact removes the token and the recipient from s, then cuts it to
-// maxDetail bytes on a rune boundary.
+// maxDetail bytes on a rune boundary. The recipient is replaced only where
+// it stands alone (not inside a longer number), so an error code such as
+// "(#1300)" survives a recipient "10".
 func (c *Client) redact(s, to string) string {
 	s = strings.ReplaceAll(s, c.token, "[token]")
 	if to != "" {
-		s = strings.ReplaceAll(s, to, "[recipient]")
+		s = channels.ReplaceNumber(s, to, "[recipient]")
 		if d := strings.TrimPrefix(to, "+"); d != to && d != "" {
-			s = strings.ReplaceAll(s, d, "[recipient]")
+			s = channels.ReplaceNumber(s, d, "[recipient]")
 		}
 	}
 	if len(s) <= maxDetail {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -200,9 +201,27 @@ func TestDLQReplayMissingTopic(t *testing.T) {
 	}
 }
 
+// TestFakeProviderRefusesNegativeLimits: a negative limit is refused with
+// exit status 2 naming the flag, before anything listens.
+func TestFakeProviderRefusesNegativeLimits(t *testing.T) {
+	for _, c := range [][2]string{{"--rate", "-1"}, {"--burst", "-5"}, {"--pair-rate", "-1"}, {"--pair-burst", "-2"},
+		{"--account-limit", "-3"}, {"--rate", "NaN"}, {"--account-window", "0s"}} {
+		// A fake that starts anyway is stopped after a while, and fails.
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		var outb, errb bytes.Buffer
+		code := run(ctx, []string{"fake-provider", "whatsapp", "--addr", "127.0.0.1:0", c[0], c[1]}, strings.NewReader(""), &outb, &errb, lookupMap(nil))
+		cancel()
+		out, errs := outb.String(), errb.String()
+		if code != 2 || !strings.Contains(errs, c[0]+" ") || strings.Contains(out, "listening") {
+			t.Errorf("fake-provider %s %s: exit %d, stdout %q, stderr %q; want exit 2 naming %s", c[0], c[1], code, out, errs, c[0])
+		}
+	}
+}
+
 // TestDLQReplayDryRunLists: --dry-run prints one line per record a replay
-// would write (pacing key, envelope id, campaign, reason; a name with
-// control characters Go-quoted; an id chosen twice listed once), then the
+// would write (the record key it writes, envelope id, campaign, reason, and
+// the envelope's key where it differs; a name with control characters
+// Go-quoted; an id chosen twice listed once), then the
 // summary, and writes nothing to the main topic.
 func TestDLQReplayDryRunLists(t *testing.T) {
 	brokers := testenv.KafkaBrokers(t)
@@ -225,6 +244,8 @@ func TestDLQReplayDryRunLists(t *testing.T) {
 		rec("106", `{"id":"a1","key":"106","to":"1555","campaign":"spring"}`, "unknown-outcome"),
 		rec("108", `{"id":"c3","key":"108","to":"1555"}`, "expired"),
 		rec("109", `not json`, "malformed"),
+		rec("700000000000000", `{"id":"d4","key":"800000000000000","to":"1555"}`, "malformed"),
+		rec("", `{"id":"e5","key":"110","to":"1555"}`, "expired"),
 	).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +256,9 @@ func TestDLQReplayDryRunLists(t *testing.T) {
 would write key 107 id b2 campaign "x\x1b[2Jy" reason permanent:131026
 would write key 108 id c3 campaign - reason expired
 would write key 109 id - (value is not an envelope) campaign - reason malformed
-would replay 4 of 5 DLQ records to ` + topic + `
+would write key 700000000000000 id d4 campaign - reason malformed (envelope key 800000000000000 differs: dead-lettered again as malformed)
+would write key - id e5 campaign - reason expired (paced by the envelope key 110)
+would replay 6 of 7 DLQ records to ` + topic + `
   1 more chosen were copies of an envelope id replayed once
 `
 	if code != 0 || !strings.HasPrefix(out.String(), want) {
@@ -253,6 +276,31 @@ would replay 4 of 5 DLQ records to ` + topic + `
 			t.Errorf("dry run wrote %d records to %s partition %d", o.Offset, topic, o.Partition)
 		}
 	})
+	// The replay itself writes exactly the keys the dry run listed.
+	var wantKeys []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 3 && f[0] == "would" && f[1] == "write" {
+			k := f[3]
+			if k == "-" {
+				k = ""
+			}
+			wantKeys = append(wantKeys, k)
+		}
+	}
+	out.Reset()
+	if code := run(ctx, []string{"dlq", "replay", "--channel", "whatsapp", "--topic", topic}, strings.NewReader(""), &out, &errb,
+		lookupMap(map[string]string{"PACER_KAFKA_BROKERS": brokers})); code != 0 {
+		t.Fatalf("replay: exit %d, stderr %q", code, errb.String())
+	}
+	var gotKeys []string
+	for _, r := range consumeAll(t, brokers, topic, len(wantKeys)) {
+		gotKeys = append(gotKeys, string(r.Key))
+	}
+	slices.Sort(gotKeys)
+	slices.Sort(wantKeys)
+	if !slices.Equal(gotKeys, wantKeys) {
+		t.Errorf("replay wrote keys %q, the dry run listed %q", gotKeys, wantKeys)
+	}
 }
 
 // TestRedisDatabaseOutOfRange: a database number the server does not have

@@ -87,7 +87,22 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 			if r.Campaign == "" {
 				campaign = "-"
 			}
-			fmt.Fprintf(stdout, "would write key %s id %s campaign %s reason %s\n", quoteText(r.Key), id, campaign, quoteText(r.Reason))
+			// The record key the replay writes, unchanged from the DLQ.
+			key := quoteText(r.Key)
+			if r.Key == "" {
+				key = "-"
+			}
+			fmt.Fprintf(stdout, "would write key %s id %s campaign %s reason %s", key, id, campaign, quoteText(r.Reason))
+			switch {
+			case r.EnvelopeKey == "":
+			case r.Key == "":
+				fmt.Fprintf(stdout, " (paced by the envelope key %s)", quoteText(r.EnvelopeKey))
+			case r.Key != r.EnvelopeKey:
+				// The pacer refuses a record key that differs from the
+				// envelope's: say so before the replay dead-letters it again.
+				fmt.Fprintf(stdout, " (envelope key %s differs: dead-lettered again as malformed)", quoteText(r.EnvelopeKey))
+			}
+			fmt.Fprintln(stdout)
 		}
 	}
 	s, err := pacer.Replay(ctx, cl, rc)

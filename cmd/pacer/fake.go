@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
@@ -20,7 +22,8 @@ func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Write
 			"       [--pair-rate R] [--pair-burst B] [--account-limit N] [--account-window D]\n"+
 			"The limits are strict token buckets counted at the fake's ingress. While it runs,\n"+
 			"POST /_admin/rate?key=K&rate=R sets a hidden rate (key empty: every number) and\n"+
-			"POST /_admin/fail?key=K&n=N answers the next N requests of K with HTTP 500.")
+			"POST /_admin/fail?key=K&n=N answers the next N requests of K with HTTP 500\n"+
+			"(counted as failed, not throttled, in /_stats).")
 		fs.PrintDefaults()
 	}
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
@@ -41,6 +44,24 @@ func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
+	}
+	// A negative limit would make a fake more lenient or meaningless than
+	// the provider it stands for: refused, naming the flag.
+	var bad []string
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"rate", *rate}, {"burst", float64(*burst)}, {"pair-rate", *pairRate}, {"pair-burst", float64(*pairBurst)},
+		{"account-limit", float64(*acctLimit)}} {
+		if !(f.v >= 0) || math.IsInf(f.v, 0) {
+			bad = append(bad, fmt.Sprintf("--%s %v: must be a finite number >= 0", f.name, f.v))
+		}
+	}
+	if *acctWindow <= 0 {
+		bad = append(bad, fmt.Sprintf("--account-window %v: must be > 0", *acctWindow))
+	}
+	if len(bad) > 0 {
+		return &usageError{"fake-provider: " + strings.Join(bad, "; ")}
 	}
 	fake := whatsapptest.New(whatsapptest.Config{Rate: *rate, Burst: *burst, Token: *token,
 		PairRate: *pairRate, PairBurst: *pairBurst, AccountLimit: *acctLimit, AccountWindow: *acctWindow})

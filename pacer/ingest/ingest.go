@@ -12,7 +12,7 @@
 // # Metrics
 //
 //	pacer_ingest_requests_total{code}                 answers of the API by HTTP status
-//	pacer_ingest_messages_total{outcome}              envelopes: accepted, duplicate, rejected, failed
+//	pacer_ingest_messages_total{outcome}              envelope lines: accepted, duplicate, rejected (every invalid line, a 400's too), failed
 //	pacer_ingest_quota_refusals_total{tier}           429s by the tier that refused
 //	pacer_ingest_request_duration_seconds             time to answer a POST
 //	pacer_ingest_redis_calls_total{call}              quota script calls: take, finish
@@ -249,7 +249,9 @@ type Accepted struct {
 	Duplicate bool `json:"duplicate,omitempty"`
 }
 
-// Rejected is one envelope not accepted.
+// Rejected is one envelope not accepted. Field names the envelope field at
+// fault, [WholeEnvelope] for a line that is not a JSON object or not valid
+// JSON, and is empty for a valid line Kafka did not acknowledge.
 type Rejected struct {
 	Line  int    `json:"line"`
 	ID    string `json:"id,omitempty"`
@@ -348,9 +350,12 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if valid == 0 {
+		// Every line is rejected: each counts, as a rejected line of a 202
+		// does.
+		s.m.messages.WithLabelValues("rejected").Add(float64(len(lines)))
 		p := problem{Type: "https://pacer.dev/problems/invalid-envelope", Title: "Invalid envelope", Status: http.StatusBadRequest}
 		for _, l := range lines {
-			p.InvalidParams = append(p.InvalidParams, invalidParam{Line: l.n, Name: l.err.Field, Reason: l.err.Error()})
+			p.InvalidParams = append(p.InvalidParams, invalidParam{Line: l.n, Name: fieldOf(l.err), Reason: l.err.Error()})
 		}
 		if len(lines) == 1 {
 			p.Detail = lines[0].err.Error()
@@ -511,7 +516,7 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 		l := &lines[i]
 		switch {
 		case l.err != nil:
-			ans.Rejected = append(ans.Rejected, Rejected{Line: l.n, Field: l.err.Field, Error: l.err.Error()})
+			ans.Rejected = append(ans.Rejected, Rejected{Line: l.n, Field: fieldOf(l.err), Error: l.err.Error()})
 			outcomes[rejected]++
 		case l.dupOf > 0:
 			// Settled with its first line below: accepted only if that was.
@@ -957,6 +962,19 @@ func envelopeError(err error) *pacer.EnvelopeError {
 		return ee
 	}
 	return &pacer.EnvelopeError{Problem: err.Error()}
+}
+
+// WholeEnvelope is the field a rejected line names (Rejected.Field, and a
+// 400's invalid-params name) when the fault is in the line as a whole
+// rather than in one field: it is not a JSON object, or not valid JSON.
+const WholeEnvelope = "envelope"
+
+// fieldOf returns the field e names, or [WholeEnvelope] when it names none.
+func fieldOf(e *pacer.EnvelopeError) string {
+	if e.Field == "" {
+		return WholeEnvelope
+	}
+	return e.Field
 }
 
 type statusWriter struct {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -263,6 +265,33 @@ func TestAcceptSingleAndBatch(t *testing.T) {
 	}
 	if len(recs) != 3 {
 		t.Errorf("%d ids on the topic, want 3", len(recs))
+	}
+}
+
+// TestRejectedLinesCounted: every invalid line counts as rejected, those
+// of an all-invalid 400 as well as one inside a 202, and a line that is not
+// a JSON object names the field "envelope".
+func TestRejectedLinesCounted(t *testing.T) {
+	e := newEnv(t, opts{})
+	for i := range 8 {
+		a := e.do(acmeKey, "whatsapp", "application/json", fmt.Sprintf(`{"id":"x%d","key":"k"}`, i))
+		if a.status != 400 {
+			t.Fatalf("invalid envelope %d: %d %s, want 400", i, a.status, a.body)
+		}
+	}
+	a := e.do(acmeKey, "whatsapp", "application/x-ndjson", "[1]\n\"text\"")
+	p := isProblem(t, "two lines not objects", a, 400)
+	if got := fmt.Sprint(p["invalid-params"]); got != "[map[line:1 name:envelope reason:envelope: not a JSON object] map[line:2 name:envelope reason:envelope: not a JSON object]]" {
+		t.Errorf("invalid-params %s", got)
+	}
+	a = e.do(acmeKey, "whatsapp", "application/x-ndjson", env1("ok1")+"\n42")
+	var ans ingest.Answer
+	json.Unmarshal(a.body, &ans)
+	if want := []ingest.Rejected{{Line: 2, Field: "envelope", Error: "envelope: not a JSON object"}}; a.status != 202 || fmt.Sprint(ans.Rejected) != fmt.Sprint(want) {
+		t.Errorf("batch with a number line: %d %s, want 202 rejecting line 2 as %+v", a.status, a.body, want)
+	}
+	if got := testutil.ToFloat64(e.srvMetric("pacer_ingest_messages_total", "rejected")); got != 11 {
+		t.Errorf("rejected lines counted %v, want 11 (8 + 2 in 400s, 1 in a 202)", got)
 	}
 }
 
@@ -539,6 +568,51 @@ func TestConcurrentSameID(t *testing.T) {
 		t.Fatalf("id on the topic %d times under 16 concurrent requests, want 1", n)
 	}
 }
+
+// TestTenantsFileMissingLogsOnceAMinute: a tenants file missing for 150 s,
+// polled every second, logs "not reloaded" three times (at once, a minute
+// on, two minutes on), then once "readable again" when it is back.
+func TestTenantsFileMissingLogsOnceAMinute(t *testing.T) {
+	path := t.TempDir() + "/tenants.json"
+	os.WriteFile(path, []byte(tenantsJSON(1, 1, 1)), 0o600)
+	tf, err := ingest.LoadTenantFile(path, []string{"whatsapp", "sendgrid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return buf.Write(p)
+		}), nil))
+		ctx, cancel := context.WithCancel(t.Context())
+		go tf.Watch(ctx, time.Second, log)
+		os.Remove(path)
+		time.Sleep(150*time.Second + time.Second/2)
+		os.WriteFile(path, []byte(tenantsJSON(1, 1, 1)), 0o600)
+		time.Sleep(2 * time.Second)
+		cancel()
+		synctest.Wait()
+		mu.Lock()
+		out := buf.String()
+		mu.Unlock()
+		if n := strings.Count(out, "tenants file not reloaded"); n != 3 {
+			t.Errorf("%d not-reloaded lines while the file was missing 150 s, want 3:\n%s", n, out)
+		}
+		if n := strings.Count(out, "tenants file readable again"); n != 1 {
+			t.Errorf("%d readable-again lines, want 1:\n%s", n, out)
+		}
+	})
+	if tf.Tenants().Lookup(acmeKey) == nil {
+		t.Error("the tenants were lost while the file was missing")
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func TestTenantsFile(t *testing.T) {
 	_, err := ingest.ParseTenants([]byte(`{"tenants":[{"id":"a b","key_sha256":["zz"],"requests_per_second":0,"messages_per_day":0,"channels":["telegram"]}]}`), []string{"whatsapp"})

@@ -17,7 +17,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_ingest_requests_total",
 			Help: "Ingest answers by HTTP status code."}, []string{"code"}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_ingest_messages_total",
-			Help: "Envelopes by outcome: accepted (acknowledged by Kafka), duplicate (accepted before), rejected (invalid or in flight elsewhere), failed (Kafka did not acknowledge)."},
+			Help: "Envelopes by outcome: accepted (acknowledged by Kafka), duplicate (accepted before), rejected (invalid, every line of a 400 too, or in flight elsewhere), failed (Kafka did not acknowledge)."},
 			[]string{"outcome"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_ingest_quota_refusals_total",
 			Help: "Requests answered 429, by the quota tier that refused."}, []string{"tier"}),

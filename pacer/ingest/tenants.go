@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/pacerhq/pacer/internal/logrepeat"
 )
 
 // Tenant is one tenant of the tenants file (PACER_INGEST_TENANTS):
@@ -158,7 +160,15 @@ type TenantFile struct {
 	channels []string
 	cur      atomic.Pointer[Tenants]
 	stamp    string // SHA-256 of the file last read; Watch's goroutine only
+	readLog  logrepeat.Gate
 }
+
+// readError is a tenants file that cannot be read (missing, unreadable):
+// it fails every poll until fixed, so Watch logs it once a minute.
+type readError struct{ err error }
+
+func (e *readError) Error() string { return "tenants file: " + e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
 
 // LoadTenantFile reads and validates the tenants file at path.
 func LoadTenantFile(path string, channels []string) (*TenantFile, error) {
@@ -178,7 +188,7 @@ func (tf *TenantFile) Tenants() *Tenants { return tf.cur.Load() }
 func (tf *TenantFile) reload() (bool, error) {
 	b, err := os.ReadFile(tf.path)
 	if err != nil {
-		return false, fmt.Errorf("tenants file: %w", err)
+		return false, &readError{err}
 	}
 	sum := sha256.Sum256(b)
 	st := string(sum[:])
@@ -197,7 +207,10 @@ func (tf *TenantFile) reload() (bool, error) {
 // Watch reads the file every interval until ctx ends and loads it when its
 // content changed (a write in place or an editor's rename alike; a file's
 // mtime may not move within one clock tick, its content hash does).
-// A bad file is logged and the tenants before stay in force.
+// A bad file is logged (once per content) and the tenants before stay in
+// force; a file that cannot be read is logged at once, then at most once a
+// minute while it lasts, and once more ("tenants file readable again")
+// when it can be read again.
 func (tf *TenantFile) Watch(ctx context.Context, interval time.Duration, log *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -208,6 +221,17 @@ func (tf *TenantFile) Watch(ctx context.Context, interval time.Duration, log *sl
 		case <-t.C:
 		}
 		ok, err := tf.reload()
+		var re *readError
+		if errors.As(err, &re) {
+			if show, skipped := tf.readLog.Fail(); show {
+				log.Error("tenants file not reloaded; the tenants before stay in force (logged at most once a minute while it lasts)",
+					"err", err, "unlogged_failures", skipped)
+			}
+			continue
+		}
+		if rec, failures, lasted := tf.readLog.OK(); rec {
+			log.Info("tenants file readable again", "failures", failures, "after", lasted.Round(time.Millisecond))
+		}
 		switch {
 		case err != nil:
 			log.Error("tenants file not reloaded; the tenants before stay in force", "err", err)

@@ -13,6 +13,7 @@ import (
 type KeyStats struct {
 	Delivered  int       `json:"delivered"`  // accepted requests
 	Throttled  int       `json:"throttled"`  // requests refused by the key's bucket
+	Failed     int       `json:"failed"`     // requests answered with an injected server error (HTTP 500), not a throttle
 	Duplicates int       `json:"duplicates"` // accepted requests whose non-empty ID had been accepted before
 	Max1s      int       `json:"max_1s"`     // most accepted requests in any 1 s window [t, t+1s)
 	First      time.Time `json:"first"`      // first accepted request; zero if none
@@ -43,14 +44,7 @@ const maxStale = 1024
 // was accepted before counts as a duplicate. Max1s counts accepted requests
 // only.
 func (s *Stats) Record(key, id string, at time.Time, throttled bool) {
-	if s.keys == nil {
-		s.keys = map[string]*keyStats{}
-	}
-	k, ok := s.keys[key]
-	if !ok {
-		k = &keyStats{seen: map[string]bool{}}
-		s.keys[key] = k
-	}
+	k := s.key(key)
 	if throttled {
 		k.Throttled++
 		return
@@ -76,6 +70,25 @@ func (s *Stats) Record(key, id string, at time.Time, throttled bool) {
 	}
 	k.window = append(k.window, at)
 	k.Max1s = max(k.Max1s, len(k.window)-k.windowAt)
+}
+
+// RecordFailed records a request of key answered with an injected server
+// error (HTTP 500): neither delivered nor throttled.
+func (s *Stats) RecordFailed(key string) {
+	s.key(key).Failed++
+}
+
+// key returns the running statistics of key, created empty if new.
+func (s *Stats) key(key string) *keyStats {
+	if s.keys == nil {
+		s.keys = map[string]*keyStats{}
+	}
+	k, ok := s.keys[key]
+	if !ok {
+		k = &keyStats{seen: map[string]bool{}}
+		s.keys[key] = k
+	}
+	return k
 }
 
 // Has reports whether a request of key was recorded.

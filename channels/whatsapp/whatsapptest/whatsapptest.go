@@ -96,7 +96,9 @@ type Arrival struct {
 }
 
 // KeyStats summarises the arrivals of one phone-number ID: Delivered
-// (accepted requests), Throttled (requests answered 130429), Duplicates
+// (accepted requests), Throttled (requests answered a throttle: 130429,
+// 131056 or 80007), Failed (requests answered HTTP 500 by
+// [Server.FailNext]), Duplicates
 // (accepted requests whose non-empty ID had been accepted before), Max1s
 // (most accepted requests in any 1 s window [t, t+1s)), First and Last
 // (first and last accepted request; zero if none).
@@ -302,7 +304,11 @@ func (s *Server) arrive(key, to, id string, clock func() time.Time) int {
 	}
 	throttled := code != 0 && code != 131000
 	s.arrivals = append(s.arrivals, Arrival{Key: key, To: to, ID: id, At: now, Throttled: throttled, Code: code})
-	s.stats.Record(key, id, now, code != 0)
+	if code == 131000 {
+		s.stats.RecordFailed(key) // injected by FailNext: a failure, not a throttle
+	} else {
+		s.stats.Record(key, id, now, code != 0)
+	}
 	return code
 }
 

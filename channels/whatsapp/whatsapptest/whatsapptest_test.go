@@ -425,5 +425,10 @@ func TestAdmin(t *testing.T) {
 		if got := codeOf(t, post(s, "111", "", text("+1555000", "d"))); got != 0 {
 			t.Fatalf("after the failure: code %d, want 0", got)
 		}
+		// The 500 is counted as a failure, not as a throttle.
+		st := s.Stats()["111"]
+		if st.Delivered != 2 || st.Throttled != 1 || st.Failed != 1 {
+			t.Errorf("stats %+v, want 2 delivered, 1 throttled (130429), 1 failed (the injected 500)", st)
+		}
 	})
 }
