@@ -644,3 +644,26 @@ func TestLiveLimitLowerThenRaise(t *testing.T) {
 		t.Errorf("delivered %d (duplicates %d), want %d once", s.Delivered, s.Duplicates, per)
 	}
 }
+
+// TestPublishLimitWarnsOfAnother: a replica started with another limit than
+// the one recorded for its channel says so (both values) at start-up; the
+// same limit again is no warning.
+func TestPublishLimitWarnsOfAnother(t *testing.T) {
+	var b [4]byte
+	crand.Read(b[:])
+	prefix := "pacer-limitwarn-" + hex.EncodeToString(b[:])
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
+	defer rdb.Close()
+	defer rdb.Del(t.Context(), limitKey(prefix, "whatsapp"))
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 50, Burst: 10}, log)
+	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 50, Burst: 10}, log)
+	if logs.Len() != 0 {
+		t.Errorf("the same limit twice: logged %q, want nothing", logs.String())
+	}
+	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 40, Burst: 10}, log)
+	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "recorded_rate=50") || !strings.Contains(out, "rate=40") {
+		t.Errorf("another limit: logged %q, want a warning with recorded_rate=50 and rate=40", out)
+	}
+}

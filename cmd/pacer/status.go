@@ -26,9 +26,19 @@ func limitKey(prefix, channel string) string { return prefix + ":channel:" + cha
 
 // publishLimit records the channel's configured limit in Redis (best
 // effort: Redis may be down at start-up).
+//
+// A different limit recorded already (by another replica, or the last run
+// before a change) is logged as a warning: the replicas of one channel
+// share its buckets, and each paces them at the limit it was started with,
+// so replicas started with different PACER_<CHANNEL>_RATE or _BURST pace
+// at neither.
 func publishLimit(ctx context.Context, rdb redis.UniversalClient, prefix, channel string, lim bucket.Limit, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
+	if was, ok := publishedLimit(ctx, rdb, prefix, channel); ok && was != lim {
+		log.Warn("the channel's limit recorded in Redis (by another replica, or a run before a change) differs from this one's: every replica of a channel should run with the same rate and burst",
+			"recorded_rate", was.PerSecond, "recorded_burst", was.Burst, "rate", lim.PerSecond, "burst", lim.Burst)
+	}
 	if err := rdb.HSet(ctx, limitKey(prefix, channel), "rate", strconv.FormatFloat(lim.PerSecond, 'g', -1, 64),
 		"burst", lim.Burst).Err(); err != nil {
 		log.Debug("could not record the channel limit for pacer status", "err", err)
