@@ -202,7 +202,7 @@ type Config struct {
 	Topic          string          // topic to consume; default "pacer.<Channel>"
 	Group          string          // consumer group; default "pacer-<Channel>"
 	DLQTopic       string          // dead-letter topic; default "<Topic>.dlq"
-	RetryDelays    []time.Duration // one retry topic "<Topic>.retry.<n>" per delay, each > 0; default 5s, 30s, 5m
+	RetryDelays    []time.Duration // one retry topic "<Topic>.retry.<n>" per delay, each > 0 and none shorter than the one before; default 5s, 30s, 5m
 	Limit          bucket.Limit    // rate and burst per pacing key: the AIMD ceiling; required
 	RecipientLimit bucket.Limit    // a second bucket per (pacing key, recipient), e.g. FCM's per-device limit; zero = none
 	// AIMD is the adaptation on throttles; zero fields mean adapt's
@@ -336,6 +336,12 @@ func (c Config) Validate() error {
 	for i, d := range c.RetryDelays {
 		if d <= 0 {
 			badf("RetryDelays", "entry %d is %v; each delay must be > 0", i+1, d)
+			break
+		}
+		// The tiers back off: a later attempt waiting less than an
+		// earlier one is a list out of order (30s,5s meant 5s,30s).
+		if i > 0 && d < c.RetryDelays[i-1] {
+			badf("RetryDelays", "entry %d (%v) is shorter than entry %d (%v); the delays must not decrease", i+1, d, i, c.RetryDelays[i-1])
 			break
 		}
 	}

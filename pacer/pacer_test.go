@@ -1048,6 +1048,11 @@ func TestValidateNamesTheField(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
+	flat := ok
+	flat.RetryDelays = []time.Duration{5 * time.Second, 5 * time.Second}
+	if err := flat.Validate(); err != nil {
+		t.Errorf("equal retry delays: %v", err)
+	}
 	for _, c := range []struct {
 		name string
 		edit func(*pacer.Config)
@@ -1056,6 +1061,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"floor above the rate", func(c *pacer.Config) { c.AIMD.Floor = 100 }, []string{"AIMD.Floor"}},
 		{"rate beyond the adaptive range", func(c *pacer.Config) { c.Limit.PerSecond = 1e308 }, []string{"Limit.PerSecond"}},
 		{"zero burst", func(c *pacer.Config) { c.Limit.Burst = 0 }, []string{"Limit.Burst"}},
+		{"retry delays out of order", func(c *pacer.Config) { c.RetryDelays = []time.Duration{30 * time.Second, 5 * time.Second} }, []string{"RetryDelays"}},
 		{"min above max cooldown", func(c *pacer.Config) { c.AIMD.MinCooldown, c.AIMD.MaxCooldown = time.Minute, time.Second },
 			[]string{"AIMD.MaxCooldown"}},
 		{"all at once", func(c *pacer.Config) {
