@@ -667,7 +667,7 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 	done := false
 	switch o.kind {
 	case delivered:
-		p.delivered(ctx, f.env, o.res, f.log)
+		p.delivered(f.env, o.res, f.log)
 		f.st.delivered.Add(1)
 		done = true
 	case duplicate:
@@ -1131,7 +1131,7 @@ func (p *Pacer) release(ctx context.Context, env Envelope, log *slog.Logger) {
 
 // delivered records a successful send. The record is finished whatever
 // happens here: the provider has the message.
-func (p *Pacer) delivered(ctx context.Context, env Envelope, res channels.Result, log *slog.Logger) {
+func (p *Pacer) delivered(env Envelope, res channels.Result, log *slog.Logger) {
 	p.m.delivered.WithLabelValues().Inc()
 	dctx := p.markBy.ctx(time.Now())
 	if err := p.redisQueued(dctx, log, func() error {

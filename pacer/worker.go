@@ -358,7 +358,9 @@ func (w *worker) dispatch(q *keyQueue) {
 		q.running++
 		q.runHigh++
 		w.wg.Add(1)
-		w.p.handlers.Go(func() { w.handleOne(q, r, e, true) })
+		env := e.env // taken under w.mu, as push set it
+		e.env = nil
+		w.p.handlers.Go(func() { w.handleOne(q, r, e, env, true) })
 	}
 	now := time.Now()
 	for !w.stopped && q.running-q.runHigh < w.p.cfg.InFlight && len(q.waiting) > 0 {
@@ -380,7 +382,9 @@ func (w *worker) dispatch(q *keyQueue) {
 		q.waiting, q.entries, q.dues = q.waiting[1:], q.entries[1:], q.dues[1:]
 		q.running++
 		w.wg.Add(1)
-		w.p.handlers.Go(func() { w.handleOne(q, r, e, false) })
+		env := e.env
+		e.env = nil
+		w.p.handlers.Go(func() { w.handleOne(q, r, e, env, false) })
 	}
 }
 
@@ -450,12 +454,10 @@ func (w *worker) place(q *keyQueue) bool {
 	return w.p.places == nil || w.p.places.take(w, q)
 }
 
-func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, high bool) {
+// handleOne handles r (its log entry e; env its envelope if parsed
+// already, else nil) and gives its place back.
+func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, env *Envelope, high bool) {
 	defer w.wg.Done()
-	w.mu.Lock()
-	env := e.env
-	e.env = nil
-	w.mu.Unlock()
 	ok := w.handleCopy(r, env)
 	if w.p.places != nil {
 		// Freed once this key's queue has asked again (behind the queues
