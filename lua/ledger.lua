@@ -83,26 +83,30 @@ end
 local function hkey(i) return KEYS[c + i] end -- i: cur-4 .. cur
 
 -- The fields to read: those of claims, releases and reads.
+local valid = {d = true, x = true, r = true, c = true, f = true, q = true}
 local fields, seen = {}, {}
 local needcool = false
 for j = 0, nops - 1 do
-  local op, f = ARGV[4 + 4 * j], ARGV[5 + 4 * j]
-  if op ~= 'd' and op ~= 'x' and op ~= 'r' and op ~= 'c' and op ~= 'f' and op ~= 'q' then
+  local at = 4 + 4 * j
+  local op, f = ARGV[at], ARGV[at + 1]
+  if not valid[op] then
     return redis.error_reply('ERR ledger: operation ' .. (j + 1) .. ' is not d, x, r, c, f or q')
   end
-  if op ~= 'd' and op ~= 'x' and op ~= 'q' and ARGV[6 + 4 * j] == '' then
-    return redis.error_reply('ERR ledger: the owner of operation ' .. (j + 1) .. ' is empty')
-  end
-  if op == 'c' or op == 'f' then
-    needcool = true
-    local ci = tonumber(ARGV[7 + 4 * j])
-    if not ci or ci < 1 or ci > c then
-      return redis.error_reply('ERR ledger: cooldown index of operation ' .. (j + 1) .. ' is outside 1..c')
+  if op ~= 'd' then
+    if op ~= 'x' and op ~= 'q' and ARGV[at + 2] == '' then
+      return redis.error_reply('ERR ledger: the owner of operation ' .. (j + 1) .. ' is empty')
     end
-  end
-  if op ~= 'd' and not seen[f] then
-    seen[f] = true
-    fields[#fields + 1] = f
+    if op == 'c' or op == 'f' then
+      needcool = true
+      local ci = tonumber(ARGV[at + 3])
+      if not ci or ci < 1 or ci > c then
+        return redis.error_reply('ERR ledger: cooldown index of operation ' .. (j + 1) .. ' is outside 1..c')
+      end
+    end
+    if not seen[f] then
+      seen[f] = true
+      fields[#fields + 1] = f
+    end
   end
 end
 
@@ -119,32 +123,39 @@ if needcool then
   end
 end
 
--- state[f]: delivered (its "d:" value) or claim (the newest "c:" or "x:"
--- value: a claim, or dead-lettered);
--- held[f][i]: generation i holds a value for f.
-local state, held = {}, {}
-for _, f in ipairs(fields) do
-  state[f], held[f] = {}, {}
-end
-if #fields > 0 then
+-- A field read (seen[f]) has: dl[f], its "d:" value if delivered; cl[f],
+-- the newest "c:" or "x:" value (a claim, or dead-lettered); held[f][i],
+-- generation i holds a value for it. Plain tables by field, no table per
+-- field unless a generation holds one: a new id's claim allocates nothing.
+local dl, cl, held = {}, {}, {}
+local nf = #fields
+if nf > 0 then
   for i = cur, cur - 4, -1 do -- newest first
     local vals = redis.call('HMGET', hkey(i), unpack(fields))
-    for k, f in ipairs(fields) do
+    for k = 1, nf do
       local v = vals[k]
       if v then
-        held[f][i] = true
-        local s = state[f]
-        if string.sub(v, 1, 2) == 'd:' then
-          s.delivered = s.delivered or v
-        elseif (string.sub(v, 1, 2) == 'c:' or string.sub(v, 1, 2) == 'x:') and not s.claim then
-          s.claim = v
+        local f = fields[k]
+        local h = held[f]
+        if not h then
+          h = {}
+          held[f] = h
+        end
+        h[i] = true
+        local b1, b2 = string.byte(v, 1, 2)
+        if b2 == 58 then -- ':'
+          if b1 == 100 then -- 'd'
+            if not dl[f] then dl[f] = v end
+          elseif (b1 == 99 or b1 == 120) and not cl[f] then -- 'c', 'x'
+            cl[f] = v
+          end
         end
       end
     end
   end
 end
 
--- Run the operations in order on state; collect the writes.
+-- Run the operations in order; collect the writes.
 local set = {}    -- field -> value for the current hash
 local setn = {}   -- fields in the order first set
 local del = {}    -- i -> {field = true}: HDEL from generation i
@@ -161,53 +172,54 @@ end
 
 local out = {}
 for j = 0, nops - 1 do
-  local op, f, arg = ARGV[4 + 4 * j], ARGV[5 + 4 * j], ARGV[6 + 4 * j]
+  local at = 4 + 4 * j
+  local op, f, arg = ARGV[at], ARGV[at + 1], ARGV[at + 2]
   local r
   if op == 'd' then
-    put(f, 'd:' .. arg)
-    if state[f] then state[f].delivered = 'd:' .. arg end
+    local v = 'd:' .. arg
+    put(f, v)
+    if seen[f] then dl[f] = v end
     r = 'ok'
   elseif op == 'x' then
-    local s = state[f]
-    if not s.delivered then -- a delivered mark stays (in its generation too)
-      put(f, 'x:' .. arg)
-      s.claim = 'x:' .. arg
+    if not dl[f] then -- a delivered mark stays (in its generation too)
+      local v = 'x:' .. arg
+      put(f, v)
+      cl[f] = v
     end
     r = 'ok'
   elseif op == 'q' then
-    local s = state[f]
-    local dead = s.claim and string.sub(s.claim, 1, 2) == 'x:'
-    r = (s.delivered and 'delivered') or (dead and 'deadlettered') or (s.claim and 'claimed') or 'none'
+    local claim = cl[f]
+    local dead = claim and string.byte(claim, 1) == 120
+    r = (dl[f] and 'delivered') or (dead and 'deadlettered') or (claim and 'claimed') or 'none'
   elseif op == 'r' then
-    local s = state[f]
-    if not s.delivered and s.claim == 'c:' .. arg then
-      s.claim = nil
+    if not dl[f] and cl[f] == 'c:' .. arg then
+      cl[f] = nil
+      local h = held[f]
       for i = cur - 4, cur do
-        if held[f][i] or (i == cur and set[f]) then drop(f, i) end
+        if (h and h[i]) or (i == cur and set[f]) then drop(f, i) end
       end
       r = 'released'
     else
       r = 'kept'
     end
   else -- 'c' or 'f'
-    local s = state[f]
+    local claim = cl[f]
     local mine = 'c:' .. arg
-    local ci = tonumber(ARGV[7 + 4 * j])
-    if s.delivered then
+    if dl[f] then
       r = 'delivered'
-    elseif op == 'c' and s.claim and string.sub(s.claim, 1, 2) == 'x:' then
+    elseif op == 'c' and claim and string.byte(claim, 1) == 120 then
       r = 'deadlettered'
-    elseif cool[ci] then
-      r = cool[ci]
-    elseif s.claim and s.claim ~= mine and op ~= 'f' then
+    elseif cool[tonumber(ARGV[at + 3])] then
+      r = cool[tonumber(ARGV[at + 3])]
+    elseif claim and claim ~= mine and op ~= 'f' then
       r = 'abandoned'
-    elseif s.claim == mine then
+    elseif claim == mine then
       r = 'claimed' -- claimed again (a slot that lapsed): nothing to write
     else
       -- A new claim, or a takeover (older generations' claims stay,
       -- shadowed by this newer one; a release drops them all).
       put(f, mine)
-      s.claim = mine
+      cl[f] = mine
       r = 'claimed'
     end
   end
