@@ -41,6 +41,13 @@ type Adapter interface {
 	BreakerStatus(ctx context.Context, channel, key string) (adapt.BreakerStatus, error)
 }
 
+// refresher is an Adapter that reads what [Pacer.limitFor] refreshes of a
+// key (RecoverAfter, BreakerStatus and Pairs) in one Redis round trip, as
+// [adapt.Adapter.Refresh] does.
+type refresher interface {
+	Refresh(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD, accepted int) adapt.Refreshed
+}
+
 // Policy answers each pacing key's limits and adaptation settings. The
 // pacer asks it when a key is first seen and then at most once per
 // refreshEvery while the key sends, so a policy change reaches every
@@ -813,12 +820,21 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	}
 	began := time.Now() // the reads of Redis below start after this
 	n := st.accepted.Swap(0)
-	a, aerr := p.adapter.RecoverAfter(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, int(n))
+	var a adapt.Adapted
+	var bs adapt.BreakerStatus
+	var pairs map[string]adapt.Pair
+	var aerr, berr, perr error
+	if r, ok := p.adapter.(refresher); ok { // one round trip
+		rr := r.Refresh(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, int(n))
+		a, aerr, bs, berr, pairs, perr = rr.Adapted, rr.AdaptedErr, rr.Breaker, rr.BreakerErr, rr.Pairs, rr.PairsErr
+	} else {
+		a, aerr = p.adapter.RecoverAfter(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, int(n))
+		bs, berr = p.adapter.BreakerStatus(ctx, p.cfg.Channel, key)
+		pairs, perr = p.adapter.Pairs(ctx, p.cfg.Channel, key)
+	}
 	if aerr != nil {
 		st.accepted.Add(n) // reported with the next call
 	}
-	bs, berr := p.adapter.BreakerStatus(ctx, p.cfg.Channel, key)
-	pairs, perr := p.adapter.Pairs(ctx, p.cfg.Channel, key)
 
 	st.mu.Lock()
 	defer st.mu.Unlock()

@@ -576,12 +576,16 @@ func (l *Adapter) recover(ctx context.Context, channel, key string, ceiling buck
 	if err != nil {
 		return Adapted{}, err
 	}
+	return l.runAIMD(ctx, "recover", aimdRecoverScript, channel, key, ceiling, p, 0, 1, recoverArgs(p, accepted, inUse)...)
+}
+
+// recoverArgs are aimd_recover.lua's own arguments.
+func recoverArgs(p aimdArgs, accepted int, inUse bool) []any {
 	use := 0
 	if inUse {
 		use = 1
 	}
-	return l.runAIMD(ctx, "recover", aimdRecoverScript, channel, key, ceiling, p, 0, 1,
-		p.stepU, wire.Rate(p.factor), p.windowUs, p.idleMs, wire.Rate(p.accel), max(accepted, 0), use)
+	return []any{p.stepU, wire.Rate(p.factor), p.windowUs, p.idleMs, wire.Rate(p.accel), max(accepted, 0), use}
 }
 
 // Adapted returns the adaptive state of (channel, key) without changing
@@ -603,9 +607,21 @@ func (l *Adapter) Adapted(ctx context.Context, channel, key string, ceiling buck
 // since_us} with change in [minChange, maxChange] and since_us >= -1.
 func (l *Adapter) runAIMD(ctx context.Context, op string, s *redis.Script, channel, key string,
 	ceiling bucket.Limit, p aimdArgs, minChange, maxChange int64, args ...any) (Adapted, error) {
-	ak := l.keys.AIMD(channel, key)
-	v, err := s.Run(ctx, l.rdb, []string{ak, l.keys.Cooldown(channel, key), l.keys.Bucket(channel, key), l.keys.Achieved(channel, key)},
-		append([]any{p.ceilU, p.floorU}, args...)...).Result()
+	keys, argv := l.aimdCall(channel, key, p, args)
+	v, err := s.Run(ctx, l.rdb, keys, argv...).Result()
+	return parseAIMD(op, keys[0], v, err, ceiling, p, minChange, maxChange)
+}
+
+// aimdCall returns the KEYS and ARGV of an aimd script's call for
+// (channel, key) with p and the script's own args.
+func (l *Adapter) aimdCall(channel, key string, p aimdArgs, args []any) ([]string, []any) {
+	return []string{l.keys.AIMD(channel, key), l.keys.Cooldown(channel, key), l.keys.Bucket(channel, key), l.keys.Achieved(channel, key)},
+		append([]any{p.ceilU, p.floorU}, args...)
+}
+
+// parseAIMD checks the reply v (or err) of an aimd script's call on the
+// aimd key ak and returns its Adapted.
+func parseAIMD(op, ak string, v any, err error, ceiling bucket.Limit, p aimdArgs, minChange, maxChange int64) (Adapted, error) {
 	if err != nil {
 		return Adapted{}, fmt.Errorf("adapt: %s %q: %w", op, ak, err)
 	}
@@ -731,6 +747,11 @@ func (l *Adapter) PairThrottled(ctx context.Context, channel, key, sub string, b
 func (l *Adapter) Pairs(ctx context.Context, channel, key string) (map[string]Pair, error) {
 	pk := l.keys.Pairs(channel, key)
 	v, err := aimdPairsScript.Run(ctx, l.rdb, []string{pk}, roundUp(pairForget, time.Microsecond)).Result()
+	return parsePairs(pk, v, err)
+}
+
+// parsePairs checks aimd_pairs.lua's reply v (or err) on the pairs key pk.
+func parsePairs(pk string, v any, err error) (map[string]Pair, error) {
 	if err != nil {
 		return nil, fmt.Errorf("adapt: pairs %q: %w", pk, err)
 	}

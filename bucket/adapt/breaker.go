@@ -267,6 +267,12 @@ type BreakerStatus struct {
 func (l *Adapter) BreakerStatus(ctx context.Context, channel, key string) (BreakerStatus, error) {
 	bk := l.keys.Breaker(channel, key)
 	v, err := breakerStatusScript.Run(ctx, l.rdb, []string{bk}).Result()
+	return parseBreakerStatus(bk, v, err)
+}
+
+// parseBreakerStatus checks breaker_status.lua's reply v (or err) on the
+// breaker key bk.
+func parseBreakerStatus(bk string, v any, err error) (BreakerStatus, error) {
 	if err != nil {
 		return BreakerStatus{}, fmt.Errorf("adapt: breaker status %q: %w", bk, err)
 	}

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/internal/wire"
 	"github.com/pacerhq/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -568,7 +568,7 @@ func (b *Batcher) flush(ctx context.Context) bool {
 	// more pipeline.
 	var again []*call
 	for _, c := range calls {
-		if isNoScript(c.cmd.Err()) {
+		if wire.NoScript(c.cmd.Err()) {
 			again = append(again, c)
 		}
 	}
@@ -625,10 +625,6 @@ func (b *Batcher) flush(ctx context.Context) bool {
 		return false
 	}
 	return true
-}
-
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
 func cmp(first, err error) error {

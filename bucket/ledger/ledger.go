@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/internal/wire"
 	"github.com/pacerhq/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -370,7 +371,7 @@ func (l *Ledger) Lookup(ctx context.Context, refs []Ref) ([]State, error) {
 	}, calls)
 	var again []*call
 	for _, c := range calls {
-		if isNoScript(c.cmd.Err()) {
+		if wire.NoScript(c.cmd.Err()) {
 			again = append(again, c)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -50,4 +51,11 @@ func Describe(v any) string {
 		s = s[:80] + "..."
 	}
 	return s
+}
+
+// NoScript reports whether err is Redis's answer to an EVALSHA of a script
+// it has not cached (NOSCRIPT): the script did not run, and running it
+// with EVAL (redis.Script.Run) loads it.
+func NoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
