@@ -717,19 +717,26 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 	return done
 }
 
+// idRef names one envelope id being handled: its pacing key and id.
+type idRef struct{ key, id string }
+
 // lockID waits until no other goroutine of this process handles the
 // envelope id (of pacing key key), then takes it. It reports false if ctx
-// ended first.
+// ended first. Taking a free id allocates nothing but the map's entry.
 func (p *Pacer) lockID(ctx context.Context, key, id string) bool {
-	k := key + "\x00" + id
+	k := idRef{key, id}
 	for {
 		p.idsMu.Lock()
 		busy, ok := p.ids[k]
 		if !ok {
-			p.ids[k] = make(chan struct{})
+			p.ids[k] = nil
 			p.idsPeak = max(p.idsPeak, len(p.ids))
 			p.idsMu.Unlock()
 			return true
+		}
+		if busy == nil {
+			busy = make(chan struct{})
+			p.ids[k] = busy
 		}
 		p.idsMu.Unlock()
 		select {
@@ -741,12 +748,14 @@ func (p *Pacer) lockID(ctx context.Context, key, id string) bool {
 }
 
 func (p *Pacer) unlockID(key, id string) {
-	k := key + "\x00" + id
+	k := idRef{key, id}
 	p.idsMu.Lock()
-	close(p.ids[k])
+	if c := p.ids[k]; c != nil {
+		close(c)
+	}
 	delete(p.ids, k)
 	if p.idsPeak >= shrinkFrom && len(p.ids) <= p.idsPeak/4 {
-		m := make(map[string]chan struct{}, len(p.ids)) // see shrinkFrom
+		m := make(map[idRef]chan struct{}, len(p.ids)) // see shrinkFrom
 		for k, c := range p.ids {
 			m[k] = c
 		}

@@ -516,7 +516,10 @@ type Pacer struct {
 	redisOK   atomic.Bool
 
 	idsMu sync.Mutex
-	ids   map[string]chan struct{} // envelope ids being handled; closed when done
+	// ids are the envelope ids being handled, by pacing key and id; the
+	// value is nil until a second handler of the same id waits, then a
+	// channel closed when the first is done.
+	ids map[idRef]chan struct{}
 	// idsPeak is the most ids held since ids was made (see shrinkFrom).
 	idsPeak int
 
@@ -574,7 +577,7 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	}
 	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, sender: deps.Sender, m: m,
 		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}},
-		ids: map[string]chan struct{}{}, handlers: newGoPool(), markBy: newDeadlines(context.Background(), 30*time.Second)}
+		ids: map[idRef]chan struct{}{}, handlers: newGoPool(), markBy: newDeadlines(context.Background(), 30*time.Second)}
 	if !p.strict() {
 		p.places = newPlaces(cfg.ProcessInFlight)
 	}
