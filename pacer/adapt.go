@@ -493,7 +493,10 @@ func (st *keyState) dropLease(ctx context.Context) {
 // keyStates holds the state of the keys this process handles; idle keys are
 // dropped by sweep.
 type keyStates struct {
-	mu sync.Mutex
+	// mu guards m (read-locked by a record's lookup of its key's state,
+	// locked to add or sweep one); a state's users change under its own
+	// mu, which sweep takes too.
+	mu sync.RWMutex
 	m  map[string]*keyState
 	// peak is the most keys m held since it was last made: a Go map
 	// never gives back the space of deleted entries, so sweep makes a new
@@ -565,6 +568,16 @@ func (ks *keyStates) keyText(key string) string {
 // keyState returns key's state and counts one more record of the key in
 // hand; the caller calls done when the record is finished.
 func (p *Pacer) keyState(key string) *keyState {
+	p.keys.mu.RLock()
+	if st := p.keys.m[key]; st != nil { // a key in use: sweep waits for the read lock
+		st.mu.Lock()
+		st.seen(nowInstant())
+		st.users++
+		st.mu.Unlock()
+		p.keys.mu.RUnlock()
+		return st
+	}
+	p.keys.mu.RUnlock()
 	p.keys.mu.Lock()
 	defer p.keys.mu.Unlock()
 	st := p.keys.m[key]
@@ -587,10 +600,10 @@ func (p *Pacer) keyState(key string) *keyState {
 }
 
 // done counts one record of st's key as no longer in hand; the last one
-// trims the key's state.
+// trims the key's state. It takes st.mu only: sweep reads users under it,
+// and frees a state only once it reads 0 (after this, which touches st no
+// more).
 func (ks *keyStates) done(st *keyState) {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
 	st.mu.Lock()
 	st.users--
 	now := time.Now()

@@ -75,6 +75,7 @@ type benchResult struct {
 	load                  string
 	machineCPU            float64 // CPU seconds of the whole machine (every process) over the same span
 	perSecond             []int   // deliveries counted at the fake in each second from the first
+	ramp                  []int   // deliveries in each 200 ms of the first 2 s from the first
 	topCPU                string  // the processes that used the most CPU over the run
 }
 
@@ -126,9 +127,9 @@ func TestE2EBench(t *testing.T) {
 				name string
 				r    benchResult
 			}{{"Pacer", p}, {"baseline", b}} {
-				t.Logf("%s: machine CPU %.2fs over the run (%.2f of %d cores busy; %.3f s per 1,000 msgs, the process %.3f); delivered per second: %v; most CPU: %s",
+				t.Logf("%s: machine CPU %.2fs over the run (%.2f of %d cores busy; %.3f s per 1,000 msgs, the process %.3f); delivered per second: %v (per 200 ms of the first 2 s: %v); most CPU: %s",
 					r.name, r.r.machineCPU, r.r.machineCPU/r.r.seconds, runtime.NumCPU(), r.r.machineCPU/float64(r.r.delivered)*1000,
-					r.r.cpu/float64(r.r.delivered)*1000, r.r.perSecond, r.r.topCPU)
+					r.r.cpu/float64(r.r.delivered)*1000, r.r.perSecond, r.r.ramp, r.r.topCPU)
 			}
 		})
 	}
@@ -253,7 +254,11 @@ func benchCPUProfile(t *testing.T, p *proc, n int, fake *countingFake, file stri
 	if g := os.Getenv("PACER_BENCH_GOROUTINES"); g != "" {
 		// A goroutine dump 3 s into the sends: where the records in hand
 		// wait (go tool pprof -traces, or read it: debug=1).
-		time.Sleep(3 * time.Second)
+		after := 3 * time.Second
+		if ms, err := strconv.Atoi(os.Getenv("PACER_BENCH_GOROUTINES_AFTER_MS")); err == nil {
+			after = time.Duration(ms) * time.Millisecond
+		}
+		time.Sleep(after)
 		if resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/goroutine?debug=1", p.metricsAddr(t))); err == nil {
 			var buf bytes.Buffer
 			buf.ReadFrom(resp.Body)
@@ -323,7 +328,8 @@ func (f *countingFake) measure(t *testing.T, pid, n int, within time.Duration, l
 	var cpu0, machine0 float64
 	var procs0 map[string]float64
 	var counted int
-	var secondAt time.Time
+	var secondAt, rampAt time.Time
+	var ramped int
 	started := false
 	for {
 		got, dups := 0, 0
@@ -336,6 +342,11 @@ func (f *countingFake) measure(t *testing.T, pid, n int, within time.Duration, l
 			cpu0, machine0, started = procCPU(t, pid), machineCPU(), true
 			procs0 = allProcCPU()
 			secondAt = time.Now().Add(time.Second)
+			rampAt = time.Now().Add(200 * time.Millisecond)
+		}
+		if started && len(r.ramp) < 10 && !time.Now().Before(rampAt) {
+			r.ramp = append(r.ramp, got-ramped)
+			ramped, rampAt = got, rampAt.Add(200*time.Millisecond)
 		}
 		if started && !time.Now().Before(secondAt) {
 			r.perSecond = append(r.perSecond, got-counted)
