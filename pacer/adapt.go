@@ -224,7 +224,7 @@ type pairState struct {
 type countingLeaser struct{ p *Pacer }
 
 func (c countingLeaser) Lease(ctx context.Context, channel, key string, lim bucket.Limit, n int, maxWait time.Duration) (bucket.Lease, error) {
-	c.p.m.bucketCalls.WithLabelValues().Inc()
+	c.p.m.bucketCallsC.Inc()
 	return c.p.bucket.Lease(ctx, channel, key, lim, n, maxWait)
 }
 

@@ -358,7 +358,7 @@ func (p *Pacer) slot(f *flight) outcome {
 	if left, _ := p.scopeLeft(f.w.ctx, f); left > 0 {
 		return outcome{kind: again}
 	}
-	p.m.bucketWait.WithLabelValues().Observe(time.Since(f.waitStart).Seconds())
+	p.m.bucketWaitO.Observe(time.Since(f.waitStart).Seconds())
 	f.slotAt = time.Now()
 	f.paced = paced
 	return next()
@@ -533,14 +533,14 @@ func (p *Pacer) send(f *flight) outcome {
 	f.sent = true
 	f.cred = p.credentialVersion(f.env.Key)
 	res, err := p.sender.Send(p.sendBy.ctx(start), msg)
-	p.m.sendLatency.WithLabelValues().Observe(time.Since(start).Seconds())
+	p.m.sendLatencyO.Observe(time.Since(start).Seconds())
 	class := channels.ClassOf(err)
 	var perr *channels.Error
 	errors.As(err, &perr)
 
 	if err != nil && channels.MaybeAccepted(err) {
 		// No answer: the provider may have the message.
-		p.m.sends.WithLabelValues("unknown").Inc()
+		p.m.sendsByClass["unknown"].Inc()
 		if p.sendCtx.Err() != nil {
 			f.log.Warn("send cut at the drain deadline; outcome unknown, claim kept", "err", err)
 			return outcome{kind: stopped, keepClaim: true}
@@ -553,8 +553,13 @@ func (p *Pacer) send(f *flight) outcome {
 		}
 		return outcome{kind: retrying, err: err}
 	}
-	p.m.sends.WithLabelValues(class.String()).Inc()
-	p.m.response(class.String(), perr)
+	cs := class.String()
+	if c := p.m.sendsByClass[cs]; c != nil {
+		c.Inc()
+	} else {
+		p.m.sends.WithLabelValues(cs).Inc()
+	}
+	p.m.response(cs, perr)
 	if f.probe {
 		p.breakerResult(ctx, f.env.Key, f.st, f.pol, class == channels.Success || class == channels.Permanent,
 			"probe answered "+class.String()+" "+codeOf(perr), f.log)
@@ -926,7 +931,7 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 		if err != nil {
 			return 0, "", 0, false
 		}
-		p.m.takeLatency.WithLabelValues().Observe(time.Since(start).Seconds())
+		p.m.takeLatencyO.Observe(time.Since(start).Seconds())
 		if res.OK {
 			st.handedOut(res.At)
 			if ahead != nil {
@@ -943,7 +948,7 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 			// next to later ones and crowd the provider's window: past
 			// lateSlot, the slot lapses and a new one is taken.
 			late := time.Since(res.At)
-			p.m.lateness.WithLabelValues().Observe(max(late, 0).Seconds())
+			p.m.latenessO.Observe(max(late, 0).Seconds())
 			if late > lateSlot(pol.Limit, lim) {
 				p.m.lateSlots.WithLabelValues().Inc()
 				continue
@@ -1097,7 +1102,7 @@ func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keySt
 		// bucket at that slot too and hold other recipients behind it, so
 		// a multi reservation looks no further ahead than the key's burst
 		// lasts; a busy recipient's message waits and asks again.
-		p.m.bucketCalls.WithLabelValues().Inc()
+		p.m.bucketCallsC.Inc()
 		return b.ReserveMulti(ctx, p.cfg.Channel, key, []bucket.Request{
 			{Limit: lim, Cost: 1},
 			{Sub: recipientSub(to), Limit: rl, Cost: 1},
@@ -1105,7 +1110,7 @@ func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keySt
 	}
 	n := p.cfg.leaseSize(pol.Limit, lim)
 	if n <= 1 || st == nil || (p.cfg.LeaseSize == 0 && n < leaseBacklog && int(st.normalWaiting.Load()) < n) {
-		p.m.bucketCalls.WithLabelValues().Inc()
+		p.m.bucketCallsC.Inc()
 		return b.Reserve(ctx, p.cfg.Channel, key, lim, 1, p.cfg.MaxTokenWait)
 	}
 	d := st.dispenser(ctx, p, key, pol.Limit, lim, n)
@@ -1141,7 +1146,7 @@ func (p *Pacer) release(ctx context.Context, env Envelope, log *slog.Logger) {
 // delivered records a successful send. The record is finished whatever
 // happens here: the provider has the message.
 func (p *Pacer) delivered(env Envelope, res channels.Result, log *slog.Logger) {
-	p.m.delivered.WithLabelValues().Inc()
+	p.m.deliveredC.Inc()
 	dctx := p.markBy.ctx(time.Now())
 	if err := p.redisQueued(dctx, log, func() error {
 		if cl := p.countingLedger(); cl != nil && env.Campaign != "" {

@@ -31,6 +31,13 @@ type metrics struct {
 	throttles   *prometheus.CounterVec   // channel, scope
 	handoffs    *prometheus.CounterVec   // channel
 
+	// The children every record updates, looked up once (a vector's
+	// WithLabelValues hashes its labels and takes a lock at each call).
+	deliveredC, bucketCallsC                           prometheus.Counter
+	bucketWaitO, takeLatencyO, sendLatencyO, latenessO prometheus.Observer
+	sendsByClass                                       map[string]prometheus.Counter // by class
+	successNone                                        prometheus.Counter            // responses: success, no code
+
 	codesMu sync.Mutex
 	codes   map[string]bool // provider codes given a label so far
 }
@@ -41,6 +48,10 @@ const maxCodes = 64
 
 // response counts one provider answer by class and provider code.
 func (m *metrics) response(class string, e *channels.Error) {
+	if class == "success" && (e == nil || e.Code == "") {
+		m.successNone.Inc()
+		return
+	}
 	code := "none"
 	if e != nil && e.Code != "" {
 		code = e.Code
@@ -147,8 +158,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	// Known label values exist from the start, so alerts and rate() see 0
 	// before the first event.
+	m.sendsByClass = map[string]prometheus.Counter{}
 	for _, c := range []string{"success", "throttle", "transient", "permanent", "halt", "unknown"} {
-		m.sends.WithLabelValues(c)
+		m.sendsByClass[c] = m.sends.WithLabelValues(c)
 	}
 	for _, r := range DLQReasons {
 		m.dlq.WithLabelValues(r)
@@ -160,8 +172,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.handoffs.WithLabelValues()
 	m.duplicates.WithLabelValues()
 	m.redisErrors.WithLabelValues()
-	m.delivered.WithLabelValues()
-	m.bucketCalls.WithLabelValues()
+	m.deliveredC = m.delivered.WithLabelValues()
+	m.bucketCallsC = m.bucketCalls.WithLabelValues()
+	m.bucketWaitO, m.takeLatencyO = m.bucketWait.WithLabelValues(), m.takeLatency.WithLabelValues()
+	m.sendLatencyO, m.latenessO = m.sendLatency.WithLabelValues(), m.lateness.WithLabelValues()
+	m.successNone = m.responses.WithLabelValues("success", "none")
 	m.lateSlots.WithLabelValues()
 	for _, s := range []channels.Scope{channels.ScopeKey, channels.ScopePair, channels.ScopeAccount} {
 		m.throttles.WithLabelValues(s.String())
