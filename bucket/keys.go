@@ -27,6 +27,7 @@ const DefaultPrefix = "pacer"
 //	pacer:{<scope>:<key>}:window                        Window
 //	pacer:{whatsapp}:campaign:<campaign>                Campaign
 //	pacer:{whatsapp}:ids:<generation>                   ChannelIDs
+//	pacer:{whatsapp}:horizon:<group>:<topic>:<part>     Horizon
 //
 // The braces are a Redis Cluster hash tag: every key of a pacing key lives
 // in one slot, as a script touching several requires (a "}" inside the
@@ -101,6 +102,13 @@ func (k Keys) IDs(channel, key string, gen int64) string {
 //	pacer:{<channel>}:ids:<generation>
 func (k Keys) ChannelIDs(channel string, gen int64) string {
 	return k.Prefix() + ":{" + channel + "}:ids:" + strconv.FormatInt(gen, 10)
+}
+
+// Horizon is a string: one more than the highest offset of partition of
+// topic that consumer group group may have handled for channel (see
+// package ledger's Horizons).
+func (k Keys) Horizon(channel, group, topic string, partition int32) string {
+	return k.Prefix() + ":{" + channel + "}:horizon:" + group + ":" + topic + ":" + strconv.FormatInt(int64(partition), 10)
 }
 
 // Limit is a pacing key's limit set at run time (package control): a hash

@@ -3,10 +3,12 @@ package pacer_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/prometheus/client_golang/prometheus"
@@ -123,11 +125,19 @@ func testDeadLetteredOnce(t *testing.T, batched time.Duration) {
 
 // TestDeliveredBacklogSkippedBeforeSlot: after a crash the next owner
 // reads again records the dead process delivered; they are finished as
-// duplicates before they take a send slot (one ledger read for the fetch),
-// so a fresh record behind them is not 20 slots (5 s at 4/s) late.
+// duplicates before they take a send slot (one ledger read for the fetch,
+// of the records below the horizon the dead process recorded), so a fresh
+// record behind them is not 20 slots (5 s at 4/s) late. Without a horizon
+// (a process of a version that wrote none) the records are not read in the
+// ledger first: each takes a slot, and its claim finds it delivered; none
+// is sent again either way.
 func TestDeliveredBacklogSkippedBeforeSlot(t *testing.T) {
-	for _, batched := range []time.Duration{0, 5 * time.Millisecond} {
-		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+	for _, tc := range []struct {
+		batched time.Duration
+		horizon bool
+	}{{0, true}, {5 * time.Millisecond, true}, {0, false}} {
+		batched := tc.batched
+		t.Run(fmt.Sprintf("batched=%v,horizon=%v", batched, tc.horizon), func(t *testing.T) {
 			h := newHarness(t, nil)
 			h.batched = batched
 			h.cfg.Limit = bucket.Limit{PerSecond: 4, Burst: 1}
@@ -146,13 +156,23 @@ func TestDeliveredBacklogSkippedBeforeSlot(t *testing.T) {
 				}
 				vals = append(vals, env(id))
 			}
+			if tc.horizon { // as the process that died recorded it before it handled them
+				ps := []ledger.Partition{{Group: "pacer-test", Topic: "pacer.test", Partition: 0}, {Group: "pacer-test", Topic: "pacer.test", Partition: 1}}
+				if err := l.SetHorizons(context.Background(), "test", ps, []int64{20, 20}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			h.produce(append(vals, env("fresh"))...)
 			s := h.sender
 			h.run(func() bool {
 				return s.count(s.success, "fresh") == 1 && h.counter("pacer_duplicates_skipped_total") == 20
 			})
-			if got := h.histCount("pacer_bucket_wait_seconds"); got != 1 {
-				t.Errorf("send slots taken = %d, want 1 (fresh's): the 20 delivered records took none", got)
+			want := uint64(1) // fresh's
+			if !tc.horizon {
+				want = 21
+			}
+			if got := h.histCount("pacer_bucket_wait_seconds"); got != want {
+				t.Errorf("send slots taken = %d, want %d", got, want)
 			}
 			for i := range 20 {
 				if n := s.count(s.calls, fmt.Sprint("d", i)); n != 0 {
@@ -197,4 +217,51 @@ func TestReplayOncePerID(t *testing.T) {
 	if n != 4 {
 		t.Errorf("%d records on the main topic, want 4 (a, b and both unparsed)", n)
 	}
+}
+
+// TestHorizonRecordedBeforeHandling: a process records its partition's
+// horizon above a record's offset before it handles the record, so the
+// next owner reads every record it may have handled in the ledger.
+func TestHorizonRecordedBeforeHandling(t *testing.T) {
+	h := newHarness(t, nil)
+	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
+	defer rdb.Close()
+	l := ledger.New(rdb, bucket.Keys{}, 0)
+	ps := []ledger.Partition{{Group: "pacer-test", Topic: "pacer.test", Partition: 0}, {Group: "pacer-test", Topic: "pacer.test", Partition: 1}}
+	var mu sync.Mutex
+	var missing []string
+	check := func(id string) { // at each send: the horizon covers it
+		offs, err := l.Horizons(context.Background(), "test", ps)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil || max(offs[0], offs[1]) < 3 {
+			missing = append(missing, fmt.Sprintf("%s: horizons %v, %v", id, offs, err))
+		}
+	}
+	h.produce(env("a"), env("b"), env("c"))
+	s := h.sender
+	_, stop := h.start(h.cfg, checkingSender{s, check}, h.reg)
+	ok := waitFor(20*time.Second, func() bool { return s.count(s.success, "c") == 1 })
+	stop()
+	if !ok {
+		t.Fatal("c not delivered")
+	}
+	if len(missing) > 0 {
+		t.Errorf("sent with no horizon above them: %v", missing)
+	}
+	offs, err := l.Horizons(context.Background(), "test", ps)
+	if err != nil || max(offs[0], offs[1]) < 3 || min(offs[0], offs[1]) != -1 {
+		t.Errorf("horizons %v, %v; want one partition's above offset 2, the other's unset", offs, err)
+	}
+}
+
+// checkingSender calls check with each message's id before its send.
+type checkingSender struct {
+	*scriptSender
+	check func(id string)
+}
+
+func (c checkingSender) Send(ctx context.Context, m channels.Message) (channels.Result, error) {
+	c.check(m.ID)
+	return c.scriptSender.Send(ctx, m)
 }

@@ -717,12 +717,10 @@ func (p *Pacer) Run(ctx context.Context) error {
 			w := p.workers[tp{f.Topic, f.Partition}]
 			p.mu.Unlock()
 			if w != nil {
-				if w.backlogEnd < 0 {
-					w.backlogEnd = f.HighWatermark
-				}
-				fs = append(fs, &fetched{w: w, rs: f.Records})
+				fs = append(fs, &fetched{w: w, rs: f.Records, hwm: f.HighWatermark})
 			}
 		})
+		p.horizons(ctx, fs)
 		p.skipKnown(ctx, fs)
 		for _, f := range fs {
 			f.w.push(f.rs, f.skip, f.envs)

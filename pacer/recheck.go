@@ -18,9 +18,100 @@ type stateReader interface {
 // Redis that does not answer leaves them to their claims.
 const lookupTimeout = 2 * time.Second
 
+// horizonStore is what a Ledger may offer (*ledger.Ledger and
+// *ledger.Batcher do) to record which records of a partition its owners
+// may have handled.
+type horizonStore interface {
+	Horizons(ctx context.Context, channel string, ps []ledger.Partition) ([]int64, error)
+	SetHorizons(ctx context.Context, channel string, ps []ledger.Partition, offs []int64) error
+}
+
+// horizonAhead is how far past the records in hand a horizon is set, in
+// offsets: a partition's horizon is written once per that many records
+// at most, and a next owner reads at most that many records of it in the
+// ledger needlessly.
+const horizonAhead = 4096
+
+// horizons bounds, for the partitions of a poll, the records skipKnown
+// reads in the ledger, and records how far this process may handle.
+//
+// A worker's first fetch reads its partition's horizon ([ledger.Ledger]
+// Horizons: one more than the highest offset an owner may have handled):
+// only the records below it, and below the high watermark, can have been
+// claimed before. No horizon recorded means no owner handled a record
+// of the partition within the ledger's TTL (or one that did ran a version
+// without horizons: its records read again are then claimed as usual,
+// each taking a send slot before its claim finds it handled; none is sent
+// twice). When the horizon cannot be read, every record below the high
+// watermark is read in the ledger, as without horizons.
+//
+// Before records at or past the horizon are queued, a higher one is
+// written (the last record's offset + 1 + horizonAhead): one round trip
+// for every partition of the poll that needs one, once per horizonAhead
+// records of a partition at most. A write that fails is tried again at the
+// next poll; the records are queued meanwhile (a crash before the write
+// lands costs their next owner send slots, not a second send: claims
+// decide).
+func (p *Pacer) horizons(ctx context.Context, fs []*fetched) {
+	hs, ok := p.ledger.(horizonStore)
+	var first []*fetched
+	for _, f := range fs {
+		if f.w.backlogEnd < 0 {
+			f.w.backlogEnd = f.hwm // unless the horizon says less (below)
+			first = append(first, f)
+		}
+	}
+	if !ok || !p.redisOK.Load() {
+		return
+	}
+	part := func(f *fetched) ledger.Partition {
+		return ledger.Partition{Group: p.cfg.Group, Topic: f.w.tp.topic, Partition: f.w.tp.partition}
+	}
+	hctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	if len(first) > 0 {
+		ps := make([]ledger.Partition, len(first))
+		for i, f := range first {
+			ps[i] = part(f)
+		}
+		offs, err := hs.Horizons(hctx, p.cfg.Channel, ps)
+		if err != nil {
+			p.m.redisErrors.WithLabelValues().Inc()
+			p.log.Debug("partition horizons unreadable; the whole backlog is read in the ledger", "err", err)
+		} else {
+			for i, f := range first {
+				f.w.backlogEnd = min(f.hwm, max(offs[i], 0))
+				f.w.horizon = offs[i]
+			}
+		}
+	}
+	var ps []ledger.Partition
+	var offs []int64
+	var ws []*worker
+	for _, f := range fs {
+		if last := f.rs[len(f.rs)-1].Offset; last >= f.w.horizon {
+			ps = append(ps, part(f))
+			offs = append(offs, last+1+horizonAhead)
+			ws = append(ws, f.w)
+		}
+	}
+	if len(ps) == 0 {
+		return
+	}
+	if err := hs.SetHorizons(hctx, p.cfg.Channel, ps, offs); err != nil {
+		p.m.redisErrors.WithLabelValues().Inc()
+		p.log.Debug("partition horizons not written; tried again at the next poll", "err", err)
+		return
+	}
+	for i, w := range ws {
+		w.horizon = offs[i]
+	}
+}
+
 // fetched is one partition's records of a poll, on their way to push.
 type fetched struct {
 	w    *worker
+	hwm  int64 // the partition's high watermark at this fetch
 	rs   []*kgo.Record
 	skip []bool // skip[i]: rs[i] was handled already (the ledger says so); nil if none
 	// envs[i] is rs[i]'s envelope when skipKnown parsed it (ID ""
@@ -38,8 +129,10 @@ type fetched struct {
 // are finished as duplicates without a slot (see worker.push).
 //
 // Only a partition's backlog is read: the records below the end offset
-// (high watermark) of the worker's first fetch, which a previous owner
-// may have read; records produced after that cost nothing. The backlog
+// (high watermark) of the worker's first fetch and below the partition's
+// horizon (see [Pacer.horizons]), which a previous owner may have handled;
+// records produced after that, and a backlog no owner handled, cost
+// nothing. The backlog
 // records of one poll (all partitions) are read in one [ledger.Ledger]
 // Lookup: one pipeline, one ledger.lua call per channel (per pacing key
 // under Redis Cluster) of up to 1,000 ids, 5 HMGET fields per id; their

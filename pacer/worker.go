@@ -38,10 +38,15 @@ type worker struct {
 	// handover is set before ctx ends when the partition is revoked (not
 	// lost): its held records are parked before the commit, see parkHeld.
 	handover atomic.Bool
-	// backlogEnd is the partition's high watermark at the worker's first
-	// fetch (-1 before it): the records below it are read in the ledger
-	// before they are queued (see [Pacer.skipKnown]). Poll loop only.
+	// backlogEnd bounds the records a previous owner may have handled (-1
+	// before the worker's first fetch): those below it are read in the
+	// ledger before they are queued (see [Pacer.skipKnown] and
+	// [Pacer.horizons]). Poll loop only.
 	backlogEnd int64
+	// horizon is the partition's horizon this worker knows is recorded
+	// (-1: none): it records a higher one before it handles a record at or
+	// past it (see [Pacer.horizons]). Poll loop only.
+	horizon int64
 
 	mu      sync.Mutex
 	stopped bool
@@ -114,7 +119,7 @@ func newWorker(p *Pacer, cl *kgo.Client, k tp) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
 	parkCtx, parkCancel := context.WithCancel(context.Background())
 	return &worker{p: p, cl: cl, tp: k, ctx: ctx, cancel: cancel, parkCtx: parkCtx, parkCancel: parkCancel,
-		done: make(chan struct{}), keys: map[string]*keyQueue{}, chains: map[string]*chain{}, backlogEnd: -1}
+		done: make(chan struct{}), keys: map[string]*keyQueue{}, chains: map[string]*chain{}, backlogEnd: -1, horizon: -1}
 }
 
 // keyRates returns key's rate and ceiling in msgs/s as this process knows

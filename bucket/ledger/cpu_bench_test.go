@@ -61,3 +61,28 @@ func BenchmarkLedgerRedisCPU(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric((redisCPU(b, rdb)-cpu0)/float64(b.N*batch)*1e6, "redis-µs/msg")
 }
+
+// BenchmarkLookupRedisCPU measures redis-server's CPU per id of Lookup
+// (the read of a backlog's ids before they are queued), 1,000 ids a call.
+func BenchmarkLookupRedisCPU(b *testing.B) {
+	e := redistest.Real(b)
+	rdb := e.RDB
+	l := New(rdb, bucket.NewKeys(e.Prefix), time.Minute)
+	ctx := context.Background()
+	const batch = 1000
+	refs := make([]Ref, batch)
+	n := 0
+	cpu0 := redisCPU(b, rdb)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range refs {
+			n++
+			refs[j] = Ref{Channel: "whatsapp", Key: "10000000" + strconv.Itoa(n%20), ID: "01JABCDEFGHJKMNPQRSTVWXYZ" + strconv.Itoa(n)}
+		}
+		if _, err := l.Lookup(ctx, refs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric((redisCPU(b, rdb)-cpu0)/float64(b.N*batch)*1e6, "redis-µs/id")
+}

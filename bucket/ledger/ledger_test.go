@@ -464,3 +464,39 @@ func BenchmarkLedgerLookup(b *testing.B) {
 		}
 	}
 }
+
+// Horizons reads what SetHorizons wrote, -1 where nothing was, on a single
+// server and under Redis Cluster; a value that is not an offset is an
+// error naming the partition, every value then -1.
+func TestHorizons(t *testing.T) {
+	for name, l := range ledgers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			ps := []ledger.Partition{{Group: "g", Topic: "t", Partition: 0}, {Group: "g", Topic: "t", Partition: 1}, {Group: "g2", Topic: "t", Partition: 0}}
+			if offs, err := l.Horizons(ctx, "whatsapp", ps); err != nil || fmt.Sprint(offs) != "[-1 -1 -1]" {
+				t.Fatalf("before any: %v, %v", offs, err)
+			}
+			if err := l.SetHorizons(ctx, "whatsapp", ps[:2], []int64{4097, 12}); err != nil {
+				t.Fatal(err)
+			}
+			if offs, err := l.Horizons(ctx, "whatsapp", ps); err != nil || fmt.Sprint(offs) != "[4097 12 -1]" {
+				t.Fatalf("after SetHorizons: %v, %v; want [4097 12 -1]", offs, err)
+			}
+			if offs, err := l.Horizons(ctx, "sms", ps); err != nil || fmt.Sprint(offs) != "[-1 -1 -1]" {
+				t.Fatalf("another channel's: %v, %v", offs, err)
+			}
+			if err := l.SetHorizons(ctx, "whatsapp", ps, []int64{1}); err == nil {
+				t.Fatal("3 partitions, 1 horizon: no error")
+			}
+		})
+	}
+	t.Run("corrupt", func(t *testing.T) {
+		mr := miniredis.RunT(t)
+		l := ledger.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), bucket.NewKeys(""), 0)
+		mr.Set(bucket.NewKeys("").Horizon("whatsapp", "g", "t", 3), "lots")
+		offs, err := l.Horizons(context.Background(), "whatsapp", []ledger.Partition{{Group: "g", Topic: "t", Partition: 2}, {Group: "g", Topic: "t", Partition: 3}})
+		if err == nil || !strings.Contains(err.Error(), "t/3") || fmt.Sprint(offs) != "[-1 -1]" {
+			t.Fatalf("corrupt horizon: %v, %v; want an error naming t/3 and [-1 -1]", offs, err)
+		}
+	})
+}

@@ -1,0 +1,91 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Partition names one Kafka partition of a consumer group.
+type Partition struct {
+	Group, Topic string
+	Partition    int32
+}
+
+// Horizons reads the horizon of each partition of channel: one more than
+// the highest offset its owners may have handled (claimed, so possibly
+// sent), as the last owner set it with [Ledger.SetHorizons] before it
+// handled any record at or past it; -1 where none is recorded (no owner
+// handled a record of it within the ledger's TTL, or one that did ran
+// without horizons). A partition's next owner reads again the records
+// past its last commit: only those below the horizon can be in the ledger
+// already. One round trip (a pipeline of GETs). The answer has one value
+// per partition, in order; on an error (wrapping Redis's) every value is
+// -1 and the caller cannot tell which records were handled.
+func (l *Ledger) Horizons(ctx context.Context, channel string, ps []Partition) ([]int64, error) {
+	out := make([]int64, len(ps))
+	for i := range out {
+		out[i] = -1
+	}
+	if len(ps) == 0 {
+		return out, nil
+	}
+	pipe := l.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(ps))
+	for i, p := range ps {
+		cmds[i] = pipe.Get(ctx, l.keys.Horizon(channel, p.Group, p.Topic, p.Partition))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return out, fmt.Errorf("ledger: horizons: %w", err)
+	}
+	for i, c := range cmds {
+		s, err := c.Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		n, perr := strconv.ParseInt(s, 10, 64)
+		if err != nil || perr != nil || n < 0 {
+			for j := range out {
+				out[j] = -1
+			}
+			return out, fmt.Errorf("ledger: horizon of %s/%d: %q %v", ps[i].Topic, ps[i].Partition, s, errors.Join(err, perr))
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// SetHorizons records the horizon offs[i] (an offset, >= 0) of each
+// partition ps[i] of channel, kept for the ledger's TTL (the entries it
+// guards live no longer): an owner sets it above a record's offset before
+// it handles that record. One round trip (a pipeline of SETs). Errors
+// wrap Redis's.
+func (l *Ledger) SetHorizons(ctx context.Context, channel string, ps []Partition, offs []int64) error {
+	if len(ps) != len(offs) {
+		return fmt.Errorf("ledger: %d horizons for %d partitions", len(offs), len(ps))
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	pipe := l.rdb.Pipeline()
+	for i, p := range ps {
+		pipe.Set(ctx, l.keys.Horizon(channel, p.Group, p.Topic, p.Partition), offs[i], l.ttl)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("ledger: set horizons: %w", err)
+	}
+	return nil
+}
+
+// Horizons is [Ledger.Horizons], read at once (not batched).
+func (b *Batcher) Horizons(ctx context.Context, channel string, ps []Partition) ([]int64, error) {
+	return b.l.Horizons(ctx, channel, ps)
+}
+
+// SetHorizons is [Ledger.SetHorizons], written at once (not batched).
+func (b *Batcher) SetHorizons(ctx context.Context, channel string, ps []Partition, offs []int64) error {
+	return b.l.SetHorizons(ctx, channel, ps, offs)
+}
