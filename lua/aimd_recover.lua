@@ -125,29 +125,38 @@ if accepted > 0 then
   redis.call('HINCRBY', KEYS[1], 'wacc', accepted)
   s.wacc = s.wacc + accepted
 end
--- The first probe above a capacity found (k = 0 at or above cap) waits
--- cruise windows more: a capacity found is probed rarely, since each probe
--- that meets it costs a cut below it.
-local span = window_us
-if s.k == 0 and s.cap > 0 and s.urate >= s.cap then
-  span = (1 + cruise) * window_us
-end
-if now < s.win_us + span then
-  return {s.urate, 0, cd, s.streak, since_cut(s)}
-end
 -- Only a rate in use is raised: a probe that outruns what the replicas
 -- really send (slots granted ahead at an older rate, a key short of
 -- messages) would climb blind. The sends accepted since win_us must reach
 -- 90% of the rate over the window less a second (the reports of other
--- replicas arrive up to a second late). Above a capacity found, where a
--- blind probe ends in a burst the provider refuses, 90% over the window
--- less half a second: a replica whose report is late holds the probe
--- until the next call (about a second), no more.
+-- replicas arrive up to a second late). At or above a capacity found,
+-- where a blind probe ends in a burst the provider refuses, 90% over the
+-- whole window: the reports that come in during it, each of a replica's
+-- sends since its last one, sum to the window's sends (the first of each
+-- replica reaches back before it as far as its last falls short of now),
+-- and 90% of the rate over the window less half a second let a provider
+-- that took 30/s pass a probe at 44/s.
+local at_cap = s.cap > 0 and s.urate >= s.cap
 local lag = 1000000
-if s.cap > 0 and s.urate >= s.cap then
-  lag = 500000
+if at_cap then
+  lag = 0
 end
-if ARGV[9] == '1' and s.wacc * 1e12 < 0.9 * s.urate * math.max(0, now - s.win_us - lag) then
+local in_use = ARGV[9] ~= '1' or s.wacc * 1e12 >= 0.9 * s.urate * math.max(0, now - s.win_us - lag)
+-- A rate at a capacity found that held a clean window in use confirms it
+-- (conf): from then on an episode too short for every replica's report
+-- moves it only within what is known (see aimd_throttle.lua).
+if at_cap and s.conf == 0 and in_use and now >= s.win_us + window_us then
+  redis.call('HSET', KEYS[1], 'conf', '1')
+  s.conf = 1
+end
+-- The first probe above a capacity found (k = 0 at or above cap) waits
+-- cruise windows more: a capacity found is probed rarely, since each probe
+-- that meets it costs a cut below it.
+local span = window_us
+if s.k == 0 and at_cap then
+  span = (1 + cruise) * window_us
+end
+if now < s.win_us + span or not in_use then
   return {s.urate, 0, cd, s.streak, since_cut(s)}
 end
 
@@ -181,7 +190,15 @@ if u >= ceil_u then
   end
   return {ceil_u, 0, cd, 0, -1}
 end
+-- A rate at or above the capacity that held this window in use is the
+-- probe's last good step: the cut that ends the probe goes back near it,
+-- whatever a short episode counted (see aimd_throttle.lua).
+local good = s.good
+if at_cap then
+  good = s.urate
+end
 redis.call('HSET', KEYS[1], 'urate', string.format('%.0f', u), 'win_us', string.format('%.0f', now),
-  'streak', '0', 'k', string.format('%.0f', k), 'wacc', '0', 'ceil', string.format('%.0f', ceil_u))
+  'streak', '0', 'k', string.format('%.0f', k), 'wacc', '0', 'ceil', string.format('%.0f', ceil_u),
+  'good', string.format('%.0f', good))
 redis.call('PEXPIRE', KEYS[1], idle_ms)
 return {u, 1, cd, 0, since_cut(s)}

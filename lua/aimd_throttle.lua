@@ -130,6 +130,10 @@ local pause_tokens = tonumber(ARGV[10])
 if not int(pause_tokens, 0) then
   return redis.error_reply('ERR aimd: pause_tokens must be an integer >= 0')
 end
+-- The replicas report their accepted sends about once a second (each at
+-- its refresh of the key's state): an episode shorter than this has not
+-- heard from all of them.
+local report_us = 1500000
 local paced_u = tonumber(ARGV[11] or '0')
 if not int(paced_u, 0) then
   return redis.error_reply('ERR aimd: paced_u must be an integer >= 0')
@@ -157,7 +161,7 @@ local change = 0
 local start = now -- ep_us of a new episode
 if not s then
   s = {urate = ceil_u, last_us = 0, hold_us = 0, win_us = 0, streak = 0, ep_us = 0, n = 0, k = 0, acc = 0, cap = 0,
-    cut_us = 0}
+    cut_us = 0, good = 0, conf = 0}
 end
 s.acc = s.acc + accepted
 if now < s.hold_us or (paced_u > 0 and paced_u > s.urate) then
@@ -176,7 +180,23 @@ else
     local est
     local above = false -- est is more than 1.25 times cap
     local few = false -- est is cap * backoff: few refusals (see below)
-    if s.acc > 0 then
+    -- A confirmed capacity (the rate held a clean window at it) met by an
+    -- episode shorter than the replicas' report interval: the reports of
+    -- its sends are not all in (late ones from before it, none yet of its
+    -- last second), so its count errs both ways by a report per replica.
+    -- It moves the capacity only within what is known: up to the last
+    -- probe step that held a clean window in use (good), or the capacity,
+    -- and down by Backoff at most.
+    local known = s.conf > 0 and s.cap > 0 and dt < report_us
+    if known then
+      local hi = math.max(s.cap, s.good)
+      if s.acc > 0 then
+        est = s.acc * 1e12 / dt
+      else
+        est = s.urate - s.n * 1e12 / dt
+      end
+      est = math.max(hi * backoff, math.min(hi, est))
+    elseif s.acc > 0 then
       est = s.acc * 1e12 / dt
       -- An estimate near the last one (within -20%..+25%) meets the same
       -- capacity: their mean evens out the replicas' late reports.
@@ -243,7 +263,7 @@ else
       -- episode (125 ms of a 1 s episode: 12%).
       start = cd
     end
-    if s.acc > 0 then
+    if s.acc > 0 or known then
       local c = est
       if above and s.urate < est then
         -- No cut, and an estimate far above the capacity found (a short
@@ -256,6 +276,7 @@ else
     end
     s.urate = u
     s.win_us = cd
+    s.good = 0
   else
     s.win_us = math.max(s.win_us, cd)
   end
@@ -275,6 +296,7 @@ redis.call('HSET', KEYS[1], 'urate', string.format(f, s.urate), 'last_us', strin
   'hold_us', string.format(f, s.hold_us), 'win_us', string.format(f, s.win_us),
   'streak', string.format(f, s.streak), 'ep_us', string.format(f, s.ep_us), 'n', string.format(f, s.n),
   'k', string.format(f, s.k), 'acc', string.format(f, s.acc), 'cap', string.format(f, s.cap), 'wacc', '0',
-  'ceil', string.format(f, ceil_u), 'cut_us', string.format(f, s.cut_us))
+  'ceil', string.format(f, ceil_u), 'cut_us', string.format(f, s.cut_us), 'good', string.format(f, s.good),
+  'conf', string.format(f, s.conf))
 redis.call('PEXPIRE', KEYS[1], left_ms(s.win_us) + idle_ms)
 return {s.urate, change, left_ms(cd), s.streak, since_cut(s)}
