@@ -186,16 +186,16 @@ else
     -- last second), so its count errs both ways by a report per replica.
     -- It moves the capacity only within what is known: up to the last
     -- probe step that held a clean window in use (good), or the capacity,
-    -- and down by Backoff at most.
+    -- and down by Backoff of the capacity at most (a good step may have
+    -- held on the provider's burst, not its rate).
     local known = s.conf > 0 and s.cap > 0 and dt < report_us
     if known then
-      local hi = math.max(s.cap, s.good)
       if s.acc > 0 then
         est = s.acc * 1e12 / dt
       else
         est = s.urate - s.n * 1e12 / dt
       end
-      est = math.max(hi * backoff, math.min(hi, est))
+      est = math.max(s.cap * backoff, math.min(math.max(s.cap, s.good), est))
     elseif s.acc > 0 then
       est = s.acc * 1e12 / dt
       -- An estimate near the last one (within -20%..+25%) meets the same

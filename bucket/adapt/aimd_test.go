@@ -941,8 +941,8 @@ func TestAIMDAcceptedEstimate(t *testing.T) {
 			// the probe's window (to 5700ms) must pass before the probe.
 			{at: 2800 * ms, op: opRecover, rate: 80, accepted: 80},
 			{at: 5600 * ms, op: opRecover, rate: 80, accepted: 300},
-			{at: 5800 * ms, op: opRecover, rate: 88, change: 1, accepted: 20},  // from the cap: * 1.1
-			{at: 7000 * ms, op: opRecover, rate: 100, change: 1, accepted: 90}, // * 1.2, capped at the ceiling
+			{at: 5800 * ms, op: opRecover, rate: 88, change: 1, accepted: 20},   // from the cap: * 1.1
+			{at: 7000 * ms, op: opRecover, rate: 100, change: 1, accepted: 100}, // * 1.2, capped at the ceiling
 		})
 		if n := e.rdb.Exists(t.Context(), e.keys.AIMD("test", "k")).Val(); n != 0 {
 			t.Fatal("the aimd hash outlived the return to the ceiling")
@@ -957,7 +957,7 @@ func TestAIMDAcceptedEstimate(t *testing.T) {
 // burst back (they come from its bucket, emptied by the probe); back at
 // the capacity the rate cruises for 4 windows before the probe above it;
 // and that probe climbs only while 90% of its rate is accepted over the
-// window less half a second (not less a second, as below it).
+// whole window (not less a second, as below it).
 func TestAIMDFoundCapacity(t *testing.T) {
 	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, Coalesce: 100 * time.Millisecond,
 		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
@@ -978,9 +978,9 @@ func TestAIMDFoundCapacity(t *testing.T) {
 			{at: 5600 * ms, op: opRecover, rate: 85, accepted: 95},
 			{at: 8400 * ms, op: opRecover, rate: 85, accepted: 250},
 			{at: 8600 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // 385 >= 0.9 * 85/s * 3.6 s: * 1.1
-			// 40 < 0.9 * 93.5/s * 0.6 s: not in use yet (the rule below the
-			// cap, over the window less a second, would take 8.4).
-			{at: 9700 * ms, op: opRecover, rate: 93.5, accepted: 40},
+			// 80 < 0.9 * 93.5/s * 1.1 s: not in use yet (over the window
+			// less half a second it would be: 50.5; less a second: 8.4).
+			{at: 9700 * ms, op: opRecover, rate: 93.5, accepted: 80},
 			{at: 9800 * ms, op: opRecover, rate: 100, change: 1, accepted: 30}, // * (1 + 0.2), capped
 		})
 	})
@@ -994,16 +994,56 @@ func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 	a := capacityAIMD(time.Second)
 	ms := time.Millisecond
 	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, append(capacity40(), []aimdStep{
-			{at: 4600 * ms, op: opRecover, rate: 55, change: 1, accepted: 180}, // after 4 windows: * 1.1
-			// 45 in 1.1 s: in use, but under (40 + 55) / 2 per second. This
-			// step is 20% (the first one doubles), and the next one keeps it.
-			{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 45},
-			// 20% again, not 40%; 80 in 1.1 s is over (40 + 66) / 2 per
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: 10 * ms}, // lone
+			// 30 accepted in 0.5 s: a capacity of 60, the rate to 54.
+			{at: 500 * ms, op: opThrottle, rate: 54, change: -1, cooldown: 10 * ms, accepted: 30},
+			{at: 1600 * ms, op: opRecover, rate: 60, change: 1, accepted: 60},   // below the cap: to it
+			{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 230},  // after 4 windows: * 1.1
+			// 67 in 1.1 s: in use (90% of 66/s), but under (60 + 66) / 2 per
+			// second. This step is 20% (the first one doubles), and the next
+			// one keeps it.
+			{at: 6800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 67},
+			// 20% again, not 40%; 81 in 1.1 s is over (60 + 79.2) / 2 per
 			// second, so the next one doubles.
-			{at: 6800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 80},
-			{at: 7900 * ms, op: opRecover, rate: 100, change: 1, accepted: 90}, // * 1.4, capped
-		}...))
+			{at: 7900 * ms, op: opRecover, rate: 95.04, change: 1, accepted: 81},
+			{at: 9000 * ms, op: opRecover, rate: 100, change: 1, accepted: 100}, // * 1.4, capped
+		})
+	})
+}
+
+// TestAIMDConfirmedCapacity checks that once the rate held a clean window
+// in use at the capacity found, an episode shorter than the replicas'
+// report interval (1.5 s) moves the capacity only within what is known: up
+// to the larger of the capacity and the last probe step that held a clean
+// window, down by Backoff of the capacity at most; a longer episode
+// estimates freely.
+func TestAIMDConfirmedCapacity(t *testing.T) {
+	a := capacityAIMD(time.Second)
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 500 * ms, op: opThrottle, rate: 54, change: -1, cooldown: cd, accepted: 30}, // a capacity of 60
+			{at: 1600 * ms, op: opRecover, rate: 60, change: 1, accepted: 60},
+			// A clean window at the capacity, in use: confirmed. Cruising.
+			{at: 2700 * ms, op: opRecover, rate: 60, accepted: 66},
+			{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 200},
+			{at: 6800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 72}, // 66 held: the last good step
+			{at: 7000 * ms, op: opThrottle, rate: 79.2, cooldown: cd},          // lone
+			// 40 accepted in 0.4 s (late reports of earlier sends): 100/s,
+			// but the capacity goes up to the good step, 66, at most, and
+			// the rate to 0.9 of it (unconfirmed: 0.9 * 79.2 = 71.28).
+			{at: 7400 * ms, op: opThrottle, rate: 59.4, change: -1, cooldown: cd, accepted: 40},
+			// 4 accepted in 0.4 s (the replicas' reports not in): 10/s, but
+			// the capacity goes down to 0.9 * 66 = 59.4 at most, and the rate
+			// to 0.9 of that (unconfirmed: Decrease's 29.7).
+			{at: 7800 * ms, op: opThrottle, rate: 53.46, change: -1, cooldown: cd, accepted: 4},
+			// 1.6 s after the last: every replica has reported; 16 accepted,
+			// 10/s, is the estimate, and the cut stops at Decrease.
+			{at: 9400 * ms, op: opThrottle, rate: 26.73, change: -1, cooldown: cd, accepted: 16},
+		})
 	})
 }
 
