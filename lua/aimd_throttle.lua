@@ -229,7 +229,9 @@ else
     local u = math.max(floor_u, math.floor(s.urate * decrease), math.floor(math.min(est, s.urate) * margin))
     u = math.min(u, s.urate)
     local refill = u < s.urate
-    if s.acc > 0 and s.urate < est then
+    -- (A short episode at a confirmed capacity: at the estimate, floored
+    -- at Backoff of the capacity, the rate a cut left.)
+    if (s.acc > 0 or known) and (s.urate < est or (known and s.urate <= est)) then
       refill = true
       -- The provider accepted more than the rate over the episode: the
       -- rate is below its capacity, and the refusals come from its bucket,

@@ -1037,12 +1037,14 @@ func TestAIMDConfirmedCapacity(t *testing.T) {
 			// the rate to 0.9 of it (unconfirmed: 0.9 * 79.2 = 71.28).
 			{at: 7400 * ms, op: opThrottle, rate: 59.4, change: -1, cooldown: cd, accepted: 40},
 			// 4 accepted in 0.4 s (the replicas' reports not in): 10/s, but
-			// the capacity goes down to 0.9 * 66 = 59.4 at most, and the rate
-			// to 0.9 of that (unconfirmed: Decrease's 29.7).
-			{at: 7800 * ms, op: opThrottle, rate: 53.46, change: -1, cooldown: cd, accepted: 4},
+			// the capacity goes down to 0.9 * 66 = 59.4 at most: the rate is
+			// at it, no cut (unconfirmed: Decrease's 29.7).
+			{at: 7800 * ms, op: opThrottle, rate: 59.4, cooldown: cd, accepted: 4},
+			// Again: the capacity to 0.9 * 59.4 = 53.46, the rate to 0.9 of it.
+			{at: 8200 * ms, op: opThrottle, rate: 48.114, change: -1, cooldown: cd, accepted: 4},
 			// 1.6 s after the last: every replica has reported; 16 accepted,
 			// 10/s, is the estimate, and the cut stops at Decrease.
-			{at: 9400 * ms, op: opThrottle, rate: 26.73, change: -1, cooldown: cd, accepted: 16},
+			{at: 9800 * ms, op: opThrottle, rate: 24.057, change: -1, cooldown: cd, accepted: 16},
 		})
 	})
 }
