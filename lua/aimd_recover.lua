@@ -190,15 +190,7 @@ if u >= ceil_u then
   end
   return {ceil_u, 0, cd, 0, -1}
 end
--- A rate at or above the capacity that held this window in use is the
--- probe's last good step: the cut that ends the probe goes back near it,
--- whatever a short episode counted (see aimd_throttle.lua).
-local good = s.good
-if at_cap then
-  good = s.urate
-end
 redis.call('HSET', KEYS[1], 'urate', string.format('%.0f', u), 'win_us', string.format('%.0f', now),
-  'streak', '0', 'k', string.format('%.0f', k), 'wacc', '0', 'ceil', string.format('%.0f', ceil_u),
-  'good', string.format('%.0f', good))
+  'streak', '0', 'k', string.format('%.0f', k), 'wacc', '0', 'ceil', string.format('%.0f', ceil_u))
 redis.call('PEXPIRE', KEYS[1], idle_ms)
 return {u, 1, cd, 0, since_cut(s)}

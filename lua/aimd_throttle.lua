@@ -134,6 +134,23 @@ end
 -- its refresh of the key's state): an episode shorter than this has not
 -- heard from all of them.
 local report_us = 1500000
+-- achieved_u returns the key's achieved rate in millionths (KEYS[4], field
+-- r, in thousandths: see aimd_recover.lua), or 0 when there is none, it is
+-- corrupt, or its window closed more than 10 s ago.
+local function achieved_u()
+  if #KEYS < 4 then
+    return 0
+  end
+  local ok, h = pcall(redis.call, 'HMGET', KEYS[4], 'r', 'w_us')
+  if not ok or type(h) ~= 'table' or h.err then
+    return 0
+  end
+  local r, w = tonumber(h[1]), tonumber(h[2])
+  if not r or not w or r ~= r or r < 0 or r == math.huge or w > now or now - w > 10000000 then
+    return 0
+  end
+  return r * 1000
+end
 local paced_u = tonumber(ARGV[11] or '0')
 if not int(paced_u, 0) then
   return redis.error_reply('ERR aimd: paced_u must be an integer >= 0')
@@ -161,7 +178,7 @@ local change = 0
 local start = now -- ep_us of a new episode
 if not s then
   s = {urate = ceil_u, last_us = 0, hold_us = 0, win_us = 0, streak = 0, ep_us = 0, n = 0, k = 0, acc = 0, cap = 0,
-    cut_us = 0, good = 0, conf = 0}
+    cut_us = 0, conf = 0}
 end
 s.acc = s.acc + accepted
 if now < s.hold_us or (paced_u > 0 and paced_u > s.urate) then
@@ -184,10 +201,11 @@ else
     -- episode shorter than the replicas' report interval: the reports of
     -- its sends are not all in (late ones from before it, none yet of its
     -- last second), so its count errs both ways by a report per replica.
-    -- It moves the capacity only within what is known: up to the last
-    -- probe step that held a clean window in use (good), or the capacity,
-    -- and down by Backoff of the capacity at most (a good step may have
-    -- held on the provider's burst, not its rate).
+    -- It moves the capacity only within what the key's achieved rate
+    -- (every replica's accepted sends over the last window of >= 5 s, all
+    -- reported) shows: up to it at most, and down by Backoff of the lower
+    -- of it and the capacity at most. Without a recent achieved rate, the
+    -- capacity stands in for it.
     local known = s.conf > 0 and s.cap > 0 and dt < report_us
     if known then
       if s.acc > 0 then
@@ -195,7 +213,11 @@ else
       else
         est = s.urate - s.n * 1e12 / dt
       end
-      est = math.max(s.cap * backoff, math.min(math.max(s.cap, s.good), est))
+      local ach = achieved_u()
+      if ach <= 0 then
+        ach = s.cap
+      end
+      est = math.max(math.min(s.cap, ach) * backoff, math.min(ach, est))
     elseif s.acc > 0 then
       est = s.acc * 1e12 / dt
       -- An estimate near the last one (within -20%..+25%) meets the same
@@ -278,7 +300,6 @@ else
     end
     s.urate = u
     s.win_us = cd
-    s.good = 0
   else
     s.win_us = math.max(s.win_us, cd)
   end
@@ -298,7 +319,6 @@ redis.call('HSET', KEYS[1], 'urate', string.format(f, s.urate), 'last_us', strin
   'hold_us', string.format(f, s.hold_us), 'win_us', string.format(f, s.win_us),
   'streak', string.format(f, s.streak), 'ep_us', string.format(f, s.ep_us), 'n', string.format(f, s.n),
   'k', string.format(f, s.k), 'acc', string.format(f, s.acc), 'cap', string.format(f, s.cap), 'wacc', '0',
-  'ceil', string.format(f, ceil_u), 'cut_us', string.format(f, s.cut_us), 'good', string.format(f, s.good),
-  'conf', string.format(f, s.conf))
+  'ceil', string.format(f, ceil_u), 'cut_us', string.format(f, s.cut_us), 'conf', string.format(f, s.conf))
 redis.call('PEXPIRE', KEYS[1], left_ms(s.win_us) + idle_ms)
 return {s.urate, change, left_ms(cd), s.streak, since_cut(s)}

@@ -1014,9 +1014,9 @@ func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 
 // TestAIMDConfirmedCapacity checks that once the rate held a clean window
 // in use at the capacity found, an episode shorter than the replicas'
-// report interval (1.5 s) moves the capacity only within what is known: up
-// to the larger of the capacity and the last probe step that held a clean
-// window, down by Backoff of the capacity at most; a longer episode
+// report interval (1.5 s) moves the capacity only within what the achieved
+// rate (over the last window of >= 5 s) shows: up to it at most, down by
+// Backoff of the lower of it and the capacity at most; a longer episode
 // estimates freely.
 func TestAIMDConfirmedCapacity(t *testing.T) {
 	a := capacityAIMD(time.Second)
@@ -1026,15 +1026,18 @@ func TestAIMDConfirmedCapacity(t *testing.T) {
 		e.adaptsNear(t, a, []aimdStep{
 			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
 			{at: 500 * ms, op: opThrottle, rate: 54, change: -1, cooldown: cd, accepted: 30}, // a capacity of 60
+			// Below it: to it. The achieved rate's window starts.
 			{at: 1600 * ms, op: opRecover, rate: 60, change: 1, accepted: 60},
 			// A clean window at the capacity, in use: confirmed. Cruising.
 			{at: 2700 * ms, op: opRecover, rate: 60, accepted: 66},
 			{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 200},
-			{at: 6800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 72}, // 66 held: the last good step
-			{at: 7000 * ms, op: opThrottle, rate: 79.2, cooldown: cd},          // lone
+			// The achieved rate's window closes: 330 in 5 s, 66/s.
+			{at: 6600 * ms, op: opRecover, rate: 66, accepted: 4},
+			{at: 6800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 72},
+			{at: 7000 * ms, op: opThrottle, rate: 79.2, cooldown: cd}, // lone
 			// 40 accepted in 0.4 s (late reports of earlier sends): 100/s,
-			// but the capacity goes up to the good step, 66, at most, and
-			// the rate to 0.9 of it (unconfirmed: 0.9 * 79.2 = 71.28).
+			// but the capacity goes up to the achieved 66 at most, and the
+			// rate to 0.9 of it (unconfirmed: 0.9 * 79.2 = 71.28).
 			{at: 7400 * ms, op: opThrottle, rate: 59.4, change: -1, cooldown: cd, accepted: 40},
 			// 4 accepted in 0.4 s (the replicas' reports not in): 10/s, but
 			// the capacity goes down to 0.9 * 66 = 59.4 at most: the rate is
