@@ -165,6 +165,9 @@ if not backoff or not (backoff > 0 and backoff <= 1) then
   return redis.error_reply('ERR aimd: backoff must be a number in (0, 1]')
 end
 
+-- The accepted sends reported count for the achieved rate too.
+achieve(accepted)
+
 -- The cooldown, as cooldown.lua sets it: never shortened.
 local cd = cooldown_end()
 local want = now + cooldown_ms * 1000
@@ -203,9 +206,10 @@ else
     -- last second), so its count errs both ways by a report per replica.
     -- It moves the capacity only within what the key's achieved rate
     -- (every replica's accepted sends over the last window of >= 5 s, all
-    -- reported) shows: up to it at most, and down by Backoff of the lower
-    -- of it and the capacity at most. Without a recent achieved rate, the
-    -- capacity stands in for it.
+    -- reported) shows: to it when it is lower (the capacity was too
+    -- high), else up towards it, to the episode's estimate at most.
+    -- Without a recent achieved rate, the capacity stands in for it: the
+    -- capacity stays.
     local known = s.conf > 0 and s.cap > 0 and dt < report_us
     if known then
       if s.acc > 0 then
@@ -217,7 +221,7 @@ else
       if ach <= 0 then
         ach = s.cap
       end
-      est = math.max(math.min(s.cap, ach) * backoff, math.min(ach, est))
+      est = math.max(math.min(s.cap, ach), math.min(ach, est))
     elseif s.acc > 0 then
       est = s.acc * 1e12 / dt
       -- An estimate near the last one (within -20%..+25%) meets the same
@@ -251,9 +255,7 @@ else
     local u = math.max(floor_u, math.floor(s.urate * decrease), math.floor(math.min(est, s.urate) * margin))
     u = math.min(u, s.urate)
     local refill = u < s.urate
-    -- (A short episode at a confirmed capacity: at the estimate, floored
-    -- at Backoff of the capacity, the rate a cut left.)
-    if (s.acc > 0 or known) and (s.urate < est or (known and s.urate <= est)) then
+    if (s.acc > 0 or known) and s.urate < est then
       refill = true
       -- The provider accepted more than the rate over the episode: the
       -- rate is below its capacity, and the refusals come from its bucket,

@@ -1015,24 +1015,22 @@ func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 // TestAIMDConfirmedCapacity checks that once the rate held a clean window
 // in use at the capacity found, an episode shorter than the replicas'
 // report interval (1.5 s) moves the capacity only within what the achieved
-// rate (over the last window of >= 5 s) shows: up to it at most, down by
-// Backoff of the lower of it and the capacity at most; a longer episode
-// estimates freely.
+// rate (every report over the last window of >= 5 s) shows: down to it
+// when it is lower, up to it at most; a longer episode estimates freely.
 func TestAIMDConfirmedCapacity(t *testing.T) {
 	a := capacityAIMD(time.Second)
 	ms := time.Millisecond
 	cd := 10 * ms
 	each(t, func(t *testing.T, e *env) {
 		e.adaptsNear(t, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd}, // the achieved rate's window starts
 			{at: 500 * ms, op: opThrottle, rate: 54, change: -1, cooldown: cd, accepted: 30}, // a capacity of 60
-			// Below it: to it. The achieved rate's window starts.
-			{at: 1600 * ms, op: opRecover, rate: 60, change: 1, accepted: 60},
+			{at: 1600 * ms, op: opRecover, rate: 60, change: 1, accepted: 60},                // below it: to it
 			// A clean window at the capacity, in use: confirmed. Cruising.
 			{at: 2700 * ms, op: opRecover, rate: 60, accepted: 66},
-			{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 200},
 			// The achieved rate's window closes: 330 in 5 s, 66/s.
-			{at: 6600 * ms, op: opRecover, rate: 66, accepted: 4},
+			{at: 5000 * ms, op: opRecover, rate: 60, accepted: 174},
+			{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 30},
 			{at: 6800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 72},
 			{at: 7000 * ms, op: opThrottle, rate: 79.2, cooldown: cd}, // lone
 			// 40 accepted in 0.4 s (late reports of earlier sends): 100/s,
@@ -1040,14 +1038,19 @@ func TestAIMDConfirmedCapacity(t *testing.T) {
 			// rate to 0.9 of it (unconfirmed: 0.9 * 79.2 = 71.28).
 			{at: 7400 * ms, op: opThrottle, rate: 59.4, change: -1, cooldown: cd, accepted: 40},
 			// 4 accepted in 0.4 s (the replicas' reports not in): 10/s, but
-			// the capacity goes down to 0.9 * 66 = 59.4 at most: the rate is
-			// at it, no cut (unconfirmed: Decrease's 29.7).
+			// the capacity stays at the achieved 66: the rate is below it,
+			// no cut (unconfirmed: Decrease's 29.7).
 			{at: 7800 * ms, op: opThrottle, rate: 59.4, cooldown: cd, accepted: 4},
-			// Again: the capacity to 0.9 * 59.4 = 53.46, the rate to 0.9 of it.
-			{at: 8200 * ms, op: opThrottle, rate: 48.114, change: -1, cooldown: cd, accepted: 4},
+			// The achieved rate's window (from 5 s) closes: 250 in 5 s, 50/s.
+			// The rate is below the capacity: to it.
+			{at: 10000 * ms, op: opRecover, rate: 66, change: 1, accepted: 104},
+			{at: 10200 * ms, op: opThrottle, rate: 66, cooldown: cd}, // lone
+			// 4 accepted in 0.4 s: the capacity down to the achieved 50, the
+			// rate to 0.9 of it.
+			{at: 10600 * ms, op: opThrottle, rate: 45, change: -1, cooldown: cd, accepted: 4},
 			// 1.6 s after the last: every replica has reported; 16 accepted,
 			// 10/s, is the estimate, and the cut stops at Decrease.
-			{at: 9800 * ms, op: opThrottle, rate: 24.057, change: -1, cooldown: cd, accepted: 16},
+			{at: 12200 * ms, op: opThrottle, rate: 22.5, change: -1, cooldown: cd, accepted: 16},
 		})
 	})
 }
