@@ -41,8 +41,8 @@
 -- Once Redis TIME reaches win_us + window_us, with no counted throttle since
 -- (a throttle moves win_us), and, with in_use, once the sends accepted
 -- since win_us (wacc, from every replica's reports) reach 90% of urate over
--- the window less a second (at or above cap > 0: over the window less
--- half a second), the rate rises by inc * accel^k, where inc is
+-- the window less a second (at or above cap > 0: over the whole window),
+-- the rate rises by inc * accel^k, where inc is
 -- urate * (factor - 1) (or step_u when factor is 0) and k the increases in a
 -- row since the last counted throttle: the probe starts gently near the
 -- rate the last decrease found and accelerates while the provider accepts.
@@ -59,11 +59,14 @@
 -- that meets the limit costs a cut below it. Above cap, with in_use, k
 -- grows only once wacc averages at least (cap + urate) / 2 per second since win_us (the
 -- provider took more than cap); else it stays, and so does the step. One
--- call raises the rate at most once, however long the key was idle.
+-- call raises the rate at most once, however long the key was idle. A
+-- rate at or above cap > 0 whose window is over and in use confirms the
+-- capacity: conf = 1 (see aimd_throttle.lua), written once.
 --
 -- Writes: KEYS[4] as described above (a window of at least 5 s; PEXPIRE
--- 5 min), HINCRBY acc when accepted > 0 and the hash exists; nothing else
--- before the window is over. After it, KEYS[3] as reschedule does; when the
+-- 5 min; achieve in aimd_read.lua), HINCRBY acc and wacc when accepted > 0
+-- and the hash exists, HSET conf when it confirms the capacity; nothing
+-- else before the window is over. After it, KEYS[3] as reschedule does; when the
 -- new rate
 -- reaches ceil_u, DEL KEYS[1] (a key at its ceiling has no state, so a
 -- raised ceiling applies at once); else HSET urate, win_us = now, streak = 0,

@@ -29,10 +29,16 @@
 --            cut_us   Redis TIME (µs) of the last decrease (0: none yet):
 --                     replicas keep the slots granted after it (see the
 --                     reply's since_us)
+--            conf     1 once the rate held a clean window in use at cap (a
+--                     capacity confirmed, see aimd_recover.lua), else 0
 -- KEYS[2]  cooldown key, as in cooldown.lua: a string, the cooldown's end in
 --          µs of Redis TIME; its TTL only cleans it up
 -- KEYS[3]  the key's token bucket hash (optional): a decrease clears its
 --          debt (see reschedule in aimd_read.lua)
+-- KEYS[4]  the key's achieved hash (optional), as in aimd_recover.lua:
+--          accepted counts for it as a recover's does, and its achieved rate
+--          (r, when its window closed 10 s ago or less) bounds the estimate
+--          of a short episode at a confirmed capacity (below)
 -- ARGV[1]  ceil_u: ceiling in millionths of a message per second, integer in [1, 1e15]
 -- ARGV[2]  floor_u: floor, same unit, integer in [1, ceil_u]
 -- ARGV[3]  decrease: the deepest cut of one decrease, decimal number in (0, 1)
@@ -93,6 +99,13 @@
 --   accepted are the pacer's, short of its rate after a cut, not its
 --   capacity); the rate then goes to that estimate, not Backoff below it. Without reports of accepted sends (acc = 0)
 --   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
+--   Once the capacity is confirmed (conf = 1), an episode shorter than
+--   1.5 s (the replicas report about once a second: their reports of its
+--   sends are not all in, and late ones of earlier sends are) uses none of
+--   those rules: its estimate (from acc, or the weaker one) is kept within
+--   [min(cap, ach), ach], ach the achieved rate of KEYS[4] (cap when there
+--   is none): the capacity goes down to the achieved rate when that is
+--   lower, and up towards it, to the episode's estimate at most.
 --   The rate becomes max(floor_u, floor(urate * decrease),
 --   floor(min(est, urate) * backoff)), or stays when an estimate from acc
 --   exceeds it (urate < est: below the provider's capacity, the refusals
@@ -110,7 +123,8 @@
 -- the floor already, else sets it to 0.
 --
 -- Writes: always. On a decrease, KEYS[3] as reschedule does. SET KEYS[2] <end_us> PX cooldown_ms unless the cooldown
--- already ends later (never shortened); HSET of all thirteen fields of KEYS[1]
+-- already ends later (never shortened); KEYS[4] as aimd_recover.lua writes
+-- it; HSET of all fourteen fields of KEYS[1]
 -- (DEL first if it has the wrong type) and PEXPIRE KEYS[1] to
 -- (win_us - now) / 1000 + idle_ms.
 

@@ -76,6 +76,15 @@ const (
 //     by a probe or bunched sends, and the refill pause (below) is the
 //     remedy, not a rate under the capacity; such an estimate more than
 //     1.25 times the capacity found raises it to the rate at most.
+//     Once the rate has held a clean window in use at the capacity found
+//     (the capacity is confirmed), an episode shorter than 1.5 s moves it
+//     only within what the key's achieved rate ([Adapter.Achieved]: every
+//     replica's reports over the last window of 5 s or more) shows: down
+//     to it when that is lower, up towards it when higher. The replicas
+//     report about once a second, so such an episode's own count errs
+//     both ways by a report per replica (late reports of earlier sends,
+//     none yet of its last second), and cruising at a capacity so
+//     estimated (26 of 30) or probing from it missed the limit by 10%.
 //   - Probing up starts gently and accelerates ([AIMD].Factor, Step,
 //     Accelerate, Window): the increase doubles with each clean window in a
 //     row, so a rate cut by a passing dip is back at its ceiling in seconds,
@@ -83,8 +92,8 @@ const (
 //     estimated capacity returns to it after one clean window. A capacity
 //     found is probed rarely: at or above it, the first increase after a
 //     throttle waits 4 windows (the rate cruises there), and each probe
-//     step needs 90% of its rate accepted over the window less half a
-//     second (below it, less a second) and doubles the next one only once
+//     step needs 90% of its rate accepted over the whole window (below
+//     it, over the window less a second) and doubles the next one only once
 //     the sends accepted over the window average halfway from the capacity
 //     to the rate, so a probe does not climb far past what the replicas
 //     really send.
@@ -562,7 +571,9 @@ func (l *Adapter) Recover(ctx context.Context, channel, key string, ceiling buck
 // the key's achieved rate ([Adapter.Achieved]), and they gate the probe:
 // only a rate in use is raised, when the sends accepted since the window
 // began reach 90% of the rate over the window less a second (the reports
-// of other replicas arrive up to a second late). A probe that outran what
+// of other replicas arrive up to a second late; at or above the capacity
+// found, over the whole window: a report counts the sends since the
+// replica's last one). A probe that outran what
 // the replicas really send (slots granted ahead at an older rate, a key
 // short of messages) would climb blind. A rate below the capacity the last
 // decrease estimated returns to it after one clean window, and the probe
@@ -651,7 +662,8 @@ const (
 )
 
 // Achieved returns the accepted sends per second of (channel, key), summed
-// over every replica's reports ([Adapter.RecoverAfter]) over the last
+// over every replica's reports ([Adapter.RecoverAfter],
+// [Adapter.ThrottledAfter]) over the last
 // window of at least 5 s; ok is false when no window has closed in the
 // last 5 minutes. Errors wrap the Redis error.
 func (l *Adapter) Achieved(ctx context.Context, channel, key string) (perSecond float64, ok bool, err error) {

@@ -998,8 +998,8 @@ func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 			{at: 0, op: opThrottle, rate: 100, cooldown: 10 * ms}, // lone
 			// 30 accepted in 0.5 s: a capacity of 60, the rate to 54.
 			{at: 500 * ms, op: opThrottle, rate: 54, change: -1, cooldown: 10 * ms, accepted: 30},
-			{at: 1600 * ms, op: opRecover, rate: 60, change: 1, accepted: 60},   // below the cap: to it
-			{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 230},  // after 4 windows: * 1.1
+			{at: 1600 * ms, op: opRecover, rate: 60, change: 1, accepted: 60},  // below the cap: to it
+			{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 230}, // after 4 windows: * 1.1
 			// 67 in 1.1 s: in use (90% of 66/s), but under (60 + 66) / 2 per
 			// second. This step is 20% (the first one doubles), and the next
 			// one keeps it.
@@ -1023,7 +1023,7 @@ func TestAIMDConfirmedCapacity(t *testing.T) {
 	cd := 10 * ms
 	each(t, func(t *testing.T, e *env) {
 		e.adaptsNear(t, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 100, cooldown: cd}, // the achieved rate's window starts
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},                                 // the achieved rate's window starts
 			{at: 500 * ms, op: opThrottle, rate: 54, change: -1, cooldown: cd, accepted: 30}, // a capacity of 60
 			{at: 1600 * ms, op: opRecover, rate: 60, change: 1, accepted: 60},                // below it: to it
 			// A clean window at the capacity, in use: confirmed. Cruising.
