@@ -25,7 +25,7 @@ end
 -- wrong type.
 local function read()
   local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'urate', 'last_us', 'hold_us', 'win_us', 'streak',
-    'ep_us', 'n', 'k', 'acc', 'cap', 'wacc', 'ceil', 'cut_us', 'conf')
+    'ep_us', 'n', 'k', 'acc', 'cap', 'wacc', 'ceil', 'cut_us', 'conf', 'good')
   if not ok or type(h) ~= 'table' or h.err then
     return nil, true
   end
@@ -34,7 +34,7 @@ local function read()
   if not (s.urate and s.last_us and s.hold_us and s.win_us and s.streak) then
     return nil, false
   end
-  -- ep_us, n, k, acc, cap, cut_us and conf came later: a hash
+  -- ep_us, n, k, acc, cap, cut_us, conf and good came later: a hash
   -- without them (or with a corrupt one) reads them as 0, which starts a
   -- fresh episode, a slow probe and no known (or confirmed) capacity.
   s.ep_us = int(h[6], 0) or 0
@@ -45,6 +45,7 @@ local function read()
   s.wacc = int(h[11], 0) or 0
   s.cut_us = int(h[13], 0) or 0
   s.conf = int(h[14], 0) or 0
+  s.good = int(h[15], 0) or 0
   -- A rate at the ceiling it was written under (never cut: lone throttles
   -- only) follows a changed ceiling, so an operator's raise applies at
   -- once; a rate the provider cut stays where it was (within the new one).

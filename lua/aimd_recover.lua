@@ -61,7 +61,8 @@
 -- provider took more than cap); else it stays, and so does the step. One
 -- call raises the rate at most once, however long the key was idle. A
 -- rate at or above cap > 0 whose window is over and in use confirms the
--- capacity: conf = 1 (see aimd_throttle.lua), written once.
+-- capacity: conf = 1 (see aimd_throttle.lua), written once; its increase
+-- records it as the probe's last good step (good).
 --
 -- Writes: KEYS[4] as described above (a window of at least 5 s; PEXPIRE
 -- 5 min; achieve in aimd_read.lua), HINCRBY acc and wacc when accepted > 0
@@ -174,7 +175,15 @@ if u >= ceil_u then
   end
   return {ceil_u, 0, cd, 0, -1}
 end
+-- A rate at or above the capacity that held this window in use is the
+-- probe's last good step: the cut that ends the probe may put the
+-- capacity there (see aimd_throttle.lua).
+local good = s.good
+if at_cap then
+  good = s.urate
+end
 redis.call('HSET', KEYS[1], 'urate', string.format('%.0f', u), 'win_us', string.format('%.0f', now),
-  'streak', '0', 'k', string.format('%.0f', k), 'wacc', '0', 'ceil', string.format('%.0f', ceil_u))
+  'streak', '0', 'k', string.format('%.0f', k), 'wacc', '0', 'ceil', string.format('%.0f', ceil_u),
+  'good', string.format('%.0f', good))
 redis.call('PEXPIRE', KEYS[1], idle_ms)
 return {u, 1, cd, 0, since_cut(s)}

@@ -31,6 +31,9 @@
 --                     reply's since_us)
 --            conf     1 once the rate held a clean window in use at cap (a
 --                     capacity confirmed, see aimd_recover.lua), else 0
+--            good     the last rate at or above cap that held a clean window
+--                     in use (the probe's last good step, see
+--                     aimd_recover.lua), 0 after a persistent throttle
 -- KEYS[2]  cooldown key, as in cooldown.lua: a string, the cooldown's end in
 --          µs of Redis TIME; its TTL only cleans it up
 -- KEYS[3]  the key's token bucket hash (optional): a decrease clears its
@@ -99,13 +102,14 @@
 --   accepted are the pacer's, short of its rate after a cut, not its
 --   capacity); the rate then goes to that estimate, not Backoff below it. Without reports of accepted sends (acc = 0)
 --   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
---   Once the capacity is confirmed (conf = 1), an episode shorter than
---   1.5 s (the replicas report about once a second: their reports of its
---   sends are not all in, and late ones of earlier sends are) uses none of
---   those rules: its estimate (from acc, or the weaker one) is kept within
---   [min(cap, ach), ach], ach the achieved rate of KEYS[4] (cap when there
---   is none): the capacity goes down to the achieved rate when that is
---   lower, and up towards it, to the episode's estimate at most.
+--   Once the capacity is confirmed (conf = 1) an episode (at most Persist
+--   long, while the replicas report about once a second: their reports of
+--   its sends are not all in, and late ones of earlier sends are) uses
+--   none of those rules: its estimate (from acc, or the weaker one) is
+--   kept within [min(cap, ach), max(ach, good)], ach the achieved rate of
+--   KEYS[4] (cap when there is none): the capacity goes down to the
+--   achieved rate when that is lower, and up towards the achieved rate or
+--   the probe's last good step, to the episode's estimate at most.
 --   The rate becomes max(floor_u, floor(urate * decrease),
 --   floor(min(est, urate) * backoff)), or stays when an estimate from acc
 --   exceeds it (urate < est: below the provider's capacity, the refusals
@@ -124,7 +128,7 @@
 --
 -- Writes: always. On a decrease, KEYS[3] as reschedule does. SET KEYS[2] <end_us> PX cooldown_ms unless the cooldown
 -- already ends later (never shortened); KEYS[4] as aimd_recover.lua writes
--- it; HSET of all fourteen fields of KEYS[1]
+-- it; HSET of all fifteen fields of KEYS[1]
 -- (DEL first if it has the wrong type) and PEXPIRE KEYS[1] to
 -- (win_us - now) / 1000 + idle_ms.
 
@@ -144,10 +148,6 @@ local pause_tokens = tonumber(ARGV[10])
 if not int(pause_tokens, 0) then
   return redis.error_reply('ERR aimd: pause_tokens must be an integer >= 0')
 end
--- The replicas report their accepted sends about once a second (each at
--- its refresh of the key's state): an episode shorter than this has not
--- heard from all of them.
-local report_us = 1500000
 -- achieved_u returns the key's achieved rate in millionths (KEYS[4], field
 -- r, in thousandths: see aimd_recover.lua), or 0 when there is none, it is
 -- corrupt, or its window closed more than 10 s ago.
@@ -195,7 +195,7 @@ local change = 0
 local start = now -- ep_us of a new episode
 if not s then
   s = {urate = ceil_u, last_us = 0, hold_us = 0, win_us = 0, streak = 0, ep_us = 0, n = 0, k = 0, acc = 0, cap = 0,
-    cut_us = 0, conf = 0}
+    cut_us = 0, conf = 0, good = 0}
 end
 s.acc = s.acc + accepted
 if now < s.hold_us or (paced_u > 0 and paced_u > s.urate) then
@@ -214,17 +214,18 @@ else
     local est
     local above = false -- est is more than 1.25 times cap
     local few = false -- est is cap * backoff: few refusals (see below)
-    -- A confirmed capacity (the rate held a clean window at it) met by an
-    -- episode shorter than the replicas' report interval: the reports of
-    -- its sends are not all in (late ones from before it, none yet of its
-    -- last second), so its count errs both ways by a report per replica.
-    -- It moves the capacity only within what the key's achieved rate
-    -- (every replica's accepted sends over the last window of >= 5 s, all
-    -- reported) shows: to it when it is lower (the capacity was too
-    -- high), else up towards it, to the episode's estimate at most.
-    -- Without a recent achieved rate, the capacity stands in for it: the
-    -- capacity stays.
-    local known = s.conf > 0 and s.cap > 0 and dt < report_us
+    -- A confirmed capacity (the rate held a clean window at it): an
+    -- episode, at most Persist long, is shorter than a few of the
+    -- replicas' report intervals (about a second each), so its count errs
+    -- both ways by a report per replica (late reports of earlier sends,
+    -- none yet of its last second): 20% and more at 30/s from three
+    -- replicas. It moves the capacity only within what is known: down to
+    -- the key's achieved rate (every replica's accepted sends over the
+    -- last window of >= 5 s, all reported) when that is lower, and up to
+    -- the higher of the achieved rate and the last probe step that held a
+    -- clean window in use (good) at most. Without a recent achieved rate,
+    -- the capacity stands in for it.
+    local known = s.conf > 0 and s.cap > 0
     if known then
       if s.acc > 0 then
         est = s.acc * 1e12 / dt
@@ -235,7 +236,7 @@ else
       if ach <= 0 then
         ach = s.cap
       end
-      est = math.max(math.min(s.cap, ach), math.min(ach, est))
+      est = math.max(math.min(s.cap, ach), math.min(math.max(ach, s.good), est))
     elseif s.acc > 0 then
       est = s.acc * 1e12 / dt
       -- An estimate near the last one (within -20%..+25%) meets the same
@@ -316,6 +317,7 @@ else
     end
     s.urate = u
     s.win_us = cd
+    s.good = 0
   else
     s.win_us = math.max(s.win_us, cd)
   end
@@ -335,6 +337,7 @@ redis.call('HSET', KEYS[1], 'urate', string.format(f, s.urate), 'last_us', strin
   'hold_us', string.format(f, s.hold_us), 'win_us', string.format(f, s.win_us),
   'streak', string.format(f, s.streak), 'ep_us', string.format(f, s.ep_us), 'n', string.format(f, s.n),
   'k', string.format(f, s.k), 'acc', string.format(f, s.acc), 'cap', string.format(f, s.cap), 'wacc', '0',
-  'ceil', string.format(f, ceil_u), 'cut_us', string.format(f, s.cut_us), 'conf', string.format(f, s.conf))
+  'ceil', string.format(f, ceil_u), 'cut_us', string.format(f, s.cut_us), 'conf', string.format(f, s.conf),
+  'good', string.format(f, s.good))
 redis.call('PEXPIRE', KEYS[1], left_ms(s.win_us) + idle_ms)
 return {s.urate, change, left_ms(cd), s.streak, since_cut(s)}

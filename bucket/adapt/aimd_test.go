@@ -1013,10 +1013,10 @@ func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 }
 
 // TestAIMDConfirmedCapacity checks that once the rate held a clean window
-// in use at the capacity found, an episode shorter than the replicas'
-// report interval (1.5 s) moves the capacity only within what the achieved
-// rate (every report over the last window of >= 5 s) shows: down to it
-// when it is lower, up to it at most; a longer episode estimates freely.
+// in use at the capacity found, a throttle episode moves the capacity only
+// within what is known: down to the achieved rate (every report over the
+// last window of >= 5 s) when that is lower, up to the higher of it and
+// the probe's last good step at most.
 func TestAIMDConfirmedCapacity(t *testing.T) {
 	a := capacityAIMD(time.Second)
 	ms := time.Millisecond
@@ -1028,29 +1028,29 @@ func TestAIMDConfirmedCapacity(t *testing.T) {
 			{at: 1600 * ms, op: opRecover, rate: 60, change: 1, accepted: 60},                // below it: to it
 			// A clean window at the capacity, in use: confirmed. Cruising.
 			{at: 2700 * ms, op: opRecover, rate: 60, accepted: 66},
-			// The achieved rate's window closes: 330 in 5 s, 66/s.
-			{at: 5000 * ms, op: opRecover, rate: 60, accepted: 174},
+			// The achieved rate's window closes: 300 in 5 s, 60/s.
+			{at: 5000 * ms, op: opRecover, rate: 60, accepted: 144},
 			{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 30},
-			{at: 6800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 72},
-			{at: 7000 * ms, op: opThrottle, rate: 79.2, cooldown: cd}, // lone
+			{at: 6800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 72}, // 66 held: the good step
+			{at: 7000 * ms, op: opThrottle, rate: 79.2, cooldown: cd},           // lone
 			// 40 accepted in 0.4 s (late reports of earlier sends): 100/s,
-			// but the capacity goes up to the achieved 66 at most, and the
-			// rate to 0.9 of it (unconfirmed: 0.9 * 79.2 = 71.28).
+			// but the capacity goes up to the good step, 66, at most, and
+			// the rate to 0.9 of it (unconfirmed: 0.9 * 79.2 = 71.28).
 			{at: 7400 * ms, op: opThrottle, rate: 59.4, change: -1, cooldown: cd, accepted: 40},
 			// 4 accepted in 0.4 s (the replicas' reports not in): 10/s, but
-			// the capacity stays at the achieved 66: the rate is below it,
-			// no cut (unconfirmed: Decrease's 29.7).
+			// the capacity goes down to the achieved 60 at most: the rate is
+			// below it, no cut (unconfirmed: Decrease's 29.7).
 			{at: 7800 * ms, op: opThrottle, rate: 59.4, cooldown: cd, accepted: 4},
 			// The achieved rate's window (from 5 s) closes: 250 in 5 s, 50/s.
 			// The rate is below the capacity: to it.
-			{at: 10000 * ms, op: opRecover, rate: 66, change: 1, accepted: 104},
-			{at: 10200 * ms, op: opThrottle, rate: 66, cooldown: cd}, // lone
+			{at: 10000 * ms, op: opRecover, rate: 60, change: 1, accepted: 104},
+			{at: 10200 * ms, op: opThrottle, rate: 60, cooldown: cd}, // lone
 			// 4 accepted in 0.4 s: the capacity down to the achieved 50, the
 			// rate to 0.9 of it.
 			{at: 10600 * ms, op: opThrottle, rate: 45, change: -1, cooldown: cd, accepted: 4},
-			// 1.6 s after the last: every replica has reported; 16 accepted,
-			// 10/s, is the estimate, and the cut stops at Decrease.
-			{at: 12200 * ms, op: opThrottle, rate: 22.5, change: -1, cooldown: cd, accepted: 16},
+			// A longer episode (1.6 s) is held within the same bounds: 10/s
+			// puts the capacity at 50 again, above the rate: no cut.
+			{at: 12200 * ms, op: opThrottle, rate: 45, cooldown: cd, accepted: 16},
 		})
 	})
 }
