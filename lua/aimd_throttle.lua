@@ -106,10 +106,10 @@
 --   long, while the replicas report about once a second: their reports of
 --   its sends are not all in, and late ones of earlier sends are) uses
 --   none of those rules: its estimate (from acc, or the weaker one) is
---   kept within [min(cap, ach), max(ach, good)], ach the achieved rate of
---   KEYS[4] (cap when there is none): the capacity goes down to the
---   achieved rate when that is lower, and up towards the achieved rate or
---   the probe's last good step, to the episode's estimate at most.
+--   kept within [min(cap, hi), hi], hi = max(ach, good), ach the achieved
+--   rate of KEYS[4] (cap when there is none): the capacity goes down to
+--   the higher of the achieved rate and the probe's last good step when
+--   that is lower, and up towards it, to the episode's estimate at most.
 --   The rate becomes max(floor_u, floor(urate * decrease),
 --   floor(min(est, urate) * backoff)), or stays when an estimate from acc
 --   exceeds it (urate < est: below the provider's capacity, the refusals
@@ -219,12 +219,15 @@ else
     -- replicas' report intervals (about a second each), so its count errs
     -- both ways by a report per replica (late reports of earlier sends,
     -- none yet of its last second): 20% and more at 30/s from three
-    -- replicas. It moves the capacity only within what is known: down to
-    -- the key's achieved rate (every replica's accepted sends over the
-    -- last window of >= 5 s, all reported) when that is lower, and up to
-    -- the higher of the achieved rate and the last probe step that held a
-    -- clean window in use (good) at most. Without a recent achieved rate,
-    -- the capacity stands in for it.
+    -- replicas. It moves the capacity only within what is known: the
+    -- higher of the key's achieved rate (every replica's accepted sends
+    -- over the last window of >= 5 s, all reported) and the last probe
+    -- step that held a clean window in use (good). Down to that when it
+    -- is lower (a capacity too high: the probe's good step held on the
+    -- provider's burst), up towards it, to the episode's estimate at most.
+    -- The achieved rate alone would walk the capacity down: the pacer
+    -- sends a few % short of a rate it cruises at. Without a recent
+    -- achieved rate, the capacity stands in for it.
     local known = s.conf > 0 and s.cap > 0
     if known then
       if s.acc > 0 then
@@ -236,7 +239,8 @@ else
       if ach <= 0 then
         ach = s.cap
       end
-      est = math.max(math.min(s.cap, ach), math.min(math.max(ach, s.good), est))
+      local known_hi = math.max(ach, s.good)
+      est = math.max(math.min(s.cap, known_hi), math.min(known_hi, est))
     elseif s.acc > 0 then
       est = s.acc * 1e12 / dt
       -- An estimate near the last one (within -20%..+25%) meets the same

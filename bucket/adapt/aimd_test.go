@@ -1014,9 +1014,9 @@ func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 
 // TestAIMDConfirmedCapacity checks that once the rate held a clean window
 // in use at the capacity found, a throttle episode moves the capacity only
-// within what is known: down to the achieved rate (every report over the
-// last window of >= 5 s) when that is lower, up to the higher of it and
-// the probe's last good step at most.
+// within what is known, the higher of the achieved rate (every report over
+// the last window of >= 5 s) and the probe's last good step: down to it
+// when that is lower, up to it at most.
 func TestAIMDConfirmedCapacity(t *testing.T) {
 	a := capacityAIMD(time.Second)
 	ms := time.Millisecond
@@ -1028,29 +1028,28 @@ func TestAIMDConfirmedCapacity(t *testing.T) {
 			{at: 1600 * ms, op: opRecover, rate: 60, change: 1, accepted: 60},                // below it: to it
 			// A clean window at the capacity, in use: confirmed. Cruising.
 			{at: 2700 * ms, op: opRecover, rate: 60, accepted: 66},
-			// The achieved rate's window closes: 300 in 5 s, 60/s.
-			{at: 5000 * ms, op: opRecover, rate: 60, accepted: 144},
-			{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 30},
+			// The achieved rate's window closes: 275 in 5 s, 55/s.
+			{at: 5000 * ms, op: opRecover, rate: 60, accepted: 119},
+			{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 40},
 			{at: 6800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 72}, // 66 held: the good step
 			{at: 7000 * ms, op: opThrottle, rate: 79.2, cooldown: cd},           // lone
+			// 4 accepted in 0.4 s (the replicas' reports not in): 10/s, but
+			// the capacity stays at 60, under the good step (66); the rate to
+			// 0.9 of it (with the achieved 55 alone: 49.5; unconfirmed:
+			// Decrease's 39.6).
+			{at: 7400 * ms, op: opThrottle, rate: 54, change: -1, cooldown: cd, accepted: 4},
+			{at: 8600 * ms, op: opRecover, rate: 60, change: 1, accepted: 60}, // back to the capacity
+			// The achieved rate's window (from 5 s) closes: 426 in 7.7 s, 55.324/s.
+			{at: 12700 * ms, op: opRecover, rate: 66, change: 1, accepted: 250},
+			{at: 13800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 72}, // 66 held again
+			{at: 14000 * ms, op: opThrottle, rate: 79.2, cooldown: cd},           // lone
 			// 40 accepted in 0.4 s (late reports of earlier sends): 100/s,
 			// but the capacity goes up to the good step, 66, at most, and
 			// the rate to 0.9 of it (unconfirmed: 0.9 * 79.2 = 71.28).
-			{at: 7400 * ms, op: opThrottle, rate: 59.4, change: -1, cooldown: cd, accepted: 40},
-			// 4 accepted in 0.4 s (the replicas' reports not in): 10/s, but
-			// the capacity goes down to the achieved 60 at most: the rate is
-			// below it, no cut (unconfirmed: Decrease's 29.7).
-			{at: 7800 * ms, op: opThrottle, rate: 59.4, cooldown: cd, accepted: 4},
-			// The achieved rate's window (from 5 s) closes: 250 in 5 s, 50/s.
-			// The rate is below the capacity: to it.
-			{at: 10000 * ms, op: opRecover, rate: 60, change: 1, accepted: 104},
-			{at: 10200 * ms, op: opThrottle, rate: 60, cooldown: cd}, // lone
-			// 4 accepted in 0.4 s: the capacity down to the achieved 50, the
-			// rate to 0.9 of it.
-			{at: 10600 * ms, op: opThrottle, rate: 45, change: -1, cooldown: cd, accepted: 4},
-			// A longer episode (1.6 s) is held within the same bounds: 10/s
-			// puts the capacity at 50 again, above the rate: no cut.
-			{at: 12200 * ms, op: opThrottle, rate: 45, cooldown: cd, accepted: 16},
+			{at: 14400 * ms, op: opThrottle, rate: 59.4, change: -1, cooldown: cd, accepted: 40},
+			// The good step is spent: 10/s puts the capacity down to the
+			// achieved 55.324, below the rate: a cut to 0.9 of it.
+			{at: 14800 * ms, op: opThrottle, rate: 49.7916, change: -1, cooldown: cd, accepted: 4},
 		})
 	})
 }
