@@ -111,7 +111,9 @@
 --   the higher of the achieved rate and the probe's last good step when
 --   that is lower, and up towards it, to the episode's estimate at most.
 --   The rate becomes max(floor_u, floor(urate * decrease),
---   floor(min(est, urate) * backoff)), or stays when an estimate from acc
+--   floor(min(est, urate) * backoff)) (without the Decrease term for an
+--   estimate kept within what a confirmed capacity knows, below), or
+--   stays when an estimate from acc
 --   exceeds it (urate < est: below the provider's capacity, the refusals
 --   come from its bucket emptied moments ago, by a probe or bunched sends;
 --   the pause refills it; an estimate above 1.25 * cap then raises cap to
@@ -271,7 +273,15 @@ else
     if few then
       margin = 1
     end
-    local u = math.max(floor_u, math.floor(s.urate * decrease), math.floor(math.min(est, s.urate) * margin))
+    -- Decrease bounds a cut on an estimate from the episode alone; one
+    -- held within what is known (a confirmed capacity) needs no bound: a
+    -- probe that overshot goes back below the capacity in one cut, not in
+    -- a chain of cuts each refused anew.
+    local deepest = math.floor(s.urate * decrease)
+    if known then
+      deepest = 0
+    end
+    local u = math.max(floor_u, deepest, math.floor(math.min(est, s.urate) * margin))
     u = math.min(u, s.urate)
     local refill = u < s.urate
     if (s.acc > 0 or known) and s.urate < est then
