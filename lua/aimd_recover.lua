@@ -61,10 +61,8 @@
 -- provider took more than cap); else it stays, and so does the step. One
 -- call raises the rate at most once, however long the key was idle. A
 -- rate at or above cap > 0 whose window is over and in use confirms the
--- capacity: conf = 1 (see aimd_throttle.lua), written once; a capacity so
--- confirmed is probed at once (no cruise of 4 windows: estimated from
--- throttle episodes alone, it may be well off). Its increase records the
--- rate as the probe's last good step (good).
+-- capacity: conf = 1 (see aimd_throttle.lua), written once; its increase
+-- records it as the probe's last good step (good).
 --
 -- Writes: KEYS[4] as described above (a window of at least 5 s; PEXPIRE
 -- 5 min; achieve in aimd_read.lua), HINCRBY acc and wacc when accepted > 0
@@ -130,22 +128,17 @@ if at_cap then
 end
 local in_use = ARGV[9] ~= '1' or s.wacc * 1e12 >= 0.9 * s.urate * math.max(0, now - s.win_us - lag)
 -- A rate at a capacity found that held a clean window in use confirms it
--- (conf): from then on a throttle episode moves it only within what is
--- known (see aimd_throttle.lua).
-local confirmed = false
+-- (conf): from then on an episode too short for every replica's report
+-- moves it only within what is known (see aimd_throttle.lua).
 if at_cap and s.conf == 0 and in_use and now >= s.win_us + window_us then
   redis.call('HSET', KEYS[1], 'conf', '1')
   s.conf = 1
-  confirmed = true
 end
 -- The first probe above a capacity found (k = 0 at or above cap) waits
 -- cruise windows more: a capacity found is probed rarely, since each probe
--- that meets it costs a cut below it. Not the capacity this call
--- confirms: estimated from throttle episodes alone (each off by a report
--- per replica), it is probed at once, so that one estimated 12% low is
--- found within a few windows, not after a cruise under it.
+-- that meets it costs a cut below it.
 local span = window_us
-if s.k == 0 and at_cap and not confirmed then
+if s.k == 0 and at_cap then
   span = (1 + cruise) * window_us
 end
 if now < s.win_us + span or not in_use then
