@@ -106,10 +106,11 @@
 --   long, while the replicas report about once a second: their reports of
 --   its sends are not all in, and late ones of earlier sends are) uses
 --   none of those rules: its estimate (from acc, or the weaker one) is
---   kept within [min(cap, hi), hi], hi = max(ach, good), ach the achieved
---   rate of KEYS[4] (cap when there is none): the capacity goes down to
---   the higher of the achieved rate and the probe's last good step when
---   that is lower, and up towards it, to the episode's estimate at most.
+--   kept within [min(cap, max(hi, cap * backoff)), hi], hi = max(ach,
+--   good), ach the achieved rate of KEYS[4] (cap when there is none): the
+--   capacity goes down towards the higher of the achieved rate and the
+--   probe's last good step when that is lower, by Backoff at most, and up
+--   towards it, to the episode's estimate at most.
 --   The rate becomes max(floor_u, floor(urate * decrease),
 --   floor(min(est, urate) * backoff)) (without the Decrease term for an
 --   estimate kept within what a confirmed capacity knows, below), or
@@ -224,12 +225,13 @@ else
     -- replicas. It moves the capacity only within what is known: the
     -- higher of the key's achieved rate (every replica's accepted sends
     -- over the last window of >= 5 s, all reported) and the last probe
-    -- step that held a clean window in use (good). Down to that when it
-    -- is lower (a capacity too high: the probe's good step held on the
-    -- provider's burst), up towards it, to the episode's estimate at most.
-    -- The achieved rate alone would walk the capacity down: the pacer
-    -- sends a few % short of a rate it cruises at. Without a recent
-    -- achieved rate, the capacity stands in for it.
+    -- step that held a clean window in use (good). Down towards that when
+    -- it is lower (a capacity too high: the probe's good step held on the
+    -- provider's burst), by Backoff at most (the achieved rate falls short
+    -- of the capacity by the pacer's own dips: the pause after a cut, a
+    -- few % short of the rate it cruises at); up towards it, to the
+    -- episode's estimate at most. Without a recent achieved rate, the
+    -- capacity stands in for it.
     local known = s.conf > 0 and s.cap > 0
     if known then
       if s.acc > 0 then
@@ -242,7 +244,7 @@ else
         ach = s.cap
       end
       local known_hi = math.max(ach, s.good)
-      est = math.max(math.min(s.cap, known_hi), math.min(known_hi, est))
+      est = math.max(math.min(s.cap, math.max(known_hi, s.cap * backoff)), math.min(known_hi, est))
     elseif s.acc > 0 then
       est = s.acc * 1e12 / dt
       -- An estimate near the last one (within -20%..+25%) meets the same
@@ -284,7 +286,10 @@ else
     local u = math.max(floor_u, deepest, math.floor(math.min(est, s.urate) * margin))
     u = math.min(u, s.urate)
     local refill = u < s.urate
-    if (s.acc > 0 or known) and s.urate < est then
+    -- (Within what a confirmed capacity knows, a rate at the estimate too:
+    -- the rate a cut left at Backoff of the capacity, which this episode
+    -- lowered by Backoff.)
+    if (s.acc > 0 or known) and (s.urate < est or (known and s.urate <= est)) then
       refill = true
       -- The provider accepted more than the rate over the episode: the
       -- rate is below its capacity, and the refusals come from its bucket,

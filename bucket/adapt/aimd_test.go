@@ -1015,8 +1015,8 @@ func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 // TestAIMDConfirmedCapacity checks that once the rate held a clean window
 // in use at the capacity found, a throttle episode moves the capacity only
 // within what is known, the higher of the achieved rate (every report over
-// the last window of >= 5 s) and the probe's last good step: down to it
-// when that is lower, up to it at most.
+// the last window of >= 5 s) and the probe's last good step: down towards
+// it when that is lower, by Backoff at most; up to it at most.
 func TestAIMDConfirmedCapacity(t *testing.T) {
 	a := capacityAIMD(time.Second)
 	ms := time.Millisecond
@@ -1047,9 +1047,13 @@ func TestAIMDConfirmedCapacity(t *testing.T) {
 			// but the capacity goes up to the good step, 66, at most, and
 			// the rate to 0.9 of it (unconfirmed: 0.9 * 79.2 = 71.28).
 			{at: 14400 * ms, op: opThrottle, rate: 59.4, change: -1, cooldown: cd, accepted: 40},
-			// The good step is spent: 10/s puts the capacity down to the
-			// achieved 55.324, below the rate: a cut to 0.9 of it.
-			{at: 14800 * ms, op: opThrottle, rate: 49.7916, change: -1, cooldown: cd, accepted: 4},
+			// The good step is spent: 10/s puts the capacity down towards
+			// the achieved 55.324, by Backoff at most: to 59.4, the rate. No
+			// cut.
+			{at: 14800 * ms, op: opThrottle, rate: 59.4, cooldown: cd, accepted: 4},
+			// Again: down to the achieved 55.324 (Backoff would allow
+			// 53.46), below the rate: a cut to 0.9 of it.
+			{at: 15200 * ms, op: opThrottle, rate: 49.7916, change: -1, cooldown: cd, accepted: 4},
 		})
 	})
 }
