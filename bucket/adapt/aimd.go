@@ -77,14 +77,17 @@ const (
 //     remedy, not a rate under the capacity; such an estimate more than
 //     1.25 times the capacity found raises it to the rate at most.
 //     Once the rate has held a clean window in use at the capacity found
-//     (the capacity is confirmed), an episode shorter than 1.5 s moves it
-//     only within what the key's achieved rate ([Adapter.Achieved]: every
-//     replica's reports over the last window of 5 s or more) shows: down
-//     to it when that is lower, up towards it when higher. The replicas
-//     report about once a second, so such an episode's own count errs
+//     (the capacity is confirmed), an episode moves it only towards what
+//     is known, the higher of the key's achieved rate ([Adapter.Achieved]:
+//     every replica's reports over the last window of 5 s or more) and
+//     the probe's last step that held a clean window in use: down by
+//     Backoff at most, up no further than the episode's estimate; and the
+//     cut goes to Backoff of it in one step, without Decrease's bound. The
+//     replicas report about once a second, so an episode's own count errs
 //     both ways by a report per replica (late reports of earlier sends,
-//     none yet of its last second), and cruising at a capacity so
-//     estimated (26 of 30) or probing from it missed the limit by 10%.
+//     none yet of its last second: 20% and more at 30/s from three
+//     replicas), and cruising at a capacity so estimated (26 of 30) or
+//     probing from it missed the limit by 10%.
 //   - Probing up starts gently and accelerates ([AIMD].Factor, Step,
 //     Accelerate, Window): the increase doubles with each clean window in a
 //     row, so a rate cut by a passing dip is back at its ceiling in seconds,
