@@ -113,15 +113,17 @@
 --   towards it, to the episode's estimate at most.
 --   The rate becomes max(floor_u, floor(urate * decrease),
 --   floor(min(est, urate) * backoff)) (without the Decrease term for an
---   estimate kept within what a confirmed capacity knows, below), or
---   stays when an estimate from acc
---   exceeds it (urate < est: below the provider's capacity, the refusals
+--   estimate kept within what a confirmed capacity knows, above), or
+--   stays when an estimate from acc (or a kept one)
+--   exceeds it (a kept one: or equals it) (urate < est: below the provider's capacity, the refusals
 --   come from its bucket emptied moments ago, by a probe or bunched sends;
 --   the pause refills it; an estimate above 1.25 * cap then raises cap to
 --   urate at most, never to the estimate); cap becomes the estimate from acc
+--   or the kept one
 --   (within [floor_u, ceil_u], even when Decrease kept the new rate above
 --   it: aimd_recover.lua then holds the rate there, not probing, for 4
---   windows; the weaker estimate leaves cap as it was), and a new episode
+--   windows; the weaker estimate of an unconfirmed capacity leaves cap as
+--   it was), good becomes 0, and a new episode
 --   starts as above, with win_us = cooldown end, and ep_us = the end of the
 --   refill pause when one was set (nothing is sent in it: counted, it would
 --   put the next estimate below the capacity by its share of the episode).
