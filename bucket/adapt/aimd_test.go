@@ -1058,6 +1058,29 @@ func TestAIMDConfirmedCapacity(t *testing.T) {
 	})
 }
 
+// TestAIMDConfirmedCutUnbounded checks that a cut on an estimate held
+// within what a confirmed capacity knows goes there in one step, without
+// Decrease's bound: a probe that overshot comes back in one cut.
+func TestAIMDConfirmedCutUnbounded(t *testing.T) {
+	a := capacityAIMD(time.Second)
+	a.Decrease = 0.8
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			// 30 accepted in 0.5 s: a capacity of 60; the cut stops at
+			// Decrease (80), not yet confirmed.
+			{at: 500 * ms, op: opThrottle, rate: 80, change: -1, cooldown: cd, accepted: 30},
+			// A clean window at or above the capacity, in use: confirmed.
+			{at: 1600 * ms, op: opRecover, rate: 80, accepted: 80},
+			// The capacity is kept at 60 (no achieved rate yet), and the cut
+			// goes to 0.9 of it at once (Decrease would stop it at 64).
+			{at: 1800 * ms, op: opThrottle, rate: 54, change: -1, cooldown: cd, accepted: 4},
+		})
+	})
+}
+
 // TestAIMDFewRefusalsKeepTheCapacity: an episode whose refusals are 10%
 // of its requests or fewer did not saturate the provider (the pacer sent
 // short of its rate after a cut), so its estimate lowers the capacity
