@@ -128,8 +128,9 @@ if at_cap then
 end
 local in_use = ARGV[9] ~= '1' or s.wacc * 1e12 >= 0.9 * s.urate * math.max(0, now - s.win_us - lag)
 -- A rate at a capacity found that held a clean window in use confirms it
--- (conf): from then on an episode too short for every replica's report
--- moves it only within what is known (see aimd_throttle.lua).
+-- (conf): from then on a throttle episode, too short for its own count
+-- of every replica's reports, moves it only towards what is known (see
+-- aimd_throttle.lua).
 if at_cap and s.conf == 0 and in_use and now >= s.win_us + window_us then
   redis.call('HSET', KEYS[1], 'conf', '1')
   s.conf = 1
