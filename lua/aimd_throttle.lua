@@ -246,8 +246,7 @@ else
         ach = s.cap
       end
       local known_hi = math.max(ach, s.good)
-      local lo = math.max(math.min(s.cap, math.max(known_hi, s.cap * backoff)), s.good * backoff)
-      est = math.max(lo, math.min(known_hi, est))
+      est = math.max(math.min(s.cap, math.max(known_hi, s.cap * backoff)), math.min(known_hi, est))
     elseif s.acc > 0 then
       est = s.acc * 1e12 / dt
       -- An estimate near the last one (within -20%..+25%) meets the same
