@@ -467,45 +467,65 @@ func counterIn(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // new record of A, at 2/s, handled one at a time. The copies are skipped
 // before their slots, so the new record is sent within about one slot; if
 // each duplicate took a slot before its claim found it delivered, the new
-// one would wait 10 s.
+// one would wait 10 s. The same with the ledger's batched writes (the
+// default), and with both copies of each record parked (two crashes in a
+// row): the second copy comes right after the first, whose delivered mark
+// may not be written yet.
 func TestParkedDuplicateSpendsNoSlot(t *testing.T) {
-	h := newHarness(t, nil)
-	h.cfg.Limit = bucket.Limit{PerSecond: 2, Burst: 1}
-	h.cfg.InFlight = 1 // one at a time, in the tier's order: the duplicates first
-	h.cfg.MaxTokenWait = 30 * time.Second
-	h.cfg.RetryDelays = []time.Duration{time.Second}
-	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
-	defer rdb.Close()
-	led := ledger.New(rdb, bucket.New(rdb, bucket.Config{}).Keys(), 0)
-	parks := kgo.RecordHeader{Key: "pacer-parks", Value: []byte("1")}
-	var rs []*kgo.Record
-	for i := range 20 {
-		if err := led.Delivered(context.Background(), "test", "A", "A-"+strconv.Itoa(i), "p"); err != nil {
-			t.Fatal(err)
-		}
-		rs = append(rs, keyRecord("pacer.test.retry.1", 0, "A", i, parks))
-	}
-	rs = append(rs, keyRecord("pacer.test.retry.1", 0, "A", 20, parks))
-	if _, err := kadm.NewClient(h.cl).CreateTopic(context.Background(), 2, 1, nil, "pacer.test.retry.1"); err != nil {
-		t.Fatal(err)
-	}
-	h.produceManual(rs)
-	s := &seqSender{count: map[string]int{}}
-	start := time.Now()
-	var took time.Duration
-	h.runWith(s, func() bool {
-		_, c := s.snapshot()
-		if c["A-20"] == 1 && took == 0 {
-			took = time.Since(start)
-		}
-		return c["A-20"] == 1 && h.counter("pacer_duplicates_skipped_total") == 20
-	})
-	if _, c := s.snapshot(); len(c) != 1 {
-		t.Errorf("%d ids sent, want only A-20: %v", len(c), c)
-	}
-	t.Logf("A-20 sent %v after the start", took)
-	if took > 5*time.Second {
-		t.Errorf("A-20 sent %v after the start, want < 5 s: the duplicates spent A's slots", took)
+	for _, tc := range []struct {
+		batched time.Duration
+		pairs   bool
+	}{{0, false}, {20 * time.Millisecond, false}, {20 * time.Millisecond, true}} {
+		t.Run(fmt.Sprintf("batched=%v,pairs=%v", tc.batched, tc.pairs), func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.batched = tc.batched
+			h.cfg.Limit = bucket.Limit{PerSecond: 2, Burst: 1}
+			h.cfg.InFlight = 1 // one at a time, in the tier's order: the duplicates first
+			h.cfg.MaxTokenWait = 30 * time.Second
+			h.cfg.RetryDelays = []time.Duration{time.Second}
+			rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
+			defer rdb.Close()
+			led := ledger.New(rdb, bucket.New(rdb, bucket.Config{}).Keys(), 0)
+			parks := kgo.RecordHeader{Key: "pacer-parks", Value: []byte("1")}
+			var rs []*kgo.Record
+			n, want := 20, 1 // records, ids sent
+			if tc.pairs {
+				n, want = 3, 4
+			}
+			for i := range n {
+				if tc.pairs { // the first copy is sent, the second skipped
+					rs = append(rs, keyRecord("pacer.test.retry.1", 0, "A", i, parks))
+				} else if err := led.Delivered(context.Background(), "test", "A", "A-"+strconv.Itoa(i), "p"); err != nil {
+					t.Fatal(err)
+				}
+				rs = append(rs, keyRecord("pacer.test.retry.1", 0, "A", i, parks))
+			}
+			rs = append(rs, keyRecord("pacer.test.retry.1", 0, "A", 20, parks))
+			if _, err := kadm.NewClient(h.cl).CreateTopic(context.Background(), 2, 1, nil, "pacer.test.retry.1"); err != nil {
+				t.Fatal(err)
+			}
+			h.produceManual(rs)
+			s := &seqSender{count: map[string]int{}}
+			start := time.Now()
+			var took time.Duration
+			h.runWith(s, func() bool {
+				_, c := s.snapshot()
+				if c["A-20"] == 1 && took == 0 {
+					took = time.Since(start)
+				}
+				return c["A-20"] == 1 && h.counter("pacer_duplicates_skipped_total") == float64(n)
+			})
+			if _, c := s.snapshot(); len(c) != want {
+				t.Errorf("%d ids sent, want %d: %v", len(c), want, c)
+			}
+			t.Logf("A-20 sent %v after the start", took)
+			if got := h.histCount("pacer_bucket_wait_seconds"); got != uint64(want) {
+				t.Errorf("send slots taken = %d, want %d (one per id sent): the duplicates took slots", got, want)
+			}
+			if took > 5*time.Second {
+				t.Errorf("A-20 sent %v after the start, want < 5 s: the duplicates spent A's slots", took)
+			}
+		})
 	}
 }
 

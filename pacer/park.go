@@ -103,8 +103,9 @@ func (p *Pacer) parkAsync(ctx context.Context, r *kgo.Record, due time.Time, don
 	})
 }
 
-// deliveredReader is the read a Ledger may offer (*ledger.Ledger does):
-// whether an id was recorded delivered, without claiming it.
+// deliveredReader is the read a Ledger may offer (*ledger.Ledger and
+// *ledger.Batcher do): whether an id was recorded delivered, without
+// claiming it (the Batcher's counts its own marks not yet written).
 type deliveredReader interface {
 	IsDelivered(ctx context.Context, channel, key, id string) (bool, error)
 }

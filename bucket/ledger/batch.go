@@ -178,6 +178,10 @@ type PendingClaim struct {
 	b                       *Batcher
 	channel, key, id, owner string
 	force                   bool
+	// read makes it a read of the id's state (op 'q'), writing nothing:
+	// see [Batcher.IsDelivered]; state is its answer.
+	read  bool
+	state string
 
 	done  chan struct{}
 	taken bool // under b.mu: a flush took it (it may be written)
@@ -248,6 +252,36 @@ func (pc *PendingClaim) Wait(ctx context.Context) (ClaimResult, time.Duration, e
 		<-pc.done
 	}
 	return pc.res, pc.cool, pc.err
+}
+
+// IsDelivered reports whether id was recorded delivered, as
+// [Ledger.IsDelivered] does, read in the next flush after every mark
+// queued before it: a delivered mark this process made and has not written
+// yet counts (a parked copy of a record just delivered, handled right
+// after it, is found). Errors wrap the Redis error; after Close it reads
+// at once.
+func (b *Batcher) IsDelivered(ctx context.Context, channel, key, id string) (bool, error) {
+	pc := &PendingClaim{b: b, channel: channel, key: key, id: id, read: true, done: make(chan struct{})}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return b.l.IsDelivered(ctx, channel, key, id)
+	}
+	b.claims = append(b.claims, pc)
+	b.signal()
+	b.mu.Unlock()
+	select {
+	case <-pc.done:
+	case <-ctx.Done():
+		if pc.Cancel() {
+			return false, ctx.Err()
+		}
+		<-pc.done
+	}
+	if pc.err != nil {
+		return false, fmt.Errorf("ledger: read %q: %w", name(channel, key, id), pc.err)
+	}
+	return pc.state == "delivered", nil
 }
 
 // Claim claims id as [Ledger.Claim] does, in the next flush, and waits for
@@ -496,6 +530,9 @@ func (c *call) ops() []op {
 		if pc.force {
 			o.kind = 'f'
 		}
+		if pc.read {
+			o.kind, o.arg = 'q', ""
+		}
 		ops = append(ops, o)
 	}
 	return ops
@@ -606,7 +643,11 @@ func (b *Batcher) flush(ctx context.Context) bool {
 			}
 			for j, pc := range c.claims {
 				s, _ := replies[len(c.marks)+j].(string)
-				pc.res, pc.cool, pc.err = parseClaim(name(pc.channel, pc.key, pc.id), s)
+				if pc.read {
+					pc.state = s
+				} else {
+					pc.res, pc.cool, pc.err = parseClaim(name(pc.channel, pc.key, pc.id), s)
+				}
 				close(pc.done)
 			}
 		}

@@ -757,3 +757,32 @@ func TestBatcherCountsRetried(t *testing.T) {
 		t.Errorf("counts %v; want %v (each once, with its mark)", got, want)
 	}
 }
+
+// IsDelivered through a Batcher reads after every mark queued before it:
+// a delivered mark not written yet counts.
+func TestBatcherIsDelivered(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	b := ledger.NewBatcher(rdb, bucket.NewKeys(""), ledger.BatchConfig{FlushInterval: 50 * time.Millisecond})
+	defer b.Close(context.Background())
+	ctx := context.Background()
+	if err := b.Delivered(ctx, "whatsapp", "106", "m1", "wamid.1"); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := b.IsDelivered(ctx, "whatsapp", "106", "m1"); err != nil || !d {
+		t.Fatalf("m1 marked (queued) then read: %v, %v; want true", d, err)
+	}
+	if d, err := b.IsDelivered(ctx, "whatsapp", "106", "m2"); err != nil || d {
+		t.Fatalf("m2 never marked: %v, %v; want false", d, err)
+	}
+	if _, _, err := b.Claim(ctx, "whatsapp", "106", "m3", "owner", false); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := b.IsDelivered(ctx, "whatsapp", "106", "m3"); err != nil || d {
+		t.Fatalf("m3 claimed, not delivered: %v, %v; want false", d, err)
+	}
+	if d, err := ledger.New(rdb, bucket.NewKeys(""), 0).IsDelivered(ctx, "whatsapp", "106", "m1"); err != nil || !d {
+		t.Fatalf("m1 written: %v, %v", d, err)
+	}
+}
