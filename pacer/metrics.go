@@ -114,7 +114,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, nil),
 		requeued: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "requeued_total",
-			Help: "Records put back on a retry topic without an attempt, by reason (cooldown, token-wait, pair-throttle, breaker, paused, not-before).",
+			Help: "Records put back on a retry topic without an attempt, by reason (cooldown, token-wait, pair-throttle, pair-cooldown, account-cooldown, breaker, paused, not-before).",
 		}, []string{"reason"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "retries_total",
@@ -165,7 +165,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range DLQReasons {
 		m.dlq.WithLabelValues(r)
 	}
-	for _, r := range []string{"cooldown", "token-wait", "pair-throttle", "breaker", "paused", "not-before"} {
+	for _, r := range []string{"cooldown", "token-wait", "pair-throttle", "pair-cooldown", "account-cooldown", "breaker", "paused", "not-before"} {
 		m.requeued.WithLabelValues(r)
 	}
 	m.retries.WithLabelValues()

@@ -192,7 +192,11 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	if r := redisRefusal(err); r != "" {
 		return fmt.Errorf("redis: %s: %w", r, err) // credentials or certificates: waiting cannot help
 	} else if err != nil {
-		log.Warn("redis not reachable at start-up", "err", err, "failure_mode", cfg.RedisFailure, "hint", redisHint(cfg, err))
+		attrs := []any{"err", err, "failure_mode", cfg.RedisFailure}
+		if h := redisHint(cfg, err); h != "" {
+			attrs = append(attrs, "hint", h)
+		}
+		log.Warn("redis not reachable at start-up", attrs...)
 	}
 	kopts, err := kafkaOpts(cfg)
 	if err != nil {

@@ -92,7 +92,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	}
 	if err != nil {
 		// Not fatal: the pacer stays not-ready and retries until Redis answers.
-		log.Warn("redis not reachable at start-up; sends wait until it is", "err", err, "hint", redisHint(cfg, err))
+		attrs := []any{"err", err}
+		if h := redisHint(cfg, err); h != "" {
+			attrs = append(attrs, "hint", h)
+		}
+		log.Warn("redis not reachable at start-up; sends wait until it is", attrs...)
 	}
 
 	publishLimit(ctx, rdb, cfg.RedisPrefix, ch.name, pc.Limit, log)
