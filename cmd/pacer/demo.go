@@ -87,8 +87,17 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *numbers < 1 || *messages < 1 || *partitions < 1 {
-		return &usageError{"demo: --numbers, --messages and --partitions must be >= 1"}
+	var bad []string
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"numbers", *numbers}, {"messages", *messages}, {"partitions", *partitions}} {
+		if f.v < 1 {
+			bad = append(bad, fmt.Sprintf("-%s %d", f.name, f.v))
+		}
+	}
+	if len(bad) > 0 {
+		return &usageError{"demo: " + strings.Join(bad, ", ") + ": must be >= 1"}
 	}
 	ch, err := channelNamed(*channel)
 	if err != nil {

@@ -54,6 +54,8 @@ func TestDemoFlagsCheckedFirst(t *testing.T) {
 		{[]string{"demo", "-rate", "1e12"}, "pacer: demo: -rate: "},
 		{[]string{"demo", "-rate", "0"}, "pacer: demo: -rate: "},
 		{[]string{"demo", "-burst", "0"}, "pacer: demo: -burst: "},
+		{[]string{"demo", "-numbers", "-1"}, "pacer: demo: -numbers -1: must be >= 1"},
+		{[]string{"demo", "-partitions", "0", "-messages", "0"}, "pacer: demo: -messages 0, -partitions 0: must be >= 1"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), c.args, strings.NewReader(""), &out, &errb, lookupMap(nil))
