@@ -7,7 +7,7 @@
 -- they are malformed, and KEYS[1] (aimd hash), KEYS[2] (cooldown key) and
 -- KEYS[3] (the key's token bucket hash, optional) in its functions. Defines
 -- ceil_u, floor_u, now, and the functions int, read, cooldown_end,
--- reschedule, since_cut and left_ms.
+-- reschedule, since_cut, left_ms and achieve (KEYS[4], optional).
 
 local ceil_u = tonumber(ARGV[1])
 local floor_u = tonumber(ARGV[2])
@@ -118,4 +118,36 @@ local function left_ms(end_us)
     return 0
   end
   return math.ceil((end_us - now) / 1000)
+end
+
+-- achieve adds accepted (sends of the key one replica saw accepted since it
+-- last reported, an integer >= 0) to the key's achieved hash KEYS[4]
+-- (optional; fields a: sends in the current window, w_us: its start in µs
+-- of Redis TIME, r: accepted per second over the last window of >= 5 s, in
+-- thousandths; read by `pacer status`), closing the window once it is 5 s
+-- long. Every report counts, whether it comes with a recover or with a
+-- throttle: a key being throttled is still sending. A hash of the wrong
+-- type is replaced. PEXPIRE 5 min on every write.
+local function achieve(accepted)
+  if #KEYS < 4 then
+    return
+  end
+  local ok, h = pcall(redis.call, 'HMGET', KEYS[4], 'a', 'w_us')
+  local a, w = 0, nil
+  if ok and type(h) == 'table' and not h.err then
+    a, w = int(h[1], 0) or 0, int(h[2], 0)
+  else
+    redis.call('DEL', KEYS[4])
+  end
+  if not w or w > now then
+    redis.call('HSET', KEYS[4], 'a', accepted, 'w_us', string.format('%.0f', now))
+    redis.call('PEXPIRE', KEYS[4], 300000)
+  elseif now - w >= 5000000 then
+    redis.call('HSET', KEYS[4], 'r', string.format('%.0f', math.floor((a + accepted) * 1e9 / (now - w))), 'a', 0,
+      'w_us', string.format('%.0f', now))
+    redis.call('PEXPIRE', KEYS[4], 300000)
+  elseif accepted > 0 then
+    redis.call('HINCRBY', KEYS[4], 'a', accepted)
+    redis.call('PEXPIRE', KEYS[4], 300000)
+  end
 end

@@ -94,26 +94,7 @@ if not factor or not (factor == 0 or (factor > 1 and factor ~= math.huge)) then
 end
 
 -- The achieved rate, whatever the adaptive state.
-if #KEYS >= 4 then
-  local ok, h = pcall(redis.call, 'HMGET', KEYS[4], 'a', 'w_us')
-  local a, w = 0, nil
-  if ok and type(h) == 'table' and not h.err then
-    a, w = int(h[1], 0) or 0, int(h[2], 0)
-  else
-    redis.call('DEL', KEYS[4])
-  end
-  if not w or w > now then
-    redis.call('HSET', KEYS[4], 'a', accepted, 'w_us', string.format('%.0f', now))
-    redis.call('PEXPIRE', KEYS[4], 300000)
-  elseif now - w >= 5000000 then
-    redis.call('HSET', KEYS[4], 'r', string.format('%.0f', math.floor((a + accepted) * 1e9 / (now - w))), 'a', 0,
-      'w_us', string.format('%.0f', now))
-    redis.call('PEXPIRE', KEYS[4], 300000)
-  elseif accepted > 0 then
-    redis.call('HINCRBY', KEYS[4], 'a', accepted)
-    redis.call('PEXPIRE', KEYS[4], 300000)
-  end
-end
+achieve(accepted)
 
 local cd = left_ms(cooldown_end())
 local s = read()

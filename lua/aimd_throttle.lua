@@ -33,6 +33,9 @@
 --          µs of Redis TIME; its TTL only cleans it up
 -- KEYS[3]  the key's token bucket hash (optional): a decrease clears its
 --          debt (see reschedule in aimd_read.lua)
+-- KEYS[4]  the key's achieved hash (optional): ARGV[9] counts there as in
+--          aimd_recover.lua (achieve in aimd_read.lua), so `pacer status`
+--          counts the sends of a key being throttled
 -- ARGV[1]  ceil_u: ceiling in millionths of a message per second, integer in [1, 1e15]
 -- ARGV[2]  floor_u: floor, same unit, integer in [1, ceil_u]
 -- ARGV[3]  decrease: the deepest cut of one decrease, decimal number in (0, 1)
@@ -109,7 +112,7 @@
 -- A counted (lone or persistent) throttle adds one to streak if urate was at
 -- the floor already, else sets it to 0.
 --
--- Writes: always. On a decrease, KEYS[3] as reschedule does. SET KEYS[2] <end_us> PX cooldown_ms unless the cooldown
+-- Writes: always. KEYS[4] as achieve does. On a decrease, KEYS[3] as reschedule does. SET KEYS[2] <end_us> PX cooldown_ms unless the cooldown
 -- already ends later (never shortened); HSET of all thirteen fields of KEYS[1]
 -- (DEL first if it has the wrong type) and PEXPIRE KEYS[1] to
 -- (win_us - now) / 1000 + idle_ms.
@@ -143,6 +146,8 @@ end
 if not backoff or not (backoff > 0 and backoff <= 1) then
   return redis.error_reply('ERR aimd: backoff must be a number in (0, 1]')
 end
+
+achieve(accepted)
 
 -- The cooldown, as cooldown.lua sets it: never shortened.
 local cd = cooldown_end()

@@ -1302,8 +1302,9 @@ func TestPairThrottled(t *testing.T) {
 }
 
 // TestAchieved checks the achieved rate every replica reports with
-// RecoverAfter: summed over a window of at least 5 s, whatever the key's
-// adaptive state, and none before a window closed.
+// RecoverAfter and ThrottledAfter: summed over a window of at least 5 s,
+// whatever the key's adaptive state (a key being throttled is still
+// sending), and none before a window closed.
 func TestAchieved(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
@@ -1320,7 +1321,10 @@ func TestAchieved(t *testing.T) {
 		e.mark()
 		e.at(2 * time.Second)
 		rec(200) // replica A
-		rec(150) // replica B
+		// Replica B reports with a throttle.
+		if _, err := e.l.ThrottledAfter(ctx, "test", "k", lim100, adapt.AIMD{}, 0, 150, 0); err != nil {
+			t.Fatal(err)
+		}
 		if _, ok, _ := e.l.Achieved(ctx, "test", "k"); ok {
 			t.Fatal("Achieved before the window closed")
 		}
