@@ -176,6 +176,33 @@ func TestHelp(t *testing.T) {
 	}
 }
 
+// TestUnknownFlagNamedOnce: a flag a command does not define is named once,
+// as pacer's last line after the command's usage (exit status 2), not
+// also above the usage; -h still prints the usage alone (exit status 0).
+func TestUnknownFlagNamedOnce(t *testing.T) {
+	for _, args := range [][]string{
+		{"run", "--chanel", "whatsapp"},
+		{"publish", "--chanel", "whatsapp", "f.jsonl"},
+		{"status", "--chanel", "whatsapp"},
+		{"limit", "set", "--chanel", "whatsapp"},
+		{"demo", "--chanel"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), args, strings.NewReader(""), &out, &errb, lookupMap(nil))
+		text := strings.TrimRight(out.String()+errb.String(), "\n")
+		lines := strings.Split(text, "\n")
+		if code != 2 || strings.Count(text, "-chanel") != 1 ||
+			lines[len(lines)-1] != "pacer: flag provided but not defined: -chanel" || !strings.Contains(strings.ToLower(text), "usage") {
+			t.Errorf("%v: exit %d, want 2 and the flag named once, last, after the usage:\n%s", args, code, text)
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"run", "-h"}, strings.NewReader(""), &out, &errb, lookupMap(nil)); code != 0 ||
+		strings.Count(out.String()+errb.String(), "usage: pacer run") != 1 {
+		t.Errorf("run -h: exit %d, want 0 and the usage once:\n%s%s", code, out.String(), errb.String())
+	}
+}
+
 // TestDLQReplayMissingTopic: replaying a topic that has no DLQ says so in
 // one line naming the DLQ topic, prints no "replayed 0" summary, and
 // creates no topic.

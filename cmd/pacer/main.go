@@ -141,7 +141,8 @@ var errHelp = errors.New("help requested")
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseQuiet(fs, args); err != nil {
+			fs.Usage()
 			if errors.Is(err, flag.ErrHelp) {
 				return errHelp
 			}
@@ -178,6 +179,23 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return &usageError{err.Error()}
 	}
 	return nil
+}
+
+// parseQuiet is fs.Parse(args) without the flag package's own output: on
+// an error it would print the error, then the usage, and the caller prints
+// the error again as pacer's last line. Callers print the usage themselves.
+func parseQuiet(fs *flag.FlagSet, args []string) error {
+	usage, out := fs.Usage, fs.Output()
+	if usage == nil {
+		usage = func() {
+			fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+			fs.PrintDefaults()
+		}
+	}
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	defer func() { fs.Usage = usage; fs.SetOutput(out) }()
+	return fs.Parse(args)
 }
 
 // version is the release this binary was built from, set by the Makefile
