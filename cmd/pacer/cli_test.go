@@ -340,3 +340,31 @@ func TestRedisDatabaseOutOfRange(t *testing.T) {
 		t.Errorf("database 99: exit %d, stdout %q, stderr %q; want 1 naming PACER_REDIS_URL's database", code, out, errs)
 	}
 }
+
+// TestPublishRedisRefusedPublishesNothing: Redis refusing publish's
+// credentials (where it records the campaigns' published counts) is a
+// setting to fix: publish stops before anything reaches Kafka (here a
+// broker that is not there, which publish never gets to), exit 1, naming
+// the settings and never the password. A Redis that is down only warns:
+// the records are published all the same (here Kafka is not there
+// either, so publish fails on Kafka, after the warning).
+func TestPublishRedisRefusedPublishesNothing(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.jsonl")
+	if err := os.WriteFile(file, []byte(`{"id":"a","key":"k","to":"t","campaign":"c"}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"PACER_REDIS_URL":     "redis://nouser:hunter2@" + testenv.RedisAddr(t) + "/0",
+		"PACER_KAFKA_BROKERS": "127.0.0.1:1",
+	}
+	code, out, errs := runCLI(env, "publish", "--channel", "whatsapp", file)
+	if code != 1 || out != "" || !strings.Contains(errs, "authentication failed") || !strings.Contains(errs, "nothing published") ||
+		strings.Contains(errs, "hunter2") || strings.Contains(errs, "127.0.0.1:1") {
+		t.Errorf("wrong Redis password: exit %d, stdout %q, stderr %q; want 1, nothing published, no password", code, out, errs)
+	}
+	env["PACER_REDIS_URL"] = "redis://127.0.0.1:1/0"
+	code, _, errs = runCLI(env, "publish", "--channel", "whatsapp", file)
+	if code != 1 || !strings.Contains(errs, "Redis not reachable") || !strings.Contains(errs, "publishing anyway") {
+		t.Errorf("Redis down: exit %d, stderr %q; want the warning, then Kafka's failure", code, errs)
+	}
+}

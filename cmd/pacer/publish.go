@@ -72,6 +72,9 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		in = f
 	}
 
+	if err := checkCountsRedis(ctx, cfg, stderr); err != nil {
+		return err
+	}
 	kopts, err := kafkaOpts(cfg)
 	if err != nil {
 		return err
@@ -112,6 +115,32 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	if s.Rejected > 0 {
 		return fmt.Errorf("%d line(s) rejected", s.Rejected)
+	}
+	return nil
+}
+
+// checkCountsRedis asks Redis, where countPublished will record the
+// campaigns' published counts, for a PING before anything is published
+// (at most 2 s). A refusal no retry can mend (credentials, certificates, a
+// database out of range) is an error naming the settings, and nothing is
+// published; a Redis that is down or slow only warns: the records are
+// published all the same and their counts stay unknown (`campaign status`
+// shows `published unknown`).
+func checkCountsRedis(ctx context.Context, cfg config, stderr io.Writer) error {
+	rdb, err := newRedis(cfg)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	redis.SetLogger(quietRedis{})
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	err = rdb.Ping(pctx).Err()
+	if r := redisRefusal(err); r != "" {
+		return fmt.Errorf("redis: %s: %w; nothing published (the campaigns' counts are kept in Redis)", r, err)
+	}
+	if err != nil && ctx.Err() == nil {
+		fmt.Fprintf(stderr, "pacer: Redis not reachable (%s): %v; publishing anyway, the campaigns' published counts will be unknown\n", redisSetting(cfg), err)
 	}
 	return nil
 }
