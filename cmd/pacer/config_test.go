@@ -390,7 +390,7 @@ func TestCooldownConflictNamesTheVariableSet(t *testing.T) {
 // every setting pass.
 func TestMisspelledSettings(t *testing.T) {
 	env := []string{
-		"PACER_WHATSAP_RATE=20", "PACER_REDIS_PERFIX=secret-ish", "PACER_INGEST_IP_RAT=5",
+		"PACER_WHATSAP_RATE=20", "PACER_REDIS_PERFIX=secret-ish", "PACER_INGEST_IP_RAT=5", "PACER_REDIS_ULR=redis://r",
 		"PACER_WHATSAPP_RATE=20", "PACER_REDIS_PREFIX=p", "PACER_WHATSAPP_TOKEN_FILE=/t", "PACER_INGEST_IP_RATE=5",
 		"PACER_APNS_KEY_ID=k", "PACER_KAFKA_SASL_PASSWORD=x", "PACER_CACHE_DIR=/c", "PACER_TEST_REDIS_ADDR=a", "HOME=/root",
 	}
@@ -402,6 +402,8 @@ func TestMisspelledSettings(t *testing.T) {
 		"PACER_WHATSAP_RATE: no such setting; did you mean PACER_WHATSAPP_RATE?",
 		"PACER_REDIS_PERFIX: no such setting; did you mean PACER_REDIS_PREFIX?",
 		"PACER_INGEST_IP_RAT: no such setting; did you mean PACER_INGEST_IP_RATE?",
+		// A swap is one edit: not PACER_REDIS_TLS, two substitutions away.
+		"PACER_REDIS_ULR: no such setting; did you mean PACER_REDIS_URL?",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("misspelled settings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -47,7 +47,7 @@ func misspelledSettings(environ []string) []error {
 		}
 		best, bestD := "", 3
 		for _, k := range names {
-			if d := levenshtein.ComputeDistance(name, k); d < bestD {
+			if d := editDistance(name, k); d < bestD {
 				best, bestD = k, d
 			}
 		}
@@ -56,4 +56,21 @@ func misspelledSettings(environ []string) []error {
 		}
 	}
 	return errs
+}
+
+// editDistance is the Levenshtein distance of a and b, except that two
+// adjacent letters swapped (PACER_REDIS_ULR) count as one edit, not two,
+// so a swap is not outranked by a name two substitutions away
+// (PACER_REDIS_TLS).
+func editDistance(a, b string) int {
+	if len(a) == len(b) {
+		i := 0
+		for i < len(a) && a[i] == b[i] {
+			i++
+		}
+		if i+1 < len(a) && a[i] == b[i+1] && a[i+1] == b[i] && a[i+2:] == b[i+2:] {
+			return 1
+		}
+	}
+	return levenshtein.ComputeDistance(a, b)
 }

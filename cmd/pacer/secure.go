@@ -106,12 +106,13 @@ func (c config) validateSecurity(bad func(v, p string)) {
 		for _, m := range saslMechanisms {
 			known = known || m == c.KafkaSASLMechanism
 		}
-		switch {
-		case !known:
+		if !known {
 			bad("PACER_KAFKA_SASL_MECHANISM", fmt.Sprintf("%q is not one of %s", c.KafkaSASLMechanism, strings.Join(saslMechanisms, ", ")))
-		case c.KafkaSASLUsername == "":
+		}
+		if c.KafkaSASLUsername == "" {
 			bad("PACER_KAFKA_SASL_USERNAME", "required with PACER_KAFKA_SASL_MECHANISM")
-		case c.KafkaSASLPassword == "":
+		}
+		if c.KafkaSASLPassword == "" {
 			bad("PACER_KAFKA_SASL_PASSWORD", "required with PACER_KAFKA_SASL_MECHANISM (or PACER_KAFKA_SASL_PASSWORD_FILE)")
 		}
 	} else if c.KafkaSASLUsername != "" || c.KafkaSASLPassword != "" {

@@ -111,6 +111,13 @@ func TestSecuritySettingsChecked(t *testing.T) {
 			t.Errorf("%v: error %v, want %q", c.env, err, c.want)
 		}
 	}
+	// Every missing SASL setting is named at once, not one per start.
+	_, err := loadConfig(lookupMap(map[string]string{"PACER_KAFKA_SASL_MECHANISM": "PLAIN"}), whatsappRow(t))
+	for _, want := range []string{"PACER_KAFKA_SASL_USERNAME: required", "PACER_KAFKA_SASL_PASSWORD: required"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("mechanism alone: error %v, want %q", err, want)
+		}
+	}
 	// Accepted: rediss:// turns TLS on for the single server.
 	if _, err := loadConfig(lookupMap(map[string]string{"PACER_REDIS_URL": "rediss://r:6380/0", "PACER_REDIS_TLS_CA_FILE": "/ca.pem"}), whatsappRow(t)); err != nil {
 		t.Errorf("rediss:// with a CA file: %v", err)
