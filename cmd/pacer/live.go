@@ -82,6 +82,9 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 	}
 	var kl control.KeyLimit
 	if verb == "set" {
+		if *rate == "" {
+			return &usageError{"limit set: --rate is required (the key's rate in msgs/s)"}
+		}
 		r, err := strconv.ParseFloat(*rate, 64)
 		if err != nil || !(r > 0) || math.IsInf(r, 0) {
 			return &usageError{fmt.Sprintf("limit set: --rate %q must be a number of msgs/s > 0", *rate)}
