@@ -169,7 +169,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		}
 	})
 	if len(empty) > 0 {
-		return &usageError{fmt.Sprintf("%s: %s given but empty: give a value or leave the flag out", strings.TrimPrefix(fs.Name(), "pacer "), strings.Join(empty, ", "))}
+		return &usageError{fmt.Sprintf("%s: %s given but empty: give a value (an optional flag may be left out for its default)", strings.TrimPrefix(fs.Name(), "pacer "), strings.Join(empty, ", "))}
 	}
 	if fs.Name() != "pacer publish" && len(pos) > 0 {
 		return &usageError{fmt.Sprintf("%s: unexpected argument %q", strings.TrimPrefix(fs.Name(), "pacer "), pos[0])}
