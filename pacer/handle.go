@@ -812,6 +812,9 @@ func (p *Pacer) redisOp(ctx context.Context, log *slog.Logger, op func() error, 
 	for {
 		err := op()
 		if err == nil {
+			if proves {
+				p.redisAnswered()
+			}
 			if proves && !p.redisOK.Swap(true) {
 				log.Info("redis reachable again; pacing through Redis")
 				p.m.fallback.WithLabelValues().Set(0)

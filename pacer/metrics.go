@@ -141,7 +141,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, nil),
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pacer", Name: "redis_errors_total",
-			Help: "Redis calls (bucket, ledger) that failed; the message waits and is never dropped.",
+			Help: "Redis calls (bucket, ledger, the ping as the pacer starts) that failed; the message waits and is never dropped.",
 		}, nil),
 		partitions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "pacer", Name: "partitions_assigned",

@@ -168,8 +168,11 @@ type Deps struct {
 	Adapter Adapter         // required; *adapt.Adapter, built with the Bucket's bucket.Config
 	Ledger  Ledger          // required
 	Sender  channels.Sender // required
-	// RedisPing, if set, is called every 5 s so /readyz reflects Redis
-	// even while no message needs it; nil leaves that to the calls made.
+	// RedisPing, if set, is called once as Run begins and then every 5 s,
+	// so /readyz reflects Redis even while no message needs it: the pacer
+	// is not ready until a ping or another Redis call has succeeded, and a
+	// failed first ping counts in pacer_redis_errors_total. nil leaves that
+	// to the calls made (the pacer is taken to reach Redis until one fails).
 	RedisPing func(ctx context.Context) error
 	// Fallback paces while Redis is down in RedisFailure "local" mode
 	// (*bucket.Local, at rate / expected replicas); required then, else unused.
@@ -514,6 +517,12 @@ type Pacer struct {
 	consuming atomic.Bool
 	kafkaOK   atomic.Bool
 	redisOK   atomic.Bool
+	// redisSeen: a Redis call or ping has succeeded since New (true from
+	// New without Deps.RedisPing). Not ready until it is.
+	redisSeen atomic.Bool
+	// started is closed once Run consumes (see Started).
+	started1 sync.Once
+	startedC chan struct{}
 
 	idsMu sync.Mutex
 	// ids are the envelope ids being handled, by pacing key and id; the
@@ -600,14 +609,48 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 			states: map[string]*campaignState{}, counts: map[string]*control.Counts{}}
 	}
 	p.redisOK.Store(true)
+	p.redisSeen.Store(deps.RedisPing == nil)
 	p.kafkaOK.Store(true)
+	p.startedC = make(chan struct{})
 	return p, nil
 }
 
-// Ready reports whether the pacer is consuming, Kafka answers and the last
-// Redis call succeeded. It backs /readyz.
+// Ready reports whether the pacer is consuming, Kafka answers, a Redis
+// call has succeeded since New and the last one did. It backs /readyz.
 func (p *Pacer) Ready() bool {
-	return p.consuming.Load() && p.kafkaOK.Load() && p.redisOK.Load()
+	return p.consuming.Load() && p.kafkaOK.Load() && p.redisSeen.Load() && p.redisOK.Load()
+}
+
+// Started returns a channel closed once Run has passed its start-up checks
+// (the topics exist, the consumer is made) and consumes; never closed when
+// Run fails before that.
+func (p *Pacer) Started() <-chan struct{} { return p.startedC }
+
+// redisAnswered notes that a Redis call or ping succeeded: the first one
+// makes the pacer ready as far as Redis goes.
+func (p *Pacer) redisAnswered() {
+	if !p.redisSeen.Swap(true) {
+		p.publishReady()
+	}
+}
+
+// checkRedis pings Redis once (Deps.RedisPing) as Run begins: success makes
+// the pacer ready as far as Redis goes at once, rather than at the first
+// 5 s ping; a failure is counted in pacer_redis_errors_total and logged,
+// and the pacer stays not ready until a call or ping succeeds.
+func (p *Pacer) checkRedis(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := p.ping(pctx)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		p.m.redisErrors.WithLabelValues().Inc()
+		p.log.Warn("redis not answering at start-up; not ready until it does", "err", err)
+		return
+	}
+	p.redisAnswered()
 }
 
 // Run consumes until ctx ends, then stops fetching, lets in-flight sends
@@ -619,6 +662,9 @@ func (p *Pacer) Run(ctx context.Context) error {
 	defer cancelSends()
 	p.sendCtx = sendCtx
 	p.sendBy = newDeadlines(sendCtx, p.cfg.SendTimeout)
+	if p.ping != nil {
+		go p.checkRedis(sendCtx)
+	}
 	p.drainBy = newDeadlines(context.WithoutCancel(ctx), p.cfg.Drain)
 	if p.camps != nil {
 		p.camps.base = sendCtx
@@ -685,7 +731,14 @@ func (p *Pacer) Run(ctx context.Context) error {
 	p.m.fallback.WithLabelValues().Set(0)
 	go p.watch(ctx, "kafka", &p.kafkaOK, cl.Ping, nil)
 	if p.ping != nil {
-		go p.watch(ctx, "redis", &p.redisOK, p.ping, func() { p.m.fallback.WithLabelValues().Set(0) })
+		ping := func(ctx context.Context) error {
+			err := p.ping(ctx)
+			if err == nil {
+				p.redisAnswered()
+			}
+			return err
+		}
+		go p.watch(ctx, "redis", &p.redisOK, ping, func() { p.m.fallback.WithLabelValues().Set(0) })
 	}
 	go p.sweepLoop(ctx)
 	go p.releaseLoop(ctx, debug.FreeOSMemory)
@@ -697,6 +750,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 	// Consuming from here: a replica whose partitions hold nothing (or that
 	// has none) waits in PollRecords, and is ready all the same.
 	p.setConsuming(true)
+	p.started1.Do(func() { close(p.startedC) })
 	for {
 		fetches := cl.PollRecords(ctx, 10000)
 		if fetches.IsClientClosed() || ctx.Err() != nil {

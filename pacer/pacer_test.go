@@ -76,6 +76,9 @@ type harness struct {
 	batched time.Duration
 	// batchHook, if set, is a go-redis hook on the Batcher's client only.
 	batchHook redis.Hook
+	// ping, if true, gives each pacer a Deps.RedisPing on its Redis client
+	// (as pacer run does).
+	ping bool
 }
 
 func newHarness(t *testing.T, script map[string][]error) *harness {
@@ -126,9 +129,12 @@ func (h *harness) start(cfg pacer.Config, sender channels.Sender, reg prometheus
 		bat = ledger.NewBatcher(brdb, lim.Keys(), ledger.BatchConfig{FlushInterval: h.batched})
 		led = bat
 	}
-	p, err := pacer.New(cfg, append([]kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)}, kopts...),
-		pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: led, Sender: sender,
-			Fallback: bucket.NewLocal(bucket.LocalConfig{Replicas: 2})}, reg)
+	deps := pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: led, Sender: sender,
+		Fallback: bucket.NewLocal(bucket.LocalConfig{Replicas: 2})}
+	if h.ping {
+		deps.RedisPing = func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
+	}
+	p, err := pacer.New(cfg, append([]kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)}, kopts...), deps, reg)
 	if err != nil {
 		rdb.Close()
 		h.t.Fatal(err)
@@ -1262,10 +1268,45 @@ func TestLateClaimKeptForNextSlot(t *testing.T) {
 // pacer_ready: an idle channel's replicas must pass their readiness probe.
 func TestReadyWithNothingToConsume(t *testing.T) {
 	h := newHarness(t, nil)
+	h.ping = true // and a Redis that answers: ready at once, not at the first 5 s ping
 	p, stop := h.start(h.cfg, h.sender, h.reg)
 	defer stop()
-	if !waitFor(30*time.Second, func() bool { return p.Ready() && h.gauge("pacer_ready") == 1 }) {
+	select {
+	case <-p.Started():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the pacer did not start consuming within 30 s")
+	}
+	if !waitFor(4*time.Second, func() bool { return p.Ready() && h.gauge("pacer_ready") == 1 }) {
 		t.Fatalf("empty topic: Ready() %v, pacer_ready %v; want true, 1", p.Ready(), h.gauge("pacer_ready"))
+	}
+}
+
+// TestNotReadyBeforeRedisAnswers: a pacer whose Redis does not answer
+// when it starts is not ready once it consumes (it said ready for the
+// first 5 s, until its first ping), counts the failed start-up check in
+// pacer_redis_errors_total, and becomes ready once Redis answers.
+func TestNotReadyBeforeRedisAnswers(t *testing.T) {
+	h := newHarness(t, nil)
+	h.ping = true
+	h.mr.Close() // Redis is down from the start
+	p, stop := h.start(h.cfg, h.sender, h.reg)
+	defer stop()
+	select {
+	case <-p.Started():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the pacer did not start consuming within 30 s")
+	}
+	if !waitFor(10*time.Second, func() bool { return h.counter("pacer_redis_errors_total") >= 1 }) {
+		t.Errorf("pacer_redis_errors_total = %v after the failed start-up check, want >= 1", h.counter("pacer_redis_errors_total"))
+	}
+	if p.Ready() || h.gauge("pacer_ready") != 0 {
+		t.Errorf("Redis down since start: Ready() %v, pacer_ready %v; want false, 0", p.Ready(), h.gauge("pacer_ready"))
+	}
+	if err := h.mr.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(20*time.Second, func() bool { return p.Ready() && h.gauge("pacer_ready") == 1 }) {
+		t.Fatalf("Redis back: Ready() %v, pacer_ready %v; want true, 1", p.Ready(), h.gauge("pacer_ready"))
 	}
 }
 

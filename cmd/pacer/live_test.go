@@ -581,7 +581,7 @@ func TestStatusShowsKeyLimit(t *testing.T) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
 	defer rdb.Close()
-	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 80, Burst: 10}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 80, Burst: 10}, limitTTL, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	pacer("limit", "set", "--channel", "whatsapp", "--key", "106", "--rate", "12", "--burst", "3")
 	// A key with state: its row comes from the snapshot, not the idle line.
 	ad := adapt.New(rdb, bucket.Config{Prefix: prefix})
@@ -658,12 +658,12 @@ func TestPublishLimitWarnsOfAnother(t *testing.T) {
 	defer rdb.Del(t.Context(), limitKey(prefix, "whatsapp"))
 	var logs strings.Builder
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 50, Burst: 10}, log)
-	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 50, Burst: 10}, log)
+	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 50, Burst: 10}, limitTTL, log)
+	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 50, Burst: 10}, limitTTL, log)
 	if logs.Len() != 0 {
 		t.Errorf("the same limit twice: logged %q, want nothing", logs.String())
 	}
-	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 40, Burst: 10}, log)
+	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 40, Burst: 10}, limitTTL, log)
 	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "recorded_rate=50") || !strings.Contains(out, "rate=40") {
 		t.Errorf("another limit: logged %q, want a warning with recorded_rate=50 and rate=40", out)
 	}

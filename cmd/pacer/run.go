@@ -99,7 +99,6 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		log.Warn("redis not reachable at start-up; sends wait until it is", attrs...)
 	}
 
-	publishLimit(ctx, rdb, cfg.RedisPrefix, ch.name, pc.Limit, log)
 	// Per-key limits and campaign controls set at run time (pacer limit,
 	// pacer campaign) live in Redis under the limiter's key names.
 	ctl := control.New(rdb, lim.Keys())
@@ -139,6 +138,18 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	}
 	failTo.Store(p)
 
+	// The channel's limit is recorded for `pacer status` once this pacer
+	// has started (its topics checked, consuming), and kept fresh while it
+	// runs: a run that fails its start-up checks records nothing.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	go func() {
+		select {
+		case <-p.Started():
+			keepLimit(runCtx, rdb, cfg.RedisPrefix, ch.name, pc.Limit, log, limitRefresh, limitTTL)
+		case <-runCtx.Done():
+		}
+	}()
 	go publishBacklog(ctx, rdb, cfg.RedisPrefix, ch.name, p.Owner(), p, log)
 	// The status page: this replica publishes its active keys, and its page
 	// shows every replica's, with each key's limit as set at run time.

@@ -24,25 +24,69 @@ import (
 // so `pacer status` shows theirs rather than its own shell's.
 func limitKey(prefix, channel string) string { return prefix + ":channel:" + channel + ":limit" }
 
-// publishLimit records the channel's configured limit in Redis (best
-// effort: Redis may be down at start-up).
+// The channel's limit record lives limitTTL past its last write, and each
+// running pacer writes it again every limitRefresh: it outlives a pacer
+// that stopped or crashed by at most limitTTL, and one refresh lost to a
+// slow Redis does not let it expire while pacers run.
+const (
+	limitTTL     = time.Minute
+	limitRefresh = 20 * time.Second
+)
+
+// keepLimit records the channel's limit for `pacer status` (publishLimit)
+// and writes it again every `every`, each write expiring after ttl, until
+// ctx ends. The record is then left to expire: other replicas of the
+// channel may still run and refresh it. Call it only once the pacer has
+// started (its start-up checks passed), so a run that fails them records
+// nothing.
+func keepLimit(ctx context.Context, rdb redis.UniversalClient, prefix, channel string, lim bucket.Limit, log *slog.Logger, every, ttl time.Duration) {
+	publishLimit(ctx, rdb, prefix, channel, lim, ttl, log)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := writeLimit(wctx, rdb, prefix, channel, lim, ttl); err != nil && ctx.Err() == nil {
+			log.Debug("could not refresh the channel limit for pacer status", "err", err)
+		}
+		cancel()
+	}
+}
+
+// publishLimit records the channel's configured limit in Redis, expiring
+// after ttl (best effort: Redis may be down; keepLimit writes it again).
 //
-// A different limit recorded already (by another replica, or the last run
-// before a change) is logged as a warning: the replicas of one channel
-// share its buckets, and each paces them at the limit it was started with,
-// so replicas started with different PACER_<CHANNEL>_RATE or _BURST pace
-// at neither.
-func publishLimit(ctx context.Context, rdb redis.UniversalClient, prefix, channel string, lim bucket.Limit, log *slog.Logger) {
+// A different limit recorded already (by another running replica, or a run
+// that stopped less than ttl ago) is logged as a warning: the replicas of
+// one channel share its buckets, and each paces them at the limit it was
+// started with, so replicas started with different PACER_<CHANNEL>_RATE or
+// _BURST pace at neither.
+func publishLimit(ctx context.Context, rdb redis.UniversalClient, prefix, channel string, lim bucket.Limit, ttl time.Duration, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if was, ok := publishedLimit(ctx, rdb, prefix, channel); ok && was != lim {
 		log.Warn("the channel's limit recorded in Redis (by another replica, or a run before a change) differs from this one's: every replica of a channel should run with the same rate and burst",
 			"recorded_rate", was.PerSecond, "recorded_burst", was.Burst, "rate", lim.PerSecond, "burst", lim.Burst)
 	}
-	if err := rdb.HSet(ctx, limitKey(prefix, channel), "rate", strconv.FormatFloat(lim.PerSecond, 'g', -1, 64),
-		"burst", lim.Burst).Err(); err != nil {
+	if err := writeLimit(ctx, rdb, prefix, channel, lim, ttl); err != nil {
 		log.Debug("could not record the channel limit for pacer status", "err", err)
 	}
+}
+
+// writeLimit sets the limit record (hash: rate in msgs/s, burst) and its
+// expiry of ttl in one transaction.
+func writeLimit(ctx context.Context, rdb redis.UniversalClient, prefix, channel string, lim bucket.Limit, ttl time.Duration) error {
+	k := limitKey(prefix, channel)
+	_, err := rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.HSet(ctx, k, "rate", strconv.FormatFloat(lim.PerSecond, 'g', -1, 64), "burst", lim.Burst)
+		pipe.PExpire(ctx, k, ttl)
+		return nil
+	})
+	return err
 }
 
 // publishedLimit reads the limit the running pacers recorded; ok is false
