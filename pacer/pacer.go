@@ -629,6 +629,9 @@ func (p *Pacer) Started() <-chan struct{} { return p.startedC }
 // redisAnswered notes that a Redis call or ping succeeded: the first one
 // makes the pacer ready as far as Redis goes.
 func (p *Pacer) redisAnswered() {
+	if p.redisSeen.Load() { // every call after the first: a read, no write to a shared line
+		return
+	}
 	if !p.redisSeen.Swap(true) {
 		p.publishReady()
 	}
