@@ -246,6 +246,11 @@ func (w *worker) push(rs []*kgo.Record, skip []bool, envs []Envelope) {
 			w.p.tally.count(duplicate)
 			continue
 		}
+		if r.Offset < w.backlogEnd && header(r, hReread) == "" {
+			// Read again: a previous owner may have handled it. Its
+			// handling and its copies know it (meta.reread).
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: hReread, Value: []byte("1")})
+		}
 		if len(r.Key) == 0 {
 			// A record published without a key (a producer of its own)
 			// is queued, and its retry and parked copies partitioned, by
