@@ -688,12 +688,8 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 		done = true
 	case duplicate:
 		p.m.duplicates.WithLabelValues().Inc()
-		if p.camps != nil && p.republished(f) {
-			if cl := p.countingLedger(); cl != nil {
-				cl.AddCount(ledger.Count{Name: f.env.Campaign, Field: countDuplicates, At: time.Now().UnixMilli()})
-			} else {
-				p.camps.countDuplicate(f.env.Campaign)
-			}
+		if p.republished(f) {
+			p.countDuplicate(f.env.Campaign)
 		}
 		if o.reason == "dead-lettered" {
 			f.log.Debug("already dead-lettered; skipped")
@@ -1188,6 +1184,21 @@ func (p *Pacer) delivered(env Envelope, res channels.Result, log *slog.Logger) {
 // from the DLQ (not counted in published).
 func (p *Pacer) republished(f *flight) bool {
 	return f.env.Campaign != "" && !f.m.reread && !f.m.replayed
+}
+
+// countDuplicate counts a record of campaign skipped as published again
+// (see [Pacer.republished]) in its campaign's duplicates: with the ledger's
+// marks when it counts, else with the campaign counts added every
+// countsEvery; nothing without a campaign store.
+func (p *Pacer) countDuplicate(campaign string) {
+	if p.camps == nil || campaign == "" {
+		return
+	}
+	if cl := p.countingLedger(); cl != nil {
+		cl.AddCount(ledger.Count{Name: campaign, Field: countDuplicates, At: time.Now().UnixMilli()})
+		return
+	}
+	p.camps.countDuplicate(campaign)
 }
 
 // countingLedger returns the ledger that writes campaign counts with its

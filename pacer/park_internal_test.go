@@ -106,7 +106,11 @@ func TestRereadCarriedToCopies(t *testing.T) {
 	}{
 		{"parked", func(r *kgo.Record) *kgo.Record { c, _ := p.parkCopy(r, time.Now().Add(time.Second)); return c }},
 		{"chained", func(r *kgo.Record) *kgo.Record { return p.chainCopy(r, chainOf) }},
-		{"retry", func(r *kgo.Record) *kgo.Record { m := readMeta(r); m.attempt++; return &kgo.Record{Headers: m.headers(r)} }},
+		{"retry", func(r *kgo.Record) *kgo.Record {
+			m := readMeta(r)
+			m.attempt++
+			return &kgo.Record{Headers: m.headers(r)}
+		}},
 	} {
 		if got := header(c.copy(reread), hReread); got != "1" {
 			t.Errorf("%s copy of a record read again: pacer-reread %q, want 1", c.name, got)

@@ -374,16 +374,34 @@ func runCancel(t *testing.T, per, replicas int) {
 // nothing twice, and campaign status counts the second publish's records
 // as duplicates, so remaining reaches 0 (it read published 80, delivered
 // 40, remaining 40 for good).
-func TestLiveRepublishCounted(t *testing.T) {
+func TestLiveRepublishCounted(t *testing.T) { runRepublish(t, false) }
+
+// TestLiveRepublishWhileStopped: the same, published again while no
+// `pacer run` is up (stopped cleanly after the first publish was
+// delivered): the next run reads the second publish past the partitions'
+// horizons, not as records read again, and counts it as duplicates.
+func TestLiveRepublishWhileStopped(t *testing.T) { runRepublish(t, true) }
+
+// runRepublish publishes 40 messages of campaign R on two numbers, waits
+// until they are delivered, publishes them again (with pacer run stopped
+// in between when restart), and checks the provider and campaign status.
+func runRepublish(t *testing.T, restart bool) {
 	e := newE2E(t, whatsapptest.Config{Rate: 20, Burst: 2, Latency: 5 * time.Millisecond})
 	keys := []string{"10654860001", "10654860002"}
 	var b strings.Builder
 	campaignLines(&b, "R", keys, 20, "")
 	total := 2 * 20
-	ps := e.startAndPublish(b.String(), 1, "PACER_WHATSAPP_RATE=20", "PACER_WHATSAPP_BURST=1")
+	env := []string{"PACER_WHATSAPP_RATE=20", "PACER_WHATSAPP_BURST=1"}
+	ps := e.startAndPublish(b.String(), 1, env...)
 	e.waitDelivered(total, 60*time.Second, ps...)
+	if restart {
+		ps[0].stop(t)
+	}
 	if code, out, errs := e.publish(b.String(), "--partitions", "2"); code != 0 {
 		t.Fatalf("publish again: %d %s %s", code, out, errs)
+	}
+	if restart {
+		ps = []*proc{e.run(env...)}
 	}
 	var st struct {
 		Published   int64            `json:"published"`
