@@ -94,7 +94,10 @@ func (p *Pacer) horizons(ctx context.Context, fs []*fetched) {
 				f.w.horizon = offs[i]
 			}
 		}
-		if ss, ok := p.ledger.(stopHorizonStore); ok {
+		// A stop horizon is read only when the horizons were (Redis
+		// answers): without them every record below the high watermark
+		// counts as read again.
+		if ss, ok := p.ledger.(stopHorizonStore); ok && err == nil {
 			stops, err := ss.TakeStopHorizons(hctx, p.cfg.Channel, ps)
 			if err != nil {
 				p.m.redisErrors.WithLabelValues().Inc()
