@@ -111,6 +111,13 @@ func (k Keys) Horizon(channel, group, topic string, partition int32) string {
 	return k.Prefix() + ":{" + channel + "}:horizon:" + group + ":" + topic + ":" + strconv.FormatInt(int64(partition), 10)
 }
 
+// StopHorizon is a string: one more than the highest offset of partition
+// of topic that consumer group group's last owner fetched for channel
+// before it stopped cleanly (see package ledger's TakeStopHorizons).
+func (k Keys) StopHorizon(channel, group, topic string, partition int32) string {
+	return k.Prefix() + ":{" + channel + "}:stophorizon:" + group + ":" + topic + ":" + strconv.FormatInt(int64(partition), 10)
+}
+
 // Limit is a pacing key's limit set at run time (package control): a hash
 // of rate and burst that replaces the channel's configured ceiling.
 func (k Keys) Limit(channel, key string) string { return k.name(channel, key, "limit") }

@@ -58,3 +58,54 @@ func TestCampaignCounts(t *testing.T) {
 		t.Errorf("summer: %+v, %v; want 2 expired, none delivered", s, err)
 	}
 }
+
+// TestCampaignDuplicatesCounted: a campaign published twice (the same 4
+// ids) whose first 4 were delivered and whose second 4 were skipped as
+// duplicates, counted through the ledger's flush as the pacer counts them:
+// status reads published 8, delivered 4, duplicates 4, remaining 0, on
+// redis-server; a duplicates counter that cannot be written is reported
+// unwritten, so the Batcher tries it again.
+func TestCampaignDuplicatesCounted(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
+	defer rdb.Close()
+	keys := bucket.NewKeys("tcd" + time.Now().Format("150405.000000"))
+	st := control.New(rdb, keys)
+	ctx := t.Context()
+	for range 2 {
+		if err := st.AddPublished(ctx, "whatsapp", map[string]int64{"spring": 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var cs []ledger.Count
+	for i := range 4 {
+		cs = append(cs, ledger.Count{Name: "spring", Field: "delivered", At: 1_700_000_001_000 + int64(i)*1000})
+	}
+	write := func(cs []ledger.Count) []ledger.Count {
+		pipe := rdb.Pipeline()
+		unwritten := pacer.CampaignCounts(st, "whatsapp")(ctx, pipe, cs)
+		_, _ = pipe.Exec(ctx)
+		return unwritten()
+	}
+	if left := write(cs); len(left) != 0 {
+		t.Fatalf("unwritten %+v", left)
+	}
+	s, err := st.CampaignStatus(ctx, "whatsapp", "spring")
+	if err != nil || s.Published != 8 || s.Delivered != 4 || s.Duplicates != 0 || s.Remaining != 4 {
+		t.Fatalf("before the duplicates: %+v, %v; want published 8, delivered 4, remaining 4", s, err)
+	}
+	dups := []ledger.Count{{Name: "spring", Field: "duplicates"}, {Name: "spring", Field: "duplicates"},
+		{Name: "spring", Field: "duplicates"}, {Name: "spring", Field: "duplicates"}, {Name: "broken", Field: "duplicates"}}
+	if err := rdb.Set(ctx, keys.Campaign("whatsapp", "broken"), "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if left := write(dups); len(left) != 1 || left[0] != dups[4] {
+		t.Errorf("unwritten %+v; want the broken campaign's duplicate only", left)
+	}
+	s, err = st.CampaignStatus(ctx, "whatsapp", "spring")
+	if err != nil || s.Published != 8 || s.Delivered != 4 || s.Duplicates != 4 || s.Remaining != 0 || s.ETASeconds != 0 {
+		t.Errorf("after the duplicates: %+v, %v; want published 8, delivered 4, duplicates 4, remaining 0, eta 0", s, err)
+	}
+	if s.Last.UnixMilli() != 1_700_000_004_000 {
+		t.Errorf("last delivery %v; a duplicate moved it from ...004 s", s.Last)
+	}
+}

@@ -29,6 +29,7 @@ const (
 	hDue       = "pacer-due"      // Unix ms before which the record must not be sent
 	hOrigin    = "pacer-origin"   // topic/partition/offset of the first copy
 	hReplayed  = "pacer-replayed" // "1": put back from the DLQ by an operator
+	hReread    = "pacer-reread"   // "1": a copy of a record read again after a crash or rebalance (see meta.reread)
 	hReason    = "pacer-reason"   // DLQ: why
 	hDetail    = "pacer-detail"   // DLQ: the last provider response or parse error
 	hChannel   = "pacer-channel"  // DLQ: the channel
@@ -44,7 +45,12 @@ type meta struct {
 	requeues int
 	due      time.Time
 	replayed bool
-	origin   string // "topic/partition/offset" from the record's header; "" for a record read at its origin (see originOf)
+	// reread: the record, or the record it is a copy of, was read again
+	// by its partition's next owner (below the partition's backlog end:
+	// a previous owner may have handled it), so a duplicate of it is not
+	// counted as a campaign's publish again (see [Pacer.republished]).
+	reread bool
+	origin string // "topic/partition/offset" from the record's header; "" for a record read at its origin (see originOf)
 }
 
 // readMeta reads r's pacer headers. It is on every record's path (fetch,
@@ -66,6 +72,8 @@ func readMeta(r *kgo.Record) meta {
 			m.origin = string(h.Value)
 		case hReplayed:
 			m.replayed = string(h.Value) == "1"
+		case hReread:
+			m.reread = string(h.Value) == "1"
 		}
 	}
 	return m
@@ -98,6 +106,9 @@ func (m meta) headers(r *kgo.Record, extra ...kgo.RecordHeader) []kgo.RecordHead
 	}
 	if m.replayed {
 		hs = append(hs, kgo.RecordHeader{Key: hReplayed, Value: []byte("1")})
+	}
+	if m.reread {
+		hs = append(hs, kgo.RecordHeader{Key: hReread, Value: []byte("1")})
 	}
 	return append(hs, extra...)
 }
@@ -677,6 +688,9 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 		done = true
 	case duplicate:
 		p.m.duplicates.WithLabelValues().Inc()
+		if p.republished(f) {
+			p.countDuplicate(f.env.Campaign)
+		}
 		if o.reason == "dead-lettered" {
 			f.log.Debug("already dead-lettered; skipped")
 		} else {
@@ -1161,6 +1175,33 @@ func (p *Pacer) delivered(env Envelope, res channels.Result, log *slog.Logger) {
 	}); err != nil {
 		log.Error("delivered, but the idempotency record could not be written; a re-delivered copy will count as unknown-outcome")
 	}
+}
+
+// republished reports whether f's record, skipped as a duplicate, counts
+// in its campaign's duplicates: a record of a campaign published again
+// after its id was delivered or dead-lettered by another record (`pacer
+// publish` or the ingest API counted both in published), rather than the
+// same record read again. Not counted: a record (or a copy of one) read
+// again by its partition's next owner after a crash or a rebalance (its
+// first reading was counted, or never left a mark), and a record replayed
+// from the DLQ (not counted in published).
+func (p *Pacer) republished(f *flight) bool {
+	return f.env.Campaign != "" && !f.m.reread && !f.m.replayed
+}
+
+// countDuplicate counts a record of campaign skipped as published again
+// (see [Pacer.republished]) in its campaign's duplicates: with the ledger's
+// marks when it counts, else with the campaign counts added every
+// countsEvery; nothing without a campaign store.
+func (p *Pacer) countDuplicate(campaign string) {
+	if p.camps == nil || campaign == "" {
+		return
+	}
+	if cl := p.countingLedger(); cl != nil {
+		cl.AddCount(ledger.Count{Name: campaign, Field: countDuplicates, At: time.Now().UnixMilli()})
+		return
+	}
+	p.camps.countDuplicate(campaign)
 }
 
 // countingLedger returns the ledger that writes campaign counts with its

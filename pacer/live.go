@@ -76,8 +76,9 @@ type CountingLedger interface {
 
 // Counter names of a [ledger.Count] of a campaign ([CampaignCounts]).
 const (
-	countDelivered = "delivered"
-	countDLQ       = "dlq:" // + the reason's label
+	countDelivered  = "delivered"
+	countDLQ        = "dlq:" // + the reason's label
+	countDuplicates = "duplicates"
 )
 
 // CampaignAdder adds campaign counts to a pipeline; *control.Store
@@ -87,8 +88,8 @@ type CampaignAdder interface {
 }
 
 // CampaignCounts returns the [ledger.CountWriter] that adds the counts of
-// channel's campaigns ([ledger.Count] Name the campaign, Field "delivered"
-// or "dlq:<reason>", At the Unix ms of a delivery) to their counters in
+// channel's campaigns ([ledger.Count] Name the campaign, Field "delivered",
+// "dlq:<reason>" or "duplicates", At the Unix ms of a delivery) to their counters in
 // store, in the pipeline of the ledger flush that writes the records'
 // marks: give it as the Count of the Batcher given as [Deps].Ledger, with
 // the same store as [Deps].Campaigns.
@@ -103,6 +104,10 @@ func CampaignCounts(store CampaignAdder, channel string) ledger.CountWriter {
 			}
 			if reason, ok := strings.CutPrefix(c.Field, countDLQ); ok {
 				n.DeadLetters[reason]++
+				continue
+			}
+			if c.Field == countDuplicates {
+				n.Duplicates++
 				continue
 			}
 			n.Delivered++
@@ -123,7 +128,17 @@ func CampaignCounts(store CampaignAdder, channel string) ledger.CountWriter {
 				if n == nil {
 					continue
 				}
-				if reason, ok := strings.CutPrefix(c.Field, countDLQ); ok && n.DeadLetters[reason] > 0 || !ok && n.Delivered > 0 {
+				reason, dlq := strings.CutPrefix(c.Field, countDLQ)
+				switch {
+				case dlq:
+					if n.DeadLetters[reason] > 0 {
+						out = append(out, c)
+					}
+				case c.Field == countDuplicates:
+					if n.Duplicates > 0 {
+						out = append(out, c)
+					}
+				case n.Delivered > 0:
 					out = append(out, c)
 				}
 			}
@@ -267,6 +282,28 @@ func stateName(s control.State) string {
 // count adds one finished record of campaign: delivered, or dead-lettered
 // with reason (label, the part before ":").
 func (c *campaigns) count(campaign string, delivered bool, reason string) {
+	c.add(campaign, func(n *control.Counts) {
+		if delivered {
+			now := time.Now().UnixMilli()
+			if n.First == 0 {
+				n.First = now
+			}
+			n.Last = now
+			n.Delivered++
+			return
+		}
+		n.DeadLetters[reason]++
+	})
+}
+
+// countDuplicate adds one record of campaign skipped as published again
+// (see [Pacer.republished]).
+func (c *campaigns) countDuplicate(campaign string) {
+	c.add(campaign, func(n *control.Counts) { n.Duplicates++ })
+}
+
+// add applies inc to campaign's counts not yet written.
+func (c *campaigns) add(campaign string, inc func(*control.Counts)) {
 	if campaign == "" {
 		return
 	}
@@ -277,16 +314,7 @@ func (c *campaigns) count(campaign string, delivered bool, reason string) {
 		n = &control.Counts{DeadLetters: map[string]int64{}}
 		c.counts[campaign] = n
 	}
-	if delivered {
-		now := time.Now().UnixMilli()
-		if n.First == 0 {
-			n.First = now
-		}
-		n.Last = now
-		n.Delivered++
-		return
-	}
-	n.DeadLetters[reason]++
+	inc(n)
 }
 
 // flush adds the counts gathered so far to Redis; on failure they are kept
@@ -309,6 +337,7 @@ func (c *campaigns) flush(ctx context.Context) {
 				continue
 			}
 			m.Delivered += n.Delivered
+			m.Duplicates += n.Duplicates
 			m.First = min(m.First, n.First)
 			if m.First == 0 {
 				m.First = n.First

@@ -788,7 +788,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 	// Shutdown: stop fetching (done), let sends finish within Drain, commit.
 	p.setConsuming(false)
 	p.log.Info("shutting down: draining in-flight sends", "drain", p.cfg.Drain)
-	p.stopAll()
+	ws := p.stopAll()
 	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Drain)
 	defer cancel()
 	if p.camps != nil {
@@ -796,6 +796,8 @@ func (p *Pacer) Run(ctx context.Context) error {
 	}
 	if err := cl.CommitMarkedOffsets(commitCtx); err != nil {
 		p.log.Error("final commit failed; finished records will be re-delivered (the ledger skips delivered ones)", "err", err)
+	} else {
+		p.tightenHorizons(commitCtx, ws)
 	}
 	cl.Close()
 	p.log.Info("pacer stopped", p.tally.summary(time.Since(p.started))...)
@@ -953,9 +955,11 @@ func (p *Pacer) assigned(_ context.Context, cl *kgo.Client, parts map[string][]i
 }
 
 func (p *Pacer) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
-	p.stop(parts, true)
+	ws := p.stop(parts, true)
 	if err := cl.CommitMarkedOffsets(ctx); err != nil {
 		p.log.Warn("commit on revoke failed; finished records will be re-delivered", "err", err)
+	} else {
+		p.tightenHorizons(ctx, ws)
 	}
 	p.log.Info("partitions revoked", "partitions", fmt.Sprint(parts))
 }
@@ -965,11 +969,11 @@ func (p *Pacer) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32)
 	p.log.Warn("partitions lost", "partitions", fmt.Sprint(parts))
 }
 
-// stop ends the workers of parts and waits for them; an in-flight send
-// finishes (bounded by SendTimeout and Drain). With handover (a revoke: the
-// partitions are still ours until it returns) their held records are
-// parked first, see [worker.parkHeld].
-func (p *Pacer) stop(parts map[string][]int32, handover bool) {
+// stop ends the workers of parts, waits for them and returns them; an
+// in-flight send finishes (bounded by SendTimeout and Drain). With handover
+// (a revoke: the partitions are still ours until it returns) their held
+// records are parked first, see [worker.parkHeld].
+func (p *Pacer) stop(parts map[string][]int32, handover bool) []*worker {
 	var ws []*worker
 	p.mu.Lock()
 	for topic, ps := range parts {
@@ -983,9 +987,12 @@ func (p *Pacer) stop(parts map[string][]int32, handover bool) {
 	p.m.partitions.WithLabelValues().Set(float64(len(p.workers)))
 	p.mu.Unlock()
 	p.waitWorkers(ws, handover)
+	return ws
 }
 
-func (p *Pacer) stopAll() {
+// stopAll stops every worker as [Pacer.stop] does (with handover) and
+// returns them.
+func (p *Pacer) stopAll() []*worker {
 	p.mu.Lock()
 	ws := make([]*worker, 0, len(p.workers))
 	for k, w := range p.workers {
@@ -995,6 +1002,7 @@ func (p *Pacer) stopAll() {
 	p.m.partitions.WithLabelValues().Set(0)
 	p.mu.Unlock()
 	p.waitWorkers(ws, true)
+	return ws
 }
 
 func (p *Pacer) waitWorkers(ws []*worker, handover bool) {

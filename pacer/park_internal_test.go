@@ -88,3 +88,54 @@ func TestSlotAfter(t *testing.T) {
 		}
 	})
 }
+
+// TestRereadCarriedToCopies: a record read again by its partition's next
+// owner (pacer-reread) keeps the mark on its parked, chained and retry
+// copies, and a duplicate of it, or of a DLQ-replayed record, or of a
+// record with no campaign, is not counted as its campaign published again;
+// a first reading, or a copy of one, is.
+func TestRereadCarriedToCopies(t *testing.T) {
+	p := &Pacer{cfg: Config{Topic: "t", RetryDelays: []time.Duration{5 * time.Second}}}
+	fresh := &kgo.Record{Topic: "t", Partition: 1, Offset: 9, Key: []byte("k"), Value: []byte("v")}
+	reread := &kgo.Record{Topic: "t", Partition: 1, Offset: 9, Key: []byte("k"), Value: []byte("v"),
+		Headers: []kgo.RecordHeader{{Key: hReread, Value: []byte("1")}}}
+	chainOf := &chain{token: "o-1"}
+	for _, c := range []struct {
+		name string
+		copy func(r *kgo.Record) *kgo.Record
+	}{
+		{"parked", func(r *kgo.Record) *kgo.Record { c, _ := p.parkCopy(r, time.Now().Add(time.Second)); return c }},
+		{"chained", func(r *kgo.Record) *kgo.Record { return p.chainCopy(r, chainOf) }},
+		{"retry", func(r *kgo.Record) *kgo.Record {
+			m := readMeta(r)
+			m.attempt++
+			return &kgo.Record{Headers: m.headers(r)}
+		}},
+	} {
+		if got := header(c.copy(reread), hReread); got != "1" {
+			t.Errorf("%s copy of a record read again: pacer-reread %q, want 1", c.name, got)
+		}
+		if got := header(c.copy(fresh), hReread); got != "" {
+			t.Errorf("%s copy of a first reading: pacer-reread %q, want none", c.name, got)
+		}
+		cp := c.copy(fresh)
+		if f := (&flight{r: cp, m: readMeta(cp), env: Envelope{Campaign: "spring"}}); !p.republished(f) {
+			t.Errorf("%s copy of a first reading: not counted as published again", c.name)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		r    *kgo.Record
+		camp string
+		want bool
+	}{
+		{"first reading", fresh, "spring", true},
+		{"read again", reread, "spring", false},
+		{"no campaign", fresh, "", false},
+		{"replayed", &kgo.Record{Topic: "t", Headers: []kgo.RecordHeader{{Key: hReplayed, Value: []byte("1")}}}, "spring", false},
+	} {
+		if got := p.republished(&flight{r: c.r, m: readMeta(c.r), env: Envelope{Campaign: c.camp}}); got != c.want {
+			t.Errorf("%s: republished %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -21,6 +21,14 @@ const lookupTimeout = 2 * time.Second
 // horizonStore is what a Ledger may offer (*ledger.Ledger and
 // *ledger.Batcher do) to record which records of a partition its owners
 // may have handled.
+// stopHorizonStore records the stop horizons of partitions (an owner that
+// stopped cleanly: what it fetched); *ledger.Ledger and *ledger.Batcher
+// implement it.
+type stopHorizonStore interface {
+	SetStopHorizons(ctx context.Context, channel string, ps []ledger.Partition, offs []int64) error
+	TakeStopHorizons(ctx context.Context, channel string, ps []ledger.Partition) ([]int64, error)
+}
+
 type horizonStore interface {
 	Horizons(ctx context.Context, channel string, ps []ledger.Partition) ([]int64, error)
 	SetHorizons(ctx context.Context, channel string, ps []ledger.Partition, offs []int64) error
@@ -58,6 +66,7 @@ func (p *Pacer) horizons(ctx context.Context, fs []*fetched) {
 	for _, f := range fs {
 		if f.w.backlogEnd < 0 {
 			f.w.backlogEnd = f.hwm // unless the horizon says less (below)
+			f.w.rereadEnd = f.hwm  // unless a stop horizon or the horizon says less
 			first = append(first, f)
 		}
 	}
@@ -81,7 +90,24 @@ func (p *Pacer) horizons(ctx context.Context, fs []*fetched) {
 		} else {
 			for i, f := range first {
 				f.w.backlogEnd = min(f.hwm, max(offs[i], 0))
+				f.w.rereadEnd = f.w.backlogEnd
 				f.w.horizon = offs[i]
+			}
+		}
+		// A stop horizon is read only when the horizons were (Redis
+		// answers): without them every record below the high watermark
+		// counts as read again.
+		if ss, ok := p.ledger.(stopHorizonStore); ok && err == nil {
+			stops, err := ss.TakeStopHorizons(hctx, p.cfg.Channel, ps)
+			if err != nil {
+				p.m.redisErrors.WithLabelValues().Inc()
+				p.log.Debug("stop horizons unreadable; records below the horizons count as read again", "err", err)
+			} else {
+				for i, f := range first {
+					if stops[i] >= 0 {
+						f.w.rereadEnd = min(f.hwm, stops[i])
+					}
+				}
 			}
 		}
 	}
@@ -196,5 +222,43 @@ func (p *Pacer) skipKnown(ctx context.Context, fs []*fetched) {
 	}
 	if n > 0 {
 		p.log.Info("records read again were handled already: skipped before their slots", "records", n, "read", len(refs))
+	}
+}
+
+// tightenHorizons records, for each of ws stopped cleanly (a revoke or a
+// shutdown, after the commit that followed), its partition's stop horizon:
+// one more than the highest offset it fetched, and at least its rereadEnd
+// (what a previous owner may have handled), tighter than the horizon,
+// which runs up to horizonAhead offsets ahead. The next owner takes it
+// ([ledger.Ledger.TakeStopHorizons]) before it handles anything: records
+// below it were read by an owner before, those past it (published after
+// the stop) were not, so a duplicate among them (a campaign published
+// again while no pacer ran) counts in its campaign's duplicates (see
+// [Pacer.republished]) rather than reading as a record read again; the
+// records below the horizon are still read in the ledger before their
+// slots. One round trip; a failure (logged at debug) leaves none, so the
+// next owner takes the horizon as the bound. Workers that fetched nothing
+// are left out.
+func (p *Pacer) tightenHorizons(ctx context.Context, ws []*worker) {
+	ss, ok := p.ledger.(stopHorizonStore)
+	if !ok || !p.redisOK.Load() {
+		return
+	}
+	var ps []ledger.Partition
+	var offs []int64
+	for _, w := range ws {
+		if h := w.stopHorizon.Load(); h > 0 {
+			ps = append(ps, ledger.Partition{Group: p.cfg.Group, Topic: w.tp.topic, Partition: w.tp.partition})
+			offs = append(offs, h)
+		}
+	}
+	if len(ps) == 0 {
+		return
+	}
+	hctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	if err := ss.SetStopHorizons(hctx, p.cfg.Channel, ps, offs); err != nil {
+		p.m.redisErrors.WithLabelValues().Inc()
+		p.log.Debug("partition stop horizons not written; the next owners count the records below the horizons as read again", "err", err)
 	}
 }

@@ -47,6 +47,16 @@ type worker struct {
 	// (-1: none): it records a higher one before it handles a record at or
 	// past it (see [Pacer.horizons]). Poll loop only.
 	horizon int64
+	// rereadEnd bounds the records a previous owner may have handled, as
+	// tightly as known (the stop horizon of an owner that stopped cleanly,
+	// else backlogEnd): those below it are read again, not published again
+	// (see meta.reread). Poll loop only.
+	rereadEnd int64
+	// stopHorizon is the stop horizon to record when the worker stops
+	// cleanly (see [Pacer.tightenHorizons]): one more than the highest
+	// offset it fetched, and at least its rereadEnd; 0 before its first
+	// push.
+	stopHorizon atomic.Int64
 
 	mu      sync.Mutex
 	stopped bool
@@ -119,7 +129,7 @@ func newWorker(p *Pacer, cl *kgo.Client, k tp) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
 	parkCtx, parkCancel := context.WithCancel(context.Background())
 	return &worker{p: p, cl: cl, tp: k, ctx: ctx, cancel: cancel, parkCtx: parkCtx, parkCancel: parkCancel,
-		done: make(chan struct{}), keys: map[string]*keyQueue{}, chains: map[string]*chain{}, backlogEnd: -1, horizon: -1}
+		done: make(chan struct{}), keys: map[string]*keyQueue{}, chains: map[string]*chain{}, backlogEnd: -1, rereadEnd: -1, horizon: -1}
 }
 
 // keyRates returns key's rate and ceiling in msgs/s as this process knows
@@ -229,6 +239,9 @@ func (w *worker) push(rs []*kgo.Record, skip []bool, envs []Envelope) {
 		return
 	}
 	w.p.m.queued.WithLabelValues().Add(float64(len(rs)))
+	if len(rs) > 0 {
+		w.stopHorizon.Store(max(w.stopHorizon.Load(), w.rereadEnd, rs[len(rs)-1].Offset+1))
+	}
 	// A fetch asked for while the partition held fewer than maxHeld
 	// records is held whole: one fetch is bounded in bytes
 	// (FetchMaxPartitionBytes, compressed), and a first fetch of a backlog
@@ -244,7 +257,18 @@ func (w *worker) push(rs []*kgo.Record, skip []bool, envs []Envelope) {
 			w.finish(e)
 			w.p.m.duplicates.WithLabelValues().Inc()
 			w.p.tally.count(duplicate)
+			// Looked up because a previous owner may have handled it
+			// (below backlogEnd), but fetched by none before (at or past
+			// rereadEnd): a record published again.
+			if e.env != nil && r.Offset >= w.rereadEnd && header(r, hReread) == "" && header(r, hReplayed) != "1" {
+				w.p.countDuplicate(e.env.Campaign)
+			}
 			continue
+		}
+		if r.Offset < w.rereadEnd && header(r, hReread) == "" {
+			// Read again: a previous owner may have handled it. Its
+			// handling and its copies know it (meta.reread).
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: hReread, Value: []byte("1")})
 		}
 		if len(r.Key) == 0 {
 			// A record published without a key (a producer of its own)

@@ -288,12 +288,15 @@ func (s *Store) States(ctx context.Context, channel string, campaigns []string) 
 	return out, nil
 }
 
-// Counts are a batch of one campaign's outcomes to add: Delivered, and
-// dead-lettered by reason; First and Last are the Unix ms of the batch's
-// first and last delivery (0 when none).
+// Counts are a batch of one campaign's outcomes to add: Delivered,
+// dead-lettered by reason, and Duplicates (records skipped because their
+// id was delivered or dead-lettered by another record published before
+// them: a publish of the same ids again); First and Last are the Unix ms of
+// the batch's first and last delivery (0 when none).
 type Counts struct {
 	Delivered   int64
 	DeadLetters map[string]int64
+	Duplicates  int64
 	First, Last int64
 }
 
@@ -330,7 +333,7 @@ func (s *Store) AddTo(ctx context.Context, pipe redis.Pipeliner, channel string,
 	sort.Strings(names)
 	s.touch(ctx, pipe, channel, time.Now(), names...)
 	type incr struct {
-		campaign, reason string // reason "" : delivered
+		campaign, reason string // reason "": delivered; reasonDup: duplicates
 		n                int64
 		cmd              *redis.IntCmd
 	}
@@ -345,6 +348,9 @@ func (s *Store) AddTo(ctx context.Context, pipe redis.Pipeliner, channel string,
 		}
 		for r, v := range n.DeadLetters {
 			incrs = append(incrs, incr{campaign: c, reason: r, n: v, cmd: pipe.HIncrBy(ctx, k, "dlq:"+r, v)})
+		}
+		if n.Duplicates > 0 {
+			incrs = append(incrs, incr{campaign: c, reason: reasonDup, n: n.Duplicates, cmd: pipe.HIncrBy(ctx, k, "duplicates", n.Duplicates)})
 		}
 	}
 	return func() map[string]*Counts {
@@ -361,15 +367,22 @@ func (s *Store) AddTo(ctx context.Context, pipe redis.Pipeliner, channel string,
 				m = &Counts{DeadLetters: map[string]int64{}}
 				out[in.campaign] = m
 			}
-			if in.reason == "" {
+			switch in.reason {
+			case "":
 				m.Delivered, m.First, m.Last = in.n, counts[in.campaign].First, counts[in.campaign].Last
-			} else {
+			case reasonDup:
+				m.Duplicates = in.n
+			default:
 				m.DeadLetters[in.reason] = in.n
 			}
 		}
 		return out
 	}
 }
+
+// reasonDup marks the duplicates counter among AddTo's increments (a DLQ
+// reason label never holds a newline).
+const reasonDup = "\nduplicates"
 
 // AddPublished adds the records published per campaign (by pacer publish
 // or the ingest API, once Kafka acknowledged them): one pipelined round
@@ -400,7 +413,8 @@ type Status struct {
 	Published   int64            `json:"published"`    // -1 when unknown (not published through pacer publish)
 	Delivered   int64            `json:"delivered"`    // accepted by the provider
 	DeadLetters map[string]int64 `json:"dead_letters"` // by reason
-	Remaining   int64            `json:"remaining"`    // -1 when published is unknown
+	Duplicates  int64            `json:"duplicates"`   // skipped: published again after their id was delivered or dead-lettered
+	Remaining   int64            `json:"remaining"`    // published - delivered - dead-lettered - duplicates, at least 0; -1 when published is unknown
 	Rate        float64          `json:"rate"`         // msgs/s between the first and the last delivery
 	ETASeconds  float64          `json:"eta_seconds"`  // remaining / rate; -1 when unknown or the campaign is paused or cancelled
 	First       time.Time        `json:"first_delivery,omitzero"`
@@ -409,7 +423,8 @@ type Status struct {
 }
 
 // Known reports whether Redis holds anything of campaign on channel: a
-// state, a counter (published, delivered, dead-lettered). One EXISTS.
+// state, a counter (published, delivered, dead-lettered, duplicates). One
+// EXISTS.
 func (s *Store) Known(ctx context.Context, channel, campaign string) (bool, error) {
 	n, err := s.rdb.Exists(ctx, s.keys.Campaign(channel, campaign)).Result()
 	return n > 0, err
@@ -464,6 +479,7 @@ func parseStatus(campaign string, m map[string]string) Status {
 		st.Published = num("published")
 	}
 	st.Delivered = num("delivered")
+	st.Duplicates = num("duplicates")
 	dead := int64(0)
 	for f := range m {
 		if r, ok := strings.CutPrefix(f, "dlq:"); ok {
@@ -478,7 +494,7 @@ func parseStatus(campaign string, m map[string]string) Status {
 		}
 	}
 	if st.Published >= 0 {
-		st.Remaining = max(st.Published-st.Delivered-dead, 0)
+		st.Remaining = max(st.Published-st.Delivered-dead-st.Duplicates, 0)
 		if st.Remaining == 0 {
 			st.ETASeconds = 0
 		} else if st.State == "running" && st.Rate > 0 { // a paused or cancelled campaign has none

@@ -80,6 +80,81 @@ func (l *Ledger) SetHorizons(ctx context.Context, channel string, ps []Partition
 	return nil
 }
 
+// SetStopHorizons records the stop horizon offs[i] (an offset, >= 0) of
+// each partition ps[i] of channel, kept for the ledger's TTL: an owner that
+// stopped cleanly, after its last commit, sets it to one more than the
+// highest offset it fetched (at least what it knew a previous owner may
+// have handled), a tighter bound than the horizon, which runs ahead. One
+// round trip (a pipeline of SETs). Errors wrap Redis's.
+func (l *Ledger) SetStopHorizons(ctx context.Context, channel string, ps []Partition, offs []int64) error {
+	if len(ps) != len(offs) {
+		return fmt.Errorf("ledger: %d stop horizons for %d partitions", len(offs), len(ps))
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	pipe := l.rdb.Pipeline()
+	for i, p := range ps {
+		pipe.Set(ctx, l.keys.StopHorizon(channel, p.Group, p.Topic, p.Partition), offs[i], l.ttl)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("ledger: set stop horizons: %w", err)
+	}
+	return nil
+}
+
+// TakeStopHorizons reads and removes the stop horizon of each partition of
+// channel ([Ledger.SetStopHorizons]), so that it bounds only the records
+// of the owner that set it: a partition's next owner takes it before it
+// handles anything, and a crash of that owner leaves none. -1 where none
+// is recorded. One round trip (a pipeline of a GET and a DEL per
+// partition). The answer has one value per partition, in order; on an
+// error (wrapping Redis's) every value is -1.
+func (l *Ledger) TakeStopHorizons(ctx context.Context, channel string, ps []Partition) ([]int64, error) {
+	out := make([]int64, len(ps))
+	for i := range out {
+		out[i] = -1
+	}
+	if len(ps) == 0 {
+		return out, nil
+	}
+	pipe := l.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(ps))
+	for i, p := range ps {
+		k := l.keys.StopHorizon(channel, p.Group, p.Topic, p.Partition)
+		cmds[i] = pipe.Get(ctx, k)
+		pipe.Del(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return out, fmt.Errorf("ledger: stop horizons: %w", err)
+	}
+	for i, c := range cmds {
+		s, err := c.Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		n, perr := strconv.ParseInt(s, 10, 64)
+		if err != nil || perr != nil || n < 0 {
+			for j := range out {
+				out[j] = -1
+			}
+			return out, fmt.Errorf("ledger: stop horizon of %s/%d: %q %v", ps[i].Topic, ps[i].Partition, s, errors.Join(err, perr))
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// SetStopHorizons is [Ledger.SetStopHorizons], written at once.
+func (b *Batcher) SetStopHorizons(ctx context.Context, channel string, ps []Partition, offs []int64) error {
+	return b.l.SetStopHorizons(ctx, channel, ps, offs)
+}
+
+// TakeStopHorizons is [Ledger.TakeStopHorizons], at once.
+func (b *Batcher) TakeStopHorizons(ctx context.Context, channel string, ps []Partition) ([]int64, error) {
+	return b.l.TakeStopHorizons(ctx, channel, ps)
+}
+
 // Horizons is [Ledger.Horizons], read at once (not batched).
 func (b *Batcher) Horizons(ctx context.Context, channel string, ps []Partition) ([]int64, error) {
 	return b.l.Horizons(ctx, channel, ps)

@@ -500,3 +500,30 @@ func TestHorizons(t *testing.T) {
 		}
 	})
 }
+
+// TakeStopHorizons reads what SetStopHorizons wrote and removes it, so a
+// second take finds none (-1), on a single server and under Redis Cluster;
+// the stop horizons are apart from the horizons.
+func TestStopHorizons(t *testing.T) {
+	for name, l := range ledgers(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			ps := []ledger.Partition{{Group: "g", Topic: "s", Partition: 0}, {Group: "g", Topic: "s", Partition: 1}, {Group: "g", Topic: "s", Partition: 2}}
+			if err := l.SetStopHorizons(ctx, "whatsapp", ps[:2], []int64{40, 7}); err != nil {
+				t.Fatal(err)
+			}
+			if offs, err := l.Horizons(ctx, "whatsapp", ps); err != nil || fmt.Sprint(offs) != "[-1 -1 -1]" {
+				t.Fatalf("horizons after SetStopHorizons: %v, %v; want none", offs, err)
+			}
+			if offs, err := l.TakeStopHorizons(ctx, "whatsapp", ps); err != nil || fmt.Sprint(offs) != "[40 7 -1]" {
+				t.Fatalf("first take: %v, %v; want [40 7 -1]", offs, err)
+			}
+			if offs, err := l.TakeStopHorizons(ctx, "whatsapp", ps); err != nil || fmt.Sprint(offs) != "[-1 -1 -1]" {
+				t.Fatalf("second take: %v, %v; want [-1 -1 -1] (taken)", offs, err)
+			}
+			if err := l.SetStopHorizons(ctx, "whatsapp", ps, []int64{1}); err == nil {
+				t.Fatal("3 partitions, 1 stop horizon: no error")
+			}
+		})
+	}
+}

@@ -281,7 +281,7 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 		return fmt.Errorf("campaign status: %w", err)
 	}
 	known := true
-	if s.State == "running" && s.Published < 0 && s.Delivered == 0 && len(s.DeadLetters) == 0 {
+	if s.State == "running" && s.Published < 0 && s.Delivered == 0 && len(s.DeadLetters) == 0 && s.Duplicates == 0 {
 		if known, err = st.Known(ctx, *channel, *campaign); err != nil {
 			return fmt.Errorf("campaign status: %w", err)
 		}
@@ -314,6 +314,7 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	for _, r := range reasons {
 		fmt.Fprintf(stdout, "    %-20s %d\n", r, s.DeadLetters[r])
 	}
+	fmt.Fprintf(stdout, "  duplicates    %d\n", s.Duplicates)
 	fmt.Fprintf(stdout, "  remaining     %s\n", unknown(s.Remaining))
 	fmt.Fprintf(stdout, "  rate          %.1f msgs/s\n", s.Rate)
 	eta := "unknown"

@@ -369,6 +369,75 @@ func runCancel(t *testing.T, per, replicas int) {
 	}
 }
 
+// TestLiveRepublishCounted: a campaign file published again while `pacer
+// run` is up, after its first publish was delivered: the provider gets
+// nothing twice, and campaign status counts the second publish's records
+// as duplicates, so remaining reaches 0 (it read published 80, delivered
+// 40, remaining 40 for good).
+func TestLiveRepublishCounted(t *testing.T) { runRepublish(t, false) }
+
+// TestLiveRepublishWhileStopped: the same, published again while no
+// `pacer run` is up (stopped cleanly after the first publish was
+// delivered): the next run reads the second publish past the partitions'
+// horizons, not as records read again, and counts it as duplicates.
+func TestLiveRepublishWhileStopped(t *testing.T) { runRepublish(t, true) }
+
+// runRepublish publishes 40 messages of campaign R on two numbers, waits
+// until they are delivered, publishes them again (with pacer run stopped
+// in between when restart), and checks the provider and campaign status.
+func runRepublish(t *testing.T, restart bool) {
+	e := newE2E(t, whatsapptest.Config{Rate: 20, Burst: 2, Latency: 5 * time.Millisecond})
+	keys := []string{"10654860001", "10654860002"}
+	var b strings.Builder
+	campaignLines(&b, "R", keys, 20, "")
+	total := 2 * 20
+	env := []string{"PACER_WHATSAPP_RATE=20", "PACER_WHATSAPP_BURST=1"}
+	ps := e.startAndPublish(b.String(), 1, env...)
+	e.waitDelivered(total, 60*time.Second, ps...)
+	if restart {
+		ps[0].stop(t)
+	}
+	if code, out, errs := e.publish(b.String(), "--partitions", "2"); code != 0 {
+		t.Fatalf("publish again: %d %s %s", code, out, errs)
+	}
+	if restart {
+		ps = []*proc{e.run(env...)}
+	}
+	var st struct {
+		Published   int64            `json:"published"`
+		Delivered   int64            `json:"delivered"`
+		DeadLetters map[string]int64 `json:"dead_letters"`
+		Duplicates  int64            `json:"duplicates"`
+		Remaining   *int64           `json:"remaining"`
+	}
+	if !waitFor(60*time.Second, func() bool {
+		if err := json.Unmarshal([]byte(e.cli("campaign", "status", "--channel", "whatsapp", "--campaign", "R", "--json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Duplicates >= int64(total)
+	}) {
+		t.Fatalf("campaign status never counted the %d records published again: published %d, delivered %d, duplicates %d\n%s",
+			total, st.Published, st.Delivered, st.Duplicates, ps[0].logs())
+	}
+	time.Sleep(1500 * time.Millisecond) // a count of more would land within a flush or two
+	if err := json.Unmarshal([]byte(e.cli("campaign", "status", "--channel", "whatsapp", "--campaign", "R", "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	text := e.cli("campaign", "status", "--channel", "whatsapp", "--campaign", "R")
+	stopAll(t, ps)
+	if d, dups := e.delivered(); d != total || dups != 0 {
+		t.Errorf("the provider got %d (duplicates %d), want %d once", d, dups, total)
+	}
+	if st.Published != int64(2*total) || st.Delivered != int64(total) || len(st.DeadLetters) != 0 ||
+		st.Duplicates != int64(total) || st.Remaining == nil || *st.Remaining != 0 {
+		t.Errorf("campaign status %+v (remaining %v); want published %d, delivered %d, duplicates %d, remaining 0",
+			st, st.Remaining, 2*total, total, total)
+	}
+	if !strings.Contains(text, fmt.Sprintf("  duplicates    %d\n", total)) || !strings.Contains(text, "  remaining     0\n") {
+		t.Errorf("campaign status text lacks duplicates %d and remaining 0:\n%s", total, text)
+	}
+}
+
 // runPriority publishes backlog normal messages of one number at rate/s,
 // then one high one, and returns the high one's latency from the end of its
 // publish to its arrival at the fake, and the handoffs counted.

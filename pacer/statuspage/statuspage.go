@@ -83,7 +83,8 @@ type Campaign struct {
 	Published    int64            `json:"published"` // -1 when unknown (not published through pacer publish or the ingest API)
 	Delivered    int64            `json:"delivered"`
 	DeadLettered map[string]int64 `json:"dead_lettered"` // by DLQ reason
-	Remaining    int64            `json:"remaining"`     // published - delivered - dead-lettered; -1 when unknown
+	Duplicates   int64            `json:"duplicates"`    // skipped: published again after their id was delivered or dead-lettered
+	Remaining    int64            `json:"remaining"`     // published - delivered - dead-lettered - duplicates, at least 0; -1 when unknown
 	Achieved     float64          `json:"achieved"`      // msgs/s between its first and last delivery
 	ETASeconds   float64          `json:"eta_seconds"`   // remaining at Achieved; -1 unknown
 	LastActive   time.Time        `json:"last_active"`   // last publish, count or state change
@@ -343,7 +344,7 @@ func (pg *Page) campaigns(ctx context.Context, now time.Time) ([]Campaign, error
 			continue
 		}
 		out = append(out, Campaign{Name: st.Campaign, State: st.State, Published: st.Published, Delivered: st.Delivered,
-			DeadLettered: st.DeadLetters, Remaining: st.Remaining, Achieved: st.Rate, ETASeconds: st.ETASeconds,
+			DeadLettered: st.DeadLetters, Duplicates: st.Duplicates, Remaining: st.Remaining, Achieved: st.Rate, ETASeconds: st.ETASeconds,
 			LastActive: st.LastActive})
 	}
 	// Unfinished first; Recent gave them most recently active first.

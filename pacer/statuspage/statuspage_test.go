@@ -124,7 +124,7 @@ func scenario(t *testing.T, rdb redis.UniversalClient, cfg Config) {
 // campaignScenario writes three campaigns' counters as the pacers,
 // pacer publish and pacer campaign do: spring running (1,000 published, 600
 // delivered over 20 s, 10 dead-lettered as permanent), autumn paused (200
-// published, 50 delivered), and old, finished 2 hours ago (not shown).
+// published, 50 delivered, 30 skipped as published again), and old, finished 2 hours ago (not shown).
 func campaignScenario(t *testing.T, rdb redis.UniversalClient, cfg Config) {
 	t.Helper()
 	ctx := context.Background()
@@ -135,7 +135,7 @@ func campaignScenario(t *testing.T, rdb redis.UniversalClient, cfg Config) {
 	}
 	if err := ctl.Add(ctx, channel, map[string]*control.Counts{
 		"spring": {Delivered: 600, DeadLetters: map[string]int64{"permanent": 10}, First: now.Add(-20 * time.Second).UnixMilli(), Last: now.UnixMilli()},
-		"autumn": {Delivered: 50, DeadLetters: map[string]int64{}, First: now.Add(-10 * time.Second).UnixMilli(), Last: now.UnixMilli()},
+		"autumn": {Delivered: 50, DeadLetters: map[string]int64{}, Duplicates: 30, First: now.Add(-10 * time.Second).UnixMilli(), Last: now.UnixMilli()},
 		"old":    {Delivered: 10, DeadLetters: map[string]int64{}, First: now.Add(-3 * time.Hour).UnixMilli(), Last: now.Add(-2 * time.Hour).UnixMilli()},
 	}); err != nil {
 		t.Fatal(err)
@@ -207,8 +207,8 @@ func TestStatusAddsUpReplicas(t *testing.T) {
 		sp.Remaining != 390 || sp.Achieved < 29.9 || sp.Achieved > 30 || sp.ETASeconds < 13 || sp.ETASeconds > 13.1 {
 		t.Errorf("spring %+v; want running, 600 of 1000 delivered, 10 permanent, 390 remaining at ~29.95/s, ETA ~13 s", sp)
 	}
-	if au.Name != "autumn" || au.State != "paused" || au.Published != 200 || au.Delivered != 50 || au.Remaining != 150 {
-		t.Errorf("autumn %+v; want paused, 50 of 200 delivered, 150 remaining", au)
+	if au.Name != "autumn" || au.State != "paused" || au.Published != 200 || au.Delivered != 50 || au.Duplicates != 30 || au.Remaining != 120 {
+		t.Errorf("autumn %+v; want paused, 50 of 200 delivered, 30 duplicates, 120 remaining", au)
 	}
 
 	// Search and top-N over every key.
@@ -400,7 +400,7 @@ func TestPageInChromium(t *testing.T) {
 	if got := campaignRow(t, dom, "spring"); got != "spring|running|600 / 1,000|61 %|390|permanent 10|30|13 s" {
 		t.Errorf("row of campaign spring: %q", got)
 	}
-	if got := campaignRow(t, dom, "autumn"); got != "autumn|paused|50 / 200|25 %|150|0|4.9|paused" {
+	if got := campaignRow(t, dom, "autumn"); got != "autumn|paused|50 / 200, 30 duplicates|40 %|120|0|4.9|paused" {
 		t.Errorf("row of campaign autumn: %q", got)
 	}
 	if strings.Contains(dom, `data-campaign="old"`) {
