@@ -26,36 +26,9 @@ type Partition struct {
 // per partition, in order; on an error (wrapping Redis's) every value is
 // -1 and the caller cannot tell which records were handled.
 func (l *Ledger) Horizons(ctx context.Context, channel string, ps []Partition) ([]int64, error) {
-	out := make([]int64, len(ps))
-	for i := range out {
-		out[i] = -1
-	}
-	if len(ps) == 0 {
-		return out, nil
-	}
-	pipe := l.rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(ps))
-	for i, p := range ps {
-		cmds[i] = pipe.Get(ctx, l.keys.Horizon(channel, p.Group, p.Topic, p.Partition))
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return out, fmt.Errorf("ledger: horizons: %w", err)
-	}
-	for i, c := range cmds {
-		s, err := c.Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		n, perr := strconv.ParseInt(s, 10, 64)
-		if err != nil || perr != nil || n < 0 {
-			for j := range out {
-				out[j] = -1
-			}
-			return out, fmt.Errorf("ledger: horizon of %s/%d: %q %v", ps[i].Topic, ps[i].Partition, s, errors.Join(err, perr))
-		}
-		out[i] = n
-	}
-	return out, nil
+	return l.offsets(ctx, ps, "horizon", func(pipe redis.Pipeliner, p Partition) *redis.StringCmd {
+		return pipe.Get(ctx, l.keys.Horizon(channel, p.Group, p.Topic, p.Partition))
+	})
 }
 
 // SetHorizons records the horizon offs[i] (an offset, >= 0) of each
@@ -111,6 +84,20 @@ func (l *Ledger) SetStopHorizons(ctx context.Context, channel string, ps []Parti
 // partition). The answer has one value per partition, in order; on an
 // error (wrapping Redis's) every value is -1.
 func (l *Ledger) TakeStopHorizons(ctx context.Context, channel string, ps []Partition) ([]int64, error) {
+	return l.offsets(ctx, ps, "stop horizon", func(pipe redis.Pipeliner, p Partition) *redis.StringCmd {
+		k := l.keys.StopHorizon(channel, p.Group, p.Topic, p.Partition)
+		get := pipe.Get(ctx, k)
+		pipe.Del(ctx, k)
+		return get
+	})
+}
+
+// offsets reads one offset (a decimal integer >= 0) per partition of ps in
+// one pipeline, whose commands add queues for each partition, returning
+// the GET that answers it: -1 where the key is missing. what names the
+// value in errors (wrapping Redis's, or naming the partition whose value
+// is not an offset); on an error every value is -1.
+func (l *Ledger) offsets(ctx context.Context, ps []Partition, what string, add func(redis.Pipeliner, Partition) *redis.StringCmd) ([]int64, error) {
 	out := make([]int64, len(ps))
 	for i := range out {
 		out[i] = -1
@@ -121,12 +108,10 @@ func (l *Ledger) TakeStopHorizons(ctx context.Context, channel string, ps []Part
 	pipe := l.rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(ps))
 	for i, p := range ps {
-		k := l.keys.StopHorizon(channel, p.Group, p.Topic, p.Partition)
-		cmds[i] = pipe.Get(ctx, k)
-		pipe.Del(ctx, k)
+		cmds[i] = add(pipe, p)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return out, fmt.Errorf("ledger: stop horizons: %w", err)
+		return out, fmt.Errorf("ledger: %ss: %w", what, err)
 	}
 	for i, c := range cmds {
 		s, err := c.Result()
@@ -138,7 +123,7 @@ func (l *Ledger) TakeStopHorizons(ctx context.Context, channel string, ps []Part
 			for j := range out {
 				out[j] = -1
 			}
-			return out, fmt.Errorf("ledger: stop horizon of %s/%d: %q %v", ps[i].Topic, ps[i].Partition, s, errors.Join(err, perr))
+			return out, fmt.Errorf("ledger: %s of %s/%d: %q %v", what, ps[i].Topic, ps[i].Partition, s, errors.Join(err, perr))
 		}
 		out[i] = n
 	}
