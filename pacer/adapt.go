@@ -819,6 +819,25 @@ func (st *keyState) refreshInterval(now instant) time.Duration {
 	return refreshEvery
 }
 
+// reportIfDue refreshes key's state (see limitFor), reporting its accepted
+// sends, when the key adapts and its refresh is due; otherwise it does
+// nothing. Called after each send the provider accepted: a key's records
+// reach limitFor in bunches (a sender reads the limit before it waits for
+// its slot, up to about a second ahead), gaps of up to 2 s in which no
+// refresh was made, while an adapting key's reports must follow its sends
+// within refreshAdapting. A key at its ceiling with no throttle is left to
+// limitFor: it costs it only a lock and a clock read.
+func (p *Pacer) reportIfDue(ctx context.Context, key string, st *keyState, log *slog.Logger) {
+	st.mu.Lock()
+	now := nowInstant()
+	every := st.refreshInterval(now)
+	due := every < refreshEvery && !st.refreshing && !st.refreshed.IsZero() && now.Sub(st.refreshed) >= every
+	st.mu.Unlock()
+	if due {
+		p.limitFor(ctx, key, st, log)
+	}
+}
+
 // limitFor returns the adapted limit and the policy of key. At most once per
 // refreshEvery (refreshAdapting while the key adapts, see
 // [keyState.refreshInterval]) one caller re-reads them (the policy, at most
