@@ -507,16 +507,18 @@ func TestKeyRates(t *testing.T) {
 // pairs are empty.
 type scriptedAdapter struct {
 	Adapter
-	mu    sync.Mutex
-	calls int
-	reply func(n int, ceiling float64) adapt.Adapted
+	mu       sync.Mutex
+	calls    int
+	accepted int // sends reported accepted, over all calls
+	reply    func(n int, ceiling float64) adapt.Adapted
 }
 
-func (a *scriptedAdapter) RecoverAfter(_ context.Context, _, _ string, ceiling bucket.Limit, _ adapt.AIMD, _ int) (adapt.Adapted, error) {
+func (a *scriptedAdapter) RecoverAfter(_ context.Context, _, _ string, ceiling bucket.Limit, _ adapt.AIMD, accepted int) (adapt.Adapted, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r := a.reply(a.calls, ceiling.PerSecond)
 	a.calls++
+	a.accepted += accepted
 	return r, nil
 }
 
@@ -582,6 +584,48 @@ func TestRefreshIntervalWhileAdapting(t *testing.T) {
 				if refreshes != tc.wantRefresh || policyReads != tc.wantPolicy {
 					t.Errorf("over 3 s: %d reads of the shared state, %d of the policy; want %d and %d",
 						refreshes, policyReads, tc.wantRefresh, tc.wantPolicy)
+				}
+			})
+		})
+	}
+}
+
+// An adapting key's accepted sends are reported within refreshAdapting of
+// each send even when none of its records reads its limit meanwhile (they
+// read it in bunches, before waiting for their slots): each accepted send
+// refreshes the key once its refresh is due. A key at its ceiling with no
+// throttle is not refreshed that way. Here the key's limit is read once,
+// then a send is accepted every 10 ms for 3 s.
+func TestAcceptedSendsReportedWhileAdapting(t *testing.T) {
+	for _, tc := range []struct {
+		name                      string
+		rate                      float64 // of the ceiling
+		wantRefresh, wantReported int
+	}{
+		{"at the ceiling", 1, 1, 0},         // only the first read; nothing reported
+		{"below the ceiling", 0.5, 13, 300}, // at 0, then every 250 ms to 3 s with the sends so far
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a := &scriptedAdapter{reply: func(_ int, c float64) adapt.Adapted {
+					return adapt.Adapted{Rate: c * tc.rate, Ceiling: c, SinceDecrease: -1}
+				}}
+				p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), a, nil)
+				ctx := t.Context()
+				st := p.keyState("k")
+				defer p.keys.done(st)
+				p.limitFor(ctx, "k", st, p.log)
+				end := time.Now().Add(3 * time.Second)
+				for time.Now().Before(end) {
+					time.Sleep(10 * time.Millisecond)
+					st.accepted.Add(1)
+					p.reportIfDue(ctx, "k", st, p.log)
+				}
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				if a.calls != tc.wantRefresh || a.accepted != tc.wantReported {
+					t.Errorf("over 3 s of sends: %d reads of the shared state reporting %d sends; want %d and %d",
+						a.calls, a.accepted, tc.wantRefresh, tc.wantReported)
 				}
 			})
 		})
