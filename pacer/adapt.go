@@ -101,10 +101,11 @@ const refreshEvery = time.Second
 // A throttle episode lasts 0.5-2 s, and its capacity estimate is the sends
 // every replica reported over it (aimd_throttle.lua): with a report a
 // second, one report more or less per replica made it err by 20% and more
-// either way; at 250 ms, about 5%. It costs such a key up to four Redis
-// round trips per second per replica instead of one; the policy is still
-// read once per refreshEvery, and a key at its ceiling with no throttle
-// (the common case) is read once per refreshEvery as before.
+// either way; at 250 ms a report holds a quarter of the sends. It costs
+// such a key up to four Redis round trips per second per replica instead
+// of one (a pipelined refresh, see [adapt.Adapter.Refresh]); the policy is
+// still read once per refreshEvery, and a key at its ceiling with no
+// throttle (the common case) is read once per refreshEvery as before.
 const refreshAdapting = 250 * time.Millisecond
 
 // adaptingFor is how long after a throttle or a cooldown of a key this
@@ -825,8 +826,10 @@ func (st *keyState) refreshInterval(now instant) time.Duration {
 // reach limitFor in bunches (a sender reads the limit before it waits for
 // its slot, up to about a second ahead), gaps of up to 2 s in which no
 // refresh was made, while an adapting key's reports must follow its sends
-// within refreshAdapting. A key at its ceiling with no throttle is left to
-// limitFor: it costs it only a lock and a clock read.
+// within refreshAdapting. The refresh runs in the caller's goroutine, after
+// its send: that record finishes one Redis round trip later, once per
+// refreshAdapting per key and process. A key at its ceiling with no
+// throttle is left to limitFor: it costs it only a lock and a clock read.
 func (p *Pacer) reportIfDue(ctx context.Context, key string, st *keyState, log *slog.Logger) {
 	st.mu.Lock()
 	now := nowInstant()
