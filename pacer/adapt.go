@@ -94,6 +94,27 @@ func (s StaticPolicy) KeyPolicy(context.Context, string) (KeyPolicy, error) { re
 // bound on how long replicas disagree, at one or two calls per key per second.
 const refreshEvery = time.Second
 
+// refreshAdapting is how often a replica re-reads a key's shared state (and
+// reports the sends of it the provider accepted) while the key adapts: its
+// adapted rate is below its ceiling, or this process saw a throttle or a
+// cooldown of it less than adaptingFor ago (see [keyState.refreshInterval]).
+// A throttle episode lasts 0.5-2 s, and its capacity estimate is the sends
+// every replica reported over it (aimd_throttle.lua): with a report a
+// second, one report more or less per replica made it err by 20% and more
+// either way; at 250 ms a report holds a quarter of the sends. It costs
+// such a key up to four Redis round trips per second per replica instead
+// of one (a pipelined refresh, see [adapt.Adapter.Refresh]); the policy is
+// still read once per refreshEvery, and a key at its ceiling with no
+// throttle (the common case) is read once per refreshEvery as before.
+const refreshAdapting = 250 * time.Millisecond
+
+// adaptingFor is how long after a throttle or a cooldown of a key this
+// process saw (the end of the cooldown) the key's state is still read every
+// refreshAdapting, though its rate is back at its ceiling: the default
+// [adapt.AIMD].Persist, within which the next throttle continues the
+// episode the last one began.
+const adaptingFor = 2 * time.Second
+
 // activeFor is how long a key counts in the per-channel gauges after its
 // last message in this process; an idle key's state is freed (and its
 // unused leased slots given back) by the sweep that runs every sweepEvery.
@@ -180,6 +201,10 @@ type keyRare struct {
 	// reserve no slot of the new rate before it (see acquire), so the two
 	// rates never overlap in this process. Zero once it has passed.
 	raisedAfter instant
+	// policyAt is when the key's policy was last read while the key adapts
+	// (its state is read every refreshAdapting; its policy, as any key's,
+	// once per refreshEvery); zero while it does not.
+	policyAt instant
 }
 
 // rareSet returns st.rare, made if nil. Callers hold st.mu.
@@ -782,17 +807,54 @@ func (st *keyState) set(a adapt.Adapted, ceiling bucket.Limit, now time.Time) {
 	}
 }
 
+// refreshInterval is how long after the last read of the key's state the
+// next one is due at now: refreshAdapting while the key adapts (its last
+// known adapted rate is below its ceiling, or a throttle or cooldown of it
+// that this process saw ended less than adaptingFor before now), else
+// refreshEvery. Callers hold st.mu.
+func (st *keyState) refreshInterval(now instant) time.Duration {
+	if st.adapted.Rate < st.adapted.Ceiling ||
+		(!st.cooldownUntil.IsZero() && now.Sub(st.cooldownUntil) < adaptingFor) {
+		return refreshAdapting
+	}
+	return refreshEvery
+}
+
+// reportIfDue refreshes key's state (see limitFor), reporting its accepted
+// sends, when the key adapts and its refresh is due; otherwise it does
+// nothing. Called after each send the provider accepted: a key's records
+// reach limitFor in bunches (a sender reads the limit before it waits for
+// its slot, up to about a second ahead), gaps of up to 2 s in which no
+// refresh was made, while an adapting key's reports must follow its sends
+// within refreshAdapting. The refresh runs in the caller's goroutine, after
+// its send: that record finishes one Redis round trip later, once per
+// refreshAdapting per key and process. A key at its ceiling with no
+// throttle is left to limitFor: it costs it only a lock and a clock read.
+func (p *Pacer) reportIfDue(ctx context.Context, key string, st *keyState, log *slog.Logger) {
+	st.mu.Lock()
+	now := nowInstant()
+	every := st.refreshInterval(now)
+	due := every < refreshEvery && !st.refreshing && !st.refreshed.IsZero() && now.Sub(st.refreshed) >= every
+	st.mu.Unlock()
+	if due {
+		p.limitFor(ctx, key, st, log)
+	}
+}
+
 // limitFor returns the adapted limit and the policy of key. At most once per
-// refreshEvery one caller re-reads them (the policy, then the shared state
-// in Redis, raising the rate after a clean window) without holding the
-// key's lock, so a slow Redis reply never stalls the key's other senders:
-// they use the last known values meanwhile (except before the key's first
-// read, which they wait for). A Redis or policy error keeps the last known
-// values: the bucket call will fail the same way and hold the message.
+// refreshEvery (refreshAdapting while the key adapts, see
+// [keyState.refreshInterval]) one caller re-reads them (the policy, at most
+// once per refreshEvery, then the shared state in Redis, raising the rate
+// after a clean window) without holding the key's lock, so a slow Redis
+// reply never stalls the key's other senders: they use the last known
+// values meanwhile (except before the key's first read, which they wait
+// for). A Redis or policy error keeps the last known values: the bucket
+// call will fail the same way and hold the message.
 func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slog.Logger) (bucket.Limit, KeyPolicy) {
 	st.mu.Lock()
 	now := time.Now()
-	if st.refreshing || instantOf(now).Sub(st.refreshed) < refreshEvery {
+	every := st.refreshInterval(instantOf(now))
+	if st.refreshing || instantOf(now).Sub(st.refreshed) < every {
 		if st.refreshed.IsZero() { // the key's first read is under way: wait for it
 			r := st.rareSet()
 			if r.first == nil {
@@ -811,13 +873,22 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 	}
 	st.refreshing = true
 	pol := *st.pol
+	// A key that adapts has its state read every refreshAdapting, its
+	// policy (another Redis read) still once per refreshEvery.
+	readPolicy := every >= refreshEvery || st.rare == nil || instantOf(now).Sub(st.rare.policyAt) >= refreshEvery
+	var keptRefused string
+	if st.rare != nil {
+		keptRefused = st.rare.refused
+	}
 	st.mu.Unlock()
 
 	// A stored limit read but refused (it does not parse, or the pacer
 	// cannot pace it) is logged once, until it changes, not at every refresh.
 	var refused string
 	var refusedAttrs []any
-	if np, err := p.policy.KeyPolicy(ctx, key); errors.Is(err, control.ErrInvalid) {
+	if !readPolicy {
+		refused = keptRefused // as it was: logged once already
+	} else if np, err := p.policy.KeyPolicy(ctx, key); errors.Is(err, control.ErrInvalid) {
 		refused, refusedAttrs = err.Error(), []any{"err", err}
 	} else if err != nil {
 		log.Warn("key policy unavailable; keeping the last one", "err", err)
@@ -914,6 +985,13 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 		if ps := r.pairs; len(ps.until) == 0 && ps.rates == nil {
 			r.pairs = nil // every pair cooled down: the key's usual state
 		}
+	}
+	if st.refreshInterval(at) < refreshEvery {
+		if readPolicy {
+			st.rareSet().policyAt = at
+		}
+	} else if st.rare != nil {
+		st.rare.policyAt = 0
 	}
 	st.rareTidy()
 	return st.limit, *st.pol

@@ -578,6 +578,7 @@ func (p *Pacer) send(f *flight) outcome {
 	switch class {
 	case channels.Success:
 		f.st.accepted.Add(1)
+		p.reportIfDue(ctx, f.env.Key, f.st, f.log)
 		return outcome{kind: delivered, res: res}
 	case channels.Throttle:
 		// Our pace, not the message, was at fault: no attempt counted.

@@ -501,3 +501,133 @@ func TestKeyRates(t *testing.T) {
 		t.Errorf("cut key: rate %v, ceiling %v; want 40 (adapted), 80 (its policy)", r, c)
 	}
 }
+
+// scriptedAdapter answers a key's refresh (RecoverAfter) with reply(n),
+// n the number of the call from 0, and counts the calls; its breaker and
+// pairs are empty.
+type scriptedAdapter struct {
+	Adapter
+	mu       sync.Mutex
+	calls    int
+	accepted int // sends reported accepted, over all calls
+	reply    func(n int, ceiling float64) adapt.Adapted
+}
+
+func (a *scriptedAdapter) RecoverAfter(_ context.Context, _, _ string, ceiling bucket.Limit, _ adapt.AIMD, accepted int) (adapt.Adapted, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.reply(a.calls, ceiling.PerSecond)
+	a.calls++
+	a.accepted += accepted
+	return r, nil
+}
+
+func (a *scriptedAdapter) Pairs(context.Context, string, string) (map[string]adapt.Pair, error) {
+	return nil, nil
+}
+
+func (a *scriptedAdapter) BreakerStatus(context.Context, string, string) (adapt.BreakerStatus, error) {
+	return adapt.BreakerStatus{}, nil
+}
+
+// A key's shared state is read once per refreshEvery while it is at its
+// ceiling with no throttle, and every refreshAdapting while it adapts (its
+// rate below its ceiling, or a throttle's cooldown less than adaptingFor
+// ago), so that every replica's accepted sends reach a throttle episode's
+// estimate within a quarter of a second; its policy is read once per
+// refreshEvery either way. A sender asks for the key's limit every 10 ms
+// for 3 s.
+func TestRefreshIntervalWhileAdapting(t *testing.T) {
+	for _, tc := range []struct {
+		name                    string
+		reply                   func(n int, ceiling float64) adapt.Adapted
+		wantRefresh, wantPolicy int
+	}{
+		{"at the ceiling", func(_ int, c float64) adapt.Adapted {
+			return adapt.Adapted{Rate: c, Ceiling: c, SinceDecrease: -1}
+		}, 3, 3}, // at 0, 1 and 2 s
+		{"below the ceiling", func(_ int, c float64) adapt.Adapted {
+			return adapt.Adapted{Rate: c / 2, Ceiling: c, SinceDecrease: time.Second}
+		}, 12, 3}, // every 250 ms; the policy at 0, 1 and 2 s
+		{"back at the ceiling after a cooldown", func(n int, c float64) adapt.Adapted {
+			if n == 0 { // a throttle of another replica: its cooldown ends at 100 ms
+				return adapt.Adapted{Rate: c, Ceiling: c, SinceDecrease: -1, CooldownLeft: 100 * time.Millisecond}
+			}
+			return adapt.Adapted{Rate: c, Ceiling: c, SinceDecrease: -1}
+		}, 9, 3}, // every 250 ms until 2 s (less than adaptingFor after 100 ms), then at 3 s
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var mu sync.Mutex
+				policyReads := 0
+				pol := policyFunc(func(string) KeyPolicy {
+					mu.Lock()
+					defer mu.Unlock()
+					policyReads++
+					return KeyPolicy{Limit: bucket.Limit{PerSecond: 40, Burst: 10}}
+				})
+				a := &scriptedAdapter{reply: tc.reply}
+				p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), a, pol)
+				ctx := t.Context()
+				st := p.keyState("k")
+				defer p.keys.done(st)
+				end := time.Now().Add(3 * time.Second)
+				for time.Now().Before(end) {
+					p.limitFor(ctx, "k", st, p.log)
+					time.Sleep(10 * time.Millisecond)
+				}
+				a.mu.Lock()
+				refreshes := a.calls
+				a.mu.Unlock()
+				mu.Lock()
+				defer mu.Unlock()
+				if refreshes != tc.wantRefresh || policyReads != tc.wantPolicy {
+					t.Errorf("over 3 s: %d reads of the shared state, %d of the policy; want %d and %d",
+						refreshes, policyReads, tc.wantRefresh, tc.wantPolicy)
+				}
+			})
+		})
+	}
+}
+
+// An adapting key's accepted sends are reported within refreshAdapting of
+// each send even when none of its records reads its limit meanwhile (they
+// read it in bunches, before waiting for their slots): each accepted send
+// refreshes the key once its refresh is due. A key at its ceiling with no
+// throttle is not refreshed that way. Here the key's limit is read once,
+// then a send is accepted every 10 ms for 3 s.
+func TestAcceptedSendsReportedWhileAdapting(t *testing.T) {
+	for _, tc := range []struct {
+		name                      string
+		rate                      float64 // of the ceiling
+		wantRefresh, wantReported int
+	}{
+		{"at the ceiling", 1, 1, 0},         // only the first read; nothing reported
+		{"below the ceiling", 0.5, 13, 300}, // at 0, then every 250 ms to 3 s with the sends so far
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a := &scriptedAdapter{reply: func(_ int, c float64) adapt.Adapted {
+					return adapt.Adapted{Rate: c * tc.rate, Ceiling: c, SinceDecrease: -1}
+				}}
+				p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), a, nil)
+				ctx := t.Context()
+				st := p.keyState("k")
+				defer p.keys.done(st)
+				p.limitFor(ctx, "k", st, p.log)
+				end := time.Now().Add(3 * time.Second)
+				for time.Now().Before(end) {
+					time.Sleep(10 * time.Millisecond)
+					st.accepted.Add(1)
+					p.reportIfDue(ctx, "k", st, p.log)
+				}
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				if a.calls != tc.wantRefresh || a.accepted != tc.wantReported {
+					t.Errorf("over 3 s of sends: %d reads of the shared state reporting %d sends; want %d and %d",
+						a.calls, a.accepted, tc.wantRefresh, tc.wantReported)
+				}
+			})
+		})
+	}
+}

@@ -83,8 +83,8 @@ const (
 //     estimated capacity returns to it after one clean window. A capacity
 //     found is probed rarely: at or above it, the first increase after a
 //     throttle waits 4 windows (the rate cruises there), and each probe
-//     step needs 90% of its rate accepted over the window less half a
-//     second (below it, less a second) and doubles the next one only once
+//     step needs 90% of its rate accepted over the window less a quarter
+//     of a second (below it, less a second) and doubles the next one only once
 //     the sends accepted over the window average halfway from the capacity
 //     to the rate, so a probe does not climb far past what the replicas
 //     really send.

@@ -957,7 +957,7 @@ func TestAIMDAcceptedEstimate(t *testing.T) {
 // burst back (they come from its bucket, emptied by the probe); back at
 // the capacity the rate cruises for 4 windows before the probe above it;
 // and that probe climbs only while 90% of its rate is accepted over the
-// window less half a second (not less a second, as below it).
+// window less a quarter of a second (not less a second, as below it).
 func TestAIMDFoundCapacity(t *testing.T) {
 	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, Coalesce: 100 * time.Millisecond,
 		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
@@ -978,10 +978,13 @@ func TestAIMDFoundCapacity(t *testing.T) {
 			{at: 5600 * ms, op: opRecover, rate: 85, accepted: 95},
 			{at: 8400 * ms, op: opRecover, rate: 85, accepted: 250},
 			{at: 8600 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // 385 >= 0.9 * 85/s * 3.6 s: * 1.1
-			// 40 < 0.9 * 93.5/s * 0.6 s: not in use yet (the rule below the
+			// 40 < 0.9 * 93.5/s * 0.85 s: not in use yet (the rule below the
 			// cap, over the window less a second, would take 8.4).
 			{at: 9700 * ms, op: opRecover, rate: 93.5, accepted: 40},
-			{at: 9800 * ms, op: opRecover, rate: 100, change: 1, accepted: 30}, // * (1 + 0.2), capped
+			// 70 < 0.9 * 93.5/s * 0.95 s = 80: not yet (over the window
+			// less half a second, 59, it would have climbed).
+			{at: 9800 * ms, op: opRecover, rate: 93.5, accepted: 30},
+			{at: 9900 * ms, op: opRecover, rate: 100, change: 1, accepted: 20}, // 90 >= 88: * (1 + 0.2), capped
 		})
 	})
 }
