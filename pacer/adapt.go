@@ -137,6 +137,12 @@ type keyState struct {
 	refreshing    bool         // a goroutine is reading it now (without holding mu)
 	normalWaiting atomic.Int32 // the key's normal-priority senders in acquire
 	users         int32        // records of this key being handled now; never swept while > 0
+	// adapting: the key may adapt as refreshInterval sees it (set by set
+	// under mu when its rate is below its ceiling or a cooldown was seen;
+	// cleared by reportIfDue once refreshInterval says it no longer does),
+	// so reportIfDue, after every accepted send, takes mu only for such a
+	// key. In the padding after users: no byte more per key.
+	adapting atomic.Bool
 	// cutAt is when the last decrease this process has seen was made (by
 	// any replica), in Unix ns of the local clock, and grows with each one
 	// (0: none): a sender holding a slot granted before it drops it (the
@@ -805,6 +811,9 @@ func (st *keyState) set(a adapt.Adapted, ceiling bucket.Limit, now time.Time) {
 	if a.CooldownLeft > 0 {
 		st.cooldownUntil = instantOf(now.Add(a.CooldownLeft))
 	}
+	if a.Rate < a.Ceiling || !st.cooldownUntil.IsZero() {
+		st.adapting.Store(true)
+	}
 }
 
 // refreshInterval is how long after the last read of the key's state the
@@ -829,11 +838,18 @@ func (st *keyState) refreshInterval(now instant) time.Duration {
 // within refreshAdapting. The refresh runs in the caller's goroutine, after
 // its send: that record finishes one Redis round trip later, once per
 // refreshAdapting per key and process. A key at its ceiling with no
-// throttle is left to limitFor: it costs it only a lock and a clock read.
+// throttle is left to limitFor: it costs it one atomic load (adapting),
+// no lock and no clock read.
 func (p *Pacer) reportIfDue(ctx context.Context, key string, st *keyState, log *slog.Logger) {
+	if !st.adapting.Load() {
+		return // at its ceiling, no cooldown lately: left to limitFor
+	}
 	st.mu.Lock()
 	now := nowInstant()
 	every := st.refreshInterval(now)
+	if every >= refreshEvery {
+		st.adapting.Store(false) // until set sees a cut or a cooldown again
+	}
 	due := every < refreshEvery && !st.refreshing && !st.refreshed.IsZero() && now.Sub(st.refreshed) >= every
 	st.mu.Unlock()
 	if due {
