@@ -18,9 +18,6 @@ type stateReader interface {
 // Redis that does not answer leaves them to their claims.
 const lookupTimeout = 2 * time.Second
 
-// horizonStore is what a Ledger may offer (*ledger.Ledger and
-// *ledger.Batcher do) to record which records of a partition its owners
-// may have handled.
 // stopHorizonStore records the stop horizons of partitions (an owner that
 // stopped cleanly: what it fetched); *ledger.Ledger and *ledger.Batcher
 // implement it.
@@ -29,6 +26,9 @@ type stopHorizonStore interface {
 	TakeStopHorizons(ctx context.Context, channel string, ps []ledger.Partition) ([]int64, error)
 }
 
+// horizonStore is what a Ledger may offer (*ledger.Ledger and
+// *ledger.Batcher do) to record which records of a partition its owners
+// may have handled.
 type horizonStore interface {
 	Horizons(ctx context.Context, channel string, ps []ledger.Partition) ([]int64, error)
 	SetHorizons(ctx context.Context, channel string, ps []ledger.Partition, offs []int64) error
