@@ -103,7 +103,9 @@ func TestKeepLimitRefreshesThenExpires(t *testing.T) {
 	defer rdb.Close()
 	key := limitKey(prefix, "whatsapp")
 	defer rdb.Del(context.Background(), key)
-	const ttl, every = time.Second, 100 * time.Millisecond
+	// A TTL 20 times the refresh interval: a refresh delayed by a loaded
+	// machine does not let the record lapse while keepLimit runs.
+	const ttl, every = 2 * time.Second, 100 * time.Millisecond
 	ctx, cancel := context.WithCancel(t.Context())
 	stopped := make(chan struct{})
 	go func() {
@@ -111,14 +113,14 @@ func TestKeepLimitRefreshesThenExpires(t *testing.T) {
 		keepLimit(ctx, rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 7, Burst: 3}, slog.New(slog.NewTextHandler(io.Discard, nil)), every, ttl)
 	}()
 	// Three TTLs: without refreshes the record would be gone.
-	for range 30 {
+	for range 60 {
 		time.Sleep(100 * time.Millisecond)
 		if lim, ok := publishedLimit(t.Context(), rdb, prefix, "whatsapp"); ok && lim != (bucket.Limit{PerSecond: 7, Burst: 3}) {
 			t.Fatalf("recorded %+v, want 7/s burst 3", lim)
 		}
 	}
 	if lim, ok := publishedLimit(t.Context(), rdb, prefix, "whatsapp"); !ok || lim != (bucket.Limit{PerSecond: 7, Burst: 3}) {
-		t.Fatalf("3 s (3 TTLs) into a running keepLimit: recorded %+v, %v; want 7/s burst 3", lim, ok)
+		t.Fatalf("6 s (3 TTLs) into a running keepLimit: recorded %+v, %v; want 7/s burst 3", lim, ok)
 	}
 	if d, err := rdb.PTTL(t.Context(), key).Result(); err != nil || d <= 0 || d > ttl {
 		t.Errorf("the record's TTL while refreshed: %v (err %v), want in (0, %v]", d, err, ttl)
