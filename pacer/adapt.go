@@ -453,16 +453,28 @@ func (p *Pacer) accountThrottled(ctx context.Context, pol KeyPolicy, perr *chann
 const achievedOver = 5 * time.Second
 
 // reserveAhead is how far ahead of now, at the key's adapted rate, the
-// senders of one process hold slots. Slots granted ahead were counted at
-// the rate of their grant: however many senders wait (Config.InFlight per
-// partition), a change of the rate takes effect within about this long,
-// soon enough for the next clean window to see its effect.
+// senders of one process hold slots of a key at its configured rate (its
+// ceiling). Slots granted ahead were counted at the rate of their grant:
+// however many senders wait (Config.InFlight per partition), a change of
+// the rate takes effect within about this long per process.
 const reserveAhead = time.Second
+
+// reserveAheadAdapting is reserveAhead for a key whose adapted rate is
+// below its ceiling: a key the provider throttled, whose rate is raised
+// a step each clean window. Every replica holds its own reserve of the
+// key's shared slots, so a raise took effect only after about a second
+// per replica: with 3 replicas a probe step of 30 -> 33 msgs/s was sent at
+// about 30 for 3 s, and the next steps climbed above what the provider
+// took (it refused nothing: the sends had not followed) to cut below it
+// later. A quarter of a second per process follows a raise within the
+// window that judges it.
+const reserveAheadAdapting = 250 * time.Millisecond
 
 // aheadSenders is how many senders of a key in this process may hold a
 // slot not yet started under lim (the adapted limit of pol.Limit): rate *
-// reserveAhead + burst, at least 1; for a key with a recipient bucket,
-// whose reservations look only [multiReach] ahead, rate * that reach + 1.
+// reserveAhead + burst (reserveAheadAdapting below pol.Limit's rate), at
+// least 1; for a key with a recipient bucket, whose reservations look only
+// [multiReach] ahead, rate * that reach + 1.
 //
 // More senders than the bucket grants slots to would each be refused and
 // ask again every slot interval: with a recipient bucket (FCM's device
@@ -475,14 +487,13 @@ func aheadSenders(lim bucket.Limit, pol KeyPolicy, maxWait time.Duration) int {
 	if pol.RecipientLimit != (bucket.Limit{}) {
 		return max(int(math.Ceil(lim.PerSecond*multiReach(lim, maxWait).Seconds()))+1, 1)
 	}
-	return max(int(math.Ceil(lim.PerSecond*reserveAhead.Seconds()))+lim.Burst, 1)
+	ahead := reserveAhead
+	if lim.PerSecond < pol.Limit.PerSecond {
+		ahead = reserveAheadAdapting
+	}
+	return max(int(math.Ceil(lim.PerSecond*ahead.Seconds()))+lim.Burst, 1)
 }
 
-// aheadGate returns the semaphore of the n senders that may hold a slot of
-// the key not yet started (n from [aheadSenders]). A sender takes a place
-// before asking for a slot and gives it back to the same channel once its
-// slot started; a change of n (of the rate) makes a new channel, so for a
-// moment both may be full.
 func (st *keyState) aheadGate(n int) chan struct{} {
 	st.mu.Lock()
 	defer st.mu.Unlock()

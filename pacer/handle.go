@@ -878,8 +878,9 @@ func (p *Pacer) redisOp(ctx context.Context, log *slog.Logger, op func() error, 
 // campaign's backlog hold a high record back by about one slot interval.
 //
 // At most rate * reserveAhead + burst senders of a key in this process hold
-// a slot not yet started (aheadSenders; fewer with a recipient bucket), so
-// a change of the rate takes effect within about reserveAhead.
+// a slot not yet started (aheadSenders; fewer with a recipient bucket, and
+// a quarter of that ahead while the key's rate is adapted below its
+// ceiling), so a change of the rate takes effect within about that long.
 //
 // ahead, if not nil, is called once per slot granted, the ledger's flush
 // interval plus claimMargin before the slot starts (at once when it starts

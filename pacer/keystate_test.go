@@ -631,3 +631,24 @@ func TestAcceptedSendsReportedWhileAdapting(t *testing.T) {
 		})
 	}
 }
+
+// A key at its ceiling holds a second of slots ahead per process; one whose
+// adapted rate is below its ceiling a quarter of a second, so that a raise
+// of its rate is sent within the window that judges it (with a second per
+// replica, three replicas sent a raised rate 3 s late).
+func TestAheadSendersWhileAdapting(t *testing.T) {
+	pol := KeyPolicy{Limit: bucket.Limit{PerSecond: 80, Burst: 10}}
+	for _, c := range []struct {
+		lim  bucket.Limit
+		want int
+	}{
+		{bucket.Limit{PerSecond: 80, Burst: 8}, 88}, // at the ceiling: 80/s x 1 s + 8
+		{bucket.Limit{PerSecond: 30, Burst: 2}, 10}, // adapted: ceil(30/s x 0.25 s) + 2
+		{bucket.Limit{PerSecond: 79, Burst: 8}, 28}, // just below: ceil(19.75) + 8
+		{bucket.Limit{PerSecond: 0.5, Burst: 1}, 2}, // ceil(0.125) + 1
+	} {
+		if got := aheadSenders(c.lim, pol, 5*time.Second); got != c.want {
+			t.Errorf("aheadSenders(%+v) under %+v = %d, want %d", c.lim, pol.Limit, got, c.want)
+		}
+	}
+}
