@@ -12,9 +12,9 @@
 --            win_us   start of the current clean window (µs); no increase
 --                     before win_us + window_us
 --            streak   counted throttles in a row that found the rate at the floor
---            ep_us    start (µs) of the current throttle episode: the last
---                     decrease (the end of its refill pause, if it set one),
---                     or the counted throttle that began the episode
+--            ep_us    start (µs) of the current throttle episode: the
+--                     counted throttle that began it (a lone one, or the
+--                     persistent one that ended the episode before)
 --            n        throttles since ep_us, not counting the one at ep_us
 --            k        increases in a row since the last counted throttle
 --                     (aimd_recover.lua accelerates with it)
@@ -58,6 +58,9 @@
 --          rate); 0: no pause
 -- ARGV[11] paced_u: the adapted rate the throttled send was paced at, in
 --          millionths, integer >= 0; 0: unknown
+-- ARGV[12] min_ep_us: the shortest episode (now - ep_us) whose accepted
+--          sends estimate the capacity, integer in [1, persist_us];
+--          absent: persist_us / 2
 --
 -- Reply: array of 5 integers {urate, change, cooldown_ms, streak, since_us}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
@@ -86,6 +89,11 @@
 --   a new episode starts:
 --   ep_us = last_us = now, n = 0, k = 0, hold_us = max(now + coalesce_us,
 --   cooldown end), win_us = max(win_us, cooldown end). The rate stays.
+-- - persistent (as below) with acc > 0 but now - ep_us < min_ep_us, while
+--   the episode's refusals (n + 2) are under a fifth of its requests
+--   (acc + n + 2) (short): n grows by one, last_us = now, hold_us and
+--   win_us as for a lone one; the rate, cap and ep_us stay: the episode
+--   goes on until it is long enough to measure.
 -- - otherwise (persistent): n grows by one. A provider that keeps refusing
 --   is saturated, so what it accepted over the episode is its capacity:
 --   est = acc / (now - ep_us), or, within -20%..+25% of the last estimate
@@ -104,10 +112,11 @@
 --   urate at most, never to the estimate); cap becomes the estimate from acc
 --   (within [floor_u, ceil_u], even when Decrease kept the new rate above
 --   it: aimd_recover.lua then holds the rate there, not probing, for 4
---   windows; the weaker estimate leaves cap as it was), and a new episode
---   starts as above, with win_us = cooldown end, and ep_us = the end of the
---   refill pause when one was set (nothing is sent in it: counted, it would
---   put the next estimate below the capacity by its share of the episode).
+--   windows; the weaker estimate, and one from an episode shorter than
+--   min_ep_us, leave cap as it was), and a new episode starts as above,
+--   with win_us = cooldown end and ep_us = now, the refill pause included
+--   (the provider's bucket, empty now, earns tokens through it that the
+--   sends after it take).
 -- accepted is added to acc first in every case; a new episode sets acc = 0.
 -- A counted (lone or persistent) throttle adds one to streak if urate was at
 -- the floor already, else sets it to 0.
@@ -137,6 +146,10 @@ local paced_u = tonumber(ARGV[11] or '0')
 if not int(paced_u, 0) then
   return redis.error_reply('ERR aimd: paced_u must be an integer >= 0')
 end
+local min_ep_us = tonumber(ARGV[12] or '0')
+if not int(min_ep_us, 0) then
+  return redis.error_reply('ERR aimd: min_ep_us must be an integer >= 0')
+end
 if not decrease or not (decrease > 0 and decrease < 1) then
   return redis.error_reply('ERR aimd: decrease must be a number in (0, 1)')
 end
@@ -145,6 +158,9 @@ if not int(coalesce_us, 1) or not int(cooldown_ms, 1) or not int(idle_ms, 1) or 
 end
 if not backoff or not (backoff > 0 and backoff <= 1) then
   return redis.error_reply('ERR aimd: backoff must be a number in (0, 1]')
+end
+if min_ep_us == 0 or min_ep_us > persist_us then
+  min_ep_us = math.floor(persist_us / 2)
 end
 
 achieve(accepted)
@@ -165,19 +181,41 @@ if not s then
     cut_us = 0}
 end
 s.acc = s.acc + accepted
-if now < s.hold_us or (paced_u > 0 and paced_u > s.urate) then
-  s.n = s.n + 1
-  s.hold_us = math.max(s.hold_us, cd)
-  s.win_us = math.max(s.win_us, cd)
-else
+-- A counted throttle within persist_us of the last, with the provider
+-- having refused more than 1% of the episode's requests: throttles persist.
+local dt = math.max(1, now - s.ep_us)
+local persistent = s.last_us > 0 and now < s.last_us + persist_us and s.acc < 99 * (s.n + 2)
+local function count_streak()
   if s.urate <= floor_u then
     s.streak = s.streak + 1
   else
     s.streak = 0
   end
-  if s.last_us > 0 and now < s.last_us + persist_us and s.acc < 99 * (s.n + 2) then
+end
+if now < s.hold_us or (paced_u > 0 and paced_u > s.urate) then
+  s.n = s.n + 1
+  s.hold_us = math.max(s.hold_us, cd)
+  s.win_us = math.max(s.win_us, cd)
+elseif persistent and s.acc > 0 and dt < min_ep_us and (s.n + 2) * 5 < s.acc + s.n + 2 then
+  -- Persistent, but the episode is too short to measure the capacity
+  -- (under min_ep_us: by default half of persist_us, a second at 80/s):
+  -- one report more or less per replica moves its estimate by 20% and
+  -- more either way; a high one
+  -- cut nothing, set a capacity that is not there and started the episode
+  -- over, as short; a low one cut by Decrease below the capacity. Unless
+  -- the refusals (counted here at once, not reported late) are a fifth of
+  -- the episode's requests or more (the rate is 1.25 times the capacity
+  -- or more: the cut is Decrease's, whatever the error), the throttle is
+  -- counted and the episode goes on: the rate, the capacity and ep_us stay.
+  count_streak()
+  s.n = s.n + 1
+  s.last_us = now
+  s.hold_us = math.max(now + coalesce_us, cd)
+  s.win_us = math.max(s.win_us, cd)
+else
+  count_streak()
+  if persistent then
     s.n = s.n + 1
-    local dt = math.max(1, now - s.ep_us)
     local est
     local above = false -- est is more than 1.25 times cap
     local few = false -- est is cap * backoff: few refusals (see below)
@@ -241,14 +279,15 @@ else
       redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
       cd = pause_end
     end
-    if refill and pause_tokens > 0 then
-      -- The next episode's accepted sends are counted from the end of the
-      -- pause: nothing is sent in it, and counted over it they would put
-      -- the next estimate under the capacity by the pause's share of the
-      -- episode (125 ms of a 1 s episode: 12%).
-      start = cd
-    end
-    if s.acc > 0 then
+    -- The next episode is counted from now, the pause included: the
+    -- provider's bucket is empty now and earns tokens through the pause
+    -- (fewer than its burst), which the sends after the pause take, so
+    -- what it accepts from now on is its rate times the time since now.
+    -- (Counted from the pause's end, the estimate came out above the
+    -- capacity by the pause's share of the episode: 12% of a 1 s one.)
+    if s.acc > 0 and dt >= min_ep_us then
+      -- (An episode shorter than that ends here only in a cut by
+      -- Decrease: its estimate, too rough to keep, sets no capacity.)
       local c = est
       if above and s.urate < est then
         -- No cut, and an estimate far above the capacity found (a short

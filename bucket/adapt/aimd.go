@@ -115,6 +115,15 @@ type AIMD struct {
 	// burst) and only sets the cooldown. From 1ms to 10 years. Default
 	// 4 token intervals at the ceiling (4 / ceiling s), at least 2s.
 	Persist time.Duration
+	// MinEpisode is the shortest throttle episode (from the throttle that
+	// began it) whose accepted sends estimate the provider's capacity: in
+	// a shorter one, one report more or less per replica moves the
+	// estimate by 20% and more, so a persistent throttle there is counted
+	// and the episode goes on, unless its refusals are a fifth of its
+	// requests or more (the rate is 1.25 times the capacity or more: the
+	// cut is Decrease's whatever the error). From 1ms to Persist; default
+	// Persist / 2.
+	MinEpisode time.Duration
 	// Floor is the lowest rate in messages per second: > 0 (at least 10^-6,
 	// the stored resolution) and <= the ceiling. Default 1, or the ceiling
 	// if that is lower.
@@ -178,6 +187,7 @@ type aimdArgs struct {
 	backoff, accel       float64
 	windowUs, coalesceUs int64
 	persistUs            int64
+	minEpisodeUs         int64
 	jitter               float64 // seconds
 	minCooldown          time.Duration
 	maxCooldown          time.Duration
@@ -287,6 +297,11 @@ func (a AIMD) args(ceiling bucket.Limit) (aimdArgs, error) {
 	persist := period("Persist", "persist", a.Persist, min(max(4*interval, 2*time.Second), adaptMaxPeriod), time.Millisecond)
 	p.windowUs, p.coalesceUs = roundUp(window, time.Microsecond), roundUp(coalesce, time.Microsecond)
 	p.persistUs = roundUp(persist, time.Microsecond)
+	minEp := period("MinEpisode", "minimum episode", a.MinEpisode, persist/2, time.Millisecond)
+	if minEp > persist {
+		bad("MinEpisode", "minimum episode %v must be <= Persist (%v)", minEp, persist)
+	}
+	p.minEpisodeUs = roundUp(minEp, time.Microsecond)
 	p.idleMs = roundUp(max(4*window, 4*persist, adaptMinIdle), time.Millisecond)
 
 	var err error
@@ -527,7 +542,7 @@ func (l *Adapter) ThrottledAfter(ctx context.Context, channel, key string, ceili
 	cd := clampCooldown(hint, p.minCooldown, p.maxCooldown)
 	ad, err := l.runAIMD(ctx, "throttled", aimdThrottleScript, channel, key, ceiling, p, -1, 0,
 		wire.Rate(p.decrease), p.coalesceUs, int64(cd/time.Millisecond), p.idleMs, p.persistUs,
-		wire.Rate(p.backoff), max(accepted, 0), pauseTokens(a, ceiling), pacedU(paced))
+		wire.Rate(p.backoff), max(accepted, 0), pauseTokens(a, ceiling), pacedU(paced), p.minEpisodeUs)
 	if err != nil {
 		return Adapted{}, err
 	}

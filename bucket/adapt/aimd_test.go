@@ -31,8 +31,9 @@ const (
 // halving capped at Backoff 0.9 of the estimate, a 10 ms cooldown, a
 // window (probe interval) of window, probes of +10% doubling on evidence.
 func capacityAIMD(window time.Duration) adapt.AIMD {
-	return adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, NoRefillPause: true, Coalesce: 100 * time.Millisecond,
-		MinCooldown: 10 * time.Millisecond, Window: window, Factor: 1.1, Accelerate: 2}
+	return adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, MinEpisode: 400 * time.Millisecond,
+		NoRefillPause: true, Coalesce: 100 * time.Millisecond, MinCooldown: 10 * time.Millisecond, Window: window,
+		Factor: 1.1, Accelerate: 2}
 }
 
 // capacity40 are the first steps of those tests under capacityAIMD: a
@@ -585,6 +586,9 @@ func TestAIMDValidate(t *testing.T) {
 		{adapt.AIMD{MinCooldown: -time.Second}, lim100, "adapt: invalid aimd: min cooldown -1s must be in [1ms, 87600h0m0s]"},
 		{adapt.AIMD{MaxCooldown: time.Microsecond}, lim100, "adapt: invalid aimd: max cooldown 1µs must be in [1ms, 87600h0m0s]"},
 		{adapt.AIMD{MinCooldown: time.Minute, MaxCooldown: time.Second}, lim100, "adapt: invalid aimd: min cooldown 1m0s must be <= max cooldown 1s"},
+		{adapt.AIMD{Persist: time.Second, MinEpisode: time.Second}, lim100, ""},
+		{adapt.AIMD{Persist: time.Second, MinEpisode: 2 * time.Second}, lim100, "adapt: invalid aimd: minimum episode 2s must be <= Persist (1s)"},
+		{adapt.AIMD{MinEpisode: time.Microsecond}, lim100, "adapt: invalid aimd: minimum episode 1µs must be in [1ms, 87600h0m0s]"},
 	} {
 		t.Run(fmt.Sprintf("%+v/%+v", tc.a, tc.ceiling), func(t *testing.T) {
 			err := tc.a.Validate(tc.ceiling)
@@ -791,23 +795,31 @@ func ExampleAdapter_Throttled() {
 	// interval of cooldown. The pacing limit keeps jitter headroom.
 	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 0, 0))
 	// 0.6 s later, after replicas saw 27 sends accepted, another: throttles
-	// persist, the provider takes about 45/s: the rate goes to 0.95 of it
-	// (42.75/s, never below 0.8 of the rate at once: 64), with a pause for
-	// the provider to earn the burst the pacer takes at 64/s (16 tokens).
+	// persist, but 0.6 s is too short an episode to measure the provider
+	// (one report more or less per replica would move it by a fifth), and
+	// 2 refusals of 29 requests do not show a rate far above it: counted,
+	// no cut.
 	mr.SetTime(t0.Add(600 * time.Millisecond))
+	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 27, 0))
+	// At 1.2 s a third, 27 more accepted: the provider takes about 45/s: the
+	// rate goes to 0.95 of it (42.75/s, never below 0.8 of the rate at
+	// once: 64), with a pause for the provider to earn the burst the pacer
+	// takes at 64/s (16 tokens).
+	mr.SetTime(t0.Add(1200 * time.Millisecond))
 	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 27, 0))
 	// A clean 2 s window after the pause: the rate stays, above the capacity
 	// found (45/s); throttles that go on cut it further.
-	mr.SetTime(t0.Add(3 * time.Second))
+	mr.SetTime(t0.Add(3600 * time.Millisecond))
 	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 130))
 	// None did: after 4 clean windows in all, the rate in use (the replicas
 	// report about 64 and 65 sends a second), the probe: +2%, then +4% a
 	// window later.
-	mr.SetTime(t0.Add(9 * time.Second))
+	mr.SetTime(t0.Add(9600 * time.Millisecond))
 	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 390))
-	mr.SetTime(t0.Add(11 * time.Second))
+	mr.SetTime(t0.Add(11600 * time.Millisecond))
 	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 131))
 	// Output:
+	// rate=80 decreased=false increased=false cooldown=13ms limit={PerSecond:80 Burst:18}
 	// rate=80 decreased=false increased=false cooldown=13ms limit={PerSecond:80 Burst:18}
 	// rate=64 decreased=true increased=false cooldown=250ms limit={PerSecond:64 Burst:14}
 	// rate=64 decreased=false increased=false cooldown=0s limit={PerSecond:64 Burst:14}
@@ -959,8 +971,9 @@ func TestAIMDAcceptedEstimate(t *testing.T) {
 // and that probe climbs only while 90% of its rate is accepted over the
 // window less a quarter of a second (not less a second, as below it).
 func TestAIMDFoundCapacity(t *testing.T) {
-	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, Coalesce: 100 * time.Millisecond,
-		MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1, Accelerate: 2}
+	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, MinEpisode: 400 * time.Millisecond,
+		Coalesce: 100 * time.Millisecond, MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1,
+		Accelerate: 2}
 	ms := time.Millisecond
 	// lim100 has a burst of 100: the pause earns u * 100/100 tokens at u/s, 1 s.
 	pause := time.Second
@@ -969,10 +982,12 @@ func TestAIMDFoundCapacity(t *testing.T) {
 			{at: 0, op: opThrottle, rate: 100, cooldown: 10 * ms}, // lone
 			// 40 accepted in 0.5 s: 80/s, the cut to 72 and the pause (to 1500ms).
 			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: pause, accepted: 40},
-			// 81 accepted in the 0.9 s since the pause ended (not the 1.9 s
-			// since the cut): 90/s, near 80: the estimate is 85, above the
-			// rate: no cut, a pause again (to 3400ms).
-			{at: 2400 * ms, op: opThrottle, rate: 72, cooldown: pause, accepted: 81},
+			// 171 accepted in the 1.9 s since the cut, its pause included (the
+			// provider's bucket, empty at the cut, earns tokens through it
+			// that the sends after it take): 90/s, near 80: the estimate is
+			// 85, above the rate: no cut, a pause again (to 3400ms). Counted
+			// from the pause's end (0.9 s) the same sends made 190/s.
+			{at: 2400 * ms, op: opThrottle, rate: 72, cooldown: pause, accepted: 171},
 			{at: 4500 * ms, op: opRecover, rate: 85, change: 1, accepted: 80}, // below the cap: to it
 			// At the cap: no probe before 4 windows (8500ms).
 			{at: 5600 * ms, op: opRecover, rate: 85, accepted: 95},
@@ -1379,5 +1394,52 @@ func TestAIMDSinceDecrease(t *testing.T) {
 		e.at(1700 * ms)
 		ad, err = e.l.Recover(ctx, "test", "k", lim100, a)
 		check("Recover to the ceiling", ad, err, 100, -1)
+	})
+}
+
+// TestAIMDShortEpisode: a persistent throttle in an episode shorter than
+// MinEpisode is counted and the episode goes on (its estimate, from a
+// fraction of a second of late reports, would be noise), unless its
+// refusals are a fifth of its requests or more: then the cut is
+// Decrease's, and its rough estimate sets no capacity (the next clean
+// window probes at once instead of cruising under a capacity found).
+func TestAIMDShortEpisode(t *testing.T) {
+	a := capacityAIMD(time.Second)
+	a.MinEpisode = time.Second
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd}, // lone: episode from 0
+			// 0.3 s in, 25 accepted, 2 of 27 requests refused: too short to
+			// measure, too few refusals to cut by Decrease: no cut.
+			{at: 300 * ms, op: opThrottle, rate: 100, cooldown: cd, accepted: 25},
+			{at: 600 * ms, op: opThrottle, rate: 100, cooldown: cd, accepted: 25},
+			// 1.1 s in: 93 accepted, 84.5/s: the cut to 0.9 of it.
+			{at: 1100 * ms, op: opThrottle, rate: 76.090909, change: -1, cooldown: cd, accepted: 43},
+		})
+	})
+}
+
+// TestAIMDShortEpisodeFarAbove: in a short episode whose refusals are a
+// fifth of its requests or more, the cut is Decrease's and sets no
+// capacity (see TestAIMDShortEpisode).
+func TestAIMDShortEpisodeFarAbove(t *testing.T) {
+	a := capacityAIMD(time.Second)
+	a.MinEpisode = time.Second
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 50 * ms, op: opThrottle, rate: 100, cooldown: cd}, // coalesced
+			// 0.3 s in, 3 of 11 requests refused: a rate far above the
+			// provider's: the cut by Decrease, and no capacity from 8 sends.
+			{at: 300 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd, accepted: 8},
+			// One clean window (from 310ms) later, the rate in use: the probe
+			// at once (with a capacity found below the rate, it would cruise
+			// 3 windows more).
+			{at: 1400 * ms, op: opRecover, rate: 55, change: 1, accepted: 50},
+		})
 	})
 }
