@@ -472,9 +472,10 @@ const reserveAheadAdapting = 250 * time.Millisecond
 
 // aheadSenders is how many senders of a key in this process may hold a
 // slot not yet started under lim (the adapted limit of pol.Limit): rate *
-// reserveAhead + burst (reserveAheadAdapting below pol.Limit's rate), at
-// least 1; for a key with a recipient bucket, whose reservations look only
-// [multiReach] ahead, rate * that reach + 1.
+// reserveAhead + burst (reserveAheadAdapting when adapting: the key's
+// adapted rate is below pol.Limit's), at least 1; for a key with a
+// recipient bucket, whose reservations look only [multiReach] ahead, rate
+// * that reach + 1.
 //
 // More senders than the bucket grants slots to would each be refused and
 // ask again every slot interval: with a recipient bucket (FCM's device
@@ -483,12 +484,12 @@ const reserveAheadAdapting = 250 * time.Millisecond
 // sent, and the CPU they took woke the slot holders too late to use their
 // slots: the key ran at half its rate. The one sender beyond the reach
 // asks for the next slot as the first held one starts.
-func aheadSenders(lim bucket.Limit, pol KeyPolicy, maxWait time.Duration) int {
+func aheadSenders(lim bucket.Limit, pol KeyPolicy, maxWait time.Duration, adapting bool) int {
 	if pol.RecipientLimit != (bucket.Limit{}) {
 		return max(int(math.Ceil(lim.PerSecond*multiReach(lim, maxWait).Seconds()))+1, 1)
 	}
 	ahead := reserveAhead
-	if lim.PerSecond < pol.Limit.PerSecond {
+	if adapting {
 		ahead = reserveAheadAdapting
 	}
 	return max(int(math.Ceil(lim.PerSecond*ahead.Seconds()))+lim.Burst, 1)

@@ -905,7 +905,7 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 			return 0, "", 0, false
 		}
 	}
-	gate := st.aheadGate(aheadSenders(lim, pol, p.cfg.MaxTokenWait))
+	gate := st.aheadGate(aheadSenders(lim, pol, p.cfg.MaxTokenWait, paced > 0 && paced < pol.Limit.PerSecond))
 	select {
 	case gate <- struct{}{}:
 	case <-ctx.Done():

@@ -324,7 +324,7 @@ func TestKeyStateBytes(t *testing.T) {
 	for _, k := range keys {
 		st := p.keyState(k)
 		lim, _ := p.limitFor(ctx, k, st, p.log)
-		gate := st.aheadGate(aheadSenders(lim, KeyPolicy{}, time.Second))
+		gate := st.aheadGate(aheadSenders(lim, KeyPolicy{}, time.Second, false))
 		gate <- struct{}{}
 		<-gate
 		p.keys.done(st)
@@ -358,7 +358,7 @@ func TestDoneTrimsTheKeyState(t *testing.T) {
 	lim := bucket.Limit{PerSecond: 10, Burst: 1}
 
 	st := p.keyState("spent")
-	st.aheadGate(aheadSenders(lim, KeyPolicy{}, time.Second))
+	st.aheadGate(aheadSenders(lim, KeyPolicy{}, time.Second, false))
 	d := st.dispenser(ctx, p, "spent", lim, lim, 1)
 	if r, err := d.Next(ctx); err != nil || !r.OK {
 		t.Fatalf("Next: %+v, %v", r, err)
@@ -639,16 +639,16 @@ func TestAcceptedSendsReportedWhileAdapting(t *testing.T) {
 func TestAheadSendersWhileAdapting(t *testing.T) {
 	pol := KeyPolicy{Limit: bucket.Limit{PerSecond: 80, Burst: 10}}
 	for _, c := range []struct {
-		lim  bucket.Limit
-		want int
+		lim      bucket.Limit
+		adapting bool
+		want     int
 	}{
-		{bucket.Limit{PerSecond: 80, Burst: 8}, 88}, // at the ceiling: 80/s x 1 s + 8
-		{bucket.Limit{PerSecond: 30, Burst: 2}, 10}, // adapted: ceil(30/s x 0.25 s) + 2
-		{bucket.Limit{PerSecond: 79, Burst: 8}, 28}, // just below: ceil(19.75) + 8
-		{bucket.Limit{PerSecond: 0.5, Burst: 1}, 2}, // ceil(0.125) + 1
+		{bucket.Limit{PerSecond: 80, Burst: 8}, false, 88}, // at the ceiling: 80/s x 1 s + 8
+		{bucket.Limit{PerSecond: 30, Burst: 2}, true, 10},  // adapted: ceil(30/s x 0.25 s) + 2
+		{bucket.Limit{PerSecond: 79, Burst: 8}, true, 28},  // just below: ceil(19.75) + 8
 	} {
-		if got := aheadSenders(c.lim, pol, 5*time.Second); got != c.want {
-			t.Errorf("aheadSenders(%+v) under %+v = %d, want %d", c.lim, pol.Limit, got, c.want)
+		if got := aheadSenders(c.lim, pol, 5*time.Second, c.adapting); got != c.want {
+			t.Errorf("aheadSenders(%+v, adapting %v) under %+v = %d, want %d", c.lim, c.adapting, pol.Limit, got, c.want)
 		}
 	}
 }
