@@ -59,10 +59,10 @@ const (
 //     cooldown (one token interval by default). Only throttles that persist
 //     lower the rate.
 //   - A decrease goes to what the provider accepts: the sends every replica
-//     saw accepted over the throttle episode (from the end of the last
-//     refill pause), per second
-//     ([Adapter.ThrottledAfter]), estimate the capacity of a provider that
-//     keeps refusing, and the rate goes to [AIMD].Backoff of that estimate,
+//     saw accepted over the throttle episode (from the throttle that began
+//     it, a refill pause included), per second ([Adapter.ThrottledAfter]),
+//     once the episode lasts [AIMD].MinEpisode, estimate the capacity of a
+//     provider that keeps refusing, and the rate goes to [AIMD].Backoff of that estimate,
 //     cutting at most to [AIMD].Decrease of the rate at once. An estimate
 //     within -20%..+25% of the last one meets the same capacity: the two
 //     are averaged (the replicas' reports arrive up to a second late).
@@ -524,8 +524,9 @@ func (l *Adapter) Throttled(ctx context.Context, channel, key string, ceiling bu
 // reported them (to ThrottledAfter or [Adapter.RecoverAfter]). Throttles
 // that persist lower the rate to what every replica reported accepted over
 // the throttle episode, per second: what a saturated provider really
-// takes. Without reports, the refusals per second stand in for it. An
-// accepted < 0 counts as 0.
+// takes; an episode shorter than [AIMD].MinEpisode goes on instead, unless
+// a fifth of its requests were refused. Without reports, the refusals per
+// second stand in for it. An accepted < 0 counts as 0.
 //
 // paced is the adapted rate (msgs/s) the caller knew when it started the
 // throttled send's slot, 0 if unknown. A send paced above the current
