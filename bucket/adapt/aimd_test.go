@@ -1408,8 +1408,8 @@ func TestAIMDShortEpisode(t *testing.T) {
 	a.MinEpisode = time.Second
 	ms := time.Millisecond
 	cd := 10 * ms
-	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, []aimdStep{
+	for name, steps := range map[string][]aimdStep{
+		"few refusals": {
 			{at: 0, op: opThrottle, rate: 100, cooldown: cd}, // lone: episode from 0
 			// 0.3 s in, 25 accepted, 2 of 27 requests refused: too short to
 			// measure, too few refusals to cut by Decrease: no cut.
@@ -1417,20 +1417,8 @@ func TestAIMDShortEpisode(t *testing.T) {
 			{at: 600 * ms, op: opThrottle, rate: 100, cooldown: cd, accepted: 25},
 			// 1.1 s in: 93 accepted, 84.5/s: the cut to 0.9 of it.
 			{at: 1100 * ms, op: opThrottle, rate: 76.090909, change: -1, cooldown: cd, accepted: 43},
-		})
-	})
-}
-
-// TestAIMDShortEpisodeFarAbove: in a short episode whose refusals are a
-// fifth of its requests or more, the cut is Decrease's and sets no
-// capacity (see TestAIMDShortEpisode).
-func TestAIMDShortEpisodeFarAbove(t *testing.T) {
-	a := capacityAIMD(time.Second)
-	a.MinEpisode = time.Second
-	ms := time.Millisecond
-	cd := 10 * ms
-	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, []aimdStep{
+		},
+		"a fifth refused": {
 			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
 			{at: 50 * ms, op: opThrottle, rate: 100, cooldown: cd}, // coalesced
 			// 0.3 s in, 3 of 11 requests refused: a rate far above the
@@ -1440,6 +1428,10 @@ func TestAIMDShortEpisodeFarAbove(t *testing.T) {
 			// at once (with a capacity found below the rate, it would cruise
 			// 3 windows more).
 			{at: 1400 * ms, op: opRecover, rate: 55, change: 1, accepted: 50},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) { e.adaptsNear(t, a, steps) })
 		})
-	})
+	}
 }
