@@ -59,8 +59,8 @@
 -- ARGV[11] paced_u: the adapted rate the throttled send was paced at, in
 --          millionths, integer >= 0; 0: unknown
 -- ARGV[12] min_ep_us: the shortest episode (now - ep_us) whose accepted
---          sends estimate the capacity, integer in [1, persist_us];
---          absent: persist_us / 2
+--          sends estimate the capacity, integer in [1, persist_us]; absent,
+--          0 or above persist_us: persist_us / 2
 --
 -- Reply: array of 5 integers {urate, change, cooldown_ms, streak, since_us}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
@@ -200,13 +200,13 @@ elseif persistent and s.acc > 0 and dt < min_ep_us and (s.n + 2) * 5 < s.acc + s
   -- Persistent, but the episode is too short to measure the capacity
   -- (under min_ep_us: by default half of persist_us, a second at 80/s):
   -- one report more or less per replica moves its estimate by 20% and
-  -- more either way; a high one
-  -- cut nothing, set a capacity that is not there and started the episode
-  -- over, as short; a low one cut by Decrease below the capacity. Unless
-  -- the refusals (counted here at once, not reported late) are a fifth of
-  -- the episode's requests or more (the rate is 1.25 times the capacity
-  -- or more: the cut is Decrease's, whatever the error), the throttle is
-  -- counted and the episode goes on: the rate, the capacity and ep_us stay.
+  -- more either way; a high one cut nothing, set a capacity that is not
+  -- there and started the episode over, as short; a low one cut by
+  -- Decrease below the capacity. Unless the refusals (counted here at
+  -- once, not reported late) are a fifth of the episode's requests or
+  -- more (the rate is 1.25 times the capacity or more: the cut is
+  -- Decrease's, whatever the error), the throttle is counted and the
+  -- episode goes on: the rate, the capacity and ep_us stay.
   count_streak()
   s.n = s.n + 1
   s.last_us = now

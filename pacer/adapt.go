@@ -495,6 +495,11 @@ func aheadSenders(lim bucket.Limit, pol KeyPolicy, maxWait time.Duration, adapti
 	return max(int(math.Ceil(lim.PerSecond*ahead.Seconds()))+lim.Burst, 1)
 }
 
+// aheadGate returns the semaphore of the n senders that may hold a slot of
+// the key not yet started (n from [aheadSenders]). A sender takes a place
+// before asking for a slot and gives it back to the same channel once its
+// slot started; a change of n (of the rate) makes a new channel, so for a
+// moment both may be full.
 func (st *keyState) aheadGate(n int) chan struct{} {
 	st.mu.Lock()
 	defer st.mu.Unlock()
