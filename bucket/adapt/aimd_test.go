@@ -37,12 +37,15 @@ func capacityAIMD(window time.Duration) adapt.AIMD {
 }
 
 // capacity40 are the first steps of those tests under capacityAIMD: a
-// lone throttle at 100/s, then a second with 20 accepted in 0.5 s, a
-// capacity of 40/s; the cut stops at 50 (Decrease).
+// lone throttle at 100/s and two of its burst, then one with 20 accepted
+// in 0.5 s (4 of 24 requests refused), a capacity of 40/s; the cut stops
+// at 50 (Decrease).
 func capacity40() []aimdStep {
 	const ms, cd = time.Millisecond, 10 * time.Millisecond
 	return []aimdStep{
 		{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+		{at: 50 * ms, op: opThrottle, rate: 100, cooldown: cd},
+		{at: 60 * ms, op: opThrottle, rate: 100, cooldown: cd},
 		{at: 500 * ms, op: opThrottle, rate: 50, change: -1, cooldown: cd, accepted: 20},
 	}
 }
@@ -801,30 +804,30 @@ func ExampleAdapter_Throttled() {
 	// no cut.
 	mr.SetTime(t0.Add(600 * time.Millisecond))
 	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 27, 0))
-	// At 1.2 s a third, 27 more accepted: the provider takes about 45/s: the
-	// rate goes to 0.95 of it (42.75/s, never below 0.8 of the rate at
-	// once: 64), with a pause for the provider to earn the burst the pacer
-	// takes at 64/s (16 tokens).
+	// At 1.2 s a third, 27 more accepted: 54 reported in 1.2 s (45/s; a
+	// replica that has seen no throttle reports once a second), but only 2
+	// refusals, so the rate less the refusals per second (78.3/s) bounds
+	// what the provider took: the rate goes to 0.95 of that, with a pause
+	// for the provider to earn the burst the pacer takes at the new rate.
 	mr.SetTime(t0.Add(1200 * time.Millisecond))
 	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 27, 0))
-	// A clean 2 s window after the pause: the rate stays, above the capacity
-	// found (45/s); throttles that go on cut it further.
+	// A clean 2 s window after the pause, the rate in use: back to the
+	// capacity found.
 	mr.SetTime(t0.Add(3600 * time.Millisecond))
 	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 130))
-	// None did: after 4 clean windows in all, the rate in use (the replicas
-	// report about 64 and 65 sends a second), the probe: +2%, then +4% a
-	// window later.
+	// It cruises there 4 windows in all; then, the rate in use (the
+	// replicas report about 78 sends a second), the probe: +2%.
 	mr.SetTime(t0.Add(9600 * time.Millisecond))
-	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 390))
-	mr.SetTime(t0.Add(11600 * time.Millisecond))
-	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 131))
+	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 470))
+	mr.SetTime(t0.Add(11700 * time.Millisecond))
+	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 165))
 	// Output:
 	// rate=80 decreased=false increased=false cooldown=13ms limit={PerSecond:80 Burst:18}
 	// rate=80 decreased=false increased=false cooldown=13ms limit={PerSecond:80 Burst:18}
-	// rate=64 decreased=true increased=false cooldown=250ms limit={PerSecond:64 Burst:14}
-	// rate=64 decreased=false increased=false cooldown=0s limit={PerSecond:64 Burst:14}
-	// rate=65.28 decreased=false increased=true cooldown=0s limit={PerSecond:65.28 Burst:14}
-	// rate=67.89 decreased=false increased=true cooldown=0s limit={PerSecond:67.8912 Burst:14}
+	// rate=74.42 decreased=true increased=false cooldown=250ms limit={PerSecond:74.416666 Burst:16}
+	// rate=78.33 decreased=false increased=true cooldown=0s limit={PerSecond:78.333333 Burst:17}
+	// rate=78.33 decreased=false increased=false cooldown=0s limit={PerSecond:78.333333 Burst:17}
+	// rate=79.9 decreased=false increased=true cooldown=0s limit={PerSecond:79.899999 Burst:17}
 }
 
 // TestAIMDEstimate checks the throttle rules: a lone throttle cuts nothing;
@@ -938,7 +941,10 @@ func TestAIMDAcceptedEstimate(t *testing.T) {
 	cd := 10 * ms
 	each(t, func(t *testing.T, e *env) {
 		e.adaptsNear(t, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 100, cooldown: cd},       // lone: episode from 0
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd}, // lone: episode from 0
+			{at: 20 * ms, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 30 * ms, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 40 * ms, op: opThrottle, rate: 100, cooldown: cd},
 			{at: 200 * ms, op: opRecover, rate: 100, accepted: 30}, // one replica reports 30
 			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: cd, // 40 in 0.5 s: 80/s, * 0.9
 				accepted: 10},
@@ -980,6 +986,9 @@ func TestAIMDFoundCapacity(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		e.adaptsNear(t, a, []aimdStep{
 			{at: 0, op: opThrottle, rate: 100, cooldown: 10 * ms}, // lone
+			{at: 20 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
+			{at: 30 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
+			{at: 40 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
 			// 40 accepted in 0.5 s: 80/s, the cut to 72 and the pause (to 1500ms).
 			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: pause, accepted: 40},
 			// 171 accepted in the 1.9 s since the cut, its pause included (the
@@ -1027,27 +1036,54 @@ func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 
 // TestAIMDFewRefusalsKeepTheCapacity: an episode whose refusals are 10%
 // of its requests or fewer did not saturate the provider (the pacer sent
-// short of its rate after a cut), so its estimate lowers the capacity
-// found by Backoff at most, and the rate goes to that capacity; an
-// episode with more refusals cuts to Backoff of what the provider
-// accepted.
+// short of its rate after a cut, replicas reported late), so what was
+// reported accepted is a bound below the capacity: the estimate is at
+// least the rate less the refusals per second (what the provider took had
+// the pacer sent its rate) and the capacity found less Backoff; an episode
+// with more refusals cuts to Backoff of what the provider accepted.
 func TestAIMDFewRefusalsKeepTheCapacity(t *testing.T) {
 	a := capacityAIMD(time.Hour)
 	ms := time.Millisecond
 	cd := 10 * ms
 	each(t, func(t *testing.T, e *env) {
 		e.adaptsNear(t, a, append(capacity40(), []aimdStep{
-			// 20 accepted and 2 refused in 1 s: 20/s, but the provider
-			// refused under 10%: the capacity goes to 40 * 0.9 = 36 at most
-			// (not 20), and the rate to it (not Decrease's 25).
-			{at: 1500 * ms, op: opThrottle, rate: 36, change: -1, cooldown: cd, accepted: 20},
-			{at: 1550 * ms, op: opThrottle, rate: 36, cooldown: cd},
-			{at: 1560 * ms, op: opThrottle, rate: 36, cooldown: cd},
-			{at: 1570 * ms, op: opThrottle, rate: 36, cooldown: cd},
-			// 10 accepted and 5 refused in 0.5 s: saturated, a capacity of
-			// 20/s, the rate to 20 * 0.9 (Decrease's 18 too).
-			{at: 2000 * ms, op: opThrottle, rate: 18, change: -1, cooldown: cd, accepted: 10},
+			// 20 accepted and 1 refused in 1 s at 50/s: the provider refused
+			// under 10%: the estimate is 49/s (not 20), the rate 0.9 of it
+			// (not Decrease's 25, nor 36, the capacity found less Backoff).
+			{at: 1500 * ms, op: opThrottle, rate: 44.1, change: -1, cooldown: cd, accepted: 20},
+			{at: 1550 * ms, op: opThrottle, rate: 44.1, cooldown: cd},
+			{at: 1560 * ms, op: opThrottle, rate: 44.1, cooldown: cd},
+			{at: 1570 * ms, op: opThrottle, rate: 44.1, cooldown: cd},
+			// 10 accepted and 4 refused in 0.5 s: saturated, a capacity of
+			// 20/s: the cut stops at Decrease's 22.05.
+			{at: 2000 * ms, op: opThrottle, rate: 22.05, change: -1, cooldown: cd, accepted: 10},
 		}...))
+	})
+}
+
+// TestAIMDFewRefusalsFloorAtCapacity: with few refusals at a rate near the
+// capacity found, where the rate less the refusals is under it, the
+// capacity less Backoff is the floor, and the rate goes to it.
+func TestAIMDFewRefusalsFloorAtCapacity(t *testing.T) {
+	a := capacityAIMD(time.Hour)
+	a.Decrease = 0.8
+	ms := time.Millisecond
+	cd := 10 * ms
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 20 * ms, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 30 * ms, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 40 * ms, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 50 * ms, op: opThrottle, rate: 100, cooldown: cd},
+			// 45 accepted and 6 refused in 0.5 s: a capacity of 90/s, the
+			// rate to 81.
+			{at: 500 * ms, op: opThrottle, rate: 81, change: -1, cooldown: cd, accepted: 45},
+			// 1 s later, 60 accepted and 1 refused: 60/s reported, the rate
+			// less the refusals 80/s; the capacity found less Backoff, 81, is
+			// the floor: no cut (the rate is there already).
+			{at: 1500 * ms, op: opThrottle, rate: 81, cooldown: cd, accepted: 60},
+		})
 	})
 }
 
@@ -1080,7 +1116,10 @@ func TestAIMDStaleReplicaThrottle(t *testing.T) {
 	cd := 10 * ms
 	each(t, func(t *testing.T, e *env) {
 		e.adaptsNear(t, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 100, cooldown: cd, paced: 100},                                 // lone
+			{at: 0, op: opThrottle, rate: 100, cooldown: cd, paced: 100}, // lone
+			{at: 20 * ms, op: opThrottle, rate: 100, cooldown: cd, paced: 100},
+			{at: 30 * ms, op: opThrottle, rate: 100, cooldown: cd, paced: 100},
+			{at: 40 * ms, op: opThrottle, rate: 100, cooldown: cd, paced: 100},
 			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: cd, accepted: 40, paced: 100}, // 80/s * 0.9
 			// 300 ms later, past the coalescing, a replica still pacing at
 			// 100/s is refused: part of the decrease made, no new cut.
@@ -1106,7 +1145,9 @@ func TestAIMDSporadicThrottlesCutNothing(t *testing.T) {
 		e.adaptsNear(t, a, []aimdStep{
 			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
 			{at: 1000 * ms, op: opThrottle, rate: 100, cooldown: cd, accepted: 198},             // 2 of 200 refused: no cut, a new episode
-			{at: 2000 * ms, op: opThrottle, rate: 87.3, change: -1, cooldown: cd, accepted: 97}, // 2 of 99: a cut, to 97/s * 0.9
+			// 2 of 99: a cut, to 0.9 of the rate less the refusals per second
+			// (99/s; the reports, 97/s, can only err low).
+			{at: 2000 * ms, op: opThrottle, rate: 89.1, change: -1, cooldown: cd, accepted: 97},
 		})
 	})
 }
@@ -1414,8 +1455,19 @@ func TestAIMDShortEpisode(t *testing.T) {
 			// 0.3 s in, 25 accepted, 2 of 27 requests refused: too short to
 			// measure, too few refusals to cut by Decrease: no cut.
 			{at: 300 * ms, op: opThrottle, rate: 100, cooldown: cd, accepted: 25},
+			{at: 310 * ms, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 320 * ms, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 330 * ms, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 340 * ms, op: opThrottle, rate: 100, cooldown: cd},
+			// 7 of 57 refused: still under a fifth.
 			{at: 600 * ms, op: opThrottle, rate: 100, cooldown: cd, accepted: 25},
-			// 1.1 s in: 93 accepted, 84.5/s: the cut to 0.9 of it.
+			{at: 610 * ms, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 620 * ms, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 630 * ms, op: opThrottle, rate: 100, cooldown: cd},
+			{at: 640 * ms, op: opThrottle, rate: 100, cooldown: cd},
+			// 1.1 s in: 93 accepted, 84.5/s, and 12 of 105 requests refused
+			// (more than 10%: the provider is saturated, its accepted sends
+			// are its capacity): the cut to 0.9 of it.
 			{at: 1100 * ms, op: opThrottle, rate: 76.090909, change: -1, cooldown: cd, accepted: 43},
 		},
 		"a fifth refused": {
