@@ -1144,7 +1144,7 @@ func TestAIMDSporadicThrottlesCutNothing(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		e.adaptsNear(t, a, []aimdStep{
 			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
-			{at: 1000 * ms, op: opThrottle, rate: 100, cooldown: cd, accepted: 198},             // 2 of 200 refused: no cut, a new episode
+			{at: 1000 * ms, op: opThrottle, rate: 100, cooldown: cd, accepted: 198}, // 2 of 200 refused: no cut, a new episode
 			// 2 of 99: a cut, to 0.9 of the rate less the refusals per second
 			// (99/s; the reports, 97/s, can only err low).
 			{at: 2000 * ms, op: opThrottle, rate: 89.1, change: -1, cooldown: cd, accepted: 97},
