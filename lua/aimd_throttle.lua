@@ -102,7 +102,11 @@
 --   are 10% or less of its requests (acc + n + 1), at least cap * backoff
 --   (a provider that refused so few was not saturated: the sends it
 --   accepted are the pacer's, short of its rate after a cut, not its
---   capacity); the rate then goes to that estimate, not Backoff below it. Without reports of accepted sends (acc = 0)
+--   capacity); the rate then goes to that estimate, not Backoff below it;
+--   with refusals that few the rate also goes to at least Backoff of
+--   upper = urate - n / (now - ep_us) (what the provider took had the
+--   pacer sent its rate; reports err low), and cap to at least upper.
+--   Without reports of accepted sends (acc = 0)
 --   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
 --   The rate becomes max(floor_u, floor(urate * decrease),
 --   floor(min(est, urate) * backoff)), or stays when an estimate from acc

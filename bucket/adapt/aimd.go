@@ -67,10 +67,11 @@ const (
 //     within -20%..+25% of the last one meets the same capacity: the two
 //     are averaged (the replicas' reports arrive up to a second late).
 //     An episode whose refusals are 10% of its requests or fewer lowers a
-//     capacity found by Backoff at most, and the rate goes to it: a
-//     provider that refused so few was not saturated, and what it
+//     capacity found by Backoff at most, and the rate goes to it, or to
+//     Backoff of the rate less the refusals per second if that is higher:
+//     a provider that refused so few was not saturated, and what it
 //     accepted is what the pacer sent, short of its rate after a cut (the
-//     pause, the slots taken anew).
+//     pause, the slots taken anew), as the replicas reported it (late).
 //     Throttles that persist while the rate is below the estimate cut
 //     nothing: they come from the provider's bucket, emptied moments ago
 //     by a probe or bunched sends, and the refill pause (below) is the
