@@ -105,7 +105,9 @@
 --   capacity); the rate then goes to that estimate, not Backoff below it;
 --   with refusals that few the rate also goes to at least Backoff of
 --   upper = urate - n / (now - ep_us) (what the provider took had the
---   pacer sent its rate; reports err low), and cap to at least upper.
+--   pacer sent its rate; reports err low); cap stays the estimate (upper
+--   exceeds the capacity by what the pacer sent short of its rate, and a
+--   return to it would meet the limit again).
 --   Without reports of accepted sends (acc = 0)
 --   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
 --   The rate becomes max(floor_u, floor(urate * decrease),
@@ -246,8 +248,8 @@ else
       end
       -- With refusals that few, the rate less the refusals per second
       -- (counted here at once) is what the provider took had the pacer
-      -- sent its rate: the estimate is at least that, with Backoff's room
-      -- below it. From what was reported it errs low: reports of replicas
+      -- sent its rate: the cut goes no lower than Backoff of that (the
+      -- capacity stays the estimate). What was reported errs low: reports of replicas
       -- that have seen no throttle come once a second (three replicas at
       -- 80/s with 3 refusals in 1.5 s estimated 68), and the pacer sends a
       -- few % short of a rate it was cut to (32.8/s with a provider at 30
@@ -270,6 +272,9 @@ else
       u = math.max(u, math.floor(upper * backoff))
     end
     u = math.min(u, s.urate)
+    if s.urate - u <= 1 then
+      u = s.urate -- a millionth of a message per second: rounding, not a cut
+    end
     local refill = u < s.urate
     if s.acc > 0 and s.urate < est then
       refill = true
@@ -307,10 +312,7 @@ else
     if s.acc > 0 and dt >= min_ep_us then
       -- (An episode shorter than that ends here only in a cut by
       -- Decrease: its estimate, too rough to keep, sets no capacity.)
-      local c = est
-      if upper and upper > c then
-        c = upper
-      end
+      local c = est -- upper bounds the cut, not the capacity (see above)
       if above and s.urate < est then
         -- No cut, and an estimate far above the capacity found (a short
         -- episode, bunched reports): it raises the capacity to the rate

@@ -811,23 +811,23 @@ func ExampleAdapter_Throttled() {
 	// for the provider to earn the burst the pacer takes at the new rate.
 	mr.SetTime(t0.Add(1200 * time.Millisecond))
 	show(l.ThrottledAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 0, 27, 0))
-	// A clean 2 s window after the pause, the rate in use: back to the
-	// capacity found.
+	// A clean 2 s window after the pause: the rate stays. It is above the
+	// capacity the reports showed (45/s; the bound is not a capacity), so
+	// it cruises 4 windows in all; then, the rate in use (the replicas
+	// report about 74 and 76 sends a second), the probe: +2%, then +4%.
 	mr.SetTime(t0.Add(3600 * time.Millisecond))
-	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 130))
-	// It cruises there 4 windows in all; then, the rate in use (the
-	// replicas report about 78 sends a second), the probe: +2%.
+	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 160))
 	mr.SetTime(t0.Add(9600 * time.Millisecond))
-	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 470))
+	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 440))
 	mr.SetTime(t0.Add(11700 * time.Millisecond))
-	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 165))
+	show(l.RecoverAfter(ctx, "whatsapp", "106540352242922", ceiling, a, 160))
 	// Output:
 	// rate=80 decreased=false increased=false cooldown=13ms limit={PerSecond:80 Burst:18}
 	// rate=80 decreased=false increased=false cooldown=13ms limit={PerSecond:80 Burst:18}
 	// rate=74.42 decreased=true increased=false cooldown=250ms limit={PerSecond:74.416666 Burst:16}
-	// rate=78.33 decreased=false increased=true cooldown=0s limit={PerSecond:78.333333 Burst:17}
-	// rate=78.33 decreased=false increased=false cooldown=0s limit={PerSecond:78.333333 Burst:17}
-	// rate=79.9 decreased=false increased=true cooldown=0s limit={PerSecond:79.899999 Burst:17}
+	// rate=74.42 decreased=false increased=false cooldown=0s limit={PerSecond:74.416666 Burst:16}
+	// rate=75.9 decreased=false increased=true cooldown=0s limit={PerSecond:75.904999 Burst:16}
+	// rate=78.94 decreased=false increased=true cooldown=0s limit={PerSecond:78.941198 Burst:17}
 }
 
 // TestAIMDEstimate checks the throttle rules: a lone throttle cuts nothing;
@@ -1037,10 +1037,11 @@ func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 // TestAIMDFewRefusalsKeepTheCapacity: an episode whose refusals are 10%
 // of its requests or fewer did not saturate the provider (the pacer sent
 // short of its rate after a cut, replicas reported late), so what was
-// reported accepted is a bound below the capacity: the estimate is at
-// least the rate less the refusals per second (what the provider took had
-// the pacer sent its rate) and the capacity found less Backoff; an episode
-// with more refusals cuts to Backoff of what the provider accepted.
+// reported accepted is a bound below the capacity: the cut goes no lower
+// than Backoff of the rate less the refusals per second (what the
+// provider took had the pacer sent its rate) nor the capacity found less
+// Backoff; an episode with more refusals cuts to Backoff of what the
+// provider accepted.
 func TestAIMDFewRefusalsKeepTheCapacity(t *testing.T) {
 	a := capacityAIMD(time.Hour)
 	ms := time.Millisecond
@@ -1048,8 +1049,9 @@ func TestAIMDFewRefusalsKeepTheCapacity(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		e.adaptsNear(t, a, append(capacity40(), []aimdStep{
 			// 20 accepted and 1 refused in 1 s at 50/s: the provider refused
-			// under 10%: the estimate is 49/s (not 20), the rate 0.9 of it
-			// (not Decrease's 25, nor 36, the capacity found less Backoff).
+			// under 10%: the rate less the refusals is 49/s, the rate goes to
+			// 0.9 of it (not Decrease's 25, nor 36, the capacity found less
+			// Backoff).
 			{at: 1500 * ms, op: opThrottle, rate: 44.1, change: -1, cooldown: cd, accepted: 20},
 			{at: 1550 * ms, op: opThrottle, rate: 44.1, cooldown: cd},
 			{at: 1560 * ms, op: opThrottle, rate: 44.1, cooldown: cd},
