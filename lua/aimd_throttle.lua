@@ -181,7 +181,6 @@ end
 
 local s, wrongtype = read()
 local change = 0
-local start = now -- ep_us of a new episode
 if not s then
   s = {urate = ceil_u, last_us = 0, hold_us = 0, win_us = 0, streak = 0, ep_us = 0, n = 0, k = 0, acc = 0, cap = 0,
     cut_us = 0}
@@ -226,6 +225,11 @@ else
     local above = false -- est is more than 1.25 times cap
     local few = false -- est is cap * backoff: few refusals (see below)
     local upper -- with few refusals: the rate less the refusals per second
+    -- The rate less the refusals per second (counted here at once): what
+    -- the provider took had the pacer sent its rate.
+    local weak = s.urate - s.n * 1e12 / dt
+    -- The episode's refusals are 10% of its requests or fewer.
+    local sporadic = (s.n + 1) * 10 <= s.acc + s.n + 1
     if s.acc > 0 then
       est = s.acc * 1e12 / dt
       -- An estimate near the last one (within -20%..+25%) meets the same
@@ -242,23 +246,22 @@ else
       -- lowers the capacity found by Backoff at most, so throttles that
       -- persist walk it down gently, never through a chain of cuts below
       -- it; the rate goes to that capacity.
-      if s.cap > 0 and (s.n + 1) * 10 <= s.acc + s.n + 1 and est < s.cap * backoff then
+      if s.cap > 0 and sporadic and est < s.cap * backoff then
         est = s.cap * backoff
         few = true
       end
-      -- With refusals that few, the rate less the refusals per second
-      -- (counted here at once) is what the provider took had the pacer
-      -- sent its rate: the cut goes no lower than Backoff of that (the
-      -- capacity stays the estimate). What was reported errs low: reports of replicas
-      -- that have seen no throttle come once a second (three replicas at
-      -- 80/s with 3 refusals in 1.5 s estimated 68), and the pacer sends a
-      -- few % short of a rate it was cut to (32.8/s with a provider at 30
-      -- estimated 27.7, and the rate cruised there).
-      if (s.n + 1) * 10 <= s.acc + s.n + 1 then
-        upper = s.urate - s.n * 1e12 / dt
+      -- With refusals that few, the cut goes no lower than Backoff of
+      -- weak (the capacity stays the estimate): what was reported errs
+      -- low. Reports of replicas that have seen no throttle come once a
+      -- second (three replicas at 80/s with 3 refusals in 1.5 s estimated
+      -- 68), and the pacer sends a few % short of a rate it was cut to
+      -- (32.8/s with a provider at 30 estimated 27.7, and the rate
+      -- cruised there).
+      if sporadic then
+        upper = weak
       end
     else
-      est = s.urate - s.n * 1e12 / dt
+      est = weak
     end
     -- The cut goes to Backoff of the estimate, room below it for the
     -- probe; after an episode of few refusals, to the lowered capacity
@@ -327,7 +330,7 @@ else
   else
     s.win_us = math.max(s.win_us, cd)
   end
-  s.ep_us = start
+  s.ep_us = now
   s.n = 0
   s.k = 0
   s.acc = 0
