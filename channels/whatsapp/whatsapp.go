@@ -28,6 +28,8 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/pacerhq/pacer/channels"
 )
 
@@ -67,14 +69,20 @@ type Config struct {
 	// Token is the system-user access token, sent as "Authorization: Bearer".
 	// Required. It never appears in an error.
 	Token string
-	// HTTPClient sends the requests; default a client with a
-	// [DefaultTimeout] timeout on the transport of [channels.NewTransport]
-	// (HTTP/2 when the Graph API offers it, keep-alive connections reused).
+	// HTTPClient, when set, sends the requests through net/http (with its
+	// own timeout, or the context's deadline). When nil (the default), Pool
+	// sends them.
 	HTTPClient *http.Client
-	// MaxIdleConnsPerHost is how many idle connections to the provider the
-	// default client keeps for reuse; default
+	// Pool sends the requests when HTTPClient is nil: HTTP/1.1 keep-alive
+	// connections, reused ([channels.Pool]); a request without a context
+	// deadline ends after [DefaultTimeout]. Default a Pool of its own with
+	// MaxIdleConnsPerHost connections; share one among the clients of one
+	// channel (several tokens) so they share its connections.
+	Pool *channels.Pool
+	// MaxIdleConnsPerHost is how many connections to the provider the
+	// default Pool keeps, in use and idle; default
 	// [channels.DefaultMaxIdleConnsPerHost]. Set it to at least the sends a
-	// process has in flight at once. Ignored when HTTPClient is set.
+	// process has in flight at once. Ignored when HTTPClient or Pool is set.
 	MaxIdleConnsPerHost int
 }
 
@@ -86,7 +94,8 @@ type Client struct {
 	prefix  string // base joined with version, and "/"
 	auth    string // "Bearer <token>"
 	token   string
-	hc      *http.Client
+	hc      *http.Client   // nil: pool
+	pool    *channels.Pool // when hc is nil
 }
 
 var _ channels.Sender = (*Client)(nil)
@@ -120,8 +129,8 @@ func New(cfg Config) (*Client, error) {
 		}
 		return nil, fmt.Errorf("whatsapp: Config.APIVersion %s was retired by Meta %s; use %s", cfg.APIVersion, when, DefaultAPIVersion)
 	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout, Transport: channels.NewTransport(cfg.MaxIdleConnsPerHost, nil)}
+	if cfg.HTTPClient == nil && cfg.Pool == nil {
+		cfg.Pool = channels.NewPool(cfg.MaxIdleConnsPerHost, nil)
 	}
 	return &Client{
 		base:    base,
@@ -130,6 +139,7 @@ func New(cfg Config) (*Client, error) {
 		auth:    "Bearer " + cfg.Token,
 		token:   cfg.Token,
 		hc:      cfg.HTTPClient,
+		pool:    cfg.Pool,
 	}, nil
 }
 
@@ -170,6 +180,9 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent,
 			Code: "invalid-payload", Detail: "payload is not a JSON object", Err: err}
 	}
+	if c.hc == nil {
+		return c.sendPool(ctx, m, body)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.messagesURL(m.Key), bytes.NewReader(body))
 	if err != nil { // only a nil ctx gets here: the URL was checked in New
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent, Err: err}
@@ -197,7 +210,38 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return c.success(resp.StatusCode, raw)
 	}
-	return channels.Result{}, c.failure(resp, raw, m.To, time.Now())
+	return channels.Result{}, c.failure(resp.StatusCode, resp.Header.Get("Retry-After"), raw, m.To, time.Now())
+}
+
+// sendPool is Send's request through c.pool, for body.
+func (c *Client) sendPool(ctx context.Context, m channels.Message, body []byte) (channels.Result, error) {
+	var res channels.Result
+	var failed error
+	err := c.pool.Do(ctx, DefaultTimeout, func(req *fasthttp.Request) {
+		req.SetRequestURI(c.messagesURL(m.Key))
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.Header.Set("Authorization", c.auth)
+		req.Header.SetContentType("application/json")
+		req.Header.Set("Accept", "application/json")
+		req.SetBodyRaw(body)
+	}, func(resp *fasthttp.Response) {
+		status := resp.StatusCode()
+		if status >= 200 && status < 300 {
+			res, failed = c.success(status, resp.Body())
+			return
+		}
+		failed = c.failure(status, string(resp.Header.Peek("Retry-After")), resp.Body(), m.To, time.Now())
+	})
+	if err != nil {
+		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+			return channels.Result{}, err
+		}
+		// The URL (host, version, phone-number ID) and fasthttp's error,
+		// which names at most the host: never a header.
+		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Transient,
+			Err: fmt.Errorf("whatsapp: POST %s: %w", c.messagesURL(m.Key), err)}
+	}
+	return res, failed
 }
 
 // jsonType is the Content-Type and Accept of a request (shared, never
@@ -432,19 +476,19 @@ type graphError struct {
 const AccountCooldown = time.Minute
 
 // failure builds the *channels.Error for a non-2xx response.
-func (c *Client) failure(resp *http.Response, raw []byte, to string, now time.Time) *channels.Error {
+func (c *Client) failure(status int, retryAfter string, raw []byte, to string, now time.Time) *channels.Error {
 	e := &channels.Error{
 		Channel:    channel,
-		Status:     resp.StatusCode,
-		RetryAfter: channels.ParseRetryAfter(resp.Header.Get("Retry-After"), now),
+		Status:     status,
+		RetryAfter: channels.ParseRetryAfter(retryAfter, now),
 	}
 	var g graphError
 	if err := json.Unmarshal(raw, &g); err != nil || g.Error == nil || g.Error.Code == "" {
 		if err == nil {
 			err = errors.New("no error.code in body")
 		}
-		e.Class = statusClass(resp.StatusCode, true)
-		e.Err = fmt.Errorf("whatsapp: HTTP %d without a Graph error body: %w", resp.StatusCode, err)
+		e.Class = statusClass(status, true)
+		e.Err = fmt.Errorf("whatsapp: HTTP %d without a Graph error body: %w", status, err)
 		return e
 	}
 	e.Code = g.Error.Code.String()
@@ -466,7 +510,7 @@ func (c *Client) failure(resp *http.Response, raw []byte, to string, now time.Ti
 		}
 		e.RetryAfter = max(e.RetryAfter, cooldowns[code])
 	} else {
-		e.Class = statusClass(resp.StatusCode, false)
+		e.Class = statusClass(status, false)
 	}
 	return e
 }
