@@ -29,7 +29,11 @@ import (
 // concurrent use and meant to be shared by the adapters' clients of one
 // channel.
 type Pool struct {
-	c *fasthttp.Client
+	c       *fasthttp.Client
+	watched atomic.Pointer[watched] // the context watched last (see watch)
+
+	mu    sync.Mutex
+	conns map[*checkedConn]struct{} // open connections
 }
 
 // NewPool returns a Pool of at most maxConns connections per host
@@ -69,14 +73,17 @@ func NewPool(maxConns int, tlsConfig *tls.Config) *Pool {
 	if proxyFromEnv() {
 		dial = fasthttpproxy.FasthttpProxyHTTPDialerTimeout(30 * time.Second)
 	}
+	p := &Pool{c: c, conns: map[*checkedConn]struct{}{}}
 	c.Dial = func(addr string) (net.Conn, error) {
 		conn, err := dial(addr)
 		if err != nil {
 			return nil, err
 		}
-		return newCheckedConn(conn), nil
+		cc := newCheckedConn(conn)
+		p.track(cc)
+		return cc, nil
 	}
-	return &Pool{c: c}
+	return p
 }
 
 // retryStale is the Pool's fasthttp.RetryIfErrFunc: again, on another
@@ -95,31 +102,22 @@ func proxyFromEnv() bool {
 	return false
 }
 
-// call is one request of [Pool.Do] run on its own goroutine.
-type call struct {
-	req   *fasthttp.Request
-	resp  *fasthttp.Response
-	err   error
-	state atomic.Int32 // callRunning, callDone, callAbandoned
-	done  chan struct{}
-}
-
-const (
-	callRunning int32 = iota
-	callDone
-	callAbandoned
-)
-
-var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
-
 // Do sends one request, filled by fill, and hands its response to read
 // (on the caller's goroutine; the response is valid only during read). The
 // request must end by ctx's deadline, or by now + timeout when ctx has
 // none. Errors: ctx.Err() itself when ctx is already done, or ends before
-// the response (its request then runs on until its deadline, in the
-// background, and its answer is dropped); context.DeadlineExceeded when
-// the deadline passed first; otherwise fasthttp's error (a dial, a write, a
-// read, a body over 1 MiB), which names at most the host, never a header.
+// the response; context.DeadlineExceeded when the deadline passed first;
+// otherwise fasthttp's error (a dial, a write, a read, a body over 1 MiB),
+// which names at most the host, never a header.
+//
+// The request runs on the caller's goroutine (no goroutine per send, which
+// was a few percent of a process's CPU at thousands of sends a second). A
+// context cancelled before its deadline therefore ends its request by
+// closing the Pool's connections: every request of the Pool then in flight
+// fails, and each whose own context has ended returns that context's
+// error. The pacer cancels its sends together (at the end of a shutdown's
+// drain), so this ends exactly those; a Pool whose sends are cancelled one
+// by one would end the others' requests too.
 func (p *Pool) Do(ctx context.Context, timeout time.Duration, fill func(*fasthttp.Request), read func(*fasthttp.Response)) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -128,40 +126,12 @@ func (p *Pool) Do(ctx context.Context, timeout time.Duration, fill func(*fasthtt
 	if !ok {
 		dl = time.Now().Add(timeout)
 	}
-	c := calls.Get().(*call)
-	c.req, c.resp, c.err = fasthttp.AcquireRequest(), fasthttp.AcquireResponse(), nil
-	c.state.Store(callRunning)
-	fill(c.req)
-	if ctx.Done() == nil { // never cancelled: no goroutine needed
-		c.err = p.c.DoDeadline(c.req, c.resp, dl)
-		return c.finish(ctx, dl, read)
-	}
-	go c.run(p.c, dl)
-	select {
-	case <-c.done:
-		return c.finish(ctx, dl, read)
-	case <-ctx.Done():
-		if c.state.CompareAndSwap(callRunning, callAbandoned) {
-			return ctx.Err() // run releases c
-		}
-		<-c.done // it finished meanwhile
-		return c.finish(ctx, dl, read)
-	}
-}
-
-func (c *call) run(fc *fasthttp.Client, dl time.Time) {
-	c.err = fc.DoDeadline(c.req, c.resp, dl)
-	if c.state.CompareAndSwap(callRunning, callDone) {
-		c.done <- struct{}{}
-		return
-	}
-	c.release() // the caller has gone
-}
-
-// finish reads c's response (or maps its error) and releases c.
-func (c *call) finish(ctx context.Context, dl time.Time, read func(*fasthttp.Response)) error {
-	defer c.release()
-	if err := c.err; err != nil {
+	p.watch(ctx)
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	fill(req)
+	if err := p.c.DoDeadline(req, resp, dl); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -170,13 +140,57 @@ func (c *call) finish(ctx context.Context, dl time.Time, read func(*fasthttp.Res
 		}
 		return err
 	}
-	read(c.resp)
+	read(resp)
 	return nil
 }
 
-func (c *call) release() {
-	fasthttp.ReleaseRequest(c.req)
-	fasthttp.ReleaseResponse(c.resp)
-	c.req, c.resp, c.err = nil, nil, nil
-	calls.Put(c)
+// watch has the Pool close its connections when ctx is cancelled before
+// its deadline (see [Pool.Do]). Sends share contexts (the pacer hands out
+// one per tenth of a second), so a context is watched once: only one that
+// differs from the last one watched takes the lock.
+func (p *Pool) watch(ctx context.Context) {
+	if ctx.Done() == nil {
+		return
+	}
+	if w := p.watched.Load(); w != nil && w.ctx == ctx {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w := p.watched.Load(); w != nil && w.ctx == ctx {
+		return
+	}
+	p.watched.Store(&watched{ctx: ctx})
+	context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			p.closeAll()
+		}
+	})
+}
+
+type watched struct{ ctx context.Context }
+
+// closeAll closes every connection of p; requests on them fail at once.
+func (p *Pool) closeAll() {
+	p.mu.Lock()
+	conns := make([]*checkedConn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// track adds c to p's connections until it is closed.
+func (p *Pool) track(c *checkedConn) {
+	p.mu.Lock()
+	p.conns[c] = struct{}{}
+	p.mu.Unlock()
+	c.onClose = func() {
+		p.mu.Lock()
+		delete(p.conns, c)
+		p.mu.Unlock()
+	}
 }

@@ -3,6 +3,7 @@ package channels
 import (
 	"errors"
 	"net"
+	"sync"
 	"syscall"
 )
 
@@ -34,9 +35,22 @@ type checkedConn struct {
 	net.Conn
 	raw     syscall.RawConn // nil: not a socket (no check)
 	reading bool            // the last call was a Read: the next Write starts a request
+	onClose func()          // set by the Pool
+	once    sync.Once
 }
 
-func newCheckedConn(c net.Conn) net.Conn {
+// Close closes the connection (once) and drops it from its Pool.
+func (c *checkedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		if c.onClose != nil {
+			c.onClose()
+		}
+	})
+	return err
+}
+
+func newCheckedConn(c net.Conn) *checkedConn {
 	cc := &checkedConn{Conn: c}
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
