@@ -18,14 +18,17 @@ import (
 // hosts, up to a number of connections per host (fasthttp's client). It is
 // the default way of the adapters whose provider takes HTTP/1.1 for a send
 // (WhatsApp): net/http's client spends per request two goroutines' hand-offs,
-// a header map, a context watcher and their allocations, which at thousands
-// of sends a second were about a sixth of a pacer process's CPU
-// (BENCHMARKS.md, "One process near the hardware").
+// a header map, a context watcher and their allocations; sending through a
+// Pool instead took a fifth off a pacer process's CPU per message at
+// thousands of sends a second (BENCHMARKS.md, "WhatsApp sends over a
+// fasthttp keep-alive pool").
 //
 // Connections: at most maxConns per host, reused (idle ones closed after
 // [IdleConnTimeout]); a send that finds every connection busy waits for one
-// until its deadline. TLS 1.2 or later; HTTP_PROXY, HTTPS_PROXY and
-// NO_PROXY are honoured as net/http honours them. A Pool is safe for
+// until its deadline; a dial gives up after 30 s (net/http's default) and
+// host names are resolved at most once a minute. TLS 1.2 or later;
+// HTTP_PROXY, HTTPS_PROXY and NO_PROXY are honoured as net/http honours
+// them. A Pool is safe for
 // concurrent use and meant to be shared by the adapters' clients of one
 // channel.
 type Pool struct {
@@ -53,13 +56,13 @@ func NewPool(maxConns int, tlsConfig *tls.Config) *Pool {
 		MaxIdleConnDuration: IdleConnTimeout,
 		// A send waits for a busy pool as long as its own deadline allows
 		// (fasthttp bounds the wait by the request's timeout too).
-		MaxConnWaitTimeout:            24 * time.Hour,
-		TLSConfig:                     tc,
-		NoDefaultUserAgentHeader:      true,
-		DisablePathNormalizing:        true, // a path-escaped key stays escaped
-		DisableHeaderNamesNormalizing: false,
+		MaxConnWaitTimeout:       24 * time.Hour,
+		TLSConfig:                tc,
+		NoDefaultUserAgentHeader: true,
+		DisablePathNormalizing:   true, // a path-escaped key stays escaped
 		// Providers answer a send with a few hundred bytes; a longer body
-		// than this fails the send (ErrBodyTooLarge), as [ReadBody] cuts it.
+		// than this fails the send (ErrBodyTooLarge) where [ReadBody]
+		// would cut it.
 		MaxResponseBodySize: 1 << 20,
 		// A request is sent again only when nothing of it was written
 		// (a connection the provider had closed, see checkedConn), on
@@ -69,9 +72,10 @@ func NewPool(maxConns int, tlsConfig *tls.Config) *Pool {
 		RetryIfErr:                retryStale,
 		MaxIdemponentCallAttempts: maxConns + 1,
 	}
-	dial := (&fasthttp.TCPDialer{DNSCacheDuration: time.Minute}).Dial
+	d := &fasthttp.TCPDialer{DNSCacheDuration: time.Minute}
+	dial := func(addr string) (net.Conn, error) { return d.DialTimeout(addr, dialTimeout) }
 	if proxyFromEnv() {
-		dial = fasthttpproxy.FasthttpProxyHTTPDialerTimeout(30 * time.Second)
+		dial = fasthttpproxy.FasthttpProxyHTTPDialerTimeout(dialTimeout)
 	}
 	p := &Pool{c: c, conns: map[*checkedConn]struct{}{}}
 	c.Dial = func(addr string) (net.Conn, error) {
@@ -85,6 +89,10 @@ func NewPool(maxConns int, tlsConfig *tls.Config) *Pool {
 	}
 	return p
 }
+
+// dialTimeout bounds a Pool's dial (and a proxy's CONNECT), as net/http's
+// DefaultTransport does.
+const dialTimeout = 30 * time.Second
 
 // retryStale is the Pool's fasthttp.RetryIfErrFunc: again, on another
 // connection, only for a request refused before its first byte.
