@@ -69,20 +69,16 @@ type Config struct {
 	// Token is the system-user access token, sent as "Authorization: Bearer".
 	// Required. It never appears in an error.
 	Token string
-	// HTTPClient, when set, sends the requests through net/http (with its
-	// own timeout, or the context's deadline). When nil (the default), Pool
-	// sends them.
-	HTTPClient *http.Client
-	// Pool sends the requests when HTTPClient is nil: HTTP/1.1 keep-alive
-	// connections, reused ([channels.Pool]); a request without a context
-	// deadline ends after [DefaultTimeout]. Default a Pool of its own with
-	// MaxIdleConnsPerHost connections; share one among the clients of one
-	// channel (several tokens) so they share its connections.
+	// Pool sends the requests: HTTP/1.1 keep-alive connections, reused
+	// ([channels.Pool]); a request without a context deadline ends after
+	// [DefaultTimeout]. Default a Pool of its own with MaxIdleConnsPerHost
+	// connections; share one among the clients of one channel (several
+	// tokens) so they share its connections.
 	Pool *channels.Pool
 	// MaxIdleConnsPerHost is how many connections to the provider the
 	// default Pool keeps, in use and idle; default
 	// [channels.DefaultMaxIdleConnsPerHost]. Set it to at least the sends a
-	// process has in flight at once. Ignored when HTTPClient or Pool is set.
+	// process has in flight at once. Ignored when Pool is set.
 	MaxIdleConnsPerHost int
 }
 
@@ -94,8 +90,7 @@ type Client struct {
 	prefix  string // base joined with version, and "/"
 	auth    string // "Bearer <token>"
 	token   string
-	hc      *http.Client   // nil: pool
-	pool    *channels.Pool // when hc is nil
+	pool    *channels.Pool
 }
 
 var _ channels.Sender = (*Client)(nil)
@@ -129,7 +124,7 @@ func New(cfg Config) (*Client, error) {
 		}
 		return nil, fmt.Errorf("whatsapp: Config.APIVersion %s was retired by Meta %s; use %s", cfg.APIVersion, when, DefaultAPIVersion)
 	}
-	if cfg.HTTPClient == nil && cfg.Pool == nil {
+	if cfg.Pool == nil {
 		cfg.Pool = channels.NewPool(cfg.MaxIdleConnsPerHost, nil)
 	}
 	return &Client{
@@ -138,7 +133,6 @@ func New(cfg Config) (*Client, error) {
 		prefix:  base.JoinPath(cfg.APIVersion).String() + "/",
 		auth:    "Bearer " + cfg.Token,
 		token:   cfg.Token,
-		hc:      cfg.HTTPClient,
 		pool:    cfg.Pool,
 	}, nil
 }
@@ -180,40 +174,11 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent,
 			Code: "invalid-payload", Detail: "payload is not a JSON object", Err: err}
 	}
-	if c.hc == nil {
-		return c.sendPool(ctx, m, body)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.messagesURL(m.Key), bytes.NewReader(body))
-	if err != nil { // only a nil ctx gets here: the URL was checked in New
-		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent, Err: err}
-	}
-	req.Header["Authorization"] = []string{c.auth}
-	req.Header["Content-Type"] = jsonType
-	req.Header["Accept"] = jsonType
-
-	resp, err := channels.Do(c.hc, req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return channels.Result{}, ctx.Err()
-		}
-		// *url.Error names the URL (host, version, phone-number ID), never the header.
-		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Transient, Err: err}
-	}
-	raw, err := channels.ReadBody(resp.Body, maxBodySize)
-	if err != nil {
-		if ctx.Err() != nil {
-			return channels.Result{}, ctx.Err()
-		}
-		return channels.Result{}, &channels.Error{Channel: channel, Status: resp.StatusCode,
-			Class: channels.Transient, Err: fmt.Errorf("whatsapp: read response: %w", err)}
-	}
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return c.success(resp.StatusCode, raw)
-	}
-	return channels.Result{}, c.failure(resp.StatusCode, resp.Header.Get("Retry-After"), raw, m.To, time.Now())
+	return c.sendPool(ctx, m, body)
 }
 
-// sendPool is Send's request through c.pool, for body.
+// sendPool posts body to m.Key's /messages endpoint through c.pool and
+// reads the answer as Send documents.
 func (c *Client) sendPool(ctx context.Context, m channels.Message, body []byte) (channels.Result, error) {
 	var res channels.Result
 	var failed error
@@ -233,7 +198,9 @@ func (c *Client) sendPool(ctx context.Context, m channels.Message, body []byte) 
 		failed = c.failure(status, string(resp.Header.Peek("Retry-After")), resp.Body(), m.To, time.Now())
 	})
 	if err != nil {
-		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+		// ctx ended (its deadline may pass a moment before ctx says so);
+		// DefaultTimeout passing without one is a transport failure.
+		if _, has := ctx.Deadline(); ctx.Err() != nil || has && errors.Is(err, context.DeadlineExceeded) {
 			return channels.Result{}, err
 		}
 		// The URL (host, version, phone-number ID) and fasthttp's error,
@@ -243,10 +210,6 @@ func (c *Client) sendPool(ctx context.Context, m channels.Message, body []byte) 
 	}
 	return res, failed
 }
-
-// jsonType is the Content-Type and Accept of a request (shared, never
-// written to).
-var jsonType = []string{"application/json"}
 
 // messagesURL returns the URL of key's /messages endpoint:
 // base/version/key/messages with key path-escaped. A key of letters,
