@@ -31,7 +31,18 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/internal/httppool"
 )
+
+// Pool is the HTTP/1.1 connection pool a Client sends through: keep-alive
+// connections to the Graph API, reused, each checked to be still open
+// before a request is written on it.
+type Pool = httppool.Pool
+
+// NewPool returns a Pool of at most maxConns connections per host
+// ([channels.DefaultMaxIdleConnsPerHost] when 0 or less), for one or more
+// Clients ([Config.Pool]).
+func NewPool(maxConns int) *Pool { return httppool.NewPool(maxConns, nil) }
 
 // DefaultRate is the Cloud API throughput of one business phone number, in
 // messages per second: 80 by default, inbound and outbound messages of all
@@ -70,11 +81,11 @@ type Config struct {
 	// Required. It never appears in an error.
 	Token string
 	// Pool sends the requests: HTTP/1.1 keep-alive connections, reused
-	// ([channels.Pool]); a request without a context deadline ends after
+	// (see [NewPool]); a request without a context deadline ends after
 	// [DefaultTimeout]. Default a Pool of its own with MaxIdleConnsPerHost
 	// connections; share one among the clients of one channel (several
 	// tokens) so they share its connections.
-	Pool *channels.Pool
+	Pool *Pool
 	// MaxIdleConnsPerHost is how many connections to the provider the
 	// default Pool keeps, in use and idle; default
 	// [channels.DefaultMaxIdleConnsPerHost]. Set it to at least the sends a
@@ -90,7 +101,7 @@ type Client struct {
 	prefix  string // base joined with version, and "/"
 	auth    string // "Bearer <token>"
 	token   string
-	pool    *channels.Pool
+	pool    *Pool
 }
 
 var _ channels.Sender = (*Client)(nil)
@@ -125,7 +136,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("whatsapp: Config.APIVersion %s was retired by Meta %s; use %s", cfg.APIVersion, when, DefaultAPIVersion)
 	}
 	if cfg.Pool == nil {
-		cfg.Pool = channels.NewPool(cfg.MaxIdleConnsPerHost, nil)
+		cfg.Pool = NewPool(cfg.MaxIdleConnsPerHost)
 	}
 	return &Client{
 		base:    base,

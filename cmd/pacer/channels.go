@@ -87,7 +87,7 @@ var channelTable = []channel{
 			{"TOKEN", "", nil, true}, // system-user access token
 		},
 		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
-			pool := channels.NewPool(0, nil) // one pool of connections for every token
+			pool := whatsapp.NewPool(0) // one pool of connections for every token
 			newClient := func(token string) (*whatsapp.Client, error) {
 				return whatsapp.New(whatsapp.Config{BaseURL: v.get("BASE_URL"), APIVersion: v.get("API_VERSION"), Token: token, Pool: pool})
 			}

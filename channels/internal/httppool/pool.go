@@ -1,4 +1,8 @@
-package channels
+// Package httppool is the HTTP/1.1 connection pool the adapters send
+// through where a provider takes HTTP/1.1 (WhatsApp): fasthttp's client,
+// with a check that a kept-alive connection is still open before a request
+// is written on it, and a send's context honoured.
+package httppool
 
 import (
 	"context"
@@ -12,6 +16,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpproxy"
+
+	"github.com/pacerhq/pacer/channels"
 )
 
 // Pool sends HTTP/1.1 requests over keep-alive connections to provider
@@ -24,7 +30,7 @@ import (
 // fasthttp keep-alive pool").
 //
 // Connections: at most maxConns per host, reused (idle ones closed after
-// [IdleConnTimeout]); a send that finds every connection busy waits for one
+// [channels.IdleConnTimeout]); a send that finds every connection busy waits for one
 // until its deadline; a dial gives up after 30 s (net/http's default) and
 // host names are resolved at most once a minute. TLS 1.2 or later;
 // HTTP_PROXY, HTTPS_PROXY and NO_PROXY are honoured as net/http honours
@@ -40,11 +46,11 @@ type Pool struct {
 }
 
 // NewPool returns a Pool of at most maxConns connections per host
-// ([DefaultMaxIdleConnsPerHost] when 0 or less); tlsConfig (may be nil) is
+// ([channels.DefaultMaxIdleConnsPerHost] when 0 or less); tlsConfig (may be nil) is
 // cloned, with TLS 1.2 the lowest version.
 func NewPool(maxConns int, tlsConfig *tls.Config) *Pool {
 	if maxConns <= 0 {
-		maxConns = DefaultMaxIdleConnsPerHost
+		maxConns = channels.DefaultMaxIdleConnsPerHost
 	}
 	tc := &tls.Config{}
 	if tlsConfig != nil {
@@ -53,7 +59,7 @@ func NewPool(maxConns int, tlsConfig *tls.Config) *Pool {
 	tc.MinVersion = max(tc.MinVersion, tls.VersionTLS12)
 	c := &fasthttp.Client{
 		MaxConnsPerHost:     maxConns,
-		MaxIdleConnDuration: IdleConnTimeout,
+		MaxIdleConnDuration: channels.IdleConnTimeout,
 		// A send waits for a busy pool as long as its own deadline allows
 		// (fasthttp bounds the wait by the request's timeout too).
 		MaxConnWaitTimeout:       24 * time.Hour,
@@ -61,7 +67,7 @@ func NewPool(maxConns int, tlsConfig *tls.Config) *Pool {
 		NoDefaultUserAgentHeader: true,
 		DisablePathNormalizing:   true, // a path-escaped key stays escaped
 		// Providers answer a send with a few hundred bytes; a longer body
-		// than this fails the send (ErrBodyTooLarge) where [ReadBody]
+		// than this fails the send (ErrBodyTooLarge) where [channels.ReadBody]
 		// would cut it.
 		MaxResponseBodySize: 1 << 20,
 		// A request is sent again only when nothing of it was written

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package channels
+package httppool
 
 import "syscall"
 
