@@ -636,6 +636,10 @@ func (p *Pacer) pairThrottled(f *flight, perr *channels.Error) outcome {
 		rate = min(rate, rl.PerSecond)
 	}
 	sub := recipientSub(f.env.To)
+	// Held in this process before Redis is written: a message of the pair
+	// this process handles during the write (one that read Redis after it,
+	// or none) waits too, rather than meet the provider's refusal again.
+	f.st.setPair(sub, base, 0)
 	var pr adapt.Pair
 	if err := p.redis(f.w.ctx, f.log, func() (err error) {
 		pr, err = p.adapter.PairThrottled(f.w.ctx, p.cfg.Channel, f.env.Key, sub, base, maxCD, rate)
