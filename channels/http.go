@@ -10,7 +10,8 @@ import (
 )
 
 // DefaultMaxIdleConnsPerHost is the number of idle connections to one
-// provider host that [NewTransport] keeps for reuse when given 0.
+// provider host that [NewTransport] keeps for reuse when given 0, and the
+// connections per host of the WhatsApp adapter's pool.
 //
 // A pool never holds more idle connections than were in use at once, so a
 // generous cap costs nothing until it is reached; a cap below the sends in
@@ -24,8 +25,9 @@ import (
 // connections are closed after [IdleConnTimeout].
 const DefaultMaxIdleConnsPerHost = 1024
 
-// IdleConnTimeout is how long a connection made by [NewTransport] stays
-// idle before it is closed, as in net/http's DefaultTransport.
+// IdleConnTimeout is how long a connection made by [NewTransport] (or the
+// WhatsApp adapter's pool) stays idle before it is closed, as in net/http's
+// DefaultTransport.
 const IdleConnTimeout = 90 * time.Second
 
 // MaxDrain is how many bytes of a response body beyond what an adapter
@@ -33,8 +35,8 @@ const IdleConnTimeout = 90 * time.Second
 // body closes the connection instead.
 const MaxDrain = 256 << 10
 
-// NewTransport returns the HTTP transport the adapters' default clients
-// use: net/http's DefaultTransport (proxy from the environment, 30 s dial
+// NewTransport returns the HTTP transport the default clients of the
+// adapters on net/http (APNs, FCM, SendGrid) use: net/http's DefaultTransport (proxy from the environment, 30 s dial
 // timeout, TCP keep-alive, 10 s TLS handshake timeout) with TLS 1.2 or
 // later, HTTP/2 where the provider offers it in the TLS handshake (ALPN) and
 // HTTP/1.1 keep-alive otherwise, up to maxIdlePerHost idle connections per
