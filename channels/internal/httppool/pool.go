@@ -163,18 +163,19 @@ func (p *Pool) Do(ctx context.Context, timeout time.Duration, fill func(*fasthtt
 // one per tenth of a second), so a context is watched once: only one that
 // differs from the last one watched takes the lock.
 func (p *Pool) watch(ctx context.Context) {
-	if ctx.Done() == nil {
+	done := ctx.Done() // a context's identity: a Context value need not be comparable
+	if done == nil {
 		return
 	}
-	if w := p.watched.Load(); w != nil && w.ctx == ctx {
+	if w := p.watched.Load(); w != nil && w.done == done {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if w := p.watched.Load(); w != nil && w.ctx == ctx {
+	if w := p.watched.Load(); w != nil && w.done == done {
 		return
 	}
-	p.watched.Store(&watched{ctx: ctx})
+	p.watched.Store(&watched{done: done})
 	context.AfterFunc(ctx, func() {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			p.closeAll()
@@ -182,7 +183,7 @@ func (p *Pool) watch(ctx context.Context) {
 	})
 }
 
-type watched struct{ ctx context.Context }
+type watched struct{ done <-chan struct{} }
 
 // closeAll closes every connection of p; requests on them fail at once.
 func (p *Pool) closeAll() {
