@@ -84,7 +84,10 @@ type Config struct {
 	// (see [NewPool]); a request without a context deadline ends after
 	// [DefaultTimeout]. Default a Pool of its own with MaxIdleConnsPerHost
 	// connections; share one among the clients of one channel (several
-	// tokens) so they share its connections.
+	// tokens) so they share its connections. A send's context cancelled
+	// while it is in flight ends every send then in flight on the Pool
+	// (the pacer cancels its sends together, at the end of a shutdown's
+	// drain); one cancelled after its send returned ends nothing.
 	Pool *Pool
 	// MaxIdleConnsPerHost is how many connections to the provider the
 	// default Pool keeps, in use and idle; default
@@ -157,7 +160,8 @@ func New(cfg Config) (*Client, error) {
 // Result.ProviderID: the message was accepted, not yet delivered. Otherwise
 // it returns a *[channels.Error]:
 //   - a payload that is not a JSON object: Permanent, Code "invalid-payload",
-//     and no request is made; an empty m.Key: Permanent, Code "invalid-key";
+//     and no request is made; an empty m.Key, or "." or "..": Permanent,
+//     Code "invalid-key";
 //     a biz_opaque_callback_data that is not a string of at most
 //     [MaxCallbackData] characters: Permanent, Code
 //     [CodeCallbackDataTooLong], and no request is made;
@@ -172,9 +176,10 @@ func New(cfg Config) (*Client, error) {
 // is error.message cut to 200 bytes, with the token and m.To removed. If ctx
 // ends before a response, Send returns ctx.Err() itself.
 func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result, error) {
-	if m.Key == "" {
+	if m.Key == "" || m.Key == "." || m.Key == ".." {
+		// A dot segment would leave the number's path: another endpoint.
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent,
-			Code: "invalid-key", Detail: "empty pacing key (phone-number ID)"}
+			Code: "invalid-key", Detail: fmt.Sprintf("pacing key %q is not a phone-number ID", m.Key)}
 	}
 	body, err := requestBody(m)
 	if errors.Is(err, errCallbackData) {

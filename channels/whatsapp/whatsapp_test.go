@@ -342,12 +342,17 @@ func TestSendInvalidRequest(t *testing.T) {
 			t.Errorf("payload %s: err = %v; want permanent invalid-payload", p, err)
 		}
 	}
-	m := message()
-	m.Key = ""
-	_, err := c.Send(t.Context(), m)
-	var e *channels.Error
-	if !errors.As(err, &e) || e.Class != channels.Permanent || e.Code != "invalid-key" {
-		t.Errorf("empty key: err = %v; want permanent invalid-key", err)
+	// "." and ".." would leave the path a phone-number ID makes (a URL's
+	// dot segments are resolved): the request would go to another
+	// endpoint, with the token.
+	for _, key := range []string{"", ".", ".."} {
+		m := message()
+		m.Key = key
+		_, err := c.Send(t.Context(), m)
+		var e *channels.Error
+		if !errors.As(err, &e) || e.Class != channels.Permanent || e.Code != "invalid-key" {
+			t.Errorf("key %q: err = %v; want permanent invalid-key", key, err)
+		}
 	}
 	hits.CheckNone(t)
 }

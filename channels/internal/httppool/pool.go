@@ -126,12 +126,14 @@ func proxyFromEnv() bool {
 //
 // The request runs on the caller's goroutine (no goroutine per send, which
 // was a few percent of a process's CPU at thousands of sends a second). A
-// context cancelled before its deadline therefore ends its request by
-// closing the Pool's connections: every request of the Pool then in flight
-// fails, and each whose own context has ended returns that context's
-// error. The pacer cancels its sends together (at the end of a shutdown's
-// drain), so this ends exactly those; a Pool whose sends are cancelled one
-// by one would end the others' requests too.
+// context cancelled before its deadline while a request of it is in flight
+// therefore ends that request by closing the Pool's connections: every
+// request of the Pool then in flight fails, and each whose own context has
+// ended returns that context's error. The pacer cancels its sends together
+// (at the end of a shutdown's drain), so this ends exactly those; a context
+// cancelled once its requests are done (the usual deferred cancel) closes
+// nothing. Callers that cancel one send while others are in flight must
+// not share a Pool with them.
 func (p *Pool) Do(ctx context.Context, timeout time.Duration, fill func(*fasthttp.Request), read func(*fasthttp.Response)) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -140,7 +142,13 @@ func (p *Pool) Do(ctx context.Context, timeout time.Duration, fill func(*fasthtt
 	if !ok {
 		dl = time.Now().Add(timeout)
 	}
-	p.watch(ctx)
+	if w := p.watch(ctx); w != nil {
+		w.inflight.Add(1)
+		defer w.inflight.Add(-1)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -158,32 +166,42 @@ func (p *Pool) Do(ctx context.Context, timeout time.Duration, fill func(*fasthtt
 	return nil
 }
 
-// watch has the Pool close its connections when ctx is cancelled before
-// its deadline (see [Pool.Do]). Sends share contexts (the pacer hands out
-// one per tenth of a second), so a context is watched once: only one that
-// differs from the last one watched takes the lock.
-func (p *Pool) watch(ctx context.Context) {
+// watch returns the watcher of ctx (nil when ctx cannot end early), which
+// closes the Pool's connections when ctx is cancelled before its deadline
+// with requests of it in flight (see [Pool.Do]). Sends share contexts (the
+// pacer hands out one per tenth of a second), so a context is watched
+// once: only one that differs from the last one watched takes the lock. A
+// context watched twice (sends of two contexts in turn) has two watchers,
+// each counting its own requests.
+func (p *Pool) watch(ctx context.Context) *watched {
 	done := ctx.Done() // a context's identity: a Context value need not be comparable
 	if done == nil {
-		return
+		return nil
 	}
 	if w := p.watched.Load(); w != nil && w.done == done {
-		return
+		return w
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if w := p.watched.Load(); w != nil && w.done == done {
-		return
+		return w
 	}
-	p.watched.Store(&watched{done: done})
+	w := &watched{done: done}
+	p.watched.Store(w)
 	context.AfterFunc(ctx, func() {
-		if errors.Is(ctx.Err(), context.Canceled) {
+		if errors.Is(ctx.Err(), context.Canceled) && w.inflight.Load() > 0 {
 			p.closeAll()
 		}
 	})
+	return w
 }
 
-type watched struct{ done <-chan struct{} }
+// watched is a context the Pool watches: its Done channel, and its
+// requests in flight.
+type watched struct {
+	done     <-chan struct{}
+	inflight atomic.Int64
+}
 
 // closeAll closes every connection of p; requests on them fail at once.
 func (p *Pool) closeAll() {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -140,5 +141,59 @@ func TestPoolContext(t *testing.T) {
 	}
 	if n := requests.Load(); n != 3 {
 		t.Errorf("server saw %d requests; want 3 (none for the done context)", n)
+	}
+}
+
+// TestPoolCancelAfterSendClosesNothing: a send's context cancelled once it
+// returned (the usual deferred cancel) ends no other send and no
+// connection: sends in turn reuse one connection, and a slow send in
+// flight meanwhile gets its answer.
+func TestPoolCancelAfterSendClosesNothing(t *testing.T) {
+	var conns atomic.Int32
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			time.Sleep(500 * time.Millisecond)
+		}
+		io.WriteString(w, "ok")
+	}))
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	ts.Start()
+	defer ts.Close()
+	p := NewPool(4, nil)
+	send := func(path string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		status := 0
+		err := p.Do(ctx, time.Minute, func(r *fasthttp.Request) {
+			r.SetRequestURI(ts.URL + path)
+			r.Header.SetMethod(fasthttp.MethodPost)
+		}, func(r *fasthttp.Response) { status = r.StatusCode() })
+		if err == nil && status != 200 {
+			return fmt.Errorf("status %d", status)
+		}
+		return err
+	}
+	for i := range 20 {
+		if err := send("/fast"); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("20 sends in turn opened %d connections, want 1", n)
+	}
+	slow := make(chan error, 1)
+	go func() { slow <- send("/slow") }()
+	time.Sleep(100 * time.Millisecond) // the slow send is in flight
+	for i := range 5 {
+		if err := send("/fast"); err != nil {
+			t.Fatalf("fast send %d beside the slow one: %v", i, err)
+		}
+	}
+	if err := <-slow; err != nil {
+		t.Errorf("the slow send, its context alive: %v; want its answer", err)
 	}
 }
