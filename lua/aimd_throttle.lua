@@ -111,7 +111,10 @@
 --   Without reports of accepted sends (acc = 0)
 --   the refusals give a weaker estimate: est = urate - n / (now - ep_us).
 --   The rate becomes max(floor_u, floor(urate * decrease),
---   floor(min(est, urate) * backoff)), or stays when an estimate from acc
+--   floor(min(est, urate) * backoff)), and, for a rate above cap > 0 with
+--   no measured estimate (acc = 0, or an episode shorter than min_ep_us),
+--   at least floor(cap * backoff): a probe met the limit the provider took
+--   moments ago; the rate stays when an estimate from acc
 --   exceeds it (urate < est: below the provider's capacity, the refusals
 --   come from its bucket emptied moments ago, by a probe or bunched sends;
 --   the pause refills it; an estimate above 1.25 * cap then raises cap to
@@ -273,6 +276,16 @@ else
     local u = math.max(floor_u, math.floor(s.urate * decrease), math.floor(math.min(est, s.urate) * margin))
     if upper then
       u = math.max(u, math.floor(upper * backoff))
+    end
+    -- A rate probing above a capacity found (cap > 0, urate > cap), cut
+    -- with no estimate to go by (an episode too short to measure, or no
+    -- reports): the probe is what met the limit, and the provider took
+    -- the capacity moments ago; Decrease would cut well below it (a probe
+    -- to 34.6 with a capacity of 30 went to 25.9 and stayed under 90% of
+    -- the limit for a minute). The cut goes no lower than Backoff of the
+    -- capacity; a limit really lowered meets the next, measured episode.
+    if s.cap > 0 and s.urate > s.cap and (s.acc == 0 or dt < min_ep_us) then
+      u = math.max(u, math.floor(s.cap * backoff))
     end
     u = math.min(u, s.urate)
     if s.urate - u <= 1 then

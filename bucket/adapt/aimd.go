@@ -122,8 +122,9 @@ type AIMD struct {
 	// estimate by 20% and more, so a persistent throttle there is counted
 	// and the episode goes on, unless its refusals are a fifth of its
 	// requests or more (the rate is 1.25 times the capacity or more: the
-	// cut is Decrease's whatever the error). From 1ms to Persist; default
-	// Persist / 2.
+	// cut is Decrease's whatever the error, but a probe above a capacity
+	// found is cut no lower than Backoff of that capacity). From 1ms to
+	// Persist; default Persist / 2.
 	MinEpisode time.Duration
 	// Floor is the lowest rate in messages per second: > 0 (at least 10^-6,
 	// the stored resolution) and <= the ceiling. Default 1, or the ceiling
@@ -527,7 +528,9 @@ func (l *Adapter) Throttled(ctx context.Context, channel, key string, ceiling bu
 // the throttle episode, per second: what a saturated provider really
 // takes; an episode shorter than [AIMD].MinEpisode goes on instead, unless
 // a fifth of its requests were refused. Without reports, the refusals per
-// second stand in for it. An accepted < 0 counts as 0.
+// second stand in for it. A rate probing above a capacity found and cut
+// without a measured estimate goes no lower than [AIMD].Backoff of that
+// capacity. An accepted < 0 counts as 0.
 //
 // paced is the adapted rate (msgs/s) the caller knew when it started the
 // throttled send's slot, 0 if unknown. A send paced above the current

@@ -1013,6 +1013,36 @@ func TestAIMDFoundCapacity(t *testing.T) {
 	})
 }
 
+// TestAIMDProbeCutToTheCapacity: a probe above a capacity found that meets
+// the limit in an episode too short to measure (3 of 11 requests refused)
+// is cut to Backoff of that capacity, not by Decrease below it.
+func TestAIMDProbeCutToTheCapacity(t *testing.T) {
+	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, MinEpisode: 400 * time.Millisecond,
+		Coalesce: 100 * time.Millisecond, MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1,
+		Accelerate: 2}
+	ms := time.Millisecond
+	pause := time.Second
+	each(t, func(t *testing.T, e *env) {
+		e.adaptsNear(t, a, []aimdStep{
+			// As TestAIMDFoundCapacity: a capacity of 85, the rate there.
+			{at: 0, op: opThrottle, rate: 100, cooldown: 10 * ms},
+			{at: 20 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
+			{at: 30 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
+			{at: 40 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
+			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: pause, accepted: 40},
+			{at: 2400 * ms, op: opThrottle, rate: 72, cooldown: pause, accepted: 171},
+			{at: 4500 * ms, op: opRecover, rate: 85, change: 1, accepted: 80},
+			{at: 8400 * ms, op: opRecover, rate: 85, accepted: 345},
+			{at: 8600 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // the probe
+			{at: 8700 * ms, op: opThrottle, rate: 93.5, cooldown: 10 * ms},      // lone
+			{at: 8750 * ms, op: opThrottle, rate: 93.5, cooldown: 10 * ms},      // coalesced
+			// 0.2 s in, 3 of 11 requests refused: Decrease's cut would be
+			// to 46.75; the capacity's Backoff is 76.5.
+			{at: 8900 * ms, op: opThrottle, rate: 76.5, change: -1, cooldown: pause, accepted: 8},
+		})
+	})
+}
+
 // TestAIMDProbeAcceleratesOnEvidence checks that above a capacity found a
 // probe step doubles the next only once the sends accepted over the
 // window average at least halfway from the capacity to the rate; else the
