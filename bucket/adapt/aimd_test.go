@@ -977,27 +977,9 @@ func TestAIMDAcceptedEstimate(t *testing.T) {
 // and that probe climbs only while 90% of its rate is accepted over the
 // window less a quarter of a second (not less a second, as below it).
 func TestAIMDFoundCapacity(t *testing.T) {
-	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, MinEpisode: 400 * time.Millisecond,
-		Coalesce: 100 * time.Millisecond, MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1,
-		Accelerate: 2}
 	ms := time.Millisecond
-	// lim100 has a burst of 100: the pause earns u * 100/100 tokens at u/s, 1 s.
-	pause := time.Second
 	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 100, cooldown: 10 * ms}, // lone
-			{at: 20 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
-			{at: 30 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
-			{at: 40 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
-			// 40 accepted in 0.5 s: 80/s, the cut to 72 and the pause (to 1500ms).
-			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: pause, accepted: 40},
-			// 171 accepted in the 1.9 s since the cut, its pause included (the
-			// provider's bucket, empty at the cut, earns tokens through it
-			// that the sends after it take): 90/s, near 80: the estimate is
-			// 85, above the rate: no cut, a pause again (to 3400ms). Counted
-			// from the pause's end (0.9 s) the same sends made 190/s.
-			{at: 2400 * ms, op: opThrottle, rate: 72, cooldown: pause, accepted: 171},
-			{at: 4500 * ms, op: opRecover, rate: 85, change: 1, accepted: 80}, // below the cap: to it
+		e.adaptsNear(t, pausingAIMD(), append(capacity85(), []aimdStep{
 			// At the cap: no probe before 4 windows (8500ms).
 			{at: 5600 * ms, op: opRecover, rate: 85, accepted: 95},
 			{at: 8400 * ms, op: opRecover, rate: 85, accepted: 250},
@@ -1009,37 +991,54 @@ func TestAIMDFoundCapacity(t *testing.T) {
 			// less half a second, 59, it would have climbed).
 			{at: 9800 * ms, op: opRecover, rate: 93.5, accepted: 30},
 			{at: 9900 * ms, op: opRecover, rate: 100, change: 1, accepted: 20}, // 90 >= 88: * (1 + 0.2), capped
-		})
+		}...))
 	})
+}
+
+// pausingAIMD is capacityAIMD(time.Second) with the refill pause: lim100
+// has a burst of 100, so a pause earns u * 100/100 tokens at u/s: 1 s.
+func pausingAIMD() adapt.AIMD {
+	a := capacityAIMD(time.Second)
+	a.NoRefillPause = false
+	return a
+}
+
+// capacity85 are the first steps of TestAIMDFoundCapacity under
+// pausingAIMD: a capacity of 85 found, the rate there at 4.5 s.
+func capacity85() []aimdStep {
+	const ms, pause = time.Millisecond, time.Second
+	return []aimdStep{
+		{at: 0, op: opThrottle, rate: 100, cooldown: 10 * ms}, // lone
+		{at: 20 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
+		{at: 30 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
+		{at: 40 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
+		// 40 accepted in 0.5 s: 80/s, the cut to 72 and the pause (to 1500ms).
+		{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: pause, accepted: 40},
+		// 171 accepted in the 1.9 s since the cut, its pause included (the
+		// provider's bucket, empty at the cut, earns tokens through it
+		// that the sends after it take): 90/s, near 80: the estimate is
+		// 85, above the rate: no cut, a pause again (to 3400ms). Counted
+		// from the pause's end (0.9 s) the same sends made 190/s.
+		{at: 2400 * ms, op: opThrottle, rate: 72, cooldown: pause, accepted: 171},
+		{at: 4500 * ms, op: opRecover, rate: 85, change: 1, accepted: 80}, // below the cap: to it
+	}
 }
 
 // TestAIMDProbeCutToTheCapacity: a probe above a capacity found that meets
 // the limit in an episode too short to measure (3 of 11 requests refused)
 // is cut to Backoff of that capacity, not by Decrease below it.
 func TestAIMDProbeCutToTheCapacity(t *testing.T) {
-	a := adapt.AIMD{Decrease: 0.5, Backoff: 0.9, Persist: 2 * time.Second, MinEpisode: 400 * time.Millisecond,
-		Coalesce: 100 * time.Millisecond, MinCooldown: 10 * time.Millisecond, Window: time.Second, Factor: 1.1,
-		Accelerate: 2}
 	ms := time.Millisecond
-	pause := time.Second
 	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, []aimdStep{
-			// As TestAIMDFoundCapacity: a capacity of 85, the rate there.
-			{at: 0, op: opThrottle, rate: 100, cooldown: 10 * ms},
-			{at: 20 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
-			{at: 30 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
-			{at: 40 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
-			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: pause, accepted: 40},
-			{at: 2400 * ms, op: opThrottle, rate: 72, cooldown: pause, accepted: 171},
-			{at: 4500 * ms, op: opRecover, rate: 85, change: 1, accepted: 80},
+		e.adaptsNear(t, pausingAIMD(), append(capacity85(), []aimdStep{
 			{at: 8400 * ms, op: opRecover, rate: 85, accepted: 345},
 			{at: 8600 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // the probe
 			{at: 8700 * ms, op: opThrottle, rate: 93.5, cooldown: 10 * ms},      // lone
 			{at: 8750 * ms, op: opThrottle, rate: 93.5, cooldown: 10 * ms},      // coalesced
 			// 0.2 s in, 3 of 11 requests refused: Decrease's cut would be
 			// to 46.75; the capacity's Backoff is 76.5.
-			{at: 8900 * ms, op: opThrottle, rate: 76.5, change: -1, cooldown: pause, accepted: 8},
-		})
+			{at: 8900 * ms, op: opThrottle, rate: 76.5, change: -1, cooldown: time.Second, accepted: 8},
+		}...))
 	})
 }
 
