@@ -30,13 +30,12 @@ import (
 // fasthttp keep-alive pool").
 //
 // Connections: at most maxConns per host, reused (idle ones closed after
-// [channels.IdleConnTimeout]); a send that finds every connection busy waits for one
-// until its deadline; a dial gives up after 30 s (net/http's default) and
-// host names are resolved at most once a minute. TLS 1.2 or later;
-// HTTP_PROXY, HTTPS_PROXY and NO_PROXY are honoured as net/http honours
-// them. A Pool is safe for
-// concurrent use and meant to be shared by the adapters' clients of one
-// channel.
+// [channels.IdleConnTimeout]); a send that finds every connection busy
+// waits for one until its deadline; a dial gives up after 30 s (net/http's
+// default) and host names are resolved at most once a minute. TLS 1.2 or
+// later; HTTP_PROXY, HTTPS_PROXY and NO_PROXY are honoured as net/http
+// honours them. A Pool is safe for concurrent use and meant to be shared by
+// the adapters' clients of one channel.
 type Pool struct {
 	c       *fasthttp.Client
 	watched atomic.Pointer[watched] // the context watched last (see watch)
@@ -46,8 +45,8 @@ type Pool struct {
 }
 
 // NewPool returns a Pool of at most maxConns connections per host
-// ([channels.DefaultMaxIdleConnsPerHost] when 0 or less); tlsConfig (may be nil) is
-// cloned, with TLS 1.2 the lowest version.
+// ([channels.DefaultMaxIdleConnsPerHost] when 0 or less); tlsConfig (may
+// be nil) is cloned, with TLS 1.2 the lowest version.
 func NewPool(maxConns int, tlsConfig *tls.Config) *Pool {
 	if maxConns <= 0 {
 		maxConns = channels.DefaultMaxIdleConnsPerHost
