@@ -1,6 +1,9 @@
 package pacer
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // goPool runs functions on goroutines it keeps between them. A record's
 // handling grows its goroutine's stack through the gates and the HTTP
@@ -9,7 +12,8 @@ import "time"
 // goroutine with nothing to run for goIdle ends, so an idle process holds
 // none of their stacks.
 type goPool struct {
-	work chan func() // unbuffered: taken only by a goroutine waiting now
+	work chan func()  // unbuffered: taken only by a goroutine waiting now
+	live atomic.Int32 // goroutines of the pool, running or waiting
 }
 
 // goIdle is how long a pool goroutine waits for its next function.
@@ -22,6 +26,7 @@ func (g *goPool) Go(fn func()) {
 	select {
 	case g.work <- fn:
 	default:
+		g.live.Add(1)
 		go g.loop(fn)
 	}
 }
@@ -29,6 +34,7 @@ func (g *goPool) Go(fn func()) {
 func (g *goPool) loop(fn func()) {
 	t := time.NewTimer(goIdle)
 	defer t.Stop()
+	defer g.live.Add(-1)
 	for {
 		fn()
 		fn = nil // not kept alive while waiting
