@@ -162,6 +162,18 @@ type Ledger interface {
 	Release(ctx context.Context, channel, key, id, owner string) error
 }
 
+// writeBehind is a [Ledger] that writes its marks after they are made
+// (*ledger.Batcher): a record's offset is marked for commit only once its
+// mark is written (AfterWritten), and every commit made on a revoke or at
+// shutdown waits for the marks before it (Written). Otherwise a commit
+// could pass a delivered mark still waiting for its flush, and a crash
+// then would leave the record committed, never read again, with no mark:
+// its campaign never reaches remaining 0.
+type writeBehind interface {
+	AfterWritten(fn func())
+	Written(ctx context.Context) error
+}
+
 // Deps are the services a Pacer uses.
 type Deps struct {
 	Bucket  Bucket          // required
@@ -496,6 +508,7 @@ type Pacer struct {
 	kopts    []kgo.Opt
 	bucket   Bucket
 	ledger   Ledger
+	behind   writeBehind // the ledger, when it writes behind; else nil
 	adapter  Adapter
 	fallback Bucket
 	ping     func(ctx context.Context) error
@@ -587,6 +600,7 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, sender: deps.Sender, m: m,
 		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}},
 		ids: map[idRef]chan struct{}{}, handlers: newGoPool(), markBy: newDeadlines(context.Background(), 30*time.Second)}
+	p.behind, _ = deps.Ledger.(writeBehind)
 	if !p.strict() {
 		p.places = newPlaces(cfg.ProcessInFlight)
 	}
@@ -794,6 +808,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 	if p.camps != nil {
 		p.camps.flush(commitCtx)
 	}
+	p.marksWritten(commitCtx, ws)
 	if err := cl.CommitMarkedOffsets(commitCtx); err != nil {
 		p.log.Error("final commit failed; finished records will be re-delivered (the ledger skips delivered ones)", "err", err)
 	} else {
@@ -956,12 +971,40 @@ func (p *Pacer) assigned(_ context.Context, cl *kgo.Client, parts map[string][]i
 
 func (p *Pacer) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
 	ws := p.stop(parts, true)
+	p.marksWritten(ctx, ws)
 	if err := cl.CommitMarkedOffsets(ctx); err != nil {
 		p.log.Warn("commit on revoke failed; finished records will be re-delivered", "err", err)
 	} else {
 		p.tightenHorizons(ctx, ws)
 	}
 	p.log.Info("partitions revoked", "partitions", fmt.Sprint(parts))
+}
+
+// marksWritten waits until the ledger's marks made so far are written and
+// marks the heads of ws, stopped workers, for commit (see [writeBehind]);
+// if ctx ends or Config.Drain passes first (Redis away), it marks nothing
+// more: the commit that follows leaves those records to be read again.
+func (p *Pacer) marksWritten(ctx context.Context, ws []*worker) {
+	if p.behind == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Drain)
+	defer cancel()
+	// The heads as they are now: their marks were made before Written
+	// (a worker past its drain may finish more meanwhile).
+	heads := make([]*kgo.Record, len(ws))
+	for i, w := range ws {
+		heads[i] = w.commitHead()
+	}
+	if err := p.behind.Written(ctx); err != nil {
+		p.log.Warn("idempotency ledger: marks not written before the commit; their records will be read again", "err", err)
+		return
+	}
+	for i, w := range ws {
+		if heads[i] != nil {
+			w.cl.MarkCommitRecords(heads[i])
+		}
+	}
 }
 
 func (p *Pacer) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {

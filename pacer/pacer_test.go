@@ -76,6 +76,9 @@ type harness struct {
 	batched time.Duration
 	// batchHook, if set, is a go-redis hook on the Batcher's client only.
 	batchHook redis.Hook
+	// afterRun, if set, is called by stop once Run has returned, before the
+	// Batcher is closed.
+	afterRun func()
 	// ping, if true, gives each pacer a Deps.RedisPing on its Redis client
 	// (as pacer run does).
 	ping bool
@@ -147,6 +150,9 @@ func (h *harness) start(cfg pacer.Config, sender channels.Sender, reg prometheus
 		once.Do(func() {
 			cancel()
 			err := <-errc
+			if h.afterRun != nil {
+				h.afterRun()
+			}
 			if bat != nil {
 				cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 				if cerr := bat.Close(cctx); cerr != nil {
@@ -1205,9 +1211,14 @@ type slowFlushes struct {
 }
 
 // claimOps counts the claim operations in the arguments of one ledger.lua
-// EVALSHA: sha, numkeys, keys, then gen_ms, base, c and operations of four
-// arguments (op, field, arg, cooldown index).
-func claimOps(args []any) int {
+// EVALSHA (see [ledgerOps]).
+func claimOps(args []any) int { return ledgerOps(args, "cf") }
+
+// ledgerOps counts the operations of the kinds given (e.g. "cf": claims,
+// "d": delivered marks) in the arguments of one ledger.lua EVALSHA: sha,
+// numkeys, keys, then gen_ms, base, c and operations of four arguments
+// (op, field, arg, cooldown index).
+func ledgerOps(args []any, kinds string) int {
 	if len(args) < 3 {
 		return 0
 	}
@@ -1217,7 +1228,7 @@ func claimOps(args []any) int {
 	}
 	n := 0
 	for i := 3 + nk + 3; i < len(args); i += 4 {
-		if op := fmt.Sprint(args[i]); op == "c" || op == "f" {
+		if op := fmt.Sprint(args[i]); len(op) == 1 && strings.Contains(kinds, op) {
 			n++
 		}
 	}

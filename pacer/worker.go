@@ -58,6 +58,10 @@ type worker struct {
 	// push.
 	stopHorizon atomic.Int64
 
+	// commit is the offset to mark for commit once the ledger's marks
+	// before it are written (see [worker.markCommit]).
+	commit commitMark
+
 	mu      sync.Mutex
 	stopped bool
 	log     []*pending           // records not yet committed, in offset order
@@ -676,8 +680,65 @@ func (w *worker) finish(e *pending) {
 		w.log = nil
 	}
 	if last != nil {
-		w.cl.MarkCommitRecords(&kgo.Record{Topic: w.tp.topic, Partition: w.tp.partition, Offset: last.offset, LeaderEpoch: last.epoch})
+		// Marked once the ledger's marks of the records before it are
+		// written: a commit never passes a delivered mark.
+		w.markCommit(&kgo.Record{Topic: w.tp.topic, Partition: w.tp.partition, Offset: last.offset, LeaderEpoch: last.epoch})
 	}
+}
+
+// commitMark is a worker's offset waiting for the ledger's marks to be
+// written before it is marked for commit.
+type commitMark struct {
+	mu      sync.Mutex
+	want    *kgo.Record // the latest finished head, nil once marked
+	waiting bool        // a waiter of the ledger will mark it
+}
+
+// markCommit marks r's offset for commit once the ledger's marks made so
+// far (those of r's records among them) are written, at once when the
+// ledger writes as it goes. One waiter per worker at a time: when it
+// fires it marks the head it was given and, if the head moved meanwhile,
+// waits again for the new one, so a partition holds one closure however
+// long Redis is away.
+func (w *worker) markCommit(r *kgo.Record) {
+	if w.p.behind == nil {
+		w.cl.MarkCommitRecords(r)
+		return
+	}
+	c := &w.commit
+	c.mu.Lock()
+	c.want = r
+	if c.waiting {
+		c.mu.Unlock()
+		return
+	}
+	c.waiting = true
+	c.mu.Unlock()
+	w.p.behind.AfterWritten(func() { w.marked(r) })
+}
+
+// marked marks r, whose records' marks are written, and waits for the
+// next head if there is one.
+func (w *worker) marked(r *kgo.Record) {
+	w.cl.MarkCommitRecords(r)
+	c := &w.commit
+	c.mu.Lock()
+	next := c.want
+	if next == r {
+		c.want, c.waiting = nil, false
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	w.p.behind.AfterWritten(func() { w.marked(next) })
+}
+
+// commitHead returns the head waiting to be marked for commit, or nil.
+func (w *worker) commitHead() *kgo.Record {
+	c := &w.commit
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.want
 }
 
 func (w *worker) run() {

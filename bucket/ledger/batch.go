@@ -93,7 +93,9 @@ type CountWriter func(ctx context.Context, pipe redis.Pipeliner, counts []Count)
 // waiting, so a sender can claim ahead of its send slot and not after it.
 // Delivered and Release only queue their write (and return nil): a record
 // is finished before its mark reaches Redis. What that means after a crash
-// is in [BatchConfig.FlushInterval]. Close writes what waits.
+// is in [BatchConfig.FlushInterval]; a consumer commits the record's offset
+// only from [Batcher.AfterWritten], so that Kafka delivers it again after a
+// crash that lost its mark. Close writes what waits.
 // DeliveredCounted queues a count (a campaign's) with the mark, written
 // in the same flush ([BatchConfig.Count]), so a crash leaves the counts as
 // it leaves the marks.
@@ -109,14 +111,17 @@ type Batcher struct {
 	mu      sync.Mutex
 	claims  []*PendingClaim
 	marks   []mark
-	counts  []Count // to write in the flush that writes the marks queued with them
+	counts  []Count  // to write in the flush that writes the marks queued with them
+	waiters []func() // AfterWritten's, in the order given
 	closed  bool
-	wake    chan struct{} // an operation waits
-	full    chan struct{} // MaxBatch operations wait, or Flush
-	due     time.Time     // under mu: the latest a flush may start (FlushBy), zero if none
-	rearm   chan struct{} // due moved earlier
-	stop    chan struct{}
-	stopped chan struct{}
+	// flushing: a flush holds marks taken from marks and counts.
+	flushing bool
+	wake     chan struct{} // an operation waits
+	full     chan struct{} // MaxBatch operations wait, or Flush
+	due      time.Time     // under mu: the latest a flush may start (FlushBy), zero if none
+	rearm    chan struct{} // due moved earlier
+	stop     chan struct{}
+	stopped  chan struct{}
 }
 
 // mark is a delivered mark (kind 'd'), a dead-lettered mark (kind 'x') or
@@ -544,13 +549,15 @@ func (c *call) ops() []op {
 // made before it.
 func (b *Batcher) flush(ctx context.Context) bool {
 	b.mu.Lock()
-	marks, claims, counts := b.marks, b.claims, b.counts
-	b.marks, b.claims, b.counts = nil, nil, nil
+	marks, claims, counts, waiters := b.marks, b.claims, b.counts, b.waiters
+	b.marks, b.claims, b.counts, b.waiters = nil, nil, nil, nil
 	for _, c := range claims {
 		c.taken = true
 	}
+	b.flushing = true
 	b.mu.Unlock()
 	if len(marks)+len(claims)+len(counts) == 0 {
+		b.written(waiters)
 		return true
 	}
 	// Each group's calls, in order: its marks first, then its claims.
@@ -662,10 +669,65 @@ func (b *Batcher) flush(ctx context.Context) bool {
 		b.mu.Lock()
 		b.marks = append(failed, b.marks...)
 		b.counts = append(failedCounts, b.counts...)
+		b.waiters = append(waiters, b.waiters...) // wait for the next flush
+		b.flushing = false
 		b.mu.Unlock()
 		return false
 	}
+	b.written(waiters)
 	return true
+}
+
+// AfterWritten calls fn once every mark and count queued before it is in
+// Redis: at once when none waits, else from the flushing goroutine after
+// the flush that writes the last of them (a failed flush's waiters wait
+// for the next, with its marks), in the order AfterWritten was called. A
+// mark dropped beyond 100,000 waiting (reported to OnError) counts as
+// written. If Close ends before the marks are written, fn is never called.
+//
+// A consumer marks a Kafka offset for commit in fn: the offset is then
+// committed only once the delivered marks of its records are in Redis, so
+// a crash never leaves a record committed (never read again) without its
+// mark.
+func (b *Batcher) AfterWritten(fn func()) {
+	b.mu.Lock()
+	if len(b.marks)+len(b.counts) == 0 && !b.flushing {
+		b.mu.Unlock()
+		fn()
+		return
+	}
+	b.waiters = append(b.waiters, fn)
+	b.mu.Unlock()
+}
+
+// Written waits until every mark and count queued before it is in Redis
+// (see [Batcher.AfterWritten]), flushing now, or until ctx ends (its
+// error).
+func (b *Batcher) Written(ctx context.Context) error {
+	done := make(chan struct{})
+	b.AfterWritten(func() { close(done) })
+	b.Flush()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// written calls waiters, whose marks a flush wrote, and those given while
+// it ran if nothing is left to write. It ends the flush (b.flushing).
+func (b *Batcher) written(waiters []func()) {
+	b.mu.Lock()
+	b.flushing = false
+	if len(b.marks)+len(b.counts) == 0 {
+		waiters = append(waiters, b.waiters...)
+		b.waiters = nil
+	}
+	b.mu.Unlock()
+	for _, fn := range waiters {
+		fn()
+	}
 }
 
 func cmp(first, err error) error {

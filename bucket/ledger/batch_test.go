@@ -786,3 +786,112 @@ func TestBatcherIsDelivered(t *testing.T) {
 		t.Fatalf("m1 written: %v, %v", d, err)
 	}
 }
+
+// gateHook holds each flush (a pipeline that starts with EVALSHA, not a
+// connection's set-up) until release is closed, once held is set.
+type gateHook struct {
+	held    atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.held.Load() && len(cmds) > 0 && cmds[0].Name() == "evalsha" {
+			h.entered <- struct{}{}
+			<-h.release
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestBatcherAfterWritten: a waiter runs at once when nothing waits, and
+// otherwise only once the marks queued before it are in Redis: not while
+// Redis fails, not while the flush that holds them is on its way, and in
+// the order given. Written waits the same way, or for its context.
+func TestBatcherAfterWritten(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	defer rdb.Close()
+	gate := &gateHook{entered: make(chan struct{}), release: make(chan struct{})}
+	rdb.AddHook(gate)
+	var reported atomic.Int64
+	b := ledger.NewBatcher(rdb, bucket.Keys{}, ledger.BatchConfig{FlushInterval: time.Millisecond,
+		OnError: func(error) { reported.Add(1) }})
+	defer closeBatcher(t, b)
+
+	now := false
+	b.AfterWritten(func() { now = true })
+	if !now {
+		t.Fatal("with nothing queued, the waiter did not run at once")
+	}
+
+	// Redis fails: the mark waits, and so does its waiter.
+	mr.SetError("LOADING Redis is loading the dataset in memory")
+	b.Delivered(t.Context(), "whatsapp", "106", "m1", "w")
+	var mu sync.Mutex
+	var order []string
+	seen := map[string]string{}
+	waiter := func(name string) func() {
+		return func() {
+			mu.Lock()
+			defer mu.Unlock()
+			order = append(order, name)
+			seen[name] = entries(t, rdb, bucket.Keys{})["106\nm1"]
+		}
+	}
+	b.AfterWritten(waiter("first"))
+	b.AfterWritten(waiter("second"))
+	deadline := time.Now().Add(10 * time.Second)
+	for reported.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if reported.Load() < 2 {
+		t.Fatal("two failed flushes were not reported")
+	}
+	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := b.Written(short); err != context.DeadlineExceeded {
+		t.Errorf("Written while Redis fails = %v, want the context's deadline", err)
+	}
+	mu.Lock()
+	if len(order) != 0 {
+		t.Errorf("waiters ran while their mark was not written: %v", order)
+	}
+	mu.Unlock()
+
+	// The next flush is held on its way, then Redis answers: a waiter given
+	// now, with nothing more queued, waits for that flush too.
+	gate.held.Store(true)
+	select {
+	case <-gate.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no flush was tried again within 10 s")
+	}
+	mr.SetError("")
+	b.AfterWritten(waiter("during"))
+	mu.Lock()
+	if len(order) != 0 {
+		t.Errorf("waiters ran while the flush of their mark was on its way: %v", order)
+	}
+	mu.Unlock()
+	gate.held.Store(false)
+	close(gate.release)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := b.Written(ctx); err != nil {
+		t.Fatalf("Written once Redis answers: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"first", "second", "during"}; !slices.Equal(order, want) {
+		t.Errorf("waiters ran %v, want %v", order, want)
+	}
+	for name, v := range seen {
+		if v != "d:w" {
+			t.Errorf("waiter %s saw the mark %q, want it written (d:w)", name, v)
+		}
+	}
+}
