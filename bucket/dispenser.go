@@ -86,6 +86,24 @@ func (d *Dispenser) Next(ctx context.Context) (Reservation, error) {
 	return reservationAt(ls.Start, time.Now(), ls, 0), nil
 }
 
+// Held returns the next slot of the current lease that has not lapsed, as
+// Next does, but never leases anew: false when none is left. A Dispenser
+// replaced by one of a higher rate hands out the slots it holds this way
+// (see the pacer's keyState.dispenser).
+func (d *Dispenser) Held() (Reservation, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	for d.next < d.cur.Granted {
+		at := d.cur.Slot(d.next)
+		d.next++
+		if !at.Before(now.Add(-max(d.cur.Interval, d.late))) {
+			return reservationAt(at, now, d.cur, d.next-1), true
+		}
+	}
+	return Reservation{}, false
+}
+
 // reservationAt is slot i of ls, at at, handed out at now.
 func reservationAt(at, now time.Time, ls Lease, i int) Reservation {
 	return Reservation{OK: true, At: at, Delay: max(at.Sub(now), 0), Granted: ls.src.base, redisSlot: ls.redisSlot(i)}

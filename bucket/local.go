@@ -148,6 +148,11 @@ func (l *Local) Return(ctx context.Context, lease Lease, used int) (int, error) 
 	}
 	rate := s.lim.PerSecond
 	burstU := float64(s.lim.Burst) * 1e6
+	k := localKey(s.channel, s.key, "")
+	// Only while the lease is the bucket's last write (see lease_return.lua).
+	if b := l.buckets[k]; b == nil || b.ts != s.now0 || b.u != float64(s.u0)-float64(lease.Granted)*1e6 {
+		return 0, nil
+	}
 	started := slotsStarted(float64(s.u0), s.now0, now, rate, 1e6)
 	from := float64(used)
 	if started > from {
@@ -157,7 +162,6 @@ func (l *Local) Return(ctx context.Context, lease Lease, used int) (int, error) 
 	if r <= 0 {
 		return 0, nil
 	}
-	k := localKey(s.channel, s.key, "")
 	u, _ := l.buckets[k].read(now, rate, burstU)
 	u = math.Min(u+r*1e6, burstU)
 	l.store(k, u, now, rate, burstU)

@@ -77,6 +77,15 @@ func TestLocalMatchesRedis(t *testing.T) {
 					}
 				}
 				open[key] = leases{r, l}
+				if rnd.IntN(2) == 0 { // give this one back at once: the bucket's last lease
+					used := rnd.IntN(r.Granted + 1)
+					rn, err := e.l.Return(ctx, r, used)
+					ln, lerr := loc.Return(ctx, l, used)
+					if rn != ln || err != nil || lerr != nil {
+						t.Fatalf("call %d: Return(%d) of the last lease: Redis %d, %v; Local %d, %v", i, used, rn, err, ln, lerr)
+					}
+					delete(open, key)
+				}
 			}
 		case 4:
 			r, err := e.l.ReserveMulti(ctx, "test", key, reqs, 0)

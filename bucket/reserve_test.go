@@ -525,6 +525,27 @@ func TestLeaseReturn(t *testing.T) {
 		if n, err := e.l.Return(ctx, ls2, 1); err != nil || n != 0 {
 			t.Fatalf("Return of slots that all started at once = %d, %v", n, err)
 		}
+
+		// A lease followed by another (a second replica's): giving the first
+		// one's slots back would put the next lease on top of the second's
+		// slots, so they lapse; the last lease gives its slots back.
+		e.At(time.Minute)                                              // every bucket full again
+		a, err := e.l.Lease(ctx, "test", "k3", lim, 10, 2*time.Second) // 5 at once, then 100..500 ms
+		if err != nil || a.Granted != 10 {
+			t.Fatalf("Lease a = %+v, %v", a, err)
+		}
+		b, err := e.l.Lease(ctx, "test", "k3", lim, 5, 2*time.Second) // 600..1000 ms
+		if err != nil || b.Granted != 5 {
+			t.Fatalf("Lease b = %+v, %v", b, err)
+		}
+		if n, err := e.l.Return(ctx, a, 5); err != nil || n != 0 {
+			t.Fatalf("Return of a lease granted before another = %d, %v; want 0 (its slots lapse)", n, err)
+		}
+		if n, err := e.l.Return(ctx, b, 2); err != nil || n != 3 {
+			t.Fatalf("Return of the last lease = %d, %v; want 3 (800, 900, 1000 ms)", n, err)
+		}
+		// The next slot follows b's two used ones: at 800 ms.
+		e.reserves(t, "k3", lim, []reserve{{time.Minute, 1, 2 * time.Second, true, 800 * ms, 0, false}})
 	})
 }
 

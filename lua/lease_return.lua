@@ -13,7 +13,21 @@
 --
 -- Reply: integer, slots given back: those after the used ones whose start
 -- (as reserve.lua defines it) is still after now. Slots already started
--- lapse, as do all of them if the Redis clock is behind now0_us.
+-- lapse, as do all of them if the Redis clock is behind now0_us, and all
+-- of them unless the lease is still the bucket's last write (its utokens
+-- and ts_us are those the lease stored: u0 - granted * cost, stamped
+-- now0_us): nothing was granted after it, and no decrease cleared or
+-- increase rescaled the debt it took.
+--
+-- Why only the last write: the bucket holds one count, not the slots. A
+-- lease granted after this one was placed behind its slots; giving them
+-- back would have the next lease start that many slots earlier, on top of
+-- the later lease's slots (two replicas sending at twice the rate), while
+-- the given-back span goes unused (a gap): a provider that enforces its
+-- limit strictly refuses the first and the second is lost. And after a
+-- decrease that cleared the debt, the slots were already forgiven: giving
+-- them back would mint tokens, a burst just after a throttle. Such slots
+-- lapse instead.
 --
 -- Why this cannot exceed the limit: had the lease taken only the slots it
 -- keeps, the bucket would now hold less than one slot's cost more than it
@@ -58,6 +72,10 @@ if now < now0 then
   return 0
 end
 local cost_u = cost * 1000000
+local h = redis.call('HMGET', KEYS[1], 'utokens', 'ts_us')
+if tonumber(h[2]) ~= now0 or tonumber(h[1]) ~= u0 - granted * cost_u then
+  return 0
+end
 local started = math.floor((u0 + refill(now - now0, rate)) / cost_u)
 local from = used
 if started > from then

@@ -185,6 +185,9 @@ type keyState struct {
 // its fields is set and dropped once they are all zero again. Guarded by
 // the key's mu.
 type keyRare struct {
+	// prev is the dispenser disp replaced when the rate rose: its slots are
+	// handed out first (see keyState.dispenser); nil when none is left.
+	prev *bucket.Dispenser
 	// first, made by a sender that waits for the key's first read, is
 	// closed (and dropped) once that read is done.
 	first chan struct{}
@@ -276,11 +279,47 @@ func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, ceiling
 	if st.disp != nil && st.disp.Limit() == lim && st.disp.Late() == late {
 		return st.disp
 	}
-	if st.disp != nil {
+	switch {
+	case st.disp != nil && lim.PerSecond > st.disp.Limit().PerSecond:
+		// A raise: the slots leased at the old rate are kept and handed out
+		// first (heldSlot), at their old spacing. Given back, they would
+		// leave a gap where they were and, since the bucket counts tokens,
+		// not slots, put the next lease on top of those of other replicas
+		// granted after them (see lease_return.lua): a burst at the
+		// provider. The raise scaled the bucket's debt, so the new rate's
+		// slots follow every slot granted before it.
+		st.rareSet().prev = st.disp
+	case st.disp != nil:
+		// A decrease (it cleared the bucket's debt: the slots granted
+		// before it are dropped) or another ceiling.
 		st.disp.Close(ctx)
+		st.dropPrev()
 	}
 	st.disp = bucket.NewDispenser(countingLeaser{p}, p.cfg.Channel, key, lim, n, p.cfg.MaxTokenWait).WithLate(late)
 	return st.disp
+}
+
+// heldSlot returns a slot of the dispenser a raise replaced (see
+// dispenser), false when it holds none.
+func (st *keyState) heldSlot() (bucket.Reservation, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.rare == nil || st.rare.prev == nil {
+		return bucket.Reservation{}, false
+	}
+	r, ok := st.rare.prev.Held()
+	if !ok {
+		st.dropPrev()
+	}
+	return r, ok
+}
+
+// dropPrev drops the dispenser a raise replaced. Callers hold st.mu.
+func (st *keyState) dropPrev() {
+	if st.rare != nil && st.rare.prev != nil {
+		st.rare.prev = nil
+		st.rareTidy()
+	}
 }
 
 // accountKey is the pacing key under which the cooldown of the channel's
@@ -532,6 +571,7 @@ func (st *keyState) dropLease(ctx context.Context) {
 	st.mu.Lock()
 	d := st.disp
 	st.disp = nil
+	st.dropPrev()
 	st.mu.Unlock()
 	if d != nil {
 		d.Close(ctx)
@@ -671,6 +711,9 @@ func (st *keyState) trim(now time.Time) {
 	st.ahead = nil
 	if st.disp != nil && st.disp.Spent(now) {
 		st.disp = nil
+	}
+	if st.rare != nil && st.rare.prev != nil && st.rare.prev.Spent(now) {
+		st.dropPrev()
 	}
 }
 

@@ -1136,6 +1136,9 @@ func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keySt
 		p.m.bucketCallsC.Inc()
 		return b.Reserve(ctx, p.cfg.Channel, key, lim, 1, p.cfg.MaxTokenWait)
 	}
+	if r, ok := st.heldSlot(); ok {
+		return r, nil
+	}
 	d := st.dispenser(ctx, p, key, pol.Limit, lim, n)
 	return d.Next(ctx)
 }
