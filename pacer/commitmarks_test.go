@@ -62,7 +62,7 @@ func TestCommitWaitsForMarks(t *testing.T) {
 	h.batched = 5 * time.Millisecond
 	hold := &holdMarks{}
 	h.batchHook = hold
-	h.cfg.Drain = 2 * time.Second
+	h.cfg.Drain = 10 * time.Second
 	ids := []string{"a", "b", "c", "d", "e", "f"}
 	refs := make([]ledger.Ref, len(ids))
 	for i, id := range ids {
@@ -81,7 +81,10 @@ func TestCommitWaitsForMarks(t *testing.T) {
 
 	var committed int64
 	var states []ledger.State
+	var stopping time.Time
+	var shutdown time.Duration
 	h.afterRun = func() {
+		shutdown = time.Since(stopping)
 		committed, states = committedOffset(t, h), lookup()
 		hold.hold.Store(false) // Close writes the marks
 	}
@@ -105,7 +108,14 @@ func TestCommitWaitsForMarks(t *testing.T) {
 	}) {
 		t.Fatal("the last three were not sent within 20 s")
 	}
+	stopping = time.Now()
 	stop()
+	// The marks that do not come hold the shutdown (its commit, and the
+	// revoke as the client leaves the group) about a second, not Drain
+	// each.
+	if shutdown >= h.cfg.Drain {
+		t.Errorf("shutdown took %v with the marks held, want well under Drain (%v)", shutdown, h.cfg.Drain)
+	}
 	t.Logf("committed %d, states %v", committed, states)
 	want := []ledger.State{ledger.StateDelivered, ledger.StateDelivered, ledger.StateDelivered,
 		ledger.StateClaimed, ledger.StateClaimed, ledger.StateClaimed}

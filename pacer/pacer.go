@@ -980,15 +980,23 @@ func (p *Pacer) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]
 	p.log.Info("partitions revoked", "partitions", fmt.Sprint(parts))
 }
 
+// marksWait bounds how long a revoke or a shutdown waits for the ledger's
+// marks before its commit: a flush takes a round trip (20 ms apart by
+// default).
+const marksWait = time.Second
+
 // marksWritten waits until the ledger's marks made so far are written and
-// marks the heads of ws, stopped workers, for commit (see [writeBehind]);
-// if ctx ends or Config.Drain passes first (Redis away), it marks nothing
-// more: the commit that follows leaves those records to be read again.
+// marks the heads of ws, stopped workers, for commit (see [writeBehind]).
+// It waits marksWait at most (less if ctx ends first): a record whose mark
+// is not written by then is left out of the commit that follows, and read
+// again by the partition's next owner, which skips it once the mark is
+// written (the ledger writes what waits at exit). So a Redis that does not
+// answer costs a shutdown or a rebalance marksWait, not PACER_DRAIN more.
 func (p *Pacer) marksWritten(ctx context.Context, ws []*worker) {
-	if p.behind == nil {
+	if p.behind == nil || len(ws) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Drain)
+	ctx, cancel := context.WithTimeout(ctx, marksWait)
 	defer cancel()
 	// The heads as they are now: their marks were made before Written
 	// (a worker past its drain may finish more meanwhile).
