@@ -65,15 +65,8 @@ func (d *Dispenser) WithLate(late time.Duration) *Dispenser {
 func (d *Dispenser) Next(ctx context.Context) (Reservation, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	now := time.Now()
-	for d.next < d.cur.Granted {
-		at := d.cur.Slot(d.next)
-		d.next++
-		// A slot up to one interval (or d.late) old is still usable;
-		// older ones lapsed (the bucket has moved on and counted them).
-		if !at.Before(now.Add(-max(d.cur.Interval, d.late))) {
-			return reservationAt(at, now, d.cur, d.next-1), nil
-		}
+	if r, ok := d.held(time.Now()); ok {
+		return r, nil
 	}
 	ls, err := d.l.Lease(ctx, d.channel, d.key, d.lim, d.n, d.maxWait)
 	if err != nil {
@@ -93,10 +86,17 @@ func (d *Dispenser) Next(ctx context.Context) (Reservation, error) {
 func (d *Dispenser) Held() (Reservation, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	now := time.Now()
+	return d.held(time.Now())
+}
+
+// held hands out the next slot of the current lease that has not lapsed
+// at now. Callers hold d.mu.
+func (d *Dispenser) held(now time.Time) (Reservation, bool) {
 	for d.next < d.cur.Granted {
 		at := d.cur.Slot(d.next)
 		d.next++
+		// A slot up to one interval (or d.late) old is still usable;
+		// older ones lapsed (the bucket has moved on and counted them).
 		if !at.Before(now.Add(-max(d.cur.Interval, d.late))) {
 			return reservationAt(at, now, d.cur, d.next-1), true
 		}
