@@ -165,7 +165,8 @@ type Ledger interface {
 // writeBehind is a [Ledger] that writes its marks after they are made
 // (*ledger.Batcher): a record's offset is marked for commit only once its
 // mark is written (AfterWritten), and every commit made on a revoke or at
-// shutdown waits for the marks before it (Written). Otherwise a commit
+// shutdown waits for the marks before it (Written, at most marksWait).
+// Otherwise a commit
 // could pass a delivered mark still waiting for its flush, and a crash
 // then would leave the record committed, never read again, with no mark:
 // its campaign never reaches remaining 0.
