@@ -273,16 +273,21 @@ func (c countingLeaser) Return(ctx context.Context, lease bucket.Lease, used int
 // follows both lim and ceiling: the dispenser's lateness is how the key's
 // state remembers the ceiling it was made for).
 func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, ceiling, lim bucket.Limit, n int) *bucket.Dispenser {
-	late := lateSlot(ceiling, lim)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	return st.dispenserLocked(ctx, p, key, ceiling, lim, n)
+}
+
+// dispenserLocked is dispenser for callers that hold st.mu.
+func (st *keyState) dispenserLocked(ctx context.Context, p *Pacer, key string, ceiling, lim bucket.Limit, n int) *bucket.Dispenser {
+	late := lateSlot(ceiling, lim)
 	if st.disp != nil && st.disp.Limit() == lim && st.disp.Late() == late {
 		return st.disp
 	}
 	switch {
 	case st.disp != nil && lim.PerSecond > st.disp.Limit().PerSecond:
 		// A raise: the slots leased at the old rate are kept and handed out
-		// first (heldSlot), at their old spacing. Given back, they would
+		// first (take), at their old spacing. Given back, they would
 		// leave a gap where they were and, since the bucket counts tokens,
 		// not slots, put the next lease on top of those of other replicas
 		// granted after them (see lease_return.lua): a burst at the
@@ -299,19 +304,21 @@ func (st *keyState) dispenser(ctx context.Context, p *Pacer, key string, ceiling
 	return st.disp
 }
 
-// heldSlot returns a slot of the dispenser a raise replaced (see
-// dispenser), false when it holds none.
-func (st *keyState) heldSlot() (bucket.Reservation, bool) {
+// take returns the key's next slot: one the dispenser a raise replaced
+// still holds (see dispenser), else one of the key's dispenser for lim
+// (see [bucket.Dispenser.Next]).
+func (st *keyState) take(ctx context.Context, p *Pacer, key string, ceiling, lim bucket.Limit, n int) (bucket.Reservation, error) {
 	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.rare == nil || st.rare.prev == nil {
-		return bucket.Reservation{}, false
-	}
-	r, ok := st.rare.prev.Held()
-	if !ok {
+	if st.rare != nil && st.rare.prev != nil {
+		if r, ok := st.rare.prev.Held(); ok {
+			st.mu.Unlock()
+			return r, nil
+		}
 		st.dropPrev()
 	}
-	return r, ok
+	d := st.dispenserLocked(ctx, p, key, ceiling, lim, n)
+	st.mu.Unlock()
+	return d.Next(ctx)
 }
 
 // dropPrev drops the dispenser a raise replaced. Callers hold st.mu.

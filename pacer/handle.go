@@ -1136,11 +1136,7 @@ func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keySt
 		p.m.bucketCallsC.Inc()
 		return b.Reserve(ctx, p.cfg.Channel, key, lim, 1, p.cfg.MaxTokenWait)
 	}
-	if r, ok := st.heldSlot(); ok {
-		return r, nil
-	}
-	d := st.dispenser(ctx, p, key, pol.Limit, lim, n)
-	return d.Next(ctx)
+	return st.take(ctx, p, key, pol.Limit, lim, n)
 }
 
 // multiReach is how far ahead a reservation of a key's and a recipient's
