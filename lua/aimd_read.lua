@@ -75,9 +75,10 @@ end
 -- far behind them (a gap). A higher rate scales the debt by to_u / from_u,
 -- so new slots follow the granted ones at the new spacing. A lower rate
 -- clears it: the pacer drops the slots it was granted before a decrease and
--- takes new ones at the new rate, from now. Does nothing without KEYS[3],
+-- takes new ones at the new rate, from now; with keep (a step down that
+-- drops nothing), it scales the debt as a higher rate does. Does nothing without KEYS[3],
 -- when the hash is missing or corrupt, or when it holds no debt.
-local function reschedule(from_u, to_u)
+local function reschedule(from_u, to_u, keep)
   if #KEYS < 3 or from_u == to_u then
     return
   end
@@ -96,7 +97,7 @@ local function reschedule(from_u, to_u)
     return
   end
   local v = 0
-  if to_u > from_u then
+  if to_u > from_u or keep then
     v = math.floor(u * to_u / from_u)
   end
   redis.call('HSET', KEYS[3], 'utokens', string.format('%.0f', v), 'ts_us', string.format('%.0f', now))

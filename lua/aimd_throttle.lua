@@ -61,6 +61,9 @@
 -- ARGV[12] min_ep_us: the shortest episode (now - ep_us) whose accepted
 --          sends estimate the capacity, integer in [1, persist_us]; absent,
 --          0 or above persist_us: persist_us / 2
+-- ARGV[13] factor: the probe's first step, as in aimd_recover.lua: a
+--          decimal number > 1, or 0 (absent: 0) to step by step_u
+-- ARGV[14] step_u: the probe's additive step, integer >= 1 (absent: 1)
 --
 -- Reply: array of 5 integers {urate, change, cooldown_ms, streak, since_us}
 --   urate        adapted rate after the call, floor_u <= urate <= ceil_u
@@ -88,7 +91,13 @@
 --   jitter of a busy key at a burst edge, not a saturated provider) (lone):
 --   a new episode starts:
 --   ep_us = last_us = now, n = 0, k = 0, hold_us = max(now + coalesce_us,
---   cooldown end), win_us = max(win_us, cooldown end). The rate stays.
+--   cooldown end), win_us = max(win_us, cooldown end). Without a capacity
+--   found (cap = 0) the rate stays; with one, cap becomes acc / (now -
+--   ep_us) when that span is 2 * persist_us or more and the pacer was busy
+--   (acc + n + 1 >= 90% of min(urate, cap) over it), else steps down by
+--   one probe step (ARGV[13], ARGV[14]); urate goes to at most cap (the
+--   debt scaled as by reschedule's keep), and the refill pause below is
+--   set, as after a decrease.
 -- - persistent (as below) with acc > 0 but now - ep_us < min_ep_us, while
 --   the episode's refusals (n + 2) are under a fifth of its requests
 --   (acc + n + 2) (short): n grows by one, last_us = now, hold_us and
@@ -130,7 +139,7 @@
 -- A counted (lone or persistent) throttle adds one to streak if urate was at
 -- the floor already, else sets it to 0.
 --
--- Writes: always. KEYS[4] as achieve does. On a decrease, KEYS[3] as reschedule does. SET KEYS[2] <end_us> PX cooldown_ms unless the cooldown
+-- Writes: always. KEYS[4] as achieve does. On a decrease, KEYS[3] as reschedule does (keep for a lone one). SET KEYS[2] <end_us> PX cooldown_ms unless the cooldown
 -- already ends later (never shortened); HSET of all thirteen fields of KEYS[1]
 -- (DEL first if it has the wrong type) and PEXPIRE KEYS[1] to
 -- (win_us - now) / 1000 + idle_ms.
@@ -156,6 +165,14 @@ if not int(paced_u, 0) then
   return redis.error_reply('ERR aimd: paced_u must be an integer >= 0')
 end
 local min_ep_us = tonumber(ARGV[12] or '0')
+local factor = tonumber(ARGV[13] or '0')
+local step_u = tonumber(ARGV[14] or '1')
+if not factor or not (factor == 0 or (factor > 1 and factor ~= math.huge)) then
+  return redis.error_reply('ERR aimd: factor must be 0 or a finite number > 1')
+end
+if not int(step_u, 1) then
+  return redis.error_reply('ERR aimd: step_u must be an integer >= 1')
+end
 if not int(min_ep_us, 0) then
   return redis.error_reply('ERR aimd: min_ep_us must be an integer >= 0')
 end
@@ -284,7 +301,7 @@ else
     -- to 34.6 with a capacity of 30 went to 25.9 and stayed under 90% of
     -- the limit for a minute). The cut goes no lower than Backoff of the
     -- capacity; a limit really lowered meets the next, measured episode.
-    if s.cap > 0 and s.urate > s.cap and (s.acc == 0 or dt < min_ep_us) then
+    if s.cap > 0 and s.urate >= s.cap and (s.acc == 0 or dt < min_ep_us) then
       u = math.max(u, math.floor(s.cap * backoff))
     end
     u = math.min(u, s.urate)
@@ -341,6 +358,48 @@ else
     s.urate = u
     s.win_us = cd
   else
+    -- A lone throttle of a key with a capacity found (cap > 0): the
+    -- provider's bucket is empty at a rate near what it takes (a
+    -- capacity found 4% too high, 31 with a provider at 30, met a refusal
+    -- every 2-3 s, each lone, for ten seconds, until a chain of them
+    -- persisted), or a probe above cap met its limit. Its bucket was
+    -- empty at the throttle that began the episode too, so what it
+    -- accepted since, per second, is at most its rate, and near it when
+    -- the pacer was busy all along (sent, acc + n + 1, at least 90% of
+    -- min(urate, cap) over the episode): over an episode of 2 * persist_us
+    -- or longer (4 s by default; the replicas' reports, up to 250 ms late,
+    -- err by a few % there) that is the capacity found, up or down.
+    -- Otherwise the capacity steps down by one probe step (divided by
+    -- factor, or less step_u). A rate above the capacity goes to it (the
+    -- debt keeps its slots' times: slots granted are sent), and the key
+    -- pauses as after a decrease, so the provider's bucket, empty now,
+    -- earns the burst the pacer takes (with no pause, 4-5 refusals more
+    -- followed each probe, from sends bunched at the provider's rate). Without a
+    -- capacity found (a key at its ceiling) a lone throttle is the jitter
+    -- of sends at the configured limit: the rate stays.
+    if s.cap > 0 then
+      local c = s.cap - step_u
+      if factor > 1 then
+        c = math.floor(s.cap / factor)
+      end
+      if s.acc > 0 and dt >= 2 * persist_us and
+          (s.acc + s.n + 1) * 1e12 >= 0.9 * math.min(s.urate, s.cap) * dt then
+        c = math.floor(s.acc * 1e12 / dt)
+      end
+      s.cap = math.min(ceil_u, math.max(floor_u, c))
+      if s.urate > s.cap then
+        change = -1
+        reschedule(s.urate, s.cap, true)
+        s.urate = s.cap
+      end
+      if pause_tokens > 0 then
+        local pause_end = now + math.floor(math.max(1, pause_tokens * s.urate / ceil_u) * 1e12 / s.urate)
+        if cd < pause_end then
+          redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
+          cd = pause_end
+        end
+      end
+    end
     s.win_us = math.max(s.win_us, cd)
   end
   s.ep_us = now

@@ -113,8 +113,13 @@ type AIMD struct {
 	// Persist is how close a counted throttle must follow the one before it
 	// for throttles to count as persistent and lower the rate; a throttle
 	// later than that is a lone one (a refusal at the edge of the provider's
-	// burst) and only sets the cooldown. From 1ms to 10 years. Default
-	// 4 token intervals at the ceiling (4 / ceiling s), at least 2s.
+	// burst) and only sets the cooldown, unless a capacity has been found:
+	// then it sets the capacity to what the provider accepted since the
+	// last throttle, per second, when the episode lasted 2 * Persist or
+	// more with the pacer busy (else lowers it by one probe step), takes a
+	// rate above it there and pauses as a decrease does. From 1ms to 10
+	// years. Default 4 token intervals at the ceiling (4 / ceiling s), at
+	// least 2s.
 	Persist time.Duration
 	// MinEpisode is the shortest throttle episode (from the throttle that
 	// began it) whose accepted sends estimate the provider's capacity: in
@@ -528,9 +533,10 @@ func (l *Adapter) Throttled(ctx context.Context, channel, key string, ceiling bu
 // the throttle episode, per second: what a saturated provider really
 // takes; an episode shorter than [AIMD].MinEpisode goes on instead, unless
 // a fifth of its requests were refused. Without reports, the refusals per
-// second stand in for it. A rate probing above a capacity found and cut
+// second stand in for it. A rate at or above a capacity found and cut
 // without a measured estimate goes no lower than [AIMD].Backoff of that
-// capacity. An accepted < 0 counts as 0.
+// capacity. A lone throttle of a key with a capacity found corrects the
+// capacity (see [AIMD].Persist). An accepted < 0 counts as 0.
 //
 // paced is the adapted rate (msgs/s) the caller knew when it started the
 // throttled send's slot, 0 if unknown. A send paced above the current
@@ -547,7 +553,8 @@ func (l *Adapter) ThrottledAfter(ctx context.Context, channel, key string, ceili
 	cd := clampCooldown(hint, p.minCooldown, p.maxCooldown)
 	ad, err := l.runAIMD(ctx, "throttled", aimdThrottleScript, channel, key, ceiling, p, -1, 0,
 		wire.Rate(p.decrease), p.coalesceUs, int64(cd/time.Millisecond), p.idleMs, p.persistUs,
-		wire.Rate(p.backoff), max(accepted, 0), pauseTokens(a, ceiling), pacedU(paced), p.minEpisodeUs)
+		wire.Rate(p.backoff), max(accepted, 0), pauseTokens(a, ceiling), pacedU(paced), p.minEpisodeUs,
+		wire.Rate(p.factor), p.stepU)
 	if err != nil {
 		return Adapted{}, err
 	}

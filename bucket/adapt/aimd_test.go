@@ -1025,20 +1025,148 @@ func capacity85() []aimdStep {
 }
 
 // TestAIMDProbeCutToTheCapacity: a probe above a capacity found that meets
-// the limit in an episode too short to measure (3 of 11 requests refused)
-// is cut to Backoff of that capacity, not by Decrease below it.
+// the limit steps back to the capacity less one probe step and pauses
+// (lone); a throttle that persists there with no reports to measure the
+// episode by is cut to Backoff of that capacity, not by Decrease below it.
 func TestAIMDProbeCutToTheCapacity(t *testing.T) {
 	ms := time.Millisecond
 	each(t, func(t *testing.T, e *env) {
 		e.adaptsNear(t, pausingAIMD(), append(capacity85(), []aimdStep{
 			{at: 8400 * ms, op: opRecover, rate: 85, accepted: 345},
 			{at: 8600 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // the probe
-			{at: 8700 * ms, op: opThrottle, rate: 93.5, cooldown: 10 * ms},      // lone
-			{at: 8750 * ms, op: opThrottle, rate: 93.5, cooldown: 10 * ms},      // coalesced
-			// 0.2 s in, 3 of 11 requests refused: Decrease's cut would be
-			// to 46.75; the capacity's Backoff is 76.5.
-			{at: 8900 * ms, op: opThrottle, rate: 76.5, change: -1, cooldown: time.Second, accepted: 8},
+			// lone: the capacity steps down to 85 / 1.1, the rate with it,
+			// and the pause (77.27 tokens at 77.27/s)
+			{at: 8700 * ms, op: opThrottle, rate: 77.272727, change: -1, cooldown: time.Second},
+			{at: 8750 * ms, op: opThrottle, rate: 77.272727, cooldown: 950 * ms}, // coalesced
+			// After the pause, no reports: Decrease's cut would be to
+			// 38.6; the capacity's Backoff is 69.5.
+			{at: 9800 * ms, op: opThrottle, rate: 69.545454, change: -1, cooldown: time.Second},
 		}...))
+	})
+}
+
+// TestAIMDLoneThrottleStepsCapacityDown: a lone throttle of a key with a
+// capacity found sets the capacity to what the provider accepted since
+// the last throttle when the pacer was busy over 2 * Persist or more, else
+// lowers it by one probe step (divided by Factor, or less Step); a rate
+// above it goes to it, keeping the slots granted (the debt is scaled, not
+// cleared), and the key pauses as after a decrease; a rate below the
+// capacity stays, and the next clean window returns it to the new
+// capacity, not the old one. Without a capacity found, a lone throttle
+// changes no rate and sets no pause.
+func TestAIMDLoneThrottleStepsCapacityDown(t *testing.T) {
+	ms := time.Millisecond
+	t.Run("at the capacity", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			e.adaptsNear(t, pausingAIMD(), append(capacity85(), []aimdStep{
+				{at: 8400 * ms, op: opThrottle, rate: 77.272727, change: -1, cooldown: time.Second}, // 85 / 1.1
+				// The next lone one, 2 s later: 77.27 / 1.1.
+				{at: 10500 * ms, op: opThrottle, rate: 70.247933, change: -1, cooldown: time.Second},
+			}...))
+		})
+	})
+	t.Run("measured", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			e.adaptsNear(t, pausingAIMD(), append(capacity85(), []aimdStep{
+				{at: 6000 * ms, op: opRecover, rate: 85, accepted: 300},
+				// 480 accepted in the 6 s since the throttle at 2.4 s, the
+				// pacer busy (481 sent >= 0.9 * 85/s * 6 s): 80/s.
+				{at: 8400 * ms, op: opThrottle, rate: 80, change: -1, cooldown: time.Second, accepted: 100},
+				// 4.1 s later, 100 sent: not busy, one step (80 / 1.1).
+				{at: 12500 * ms, op: opThrottle, rate: 72.727272, change: -1, cooldown: time.Second, accepted: 100},
+			}...))
+		})
+	})
+	t.Run("measured above", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			e.adaptsNear(t, pausingAIMD(), append(capacity85(), []aimdStep{
+				{at: 6000 * ms, op: opRecover, rate: 85, accepted: 300},
+				// 540 in 6 s: the provider took 90/s; the rate stays (the
+				// pause: 85 tokens at 85/s) and goes to the capacity, 90,
+				// after a clean window.
+				{at: 8400 * ms, op: opThrottle, rate: 85, cooldown: time.Second, accepted: 160},
+				{at: 10500 * ms, op: opRecover, rate: 90, change: 1, accepted: 90},
+			}...))
+		})
+	})
+	t.Run("below the capacity", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			e.adaptsNear(t, pausingAIMD(), append(capacity85()[:6], []aimdStep{
+				// 72 < 85: the rate stays, the capacity goes to 77.27.
+				{at: 4500 * ms, op: opThrottle, rate: 72, cooldown: time.Second, accepted: 80},
+				{at: 6600 * ms, op: opRecover, rate: 77.272727, change: 1, accepted: 80}, // to the capacity
+			}...))
+		})
+	})
+	t.Run("step", func(t *testing.T) {
+		a := pausingAIMD()
+		a.Factor, a.Step = 0, 4
+		each(t, func(t *testing.T, e *env) {
+			e.adaptsNear(t, a, append(capacity85()[:6], []aimdStep{
+				{at: 4500 * ms, op: opRecover, rate: 85, change: 1, accepted: 80},
+				{at: 4600 * ms, op: opThrottle, rate: 81, change: -1, cooldown: time.Second}, // 85 - 4
+			}...))
+		})
+	})
+	t.Run("slots kept", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			ctx := t.Context()
+			a := pausingAIMD()
+			a.NoRefillPause = true // the pause of a decrease is tested below
+			throttle := func(accepted int) adapt.Adapted {
+				t.Helper()
+				ad, err := e.l.ThrottledAfter(ctx, "test", "s", lim100, a, 0, accepted, 0)
+				if err != nil {
+					t.Fatalf("Throttled: %v", err)
+				}
+				e.mark()
+				return ad
+			}
+			throttle(0) // lone: the episode starts
+			e.at(500 * ms)
+			if ad := throttle(40); !ad.Decreased { // 80/s accepted: a capacity found
+				t.Fatalf("Throttled = %+v; want a cut", ad)
+			}
+			e.at(2600 * ms) // Persist after the cut
+			ad, err := e.l.Adapted(ctx, "test", "s", lim100, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim := ad.Limit(lim100)
+			var last time.Duration
+			for range lim.Burst + 12 { // the burst now, 12 slots ahead
+				r, err := e.b.Reserve(ctx, "test", "s", lim, 1, 10*time.Second)
+				if err != nil || !r.OK {
+					t.Fatalf("Reserve = %+v, %v", r, err)
+				}
+				last = r.Delay
+			}
+			if ad = throttle(0); !ad.Decreased || ad.CooldownLeft > 10*ms { // lone: a step down, no pause
+				t.Fatalf("Throttled = %+v; want a step down with a 10ms cooldown", ad)
+			}
+			e.at(2620 * ms) // past the cooldown
+			if !e.exact() {
+				time.Sleep(2 * ms)
+			}
+			r, err := e.b.Reserve(ctx, "test", "s", ad.Limit(lim100), 1, 10*time.Second)
+			if err != nil || !r.OK {
+				t.Fatalf("Reserve = %+v, %v", r, err)
+			}
+			// The next slot follows the granted ones (the last was
+			// granted about 13 / 88 s ahead); with the debt cleared it
+			// would be now.
+			if r.Delay < last/2 {
+				t.Fatalf("first slot after the step in %v, want after the granted ones (the last %v ahead)", r.Delay, last)
+			}
+		})
+	})
+	t.Run("no capacity", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			e.adaptsNear(t, pausingAIMD(), []aimdStep{
+				{at: 0, op: opThrottle, rate: 100, cooldown: 10 * ms},
+				{at: 2100 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
+			})
+		})
 	})
 }
 
