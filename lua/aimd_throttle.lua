@@ -92,10 +92,10 @@
 --   a new episode starts:
 --   ep_us = last_us = now, n = 0, k = 0, hold_us = max(now + coalesce_us,
 --   cooldown end), win_us = max(win_us, cooldown end). Without a capacity
---   found (cap = 0) the rate stays; with one, cap becomes acc / (now -
---   ep_us) when that span is 2 * persist_us or more and the pacer was busy
---   (acc + n + 1 >= 90% of min(urate, cap) over it), else steps down by
---   one probe step (ARGV[13], ARGV[14]); urate goes to at most cap (the
+--   found (cap = 0) the rate stays; with one, cap steps down by one probe
+--   step (ARGV[13], ARGV[14]) if urate >= cap, and is raised to at least
+--   acc / (now - ep_us) when that span is 2 * persist_us or more and the
+--   pacer was busy (acc + n + 1 >= 90% of min(urate, cap) over it); urate goes to at most cap (the
 --   debt scaled as by reschedule's keep), and the refill pause below is
 --   set, as after a decrease.
 -- - persistent (as below) with acc > 0 but now - ep_us < min_ep_us, while
@@ -358,33 +358,41 @@ else
     s.urate = u
     s.win_us = cd
   else
-    -- A lone throttle of a key with a capacity found (cap > 0): the
-    -- provider's bucket is empty at a rate near what it takes (a
-    -- capacity found 4% too high, 31 with a provider at 30, met a refusal
-    -- every 2-3 s, each lone, for ten seconds, until a chain of them
-    -- persisted), or a probe above cap met its limit. Its bucket was
-    -- empty at the throttle that began the episode too, so what it
-    -- accepted since, per second, is at most its rate, and near it when
-    -- the pacer was busy all along (sent, acc + n + 1, at least 90% of
-    -- min(urate, cap) over the episode): over an episode of 2 * persist_us
-    -- or longer (4 s by default; the replicas' reports, up to 250 ms late,
-    -- err by a few % there) that is the capacity found, up or down.
-    -- Otherwise the capacity steps down by one probe step (divided by
-    -- factor, or less step_u). A rate above the capacity goes to it (the
-    -- debt keeps its slots' times: slots granted are sent), and the key
-    -- pauses as after a decrease, so the provider's bucket, empty now,
-    -- earns the burst the pacer takes (with no pause, 4-5 refusals more
-    -- followed each probe, from sends bunched at the provider's rate). Without a
-    -- capacity found (a key at its ceiling) a lone throttle is the jitter
-    -- of sends at the configured limit: the rate stays.
+    -- A lone throttle of a key with a capacity found (cap > 0), at or
+    -- above it: the provider's bucket is empty at a rate near what it
+    -- takes (a capacity found 4% too high, 31 with a provider at 30, met a
+    -- refusal every 2-3 s, each lone, for ten seconds, until a chain of
+    -- them persisted), or a probe above cap met its limit: the capacity
+    -- steps down by one probe step (divided by factor, or less step_u).
+    -- The provider's bucket was empty at the throttle that began the
+    -- episode too, so what it accepted since, per second, is at most its
+    -- rate, and near it when the pacer was busy all along (sent, acc + n +
+    -- 1, at least 90% of min(urate, cap) over the episode): over an
+    -- episode of 2 * persist_us or longer (4 s by default; the replicas'
+    -- reports, up to 250 ms late, err by a few % there) the capacity is
+    -- at least that. (Taken as the capacity down as well as up, it
+    -- measured the pacer, not the provider, whenever the rate had been
+    -- below the capacity: a rate cut to 23 with a provider at 30 set a
+    -- capacity of 23.) So a step down never goes below what the provider
+    -- was seen to take, and a rate below the capacity lowers nothing. A
+    -- rate above the capacity goes to it (the debt keeps its slots'
+    -- times: slots granted are sent), and the key pauses as after a
+    -- decrease, so the provider's bucket, empty now, earns the burst the
+    -- pacer takes (with no pause, 4-5 refusals more followed each probe,
+    -- from sends at the provider's own rate). Without a capacity found (a
+    -- key at its ceiling) a lone throttle is the jitter of sends at the
+    -- configured limit: the rate stays.
     if s.cap > 0 then
-      local c = s.cap - step_u
-      if factor > 1 then
-        c = math.floor(s.cap / factor)
+      local c = s.cap
+      if s.urate >= s.cap then
+        c = s.cap - step_u
+        if factor > 1 then
+          c = math.floor(s.cap / factor)
+        end
       end
       if s.acc > 0 and dt >= 2 * persist_us and
           (s.acc + s.n + 1) * 1e12 >= 0.9 * math.min(s.urate, s.cap) * dt then
-        c = math.floor(s.acc * 1e12 / dt)
+        c = math.max(c, math.floor(s.acc * 1e12 / dt))
       end
       s.cap = math.min(ceil_u, math.max(floor_u, c))
       if s.urate > s.cap then

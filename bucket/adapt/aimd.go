@@ -114,12 +114,12 @@ type AIMD struct {
 	// for throttles to count as persistent and lower the rate; a throttle
 	// later than that is a lone one (a refusal at the edge of the provider's
 	// burst) and only sets the cooldown, unless a capacity has been found:
-	// then it sets the capacity to what the provider accepted since the
-	// last throttle, per second, when the episode lasted 2 * Persist or
-	// more with the pacer busy (else lowers it by one probe step), takes a
-	// rate above it there and pauses as a decrease does. From 1ms to 10
-	// years. Default 4 token intervals at the ceiling (4 / ceiling s), at
-	// least 2s.
+	// then it lowers the capacity by one probe step if the rate is at or
+	// above it, never below what the provider accepted since the last
+	// throttle, per second, when that lasted 2 * Persist or more with the
+	// pacer busy (which raises it too), takes a rate above it there and
+	// pauses as a decrease does. From 1ms to 10 years. Default 4 token
+	// intervals at the ceiling (4 / ceiling s), at least 2s.
 	Persist time.Duration
 	// MinEpisode is the shortest throttle episode (from the throttle that
 	// began it) whose accepted sends estimate the provider's capacity: in

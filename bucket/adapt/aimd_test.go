@@ -1045,15 +1045,15 @@ func TestAIMDProbeCutToTheCapacity(t *testing.T) {
 	})
 }
 
-// TestAIMDLoneThrottleStepsCapacityDown: a lone throttle of a key with a
-// capacity found sets the capacity to what the provider accepted since
-// the last throttle when the pacer was busy over 2 * Persist or more, else
-// lowers it by one probe step (divided by Factor, or less Step); a rate
-// above it goes to it, keeping the slots granted (the debt is scaled, not
-// cleared), and the key pauses as after a decrease; a rate below the
-// capacity stays, and the next clean window returns it to the new
-// capacity, not the old one. Without a capacity found, a lone throttle
-// changes no rate and sets no pause.
+// TestAIMDLoneThrottleStepsCapacityDown: a lone throttle of a key at or
+// above a capacity found lowers the capacity by one probe step (divided
+// by Factor, or less Step), but not below what the provider accepted
+// since the last throttle when the pacer was busy over 2 * Persist or
+// more, which also raises it; a rate above it goes to it, keeping the
+// slots granted (the debt is scaled, not cleared), and the key pauses as
+// after a decrease; below the capacity, the rate and the capacity stay.
+// Without a capacity found, a lone throttle changes no rate and sets no
+// pause.
 func TestAIMDLoneThrottleStepsCapacityDown(t *testing.T) {
 	ms := time.Millisecond
 	t.Run("at the capacity", func(t *testing.T) {
@@ -1077,6 +1077,16 @@ func TestAIMDLoneThrottleStepsCapacityDown(t *testing.T) {
 			}...))
 		})
 	})
+	t.Run("never below a step", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			e.adaptsNear(t, pausingAIMD(), append(capacity85(), []aimdStep{
+				{at: 6000 * ms, op: opRecover, rate: 85, accepted: 300},
+				// 460 in 6 s, busy: 76.67/s, below one step (85 / 1.1):
+				// the step it is.
+				{at: 8400 * ms, op: opThrottle, rate: 77.272727, change: -1, cooldown: time.Second, accepted: 80},
+			}...))
+		})
+	})
 	t.Run("measured above", func(t *testing.T) {
 		each(t, func(t *testing.T, e *env) {
 			e.adaptsNear(t, pausingAIMD(), append(capacity85(), []aimdStep{
@@ -1092,9 +1102,10 @@ func TestAIMDLoneThrottleStepsCapacityDown(t *testing.T) {
 	t.Run("below the capacity", func(t *testing.T) {
 		each(t, func(t *testing.T, e *env) {
 			e.adaptsNear(t, pausingAIMD(), append(capacity85()[:6], []aimdStep{
-				// 72 < 85: the rate stays, the capacity goes to 77.27.
+				// 72 < 85: the rate and the capacity stay (the pacer, not
+				// the provider, set what was accepted); the pause.
 				{at: 4500 * ms, op: opThrottle, rate: 72, cooldown: time.Second, accepted: 80},
-				{at: 6600 * ms, op: opRecover, rate: 77.272727, change: 1, accepted: 80}, // to the capacity
+				{at: 6600 * ms, op: opRecover, rate: 85, change: 1, accepted: 80}, // to the capacity
 			}...))
 		})
 	})
