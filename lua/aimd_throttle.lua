@@ -199,6 +199,21 @@ if cd < want then
   cd = want
 end
 
+-- refill_pause extends the cooldown (never shortens it) until a provider
+-- whose bucket is empty now has earned, at rate u (millionths), the burst
+-- the pacer takes at u: max(1, pause_tokens * u / ceil_u) tokens. Nothing
+-- when pause_tokens is 0.
+local function refill_pause(u)
+  if pause_tokens == 0 then
+    return
+  end
+  local pause_end = now + math.floor(math.max(1, pause_tokens * u / ceil_u) * 1e12 / u)
+  if cd < pause_end then
+    redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
+    cd = pause_end
+  end
+end
+
 local s, wrongtype = read()
 local change = 0
 if not s then
@@ -294,8 +309,9 @@ else
     if upper then
       u = math.max(u, math.floor(upper * backoff))
     end
-    -- A rate probing above a capacity found (cap > 0, urate > cap), cut
-    -- with no estimate to go by (an episode too short to measure, or no
+    -- A rate at or probing above a capacity found (cap > 0, urate >=
+    -- cap; a lone throttle may have just stepped it there), cut with no
+    -- estimate to go by (an episode too short to measure, or no
     -- reports): the probe is what met the limit, and the provider took
     -- the capacity moments ago; Decrease would cut well below it (a probe
     -- to 34.6 with a capacity of 30 went to 25.9 and stayed under 90% of
@@ -330,11 +346,8 @@ else
     -- bunched slots to fit. Earning the provider's whole burst back
     -- would cost that many sends at every cut, a dip below the capacity
     -- the cut has just found; the new rate, below it, refills the rest.
-    local tokens = math.max(1, pause_tokens * u / ceil_u)
-    local pause_end = now + math.floor(tokens * 1e12 / u)
-    if refill and pause_tokens > 0 and cd < pause_end then
-      redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
-      cd = pause_end
+    if refill then
+      refill_pause(u)
     end
     -- The next episode is counted from now, the pause included: the
     -- provider's bucket is empty now and earns tokens through the pause
@@ -400,13 +413,7 @@ else
         reschedule(s.urate, s.cap, true)
         s.urate = s.cap
       end
-      if pause_tokens > 0 then
-        local pause_end = now + math.floor(math.max(1, pause_tokens * s.urate / ceil_u) * 1e12 / s.urate)
-        if cd < pause_end then
-          redis.call('SET', KEYS[2], string.format('%.0f', pause_end), 'PX', math.ceil((pause_end - now) / 1000))
-          cd = pause_end
-        end
-      end
+      refill_pause(s.urate)
     end
     s.win_us = math.max(s.win_us, cd)
   end
