@@ -43,8 +43,8 @@ func num(t *testing.T, s string) float64 {
 	return f
 }
 
-// TestStatusPageLiveCampaign: a campaign of 400 messages on two numbers at
-// 20 msgs/s each, published with pacer publish and drained by pacer run;
+// TestStatusPageLiveCampaign: a campaign of 800 messages on two numbers at
+// 20 msgs/s each (20 s), published with pacer publish and drained by pacer run;
 // while it runs, /status in Chromium shows the campaign with its published
 // count, the delivered count the pacers recorded (between what campaign
 // status said before the page loaded and what the provider had accepted
@@ -52,7 +52,7 @@ func num(t *testing.T, s string) float64 {
 // numbers with their limit. A screenshot goes to
 // $PACER_STATUS_LIVE_SCREENSHOT (else the test's temporary directory).
 func TestStatusPageLiveCampaign(t *testing.T) {
-	const per, rate = 200, 20
+	const per, rate = 400, 20
 	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: 2, Latency: 5 * time.Millisecond})
 	keys := []string{"10654850001", "10654850002"}
 	var b strings.Builder
@@ -86,8 +86,23 @@ func TestStatusPageLiveCampaign(t *testing.T) {
 	var before struct {
 		Delivered int64 `json:"delivered"`
 	}
+	asked := time.Now()
 	if err := json.Unmarshal([]byte(e.cli("campaign", "status", "--channel", "whatsapp", "--campaign", "spring-live", "--json")), &before); err != nil {
 		t.Fatal(err)
+	}
+	// The page serves one reading for up to half an interval: wait until
+	// the reading it serves began after campaign status asked, so that
+	// every reading the browser gets is at least as new.
+	if !waitFor(30*time.Second, func() bool {
+		_, body := httpGet(t, base+"/status.json")
+		var s struct {
+			CollectedAt time.Time `json:"collected_at"`
+			CollectMS   float64   `json:"collect_ms"`
+		}
+		return json.Unmarshal([]byte(body), &s) == nil &&
+			s.CollectedAt.Add(-time.Duration(s.CollectMS*float64(time.Millisecond))).After(asked)
+	}) {
+		t.Fatalf("the status page never served a reading begun after %s", asked.Format(time.RFC3339Nano))
 	}
 	dom := string(testenv.Chromium(t, "--virtual-time-budget=10000", "--dump-dom", base+"/status"))
 	accepted := e.deliveredNow()
