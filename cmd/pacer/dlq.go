@@ -65,13 +65,13 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	// no topic on the way.
 	dlq := *topic + ".dlq"
 	if n, err := pacer.TopicPartitions(ctx, cl, dlq); err != nil {
-		return kafkaFailure(cfg, err)
+		return kafkaCommandFailure(cfg, err)
 	} else if n == 0 {
 		return fmt.Errorf("dlq replay: DLQ topic %s does not exist: nothing was dead-lettered from %s yet, or --channel/--topic name another topic", dlq, *topic)
 	}
 	n, err := pacer.EnsureTopic(ctx, cl, *topic, 12)
 	if err != nil {
-		return kafkaFailure(cfg, err)
+		return kafkaCommandFailure(cfg, err)
 	}
 	rc := pacer.ReplayConfig{DLQTopic: dlq, Topic: *topic, Partitions: n,
 		Reason: *reason, Campaign: *campaign, DryRun: *dry}

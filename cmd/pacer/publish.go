@@ -91,7 +91,7 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	defer cl.Close()
 	n, err := pacer.EnsureTopic(ctx, cl, *topic, *partitions)
 	if err != nil {
-		return kafkaFailure(cfg, err)
+		return kafkaCommandFailure(cfg, err)
 	}
 
 	pc := pacer.PublishConfig{

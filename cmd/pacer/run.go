@@ -168,7 +168,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	var ke *pacer.KafkaError
 	if errors.As(err, &ke) {
 		if ke.After == 0 { // refused at once: the cause names the setting
-			return fmt.Errorf("%w (PACER_KAFKA_BROKERS=%s)", kafkaFailure(cfg, err), strings.Join(cfg.KafkaBrokers, ","))
+			return kafkaCommandFailure(cfg, err)
 		}
 		return fmt.Errorf("%w (PACER_KAFKA_BROKERS=%s; the wait is PACER_KAFKA_STARTUP_TIMEOUT)", err, strings.Join(cfg.KafkaBrokers, ","))
 	}

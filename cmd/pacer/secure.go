@@ -267,6 +267,15 @@ func kafkaFailure(cfg config, err error) error {
 	return err
 }
 
+// kafkaCommandFailure is [kafkaFailure] for a command that reaches the
+// brokers at once (publish, dlq replay, run refused at start): the error
+// also names PACER_KAFKA_BROKERS and its value (host:port list, no
+// secret), so a broker that is down or an address that is wrong points at
+// the setting.
+func kafkaCommandFailure(cfg config, err error) error {
+	return fmt.Errorf("%w (PACER_KAFKA_BROKERS=%s)", kafkaFailure(cfg, err), strings.Join(cfg.KafkaBrokers, ","))
+}
+
 // redisRefusal says why Redis refused the connection when no retry can
 // mend it (credentials, certificates), naming the settings to look at;
 // "" for any other failure (a server that is down, a timeout).
