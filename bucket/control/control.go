@@ -409,7 +409,7 @@ func (s *Store) AddPublished(ctx context.Context, channel string, byCampaign map
 // Status is a campaign's progress as the pacers counted it.
 type Status struct {
 	Campaign    string           `json:"campaign"`
-	State       string           `json:"state"`        // running, paused or cancelled
+	State       string           `json:"state"`        // running, paused or cancelled; done: running with Published > 0 and Remaining 0
 	Published   int64            `json:"published"`    // -1 when unknown (not published through pacer publish)
 	Delivered   int64            `json:"delivered"`    // accepted by the provider
 	DeadLetters map[string]int64 `json:"dead_letters"` // by reason
@@ -499,6 +499,11 @@ func parseStatus(campaign string, m map[string]string) Status {
 			st.ETASeconds = 0
 		} else if st.State == "running" && st.Rate > 0 { // a paused or cancelled campaign has none
 			st.ETASeconds = float64(st.Remaining) / st.Rate
+		}
+		// Everything published is accounted for: a running campaign is done
+		// (running again if more of it is published).
+		if st.State == "running" && st.Remaining == 0 && st.Published > 0 {
+			st.State = "done"
 		}
 	}
 	return st

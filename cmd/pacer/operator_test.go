@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,57 @@ func TestCampaignUnknownRefused(t *testing.T) {
 		if code, _, errs := runCLI(env, args...); code != 2 {
 			t.Errorf("pacer %v: exit %d, %q; want 2", args, code, errs)
 		}
+	}
+}
+
+// TestCampaignDone: a running campaign whose published records are all
+// delivered, dead-lettered or skipped reads done, in text and JSON, and
+// running again once more of it is published; a paused one stays paused.
+func TestCampaignDone(t *testing.T) {
+	env, st := operatorEnv(t)
+	ctx := context.Background()
+	state := func() (string, string) {
+		t.Helper()
+		code, out, errs := runCLI(env, "campaign", "status", "--channel", "whatsapp", "--campaign", "fall", "--json")
+		var js struct {
+			State     string `json:"state"`
+			Remaining *int64 `json:"remaining"`
+		}
+		if err := json.Unmarshal([]byte(out), &js); code != 0 || err != nil || js.Remaining == nil {
+			t.Fatalf("status --json: exit %d, %q %q", code, out, errs)
+		}
+		_, text, _ := runCLI(env, "campaign", "status", "--channel", "whatsapp", "--campaign", "fall")
+		return js.State + " " + strconv.FormatInt(*js.Remaining, 10), strings.SplitN(text, "\n", 2)[0]
+	}
+	if err := st.AddPublished(ctx, "whatsapp", map[string]int64{"fall": 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Add(ctx, "whatsapp", map[string]*control.Counts{"fall": {Delivered: 3, DeadLetters: map[string]int64{"permanent": 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if js, text := state(); js != "running 1" || text != "campaign fall of whatsapp: running" {
+		t.Errorf("one remaining: %q, %q; want running", js, text)
+	}
+	if err := st.Add(ctx, "whatsapp", map[string]*control.Counts{"fall": {Duplicates: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if js, text := state(); js != "done 0" || text != "campaign fall of whatsapp: done" {
+		t.Errorf("nothing remaining: %q, %q; want done", js, text)
+	}
+	if err := st.AddPublished(ctx, "whatsapp", map[string]int64{"fall": 2}); err != nil {
+		t.Fatal(err)
+	}
+	if js, _ := state(); js != "running 2" {
+		t.Errorf("two more published: %q; want running again", js)
+	}
+	if _, err := st.SetState(ctx, "whatsapp", "fall", control.Paused); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Add(ctx, "whatsapp", map[string]*control.Counts{"fall": {Delivered: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if js, _ := state(); js != "paused 0" {
+		t.Errorf("paused, nothing remaining: %q; want paused", js)
 	}
 }
 

@@ -79,7 +79,7 @@ type Key struct {
 // control).
 type Campaign struct {
 	Name         string           `json:"name"`
-	State        string           `json:"state"`     // running, paused or cancelled
+	State        string           `json:"state"`     // running, paused, cancelled or done (see control.Status)
 	Published    int64            `json:"published"` // -1 when unknown (not published through pacer publish or the ingest API)
 	Delivered    int64            `json:"delivered"`
 	DeadLettered map[string]int64 `json:"dead_lettered"` // by DLQ reason
