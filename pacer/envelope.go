@@ -86,6 +86,19 @@ type wireEnvelope struct {
 // error about an unknown one.
 const envelopeFields = "id, key, to, payload, campaign, tenant, expires_at, priority, not_before"
 
+// EnvelopeID returns the "id" member of line b when b is a JSON object
+// whose id is a string, else "": what the report of a line that is not
+// published names besides its number, so its sender can find it.
+func EnvelopeID(b []byte) string {
+	var w struct {
+		ID string `json:"id"`
+	}
+	if jsonv2.Unmarshal(bytes.TrimSpace(b), &w) != nil {
+		return ""
+	}
+	return w.ID
+}
+
 // ParseEnvelope decodes and validates one envelope. It is strict, so that
 // nothing is silently changed or dropped: invalid UTF-8 anywhere (raw bytes
 // or an unpaired \u surrogate escape), a field given twice (at any depth)

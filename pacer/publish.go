@@ -23,7 +23,9 @@ type PublishConfig struct {
 	Topic      string // required
 	Partitions int    // partition count of Topic, > 0; the record partition is partitioner.Partition(key, Partitions)
 	// Reject is called for every line that is not published, with its
-	// 1-based line number; may be nil. Called from Publish's goroutine.
+	// 1-based line number and an error that ends with the line's id
+	// (` (id "x")`) when it has one; may be nil. Called from Publish's
+	// goroutine.
 	Reject func(line int, err error)
 	// Progress is called after each line with the bytes read so far; may be nil.
 	Progress func(bytesRead int64)
@@ -93,6 +95,9 @@ func Publish(ctx context.Context, cl *kgo.Client, r io.Reader, cfg PublishConfig
 			if verr != nil {
 				mu.Lock()
 				failed++
+				if id := EnvelopeID(b); id != "" {
+					verr = fmt.Errorf("%w (id %q)", verr, id)
+				}
 				reject(line, verr)
 				mu.Unlock()
 			} else {
@@ -106,13 +111,13 @@ func Publish(ctx context.Context, cl *kgo.Client, r io.Reader, cfg PublishConfig
 					rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "campaign", Value: []byte(env.Campaign)})
 				}
 				wg.Add(1)
-				ln, camp := line, env.Campaign
+				ln, camp, id := line, env.Campaign, env.ID
 				cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 					defer wg.Done()
 					if err != nil {
 						mu.Lock()
 						failed++
-						reject(ln, fmt.Errorf("produce: %w", err))
+						reject(ln, fmt.Errorf("produce: %w (id %q)", err, id))
 						mu.Unlock()
 						return
 					}

@@ -518,15 +518,19 @@ func TestPublishRejectsBadLines(t *testing.T) {
 	}
 	for _, want := range []string{
 		"line 2: envelope: invalid JSON",
-		"line 3: envelope: id: required",
-		"line 4: envelope: key: required",
-		"line 5: envelope: to: required",
-		"line 6: envelope: payload: 1048584 bytes, at most 1048576 allowed",
+		"line 3: envelope: id: required\n",
+		`line 4: envelope: key: required (id "no-key")`,
+		`line 5: envelope: to: required (id "no-to")`,
+		`line 6: envelope: payload: 1048584 bytes, at most 1048576 allowed (id "big")`,
 		"line 9: envelope: expires_at:",
+		`(id "ok-3")`,
 	} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
+	}
+	if strings.Contains(stderr, "bad-json") {
+		t.Errorf("line 2 is not JSON, yet its report names an id:\n%s", stderr)
 	}
 	if !strings.Contains(out, "published 2, rejected 6") {
 		t.Errorf("summary = %q, want published 2, rejected 6", out)

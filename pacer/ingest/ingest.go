@@ -516,7 +516,7 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 		l := &lines[i]
 		switch {
 		case l.err != nil:
-			ans.Rejected = append(ans.Rejected, Rejected{Line: l.n, Field: fieldOf(l.err), Error: l.err.Error()})
+			ans.Rejected = append(ans.Rejected, Rejected{Line: l.n, ID: l.env.ID, Field: fieldOf(l.err), Error: l.err.Error()})
 			outcomes[rejected]++
 		case l.dupOf > 0:
 			// Settled with its first line below: accepted only if that was.
@@ -919,15 +919,18 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, tenant *Tenant
 		env, err := pacer.ParseEnvelope(l.value)
 		if err != nil {
 			l.err = envelopeError(err)
+			l.env.ID = pacer.EnvelopeID(l.value) // named in the rejection, if it has one
 			continue
 		}
 		if env.Tenant != "" && env.Tenant != tenant.ID {
 			l.err = &pacer.EnvelopeError{Field: "tenant", Problem: "must be omitted or the API key's tenant (the tenant is set from the key)"}
+			l.env.ID = env.ID
 			continue
 		}
 		v, err := withTenant(l.value, env, tenant.ID, member)
 		if err != nil {
 			l.err = &pacer.EnvelopeError{Problem: "cannot be re-encoded: " + err.Error()}
+			l.env.ID = env.ID
 			continue
 		}
 		env.Tenant = tenant.ID

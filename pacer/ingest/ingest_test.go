@@ -252,7 +252,7 @@ func TestAcceptSingleAndBatch(t *testing.T) {
 	json.Unmarshal(a.body, &ans)
 	want := ingest.Answer{
 		Accepted: []ingest.Accepted{{Line: 1, ID: "b1"}, {Line: 4, ID: "b3"}, {Line: 5, ID: "b1", Duplicate: true}},
-		Rejected: []ingest.Rejected{{Line: 2, Field: "to", Error: "envelope: to: required"}},
+		Rejected: []ingest.Rejected{{Line: 2, ID: "b2", Field: "to", Error: "envelope: to: required"}},
 	}
 	if fmt.Sprint(ans) != fmt.Sprint(want) {
 		t.Fatalf("batch answer:\n got %+v\nwant %+v", ans, want)
