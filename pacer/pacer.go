@@ -813,7 +813,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 	if err := cl.CommitMarkedOffsets(commitCtx); err != nil {
 		p.log.Error("final commit failed; finished records will be re-delivered (the ledger skips delivered ones)", "err", err)
 	} else {
-		p.tightenHorizons(commitCtx, ws)
+		p.tightenHorizons(commitCtx, cl, ws)
 	}
 	cl.Close()
 	p.log.Info("pacer stopped", p.tally.summary(time.Since(p.started))...)
@@ -976,7 +976,7 @@ func (p *Pacer) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]
 	if err := cl.CommitMarkedOffsets(ctx); err != nil {
 		p.log.Warn("commit on revoke failed; finished records will be re-delivered", "err", err)
 	} else {
-		p.tightenHorizons(ctx, ws)
+		p.tightenHorizons(ctx, cl, ws)
 	}
 	p.log.Info("partitions revoked", "partitions", fmt.Sprint(parts))
 }

@@ -2,9 +2,11 @@ package pacer
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket/ledger"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -238,27 +240,83 @@ func (p *Pacer) skipKnown(ctx context.Context, fs []*fetched) {
 // records below the horizon are still read in the ledger before their
 // slots. One round trip; a failure (logged at debug) leaves none, so the
 // next owner takes the horizon as the bound. Workers that fetched nothing
-// are left out.
-func (p *Pacer) tightenHorizons(ctx context.Context, ws []*worker) {
+// are left out unless their partition's committed offset is its end
+// offset (see [Pacer.idleStopHorizons]): an owner that took over after a
+// crash and found nothing to read still leaves the bound, so a campaign
+// published again after it stopped counts as duplicates.
+func (p *Pacer) tightenHorizons(ctx context.Context, cl *kgo.Client, ws []*worker) {
 	ss, ok := p.ledger.(stopHorizonStore)
 	if !ok || !p.redisOK.Load() {
 		return
 	}
+	hctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
 	var ps []ledger.Partition
 	var offs []int64
+	var idle []*worker
 	for _, w := range ws {
 		if h := w.stopHorizon.Load(); h > 0 {
 			ps = append(ps, ledger.Partition{Group: p.cfg.Group, Topic: w.tp.topic, Partition: w.tp.partition})
+			offs = append(offs, h)
+		} else {
+			idle = append(idle, w)
+		}
+	}
+	for i, h := range p.idleStopHorizons(hctx, cl, idle) {
+		if h > 0 {
+			ps = append(ps, ledger.Partition{Group: p.cfg.Group, Topic: idle[i].tp.topic, Partition: idle[i].tp.partition})
 			offs = append(offs, h)
 		}
 	}
 	if len(ps) == 0 {
 		return
 	}
-	hctx, cancel := context.WithTimeout(ctx, lookupTimeout)
-	defer cancel()
 	if err := ss.SetStopHorizons(hctx, p.cfg.Channel, ps, offs); err != nil {
 		p.m.redisErrors.WithLabelValues().Inc()
 		p.log.Debug("partition stop horizons not written; the next owners count the records below the horizons as read again", "err", err)
 	}
+}
+
+// idleStopHorizons returns, for each of ws (workers that fetched nothing),
+// the stop horizon its partition can be given, or 0 for none: the
+// partition's end offset when the group's committed offset is at it. Every
+// record below was handled by an owner and committed, and none past it
+// existed, so any record past it was published after this stop. When the
+// commit is below the end, an owner before this one that crashed may have
+// handled records past the commit: none is given, as before. Two round
+// trips (ListOffsets, OffsetFetch) when ws is not empty; a failure (logged
+// at debug) gives none.
+func (p *Pacer) idleStopHorizons(ctx context.Context, cl *kgo.Client, ws []*worker) []int64 {
+	out := make([]int64, len(ws))
+	if len(ws) == 0 || cl == nil {
+		return out
+	}
+	var topics []string
+	for _, w := range ws {
+		if !slices.Contains(topics, w.tp.topic) {
+			topics = append(topics, w.tp.topic)
+		}
+	}
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		p.log.Debug("end offsets unread: partitions that fetched nothing leave no stop horizon", "err", err)
+		return out
+	}
+	commits, err := adm.FetchOffsets(ctx, p.cfg.Group)
+	if err == nil {
+		err = commits.Error()
+	}
+	if err != nil {
+		p.log.Debug("committed offsets unread: partitions that fetched nothing leave no stop horizon", "err", err)
+		return out
+	}
+	for i, w := range ws {
+		e, ok := ends.Lookup(w.tp.topic, w.tp.partition)
+		c, ok2 := commits.Lookup(w.tp.topic, w.tp.partition)
+		if ok && ok2 && e.Err == nil && c.Err == nil && e.Offset > 0 && c.At == e.Offset {
+			out[i] = e.Offset
+		}
+	}
+	return out
 }

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // cli runs `pacer args...` in e's environment and returns its stdout; a
@@ -374,18 +376,32 @@ func runCancel(t *testing.T, per, replicas int) {
 // nothing twice, and campaign status counts the second publish's records
 // as duplicates, so remaining reaches 0 (it read published 80, delivered
 // 40, remaining 40 for good).
-func TestLiveRepublishCounted(t *testing.T) { runRepublish(t, false) }
+func TestLiveRepublishCounted(t *testing.T) { runRepublish(t, republishLive) }
 
 // TestLiveRepublishWhileStopped: the same, published again while no
 // `pacer run` is up (stopped cleanly after the first publish was
 // delivered): the next run reads the second publish past the partitions'
 // horizons, not as records read again, and counts it as duplicates.
-func TestLiveRepublishWhileStopped(t *testing.T) { runRepublish(t, true) }
+func TestLiveRepublishWhileStopped(t *testing.T) { runRepublish(t, republishStopped) }
+
+// TestLiveRepublishAfterCrash: the same after a crash. The first run is
+// killed once everything is delivered and committed (it leaves no stop
+// horizon), a second takes over, finds nothing to read and stops cleanly,
+// and the campaign is published again: the third run counts it as
+// duplicates (it read as records read again, remaining 40 for good).
+func TestLiveRepublishAfterCrash(t *testing.T) { runRepublish(t, republishAfterCrash) }
+
+// How runRepublish publishes the campaign again.
+const (
+	republishLive       = iota // pacer run up
+	republishStopped           // pacer run stopped cleanly in between
+	republishAfterCrash        // killed, another run up and stopped cleanly, then published
+)
 
 // runRepublish publishes 40 messages of campaign R on two numbers, waits
-// until they are delivered, publishes them again (with pacer run stopped
-// in between when restart), and checks the provider and campaign status.
-func runRepublish(t *testing.T, restart bool) {
+// until they are delivered, publishes them again (how: republish*), and
+// checks the provider and campaign status.
+func runRepublish(t *testing.T, how int) {
 	e := newE2E(t, whatsapptest.Config{Rate: 20, Burst: 2, Latency: 5 * time.Millisecond})
 	keys := []string{"10654860001", "10654860002"}
 	var b strings.Builder
@@ -394,13 +410,36 @@ func runRepublish(t *testing.T, restart bool) {
 	env := []string{"PACER_WHATSAPP_RATE=20", "PACER_WHATSAPP_BURST=1"}
 	ps := e.startAndPublish(b.String(), 1, env...)
 	e.waitDelivered(total, 60*time.Second, ps...)
-	if restart {
+	switch how {
+	case republishStopped:
 		ps[0].stop(t)
+	case republishAfterCrash:
+		adm := kadm.NewClient(newKafkaClient(t, e.brokers))
+		if !waitFor(60*time.Second, func() bool {
+			lags, err := adm.Lag(t.Context(), "pacer-"+e.prefix)
+			tl, ok := lags["pacer-"+e.prefix].Lag.TotalByTopic()[e.topic]
+			return err == nil && ok && tl.Lag == 0
+		}) {
+			t.Fatalf("the first run never committed every record\n%s", ps[0].logs())
+		}
+		ps[0].cmd.Process.Signal(syscall.SIGKILL)
+		<-ps[0].done
+		second := e.run(env...)
+		// The group keeps the killed member until its session times out.
+		if !waitFor(90*time.Second, func() bool {
+			return strings.Contains(second.logs(), "partitions assigned") && strings.Contains(second.logs(), e.topic+":[")
+		}) {
+			t.Fatalf("the second run was never assigned the partitions of %s\n%s", e.topic, second.logs())
+		}
+		second.stop(t)
+		if n := strings.Count(second.logs(), "records read again"); n != 0 {
+			t.Fatalf("the second run read records again; it was to find nothing\n%s", second.logs())
+		}
 	}
 	if code, out, errs := e.publish(b.String(), "--partitions", "2"); code != 0 {
 		t.Fatalf("publish again: %d %s %s", code, out, errs)
 	}
-	if restart {
+	if how != republishLive {
 		ps = []*proc{e.run(env...)}
 	}
 	var st struct {
