@@ -93,11 +93,18 @@ func EnvelopeID(b []byte) string {
 	var w struct {
 		ID string `json:"id"`
 	}
-	if jsonv2.Unmarshal(bytes.TrimSpace(b), &w) != nil {
+	// Lenient where the envelope's checks are strict: a line refused for
+	// invalid UTF-8 or a member given twice still has an id to name (the
+	// last one given; invalid bytes read as U+FFFD).
+	b = bytes.TrimPrefix(bytes.TrimSpace(b), utf8BOM)
+	if jsonv2.Unmarshal(b, &w, jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true)) != nil {
 		return ""
 	}
 	return w.ID
 }
+
+// utf8BOM is the UTF-8 byte order mark some editors put at a file's start.
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // ParseEnvelope decodes and validates one envelope. It is strict, so that
 // nothing is silently changed or dropped: invalid UTF-8 anywhere (raw bytes
@@ -113,6 +120,9 @@ func EnvelopeID(b []byte) string {
 func ParseEnvelope(b []byte) (Envelope, error) {
 	var w wireEnvelope
 	b = bytes.TrimSpace(b)
+	if bytes.HasPrefix(b, utf8BOM) {
+		return Envelope{}, &EnvelopeError{Problem: "starts with a UTF-8 byte order mark (BOM); save the file as UTF-8 without BOM"}
+	}
 	if len(b) == 0 || b[0] != '{' {
 		return Envelope{}, &EnvelopeError{Problem: "not a JSON object"}
 	}

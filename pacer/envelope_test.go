@@ -29,6 +29,7 @@ func TestParseEnvelopeErrorsNameTheField(t *testing.T) {
 	}{
 		{"not an object", `[1,2]`, "", "not a JSON object"},
 		{"empty", ``, "", "not a JSON object"},
+		{"byte order mark", "\xef\xbb\xbf" + `{"id":"a","key":"k","to":"t"}`, "", "byte order mark"},
 		{"truncated", `{"id":"a",`, "", "invalid JSON"},
 		{"id missing", `{"key":"k","to":"t"}`, "id", "required"},
 		{"id empty", `{"id":"","key":"k","to":"t"}`, "id", "required"},
@@ -94,6 +95,26 @@ func TestExpired(t *testing.T) {
 	} {
 		if got := (pacer.Envelope{ExpiresAt: c.exp}).Expired(now); got != c.want {
 			t.Errorf("Expired with expires_at %v = %v, want %v", c.exp, got, c.want)
+		}
+	}
+}
+
+// TestEnvelopeID: the id of a line that is not published, named in its
+// report, even where the envelope's strict checks refuse the line.
+func TestEnvelopeID(t *testing.T) {
+	for _, c := range []struct{ name, in, want string }{
+		{"valid", `{"id":"a-1","key":"k","to":"t"}`, "a-1"},
+		{"field missing", ` {"id":"a-2","key":"k"} `, "a-2"},
+		{"invalid UTF-8 elsewhere", "{\"id\":\"a-3\",\"key\":\"k\",\"to\":\"\xfe\"}", "a-3"},
+		{"id twice", `{"id":"a-4","key":"k","to":"t","id":"a-5"}`, "a-5"},
+		{"byte order mark", "\xef\xbb\xbf" + `{"id":"a-6","key":"k","to":"t"}`, "a-6"},
+		{"no id", `{"key":"k","to":"t"}`, ""},
+		{"id a number", `{"id":5,"key":"k","to":"t"}`, ""},
+		{"invalid JSON", `{"id":"a-7",`, ""},
+		{"not an object", `["a-8"]`, ""},
+	} {
+		if got := pacer.EnvelopeID([]byte(c.in)); got != c.want {
+			t.Errorf("%s: EnvelopeID = %q, want %q", c.name, got, c.want)
 		}
 	}
 }

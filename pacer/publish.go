@@ -83,7 +83,7 @@ func Publish(ctx context.Context, cl *kgo.Client, r io.Reader, cfg PublishConfig
 			if errors.Is(err, errLineTooLong) {
 				mu.Lock()
 				failed++
-				reject(line, fmt.Errorf("line longer than %d bytes", maxLineBytes))
+				reject(line, fmt.Errorf("line longer than %d bytes: an envelope's payload may have at most %d bytes (1 MiB), its other fields 64 KiB", maxLineBytes, MaxPayloadBytes))
 				mu.Unlock()
 				continue
 			}
