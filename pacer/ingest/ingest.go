@@ -355,7 +355,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		s.m.messages.WithLabelValues("rejected").Add(float64(len(lines)))
 		p := problem{Type: "https://pacer.dev/problems/invalid-envelope", Title: "Invalid envelope", Status: http.StatusBadRequest}
 		for _, l := range lines {
-			p.InvalidParams = append(p.InvalidParams, invalidParam{Line: l.n, Name: fieldOf(l.err), Reason: l.err.Error()})
+			p.InvalidParams = append(p.InvalidParams, invalidParam{Line: l.n, ID: l.env.ID, Name: fieldOf(l.err), Reason: l.err.Error()})
 		}
 		if len(lines) == 1 {
 			p.Detail = lines[0].err.Error()

@@ -278,6 +278,10 @@ func TestRejectedLinesCounted(t *testing.T) {
 		if a.status != 400 {
 			t.Fatalf("invalid envelope %d: %d %s, want 400", i, a.status, a.body)
 		}
+		p := isProblem(t, "invalid envelope", a, 400)
+		if got, want := fmt.Sprint(p["invalid-params"]), fmt.Sprintf("[map[id:x%d line:1 name:to reason:envelope: to: required]]", i); got != want {
+			t.Errorf("invalid-params %s, want %s (the line's id named)", got, want)
+		}
 	}
 	a := e.do(acmeKey, "whatsapp", "application/x-ndjson", "[1]\n\"text\"")
 	p := isProblem(t, "two lines not objects", a, 400)

@@ -25,6 +25,7 @@ type problem struct {
 
 type invalidParam struct {
 	Line   int    `json:"line,omitempty"`
+	ID     string `json:"id,omitempty"` // the line's id, when it has one
 	Name   string `json:"name"`
 	Reason string `json:"reason"`
 }
