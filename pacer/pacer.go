@@ -248,6 +248,7 @@ type Config struct {
 	ProgressEvery   time.Duration // interval of the INFO progress line (delivered, dead-lettered, requeued, retried); default 30s, < 0 = none
 	Owner           string        // this process in ledger claims; default host-pid-random
 	Logger          *slog.Logger  // default slog.Default()
+	RedisName       string        // the Redis server's setting and host, never a password (e.g. "PACER_REDIS_URL host r:6379"), named in the log when it does not answer at start-up; optional
 }
 
 // Bounds checked by [Config.Validate].
@@ -665,7 +666,7 @@ func (p *Pacer) checkRedis(ctx context.Context) {
 	}
 	if err != nil {
 		p.m.redisErrors.WithLabelValues().Inc()
-		p.log.Warn("redis not answering at start-up; not ready until it does", "err", err)
+		p.log.Warn("redis not answering at start-up; not ready until it does", "redis", p.cfg.RedisName, "err", err)
 		return
 	}
 	p.redisAnswered()

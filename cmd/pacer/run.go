@@ -63,7 +63,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return err
 	}
 	pc := cfg.pacerConfig(ch)
-	pc.Topic, pc.Group, pc.Logger = *topic, *group, log
+	pc.Topic, pc.Group, pc.Logger, pc.RedisName = *topic, *group, log, redisSetting(cfg)
 	kopts, err := kafkaOpts(cfg)
 	if err != nil {
 		return err
