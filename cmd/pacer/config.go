@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/redis/go-redis/v9"
@@ -305,9 +306,21 @@ func (c config) nameField(ch *channel, e *pacer.FieldError) error {
 		}
 	}
 	if v, ok := vars[e.Field]; ok {
-		return &configError{v, e.Err.Error()}
+		return &configError{v, plainProblem(e.Err.Error())}
 	}
 	return fmt.Errorf("%w: %w", errConfig, e)
+}
+
+// plainProblem drops the Go package's prefix of a check's message
+// ("bucket: invalid limit: rate -1 must be > 0" reads "rate -1 must be
+// > 0"): the variable it follows says what was wrong.
+func plainProblem(msg string) string {
+	for _, sentinel := range []error{bucket.ErrInvalidLimit, adapt.ErrInvalidAIMD, adapt.ErrInvalidBreaker} {
+		if rest, ok := strings.CutPrefix(msg, sentinel.Error()+": "); ok {
+			return rest
+		}
+	}
+	return msg
 }
 
 // envName returns the variable of a config field: the env tag's name.

@@ -268,6 +268,22 @@ func TestLoadConfigEveryProblemOncePerLine(t *testing.T) {
 	}
 }
 
+// TestConfigProblemsInPlainWords: a rate, AIMD or breaker setting a check
+// refuses is reported after its variable without the Go package's prefix.
+func TestConfigProblemsInPlainWords(t *testing.T) {
+	for _, c := range []struct{ env, val, want string }{
+		{"PACER_WHATSAPP_RATE", "-1", "PACER_WHATSAPP_RATE: rate -1 must be > 0"},
+		{"PACER_AIMD_DECREASE", "2", "PACER_AIMD_DECREASE: decrease 2 must be"},
+		{"PACER_BREAKER_MAX_OPEN", "-1s", "PACER_BREAKER_MAX_OPEN: "},
+	} {
+		_, err := loadConfig(lookupMap(map[string]string{c.env: c.val}), whatsappRow(t))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "invalid limit") ||
+			strings.Contains(err.Error(), "invalid aimd") || strings.Contains(err.Error(), "invalid breaker") {
+			t.Errorf("%s=%s: %v; want %q without a package prefix", c.env, c.val, err, c.want)
+		}
+	}
+}
+
 // TestUnparsedRateHidesNothing: a rate or burst that is not a number is
 // reported with every other bad setting, as a negative one is (README: a
 // bad rate does not hide a bad AIMD or breaker setting).
