@@ -53,7 +53,7 @@ func num(t *testing.T, s string) float64 {
 // $PACER_STATUS_LIVE_SCREENSHOT (else the test's temporary directory).
 func TestStatusPageLiveCampaign(t *testing.T) {
 	const per, rate = 400, 20
-	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: 2, Latency: 5 * time.Millisecond})
+	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: 1, Latency: 5 * time.Millisecond})
 	keys := []string{"10654850001", "10654850002"}
 	var b strings.Builder
 	campaignLines(&b, "spring-live", keys, per, "")
