@@ -123,8 +123,8 @@ end
 -- replicas arrive up to a second late). Above a capacity found, where a
 -- blind probe ends in a burst the provider refuses, 90% over the window
 -- less a quarter of a second: the pacer reads (and reports) the state of
--- a key below its ceiling every 250 ms, so a replica whose report is late
--- holds the probe until the next call, a quarter of a second later. (Less
+-- a key below its ceiling every 100 ms, so a replica whose report is late
+-- holds the probe until a later call. (Less
 -- half a second, as when replicas reported once a second, let a probe
 -- climb from 38 to 44 and 51 msgs/s while 31 were sent.)
 local lag = 1000000

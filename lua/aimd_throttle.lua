@@ -94,10 +94,12 @@
 --   cooldown end), win_us = max(win_us, cooldown end). Without a capacity
 --   found (cap = 0) the rate stays; with one, cap steps down by one probe
 --   step (ARGV[13], ARGV[14]) if urate >= cap, and is raised to at least
---   acc / (now - ep_us) when that span is 2 * persist_us or more and the
---   pacer was busy (acc + n + 1 >= 90% of min(urate, cap) over it); urate goes to at most cap (the
---   debt scaled as by reschedule's keep), and the refill pause below is
---   set, as after a decrease.
+--   acc / (now - ep_us) when that span is 2 * persist_us or more (persist_us
+--   for a rate above cap) and the
+--   pacer was busy (acc + n + 1 >= 90% of min(urate, cap) over it); urate goes to at most cap (a
+--   rate at cap keeps its slots: the debt scaled as by reschedule's keep;
+--   a rate above cap drops them as a decrease does: the debt cleared,
+--   cut_us = now), and the refill pause below is set, as after a decrease.
 -- - persistent (as below) with acc > 0 but now - ep_us < min_ep_us, while
 --   the episode's refusals (n + 2) are under a fifth of its requests
 --   (acc + n + 2) (short): n grows by one, last_us = now, hold_us and
@@ -139,7 +141,7 @@
 -- A counted (lone or persistent) throttle adds one to streak if urate was at
 -- the floor already, else sets it to 0.
 --
--- Writes: always. KEYS[4] as achieve does. On a decrease, KEYS[3] as reschedule does (keep for a lone one). SET KEYS[2] <end_us> PX cooldown_ms unless the cooldown
+-- Writes: always. KEYS[4] as achieve does. On a decrease, KEYS[3] as reschedule does (keep for a lone one of a rate at cap). SET KEYS[2] <end_us> PX cooldown_ms unless the cooldown
 -- already ends later (never shortened); HSET of all thirteen fields of KEYS[1]
 -- (DEL first if it has the wrong type) and PEXPIRE KEYS[1] to
 -- (win_us - now) / 1000 + idle_ms.
@@ -382,14 +384,14 @@ else
     -- rate, and near it when the pacer was busy all along (sent, acc + n +
     -- 1, at least 90% of min(urate, cap) over the episode): over an
     -- episode of 2 * persist_us or longer (4 s by default; the replicas'
-    -- reports, up to 250 ms late, err by a few % there) the capacity is
+    -- reports, up to 100 ms late, err by a few % there) the capacity is
     -- at least that. (Taken as the capacity down as well as up, it
     -- measured the pacer, not the provider, whenever the rate had been
     -- below the capacity: a rate cut to 23 with a provider at 30 set a
     -- capacity of 23.) So a step down never goes below what the provider
     -- was seen to take, and a rate below the capacity lowers nothing. A
-    -- rate above the capacity goes to it (the debt keeps its slots'
-    -- times: slots granted are sent), and the key pauses as after a
+    -- rate above the capacity goes to it (its slots dropped, see below),
+    -- and the key pauses as after a
     -- decrease, so the provider's bucket, empty now, earns the burst the
     -- pacer takes (with no pause, 4-5 refusals more followed each probe,
     -- from sends at the provider's own rate). Without a capacity found (a
@@ -397,20 +399,44 @@ else
     -- configured limit: the rate stays.
     if s.cap > 0 then
       local c = s.cap
+      local probing = s.urate > s.cap -- a probe above the capacity met the limit
       if s.urate >= s.cap then
         c = s.cap - step_u
         if factor > 1 then
           c = math.floor(s.cap / factor)
         end
       end
-      if s.acc > 0 and dt >= 2 * persist_us and
+      -- Over a rate above the capacity (a probe, or a cut that Decrease
+      -- or few refusals kept above an estimate) the capacity is unproven:
+      -- the episode's own sends bound it from below once it has lasted
+      -- persist_us (2 s), as the provider took them with its bucket empty
+      -- at the start; with reports every 100 ms they err by a few % there.
+      -- (Only 4 s bounds a capacity the rate cruised at.)
+      local span = 2 * persist_us
+      if probing then
+        span = persist_us
+      end
+      if s.acc > 0 and dt >= span and
           (s.acc + s.n + 1) * 1e12 >= 0.9 * math.min(s.urate, s.cap) * dt then
         c = math.max(c, math.floor(s.acc * 1e12 / dt))
       end
       s.cap = math.min(ceil_u, math.max(floor_u, c))
       if s.urate > s.cap then
         change = -1
-        reschedule(s.urate, s.cap, true)
+        -- The slots granted ahead at a rate above the capacity (a probe,
+        -- or a cut that Decrease or few refusals kept above the estimate)
+        -- would go on sending that rate to an empty provider bucket after
+        -- its refusal: every replica holds its reserve of them, about 2 s
+        -- of the key's rate with 3 replicas, and kept they sent 40-60
+        -- requests above the capacity after each probe. They are dropped,
+        -- as after a decrease (cut_us: every replica drops those granted
+        -- before it; the debt cleared), and taken anew at the new rate. A
+        -- rate at the capacity, stepped down by one probe step, keeps its
+        -- slots: the step is too small to be worth a gap.
+        reschedule(s.urate, s.cap, not probing)
+        if probing then
+          s.cut_us = now
+        end
         s.urate = s.cap
       end
       refill_pause(s.urate)

@@ -101,12 +101,14 @@ const refreshEvery = time.Second
 // A throttle episode lasts 0.5-2 s, and its capacity estimate is the sends
 // every replica reported over it (aimd_throttle.lua): with a report a
 // second, one report more or less per replica made it err by 20% and more
-// either way; at 250 ms a report holds a quarter of the sends. It costs
-// such a key up to four Redis round trips per second per replica instead
-// of one (a pipelined refresh, see [adapt.Adapter.Refresh]); the policy is
+// either way; at 250 ms the reports of three replicas still lagged the
+// sends by 0-14 (0.5 s at 30 msgs/s), an estimate 30% low now and then and
+// a cut to it; at 100 ms they lag by 0-3. It costs such a key up to ten
+// Redis round trips per second per replica instead of one (never more
+// than one per accepted send: a report follows a send) (a pipelined refresh, see [adapt.Adapter.Refresh]); the policy is
 // still read once per refreshEvery, and a key at its ceiling with no
 // throttle (the common case) is read once per refreshEvery as before.
-const refreshAdapting = 250 * time.Millisecond
+const refreshAdapting = 100 * time.Millisecond
 
 // adaptingFor is how long after a throttle or a cooldown of a key this
 // process saw (the end of the cooldown) the key's state is still read every

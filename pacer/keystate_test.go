@@ -548,13 +548,13 @@ func TestRefreshIntervalWhileAdapting(t *testing.T) {
 		}, 3, 3}, // at 0, 1 and 2 s
 		{"below the ceiling", func(_ int, c float64) adapt.Adapted {
 			return adapt.Adapted{Rate: c / 2, Ceiling: c, SinceDecrease: time.Second}
-		}, 12, 3}, // every 250 ms; the policy at 0, 1 and 2 s
+		}, 30, 3}, // every 100 ms; the policy at 0, 1 and 2 s
 		{"back at the ceiling after a cooldown", func(n int, c float64) adapt.Adapted {
 			if n == 0 { // a throttle of another replica: its cooldown ends at 100 ms
 				return adapt.Adapted{Rate: c, Ceiling: c, SinceDecrease: -1, CooldownLeft: 100 * time.Millisecond}
 			}
 			return adapt.Adapted{Rate: c, Ceiling: c, SinceDecrease: -1}
-		}, 9, 3}, // every 250 ms until 2 s (less than adaptingFor after 100 ms), then at 3 s
+		}, 21, 3}, // every 100 ms until 2 s (less than adaptingFor after 100 ms), then at 3 s
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -603,7 +603,7 @@ func TestAcceptedSendsReportedWhileAdapting(t *testing.T) {
 		wantRefresh, wantReported int
 	}{
 		{"at the ceiling", 1, 1, 0},         // only the first read; nothing reported
-		{"below the ceiling", 0.5, 13, 300}, // at 0, then every 250 ms to 3 s with the sends so far
+		{"below the ceiling", 0.5, 31, 300}, // at 0, then every 100 ms to 3 s with the sends so far
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

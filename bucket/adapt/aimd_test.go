@@ -1119,62 +1119,140 @@ func TestAIMDLoneThrottleStepsCapacityDown(t *testing.T) {
 			}...))
 		})
 	})
-	t.Run("slots kept", func(t *testing.T) {
-		each(t, func(t *testing.T, e *env) {
-			ctx := t.Context()
-			a := pausingAIMD()
-			a.NoRefillPause = true // the pause of a decrease is tested below
-			throttle := func(accepted int) adapt.Adapted {
-				t.Helper()
-				ad, err := e.l.ThrottledAfter(ctx, "test", "s", lim100, a, 0, accepted, 0)
-				if err != nil {
-					t.Fatalf("Throttled: %v", err)
-				}
-				e.mark()
-				return ad
-			}
-			throttle(0) // lone: the episode starts
-			e.at(500 * ms)
-			if ad := throttle(40); !ad.Decreased { // 80/s accepted: a capacity found
-				t.Fatalf("Throttled = %+v; want a cut", ad)
-			}
-			e.at(2600 * ms) // Persist after the cut
-			ad, err := e.l.Adapted(ctx, "test", "s", lim100, a)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lim := ad.Limit(lim100)
-			var last time.Duration
-			for range lim.Burst + 60 { // the burst now, 60 slots ahead (about 0.7 s)
-				r, err := e.b.Reserve(ctx, "test", "s", lim, 1, 10*time.Second)
-				if err != nil || !r.OK {
-					t.Fatalf("Reserve = %+v, %v", r, err)
-				}
-				last = r.Delay
-			}
-			granted := time.Now()
-			if ad = throttle(0); !ad.Decreased || ad.CooldownLeft > 10*ms { // lone: a step down, no pause
-				t.Fatalf("Throttled = %+v; want a step down with a 10ms cooldown", ad)
-			}
-			e.at(2620 * ms) // past the cooldown
-			if !e.exact() {
-				time.Sleep(20 * ms) // the cooldown runs from the throttle's own time
-			}
-			r, err := e.b.Reserve(ctx, "test", "s", ad.Limit(lim100), 1, 10*time.Second)
+	// slots ahead reserves lim.Burst + 60 slots of key "s" under ad's limit
+	// (about 0.7 s ahead) and returns how far ahead the last one is.
+	slotsAhead := func(t *testing.T, e *env, ad adapt.Adapted) time.Duration {
+		t.Helper()
+		lim := ad.Limit(lim100)
+		var last time.Duration
+		for range lim.Burst + 60 {
+			r, err := e.b.Reserve(t.Context(), "test", "s", lim, 1, 10*time.Second)
 			if err != nil || !r.OK {
 				t.Fatalf("Reserve = %+v, %v", r, err)
 			}
-			// The next slot follows the granted ones (the last was
-			// granted about 0.7 s ahead; on redis-server the time since
-			// has passed for real); with the debt cleared it would be one
-			// token interval from now, 13 ms.
-			elapsed := time.Duration(0)
-			if !e.exact() {
-				elapsed = time.Since(granted)
+			last = r.Delay
+		}
+		return last
+	}
+	// nextSlot is the delay of the next slot of key "s" under ad's limit,
+	// at least 20 ms after the throttle that returned ad (its cooldown), and
+	// how long after granted the grant was (0 on miniredis's exact clock).
+	nextSlot := func(t *testing.T, e *env, ad adapt.Adapted, at time.Duration, granted time.Time) (time.Duration, time.Duration) {
+		t.Helper()
+		e.at(at)
+		if !e.exact() {
+			time.Sleep(20 * ms) // the cooldown runs from the throttle's own time
+		}
+		r, err := e.b.Reserve(t.Context(), "test", "s", ad.Limit(lim100), 1, 10*time.Second)
+		if err != nil || !r.OK {
+			t.Fatalf("Reserve = %+v, %v", r, err)
+		}
+		if e.exact() {
+			return r.Delay, 0
+		}
+		return r.Delay, time.Since(granted)
+	}
+	// capacity80 throttles key "s": lone, then 40 accepted in 0.5 s: a
+	// capacity of 80 found; with so few refusals the cut stops at 0.9 x
+	// (100 less the refusals per second), 88.2, above it.
+	// off reports whether rate is not want: exactly on miniredis, within 1%
+	// on redis-server (its real clock makes the episode a little longer).
+	off := func(e *env, rate, want float64) bool {
+		if e.exact() {
+			return math.Abs(rate-want) > 1e-5
+		}
+		return math.Abs(rate-want) > 0.01*want
+	}
+	capacity80 := func(t *testing.T, e *env, a adapt.AIMD) func(accepted int) adapt.Adapted {
+		throttle := func(accepted int) adapt.Adapted {
+			t.Helper()
+			ad, err := e.l.ThrottledAfter(t.Context(), "test", "s", lim100, a, 0, accepted, 0)
+			if err != nil {
+				t.Fatalf("Throttled: %v", err)
 			}
-			if r.Delay+elapsed < last/2 {
+			e.mark()
+			return ad
+		}
+		throttle(0) // lone: the episode starts
+		e.at(500 * ms)
+		if ad := throttle(40); !ad.Decreased || off(e, ad.Rate, 88.2) {
+			t.Fatalf("Throttled = %+v; want a cut to 88.2", ad)
+		}
+		return throttle
+	}
+	t.Run("slots dropped above the capacity", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			a := pausingAIMD()
+			a.NoRefillPause = true // the pause of a decrease is tested below
+			throttle := capacity80(t, e, a)
+			e.at(2600 * ms) // Persist after the cut
+			ad, err := e.l.Adapted(t.Context(), "test", "s", lim100, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := slotsAhead(t, e, ad)
+			granted := time.Now()
+			// Lone, at 88.2 above the capacity (a probe, or a cut kept above
+			// the estimate): the provider refuses that rate, so the slots
+			// granted at it are dropped, a decrease every replica learns
+			// of (SinceDecrease 0), and taken anew at 80 / 1.1.
+			ad = throttle(0)
+			if !ad.Decreased || ad.SinceDecrease != 0 || off(e, ad.Rate, 72.727272) {
+				t.Fatalf("Throttled = %+v; want a decrease to 72.73 recorded now (SinceDecrease 0)", ad)
+			}
+			// With the debt cleared the next slot is one token interval
+			// (14 ms) from the throttle, not after the granted ones.
+			d, _ := nextSlot(t, e, ad, 2620*ms, granted)
+			if d > last/4 {
+				t.Fatalf("first slot after the throttle in %v, want within a few token intervals (the granted ones, the last %v ahead, dropped)",
+					d, last)
+			}
+		})
+	})
+	t.Run("measured above the capacity", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			a := pausingAIMD()
+			a.NoRefillPause = true
+			throttle := capacity80(t, e, a)
+			e.at(2600 * ms)
+			// Lone at 88.2, above the capacity of 80 that the cut kept it
+			// over: 189 accepted in the 2.1 s since the cut (Persist, not
+			// 2 x Persist, as the rate ran above the capacity), 90/s: the
+			// capacity is at least that, and the rate stays.
+			if ad := throttle(189); ad.Decreased || off(e, ad.Rate, 88.2) {
+				t.Fatalf("Throttled = %+v; want the rate kept at 88.2", ad)
+			}
+		})
+	})
+	t.Run("slots kept at the capacity", func(t *testing.T) {
+		each(t, func(t *testing.T, e *env) {
+			a := pausingAIMD()
+			a.NoRefillPause = true
+			throttle := capacity80(t, e, a)
+			e.at(2600 * ms)
+			if ad := throttle(0); !ad.Decreased || off(e, ad.Rate, 72.727272) { // to the capacity, 80 / 1.1
+				t.Fatalf("Throttled = %+v; want a step down to 72.73", ad)
+			}
+			e.at(4700 * ms) // Persist later
+			ad, err := e.l.Adapted(t.Context(), "test", "s", lim100, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := slotsAhead(t, e, ad)
+			granted := time.Now()
+			// Lone at the capacity: one probe step down (72.73 / 1.1)
+			// keeps the slots granted (the debt is scaled, not cleared).
+			if ad = throttle(0); !ad.Decreased || ad.CooldownLeft > 10*ms || off(e, ad.Rate, 66.115702) {
+				t.Fatalf("Throttled = %+v; want a step down to 66.12 with a 10ms cooldown", ad)
+			}
+			// The next slot follows the granted ones (the last was granted
+			// about 0.7 s ahead; on redis-server the time since has passed
+			// for real); with the debt cleared it would be one token
+			// interval from now, 15 ms.
+			d, elapsed := nextSlot(t, e, ad, 4720*ms, granted)
+			if d+elapsed < last/2 {
 				t.Fatalf("first slot after the step in %v (%v after the grants), want after the granted ones (the last %v ahead)",
-					r.Delay, elapsed, last)
+					d, elapsed, last)
 			}
 		})
 	})

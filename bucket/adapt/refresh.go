@@ -30,7 +30,7 @@ type pipeliner interface {
 // [Adapter.Pairs] of (channel, key) in one Redis round trip (a pipeline
 // of the three scripts; under Redis Cluster the three keys share the
 // pacing key's slot): what a replica reads of every key it sends for about
-// once a second (every 250 ms while the key adapts). A script Redis does not have cached yet (NOSCRIPT) is run
+// once a second (every 100 ms while the key adapts). A script Redis does not have cached yet (NOSCRIPT) is run
 // again on its own, which loads it; each part's error is its own. With a
 // client that cannot pipeline, the three calls are made in turn. Refresh
 // is safe for concurrent use.
