@@ -1152,18 +1152,23 @@ func TestAIMDLoneThrottleStepsCapacityDown(t *testing.T) {
 		}
 		return r.Delay, time.Since(granted)
 	}
-	// capacity80 throttles key "s": lone, then 40 accepted in 0.5 s: a
-	// capacity of 80 found; with so few refusals the cut stops at 0.9 x
-	// (100 less the refusals per second), 88.2, above it.
-	// off reports whether rate is not want: exactly on miniredis, within 1%
-	// on redis-server (its real clock makes the episode a little longer).
+	// off reports whether rate is not want: exactly on miniredis, within 15%
+	// on redis-server (its real clock makes each episode longer by however
+	// late the calls are, on a loaded machine tens of ms of a 0.5 s one).
 	off := func(e *env, rate, want float64) bool {
 		if e.exact() {
 			return math.Abs(rate-want) > 1e-5
 		}
-		return math.Abs(rate-want) > 0.01*want
+		return math.Abs(rate-want) > 0.15*want
 	}
-	capacity80 := func(t *testing.T, e *env, a adapt.AIMD) func(accepted int) adapt.Adapted {
+	// capacity80 throttles key "s" under pausingAIMD with no refill pause
+	// (the pause is tested elsewhere): lone, then 40 accepted in 0.5 s: a
+	// capacity of 80 found; with so few refusals the cut stops at 0.9 x
+	// (100 less the refusals per second), 88.2, above it. It returns the
+	// AIMD and a throttle of "s" with accepted sends reported.
+	capacity80 := func(t *testing.T, e *env) (adapt.AIMD, func(accepted int) adapt.Adapted) {
+		a := pausingAIMD()
+		a.NoRefillPause = true
 		throttle := func(accepted int) adapt.Adapted {
 			t.Helper()
 			ad, err := e.l.ThrottledAfter(t.Context(), "test", "s", lim100, a, 0, accepted, 0)
@@ -1178,13 +1183,11 @@ func TestAIMDLoneThrottleStepsCapacityDown(t *testing.T) {
 		if ad := throttle(40); !ad.Decreased || off(e, ad.Rate, 88.2) {
 			t.Fatalf("Throttled = %+v; want a cut to 88.2", ad)
 		}
-		return throttle
+		return a, throttle
 	}
 	t.Run("slots dropped above the capacity", func(t *testing.T) {
 		each(t, func(t *testing.T, e *env) {
-			a := pausingAIMD()
-			a.NoRefillPause = true // the pause of a decrease is tested below
-			throttle := capacity80(t, e, a)
+			a, throttle := capacity80(t, e)
 			e.at(2600 * ms) // Persist after the cut
 			ad, err := e.l.Adapted(t.Context(), "test", "s", lim100, a)
 			if err != nil {
@@ -1211,24 +1214,21 @@ func TestAIMDLoneThrottleStepsCapacityDown(t *testing.T) {
 	})
 	t.Run("measured above the capacity", func(t *testing.T) {
 		each(t, func(t *testing.T, e *env) {
-			a := pausingAIMD()
-			a.NoRefillPause = true
-			throttle := capacity80(t, e, a)
+			_, throttle := capacity80(t, e)
 			e.at(2600 * ms)
 			// Lone at 88.2, above the capacity of 80 that the cut kept it
-			// over: 189 accepted in the 2.1 s since the cut (Persist, not
-			// 2 x Persist, as the rate ran above the capacity), 90/s: the
+			// over: 220 accepted in the 2.1 s since the cut (Persist, not
+			// 2 x Persist, as the rate ran above the capacity), 104.8/s
+			// (above 88.2 until 2.5 s, however late the calls): the
 			// capacity is at least that, and the rate stays.
-			if ad := throttle(189); ad.Decreased || off(e, ad.Rate, 88.2) {
+			if ad := throttle(220); ad.Decreased || off(e, ad.Rate, 88.2) {
 				t.Fatalf("Throttled = %+v; want the rate kept at 88.2", ad)
 			}
 		})
 	})
 	t.Run("slots kept at the capacity", func(t *testing.T) {
 		each(t, func(t *testing.T, e *env) {
-			a := pausingAIMD()
-			a.NoRefillPause = true
-			throttle := capacity80(t, e, a)
+			a, throttle := capacity80(t, e)
 			e.at(2600 * ms)
 			if ad := throttle(0); !ad.Decreased || off(e, ad.Rate, 72.727272) { // to the capacity, 80 / 1.1
 				t.Fatalf("Throttled = %+v; want a step down to 72.73", ad)
