@@ -94,7 +94,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pacerhq/pacer/bucket/internal/wire"
+	"github.com/pacerhq/pacer/internal/wire"
 	"github.com/pacerhq/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )

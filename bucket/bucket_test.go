@@ -16,7 +16,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/internal/redistest"
+	"github.com/pacerhq/pacer/internal/redistest"
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )

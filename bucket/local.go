@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pacerhq/pacer/bucket/internal/wire"
+	"github.com/pacerhq/pacer/internal/wire"
 )
 
 // LocalConfig configures a [Local]. The zero value means all defaults.

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pacerhq/pacer/bucket/internal/wire"
+	"github.com/pacerhq/pacer/internal/wire"
 )
 
 // Reservation is the answer of [Limiter.Reserve], [Limiter.ReserveMulti]

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/internal/redistest"
+	"github.com/pacerhq/pacer/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

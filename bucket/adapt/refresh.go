@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/internal/wire"
+	"github.com/pacerhq/pacer/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/internal/wire"
+	"github.com/pacerhq/pacer/internal/wire"
 	"github.com/pacerhq/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/internal/redistest"
 	"github.com/pacerhq/pacer/bucket/quota"
 	"github.com/pacerhq/pacer/bucket/window"
+	"github.com/pacerhq/pacer/internal/redistest"
 	"github.com/pacerhq/pacer/internal/testenv"
 )
 

@@ -1,7 +1,8 @@
-// Package redistest runs the tests of package bucket and its subpackages
-// against both backends they support: miniredis, whose clock the test sets
-// (exact checks), and the shared redis-server, whose clock runs (checks
-// within [Slack]).
+// Package redistest runs the tests of the packages that run Pacer's Lua
+// scripts (bucket, its subpackages, and the ledger, controls and ingest
+// quotas under pacer/) against both backends they support: miniredis, whose
+// clock the test sets (exact checks), and the shared redis-server, whose
+// clock runs (checks within [Slack]).
 package redistest
 
 import (

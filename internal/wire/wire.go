@@ -1,5 +1,7 @@
 // Package wire converts between Go values and what the Lua scripts of
-// package lua take and reply, for package bucket and its subpackages.
+// package lua take and reply, for every package that runs those scripts
+// (bucket, its subpackages, and the ledger, controls and ingest quotas
+// under pacer/).
 package wire
 
 import (
