@@ -18,25 +18,9 @@ import (
 	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-)
-
-// Record headers the pacer reads and writes. Producers may set none of them.
-const (
-	hAttempt   = "pacer-attempt"  // failed requests so far (transient or unknown outcome)
-	hRequeues  = "pacer-requeues" // times the record was put back without an attempt
-	hDue       = "pacer-due"      // Unix ms before which the record must not be sent
-	hOrigin    = "pacer-origin"   // topic/partition/offset of the first copy
-	hReplayed  = "pacer-replayed" // "1": put back from the DLQ by an operator
-	hReread    = "pacer-reread"   // "1": a copy of a record read again after a crash or rebalance (see meta.reread)
-	hReason    = "pacer-reason"   // DLQ: why
-	hDetail    = "pacer-detail"   // DLQ: the last provider response or parse error
-	hChannel   = "pacer-channel"  // DLQ: the channel
-	hOrigTopic = "pacer-original-topic"
-	hOrigPart  = "pacer-original-partition"
-	hOrigOff   = "pacer-original-offset"
-	hTruncated = "pacer-truncated" // DLQ: the value was cut; the original size in bytes
 )
 
 // meta is the pacer's bookkeeping carried in a record's headers.
@@ -60,19 +44,19 @@ func readMeta(r *kgo.Record) meta {
 	var m meta
 	for _, h := range r.Headers {
 		switch h.Key {
-		case hAttempt:
+		case envelope.HeaderAttempt:
 			m.attempt, _ = strconv.Atoi(string(h.Value))
-		case hRequeues:
+		case envelope.HeaderRequeues:
 			m.requeues, _ = strconv.Atoi(string(h.Value))
-		case hDue:
+		case envelope.HeaderDue:
 			if ms, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil && ms > 0 {
 				m.due = time.UnixMilli(ms)
 			}
-		case hOrigin:
+		case envelope.HeaderOrigin:
 			m.origin = string(h.Value)
-		case hReplayed:
+		case envelope.HeaderReplayed:
 			m.replayed = string(h.Value) == "1"
-		case hReread:
+		case envelope.HeaderReread:
 			m.reread = string(h.Value) == "1"
 		}
 	}
@@ -90,25 +74,19 @@ func (m meta) originOf(r *kgo.Record) string {
 
 // headers returns r's headers without the pacer's, plus m's and extra.
 func (m meta) headers(r *kgo.Record, extra ...kgo.RecordHeader) []kgo.RecordHeader {
-	var hs []kgo.RecordHeader
-	for _, h := range r.Headers {
-		if !strings.HasPrefix(h.Key, "pacer-") {
-			hs = append(hs, h)
-		}
-	}
-	hs = append(hs,
-		kgo.RecordHeader{Key: hAttempt, Value: []byte(strconv.Itoa(m.attempt))},
-		kgo.RecordHeader{Key: hRequeues, Value: []byte(strconv.Itoa(m.requeues))},
-		kgo.RecordHeader{Key: hOrigin, Value: []byte(m.originOf(r))},
+	hs := append(envelope.Foreign(r.Headers),
+		kgo.RecordHeader{Key: envelope.HeaderAttempt, Value: []byte(strconv.Itoa(m.attempt))},
+		kgo.RecordHeader{Key: envelope.HeaderRequeues, Value: []byte(strconv.Itoa(m.requeues))},
+		kgo.RecordHeader{Key: envelope.HeaderOrigin, Value: []byte(m.originOf(r))},
 	)
 	if !m.due.IsZero() {
-		hs = append(hs, kgo.RecordHeader{Key: hDue, Value: []byte(strconv.FormatInt(m.due.UnixMilli(), 10))})
+		hs = append(hs, kgo.RecordHeader{Key: envelope.HeaderDue, Value: []byte(strconv.FormatInt(m.due.UnixMilli(), 10))})
 	}
 	if m.replayed {
-		hs = append(hs, kgo.RecordHeader{Key: hReplayed, Value: []byte("1")})
+		hs = append(hs, kgo.RecordHeader{Key: envelope.HeaderReplayed, Value: []byte("1")})
 	}
 	if m.reread {
-		hs = append(hs, kgo.RecordHeader{Key: hReread, Value: []byte("1")})
+		hs = append(hs, kgo.RecordHeader{Key: envelope.HeaderReread, Value: []byte("1")})
 	}
 	return append(hs, extra...)
 }
@@ -159,10 +137,10 @@ type flight struct {
 	w       *worker
 	r       *kgo.Record
 	m       meta
-	env     Envelope
-	parsed  *Envelope // r's envelope parsed before the record was handled, until admit takes it
-	st      *keyState // nil until the envelope is parsed
-	pol     KeyPolicy // the key's policy at the last gate
+	env     envelope.Envelope
+	parsed  *envelope.Envelope // r's envelope parsed before the record was handled, until admit takes it
+	st      *keyState          // nil until the envelope is parsed
+	pol     KeyPolicy          // the key's policy at the last gate
 	lim     bucket.Limit
 	probe   bool                   // this send is the breaker's half-open probe
 	cred    uint64                 // CredentialVersion of the key when the request left
@@ -185,7 +163,7 @@ type flight struct {
 // false when the worker stopped first (the record is then re-delivered to
 // the partition's next owner). env, if not nil, is r's envelope, parsed
 // already.
-func (p *Pacer) handle(w *worker, r *kgo.Record, env *Envelope) bool {
+func (p *Pacer) handle(w *worker, r *kgo.Record, env *envelope.Envelope) bool {
 	f := &flight{w: w, r: r, m: readMeta(r), parsed: env}
 	f.logh = flightLog{h: p.log.Handler(), f: f}
 	f.logger = *slog.New(&f.logh)
@@ -232,12 +210,12 @@ func (p *Pacer) admit(f *flight) outcome {
 	if !p.waitParked(f) {
 		return stop()
 	}
-	var env Envelope
+	var env envelope.Envelope
 	if f.parsed != nil {
 		env, f.parsed = *f.parsed, nil
 	} else {
 		var err error
-		if env, err = ParseEnvelope(f.r.Value); err != nil {
+		if env, err = envelope.Parse(f.r.Value); err != nil {
 			return dead("malformed", err.Error())
 		}
 	}
@@ -1157,7 +1135,7 @@ func recipientSub(to string) string {
 // release drops this process's claim on env.ID after the provider refused
 // the message (or before any send), so a later copy can claim it. Failure
 // is logged: the copy then counts as unknown-outcome, never as delivered.
-func (p *Pacer) release(ctx context.Context, env Envelope, log *slog.Logger) {
+func (p *Pacer) release(ctx context.Context, env envelope.Envelope, log *slog.Logger) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := p.ledger.Release(rctx, p.cfg.Channel, env.Key, env.ID, p.cfg.Owner); err != nil {
@@ -1167,7 +1145,7 @@ func (p *Pacer) release(ctx context.Context, env Envelope, log *slog.Logger) {
 
 // delivered records a successful send. The record is finished whatever
 // happens here: the provider has the message.
-func (p *Pacer) delivered(env Envelope, res channels.Result, log *slog.Logger) {
+func (p *Pacer) delivered(env envelope.Envelope, res channels.Result, log *slog.Logger) {
 	p.m.deliveredC.Inc()
 	dctx := p.markBy.ctx(time.Now())
 	if err := p.redisQueued(dctx, log, func() error {
@@ -1233,7 +1211,7 @@ type deadLetterMarker interface {
 // again (a crash before the offset commit) then claims DeadLettered and is
 // skipped, rather than dead-lettered once more. Failure is logged: such a
 // copy is then dead-lettered again, never sent.
-func (p *Pacer) markDeadLettered(ctx context.Context, env Envelope, reason string, log *slog.Logger) {
+func (p *Pacer) markDeadLettered(ctx context.Context, env envelope.Envelope, reason string, log *slog.Logger) {
 	d, ok := p.ledger.(deadLetterMarker)
 	if !ok {
 		return
@@ -1311,12 +1289,12 @@ func (p *Pacer) deadLetter(ctx context.Context, r *kgo.Record, m meta, reason, d
 	}
 	m.due = time.Time{}
 	dr := &kgo.Record{Topic: p.cfg.DLQTopic, Key: r.Key, Value: r.Value, Headers: m.headers(r,
-		kgo.RecordHeader{Key: hReason, Value: []byte(reason)},
-		kgo.RecordHeader{Key: hDetail, Value: []byte(detail)},
-		kgo.RecordHeader{Key: hChannel, Value: []byte(p.cfg.Channel)},
-		kgo.RecordHeader{Key: hOrigTopic, Value: []byte(ot)},
-		kgo.RecordHeader{Key: hOrigPart, Value: []byte(op)},
-		kgo.RecordHeader{Key: hOrigOff, Value: []byte(oo)},
+		kgo.RecordHeader{Key: envelope.HeaderReason, Value: []byte(reason)},
+		kgo.RecordHeader{Key: envelope.HeaderDetail, Value: []byte(detail)},
+		kgo.RecordHeader{Key: envelope.HeaderChannel, Value: []byte(p.cfg.Channel)},
+		kgo.RecordHeader{Key: envelope.HeaderOriginalTopic, Value: []byte(ot)},
+		kgo.RecordHeader{Key: envelope.HeaderOriginalPartition, Value: []byte(op)},
+		kgo.RecordHeader{Key: envelope.HeaderOriginalOffset, Value: []byte(oo)},
 	)}
 	err := p.produce(ctx, dr, log)
 	if errors.Is(err, errTooLarge) {
@@ -1332,7 +1310,7 @@ func (p *Pacer) deadLetter(ctx context.Context, r *kgo.Record, m meta, reason, d
 		}
 		dr.Headers = keep
 		if err = p.produce(ctx, dr, log); errors.Is(err, errTooLarge) {
-			dr.Headers = append(dr.Headers, kgo.RecordHeader{Key: hTruncated, Value: []byte(strconv.Itoa(len(r.Value)))})
+			dr.Headers = append(dr.Headers, kgo.RecordHeader{Key: envelope.HeaderTruncated, Value: []byte(strconv.Itoa(len(r.Value)))})
 			dr.Value = dr.Value[:min(len(dr.Value), 512<<10)]
 			if err = p.produce(ctx, dr, log); errors.Is(err, errTooLarge) {
 				dr.Value = nil

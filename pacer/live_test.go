@@ -8,6 +8,7 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/bucket/control"
+	"github.com/pacerhq/pacer/pacer/envelope"
 )
 
 type limitMap map[string]control.KeyLimit
@@ -52,7 +53,7 @@ func TestEnvelopePriorityNotBefore(t *testing.T) {
 		head + `,"not_before":"2030-01-02T03:04:05Z"}`: "normal 2030-01-02T03:04:05Z",
 		head + `,"priorty":"high"}`:                    "envelope: priorty: unknown field (an envelope has id, key, to, payload, campaign, tenant, expires_at, priority, not_before)",
 	} {
-		env, err := ParseEnvelope([]byte(in))
+		env, err := envelope.Parse([]byte(in))
 		got := ""
 		if err != nil {
 			got = err.Error()

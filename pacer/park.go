@@ -9,22 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// hParks counts the times a record was parked: written to a retry topic
-// because its key held its lookahead bound, never an attempt.
-const hParks = "pacer-parks"
-
-// hSlot is the Unix ms of a parked record's estimated slot, set when it is
-// first parked and kept by every hop, so a copy that comes back before its
-// slot is parked again due at that same slot (never at a fresh estimate of
-// the worker that read it, which knows only its own queue).
-const hSlot = "pacer-slot"
-
-// slotOf returns r's estimated slot (hSlot), if it has one.
+// slotOf returns r's estimated slot (envelope.HeaderSlot), if it has one.
 func slotOf(r *kgo.Record) (time.Time, bool) {
-	ms, err := strconv.ParseInt(header(r, hSlot), 10, 64)
+	ms, err := strconv.ParseInt(envelope.Header(r, envelope.HeaderSlot), 10, 64)
 	if err != nil || ms <= 0 {
 		return time.Time{}, false
 	}
@@ -54,14 +45,14 @@ func (p *Pacer) parkCopy(r *kgo.Record, slot time.Time) (*kgo.Record, meta) {
 	m.due = time.Now().Add(min(wait, p.cfg.RetryDelays[tier-1]))
 	parks := 1
 	for _, h := range r.Headers {
-		if h.Key == hParks {
+		if h.Key == envelope.HeaderParks {
 			n, _ := strconv.Atoi(string(h.Value))
 			parks = n + 1
 		}
 	}
 	return &kgo.Record{Topic: p.cfg.retryTopic(tier), Key: r.Key, Value: r.Value,
-		Headers: m.headers(r, kgo.RecordHeader{Key: hParks, Value: []byte(strconv.Itoa(parks))},
-			kgo.RecordHeader{Key: hSlot, Value: []byte(strconv.FormatInt(slot.UnixMilli(), 10))})}, m
+		Headers: m.headers(r, kgo.RecordHeader{Key: envelope.HeaderParks, Value: []byte(strconv.Itoa(parks))},
+			kgo.RecordHeader{Key: envelope.HeaderSlot, Value: []byte(strconv.FormatInt(slot.UnixMilli(), 10))})}, m
 }
 
 // park writes r's park copy (see parkCopy) and returns true once Kafka
@@ -87,7 +78,7 @@ func (p *Pacer) park(ctx context.Context, r *kgo.Record, due time.Time) bool {
 // the client's produce buffer is full, so callers hold no lock.
 //
 // The copy carries the key's rate its due time was estimated at (its
-// ceiling, or its adapted rate if higher: hParkRate), so a raise of the
+// ceiling, or its adapted rate if higher: envelope.HeaderParkRate), so a raise of the
 // key's rate takes it early (waitParked).
 func (p *Pacer) parkAsync(ctx context.Context, r *kgo.Record, due time.Time, done func(ok bool)) {
 	c, _ := p.parkCopy(r, due)
@@ -118,7 +109,7 @@ type deliveredReader interface {
 // the claim still decides.
 func (p *Pacer) parkedDuplicate(f *flight) bool {
 	d, ok := p.ledger.(deliveredReader)
-	if !ok || header(f.r, hParks) == "" {
+	if !ok || envelope.Header(f.r, envelope.HeaderParks) == "" {
 		return false
 	}
 	var delivered bool
@@ -128,10 +119,6 @@ func (p *Pacer) parkedDuplicate(f *flight) bool {
 	})
 	return err == nil && delivered
 }
-
-// hChain marks the park copy of a strict-order key's record (InFlight 1):
-// "<chain token>/<offset of the record in the main partition>".
-const hChain = "pacer-chain"
 
 // chainSeq numbers the chains of this process: a token is Owner-seq, so no
 // other process or earlier run of this one can hold a live chain of it.
@@ -235,13 +222,13 @@ func (p *Pacer) chainCopy(r *kgo.Record, c *chain) *kgo.Record {
 	m := readMeta(r)
 	m.due = time.Time{}
 	parks := 1
-	if n, err := strconv.Atoi(header(r, hParks)); err == nil {
+	if n, err := strconv.Atoi(envelope.Header(r, envelope.HeaderParks)); err == nil {
 		parks = n + 1
 	}
 	return &kgo.Record{Topic: p.cfg.retryTopic(len(p.cfg.RetryDelays)), Key: r.Key, Value: r.Value,
 		Headers: m.headers(r,
-			kgo.RecordHeader{Key: hParks, Value: []byte(strconv.Itoa(parks))},
-			kgo.RecordHeader{Key: hChain, Value: []byte(c.token + "/" + strconv.FormatInt(r.Offset, 10))})}
+			kgo.RecordHeader{Key: envelope.HeaderParks, Value: []byte(strconv.Itoa(parks))},
+			kgo.RecordHeader{Key: envelope.HeaderChain, Value: []byte(c.token + "/" + strconv.FormatInt(r.Offset, 10))})}
 }
 
 // parkChained writes r's chain copy without waiting, in the order of the
@@ -277,7 +264,7 @@ func (p *Pacer) parkChained(ctx context.Context, r *kgo.Record, c *chain, done f
 // liveChain returns the live chain a chain copy's header names, and the
 // copy's main offset; nil when the chain is not live in this process.
 func (p *Pacer) liveChain(r *kgo.Record) (*chain, int64, bool) {
-	v := header(r, hChain)
+	v := envelope.Header(r, envelope.HeaderChain)
 	if v == "" {
 		return nil, 0, false
 	}

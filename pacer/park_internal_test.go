@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -17,7 +18,7 @@ func TestParkCopy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &Pacer{cfg: Config{Topic: "t", RetryDelays: []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}}}
 		r := &kgo.Record{Topic: "t", Partition: 3, Offset: 7, Key: []byte("k"), Value: []byte("v"), Headers: []kgo.RecordHeader{
-			{Key: "trace", Value: []byte("x")}, {Key: hAttempt, Value: []byte("2")}, {Key: hRequeues, Value: []byte("1")}, {Key: hParks, Value: []byte("4")},
+			{Key: "trace", Value: []byte("x")}, {Key: envelope.HeaderAttempt, Value: []byte("2")}, {Key: envelope.HeaderRequeues, Value: []byte("1")}, {Key: envelope.HeaderParks, Value: []byte("4")},
 		}}
 		now := time.Now()
 		for _, c := range []struct {
@@ -32,7 +33,7 @@ func TestParkCopy(t *testing.T) {
 			{20 * time.Minute, "t.retry.3", 5 * time.Minute},
 		} {
 			got, _ := p.parkCopy(r, now.Add(c.wait))
-			due, _ := strconv.ParseInt(header(got, hDue), 10, 64)
+			due, _ := strconv.ParseInt(envelope.Header(got, envelope.HeaderDue), 10, 64)
 			if got.Topic != c.topic || time.UnixMilli(due) != now.Add(c.due) {
 				t.Errorf("wait %v: %s due in %v, want %s due in %v", c.wait, got.Topic, time.UnixMilli(due).Sub(now), c.topic, c.due)
 			}
@@ -41,8 +42,8 @@ func TestParkCopy(t *testing.T) {
 			if slot, ok := slotOf(got); !ok || !slot.Equal(now.Add(c.wait)) {
 				t.Errorf("wait %v: pacer-slot %v (%v), want %v", c.wait, slot, ok, now.Add(c.wait))
 			}
-			for k, want := range map[string]string{hAttempt: "2", hRequeues: "1", hParks: "5", "trace": "x", hOrigin: "t/3/7"} {
-				if v := header(got, k); v != want {
+			for k, want := range map[string]string{envelope.HeaderAttempt: "2", envelope.HeaderRequeues: "1", envelope.HeaderParks: "5", "trace": "x", envelope.HeaderOrigin: "t/3/7"} {
+				if v := envelope.Header(got, k); v != want {
 					t.Errorf("wait %v: header %s = %q, want %q", c.wait, k, v, want)
 				}
 			}
@@ -98,7 +99,7 @@ func TestRereadCarriedToCopies(t *testing.T) {
 	p := &Pacer{cfg: Config{Topic: "t", RetryDelays: []time.Duration{5 * time.Second}}}
 	fresh := &kgo.Record{Topic: "t", Partition: 1, Offset: 9, Key: []byte("k"), Value: []byte("v")}
 	reread := &kgo.Record{Topic: "t", Partition: 1, Offset: 9, Key: []byte("k"), Value: []byte("v"),
-		Headers: []kgo.RecordHeader{{Key: hReread, Value: []byte("1")}}}
+		Headers: []kgo.RecordHeader{{Key: envelope.HeaderReread, Value: []byte("1")}}}
 	chainOf := &chain{token: "o-1"}
 	for _, c := range []struct {
 		name string
@@ -112,14 +113,14 @@ func TestRereadCarriedToCopies(t *testing.T) {
 			return &kgo.Record{Headers: m.headers(r)}
 		}},
 	} {
-		if got := header(c.copy(reread), hReread); got != "1" {
+		if got := envelope.Header(c.copy(reread), envelope.HeaderReread); got != "1" {
 			t.Errorf("%s copy of a record read again: pacer-reread %q, want 1", c.name, got)
 		}
-		if got := header(c.copy(fresh), hReread); got != "" {
+		if got := envelope.Header(c.copy(fresh), envelope.HeaderReread); got != "" {
 			t.Errorf("%s copy of a first reading: pacer-reread %q, want none", c.name, got)
 		}
 		cp := c.copy(fresh)
-		if f := (&flight{r: cp, m: readMeta(cp), env: Envelope{Campaign: "spring"}}); !p.republished(f) {
+		if f := (&flight{r: cp, m: readMeta(cp), env: envelope.Envelope{Campaign: "spring"}}); !p.republished(f) {
 			t.Errorf("%s copy of a first reading: not counted as published again", c.name)
 		}
 	}
@@ -132,9 +133,9 @@ func TestRereadCarriedToCopies(t *testing.T) {
 		{"first reading", fresh, "spring", true},
 		{"read again", reread, "spring", false},
 		{"no campaign", fresh, "", false},
-		{"replayed", &kgo.Record{Topic: "t", Headers: []kgo.RecordHeader{{Key: hReplayed, Value: []byte("1")}}}, "spring", false},
+		{"replayed", &kgo.Record{Topic: "t", Headers: []kgo.RecordHeader{{Key: envelope.HeaderReplayed, Value: []byte("1")}}}, "spring", false},
 	} {
-		if got := p.republished(&flight{r: c.r, m: readMeta(c.r), env: Envelope{Campaign: c.camp}}); got != c.want {
+		if got := p.republished(&flight{r: c.r, m: readMeta(c.r), env: envelope.Envelope{Campaign: c.camp}}); got != c.want {
 			t.Errorf("%s: republished %v, want %v", c.name, got, c.want)
 		}
 	}

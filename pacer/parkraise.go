@@ -6,30 +6,24 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// hParkRate is the rate in msgs/s (decimal) a record's due time was
-// estimated at when it was parked beyond its key's lookahead. Only such a
-// copy carries it: any later copy (a retry, a requeue, a deferral) drops
-// it with the pacer's other headers, so a retry's back-off or a
-// not_before is never shortened.
-const hParkRate = "pacer-park-rate"
 
 // parkedRecheck is how often a parked record waiting for its due time
 // looks whether its key's rate rose.
 const parkedRecheck = 250 * time.Millisecond
 
-// parkRateHeader returns the hParkRate header for rate msgs/s.
+// parkRateHeader returns the envelope.HeaderParkRate header for rate msgs/s.
 func parkRateHeader(rate float64) kgo.RecordHeader {
-	return kgo.RecordHeader{Key: hParkRate, Value: []byte(strconv.FormatFloat(rate, 'g', 6, 64))}
+	return kgo.RecordHeader{Key: envelope.HeaderParkRate, Value: []byte(strconv.FormatFloat(rate, 'g', 6, 64))}
 }
 
-// parkRateOf returns r's hParkRate in msgs/s, 0 when it has none (or a
+// parkRateOf returns r's envelope.HeaderParkRate in msgs/s, 0 when it has none (or a
 // value that is not a rate > 0).
 func parkRateOf(r *kgo.Record) float64 {
 	for _, h := range r.Headers {
-		if h.Key == hParkRate {
+		if h.Key == envelope.HeaderParkRate {
 			if v, err := strconv.ParseFloat(string(h.Value), 64); err == nil && v > 0 {
 				return v
 			}
@@ -127,7 +121,7 @@ func (rm *rateMarks) seen(key string, rate, was float64, now time.Time) (float64
 }
 
 // waitParked holds f's record until its due time, like waitDue; a copy
-// parked beyond its key's lookahead (hParkRate) is taken early when its
+// parked beyond its key's lookahead (envelope.HeaderParkRate) is taken early when its
 // key's rate rose meanwhile (`pacer limit set`, a clean AIMD window): its
 // due time was an estimate of its slot at the old rate. The key's rate is
 // read as the key's senders read it (its policy and adapted rate, from

@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -86,11 +87,11 @@ func TestParkRateOnlyOnParkedCopies(t *testing.T) {
 	if got := parkRateOf(c); got != 0 {
 		t.Errorf("a deferred copy kept the park rate %v", got)
 	}
-	if header(c, "trace") != "x" {
+	if envelope.Header(c, "trace") != "x" {
 		t.Errorf("the producer's header was dropped")
 	}
 	for _, v := range []string{"", "0", "-3", "fast"} {
-		if got := parkRateOf(&kgo.Record{Headers: []kgo.RecordHeader{{Key: hParkRate, Value: []byte(v)}}}); got != 0 {
+		if got := parkRateOf(&kgo.Record{Headers: []kgo.RecordHeader{{Key: envelope.HeaderParkRate, Value: []byte(v)}}}); got != 0 {
 			t.Errorf("park rate %q read as %v, want 0", v, got)
 		}
 	}

@@ -10,13 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/pacerhq/pacer/partitioner"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // maxLineBytes bounds one campaign line: the largest payload plus room for
 // the other fields. A longer line is rejected without being held in memory.
-const maxLineBytes = MaxPayloadBytes + 64<<10
+const maxLineBytes = envelope.MaxPayloadBytes + 64<<10
 
 // PublishConfig says where [Publish] writes.
 type PublishConfig struct {
@@ -49,7 +50,7 @@ func (s PublishSummary) Rate() float64 {
 }
 
 // Publish reads a campaign, one envelope per line (blank lines skipped),
-// validates each line with [ParseEnvelope] and produces the valid ones to
+// validates each line with [envelope.Parse] and produces the valid ones to
 // cfg.Topic with the pacing key as record key, on the partition Kafka's Java
 // client would choose for that key. cl should be an idempotent producer with
 // acks=all (kgo's defaults) and kgo.ManualPartitioner.
@@ -83,7 +84,7 @@ func Publish(ctx context.Context, cl *kgo.Client, r io.Reader, cfg PublishConfig
 			if errors.Is(err, errLineTooLong) {
 				mu.Lock()
 				failed++
-				reject(line, fmt.Errorf("line longer than %d bytes: an envelope's payload may have at most %d bytes (1 MiB), its other fields 64 KiB", maxLineBytes, MaxPayloadBytes))
+				reject(line, fmt.Errorf("line longer than %d bytes: an envelope's payload may have at most %d bytes (1 MiB), its other fields 64 KiB", maxLineBytes, envelope.MaxPayloadBytes))
 				mu.Unlock()
 				continue
 			}
@@ -91,11 +92,11 @@ func Publish(ctx context.Context, cl *kgo.Client, r io.Reader, cfg PublishConfig
 			break
 		}
 		if len(trimSpace(b)) > 0 {
-			env, verr := ParseEnvelope(b)
+			env, verr := envelope.Parse(b)
 			if verr != nil {
 				mu.Lock()
 				failed++
-				if id := EnvelopeID(b); id != "" {
+				if id := envelope.PeekID(b); id != "" {
 					verr = fmt.Errorf("%w (id %q)", verr, id)
 				}
 				reject(line, verr)
@@ -108,7 +109,7 @@ func Publish(ctx context.Context, cl *kgo.Client, r io.Reader, cfg PublishConfig
 					Partition: partitioner.Partition([]byte(env.Key), cfg.Partitions),
 				}
 				if env.Campaign != "" {
-					rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "campaign", Value: []byte(env.Campaign)})
+					rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: envelope.HeaderCampaign, Value: []byte(env.Campaign)})
 				}
 				wg.Add(1)
 				ln, camp, id := line, env.Campaign, env.ID

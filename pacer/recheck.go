@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket/ledger"
+	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -145,7 +146,7 @@ type fetched struct {
 	// envs[i] is rs[i]'s envelope when skipKnown parsed it (ID ""
 	// otherwise); nil if none was: the record's handling takes it rather
 	// than parse it again.
-	envs []Envelope
+	envs []envelope.Envelope
 }
 
 // skipKnown finds the records of a poll that were handled already, before
@@ -186,19 +187,19 @@ func (p *Pacer) skipKnown(ctx context.Context, fs []*fetched) {
 			if r.Offset >= end {
 				break
 			}
-			if header(r, hChain) != "" {
+			if envelope.Header(r, envelope.HeaderChain) != "" {
 				continue
 			}
-			env, err := ParseEnvelope(r.Value)
+			env, err := envelope.Parse(r.Value)
 			if err != nil || (len(r.Key) > 0 && string(r.Key) != env.Key) {
 				continue
 			}
 			if f.envs == nil {
-				f.envs = make([]Envelope, len(f.rs))
+				f.envs = make([]envelope.Envelope, len(f.rs))
 			}
 			f.envs[i] = env
 			refs = append(refs, ledger.Ref{Channel: p.cfg.Channel, Key: env.Key, ID: env.ID})
-			where = append(where, at{f, i, header(r, hReplayed) == "1"})
+			where = append(where, at{f, i, envelope.Header(r, envelope.HeaderReplayed) == "1"})
 		}
 	}
 	if len(refs) == 0 {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/pacerhq/pacer/partitioner"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -137,11 +138,11 @@ func Replay(ctx context.Context, cl *kgo.Client, cfg ReplayConfig) (ReplaySummar
 				delete(want, r.Partition)
 			}
 			s.Scanned++
-			reason := header(r, hReason)
+			reason := envelope.Header(r, envelope.HeaderReason)
 			if cfg.Reason != "" && reason != cfg.Reason && !strings.HasPrefix(reason, cfg.Reason+":") {
 				return
 			}
-			env, perr := ParseEnvelope(r.Value)
+			env, perr := envelope.Parse(r.Value)
 			if cfg.Campaign != "" && (perr != nil || env.Campaign != cfg.Campaign) {
 				return
 			}
@@ -167,12 +168,7 @@ func Replay(ctx context.Context, cl *kgo.Client, cfg ReplayConfig) (ReplaySummar
 			}
 			out := &kgo.Record{Topic: cfg.Topic, Key: r.Key, Value: r.Value,
 				Partition: partitioner.Partition(r.Key, cfg.Partitions)}
-			for _, h := range r.Headers {
-				if !strings.HasPrefix(h.Key, "pacer-") {
-					out.Headers = append(out.Headers, h)
-				}
-			}
-			out.Headers = append(out.Headers, kgo.RecordHeader{Key: hReplayed, Value: []byte("1")})
+			out.Headers = append(envelope.Foreign(r.Headers), kgo.RecordHeader{Key: envelope.HeaderReplayed, Value: []byte("1")})
 			cl.Produce(ctx, out, func(_ *kgo.Record, err error) {
 				mu.Lock()
 				defer mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -80,8 +81,8 @@ type worker struct {
 // Once finished it keeps only the offset: the value may be large, and the
 // entry may wait in the log behind a slower record.
 type pending struct {
-	r        *kgo.Record // nil once finished
-	env      *Envelope   // r's envelope if parsed before it is handled (see fetched.envs), until it is
+	r        *kgo.Record        // nil once finished
+	env      *envelope.Envelope // r's envelope if parsed before it is handled (see fetched.envs), until it is
 	offset   int64
 	epoch    int32
 	finished bool
@@ -125,7 +126,7 @@ func highPriority(r *kgo.Record) bool {
 	if !bytes.Contains(r.Value, []byte(`"priority"`)) {
 		return false
 	}
-	env, err := ParseEnvelope(r.Value)
+	env, err := envelope.Parse(r.Value)
 	return err == nil && env.High()
 }
 
@@ -227,7 +228,7 @@ func (w *worker) syncPause() {
 // (a retry or parked copy) is held: parking it again would only move it.
 // A record whose skip is true was handled already (see [Pacer.skipKnown]):
 // it is finished at once as a duplicate, taking no slot; skip may be nil.
-func (w *worker) push(rs []*kgo.Record, skip []bool, envs []Envelope) {
+func (w *worker) push(rs []*kgo.Record, skip []bool, envs []envelope.Envelope) {
 	type parkJob struct {
 		key   string
 		e     *pending
@@ -264,15 +265,15 @@ func (w *worker) push(rs []*kgo.Record, skip []bool, envs []Envelope) {
 			// Looked up because a previous owner may have handled it
 			// (below backlogEnd), but fetched by none before (at or past
 			// rereadEnd): a record published again.
-			if e.env != nil && r.Offset >= w.rereadEnd && header(r, hReread) == "" && header(r, hReplayed) != "1" {
+			if e.env != nil && r.Offset >= w.rereadEnd && envelope.Header(r, envelope.HeaderReread) == "" && envelope.Header(r, envelope.HeaderReplayed) != "1" {
 				w.p.countDuplicate(e.env.Campaign)
 			}
 			continue
 		}
-		if r.Offset < w.rereadEnd && header(r, hReread) == "" {
+		if r.Offset < w.rereadEnd && envelope.Header(r, envelope.HeaderReread) == "" {
 			// Read again: a previous owner may have handled it. Its
 			// handling and its copies know it (meta.reread).
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: hReread, Value: []byte("1")})
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: envelope.HeaderReread, Value: []byte("1")})
 		}
 		if len(r.Key) == 0 {
 			// A record published without a key (a producer of its own)
@@ -280,7 +281,7 @@ func (w *worker) push(rs []*kgo.Record, skip []bool, envs []Envelope) {
 			// its envelope's pacing key: keyless records must not share
 			// one queue. A record that does not parse keeps no key and is
 			// dead-lettered as malformed when handled.
-			if env, err := ParseEnvelope(r.Value); err == nil {
+			if env, err := envelope.Parse(r.Value); err == nil {
 				r.Key = []byte(env.Key)
 			}
 		}
@@ -489,7 +490,7 @@ func (w *worker) place(q *keyQueue) bool {
 
 // handleOne handles r (its log entry e; env its envelope if parsed
 // already, else nil) and gives its place back.
-func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, env *Envelope, high bool) {
+func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, env *envelope.Envelope, high bool) {
 	defer w.wg.Done()
 	ok := w.handleCopy(r, env)
 	if w.p.places != nil {
@@ -518,7 +519,7 @@ func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, env *Envelope
 // handleCopy handles r as [Pacer.handle] does; a strict key's chain copy
 // (see [chain]) first waits until its chain is ready, is dropped unsent if
 // its chain is not live, and once finished finishes its main entry.
-func (w *worker) handleCopy(r *kgo.Record, env *Envelope) bool {
+func (w *worker) handleCopy(r *kgo.Record, env *envelope.Envelope) bool {
 	if w.tp.topic == w.p.cfg.Topic {
 		return w.p.handle(w, r, env)
 	}
@@ -538,7 +539,7 @@ func (w *worker) handleCopy(r *kgo.Record, env *Envelope) bool {
 	if c == nil {
 		w.p.qm.staleCopies.Inc()
 		w.p.log.Debug("parked copy of an ended chain dropped: its record is sent or read again from the main partition",
-			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "chain", header(r, hChain))
+			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "chain", envelope.Header(r, envelope.HeaderChain))
 		return true
 	}
 	if !w.p.handle(w, r, env) {

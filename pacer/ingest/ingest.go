@@ -46,6 +46,7 @@ import (
 	"github.com/pacerhq/pacer/bucket/quota"
 	"github.com/pacerhq/pacer/bucket/window"
 	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/pacerhq/pacer/partitioner"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -233,9 +234,9 @@ func (s *Server) Ready(ctx context.Context) bool {
 // line is one envelope of a request.
 type line struct {
 	n     int // 1-based line number
-	env   pacer.Envelope
+	env   envelope.Envelope
 	value []byte
-	err   *pacer.EnvelopeError
+	err   *envelope.Error
 	dupOf int // > 0: the same id as line dupOf of this request
 	idx   int // index into the request's distinct ids
 }
@@ -449,7 +450,7 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 		rec := &kgo.Record{Topic: topic, Key: []byte(l.env.Key), Value: l.value,
 			Partition: partitioner.Partition([]byte(l.env.Key), parts)}
 		if l.env.Campaign != "" {
-			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "campaign", Value: []byte(l.env.Campaign)})
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: envelope.HeaderCampaign, Value: []byte(l.env.Campaign)})
 			campaignOf[l.idx] = l.env.Campaign
 		}
 		wg.Add(1)
@@ -916,20 +917,20 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, tenant *Tenant
 	member = append(append([]byte(`{"tenant":`), member...), ',')
 	for i := range lines {
 		l := &lines[i]
-		env, err := pacer.ParseEnvelope(l.value)
+		env, err := envelope.Parse(l.value)
 		if err != nil {
 			l.err = envelopeError(err)
-			l.env.ID = pacer.EnvelopeID(l.value) // named in the rejection, if it has one
+			l.env.ID = envelope.PeekID(l.value) // named in the rejection, if it has one
 			continue
 		}
 		if env.Tenant != "" && env.Tenant != tenant.ID {
-			l.err = &pacer.EnvelopeError{Field: "tenant", Problem: "must be omitted or the API key's tenant (the tenant is set from the key)"}
+			l.err = &envelope.Error{Field: "tenant", Problem: "must be omitted or the API key's tenant (the tenant is set from the key)"}
 			l.env.ID = env.ID
 			continue
 		}
 		v, err := withTenant(l.value, env, tenant.ID, member)
 		if err != nil {
-			l.err = &pacer.EnvelopeError{Problem: "cannot be re-encoded: " + err.Error()}
+			l.err = &envelope.Error{Problem: "cannot be re-encoded: " + err.Error()}
 			l.env.ID = env.ID
 			continue
 		}
@@ -941,13 +942,13 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, tenant *Tenant
 }
 
 // withTenant returns the record value of envelope line raw (which
-// pacer.ParseEnvelope accepted as env) with its tenant set to id: raw
+// envelope.Parse accepted as env) with its tenant set to id: raw
 // itself when it names id already; raw with member (`{"tenant":"<id>",`)
 // in place of its "{" when raw cannot hold a tenant member at all (neither
 // the word tenant nor a \u escape, which could spell it, occurs in it), so
 // the result has no duplicate member; else env re-encoded with the tenant.
 // Splicing spares the re-encoding of every envelope of a batch.
-func withTenant(raw []byte, env pacer.Envelope, id string, member []byte) ([]byte, error) {
+func withTenant(raw []byte, env envelope.Envelope, id string, member []byte) ([]byte, error) {
 	raw = bytes.TrimSpace(raw)
 	if env.Tenant == id {
 		return raw, nil
@@ -959,12 +960,12 @@ func withTenant(raw []byte, env pacer.Envelope, id string, member []byte) ([]byt
 	return json.Marshal(env)
 }
 
-func envelopeError(err error) *pacer.EnvelopeError {
-	var ee *pacer.EnvelopeError
+func envelopeError(err error) *envelope.Error {
+	var ee *envelope.Error
 	if errors.As(err, &ee) {
 		return ee
 	}
-	return &pacer.EnvelopeError{Problem: err.Error()}
+	return &envelope.Error{Problem: err.Error()}
 }
 
 // WholeEnvelope is the field a rejected line names (Rejected.Field, and a
@@ -973,7 +974,7 @@ func envelopeError(err error) *pacer.EnvelopeError {
 const WholeEnvelope = "envelope"
 
 // fieldOf returns the field e names, or [WholeEnvelope] when it names none.
-func fieldOf(e *pacer.EnvelopeError) string {
+func fieldOf(e *envelope.Error) string {
 	if e.Field == "" {
 		return WholeEnvelope
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,7 +35,6 @@ import (
 	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/bucket/quota"
 	"github.com/pacerhq/pacer/internal/testenv"
-	"github.com/pacerhq/pacer/pacer"
 	"github.com/pacerhq/pacer/pacer/ingest"
 )
 
@@ -778,7 +778,7 @@ func TestContentType(t *testing.T) {
 // TestTenantSetOnEveryRecord: whatever form the envelope takes (no tenant,
 // the key's tenant, tenant null or "", the member's name escaped, the word
 // in the payload), the record on the topic is one envelope that
-// pacer.ParseEnvelope accepts (no member given twice) with the key's
+// envelope.Parse accepts (no member given twice) with the key's
 // tenant and the rest of the content unchanged.
 func TestTenantSetOnEveryRecord(t *testing.T) {
 	e := newEnv(t, opts{})
@@ -805,7 +805,7 @@ func TestTenantSetOnEveryRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	got := map[string]pacer.Envelope{}
+	got := map[string]envelope.Envelope{}
 	for len(got) < len(bodies) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		fs := cl.PollFetches(ctx)
@@ -815,7 +815,7 @@ func TestTenantSetOnEveryRecord(t *testing.T) {
 			break
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			env, err := pacer.ParseEnvelope(r.Value)
+			env, err := envelope.Parse(r.Value)
 			if err != nil {
 				t.Errorf("record %s: %v", r.Value, err)
 				return

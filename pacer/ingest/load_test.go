@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -112,7 +113,7 @@ func (r *rig) plain() http.Handler {
 		lines := strings.Split(strings.TrimSpace(body.String()), "\n")
 		errs := make(chan error, len(lines))
 		for _, l := range lines {
-			env, err := pacer.ParseEnvelope([]byte(l))
+			env, err := envelope.Parse([]byte(l))
 			if err != nil {
 				errs <- err
 				continue

@@ -1,4 +1,4 @@
-package pacer_test
+package envelope_test
 
 import (
 	"errors"
@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/envelope"
 )
 
 func TestParseEnvelope(t *testing.T) {
-	env, err := pacer.ParseEnvelope([]byte(`  {"id":"c1-1","key":"106540352242922","to":"15551234567",
+	env, err := envelope.Parse([]byte(`  {"id":"c1-1","key":"106540352242922","to":"15551234567",
 		"payload":{"type":"text","text":{"body":"hi"}},"campaign":"c1","tenant":"acme",
 		"expires_at":"2030-01-02T03:04:05Z"}`))
 	if err != nil {
@@ -51,12 +51,12 @@ func TestParseEnvelopeErrorsNameTheField(t *testing.T) {
 		{"id with NUL", `{"id":"a\u0000b","key":"k","to":"t"}`, "id", "control character"},
 		{"to missing", `{"id":"a","key":"k"}`, "to", "required"},
 		{"payload array", `{"id":"a","key":"k","to":"t","payload":[1]}`, "payload", "must be a JSON object"},
-		{"payload too big", `{"id":"a","key":"k","to":"t","payload":{"b":"` + strings.Repeat("x", pacer.MaxPayloadBytes) + `"}}`, "payload", "at most 1048576"},
+		{"payload too big", `{"id":"a","key":"k","to":"t","payload":{"b":"` + strings.Repeat("x", envelope.MaxPayloadBytes) + `"}}`, "payload", "at most 1048576"},
 		{"bad expiry", `{"id":"a","key":"k","to":"t","expires_at":"tomorrow"}`, "expires_at", "not an RFC 3339 time"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := pacer.ParseEnvelope([]byte(c.in))
-			var ee *pacer.EnvelopeError
+			_, err := envelope.Parse([]byte(c.in))
+			var ee *envelope.Error
 			if !errors.As(err, &ee) || ee.Field != c.field || !strings.Contains(ee.Problem, c.problem) {
 				t.Fatalf("err = %v, want field %q problem containing %q", err, c.field, c.problem)
 			}
@@ -66,7 +66,7 @@ func TestParseEnvelopeErrorsNameTheField(t *testing.T) {
 
 // A payload is free-form below its top level: any members, any nesting.
 func TestParseEnvelopePayloadIsFreeForm(t *testing.T) {
-	env, err := pacer.ParseEnvelope([]byte(`{"id":"a","key":"k","to":"t","payload":{"anything":{"nested":[1,{"x":"\u00e9\ud83d\ude00"}]},"id":"not the envelope's"}}`))
+	env, err := envelope.Parse([]byte(`{"id":"a","key":"k","to":"t","payload":{"anything":{"nested":[1,{"x":"\u00e9\ud83d\ude00"}]},"id":"not the envelope's"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +76,8 @@ func TestParseEnvelopePayloadIsFreeForm(t *testing.T) {
 }
 
 func TestParseEnvelopeLimitsAreInclusive(t *testing.T) {
-	id := strings.Repeat("x", pacer.MaxIDBytes)
-	if _, err := pacer.ParseEnvelope([]byte(`{"id":"` + id + `","key":"k","to":"t","payload":null}`)); err != nil {
+	id := strings.Repeat("x", envelope.MaxIDBytes)
+	if _, err := envelope.Parse([]byte(`{"id":"` + id + `","key":"k","to":"t","payload":null}`)); err != nil {
 		t.Fatalf("128-byte id: %v", err)
 	}
 }
@@ -93,7 +93,7 @@ func TestExpired(t *testing.T) {
 		{now, true},
 		{now.Add(-time.Second), true},
 	} {
-		if got := (pacer.Envelope{ExpiresAt: c.exp}).Expired(now); got != c.want {
+		if got := (envelope.Envelope{ExpiresAt: c.exp}).Expired(now); got != c.want {
 			t.Errorf("Expired with expires_at %v = %v, want %v", c.exp, got, c.want)
 		}
 	}
@@ -113,8 +113,8 @@ func TestEnvelopeID(t *testing.T) {
 		{"invalid JSON", `{"id":"a-7",`, ""},
 		{"not an object", `["a-8"]`, ""},
 	} {
-		if got := pacer.EnvelopeID([]byte(c.in)); got != c.want {
-			t.Errorf("%s: EnvelopeID = %q, want %q", c.name, got, c.want)
+		if got := envelope.PeekID([]byte(c.in)); got != c.want {
+			t.Errorf("%s: PeekID = %q, want %q", c.name, got, c.want)
 		}
 	}
 }

@@ -1,4 +1,11 @@
-package pacer
+// Package envelope defines the message Pacer carries: the [Envelope], one
+// JSON object per Kafka record value (and per line of a campaign file), its
+// strict parsing ([Parse], errors as *[Error] naming the field), and the
+// Kafka record headers Pacer and its publishers write beside it
+// ([HeaderCampaign], the pacer-* bookkeeping headers). The consumer, the
+// producer-side tools (publish, DLQ replay) and the ingest gateway all read
+// and write envelopes through it.
+package envelope
 
 import (
 	"bytes"
@@ -55,13 +62,13 @@ const (
 	PriorityHigh   Priority = "high"
 )
 
-// EnvelopeError says which field of an envelope is wrong and why.
-type EnvelopeError struct {
+// Error says which field of an envelope is wrong and why.
+type Error struct {
 	Field   string // JSON field name; "" when the whole value is not a JSON object
 	Problem string
 }
 
-func (e *EnvelopeError) Error() string {
+func (e *Error) Error() string {
 	if e.Field == "" {
 		return "envelope: " + e.Problem
 	}
@@ -82,14 +89,14 @@ type wireEnvelope struct {
 	NotBefore string         `json:"not_before"`
 }
 
-// envelopeFields lists the top-level fields an envelope may have, for the
+// fields lists the top-level fields an envelope may have, for the
 // error about an unknown one.
-const envelopeFields = "id, key, to, payload, campaign, tenant, expires_at, priority, not_before"
+const fields = "id, key, to, payload, campaign, tenant, expires_at, priority, not_before"
 
-// EnvelopeID returns the "id" member of line b when b is a JSON object
+// PeekID returns the "id" member of line b when b is a JSON object
 // whose id is a string, else "": what the report of a line that is not
 // published names besides its number, so its sender can find it.
-func EnvelopeID(b []byte) string {
+func PeekID(b []byte) string {
 	var w struct {
 		ID string `json:"id"`
 	}
@@ -106,25 +113,25 @@ func EnvelopeID(b []byte) string {
 // utf8BOM is the UTF-8 byte order mark some editors put at a file's start.
 var utf8BOM = []byte("\xef\xbb\xbf")
 
-// ParseEnvelope decodes and validates one envelope. It is strict, so that
+// Parse decodes and validates one envelope. It is strict, so that
 // nothing is silently changed or dropped: invalid UTF-8 anywhere (raw bytes
 // or an unpaired \u surrogate escape), a field given twice (at any depth)
 // and an unknown top-level field (a misspelled expires_at would otherwise
 // send after the deadline) are refused; payload stays free-form otherwise.
-// The error, when not nil, is an *[EnvelopeError] naming the field: id
+// The error, when not nil, is an *[Error] naming the field: id
 // (required, at most [MaxIDBytes] bytes), key and to (required), payload (a
 // JSON object of at most [MaxPayloadBytes] bytes), expires_at and
 // not_before (RFC 3339), priority ("high" or "normal"; absent means normal),
 // or the unknown, duplicated or badly encoded field (a path such as
 // payload/text/body below the top level).
-func ParseEnvelope(b []byte) (Envelope, error) {
+func Parse(b []byte) (Envelope, error) {
 	var w wireEnvelope
 	b = bytes.TrimSpace(b)
 	if bytes.HasPrefix(b, utf8BOM) {
-		return Envelope{}, &EnvelopeError{Problem: "starts with a UTF-8 byte order mark (BOM); save the file as UTF-8 without BOM"}
+		return Envelope{}, &Error{Problem: "starts with a UTF-8 byte order mark (BOM); save the file as UTF-8 without BOM"}
 	}
 	if len(b) == 0 || b[0] != '{' {
-		return Envelope{}, &EnvelopeError{Problem: "not a JSON object"}
+		return Envelope{}, &Error{Problem: "not a JSON object"}
 	}
 	if err := jsonv2.Unmarshal(b, &w, jsonv2.RejectUnknownMembers(true)); err != nil {
 		return Envelope{}, decodeError(err)
@@ -135,28 +142,28 @@ func ParseEnvelope(b []byte) (Envelope, error) {
 		v    string
 	}{{"id", w.ID}, {"key", w.Key}, {"to", w.To}} {
 		if strings.TrimSpace(f.v) == "" {
-			return Envelope{}, &EnvelopeError{Field: f.name, Problem: "required"}
+			return Envelope{}, &Error{Field: f.name, Problem: "required"}
 		}
 		if !utf8.ValidString(f.v) {
-			return Envelope{}, &EnvelopeError{Field: f.name, Problem: "not valid UTF-8"}
+			return Envelope{}, &Error{Field: f.name, Problem: "not valid UTF-8"}
 		}
 		if strings.IndexFunc(f.v, unicode.IsControl) >= 0 {
-			return Envelope{}, &EnvelopeError{Field: f.name, Problem: "contains a control character"}
+			return Envelope{}, &Error{Field: f.name, Problem: "contains a control character"}
 		}
 		if f.v != strings.TrimSpace(f.v) {
-			return Envelope{}, &EnvelopeError{Field: f.name, Problem: "has leading or trailing spaces"}
+			return Envelope{}, &Error{Field: f.name, Problem: "has leading or trailing spaces"}
 		}
 	}
 	env.ID, env.Key, env.To = w.ID, w.Key, w.To
 	if len(env.ID) > MaxIDBytes {
-		return Envelope{}, &EnvelopeError{Field: "id", Problem: fmt.Sprintf("%d bytes, at most %d allowed", len(env.ID), MaxIDBytes)}
+		return Envelope{}, &Error{Field: "id", Problem: fmt.Sprintf("%d bytes, at most %d allowed", len(env.ID), MaxIDBytes)}
 	}
 	if p := bytes.TrimSpace(env.Payload); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
 		if len(p) > MaxPayloadBytes {
-			return Envelope{}, &EnvelopeError{Field: "payload", Problem: fmt.Sprintf("%d bytes, at most %d allowed", len(p), MaxPayloadBytes)}
+			return Envelope{}, &Error{Field: "payload", Problem: fmt.Sprintf("%d bytes, at most %d allowed", len(p), MaxPayloadBytes)}
 		}
 		if p[0] != '{' {
-			return Envelope{}, &EnvelopeError{Field: "payload", Problem: "must be a JSON object"}
+			return Envelope{}, &Error{Field: "payload", Problem: "must be a JSON object"}
 		}
 		env.Payload = p
 	} else {
@@ -165,14 +172,14 @@ func ParseEnvelope(b []byte) (Envelope, error) {
 	if w.ExpiresAt != "" {
 		t, err := time.Parse(time.RFC3339Nano, w.ExpiresAt)
 		if err != nil {
-			return Envelope{}, &EnvelopeError{Field: "expires_at", Problem: fmt.Sprintf("%q is not an RFC 3339 time", w.ExpiresAt)}
+			return Envelope{}, &Error{Field: "expires_at", Problem: fmt.Sprintf("%q is not an RFC 3339 time", w.ExpiresAt)}
 		}
 		env.ExpiresAt = t
 	}
 	if w.NotBefore != "" {
 		t, err := time.Parse(time.RFC3339Nano, w.NotBefore)
 		if err != nil {
-			return Envelope{}, &EnvelopeError{Field: "not_before", Problem: fmt.Sprintf("%q is not an RFC 3339 time", w.NotBefore)}
+			return Envelope{}, &Error{Field: "not_before", Problem: fmt.Sprintf("%q is not an RFC 3339 time", w.NotBefore)}
 		}
 		env.NotBefore = t
 	}
@@ -182,20 +189,20 @@ func ParseEnvelope(b []byte) (Envelope, error) {
 	case PriorityHigh:
 		env.Priority = PriorityHigh
 	default:
-		return Envelope{}, &EnvelopeError{Field: "priority", Problem: fmt.Sprintf("%q is neither high nor normal", w.Priority)}
+		return Envelope{}, &Error{Field: "priority", Problem: fmt.Sprintf("%q is neither high nor normal", w.Priority)}
 	}
 	return env, nil
 }
 
-// decodeError turns a JSON decoding error into an *EnvelopeError naming the
+// decodeError turns a JSON decoding error into an *Error naming the
 // field (as a path below the envelope, e.g. "payload/text/body") in words
 // a producer can act on, without Go type names.
-func decodeError(err error) *EnvelopeError {
+func decodeError(err error) *Error {
 	var se *jsonv2.SemanticError
 	var xe *jsontext.SyntacticError
 	switch {
 	case errors.As(err, &se) && errors.Is(se.Err, jsonv2.ErrUnknownName):
-		return &EnvelopeError{Field: field(se.JSONPointer), Problem: "unknown field (an envelope has " + envelopeFields + ")"}
+		return &Error{Field: field(se.JSONPointer), Problem: "unknown field (an envelope has " + fields + ")"}
 	case errors.As(err, &se):
 		what := "a string"
 		if se.JSONPointer == "/payload" {
@@ -206,15 +213,15 @@ func decodeError(err error) *EnvelopeError {
 		if got == "" {
 			got = "something else"
 		}
-		return &EnvelopeError{Field: field(se.JSONPointer), Problem: "must be " + what + ", got " + got}
+		return &Error{Field: field(se.JSONPointer), Problem: "must be " + what + ", got " + got}
 	case errors.As(err, &xe) && errors.Is(xe.Err, jsontext.ErrDuplicateName):
-		return &EnvelopeError{Field: field(xe.JSONPointer), Problem: "given more than once"}
+		return &Error{Field: field(xe.JSONPointer), Problem: "given more than once"}
 	case errors.As(err, &xe) && (strings.Contains(xe.Err.Error(), "UTF-8") || strings.Contains(xe.Err.Error(), "surrogate")):
-		return &EnvelopeError{Field: field(xe.JSONPointer), Problem: "not valid UTF-8"}
+		return &Error{Field: field(xe.JSONPointer), Problem: "not valid UTF-8"}
 	case errors.As(err, &xe):
-		return &EnvelopeError{Field: field(xe.JSONPointer), Problem: fmt.Sprintf("invalid JSON at byte %d: %v", xe.ByteOffset, xe.Err)}
+		return &Error{Field: field(xe.JSONPointer), Problem: fmt.Sprintf("invalid JSON at byte %d: %v", xe.ByteOffset, xe.Err)}
 	}
-	return &EnvelopeError{Problem: "invalid JSON: " + err.Error()}
+	return &Error{Problem: "invalid JSON: " + err.Error()}
 }
 
 // field renders a JSON pointer as a field path without the leading slash.
