@@ -10,7 +10,7 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
-	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -204,7 +204,7 @@ func TestReplayOncePerID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	s, err := pacer.Replay(context.Background(), cl, pacer.ReplayConfig{DLQTopic: "pacer.test.dlq", Topic: "pacer.test", Partitions: 2})
+	s, err := produce.Replay(context.Background(), cl, produce.ReplayConfig{DLQTopic: "pacer.test.dlq", Topic: "pacer.test", Partitions: 2})
 	if err != nil || s.Scanned != 6 || s.Replayed != 4 || s.Duplicates != 2 {
 		t.Fatalf("Replay = %+v, %v; want 6 scanned, 4 replayed, 2 duplicates", s, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -162,7 +163,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []string{"success", "throttle", "transient", "permanent", "halt", "unknown"} {
 		m.sendsByClass[c] = m.sends.WithLabelValues(c)
 	}
-	for _, r := range DLQReasons {
+	for _, r := range envelope.DLQReasons {
 		m.dlq.WithLabelValues(r)
 	}
 	for _, r := range []string{"cooldown", "token-wait", "pair-throttle", "pair-cooldown", "account-cooldown", "breaker", "paused", "not-before"} {

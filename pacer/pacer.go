@@ -119,13 +119,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"os"
 	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
@@ -133,6 +131,7 @@ import (
 	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -829,13 +828,13 @@ func (p *Pacer) Run(ctx context.Context) error {
 func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) error {
 	deadline := time.Now().Add(p.cfg.StartupTimeout)
 	for {
-		n, err := EnsureTopic(ctx, cl, p.cfg.Topic, 12)
+		n, err := produce.EnsureTopic(ctx, cl, p.cfg.Topic, 12)
 		if err == nil {
-			_, err = EnsureTopic(ctx, cl, p.cfg.DLQTopic, 1)
+			_, err = produce.EnsureTopic(ctx, cl, p.cfg.DLQTopic, 1)
 		}
 		for i := range p.cfg.RetryDelays {
 			if err == nil {
-				_, err = EnsureTopic(ctx, cl, p.cfg.retryTopic(i+1), n)
+				_, err = produce.EnsureTopic(ctx, cl, p.cfg.retryTopic(i+1), n)
 			}
 		}
 		if err == nil {
@@ -844,7 +843,7 @@ func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		cause, permanent := KafkaCause(err)
+		cause, permanent := produce.KafkaCause(err)
 		kerr := &KafkaError{Err: err, Cause: cause}
 		if permanent { // credentials or certificates: retrying cannot help
 			return kerr
@@ -864,10 +863,10 @@ func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) error {
 }
 
 // KafkaError is what [Pacer.Run] returns when Kafka could not be used at
-// start-up within Config.StartupTimeout, or at once when [KafkaCause] finds
+// start-up within Config.StartupTimeout, or at once when [produce.KafkaCause] finds
 // the failure permanent.
 type KafkaError struct {
-	Cause string        // from [KafkaCause]: "a seed broker's host name does not resolve", "authentication failed", ...
+	Cause string        // from [produce.KafkaCause]: "a seed broker's host name does not resolve", "authentication failed", ...
 	After time.Duration // how long Run tried; 0: not retried
 	Err   error         // the last error
 }
@@ -880,30 +879,6 @@ func (e *KafkaError) Error() string {
 }
 
 func (e *KafkaError) Unwrap() error { return e.Err }
-
-// KafkaCause says why a Kafka request failed: a name that does not resolve,
-// a broker that is down, credentials or certificates the brokers refuse
-// ([securityCause]), or a broker that answered with an error. permanent
-// is true when no retry can mend it: credentials, certificates, TLS or SASL
-// on one side only.
-func KafkaCause(err error) (cause string, permanent bool) {
-	if c := securityCause(err); c != "" {
-		return c, true
-	}
-	return kafkaCause(err), false
-}
-
-func kafkaCause(err error) string {
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
-		return "a seed broker's host name does not resolve"
-	}
-	var op *net.OpError
-	if errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) {
-		return "nothing listens at the seed brokers (down, or a wrong port)"
-	}
-	return "the brokers refused the request"
-}
 
 // watch pings a service every 5 s until ctx ends and keeps ok (and so
 // /readyz) in step with the answers, logging each change once; up, if not

@@ -14,7 +14,7 @@ import (
 
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 	"github.com/pacerhq/pacer/internal/testenv"
-	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -227,7 +227,7 @@ func TestDLQReplayMissingTopic(t *testing.T) {
 	}
 	defer cl.Close()
 	for _, tp := range []string{topic, topic + ".dlq"} {
-		if n, err := pacer.TopicPartitions(context.Background(), cl, tp); err != nil || n != 0 {
+		if n, err := produce.TopicPartitions(context.Background(), cl, tp); err != nil || n != 0 {
 			t.Errorf("topic %s: %d partitions (%v) after the refused replay, want none", tp, n, err)
 		}
 	}
@@ -264,7 +264,7 @@ func TestDLQReplayDryRunLists(t *testing.T) {
 	}
 	defer cl.Close()
 	ctx := t.Context()
-	if _, err := pacer.EnsureTopic(ctx, cl, topic+".dlq", 1); err != nil {
+	if _, err := produce.EnsureTopic(ctx, cl, topic+".dlq", 1); err != nil {
 		t.Fatal(err)
 	}
 	rec := func(key, value, reason string) *kgo.Record {

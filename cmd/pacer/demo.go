@@ -19,6 +19,7 @@ import (
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -165,7 +166,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	ps, err := pacer.Publish(ctx, prod, &campaign, pacer.PublishConfig{Topic: topic, Partitions: *partitions})
+	ps, err := produce.Publish(ctx, prod, &campaign, produce.PublishConfig{Topic: topic, Partitions: *partitions})
 	prod.Close()
 	if err != nil {
 		return err

@@ -8,7 +8,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -26,7 +27,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	fs.SetOutput(stderr)
 	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
 	topic := fs.String("topic", "", "main topic (default pacer.<channel>); the DLQ is <topic>.dlq")
-	reason := fs.String("reason", "", "replay only this pacer-reason: "+strings.Join(pacer.DLQReasons, ", ")+", or permanent:<provider code>; default all")
+	reason := fs.String("reason", "", "replay only this pacer-reason: "+strings.Join(envelope.DLQReasons, ", ")+", or permanent:<provider code>; default all")
 	campaign := fs.String("campaign", "", "replay only envelopes of this campaign; default all")
 	dry := fs.Bool("dry-run", false, "list and count what would be replayed, write nothing")
 	if err := parseFlags(fs, args[1:]); err != nil {
@@ -37,7 +38,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return err
 	}
 	if *reason != "" {
-		if err := pacer.CheckReason(*reason); err != nil {
+		if err := envelope.CheckReason(*reason); err != nil {
 			return &usageError{"dlq replay: --reason: " + err.Error()}
 		}
 	}
@@ -64,21 +65,21 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	// A DLQ that does not exist holds nothing to replay: say so, and create
 	// no topic on the way.
 	dlq := *topic + ".dlq"
-	if n, err := pacer.TopicPartitions(ctx, cl, dlq); err != nil {
+	if n, err := produce.TopicPartitions(ctx, cl, dlq); err != nil {
 		return kafkaCommandFailure(cfg, err)
 	} else if n == 0 {
 		return fmt.Errorf("dlq replay: DLQ topic %s does not exist: nothing was dead-lettered from %s yet, or --channel/--topic name another topic", dlq, *topic)
 	}
-	n, err := pacer.EnsureTopic(ctx, cl, *topic, 12)
+	n, err := produce.EnsureTopic(ctx, cl, *topic, 12)
 	if err != nil {
 		return kafkaCommandFailure(cfg, err)
 	}
-	rc := pacer.ReplayConfig{DLQTopic: dlq, Topic: *topic, Partitions: n,
+	rc := produce.ReplayConfig{DLQTopic: dlq, Topic: *topic, Partitions: n,
 		Reason: *reason, Campaign: *campaign, DryRun: *dry}
 	if *dry {
 		// One line per record a replay would write, so that the ids can be
 		// checked with the provider first.
-		rc.Chosen = func(r pacer.ReplayedRecord) {
+		rc.Chosen = func(r produce.ReplayedRecord) {
 			id := quoteText(r.ID)
 			if r.Err != nil {
 				id = "- (value is not an envelope)"
@@ -105,7 +106,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 			fmt.Fprintln(stdout)
 		}
 	}
-	s, err := pacer.Replay(ctx, cl, rc)
+	s, err := produce.Replay(ctx, cl, rc)
 	if err != nil && s.Scanned == 0 {
 		return err // nothing done: the error alone, no "replayed 0" line above it
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/control"
-	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/redis/go-redis/v9"
 	"github.com/schollz/progressbar/v3"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -89,12 +89,12 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
-	n, err := pacer.EnsureTopic(ctx, cl, *topic, *partitions)
+	n, err := produce.EnsureTopic(ctx, cl, *topic, *partitions)
 	if err != nil {
 		return kafkaCommandFailure(cfg, err)
 	}
 
-	pc := pacer.PublishConfig{
+	pc := produce.PublishConfig{
 		Topic: *topic, Partitions: n,
 		Reject: func(line int, err error) { fmt.Fprintf(stderr, "line %d: %v\n", line, err) },
 	}
@@ -106,7 +106,7 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		pc.Progress = func(read int64) { bar.Set64(read) }
 		defer bar.Finish()
 	}
-	s, err := pacer.Publish(ctx, cl, in, pc)
+	s, err := produce.Publish(ctx, cl, in, pc)
 	fmt.Fprintf(stdout, "published %d, rejected %d, %.2fs, %.0f msgs/s (topic %s, %d partitions)\n",
 		s.Published, s.Rejected, s.Elapsed.Seconds(), s.Rate(), *topic, n)
 	countPublished(ctx, cfg, *channel, s.ByCampaign, stderr)

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -220,23 +221,23 @@ func kafkaOpts(cfg config) ([]kgo.Opt, error) {
 }
 
 // kafkaSetting names the settings to look at for a Kafka failure that no
-// retry mends (as [pacer.KafkaSecurity] classifies it), or "" for any other.
+// retry mends (as [produce.KafkaSecurity] classifies it), or "" for any other.
 func kafkaSetting(cfg config, err error) string {
-	kind, _ := pacer.KafkaSecurity(err)
+	kind, _ := produce.KafkaSecurity(err)
 	switch kind {
-	case pacer.SASLAuthFailed, pacer.SASLMechanism:
+	case produce.SASLAuthFailed, produce.SASLMechanism:
 		return "PACER_KAFKA_SASL_*"
-	case pacer.TLSUnknownCA:
+	case produce.TLSUnknownCA:
 		return "PACER_KAFKA_TLS_CA_FILE"
-	case pacer.TLSHostname:
+	case produce.TLSHostname:
 		return "PACER_KAFKA_TLS_SERVER_NAME"
-	case pacer.TLSCertInvalid:
+	case produce.TLSCertInvalid:
 		return "the brokers' certificates; PACER_KAFKA_TLS_CA_FILE"
-	case pacer.TLSNotTLS, pacer.TLSToPlaintext:
+	case produce.TLSNotTLS, produce.TLSToPlaintext:
 		return "PACER_KAFKA_TLS"
-	case pacer.TLSHandshakeRefused:
+	case produce.TLSHandshakeRefused:
 		return "PACER_KAFKA_TLS_CERT_FILE, PACER_KAFKA_TLS_KEY_FILE"
-	case pacer.ClosedAtOnce:
+	case produce.ClosedAtOnce:
 		switch {
 		case !cfg.KafkaTLS:
 			return "PACER_KAFKA_TLS"
@@ -259,7 +260,7 @@ func kafkaFailure(cfg config, err error) error {
 	}
 	var ke *pacer.KafkaError
 	if !errors.As(err, &ke) {
-		cause, _ := pacer.KafkaCause(err)
+		cause, _ := produce.KafkaCause(err)
 		ke = &pacer.KafkaError{Cause: cause, Err: err}
 		err = ke
 	}

@@ -198,7 +198,7 @@ func TestNewRedisSecurity(t *testing.T) {
 }
 
 // TestKafkaFailureNamesCauseAndSetting: every failure kind that
-// pacer.KafkaSecurity reads is reported with its cause in words and the
+// produce.KafkaSecurity reads is reported with its cause in words and the
 // setting to look at; any other error passes unchanged.
 func TestKafkaFailureNamesCauseAndSetting(t *testing.T) {
 	wrap := func(err error) error { return fmt.Errorf("pacer: topic t: metadata: %w", err) }

@@ -1,6 +1,11 @@
 package envelope
 
-import "github.com/twmb/franz-go/pkg/kgo"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
 
 // HeaderCampaign is the Kafka record header a publisher (pacer publish, the
 // ingest gateway) sets to the envelope's campaign, so tools that read
@@ -46,7 +51,7 @@ const (
 
 // Headers of a dead-lettered record only.
 const (
-	HeaderReason            = "pacer-reason"  // why: a reason such as "expired" or "attempts-exhausted"
+	HeaderReason            = "pacer-reason"  // why: one of [DLQReasons]
 	HeaderDetail            = "pacer-detail"  // the last provider response or parse error
 	HeaderChannel           = "pacer-channel" // the channel
 	HeaderOriginalTopic     = "pacer-original-topic"
@@ -54,6 +59,25 @@ const (
 	HeaderOriginalOffset    = "pacer-original-offset"
 	HeaderTruncated         = "pacer-truncated" // the value was cut; the original size in bytes
 )
+
+// DLQReasons are the values of [HeaderReason] on DLQ records (and the reason
+// label of pacer_dlq_total); a permanent failure's record carries
+// "permanent:<provider code>".
+var DLQReasons = []string{"malformed", "expired", "permanent", "attempts-exhausted", "unknown-outcome", "too-large", "cancelled", "no-credentials"}
+
+// CheckReason returns an error naming the valid reasons unless r is one of
+// [DLQReasons] or "permanent:<code>" with a non-empty code.
+func CheckReason(r string) error {
+	for _, d := range DLQReasons {
+		if r == d {
+			return nil
+		}
+	}
+	if code, ok := strings.CutPrefix(r, "permanent:"); ok && strings.TrimSpace(code) != "" {
+		return nil
+	}
+	return fmt.Errorf("reason %q is not a DLQ reason: %s, or permanent:<provider code>", r, strings.Join(DLQReasons, ", "))
+}
 
 // Header returns the value of r's first header named key, or "" if it has
 // none.

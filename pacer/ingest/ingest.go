@@ -45,8 +45,8 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/quota"
 	"github.com/pacerhq/pacer/bucket/window"
-	"github.com/pacerhq/pacer/pacer"
 	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/pacerhq/pacer/partitioner"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -767,7 +767,7 @@ func (s *Server) partitionCount(ctx context.Context, topic string) int {
 	if n, ok := s.partitions.Load(topic); ok {
 		return n.(int)
 	}
-	n, err := pacer.EnsureTopic(ctx, s.deps.Kafka, topic, s.cfg.Partitions)
+	n, err := produce.EnsureTopic(ctx, s.deps.Kafka, topic, s.cfg.Partitions)
 	if err != nil || n < 1 {
 		return s.cfg.Partitions
 	}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -31,7 +32,6 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/quota"
 	"github.com/pacerhq/pacer/internal/testenv"
-	"github.com/pacerhq/pacer/pacer"
 	"github.com/pacerhq/pacer/pacer/ingest"
 	"github.com/pacerhq/pacer/partitioner"
 )
@@ -79,7 +79,7 @@ func newRigOn(t *testing.T, brokers string, tenantRate float64, tenantBurst int,
 		t.Fatal(err)
 	}
 	t.Cleanup(r.kafka.Close)
-	if _, err := pacer.EnsureTopic(context.Background(), r.kafka, r.topic, 12); err != nil {
+	if _, err := produce.EnsureTopic(context.Background(), r.kafka, r.topic, 12); err != nil {
 		t.Fatal(err)
 	}
 	r.rdb = redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), PoolSize: 128})

@@ -1,11 +1,13 @@
-package pacer
+package produce
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"net"
 	"strings"
+	"syscall"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -74,8 +76,26 @@ func KafkaSecurity(err error) (SecurityFailure, string) {
 	return NoSecurityFailure, ""
 }
 
-// securityCause is the cause in words of [KafkaSecurity], or "".
-func securityCause(err error) string {
-	_, c := KafkaSecurity(err)
-	return c
+// KafkaCause says why a Kafka request failed: a name that does not resolve,
+// a broker that is down, credentials or certificates the brokers refuse
+// ([KafkaSecurity]), or a broker that answered with an error. permanent
+// is true when no retry can mend it: credentials, certificates, TLS or SASL
+// on one side only.
+func KafkaCause(err error) (cause string, permanent bool) {
+	if _, c := KafkaSecurity(err); c != "" {
+		return c, true
+	}
+	return kafkaCause(err), false
+}
+
+func kafkaCause(err error) string {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return "a seed broker's host name does not resolve"
+	}
+	var op *net.OpError
+	if errors.As(err, &op) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) {
+		return "nothing listens at the seed brokers (down, or a wrong port)"
+	}
+	return "the brokers refused the request"
 }

@@ -1,4 +1,4 @@
-package pacer
+package produce
 
 import (
 	"context"
@@ -42,8 +42,12 @@ func EnsureTopic(ctx context.Context, cl *kgo.Client, topic string, partitions i
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("pacer: topic %s shows no partitions 30 s after it was created", topic)
 		}
-		if !sleep(ctx, 200*time.Millisecond) {
+		t := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return 0, ctx.Err()
+		case <-t.C:
 		}
 	}
 }

@@ -1,4 +1,10 @@
-package pacer
+// Package produce holds Pacer's producer-side operations on Kafka: publish
+// a campaign file of envelopes to a channel topic ([Publish]), put
+// dead-lettered records back ([Replay]), create topics ([EnsureTopic]), and
+// read what a failed Kafka request says about its security settings
+// ([KafkaSecurity], [KafkaCause]). The commands (pacer publish, pacer dlq
+// replay), the consumer and the ingest gateway call it; it keeps no state.
+package produce
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package pacer
+package produce
 
 import (
 	"context"
@@ -11,25 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// DLQReasons are the pacer-reason values of DLQ records (and the reason
-// label of pacer_dlq_total); a permanent failure's record carries
-// "permanent:<provider code>".
-var DLQReasons = []string{"malformed", "expired", "permanent", "attempts-exhausted", "unknown-outcome", "too-large", "cancelled", "no-credentials"}
-
-// CheckReason returns an error naming the valid reasons unless r is one of
-// [DLQReasons] or "permanent:<code>" with a non-empty code.
-func CheckReason(r string) error {
-	for _, d := range DLQReasons {
-		if r == d {
-			return nil
-		}
-	}
-	if code, ok := strings.CutPrefix(r, "permanent:"); ok && strings.TrimSpace(code) != "" {
-		return nil
-	}
-	return fmt.Errorf("reason %q is not a DLQ reason: %s, or permanent:<provider code>", r, strings.Join(DLQReasons, ", "))
-}
 
 // ReplayConfig chooses which DLQ records [Replay] puts back.
 type ReplayConfig struct {
