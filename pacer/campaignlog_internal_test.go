@@ -11,7 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/pacerhq/pacer/bucket/control"
+	"github.com/pacerhq/pacer/pacer/control"
 )
 
 // downStore is a CampaignStore whose States fails until up is set.

@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/control"
-	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/control"
+	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/redis/go-redis/v9"
 )
 

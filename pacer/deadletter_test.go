@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"

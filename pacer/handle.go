@@ -15,10 +15,10 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
-	"github.com/pacerhq/pacer/bucket/control"
-	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )

@@ -9,7 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/control"
+	"github.com/pacerhq/pacer/pacer/control"
 )
 
 // The key map holds its own copies of the keys, side by side in shared

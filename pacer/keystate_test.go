@@ -17,7 +17,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
-	"github.com/pacerhq/pacer/bucket/control"
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )

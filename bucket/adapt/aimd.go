@@ -26,7 +26,7 @@ var (
 
 // MaxRate is the highest ceiling [AIMD.Validate] accepts, in msgs/s: 10^15
 // millionths, the most the scripts keep exactly. A per-key limit above it
-// (bucket/control) would be refused by every pacer, so control refuses it
+// (pacer/control) would be refused by every pacer, so control refuses it
 // when it is set.
 const MaxRate = 1e9
 

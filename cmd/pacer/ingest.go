@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/control"
-	"github.com/pacerhq/pacer/bucket/quota"
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/ingest"
+	"github.com/pacerhq/pacer/pacer/ingest/quota"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"

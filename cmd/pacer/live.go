@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/control"
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/control"
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/redis/go-redis/v9"
 	"github.com/schollz/progressbar/v3"

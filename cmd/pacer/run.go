@@ -16,9 +16,9 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
-	"github.com/pacerhq/pacer/bucket/control"
-	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/control"
+	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/pacerhq/pacer/pacer/statuspage"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"

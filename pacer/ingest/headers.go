@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pacerhq/pacer/bucket/quota"
+	"github.com/pacerhq/pacer/pacer/ingest/quota"
 )
 
 // The RateLimit-Policy and RateLimit fields, as

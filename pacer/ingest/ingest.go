@@ -3,7 +3,7 @@
 // /v1/channels/{channel}/messages with its API key; the gateway checks
 // every quota tier (client IP, tenant requests/s, tenant messages/day,
 // channel messages/s) and claims the envelope ids in one atomic Redis step
-// (package bucket/quota), produces the envelopes to the channel's topic as
+// (package pacer/ingest/quota), produces the envelopes to the channel's topic as
 // `pacer publish` does, and answers 202 only once Kafka acknowledged every
 // record. Every answer carries the IETF RateLimit-Policy and RateLimit
 // fields (see headers.go); errors are RFC 9457 problem+json. The API is
@@ -43,9 +43,9 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/quota"
-	"github.com/pacerhq/pacer/bucket/window"
 	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/pacerhq/pacer/pacer/ingest/quota"
+	"github.com/pacerhq/pacer/pacer/ingest/window"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/pacerhq/pacer/partitioner"
 	"github.com/prometheus/client_golang/prometheus"

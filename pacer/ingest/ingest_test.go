@@ -32,10 +32,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/control"
-	"github.com/pacerhq/pacer/bucket/quota"
 	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/ingest"
+	"github.com/pacerhq/pacer/pacer/ingest/quota"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }

@@ -30,9 +30,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/quota"
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/pacerhq/pacer/pacer/ingest"
+	"github.com/pacerhq/pacer/pacer/ingest/quota"
 	"github.com/pacerhq/pacer/partitioner"
 )
 

@@ -20,9 +20,9 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
-	"github.com/pacerhq/pacer/bucket/control"
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -9,9 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/quota"
-	"github.com/pacerhq/pacer/bucket/window"
 	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/pacerhq/pacer/pacer/ingest/quota"
+	"github.com/pacerhq/pacer/pacer/ingest/window"
 )
 
 // BenchmarkTakeFinish100: one ingest request of 100 new ids on

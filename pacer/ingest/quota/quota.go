@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/window"
 	"github.com/pacerhq/pacer/internal/wire"
 	"github.com/pacerhq/pacer/lua"
+	"github.com/pacerhq/pacer/pacer/ingest/window"
 	"github.com/redis/go-redis/v9"
 )
 

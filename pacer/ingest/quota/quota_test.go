@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/quota"
-	"github.com/pacerhq/pacer/bucket/window"
 	"github.com/pacerhq/pacer/internal/redistest"
 	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/pacerhq/pacer/pacer/ingest/quota"
+	"github.com/pacerhq/pacer/pacer/ingest/window"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/window"
 	"github.com/pacerhq/pacer/internal/redistest"
+	"github.com/pacerhq/pacer/pacer/ingest/window"
 )
 
 const ms = time.Millisecond

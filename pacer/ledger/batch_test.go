@@ -15,8 +15,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/ledger"
 	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/redis/go-redis/v9"
 )
 
