@@ -3,8 +3,9 @@ package pacer
 import "slices"
 
 // KeyActivity is one active pacing key as this process sees it, for a
-// status page that adds up every replica's view. 32 bytes: a publisher
-// keeps one per active key between its readings.
+// status page that adds up every replica's view (statuspage.KeyActivity
+// has the same fields, so one converts to the other). 32 bytes: a
+// publisher keeps one per active key between its readings.
 type KeyActivity struct {
 	Key string
 	// Delivered counts the key's messages the provider accepted through

@@ -48,47 +48,6 @@ type refresher interface {
 	Refresh(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD, accepted int) adapt.Refreshed
 }
 
-// Policy answers each pacing key's limits and adaptation settings. The
-// pacer asks it when a key is first seen and then at most once per
-// refreshEvery while the key sends, so a policy change reaches every
-// replica within about a second without touching the loop. Implementations
-// must be safe for concurrent use; an error keeps the key's last policy.
-type Policy interface {
-	KeyPolicy(ctx context.Context, key string) (KeyPolicy, error)
-}
-
-// KeyPolicy is one pacing key's policy.
-type KeyPolicy struct {
-	Limit          bucket.Limit  // the key's ceiling: rate in msgs/s and burst; the AIMD never goes above it
-	RecipientLimit bucket.Limit  // a second bucket per (key, recipient); zero = none
-	AIMD           adapt.AIMD    // adaptation on throttles; zero fields mean bucket's defaults
-	Breaker        adapt.Breaker // breaker on halts; zero fields mean bucket's defaults
-}
-
-// Validate reports the first reason kp cannot pace a key (an error naming
-// the field), or nil.
-func (kp KeyPolicy) Validate() error {
-	if err := kp.Limit.Validate(); err != nil {
-		return fmt.Errorf("Limit: %w", err)
-	}
-	if kp.RecipientLimit != (bucket.Limit{}) {
-		if err := kp.RecipientLimit.Validate(); err != nil {
-			return fmt.Errorf("RecipientLimit: %w", err)
-		}
-	}
-	if err := kp.AIMD.Validate(kp.Limit); err != nil {
-		return err
-	}
-	return kp.Breaker.Validate()
-}
-
-// StaticPolicy gives every key the same policy: the channel's configured
-// one, the default when [Deps.Policy] is nil.
-type StaticPolicy KeyPolicy
-
-// KeyPolicy returns s for every key; it never fails.
-func (s StaticPolicy) KeyPolicy(context.Context, string) (KeyPolicy, error) { return KeyPolicy(s), nil }
-
 // refreshEvery is how often a replica re-reads a key's policy and shared
 // state (its adapted rate and breaker) while it sends for that key: the
 // bound on how long replicas disagree, at one or two calls per key per second.
@@ -151,7 +110,7 @@ type keyState struct {
 	// decrease cleared the bucket's debt) and takes a new one at the new
 	// rate; a slot granted after it is the new schedule (see acquire).
 	cutAt         atomic.Int64
-	pol           *KeyPolicy // shared with every key of the same policy (see keyStates.def)
+	pol           *control.KeyPolicy // shared with every key of the same policy (see keyStates.def)
 	adapted       adapt.Adapted
 	limit         bucket.Limit // adapted limit passed to the bucket
 	refreshed     instant      // when the state was last read from Redis; zero before the first read ends
@@ -348,7 +307,7 @@ type accountState struct {
 // accountLeft returns how long the account cooldown lasts from now, as this
 // process last read it (at most refreshEvery ago) or set it. A Redis error
 // keeps the last value.
-func (p *Pacer) accountLeft(ctx context.Context, pol KeyPolicy) time.Duration {
+func (p *Pacer) accountLeft(ctx context.Context, pol control.KeyPolicy) time.Duration {
 	a := &p.account
 	a.mu.Lock()
 	now := time.Now()
@@ -479,7 +438,7 @@ func maxTime(a, b time.Time) time.Time {
 // key of the channel, shared through Redis, of the provider's hint clamped
 // to the key's cooldown bounds (the WhatsApp adapter asks for a minute: the
 // budget is a rolling hour). It returns the cooldown.
-func (p *Pacer) accountThrottled(ctx context.Context, pol KeyPolicy, perr *channels.Error, log *slog.Logger) time.Duration {
+func (p *Pacer) accountThrottled(ctx context.Context, pol control.KeyPolicy, perr *channels.Error, log *slog.Logger) time.Duration {
 	hint := time.Duration(0)
 	if perr != nil {
 		hint = perr.RetryAfter
@@ -532,7 +491,7 @@ const reserveAheadAdapting = 250 * time.Millisecond
 // sent, and the CPU they took woke the slot holders too late to use their
 // slots: the key ran at half its rate. The one sender beyond the reach
 // asks for the next slot as the first held one starts.
-func aheadSenders(lim bucket.Limit, pol KeyPolicy, maxWait time.Duration, adapting bool) int {
+func aheadSenders(lim bucket.Limit, pol control.KeyPolicy, maxWait time.Duration, adapting bool) int {
 	if pol.RecipientLimit != (bucket.Limit{}) {
 		return max(int(math.Ceil(lim.PerSecond*multiReach(lim, maxWait).Seconds()))+1, 1)
 	}
@@ -601,7 +560,7 @@ type keyStates struct {
 	peak int
 	// def is the channel's policy (Config's), shared by every key whose
 	// policy is the same, so a key's state holds a pointer, not a copy.
-	def *KeyPolicy
+	def *control.KeyPolicy
 	// slab is the rest of the block new states are cut from (see
 	// keyStateBlock).
 	slab []keyState
@@ -679,7 +638,7 @@ func (p *Pacer) keyState(key string) *keyState {
 	defer p.keys.mu.Unlock()
 	st := p.keys.m[key]
 	if st == nil {
-		if def := KeyPolicy(p.policyDefault); p.keys.def == nil || *p.keys.def != def {
+		if def := control.KeyPolicy(p.policyDefault); p.keys.def == nil || *p.keys.def != def {
 			p.keys.def = &def
 		}
 		pol := p.keys.def
@@ -833,7 +792,7 @@ func (p *Pacer) sweepLoop(ctx context.Context) {
 // is reserved at a rate the key no longer has. It also returns how long
 // from now the key's new slots wait after a raise (see
 // keyRare.raisedAfter), 0 when they do not.
-func (st *keyState) current(lim bucket.Limit, pol KeyPolicy, now instant) (bucket.Limit, KeyPolicy, time.Duration) {
+func (st *keyState) current(lim bucket.Limit, pol control.KeyPolicy, now instant) (bucket.Limit, control.KeyPolicy, time.Duration) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if !st.refreshed.IsZero() {
@@ -935,7 +894,7 @@ func (p *Pacer) reportIfDue(ctx context.Context, key string, st *keyState, log *
 // values meanwhile (except before the key's first read, which they wait
 // for). A Redis or policy error keeps the last known values: the bucket
 // call will fail the same way and hold the message.
-func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slog.Logger) (bucket.Limit, KeyPolicy) {
+func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slog.Logger) (bucket.Limit, control.KeyPolicy) {
 	st.mu.Lock()
 	now := time.Now()
 	every := st.refreshInterval(instantOf(now))
@@ -1087,7 +1046,7 @@ func (p *Pacer) limitFor(ctx context.Context, key string, st *keyState, log *slo
 // throttled again and again at its floor trips the breaker.
 // paced is the adapted rate the throttled send was paced at (see
 // [adapt.Adapter.ThrottledAfter]).
-func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol KeyPolicy, paced float64, perr *channels.Error, log *slog.Logger) {
+func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol control.KeyPolicy, paced float64, perr *channels.Error, log *slog.Logger) {
 	hint := time.Duration(0)
 	code := codeOf(perr)
 	if perr != nil {
@@ -1120,7 +1079,7 @@ func (p *Pacer) throttled(ctx context.Context, key string, st *keyState, pol Key
 }
 
 // breakerResult reports an outcome to the key's breaker.
-func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol KeyPolicy, ok bool, reason string, log *slog.Logger) {
+func (p *Pacer) breakerResult(ctx context.Context, key string, st *keyState, pol control.KeyPolicy, ok bool, reason string, log *slog.Logger) {
 	// A halt opens the breaker (breaker_result.lua): this process's other
 	// senders of the key stop at once (breakerShut), not a Redis round
 	// trip later.
@@ -1215,7 +1174,7 @@ func (p *Pacer) credentialReplaced(key string, st *keyState) bool {
 // breakerAllow asks the breaker before a send when this process believes it
 // may be open. It returns allowed, whether this send is the half-open probe,
 // and how long to wait when not allowed; ok is false when ctx ended.
-func (p *Pacer) breakerAllow(ctx context.Context, key string, st *keyState, pol KeyPolicy, log *slog.Logger) (allowed, probe bool, wait time.Duration, ok bool) {
+func (p *Pacer) breakerAllow(ctx context.Context, key string, st *keyState, pol control.KeyPolicy, log *slog.Logger) (allowed, probe bool, wait time.Duration, ok bool) {
 	st.mu.Lock()
 	closed := st.breaker == adapt.BreakerClosed
 	st.mu.Unlock()

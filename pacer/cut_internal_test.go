@@ -9,6 +9,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/pacer/control"
 )
 
 // aheadBucket grants every reservation a slot 100 ms ahead.
@@ -59,7 +60,7 @@ func TestAcquireKeepsSlotsGrantedAfterADecrease(t *testing.T) {
 				done := make(chan result, 1)
 				time.Sleep(50 * time.Millisecond) // the grant at 50 ms
 				go func() {
-					_, _, paced, ok := p.acquire(t.Context(), "k", "to", false, st, KeyPolicy{Limit: ceiling}, ceiling, p.log, nil)
+					_, _, paced, ok := p.acquire(t.Context(), "k", "to", false, st, control.KeyPolicy{Limit: ceiling}, ceiling, p.log, nil)
 					done <- result{paced, ok}
 				}()
 				synctest.Wait()

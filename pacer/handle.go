@@ -140,7 +140,7 @@ type flight struct {
 	env     envelope.Envelope
 	parsed  *envelope.Envelope // r's envelope parsed before the record was handled, until admit takes it
 	st      *keyState          // nil until the envelope is parsed
-	pol     KeyPolicy          // the key's policy at the last gate
+	pol     control.KeyPolicy  // the key's policy at the last gate
 	lim     bucket.Limit
 	probe   bool                   // this send is the breaker's half-open probe
 	cred    uint64                 // CredentialVersion of the key when the request left
@@ -871,7 +871,7 @@ func (p *Pacer) redisOp(ctx context.Context, log *slog.Logger, op func() error, 
 // paced is the key's adapted rate this process knew when the slot was
 // granted (see [adapt.Adapter.ThrottledAfter]): a slot granted at a rate
 // since lowered, and kept (see below), was paced at the old one.
-func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyState, pol KeyPolicy, lim bucket.Limit, log *slog.Logger, ahead func(at time.Time)) (wait time.Duration, reason string, paced float64, ok bool) {
+func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyState, pol control.KeyPolicy, lim bucket.Limit, log *slog.Logger, ahead func(at time.Time)) (wait time.Duration, reason string, paced float64, ok bool) {
 	st.mu.Lock()
 	paced = st.adapted.Rate // a slot handed off was granted at most a slot interval ago
 	st.mu.Unlock()
@@ -1090,7 +1090,7 @@ const leaseBacklog = 20
 // rate, the lower of the two), one all-or-nothing reservation of both; else
 // through the key's Dispenser (one Redis call per lease) when leases are on
 // for the key (see leaseBacklog) and st != nil; else one reservation.
-func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keyState, pol KeyPolicy, lim bucket.Limit) (bucket.Reservation, error) {
+func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keyState, pol control.KeyPolicy, lim bucket.Limit) (bucket.Reservation, error) {
 	rl := pol.RecipientLimit
 	if st != nil && st.anyPairRate() {
 		// A pair that learned its rate from throttles is paced at it.

@@ -65,13 +65,13 @@ func TestKeysCopiedTogether(t *testing.T) {
 
 // refusingPolicy refuses every key's stored limit while refuse is set.
 type refusingPolicy struct {
-	Policy
+	control.Policy
 	refuse bool
 }
 
-func (p *refusingPolicy) KeyPolicy(ctx context.Context, key string) (KeyPolicy, error) {
+func (p *refusingPolicy) KeyPolicy(ctx context.Context, key string) (control.KeyPolicy, error) {
 	if p.refuse {
-		return KeyPolicy{}, fmt.Errorf("%w: rate \"fast\" is not a number", control.ErrInvalid)
+		return control.KeyPolicy{}, fmt.Errorf("%w: rate \"fast\" is not a number", control.ErrInvalid)
 	}
 	return p.Policy.KeyPolicy(ctx, key)
 }

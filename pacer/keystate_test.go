@@ -69,11 +69,13 @@ func (a *stubAdapter) BreakerStatus(context.Context, string, string) (adapt.Brea
 }
 
 // policyFunc serves a key's policy from a function.
-type policyFunc func(key string) KeyPolicy
+type policyFunc func(key string) control.KeyPolicy
 
-func (f policyFunc) KeyPolicy(_ context.Context, key string) (KeyPolicy, error) { return f(key), nil }
+func (f policyFunc) KeyPolicy(_ context.Context, key string) (control.KeyPolicy, error) {
+	return f(key), nil
+}
 
-func testPacer(t *testing.T, b Bucket, a Adapter, pol Policy) *Pacer {
+func testPacer(t *testing.T, b Bucket, a Adapter, pol control.Policy) *Pacer {
 	t.Helper()
 	lim := bucket.Limit{PerSecond: 100, Burst: 20}
 	p := &Pacer{
@@ -82,7 +84,7 @@ func testPacer(t *testing.T, b Bucket, a Adapter, pol Policy) *Pacer {
 		adapter:       a,
 		keys:          keyStates{m: map[string]*keyState{}},
 		log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		policyDefault: StaticPolicy{Limit: lim},
+		policyDefault: control.StaticPolicy{Limit: lim},
 	}
 	p.policy = pol
 	if pol == nil {
@@ -182,10 +184,10 @@ func TestPolicyRefreshedWithinASecond(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		rate := 50.0
-		pol := policyFunc(func(string) KeyPolicy {
+		pol := policyFunc(func(string) control.KeyPolicy {
 			mu.Lock()
 			defer mu.Unlock()
-			return KeyPolicy{Limit: bucket.Limit{PerSecond: rate, Burst: 10}}
+			return control.KeyPolicy{Limit: bucket.Limit{PerSecond: rate, Burst: 10}}
 		})
 		p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, pol)
 		ctx := t.Context()
@@ -211,7 +213,7 @@ func TestPolicyRefreshedWithinASecond(t *testing.T) {
 // A policy that cannot pace is refused and the key keeps its last one.
 func TestInvalidPolicyKeepsTheLastOne(t *testing.T) {
 	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{},
-		policyFunc(func(string) KeyPolicy { return KeyPolicy{Limit: bucket.Limit{PerSecond: 0, Burst: 1}} }))
+		policyFunc(func(string) control.KeyPolicy { return control.KeyPolicy{Limit: bucket.Limit{PerSecond: 0, Burst: 1}} }))
 	st := p.keyState("k")
 	defer p.keys.done(st)
 	if lim, _ := p.limitFor(t.Context(), "k", st, p.log); lim.PerSecond != 100 {
@@ -227,10 +229,10 @@ func TestUtilization(t *testing.T) {
 		t.Fatalf("no keys: utilization %v, want 0", u)
 	}
 	now := nowInstant()
-	p.keys.m["busy"] = &keyState{pol: &KeyPolicy{}, users: 2, mark: now, achieved: 72, adapted: adapt.Adapted{Rate: 80}}
-	p.keys.m["recent"] = &keyState{pol: &KeyPolicy{}, lastSeen: now, mark: now, achieved: 18, adapted: adapt.Adapted{Rate: 20}}
-	p.keys.m["idle"] = &keyState{pol: &KeyPolicy{}, lastSeen: instantOf(time.Now().Add(-time.Minute)), mark: now, achieved: 0, adapted: adapt.Adapted{Rate: 100}}
-	p.keys.m["unmeasured"] = &keyState{pol: &KeyPolicy{}, users: 1, adapted: adapt.Adapted{Rate: 100}}
+	p.keys.m["busy"] = &keyState{pol: &control.KeyPolicy{}, users: 2, mark: now, achieved: 72, adapted: adapt.Adapted{Rate: 80}}
+	p.keys.m["recent"] = &keyState{pol: &control.KeyPolicy{}, lastSeen: now, mark: now, achieved: 18, adapted: adapt.Adapted{Rate: 20}}
+	p.keys.m["idle"] = &keyState{pol: &control.KeyPolicy{}, lastSeen: instantOf(time.Now().Add(-time.Minute)), mark: now, achieved: 0, adapted: adapt.Adapted{Rate: 100}}
+	p.keys.m["unmeasured"] = &keyState{pol: &control.KeyPolicy{}, users: 1, adapted: adapt.Adapted{Rate: 100}}
 	if u := p.utilization(); math.Abs(u-0.9) > 1e-9 {
 		t.Fatalf("utilization %v, want (72+18)/(80+20) = 0.9", u)
 	}
@@ -241,7 +243,9 @@ func TestUtilization(t *testing.T) {
 func TestUtilizationByKeyClass(t *testing.T) {
 	p := &Pacer{keys: keyStates{m: map[string]*keyState{}}}
 	now := nowInstant()
-	tier := func(r float64) KeyPolicy { return KeyPolicy{Limit: bucket.Limit{PerSecond: r, Burst: 10}} }
+	tier := func(r float64) control.KeyPolicy {
+		return control.KeyPolicy{Limit: bucket.Limit{PerSecond: r, Burst: 10}}
+	}
 	p.keys.m["a"] = &keyState{users: 1, mark: now, achieved: 76, adapted: adapt.Adapted{Rate: 80}, pol: new(tier(80))}
 	p.keys.m["b"] = &keyState{users: 1, mark: now, achieved: 40, adapted: adapt.Adapted{Rate: 80}, pol: new(tier(80))}
 	p.keys.m["c"] = &keyState{users: 1, mark: now, achieved: 990, adapted: adapt.Adapted{Rate: 1000}, pol: new(tier(1000))}
@@ -262,7 +266,7 @@ func TestUtilizationByKeyClass(t *testing.T) {
 // slot after a refresh lapse: at 0.5/s, every slot).
 func TestAccountLeftNoCooldown(t *testing.T) {
 	p := &Pacer{adapter: &stubAdapter{}, cfg: Config{Channel: "test"}}
-	pol := KeyPolicy{Limit: bucket.Limit{PerSecond: 0.5, Burst: 1}}
+	pol := control.KeyPolicy{Limit: bucket.Limit{PerSecond: 0.5, Burst: 1}}
 	for i := range 3 {
 		if left := p.accountLeft(t.Context(), pol); left != 0 {
 			t.Fatalf("read %d: accountLeft = %v, want 0", i, left)
@@ -324,7 +328,7 @@ func TestKeyStateBytes(t *testing.T) {
 	for _, k := range keys {
 		st := p.keyState(k)
 		lim, _ := p.limitFor(ctx, k, st, p.log)
-		gate := st.aheadGate(aheadSenders(lim, KeyPolicy{}, time.Second, false))
+		gate := st.aheadGate(aheadSenders(lim, control.KeyPolicy{}, time.Second, false))
 		gate <- struct{}{}
 		<-gate
 		p.keys.done(st)
@@ -358,7 +362,7 @@ func TestDoneTrimsTheKeyState(t *testing.T) {
 	lim := bucket.Limit{PerSecond: 10, Burst: 1}
 
 	st := p.keyState("spent")
-	st.aheadGate(aheadSenders(lim, KeyPolicy{}, time.Second, false))
+	st.aheadGate(aheadSenders(lim, control.KeyPolicy{}, time.Second, false))
 	d := st.dispenser(ctx, p, "spent", lim, lim, 1)
 	if r, err := d.Next(ctx); err != nil || !r.OK {
 		t.Fatalf("Next: %+v, %v", r, err)
@@ -422,8 +426,8 @@ func TestForgetShrinksTheKeyMap(t *testing.T) {
 // again.
 func TestRefusedKeyLimitLoggedOnce(t *testing.T) {
 	store := limitMap{"k": {Key: "k", PerSecond: 1e12}}
-	base := KeyPolicy{Limit: bucket.Limit{PerSecond: 100, Burst: 20}}
-	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, OverridePolicy{Base: base, Channel: "test", Store: store})
+	base := control.KeyPolicy{Limit: bucket.Limit{PerSecond: 100, Burst: 20}}
+	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, control.OverridePolicy{Base: base, Channel: "test", Store: store})
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	st := p.keyState("k")
@@ -464,7 +468,7 @@ func TestRefusedKeyLimitLoggedOnce(t *testing.T) {
 		t.Fatalf("refusals logged: %q; want a second one for 5e+09", w)
 	}
 	// A stored limit that does not parse: the same, once.
-	p.policy = OverridePolicy{Base: base, Channel: "test", Store: badStore{}}
+	p.policy = control.OverridePolicy{Base: base, Channel: "test", Store: badStore{}}
 	for range 3 {
 		if lim := refresh(); lim.PerSecond != 50 {
 			t.Fatalf("limit = %v with an unreadable stored limit, want the last one kept, 50/s", lim)
@@ -473,6 +477,15 @@ func TestRefusedKeyLimitLoggedOnce(t *testing.T) {
 	if w := warns(); len(w) != 3 || !strings.Contains(w[2], "key=k") || !strings.Contains(w[2], "fast") {
 		t.Fatalf("refusals logged: %q; want a third, once, naming key k and the stored value", w)
 	}
+}
+
+// limitMap holds the limits set at run time, by key, as control.Store
+// would answer them.
+type limitMap map[string]control.KeyLimit
+
+func (m limitMap) Limit(_ context.Context, _, key string) (control.KeyLimit, bool, error) {
+	l, ok := m[key]
+	return l, ok, nil
 }
 
 // badStore holds a stored limit that does not parse, as control.Store
@@ -495,7 +508,7 @@ func TestKeyRates(t *testing.T) {
 	st := p.keyState("cut")
 	st.mu.Lock()
 	st.limit = bucket.Limit{PerSecond: 40, Burst: 5}
-	st.pol = &KeyPolicy{Limit: bucket.Limit{PerSecond: 80, Burst: 10}}
+	st.pol = &control.KeyPolicy{Limit: bucket.Limit{PerSecond: 80, Burst: 10}}
 	st.mu.Unlock()
 	if r, c := p.keyRates("cut"); r != 40 || c != 80 {
 		t.Errorf("cut key: rate %v, ceiling %v; want 40 (adapted), 80 (its policy)", r, c)
@@ -560,11 +573,11 @@ func TestRefreshIntervalWhileAdapting(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var mu sync.Mutex
 				policyReads := 0
-				pol := policyFunc(func(string) KeyPolicy {
+				pol := policyFunc(func(string) control.KeyPolicy {
 					mu.Lock()
 					defer mu.Unlock()
 					policyReads++
-					return KeyPolicy{Limit: bucket.Limit{PerSecond: 40, Burst: 10}}
+					return control.KeyPolicy{Limit: bucket.Limit{PerSecond: 40, Burst: 10}}
 				})
 				a := &scriptedAdapter{reply: tc.reply}
 				p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), a, pol)
@@ -637,7 +650,7 @@ func TestAcceptedSendsReportedWhileAdapting(t *testing.T) {
 // of its rate is sent within the window that judges it (with a second per
 // replica, three replicas sent a raised rate 3 s late).
 func TestAheadSendersWhileAdapting(t *testing.T) {
-	pol := KeyPolicy{Limit: bucket.Limit{PerSecond: 80, Burst: 10}}
+	pol := control.KeyPolicy{Limit: bucket.Limit{PerSecond: 80, Burst: 10}}
 	for _, c := range []struct {
 		lim      bucket.Limit
 		adapting bool

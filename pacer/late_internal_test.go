@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -168,7 +169,7 @@ func TestAcquireGivesUpOnlySlotsLaterThanTheHeadroomAllows(t *testing.T) {
 				st := p.keyState("k")
 				defer p.keys.done(st)
 				lim := bucket.Limit{PerSecond: 1000, Burst: 5}
-				wait, _, _, ok := p.acquire(t.Context(), "k", "to", false, st, KeyPolicy{Limit: c.ceiling}, lim, p.log, nil)
+				wait, _, _, ok := p.acquire(t.Context(), "k", "to", false, st, control.KeyPolicy{Limit: c.ceiling}, lim, p.log, nil)
 				if !ok || wait != 0 {
 					t.Fatalf("acquire: wait %v ok %v, want a slot", wait, ok)
 				}

@@ -7,47 +7,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/internal/logrepeat"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/redis/go-redis/v9"
 )
-
-// LimitStore answers the limit set at run time for one pacing key;
-// *control.Store implements it.
-type LimitStore interface {
-	Limit(ctx context.Context, channel, key string) (control.KeyLimit, bool, error)
-}
-
-// OverridePolicy is a [Policy]: Base for every key, with the limit an
-// operator set for the key (`pacer limit set`) as its ceiling when there is
-// one. Burst 0 in the stored limit means Base's burst; an AIMD floor above
-// a lowered rate is lowered to it. One Redis read per key per refresh (at
-// most once per second per key and replica).
-type OverridePolicy struct {
-	Base    KeyPolicy
-	Channel string
-	Store   LimitStore
-}
-
-// KeyPolicy returns key's policy; the store's error when it cannot be read
-// (the pacer then keeps the key's last policy).
-func (o OverridePolicy) KeyPolicy(ctx context.Context, key string) (KeyPolicy, error) {
-	l, ok, err := o.Store.Limit(ctx, o.Channel, key)
-	if err != nil || !ok {
-		return o.Base, err
-	}
-	kp := o.Base
-	kp.Limit = bucket.Limit{PerSecond: l.PerSecond, Burst: l.Burst}
-	if kp.Limit.Burst == 0 {
-		kp.Limit.Burst = o.Base.Limit.Burst
-	}
-	if kp.AIMD.Floor > l.PerSecond {
-		kp.AIMD.Floor = l.PerSecond
-	}
-	return kp, nil
-}
 
 // CampaignStore holds campaign states and counters; *control.Store
 // implements it.

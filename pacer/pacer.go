@@ -191,8 +191,8 @@ type Deps struct {
 	Fallback Bucket
 	// Policy gives each pacing key its limits and adaptation settings; nil
 	// gives every key the channel's (Config.Limit, RecipientLimit, AIMD,
-	// Breaker) as a [StaticPolicy].
-	Policy Policy
+	// Breaker) as a [control.StaticPolicy].
+	Policy control.Policy
 	// Campaigns holds campaign states (paused, cancelled) and counters
 	// (*control.Store); nil: no campaign control, nothing counted.
 	Campaigns CampaignStore
@@ -516,10 +516,10 @@ type Pacer struct {
 	sender   channels.Sender
 	places   *places // the bound of records handled at once; nil in strict order
 	handlers *goPool // the goroutines that handle records
-	policy   Policy
+	policy   control.Policy
 	// policyDefault is the channel's policy from Config: a key's policy
 	// until its first read of Policy.
-	policyDefault StaticPolicy
+	policyDefault control.StaticPolicy
 	camps         *campaigns // nil without Deps.Campaigns
 	parkMarks     rateMarks  // keys' rates as parked records saw them (parkraise.go)
 	keys          keyStates
@@ -614,7 +614,7 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 			return nil, fmt.Errorf("pacer: metrics: %w", err)
 		}
 	}
-	p.policyDefault = StaticPolicy{Limit: cfg.Limit, RecipientLimit: cfg.RecipientLimit, AIMD: cfg.AIMD, Breaker: cfg.Breaker}
+	p.policyDefault = control.StaticPolicy{Limit: cfg.Limit, RecipientLimit: cfg.RecipientLimit, AIMD: cfg.AIMD, Breaker: cfg.Breaker}
 	p.policy = deps.Policy
 	if p.policy == nil {
 		p.policy = p.policyDefault

@@ -225,7 +225,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 // keyCeiling returns the ceiling and AIMD a key is paced with: the
 // channel's, or the key's own limit l when one is set and a pacer would
 // apply it (burst 0: the channel's; the AIMD floor lowered to a lower rate,
-// as pacer.OverridePolicy does); set is " (key)" then, else "".
+// as control.OverridePolicy does); set is " (key)" then, else "".
 func keyCeiling(channel bucket.Limit, aimd adapt.AIMD, l control.KeyLimit) (bucket.Limit, adapt.AIMD, string) {
 	if l.Key == "" {
 		return channel, aimd, ""

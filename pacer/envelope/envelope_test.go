@@ -118,3 +118,33 @@ func TestEnvelopeID(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvelopePriorityNotBefore: priority defaults to normal, accepts high
+// and normal only; not_before must be RFC 3339; both are named when wrong.
+func TestEnvelopePriorityNotBefore(t *testing.T) {
+	const head = `{"id":"a","key":"k","to":"t"`
+	for in, want := range map[string]string{
+		head + `}`:                                     "normal",
+		head + `,"priority":"high"}`:                   "high",
+		head + `,"priority":"normal"}`:                 "normal",
+		head + `,"priority":"urgent"}`:                 "envelope: priority: \"urgent\" is neither high nor normal",
+		head + `,"priority":1}`:                        "envelope: priority: must be a string, got a number",
+		head + `,"not_before":"tomorrow"}`:             "envelope: not_before: \"tomorrow\" is not an RFC 3339 time",
+		head + `,"not_before":"2030-01-02T03:04:05Z"}`: "normal 2030-01-02T03:04:05Z",
+		head + `,"priorty":"high"}`:                    "envelope: priorty: unknown field (an envelope has id, key, to, payload, campaign, tenant, expires_at, priority, not_before)",
+	} {
+		env, err := envelope.Parse([]byte(in))
+		got := ""
+		if err != nil {
+			got = err.Error()
+		} else {
+			got = string(env.Priority)
+			if !env.NotBefore.IsZero() {
+				got += " " + env.NotBefore.Format(time.RFC3339)
+			}
+		}
+		if got != want {
+			t.Errorf("%s: %q, want %q", in, got, want)
+		}
+	}
+}

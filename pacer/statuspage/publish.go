@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -51,8 +51,8 @@ type Publisher struct {
 	channel  string
 	replica  string
 	interval time.Duration
-	source   func(dst []pacer.KeyActivity) []pacer.KeyActivity
-	acts     []pacer.KeyActivity // the last reading's, reused
+	source   func(dst []KeyActivity) []KeyActivity
+	acts     []KeyActivity // the last reading's, reused
 	log      *slog.Logger
 
 	prev    map[string]published // per active key: what the last reading (at prevAt) saw and wrote
@@ -62,11 +62,26 @@ type Publisher struct {
 	rewrite bool   // the next Publish writes the whole hash again
 }
 
-// NewPublisher returns a Publisher of cfg's channel that reads source
-// (e.g. (*pacer.Pacer).AppendActiveKeys, given the last reading's slice to
-// reuse) at each publish. It does not contact
-// Redis.
-func NewPublisher(rdb redis.UniversalClient, cfg Config, source func(dst []pacer.KeyActivity) []pacer.KeyActivity) *Publisher {
+// KeyActivity is one active pacing key as this process sees it: what a
+// [Publisher] reads at each publish. 32 bytes: a publisher keeps one per
+// active key between its readings.
+type KeyActivity struct {
+	Key string
+	// Delivered counts the key's messages the provider accepted through
+	// this process since the key became active here (it restarts from 0
+	// when an idle key's state is freed); the page derives the achieved
+	// rate from two readings.
+	Delivered uint64
+	// InHand is the key's records this process is handling now: fetched,
+	// not yet finished (waiting for a token, being sent).
+	InHand int
+}
+
+// NewPublisher returns a Publisher of cfg's channel that calls source at
+// each publish to append this process's active keys to dst (the last
+// reading's slice, to reuse) and return it: the consumer's active keys, in
+// no particular order. It does not contact Redis.
+func NewPublisher(rdb redis.UniversalClient, cfg Config, source func(dst []KeyActivity) []KeyActivity) *Publisher {
 	cfg.setDefaults()
 	return &Publisher{rdb: rdb, prefix: cfg.Prefix, channel: cfg.Channel, replica: cfg.Replica, interval: cfg.Interval,
 		source: source, log: cfg.Logger}
@@ -215,7 +230,7 @@ type Config struct {
 	Prefix  string // Redis key prefix; "" = bucket.DefaultPrefix
 	// Policy gives each pacing key its ceiling (configured limit) and AIMD
 	// settings, as the running pacer uses them; required for a Page.
-	Policy   pacer.Policy
+	Policy   control.Policy
 	Interval time.Duration // publish and refresh interval; default DefaultInterval
 	Replica  string        // this process in the replica set; default DefaultReplica()
 	Logger   *slog.Logger  // default slog.Default()

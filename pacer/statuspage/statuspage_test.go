@@ -21,7 +21,6 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/internal/testenv"
-	"github.com/pacerhq/pacer/pacer"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/redis/go-redis/v9"
 )
@@ -32,7 +31,7 @@ const channel = "whatsapp"
 
 // policy is the channel's: 80 msgs/s, burst 10; throttles that persist
 // halve the rate at most.
-var policy = pacer.StaticPolicy{Limit: bucket.Limit{PerSecond: 80, Burst: 10},
+var policy = control.StaticPolicy{Limit: bucket.Limit{PerSecond: 80, Burst: 10},
 	AIMD: adapt.AIMD{Decrease: 0.5, Floor: 10, MinCooldown: time.Second, MaxCooldown: time.Minute, Coalesce: 10 * time.Millisecond}}
 
 // setup returns a client of the test Redis and a prefix of this test's own.
@@ -60,18 +59,18 @@ func setup(t *testing.T) (redis.UniversalClient, Config) {
 // source is a settable list of active keys for a Publisher.
 type source struct {
 	mu   sync.Mutex
-	acts []pacer.KeyActivity
+	acts []KeyActivity
 }
 
-func (s *source) set(acts ...pacer.KeyActivity) { s.mu.Lock(); s.acts = acts; s.mu.Unlock() }
-func (s *source) get(dst []pacer.KeyActivity) []pacer.KeyActivity {
+func (s *source) set(acts ...KeyActivity) { s.mu.Lock(); s.acts = acts; s.mu.Unlock() }
+func (s *source) get(dst []KeyActivity) []KeyActivity {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append(dst, s.acts...)
 }
 
-func act(key string, delivered uint64, inHand int) pacer.KeyActivity {
-	return pacer.KeyActivity{Key: key, Delivered: delivered, InHand: inHand}
+func act(key string, delivered uint64, inHand int) KeyActivity {
+	return KeyActivity{Key: key, Delivered: delivered, InHand: inHand}
 }
 
 // scenario writes a channel with two replicas: key A throttled twice (a
@@ -99,12 +98,12 @@ func scenario(t *testing.T, rdb redis.UniversalClient, cfg Config) {
 	now := time.Now()
 	for _, r := range []struct {
 		name        string
-		first, then []pacer.KeyActivity
+		first, then []KeyActivity
 	}{
-		{"r1", []pacer.KeyActivity{act("15550000001", 0, 0), act("15550000002", 0, 0)},
-			[]pacer.KeyActivity{act("15550000001", 100, 5), act("15550000002", 10, 0)}},
-		{"r2", []pacer.KeyActivity{act("15550000001", 0, 0), act("15550000003", 0, 0)},
-			[]pacer.KeyActivity{act("15550000001", 50, 3), act("15550000003", 20, 0)}},
+		{"r1", []KeyActivity{act("15550000001", 0, 0), act("15550000002", 0, 0)},
+			[]KeyActivity{act("15550000001", 100, 5), act("15550000002", 10, 0)}},
+		{"r2", []KeyActivity{act("15550000001", 0, 0), act("15550000003", 0, 0)},
+			[]KeyActivity{act("15550000001", 50, 3), act("15550000003", 20, 0)}},
 	} {
 		src := &source{}
 		c := cfg
@@ -357,7 +356,7 @@ func TestPageInChromium(t *testing.T) {
 	c := cfg
 	c.Replica = "r3"
 	pub := NewPublisher(rdb, c, src.get)
-	var first, then []pacer.KeyActivity
+	var first, then []KeyActivity
 	for i := range 9 {
 		k := fmt.Sprintf("1555010%04d", i)
 		first = append(first, act(k, 0, 0))
@@ -437,7 +436,7 @@ func TestPageWith10000Keys(t *testing.T) {
 	const n = 10000
 	src := &source{}
 	pub := NewPublisher(rdb, cfg, src.get)
-	acts := make([]pacer.KeyActivity, n)
+	acts := make([]KeyActivity, n)
 	for i := range acts {
 		acts[i] = act(fmt.Sprintf("1666%07d", i), uint64(i%50), i%7)
 	}
