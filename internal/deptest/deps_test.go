@@ -1,8 +1,34 @@
-// Package deptest holds the tests that keep Pacer's data flowing one way:
-// cmd -> pacer -> {bucket, channels, partitioner}; bucket -> lua;
-// cmd -> pacer/statuspage -> {pacer, bucket}. The
-// subpackages of bucket (adapt, ledger, window, quota) may import bucket and lua,
-// never the other way.
+// Package deptest holds the tests that keep Pacer's data flowing one way.
+// The layout, each arrow an allowed import:
+//
+//	cmd/pacer                 wiring only; nothing imports cmd
+//	  -> pacer                the consumer: consume, pace, send
+//	  -> pacer/ingest         the HTTP ingest gateway (+ ingest/quota, ingest/window)
+//	  -> pacer/statuspage     the status page
+//	  -> pacer/produce        publish, DLQ replay, topics, Kafka errors
+//	       -> pacer/envelope  the message and its Kafka headers
+//	       -> pacer/ledger    the idempotency ledger (Redis)
+//	       -> pacer/control   live limits, campaign states, a key's policy (Redis)
+//	            -> bucket     token buckets (+ bucket/adapt: AIMD, breaker) -> lua
+//	  -> channels/<name>      one provider adapter each -> channels (the contract)
+//
+// The rules:
+//   - No package depends on its parent or any ancestor
+//     (TestNoPackageImportsItsParent), but where the parent is the contract
+//     its children implement: channels (the provider contract) and bucket
+//     (the token bucket whose rate bucket/adapt adapts).
+//   - bucket/ imports nothing from pacer/, channels/, partitioner or cmd,
+//     nor Kafka nor Prometheus: it paces and returns values.
+//   - Under pacer/ the applications (the consumer, ingest, statuspage)
+//     import no other application, and the parts they share (envelope,
+//     produce, ledger, control) import no application; envelope imports
+//     nothing of ours (TestPacerSiblings). Every package under pacer/ has
+//     a place in that list, so a new one must be given its rules.
+//   - Only the packages that run Lua scripts import lua: bucket, its
+//     subpackages, ledger, control and the ingest quotas.
+//   - Only cmd and packages under pacer/ speak Kafka or measure
+//     (Prometheus); providers never import each other; partitioner is pure
+//     functions; lua holds scripts only.
 package deptest
 
 import (
@@ -55,37 +81,32 @@ func goList(t *testing.T, args ...string) string {
 func TestDataFlowsOneWay(t *testing.T) {
 	kafka := "github.com/twmb/franz-go"
 	prom := "github.com/prometheus/"
-	bucketSub := map[string]string{ // what bucket's subpackages may not import
-		mod + "/pacer": "pacer imports bucket, not the other way", mod + "/channels": "providers are pacer's business",
+	buckets := map[string]string{ // what bucket and its subpackages may not import
+		mod + "/pacer": "bucket imports nothing from pacer: pacer imports bucket", mod + "/channels": "providers are pacer's business",
 		mod + "/partitioner": "keys arrive as strings", mod + "/cmd": "nothing imports cmd",
 		kafka: "only cmd and pacer speak Kafka", prom: "only cmd and pacer measure",
 	}
 	store := map[string]string{ // what the Redis stores beneath pacer/ (ledger, control, ingest quotas) may not import
-		mod + "/pacer/statuspage": "stores are read by the page, not the other way", mod + "/channels": "providers are pacer's business",
-		mod + "/partitioner": "keys arrive as strings", mod + "/cmd": "nothing imports cmd",
-		kafka: "only cmd and pacer speak Kafka", prom: "only cmd and pacer measure",
+		mod + "/channels": "providers are pacer's business", mod + "/partitioner": "keys arrive as strings",
+		mod + "/cmd": "nothing imports cmd", kafka: "a store speaks Redis only", prom: "a store returns values; its callers measure",
 	}
 	for pkg, bad := range map[string]map[string]string{ // package => forbidden dependency prefix => why
-		"pacer": {mod + "/cmd": "nothing imports cmd", mod + "/pacer/statuspage": "the status page reads the pacer, not the other way"},
-		"pacer/statuspage": {
-			mod + "/cmd": "nothing imports cmd", mod + "/channels/": "the page shows pacing state, never a provider's",
+		"pacer":            {mod + "/cmd": "nothing imports cmd"},
+		"pacer/statuspage": {mod + "/cmd": "nothing imports cmd", mod + "/channels/": "the page shows pacing state, never a provider's", kafka: "the page reads Redis only"},
+		"pacer/ingest":     {mod + "/cmd": "nothing imports cmd", mod + "/channels/": "ingest validates envelopes, providers are the consumer's"},
+		"pacer/produce": {
+			mod + "/cmd": "nothing imports cmd", mod + "/bucket": "producing does not pace", mod + "/channels": "producing does not send to providers",
+			prom: "produce returns summaries; its callers measure",
 		},
-		"deploy": {mod + "/": "deploy's tests check the deployment files, not Pacer's code"},
-		"bucket": {
-			mod + "/pacer": "pacer imports bucket, not the other way", mod + "/channels": "providers are pacer's business",
-			mod + "/partitioner": "keys arrive as strings", mod + "/cmd": "nothing imports cmd",
-			kafka: "only cmd and pacer speak Kafka", prom: "only cmd and pacer measure",
-			mod + "/bucket/adapt": "adapt imports bucket, not the other way", mod + "/pacer/ledger": "ledger imports bucket, not the other way",
-			mod + "/pacer/ingest/window": "window imports bucket, not the other way",
-			mod + "/pacer/ingest/quota":  "quota imports bucket, not the other way",
-			mod + "/pacer/control":       "control imports bucket, not the other way",
-		},
-		"bucket/adapt":        bucketSub,
+		"pacer/envelope":      {mod + "/": "the message contract depends on nothing of ours", prom: "the message contract measures nothing"},
+		"deploy":              {mod + "/": "deploy's tests check the deployment files, not Pacer's code"},
+		"bucket":              buckets,
+		"bucket/adapt":        buckets,
 		"pacer/ledger":        store,
+		"pacer/control":       store,
 		"pacer/ingest/window": store,
 		"pacer/ingest/quota":  store,
-		"pacer/control":       store,
-		"pacer/ingest":        {mod + "/cmd": "nothing imports cmd"},
+		"internal/wire":       {mod + "/": "a conversion helper depends on nothing of ours", "github.com/": "a conversion helper is standard library only"},
 		"internal/logrepeat":  {mod + "/": "a logging helper depends on nothing of ours", "github.com/": "a logging helper is standard library only"},
 		"lua":                 {mod + "/": "lua holds scripts and nothing else", "github.com/": "lua holds scripts and nothing else"},
 		"partitioner": {
@@ -117,10 +138,115 @@ func TestDataFlowsOneWay(t *testing.T) {
 	}
 }
 
-// TestOnlyBucketImportsLua checks direct imports, tests' included: the
-// scripts are run by package bucket (and the packages beneath it) and
-// nobody else.
-func TestOnlyBucketImportsLua(t *testing.T) {
+// contracts are the parents their children may import: the interface or
+// type the children implement or adapt.
+var contracts = map[string]string{
+	mod + "/channels": "the provider contract every adapter implements",
+	mod + "/bucket":   "the token bucket whose rate bucket/adapt adapts",
+}
+
+// TestNoPackageImportsItsParent: no package of the module depends,
+// directly or not, on a package above it in the tree (its parent, its
+// parent's parent, ...), but on a contract of [contracts]. A package
+// that needs something of its parent's takes it from a sibling both
+// can import.
+func TestNoPackageImportsItsParent(t *testing.T) {
+	all := moduleDeps(t)
+	if len(all) < 20 {
+		t.Fatalf("go list found %d packages in %s, want the whole module", len(all), mod)
+	}
+	for pkg, deps := range all {
+		for _, dep := range deps {
+			if !strings.HasPrefix(pkg, dep+"/") {
+				continue
+			}
+			if _, ok := contracts[dep]; ok {
+				continue
+			}
+			t.Errorf("%s depends on %s, a package above it: a parent is built from its children, not the other way",
+				strings.TrimPrefix(pkg, mod+"/"), strings.TrimPrefix(dep, mod+"/"))
+		}
+	}
+}
+
+// pacerApps are the applications under pacer/: each is run by a command of
+// its own and imports no other. pacerShared are the parts they share,
+// which import no application. Every package under pacer/ is in one of the
+// two (TestPacerSiblings fails on one that is not).
+var (
+	pacerApps = map[string]bool{
+		mod + "/pacer": true, mod + "/pacer/ingest": true, mod + "/pacer/statuspage": true,
+	}
+	pacerShared = map[string]bool{
+		mod + "/pacer/envelope": true, mod + "/pacer/produce": true, mod + "/pacer/ledger": true, mod + "/pacer/control": true,
+	}
+)
+
+// appOf returns the application or shared part pkg belongs to: itself,
+// or the nearest listed package above it (pacer/ingest for
+// pacer/ingest/quota); "" when it is in neither list.
+func appOf(pkg string) string {
+	for p := pkg; strings.HasPrefix(p, mod+"/pacer"); p = p[:max(strings.LastIndex(p, "/"), 0)] {
+		if pacerShared[p] || (pacerApps[p] && (p != mod+"/pacer" || pkg == p)) {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestPacerSiblings: the applications under pacer/ (the consumer, ingest,
+// the status page) import no other application, and the parts they share
+// import no application: each application can be read, built and changed
+// alone, and the shared parts do not grow back into a whole.
+func TestPacerSiblings(t *testing.T) {
+	all := moduleDeps(t)
+	seen := 0
+	for pkg, deps := range all {
+		if pkg != mod+"/pacer" && !strings.HasPrefix(pkg, mod+"/pacer/") {
+			continue
+		}
+		seen++
+		home := appOf(pkg)
+		if home == "" {
+			t.Errorf("%s is under pacer/ but neither an application nor a shared part: give it a place in pacerApps or pacerShared",
+				strings.TrimPrefix(pkg, mod+"/"))
+			continue
+		}
+		for _, dep := range deps {
+			there := appOf(dep)
+			if there == "" || there == home || !pacerApps[there] {
+				continue
+			}
+			what := "an application imports no other"
+			if pacerShared[home] {
+				what = "a shared part imports no application"
+			}
+			t.Errorf("%s depends on %s: %s", strings.TrimPrefix(pkg, mod+"/"), strings.TrimPrefix(dep, mod+"/"), what)
+		}
+	}
+	if seen < len(pacerApps)+len(pacerShared) {
+		t.Fatalf("go list found %d packages under pacer/, want at least the %d listed", seen, len(pacerApps)+len(pacerShared))
+	}
+}
+
+// moduleDeps returns each package of the module (tests left out) with
+// every package it depends on, directly or not.
+func moduleDeps(t *testing.T) map[string][]string {
+	t.Helper()
+	out := goList(t, "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, mod+"/...")
+	all := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 {
+			all[f[0]] = f[1:]
+		}
+	}
+	return all
+}
+
+// TestOnlyScriptRunnersImportLua checks direct imports, tests' included:
+// the scripts are run by the packages [runsScripts] names and nobody else.
+func TestOnlyScriptRunnersImportLua(t *testing.T) {
 	out := goList(t, "-e", "-f", `{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`, mod+"/...")
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
@@ -129,7 +255,7 @@ func TestOnlyBucketImportsLua(t *testing.T) {
 		}
 		for _, imp := range f[1:] {
 			if imp == mod+"/lua" {
-				t.Errorf("%s imports lua: only bucket and its subpackages run the scripts", f[0])
+				t.Errorf("%s imports lua: only bucket, its subpackages, the ledger, control and the ingest quotas run the scripts", f[0])
 			}
 		}
 	}
