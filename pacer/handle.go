@@ -325,12 +325,12 @@ func (p *Pacer) scopeLeft(ctx context.Context, f *flight) (time.Duration, string
 }
 
 // slot waits for the key's next send slot; none within MaxTokenWait
-// requeues the record. With a ledger that claims ahead, the claim starts
-// its flush interval before the slot does.
+// requeues the record. The record's claim starts the ledger's flush
+// interval before the slot does (see [Pacer.claimAhead]).
 func (p *Pacer) slot(f *flight) outcome {
 	var ahead func(at time.Time)
-	if ca, ok := p.ledger.(ClaimAheadLedger); ok && !f.claimed {
-		ahead = func(at time.Time) { p.claimAhead(f, ca, at) }
+	if !f.claimed {
+		ahead = func(at time.Time) { p.claimAhead(f, at) }
 	}
 	wait, reason, paced, ok := p.acquire(f.w.ctx, f.env.Key, f.env.To, f.env.High(), f.st, f.pol, f.lim, f.log, ahead)
 	if !ok {
@@ -353,19 +353,6 @@ func (p *Pacer) slot(f *flight) outcome {
 	return next()
 }
 
-// ClaimAheadLedger is a [Ledger] whose claims go to Redis in batches, at
-// most FlushInterval after they are made (*ledger.Batcher): the pacer
-// starts a record's claim that long (plus claimMargin) before its send
-// slot, so the batch's wait overlaps the slot's and the send is not late.
-type ClaimAheadLedger interface {
-	Ledger
-	ClaimAsync(channel, key, id, owner string, force bool) *ledger.PendingClaim
-	FlushInterval() time.Duration
-	// FlushBy sends what waits by t at the latest rather than at the end
-	// of the interval (at once if t is past).
-	FlushBy(t time.Time)
-}
-
 // claimMargin is the time a claim is started before its slot beyond the
 // ledger's flush interval: the round trip, the flush itself, and a
 // sender's late wake-up on a busy machine. A claim made in time is
@@ -380,8 +367,11 @@ const claimMargin = 10 * time.Millisecond
 // round trip to Redis.
 const claimTrip = 3 * time.Millisecond
 
-// claimAhead starts f's claim (see [ClaimAheadLedger]) for the slot at at;
-// one due sooner than a flush interval plus claimTrip (a sender woken
+// claimAhead starts f's claim for the slot at at. The ledger's claims go
+// to Redis in batches, at most its FlushInterval after they are made, so
+// the claim starts that long (plus claimMargin) before the send slot: the
+// batch's wait overlaps the slot's and the send is not late. A claim
+// due sooner than a flush interval plus claimTrip (a sender woken
 // late) has its flush start by claimTrip before the slot, and not at once:
 // the claims and marks that come meanwhile share that flush's round trip.
 // A claim started for an earlier slot that lapsed serves the new slot: it
@@ -395,13 +385,13 @@ const claimTrip = 3 * time.Millisecond
 // process that dies holds, on top of its sends in flight, the claims of
 // the slots of that last span; Kafka re-delivers their records, which then
 // read as abandoned (unknown outcome), never as sent twice.
-func (p *Pacer) claimAhead(f *flight, ca ClaimAheadLedger, at time.Time) {
+func (p *Pacer) claimAhead(f *flight, at time.Time) {
 	if f.ahead == nil {
 		force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
-		f.ahead = ca.ClaimAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force)
+		f.ahead = p.ledger.ClaimAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force)
 	}
-	if time.Until(at) < ca.FlushInterval()+claimTrip {
-		ca.FlushBy(at.Add(-claimTrip))
+	if time.Until(at) < p.ledger.FlushInterval()+claimTrip {
+		p.ledger.FlushBy(at.Add(-claimTrip))
 	}
 }
 
@@ -936,7 +926,7 @@ func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyS
 		if res.OK {
 			st.handedOut(res.At)
 			if ahead != nil {
-				lead := p.ledger.(ClaimAheadLedger).FlushInterval() + claimMargin
+				lead := p.ledger.FlushInterval() + claimMargin
 				if !sleep(ctx, time.Until(res.At.Add(-lead))) {
 					return 0, "", 0, false
 				}
@@ -1187,23 +1177,19 @@ func (p *Pacer) countDuplicate(campaign string) {
 	p.camps.countDuplicate(campaign)
 }
 
-// countingLedger returns the ledger that writes campaign counts with its
-// marks, or nil when the campaigns' counts are added every countsEvery
-// (no campaign store, or a ledger that does not count).
-func (p *Pacer) countingLedger() CountingLedger {
-	if p.camps == nil {
+// countingLedger returns the ledger when it writes campaign counts with
+// its marks (a campaign store, and a ledger built with a
+// [ledger.BatchConfig].Count), or nil when the campaigns' counts are
+// added every countsEvery. Counted with the marks, a crash leaves the
+// counters as it leaves the ledger: a delivered record is counted exactly
+// when its mark is written (a record Kafka delivers again after the crash
+// is skipped as a duplicate and never counted, so a count lost with it
+// would be lost for good).
+func (p *Pacer) countingLedger() *ledger.Batcher {
+	if p.camps == nil || !p.ledger.Counting() {
 		return nil
 	}
-	if cl, ok := p.ledger.(CountingLedger); ok && cl.Counting() {
-		return cl
-	}
-	return nil
-}
-
-// deadLetterMarker is the mark a Ledger may offer (*ledger.Ledger and
-// *ledger.Batcher do): id dead-lettered while claimed.
-type deadLetterMarker interface {
-	DeadLettered(ctx context.Context, channel, key, id, reason string) error
+	return p.ledger
 }
 
 // markDeadLettered records in the ledger that env.ID, whose claim stays
@@ -1212,13 +1198,9 @@ type deadLetterMarker interface {
 // skipped, rather than dead-lettered once more. Failure is logged: such a
 // copy is then dead-lettered again, never sent.
 func (p *Pacer) markDeadLettered(ctx context.Context, env envelope.Envelope, reason string, log *slog.Logger) {
-	d, ok := p.ledger.(deadLetterMarker)
-	if !ok {
-		return
-	}
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := d.DeadLettered(mctx, p.cfg.Channel, env.Key, env.ID, reason); err != nil {
+	if err := p.ledger.DeadLettered(mctx, p.cfg.Channel, env.Key, env.ID, reason); err != nil {
 		p.m.redisErrors.WithLabelValues().Inc()
 		log.Warn("dead-lettered, but the ledger could not record it; a re-delivered copy will be dead-lettered again", "err", err)
 	}

@@ -20,24 +20,6 @@ type CampaignStore interface {
 	Add(ctx context.Context, channel string, counts map[string]*control.Counts) error
 }
 
-// CountingLedger is a [Ledger] that writes a campaign's count in the
-// flush that writes the record's delivered mark (*ledger.Batcher with a
-// [ledger.BatchConfig].Count, see [CampaignCounts]). With one, the pacer
-// counts its campaigns' outcomes through it rather than adding them to the
-// [CampaignStore] every second, so a crash leaves the counters as it
-// leaves the ledger: a delivered record counted exactly when its mark was
-// written (a record Kafka delivers again after the crash is skipped as a
-// duplicate and never counted, so a count lost with it would be lost for
-// good).
-type CountingLedger interface {
-	// Counting reports whether counts are written (a Count writer is set).
-	Counting() bool
-	// DeliveredCounted is Delivered with c written in the same flush.
-	DeliveredCounted(ctx context.Context, channel, key, id, providerID string, c ledger.Count) error
-	// AddCount queues c, which has no mark, for the next flush.
-	AddCount(c ledger.Count)
-}
-
 // Counter names of a [ledger.Count] of a campaign ([CampaignCounts]).
 const (
 	countDelivered  = "delivered"

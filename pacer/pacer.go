@@ -153,33 +153,19 @@ type Bucket interface {
 	Cooldown(ctx context.Context, channel, key string, d time.Duration) error
 }
 
-// Ledger is the idempotency record of envelope ids; *ledger.Ledger
-// implements it. Methods are safe for concurrent use.
-type Ledger interface {
-	Claim(ctx context.Context, channel, key, id, owner string, force bool) (ledger.ClaimResult, time.Duration, error)
-	Delivered(ctx context.Context, channel, key, id, providerID string) error
-	Release(ctx context.Context, channel, key, id, owner string) error
-}
-
-// writeBehind is a [Ledger] that writes its marks after they are made
-// (*ledger.Batcher): a record's offset is marked for commit only once its
-// mark is written (AfterWritten), and every commit made on a revoke or at
-// shutdown waits for the marks before it (Written, at most marksWait).
-// Otherwise a commit
-// could pass a delivered mark still waiting for its flush, and a crash
-// then would leave the record committed, never read again, with no mark:
-// its campaign never reaches remaining 0.
-type writeBehind interface {
-	AfterWritten(fn func())
-	Written(ctx context.Context) error
-}
-
 // Deps are the services a Pacer uses.
 type Deps struct {
-	Bucket  Bucket          // required
-	Adapter Adapter         // required; *adapt.Adapter, built with the Bucket's bucket.Config
-	Ledger  Ledger          // required
-	Sender  channels.Sender // required
+	Bucket  Bucket  // required
+	Adapter Adapter // required; *adapt.Adapter, built with the Bucket's bucket.Config
+	// Ledger is the idempotency ledger of envelope ids; required. Its
+	// claims go to Redis in batches, started a flush interval before their
+	// send slots (claim-ahead); its marks are written after they are made,
+	// so a record's offset is marked for commit only once its mark is
+	// written (write-behind; see [Pacer.marksWritten]); with a
+	// [ledger.BatchConfig].Count (see [CampaignCounts]) and Campaigns set,
+	// campaigns are counted in the flush that writes their records' marks.
+	Ledger *ledger.Batcher
+	Sender channels.Sender // required
 	// RedisPing, if set, is called once as Run begins and then every 5 s,
 	// so /readyz reflects Redis even while no message needs it: the pacer
 	// is not ready until a ping or another Redis call has succeeded, and a
@@ -508,8 +494,7 @@ type Pacer struct {
 	cfg      Config
 	kopts    []kgo.Opt
 	bucket   Bucket
-	ledger   Ledger
-	behind   writeBehind // the ledger, when it writes behind; else nil
+	ledger   *ledger.Batcher
 	adapter  Adapter
 	fallback Bucket
 	ping     func(ctx context.Context) error
@@ -590,8 +575,8 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	}
 	// The ledger keeps ids for the TTL it was built with: it must be at
 	// least IdempotencyTTL, or re-delivered copies are sent again.
-	if l, ok := deps.Ledger.(interface{ TTL() time.Duration }); ok && l.TTL() < cfg.IdempotencyTTL {
-		return nil, fmt.Errorf("pacer: the ledger keeps ids %v, less than IdempotencyTTL %v", l.TTL(), cfg.IdempotencyTTL)
+	if ttl := deps.Ledger.TTL(); ttl < cfg.IdempotencyTTL {
+		return nil, fmt.Errorf("pacer: the ledger keeps ids %v, less than IdempotencyTTL %v", ttl, cfg.IdempotencyTTL)
 	}
 	wrapped := prometheus.WrapRegistererWith(prometheus.Labels{"channel": cfg.Channel}, reg)
 	m, err := newMetrics(wrapped)
@@ -601,7 +586,6 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, sender: deps.Sender, m: m,
 		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}},
 		ids: map[idRef]chan struct{}{}, handlers: newGoPool(), markBy: newDeadlines(context.Background(), 30*time.Second)}
-	p.behind, _ = deps.Ledger.(writeBehind)
 	if !p.strict() {
 		p.places = newPlaces(cfg.ProcessInFlight)
 	}
@@ -963,14 +947,17 @@ func (p *Pacer) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]
 const marksWait = time.Second
 
 // marksWritten waits until the ledger's marks made so far are written and
-// marks the heads of ws, stopped workers, for commit (see [writeBehind]).
+// marks the heads of ws, stopped workers, for commit: a commit must not
+// pass a delivered mark still waiting for its flush, or a crash then would
+// leave the record committed, never read again, with no mark (its
+// campaign never reaches remaining 0).
 // It waits marksWait at most (less if ctx ends first): a record whose mark
 // is not written by then is left out of the commit that follows, and read
 // again by the partition's next owner, which skips it once the mark is
 // written (the ledger writes what waits at exit). So a Redis that does not
 // answer costs a shutdown or a rebalance marksWait, not PACER_DRAIN more.
 func (p *Pacer) marksWritten(ctx context.Context, ws []*worker) {
-	if p.behind == nil || len(ws) == 0 {
+	if len(ws) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, marksWait)
@@ -981,7 +968,7 @@ func (p *Pacer) marksWritten(ctx context.Context, ws []*worker) {
 	for i, w := range ws {
 		heads[i] = w.commitHead()
 	}
-	if err := p.behind.Written(ctx); err != nil {
+	if err := p.ledger.Written(ctx); err != nil {
 		p.log.Warn("idempotency ledger: marks not written before the commit; their records will be read again", "err", err)
 		return
 	}

@@ -71,8 +71,8 @@ type harness struct {
 	reg    *prometheus.Registry
 	sender *scriptSender
 	cfg    pacer.Config
-	// batched, if > 0, gives each pacer a ledger.Batcher of this flush
-	// interval (as pacer run does) instead of a plain Ledger.
+	// batched is the flush interval of each pacer's ledger.Batcher; 0
+	// means ledger.DefaultFlushInterval, as pacer run has by default.
 	batched time.Duration
 	// batchHook, if set, is a go-redis hook on the Batcher's client only.
 	batchHook redis.Hook
@@ -120,25 +120,21 @@ func (h *harness) start(cfg pacer.Config, sender channels.Sender, reg prometheus
 	h.t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: h.raddr, MaxRetries: -1})
 	lim := bucket.New(rdb, bucket.Config{})
-	var led pacer.Ledger = ledger.New(rdb, lim.Keys(), 0)
-	var bat *ledger.Batcher
-	if h.batched > 0 {
-		brdb := rdb
-		if h.batchHook != nil {
-			brdb = redis.NewClient(&redis.Options{Addr: h.raddr, MaxRetries: -1})
-			brdb.AddHook(h.batchHook)
-			h.t.Cleanup(func() { brdb.Close() })
-		}
-		bat = ledger.NewBatcher(brdb, lim.Keys(), ledger.BatchConfig{FlushInterval: h.batched})
-		led = bat
+	brdb := rdb
+	if h.batchHook != nil {
+		brdb = redis.NewClient(&redis.Options{Addr: h.raddr, MaxRetries: -1})
+		brdb.AddHook(h.batchHook)
+		h.t.Cleanup(func() { brdb.Close() })
 	}
-	deps := pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: led, Sender: sender,
+	bat := ledger.NewBatcher(brdb, lim.Keys(), ledger.BatchConfig{FlushInterval: h.batched})
+	deps := pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: bat, Sender: sender,
 		Fallback: bucket.NewLocal(bucket.LocalConfig{Replicas: 2})}
 	if h.ping {
 		deps.RedisPing = func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
 	}
 	p, err := pacer.New(cfg, append([]kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)}, kopts...), deps, reg)
 	if err != nil {
+		closeLedger(h.t, bat)
 		rdb.Close()
 		h.t.Fatal(err)
 	}
@@ -153,13 +149,18 @@ func (h *harness) start(cfg pacer.Config, sender channels.Sender, reg prometheus
 			if h.afterRun != nil {
 				h.afterRun()
 			}
-			if bat != nil {
-				cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-				if cerr := bat.Close(cctx); cerr != nil {
-					h.t.Errorf("ledger Close: %v", cerr)
-				}
+			// A test that leaves Redis down gets a ledger that cannot
+			// write what waits: its Close gives up, as pacer run's does
+			// at exit, and the test's own checks say what that means.
+			pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
+			if rdb.Ping(pctx).Err() == nil {
+				closeLedger(h.t, bat)
+			} else {
+				cctx, ccancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				_ = bat.Close(cctx)
 				ccancel()
 			}
+			pcancel()
 			rdb.Close()
 			if err != nil {
 				h.t.Errorf("Run: %v", err)
@@ -168,6 +169,26 @@ func (h *harness) start(cfg pacer.Config, sender channels.Sender, reg prometheus
 	}
 	h.t.Cleanup(stop)
 	return p, stop
+}
+
+// closeLedger closes l, writing what waits, and fails the test if that
+// takes more than 5 s.
+func closeLedger(t *testing.T, l *ledger.Batcher) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := l.Close(ctx); err != nil {
+		t.Errorf("ledger Close: %v", err)
+	}
+}
+
+// newLedger returns the production ledger over rdb (nil for a test that
+// never reaches Redis) that keeps ids for ttl (0: ledger.DefaultTTL),
+// closed when the test ends.
+func newLedger(t *testing.T, rdb redis.Cmdable, keys bucket.Keys, ttl time.Duration) *ledger.Batcher {
+	l := ledger.NewBatcher(rdb, keys, ledger.BatchConfig{TTL: ttl})
+	t.Cleanup(func() { closeLedger(t, l) })
+	return l
 }
 
 // run starts the pacer and stops it once done() holds (or after 20 s).
@@ -251,8 +272,9 @@ func env(id string) string {
 	return fmt.Sprintf(`{"id":%q,"key":"k1","to":"155500%s"}`, id, id)
 }
 
-// TestOutcomes runs with a plain Ledger and with a Batcher (claims started
-// ahead of the slot, marks and releases queued): every outcome the same.
+// TestOutcomes runs with the ledger's default flush interval and with 5 ms
+// (claims started ahead of the slot, marks and releases queued): every
+// outcome the same.
 func TestOutcomes(t *testing.T) {
 	for _, batched := range []time.Duration{0, 5 * time.Millisecond} {
 		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) { testOutcomes(t, batched) })
@@ -426,7 +448,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"zero burst", pacer.Config{Channel: "c", Limit: bucket.Limit{PerSecond: 5, Burst: 0}}, "invalid limit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := pacer.New(c.cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: ledger.New(nil, bucket.Keys{}, 0), Sender: &scriptSender{}}, prometheus.NewRegistry())
+			_, err := pacer.New(c.cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: newLedger(t, nil, bucket.Keys{}, 0), Sender: &scriptSender{}}, prometheus.NewRegistry())
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want %q", err, c.want)
 			}
@@ -445,7 +467,7 @@ func TestNewRejectsShortLedgerTTL(t *testing.T) {
 		{10 * time.Minute, "the ledger keeps ids 10m0s, less than IdempotencyTTL 20m0s"},
 		{20 * time.Minute, ""},
 	} {
-		_, err := pacer.New(cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: ledger.New(nil, bucket.Keys{}, c.ttl), Sender: &scriptSender{}}, prometheus.NewRegistry())
+		_, err := pacer.New(cfg, nil, pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: newLedger(t, nil, bucket.Keys{}, c.ttl), Sender: &scriptSender{}}, prometheus.NewRegistry())
 		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("ledger TTL %v: err = %v, want %q", c.ttl, err, c.want)
 		}

@@ -94,13 +94,6 @@ func (p *Pacer) parkAsync(ctx context.Context, r *kgo.Record, due time.Time, don
 	})
 }
 
-// deliveredReader is the read a Ledger may offer (*ledger.Ledger and
-// *ledger.Batcher do): whether an id was recorded delivered, without
-// claiming it (the Batcher's counts its own marks not yet written).
-type deliveredReader interface {
-	IsDelivered(ctx context.Context, channel, key, id string) (bool, error)
-}
-
 // parkedDuplicate reports whether f's record is a parked copy whose id was
 // delivered already: a rebalance or crash re-delivers a record parked
 // before, and its second copy comes back too. Asked before the slot, so the
@@ -108,13 +101,13 @@ type deliveredReader interface {
 // after the slot); one Redis GET per parked copy. An error answers false:
 // the claim still decides.
 func (p *Pacer) parkedDuplicate(f *flight) bool {
-	d, ok := p.ledger.(deliveredReader)
-	if !ok || envelope.Header(f.r, envelope.HeaderParks) == "" {
+	if envelope.Header(f.r, envelope.HeaderParks) == "" {
 		return false
 	}
 	var delivered bool
 	err := p.redis(f.w.ctx, f.log, func() (err error) {
-		delivered, err = d.IsDelivered(f.w.ctx, p.cfg.Channel, f.env.Key, f.env.ID)
+		// IsDelivered counts the ledger's own marks not yet written.
+		delivered, err = p.ledger.IsDelivered(f.w.ctx, p.cfg.Channel, f.env.Key, f.env.ID)
 		return err
 	})
 	return err == nil && delivered

@@ -11,31 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// stateReader is the batched read a Ledger may offer (*ledger.Ledger and
-// *ledger.Batcher do): the states of many ids in one pipeline.
-type stateReader interface {
-	Lookup(ctx context.Context, refs []ledger.Ref) ([]ledger.State, error)
-}
-
 // lookupTimeout bounds the ledger read of one poll's backlog records: a
 // Redis that does not answer leaves them to their claims.
 const lookupTimeout = 2 * time.Second
-
-// stopHorizonStore records the stop horizons of partitions (an owner that
-// stopped cleanly: what it fetched); *ledger.Ledger and *ledger.Batcher
-// implement it.
-type stopHorizonStore interface {
-	SetStopHorizons(ctx context.Context, channel string, ps []ledger.Partition, offs []int64) error
-	TakeStopHorizons(ctx context.Context, channel string, ps []ledger.Partition) ([]int64, error)
-}
-
-// horizonStore is what a Ledger may offer (*ledger.Ledger and
-// *ledger.Batcher do) to record which records of a partition its owners
-// may have handled.
-type horizonStore interface {
-	Horizons(ctx context.Context, channel string, ps []ledger.Partition) ([]int64, error)
-	SetHorizons(ctx context.Context, channel string, ps []ledger.Partition, offs []int64) error
-}
 
 // horizonAhead is how far past the records in hand a horizon is set, in
 // offsets: a partition's horizon is written once per that many records
@@ -46,9 +24,9 @@ const horizonAhead = 4096
 // horizons bounds, for the partitions of a poll, the records skipKnown
 // reads in the ledger, and records how far this process may handle.
 //
-// A worker's first fetch reads its partition's horizon ([ledger.Ledger]
-// Horizons: one more than the highest offset an owner may have handled):
-// only the records below it, and below the high watermark, can have been
+// A worker's first fetch reads its partition's horizon
+// ([ledger.Batcher.Horizons]: one more than the highest offset an owner
+// may have handled): only the records below it, and below the high watermark, can have been
 // claimed before. No horizon recorded means no owner handled a record
 // of the partition within the ledger's TTL (or one that did ran a version
 // without horizons: its records read again are then claimed as usual,
@@ -64,7 +42,6 @@ const horizonAhead = 4096
 // lands costs their next owner send slots, not a second send: claims
 // decide).
 func (p *Pacer) horizons(ctx context.Context, fs []*fetched) {
-	hs, ok := p.ledger.(horizonStore)
 	var first []*fetched
 	for _, f := range fs {
 		if f.w.backlogEnd < 0 {
@@ -73,7 +50,7 @@ func (p *Pacer) horizons(ctx context.Context, fs []*fetched) {
 			first = append(first, f)
 		}
 	}
-	if !ok || !p.redisOK.Load() {
+	if !p.redisOK.Load() {
 		return
 	}
 	part := func(f *fetched) ledger.Partition {
@@ -86,7 +63,7 @@ func (p *Pacer) horizons(ctx context.Context, fs []*fetched) {
 		for i, f := range first {
 			ps[i] = part(f)
 		}
-		offs, err := hs.Horizons(hctx, p.cfg.Channel, ps)
+		offs, err := p.ledger.Horizons(hctx, p.cfg.Channel, ps)
 		if err != nil {
 			p.m.redisErrors.WithLabelValues().Inc()
 			p.log.Debug("partition horizons unreadable; the whole backlog is read in the ledger", "err", err)
@@ -100,8 +77,8 @@ func (p *Pacer) horizons(ctx context.Context, fs []*fetched) {
 		// A stop horizon is read only when the horizons were (Redis
 		// answers): without them every record below the high watermark
 		// counts as read again.
-		if ss, ok := p.ledger.(stopHorizonStore); ok && err == nil {
-			stops, err := ss.TakeStopHorizons(hctx, p.cfg.Channel, ps)
+		if err == nil {
+			stops, err := p.ledger.TakeStopHorizons(hctx, p.cfg.Channel, ps)
 			if err != nil {
 				p.m.redisErrors.WithLabelValues().Inc()
 				p.log.Debug("stop horizons unreadable; records below the horizons count as read again", "err", err)
@@ -127,7 +104,7 @@ func (p *Pacer) horizons(ctx context.Context, fs []*fetched) {
 	if len(ps) == 0 {
 		return
 	}
-	if err := hs.SetHorizons(hctx, p.cfg.Channel, ps, offs); err != nil {
+	if err := p.ledger.SetHorizons(hctx, p.cfg.Channel, ps, offs); err != nil {
 		p.m.redisErrors.WithLabelValues().Inc()
 		p.log.Debug("partition horizons not written; tried again at the next poll", "err", err)
 		return
@@ -162,7 +139,7 @@ type fetched struct {
 // horizon (see [Pacer.horizons]), which a previous owner may have handled;
 // records produced after that, and a backlog no owner handled, cost
 // nothing. The backlog
-// records of one poll (all partitions) are read in one [ledger.Ledger]
+// records of one poll (all partitions) are read in one ledger
 // Lookup: one pipeline, one ledger.lua call per channel (per pacing key
 // under Redis Cluster) of up to 1,000 ids, 5 HMGET fields per id; their
 // envelopes are parsed once more for their ids. A record that does not
@@ -170,8 +147,7 @@ type fetched struct {
 // operator decided to send it), and every record when Redis does not
 // answer are left to their claims.
 func (p *Pacer) skipKnown(ctx context.Context, fs []*fetched) {
-	sr, ok := p.ledger.(stateReader)
-	if !ok || !p.redisOK.Load() {
+	if !p.redisOK.Load() {
 		return
 	}
 	type at struct {
@@ -207,7 +183,7 @@ func (p *Pacer) skipKnown(ctx context.Context, fs []*fetched) {
 	}
 	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
-	states, err := sr.Lookup(lctx, refs)
+	states, err := p.ledger.Lookup(lctx, refs)
 	if err != nil {
 		p.m.redisErrors.WithLabelValues().Inc()
 		p.log.Debug("ledger read of re-read records failed; their claims decide", "records", len(refs), "err", err)
@@ -233,7 +209,7 @@ func (p *Pacer) skipKnown(ctx context.Context, fs []*fetched) {
 // one more than the highest offset it fetched, and at least its rereadEnd
 // (what a previous owner may have handled), tighter than the horizon,
 // which runs up to horizonAhead offsets ahead. The next owner takes it
-// ([ledger.Ledger.TakeStopHorizons]) before it handles anything: records
+// ([ledger.Batcher.TakeStopHorizons]) before it handles anything: records
 // below it were read by an owner before, those past it (published after
 // the stop) were not, so a duplicate among them (a campaign published
 // again while no pacer ran) counts in its campaign's duplicates (see
@@ -246,8 +222,7 @@ func (p *Pacer) skipKnown(ctx context.Context, fs []*fetched) {
 // crash and found nothing to read still leaves the bound, so a campaign
 // published again after it stopped counts as duplicates.
 func (p *Pacer) tightenHorizons(ctx context.Context, cl *kgo.Client, ws []*worker) {
-	ss, ok := p.ledger.(stopHorizonStore)
-	if !ok || !p.redisOK.Load() {
+	if !p.redisOK.Load() {
 		return
 	}
 	hctx, cancel := context.WithTimeout(ctx, lookupTimeout)
@@ -272,7 +247,7 @@ func (p *Pacer) tightenHorizons(ctx context.Context, cl *kgo.Client, ws []*worke
 	if len(ps) == 0 {
 		return
 	}
-	if err := ss.SetStopHorizons(hctx, p.cfg.Channel, ps, offs); err != nil {
+	if err := p.ledger.SetStopHorizons(hctx, p.cfg.Channel, ps, offs); err != nil {
 		p.m.redisErrors.WithLabelValues().Inc()
 		p.log.Debug("partition stop horizons not written; the next owners count the records below the horizons as read again", "err", err)
 	}

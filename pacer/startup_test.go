@@ -12,7 +12,6 @@ import (
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/pacer"
-	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -40,7 +39,7 @@ func TestRunFailsWhenNoBrokerAnswers(t *testing.T) {
 			lim := bucket.New(rdb, bucket.Config{})
 			p, err := pacer.New(pacer.Config{Channel: "test", Limit: bucket.Limit{PerSecond: 10, Burst: 1}, StartupTimeout: time.Second},
 				[]kgo.Opt{kgo.SeedBrokers(c.seed), kgo.RetryTimeout(time.Second)},
-				pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: ledger.New(rdb, lim.Keys(), 0), Sender: nopSender{}},
+				pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: newLedger(t, rdb, lim.Keys(), 0), Sender: nopSender{}},
 				prometheus.NewRegistry())
 			if err != nil {
 				t.Fatal(err)

@@ -696,16 +696,12 @@ type commitMark struct {
 }
 
 // markCommit marks r's offset for commit once the ledger's marks made so
-// far (those of r's records among them) are written, at once when the
-// ledger writes as it goes. One waiter per worker at a time: when it
+// far (those of r's records among them) are written. One waiter per
+// worker at a time: when it
 // fires it marks the head it was given and, if the head moved meanwhile,
 // waits again for the new one, so a partition holds one closure however
 // long Redis is away.
 func (w *worker) markCommit(r *kgo.Record) {
-	if w.p.behind == nil {
-		w.cl.MarkCommitRecords(r)
-		return
-	}
 	c := &w.commit
 	c.mu.Lock()
 	c.want = r
@@ -715,7 +711,7 @@ func (w *worker) markCommit(r *kgo.Record) {
 	}
 	c.waiting = true
 	c.mu.Unlock()
-	w.p.behind.AfterWritten(func() { w.marked(r) })
+	w.p.ledger.AfterWritten(func() { w.marked(r) })
 }
 
 // marked marks r, whose records' marks are written, and waits for the
@@ -731,7 +727,7 @@ func (w *worker) marked(r *kgo.Record) {
 		return
 	}
 	c.mu.Unlock()
-	w.p.behind.AfterWritten(func() { w.marked(next) })
+	w.p.ledger.AfterWritten(func() { w.marked(next) })
 }
 
 // commitHead returns the head waiting to be marked for commit, or nil.

@@ -18,6 +18,7 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,7 +69,13 @@ func pacedRate(delivered, burst int, span time.Duration, rate float64) (paced fl
 type demoReport struct {
 	Keys []demoKey `json:"keys"`
 	Lost int       `json:"lost"`
+	// Campaign is the demo campaign's counters as `pacer campaign status`
+	// reads them: written by the ledger with its records' marks.
+	Campaign control.Status `json:"campaign"`
 }
+
+// demoCampaign is the campaign of every demo envelope (see demoChannel.line).
+const demoCampaign = "demo"
 
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("pacer demo", flag.ContinueOnError)
@@ -171,6 +178,19 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	limiter := bucket.New(rdb, bucket.Config{})
+	// The ledger and campaign counters of pacer run: claims started ahead
+	// of their slots, marks written behind, the campaign counted with them.
+	ctl := control.New(rdb, limiter.Keys())
+	published := map[string]int64{}
+	for c, n := range ps.ByCampaign {
+		published[c] = int64(n)
+	}
+	if err := ctl.AddPublished(ctx, ch.name, published); err != nil {
+		return fmt.Errorf("demo: campaign counters: %w", err)
+	}
 	total := *numbers * *messages
 	fmt.Fprintf(stdout, "published %d messages (%d keys x %d) in %.2fs; pacing at %.4g msgs/s, burst %d per key\n",
 		ps.Published, *numbers, *messages, ps.Elapsed.Seconds(), *rate, *burst)
@@ -179,12 +199,11 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *verbose {
 		level = slog.LevelInfo
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer rdb.Close()
-	limiter := bucket.New(rdb, bucket.Config{})
 	pc.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	led := ledger.NewBatcher(rdb, limiter.Keys(), ledger.BatchConfig{Count: pacer.CampaignCounts(ctl, ch.name)})
 	p, err := pacer.New(pc, []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)},
-		pacer.Deps{Bucket: limiter, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: ledger.New(rdb, limiter.Keys(), 0), Sender: prov.sender}, prometheus.NewRegistry())
+		pacer.Deps{Bucket: limiter, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: led, Sender: prov.sender, Campaigns: ctl},
+		prometheus.NewRegistry())
 	if err != nil {
 		return err
 	}
@@ -221,6 +240,16 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := <-runErr; err != nil {
 		return err
 	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	err = led.Close(cctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("demo: idempotency ledger: %w", err)
+	}
+	camp, err := ctl.CampaignStatus(context.WithoutCancel(ctx), ch.name, demoCampaign)
+	if err != nil {
+		return fmt.Errorf("demo: campaign counters: %w", err)
+	}
 
 	stats := prov.stats()
 	rep := demoReport{}
@@ -255,6 +284,15 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			row.Throttled, row.Seconds, row.Rate, paced, row.Max1s)
 	}
 	tw.Flush()
+	rep.Campaign = camp
+	var dead int64
+	for _, n := range camp.DeadLetters {
+		dead += n
+	}
+	fmt.Fprintf(stdout, "campaign %s: published %d, delivered %d, dead-lettered %d, duplicates %d, remaining %d (counted with the ledger's marks)\n",
+		camp.Campaign, camp.Published, camp.Delivered, dead, camp.Duplicates, camp.Remaining)
+	delivered := total - rep.Lost
+	countsOK := camp.Delivered == int64(delivered) && camp.Remaining == 0
 	fmt.Fprintf(stdout, "lost %d; limit per key: %.4g msgs/s + burst %d: the pacer's slots hold at most %d in any 1 s;\n"+
 		"max in 1s counts arrivals at the fake, which add a few ms of jitter; msgs/s = delivered / (last - first arrival);\n"+
 		"paced msgs/s = (delivered - burst) / (last - first arrival), judged when at least a second of the rate follows the burst\n",
@@ -270,6 +308,10 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err := reportFile.Close(); err != nil {
 			return fmt.Errorf("demo: -report: %w", err)
 		}
+	}
+	if !countsOK {
+		return fmt.Errorf("demo failed: campaign %s counted %d delivered and %d remaining; the provider received %d of %d",
+			demoCampaign, camp.Delivered, camp.Remaining, delivered, total)
 	}
 	if !ok {
 		if len(slow) > 0 {
