@@ -2,7 +2,10 @@
 // Redis: per-key limits (a pacing key's ceiling) and campaign states
 // (paused, cancelled) with per-campaign counters. Every running pacer reads
 // them, so a change reaches every replica without a restart. Key names come
-// from [bucket.Keys]: Limit and Campaign.
+// from [bucket.Keys]: Limit and Campaign. A key's [Policy] (its limits and
+// adaptation settings, as the consumer and the status page apply them) is
+// here too: [OverridePolicy] is the configured one with the operator's
+// per-key limit over it.
 package control
 
 import (
