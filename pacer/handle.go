@@ -2,8 +2,6 @@ package pacer
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,11 +11,10 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
-	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/pacerhq/pacer/pacer/keypace"
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -138,15 +135,11 @@ type flight struct {
 	r       *kgo.Record
 	m       meta
 	env     envelope.Envelope
-	parsed  *envelope.Envelope // r's envelope parsed before the record was handled, until admit takes it
-	st      *keyState          // nil until the envelope is parsed
-	pol     control.KeyPolicy  // the key's policy at the last gate
-	lim     bucket.Limit
-	probe   bool                   // this send is the breaker's half-open probe
+	parsed  *envelope.Envelope     // r's envelope parsed before the record was handled, until admit takes it
+	st      keypace.Key            // the record's pacing key; the zero Key until the envelope is parsed
 	cred    uint64                 // CredentialVersion of the key when the request left
 	sent    bool                   // a request left: its outcome is written even after a revoke
 	slotAt  time.Time              // when the send slot started (the slot step returned)
-	paced   float64                // msgs/s: the key's adapted rate this process knew when the slot started
 	claimed bool                   // this flight holds the id's claim in the ledger
 	ahead   *ledger.PendingClaim   // a claim started before the slot began (see claimAhead)
 	stale   []*ledger.PendingClaim // claims started for slots that lapsed, settled by finish
@@ -155,8 +148,7 @@ type flight struct {
 	logger  slog.Logger            // its handler logh (no allocation per record)
 	logh    flightLog
 
-	pairThrottles int       // pair-scoped throttles of this message so far
-	waitStart     time.Time // since when it waits for a slot
+	waitStart time.Time // since when it waits for a slot
 }
 
 // handle takes one record to a finished state and returns true, or returns
@@ -239,7 +231,7 @@ func (p *Pacer) admit(f *flight) outcome {
 	if p.parkedDuplicate(f) {
 		return outcome{kind: duplicate}
 	}
-	f.st = p.keyState(env.Key)
+	f.st = p.keys.Get(env.Key, env.To)
 	return next()
 }
 
@@ -289,39 +281,39 @@ func (p *Pacer) control(f *flight) outcome {
 }
 
 // breakerGate refreshes the key's policy and adapted limit and asks the
-// breaker: an open breaker requeues the record.
+// breaker: an open breaker requeues the record; an account or pair
+// cooldown holds it (see [keypace.Key.Gate]).
 func (p *Pacer) breakerGate(f *flight) outcome {
-	ctx := f.w.ctx
-	f.lim, f.pol = p.limitFor(ctx, f.env.Key, f.st, f.log)
-	allowed, probe, wait, ok := p.breakerAllow(ctx, f.env.Key, f.st, f.pol, f.log)
-	if !ok {
-		return stop()
-	}
-	if !allowed {
-		return requeue("breaker", max(wait, time.Second))
-	}
-	f.probe = probe
-	if left, reason := p.scopeLeft(ctx, f); left > 0 {
-		if left > p.cfg.MaxTokenWait {
-			return requeue(reason, left)
-		}
-		if !sleep(ctx, left+time.Duration(rand.Int64N(int64(left)/10+1))) {
-			return stop()
-		}
-	}
-	return next()
+	return p.verdict(f.w.ctx, f.st.Gate(f.w.ctx, time.Now(), f.log), pass)
 }
 
-// scopeLeft returns how long the record's account (every key behind the
-// channel's credentials) or its pair (key, recipient) is in a cooldown a
-// throttle of that scope set, and which ("account-cooldown",
-// "pair-cooldown"); 0 when neither is.
-func (p *Pacer) scopeLeft(ctx context.Context, f *flight) (time.Duration, string) {
-	left, reason := p.accountLeft(ctx, f.pol), "account-cooldown"
-	if pl := f.st.pairLeft(f.env.To, time.Now()); pl > left {
-		left, reason = pl, "pair-cooldown"
+// verdict carries out what a verb of the record's key decided: a wait is
+// slept here, and then the record goes on as after says (pass at a gate,
+// again after a throttle).
+func (p *Pacer) verdict(ctx context.Context, v keypace.Verdict, after kind) outcome {
+	switch v.Kind {
+	case keypace.Pass:
+		return next()
+	case keypace.Again:
+		return outcome{kind: again}
+	case keypace.Requeue:
+		return requeue(v.Reason, v.Wait)
+	case keypace.Wait:
+		if !sleep(ctx, v.Wait) {
+			return stop()
+		}
+		return outcome{kind: after}
 	}
-	return left, reason
+	return stop()
+}
+
+// breakerShut sends back to the gates a record whose slot came after its
+// key's breaker opened in this process (see [keypace.Key.Shut]).
+func (p *Pacer) breakerShut(f *flight) outcome {
+	if f.st.Shut() {
+		return outcome{kind: again}
+	}
+	return next()
 }
 
 // slot waits for the key's next send slot; none within MaxTokenWait
@@ -329,27 +321,16 @@ func (p *Pacer) scopeLeft(ctx context.Context, f *flight) (time.Duration, string
 // interval before the slot does (see [Pacer.claimAhead]).
 func (p *Pacer) slot(f *flight) outcome {
 	var ahead func(at time.Time)
+	var lead time.Duration
 	if !f.claimed {
 		ahead = func(at time.Time) { p.claimAhead(f, at) }
+		lead = p.ledger.FlushInterval() + claimMargin
 	}
-	wait, reason, paced, ok := p.acquire(f.w.ctx, f.env.Key, f.env.To, f.env.High(), f.st, f.pol, f.lim, f.log, ahead)
-	if !ok {
-		return stop()
-	}
-	// acquire paced the slot at the key's limit of its end, which may be
-	// newer than the one read before: the send and its result use it too.
-	f.lim, f.pol, _ = f.st.current(f.lim, f.pol, nowInstant())
-	if wait > 0 {
-		return requeue(reason, wait)
-	}
-	// An account or pair cooldown that began while this sender slept on
-	// its slot: the slot lapses, and the gates hold the record.
-	if left, _ := p.scopeLeft(f.w.ctx, f); left > 0 {
-		return outcome{kind: again}
+	if o := p.verdict(f.w.ctx, f.st.Slot(f.w.ctx, f.env.High(), lead, ahead, f.log), pass); o.kind != pass {
+		return o
 	}
 	p.m.bucketWaitO.Observe(time.Since(f.waitStart).Seconds())
 	f.slotAt = time.Now()
-	f.paced = paced
 	return next()
 }
 
@@ -429,9 +410,7 @@ func (p *Pacer) settleAhead(f *flight) {
 func (p *Pacer) claim(f *flight) outcome {
 	ctx := f.w.ctx
 	if f.claimed && f.ahead == nil {
-		f.st.mu.Lock()
-		cool := time.Until(f.st.cooldownUntil.Time())
-		f.st.mu.Unlock()
+		cool := f.st.CooldownLeft(time.Now())
 		if cool <= 0 {
 			return next()
 		}
@@ -475,7 +454,7 @@ func (p *Pacer) claim(f *flight) outcome {
 		// slot that lapsed meanwhile at once, a burst the provider answers
 		// with throttles: a slot that started too long ago is given up and
 		// a new one taken (the claim is kept for it).
-		if late := time.Since(f.slotAt); late > lateSlot(f.pol.Limit, f.lim)+lateClaim {
+		if late := time.Since(f.slotAt); late > f.st.LateSlot()+lateClaim {
 			p.m.lateSlots.WithLabelValues().Inc()
 			return outcome{kind: again}
 		}
@@ -539,16 +518,7 @@ func (p *Pacer) send(f *flight) outcome {
 		p.m.sends.WithLabelValues(cs).Inc()
 	}
 	p.m.response(cs, perr)
-	if f.probe {
-		p.breakerResult(ctx, f.env.Key, f.st, f.pol, class == channels.Success || class == channels.Permanent,
-			"probe answered "+class.String()+" "+codeOf(perr), f.log)
-	}
-	switch class {
-	case channels.Success:
-		f.st.accepted.Add(1)
-		p.reportIfDue(ctx, f.env.Key, f.st, f.log)
-		return outcome{kind: delivered, res: res}
-	case channels.Throttle:
+	if class == channels.Throttle {
 		// Our pace, not the message, was at fault: no attempt counted.
 		f.waitStart = time.Now()
 		scope := channels.ScopeKey
@@ -556,15 +526,14 @@ func (p *Pacer) send(f *flight) outcome {
 			scope = perr.Scope
 		}
 		p.m.throttles.WithLabelValues(scope.String()).Inc()
-		if perr != nil && perr.Scope == channels.ScopePair {
-			return p.pairThrottled(f, perr)
-		}
-		if perr != nil && perr.Scope == channels.ScopeAccount {
-			p.accountThrottled(ctx, f.pol, perr, f.log)
-			return outcome{kind: again} // the account gate holds it
-		}
-		p.throttled(ctx, f.env.Key, f.st, f.pol, f.paced, perr, f.log)
-		return outcome{kind: again}
+	}
+	// The key's breaker, AIMD, cooldowns and counters take the answer.
+	v := f.st.Report(ctx, time.Now(), keypace.Result{Class: class, Err: err, Cred: f.cred}, f.log)
+	switch class {
+	case channels.Success:
+		return outcome{kind: delivered, res: res}
+	case channels.Throttle:
+		return p.verdict(ctx, v, again)
 	case channels.Transient:
 		f.m.attempt++
 		return outcome{kind: retrying, err: err}
@@ -573,62 +542,10 @@ func (p *Pacer) send(f *flight) outcome {
 			return dead(code, err.Error()) // replayable as such once the credential exists
 		}
 		return dead("permanent:"+codeOf(perr), err.Error())
-	default: // channels.Halt
-		f.log.Error("provider refuses this pacing key (credentials or account); opening its breaker, nothing dropped",
-			"code", codeOf(perr), "err", err)
-		f.st.haltedWith(f.cred)
-		p.breakerResult(ctx, f.env.Key, f.st, f.pol, false, "halt: "+codeOf(perr), f.log)
+	default: // channels.Halt: the key's breaker opened (Report)
 		f.waitStart = time.Now()
 		return outcome{kind: again}
 	}
-}
-
-// pairThrottled holds one message whose recipient alone is limited
-// (WhatsApp 131056 asks for 4^n s between tries), not the key.
-func (p *Pacer) pairThrottled(f *flight, perr *channels.Error) outcome {
-	f.pairThrottles++
-	// The pair's first cooldown: the provider's hint, or one token interval
-	// of the recipient bucket, at least a second; later ones a minute or
-	// more (adapt.PairAgain), shared by every replica through Redis.
-	base := max(perr.RetryAfter, time.Second)
-	if rl := f.pol.RecipientLimit; rl.PerSecond > 0 {
-		base = max(base, time.Duration(float64(time.Second)/rl.PerSecond))
-	}
-	_, maxCD := f.pol.AIMD.CooldownBounds()
-	base = min(base, maxCD)
-	// The pair's rate after its first throttle: the configured recipient
-	// rate, else one message per base cooldown; halved by each later
-	// throttle (adapt.Adapter.PairThrottled).
-	rate := 1 / base.Seconds()
-	if rl := f.pol.RecipientLimit; rl.PerSecond > 0 {
-		rate = min(rate, rl.PerSecond)
-	}
-	sub := recipientSub(f.env.To)
-	// Held in this process before Redis is written: a message of the pair
-	// this process handles during the write (one that read Redis after it,
-	// or none) waits too, rather than meet the provider's refusal again.
-	f.st.setPair(sub, base, 0)
-	var pr adapt.Pair
-	if err := p.redis(f.w.ctx, f.log, func() (err error) {
-		pr, err = p.adapter.PairThrottled(f.w.ctx, p.cfg.Channel, f.env.Key, sub, base, maxCD, rate)
-		return err
-	}); err != nil {
-		if !errors.Is(err, errRedisDown) {
-			return stop()
-		}
-		pr.Left = time.Second << min(2*(f.pairThrottles-1), 12) // without Redis: this message's own 4^n s
-	}
-	d := pr.Left
-	f.st.setPair(sub, d, pr.Rate)
-	f.log.Info("pair throttled; this recipient waits, the key's others do not", "code", codeOf(perr), "after", d,
-		"pair_rate", pr.Rate, "pair_throttles", pr.Throttles)
-	if d > p.cfg.MaxTokenWait {
-		return requeue("pair-throttle", d)
-	}
-	if !sleep(f.w.ctx, d) {
-		return stop()
-	}
-	return outcome{kind: again}
 }
 
 // finish carries out o, the one place every record's path ends: the claim
@@ -646,8 +563,8 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 	if f.locked {
 		defer p.unlockID(f.env.Key, f.env.ID)
 	}
-	if f.st != nil {
-		defer p.keys.done(f.st)
+	if f.st.Held() {
+		defer f.st.Done()
 	}
 	p.settleAhead(f)
 	if f.claimed && o.kind != delivered && !o.keepClaim {
@@ -657,7 +574,6 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 	switch o.kind {
 	case delivered:
 		p.delivered(f.env, o.res, f.log)
-		f.st.delivered.Add(1)
 		done = true
 	case duplicate:
 		p.m.duplicates.WithLabelValues().Inc()
@@ -774,7 +690,7 @@ func (p *Pacer) LedgerWriteFailed(err error) {
 
 // errRedisDown is what [Pacer.redis] returns in local failure mode when
 // Redis does not answer: the caller goes on without it.
-var errRedisDown = errors.New("pacer: redis unavailable (local failure mode)")
+var errRedisDown = keypace.ErrRedisDown
 
 // redis runs op. In closed failure mode (the default) it retries Redis
 // errors with back-off until op succeeds (nil) or ctx ends (ctx.Err()):
@@ -836,291 +752,10 @@ func (p *Pacer) redisOp(ctx context.Context, log *slog.Logger, op func() error, 
 	}
 }
 
-// acquire waits for a send slot of key under lim: one reservation (or a
-// slot of a lease shared by this process's senders for the key) and one
-// sleep until it starts. It returns (0, "", true) once the slot started; or,
-// when no slot is to be had within MaxTokenWait, the wait and why
-// ("cooldown" or "token-wait") without waiting. ok is false when ctx ended.
-//
-// Priority changes the order, never the rate: a high-priority record,
-// while normal ones of its key wait for slots in this process, takes the
-// first of their slots to start (the normal record that held it reserves
-// anew, behind the slots already handed out); it reserves its own only when
-// none comes within handoffWait. So the slots leased or reserved for a
-// campaign's backlog hold a high record back by about one slot interval.
-//
-// At most rate * reserveAhead + burst senders of a key in this process hold
-// a slot not yet started (aheadSenders; fewer with a recipient bucket, and
-// a quarter of that ahead while the key's rate is adapted below its
-// ceiling), so a change of the rate takes effect within about that long.
-//
-// ahead, if not nil, is called once per slot granted, the ledger's flush
-// interval plus claimMargin before the slot starts (at once when it starts
-// sooner): it starts the record's claim (see [Pacer.claimAhead]).
-//
-// paced is the key's adapted rate this process knew when the slot was
-// granted (see [adapt.Adapter.ThrottledAfter]): a slot granted at a rate
-// since lowered, and kept (see below), was paced at the old one.
-func (p *Pacer) acquire(ctx context.Context, key, to string, high bool, st *keyState, pol control.KeyPolicy, lim bucket.Limit, log *slog.Logger, ahead func(at time.Time)) (wait time.Duration, reason string, paced float64, ok bool) {
-	st.mu.Lock()
-	paced = st.adapted.Rate // a slot handed off was granted at most a slot interval ago
-	st.mu.Unlock()
-	if high && st.normalWaiting.Load() > 0 {
-		t := time.NewTimer(handoffWait(lim, p.cfg.MaxTokenWait))
-		select {
-		case <-st.handoffChan(true):
-			t.Stop()
-			return 0, "", paced, true
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return 0, "", 0, false
-		}
-	}
-	gate := st.aheadGate(aheadSenders(lim, pol, p.cfg.MaxTokenWait, paced > 0 && paced < pol.Limit.PerSecond))
-	select {
-	case gate <- struct{}{}:
-	case <-ctx.Done():
-		return 0, "", 0, false
-	}
-	held := true
-	defer func() {
-		if held {
-			<-gate
-		}
-	}()
-	if !high {
-		st.normalWaiting.Add(1)
-		defer st.normalWaiting.Add(-1)
-	}
-	for {
-		var res bucket.Reservation
-		start := time.Now()
-		cutAt := st.cutAt.Load()
-		// The key's limit of now: one read before a wait (for the gate, a
-		// slot that lapsed, a cooldown) may be that of an old rate.
-		var hold time.Duration
-		lim, pol, hold = st.current(lim, pol, instantOf(start))
-		if hold > 0 {
-			// The key's limit rose while this process held slots of the
-			// old rate: the new rate starts after them.
-			if !sleep(ctx, hold) {
-				return 0, "", 0, false
-			}
-			continue
-		}
-		st.mu.Lock()
-		paced = st.adapted.Rate
-		st.mu.Unlock()
-		err := p.redis(ctx, log, func() (err error) {
-			res, err = p.reserve(ctx, p.bucket, key, to, st, pol, lim)
-			return err
-		})
-		if errors.Is(err, errRedisDown) {
-			res, err = p.reserve(ctx, p.fallback, key, to, nil, pol, lim)
-		}
-		if err != nil {
-			return 0, "", 0, false
-		}
-		p.m.takeLatencyO.Observe(time.Since(start).Seconds())
-		if res.OK {
-			st.handedOut(res.At)
-			if ahead != nil {
-				lead := p.ledger.FlushInterval() + claimMargin
-				if !sleep(ctx, time.Until(res.At.Add(-lead))) {
-					return 0, "", 0, false
-				}
-				ahead(res.At)
-			}
-			if !sleep(ctx, time.Until(res.At)) {
-				return 0, "", 0, false
-			}
-			// A sender woken late (a stall, a busy CPU) would send its slot
-			// next to later ones and crowd the provider's window: past
-			// lateSlot, the slot lapses and a new one is taken.
-			late := time.Since(res.At)
-			p.m.latenessO.Observe(max(late, 0).Seconds())
-			if late > lateSlot(pol.Limit, lim) {
-				p.m.lateSlots.WithLabelValues().Inc()
-				continue
-			}
-			// The rate was lowered while this sender slept: a slot
-			// granted before the decrease was granted at the old rate, and
-			// the decrease cleared the debt such slots made; a new slot at
-			// the new rate replaces it. A slot granted after the decrease
-			// (another replica made it, and this process learned of it at
-			// its refresh, up to a second later) is part of the new
-			// schedule: dropping it would leave its place unused by every
-			// replica, a gap of up to a second of the key's rate.
-			if c := st.cutAt.Load(); c != cutAt && res.Granted.UnixNano() < c {
-				st.mu.Lock()
-				lim = st.limit
-				st.mu.Unlock()
-				continue
-			}
-			if !high {
-				select {
-				case st.handoffChan(false) <- struct{}{}:
-					p.m.handoffs.WithLabelValues().Inc()
-					continue // a high-priority record sends in this slot
-				default:
-				}
-			}
-			return 0, "", paced, true
-		}
-		if res.Wait > p.cfg.MaxTokenWait {
-			if res.Cooldown {
-				return res.Wait, "cooldown", 0, true
-			}
-			return res.Wait, "token-wait", 0, true
-		}
-		// Spread cooldown wake-ups by up to 10% so waiters on one key do not
-		// all return in the same instant.
-		w := res.Wait
-		if res.Cooldown {
-			w += time.Duration(rand.Int64N(int64(w)/10 + 1))
-		}
-		if res.Cooldown || w <= time.Duration(float64(time.Second)/lim.PerSecond) {
-			if !sleep(ctx, w) {
-				return 0, "", 0, false
-			}
-			continue
-		}
-		// No slot within reach for longer than one slot interval of the
-		// key: its recipient is busy. It waits outside the gate, so it does
-		// not hold a place the key's other recipients could use.
-		<-gate
-		held = false
-		if !sleep(ctx, w) {
-			return 0, "", 0, false
-		}
-		select {
-		case gate <- struct{}{}:
-			held = true
-		case <-ctx.Done():
-			return 0, "", 0, false
-		}
-	}
-}
-
-// handoffWait is how long a high-priority record waits for a normal one's
-// slot before it reserves its own: two slot intervals of lim, within
-// [50 ms, maxWait].
-func handoffWait(lim bucket.Limit, maxWait time.Duration) time.Duration {
-	d := time.Duration(2 / lim.PerSecond * float64(time.Second))
-	return min(max(d, 50*time.Millisecond), maxWait)
-}
-
 // lateClaim is how long the idempotency claim may take, beyond lateSlot,
 // before the slot it follows is given up: a claim is one Redis round trip
 // (well under a millisecond); one slower than this waited on Redis.
 const lateClaim = 20 * time.Millisecond
-
-// lateSlot is how late after its granted slot a sender of a key paced
-// at lim (the adapted limit of ceiling, see [adapt.Adapted.Limit]) may
-// still send; a sender woken later gives the slot up and takes a new one
-// (pacer_late_slots_total), which wastes the slot's token.
-//
-// Why lateness within the pacing headroom is harmless: the slots granted
-// for a key conform to lim = (r, Bp): any window of T seconds holds at
-// most Bp + r*T of them (package bucket, checked by its accuracy soak).
-// Sends each made between 0 and L after their slot put into a window of T
-// seconds only slots of a window of T + L, so at most Bp + r*(T + L): the
-// provider's r*T + B holds while L <= (B - Bp) / r, where B is the
-// provider's burst at rate r (the ceiling's burst scaled down with the
-// adapted rate, as Limit scales it, rounded down). That headroom, B - Bp
-// tokens, is what Limit takes off the burst for the network's jitter
-// ([adapt.AIMD].Jitter): sends that reach the provider early relative to
-// the ones before them. A late wake-up moves a send the same way a slow
-// trip does, so the two share it: a sender may use half of (B - Bp) / r,
-// and the network keeps the other half.
-//
-// The result is never below the floor the pacer kept before counting the
-// headroom: half a slot interval and at most a quarter of the burst's
-// refill time, at least 1 ms (a key with no headroom, burst 1 or no jitter
-// configured, gets only that). So 1,000/s burst 10 (paced at burst 5)
-// allows 2.5 ms, 80/s burst 10 (paced at burst 8) 12.5 ms, 0.5/s burst 1
-// (paced at 0.4938/s) 0.51 s.
-//
-// Senders are not made more punctual instead (one dispatcher goroutine per
-// key, or a wake-up before the slot and a spin to it): an idle Go process
-// sleeps in whole milliseconds (the runtime's epoll_wait timeout, rounded
-// up to 1 ms: runtime/netpoll_epoll.go), so a wake-up is up to 1 ms late
-// by design, and beating that means spinning (a core kept busy at 1,000
-// slots/s) or a thread of its own sleeping in nanosleep(2): tried, that
-// woke 57-62% of the senders within 0.4 ms instead of 33-38%, but cost 35%
-// more CPU per message and left the wake-ups later than 3 ms as they were
-// (BENCHMARKS.md). On a loaded machine lateness is the operating system
-// running other processes, which a dispatcher waits for just the same.
-func lateSlot(ceiling, lim bucket.Limit) time.Duration {
-	if !(lim.PerSecond > 0) {
-		return time.Millisecond
-	}
-	floor := max(time.Duration(min(float64(lim.Burst)/4, 0.5)/lim.PerSecond*float64(time.Second)), time.Millisecond)
-	b := ceiling.Burst // the provider's burst at the paced rate
-	if ceiling.PerSecond > 0 && lim.PerSecond < ceiling.PerSecond {
-		b = max(int(float64(ceiling.Burst)*lim.PerSecond/ceiling.PerSecond), 1)
-	}
-	if b <= lim.Burst {
-		return floor
-	}
-	share := time.Duration(float64(b-lim.Burst) / lim.PerSecond / 2 * float64(time.Second))
-	return max(share, floor)
-}
-
-// leaseBacklog is the automatic lease size from which a key always leases.
-// A smaller lease (a key under 100 msgs/s) is taken only while the key has
-// at least as many senders waiting for slots in this process, so its slots
-// are used rather than left to lapse; with fewer, each sender reserves its
-// own slot.
-const leaseBacklog = 20
-
-// reserve asks b for one slot of key under lim (the adapted limit of
-// pol.Limit): with a recipient bucket (configured, or a pair's learned
-// rate, the lower of the two), one all-or-nothing reservation of both; else
-// through the key's Dispenser (one Redis call per lease) when leases are on
-// for the key (see leaseBacklog) and st != nil; else one reservation.
-func (p *Pacer) reserve(ctx context.Context, b Bucket, key, to string, st *keyState, pol control.KeyPolicy, lim bucket.Limit) (bucket.Reservation, error) {
-	rl := pol.RecipientLimit
-	if st != nil && st.anyPairRate() {
-		// A pair that learned its rate from throttles is paced at it.
-		if r := st.pairRate(recipientSub(to)); r > 0 && (rl == (bucket.Limit{}) || r < rl.PerSecond) {
-			rl = bucket.Limit{PerSecond: r, Burst: 1}
-		}
-	}
-	if rl != (bucket.Limit{}) {
-		// A slot far ahead for a busy recipient would charge the key's
-		// bucket at that slot too and hold other recipients behind it, so
-		// a multi reservation looks no further ahead than the key's burst
-		// lasts; a busy recipient's message waits and asks again.
-		p.m.bucketCallsC.Inc()
-		return b.ReserveMulti(ctx, p.cfg.Channel, key, []bucket.Request{
-			{Limit: lim, Cost: 1},
-			{Sub: recipientSub(to), Limit: rl, Cost: 1},
-		}, multiReach(lim, p.cfg.MaxTokenWait))
-	}
-	n := p.cfg.leaseSize(pol.Limit, lim)
-	if n <= 1 || st == nil || (p.cfg.LeaseSize == 0 && n < leaseBacklog && int(st.normalWaiting.Load()) < n) {
-		p.m.bucketCallsC.Inc()
-		return b.Reserve(ctx, p.cfg.Channel, key, lim, 1, p.cfg.MaxTokenWait)
-	}
-	return st.take(ctx, p, key, pol.Limit, lim, n)
-}
-
-// multiReach is how far ahead a reservation of a key's and a recipient's
-// buckets together looks: as long as the key's burst lasts at lim, at
-// most maxWait, at least 1 ms.
-func multiReach(lim bucket.Limit, maxWait time.Duration) time.Duration {
-	reach := time.Duration(float64(lim.Burst) / lim.PerSecond * float64(time.Second))
-	return max(min(maxWait, reach), time.Millisecond)
-}
-
-// recipientSub names a recipient's sub-bucket by a hash, so no address or
-// device token is written into a Redis key.
-func recipientSub(to string) string {
-	h := sha256.Sum256([]byte(to))
-	return "to:" + hex.EncodeToString(h[:12])
-}
 
 // release drops this process's claim on env.ID after the provider refused
 // the message (or before any send), so a later copy can claim it. Failure

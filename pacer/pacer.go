@@ -130,6 +130,7 @@ import (
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/pacer/control"
+	"github.com/pacerhq/pacer/pacer/keypace"
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/prometheus/client_golang/prometheus"
@@ -238,9 +239,9 @@ type Config struct {
 
 // Bounds checked by [Config.Validate].
 const (
-	maxInFlight        = 1024  // records of one pacing key of a partition at once
-	maxProcessInFlight = 65536 // records of the process at once
-	maxLeaseSize       = 256   // slots per lease: a lease is one Lua call holding the key's slot
+	maxInFlight        = 1024                 // records of one pacing key of a partition at once
+	maxProcessInFlight = 65536                // records of the process at once
+	maxLeaseSize       = keypace.MaxLeaseSize // slots per lease: a lease is one Lua call holding the key's slot
 )
 
 // FieldError is one problem [Config.Validate] found. Field is the path of
@@ -458,33 +459,6 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// leaseSize is how many slots one Redis lease takes for a key whose
-// ceiling is ceiling and adapted limit lim: Config.LeaseSize when set, else
-// leaseSpan of slots at the adapted rate when that is at least 2, else 1 (one
-// reservation per message); never more than maxLeaseSize. The burst does
-// not cap it: a lease's slots are spaced at the rate (the bucket goes into
-// debt for them, as for reservations made ahead), so a lease of leaseSpan of
-// slots bunches nothing; it only holds other replicas' slots back by as
-// much, and a throttle gives back the slots not started (dropLease).
-// Below 20 slots, [Pacer.reserve] leases only while the key has that many
-// senders waiting (see leaseBacklog).
-// leaseSpan is how much of a key's rate one automatic lease takes: one
-// bucket call per 16 messages at 80 msgs/s (0.06 per message), per 200 at
-// 1,000 msgs/s. At 100 ms a busy key at 80/s made 0.13 bucket calls per
-// message, most of its Redis round trips.
-const leaseSpan = 200 * time.Millisecond
-
-func (c *Config) leaseSize(ceiling, lim bucket.Limit) int {
-	n := c.LeaseSize
-	if n <= 0 {
-		n = int(min(ceiling.PerSecond, lim.PerSecond) * leaseSpan.Seconds())
-		if n < 2 {
-			n = 1
-		}
-	}
-	return max(min(n, maxLeaseSize), 1)
-}
-
 // retryTopic returns the name of retry tier n (1-based).
 func (c *Config) retryTopic(n int) string { return fmt.Sprintf("%s.retry.%d", c.Topic, n) }
 
@@ -505,10 +479,9 @@ type Pacer struct {
 	// policyDefault is the channel's policy from Config: a key's policy
 	// until its first read of Policy.
 	policyDefault control.StaticPolicy
-	camps         *campaigns // nil without Deps.Campaigns
-	parkMarks     rateMarks  // keys' rates as parked records saw them (parkraise.go)
-	keys          keyStates
-	account       accountState
+	camps         *campaigns    // nil without Deps.Campaigns
+	parkMarks     rateMarks     // keys' rates as parked records saw them (parkraise.go)
+	keys          *keypace.Keys // the pacing keys: their state, gates, slots and adaptation
 	m             *metrics
 	qm            *queueMetrics
 	log           *slog.Logger
@@ -584,7 +557,7 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 		return nil, fmt.Errorf("pacer: metrics: %w", err)
 	}
 	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, sender: deps.Sender, m: m,
-		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{}, keys: keyStates{m: map[string]*keyState{}},
+		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{},
 		ids: map[idRef]chan struct{}{}, handlers: newGoPool(), markBy: newDeadlines(context.Background(), 30*time.Second)}
 	if !p.strict() {
 		p.places = newPlaces(cfg.ProcessInFlight)
@@ -592,16 +565,17 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	if p.lag, err = newLagGauge(wrapped); err != nil {
 		return nil, fmt.Errorf("pacer: metrics: %w", err)
 	}
-	p.qm = newQueueMetrics(p)
-	for _, c := range append(p.keyGauges(), prometheus.Collector(p.qm)) {
-		if err := wrapped.Register(c); err != nil {
-			return nil, fmt.Errorf("pacer: metrics: %w", err)
-		}
-	}
 	p.policyDefault = control.StaticPolicy{Limit: cfg.Limit, RecipientLimit: cfg.RecipientLimit, AIMD: cfg.AIMD, Breaker: cfg.Breaker}
 	p.policy = deps.Policy
 	if p.policy == nil {
 		p.policy = p.policyDefault
+	}
+	p.keys = p.newKeys()
+	p.qm = newQueueMetrics(p)
+	for _, c := range append(p.keys.Gauges(), prometheus.Collector(p.qm)) {
+		if err := wrapped.Register(c); err != nil {
+			return nil, fmt.Errorf("pacer: metrics: %w", err)
+		}
 	}
 	if deps.Campaigns != nil {
 		p.camps = &campaigns{store: deps.Campaigns, channel: cfg.Channel, log: p.log, base: context.Background(),

@@ -135,9 +135,9 @@ func (p *Pacer) waitParked(f *flight) bool {
 	}
 	ctx := f.w.ctx
 	return waitRescaled(ctx, f.m.due, was, func(was float64) (float64, time.Time) {
-		st := p.keyState(key)
-		defer p.keys.done(st)
-		lim, _ := p.limitFor(ctx, key, st, f.log)
+		k := p.keys.Get(key, "")
+		defer k.Done()
+		lim := k.Limit(ctx, time.Now(), f.log)
 		return p.parkMarks.seen(key, lim.PerSecond, was, time.Now())
 	})
 }

@@ -146,23 +146,7 @@ func newWorker(p *Pacer, cl *kgo.Client, k tp) *worker {
 // run dry meanwhile; too early, they are held once their slot is within
 // the lookahead.
 func (p *Pacer) keyRates(key string) (rate, ceiling float64) {
-	def := p.policyDefault.Limit.PerSecond
-	p.keys.mu.Lock()
-	st := p.keys.m[key]
-	p.keys.mu.Unlock()
-	if st == nil {
-		return def, def
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	rate, ceiling = st.limit.PerSecond, st.pol.Limit.PerSecond
-	if rate <= 0 {
-		rate = def
-	}
-	if ceiling <= 0 {
-		ceiling = def
-	}
-	return rate, ceiling
+	return p.keys.Rates(key)
 }
 
 // keyRate is the rate of [Pacer.keyRates].
@@ -379,7 +363,7 @@ func (w *worker) slotAfter(q *keyQueue, now time.Time) time.Time {
 // dispatch starts q's records while the key has fewer than InFlight being
 // handled: high ones first, and high ones up to InFlight of their own, so a
 // key's normal records already waiting for slots never keep a high one
-// from starting (it then takes the next slot: see [Pacer.acquire]).
+// from starting (it then takes the next slot: see [keypace.Key.Slot]).
 // Callers hold w.mu.
 func (w *worker) dispatch(q *keyQueue) {
 	for !w.stopped && q.runHigh < w.p.cfg.InFlight && len(q.high) > 0 {

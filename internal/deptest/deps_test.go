@@ -6,6 +6,7 @@
 //	  -> pacer/ingest         the HTTP ingest gateway (+ ingest/quota, ingest/window)
 //	  -> pacer/statuspage     the status page
 //	  -> pacer/produce        publish, DLQ replay, topics, Kafka errors
+//	       -> pacer/keypace   one pacing key: its gate, slot and report (AIMD, breaker, cooldowns)
 //	       -> pacer/envelope  the message and its Kafka headers
 //	       -> pacer/ledger    the idempotency ledger (Redis)
 //	       -> pacer/control   live limits, campaign states, a key's policy (Redis)
@@ -21,7 +22,7 @@
 //     nor Kafka nor Prometheus: it paces and returns values.
 //   - Under pacer/ the applications (the consumer, ingest, statuspage)
 //     import no other application, and the parts they share (envelope,
-//     produce, ledger, control) import no application; envelope imports
+//     produce, ledger, control, keypace) import no application; envelope imports
 //     nothing of ours (TestPacerSiblings). Every package under pacer/ has
 //     a place in that list, so a new one must be given its rules.
 //   - Only the packages that run Lua scripts import lua: bucket, its
@@ -179,6 +180,7 @@ var (
 	}
 	pacerShared = map[string]bool{
 		mod + "/pacer/envelope": true, mod + "/pacer/produce": true, mod + "/pacer/ledger": true, mod + "/pacer/control": true,
+		mod + "/pacer/keypace": true,
 	}
 )
 

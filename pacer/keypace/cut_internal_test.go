@@ -1,4 +1,4 @@
-package pacer
+package keypace
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
-	"github.com/pacerhq/pacer/pacer/control"
 )
 
 // aheadBucket grants every reservation a slot 100 ms ahead.
@@ -48,10 +47,10 @@ func TestAcquireKeepsSlotsGrantedAfterADecrease(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := &aheadBucket{}
-				p := testPacer(t, b, &stubAdapter{}, nil)
+				p := testKeys(t, b, &stubAdapter{}, nil)
 				p.cfg.LeaseSize = 1 // one reservation per slot
 				st := p.keyState("k")
-				defer p.keys.done(st)
+				defer p.done(st)
 				ceiling := bucket.Limit{PerSecond: 100, Burst: 10}
 				type result struct {
 					paced float64
@@ -60,7 +59,7 @@ func TestAcquireKeepsSlotsGrantedAfterADecrease(t *testing.T) {
 				done := make(chan result, 1)
 				time.Sleep(50 * time.Millisecond) // the grant at 50 ms
 				go func() {
-					_, _, paced, ok := p.acquire(t.Context(), "k", "to", false, st, control.KeyPolicy{Limit: ceiling}, ceiling, p.log, nil)
+					_, _, paced, ok := p.acquire(t.Context(), "k", "to", false, st, KeyPolicy{Limit: ceiling}, ceiling, testLog, 0, nil)
 					done <- result{paced, ok}
 				}()
 				synctest.Wait()

@@ -1,4 +1,4 @@
-package pacer
+package keypace
 
 import (
 	"context"
@@ -17,14 +17,14 @@ import (
 // among that record's garbage); a key too long for a block is copied
 // alone.
 func TestKeysCopiedTogether(t *testing.T) {
-	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, nil)
+	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, nil)
 	long := strings.Repeat("x", keyTextMax+1)
 	keys := []string{fmt.Sprintf("2065%07d", 1), fmt.Sprintf("2065%07d", 2), fmt.Sprintf("2065%07d", 3), long}
 	for _, k := range keys {
-		p.keys.done(p.keyState(k))
+		p.done(p.keyState(k))
 	}
 	held := map[string]string{}
-	for k := range p.keys.m {
+	for k := range p.m {
 		held[k] = k
 	}
 	for i, k := range keys {
@@ -42,22 +42,22 @@ func TestKeysCopiedTogether(t *testing.T) {
 			t.Errorf("key %d not copied right after key %d in the block", i, i-1)
 		}
 	}
-	if cap(p.keys.text) != keyTextBlock {
-		t.Errorf("block of %d bytes, want %d", cap(p.keys.text), keyTextBlock)
+	if cap(p.text) != keyTextBlock {
+		t.Errorf("block of %d bytes, want %d", cap(p.text), keyTextBlock)
 	}
-	if got := len(p.keys.text); got != 3*11 {
+	if got := len(p.text); got != 3*11 {
 		t.Errorf("%d bytes of the block used, want 33 (the long key copied alone)", got)
 	}
 
 	// A key that does not fit in what is left of the block starts a new one.
-	p.keys.text = p.keys.text[:keyTextBlock-5]
+	p.text = p.text[:keyTextBlock-5]
 	k := fmt.Sprintf("2065%07d", 4)
-	p.keys.done(p.keyState(k))
-	if len(p.keys.text) != 11 {
-		t.Errorf("after a key that did not fit: %d bytes of the block used, want 11 (a new block)", len(p.keys.text))
+	p.done(p.keyState(k))
+	if len(p.text) != 11 {
+		t.Errorf("after a key that did not fit: %d bytes of the block used, want 11 (a new block)", len(p.text))
 	}
-	for h := range p.keys.m {
-		if h == k && unsafe.StringData(h) != unsafe.SliceData(p.keys.text) {
+	for h := range p.m {
+		if h == k && unsafe.StringData(h) != unsafe.SliceData(p.text) {
 			t.Error("the key is not at the start of the new block")
 		}
 	}
@@ -82,18 +82,18 @@ func (p *refusingPolicy) KeyPolicy(ctx context.Context, key string) (control.Key
 // with nothing more than any other key.
 func TestKeyRareDroppedOnceUnused(t *testing.T) {
 	pol := &refusingPolicy{}
-	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, pol)
+	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, pol)
 	pol.Policy = p.policyDefault
 	ctx := t.Context()
 	st := p.keyState("k")
-	defer p.keys.done(st)
+	defer p.done(st)
 
 	// A sender waiting for the key's first read (see limitFor).
 	st.mu.Lock()
 	first := make(chan struct{})
 	st.rareSet().first = first
 	st.mu.Unlock()
-	p.limitFor(ctx, "k", st, p.log)
+	p.limitFor(ctx, time.Now(), "k", st, testLog)
 	select {
 	case <-first:
 	default:
@@ -106,13 +106,13 @@ func TestKeyRareDroppedOnceUnused(t *testing.T) {
 	// A refused limit is remembered (logged once) until a valid one is read.
 	pol.refuse = true
 	st.refreshed = instantOf(time.Now().Add(-2 * refreshEvery))
-	p.limitFor(ctx, "k", st, p.log)
+	p.limitFor(ctx, time.Now(), "k", st, testLog)
 	if st.rare == nil || st.rare.refused == "" {
 		t.Fatalf("a refused limit was not remembered: %+v", st.rare)
 	}
 	pol.refuse = false
 	st.refreshed = instantOf(time.Now().Add(-2 * refreshEvery))
-	p.limitFor(ctx, "k", st, p.log)
+	p.limitFor(ctx, time.Now(), "k", st, testLog)
 	if st.rare != nil {
 		t.Errorf("after a valid limit: %+v kept, want nil", *st.rare)
 	}
@@ -129,10 +129,10 @@ func TestKeyRareDroppedOnceUnused(t *testing.T) {
 // back, when either changes.
 func TestDispenserFollowsLimitAndLateness(t *testing.T) {
 	b := bucket.NewLocal(bucket.LocalConfig{})
-	p := testPacer(t, b, &stubAdapter{}, nil)
+	p := testKeys(t, b, &stubAdapter{}, nil)
 	ctx := t.Context()
 	st := p.keyState("k")
-	defer p.keys.done(st)
+	defer p.done(st)
 	lim := bucket.Limit{PerSecond: 10, Burst: 2}
 	narrow := bucket.Limit{PerSecond: 10, Burst: 2} // no headroom: lateSlot's floor
 	wide := bucket.Limit{PerSecond: 10, Burst: 10}  // 8 slots of headroom: 0.4 s

@@ -1,4 +1,4 @@
-package pacer
+package keypace
 
 import (
 	"context"
@@ -23,9 +23,9 @@ func TestRaiseKeepsLeasedSlots(t *testing.T) {
 
 func testRaiseKeepsLeasedSlots(t *testing.T) {
 	ctx := context.Background()
-	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, nil)
+	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, nil)
 	st := p.keyState("k")
-	defer p.keys.done(st)
+	defer p.done(st)
 	ceiling := bucket.Limit{PerSecond: 80, Burst: 10}
 	next := func(lim bucket.Limit) bucket.Reservation {
 		t.Helper()

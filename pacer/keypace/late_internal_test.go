@@ -1,4 +1,4 @@
-package pacer
+package keypace
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -164,16 +163,16 @@ func TestAcquireGivesUpOnlySlotsLaterThanTheHeadroomAllows(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := &lateBucket{late: c.late}
-				p := testPacer(t, b, &stubAdapter{}, nil)
+				p := testKeys(t, b, &stubAdapter{}, nil)
 				p.cfg.LeaseSize = 1 // one reservation per slot
 				st := p.keyState("k")
-				defer p.keys.done(st)
+				defer p.done(st)
 				lim := bucket.Limit{PerSecond: 1000, Burst: 5}
-				wait, _, _, ok := p.acquire(t.Context(), "k", "to", false, st, control.KeyPolicy{Limit: c.ceiling}, lim, p.log, nil)
+				wait, _, _, ok := p.acquire(t.Context(), "k", "to", false, st, KeyPolicy{Limit: c.ceiling}, lim, testLog, 0, nil)
 				if !ok || wait != 0 {
 					t.Fatalf("acquire: wait %v ok %v, want a slot", wait, ok)
 				}
-				if got := testutil.ToFloat64(p.m.lateSlots); got != c.given || b.calls != c.calls {
+				if got := testutil.ToFloat64(p.mt.LateSlots); got != c.given || b.calls != c.calls {
 					t.Fatalf("%v slots given up in %d reservations, want %v in %d", got, b.calls, c.given, c.calls)
 				}
 			})

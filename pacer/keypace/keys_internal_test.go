@@ -1,14 +1,12 @@
-package pacer
+package keypace
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,8 +15,6 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
-	"github.com/pacerhq/pacer/pacer/control"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // returnCounter is an in-process Bucket that counts the slots given back
@@ -69,33 +65,21 @@ func (a *stubAdapter) BreakerStatus(context.Context, string, string) (adapt.Brea
 }
 
 // policyFunc serves a key's policy from a function.
-type policyFunc func(key string) control.KeyPolicy
+type policyFunc func(key string) KeyPolicy
 
-func (f policyFunc) KeyPolicy(_ context.Context, key string) (control.KeyPolicy, error) {
+func (f policyFunc) KeyPolicy(_ context.Context, key string) (KeyPolicy, error) {
 	return f(key), nil
 }
 
-func testPacer(t *testing.T, b Bucket, a Adapter, pol control.Policy) *Pacer {
+// testLog discards what the keys log.
+var testLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// testKeys returns a channel "test" of 100 msgs/s burst 20 on b and a,
+// its policy pol (the channel's when nil), its metrics unregistered.
+func testKeys(t *testing.T, b Bucket, a Adapter, pol Policy) *Keys {
 	t.Helper()
 	lim := bucket.Limit{PerSecond: 100, Burst: 20}
-	p := &Pacer{
-		cfg:           Config{Channel: "test", Limit: lim, MaxTokenWait: 5 * time.Second},
-		bucket:        b,
-		adapter:       a,
-		keys:          keyStates{m: map[string]*keyState{}},
-		log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		policyDefault: control.StaticPolicy{Limit: lim},
-	}
-	p.policy = pol
-	if pol == nil {
-		p.policy = p.policyDefault
-	}
-	m, err := newMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.m = m
-	return p
+	return New(Config{Channel: "test", MaxTokenWait: 5 * time.Second, Bucket: b, Adapter: a, Policy: pol, Default: KeyPolicy{Limit: lim}})
 }
 
 // An idle key's state is freed by the sweep, without any /metrics scrape,
@@ -103,7 +87,7 @@ func testPacer(t *testing.T, b Bucket, a Adapter, pol control.Policy) *Pacer {
 // with a record in hand is kept however long it waits.
 func TestSweepFreesIdleKeysAndReturnsLeases(t *testing.T) {
 	b := &returnCounter{Local: bucket.NewLocal(bucket.LocalConfig{})}
-	p := testPacer(t, b, &stubAdapter{}, nil)
+	p := testKeys(t, b, &stubAdapter{}, nil)
 	ctx := t.Context()
 	// An empty bucket at 10/s: the lease's 10 slots all lie in the next second.
 	lim := bucket.Limit{PerSecond: 10, Burst: 10}
@@ -115,19 +99,19 @@ func TestSweepFreesIdleKeysAndReturnsLeases(t *testing.T) {
 	if _, err := idle.dispenser(ctx, p, "idle", lim, lim, 10).Next(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p.keys.done(idle)
+	p.done(idle)
 	busy := p.keyState("busy") // a record still in hand
 
-	if n := p.sweep(ctx, time.Now()); n != 0 {
+	if n := p.Sweep(ctx, time.Now()); n != 0 {
 		t.Fatalf("sweep right away freed %d keys, want 0", n)
 	}
-	if n := p.sweep(ctx, time.Now().Add(activeFor+time.Second)); n != 1 {
+	if n := p.Sweep(ctx, time.Now().Add(activeFor+time.Second)); n != 1 {
 		t.Fatalf("sweep after activeFor freed %d keys, want 1 (the idle one)", n)
 	}
-	p.keys.mu.Lock()
-	_, idleKept := p.keys.m["idle"]
-	_, busyKept := p.keys.m["busy"]
-	p.keys.mu.Unlock()
+	p.mu.Lock()
+	_, idleKept := p.m["idle"]
+	_, busyKept := p.m["busy"]
+	p.mu.Unlock()
 	if idleKept || !busyKept {
 		t.Fatalf("after sweep: idle kept %v (want false), busy kept %v (want true)", idleKept, busyKept)
 	}
@@ -135,8 +119,8 @@ func TestSweepFreesIdleKeysAndReturnsLeases(t *testing.T) {
 	if got := b.returned.Load(); got != 9 {
 		t.Fatalf("slots given back = %d, want 9", got)
 	}
-	p.keys.done(busy)
-	if n := p.sweep(ctx, time.Now().Add(activeFor+time.Second)); n != 1 {
+	p.done(busy)
+	if n := p.Sweep(ctx, time.Now().Add(activeFor+time.Second)); n != 1 {
 		t.Fatalf("sweep after the busy key's record finished freed %d, want 1", n)
 	}
 }
@@ -145,11 +129,11 @@ func TestSweepFreesIdleKeysAndReturnsLeases(t *testing.T) {
 // stall the key's other senders: they go on with the last known limit.
 func TestLimitForDoesNotHoldTheKeyAcrossRedis(t *testing.T) {
 	a := &stubAdapter{}
-	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), a, nil)
+	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), a, nil)
 	ctx := t.Context()
 	st := p.keyState("k")
-	defer p.keys.done(st)
-	if lim, _ := p.limitFor(ctx, "k", st, p.log); lim.PerSecond != 100 {
+	defer p.done(st)
+	if lim, _ := p.limitFor(ctx, time.Now(), "k", st, testLog); lim.PerSecond != 100 {
 		t.Fatalf("first limit = %v, want 100/s", lim)
 	}
 	st.mu.Lock()
@@ -160,12 +144,12 @@ func TestLimitForDoesNotHoldTheKeyAcrossRedis(t *testing.T) {
 	a.block, a.entered = make(chan struct{}), make(chan struct{})
 	a.mu.Unlock()
 	defer close(a.block)
-	go p.limitFor(ctx, "k", st, p.log) // the refresher, stuck in Recover
+	go p.limitFor(ctx, time.Now(), "k", st, testLog) // the refresher, stuck in Recover
 	<-a.entered
 
 	got := make(chan bucket.Limit, 1)
 	go func() {
-		lim, _ := p.limitFor(ctx, "k", st, p.log)
+		lim, _ := p.limitFor(ctx, time.Now(), "k", st, testLog)
 		got <- lim
 	}()
 	select {
@@ -184,26 +168,26 @@ func TestPolicyRefreshedWithinASecond(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		rate := 50.0
-		pol := policyFunc(func(string) control.KeyPolicy {
+		pol := policyFunc(func(string) KeyPolicy {
 			mu.Lock()
 			defer mu.Unlock()
-			return control.KeyPolicy{Limit: bucket.Limit{PerSecond: rate, Burst: 10}}
+			return KeyPolicy{Limit: bucket.Limit{PerSecond: rate, Burst: 10}}
 		})
-		p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, pol)
+		p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, pol)
 		ctx := t.Context()
 		st := p.keyState("k")
-		defer p.keys.done(st)
-		if lim, _ := p.limitFor(ctx, "k", st, p.log); lim.PerSecond != 50 {
+		defer p.done(st)
+		if lim, _ := p.limitFor(ctx, time.Now(), "k", st, testLog); lim.PerSecond != 50 {
 			t.Fatalf("limit = %v, want the policy's 50/s (not the channel's 100/s)", lim)
 		}
 		mu.Lock()
 		rate = 200
 		mu.Unlock()
-		if lim, _ := p.limitFor(ctx, "k", st, p.log); lim.PerSecond != 50 {
+		if lim, _ := p.limitFor(ctx, time.Now(), "k", st, testLog); lim.PerSecond != 50 {
 			t.Fatalf("limit right after the change = %v, want 50/s until the refresh", lim)
 		}
 		time.Sleep(refreshEvery)
-		lim, kp := p.limitFor(ctx, "k", st, p.log)
+		lim, kp := p.limitFor(ctx, time.Now(), "k", st, testLog)
 		if lim.PerSecond != 200 || kp.Limit.PerSecond != 200 {
 			t.Fatalf("limit %v, policy %v one refresh later; want 200/s", lim, kp.Limit)
 		}
@@ -212,11 +196,11 @@ func TestPolicyRefreshedWithinASecond(t *testing.T) {
 
 // A policy that cannot pace is refused and the key keeps its last one.
 func TestInvalidPolicyKeepsTheLastOne(t *testing.T) {
-	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{},
-		policyFunc(func(string) control.KeyPolicy { return control.KeyPolicy{Limit: bucket.Limit{PerSecond: 0, Burst: 1}} }))
+	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{},
+		policyFunc(func(string) KeyPolicy { return KeyPolicy{Limit: bucket.Limit{PerSecond: 0, Burst: 1}} }))
 	st := p.keyState("k")
-	defer p.keys.done(st)
-	if lim, _ := p.limitFor(t.Context(), "k", st, p.log); lim.PerSecond != 100 {
+	defer p.done(st)
+	if lim, _ := p.limitFor(t.Context(), time.Now(), "k", st, testLog); lim.PerSecond != 100 {
 		t.Fatalf("limit = %v, want the channel's 100/s kept", lim)
 	}
 }
@@ -224,15 +208,15 @@ func TestInvalidPolicyKeepsTheLastOne(t *testing.T) {
 // TestUtilization checks pacer_utilization: achieved over adapted rate,
 // summed over the keys that had a record in hand lately, idle keys left out.
 func TestUtilization(t *testing.T) {
-	p := &Pacer{keys: keyStates{m: map[string]*keyState{}}}
+	p := &Keys{m: map[string]*keyState{}}
 	if u := p.utilization(); u != 0 {
 		t.Fatalf("no keys: utilization %v, want 0", u)
 	}
 	now := nowInstant()
-	p.keys.m["busy"] = &keyState{pol: &control.KeyPolicy{}, users: 2, mark: now, achieved: 72, adapted: adapt.Adapted{Rate: 80}}
-	p.keys.m["recent"] = &keyState{pol: &control.KeyPolicy{}, lastSeen: now, mark: now, achieved: 18, adapted: adapt.Adapted{Rate: 20}}
-	p.keys.m["idle"] = &keyState{pol: &control.KeyPolicy{}, lastSeen: instantOf(time.Now().Add(-time.Minute)), mark: now, achieved: 0, adapted: adapt.Adapted{Rate: 100}}
-	p.keys.m["unmeasured"] = &keyState{pol: &control.KeyPolicy{}, users: 1, adapted: adapt.Adapted{Rate: 100}}
+	p.m["busy"] = &keyState{pol: &KeyPolicy{}, users: 2, mark: now, achieved: 72, adapted: adapt.Adapted{Rate: 80}}
+	p.m["recent"] = &keyState{pol: &KeyPolicy{}, lastSeen: now, mark: now, achieved: 18, adapted: adapt.Adapted{Rate: 20}}
+	p.m["idle"] = &keyState{pol: &KeyPolicy{}, lastSeen: instantOf(time.Now().Add(-time.Minute)), mark: now, achieved: 0, adapted: adapt.Adapted{Rate: 100}}
+	p.m["unmeasured"] = &keyState{pol: &KeyPolicy{}, users: 1, adapted: adapt.Adapted{Rate: 100}}
 	if u := p.utilization(); math.Abs(u-0.9) > 1e-9 {
 		t.Fatalf("utilization %v, want (72+18)/(80+20) = 0.9", u)
 	}
@@ -241,14 +225,12 @@ func TestUtilization(t *testing.T) {
 // TestUtilizationByKeyClass: pacer_utilization and pacer_rate_achieved
 // are summed per key class, the keys' configured rate.
 func TestUtilizationByKeyClass(t *testing.T) {
-	p := &Pacer{keys: keyStates{m: map[string]*keyState{}}}
+	p := &Keys{m: map[string]*keyState{}}
 	now := nowInstant()
-	tier := func(r float64) control.KeyPolicy {
-		return control.KeyPolicy{Limit: bucket.Limit{PerSecond: r, Burst: 10}}
-	}
-	p.keys.m["a"] = &keyState{users: 1, mark: now, achieved: 76, adapted: adapt.Adapted{Rate: 80}, pol: new(tier(80))}
-	p.keys.m["b"] = &keyState{users: 1, mark: now, achieved: 40, adapted: adapt.Adapted{Rate: 80}, pol: new(tier(80))}
-	p.keys.m["c"] = &keyState{users: 1, mark: now, achieved: 990, adapted: adapt.Adapted{Rate: 1000}, pol: new(tier(1000))}
+	tier := func(r float64) KeyPolicy { return KeyPolicy{Limit: bucket.Limit{PerSecond: r, Burst: 10}} }
+	p.m["a"] = &keyState{users: 1, mark: now, achieved: 76, adapted: adapt.Adapted{Rate: 80}, pol: new(tier(80))}
+	p.m["b"] = &keyState{users: 1, mark: now, achieved: 40, adapted: adapt.Adapted{Rate: 80}, pol: new(tier(80))}
+	p.m["c"] = &keyState{users: 1, mark: now, achieved: 990, adapted: adapt.Adapted{Rate: 1000}, pol: new(tier(1000))}
 	got := p.byClass()
 	if len(got) != 2 {
 		t.Fatalf("classes %v, want 80/s and 1000/s", got)
@@ -265,8 +247,8 @@ func TestUtilizationByKeyClass(t *testing.T) {
 // is 0 after its refresh, not the time the read took (which made every
 // slot after a refresh lapse: at 0.5/s, every slot).
 func TestAccountLeftNoCooldown(t *testing.T) {
-	p := &Pacer{adapter: &stubAdapter{}, cfg: Config{Channel: "test"}}
-	pol := control.KeyPolicy{Limit: bucket.Limit{PerSecond: 0.5, Burst: 1}}
+	p := &Keys{adapter: &stubAdapter{}, cfg: Config{Channel: "test"}}
+	pol := KeyPolicy{Limit: bucket.Limit{PerSecond: 0.5, Burst: 1}}
 	for i := range 3 {
 		if left := p.accountLeft(t.Context(), pol); left != 0 {
 			t.Fatalf("read %d: accountLeft = %v, want 0", i, left)
@@ -318,7 +300,7 @@ func heapAfterGC() uint64 {
 func TestKeyStateBytes(t *testing.T) {
 	const n = 20_000
 	const keyStateBudget = 270 // bytes of live heap per active key (250 measured: the state, 192 B in blocks that fill 8 KiB, the key map and the key's copy)
-	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, nil)
+	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, nil)
 	ctx := t.Context()
 	keys := make([]string, n)
 	for i := range keys {
@@ -327,11 +309,11 @@ func TestKeyStateBytes(t *testing.T) {
 	before := heapAfterGC()
 	for _, k := range keys {
 		st := p.keyState(k)
-		lim, _ := p.limitFor(ctx, k, st, p.log)
-		gate := st.aheadGate(aheadSenders(lim, control.KeyPolicy{}, time.Second, false))
+		lim, _ := p.limitFor(ctx, time.Now(), k, st, testLog)
+		gate := st.aheadGate(aheadSenders(lim, KeyPolicy{}, time.Second, false))
 		gate <- struct{}{}
 		<-gate
-		p.keys.done(st)
+		p.done(st)
 	}
 	active := heapAfterGC()
 	perKey := (float64(active) - float64(before)) / n
@@ -340,7 +322,7 @@ func TestKeyStateBytes(t *testing.T) {
 		t.Errorf("%.0f bytes of heap per active key, want <= %d", perKey, keyStateBudget)
 	}
 
-	if freed := p.sweep(ctx, time.Now().Add(activeFor+time.Second)); freed != n {
+	if freed := p.Sweep(ctx, time.Now().Add(activeFor+time.Second)); freed != n {
 		t.Fatalf("sweep freed %d keys, want %d", freed, n)
 	}
 	left := (float64(heapAfterGC()) - float64(before)) / n
@@ -357,17 +339,17 @@ func TestKeyStateBytes(t *testing.T) {
 // its next records.
 func TestDoneTrimsTheKeyState(t *testing.T) {
 	b := bucket.NewLocal(bucket.LocalConfig{})
-	p := testPacer(t, b, &stubAdapter{}, nil)
+	p := testKeys(t, b, &stubAdapter{}, nil)
 	ctx := t.Context()
 	lim := bucket.Limit{PerSecond: 10, Burst: 1}
 
 	st := p.keyState("spent")
-	st.aheadGate(aheadSenders(lim, control.KeyPolicy{}, time.Second, false))
+	st.aheadGate(aheadSenders(lim, KeyPolicy{}, time.Second, false))
 	d := st.dispenser(ctx, p, "spent", lim, lim, 1)
 	if r, err := d.Next(ctx); err != nil || !r.OK {
 		t.Fatalf("Next: %+v, %v", r, err)
 	}
-	p.keys.done(st)
+	p.done(st)
 	if st.ahead != nil || st.disp != nil {
 		t.Errorf("after its last record: gate %v, dispenser %v, want both dropped", st.ahead != nil, st.disp != nil)
 	}
@@ -378,7 +360,7 @@ func TestDoneTrimsTheKeyState(t *testing.T) {
 	if r, err := d.Next(ctx); err != nil || !r.OK {
 		t.Fatalf("Next: %+v, %v", r, err)
 	}
-	p.keys.done(st)
+	p.done(st)
 	if st.disp != d {
 		t.Fatal("a dispenser with slots not started was dropped")
 	}
@@ -390,127 +372,21 @@ func TestDoneTrimsTheKeyState(t *testing.T) {
 	}
 }
 
-// A partition's map of key queues is made anew once a burst of keys has
-// drained (a Go map keeps the space of deleted entries): the heap it held
-// for the burst's keys is given back.
-func TestForgetShrinksTheKeyMap(t *testing.T) {
-	const n = 20_000
-	w := &worker{keys: map[string]*keyQueue{}}
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("2065%07d", i)
-	}
-	before := heapAfterGC()
-	for _, k := range keys {
-		w.keys[k] = &keyQueue{}
-		w.keysPeak = max(w.keysPeak, len(w.keys))
-	}
-	w.mu.Lock()
-	for _, k := range keys {
-		w.forget(k, w.keys[k])
-	}
-	w.mu.Unlock()
-	left := (float64(heapAfterGC()) - float64(before)) / n
-	t.Logf("after the burst drained: %.1f bytes per key still held", left)
-	if len(w.keys) != 0 || left > 8 {
-		t.Errorf("after the burst drained: %d queues, %.1f bytes per key still held, want 0 and <= 8", len(w.keys), left)
-	}
-	runtime.KeepAlive(w)
-	runtime.KeepAlive(keys)
-}
-
-// A stored key limit a pacer cannot pace (a rate above the AIMD's highest
-// ceiling, written before `pacer limit set` refused it) is refused, the key
-// keeps its last limit, and the refusal is logged once as a warning naming
-// the key and the value, not at every refresh; a new bad value is logged
-// again.
-func TestRefusedKeyLimitLoggedOnce(t *testing.T) {
-	store := limitMap{"k": {Key: "k", PerSecond: 1e12}}
-	base := control.KeyPolicy{Limit: bucket.Limit{PerSecond: 100, Burst: 20}}
-	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, control.OverridePolicy{Base: base, Channel: "test", Store: store})
-	var buf bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&buf, nil))
-	st := p.keyState("k")
-	defer p.keys.done(st)
-	refresh := func() bucket.Limit {
-		st.mu.Lock()
-		st.refreshed = instantOf(time.Now().Add(-2 * refreshEvery))
-		st.mu.Unlock()
-		lim, _ := p.limitFor(t.Context(), "k", st, log)
-		return lim
-	}
-	for range 3 {
-		if lim := refresh(); lim.PerSecond != 100 {
-			t.Fatalf("limit = %v, want the channel's 100/s kept", lim)
-		}
-	}
-	warns := func() []string {
-		var out []string
-		for _, l := range strings.Split(buf.String(), "\n") {
-			if strings.Contains(l, "key limit refused") {
-				out = append(out, l)
-			}
-		}
-		return out
-	}
-	w := warns()
-	if len(w) != 1 || !strings.Contains(w[0], "level=WARN") || !strings.Contains(w[0], "key=k") || !strings.Contains(w[0], "rate=1e+12") {
-		t.Fatalf("refusal logged %d times: %q; want once, a warning with key=k rate=1e+12", len(w), w)
-	}
-	store["k"] = control.KeyLimit{Key: "k", PerSecond: 50}
-	if lim := refresh(); lim.PerSecond != 50 {
-		t.Fatalf("limit = %v after a valid one was stored, want 50/s", lim)
-	}
-	store["k"] = control.KeyLimit{Key: "k", PerSecond: 5e9}
-	refresh()
-	refresh()
-	if w := warns(); len(w) != 2 || !strings.Contains(w[1], "rate=5e+09") {
-		t.Fatalf("refusals logged: %q; want a second one for 5e+09", w)
-	}
-	// A stored limit that does not parse: the same, once.
-	p.policy = control.OverridePolicy{Base: base, Channel: "test", Store: badStore{}}
-	for range 3 {
-		if lim := refresh(); lim.PerSecond != 50 {
-			t.Fatalf("limit = %v with an unreadable stored limit, want the last one kept, 50/s", lim)
-		}
-	}
-	if w := warns(); len(w) != 3 || !strings.Contains(w[2], "key=k") || !strings.Contains(w[2], "fast") {
-		t.Fatalf("refusals logged: %q; want a third, once, naming key k and the stored value", w)
-	}
-}
-
-// limitMap holds the limits set at run time, by key, as control.Store
-// would answer them.
-type limitMap map[string]control.KeyLimit
-
-func (m limitMap) Limit(_ context.Context, _, key string) (control.KeyLimit, bool, error) {
-	l, ok := m[key]
-	return l, ok, nil
-}
-
-// badStore holds a stored limit that does not parse, as control.Store
-// reports it.
-type badStore struct{}
-
-func (badStore) Limit(_ context.Context, _, key string) (control.KeyLimit, bool, error) {
-	return control.KeyLimit{}, false, fmt.Errorf("%w: stored limit of %s: rate %q is not a number", control.ErrInvalid, key, "fast")
-}
-
 // TestKeyRates: a key's rate is its adapted limit and its ceiling its
 // policy's, each the channel's until this process knows the key; parked
 // records are estimated at the ceiling, so a key cut by throttles (40 of
 // 80) must still report 80 there.
 func TestKeyRates(t *testing.T) {
-	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, nil)
-	if r, c := p.keyRates("unknown"); r != 100 || c != 100 {
+	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, nil)
+	if r, c := p.Rates("unknown"); r != 100 || c != 100 {
 		t.Errorf("unknown key: rate %v, ceiling %v; want the channel's 100, 100", r, c)
 	}
 	st := p.keyState("cut")
 	st.mu.Lock()
 	st.limit = bucket.Limit{PerSecond: 40, Burst: 5}
-	st.pol = &control.KeyPolicy{Limit: bucket.Limit{PerSecond: 80, Burst: 10}}
+	st.pol = &KeyPolicy{Limit: bucket.Limit{PerSecond: 80, Burst: 10}}
 	st.mu.Unlock()
-	if r, c := p.keyRates("cut"); r != 40 || c != 80 {
+	if r, c := p.Rates("cut"); r != 40 || c != 80 {
 		t.Errorf("cut key: rate %v, ceiling %v; want 40 (adapted), 80 (its policy)", r, c)
 	}
 }
@@ -573,20 +449,20 @@ func TestRefreshIntervalWhileAdapting(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var mu sync.Mutex
 				policyReads := 0
-				pol := policyFunc(func(string) control.KeyPolicy {
+				pol := policyFunc(func(string) KeyPolicy {
 					mu.Lock()
 					defer mu.Unlock()
 					policyReads++
-					return control.KeyPolicy{Limit: bucket.Limit{PerSecond: 40, Burst: 10}}
+					return KeyPolicy{Limit: bucket.Limit{PerSecond: 40, Burst: 10}}
 				})
 				a := &scriptedAdapter{reply: tc.reply}
-				p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), a, pol)
+				p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), a, pol)
 				ctx := t.Context()
 				st := p.keyState("k")
-				defer p.keys.done(st)
+				defer p.done(st)
 				end := time.Now().Add(3 * time.Second)
 				for time.Now().Before(end) {
-					p.limitFor(ctx, "k", st, p.log)
+					p.limitFor(ctx, time.Now(), "k", st, testLog)
 					time.Sleep(10 * time.Millisecond)
 				}
 				a.mu.Lock()
@@ -623,16 +499,16 @@ func TestAcceptedSendsReportedWhileAdapting(t *testing.T) {
 				a := &scriptedAdapter{reply: func(_ int, c float64) adapt.Adapted {
 					return adapt.Adapted{Rate: c * tc.rate, Ceiling: c, SinceDecrease: -1}
 				}}
-				p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), a, nil)
+				p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), a, nil)
 				ctx := t.Context()
 				st := p.keyState("k")
-				defer p.keys.done(st)
-				p.limitFor(ctx, "k", st, p.log)
+				defer p.done(st)
+				p.limitFor(ctx, time.Now(), "k", st, testLog)
 				end := time.Now().Add(3 * time.Second)
 				for time.Now().Before(end) {
 					time.Sleep(10 * time.Millisecond)
 					st.accepted.Add(1)
-					p.reportIfDue(ctx, "k", st, p.log)
+					p.reportIfDue(ctx, time.Now(), "k", st, testLog)
 				}
 				a.mu.Lock()
 				defer a.mu.Unlock()
@@ -650,7 +526,7 @@ func TestAcceptedSendsReportedWhileAdapting(t *testing.T) {
 // of its rate is sent within the window that judges it (with a second per
 // replica, three replicas sent a raised rate 3 s late).
 func TestAheadSendersWhileAdapting(t *testing.T) {
-	pol := control.KeyPolicy{Limit: bucket.Limit{PerSecond: 80, Burst: 10}}
+	pol := KeyPolicy{Limit: bucket.Limit{PerSecond: 80, Burst: 10}}
 	for _, c := range []struct {
 		lim      bucket.Limit
 		adapting bool

@@ -1,0 +1,311 @@
+// Package keypace paces the sends of each pacing key: its adapted rate
+// (AIMD) and breaker as shared through Redis, the cooldowns of the key, of
+// its account and of its pairs (key, recipient), and its send slots (the
+// lease dispenser, the priority handoff). A record takes its key with
+// [Keys.Get] and then calls one verb per step of its path: [Key.Gate]
+// before it waits (breaker and cooldowns), [Key.Slot] to wait for its send
+// slot, and [Key.Report] with the provider's answer; [Key.Done] when it is
+// finished. The pacer that calls it passes what it needs in [Config].
+package keypace
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/channels"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Bucket is what keypace needs of the token buckets (the pacer's Bucket):
+// reservations of slots, leases of several, and cooldowns.
+type Bucket interface {
+	Reserve(ctx context.Context, channel, key string, lim bucket.Limit, cost int, maxWait time.Duration) (bucket.Reservation, error)
+	ReserveMulti(ctx context.Context, channel, key string, reqs []bucket.Request, maxWait time.Duration) (bucket.Reservation, error)
+	bucket.Leaser
+	Cooldown(ctx context.Context, channel, key string, d time.Duration) error
+}
+
+// Metrics are the pacer's collectors that keypace counts in; New makes
+// unregistered ones for those left nil.
+type Metrics struct {
+	BucketCalls prometheus.Counter  // pacer_bucket_calls_total: Reserve, ReserveMulti and Lease calls
+	TakeLatency prometheus.Observer // seconds one bucket call took
+	Lateness    prometheus.Observer // seconds a sender woke after its slot started
+	LateSlots   prometheus.Counter  // slots given up because their sender woke too late
+	Handoffs    prometheus.Counter  // slots a normal-priority sender passed to a high-priority one
+}
+
+// ErrRedisDown is what Config.Redis returns in local failure mode when
+// Redis does not answer: the caller goes on without it.
+var ErrRedisDown = errors.New("pacer: redis unavailable (local failure mode)")
+
+// Config is what keypace needs of the pacer that uses it.
+type Config struct {
+	Channel      string        // the channel, the first part of every bucket and state key
+	Owner        string        // this process, as the breaker's half-open probe is held by
+	MaxTokenWait time.Duration // the longest wait for a slot in place; longer ones requeue
+	LeaseSize    int           // slots per lease, 0 = automatic (see leaseSize)
+
+	Bucket   Bucket  // the key buckets in Redis
+	Fallback Bucket  // the in-process buckets of local failure mode; nil without it
+	Adapter  Adapter // the shared adaptive state (AIMD, breaker, pairs)
+	Policy   Policy  // each key's policy
+	// Default is the channel's policy: a key's policy until its first read
+	// of Policy.
+	Default KeyPolicy
+	// CredentialVersion returns the version of a key's credential (see the
+	// pacer's CredentialVersioner); nil when the sender has none.
+	CredentialVersion func(key string) uint64
+	// Redis runs op against Redis: in closed failure mode it retries until
+	// op succeeds or ctx ends (ctx.Err()); in local mode it returns
+	// ErrRedisDown when Redis does not answer.
+	Redis   func(ctx context.Context, log *slog.Logger, op func() error) error
+	Metrics Metrics
+}
+
+// New returns the (empty) set of pacing keys of cfg's channel.
+func New(cfg Config) *Keys {
+	m := cfg.Metrics
+	if m.BucketCalls == nil {
+		m.BucketCalls = prometheus.NewCounter(prometheus.CounterOpts{Name: "bucket_calls"})
+	}
+	if m.TakeLatency == nil {
+		m.TakeLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "take_latency"})
+	}
+	if m.Lateness == nil {
+		m.Lateness = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lateness"})
+	}
+	if m.LateSlots == nil {
+		m.LateSlots = prometheus.NewCounter(prometheus.CounterOpts{Name: "late_slots"})
+	}
+	if m.Handoffs == nil {
+		m.Handoffs = prometheus.NewCounter(prometheus.CounterOpts{Name: "handoffs"})
+	}
+	if cfg.Redis == nil {
+		cfg.Redis = func(_ context.Context, _ *slog.Logger, op func() error) error { return op() }
+	}
+	p := &Keys{m: map[string]*keyState{}, cfg: cfg, bucket: cfg.Bucket, fallback: cfg.Fallback, adapter: cfg.Adapter, policy: cfg.Policy,
+		mt: m, policyDefault: StaticPolicy(cfg.Default)}
+	if p.policy == nil {
+		p.policy = p.policyDefault
+	}
+	return p
+}
+
+// redis runs op through Config.Redis.
+func (p *Keys) redis(ctx context.Context, log *slog.Logger, op func() error) error {
+	return p.cfg.Redis(ctx, log, op)
+}
+
+// credentialVersion returns Config.CredentialVersion of key, 0 without one.
+func (p *Keys) credentialVersion(key string) uint64 {
+	if p.cfg.CredentialVersion == nil {
+		return 0
+	}
+	return p.cfg.CredentialVersion(key)
+}
+
+// Key is one record's hold on its pacing key: the key's state in this
+// process (one per key, shared by its records, kept by [Keys]) and what
+// the record's gates learned of it (its policy and adapted limit at the
+// last gate, whether its send is the breaker's probe, the rate its slot
+// was paced at). A record gets it from [Keys.Get], calls Gate, Slot and
+// Report as it goes, and Done once finished. Not safe for concurrent use
+// (one record); the key's state it holds is.
+type Key struct {
+	ks   *Keys
+	st   *keyState // nil for the zero Key
+	name string
+	to   string // the recipient, for the pair's cooldown and bucket
+
+	pol           KeyPolicy    // the key's policy at the last gate
+	lim           bucket.Limit // the key's adapted limit at the last gate
+	probe         bool         // this send is the breaker's half-open probe
+	paced         float64      // msgs/s: the key's adapted rate this process knew when the slot started
+	pairThrottles int          // pair-scoped throttles of this record so far
+}
+
+// Get returns key's hold for a record to recipient to, counting one more
+// record of the key in hand until [Key.Done].
+func (p *Keys) Get(key, to string) Key {
+	return Key{ks: p, st: p.keyState(key), name: key, to: to}
+}
+
+// Held reports whether k holds a key (it is not the zero Key).
+func (k *Key) Held() bool { return k.st != nil }
+
+// Done counts k's record as no longer in hand (see Get).
+func (k *Key) Done() { k.ks.done(k.st) }
+
+// Kind is what a verb decided for the record.
+type Kind int
+
+const (
+	Pass    Kind = iota // on to the next step
+	Wait                // sleep Verdict.Wait, then on (after Gate) or back to the first gate (after Report)
+	Again               // back to the first gate
+	Requeue             // put back for Verdict.Wait, for Verdict.Reason
+	Stop                // ctx ended (the worker stopped) or Redis failed for good
+)
+
+// Verdict is what a verb decided for the record.
+type Verdict struct {
+	Kind   Kind
+	Reason string        // Requeue: why ("breaker", "cooldown", "token-wait", "account-cooldown", "pair-cooldown", "pair-throttle")
+	Wait   time.Duration // Wait, Requeue: how long
+}
+
+func requeue(reason string, d time.Duration) Verdict {
+	return Verdict{Kind: Requeue, Reason: reason, Wait: d}
+}
+
+// Gate refreshes the key's policy and adapted limit (see limitFor) and
+// asks the breaker: an open breaker requeues the record ("breaker"). An
+// account or pair cooldown (see scopeLeft) requeues it when it lasts
+// longer than MaxTokenWait, else has it Wait out the cooldown (plus up to
+// 10%). now is the time of the call; the cooldowns are read after the
+// breaker's answer, on the clock.
+func (k *Key) Gate(ctx context.Context, now time.Time, log *slog.Logger) Verdict {
+	p := k.ks
+	k.lim, k.pol = p.limitFor(ctx, now, k.name, k.st, log)
+	allowed, probe, wait, ok := p.breakerAllow(ctx, k.name, k.st, k.pol, log)
+	if !ok {
+		return Verdict{Kind: Stop}
+	}
+	if !allowed {
+		return requeue("breaker", max(wait, time.Second))
+	}
+	k.probe = probe
+	if left, reason := k.scopeLeft(ctx); left > 0 {
+		if left > p.cfg.MaxTokenWait {
+			return requeue(reason, left)
+		}
+		return Verdict{Kind: Wait, Wait: left + time.Duration(rand.Int64N(int64(left)/10+1))}
+	}
+	return Verdict{}
+}
+
+// Slot waits for the key's next send slot (see acquire); none within
+// MaxTokenWait requeues the record ("cooldown", "token-wait"). An account
+// or pair cooldown that began while it slept on its slot sends it back to
+// the gates (Again): the slot lapses. high is the record's priority (see
+// acquire). ahead, if not nil, is called lead before the slot starts (see
+// acquire). Slot waits, so it reads the clock, as rate.Limiter's Wait does.
+func (k *Key) Slot(ctx context.Context, high bool, lead time.Duration, ahead func(at time.Time), log *slog.Logger) Verdict {
+	wait, reason, paced, ok := k.ks.acquire(ctx, k.name, k.to, high, k.st, k.pol, k.lim, log, lead, ahead)
+	if !ok {
+		return Verdict{Kind: Stop}
+	}
+	// acquire paced the slot at the key's limit of its end, which may be
+	// newer than the one read before: the send and its result use it too.
+	k.lim, k.pol, _ = k.st.current(k.lim, k.pol, nowInstant())
+	if wait > 0 {
+		return requeue(reason, wait)
+	}
+	// An account or pair cooldown that began while this sender slept on
+	// its slot: the slot lapses, and the gates hold the record.
+	if left, _ := k.scopeLeft(ctx); left > 0 {
+		return Verdict{Kind: Again}
+	}
+	k.paced = paced
+	return Verdict{}
+}
+
+// Shut reports whether the record, whose slot came, is held back by its
+// key's breaker opened meanwhile (see breakerShut): back to the gates.
+func (k *Key) Shut() bool { return k.ks.breakerShut(k) }
+
+// LateSlot is how late after its slot the record's sender may still send
+// (see lateSlot), at the limit its slot was paced at.
+func (k *Key) LateSlot() time.Duration { return lateSlot(k.pol.Limit, k.lim) }
+
+// CooldownLeft is how long the key's cooldown lasts after now, as this
+// process last saw it; 0 when it is over.
+func (k *Key) CooldownLeft(now time.Time) time.Duration {
+	k.st.mu.Lock()
+	cool := k.st.cooldownUntil.Time().Sub(now)
+	k.st.mu.Unlock()
+	return cool
+}
+
+// Limit returns the key's adapted limit as its senders read it (see
+// limitFor), for a record that does not send yet.
+func (k *Key) Limit(ctx context.Context, now time.Time, log *slog.Logger) bucket.Limit {
+	lim, _ := k.ks.limitFor(ctx, now, k.name, k.st, log)
+	return lim
+}
+
+// Result is the provider's answer to one send.
+type Result struct {
+	Class channels.Class
+	Err   error  // the send's error, nil when accepted
+	Cred  uint64 // Config.CredentialVersion of the key when the request left
+}
+
+// Report takes the provider's answer to the record's send: to the
+// breaker when the send was its probe; an accepted send to the key's
+// counters (and its report to the shared state when due, see
+// reportIfDue); a throttle to the AIMD and cooldowns of its scope (the
+// key, the account, the pair: see throttled, accountThrottled,
+// pairThrottled); a halt to the breaker, which opens. It returns Pass but
+// for a throttle or a halt: Again, or for a pair throttle Wait (then
+// again), Requeue ("pair-throttle") or Stop. now is the time of the
+// answer.
+func (k *Key) Report(ctx context.Context, now time.Time, r Result, log *slog.Logger) Verdict {
+	p := k.ks
+	var perr *channels.Error
+	errors.As(r.Err, &perr)
+	if k.probe {
+		p.breakerResult(ctx, k.name, k.st, k.pol, r.Class == channels.Success || r.Class == channels.Permanent,
+			"probe answered "+r.Class.String()+" "+codeOf(perr), log)
+	}
+	switch r.Class {
+	case channels.Success:
+		k.st.accepted.Add(1)
+		k.st.delivered.Add(1)
+		p.reportIfDue(ctx, now, k.name, k.st, log)
+	case channels.Throttle:
+		if perr != nil && perr.Scope == channels.ScopePair {
+			return k.pairThrottled(ctx, perr, log)
+		}
+		if perr != nil && perr.Scope == channels.ScopeAccount {
+			p.accountThrottled(ctx, k.pol, perr, log)
+			return Verdict{Kind: Again} // the account gate holds it
+		}
+		p.throttled(ctx, k.name, k.st, k.pol, k.paced, perr, log)
+		return Verdict{Kind: Again}
+	case channels.Halt:
+		log.Error("provider refuses this pacing key (credentials or account); opening its breaker, nothing dropped",
+			"code", codeOf(perr), "err", r.Err)
+		k.st.haltedWith(r.Cred)
+		p.breakerResult(ctx, k.name, k.st, k.pol, false, "halt: "+codeOf(perr), log)
+		return Verdict{Kind: Again}
+	}
+	return Verdict{}
+}
+
+func codeOf(e *channels.Error) string {
+	if e == nil || e.Code == "" {
+		return "none"
+	}
+	return e.Code
+}
+
+// sleep waits d and reports true, or false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,144 @@
+package keypace
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/channels"
+)
+
+// throttled applies a key-wide throttle: one AIMD decrease for the burst of
+// throttles it belongs to, and a cooldown every replica honours. A key
+// throttled again and again at its floor trips the breaker.
+// paced is the adapted rate the throttled send was paced at (see
+// [adapt.Adapter.ThrottledAfter]).
+func (p *Keys) throttled(ctx context.Context, key string, st *keyState, pol KeyPolicy, paced float64, perr *channels.Error, log *slog.Logger) {
+	hint := time.Duration(0)
+	code := codeOf(perr)
+	if perr != nil {
+		hint = perr.RetryAfter
+	}
+	var a adapt.Adapted
+	n := st.accepted.Swap(0)
+	if err := p.redis(ctx, log, func() (err error) {
+		a, err = p.adapter.ThrottledAfter(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD, hint, int(n), paced)
+		return err
+	}); err != nil {
+		st.accepted.Add(n)
+		if errors.Is(err, ErrRedisDown) {
+			p.fallback.Cooldown(ctx, p.cfg.Channel, key, pol.AIMD.CooldownFor(hint))
+		}
+		return
+	}
+	st.mu.Lock()
+	st.set(a, pol.Limit, time.Now())
+	st.mu.Unlock()
+	st.dropLease(ctx)
+	if a.Decreased {
+		log.Warn("throttled: rate lowered", "code", code, "rate", a.Rate, "ceiling", a.Ceiling, "cooldown", a.CooldownLeft)
+	} else {
+		log.Info("throttled (a lone throttle or one of the same burst: no decrease)", "code", code, "rate", a.Rate, "cooldown", a.CooldownLeft)
+	}
+	if pol.Breaker.FloorTripped(a) {
+		p.breakerResult(ctx, key, st, pol, false, "throttled at the floor: "+code, log)
+	}
+}
+
+// accountThrottled applies an account-scoped throttle: a cooldown of every
+// key of the channel, shared through Redis, of the provider's hint clamped
+// to the key's cooldown bounds (the WhatsApp adapter asks for a minute: the
+// budget is a rolling hour). It returns the cooldown.
+func (p *Keys) accountThrottled(ctx context.Context, pol KeyPolicy, perr *channels.Error, log *slog.Logger) time.Duration {
+	hint := time.Duration(0)
+	if perr != nil {
+		hint = perr.RetryAfter
+	}
+	d := pol.AIMD.CooldownFor(hint)
+	if err := p.redis(ctx, log, func() error { return p.bucket.Cooldown(ctx, p.cfg.Channel, accountKey, d) }); err != nil &&
+		!errors.Is(err, ErrRedisDown) {
+		return d
+	}
+	p.account.mu.Lock()
+	p.account.until = maxTime(p.account.until, time.Now().Add(d))
+	p.account.mu.Unlock()
+	log.Warn("account throttled: every key of the channel cools down", "code", codeOf(perr), "cooldown", d)
+	return d
+}
+
+// pairThrottled holds one message whose recipient alone is limited
+// (WhatsApp 131056 asks for 4^n s between tries), not the key.
+func (k *Key) pairThrottled(ctx context.Context, perr *channels.Error, log *slog.Logger) Verdict {
+	p := k.ks
+	k.pairThrottles++
+	// The pair's first cooldown: the provider's hint, or one token interval
+	// of the recipient bucket, at least a second; later ones a minute or
+	// more (adapt.PairAgain), shared by every replica through Redis.
+	base := max(perr.RetryAfter, time.Second)
+	if rl := k.pol.RecipientLimit; rl.PerSecond > 0 {
+		base = max(base, time.Duration(float64(time.Second)/rl.PerSecond))
+	}
+	_, maxCD := k.pol.AIMD.CooldownBounds()
+	base = min(base, maxCD)
+	// The pair's rate after its first throttle: the configured recipient
+	// rate, else one message per base cooldown; halved by each later
+	// throttle (adapt.Adapter.PairThrottled).
+	rate := 1 / base.Seconds()
+	if rl := k.pol.RecipientLimit; rl.PerSecond > 0 {
+		rate = min(rate, rl.PerSecond)
+	}
+	sub := recipientSub(k.to)
+	// Held in this process before Redis is written: a message of the pair
+	// this process handles during the write (one that read Redis after it,
+	// or none) waits too, rather than meet the provider's refusal again.
+	k.st.setPair(sub, base, 0)
+	var pr adapt.Pair
+	if err := p.redis(ctx, log, func() (err error) {
+		pr, err = p.adapter.PairThrottled(ctx, p.cfg.Channel, k.name, sub, base, maxCD, rate)
+		return err
+	}); err != nil {
+		if !errors.Is(err, ErrRedisDown) {
+			return Verdict{Kind: Stop}
+		}
+		pr.Left = time.Second << min(2*(k.pairThrottles-1), 12) // without Redis: this message's own 4^n s
+	}
+	d := pr.Left
+	k.st.setPair(sub, d, pr.Rate)
+	log.Info("pair throttled; this recipient waits, the key's others do not", "code", codeOf(perr), "after", d,
+		"pair_rate", pr.Rate, "pair_throttles", pr.Throttles)
+	if d > p.cfg.MaxTokenWait {
+		return requeue("pair-throttle", d)
+	}
+	return Verdict{Kind: Wait, Wait: d}
+}
+
+// breakerResult reports an outcome to the key's breaker.
+func (p *Keys) breakerResult(ctx context.Context, key string, st *keyState, pol KeyPolicy, ok bool, reason string, log *slog.Logger) {
+	// A halt opens the breaker (breaker_result.lua): this process's other
+	// senders of the key stop at once (breakerShut), not a Redis round
+	// trip later.
+	st.mu.Lock()
+	was := st.breaker
+	if !ok && was == adapt.BreakerClosed {
+		st.breaker = adapt.BreakerOpen
+	}
+	st.mu.Unlock()
+	var state adapt.BreakerState
+	if err := p.redis(ctx, log, func() (err error) {
+		state, err = p.adapter.BreakerResult(ctx, p.cfg.Channel, key, pol.Breaker, ok, reason)
+		return err
+	}); err != nil {
+		return
+	}
+	st.mu.Lock()
+	st.breaker = state
+	st.mu.Unlock()
+	switch {
+	case state == adapt.BreakerOpen && was != adapt.BreakerOpen:
+		log.Error("breaker open: the provider refuses this pacing key; its messages wait, none is dropped", "reason", reason)
+	case state == adapt.BreakerClosed && was != adapt.BreakerClosed:
+		log.Info("breaker closed: the probe succeeded")
+	}
+}
