@@ -18,6 +18,8 @@ package main
 //     and `pacer ingest` register, each with its labels (TestMetricsDoc).
 //   - docs/commands.md has a section for every command and subcommand of
 //     the CLI, naming each of its flags (TestCommandsDoc).
+//   - every relative link of README.md, BENCHMARKS.md and docs/ leads to a
+//     file, and to a heading of it when it names one (TestDocLinks).
 
 import (
 	"bytes"
@@ -27,6 +29,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -589,5 +592,87 @@ func TestCommandsDoc(t *testing.T) {
 		if !slices.Contains(leaves, m[1]) && !slices.Contains(commands, m[1]) {
 			t.Errorf("docs/commands.md documents `pacer %s`, which pacer help does not list", m[1])
 		}
+	}
+}
+
+// headingSlug is the anchor GitHub gives a Markdown heading: lower case,
+// punctuation dropped, spaces as hyphens.
+func headingSlug(h string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(h)) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9'):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// TestDocLinks: every relative link of README.md, BENCHMARKS.md and the
+// Markdown files under docs/ leads to a file or directory that exists and,
+// when it names an anchor, to a heading of that file.
+func TestDocLinks(t *testing.T) {
+	root := filepath.Join("..", "..")
+	files := []string{filepath.Join(root, "README.md"), filepath.Join(root, "BENCHMARKS.md")}
+	err := filepath.WalkDir(filepath.Join(root, "docs"), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]map[string]bool{} // file -> heading slugs
+	slugs := func(path string) map[string]bool {
+		if a, ok := anchors[path]; ok {
+			return a
+		}
+		a := map[string]bool{}
+		if b, err := os.ReadFile(path); err == nil {
+			inCode := false
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(line, "```") {
+					inCode = !inCode
+				}
+				if h, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " "); ok && !inCode && strings.HasPrefix(line, "#") {
+					a[headingSlug(h)] = true
+				}
+			}
+		}
+		anchors[path] = a
+		return a
+	}
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	checked := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			path, anchor, _ := strings.Cut(target, "#")
+			dest := f
+			if path != "" {
+				dest = filepath.Join(filepath.Dir(f), path)
+				if _, err := os.Stat(dest); err != nil {
+					t.Errorf("%s: link %s: no such file", f, target)
+					continue
+				}
+			}
+			if anchor != "" && !slugs(dest)[anchor] {
+				t.Errorf("%s: link %s: %s has no heading #%s", f, target, dest, anchor)
+			}
+			checked++
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("checked %d links; the pattern no longer finds them", checked)
 	}
 }
