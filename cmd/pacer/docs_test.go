@@ -20,6 +20,9 @@ package main
 //     the CLI, naming each of its flags (TestCommandsDoc).
 //   - every relative link of README.md, BENCHMARKS.md and docs/ leads to a
 //     file, and to a heading of it when it names one (TestDocLinks).
+//   - every pacer command line shown in a code block of README.md and docs/
+//     names a command, subcommand and flags the binary has
+//     (TestDocCommandLines): the quick start cannot drift from the CLI.
 
 import (
 	"bytes"
@@ -614,17 +617,7 @@ func headingSlug(h string) string {
 // Markdown files under docs/ leads to a file or directory that exists and,
 // when it names an anchor, to a heading of that file.
 func TestDocLinks(t *testing.T) {
-	root := filepath.Join("..", "..")
-	files := []string{filepath.Join(root, "README.md"), filepath.Join(root, "BENCHMARKS.md")}
-	err := filepath.WalkDir(filepath.Join(root, "docs"), func(path string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
-			files = append(files, path)
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := append(docFiles(t), filepath.Join("..", "..", "BENCHMARKS.md"))
 	anchors := map[string]map[string]bool{} // file -> heading slugs
 	slugs := func(path string) map[string]bool {
 		if a, ok := anchors[path]; ok {
@@ -675,4 +668,98 @@ func TestDocLinks(t *testing.T) {
 	if checked < 50 {
 		t.Fatalf("checked %d links; the pattern no longer finds them", checked)
 	}
+}
+
+// docFiles returns README.md and the Markdown files under docs/.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	root := filepath.Join("..", "..")
+	files := []string{filepath.Join(root, "README.md")}
+	err := filepath.WalkDir(filepath.Join(root, "docs"), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// TestDocCommandLines: each pacer command line in a code block of README.md
+// and docs/ (fenced, or indented by four spaces) runs a command of `pacer
+// help`, a subcommand its -h lists, and only flags its -h prints.
+func TestDocCommandLines(t *testing.T) {
+	invocation := regexp.MustCompile(`(?:^|[\s;&(])(?:bin/pacer|go run \./cmd/pacer|pacer) ([a-z][a-z-]*)(.*)$`)
+	flags := map[string]map[string]bool{} // command line ("limit set") -> its flags
+	flagsOf := func(cmd string) map[string]bool {
+		if f, ok := flags[cmd]; ok {
+			return f
+		}
+		f := map[string]bool{}
+		for _, m := range regexp.MustCompile(`(?m)^  -([a-z][a-z0-9-]*)`).FindAllStringSubmatch(cliHelp(t, append(strings.Fields(cmd), "-h")...), -1) {
+			f[m[1]] = true
+		}
+		flags[cmd] = f
+		return f
+	}
+	usage := cliHelp(t, "help")
+	checked := 0
+	for _, f := range docFiles(t) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fenced := false
+		for i, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "```") {
+				fenced = !fenced
+				continue
+			}
+			if !fenced && !strings.HasPrefix(line, "    ") {
+				continue
+			}
+			if c := regexp.MustCompile(`(^|\s)#`).FindStringIndex(line); c != nil {
+				line = line[:c[0]] // a shell comment
+			}
+			m := invocation.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			where := fmt.Sprintf("%s:%d", f, i+1)
+			cmd, rest := m[1], strings.Fields(m[2])
+			if !regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(cmd) + `[ ]`).MatchString(usage) {
+				t.Errorf("%s: pacer %s: pacer help lists no such command", where, cmd)
+				continue
+			}
+			if _, subs, ok := strings.Cut(cliHelp(t, cmd, "-h"), "subcommands:\n"); ok {
+				if len(rest) == 0 || !regexp.MustCompile(`(?m)^  `+regexp.QuoteMeta(rest[0])+`  `).MatchString(subs) {
+					t.Errorf("%s: pacer %s: no such subcommand %v", where, cmd, rest)
+					continue
+				}
+				cmd, rest = cmd+" "+rest[0], rest[1:]
+			}
+			known := flagsOf(cmd)
+			for _, w := range rest {
+				if strings.ContainsAny(w[:1], "&|#<>2") {
+					break // the shell's: a redirection, a pipe, a comment
+				}
+				w = strings.Trim(w, "[]")
+				name, isFlag := strings.CutPrefix(w, "-")
+				if !isFlag || name == "" || name == "-" {
+					continue
+				}
+				name, _, _ = strings.Cut(strings.TrimPrefix(name, "-"), "=")
+				if !known[name] {
+					t.Errorf("%s: pacer %s has no flag -%s", where, cmd, name)
+				}
+			}
+			checked++
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("checked %d command lines; the pattern no longer finds them", checked)
+	}
+	t.Logf("checked %d command lines", checked)
 }
