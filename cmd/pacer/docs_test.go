@@ -20,6 +20,8 @@ package main
 //     the CLI, naming each of its flags (TestCommandsDoc).
 //   - every relative link of README.md, BENCHMARKS.md and docs/ leads to a
 //     file, and to a heading of it when it names one (TestDocLinks).
+//   - docs/architecture.md lists a key of every shape bucket.Keys names
+//     (TestRedisKeysDoc).
 //   - every pacer command line shown in a code block of README.md and docs/
 //     names a command, subcommand and flags the binary has
 //     (TestDocCommandLines): the quick start cannot drift from the CLI.
@@ -762,4 +764,61 @@ func TestDocCommandLines(t *testing.T) {
 		t.Fatalf("checked %d command lines; the pattern no longer finds them", checked)
 	}
 	t.Logf("checked %d command lines", checked)
+}
+
+// TestRedisKeysDoc: every Redis key that bucket.Keys names (each of its
+// methods returning a key) has a row in docs/architecture.md's key tables.
+// Each method is called with a placeholder for every argument, and the key
+// it returns, placeholders read as "anything", must match a documented key.
+func TestRedisKeysDoc(t *testing.T) {
+	b, err := os.ReadFile(docPath("architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `(pacer:[^`]+)` \\|").FindAllStringSubmatch(string(b), -1) {
+		documented = append(documented, m[1])
+	}
+	if len(documented) < 20 {
+		t.Fatalf("found %d keys in docs/architecture.md; the pattern no longer matches its tables", len(documented))
+	}
+	const mark = "QQQ"
+	k := reflect.ValueOf(bucket.NewKeys(""))
+	named := 0
+	for i := range k.NumMethod() {
+		m, name := k.Method(i), k.Type().Method(i).Name
+		mt := m.Type()
+		if mt.NumIn() == 0 || mt.NumOut() != 1 || mt.Out(0).Kind() != reflect.String {
+			continue
+		}
+		args := make([]reflect.Value, mt.NumIn())
+		for j := range args {
+			switch mt.In(j).Kind() {
+			case reflect.String:
+				args[j] = reflect.ValueOf(mark).Convert(mt.In(j))
+			case reflect.Int, reflect.Int32, reflect.Int64:
+				args[j] = reflect.ValueOf(777).Convert(mt.In(j))
+			default:
+				t.Fatalf("Keys.%s takes a %s: teach this test its placeholder", name, mt.In(j))
+			}
+		}
+		key := m.Call(args)[0].String()
+		pattern := regexp.QuoteMeta(key)
+		pattern = strings.NewReplacer(mark, ".+", "777", ".+").Replace(pattern)
+		re := regexp.MustCompile("^" + pattern + "$")
+		found := false
+		for _, d := range documented {
+			if re.MatchString(d) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("docs/architecture.md lists no key like %s (Keys.%s)", key, name)
+		}
+		named++
+	}
+	if named < 10 {
+		t.Fatalf("called %d methods of bucket.Keys; the test no longer finds them", named)
+	}
 }
