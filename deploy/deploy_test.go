@@ -61,10 +61,11 @@ func TestAlertRules(t *testing.T) {
 	run(t, "prometheus", bin, "test", "rules", "alerts_test.yaml")
 }
 
-// documentedMetrics returns the metric names of README's Metrics table.
+// documentedMetrics returns the metric names of the metrics tables of
+// docs/operations.md.
 func documentedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func documentedMetrics(t *testing.T) map[string]bool {
 		m[n[1]] = true
 	}
 	if len(m) < 20 {
-		t.Fatalf("found %d metrics in README's table; the pattern no longer matches it", len(m))
+		t.Fatalf("found %d metrics in docs/operations.md's tables; the pattern no longer matches them", len(m))
 	}
 	return m
 }
@@ -94,7 +95,8 @@ func usedMetrics(expr string) []string {
 }
 
 // TestAlertsUseDocumentedMetrics fails when a rule names a metric that
-// README does not list (a renamed or removed metric silently never fires).
+// docs/operations.md does not list (a renamed or removed metric silently
+// never fires).
 func TestAlertsUseDocumentedMetrics(t *testing.T) {
 	doc := documentedMetrics(t)
 	b, err := os.ReadFile("prometheus/alerts.yaml")
@@ -119,7 +121,7 @@ func TestAlertsUseDocumentedMetrics(t *testing.T) {
 			alerts = append(alerts, r.Alert)
 			for _, m := range usedMetrics(r.Expr) {
 				if !doc[m] {
-					t.Errorf("alert %s uses %s, which README's Metrics table does not list", r.Alert, m)
+					t.Errorf("alert %s uses %s, which docs/operations.md's metrics tables do not list", r.Alert, m)
 				}
 			}
 			if len(r.Annotations["runbook"]) < 100 || r.Annotations["summary"] == "" {
@@ -209,7 +211,7 @@ func TestGrafanaDashboard(t *testing.T) {
 			for _, m := range usedMetrics(q.Expr) {
 				used[m] = true
 				if !doc[m] {
-					t.Errorf("panel %q uses %s, which README's Metrics table does not list", p.Title, m)
+					t.Errorf("panel %q uses %s, which docs/operations.md's metrics tables do not list", p.Title, m)
 				}
 			}
 		}

@@ -71,10 +71,11 @@ func TestDemoEveryChannel(t *testing.T) {
 	}
 }
 
-// TestREADMEListsEverySetting: the settings table of README.md has a row
-// for every variable the command reads, and no other.
+// TestREADMEListsEverySetting: the settings tables of
+// docs/configuration.md have a row for every variable the command reads,
+// and no other.
 func TestREADMEListsEverySetting(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,12 +98,12 @@ func TestREADMEListsEverySetting(t *testing.T) {
 	}
 	for v := range want {
 		if !listed[v] {
-			t.Errorf("README.md's settings table lacks %s", v)
+			t.Errorf("docs/configuration.md's settings tables lack %s", v)
 		}
 	}
 	for v := range listed {
 		if !want[v] && !strings.HasPrefix(v, "PACER_TEST_") {
-			t.Errorf("README.md's settings table lists %s, which the command does not read", v)
+			t.Errorf("docs/configuration.md's settings tables list %s, which the command does not read", v)
 		}
 	}
 }
