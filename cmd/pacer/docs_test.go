@@ -48,8 +48,8 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
-	"github.com/pacerhq/pacer/bucket/ledger"
-	"github.com/pacerhq/pacer/bucket/quota"
+	"github.com/pacerhq/pacer/pacer/ledger"
+	"github.com/pacerhq/pacer/pacer/ingest/quota"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/pacer"
 	"github.com/pacerhq/pacer/pacer/ingest"
