@@ -999,6 +999,27 @@ func TestSendAgainstFake(t *testing.T) {
 	}
 }
 
+// TestCleartextHTTP2: the default client speaks HTTP/2 without TLS (h2c,
+// prior knowledge) to an http:// base URL, as to `pacer fake-provider
+// --channel apns`; the fake refuses notifications over HTTP/1.1.
+func TestCleartextHTTP2(t *testing.T) {
+	s := apnstest.New(apnstest.Config{PublicKey: signingKey(t).pub})
+	ts := httptest.NewUnstartedServer(s.HTTP2Handler())
+	ts.Config.Protocols = new(http.Protocols)
+	ts.Config.Protocols.SetHTTP1(true)
+	ts.Config.Protocols.SetUnencryptedHTTP2(true)
+	ts.Start()
+	defer ts.Close()
+	c := newClient(t, apns.Config{BaseURL: ts.URL, KeyID: keyID, TeamID: teamID, PrivateKey: signingKey(t).p8})
+	res, err := c.Send(t.Context(), message())
+	if err != nil || len(res.ProviderID) != 36 {
+		t.Fatalf("Send = %+v, %v; want an apns-id", res, err)
+	}
+	if a := s.Arrivals(); len(a) != 1 || a[0].Status != 200 {
+		t.Errorf("arrivals = %+v; want one accepted", a)
+	}
+}
+
 func TestDefaultLimit(t *testing.T) {
 	l := apns.DefaultLimit
 	if l.PerSecond <= 0 || l.Burst < 1 || !strings.Contains(l.Source, "developer.apple.com") {

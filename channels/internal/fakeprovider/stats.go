@@ -108,41 +108,48 @@ func (s *Stats) Snapshot() map[string]KeyStats {
 }
 
 // StatsHandler returns a handler that answers every request with stats()
-// encoded as JSON (HTTP 200, Content-Type application/json). The fakes
-// mount it at GET /_stats.
+// encoded as JSON (HTTP 200, Content-Type application/json). [Setup]
+// mounts it at GET /_stats.
 func StatsHandler[T any](stats func() T) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(stats())
+		WriteJSON(w, http.StatusOK, stats())
 	})
 }
 
 // FetchStats reads GET {baseURL}/_stats and decodes its JSON body into a T.
 // A nil hc means http.DefaultClient. It returns an error for a transport
-// failure, a status other than 200 or a body that does not decode. The
-// error text starts "fetch stats: " with no package name, so that each
-// fake prefixes its own (for example "whatsapptest: fetch stats: HTTP 500");
-// transport and decode errors are wrapped.
-func FetchStats[T any](ctx context.Context, hc *http.Client, baseURL string) (T, error) {
+// failure, a status other than 200 or a body that does not decode, its
+// text starting with pkg, the fake's package name ("whatsapptest: fetch
+// stats: HTTP 500"); transport and decode errors are wrapped.
+func FetchStats[T any](ctx context.Context, hc *http.Client, baseURL, pkg string) (T, error) {
+	var zero T
+	v, err := fetchStats[T](ctx, hc, baseURL)
+	if err != nil {
+		return zero, fmt.Errorf("%s: fetch stats: %w", pkg, err)
+	}
+	return v, nil
+}
+
+func fetchStats[T any](ctx context.Context, hc *http.Client, baseURL string) (T, error) {
 	var v T
 	if hc == nil {
 		hc = http.DefaultClient
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/_stats", nil)
 	if err != nil {
-		return v, fmt.Errorf("fetch stats: %w", err)
+		return v, err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return v, fmt.Errorf("fetch stats: %w", err)
+		return v, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return v, fmt.Errorf("fetch stats: HTTP %d", resp.StatusCode)
+		return v, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
 		var zero T
-		return zero, fmt.Errorf("fetch stats: %w", err)
+		return zero, err
 	}
 	return v, nil
 }

@@ -1,0 +1,143 @@
+package fakeprovider
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+)
+
+// Fake is the part of a fake provider's Server that every fake shares: its
+// routes, the local server [Listen] or [ListenTLS] starts for NewServer,
+// and the arrivals in order. A fake's Server embeds it, so that the
+// methods of Fake are the fake's own API; the functions of this package
+// that take a *Fake ([Setup], [Listen], [ListenTLS], [Add]) are for the
+// fake's code only. The methods of Fake are safe for concurrent use; A is
+// the fake's arrival type.
+type Fake[A any] struct {
+	mux *http.ServeMux
+	ts  *httptest.Server // nil unless listening
+	hc  *http.Client     // nil unless listening
+
+	mu       sync.Mutex
+	arrivals []A
+}
+
+// Setup gives f its routes: GET /_stats answers stats() as JSON
+// ([StatsHandler]), POST /_admin/rate calls setRate ([AdminRate]), each
+// pattern of routes (http.ServeMux syntax) its handler, and every other
+// request goes to other.
+func Setup[A, T any](f *Fake[A], stats func() T, setRate func(key string, rate float64),
+	routes map[string]http.Handler, other http.HandlerFunc) {
+	f.mux = http.NewServeMux()
+	f.mux.Handle("GET /_stats", StatsHandler(stats))
+	f.mux.Handle("POST /_admin/rate", AdminRate(setRate))
+	for p, h := range routes {
+		f.mux.Handle(p, h)
+	}
+	f.mux.Handle("/", other)
+}
+
+// Listen serves h on a local httptest server (HTTP/1.1), for a fake's
+// NewServer; h is usually f itself.
+func Listen[A any](f *Fake[A], h http.Handler) {
+	f.ts = httptest.NewServer(h)
+	f.hc = f.ts.Client()
+}
+
+// ListenTLS serves h on a local httptest server over TLS with HTTP/2 (and
+// HTTP/1.1, which h may refuse), for a fake's NewServer; the fake's Client
+// then trusts its certificate and speaks HTTP/2 only.
+func ListenTLS[A any](f *Fake[A], h http.Handler) {
+	f.ts = httptest.NewUnstartedServer(h)
+	f.ts.EnableHTTP2 = true
+	f.ts.StartTLS()
+	tr := f.ts.Client().Transport.(*http.Transport).Clone()
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetHTTP2(true)
+	f.hc = &http.Client{Transport: tr}
+}
+
+// Add appends a to the arrivals of f. Call it in arrival order, under the
+// lock that orders the fake's requests.
+func Add[A any](f *Fake[A], a A) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.arrivals = append(f.arrivals, a)
+}
+
+// URL returns the base URL of a fake built by NewServer (use it as the
+// adapter's Config.BaseURL), or "" for one built by New.
+func (f *Fake[A]) URL() string {
+	if f.ts == nil {
+		return ""
+	}
+	return f.ts.URL
+}
+
+// Client returns a client for a fake built by NewServer, or nil for one
+// built by New. For a fake served over TLS it trusts the test certificate
+// and speaks HTTP/2 only: give it to the adapter as Config.HTTPClient.
+// Close closes its connections.
+func (f *Fake[A]) Client() *http.Client { return f.hc }
+
+// Close shuts down a fake built by NewServer and waits for its requests
+// to finish. It does nothing for a fake built by New.
+func (f *Fake[A]) Close() {
+	if f.ts != nil {
+		f.hc.CloseIdleConnections()
+		f.ts.Close()
+	}
+}
+
+// Handler returns the fake as an http.Handler: serve it on an address of
+// your choice.
+func (f *Fake[A]) Handler() http.Handler { return f.mux }
+
+// ServeHTTP serves the fake API, GET /_stats and POST /_admin/rate.
+func (f *Fake[A]) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.mux.ServeHTTP(w, r) }
+
+// Arrivals returns a copy of the requests the fake recorded so far, in
+// arrival order: those that passed its authentication and validation.
+func (f *Fake[A]) Arrivals() []A {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]A(nil), f.arrivals...)
+}
+
+// AdminRate returns the handler of POST /_admin/rate?key=K&rate=R: it
+// calls setRate(K, R), K empty or absent meaning every key, and answers
+// 204, or 400 naming a rate that is not a finite number.
+func AdminRate(setRate func(key string, rate float64)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rate, err := strconv.ParseFloat(r.FormValue("rate"), 64)
+		if err != nil || math.IsNaN(rate) || math.IsInf(rate, 0) {
+			http.Error(w, "rate must be a number of requests per second (0 = unlimited)", http.StatusBadRequest)
+			return
+		}
+		setRate(r.FormValue("key"), rate)
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// WriteJSON answers status with v encoded as JSON. Its Content-Type is
+// application/json unless the caller set one.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	if w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// RandHex returns n random bytes in hex: the fakes' ids, unique across
+// servers.
+func RandHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return hex.EncodeToString(b)
+}
