@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -50,6 +51,10 @@ type channel struct {
 	// rate and burst for each of keys pacing keys, and an adapter pointed
 	// at it. On error the caller still closes a non-nil fake.
 	demo func(ctx context.Context, keys int, rate float64, burst int) (*demoFake, error)
+	// fake defines the flags of the channel's fake provider for `pacer
+	// fake-provider` on fs, and returns the function that builds it once
+	// they are parsed (see fake.go).
+	fake func(fs *flag.FlagSet) func() (*fakeServer, error)
 }
 
 // recipientBucket is a channel's optional per-recipient bucket:
@@ -123,6 +128,7 @@ var channelTable = []channel{
 				},
 			}, err
 		},
+		fake: fakeWhatsApp,
 	},
 	{
 		name: "apns", keys: "APNs apps (bundle IDs)",
@@ -205,6 +211,7 @@ var channelTable = []channel{
 				},
 			}, err
 		},
+		fake: fakeAPNs,
 	},
 	{
 		name: "fcm", keys: "Firebase projects",
@@ -260,6 +267,7 @@ var channelTable = []channel{
 				},
 			}, err
 		},
+		fake: fakeFCM,
 	},
 	{
 		name: "sendgrid", keys: "SendGrid API keys",
@@ -328,6 +336,7 @@ var channelTable = []channel{
 				},
 			}, err
 		},
+		fake: fakeSendGrid,
 	},
 }
 

@@ -2,75 +2,127 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
+	"github.com/pacerhq/pacer/channels/apns/apnstest"
+	"github.com/pacerhq/pacer/channels/fcm"
+	"github.com/pacerhq/pacer/channels/fcm/fcmtest"
+	"github.com/pacerhq/pacer/channels/sendgrid"
+	"github.com/pacerhq/pacer/channels/sendgrid/sendgridtest"
+	"github.com/pacerhq/pacer/channels/whatsapp"
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 )
 
+// fakeServer is a channel's fake provider as `pacer fake-provider` serves
+// it: a row's fake defines the fake's flags on a flag set and returns a
+// function that builds it once they are parsed.
+type fakeServer struct {
+	handler http.Handler
+	h2c     bool // serve HTTP/2 without TLS too: the APNs adapter speaks nothing else
+	// settings returns the variables that point `pacer run` at the fake
+	// served at baseURL, in order, writing the files they name into dir.
+	settings func(baseURL, dir string) ([][2]string, error)
+}
+
+const fakeUsage = `usage: pacer fake-provider --channel C [--addr A] [--dir D] [flags of C]
+       (pacer fake-provider C [flags] is the same)
+Serves the fake provider API of channel C (%s)
+until interrupted, printing its URL and the settings that point
+"pacer run --channel C" at it.
+Its limits are strict token buckets counted at its ingress, each full at its
+key's first request, with no burst beyond the flags'. GET /_stats returns
+what each key sent; POST /_admin/rate?key=K&rate=R sets a hidden rate while
+it runs (key empty: every key). The whatsapp fake also takes
+POST /_admin/fail?key=K&n=N: the next N requests of K get HTTP 500, counted
+as failed, not throttled, in /_stats.
+`
+
+// cmdFakeProvider serves a channel's fake provider: `pacer fake-provider
+// --channel C`.
 func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("pacer fake-provider", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: pacer fake-provider whatsapp [--addr A] [--rate R] [--burst B] [--token T]\n"+
-			"       [--pair-rate R] [--pair-burst B] [--account-limit N] [--account-window D]\n"+
-			"The limits are strict token buckets counted at the fake's ingress. While it runs,\n"+
-			"POST /_admin/rate?key=K&rate=R sets a hidden rate (key empty: every number) and\n"+
-			"POST /_admin/fail?key=K&n=N answers the next N requests of K with HTTP 500\n"+
-			"(counted as failed, not throttled, in /_stats).")
+	name, rest := fakeChannelArg(args)
+	if name == "" && len(rest) > 0 && (rest[0] == "-h" || rest[0] == "-help" || rest[0] == "--help") {
+		fmt.Fprintf(stderr, fakeUsage, channelList())
+		fs := flag.NewFlagSet("pacer fake-provider", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		fakeCommonFlags(fs)
+		fmt.Fprintln(stderr, "\nflags of every channel:")
 		fs.PrintDefaults()
-	}
-	addr := fs.String("addr", "127.0.0.1:0", "listen address")
-	rate := fs.Float64("rate", 80, "messages per second allowed per phone-number ID (0 = unlimited)")
-	burst := fs.Int("burst", 0, "bucket capacity in messages (0 = ceil(rate))")
-	token := fs.String("token", "", "the only bearer token accepted (empty = any)")
-	pairRate := fs.Float64("pair-rate", whatsapptest.PairRate, "messages per second from one number to one recipient, answered 131056 beyond (0 = unlimited)")
-	pairBurst := fs.Int("pair-burst", whatsapptest.PairBurst, "pair bucket capacity in messages")
-	acctLimit := fs.Int("account-limit", 0, "requests per account (every number is its own) in --account-window, answered 80007 beyond (0 = unlimited)")
-	acctWindow := fs.Duration("account-window", time.Hour, "rolling window of --account-limit")
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
-		fs.Usage()
+		for _, ch := range channelTable {
+			fmt.Fprintf(stderr, "\nflags of --channel %s:\n", ch.name)
+			fs := flag.NewFlagSet("pacer fake-provider", flag.ContinueOnError)
+			fs.SetOutput(stderr)
+			ch.fake(fs)
+			fs.PrintDefaults()
+		}
 		return errHelp
 	}
-	if len(args) == 0 || args[0] != "whatsapp" {
-		fs.Usage()
-		return &usageError{"fake-provider: the first argument must be a provider: whatsapp"}
+	ch, err := channelNamed(name)
+	if err != nil {
+		fmt.Fprintf(stderr, fakeUsage, channelList())
+		return &usageError{"fake-provider: " + err.Error()}
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
+	fs := flag.NewFlagSet("pacer fake-provider", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr, dir := fakeCommonFlags(fs)
+	build := ch.fake(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, fakeUsage, channelList())
+		fmt.Fprintf(stderr, "\nflags of --channel %s (and of every channel):\n", ch.name)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, rest); err != nil {
 		return err
 	}
-	// A negative limit would make a fake more lenient or meaningless than
-	// the provider it stands for: refused, naming the flag.
-	var bad []string
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"rate", *rate}, {"burst", float64(*burst)}, {"pair-rate", *pairRate}, {"pair-burst", float64(*pairBurst)},
-		{"account-limit", float64(*acctLimit)}} {
-		if !(f.v >= 0) || math.IsInf(f.v, 0) {
-			bad = append(bad, fmt.Sprintf("--%s %v: must be a finite number >= 0", f.name, f.v))
-		}
+	if err := checkFakeLimits(fs); err != nil {
+		return err
 	}
-	if *acctWindow <= 0 {
-		bad = append(bad, fmt.Sprintf("--account-window %v: must be > 0", *acctWindow))
+	fake, err := build()
+	if err != nil {
+		return err
 	}
-	if len(bad) > 0 {
-		return &usageError{"fake-provider: " + strings.Join(bad, "; ")}
-	}
-	fake := whatsapptest.New(whatsapptest.Config{Rate: *rate, Burst: *burst, Token: *token,
-		PairRate: *pairRate, PairBurst: *pairBurst, AccountLimit: *acctLimit, AccountWindow: *acctWindow})
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: fake.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	fmt.Fprintf(stdout, "fake whatsapp listening on http://%s (stats at /_stats)\n", ln.Addr())
+	srv := &http.Server{Handler: fake.handler, ReadHeaderTimeout: 5 * time.Second}
+	if fake.h2c {
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
+	if *dir == "" {
+		if *dir, err = os.MkdirTemp("", "pacer-fake-"+ch.name+"-"); err != nil {
+			ln.Close()
+			return err
+		}
+		defer os.RemoveAll(*dir)
+	} else if err := os.MkdirAll(*dir, 0o700); err != nil {
+		ln.Close()
+		return err
+	}
+	base := "http://" + dialable(ln.Addr().(*net.TCPAddr))
+	settings, err := fake.settings(base, *dir)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("fake-provider: %w", err)
+	}
+	fmt.Fprintf(stdout, "fake %s listening on %s (GET /_stats, POST /_admin/rate)\n", ch.name, base)
+	fmt.Fprintf(stdout, "point \"pacer run --channel %s\" at it with:\n", ch.name)
+	for _, s := range settings {
+		fmt.Fprintf(stdout, "  %s=%s\n", s[0], shellQuote(s[1]))
+	}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -81,4 +133,183 @@ func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	return nil
+}
+
+// fakeCommonFlags defines the flags of every channel's fake on fs.
+func fakeCommonFlags(fs *flag.FlagSet) (addr, dir *string) {
+	fs.String("channel", "", "the channel whose provider to fake: "+channelList())
+	addr = fs.String("addr", "127.0.0.1:0", "listen address")
+	dir = fs.String("dir", "", "directory for the credential files whose paths the fake prints (default: a new temporary one, removed on exit)")
+	return addr, dir
+}
+
+// fakeChannelArg returns the channel args name, as their first argument
+// or the value of --channel, and the arguments without a leading channel
+// name.
+func fakeChannelArg(args []string) (string, []string) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return args[0], args[1:]
+	}
+	for i, a := range args {
+		switch {
+		case (a == "--channel" || a == "-channel") && i+1 < len(args):
+			return args[i+1], args
+		case strings.HasPrefix(a, "--channel="), strings.HasPrefix(a, "-channel="):
+			return a[strings.Index(a, "=")+1:], args
+		}
+	}
+	return "", args
+}
+
+// checkFakeLimits refuses a numeric flag that is negative or not finite,
+// or a duration that is not positive, naming the flag: every number of a
+// fake is a limit, and such a value would make the fake more lenient than
+// the provider it stands for, or meaningless.
+func checkFakeLimits(fs *flag.FlagSet) error {
+	var bad []string
+	fs.VisitAll(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok {
+			return
+		}
+		switch v := g.Get().(type) {
+		case float64:
+			if !(v >= 0) || math.IsInf(v, 0) {
+				bad = append(bad, fmt.Sprintf("--%s %v: must be a finite number >= 0", f.Name, v))
+			}
+		case int:
+			if v < 0 {
+				bad = append(bad, fmt.Sprintf("--%s %v: must be >= 0", f.Name, v))
+			}
+		case time.Duration:
+			if v <= 0 {
+				bad = append(bad, fmt.Sprintf("--%s %v: must be > 0", f.Name, v))
+			}
+		}
+	})
+	if len(bad) > 0 {
+		return &usageError{"fake-provider: " + strings.Join(bad, "; ")}
+	}
+	return nil
+}
+
+// dialable returns a's host:port as a client reaches it: 127.0.0.1 for a
+// listener on every address (IPv4 and IPv6 alike).
+func dialable(a *net.TCPAddr) string {
+	ip := a.IP
+	if ip == nil || ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return net.JoinHostPort(ip.String(), fmt.Sprint(a.Port))
+}
+
+// shellQuote returns s as one shell word: as is when it holds only
+// characters no shell treats specially, else in single quotes.
+func shellQuote(s string) string {
+	if regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`).MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// writeFakeFile writes a credential file of the fake into dir and returns
+// its path.
+func writeFakeFile(dir, name string, content []byte) (string, error) {
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, content, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// fakeWhatsApp is the whatsapp row's fake: whatsapptest.
+func fakeWhatsApp(fs *flag.FlagSet) func() (*fakeServer, error) {
+	rate := fs.Float64("rate", whatsapp.DefaultRate, "messages per second allowed per phone-number ID (0 = unlimited)")
+	burst := fs.Int("burst", 0, "bucket capacity in messages (0 = ceil(rate))")
+	token := fs.String("token", "fake-token", "the only bearer token accepted (\"\" = any)")
+	pairRate := fs.Float64("pair-rate", whatsapptest.PairRate, "messages per second from one number to one recipient, answered 131056 beyond (0 = unlimited)")
+	pairBurst := fs.Int("pair-burst", whatsapptest.PairBurst, "pair bucket capacity in messages")
+	acctLimit := fs.Int("account-limit", 0, "requests per account (every number is its own) in --account-window, answered 80007 beyond (0 = unlimited)")
+	acctWindow := fs.Duration("account-window", time.Hour, "rolling window of --account-limit")
+	return func() (*fakeServer, error) {
+		f := whatsapptest.New(whatsapptest.Config{Rate: *rate, Burst: *burst, Token: *token,
+			PairRate: *pairRate, PairBurst: *pairBurst, AccountLimit: *acctLimit, AccountWindow: *acctWindow})
+		return &fakeServer{handler: f, settings: func(base, _ string) ([][2]string, error) {
+			tok := *token
+			if tok == "" { // any is accepted, and pacer run needs one
+				tok = "fake-token"
+			}
+			return [][2]string{{"PACER_WHATSAPP_BASE_URL", base}, {"PACER_WHATSAPP_TOKEN", tok}}, nil
+		}}, nil
+	}
+}
+
+// fakeAPNs is the apns row's fake: apnstest, served over cleartext HTTP/2
+// (h2c), which the apns adapter speaks to an http:// base URL, with a
+// signing key of its own written to dir.
+func fakeAPNs(fs *flag.FlagSet) func() (*fakeServer, error) {
+	rate := fs.Float64("device-rate", 0, "notifications per second allowed per device token, answered 429 TooManyRequests beyond (0 = unlimited: Apple publishes no number)")
+	burst := fs.Int("device-burst", 0, "device bucket capacity in notifications (0 = ceil(device-rate))")
+	keyID := fs.String("key-id", "FAKEKEY001", "the key ID (kid) the fake accepts, 10 letters or digits")
+	teamID := fs.String("team-id", "FAKETEAM01", "the team ID (iss) the fake accepts, 10 letters or digits")
+	return func() (*fakeServer, error) {
+		for _, f := range []struct{ flag, v string }{{"key-id", *keyID}, {"team-id", *teamID}} {
+			if !regexp.MustCompile(`^[A-Za-z0-9]{10}$`).MatchString(f.v) {
+				return nil, &usageError{fmt.Sprintf("fake-provider: --%s %q: must be 10 letters or digits, as Apple's", f.flag, f.v)}
+			}
+		}
+		p8, pub, err := apnstest.NewKey()
+		if err != nil {
+			return nil, err
+		}
+		f := apnstest.New(apnstest.Config{DeviceRate: *rate, DeviceBurst: *burst, PublicKey: pub, KeyID: *keyID, TeamID: *teamID})
+		return &fakeServer{handler: f.HTTP2Handler(), h2c: true, settings: func(base, dir string) ([][2]string, error) {
+			path, err := writeFakeFile(dir, "apns-key.p8", p8)
+			if err != nil {
+				return nil, err
+			}
+			return [][2]string{{"PACER_APNS_BASE_URL", base}, {"PACER_APNS_KEY_ID", *keyID},
+				{"PACER_APNS_TEAM_ID", *teamID}, {"PACER_APNS_KEY_FILE", path}}, nil
+		}}, nil
+	}
+}
+
+// fakeFCM is the fcm row's fake: fcmtest, with its token endpoint, whose
+// service-account key file (token_uri pointing at the fake) is written to
+// dir.
+func fakeFCM(fs *flag.FlagSet) func() (*fakeServer, error) {
+	rate := fs.Float64("rate", fcm.DefaultLimit.PerSecond, "messages per second allowed per project (0 = unlimited; FCM: 600,000 per minute)")
+	burst := fs.Int("burst", 0, "project bucket capacity in messages (0 = ceil(rate))")
+	devRate := fs.Float64("device-rate", fcm.DeviceLimit.PerSecond, "messages per second allowed per registration token (0 = unlimited)")
+	devBurst := fs.Int("device-burst", fcm.DeviceLimit.Burst, "device bucket capacity in messages")
+	return func() (*fakeServer, error) {
+		f := fcmtest.New(fcmtest.Config{Rate: *rate, Burst: *burst, DeviceRate: *devRate, DeviceBurst: *devBurst})
+		return &fakeServer{handler: f, settings: func(base, dir string) ([][2]string, error) {
+			path, err := writeFakeFile(dir, "fcm-service-account.json", f.ServiceAccountJSONAt(base))
+			if err != nil {
+				return nil, err
+			}
+			return [][2]string{{"PACER_FCM_BASE_URL", base}, {"PACER_FCM_CREDENTIALS_FILE", path}}, nil
+		}}, nil
+	}
+}
+
+// fakeSendGrid is the sendgrid row's fake: sendgridtest.
+func fakeSendGrid(fs *flag.FlagSet) func() (*fakeServer, error) {
+	rate := fs.Float64("rate", sendgrid.DefaultLimit.PerSecond, "requests per second allowed per API key (0 = unlimited; SendGrid publishes no number)")
+	burst := fs.Int("burst", 0, "bucket capacity in requests (0 = ceil(rate))")
+	keys := fs.String("api-keys", "fake=SG.fake-key", "name=key,...: the only API keys accepted, reported by name")
+	return func() (*fakeServer, error) {
+		list, err := parseKeyList(*keys)
+		if err == nil && len(list) == 0 {
+			err = errors.New("no key")
+		}
+		if err != nil {
+			return nil, &usageError{"fake-provider: --api-keys: " + err.Error()}
+		}
+		f := sendgridtest.New(sendgridtest.Config{Rate: *rate, Burst: *burst, APIKeys: list})
+		return &fakeServer{handler: f, settings: func(base, _ string) ([][2]string, error) {
+			return [][2]string{{"PACER_SENDGRID_BASE_URL", base}, {"PACER_SENDGRID_API_KEYS", *keys}}, nil
+		}}, nil
+	}
 }

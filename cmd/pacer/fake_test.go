@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/channels"
+)
+
+// fakeSamples holds, per channel, a message as `pacer run` hands it to the
+// adapter, the flags that give its key (or recipient) a bucket of one
+// message that does not refill during the test, and the shape of the
+// provider's id for an accepted send.
+var fakeSamples = map[string]struct {
+	msg   channels.Message
+	flags []string
+	id    string // regexp of Result.ProviderID
+}{
+	"whatsapp": {channels.Message{Key: "106540352200001", To: "15550001234", Payload: json.RawMessage(`{"type":"text","text":{"body":"hi"}}`)},
+		[]string{"--rate", "0.001", "--burst", "1"}, `^wamid\.`},
+	"apns": {channels.Message{Key: "com.example.app", To: strings.Repeat("0a", 32), Payload: json.RawMessage(`{"headers":{"apns-push-type":"alert"},"aps":{"alert":"hi"}}`)},
+		[]string{"--device-rate", "0.001", "--device-burst", "1"}, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`},
+	"fcm": {channels.Message{Key: "fake-project", To: "device-token-1", Payload: json.RawMessage(`{"notification":{"title":"hi"}}`)},
+		[]string{"--rate", "0.001", "--burst", "1"}, `^projects/fake-project/messages/`},
+	"sendgrid": {channels.Message{Key: "fake", To: "user@example.com", Payload: json.RawMessage(`{"from":{"email":"news@example.com"},"subject":"Hi","content":[{"type":"text/plain","value":"hi"}]}`)},
+		[]string{"--rate", "0.001", "--burst", "1"}, `^[0-9a-f]{12}[0-9]{10}$`},
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestFakeProviderEveryChannel runs `pacer fake-provider --channel C`
+// in-process for each row of the channel table, points the row's adapter at
+// it with the settings it printed, exactly as `pacer run` reads them, and
+// sends: the first message is accepted with the provider's id, the second
+// to the same key or device is throttled (the fake's limit, with no spare
+// burst), and GET /_stats counts both.
+func TestFakeProviderEveryChannel(t *testing.T) {
+	for _, ch := range channelTable {
+		t.Run(ch.name, func(t *testing.T) {
+			sample, ok := fakeSamples[ch.name]
+			if !ok {
+				t.Fatalf("no sample message for channel %s in fakeSamples", ch.name)
+			}
+			dir := t.TempDir()
+			ctx, cancel := context.WithCancel(t.Context())
+			var out, errb syncBuffer
+			done := make(chan error, 1)
+			go func() {
+				done <- cmdFakeProvider(ctx, append([]string{"--channel", ch.name, "--dir", dir}, sample.flags...), &out, &errb)
+			}()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("fake-provider returned %v; want nil after a shutdown", err)
+				}
+			}()
+			base := waitListening(t, &out, &errb, done)
+			// The settings are printed before the fake serves: once it
+			// answers, they are all out.
+			resp, err := http.Get(base + "/_stats")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			settings := map[string]string{}
+			for _, m := range regexp.MustCompile(`(?m)^  (PACER_[A-Z0-9_]+)=(.*)$`).FindAllStringSubmatch(out.String(), -1) {
+				settings[m[1]] = strings.Trim(m[2], "'")
+			}
+			if settings["PACER_"+strings.ToUpper(ch.name)+"_BASE_URL"] != base {
+				t.Fatalf("printed %v; want %s_BASE_URL=%s\n%s", settings, ch.prefix(), base, out.String())
+			}
+			for name, v := range settings {
+				if !strings.HasPrefix(name, ch.prefix()) {
+					t.Errorf("printed %s, which is not a setting of channel %s", name, ch.name)
+				}
+				if strings.HasPrefix(v, dir) {
+					if _, err := os.Stat(v); err != nil {
+						t.Errorf("%s=%s: %v", name, v, err)
+					}
+				}
+			}
+			c, errs := readChannel(&ch, lookupMap(settings))
+			if len(errs) > 0 {
+				t.Fatalf("the printed settings do not read: %v", errs)
+			}
+			s, err := ch.sender(ctx, c.vars)
+			if err != nil {
+				t.Fatalf("adapter from the printed settings: %v", err)
+			}
+			m := sample.msg
+			m.ID = "fake-1"
+			res, err := s.Send(ctx, m)
+			if err != nil || !regexp.MustCompile(sample.id).MatchString(res.ProviderID) {
+				t.Fatalf("first send: %+v, %v; want a provider id like %s", res, err, sample.id)
+			}
+			m.ID = "fake-2"
+			_, err = s.Send(ctx, m)
+			var e *channels.Error
+			if !errors.As(err, &e) || e.Class != channels.Throttle || e.Channel != ch.name {
+				t.Fatalf("second send: %v; want a throttle of channel %s", err, ch.name)
+			}
+			resp, err = http.Get(base + "/_stats")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var stats map[string]struct{ Delivered, Throttled int }
+			if err := json.NewDecoder(resp.Body).Decode(&stats); err != nil {
+				t.Fatal(err)
+			}
+			if st := stats[m.Key]; len(stats) != 1 || st.Delivered != 1 || st.Throttled != 1 {
+				t.Errorf("/_stats = %+v; want %s: 1 delivered, 1 throttled", stats, m.Key)
+			}
+		})
+	}
+}
+
+// waitListening returns the base URL the fake provider printed, failing the
+// test if it stops first or prints nothing for a long while.
+func waitListening(t *testing.T, out, errb *syncBuffer, done chan error) string {
+	t.Helper()
+	re := regexp.MustCompile(`listening on (http://\S+)`)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			return m[1]
+		}
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("fake-provider stopped: %v\n%s%s", err, out.String(), errb.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fake-provider printed no URL in a minute:\n%s%s", out.String(), errb.String())
+		}
+	}
+}
