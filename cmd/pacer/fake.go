@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,14 +13,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-
-	"github.com/pacerhq/pacer/channels/apns/apnstest"
-	"github.com/pacerhq/pacer/channels/fcm"
-	"github.com/pacerhq/pacer/channels/fcm/fcmtest"
-	"github.com/pacerhq/pacer/channels/sendgrid"
-	"github.com/pacerhq/pacer/channels/sendgrid/sendgridtest"
-	"github.com/pacerhq/pacer/channels/whatsapp"
-	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 )
 
 // fakeServer is a channel's fake provider as `pacer fake-provider` serves
@@ -38,8 +29,8 @@ type fakeServer struct {
 const fakeUsage = `usage: pacer fake-provider --channel C [--addr A] [--dir D] [flags of C]
        (pacer fake-provider C [flags] is the same)
 Serves the fake provider API of channel C (%s)
-until interrupted, printing its URL and the settings that point
-"pacer run --channel C" at it.
+until interrupted, printing its URL and, on the line after, the settings that point
+"pacer run --channel C" at it (NAME=value, separated by spaces).
 Its limits are strict token buckets counted at its ingress, each full at its
 key's first request, with no burst beyond the flags'. GET /_stats returns
 what each key sent; POST /_admin/rate?key=K&rate=R sets a hidden rate while
@@ -118,11 +109,12 @@ func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Write
 		ln.Close()
 		return fmt.Errorf("fake-provider: %w", err)
 	}
-	fmt.Fprintf(stdout, "fake %s listening on %s (GET /_stats, POST /_admin/rate)\n", ch.name, base)
-	fmt.Fprintf(stdout, "point \"pacer run --channel %s\" at it with:\n", ch.name)
-	for _, s := range settings {
-		fmt.Fprintf(stdout, "  %s=%s\n", s[0], shellQuote(s[1]))
+	words := make([]string, len(settings))
+	for i, s := range settings {
+		words[i] = s[0] + "=" + shellQuote(s[1])
 	}
+	fmt.Fprintf(stdout, "fake %[1]s listening on %[2]s (GET /_stats, POST /_admin/rate)\n"+
+		"point \"pacer run --channel %[1]s\" at it with these settings:\n%[3]s\n", ch.name, base, strings.Join(words, " "))
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -220,96 +212,4 @@ func writeFakeFile(dir, name string, content []byte) (string, error) {
 		return "", err
 	}
 	return path, nil
-}
-
-// fakeWhatsApp is the whatsapp row's fake: whatsapptest.
-func fakeWhatsApp(fs *flag.FlagSet) func() (*fakeServer, error) {
-	rate := fs.Float64("rate", whatsapp.DefaultRate, "messages per second allowed per phone-number ID (0 = unlimited)")
-	burst := fs.Int("burst", 0, "bucket capacity in messages (0 = ceil(rate))")
-	token := fs.String("token", "fake-token", "the only bearer token accepted (\"\" = any)")
-	pairRate := fs.Float64("pair-rate", whatsapptest.PairRate, "messages per second from one number to one recipient, answered 131056 beyond (0 = unlimited)")
-	pairBurst := fs.Int("pair-burst", whatsapptest.PairBurst, "pair bucket capacity in messages")
-	acctLimit := fs.Int("account-limit", 0, "requests per account (every number is its own) in --account-window, answered 80007 beyond (0 = unlimited)")
-	acctWindow := fs.Duration("account-window", time.Hour, "rolling window of --account-limit")
-	return func() (*fakeServer, error) {
-		f := whatsapptest.New(whatsapptest.Config{Rate: *rate, Burst: *burst, Token: *token,
-			PairRate: *pairRate, PairBurst: *pairBurst, AccountLimit: *acctLimit, AccountWindow: *acctWindow})
-		return &fakeServer{handler: f, settings: func(base, _ string) ([][2]string, error) {
-			tok := *token
-			if tok == "" { // any is accepted, and pacer run needs one
-				tok = "fake-token"
-			}
-			return [][2]string{{"PACER_WHATSAPP_BASE_URL", base}, {"PACER_WHATSAPP_TOKEN", tok}}, nil
-		}}, nil
-	}
-}
-
-// fakeAPNs is the apns row's fake: apnstest, served over cleartext HTTP/2
-// (h2c), which the apns adapter speaks to an http:// base URL, with a
-// signing key of its own written to dir.
-func fakeAPNs(fs *flag.FlagSet) func() (*fakeServer, error) {
-	rate := fs.Float64("device-rate", 0, "notifications per second allowed per device token, answered 429 TooManyRequests beyond (0 = unlimited: Apple publishes no number)")
-	burst := fs.Int("device-burst", 0, "device bucket capacity in notifications (0 = ceil(device-rate))")
-	keyID := fs.String("key-id", "FAKEKEY001", "the key ID (kid) the fake accepts, 10 letters or digits")
-	teamID := fs.String("team-id", "FAKETEAM01", "the team ID (iss) the fake accepts, 10 letters or digits")
-	return func() (*fakeServer, error) {
-		for _, f := range []struct{ flag, v string }{{"key-id", *keyID}, {"team-id", *teamID}} {
-			if !regexp.MustCompile(`^[A-Za-z0-9]{10}$`).MatchString(f.v) {
-				return nil, &usageError{fmt.Sprintf("fake-provider: --%s %q: must be 10 letters or digits, as Apple's", f.flag, f.v)}
-			}
-		}
-		p8, pub, err := apnstest.NewKey()
-		if err != nil {
-			return nil, err
-		}
-		f := apnstest.New(apnstest.Config{DeviceRate: *rate, DeviceBurst: *burst, PublicKey: pub, KeyID: *keyID, TeamID: *teamID})
-		return &fakeServer{handler: f.HTTP2Handler(), h2c: true, settings: func(base, dir string) ([][2]string, error) {
-			path, err := writeFakeFile(dir, "apns-key.p8", p8)
-			if err != nil {
-				return nil, err
-			}
-			return [][2]string{{"PACER_APNS_BASE_URL", base}, {"PACER_APNS_KEY_ID", *keyID},
-				{"PACER_APNS_TEAM_ID", *teamID}, {"PACER_APNS_KEY_FILE", path}}, nil
-		}}, nil
-	}
-}
-
-// fakeFCM is the fcm row's fake: fcmtest, with its token endpoint, whose
-// service-account key file (token_uri pointing at the fake) is written to
-// dir.
-func fakeFCM(fs *flag.FlagSet) func() (*fakeServer, error) {
-	rate := fs.Float64("rate", fcm.DefaultLimit.PerSecond, "messages per second allowed per project (0 = unlimited; FCM: 600,000 per minute)")
-	burst := fs.Int("burst", 0, "project bucket capacity in messages (0 = ceil(rate))")
-	devRate := fs.Float64("device-rate", fcm.DeviceLimit.PerSecond, "messages per second allowed per registration token (0 = unlimited)")
-	devBurst := fs.Int("device-burst", fcm.DeviceLimit.Burst, "device bucket capacity in messages")
-	return func() (*fakeServer, error) {
-		f := fcmtest.New(fcmtest.Config{Rate: *rate, Burst: *burst, DeviceRate: *devRate, DeviceBurst: *devBurst})
-		return &fakeServer{handler: f, settings: func(base, dir string) ([][2]string, error) {
-			path, err := writeFakeFile(dir, "fcm-service-account.json", f.ServiceAccountJSONAt(base))
-			if err != nil {
-				return nil, err
-			}
-			return [][2]string{{"PACER_FCM_BASE_URL", base}, {"PACER_FCM_CREDENTIALS_FILE", path}}, nil
-		}}, nil
-	}
-}
-
-// fakeSendGrid is the sendgrid row's fake: sendgridtest.
-func fakeSendGrid(fs *flag.FlagSet) func() (*fakeServer, error) {
-	rate := fs.Float64("rate", sendgrid.DefaultLimit.PerSecond, "requests per second allowed per API key (0 = unlimited; SendGrid publishes no number)")
-	burst := fs.Int("burst", 0, "bucket capacity in requests (0 = ceil(rate))")
-	keys := fs.String("api-keys", "fake=SG.fake-key", "name=key,...: the only API keys accepted, reported by name")
-	return func() (*fakeServer, error) {
-		list, err := parseKeyList(*keys)
-		if err == nil && len(list) == 0 {
-			err = errors.New("no key")
-		}
-		if err != nil {
-			return nil, &usageError{"fake-provider: --api-keys: " + err.Error()}
-		}
-		f := sendgridtest.New(sendgridtest.Config{Rate: *rate, Burst: *burst, APIKeys: list})
-		return &fakeServer{handler: f, settings: func(base, _ string) ([][2]string, error) {
-			return [][2]string{{"PACER_SENDGRID_BASE_URL", base}, {"PACER_SENDGRID_API_KEYS", *keys}}, nil
-		}}, nil
-	}
 }

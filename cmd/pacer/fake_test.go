@@ -1,17 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/pacerhq/pacer/channels"
 )
@@ -35,24 +35,6 @@ var fakeSamples = map[string]struct {
 		[]string{"--rate", "0.001", "--burst", "1"}, `^[0-9a-f]{12}[0-9]{10}$`},
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestFakeProviderEveryChannel runs `pacer fake-provider --channel C`
 // in-process for each row of the channel table, points the row's adapter at
 // it with the settings it printed, exactly as `pacer run` reads them, and
@@ -68,10 +50,13 @@ func TestFakeProviderEveryChannel(t *testing.T) {
 			}
 			dir := t.TempDir()
 			ctx, cancel := context.WithCancel(t.Context())
-			var out, errb syncBuffer
+			pr, pw := io.Pipe()
+			var errb bytes.Buffer // read once the command returned
 			done := make(chan error, 1)
 			go func() {
-				done <- cmdFakeProvider(ctx, append([]string{"--channel", ch.name, "--dir", dir}, sample.flags...), &out, &errb)
+				err := cmdFakeProvider(ctx, append([]string{"--channel", ch.name, "--dir", dir}, sample.flags...), pw, &errb)
+				pw.Close()
+				done <- err
 			}()
 			defer func() {
 				cancel()
@@ -79,20 +64,29 @@ func TestFakeProviderEveryChannel(t *testing.T) {
 					t.Errorf("fake-provider returned %v; want nil after a shutdown", err)
 				}
 			}()
-			base := waitListening(t, &out, &errb, done)
-			// The settings are printed before the fake serves: once it
-			// answers, they are all out.
-			resp, err := http.Get(base + "/_stats")
-			if err != nil {
-				t.Fatal(err)
+			out := bufio.NewReader(pr)
+			var lines []string
+			for range 3 { // the URL, a title, the settings
+				line, err := out.ReadString('\n')
+				if err != nil {
+					err = errors.Join(err, <-done)
+					done <- nil
+					t.Fatalf("fake-provider printed %q, then: %v\n%s", lines, err, errb.String())
+				}
+				lines = append(lines, line)
 			}
-			resp.Body.Close()
+			go io.Copy(io.Discard, out) // it prints nothing more
+			listening := regexp.MustCompile(`^fake \S+ listening on (http://\S+) `).FindStringSubmatch(lines[0])
+			if listening == nil {
+				t.Fatalf("first line %q: want the URL", lines[0])
+			}
+			base := listening[1]
 			settings := map[string]string{}
-			for _, m := range regexp.MustCompile(`(?m)^  (PACER_[A-Z0-9_]+)=(.*)$`).FindAllStringSubmatch(out.String(), -1) {
+			for _, m := range regexp.MustCompile(`(PACER_[A-Z0-9_]+)=('[^']*'|\S+)`).FindAllStringSubmatch(lines[2], -1) {
 				settings[m[1]] = strings.Trim(m[2], "'")
 			}
-			if settings["PACER_"+strings.ToUpper(ch.name)+"_BASE_URL"] != base {
-				t.Fatalf("printed %v; want %s_BASE_URL=%s\n%s", settings, ch.prefix(), base, out.String())
+			if settings[ch.prefix()+"BASE_URL"] != base {
+				t.Fatalf("printed %q; want %sBASE_URL=%s", lines, ch.prefix(), base)
 			}
 			for name, v := range settings {
 				if !strings.HasPrefix(name, ch.prefix()) {
@@ -124,7 +118,7 @@ func TestFakeProviderEveryChannel(t *testing.T) {
 			if !errors.As(err, &e) || e.Class != channels.Throttle || e.Channel != ch.name {
 				t.Fatalf("second send: %v; want a throttle of channel %s", err, ch.name)
 			}
-			resp, err = http.Get(base + "/_stats")
+			resp, err := http.Get(base + "/_stats")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,27 +131,5 @@ func TestFakeProviderEveryChannel(t *testing.T) {
 				t.Errorf("/_stats = %+v; want %s: 1 delivered, 1 throttled", stats, m.Key)
 			}
 		})
-	}
-}
-
-// waitListening returns the base URL the fake provider printed, failing the
-// test if it stops first or prints nothing for a long while.
-func waitListening(t *testing.T, out, errb *syncBuffer, done chan error) string {
-	t.Helper()
-	re := regexp.MustCompile(`listening on (http://\S+)`)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			return m[1]
-		}
-		select {
-		case err := <-done:
-			done <- err
-			t.Fatalf("fake-provider stopped: %v\n%s%s", err, out.String(), errb.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fake-provider printed no URL in a minute:\n%s%s", out.String(), errb.String())
-		}
 	}
 }
