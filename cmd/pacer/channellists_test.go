@@ -2,8 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"io/fs"
 	"os"
-	"path/filepath"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,15 +15,10 @@ import (
 	"github.com/pacerhq/pacer/pacer/ingest"
 )
 
-// The files beyond cmd/pacer that list the channels, relative to this
-// package. Each is checked against channelTable below, so that a channel is
+// repo is the repository's tree. Its files that list the channels beyond
+// cmd/pacer are checked against channelTable below, so that a channel is
 // its package plus one row of the table, and a list that drifts fails here.
-const (
-	channelsDir   = "../../channels"
-	k8sDir        = "../../deploy/k8s"
-	composeFile   = "../../deploy/compose.yaml"
-	kustomization = "../../deploy/k8s/kustomization.yaml"
-)
+var repo = os.DirFS("../..")
 
 // tableNames returns the names of channelTable, in order.
 func tableNames() []string {
@@ -63,7 +59,7 @@ func checkEnv(t *testing.T, where, name string, env []string) {
 // TestChannelPackages: the adapter packages under channels/ are the rows
 // of the table, each with its fake provider package <name>test.
 func TestChannelPackages(t *testing.T) {
-	es, err := os.ReadDir(channelsDir)
+	es, err := fs.ReadDir(repo, "channels")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +71,8 @@ func TestChannelPackages(t *testing.T) {
 	}
 	sameNames(t, "channels/", dirs)
 	for _, name := range tableNames() {
-		fake := filepath.Join(channelsDir, name, name+"test", name+"test.go")
-		if _, err := os.Stat(fake); err != nil {
+		fake := path.Join("channels", name, name+"test", name+"test.go")
+		if _, err := fs.Stat(repo, fake); err != nil {
 			t.Errorf("channel %s has no fake provider %s: %v", name, fake, err)
 		}
 	}
@@ -87,18 +83,18 @@ func TestChannelPackages(t *testing.T) {
 // with settings pacer reads (none of another channel's), and
 // kustomization.yaml lists each.
 func TestKubernetesChannels(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join(k8sDir, "pacer-*.yaml"))
+	files, err := fs.Glob(repo, "deploy/k8s/pacer-*.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var names []string
 	for _, f := range files {
-		names = append(names, strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "pacer-"), ".yaml"))
+		names = append(names, strings.TrimSuffix(strings.TrimPrefix(path.Base(f), "pacer-"), ".yaml"))
 	}
 	sameNames(t, "deploy/k8s/pacer-*.yaml", names)
 	for _, f := range files {
-		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "pacer-"), ".yaml")
-		b, err := os.ReadFile(f)
+		name := strings.TrimSuffix(strings.TrimPrefix(path.Base(f), "pacer-"), ".yaml")
+		b, err := fs.ReadFile(repo, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,14 +127,14 @@ func TestKubernetesChannels(t *testing.T) {
 				for _, e := range c.Env {
 					env = append(env, e.Name)
 				}
-				checkEnv(t, filepath.Base(f), name, env)
+				checkEnv(t, path.Base(f), name, env)
 			}
 		}
 		if runs != 1 {
-			t.Errorf("%s: %d containers run `pacer run --channel %s`, want 1", filepath.Base(f), runs, name)
+			t.Errorf("%s: %d containers run `pacer run --channel %s`, want 1", path.Base(f), runs, name)
 		}
 	}
-	b, err := os.ReadFile(kustomization)
+	b, err := fs.ReadFile(repo, "deploy/k8s/kustomization.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +153,7 @@ func TestKubernetesChannels(t *testing.T) {
 // row, and no other pacer-* service, running `pacer run --channel <name>`
 // with settings pacer reads (none of another channel's).
 func TestComposeChannels(t *testing.T) {
-	b, err := os.ReadFile(composeFile)
+	b, err := fs.ReadFile(repo, "deploy/compose.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +199,7 @@ func TestOpenAPIChannels(t *testing.T) {
 		Schema   struct{ Enum []string }
 	}
 	found := 0
-	for path, items := range doc.Paths {
+	for route, items := range doc.Paths {
 		for key, raw := range items {
 			var params []param
 			if key == "parameters" {
@@ -217,7 +213,7 @@ func TestOpenAPIChannels(t *testing.T) {
 				if p.Name == "channel" && p.In == "path" {
 					found++
 					if !slices.Equal(p.Schema.Enum, tableNames()) {
-						t.Errorf("openapi.yaml %s %s: channel enum %v; the channel table has %v", key, path, p.Schema.Enum, tableNames())
+						t.Errorf("openapi.yaml %s %s: channel enum %v; the channel table has %v", key, route, p.Schema.Enum, tableNames())
 					}
 				}
 			}
