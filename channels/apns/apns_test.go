@@ -59,25 +59,8 @@ func signingKey(t *testing.T) key {
 	return k
 }
 
-// clock is a settable clock shared by a client and a fake.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: t0} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t0.Add(d)
-}
+// newClock returns a settable clock at t0, for a client and a fake.
+func newClock() *channeltest.Clock { return &channeltest.Clock{Start: t0} }
 
 // h2 starts an HTTP/2 TLS server for h.
 func h2(t *testing.T, h http.Handler) *httptest.Server {
@@ -709,7 +692,7 @@ func TestSendContext(t *testing.T) {
 }
 
 // fake starts an apnstest server that verifies our key, sharing clk.
-func fake(t *testing.T, cfg apnstest.Config, clk *clock) (*apnstest.Server, *apns.Client) {
+func fake(t *testing.T, cfg apnstest.Config, clk *channeltest.Clock) (*apnstest.Server, *apns.Client) {
 	t.Helper()
 	cfg.PublicKey, cfg.KeyID, cfg.TeamID = signingKey(t).pub, keyID, teamID
 	if clk != nil {

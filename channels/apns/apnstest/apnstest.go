@@ -61,6 +61,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/uuid"
 
 	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
 )
@@ -112,15 +113,16 @@ type Arrival struct {
 	Throttled bool      // Status is 429
 }
 
-// KeyStats summarises the arrivals of one apns-topic.
+// KeyStats summarises the arrivals of one apns-topic: Delivered (accepted
+// requests), Throttled (requests answered 429 TooManyRequests), Duplicates
+// (accepted requests whose device token and body had been accepted
+// before), Max1s (most accepted requests in any 1 s window [t, t+1s)),
+// First and Last (first and last accepted request; zero if none), and
+// Unregistered. Failed is always 0. Its JSON form has the fields side by
+// side, as GET /_stats serves them.
 type KeyStats struct {
-	Delivered    int       `json:"delivered"`    // accepted requests
-	Throttled    int       `json:"throttled"`    // requests answered 429 TooManyRequests
-	Unregistered int       `json:"unregistered"` // requests answered 410 Unregistered
-	Duplicates   int       `json:"duplicates"`   // accepted requests whose device token and body had been accepted before
-	Max1s        int       `json:"max_1s"`       // most accepted requests in any 1 s window [t, t+1s)
-	First        time.Time `json:"first"`        // first accepted request; zero if none
-	Last         time.Time `json:"last"`         // last accepted request; zero if none
+	fakeprovider.KeyStats
+	Unregistered int `json:"unregistered"` // requests answered 410 Unregistered
 }
 
 // TokenStats counts what the fake made of provider tokens.
@@ -243,11 +245,7 @@ func (s *Server) Stats() map[string]KeyStats {
 	shared := s.stats.Snapshot()
 	m := make(map[string]KeyStats, len(s.unreg))
 	for key, unreg := range s.unreg {
-		c := shared[key]
-		m[key] = KeyStats{
-			Delivered: c.Delivered, Throttled: c.Throttled, Unregistered: unreg,
-			Duplicates: c.Duplicates, Max1s: c.Max1s, First: c.First, Last: c.Last,
-		}
+		m[key] = KeyStats{KeyStats: shared[key], Unregistered: unreg}
 	}
 	return m
 }
@@ -330,7 +328,7 @@ func (s *Server) device(w http.ResponseWriter, r *http.Request, token string) {
 		Status:   http.StatusOK,
 	}
 	if a.ApnsID == "" {
-		a.ApnsID = newUUID()
+		a.ApnsID = uuid.NewString() // version 4, lowercase, as APNs makes them
 	}
 	deadSince := s.arrive(&a)
 	if !fakeprovider.Sleep(r.Context(), s.cfg.Latency) {
@@ -490,35 +488,11 @@ func writeReason(w http.ResponseWriter, status int, reason string) {
 	}{reason})
 }
 
-// newUUID returns a random (version 4) UUID in lowercase canonical form,
-// as APNs makes apns-id values.
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-// isUUID reports whether s is a canonical lowercase UUID.
+// isUUID reports whether s is a canonical lowercase UUID, as APNs makes
+// apns-id values.
 func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i, c := range []byte(s) {
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-				return false
-			}
-		}
-	}
-	return true
+	u, err := uuid.Parse(s)
+	return err == nil && u.String() == s
 }
 
 // isHex reports whether s is an even number of hex digits.

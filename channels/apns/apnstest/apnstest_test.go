@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,25 +31,8 @@ const (
 
 var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// clock is a settable clock for the fake.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t0.Add(d)
-}
-
-func newClock() *clock { return &clock{t: t0} }
+// newClock returns a settable clock at t0, for a client and a fake.
+func newClock() *channeltest.Clock { return &channeltest.Clock{Start: t0} }
 
 // keys returns a fresh key pair: the private key and its public half.
 func keys(t *testing.T) (*ecdsa.PrivateKey, *ecdsa.PublicKey) {
@@ -114,7 +96,7 @@ func reason(t *testing.T, w *httptest.ResponseRecorder) (string, *int64) {
 // fixture is a fake with our key and a clock, plus a valid token.
 type fixture struct {
 	s   *apnstest.Server
-	clk *clock
+	clk *channeltest.Clock
 	key *ecdsa.PrivateKey
 	jwt string
 }
@@ -139,20 +121,15 @@ func TestFake(t *testing.T) {
 	tok := sign(t, k, keyID, teamID, time.Now())
 	var n atomic.Int64
 	channeltest.CheckFake(t, channeltest.Fake[apnstest.KeyStats, apnstest.Arrival]{
-		New: func(t *testing.T, c channeltest.FakeConfig) channeltest.FakeServer[apnstest.KeyStats, apnstest.Arrival] {
+		New: func(c channeltest.FakeConfig) channeltest.FakeServer[apnstest.KeyStats, apnstest.Arrival] {
 			cfg := apnstest.Config{DeviceRate: c.Rate, DeviceBurst: c.Burst, Latency: c.Latency, PublicKey: pub}
-			if !c.Listen {
-				return apnstest.New(cfg)
+			if c.Listen {
+				return apnstest.NewServer(cfg)
 			}
-			s := apnstest.NewServer(cfg)
-			t.Cleanup(s.Close)
-			return s
+			return apnstest.New(cfg)
 		},
 		FetchStats: apnstest.FetchStats,
-		Common: func(k apnstest.KeyStats) fakeprovider.KeyStats {
-			return fakeprovider.KeyStats{Delivered: k.Delivered, Throttled: k.Throttled, Duplicates: k.Duplicates,
-				Max1s: k.Max1s, First: k.First, Last: k.Last}
-		},
+		Common: func(k apnstest.KeyStats) fakeprovider.KeyStats { return k.KeyStats },
 		Arrival: func(a apnstest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Request: func(key, id string) *http.Request {
 			if id == "" { // a body of its own, not a duplicate

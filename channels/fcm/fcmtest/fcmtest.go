@@ -132,19 +132,20 @@ type Arrival struct {
 	Throttled bool      // answered 429, for the project or the device
 }
 
-// KeyStats summarises the arrivals of one project.
+// KeyStats summarises the arrivals of one project: Delivered (accepted
+// sends), Throttled (sends answered 429 for the project quota), Duplicates
+// (accepted sends of a (token, message) accepted before), Max1s (most
+// accepted sends in any 1 s window [t, t+1s)), First and Last (first and
+// last accepted send; zero if none), and the sends refused otherwise.
+// Failed is always 0. Its JSON form has the fields side by side, as GET
+// /_stats serves them.
 type KeyStats struct {
-	Delivered       int       `json:"delivered"`        // accepted sends
-	Throttled       int       `json:"throttled"`        // sends answered 429 for the project quota
-	DeviceThrottled int       `json:"device_throttled"` // sends answered 429 for a device rate
-	Unregistered    int       `json:"unregistered"`     // sends answered 404 UNREGISTERED
-	ThirdPartyAuth  int       `json:"third_party_auth"` // sends answered 401 THIRD_PARTY_AUTH_ERROR
-	Invalid         int       `json:"invalid"`          // sends answered 400 INVALID_ARGUMENT (counted against the quota)
-	ServerErrors    int       `json:"server_errors"`    // sends answered 500 or 503 during an outage
-	Duplicates      int       `json:"duplicates"`       // accepted sends of a (token, message) accepted before
-	Max1s           int       `json:"max_1s"`           // most accepted sends in any 1 s window [t, t+1s)
-	First           time.Time `json:"first"`            // first accepted send; zero if none
-	Last            time.Time `json:"last"`             // last accepted send; zero if none
+	fakeprovider.KeyStats
+	DeviceThrottled int `json:"device_throttled"` // sends answered 429 for a device rate
+	Unregistered    int `json:"unregistered"`     // sends answered 404 UNREGISTERED
+	ThirdPartyAuth  int `json:"third_party_auth"` // sends answered 401 THIRD_PARTY_AUTH_ERROR
+	Invalid         int `json:"invalid"`          // sends answered 400 INVALID_ARGUMENT (counted against the quota)
+	ServerErrors    int `json:"server_errors"`    // sends answered 500 or 503 during an outage
 }
 
 // Server is a fake FCM. Build it with [New] to mount [Server.Handler]
@@ -352,12 +353,8 @@ func (s *Server) Stats() map[string]KeyStats {
 	shared := s.stats.Snapshot()
 	m := make(map[string]KeyStats, len(s.refused))
 	for key, r := range s.refused {
-		c := shared[key]
-		m[key] = KeyStats{
-			Delivered: c.Delivered, Throttled: c.Throttled, DeviceThrottled: r.device, Unregistered: r.unregistered,
-			ThirdPartyAuth: r.thirdPartyAuth, Invalid: r.invalid, ServerErrors: r.serverErrors,
-			Duplicates: c.Duplicates, Max1s: c.Max1s, First: c.First, Last: c.Last,
-		}
+		m[key] = KeyStats{KeyStats: shared[key], DeviceThrottled: r.device, Unregistered: r.unregistered,
+			ThirdPartyAuth: r.thirdPartyAuth, Invalid: r.invalid, ServerErrors: r.serverErrors}
 	}
 	return m
 }

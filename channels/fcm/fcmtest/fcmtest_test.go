@@ -325,20 +325,15 @@ func TestValidation(t *testing.T) {
 func TestFake(t *testing.T) {
 	var n atomic.Int64
 	channeltest.CheckFake(t, channeltest.Fake[fcmtest.KeyStats, fcmtest.Arrival]{
-		New: func(t *testing.T, c channeltest.FakeConfig) channeltest.FakeServer[fcmtest.KeyStats, fcmtest.Arrival] {
+		New: func(c channeltest.FakeConfig) channeltest.FakeServer[fcmtest.KeyStats, fcmtest.Arrival] {
 			cfg := fcmtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, Token: bearer}
-			if !c.Listen {
-				return fcmtest.New(cfg)
+			if c.Listen {
+				return fcmtest.NewServer(cfg)
 			}
-			s := fcmtest.NewServer(cfg)
-			t.Cleanup(s.Close)
-			return s
+			return fcmtest.New(cfg)
 		},
 		FetchStats: fcmtest.FetchStats,
-		Common: func(k fcmtest.KeyStats) fakeprovider.KeyStats {
-			return fakeprovider.KeyStats{Delivered: k.Delivered, Throttled: k.Throttled, Duplicates: k.Duplicates,
-				Max1s: k.Max1s, First: k.First, Last: k.Last}
-		},
+		Common: func(k fcmtest.KeyStats) fakeprovider.KeyStats { return k.KeyStats },
 		Arrival: func(a fcmtest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Request: func(key, id string) *http.Request {
 			body := msg("dev", id)

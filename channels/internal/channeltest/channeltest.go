@@ -321,3 +321,26 @@ func CheckReuse(t *testing.T, h http.Handler, newSend func(baseURL string) func(
 		ts.Close()
 	}
 }
+
+// Clock is a settable clock for an adapter and a fake that take a Now
+// func: it reads Start plus the offset last given to Set. Safe for
+// concurrent use.
+type Clock struct {
+	Start time.Time
+	mu    sync.Mutex
+	d     time.Duration
+}
+
+// Now returns c.Start plus the offset last set.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Start.Add(c.d)
+}
+
+// Set moves c to d after c.Start.
+func (c *Clock) Set(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.d = d
+}

@@ -101,3 +101,16 @@ func TestCheckContext(t *testing.T) {
 		return fmt.Errorf("send: %w", ctx.Err())
 	})
 }
+
+func TestClock(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := &Clock{Start: t0}
+	if !c.Now().Equal(t0) {
+		t.Errorf("Now = %v, want the start %v", c.Now(), t0)
+	}
+	c.Set(time.Minute)
+	c.Set(time.Hour) // from the start, not from the last offset
+	if !c.Now().Equal(t0.Add(time.Hour)) {
+		t.Errorf("Now = %v, want start + 1h", c.Now())
+	}
+}

@@ -28,8 +28,8 @@ type Fake[K, A any] struct {
 	// New builds the fake with the package's NewServer if c.Listen, else
 	// with its New, so that each key earns c.Rate requests per second into
 	// a bucket of c.Burst (0: ceil(Rate), at least 1) and each answer waits
-	// c.Latency. The fake is closed when the test ends.
-	New func(t *testing.T, c FakeConfig) FakeServer[K, A]
+	// c.Latency. CheckFake closes it when the test ends.
+	New func(c FakeConfig) FakeServer[K, A]
 	// FetchStats is the package's FetchStats.
 	FetchStats func(ctx context.Context, hc *http.Client, baseURL string) (map[string]K, error)
 	// Common returns the statistics every fake keeps, out of a K.
@@ -83,7 +83,7 @@ func CheckFake[K, A any](t *testing.T, f Fake[K, A]) {
 	t.Run("limit", func(t *testing.T) { checkLimit(t, f) })
 	t.Run("strict", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			s := f.New(t, FakeConfig{Rate: 10, Burst: 3})
+			s := f.start(t, FakeConfig{Rate: 10, Burst: 3})
 			time.Sleep(time.Hour) // a bucket starts at its key's first request, not at New
 			for i, want := range []int{f.Accepted, f.Accepted, f.Accepted, f.Throttled} {
 				if got := f.serve(t, s.Handler(), "0a", fmt.Sprint(i)); got != want {
@@ -101,7 +101,7 @@ func CheckFake[K, A any](t *testing.T, f Fake[K, A]) {
 		})
 	})
 	t.Run("default burst", func(t *testing.T) {
-		s := f.New(t, FakeConfig{Rate: 2.5}) // burst ceil(2.5) = 3
+		s := f.start(t, FakeConfig{Rate: 2.5}) // burst ceil(2.5) = 3
 		ok := 0
 		for range 6 {
 			if f.serve(t, s, "0a", "") == f.Accepted {
@@ -113,7 +113,7 @@ func CheckFake[K, A any](t *testing.T, f Fake[K, A]) {
 		}
 	})
 	t.Run("unlimited", func(t *testing.T) {
-		s := f.New(t, FakeConfig{})
+		s := f.start(t, FakeConfig{})
 		for i := range 500 {
 			if got := f.serve(t, s, "0a", ""); got != f.Accepted {
 				t.Fatalf("request %d: HTTP %d", i, got)
@@ -122,7 +122,7 @@ func CheckFake[K, A any](t *testing.T, f Fake[K, A]) {
 	})
 	t.Run("admin rate", func(t *testing.T) { checkAdminRate(t, f) })
 	t.Run("latency", func(t *testing.T) {
-		s := f.New(t, FakeConfig{Latency: 50 * time.Millisecond})
+		s := f.start(t, FakeConfig{Latency: 50 * time.Millisecond})
 		start := time.Now()
 		f.serve(t, s, "0a", "")
 		if d := time.Since(start); d < 50*time.Millisecond {
@@ -131,6 +131,13 @@ func CheckFake[K, A any](t *testing.T, f Fake[K, A]) {
 	})
 	t.Run("duplicates", func(t *testing.T) { checkDuplicates(t, f) })
 	t.Run("stats", func(t *testing.T) { checkStats(t, f) })
+}
+
+// start builds the fake of c, closed when t ends.
+func (f Fake[K, A]) start(t *testing.T, c FakeConfig) FakeServer[K, A] {
+	s := f.New(c)
+	t.Cleanup(s.Close)
+	return s
 }
 
 // serve sends the request of key and id to h and returns the status,
@@ -172,7 +179,7 @@ func (f Fake[K, A]) send(t testing.TB, hc *http.Client, base, key, id string) (i
 // of its own.
 func checkLimit[K, A any](t *testing.T, f Fake[K, A]) {
 	const burst = 20
-	s := f.New(t, FakeConfig{Rate: 0.001, Burst: burst, Listen: true}) // refills 1 per 1000 s
+	s := f.start(t, FakeConfig{Rate: 0.001, Burst: burst, Listen: true}) // refills 1 per 1000 s
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	codes := map[int]int{}
@@ -207,7 +214,7 @@ func checkLimit[K, A any](t *testing.T, f Fake[K, A]) {
 // checkAdminRate: POST /_admin/rate sets one key's rate, or every key's
 // (current and future), and refuses a rate that is not a number.
 func checkAdminRate[K, A any](t *testing.T, f Fake[K, A]) {
-	s := f.New(t, FakeConfig{Rate: 0.001, Burst: 1})
+	s := f.start(t, FakeConfig{Rate: 0.001, Burst: 1})
 	admin := func(query string, want int) {
 		t.Helper()
 		w := httptest.NewRecorder()
@@ -242,7 +249,7 @@ func checkAdminRate[K, A any](t *testing.T, f Fake[K, A]) {
 // checkDuplicates: an id accepted twice counts once as a duplicate; a
 // throttled request and an empty id never do, and keys count separately.
 func checkDuplicates[K, A any](t *testing.T, f Fake[K, A]) {
-	s := f.New(t, FakeConfig{Rate: 0.001, Burst: 4})
+	s := f.start(t, FakeConfig{Rate: 0.001, Burst: 4})
 	k, j := "0a", "0b"
 	type req struct{ key, id string }
 	reqs := []req{{k, "a"}, {k, "b"}, {k, "a"}, {k, ""}, {k, ""}, // the 5th is throttled
@@ -271,7 +278,7 @@ func checkDuplicates[K, A any](t *testing.T, f Fake[K, A]) {
 // checkStats: GET /_stats serves Stats as JSON with the fake's fields,
 // FetchStats reads it, and a fake built by New has no URL or Client.
 func checkStats[K, A any](t *testing.T, f Fake[K, A]) {
-	s := f.New(t, FakeConfig{Rate: 0.001, Burst: 2, Listen: true})
+	s := f.start(t, FakeConfig{Rate: 0.001, Burst: 2, Listen: true})
 	for _, id := range []string{"a", "a", "b"} {
 		if _, err := f.send(t, s.Client(), s.URL(), "0a", id); err != nil {
 			t.Fatal(err)
@@ -305,7 +312,7 @@ func checkStats[K, A any](t *testing.T, f Fake[K, A]) {
 	if _, err := f.FetchStats(t.Context(), s.Client(), s.URL()+"/nothing"); err == nil {
 		t.Error("FetchStats of a wrong URL: no error")
 	}
-	if n := f.New(t, FakeConfig{}); n.URL() != "" || n.Client() != nil {
+	if n := f.start(t, FakeConfig{}); n.URL() != "" || n.Client() != nil {
 		t.Errorf("a fake built by New: URL %q, Client %v; want none", n.URL(), n.Client())
 	}
 }

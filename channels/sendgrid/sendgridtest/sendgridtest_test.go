@@ -91,14 +91,12 @@ func TestFake(t *testing.T) {
 		keys[k] = "SG." + k
 	}
 	channeltest.CheckFake(t, channeltest.Fake[sendgridtest.KeyStats, sendgridtest.Arrival]{
-		New: func(t *testing.T, c channeltest.FakeConfig) channeltest.FakeServer[sendgridtest.KeyStats, sendgridtest.Arrival] {
+		New: func(c channeltest.FakeConfig) channeltest.FakeServer[sendgridtest.KeyStats, sendgridtest.Arrival] {
 			cfg := sendgridtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, APIKeys: keys}
-			if !c.Listen {
-				return sendgridtest.New(cfg)
+			if c.Listen {
+				return sendgridtest.NewServer(cfg)
 			}
-			s := sendgridtest.NewServer(cfg)
-			t.Cleanup(s.Close)
-			return s
+			return sendgridtest.New(cfg)
 		},
 		FetchStats: sendgridtest.FetchStats,
 		Common:     func(k sendgridtest.KeyStats) sendgridtest.KeyStats { return k },

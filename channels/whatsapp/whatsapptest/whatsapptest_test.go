@@ -49,14 +49,12 @@ func decodeError(t *testing.T, w *httptest.ResponseRecorder) whatsapptest.ErrorB
 // TestFake runs the checks every fake passes.
 func TestFake(t *testing.T) {
 	channeltest.CheckFake(t, channeltest.Fake[whatsapptest.KeyStats, whatsapptest.Arrival]{
-		New: func(t *testing.T, c channeltest.FakeConfig) channeltest.FakeServer[whatsapptest.KeyStats, whatsapptest.Arrival] {
+		New: func(c channeltest.FakeConfig) channeltest.FakeServer[whatsapptest.KeyStats, whatsapptest.Arrival] {
 			cfg := whatsapptest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency}
-			if !c.Listen {
-				return whatsapptest.New(cfg)
+			if c.Listen {
+				return whatsapptest.NewServer(cfg)
 			}
-			s := whatsapptest.NewServer(cfg)
-			t.Cleanup(s.Close)
-			return s
+			return whatsapptest.New(cfg)
 		},
 		FetchStats: whatsapptest.FetchStats,
 		Common:     func(k whatsapptest.KeyStats) whatsapptest.KeyStats { return k },
