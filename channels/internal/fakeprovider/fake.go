@@ -1,6 +1,7 @@
 package fakeprovider
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // Fake is the part of a fake provider's Server that every fake shares: its
@@ -140,4 +142,21 @@ func RandHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
 	return hex.EncodeToString(b)
+}
+
+// Sleep waits d, or until ctx is done, and reports whether the whole of d
+// passed. It returns true at once if d <= 0. The fakes use it for
+// Config.Latency.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
