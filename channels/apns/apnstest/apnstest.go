@@ -142,13 +142,13 @@ type Server struct {
 	cfg Config
 	now func() time.Time
 
-	mu       sync.Mutex
-	devices  *fakeprovider.Limiter // one bucket per device token; used if Config.DeviceRate > 0
-	stats    fakeprovider.Stats    // by apns-topic; Duplicates by device token and body
-	unreg    map[string]int        // apns-topic -> requests answered 410; has every topic seen
-	dead     map[string]time.Time  // device token -> when unregistered
-	teams    map[string]*teamState
-	tokens   TokenStats
+	mu      sync.Mutex
+	devices *fakeprovider.Limiter // one bucket per device token; used if Config.DeviceRate > 0
+	stats   fakeprovider.Stats    // by apns-topic; Duplicates by device token and body
+	unreg   map[string]int        // apns-topic -> requests answered 410; has every topic seen
+	dead    map[string]time.Time  // device token -> when unregistered
+	teams   map[string]*teamState
+	tokens  TokenStats
 }
 
 // teamState is the provider-token history of one team (iss).

@@ -129,8 +129,8 @@ func TestFake(t *testing.T) {
 			return apnstest.New(cfg)
 		},
 		FetchStats: apnstest.FetchStats,
-		Common: func(k apnstest.KeyStats) fakeprovider.KeyStats { return k.KeyStats },
-		Arrival: func(a apnstest.Arrival) (string, bool) { return a.Key, a.Throttled },
+		Common:     func(k apnstest.KeyStats) fakeprovider.KeyStats { return k.KeyStats },
+		Arrival:    func(a apnstest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Request: func(key, id string) *http.Request {
 			if id == "" { // a body of its own, not a duplicate
 				id = fmt.Sprint("n-", n.Add(1))

@@ -333,8 +333,8 @@ func TestFake(t *testing.T) {
 			return fcmtest.New(cfg)
 		},
 		FetchStats: fcmtest.FetchStats,
-		Common: func(k fcmtest.KeyStats) fakeprovider.KeyStats { return k.KeyStats },
-		Arrival: func(a fcmtest.Arrival) (string, bool) { return a.Key, a.Throttled },
+		Common:     func(k fcmtest.KeyStats) fakeprovider.KeyStats { return k.KeyStats },
+		Arrival:    func(a fcmtest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Request: func(key, id string) *http.Request {
 			body := msg("dev", id)
 			if id == "" { // a message of its own, not a duplicate

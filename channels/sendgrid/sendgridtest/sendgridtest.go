@@ -124,12 +124,12 @@ type Server struct {
 	blockFor   time.Duration
 	regional   map[string]bool
 
-	mu       sync.Mutex
-	bad      map[string]int        // API key name -> bad requests in a row
-	blocked  map[string]time.Time  // API key name -> end of its block
-	limits   *fakeprovider.Limiter // one bucket per API key name
-	stats    fakeprovider.Stats    // by API key name
-	seq      uint64
+	mu      sync.Mutex
+	bad     map[string]int        // API key name -> bad requests in a row
+	blocked map[string]time.Time  // API key name -> end of its block
+	limits  *fakeprovider.Limiter // one bucket per API key name
+	stats   fakeprovider.Stats    // by API key name
+	seq     uint64
 }
 
 // New returns a Server for cfg without a listener: serve [Server.Handler]

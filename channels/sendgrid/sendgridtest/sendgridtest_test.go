@@ -333,4 +333,3 @@ func TestNotServed(t *testing.T) {
 		}
 	}
 }
-
