@@ -62,20 +62,15 @@ func sign(t *testing.T, k *ecdsa.PrivateKey, kid, iss string, iat time.Time) str
 
 // req builds a valid notification request for device with token jwt.
 func req(jwt, to, payload string) *http.Request {
-	r := httptest.NewRequest("POST", "/3/device/"+to, strings.NewReader(payload))
+	auth := ""
 	if jwt != "" {
-		r.Header.Set("Authorization", "bearer "+jwt)
+		auth = "bearer " + jwt // APNs takes the scheme in any case
 	}
-	r.Header.Set("apns-topic", topic)
-	r.Header.Set("apns-push-type", "alert")
-	return r
+	return channeltest.Request("POST", "/3/device/"+to, payload, "Authorization", auth, "apns-topic", topic, "apns-push-type", "alert")
 }
 
-func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
-}
+// serve is channeltest.Serve.
+var serve = channeltest.Serve
 
 // reason decodes an APNs error body.
 func reason(t *testing.T, w *httptest.ResponseRecorder) (string, *int64) {

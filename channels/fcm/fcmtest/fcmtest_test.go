@@ -31,20 +31,14 @@ const bearer = "static-test-token"
 // request returns a request of body to /v1/projects/{project}/messages:send
 // with the bearer token (none if ""), as the fcm adapter sends it.
 func request(project, token, body string) *http.Request {
-	r := httptest.NewRequest("POST", "/v1/projects/"+project+"/messages:send", strings.NewReader(body))
-	r.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		r.Header.Set("Authorization", "Bearer "+token)
-	}
-	return r
+	return channeltest.Request("POST", "/v1/projects/"+project+"/messages:send", body,
+		"Content-Type", "application/json", "Authorization", channeltest.Bearer(token))
 }
 
 // post sends body to /v1/projects/{project}/messages:send on h and returns
 // the recorded answer.
 func post(h http.Handler, project, token, body string) *httptest.ResponseRecorder {
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, request(project, token, body))
-	return w
+	return channeltest.Serve(h, request(project, token, body))
 }
 
 func msg(token, id string) string {

@@ -71,6 +71,35 @@ type FakeServer[K, A any] interface {
 	Stats() map[string]K
 }
 
+// Request returns a request of method to target with body, as a server
+// receives it (httptest.NewRequest), and the headers given in name, value
+// pairs; a pair whose value is "" is left out.
+func Request(method, target, body string, header ...string) *http.Request {
+	r := httptest.NewRequest(method, target, strings.NewReader(body))
+	for i := 0; i+1 < len(header); i += 2 {
+		if header[i+1] != "" {
+			r.Header.Set(header[i], header[i+1])
+		}
+	}
+	return r
+}
+
+// Bearer returns the Authorization header value of token, "Bearer " and
+// the token, or "" for an empty token.
+func Bearer(token string) string {
+	if token == "" {
+		return ""
+	}
+	return "Bearer " + token
+}
+
+// Serve has h serve r and returns the recorded answer.
+func Serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
 // CheckFake checks what every fake promises, in subtests: that its
 // buckets are strict (exactly Burst at once, from concurrent senders over
 // HTTP, then one more only when a whole token has been earned, counted from
@@ -144,8 +173,7 @@ func (f Fake[K, A]) start(t *testing.T, c FakeConfig) FakeServer[K, A] {
 // checked by f.Check.
 func (f Fake[K, A]) serve(t testing.TB, h http.Handler, key, id string) int {
 	t.Helper()
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, f.Request(key, id))
+	w := Serve(h, f.Request(key, id))
 	if f.Check != nil {
 		f.Check(t, w.Code, w.Header(), w.Body.Bytes())
 	}
@@ -217,9 +245,7 @@ func checkAdminRate[K, A any](t *testing.T, f Fake[K, A]) {
 	s := f.start(t, FakeConfig{Rate: 0.001, Burst: 1})
 	admin := func(query string, want int) {
 		t.Helper()
-		w := httptest.NewRecorder()
-		s.ServeHTTP(w, httptest.NewRequest("POST", "/_admin/rate?"+query, nil))
-		if w.Code != want {
+		if w := Serve(s, Request("POST", "/_admin/rate?"+query, "")); w.Code != want {
 			t.Fatalf("/_admin/rate?%s: HTTP %d, want %d", query, w.Code, want)
 		}
 	}

@@ -24,24 +24,14 @@ const (
 // request returns a request of body to /v3/mail/send with the bearer key
 // (none if "") and the header pairs, as the sendgrid adapter sends it.
 func request(bearer, body string, header ...string) *http.Request {
-	r := httptest.NewRequest("POST", "/v3/mail/send", strings.NewReader(body))
-	r.Header.Set("Content-Type", "application/json")
-	r.Header.Set("Accept", "application/json")
-	if bearer != "" {
-		r.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		r.Header.Set(header[i], header[i+1])
-	}
-	return r
+	return channeltest.Request("POST", "/v3/mail/send", body, append([]string{"Content-Type", "application/json",
+		"Accept", "application/json", "Authorization", channeltest.Bearer(bearer)}, header...)...)
 }
 
 // post sends body to /v3/mail/send on h with the bearer key (none if "")
 // and returns the recorded answer.
 func post(h http.Handler, bearer, body string, header ...string) *httptest.ResponseRecorder {
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, request(bearer, body, header...))
-	return w
+	return channeltest.Serve(h, request(bearer, body, header...))
 }
 
 // mail returns a valid Mail Send body to one recipient with pacer_id id

@@ -17,19 +17,13 @@ import (
 // request returns a request of body to /v21.0/{key}/messages with the
 // bearer token (none if ""), as the whatsapp adapter sends it.
 func request(key, bearer, body string) *http.Request {
-	r := httptest.NewRequest("POST", "/v21.0/"+key+"/messages", strings.NewReader(body))
-	r.Header.Set("Content-Type", "application/json")
-	if bearer != "" {
-		r.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	return r
+	return channeltest.Request("POST", "/v21.0/"+key+"/messages", body,
+		"Content-Type", "application/json", "Authorization", channeltest.Bearer(bearer))
 }
 
 // post sends body to /v21.0/{key}/messages on h and returns the recorded answer.
 func post(h http.Handler, key, bearer, body string) *httptest.ResponseRecorder {
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, request(key, bearer, body))
-	return w
+	return channeltest.Serve(h, request(key, bearer, body))
 }
 
 func text(to, id string) string {
