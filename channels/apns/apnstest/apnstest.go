@@ -187,8 +187,7 @@ func New(cfg Config) *Server {
 // Client apns.Config.HTTPClient. Call Close when done.
 func NewServer(cfg Config) *Server {
 	s := New(cfg)
-	fakeprovider.ListenTLS(&s.Fake, s.HTTP2Handler())
-	return s
+	return fakeprovider.ListenTLS(s, s.HTTP2Handler())
 }
 
 // HTTP2Handler returns the fake as an http.Handler that, like APNs, takes

@@ -235,11 +235,7 @@ func New(cfg Config) *Server {
 
 // NewServer returns a Server for cfg listening on a local httptest server
 // (its URL is fcm.Config.BaseURL). Call Close when done.
-func NewServer(cfg Config) *Server {
-	s := New(cfg)
-	fakeprovider.Listen(&s.Fake, s)
-	return s
-}
+func NewServer(cfg Config) *Server { return fakeprovider.Listen(New(cfg)) }
 
 // ServiceAccountJSON returns a service-account key file for a server built
 // by [NewServer], whose token_uri is this server's /token. Use it as

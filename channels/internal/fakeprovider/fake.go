@@ -17,13 +17,12 @@ import (
 // routes, the local server [Listen] or [ListenTLS] starts for NewServer,
 // and the arrivals in order. A fake's Server embeds it, so that the
 // methods of Fake are the fake's own API; the functions of this package
-// that take a *Fake ([Setup], [Listen], [ListenTLS], [Add]) are for the
+// that take a fake ([Setup], [Add], [Listen], [ListenTLS]) are for the
 // fake's code only. The methods of Fake are safe for concurrent use; A is
 // the fake's arrival type.
 type Fake[A any] struct {
 	mux *http.ServeMux
-	ts  *httptest.Server // nil unless listening
-	hc  *http.Client     // nil unless listening
+	srv local
 
 	mu       sync.Mutex
 	arrivals []A
@@ -44,24 +43,42 @@ func Setup[A, T any](f *Fake[A], stats func() T, setRate func(key string, rate f
 	f.mux.Handle("/", other)
 }
 
-// Listen serves h on a local httptest server (HTTP/1.1), for a fake's
-// NewServer; h is usually f itself.
-func Listen[A any](f *Fake[A], h http.Handler) {
-	f.ts = httptest.NewServer(h)
-	f.hc = f.ts.Client()
+// local is the httptest server of a fake built by NewServer.
+type local struct {
+	ts *httptest.Server // nil unless listening
+	hc *http.Client     // nil unless listening
 }
 
-// ListenTLS serves h on a local httptest server over TLS with HTTP/2 (and
-// HTTP/1.1, which h may refuse), for a fake's NewServer; the fake's Client
-// then trusts its certificate and speaks HTTP/2 only.
-func ListenTLS[A any](f *Fake[A], h http.Handler) {
-	f.ts = httptest.NewUnstartedServer(h)
-	f.ts.EnableHTTP2 = true
-	f.ts.StartTLS()
-	tr := f.ts.Client().Transport.(*http.Transport).Clone()
+// served is a fake's Server: a handler embedding a [Fake].
+type served interface {
+	http.Handler
+	local() *local
+}
+
+func (f *Fake[A]) local() *local { return &f.srv }
+
+// Listen serves s on a local httptest server (HTTP/1.1) and returns it: a
+// fake's NewServer(cfg) is Listen(New(cfg)).
+func Listen[S served](s S) S {
+	l := s.local()
+	l.ts = httptest.NewServer(s)
+	l.hc = l.ts.Client()
+	return s
+}
+
+// ListenTLS serves h, s's handler for the protocols it takes (or s itself),
+// on a local httptest server over TLS with HTTP/2 and HTTP/1.1, and returns
+// s, whose Client then trusts the certificate and speaks HTTP/2 only.
+func ListenTLS[S served](s S, h http.Handler) S {
+	l := s.local()
+	l.ts = httptest.NewUnstartedServer(h)
+	l.ts.EnableHTTP2 = true
+	l.ts.StartTLS()
+	tr := l.ts.Client().Transport.(*http.Transport).Clone()
 	tr.Protocols = new(http.Protocols)
 	tr.Protocols.SetHTTP2(true)
-	f.hc = &http.Client{Transport: tr}
+	l.hc = &http.Client{Transport: tr}
+	return s
 }
 
 // Add appends a to the arrivals of f. Call it in arrival order, under the
@@ -75,24 +92,24 @@ func Add[A any](f *Fake[A], a A) {
 // URL returns the base URL of a fake built by NewServer (use it as the
 // adapter's Config.BaseURL), or "" for one built by New.
 func (f *Fake[A]) URL() string {
-	if f.ts == nil {
+	if f.srv.ts == nil {
 		return ""
 	}
-	return f.ts.URL
+	return f.srv.ts.URL
 }
 
 // Client returns a client for a fake built by NewServer, or nil for one
 // built by New. For a fake served over TLS it trusts the test certificate
 // and speaks HTTP/2 only: give it to the adapter as Config.HTTPClient.
 // Close closes its connections.
-func (f *Fake[A]) Client() *http.Client { return f.hc }
+func (f *Fake[A]) Client() *http.Client { return f.srv.hc }
 
 // Close shuts down a fake built by NewServer and waits for its requests
 // to finish. It does nothing for a fake built by New.
 func (f *Fake[A]) Close() {
-	if f.ts != nil {
-		f.hc.CloseIdleConnections()
-		f.ts.Close()
+	if f.srv.ts != nil {
+		f.srv.hc.CloseIdleConnections()
+		f.srv.ts.Close()
 	}
 }
 

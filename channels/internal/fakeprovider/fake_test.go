@@ -54,7 +54,7 @@ func TestFake(t *testing.T) {
 		t.Errorf("not listening: URL %q, Client %v", f.URL(), f.Client())
 	}
 	f.Close() // does nothing
-	Listen(&f, &f)
+	Listen(&f)
 	defer f.Close()
 	resp, err := f.Client().Post(f.URL()+"/send", "", nil)
 	if err != nil || resp.StatusCode != 202 || len(f.Arrivals()) != 3 {

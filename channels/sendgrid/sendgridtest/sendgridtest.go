@@ -170,11 +170,7 @@ func New(cfg Config) *Server {
 
 // NewServer returns a Server for cfg listening on a local httptest server
 // (its URL is sendgrid.Config.BaseURL). Call Close when done.
-func NewServer(cfg Config) *Server {
-	s := New(cfg)
-	fakeprovider.Listen(&s.Fake, s)
-	return s
-}
+func NewServer(cfg Config) *Server { return fakeprovider.Listen(New(cfg)) }
 
 // SetRate sets the rate of API key key (its name, or its [KeyID]) in
 // requests per second, or of every key (current and future, dropping

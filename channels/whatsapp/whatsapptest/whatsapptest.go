@@ -160,11 +160,7 @@ func New(cfg Config) *Server {
 
 // NewServer returns a Server for cfg listening on a local httptest server
 // (its URL is whatsapp.Config.BaseURL). Call Close when done.
-func NewServer(cfg Config) *Server {
-	s := New(cfg)
-	fakeprovider.Listen(&s.Fake, s)
-	return s
-}
+func NewServer(cfg Config) *Server { return fakeprovider.Listen(New(cfg)) }
 
 // ThrottleNext makes the next request for key answer 130429 with a
 // Retry-After header of seconds, whatever the bucket holds (Meta documents
