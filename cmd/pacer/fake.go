@@ -76,6 +76,9 @@ func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := parseFlags(fs, rest); err != nil {
 		return err
 	}
+	if c := fs.Lookup("channel").Value.String(); c != "" && c != ch.name {
+		return &usageError{fmt.Sprintf("fake-provider: channel %s and --channel %s: give one", ch.name, c)}
+	}
 	if err := checkFakeLimits(fs); err != nil {
 		return err
 	}

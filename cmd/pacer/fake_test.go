@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pacerhq/pacer/channels"
 )
@@ -131,5 +132,38 @@ func TestFakeProviderEveryChannel(t *testing.T) {
 				t.Errorf("/_stats = %+v; want %s: 1 delivered, 1 throttled", stats, m.Key)
 			}
 		})
+	}
+}
+
+// TestFakeProviderRefuses: a channel that is missing, unknown or given
+// twice, a negative or non-finite limit of any channel's fake, and a bad
+// credential flag are refused with exit status 2 naming them, before
+// anything listens.
+func TestFakeProviderRefuses(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "--channel is required (" + channelList() + ")"},
+		{[]string{"--addr", ":0"}, "--channel is required"},
+		{[]string{"--channel", "sms"}, `unknown channel "sms"`},
+		{[]string{"whatsapp", "--channel", "apns"}, "channel whatsapp and --channel apns: give one"},
+		{[]string{"--channel", "apns", "--device-rate", "-1"}, "--device-rate -1: must be a finite number >= 0"},
+		{[]string{"--channel", "apns", "--device-burst", "-1"}, "--device-burst -1: must be >= 0"},
+		{[]string{"--channel", "apns", "--key-id", "short"}, `--key-id "short": must be 10 letters or digits`},
+		{[]string{"--channel", "fcm", "--rate", "Inf"}, "--rate +Inf: must be a finite number >= 0"},
+		{[]string{"--channel", "fcm", "--device-rate", "NaN"}, "--device-rate NaN: must be a finite number >= 0"},
+		{[]string{"--channel", "sendgrid", "--burst", "-3"}, "--burst -3: must be >= 0"},
+		{[]string{"--channel", "sendgrid", "--api-keys", "nokey"}, "--api-keys: entry 1 is not name=value"},
+		{[]string{"--channel", "whatsapp", "--account-window", "-1s"}, "--account-window -1s: must be > 0"},
+	} {
+		// A fake that starts anyway is stopped after a while, and fails.
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		var out, errb bytes.Buffer
+		code := run(ctx, append(append([]string{"fake-provider"}, c.args...), "--dir", t.TempDir()), strings.NewReader(""), &out, &errb, lookupMap(nil))
+		cancel()
+		if code != 2 || !strings.Contains(errb.String(), "pacer: fake-provider: "+c.want) || strings.Contains(out.String(), "listening") {
+			t.Errorf("fake-provider %q: exit %d, stdout %q, stderr %q; want exit 2 naming %q", c.args, code, out.String(), errb.String(), c.want)
+		}
 	}
 }
