@@ -28,9 +28,9 @@ type fakeServer struct {
 
 const fakeUsage = `usage: pacer fake-provider --channel C [--addr A] [--dir D] [flags of C]
        (pacer fake-provider C [flags] is the same)
-Serves the fake provider API of channel C (%s)
-until interrupted, printing its URL and, on the line after, the settings that point
-"pacer run --channel C" at it (NAME=value, separated by spaces).
+Serves the fake provider API of channel C (%s) until
+interrupted. It prints its URL and, on the line after, the settings that
+point "pacer run --channel C" at it (NAME=value, separated by spaces).
 Its limits are strict token buckets counted at its ingress, each full at its
 key's first request, with no burst beyond the flags'. GET /_stats returns
 what each key sent; POST /_admin/rate?key=K&rate=R sets a hidden rate while

@@ -11,10 +11,14 @@
 // ([NoSecrets], [PEMLines]) and that a provider's long message is cut to
 // 200 bytes of valid UTF-8 ([LongMessage], [CheckTruncated]).
 //
-// It is imported only by the adapters' _test.go files. Each adapter still
-// checks its own error fields (Channel, Code, Scope…) through its own
-// sendErr: the helpers here take a send function so that those checks run
-// too.
+// For the fake providers (channels/*/*test) it holds [CheckFake], the
+// checks every fake passes (strict buckets, latency, duplicates, /_stats,
+// /_admin/rate), and the helpers their tests share: [Request], [Bearer] and
+// [Serve] build and serve a request, [Clock] is a settable clock.
+//
+// It is imported only by _test.go files. Each adapter still checks its own
+// error fields (Channel, Code, Scope…) through its own sendErr: the helpers
+// here take a send function so that those checks run too.
 package channeltest
 
 import (
