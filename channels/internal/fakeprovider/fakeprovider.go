@@ -10,7 +10,7 @@
 //
 // Rates are in requests per second and bursts in requests; a rate of 0 is
 // unlimited. Every method that depends on time takes it as a now argument,
-// so tests step time with values. The buckets and the recorder do not
-// lock: each fake holds its own mutex around a request's bucket decision
-// and its recording, so that arrival times never go backwards.
+// so tests step time with values. The buckets do not lock: each fake holds
+// its own mutex around a request's bucket decision and its recording, so
+// that arrival times never go backwards.
 package fakeprovider

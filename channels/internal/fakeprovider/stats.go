@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -21,9 +22,11 @@ type KeyStats struct {
 }
 
 // Stats records requests per key and sums them up as [KeyStats]. The zero
-// value is empty and ready to use. Stats is not safe for concurrent use,
-// and expects Record's times in non-decreasing order.
+// value is empty and ready to use. Stats is safe for concurrent use; it
+// expects Record's times in non-decreasing order, which the fakes keep by
+// reading the time and recording under their own lock.
 type Stats struct {
+	mu   sync.Mutex
 	keys map[string]*keyStats
 }
 
@@ -44,6 +47,8 @@ const maxStale = 1024
 // was accepted before counts as a duplicate. Max1s counts accepted requests
 // only.
 func (s *Stats) Record(key, id string, at time.Time, throttled bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	k := s.key(key)
 	if throttled {
 		k.Throttled++
@@ -75,10 +80,13 @@ func (s *Stats) Record(key, id string, at time.Time, throttled bool) {
 // RecordFailed records a request of key answered with an injected server
 // error (HTTP 500): neither delivered nor throttled.
 func (s *Stats) RecordFailed(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.key(key).Failed++
 }
 
-// key returns the running statistics of key, created empty if new.
+// key returns the running statistics of key, created empty if new. s.mu
+// must be held.
 func (s *Stats) key(key string) *keyStats {
 	if s.keys == nil {
 		s.keys = map[string]*keyStats{}
@@ -93,6 +101,8 @@ func (s *Stats) key(key string) *keyStats {
 
 // Has reports whether a request of key was recorded.
 func (s *Stats) Has(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	_, ok := s.keys[key]
 	return ok
 }
@@ -100,6 +110,8 @@ func (s *Stats) Has(key string) bool {
 // Snapshot returns the statistics of every key recorded so far; a new,
 // non-nil map.
 func (s *Stats) Snapshot() map[string]KeyStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	m := make(map[string]KeyStats, len(s.keys))
 	for key, k := range s.keys {
 		m[key] = k.KeyStats
