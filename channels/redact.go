@@ -1,6 +1,23 @@
 package channels
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// Cut returns s cut to at most n bytes on a rune boundary: a provider's
+// message as an Error.Detail holds it. A cut that would end inside a rune
+// ends before it; invalid UTF-8 at the end is dropped as well.
+func Cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
 
 // ReplaceNumber returns s with every occurrence of num that stands alone
 // replaced by repl: an occurrence directly preceded or followed by an ASCII

@@ -36,3 +36,24 @@ func TestReplaceAddress(t *testing.T) {
 		}
 	}
 }
+
+func TestCut(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"hello", 10, "hello"},
+		{"hello", 5, "hello"},
+		{"hello", 4, "hell"},
+		{"héllo", 2, "h"}, // é is 2 bytes: a cut inside it ends before it
+		{"héllo", 3, "hé"},
+		{"ab\xff", 3, "ab\xff"}, // within n: left as is
+		{"ab\xffcd", 4, "ab"},   // cut: invalid bytes at the end dropped
+		{"", 0, ""},
+	} {
+		if got := channels.Cut(c.s, c.n); got != c.want {
+			t.Errorf("Cut(%q, %d) = %q, want %q", c.s, c.n, got, c.want)
+		}
+	}
+}

@@ -228,7 +228,9 @@ func TestGrafanaDashboard(t *testing.T) {
 }
 
 // channelNames returns the channels Pacer has: the adapter packages under
-// channels/ (as internal/deptest finds them).
+// channels/ (as internal/deptest finds them), which cmd/pacer's
+// TestChannelPackages checks against the channel table (this package may
+// not import Pacer's code).
 func channelNames(t *testing.T) []string {
 	t.Helper()
 	es, err := os.ReadDir("../channels")
@@ -462,19 +464,34 @@ func hasPort(c corev1.Container, p intstr.IntOrString) bool {
 
 // TestComposeFile loads deploy/compose.yaml as `docker compose config`
 // does (compose-go, the library docker compose is built on: schema,
-// interpolation, consistency), with every profile on.
+// interpolation, consistency), with every profile on and each variable it
+// requires (${NAME:?...}) set.
 func TestComposeFile(t *testing.T) {
 	wd, err := filepath.Abs(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := types.Mapping{}
-	for _, v := range []string{"PACER_WHATSAPP_TOKEN", "PACER_APNS_KEY_ID", "PACER_APNS_TEAM_ID", "PACER_SENDGRID_API_KEYS"} {
-		env[v] = "x"
+	b, err := os.ReadFile("compose.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
-	p, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
-		WorkingDir: wd, ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(wd, "compose.yaml")}}, Environment: env,
-	}, func(o *loader.Options) { o.SetProjectName("pacer", true); o.Profiles = []string{"*"} })
+	env := types.Mapping{}
+	var required []string
+	for _, m := range regexp.MustCompile(`\$\{([A-Z0-9_]+):?\?`).FindAllStringSubmatch(string(b), -1) {
+		if _, dup := env[m[1]]; !dup {
+			required = append(required, m[1])
+		}
+		env[m[1]] = "x"
+	}
+	if len(required) < 4 {
+		t.Fatalf("compose.yaml requires %v; want the credentials of every channel", required)
+	}
+	load := func(env types.Mapping, profiles ...string) (*types.Project, error) {
+		return loader.LoadWithContext(context.Background(), types.ConfigDetails{
+			WorkingDir: wd, ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(wd, "compose.yaml")}}, Environment: env,
+		}, func(o *loader.Options) { o.SetProjectName("pacer", true); o.Profiles = profiles })
+	}
+	p, err := load(env, "*")
 	if err != nil {
 		t.Fatalf("compose.yaml: %v", err)
 	}
@@ -488,12 +505,17 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("compose.yaml has no service pacer-%s (services %v)", ch, names)
 		}
 	}
-	// A required variable left unset is an error, as docker compose says.
-	delete(env, "PACER_WHATSAPP_TOKEN")
-	_, err = loader.LoadWithContext(context.Background(), types.ConfigDetails{
-		WorkingDir: wd, ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(wd, "compose.yaml")}}, Environment: env,
-	}, func(o *loader.Options) { o.SetProjectName("pacer", true) })
-	if err == nil || !strings.Contains(err.Error(), "PACER_WHATSAPP_TOKEN") {
-		t.Errorf("compose.yaml without PACER_WHATSAPP_TOKEN: %v, want an error naming it", err)
+	// A required variable left unset is an error naming it, as docker
+	// compose says.
+	for _, v := range required {
+		without := types.Mapping{}
+		for k, val := range env {
+			if k != v {
+				without[k] = val
+			}
+		}
+		if _, err := load(without); err == nil || !strings.Contains(err.Error(), v) {
+			t.Errorf("compose.yaml without %s: %v, want an error naming it", v, err)
+		}
 	}
 }

@@ -248,6 +248,10 @@ func defaultHTTPClient(conns int, tlsConfig *tls.Config) *http.Client {
 	t := channels.NewTransport(0, tlsConfig)
 	t.Protocols = new(http.Protocols)
 	t.Protocols.SetHTTP2(true)
+	// An http:// BaseURL (a local fake, such as `pacer fake-provider
+	// --channel apns`) speaks HTTP/2 without TLS, with prior knowledge
+	// (h2c); APNs itself is served over https only.
+	t.Protocols.SetUnencryptedHTTP2(true)
 	t.IdleConnTimeout = connIdleTimeout
 	return &http.Client{Transport: newPool(t, conns), Timeout: DefaultTimeout}
 }

@@ -59,25 +59,8 @@ func signingKey(t *testing.T) key {
 	return k
 }
 
-// clock is a settable clock shared by a client and a fake.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: t0} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t0.Add(d)
-}
+// newClock returns a settable clock at t0, for a client and a fake.
+func newClock() *channeltest.Clock { return &channeltest.Clock{Start: t0} }
 
 // h2 starts an HTTP/2 TLS server for h.
 func h2(t *testing.T, h http.Handler) *httptest.Server {
@@ -709,7 +692,7 @@ func TestSendContext(t *testing.T) {
 }
 
 // fake starts an apnstest server that verifies our key, sharing clk.
-func fake(t *testing.T, cfg apnstest.Config, clk *clock) (*apnstest.Server, *apns.Client) {
+func fake(t *testing.T, cfg apnstest.Config, clk *channeltest.Clock) (*apnstest.Server, *apns.Client) {
 	t.Helper()
 	cfg.PublicKey, cfg.KeyID, cfg.TeamID = signingKey(t).pub, keyID, teamID
 	if clk != nil {
@@ -996,6 +979,27 @@ func TestSendAgainstFake(t *testing.T) {
 	other := newClient(t, apns.Config{BaseURL: s.URL(), KeyID: keyID, TeamID: teamID, PrivateKey: p8, HTTPClient: s.Client(), Now: clk.Now})
 	if e := sendErr(t, other, message()); e.Class != channels.Halt || e.Code != "InvalidProviderToken" || e.Status != 403 {
 		t.Errorf("wrong key: %v; want halt InvalidProviderToken 403", e)
+	}
+}
+
+// TestCleartextHTTP2: the default client speaks HTTP/2 without TLS (h2c,
+// prior knowledge) to an http:// base URL, as to `pacer fake-provider
+// --channel apns`; the fake refuses notifications over HTTP/1.1.
+func TestCleartextHTTP2(t *testing.T) {
+	s := apnstest.New(apnstest.Config{PublicKey: signingKey(t).pub})
+	ts := httptest.NewUnstartedServer(s.HTTP2Handler())
+	ts.Config.Protocols = new(http.Protocols)
+	ts.Config.Protocols.SetHTTP1(true)
+	ts.Config.Protocols.SetUnencryptedHTTP2(true)
+	ts.Start()
+	defer ts.Close()
+	c := newClient(t, apns.Config{BaseURL: ts.URL, KeyID: keyID, TeamID: teamID, PrivateKey: signingKey(t).p8})
+	res, err := c.Send(t.Context(), message())
+	if err != nil || len(res.ProviderID) != 36 {
+		t.Fatalf("Send = %+v, %v; want an apns-id", res, err)
+	}
+	if a := s.Arrivals(); len(a) != 1 || a[0].Status != 200 {
+		t.Errorf("arrivals = %+v; want one accepted", a)
 	}
 }
 

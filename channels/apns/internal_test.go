@@ -168,12 +168,12 @@ func TestTokenSourceConcurrent(t *testing.T) {
 }
 
 // TestDefaultHTTPClient: the default client speaks HTTP/2 over TLS 1.2+
-// and nothing else.
+// (or without TLS to an http:// base URL) and nothing else.
 func TestDefaultHTTPClient(t *testing.T) {
 	hc := defaultHTTPClient(DefaultConnections, nil)
 	tr := hc.Transport.(*pool).t
-	if tr.Protocols == nil || !tr.Protocols.HTTP2() || tr.Protocols.HTTP1() || tr.Protocols.UnencryptedHTTP2() {
-		t.Errorf("protocols = %v; want HTTP/2 only", tr.Protocols)
+	if tr.Protocols == nil || !tr.Protocols.HTTP2() || tr.Protocols.HTTP1() || !tr.Protocols.UnencryptedHTTP2() {
+		t.Errorf("protocols = %v; want HTTP/2 only, over TLS or cleartext", tr.Protocols)
 	}
 	if tr.TLSClientConfig.MinVersion != tls.VersionTLS12 || hc.Timeout != DefaultTimeout {
 		t.Errorf("min TLS %x, timeout %v", tr.TLSClientConfig.MinVersion, hc.Timeout)

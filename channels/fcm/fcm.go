@@ -31,7 +31,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
@@ -519,16 +518,4 @@ func (c *Client) tokenError(ctx context.Context, err error, to string) error {
 	return &channels.Error{Channel: channel, Class: channels.Halt, Code: "oauth2",
 		Detail: describeTokenError(err, secrets),
 		Err:    &redactedError{msg: "fcm: no access token", err: err}}
-}
-
-// truncate cuts s to maxDetail bytes on a rune boundary.
-func truncate(s string) string {
-	if len(s) <= maxDetail {
-		return s
-	}
-	s = s[:maxDetail]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
 }

@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
+
+	"github.com/pacerhq/pacer/channels"
 )
 
 // tokenMargin is how long before its expiry a cached access token is
@@ -178,5 +180,5 @@ func redact(s string, secrets []string) string {
 			s = strings.ReplaceAll(s, x, "[redacted]")
 		}
 	}
-	return truncate(s)
+	return channels.Cut(s, maxDetail)
 }

@@ -61,7 +61,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/pacerhq/pacer/channels"
 )
@@ -462,12 +461,5 @@ func (c *Client) redact(s, to string) string {
 		s = channels.ReplaceAddress(s, to, "[recipient]")
 	}
 	s = emailLike.ReplaceAllString(s, "[address]")
-	if len(s) <= maxDetail {
-		return s
-	}
-	s = s[:maxDetail]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
+	return channels.Cut(s, maxDetail)
 }

@@ -521,12 +521,5 @@ func (c *Client) redact(s, to string) string {
 			s = channels.ReplaceNumber(s, d, "[recipient]")
 		}
 	}
-	if len(s) <= maxDetail {
-		return s
-	}
-	s = s[:maxDetail]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
+	return channels.Cut(s, maxDetail)
 }

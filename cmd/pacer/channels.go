@@ -6,11 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +52,10 @@ type channel struct {
 	// rate and burst for each of keys pacing keys, and an adapter pointed
 	// at it. On error the caller still closes a non-nil fake.
 	demo func(ctx context.Context, keys int, rate float64, burst int) (*demoFake, error)
+	// fake defines the flags of the channel's fake provider for `pacer
+	// fake-provider` on fs, and returns the function that builds it once
+	// they are parsed (see fake.go).
+	fake func(fs *flag.FlagSet) func() (*fakeServer, error)
 }
 
 // recipientBucket is a channel's optional per-recipient bucket:
@@ -116,12 +122,29 @@ var channelTable = []channel{
 				keys:    demoKeys(keys, "1065403522%05d"),
 				to:      func(j int) string { return fmt.Sprintf("1555%07d", j) },
 				payload: func(i int) string { return fmt.Sprintf(`{"type":"text","text":{"body":"hello %d"}}`, i+1) },
-				stats: func() map[string]fakeStats {
-					return statsOf(f.Stats(), func(v whatsapptest.KeyStats) fakeStats {
-						return fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
-					})
-				},
+				stats:   statsOf(f.Stats),
 			}, err
+		},
+		// The fake: whatsapptest.
+		fake: func(fs *flag.FlagSet) func() (*fakeServer, error) {
+			rate := fs.Float64("rate", whatsapp.DefaultRate, "messages per second allowed per phone-number ID (0 = unlimited)")
+			burst := fs.Int("burst", 0, "bucket capacity in messages (0 = ceil(rate))")
+			token := fs.String("token", "fake-token", "the only bearer token accepted (\"\" = any)")
+			pairRate := fs.Float64("pair-rate", whatsapptest.PairRate, "messages per second from one number to one recipient, answered 131056 beyond (0 = unlimited)")
+			pairBurst := fs.Int("pair-burst", whatsapptest.PairBurst, "pair bucket capacity in messages")
+			acctLimit := fs.Int("account-limit", 0, "requests per account (every number is its own) in --account-window, answered 80007 beyond (0 = unlimited)")
+			acctWindow := fs.Duration("account-window", time.Hour, "rolling window of --account-limit")
+			return func() (*fakeServer, error) {
+				f := whatsapptest.New(whatsapptest.Config{Rate: *rate, Burst: *burst, Token: *token,
+					PairRate: *pairRate, PairBurst: *pairBurst, AccountLimit: *acctLimit, AccountWindow: *acctWindow})
+				return &fakeServer{handler: f, settings: func(base, _ string) ([][2]string, error) {
+					tok := *token
+					if tok == "" { // any is accepted, and pacer run needs one
+						tok = "fake-token"
+					}
+					return [][2]string{{"PACER_WHATSAPP_BASE_URL", base}, {"PACER_WHATSAPP_TOKEN", tok}}, nil
+				}}, nil
+			}
 		},
 	},
 	{
@@ -198,12 +221,37 @@ var channelTable = []channel{
 				payload: func(i int) string {
 					return fmt.Sprintf(`{"headers":{"apns-push-type":"alert"},"aps":{"alert":"hello %d"}}`, i+1)
 				},
-				stats: func() map[string]fakeStats {
-					return statsOf(f.Stats(), func(v apnstest.KeyStats) fakeStats {
-						return fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
-					})
-				},
+				stats: statsOf(f.Stats),
 			}, err
+		},
+		// The fake: apnstest, served over cleartext HTTP/2 (h2c), which the
+		// adapter speaks to an http:// base URL, with a signing key of its
+		// own written to dir.
+		fake: func(fs *flag.FlagSet) func() (*fakeServer, error) {
+			rate := fs.Float64("device-rate", 0, "notifications per second allowed per device token, answered 429 TooManyRequests beyond (0 = unlimited: Apple publishes no number)")
+			burst := fs.Int("device-burst", 0, "device bucket capacity in notifications (0 = ceil(device-rate))")
+			keyID := fs.String("key-id", "FAKEKEY001", "the key ID (kid) the fake accepts, 10 letters or digits")
+			teamID := fs.String("team-id", "FAKETEAM01", "the team ID (iss) the fake accepts, 10 letters or digits")
+			return func() (*fakeServer, error) {
+				for _, f := range []struct{ flag, v string }{{"key-id", *keyID}, {"team-id", *teamID}} {
+					if !regexp.MustCompile(`^[A-Za-z0-9]{10}$`).MatchString(f.v) {
+						return nil, &usageError{fmt.Sprintf("fake-provider: --%s %q: must be 10 letters or digits, as Apple's", f.flag, f.v)}
+					}
+				}
+				p8, pub, err := apnstest.NewKey()
+				if err != nil {
+					return nil, err
+				}
+				f := apnstest.New(apnstest.Config{DeviceRate: *rate, DeviceBurst: *burst, PublicKey: pub, KeyID: *keyID, TeamID: *teamID})
+				return &fakeServer{handler: f.HTTP2Handler(), h2c: true, settings: func(base, dir string) ([][2]string, error) {
+					path, err := writeFakeFile(dir, "apns-key.p8", p8)
+					if err != nil {
+						return nil, err
+					}
+					return [][2]string{{"PACER_APNS_BASE_URL", base}, {"PACER_APNS_KEY_ID", *keyID},
+						{"PACER_APNS_TEAM_ID", *teamID}, {"PACER_APNS_KEY_FILE", path}}, nil
+				}}, nil
+			}
 		},
 	},
 	{
@@ -253,12 +301,26 @@ var channelTable = []channel{
 				keys:    demoKeys(keys, "demo-project-%d"),
 				to:      func(j int) string { return fmt.Sprintf("device-token-%07d", j) },
 				payload: func(i int) string { return fmt.Sprintf(`{"notification":{"title":"Hello","body":"message %d"}}`, i+1) },
-				stats: func() map[string]fakeStats {
-					return statsOf(f.Stats(), func(v fcmtest.KeyStats) fakeStats {
-						return fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
-					})
-				},
+				stats:   statsOf(f.Stats),
 			}, err
+		},
+		// The fake: fcmtest, with its token endpoint, whose service-account
+		// key file (token_uri pointing at the fake) is written to dir.
+		fake: func(fs *flag.FlagSet) func() (*fakeServer, error) {
+			rate := fs.Float64("rate", fcm.DefaultLimit.PerSecond, "messages per second allowed per project (0 = unlimited; FCM: 600,000 per minute)")
+			burst := fs.Int("burst", 0, "project bucket capacity in messages (0 = ceil(rate))")
+			devRate := fs.Float64("device-rate", fcm.DeviceLimit.PerSecond, "messages per second allowed per registration token (0 = unlimited)")
+			devBurst := fs.Int("device-burst", fcm.DeviceLimit.Burst, "device bucket capacity in messages")
+			return func() (*fakeServer, error) {
+				f := fcmtest.New(fcmtest.Config{Rate: *rate, Burst: *burst, DeviceRate: *devRate, DeviceBurst: *devBurst})
+				return &fakeServer{handler: f, settings: func(base, dir string) ([][2]string, error) {
+					path, err := writeFakeFile(dir, "fcm-service-account.json", f.ServiceAccountJSONAt(base))
+					if err != nil {
+						return nil, err
+					}
+					return [][2]string{{"PACER_FCM_BASE_URL", base}, {"PACER_FCM_CREDENTIALS_FILE", path}}, nil
+				}}, nil
+			}
 		},
 	},
 	{
@@ -321,12 +383,27 @@ var channelTable = []channel{
 				payload: func(i int) string {
 					return fmt.Sprintf(`{"from":{"email":"news@example.com"},"subject":"Hello %d","content":[{"type":"text/plain","value":"hello"}]}`, i+1)
 				},
-				stats: func() map[string]fakeStats {
-					return statsOf(f.Stats(), func(v sendgridtest.KeyStats) fakeStats {
-						return fakeStats{v.Delivered, v.Duplicates, v.Throttled, v.Max1s, v.First, v.Last}
-					})
-				},
+				stats: statsOf(f.Stats),
 			}, err
+		},
+		// The fake: sendgridtest.
+		fake: func(fs *flag.FlagSet) func() (*fakeServer, error) {
+			rate := fs.Float64("rate", sendgrid.DefaultLimit.PerSecond, "requests per second allowed per API key (0 = unlimited; SendGrid publishes no number)")
+			burst := fs.Int("burst", 0, "bucket capacity in requests (0 = ceil(rate))")
+			keys := fs.String("api-keys", "fake=SG.fake-key", "name=key,...: the only API keys accepted, reported by name")
+			return func() (*fakeServer, error) {
+				list, err := parseKeyList(*keys)
+				if err == nil && len(list) == 0 {
+					err = errors.New("no key")
+				}
+				if err != nil {
+					return nil, &usageError{"fake-provider: --api-keys: " + err.Error()}
+				}
+				f := sendgridtest.New(sendgridtest.Config{Rate: *rate, Burst: *burst, APIKeys: list})
+				return &fakeServer{handler: f, settings: func(base, _ string) ([][2]string, error) {
+					return [][2]string{{"PACER_SENDGRID_BASE_URL", base}, {"PACER_SENDGRID_API_KEYS", *keys}}, nil
+				}}, nil
+			}
 		},
 	},
 }

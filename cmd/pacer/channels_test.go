@@ -13,8 +13,8 @@ import (
 )
 
 // TestChannelTable: names are unique and usable as variable prefixes and
-// topic suffixes, and every row has a sender, a demo and a valid default
-// limit.
+// topic suffixes, and every row has a sender, a demo, a fake provider and a
+// valid default limit.
 func TestChannelTable(t *testing.T) {
 	seen := map[string]bool{}
 	for _, ch := range channelTable {
@@ -22,8 +22,8 @@ func TestChannelTable(t *testing.T) {
 			t.Errorf("channel name %q: want unique lowercase letters and digits", ch.name)
 		}
 		seen[ch.name] = true
-		if ch.sender == nil || ch.demo == nil || ch.keys == "" {
-			t.Errorf("%s: row lacks a sender, a demo or its keys' description", ch.name)
+		if ch.sender == nil || ch.demo == nil || ch.fake == nil || ch.keys == "" {
+			t.Errorf("%s: row lacks a sender, a demo, a fake or its keys' description", ch.name)
 		}
 		c, errs := readChannel(&ch, lookupMap(nil))
 		if len(errs) > 0 {

@@ -158,7 +158,7 @@ func TestHelp(t *testing.T) {
 	}
 	for _, args := range [][]string{{"fake-provider", "-h"}, {"fake-provider", "--help"}, {"fake-provider", "whatsapp", "-h"}} {
 		code, out := help(args...)
-		if code != 0 || !strings.Contains(out, "usage: pacer fake-provider whatsapp") || strings.Contains(out, "pacer: ") {
+		if code != 0 || !strings.Contains(out, "usage: pacer fake-provider --channel C") || strings.Contains(out, "pacer: ") {
 			t.Errorf("%v: exit %d, %q; want exit 0 with the usage and no error", args, code, out)
 		}
 	}

@@ -1,16 +1,22 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/pacerhq/pacer/channels"
 )
 
-// fakeStats is what the demo reads from any fake provider, per pacing key.
+// fakeStats is what the demo reads from any fake provider, per pacing key:
+// the fields of its JSON form (GET /_stats) that every fake has.
 type fakeStats struct {
-	Delivered, Duplicates, Throttled, Max1s int
-	First, Last                             time.Time
+	Delivered  int       `json:"delivered"`
+	Duplicates int       `json:"duplicates"`
+	Throttled  int       `json:"throttled"`
+	Max1s      int       `json:"max_1s"`
+	First      time.Time `json:"first"`
+	Last       time.Time `json:"last"`
 }
 
 // demoFake is one channel's fake provider, the adapter pointed at it, and
@@ -40,11 +46,19 @@ func demoKeys(n int, format string) []string {
 	return keys
 }
 
-// statsOf converts a fake provider's per-key statistics with conv.
-func statsOf[T any](m map[string]T, conv func(T) fakeStats) map[string]fakeStats {
-	out := make(map[string]fakeStats, len(m))
-	for k, v := range m {
-		out[k] = conv(v)
+// statsOf returns a function reading a fake provider's per-key statistics
+// through their JSON form, the one GET /_stats serves, which every fake's
+// shares.
+func statsOf[K any](stats func() map[string]K) func() map[string]fakeStats {
+	return func() map[string]fakeStats {
+		b, err := json.Marshal(stats())
+		var m map[string]fakeStats
+		if err == nil {
+			err = json.Unmarshal(b, &m)
+		}
+		if err != nil { // the fakes' statistics are plain numbers and times
+			panic("demo: fake statistics do not round-trip JSON: " + err.Error())
+		}
+		return m
 	}
-	return out
 }

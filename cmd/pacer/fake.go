@@ -8,69 +8,116 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
-
-	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 )
 
+// fakeServer is a channel's fake provider as `pacer fake-provider` serves
+// it: a row's fake defines the fake's flags on a flag set and returns a
+// function that builds it once they are parsed.
+type fakeServer struct {
+	handler http.Handler
+	h2c     bool // serve HTTP/2 without TLS too: the APNs adapter speaks nothing else
+	// settings returns the variables that point `pacer run` at the fake
+	// served at baseURL, in order, writing the files they name into dir.
+	settings func(baseURL, dir string) ([][2]string, error)
+}
+
+const fakeUsage = `usage: pacer fake-provider --channel C [--addr A] [--dir D] [flags of C]
+       (pacer fake-provider C [flags] is the same)
+Serves the fake provider API of channel C (%s) until
+interrupted. It prints its URL and, on the line after, the settings that
+point "pacer run --channel C" at it (NAME=value, separated by spaces).
+Its limits are strict token buckets counted at its ingress, each full at its
+key's first request, with no burst beyond the flags'. GET /_stats returns
+what each key sent; POST /_admin/rate?key=K&rate=R sets a hidden rate while
+it runs (key empty: every key). The whatsapp fake also takes
+POST /_admin/fail?key=K&n=N: the next N requests of K get HTTP 500, counted
+as failed, not throttled, in /_stats.
+`
+
+// cmdFakeProvider serves a channel's fake provider: `pacer fake-provider
+// --channel C`.
 func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("pacer fake-provider", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: pacer fake-provider whatsapp [--addr A] [--rate R] [--burst B] [--token T]\n"+
-			"       [--pair-rate R] [--pair-burst B] [--account-limit N] [--account-window D]\n"+
-			"The limits are strict token buckets counted at the fake's ingress. While it runs,\n"+
-			"POST /_admin/rate?key=K&rate=R sets a hidden rate (key empty: every number) and\n"+
-			"POST /_admin/fail?key=K&n=N answers the next N requests of K with HTTP 500\n"+
-			"(counted as failed, not throttled, in /_stats).")
+	name, rest := fakeChannelArg(args)
+	if name == "" && len(rest) > 0 && (rest[0] == "-h" || rest[0] == "-help" || rest[0] == "--help") {
+		fmt.Fprintf(stderr, fakeUsage, channelList())
+		fs := flag.NewFlagSet("pacer fake-provider", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		fakeCommonFlags(fs)
+		fmt.Fprintln(stderr, "\nflags of every channel:")
 		fs.PrintDefaults()
-	}
-	addr := fs.String("addr", "127.0.0.1:0", "listen address")
-	rate := fs.Float64("rate", 80, "messages per second allowed per phone-number ID (0 = unlimited)")
-	burst := fs.Int("burst", 0, "bucket capacity in messages (0 = ceil(rate))")
-	token := fs.String("token", "", "the only bearer token accepted (empty = any)")
-	pairRate := fs.Float64("pair-rate", whatsapptest.PairRate, "messages per second from one number to one recipient, answered 131056 beyond (0 = unlimited)")
-	pairBurst := fs.Int("pair-burst", whatsapptest.PairBurst, "pair bucket capacity in messages")
-	acctLimit := fs.Int("account-limit", 0, "requests per account (every number is its own) in --account-window, answered 80007 beyond (0 = unlimited)")
-	acctWindow := fs.Duration("account-window", time.Hour, "rolling window of --account-limit")
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
-		fs.Usage()
+		for _, ch := range channelTable {
+			fmt.Fprintf(stderr, "\nflags of --channel %s:\n", ch.name)
+			fs := flag.NewFlagSet("pacer fake-provider", flag.ContinueOnError)
+			fs.SetOutput(stderr)
+			ch.fake(fs)
+			fs.PrintDefaults()
+		}
 		return errHelp
 	}
-	if len(args) == 0 || args[0] != "whatsapp" {
-		fs.Usage()
-		return &usageError{"fake-provider: the first argument must be a provider: whatsapp"}
+	ch, err := channelNamed(name)
+	if err != nil {
+		fmt.Fprintf(stderr, fakeUsage, channelList())
+		return &usageError{"fake-provider: " + err.Error()}
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
+	fs := flag.NewFlagSet("pacer fake-provider", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr, dir := fakeCommonFlags(fs)
+	build := ch.fake(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, fakeUsage, channelList())
+		fmt.Fprintf(stderr, "\nflags of --channel %s (and of every channel):\n", ch.name)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, rest); err != nil {
 		return err
 	}
-	// A negative limit would make a fake more lenient or meaningless than
-	// the provider it stands for: refused, naming the flag.
-	var bad []string
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"rate", *rate}, {"burst", float64(*burst)}, {"pair-rate", *pairRate}, {"pair-burst", float64(*pairBurst)},
-		{"account-limit", float64(*acctLimit)}} {
-		if !(f.v >= 0) || math.IsInf(f.v, 0) {
-			bad = append(bad, fmt.Sprintf("--%s %v: must be a finite number >= 0", f.name, f.v))
-		}
+	if c := fs.Lookup("channel").Value.String(); c != "" && c != ch.name {
+		return &usageError{fmt.Sprintf("fake-provider: channel %s and --channel %s: give one", ch.name, c)}
 	}
-	if *acctWindow <= 0 {
-		bad = append(bad, fmt.Sprintf("--account-window %v: must be > 0", *acctWindow))
+	if err := checkFakeLimits(fs); err != nil {
+		return err
 	}
-	if len(bad) > 0 {
-		return &usageError{"fake-provider: " + strings.Join(bad, "; ")}
+	fake, err := build()
+	if err != nil {
+		return err
 	}
-	fake := whatsapptest.New(whatsapptest.Config{Rate: *rate, Burst: *burst, Token: *token,
-		PairRate: *pairRate, PairBurst: *pairBurst, AccountLimit: *acctLimit, AccountWindow: *acctWindow})
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: fake.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	fmt.Fprintf(stdout, "fake whatsapp listening on http://%s (stats at /_stats)\n", ln.Addr())
+	srv := &http.Server{Handler: fake.handler, ReadHeaderTimeout: 5 * time.Second}
+	if fake.h2c {
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
+	if *dir == "" {
+		if *dir, err = os.MkdirTemp("", "pacer-fake-"+ch.name+"-"); err != nil {
+			ln.Close()
+			return err
+		}
+		defer os.RemoveAll(*dir)
+	} else if err := os.MkdirAll(*dir, 0o700); err != nil {
+		ln.Close()
+		return err
+	}
+	base := "http://" + dialable(ln.Addr().(*net.TCPAddr))
+	settings, err := fake.settings(base, *dir)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("fake-provider: %w", err)
+	}
+	words := make([]string, len(settings))
+	for i, s := range settings {
+		words[i] = s[0] + "=" + shellQuote(s[1])
+	}
+	fmt.Fprintf(stdout, "fake %[1]s listening on %[2]s (GET /_stats, POST /_admin/rate)\n"+
+		"point \"pacer run --channel %[1]s\" at it with these settings:\n%[3]s\n", ch.name, base, strings.Join(words, " "))
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -81,4 +128,91 @@ func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	return nil
+}
+
+// fakeCommonFlags defines the flags of every channel's fake on fs.
+func fakeCommonFlags(fs *flag.FlagSet) (addr, dir *string) {
+	fs.String("channel", "", "the channel whose provider to fake: "+channelList())
+	addr = fs.String("addr", "127.0.0.1:0", "listen address")
+	dir = fs.String("dir", "", "directory for the credential files whose paths the fake prints (default: a new temporary one, removed on exit)")
+	return addr, dir
+}
+
+// fakeChannelArg returns the channel args name, as their first argument
+// or the value of --channel, and the arguments without a leading channel
+// name.
+func fakeChannelArg(args []string) (string, []string) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return args[0], args[1:]
+	}
+	for i, a := range args {
+		switch {
+		case (a == "--channel" || a == "-channel") && i+1 < len(args):
+			return args[i+1], args
+		case strings.HasPrefix(a, "--channel="), strings.HasPrefix(a, "-channel="):
+			return a[strings.Index(a, "=")+1:], args
+		}
+	}
+	return "", args
+}
+
+// checkFakeLimits refuses a numeric flag that is negative or not finite,
+// or a duration that is not positive, naming the flag: every number of a
+// fake is a limit, and such a value would make the fake more lenient than
+// the provider it stands for, or meaningless.
+func checkFakeLimits(fs *flag.FlagSet) error {
+	var bad []string
+	fs.VisitAll(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok {
+			return
+		}
+		switch v := g.Get().(type) {
+		case float64:
+			if !(v >= 0) || math.IsInf(v, 0) {
+				bad = append(bad, fmt.Sprintf("--%s %v: must be a finite number >= 0", f.Name, v))
+			}
+		case int:
+			if v < 0 {
+				bad = append(bad, fmt.Sprintf("--%s %v: must be >= 0", f.Name, v))
+			}
+		case time.Duration:
+			if v <= 0 {
+				bad = append(bad, fmt.Sprintf("--%s %v: must be > 0", f.Name, v))
+			}
+		}
+	})
+	if len(bad) > 0 {
+		return &usageError{"fake-provider: " + strings.Join(bad, "; ")}
+	}
+	return nil
+}
+
+// dialable returns a's host:port as a client reaches it: 127.0.0.1 for a
+// listener on every address (IPv4 and IPv6 alike).
+func dialable(a *net.TCPAddr) string {
+	ip := a.IP
+	if ip == nil || ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return net.JoinHostPort(ip.String(), fmt.Sprint(a.Port))
+}
+
+// shellQuote returns s as one shell word: as is when it holds only
+// characters no shell treats specially, else in single quotes.
+func shellQuote(s string) string {
+	if regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`).MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// writeFakeFile writes a credential file of the fake into dir and returns
+// its path.
+func writeFakeFile(dir, name string, content []byte) (string, error) {
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, content, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
 }

@@ -9,7 +9,7 @@
 //	pacer limit set|get|unset            per-key limits at run time
 //	pacer campaign pause|resume|cancel   campaign control at run time; status: its progress
 //	pacer demo                           the whole flow in-process, no servers
-//	pacer fake-provider whatsapp         a fake WhatsApp Cloud API for tests
+//	pacer fake-provider --channel C      a channel's fake provider API, for tests
 //
 // Exit status: 0 success, 1 failure, 2 bad usage or configuration.
 package main
@@ -39,7 +39,7 @@ commands:
   limit          set, get or unset a pacing key's limit at run time (set|get|unset)
   campaign       pause, resume or cancel a campaign at run time, or show its status
   demo           run the whole flow in-process: embedded Kafka, Redis and a fake provider
-  fake-provider  serve a fake provider API (whatsapp) for tests
+  fake-provider  serve a channel's fake provider API, for tests
   version        print the version of this binary
 
 Run "pacer <command> -h" for the flags of a command.

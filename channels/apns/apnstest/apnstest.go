@@ -32,12 +32,15 @@
 // an [Arrival], and summarised per apns-topic in [KeyStats]: how fast, how
 // many throttled, how many duplicates (the same device token and body
 // accepted twice). GET /_stats returns [Server.Stats] as JSON; [FetchStats]
-// reads it.
+// reads it. POST /_admin/rate?key=K&rate=R calls [Server.SetDeviceRate]
+// while it runs.
 //
 // [NewServer] serves over TLS and, like APNs, takes notifications over
 // HTTP/2 only (505 over HTTP/1.1); give the adapter
-// [Server.Client] so that it trusts the test certificate. A Server is safe
-// for concurrent use.
+// [Server.Client] so that it trusts the test certificate. `pacer
+// fake-provider --channel apns` serves [Server.HTTP2Handler] over cleartext
+// HTTP/2 instead, which the adapter speaks to an http:// base URL. A Server
+// is safe for concurrent use.
 package apnstest
 
 import (
@@ -48,18 +51,17 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/uuid"
 
 	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
 )
@@ -111,15 +113,16 @@ type Arrival struct {
 	Throttled bool      // Status is 429
 }
 
-// KeyStats summarises the arrivals of one apns-topic.
+// KeyStats summarises the arrivals of one apns-topic: Delivered (accepted
+// requests), Throttled (requests answered 429 TooManyRequests), Duplicates
+// (accepted requests whose device token and body had been accepted
+// before), Max1s (most accepted requests in any 1 s window [t, t+1s)),
+// First and Last (first and last accepted request; zero if none), and
+// Unregistered. Failed is always 0. Its JSON form has the fields side by
+// side, as GET /_stats serves them.
 type KeyStats struct {
-	Delivered    int       `json:"delivered"`    // accepted requests
-	Throttled    int       `json:"throttled"`    // requests answered 429 TooManyRequests
-	Unregistered int       `json:"unregistered"` // requests answered 410 Unregistered
-	Duplicates   int       `json:"duplicates"`   // accepted requests whose device token and body had been accepted before
-	Max1s        int       `json:"max_1s"`       // most accepted requests in any 1 s window [t, t+1s)
-	First        time.Time `json:"first"`        // first accepted request; zero if none
-	Last         time.Time `json:"last"`         // last accepted request; zero if none
+	fakeprovider.KeyStats
+	Unregistered int `json:"unregistered"` // requests answered 410 Unregistered
 }
 
 // TokenStats counts what the fake made of provider tokens.
@@ -130,22 +133,22 @@ type TokenStats struct {
 	Invalid        int // requests answered 403 InvalidProviderToken or MissingProviderToken
 }
 
-// Server is a fake APNs. Build it with [New] to mount [Server.Handler]
-// yourself, or with [NewServer] to get a listening HTTP/2 TLS server.
+// Server is a fake APNs. Build it with [New] to mount [Server.Handler] or
+// [Server.HTTP2Handler] yourself, or with [NewServer] to get a listening
+// HTTP/2 TLS server. Its URL, Client, Close, Handler, ServeHTTP and
+// Arrivals are the methods every fake provider shares.
 type Server struct {
-	ts  *httptest.Server // nil when built by New
-	hc  *http.Client     // HTTP/2-only client trusting ts; nil when built by New
+	fakeprovider.Fake[Arrival]
 	cfg Config
 	now func() time.Time
 
-	mu       sync.Mutex
-	devices  *fakeprovider.Limiter // one bucket per device token; used if Config.DeviceRate > 0
-	stats    fakeprovider.Stats    // by apns-topic; Duplicates by device token and body
-	unreg    map[string]int        // apns-topic -> requests answered 410; has every topic seen
-	dead     map[string]time.Time  // device token -> when unregistered
-	teams    map[string]*teamState
-	tokens   TokenStats
-	arrivals []Arrival
+	mu      sync.Mutex
+	devices *fakeprovider.Limiter // one bucket per device token; used if Config.DeviceRate > 0
+	stats   fakeprovider.Stats    // by apns-topic; Duplicates by device token and body
+	unreg   map[string]int        // apns-topic -> requests answered 410; has every topic seen
+	dead    map[string]time.Time  // device token -> when unregistered
+	teams   map[string]*teamState
+	tokens  TokenStats
 }
 
 // teamState is the provider-token history of one team (iss).
@@ -175,70 +178,43 @@ func New(cfg Config) *Server {
 			s.dead[tok] = start
 		}
 	}
+	fakeprovider.Setup(&s.Fake, s.Stats, s.SetDeviceRate, nil, s.route)
 	return s
 }
 
-// NewServer returns a Server for cfg listening on a local TLS server. Like
-// APNs it takes notifications over HTTP/2 only: over HTTP/1.1 they get 505
-// (Handler serves any protocol). Call Close when done.
+// NewServer returns a Server for cfg listening on a local TLS server that
+// serves [Server.HTTP2Handler]: its URL is apns.Config.BaseURL and its
+// Client apns.Config.HTTPClient. Call Close when done.
 func NewServer(cfg Config) *Server {
 	s := New(cfg)
-	s.ts = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return fakeprovider.ListenTLS(s, s.HTTP2Handler())
+}
+
+// HTTP2Handler returns the fake as an http.Handler that, like APNs, takes
+// notifications over HTTP/2 only: over HTTP/1.1 they get 505 (Handler
+// serves any protocol). Serve it over TLS, or over cleartext HTTP/2 (h2c)
+// for an apns.Client whose BaseURL is http://.
+func (s *Server) HTTP2Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor != 2 && strings.HasPrefix(r.URL.Path, "/3/") {
 			http.Error(w, "APNs speaks HTTP/2 only", http.StatusHTTPVersionNotSupported)
 			return
 		}
 		s.ServeHTTP(w, r)
-	}))
-	s.ts.EnableHTTP2 = true
-	s.ts.StartTLS()
-	tr := s.ts.Client().Transport.(*http.Transport).Clone()
-	tr.Protocols = new(http.Protocols)
-	tr.Protocols.SetHTTP2(true)
-	s.hc = &http.Client{Transport: tr}
-	return s
+	})
 }
 
-// URL returns the base URL of a server built by [NewServer] (use it as
-// apns.Config.BaseURL), or "" for one built by [New].
-func (s *Server) URL() string {
-	if s.ts == nil {
-		return ""
-	}
-	return s.ts.URL
-}
-
-// Client returns a client that trusts the server built by [NewServer] and
-// speaks only HTTP/2, like the apns default (use it as
-// apns.Config.HTTPClient), or nil for one built by [New]. Its connections
-// are closed by Close.
-func (s *Server) Client() *http.Client { return s.hc }
-
-// Close shuts down a server built by [NewServer] and waits for its
-// requests to finish. It does nothing for a server built by [New].
-func (s *Server) Close() {
-	if s.ts != nil {
-		s.hc.CloseIdleConnections()
-		s.ts.Close()
-	}
-}
-
-// Handler returns the fake as an http.Handler.
-func (s *Server) Handler() http.Handler { return s }
-
-// ServeHTTP serves the fake APNs and GET /_stats.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch p := r.URL.Path; {
-	case p == "/_stats" && r.Method == http.MethodGet:
-		fakeprovider.StatsHandler(s.Stats).ServeHTTP(w, r)
-	case strings.HasPrefix(p, "/3/device/"):
-		if r.Method != http.MethodPost {
-			writeReason(w, http.StatusMethodNotAllowed, "MethodNotAllowed")
-			return
-		}
-		s.device(w, r, strings.TrimPrefix(p, "/3/device/"))
-	default:
+// route serves the fake APNs: POST /3/device/{token}, and BadPath for
+// anything else.
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	p, ok := strings.CutPrefix(r.URL.Path, "/3/device/")
+	switch {
+	case !ok:
 		writeReason(w, http.StatusNotFound, "BadPath")
+	case r.Method != http.MethodPost:
+		writeReason(w, http.StatusMethodNotAllowed, "MethodNotAllowed")
+	default:
+		s.device(w, r, p)
 	}
 }
 
@@ -261,14 +237,6 @@ func (s *Server) Unregister(token string) {
 	s.dead[token] = s.now()
 }
 
-// Arrivals returns a copy of every request that passed the token and
-// validation checks, in arrival order.
-func (s *Server) Arrivals() []Arrival {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Arrival(nil), s.arrivals...)
-}
-
 // Stats returns the statistics of every apns-topic seen so far.
 func (s *Server) Stats() map[string]KeyStats {
 	s.mu.Lock()
@@ -276,11 +244,7 @@ func (s *Server) Stats() map[string]KeyStats {
 	shared := s.stats.Snapshot()
 	m := make(map[string]KeyStats, len(s.unreg))
 	for key, unreg := range s.unreg {
-		c := shared[key]
-		m[key] = KeyStats{
-			Delivered: c.Delivered, Throttled: c.Throttled, Unregistered: unreg,
-			Duplicates: c.Duplicates, Max1s: c.Max1s, First: c.First, Last: c.Last,
-		}
+		m[key] = KeyStats{KeyStats: shared[key], Unregistered: unreg}
 	}
 	return m
 }
@@ -295,11 +259,7 @@ func (s *Server) Tokens() TokenStats {
 // FetchStats reads GET {baseURL}/_stats from a fake running elsewhere. For
 // a [NewServer] fake, pass its [Server.Client].
 func FetchStats(ctx context.Context, hc *http.Client, baseURL string) (map[string]KeyStats, error) {
-	m, err := fakeprovider.FetchStats[map[string]KeyStats](ctx, hc, baseURL)
-	if err != nil {
-		return nil, fmt.Errorf("apnstest: %w", err)
-	}
-	return m, nil
+	return fakeprovider.FetchStats[map[string]KeyStats](ctx, hc, baseURL, "apnstest")
 }
 
 // NewKey returns a new P-256 signing key as the contents of a .p8 file
@@ -367,7 +327,7 @@ func (s *Server) device(w http.ResponseWriter, r *http.Request, token string) {
 		Status:   http.StatusOK,
 	}
 	if a.ApnsID == "" {
-		a.ApnsID = newUUID()
+		a.ApnsID = uuid.NewString() // version 4, lowercase, as APNs makes them
 	}
 	deadSince := s.arrive(&a)
 	if !fakeprovider.Sleep(r.Context(), s.cfg.Latency) {
@@ -375,9 +335,7 @@ func (s *Server) device(w http.ResponseWriter, r *http.Request, token string) {
 	}
 	switch a.Status {
 	case http.StatusGone:
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusGone)
-		_ = json.NewEncoder(w).Encode(struct {
+		fakeprovider.WriteJSON(w, http.StatusGone, struct {
 			Reason    string `json:"reason"`
 			Timestamp int64  `json:"timestamp"`
 		}{"Unregistered", deadSince.UnixMilli()})
@@ -502,7 +460,7 @@ func (s *Server) arrive(a *Arrival) time.Time {
 	if _, seen := s.unreg[a.Key]; !seen {
 		s.unreg[a.Key] = 0 // Stats lists every topic seen
 	}
-	defer func() { s.arrivals = append(s.arrivals, *a) }()
+	defer func() { fakeprovider.Add(&s.Fake, *a) }()
 
 	if since, dead := s.dead[a.To]; dead {
 		a.Status, a.ApnsID = http.StatusGone, ""
@@ -524,42 +482,16 @@ func (s *Server) arrive(a *Arrival) time.Time {
 
 // writeReason answers with an APNs error body, {"reason":"..."}.
 func writeReason(w http.ResponseWriter, status int, reason string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(struct {
+	fakeprovider.WriteJSON(w, status, struct {
 		Reason string `json:"reason"`
 	}{reason})
 }
 
-// newUUID returns a random (version 4) UUID in lowercase canonical form,
-// as APNs makes apns-id values.
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-// isUUID reports whether s is a canonical lowercase UUID.
+// isUUID reports whether s is a canonical lowercase UUID, as APNs makes
+// apns-id values.
 func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i, c := range []byte(s) {
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-				return false
-			}
-		}
-	}
-	return true
+	u, err := uuid.Parse(s)
+	return err == nil && u.String() == s
 }
 
 // isHex reports whether s is an even number of hex digits.

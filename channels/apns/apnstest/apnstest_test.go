@@ -7,17 +7,18 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/pacerhq/pacer/channels/apns/apnstest"
+	"github.com/pacerhq/pacer/channels/internal/channeltest"
+	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
 )
 
 const (
@@ -30,25 +31,8 @@ const (
 
 var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// clock is a settable clock for the fake.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t0.Add(d)
-}
-
-func newClock() *clock { return &clock{t: t0} }
+// newClock returns a settable clock at t0, for a client and a fake.
+func newClock() *channeltest.Clock { return &channeltest.Clock{Start: t0} }
 
 // keys returns a fresh key pair: the private key and its public half.
 func keys(t *testing.T) (*ecdsa.PrivateKey, *ecdsa.PublicKey) {
@@ -78,20 +62,15 @@ func sign(t *testing.T, k *ecdsa.PrivateKey, kid, iss string, iat time.Time) str
 
 // req builds a valid notification request for device with token jwt.
 func req(jwt, to, payload string) *http.Request {
-	r := httptest.NewRequest("POST", "/3/device/"+to, strings.NewReader(payload))
+	auth := ""
 	if jwt != "" {
-		r.Header.Set("Authorization", "bearer "+jwt)
+		auth = "bearer " + jwt // APNs takes the scheme in any case
 	}
-	r.Header.Set("apns-topic", topic)
-	r.Header.Set("apns-push-type", "alert")
-	return r
+	return channeltest.Request("POST", "/3/device/"+to, payload, "Authorization", auth, "apns-topic", topic, "apns-push-type", "alert")
 }
 
-func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
-}
+// serve is channeltest.Serve.
+var serve = channeltest.Serve
 
 // reason decodes an APNs error body.
 func reason(t *testing.T, w *httptest.ResponseRecorder) (string, *int64) {
@@ -112,7 +91,7 @@ func reason(t *testing.T, w *httptest.ResponseRecorder) (string, *int64) {
 // fixture is a fake with our key and a clock, plus a valid token.
 type fixture struct {
 	s   *apnstest.Server
-	clk *clock
+	clk *channeltest.Clock
 	key *ecdsa.PrivateKey
 	jwt string
 }
@@ -129,57 +108,70 @@ func (f *fixture) post(to, payload string) *httptest.ResponseRecorder {
 	return serve(f.s, req(f.jwt, to, payload))
 }
 
-// TestLimitEnforced: 2×burst requests at once to one device token over
-// HTTP/2 get exactly burst accepted, from concurrent senders.
-func TestLimitEnforced(t *testing.T) {
-	const burst = 20
+// TestFake runs the checks every fake passes on the device buckets, each
+// key being a device token and an apns-topic of its own, with APNs's
+// answers: a 200 with a new apns-id and no body, a 429 TooManyRequests.
+func TestFake(t *testing.T) {
 	k, pub := keys(t)
-	s := apnstest.NewServer(apnstest.Config{DeviceRate: 0.001, DeviceBurst: burst, PublicKey: pub}) // refills 1 per 1000 s
-	defer s.Close()
-	jwt := sign(t, k, keyID, teamID, time.Now())
-	hc := s.Client()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	got := map[string]int{}
-	for i := range 2 * burst {
-		wg.Go(func() {
-			r, _ := http.NewRequest("POST", s.URL()+"/3/device/"+device, strings.NewReader(fmt.Sprintf(`{"n":%d}`, i)))
-			r.Header = req(jwt, device, "").Header
-			resp, err := hc.Do(r)
-			if err != nil {
-				t.Error(err)
-				return
+	tok := sign(t, k, keyID, teamID, time.Now())
+	var n atomic.Int64
+	channeltest.CheckFake(t, channeltest.Fake[apnstest.KeyStats, apnstest.Arrival]{
+		New: func(c channeltest.FakeConfig) channeltest.FakeServer[apnstest.KeyStats, apnstest.Arrival] {
+			cfg := apnstest.Config{DeviceRate: c.Rate, DeviceBurst: c.Burst, Latency: c.Latency, PublicKey: pub}
+			if c.Listen {
+				return apnstest.NewServer(cfg)
 			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			mu.Lock()
-			got[fmt.Sprint(resp.StatusCode, " ", resp.Proto, " ", strings.TrimSpace(string(b)))]++
-			mu.Unlock()
-		})
+			return apnstest.New(cfg)
+		},
+		FetchStats: apnstest.FetchStats,
+		Common:     func(k apnstest.KeyStats) fakeprovider.KeyStats { return k.KeyStats },
+		Arrival:    func(a apnstest.Arrival) (string, bool) { return a.Key, a.Throttled },
+		Request: func(key, id string) *http.Request {
+			if id == "" { // a body of its own, not a duplicate
+				id = fmt.Sprint("n-", n.Add(1))
+			}
+			r := req(tok, key, fmt.Sprintf(`{"aps":{"alert":"hi"},"id":%q}`, id))
+			r.Header.Set("apns-topic", key)
+			return r
+		},
+		Accepted: http.StatusOK, Throttled: http.StatusTooManyRequests,
+		Check: func(t testing.TB, status int, h http.Header, body []byte) {
+			id := h.Get("apns-id")
+			if (status == 200 && (len(body) != 0 || len(id) != 36)) ||
+				(status == 429 && (string(body) != `{"reason":"TooManyRequests"}`+"\n" || id != "" ||
+					h.Get("Content-Type") != "application/json")) {
+				t.Errorf("HTTP %d apns-id %q body %q", status, id, body)
+			}
+		},
+		StatsFields: []string{"delivered", "throttled", "unregistered", "duplicates", "max_1s", "first", "last"},
+	})
+}
+
+// TestDeviceAcrossTopics: over HTTP/2, a device token's bucket spans its
+// topics, another device token has its own, and one provider token serves
+// every request.
+func TestDeviceAcrossTopics(t *testing.T) {
+	k, pub := keys(t)
+	s := apnstest.NewServer(apnstest.Config{DeviceRate: 0.001, DeviceBurst: 1, PublicKey: pub})
+	defer s.Close()
+	tok := sign(t, k, keyID, teamID, time.Now())
+	var got []string
+	for _, c := range []struct{ to, topic string }{{device, topic}, {device, "com.example.other"}, {"00ff", topic}} {
+		r, _ := http.NewRequest("POST", s.URL()+"/3/device/"+c.to, strings.NewReader(body))
+		r.Header = req(tok, c.to, "").Header
+		r.Header.Set("apns-topic", c.topic)
+		resp, err := s.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		got = append(got, fmt.Sprint(resp.StatusCode, " ", resp.Proto))
 	}
-	wg.Wait()
-	if len(got) != 2 || got["200 HTTP/2.0 "] != burst || got[`429 HTTP/2.0 {"reason":"TooManyRequests"}`] != burst {
-		t.Fatalf("answers = %v; want %d×200 and %d×429 TooManyRequests over HTTP/2", got, burst, burst)
-	}
-	st := s.Stats()[topic]
-	if st.Delivered != burst || st.Throttled != burst || st.Duplicates != 0 || st.Max1s != burst {
-		t.Errorf("stats = %+v", st)
-	}
-	if n := len(s.Arrivals()); n != 2*burst {
-		t.Errorf("%d arrivals, want %d", n, 2*burst)
+	if want := "[200 HTTP/2.0 429 HTTP/2.0 200 HTTP/2.0]"; fmt.Sprint(got) != want {
+		t.Errorf("answers = %v, want %s", got, want)
 	}
 	if tok := s.Tokens(); tok.Tokens != 1 {
 		t.Errorf("tokens = %+v, want 1", tok)
-	}
-	// Another device token has its own bucket; another topic to the same
-	// device does not (APNs throttles per device token).
-	if w := serve(s, req(jwt, "00ff", body)); w.Code != 200 {
-		t.Errorf("other device: HTTP %d %s", w.Code, w.Body)
-	}
-	r := req(jwt, device, body)
-	r.Header.Set("apns-topic", "com.example.other")
-	if w := serve(s, r); w.Code != 429 {
-		t.Errorf("same device, other topic: HTTP %d %s; want 429", w.Code, w.Body)
 	}
 }
 
@@ -198,19 +190,6 @@ func TestNoTopicLimit(t *testing.T) {
 	}
 	if st := f.s.Stats()[topic]; st.Delivered != 1000 || st.Throttled != 0 {
 		t.Errorf("stats = %+v; want 1000 delivered, none throttled", st)
-	}
-}
-
-func TestDefaultBurst(t *testing.T) {
-	f := newFixture(t, apnstest.Config{DeviceRate: 2.5}) // burst ceil(2.5) = 3
-	ok := 0
-	for i := range 6 {
-		if f.post(device, fmt.Sprintf(`{"n":%d}`, i)).Code == 200 {
-			ok++
-		}
-	}
-	if ok != 3 {
-		t.Errorf("accepted %d of 6, want 3", ok)
 	}
 }
 
@@ -254,15 +233,6 @@ func TestDeviceRate(t *testing.T) {
 	w := f.post(device, body)
 	if rs, _ := reason(t, w); w.Code != 429 || rs != "TooManyRequests" {
 		t.Errorf("HTTP %d %s; want 429 TooManyRequests", w.Code, w.Body)
-	}
-}
-
-func TestUnlimited(t *testing.T) {
-	f := newFixture(t, apnstest.Config{})
-	for i := range 500 {
-		if w := f.post(device, body); w.Code != 200 {
-			t.Fatalf("request %d: HTTP %d %s", i, w.Code, w.Body)
-		}
 	}
 }
 
@@ -504,31 +474,6 @@ func TestDuplicates(t *testing.T) {
 	}
 }
 
-func TestSetDeviceRate(t *testing.T) {
-	f := newFixture(t, apnstest.Config{DeviceRate: 0.001, DeviceBurst: 1})
-	n := 0
-	accepted := func(to string) bool {
-		n++
-		return f.post(to, fmt.Sprintf(`{"n":%d}`, n)).Code == 200
-	}
-	if !accepted("0a") || accepted("0a") || !accepted("0b") || accepted("0b") {
-		t.Fatal("burst 1 not enforced")
-	}
-	f.s.SetDeviceRate("0a", 0) // unlimited for 0a only
-	for range 10 {
-		if !accepted("0a") {
-			t.Fatal("0a refused after SetDeviceRate(0a, 0)")
-		}
-	}
-	if accepted("0b") {
-		t.Fatal("0b accepted: SetDeviceRate(0a) changed 0b")
-	}
-	f.s.SetDeviceRate("", 0) // unlimited for all, and for new devices
-	if !accepted("0b") || !accepted("0c") || !accepted("0c") {
-		t.Fatal(`refused after SetDeviceRate("", 0)`)
-	}
-}
-
 func TestMax1s(t *testing.T) {
 	ms := time.Millisecond
 	f := newFixture(t, apnstest.Config{})
@@ -538,56 +483,6 @@ func TestMax1s(t *testing.T) {
 	}
 	if got := f.s.Stats()[topic].Max1s; got != 4 { // 100, 900, 1050, 1099 ms
 		t.Errorf("Max1s = %d, want 4", got)
-	}
-}
-
-func TestLatency(t *testing.T) {
-	f := newFixture(t, apnstest.Config{Latency: 50 * time.Millisecond})
-	start := time.Now()
-	f.post(device, body)
-	if d := time.Since(start); d < 50*time.Millisecond {
-		t.Errorf("answered after %v, want at least 50ms", d)
-	}
-}
-
-// TestStatsEndpoint: GET /_stats serves Stats, and FetchStats reads it.
-func TestStatsEndpoint(t *testing.T) {
-	k, pub := keys(t)
-	s := apnstest.NewServer(apnstest.Config{DeviceRate: 0.001, DeviceBurst: 2, PublicKey: pub})
-	defer s.Close()
-	tok := sign(t, k, keyID, teamID, time.Now())
-	for range 3 {
-		r, _ := http.NewRequest("POST", s.URL()+"/3/device/"+device, strings.NewReader(body))
-		r.Header = req(tok, device, "").Header
-		resp, err := s.Client().Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-	}
-	got, err := apnstest.FetchStats(t.Context(), s.Client(), s.URL()+"/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := s.Stats()
-	st := got[topic]
-	if len(got) != 1 || st.Delivered != 2 || st.Throttled != 1 || st.Duplicates != 1 || st.Max1s != 2 ||
-		!st.First.Equal(want[topic].First) || !st.Last.Equal(want[topic].Last) {
-		t.Errorf("FetchStats = %+v, Stats = %+v", got, want)
-	}
-	resp, err := s.Client().Get(s.URL() + "/_stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var raw map[string]map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"delivered", "throttled", "unregistered", "duplicates", "max_1s", "first", "last"} {
-		if _, ok := raw[topic][f]; !ok {
-			t.Errorf("/_stats has no %q: %v", f, raw)
-		}
 	}
 }
 

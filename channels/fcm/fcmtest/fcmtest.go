@@ -29,7 +29,8 @@
 // Every valid send is recorded as an [Arrival] so a test can check what the
 // pacer really sent: how fast per project, how many were throttled, how many
 // were sent twice. GET /_stats returns [Server.Stats] as JSON, for tests
-// that run the fake in another process; [FetchStats] reads it.
+// that run the fake in another process; [FetchStats] reads it. POST
+// /_admin/rate?key=K&rate=R calls [Server.SetRate] while it runs.
 //
 // The fake does not model topics, fanout or the hourly device limit. A
 // Server is safe for concurrent use.
@@ -44,14 +45,12 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -133,26 +132,28 @@ type Arrival struct {
 	Throttled bool      // answered 429, for the project or the device
 }
 
-// KeyStats summarises the arrivals of one project.
+// KeyStats summarises the arrivals of one project: Delivered (accepted
+// sends), Throttled (sends answered 429 for the project quota), Duplicates
+// (accepted sends of a (token, message) accepted before), Max1s (most
+// accepted sends in any 1 s window [t, t+1s)), First and Last (first and
+// last accepted send; zero if none), and the sends refused otherwise.
+// Failed is always 0. Its JSON form has the fields side by side, as GET
+// /_stats serves them.
 type KeyStats struct {
-	Delivered       int       `json:"delivered"`        // accepted sends
-	Throttled       int       `json:"throttled"`        // sends answered 429 for the project quota
-	DeviceThrottled int       `json:"device_throttled"` // sends answered 429 for a device rate
-	Unregistered    int       `json:"unregistered"`     // sends answered 404 UNREGISTERED
-	ThirdPartyAuth  int       `json:"third_party_auth"` // sends answered 401 THIRD_PARTY_AUTH_ERROR
-	Invalid         int       `json:"invalid"`          // sends answered 400 INVALID_ARGUMENT (counted against the quota)
-	ServerErrors    int       `json:"server_errors"`    // sends answered 500 or 503 during an outage
-	Duplicates      int       `json:"duplicates"`       // accepted sends of a (token, message) accepted before
-	Max1s           int       `json:"max_1s"`           // most accepted sends in any 1 s window [t, t+1s)
-	First           time.Time `json:"first"`            // first accepted send; zero if none
-	Last            time.Time `json:"last"`             // last accepted send; zero if none
+	fakeprovider.KeyStats
+	DeviceThrottled int `json:"device_throttled"` // sends answered 429 for a device rate
+	Unregistered    int `json:"unregistered"`     // sends answered 404 UNREGISTERED
+	ThirdPartyAuth  int `json:"third_party_auth"` // sends answered 401 THIRD_PARTY_AUTH_ERROR
+	Invalid         int `json:"invalid"`          // sends answered 400 INVALID_ARGUMENT (counted against the quota)
+	ServerErrors    int `json:"server_errors"`    // sends answered 500 or 503 during an outage
 }
 
 // Server is a fake FCM. Build it with [New] to mount [Server.Handler]
-// yourself, or with [NewServer] to get a listening httptest server.
+// yourself, or with [NewServer] to get a listening httptest server. Its
+// URL, Client, Close, Handler, ServeHTTP and Arrivals are the methods
+// every fake provider shares.
 type Server struct {
-	ts      *httptest.Server // nil when built by New
-	mux     *http.ServeMux
+	fakeprovider.Fake[Arrival]
 	cfg     Config
 	prefix  string // random, keeps message names unique across servers
 	keyID   string
@@ -170,7 +171,6 @@ type Server struct {
 	outage    map[string]int       // project -> HTTP status answered (500 or 503)
 	issued    map[string]time.Time // access token -> expiry
 	audiences map[string]bool      // token_uri values handed out
-	arrivals  []Arrival
 	tokenReqs int
 	seq       uint64
 }
@@ -203,10 +203,9 @@ var signingKey = sync.OnceValue(func() *rsa.PrivateKey {
 // [Server.ServiceAccountJSONAt]. Close is a no-op for it.
 func New(cfg Config) *Server {
 	s := &Server{
-		mux:       http.NewServeMux(),
 		cfg:       cfg,
-		prefix:    randHex(8),
-		keyID:     randHex(20),
+		prefix:    fakeprovider.RandHex(8),
+		keyID:     fakeprovider.RandHex(20),
 		key:       signingKey(),
 		tokenTT:   cfg.TokenTTL,
 		projects:  fakeprovider.NewLimiter(cfg.Rate, cfg.Burst),
@@ -225,45 +224,18 @@ func New(cfg Config) *Server {
 	for _, t := range cfg.Unregistered {
 		s.dead[t] = true
 	}
-	s.mux.HandleFunc("POST /token", s.token)
-	s.mux.HandleFunc("POST /v1/projects/{project}/messages:send", s.send)
-	s.mux.Handle("GET /_stats", fakeprovider.StatsHandler(s.Stats))
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	fakeprovider.Setup(&s.Fake, s.Stats, s.SetRate, map[string]http.Handler{
+		"POST /token": http.HandlerFunc(s.token),
+		"POST /v1/projects/{project}/messages:send": http.HandlerFunc(s.send),
+	}, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "NOT_FOUND", "Requested entity was not found.")
 	})
 	return s
 }
 
-// NewServer returns a Server for cfg listening on a local httptest server.
-// Call Close when done.
-func NewServer(cfg Config) *Server {
-	s := New(cfg)
-	s.ts = httptest.NewServer(s)
-	return s
-}
-
-// URL returns the base URL of a server built by [NewServer] (use it as
-// fcm.Config.BaseURL), or "" for one built by [New].
-func (s *Server) URL() string {
-	if s.ts == nil {
-		return ""
-	}
-	return s.ts.URL
-}
-
-// Close shuts down a server built by [NewServer] and waits for its
-// requests to finish. It does nothing for a server built by [New].
-func (s *Server) Close() {
-	if s.ts != nil {
-		s.ts.Close()
-	}
-}
-
-// Handler returns the fake as an http.Handler.
-func (s *Server) Handler() http.Handler { return s }
-
-// ServeHTTP serves the fake FCM, its token endpoint and GET /_stats.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// NewServer returns a Server for cfg listening on a local httptest server
+// (its URL is fcm.Config.BaseURL). Call Close when done.
+func NewServer(cfg Config) *Server { return fakeprovider.Listen(New(cfg)) }
 
 // ServiceAccountJSON returns a service-account key file for a server built
 // by [NewServer], whose token_uri is this server's /token. Use it as
@@ -370,14 +342,6 @@ func (s *Server) TokenRequests() int {
 	return s.tokenReqs
 }
 
-// Arrivals returns a copy of every valid send received so far, in arrival
-// order. Sends refused for their bearer token or body are not in it.
-func (s *Server) Arrivals() []Arrival {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Arrival(nil), s.arrivals...)
-}
-
 // Stats returns the statistics of every project seen so far.
 func (s *Server) Stats() map[string]KeyStats {
 	s.mu.Lock()
@@ -385,23 +349,15 @@ func (s *Server) Stats() map[string]KeyStats {
 	shared := s.stats.Snapshot()
 	m := make(map[string]KeyStats, len(s.refused))
 	for key, r := range s.refused {
-		c := shared[key]
-		m[key] = KeyStats{
-			Delivered: c.Delivered, Throttled: c.Throttled, DeviceThrottled: r.device, Unregistered: r.unregistered,
-			ThirdPartyAuth: r.thirdPartyAuth, Invalid: r.invalid, ServerErrors: r.serverErrors,
-			Duplicates: c.Duplicates, Max1s: c.Max1s, First: c.First, Last: c.Last,
-		}
+		m[key] = KeyStats{KeyStats: shared[key], DeviceThrottled: r.device, Unregistered: r.unregistered,
+			ThirdPartyAuth: r.thirdPartyAuth, Invalid: r.invalid, ServerErrors: r.serverErrors}
 	}
 	return m
 }
 
 // FetchStats reads GET {baseURL}/_stats from a fake running elsewhere.
 func FetchStats(ctx context.Context, hc *http.Client, baseURL string) (map[string]KeyStats, error) {
-	m, err := fakeprovider.FetchStats[map[string]KeyStats](ctx, hc, baseURL)
-	if err != nil {
-		return nil, fmt.Errorf("fcmtest: %w", err)
-	}
-	return m, nil
+	return fakeprovider.FetchStats[map[string]KeyStats](ctx, hc, baseURL, "fcmtest")
 }
 
 // outcome is what the fake answers a valid send.
@@ -453,7 +409,7 @@ func (s *Server) arrive(key, target string, device bool, id string, digest [32]b
 	if st := s.outage[key]; st != 0 {
 		r.serverErrors++
 		a.Status = st
-		s.arrivals = append(s.arrivals, a)
+		fakeprovider.Add(&s.Fake, a)
 		return serverError
 	}
 	p := s.projects.Bucket(key, now)
@@ -482,7 +438,7 @@ func (s *Server) arrive(key, target string, device bool, id string, digest [32]b
 		r.thirdPartyAuth++
 		a.Status = http.StatusUnauthorized
 	}
-	s.arrivals = append(s.arrivals, a)
+	fakeprovider.Add(&s.Fake, a)
 	if out == accepted || out == throttledProject {
 		s.stats.Record(key, string(digest[:]), now, out == throttledProject)
 	}
@@ -750,7 +706,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		tokenError(w, http.StatusBadRequest, code, desc)
 		return
 	}
-	access := "ya29.fake-" + randHex(24)
+	access := "ya29.fake-" + fakeprovider.RandHex(24)
 	s.mu.Lock()
 	s.issued[access] = time.Now().Add(s.tokenTT)
 	s.mu.Unlock()
@@ -864,15 +820,8 @@ func tokenError(w http.ResponseWriter, code int, errCode, desc string) {
 	writeJSON(w, code, map[string]string{"error": errCode, "error_description": desc})
 }
 
+// writeJSON answers code with v as JSON, in Google's Content-Type.
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// randHex returns n random bytes in hex.
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails
-	return hex.EncodeToString(b)
+	fakeprovider.WriteJSON(w, code, v)
 }

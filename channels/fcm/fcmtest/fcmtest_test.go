@@ -1,7 +1,6 @@
 package fcmtest_test
 
 import (
-	"bytes"
 	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
@@ -11,12 +10,11 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,21 +22,23 @@ import (
 	"golang.org/x/oauth2/google"
 
 	"github.com/pacerhq/pacer/channels/fcm/fcmtest"
+	"github.com/pacerhq/pacer/channels/internal/channeltest"
+	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
 )
 
 const bearer = "static-test-token"
 
+// request returns a request of body to /v1/projects/{project}/messages:send
+// with the bearer token (none if ""), as the fcm adapter sends it.
+func request(project, token, body string) *http.Request {
+	return channeltest.Request("POST", "/v1/projects/"+project+"/messages:send", body,
+		"Content-Type", "application/json", "Authorization", channeltest.Bearer(token))
+}
+
 // post sends body to /v1/projects/{project}/messages:send on h and returns
 // the recorded answer.
 func post(h http.Handler, project, token, body string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest("POST", "/v1/projects/"+project+"/messages:send", strings.NewReader(body))
-	r.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		r.Header.Set("Authorization", "Bearer "+token)
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
+	return channeltest.Serve(h, request(project, token, body))
 }
 
 func msg(token, id string) string {
@@ -313,67 +313,43 @@ func TestValidation(t *testing.T) {
 	}
 }
 
-// TestLimitEnforced: 2×burst sends at once get exactly burst accepted, over
-// real HTTP and from concurrent senders.
-func TestLimitEnforced(t *testing.T) {
-	const burst = 20
-	s := fcmtest.NewServer(fcmtest.Config{Rate: 0.001, Burst: burst, Token: bearer}) // refills 1 per 1000 s
-	defer s.Close()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	codes := map[int]int{}
-	for i := range 2 * burst {
-		wg.Go(func() {
-			req, _ := http.NewRequest("POST", s.URL()+"/v1/projects/111/messages:send", strings.NewReader(msg("dev", fmt.Sprint("id-", i))))
-			req.Header.Set("Authorization", "Bearer "+bearer)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
+// TestFake runs the checks every fake passes, with FCM's answers: a 200
+// naming the message, a 429 RESOURCE_EXHAUSTED whose QuotaFailure names
+// the project.
+func TestFake(t *testing.T) {
+	var n atomic.Int64
+	channeltest.CheckFake(t, channeltest.Fake[fcmtest.KeyStats, fcmtest.Arrival]{
+		New: func(c channeltest.FakeConfig) channeltest.FakeServer[fcmtest.KeyStats, fcmtest.Arrival] {
+			cfg := fcmtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, Token: bearer}
+			if c.Listen {
+				return fcmtest.NewServer(cfg)
 			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			mu.Lock()
-			codes[resp.StatusCode]++
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	if codes[200] != burst || codes[429] != burst {
-		t.Fatalf("statuses = %v; want %d×200 and %d×429", codes, burst, burst)
-	}
-	st := s.Stats()["111"]
-	if st.Delivered != burst || st.Throttled != burst || st.Duplicates != 0 || st.Max1s != burst {
-		t.Errorf("stats = %+v", st)
-	}
-	if n := len(s.Arrivals()); n != 2*burst {
-		t.Errorf("%d arrivals, want %d", n, 2*burst)
-	}
-	if w := post(s, "222", bearer, msg("dev", "x")); w.Code != 200 {
-		t.Errorf("other project: HTTP %d", w.Code)
-	}
-}
-
-func TestDefaultBurst(t *testing.T) {
-	s := fcmtest.New(fcmtest.Config{Rate: 2.5, Token: bearer}) // burst ceil(2.5) = 3
-	ok := 0
-	for range 6 {
-		if post(s, "p", bearer, msg("dev", "")).Code == 200 {
-			ok++
-		}
-	}
-	if ok != 3 {
-		t.Errorf("accepted %d of 6, want 3", ok)
-	}
-}
-
-func TestUnlimited(t *testing.T) {
-	s := fcmtest.New(fcmtest.Config{Token: bearer})
-	for i := range 500 {
-		if w := post(s, "p", bearer, msg("dev", "")); w.Code != 200 {
-			t.Fatalf("request %d: HTTP %d", i, w.Code)
-		}
-	}
+			return fcmtest.New(cfg)
+		},
+		FetchStats: fcmtest.FetchStats,
+		Common:     func(k fcmtest.KeyStats) fakeprovider.KeyStats { return k.KeyStats },
+		Arrival:    func(a fcmtest.Arrival) (string, bool) { return a.Key, a.Throttled },
+		Request: func(key, id string) *http.Request {
+			body := msg("dev", id)
+			if id == "" { // a message of its own, not a duplicate
+				body = fmt.Sprintf(`{"message":{"token":"dev","notification":{"title":"hi %d"}}}`, n.Add(1))
+			}
+			return request(key, bearer, body)
+		},
+		Accepted: http.StatusOK, Throttled: http.StatusTooManyRequests,
+		Check: func(t testing.TB, status int, h http.Header, body []byte) {
+			var ok struct{ Name string }
+			var b fcmtest.ErrorBody
+			if h.Get("Content-Type") != "application/json; charset=UTF-8" || json.Unmarshal(body, &ok) != nil ||
+				json.Unmarshal(body, &b) != nil || (status == 200 && !strings.Contains(ok.Name, "/messages/")) ||
+				(status == 429 && (b.Error.Status != "RESOURCE_EXHAUSTED" ||
+					detail(b, "FcmError")["errorCode"] != "QUOTA_EXCEEDED" || detail(b, "QuotaFailure") == nil)) {
+				t.Errorf("HTTP %d %q %s: want a message name for a 200, QUOTA_EXCEEDED for a 429", status, h.Get("Content-Type"), body)
+			}
+		},
+		StatsFields: []string{"delivered", "throttled", "device_throttled", "unregistered", "third_party_auth", "invalid",
+			"server_errors", "duplicates", "max_1s", "first", "last"},
+	})
 }
 
 // TestThrottleBodies: the project throttle in both shapes, the device
@@ -511,74 +487,5 @@ func TestDuplicates(t *testing.T) {
 	if len(arr) != 7 || arr[2].ID != "a" || arr[4].ID != "" || arr[5].Status != 429 || !arr[5].Throttled ||
 		arr[6].Key != "q" || arr[0].To != "d1" || arr[3].To != "d2" {
 		t.Errorf("arrivals = %+v", arr)
-	}
-}
-
-func TestSetRate(t *testing.T) {
-	s := fcmtest.New(fcmtest.Config{Rate: 0.001, Burst: 1, Token: bearer})
-	accepted := func(project string) bool { return post(s, project, bearer, msg("dev", "")).Code == 200 }
-	if !accepted("a") || accepted("a") || !accepted("b") || accepted("b") {
-		t.Fatal("burst 1 not enforced")
-	}
-	s.SetRate("a", 0) // unlimited for a only
-	for range 10 {
-		if !accepted("a") {
-			t.Fatal("a refused after SetRate(a, 0)")
-		}
-	}
-	if accepted("b") {
-		t.Fatal("b accepted: SetRate(a) changed b")
-	}
-	s.SetRate("", 0) // unlimited for all, and for new projects
-	if !accepted("b") || !accepted("c") || !accepted("c") {
-		t.Fatal(`refused after SetRate("", 0)`)
-	}
-}
-
-func TestLatency(t *testing.T) {
-	s := fcmtest.New(fcmtest.Config{Latency: 50 * time.Millisecond, Token: bearer})
-	start := time.Now()
-	post(s, "p", bearer, msg("dev", ""))
-	if d := time.Since(start); d < 50*time.Millisecond {
-		t.Errorf("answered after %v, want at least 50ms", d)
-	}
-}
-
-// TestStatsEndpoint: GET /_stats serves Stats, and FetchStats reads it.
-func TestStatsEndpoint(t *testing.T) {
-	s := fcmtest.NewServer(fcmtest.Config{Rate: 0.001, Burst: 2, Token: bearer})
-	defer s.Close()
-	for _, id := range []string{"a", "a", "b"} {
-		req, _ := http.NewRequest("POST", s.URL()+"/v1/projects/k/messages:send", bytes.NewBufferString(msg("dev", id)))
-		req.Header.Set("Authorization", "Bearer "+bearer)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-	}
-	got, err := fcmtest.FetchStats(t.Context(), nil, s.URL()+"/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := s.Stats()
-	k := got["k"]
-	if len(got) != 1 || k.Delivered != 2 || k.Throttled != 1 || k.Duplicates != 1 || k.Max1s != 2 ||
-		!k.First.Equal(want["k"].First) || !k.Last.Equal(want["k"].Last) {
-		t.Errorf("FetchStats = %+v, Stats = %+v", got, want)
-	}
-	resp, err := http.Get(s.URL() + "/_stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var raw map[string]map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"delivered", "throttled", "device_throttled", "unregistered", "duplicates", "max_1s", "first", "last"} {
-		if _, ok := raw["k"][f]; !ok {
-			t.Errorf("/_stats has no %q: %v", f, raw)
-		}
 	}
 }

@@ -11,7 +11,7 @@ func at(d time.Duration) func() time.Time { return func() time.Time { return t0.
 
 // sendAt records one send of project "p" to token at d after t0.
 func (s *Server) sendAt(token string, d time.Duration) outcome {
-	return s.arrive("p", token, true, "", [32]byte{byte(len(s.arrivals))}, at(d))
+	return s.arrive("p", token, true, "", [32]byte{byte(len(s.Arrivals()))}, at(d))
 }
 
 // TestDeviceBucket: a device refusal gives the project token back, and a

@@ -11,10 +11,14 @@
 // ([NoSecrets], [PEMLines]) and that a provider's long message is cut to
 // 200 bytes of valid UTF-8 ([LongMessage], [CheckTruncated]).
 //
-// It is imported only by the adapters' _test.go files. Each adapter still
-// checks its own error fields (Channel, Code, Scope…) through its own
-// sendErr: the helpers here take a send function so that those checks run
-// too.
+// For the fake providers (channels/*/*test) it holds [CheckFake], the
+// checks every fake passes (strict buckets, latency, duplicates, /_stats,
+// /_admin/rate), and the helpers their tests share: [Request], [Bearer] and
+// [Serve] build and serve a request, [Clock] is a settable clock.
+//
+// It is imported only by _test.go files. Each adapter still checks its own
+// error fields (Channel, Code, Scope…) through its own sendErr: the helpers
+// here take a send function so that those checks run too.
 package channeltest
 
 import (
@@ -320,4 +324,27 @@ func CheckReuse(t *testing.T, h http.Handler, newSend func(baseURL string) func(
 		}
 		ts.Close()
 	}
+}
+
+// Clock is a settable clock for an adapter and a fake that take a Now
+// func: it reads Start plus the offset last given to Set. Safe for
+// concurrent use.
+type Clock struct {
+	Start time.Time
+	mu    sync.Mutex
+	d     time.Duration
+}
+
+// Now returns c.Start plus the offset last set.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Start.Add(c.d)
+}
+
+// Set moves c to d after c.Start.
+func (c *Clock) Set(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.d = d
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -100,4 +101,30 @@ func TestCheckContext(t *testing.T) {
 		<-ctx.Done()
 		return fmt.Errorf("send: %w", ctx.Err())
 	})
+}
+
+func TestClock(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := &Clock{Start: t0}
+	if !c.Now().Equal(t0) {
+		t.Errorf("Now = %v, want the start %v", c.Now(), t0)
+	}
+	c.Set(time.Minute)
+	c.Set(time.Hour) // from the start, not from the last offset
+	if !c.Now().Equal(t0.Add(time.Hour)) {
+		t.Errorf("Now = %v, want start + 1h", c.Now())
+	}
+}
+
+func TestRequest(t *testing.T) {
+	r := Request("POST", "/x?a=1", "body", "A", "1", "B", "", "Authorization", Bearer("tok"), "C", Bearer(""))
+	b, _ := io.ReadAll(r.Body)
+	if r.Method != "POST" || r.URL.RequestURI() != "/x?a=1" || string(b) != "body" || r.Header.Get("A") != "1" ||
+		r.Header.Get("Authorization") != "Bearer tok" || len(r.Header) != 2 {
+		t.Errorf("request %s %s %q, header %v", r.Method, r.URL, b, r.Header)
+	}
+	w := Serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) }), r)
+	if w.Code != http.StatusTeapot {
+		t.Errorf("Serve: HTTP %d, want 418", w.Code)
+	}
 }

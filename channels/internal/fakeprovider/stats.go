@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -21,9 +22,11 @@ type KeyStats struct {
 }
 
 // Stats records requests per key and sums them up as [KeyStats]. The zero
-// value is empty and ready to use. Stats is not safe for concurrent use,
-// and expects Record's times in non-decreasing order.
+// value is empty and ready to use. Stats is safe for concurrent use; it
+// expects Record's times in non-decreasing order, which the fakes keep by
+// reading the time and recording under their own lock.
 type Stats struct {
+	mu   sync.Mutex
 	keys map[string]*keyStats
 }
 
@@ -44,6 +47,8 @@ const maxStale = 1024
 // was accepted before counts as a duplicate. Max1s counts accepted requests
 // only.
 func (s *Stats) Record(key, id string, at time.Time, throttled bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	k := s.key(key)
 	if throttled {
 		k.Throttled++
@@ -75,10 +80,13 @@ func (s *Stats) Record(key, id string, at time.Time, throttled bool) {
 // RecordFailed records a request of key answered with an injected server
 // error (HTTP 500): neither delivered nor throttled.
 func (s *Stats) RecordFailed(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.key(key).Failed++
 }
 
-// key returns the running statistics of key, created empty if new.
+// key returns the running statistics of key, created empty if new. s.mu
+// must be held.
 func (s *Stats) key(key string) *keyStats {
 	if s.keys == nil {
 		s.keys = map[string]*keyStats{}
@@ -93,6 +101,8 @@ func (s *Stats) key(key string) *keyStats {
 
 // Has reports whether a request of key was recorded.
 func (s *Stats) Has(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	_, ok := s.keys[key]
 	return ok
 }
@@ -100,6 +110,8 @@ func (s *Stats) Has(key string) bool {
 // Snapshot returns the statistics of every key recorded so far; a new,
 // non-nil map.
 func (s *Stats) Snapshot() map[string]KeyStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	m := make(map[string]KeyStats, len(s.keys))
 	for key, k := range s.keys {
 		m[key] = k.KeyStats
@@ -108,41 +120,48 @@ func (s *Stats) Snapshot() map[string]KeyStats {
 }
 
 // StatsHandler returns a handler that answers every request with stats()
-// encoded as JSON (HTTP 200, Content-Type application/json). The fakes
-// mount it at GET /_stats.
+// encoded as JSON (HTTP 200, Content-Type application/json). [Setup]
+// mounts it at GET /_stats.
 func StatsHandler[T any](stats func() T) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(stats())
+		WriteJSON(w, http.StatusOK, stats())
 	})
 }
 
 // FetchStats reads GET {baseURL}/_stats and decodes its JSON body into a T.
 // A nil hc means http.DefaultClient. It returns an error for a transport
-// failure, a status other than 200 or a body that does not decode. The
-// error text starts "fetch stats: " with no package name, so that each
-// fake prefixes its own (for example "whatsapptest: fetch stats: HTTP 500");
-// transport and decode errors are wrapped.
-func FetchStats[T any](ctx context.Context, hc *http.Client, baseURL string) (T, error) {
+// failure, a status other than 200 or a body that does not decode, its
+// text starting with pkg, the fake's package name ("whatsapptest: fetch
+// stats: HTTP 500"); transport and decode errors are wrapped.
+func FetchStats[T any](ctx context.Context, hc *http.Client, baseURL, pkg string) (T, error) {
+	var zero T
+	v, err := fetchStats[T](ctx, hc, baseURL)
+	if err != nil {
+		return zero, fmt.Errorf("%s: fetch stats: %w", pkg, err)
+	}
+	return v, nil
+}
+
+func fetchStats[T any](ctx context.Context, hc *http.Client, baseURL string) (T, error) {
 	var v T
 	if hc == nil {
 		hc = http.DefaultClient
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/_stats", nil)
 	if err != nil {
-		return v, fmt.Errorf("fetch stats: %w", err)
+		return v, err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return v, fmt.Errorf("fetch stats: %w", err)
+		return v, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return v, fmt.Errorf("fetch stats: HTTP %d", resp.StatusCode)
+		return v, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
 		var zero T
-		return zero, fmt.Errorf("fetch stats: %w", err)
+		return zero, err
 	}
 	return v, nil
 }

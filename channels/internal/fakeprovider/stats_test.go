@@ -128,7 +128,7 @@ func TestStatsRoundTrip(t *testing.T) {
 	ts := httptest.NewServer(StatsHandler(s.Snapshot))
 	defer ts.Close()
 
-	got, err := FetchStats[map[string]KeyStats](t.Context(), nil, ts.URL+"/")
+	got, err := FetchStats[map[string]KeyStats](t.Context(), nil, ts.URL+"/", "faketest")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,19 +168,19 @@ func TestFetchStatsErrors(t *testing.T) {
 		handler http.HandlerFunc
 		want    string
 	}{
-		{"status", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) }, "fetch stats: HTTP 418"},
-		{"body", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("{")) }, "fetch stats: unexpected EOF"},
+		{"status", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) }, "faketest: fetch stats: HTTP 418"},
+		{"body", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("{")) }, "faketest: fetch stats: unexpected EOF"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ts := httptest.NewServer(c.handler)
 			defer ts.Close()
-			m, err := FetchStats[map[string]KeyStats](t.Context(), ts.Client(), ts.URL)
+			m, err := FetchStats[map[string]KeyStats](t.Context(), ts.Client(), ts.URL, "faketest")
 			if err == nil || err.Error() != c.want || m != nil {
 				t.Errorf("FetchStats = %v, %v; want nil, %q", m, err, c.want)
 			}
 		})
 	}
-	if _, err := FetchStats[map[string]KeyStats](t.Context(), nil, "http://\x00"); err == nil || !strings.HasPrefix(err.Error(), "fetch stats: ") {
+	if _, err := FetchStats[map[string]KeyStats](t.Context(), nil, "http://\x00", "faketest"); err == nil || !strings.HasPrefix(err.Error(), "faketest: fetch stats: ") {
 		t.Errorf("bad URL: err = %v", err)
 	}
 }

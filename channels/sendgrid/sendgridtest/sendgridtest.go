@@ -17,7 +17,8 @@
 // by name; without it, it accepts any key and reports by [KeyID].
 //
 // GET /_stats returns [Server.Stats] as JSON, for tests that run the fake in
-// another process; [FetchStats] reads it.
+// another process; [FetchStats] reads it. POST /_admin/rate?key=K&rate=R
+// calls [Server.SetRate] while it runs.
 //
 // Like SendGrid it also answers 406 to a request without an Accept header,
 // 403 "You are temporarily blocked ..." to an API key that sent too many bad
@@ -34,7 +35,6 @@ package sendgridtest
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -42,7 +42,6 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -113,10 +112,10 @@ func KeyID(secret string) string {
 
 // Server is a fake Mail Send API. Build it with [New] to mount
 // [Server.Handler] yourself, or with [NewServer] to get a listening
-// httptest server.
+// httptest server. Its URL, Client, Close, Handler, ServeHTTP and Arrivals
+// are the methods every fake provider shares.
 type Server struct {
-	ts      *httptest.Server // nil when built by New
-	mux     *http.ServeMux
+	fakeprovider.Fake[Arrival]
 	latency time.Duration
 	names   map[string]string // secret -> name; nil accepts any key
 	prefix  string            // random, keeps message ids unique across servers
@@ -125,13 +124,12 @@ type Server struct {
 	blockFor   time.Duration
 	regional   map[string]bool
 
-	mu       sync.Mutex
-	bad      map[string]int        // API key name -> bad requests in a row
-	blocked  map[string]time.Time  // API key name -> end of its block
-	limits   *fakeprovider.Limiter // one bucket per API key name
-	stats    fakeprovider.Stats    // by API key name
-	arrivals []Arrival
-	seq      uint64
+	mu      sync.Mutex
+	bad     map[string]int        // API key name -> bad requests in a row
+	blocked map[string]time.Time  // API key name -> end of its block
+	limits  *fakeprovider.Limiter // one bucket per API key name
+	stats   fakeprovider.Stats    // by API key name
+	seq     uint64
 }
 
 // New returns a Server for cfg without a listener: serve [Server.Handler]
@@ -139,12 +137,9 @@ type Server struct {
 // Config.APIKeys share a secret, the fake reports it under the first name
 // in sorted order.
 func New(cfg Config) *Server {
-	var b [6]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	s := &Server{
-		mux:     http.NewServeMux(),
 		latency: cfg.Latency,
-		prefix:  hex.EncodeToString(b[:]),
+		prefix:  fakeprovider.RandHex(6),
 		limits:  fakeprovider.NewLimiter(cfg.Rate, cfg.Burst),
 
 		blockAfter: cfg.BlockAfter,
@@ -165,44 +160,17 @@ func New(cfg Config) *Server {
 			s.names[cfg.APIKeys[name]] = name
 		}
 	}
-	s.mux.HandleFunc("POST /v3/mail/send", s.send)
-	s.mux.Handle("GET /_stats", fakeprovider.StatsHandler(s.Stats))
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	fakeprovider.Setup(&s.Fake, s.Stats, s.SetRate, map[string]http.Handler{
+		"POST /v3/mail/send": http.HandlerFunc(s.send),
+	}, func(w http.ResponseWriter, r *http.Request) {
 		writeErrors(w, http.StatusNotFound, item("", "not found: "+r.Method+" "+r.URL.Path+" is not served by the fake", ""))
 	})
 	return s
 }
 
-// NewServer returns a Server for cfg listening on a local httptest server.
-// Call Close when done.
-func NewServer(cfg Config) *Server {
-	s := New(cfg)
-	s.ts = httptest.NewServer(s)
-	return s
-}
-
-// URL returns the base URL of a server built by [NewServer] (use it as
-// sendgrid.Config.BaseURL), or "" for one built by [New].
-func (s *Server) URL() string {
-	if s.ts == nil {
-		return ""
-	}
-	return s.ts.URL
-}
-
-// Close shuts down a server built by [NewServer] and waits for its
-// requests to finish. It does nothing for a server built by [New].
-func (s *Server) Close() {
-	if s.ts != nil {
-		s.ts.Close()
-	}
-}
-
-// Handler returns the fake as an http.Handler.
-func (s *Server) Handler() http.Handler { return s }
-
-// ServeHTTP serves the fake Mail Send API and GET /_stats.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// NewServer returns a Server for cfg listening on a local httptest server
+// (its URL is sendgrid.Config.BaseURL). Call Close when done.
+func NewServer(cfg Config) *Server { return fakeprovider.Listen(New(cfg)) }
 
 // SetRate sets the rate of API key key (its name, or its [KeyID]) in
 // requests per second, or of every key (current and future, dropping
@@ -237,40 +205,24 @@ func (s *Server) arrive(a Arrival, clock func() time.Time) verdict {
 	if !v.allowed {
 		v.reset = now.Add(b.Wait(now))
 		a.Throttled = true
-		s.arrivals = append(s.arrivals, a)
+		fakeprovider.Add(&s.Fake, a)
 		return v
 	}
 	s.seq++
 	// 22 characters, like SendGrid's ids (for example "W_9qHD2LQKSR6ucD1A2R_w").
 	v.messageID = fmt.Sprintf("%s%010d", s.prefix, s.seq)
 	a.MessageID = v.messageID
-	s.arrivals = append(s.arrivals, a)
+	fakeprovider.Add(&s.Fake, a)
 	return v
-}
-
-// Arrivals returns a copy of every valid request received so far, in
-// arrival order. Requests refused for their key or body are not in it.
-func (s *Server) Arrivals() []Arrival {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Arrival(nil), s.arrivals...)
 }
 
 // Stats returns the statistics of every API key seen so far, by name (or
 // [KeyID]).
-func (s *Server) Stats() map[string]KeyStats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stats.Snapshot()
-}
+func (s *Server) Stats() map[string]KeyStats { return s.stats.Snapshot() }
 
 // FetchStats reads GET {baseURL}/_stats from a fake running elsewhere.
 func FetchStats(ctx context.Context, hc *http.Client, baseURL string) (map[string]KeyStats, error) {
-	m, err := fakeprovider.FetchStats[map[string]KeyStats](ctx, hc, baseURL)
-	if err != nil {
-		return nil, fmt.Errorf("sendgridtest: %w", err)
-	}
-	return m, nil
+	return fakeprovider.FetchStats[map[string]KeyStats](ctx, hc, baseURL, "sendgridtest")
 }
 
 // Messages of the errors the fake answers with. The 400 texts are
@@ -506,7 +458,5 @@ func item(field, msg, help string) ErrorItem {
 
 // writeErrors answers status with an errors body.
 func writeErrors(w http.ResponseWriter, status int, list ...ErrorItem) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(ErrorBody{Errors: list})
+	fakeprovider.WriteJSON(w, status, ErrorBody{Errors: list})
 }

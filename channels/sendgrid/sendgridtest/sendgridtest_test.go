@@ -3,7 +3,6 @@ package sendgridtest_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacerhq/pacer/channels/internal/channeltest"
 	"github.com/pacerhq/pacer/channels/sendgrid/sendgridtest"
 )
 
@@ -21,21 +21,17 @@ const (
 	keyName = "marketing"
 )
 
+// request returns a request of body to /v3/mail/send with the bearer key
+// (none if "") and the header pairs, as the sendgrid adapter sends it.
+func request(bearer, body string, header ...string) *http.Request {
+	return channeltest.Request("POST", "/v3/mail/send", body, append([]string{"Content-Type", "application/json",
+		"Accept", "application/json", "Authorization", channeltest.Bearer(bearer)}, header...)...)
+}
+
 // post sends body to /v3/mail/send on h with the bearer key (none if "")
 // and returns the recorded answer.
 func post(h http.Handler, bearer, body string, header ...string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest("POST", "/v3/mail/send", strings.NewReader(body))
-	r.Header.Set("Content-Type", "application/json")
-	r.Header.Set("Accept", "application/json")
-	if bearer != "" {
-		r.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		r.Header.Set(header[i], header[i+1])
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
+	return channeltest.Serve(h, request(bearer, body, header...))
 }
 
 // mail returns a valid Mail Send body to one recipient with pacer_id id
@@ -74,64 +70,69 @@ func fields(b sendgridtest.ErrorBody) []string {
 	return out
 }
 
-// TestLimitEnforced: 2×burst requests at once get exactly burst accepted,
-// over real HTTP and from concurrent senders, and every refusal is
-// SendGrid's 429.
-func TestLimitEnforced(t *testing.T) {
-	const burst = 20
-	s := sendgridtest.NewServer(sendgridtest.Config{Rate: 0.001, Burst: burst, // refills 1 per 1000 s
-		APIKeys: map[string]string{keyName: secret}})
-	defer s.Close()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		codes = map[int]int{}
-		ids   = map[string]bool{}
-	)
-	start := time.Now()
-	for i := range 2 * burst {
-		wg.Go(func() {
-			req, _ := http.NewRequest("POST", s.URL()+"/v3/mail/send", strings.NewReader(mail("a@example.com", fmt.Sprint("id-", i))))
-			req.Header.Set("Authorization", "Bearer "+secret)
-			req.Header.Set("Accept", "application/json")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
+// TestFake runs the checks every fake passes, with SendGrid's answers: a
+// 202 with no body and a new 22-character X-Message-Id, a 429 with its
+// body and X-RateLimit headers.
+func TestFake(t *testing.T) {
+	var mu sync.Mutex
+	ids := map[string]bool{}
+	keys := map[string]string{}
+	for _, k := range channeltest.FakeKeys {
+		keys[k] = "SG." + k
+	}
+	channeltest.CheckFake(t, channeltest.Fake[sendgridtest.KeyStats, sendgridtest.Arrival]{
+		New: func(c channeltest.FakeConfig) channeltest.FakeServer[sendgridtest.KeyStats, sendgridtest.Arrival] {
+			cfg := sendgridtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, APIKeys: keys}
+			if c.Listen {
+				return sendgridtest.NewServer(cfg)
 			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			mu.Lock()
-			defer mu.Unlock()
-			codes[resp.StatusCode]++
-			h := resp.Header
-			switch resp.StatusCode {
+			return sendgridtest.New(cfg)
+		},
+		FetchStats: sendgridtest.FetchStats,
+		Common:     func(k sendgridtest.KeyStats) sendgridtest.KeyStats { return k },
+		Arrival:    func(a sendgridtest.Arrival) (string, bool) { return a.Key, a.Throttled },
+		Request:    func(key, id string) *http.Request { return request("SG."+key, mail("a@example.com", id)) },
+		Accepted:   http.StatusAccepted, Throttled: http.StatusTooManyRequests,
+		Check: func(t testing.TB, status int, h http.Header, body []byte) {
+			switch status {
 			case 202:
 				id := h.Get("X-Message-Id")
-				if len(body) != 0 || len(id) != 22 || ids[id] {
-					t.Errorf("202 body %q id %q (seen %v)", body, id, ids[id])
-				}
+				mu.Lock()
+				seen := ids[id]
 				ids[id] = true
+				mu.Unlock()
+				if len(body) != 0 || len(id) != 22 || seen {
+					t.Errorf("202 body %q id %q (seen %v)", body, id, seen)
+				}
 			case 429:
+				limit, _ := strconv.Atoi(h.Get("X-RateLimit-Limit"))
 				reset, err := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64)
 				if string(body) != `{"errors":[{"field":null,"message":"too many requests"}]}`+"\n" ||
-					h.Get("X-RateLimit-Limit") != strconv.Itoa(burst) || h.Get("X-RateLimit-Remaining") != "0" ||
-					err != nil || reset < start.Unix()+990 || reset > time.Now().Unix()+1001 {
+					limit < 1 || h.Get("X-RateLimit-Remaining") != "0" || err != nil || reset <= 0 ||
+					h.Get("Content-Type") != "application/json" {
 					t.Errorf("429 body %s headers %v", body, h)
 				}
 			}
-		})
+		},
+		StatsFields: []string{"delivered", "throttled", "duplicates", "max_1s", "first", "last"},
+	})
+}
+
+// TestThrottleHeaders: a 429 says the bucket's capacity and, in Unix
+// seconds rounded up, when its next token comes.
+func TestThrottleHeaders(t *testing.T) {
+	const burst = 20
+	s := sendgridtest.New(sendgridtest.Config{Rate: 0.001, Burst: burst}) // refills 1 per 1000 s
+	start := time.Now()
+	for range burst {
+		post(s, secret, mail("a@example.com", ""))
 	}
-	wg.Wait()
-	if codes[202] != burst || codes[429] != burst {
-		t.Fatalf("statuses = %v; want %d×202 and %d×429", codes, burst, burst)
-	}
-	st := s.Stats()[keyName]
-	if st.Delivered != burst || st.Throttled != burst || st.Duplicates != 0 || st.Max1s != burst {
-		t.Errorf("stats = %+v", st)
-	}
-	if n := len(s.Arrivals()); n != 2*burst {
-		t.Errorf("%d arrivals, want %d", n, 2*burst)
+	w := post(s, secret, mail("a@example.com", ""))
+	h := w.Header()
+	reset, err := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64)
+	if w.Code != 429 || h.Get("X-RateLimit-Limit") != strconv.Itoa(burst) || h.Get("X-RateLimit-Remaining") != "0" ||
+		err != nil || reset < start.Unix()+990 || reset > time.Now().Unix()+1001 {
+		t.Errorf("HTTP %d headers %v", w.Code, h)
 	}
 }
 
@@ -149,28 +150,6 @@ func TestPerKeyBuckets(t *testing.T) {
 	}
 	if st := s.Stats(); len(st) != 2 || st["a"].Delivered != 1 || st["b"].Throttled != 1 {
 		t.Errorf("stats = %+v", st)
-	}
-}
-
-func TestDefaultBurst(t *testing.T) {
-	s := sendgridtest.New(sendgridtest.Config{Rate: 2.5}) // burst ceil(2.5) = 3
-	ok := 0
-	for range 6 {
-		if post(s, secret, mail("a@example.com", "")).Code == 202 {
-			ok++
-		}
-	}
-	if ok != 3 {
-		t.Errorf("accepted %d of 6, want 3", ok)
-	}
-}
-
-func TestUnlimited(t *testing.T) {
-	s := sendgridtest.New(sendgridtest.Config{})
-	for i := range 500 {
-		if w := post(s, secret, mail("a@example.com", "")); w.Code != 202 {
-			t.Fatalf("request %d: HTTP %d", i, w.Code)
-		}
 	}
 }
 
@@ -302,30 +281,22 @@ func TestTooLarge(t *testing.T) {
 	}
 }
 
-// TestDuplicates: an ID accepted twice counts once as a duplicate; a
-// throttled request and an empty ID never do, keys count separately, and a
-// mail-level pacer_id counts when personalizations[0] has none.
-func TestDuplicates(t *testing.T) {
-	keys := map[string]string{"k": "SG.k", "j": "SG.j"}
-	s := sendgridtest.New(sendgridtest.Config{Rate: 0.001, Burst: 5, APIKeys: keys})
+// TestMailLevelID: a mail-level pacer_id counts when personalizations[0]
+// has none (the checks of every fake run in TestFake), and an arrival
+// carries the id, the recipient and the message id, none when throttled.
+func TestMailLevelID(t *testing.T) {
+	s := sendgridtest.New(sendgridtest.Config{Rate: 0.001, Burst: 2})
 	top := `{"personalizations":[{"to":[{"email":"a@example.com"}]}],"custom_args":{"pacer_id":"a"},
 		"from":{"email":"f@example.org"},"template_id":"d-1"}`
-	for _, body := range []string{mail("a@example.com", "a"), mail("a@example.com", "b"), top, mail("a@example.com", ""),
-		mail("a@example.com", ""), mail("a@example.com", "c")} { // the 6th is throttled
-		post(s, "SG.k", body)
+	for _, body := range []string{mail("a@example.com", "a"), top, mail("b@example.com", "c")} { // the 3rd is throttled
+		post(s, secret, body)
 	}
-	post(s, "SG.k", mail("a@example.com", "b")) // throttled, not a duplicate
-	post(s, "SG.j", mail("a@example.com", "a")) // other key
-	st := s.Stats()
-	if k := st["k"]; k.Delivered != 5 || k.Throttled != 2 || k.Duplicates != 1 {
-		t.Errorf("k: %+v; want 5 delivered, 2 throttled, 1 duplicate", k)
-	}
-	if j := st["j"]; j.Delivered != 1 || j.Duplicates != 0 {
-		t.Errorf("j: %+v; want 1 delivered, 0 duplicates", j)
+	if k := s.Stats()[sendgridtest.KeyID(secret)]; k.Delivered != 2 || k.Throttled != 1 || k.Duplicates != 1 {
+		t.Errorf("stats: %+v; want 2 delivered, 1 throttled, 1 duplicate", k)
 	}
 	arr := s.Arrivals()
-	if len(arr) != 8 || arr[2].ID != "a" || !arr[5].Throttled || arr[5].MessageID != "" || arr[7].Key != "j" ||
-		arr[0].To != "a@example.com" || arr[0].MessageID == "" {
+	if len(arr) != 3 || arr[1].ID != "a" || arr[0].To != "a@example.com" || arr[0].MessageID == "" ||
+		!arr[2].Throttled || arr[2].MessageID != "" || arr[2].ID != "c" || arr[2].To != "b@example.com" {
 		t.Errorf("arrivals = %+v", arr)
 	}
 }
@@ -336,36 +307,6 @@ func TestOnBehalfOfRecorded(t *testing.T) {
 	post(s, secret, mail("a@example.com", ""))
 	if arr := s.Arrivals(); len(arr) != 2 || arr[0].OnBehalfOf != "sub1" || arr[1].OnBehalfOf != "" {
 		t.Errorf("arrivals = %+v", arr)
-	}
-}
-
-func TestSetRate(t *testing.T) {
-	s := sendgridtest.New(sendgridtest.Config{Rate: 0.001, Burst: 1, APIKeys: map[string]string{"a": "SG.a", "b": "SG.b", "c": "SG.c"}})
-	accepted := func(key string) bool { return post(s, "SG."+key, mail("a@example.com", "")).Code == 202 }
-	if !accepted("a") || accepted("a") || !accepted("b") || accepted("b") {
-		t.Fatal("burst 1 not enforced")
-	}
-	s.SetRate("a", 0) // unlimited for a only
-	for range 10 {
-		if !accepted("a") {
-			t.Fatal("a refused after SetRate(a, 0)")
-		}
-	}
-	if accepted("b") {
-		t.Fatal("b accepted: SetRate(a) changed b")
-	}
-	s.SetRate("", 0) // unlimited for all, and for new keys
-	if !accepted("b") || !accepted("c") || !accepted("c") {
-		t.Fatal(`refused after SetRate("", 0)`)
-	}
-}
-
-func TestLatency(t *testing.T) {
-	s := sendgridtest.New(sendgridtest.Config{Latency: 50 * time.Millisecond})
-	start := time.Now()
-	post(s, secret, mail("a@example.com", ""))
-	if d := time.Since(start); d < 50*time.Millisecond {
-		t.Errorf("answered after %v, want at least 50ms", d)
 	}
 }
 
@@ -380,54 +321,5 @@ func TestNotServed(t *testing.T) {
 		if w.Code != 404 || decodeErrors(t, w).Errors[0].Field != nil {
 			t.Errorf("%s %s: HTTP %d %s; want 404", r.Method, r.URL.Path, w.Code, w.Body)
 		}
-	}
-}
-
-// TestStatsEndpoint: GET /_stats serves Stats, and FetchStats reads it.
-func TestStatsEndpoint(t *testing.T) {
-	s := sendgridtest.NewServer(sendgridtest.Config{Rate: 0.001, Burst: 2, APIKeys: map[string]string{keyName: secret}})
-	defer s.Close()
-	if s.Handler() != http.Handler(s) {
-		t.Error("Handler is not the server")
-	}
-	for _, id := range []string{"a", "a", "b"} {
-		req, _ := http.NewRequest("POST", s.URL()+"/v3/mail/send", strings.NewReader(mail("a@example.com", id)))
-		req.Header.Set("Authorization", "Bearer "+secret)
-		req.Header.Set("Accept", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-	}
-	got, err := sendgridtest.FetchStats(t.Context(), nil, s.URL()+"/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := s.Stats()
-	k := got[keyName]
-	if len(got) != 1 || k.Delivered != 2 || k.Throttled != 1 || k.Duplicates != 1 || k.Max1s != 2 ||
-		!k.First.Equal(want[keyName].First) || !k.Last.Equal(want[keyName].Last) {
-		t.Errorf("FetchStats = %+v, Stats = %+v", got, want)
-	}
-	resp, err := http.Get(s.URL() + "/_stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var raw map[string]map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"delivered", "throttled", "duplicates", "max_1s", "first", "last"} {
-		if _, ok := raw[keyName][f]; !ok {
-			t.Errorf("/_stats has no %q: %v", f, raw)
-		}
-	}
-	if _, err := sendgridtest.FetchStats(t.Context(), nil, s.URL()+"/nothing"); err == nil {
-		t.Error("FetchStats of a wrong URL: no error")
-	}
-	if u := sendgridtest.New(sendgridtest.Config{}).URL(); u != "" {
-		t.Errorf("URL of New = %q, want empty", u)
 	}
 }

@@ -25,14 +25,10 @@ package whatsapptest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
-	"math"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,10 +101,11 @@ type Arrival struct {
 type KeyStats = fakeprovider.KeyStats
 
 // Server is a fake Cloud API. Build it with [New] to mount [Server.Handler]
-// yourself, or with [NewServer] to get a listening httptest server.
+// yourself, or with [NewServer] to get a listening httptest server. Its
+// URL, Client, Close, Handler, ServeHTTP and Arrivals are the methods
+// every fake provider shares.
 type Server struct {
-	ts      *httptest.Server // nil when built by New
-	mux     *http.ServeMux
+	fakeprovider.Fake[Arrival]
 	latency time.Duration
 	token   string
 	status  int    // of a 130429 answer
@@ -126,21 +123,17 @@ type Server struct {
 	stats    fakeprovider.Stats // by phone-number ID
 	forced   map[string]int     // ThrottleNext(key, seconds)
 	fail     map[string]int     // FailNext(key, n)
-	arrivals []Arrival
 	seq      uint64
 }
 
 // New returns a Server for cfg without a listener: serve [Server.Handler]
 // on an address of your choice. Close is a no-op for it.
 func New(cfg Config) *Server {
-	var b [6]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	s := &Server{
-		mux:      http.NewServeMux(),
 		latency:  cfg.Latency,
 		token:    cfg.Token,
 		status:   cfg.ThrottleStatus,
-		prefix:   hex.EncodeToString(b[:]),
+		prefix:   fakeprovider.RandHex(6),
 		limits:   fakeprovider.NewLimiter(cfg.Rate, cfg.Burst),
 		pairs:    fakeprovider.NewLimiter(cfg.PairRate, cfg.PairBurst),
 		accounts: maps.Clone(cfg.Accounts),
@@ -156,40 +149,18 @@ func New(cfg Config) *Server {
 	if s.acctWin <= 0 {
 		s.acctWin = time.Hour
 	}
-	s.mux.HandleFunc("POST /{version}/{key}/messages", s.messages)
-	s.mux.Handle("GET /_stats", fakeprovider.StatsHandler(s.Stats))
-	s.mux.HandleFunc("POST /_admin/rate", s.adminRate)
-	s.mux.HandleFunc("POST /_admin/fail", s.adminFail)
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	fakeprovider.Setup(&s.Fake, s.Stats, s.SetRate, map[string]http.Handler{
+		"POST /{version}/{key}/messages": http.HandlerFunc(s.messages),
+		"POST /_admin/fail":              http.HandlerFunc(s.adminFail),
+	}, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, 100, "Unsupported request", r.Method+" "+r.URL.Path+" is not served by the fake")
 	})
 	return s
 }
 
-// NewServer returns a Server for cfg listening on a local httptest server.
-// Call Close when done.
-func NewServer(cfg Config) *Server {
-	s := New(cfg)
-	s.ts = httptest.NewServer(s)
-	return s
-}
-
-// URL returns the base URL of a server built by [NewServer] (use it as
-// whatsapp.Config.BaseURL), or "" for one built by [New].
-func (s *Server) URL() string {
-	if s.ts == nil {
-		return ""
-	}
-	return s.ts.URL
-}
-
-// Close shuts down a server built by [NewServer] and waits for its
-// requests to finish. It does nothing for a server built by [New].
-func (s *Server) Close() {
-	if s.ts != nil {
-		s.ts.Close()
-	}
-}
+// NewServer returns a Server for cfg listening on a local httptest server
+// (its URL is whatsapp.Config.BaseURL). Call Close when done.
+func NewServer(cfg Config) *Server { return fakeprovider.Listen(New(cfg)) }
 
 // ThrottleNext makes the next request for key answer 130429 with a
 // Retry-After header of seconds, whatever the bucket holds (Meta documents
@@ -203,12 +174,6 @@ func (s *Server) ThrottleNext(key string, seconds int) {
 // InFlight returns how many requests the fake is answering right now
 // (received, answer not yet written).
 func (s *Server) InFlight() int { return int(s.inflight.Load()) }
-
-// Handler returns the fake as an http.Handler.
-func (s *Server) Handler() http.Handler { return s }
-
-// ServeHTTP serves the fake Cloud API and GET /_stats.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 // SetRate sets the rate of phone-number ID key in messages per second, or
 // of every key (current and future, dropping per-key rates) if key is "".
@@ -228,19 +193,6 @@ func (s *Server) FailNext(key string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.fail[key] += n
-}
-
-// adminRate serves POST /_admin/rate?key=K&rate=R: [Server.SetRate](K, R);
-// key empty or absent means every key. It answers 204, or 400 naming a bad
-// rate.
-func (s *Server) adminRate(w http.ResponseWriter, r *http.Request) {
-	rate, err := strconv.ParseFloat(r.FormValue("rate"), 64)
-	if err != nil || math.IsNaN(rate) || math.IsInf(rate, 0) {
-		http.Error(w, "rate must be a number of messages per second (0 = unlimited)", http.StatusBadRequest)
-		return
-	}
-	s.SetRate(r.FormValue("key"), rate)
-	w.WriteHeader(http.StatusNoContent)
 }
 
 // adminFail serves POST /_admin/fail?key=K&n=N: [Server.FailNext](K, N).
@@ -303,7 +255,7 @@ func (s *Server) arrive(key, to, id string, clock func() time.Time) int {
 		}
 	}
 	throttled := code != 0 && code != 131000
-	s.arrivals = append(s.arrivals, Arrival{Key: key, To: to, ID: id, At: now, Throttled: throttled, Code: code})
+	fakeprovider.Add(&s.Fake, Arrival{Key: key, To: to, ID: id, At: now, Throttled: throttled, Code: code})
 	if code == 131000 {
 		s.stats.RecordFailed(key) // injected by FailNext: a failure, not a throttle
 	} else {
@@ -312,29 +264,13 @@ func (s *Server) arrive(key, to, id string, clock func() time.Time) int {
 	return code
 }
 
-// Arrivals returns a copy of every valid request received so far, in
-// arrival order. Requests refused for their token or body are not in it.
-func (s *Server) Arrivals() []Arrival {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Arrival(nil), s.arrivals...)
-}
-
 // Stats returns the statistics of every phone-number ID seen so far.
-func (s *Server) Stats() map[string]KeyStats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stats.Snapshot()
-}
+func (s *Server) Stats() map[string]KeyStats { return s.stats.Snapshot() }
 
 // FetchStats reads GET {baseURL}/_stats from a fake running elsewhere, such
-// as in `pacer fake-provider whatsapp --addr`.
+// as in `pacer fake-provider --channel whatsapp`.
 func FetchStats(ctx context.Context, hc *http.Client, baseURL string) (map[string]KeyStats, error) {
-	m, err := fakeprovider.FetchStats[map[string]KeyStats](ctx, hc, baseURL)
-	if err != nil {
-		return nil, fmt.Errorf("whatsapptest: %w", err)
-	}
-	return m, nil
+	return fakeprovider.FetchStats[map[string]KeyStats](ctx, hc, baseURL, "whatsapptest")
 }
 
 // messages serves POST /{version}/{key}/messages.
@@ -368,7 +304,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	secs, forced := s.forced[key]
 	if forced {
 		delete(s.forced, key)
-		s.arrivals = append(s.arrivals, Arrival{Key: key, To: to, ID: id, At: time.Now(), Throttled: true})
+		fakeprovider.Add(&s.Fake, Arrival{Key: key, To: to, ID: id, At: time.Now(), Throttled: true})
 		if s.stats.Has(key) { // a key never seen stays unknown
 			s.stats.Record(key, id, time.Now(), true)
 		}
@@ -404,8 +340,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	s.seq++
 	wamid := fmt.Sprintf("wamid.FAKE%s%012d", s.prefix, s.seq)
 	s.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(success{
+	fakeprovider.WriteJSON(w, http.StatusOK, success{
 		MessagingProduct: "whatsapp",
 		Contacts:         []contact{{Input: to, WaID: strings.TrimPrefix(to, "+")}},
 		Messages:         []message{{ID: wamid, MessageStatus: "accepted"}},
@@ -455,10 +390,6 @@ func writeError(w http.ResponseWriter, status, code int, msg, details string) {
 			Details          string `json:"details"`
 		}{"whatsapp", details}
 	}
-	var t [8]byte
-	_, _ = rand.Read(t[:])
-	b.Error.FBTraceID = "A" + hex.EncodeToString(t[:])
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(b)
+	b.Error.FBTraceID = "A" + fakeprovider.RandHex(8)
+	fakeprovider.WriteJSON(w, status, b)
 }

@@ -1,31 +1,29 @@
 package whatsapptest_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/pacerhq/pacer/channels/internal/channeltest"
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 )
 
+// request returns a request of body to /v21.0/{key}/messages with the
+// bearer token (none if ""), as the whatsapp adapter sends it.
+func request(key, bearer, body string) *http.Request {
+	return channeltest.Request("POST", "/v21.0/"+key+"/messages", body,
+		"Content-Type", "application/json", "Authorization", channeltest.Bearer(bearer))
+}
+
 // post sends body to /v21.0/{key}/messages on h and returns the recorded answer.
 func post(h http.Handler, key, bearer, body string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest("POST", "/v21.0/"+key+"/messages", strings.NewReader(body))
-	r.Header.Set("Content-Type", "application/json")
-	if bearer != "" {
-		r.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
+	return channeltest.Serve(h, request(key, bearer, body))
 }
 
 func text(to, id string) string {
@@ -42,67 +40,35 @@ func decodeError(t *testing.T, w *httptest.ResponseRecorder) whatsapptest.ErrorB
 	return b
 }
 
-// TestLimitEnforced: 2×burst requests at once get exactly burst accepted,
-// over real HTTP and from concurrent senders.
-func TestLimitEnforced(t *testing.T) {
-	const burst = 20
-	s := whatsapptest.NewServer(whatsapptest.Config{Rate: 0.001, Burst: burst}) // refills 1 per 1000 s
-	defer s.Close()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	codes := map[int]int{}
-	for i := range 2 * burst {
-		wg.Go(func() {
-			resp, err := http.Post(s.URL()+"/v21.0/111/messages", "application/json",
-				strings.NewReader(text("+15550001", fmt.Sprint("id-", i))))
-			if err != nil {
-				t.Error(err)
-				return
+// TestFake runs the checks every fake passes.
+func TestFake(t *testing.T) {
+	channeltest.CheckFake(t, channeltest.Fake[whatsapptest.KeyStats, whatsapptest.Arrival]{
+		New: func(c channeltest.FakeConfig) channeltest.FakeServer[whatsapptest.KeyStats, whatsapptest.Arrival] {
+			cfg := whatsapptest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency}
+			if c.Listen {
+				return whatsapptest.NewServer(cfg)
 			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			mu.Lock()
-			codes[resp.StatusCode]++
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	if codes[200] != burst || codes[429] != burst {
-		t.Fatalf("statuses = %v; want %d×200 and %d×429", codes, burst, burst)
-	}
-	st := s.Stats()["111"]
-	if st.Delivered != burst || st.Throttled != burst || st.Duplicates != 0 || st.Max1s != burst {
-		t.Errorf("stats = %+v", st)
-	}
-	if n := len(s.Arrivals()); n != 2*burst {
-		t.Errorf("%d arrivals, want %d", n, 2*burst)
-	}
-	// Another key has its own bucket.
-	if w := post(s, "222", "", text("+15550001", "x")); w.Code != 200 {
-		t.Errorf("other key: HTTP %d", w.Code)
-	}
-}
-
-func TestDefaultBurst(t *testing.T) {
-	s := whatsapptest.New(whatsapptest.Config{Rate: 2.5}) // burst ceil(2.5) = 3
-	ok := 0
-	for range 6 {
-		if post(s, "k", "", text("+1555", "")).Code == 200 {
-			ok++
-		}
-	}
-	if ok != 3 {
-		t.Errorf("accepted %d of 6, want 3", ok)
-	}
-}
-
-func TestUnlimited(t *testing.T) {
-	s := whatsapptest.New(whatsapptest.Config{})
-	for i := range 500 {
-		if w := post(s, "k", "", text("+1555", "")); w.Code != 200 {
-			t.Fatalf("request %d: HTTP %d", i, w.Code)
-		}
-	}
+			return whatsapptest.New(cfg)
+		},
+		FetchStats: whatsapptest.FetchStats,
+		Common:     func(k whatsapptest.KeyStats) whatsapptest.KeyStats { return k },
+		Arrival:    func(a whatsapptest.Arrival) (string, bool) { return a.Key, a.Throttled },
+		Request: func(key, id string) *http.Request {
+			return request(key, "", text("+1555000", id))
+		},
+		Accepted: http.StatusOK, Throttled: http.StatusTooManyRequests,
+		Check: func(t testing.TB, status int, h http.Header, body []byte) {
+			if ct := h.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("HTTP %d: Content-Type %q", status, ct)
+			}
+			var b whatsapptest.ErrorBody
+			if err := json.Unmarshal(body, &b); err != nil || (status == 200) != (b.Error.Code == 0) ||
+				(status == 429 && b.Error.Code != 130429) {
+				t.Errorf("HTTP %d %s: want 130429 for a 429, no error for a 200", status, body)
+			}
+		},
+		StatsFields: []string{"delivered", "throttled", "failed", "duplicates", "max_1s", "first", "last"},
+	})
 }
 
 // TestThrottleBody: beyond the bucket the fake answers Meta's 130429 body.
@@ -121,6 +87,10 @@ func TestThrottleBody(t *testing.T) {
 			b.ErrorData == nil || b.ErrorData.MessagingProduct != "whatsapp" ||
 			b.ErrorData.Details != "Cloud API message throughput has been reached." || b.FBTraceID == "" {
 			t.Errorf("body = %s", w.Body)
+		}
+		if a := s.Arrivals(); len(a) != 2 || a[0].ID != "a" || a[0].Throttled || a[1].ID != "b" || !a[1].Throttled ||
+			a[1].Code != 130429 || a[1].Key != "k" || a[1].To != "+1555" {
+			t.Errorf("arrivals = %+v", a)
 		}
 	}
 }
@@ -208,93 +178,6 @@ func TestValidation(t *testing.T) {
 	}
 }
 
-// TestDuplicates: an ID accepted twice counts once as a duplicate; a
-// throttled request and an empty ID never do, and keys count separately.
-func TestDuplicates(t *testing.T) {
-	s := whatsapptest.New(whatsapptest.Config{Rate: 0.001, Burst: 4})
-	for _, id := range []string{"a", "b", "a", "", ""} { // the 5th is throttled
-		post(s, "k", "", text("+1555", id))
-	}
-	post(s, "k", "", text("+1555", "b")) // throttled, not a duplicate
-	post(s, "j", "", text("+1555", "a")) // other key
-	st := s.Stats()
-	if k := st["k"]; k.Delivered != 4 || k.Throttled != 2 || k.Duplicates != 1 {
-		t.Errorf("k: %+v; want 4 delivered, 2 throttled, 1 duplicate", k)
-	}
-	if j := st["j"]; j.Delivered != 1 || j.Duplicates != 0 {
-		t.Errorf("j: %+v; want 1 delivered, 0 duplicates", j)
-	}
-	arr := s.Arrivals()
-	if len(arr) != 7 || arr[2].ID != "a" || arr[4].Throttled != true || arr[6].Key != "j" || arr[0].To != "+1555" {
-		t.Errorf("arrivals = %+v", arr)
-	}
-}
-
-func TestSetRate(t *testing.T) {
-	s := whatsapptest.New(whatsapptest.Config{Rate: 0.001, Burst: 1})
-	accepted := func(key string) bool { return post(s, key, "", text("+1555", "")).Code == 200 }
-	if !accepted("a") || accepted("a") || !accepted("b") || accepted("b") {
-		t.Fatal("burst 1 not enforced")
-	}
-	s.SetRate("a", 0) // unlimited for a only
-	for range 10 {
-		if !accepted("a") {
-			t.Fatal("a refused after SetRate(a, 0)")
-		}
-	}
-	if accepted("b") {
-		t.Fatal("b accepted: SetRate(a) changed b")
-	}
-	s.SetRate("", 0) // unlimited for all, and for new keys
-	if !accepted("b") || !accepted("c") || !accepted("c") {
-		t.Fatal(`refused after SetRate("", 0)`)
-	}
-}
-
-func TestLatency(t *testing.T) {
-	s := whatsapptest.New(whatsapptest.Config{Latency: 50 * time.Millisecond})
-	start := time.Now()
-	post(s, "k", "", text("+1555", ""))
-	if d := time.Since(start); d < 50*time.Millisecond {
-		t.Errorf("answered after %v, want at least 50ms", d)
-	}
-}
-
-// TestStatsEndpoint: GET /_stats serves Stats, and FetchStats reads it.
-func TestStatsEndpoint(t *testing.T) {
-	s := whatsapptest.NewServer(whatsapptest.Config{Rate: 0.001, Burst: 2})
-	defer s.Close()
-	for _, id := range []string{"a", "a", "b"} {
-		if _, err := http.Post(s.URL()+"/v21.0/k/messages", "application/json", bytes.NewBufferString(text("+1", id))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := whatsapptest.FetchStats(t.Context(), nil, s.URL()+"/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := s.Stats()
-	k := got["k"]
-	if len(got) != 1 || k.Delivered != 2 || k.Throttled != 1 || k.Duplicates != 1 || k.Max1s != 2 ||
-		!k.First.Equal(want["k"].First) || !k.Last.Equal(want["k"].Last) {
-		t.Errorf("FetchStats = %+v, Stats = %+v", got, want)
-	}
-	resp, err := http.Get(s.URL() + "/_stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var raw map[string]map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"delivered", "throttled", "duplicates", "max_1s", "first", "last"} {
-		if _, ok := raw["k"][f]; !ok {
-			t.Errorf("/_stats has no %q: %v", f, raw)
-		}
-	}
-}
-
 // codeOf returns the error.code of an answer, 0 for a 200.
 func codeOf(t *testing.T, w *httptest.ResponseRecorder) int {
 	t.Helper()
@@ -302,29 +185,6 @@ func codeOf(t *testing.T, w *httptest.ResponseRecorder) int {
 		return 0
 	}
 	return decodeError(t, w).Error.Code
-}
-
-// TestStrictBucket checks the number's bucket has no slack: exactly Burst
-// at once, then one more only when a whole token has been earned (1/Rate),
-// counted from the first request.
-func TestStrictBucket(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := whatsapptest.New(whatsapptest.Config{Rate: 10, Burst: 3})
-		time.Sleep(time.Hour) // a bucket starts at its first request, not at New
-		for i, want := range []int{0, 0, 0, 130429} {
-			if got := codeOf(t, post(s, "111", "", text("+1555000", fmt.Sprint(i)))); got != want {
-				t.Fatalf("request %d at once: code %d, want %d", i, got, want)
-			}
-		}
-		time.Sleep(99 * time.Millisecond) // 0.99 of a token: still refused
-		if got := codeOf(t, post(s, "111", "", text("+1555000", "a"))); got != 130429 {
-			t.Fatalf("after 99ms: code %d, want 130429", got)
-		}
-		time.Sleep(time.Millisecond)
-		if got := codeOf(t, post(s, "111", "", text("+1555000", "b"))); got != 0 {
-			t.Fatalf("after 100ms: code %d, want 0", got)
-		}
-	})
 }
 
 // TestPairLimit checks 131056 per (number, recipient) with Meta's documented
