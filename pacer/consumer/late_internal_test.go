@@ -1,0 +1,182 @@
+package consumer
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/pacer/control"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// lateSlot gives a late sender half the headroom the pacing burst leaves
+// under the provider's, never less than the floor of half a slot interval
+// (at most a quarter of the burst's refill time, at least 1 ms).
+func TestLateSlotIsHalfTheHeadroom(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		ceiling, lim bucket.Limit
+		want         time.Duration
+	}{
+		{"1000/s burst 10 paced at burst 5", bucket.Limit{PerSecond: 1000, Burst: 10}, bucket.Limit{PerSecond: 1000, Burst: 5}, 2500 * time.Microsecond},
+		{"80/s burst 10 paced at burst 8", bucket.Limit{PerSecond: 80, Burst: 10}, bucket.Limit{PerSecond: 80, Burst: 8}, 12500 * time.Microsecond},
+		{"adapted to 40/s of 80/s burst 10, paced at burst 3", bucket.Limit{PerSecond: 80, Burst: 10}, bucket.Limit{PerSecond: 40, Burst: 3}, 25 * time.Millisecond},
+		{"no headroom at 1000/s: the 1 ms floor", bucket.Limit{PerSecond: 1000, Burst: 10}, bucket.Limit{PerSecond: 1000, Burst: 10}, time.Millisecond},
+		{"no headroom at 80/s: a quarter of the burst's refill", bucket.Limit{PerSecond: 80, Burst: 1}, bucket.Limit{PerSecond: 80, Burst: 1}, 3125 * time.Microsecond},
+		{"0.5/s burst 1: a quarter of the burst's refill", bucket.Limit{PerSecond: 0.5, Burst: 1}, bucket.Limit{PerSecond: 0.4938, Burst: 1}, seconds(0.25 / 0.4938)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := lateSlot(c.ceiling, c.lim); got != c.want {
+				t.Fatalf("lateSlot(%v, %v) = %v, want %v", c.ceiling, c.lim, got, c.want)
+			}
+		})
+	}
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// The reason lateSlot may grow with the headroom: sends made up to
+// lateSlot after slots that conform to the paced limit never find a strict
+// provider bucket of the configured limit (rate, burst) empty, whichever
+// sends are late (every slot of a span late by the most and the next
+// span's on time, the worst being the first span after an idle bucket: its
+// burst late; and random lateness). The same check with
+// lateness of the whole headroom plus two slots does find it empty, so the
+// check can fail.
+func TestLateSendsWithinHeadroomFitTheProvider(t *testing.T) {
+	for _, c := range []struct{ ceiling, lim bucket.Limit }{
+		{bucket.Limit{PerSecond: 1000, Burst: 10}, bucket.Limit{PerSecond: 1000, Burst: 5}},
+		{bucket.Limit{PerSecond: 80, Burst: 10}, bucket.Limit{PerSecond: 80, Burst: 8}},
+		{bucket.Limit{PerSecond: 80, Burst: 10}, bucket.Limit{PerSecond: 40, Burst: 3}},
+		{bucket.Limit{PerSecond: 100, Burst: 20}, bucket.Limit{PerSecond: 100, Burst: 10}},
+	} {
+		// The provider's bucket at the paced rate, as lateSlot reads it.
+		provider := bucket.Limit{PerSecond: c.lim.PerSecond, Burst: int(float64(c.ceiling.Burst) * min(c.lim.PerSecond/c.ceiling.PerSecond, 1))}
+		late := lateSlot(c.ceiling, c.lim)
+		slots := greedySlots(c.lim, 3*time.Second)
+		headroom := time.Duration(float64(provider.Burst-c.lim.Burst) / c.lim.PerSecond * float64(time.Second))
+		interval := time.Duration(float64(time.Second) / c.lim.PerSecond)
+		for _, l := range []time.Duration{late, headroom + 2*interval} {
+			worst := 0
+			// Every slot in [cut - l, cut) late by l, the rest on time; the
+			// worst cut follows an idle bucket (cut = l: the burst late).
+			for cut := time.Duration(0); cut < 2*time.Second; cut += interval / 4 {
+				sends := make([]time.Duration, len(slots))
+				for i, s := range slots {
+					sends[i] = s
+					if s >= cut-l && s < cut {
+						sends[i] = s + l
+					}
+				}
+				worst = max(worst, refused(provider, sends))
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			for range 200 {
+				sends := make([]time.Duration, len(slots))
+				for i, s := range slots {
+					sends[i] = s + time.Duration(rng.Int64N(int64(l)+1))
+				}
+				worst = max(worst, refused(provider, sends))
+			}
+			if l == late && worst > 0 {
+				t.Errorf("%v paced at %v, sends up to %v late: a provider bucket of %v refused %d", c.ceiling, c.lim, l, provider, worst)
+			}
+			if l != late && worst == 0 {
+				t.Errorf("%v paced at %v, sends up to %v late (beyond the headroom): no refusal; the check cannot fail", c.ceiling, c.lim, l)
+			}
+		}
+	}
+}
+
+// greedySlots returns the slots a bucket of lim grants to demand far above
+// it for span from full: burst at 0, then one per interval.
+func greedySlots(lim bucket.Limit, span time.Duration) []time.Duration {
+	var s []time.Duration
+	for i := 0; ; i++ {
+		at := time.Duration(math.Ceil(float64(max(i-lim.Burst+1, 0)) / lim.PerSecond * float64(time.Second)))
+		if at > span {
+			return s
+		}
+		s = append(s, at)
+	}
+}
+
+// refused counts the sends a strict provider bucket of lim, full at the
+// first send, refuses (a refused send takes no token).
+func refused(lim bucket.Limit, sends []time.Duration) int {
+	sort.Slice(sends, func(i, j int) bool { return sends[i] < sends[j] })
+	tokens, last, n := float64(lim.Burst), sends[0], 0
+	for _, s := range sends {
+		tokens = min(tokens+(s-last).Seconds()*lim.PerSecond, float64(lim.Burst))
+		last = s
+		if tokens < 1-1e-9 {
+			n++
+			continue
+		}
+		tokens--
+	}
+	return n
+}
+
+// lateBucket grants slots that started the given time ago, one per call,
+// then slots one interval ahead: a sender woken that late.
+type lateBucket struct {
+	Bucket
+	mu    sync.Mutex
+	late  []time.Duration
+	calls int
+}
+
+func (b *lateBucket) Reserve(context.Context, string, string, bucket.Limit, int, time.Duration) (bucket.Reservation, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls++
+	at := time.Now().Add(time.Millisecond)
+	if len(b.late) > 0 {
+		at = time.Now().Add(-b.late[0])
+		b.late = b.late[1:]
+	}
+	return bucket.Reservation{OK: true, At: at, Delay: max(time.Until(at), 0)}, nil
+}
+
+// acquire keeps a slot its sender woke for within lateSlot (half the
+// headroom) and gives one up beyond it, taking a new one; with no headroom
+// the 1 ms floor applies.
+func TestAcquireGivesUpOnlySlotsLaterThanTheHeadroomAllows(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		ceiling bucket.Limit
+		late    []time.Duration
+		given   float64 // slots given up
+		calls   int
+	}{
+		{"2.4 ms late within 2.5 ms", bucket.Limit{PerSecond: 1000, Burst: 10}, []time.Duration{2400 * time.Microsecond}, 0, 1},
+		{"2.6 ms late beyond 2.5 ms", bucket.Limit{PerSecond: 1000, Burst: 10}, []time.Duration{2600 * time.Microsecond}, 1, 2},
+		{"1.5 ms late without headroom", bucket.Limit{PerSecond: 1000, Burst: 5}, []time.Duration{1500 * time.Microsecond}, 1, 2},
+		{"0.9 ms late without headroom", bucket.Limit{PerSecond: 1000, Burst: 5}, []time.Duration{900 * time.Microsecond}, 0, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := &lateBucket{late: c.late}
+				p := testPacer(t, b, &stubAdapter{}, nil)
+				p.cfg.LeaseSize = 1 // one reservation per slot
+				st := p.keyState("k")
+				defer p.keys.done(st)
+				lim := bucket.Limit{PerSecond: 1000, Burst: 5}
+				wait, _, _, ok := p.acquire(t.Context(), "k", "to", false, st, control.KeyPolicy{Limit: c.ceiling}, lim, p.log, nil)
+				if !ok || wait != 0 {
+					t.Fatalf("acquire: wait %v ok %v, want a slot", wait, ok)
+				}
+				if got := testutil.ToFloat64(p.m.lateSlots); got != c.given || b.calls != c.calls {
+					t.Fatalf("%v slots given up in %d reservations, want %v in %d", got, b.calls, c.given, c.calls)
+				}
+			})
+		})
+	}
+}
