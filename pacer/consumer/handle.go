@@ -453,6 +453,10 @@ func (p *Pacer) claim(f *flight) outcome {
 			p.m.redisErrors.WithLabelValues().Inc()
 			f.log.Debug("claim started ahead failed; claiming again", "err", err)
 		}
+		// Held from its answer on, even when the worker stops meanwhile:
+		// finish then releases it, and the next owner does not read it as
+		// a claim its process left mid-send (unknown outcome).
+		f.claimed = f.claimed || res == ledger.Claimed
 	}
 	if res == ledger.ClaimUnknown && ctx.Err() == nil {
 		err = p.redis(ctx, f.log, func() (err error) {
