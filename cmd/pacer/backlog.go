@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -31,7 +31,7 @@ func backlogKey(prefix, channel, owner string) string {
 
 // publishBacklog runs until ctx ends; failures are logged at debug (status
 // then shows older or no figures).
-func publishBacklog(ctx context.Context, rdb redis.UniversalClient, prefix, channel, owner string, p *pacer.Pacer, log *slog.Logger) {
+func publishBacklog(ctx context.Context, rdb redis.UniversalClient, prefix, channel, owner string, p *consumer.Pacer, log *slog.Logger) {
 	key := backlogKey(prefix, channel, owner)
 	t := time.NewTicker(backlogEvery)
 	defer t.Stop()

@@ -15,7 +15,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
-	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/redis/go-redis/v9"
 	"github.com/sethvargo/go-envconfig"
 )
@@ -23,8 +23,8 @@ import (
 // config is everything `pacer run` reads from the environment. Each field
 // names its variable, unit and default; each channel's own variables are in
 // its row of [channelTable]; README.md has the same table. The rules a
-// pacer.Config field must follow live in package pacer and bucket
-// ([pacer.Config.Validate]); a field that sets one carries a pacer tag.
+// consumer.Config field must follow live in packages consumer and bucket
+// ([consumer.Config.Validate]); a field that sets one carries a pacer tag.
 type config struct {
 	// PACER_KAFKA_BROKERS: comma-separated host:port seed brokers; default 127.0.0.1:9092.
 	KafkaBrokers []string `env:"PACER_KAFKA_BROKERS, default=127.0.0.1:9092" unit:"host:port,..."`
@@ -138,8 +138,8 @@ type config struct {
 	channels map[string]channelConfig
 }
 
-// pacerTag is the struct tag naming the pacer.Config field a variable sets
-// ("AIMD.Floor"): [pacer.Config.Validate] reports problems by field, and
+// pacerTag is the struct tag naming the consumer.Config field a variable sets
+// ("AIMD.Floor"): [consumer.Config.Validate] reports problems by field, and
 // the tag turns them back into the variable's name.
 const pacerTag = "pacer"
 
@@ -236,15 +236,15 @@ func processEnv[T any](target *T, lookup func(string) (string, bool)) []error {
 	}
 }
 
-// pacerConfig returns the pacer.Config of channel ch from c: everything
+// pacerConfig returns the consumer.Config of channel ch from c: everything
 // but Topic, Group and Logger.
-func (c config) pacerConfig(ch *channel) pacer.Config {
+func (c config) pacerConfig(ch *channel) consumer.Config {
 	cc := c.channels[ch.name]
 	var floor float64 // 0: bucket's default, 1 or the rate if lower
 	if c.AIMDFloor != nil {
 		floor = *c.AIMDFloor
 	}
-	return pacer.Config{
+	return consumer.Config{
 		Channel: ch.name, Limit: cc.limit, RecipientLimit: cc.recipient,
 		AIMD: adapt.AIMD{Decrease: c.AIMDDecrease, Floor: floor, Window: c.AIMDWindow, Step: c.AIMDStep,
 			MinCooldown: c.ThrottleCooldown, MaxCooldown: c.MaxCooldown},
@@ -272,12 +272,12 @@ func cooldownConflict(c config, lookup func(string) (string, bool)) error {
 	return &configError{v, fmt.Sprintf("PACER_THROTTLE_COOLDOWN %v must be <= PACER_MAX_COOLDOWN %v", c.ThrottleCooldown, c.MaxCooldown)}
 }
 
-// pacerErrors returns the *pacer.FieldError problems joined in err.
-func pacerErrors(err error) []*pacer.FieldError {
-	var out []*pacer.FieldError
+// pacerErrors returns the *consumer.FieldError problems joined in err.
+func pacerErrors(err error) []*consumer.FieldError {
+	var out []*consumer.FieldError
 	var walk func(error)
 	walk = func(err error) {
-		var fe *pacer.FieldError
+		var fe *consumer.FieldError
 		if j, ok := err.(interface{ Unwrap() []error }); ok {
 			for _, e := range j.Unwrap() {
 				walk(e)
@@ -285,16 +285,16 @@ func pacerErrors(err error) []*pacer.FieldError {
 		} else if errors.As(err, &fe) {
 			out = append(out, fe)
 		} else if err != nil {
-			out = append(out, &pacer.FieldError{Err: err})
+			out = append(out, &consumer.FieldError{Err: err})
 		}
 	}
 	walk(err)
 	return out
 }
 
-// nameField turns a problem with a pacer.Config field into one naming the
+// nameField turns a problem with a consumer.Config field into one naming the
 // variable that set it: a channel's own (PACER_<NAME>_RATE) or a pacer tag's.
-func (c config) nameField(ch *channel, e *pacer.FieldError) error {
+func (c config) nameField(ch *channel, e *consumer.FieldError) error {
 	vars := map[string]string{"Limit.PerSecond": ch.prefix() + "RATE", "Limit.Burst": ch.prefix() + "BURST"}
 	if r := ch.recipient; r != nil {
 		vars["RecipientLimit.PerSecond"], vars["RecipientLimit.Burst"] = ch.prefix()+r.prefix+"_RATE", ch.prefix()+r.prefix+"_BURST"

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/channels"
-	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/consumer"
 )
 
 // credentialsPoll is how often the credentials directory is read again.
@@ -60,9 +60,9 @@ type keyedSender struct {
 	vers    map[string]uint64          // by pacing key: +1 each time its credential is added, replaced or removed
 }
 
-var _ pacer.CredentialVersioner = (*keyedSender)(nil)
+var _ consumer.CredentialVersioner = (*keyedSender)(nil)
 
-// CredentialVersion is [pacer.CredentialVersioner]: it changes whenever
+// CredentialVersion is [consumer.CredentialVersioner]: it changes whenever
 // key's credential file is added, replaced by one that builds a client, or
 // removed, so a key's breaker that a refused credential opened closes once
 // the file is fixed.

@@ -17,7 +17,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
-	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/pacerhq/pacer/pacer/produce"
@@ -115,7 +115,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	topic := "pacer." + ch.name
 	// The pacer's own rules (the bucket's and the AIMD's range of rates)
 	// are checked with the other flags, before anything is published.
-	pc := pacer.Config{Channel: ch.name, Topic: topic, RecipientLimit: ch.defaultRecipientLimit(), Limit: lim, Drain: 5 * time.Second}
+	pc := consumer.Config{Channel: ch.name, Topic: topic, RecipientLimit: ch.defaultRecipientLimit(), Limit: lim, Drain: 5 * time.Second}
 	var flagErrs []string
 	for _, e := range pacerErrors(pc.Validate()) {
 		switch {
@@ -200,9 +200,9 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		level = slog.LevelInfo
 	}
 	pc.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	led := ledger.NewBatcher(rdb, limiter.Keys(), ledger.BatchConfig{Count: pacer.CampaignCounts(ctl, ch.name)})
-	p, err := pacer.New(pc, []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)},
-		pacer.Deps{Bucket: limiter, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: led, Sender: prov.sender, Campaigns: ctl},
+	led := ledger.NewBatcher(rdb, limiter.Keys(), ledger.BatchConfig{Count: consumer.CampaignCounts(ctl, ch.name)})
+	p, err := consumer.New(pc, []kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...)},
+		consumer.Deps{Bucket: limiter, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: led, Sender: prov.sender, Campaigns: ctl},
 		prometheus.NewRegistry())
 	if err != nil {
 		return err

@@ -48,11 +48,11 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
-	"github.com/pacerhq/pacer/pacer/ledger"
-	"github.com/pacerhq/pacer/pacer/ingest/quota"
 	"github.com/pacerhq/pacer/channels"
-	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/ingest"
+	"github.com/pacerhq/pacer/pacer/ingest/quota"
+	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -411,8 +411,8 @@ func runMetrics(t *testing.T) map[string]metricLabels {
 	t.Cleanup(func() { led.Close(context.Background()) })
 	rec := &descRecorder{}
 	rec.MustRegister((&roundTrips{}).collector(ch.name))
-	_, err = pacer.New(cfg.pacerConfig(ch), []kgo.Opt{kgo.SeedBrokers("127.0.0.1:9")},
-		pacer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: led, Sender: noSender{}}, rec)
+	_, err = consumer.New(cfg.pacerConfig(ch), []kgo.Opt{kgo.SeedBrokers("127.0.0.1:9")},
+		consumer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: led, Sender: noSender{}}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,7 +100,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil || errors.Is(err, errHelp) {
 		return 0
 	}
-	// Errors of package pacer already say "pacer: "; say it once.
+	// Errors of the packages under pacer/ already say "pacer: "; say it once.
 	if msg := err.Error(); strings.HasPrefix(msg, "pacer: ") {
 		fmt.Fprintln(stderr, msg)
 	} else {

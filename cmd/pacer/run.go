@@ -16,7 +16,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
-	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/pacerhq/pacer/pacer/statuspage"
@@ -108,9 +108,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	// per PACER_LEDGER_FLUSH; those still waiting at exit are written then.
 	// The campaigns' counts go with the marks of their records, in the same
 	// flush, so a crash leaves the counters as it leaves the ledger.
-	var failTo atomic.Pointer[pacer.Pacer] // set below; the ledger reports its failures to it
+	var failTo atomic.Pointer[consumer.Pacer] // set below; the ledger reports its failures to it
 	led := ledger.NewBatcher(rdb, lim.Keys(), ledger.BatchConfig{FlushInterval: cfg.LedgerFlush, TTL: cfg.LedgerTTL,
-		Count: pacer.CampaignCounts(ctl, ch.name),
+		Count: consumer.CampaignCounts(ctl, ch.name),
 		OnError: func(err error) {
 			if p := failTo.Load(); p != nil {
 				p.LedgerWriteFailed(err)
@@ -127,9 +127,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	}()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), trips.collector(ch.name))
-	p, err := pacer.New(pc, append(kopts, kgo.ClientID("pacer-"+ch.name),
+	p, err := consumer.New(pc, append(kopts, kgo.ClientID("pacer-"+ch.name),
 		kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))),
-		pacer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Ledger: led, Sender: sender,
+		consumer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Ledger: led, Sender: sender,
 			Fallback:  bucket.NewLocal(bucket.LocalConfig{Replicas: cfg.ExpectedReplicas}),
 			RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 			Policy:    policy, Campaigns: ctl}, reg)
@@ -165,7 +165,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	log.Info("metrics listening", "addr", ln.Addr().String())
 
 	err = p.Run(ctx)
-	var ke *pacer.KafkaError
+	var ke *consumer.KafkaError
 	if errors.As(err, &ke) {
 		if ke.After == 0 { // refused at once: the cause names the setting
 			return kafkaCommandFailure(cfg, err)
@@ -230,8 +230,8 @@ func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
 
 // activeKeys reads p's active keys for a status page publisher, reusing
 // both slices between readings (100,000 keys every 5 s make no garbage).
-func activeKeys(p *pacer.Pacer) func(dst []statuspage.KeyActivity) []statuspage.KeyActivity {
-	var acts []pacer.KeyActivity
+func activeKeys(p *consumer.Pacer) func(dst []statuspage.KeyActivity) []statuspage.KeyActivity {
+	var acts []consumer.KeyActivity
 	return func(dst []statuspage.KeyActivity) []statuspage.KeyActivity {
 		acts = p.AppendActiveKeys(acts[:0])
 		for _, a := range acts {

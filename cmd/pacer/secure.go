@@ -13,7 +13,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/pacerhq/pacer/pacer"
+	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -251,17 +251,17 @@ func kafkaSetting(cfg config, err error) string {
 }
 
 // kafkaFailure returns err, a Kafka failure of a command: when a setting
-// is at fault ([kafkaSetting]), as a [*pacer.KafkaError] whose cause names
+// is at fault ([kafkaSetting]), as a [*consumer.KafkaError] whose cause names
 // it ("authentication failed (PACER_KAFKA_SASL_*)"); else unchanged.
 func kafkaFailure(cfg config, err error) error {
 	s := kafkaSetting(cfg, err)
 	if s == "" {
 		return err
 	}
-	var ke *pacer.KafkaError
+	var ke *consumer.KafkaError
 	if !errors.As(err, &ke) {
 		cause, _ := produce.KafkaCause(err)
-		ke = &pacer.KafkaError{Cause: cause, Err: err}
+		ke = &consumer.KafkaError{Cause: cause, Err: err}
 		err = ke
 	}
 	ke.Cause += " (" + s + ")"

@@ -2,7 +2,7 @@
 // The layout, each arrow an allowed import:
 //
 //	cmd/pacer                 wiring only; nothing imports cmd
-//	  -> pacer                the consumer: consume, pace, send
+//	  -> pacer/consumer       the consume-pace-send loop
 //	  -> pacer/ingest         the HTTP ingest gateway (+ ingest/quota, ingest/window)
 //	  -> pacer/statuspage     the status page
 //	  -> pacer/produce        publish, DLQ replay, topics, Kafka errors
@@ -20,11 +20,12 @@
 //     (the token bucket whose rate bucket/adapt adapts).
 //   - bucket/ imports nothing from pacer/, channels/, partitioner or cmd,
 //     nor Kafka nor Prometheus: it paces and returns values.
-//   - Under pacer/ the applications (the consumer, ingest, statuspage)
-//     import no other application, and the parts they share (envelope,
-//     produce, ledger, control, keypace) import no application; envelope imports
-//     nothing of ours (TestPacerSiblings). Every package under pacer/ has
-//     a place in that list, so a new one must be given its rules.
+//   - Under pacer/ the applications (consumer, ingest, statuspage) import
+//     no other application, and the parts they share (envelope, produce,
+//     ledger, control, keypace) import no application; envelope imports
+//     nothing of ours (TestPacerSiblings). Every package under pacer/ has a place in
+//     that list, so a new one must be given its rules. Package pacer itself
+//     is their map (doc.go) and imports nothing.
 //   - Only the packages that run Lua scripts import lua: bucket, its
 //     subpackages, ledger, control and the ingest quotas.
 //   - Only cmd and packages under pacer/ speak Kafka or measure
@@ -92,7 +93,8 @@ func TestDataFlowsOneWay(t *testing.T) {
 		mod + "/cmd": "nothing imports cmd", kafka: "a store speaks Redis only", prom: "a store returns values; its callers measure",
 	}
 	for pkg, bad := range map[string]map[string]string{ // package => forbidden dependency prefix => why
-		"pacer":            {mod + "/cmd": "nothing imports cmd"},
+		"pacer":            {mod + "/": "pacer/ holds its subpackages and their map, no code", "github.com/": "pacer/ holds its subpackages and their map, no code"},
+		"pacer/consumer":   {mod + "/cmd": "nothing imports cmd"},
 		"pacer/statuspage": {mod + "/cmd": "nothing imports cmd", mod + "/channels/": "the page shows pacing state, never a provider's", kafka: "the page reads Redis only"},
 		"pacer/ingest":     {mod + "/cmd": "nothing imports cmd", mod + "/channels/": "ingest validates envelopes, providers are the consumer's"},
 		"pacer/produce": {
@@ -176,7 +178,7 @@ func TestNoPackageImportsItsParent(t *testing.T) {
 // two (TestPacerSiblings fails on one that is not).
 var (
 	pacerApps = map[string]bool{
-		mod + "/pacer": true, mod + "/pacer/ingest": true, mod + "/pacer/statuspage": true,
+		mod + "/pacer/consumer": true, mod + "/pacer/ingest": true, mod + "/pacer/statuspage": true,
 	}
 	pacerShared = map[string]bool{
 		mod + "/pacer/envelope": true, mod + "/pacer/produce": true, mod + "/pacer/ledger": true, mod + "/pacer/control": true,
@@ -188,8 +190,8 @@ var (
 // or the nearest listed package above it (pacer/ingest for
 // pacer/ingest/quota); "" when it is in neither list.
 func appOf(pkg string) string {
-	for p := pkg; strings.HasPrefix(p, mod+"/pacer"); p = p[:max(strings.LastIndex(p, "/"), 0)] {
-		if pacerShared[p] || (pacerApps[p] && (p != mod+"/pacer" || pkg == p)) {
+	for p := pkg; strings.HasPrefix(p, mod+"/pacer/"); p = p[:strings.LastIndex(p, "/")] {
+		if pacerShared[p] || pacerApps[p] {
 			return p
 		}
 	}
@@ -201,11 +203,14 @@ func appOf(pkg string) string {
 // import no application: each application can be read, built and changed
 // alone, and the shared parts do not grow back into a whole.
 func TestPacerSiblings(t *testing.T) {
+	if files := strings.Fields(goList(t, "-f", `{{join .GoFiles " "}} {{join .TestGoFiles " "}} {{join .XTestGoFiles " "}}`, mod+"/pacer")); len(files) != 1 || files[0] != "doc.go" {
+		t.Errorf("package pacer has files %v, want doc.go only: code goes in the subpackage whose job it is", files)
+	}
 	all := moduleDeps(t)
 	seen := 0
 	for pkg, deps := range all {
-		if pkg != mod+"/pacer" && !strings.HasPrefix(pkg, mod+"/pacer/") {
-			continue
+		if !strings.HasPrefix(pkg, mod+"/pacer/") {
+			continue // package pacer itself is the map: TestDataFlowsOneWay holds it to no imports
 		}
 		seen++
 		home := appOf(pkg)

@@ -3,7 +3,7 @@
 // /v1/channels/{channel}/messages with its API key; the gateway checks
 // every quota tier (client IP, tenant requests/s, tenant messages/day,
 // channel messages/s) and claims the envelope ids in one atomic Redis step
-// (package pacer/ingest/quota), produces the envelopes to the channel's topic as
+// (its subpackage quota), produces the envelopes to the channel's topic as
 // `pacer publish` does, and answers 202 only once Kafka acknowledged every
 // record. Every answer carries the IETF RateLimit-Policy and RateLimit
 // fields (see headers.go); errors are RFC 9457 problem+json. The API is

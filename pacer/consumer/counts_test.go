@@ -1,0 +1,111 @@
+package consumer_test
+
+import (
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/pacerhq/pacer/pacer/consumer"
+	"github.com/pacerhq/pacer/pacer/control"
+	"github.com/pacerhq/pacer/pacer/ledger"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestCampaignCounts: the ledger's counts of a flush reach the campaigns'
+// counters (delivered, first and last delivery, dead letters by reason),
+// on redis-server; a campaign whose counters cannot be written (its key
+// holds a string: WRONGTYPE) has its counts, and only its, reported
+// unwritten, so the Batcher tries them again and the others are not added
+// twice.
+func TestCampaignCounts(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
+	defer rdb.Close()
+	keys := bucket.NewKeys("tcc" + time.Now().Format("150405.000000"))
+	st := control.New(rdb, keys)
+	ctx := t.Context()
+	if err := rdb.Set(ctx, keys.Campaign("whatsapp", "broken"), "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cs := []ledger.Count{
+		{Name: "spring", Field: "delivered", At: 1_700_000_002_000},
+		{Name: "spring", Field: "delivered", At: 1_700_000_003_000},
+		{Name: "spring", Field: "dlq:expired"},
+		{Name: "spring", Field: "delivered", At: 1_700_000_001_000},
+		{Name: "broken", Field: "delivered", At: 1_700_000_001_000},
+		{Name: "broken", Field: "dlq:cancelled"},
+		{Name: "summer", Field: "dlq:expired"},
+		{Name: "summer", Field: "dlq:expired"},
+	}
+	pipe := rdb.Pipeline()
+	unwritten := consumer.CampaignCounts(st, "whatsapp")(ctx, pipe, cs)
+	_, _ = pipe.Exec(ctx)
+	left := unwritten()
+	if len(left) != 2 || left[0] != cs[4] || left[1] != cs[5] {
+		t.Errorf("unwritten %+v; want the broken campaign's two counts", left)
+	}
+	s, err := st.CampaignStatus(ctx, "whatsapp", "spring")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Delivered != 3 || !maps.Equal(s.DeadLetters, map[string]int64{"expired": 1}) ||
+		s.First.UnixMilli() != 1_700_000_001_000 || s.Last.UnixMilli() != 1_700_000_003_000 {
+		t.Errorf("spring: delivered %d, dead letters %v, first %v, last %v; want 3, expired 1, first at ...001 s, last at ...003 s",
+			s.Delivered, s.DeadLetters, s.First, s.Last)
+	}
+	if s, err := st.CampaignStatus(ctx, "whatsapp", "summer"); err != nil || s.Delivered != 0 || !maps.Equal(s.DeadLetters, map[string]int64{"expired": 2}) {
+		t.Errorf("summer: %+v, %v; want 2 expired, none delivered", s, err)
+	}
+}
+
+// TestCampaignDuplicatesCounted: a campaign published twice (the same 4
+// ids) whose first 4 were delivered and whose second 4 were skipped as
+// duplicates, counted through the ledger's flush as the pacer counts them:
+// status reads published 8, delivered 4, duplicates 4, remaining 0, on
+// redis-server; a duplicates counter that cannot be written is reported
+// unwritten, so the Batcher tries it again.
+func TestCampaignDuplicatesCounted(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
+	defer rdb.Close()
+	keys := bucket.NewKeys("tcd" + time.Now().Format("150405.000000"))
+	st := control.New(rdb, keys)
+	ctx := t.Context()
+	for range 2 {
+		if err := st.AddPublished(ctx, "whatsapp", map[string]int64{"spring": 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var cs []ledger.Count
+	for i := range 4 {
+		cs = append(cs, ledger.Count{Name: "spring", Field: "delivered", At: 1_700_000_001_000 + int64(i)*1000})
+	}
+	write := func(cs []ledger.Count) []ledger.Count {
+		pipe := rdb.Pipeline()
+		unwritten := consumer.CampaignCounts(st, "whatsapp")(ctx, pipe, cs)
+		_, _ = pipe.Exec(ctx)
+		return unwritten()
+	}
+	if left := write(cs); len(left) != 0 {
+		t.Fatalf("unwritten %+v", left)
+	}
+	s, err := st.CampaignStatus(ctx, "whatsapp", "spring")
+	if err != nil || s.Published != 8 || s.Delivered != 4 || s.Duplicates != 0 || s.Remaining != 4 {
+		t.Fatalf("before the duplicates: %+v, %v; want published 8, delivered 4, remaining 4", s, err)
+	}
+	dups := []ledger.Count{{Name: "spring", Field: "duplicates"}, {Name: "spring", Field: "duplicates"},
+		{Name: "spring", Field: "duplicates"}, {Name: "spring", Field: "duplicates"}, {Name: "broken", Field: "duplicates"}}
+	if err := rdb.Set(ctx, keys.Campaign("whatsapp", "broken"), "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if left := write(dups); len(left) != 1 || left[0] != dups[4] {
+		t.Errorf("unwritten %+v; want the broken campaign's duplicate only", left)
+	}
+	s, err = st.CampaignStatus(ctx, "whatsapp", "spring")
+	if err != nil || s.Published != 8 || s.Delivered != 4 || s.Duplicates != 4 || s.Remaining != 0 || s.ETASeconds != 0 {
+		t.Errorf("after the duplicates: %+v, %v; want published 8, delivered 4, duplicates 4, remaining 0, eta 0", s, err)
+	}
+	if s.Last.UnixMilli() != 1_700_000_004_000 {
+		t.Errorf("last delivery %v; a duplicate moved it from ...004 s", s.Last)
+	}
+}

@@ -1,0 +1,274 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// slotOf returns r's estimated slot (envelope.HeaderSlot), if it has one.
+func slotOf(r *kgo.Record) (time.Time, bool) {
+	ms, err := strconv.ParseInt(envelope.Header(r, envelope.HeaderSlot), 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
+
+// parkCopy returns the copy of r that parks it until slot, the estimated
+// start of its slot (the caller passes the slot a copy already carries to
+// park it again for the same), or sooner: it goes to
+// the tier with the longest delay not above the wait (tier 1 when the wait
+// is shorter than every delay) and is due after that tier's delay. So the
+// records of a tier stay in the order they fall due, and a copy comes back
+// no later than its slot; a copy that comes back due before its slot is
+// within the lookahead is parked again, due at the same slot (one Kafka
+// write and read per hop: with the default 5s,30s,5m tiers, a record 20
+// minutes behind its key's backlog is written 4 times). The attempt and
+// requeue counts are unchanged; pacer-parks counts the hops.
+func (p *Pacer) parkCopy(r *kgo.Record, slot time.Time) (*kgo.Record, meta) {
+	m := readMeta(r)
+	wait := time.Until(slot)
+	tier := 1
+	for i, d := range p.cfg.RetryDelays {
+		if d <= wait {
+			tier = i + 1
+		}
+	}
+	m.due = time.Now().Add(min(wait, p.cfg.RetryDelays[tier-1]))
+	parks := 1
+	for _, h := range r.Headers {
+		if h.Key == envelope.HeaderParks {
+			n, _ := strconv.Atoi(string(h.Value))
+			parks = n + 1
+		}
+	}
+	return &kgo.Record{Topic: p.cfg.retryTopic(tier), Key: r.Key, Value: r.Value,
+		Headers: m.headers(r, kgo.RecordHeader{Key: envelope.HeaderParks, Value: []byte(strconv.Itoa(parks))},
+			kgo.RecordHeader{Key: envelope.HeaderSlot, Value: []byte(strconv.FormatInt(slot.UnixMilli(), 10))})}, m
+}
+
+// park writes r's park copy (see parkCopy) and returns true once Kafka
+// acknowledged it (or its DLQ copy, if too large for the retry topic),
+// false if ctx ended first.
+func (p *Pacer) park(ctx context.Context, r *kgo.Record, due time.Time) bool {
+	log := p.log.With("topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+	c, m := p.parkCopy(r, due)
+	if err := p.produce(ctx, c, log); err != nil {
+		if errors.Is(err, errTooLarge) {
+			return p.deadLetter(ctx, r, m, "too-large", "the parked copy exceeds the broker's message size", log)
+		}
+		return false
+	}
+	p.qm.parked.Inc()
+	return true
+}
+
+// parkAsync is park without waiting: the copy joins the client's produce
+// batches (a backlog of 100,000 records is parked in seconds, not one
+// round trip each), and done(ok) is called once it is acknowledged; a copy
+// that failed is written again by park, in a goroutine. It may block while
+// the client's produce buffer is full, so callers hold no lock.
+//
+// The copy carries the key's rate its due time was estimated at (its
+// ceiling, or its adapted rate if higher: envelope.HeaderParkRate), so a raise of the
+// key's rate takes it early (waitParked).
+func (p *Pacer) parkAsync(ctx context.Context, r *kgo.Record, due time.Time, done func(ok bool)) {
+	c, _ := p.parkCopy(r, due)
+	rate, ceiling := p.keyRates(string(r.Key))
+	c.Headers = append(c.Headers, parkRateHeader(max(rate, ceiling)))
+	p.cl.Produce(ctx, c, func(_ *kgo.Record, err error) {
+		if err == nil {
+			p.qm.parked.Inc()
+			done(true)
+			return
+		}
+		go func() { done(p.park(ctx, r, due)) }()
+	})
+}
+
+// parkedDuplicate reports whether f's record is a parked copy whose id was
+// delivered already: a rebalance or crash re-delivers a record parked
+// before, and its second copy comes back too. Asked before the slot, so the
+// duplicate does not spend one of its key's slots (the claim finds it only
+// after the slot); one Redis GET per parked copy. An error answers false:
+// the claim still decides.
+func (p *Pacer) parkedDuplicate(f *flight) bool {
+	if envelope.Header(f.r, envelope.HeaderParks) == "" {
+		return false
+	}
+	var delivered bool
+	err := p.redis(f.w.ctx, f.log, func() (err error) {
+		// IsDelivered counts the ledger's own marks not yet written.
+		delivered, err = p.ledger.IsDelivered(f.w.ctx, p.cfg.Channel, f.env.Key, f.env.ID)
+		return err
+	})
+	return err == nil && delivered
+}
+
+// chainSeq numbers the chains of this process: a token is Owner-seq, so no
+// other process or earlier run of this one can hold a live chain of it.
+var chainSeq atomic.Int64
+
+// chain is a strict-order key's parked records from one main partition
+// worker, kept in the key's offset order:
+//
+//   - It starts when the key holds its lookahead bound; from then on every
+//     record of the key the worker reads is parked too (none is held), all
+//     to the last retry tier, in offset order. The client writes one
+//     partition's records in the order produced (idempotent writes), so the
+//     copies sit in the tier partition in the key's offset order.
+//   - The tier's worker sends the copies one at a time (InFlight 1) in
+//     that order, and none before ready: once the main worker holds no
+//     record of the key (those read before the chain started were sent).
+//     Copies are never parked again, so their order never changes.
+//   - A parked record's main entry is finished only when its copy is
+//     (sent, retried, requeued or dead-lettered), not when the copy is
+//     written: the main partition's commit stays below the oldest unsent
+//     copy. When the chain is empty it ends, and the key's next records
+//     are held in the main partition again.
+//   - A copy whose token names no live chain in this process (the main
+//     worker stopped: a crash, a revoke, a restart) is dropped unsent: its
+//     record was either sent already (the ledger says so), or its main
+//     entry was not finished, so the commit is below it and the next owner
+//     of the main partition reads it again and parks it in a new chain, in
+//     order behind the records before it.
+//
+// So the key's sends follow its offset order across crashes and
+// rebalances; the cost is one Kafka write and read per parked record, and
+// a main partition whose commit waits for the key's chain (a crash then
+// re-reads the partition from the chain's oldest unsent record: the ledger
+// skips what was sent).
+type chain struct {
+	token string
+	key   string
+	w     *worker       // the main partition's worker: it parks and finishes
+	ready chan struct{} // closed once w holds no record of key
+	dead  chan struct{} // closed when w stops: every copy is stale
+	// Under w.mu:
+	pend    map[int64]*pending // main entries whose copies are not finished, by offset
+	isReady bool
+}
+
+// startChain starts key's chain in w (see [chain]). Callers hold w.mu.
+func (w *worker) startChain(key string) *chain {
+	c := &chain{token: fmt.Sprintf("%s-%d", w.p.cfg.Owner, chainSeq.Add(1)), key: key, w: w,
+		ready: make(chan struct{}), dead: make(chan struct{}), pend: map[int64]*pending{}}
+	w.chains[key] = c
+	w.p.chains.Store(key, c)
+	w.chainReady(key)
+	return c
+}
+
+// chainReady lets key's chain copies be sent once w holds no record of key.
+// Callers hold w.mu.
+func (w *worker) chainReady(key string) {
+	c := w.chains[key]
+	if c == nil || c.isReady {
+		return
+	}
+	if q := w.keys[key]; q != nil && q.size() > 0 {
+		return
+	}
+	c.isReady = true
+	close(c.ready)
+}
+
+// chainFinished finishes the main entry at offset once its copy is
+// finished, and ends the chain when none is left. Callers hold w.mu.
+func (w *worker) chainFinished(c *chain, offset int64) {
+	if w.stopped || w.chains[c.key] != c {
+		return
+	}
+	e := c.pend[offset]
+	if e == nil {
+		return
+	}
+	delete(c.pend, offset)
+	w.finish(e)
+	if len(c.pend) == 0 {
+		delete(w.chains, c.key)
+		w.p.chains.CompareAndDelete(c.key, c)
+	}
+}
+
+// endChains marks w's chains stale at its stop. Callers hold w.mu.
+func (w *worker) endChains() {
+	for k, c := range w.chains {
+		close(c.dead)
+		w.p.chains.CompareAndDelete(k, c)
+	}
+	w.chains = map[string]*chain{}
+}
+
+// chainCopy returns the copy of r parked in chain c: the last retry tier,
+// no due time (the tier's worker holds it until the chain is ready), the
+// chain header naming c and r's main offset.
+func (p *Pacer) chainCopy(r *kgo.Record, c *chain) *kgo.Record {
+	m := readMeta(r)
+	m.due = time.Time{}
+	parks := 1
+	if n, err := strconv.Atoi(envelope.Header(r, envelope.HeaderParks)); err == nil {
+		parks = n + 1
+	}
+	return &kgo.Record{Topic: p.cfg.retryTopic(len(p.cfg.RetryDelays)), Key: r.Key, Value: r.Value,
+		Headers: m.headers(r,
+			kgo.RecordHeader{Key: envelope.HeaderParks, Value: []byte(strconv.Itoa(parks))},
+			kgo.RecordHeader{Key: envelope.HeaderChain, Value: []byte(c.token + "/" + strconv.FormatInt(r.Offset, 10))})}
+}
+
+// parkChained writes r's chain copy without waiting, in the order of the
+// calls (see parkAsync). done(copied) follows Kafka's acknowledgement;
+// copied is false when the record was dead-lettered instead (too large).
+// A write that failed is retried by produce, in a goroutine; it is the only
+// way a copy can land behind a later one (Kafka refusing one copy and
+// taking the next), and done is not called if ctx ends first.
+func (p *Pacer) parkChained(ctx context.Context, r *kgo.Record, c *chain, done func(copied, ok bool)) {
+	cp := p.chainCopy(r, c)
+	p.cl.Produce(ctx, cp, func(_ *kgo.Record, err error) {
+		if err == nil {
+			p.qm.parked.Inc()
+			done(true, true)
+			return
+		}
+		go func() {
+			log := p.log.With("topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+			err := p.produce(ctx, cp, log)
+			switch {
+			case err == nil:
+				p.qm.parked.Inc()
+				done(true, true)
+			case errors.Is(err, errTooLarge):
+				done(false, p.deadLetter(ctx, r, readMeta(r), "too-large", "the parked copy exceeds the broker's message size", log))
+			default:
+				done(false, false)
+			}
+		}()
+	})
+}
+
+// liveChain returns the live chain a chain copy's header names, and the
+// copy's main offset; nil when the chain is not live in this process.
+func (p *Pacer) liveChain(r *kgo.Record) (*chain, int64, bool) {
+	v := envelope.Header(r, envelope.HeaderChain)
+	if v == "" {
+		return nil, 0, false
+	}
+	i := strings.LastIndexByte(v, '/')
+	off, err := strconv.ParseInt(v[i+1:], 10, 64)
+	if i < 0 || err != nil {
+		return nil, 0, true
+	}
+	c, _ := p.chains.Load(string(r.Key))
+	if ch, _ := c.(*chain); ch != nil && ch.token == v[:i] {
+		return ch, off, true
+	}
+	return nil, 0, true
+}

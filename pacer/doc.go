@@ -1,0 +1,39 @@
+// Package pacer holds no code: its subpackages are Pacer's applications
+// and the parts they share, each readable alone.
+//
+// The applications, each run by a command of cmd/pacer; none imports
+// another:
+//
+//   - [github.com/pacerhq/pacer/pacer/consumer]: the consume-pace-send
+//     loop (pacer run): reads envelopes from a channel's Kafka topics,
+//     paces each pacing key with the token buckets of package bucket,
+//     sends through the channel's provider adapter, and finishes every
+//     record (delivered, requeued, parked, retried or dead-lettered).
+//   - [github.com/pacerhq/pacer/pacer/ingest]: the HTTP ingest gateway
+//     (pacer ingest): validates envelopes, checks its tiered quotas
+//     (ingest/quota, over the sliding windows of ingest/window) and
+//     produces them to the channel's topic.
+//   - [github.com/pacerhq/pacer/pacer/statuspage]: the live status page:
+//     every replica's active keys, their limits, rates and breakers, and
+//     the campaigns' progress.
+//
+// The parts they share, which import no application:
+//
+//   - [github.com/pacerhq/pacer/pacer/envelope]: the message (one JSON
+//     envelope per Kafka record), its strict parsing, and the Kafka
+//     headers Pacer writes beside it.
+//   - [github.com/pacerhq/pacer/pacer/produce]: producer-side operations:
+//     publish a campaign file, replay the DLQ, create topics, read Kafka
+//     security failures.
+//   - [github.com/pacerhq/pacer/pacer/ledger]: the idempotency ledger of
+//     envelope ids in Redis, and its write-behind batcher.
+//   - [github.com/pacerhq/pacer/pacer/control]: what an operator changes
+//     while Pacer runs, in Redis: per-key limits, campaign states and
+//     counters, and each key's policy.
+//   - [github.com/pacerhq/pacer/pacer/keypace]: one pacing key as the
+//     consumer's steps see it: Gate (breaker, account and pair cooldowns),
+//     Slot (the next send slot at the key's adapted rate) and Report (a
+//     send's outcome into AIMD, cooldowns and the breaker).
+//
+// The rules between them are checked by internal/deptest.
+package pacer
