@@ -75,7 +75,7 @@ type setting struct {
 	secret bool
 }
 
-// channelTable lists the channels Pacer serves, one row each. README.md's
+// channelTable lists the channels Pacer serves, one row each. docs/configuration.md's
 // settings table lists every variable of every row.
 var channelTable = []channel{
 	{
@@ -553,7 +553,7 @@ func readChannel(ch *channel, lookup func(string) (string, bool)) (channelConfig
 	c := channelConfig{vars: channelVars{ch: ch, vals: map[string]string{}, credDir: get("PACER_CREDENTIALS_DIR", "")}}
 	c.limit = limit(ch.prefix(), ch.limit, false)
 	if r := ch.recipient; r != nil {
-		// README: a recipient bucket's rate 0 = off (the pacer runs
+		// docs/configuration.md: a recipient bucket's rate 0 = off (the pacer runs
 		// without it), even where its default is on (FCM's device bucket).
 		c.recipient = limit(ch.prefix()+r.prefix+"_", r.limit, true)
 	}

@@ -22,7 +22,7 @@ import (
 
 // config is everything `pacer run` reads from the environment. Each field
 // names its variable, unit and default; each channel's own variables are in
-// its row of [channelTable]; README.md has the same table. The rules a
+// its row of [channelTable]; docs/configuration.md has the same table. The rules a
 // consumer.Config field must follow live in packages consumer and bucket
 // ([consumer.Config.Validate]); a field that sets one carries a pacer tag.
 type config struct {
@@ -500,12 +500,12 @@ func parseLevel(s string) (slog.Level, error) {
 }
 
 // settingsHelp lists every variable `pacer run` reads, with its default,
-// for `pacer run -h`: the shared ones, then channel's own (README.md says
+// for `pacer run -h`: the shared ones, then channel's own (docs/configuration.md says
 // what each means and its unit).
 func settingsHelp(ch *channel) string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nsettings (environment variables; README.md gives each one's unit and meaning):")
+	fmt.Fprintln(tw, "\nsettings (environment variables; docs/configuration.md gives each one's unit and meaning):")
 	t := reflect.TypeOf(config{})
 	for i := range t.NumField() {
 		tag, ok := t.Field(i).Tag.Lookup("env")

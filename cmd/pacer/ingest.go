@@ -26,7 +26,7 @@ import (
 
 // ingestConfig is what `pacer ingest` reads beyond config (Kafka, Redis,
 // logging, PACER_REDIS_FAILURE, PACER_EXPECTED_REPLICAS,
-// PACER_IDEMPOTENCY_TTL). README.md has the same table.
+// PACER_IDEMPOTENCY_TTL). docs/configuration.md has the same table.
 type ingestConfig struct {
 	// PACER_INGEST_ADDR: listen address of the API, /metrics, /healthz, /readyz; default :8080; "127.0.0.1:0" picks a free port (logged).
 	Addr string `env:"PACER_INGEST_ADDR, default=:8080" unit:"host:port" help:"API, /metrics, /healthz, /readyz; 127.0.0.1:0 picks a free port (logged)"`
@@ -50,7 +50,7 @@ type ingestConfig struct {
 
 // ingestShared are the settings of config that `pacer ingest` reads too
 // (Kafka, Redis, logging, drain, Redis failure mode, idempotency TTL), as
-// prefixes of their names; README.md says what each means.
+// prefixes of their names; docs/configuration.md says what each means.
 var ingestShared = []string{"PACER_KAFKA_BROKERS", "PACER_KAFKA_TLS", "PACER_KAFKA_SASL_", "PACER_REDIS_",
 	"PACER_EXPECTED_REPLICAS", "PACER_IDEMPOTENCY_TTL", "PACER_DRAIN", "PACER_LOG_"}
 
@@ -60,7 +60,7 @@ var ingestShared = []string{"PACER_KAFKA_BROKERS", "PACER_KAFKA_TLS", "PACER_KAF
 func ingestSettingsHelp() string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nsettings (environment variables; README.md gives each one's meaning):")
+	fmt.Fprintln(tw, "\nsettings (environment variables; docs/configuration.md gives each one's meaning):")
 	fmt.Fprintln(tw, "  variable\tunit\tdefault\tmeaning")
 	for _, r := range envRows(reflect.TypeOf(ingestConfig{}), nil) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.name, r.unit, r.def, r.help)
