@@ -27,7 +27,7 @@
 //     [Limiter.Return] before they start.
 //   - [Dispenser] shares the leases of one pacing key among the goroutines
 //     of a process: Next is a drop-in for Reserve at a fraction of a Redis
-//     call per message (0.11 in the accuracy soak of BENCHMARKS.md).
+//     call per message (BENCHMARKS.md, "Accuracy").
 //   - [Limiter.ReserveMulti] takes several buckets of one message at once,
 //     all or nothing: a WhatsApp phone number and the number->recipient
 //     pair, or an FCM project and device. The extra buckets are sub-buckets

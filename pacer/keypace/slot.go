@@ -257,16 +257,8 @@ func handoffWait(lim bucket.Limit, maxWait time.Duration) time.Duration {
 // allows 2.5 ms, 80/s burst 10 (paced at burst 8) 12.5 ms, 0.5/s burst 1
 // (paced at 0.4938/s) 0.51 s.
 //
-// Senders are not made more punctual instead (one dispatcher goroutine per
-// key, or a wake-up before the slot and a spin to it): an idle Go process
-// sleeps in whole milliseconds (the runtime's epoll_wait timeout, rounded
-// up to 1 ms: runtime/netpoll_epoll.go), so a wake-up is up to 1 ms late
-// by design, and beating that means spinning (a core kept busy at 1,000
-// slots/s) or a thread of its own sleeping in nanosleep(2): tried, that
-// woke 57-62% of the senders within 0.4 ms instead of 33-38%, but cost 35%
-// more CPU per message and left the wake-ups later than 3 ms as they were
-// (BENCHMARKS.md). On a loaded machine lateness is the operating system
-// running other processes, which a dispatcher waits for just the same.
+// Senders are not made more punctual instead (a dispatcher per key, a
+// spin, a nanosleep thread): see docs/decisions/0015 and 0025.
 func lateSlot(ceiling, lim bucket.Limit) time.Duration {
 	if !(lim.PerSecond > 0) {
 		return time.Millisecond

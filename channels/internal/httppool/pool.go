@@ -26,8 +26,7 @@ import (
 // (WhatsApp): net/http's client spends per request two goroutines' hand-offs,
 // a header map, a context watcher and their allocations; sending through a
 // Pool instead took a fifth off a pacer process's CPU per message at
-// thousands of sends a second (BENCHMARKS.md, "WhatsApp sends over a
-// fasthttp keep-alive pool").
+// thousands of sends a second (docs/decisions/0020).
 //
 // Connections: at most maxConns per host, reused (idle ones closed after
 // [channels.IdleConnTimeout]); a send that finds every connection busy
