@@ -8,7 +8,6 @@
 #   make test-e2e    the process-level end-to-end tests of cmd/pacer (build
 #                    tag e2e: the built pacer binary), without -race, in
 #                    parallel (about 6 min on 2 cores)
-#   make test-short  go test -short: no servers started, no binary built
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -26,7 +25,7 @@ E2E_PARALLEL ?= 8
 PKGS ?= ./...
 STOP_SERVERS := scripts/kafka.sh stop; scripts/redis.sh stop; scripts/redis-cluster.sh stop
 
-.PHONY: build demo test test-e2e test-short bench bench-pacing bench-e2e bench-ingest bench-queue bench-live soak lint servers stop-servers
+.PHONY: build demo test test-e2e bench bench-pacing bench-e2e bench-ingest bench-queue bench-live soak lint servers stop-servers
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
@@ -51,12 +50,6 @@ test-e2e:
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	echo "PACER_TEST_KAFKA_BROKERS=$$PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR=$$PACER_TEST_REDIS_ADDR"; \
 	$(GO) test -tags e2e -count=1 -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) -run '^($(E2E_TESTS))$$' ./cmd/pacer/
-
-# test-short: the tests that need no server started: those of Kafka, the
-# Redis Cluster and the secured listeners skip unless their variables are
-# set (internal/testenv); a private redis-server is used if installed.
-test-short:
-	$(GO) test -short ./...
 
 # bench: every benchmark, then the accuracy soak of package bucket (4
 # processes x 8 goroutines on one key for 30 s; see bucket/soak_test.go).
