@@ -64,15 +64,41 @@ func TestMain(m *testing.M) {
 // broker of their own, a browser): their bounds allow for a loaded 2-core
 // machine, as when other packages' tests ran beside them, not for every
 // test's processes on the same cores at once.
-var measureSlots = make(chan struct{}, runtime.GOMAXPROCS(0))
+var (
+	measureSlots = make(chan struct{}, runtime.GOMAXPROCS(0))
+	measureTake  sync.Mutex // one test at a time takes its slots
+)
 
 // measured marks t parallel, like the other tests, and holds one of
 // measureSlots until t and its cleanups are done.
 func measured(t *testing.T) {
 	t.Helper()
 	t.Parallel()
-	measureSlots <- struct{}{}
-	t.Cleanup(func() { <-measureSlots })
+	holdSlots(t, 1)
+}
+
+// measuredAlone is measured for a test whose bound leaves no margin for
+// another measurement's load beside it (a strict fake with no spare
+// burst, where a send late by one token interval is a refusal): it holds
+// every slot.
+func measuredAlone(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	holdSlots(t, cap(measureSlots))
+}
+
+// holdSlots takes n of measureSlots until t and its cleanups are done.
+func holdSlots(t *testing.T, n int) {
+	measureTake.Lock()
+	for range n {
+		measureSlots <- struct{}{}
+	}
+	measureTake.Unlock()
+	t.Cleanup(func() {
+		for range n {
+			<-measureSlots
+		}
+	})
 }
 
 // e2e is one test's world: unique topic, group and Redis prefix.

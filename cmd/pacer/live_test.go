@@ -660,7 +660,7 @@ func grepLines(s string, words ...string) string {
 // overlapping throttled 5 (7 with only the stale limits fixed, 20 with
 // only the held slots waited for).
 func TestLiveLimitLowerThenRaise(t *testing.T) {
-	measured(t)
+	measuredAlone(t)
 	e := newE2E(t, whatsapptest.Config{Rate: 50, Burst: 2, Latency: 5 * time.Millisecond})
 	key := "910000000000000"
 	const per = 700 // 2 s at 50/s, 8 s at 10/s, then about 10 s at 50/s

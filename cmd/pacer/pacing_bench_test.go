@@ -123,7 +123,7 @@ func pacingScenarios(full bool) []pacingScenario {
 // issue's targets; the pair and account rows are printed, and assert only
 // that nothing is lost or doubled.
 func TestPacingScenarios(t *testing.T) {
-	measured(t)
+	t.Parallel() // each scenario holds a measuring slot
 	full := os.Getenv("PACER_BENCH_PACING") == "full"
 	only := pacingOnly(os.Getenv("PACER_BENCH_PACING_ONLY"))
 	var rows []string
@@ -134,6 +134,7 @@ func TestPacingScenarios(t *testing.T) {
 		}
 		ran++
 		t.Run(sc.name, func(t *testing.T) {
+			holdSlots(t, 1)
 			r := runPacingScenario(t, sc, fmt.Sprint(7, i))
 			rows = append(rows, pacingRow(sc, r))
 			checkPacingScenario(t, sc, r, full)

@@ -130,7 +130,7 @@ func pacerCmd(t *testing.T, e *e2e, stdin string, limit time.Duration, args ...s
 // and TLS Redis with an ACL user, every secret from a file: each message is
 // delivered exactly once at the paced rate, and no output holds a secret.
 func TestEndToEndSecure(t *testing.T) {
-	measured(t)
+	measuredAlone(t)
 	const numbers, per, rate, burst = 2, 250, 50.0, 10
 	w := newSecureWorld(t, whatsapptest.Config{Rate: rate, Burst: burst}) // as strict as the provider: no spare burst
 	t.Logf("kafka: %s; redis: TLS %s, user %s", w.kafka, w.redis.TLSAddr, w.redis.Username)
