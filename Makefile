@@ -13,10 +13,6 @@ SHELL := /usr/bin/env bash
 
 GO ?= go
 GO_TEST_TIMEOUT ?= 15m
-# Parallel tests at once per package in `make test`: the Redis tables of
-# bucket and bucket/adapt sleep on redis-server's clock (88 s at go test's
-# default of one per CPU on 2 cores, 31 s at 8).
-TEST_PARALLEL ?= 8
 # The end-to-end tests: at most E2E_PARALLEL at once (most of them wait on
 # the clock, at a provider's rate), those that measure time one per CPU
 # (cmd/pacer/e2e_test.go, measured).
@@ -39,7 +35,7 @@ test:
 	@trap '$(STOP_SERVERS)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	echo "PACER_TEST_KAFKA_BROKERS=$$PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR=$$PACER_TEST_REDIS_ADDR"; \
-	$(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout $(GO_TEST_TIMEOUT) $(PKGS)
+	$(GO) test -race -count=1 -timeout $(GO_TEST_TIMEOUT) $(PKGS)
 
 # test-e2e: the tests of cmd/pacer's files tagged e2e (`make test` runs the
 # package's other tests). -run names them, so the in-process tests do not
