@@ -3,11 +3,11 @@
 # real Kafka broker and a private redis-server, and the servers are stopped
 # afterwards whatever the outcome.
 #
-#   make test        every unit and in-process test, with -race (about 5 min
+#   make test        every unit and in-process test, with -race (about 4 min
 #                    on 2 cores)
 #   make test-e2e    the process-level end-to-end tests of cmd/pacer (build
 #                    tag e2e: the built pacer binary), without -race, in
-#                    parallel (about 6 min on 2 cores)
+#                    parallel (about 7 min on 2 cores)
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -eu -o pipefail -c
 
