@@ -2,15 +2,26 @@
 # scripts/test-env.sh installs redis-server and kcat, fetches and starts a
 # real Kafka broker and a private redis-server, and the servers are stopped
 # afterwards whatever the outcome.
+#
+#   make test        every unit and in-process test, with -race (about 4 min
+#                    on 2 cores)
+#   make test-e2e    the process-level end-to-end tests of cmd/pacer (build
+#                    tag e2e: the built pacer binary), without -race, in
+#                    parallel (about 7 min on 2 cores)
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -eu -o pipefail -c
 
 GO ?= go
-GO_TEST_TIMEOUT ?= 20m
+GO_TEST_TIMEOUT ?= 15m
+# The end-to-end tests: at most E2E_PARALLEL at once (most of them wait on
+# the clock, at a provider's rate), those that measure time one per CPU
+# (cmd/pacer/e2e_test.go, measured).
+E2E_TIMEOUT ?= 25m
+E2E_PARALLEL ?= 8
 PKGS ?= ./...
 STOP_SERVERS := scripts/kafka.sh stop; scripts/redis.sh stop; scripts/redis-cluster.sh stop
 
-.PHONY: build demo test test-short bench bench-pacing bench-e2e bench-ingest bench-queue bench-live soak lint servers stop-servers
+.PHONY: build demo test test-e2e bench bench-pacing bench-e2e bench-ingest bench-queue bench-live soak lint servers stop-servers
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
@@ -26,8 +37,15 @@ test:
 	echo "PACER_TEST_KAFKA_BROKERS=$$PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR=$$PACER_TEST_REDIS_ADDR"; \
 	$(GO) test -race -count=1 -timeout $(GO_TEST_TIMEOUT) $(PKGS)
 
-test-short:
-	$(GO) test -short ./...
+# test-e2e: the tests of cmd/pacer's files tagged e2e (`make test` runs the
+# package's other tests). -run names them, so the in-process tests do not
+# run a second time without -race.
+E2E_TESTS = $(shell sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\.T).*/\1/p' $$(grep -l '^//go:build e2e' cmd/pacer/*_test.go) | paste -sd'|' -)
+test-e2e:
+	@trap '$(STOP_SERVERS)' EXIT; \
+	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	echo "PACER_TEST_KAFKA_BROKERS=$$PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR=$$PACER_TEST_REDIS_ADDR"; \
+	$(GO) test -tags e2e -count=1 -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) -run '^($(E2E_TESTS))$$' ./cmd/pacer/
 
 # bench: every benchmark, then the accuracy soak of package bucket (4
 # processes x 8 goroutines on one key for 30 s; see bucket/soak_test.go).
@@ -35,19 +53,19 @@ test-short:
 bench:
 	@trap '$(STOP_SERVERS)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
-	$(GO) test -bench=. -benchmem -run='^$$' $(PKGS); \
+	$(GO) test -tags e2e -bench=. -benchmem -run='^$$' $(PKGS); \
 	$(GO) test -tags soak -run '^TestAccuracySoak$$' -count=1 -v -timeout 10m ./bucket/
 
 # bench-pacing: the scenario bench of pacing at a provider's real limit
 # (cmd/pacer/pacing_bench_test.go), full form: real `pacer run` processes,
 # Kafka and Redis against the strict fake, campaigns of 60 s and more, about
-# 10 minutes. It prints the table recorded in BENCHMARKS.md. `make test` runs
-# its short form. PACER_BENCH_PACING_ONLY="3,7 hidden" runs only the
+# 10 minutes. It prints the table recorded in BENCHMARKS.md. `make test-e2e`
+# runs its short form. PACER_BENCH_PACING_ONLY="3,7 hidden" runs only the
 # scenarios whose names start with one of the comma-separated prefixes.
 bench-pacing:
 	@trap '$(STOP_SERVERS)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
-	PACER_BENCH_PACING=full $(GO) test -count=1 -timeout 40m -v -run '^TestPacingScenarios$$' ./cmd/pacer/ | \
+	PACER_BENCH_PACING=full $(GO) test -tags e2e -count=1 -timeout 40m -v -run '^TestPacingScenarios$$' ./cmd/pacer/ | \
 		grep -v '^\s*pacing_bench_test.go'
 
 # bench-queue: queues per pacing key through `pacer run` (real Kafka and
@@ -62,7 +80,7 @@ bench-pacing:
 bench-queue:
 	@trap '$(STOP_SERVERS)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
-	PACER_BENCH_QUEUE=1 $(GO) test -count=1 -timeout 30m -v -run '^TestQueueBench$$' ./cmd/pacer/
+	PACER_BENCH_QUEUE=1 $(GO) test -tags e2e -count=1 -timeout 30m -v -run '^TestQueueBench$$' ./cmd/pacer/
 
 # bench-live: operating live through 2 replicas of `pacer run` (real Kafka
 # and Redis, the strict fake WhatsApp API): a number at 50/s raised to
@@ -74,7 +92,7 @@ bench-queue:
 bench-live:
 	@trap '$(STOP_SERVERS)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
-	PACER_BENCH_LIVE=1 $(GO) test -count=1 -timeout 40m -v -run '^TestLiveBench$$' ./cmd/pacer/
+	PACER_BENCH_LIVE=1 $(GO) test -tags e2e -count=1 -timeout 40m -v -run '^TestLiveBench$$' ./cmd/pacer/
 
 # bench-e2e: one `pacer run` process beside a minimal baseline
 # (internal/bench/baseline: a franz-go consumer group that POSTs each record
@@ -93,17 +111,17 @@ bench-live:
 bench-e2e:
 	@trap '$(STOP_SERVERS)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
-	PACER_BENCH_E2E=1 $(GO) test -count=1 -timeout 30m -v -run '^TestE2EBench$$' ./cmd/pacer/; \
+	PACER_BENCH_E2E=1 $(GO) test -tags e2e -count=1 -timeout 30m -v -run '^TestE2EBench$$' ./cmd/pacer/; \
 	if [ -n "$${BENCH_MEMORY:-}" ]; then \
-	  PACER_BENCH_MEMORY=1 PACER_BENCH_KEYS=1 $(GO) test -count=1 -timeout 90m -v -run '^(TestLedgerMemoryBench|TestKeysMemoryBench)$$' ./cmd/pacer/; \
+	  PACER_BENCH_MEMORY=1 PACER_BENCH_KEYS=1 $(GO) test -tags e2e -count=1 -timeout 90m -v -run '^(TestLedgerMemoryBench|TestKeysMemoryBench)$$' ./cmd/pacer/; \
 	fi
 
-# Long runs kept out of `make test`: the 5-minute cooldown of the delivery
+# Long runs kept out of `make test-e2e`: the 5-minute cooldown of the delivery
 # guarantees (issue: none dead-lettered as attempts-exhausted).
 soak:
 	@trap '$(STOP_SERVERS)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
-	PACER_TEST_COOLDOWN=5m $(GO) test -count=1 -timeout 30m -v -run 'TestLongCooldown' ./cmd/pacer/
+	PACER_TEST_COOLDOWN=5m $(GO) test -tags e2e -count=1 -timeout 30m -v -run 'TestLongCooldown' ./cmd/pacer/
 
 lint:
 	$(GO) vet ./...

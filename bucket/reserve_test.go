@@ -529,7 +529,7 @@ func TestLeaseReturn(t *testing.T) {
 		// A lease followed by another (a second replica's): giving the first
 		// one's slots back would put the next lease on top of the second's
 		// slots, so they lapse; the last lease gives its slots back.
-		e.At(time.Minute)                                              // every bucket full again
+		e.At(2 * time.Second)                                          // every bucket full again (the last slot above: 300 ms)
 		a, err := e.l.Lease(ctx, "test", "k3", lim, 10, 2*time.Second) // 5 at once, then 100..500 ms
 		if err != nil || a.Granted != 10 {
 			t.Fatalf("Lease a = %+v, %v", a, err)
@@ -545,7 +545,7 @@ func TestLeaseReturn(t *testing.T) {
 			t.Fatalf("Return of the last lease = %d, %v; want 3 (800, 900, 1000 ms)", n, err)
 		}
 		// The next slot follows b's two used ones: at 800 ms.
-		e.reserves(t, "k3", lim, []reserve{{time.Minute, 1, 2 * time.Second, true, 800 * ms, 0, false}})
+		e.reserves(t, "k3", lim, []reserve{{2 * time.Second, 1, 2 * time.Second, true, 800 * ms, 0, false}})
 	})
 }
 

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package main
 
 // Adaptive pacing on real servers: AIMD convergence under a hidden provider
@@ -55,6 +57,7 @@ func ratesPer(arr []whatsapptest.Arrival, key string, from, to time.Time, w time
 // >= 70/s within 45 s (the accelerating probe needs about 15; the bound
 // leaves room for a loaded machine).
 func TestAIMDConvergence(t *testing.T) {
+	measured(t)
 	const key = "1065499990001"
 	e := newE2E(t, whatsapptest.Config{Rate: 30, Burst: 10})
 	var b strings.Builder
@@ -127,6 +130,7 @@ func TestAIMDConvergence(t *testing.T) {
 // TestCooldownShared: a 429 with Retry-After: 5 seen by one of 3 replicas
 // stops every replica's sends for that key for 5 s.
 func TestCooldownShared(t *testing.T) {
+	measured(t)
 	const key = "1065499990002"
 	e := newE2E(t, whatsapptest.Config{})
 	cl := newKafkaClient(t, e.brokers, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))

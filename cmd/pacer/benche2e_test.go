@@ -1,3 +1,5 @@
+//go:build e2e
+
 package main
 
 // TestE2EBench (PACER_BENCH_E2E=1, `make bench-e2e`) puts one `pacer run`

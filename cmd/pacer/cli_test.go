@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -371,20 +370,5 @@ func TestPublishRedisRefusedPublishesNothing(t *testing.T) {
 	code, _, errs = runCLI(env, "publish", "--channel", "whatsapp", file)
 	if code != 1 || !strings.Contains(errs, "Redis not reachable") || !strings.Contains(errs, "publishing anyway") {
 		t.Errorf("Redis down: exit %d, stderr %q; want the warning, then Kafka's failure", code, errs)
-	}
-}
-
-// TestRunNamesRedisWhenDown: `pacer run` with Redis not answering at
-// start-up logs which server it tried (the setting and host), never the
-// password of the URL.
-func TestRunNamesRedisWhenDown(t *testing.T) {
-	e := newE2E(t, whatsapptest.Config{})
-	p := e.run("PACER_REDIS_URL=redis://:hunter2@127.0.0.1:1/0")
-	defer p.stop(t)
-	if !waitFor(30*time.Second, func() bool { return strings.Contains(p.logs(), "redis not answering at start-up") }) {
-		t.Fatalf("no start-up warning about Redis within 30 s\n%s", p.logs())
-	}
-	if logs := p.logs(); !strings.Contains(logs, `redis="PACER_REDIS_URL host 127.0.0.1:1"`) || strings.Contains(logs, "hunter2") {
-		t.Errorf("the warning does not name PACER_REDIS_URL's host, or shows the password:\n%s", logs)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package main
 
 import (
@@ -55,6 +57,7 @@ func (g *tokenGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // no-credentials` delivers it, without a restart. No token appears in the
 // log, the DLQ, /metrics, the replay's output or `pacer status`.
 func TestEndToEndCredentialsPerSender(t *testing.T) {
+	t.Parallel()
 	const per = 5
 	e := newE2E(t, whatsapptest.Config{})
 	numA, numB, numC := "106540352201", "106540352202", "106540352203"
@@ -165,6 +168,7 @@ func TestEndToEndCredentialsPerSender(t *testing.T) {
 // the right token, the number's next records are sent with it at once,
 // well before the breaker's open period (1 min here) would end.
 func TestEndToEndRefusedCredential(t *testing.T) {
+	measured(t)
 	const burst, before, after = 3, 100, 10
 	e := newE2E(t, whatsapptest.Config{})
 	num := "106540352209"

@@ -1,7 +1,14 @@
+//go:build e2e
+
 package main
 
 // End-to-end tests: the pacer binary against a real Kafka broker, a real
 // redis-server (both from internal/testenv) and the fake WhatsApp Cloud API.
+// The files of these process-level tests carry the build tag e2e: `make
+// test-e2e` runs them (`go test -tags e2e`, without -race), `make test`
+// runs the package's other tests. Every test here has its own topic,
+// consumer group, Redis prefix and fake, so they run in parallel; see
+// measured for those that measure time.
 
 import (
 	"bufio"
@@ -18,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +57,48 @@ func TestMain(m *testing.M) {
 	code := testenv.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// measureSlots holds one slot per CPU for the tests that measure rates,
+// throttles or latencies against a strict fake, or load the machine (a
+// broker of their own, a browser): their bounds allow for a loaded 2-core
+// machine, as when other packages' tests ran beside them, not for every
+// test's processes on the same cores at once.
+var (
+	measureSlots = make(chan struct{}, runtime.GOMAXPROCS(0))
+	measureTake  sync.Mutex // one test at a time takes its slots
+)
+
+// measured marks t parallel, like the other tests, and holds one of
+// measureSlots until t and its cleanups are done.
+func measured(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	holdSlots(t, 1)
+}
+
+// measuredAlone is measured for a test whose bound leaves no margin for
+// another measurement's load beside it (a strict fake with no spare
+// burst, where a send late by one token interval is a refusal): it holds
+// every slot.
+func measuredAlone(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	holdSlots(t, cap(measureSlots))
+}
+
+// holdSlots takes n of measureSlots until t and its cleanups are done.
+func holdSlots(t *testing.T, n int) {
+	measureTake.Lock()
+	for range n {
+		measureSlots <- struct{}{}
+	}
+	measureTake.Unlock()
+	t.Cleanup(func() {
+		for range n {
+			<-measureSlots
+		}
+	})
 }
 
 // e2e is one test's world: unique topic, group and Redis prefix.
@@ -339,6 +389,7 @@ func httpGet(t testing.TB, url string) (int, string) {
 }
 
 func TestEndToEndOneProcess(t *testing.T) {
+	measured(t)
 	const numbers, per, rate, burst = 3, 500, 50.0, 10
 	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: burst})
 	lines, keys := campaign(numbers, per, "1")
@@ -413,6 +464,7 @@ func TestEndToEndOneProcess(t *testing.T) {
 // partitions, so both group members send for every number at once: the
 // per-number limit must hold for their sum.
 func TestEndToEndTwoProcessesShareLimit(t *testing.T) {
+	measured(t)
 	const numbers, per, rate, burst = 3, 500, 50.0, 10
 	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: burst})
 	cl := newKafkaClient(t, e.brokers, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
@@ -499,6 +551,7 @@ func (e *e2e) waitMembersOwn(n int, topic string, within time.Duration, procs ..
 }
 
 func TestPublishRejectsBadLines(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, whatsapptest.Config{})
 	big := `{"id":"big","key":"1","to":"2","payload":{"x":"` + strings.Repeat("a", 1<<20) + `"}}`
 	lines := strings.Join([]string{
@@ -547,6 +600,7 @@ func TestPublishRejectsBadLines(t *testing.T) {
 // (another producer), between good ones: they land in the DLQ with a reason
 // header and the good ones are delivered.
 func TestPoisonRecordsGoToDLQ(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("kcat"); err != nil {
 		t.Fatal("kcat is required (apt-get install kcat; make test installs it)")
 	}
@@ -590,38 +644,11 @@ func TestPoisonRecordsGoToDLQ(t *testing.T) {
 	}
 }
 
-func newKafkaClient(t testing.TB, brokers string, opts ...kgo.Opt) *kgo.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return cl
-}
-
-// consumeAll reads want records from topic, from the start, within 30 s.
-func consumeAll(t testing.TB, brokers, topic string, want int) []*kgo.Record {
-	t.Helper()
-	cl := newKafkaClient(t, brokers, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var got []*kgo.Record
-	for len(got) < want && ctx.Err() == nil {
-		f := cl.PollFetches(ctx)
-		f.EachRecord(func(r *kgo.Record) { got = append(got, r) })
-	}
-	// A short extra poll catches records beyond want.
-	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
-	defer cancel2()
-	cl.PollFetches(ctx2).EachRecord(func(r *kgo.Record) { got = append(got, r) })
-	return got
-}
-
 // TestEndToEndRedisCluster runs `pacer run` against a real three-master
 // Redis Cluster: every key of a pacing key shares a hash tag, so each
 // script stays in one slot, and the limit holds as on one server.
 func TestEndToEndRedisCluster(t *testing.T) {
+	measured(t)
 	const numbers, per, rate, burst = 2, 200, 50.0, 10
 	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: burst})
 	addrs := strings.Join(testenv.ClusterAddrs(t), ",")
@@ -639,17 +666,4 @@ func TestEndToEndRedisCluster(t *testing.T) {
 		t.Errorf("pacer status on the cluster: %v\n%s", err, out)
 	}
 	p.stop(t)
-}
-
-// waitFor polls cond every 100 ms until it holds (true) or within passes
-// (false).
-func waitFor(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return true
 }

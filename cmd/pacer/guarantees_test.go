@@ -1,3 +1,5 @@
+//go:build e2e
+
 package main
 
 // Delivery-guarantee tests: crashes, Redis and Kafka restarts, poison
@@ -64,6 +66,7 @@ func (e *e2e) delivered() (delivered, dups int) {
 // ledger holds delivered, dead-lettered unknown-outcome = the DLQ's,
 // remaining 0.
 func TestCrashRecovery(t *testing.T) {
+	measured(t)
 	const numbers, per, rate, burst = 10, 500, 50.0, 10
 	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: burst, Latency: 20 * time.Millisecond})
 	_, keys := campaign(numbers, per, "3")
@@ -273,6 +276,7 @@ func privateRedis(t *testing.T) (addr string, restart func()) {
 // granted before the restart that senders were still sleeping on (at most
 // PACER_INFLIGHT per partition): rate + 2 bursts + in-flight.
 func TestRedisRestart(t *testing.T) {
+	measured(t)
 	const numbers, per, rate, burst = 3, 300, 50.0, 10
 	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: 2*burst + 10})
 	addr, restart := privateRedis(t)
@@ -319,6 +323,7 @@ func TestRedisRestart(t *testing.T) {
 // TestKafkaRestart: the broker restarts mid-run on the same ports and data.
 // Messages flow before and after; nothing is lost or sent twice.
 func TestKafkaRestart(t *testing.T) {
+	measured(t)
 	const numbers, per, rate, burst = 3, 300, 50.0, 10
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -366,6 +371,7 @@ func TestKafkaRestart(t *testing.T) {
 
 // TestPoisonAmongGood: one poison record among 1,000 good ones.
 func TestPoisonAmongGood(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, whatsapptest.Config{})
 	var b strings.Builder
 	for i := range 1000 {
@@ -397,6 +403,7 @@ func TestPoisonAmongGood(t *testing.T) {
 // dead-lettered as attempts-exhausted. With one attempt allowed, a single
 // requeue counted as an attempt would exhaust a message.
 func TestLongCooldown(t *testing.T) {
+	t.Parallel()
 	cooldown := 20 * time.Second
 	if v := os.Getenv("PACER_TEST_COOLDOWN"); v != "" {
 		d, err := time.ParseDuration(v)

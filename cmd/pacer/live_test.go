@@ -1,18 +1,16 @@
+//go:build e2e
+
 package main
 
 // Operating Pacer live through `pacer run` against real Kafka and Redis
 // and the strict fake WhatsApp API: a per-key limit raised mid-campaign, a
 // campaign paused, resumed and cancelled, a high-priority message behind a
-// backlog, not_before. The Test*Short forms run in the normal suite;
+// backlog, not_before. The Test*Short forms run in `make test-e2e`;
 // TestLiveBench (PACER_BENCH_LIVE=1) prints the figures of BENCHMARKS.md.
 
 import (
-	crand "crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -23,11 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
-	"github.com/pacerhq/pacer/internal/testenv"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 )
 
@@ -185,6 +179,7 @@ func runLimitRaise(t *testing.T, per int, changeAfter time.Duration, replicas in
 // start); the raise takes them early, so the last is delivered about when
 // 200/s from the change would deliver it, not 30 s after the start.
 func TestLiveLimitRaiseShort(t *testing.T) {
+	measured(t)
 	r := runLimitRaise(t, 2500, 3*time.Second, 1)
 	if r.before < 40 || r.before > 55 {
 		t.Errorf("rate before the change %.1f msgs/s, want about 50", r.before)
@@ -298,6 +293,7 @@ func runPause(t *testing.T, rate float64, per int, pauseAt, pauseFor time.Durati
 // TestLivePauseShort: while A is paused none of its records is sent, B
 // keeps flowing, and after resume every record is delivered once.
 func TestLivePauseShort(t *testing.T) {
+	measured(t)
 	r := runPause(t, 20, 150, 3*time.Second, 6*time.Second, 1)
 	if r.aPaused != 0 {
 		t.Errorf("campaign A sent %.2f msgs/s per number while paused, want 0", r.aPaused)
@@ -316,7 +312,10 @@ func TestLivePauseShort(t *testing.T) {
 // TestLiveCancel: a campaign cancelled mid-way: cancelled in the DLQ plus
 // delivered equals published, campaign status agrees, and a replay of the
 // cancelled ones delivers them (a replayed record is not cancelled again).
-func TestLiveCancel(t *testing.T) { runCancel(t, 150, 1) }
+func TestLiveCancel(t *testing.T) {
+	t.Parallel()
+	runCancel(t, 150, 1)
+}
 
 // runCancel publishes per messages of campaign C on each of two numbers
 // at 20/s, cancels C after 40 deliveries, checks and logs the counts, then
@@ -376,20 +375,29 @@ func runCancel(t *testing.T, per, replicas int) {
 // nothing twice, and campaign status counts the second publish's records
 // as duplicates, so remaining reaches 0 (it read published 80, delivered
 // 40, remaining 40 for good).
-func TestLiveRepublishCounted(t *testing.T) { runRepublish(t, republishLive) }
+func TestLiveRepublishCounted(t *testing.T) {
+	t.Parallel()
+	runRepublish(t, republishLive)
+}
 
 // TestLiveRepublishWhileStopped: the same, published again while no
 // `pacer run` is up (stopped cleanly after the first publish was
 // delivered): the next run reads the second publish past the partitions'
 // horizons, not as records read again, and counts it as duplicates.
-func TestLiveRepublishWhileStopped(t *testing.T) { runRepublish(t, republishStopped) }
+func TestLiveRepublishWhileStopped(t *testing.T) {
+	t.Parallel()
+	runRepublish(t, republishStopped)
+}
 
 // TestLiveRepublishAfterCrash: the same after a crash. The first run is
 // killed once everything is delivered and committed (it leaves no stop
 // horizon), a second takes over, finds nothing to read and stops cleanly,
 // and the campaign is published again: the third run counts it as
 // duplicates (it read as records read again, remaining 40 for good).
-func TestLiveRepublishAfterCrash(t *testing.T) { runRepublish(t, republishAfterCrash) }
+func TestLiveRepublishAfterCrash(t *testing.T) {
+	t.Parallel()
+	runRepublish(t, republishAfterCrash)
+}
 
 // How runRepublish publishes the campaign again.
 const (
@@ -538,6 +546,7 @@ func runPriority(t *testing.T, backlog int, rate float64, replicas int) (time.Du
 // a loaded machine), by taking a normal one's slot; in the key's normal
 // FIFO it would wait for the key's lookahead (5 s of its rate).
 func TestLivePriorityShort(t *testing.T) {
+	measured(t)
 	lat, handoffs := runPriority(t, 20_000, 50, 1)
 	if lat > 2*time.Second {
 		t.Errorf("high message sent %v after its publish, want within 2 s", lat)
@@ -550,6 +559,7 @@ func TestLivePriorityShort(t *testing.T) {
 // TestLiveNotBeforeShort: records with not_before 4 s ahead are not sent
 // before it, and the number's other records are not held behind them.
 func TestLiveNotBeforeShort(t *testing.T) {
+	measured(t)
 	e := newE2E(t, whatsapptest.Config{Rate: 50, Burst: 2, Latency: 5 * time.Millisecond})
 	key := "10654840001"
 	nb := time.Now().Add(8 * time.Second).UTC().Truncate(time.Millisecond)
@@ -637,82 +647,6 @@ func grepLines(s string, words ...string) string {
 	return strings.Join(out, "\n")
 }
 
-// TestLimitSetRefusesBadValues: invalid values are refused before Redis is
-// touched, with exit status 2 and the flag named.
-func TestLimitSetRefusesBadValues(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		flag string
-	}{
-		{[]string{"--rate", "0"}, "--rate"},
-		{[]string{"--rate", "-5"}, "--rate"},
-		{[]string{"--rate", "fast"}, "--rate"},
-		{[]string{"--rate", "NaN"}, "--rate"},
-		{[]string{"--rate", "10", "--burst", "0"}, "--burst"},
-		{[]string{"--rate", "10", "--burst", "2.5"}, "--burst"},
-		{[]string{"--rate", "0.0001", "--burst", "1000000000"}, "--burst"},
-		{[]string{"--rate", "1e-9"}, "--rate"},                    // below one a day
-		{[]string{"--rate", "0.00001", "--burst", "1"}, "--rate"}, // 0.86 a day
-		// Above the highest ceiling a pacer accepts (1e9 msgs/s): a pacer
-		// would refuse it and keep the key's last limit.
-		{[]string{"--rate", "1e308"}, "--rate"},
-		{[]string{"--rate", "1e12"}, "--rate"},
-		{[]string{"--rate", "5e9", "--burst", "10"}, "--rate"},
-		{[]string{"--burst", "10"}, "--rate is required"},
-	} {
-		var out, errb strings.Builder
-		args := append([]string{"limit", "set", "--channel", "whatsapp", "--key", "106"}, c.args...)
-		code := run(t.Context(), args, strings.NewReader(""), &out, &errb, func(string) (string, bool) { return "", false })
-		if code != 2 || !strings.Contains(errb.String(), c.flag) {
-			t.Errorf("pacer %v: exit %d, stderr %q; want 2 naming %s", args, code, errb.String(), c.flag)
-		}
-		if r, _ := strconv.ParseFloat(c.args[1], 64); c.args[0] == "--rate" && r > 1e9 && !strings.Contains(errb.String(), "1e+09") {
-			t.Errorf("pacer %v: stderr %q does not name the highest rate accepted, 1e+09 msgs/s", args, errb.String())
-		}
-	}
-}
-
-// TestStatusShowsKeyLimit: `pacer status` shows a key's own limit (`pacer
-// limit set`) as its LIMIT/S, marked "(key)", and paces the key's row with
-// it; a key without one shows the channel's limit the pacers recorded.
-func TestStatusShowsKeyLimit(t *testing.T) {
-	var b [4]byte
-	crand.Read(b[:])
-	prefix := "pacer-status-" + hex.EncodeToString(b[:])
-	env := map[string]string{"PACER_REDIS_URL": testenv.RedisURL(t), "PACER_REDIS_PREFIX": prefix}
-	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	pacer := func(args ...string) string {
-		t.Helper()
-		var out, errb strings.Builder
-		if code := run(t.Context(), args, strings.NewReader(""), &out, &errb, lookup); code != 0 {
-			t.Fatalf("pacer %v: exit %d\n%s%s", args, code, out.String(), errb.String())
-		}
-		return out.String()
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
-	defer rdb.Close()
-	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 80, Burst: 10}, limitTTL, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	pacer("limit", "set", "--channel", "whatsapp", "--key", "106", "--rate", "12", "--burst", "3")
-	// A key with state: its row comes from the snapshot, not the idle line.
-	ad := adapt.New(rdb, bucket.Config{Prefix: prefix})
-	if _, err := ad.RecoverAfter(t.Context(), "whatsapp", "107", bucket.Limit{PerSecond: 12, Burst: 3}, adapt.AIMD{}, 1); err != nil {
-		t.Fatal(err)
-	}
-	pacer("limit", "set", "--channel", "whatsapp", "--key", "107", "--rate", "12", "--burst", "3")
-	for key, want := range map[string][]string{
-		"106": {"106", "12", "12", "(key)"},
-		"107": {"107", "12", "12", "(key)"},
-		"108": {"108", "80", "80"},
-	} {
-		out := pacer("status", "--channel", "whatsapp", "--key", key)
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		f := strings.Fields(lines[len(lines)-1])
-		if len(f) < len(want) || !slices.Equal(f[:len(want)], want) || (len(want) == 3 && f[3] == "(key)") {
-			t.Errorf("status --key %s row %q: want KEY RATE/S LIMIT/S = %v\n%s", key, lines[len(lines)-1], want, out)
-		}
-	}
-}
-
 // TestLiveLimitLowerThenRaise: a number paced at the strict fake's own
 // limit (50/s, burst 2: a small burst, so the fake absorbs no overlap) is
 // lowered to 10/s with pacer limit set and raised back to 50/s with pacer
@@ -726,6 +660,7 @@ func TestStatusShowsKeyLimit(t *testing.T) {
 // overlapping throttled 5 (7 with only the stale limits fixed, 20 with
 // only the held slots waited for).
 func TestLiveLimitLowerThenRaise(t *testing.T) {
+	measuredAlone(t)
 	e := newE2E(t, whatsapptest.Config{Rate: 50, Burst: 2, Latency: 5 * time.Millisecond})
 	key := "910000000000000"
 	const per = 700 // 2 s at 50/s, 8 s at 10/s, then about 10 s at 50/s
@@ -753,28 +688,5 @@ func TestLiveLimitLowerThenRaise(t *testing.T) {
 	}
 	if s.Delivered != per || s.Duplicates != 0 {
 		t.Errorf("delivered %d (duplicates %d), want %d once", s.Delivered, s.Duplicates, per)
-	}
-}
-
-// TestPublishLimitWarnsOfAnother: a replica started with another limit than
-// the one recorded for its channel says so (both values) at start-up; the
-// same limit again is no warning.
-func TestPublishLimitWarnsOfAnother(t *testing.T) {
-	var b [4]byte
-	crand.Read(b[:])
-	prefix := "pacer-limitwarn-" + hex.EncodeToString(b[:])
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
-	defer rdb.Close()
-	defer rdb.Del(t.Context(), limitKey(prefix, "whatsapp"))
-	var logs strings.Builder
-	log := slog.New(slog.NewTextHandler(&logs, nil))
-	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 50, Burst: 10}, limitTTL, log)
-	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 50, Burst: 10}, limitTTL, log)
-	if logs.Len() != 0 {
-		t.Errorf("the same limit twice: logged %q, want nothing", logs.String())
-	}
-	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 40, Burst: 10}, limitTTL, log)
-	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "recorded_rate=50") || !strings.Contains(out, "rate=40") {
-		t.Errorf("another limit: logged %q, want a warning with recorded_rate=50 and rate=40", out)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package main
 
 // Per-key queues through `pacer run` against real Kafka and Redis and the
@@ -5,7 +7,7 @@ package main
 // one message of margin for the arrival jitter of the network, as the README
 // advises under a hard limit, and no more): a key's backlog
 // must not delay the keys sharing its partition. TestQueuePerKeyShort runs
-// in the normal suite; TestQueueBench (PACER_BENCH_QUEUE=1, `make
+// in `make test-e2e`; TestQueueBench (PACER_BENCH_QUEUE=1, `make
 // bench-queue`) prints the figures of BENCHMARKS.md.
 
 import (
@@ -180,6 +182,7 @@ func runHeadOfLine(t *testing.T, big int, rate float64, waitA bool, minRun time.
 // on another, at 20/s. Behind a shared window B waited about 19 s; with a
 // queue per key B starts at once and is done about 1 s (its ideal) later.
 func TestQueuePerKeyShort(t *testing.T) {
+	measured(t)
 	h := runHeadOfLine(t, 400, 20, false, 0, true)
 	for name, d := range map[string]time.Duration{"B first send": h.firstB, "C first send": h.firstC,
 		"B done": h.doneB - h.ideal, "C done": h.doneC - h.ideal} {

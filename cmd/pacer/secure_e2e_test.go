@@ -1,3 +1,5 @@
+//go:build e2e
+
 package main
 
 // End-to-end tests through secured servers: the broker's SASL_SSL and mTLS
@@ -6,14 +8,7 @@ package main
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,6 +130,7 @@ func pacerCmd(t *testing.T, e *e2e, stdin string, limit time.Duration, args ...s
 // and TLS Redis with an ACL user, every secret from a file: each message is
 // delivered exactly once at the paced rate, and no output holds a secret.
 func TestEndToEndSecure(t *testing.T) {
+	measuredAlone(t)
 	const numbers, per, rate, burst = 2, 250, 50.0, 10
 	w := newSecureWorld(t, whatsapptest.Config{Rate: rate, Burst: burst}) // as strict as the provider: no spare burst
 	t.Logf("kafka: %s; redis: TLS %s, user %s", w.kafka, w.redis.TLSAddr, w.redis.Username)
@@ -180,6 +176,7 @@ func TestEndToEndSecure(t *testing.T) {
 // TestSecureKafkaMechanisms: every SASL mechanism the settings offer, and
 // mTLS with a client certificate, publish through the broker.
 func TestSecureKafkaMechanisms(t *testing.T) {
+	t.Parallel()
 	w := newSecureWorld(t, whatsapptest.Config{Rate: 10, Burst: 10})
 	for _, c := range []struct {
 		name string
@@ -206,33 +203,12 @@ func TestSecureKafkaMechanisms(t *testing.T) {
 	}
 }
 
-// otherCA writes a CA certificate that signed none of the servers'
-// certificates and returns its file.
-func otherCA(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Another CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := filepath.Join(t.TempDir(), "other-ca.pem")
-	if err := os.WriteFile(f, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
 // TestSecureKafkaRefused: credentials, certificates and protocols the
 // broker refuses end the command at once with a cause naming the setting,
 // for publish and for run (which would otherwise retry until
 // PACER_KAFKA_STARTUP_TIMEOUT), and never echo the password.
 func TestSecureKafkaRefused(t *testing.T) {
+	t.Parallel()
 	w := newSecureWorld(t, whatsapptest.Config{Rate: 10, Burst: 10})
 	wrong := "wrong-" + w.prefix
 	pwFile := filepath.Join(t.TempDir(), "wrong-password")
@@ -300,6 +276,7 @@ func containsParts(s, want string) bool {
 // run at once with a cause naming the setting (run would otherwise wait for
 // Redis, not ready), and never echoes the password.
 func TestSecureRedisRefused(t *testing.T) {
+	t.Parallel()
 	w := newSecureWorld(t, whatsapptest.Config{Rate: 10, Burst: 10})
 	wrong := "wrong-" + w.prefix
 	w.secrets = append(w.secrets, wrong)

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package main
 
 // The status page of a running `pacer run` (real Kafka and Redis, the
@@ -52,6 +54,7 @@ func num(t *testing.T, s string) float64 {
 // numbers with their limit. A screenshot goes to
 // $PACER_STATUS_LIVE_SCREENSHOT (else the test's temporary directory).
 func TestStatusPageLiveCampaign(t *testing.T) {
+	measured(t)
 	const per, rate = 400, 20
 	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: 1, Latency: 5 * time.Millisecond})
 	keys := []string{"10654850001", "10654850002"}

@@ -14,9 +14,13 @@ import (
 // chromium on PATH; scripts/test-env.sh installs it) with args, such as
 // --dump-dom URL or --screenshot=FILE URL, and returns its stdout. Without
 // a Chromium the test fails: a page that cannot be looked at must not pass.
+// Under -short with $PACER_CHROMIUM unset it skips the test.
 func Chromium(t testing.TB, args ...string) []byte {
 	t.Helper()
 	bin := os.Getenv("PACER_CHROMIUM")
+	if bin == "" {
+		skipShort(t, "browser", "PACER_CHROMIUM")
+	}
 	if bin == "" {
 		var err error
 		if bin, err = exec.LookPath("chromium"); err != nil {

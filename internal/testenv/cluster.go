@@ -32,12 +32,14 @@ var (
 // cluster of scripts/redis-cluster.sh start, which this call starts if it
 // is not running (shared by all test binaries of the work tree and left
 // running: stop it with scripts/redis-cluster.sh stop; `make test` does).
-// It never skips: without a cluster it fails the test with a hint.
+// Without a cluster it fails the test with a hint; under -short with the
+// variable unset it skips the test.
 func ClusterAddrs(t testing.TB) []string {
 	t.Helper()
 	if a := strings.TrimSpace(os.Getenv(EnvRedisCluster)); a != "" {
 		return splitAddrs(a)
 	}
+	skipShort(t, "Redis Cluster", EnvRedisCluster)
 	clusterOnce.Do(func() { clusterAddrs, clusterErr = startCluster() })
 	if clusterErr != nil {
 		t.Fatalf("testenv: no Redis Cluster: %v\nrun `make test` (it starts one and sets %s), or set it yourself", clusterErr, EnvRedisCluster)

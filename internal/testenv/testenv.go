@@ -10,8 +10,10 @@
 //     scripts/kafka.sh start (a broker shared by all test binaries of the
 //     work tree, left running afterwards: stop it with scripts/kafka.sh stop).
 //
-// `make test` starts both servers and sets the two variables. The helpers
-// never skip: without a server they fail the test with a hint.
+// `make test` starts both servers and sets the two variables. Without a
+// server the helpers fail the test with a hint. Under -short they start no
+// Kafka broker, Redis Cluster or browser: a test that needs one whose
+// variable is unset is skipped, saying so.
 //
 // Packages that call RedisAddr should stop the private server at exit:
 //
@@ -215,12 +217,14 @@ var (
 )
 
 // KafkaBrokers returns the comma-separated bootstrap addresses of a real
-// Kafka broker.
+// Kafka broker. Under -short with $PACER_TEST_KAFKA_BROKERS unset it skips
+// the test.
 func KafkaBrokers(t testing.TB) string {
 	t.Helper()
 	if b := strings.TrimSpace(os.Getenv(EnvKafkaBrokers)); b != "" {
 		return b
 	}
+	skipShort(t, "Kafka broker", EnvKafkaBrokers)
 	kafkaOnce.Do(func() { kafkaAddr, kafkaErr = startKafka(t) })
 	if kafkaErr != nil {
 		t.Fatalf("testenv: no Kafka: %v\n%s", kafkaErr, hint)
@@ -310,6 +314,15 @@ func Stop() {
 }
 
 // ---------------------------------------------------------------- helpers
+
+// skipShort skips t under -short, which starts none of what, whose
+// variable env is unset.
+func skipShort(t testing.TB, what, env string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("testenv: -short starts no %s and %s is unset; `make test` runs this test", what, env)
+	}
+}
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

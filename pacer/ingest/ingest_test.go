@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -198,22 +199,34 @@ func (e *env) records(topic string) map[string][]map[string]any {
 		e.t.Fatal(err)
 	}
 	defer cl.Close()
+	// Every record the topic holds, counted from its offsets: a first fetch
+	// slower than a fixed wait (a loaded machine, -race) read as none.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	want := 0
+	ends.Each(func(o kadm.ListedOffset) {
+		s, _ := starts.Lookup(o.Topic, o.Partition)
+		want += int(o.Offset - s.Offset)
+	})
 	out := map[string][]map[string]any{}
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		n := 0
-		fs.EachRecord(func(r *kgo.Record) {
+	for n := 0; n < want && ctx.Err() == nil; {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
 			n++
 			var m map[string]any
 			json.Unmarshal(r.Value, &m)
 			out[m["id"].(string)] = append(out[m["id"].(string)], m)
 		})
-		if n == 0 {
-			return out
-		}
 	}
+	return out
 }
 
 func env1(id string) string {

@@ -1,0 +1,119 @@
+package main
+
+// Per-key and channel limits through the CLI, in process, on the real
+// redis-server.
+
+import (
+	crand "crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestLimitSetRefusesBadValues: invalid values are refused before Redis is
+// touched, with exit status 2 and the flag named.
+func TestLimitSetRefusesBadValues(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--rate", "0"}, "--rate"},
+		{[]string{"--rate", "-5"}, "--rate"},
+		{[]string{"--rate", "fast"}, "--rate"},
+		{[]string{"--rate", "NaN"}, "--rate"},
+		{[]string{"--rate", "10", "--burst", "0"}, "--burst"},
+		{[]string{"--rate", "10", "--burst", "2.5"}, "--burst"},
+		{[]string{"--rate", "0.0001", "--burst", "1000000000"}, "--burst"},
+		{[]string{"--rate", "1e-9"}, "--rate"},                    // below one a day
+		{[]string{"--rate", "0.00001", "--burst", "1"}, "--rate"}, // 0.86 a day
+		// Above the highest ceiling a pacer accepts (1e9 msgs/s): a pacer
+		// would refuse it and keep the key's last limit.
+		{[]string{"--rate", "1e308"}, "--rate"},
+		{[]string{"--rate", "1e12"}, "--rate"},
+		{[]string{"--rate", "5e9", "--burst", "10"}, "--rate"},
+		{[]string{"--burst", "10"}, "--rate is required"},
+	} {
+		var out, errb strings.Builder
+		args := append([]string{"limit", "set", "--channel", "whatsapp", "--key", "106"}, c.args...)
+		code := run(t.Context(), args, strings.NewReader(""), &out, &errb, func(string) (string, bool) { return "", false })
+		if code != 2 || !strings.Contains(errb.String(), c.flag) {
+			t.Errorf("pacer %v: exit %d, stderr %q; want 2 naming %s", args, code, errb.String(), c.flag)
+		}
+		if r, _ := strconv.ParseFloat(c.args[1], 64); c.args[0] == "--rate" && r > 1e9 && !strings.Contains(errb.String(), "1e+09") {
+			t.Errorf("pacer %v: stderr %q does not name the highest rate accepted, 1e+09 msgs/s", args, errb.String())
+		}
+	}
+}
+
+// TestStatusShowsKeyLimit: `pacer status` shows a key's own limit (`pacer
+// limit set`) as its LIMIT/S, marked "(key)", and paces the key's row with
+// it; a key without one shows the channel's limit the pacers recorded.
+func TestStatusShowsKeyLimit(t *testing.T) {
+	var b [4]byte
+	crand.Read(b[:])
+	prefix := "pacer-status-" + hex.EncodeToString(b[:])
+	env := map[string]string{"PACER_REDIS_URL": testenv.RedisURL(t), "PACER_REDIS_PREFIX": prefix}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	pacer := func(args ...string) string {
+		t.Helper()
+		var out, errb strings.Builder
+		if code := run(t.Context(), args, strings.NewReader(""), &out, &errb, lookup); code != 0 {
+			t.Fatalf("pacer %v: exit %d\n%s%s", args, code, out.String(), errb.String())
+		}
+		return out.String()
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
+	defer rdb.Close()
+	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 80, Burst: 10}, limitTTL, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	pacer("limit", "set", "--channel", "whatsapp", "--key", "106", "--rate", "12", "--burst", "3")
+	// A key with state: its row comes from the snapshot, not the idle line.
+	ad := adapt.New(rdb, bucket.Config{Prefix: prefix})
+	if _, err := ad.RecoverAfter(t.Context(), "whatsapp", "107", bucket.Limit{PerSecond: 12, Burst: 3}, adapt.AIMD{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	pacer("limit", "set", "--channel", "whatsapp", "--key", "107", "--rate", "12", "--burst", "3")
+	for key, want := range map[string][]string{
+		"106": {"106", "12", "12", "(key)"},
+		"107": {"107", "12", "12", "(key)"},
+		"108": {"108", "80", "80"},
+	} {
+		out := pacer("status", "--channel", "whatsapp", "--key", key)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		f := strings.Fields(lines[len(lines)-1])
+		if len(f) < len(want) || !slices.Equal(f[:len(want)], want) || (len(want) == 3 && f[3] == "(key)") {
+			t.Errorf("status --key %s row %q: want KEY RATE/S LIMIT/S = %v\n%s", key, lines[len(lines)-1], want, out)
+		}
+	}
+}
+
+// TestPublishLimitWarnsOfAnother: a replica started with another limit than
+// the one recorded for its channel says so (both values) at start-up; the
+// same limit again is no warning.
+func TestPublishLimitWarnsOfAnother(t *testing.T) {
+	var b [4]byte
+	crand.Read(b[:])
+	prefix := "pacer-limitwarn-" + hex.EncodeToString(b[:])
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
+	defer rdb.Close()
+	defer rdb.Del(t.Context(), limitKey(prefix, "whatsapp"))
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 50, Burst: 10}, limitTTL, log)
+	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 50, Burst: 10}, limitTTL, log)
+	if logs.Len() != 0 {
+		t.Errorf("the same limit twice: logged %q, want nothing", logs.String())
+	}
+	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 40, Burst: 10}, limitTTL, log)
+	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "recorded_rate=50") || !strings.Contains(out, "rate=40") {
+		t.Errorf("another limit: logged %q, want a warning with recorded_rate=50 and rate=40", out)
+	}
+}
