@@ -129,6 +129,7 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/keypace"
 	"github.com/pacerhq/pacer/pacer/ledger"
@@ -842,14 +843,7 @@ func (e *KafkaError) Unwrap() error { return e.Err }
 // /readyz) in step with the answers, logging each change once; up, if not
 // nil, runs when the service answers again.
 func (p *Pacer) watch(ctx context.Context, name string, ok *atomic.Bool, ping func(context.Context) error, up func()) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, 5*time.Second, func(time.Time) {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := ping(pctx)
 		cancel()
@@ -867,7 +861,7 @@ func (p *Pacer) watch(ctx context.Context, name string, ok *atomic.Bool, ping fu
 			}
 			p.publishReady()
 		}
-	}
+	})
 }
 
 func (p *Pacer) setConsuming(v bool) {
