@@ -1,10 +1,12 @@
-package tick
+package tick_test
 
 import (
 	"context"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/pacerhq/pacer/internal/tick"
 )
 
 // Every calls f once per interval with the tick's time, the first a whole
@@ -17,7 +19,7 @@ func TestEvery(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			Every(ctx, 3*time.Second, func(now time.Time) {
+			tick.Every(ctx, 3*time.Second, func(now time.Time) {
 				got = append(got, now.Sub(start))
 				if len(got) == 3 {
 					cancel()

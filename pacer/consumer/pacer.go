@@ -140,20 +140,9 @@ import (
 
 // Bucket is the token bucket the pacer draws from: *bucket.Limiter (in
 // Redis, shared by every replica) and *bucket.Local (in-process, for the
-// local failure mode) implement it. Methods are safe for concurrent use.
-type Bucket interface {
-	// Reserve grants the next send slot of (channel, key) within maxWait,
-	// or says how long until one could be granted; see bucket.Limiter.Reserve.
-	Reserve(ctx context.Context, channel, key string, lim bucket.Limit, cost int, maxWait time.Duration) (bucket.Reservation, error)
-	// ReserveMulti grants one slot in several buckets of key at once (the
-	// key's own and a recipient's), all or nothing.
-	ReserveMulti(ctx context.Context, channel, key string, reqs []bucket.Request, maxWait time.Duration) (bucket.Reservation, error)
-	// Lease and Return serve a bucket.Dispenser: up to n slots per call.
-	bucket.Leaser
-	// Cooldown stops every caller from being granted slots for (channel,
-	// key) for at least d.
-	Cooldown(ctx context.Context, channel, key string, d time.Duration) error
-}
+// local failure mode) implement it; defined in package keypace, which
+// paces each key with it.
+type Bucket = keypace.Bucket
 
 // Deps are the services a Pacer uses.
 type Deps struct {
