@@ -1,6 +1,7 @@
-// Package tick runs a function at a fixed interval until a context ends:
-// the one loop that Pacer's background jobs (health watches, progress
-// logs, sweeps, refreshes, publishes) share.
+// Package tick holds the waits Pacer's loops share: [Every] runs a function
+// at a fixed interval until a context ends (health watches, progress logs,
+// sweeps, refreshes, publishes), [Sleep] waits unless the context ends
+// first (backoffs, cooldowns, slot waits).
 package tick
 
 import (
@@ -23,5 +24,21 @@ func Every(ctx context.Context, d time.Duration, f func(now time.Time)) {
 		case now := <-t.C:
 			f(now)
 		}
+	}
+}
+
+// Sleep waits d and reports true, or returns false as soon as ctx ends.
+// A d of 0 or less does not wait: it reports whether ctx is still live.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

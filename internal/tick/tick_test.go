@@ -41,3 +41,26 @@ func TestEvery(t *testing.T) {
 		}
 	})
 }
+
+// Sleep waits the whole d and reports true, returns false as soon as ctx
+// ends, and does not wait for a d of 0 or less.
+func TestSleep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		if !tick.Sleep(t.Context(), 2*time.Second) || time.Since(start) != 2*time.Second {
+			t.Fatalf("Sleep(2s) returned false or after %v, want true after 2s", time.Since(start))
+		}
+		if !tick.Sleep(t.Context(), -time.Second) || time.Since(start) != 2*time.Second {
+			t.Fatal("Sleep(-1s) on a live context: want true at once")
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		start = time.Now()
+		if tick.Sleep(ctx, time.Hour) || time.Since(start) != time.Second {
+			t.Fatalf("Sleep(1h) with ctx ending after 1s: want false after 1s, returned after %v", time.Since(start))
+		}
+		if tick.Sleep(ctx, 0) {
+			t.Fatal("Sleep(0) on an ended context: want false")
+		}
+	})
+}

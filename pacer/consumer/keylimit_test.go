@@ -18,15 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// heapAfterGC is the heap in use by live objects, in bytes.
-func heapAfterGC() uint64 {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
 // A partition's map of key queues is made anew once a burst of keys has
 // drained (a Go map keeps the space of deleted entries): the heap it held
 // for the burst's keys is given back.
@@ -37,7 +28,7 @@ func TestForgetShrinksTheKeyMap(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("2065%07d", i)
 	}
-	before := heapAfterGC()
+	before := keypacetest.HeapAfterGC()
 	for _, k := range keys {
 		w.keys[k] = &keyQueue{}
 		w.keysPeak = max(w.keysPeak, len(w.keys))
@@ -47,7 +38,7 @@ func TestForgetShrinksTheKeyMap(t *testing.T) {
 		w.forget(k, w.keys[k])
 	}
 	w.mu.Unlock()
-	left := (float64(heapAfterGC()) - float64(before)) / n
+	left := (float64(keypacetest.HeapAfterGC()) - float64(before)) / n
 	t.Logf("after the burst drained: %.1f bytes per key still held", left)
 	if len(w.keys) != 0 || left > 8 {
 		t.Errorf("after the burst drained: %d queues, %.1f bytes per key still held, want 0 and <= 8", len(w.keys), left)

@@ -186,7 +186,7 @@ func (c *campaigns) refresh(ctx context.Context, names []string) {
 			c.log.Warn("campaign states unavailable; keeping the last ones (logged at most once a minute while it lasts)",
 				"err", err, "unlogged_failures", skipped)
 		}
-		if !sleep(ctx, campaignRefresh) {
+		if !tick.Sleep(ctx, campaignRefresh) {
 			return
 		}
 	}

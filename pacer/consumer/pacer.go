@@ -804,7 +804,7 @@ func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) error {
 		p.publishReady()
 		p.log.Error("cannot reach Kafka to check the pacer's topics; retrying", "cause", kerr.Cause, "err", err,
 			"gives_up_in", time.Until(deadline).Round(time.Second))
-		if !sleep(ctx, 5*time.Second) {
+		if !tick.Sleep(ctx, 5*time.Second) {
 			return ctx.Err()
 		}
 	}
@@ -991,22 +991,6 @@ func (p *Pacer) waitWorkers(ws []*worker, handover bool) {
 			p.log.Warn("drain timeout: abandoning in-flight sends; their records will be re-delivered")
 			return
 		}
-	}
-}
-
-// sleep waits for d or until ctx ends, and reports whether the full wait
-// happened.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

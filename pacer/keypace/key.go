@@ -303,18 +303,3 @@ func codeOf(e *channels.Error) string {
 	}
 	return e.Code
 }
-
-// sleep waits d and reports true, or false if ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

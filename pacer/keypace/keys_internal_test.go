@@ -247,15 +247,6 @@ func TestLeaseSizeIgnoresHeadroom(t *testing.T) {
 	}
 }
 
-// heapAfterGC is the heap in use by live objects, in bytes.
-func heapAfterGC() uint64 {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
 // TestKeyStateBytes bounds what one active key costs this process: n keys
 // each taken up by one record the way handle does (its state read, a place
 // in its lookahead gate, the record finished) hold at most
@@ -273,7 +264,7 @@ func TestKeyStateBytes(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("2065%07d", i) // a 10-digit phone number id, as a WhatsApp key
 	}
-	before := heapAfterGC()
+	before := keypacetest.HeapAfterGC()
 	for _, k := range keys {
 		st := p.keyState(k)
 		lim, _ := p.limitFor(ctx, time.Now(), k, st, testLog)
@@ -282,7 +273,7 @@ func TestKeyStateBytes(t *testing.T) {
 		<-gate
 		p.done(st)
 	}
-	active := heapAfterGC()
+	active := keypacetest.HeapAfterGC()
 	perKey := (float64(active) - float64(before)) / n
 	t.Logf("%d active keys: %.0f bytes of heap per key", n, perKey)
 	if perKey > keyStateBudget {
@@ -292,7 +283,7 @@ func TestKeyStateBytes(t *testing.T) {
 	if freed := p.Sweep(ctx, time.Now().Add(activeFor+time.Second)); freed != n {
 		t.Fatalf("sweep freed %d keys, want %d", freed, n)
 	}
-	left := (float64(heapAfterGC()) - float64(before)) / n
+	left := (float64(keypacetest.HeapAfterGC()) - float64(before)) / n
 	t.Logf("after the sweep: %.1f bytes of heap per key still held", left)
 	if left > 8 {
 		t.Errorf("after the sweep %.1f bytes per key still held, want <= 8 (the key map not made anew, or state kept)", left)

@@ -1,10 +1,11 @@
-// Package keypacetest holds a stand-in for keypace's Adapter, shared by the
-// tests of keypace and of the consumer that drives it. It is imported only
-// by _test.go files.
+// Package keypacetest holds a stand-in for keypace's Adapter and a heap
+// reading, shared by the tests of keypace and of the consumer that drives
+// it. It is imported only by _test.go files.
 package keypacetest
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 
@@ -62,4 +63,14 @@ func (a *Adapter) BreakerAllow(context.Context, string, string, adapt.Breaker, s
 
 func (a *Adapter) BreakerResult(context.Context, string, string, adapt.Breaker, bool, string) (adapt.BreakerState, error) {
 	panic("keypacetest.Adapter: BreakerResult is not stubbed")
+}
+
+// HeapAfterGC is the heap in use by live objects, in bytes, after two
+// full collections: what tests of the memory an active key holds read.
+func HeapAfterGC() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }
