@@ -168,6 +168,16 @@ func TestIsDelivered(t *testing.T) {
 	}
 }
 
+// currentGeneration returns the number of the generation (gen ms long)
+// now; a test that starts in a generation's last 5 s waits for the next,
+// so its writes share one.
+func currentGeneration(gen int64) int64 {
+	if left := gen - time.Now().UnixMilli()%gen; left < 5000 {
+		time.Sleep(time.Duration(left+10) * time.Millisecond)
+	}
+	return time.Now().UnixMilli() / gen
+}
+
 // TestLedgerGenerations: ids live in one hash per generation (TTL/4); an
 // entry is read from the current generation and the 4 before it (so it is
 // seen for the TTL), and the current hash expires when the fourth
@@ -180,12 +190,7 @@ func TestLedgerGenerations(t *testing.T) {
 	for name, s := range servers(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
-			// 15-minute generations: a test that starts in a generation's
-			// last 5 s waits for the next, so its writes share one.
-			if left := gen - time.Now().UnixMilli()%gen; left < 5000 {
-				time.Sleep(time.Duration(left+10) * time.Millisecond)
-			}
-			g := time.Now().UnixMilli() / gen
+			g := currentGeneration(gen)
 			l := ledger.New(s.rdb, s.keys, ttl)
 			const ch = "whatsapp"
 			hkey := func(d int64) string { return s.keys.ChannelIDs(ch, g+d) }
@@ -418,10 +423,7 @@ func TestLedgerDeadLetteredGenerations(t *testing.T) {
 	for name, s := range servers(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
-			if left := gen - time.Now().UnixMilli()%gen; left < 5000 {
-				time.Sleep(time.Duration(left+10) * time.Millisecond)
-			}
-			g := time.Now().UnixMilli() / gen
+			g := currentGeneration(gen)
 			l := ledger.New(s.rdb, s.keys, ttl)
 			const ch = "whatsapp"
 			for _, p := range []struct {
