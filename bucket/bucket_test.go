@@ -350,29 +350,20 @@ func TestCooldownKeepsRemaining(t *testing.T) {
 // sense is a fresh, full bucket, and is repaired by the next grant.
 func TestCorruptHashIsFull(t *testing.T) {
 	lim := bucket.Limit{PerSecond: 1, Burst: 3}
-	for _, tc := range []struct {
-		name  string
-		write func(ctx context.Context, rdb *redis.Client, key string) error
-	}{
-		{"empty fields", redistest.HSet("utokens", "", "ts_us", "")},
-		{"words", redistest.HSet("utokens", "lots", "ts_us", "yesterday")},
-		{"no stamp", redistest.HSet("utokens", "0")},
-		{"no tokens", redistest.HSet("ts_us", "1")},
-		{"nan", redistest.HSet("utokens", "nan", "ts_us", "nan")},
-		{"inf", redistest.HSet("utokens", "inf", "ts_us", "-inf")},
-		{"negative", redistest.HSet("utokens", "-5000000", "ts_us", "1")},
-		{"string key", func(ctx context.Context, rdb *redis.Client, key string) error {
-			return rdb.Set(ctx, key, "junk", 0).Err()
-		}},
-		{"list key", func(ctx context.Context, rdb *redis.Client, key string) error {
-			return rdb.RPush(ctx, key, "a", "b").Err()
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range append([]redistest.Corrupt{
+		{Name: "empty fields", Write: redistest.HSet("utokens", "", "ts_us", "")},
+		{Name: "words", Write: redistest.HSet("utokens", "lots", "ts_us", "yesterday")},
+		{Name: "no stamp", Write: redistest.HSet("utokens", "0")},
+		{Name: "no tokens", Write: redistest.HSet("ts_us", "1")},
+		{Name: "nan", Write: redistest.HSet("utokens", "nan", "ts_us", "nan")},
+		{Name: "inf", Write: redistest.HSet("utokens", "inf", "ts_us", "-inf")},
+		{Name: "negative", Write: redistest.HSet("utokens", "-5000000", "ts_us", "1")},
+	}, redistest.WrongTypes...) {
+		t.Run(tc.Name, func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
 				ctx := t.Context()
 				bk := e.keys.Bucket("test", "k")
-				if err := tc.write(ctx, e.RDB, bk); err != nil {
+				if err := tc.Write(ctx, e.RDB, bk); err != nil {
 					t.Fatal(err)
 				}
 				if st, err := e.l.State(ctx, "test", "k", lim); err != nil || st.Tokens != 3 {

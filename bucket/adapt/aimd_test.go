@@ -17,6 +17,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -463,30 +464,21 @@ func TestAIMDReadsChangeNothing(t *testing.T) {
 // TestAIMDCorruptIsFresh checks that adaptive state that makes no sense
 // reads as a key at its ceiling and is repaired by the next throttle.
 func TestAIMDCorruptIsFresh(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		write func(ctx context.Context, rdb *redis.Client, key string) error
-	}{
-		{"words", hset("urate", "fast", "last_us", "x", "hold_us", "y", "win_us", "z", "streak", "many")},
-		{"no rate", hset("last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
-		{"no window", hset("urate", "5000000", "last_us", "1", "hold_us", "1", "streak", "0")},
-		{"zero rate", hset("urate", "0", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
-		{"negative", hset("urate", "-5", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "-1")},
-		{"fraction", hset("urate", "5000000.5", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
-		{"nan", hset("urate", "nan", "last_us", "nan", "hold_us", "nan", "win_us", "nan", "streak", "nan")},
-		{"inf", hset("urate", "inf", "last_us", "1", "hold_us", "inf", "win_us", "1", "streak", "0")},
-		{"string key", func(ctx context.Context, rdb *redis.Client, key string) error {
-			return rdb.Set(ctx, key, "junk", 0).Err()
-		}},
-		{"list key", func(ctx context.Context, rdb *redis.Client, key string) error {
-			return rdb.RPush(ctx, key, "a", "b").Err()
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range append([]redistest.Corrupt{
+		{Name: "words", Write: hset("urate", "fast", "last_us", "x", "hold_us", "y", "win_us", "z", "streak", "many")},
+		{Name: "no rate", Write: hset("last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
+		{Name: "no window", Write: hset("urate", "5000000", "last_us", "1", "hold_us", "1", "streak", "0")},
+		{Name: "zero rate", Write: hset("urate", "0", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
+		{Name: "negative", Write: hset("urate", "-5", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "-1")},
+		{Name: "fraction", Write: hset("urate", "5000000.5", "last_us", "1", "hold_us", "1", "win_us", "1", "streak", "0")},
+		{Name: "nan", Write: hset("urate", "nan", "last_us", "nan", "hold_us", "nan", "win_us", "nan", "streak", "nan")},
+		{Name: "inf", Write: hset("urate", "inf", "last_us", "1", "hold_us", "inf", "win_us", "1", "streak", "0")},
+	}, redistest.WrongTypes...) {
+		t.Run(tc.Name, func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
 				ctx := t.Context()
 				ak := e.keys.AIMD("test", "k")
-				if err := tc.write(ctx, e.rdb, ak); err != nil {
+				if err := tc.Write(ctx, e.rdb, ak); err != nil {
 					t.Fatal(err)
 				}
 				e.adapts(t, "k", lim100, adapt.AIMD{}, []aimdStep{

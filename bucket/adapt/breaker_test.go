@@ -1,7 +1,6 @@
 package adapt_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,7 +10,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
-	"github.com/redis/go-redis/v9"
+	"github.com/pacerhq/pacer/internal/redistest"
 )
 
 // The operations of a breaker step table.
@@ -202,25 +201,16 @@ func TestBreakerDefaults(t *testing.T) {
 // TestBreakerCorruptIsClosed checks that breaker state that makes no sense
 // reads as a closed breaker and is repaired by the next halt.
 func TestBreakerCorruptIsClosed(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		write func(ctx context.Context, rdb *redis.Client, key string) error
-	}{
-		{"words", hset("opens", "some", "until_us", "later", "probe_us", "never")},
-		{"no opens", hset("until_us", "99999999999999999", "probe_us", "0")},
-		{"zero opens", hset("opens", "0", "until_us", "99999999999999999", "probe_us", "0")},
-		{"negative", hset("opens", "1", "until_us", "-1", "probe_us", "0")},
-		{"nan", hset("opens", "nan", "until_us", "nan", "probe_us", "nan")},
-		{"string key", func(ctx context.Context, rdb *redis.Client, key string) error {
-			return rdb.Set(ctx, key, "junk", 0).Err()
-		}},
-		{"list key", func(ctx context.Context, rdb *redis.Client, key string) error {
-			return rdb.RPush(ctx, key, "a", "b").Err()
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range append([]redistest.Corrupt{
+		{Name: "words", Write: hset("opens", "some", "until_us", "later", "probe_us", "never")},
+		{Name: "no opens", Write: hset("until_us", "99999999999999999", "probe_us", "0")},
+		{Name: "zero opens", Write: hset("opens", "0", "until_us", "99999999999999999", "probe_us", "0")},
+		{Name: "negative", Write: hset("opens", "1", "until_us", "-1", "probe_us", "0")},
+		{Name: "nan", Write: hset("opens", "nan", "until_us", "nan", "probe_us", "nan")},
+	}, redistest.WrongTypes...) {
+		t.Run(tc.Name, func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
-				if err := tc.write(t.Context(), e.rdb, e.keys.Breaker("test", "k")); err != nil {
+				if err := tc.Write(t.Context(), e.rdb, e.keys.Breaker("test", "k")); err != nil {
 					t.Fatal(err)
 				}
 				e.breakers(t, "k", adapt.Breaker{}, []breakerStep{

@@ -226,28 +226,9 @@ func TestSendSuccessWithoutName(t *testing.T) {
 
 // TestSendRequestShape checks method, path, headers and the merged body.
 func TestSendRequestShape(t *testing.T) {
-	type request struct {
-		method, path, auth, ctype string
-		body                      map[string]map[string]json.RawMessage
-		top                       int // top-level fields
-	}
-	got := make(chan request, 1)
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rq := request{method: r.Method, path: r.URL.EscapedPath(), auth: r.Header.Get("Authorization"),
-			ctype: r.Header.Get("Content-Type")}
-		raw, _ := io.ReadAll(r.Body)
-		var top map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &top); err != nil {
-			t.Errorf("request body %s: %v", raw, err)
-		}
-		rq.top = len(top)
-		if err := json.Unmarshal(raw, &rq.body); err != nil {
-			t.Errorf("request body %s: %v", raw, err)
-		}
-		got <- rq
+	ts, got := channeltest.Capture(t, func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, `{"name":"projects/p/messages/1"}`)
-	}))
-	defer ts.Close()
+	})
 
 	for _, c := range []struct {
 		name    string
@@ -325,19 +306,16 @@ func TestSendRequestShape(t *testing.T) {
 				t.Fatalf("Send = %+v, %v", res, err)
 			}
 			rq := <-got
-			if rq.method != "POST" || rq.path != c.path || rq.auth != "Bearer "+access || !strings.HasPrefix(rq.ctype, "application/json") {
+			auth, ctype := rq.Header.Get("Authorization"), rq.Header.Get("Content-Type")
+			if rq.Method != "POST" || rq.Path != c.path || auth != "Bearer "+access || !strings.HasPrefix(ctype, "application/json") {
 				t.Errorf("got %s %s auth=%q type=%q; want POST %s, bearer token, application/json",
-					rq.method, rq.path, rq.auth, rq.ctype, c.path)
+					rq.Method, rq.Path, auth, ctype, c.path)
 			}
-			msg := rq.body["message"]
-			if rq.top != 1 || len(msg) != len(c.want) {
-				t.Errorf("body has %d top-level fields (want 1) and %d message fields (want %d): %v", rq.top, len(msg), len(c.want), msg)
+			top := channeltest.JSONObject(t, rq.Body)
+			if len(top) != 1 {
+				t.Errorf("body has %d top-level fields, want 1 (message): %s", len(top), rq.Body)
 			}
-			for k, v := range c.want {
-				if string(msg[k]) != v {
-					t.Errorf("message[%q] = %s, want %s", k, msg[k], v)
-				}
-			}
+			channeltest.CheckFields(t, "message", channeltest.JSONObject(t, top["message"]), c.want)
 		})
 	}
 }

@@ -211,21 +211,10 @@ func TestSendSuccess(t *testing.T) {
 
 // TestSendRequestShape checks method, path, headers and the built body.
 func TestSendRequestShape(t *testing.T) {
-	type request struct {
-		method, path, auth, ctype, accept, obo string
-		hasOBO                                 bool
-		raw                                    string
-	}
-	got := make(chan request, 1)
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		_, hasOBO := r.Header["On-Behalf-Of"]
-		got <- request{r.Method, r.URL.EscapedPath(), r.Header.Get("Authorization"), r.Header.Get("Content-Type"),
-			r.Header.Get("Accept"), r.Header.Get("On-Behalf-Of"), hasOBO, string(b)}
+	ts, got := channeltest.Capture(t, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("X-Message-Id", "m1")
 		w.WriteHeader(202)
-	}))
-	defer ts.Close()
+	})
 
 	for _, c := range []struct {
 		name    string
@@ -291,16 +280,18 @@ func TestSendRequestShape(t *testing.T) {
 				t.Fatalf("Send = %+v, %v", res, err)
 			}
 			rq := <-got
-			if rq.method != "POST" || rq.path != c.path || rq.auth != c.auth || rq.ctype != "application/json" ||
-				rq.accept != "application/json" || rq.obo != c.obo || rq.hasOBO != (c.obo != "") {
+			h := rq.Header
+			_, hasOBO := h["On-Behalf-Of"]
+			if rq.Method != "POST" || rq.Path != c.path || h.Get("Authorization") != c.auth || h.Get("Content-Type") != "application/json" ||
+				h.Get("Accept") != "application/json" || h.Get("On-Behalf-Of") != c.obo || hasOBO != (c.obo != "") {
 				t.Errorf("got %s %s auth=%q type=%q accept=%q obo=%q; want POST %s %q application/json twice, obo %q",
-					rq.method, rq.path, rq.auth, rq.ctype, rq.accept, rq.obo, c.path, c.auth, c.obo)
+					rq.Method, rq.Path, h.Get("Authorization"), h.Get("Content-Type"), h.Get("Accept"), h.Get("On-Behalf-Of"), c.path, c.auth, c.obo)
 			}
-			if strings.Contains(c.payload, "<p>") && !strings.Contains(rq.raw, `"<p>a & b</p>"`) {
-				t.Errorf("HTML was escaped: %s", rq.raw)
+			if strings.Contains(c.payload, "<p>") && !strings.Contains(string(rq.Body), `"<p>a & b</p>"`) {
+				t.Errorf("HTML was escaped: %s", rq.Body)
 			}
 			var body map[string]json.RawMessage
-			if err := json.Unmarshal([]byte(rq.raw), &body); err != nil {
+			if err := json.Unmarshal(rq.Body, &body); err != nil {
 				t.Fatal(err)
 			}
 			var ps []map[string]json.RawMessage
@@ -308,21 +299,9 @@ func TestSendRequestShape(t *testing.T) {
 				t.Fatalf("personalizations = %s, %v; want one", body["personalizations"], err)
 			}
 			delete(body, "personalizations")
-			compare(t, "body", body, c.want)
-			compare(t, "personalizations[0]", ps[0], c.p0)
+			channeltest.CheckFields(t, "body", body, c.want)
+			channeltest.CheckFields(t, "personalizations[0]", ps[0], c.p0)
 		})
-	}
-}
-
-func compare(t *testing.T, what string, got map[string]json.RawMessage, want map[string]string) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Errorf("%s has %d fields, want %d: %v", what, len(got), len(want), got)
-	}
-	for k, v := range want {
-		if string(got[k]) != v {
-			t.Errorf("%s[%q] = %s, want %s", what, k, got[k], v)
-		}
 	}
 }
 

@@ -218,21 +218,9 @@ func TestSendSuccessWithoutID(t *testing.T) {
 
 // TestSendRequestShape checks method, path, headers and the merged body.
 func TestSendRequestShape(t *testing.T) {
-	type request struct {
-		method, path, auth, ctype string
-		body                      map[string]json.RawMessage
-	}
-	got := make(chan request, 1)
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rq := request{method: r.Method, path: r.URL.EscapedPath(), auth: r.Header.Get("Authorization"),
-			ctype: r.Header.Get("Content-Type")}
-		if err := json.NewDecoder(r.Body).Decode(&rq.body); err != nil {
-			t.Errorf("request body: %v", err)
-		}
-		got <- rq
+	ts, got := channeltest.Capture(t, func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, `{"messages":[{"id":"wamid.1"}]}`)
-	}))
-	defer ts.Close()
+	})
 
 	for _, c := range []struct {
 		name    string
@@ -311,18 +299,12 @@ func TestSendRequestShape(t *testing.T) {
 				t.Fatalf("Send = %+v, %v", res, err)
 			}
 			rq := <-got
-			if rq.method != "POST" || rq.path != c.path || rq.auth != "Bearer "+token || rq.ctype != "application/json" {
+			auth, ctype := rq.Header.Get("Authorization"), rq.Header.Get("Content-Type")
+			if rq.Method != "POST" || rq.Path != c.path || auth != "Bearer "+token || ctype != "application/json" {
 				t.Errorf("got %s %s auth=%q type=%q; want POST %s, bearer token, application/json",
-					rq.method, rq.path, rq.auth, rq.ctype, c.path)
+					rq.Method, rq.Path, auth, ctype, c.path)
 			}
-			if len(rq.body) != len(c.want) {
-				t.Errorf("body has %d fields, want %d: %v", len(rq.body), len(c.want), rq.body)
-			}
-			for k, v := range c.want {
-				if string(rq.body[k]) != v {
-					t.Errorf("body[%q] = %s, want %s", k, rq.body[k], v)
-				}
-			}
+			channeltest.CheckFields(t, "body", channeltest.JSONObject(t, rq.Body), c.want)
 		})
 	}
 }

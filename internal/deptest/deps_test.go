@@ -111,6 +111,7 @@ func TestDataFlowsOneWay(t *testing.T) {
 		"pacer/ingest/quota":  store,
 		"internal/wire":       {mod + "/": "a conversion helper depends on nothing of ours", "github.com/": "a conversion helper is standard library only"},
 		"internal/logrepeat":  {mod + "/": "a logging helper depends on nothing of ours", "github.com/": "a logging helper is standard library only"},
+		"internal/tick":       {mod + "/": "a loop helper depends on nothing of ours", "github.com/": "a loop helper is standard library only"},
 		"lua":                 {mod + "/": "lua holds scripts and nothing else", "github.com/": "lua holds scripts and nothing else"},
 		"partitioner": {
 			mod + "/": "partitioner is pure functions", kafka: "partitioner computes, kgo sends", prom: "only cmd and pacer measure",

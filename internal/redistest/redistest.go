@@ -178,3 +178,21 @@ func HSet(fieldValues ...string) func(context.Context, *redis.Client, string) er
 		return rdb.HSet(ctx, key, fieldValues).Err()
 	}
 }
+
+// Corrupt is a named writer of state that makes no sense at a key, for
+// tables of corrupt state.
+type Corrupt struct {
+	Name  string
+	Write func(ctx context.Context, rdb *redis.Client, key string) error
+}
+
+// WrongTypes writes a key of another type than the hash a script expects:
+// a string and a list.
+var WrongTypes = []Corrupt{
+	{Name: "string key", Write: func(ctx context.Context, rdb *redis.Client, key string) error {
+		return rdb.Set(ctx, key, "junk", 0).Err()
+	}},
+	{Name: "list key", Write: func(ctx context.Context, rdb *redis.Client, key string) error {
+		return rdb.RPush(ctx, key, "a", "b").Err()
+	}},
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/keypace"
 )
@@ -35,36 +36,20 @@ const releaseTick = 10 * time.Second
 // live (its keys' state, kept activeFor) and little more. A full GC per
 // release, never while records are being finished.
 func (p *Pacer) releaseLoop(ctx context.Context, release func()) {
-	t := time.NewTicker(releaseTick)
-	defer t.Stop()
 	last, since, done := p.tally.snapshot(), time.Now(), len(idleReleases)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			if s := p.tally.snapshot(); s != last {
-				last, since, done = s, now, 0
-			} else if done < len(idleReleases) && now.Sub(since) >= idleReleases[done] {
-				release()
-				done++
-			}
+	tick.Every(ctx, releaseTick, func(now time.Time) {
+		if s := p.tally.snapshot(); s != last {
+			last, since, done = s, now, 0
+		} else if done < len(idleReleases) && now.Sub(since) >= idleReleases[done] {
+			release()
+			done++
 		}
-	}
+	})
 }
 
 // sweepLoop runs the keys' sweep every SweepEvery until ctx ends.
 func (p *Pacer) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(keypace.SweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			p.keys.Sweep(ctx, now)
-		}
-	}
+	tick.Every(ctx, keypace.SweepEvery, func(now time.Time) { p.keys.Sweep(ctx, now) })
 }
 
 // CredentialVersioner is a [channels.Sender] whose credential per pacing

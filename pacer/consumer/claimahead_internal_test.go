@@ -8,6 +8,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/pacerhq/pacer/pacer/keypace/keypacetest"
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/redis/go-redis/v9"
 )
@@ -21,7 +22,7 @@ func TestClaimAheadAnsweredAtStopIsReleased(t *testing.T) {
 	defer rdb.Close()
 	keys := bucket.New(rdb, bucket.Config{}).Keys()
 	led := ledger.NewBatcher(rdb, keys, ledger.BatchConfig{FlushInterval: time.Millisecond})
-	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, nil)
+	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, nil)
 	p.ledger, p.cfg.Owner = led, "owner-1"
 
 	env := envelope.Envelope{Key: "k", ID: "id-1", To: "t"}

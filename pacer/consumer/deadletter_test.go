@@ -55,9 +55,7 @@ func (h *harness) histCount(name string) uint64 {
 // owner's first fetch and one read while it runs, and write no second DLQ
 // copy; a copy replayed from the DLQ is sent.
 func TestUnknownOutcomeDeadLetteredOnce(t *testing.T) {
-	for _, batched := range []time.Duration{0, 5 * time.Millisecond} {
-		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) { testDeadLetteredOnce(t, batched) })
-	}
+	eachLedger(t, testDeadLetteredOnce)
 }
 
 func testDeadLetteredOnce(t *testing.T, batched time.Duration) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/pacerhq/pacer/pacer/keypace"
@@ -262,7 +263,7 @@ const notBeforeSleep = 50 * time.Millisecond
 func (p *Pacer) control(f *flight) outcome {
 	if wait := time.Until(f.env.NotBefore); wait > notBeforeSleep {
 		return deferUntil("not-before", wait)
-	} else if wait > 0 && !sleep(f.w.ctx, wait) {
+	} else if wait > 0 && !tick.Sleep(f.w.ctx, wait) {
 		return stop()
 	}
 	if p.camps == nil || f.env.Campaign == "" {
@@ -299,7 +300,7 @@ func (p *Pacer) verdict(ctx context.Context, v keypace.Verdict, after kind) outc
 	case keypace.Requeue:
 		return requeue(v.Reason, v.Wait)
 	case keypace.Wait:
-		if !sleep(ctx, v.Wait) {
+		if !tick.Sleep(ctx, v.Wait) {
 			return stop()
 		}
 		return outcome{kind: after}
@@ -417,7 +418,7 @@ func (p *Pacer) claim(f *flight) outcome {
 		if cool > p.cfg.MaxTokenWait {
 			return requeue("cooldown", cool)
 		}
-		if !sleep(ctx, cool+time.Duration(rand.Int64N(int64(cool)/10+1))) {
+		if !tick.Sleep(ctx, cool+time.Duration(rand.Int64N(int64(cool)/10+1))) {
 			return stop()
 		}
 		return outcome{kind: again}
@@ -468,7 +469,7 @@ func (p *Pacer) claim(f *flight) outcome {
 		if cool > p.cfg.MaxTokenWait {
 			return requeue("cooldown", cool)
 		}
-		if !sleep(ctx, cool+time.Duration(rand.Int64N(int64(cool)/10+1))) {
+		if !tick.Sleep(ctx, cool+time.Duration(rand.Int64N(int64(cool)/10+1))) {
 			return stop()
 		}
 		return outcome{kind: again}
@@ -750,7 +751,7 @@ func (p *Pacer) redisOp(ctx context.Context, log *slog.Logger, op func() error, 
 			fail.InitialInterval = 100 * time.Millisecond
 			fail.MaxInterval = 5 * time.Second
 		}
-		if !sleep(ctx, fail.NextBackOff()) {
+		if !tick.Sleep(ctx, fail.NextBackOff()) {
 			return ctx.Err()
 		}
 	}
@@ -975,7 +976,7 @@ func (p *Pacer) produce(ctx context.Context, rec *kgo.Record, log *slog.Logger) 
 			return ctx.Err()
 		}
 		log.Error("write to "+rec.Topic+" failed; retrying", "err", err)
-		if !sleep(ctx, fail.NextBackOff()) {
+		if !tick.Sleep(ctx, fail.NextBackOff()) {
 			return ctx.Err()
 		}
 	}

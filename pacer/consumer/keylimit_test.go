@@ -13,53 +13,10 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/pacer/control"
+	"github.com/pacerhq/pacer/pacer/keypace/keypacetest"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// stubAdapter answers Recover with the ceiling as the adapted rate; while
-// block is non-nil, Recover waits on it.
-type stubAdapter struct {
-	Adapter
-	mu      sync.Mutex
-	block   chan struct{}
-	entered chan struct{}
-	calls   int
-}
-
-func (a *stubAdapter) RecoverAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, _ adapt.AIMD, _ int) (adapt.Adapted, error) {
-	a.mu.Lock()
-	a.calls++
-	block, entered := a.block, a.entered
-	a.mu.Unlock()
-	if block != nil {
-		close(entered)
-		<-block
-	}
-	return adapt.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
-}
-
-func (a *stubAdapter) Adapted(_ context.Context, _, _ string, ceiling bucket.Limit, _ adapt.AIMD) (adapt.Adapted, error) {
-	return adapt.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
-}
-
-func (a *stubAdapter) Pairs(context.Context, string, string) (map[string]adapt.Pair, error) {
-	return nil, nil
-}
-
-func (a *stubAdapter) BreakerStatus(context.Context, string, string) (adapt.BreakerStatus, error) {
-	return adapt.BreakerStatus{}, nil
-}
-
-// heapAfterGC is the heap in use by live objects, in bytes.
-func heapAfterGC() uint64 {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
 
 // A partition's map of key queues is made anew once a burst of keys has
 // drained (a Go map keeps the space of deleted entries): the heap it held
@@ -71,7 +28,7 @@ func TestForgetShrinksTheKeyMap(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("2065%07d", i)
 	}
-	before := heapAfterGC()
+	before := keypacetest.HeapAfterGC()
 	for _, k := range keys {
 		w.keys[k] = &keyQueue{}
 		w.keysPeak = max(w.keysPeak, len(w.keys))
@@ -81,7 +38,7 @@ func TestForgetShrinksTheKeyMap(t *testing.T) {
 		w.forget(k, w.keys[k])
 	}
 	w.mu.Unlock()
-	left := (float64(heapAfterGC()) - float64(before)) / n
+	left := (float64(keypacetest.HeapAfterGC()) - float64(before)) / n
 	t.Logf("after the burst drained: %.1f bytes per key still held", left)
 	if len(w.keys) != 0 || left > 8 {
 		t.Errorf("after the burst drained: %d queues, %.1f bytes per key still held, want 0 and <= 8", len(w.keys), left)
@@ -99,7 +56,7 @@ func TestRefusedKeyLimitLoggedOnce(t *testing.T) {
 	store := limitMap{"k": {Key: "k", PerSecond: 1e12}}
 	base := control.KeyPolicy{Limit: bucket.Limit{PerSecond: 100, Burst: 20}}
 	pol := &switchPolicy{p: control.OverridePolicy{Base: base, Channel: "test", Store: store}}
-	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, pol)
+	p := testPacer(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, pol)
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	k := p.keys.Get("k", "")

@@ -48,6 +48,25 @@ func (s *seqSender) snapshot() ([]string, map[string]int) {
 	return append([]string(nil), s.seq...), c
 }
 
+// drained reports whether n distinct ids were sent and the group has no lag.
+func (s *seqSender) drained(h *harness, n int) bool {
+	_, c := s.snapshot()
+	return len(c) == n && h.lag() == 0
+}
+
+// sentOnce returns a snapshot after checking that every id in it was sent
+// exactly once.
+func (s *seqSender) sentOnce(t *testing.T) ([]string, map[string]int) {
+	t.Helper()
+	seq, c := s.snapshot()
+	for id, n := range c {
+		if n != 1 {
+			t.Errorf("%s sent %d times, want once", id, n)
+		}
+	}
+	return seq, c
+}
+
 // keyRecord is one envelope of pacing key key, numbered i, for partition part.
 func keyRecord(topic string, part int32, key string, i int, hs ...kgo.RecordHeader) *kgo.Record {
 	id := key + "-" + strconv.Itoa(i)
@@ -116,10 +135,9 @@ func TestKeyBacklogDoesNotDelayOtherKeys(t *testing.T) {
 		// class 100-999.
 		maxHeld = max(maxHeld, h.gauge("pacer_lookahead_records"))
 		sawBig = sawBig || h.gaugeWith("pacer_key_backlog_keys", "class", "100-999") == 1
-		_, c := s.snapshot()
 		// A rebalance at start-up may re-deliver records and so leave a
 		// second park copy; it is skipped by the ledger once read.
-		return len(c) == 420 && h.lag() == 0
+		return s.drained(h, 420)
 	})
 	if maxHeld < 32 {
 		t.Errorf("pacer_lookahead_records reached %v, want >= 32 (A's in-flight records)", maxHeld)
@@ -127,12 +145,7 @@ func TestKeyBacklogDoesNotDelayOtherKeys(t *testing.T) {
 	if !sawBig {
 		t.Errorf("pacer_key_backlog_keys{class=100-999} never 1 while A had 400 records waiting")
 	}
-	seq, c := s.snapshot()
-	for id, n := range c {
-		if n != 1 {
-			t.Errorf("%s sent %d times, want once", id, n)
-		}
-	}
+	seq, _ := s.sentOnce(t)
 	if len(seq) != 420 {
 		t.Errorf("%d requests, want 420", len(seq))
 	}
@@ -179,15 +192,9 @@ func TestKeylessRecordsQueuedByEnvelopeKey(t *testing.T) {
 	h.produceManual(rs)
 	s := &seqSender{count: map[string]int{}}
 	h.runWith(s, func() bool {
-		_, c := s.snapshot()
-		return len(c) == 420 && h.lag() == 0
+		return s.drained(h, 420)
 	})
-	seq, c := s.snapshot()
-	for id, n := range c {
-		if n != 1 {
-			t.Errorf("%s sent %d times, want once", id, n)
-		}
-	}
+	seq, _ := s.sentOnce(t)
 	aBefore := 0
 	for _, id := range seq[:position(seq, "B-19")] {
 		if id[0] == 'A' {
@@ -228,16 +235,11 @@ func TestRevokeParksHeldRecords(t *testing.T) {
 	parked1 := counterIn(t, reg, "pacer_parked_total")
 	reg = prometheus.NewRegistry()
 	_, stop = h.start(h.cfg, s, reg)
-	ok := waitFor(30*time.Second, func() bool { _, c := s.snapshot(); return len(c) == 200 && h.lag() == 0 })
+	ok := waitFor(30*time.Second, func() bool { return s.drained(h, 200) })
 	stop()
-	_, c := s.snapshot()
+	_, c := s.sentOnce(t)
 	if !ok {
 		t.Fatalf("%d of 200 ids sent within 30 s (lag %d)", len(c), h.lag())
-	}
-	for id, n := range c {
-		if n != 1 {
-			t.Errorf("%s sent %d times, want once", id, n)
-		}
 	}
 	parked2 := counterIn(t, reg, "pacer_parked_total")
 	t.Logf("first run: %d sent, %v parked; second run parked %v", len(first), parked1, parked2)
@@ -314,19 +316,14 @@ func TestStrictOrderParked(t *testing.T) {
 		rs = append(rs, keyRecord("pacer.test", 0, "B", i))
 	}
 	h.produceManual(rs)
-	ok := waitFor(30*time.Second, func() bool { _, c := s.snapshot(); return len(c) == 310 && h.lag() == 0 })
+	ok := waitFor(30*time.Second, func() bool { return s.drained(h, 310) })
 	stop()
 	if !ok {
 		_, c := s.snapshot()
 		t.Fatalf("%d of 310 ids sent within 30 s (lag %d)", len(c), h.lag())
 	}
-	seq, c := s.snapshot()
+	seq, _ := s.sentOnce(t)
 	checkOrder(t, seq)
-	for id, n := range c {
-		if n != 1 {
-			t.Errorf("%s sent %d times, want once", id, n)
-		}
-	}
 	// B's 10 records take 0.1 s at its own 100/s; reading and starting
 	// them takes some more on a loaded machine. A gets about 10 slots in
 	// 0.1 s; 100 allows a second of delay.
@@ -375,19 +372,14 @@ func TestStrictOrderParkedAcrossRestart(t *testing.T) {
 	reg = prometheus.NewRegistry()
 	h.cfg.Limit = bucket.Limit{PerSecond: 200, Burst: 1}
 	_, stop = h.start(h.cfg, s, reg)
-	ok := waitFor(30*time.Second, func() bool { _, c := s.snapshot(); return len(c) == 150 && h.lag() == 0 })
+	ok := waitFor(30*time.Second, func() bool { return s.drained(h, 150) })
 	stop()
 	if !ok {
 		_, c := s.snapshot()
 		t.Fatalf("%d of 150 ids sent within 30 s (lag %d)", len(c), h.lag())
 	}
-	seq, c := s.snapshot()
+	seq, _ := s.sentOnce(t)
 	checkOrder(t, seq)
-	for id, n := range c {
-		if n != 1 {
-			t.Errorf("%s sent %d times, want once", id, n)
-		}
-	}
 	t.Logf("first run sent %d; second run dropped %v stale copies, parked %v", len(first), counterIn(t, reg, "pacer_parked_stale_total"), counterIn(t, reg, "pacer_parked_total"))
 	if got := counterIn(t, reg, "pacer_parked_stale_total"); got < 140 {
 		t.Errorf("pacer_parked_stale_total = %v in the second run, want >= 140 (the first run's copies)", got)
@@ -614,8 +606,7 @@ func TestProcessInFlightBound(t *testing.T) {
 	maxGauge := 0.0
 	h.runWith(s, func() bool {
 		maxGauge = max(maxGauge, h.gauge("pacer_inflight_records"))
-		_, c := s.snapshot()
-		return len(c) == 170 && h.lag() == 0
+		return s.drained(h, 170)
 	})
 	if got := s.maxSeen.Load(); got > 3 || got < 2 {
 		t.Errorf("at most %d requests at once, want 2..3 (ProcessInFlight 3)", got)
@@ -623,12 +614,7 @@ func TestProcessInFlightBound(t *testing.T) {
 	if maxGauge > 3 || maxGauge < 1 {
 		t.Errorf("pacer_inflight_records reached %v, want 1..3", maxGauge)
 	}
-	seq, c := s.snapshot()
-	for id, n := range c {
-		if n != 1 {
-			t.Errorf("%s sent %d times, want once", id, n)
-		}
-	}
+	seq, _ := s.sentOnce(t)
 	// Round the keys: B's and C's 10 records each go out while A sends
 	// about 10 more; behind A's backlog they would wait for most of A's 150.
 	for _, last := range []string{"B-9", "C-9"} {

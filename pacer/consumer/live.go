@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/internal/logrepeat"
+	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/redis/go-redis/v9"
@@ -185,7 +186,7 @@ func (c *campaigns) refresh(ctx context.Context, names []string) {
 			c.log.Warn("campaign states unavailable; keeping the last ones (logged at most once a minute while it lasts)",
 				"err", err, "unlogged_failures", skipped)
 		}
-		if !sleep(ctx, campaignRefresh) {
+		if !tick.Sleep(ctx, campaignRefresh) {
 			return
 		}
 	}
@@ -301,34 +302,27 @@ func (c *campaigns) flush(ctx context.Context) {
 // campaignForget every campaignRefresh and adds the counts every
 // countsEvery, until ctx ends; then it adds the last counts.
 func (c *campaigns) loop(ctx context.Context) {
-	t := time.NewTicker(campaignRefresh)
-	defer t.Stop()
 	lastFlush := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			c.flush(fctx)
-			cancel()
-			return
-		case now := <-t.C:
-			var names []string
-			c.mu.Lock()
-			for n, cs := range c.states {
-				if now.Sub(cs.lastSeen) > campaignForget {
-					delete(c.states, n)
-					continue
-				}
-				names = append(names, n)
+	tick.Every(ctx, campaignRefresh, func(now time.Time) {
+		var names []string
+		c.mu.Lock()
+		for n, cs := range c.states {
+			if now.Sub(cs.lastSeen) > campaignForget {
+				delete(c.states, n)
+				continue
 			}
-			c.mu.Unlock()
-			if len(names) > 0 {
-				c.refresh(ctx, names)
-			}
-			if now.Sub(lastFlush) >= countsEvery {
-				lastFlush = now
-				c.flush(ctx)
-			}
+			names = append(names, n)
 		}
-	}
+		c.mu.Unlock()
+		if len(names) > 0 {
+			c.refresh(ctx, names)
+		}
+		if now.Sub(lastFlush) >= countsEvery {
+			lastFlush = now
+			c.flush(ctx)
+		}
+	})
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	c.flush(fctx)
+	cancel()
 }

@@ -129,6 +129,7 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/keypace"
 	"github.com/pacerhq/pacer/pacer/ledger"
@@ -139,20 +140,9 @@ import (
 
 // Bucket is the token bucket the pacer draws from: *bucket.Limiter (in
 // Redis, shared by every replica) and *bucket.Local (in-process, for the
-// local failure mode) implement it. Methods are safe for concurrent use.
-type Bucket interface {
-	// Reserve grants the next send slot of (channel, key) within maxWait,
-	// or says how long until one could be granted; see bucket.Limiter.Reserve.
-	Reserve(ctx context.Context, channel, key string, lim bucket.Limit, cost int, maxWait time.Duration) (bucket.Reservation, error)
-	// ReserveMulti grants one slot in several buckets of key at once (the
-	// key's own and a recipient's), all or nothing.
-	ReserveMulti(ctx context.Context, channel, key string, reqs []bucket.Request, maxWait time.Duration) (bucket.Reservation, error)
-	// Lease and Return serve a bucket.Dispenser: up to n slots per call.
-	bucket.Leaser
-	// Cooldown stops every caller from being granted slots for (channel,
-	// key) for at least d.
-	Cooldown(ctx context.Context, channel, key string, d time.Duration) error
-}
+// local failure mode) implement it; defined in package keypace, which
+// paces each key with it.
+type Bucket = keypace.Bucket
 
 // Deps are the services a Pacer uses.
 type Deps struct {
@@ -814,7 +804,7 @@ func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) error {
 		p.publishReady()
 		p.log.Error("cannot reach Kafka to check the pacer's topics; retrying", "cause", kerr.Cause, "err", err,
 			"gives_up_in", time.Until(deadline).Round(time.Second))
-		if !sleep(ctx, 5*time.Second) {
+		if !tick.Sleep(ctx, 5*time.Second) {
 			return ctx.Err()
 		}
 	}
@@ -842,14 +832,7 @@ func (e *KafkaError) Unwrap() error { return e.Err }
 // /readyz) in step with the answers, logging each change once; up, if not
 // nil, runs when the service answers again.
 func (p *Pacer) watch(ctx context.Context, name string, ok *atomic.Bool, ping func(context.Context) error, up func()) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, 5*time.Second, func(time.Time) {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := ping(pctx)
 		cancel()
@@ -867,7 +850,7 @@ func (p *Pacer) watch(ctx context.Context, name string, ok *atomic.Bool, ping fu
 			}
 			p.publishReady()
 		}
-	}
+	})
 }
 
 func (p *Pacer) setConsuming(v bool) {
@@ -1008,22 +991,6 @@ func (p *Pacer) waitWorkers(ws []*worker, handover bool) {
 			p.log.Warn("drain timeout: abandoning in-flight sends; their records will be re-delivered")
 			return
 		}
-	}
-}
-
-// sleep waits for d or until ctx ends, and reports whether the full wait
-// happened.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -204,6 +204,15 @@ func (h *harness) run(done func() bool) {
 
 // waitFor polls cond every 10 ms until it holds (true) or within passes
 // (false).
+// eachLedger runs f as subtests batched=0s and batched=5ms: with the
+// ledger.Batcher flushing at its default interval and every 5 ms (see
+// harness.batched), the consumer's guarantees hold with either.
+func eachLedger(t *testing.T, f func(t *testing.T, batched time.Duration)) {
+	for _, batched := range []time.Duration{0, 5 * time.Millisecond} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) { f(t, batched) })
+	}
+}
+
 func waitFor(within time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)
 	for !cond() {
@@ -276,9 +285,7 @@ func env(id string) string {
 // (claims started ahead of the slot, marks and releases queued): every
 // outcome the same.
 func TestOutcomes(t *testing.T) {
-	for _, batched := range []time.Duration{0, 5 * time.Millisecond} {
-		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) { testOutcomes(t, batched) })
-	}
+	eachLedger(t, testOutcomes)
 }
 
 func testOutcomes(t *testing.T, batched time.Duration) {
@@ -478,9 +485,7 @@ func TestNewRejectsShortLedgerTTL(t *testing.T) {
 // process that died mid-send is dead-lettered as unknown-outcome, unless an
 // operator replayed it from the DLQ.
 func TestIdempotency(t *testing.T) {
-	for _, batched := range []time.Duration{0, 5 * time.Millisecond} {
-		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) { testIdempotency(t, batched) })
-	}
+	eachLedger(t, testIdempotency)
 }
 
 func testIdempotency(t *testing.T, batched time.Duration) {
@@ -1153,9 +1158,7 @@ func (s *timedSender) snapshot() []time.Time {
 // moment it answers again: each late slot is given up and a new one taken,
 // so no 1 s window holds more than rate + burst requests.
 func TestRedisStallDoesNotBurst(t *testing.T) {
-	for _, batched := range []time.Duration{0, 5 * time.Millisecond} {
-		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) { testRedisStallDoesNotBurst(t, batched) })
-	}
+	eachLedger(t, testRedisStallDoesNotBurst)
 }
 
 func testRedisStallDoesNotBurst(t *testing.T, batched time.Duration) {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -61,7 +62,7 @@ func waitRescaled(ctx context.Context, due time.Time, was float64, rate func(was
 		if left <= 0 {
 			return ctx.Err() == nil
 		}
-		if !sleep(ctx, min(left, parkedRecheck)) {
+		if !tick.Sleep(ctx, min(left, parkedRecheck)) {
 			return false
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/pacerhq/pacer/internal/tick"
 )
 
 // tally counts finished records by how they finished, for the progress log
@@ -54,21 +56,14 @@ func (s tallySnapshot) attrs(d time.Duration) []any {
 // progressLoop logs, every Config.ProgressEvery while anything happened,
 // what finished in the interval, until ctx ends.
 func (p *Pacer) progressLoop(ctx context.Context) {
-	t := time.NewTicker(p.cfg.ProgressEvery)
-	defer t.Stop()
 	last, lastAt := p.tally.snapshot(), time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			cur := p.tally.snapshot()
-			d := tallySnapshot{cur.delivered - last.delivered, cur.duplicates - last.duplicates,
-				cur.requeued - last.requeued, cur.retried - last.retried, cur.deadLettered - last.deadLettered}
-			if d != (tallySnapshot{}) {
-				p.log.Info("progress", d.attrs(now.Sub(lastAt))...)
-			}
-			last, lastAt = cur, now
+	tick.Every(ctx, p.cfg.ProgressEvery, func(now time.Time) {
+		cur := p.tally.snapshot()
+		d := tallySnapshot{cur.delivered - last.delivered, cur.duplicates - last.duplicates,
+			cur.requeued - last.requeued, cur.retried - last.retried, cur.deadLettered - last.deadLettered}
+		if d != (tallySnapshot{}) {
+			p.log.Info("progress", d.attrs(now.Sub(lastAt))...)
 		}
-	}
+		last, lastAt = cur, now
+	})
 }

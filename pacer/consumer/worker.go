@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -640,7 +641,7 @@ func (w *worker) parkHeld(deadline time.Time) {
 // waitDue holds a record until due, or reports false if the worker was
 // stopped first. Only the record's key waits: the partition goes on.
 func (w *worker) waitDue(due time.Time) bool {
-	return sleep(w.ctx, time.Until(due))
+	return tick.Sleep(w.ctx, time.Until(due))
 }
 
 // finish records that e's record is finished and marks for commit the

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/internal/logrepeat"
+	"github.com/pacerhq/pacer/internal/tick"
 )
 
 // Tenant is one tenant of the tenants file (PACER_INGEST_TENANTS):
@@ -212,14 +213,7 @@ func (tf *TenantFile) reload() (bool, error) {
 // minute while it lasts, and once more ("tenants file readable again")
 // when it can be read again.
 func (tf *TenantFile) Watch(ctx context.Context, interval time.Duration, log *slog.Logger) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, interval, func(time.Time) {
 		ok, err := tf.reload()
 		var re *readError
 		if errors.As(err, &re) {
@@ -227,7 +221,7 @@ func (tf *TenantFile) Watch(ctx context.Context, interval time.Duration, log *sl
 				log.Error("tenants file not reloaded; the tenants before stay in force (logged at most once a minute while it lasts)",
 					"err", err, "unlogged_failures", skipped)
 			}
-			continue
+			return
 		}
 		if rec, failures, lasted := tf.readLog.OK(); rec {
 			log.Info("tenants file readable again", "failures", failures, "after", lasted.Round(time.Millisecond))
@@ -238,5 +232,5 @@ func (tf *TenantFile) Watch(ctx context.Context, interval time.Duration, log *sl
 		case ok:
 			log.Info("tenants file reloaded", "tenants", tf.Tenants().Len())
 		}
-	}
+	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/pacer/keypace/keypacetest"
 )
 
 // aheadBucket grants every reservation a slot 100 ms ahead.
@@ -47,7 +48,7 @@ func TestAcquireKeepsSlotsGrantedAfterADecrease(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := &aheadBucket{}
-				p := testKeys(t, b, &stubAdapter{}, nil)
+				p := testKeys(t, b, &keypacetest.Adapter{}, nil)
 				p.cfg.LeaseSize = 1 // one reservation per slot
 				st := p.keyState("k")
 				defer p.done(st)

@@ -22,10 +22,19 @@ import (
 
 // Bucket is what keypace needs of the token buckets (the pacer's Bucket):
 // reservations of slots, leases of several, and cooldowns.
+// *bucket.Limiter and *bucket.Local implement it. Methods are safe for
+// concurrent use.
 type Bucket interface {
+	// Reserve grants the next send slot of (channel, key) within maxWait,
+	// or says how long until one could be granted; see bucket.Limiter.Reserve.
 	Reserve(ctx context.Context, channel, key string, lim bucket.Limit, cost int, maxWait time.Duration) (bucket.Reservation, error)
+	// ReserveMulti grants one slot in several buckets of key at once (the
+	// key's own and a recipient's), all or nothing.
 	ReserveMulti(ctx context.Context, channel, key string, reqs []bucket.Request, maxWait time.Duration) (bucket.Reservation, error)
+	// Lease and Return serve a bucket.Dispenser: up to n slots per call.
 	bucket.Leaser
+	// Cooldown stops every caller from being granted slots for (channel,
+	// key) for at least d.
 	Cooldown(ctx context.Context, channel, key string, d time.Duration) error
 }
 
@@ -293,19 +302,4 @@ func codeOf(e *channels.Error) string {
 		return "none"
 	}
 	return e.Code
-}
-
-// sleep waits d and reports true, or false if ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

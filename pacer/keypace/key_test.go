@@ -9,13 +9,14 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/pacer/keypace/keypacetest"
 )
 
-// verbAdapter is a stubAdapter whose pair throttles set a cooldown of
+// verbAdapter is a keypacetest.Adapter whose pair throttles set a cooldown of
 // pairLeft and whose breaker, once a halt opened it, refuses for
 // breakerWait.
 type verbAdapter struct {
-	stubAdapter
+	keypacetest.Adapter
 	pairLeft    time.Duration
 	breakerWait time.Duration
 	open        bool

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/pacer/keypace/keypacetest"
 )
 
 // returnCounter is an in-process Bucket that counts the slots given back
@@ -28,40 +29,6 @@ func (r *returnCounter) Return(ctx context.Context, lease bucket.Lease, used int
 	n, err := r.Local.Return(ctx, lease, used)
 	r.returned.Add(int64(n))
 	return n, err
-}
-
-// stubAdapter answers Recover with the ceiling as the adapted rate; while
-// block is non-nil, Recover waits on it.
-type stubAdapter struct {
-	Adapter
-	mu      sync.Mutex
-	block   chan struct{}
-	entered chan struct{}
-	calls   int
-}
-
-func (a *stubAdapter) RecoverAfter(ctx context.Context, channel, key string, ceiling bucket.Limit, _ adapt.AIMD, _ int) (adapt.Adapted, error) {
-	a.mu.Lock()
-	a.calls++
-	block, entered := a.block, a.entered
-	a.mu.Unlock()
-	if block != nil {
-		close(entered)
-		<-block
-	}
-	return adapt.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
-}
-
-func (a *stubAdapter) Adapted(_ context.Context, _, _ string, ceiling bucket.Limit, _ adapt.AIMD) (adapt.Adapted, error) {
-	return adapt.Adapted{Rate: ceiling.PerSecond, Ceiling: ceiling.PerSecond}, nil
-}
-
-func (a *stubAdapter) Pairs(context.Context, string, string) (map[string]adapt.Pair, error) {
-	return nil, nil
-}
-
-func (a *stubAdapter) BreakerStatus(context.Context, string, string) (adapt.BreakerStatus, error) {
-	return adapt.BreakerStatus{}, nil
 }
 
 // policyFunc serves a key's policy from a function.
@@ -87,7 +54,7 @@ func testKeys(t *testing.T, b Bucket, a Adapter, pol Policy) *Keys {
 // with a record in hand is kept however long it waits.
 func TestSweepFreesIdleKeysAndReturnsLeases(t *testing.T) {
 	b := &returnCounter{Local: bucket.NewLocal(bucket.LocalConfig{})}
-	p := testKeys(t, b, &stubAdapter{}, nil)
+	p := testKeys(t, b, &keypacetest.Adapter{}, nil)
 	ctx := t.Context()
 	// An empty bucket at 10/s: the lease's 10 slots all lie in the next second.
 	lim := bucket.Limit{PerSecond: 10, Burst: 10}
@@ -128,7 +95,7 @@ func TestSweepFreesIdleKeysAndReturnsLeases(t *testing.T) {
 // A slow Redis reply while one sender refreshes a key's state must not
 // stall the key's other senders: they go on with the last known limit.
 func TestLimitForDoesNotHoldTheKeyAcrossRedis(t *testing.T) {
-	a := &stubAdapter{}
+	a := &keypacetest.Adapter{}
 	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), a, nil)
 	ctx := t.Context()
 	st := p.keyState("k")
@@ -140,12 +107,12 @@ func TestLimitForDoesNotHoldTheKeyAcrossRedis(t *testing.T) {
 	st.refreshed = instantOf(time.Now().Add(-2 * refreshEvery)) // due for a refresh
 	st.mu.Unlock()
 
-	a.mu.Lock()
-	a.block, a.entered = make(chan struct{}), make(chan struct{})
-	a.mu.Unlock()
-	defer close(a.block)
+	a.Mu.Lock()
+	a.Block, a.Entered = make(chan struct{}), make(chan struct{})
+	a.Mu.Unlock()
+	defer close(a.Block)
 	go p.limitFor(ctx, time.Now(), "k", st, testLog) // the refresher, stuck in Recover
-	<-a.entered
+	<-a.Entered
 
 	got := make(chan bucket.Limit, 1)
 	go func() {
@@ -173,7 +140,7 @@ func TestPolicyRefreshedWithinASecond(t *testing.T) {
 			defer mu.Unlock()
 			return KeyPolicy{Limit: bucket.Limit{PerSecond: rate, Burst: 10}}
 		})
-		p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, pol)
+		p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, pol)
 		ctx := t.Context()
 		st := p.keyState("k")
 		defer p.done(st)
@@ -196,7 +163,7 @@ func TestPolicyRefreshedWithinASecond(t *testing.T) {
 
 // A policy that cannot pace is refused and the key keeps its last one.
 func TestInvalidPolicyKeepsTheLastOne(t *testing.T) {
-	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{},
+	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{},
 		policyFunc(func(string) KeyPolicy { return KeyPolicy{Limit: bucket.Limit{PerSecond: 0, Burst: 1}} }))
 	st := p.keyState("k")
 	defer p.done(st)
@@ -247,7 +214,7 @@ func TestUtilizationByKeyClass(t *testing.T) {
 // is 0 after its refresh, not the time the read took (which made every
 // slot after a refresh lapse: at 0.5/s, every slot).
 func TestAccountLeftNoCooldown(t *testing.T) {
-	p := &Keys{adapter: &stubAdapter{}, cfg: Config{Channel: "test"}}
+	p := &Keys{adapter: &keypacetest.Adapter{}, cfg: Config{Channel: "test"}}
 	pol := KeyPolicy{Limit: bucket.Limit{PerSecond: 0.5, Burst: 1}}
 	for i := range 3 {
 		if left := p.accountLeft(t.Context(), pol); left != 0 {
@@ -280,15 +247,6 @@ func TestLeaseSizeIgnoresHeadroom(t *testing.T) {
 	}
 }
 
-// heapAfterGC is the heap in use by live objects, in bytes.
-func heapAfterGC() uint64 {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
 // TestKeyStateBytes bounds what one active key costs this process: n keys
 // each taken up by one record the way handle does (its state read, a place
 // in its lookahead gate, the record finished) hold at most
@@ -300,13 +258,13 @@ func heapAfterGC() uint64 {
 func TestKeyStateBytes(t *testing.T) {
 	const n = 20_000
 	const keyStateBudget = 270 // bytes of live heap per active key (250 measured: the state, 192 B in blocks that fill 8 KiB, the key map and the key's copy)
-	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, nil)
+	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, nil)
 	ctx := t.Context()
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("2065%07d", i) // a 10-digit phone number id, as a WhatsApp key
 	}
-	before := heapAfterGC()
+	before := keypacetest.HeapAfterGC()
 	for _, k := range keys {
 		st := p.keyState(k)
 		lim, _ := p.limitFor(ctx, time.Now(), k, st, testLog)
@@ -315,7 +273,7 @@ func TestKeyStateBytes(t *testing.T) {
 		<-gate
 		p.done(st)
 	}
-	active := heapAfterGC()
+	active := keypacetest.HeapAfterGC()
 	perKey := (float64(active) - float64(before)) / n
 	t.Logf("%d active keys: %.0f bytes of heap per key", n, perKey)
 	if perKey > keyStateBudget {
@@ -325,7 +283,7 @@ func TestKeyStateBytes(t *testing.T) {
 	if freed := p.Sweep(ctx, time.Now().Add(activeFor+time.Second)); freed != n {
 		t.Fatalf("sweep freed %d keys, want %d", freed, n)
 	}
-	left := (float64(heapAfterGC()) - float64(before)) / n
+	left := (float64(keypacetest.HeapAfterGC()) - float64(before)) / n
 	t.Logf("after the sweep: %.1f bytes of heap per key still held", left)
 	if left > 8 {
 		t.Errorf("after the sweep %.1f bytes per key still held, want <= 8 (the key map not made anew, or state kept)", left)
@@ -339,7 +297,7 @@ func TestKeyStateBytes(t *testing.T) {
 // its next records.
 func TestDoneTrimsTheKeyState(t *testing.T) {
 	b := bucket.NewLocal(bucket.LocalConfig{})
-	p := testKeys(t, b, &stubAdapter{}, nil)
+	p := testKeys(t, b, &keypacetest.Adapter{}, nil)
 	ctx := t.Context()
 	lim := bucket.Limit{PerSecond: 10, Burst: 1}
 
@@ -377,7 +335,7 @@ func TestDoneTrimsTheKeyState(t *testing.T) {
 // records are estimated at the ceiling, so a key cut by throttles (40 of
 // 80) must still report 80 there.
 func TestKeyRates(t *testing.T) {
-	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, nil)
+	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, nil)
 	if r, c := p.Rates("unknown"); r != 100 || c != 100 {
 		t.Errorf("unknown key: rate %v, ceiling %v; want the channel's 100, 100", r, c)
 	}

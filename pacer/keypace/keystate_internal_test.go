@@ -10,6 +10,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/pacer/control"
+	"github.com/pacerhq/pacer/pacer/keypace/keypacetest"
 )
 
 // The key map holds its own copies of the keys, side by side in shared
@@ -17,7 +18,7 @@ import (
 // among that record's garbage); a key too long for a block is copied
 // alone.
 func TestKeysCopiedTogether(t *testing.T) {
-	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, nil)
+	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, nil)
 	long := strings.Repeat("x", keyTextMax+1)
 	keys := []string{fmt.Sprintf("2065%07d", 1), fmt.Sprintf("2065%07d", 2), fmt.Sprintf("2065%07d", 3), long}
 	for _, k := range keys {
@@ -82,7 +83,7 @@ func (p *refusingPolicy) KeyPolicy(ctx context.Context, key string) (control.Key
 // with nothing more than any other key.
 func TestKeyRareDroppedOnceUnused(t *testing.T) {
 	pol := &refusingPolicy{}
-	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &stubAdapter{}, pol)
+	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, pol)
 	pol.Policy = p.policyDefault
 	ctx := t.Context()
 	st := p.keyState("k")
@@ -129,7 +130,7 @@ func TestKeyRareDroppedOnceUnused(t *testing.T) {
 // back, when either changes.
 func TestDispenserFollowsLimitAndLateness(t *testing.T) {
 	b := bucket.NewLocal(bucket.LocalConfig{})
-	p := testKeys(t, b, &stubAdapter{}, nil)
+	p := testKeys(t, b, &keypacetest.Adapter{}, nil)
 	ctx := t.Context()
 	st := p.keyState("k")
 	defer p.done(st)

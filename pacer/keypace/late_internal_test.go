@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/pacer/keypace/keypacetest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -163,7 +164,7 @@ func TestAcquireGivesUpOnlySlotsLaterThanTheHeadroomAllows(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := &lateBucket{late: c.late}
-				p := testKeys(t, b, &stubAdapter{}, nil)
+				p := testKeys(t, b, &keypacetest.Adapter{}, nil)
 				p.cfg.LeaseSize = 1 // one reservation per slot
 				st := p.keyState("k")
 				defer p.done(st)

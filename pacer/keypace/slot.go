@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/internal/tick"
 )
 
 // reserveAhead is how far ahead of now, at the key's adapted rate, the
@@ -125,7 +126,7 @@ func (p *Keys) acquire(ctx context.Context, key, to string, high bool, st *keySt
 		if hold > 0 {
 			// The key's limit rose while this process held slots of the
 			// old rate: the new rate starts after them.
-			if !sleep(ctx, hold) {
+			if !tick.Sleep(ctx, hold) {
 				return 0, "", 0, false
 			}
 			continue
@@ -147,12 +148,12 @@ func (p *Keys) acquire(ctx context.Context, key, to string, high bool, st *keySt
 		if res.OK {
 			st.handedOut(res.At)
 			if ahead != nil {
-				if !sleep(ctx, time.Until(res.At.Add(-lead))) {
+				if !tick.Sleep(ctx, time.Until(res.At.Add(-lead))) {
 					return 0, "", 0, false
 				}
 				ahead(res.At)
 			}
-			if !sleep(ctx, time.Until(res.At)) {
+			if !tick.Sleep(ctx, time.Until(res.At)) {
 				return 0, "", 0, false
 			}
 			// A sender woken late (a stall, a busy CPU) would send its slot
@@ -201,7 +202,7 @@ func (p *Keys) acquire(ctx context.Context, key, to string, high bool, st *keySt
 			w += time.Duration(rand.Int64N(int64(w)/10 + 1))
 		}
 		if res.Cooldown || w <= time.Duration(float64(time.Second)/lim.PerSecond) {
-			if !sleep(ctx, w) {
+			if !tick.Sleep(ctx, w) {
 				return 0, "", 0, false
 			}
 			continue
@@ -211,7 +212,7 @@ func (p *Keys) acquire(ctx context.Context, key, to string, high bool, st *keySt
 		// not hold a place the key's other recipients could use.
 		<-gate
 		held = false
-		if !sleep(ctx, w) {
+		if !tick.Sleep(ctx, w) {
 			return 0, "", 0, false
 		}
 		select {

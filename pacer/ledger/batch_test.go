@@ -113,43 +113,9 @@ func closeBatcher(t *testing.T, b *ledger.Batcher) {
 func TestBatcherSteps(t *testing.T) {
 	for name, s := range servers(t) {
 		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
 			b := ledger.NewBatcher(s.rdb, s.keys, ledger.BatchConfig{FlushInterval: 2 * time.Millisecond})
 			defer closeBatcher(t, b)
-			const ch, key, id = "whatsapp", "106", "m1"
-			for i, st := range []struct {
-				op    string
-				owner string
-				want  ledger.ClaimResult
-			}{
-				{"claim", "a", ledger.Claimed},
-				{"claim", "a", ledger.Claimed},
-				{"claim", "b", ledger.Abandoned},
-				{"release", "b", ledger.ClaimUnknown},
-				{"claim", "b", ledger.Abandoned},
-				{"release", "a", ledger.ClaimUnknown},
-				{"claim", "b", ledger.Claimed},
-				{"force", "c", ledger.Claimed},
-				{"deliver", "c", ledger.ClaimUnknown},
-				{"claim", "a", ledger.Delivered},
-				{"force", "a", ledger.Delivered},
-				{"release", "c", ledger.ClaimUnknown},
-				{"claim", "c", ledger.Delivered},
-			} {
-				var got ledger.ClaimResult
-				var err error
-				switch st.op {
-				case "claim", "force":
-					got, _, err = b.Claim(ctx, ch, key, id, st.owner, st.op == "force")
-				case "deliver":
-					err = b.Delivered(ctx, ch, key, id, "wamid.X")
-				case "release":
-					err = b.Release(ctx, ch, key, id, st.owner)
-				}
-				if err != nil || got != st.want {
-					t.Fatalf("step %d %s(%s): got %v, %v; want %v", i, st.op, st.owner, got, err, st.want)
-				}
-			}
+			checkSteps(t, b)
 		})
 	}
 }

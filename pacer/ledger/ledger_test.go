@@ -32,43 +32,55 @@ func ledgers(t *testing.T) map[string]*ledger.Ledger {
 
 func TestLedgerSteps(t *testing.T) {
 	for name, l := range ledgers(t) {
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			const ch, key, id = "whatsapp", "106", "m1"
-			for i, s := range []struct {
-				op    string // claim, force, deliver, release
-				owner string
-				want  ledger.ClaimResult
-			}{
-				{"claim", "a", ledger.Claimed},
-				{"claim", "a", ledger.Claimed},        // the same owner again
-				{"claim", "b", ledger.Abandoned},      // a crashed owner's claim
-				{"release", "b", ledger.ClaimUnknown}, // not b's: nothing happens
-				{"claim", "b", ledger.Abandoned},
-				{"release", "a", ledger.ClaimUnknown}, // the provider refused: a lets go
-				{"claim", "b", ledger.Claimed},        // a retry by another owner
-				{"force", "c", ledger.Claimed},        // the operator chose to resend
-				{"deliver", "c", ledger.ClaimUnknown},
-				{"claim", "a", ledger.Delivered},
-				{"force", "a", ledger.Delivered}, // delivered is final
-				{"release", "c", ledger.ClaimUnknown},
-				{"claim", "c", ledger.Delivered},
-			} {
-				var got ledger.ClaimResult
-				var err error
-				switch s.op {
-				case "claim", "force":
-					got, _, err = l.Claim(ctx, ch, key, id, s.owner, s.op == "force")
-				case "deliver":
-					err = l.Delivered(ctx, ch, key, id, "wamid.X")
-				case "release":
-					err = l.Release(ctx, ch, key, id, s.owner)
-				}
-				if err != nil || got != s.want {
-					t.Fatalf("step %d %s(%s): got %v, %v; want %v", i, s.op, s.owner, got, err, s.want)
-				}
-			}
-		})
+		t.Run(name, func(t *testing.T) { checkSteps(t, l) })
+	}
+}
+
+// stepper is what checkSteps drives: *ledger.Ledger and *ledger.Batcher.
+type stepper interface {
+	Claim(ctx context.Context, channel, key, id, owner string, force bool) (ledger.ClaimResult, time.Duration, error)
+	Delivered(ctx context.Context, channel, key, id, providerID string) error
+	Release(ctx context.Context, channel, key, id, owner string) error
+}
+
+// checkSteps walks one message through claims by several owners, releases,
+// an operator's forced resend and its delivery, checking each answer.
+func checkSteps(t *testing.T, l stepper) {
+	t.Helper()
+	ctx := context.Background()
+	const ch, key, id = "whatsapp", "106", "m1"
+	for i, s := range []struct {
+		op    string // claim, force, deliver, release
+		owner string
+		want  ledger.ClaimResult
+	}{
+		{"claim", "a", ledger.Claimed},
+		{"claim", "a", ledger.Claimed},        // the same owner again
+		{"claim", "b", ledger.Abandoned},      // a crashed owner's claim
+		{"release", "b", ledger.ClaimUnknown}, // not b's: nothing happens
+		{"claim", "b", ledger.Abandoned},
+		{"release", "a", ledger.ClaimUnknown}, // the provider refused: a lets go
+		{"claim", "b", ledger.Claimed},        // a retry by another owner
+		{"force", "c", ledger.Claimed},        // the operator chose to resend
+		{"deliver", "c", ledger.ClaimUnknown},
+		{"claim", "a", ledger.Delivered},
+		{"force", "a", ledger.Delivered}, // delivered is final
+		{"release", "c", ledger.ClaimUnknown},
+		{"claim", "c", ledger.Delivered},
+	} {
+		var got ledger.ClaimResult
+		var err error
+		switch s.op {
+		case "claim", "force":
+			got, _, err = l.Claim(ctx, ch, key, id, s.owner, s.op == "force")
+		case "deliver":
+			err = l.Delivered(ctx, ch, key, id, "wamid.X")
+		case "release":
+			err = l.Release(ctx, ch, key, id, s.owner)
+		}
+		if err != nil || got != s.want {
+			t.Fatalf("step %d %s(%s): got %v, %v; want %v", i, s.op, s.owner, got, err, s.want)
+		}
 	}
 }
 
@@ -156,6 +168,16 @@ func TestIsDelivered(t *testing.T) {
 	}
 }
 
+// currentGeneration returns the number of the generation (gen ms long)
+// now; a test that starts in a generation's last 5 s waits for the next,
+// so its writes share one.
+func currentGeneration(gen int64) int64 {
+	if left := gen - time.Now().UnixMilli()%gen; left < 5000 {
+		time.Sleep(time.Duration(left+10) * time.Millisecond)
+	}
+	return time.Now().UnixMilli() / gen
+}
+
 // TestLedgerGenerations: ids live in one hash per generation (TTL/4); an
 // entry is read from the current generation and the 4 before it (so it is
 // seen for the TTL), and the current hash expires when the fourth
@@ -168,12 +190,7 @@ func TestLedgerGenerations(t *testing.T) {
 	for name, s := range servers(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
-			// 15-minute generations: a test that starts in a generation's
-			// last 5 s waits for the next, so its writes share one.
-			if left := gen - time.Now().UnixMilli()%gen; left < 5000 {
-				time.Sleep(time.Duration(left+10) * time.Millisecond)
-			}
-			g := time.Now().UnixMilli() / gen
+			g := currentGeneration(gen)
 			l := ledger.New(s.rdb, s.keys, ttl)
 			const ch = "whatsapp"
 			hkey := func(d int64) string { return s.keys.ChannelIDs(ch, g+d) }
@@ -406,10 +423,7 @@ func TestLedgerDeadLetteredGenerations(t *testing.T) {
 	for name, s := range servers(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
-			if left := gen - time.Now().UnixMilli()%gen; left < 5000 {
-				time.Sleep(time.Duration(left+10) * time.Millisecond)
-			}
-			g := time.Now().UnixMilli() / gen
+			g := currentGeneration(gen)
 			l := ledger.New(s.rdb, s.keys, ttl)
 			const ch = "whatsapp"
 			for _, p := range []struct {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/redis/go-redis/v9"
 )
@@ -91,22 +92,17 @@ func NewPublisher(rdb redis.UniversalClient, cfg Config, source func(dst []KeyAc
 // replica's entry (best effort). Failures are logged at debug level and
 // retried at the next interval: the page is a view, never on the send path.
 func (p *Publisher) Run(ctx context.Context) {
-	t := time.NewTicker(p.interval)
-	defer t.Stop()
-	for {
+	publish := func(time.Time) {
 		if err := p.Publish(ctx, time.Now()); err != nil && ctx.Err() == nil {
 			p.log.Debug("status page: could not publish the active keys", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			p.rdb.ZRem(cctx, replicasKey(p.prefix, p.channel), p.replica)
-			p.rdb.Del(cctx, replicaKey(p.prefix, p.channel, p.replica))
-			cancel()
-			return
-		case <-t.C:
-		}
 	}
+	publish(time.Now())
+	tick.Every(ctx, p.interval, publish)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	p.rdb.ZRem(cctx, replicasKey(p.prefix, p.channel), p.replica)
+	p.rdb.Del(cctx, replicaKey(p.prefix, p.channel, p.replica))
+	cancel()
 }
 
 // Publish writes one reading taken at now: the active keys, each with its

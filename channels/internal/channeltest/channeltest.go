@@ -9,7 +9,9 @@
 // [CheckCanceled]), that a failed connection is a Transient error
 // ([CheckTransportError]), that secrets stay out of error text
 // ([NoSecrets], [PEMLines]) and that a provider's long message is cut to
-// 200 bytes of valid UTF-8 ([LongMessage], [CheckTruncated]).
+// 200 bytes of valid UTF-8 ([LongMessage], [CheckTruncated]). [Capture]
+// records what an adapter sent and [CheckFields] compares a JSON body's
+// fields with the expected ones.
 //
 // For the fake providers (channels/*/*test) it holds [CheckFake], the
 // checks every fake passes (strict buckets, latency, duplicates, /_stats,

@@ -1,0 +1,56 @@
+package channeltest
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+// Captured is one request a [Capture] server saw.
+type Captured struct {
+	Method, Path string // Path is the escaped path, as sent
+	Header       http.Header
+	Body         []byte
+}
+
+// Capture returns a server, closed at the end of the test, that records
+// each request (up to 10 not yet read) and then lets answer write the
+// response.
+func Capture(t testing.TB, answer http.HandlerFunc) (*httptest.Server, <-chan Captured) {
+	t.Helper()
+	got := make(chan Captured, 10)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- Captured{r.Method, r.URL.EscapedPath(), r.Header.Clone(), b}
+		answer(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	return ts, got
+}
+
+// JSONObject decodes body as a JSON object of raw fields, failing the test
+// when it is not one.
+func JSONObject(t testing.TB, body []byte) map[string]json.RawMessage {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Errorf("request body %s: %v", body, err)
+	}
+	return m
+}
+
+// CheckFields checks that the JSON object got has exactly the fields of
+// want, each with want's raw JSON text; what names the object in errors.
+func CheckFields(t testing.TB, what string, got map[string]json.RawMessage, want map[string]string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s has %d fields, want %d: %v", what, len(got), len(want), got)
+	}
+	for k, v := range want {
+		if string(got[k]) != v {
+			t.Errorf("%s[%q] = %s, want %s", what, k, got[k], v)
+		}
+	}
+}
