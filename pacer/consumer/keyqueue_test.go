@@ -373,6 +373,10 @@ func TestStrictOrderParkedAcrossRestart(t *testing.T) {
 	h.cfg.Limit = bucket.Limit{PerSecond: 200, Burst: 1}
 	_, stop = h.start(h.cfg, s, reg)
 	ok := waitFor(30*time.Second, func() bool { return s.drained(h, 150) })
+	// The stale copies are dropped as the retry tier is read, which may
+	// end after the last send: wait for them too (stopping at the last
+	// send counted 137-138 of 140 now and then).
+	waitFor(10*time.Second, func() bool { return counterIn(t, reg, "pacer_parked_stale_total") >= 140 })
 	stop()
 	if !ok {
 		_, c := s.snapshot()

@@ -362,10 +362,13 @@ func TestPageInChromium(t *testing.T) {
 		first = append(first, act(k, 0, 0))
 		then = append(then, act(k, uint64(5*(52+3*i)), 40-4*i)) // 52..76 msgs/s
 	}
+	// One clock reading for both: the rates are the deliveries over exactly
+	// 5 s (two readings of time.Now 4 ms apart showed 611 for 612).
+	at := time.Now()
 	src.set(first...)
-	pub.Publish(ctx, time.Now().Add(-5*time.Second))
+	pub.Publish(ctx, at.Add(-5*time.Second))
 	src.set(then...)
-	if err := pub.Publish(ctx, time.Now()); err != nil {
+	if err := pub.Publish(ctx, at); err != nil {
 		t.Fatal(err)
 	}
 
