@@ -263,7 +263,7 @@ const notBeforeSleep = 50 * time.Millisecond
 func (p *Pacer) control(f *flight) outcome {
 	if wait := time.Until(f.env.NotBefore); wait > notBeforeSleep {
 		return deferUntil("not-before", wait)
-	} else if wait > 0 && !tick.Sleep(f.w.ctx, wait) {
+	} else if wait > 0 && !sleep(f.w.ctx, wait) {
 		return stop()
 	}
 	if p.camps == nil || f.env.Campaign == "" {
@@ -300,7 +300,7 @@ func (p *Pacer) verdict(ctx context.Context, v keypace.Verdict, after kind) outc
 	case keypace.Requeue:
 		return requeue(v.Reason, v.Wait)
 	case keypace.Wait:
-		if !tick.Sleep(ctx, v.Wait) {
+		if !sleep(ctx, v.Wait) {
 			return stop()
 		}
 		return outcome{kind: after}
@@ -415,13 +415,7 @@ func (p *Pacer) claim(f *flight) outcome {
 		if cool <= 0 {
 			return next()
 		}
-		if cool > p.cfg.MaxTokenWait {
-			return requeue("cooldown", cool)
-		}
-		if !tick.Sleep(ctx, cool+time.Duration(rand.Int64N(int64(cool)/10+1))) {
-			return stop()
-		}
-		return outcome{kind: again}
+		return p.coolDown(ctx, cool)
 	}
 	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
 	var res ledger.ClaimResult
@@ -466,13 +460,7 @@ func (p *Pacer) claim(f *flight) outcome {
 		return next()
 	case ledger.CoolingDown:
 		// A cooldown began while this message slept on its slot.
-		if cool > p.cfg.MaxTokenWait {
-			return requeue("cooldown", cool)
-		}
-		if !tick.Sleep(ctx, cool+time.Duration(rand.Int64N(int64(cool)/10+1))) {
-			return stop()
-		}
-		return outcome{kind: again}
+		return p.coolDown(ctx, cool)
 	case ledger.Delivered:
 		return outcome{kind: duplicate}
 	case ledger.DeadLettered:
@@ -487,6 +475,23 @@ func (p *Pacer) claim(f *flight) outcome {
 	}
 	return stop()
 }
+
+// coolDown waits out a cooldown of cool (plus up to 10% of jitter, so the
+// key's records do not all wake at once) and sends the record back to the
+// gates; one longer than MaxTokenWait requeues it instead.
+func (p *Pacer) coolDown(ctx context.Context, cool time.Duration) outcome {
+	if cool > p.cfg.MaxTokenWait {
+		return requeue("cooldown", cool)
+	}
+	if !sleep(ctx, cool+time.Duration(rand.Int64N(int64(cool)/10+1))) {
+		return stop()
+	}
+	return outcome{kind: again}
+}
+
+// sleep waits d, or reports false if ctx ended first: every wait of a
+// record's steps, and of its Redis and Kafka retries, is this one.
+func sleep(ctx context.Context, d time.Duration) bool { return tick.Sleep(ctx, d) }
 
 // send makes one request and classifies the answer.
 func (p *Pacer) send(f *flight) outcome {
@@ -751,7 +756,7 @@ func (p *Pacer) redisOp(ctx context.Context, log *slog.Logger, op func() error, 
 			fail.InitialInterval = 100 * time.Millisecond
 			fail.MaxInterval = 5 * time.Second
 		}
-		if !tick.Sleep(ctx, fail.NextBackOff()) {
+		if !sleep(ctx, fail.NextBackOff()) {
 			return ctx.Err()
 		}
 	}
@@ -976,7 +981,7 @@ func (p *Pacer) produce(ctx context.Context, rec *kgo.Record, log *slog.Logger) 
 			return ctx.Err()
 		}
 		log.Error("write to "+rec.Topic+" failed; retrying", "err", err)
-		if !tick.Sleep(ctx, fail.NextBackOff()) {
+		if !sleep(ctx, fail.NextBackOff()) {
 			return ctx.Err()
 		}
 	}
