@@ -34,6 +34,9 @@
 //     consumer's steps see it: Gate (breaker, account and pair cooldowns),
 //     Slot (the next send slot at the key's adapted rate) and Report (a
 //     send's outcome into AIMD, cooldowns and the breaker).
+//   - [github.com/pacerhq/pacer/pacer/park]: what a parked record (a
+//     copy on a retry tier, due at its estimated slot) carries, and how it
+//     waits: taken early when its key's rate rose meanwhile.
 //
 // The rules between them are checked by internal/deptest.
 package pacer

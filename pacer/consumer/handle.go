@@ -17,6 +17,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/pacerhq/pacer/pacer/keypace"
 	"github.com/pacerhq/pacer/pacer/ledger"
+	"github.com/pacerhq/pacer/pacer/park"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -33,6 +34,7 @@ type meta struct {
 	// counted as a campaign's publish again (see [Pacer.republished]).
 	reread bool
 	origin string // "topic/partition/offset" from the record's header; "" for a record read at its origin (see originOf)
+	parks  int    // how many times the record was parked (envelope.HeaderParks); 0 for a record never parked
 }
 
 // readMeta reads r's pacer headers. It is on every record's path (fetch,
@@ -56,6 +58,8 @@ func readMeta(r *kgo.Record) meta {
 			m.replayed = string(h.Value) == "1"
 		case envelope.HeaderReread:
 			m.reread = string(h.Value) == "1"
+		case envelope.HeaderParks:
+			m.parks, _ = strconv.Atoi(string(h.Value))
 		}
 	}
 	return m
@@ -200,7 +204,8 @@ func (p *Pacer) steps(f *flight) outcome {
 // process (two copies of one id are handled one after the other, so the
 // second finds the first's outcome in the ledger) and checks its expiry.
 func (p *Pacer) admit(f *flight) outcome {
-	if !p.waitParked(f) {
+	rates := p.parkedRates(f)
+	if !park.Wait(f.w.ctx, f.r, f.m.due, rates) {
 		return stop()
 	}
 	var env envelope.Envelope
@@ -234,6 +239,38 @@ func (p *Pacer) admit(f *flight) outcome {
 	}
 	f.st = p.keys.Get(env.Key, env.To)
 	return next()
+}
+
+// parkedRates is how a parked copy of f's record reads its key's rate
+// (see [park.Wait]): as the key's senders read it (its policy and adapted
+// rate, from Redis at most once per second per key and process), so a
+// replica that does not send for the key sees a raise too.
+func (p *Pacer) parkedRates(f *flight) park.Rates {
+	return func(key string, was float64) (float64, time.Time) {
+		k := p.keys.Get(key, "")
+		defer k.Done()
+		lim := k.Limit(f.w.ctx, time.Now(), f.log)
+		return p.parkMarks.Seen(key, lim.PerSecond, was, time.Now())
+	}
+}
+
+// parkedDuplicate reports whether f's record is a parked copy whose id was
+// delivered already: a rebalance or crash re-delivers a record parked
+// before, and its second copy comes back too. Asked before the slot, so the
+// duplicate does not spend one of its key's slots (the claim finds it only
+// after the slot); one Redis GET per parked copy. An error answers false:
+// the claim still decides.
+func (p *Pacer) parkedDuplicate(f *flight) bool {
+	if f.m.parks == 0 {
+		return false
+	}
+	var delivered bool
+	err := p.redis(f.w.ctx, f.log, func() (err error) {
+		// IsDelivered counts the ledger's own marks not yet written.
+		delivered, err = p.ledger.IsDelivered(f.w.ctx, p.cfg.Channel, f.env.Key, f.env.ID)
+		return err
+	})
+	return err == nil && delivered
 }
 
 // campaignGate looks again at the campaign's state (as cached, no Redis

@@ -133,6 +133,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/keypace"
 	"github.com/pacerhq/pacer/pacer/ledger"
+	"github.com/pacerhq/pacer/pacer/park"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -470,7 +471,7 @@ type Pacer struct {
 	// until its first read of Policy.
 	policyDefault control.StaticPolicy
 	camps         *campaigns    // nil without Deps.Campaigns
-	parkMarks     rateMarks     // keys' rates as parked records saw them (parkraise.go)
+	parkMarks     park.Marks    // keys' rates as parked records saw them
 	keys          *keypace.Keys // the pacing keys: their state, gates, slots and adaptation
 	m             *metrics
 	qm            *queueMetrics

@@ -10,17 +10,9 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/pacerhq/pacer/pacer/park"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// slotOf returns r's estimated slot (envelope.HeaderSlot), if it has one.
-func slotOf(r *kgo.Record) (time.Time, bool) {
-	ms, err := strconv.ParseInt(envelope.Header(r, envelope.HeaderSlot), 10, 64)
-	if err != nil || ms <= 0 {
-		return time.Time{}, false
-	}
-	return time.UnixMilli(ms), true
-}
 
 // parkCopy returns the copy of r that parks it until slot, the estimated
 // start of its slot (the caller passes the slot a copy already carries to
@@ -43,13 +35,7 @@ func (p *Pacer) parkCopy(r *kgo.Record, slot time.Time) (*kgo.Record, meta) {
 		}
 	}
 	m.due = time.Now().Add(min(wait, p.cfg.RetryDelays[tier-1]))
-	parks := 1
-	for _, h := range r.Headers {
-		if h.Key == envelope.HeaderParks {
-			n, _ := strconv.Atoi(string(h.Value))
-			parks = n + 1
-		}
-	}
+	parks := m.parks + 1
 	return &kgo.Record{Topic: p.cfg.retryTopic(tier), Key: r.Key, Value: r.Value,
 		Headers: m.headers(r, kgo.RecordHeader{Key: envelope.HeaderParks, Value: []byte(strconv.Itoa(parks))},
 			kgo.RecordHeader{Key: envelope.HeaderSlot, Value: []byte(strconv.FormatInt(slot.UnixMilli(), 10))})}, m
@@ -79,11 +65,11 @@ func (p *Pacer) park(ctx context.Context, r *kgo.Record, due time.Time) bool {
 //
 // The copy carries the key's rate its due time was estimated at (its
 // ceiling, or its adapted rate if higher: envelope.HeaderParkRate), so a raise of the
-// key's rate takes it early (waitParked).
+// key's rate takes it early (see [park.Wait]).
 func (p *Pacer) parkAsync(ctx context.Context, r *kgo.Record, due time.Time, done func(ok bool)) {
 	c, _ := p.parkCopy(r, due)
 	rate, ceiling := p.keyRates(string(r.Key))
-	c.Headers = append(c.Headers, parkRateHeader(max(rate, ceiling)))
+	c.Headers = append(c.Headers, park.RateHeader(max(rate, ceiling)))
 	p.cl.Produce(ctx, c, func(_ *kgo.Record, err error) {
 		if err == nil {
 			p.qm.parked.Inc()
@@ -92,25 +78,6 @@ func (p *Pacer) parkAsync(ctx context.Context, r *kgo.Record, due time.Time, don
 		}
 		go func() { done(p.park(ctx, r, due)) }()
 	})
-}
-
-// parkedDuplicate reports whether f's record is a parked copy whose id was
-// delivered already: a rebalance or crash re-delivers a record parked
-// before, and its second copy comes back too. Asked before the slot, so the
-// duplicate does not spend one of its key's slots (the claim finds it only
-// after the slot); one Redis GET per parked copy. An error answers false:
-// the claim still decides.
-func (p *Pacer) parkedDuplicate(f *flight) bool {
-	if envelope.Header(f.r, envelope.HeaderParks) == "" {
-		return false
-	}
-	var delivered bool
-	err := p.redis(f.w.ctx, f.log, func() (err error) {
-		// IsDelivered counts the ledger's own marks not yet written.
-		delivered, err = p.ledger.IsDelivered(f.w.ctx, p.cfg.Channel, f.env.Key, f.env.ID)
-		return err
-	})
-	return err == nil && delivered
 }
 
 // chainSeq numbers the chains of this process: a token is Owner-seq, so no
@@ -214,10 +181,7 @@ func (w *worker) endChains() {
 func (p *Pacer) chainCopy(r *kgo.Record, c *chain) *kgo.Record {
 	m := readMeta(r)
 	m.due = time.Time{}
-	parks := 1
-	if n, err := strconv.Atoi(envelope.Header(r, envelope.HeaderParks)); err == nil {
-		parks = n + 1
-	}
+	parks := m.parks + 1
 	return &kgo.Record{Topic: p.cfg.retryTopic(len(p.cfg.RetryDelays)), Key: r.Key, Value: r.Value,
 		Headers: m.headers(r,
 			kgo.RecordHeader{Key: envelope.HeaderParks, Value: []byte(strconv.Itoa(parks))},

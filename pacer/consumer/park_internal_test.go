@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/pacerhq/pacer/pacer/park"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -39,7 +40,7 @@ func TestParkCopy(t *testing.T) {
 			}
 			// The copy carries its slot: parked again, it is due at the
 			// same slot, however often it hops.
-			if slot, ok := slotOf(got); !ok || !slot.Equal(now.Add(c.wait)) {
+			if slot, ok := park.SlotOf(got); !ok || !slot.Equal(now.Add(c.wait)) {
 				t.Errorf("wait %v: pacer-slot %v (%v), want %v", c.wait, slot, ok, now.Add(c.wait))
 			}
 			for k, want := range map[string]string{envelope.HeaderAttempt: "2", envelope.HeaderRequeues: "1", envelope.HeaderParks: "5", "trace": "x", envelope.HeaderOrigin: "t/3/7"} {
@@ -139,4 +140,49 @@ func TestRereadCarriedToCopies(t *testing.T) {
 			t.Errorf("%s: republished %v, want %v", c.name, got, c.want)
 		}
 	}
+}
+
+// TestParkRateOnlyOnParkedCopies: the rate header is read back as written,
+// and a later copy of the record (a deferral, a retry: meta.headers) drops
+// it, so only a copy parked for its key's lookahead is ever taken early.
+func TestParkRateOnlyOnParkedCopies(t *testing.T) {
+	r := &kgo.Record{Topic: "t", Key: []byte("k"), Headers: []kgo.RecordHeader{park.RateHeader(48.5), {Key: "trace", Value: []byte("x")}}}
+	if got := park.RateOf(r); got != 48.5 {
+		t.Fatalf("park.RateOf = %v, want 48.5", got)
+	}
+	p := &Pacer{cfg: Config{Topic: "t", RetryDelays: []time.Duration{5 * time.Second, 30 * time.Second}}}
+	c, _ := p.parkCopy(r, time.Now().Add(5*time.Second))
+	if got := park.RateOf(c); got != 0 {
+		t.Errorf("a deferred copy kept the park rate %v", got)
+	}
+	if envelope.Header(c, "trace") != "x" {
+		t.Errorf("the producer's header was dropped")
+	}
+	for _, v := range []string{"", "0", "-3", "fast"} {
+		if got := park.RateOf(&kgo.Record{Headers: []kgo.RecordHeader{{Key: envelope.HeaderParkRate, Value: []byte(v)}}}); got != 0 {
+			t.Errorf("park rate %q read as %v, want 0", v, got)
+		}
+	}
+}
+
+// TestSlotAfterRaise: a key at 20 msgs/s parked 200 records up to 9.95 s
+// ahead; raised to 100 msgs/s, the next parked record is due after the
+// earlier ones at the new rate (2 s), not after the 10 s estimated at the
+// old one.
+func TestSlotAfterRaise(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &worker{}
+		q := &keyQueue{rate: 20}
+		now := time.Now()
+		for range 200 {
+			w.slotAfter(q, now)
+		}
+		if d := q.parkedUntil.Sub(now); d != 9950*time.Millisecond {
+			t.Fatalf("200 parked at 20/s: the last due in %v, want 9.95s", d)
+		}
+		q.rate = 100
+		if d := w.slotAfter(q, now).Sub(now); d != 2*time.Second {
+			t.Errorf("after the raise to 100/s: next parked due in %v, want 2s (1.99 s of records ahead, then 10 ms)", d)
+		}
+	})
 }

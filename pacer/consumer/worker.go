@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/pacerhq/pacer/pacer/park"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -309,11 +309,11 @@ func (w *worker) push(rs []*kgo.Record, skip []bool, envs []envelope.Envelope) {
 			// the lookahead (its key's bound counts the records ahead of
 			// it, not behind); before that it is parked again for the same
 			// slot. Only a full partition parks it behind the key's others.
-			slot, back := slotOf(r)
-			if was := parkRateOf(r); back && was > 0 && slot.After(now) {
+			slot, back := park.SlotOf(r)
+			if was := park.RateOf(r); back && was > 0 && slot.After(now) {
 				// The key's rate rose since the slot was estimated (`pacer
 				// limit set`): the records ahead of it drain faster from now.
-				slot = rescaleDue(slot, now, was, max(q.rate, q.ceil))
+				slot = park.Rescale(slot, now, was, max(q.rate, q.ceil))
 			}
 			switch {
 			case back && !full && !slot.After(now.Add(w.p.cfg.Lookahead)):
@@ -349,7 +349,7 @@ func (w *worker) push(rs []*kgo.Record, skip []bool, envs []envelope.Envelope) {
 func (w *worker) slotAfter(q *keyQueue, now time.Time) time.Time {
 	rate := max(q.rate, q.ceil)
 	if q.parkedUntil.After(now) {
-		q.parkedUntil = rescaleDue(q.parkedUntil, now, q.parkRate, rate)
+		q.parkedUntil = park.Rescale(q.parkedUntil, now, q.parkRate, rate)
 	}
 	q.parkRate = rate
 	per := time.Duration(float64(time.Second) / rate)
@@ -385,7 +385,7 @@ func (w *worker) dispatch(q *keyQueue) {
 	for !w.stopped && q.running-q.runHigh < w.p.cfg.InFlight && len(q.waiting) > 0 {
 		if !w.p.strict() && q.dues[0].After(now) && !w.rateRose(q.waiting[0]) {
 			wake := q.dues[0]
-			if parkRateOf(q.waiting[0]) > 0 {
+			if park.RateOf(q.waiting[0]) > 0 {
 				// A parked copy: its key's rate is looked at again each
 				// second, so a raise starts it early (see rateRose).
 				wake = minTime(wake, now.Add(time.Second))
@@ -411,9 +411,9 @@ func (w *worker) dispatch(q *keyQueue) {
 // at the end in strict order, else after every record due no later.
 // rateRose reports whether r is a parked copy whose key's rate (adapted
 // or ceiling) rose above the rate its slot was estimated at: it starts
-// before its due time, and waitParked moves that due time earlier.
+// before its due time, and park.Wait moves that due time earlier.
 func (w *worker) rateRose(r *kgo.Record) bool {
-	was := parkRateOf(r)
+	was := park.RateOf(r)
 	if was <= 0 {
 		return false
 	}
@@ -636,12 +636,6 @@ func (w *worker) parkHeld(deadline time.Time) {
 		})
 	}
 	wg.Wait()
-}
-
-// waitDue holds a record until due, or reports false if the worker was
-// stopped first. Only the record's key waits: the partition goes on.
-func (w *worker) waitDue(due time.Time) bool {
-	return tick.Sleep(w.ctx, time.Until(due))
 }
 
 // finish records that e's record is finished and marks for commit the

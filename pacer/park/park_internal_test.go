@@ -1,4 +1,4 @@
-package consumer
+package park
 
 import (
 	"context"
@@ -6,9 +6,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/pacerhq/pacer/pacer/envelope"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestWaitRescaled: a record parked 20 s ahead at 50 msgs/s whose key is
@@ -32,7 +29,7 @@ func TestWaitRescaled(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				start := time.Now()
-				var marks rateMarks
+				var marks Marks
 				var asked atomic.Int32
 				rate := func(was float64) (float64, time.Time) {
 					asked.Add(1)
@@ -45,7 +42,7 @@ func TestWaitRescaled(t *testing.T) {
 					if e := time.Since(start); r > 50 && e >= 3*time.Second {
 						r = c.after - float64(e/time.Second)
 					}
-					return marks.seen("k", r, was, time.Now())
+					return marks.Seen("k", r, was, time.Now())
 				}
 				// Other parked records of the key watch it from the start.
 				watch, stop := context.WithCancel(context.Background())
@@ -56,8 +53,8 @@ func TestWaitRescaled(t *testing.T) {
 					t.Fatal("waitRescaled reported a cancelled context")
 				}
 				got := time.Since(start)
-				if got < c.want || got > c.want+parkedRecheck {
-					t.Errorf("taken after %v, want %v (within %v)", got, c.want, parkedRecheck)
+				if got < c.want || got > c.want+Recheck {
+					t.Errorf("taken after %v, want %v (within %v)", got, c.want, Recheck)
 				}
 				if asked.Load() == 0 {
 					t.Errorf("the key's rate was never read")
@@ -70,51 +67,6 @@ func TestWaitRescaled(t *testing.T) {
 		defer cancel()
 		if waitRescaled(ctx, time.Now().Add(time.Minute), 50, func(float64) (float64, time.Time) { return 50, time.Now() }) {
 			t.Errorf("a wait cut by its context reported true")
-		}
-	})
-}
-
-// TestParkRateOnlyOnParkedCopies: the rate header is read back as written,
-// and a later copy of the record (a deferral, a retry: meta.headers) drops
-// it, so only a copy parked for its key's lookahead is ever taken early.
-func TestParkRateOnlyOnParkedCopies(t *testing.T) {
-	r := &kgo.Record{Topic: "t", Key: []byte("k"), Headers: []kgo.RecordHeader{parkRateHeader(48.5), {Key: "trace", Value: []byte("x")}}}
-	if got := parkRateOf(r); got != 48.5 {
-		t.Fatalf("parkRateOf = %v, want 48.5", got)
-	}
-	p := &Pacer{cfg: Config{Topic: "t", RetryDelays: []time.Duration{5 * time.Second, 30 * time.Second}}}
-	c, _ := p.parkCopy(r, time.Now().Add(5*time.Second))
-	if got := parkRateOf(c); got != 0 {
-		t.Errorf("a deferred copy kept the park rate %v", got)
-	}
-	if envelope.Header(c, "trace") != "x" {
-		t.Errorf("the producer's header was dropped")
-	}
-	for _, v := range []string{"", "0", "-3", "fast"} {
-		if got := parkRateOf(&kgo.Record{Headers: []kgo.RecordHeader{{Key: envelope.HeaderParkRate, Value: []byte(v)}}}); got != 0 {
-			t.Errorf("park rate %q read as %v, want 0", v, got)
-		}
-	}
-}
-
-// TestSlotAfterRaise: a key at 20 msgs/s parked 200 records up to 9.95 s
-// ahead; raised to 100 msgs/s, the next parked record is due after the
-// earlier ones at the new rate (2 s), not after the 10 s estimated at the
-// old one.
-func TestSlotAfterRaise(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		w := &worker{}
-		q := &keyQueue{rate: 20}
-		now := time.Now()
-		for range 200 {
-			w.slotAfter(q, now)
-		}
-		if d := q.parkedUntil.Sub(now); d != 9950*time.Millisecond {
-			t.Fatalf("200 parked at 20/s: the last due in %v, want 9.95s", d)
-		}
-		q.rate = 100
-		if d := w.slotAfter(q, now).Sub(now); d != 2*time.Second {
-			t.Errorf("after the raise to 100/s: next parked due in %v, want 2s (1.99 s of records ahead, then 10 ms)", d)
 		}
 	})
 }

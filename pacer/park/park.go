@@ -1,0 +1,163 @@
+// Package park holds what a parked record carries and how it waits.
+//
+// A record is parked when its pacing key holds its lookahead bound: the
+// consumer writes a copy of it to a retry tier, due at (or before) its
+// estimated send slot, and finishes the original once Kafka acknowledged
+// the copy. The copy carries its slot ([envelope.HeaderSlot]) and the
+// key's rate the slot was estimated at ([envelope.HeaderParkRate]). When
+// it comes back, [Wait] holds it until it is due, taking it early when
+// its key's rate rose meanwhile: its due time was an estimate at the old
+// rate.
+package park
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/pacerhq/pacer/internal/tick"
+	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Recheck is how often a parked record waiting for its due time looks
+// whether its key's rate rose.
+const Recheck = 250 * time.Millisecond
+
+// SlotOf returns r's estimated slot (envelope.HeaderSlot), if it has one.
+func SlotOf(r *kgo.Record) (time.Time, bool) {
+	ms, err := strconv.ParseInt(envelope.Header(r, envelope.HeaderSlot), 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
+
+// RateHeader returns the envelope.HeaderParkRate header for rate msgs/s.
+func RateHeader(rate float64) kgo.RecordHeader {
+	return kgo.RecordHeader{Key: envelope.HeaderParkRate, Value: []byte(strconv.FormatFloat(rate, 'g', 6, 64))}
+}
+
+// RateOf returns r's envelope.HeaderParkRate in msgs/s, 0 when it has none
+// (or a value that is not a rate > 0).
+func RateOf(r *kgo.Record) float64 {
+	for _, h := range r.Headers {
+		if h.Key == envelope.HeaderParkRate {
+			if v, err := strconv.ParseFloat(string(h.Value), 64); err == nil && v > 0 {
+				return v
+			}
+		}
+	}
+	return 0
+}
+
+// Rescale moves due, estimated at was msgs/s, to where it falls when the
+// key's rate became rate msgs/s at since: the records ahead of it drain at
+// rate from since on. A due at or before since, or a rate not above was,
+// is kept.
+func Rescale(due, since time.Time, was, rate float64) time.Time {
+	left := due.Sub(since)
+	if left <= 0 || !(rate > was) || !(was > 0) {
+		return due
+	}
+	return since.Add(time.Duration(float64(left) * was / rate))
+}
+
+// Rates answers, for a parked record of key estimated at was msgs/s, the
+// lowest rate the key has had since its rate rose above was, and since
+// when (see [Marks.Seen]).
+type Rates func(key string, was float64) (float64, time.Time)
+
+// Wait holds r until due, and reports false if ctx ended first. A copy
+// parked beyond its key's lookahead (it carries envelope.HeaderParkRate)
+// is taken early when its key's rate rose meanwhile (`pacer limit set`, a
+// clean AIMD window): at once and then every Recheck it asks rates for
+// the key's lowest rate since it rose, and moves due earlier as if the
+// records ahead had drained at it since then ([Rescale]). A lowered rate
+// keeps due: the copy comes back early and waits for its slot in the
+// bucket, as every parked copy may.
+func Wait(ctx context.Context, r *kgo.Record, due time.Time, rates Rates) bool {
+	was, key := RateOf(r), string(r.Key)
+	var rate func(was float64) (float64, time.Time)
+	if was > 0 && key != "" {
+		rate = func(was float64) (float64, time.Time) { return rates(key, was) }
+	}
+	return waitRescaled(ctx, due, was, rate)
+}
+
+// waitRescaled is Wait for a copy estimated at was msgs/s whose key's rate
+// rate answers; a nil rate keeps due.
+func waitRescaled(ctx context.Context, due time.Time, was float64, rate func(was float64) (float64, time.Time)) bool {
+	for {
+		if rate != nil && time.Now().Before(due) {
+			if r, since := rate(was); r > was {
+				due, was = Rescale(due, since, was, r), r
+			}
+		}
+		left := time.Until(due)
+		if left <= 0 {
+			return ctx.Err() == nil
+		}
+		if rate != nil {
+			left = min(left, Recheck)
+		}
+		if !tick.Sleep(ctx, left) {
+			return false
+		}
+	}
+}
+
+// Marks remembers, per pacing key, the rates this process's parked
+// records saw and since when (the last marksKept changes), so a record
+// that starts its wait after a raise is moved as from the raise (the
+// records ahead of it have drained at the new rate since), not from its
+// own start, even when the AIMD moved the rate a little since. Keys not
+// seen for marksForget are dropped once more than marksMax are kept. The
+// zero Marks is ready to use.
+type Marks struct {
+	mu sync.Mutex
+	m  map[string][]mark // oldest first
+}
+
+type mark struct {
+	rate  float64
+	since time.Time
+}
+
+const (
+	marksKept   = 32
+	marksMax    = 1000
+	marksForget = 10 * time.Minute
+)
+
+// Seen records rate (msgs/s) as key's at now and returns the lowest rate
+// key has had since its rate last rose above was, and since when; rate
+// itself and now when it is not above was.
+func (rm *Marks) Seen(key string, rate, was float64, now time.Time) (float64, time.Time) {
+	rm.mu.Lock()
+	defer rm.mu.Unlock()
+	if rm.m == nil {
+		rm.m = map[string][]mark{}
+	}
+	h := rm.m[key]
+	if len(h) == 0 || h[len(h)-1].rate != rate {
+		if len(rm.m) >= marksMax {
+			for k, kh := range rm.m {
+				if now.Sub(kh[len(kh)-1].since) > marksForget {
+					delete(rm.m, k)
+				}
+			}
+		}
+		h = append(h, mark{rate: rate, since: now})
+		if len(h) > marksKept {
+			h = h[len(h)-marksKept:]
+		}
+		rm.m[key] = h
+	}
+	lowest, since := rate, now
+	for i := len(h) - 1; i >= 0 && h[i].rate > was; i-- {
+		lowest, since = min(lowest, h[i].rate), h[i].since
+	}
+	return lowest, since
+}
