@@ -37,6 +37,10 @@
 //   - [github.com/pacerhq/pacer/pacer/park]: what a parked record (a
 //     copy on a retry tier, due at its estimated slot) carries, and how it
 //     waits: taken early when its key's rate rose meanwhile.
+//   - [github.com/pacerhq/pacer/pacer/campaign]: a consumer's live view of
+//     campaign control: each campaign's state (read from pacer/control when
+//     its first record comes, then refreshed) and the counts of its
+//     finished records.
 //
 // The rules between them are checked by internal/deptest.
 package pacer

@@ -8,6 +8,7 @@
 //	  -> pacer/produce        publish, DLQ replay, topics, Kafka errors
 //	       -> pacer/keypace   one pacing key: its gate, slot and report (AIMD, breaker, cooldowns)
 //	       -> pacer/park      what a parked record carries and how it waits
+//	       -> pacer/campaign  a consumer's live view of campaign states and its counts
 //	       -> pacer/envelope  the message and its Kafka headers
 //	       -> pacer/ledger    the idempotency ledger (Redis)
 //	       -> pacer/control   live limits, campaign states, a key's policy (Redis)
@@ -23,7 +24,7 @@
 //     nor Kafka nor Prometheus: it paces and returns values.
 //   - Under pacer/ the applications (consumer, ingest, statuspage) import
 //     no other application, and the parts they share (envelope, produce,
-//     ledger, control, keypace, park) import no application; envelope imports
+//     ledger, control, keypace, park, campaign) import no application; envelope imports
 //     nothing of ours (TestPacerSiblings). Every package under pacer/ has a place in
 //     that list, so a new one must be given its rules. Package pacer itself
 //     is their map (doc.go) and imports nothing.
@@ -103,6 +104,10 @@ func TestDataFlowsOneWay(t *testing.T) {
 			prom: "produce returns summaries; its callers measure",
 		},
 		"pacer/envelope": {mod + "/": "the message contract depends on nothing of ours", prom: "the message contract measures nothing"},
+		"pacer/campaign": {
+			mod + "/channels": "campaign control never sends",
+			mod + "/cmd":      "nothing imports cmd", kafka: "campaign states live in Redis", prom: "campaign returns values; the consumer measures",
+		},
 		"pacer/park": {
 			mod + "/bucket": "a parked record reads its key's rate through its caller", mod + "/channels": "parking never sends",
 			mod + "/cmd": "nothing imports cmd", prom: "park returns values; the consumer measures",
@@ -188,7 +193,7 @@ var (
 	}
 	pacerShared = map[string]bool{
 		mod + "/pacer/envelope": true, mod + "/pacer/produce": true, mod + "/pacer/ledger": true, mod + "/pacer/control": true,
-		mod + "/pacer/keypace": true, mod + "/pacer/park": true,
+		mod + "/pacer/keypace": true, mod + "/pacer/park": true, mod + "/pacer/campaign": true,
 	}
 )
 

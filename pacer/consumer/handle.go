@@ -13,6 +13,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/internal/tick"
+	"github.com/pacerhq/pacer/pacer/campaign"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/pacerhq/pacer/pacer/keypace"
@@ -205,7 +206,7 @@ func (p *Pacer) steps(f *flight) outcome {
 // second finds the first's outcome in the ledger) and checks its expiry.
 func (p *Pacer) admit(f *flight) outcome {
 	rates := p.parkedRates(f)
-	if !park.Wait(f.w.ctx, f.r, f.m.due, rates) {
+	if !park.UntilDue(f.w.ctx, f.r, f.m.due, rates) {
 		return stop()
 	}
 	var env envelope.Envelope
@@ -242,7 +243,7 @@ func (p *Pacer) admit(f *flight) outcome {
 }
 
 // parkedRates is how a parked copy of f's record reads its key's rate
-// (see [park.Wait]): as the key's senders read it (its policy and adapted
+// (see [park.UntilDue]): as the key's senders read it (its policy and adapted
 // rate, from Redis at most once per second per key and process), so a
 // replica that does not send for the key sees a raise too.
 func (p *Pacer) parkedRates(f *flight) park.Rates {
@@ -280,9 +281,9 @@ func (p *Pacer) campaignGate(f *flight) outcome {
 	if p.camps == nil || f.env.Campaign == "" {
 		return next()
 	}
-	switch st := p.camps.cached(f.env.Campaign); {
+	switch st := p.camps.Cached(f.env.Campaign); {
 	case st == control.Paused:
-		return deferUntil("paused", pausedRecheck)
+		return deferUntil("paused", campaign.PausedRecheck)
 	case st == control.Cancelled && !f.m.replayed:
 		return dead("cancelled", "campaign "+f.env.Campaign+" was cancelled")
 	}
@@ -295,7 +296,7 @@ const notBeforeSleep = 50 * time.Millisecond
 
 // control applies not_before and the campaign's state: a record not yet
 // due, or of a paused campaign, is parked (due at not_before, or
-// pausedRecheck ahead) without an attempt; one of a cancelled campaign is
+// campaign.PausedRecheck ahead) without an attempt; one of a cancelled campaign is
 // dead-lettered as cancelled, unless an operator replayed it from the DLQ.
 func (p *Pacer) control(f *flight) outcome {
 	if wait := time.Until(f.env.NotBefore); wait > notBeforeSleep {
@@ -306,12 +307,12 @@ func (p *Pacer) control(f *flight) outcome {
 	if p.camps == nil || f.env.Campaign == "" {
 		return next()
 	}
-	st, ok := p.camps.state(f.w.ctx, f.env.Campaign)
+	st, ok := p.camps.State(f.w.ctx, f.env.Campaign)
 	switch {
 	case !ok:
 		return stop()
 	case st == control.Paused:
-		return deferUntil("paused", pausedRecheck)
+		return deferUntil("paused", campaign.PausedRecheck)
 	case st == control.Cancelled && !f.m.replayed:
 		return dead("cancelled", "campaign "+f.env.Campaign+" was cancelled")
 	}
@@ -651,7 +652,7 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 		switch cl := p.countingLedger(); o.kind {
 		case delivered:
 			if cl == nil {
-				p.camps.count(f.env.Campaign, true, "")
+				p.camps.Count(f.env.Campaign, true, "")
 			} // else counted with its mark (p.delivered)
 		case deadLettered:
 			label := o.reason
@@ -661,7 +662,7 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 			if cl != nil && f.env.Campaign != "" {
 				cl.AddCount(ledger.Count{Name: f.env.Campaign, Field: countDLQ + label, At: time.Now().UnixMilli()})
 			} else {
-				p.camps.count(f.env.Campaign, false, label)
+				p.camps.Count(f.env.Campaign, false, label)
 			}
 		}
 	}
@@ -844,26 +845,26 @@ func (p *Pacer) republished(f *flight) bool {
 	return f.env.Campaign != "" && !f.m.reread && !f.m.replayed
 }
 
-// countDuplicate counts a record of campaign skipped as published again
-// (see [Pacer.republished]) in its campaign's duplicates: with the ledger's
+// countDuplicate counts a record of campaign name skipped as published
+// again (see [Pacer.republished]) in its campaign's duplicates: with the ledger's
 // marks when it counts, else with the campaign counts added every
-// countsEvery; nothing without a campaign store.
-func (p *Pacer) countDuplicate(campaign string) {
-	if p.camps == nil || campaign == "" {
+// [campaign.CountsEvery]; nothing without a campaign store.
+func (p *Pacer) countDuplicate(name string) {
+	if p.camps == nil || name == "" {
 		return
 	}
 	if cl := p.countingLedger(); cl != nil {
-		cl.AddCount(ledger.Count{Name: campaign, Field: countDuplicates, At: time.Now().UnixMilli()})
+		cl.AddCount(ledger.Count{Name: name, Field: countDuplicates, At: time.Now().UnixMilli()})
 		return
 	}
-	p.camps.countDuplicate(campaign)
+	p.camps.CountDuplicate(name)
 }
 
 // countingLedger returns the ledger when it writes campaign counts with
 // its marks (a campaign store, and a ledger built with a
 // [ledger.BatchConfig].Count), or nil when the campaigns' counts are
-// added every countsEvery. Counted with the marks, a crash leaves the
-// counters as it leaves the ledger: a delivered record is counted exactly
+// added every [campaign.CountsEvery]. Counted with the marks, a crash
+// leaves the counters as it leaves the ledger: a delivered record is counted exactly
 // when its mark is written (a record Kafka delivers again after the crash
 // is skipped as a duplicate and never counted, so a count lost with it
 // would be lost for good).

@@ -130,6 +130,7 @@ import (
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/internal/tick"
+	"github.com/pacerhq/pacer/pacer/campaign"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/keypace"
 	"github.com/pacerhq/pacer/pacer/ledger"
@@ -173,7 +174,7 @@ type Deps struct {
 	Policy control.Policy
 	// Campaigns holds campaign states (paused, cancelled) and counters
 	// (*control.Store); nil: no campaign control, nothing counted.
-	Campaigns CampaignStore
+	Campaigns campaign.Store
 }
 
 // Redis failure modes for [Config.RedisFailure].
@@ -470,9 +471,9 @@ type Pacer struct {
 	// policyDefault is the channel's policy from Config: a key's policy
 	// until its first read of Policy.
 	policyDefault control.StaticPolicy
-	camps         *campaigns    // nil without Deps.Campaigns
-	parkMarks     park.Marks    // keys' rates as parked records saw them
-	keys          *keypace.Keys // the pacing keys: their state, gates, slots and adaptation
+	camps         *campaign.Live // nil without Deps.Campaigns
+	parkMarks     park.Marks     // keys' rates as parked records saw them
+	keys          *keypace.Keys  // the pacing keys: their state, gates, slots and adaptation
 	m             *metrics
 	qm            *queueMetrics
 	log           *slog.Logger
@@ -569,8 +570,7 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 		}
 	}
 	if deps.Campaigns != nil {
-		p.camps = &campaigns{store: deps.Campaigns, channel: cfg.Channel, log: p.log, base: context.Background(),
-			states: map[string]*campaignState{}, counts: map[string]*control.Counts{}}
+		p.camps = campaign.New(deps.Campaigns, cfg.Channel, p.log)
 	}
 	p.redisOK.Store(true)
 	p.redisSeen.Store(deps.RedisPing == nil)
@@ -634,8 +634,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 	}
 	p.drainBy = newDeadlines(context.WithoutCancel(ctx), p.cfg.Drain)
 	if p.camps != nil {
-		p.camps.base = sendCtx
-		go p.camps.loop(sendCtx)
+		p.camps.Start(sendCtx)
 	}
 
 	topics := []string{p.cfg.Topic}
@@ -756,7 +755,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.Drain)
 	defer cancel()
 	if p.camps != nil {
-		p.camps.flush(commitCtx)
+		p.camps.Flush(commitCtx)
 	}
 	p.marksWritten(commitCtx, ws)
 	if err := cl.CommitMarkedOffsets(commitCtx); err != nil {

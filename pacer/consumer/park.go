@@ -65,7 +65,7 @@ func (p *Pacer) park(ctx context.Context, r *kgo.Record, due time.Time) bool {
 //
 // The copy carries the key's rate its due time was estimated at (its
 // ceiling, or its adapted rate if higher: envelope.HeaderParkRate), so a raise of the
-// key's rate takes it early (see [park.Wait]).
+// key's rate takes it early (see [park.UntilDue]).
 func (p *Pacer) parkAsync(ctx context.Context, r *kgo.Record, due time.Time, done func(ok bool)) {
 	c, _ := p.parkCopy(r, due)
 	rate, ceiling := p.keyRates(string(r.Key))

@@ -411,7 +411,7 @@ func (w *worker) dispatch(q *keyQueue) {
 // at the end in strict order, else after every record due no later.
 // rateRose reports whether r is a parked copy whose key's rate (adapted
 // or ceiling) rose above the rate its slot was estimated at: it starts
-// before its due time, and park.Wait moves that due time earlier.
+// before its due time, and park.UntilDue moves that due time earlier.
 func (w *worker) rateRose(r *kgo.Record) bool {
 	was := park.RateOf(r)
 	if was <= 0 {

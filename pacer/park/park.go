@@ -5,7 +5,7 @@
 // estimated send slot, and finishes the original once Kafka acknowledged
 // the copy. The copy carries its slot ([envelope.HeaderSlot]) and the
 // key's rate the slot was estimated at ([envelope.HeaderParkRate]). When
-// it comes back, [Wait] holds it until it is due, taking it early when
+// it comes back, [UntilDue] holds it until it is due, taking it early when
 // its key's rate rose meanwhile: its due time was an estimate at the old
 // rate.
 package park
@@ -69,7 +69,7 @@ func Rescale(due, since time.Time, was, rate float64) time.Time {
 // when (see [Marks.Seen]).
 type Rates func(key string, was float64) (float64, time.Time)
 
-// Wait holds r until due, and reports false if ctx ended first. A copy
+// UntilDue holds r until due, and reports false if ctx ended first. A copy
 // parked beyond its key's lookahead (it carries envelope.HeaderParkRate)
 // is taken early when its key's rate rose meanwhile (`pacer limit set`, a
 // clean AIMD window): at once and then every Recheck it asks rates for
@@ -77,7 +77,7 @@ type Rates func(key string, was float64) (float64, time.Time)
 // records ahead had drained at it since then ([Rescale]). A lowered rate
 // keeps due: the copy comes back early and waits for its slot in the
 // bucket, as every parked copy may.
-func Wait(ctx context.Context, r *kgo.Record, due time.Time, rates Rates) bool {
+func UntilDue(ctx context.Context, r *kgo.Record, due time.Time, rates Rates) bool {
 	was, key := RateOf(r), string(r.Key)
 	var rate func(was float64) (float64, time.Time)
 	if was > 0 && key != "" {
@@ -86,7 +86,7 @@ func Wait(ctx context.Context, r *kgo.Record, due time.Time, rates Rates) bool {
 	return waitRescaled(ctx, due, was, rate)
 }
 
-// waitRescaled is Wait for a copy estimated at was msgs/s whose key's rate
+// waitRescaled is UntilDue for a copy estimated at was msgs/s whose key's rate
 // rate answers; a nil rate keeps due.
 func waitRescaled(ctx context.Context, due time.Time, was float64, rate func(was float64) (float64, time.Time)) bool {
 	for {

@@ -1,120 +1,49 @@
-package consumer
+// Package campaign is a consumer's live view of campaign control: the
+// state of each campaign it handles records of (running, paused,
+// cancelled), read from Redis when its first record comes and then every
+// Refresh, and the counts of its finished records, added to the
+// campaigns' counters every CountsEvery.
+package campaign
 
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/pacerhq/pacer/internal/logrepeat"
 	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/control"
-	"github.com/pacerhq/pacer/pacer/ledger"
-	"github.com/redis/go-redis/v9"
 )
 
-// CampaignStore holds campaign states and counters; *control.Store
-// implements it.
-type CampaignStore interface {
+// Store holds campaign states and counters; *control.Store implements
+// it.
+type Store interface {
 	States(ctx context.Context, channel string, campaigns []string) ([]control.State, error)
 	Add(ctx context.Context, channel string, counts map[string]*control.Counts) error
 }
 
-// Counter names of a [ledger.Count] of a campaign ([CampaignCounts]).
-const (
-	countDelivered  = "delivered"
-	countDLQ        = "dlq:" // + the reason's label
-	countDuplicates = "duplicates"
-)
-
-// CampaignAdder adds campaign counts to a pipeline; *control.Store
-// implements it.
-type CampaignAdder interface {
-	AddTo(ctx context.Context, pipe redis.Pipeliner, channel string, counts map[string]*control.Counts) func() map[string]*control.Counts
-}
-
-// CampaignCounts returns the [ledger.CountWriter] that adds the counts of
-// channel's campaigns ([ledger.Count] Name the campaign, Field "delivered",
-// "dlq:<reason>" or "duplicates", At the Unix ms of a delivery) to their counters in
-// store, in the pipeline of the ledger flush that writes the records'
-// marks: give it as the Count of the Batcher given as [Deps].Ledger, with
-// the same store as [Deps].Campaigns.
-func CampaignCounts(store CampaignAdder, channel string) ledger.CountWriter {
-	return func(ctx context.Context, pipe redis.Pipeliner, cs []ledger.Count) func() []ledger.Count {
-		counts := map[string]*control.Counts{}
-		for _, c := range cs {
-			n := counts[c.Name]
-			if n == nil {
-				n = &control.Counts{DeadLetters: map[string]int64{}}
-				counts[c.Name] = n
-			}
-			if reason, ok := strings.CutPrefix(c.Field, countDLQ); ok {
-				n.DeadLetters[reason]++
-				continue
-			}
-			if c.Field == countDuplicates {
-				n.Duplicates++
-				continue
-			}
-			n.Delivered++
-			if n.First == 0 || c.At < n.First {
-				n.First = c.At
-			}
-			n.Last = max(n.Last, c.At)
-		}
-		unwritten := store.AddTo(ctx, pipe, channel, counts)
-		return func() []ledger.Count {
-			left := unwritten()
-			if len(left) == 0 {
-				return nil
-			}
-			var out []ledger.Count
-			for _, c := range cs {
-				n := left[c.Name]
-				if n == nil {
-					continue
-				}
-				reason, dlq := strings.CutPrefix(c.Field, countDLQ)
-				switch {
-				case dlq:
-					if n.DeadLetters[reason] > 0 {
-						out = append(out, c)
-					}
-				case c.Field == countDuplicates:
-					if n.Duplicates > 0 {
-						out = append(out, c)
-					}
-				case n.Delivered > 0:
-					out = append(out, c)
-				}
-			}
-			return out
-		}
-	}
-}
-
 // Campaign control timing.
 const (
-	// campaignRefresh is how often a replica re-reads the states of the
+	// Refresh is how often a replica re-reads the states of the
 	// campaigns it saw lately (one pipelined Redis round trip for all).
-	campaignRefresh = 500 * time.Millisecond
-	// campaignForget is how long a campaign's state stays cached after its
+	Refresh = 500 * time.Millisecond
+	// forget is how long a campaign's state stays cached after its
 	// last record.
-	campaignForget = 5 * time.Minute
-	// pausedRecheck is how far ahead a paused record is parked: it comes
+	forget = 5 * time.Minute
+	// PausedRecheck is how far ahead a paused record is parked: it comes
 	// back (a Kafka write and read) and is looked at again after this long,
 	// so a resume sends it within about this long.
-	pausedRecheck = 5 * time.Second
-	// countsEvery is how often counted outcomes are added to the campaigns'
+	PausedRecheck = 5 * time.Second
+	// CountsEvery is how often counted outcomes are added to the campaigns'
 	// counters in Redis.
-	countsEvery = time.Second
+	CountsEvery = time.Second
 )
 
-// campaigns is this process's view of campaign states and its counts not
-// yet added to Redis.
-type campaigns struct {
-	store   CampaignStore
+// Live is this process's view of campaign states and its counts not yet
+// added to Redis. Make it with [New]; [Live.Start] keeps it fresh.
+type Live struct {
+	store   Store
 	channel string
 	log     *slog.Logger
 	base    context.Context // the process's: a first read outlives the worker that asked
@@ -125,25 +54,43 @@ type campaigns struct {
 	statesLog logrepeat.Gate
 
 	mu     sync.Mutex
-	states map[string]*campaignState
+	states map[string]*state
 	counts map[string]*control.Counts
 }
 
-type campaignState struct {
+type state struct {
 	state    control.State
 	read     chan struct{} // closed once read from Redis
 	lastSeen time.Time
 }
 
-// state returns campaign's state as last read (at most campaignRefresh
+// New returns the live view of channel's campaigns in store, logging to
+// log. It reads nothing until [Live.State] asks for a campaign; call
+// [Live.Start] before.
+func New(store Store, channel string, log *slog.Logger) *Live {
+	return &Live{store: store, channel: channel, log: log, base: context.Background(),
+		states: map[string]*state{}, counts: map[string]*control.Counts{}}
+}
+
+// Start makes ctx the context of first reads (they outlive the record
+// that asked) and refreshes the states of the campaigns seen in the last
+// 5 minutes every Refresh and adds the counts every CountsEvery, in a
+// goroutine, until ctx ends; then it adds the last counts. Call it once,
+// before the first State.
+func (c *Live) Start(ctx context.Context) {
+	c.base = ctx
+	go c.loop(ctx)
+}
+
+// State returns campaign's state as last read (at most Refresh
 // ago); the first call for a campaign reads it. ok is false when ctx ended
 // before the first read.
-func (c *campaigns) state(ctx context.Context, campaign string) (control.State, bool) {
+func (c *Live) State(ctx context.Context, campaign string) (control.State, bool) {
 	c.mu.Lock()
 	cs := c.states[campaign]
 	first := cs == nil
 	if first {
-		cs = &campaignState{read: make(chan struct{})}
+		cs = &state{read: make(chan struct{})}
 		c.states[campaign] = cs
 	}
 	cs.lastSeen = time.Now()
@@ -161,9 +108,9 @@ func (c *campaigns) state(ctx context.Context, campaign string) (control.State, 
 	return cs.state, true
 }
 
-// cached returns campaign's state as last read, without waiting (Running
+// Cached returns campaign's state as last read, without waiting (Running
 // when it was never read).
-func (c *campaigns) cached(campaign string) control.State {
+func (c *Live) Cached(campaign string) control.State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cs := c.states[campaign]; cs != nil {
@@ -173,8 +120,8 @@ func (c *campaigns) cached(campaign string) control.State {
 }
 
 // refresh reads the states of names; an error keeps the last ones (and
-// retries within campaignRefresh).
-func (c *campaigns) refresh(ctx context.Context, names []string) {
+// retries within Refresh).
+func (c *Live) refresh(ctx context.Context, names []string) {
 	var states []control.State
 	var err error
 	for {
@@ -186,7 +133,7 @@ func (c *campaigns) refresh(ctx context.Context, names []string) {
 			c.log.Warn("campaign states unavailable; keeping the last ones (logged at most once a minute while it lasts)",
 				"err", err, "unlogged_failures", skipped)
 		}
-		if !tick.Sleep(ctx, campaignRefresh) {
+		if !tick.Sleep(ctx, Refresh) {
 			return
 		}
 	}
@@ -226,9 +173,9 @@ func stateName(s control.State) string {
 	return string(s)
 }
 
-// count adds one finished record of campaign: delivered, or dead-lettered
+// Count adds one finished record of campaign: delivered, or dead-lettered
 // with reason (label, the part before ":").
-func (c *campaigns) count(campaign string, delivered bool, reason string) {
+func (c *Live) Count(campaign string, delivered bool, reason string) {
 	c.add(campaign, func(n *control.Counts) {
 		if delivered {
 			now := time.Now().UnixMilli()
@@ -243,14 +190,14 @@ func (c *campaigns) count(campaign string, delivered bool, reason string) {
 	})
 }
 
-// countDuplicate adds one record of campaign skipped as published again
-// (see [Pacer.republished]).
-func (c *campaigns) countDuplicate(campaign string) {
+// CountDuplicate adds one record of campaign skipped as published again
+// (a record of a campaign published again after its id was delivered).
+func (c *Live) CountDuplicate(campaign string) {
 	c.add(campaign, func(n *control.Counts) { n.Duplicates++ })
 }
 
 // add applies inc to campaign's counts not yet written.
-func (c *campaigns) add(campaign string, inc func(*control.Counts)) {
+func (c *Live) add(campaign string, inc func(*control.Counts)) {
 	if campaign == "" {
 		return
 	}
@@ -264,9 +211,9 @@ func (c *campaigns) add(campaign string, inc func(*control.Counts)) {
 	inc(n)
 }
 
-// flush adds the counts gathered so far to Redis; on failure they are kept
+// Flush adds the counts gathered so far to Redis; on failure they are kept
 // for the next flush.
-func (c *campaigns) flush(ctx context.Context) {
+func (c *Live) Flush(ctx context.Context) {
 	c.mu.Lock()
 	counts := c.counts
 	c.counts = map[string]*control.Counts{}
@@ -298,16 +245,16 @@ func (c *campaigns) flush(ctx context.Context) {
 	}
 }
 
-// loop refreshes the states of the campaigns seen in the last
-// campaignForget every campaignRefresh and adds the counts every
-// countsEvery, until ctx ends; then it adds the last counts.
-func (c *campaigns) loop(ctx context.Context) {
+// loop refreshes the states of the campaigns seen in the last forget
+// every Refresh and adds the counts every CountsEvery, until ctx ends;
+// then it adds the last counts.
+func (c *Live) loop(ctx context.Context) {
 	lastFlush := time.Now()
-	tick.Every(ctx, campaignRefresh, func(now time.Time) {
+	tick.Every(ctx, Refresh, func(now time.Time) {
 		var names []string
 		c.mu.Lock()
 		for n, cs := range c.states {
-			if now.Sub(cs.lastSeen) > campaignForget {
+			if now.Sub(cs.lastSeen) > forget {
 				delete(c.states, n)
 				continue
 			}
@@ -317,12 +264,12 @@ func (c *campaigns) loop(ctx context.Context) {
 		if len(names) > 0 {
 			c.refresh(ctx, names)
 		}
-		if now.Sub(lastFlush) >= countsEvery {
+		if now.Sub(lastFlush) >= CountsEvery {
 			lastFlush = now
-			c.flush(ctx)
+			c.Flush(ctx)
 		}
 	})
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	c.flush(fctx)
+	c.Flush(fctx)
 	cancel()
 }

@@ -1,4 +1,4 @@
-package consumer
+package campaign
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/control"
 )
 
-// downStore is a CampaignStore whose States fails until up is set.
+// downStore is a Store whose States fails until up is set.
 type downStore struct {
 	mu sync.Mutex
 	up bool
@@ -50,15 +50,15 @@ func (b *syncBuffer) String() string {
 }
 
 // TestCampaignStatesOutageLogsOnceAMinute: a Redis outage of 150 s,
-// retried every campaignRefresh, logs "campaign states unavailable" three
+// retried every Refresh, logs "campaign states unavailable" three
 // times (at once, a minute on, two minutes on), not at every retry, and
 // one "campaign states recovered" line when Redis answers again.
 func TestCampaignStatesOutageLogsOnceAMinute(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var buf syncBuffer
 		st := &downStore{}
-		c := &campaigns{store: st, channel: "whatsapp", log: slog.New(slog.NewTextHandler(&buf, nil)),
-			base: t.Context(), states: map[string]*campaignState{}, counts: map[string]*control.Counts{}}
+		c := &Live{store: st, channel: "whatsapp", log: slog.New(slog.NewTextHandler(&buf, nil)),
+			base: t.Context(), states: map[string]*state{}, counts: map[string]*control.Counts{}}
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -71,7 +71,7 @@ func TestCampaignStatesOutageLogsOnceAMinute(t *testing.T) {
 		<-done
 		out := buf.String()
 		if n := strings.Count(out, "campaign states unavailable"); n != 3 {
-			t.Errorf("%d unavailable lines in a 150 s outage retried every %v, want 3:\n%s", n, campaignRefresh, out)
+			t.Errorf("%d unavailable lines in a 150 s outage retried every %v, want 3:\n%s", n, Refresh, out)
 		}
 		if n := strings.Count(out, "campaign states recovered"); n != 1 {
 			t.Errorf("%d recovered lines, want 1:\n%s", n, out)
