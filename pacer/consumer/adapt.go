@@ -64,15 +64,6 @@ type CredentialVersioner interface {
 	CredentialVersion(key string) uint64
 }
 
-// credentialVersion returns the sender's CredentialVersion of key, 0 when
-// the sender does not have one.
-func (p *Pacer) credentialVersion(key string) uint64 {
-	if cv, ok := p.sender.(CredentialVersioner); ok {
-		return cv.CredentialVersion(key)
-	}
-	return 0
-}
-
 // shrinkFrom is the peak size from which a map of ids in hand is made anew
 // once it holds a quarter of it or less: a Go map keeps the space of its
 // deleted entries for good. Below it the space kept is about 50 KB at most.

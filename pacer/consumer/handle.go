@@ -596,6 +596,15 @@ func (p *Pacer) send(f *flight) outcome {
 	}
 }
 
+// credentialVersion returns the sender's CredentialVersion of key, 0 when
+// the sender does not have one.
+func (p *Pacer) credentialVersion(key string) uint64 {
+	if cv, ok := p.sender.(CredentialVersioner); ok {
+		return cv.CredentialVersion(key)
+	}
+	return 0
+}
+
 // finish carries out o, the one place every record's path ends: the claim
 // is released unless the provider has (or may have) the message, the copy
 // is written, the metric counted. It reports whether the record is

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -25,6 +26,32 @@ type accountState struct {
 	mu        sync.Mutex
 	until     time.Time
 	refreshed time.Time
+}
+
+// Gate refreshes the key's policy and adapted limit (see limitFor) and
+// asks the breaker: an open breaker requeues the record ("breaker"). An
+// account or pair cooldown (see scopeLeft) requeues it when it lasts
+// longer than MaxTokenWait, else has it Wait out the cooldown (plus up to
+// 10%). now is the time of the call; the cooldowns are read after the
+// breaker's answer, on the clock.
+func (k *Key) Gate(ctx context.Context, now time.Time, log *slog.Logger) Verdict {
+	p := k.ks
+	k.lim, k.pol = p.limitFor(ctx, now, k.name, k.st, log)
+	allowed, probe, wait, ok := p.breakerAllow(ctx, k.name, k.st, k.pol, log)
+	if !ok {
+		return Verdict{Kind: Stop}
+	}
+	if !allowed {
+		return requeue("breaker", max(wait, time.Second))
+	}
+	k.probe = probe
+	if left, reason := k.scopeLeft(ctx); left > 0 {
+		if left > p.cfg.MaxTokenWait {
+			return requeue(reason, left)
+		}
+		return Verdict{Kind: Wait, Wait: left + time.Duration(rand.Int64N(int64(left)/10+1))}
+	}
+	return Verdict{}
 }
 
 // accountLeft returns how long the account cooldown lasts from now, as this
@@ -254,6 +281,14 @@ func (p *Keys) credentialReplaced(key string, st *keyState) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.rare != nil && st.rare.haltCredSet && st.rare.haltCred != v
+}
+
+// credentialVersion returns Config.CredentialVersion of key, 0 without one.
+func (p *Keys) credentialVersion(key string) uint64 {
+	if p.cfg.CredentialVersion == nil {
+		return 0
+	}
+	return p.cfg.CredentialVersion(key)
 }
 
 // breakerAllow asks the breaker before a send when this process believes it

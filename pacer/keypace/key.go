@@ -12,11 +12,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/channels"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -110,14 +108,6 @@ func (p *Keys) redis(ctx context.Context, log *slog.Logger, op func() error) err
 	return p.cfg.Redis(ctx, log, op)
 }
 
-// credentialVersion returns Config.CredentialVersion of key, 0 without one.
-func (p *Keys) credentialVersion(key string) uint64 {
-	if p.cfg.CredentialVersion == nil {
-		return 0
-	}
-	return p.cfg.CredentialVersion(key)
-}
-
 // Key is one record's hold on its pacing key: the key's state in this
 // process (one per key, shared by its records, kept by [Keys]) and what
 // the record's gates learned of it (its policy and adapted limit at the
@@ -136,12 +126,6 @@ type Key struct {
 	probe         bool         // this send is the breaker's half-open probe
 	paced         float64      // msgs/s: the key's adapted rate this process knew when the slot started
 	pairThrottles int          // pair-scoped throttles of this record so far
-}
-
-// Get returns key's hold for a record to recipient to, counting one more
-// record of the key in hand until [Key.Done].
-func (p *Keys) Get(key, to string) Key {
-	return Key{ks: p, st: p.keyState(key), name: key, to: to}
 }
 
 // Held reports whether k holds a key (it is not the zero Key).
@@ -172,58 +156,6 @@ func requeue(reason string, d time.Duration) Verdict {
 	return Verdict{Kind: Requeue, Reason: reason, Wait: d}
 }
 
-// Gate refreshes the key's policy and adapted limit (see limitFor) and
-// asks the breaker: an open breaker requeues the record ("breaker"). An
-// account or pair cooldown (see scopeLeft) requeues it when it lasts
-// longer than MaxTokenWait, else has it Wait out the cooldown (plus up to
-// 10%). now is the time of the call; the cooldowns are read after the
-// breaker's answer, on the clock.
-func (k *Key) Gate(ctx context.Context, now time.Time, log *slog.Logger) Verdict {
-	p := k.ks
-	k.lim, k.pol = p.limitFor(ctx, now, k.name, k.st, log)
-	allowed, probe, wait, ok := p.breakerAllow(ctx, k.name, k.st, k.pol, log)
-	if !ok {
-		return Verdict{Kind: Stop}
-	}
-	if !allowed {
-		return requeue("breaker", max(wait, time.Second))
-	}
-	k.probe = probe
-	if left, reason := k.scopeLeft(ctx); left > 0 {
-		if left > p.cfg.MaxTokenWait {
-			return requeue(reason, left)
-		}
-		return Verdict{Kind: Wait, Wait: left + time.Duration(rand.Int64N(int64(left)/10+1))}
-	}
-	return Verdict{}
-}
-
-// Slot waits for the key's next send slot (see acquire); none within
-// MaxTokenWait requeues the record ("cooldown", "token-wait"). An account
-// or pair cooldown that began while it slept on its slot sends it back to
-// the gates (Again): the slot lapses. high is the record's priority (see
-// acquire). ahead, if not nil, is called lead before the slot starts (see
-// acquire). Slot waits, so it reads the clock, as rate.Limiter's Wait does.
-func (k *Key) Slot(ctx context.Context, high bool, lead time.Duration, ahead func(at time.Time), log *slog.Logger) Verdict {
-	wait, reason, paced, ok := k.ks.acquire(ctx, k.name, k.to, high, k.st, k.pol, k.lim, log, lead, ahead)
-	if !ok {
-		return Verdict{Kind: Stop}
-	}
-	// acquire paced the slot at the key's limit of its end, which may be
-	// newer than the one read before: the send and its result use it too.
-	k.lim, k.pol, _ = k.st.current(k.lim, k.pol, nowInstant())
-	if wait > 0 {
-		return requeue(reason, wait)
-	}
-	// An account or pair cooldown that began while this sender slept on
-	// its slot: the slot lapses, and the gates hold the record.
-	if left, _ := k.scopeLeft(ctx); left > 0 {
-		return Verdict{Kind: Again}
-	}
-	k.paced = paced
-	return Verdict{}
-}
-
 // Shut reports whether the record, whose slot came, is held back by its
 // key's breaker opened meanwhile (see breakerShut): back to the gates.
 func (k *Key) Shut() bool { return k.ks.breakerShut(k) }
@@ -246,60 +178,4 @@ func (k *Key) CooldownLeft(now time.Time) time.Duration {
 func (k *Key) Limit(ctx context.Context, now time.Time, log *slog.Logger) bucket.Limit {
 	lim, _ := k.ks.limitFor(ctx, now, k.name, k.st, log)
 	return lim
-}
-
-// Result is the provider's answer to one send.
-type Result struct {
-	Class channels.Class
-	Err   error  // the send's error, nil when accepted
-	Cred  uint64 // Config.CredentialVersion of the key when the request left
-}
-
-// Report takes the provider's answer to the record's send: to the
-// breaker when the send was its probe; an accepted send to the key's
-// counters (and its report to the shared state when due, see
-// reportIfDue); a throttle to the AIMD and cooldowns of its scope (the
-// key, the account, the pair: see throttled, accountThrottled,
-// pairThrottled); a halt to the breaker, which opens. It returns Pass but
-// for a throttle or a halt: Again, or for a pair throttle Wait (then
-// again), Requeue ("pair-throttle") or Stop. now is the time of the
-// answer.
-func (k *Key) Report(ctx context.Context, now time.Time, r Result, log *slog.Logger) Verdict {
-	p := k.ks
-	var perr *channels.Error
-	errors.As(r.Err, &perr)
-	if k.probe {
-		p.breakerResult(ctx, k.name, k.st, k.pol, r.Class == channels.Success || r.Class == channels.Permanent,
-			"probe answered "+r.Class.String()+" "+codeOf(perr), log)
-	}
-	switch r.Class {
-	case channels.Success:
-		k.st.accepted.Add(1)
-		k.st.delivered.Add(1)
-		p.reportIfDue(ctx, now, k.name, k.st, log)
-	case channels.Throttle:
-		if perr != nil && perr.Scope == channels.ScopePair {
-			return k.pairThrottled(ctx, perr, log)
-		}
-		if perr != nil && perr.Scope == channels.ScopeAccount {
-			p.accountThrottled(ctx, k.pol, perr, log)
-			return Verdict{Kind: Again} // the account gate holds it
-		}
-		p.throttled(ctx, k.name, k.st, k.pol, k.paced, perr, log)
-		return Verdict{Kind: Again}
-	case channels.Halt:
-		log.Error("provider refuses this pacing key (credentials or account); opening its breaker, nothing dropped",
-			"code", codeOf(perr), "err", r.Err)
-		k.st.haltedWith(r.Cred)
-		p.breakerResult(ctx, k.name, k.st, k.pol, false, "halt: "+codeOf(perr), log)
-		return Verdict{Kind: Again}
-	}
-	return Verdict{}
-}
-
-func codeOf(e *channels.Error) string {
-	if e == nil || e.Code == "" {
-		return "none"
-	}
-	return e.Code
 }

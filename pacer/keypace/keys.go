@@ -143,6 +143,12 @@ func (p *Keys) keyState(key string) *keyState {
 	return st
 }
 
+// Get returns key's hold for a record to recipient to, counting one more
+// record of the key in hand until [Key.Done].
+func (p *Keys) Get(key, to string) Key {
+	return Key{ks: p, st: p.keyState(key), name: key, to: to}
+}
+
 // done counts one record of st's key as no longer in hand; the last one
 // trims the key's state. It takes st.mu only: sweep reads users under it,
 // and frees a state only once it reads 0 (after this, which touches st no

@@ -10,6 +10,62 @@ import (
 	"github.com/pacerhq/pacer/channels"
 )
 
+// Result is the provider's answer to one send.
+type Result struct {
+	Class channels.Class
+	Err   error  // the send's error, nil when accepted
+	Cred  uint64 // Config.CredentialVersion of the key when the request left
+}
+
+// Report takes the provider's answer to the record's send: to the
+// breaker when the send was its probe; an accepted send to the key's
+// counters (and its report to the shared state when due, see
+// reportIfDue); a throttle to the AIMD and cooldowns of its scope (the
+// key, the account, the pair: see throttled, accountThrottled,
+// pairThrottled); a halt to the breaker, which opens. It returns Pass but
+// for a throttle or a halt: Again, or for a pair throttle Wait (then
+// again), Requeue ("pair-throttle") or Stop. now is the time of the
+// answer.
+func (k *Key) Report(ctx context.Context, now time.Time, r Result, log *slog.Logger) Verdict {
+	p := k.ks
+	var perr *channels.Error
+	errors.As(r.Err, &perr)
+	if k.probe {
+		p.breakerResult(ctx, k.name, k.st, k.pol, r.Class == channels.Success || r.Class == channels.Permanent,
+			"probe answered "+r.Class.String()+" "+codeOf(perr), log)
+	}
+	switch r.Class {
+	case channels.Success:
+		k.st.accepted.Add(1)
+		k.st.delivered.Add(1)
+		p.reportIfDue(ctx, now, k.name, k.st, log)
+	case channels.Throttle:
+		if perr != nil && perr.Scope == channels.ScopePair {
+			return k.pairThrottled(ctx, perr, log)
+		}
+		if perr != nil && perr.Scope == channels.ScopeAccount {
+			p.accountThrottled(ctx, k.pol, perr, log)
+			return Verdict{Kind: Again} // the account gate holds it
+		}
+		p.throttled(ctx, k.name, k.st, k.pol, k.paced, perr, log)
+		return Verdict{Kind: Again}
+	case channels.Halt:
+		log.Error("provider refuses this pacing key (credentials or account); opening its breaker, nothing dropped",
+			"code", codeOf(perr), "err", r.Err)
+		k.st.haltedWith(r.Cred)
+		p.breakerResult(ctx, k.name, k.st, k.pol, false, "halt: "+codeOf(perr), log)
+		return Verdict{Kind: Again}
+	}
+	return Verdict{}
+}
+
+func codeOf(e *channels.Error) string {
+	if e == nil || e.Code == "" {
+		return "none"
+	}
+	return e.Code
+}
+
 // throttled applies a key-wide throttle: one AIMD decrease for the burst of
 // throttles it belongs to, and a cooldown every replica honours. A key
 // throttled again and again at its floor trips the breaker.

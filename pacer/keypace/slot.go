@@ -57,6 +57,32 @@ func aheadSenders(lim bucket.Limit, pol KeyPolicy, maxWait time.Duration, adapti
 	return max(int(math.Ceil(lim.PerSecond*ahead.Seconds()))+lim.Burst, 1)
 }
 
+// Slot waits for the key's next send slot (see acquire); none within
+// MaxTokenWait requeues the record ("cooldown", "token-wait"). An account
+// or pair cooldown that began while it slept on its slot sends it back to
+// the gates (Again): the slot lapses. high is the record's priority (see
+// acquire). ahead, if not nil, is called lead before the slot starts (see
+// acquire). Slot waits, so it reads the clock, as rate.Limiter's Wait does.
+func (k *Key) Slot(ctx context.Context, high bool, lead time.Duration, ahead func(at time.Time), log *slog.Logger) Verdict {
+	wait, reason, paced, ok := k.ks.acquire(ctx, k.name, k.to, high, k.st, k.pol, k.lim, log, lead, ahead)
+	if !ok {
+		return Verdict{Kind: Stop}
+	}
+	// acquire paced the slot at the key's limit of its end, which may be
+	// newer than the one read before: the send and its result use it too.
+	k.lim, k.pol, _ = k.st.current(k.lim, k.pol, nowInstant())
+	if wait > 0 {
+		return requeue(reason, wait)
+	}
+	// An account or pair cooldown that began while this sender slept on
+	// its slot: the slot lapses, and the gates hold the record.
+	if left, _ := k.scopeLeft(ctx); left > 0 {
+		return Verdict{Kind: Again}
+	}
+	k.paced = paced
+	return Verdict{}
+}
+
 // acquire waits for a send slot of key under lim: one reservation (or a
 // slot of a lease shared by this process's senders for the key) and one
 // sleep until it starts. It returns (0, "", true) once the slot started; or,
