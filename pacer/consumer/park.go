@@ -3,42 +3,26 @@ package consumer
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
-	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/pacerhq/pacer/pacer/park"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // parkCopy returns the copy of r that parks it until slot, the estimated
 // start of its slot (the caller passes the slot a copy already carries to
-// park it again for the same), or sooner: it goes to
-// the tier with the longest delay not above the wait (tier 1 when the wait
-// is shorter than every delay) and is due after that tier's delay. So the
-// records of a tier stay in the order they fall due, and a copy comes back
-// no later than its slot; a copy that comes back due before its slot is
-// within the lookahead is parked again, due at the same slot (one Kafka
-// write and read per hop: with the default 5s,30s,5m tiers, a record 20
-// minutes behind its key's backlog is written 4 times). The attempt and
-// requeue counts are unchanged; pacer-parks counts the hops.
+// park it again for the same), or sooner: on the tier [park.Tier] picks.
+// A copy that comes back due before its slot is within the lookahead is
+// parked again, due at the same slot (one Kafka write and read per hop:
+// with the default 5s,30s,5m tiers, a record 20 minutes behind its key's
+// backlog is written 4 times). The attempt and requeue counts are
+// unchanged; pacer-parks counts the hops.
 func (p *Pacer) parkCopy(r *kgo.Record, slot time.Time) (*kgo.Record, meta) {
 	m := readMeta(r)
-	wait := time.Until(slot)
-	tier := 1
-	for i, d := range p.cfg.RetryDelays {
-		if d <= wait {
-			tier = i + 1
-		}
-	}
-	m.due = time.Now().Add(min(wait, p.cfg.RetryDelays[tier-1]))
-	parks := m.parks + 1
+	tier, after := park.Tier(p.cfg.RetryDelays, time.Until(slot))
+	m.due = time.Now().Add(after)
 	return &kgo.Record{Topic: p.cfg.retryTopic(tier), Key: r.Key, Value: r.Value,
-		Headers: m.headers(r, kgo.RecordHeader{Key: envelope.HeaderParks, Value: []byte(strconv.Itoa(parks))},
-			kgo.RecordHeader{Key: envelope.HeaderSlot, Value: []byte(strconv.FormatInt(slot.UnixMilli(), 10))})}, m
+		Headers: m.headers(r, park.Headers(m.parks+1, slot)...)}, m
 }
 
 // park writes r's park copy (see parkCopy) and returns true once Kafka
@@ -79,10 +63,6 @@ func (p *Pacer) parkAsync(ctx context.Context, r *kgo.Record, due time.Time, don
 		go func() { done(p.park(ctx, r, due)) }()
 	})
 }
-
-// chainSeq numbers the chains of this process: a token is Owner-seq, so no
-// other process or earlier run of this one can hold a live chain of it.
-var chainSeq atomic.Int64
 
 // chain is a strict-order key's parked records from one main partition
 // worker, kept in the key's offset order:
@@ -126,7 +106,7 @@ type chain struct {
 
 // startChain starts key's chain in w (see [chain]). Callers hold w.mu.
 func (w *worker) startChain(key string) *chain {
-	c := &chain{token: fmt.Sprintf("%s-%d", w.p.cfg.Owner, chainSeq.Add(1)), key: key, w: w,
+	c := &chain{token: park.NewToken(w.p.cfg.Owner), key: key, w: w,
 		ready: make(chan struct{}), dead: make(chan struct{}), pend: map[int64]*pending{}}
 	w.chains[key] = c
 	w.p.chains.Store(key, c)
@@ -181,11 +161,8 @@ func (w *worker) endChains() {
 func (p *Pacer) chainCopy(r *kgo.Record, c *chain) *kgo.Record {
 	m := readMeta(r)
 	m.due = time.Time{}
-	parks := m.parks + 1
 	return &kgo.Record{Topic: p.cfg.retryTopic(len(p.cfg.RetryDelays)), Key: r.Key, Value: r.Value,
-		Headers: m.headers(r,
-			kgo.RecordHeader{Key: envelope.HeaderParks, Value: []byte(strconv.Itoa(parks))},
-			kgo.RecordHeader{Key: envelope.HeaderChain, Value: []byte(c.token + "/" + strconv.FormatInt(r.Offset, 10))})}
+		Headers: m.headers(r, park.ChainHeaders(m.parks+1, c.token, r.Offset)...)}
 }
 
 // parkChained writes r's chain copy without waiting, in the order of the
@@ -221,17 +198,12 @@ func (p *Pacer) parkChained(ctx context.Context, r *kgo.Record, c *chain, done f
 // liveChain returns the live chain a chain copy's header names, and the
 // copy's main offset; nil when the chain is not live in this process.
 func (p *Pacer) liveChain(r *kgo.Record) (*chain, int64, bool) {
-	v := envelope.Header(r, envelope.HeaderChain)
-	if v == "" {
-		return nil, 0, false
-	}
-	i := strings.LastIndexByte(v, '/')
-	off, err := strconv.ParseInt(v[i+1:], 10, 64)
-	if i < 0 || err != nil {
-		return nil, 0, true
+	token, off, isCopy := park.ChainOf(r)
+	if token == "" {
+		return nil, 0, isCopy
 	}
 	c, _ := p.chains.Load(string(r.Key))
-	if ch, _ := c.(*chain); ch != nil && ch.token == v[:i] {
+	if ch, _ := c.(*chain); ch != nil && ch.token == token {
 		return ch, off, true
 	}
 	return nil, 0, true

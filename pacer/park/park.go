@@ -12,8 +12,11 @@ package park
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacerhq/pacer/internal/tick"
@@ -24,6 +27,73 @@ import (
 // Recheck is how often a parked record waiting for its due time looks
 // whether its key's rate rose.
 const Recheck = 250 * time.Millisecond
+
+// Tier returns where a copy parked for wait (until its estimated slot)
+// goes: the retry tier (1 to len(delays)) with the longest delay not above
+// wait, tier 1 when wait is shorter than every delay, and how long after
+// now it is due there, the lesser of wait and that tier's delay. So the
+// records of a tier stay in the order they fall due, and a copy comes back
+// no later than its slot. delays are the tiers' delays, shortest first
+// (at least one).
+func Tier(delays []time.Duration, wait time.Duration) (tier int, due time.Duration) {
+	tier = 1
+	for i, d := range delays {
+		if d <= wait {
+			tier = i + 1
+		}
+	}
+	return tier, min(wait, delays[tier-1])
+}
+
+// Headers returns the headers a copy parked for the parks-th time (1 for
+// its first) carries beside the consumer's: the count of its hops
+// (envelope.HeaderParks) and its estimated slot (envelope.HeaderSlot).
+func Headers(parks int, slot time.Time) []kgo.RecordHeader {
+	return []kgo.RecordHeader{
+		{Key: envelope.HeaderParks, Value: []byte(strconv.Itoa(parks))},
+		{Key: envelope.HeaderSlot, Value: []byte(strconv.FormatInt(slot.UnixMilli(), 10))},
+	}
+}
+
+// chainSeq numbers the chains of this process: a token is owner-seq, so
+// no other process or earlier run of this one can hold a live chain of it.
+var chainSeq atomic.Int64
+
+// NewToken returns the token of a new strict-order chain of this process,
+// owner its consumer's owner name.
+func NewToken(owner string) string {
+	return fmt.Sprintf("%s-%d", owner, chainSeq.Add(1))
+}
+
+// ChainHeaders returns the headers a copy parked in the chain named token
+// carries beside the consumer's, for its parks-th hop: the count of its
+// hops and its chain header (envelope.HeaderChain: the token and offset,
+// the record's offset in its main partition).
+func ChainHeaders(parks int, token string, offset int64) []kgo.RecordHeader {
+	return []kgo.RecordHeader{
+		{Key: envelope.HeaderParks, Value: []byte(strconv.Itoa(parks))},
+		{Key: envelope.HeaderChain, Value: []byte(token + "/" + strconv.FormatInt(offset, 10))},
+	}
+}
+
+// ChainOf reads r's chain header: the chain's token and the record's main
+// offset. isCopy is false when r carries none; a header that does not
+// parse gives isCopy true and token "" (a copy of no live chain).
+func ChainOf(r *kgo.Record) (token string, offset int64, isCopy bool) {
+	v := envelope.Header(r, envelope.HeaderChain)
+	if v == "" {
+		return "", 0, false
+	}
+	i := strings.LastIndexByte(v, '/')
+	if i < 0 {
+		return "", 0, true
+	}
+	off, err := strconv.ParseInt(v[i+1:], 10, 64)
+	if err != nil {
+		return "", 0, true
+	}
+	return v[:i], off, true
+}
 
 // SlotOf returns r's estimated slot (envelope.HeaderSlot), if it has one.
 func SlotOf(r *kgo.Record) (time.Time, bool) {
