@@ -105,8 +105,8 @@ func TestDataFlowsOneWay(t *testing.T) {
 		},
 		"pacer/envelope": {mod + "/": "the message contract depends on nothing of ours", prom: "the message contract measures nothing"},
 		"pacer/campaign": {
-			mod + "/channels": "campaign control never sends",
-			mod + "/cmd":      "nothing imports cmd", kafka: "campaign states live in Redis", prom: "campaign returns values; the consumer measures",
+			mod + "/channels": "campaign control never sends", mod + "/cmd": "nothing imports cmd",
+			kafka: "campaign states live in Redis", prom: "campaign returns values; the consumer measures",
 		},
 		"pacer/park": {
 			mod + "/bucket": "a parked record reads its key's rate through its caller", mod + "/channels": "parking never sends",
