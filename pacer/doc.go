@@ -34,9 +34,10 @@
 //     consumer's steps see it: Gate (breaker, account and pair cooldowns),
 //     Slot (the next send slot at the key's adapted rate) and Report (a
 //     send's outcome into AIMD, cooldowns and the breaker).
-//   - [github.com/pacerhq/pacer/pacer/park]: what a parked record (a
-//     copy on a retry tier, due at its estimated slot) carries, and how it
-//     waits: taken early when its key's rate rose meanwhile.
+//   - [github.com/pacerhq/pacer/pacer/park]: the rules of parking: the
+//     retry tier of a parked copy (due at its estimated slot), what it
+//     carries (its slot, its key's rate, a strict-order chain's token), and
+//     how it waits: taken early when its key's rate rose meanwhile.
 //   - [github.com/pacerhq/pacer/pacer/campaign]: a consumer's live view of
 //     campaign control: each campaign's state (read from pacer/control when
 //     its first record comes, then refreshed) and the counts of its
