@@ -201,7 +201,9 @@ func (p *Pacer) steps(f *flight) outcome {
 	}
 }
 
-// admit holds the record until it is due, parses it, takes its id in this
+// admit holds the record until it is due (only its key waits, the
+// partition goes on; a parked copy is taken early after a raise of its
+// key's rate, see [park.UntilDue]), parses it, takes its id in this
 // process (two copies of one id are handled one after the other, so the
 // second finds the first's outcome in the ledger) and checks its expiry.
 func (p *Pacer) admit(f *flight) outcome {
@@ -243,9 +245,9 @@ func (p *Pacer) admit(f *flight) outcome {
 }
 
 // parkedRates is how a parked copy of f's record reads its key's rate
-// (see [park.UntilDue]): as the key's senders read it (its policy and adapted
-// rate, from Redis at most once per second per key and process), so a
-// replica that does not send for the key sees a raise too.
+// (see [park.UntilDue]): as the key's senders read it (its policy and
+// adapted rate, from Redis at most once per second per key and process),
+// so a replica that does not send for the key sees a raise too.
 func (p *Pacer) parkedRates(f *flight) park.Rates {
 	return func(key string, was float64) (float64, time.Time) {
 		k := p.keys.Get(key, "")
@@ -296,8 +298,9 @@ const notBeforeSleep = 50 * time.Millisecond
 
 // control applies not_before and the campaign's state: a record not yet
 // due, or of a paused campaign, is parked (due at not_before, or
-// campaign.PausedRecheck ahead) without an attempt; one of a cancelled campaign is
-// dead-lettered as cancelled, unless an operator replayed it from the DLQ.
+// campaign.PausedRecheck ahead) without an attempt; one of a cancelled
+// campaign is dead-lettered as cancelled, unless an operator replayed it
+// from the DLQ.
 func (p *Pacer) control(f *flight) outcome {
 	if wait := time.Until(f.env.NotBefore); wait > notBeforeSleep {
 		return deferUntil("not-before", wait)
