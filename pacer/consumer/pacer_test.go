@@ -82,6 +82,9 @@ type harness struct {
 	// ping, if true, gives each pacer a Deps.RedisPing on its Redis client
 	// (as pacer run does).
 	ping bool
+	// wrapBucket, if set, wraps each pacer's Deps.Bucket (to watch its
+	// grants).
+	wrapBucket func(consumer.Bucket) consumer.Bucket
 }
 
 func newHarness(t *testing.T, script map[string][]error) *harness {
@@ -127,7 +130,11 @@ func (h *harness) start(cfg consumer.Config, sender channels.Sender, reg prometh
 		h.t.Cleanup(func() { brdb.Close() })
 	}
 	bat := ledger.NewBatcher(brdb, lim.Keys(), ledger.BatchConfig{FlushInterval: h.batched})
-	deps := consumer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: bat, Sender: sender,
+	var pb consumer.Bucket = lim
+	if h.wrapBucket != nil {
+		pb = h.wrapBucket(lim)
+	}
+	deps := consumer.Deps{Bucket: pb, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: bat, Sender: sender,
 		Fallback: bucket.NewLocal(bucket.LocalConfig{Replicas: 2})}
 	if h.ping {
 		deps.RedisPing = func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
@@ -737,16 +744,26 @@ func TestTooLargeForDLQ(t *testing.T) {
 func TestRecipientLimit(t *testing.T) {
 	h := newHarness(t, nil)
 	// The key's 20/s leaves a sender 25 ms of lateness before its slot
-	// lapses (and with it the recipient's token).
+	// lapses (and with it the recipient's token), so sends keep to their
+	// slots within 25 ms.
 	h.cfg.Limit = bucket.Limit{PerSecond: 20, Burst: 10}
 	h.cfg.RecipientLimit = bucket.Limit{PerSecond: 0.5, Burst: 1}
 	h.sender.at = map[string]time.Time{}
+	grants := &grantLog{first: map[string]time.Time{}}
+	h.wrapBucket = func(b consumer.Bucket) consumer.Bucket { grants.Bucket = b; return grants }
 	h.produce(`{"id":"r1","key":"k1","to":"dev-A"}`, `{"id":"r2","key":"k1","to":"dev-A"}`,
 		`{"id":"r3","key":"k1","to":"dev-A"}`, `{"id":"o1","key":"k1","to":"dev-B"}`)
 	s := h.sender
-	h.run(func() bool {
+	// Each slot given up costs its recipient 2 s: a loaded machine took
+	// 16 s where 4 do.
+	_, stop := h.start(h.cfg, h.sender, h.reg)
+	ok := waitFor(60*time.Second, func() bool {
 		return s.count(s.success, "r1")+s.count(s.success, "r2")+s.count(s.success, "r3")+s.count(s.success, "o1") == 4
 	})
+	stop()
+	if !ok {
+		t.Fatal("the 4 messages were not all sent within 60 s")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	first, last := s.at["r1"], s.at["r1"]
@@ -756,11 +773,44 @@ func TestRecipientLimit(t *testing.T) {
 	if span := last.Sub(first); span < 3900*time.Millisecond {
 		t.Errorf("3 messages to one device at 0.5/s burst 1 spanned %v, want >= 4 s", span)
 	}
-	// Each device's first message goes at once: sharing one bucket, one of
-	// them would wait 2 s behind the other.
-	if d := s.at["o1"].Sub(first).Abs(); d > 1500*time.Millisecond {
-		t.Errorf("the two devices' first messages were sent %v apart, want at once (2 s if they shared a bucket)", d)
+	// Each device's first slot is granted at once: sharing one bucket, one
+	// of them would wait 2 s behind the other. (The slots, not the sends:
+	// a sender that oversleeps its slot by 25 ms gives the recipient's
+	// token up with it and sends 2 s later, as a loaded machine made one
+	// run in four do.)
+	grants.mu.Lock()
+	defer grants.mu.Unlock()
+	if len(grants.first) != 2 {
+		t.Fatalf("slots granted for %d recipients, want 2: dev-A and dev-B each in a bucket of its own", len(grants.first))
 	}
+	var at []time.Time
+	for _, a := range grants.first {
+		at = append(at, a)
+	}
+	if d := at[0].Sub(at[1]).Abs(); d > 1500*time.Millisecond {
+		t.Errorf("the two devices' first slots were granted %v apart, want at once (2 s if they shared a bucket)", d)
+	}
+}
+
+// grantLog is a Bucket that keeps, per recipient (the Sub of a
+// ReserveMulti's second request), the slot of its first granted
+// reservation.
+type grantLog struct {
+	consumer.Bucket
+	mu    sync.Mutex
+	first map[string]time.Time
+}
+
+func (g *grantLog) ReserveMulti(ctx context.Context, channel, key string, reqs []bucket.Request, maxWait time.Duration) (bucket.Reservation, error) {
+	res, err := g.Bucket.ReserveMulti(ctx, channel, key, reqs, maxWait)
+	if err == nil && res.OK && len(reqs) == 2 {
+		g.mu.Lock()
+		if _, ok := g.first[reqs[1].Sub]; !ok {
+			g.first[reqs[1].Sub] = res.At
+		}
+		g.mu.Unlock()
+	}
+	return res, err
 }
 
 func minTime(a, b time.Time) time.Time {
