@@ -14,7 +14,6 @@ import (
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // holdMarks is a go-redis hook that, while hold is set, fails every
@@ -184,20 +183,4 @@ func TestCommitWaitsForMarks(t *testing.T) {
 			t.Errorf("%s sent %d times, want once", id, n)
 		}
 	}
-}
-
-// committedOffset returns the highest offset group pacer-test committed on
-// a partition of pacer.test, 0 if none.
-func committedOffset(t *testing.T, h *harness) int64 {
-	offs, err := kadm.NewClient(h.cl).FetchOffsets(context.Background(), "pacer-test")
-	if err != nil {
-		t.Errorf("fetch offsets: %v", err)
-	}
-	var at int64
-	offs.Each(func(o kadm.OffsetResponse) {
-		if o.Topic == "pacer.test" {
-			at = max(at, o.At)
-		}
-	})
-	return at
 }
