@@ -1,7 +1,6 @@
 package campaign
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -31,31 +30,13 @@ func (s *downStore) States(_ context.Context, _ string, names []string) ([]contr
 
 func (s *downStore) Add(context.Context, string, map[string]*control.Counts) error { return nil }
 
-// syncBuffer is a bytes.Buffer safe for the log's concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // TestCampaignStatesOutageLogsOnceAMinute: a Redis outage of 150 s,
 // retried every Refresh, logs "campaign states unavailable" three
 // times (at once, a minute on, two minutes on), not at every retry, and
 // one "campaign states recovered" line when Redis answers again.
 func TestCampaignStatesOutageLogsOnceAMinute(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var buf syncBuffer
+		var buf SyncBuffer
 		st := &downStore{}
 		c := &Live{store: st, channel: "whatsapp", log: slog.New(slog.NewTextHandler(&buf, nil)),
 			base: t.Context(), states: map[string]*state{}, counts: map[string]*control.Counts{}}

@@ -20,10 +20,7 @@ import (
 // unwritten, so the Batcher tries them again and the others are not added
 // twice.
 func TestCampaignCounts(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
-	defer rdb.Close()
-	keys := bucket.NewKeys("tcc" + time.Now().Format("150405.000000"))
-	st := control.New(rdb, keys)
+	rdb, keys, st := campaignStore(t, "tcc")
 	ctx := t.Context()
 	if err := rdb.Set(ctx, keys.Campaign("whatsapp", "broken"), "x", time.Minute).Err(); err != nil {
 		t.Fatal(err)
@@ -66,10 +63,7 @@ func TestCampaignCounts(t *testing.T) {
 // redis-server; a duplicates counter that cannot be written is reported
 // unwritten, so the Batcher tries it again.
 func TestCampaignDuplicatesCounted(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
-	defer rdb.Close()
-	keys := bucket.NewKeys("tcd" + time.Now().Format("150405.000000"))
-	st := control.New(rdb, keys)
+	rdb, keys, st := campaignStore(t, "tcd")
 	ctx := t.Context()
 	for range 2 {
 		if err := st.AddPublished(ctx, "whatsapp", map[string]int64{"spring": 4}); err != nil {
@@ -108,4 +102,14 @@ func TestCampaignDuplicatesCounted(t *testing.T) {
 	if s.Last.UnixMilli() != 1_700_000_004_000 {
 		t.Errorf("last delivery %v; a duplicate moved it from ...004 s", s.Last)
 	}
+}
+
+// campaignStore returns a client of the test redis-server, closed when
+// the test ends, the Keys of a prefix of this test's own (tag and the
+// time) and the campaign store over both.
+func campaignStore(t *testing.T, tag string) (*redis.Client, bucket.Keys, *control.Store) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
+	t.Cleanup(func() { rdb.Close() })
+	keys := bucket.NewKeys(tag + time.Now().Format("150405.000000"))
+	return rdb, keys, control.New(rdb, keys)
 }

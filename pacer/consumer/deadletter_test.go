@@ -12,41 +12,9 @@ import (
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// dlqRecords counts the records written to the DLQ topic (its end offsets).
-func (h *harness) dlqRecords() int64 {
-	h.t.Helper()
-	ends, err := kadm.NewClient(h.cl).ListEndOffsets(context.Background(), "pacer.test.dlq")
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	var n int64
-	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
-	return n
-}
-
-// histCount is the number of observations of histogram name in h.reg.
-func (h *harness) histCount(name string) uint64 {
-	h.t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			var n uint64
-			for _, m := range mf.GetMetric() {
-				n += m.GetHistogram().GetSampleCount()
-			}
-			return n
-		}
-	}
-	return 0
-}
 
 // TestUnknownOutcomeDeadLetteredOnce: a record whose id a dead process
 // claimed is dead-lettered as unknown-outcome once; the copies Kafka
@@ -61,12 +29,7 @@ func TestUnknownOutcomeDeadLetteredOnce(t *testing.T) {
 func testDeadLetteredOnce(t *testing.T, batched time.Duration) {
 	h := newHarness(t, nil)
 	h.batched = batched
-	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
-	defer rdb.Close()
-	l := ledger.New(rdb, bucket.Keys{}, 0)
-	if _, _, err := l.Claim(context.Background(), "test", "k1", "crashed", "dead-process", false); err != nil {
-		t.Fatal(err)
-	}
+	h.deadClaims("crashed")
 	s := h.sender
 	h.produce(env("crashed"), env("first"))
 	h.run(func() bool {
@@ -139,9 +102,7 @@ func TestDeliveredBacklogSkippedBeforeSlot(t *testing.T) {
 			h := newHarness(t, nil)
 			h.batched = batched
 			h.cfg.Limit = bucket.Limit{PerSecond: 4, Burst: 1}
-			rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
-			defer rdb.Close()
-			l := ledger.New(rdb, bucket.Keys{}, 0)
+			l := h.plainLedger()
 			var vals []string
 			for i := range 20 {
 				id := fmt.Sprint("d", i)
@@ -222,9 +183,7 @@ func TestReplayOncePerID(t *testing.T) {
 // next owner reads every record it may have handled in the ledger.
 func TestHorizonRecordedBeforeHandling(t *testing.T) {
 	h := newHarness(t, nil)
-	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr()})
-	defer rdb.Close()
-	l := ledger.New(rdb, bucket.Keys{}, 0)
+	l := h.plainLedger()
 	ps := []ledger.Partition{{Group: "pacer-test", Topic: "pacer.test", Partition: 0}, {Group: "pacer-test", Topic: "pacer.test", Partition: 1}}
 	var mu sync.Mutex
 	var missing []string

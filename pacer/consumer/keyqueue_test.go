@@ -4,109 +4,16 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels"
-	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// seqSender accepts every message and records the order of the requests.
-type seqSender struct {
-	mu    sync.Mutex
-	seq   []string // ids, in request order
-	count map[string]int
-	at    map[string]time.Time // when each id was sent, if non-nil
-}
-
-func (s *seqSender) Send(_ context.Context, m channels.Message) (channels.Result, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.seq = append(s.seq, m.ID)
-	s.count[m.ID]++
-	if s.at != nil {
-		s.at[m.ID] = time.Now()
-	}
-	return channels.Result{ProviderID: "p-" + m.ID}, nil
-}
-
-func (s *seqSender) snapshot() ([]string, map[string]int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := make(map[string]int, len(s.count))
-	for k, v := range s.count {
-		c[k] = v
-	}
-	return append([]string(nil), s.seq...), c
-}
-
-// drained reports whether n distinct ids were sent and the group has no lag.
-func (s *seqSender) drained(h *harness, n int) bool {
-	_, c := s.snapshot()
-	return len(c) == n && h.lag() == 0
-}
-
-// sentOnce returns a snapshot after checking that every id in it was sent
-// exactly once.
-func (s *seqSender) sentOnce(t *testing.T) ([]string, map[string]int) {
-	t.Helper()
-	seq, c := s.snapshot()
-	for id, n := range c {
-		if n != 1 {
-			t.Errorf("%s sent %d times, want once", id, n)
-		}
-	}
-	return seq, c
-}
-
-// keyRecord is one envelope of pacing key key, numbered i, for partition part.
-func keyRecord(topic string, part int32, key string, i int, hs ...kgo.RecordHeader) *kgo.Record {
-	id := key + "-" + strconv.Itoa(i)
-	return &kgo.Record{Topic: topic, Partition: part, Key: []byte(key), Headers: hs,
-		Value: []byte(fmt.Sprintf(`{"id":%q,"key":%q,"to":"1555%04d"}`, id, key, i))}
-}
-
-func (h *harness) produceManual(rs []*kgo.Record) {
-	h.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.kc.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerBatchMaxBytes(16<<20))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
-		h.t.Fatal(err)
-	}
-}
-
-// runWith runs a pacer sending through s until done() holds (at most 30 s).
-func (h *harness) runWith(s channels.Sender, done func() bool) {
-	h.t.Helper()
-	_, stop := h.start(h.cfg, s, h.reg)
-	ok := waitFor(30*time.Second, done)
-	stop()
-	if !ok {
-		h.t.Fatal("condition not reached within 30 s")
-	}
-}
-
-// position returns the index of id in seq, or -1.
-func position(seq []string, id string) int {
-	for i, s := range seq {
-		if s == id {
-			return i
-		}
-	}
-	return -1
-}
 
 // TestKeyBacklogDoesNotDelayOtherKeys: 400 records of key A, then 20 of B,
 // on one partition at a strict 200/s per key. B is its own limit: all of
@@ -118,13 +25,8 @@ func TestKeyBacklogDoesNotDelayOtherKeys(t *testing.T) {
 	h.cfg.Limit = bucket.Limit{PerSecond: 200, Burst: 1}
 	h.cfg.Lookahead = 100 * time.Millisecond // bound: max(20, InFlight 32) = 32 records of a key
 	h.cfg.RetryDelays = []time.Duration{200 * time.Millisecond, time.Second}
-	var rs []*kgo.Record
-	for i := range 400 {
-		rs = append(rs, keyRecord("pacer.test", 0, "A", i))
-	}
-	for i := range 20 {
-		rs = append(rs, keyRecord("pacer.test", 0, "B", i))
-	}
+	rs := keyRecords(0, "A", 0, 400)
+	rs = append(rs, keyRecords(0, "B", 0, 20)...)
 	h.produceManual(rs)
 	s := &seqSender{count: map[string]int{}}
 	maxHeld, sawBig := 0.0, false
@@ -151,20 +53,7 @@ func TestKeyBacklogDoesNotDelayOtherKeys(t *testing.T) {
 	}
 	// At 200/s, B's 20 records take 0.1 s; A gets 20 more slots meanwhile.
 	// Behind a shared window B would wait for about 370 of A's.
-	lastB := position(seq, "B-19")
-	aBefore := 0
-	for _, id := range seq[:lastB] {
-		if id[0] == 'A' {
-			aBefore++
-		}
-	}
-	t.Logf("A's records sent before B's last: %d; parked %v", aBefore, h.counter("pacer_parked_total"))
-	if aBefore > 100 {
-		t.Errorf("%d of A's records were sent before B's last; B waited for A", aBefore)
-	}
-	if got := h.counter("pacer_parked_total"); got < 300 {
-		t.Errorf("pacer_parked_total = %v, want >= 300 (A's records beyond its bound)", got)
-	}
+	checkBNotBehindA(t, h, seq, "B-19", 300)
 	if l := h.lag(); l != 0 {
 		t.Errorf("lag after shutdown = %d, want 0", l)
 	}
@@ -179,13 +68,8 @@ func TestKeylessRecordsQueuedByEnvelopeKey(t *testing.T) {
 	h.cfg.Limit = bucket.Limit{PerSecond: 200, Burst: 1}
 	h.cfg.Lookahead = 100 * time.Millisecond
 	h.cfg.RetryDelays = []time.Duration{200 * time.Millisecond, time.Second}
-	var rs []*kgo.Record
-	for i := range 400 {
-		rs = append(rs, keyRecord("pacer.test", 0, "A", i))
-	}
-	for i := range 20 {
-		rs = append(rs, keyRecord("pacer.test", 0, "B", i))
-	}
+	rs := keyRecords(0, "A", 0, 400)
+	rs = append(rs, keyRecords(0, "B", 0, 20)...)
 	for _, r := range rs {
 		r.Key = nil
 	}
@@ -219,10 +103,7 @@ func TestRevokeParksHeldRecords(t *testing.T) {
 	h.cfg.Limit = bucket.Limit{PerSecond: 50, Burst: 1}
 	h.cfg.Lookahead = 100 * time.Millisecond // bound: InFlight 32
 	h.cfg.RetryDelays = []time.Duration{200 * time.Millisecond, time.Second}
-	var rs []*kgo.Record
-	for i := range 200 {
-		rs = append(rs, keyRecord("pacer.test", 0, "A", i))
-	}
+	rs := keyRecords(0, "A", 0, 200)
 	h.produceManual(rs)
 	s := &seqSender{count: map[string]int{}}
 	reg := prometheus.NewRegistry()
@@ -251,27 +132,23 @@ func TestRevokeParksHeldRecords(t *testing.T) {
 	}
 }
 
-// lag returns the group's lag over the main and retry topics, -1 if unknown.
-func (h *harness) lag() int64 {
-	lag, err := kadm.NewClient(h.cl).Lag(context.Background(), "pacer-test")
-	if err != nil {
-		return -1
-	}
-	return lag["pacer-test"].Lag.Total()
-}
-
-// checkOrder fails t unless seq (ids "<key>-<n>") holds every key's
-// records in order 0, 1, 2, ... with none skipped and none twice.
-func checkOrder(t *testing.T, seq []string) {
+// checkBNotBehindA fails t if more than 100 of key A's records come in
+// seq before lastB (B's last record): B waited for A's backlog; or if
+// fewer than minParked records were parked (A's beyond its bound).
+func checkBNotBehindA(t *testing.T, h *harness, seq []string, lastB string, minParked float64) {
 	t.Helper()
-	next := map[string]int{}
-	for _, id := range seq {
-		k, ns, _ := strings.Cut(id, "-")
-		n, _ := strconv.Atoi(ns)
-		if n != next[k] {
-			t.Fatalf("%s sent when %s-%d was due next: order broken", id, k, next[k])
+	aBefore := 0
+	for _, id := range seq[:position(seq, lastB)] {
+		if id[0] == 'A' {
+			aBefore++
 		}
-		next[k]++
+	}
+	t.Logf("A's records sent before B's last: %d; parked %v", aBefore, h.counter("pacer_parked_total"))
+	if aBefore > 100 {
+		t.Errorf("%d of A's records were sent before B's last: B waited for A's backlog", aBefore)
+	}
+	if got := h.counter("pacer_parked_total"); got < minParked {
+		t.Errorf("pacer_parked_total = %v, want >= %v (A's records beyond their key's bound)", got, minParked)
 	}
 }
 
@@ -296,50 +173,21 @@ func strictConfig(h *harness) {
 func TestStrictOrderParked(t *testing.T) {
 	h := newHarness(t, nil)
 	strictConfig(h)
-	var rs []*kgo.Record
-	for i := range 150 {
-		rs = append(rs, keyRecord("pacer.test", 0, "A", i))
-	}
-	h.produceManual(rs)
+	h.produceManual(keyRecords(0, "A", 0, 150))
 	s := &seqSender{count: map[string]int{}}
 	_, stop := h.start(h.cfg, s, h.reg)
 	if !waitFor(30*time.Second, func() bool { _, c := s.snapshot(); return len(c) > 0 }) {
 		t.Fatal("A's first record not sent within 30 s")
 	}
-	rs = rs[:0]
-	for i := range 150 {
-		rs = append(rs, keyRecord("pacer.test", 0, "A", 150+i))
-	}
-	h.produceManual(rs)
-	rs = rs[:0]
-	for i := range 10 {
-		rs = append(rs, keyRecord("pacer.test", 0, "B", i))
-	}
-	h.produceManual(rs)
+	h.produceManual(keyRecords(0, "A", 150, 150))
+	h.produceManual(keyRecords(0, "B", 0, 10))
 	ok := waitFor(30*time.Second, func() bool { return s.drained(h, 310) })
 	stop()
-	if !ok {
-		_, c := s.snapshot()
-		t.Fatalf("%d of 310 ids sent within 30 s (lag %d)", len(c), h.lag())
-	}
-	seq, _ := s.sentOnce(t)
-	checkOrder(t, seq)
+	seq := s.sentInOrder(t, h, ok, 310)
 	// B's 10 records take 0.1 s at its own 100/s; reading and starting
 	// them takes some more on a loaded machine. A gets about 10 slots in
 	// 0.1 s; 100 allows a second of delay.
-	aBefore := 0
-	for _, id := range seq[:position(seq, "B-9")] {
-		if id[0] == 'A' {
-			aBefore++
-		}
-	}
-	t.Logf("A's records sent before B's last: %d; parked %v", aBefore, h.counter("pacer_parked_total"))
-	if aBefore > 100 {
-		t.Errorf("%d of A's records were sent before B's last: B waited for A's backlog", aBefore)
-	}
-	if got := h.counter("pacer_parked_total"); got < 250 {
-		t.Errorf("pacer_parked_total = %v, want >= 250 (A's records beyond its bound of 10)", got)
-	}
+	checkBNotBehindA(t, h, seq, "B-9", 250)
 }
 
 // TestStrictOrderParkedAcrossRestart: the pacer stops once A's chain
@@ -353,10 +201,7 @@ func TestStrictOrderParkedAcrossRestart(t *testing.T) {
 	strictConfig(h)
 	h.cfg.Limit = bucket.Limit{PerSecond: 10, Burst: 1}
 	h.cfg.Lookahead = time.Second // bound 10
-	var rs []*kgo.Record
-	for i := range 150 {
-		rs = append(rs, keyRecord("pacer.test", 0, "A", i))
-	}
+	rs := keyRecords(0, "A", 0, 150)
 	h.produceManual(rs)
 	s := &seqSender{count: map[string]int{}}
 	reg := prometheus.NewRegistry()
@@ -378,12 +223,7 @@ func TestStrictOrderParkedAcrossRestart(t *testing.T) {
 	// send counted 137-138 of 140 now and then).
 	waitFor(10*time.Second, func() bool { return counterIn(t, reg, "pacer_parked_stale_total") >= 140 })
 	stop()
-	if !ok {
-		_, c := s.snapshot()
-		t.Fatalf("%d of 150 ids sent within 30 s (lag %d)", len(c), h.lag())
-	}
-	seq, _ := s.sentOnce(t)
-	checkOrder(t, seq)
+	s.sentInOrder(t, h, ok, 150)
 	t.Logf("first run sent %d; second run dropped %v stale copies, parked %v", len(first), counterIn(t, reg, "pacer_parked_stale_total"), counterIn(t, reg, "pacer_parked_total"))
 	if got := counterIn(t, reg, "pacer_parked_stale_total"); got < 140 {
 		t.Errorf("pacer_parked_stale_total = %v in the second run, want >= 140 (the first run's copies)", got)
@@ -417,47 +257,6 @@ func TestRetryTierKeyCooldownDoesNotBlockOthers(t *testing.T) {
 	}
 }
 
-// gaugeWith returns the gauge name{label=value}, or -1.
-func (h *harness) gaugeWith(name, label, value string) float64 {
-	h.t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return -1
-}
-
-// counterIn returns the sum of counter name in reg, or -1 if absent.
-func counterIn(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			sum := 0.0
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-			return sum
-		}
-	}
-	return -1
-}
-
 // TestParkedDuplicateSpendsNoSlot: 20 parked copies of key A whose ids
 // were delivered before (a rebalance parked their records twice), then a
 // new record of A, at 2/s, handled one at a time. The copies are skipped
@@ -479,9 +278,7 @@ func TestParkedDuplicateSpendsNoSlot(t *testing.T) {
 			h.cfg.InFlight = 1 // one at a time, in the tier's order: the duplicates first
 			h.cfg.MaxTokenWait = 30 * time.Second
 			h.cfg.RetryDelays = []time.Duration{time.Second}
-			rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
-			defer rdb.Close()
-			led := ledger.New(rdb, bucket.New(rdb, bucket.Config{}).Keys(), 0)
+			led := h.plainLedger()
 			parks := kgo.RecordHeader{Key: "pacer-parks", Value: []byte("1")}
 			var rs []*kgo.Record
 			n, want := 20, 1 // records, ids sent
@@ -593,16 +390,9 @@ func TestProcessInFlightBound(t *testing.T) {
 	h := newHarness(t, nil)
 	h.cfg.Limit = bucket.Limit{PerSecond: 5000, Burst: 50}
 	h.cfg.ProcessInFlight = 3
-	var rs []*kgo.Record
-	for i := range 150 {
-		rs = append(rs, keyRecord("pacer.test", 0, "A", i))
-	}
-	for i := range 10 {
-		rs = append(rs, keyRecord("pacer.test", 0, "B", i))
-	}
-	for i := range 10 {
-		rs = append(rs, keyRecord("pacer.test", 1, "C", i))
-	}
+	rs := keyRecords(0, "A", 0, 150)
+	rs = append(rs, keyRecords(0, "B", 0, 10)...)
+	rs = append(rs, keyRecords(1, "C", 0, 10)...)
 	h.produceManual(rs)
 	// 20 ms a request: at 5,000/s each key alone would have its 32
 	// records (PACER_INFLIGHT) in requests at once.

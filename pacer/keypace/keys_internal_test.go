@@ -38,6 +38,33 @@ func (f policyFunc) KeyPolicy(_ context.Context, key string) (KeyPolicy, error) 
 	return f(key), nil
 }
 
+// settablePolicy serves every key the policy of limit lim, which a test
+// changes with set, and counts the reads.
+type settablePolicy struct {
+	mu    sync.Mutex
+	lim   bucket.Limit
+	reads int
+}
+
+func (s *settablePolicy) KeyPolicy(context.Context, string) (KeyPolicy, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reads++
+	return KeyPolicy{Limit: s.lim}, nil
+}
+
+func (s *settablePolicy) set(lim bucket.Limit) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lim = lim
+}
+
+func (s *settablePolicy) readCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads
+}
+
 // testLog discards what the keys log.
 var testLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -133,13 +160,7 @@ func TestLimitForDoesNotHoldTheKeyAcrossRedis(t *testing.T) {
 // reaches the limit without a restart.
 func TestPolicyRefreshedWithinASecond(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var mu sync.Mutex
-		rate := 50.0
-		pol := policyFunc(func(string) KeyPolicy {
-			mu.Lock()
-			defer mu.Unlock()
-			return KeyPolicy{Limit: bucket.Limit{PerSecond: rate, Burst: 10}}
-		})
+		pol := &settablePolicy{lim: bucket.Limit{PerSecond: 50, Burst: 10}}
 		p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, pol)
 		ctx := t.Context()
 		st := p.keyState("k")
@@ -147,9 +168,7 @@ func TestPolicyRefreshedWithinASecond(t *testing.T) {
 		if lim, _ := p.limitFor(ctx, time.Now(), "k", st, testLog); lim.PerSecond != 50 {
 			t.Fatalf("limit = %v, want the policy's 50/s (not the channel's 100/s)", lim)
 		}
-		mu.Lock()
-		rate = 200
-		mu.Unlock()
+		pol.set(bucket.Limit{PerSecond: 200, Burst: 10})
 		if lim, _ := p.limitFor(ctx, time.Now(), "k", st, testLog); lim.PerSecond != 50 {
 			t.Fatalf("limit right after the change = %v, want 50/s until the refresh", lim)
 		}
@@ -405,14 +424,7 @@ func TestRefreshIntervalWhileAdapting(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				var mu sync.Mutex
-				policyReads := 0
-				pol := policyFunc(func(string) KeyPolicy {
-					mu.Lock()
-					defer mu.Unlock()
-					policyReads++
-					return KeyPolicy{Limit: bucket.Limit{PerSecond: 40, Burst: 10}}
-				})
+				pol := &settablePolicy{lim: bucket.Limit{PerSecond: 40, Burst: 10}}
 				a := &scriptedAdapter{reply: tc.reply}
 				p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), a, pol)
 				ctx := t.Context()
@@ -426,9 +438,7 @@ func TestRefreshIntervalWhileAdapting(t *testing.T) {
 				a.mu.Lock()
 				refreshes := a.calls
 				a.mu.Unlock()
-				mu.Lock()
-				defer mu.Unlock()
-				if refreshes != tc.wantRefresh || policyReads != tc.wantPolicy {
+				if policyReads := pol.readCount(); refreshes != tc.wantRefresh || policyReads != tc.wantPolicy {
 					t.Errorf("over 3 s: %d reads of the shared state, %d of the policy; want %d and %d",
 						refreshes, policyReads, tc.wantRefresh, tc.wantPolicy)
 				}

@@ -89,7 +89,15 @@ func scenario(t *testing.T, rdb redis.UniversalClient, cfg Config) {
 		t.Fatalf("first Throttled: %+v, %v; want rate 80 (a lone throttle)", a, err)
 	}
 	time.Sleep(20 * time.Millisecond) // past its cooldown and Coalesce
-	if a, err := ad.Throttled(ctx, channel, "15550000001", policy.Limit, policy.AIMD, 30*time.Second); err != nil || a.Rate != 40 {
+	// The second throttle persists (within a minute) and halves the rate
+	// whatever the time between the two: with no accepted sends reported,
+	// a cut goes to the larger of Decrease and Backoff of the rate less
+	// the refusals per second, so at the default Backoff of 0.95 two
+	// throttles 55 ms apart (a 20 ms sleep on a loaded machine) cut to 41,
+	// not 40. Backoff 0.5 keeps that at 40 or below.
+	persist := policy.AIMD
+	persist.Backoff, persist.Persist = 0.5, time.Minute
+	if a, err := ad.Throttled(ctx, channel, "15550000001", policy.Limit, persist, 30*time.Second); err != nil || a.Rate != 40 {
 		t.Fatalf("Throttled: %+v, %v; want rate 40", a, err)
 	}
 	if st, err := ad.BreakerResult(ctx, channel, "15550000002", adapt.Breaker{OpenFor: 5 * time.Minute}, false, "halt: 131031 account locked"); err != nil || st != adapt.BreakerOpen {
