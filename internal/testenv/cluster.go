@@ -128,7 +128,7 @@ func startServer(t testing.TB, bin, dir, name string, args func(port int) []stri
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out syncBuffer
+		out := SyncBuffer{max: 1 << 20}
 		cmd := exec.Command(bin, args(port)...)
 		cmd.Dir = dir
 		cmd.Stdout, cmd.Stderr = &out, &out

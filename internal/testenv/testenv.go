@@ -113,7 +113,7 @@ func startRedis() (string, error) {
 }
 
 func tryRedis(bin, dir string, port int) (string, error) {
-	var out syncBuffer
+	out := SyncBuffer{max: 1 << 20} // keep memory bounded; only the tail matters
 	cmd := exec.Command(bin,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
@@ -350,21 +350,24 @@ func lastLine(s string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// SyncBuffer is a bytes.Buffer safe for concurrent writers, such as a
+// test's logger written by several goroutines.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	b   bytes.Buffer
+	max int // bytes kept at most (older output dropped); 0: no bound
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.b.Len() > 1<<20 { // keep memory bounded; only the tail matters
+	if s.max > 0 && s.b.Len() > s.max {
 		s.b.Reset()
 	}
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/pacerhq/pacer/pacer/control"
 )
 
@@ -36,7 +37,7 @@ func (s *downStore) Add(context.Context, string, map[string]*control.Counts) err
 // one "campaign states recovered" line when Redis answers again.
 func TestCampaignStatesOutageLogsOnceAMinute(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var buf SyncBuffer
+		var buf testenv.SyncBuffer
 		st := &downStore{}
 		c := &Live{store: st, channel: "whatsapp", log: slog.New(slog.NewTextHandler(&buf, nil)),
 			base: t.Context(), states: map[string]*state{}, counts: map[string]*control.Counts{}}
