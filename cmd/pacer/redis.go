@@ -62,6 +62,19 @@ func newRedis(cfg config) (redis.UniversalClient, error) {
 	return redis.NewClient(o), nil
 }
 
+// onEachServer runs scan on the single server of rdb, or on every master
+// of a cluster (concurrently: scan must be safe for that), and returns the
+// first error. A client of any other type scans nothing.
+func onEachServer(ctx context.Context, rdb redis.UniversalClient, scan func(context.Context, *redis.Client) error) error {
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		return scan(ctx, c)
+	}
+	return nil
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {

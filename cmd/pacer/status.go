@@ -16,6 +16,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/redis/go-redis/v9"
 )
@@ -41,20 +42,13 @@ const (
 // nothing.
 func keepLimit(ctx context.Context, rdb redis.UniversalClient, prefix, channel string, lim bucket.Limit, log *slog.Logger, every, ttl time.Duration) {
 	publishLimit(ctx, rdb, prefix, channel, lim, ttl, log)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, every, func(time.Time) {
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		if err := writeLimit(wctx, rdb, prefix, channel, lim, ttl); err != nil && ctx.Err() == nil {
 			log.Debug("could not refresh the channel limit for pacer status", "err", err)
 		}
-		cancel()
-	}
+	})
 }
 
 // publishLimit records the channel's configured limit in Redis, expiring
@@ -275,13 +269,7 @@ func scanKeys(ctx context.Context, rdb redis.UniversalClient, prefix, channel st
 		}
 		return iter.Err()
 	}
-	var err error
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, scan)
-	} else if c, ok := rdb.(*redis.Client); ok {
-		err = scan(ctx, c)
-	}
-	if err != nil {
+	if err := onEachServer(ctx, rdb, scan); err != nil {
 		return nil, err
 	}
 	out := make([]string, 0, len(seen))
