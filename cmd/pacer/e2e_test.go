@@ -299,6 +299,20 @@ func (e *e2e) deliveredNow() (n int) {
 	return n
 }
 
+// deliverySpan returns the first and the last arrival the fake accepted,
+// over every key.
+func (e *e2e) deliverySpan() (first, last time.Time) {
+	for _, s := range e.fake.Stats() {
+		if first.IsZero() || s.First.Before(first) {
+			first = s.First
+		}
+		if s.Last.After(last) {
+			last = s.Last
+		}
+	}
+	return first, last
+}
+
 // waitProgress waits until the fake accepted more than from messages and
 // returns how many; it fails the test after within. Fault injections call
 // it instead of sleeping, so the fault lands while messages flow.
