@@ -29,14 +29,7 @@ func TestCLIMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	down := map[string]string{"PACER_REDIS_URL": "redis://:hunter2@127.0.0.1:1/0", "PACER_KAFKA_BROKERS": "127.0.0.1:1"}
-	for _, c := range []struct {
-		name    string
-		args    []string
-		env     map[string]string
-		code    int
-		want    string
-		notWant string
-	}{
+	runCLICases(t, []cliCase{
 		{"number", []string{"status", "--channel", "whatsapp"}, map[string]string{"PACER_AIMD_DECREASE": "abc"}, 2,
 			`PACER_AIMD_DECREASE: "abc" is not a number`, "strconv"},
 		{"whole number", []string{"status", "--channel", "whatsapp"}, map[string]string{"PACER_INFLIGHT": "1.5"}, 2,
@@ -89,7 +82,25 @@ func TestCLIMessages(t *testing.T) {
 			"pacer: topic x", "--reason"},
 		{"run -h lists the settings", []string{"run", "--channel", "whatsapp", "-h"}, nil, 0,
 			"PACER_WHATSAPP_PAIR_BURST", ""},
-	} {
+	})
+}
+
+// cliCase is one call of main's run: its arguments and settings, the exit
+// status it must end with, text its output (stdout and stderr) must hold
+// and, unless "", text it must not (a password, a doubled prefix).
+type cliCase struct {
+	name    string
+	args    []string
+	env     map[string]string
+	code    int
+	want    string
+	notWant string
+}
+
+// runCLICases runs each case as a subtest, with no standard input.
+func runCLICases(t *testing.T, cases []cliCase) {
+	t.Helper()
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
 			ctx, cancel := context.WithCancel(context.Background())
