@@ -256,8 +256,7 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 			return fmt.Errorf("campaign %s: %w", verb, err)
 		}
 		if !known && !*force {
-			return &usageError{fmt.Sprintf("campaign %s: campaign %s of %s is not known (nothing published, sent or set for it); check the name, or add --force to set the state of a campaign not yet published",
-				verb, quoteText(*campaign), *channel)}
+			return unknownCampaign(verb, *campaign, *channel, ", or add --force to set the state of a campaign not yet published")
 		}
 		old, err := st.SetState(ctx, *channel, *campaign, want)
 		if err != nil {
@@ -287,7 +286,7 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 		}
 	}
 	if !known {
-		s.State = "unknown"
+		return unknownCampaign(verb, *campaign, *channel, "")
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -328,9 +327,16 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	return nil
 }
 
+// unknownCampaign is the usage error (exit status 2) of a campaign Redis
+// holds nothing of, most likely a typo: it names the campaign, the channel
+// and what to check, then hint.
+func unknownCampaign(verb, campaign, channel, hint string) error {
+	return &usageError{fmt.Sprintf("campaign %s: campaign %s of %s is not known (nothing published, sent or set for it); check the name%s",
+		verb, quoteText(campaign), channel, hint)}
+}
+
 // campaignJSON is `campaign status --json`: [control.Status] with what is
-// not known as null instead of -1, and state "unknown" for a campaign
-// Redis holds nothing of.
+// not known as null instead of -1.
 type campaignJSON struct {
 	control.Status
 	Published  *int64   `json:"published"`   // null: not counted (records not written by pacer publish or ingest)
