@@ -1,8 +1,6 @@
 package testenv
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -15,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 )
 
 // EnvRedisCluster names the comma-separated addresses of a Redis Cluster
@@ -48,42 +47,23 @@ func ClusterAddrs(t testing.TB) []string {
 	return clusterAddrs
 }
 
+// splitAddrs returns the addresses of a comma- (or space-) separated list.
 func splitAddrs(s string) []string {
-	var out []string
-	for _, a := range strings.Split(s, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
 }
 
 func startCluster() ([]string, error) {
-	root, err := RepoRoot()
+	out, err := runScript("redis-cluster.sh", "start", 2*time.Minute)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s is not set: %w", EnvRedisCluster, err)
 	}
-	script := filepath.Join(root, "scripts", "redis-cluster.sh")
-	if _, err := os.Stat(script); err != nil {
-		return nil, fmt.Errorf("%s is not set and %s is missing", EnvRedisCluster, script)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", script, "start")
-	cmd.Dir = root
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("scripts/redis-cluster.sh start: %v\n%s%s", err, tail(stdout.String(), 10), tail(stderr.String(), 40))
-	}
-	addrs := splitAddrs(lastLine(stdout.String()))
+	addrs := splitAddrs(lastLine(out))
 	if len(addrs) == 0 {
-		return nil, fmt.Errorf("scripts/redis-cluster.sh start printed %q, not addresses", stdout.String())
+		return nil, fmt.Errorf("scripts/redis-cluster.sh start printed %q, not addresses", out)
 	}
 	for _, a := range addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			return nil, fmt.Errorf("scripts/redis-cluster.sh start printed %q, not host:port,...", lastLine(stdout.String()))
+			return nil, fmt.Errorf("scripts/redis-cluster.sh start printed %q, not host:port,...", lastLine(out))
 		}
 	}
 	return addrs, nil

@@ -26,7 +26,6 @@ package testenv
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -242,27 +241,12 @@ func startKafka(t testing.TB) (string, error) {
 			return addr, nil
 		}
 	}
-	root, err := RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	script := filepath.Join(root, "scripts", "kafka.sh")
-	if _, err := os.Stat(script); err != nil {
-		return "", fmt.Errorf("%s is not set and %s is missing", EnvKafkaBrokers, script)
-	}
 	t.Logf("testenv: %s is not set; starting a broker with scripts/kafka.sh start (first run downloads jars)", EnvKafkaBrokers)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", script, "start")
-	cmd.Dir = root
-	cmd.Stdin = nil
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("scripts/kafka.sh start: %v\n%s%s", err, tail(stdout.String(), 10), tail(stderr.String(), 40))
+	out, err := runScript("kafka.sh", "start", 8*time.Minute)
+	if err != nil {
+		return "", fmt.Errorf("%s is not set: %w", EnvKafkaBrokers, err)
 	}
-	addr := lastLine(stdout.String())
+	addr := lastLine(out)
 	if _, _, err := net.SplitHostPort(strings.Split(addr, ",")[0]); err != nil {
 		return "", fmt.Errorf("scripts/kafka.sh start printed %q, not host:port", addr)
 	}
