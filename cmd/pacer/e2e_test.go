@@ -299,6 +299,22 @@ func (e *e2e) deliveredNow() (n int) {
 	return n
 }
 
+// envInt returns the whole number in variable name, or def when it is
+// unset; a value that is not one fails t (a measurement's knob mistyped
+// would otherwise run with 0).
+func envInt(t testing.TB, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("%s=%q: not a whole number", name, v)
+	}
+	return n
+}
+
 // deliverySpan returns the first and the last arrival the fake accepted,
 // over every key.
 func (e *e2e) deliverySpan() (first, last time.Time) {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -59,9 +58,7 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 		return &usageError{limitUsage}
 	}
 	verb := args[0]
-	fs := flag.NewFlagSet("pacer limit "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
+	fs, channel := commandFlags("pacer limit "+verb, "channel", stderr)
 	key := fs.String("key", "", "pacing key (for WhatsApp the phone-number ID)")
 	// --rate and --burst exist for set only: get and unset refuse them as
 	// unknown flags and do not list them in -h.
@@ -220,9 +217,7 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 		return &usageError{campaignUsage}
 	}
 	verb := args[0]
-	fs := flag.NewFlagSet("pacer campaign "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
+	fs, channel := commandFlags("pacer campaign "+verb, "channel", stderr)
 	campaign := fs.String("campaign", "", "the envelopes' campaign (required; an envelope without one, or with \"\", has no campaign)")
 	// Each verb has only its own flags: another verb's is refused as unknown.
 	asJSON, force := new(bool), new(bool)

@@ -135,6 +135,15 @@ func verbHelp(args []string, stdout io.Writer, cmd, usage string, verbs [][2]str
 // errHelp is -h on a subcommand: its usage was printed; exit status 0.
 var errHelp = errors.New("help requested")
 
+// commandFlags returns the flag set of command name ("pacer status"), its
+// usage and errors written to stderr, with the command's required
+// --channel flag, whose -h line starts with what.
+func commandFlags(name, what string, stderr io.Writer) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs, fs.String("channel", "", what+": "+channelList()+" (required)")
+}
+
 // parseFlags parses args into fs, flags before and after positional
 // arguments alike (pacer publish f.jsonl --channel whatsapp), and refuses
 // positional arguments unless fs is publish's (which takes FILE). "--" ends

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,13 +18,11 @@ import (
 )
 
 func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
-	fs := flag.NewFlagSet("pacer publish", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs, channel := commandFlags("pacer publish", "channel of the campaign", stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: pacer publish --channel C [--topic T] [--partitions N] FILE.jsonl|-")
 		fs.PrintDefaults()
 	}
-	channel := fs.String("channel", "", "channel of the campaign: "+channelList()+" (required)")
 	topic := fs.String("topic", "", "topic to publish to (default pacer.<channel>)")
 	partitions := fs.Int("partitions", 12, "partitions of the topic if publish has to create it")
 	if err := parseFlags(fs, args); err != nil {

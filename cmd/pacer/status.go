@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -103,9 +102,7 @@ func publishedLimit(ctx context.Context, rdb redis.UniversalClient, prefix, chan
 const maxStatusKeys = 1000
 
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
-	fs := flag.NewFlagSet("pacer status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
+	fs, channel := commandFlags("pacer status", "channel", stderr)
 	key := fs.String("key", "", "one pacing key; default: every key with state in Redis (cooldown, adapted rate, breaker, bucket)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
