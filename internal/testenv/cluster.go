@@ -6,11 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 	"unicode"
@@ -103,59 +101,17 @@ func startServer(t testing.TB, bin, dir, name string, args func(port int) []stri
 	t.Helper()
 	var lastErr error
 	for range 5 {
-		lastErr = nil
 		port, err := freePort()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out syncBuffer
-		cmd := exec.Command(bin, args(port)...)
-		cmd.Dir = dir
-		cmd.Stdout, cmd.Stderr = &out, &out
-		setPdeathsig(cmd)
-		started, done := make(chan error, 1), make(chan struct{})
-		go func() { // Pdeathsig follows the thread that forked: keep it alive
-			runtime.LockOSThread()
-			err := cmd.Start()
-			started <- err
-			if err == nil {
-				_ = cmd.Wait()
-			}
-			close(done)
-		}()
-		if err := <-started; err != nil {
-			t.Fatalf("testenv: start %s: %v", name, err)
-		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		up := false
-		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			select {
-			case <-done:
-				lastErr = fmt.Errorf("%s exited early on port %d:\n%s", name, port, tail(out.String(), 20))
-			default:
-			}
-			if lastErr != nil || redisPing(addr, 500*time.Millisecond) == nil {
-				up = lastErr == nil
-				break
-			}
-		}
-		if !up {
-			_ = cmd.Process.Kill()
-			<-done
-			if lastErr == nil {
-				lastErr = fmt.Errorf("%s on %s did not answer PING within 15s:\n%s", name, addr, tail(out.String(), 20))
-			}
+		c, err := startChild(name, bin, dir, addr, args(port)...)
+		if err != nil {
+			lastErr = err
 			continue
 		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-			}
-		})
+		t.Cleanup(c.stop)
 		return addr
 	}
 	t.Fatalf("testenv: %v", lastErr)

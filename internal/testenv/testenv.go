@@ -56,9 +56,8 @@ var (
 	redisOnce sync.Once
 	redisAddr string
 	redisErr  error
-	redisCmd  *exec.Cmd
+	redisSrv  *child
 	redisDir  string
-	redisDone chan struct{} // closed when redisCmd has exited
 )
 
 // RedisAddr returns "host:port" of a real redis-server.
@@ -112,8 +111,8 @@ func startRedis() (string, error) {
 }
 
 func tryRedis(bin, dir string, port int) (string, error) {
-	var out syncBuffer
-	cmd := exec.Command(bin,
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	c, err := startChild("redis-server", bin, dir, addr,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -122,15 +121,34 @@ func tryRedis(bin, dir string, port int) (string, error) {
 		"--daemonize", "no",
 		"--protected-mode", "yes",
 	)
+	if err != nil {
+		return "", err
+	}
+	redisSrv = c
+	return addr, nil
+}
+
+// child is a server process of the tests' own (redis-server, a sentinel).
+type child struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// startChild runs bin with args in dir and waits, at most 15 s, until the
+// server answers PING at addr. The child dies with this process
+// (Pdeathsig). On failure it is killed, and the error (named name) carries
+// the tail of its output.
+func startChild(name, bin, dir, addr string, args ...string) (*child, error) {
+	var out syncBuffer
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
-	cmd.Stdout = &out
-	cmd.Stderr = &out
+	cmd.Stdout, cmd.Stderr = &out, &out
 	setPdeathsig(cmd)
 	// Pdeathsig fires when the thread that forked the child exits, not the
 	// process: start and wait on a locked thread that lives exactly as long
 	// as the child.
 	started := make(chan error, 1)
-	done := make(chan struct{})
+	c := &child{cmd: cmd, done: make(chan struct{})}
 	go func() {
 		runtime.LockOSThread()
 		err := cmd.Start()
@@ -138,29 +156,37 @@ func tryRedis(bin, dir string, port int) (string, error) {
 		if err == nil {
 			_ = cmd.Wait()
 		}
-		close(done)
+		close(c.done)
 	}()
 	if err := <-started; err != nil {
-		return "", fmt.Errorf("start redis-server: %w", err)
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case <-done:
-			return "", fmt.Errorf("redis-server exited early on port %d:\n%s", port, tail(out.String(), 20))
+		case <-c.done:
+			return nil, fmt.Errorf("%s exited early at %s:\n%s", name, addr, tail(out.String(), 20))
 		default:
 		}
 		if redisPing(addr, 500*time.Millisecond) == nil {
-			redisCmd, redisDone = cmd, done
-			return addr, nil
+			return c, nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	_ = cmd.Process.Kill()
-	<-done
-	return "", fmt.Errorf("redis-server on %s did not answer PING within 15s:\n%s", addr, tail(out.String(), 20))
+	<-c.done
+	return nil, fmt.Errorf("%s on %s did not answer PING within 15s:\n%s", name, addr, tail(out.String(), 20))
+}
+
+// stop ends the child: SIGTERM, then SIGKILL after 5 s.
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(5 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
 }
 
 // redisPing sends PING in RESP and expects +PONG.
@@ -185,15 +211,9 @@ func redisPing(addr string, timeout time.Duration) error {
 }
 
 func stopRedis() {
-	if redisCmd != nil && redisCmd.Process != nil {
-		_ = redisCmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-redisDone:
-		case <-time.After(5 * time.Second):
-			_ = redisCmd.Process.Kill()
-			<-redisDone
-		}
-		redisCmd = nil
+	if redisSrv != nil {
+		redisSrv.stop()
+		redisSrv = nil
 	}
 	if redisDir != "" {
 		_ = os.RemoveAll(redisDir)
