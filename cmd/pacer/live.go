@@ -15,26 +15,21 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/pacer/control"
-	"github.com/redis/go-redis/v9"
 )
 
 // controlStore opens the run-time control store of cfg's Redis and checks
 // that it answers.
 func controlStore(ctx context.Context, cfg config) (*control.Store, func(), error) {
-	rdb, err := newRedis(cfg)
+	rdb, ping, err := pingRedis(ctx, cfg, 3*time.Second)
 	if err != nil {
 		return nil, nil, err
 	}
-	redis.SetLogger(quietRedis{})
-	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	err = rdb.Ping(pctx).Err()
-	cancel()
-	if err != nil {
+	if ping != nil {
 		rdb.Close()
-		if h := redisHint(cfg, err); h != "" {
-			return nil, nil, fmt.Errorf("cannot reach Redis: %s: %v", h, err)
+		if h := redisHint(cfg, ping); h != "" {
+			return nil, nil, fmt.Errorf("cannot reach Redis: %s: %v", h, ping)
 		}
-		return nil, nil, fmt.Errorf("cannot reach Redis (%s): %v", redisSetting(cfg), err)
+		return nil, nil, fmt.Errorf("cannot reach Redis (%s): %v", redisSetting(cfg), ping)
 	}
 	return control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)), func() { rdb.Close() }, nil
 }

@@ -115,25 +115,20 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
-	rdb, err := newRedis(cfg)
+	// Answer plainly when Redis cannot be read, before printing anything.
+	rdb, ping, err := pingRedis(ctx, cfg, 3*time.Second)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-	// Answer plainly when Redis cannot be read, before printing anything
-	// (and without go-redis's own log lines about dialling).
-	redis.SetLogger(quietRedis{})
-	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	err = rdb.Ping(pctx).Err()
-	cancel()
-	if err != nil {
-		if r := redisRefusal(err); r != "" {
-			return fmt.Errorf("status: redis: %s: %v", r, err)
+	if ping != nil {
+		if r := redisRefusal(ping); r != "" {
+			return fmt.Errorf("status: redis: %s: %v", r, ping)
 		}
-		if h := redisHint(cfg, err); h != "" {
-			return fmt.Errorf("status: cannot read Redis: %s: %v", h, err)
+		if h := redisHint(cfg, ping); h != "" {
+			return fmt.Errorf("status: cannot read Redis: %s: %v", h, ping)
 		}
-		return fmt.Errorf("status: cannot read Redis (%s): %v", redisSetting(cfg), err)
+		return fmt.Errorf("status: cannot read Redis (%s): %v", redisSetting(cfg), ping)
 	}
 	ad := adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
 	names := ad.Keys()
