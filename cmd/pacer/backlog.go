@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/redis/go-redis/v9"
 )
@@ -33,14 +34,7 @@ func backlogKey(prefix, channel, owner string) string {
 // then shows older or no figures).
 func publishBacklog(ctx context.Context, rdb redis.UniversalClient, prefix, channel, owner string, p *consumer.Pacer, log *slog.Logger) {
 	key := backlogKey(prefix, channel, owner)
-	t := time.NewTicker(backlogEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, backlogEvery, func(time.Time) {
 		top := p.Backlog(backlogTop)
 		pipe := rdb.TxPipeline()
 		pipe.Del(ctx, key)
@@ -55,7 +49,7 @@ func publishBacklog(ctx context.Context, rdb redis.UniversalClient, prefix, chan
 		if _, err := pipe.Exec(ctx); err != nil && ctx.Err() == nil {
 			log.Debug("could not record the backlog for pacer status", "err", err)
 		}
-	}
+	})
 }
 
 // printBacklog writes the n keys with the largest backlog over every
@@ -80,13 +74,7 @@ func printBacklog(ctx context.Context, w io.Writer, rdb redis.UniversalClient, p
 		}
 		return iter.Err()
 	}
-	var err error
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, scan)
-	} else if c, ok := rdb.(*redis.Client); ok {
-		err = scan(ctx, c)
-	}
-	if err != nil {
+	if err := onEachServer(ctx, rdb, scan); err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
 	if len(sum) == 0 {

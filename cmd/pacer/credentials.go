@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/consumer"
 )
 
@@ -88,20 +89,11 @@ func newKeyedSender(ctx context.Context, channel, dir string, build buildFunc, d
 	if err := k.reload(ctx); err != nil {
 		return nil, &configError{"PACER_CREDENTIALS_DIR", err.Error()}
 	}
-	go func() {
-		t := time.NewTicker(credentialsPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := k.reload(ctx); err != nil {
-					k.log.Warn("credentials directory not readable; keeping the credentials loaded", "err", err)
-				}
-			}
+	go tick.Every(ctx, credentialsPoll, func(time.Time) {
+		if err := k.reload(ctx); err != nil {
+			k.log.Warn("credentials directory not readable; keeping the credentials loaded", "err", err)
 		}
-	}()
+	})
 	return k, nil
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -23,9 +22,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	if len(args) == 0 || args[0] != "replay" {
 		return &usageError{usage}
 	}
-	fs := flag.NewFlagSet("pacer dlq replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
+	fs, channel := commandFlags("pacer dlq replay", "channel", stderr)
 	topic := fs.String("topic", "", "main topic (default pacer.<channel>); the DLQ is <topic>.dlq")
 	reason := fs.String("reason", "", "replay only this pacer-reason: "+strings.Join(envelope.DLQReasons, ", ")+", or permanent:<provider code>; default all")
 	campaign := fs.String("campaign", "", "replay only envelopes of this campaign; default all")

@@ -299,6 +299,36 @@ func (e *e2e) deliveredNow() (n int) {
 	return n
 }
 
+// envInt returns the whole number in variable name, or def when it is
+// unset; a value that is not one fails t (a measurement's knob mistyped
+// would otherwise run with 0).
+func envInt(t testing.TB, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("%s=%q: not a whole number", name, v)
+	}
+	return n
+}
+
+// deliverySpan returns the first and the last arrival the fake accepted,
+// over every key.
+func (e *e2e) deliverySpan() (first, last time.Time) {
+	for _, s := range e.fake.Stats() {
+		if first.IsZero() || s.First.Before(first) {
+			first = s.First
+		}
+		if s.Last.After(last) {
+			last = s.Last
+		}
+	}
+	return first, last
+}
+
 // waitProgress waits until the fake accepted more than from messages and
 // returns how many; it fails the test after within. Fault injections call
 // it instead of sleeping, so the fault lands while messages flow.
@@ -565,6 +595,9 @@ func TestPublishRejectsBadLines(t *testing.T) {
 		`{"id":"ok-2","key":"107","to":"156"}`,
 		`{"id":"ok-3","key":"106","to":"157","expires_at":"tomorrow"}`,
 		`{"id":"huge","key":"1","to":"2","payload":{"x":"` + strings.Repeat("a", 1<<20+64<<10) + `"}}`,
+		`id=ok-4 key=106 to=158`,
+		"{\"id\":\"ok-5\"}\xff",
+		"caf\xe9",
 	}, "\n")
 	code, out, stderr := e.publish(lines, "--partitions", "2")
 	if code != 1 {
@@ -579,6 +612,9 @@ func TestPublishRejectsBadLines(t *testing.T) {
 		"line 9: envelope: expires_at:",
 		`(id "ok-3")`,
 		"line 10: line longer than 1114112 bytes: an envelope's payload may have at most 1048576 bytes (1 MiB)",
+		`line 11: envelope: not JSON: an envelope is one JSON object per line, {"id":…,"key":…,"to":…}`,
+		"line 12: envelope: invalid JSON at byte 13",
+		"line 13: envelope: not JSON: invalid UTF-8 at byte 3; the file must be UTF-8 text",
 	} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
@@ -587,8 +623,8 @@ func TestPublishRejectsBadLines(t *testing.T) {
 	if strings.Contains(stderr, "bad-json") {
 		t.Errorf("line 2 is not JSON, yet its report names an id:\n%s", stderr)
 	}
-	if !strings.Contains(out, "published 2, rejected 7") {
-		t.Errorf("summary = %q, want published 2, rejected 7", out)
+	if !strings.Contains(out, "published 2, rejected 10") {
+		t.Errorf("summary = %q, want published 2, rejected 10", out)
 	}
 	got := consumeAll(t, e.brokers, e.topic, 2)
 	if len(got) != 2 || !strings.Contains(string(got[0].Value)+string(got[1].Value), `"ok-2"`) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -61,8 +62,7 @@ func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	ch, err := channelNamed(name)
 	if err != nil {
-		fmt.Fprintf(stderr, fakeUsage, channelList())
-		return &usageError{"fake-provider: " + err.Error()}
+		return &usageError{"fake-provider: " + err.Error() + `; "pacer fake-provider -h" lists the flags`}
 	}
 	fs := flag.NewFlagSet("pacer fake-provider", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -81,6 +81,15 @@ func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	if err := checkFakeLimits(fs); err != nil {
 		return err
+	}
+	// A given --dir must exist: a mistyped path would be created and left
+	// holding credential files after the fake stops.
+	if *dir != "" {
+		if st, err := os.Stat(*dir); errors.Is(err, os.ErrNotExist) {
+			return &usageError{fmt.Sprintf("fake-provider: --dir %s: does not exist; create it, or leave --dir out for a temporary one removed on exit", *dir)}
+		} else if err == nil && !st.IsDir() {
+			return &usageError{fmt.Sprintf("fake-provider: --dir %s: is not a directory", *dir)}
+		}
 	}
 	fake, err := build()
 	if err != nil {
@@ -102,9 +111,6 @@ func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Write
 			return err
 		}
 		defer os.RemoveAll(*dir)
-	} else if err := os.MkdirAll(*dir, 0o700); err != nil {
-		ln.Close()
-		return err
 	}
 	base := "http://" + dialable(ln.Addr().(*net.TCPAddr))
 	settings, err := fake.settings(base, *dir)
@@ -134,7 +140,7 @@ func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Write
 func fakeCommonFlags(fs *flag.FlagSet) (addr, dir *string) {
 	fs.String("channel", "", "the channel whose provider to fake: "+channelList())
 	addr = fs.String("addr", "127.0.0.1:0", "listen address")
-	dir = fs.String("dir", "", "directory for the credential files whose paths the fake prints (default: a new temporary one, removed on exit)")
+	dir = fs.String("dir", "", "existing directory for the credential files whose paths the fake prints, which stay there (default: a new temporary one, removed on exit)")
 	return addr, dir
 }
 

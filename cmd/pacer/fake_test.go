@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -165,5 +166,37 @@ func TestFakeProviderRefuses(t *testing.T) {
 		if code != 2 || !strings.Contains(errb.String(), "pacer: fake-provider: "+c.want) || strings.Contains(out.String(), "listening") {
 			t.Errorf("fake-provider %q: exit %d, stdout %q, stderr %q; want exit 2 naming %q", c.args, code, out.String(), errb.String(), c.want)
 		}
+	}
+}
+
+// TestFakeProviderDirMustExist: a --dir that does not exist, or is not a
+// directory, is refused with exit status 2 naming it, before anything
+// listens, and nothing is created: a mistyped path used to be created and
+// left holding a credential file (FCM's service account, APNs's signing
+// key) after the fake stopped.
+func TestFakeProviderDirMustExist(t *testing.T) {
+	parent := t.TempDir()
+	file := filepath.Join(parent, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dir, want string
+	}{
+		{filepath.Join(parent, "none"), "does not exist"},
+		{filepath.Join(parent, "none", "deeper"), "does not exist"},
+		{file, "is not a directory"},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		var out, errb bytes.Buffer
+		code := run(ctx, []string{"fake-provider", "--channel", "fcm", "--dir", c.dir}, strings.NewReader(""), &out, &errb, lookupMap(nil))
+		cancel()
+		want := "pacer: fake-provider: --dir " + c.dir + ": " + c.want
+		if code != 2 || !strings.HasPrefix(errb.String(), want) || strings.Contains(out.String(), "listening") {
+			t.Errorf("--dir %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.dir, code, out.String(), errb.String(), want)
+		}
+	}
+	if entries, err := os.ReadDir(parent); err != nil || len(entries) != 1 {
+		t.Errorf("after the refusals %s holds %v (err %v), want only the file", parent, entries, err)
 	}
 }

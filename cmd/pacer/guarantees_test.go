@@ -13,7 +13,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -102,23 +101,7 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	// Wait until every record is finished: the group has no lag left (on
 	// the main and retry topics) and every id is delivered or dead-lettered.
-	adm := kadm.NewClient(newKafkaClient(t, e.brokers))
-	deadline := time.Now().Add(4 * time.Minute)
-	var delivered map[string]bool
-	var reasons map[string]string
-	for {
-		delivered = e.deliveredIDs()
-		reasons = e.dlqReasons(0)
-		lags, err := adm.Lag(context.Background(), "pacer-"+e.prefix)
-		lag := int64(-1)
-		if err == nil {
-			lag = lags["pacer-"+e.prefix].Lag.Total()
-		}
-		if (lag == 0 && len(union(delivered, reasons)) >= total) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Second)
-	}
+	delivered, reasons := e.waitFinished(kadm.NewClient(newKafkaClient(t, e.brokers)), total, 4*time.Minute)
 	for _, p := range procs {
 		p.stop(t)
 	}
@@ -230,6 +213,55 @@ func union(a map[string]bool, b map[string]string) map[string]bool {
 	return out
 }
 
+// waitFinished waits, up to within, until every record is finished: the
+// group has no lag left (on the main and retry topics) and total ids are
+// delivered or dead-lettered. It returns the delivered ids and the DLQ
+// reasons by id as they stand then, and logs the partitions still lagging
+// when it gave up.
+func (e *e2e) waitFinished(adm *kadm.Client, total int, within time.Duration) (delivered map[string]bool, reasons map[string]string) {
+	e.t.Helper()
+	group := "pacer-" + e.prefix
+	deadline := time.Now().Add(within)
+	for {
+		delivered = e.deliveredIDs()
+		reasons = e.dlqReasons(0)
+		lags, err := adm.Lag(context.Background(), group)
+		lag := int64(-1)
+		if err == nil {
+			lag = lags[group].Lag.Total()
+		}
+		if lag == 0 && len(union(delivered, reasons)) >= total {
+			return delivered, reasons
+		}
+		if time.Now().After(deadline) {
+			if lag != 0 && err == nil {
+				for _, l := range lags[group].Lag.Sorted() {
+					if l.Lag != 0 {
+						e.t.Logf("left: %s[%d] lag %d (commit %d, end %d, err %v)", l.Topic, l.Partition, l.Lag, l.Commit.At, l.End.Offset, l.Err)
+					}
+				}
+			}
+			return delivered, reasons
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// checkOnce asserts that the fake accepted each of keys per times with no
+// duplicate, logs each key's figures and returns them.
+func (e *e2e) checkOnce(keys []string, per int) map[string]whatsapptest.KeyStats {
+	e.t.Helper()
+	stats := e.fake.Stats()
+	for _, k := range keys {
+		s := stats[k]
+		e.t.Logf("number %s: delivered %d, duplicates %d, throttled %d, max in 1s %d", k, s.Delivered, s.Duplicates, s.Throttled, s.Max1s)
+		if s.Delivered != per || s.Duplicates != 0 {
+			e.t.Errorf("number %s: delivered %d (duplicates %d), want %d once", k, s.Delivered, s.Duplicates, per)
+		}
+	}
+	return stats
+}
+
 // privateRedis starts a redis-server the test may kill and restart.
 func privateRedis(t *testing.T) (addr string, restart func()) {
 	t.Helper()
@@ -307,15 +339,10 @@ func TestRedisRestart(t *testing.T) {
 	if dlq := e.dlqReasons(0); len(dlq) != 0 {
 		t.Errorf("DLQ after the restart = %v, want empty", dlq)
 	}
-	stats := e.fake.Stats()
+	stats := e.checkOnce(keys, per)
 	for _, k := range keys {
-		s := stats[k]
-		t.Logf("number %s: delivered %d, duplicates %d, throttled %d, max in 1s %d", k, s.Delivered, s.Duplicates, s.Throttled, s.Max1s)
-		if s.Delivered != per || s.Duplicates != 0 {
-			t.Errorf("number %s: delivered %d (duplicates %d), want %d once", k, s.Delivered, s.Duplicates, per)
-		}
-		if limit := int(rate) + 2*burst + inflight; s.Max1s > limit {
-			t.Errorf("number %s: %d in one 1 s window, want <= rate + 2 bursts + in-flight = %d", k, s.Max1s, limit)
+		if limit := int(rate) + 2*burst + inflight; stats[k].Max1s > limit {
+			t.Errorf("number %s: %d in one 1 s window, want <= rate + 2 bursts + in-flight = %d", k, stats[k].Max1s, limit)
 		}
 	}
 }
@@ -325,23 +352,7 @@ func TestRedisRestart(t *testing.T) {
 func TestKafkaRestart(t *testing.T) {
 	measured(t)
 	const numbers, per, rate, burst = 3, 300, 50.0, 10
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := t.TempDir()
-	script := filepath.Join(root, "scripts", "kafka.sh")
-	kafka := func(verb string) string {
-		cmd := exec.Command("bash", script, verb)
-		cmd.Env = append(os.Environ(), "PACER_KAFKA_RUN="+run)
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("kafka.sh %s: %v\n%s", verb, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	brokers := kafka("start")
-	t.Cleanup(func() { kafka("stop") })
+	brokers, restart := testenv.PrivateKafka(t)
 	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: burst})
 	e.brokers = brokers
 	lines, keys := campaign(numbers, per, "5")
@@ -351,7 +362,7 @@ func TestKafkaRestart(t *testing.T) {
 	p := e.run("PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=10")
 	before := e.waitProgress(0, 2*time.Minute, p)
 	start := time.Now()
-	kafka("restart")
+	restart()
 	after := e.deliveredNow()
 	t.Logf("broker restarted in %.1fs, after %d deliveries (%d when it was back), of %d", time.Since(start).Seconds(), before, after, numbers*per)
 	if after >= numbers*per {
@@ -359,14 +370,7 @@ func TestKafkaRestart(t *testing.T) {
 	}
 	e.waitDelivered(numbers*per, 3*time.Minute, p)
 	p.stop(t)
-	stats := e.fake.Stats()
-	for _, k := range keys {
-		s := stats[k]
-		t.Logf("number %s: delivered %d, duplicates %d, throttled %d, max in 1s %d", k, s.Delivered, s.Duplicates, s.Throttled, s.Max1s)
-		if s.Delivered != per || s.Duplicates != 0 {
-			t.Errorf("number %s: delivered %d (duplicates %d), want %d once", k, s.Delivered, s.Duplicates, per)
-		}
-	}
+	e.checkOnce(keys, per)
 }
 
 // TestPoisonAmongGood: one poison record among 1,000 good ones.

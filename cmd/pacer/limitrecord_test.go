@@ -15,10 +15,20 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func limitTestPrefix(t *testing.T) string {
+// limitTest returns a fresh Redis prefix, a client of the test
+// redis-server's database and the whatsapp channel's limit record under
+// that prefix, which it deletes when the test ends.
+func limitTest(t *testing.T) (prefix string, rdb *redis.Client, key string) {
 	var b [4]byte
 	crand.Read(b[:])
-	return "pacer-limitrec-" + hex.EncodeToString(b[:])
+	prefix = "pacer-limitrec-" + hex.EncodeToString(b[:])
+	rdb = redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
+	key = limitKey(prefix, "whatsapp")
+	t.Cleanup(func() {
+		rdb.Del(context.Background(), key)
+		rdb.Close()
+	})
+	return prefix, rdb, key
 }
 
 // TestFailedStartRecordsNoLimit: a `pacer run` that fails its Kafka
@@ -27,10 +37,7 @@ func limitTestPrefix(t *testing.T) string {
 // 7/s before its checks, with no expiry, and status showed 7/s "from the
 // running pacers" when none ran).
 func TestFailedStartRecordsNoLimit(t *testing.T) {
-	prefix := limitTestPrefix(t)
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
-	defer rdb.Close()
-	defer rdb.Del(context.Background(), limitKey(prefix, "whatsapp"))
+	prefix, rdb, key := limitTest(t)
 	env := map[string]string{"PACER_REDIS_URL": testenv.RedisURL(t), "PACER_REDIS_PREFIX": prefix,
 		"PACER_WHATSAPP_TOKEN": "t", "PACER_WHATSAPP_RATE": "7", "PACER_METRICS_ADDR": "127.0.0.1:0",
 		"PACER_KAFKA_BROKERS": "127.0.0.1:1", "PACER_KAFKA_STARTUP_TIMEOUT": "1ms"}
@@ -39,8 +46,8 @@ func TestFailedStartRecordsNoLimit(t *testing.T) {
 	if code := run(t.Context(), []string{"run", "--channel", "whatsapp"}, strings.NewReader(""), &out, &errb, lookup); code != 1 {
 		t.Fatalf("pacer run with Kafka down: exit %d, want 1\n%s", code, errb.String())
 	}
-	if n, err := rdb.Exists(t.Context(), limitKey(prefix, "whatsapp")).Result(); err != nil || n != 0 {
-		t.Errorf("after a run that never started: %s exists %d (err %v), want 0", limitKey(prefix, "whatsapp"), n, err)
+	if n, err := rdb.Exists(t.Context(), key).Result(); err != nil || n != 0 {
+		t.Errorf("after a run that never started: %s exists %d (err %v), want 0", key, n, err)
 	}
 	env["PACER_WHATSAPP_RATE"] = "10"
 	out.Reset()
@@ -57,11 +64,7 @@ func TestFailedStartRecordsNoLimit(t *testing.T) {
 // channel's limit with an expiry of at most limitTTL; after a clean stop
 // the record is left to expire (other replicas may still run).
 func TestRunRecordsLimitOnceStarted(t *testing.T) {
-	prefix := limitTestPrefix(t)
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
-	defer rdb.Close()
-	key := limitKey(prefix, "whatsapp")
-	defer rdb.Del(context.Background(), key)
+	prefix, rdb, key := limitTest(t)
 	env := map[string]string{"PACER_REDIS_URL": testenv.RedisURL(t), "PACER_REDIS_PREFIX": prefix,
 		"PACER_WHATSAPP_TOKEN": "t", "PACER_WHATSAPP_RATE": "7", "PACER_METRICS_ADDR": "127.0.0.1:0",
 		"PACER_KAFKA_BROKERS": testenv.KafkaBrokers(t)}
@@ -98,11 +101,7 @@ func TestRunRecordsLimitOnceStarted(t *testing.T) {
 // pacer keeps refreshing it, past several of its TTLs, and expires once it
 // stops.
 func TestKeepLimitRefreshesThenExpires(t *testing.T) {
-	prefix := limitTestPrefix(t)
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
-	defer rdb.Close()
-	key := limitKey(prefix, "whatsapp")
-	defer rdb.Del(context.Background(), key)
+	prefix, rdb, key := limitTest(t)
 	// A TTL 20 times the refresh interval: a refresh delayed by a loaded
 	// machine does not let the record lapse while keepLimit runs.
 	const ttl, every = 2 * time.Second, 100 * time.Millisecond

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,26 +15,21 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/pacer/control"
-	"github.com/redis/go-redis/v9"
 )
 
 // controlStore opens the run-time control store of cfg's Redis and checks
 // that it answers.
 func controlStore(ctx context.Context, cfg config) (*control.Store, func(), error) {
-	rdb, err := newRedis(cfg)
+	rdb, ping, err := pingRedis(ctx, cfg, 3*time.Second)
 	if err != nil {
 		return nil, nil, err
 	}
-	redis.SetLogger(quietRedis{})
-	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	err = rdb.Ping(pctx).Err()
-	cancel()
-	if err != nil {
+	if ping != nil {
 		rdb.Close()
-		if h := redisHint(cfg, err); h != "" {
-			return nil, nil, fmt.Errorf("cannot reach Redis: %s: %v", h, err)
+		if h := redisHint(cfg, ping); h != "" {
+			return nil, nil, fmt.Errorf("cannot reach Redis: %s: %v", h, ping)
 		}
-		return nil, nil, fmt.Errorf("cannot reach Redis (%s): %v", redisSetting(cfg), err)
+		return nil, nil, fmt.Errorf("cannot reach Redis (%s): %v", redisSetting(cfg), ping)
 	}
 	return control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)), func() { rdb.Close() }, nil
 }
@@ -59,9 +53,7 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 		return &usageError{limitUsage}
 	}
 	verb := args[0]
-	fs := flag.NewFlagSet("pacer limit "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
+	fs, channel := commandFlags("pacer limit "+verb, "channel", stderr)
 	key := fs.String("key", "", "pacing key (for WhatsApp the phone-number ID)")
 	// --rate and --burst exist for set only: get and unset refuse them as
 	// unknown flags and do not list them in -h.
@@ -220,9 +212,7 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 		return &usageError{campaignUsage}
 	}
 	verb := args[0]
-	fs := flag.NewFlagSet("pacer campaign "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
+	fs, channel := commandFlags("pacer campaign "+verb, "channel", stderr)
 	campaign := fs.String("campaign", "", "the envelopes' campaign (required; an envelope without one, or with \"\", has no campaign)")
 	// Each verb has only its own flags: another verb's is refused as unknown.
 	asJSON, force := new(bool), new(bool)
@@ -256,8 +246,7 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 			return fmt.Errorf("campaign %s: %w", verb, err)
 		}
 		if !known && !*force {
-			return &usageError{fmt.Sprintf("campaign %s: campaign %s of %s is not known (nothing published, sent or set for it); check the name, or add --force to set the state of a campaign not yet published",
-				verb, quoteText(*campaign), *channel)}
+			return unknownCampaign(verb, *campaign, *channel, ", or add --force to set the state of a campaign not yet published")
 		}
 		old, err := st.SetState(ctx, *channel, *campaign, want)
 		if err != nil {
@@ -287,7 +276,7 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 		}
 	}
 	if !known {
-		s.State = "unknown"
+		return unknownCampaign(verb, *campaign, *channel, "")
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -328,9 +317,16 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	return nil
 }
 
+// unknownCampaign is the usage error (exit status 2) of a campaign Redis
+// holds nothing of, most likely a typo: it names the campaign, the channel
+// and what to check, then hint.
+func unknownCampaign(verb, campaign, channel, hint string) error {
+	return &usageError{fmt.Sprintf("campaign %s: campaign %s of %s is not known (nothing published, sent or set for it); check the name%s",
+		verb, quoteText(campaign), channel, hint)}
+}
+
 // campaignJSON is `campaign status --json`: [control.Status] with what is
-// not known as null instead of -1, and state "unknown" for a campaign
-// Redis holds nothing of.
+// not known as null instead of -1.
 type campaignJSON struct {
 	control.Status
 	Published  *int64   `json:"published"`   // null: not counted (records not written by pacer publish or ingest)

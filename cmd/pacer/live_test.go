@@ -601,10 +601,7 @@ func TestLiveBench(t *testing.T) {
 	if os.Getenv("PACER_BENCH_LIVE") == "" {
 		t.Skip("measurement: run with PACER_BENCH_LIVE=1 (make bench-live)")
 	}
-	n := 2
-	if v := os.Getenv("PACER_BENCH_REPLICAS"); v != "" {
-		n, _ = strconv.Atoi(v)
-	}
+	n := envInt(t, "PACER_BENCH_REPLICAS", 2)
 	t.Logf("load before: %s", loadavg())
 	t.Run("LimitRaise", func(t *testing.T) { runLimitRaise(t, 3000, 5*time.Second, n) })
 	t.Run("Pause", func(t *testing.T) { runPause(t, 20, 400, 5*time.Second, 10*time.Second, n) })

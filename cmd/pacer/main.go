@@ -22,10 +22,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 )
 
 const usage = `usage: pacer <command> [flags]
@@ -133,6 +135,15 @@ func verbHelp(args []string, stdout io.Writer, cmd, usage string, verbs [][2]str
 // errHelp is -h on a subcommand: its usage was printed; exit status 0.
 var errHelp = errors.New("help requested")
 
+// commandFlags returns the flag set of command name ("pacer status"), its
+// usage and errors written to stderr, with the command's required
+// --channel flag, whose -h line starts with what.
+func commandFlags(name, what string, stderr io.Writer) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs, fs.String("channel", "", what+": "+channelList()+" (required)")
+}
+
 // parseFlags parses args into fs, flags before and after positional
 // arguments alike (pacer publish f.jsonl --channel whatsapp), and refuses
 // positional arguments unless fs is publish's (which takes FILE). "--" ends
@@ -142,11 +153,11 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	var pos []string
 	for {
 		if err := parseQuiet(fs, args); err != nil {
-			fs.Usage()
 			if errors.Is(err, flag.ErrHelp) {
+				fs.Usage()
 				return errHelp
 			}
-			return &usageError{err.Error()}
+			return flagError(fs, args, err)
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -179,6 +190,56 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return &usageError{err.Error()}
 	}
 	return nil
+}
+
+// flagErrorRE matches the flag package's errors: an undefined flag, a
+// flag without its value, and a value Set refused (bool flags say so).
+var flagErrorRE = regexp.MustCompile(`^(?:flag provided but not defined: -(.+)|flag needs an argument: -(.+)|invalid (?:boolean )?value "(.*)" for (?:flag )?-([^:]+): (.*))$`)
+
+// flagError is a parse error of fs in pacer's words, on one line: the
+// flag as args spelled it (- or --), what is wrong with it, and the
+// command whose -h lists the flags. The usage is not printed: a command's
+// flags can run to 60 lines, above the error that matters.
+func flagError(fs *flag.FlagSet, args []string, err error) error {
+	cmd := strings.TrimPrefix(fs.Name(), "pacer ")
+	hint := fmt.Sprintf("; %q lists the flags", fs.Name()+" -h")
+	m := flagErrorRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return &usageError{cmd + ": " + err.Error() + hint}
+	}
+	spelled := func(name string) string {
+		for _, a := range args {
+			if a == "-"+name || strings.HasPrefix(a, "-"+name+"=") {
+				return "-" + name
+			}
+		}
+		return "--" + name
+	}
+	switch {
+	case m[1] != "":
+		return &usageError{cmd + ": unknown flag " + spelled(m[1]) + hint}
+	case m[2] != "":
+		return &usageError{cmd + ": " + spelled(m[2]) + " needs a value" + hint}
+	}
+	why := m[5]
+	if f := fs.Lookup(m[4]); f != nil && (why == "parse error" || why == "value out of range") {
+		if g, ok := f.Value.(flag.Getter); ok {
+			switch g.Get().(type) {
+			case float64:
+				why = "not a number"
+			case int, int64, uint, uint64:
+				why = "not a whole number"
+			case time.Duration:
+				why = "not a duration (such as 10s or 1m)"
+			case bool:
+				why = "not true or false"
+			}
+			if m[5] == "value out of range" {
+				why = "out of range"
+			}
+		}
+	}
+	return &usageError{fmt.Sprintf("%s: %s %q: %s%s", cmd, spelled(m[4]), m[3], why, hint)}
 }
 
 // parseQuiet is fs.Parse(args) without the flag package's own output: on

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,13 +18,11 @@ import (
 )
 
 func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
-	fs := flag.NewFlagSet("pacer publish", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs, channel := commandFlags("pacer publish", "channel of the campaign", stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: pacer publish --channel C [--topic T] [--partitions N] FILE.jsonl|-")
 		fs.PrintDefaults()
 	}
-	channel := fs.String("channel", "", "channel of the campaign: "+channelList()+" (required)")
 	topic := fs.String("topic", "", "topic to publish to (default pacer.<channel>)")
 	partitions := fs.Int("partitions", 12, "partitions of the topic if publish has to create it")
 	if err := parseFlags(fs, args); err != nil {
@@ -127,20 +124,16 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 // published all the same and their counts stay unknown (`campaign status`
 // shows `published unknown`).
 func checkCountsRedis(ctx context.Context, cfg config, stderr io.Writer) error {
-	rdb, err := newRedis(cfg)
+	rdb, ping, err := pingRedis(ctx, cfg, 2*time.Second)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	redis.SetLogger(quietRedis{})
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	err = rdb.Ping(pctx).Err()
-	if r := redisRefusal(err); r != "" {
-		return fmt.Errorf("redis: %s: %w; nothing published (the campaigns' counts are kept in Redis)", r, err)
+	rdb.Close()
+	if r := redisRefusal(ping); r != "" {
+		return fmt.Errorf("redis: %s: %w; nothing published (the campaigns' counts are kept in Redis)", r, ping)
 	}
-	if err != nil && ctx.Err() == nil {
-		fmt.Fprintf(stderr, "pacer: Redis not reachable (%s): %v; publishing anyway, the campaigns' published counts will be unknown\n", redisSetting(cfg), err)
+	if ping != nil && ctx.Err() == nil {
+		fmt.Fprintf(stderr, "pacer: Redis not reachable (%s): %v; publishing anyway, the campaigns' published counts will be unknown\n", redisSetting(cfg), ping)
 	}
 	return nil
 }

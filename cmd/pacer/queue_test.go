@@ -560,40 +560,10 @@ func benchKill(t *testing.T) {
 	<-procs[0].done
 	inflight = max(inflight, e.fake.InFlight())
 	adm := kadm.NewClient(newKafkaClient(t, e.brokers))
-	deadline := time.Now().Add(4 * time.Minute)
-	var delivered map[string]bool
-	var reasons map[string]string
-	for {
-		delivered = e.deliveredIDs()
-		reasons = e.dlqReasons(0)
-		lags, err := adm.Lag(context.Background(), "pacer-"+e.prefix)
-		lag := int64(-1)
-		if err == nil {
-			lag = lags["pacer-"+e.prefix].Lag.Total()
-		}
-		if (lag == 0 && len(union(delivered, reasons)) >= total) || time.Now().After(deadline) {
-			if lag != 0 && err == nil {
-				for _, l := range lags["pacer-"+e.prefix].Lag.Sorted() {
-					if l.Lag != 0 {
-						t.Logf("left: %s[%d] lag %d (commit %d, end %d, err %v)", l.Topic, l.Partition, l.Lag, l.Commit.At, l.End.Offset, l.Err)
-					}
-				}
-			}
-			break
-		}
-		time.Sleep(time.Second)
-	}
+	delivered, reasons := e.waitFinished(adm, total, 4*time.Minute)
 	// How long the last delivery took, and how many copies the retry
 	// tiers received (parks, their hops and requeues).
-	var first, last time.Time
-	for _, s := range e.fake.Stats() {
-		if first.IsZero() || s.First.Before(first) {
-			first = s.First
-		}
-		if s.Last.After(last) {
-			last = s.Last
-		}
-	}
+	first, last := e.deliverySpan()
 	copies := int64(0)
 	if ends, err := adm.ListEndOffsets(context.Background(), e.topic+".retry.1", e.topic+".retry.2", e.topic+".retry.3"); err == nil {
 		ends.Each(func(o kadm.ListedOffset) { copies += o.Offset })

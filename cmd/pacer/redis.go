@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -60,6 +61,34 @@ func newRedis(cfg config) (redis.UniversalClient, error) {
 		o.TLSConfig = tc
 	}
 	return redis.NewClient(o), nil
+}
+
+// pingRedis connects to cfg's Redis, silences go-redis's own log lines
+// (dial retries, which would interleave with a command's output) and sends
+// a PING, waiting at most within. It returns the client (the caller closes
+// it) and the PING's outcome, ping; err is a setting newRedis refused, and
+// then there is no client.
+func pingRedis(ctx context.Context, cfg config, within time.Duration) (rdb redis.UniversalClient, ping, err error) {
+	if rdb, err = newRedis(cfg); err != nil {
+		return nil, nil, err
+	}
+	redis.SetLogger(quietRedis{})
+	pctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	return rdb, rdb.Ping(pctx).Err(), nil
+}
+
+// onEachServer runs scan on the single server of rdb, or on every master
+// of a cluster (concurrently: scan must be safe for that), and returns the
+// first error. A client of any other type scans nothing.
+func onEachServer(ctx context.Context, rdb redis.UniversalClient, scan func(context.Context, *redis.Client) error) error {
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		return scan(ctx, c)
+	}
+	return nil
 }
 
 func splitList(s string) []string {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/redis/go-redis/v9"
 )
@@ -41,20 +41,13 @@ const (
 // nothing.
 func keepLimit(ctx context.Context, rdb redis.UniversalClient, prefix, channel string, lim bucket.Limit, log *slog.Logger, every, ttl time.Duration) {
 	publishLimit(ctx, rdb, prefix, channel, lim, ttl, log)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, every, func(time.Time) {
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		if err := writeLimit(wctx, rdb, prefix, channel, lim, ttl); err != nil && ctx.Err() == nil {
 			log.Debug("could not refresh the channel limit for pacer status", "err", err)
 		}
-		cancel()
-	}
+	})
 }
 
 // publishLimit records the channel's configured limit in Redis, expiring
@@ -109,9 +102,7 @@ func publishedLimit(ctx context.Context, rdb redis.UniversalClient, prefix, chan
 const maxStatusKeys = 1000
 
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
-	fs := flag.NewFlagSet("pacer status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	channel := fs.String("channel", "", "channel: "+channelList()+" (required)")
+	fs, channel := commandFlags("pacer status", "channel", stderr)
 	key := fs.String("key", "", "one pacing key; default: every key with state in Redis (cooldown, adapted rate, breaker, bucket)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -124,25 +115,20 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
-	rdb, err := newRedis(cfg)
+	// Answer plainly when Redis cannot be read, before printing anything.
+	rdb, ping, err := pingRedis(ctx, cfg, 3*time.Second)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-	// Answer plainly when Redis cannot be read, before printing anything
-	// (and without go-redis's own log lines about dialling).
-	redis.SetLogger(quietRedis{})
-	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	err = rdb.Ping(pctx).Err()
-	cancel()
-	if err != nil {
-		if r := redisRefusal(err); r != "" {
-			return fmt.Errorf("status: redis: %s: %v", r, err)
+	if ping != nil {
+		if r := redisRefusal(ping); r != "" {
+			return fmt.Errorf("status: redis: %s: %v", r, ping)
 		}
-		if h := redisHint(cfg, err); h != "" {
-			return fmt.Errorf("status: cannot read Redis: %s: %v", h, err)
+		if h := redisHint(cfg, ping); h != "" {
+			return fmt.Errorf("status: cannot read Redis: %s: %v", h, ping)
 		}
-		return fmt.Errorf("status: cannot read Redis (%s): %v", redisSetting(cfg), err)
+		return fmt.Errorf("status: cannot read Redis (%s): %v", redisSetting(cfg), ping)
 	}
 	ad := adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix})
 	names := ad.Keys()
@@ -275,13 +261,7 @@ func scanKeys(ctx context.Context, rdb redis.UniversalClient, prefix, channel st
 		}
 		return iter.Err()
 	}
-	var err error
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, scan)
-	} else if c, ok := rdb.(*redis.Client); ok {
-		err = scan(ctx, c)
-	}
-	if err != nil {
+	if err := onEachServer(ctx, rdb, scan); err != nil {
 		return nil, err
 	}
 	out := make([]string, 0, len(seen))

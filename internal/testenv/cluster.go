@@ -1,20 +1,17 @@
 package testenv
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+	"unicode"
 )
 
 // EnvRedisCluster names the comma-separated addresses of a Redis Cluster
@@ -48,42 +45,23 @@ func ClusterAddrs(t testing.TB) []string {
 	return clusterAddrs
 }
 
+// splitAddrs returns the addresses of a comma- (or space-) separated list.
 func splitAddrs(s string) []string {
-	var out []string
-	for _, a := range strings.Split(s, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
 }
 
 func startCluster() ([]string, error) {
-	root, err := RepoRoot()
+	out, err := runScript("redis-cluster.sh", "start", 2*time.Minute)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s is not set: %w", EnvRedisCluster, err)
 	}
-	script := filepath.Join(root, "scripts", "redis-cluster.sh")
-	if _, err := os.Stat(script); err != nil {
-		return nil, fmt.Errorf("%s is not set and %s is missing", EnvRedisCluster, script)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", script, "start")
-	cmd.Dir = root
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("scripts/redis-cluster.sh start: %v\n%s%s", err, tail(stdout.String(), 10), tail(stderr.String(), 40))
-	}
-	addrs := splitAddrs(lastLine(stdout.String()))
+	addrs := splitAddrs(lastLine(out))
 	if len(addrs) == 0 {
-		return nil, fmt.Errorf("scripts/redis-cluster.sh start printed %q, not addresses", stdout.String())
+		return nil, fmt.Errorf("scripts/redis-cluster.sh start printed %q, not addresses", out)
 	}
 	for _, a := range addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			return nil, fmt.Errorf("scripts/redis-cluster.sh start printed %q, not host:port,...", lastLine(stdout.String()))
+			return nil, fmt.Errorf("scripts/redis-cluster.sh start printed %q, not host:port,...", lastLine(out))
 		}
 	}
 	return addrs, nil
@@ -123,59 +101,17 @@ func startServer(t testing.TB, bin, dir, name string, args func(port int) []stri
 	t.Helper()
 	var lastErr error
 	for range 5 {
-		lastErr = nil
 		port, err := freePort()
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := SyncBuffer{max: 1 << 20}
-		cmd := exec.Command(bin, args(port)...)
-		cmd.Dir = dir
-		cmd.Stdout, cmd.Stderr = &out, &out
-		setPdeathsig(cmd)
-		started, done := make(chan error, 1), make(chan struct{})
-		go func() { // Pdeathsig follows the thread that forked: keep it alive
-			runtime.LockOSThread()
-			err := cmd.Start()
-			started <- err
-			if err == nil {
-				_ = cmd.Wait()
-			}
-			close(done)
-		}()
-		if err := <-started; err != nil {
-			t.Fatalf("testenv: start %s: %v", name, err)
-		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		up := false
-		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			select {
-			case <-done:
-				lastErr = fmt.Errorf("%s exited early on port %d:\n%s", name, port, tail(out.String(), 20))
-			default:
-			}
-			if lastErr != nil || redisPing(addr, 500*time.Millisecond) == nil {
-				up = lastErr == nil
-				break
-			}
-		}
-		if !up {
-			_ = cmd.Process.Kill()
-			<-done
-			if lastErr == nil {
-				lastErr = fmt.Errorf("%s on %s did not answer PING within 15s:\n%s", name, addr, tail(out.String(), 20))
-			}
+		c, err := startChild(name, bin, dir, addr, args(port)...)
+		if err != nil {
+			lastErr = err
 			continue
 		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-			}
-		})
+		t.Cleanup(c.stop)
 		return addr
 	}
 	t.Fatalf("testenv: %v", lastErr)

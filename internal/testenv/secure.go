@@ -1,12 +1,8 @@
 package testenv
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -90,19 +86,11 @@ func secureVars(t testing.TB, key, script string, start func()) func(string) str
 	vars := map[string]string{}
 	if os.Getenv(key) == "" && script != "" && os.Getenv(EnvKafkaBrokers) == "" {
 		start()
-		root, err := RepoRoot()
+		out, err := runScript(script, "env", 30*time.Second)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("testenv: %v", err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		var out, errb bytes.Buffer
-		cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", script), "env")
-		cmd.Dir, cmd.Stdout, cmd.Stderr = root, &out, &errb
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("testenv: scripts/%s env: %v\n%s", script, err, errb.String())
-		}
-		for _, line := range strings.Split(out.String(), "\n") {
+		for _, line := range strings.Split(out, "\n") {
 			if k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "="); ok {
 				vars[k] = v
 			}

@@ -57,9 +57,8 @@ var (
 	redisOnce sync.Once
 	redisAddr string
 	redisErr  error
-	redisCmd  *exec.Cmd
+	redisSrv  *child
 	redisDir  string
-	redisDone chan struct{} // closed when redisCmd has exited
 )
 
 // RedisAddr returns "host:port" of a real redis-server.
@@ -113,8 +112,8 @@ func startRedis() (string, error) {
 }
 
 func tryRedis(bin, dir string, port int) (string, error) {
-	out := SyncBuffer{max: 1 << 20} // keep memory bounded; only the tail matters
-	cmd := exec.Command(bin,
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	c, err := startChild("redis-server", bin, dir, addr,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -123,15 +122,34 @@ func tryRedis(bin, dir string, port int) (string, error) {
 		"--daemonize", "no",
 		"--protected-mode", "yes",
 	)
+	if err != nil {
+		return "", err
+	}
+	redisSrv = c
+	return addr, nil
+}
+
+// child is a server process of the tests' own (redis-server, a sentinel).
+type child struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// startChild runs bin with args in dir and waits, at most 15 s, until the
+// server answers PING at addr. The child dies with this process
+// (Pdeathsig). On failure it is killed, and the error (named name) carries
+// the tail of its output.
+func startChild(name, bin, dir, addr string, args ...string) (*child, error) {
+	out := SyncBuffer{max: 1 << 20} // keep memory bounded; only the tail matters
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
-	cmd.Stdout = &out
-	cmd.Stderr = &out
+	cmd.Stdout, cmd.Stderr = &out, &out
 	setPdeathsig(cmd)
 	// Pdeathsig fires when the thread that forked the child exits, not the
 	// process: start and wait on a locked thread that lives exactly as long
 	// as the child.
 	started := make(chan error, 1)
-	done := make(chan struct{})
+	c := &child{cmd: cmd, done: make(chan struct{})}
 	go func() {
 		runtime.LockOSThread()
 		err := cmd.Start()
@@ -139,29 +157,37 @@ func tryRedis(bin, dir string, port int) (string, error) {
 		if err == nil {
 			_ = cmd.Wait()
 		}
-		close(done)
+		close(c.done)
 	}()
 	if err := <-started; err != nil {
-		return "", fmt.Errorf("start redis-server: %w", err)
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case <-done:
-			return "", fmt.Errorf("redis-server exited early on port %d:\n%s", port, tail(out.String(), 20))
+		case <-c.done:
+			return nil, fmt.Errorf("%s exited early at %s:\n%s", name, addr, tail(out.String(), 20))
 		default:
 		}
 		if redisPing(addr, 500*time.Millisecond) == nil {
-			redisCmd, redisDone = cmd, done
-			return addr, nil
+			return c, nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	_ = cmd.Process.Kill()
-	<-done
-	return "", fmt.Errorf("redis-server on %s did not answer PING within 15s:\n%s", addr, tail(out.String(), 20))
+	<-c.done
+	return nil, fmt.Errorf("%s on %s did not answer PING within 15s:\n%s", name, addr, tail(out.String(), 20))
+}
+
+// stop ends the child: SIGTERM, then SIGKILL after 5 s.
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(5 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
 }
 
 // redisPing sends PING in RESP and expects +PONG.
@@ -186,15 +212,9 @@ func redisPing(addr string, timeout time.Duration) error {
 }
 
 func stopRedis() {
-	if redisCmd != nil && redisCmd.Process != nil {
-		_ = redisCmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-redisDone:
-		case <-time.After(5 * time.Second):
-			_ = redisCmd.Process.Kill()
-			<-redisDone
-		}
-		redisCmd = nil
+	if redisSrv != nil {
+		redisSrv.stop()
+		redisSrv = nil
 	}
 	if redisDir != "" {
 		_ = os.RemoveAll(redisDir)
@@ -242,32 +262,62 @@ func startKafka(t testing.TB) (string, error) {
 			return addr, nil
 		}
 	}
-	root, err := RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	script := filepath.Join(root, "scripts", "kafka.sh")
-	if _, err := os.Stat(script); err != nil {
-		return "", fmt.Errorf("%s is not set and %s is missing", EnvKafkaBrokers, script)
-	}
 	t.Logf("testenv: %s is not set; starting a broker with scripts/kafka.sh start (first run downloads jars)", EnvKafkaBrokers)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", script, "start")
-	cmd.Dir = root
-	cmd.Stdin = nil
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("scripts/kafka.sh start: %v\n%s%s", err, tail(stdout.String(), 10), tail(stderr.String(), 40))
+	out, err := runScript("kafka.sh", "start", 8*time.Minute)
+	if err != nil {
+		return "", fmt.Errorf("%s is not set: %w", EnvKafkaBrokers, err)
 	}
-	addr := lastLine(stdout.String())
+	addr := lastLine(out)
 	if _, _, err := net.SplitHostPort(strings.Split(addr, ",")[0]); err != nil {
 		return "", fmt.Errorf("scripts/kafka.sh start printed %q, not host:port", addr)
 	}
 	kafkaNote = "testenv: the Kafka broker at " + addr + " stays up for later runs; stop it with scripts/kafka.sh stop"
 	return addr, nil
+}
+
+// runScript runs `bash scripts/<script> <verb>` from the repository root,
+// with env ("NAME=value") added to this process's environment, for at most
+// timeout, and returns its standard output. An error names the script and
+// carries the tails of both outputs.
+func runScript(script, verb string, timeout time.Duration, env ...string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(root, "scripts", script)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("%s is missing", path)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "bash", path, verb)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = root, &stdout, &stderr
+	cmd.Env = append(os.Environ(), env...)
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("scripts/%s %s: %v\n%s%s", script, verb, err, tail(stdout.String(), 10), tail(stderr.String(), 40))
+	}
+	return stdout.String(), nil
+}
+
+// PrivateKafka starts a broker of the test's own with scripts/kafka.sh, in
+// a run directory under t.TempDir() (a restart of the shared broker would
+// break other tests), stops it when the test ends, and returns its
+// bootstrap address and a restart func (stop, then start on the same ports
+// and data). A failing script call fails the test with its output.
+func PrivateKafka(t testing.TB) (brokers string, restart func()) {
+	t.Helper()
+	run := "PACER_KAFKA_RUN=" + t.TempDir()
+	kafka := func(verb string) string {
+		out, err := runScript("kafka.sh", verb, 8*time.Minute, run)
+		if err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		return strings.TrimSpace(out)
+	}
+	brokers = kafka("start")
+	t.Cleanup(func() { kafka("stop") })
+	return brokers, func() { kafka("restart") }
 }
 
 // RepoRoot walks up from the working directory to the directory holding

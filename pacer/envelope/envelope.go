@@ -131,7 +131,7 @@ func Parse(b []byte) (Envelope, error) {
 		return Envelope{}, &Error{Problem: "starts with a UTF-8 byte order mark (BOM); save the file as UTF-8 without BOM"}
 	}
 	if len(b) == 0 || b[0] != '{' {
-		return Envelope{}, &Error{Problem: "not a JSON object"}
+		return Envelope{}, notObject(b)
 	}
 	if err := jsonv2.Unmarshal(b, &w, jsonv2.RejectUnknownMembers(true)); err != nil {
 		return Envelope{}, decodeError(err)
@@ -192,6 +192,35 @@ func Parse(b []byte) (Envelope, error) {
 		return Envelope{}, &Error{Field: "priority", Problem: fmt.Sprintf("%q is neither high nor normal", w.Priority)}
 	}
 	return env, nil
+}
+
+// notObject says what b, which does not start with "{", is instead: empty,
+// not UTF-8 (a UTF-16 file's byte order mark named), JSON of another
+// kind, or not JSON at all. It never quotes b, which may be a message.
+func notObject(b []byte) *Error {
+	switch {
+	case len(b) == 0:
+		return &Error{Problem: "not a JSON object: empty"}
+	case !utf8.Valid(b):
+		at := 0
+		for at < len(b) {
+			r, n := utf8.DecodeRune(b[at:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			at += n
+		}
+		hint := "; the file must be UTF-8 text"
+		if bytes.HasPrefix(b, []byte{0xff, 0xfe}) || bytes.HasPrefix(b, []byte{0xfe, 0xff}) {
+			hint = " (UTF-16? save the file as UTF-8)"
+		}
+		return &Error{Problem: fmt.Sprintf("not JSON: invalid UTF-8 at byte %d%s", at, hint)}
+	case jsontext.Value(b).IsValid():
+		kind := map[jsontext.Kind]string{'n': "null", 'f': "boolean", 't': "boolean", '"': "string",
+			'0': "number", '[': "array"}[jsontext.Value(b).Kind()]
+		return &Error{Problem: "not a JSON object: a JSON " + kind}
+	}
+	return &Error{Problem: `not JSON: an envelope is one JSON object per line, {"id":…,"key":…,"to":…}`}
 }
 
 // decodeError turns a JSON decoding error into an *Error naming the

@@ -27,8 +27,12 @@ func TestParseEnvelopeErrorsNameTheField(t *testing.T) {
 	for _, c := range []struct {
 		name, in, field, problem string
 	}{
-		{"not an object", `[1,2]`, "", "not a JSON object"},
-		{"empty", ``, "", "not a JSON object"},
+		{"not an object", `[1,2]`, "", "not a JSON object: a JSON array"},
+		{"empty", ``, "", "not a JSON object: empty"},
+		{"string", `"hello"`, "", "not a JSON object: a JSON string"},
+		{"plain text", `hello, world`, "", "not JSON: an envelope is one JSON object per line"},
+		{"invalid UTF-8", "caf\xe9 au lait", "", "not JSON: invalid UTF-8 at byte 3"},
+		{"UTF-16", "\xff\xfe{\x00\"\x00", "", "not JSON: invalid UTF-8 at byte 0 (UTF-16? save the file as UTF-8)"},
 		{"byte order mark", "\xef\xbb\xbf" + `{"id":"a","key":"k","to":"t"}`, "", "byte order mark"},
 		{"truncated", `{"id":"a",`, "", "invalid JSON"},
 		{"id missing", `{"key":"k","to":"t"}`, "id", "required"},

@@ -298,13 +298,13 @@ func TestRejectedLinesCounted(t *testing.T) {
 	}
 	a := e.do(acmeKey, "whatsapp", "application/x-ndjson", "[1]\n\"text\"")
 	p := isProblem(t, "two lines not objects", a, 400)
-	if got := fmt.Sprint(p["invalid-params"]); got != "[map[line:1 name:envelope reason:envelope: not a JSON object] map[line:2 name:envelope reason:envelope: not a JSON object]]" {
+	if got := fmt.Sprint(p["invalid-params"]); got != "[map[line:1 name:envelope reason:envelope: not a JSON object: a JSON array] map[line:2 name:envelope reason:envelope: not a JSON object: a JSON string]]" {
 		t.Errorf("invalid-params %s", got)
 	}
 	a = e.do(acmeKey, "whatsapp", "application/x-ndjson", env1("ok1")+"\n42")
 	var ans ingest.Answer
 	json.Unmarshal(a.body, &ans)
-	if want := []ingest.Rejected{{Line: 2, Field: "envelope", Error: "envelope: not a JSON object"}}; a.status != 202 || fmt.Sprint(ans.Rejected) != fmt.Sprint(want) {
+	if want := []ingest.Rejected{{Line: 2, Field: "envelope", Error: "envelope: not a JSON object: a JSON number"}}; a.status != 202 || fmt.Sprint(ans.Rejected) != fmt.Sprint(want) {
 		t.Errorf("batch with a number line: %d %s, want 202 rejecting line 2 as %+v", a.status, a.body, want)
 	}
 	if got := testutil.ToFloat64(e.srvMetric("pacer_ingest_messages_total", "rejected")); got != 11 {

@@ -3,16 +3,12 @@
 package ingest_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -23,32 +19,6 @@ import (
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/pacerhq/pacer/pacer/ingest"
 )
-
-// privateKafka starts a broker of its own with scripts/kafka.sh (a restart
-// of the shared one would break other tests) and returns its address and a
-// restart func (stop, then start on the same ports and data).
-func privateKafka(t *testing.T) (string, func()) {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := t.TempDir()
-	script := filepath.Join(root, "scripts", "kafka.sh")
-	kafka := func(verb string) string {
-		cmd := exec.Command("bash", script, verb)
-		cmd.Env = append(os.Environ(), "PACER_KAFKA_RUN="+run)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("kafka.sh %s: %v\n%s%s", verb, err, out, stderr.Bytes())
-		}
-		return strings.TrimSpace(string(out))
-	}
-	addr := kafka("start")
-	t.Cleanup(func() { kafka("stop") })
-	return addr, func() { kafka("restart") }
-}
 
 // outcome is what the load generator saw of one request.
 type outcome struct {
@@ -103,7 +73,7 @@ func post(c *http.Client, url string, ids []string) (outcome, error) {
 // broker wrote but whose acknowledgement was lost in the restart is on the
 // topic twice after the retry, and the figure says how often that happens.
 func TestLoadKafkaRestart(t *testing.T) {
-	brokers, restart := privateKafka(t)
+	brokers, restart := testenv.PrivateKafka(t)
 	r := newRigOn(t, brokers, 1e6, 1e6, 3*time.Second)
 	hs := httptest.NewServer(r.srv)
 	defer hs.Close()

@@ -303,25 +303,23 @@ func tail(s string, n int) string {
 // row returns the text of the table row of key in dom, cells joined by |.
 func row(t *testing.T, dom, key string) string {
 	t.Helper()
-	m := regexp.MustCompile(`<tr[^>]*data-key="` + regexp.QuoteMeta(key) + `"[^>]*>(.*?)</tr>`).FindStringSubmatch(dom)
-	if m == nil {
-		t.Fatalf("no row for key %s in the page:\n%s", key, tail(dom, 4000))
-	}
-	cells := regexp.MustCompile(`<td[^>]*>(.*?)</td>`).FindAllStringSubmatch(m[1], -1)
-	var out []string
-	for _, c := range cells {
-		out = append(out, strings.TrimSpace(regexp.MustCompile(`<[^>]+>`).ReplaceAllString(c[1], "")))
-	}
-	return strings.Join(out, "|")
+	return tableRow(t, dom, "key", key)
 }
 
 // campaignRow returns the text of the campaigns table's row of name in
 // dom, cells joined by |.
 func campaignRow(t *testing.T, dom, name string) string {
 	t.Helper()
-	m := regexp.MustCompile(`<tr[^>]*data-campaign="` + regexp.QuoteMeta(name) + `"[^>]*>(.*?)</tr>`).FindStringSubmatch(dom)
+	return tableRow(t, dom, "campaign", name)
+}
+
+// tableRow returns the text of the row <tr data-<attr>="value"> in dom,
+// cells joined by |, tags dropped; it fails t when there is none.
+func tableRow(t *testing.T, dom, attr, value string) string {
+	t.Helper()
+	m := regexp.MustCompile(`<tr[^>]*data-` + attr + `="` + regexp.QuoteMeta(value) + `"[^>]*>(.*?)</tr>`).FindStringSubmatch(dom)
 	if m == nil {
-		t.Fatalf("no row for campaign %s in the page:\n%s", name, tail(dom, 4000))
+		t.Fatalf("no row for %s %s in the page:\n%s", attr, value, tail(dom, 4000))
 	}
 	cells := regexp.MustCompile(`<td[^>]*>(.*?)</td>`).FindAllStringSubmatch(m[1], -1)
 	var out []string

@@ -31,6 +31,12 @@ func tiers(prefix string) []quota.Tier {
 	}
 }
 
+// bigTier is one tenant bucket (100/s, burst 100) under prefix, roomy
+// enough that the tests of id records never meet its limit.
+func bigTier(prefix string) []quota.Tier {
+	return []quota.Tier{{Name: "tenant", Key: bucket.NewKeys(prefix).Ingest("tenant", "acme"), Bucket: &bucket.Limit{PerSecond: 100, Burst: 100}}}
+}
+
 func ids(prefix string, names ...string) []string {
 	var out []string
 	for _, n := range names {
@@ -89,9 +95,8 @@ func TestRefusalTakesNothing(t *testing.T) {
 func TestFinish(t *testing.T) {
 	both(t, func(t *testing.T, q quota.Quota, p string) {
 		ctx := context.Background()
-		k := bucket.NewKeys(p)
-		big := []quota.Tier{{Name: "tenant", Key: k.Ingest("tenant", "acme"), Bucket: &bucket.Limit{PerSecond: 100, Burst: 100}}}
-		ik := k.Ingest("ikey", "acme:k1")
+		big := bigTier(p)
+		ik := bucket.NewKeys(p).Ingest("ikey", "acme:k1")
 		r, err := q.Take(ctx, quota.Request{Tiers: big, IDs: ids(p, "a", "b"), IdemKey: ik, ClaimTTL: time.Minute})
 		if err != nil || !r.Granted || r.Counted != 2 {
 			t.Fatalf("take: %+v %v", r, err)
@@ -185,8 +190,7 @@ func TestInvalid(t *testing.T) {
 func TestManyIDs(t *testing.T) {
 	both(t, func(t *testing.T, q quota.Quota, p string) {
 		ctx := context.Background()
-		k := bucket.NewKeys(p)
-		big := []quota.Tier{{Name: "tenant", Key: k.Ingest("tenant", "acme"), Bucket: &bucket.Limit{PerSecond: 100, Burst: 100}}}
+		big := bigTier(p)
 		var names []string
 		for i := range 1200 {
 			names = append(names, fmt.Sprint("m", i))

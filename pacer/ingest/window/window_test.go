@@ -2,8 +2,6 @@ package window_test
 
 import (
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,25 +87,12 @@ func TestAdmitRealServer(t *testing.T) {
 		t.Fatalf("Admit(1) = %+v, %v; want refused within 2 s", d, err)
 	}
 	hour := window.Window{Max: 50, Period: time.Hour}
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for range 20 {
-		wg.Go(func() {
-			for range 5 {
-				d, err := c.Admit(ctx, "tenant", "b", hour, 1)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Allowed {
-					admitted.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if n := admitted.Load(); n != 50 {
-		t.Fatalf("admitted %d of 100 concurrent events, want 50", n)
+	admitted := redistest.CountConcurrent(t, 20, 5, func() (bool, error) {
+		d, err := c.Admit(ctx, "tenant", "b", hour, 1)
+		return d.Allowed, err
+	})
+	if admitted != 50 {
+		t.Fatalf("admitted %d of 100 concurrent events, want 50", admitted)
 	}
 }
 
