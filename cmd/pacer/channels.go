@@ -136,7 +136,7 @@ var channelTable = []channel{
 			acctWindow := fs.Duration("account-window", time.Hour, "rolling window of --account-limit")
 			return func() (*fakeServer, error) {
 				f := whatsapptest.New(whatsapptest.Config{Rate: *rate, Burst: *burst, Token: *token,
-					PairRate: *pairRate, PairBurst: *pairBurst, AccountLimit: *acctLimit, AccountWindow: *acctWindow})
+					PairRate: *pairRate, PairBurst: *pairBurst, AccountLimit: *acctLimit, AccountWindow: *acctWindow, AnswerTime: fakeAnswerTime(fs)})
 				return &fakeServer{handler: f, settings: func(base, _ string) ([][2]string, error) {
 					tok := *token
 					if tok == "" { // any is accepted, and pacer run needs one
@@ -224,9 +224,9 @@ var channelTable = []channel{
 				stats: statsOf(f.Stats),
 			}, err
 		},
-		// The fake: apnstest, served over cleartext HTTP/2 (h2c), which the
-		// adapter speaks to an http:// base URL, with a signing key of its
-		// own written to dir.
+		// The fake: apnstest (served over cleartext HTTP/2 too, as every
+		// fake, which the adapter speaks to an http:// base URL), with a
+		// signing key of its own written to dir.
 		fake: func(fs *flag.FlagSet) func() (*fakeServer, error) {
 			rate := fs.Float64("device-rate", 0, "notifications per second allowed per device token, answered 429 TooManyRequests beyond (0 = unlimited: Apple publishes no number)")
 			burst := fs.Int("device-burst", 0, "device bucket capacity in notifications (0 = ceil(device-rate))")
@@ -242,8 +242,8 @@ var channelTable = []channel{
 				if err != nil {
 					return nil, err
 				}
-				f := apnstest.New(apnstest.Config{DeviceRate: *rate, DeviceBurst: *burst, PublicKey: pub, KeyID: *keyID, TeamID: *teamID})
-				return &fakeServer{handler: f.HTTP2Handler(), h2c: true, settings: func(base, dir string) ([][2]string, error) {
+				f := apnstest.New(apnstest.Config{DeviceRate: *rate, DeviceBurst: *burst, PublicKey: pub, KeyID: *keyID, TeamID: *teamID, AnswerTime: fakeAnswerTime(fs)})
+				return &fakeServer{handler: f.HTTP2Handler(), settings: func(base, dir string) ([][2]string, error) {
 					path, err := writeFakeFile(dir, "apns-key.p8", p8)
 					if err != nil {
 						return nil, err
@@ -312,7 +312,7 @@ var channelTable = []channel{
 			devRate := fs.Float64("device-rate", fcm.DeviceLimit.PerSecond, "messages per second allowed per registration token (0 = unlimited)")
 			devBurst := fs.Int("device-burst", fcm.DeviceLimit.Burst, "device bucket capacity in messages")
 			return func() (*fakeServer, error) {
-				f := fcmtest.New(fcmtest.Config{Rate: *rate, Burst: *burst, DeviceRate: *devRate, DeviceBurst: *devBurst})
+				f := fcmtest.New(fcmtest.Config{Rate: *rate, Burst: *burst, DeviceRate: *devRate, DeviceBurst: *devBurst, AnswerTime: fakeAnswerTime(fs)})
 				return &fakeServer{handler: f, settings: func(base, dir string) ([][2]string, error) {
 					path, err := writeFakeFile(dir, "fcm-service-account.json", f.ServiceAccountJSONAt(base))
 					if err != nil {
@@ -399,7 +399,7 @@ var channelTable = []channel{
 				if err != nil {
 					return nil, &usageError{"fake-provider: --api-keys: " + err.Error()}
 				}
-				f := sendgridtest.New(sendgridtest.Config{Rate: *rate, Burst: *burst, APIKeys: list})
+				f := sendgridtest.New(sendgridtest.Config{Rate: *rate, Burst: *burst, APIKeys: list, AnswerTime: fakeAnswerTime(fs)})
 				return &fakeServer{handler: f, settings: func(base, _ string) ([][2]string, error) {
 					return [][2]string{{"PACER_SENDGRID_BASE_URL", base}, {"PACER_SENDGRID_API_KEYS", *keys}}, nil
 				}}, nil
