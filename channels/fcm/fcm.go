@@ -146,7 +146,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, errors.New("fcm: Config.BaseURL is not an absolute http or https URL")
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout, Transport: channels.NewTransport(cfg.MaxIdleConnsPerHost, nil)}
+		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout, Transport: countedTransport(cfg.MaxIdleConnsPerHost)}
 	}
 	c := &Client{base: base, hc: cfg.HTTPClient, dataID: cfg.DataIDKey}
 	switch {
@@ -518,4 +518,19 @@ func (c *Client) tokenError(ctx context.Context, err error, to string) error {
 	return &channels.Error{Channel: channel, Class: channels.Halt, Code: "oauth2",
 		Detail: describeTokenError(err, secrets),
 		Err:    &redactedError{msg: "fcm: no access token", err: err}}
+}
+
+// conns counts the connections of every default client of the package.
+var conns channels.ConnCounter
+
+// Connections returns the counter of the connections the package's
+// default clients (Config.HTTPClient nil) opened to FCM.
+func Connections() *channels.ConnCounter { return &conns }
+
+// countedTransport returns [channels.NewTransport] with its connections
+// counted in conns.
+func countedTransport(maxIdlePerHost int) *http.Transport {
+	t := channels.NewTransport(maxIdlePerHost, nil)
+	t.DialContext = conns.Dial(t.DialContext)
+	return t
 }

@@ -202,7 +202,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.url = base.JoinPath("v3", "mail", "send").String()
 	if c.hc == nil {
-		c.hc = &http.Client{Timeout: DefaultTimeout, Transport: channels.NewTransport(cfg.MaxIdleConnsPerHost, nil)}
+		c.hc = &http.Client{Timeout: DefaultTimeout, Transport: countedTransport(cfg.MaxIdleConnsPerHost)}
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -462,4 +462,19 @@ func (c *Client) redact(s, to string) string {
 	}
 	s = emailLike.ReplaceAllString(s, "[address]")
 	return channels.Cut(s, maxDetail)
+}
+
+// conns counts the connections of every default client of the package.
+var conns channels.ConnCounter
+
+// Connections returns the counter of the connections the package's
+// default clients (Config.HTTPClient nil) opened to SendGrid.
+func Connections() *channels.ConnCounter { return &conns }
+
+// countedTransport returns [channels.NewTransport] with its connections
+// counted in conns.
+func countedTransport(maxIdlePerHost int) *http.Transport {
+	t := channels.NewTransport(maxIdlePerHost, nil)
+	t.DialContext = conns.Dial(t.DialContext)
+	return t
 }

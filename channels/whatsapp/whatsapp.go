@@ -42,7 +42,14 @@ type Pool = httppool.Pool
 // NewPool returns a Pool of at most maxConns connections per host
 // ([channels.DefaultMaxIdleConnsPerHost] when 0 or less), for one or more
 // Clients ([Config.Pool]).
-func NewPool(maxConns int) *Pool { return httppool.NewPool(maxConns, nil) }
+func NewPool(maxConns int) *Pool { return httppool.NewPool(maxConns, nil, &conns) }
+
+// conns counts the connections of every Pool of the package.
+var conns channels.ConnCounter
+
+// Connections returns the counter of the connections the package's Pools
+// opened to the Graph API.
+func Connections() *channels.ConnCounter { return &conns }
 
 // DefaultRate is the Cloud API throughput of one business phone number, in
 // messages per second: 80 by default, inbound and outbound messages of all

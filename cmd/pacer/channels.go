@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/channels/apns"
@@ -56,6 +58,25 @@ type channel struct {
 	// fake-provider` on fs, and returns the function that builds it once
 	// they are parsed (see fake.go).
 	fake func(fs *flag.FlagSet) func() (*fakeServer, error)
+	// conns counts the connections the channel's adapter opens to its
+	// provider (see [connMetrics]).
+	conns *channels.ConnCounter
+}
+
+// connMetrics returns the metrics of ch's connections to its provider:
+// pacer_provider_connections_opened_total (divided by
+// pacer_sends_total: new connections per send) and
+// pacer_provider_connections_open.
+func connMetrics(ch *channel) []prometheus.Collector {
+	labels := prometheus.Labels{"channel": ch.name}
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pacer_provider_connections_opened_total", ConstLabels: labels,
+			Help: "Connections opened to the provider by the adapter's default transport."},
+			func() float64 { return float64(ch.conns.Opened()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pacer_provider_connections_open", ConstLabels: labels,
+			Help: "Connections to the provider open now."},
+			func() float64 { return float64(ch.conns.Open()) }),
+	}
 }
 
 // recipientBucket is a channel's optional per-recipient bucket:
@@ -80,6 +101,7 @@ type setting struct {
 var channelTable = []channel{
 	{
 		name: "whatsapp", keys: "WhatsApp phone-number IDs",
+		conns:     whatsapp.Connections(),
 		limit:     channels.Limit{PerSecond: whatsapp.DefaultRate, Burst: 10},
 		recipient: &recipientBucket{"PAIR", channels.Limit{PerSecond: 0, Burst: 45}}, // Meta: about 1 per 6 s, up to 45 in a burst (error 131056)
 		settings: []setting{
@@ -149,6 +171,7 @@ var channelTable = []channel{
 	},
 	{
 		name: "apns", keys: "APNs apps (bundle IDs)",
+		conns: apns.Connections(),
 		limit: apns.DefaultLimit,
 		settings: []setting{
 			{"BASE_URL", "https://api.push.apple.com", httpURL, false},
@@ -256,6 +279,7 @@ var channelTable = []channel{
 	},
 	{
 		name: "fcm", keys: "Firebase projects",
+		conns:     fcm.Connections(),
 		limit:     fcm.DefaultLimit,
 		recipient: &recipientBucket{"DEVICE", fcm.DeviceLimit},
 		settings: []setting{
@@ -325,6 +349,7 @@ var channelTable = []channel{
 	},
 	{
 		name: "sendgrid", keys: "SendGrid API keys",
+		conns: sendgrid.Connections(),
 		limit: sendgrid.DefaultLimit,
 		settings: []setting{
 			{"BASE_URL", sendgrid.DefaultBaseURL, httpURL, false},

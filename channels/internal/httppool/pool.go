@@ -39,14 +39,16 @@ type Pool struct {
 	c       *fasthttp.Client
 	watched atomic.Pointer[watched] // the context watched last (see watch)
 
-	mu    sync.Mutex
-	conns map[*checkedConn]struct{} // open connections
+	mu      sync.Mutex
+	conns   map[*checkedConn]struct{} // open connections
+	counter *channels.ConnCounter
 }
 
 // NewPool returns a Pool of at most maxConns connections per host
 // ([channels.DefaultMaxIdleConnsPerHost] when 0 or less); tlsConfig (may
-// be nil) is cloned, with TLS 1.2 the lowest version.
-func NewPool(maxConns int, tlsConfig *tls.Config) *Pool {
+// be nil) is cloned, with TLS 1.2 the lowest version; conns, if not nil,
+// counts its connections.
+func NewPool(maxConns int, tlsConfig *tls.Config, conns *channels.ConnCounter) *Pool {
 	if maxConns <= 0 {
 		maxConns = channels.DefaultMaxIdleConnsPerHost
 	}
@@ -81,7 +83,10 @@ func NewPool(maxConns int, tlsConfig *tls.Config) *Pool {
 	if proxyFromEnv() {
 		dial = fasthttpproxy.FasthttpProxyHTTPDialerTimeout(dialTimeout)
 	}
-	p := &Pool{c: c, conns: map[*checkedConn]struct{}{}}
+	if conns == nil {
+		conns = new(channels.ConnCounter)
+	}
+	p := &Pool{c: c, conns: map[*checkedConn]struct{}{}, counter: conns}
 	c.Dial = func(addr string) (net.Conn, error) {
 		conn, err := dial(addr)
 		if err != nil {
@@ -219,7 +224,9 @@ func (p *Pool) track(c *checkedConn) {
 	p.mu.Lock()
 	p.conns[c] = struct{}{}
 	p.mu.Unlock()
+	closed := p.counter.Opening()
 	c.onClose = func() {
+		closed()
 		p.mu.Lock()
 		delete(p.conns, c)
 		p.mu.Unlock()
