@@ -122,7 +122,13 @@ type Config struct {
 	OnBehalfOf map[string]string
 	// HTTPClient sends the requests; default a client with a
 	// [DefaultTimeout] timeout on the transport of [channels.NewTransport]
-	// (HTTP/2 when SendGrid offers it, keep-alive connections reused).
+	// (HTTP/2 when SendGrid offers it in the TLS handshake, keep-alive
+	// connections reused otherwise). Whether api.sendgrid.com offers
+	// HTTP/2 is UNCONFIRMED: SendGrid documents HTTPS only ("All requests
+	// must be made over HTTPS. The API does not support HTTP.", TLS 1.2 or
+	// later since 2023-06-05) and writes its examples as HTTP/1.1, never
+	// naming HTTP/2 (https://www.twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/requests,
+	// https://www.twilio.com/docs/sendgrid/for-developers/sending-email/support-for-tls-12).
 	HTTPClient *http.Client
 	// MaxIdleConnsPerHost is how many idle connections to the provider the
 	// default client keeps for reuse; default

@@ -113,9 +113,16 @@ var channelTable = []channel{
 				return nil
 			}, false},
 			{"TOKEN", "", nil, true}, // system-user access token
+			// HTTP/2 without TLS to an http:// BASE_URL (a local fake).
+			{"H2C", "false", func(s string) error {
+				if s != "true" && s != "false" {
+					return errors.New("must be true or false")
+				}
+				return nil
+			}, false},
 		},
 		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
-			pool := whatsapp.NewPool(0) // one pool of connections for every token
+			pool := whatsapp.NewPool(0, v.get("H2C") == "true") // one pool of connections for every token
 			newClient := func(token string) (*whatsapp.Client, error) {
 				return whatsapp.New(whatsapp.Config{BaseURL: v.get("BASE_URL"), APIVersion: v.get("API_VERSION"), Token: token, Pool: pool})
 			}
@@ -164,7 +171,7 @@ var channelTable = []channel{
 					if tok == "" { // any is accepted, and pacer run needs one
 						tok = "fake-token"
 					}
-					return [][2]string{{"PACER_WHATSAPP_BASE_URL", base}, {"PACER_WHATSAPP_TOKEN", tok}}, nil
+					return [][2]string{{"PACER_WHATSAPP_BASE_URL", base}, {"PACER_WHATSAPP_TOKEN", tok}, {"PACER_WHATSAPP_H2C", "true"}}, nil
 				}}, nil
 			}
 		},

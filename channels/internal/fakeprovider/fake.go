@@ -59,11 +59,16 @@ type served interface {
 
 func (f *Fake[A]) local() *local { return &f.srv }
 
-// Listen serves s on a local httptest server (HTTP/1.1) and returns it: a
-// fake's NewServer(cfg) is Listen(New(cfg)).
+// Listen serves s on a local httptest server (HTTP/1.1, and HTTP/2
+// without TLS with prior knowledge: h2c) and returns it: a fake's
+// NewServer(cfg) is Listen(New(cfg)).
 func Listen[S served](s S) S {
 	l := s.local()
-	l.ts = httptest.NewServer(s)
+	l.ts = httptest.NewUnstartedServer(s)
+	l.ts.Config.Protocols = new(http.Protocols)
+	l.ts.Config.Protocols.SetHTTP1(true)
+	l.ts.Config.Protocols.SetUnencryptedHTTP2(true)
+	l.ts.Start()
 	l.hc = l.ts.Client()
 	return s
 }

@@ -7,11 +7,13 @@ package h2pool
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacerhq/pacer/channels"
@@ -40,6 +42,11 @@ type Config struct {
 	// TLS handshake fails the send, and an http:// host is spoken to in
 	// h2c without a check (APNs).
 	HTTP2Only bool
+	// H2C speaks HTTP/2 without TLS (prior knowledge) to an http:// host,
+	// as HTTP2Only does; without either, HTTP/1.1. A host that does not
+	// speak h2c fails the sends (its answer to the HTTP/2 preface is not
+	// HTTP/2), so it is for a host known to: a local fake.
+	H2C bool
 	// FirstAnswer makes a new connection take one request until its first
 	// answer arrives, by which time the server's SETTINGS (sent first) have
 	// been read: before them net/http assumes 100 streams, and a server
@@ -67,12 +74,17 @@ type Config struct {
 // (golang/go#70809), so the pool is ours, on net/http's ClientConn.
 //
 // An https host speaks HTTP/2 if it offers it in the TLS handshake (ALPN).
-// An http:// host is spoken to in h2c (prior knowledge) when HTTP/2 is all
-// the pool speaks, else in HTTP/1.1. A Pool is safe for concurrent use.
+// An http:// host is spoken to in h2c (prior knowledge) with
+// Config.HTTP2Only or Config.H2C, else in HTTP/1.1. A host in HTTP/1.1
+// (found so on the first connection) is sent to through net/http's own
+// pool of keep-alive connections, at most MaxConns too: one request per
+// connection at a time, so the bound should be the requests in flight. A
+// Pool is safe for concurrent use.
 type Pool struct {
 	cfg Config
 	t   *http.Transport // dials the connections: HTTP/2 (and HTTP/1.1 unless HTTP2Only)
 	t1  *http.Transport // HTTP/1.1 only: to an http:// host without h2c
+	h2c *http.Transport // h2c only: to an http:// host with Config.H2C
 
 	mu    sync.Mutex
 	hosts map[string]*hostPool // by scheme://host:port
@@ -92,8 +104,11 @@ func New(cfg Config) *Pool {
 	p2.SetHTTP2(true)
 	p2.SetHTTP1(!cfg.HTTP2Only)
 	p2.SetUnencryptedHTTP2(cfg.HTTP2Only) // h2c to any http:// host
-	t, t1 := cfg.transport(p2), cfg.transport(p1)
-	return &Pool{cfg: cfg, t: t, t1: t1, hosts: map[string]*hostPool{}}
+	var pc http.Protocols
+	pc.SetUnencryptedHTTP2(true)
+	t, t1, h2c := cfg.transport(p2), cfg.transport(p1), cfg.transport(pc)
+	t1.MaxConnsPerHost = cfg.MaxConns // net/http's own pool, not ClientConns
+	return &Pool{cfg: cfg, t: t, t1: t1, h2c: h2c, hosts: map[string]*hostPool{}}
 }
 
 // transport returns a transport for the pool's connections that speaks
@@ -120,6 +135,7 @@ func (p *Pool) Conns() *channels.ConnCounter { return p.cfg.Conns }
 
 // CloseIdleConnections closes the connections without a request in flight.
 func (p *Pool) CloseIdleConnections() {
+	p.t1.CloseIdleConnections()
 	p.mu.Lock()
 	hosts := make([]*hostPool, 0, len(p.hosts))
 	for _, h := range p.hosts {
@@ -139,6 +155,9 @@ func (p *Pool) CloseIdleConnections() {
 	}
 }
 
+// errHTTP1 is the error of get for a host found not to speak HTTP/2.
+var errHTTP1 = errors.New("the host speaks HTTP/1.1")
+
 // poolConn is one connection.
 type poolConn struct {
 	cc   *http.ClientConn
@@ -154,8 +173,17 @@ type dialCall struct {
 // RoundTrip sends req on a connection of the pool, waiting for a free
 // stream up to req's context.
 func (p *Pool) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme == "http" && !p.cfg.HTTP2Only && !p.cfg.H2C {
+		return p.t1.RoundTrip(req)
+	}
 	h := p.host(req.URL.Scheme, req.URL.Host)
+	if h.h1.Load() {
+		return p.t1.RoundTrip(req)
+	}
 	c, err := h.get(req.Context())
+	if errors.Is(err, errHTTP1) {
+		return p.t1.RoundTrip(req)
+	}
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()
@@ -199,6 +227,7 @@ type hostPool struct {
 	scheme string
 	addr   string          // host:port
 	t      *http.Transport // the transport of its connections; set by the first connect
+	h1     atomic.Bool     // the host does not speak HTTP/2: its requests go through Pool.t1
 
 	mu      sync.Mutex
 	conns   []*poolConn
@@ -216,6 +245,9 @@ type hostPool struct {
 // the dial ends or ctx is done.
 func (h *hostPool) get(ctx context.Context) (*poolConn, error) {
 	for {
+		if h.h1.Load() {
+			return nil, errHTTP1
+		}
 		wake := h.waitChan()
 		h.mu.Lock()
 		h.conns = slices.DeleteFunc(h.conns, func(c *poolConn) bool { return c.cc.Err() != nil })
@@ -271,13 +303,21 @@ func (h *hostPool) connect(call *dialCall) {
 	cc, err := h.t.NewClientConn(ctx, h.scheme, h.addr)
 	cancel()
 	h.mu.Lock()
-	if err == nil {
+	if err == nil && !h.p.cfg.HTTP2Only && cc.Available() == 1 {
+		// HTTP/1.1 (an HTTP/2 connection allows 100 streams until the
+		// server's SETTINGS say otherwise): the host's requests go through
+		// net/http's own pool of keep-alive connections, bounded too,
+		// which scales to many connections where this one does not.
+		cc.Close()
+		h.h1.Store(true)
+		err = errHTTP1
+	} else if err == nil {
 		h.conns = append(h.conns, &poolConn{cc: cc})
 		h.lastErr = nil
 		// Called when streams come free, the server allows more or the
 		// connection closes.
 		cc.SetStateHook(func(*http.ClientConn) { h.signal() })
-	} else {
+	} else if err != errHTTP1 {
 		err = fmt.Errorf("%s: connect: %w", h.p.cfg.Name, err)
 		h.lastErr, h.lastAt = err, time.Now()
 	}
@@ -306,10 +346,14 @@ func (h *hostPool) signal() {
 
 // transport returns the transport of the connections to scheme://addr:
 // the pool's own for https, or for http when HTTP/2 is all the pool
-// speaks (h2c); the HTTP/1.1 one for an http:// host otherwise.
+// speaks (h2c); for http, the h2c one with Config.H2C, else the HTTP/1.1
+// one.
 func (p *Pool) transport(scheme string) *http.Transport {
-	if scheme != "http" || p.cfg.HTTP2Only {
+	switch {
+	case scheme != "http" || p.cfg.HTTP2Only:
 		return p.t
+	case p.cfg.H2C:
+		return p.h2c
 	}
 	return p.t1
 }

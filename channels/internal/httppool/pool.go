@@ -1,7 +1,9 @@
-// Package httppool is the HTTP/1.1 connection pool the adapters send
-// through where a provider takes HTTP/1.1 (WhatsApp): fasthttp's client,
+// Package httppool is an HTTP/1.1 connection pool on fasthttp's client,
 // with a check that a kept-alive connection is still open before a request
-// is written on it, and a send's context honoured.
+// is written on it, and a send's context honoured. The WhatsApp adapter
+// sent through it until HTTP/2 replaced it (docs/decisions/0026); it is
+// kept for the benchmark that compares the two (h2pool's
+// BenchmarkSlowProvider).
 package httppool
 
 import (
