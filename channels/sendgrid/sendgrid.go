@@ -63,6 +63,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/internal/h2pool"
 )
 
 // DefaultLimit is the rate assumed for one API key (one pacing key) when
@@ -121,9 +122,9 @@ type Config struct {
 	// Optional; every name must be in APIKeys.
 	OnBehalfOf map[string]string
 	// HTTPClient sends the requests; default a client with a
-	// [DefaultTimeout] timeout on the transport of [channels.NewTransport]
-	// (HTTP/2 when SendGrid offers it in the TLS handshake, keep-alive
-	// connections reused otherwise). Whether api.sendgrid.com offers
+	// [DefaultTimeout] timeout on a pool of HTTP/2 connections when
+	// SendGrid offers HTTP/2 in the TLS handshake (each carrying many
+	// requests at once), of HTTP/1.1 keep-alive ones otherwise. Whether api.sendgrid.com offers
 	// HTTP/2 is UNCONFIRMED: SendGrid documents HTTPS only ("All requests
 	// must be made over HTTPS. The API does not support HTTP.", TLS 1.2 or
 	// later since 2023-06-05) and writes its examples as HTTP/1.1, never
@@ -135,6 +136,12 @@ type Config struct {
 	// [channels.DefaultMaxIdleConnsPerHost]. Set it to at least the sends a
 	// process has in flight at once. Ignored when HTTPClient is set.
 	MaxIdleConnsPerHost int
+	// H2C makes the default client speak HTTP/2 without TLS (h2c, prior
+	// knowledge) to an http:// BaseURL, as a local fake such as `pacer
+	// fake-provider` takes it; without, HTTP/1.1 there. SendGrid itself is
+	// https, where HTTP/2 is used when offered in the TLS handshake.
+	// Ignored when HTTPClient is set.
+	H2C bool
 	// Now returns the current time, to turn X-RateLimit-Reset and
 	// Retry-After into delays; default time.Now.
 	Now func() time.Time
@@ -208,7 +215,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.url = base.JoinPath("v3", "mail", "send").String()
 	if c.hc == nil {
-		c.hc = &http.Client{Timeout: DefaultTimeout, Transport: countedTransport(cfg.MaxIdleConnsPerHost)}
+		c.hc = &http.Client{Timeout: DefaultTimeout, Transport: defaultTransport(cfg.MaxIdleConnsPerHost, cfg.H2C)}
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -477,10 +484,20 @@ var conns channels.ConnCounter
 // default clients (Config.HTTPClient nil) opened to SendGrid.
 func Connections() *channels.ConnCounter { return &conns }
 
-// countedTransport returns [channels.NewTransport] with its connections
-// counted in conns.
-func countedTransport(maxIdlePerHost int) *http.Transport {
-	t := channels.NewTransport(maxIdlePerHost, nil)
-	t.DialContext = conns.Dial(t.DialContext)
-	return t
+// NewHTTPClient returns a client as New makes when Config.HTTPClient is
+// nil (with Config.H2C h2c), for several clients to share: its
+// connections are counted in [Connections].
+func NewHTTPClient(h2c bool) *http.Client {
+	return &http.Client{Timeout: DefaultTimeout, Transport: defaultTransport(0, h2c)}
+}
+
+// defaultTransport returns the transport of the default client: the
+// shared HTTP/2 pool (h2pool), at most maxConns connections
+// ([channels.DefaultMaxIdleConnsPerHost] when 0 or less), counted in conns;
+// with h2c, HTTP/2 without TLS to an http:// base URL.
+func defaultTransport(maxConns int, h2c bool) http.RoundTripper {
+	if maxConns <= 0 {
+		maxConns = channels.DefaultMaxIdleConnsPerHost
+	}
+	return h2pool.New(h2pool.Config{Name: "sendgrid", MaxConns: maxConns, H2C: h2c, Conns: &conns})
 }

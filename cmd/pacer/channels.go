@@ -96,6 +96,15 @@ type setting struct {
 	secret bool
 }
 
+// h2cSetting is PACER_<NAME>_H2C: HTTP/2 without TLS (h2c) to an http://
+// BASE_URL, a local fake that takes it (`pacer fake-provider` prints it).
+var h2cSetting = setting{"H2C", "false", func(s string) error {
+	if s != "true" && s != "false" {
+		return errors.New("must be true or false")
+	}
+	return nil
+}, false}
+
 // channelTable lists the channels Pacer serves, one row each. docs/configuration.md's
 // settings table lists every variable of every row.
 var channelTable = []channel{
@@ -113,13 +122,7 @@ var channelTable = []channel{
 				return nil
 			}, false},
 			{"TOKEN", "", nil, true}, // system-user access token
-			// HTTP/2 without TLS to an http:// BASE_URL (a local fake).
-			{"H2C", "false", func(s string) error {
-				if s != "true" && s != "false" {
-					return errors.New("must be true or false")
-				}
-				return nil
-			}, false},
+			h2cSetting,
 		},
 		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
 			pool := whatsapp.NewPool(0, v.get("H2C") == "true") // one pool of connections for every token
@@ -292,9 +295,10 @@ var channelTable = []channel{
 		settings: []setting{
 			{"BASE_URL", fcm.DefaultBaseURL, httpURL, false},
 			{"CREDENTIALS_FILE", "", nil, false}, // service-account JSON; never logged
+			h2cSetting,
 		},
 		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
-			hc := sharedClient()
+			hc := fcm.NewHTTPClient(v.get("H2C") == "true") // one pool of connections for every credential
 			// Projects sharing a service account share its client, so its
 			// access token is minted once.
 			accounts := newClientCache[*fcm.Client]()
@@ -349,7 +353,7 @@ var channelTable = []channel{
 					if err != nil {
 						return nil, err
 					}
-					return [][2]string{{"PACER_FCM_BASE_URL", base}, {"PACER_FCM_CREDENTIALS_FILE", path}}, nil
+					return [][2]string{{"PACER_FCM_BASE_URL", base}, {"PACER_FCM_CREDENTIALS_FILE", path}, {"PACER_FCM_H2C", "true"}}, nil
 				}}, nil
 			}
 		},
@@ -362,9 +366,10 @@ var channelTable = []channel{
 			{"BASE_URL", sendgrid.DefaultBaseURL, httpURL, false},
 			{"API_KEYS", "", checkKeyList, true},      // name=key,...
 			{"ON_BEHALF_OF", "", checkKeyList, false}, // name=subuser,...
+			h2cSetting,
 		},
 		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
-			hc := sharedClient()
+			hc := sendgrid.NewHTTPClient(v.get("H2C") == "true") // one pool of connections for every key
 			keys, _ := parseKeyList(v.get("API_KEYS"))
 			obo, _ := parseKeyList(v.get("ON_BEHALF_OF"))
 			var def channels.Sender
@@ -433,7 +438,7 @@ var channelTable = []channel{
 				}
 				f := sendgridtest.New(sendgridtest.Config{Rate: *rate, Burst: *burst, APIKeys: list, AnswerTime: fakeAnswerTime(fs)})
 				return &fakeServer{handler: f, settings: func(base, _ string) ([][2]string, error) {
-					return [][2]string{{"PACER_SENDGRID_BASE_URL", base}, {"PACER_SENDGRID_API_KEYS", *keys}}, nil
+					return [][2]string{{"PACER_SENDGRID_BASE_URL", base}, {"PACER_SENDGRID_API_KEYS", *keys}, {"PACER_SENDGRID_H2C", "true"}}, nil
 				}}, nil
 			}
 		},
