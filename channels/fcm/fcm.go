@@ -155,7 +155,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, errors.New("fcm: Config.BaseURL is not an absolute http or https URL")
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout, Transport: defaultTransport(cfg.MaxIdleConnsPerHost, cfg.H2C)}
+		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout, Transport: h2pool.Default("fcm", cfg.MaxIdleConnsPerHost, cfg.H2C, &conns)}
 	}
 	c := &Client{base: base, hc: cfg.HTTPClient, dataID: cfg.DataIDKey}
 	switch {
@@ -540,16 +540,5 @@ func Connections() *channels.ConnCounter { return &conns }
 // nil (with Config.H2C h2c), for several clients to share: its
 // connections are counted in [Connections].
 func NewHTTPClient(h2c bool) *http.Client {
-	return &http.Client{Timeout: DefaultTimeout, Transport: defaultTransport(0, h2c)}
-}
-
-// defaultTransport returns the transport of the default client: the
-// shared HTTP/2 pool (h2pool), at most maxConns connections
-// ([channels.DefaultMaxIdleConnsPerHost] when 0 or less), counted in conns;
-// with h2c, HTTP/2 without TLS to an http:// base URL.
-func defaultTransport(maxConns int, h2c bool) http.RoundTripper {
-	if maxConns <= 0 {
-		maxConns = channels.DefaultMaxIdleConnsPerHost
-	}
-	return h2pool.New(h2pool.Config{Name: "fcm", MaxConns: maxConns, H2C: h2c, Conns: &conns})
+	return &http.Client{Timeout: DefaultTimeout, Transport: h2pool.Default("fcm", 0, h2c, &conns)}
 }

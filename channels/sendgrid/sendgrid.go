@@ -215,7 +215,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.url = base.JoinPath("v3", "mail", "send").String()
 	if c.hc == nil {
-		c.hc = &http.Client{Timeout: DefaultTimeout, Transport: defaultTransport(cfg.MaxIdleConnsPerHost, cfg.H2C)}
+		c.hc = &http.Client{Timeout: DefaultTimeout, Transport: h2pool.Default("sendgrid", cfg.MaxIdleConnsPerHost, cfg.H2C, &conns)}
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -488,16 +488,5 @@ func Connections() *channels.ConnCounter { return &conns }
 // nil (with Config.H2C h2c), for several clients to share: its
 // connections are counted in [Connections].
 func NewHTTPClient(h2c bool) *http.Client {
-	return &http.Client{Timeout: DefaultTimeout, Transport: defaultTransport(0, h2c)}
-}
-
-// defaultTransport returns the transport of the default client: the
-// shared HTTP/2 pool (h2pool), at most maxConns connections
-// ([channels.DefaultMaxIdleConnsPerHost] when 0 or less), counted in conns;
-// with h2c, HTTP/2 without TLS to an http:// base URL.
-func defaultTransport(maxConns int, h2c bool) http.RoundTripper {
-	if maxConns <= 0 {
-		maxConns = channels.DefaultMaxIdleConnsPerHost
-	}
-	return h2pool.New(h2pool.Config{Name: "sendgrid", MaxConns: maxConns, H2C: h2c, Conns: &conns})
+	return &http.Client{Timeout: DefaultTimeout, Transport: h2pool.Default("sendgrid", 0, h2c, &conns)}
 }

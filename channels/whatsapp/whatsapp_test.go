@@ -286,24 +286,9 @@ func TestSendRequestShape(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m := message()
-			m.Payload = nil
-			if c.payload != "" {
-				m.Payload = json.RawMessage(c.payload)
-			}
-			if c.key != "" {
-				m.Key = c.key
-			}
-			res, err := cl.Send(t.Context(), m)
-			if err != nil || res.ProviderID != "wamid.1" {
-				t.Fatalf("Send = %+v, %v", res, err)
-			}
-			rq := <-got
-			auth, ctype := rq.Header.Get("Authorization"), rq.Header.Get("Content-Type")
-			if rq.Method != "POST" || rq.Path != c.path || auth != "Bearer "+token || ctype != "application/json" {
-				t.Errorf("got %s %s auth=%q type=%q; want POST %s, bearer token, application/json",
-					rq.Method, rq.Path, auth, ctype, c.path)
-			}
+			send := func(m channels.Message) (channels.Result, error) { return cl.Send(t.Context(), m) }
+			rq := channeltest.SendCaptured(t, got, send, message(), c.payload, c.key, "wamid.1")
+			channeltest.CheckPost(t, rq, c.path, token, true)
 			channeltest.CheckFields(t, "body", channeltest.JSONObject(t, rq.Body), c.want)
 		})
 	}

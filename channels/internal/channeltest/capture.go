@@ -5,7 +5,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+
+	"github.com/pacerhq/pacer/channels"
 )
 
 // Captured is one request a [Capture] server saw.
@@ -52,5 +55,39 @@ func CheckFields(t testing.TB, what string, got map[string]json.RawMessage, want
 		if string(got[k]) != v {
 			t.Errorf("%s[%q] = %s, want %s", what, k, got[k], v)
 		}
+	}
+}
+
+// SendCaptured sends m through send with its Payload replaced by payload
+// (none when "") and its Key by key (kept when ""), fails the test unless
+// send returns the ProviderID wantID, and returns the request got
+// received.
+func SendCaptured(t testing.TB, got <-chan Captured, send func(channels.Message) (channels.Result, error),
+	m channels.Message, payload, key, wantID string) Captured {
+	t.Helper()
+	m.Payload = nil
+	if payload != "" {
+		m.Payload = json.RawMessage(payload)
+	}
+	if key != "" {
+		m.Key = key
+	}
+	res, err := send(m)
+	if err != nil || res.ProviderID != wantID {
+		t.Fatalf("Send = %+v, %v", res, err)
+	}
+	return <-got
+}
+
+// CheckPost checks that rq is a POST to path with "Authorization: Bearer
+// token" and a Content-Type of application/json: exactly that, or with
+// parameters after it unless exact.
+func CheckPost(t testing.TB, rq Captured, path, token string, exact bool) {
+	t.Helper()
+	auth, ctype := rq.Header.Get("Authorization"), rq.Header.Get("Content-Type")
+	okType := ctype == "application/json" || !exact && strings.HasPrefix(ctype, "application/json")
+	if rq.Method != "POST" || rq.Path != path || auth != "Bearer "+token || !okType {
+		t.Errorf("got %s %s auth=%q type=%q; want POST %s, bearer token, application/json",
+			rq.Method, rq.Path, auth, ctype, path)
 	}
 }

@@ -111,6 +111,16 @@ func New(cfg Config) *Pool {
 	return &Pool{cfg: cfg, t: t, t1: t1, h2c: h2c, hosts: map[string]*hostPool{}}
 }
 
+// Default returns the Pool of an adapter's default client: named name, at
+// most maxConns connections per host ([channels.DefaultMaxIdleConnsPerHost]
+// when 0 or less), h2c to an http:// host with h2c, counted in conns.
+func Default(name string, maxConns int, h2c bool, conns *channels.ConnCounter) *Pool {
+	if maxConns <= 0 {
+		maxConns = channels.DefaultMaxIdleConnsPerHost
+	}
+	return New(Config{Name: name, MaxConns: maxConns, H2C: h2c, Conns: conns})
+}
+
 // transport returns a transport for the pool's connections that speaks
 // protocols. Protocols must be set before the transport is first used or
 // cloned: net/http reads them once.
