@@ -783,24 +783,17 @@ func TestSendAgainstFake(t *testing.T) {
 		fake := fcmtest.NewServer(fcmtest.Config{Rate: 0.001, Burst: 3, RetryAfter: 90 * time.Second})
 		defer fake.Close()
 		c := newFakeClient(t, fake, "pacer_id")
-		var ok, throttled int
-		for i := range 5 {
+		ok, throttled := channeltest.CountAnswers(t, 5, func(i int) channels.Message {
 			m := message()
 			m.ID = "env-" + strconv.Itoa(i)
-			res, err := c.Send(t.Context(), m)
-			switch {
-			case err == nil && strings.HasPrefix(res.ProviderID, "projects/"+project+"/messages/"):
-				ok++
-			case channels.ClassOf(err) == channels.Throttle:
-				e := checkErr(t, err)
-				if e.Code != "QUOTA_EXCEEDED" || e.Scope != channels.ScopeKey || e.Status != 429 || e.RetryAfter != 90*time.Second {
-					t.Errorf("throttle = %+v", e)
-				}
-				throttled++
-			default:
-				t.Fatalf("Send %d = %+v, %v", i, res, err)
-			}
-		}
+			return m
+		}, func(m channels.Message) (channels.Result, error) { return c.Send(t.Context(), m) },
+			func(res channels.Result) bool {
+				return strings.HasPrefix(res.ProviderID, "projects/"+project+"/messages/")
+			},
+			func(e *channels.Error) bool {
+				return e.Code == "QUOTA_EXCEEDED" && e.Scope == channels.ScopeKey && e.Status == 429 && e.RetryAfter == 90*time.Second
+			})
 		if ok != 3 || throttled != 2 {
 			t.Errorf("accepted %d, throttled %d; want 3, 2", ok, throttled)
 		}

@@ -434,25 +434,11 @@ func TestSendAgainstFake(t *testing.T) {
 	fake := whatsapptest.NewServer(whatsapptest.Config{Rate: 0.001, Burst: 3, Token: token})
 	defer fake.Close()
 	c := newClient(t, fake.URL())
-	var ok, throttled int
-	for i := range 5 {
-		m := message()
-		m.ID = "env-" + strconv.Itoa(i)
-		res, err := c.Send(t.Context(), m)
-		switch {
-		case err == nil && strings.HasPrefix(res.ProviderID, "wamid."):
-			ok++
-		case channels.ClassOf(err) == channels.Throttle:
-			var e *channels.Error
-			errors.As(err, &e)
-			if e.Code != "130429" || e.Scope != channels.ScopeKey || e.Status != 429 {
-				t.Errorf("throttle = %+v", e)
-			}
-			throttled++
-		default:
-			t.Fatalf("Send %d = %+v, %v", i, res, err)
-		}
-	}
+	ok, throttled := channeltest.CountAnswers(t, 5, envMessage, sendOf(t, c),
+		func(res channels.Result) bool { return strings.HasPrefix(res.ProviderID, "wamid.") },
+		func(e *channels.Error) bool {
+			return e.Code == "130429" && e.Scope == channels.ScopeKey && e.Status == 429
+		})
 	if ok != 3 || throttled != 2 {
 		t.Errorf("accepted %d, throttled %d; want 3, 2", ok, throttled)
 	}
@@ -480,4 +466,16 @@ func TestConnectionReuse(t *testing.T) {
 		c := newClient(t, baseURL)
 		return func(ctx context.Context) error { _, err := c.Send(ctx, message()); return err }
 	})
+}
+
+// envMessage returns message() with the envelope id env-i.
+func envMessage(i int) channels.Message {
+	m := message()
+	m.ID = "env-" + strconv.Itoa(i)
+	return m
+}
+
+// sendOf returns c's Send under t's context.
+func sendOf(t *testing.T, c *whatsapp.Client) func(channels.Message) (channels.Result, error) {
+	return func(m channels.Message) (channels.Result, error) { return c.Send(t.Context(), m) }
 }

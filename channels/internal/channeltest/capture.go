@@ -2,6 +2,7 @@ package channeltest
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -90,4 +91,29 @@ func CheckPost(t testing.TB, rq Captured, path, token string, exact bool) {
 		t.Errorf("got %s %s auth=%q type=%q; want POST %s, bearer token, application/json",
 			rq.Method, rq.Path, auth, ctype, path)
 	}
+}
+
+// CountAnswers sends n messages through send, the i-th msg(i), and counts
+// them accepted (no error, and accepted(res)) or throttled (a
+// *channels.Error of class Throttle, for which wantThrottle must hold, or
+// the test fails naming it). Any other answer fails the test at once.
+func CountAnswers(t testing.TB, n int, msg func(i int) channels.Message, send func(channels.Message) (channels.Result, error),
+	accepted func(channels.Result) bool, wantThrottle func(*channels.Error) bool) (ok, throttled int) {
+	t.Helper()
+	for i := range n {
+		res, err := send(msg(i))
+		var e *channels.Error
+		switch {
+		case err == nil && accepted(res):
+			ok++
+		case channels.ClassOf(err) == channels.Throttle && errors.As(err, &e):
+			if !wantThrottle(e) {
+				t.Errorf("throttle = %+v", e)
+			}
+			throttled++
+		default:
+			t.Fatalf("Send %d = %+v, %v", i, res, err)
+		}
+	}
+	return ok, throttled
 }
