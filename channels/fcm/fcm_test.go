@@ -626,14 +626,7 @@ func TestUnauthenticatedRefresh(t *testing.T) {
 	t.Run("refused twice", func(t *testing.T) {
 		ts, sends := counting(unauthenticated)
 		var minted atomic.Int32
-		src := tokenFunc(func() (*oauth2.Token, error) {
-			return &oauth2.Token{AccessToken: "tok-" + strconv.Itoa(int(minted.Add(1)))}, nil
-		})
-		c, err := fcm.New(t.Context(), fcm.Config{BaseURL: ts.URL, TokenSource: src})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = c.Send(t.Context(), message())
+		_, err := mintingClient(t, ts.URL, &minted).Send(t.Context(), message())
 		if e := checkErr(t, err, "tok-1", "tok-2"); e.Class != channels.Halt || e.Code != "UNAUTHENTICATED" || e.Status != 401 {
 			t.Errorf("err = %v; want halt UNAUTHENTICATED 401", err)
 		}
@@ -654,14 +647,7 @@ func TestUnauthenticatedRefresh(t *testing.T) {
 	t.Run("third-party auth is not retried", func(t *testing.T) {
 		ts, sends := counting(channeltest.ReadTestdata(t, "THIRD_PARTY_AUTH_ERROR.json"))
 		var minted atomic.Int32
-		src := tokenFunc(func() (*oauth2.Token, error) {
-			return &oauth2.Token{AccessToken: "tok-" + strconv.Itoa(int(minted.Add(1)))}, nil
-		})
-		c, err := fcm.New(t.Context(), fcm.Config{BaseURL: ts.URL, TokenSource: src})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = c.Send(t.Context(), message())
+		_, err := mintingClient(t, ts.URL, &minted).Send(t.Context(), message())
 		if e := checkErr(t, err); e.Class != channels.Permanent || e.Code != "THIRD_PARTY_AUTH_ERROR" {
 			t.Errorf("err = %v; want permanent THIRD_PARTY_AUTH_ERROR", err)
 		}
@@ -669,6 +655,21 @@ func TestUnauthenticatedRefresh(t *testing.T) {
 			t.Errorf("%d sends, want 1", n)
 		}
 	})
+}
+
+// mintingClient returns a client of baseURL whose token source mints a
+// new access token on each call ("tok-1", "tok-2", ...), counted in
+// minted.
+func mintingClient(t *testing.T, baseURL string, minted *atomic.Int32) *fcm.Client {
+	t.Helper()
+	src := tokenFunc(func() (*oauth2.Token, error) {
+		return &oauth2.Token{AccessToken: "tok-" + strconv.Itoa(int(minted.Add(1)))}, nil
+	})
+	c, err := fcm.New(t.Context(), fcm.Config{BaseURL: baseURL, TokenSource: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // tokenFunc is an oauth2.TokenSource made of a function.
