@@ -1,18 +1,15 @@
 package whatsapp
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/internal/channeltest"
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 )
 
@@ -34,24 +31,10 @@ func TestHTTP2(t *testing.T) {
 	})
 	for _, tls := range []bool{true, false} {
 		var conns atomic.Int64
-		ts := httptest.NewUnstartedServer(h)
-		ts.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 250}
-		ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-			if s == http.StateNew {
-				conns.Add(1)
-			}
-		}
-		var pool *Pool
+		ts := channeltest.ServeHTTP2(t, h, tls, 250, &conns)
+		pool := NewPool(0, true)
 		if tls {
-			ts.EnableHTTP2 = true
-			ts.StartTLS()
-			pool = newPool(0, false, trust(ts))
-		} else {
-			ts.Config.Protocols = new(http.Protocols)
-			ts.Config.Protocols.SetHTTP1(true)
-			ts.Config.Protocols.SetUnencryptedHTTP2(true)
-			ts.Start()
-			pool = NewPool(0, true)
+			pool = newPool(0, false, channeltest.Trust(ts))
 		}
 		c, err := New(Config{BaseURL: ts.URL, Token: "t", Pool: pool})
 		if err != nil {
@@ -71,7 +54,6 @@ func TestHTTP2(t *testing.T) {
 		}
 		wg.Wait()
 		pool.CloseIdleConnections()
-		ts.Close()
 		mu.Lock()
 		if protos["HTTP/2.0"] != 300 || len(protos) != 1 {
 			t.Errorf("TLS %v: requests by protocol %v; want 300 HTTP/2.0", tls, protos)
@@ -82,11 +64,4 @@ func TestHTTP2(t *testing.T) {
 			t.Errorf("TLS %v: %d connections (counted %d) for 300 sends at once; want 1 to 3", tls, n, Connections().Opened()-opened)
 		}
 	}
-}
-
-// trust returns a TLS config that trusts ts's certificate.
-func trust(ts *httptest.Server) *tls.Config {
-	roots := x509.NewCertPool()
-	roots.AddCert(ts.Certificate())
-	return &tls.Config{RootCAs: roots}
 }

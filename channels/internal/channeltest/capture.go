@@ -1,12 +1,16 @@
 package channeltest
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pacerhq/pacer/channels"
@@ -116,4 +120,39 @@ func CountAnswers(t testing.TB, n int, msg func(i int) channels.Message, send fu
 		}
 	}
 	return ok, throttled
+}
+
+// ServeHTTP2 starts a server of h, closed at the end of the test, speaking
+// HTTP/2 with at most streams concurrent streams per connection (0: Go's
+// default, 250): over TLS (and HTTP/1.1) with overTLS, else HTTP/1.1 and
+// cleartext HTTP/2 (h2c, prior knowledge). It counts the connections it
+// accepts in conns.
+func ServeHTTP2(t testing.TB, h http.Handler, overTLS bool, streams int, conns *atomic.Int64) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewUnstartedServer(h)
+	ts.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: streams}
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	if overTLS {
+		ts.EnableHTTP2 = true
+		ts.StartTLS()
+	} else {
+		ts.Config.Protocols = new(http.Protocols)
+		ts.Config.Protocols.SetHTTP1(true)
+		ts.Config.Protocols.SetUnencryptedHTTP2(true)
+		ts.Start()
+	}
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// Trust returns a TLS config that trusts the certificate of ts, a server
+// started with StartTLS.
+func Trust(ts *httptest.Server) *tls.Config {
+	roots := x509.NewCertPool()
+	roots.AddCert(ts.Certificate())
+	return &tls.Config{RootCAs: roots}
 }

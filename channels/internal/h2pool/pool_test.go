@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/internal/channeltest"
 )
 
 // newServer starts a server answering after wait with the protocol of the
@@ -20,7 +21,7 @@ import (
 // accepts and the most requests it held at once.
 func newServer(t *testing.T, h2c bool, streams int, wait time.Duration) (*httptest.Server, *atomic.Int64, *atomic.Int64) {
 	var conns, active, most atomic.Int64
-	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := active.Add(1)
 		defer active.Add(-1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
@@ -28,13 +29,11 @@ func newServer(t *testing.T, h2c bool, streams int, wait time.Duration) (*httpte
 		io.Copy(io.Discard, r.Body)
 		time.Sleep(wait)
 		io.WriteString(w, r.Proto)
-	}))
+	})
 	if h2c {
-		ts.Config.Protocols = new(http.Protocols)
-		ts.Config.Protocols.SetHTTP1(true)
-		ts.Config.Protocols.SetUnencryptedHTTP2(true)
-		ts.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: streams}
+		return channeltest.ServeHTTP2(t, h, false, streams, &conns), &conns, &most
 	}
+	ts := httptest.NewUnstartedServer(h) // HTTP/1.1 only
 	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
 			conns.Add(1)
