@@ -1,11 +1,15 @@
 package channels
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -122,4 +126,52 @@ func urlErrorOp(method string) string {
 		return strings.ToUpper(lower[:1]) + lower[1:]
 	}
 	return method
+}
+
+// ConnCounter counts the connections an adapter's transport opens to its
+// provider: how many were opened since the process started and how many
+// are open now. The pacer reports them as metrics (new connections per
+// send, open connections per channel). The zero value is ready to use;
+// its methods are safe for concurrent use.
+type ConnCounter struct {
+	opened, open atomic.Int64
+}
+
+// Opened returns how many connections were opened (TCP connections
+// dialed, whether their TLS handshake then succeeded or not).
+func (c *ConnCounter) Opened() int64 { return c.opened.Load() }
+
+// Open returns how many of them are open now.
+func (c *ConnCounter) Open() int64 { return c.open.Load() }
+
+// Dial returns dial counting its connections in c: each one dialed adds
+// to Opened and Open, and its first Close takes it off Open.
+func (c *ConnCounter) Dial(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &countedConn{Conn: conn, closed: c.Opening()}, nil
+	}
+}
+
+// Opening counts a connection just opened and returns the function to call
+// when it closes (once; later calls do nothing), for a transport that does
+// not dial through [ConnCounter.Dial].
+func (c *ConnCounter) Opening() (closed func()) {
+	c.opened.Add(1)
+	c.open.Add(1)
+	return sync.OnceFunc(func() { c.open.Add(-1) })
+}
+
+// countedConn is a connection of a ConnCounter.
+type countedConn struct {
+	net.Conn
+	closed func()
+}
+
+func (cc *countedConn) Close() error {
+	cc.closed()
+	return cc.Conn.Close()
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -117,5 +118,42 @@ func TestDo(t *testing.T) {
 	var ue *url.Error
 	if !errors.As(err, &ue) || ue.Op != "Post" || ue.URL != "http://127.0.0.1:1/messages" {
 		t.Errorf("transport failure: %#v, want *url.Error Op Post naming the URL", err)
+	}
+}
+
+// TestConnCounter: a counted dial adds to Opened and Open, its first
+// Close takes it off Open (a second does nothing), a failed dial counts
+// nothing.
+func TestConnCounter(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var c channels.ConnCounter
+	var d net.Dialer
+	dial := c.Dial(d.DialContext)
+	a, err := dial(t.Context(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := dial(t.Context(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Opened() != 2 || c.Open() != 2 {
+		t.Fatalf("after 2 dials: opened %d, open %d", c.Opened(), c.Open())
+	}
+	a.Close()
+	a.Close()
+	if c.Opened() != 2 || c.Open() != 1 {
+		t.Errorf("after closing one twice: opened %d, open %d; want 2, 1", c.Opened(), c.Open())
+	}
+	b.Close()
+	if _, err := dial(t.Context(), "tcp", "127.0.0.1:1"); err == nil {
+		t.Fatal("dial to port 1 succeeded")
+	}
+	if c.Opened() != 2 || c.Open() != 0 {
+		t.Errorf("after a failed dial: opened %d, open %d; want 2, 0", c.Opened(), c.Open())
 	}
 }

@@ -242,20 +242,6 @@ func isID(s string) bool {
 	return true
 }
 
-// defaultHTTPClient returns an HTTP/2-only client for APNs whose
-// connections per host are bounded by conns (see [pool]).
-func defaultHTTPClient(conns int, tlsConfig *tls.Config) *http.Client {
-	t := channels.NewTransport(0, tlsConfig)
-	t.Protocols = new(http.Protocols)
-	t.Protocols.SetHTTP2(true)
-	// An http:// BaseURL (a local fake, such as `pacer fake-provider
-	// --channel apns`) speaks HTTP/2 without TLS, with prior knowledge
-	// (h2c); APNs itself is served over https only.
-	t.Protocols.SetUnencryptedHTTP2(true)
-	t.IdleConnTimeout = connIdleTimeout
-	return &http.Client{Transport: newPool(t, conns), Timeout: DefaultTimeout}
-}
-
 // Send posts m to {BaseURL}/3/device/{m.To} with the provider token, the
 // apns-topic m.Key (or the payload's) and the payload's headers; the body is
 // m.Payload without its "headers" member (see the package doc).

@@ -932,25 +932,15 @@ func TestSendAgainstFake(t *testing.T) {
 	clk.Set(time.Minute)
 	s.Unregister(dead)
 
-	var ok, throttled int
-	for i := range 4 {
+	ok, throttled := channeltest.CountAnswers(t, 4, func(i int) channels.Message {
 		m := message()
 		m.To = fmt.Sprintf("%064x", i/2) // two sends per device
-		_, err := c.Send(t.Context(), m)
-		switch {
-		case err == nil:
-			ok++
-		case channels.ClassOf(err) == channels.Throttle:
-			var e *channels.Error
-			errors.As(err, &e)
-			if e.Code != "TooManyRequests" || e.Scope != channels.ScopePair || e.Status != 429 {
-				t.Errorf("throttle = %+v", e)
-			}
-			throttled++
-		default:
-			t.Fatalf("Send %d: %v", i, err)
-		}
-	}
+		return m
+	}, func(m channels.Message) (channels.Result, error) { return c.Send(t.Context(), m) },
+		func(channels.Result) bool { return true },
+		func(e *channels.Error) bool {
+			return e.Code == "TooManyRequests" && e.Scope == channels.ScopePair && e.Status == 429
+		})
 	if ok != 2 || throttled != 2 {
 		t.Errorf("accepted %d, throttled %d; want 2 and 2 (device burst 1)", ok, throttled)
 	}

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"github.com/pacerhq/pacer/channels/internal/h2pool"
 	"io"
 	"log"
 	"net/http"
@@ -171,7 +172,7 @@ func TestTokenSourceConcurrent(t *testing.T) {
 // (or without TLS to an http:// base URL) and nothing else.
 func TestDefaultHTTPClient(t *testing.T) {
 	hc := defaultHTTPClient(DefaultConnections, nil)
-	tr := hc.Transport.(*pool).t
+	tr := hc.Transport.(*h2pool.Pool).Transport()
 	if tr.Protocols == nil || !tr.Protocols.HTTP2() || tr.Protocols.HTTP1() || !tr.Protocols.UnencryptedHTTP2() {
 		t.Errorf("protocols = %v; want HTTP/2 only, over TLS or cleartext", tr.Protocols)
 	}

@@ -2,8 +2,6 @@ package apns_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"io"
 	"log"
 	"net"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/channels/apns"
+	"github.com/pacerhq/pacer/channels/internal/channeltest"
 )
 
 // streamServer is an HTTP/2 TLS server that allows streams concurrent
@@ -51,13 +50,6 @@ func newStreamServer(t *testing.T, streams int) *streamServer {
 	s.StartTLS()
 	t.Cleanup(s.Close)
 	return s
-}
-
-// trust returns a TLS config that trusts ts.
-func trust(ts *httptest.Server) *tls.Config {
-	pool := x509.NewCertPool()
-	pool.AddCert(ts.Certificate())
-	return &tls.Config{RootCAs: pool}
 }
 
 // sendAll makes n concurrent sends through c and returns how many failed
@@ -101,7 +93,7 @@ func TestConnectionBound(t *testing.T) {
 	} {
 		s := newStreamServer(t, c.streams)
 		cfg := config(t, s.Server)
-		cfg.HTTPClient, cfg.TLSConfig, cfg.Connections = nil, trust(s.Server), c.conns
+		cfg.HTTPClient, cfg.TLSConfig, cfg.Connections = nil, channeltest.Trust(s.Server), c.conns
 		bound := int64(max(c.conns, apns.DefaultConnections))
 		failed, err := sendAll(t, newClient(t, cfg), 1000)
 		if failed > 0 {

@@ -36,6 +36,7 @@ import (
 	"golang.org/x/oauth2/google"
 
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/internal/h2pool"
 )
 
 // DefaultLimit is the downstream quota of one Firebase project: 600,000
@@ -98,15 +99,23 @@ type Config struct {
 	// Send's ctx bounds the token request.
 	TokenSource oauth2.TokenSource
 	// HTTPClient sends the FCM requests and the token requests; default a
-	// client with a [DefaultTimeout] timeout on the transport of
-	// [channels.NewTransport] (HTTP/2 when FCM offers it, keep-alive
-	// connections reused).
+	// client with a [DefaultTimeout] timeout on a pool of HTTP/2
+	// connections (FCM offers HTTP/2 in its TLS handshake), each carrying
+	// as many requests at once as the server allows streams, a new one
+	// dialed only when every open one is full; HTTP/1.1 keep-alive to a
+	// host without HTTP/2.
 	HTTPClient *http.Client
 	// MaxIdleConnsPerHost is how many idle connections to the provider the
 	// default client keeps for reuse; default
 	// [channels.DefaultMaxIdleConnsPerHost]. Set it to at least the sends a
 	// process has in flight at once. Ignored when HTTPClient is set.
 	MaxIdleConnsPerHost int
+	// H2C makes the default client speak HTTP/2 without TLS (h2c, prior
+	// knowledge) to an http:// BaseURL, as a local fake such as `pacer
+	// fake-provider` takes it; without, HTTP/1.1 there. FCM itself is
+	// https, where HTTP/2 is used when offered in the TLS handshake.
+	// Ignored when HTTPClient is set.
+	H2C bool
 	// DataIDKey, if set, makes Send add message.data[DataIDKey] = m.ID
 	// unless the payload sets that key. The app then sees the envelope id,
 	// which lets it drop the duplicates that retried 503s can cause; with
@@ -146,7 +155,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, errors.New("fcm: Config.BaseURL is not an absolute http or https URL")
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout, Transport: channels.NewTransport(cfg.MaxIdleConnsPerHost, nil)}
+		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout, Transport: h2pool.Default("fcm", cfg.MaxIdleConnsPerHost, cfg.H2C, &conns)}
 	}
 	c := &Client{base: base, hc: cfg.HTTPClient, dataID: cfg.DataIDKey}
 	switch {
@@ -518,4 +527,18 @@ func (c *Client) tokenError(ctx context.Context, err error, to string) error {
 	return &channels.Error{Channel: channel, Class: channels.Halt, Code: "oauth2",
 		Detail: describeTokenError(err, secrets),
 		Err:    &redactedError{msg: "fcm: no access token", err: err}}
+}
+
+// conns counts the connections of every default client of the package.
+var conns channels.ConnCounter
+
+// Connections returns the counter of the connections the package's
+// default clients (Config.HTTPClient nil) opened to FCM.
+func Connections() *channels.ConnCounter { return &conns }
+
+// NewHTTPClient returns a client as New makes when Config.HTTPClient is
+// nil (with Config.H2C h2c), for several clients to share: its
+// connections are counted in [Connections].
+func NewHTTPClient(h2c bool) *http.Client {
+	return &http.Client{Timeout: DefaultTimeout, Transport: h2pool.Default("fcm", 0, h2c, &conns)}
 }

@@ -293,24 +293,9 @@ func TestSendRequestShape(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m := message()
-			m.Payload = nil
-			if c.payload != "" {
-				m.Payload = json.RawMessage(c.payload)
-			}
-			if c.key != "" {
-				m.Key = c.key
-			}
-			res, err := cl.Send(t.Context(), m)
-			if err != nil || res.ProviderID != "projects/p/messages/1" {
-				t.Fatalf("Send = %+v, %v", res, err)
-			}
-			rq := <-got
-			auth, ctype := rq.Header.Get("Authorization"), rq.Header.Get("Content-Type")
-			if rq.Method != "POST" || rq.Path != c.path || auth != "Bearer "+access || !strings.HasPrefix(ctype, "application/json") {
-				t.Errorf("got %s %s auth=%q type=%q; want POST %s, bearer token, application/json",
-					rq.Method, rq.Path, auth, ctype, c.path)
-			}
+			send := func(m channels.Message) (channels.Result, error) { return cl.Send(t.Context(), m) }
+			rq := channeltest.SendCaptured(t, got, send, message(), c.payload, c.key, "projects/p/messages/1")
+			channeltest.CheckPost(t, rq, c.path, access, false)
 			top := channeltest.JSONObject(t, rq.Body)
 			if len(top) != 1 {
 				t.Errorf("body has %d top-level fields, want 1 (message): %s", len(top), rq.Body)
@@ -641,14 +626,7 @@ func TestUnauthenticatedRefresh(t *testing.T) {
 	t.Run("refused twice", func(t *testing.T) {
 		ts, sends := counting(unauthenticated)
 		var minted atomic.Int32
-		src := tokenFunc(func() (*oauth2.Token, error) {
-			return &oauth2.Token{AccessToken: "tok-" + strconv.Itoa(int(minted.Add(1)))}, nil
-		})
-		c, err := fcm.New(t.Context(), fcm.Config{BaseURL: ts.URL, TokenSource: src})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = c.Send(t.Context(), message())
+		_, err := mintingClient(t, ts.URL, &minted).Send(t.Context(), message())
 		if e := checkErr(t, err, "tok-1", "tok-2"); e.Class != channels.Halt || e.Code != "UNAUTHENTICATED" || e.Status != 401 {
 			t.Errorf("err = %v; want halt UNAUTHENTICATED 401", err)
 		}
@@ -669,14 +647,7 @@ func TestUnauthenticatedRefresh(t *testing.T) {
 	t.Run("third-party auth is not retried", func(t *testing.T) {
 		ts, sends := counting(channeltest.ReadTestdata(t, "THIRD_PARTY_AUTH_ERROR.json"))
 		var minted atomic.Int32
-		src := tokenFunc(func() (*oauth2.Token, error) {
-			return &oauth2.Token{AccessToken: "tok-" + strconv.Itoa(int(minted.Add(1)))}, nil
-		})
-		c, err := fcm.New(t.Context(), fcm.Config{BaseURL: ts.URL, TokenSource: src})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = c.Send(t.Context(), message())
+		_, err := mintingClient(t, ts.URL, &minted).Send(t.Context(), message())
 		if e := checkErr(t, err); e.Class != channels.Permanent || e.Code != "THIRD_PARTY_AUTH_ERROR" {
 			t.Errorf("err = %v; want permanent THIRD_PARTY_AUTH_ERROR", err)
 		}
@@ -684,6 +655,21 @@ func TestUnauthenticatedRefresh(t *testing.T) {
 			t.Errorf("%d sends, want 1", n)
 		}
 	})
+}
+
+// mintingClient returns a client of baseURL whose token source mints a
+// new access token on each call ("tok-1", "tok-2", ...), counted in
+// minted.
+func mintingClient(t *testing.T, baseURL string, minted *atomic.Int32) *fcm.Client {
+	t.Helper()
+	src := tokenFunc(func() (*oauth2.Token, error) {
+		return &oauth2.Token{AccessToken: "tok-" + strconv.Itoa(int(minted.Add(1)))}, nil
+	})
+	c, err := fcm.New(t.Context(), fcm.Config{BaseURL: baseURL, TokenSource: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // tokenFunc is an oauth2.TokenSource made of a function.
@@ -798,24 +784,17 @@ func TestSendAgainstFake(t *testing.T) {
 		fake := fcmtest.NewServer(fcmtest.Config{Rate: 0.001, Burst: 3, RetryAfter: 90 * time.Second})
 		defer fake.Close()
 		c := newFakeClient(t, fake, "pacer_id")
-		var ok, throttled int
-		for i := range 5 {
+		ok, throttled := channeltest.CountAnswers(t, 5, func(i int) channels.Message {
 			m := message()
 			m.ID = "env-" + strconv.Itoa(i)
-			res, err := c.Send(t.Context(), m)
-			switch {
-			case err == nil && strings.HasPrefix(res.ProviderID, "projects/"+project+"/messages/"):
-				ok++
-			case channels.ClassOf(err) == channels.Throttle:
-				e := checkErr(t, err)
-				if e.Code != "QUOTA_EXCEEDED" || e.Scope != channels.ScopeKey || e.Status != 429 || e.RetryAfter != 90*time.Second {
-					t.Errorf("throttle = %+v", e)
-				}
-				throttled++
-			default:
-				t.Fatalf("Send %d = %+v, %v", i, res, err)
-			}
-		}
+			return m
+		}, func(m channels.Message) (channels.Result, error) { return c.Send(t.Context(), m) },
+			func(res channels.Result) bool {
+				return strings.HasPrefix(res.ProviderID, "projects/"+project+"/messages/")
+			},
+			func(e *channels.Error) bool {
+				return e.Code == "QUOTA_EXCEEDED" && e.Scope == channels.ScopeKey && e.Status == 429 && e.RetryAfter == 90*time.Second
+			})
 		if ok != 3 || throttled != 2 {
 			t.Errorf("accepted %d, throttled %d; want 3, 2", ok, throttled)
 		}

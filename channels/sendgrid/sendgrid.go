@@ -63,6 +63,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/internal/h2pool"
 )
 
 // DefaultLimit is the rate assumed for one API key (one pacing key) when
@@ -121,14 +122,26 @@ type Config struct {
 	// Optional; every name must be in APIKeys.
 	OnBehalfOf map[string]string
 	// HTTPClient sends the requests; default a client with a
-	// [DefaultTimeout] timeout on the transport of [channels.NewTransport]
-	// (HTTP/2 when SendGrid offers it, keep-alive connections reused).
+	// [DefaultTimeout] timeout on a pool of HTTP/2 connections when
+	// SendGrid offers HTTP/2 in the TLS handshake (each carrying many
+	// requests at once), of HTTP/1.1 keep-alive ones otherwise. Whether api.sendgrid.com offers
+	// HTTP/2 is UNCONFIRMED: SendGrid documents HTTPS only ("All requests
+	// must be made over HTTPS. The API does not support HTTP.", TLS 1.2 or
+	// later since 2023-06-05) and writes its examples as HTTP/1.1, never
+	// naming HTTP/2 (https://www.twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/requests,
+	// https://www.twilio.com/docs/sendgrid/for-developers/sending-email/support-for-tls-12).
 	HTTPClient *http.Client
 	// MaxIdleConnsPerHost is how many idle connections to the provider the
 	// default client keeps for reuse; default
 	// [channels.DefaultMaxIdleConnsPerHost]. Set it to at least the sends a
 	// process has in flight at once. Ignored when HTTPClient is set.
 	MaxIdleConnsPerHost int
+	// H2C makes the default client speak HTTP/2 without TLS (h2c, prior
+	// knowledge) to an http:// BaseURL, as a local fake such as `pacer
+	// fake-provider` takes it; without, HTTP/1.1 there. SendGrid itself is
+	// https, where HTTP/2 is used when offered in the TLS handshake.
+	// Ignored when HTTPClient is set.
+	H2C bool
 	// Now returns the current time, to turn X-RateLimit-Reset and
 	// Retry-After into delays; default time.Now.
 	Now func() time.Time
@@ -202,7 +215,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.url = base.JoinPath("v3", "mail", "send").String()
 	if c.hc == nil {
-		c.hc = &http.Client{Timeout: DefaultTimeout, Transport: channels.NewTransport(cfg.MaxIdleConnsPerHost, nil)}
+		c.hc = &http.Client{Timeout: DefaultTimeout, Transport: h2pool.Default("sendgrid", cfg.MaxIdleConnsPerHost, cfg.H2C, &conns)}
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -462,4 +475,18 @@ func (c *Client) redact(s, to string) string {
 	}
 	s = emailLike.ReplaceAllString(s, "[address]")
 	return channels.Cut(s, maxDetail)
+}
+
+// conns counts the connections of every default client of the package.
+var conns channels.ConnCounter
+
+// Connections returns the counter of the connections the package's
+// default clients (Config.HTTPClient nil) opened to SendGrid.
+func Connections() *channels.ConnCounter { return &conns }
+
+// NewHTTPClient returns a client as New makes when Config.HTTPClient is
+// nil (with Config.H2C h2c), for several clients to share: its
+// connections are counted in [Connections].
+func NewHTTPClient(h2c bool) *http.Client {
+	return &http.Client{Timeout: DefaultTimeout, Transport: h2pool.Default("sendgrid", 0, h2c, &conns)}
 }

@@ -12,6 +12,7 @@ package whatsapp
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,21 +29,40 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/pacerhq/pacer/channels"
-	"github.com/pacerhq/pacer/channels/internal/httppool"
+	"github.com/pacerhq/pacer/channels/internal/h2pool"
 )
 
-// Pool is the HTTP/1.1 connection pool a Client sends through: keep-alive
-// connections to the Graph API, reused, each checked to be still open
-// before a request is written on it.
-type Pool = httppool.Pool
+// Pool is the connection pool a Client sends through: HTTP/2 to the Graph
+// API (which offers it over TLS), each connection carrying as many sends
+// at once as the server allows streams, a new one dialed only when every
+// open one is full; HTTP/1.1 keep-alive, one send per connection, only to
+// a host that does not speak HTTP/2, and to an http:// base URL unless the
+// Pool was made for h2c. See docs/decisions/0026-whatsapp-over-http2.md.
+type Pool = h2pool.Pool
+
+// conns counts the connections of every Pool of the package.
+var conns channels.ConnCounter
+
+// Connections returns the counter of the connections the package's Pools
+// opened to the Graph API.
+func Connections() *channels.ConnCounter { return &conns }
 
 // NewPool returns a Pool of at most maxConns connections per host
 // ([channels.DefaultMaxIdleConnsPerHost] when 0 or less), for one or more
-// Clients ([Config.Pool]).
-func NewPool(maxConns int) *Pool { return httppool.NewPool(maxConns, nil) }
+// Clients ([Config.Pool]). With h2c it speaks HTTP/2 without TLS (prior
+// knowledge) to an http:// base URL, as a local fake such as `pacer
+// fake-provider --channel whatsapp` takes it; without, HTTP/1.1 there.
+// The Graph API itself is https, where HTTP/2 is offered in the TLS
+// handshake either way.
+func NewPool(maxConns int, h2c bool) *Pool { return newPool(maxConns, h2c, nil) }
+
+func newPool(maxConns int, h2c bool, tlsConfig *tls.Config) *Pool {
+	if maxConns <= 0 {
+		maxConns = channels.DefaultMaxIdleConnsPerHost
+	}
+	return h2pool.New(h2pool.Config{Name: "whatsapp", MaxConns: maxConns, TLSConfig: tlsConfig, H2C: h2c, Conns: &conns})
+}
 
 // DefaultRate is the Cloud API throughput of one business phone number, in
 // messages per second: 80 by default, inbound and outbound messages of all
@@ -80,19 +100,20 @@ type Config struct {
 	// Token is the system-user access token, sent as "Authorization: Bearer".
 	// Required. It never appears in an error.
 	Token string
-	// Pool sends the requests: HTTP/1.1 keep-alive connections, reused
-	// (see [NewPool]); a request without a context deadline ends after
-	// [DefaultTimeout]. Default a Pool of its own with MaxIdleConnsPerHost
-	// connections; share one among the clients of one channel (several
-	// tokens) so they share its connections. A send's context cancelled
-	// while it is in flight ends every send then in flight on the Pool
-	// (the pacer cancels its sends together, at the end of a shutdown's
-	// drain); one cancelled after its send returned ends nothing.
+	// Pool sends the requests: HTTP/2 connections, or HTTP/1.1 keep-alive
+	// ones to a host without HTTP/2 (see [Pool]); a request without a
+	// context deadline ends after [DefaultTimeout]. Default a Pool of its
+	// own with MaxIdleConnsPerHost connections; share one among the
+	// clients of one channel (several tokens) so they share its
+	// connections.
 	Pool *Pool
-	// MaxIdleConnsPerHost is how many connections to the provider the
-	// default Pool keeps, in use and idle; default
-	// [channels.DefaultMaxIdleConnsPerHost]. Set it to at least the sends a
-	// process has in flight at once. Ignored when Pool is set.
+	// MaxIdleConnsPerHost bounds the connections to the provider of the
+	// default Pool, in use and idle; default
+	// [channels.DefaultMaxIdleConnsPerHost]. Over HTTP/2 a connection
+	// carries as many sends as the server allows streams (typically 100 or
+	// more), so the bound matters only over HTTP/1.1, where it should be at
+	// least the sends a process has in flight at once. Ignored when Pool
+	// is set.
 	MaxIdleConnsPerHost int
 }
 
@@ -104,7 +125,7 @@ type Client struct {
 	prefix  string // base joined with version, and "/"
 	auth    string // "Bearer <token>"
 	token   string
-	pool    *Pool
+	hc      *http.Client // over the Pool
 }
 
 var _ channels.Sender = (*Client)(nil)
@@ -139,7 +160,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("whatsapp: Config.APIVersion %s was retired by Meta %s; use %s", cfg.APIVersion, when, DefaultAPIVersion)
 	}
 	if cfg.Pool == nil {
-		cfg.Pool = NewPool(cfg.MaxIdleConnsPerHost)
+		cfg.Pool = NewPool(cfg.MaxIdleConnsPerHost, false)
 	}
 	return &Client{
 		base:    base,
@@ -147,7 +168,7 @@ func New(cfg Config) (*Client, error) {
 		prefix:  base.JoinPath(cfg.APIVersion).String() + "/",
 		auth:    "Bearer " + cfg.Token,
 		token:   cfg.Token,
-		pool:    cfg.Pool,
+		hc:      &http.Client{Transport: cfg.Pool, Timeout: DefaultTimeout},
 	}, nil
 }
 
@@ -190,41 +211,46 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent,
 			Code: "invalid-payload", Detail: "payload is not a JSON object", Err: err}
 	}
-	return c.sendPool(ctx, m, body)
+	return c.post(ctx, m, body)
 }
 
-// sendPool posts body to m.Key's /messages endpoint through c.pool and
-// reads the answer as Send documents.
-func (c *Client) sendPool(ctx context.Context, m channels.Message, body []byte) (channels.Result, error) {
-	var res channels.Result
-	var failed error
-	err := c.pool.Do(ctx, DefaultTimeout, func(req *fasthttp.Request) {
-		req.SetRequestURI(c.messagesURL(m.Key))
-		req.Header.SetMethod(fasthttp.MethodPost)
-		req.Header.Set("Authorization", c.auth)
-		req.Header.SetContentType("application/json")
-		req.Header.Set("Accept", "application/json")
-		req.SetBodyRaw(body)
-	}, func(resp *fasthttp.Response) {
-		status := resp.StatusCode()
-		if status >= 200 && status < 300 {
-			res, failed = c.success(status, resp.Body())
-			return
-		}
-		failed = c.failure(status, string(resp.Header.Peek("Retry-After")), resp.Body(), m.To, time.Now())
-	})
+// post posts body to m.Key's /messages endpoint and reads the answer as
+// Send documents.
+func (c *Client) post(ctx context.Context, m channels.Message, body []byte) (channels.Result, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.messagesURL(m.Key), bytes.NewReader(body))
+	if err != nil {
+		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent,
+			Code: "invalid-key", Detail: fmt.Sprintf("pacing key %q makes no valid URL", m.Key)}
+	}
+	req.Header = http.Header{
+		"Authorization": {c.auth},
+		"Content-Type":  {"application/json"},
+		"Accept":        {"application/json"},
+	}
+	resp, err := channels.Do(c.hc, req)
 	if err != nil {
 		// ctx ended (its deadline may pass a moment before ctx says so);
 		// DefaultTimeout passing without one is a transport failure.
 		if _, has := ctx.Deadline(); ctx.Err() != nil || has && errors.Is(err, context.DeadlineExceeded) {
-			return channels.Result{}, err
+			return channels.Result{}, ctx.Err()
 		}
-		// The URL (host, version, phone-number ID) and fasthttp's error,
-		// which names at most the host: never a header.
+		// A *url.Error: the URL (host, version, phone-number ID) and the
+		// transport's error, never a header.
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Transient,
-			Err: fmt.Errorf("whatsapp: POST %s: %w", c.messagesURL(m.Key), err)}
+			Err: fmt.Errorf("whatsapp: %w", err)}
 	}
-	return res, failed
+	raw, err := channels.ReadBody(resp.Body, maxBodySize)
+	if err != nil {
+		if ctx.Err() != nil {
+			return channels.Result{}, ctx.Err()
+		}
+		return channels.Result{}, &channels.Error{Channel: channel, Status: resp.StatusCode, Class: channels.Transient,
+			Err: fmt.Errorf("whatsapp: read the answer of POST %s: %w", c.messagesURL(m.Key), err)}
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return c.success(resp.StatusCode, raw)
+	}
+	return channels.Result{}, c.failure(resp.StatusCode, resp.Header.Get("Retry-After"), raw, m.To, time.Now())
 }
 
 // messagesURL returns the URL of key's /messages endpoint:

@@ -286,24 +286,9 @@ func TestSendRequestShape(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m := message()
-			m.Payload = nil
-			if c.payload != "" {
-				m.Payload = json.RawMessage(c.payload)
-			}
-			if c.key != "" {
-				m.Key = c.key
-			}
-			res, err := cl.Send(t.Context(), m)
-			if err != nil || res.ProviderID != "wamid.1" {
-				t.Fatalf("Send = %+v, %v", res, err)
-			}
-			rq := <-got
-			auth, ctype := rq.Header.Get("Authorization"), rq.Header.Get("Content-Type")
-			if rq.Method != "POST" || rq.Path != c.path || auth != "Bearer "+token || ctype != "application/json" {
-				t.Errorf("got %s %s auth=%q type=%q; want POST %s, bearer token, application/json",
-					rq.Method, rq.Path, auth, ctype, c.path)
-			}
+			send := func(m channels.Message) (channels.Result, error) { return cl.Send(t.Context(), m) }
+			rq := channeltest.SendCaptured(t, got, send, message(), c.payload, c.key, "wamid.1")
+			channeltest.CheckPost(t, rq, c.path, token, true)
 			channeltest.CheckFields(t, "body", channeltest.JSONObject(t, rq.Body), c.want)
 		})
 	}
@@ -449,25 +434,11 @@ func TestSendAgainstFake(t *testing.T) {
 	fake := whatsapptest.NewServer(whatsapptest.Config{Rate: 0.001, Burst: 3, Token: token})
 	defer fake.Close()
 	c := newClient(t, fake.URL())
-	var ok, throttled int
-	for i := range 5 {
-		m := message()
-		m.ID = "env-" + strconv.Itoa(i)
-		res, err := c.Send(t.Context(), m)
-		switch {
-		case err == nil && strings.HasPrefix(res.ProviderID, "wamid."):
-			ok++
-		case channels.ClassOf(err) == channels.Throttle:
-			var e *channels.Error
-			errors.As(err, &e)
-			if e.Code != "130429" || e.Scope != channels.ScopeKey || e.Status != 429 {
-				t.Errorf("throttle = %+v", e)
-			}
-			throttled++
-		default:
-			t.Fatalf("Send %d = %+v, %v", i, res, err)
-		}
-	}
+	ok, throttled := channeltest.CountAnswers(t, 5, envMessage, sendOf(t, c),
+		func(res channels.Result) bool { return strings.HasPrefix(res.ProviderID, "wamid.") },
+		func(e *channels.Error) bool {
+			return e.Code == "130429" && e.Scope == channels.ScopeKey && e.Status == 429
+		})
 	if ok != 3 || throttled != 2 {
 		t.Errorf("accepted %d, throttled %d; want 3, 2", ok, throttled)
 	}
@@ -495,4 +466,16 @@ func TestConnectionReuse(t *testing.T) {
 		c := newClient(t, baseURL)
 		return func(ctx context.Context) error { _, err := c.Send(ctx, message()); return err }
 	})
+}
+
+// envMessage returns message() with the envelope id env-i.
+func envMessage(i int) channels.Message {
+	m := message()
+	m.ID = "env-" + strconv.Itoa(i)
+	return m
+}
+
+// sendOf returns c's Send under t's context.
+func sendOf(t *testing.T, c *whatsapp.Client) func(channels.Message) (channels.Result, error) {
+	return func(m channels.Message) (channels.Result, error) { return c.Send(t.Context(), m) }
 }

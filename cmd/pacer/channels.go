@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/channels/apns"
@@ -56,6 +58,25 @@ type channel struct {
 	// fake-provider` on fs, and returns the function that builds it once
 	// they are parsed (see fake.go).
 	fake func(fs *flag.FlagSet) func() (*fakeServer, error)
+	// conns counts the connections the channel's adapter opens to its
+	// provider (see [connMetrics]).
+	conns *channels.ConnCounter
+}
+
+// connMetrics returns the metrics of ch's connections to its provider:
+// pacer_provider_connections_opened_total (divided by
+// pacer_sends_total: new connections per send) and
+// pacer_provider_connections_open.
+func connMetrics(ch *channel) []prometheus.Collector {
+	labels := prometheus.Labels{"channel": ch.name}
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pacer_provider_connections_opened_total", ConstLabels: labels,
+			Help: "Connections opened to the provider by the adapter's default transport."},
+			func() float64 { return float64(ch.conns.Opened()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pacer_provider_connections_open", ConstLabels: labels,
+			Help: "Connections to the provider open now."},
+			func() float64 { return float64(ch.conns.Open()) }),
+	}
 }
 
 // recipientBucket is a channel's optional per-recipient bucket:
@@ -75,11 +96,21 @@ type setting struct {
 	secret bool
 }
 
+// h2cSetting is PACER_<NAME>_H2C: HTTP/2 without TLS (h2c) to an http://
+// BASE_URL, a local fake that takes it (`pacer fake-provider` prints it).
+var h2cSetting = setting{"H2C", "false", func(s string) error {
+	if s != "true" && s != "false" {
+		return errors.New("must be true or false")
+	}
+	return nil
+}, false}
+
 // channelTable lists the channels Pacer serves, one row each. docs/configuration.md's
 // settings table lists every variable of every row.
 var channelTable = []channel{
 	{
 		name: "whatsapp", keys: "WhatsApp phone-number IDs",
+		conns:     whatsapp.Connections(),
 		limit:     channels.Limit{PerSecond: whatsapp.DefaultRate, Burst: 10},
 		recipient: &recipientBucket{"PAIR", channels.Limit{PerSecond: 0, Burst: 45}}, // Meta: about 1 per 6 s, up to 45 in a burst (error 131056)
 		settings: []setting{
@@ -91,9 +122,10 @@ var channelTable = []channel{
 				return nil
 			}, false},
 			{"TOKEN", "", nil, true}, // system-user access token
+			h2cSetting,
 		},
 		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
-			pool := whatsapp.NewPool(0) // one pool of connections for every token
+			pool := whatsapp.NewPool(0, v.get("H2C") == "true") // one pool of connections for every token
 			newClient := func(token string) (*whatsapp.Client, error) {
 				return whatsapp.New(whatsapp.Config{BaseURL: v.get("BASE_URL"), APIVersion: v.get("API_VERSION"), Token: token, Pool: pool})
 			}
@@ -136,19 +168,20 @@ var channelTable = []channel{
 			acctWindow := fs.Duration("account-window", time.Hour, "rolling window of --account-limit")
 			return func() (*fakeServer, error) {
 				f := whatsapptest.New(whatsapptest.Config{Rate: *rate, Burst: *burst, Token: *token,
-					PairRate: *pairRate, PairBurst: *pairBurst, AccountLimit: *acctLimit, AccountWindow: *acctWindow})
+					PairRate: *pairRate, PairBurst: *pairBurst, AccountLimit: *acctLimit, AccountWindow: *acctWindow, AnswerTime: fakeAnswerTime(fs)})
 				return &fakeServer{handler: f, settings: func(base, _ string) ([][2]string, error) {
 					tok := *token
 					if tok == "" { // any is accepted, and pacer run needs one
 						tok = "fake-token"
 					}
-					return [][2]string{{"PACER_WHATSAPP_BASE_URL", base}, {"PACER_WHATSAPP_TOKEN", tok}}, nil
+					return [][2]string{{"PACER_WHATSAPP_BASE_URL", base}, {"PACER_WHATSAPP_TOKEN", tok}, {"PACER_WHATSAPP_H2C", "true"}}, nil
 				}}, nil
 			}
 		},
 	},
 	{
 		name: "apns", keys: "APNs apps (bundle IDs)",
+		conns: apns.Connections(),
 		limit: apns.DefaultLimit,
 		settings: []setting{
 			{"BASE_URL", "https://api.push.apple.com", httpURL, false},
@@ -224,9 +257,9 @@ var channelTable = []channel{
 				stats: statsOf(f.Stats),
 			}, err
 		},
-		// The fake: apnstest, served over cleartext HTTP/2 (h2c), which the
-		// adapter speaks to an http:// base URL, with a signing key of its
-		// own written to dir.
+		// The fake: apnstest (served over cleartext HTTP/2 too, as every
+		// fake, which the adapter speaks to an http:// base URL), with a
+		// signing key of its own written to dir.
 		fake: func(fs *flag.FlagSet) func() (*fakeServer, error) {
 			rate := fs.Float64("device-rate", 0, "notifications per second allowed per device token, answered 429 TooManyRequests beyond (0 = unlimited: Apple publishes no number)")
 			burst := fs.Int("device-burst", 0, "device bucket capacity in notifications (0 = ceil(device-rate))")
@@ -242,8 +275,8 @@ var channelTable = []channel{
 				if err != nil {
 					return nil, err
 				}
-				f := apnstest.New(apnstest.Config{DeviceRate: *rate, DeviceBurst: *burst, PublicKey: pub, KeyID: *keyID, TeamID: *teamID})
-				return &fakeServer{handler: f.HTTP2Handler(), h2c: true, settings: func(base, dir string) ([][2]string, error) {
+				f := apnstest.New(apnstest.Config{DeviceRate: *rate, DeviceBurst: *burst, PublicKey: pub, KeyID: *keyID, TeamID: *teamID, AnswerTime: fakeAnswerTime(fs)})
+				return &fakeServer{handler: f.HTTP2Handler(), settings: func(base, dir string) ([][2]string, error) {
 					path, err := writeFakeFile(dir, "apns-key.p8", p8)
 					if err != nil {
 						return nil, err
@@ -256,14 +289,16 @@ var channelTable = []channel{
 	},
 	{
 		name: "fcm", keys: "Firebase projects",
+		conns:     fcm.Connections(),
 		limit:     fcm.DefaultLimit,
 		recipient: &recipientBucket{"DEVICE", fcm.DeviceLimit},
 		settings: []setting{
 			{"BASE_URL", fcm.DefaultBaseURL, httpURL, false},
 			{"CREDENTIALS_FILE", "", nil, false}, // service-account JSON; never logged
+			h2cSetting,
 		},
 		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
-			hc := sharedClient()
+			hc := fcm.NewHTTPClient(v.get("H2C") == "true") // one pool of connections for every credential
 			// Projects sharing a service account share its client, so its
 			// access token is minted once.
 			accounts := newClientCache[*fcm.Client]()
@@ -312,27 +347,29 @@ var channelTable = []channel{
 			devRate := fs.Float64("device-rate", fcm.DeviceLimit.PerSecond, "messages per second allowed per registration token (0 = unlimited)")
 			devBurst := fs.Int("device-burst", fcm.DeviceLimit.Burst, "device bucket capacity in messages")
 			return func() (*fakeServer, error) {
-				f := fcmtest.New(fcmtest.Config{Rate: *rate, Burst: *burst, DeviceRate: *devRate, DeviceBurst: *devBurst})
+				f := fcmtest.New(fcmtest.Config{Rate: *rate, Burst: *burst, DeviceRate: *devRate, DeviceBurst: *devBurst, AnswerTime: fakeAnswerTime(fs)})
 				return &fakeServer{handler: f, settings: func(base, dir string) ([][2]string, error) {
 					path, err := writeFakeFile(dir, "fcm-service-account.json", f.ServiceAccountJSONAt(base))
 					if err != nil {
 						return nil, err
 					}
-					return [][2]string{{"PACER_FCM_BASE_URL", base}, {"PACER_FCM_CREDENTIALS_FILE", path}}, nil
+					return [][2]string{{"PACER_FCM_BASE_URL", base}, {"PACER_FCM_CREDENTIALS_FILE", path}, {"PACER_FCM_H2C", "true"}}, nil
 				}}, nil
 			}
 		},
 	},
 	{
 		name: "sendgrid", keys: "SendGrid API keys",
+		conns: sendgrid.Connections(),
 		limit: sendgrid.DefaultLimit,
 		settings: []setting{
 			{"BASE_URL", sendgrid.DefaultBaseURL, httpURL, false},
 			{"API_KEYS", "", checkKeyList, true},      // name=key,...
 			{"ON_BEHALF_OF", "", checkKeyList, false}, // name=subuser,...
+			h2cSetting,
 		},
 		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
-			hc := sharedClient()
+			hc := sendgrid.NewHTTPClient(v.get("H2C") == "true") // one pool of connections for every key
 			keys, _ := parseKeyList(v.get("API_KEYS"))
 			obo, _ := parseKeyList(v.get("ON_BEHALF_OF"))
 			var def channels.Sender
@@ -399,9 +436,9 @@ var channelTable = []channel{
 				if err != nil {
 					return nil, &usageError{"fake-provider: --api-keys: " + err.Error()}
 				}
-				f := sendgridtest.New(sendgridtest.Config{Rate: *rate, Burst: *burst, APIKeys: list})
+				f := sendgridtest.New(sendgridtest.Config{Rate: *rate, Burst: *burst, APIKeys: list, AnswerTime: fakeAnswerTime(fs)})
 				return &fakeServer{handler: f, settings: func(base, _ string) ([][2]string, error) {
-					return [][2]string{{"PACER_SENDGRID_BASE_URL", base}, {"PACER_SENDGRID_API_KEYS", *keys}}, nil
+					return [][2]string{{"PACER_SENDGRID_BASE_URL", base}, {"PACER_SENDGRID_API_KEYS", *keys}, {"PACER_SENDGRID_H2C", "true"}}, nil
 				}}, nil
 			}
 		},

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -207,14 +206,6 @@ func credentialsSender(ctx context.Context, v channelVars, build buildFunc, def 
 		return def, nil
 	}
 	return newKeyedSender(ctx, v.ch.name, v.credDir, build, def, serves, v.log)
-}
-
-// sharedClient is the HTTP client every credential of a channel sends
-// through: one transport, so connections to the provider are shared by all
-// pacing keys instead of one pool per credential. The token travels in each
-// request's header, not in the connection.
-func sharedClient() *http.Client {
-	return &http.Client{Timeout: 30 * time.Second, Transport: channels.NewTransport(0, nil)}
 }
 
 // plainSecret reads a credential file holding one secret (an access token,

@@ -411,6 +411,7 @@ func runMetrics(t *testing.T) map[string]metricLabels {
 	t.Cleanup(func() { led.Close(context.Background()) })
 	rec := &descRecorder{}
 	rec.MustRegister((&roundTrips{}).collector(ch.name))
+	rec.MustRegister(connMetrics(ch)...)
 	_, err = consumer.New(cfg.pacerConfig(ch), []kgo.Opt{kgo.SeedBrokers("127.0.0.1:9")},
 		consumer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: led, Sender: noSender{}}, rec)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/pacerhq/pacer/internal/answertime"
 )
 
 // fakeServer is a channel's fake provider as `pacer fake-provider` serves
@@ -21,7 +23,6 @@ import (
 // function that builds it once they are parsed.
 type fakeServer struct {
 	handler http.Handler
-	h2c     bool // serve HTTP/2 without TLS too: the APNs adapter speaks nothing else
 	// settings returns the variables that point `pacer run` at the fake
 	// served at baseURL, in order, writing the files they name into dir.
 	settings func(baseURL, dir string) ([][2]string, error)
@@ -33,7 +34,9 @@ Serves the fake provider API of channel C (%s) until
 interrupted. It prints its URL and, on the line after, the settings that
 point "pacer run --channel C" at it (NAME=value, separated by spaces).
 Its limits are strict token buckets counted at its ingress, each full at its
-key's first request, with no burst beyond the flags'. GET /_stats returns
+key's first request, with no burst beyond the flags'. Each answer comes
+--answer-time after its request was counted (default at once). It speaks
+HTTP/1.1 and cleartext HTTP/2 (h2c). GET /_stats returns
 what each key sent; POST /_admin/rate?key=K&rate=R sets a hidden rate while
 it runs (key empty: every key). The whatsapp fake also takes
 POST /_admin/fail?key=K&n=N: the next N requests of K get HTTP 500, counted
@@ -99,12 +102,12 @@ func cmdFakeProvider(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
+	// HTTP/1.1 and cleartext HTTP/2 (h2c, with prior knowledge): the
+	// adapters speak HTTP/2 to an http:// base URL that takes it.
 	srv := &http.Server{Handler: fake.handler, ReadHeaderTimeout: 5 * time.Second}
-	if fake.h2c {
-		srv.Protocols = new(http.Protocols)
-		srv.Protocols.SetHTTP1(true)
-		srv.Protocols.SetUnencryptedHTTP2(true)
-	}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
 	if *dir == "" {
 		if *dir, err = os.MkdirTemp("", "pacer-fake-"+ch.name+"-"); err != nil {
 			ln.Close()
@@ -141,7 +144,15 @@ func fakeCommonFlags(fs *flag.FlagSet) (addr, dir *string) {
 	fs.String("channel", "", "the channel whose provider to fake: "+channelList())
 	addr = fs.String("addr", "127.0.0.1:0", "listen address")
 	dir = fs.String("dir", "", "existing directory for the credential files whose paths the fake prints, which stay there (default: a new temporary one, removed on exit)")
+	fs.String("answer-time", "0s", "how long each answer takes after the request was counted: a duration (300ms), a uniform range (250ms-350ms) or lognormal:MEDIAN,p99=P99 (lognormal:300ms,p99=2s); requests wait side by side")
 	return addr, dir
+}
+
+// fakeAnswerTime returns the --answer-time of fs, defined by
+// fakeCommonFlags and checked by checkFakeLimits.
+func fakeAnswerTime(fs *flag.FlagSet) answertime.Dist {
+	d, _ := answertime.Parse(fs.Lookup("answer-time").Value.String())
+	return d
 }
 
 // fakeChannelArg returns the channel args name, as their first argument
@@ -163,12 +174,19 @@ func fakeChannelArg(args []string) (string, []string) {
 }
 
 // checkFakeLimits refuses a numeric flag that is negative or not finite,
-// or a duration that is not positive, naming the flag: every number of a
+// a duration that is not positive, or an --answer-time that does not
+// parse, naming the flag: every number of a
 // fake is a limit, and such a value would make the fake more lenient than
 // the provider it stands for, or meaningless.
 func checkFakeLimits(fs *flag.FlagSet) error {
 	var bad []string
 	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "answer-time" {
+			if _, err := answertime.Parse(f.Value.String()); err != nil {
+				bad = append(bad, "--answer-time "+err.Error())
+			}
+			return
+		}
 		g, ok := f.Value.(flag.Getter)
 		if !ok {
 			return

@@ -40,7 +40,8 @@ var fakeSamples = map[string]struct {
 // TestFakeProviderEveryChannel runs `pacer fake-provider --channel C`
 // in-process for each row of the channel table, points the row's adapter at
 // it with the settings it printed, exactly as `pacer run` reads them, and
-// sends: the first message is accepted with the provider's id, the second
+// sends: the first message is accepted with the provider's id after the
+// --answer-time given, the second
 // to the same key or device is throttled (the fake's limit, with no spare
 // burst), and GET /_stats counts both.
 func TestFakeProviderEveryChannel(t *testing.T) {
@@ -56,7 +57,7 @@ func TestFakeProviderEveryChannel(t *testing.T) {
 			var errb bytes.Buffer // read once the command returned
 			done := make(chan error, 1)
 			go func() {
-				err := cmdFakeProvider(ctx, append([]string{"--channel", ch.name, "--dir", dir}, sample.flags...), pw, &errb)
+				err := cmdFakeProvider(ctx, append([]string{"--channel", ch.name, "--dir", dir, "--answer-time", "40ms-60ms"}, sample.flags...), pw, &errb)
 				pw.Close()
 				done <- err
 			}()
@@ -110,9 +111,13 @@ func TestFakeProviderEveryChannel(t *testing.T) {
 			}
 			m := sample.msg
 			m.ID = "fake-1"
+			start := time.Now()
 			res, err := s.Send(ctx, m)
 			if err != nil || !regexp.MustCompile(sample.id).MatchString(res.ProviderID) {
 				t.Fatalf("first send: %+v, %v; want a provider id like %s", res, err, sample.id)
+			}
+			if took := time.Since(start); took < 40*time.Millisecond {
+				t.Errorf("first send answered after %v; want --answer-time 40ms-60ms at least", took)
 			}
 			m.ID = "fake-2"
 			_, err = s.Send(ctx, m)
@@ -157,6 +162,8 @@ func TestFakeProviderRefuses(t *testing.T) {
 		{[]string{"--channel", "sendgrid", "--burst", "-3"}, "--burst -3: must be >= 0"},
 		{[]string{"--channel", "sendgrid", "--api-keys", "nokey"}, "--api-keys: entry 1 is not name=value"},
 		{[]string{"--channel", "whatsapp", "--account-window", "-1s"}, "--account-window -1s: must be > 0"},
+		{[]string{"--channel", "fcm", "--answer-time", "350ms-250ms"}, `--answer-time "350ms-250ms": want 0 <= low <= high`},
+		{[]string{"--channel", "apns", "--answer-time", "soon"}, `--answer-time "soon": want a duration ("300ms"), a range`},
 	} {
 		// A fake that starts anyway is stopped after a while, and fails.
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)

@@ -127,6 +127,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	}()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), trips.collector(ch.name))
+	reg.MustRegister(connMetrics(ch)...)
 	p, err := consumer.New(pc, append(kopts, kgo.ClientID("pacer-"+ch.name),
 		kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))),
 		consumer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Ledger: led, Sender: sender,

@@ -64,6 +64,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
+	"github.com/pacerhq/pacer/internal/answertime"
 )
 
 // Limits APNs documents, in bytes and durations.
@@ -94,8 +95,13 @@ type Config struct {
 	// Unregistered lists device tokens answered 410 Unregistered, with the
 	// fake's start time as timestamp.
 	Unregistered map[string]bool
-	// Latency is added before each answer, after the request was counted.
+	// Latency is a fixed answer time, used when AnswerTime is zero.
 	Latency time.Duration
+	// AnswerTime is the time each answer takes, drawn per request after
+	// the request was counted (fixed, uniform or log-normal; see
+	// answertime.Parse); requests wait side by side, not in turn. Zero
+	// means Latency.
+	AnswerTime answertime.Dist
 	// Now is the fake's clock, for token ages, rotations, buckets and
 	// arrival times; default time.Now.
 	Now func() time.Time
@@ -139,8 +145,9 @@ type TokenStats struct {
 // Arrivals are the methods every fake provider shares.
 type Server struct {
 	fakeprovider.Fake[Arrival]
-	cfg Config
-	now func() time.Time
+	cfg    Config
+	answer answertime.Dist // of cfg
+	now    func() time.Time
 
 	mu      sync.Mutex
 	devices *fakeprovider.Limiter // one bucket per device token; used if Config.DeviceRate > 0
@@ -165,6 +172,7 @@ func New(cfg Config) *Server {
 		cfg.Now = time.Now
 	}
 	s := &Server{
+		answer:  fakeprovider.AnswerTime(cfg.AnswerTime, cfg.Latency),
 		cfg:     cfg,
 		now:     cfg.Now,
 		devices: fakeprovider.NewLimiter(cfg.DeviceRate, cfg.DeviceBurst),
@@ -330,7 +338,7 @@ func (s *Server) device(w http.ResponseWriter, r *http.Request, token string) {
 		a.ApnsID = uuid.NewString() // version 4, lowercase, as APNs makes them
 	}
 	deadSince := s.arrive(&a)
-	if !fakeprovider.Sleep(r.Context(), s.cfg.Latency) {
+	if !fakeprovider.Sleep(r.Context(), s.answer.Draw()) {
 		return
 	}
 	switch a.Status {

@@ -117,7 +117,7 @@ func TestFake(t *testing.T) {
 	var n atomic.Int64
 	channeltest.CheckFake(t, channeltest.Fake[apnstest.KeyStats, apnstest.Arrival]{
 		New: func(c channeltest.FakeConfig) channeltest.FakeServer[apnstest.KeyStats, apnstest.Arrival] {
-			cfg := apnstest.Config{DeviceRate: c.Rate, DeviceBurst: c.Burst, Latency: c.Latency, PublicKey: pub}
+			cfg := apnstest.Config{DeviceRate: c.Rate, DeviceBurst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, PublicKey: pub}
 			if c.Listen {
 				return apnstest.NewServer(cfg)
 			}

@@ -58,6 +58,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
+	"github.com/pacerhq/pacer/internal/answertime"
 )
 
 const (
@@ -118,8 +119,13 @@ type Config struct {
 	// TokenTTL is the lifetime of issued access tokens, sent as expires_in
 	// in whole seconds; default [DefaultTokenTTL].
 	TokenTTL time.Duration
-	// Latency is added before each send answer, after the send was counted.
+	// Latency is a fixed answer time, used when AnswerTime is zero.
 	Latency time.Duration
+	// AnswerTime is the time each answer takes, drawn per request after
+	// the request was counted (fixed, uniform or log-normal; see
+	// answertime.Parse); requests wait side by side, not in turn. Zero
+	// means Latency.
+	AnswerTime answertime.Dist
 }
 
 // Arrival is one valid send the fake received.
@@ -155,7 +161,8 @@ type KeyStats struct {
 type Server struct {
 	fakeprovider.Fake[Arrival]
 	cfg     Config
-	prefix  string // random, keeps message names unique across servers
+	answer  answertime.Dist // of cfg
+	prefix  string          // random, keeps message names unique across servers
 	keyID   string
 	email   string
 	key     *rsa.PrivateKey
@@ -203,6 +210,7 @@ var signingKey = sync.OnceValue(func() *rsa.PrivateKey {
 // [Server.ServiceAccountJSONAt]. Close is a no-op for it.
 func New(cfg Config) *Server {
 	s := &Server{
+		answer:    fakeprovider.AnswerTime(cfg.AnswerTime, cfg.Latency),
 		cfg:       cfg,
 		prefix:    fakeprovider.RandHex(8),
 		keyID:     fakeprovider.RandHex(20),
@@ -476,7 +484,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	}
 
 	out := s.arrive(key, m.target, m.token, m.id, m.digest, time.Now)
-	if !fakeprovider.Sleep(r.Context(), s.cfg.Latency) {
+	if !fakeprovider.Sleep(r.Context(), s.answer.Draw()) {
 		return
 	}
 	switch out {

@@ -320,7 +320,7 @@ func TestFake(t *testing.T) {
 	var n atomic.Int64
 	channeltest.CheckFake(t, channeltest.Fake[fcmtest.KeyStats, fcmtest.Arrival]{
 		New: func(c channeltest.FakeConfig) channeltest.FakeServer[fcmtest.KeyStats, fcmtest.Arrival] {
-			cfg := fcmtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, Token: bearer}
+			cfg := fcmtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, Token: bearer}
 			if c.Listen {
 				return fcmtest.NewServer(cfg)
 			}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
+	"github.com/pacerhq/pacer/internal/answertime"
 )
 
 // FakeKeys are the keys [CheckFake] sends requests of, even numbers of hex
@@ -28,7 +30,7 @@ type Fake[K, A any] struct {
 	// New builds the fake with the package's NewServer if c.Listen, else
 	// with its New, so that each key earns c.Rate requests per second into
 	// a bucket of c.Burst (0: ceil(Rate), at least 1) and each answer waits
-	// c.Latency. CheckFake closes it when the test ends.
+	// c.Latency, or a time drawn from c.AnswerTime. CheckFake closes it when the test ends.
 	New func(c FakeConfig) FakeServer[K, A]
 	// FetchStats is the package's FetchStats.
 	FetchStats func(ctx context.Context, hc *http.Client, baseURL string) (map[string]K, error)
@@ -58,6 +60,8 @@ type FakeConfig struct {
 	Burst   int           // in requests; 0 is ceil(Rate), at least 1
 	Latency time.Duration // before each answer
 	Listen  bool          // NewServer rather than New
+	// AnswerTime, if not zero, is drawn for each answer instead of Latency.
+	AnswerTime answertime.Dist
 }
 
 // FakeServer is the API every fake's Server has.
@@ -105,7 +109,8 @@ func Serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 // HTTP, then one more only when a whole token has been earned, counted from
 // the key's first request), per key, of ceil(Rate) by default and unlimited
 // at rate 0; that POST /_admin/rate changes a key's rate or every key's;
-// that answers wait Config.Latency; that duplicates are counted by id,
+// that answers wait Config.Latency, or each a time of its own drawn from
+// Config.AnswerTime, counted on arrival and waiting side by side; that duplicates are counted by id,
 // never for a throttled request or an empty id; and that GET /_stats serves
 // Stats, which FetchStats reads.
 func CheckFake[K, A any](t *testing.T, f Fake[K, A]) {
@@ -158,6 +163,7 @@ func CheckFake[K, A any](t *testing.T, f Fake[K, A]) {
 			t.Errorf("answered after %v, want at least 50ms", d)
 		}
 	})
+	t.Run("answer time", func(t *testing.T) { synctest.Test(t, func(t *testing.T) { checkAnswerTime(t, f) }) })
 	t.Run("duplicates", func(t *testing.T) { checkDuplicates(t, f) })
 	t.Run("stats", func(t *testing.T) { checkStats(t, f) })
 }
@@ -340,5 +346,43 @@ func checkStats[K, A any](t *testing.T, f Fake[K, A]) {
 	}
 	if n := f.start(t, FakeConfig{}); n.URL() != "" || n.Client() != nil {
 		t.Errorf("a fake built by New: URL %q, Client %v; want none", n.URL(), n.Client())
+	}
+}
+
+// checkAnswerTime: 40 requests at once to a fake answering in 250-350 ms
+// with a bucket of 3 are all counted on arrival, before any answer (3
+// accepted, 37 throttled), and each is answered after a time of its own
+// within the bounds: together, not one after the other. Run it in a
+// synctest bubble.
+func checkAnswerTime[K, A any](t *testing.T, f Fake[K, A]) {
+	const n = 40
+	d, err := answertime.Uniform(250*time.Millisecond, 350*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.start(t, FakeConfig{Rate: 0.001, Burst: 3, AnswerTime: d})
+	start := time.Now()
+	took := make([]time.Duration, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			f.serve(t, s.Handler(), "0a", fmt.Sprint("id-", i))
+			took[i] = time.Since(start)
+		})
+	}
+	synctest.Wait() // every request is waiting for its answer time
+	if got := len(s.Arrivals()); got != n {
+		t.Errorf("%d arrivals before any answer, want %d: a fake counts a request on arrival", got, n)
+	}
+	wg.Wait()
+	slices.Sort(took)
+	if took[0] < 250*time.Millisecond || took[n-1] > 350*time.Millisecond {
+		t.Errorf("answered after %v..%v, want within 250ms-350ms (requests waiting in turn?)", took[0], took[n-1])
+	}
+	if took[0] == took[n-1] {
+		t.Errorf("every answer took %v: the answer time must be drawn per request", took[0])
+	}
+	if st := f.Common(s.Stats()["0a"]); st.Delivered != 3 || st.Throttled != n-3 {
+		t.Errorf("stats = %+v; want 3 delivered, %d throttled", st, n-3)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/pacerhq/pacer/internal/answertime"
 )
 
 // Fake is the part of a fake provider's Server that every fake shares: its
@@ -57,11 +59,16 @@ type served interface {
 
 func (f *Fake[A]) local() *local { return &f.srv }
 
-// Listen serves s on a local httptest server (HTTP/1.1) and returns it: a
-// fake's NewServer(cfg) is Listen(New(cfg)).
+// Listen serves s on a local httptest server (HTTP/1.1, and HTTP/2
+// without TLS with prior knowledge: h2c) and returns it: a fake's
+// NewServer(cfg) is Listen(New(cfg)).
 func Listen[S served](s S) S {
 	l := s.local()
-	l.ts = httptest.NewServer(s)
+	l.ts = httptest.NewUnstartedServer(s)
+	l.ts.Config.Protocols = new(http.Protocols)
+	l.ts.Config.Protocols.SetHTTP1(true)
+	l.ts.Config.Protocols.SetUnencryptedHTTP2(true)
+	l.ts.Start()
 	l.hc = l.ts.Client()
 	return s
 }
@@ -161,9 +168,20 @@ func RandHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// AnswerTime returns a fake's answer-time distribution from its Config:
+// d (Config.AnswerTime) unless it is zero, else latency (Config.Latency)
+// as a fixed answer time.
+func AnswerTime(d answertime.Dist, latency time.Duration) answertime.Dist {
+	if d.IsZero() {
+		return answertime.Fixed(latency)
+	}
+	return d
+}
+
 // Sleep waits d, or until ctx is done, and reports whether the whole of d
-// passed. It returns true at once if d <= 0. The fakes use it for
-// Config.Latency.
+// passed. It returns true at once if d <= 0. The fakes call it with a
+// time drawn from their [AnswerTime] after a request was counted and
+// without holding a lock, so that requests wait side by side.
 func Sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return true

@@ -1,7 +1,9 @@
-// Package httppool is the HTTP/1.1 connection pool the adapters send
-// through where a provider takes HTTP/1.1 (WhatsApp): fasthttp's client,
+// Package httppool is an HTTP/1.1 connection pool on fasthttp's client,
 // with a check that a kept-alive connection is still open before a request
-// is written on it, and a send's context honoured.
+// is written on it, and a send's context honoured. The WhatsApp adapter
+// sent through it until HTTP/2 replaced it (docs/decisions/0026); it is
+// kept for the benchmark that compares the two (h2pool's
+// BenchmarkSlowProvider).
 package httppool
 
 import (
@@ -39,14 +41,16 @@ type Pool struct {
 	c       *fasthttp.Client
 	watched atomic.Pointer[watched] // the context watched last (see watch)
 
-	mu    sync.Mutex
-	conns map[*checkedConn]struct{} // open connections
+	mu      sync.Mutex
+	conns   map[*checkedConn]struct{} // open connections
+	counter *channels.ConnCounter
 }
 
 // NewPool returns a Pool of at most maxConns connections per host
 // ([channels.DefaultMaxIdleConnsPerHost] when 0 or less); tlsConfig (may
-// be nil) is cloned, with TLS 1.2 the lowest version.
-func NewPool(maxConns int, tlsConfig *tls.Config) *Pool {
+// be nil) is cloned, with TLS 1.2 the lowest version; conns, if not nil,
+// counts its connections.
+func NewPool(maxConns int, tlsConfig *tls.Config, conns *channels.ConnCounter) *Pool {
 	if maxConns <= 0 {
 		maxConns = channels.DefaultMaxIdleConnsPerHost
 	}
@@ -81,7 +85,10 @@ func NewPool(maxConns int, tlsConfig *tls.Config) *Pool {
 	if proxyFromEnv() {
 		dial = fasthttpproxy.FasthttpProxyHTTPDialerTimeout(dialTimeout)
 	}
-	p := &Pool{c: c, conns: map[*checkedConn]struct{}{}}
+	if conns == nil {
+		conns = new(channels.ConnCounter)
+	}
+	p := &Pool{c: c, conns: map[*checkedConn]struct{}{}, counter: conns}
 	c.Dial = func(addr string) (net.Conn, error) {
 		conn, err := dial(addr)
 		if err != nil {
@@ -219,7 +226,9 @@ func (p *Pool) track(c *checkedConn) {
 	p.mu.Lock()
 	p.conns[c] = struct{}{}
 	p.mu.Unlock()
+	closed := p.counter.Opening()
 	c.onClose = func() {
+		closed()
 		p.mu.Lock()
 		delete(p.conns, c)
 		p.mu.Unlock()

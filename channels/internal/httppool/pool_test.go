@@ -53,7 +53,7 @@ func TestPoolSkipsClosedConnection(t *testing.T) {
 				ts.Start()
 			}
 			defer ts.Close()
-			p := NewPool(4, tc)
+			p := NewPool(4, tc, nil)
 			for i := range 3 {
 				var status int
 				err := p.Do(context.Background(), 5*time.Second, func(r *fasthttp.Request) {
@@ -107,7 +107,7 @@ func TestPoolContext(t *testing.T) {
 			}()
 		}
 	}()
-	p := NewPool(4, nil)
+	p := NewPool(4, nil, nil)
 	fill := func(r *fasthttp.Request) {
 		r.SetRequestURI("http://" + ln.Addr().String() + "/send")
 		r.Header.SetMethod(fasthttp.MethodPost)
@@ -163,7 +163,7 @@ func TestPoolCancelAfterSendClosesNothing(t *testing.T) {
 	}
 	ts.Start()
 	defer ts.Close()
-	p := NewPool(4, nil)
+	p := NewPool(4, nil, nil)
 	send := func(path string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

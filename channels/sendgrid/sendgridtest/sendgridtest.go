@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
+	"github.com/pacerhq/pacer/internal/answertime"
 )
 
 // MaxBodyBytes is the largest request body the fake reads; a larger one is
@@ -68,8 +69,13 @@ type Config struct {
 	// other gets HTTP 401) and arrivals and stats carry the name. If empty,
 	// any non-empty key is accepted and reported as [KeyID](secret).
 	APIKeys map[string]string
-	// Latency is added before each answer, after the request was counted.
+	// Latency is a fixed answer time, used when AnswerTime is zero.
 	Latency time.Duration
+	// AnswerTime is the time each answer takes, drawn per request after
+	// the request was counted (fixed, uniform or log-normal; see
+	// answertime.Parse); requests wait side by side, not in turn. Zero
+	// means Latency.
+	AnswerTime answertime.Dist
 	// BlockAfter, if positive, is how many bad requests (answered 400) in
 	// a row block an API key: its requests are then answered 403 "You are
 	// temporarily blocked from sending emails due to repeated bad
@@ -116,9 +122,9 @@ func KeyID(secret string) string {
 // are the methods every fake provider shares.
 type Server struct {
 	fakeprovider.Fake[Arrival]
-	latency time.Duration
-	names   map[string]string // secret -> name; nil accepts any key
-	prefix  string            // random, keeps message ids unique across servers
+	answer answertime.Dist
+	names  map[string]string // secret -> name; nil accepts any key
+	prefix string            // random, keeps message ids unique across servers
 
 	blockAfter int
 	blockFor   time.Duration
@@ -138,9 +144,9 @@ type Server struct {
 // in sorted order.
 func New(cfg Config) *Server {
 	s := &Server{
-		latency: cfg.Latency,
-		prefix:  fakeprovider.RandHex(6),
-		limits:  fakeprovider.NewLimiter(cfg.Rate, cfg.Burst),
+		answer: fakeprovider.AnswerTime(cfg.AnswerTime, cfg.Latency),
+		prefix: fakeprovider.RandHex(6),
+		limits: fakeprovider.NewLimiter(cfg.Rate, cfg.Burst),
 
 		blockAfter: cfg.BlockAfter,
 		blockFor:   cfg.BlockFor,
@@ -354,7 +360,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		a.ID = id
 	}
 	v := s.arrive(a, time.Now)
-	if !fakeprovider.Sleep(r.Context(), s.latency) {
+	if !fakeprovider.Sleep(r.Context(), s.answer.Draw()) {
 		return
 	}
 	if !v.allowed {

@@ -82,7 +82,7 @@ func TestFake(t *testing.T) {
 	}
 	channeltest.CheckFake(t, channeltest.Fake[sendgridtest.KeyStats, sendgridtest.Arrival]{
 		New: func(c channeltest.FakeConfig) channeltest.FakeServer[sendgridtest.KeyStats, sendgridtest.Arrival] {
-			cfg := sendgridtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, APIKeys: keys}
+			cfg := sendgridtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, APIKeys: keys}
 			if c.Listen {
 				return sendgridtest.NewServer(cfg)
 			}

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
+	"github.com/pacerhq/pacer/internal/answertime"
 )
 
 // Config configures a [Server]. The zero value is an unlimited fake that
@@ -49,8 +50,13 @@ type Config struct {
 	// Token, if set, is the only bearer token accepted; any other gets
 	// HTTP 401 with error code 190.
 	Token string
-	// Latency is added before each answer, after the request was counted.
+	// Latency is a fixed answer time, used when AnswerTime is zero.
 	Latency time.Duration
+	// AnswerTime is the time each answer takes, drawn per request after
+	// the request was counted (fixed, uniform or log-normal; see
+	// answertime.Parse); requests wait side by side, not in turn. Zero
+	// means Latency.
+	AnswerTime answertime.Dist
 	// ThrottleStatus is the HTTP status of a 130429 answer; default 429, as
 	// third parties observe. Meta's own table says 400: set it to test both.
 	ThrottleStatus int
@@ -106,10 +112,10 @@ type KeyStats = fakeprovider.KeyStats
 // every fake provider shares.
 type Server struct {
 	fakeprovider.Fake[Arrival]
-	latency time.Duration
-	token   string
-	status  int    // of a 130429 answer
-	prefix  string // random, keeps wamids unique across servers
+	answer answertime.Dist
+	token  string
+	status int    // of a 130429 answer
+	prefix string // random, keeps wamids unique across servers
 
 	inflight atomic.Int64 // requests being answered
 
@@ -130,7 +136,7 @@ type Server struct {
 // on an address of your choice. Close is a no-op for it.
 func New(cfg Config) *Server {
 	s := &Server{
-		latency:  cfg.Latency,
+		answer:   fakeprovider.AnswerTime(cfg.AnswerTime, cfg.Latency),
 		token:    cfg.Token,
 		status:   cfg.ThrottleStatus,
 		prefix:   fakeprovider.RandHex(6),
@@ -316,7 +322,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	code := s.arrive(key, to, id, time.Now)
-	if !fakeprovider.Sleep(r.Context(), s.latency) {
+	if !fakeprovider.Sleep(r.Context(), s.answer.Draw()) {
 		return
 	}
 	switch code {

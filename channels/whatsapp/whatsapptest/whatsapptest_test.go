@@ -44,7 +44,7 @@ func decodeError(t *testing.T, w *httptest.ResponseRecorder) whatsapptest.ErrorB
 func TestFake(t *testing.T) {
 	channeltest.CheckFake(t, channeltest.Fake[whatsapptest.KeyStats, whatsapptest.Arrival]{
 		New: func(c channeltest.FakeConfig) channeltest.FakeServer[whatsapptest.KeyStats, whatsapptest.Arrival] {
-			cfg := whatsapptest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency}
+			cfg := whatsapptest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime}
 			if c.Listen {
 				return whatsapptest.NewServer(cfg)
 			}
