@@ -127,10 +127,6 @@ func TestDataFlowsOneWay(t *testing.T) {
 			mod + "/": "partitioner is pure functions", kafka: "partitioner computes, kgo sends", prom: "only cmd and pacer measure",
 		},
 		"channels": {mod + "/": "the contract depends on nothing of ours", "github.com/": "the contract is standard library only"},
-		"channels/internal/httppool": {
-			mod + "/pacer": "adapters return values; pacer decides", mod + "/bucket": "a transport does not pace",
-			mod + "/cmd": "nothing imports cmd", kafka: "only cmd and pacer speak Kafka", prom: "only cmd and pacer measure",
-		},
 	} {
 		checkDeps(t, pkg, bad)
 	}

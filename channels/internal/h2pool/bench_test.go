@@ -15,10 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/valyala/fasthttp"
 
 	"github.com/pacerhq/pacer/channels"
-	"github.com/pacerhq/pacer/channels/internal/httppool"
 )
 
 // benchServerEnv makes the test binary a provider for the benchmark: it
@@ -85,11 +83,11 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkSlowProvider: the shape of issue 31, many sends in flight at
+// BenchmarkSlowProvider: many sends in flight at
 // once to a provider that answers each after 100 ms, WhatsApp's request:
-// fasthttp's HTTP/1.1 pool (the WhatsApp adapter's until now) against
 // this pool speaking HTTP/2 (cleartext here; TLS in production, where each
-// connection saved also saves a handshake). It reports the client's CPU
+// connection saved also saves a handshake); docs/decisions/0026 compares it
+// with the HTTP/1.1 pool it replaced. It reports the client's CPU
 // per request (the provider runs in another process) and the connections
 // each opened.
 func BenchmarkSlowProvider(b *testing.B) {
@@ -98,23 +96,6 @@ func BenchmarkSlowProvider(b *testing.B) {
 	payload := []byte(`{"messaging_product":"whatsapp","recipient_type":"individual","to":"15550001234","type":"text","text":{"body":"hello"}}`)
 	url := base + "/v23.0/106540352242922/messages"
 	for _, inflight := range []int{64, 512, 2048} {
-		b.Run(fmt.Sprintf("fasthttp-h1/inflight=%d", inflight), func(b *testing.B) {
-			var conns channels.ConnCounter
-			p := httppool.NewPool(4096, nil, &conns)
-			run(b, inflight, &conns, func(ctx context.Context) error {
-				return p.Do(ctx, 30*time.Second, func(r *fasthttp.Request) {
-					r.SetRequestURI(url)
-					r.Header.SetMethod(fasthttp.MethodPost)
-					r.Header.Set("Authorization", "Bearer bench-token")
-					r.Header.SetContentType("application/json")
-					r.SetBodyRaw(payload)
-				}, func(r *fasthttp.Response) {
-					if r.StatusCode() != 200 {
-						b.Errorf("HTTP %d", r.StatusCode())
-					}
-				})
-			})
-		})
 		b.Run(fmt.Sprintf("nethttp-h2/inflight=%d", inflight), func(b *testing.B) {
 			var conns channels.ConnCounter
 			// h2c to the http:// provider; the bound is never reached.
