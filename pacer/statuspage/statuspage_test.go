@@ -89,7 +89,14 @@ func scenario(t *testing.T, rdb redis.UniversalClient, cfg Config) {
 		t.Fatalf("first Throttled: %+v, %v; want rate 80 (a lone throttle)", a, err)
 	}
 	time.Sleep(20 * time.Millisecond) // past its cooldown and Coalesce
-	if a, err := ad.Throttled(ctx, channel, "15550000001", policy.Limit, policy.AIMD, 30*time.Second); err != nil || a.Rate != 40 {
+	// With nothing accepted, a decrease goes to the higher of Decrease's
+	// half and Backoff (0.95) of the rate less the refusals per second
+	// since the first throttle, 80 - 1/dt: 40 only while the throttles
+	// were under 26 ms apart (32 ms on a loaded machine made 46.7).
+	// Backoff 0.5 makes it 40 at any gap below Persist (2 s).
+	cut := policy.AIMD
+	cut.Backoff = 0.5
+	if a, err := ad.Throttled(ctx, channel, "15550000001", policy.Limit, cut, 30*time.Second); err != nil || a.Rate != 40 {
 		t.Fatalf("Throttled: %+v, %v; want rate 40", a, err)
 	}
 	if st, err := ad.BreakerResult(ctx, channel, "15550000002", adapt.Breaker{OpenFor: 5 * time.Minute}, false, "halt: 131031 account locked"); err != nil || st != adapt.BreakerOpen {
