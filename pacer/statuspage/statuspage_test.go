@@ -93,9 +93,10 @@ func scenario(t *testing.T, rdb redis.UniversalClient, cfg Config) {
 	// half and Backoff (0.95) of the rate less the refusals per second
 	// since the first throttle, 80 - 1/dt: 40 only while the throttles
 	// were under 26 ms apart (32 ms on a loaded machine made 46.7).
-	// Backoff 0.5 makes it 40 at any gap below Persist (2 s).
+	// Backoff 0.5 makes it 40 at any gap below Persist (a minute here, 2 s
+	// by default).
 	cut := policy.AIMD
-	cut.Backoff = 0.5
+	cut.Backoff, cut.Persist = 0.5, time.Minute
 	if a, err := ad.Throttled(ctx, channel, "15550000001", policy.Limit, cut, 30*time.Second); err != nil || a.Rate != 40 {
 		t.Fatalf("Throttled: %+v, %v; want rate 40", a, err)
 	}
