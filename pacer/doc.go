@@ -34,6 +34,9 @@
 //     consumer's steps see it: Gate (breaker, account and pair cooldowns),
 //     Slot (the next send slot at the key's adapted rate) and Report (a
 //     send's outcome into AIMD, cooldowns and the breaker).
+//   - [github.com/pacerhq/pacer/pacer/inflight]: how many records of a
+//     key are in hand at once, by Little's law: its rate x its provider's
+//     answer time, estimated from its answers.
 //
 // The rules between them are checked by internal/deptest.
 package pacer

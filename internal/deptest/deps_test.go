@@ -7,6 +7,7 @@
 //	  -> pacer/statuspage     the status page
 //	  -> pacer/produce        publish, DLQ replay, topics, Kafka errors
 //	       -> pacer/keypace   one pacing key: its gate, slot and report (AIMD, breaker, cooldowns)
+//	            -> pacer/inflight a key's records in hand by Little's law (answer times)
 //	       -> pacer/envelope  the message and its Kafka headers
 //	       -> pacer/ledger    the idempotency ledger (Redis)
 //	       -> pacer/control   live limits, campaign states, a key's policy (Redis)
@@ -183,7 +184,7 @@ var (
 	}
 	pacerShared = map[string]bool{
 		mod + "/pacer/envelope": true, mod + "/pacer/produce": true, mod + "/pacer/ledger": true, mod + "/pacer/control": true,
-		mod + "/pacer/keypace": true,
+		mod + "/pacer/keypace": true, mod + "/pacer/inflight": true,
 	}
 )
 
