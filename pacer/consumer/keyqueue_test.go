@@ -116,7 +116,8 @@ func position(seq []string, id string) int {
 func TestKeyBacklogDoesNotDelayOtherKeys(t *testing.T) {
 	h := newHarness(t, nil)
 	h.cfg.Limit = bucket.Limit{PerSecond: 200, Burst: 1}
-	h.cfg.Lookahead = 100 * time.Millisecond // bound: max(20, InFlight 32) = 32 records of a key
+	h.cfg.Lookahead = 100 * time.Millisecond // bound: max(20, in-flight bound at most InFlight 32) = 32 records of a key
+	h.cfg.InFlight = 32
 	h.cfg.RetryDelays = []time.Duration{200 * time.Millisecond, time.Second}
 	var rs []*kgo.Record
 	for i := range 400 {
@@ -218,6 +219,7 @@ func TestRevokeParksHeldRecords(t *testing.T) {
 	h := newHarness(t, nil)
 	h.cfg.Limit = bucket.Limit{PerSecond: 50, Burst: 1}
 	h.cfg.Lookahead = 100 * time.Millisecond // bound: InFlight 32
+	h.cfg.InFlight = 32
 	h.cfg.RetryDelays = []time.Duration{200 * time.Millisecond, time.Second}
 	var rs []*kgo.Record
 	for i := range 200 {
