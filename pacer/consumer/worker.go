@@ -18,9 +18,9 @@ import (
 // worker owns one partition. Its records are dispatched into one FIFO
 // queue per pacing key (the Kafka record key): each key has up to its
 // in-flight bound of records handled at once (see [worker.inFlight]), so a
-// key's backlog waits for its own slots and never for another key's. A key's records beyond its
-// lookahead bound are parked (see [Pacer.park]) instead of held, so the
-// partition keeps moving and memory stays bounded.
+// key's backlog waits for its own slots and never for another key's. A
+// key's records beyond its lookahead bound are parked (see [Pacer.park])
+// instead of held, so the partition keeps moving and memory stays bounded.
 //
 // Offsets are marked for commit only up to the lowest record not yet
 // finished (sent, parked, retried or dead-lettered), so a crash re-delivers
@@ -380,10 +380,9 @@ func (w *worker) slotAfter(q *keyQueue, now time.Time) time.Time {
 
 // dispatch starts q's records while the key has fewer than its in-flight
 // bound being handled (see [worker.inFlight]): high ones first, and high
-// ones up to that bound of their own, so a
-// key's normal records already waiting for slots never keep a high one
-// from starting (it then takes the next slot: see [keypace.Key.Slot]).
-// Callers hold w.mu.
+// ones up to that bound of their own, so a key's normal records already
+// waiting for slots never keep a high one from starting (it then takes
+// the next slot: see [keypace.Key.Slot]). Callers hold w.mu.
 func (w *worker) dispatch(q *keyQueue) {
 	if w.stopped || len(q.high)+len(q.waiting) == 0 {
 		return
