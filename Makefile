@@ -106,7 +106,9 @@ bench-live:
 # provider that answers at once, and beside them against one that answers
 # in 250-350 ms: 20 numbers at 80/s, 2 and 1 numbers at 1,000/s, 50
 # numbers at 80/s (each key's share of its rate, the most one key sent in
-# 1 s). About 12 minutes. PACER_BENCH_SHAPES=0,2 picks shapes. With
+# 1 s); then 50 numbers at 80/s at once. About 12 minutes (each shape,
+# Pacer then the baseline, took 1-2 minutes on 2 busy cores).
+# PACER_BENCH_SHAPES=0,2 picks shapes. With
 # BENCH_MEMORY=1 it also measures Redis memory before, after a 1M-message
 # campaign and 10 minutes idle (TestLedgerMemoryBench), and a process's
 # memory with 100,000 active keys and after idle (TestKeysMemoryBench):
