@@ -102,8 +102,13 @@ bench-live:
 # new TCP connections per 100k, Redis round trips and commands per message
 # (INFO commandstats: the servers it starts serve the bench alone), the
 # machine's CPU and the busiest processes over each run, at 200 keys
-# unlimited, 20 numbers at 80/s and 2 numbers at 1,000/s.
-# About 5 minutes. PACER_BENCH_SHAPES=0,2 picks shapes. With
+# unlimited, 20 numbers at 80/s and 2 numbers at 1,000/s against a
+# provider that answers at once, and beside them against one that answers
+# in 250-350 ms: 20 numbers at 80/s, 2 and 1 numbers at 1,000/s, 50
+# numbers at 80/s (each key's share of its rate, the most one key sent in
+# 1 s); then 50 numbers at 80/s at once. About 12 minutes (each shape,
+# Pacer then the baseline, took 1-2 minutes on 2 busy cores).
+# PACER_BENCH_SHAPES=0,2 picks shapes. With
 # BENCH_MEMORY=1 it also measures Redis memory before, after a 1M-message
 # campaign and 10 minutes idle (TestLedgerMemoryBench), and a process's
 # memory with 100,000 active keys and after idle (TestKeysMemoryBench):

@@ -22,12 +22,13 @@ import (
 // flight closes the surplus after every burst and dials it again with a new
 // TLS handshake (with net/http's default of 2 per host, about 0.75 new
 // connections per message at 32 sends in flight). A pacer process has up
-// to PACER_PROCESS_INFLIGHT (default 1024) records in hand at once, so
-// 1024 covers its sends at the default; beyond that, sends wait for a
-// connection of the pool (see [NewTransport]); raise it through the
-// adapter's Config.MaxIdleConnsPerHost for more requests at once. Idle
-// connections are closed after [IdleConnTimeout].
-const DefaultMaxIdleConnsPerHost = 1024
+// to PACER_PROCESS_INFLIGHT (default 4096) records in hand at once, so
+// 4096 covers its sends at the default: a send never waits for a
+// connection after its slot (beyond that, sends wait for a connection of
+// the pool, see [NewTransport]; raise it through the adapter's
+// Config.MaxIdleConnsPerHost for more requests at once). Idle connections
+// are closed after [IdleConnTimeout].
+const DefaultMaxIdleConnsPerHost = 4096
 
 // IdleConnTimeout is how long a connection made by [NewTransport] (or the
 // WhatsApp adapter's pool) stays idle before it is closed, as in net/http's

@@ -42,6 +42,9 @@
 //     campaign control: each campaign's state (read from pacer/control when
 //     its first record comes, then refreshed) and the counts of its
 //     finished records.
+//   - [github.com/pacerhq/pacer/pacer/inflight]: how many records of a
+//     key are in hand at once, by Little's law: its rate x its provider's
+//     answer time, estimated from its answers.
 //
 // The rules between them are checked by internal/deptest.
 package pacer

@@ -21,6 +21,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -51,9 +52,12 @@ var benchDB = func() int {
 }()
 
 // benchShape is one workload: keys x per messages, paced at rate msgs/s
-// per key (burst), with inflight sends per key and partition. Rate 0 keeps
-// the channel's default limit (WhatsApp: 80/s per number, far above what
-// one process delivers over 200 numbers, so the fake's pace is the limit).
+// per key (burst), against a provider that answers each request answer
+// later (uniform within ±50 ms; 0: at once). Rate 0 keeps the channel's
+// default limit (WhatsApp: 80/s per number, far above what one process
+// delivers over 200 numbers, so the fake's pace is the limit). Pacer runs
+// with its default in-flight bounds (by Little's law); inflight, when not
+// 0, sets PACER_INFLIGHT (the upper bound per key).
 type benchShape struct {
 	name     string
 	keys     int
@@ -61,18 +65,25 @@ type benchShape struct {
 	rate     float64
 	burst    int
 	inflight int
+	answer   time.Duration
 }
+
+// answerSpread is how far a slow shape's answer times spread either side
+// of its answer: 300 ms means uniform over 250-350 ms.
+const answerSpread = 50 * time.Millisecond
 
 // benchResult is what one run measured.
 type benchResult struct {
 	delivered, duplicates int
-	seconds               float64 // first to last arrival at the fake
-	cpu                   float64 // CPU seconds of the process from first to last arrival
-	conns                 int64   // TCP connections the fake accepted
-	maxInFlight           int     // most requests the fake answered at once (sampled)
-	roundTrips            float64 // Redis round trips (Pacer only)
-	commands              int64   // Redis commands, scripts' included (Pacer only)
-	clientCmds            int64   // of which sent by a client
+	seconds               float64   // first to last arrival at the fake
+	cpu                   float64   // CPU seconds of the process from first to last arrival
+	conns                 int64     // TCP connections the fake accepted
+	maxInFlight           int       // most requests the fake answered at once (sampled)
+	keyShare              []float64 // each key's msgs/s from its first to its last arrival, over its rate, sorted
+	max1s                 int       // most arrivals of one key in any 1 s window (fake's count)
+	roundTrips            float64   // Redis round trips (Pacer only)
+	commands              int64     // Redis commands, scripts' included (Pacer only)
+	clientCmds            int64     // of which sent by a client
 	byCmd                 map[string]int64
 	load                  string
 	machineCPU            float64 // CPU seconds of the whole machine (every process) over the same span
@@ -93,9 +104,19 @@ func TestE2EBench(t *testing.T) {
 		// 1,000/s per number: a limit that does not bind (the unlimited
 		// fake's pace is the limit; the channel's 80/s x 200 would cap
 		// this shape at 16,000 msgs/s, below the baseline's figure).
-		{"200 keys unlimited", 200, 500, 1000, 10, 32},
-		{"20 numbers at 80/s", 20, 1600, 80, 10, 32},
-		{"2 numbers at 1000/s", 2, 15000, 1000, 10, 64},
+		{"200 keys unlimited", 200, 500, 1000, 10, 0, 0},
+		{"20 numbers at 80/s", 20, 1600, 80, 10, 0, 0},
+		{"2 numbers at 1000/s", 2, 15000, 1000, 10, 0, 0},
+		// The same against a provider that answers in 250-350 ms (as the
+		// WhatsApp Cloud API does), and issue #31's shapes: one number on
+		// the 1,000 msgs/s tier, and 50 numbers at 80/s.
+		{"20 numbers at 80/s, 300 ms", 20, 1600, 80, 10, 0, 300 * time.Millisecond},
+		{"2 numbers at 1000/s, 300 ms", 2, 15000, 1000, 10, 0, 300 * time.Millisecond},
+		{"1 number at 1000/s, 300 ms", 1, 30000, 1000, 10, 0, 300 * time.Millisecond},
+		{"50 numbers at 80/s, 300 ms", 50, 1600, 80, 10, 0, 300 * time.Millisecond},
+		// Its instant twin, for Redis commands per message in one run
+		// (PACER_BENCH_SHAPES=7,6).
+		{"50 numbers at 80/s", 50, 1600, 80, 10, 0, 0},
 	}
 	if v := os.Getenv("PACER_BENCH_SHAPES"); v != "" { // e.g. "0,2"
 		var pick []benchShape
@@ -106,16 +127,16 @@ func TestE2EBench(t *testing.T) {
 		shapes = pick
 	}
 	var table strings.Builder
-	table.WriteString("| shape | run | msgs/s | CPU s per 1,000 msgs | new TCP conns per 100k | Redis round trips per msg | Redis commands per msg | load (1/5/15 min) |\n|---|---|---:|---:|---:|---:|---:|---|\n")
+	table.WriteString("| shape | run | msgs/s | per key, % of its rate (min / median) | most in 1 s (one key) | CPU s per 1,000 msgs | new TCP conns per 100k | Redis round trips per msg | Redis commands per msg | load (1/5/15 min) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, sh := range shapes {
 		t.Run(strings.ReplaceAll(sh.name, " ", "_"), func(t *testing.T) {
 			p, b := benchShapeRun(t, baseline, sh)
 			n := float64(p.delivered)
-			fmt.Fprintf(&table, "| %s | Pacer | %.0f | %.3f | %.0f | %.3f | %.2f | %s |\n", sh.name,
-				n/p.seconds, p.cpu/n*1000, float64(p.conns)/n*1e5, p.roundTrips/n, float64(p.commands)/n, p.load)
+			fmt.Fprintf(&table, "| %s | Pacer | %.0f | %s | %d | %.3f | %.0f | %.3f | %.2f | %s |\n", sh.name,
+				n/p.seconds, sharesOf(p.keyShare), p.max1s, p.cpu/n*1000, float64(p.conns)/n*1e5, p.roundTrips/n, float64(p.commands)/n, p.load)
 			nb := float64(b.delivered)
-			fmt.Fprintf(&table, "| | baseline | %.0f | %.3f | %.0f | 0 | 0 | %s |\n",
-				nb/b.seconds, b.cpu/nb*1000, float64(b.conns)/nb*1e5, b.load)
+			fmt.Fprintf(&table, "| | baseline | %.0f | %s | %d | %.3f | %.0f | 0 | 0 | %s |\n",
+				nb/b.seconds, sharesOf(b.keyShare), b.max1s, b.cpu/nb*1000, float64(b.conns)/nb*1e5, b.load)
 			var cmds []string
 			for c, k := range p.byCmd {
 				cmds = append(cmds, fmt.Sprintf("%s %.3f", c, float64(k)/n))
@@ -155,10 +176,13 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 	}
 	within := time.Duration(float64(n)/float64(sh.keys)/rate*3+120) * time.Second
 
-	fake := newCountingFake(t, e)
+	fake := newSlowFake(t, e, sh.answer)
 	mon := startMonitor(t, addr, benchDB)
 	load0 := loadAvg()
-	env := []string{fmt.Sprintf("PACER_INFLIGHT=%d", sh.inflight)}
+	var env []string
+	if sh.inflight > 0 {
+		env = append(env, fmt.Sprintf("PACER_INFLIGHT=%d", sh.inflight))
+	}
 	if sh.rate > 0 {
 		env = append(env, fmt.Sprintf("PACER_WHATSAPP_RATE=%g", sh.rate), fmt.Sprintf("PACER_WHATSAPP_BURST=%d", sh.burst))
 	}
@@ -176,6 +200,10 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 		}()
 	}
 	pacerRes = fake.measure(t, p.cmd.Process.Pid, n, within, p.logs)
+	pacerRes.keyShare = fake.keyShares(rate)
+	if rss, ok := p.metric(t, "process_resident_memory_bytes"); ok {
+		t.Logf("Pacer: RSS %.1f MB after the run", rss/1e6)
+	}
 	if profDone != nil {
 		<-profDone
 	}
@@ -218,9 +246,15 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 	}
 	flushBenchDB(t, addr)
 
-	fake = newCountingFake(t, e)
+	fake = newSlowFake(t, e, sh.answer)
 	load0 = loadAvg()
-	conc := min(sh.keys*sh.inflight, 1024)
+	// The baseline's concurrency: 32 per key as Pacer had, or, against a
+	// slow provider, what Little's law asks (every key's rate x the
+	// longest answer, with 20% headroom, and 10 more per key).
+	conc := min(sh.keys*32, 1024)
+	if sh.answer > 0 {
+		conc = max(conc, int(float64(sh.keys)*rate*(sh.answer+answerSpread).Seconds()*1.2)+10*sh.keys)
+	}
 	cmd := exec.Command(baseline, "-brokers", e.brokers, "-topic", e.topic, "-group", "baseline-"+e.prefix,
 		"-url", e.fakeURL, "-token", "e2e-secret-token", "-concurrency", strconv.Itoa(conc))
 	var stderr bytes.Buffer
@@ -230,6 +264,7 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 	}
 	t.Cleanup(func() { cmd.Process.Kill() })
 	baseRes = fake.measure(t, cmd.Process.Pid, n, within, stderr.String)
+	baseRes.keyShare = fake.keyShares(rate)
 	cmd.Process.Signal(syscall.SIGTERM)
 	cmd.Wait()
 	baseRes.load = load0 + " → " + loadAvg()
@@ -304,11 +339,35 @@ func benchCPUProfile(t *testing.T, p *proc, n int, fake *countingFake, file stri
 type countingFake struct {
 	srv   *whatsapptest.Server
 	conns atomic.Int64
+	// slow: requests held for their answer time (see newSlowFake)
+	slow atomic.Int64
 }
 
-func newCountingFake(t *testing.T, e *e2e) *countingFake {
+func newCountingFake(t *testing.T, e *e2e) *countingFake { return newSlowFake(t, e, 0) }
+
+// newSlowFake is newCountingFake with a provider that counts each request
+// on arrival and answers it uniformly within answer ± answerSpread later
+// (at once when answer is 0).
+func newSlowFake(t *testing.T, e *e2e, answer time.Duration) *countingFake {
 	f := &countingFake{srv: whatsapptest.New(whatsapptest.Config{Token: "e2e-secret-token"})}
-	ts := httptest.NewUnstartedServer(f.srv.Handler())
+	h := f.srv.Handler()
+	if answer > 0 {
+		inner := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			f.slow.Add(1)
+			defer f.slow.Add(-1)
+			at := time.Now().Add(answer - answerSpread + time.Duration(mrand.Int64N(int64(2*answerSpread)+1)))
+			rec := httptest.NewRecorder()
+			inner.ServeHTTP(rec, r) // counted now
+			time.Sleep(time.Until(at))
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			w.Write(rec.Body.Bytes())
+		})
+	}
+	ts := httptest.NewUnstartedServer(h)
 	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
 			f.conns.Add(1)
@@ -339,7 +398,7 @@ func (f *countingFake) measure(t *testing.T, pid, n int, within time.Duration, l
 			got += s.Delivered
 			dups += s.Duplicates
 		}
-		r.maxInFlight = max(r.maxInFlight, f.srv.InFlight())
+		r.maxInFlight = max(r.maxInFlight, f.srv.InFlight(), int(f.slow.Load()))
 		if got > 0 && !started {
 			cpu0, machine0, started = procCPU(t, pid), machineCPU(), true
 			procs0 = allProcCPU()
@@ -379,7 +438,31 @@ func (f *countingFake) measure(t *testing.T, pid, n int, within time.Duration, l
 	}
 	r.seconds = last.Sub(first).Seconds()
 	r.conns = f.conns.Load()
+	for _, s := range f.srv.Stats() {
+		r.max1s = max(r.max1s, s.Max1s)
+	}
 	return r
+}
+
+// keyShares returns each key's msgs/s from its first to its last arrival
+// at the fake, over rate, sorted.
+func (f *countingFake) keyShares(rate float64) []float64 {
+	var out []float64
+	for _, s := range f.srv.Stats() {
+		if d := s.Last.Sub(s.First).Seconds(); s.Delivered > 1 && d > 0 {
+			out = append(out, float64(s.Delivered-1)/d/rate)
+		}
+	}
+	sort.Float64s(out)
+	return out
+}
+
+// sharesOf is "min / median" of sorted shares, in %.
+func sharesOf(s []float64) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%% / %.1f%%", s[0]*100, s[len(s)/2]*100)
 }
 
 // allProcCPU returns the CPU seconds of every process now, by "pid name".

@@ -114,10 +114,10 @@ type config struct {
 	ExpectedReplicas int `env:"PACER_EXPECTED_REPLICAS, default=1" unit:"replicas"`
 	// PACER_SEND_TIMEOUT: longest wait for one provider answer; no answer in time is an unknown outcome; default 30s.
 	SendTimeout time.Duration `env:"PACER_SEND_TIMEOUT, default=30s" pacer:"SendTimeout"`
-	// PACER_INFLIGHT: records of one pacing key handled at once in a partition (1 keeps each key's strict order); default 32.
-	InFlight int `env:"PACER_INFLIGHT, default=32" pacer:"InFlight"`
-	// PACER_PROCESS_INFLIGHT: records one process handles at once over every partition and key (waiting for a slot, a claim or the provider's answer); more wait in their key's queue; default 1024.
-	ProcessInFlight int `env:"PACER_PROCESS_INFLIGHT, default=1024" pacer:"ProcessInFlight"`
+	// PACER_INFLIGHT: the most records of one pacing key handled at once in a partition; below it a key's bound follows its rate x the provider's answer time (Little's law, with headroom), so a slow provider does not lower its rate; 1 keeps each key's strict order; default 1024.
+	InFlight int `env:"PACER_INFLIGHT, default=1024" pacer:"InFlight"`
+	// PACER_PROCESS_INFLIGHT: records one process handles at once over every partition and key (waiting for a slot, a claim or the provider's answer); more wait in their key's queue; default 4096 (4,000 msgs/s over 50 keys at a 300 ms answer time).
+	ProcessInFlight int `env:"PACER_PROCESS_INFLIGHT, default=4096" pacer:"ProcessInFlight"`
 	// PACER_LOOKAHEAD: how much of its pace a key keeps in memory per partition (rate x lookahead records, at least PACER_INFLIGHT); the rest is parked on the retry topics; default 5s.
 	Lookahead time.Duration `env:"PACER_LOOKAHEAD, default=5s" pacer:"Lookahead"`
 	// PACER_LEASE_SIZE: send slots taken from Redis per call for one key; default 0 = automatic (a fifth of a second of slots once that is >= 2, below 20 only while the key has that many messages waiting, else 1).

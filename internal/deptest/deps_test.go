@@ -9,6 +9,7 @@
 //	       -> pacer/keypace   one pacing key: its gate, slot and report (AIMD, breaker, cooldowns)
 //	       -> pacer/park      what a parked record carries and how it waits
 //	       -> pacer/campaign  a consumer's live view of campaign states and its counts
+//	            -> pacer/inflight a key's records in hand by Little's law (answer times)
 //	       -> pacer/envelope  the message and its Kafka headers
 //	       -> pacer/ledger    the idempotency ledger (Redis)
 //	       -> pacer/control   live limits, campaign states, a key's policy (Redis)
@@ -189,7 +190,7 @@ var (
 	}
 	pacerShared = map[string]bool{
 		mod + "/pacer/envelope": true, mod + "/pacer/produce": true, mod + "/pacer/ledger": true, mod + "/pacer/control": true,
-		mod + "/pacer/keypace": true, mod + "/pacer/park": true, mod + "/pacer/campaign": true,
+		mod + "/pacer/keypace": true, mod + "/pacer/park": true, mod + "/pacer/campaign": true, mod + "/pacer/inflight": true,
 	}
 )
 

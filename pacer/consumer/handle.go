@@ -16,6 +16,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/campaign"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/pacerhq/pacer/pacer/inflight"
 	"github.com/pacerhq/pacer/pacer/keypace"
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/pacerhq/pacer/pacer/park"
@@ -153,6 +154,7 @@ type flight struct {
 	log     *slog.Logger           // &logger
 	logger  slog.Logger            // its handler logh (no allocation per record)
 	logh    flightLog
+	answers *inflight.Estimator // takes the provider's answer time (its key queue's); may be nil
 
 	waitStart time.Time // since when it waits for a slot
 }
@@ -160,9 +162,9 @@ type flight struct {
 // handle takes one record to a finished state and returns true, or returns
 // false when the worker stopped first (the record is then re-delivered to
 // the partition's next owner). env, if not nil, is r's envelope, parsed
-// already.
-func (p *Pacer) handle(w *worker, r *kgo.Record, env *envelope.Envelope) bool {
-	f := &flight{w: w, r: r, m: readMeta(r), parsed: env}
+// already; answers, if not nil, takes the provider's answer time.
+func (p *Pacer) handle(w *worker, r *kgo.Record, env *envelope.Envelope, answers *inflight.Estimator) bool {
+	f := &flight{w: w, r: r, m: readMeta(r), parsed: env, answers: answers}
 	f.logh = flightLog{h: p.log.Handler(), f: f}
 	f.logger = *slog.New(&f.logh)
 	f.log = &f.logger
@@ -579,7 +581,11 @@ func (p *Pacer) send(f *flight) outcome {
 		p.m.throttles.WithLabelValues(scope.String()).Inc()
 	}
 	// The key's breaker, AIMD, cooldowns and counters take the answer.
-	v := f.st.Report(ctx, time.Now(), keypace.Result{Class: class, Err: err, Cred: f.cred}, f.log)
+	now := time.Now()
+	if f.answers != nil {
+		f.answers.Observe(now.Sub(start))
+	}
+	v := f.st.Report(ctx, now, keypace.Result{Class: class, Err: err, Cred: f.cred}, f.log)
 	switch class {
 	case channels.Success:
 		return outcome{kind: delivered, res: res}

@@ -24,7 +24,8 @@ import (
 func TestKeyBacklogDoesNotDelayOtherKeys(t *testing.T) {
 	h := newHarness(t, nil)
 	h.cfg.Limit = bucket.Limit{PerSecond: 200, Burst: 1}
-	h.cfg.Lookahead = 100 * time.Millisecond // bound: max(20, InFlight 32) = 32 records of a key
+	h.cfg.Lookahead = 100 * time.Millisecond // bound: max(20, in-flight bound at most InFlight 32) = 32 records of a key
+	h.cfg.InFlight = 32
 	h.cfg.RetryDelays = []time.Duration{200 * time.Millisecond, time.Second}
 	rs := keyRecords(0, "A", 0, 400)
 	rs = append(rs, keyRecords(0, "B", 0, 20)...)
@@ -103,6 +104,7 @@ func TestRevokeParksHeldRecords(t *testing.T) {
 	h := newHarness(t, nil)
 	h.cfg.Limit = bucket.Limit{PerSecond: 50, Burst: 1}
 	h.cfg.Lookahead = 100 * time.Millisecond // bound: InFlight 32
+	h.cfg.InFlight = 32
 	h.cfg.RetryDelays = []time.Duration{200 * time.Millisecond, time.Second}
 	rs := keyRecords(0, "A", 0, 200)
 	h.produceManual(rs)

@@ -893,7 +893,7 @@ func TestValidateNamesTheField(t *testing.T) {
 			c.RetryDelays = []time.Duration{time.Second, 0}
 			c.Drain = -time.Second
 			c.LeaseSize = 257
-			c.InFlight = 1025
+			c.InFlight = 65537
 			c.UnknownOutcome = "guess"
 			c.RedisFailure = "open"
 		}, []string{"AIMD.Decrease", "Breaker.MaxOpenFor", "Channel", "Drain", "InFlight", "LeaseSize", "RecipientLimit.PerSecond",

@@ -10,16 +10,17 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/pacerhq/pacer/pacer/inflight"
 	"github.com/pacerhq/pacer/pacer/park"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // worker owns one partition. Its records are dispatched into one FIFO
-// queue per pacing key (the Kafka record key): each key has up to
-// Config.InFlight records handled at once, so a key's backlog waits for its
-// own slots and never for another key's. A key's records beyond its
-// lookahead bound are parked (see [Pacer.park]) instead of held, so the
-// partition keeps moving and memory stays bounded.
+// queue per pacing key (the Kafka record key): each key has up to its
+// in-flight bound of records handled at once (see [worker.inFlight]), so a
+// key's backlog waits for its own slots and never for another key's. A
+// key's records beyond its lookahead bound are parked (see [Pacer.park])
+// instead of held, so the partition keeps moving and memory stays bounded.
 //
 // Offsets are marked for commit only up to the lowest record not yet
 // finished (sent, parked, retried or dead-lettered), so a crash re-delivers
@@ -92,6 +93,10 @@ type pending struct {
 // keyQueue is one pacing key's records in a partition, in offset order:
 // two FIFOs, high-priority records first.
 type keyQueue struct {
+	key string
+	// answers follows the provider's answer times to this key's sends
+	// from this queue: they size its in-flight bound (see inFlight).
+	answers inflight.Estimator
 	waiting []*kgo.Record // not started yet
 	entries []*pending    // the pending of each waiting record
 	// dues is when each waiting record may start: its pacer-due, or when
@@ -157,10 +162,21 @@ func (p *Pacer) keyRate(key string) float64 {
 }
 
 // keyBound is how many records of a key at rate msgs/s one partition holds
-// in memory: Config.Lookahead of its rate, at least Config.InFlight.
-func (p *Pacer) keyBound(rate float64) int {
+// in memory: Config.Lookahead of its rate, at least inFlight (the key's
+// in-flight bound).
+func (p *Pacer) keyBound(rate float64, inFlight int) int {
 	n := int(math.Ceil(rate * p.cfg.Lookahead.Seconds()))
-	return max(n, p.cfg.InFlight)
+	return max(n, inFlight)
+}
+
+// inFlight is how many of q's records may be handled at once: 1 in strict
+// order, else the key's bound by Little's law over its answer times (see
+// [keypace.Keys.InFlight]), at most Config.InFlight. Callers hold w.mu.
+func (w *worker) inFlight(q *keyQueue) int {
+	if w.p.strict() {
+		return 1
+	}
+	return w.p.keys.InFlight(q.key, &q.answers, w.p.cfg.InFlight)
 }
 
 // strict reports whether every key's records are sent one at a time in
@@ -273,7 +289,7 @@ func (w *worker) push(rs []*kgo.Record, skip []bool, envs []envelope.Envelope) {
 		k := string(r.Key)
 		q := w.keys[k]
 		if q == nil {
-			q = &keyQueue{}
+			q = &keyQueue{key: k}
 			w.keys[k] = q
 			w.keysPeak = max(w.keysPeak, len(w.keys))
 		}
@@ -289,8 +305,9 @@ func (w *worker) push(rs []*kgo.Record, skip []bool, envs []envelope.Envelope) {
 			w.dispatch(q)
 			continue
 		}
-		full := heldBefore >= w.p.maxHeld() && q.size() >= w.p.cfg.InFlight
-		over := q.size() >= w.p.keyBound(q.rate) || full
+		n := w.inFlight(q)
+		full := heldBefore >= w.p.maxHeld() && q.size() >= n
+		over := q.size() >= w.p.keyBound(q.rate, n) || full
 		if w.p.strict() && w.tp.topic == w.p.cfg.Topic {
 			// Once a strict key parks, all its later records follow in its
 			// chain, in offset order, until the chain is empty.
@@ -361,13 +378,17 @@ func (w *worker) slotAfter(q *keyQueue, now time.Time) time.Time {
 	return due
 }
 
-// dispatch starts q's records while the key has fewer than InFlight being
-// handled: high ones first, and high ones up to InFlight of their own, so a
-// key's normal records already waiting for slots never keep a high one
-// from starting (it then takes the next slot: see [keypace.Key.Slot]).
-// Callers hold w.mu.
+// dispatch starts q's records while the key has fewer than its in-flight
+// bound being handled (see [worker.inFlight]): high ones first, and high
+// ones up to that bound of their own, so a key's normal records already
+// waiting for slots never keep a high one from starting (it then takes
+// the next slot: see [keypace.Key.Slot]). Callers hold w.mu.
 func (w *worker) dispatch(q *keyQueue) {
-	for !w.stopped && q.runHigh < w.p.cfg.InFlight && len(q.high) > 0 {
+	if w.stopped || len(q.high)+len(q.waiting) == 0 {
+		return
+	}
+	n := w.inFlight(q)
+	for !w.stopped && q.runHigh < n && len(q.high) > 0 {
 		if !w.place(q) {
 			return
 		}
@@ -382,7 +403,7 @@ func (w *worker) dispatch(q *keyQueue) {
 		w.p.handlers.Go(func() { w.handleOne(q, r, e, env, true) })
 	}
 	now := time.Now()
-	for !w.stopped && q.running-q.runHigh < w.p.cfg.InFlight && len(q.waiting) > 0 {
+	for !w.stopped && q.running-q.runHigh < n && len(q.waiting) > 0 {
 		if !w.p.strict() && q.dues[0].After(now) && !w.rateRose(q.waiting[0]) {
 			wake := q.dues[0]
 			if park.RateOf(q.waiting[0]) > 0 {
@@ -477,7 +498,7 @@ func (w *worker) place(q *keyQueue) bool {
 // already, else nil) and gives its place back.
 func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, env *envelope.Envelope, high bool) {
 	defer w.wg.Done()
-	ok := w.handleCopy(r, env)
+	ok := w.handleCopy(r, env, &q.answers)
 	if w.p.places != nil {
 		// Freed once this key's queue has asked again (behind the queues
 		// waiting already), so a place goes round the keys.
@@ -501,16 +522,17 @@ func (w *worker) handleOne(q *keyQueue, r *kgo.Record, e *pending, env *envelope
 	w.syncPause()
 }
 
-// handleCopy handles r as [Pacer.handle] does; a strict key's chain copy
+// handleCopy handles r as [Pacer.handle] does (answers takes its answer
+// time); a strict key's chain copy
 // (see [chain]) first waits until its chain is ready, is dropped unsent if
 // its chain is not live, and once finished finishes its main entry.
-func (w *worker) handleCopy(r *kgo.Record, env *envelope.Envelope) bool {
+func (w *worker) handleCopy(r *kgo.Record, env *envelope.Envelope, answers *inflight.Estimator) bool {
 	if w.tp.topic == w.p.cfg.Topic {
-		return w.p.handle(w, r, env)
+		return w.p.handle(w, r, env, answers)
 	}
 	c, off, isCopy := w.p.liveChain(r)
 	if !isCopy {
-		return w.p.handle(w, r, env)
+		return w.p.handle(w, r, env, answers)
 	}
 	if c != nil {
 		select {
@@ -527,7 +549,7 @@ func (w *worker) handleCopy(r *kgo.Record, env *envelope.Envelope) bool {
 			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "chain", envelope.Header(r, envelope.HeaderChain))
 		return true
 	}
-	if !w.p.handle(w, r, env) {
+	if !w.p.handle(w, r, env, answers) {
 		return false
 	}
 	c.w.mu.Lock()
