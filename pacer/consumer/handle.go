@@ -583,7 +583,7 @@ func (p *Pacer) send(f *flight) outcome {
 	// The key's breaker, AIMD, cooldowns and counters take the answer.
 	now := time.Now()
 	if f.answers != nil {
-		f.answers.Observe(now.Sub(start))
+		f.answers.Answered(now.Sub(start))
 	}
 	v := f.st.Report(ctx, now, keypace.Result{Class: class, Err: err, Cred: f.cred}, f.log)
 	switch class {

@@ -37,9 +37,9 @@ const (
 	maxRTTVAR = 1<<15 - 1 // ms
 )
 
-// Observe takes one answer time d (from the request leaving to its
+// Answered takes one answer time d (from the request leaving to its
 // answer; negative counts as 0).
-func (e *Estimator) Observe(d time.Duration) {
+func (e *Estimator) Answered(d time.Duration) {
 	ms := min(max(int64((d+time.Millisecond/2)/time.Millisecond), 0), maxSRTT)
 	for {
 		old := e.v.Load()

@@ -14,7 +14,7 @@ import (
 func send(e *Estimator, answer time.Duration) {
 	start := time.Now()
 	time.Sleep(answer)
-	e.Observe(time.Since(start))
+	e.Answered(time.Since(start))
 }
 
 func TestEstimatorFollowsAnswerTime(t *testing.T) {
@@ -93,7 +93,7 @@ func TestBound(t *testing.T) {
 	fixed := func(d time.Duration) *Estimator {
 		var e Estimator
 		for range 200 {
-			e.Observe(d)
+			e.Answered(d)
 		}
 		return &e
 	}
@@ -215,7 +215,7 @@ func TestEstimatorConcurrent(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 1000 {
-				e.Observe(100 * time.Millisecond)
+				e.Answered(100 * time.Millisecond)
 			}
 		})
 	}

@@ -27,7 +27,7 @@ func TestKeyInFlight(t *testing.T) {
 	k.st.mu.Unlock()
 	var slow inflight.Estimator
 	for range 100 {
-		slow.Observe(500 * time.Millisecond)
+		slow.Answered(500 * time.Millisecond)
 	}
 	if got := p.InFlight("slow", &slow, 1024); got != 600+10+32 {
 		t.Errorf("1,000/s at 500 ms: %d, want 642 (1.2 x 1000/s x 0.5 s + burst 10 + 32)", got)
