@@ -45,14 +45,17 @@ func TestRefresh(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
 		ceiling := bucket.Limit{PerSecond: 80, Burst: 10}
-		a := adapt.AIMD{}
+		// Cooldowns that last the test however late its calls run (the
+		// default, 1 / 80 s, could end before the first read).
+		a := adapt.AIMD{MinCooldown: time.Minute}
+		since := time.Now() // before every end the test reads
 		// Two keys in the same state: a throttle (a cooldown), a throttled
 		// pair, an open breaker.
 		for _, k := range []string{"three", "one"} {
 			if _, err := e.l.ThrottledAfter(ctx, "test", k, ceiling, a, 0, 0, 80); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.l.PairThrottled(ctx, "test", k, "15551234567", 2*time.Second, time.Minute, 0.5); err != nil {
+			if _, err := e.l.PairThrottled(ctx, "test", k, "15551234567", 30*time.Second, time.Minute, 0.5); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := e.l.BreakerResult(ctx, "test", k, adapt.Breaker{}, false, "halt"); err != nil {
@@ -79,14 +82,14 @@ func TestRefresh(t *testing.T) {
 			}
 			g, w := got.Adapted, want.Adapted
 			if g.Rate != w.Rate || g.Ceiling != w.Ceiling || g.Increased != w.Increased || g.Decreased != w.Decreased ||
-				!e.near(g.CooldownLeft, w.CooldownLeft) || (g.SinceDecrease < 0) != (w.SinceDecrease < 0) {
+				!e.NearSince(g.CooldownLeft, w.CooldownLeft, since) || (g.SinceDecrease < 0) != (w.SinceDecrease < 0) {
 				t.Fatalf("%s: Adapted %+v; want %+v", what, g, w)
 			}
-			if got.Breaker.State != want.Breaker.State || got.Breaker.Reason != "halt" || !e.near(got.Breaker.OpenLeft, want.Breaker.OpenLeft) {
+			if got.Breaker.State != want.Breaker.State || got.Breaker.Reason != "halt" || !e.NearSince(got.Breaker.OpenLeft, want.Breaker.OpenLeft, since) {
 				t.Fatalf("%s: Breaker %+v; want %+v", what, got.Breaker, want.Breaker)
 			}
 			p, ok := got.Pairs["15551234567"]
-			if len(got.Pairs) != 1 || !ok || p.Rate != 0.5 || !e.near(p.Left, want.Pairs["15551234567"].Left) {
+			if len(got.Pairs) != 1 || !ok || p.Rate != 0.5 || !e.NearSince(p.Left, want.Pairs["15551234567"].Left, since) {
 				t.Fatalf("%s: Pairs %+v; want %+v", what, got.Pairs, want.Pairs)
 			}
 		}

@@ -121,6 +121,34 @@ func (e *Env) Near(got, want time.Duration) bool {
 	return got >= want-Slack && got <= want+Slack
 }
 
+// Call is a call's bounds on the local clock: Redis ran it, at its TIME,
+// between Sent and Answered (redis-server runs on this machine's clock).
+type Call struct{ Sent, Answered time.Time }
+
+// Timed runs f, a call to Redis, and returns its bounds.
+func Timed(f func()) Call {
+	sent := time.Now()
+	f()
+	return Call{sent, time.Now()}
+}
+
+// Trip is how long the call took: how far before Answered Redis may have
+// run it.
+func (c Call) Trip() time.Duration { return c.Answered.Sub(c.Sent) }
+
+// NearSince reports whether got and want, two times left (of cooldowns,
+// TTLs) whose ends were set after since and read after that, match:
+// exactly on miniredis; on redis-server within the time passed since
+// since, rounded up to the millisecond they count in: however late the
+// calls ran, their ends and readings all lie in that time.
+func (e *Env) NearSince(got, want time.Duration, since time.Time) bool {
+	if e.Exact() {
+		return got == want
+	}
+	d := time.Since(since).Truncate(time.Millisecond) + time.Millisecond
+	return got >= want-d && got <= want+d
+}
+
 // TTLNear reports whether got, the PTTL of a key that a script set to want
 // after since (read before the call), is right: see [Env.TTLIn].
 func (e *Env) TTLNear(got, want time.Duration, since time.Time) bool {
