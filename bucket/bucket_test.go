@@ -426,15 +426,7 @@ func TestClockSteppedBack(t *testing.T) {
 	} {
 		t.Run("stamp ahead/"+tc.name, func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
-				ctx := t.Context()
-				now, err := e.RDB.Time(ctx).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				ahead := strconv.FormatInt(now.Add(time.Hour).UnixMicro(), 10)
-				if err := e.RDB.HSet(ctx, e.keys.Bucket("test", "k"), "utokens", tc.utokens, "ts_us", ahead).Err(); err != nil {
-					t.Fatal(err)
-				}
+				e.stampAhead(t, "k", tc.utokens)
 				e.takes(t, "k", lim, tc.steps)
 			})
 		})
@@ -478,6 +470,20 @@ func TestState(t *testing.T) {
 			t.Fatal("State created keys")
 		}
 	})
+}
+
+// stampAhead writes utokens (millionths) into key's bucket, stamped an
+// hour ahead of Redis TIME: a clock stepped back, seen from the stored side.
+func (e *env) stampAhead(t *testing.T, key, utokens string) {
+	t.Helper()
+	now, err := e.RDB.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := strconv.FormatInt(now.Add(time.Hour).UnixMicro(), 10)
+	if err := e.RDB.HSet(t.Context(), e.keys.Bucket("test", key), "utokens", utokens, "ts_us", ahead).Err(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // nearTokens is Near for token counts of a bucket under lim.

@@ -30,10 +30,13 @@ func (e *env) reserves(t *testing.T, key string, lim bucket.Limit, steps []reser
 	t.Helper()
 	for i, s := range steps {
 		e.At(s.at)
+		// On redis-server a step that runs late finds its slot nearer by
+		// as much: the slots stand on the Redis clock, not at the step.
+		late := e.Behind(s.at)
 		before := time.Now()
 		r, err := e.l.Reserve(t.Context(), "test", key, lim, s.cost, s.maxWait)
 		e.Mark()
-		if err != nil || r.OK != s.ok || r.Cooldown != s.cooldown || !e.Near(r.Delay, s.delay) || !e.Near(r.Wait, s.wait) ||
+		if err != nil || r.OK != s.ok || r.Cooldown != s.cooldown || !e.Near(r.Delay, max(0, s.delay-late)) || !e.Near(r.Wait, max(0, s.wait-late)) ||
 			(r.OK && (r.At.Before(before.Add(r.Delay)) || r.At.After(time.Now().Add(r.Delay)))) || (!r.OK && !r.At.IsZero()) {
 			t.Fatalf("step %d (at %v, cost %d, maxWait %v): got %+v, %v; want ok=%v delay=%v wait=%v cooldown=%v",
 				i, s.at, s.cost, s.maxWait, r, err, s.ok, s.delay, s.wait, s.cooldown)
@@ -290,15 +293,7 @@ func TestReserveClockSteppedBack(t *testing.T) {
 	} {
 		t.Run("stamp ahead/"+tc.name, func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
-				ctx := t.Context()
-				now, err := e.RDB.Time(ctx).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				ahead := strconv.FormatInt(now.Add(time.Hour).UnixMicro(), 10)
-				if err := e.RDB.HSet(ctx, e.keys.Bucket("test", "k"), "utokens", tc.utokens, "ts_us", ahead).Err(); err != nil {
-					t.Fatal(err)
-				}
+				e.stampAhead(t, "k", tc.utokens)
 				e.reserves(t, "k", lim, tc.steps)
 			})
 		})
@@ -542,7 +537,7 @@ func TestLeaseReturn(t *testing.T) {
 		state := timed(func() { st, err = e.l.State(ctx, "test", "k", lim) })
 		lo := float64(n-5) + lim.PerSecond*state.Sent.Sub(lease.Answered).Seconds() - 1e-3 // the slots' rounding
 		hi := float64(n-5) + lim.PerSecond*state.Answered.Sub(lease.Sent).Seconds() + 1e-3
-		if err != nil || (e.Exact() && st.Tokens != 0.5) || (!e.Exact() && (st.Tokens < lo || st.Tokens > min(hi, 5))) {
+		if err != nil || (e.Exact() && st.Tokens != 0.5) || (!e.Exact() && (st.Tokens < min(lo, 5) || st.Tokens > min(hi, 5))) {
 			t.Fatalf("State after Return = %+v, %v; want 0.5 tokens (on redis-server %.3f..%.3f)", st, err, lo, hi)
 		}
 		e.reserves(t, "k", lim, []reserve{{250 * ms, 1, time.Second, true, 50 * ms, 0, false}})

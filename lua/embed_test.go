@@ -23,10 +23,10 @@ var scripts = []struct {
 	src   string
 	frags []string
 }{
-	{"state.lua", State, []string{"refill"}},
+	{"state.lua", State, []string{"limit_args", "refill"}},
 	{"cooldown.lua", Cooldown, nil},
-	{"reserve.lua", Reserve, []string{"refill"}},
-	{"lease_return.lua", LeaseReturn, []string{"refill"}},
+	{"reserve.lua", Reserve, []string{"limit_args", "refill"}},
+	{"lease_return.lua", LeaseReturn, []string{"limit_args", "refill"}},
 	{"window.lua", Window, []string{"window_read"}},
 	{"aimd_throttle.lua", AIMDThrottle, []string{"aimd_read", "adapt_base"}},
 	{"aimd_recover.lua", AIMDRecover, []string{"aimd_read", "adapt_base"}},

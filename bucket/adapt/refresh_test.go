@@ -1,41 +1,23 @@
 package adapt_test
 
 import (
-	"context"
-	"sync/atomic"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
 // scriptTrips counts the round trips a client makes that run a script
 // (a command or a pipeline with an EVAL or EVALSHA; not a new
 // connection's handshake).
-type scriptTrips struct{ n atomic.Int64 }
-
-func (c *scriptTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *scriptTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.count([]redis.Cmder{cmd})
-		return next(ctx, cmd)
-	}
-}
-func (c *scriptTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.count(cmds)
-		return next(ctx, cmds)
-	}
-}
-func (c *scriptTrips) count(cmds []redis.Cmder) {
-	for _, cmd := range cmds {
-		if n := cmd.Name(); n == "eval" || n == "evalsha" {
-			c.n.Add(1)
-			return
-		}
-	}
+func scriptTrips() *redistest.Trips {
+	return &redistest.Trips{Match: func(cmds []redis.Cmder, _ bool, _ error) bool {
+		return slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "eval" || c.Name() == "evalsha" })
+	}}
 }
 
 // Refresh answers what RecoverAfter, BreakerStatus and Pairs answer, in
@@ -72,8 +54,8 @@ func TestRefresh(t *testing.T) {
 		if want.Adapted.CooldownLeft <= 0 || want.Breaker.State != adapt.BreakerOpen || len(want.Pairs) != 1 {
 			t.Fatalf("the state set up: %+v", want)
 		}
-		var n scriptTrips
-		e.rdb.AddHook(&n)
+		n := scriptTrips()
+		e.rdb.AddHook(n)
 		got := e.l.Refresh(ctx, "test", "one", ceiling, a, 7)
 		check := func(what string, got adapt.Refreshed) {
 			t.Helper()
@@ -94,8 +76,8 @@ func TestRefresh(t *testing.T) {
 			}
 		}
 		check("Refresh", got)
-		if n.n.Load() != 1 {
-			t.Fatalf("Refresh made %d round trips; want 1", n.n.Load())
+		if n.Load() != 1 {
+			t.Fatalf("Refresh made %d round trips; want 1", n.Load())
 		}
 		// The accepted sends were reported: both keys hold a count.
 		for _, k := range []string{"three", "one"} {

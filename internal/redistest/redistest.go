@@ -9,6 +9,7 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -223,4 +224,44 @@ var WrongTypes = []Corrupt{
 	{Name: "list key", Write: func(ctx context.Context, rdb *redis.Client, key string) error {
 		return rdb.RPush(ctx, key, "a", "b").Err()
 	}},
+}
+
+// Trips is a go-redis hook that counts a client's round trips (a command,
+// or a pipeline) that Match accepts, once each has run: Match gets the
+// commands (one for a command), whether they went as a pipeline, and the
+// error the client returns (a command's own error is set only after the
+// hooks). A nil Match counts every trip.
+type Trips struct {
+	Match func(cmds []redis.Cmder, pipeline bool, err error) bool
+	n     atomic.Int64
+}
+
+// Load returns how many trips were counted.
+func (h *Trips) Load() int64 { return h.n.Load() }
+
+// Reset sets the count back to 0.
+func (h *Trips) Reset() { h.n.Store(0) }
+
+func (h *Trips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *Trips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.count([]redis.Cmder{cmd}, false, err)
+		return err
+	}
+}
+
+func (h *Trips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.count(cmds, true, err)
+		return err
+	}
+}
+
+func (h *Trips) count(cmds []redis.Cmder, pipeline bool, err error) {
+	if h.Match == nil || h.Match(cmds, pipeline, err) {
+		h.n.Add(1)
+	}
 }

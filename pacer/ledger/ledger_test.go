@@ -479,6 +479,16 @@ func BenchmarkLedgerLookup(b *testing.B) {
 	}
 }
 
+// wantOffsets fails t, naming what, unless read (Horizons,
+// TakeStopHorizons) of ps on channel gives want, as fmt.Sprint prints it.
+func wantOffsets(t *testing.T, what string, read func(context.Context, string, []ledger.Partition) ([]int64, error),
+	channel string, ps []ledger.Partition, want string) {
+	t.Helper()
+	if offs, err := read(t.Context(), channel, ps); err != nil || fmt.Sprint(offs) != want {
+		t.Fatalf("%s: %v, %v; want %s", what, offs, err, want)
+	}
+}
+
 // Horizons reads what SetHorizons wrote, -1 where nothing was, on a single
 // server and under Redis Cluster; a value that is not an offset is an
 // error naming the partition, every value then -1.
@@ -487,18 +497,12 @@ func TestHorizons(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			ps := []ledger.Partition{{Group: "g", Topic: "t", Partition: 0}, {Group: "g", Topic: "t", Partition: 1}, {Group: "g2", Topic: "t", Partition: 0}}
-			if offs, err := l.Horizons(ctx, "whatsapp", ps); err != nil || fmt.Sprint(offs) != "[-1 -1 -1]" {
-				t.Fatalf("before any: %v, %v", offs, err)
-			}
+			wantOffsets(t, "before any", l.Horizons, "whatsapp", ps, "[-1 -1 -1]")
 			if err := l.SetHorizons(ctx, "whatsapp", ps[:2], []int64{4097, 12}); err != nil {
 				t.Fatal(err)
 			}
-			if offs, err := l.Horizons(ctx, "whatsapp", ps); err != nil || fmt.Sprint(offs) != "[4097 12 -1]" {
-				t.Fatalf("after SetHorizons: %v, %v; want [4097 12 -1]", offs, err)
-			}
-			if offs, err := l.Horizons(ctx, "sms", ps); err != nil || fmt.Sprint(offs) != "[-1 -1 -1]" {
-				t.Fatalf("another channel's: %v, %v", offs, err)
-			}
+			wantOffsets(t, "after SetHorizons", l.Horizons, "whatsapp", ps, "[4097 12 -1]")
+			wantOffsets(t, "another channel's", l.Horizons, "sms", ps, "[-1 -1 -1]")
 			if err := l.SetHorizons(ctx, "whatsapp", ps, []int64{1}); err == nil {
 				t.Fatal("3 partitions, 1 horizon: no error")
 			}
@@ -526,18 +530,29 @@ func TestStopHorizons(t *testing.T) {
 			if err := l.SetStopHorizons(ctx, "whatsapp", ps[:2], []int64{40, 7}); err != nil {
 				t.Fatal(err)
 			}
-			if offs, err := l.Horizons(ctx, "whatsapp", ps); err != nil || fmt.Sprint(offs) != "[-1 -1 -1]" {
-				t.Fatalf("horizons after SetStopHorizons: %v, %v; want none", offs, err)
-			}
-			if offs, err := l.TakeStopHorizons(ctx, "whatsapp", ps); err != nil || fmt.Sprint(offs) != "[40 7 -1]" {
-				t.Fatalf("first take: %v, %v; want [40 7 -1]", offs, err)
-			}
-			if offs, err := l.TakeStopHorizons(ctx, "whatsapp", ps); err != nil || fmt.Sprint(offs) != "[-1 -1 -1]" {
-				t.Fatalf("second take: %v, %v; want [-1 -1 -1] (taken)", offs, err)
-			}
+			wantOffsets(t, "horizons after SetStopHorizons", l.Horizons, "whatsapp", ps, "[-1 -1 -1]")
+			wantOffsets(t, "first take", l.TakeStopHorizons, "whatsapp", ps, "[40 7 -1]")
+			wantOffsets(t, "second take", l.TakeStopHorizons, "whatsapp", ps, "[-1 -1 -1]")
 			if err := l.SetStopHorizons(ctx, "whatsapp", ps, []int64{1}); err == nil {
 				t.Fatal("3 partitions, 1 stop horizon: no error")
 			}
 		})
+	}
+}
+
+// A ClaimResult and a State print their names, and a value out of range
+// its kind and number.
+func TestNames(t *testing.T) {
+	for _, c := range []struct {
+		got  fmt.Stringer
+		want string
+	}{
+		{ledger.ClaimUnknown, "unknown"}, {ledger.CoolingDown, "cooldown"}, {ledger.DeadLettered, "dead-lettered"},
+		{ledger.ClaimResult(6), "claim(6)"}, {ledger.ClaimResult(-1), "claim(-1)"},
+		{ledger.StateNone, "none"}, {ledger.StateDeadLettered, "dead-lettered"}, {ledger.State(5), "state(5)"},
+	} {
+		if got := c.got.String(); got != c.want {
+			t.Errorf("%#v prints %q, want %q", c.got, got, c.want)
+		}
 	}
 }
