@@ -156,7 +156,6 @@ func TestAIMDDecreaseFactor(t *testing.T) {
 // those during the cooldown it set, however long a later hint made it.
 func TestAIMDCoalesce(t *testing.T) {
 	a := classic(adapt.AIMD{Coalesce: 800 * time.Millisecond, MinCooldown: 250 * time.Millisecond})
-	ms := time.Millisecond
 	each(t, func(t *testing.T, e *env) {
 		e.adapts(t, "k", lim100, a, []aimdStep{
 			{at: 0, op: opThrottle, rate: 100, cooldown: 250 * ms}, // lone
@@ -832,8 +831,6 @@ func ExampleAdapter_Throttled() {
 // the step offsets, so rates derived from it are near.
 func TestAIMDEstimate(t *testing.T) {
 	a := capacityAIMD(time.Second)
-	ms := time.Millisecond
-	cd := 10 * ms
 	steps := []aimdStep{
 		{at: 0, op: opThrottle, rate: 100, cooldown: cd},       // lone: episode starts, n = 0
 		{at: 50 * ms, op: opThrottle, rate: 100, cooldown: cd}, // coalesced: n = 1
@@ -922,6 +919,11 @@ func (e *env) adaptsNear(t *testing.T, a adapt.AIMD, steps []aimdStep) {
 	}
 }
 
+// adapts runs e.adaptsNear(t, a, steps) on each backend.
+func adapts(t *testing.T, a adapt.AIMD, steps []aimdStep) {
+	each(t, func(t *testing.T, e *env) { e.adaptsNear(t, a, steps) })
+}
+
 // TestAIMDAcceptedEstimate checks the estimate from accepted sends: what
 // every replica reported accepted over the episode, per second, is the
 // capacity of a provider that keeps refusing; the cut goes to Backoff of
@@ -929,8 +931,6 @@ func (e *env) adaptsNear(t *testing.T, a adapt.AIMD, steps []aimdStep) {
 // for 3 windows more before the probe goes on gently from there.
 func TestAIMDAcceptedEstimate(t *testing.T) {
 	a := capacityAIMD(time.Second)
-	ms := time.Millisecond
-	cd := 10 * ms
 	each(t, func(t *testing.T, e *env) {
 		e.adaptsNear(t, a, []aimdStep{
 			{at: 0, op: opThrottle, rate: 100, cooldown: cd}, // lone: episode from 0
@@ -969,22 +969,19 @@ func TestAIMDAcceptedEstimate(t *testing.T) {
 // and that probe climbs only while 90% of its rate is accepted over the
 // window less a quarter of a second (not less a second, as below it).
 func TestAIMDFoundCapacity(t *testing.T) {
-	ms := time.Millisecond
-	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, pausingAIMD(), append(capacity85(), []aimdStep{
-			// At the cap: no probe before 4 windows (8500ms).
-			{at: 5600 * ms, op: opRecover, rate: 85, accepted: 95},
-			{at: 8400 * ms, op: opRecover, rate: 85, accepted: 250},
-			{at: 8600 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // 385 >= 0.9 * 85/s * 3.6 s: * 1.1
-			// 40 < 0.9 * 93.5/s * 0.85 s: not in use yet (the rule below the
-			// cap, over the window less a second, would take 8.4).
-			{at: 9700 * ms, op: opRecover, rate: 93.5, accepted: 40},
-			// 70 < 0.9 * 93.5/s * 0.95 s = 80: not yet (over the window
-			// less half a second, 59, it would have climbed).
-			{at: 9800 * ms, op: opRecover, rate: 93.5, accepted: 30},
-			{at: 9900 * ms, op: opRecover, rate: 100, change: 1, accepted: 20}, // 90 >= 88: * (1 + 0.2), capped
-		}...))
-	})
+	adapts(t, pausingAIMD(), append(capacity85(), []aimdStep{
+		// At the cap: no probe before 4 windows (8500ms).
+		{at: 5600 * ms, op: opRecover, rate: 85, accepted: 95},
+		{at: 8400 * ms, op: opRecover, rate: 85, accepted: 250},
+		{at: 8600 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // 385 >= 0.9 * 85/s * 3.6 s: * 1.1
+		// 40 < 0.9 * 93.5/s * 0.85 s: not in use yet (the rule below the
+		// cap, over the window less a second, would take 8.4).
+		{at: 9700 * ms, op: opRecover, rate: 93.5, accepted: 40},
+		// 70 < 0.9 * 93.5/s * 0.95 s = 80: not yet (over the window
+		// less half a second, 59, it would have climbed).
+		{at: 9800 * ms, op: opRecover, rate: 93.5, accepted: 30},
+		{at: 9900 * ms, op: opRecover, rate: 100, change: 1, accepted: 20}, // 90 >= 88: * (1 + 0.2), capped
+	}...))
 }
 
 // pausingAIMD is capacityAIMD(time.Second) with the refill pause: lim100
@@ -1021,20 +1018,17 @@ func capacity85() []aimdStep {
 // (lone); a throttle that persists there with no reports to measure the
 // episode by is cut to Backoff of that capacity, not by Decrease below it.
 func TestAIMDProbeCutToTheCapacity(t *testing.T) {
-	ms := time.Millisecond
-	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, pausingAIMD(), append(capacity85(), []aimdStep{
-			{at: 8400 * ms, op: opRecover, rate: 85, accepted: 345},
-			{at: 8600 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // the probe
-			// lone: the capacity steps down to 85 / 1.1, the rate with it,
-			// and the pause (77.27 tokens at 77.27/s)
-			{at: 8700 * ms, op: opThrottle, rate: 77.272727, change: -1, cooldown: time.Second},
-			{at: 8750 * ms, op: opThrottle, rate: 77.272727, cooldown: 950 * ms}, // coalesced
-			// After the pause, no reports: Decrease's cut would be to
-			// 38.6; the capacity's Backoff is 69.5.
-			{at: 9800 * ms, op: opThrottle, rate: 69.545454, change: -1, cooldown: time.Second},
-		}...))
-	})
+	adapts(t, pausingAIMD(), append(capacity85(), []aimdStep{
+		{at: 8400 * ms, op: opRecover, rate: 85, accepted: 345},
+		{at: 8600 * ms, op: opRecover, rate: 93.5, change: 1, accepted: 40}, // the probe
+		// lone: the capacity steps down to 85 / 1.1, the rate with it,
+		// and the pause (77.27 tokens at 77.27/s)
+		{at: 8700 * ms, op: opThrottle, rate: 77.272727, change: -1, cooldown: time.Second},
+		{at: 8750 * ms, op: opThrottle, rate: 77.272727, cooldown: 950 * ms}, // coalesced
+		// After the pause, no reports: Decrease's cut would be to
+		// 38.6; the capacity's Backoff is 69.5.
+		{at: 9800 * ms, op: opThrottle, rate: 69.545454, change: -1, cooldown: time.Second},
+	}...))
 }
 
 // TestAIMDLoneThrottleStepsCapacityDown: a lone throttle of a key at or
@@ -1047,69 +1041,56 @@ func TestAIMDProbeCutToTheCapacity(t *testing.T) {
 // Without a capacity found, a lone throttle changes no rate and sets no
 // pause.
 func TestAIMDLoneThrottleStepsCapacityDown(t *testing.T) {
-	ms := time.Millisecond
 	t.Run("at the capacity", func(t *testing.T) {
-		each(t, func(t *testing.T, e *env) {
-			e.adaptsNear(t, pausingAIMD(), append(capacity85(), []aimdStep{
-				{at: 8400 * ms, op: opThrottle, rate: 77.272727, change: -1, cooldown: time.Second}, // 85 / 1.1
-				// The next lone one, 2 s later: 77.27 / 1.1.
-				{at: 10500 * ms, op: opThrottle, rate: 70.247933, change: -1, cooldown: time.Second},
-			}...))
-		})
+		adapts(t, pausingAIMD(), append(capacity85(), []aimdStep{
+			{at: 8400 * ms, op: opThrottle, rate: 77.272727, change: -1, cooldown: time.Second}, // 85 / 1.1
+			// The next lone one, 2 s later: 77.27 / 1.1.
+			{at: 10500 * ms, op: opThrottle, rate: 70.247933, change: -1, cooldown: time.Second},
+		}...))
 	})
 	t.Run("measured", func(t *testing.T) {
-		each(t, func(t *testing.T, e *env) {
-			e.adaptsNear(t, pausingAIMD(), append(capacity85(), []aimdStep{
-				{at: 6000 * ms, op: opRecover, rate: 85, accepted: 300},
-				// 480 accepted in the 6 s since the throttle at 2.4 s, the
-				// pacer busy (481 sent >= 0.9 * 85/s * 6 s): 80/s.
-				{at: 8400 * ms, op: opThrottle, rate: 80, change: -1, cooldown: time.Second, accepted: 100},
-				// 4.1 s later, 100 sent: not busy, one step (80 / 1.1).
-				{at: 12500 * ms, op: opThrottle, rate: 72.727272, change: -1, cooldown: time.Second, accepted: 100},
-			}...))
-		})
+		adapts(t, pausingAIMD(), append(capacity85(), []aimdStep{
+			{at: 6000 * ms, op: opRecover, rate: 85, accepted: 300},
+			// 480 accepted in the 6 s since the throttle at 2.4 s, the
+			// pacer busy (481 sent >= 0.9 * 85/s * 6 s): 80/s.
+			{at: 8400 * ms, op: opThrottle, rate: 80, change: -1, cooldown: time.Second, accepted: 100},
+			// 4.1 s later, 100 sent: not busy, one step (80 / 1.1).
+			{at: 12500 * ms, op: opThrottle, rate: 72.727272, change: -1, cooldown: time.Second, accepted: 100},
+		}...))
 	})
 	t.Run("never below a step", func(t *testing.T) {
-		each(t, func(t *testing.T, e *env) {
-			e.adaptsNear(t, pausingAIMD(), append(capacity85(), []aimdStep{
-				{at: 6000 * ms, op: opRecover, rate: 85, accepted: 300},
-				// 460 in 6 s, busy: 76.67/s, below one step (85 / 1.1):
-				// the step it is.
-				{at: 8400 * ms, op: opThrottle, rate: 77.272727, change: -1, cooldown: time.Second, accepted: 80},
-			}...))
-		})
+		adapts(t, pausingAIMD(), append(capacity85(), []aimdStep{
+			{at: 6000 * ms, op: opRecover, rate: 85, accepted: 300},
+			// 460 in 6 s, busy: 76.67/s, below one step (85 / 1.1):
+			// the step it is.
+			{at: 8400 * ms, op: opThrottle, rate: 77.272727, change: -1, cooldown: time.Second, accepted: 80},
+		}...))
 	})
 	t.Run("measured above", func(t *testing.T) {
-		each(t, func(t *testing.T, e *env) {
-			e.adaptsNear(t, pausingAIMD(), append(capacity85(), []aimdStep{
-				{at: 6000 * ms, op: opRecover, rate: 85, accepted: 300},
-				// 540 in 6 s: the provider took 90/s; the rate stays (the
-				// pause: 85 tokens at 85/s) and goes to the capacity, 90,
-				// after a clean window.
-				{at: 8400 * ms, op: opThrottle, rate: 85, cooldown: time.Second, accepted: 160},
-				{at: 10500 * ms, op: opRecover, rate: 90, change: 1, accepted: 90},
-			}...))
-		})
+		adapts(t, pausingAIMD(), append(capacity85(), []aimdStep{
+			{at: 6000 * ms, op: opRecover, rate: 85, accepted: 300},
+			// 540 in 6 s: the provider took 90/s; the rate stays (the
+			// pause: 85 tokens at 85/s) and goes to the capacity, 90,
+			// after a clean window.
+			{at: 8400 * ms, op: opThrottle, rate: 85, cooldown: time.Second, accepted: 160},
+			{at: 10500 * ms, op: opRecover, rate: 90, change: 1, accepted: 90},
+		}...))
 	})
 	t.Run("below the capacity", func(t *testing.T) {
-		each(t, func(t *testing.T, e *env) {
-			e.adaptsNear(t, pausingAIMD(), append(capacity85()[:6], []aimdStep{
-				// 72 < 85: the rate and the capacity stay (the pacer, not
-				// the provider, set what was accepted); the pause.
-				{at: 4500 * ms, op: opThrottle, rate: 72, cooldown: time.Second, accepted: 80},
-				{at: 6600 * ms, op: opRecover, rate: 85, change: 1, accepted: 80}, // to the capacity
-			}...))
-		})
+		adapts(t, pausingAIMD(), append(capacity85()[:6], []aimdStep{
+			// 72 < 85: the rate and the capacity stay (the pacer, not
+			// the provider, set what was accepted); the pause.
+			{at: 4500 * ms, op: opThrottle, rate: 72, cooldown: time.Second, accepted: 80},
+			{at: 6600 * ms, op: opRecover, rate: 85, change: 1, accepted: 80}, // to the capacity
+		}...))
 	})
 	t.Run("step", func(t *testing.T) {
 		a := pausingAIMD()
 		a.Factor, a.Step = 0, 4
-		each(t, func(t *testing.T, e *env) {
-			e.adaptsNear(t, a, append(capacity85()[:6], []aimdStep{
-				{at: 4500 * ms, op: opRecover, rate: 85, change: 1, accepted: 80},
-				{at: 4600 * ms, op: opThrottle, rate: 81, change: -1, cooldown: time.Second}, // 85 - 4
-			}...))
-		})
+		adapts(t, a, append(capacity85()[:6], []aimdStep{
+			{at: 4500 * ms, op: opRecover, rate: 85, change: 1, accepted: 80},
+			{at: 4600 * ms, op: opThrottle, rate: 81, change: -1, cooldown: time.Second}, // 85 - 4
+		}...))
 	})
 	// slots ahead reserves lim.Burst + 60 slots of key "s" under ad's limit
 	// (about 0.7 s ahead) and returns how far ahead the last one is.
@@ -1282,11 +1263,9 @@ func TestAIMDLoneThrottleStepsCapacityDown(t *testing.T) {
 		})
 	})
 	t.Run("no capacity", func(t *testing.T) {
-		each(t, func(t *testing.T, e *env) {
-			e.adaptsNear(t, pausingAIMD(), []aimdStep{
-				{at: 0, op: opThrottle, rate: 100, cooldown: 10 * ms},
-				{at: 2100 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
-			})
+		adapts(t, pausingAIMD(), []aimdStep{
+			{at: 0, op: opThrottle, rate: 100, cooldown: 10 * ms},
+			{at: 2100 * ms, op: opThrottle, rate: 100, cooldown: 10 * ms},
 		})
 	})
 }
@@ -1297,19 +1276,16 @@ func TestAIMDLoneThrottleStepsCapacityDown(t *testing.T) {
 // next step keeps its size.
 func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 	a := capacityAIMD(time.Second)
-	ms := time.Millisecond
-	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, append(capacity40(), []aimdStep{
-			{at: 4600 * ms, op: opRecover, rate: 55, change: 1, accepted: 180}, // after 4 windows: * 1.1
-			// 45 in 1.1 s: in use, but under (40 + 55) / 2 per second. This
-			// step is 20% (the first one doubles), and the next one keeps it.
-			{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 45},
-			// 20% again, not 40%; 80 in 1.1 s is over (40 + 66) / 2 per
-			// second, so the next one doubles.
-			{at: 6800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 80},
-			{at: 7900 * ms, op: opRecover, rate: 100, change: 1, accepted: 90}, // * 1.4, capped
-		}...))
-	})
+	adapts(t, a, append(capacity40(), []aimdStep{
+		{at: 4600 * ms, op: opRecover, rate: 55, change: 1, accepted: 180}, // after 4 windows: * 1.1
+		// 45 in 1.1 s: in use, but under (40 + 55) / 2 per second. This
+		// step is 20% (the first one doubles), and the next one keeps it.
+		{at: 5700 * ms, op: opRecover, rate: 66, change: 1, accepted: 45},
+		// 20% again, not 40%; 80 in 1.1 s is over (40 + 66) / 2 per
+		// second, so the next one doubles.
+		{at: 6800 * ms, op: opRecover, rate: 79.2, change: 1, accepted: 80},
+		{at: 7900 * ms, op: opRecover, rate: 100, change: 1, accepted: 90}, // * 1.4, capped
+	}...))
 }
 
 // TestAIMDFewRefusalsKeepTheCapacity: an episode whose refusals are 10%
@@ -1322,23 +1298,19 @@ func TestAIMDProbeAcceleratesOnEvidence(t *testing.T) {
 // provider accepted.
 func TestAIMDFewRefusalsKeepTheCapacity(t *testing.T) {
 	a := capacityAIMD(time.Hour)
-	ms := time.Millisecond
-	cd := 10 * ms
-	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, append(capacity40(), []aimdStep{
-			// 20 accepted and 1 refused in 1 s at 50/s: the provider refused
-			// under 10%: the rate less the refusals is 49/s, the rate goes to
-			// 0.9 of it (not Decrease's 25, nor 36, the capacity found less
-			// Backoff).
-			{at: 1500 * ms, op: opThrottle, rate: 44.1, change: -1, cooldown: cd, accepted: 20},
-			{at: 1550 * ms, op: opThrottle, rate: 44.1, cooldown: cd},
-			{at: 1560 * ms, op: opThrottle, rate: 44.1, cooldown: cd},
-			{at: 1570 * ms, op: opThrottle, rate: 44.1, cooldown: cd},
-			// 10 accepted and 4 refused in 0.5 s: saturated, a capacity of
-			// 20/s: the cut stops at Decrease's 22.05.
-			{at: 2000 * ms, op: opThrottle, rate: 22.05, change: -1, cooldown: cd, accepted: 10},
-		}...))
-	})
+	adapts(t, a, append(capacity40(), []aimdStep{
+		// 20 accepted and 1 refused in 1 s at 50/s: the provider refused
+		// under 10%: the rate less the refusals is 49/s, the rate goes to
+		// 0.9 of it (not Decrease's 25, nor 36, the capacity found less
+		// Backoff).
+		{at: 1500 * ms, op: opThrottle, rate: 44.1, change: -1, cooldown: cd, accepted: 20},
+		{at: 1550 * ms, op: opThrottle, rate: 44.1, cooldown: cd},
+		{at: 1560 * ms, op: opThrottle, rate: 44.1, cooldown: cd},
+		{at: 1570 * ms, op: opThrottle, rate: 44.1, cooldown: cd},
+		// 10 accepted and 4 refused in 0.5 s: saturated, a capacity of
+		// 20/s: the cut stops at Decrease's 22.05.
+		{at: 2000 * ms, op: opThrottle, rate: 22.05, change: -1, cooldown: cd, accepted: 10},
+	}...))
 }
 
 // TestAIMDFewRefusalsFloorAtCapacity: with few refusals at a rate near the
@@ -1347,23 +1319,19 @@ func TestAIMDFewRefusalsKeepTheCapacity(t *testing.T) {
 func TestAIMDFewRefusalsFloorAtCapacity(t *testing.T) {
 	a := capacityAIMD(time.Hour)
 	a.Decrease = 0.8
-	ms := time.Millisecond
-	cd := 10 * ms
-	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
-			{at: 20 * ms, op: opThrottle, rate: 100, cooldown: cd},
-			{at: 30 * ms, op: opThrottle, rate: 100, cooldown: cd},
-			{at: 40 * ms, op: opThrottle, rate: 100, cooldown: cd},
-			{at: 50 * ms, op: opThrottle, rate: 100, cooldown: cd},
-			// 45 accepted and 6 refused in 0.5 s: a capacity of 90/s, the
-			// rate to 81.
-			{at: 500 * ms, op: opThrottle, rate: 81, change: -1, cooldown: cd, accepted: 45},
-			// 1 s later, 60 accepted and 1 refused: 60/s reported, the rate
-			// less the refusals 80/s; the capacity found less Backoff, 81, is
-			// the floor: no cut (the rate is there already).
-			{at: 1500 * ms, op: opThrottle, rate: 81, cooldown: cd, accepted: 60},
-		})
+	adapts(t, a, []aimdStep{
+		{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+		{at: 20 * ms, op: opThrottle, rate: 100, cooldown: cd},
+		{at: 30 * ms, op: opThrottle, rate: 100, cooldown: cd},
+		{at: 40 * ms, op: opThrottle, rate: 100, cooldown: cd},
+		{at: 50 * ms, op: opThrottle, rate: 100, cooldown: cd},
+		// 45 accepted and 6 refused in 0.5 s: a capacity of 90/s, the
+		// rate to 81.
+		{at: 500 * ms, op: opThrottle, rate: 81, change: -1, cooldown: cd, accepted: 45},
+		// 1 s later, 60 accepted and 1 refused: 60/s reported, the rate
+		// less the refusals 80/s; the capacity found less Backoff, 81, is
+		// the floor: no cut (the rate is there already).
+		{at: 1500 * ms, op: opThrottle, rate: 81, cooldown: cd, accepted: 60},
 	})
 }
 
@@ -1373,17 +1341,13 @@ func TestAIMDFewRefusalsFloorAtCapacity(t *testing.T) {
 // window does not jump to the estimate, and the rate cruises there.
 func TestAIMDEstimateFarAboveCapacity(t *testing.T) {
 	a := capacityAIMD(time.Second)
-	ms := time.Millisecond
-	cd := 10 * ms
-	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, append(capacity40(), []aimdStep{
-			// 40 in 0.5 s: 80/s, twice the capacity and above the rate: no
-			// cut; the capacity goes to 50, not 80.
-			{at: 1000 * ms, op: opThrottle, rate: 50, cooldown: cd, accepted: 40},
-			{at: 2100 * ms, op: opRecover, rate: 50, accepted: 60}, // at the capacity: cruising
-			{at: 5100 * ms, op: opRecover, rate: 55, change: 1, accepted: 150},
-		}...))
-	})
+	adapts(t, a, append(capacity40(), []aimdStep{
+		// 40 in 0.5 s: 80/s, twice the capacity and above the rate: no
+		// cut; the capacity goes to 50, not 80.
+		{at: 1000 * ms, op: opThrottle, rate: 50, cooldown: cd, accepted: 40},
+		{at: 2100 * ms, op: opRecover, rate: 50, accepted: 60}, // at the capacity: cruising
+		{at: 5100 * ms, op: opRecover, rate: 55, change: 1, accepted: 150},
+	}...))
 }
 
 // TestAIMDStaleReplicaThrottle checks that a throttle of a send paced
@@ -1392,24 +1356,20 @@ func TestAIMDEstimateFarAboveCapacity(t *testing.T) {
 // the same throttle paced at the current rate cuts again.
 func TestAIMDStaleReplicaThrottle(t *testing.T) {
 	a := capacityAIMD(time.Second)
-	ms := time.Millisecond
-	cd := 10 * ms
-	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 100, cooldown: cd, paced: 100}, // lone
-			{at: 20 * ms, op: opThrottle, rate: 100, cooldown: cd, paced: 100},
-			{at: 30 * ms, op: opThrottle, rate: 100, cooldown: cd, paced: 100},
-			{at: 40 * ms, op: opThrottle, rate: 100, cooldown: cd, paced: 100},
-			{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: cd, accepted: 40, paced: 100}, // 80/s * 0.9
-			// 300 ms later, past the coalescing, a replica still pacing at
-			// 100/s is refused: part of the decrease made, no new cut.
-			{at: 800 * ms, op: opThrottle, rate: 72, cooldown: cd, paced: 100},
-			{at: 900 * ms, op: opThrottle, rate: 72, cooldown: cd, paced: 100},
-			// Paced at no more than the current rate, a throttle within
-			// Persist cuts: 30 accepted in the 0.5 s since the decrease, 60/s *
-			// 0.9.
-			{at: 1000 * ms, op: opThrottle, rate: 54, change: -1, cooldown: cd, accepted: 30, paced: 70},
-		})
+	adapts(t, a, []aimdStep{
+		{at: 0, op: opThrottle, rate: 100, cooldown: cd, paced: 100}, // lone
+		{at: 20 * ms, op: opThrottle, rate: 100, cooldown: cd, paced: 100},
+		{at: 30 * ms, op: opThrottle, rate: 100, cooldown: cd, paced: 100},
+		{at: 40 * ms, op: opThrottle, rate: 100, cooldown: cd, paced: 100},
+		{at: 500 * ms, op: opThrottle, rate: 72, change: -1, cooldown: cd, accepted: 40, paced: 100}, // 80/s * 0.9
+		// 300 ms later, past the coalescing, a replica still pacing at
+		// 100/s is refused: part of the decrease made, no new cut.
+		{at: 800 * ms, op: opThrottle, rate: 72, cooldown: cd, paced: 100},
+		{at: 900 * ms, op: opThrottle, rate: 72, cooldown: cd, paced: 100},
+		// Paced at no more than the current rate, a throttle within
+		// Persist cuts: 30 accepted in the 0.5 s since the decrease, 60/s *
+		// 0.9.
+		{at: 1000 * ms, op: opThrottle, rate: 54, change: -1, cooldown: cd, accepted: 30, paced: 70},
 	})
 }
 
@@ -1419,16 +1379,12 @@ func TestAIMDStaleReplicaThrottle(t *testing.T) {
 // refused share of 1% or more does.
 func TestAIMDSporadicThrottlesCutNothing(t *testing.T) {
 	a := capacityAIMD(time.Hour)
-	ms := time.Millisecond
-	cd := 10 * ms
-	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, []aimdStep{
-			{at: 0, op: opThrottle, rate: 100, cooldown: cd},
-			{at: 1000 * ms, op: opThrottle, rate: 100, cooldown: cd, accepted: 198}, // 2 of 200 refused: no cut, a new episode
-			// 2 of 99: a cut, to 0.9 of the rate less the refusals per second
-			// (99/s; the reports, 97/s, can only err low).
-			{at: 2000 * ms, op: opThrottle, rate: 89.1, change: -1, cooldown: cd, accepted: 97},
-		})
+	adapts(t, a, []aimdStep{
+		{at: 0, op: opThrottle, rate: 100, cooldown: cd},
+		{at: 1000 * ms, op: opThrottle, rate: 100, cooldown: cd, accepted: 198}, // 2 of 200 refused: no cut, a new episode
+		// 2 of 99: a cut, to 0.9 of the rate less the refusals per second
+		// (99/s; the reports, 97/s, can only err low).
+		{at: 2000 * ms, op: opThrottle, rate: 89.1, change: -1, cooldown: cd, accepted: 97},
 	})
 }
 
@@ -1504,7 +1460,6 @@ func TestAIMDReschedulesDebt(t *testing.T) {
 	a := adapt.AIMD{MinCooldown: time.Millisecond, Coalesce: time.Millisecond, Decrease: 0.5, Backoff: 1e-9, NoRefillPause: true,
 		Persist: time.Hour, Window: time.Second, Factor: 2, Accelerate: 1}
 	ceiling := bucket.Limit{PerSecond: 10, Burst: 1}
-	ms := time.Millisecond
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
 		reserve := func(perSecond float64) time.Duration {
@@ -1563,7 +1518,6 @@ func TestAIMDReschedulesDebt(t *testing.T) {
 // have none.
 func TestAIMDRefillPause(t *testing.T) {
 	ceiling := bucket.Limit{PerSecond: 10, Burst: 5}
-	ms := time.Millisecond
 	for _, tc := range []struct {
 		off  bool
 		want time.Duration
@@ -1686,7 +1640,6 @@ func TestAchieved(t *testing.T) {
 // back at its ceiling.
 func TestAIMDSinceDecrease(t *testing.T) {
 	a := classic(adapt.AIMD{MinCooldown: time.Millisecond, Coalesce: time.Millisecond, Window: time.Second, Factor: 4})
-	ms := time.Millisecond
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
 		check := func(op string, ad adapt.Adapted, err error, rate float64, want time.Duration) {
@@ -1727,8 +1680,6 @@ func TestAIMDSinceDecrease(t *testing.T) {
 func TestAIMDShortEpisode(t *testing.T) {
 	a := capacityAIMD(time.Second)
 	a.MinEpisode = time.Second
-	ms := time.Millisecond
-	cd := 10 * ms
 	for name, steps := range map[string][]aimdStep{
 		"few refusals": {
 			{at: 0, op: opThrottle, rate: 100, cooldown: cd}, // lone: episode from 0

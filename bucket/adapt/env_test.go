@@ -22,6 +22,9 @@ var t0 = redistest.T0
 
 const slack = redistest.Slack
 
+// ms shortens the tables; cd is the cooldown of capacityAIMD's throttles.
+const ms, cd = time.Millisecond, 10 * time.Millisecond
+
 // env is one backend for one test, with the Adapter under test and the
 // bucket.Limiter of the same keys (whose cooldowns a throttle sets).
 type env struct {
