@@ -405,11 +405,7 @@ func TestClockSteppedBack(t *testing.T) {
 		})
 	})
 	// The same seen from the stored side: a stamp an hour ahead of TIME.
-	for _, tc := range []struct {
-		name    string
-		utokens string
-		steps   []take
-	}{
+	stampsAhead(t, []stampAheadCase[take]{
 		{"empty", "0", []take{
 			{0, 1, false, 0, 500 * time.Millisecond, false},
 			{500 * time.Millisecond, 1, true, 0, 0, false},
@@ -423,14 +419,7 @@ func TestClockSteppedBack(t *testing.T) {
 			{0, 1, false, 0, 250 * time.Millisecond, false},
 			{0, 2, false, 0, 750 * time.Millisecond, false},
 		}},
-	} {
-		t.Run("stamp ahead/"+tc.name, func(t *testing.T) {
-			each(t, func(t *testing.T, e *env) {
-				e.stampAhead(t, "k", tc.utokens)
-				e.takes(t, "k", lim, tc.steps)
-			})
-		})
-	}
+	}, func(t *testing.T, e *env, steps []take) { e.takes(t, "k", lim, steps) })
 }
 
 func TestState(t *testing.T) {
@@ -483,6 +472,27 @@ func (e *env) stampAhead(t *testing.T, key, utokens string) {
 	ahead := strconv.FormatInt(now.Add(time.Hour).UnixMicro(), 10)
 	if err := e.RDB.HSet(t.Context(), e.keys.Bucket("test", key), "utokens", utokens, "ts_us", ahead).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// stampAheadCase is a step table run on a bucket stamped ahead of TIME
+// holding utokens (millionths).
+type stampAheadCase[S any] struct {
+	name    string
+	utokens string
+	steps   []S
+}
+
+// stampsAhead runs each case as subtest "stamp ahead/<name>" on each
+// backend: key "k" stamped ahead (stampAhead), then run of its steps.
+func stampsAhead[S any](t *testing.T, cases []stampAheadCase[S], run func(t *testing.T, e *env, steps []S)) {
+	for _, tc := range cases {
+		t.Run("stamp ahead/"+tc.name, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				e.stampAhead(t, "k", tc.utokens)
+				run(t, e, tc.steps)
+			})
+		})
 	}
 }
 

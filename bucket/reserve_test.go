@@ -272,11 +272,7 @@ func TestReserveClockSteppedBack(t *testing.T) {
 			{-time.Hour + time.Second, 1, 2 * time.Second, true, 500 * ms, 0, false},
 		})
 	})
-	for _, tc := range []struct {
-		name    string
-		utokens string
-		steps   []reserve
-	}{
+	stampsAhead(t, []stampAheadCase[reserve]{
 		{"empty", "0", []reserve{
 			{0, 1, 0, false, 0, 500 * ms, false},
 			{0, 1, time.Second, true, 500 * ms, 0, false},
@@ -290,14 +286,7 @@ func TestReserveClockSteppedBack(t *testing.T) {
 			{0, 2, 0, true, 0, 0, false},
 			{0, 1, time.Second, true, 500 * ms, 0, false},
 		}},
-	} {
-		t.Run("stamp ahead/"+tc.name, func(t *testing.T) {
-			each(t, func(t *testing.T, e *env) {
-				e.stampAhead(t, "k", tc.utokens)
-				e.reserves(t, "k", lim, tc.steps)
-			})
-		})
-	}
+	}, func(t *testing.T, e *env, steps []reserve) { e.reserves(t, "k", lim, steps) })
 }
 
 // TestReserveCorruptHashIsFull checks that Reserve and Lease read a corrupt

@@ -15,13 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// noscript counts the NOSCRIPT replies to one client's commands.
-func noscript() *redistest.Trips {
-	return &redistest.Trips{Match: func(cmds []redis.Cmder, pipeline bool, err error) bool {
-		return !pipeline && (redis.HasErrorPrefix(err, "NOSCRIPT") || redis.HasErrorPrefix(cmds[0].Err(), "NOSCRIPT"))
-	}}
-}
-
 // exercise runs every kind of call of l once on a few pacing keys and
 // fails the test on any error.
 func exercise(t *testing.T, l *bucket.Limiter, keys int) {
@@ -115,7 +108,7 @@ func TestCluster(t *testing.T) {
 	}
 
 	// NOSCRIPT on every master: every call recovers (by EVAL).
-	h := noscript()
+	h := &redistest.Trips{Match: redistest.NoScriptReply}
 	cc.AddHook(h)
 	if err := cc.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -197,7 +190,7 @@ func TestNoScript(t *testing.T) {
 	addr, restart := privateRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { rdb.Close() })
-	h := noscript()
+	h := &redistest.Trips{Match: redistest.NoScriptReply}
 	rdb.AddHook(h)
 	ctx := t.Context()
 	l := bucket.New(rdb, bucket.Config{})

@@ -42,13 +42,7 @@
 
 -- @include limit_args
 
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local now0 = tonumber(ARGV[4])
-local u0 = tonumber(ARGV[5])
-local granted = tonumber(ARGV[6])
-local used = tonumber(ARGV[7])
+local rate, burst, cost, now0, u0, granted, used = numbers(1, 7)
 local bad = limit_error('lease_return', rate, burst, cost)
 if bad then
   return bad

@@ -3,10 +3,13 @@
 -- reserve.lua and lease_return.lua, the scripts that take a bucket's limit
 -- in ARGV.
 --
--- Reads no KEYS or ARGV. Defines limit_error(script, rate, burst, cost):
+-- Reads no KEYS or ARGV. Defines numbers (argv.lua) and
+-- limit_error(script, rate, burst, cost):
 -- nil when rate is a finite number > 0, burst an integer in [1, 1e9] and
 -- cost an integer in [1, burst] (false: no cost to check); else the error
 -- reply "ERR <script>: ..." naming the first of them that is wrong.
+
+-- @include argv
 
 local function limit_error(script, rate, burst, cost)
   local bad

@@ -78,7 +78,7 @@ if not n or n < 1 or n ~= math.floor(n) or n > 1e9 or (n > 1 and nb > 1) then
 end
 local rates, bursts, costs = {}, {}, {}
 for i = 1, nb do
-  local rate, burst, cost = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1]), tonumber(ARGV[3 * i + 2])
+  local rate, burst, cost = numbers(3 * i, 3 * i + 2)
   local bad = limit_error('reserve', rate, burst, cost)
   if bad then
     return bad

@@ -17,8 +17,7 @@
 
 -- @include limit_args
 
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
+local rate, burst = numbers(1, 2)
 local bad = limit_error('state', rate, burst, false)
 if bad then
   return bad

@@ -1,24 +1,13 @@
 package adapt_test
 
 import (
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
-
-// scriptTrips counts the round trips a client makes that run a script
-// (a command or a pipeline with an EVAL or EVALSHA; not a new
-// connection's handshake).
-func scriptTrips() *redistest.Trips {
-	return &redistest.Trips{Match: func(cmds []redis.Cmder, _ bool, _ error) bool {
-		return slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "eval" || c.Name() == "evalsha" })
-	}}
-}
 
 // Refresh answers what RecoverAfter, BreakerStatus and Pairs answer, in
 // one round trip; when Redis has no script cached, each part still
@@ -54,7 +43,7 @@ func TestRefresh(t *testing.T) {
 		if want.Adapted.CooldownLeft <= 0 || want.Breaker.State != adapt.BreakerOpen || len(want.Pairs) != 1 {
 			t.Fatalf("the state set up: %+v", want)
 		}
-		n := scriptTrips()
+		n := &redistest.Trips{Match: redistest.RunsScript}
 		e.rdb.AddHook(n)
 		got := e.l.Refresh(ctx, "test", "one", ceiling, a, 7)
 		check := func(what string, got adapt.Refreshed) {

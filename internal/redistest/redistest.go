@@ -8,6 +8,7 @@ package redistest
 import (
 	"context"
 	"math"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -264,4 +265,21 @@ func (h *Trips) count(cmds []redis.Cmder, pipeline bool, err error) {
 	if h.Match == nil || h.Match(cmds, pipeline, err) {
 		h.n.Add(1)
 	}
+}
+
+// NoScriptReply matches a command (not a pipeline) answered NOSCRIPT.
+func NoScriptReply(cmds []redis.Cmder, pipeline bool, err error) bool {
+	return !pipeline && (redis.HasErrorPrefix(err, "NOSCRIPT") || redis.HasErrorPrefix(cmds[0].Err(), "NOSCRIPT"))
+}
+
+// RunsScript matches a trip (a command or a pipeline) with an EVAL or
+// EVALSHA in it: not a new connection's handshake.
+func RunsScript(cmds []redis.Cmder, _ bool, _ error) bool {
+	return slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "eval" || c.Name() == "evalsha" })
+}
+
+// StartsEvalSha matches a pipeline that starts with EVALSHA (a Batcher's
+// flush, not the EVAL that follows a NOSCRIPT).
+func StartsEvalSha(cmds []redis.Cmder, pipeline bool, _ error) bool {
+	return pipeline && len(cmds) > 0 && cmds[0].Name() == "evalsha"
 }

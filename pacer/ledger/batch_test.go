@@ -21,14 +21,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// flushCounter counts a Batcher's flushes: pipelines that start with
-// EVALSHA (not the EVAL that follows a NOSCRIPT).
-func flushCounter() *redistest.Trips {
-	return &redistest.Trips{Match: func(cmds []redis.Cmder, pipeline bool, _ error) bool {
-		return pipeline && len(cmds) > 0 && cmds[0].Name() == "evalsha"
-	}}
-}
-
 // servers returns a miniredis client and a redis-server client, each with
 // its own key prefix.
 func servers(t *testing.T) map[string]struct {
@@ -384,7 +376,7 @@ func TestBatcherFlushBy(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	flushes := flushCounter()
+	flushes := &redistest.Trips{Match: redistest.StartsEvalSha} // the flushes
 	rdb.AddHook(flushes)
 	b := ledger.NewBatcher(rdb, bucket.Keys{}, ledger.BatchConfig{FlushInterval: time.Hour})
 	defer closeBatcher(t, b)
@@ -451,7 +443,7 @@ func TestBatcherCommandsPerFlush(t *testing.T) {
 			}
 		}
 	}()
-	flushes := flushCounter()
+	flushes := &redistest.Trips{Match: redistest.StartsEvalSha} // the flushes
 	rdb.AddHook(flushes)
 	b := ledger.NewBatcher(rdb, keys, ledger.BatchConfig{FlushInterval: 100 * time.Millisecond, MaxBatch: 1000})
 	var wg sync.WaitGroup

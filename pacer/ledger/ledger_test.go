@@ -178,6 +178,27 @@ func currentGeneration(gen int64) int64 {
 	return time.Now().UnixMilli() / gen
 }
 
+// planted is an entry written by hand d generations from the current one.
+type planted struct {
+	d        int64
+	field, v string
+}
+
+// plantGenerations returns a ledger of ttl on rdb and keys and the current
+// generation (TTL/4, not about to end), with entries planted in the
+// generations of "whatsapp" they name, as a process that wrote them minutes
+// ago would have left them.
+func plantGenerations(t *testing.T, rdb redis.UniversalClient, keys bucket.Keys, ttl time.Duration, entries []planted) (*ledger.Ledger, int64) {
+	t.Helper()
+	g := currentGeneration(int64(ttl / 4 / time.Millisecond))
+	for _, p := range entries {
+		if err := rdb.HSet(t.Context(), keys.ChannelIDs("whatsapp", g+p.d), p.field, p.v).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ledger.New(rdb, keys, ttl), g
+}
+
 // TestLedgerGenerations: ids live in one hash per generation (TTL/4); an
 // entry is read from the current generation and the 4 before it (so it is
 // seen for the TTL), and the current hash expires when the fourth
@@ -190,25 +211,16 @@ func TestLedgerGenerations(t *testing.T) {
 	for name, s := range servers(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
-			g := currentGeneration(gen)
-			l := ledger.New(s.rdb, s.keys, ttl)
 			const ch = "whatsapp"
-			hkey := func(d int64) string { return s.keys.ChannelIDs(ch, g+d) }
-			for _, p := range []struct {
-				d        int64
-				field, v string
-			}{
+			l, g := plantGenerations(t, s.rdb, s.keys, ttl, []planted{
 				{-4, "106\nold", "d:x"},      // 4 generations back: within the TTL
 				{-5, "106\ngone", "d:x"},     // 5 back: past it
 				{-3, "106\nheld", "c:a"},     // a's claim
 				{-2, "106\ntaken", "c:dead"}, // a dead process's claim
 				{-1, "106\nboth", "d:w"},     // delivered, then claimed again by z
 				{0, "106\nboth", "c:z"},
-			} {
-				if err := s.rdb.HSet(ctx, hkey(p.d), p.field, p.v).Err(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			})
+			hkey := func(d int64) string { return s.keys.ChannelIDs(ch, g+d) }
 			for i, c := range []struct {
 				op, id, owner string
 				want          ledger.ClaimResult
@@ -419,28 +431,18 @@ func TestLedgerLookup(t *testing.T) {
 // or dead-lettered mark decides, and a delivered mark anywhere wins.
 func TestLedgerDeadLetteredGenerations(t *testing.T) {
 	const ttl = time.Hour
-	gen := int64(ttl / 4 / time.Millisecond)
 	for name, s := range servers(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
-			g := currentGeneration(gen)
-			l := ledger.New(s.rdb, s.keys, ttl)
 			const ch = "whatsapp"
-			for _, p := range []struct {
-				d        int64
-				field, v string
-			}{
+			l, _ := plantGenerations(t, s.rdb, s.keys, ttl, []planted{
 				{-3, "106\nretaken", "x:unknown-outcome"}, // dead-lettered, then taken over by a replay
 				{-1, "106\nretaken", "c:replay"},
 				{-3, "106\nlater", "c:dead"}, // claimed, dead-lettered later
 				{-2, "106\nlater", "x:unknown-outcome"},
 				{-4, "106\nsent", "d:w"}, // delivered, an older-looking mark after
 				{-1, "106\nsent", "x:unknown-outcome"},
-			} {
-				if err := s.rdb.HSet(ctx, s.keys.ChannelIDs(ch, g+p.d), p.field, p.v).Err(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			})
 			for _, c := range []struct {
 				id   string
 				want ledger.ClaimResult
