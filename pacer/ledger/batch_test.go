@@ -359,10 +359,17 @@ func TestBatcherFlush(t *testing.T) {
 	defer closeBatcher(t, b)
 	pc := b.ClaimAsync("whatsapp", "106", "m1", "a", false)
 	b.Flush()
+	wantClaimed(t, pc, "Flush")
+}
+
+// wantClaimed fails t unless pc answers Claimed within 10 s of after (what
+// should have sent it).
+func wantClaimed(t *testing.T, pc *ledger.PendingClaim, after string) {
+	t.Helper()
 	select {
 	case <-pc.Done():
 	case <-time.After(10 * time.Second):
-		t.Fatal("no answer 10 s after Flush")
+		t.Fatalf("no answer 10 s after %s", after)
 	}
 	if got, _, err := pc.Wait(t.Context()); err != nil || got != ledger.Claimed {
 		t.Fatalf("claim = %v, %v; want claimed", got, err)
@@ -385,14 +392,7 @@ func TestBatcherFlushBy(t *testing.T) {
 	b.FlushBy(start.Add(200 * time.Millisecond))
 	p2 := b.ClaimAsync("whatsapp", "107", "m2", "a", false)
 	for _, pc := range []*ledger.PendingClaim{p1, p2} {
-		select {
-		case <-pc.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("no answer 10 s after FlushBy 200 ms ahead")
-		}
-		if got, _, err := pc.Wait(t.Context()); err != nil || got != ledger.Claimed {
-			t.Fatalf("claim = %v, %v; want claimed", got, err)
-		}
+		wantClaimed(t, pc, "FlushBy 200 ms ahead")
 	}
 	if took := time.Since(start); took < 150*time.Millisecond {
 		t.Errorf("answered after %v: the flush did not wait for its time (200 ms)", took)

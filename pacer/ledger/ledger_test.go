@@ -43,6 +43,22 @@ type stepper interface {
 	Release(ctx context.Context, channel, key, id, owner string) error
 }
 
+// step runs op (claim, force, deliver, release) by owner on message id of
+// key; only a claim answers a ClaimResult.
+func step(ctx context.Context, l stepper, ch, key, id, op, owner string) (got ledger.ClaimResult, err error) {
+	switch op {
+	case "claim", "force":
+		got, _, err = l.Claim(ctx, ch, key, id, owner, op == "force")
+	case "deliver":
+		err = l.Delivered(ctx, ch, key, id, "wamid.X")
+	case "release":
+		err = l.Release(ctx, ch, key, id, owner)
+	default:
+		err = fmt.Errorf("unknown step %q", op)
+	}
+	return got, err
+}
+
 // checkSteps walks one message through claims by several owners, releases,
 // an operator's forced resend and its delivery, checking each answer.
 func checkSteps(t *testing.T, l stepper) {
@@ -68,16 +84,7 @@ func checkSteps(t *testing.T, l stepper) {
 		{"release", "c", ledger.ClaimUnknown},
 		{"claim", "c", ledger.Delivered},
 	} {
-		var got ledger.ClaimResult
-		var err error
-		switch s.op {
-		case "claim", "force":
-			got, _, err = l.Claim(ctx, ch, key, id, s.owner, s.op == "force")
-		case "deliver":
-			err = l.Delivered(ctx, ch, key, id, "wamid.X")
-		case "release":
-			err = l.Release(ctx, ch, key, id, s.owner)
-		}
+		got, err := step(ctx, l, ch, key, id, s.op, s.owner)
 		if err != nil || got != s.want {
 			t.Fatalf("step %d %s(%s): got %v, %v; want %v", i, s.op, s.owner, got, err, s.want)
 		}
@@ -358,11 +365,9 @@ func TestLedgerDeadLettered(t *testing.T) {
 				var err error
 				switch s.op {
 				case "claim", "force":
-					got, _, err = l.Claim(ctx, ch, key, id, s.owner, s.op == "force")
-				case "deliver":
-					err = l.Delivered(ctx, ch, key, id, "wamid.X")
-				case "release":
-					err = l.Release(ctx, ch, key, id, s.owner)
+					got, err = step(ctx, l, ch, key, id, s.op, s.owner)
+				case "deliver", "release":
+					_, err = step(ctx, l, ch, key, id, s.op, s.owner)
 				case "dead":
 					err = l.DeadLettered(ctx, ch, key, id, "unknown-outcome")
 				case "read":
