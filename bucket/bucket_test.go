@@ -9,8 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -506,24 +504,11 @@ func (e *env) nearTokens(got, want float64, lim bucket.Limit) bool {
 func TestReserveNowAtomic(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		lim := bucket.Limit{PerSecond: 0.001, Burst: 50} // refills 1 token in 1000 s
-		var allowed atomic.Int64
-		var wg sync.WaitGroup
-		for range 20 {
-			wg.Go(func() {
-				for range 10 {
-					d, err := e.l.Reserve(t.Context(), "test", "k", lim, 1, 0)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if d.OK {
-						allowed.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if n := allowed.Load(); n != 50 {
+		allowed := redistest.Sum(t, 20, 10, func(int) (int, error) {
+			d, err := e.l.Reserve(t.Context(), "test", "k", lim, 1, 0)
+			return b2i(d.OK), err
+		})
+		if n := allowed; n != 50 {
 			t.Fatalf("%d of 200 concurrent takes allowed, want 50", n)
 		}
 	})

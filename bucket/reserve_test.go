@@ -695,42 +695,22 @@ func TestConcurrentAcrossForms(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
 		lim := bucket.Limit{PerSecond: 0.001, Burst: 100} // no refill within the test
-		var mu sync.Mutex
-		granted := 0
-		add := func(n int) { mu.Lock(); granted += n; mu.Unlock() }
-		var wg sync.WaitGroup
-		for g := range 10 {
-			wg.Go(func() {
-				for range 10 {
-					var n int
-					var err error
-					switch g % 4 {
-					case 0:
-						var r bucket.Reservation
-						r, err = e.l.Reserve(ctx, "test", "k", lim, 1, time.Second)
-						n = b2i(r.OK)
-					case 1:
-						var ls bucket.Lease
-						ls, err = e.l.Lease(ctx, "test", "k", lim, 3, 0)
-						n = ls.Granted
-					case 2:
-						var d bucket.Reservation
-						d, err = e.l.Reserve(ctx, "test", "k", lim, 2, 0)
-						n = 2 * b2i(d.OK)
-					case 3:
-						var d bucket.Reservation
-						d, err = e.l.ReserveMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r" + strconv.Itoa(g), Limit: lim, Cost: 1}}, 0)
-						n = b2i(d.OK)
-					}
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					add(n)
-				}
-			})
-		}
-		wg.Wait()
+		granted := redistest.Sum(t, 10, 10, func(g int) (int, error) {
+			switch g % 4 {
+			case 0:
+				r, err := e.l.Reserve(ctx, "test", "k", lim, 1, time.Second)
+				return b2i(r.OK), err
+			case 1:
+				ls, err := e.l.Lease(ctx, "test", "k", lim, 3, 0)
+				return ls.Granted, err
+			case 2:
+				d, err := e.l.Reserve(ctx, "test", "k", lim, 2, 0)
+				return 2 * b2i(d.OK), err
+			default:
+				d, err := e.l.ReserveMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r" + strconv.Itoa(g), Limit: lim, Cost: 1}}, 0)
+				return b2i(d.OK), err
+			}
+		})
 		if granted != 100 {
 			t.Fatalf("granted %d tokens of a bucket of 100", granted)
 		}

@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,21 +180,17 @@ func TestAIMDCoalesceConcurrent(t *testing.T) {
 		}
 		e.mark()
 		e.at(time.Second)
-		var decreased atomic.Int64
-		var wg sync.WaitGroup
-		for range 20 {
-			wg.Go(func() {
-				ad, err := e.l.Throttled(t.Context(), "test", "k", lim100, a, 0)
-				if err != nil || ad.Rate != 50 {
-					t.Errorf("Throttled = %+v, %v; want rate 50", ad, err)
-				}
-				if ad.Decreased {
-					decreased.Add(1)
-				}
-			})
-		}
-		wg.Wait()
-		if n := decreased.Load(); n != 1 {
+		decreased := redistest.Sum(t, 20, 1, func(int) (int, error) {
+			ad, err := e.l.Throttled(t.Context(), "test", "k", lim100, a, 0)
+			if err == nil && ad.Rate != 50 {
+				err = fmt.Errorf("Throttled = %+v; want rate 50", ad)
+			}
+			if ad.Decreased {
+				return 1, err
+			}
+			return 0, err
+		})
+		if n := decreased; n != 1 {
 			t.Fatalf("%d of 20 concurrent throttles decreased the rate, want 1", n)
 		}
 	})

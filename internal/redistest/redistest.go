@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -282,4 +283,27 @@ func RunsScript(cmds []redis.Cmder, _ bool, _ error) bool {
 // flush, not the EVAL that follows a NOSCRIPT).
 func StartsEvalSha(cmds []redis.Cmder, pipeline bool, _ error) bool {
 	return pipeline && len(cmds) > 0 && cmds[0].Name() == "evalsha"
+}
+
+// Sum calls call(i) n times in each of g goroutines (i is the goroutine's
+// number), all at once, and returns the sum of what the calls answered
+// (tokens granted, decreases made): what concurrent callers got from one
+// key. An error fails t and ends that goroutine.
+func Sum(t testing.TB, g, n int, call func(i int) (int, error)) int {
+	var sum atomic.Int64
+	var wg sync.WaitGroup
+	for i := range g {
+		wg.Go(func() {
+			for range n {
+				v, err := call(i)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				sum.Add(int64(v))
+			}
+		})
+	}
+	wg.Wait()
+	return int(sum.Load())
 }
