@@ -1636,32 +1636,49 @@ func TestAIMDSinceDecrease(t *testing.T) {
 	a := classic(adapt.AIMD{MinCooldown: time.Millisecond, Coalesce: time.Millisecond, Window: time.Second, Factor: 4})
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
-		check := func(op string, ad adapt.Adapted, err error, rate float64, want time.Duration) {
+		var dec redistest.Call // the call that decreased
+		// step runs f, the call for op, and checks its rate and
+		// SinceDecrease: exact on miniredis; on redis-server between the
+		// times that passed from the decrease's call to this one, however
+		// late either ran.
+		step := func(op string, rate float64, want time.Duration, f func() (adapt.Adapted, error)) redistest.Call {
 			t.Helper()
+			var ad adapt.Adapted
+			var err error
+			c := redistest.Timed(func() { ad, err = f() })
 			e.mark()
-			if err != nil || ad.Rate != rate || (want < 0) != (ad.SinceDecrease < 0) || (want >= 0 && !e.near(ad.SinceDecrease, want)) {
+			since := ad.SinceDecrease
+			ok := err == nil && ad.Rate == rate && (want < 0) == (since < 0)
+			switch {
+			case want <= 0 || e.exact():
+				ok = ok && (want < 0 || since == want)
+			default:
+				ok = ok && since >= c.Sent.Sub(dec.Answered)-time.Millisecond && since <= c.Answered.Sub(dec.Sent)+time.Millisecond
+			}
+			if !ok {
 				t.Fatalf("%s = %+v, %v; want rate %v, SinceDecrease %v", op, ad, err, rate, want)
 			}
+			return c
 		}
-		ad, err := e.l.Adapted(ctx, "test", "k", lim100, a)
-		check("Adapted of a new key", ad, err, 100, -1)
-		ad, err = e.l.Throttled(ctx, "test", "k", lim100, a, 0)
-		check("lone Throttled", ad, err, 100, -1)
+		step("Adapted of a new key", 100, -1, func() (adapt.Adapted, error) { return e.l.Adapted(ctx, "test", "k", lim100, a) })
+		step("lone Throttled", 100, -1, func() (adapt.Adapted, error) { return e.l.Throttled(ctx, "test", "k", lim100, a, 0) })
 		e.at(100 * ms)
-		ad, err = e.l.Throttled(ctx, "test", "k", lim100, a, 0)
-		check("Throttled that lowers", ad, err, 50, 0)
+		dec = step("Throttled that lowers", 50, 0, func() (adapt.Adapted, error) { return e.l.Throttled(ctx, "test", "k", lim100, a, 0) })
 		e.at(400 * ms)
-		ad, err = e.l.RecoverAfter(ctx, "test", "k", lim100, a, 0)
-		check("Recover within the window", ad, err, 50, 300*ms)
+		step("Recover within the window", 50, 300*ms, func() (adapt.Adapted, error) { return e.l.RecoverAfter(ctx, "test", "k", lim100, a, 0) })
 		e.at(500 * ms)
-		ad, err = e.l.Adapted(ctx, "test", "k", lim100, a)
-		check("Adapted", ad, err, 50, 400*ms)
+		step("Adapted", 50, 400*ms, func() (adapt.Adapted, error) { return e.l.Adapted(ctx, "test", "k", lim100, a) })
 		e.at(600 * ms)
-		ad, err = e.l.ThrottledAfter(ctx, "test", "k", lim100, a, 0, 0, 100) // paced above the rate: the same decrease
-		check("Throttled paced at the old rate", ad, err, 50, 500*ms)
+		paced := step("Throttled paced at the old rate", 50, 500*ms, func() (adapt.Adapted, error) {
+			return e.l.ThrottledAfter(ctx, "test", "k", lim100, a, 0, 0, 100) // paced above the rate: the same decrease
+		})
+		// A Window after the last throttle's cooldown (1 ms): on redis-server
+		// after it really ran.
 		e.at(1700 * ms)
-		ad, err = e.l.Recover(ctx, "test", "k", lim100, a)
-		check("Recover to the ceiling", ad, err, 100, -1)
+		if !e.exact() {
+			time.Sleep(time.Until(paced.Answered.Add(a.Window + 2*ms)))
+		}
+		step("Recover to the ceiling", 100, -1, func() (adapt.Adapted, error) { return e.l.Recover(ctx, "test", "k", lim100, a) })
 	})
 }
 
