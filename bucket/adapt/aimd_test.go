@@ -1311,8 +1311,11 @@ func TestAIMDFewRefusalsKeepTheCapacity(t *testing.T) {
 // capacity found, where the rate less the refusals is under it, the
 // capacity less Backoff is the floor, and the rate goes to it.
 func TestAIMDFewRefusalsFloorAtCapacity(t *testing.T) {
+	// Decrease 0.5: its floor (40.5 at the last step) stays far below the
+	// capacity's; at 0.8 (80 at the cut) it held the rate above the
+	// capacity less Backoff as soon as redis-server's episode ran 7 ms
+	// longer than 0.5 s (a capacity under 88.9), and the last step cut.
 	a := capacityAIMD(time.Hour)
-	a.Decrease = 0.8
 	adapts(t, a, []aimdStep{
 		{at: 0, op: opThrottle, rate: 100, cooldown: cd},
 		{at: 20 * ms, op: opThrottle, rate: 100, cooldown: cd},
