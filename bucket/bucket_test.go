@@ -64,10 +64,11 @@ func (e *env) takes(t *testing.T, key string, lim bucket.Limit, steps []take) {
 	t.Helper()
 	for i, s := range steps {
 		e.At(s.at)
-		d, err := e.l.Reserve(t.Context(), "test", key, lim, s.cost, 0)
-		e.Mark()
+		var d bucket.Reservation
+		var err error
+		lo, hi := e.Ran(s.at, redistest.Timed(func() { d, err = e.l.Reserve(t.Context(), "test", key, lim, s.cost, 0) }))
 		if err != nil || d.OK != s.allowed || d.Remaining != s.remaining ||
-			d.Cooldown != s.cooldown || !e.Near(d.Wait, s.wait) {
+			d.Cooldown != s.cooldown || !e.NearShift(d.Wait, s.wait, lo, hi) {
 			t.Fatalf("step %d (at %v, cost %d): got %+v, %v; want allowed=%v remaining=%d wait=%v cooldown=%v",
 				i, s.at, s.cost, d, err, s.allowed, s.remaining, s.wait, s.cooldown)
 		}

@@ -30,10 +30,12 @@ func (e *env) reserves(t *testing.T, key string, lim bucket.Limit, steps []reser
 	t.Helper()
 	for i, s := range steps {
 		e.At(s.at)
-		before := time.Now()
-		r, err := e.l.Reserve(t.Context(), "test", key, lim, s.cost, s.maxWait)
-		e.Mark()
-		if err != nil || r.OK != s.ok || r.Cooldown != s.cooldown || !e.Near(r.Delay, s.delay) || !e.Near(r.Wait, s.wait) ||
+		var r bucket.Reservation
+		var err error
+		c := redistest.Timed(func() { r, err = e.l.Reserve(t.Context(), "test", key, lim, s.cost, s.maxWait) })
+		before := c.Sent
+		lo, hi := e.Ran(s.at, c)
+		if err != nil || r.OK != s.ok || r.Cooldown != s.cooldown || !e.NearShift(r.Delay, s.delay, lo, hi) || !e.NearShift(r.Wait, s.wait, lo, hi) ||
 			(r.OK && (r.At.Before(before.Add(r.Delay)) || r.At.After(time.Now().Add(r.Delay)))) || (!r.OK && !r.At.IsZero()) {
 			t.Fatalf("step %d (at %v, cost %d, maxWait %v): got %+v, %v; want ok=%v delay=%v wait=%v cooldown=%v",
 				i, s.at, s.cost, s.maxWait, r, err, s.ok, s.delay, s.wait, s.cooldown)

@@ -38,6 +38,10 @@ type Env struct {
 	MR     *miniredis.Miniredis // nil on redis-server
 	Prefix string               // key prefix of this test: "" (the default) on miniredis
 	start  time.Time            // redis-server: wall time of offset 0, set by Mark
+	// redis-server, set by Ran: the first call's round trip (its Redis
+	// time, offset 0 in Ran's terms, lies that much before start at most),
+	// and the bounds of how late the calls since ran after their offsets.
+	trip0, lateLo, lateHi time.Duration
 }
 
 // Each runs f in parallel against miniredis (exact, clock set by the test)
@@ -98,6 +102,40 @@ func (e *Env) Mark() {
 	}
 }
 
+// Ran records call c, made for offset d of a step table, as Mark does, and
+// returns on redis-server the bounds of how much later c ran after its
+// offset than the calls before it (one of which wrote the state c read)
+// ran after theirs: 0, 0 on miniredis and for the first call. A time the
+// table expects c to read (a wait, a slot's delay) is that much nearer;
+// see [Env.NearShift].
+func (e *Env) Ran(d time.Duration, c Call) (lo, hi time.Duration) {
+	if e.MR != nil {
+		return 0, 0
+	}
+	if e.start.IsZero() {
+		e.start, e.trip0 = c.Answered, c.Trip()
+		return 0, 0
+	}
+	// Offset 0 is the first call's Redis time, between start - trip0 and
+	// start; c ran between c.Sent and c.Answered.
+	cLo, cHi := c.Sent.Sub(e.start)-d, c.Answered.Sub(e.start)+e.trip0-d
+	lo, hi = cLo-e.lateHi, cHi-e.lateLo
+	e.lateLo, e.lateHi = min(e.lateLo, cLo), max(e.lateHi, cHi)
+	return lo, hi
+}
+
+// NearShift reports whether got, a time a call read (a wait, a delay),
+// matches want, the table's: exactly on miniredis; on redis-server within
+// Slack of want less the lateness bounds lo and hi from [Env.Ran] (a time
+// that would be negative reads 0), so that however late the calls ran a
+// value that is wrong by more than Slack still fails.
+func (e *Env) NearShift(got, want, lo, hi time.Duration) bool {
+	if e.Exact() {
+		return got == want
+	}
+	return got >= max(0, want-hi-Slack) && got <= max(0, want-lo)+Slack
+}
+
 // Behind reports, on redis-server, how far the wall clock is past offset
 // d (0 on miniredis, or before Mark): how late a step meant for d ran.
 func (e *Env) Behind(d time.Duration) time.Duration {
@@ -111,7 +149,7 @@ func (e *Env) Behind(d time.Duration) time.Duration {
 // first step (on fresh keys); on miniredis it does nothing.
 func (e *Env) Restart() {
 	if e.MR == nil {
-		e.start = time.Time{}
+		e.start, e.trip0, e.lateLo, e.lateHi = time.Time{}, 0, 0, 0
 	}
 }
 
