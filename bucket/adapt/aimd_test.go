@@ -857,8 +857,9 @@ func TestAIMDEstimate(t *testing.T) {
 // after a change, later rates are scaled by the same error. A step that
 // ran more than stepLate after its offset (a loaded machine stalled the
 // test between steps) voids the run, which starts again on a fresh key, up
-// to 5 times: a failure counts only from a run whose steps kept time.
-func (e *env) adaptsNear(t *testing.T, a adapt.AIMD, steps []aimdStep) {
+// to 5 times: a failure counts only from a run whose steps kept time. It
+// returns the key of the run that passed.
+func (e *env) adaptsNear(t *testing.T, a adapt.AIMD, steps []aimdStep) (key string) {
 	t.Helper()
 	const stepLate = 40 * time.Millisecond
 	for attempt := 0; ; attempt++ {
@@ -904,7 +905,7 @@ func (e *env) adaptsNear(t *testing.T, a adapt.AIMD, steps []aimdStep) {
 		}
 		switch {
 		case fail == "":
-			return
+			return key
 		case late && attempt < 4:
 			t.Logf("run %d void: a step ran more than %v after its offset; %s", attempt+1, stepLate, fail)
 		default:
@@ -926,7 +927,7 @@ func adapts(t *testing.T, a adapt.AIMD, steps []aimdStep) {
 func TestAIMDAcceptedEstimate(t *testing.T) {
 	a := capacityAIMD(time.Second)
 	each(t, func(t *testing.T, e *env) {
-		e.adaptsNear(t, a, []aimdStep{
+		key := e.adaptsNear(t, a, []aimdStep{
 			{at: 0, op: opThrottle, rate: 100, cooldown: cd}, // lone: episode from 0
 			{at: 20 * ms, op: opThrottle, rate: 100, cooldown: cd},
 			{at: 30 * ms, op: opThrottle, rate: 100, cooldown: cd},
@@ -948,7 +949,8 @@ func TestAIMDAcceptedEstimate(t *testing.T) {
 			{at: 5800 * ms, op: opRecover, rate: 88, change: 1, accepted: 20},  // from the cap: * 1.1
 			{at: 7000 * ms, op: opRecover, rate: 100, change: 1, accepted: 90}, // * 1.2, capped at the ceiling
 		})
-		if n := e.rdb.Exists(t.Context(), e.keys.AIMD("test", "k")).Val(); n != 0 {
+		// The key of the run that counted (a void run leaves its own).
+		if n := e.rdb.Exists(t.Context(), e.keys.AIMD("test", key)).Val(); n != 0 {
 			t.Fatal("the aimd hash outlived the return to the ceiling")
 		}
 	})
