@@ -3,6 +3,7 @@ package bucket_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -480,9 +481,9 @@ var timed = redistest.Timed
 // those certain not to have started (on the Redis clock a slot starts up
 // to the lease's round trip before [bucket.Lease.Slot]) and at most those
 // that may not have, so a late call changes which ones, never the check.
-func (e *env) unstarted(n, want int, ls bucket.Lease, used int, lease, ret call) bool {
+func (e *env) unstarted(n, want int, ls bucket.Lease, used int, lease, ret call) (ok bool, bounds string) {
 	if e.Exact() {
-		return n == want
+		return n == want, ""
 	}
 	lo, hi := 0, 0
 	for i := used; i < ls.Granted; i++ {
@@ -493,7 +494,8 @@ func (e *env) unstarted(n, want int, ls bucket.Lease, used int, lease, ret call)
 			hi++
 		}
 	}
-	return n >= lo && n <= hi
+	return n >= lo && n <= hi, fmt.Sprintf(" (on redis-server %d..%d: lease trip %v, return sent %v and answered %v after the lease's reply)",
+		lo, hi, lease.Trip(), ret.Sent.Sub(ls.Slot(0)), ret.Answered.Sub(ls.Slot(0)))
 }
 
 // TestLeaseReturn checks that Return gives back exactly the unused slots
@@ -513,8 +515,8 @@ func TestLeaseReturn(t *testing.T) {
 		e.At(250 * ms) // slots at 100 and 200 ms have started
 		var n int
 		ret := timed(func() { n, err = e.l.Return(ctx, ls, 6) })
-		if err != nil || !e.unstarted(n, 3, ls, 6, lease, ret) {
-			t.Fatalf("Return(6) at 250 ms = %d, %v; want 3 (300, 400, 500 ms)", n, err)
+		if ok, bounds := e.unstarted(n, 3, ls, 6, lease, ret); err != nil || !ok {
+			t.Fatalf("Return(6) at 250 ms = %d, %v; want 3 (300, 400, 500 ms)%s", n, err, bounds)
 		}
 		if n, err := e.l.Return(ctx, ls, 6); !errors.Is(err, bucket.ErrReturned) || n != 0 {
 			t.Fatalf("second Return = %d, %v; want ErrReturned", n, err)
@@ -564,8 +566,8 @@ func TestLeaseReturn(t *testing.T) {
 			t.Fatalf("Return of a lease granted before another = %d, %v; want 0 (its slots lapse)", n, err)
 		}
 		ret = timed(func() { n, err = e.l.Return(ctx, b, 2) })
-		if err != nil || !e.unstarted(n, 3, b, 2, leaseB, ret) {
-			t.Fatalf("Return of the last lease = %d, %v; want 3 (800, 900, 1000 ms)", n, err)
+		if ok, bounds := e.unstarted(n, 3, b, 2, leaseB, ret); err != nil || !ok {
+			t.Fatalf("Return of the last lease = %d, %v; want 3 (800, 900, 1000 ms)%s", n, err, bounds)
 		}
 		// The next slot follows b's used ones: at 800 ms, its first slot
 		// given back (on redis-server, where it stood on the local clock,
