@@ -9,8 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,10 +64,11 @@ func (e *env) takes(t *testing.T, key string, lim bucket.Limit, steps []take) {
 	t.Helper()
 	for i, s := range steps {
 		e.At(s.at)
-		d, err := e.l.Reserve(t.Context(), "test", key, lim, s.cost, 0)
-		e.Mark()
+		var d bucket.Reservation
+		var err error
+		lo, hi := e.Ran(s.at, redistest.Timed(func() { d, err = e.l.Reserve(t.Context(), "test", key, lim, s.cost, 0) }))
 		if err != nil || d.OK != s.allowed || d.Remaining != s.remaining ||
-			d.Cooldown != s.cooldown || !e.Near(d.Wait, s.wait) {
+			d.Cooldown != s.cooldown || !e.NearShift(d.Wait, s.wait, lo, hi) {
 			t.Fatalf("step %d (at %v, cost %d): got %+v, %v; want allowed=%v remaining=%d wait=%v cooldown=%v",
 				i, s.at, s.cost, d, err, s.allowed, s.remaining, s.wait, s.cooldown)
 		}
@@ -405,11 +404,7 @@ func TestClockSteppedBack(t *testing.T) {
 		})
 	})
 	// The same seen from the stored side: a stamp an hour ahead of TIME.
-	for _, tc := range []struct {
-		name    string
-		utokens string
-		steps   []take
-	}{
+	stampsAhead(t, []stampAheadCase[take]{
 		{"empty", "0", []take{
 			{0, 1, false, 0, 500 * time.Millisecond, false},
 			{500 * time.Millisecond, 1, true, 0, 0, false},
@@ -423,22 +418,7 @@ func TestClockSteppedBack(t *testing.T) {
 			{0, 1, false, 0, 250 * time.Millisecond, false},
 			{0, 2, false, 0, 750 * time.Millisecond, false},
 		}},
-	} {
-		t.Run("stamp ahead/"+tc.name, func(t *testing.T) {
-			each(t, func(t *testing.T, e *env) {
-				ctx := t.Context()
-				now, err := e.RDB.Time(ctx).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				ahead := strconv.FormatInt(now.Add(time.Hour).UnixMicro(), 10)
-				if err := e.RDB.HSet(ctx, e.keys.Bucket("test", "k"), "utokens", tc.utokens, "ts_us", ahead).Err(); err != nil {
-					t.Fatal(err)
-				}
-				e.takes(t, "k", lim, tc.steps)
-			})
-		})
-	}
+	}, func(t *testing.T, e *env, steps []take) { e.takes(t, "k", lim, steps) })
 }
 
 func TestState(t *testing.T) {
@@ -480,6 +460,41 @@ func TestState(t *testing.T) {
 	})
 }
 
+// stampAhead writes utokens (millionths) into key's bucket, stamped an
+// hour ahead of Redis TIME: a clock stepped back, seen from the stored side.
+func (e *env) stampAhead(t *testing.T, key, utokens string) {
+	t.Helper()
+	now, err := e.RDB.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := strconv.FormatInt(now.Add(time.Hour).UnixMicro(), 10)
+	if err := e.RDB.HSet(t.Context(), e.keys.Bucket("test", key), "utokens", utokens, "ts_us", ahead).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stampAheadCase is a step table run on a bucket stamped ahead of TIME
+// holding utokens (millionths).
+type stampAheadCase[S any] struct {
+	name    string
+	utokens string
+	steps   []S
+}
+
+// stampsAhead runs each case as subtest "stamp ahead/<name>" on each
+// backend: key "k" stamped ahead (stampAhead), then run of its steps.
+func stampsAhead[S any](t *testing.T, cases []stampAheadCase[S], run func(t *testing.T, e *env, steps []S)) {
+	for _, tc := range cases {
+		t.Run("stamp ahead/"+tc.name, func(t *testing.T) {
+			each(t, func(t *testing.T, e *env) {
+				e.stampAhead(t, "k", tc.utokens)
+				run(t, e, tc.steps)
+			})
+		})
+	}
+}
+
 // nearTokens is Near for token counts of a bucket under lim.
 func (e *env) nearTokens(got, want float64, lim bucket.Limit) bool {
 	return e.NearTokens(got, want, lim.PerSecond, lim.Burst)
@@ -490,24 +505,11 @@ func (e *env) nearTokens(got, want float64, lim bucket.Limit) bool {
 func TestReserveNowAtomic(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		lim := bucket.Limit{PerSecond: 0.001, Burst: 50} // refills 1 token in 1000 s
-		var allowed atomic.Int64
-		var wg sync.WaitGroup
-		for range 20 {
-			wg.Go(func() {
-				for range 10 {
-					d, err := e.l.Reserve(t.Context(), "test", "k", lim, 1, 0)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if d.OK {
-						allowed.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if n := allowed.Load(); n != 50 {
+		allowed := redistest.Sum(t, 20, 10, func(int) (int, error) {
+			d, err := e.l.Reserve(t.Context(), "test", "k", lim, 1, 0)
+			return b2i(d.OK), err
+		})
+		if n := allowed; n != 50 {
 			t.Fatalf("%d of 200 concurrent takes allowed, want 50", n)
 		}
 	})

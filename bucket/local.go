@@ -128,17 +128,10 @@ func (l *Local) Lease(ctx context.Context, channel, key string, lim Limit, n int
 
 // Return is [Limiter.Return] for a lease of this Local.
 func (l *Local) Return(ctx context.Context, lease Lease, used int) (int, error) {
-	s := lease.src
-	if s == nil || used >= lease.Granted {
-		return 0, nil
+	s, used, err := lease.returning(l, used)
+	if s == nil {
+		return 0, err
 	}
-	if s.local != l {
-		return 0, fmt.Errorf("bucket: return of a lease to a limiter that did not grant it")
-	}
-	if !s.returned.CompareAndSwap(false, true) {
-		return 0, ErrReturned
-	}
-	used = max(used, 0)
 	_, now := l.clock()
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -1,6 +1,7 @@
 package bucket_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -181,5 +182,46 @@ func TestLocalForgetsIdleKeys(t *testing.T) {
 	}
 	if n := bucket.LocalSize(loc); n > 100 {
 		t.Fatalf("%d entries left, want only the 10 keys in use", n)
+	}
+}
+
+// TestReturnToAnotherLimiter: a lease given back to a limiter that did
+// not grant it is refused, naming the mix-up, gives nothing back and
+// leaves the lease to its owner.
+func TestReturnToAnotherLimiter(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	lim := bucket.Limit{PerSecond: 0.1, Burst: 5} // slots 10 s apart: none starts during the test
+	a, b := bucket.NewLocal(bucket.LocalConfig{}), bucket.NewLocal(bucket.LocalConfig{})
+	e := newMini(t)
+	local, err := a.Lease(ctx, "test", "k", lim, 10, time.Minute)
+	if err != nil || local.Granted != 10 {
+		t.Fatalf("Local Lease = %+v, %v", local, err)
+	}
+	remote, err := e.l.Lease(ctx, "test", "k", lim, 10, time.Minute)
+	if err != nil || remote.Granted != 10 {
+		t.Fatalf("Limiter Lease = %+v, %v", remote, err)
+	}
+	for _, c := range []struct {
+		name string
+		ret  func(context.Context, bucket.Lease, int) (int, error)
+		ls   bucket.Lease
+		want string
+	}{
+		{"a Local's to a Limiter", e.l.Return, local, "bucket: return of a lease of a Local to a Limiter"},
+		{"a Local's to another", b.Return, local, "bucket: return of a lease to a limiter that did not grant it"},
+		{"a Limiter's to a Local", a.Return, remote, "bucket: return of a lease to a limiter that did not grant it"},
+	} {
+		if n, err := c.ret(ctx, c.ls, 6); err == nil || err.Error() != c.want || n != 0 {
+			t.Errorf("Return of %s = %d, %v; want 0, %q", c.name, n, err, c.want)
+		}
+	}
+	for name, c := range map[string]struct {
+		ret func(context.Context, bucket.Lease, int) (int, error)
+		ls  bucket.Lease
+	}{"the Local": {a.Return, local}, "the Limiter": {e.l.Return, remote}} {
+		if n, err := c.ret(ctx, c.ls, 6); err != nil || n != 4 {
+			t.Errorf("Return to %s that granted it = %d, %v; want its 4 unused slots", name, n, err)
+		}
 	}
 }

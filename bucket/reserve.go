@@ -248,6 +248,25 @@ func (ls Lease) offsetUS(i int) int64 {
 	return slotUS(float64(float64(i+1)*1e6)-float64(s.u0), s.lim.PerSecond) // no FMA: the scripts round each step
 }
 
+// returning starts the Return of ls's slots from used on to owner (the
+// Local that granted it; nil: a Limiter): its source and used (at least
+// 0), or a nil source when there is nothing to give back, with an error
+// for a lease of another owner or one returned before (ErrReturned).
+func (ls Lease) returning(owner *Local, used int) (*leaseSource, int, error) {
+	s := ls.src
+	switch {
+	case s == nil || used >= ls.Granted:
+		return nil, 0, nil
+	case s.local != owner && owner == nil:
+		return nil, 0, fmt.Errorf("bucket: return of a lease of a Local to a Limiter")
+	case s.local != owner:
+		return nil, 0, fmt.Errorf("bucket: return of a lease to a limiter that did not grant it")
+	case !s.returned.CompareAndSwap(false, true):
+		return nil, 0, ErrReturned
+	}
+	return s, max(used, 0), nil
+}
+
 // redisSlot is the start of slot i in µs of Redis TIME.
 func (ls Lease) redisSlot(i int) int64 { return ls.src.now0 + ls.offsetUS(i) }
 
@@ -345,17 +364,10 @@ var ErrReturned = errors.New("bucket: lease already returned")
 // calling Redis. used < 0 counts as 0. Other errors wrap the Redis error.
 // Return is safe for concurrent use.
 func (l *Limiter) Return(ctx context.Context, lease Lease, used int) (int, error) {
-	s := lease.src
-	if s == nil || used >= lease.Granted {
-		return 0, nil
+	s, used, err := lease.returning(nil, used)
+	if s == nil {
+		return 0, err
 	}
-	if s.local != nil {
-		return 0, fmt.Errorf("bucket: return of a lease of a Local to a Limiter")
-	}
-	if !s.returned.CompareAndSwap(false, true) {
-		return 0, ErrReturned
-	}
-	used = max(used, 0)
 	bk := l.keys.Bucket(s.channel, s.key)
 	v, err := leaseReturnScript.Run(ctx, l.rdb, []string{bk},
 		wire.Rate(s.lim.PerSecond), s.lim.Burst, 1, s.now0, s.u0, lease.Granted, used).Result()

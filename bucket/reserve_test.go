@@ -3,6 +3,7 @@ package bucket_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -30,10 +31,12 @@ func (e *env) reserves(t *testing.T, key string, lim bucket.Limit, steps []reser
 	t.Helper()
 	for i, s := range steps {
 		e.At(s.at)
-		before := time.Now()
-		r, err := e.l.Reserve(t.Context(), "test", key, lim, s.cost, s.maxWait)
-		e.Mark()
-		if err != nil || r.OK != s.ok || r.Cooldown != s.cooldown || !e.Near(r.Delay, s.delay) || !e.Near(r.Wait, s.wait) ||
+		var r bucket.Reservation
+		var err error
+		c := redistest.Timed(func() { r, err = e.l.Reserve(t.Context(), "test", key, lim, s.cost, s.maxWait) })
+		before := c.Sent
+		lo, hi := e.Ran(s.at, c)
+		if err != nil || r.OK != s.ok || r.Cooldown != s.cooldown || !e.NearShift(r.Delay, s.delay, lo, hi) || !e.NearShift(r.Wait, s.wait, lo, hi) ||
 			(r.OK && (r.At.Before(before.Add(r.Delay)) || r.At.After(time.Now().Add(r.Delay)))) || (!r.OK && !r.At.IsZero()) {
 			t.Fatalf("step %d (at %v, cost %d, maxWait %v): got %+v, %v; want ok=%v delay=%v wait=%v cooldown=%v",
 				i, s.at, s.cost, s.maxWait, r, err, s.ok, s.delay, s.wait, s.cooldown)
@@ -269,11 +272,7 @@ func TestReserveClockSteppedBack(t *testing.T) {
 			{-time.Hour + time.Second, 1, 2 * time.Second, true, 500 * ms, 0, false},
 		})
 	})
-	for _, tc := range []struct {
-		name    string
-		utokens string
-		steps   []reserve
-	}{
+	stampsAhead(t, []stampAheadCase[reserve]{
 		{"empty", "0", []reserve{
 			{0, 1, 0, false, 0, 500 * ms, false},
 			{0, 1, time.Second, true, 500 * ms, 0, false},
@@ -287,22 +286,7 @@ func TestReserveClockSteppedBack(t *testing.T) {
 			{0, 2, 0, true, 0, 0, false},
 			{0, 1, time.Second, true, 500 * ms, 0, false},
 		}},
-	} {
-		t.Run("stamp ahead/"+tc.name, func(t *testing.T) {
-			each(t, func(t *testing.T, e *env) {
-				ctx := t.Context()
-				now, err := e.RDB.Time(ctx).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				ahead := strconv.FormatInt(now.Add(time.Hour).UnixMicro(), 10)
-				if err := e.RDB.HSet(ctx, e.keys.Bucket("test", "k"), "utokens", tc.utokens, "ts_us", ahead).Err(); err != nil {
-					t.Fatal(err)
-				}
-				e.reserves(t, "k", lim, tc.steps)
-			})
-		})
-	}
+	}, func(t *testing.T, e *env, steps []reserve) { e.reserves(t, "k", lim, steps) })
 }
 
 // TestReserveCorruptHashIsFull checks that Reserve and Lease read a corrupt
@@ -438,7 +422,9 @@ func TestSlowRateTTL(t *testing.T) {
 func TestLease(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
-		lim := bucket.Limit{PerSecond: 10, Burst: 5}
+		// Slots 400 ms apart: on redis-server every grant and refusal
+		// stays that far from flipping, beyond Slack.
+		lim := bucket.Limit{PerSecond: 2.5, Burst: 5}
 		type step struct {
 			at      time.Duration
 			n       int
@@ -449,17 +435,17 @@ func TestLease(t *testing.T) {
 			wait    time.Duration
 		}
 		for i, s := range []step{
-			{0, 8, time.Second, 8, []time.Duration{0, 0, 0, 0, 0, 100 * ms, 200 * ms, 300 * ms}, 0, 0},
-			{0, 20, 500 * ms, 2, []time.Duration{0, 100 * ms}, 400 * ms, 0},
-			{0, 1, 500 * ms, 0, nil, 0, 100 * ms},
-			{500 * ms, 3, 0, 0, nil, 0, 100 * ms},
-			{600 * ms, 3, 100 * ms, 2, []time.Duration{0, 100 * ms}, 0, 0},
+			{0, 8, 4 * time.Second, 8, []time.Duration{0, 0, 0, 0, 0, 400 * ms, 800 * ms, 1200 * ms}, 0, 0},
+			{0, 20, 2 * time.Second, 2, []time.Duration{0, 400 * ms}, 1600 * ms, 0},
+			{0, 1, 2 * time.Second, 0, nil, 0, 400 * ms},
+			{2 * time.Second, 3, 0, 0, nil, 0, 400 * ms},
+			{2400 * ms, 3, 400 * ms, 2, []time.Duration{0, 400 * ms}, 0, 0},
 		} {
 			e.At(s.at)
 			before := time.Now()
 			ls, err := e.l.Lease(ctx, "test", "k", lim, s.n, s.maxWait)
 			e.Mark()
-			if err != nil || ls.Granted != s.granted || !e.Near(ls.Wait, s.wait) || ls.Interval != 100*ms {
+			if err != nil || ls.Granted != s.granted || !e.Near(ls.Wait, s.wait) || ls.Interval != 400*ms {
 				t.Fatalf("step %d: Lease = %+v, %v; want %d slots, wait %v", i, ls, err, s.granted, s.wait)
 			}
 			if s.granted == 0 {
@@ -484,6 +470,34 @@ func TestLease(t *testing.T) {
 	})
 }
 
+type call = redistest.Call
+
+var timed = redistest.Timed
+
+// unstarted reports whether n slots of ls from used on are the ones that
+// had not started when Redis ran ret (a Return), the lease granted at
+// lease: exactly want on miniredis, whose clock the test sets; on
+// redis-server, whose clock ran on while the process waited, at least
+// those certain not to have started (on the Redis clock a slot starts up
+// to the lease's round trip before [bucket.Lease.Slot]) and at most those
+// that may not have, so a late call changes which ones, never the check.
+func (e *env) unstarted(n, want int, ls bucket.Lease, used int, lease, ret call) (ok bool, bounds string) {
+	if e.Exact() {
+		return n == want, ""
+	}
+	lo, hi := 0, 0
+	for i := used; i < ls.Granted; i++ {
+		if ls.Slot(i).Add(-lease.Trip()).After(ret.Answered) {
+			lo++
+		}
+		if !ls.Slot(i).Before(ret.Sent) {
+			hi++
+		}
+	}
+	return n >= lo && n <= hi, fmt.Sprintf(" (on redis-server %d..%d: lease trip %v, return sent %v and answered %v after the lease's reply)",
+		lo, hi, lease.Trip(), ret.Sent.Sub(ls.Slot(0)), ret.Answered.Sub(ls.Slot(0)))
+}
+
 // TestLeaseReturn checks that Return gives back exactly the unused slots
 // that have not started, once, and that the bucket is then as if they had
 // never been granted.
@@ -491,23 +505,32 @@ func TestLeaseReturn(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
 		lim := bucket.Limit{PerSecond: 10, Burst: 5}
-		ls, err := e.l.Lease(ctx, "test", "k", lim, 10, time.Second) // 5 at once, then 100..500 ms
+		var ls bucket.Lease
+		var err error
+		lease := timed(func() { ls, err = e.l.Lease(ctx, "test", "k", lim, 10, time.Second) }) // 5 at once, then 100..500 ms
 		e.Mark()
 		if err != nil || ls.Granted != 10 {
 			t.Fatalf("Lease = %+v, %v", ls, err)
 		}
 		e.At(250 * ms) // slots at 100 and 200 ms have started
-		n, err := e.l.Return(ctx, ls, 6)
-		if err != nil || n != 3 {
-			t.Fatalf("Return(6) at 250 ms = %d, %v; want 3 (300, 400, 500 ms)", n, err)
+		var n int
+		ret := timed(func() { n, err = e.l.Return(ctx, ls, 6) })
+		if ok, bounds := e.unstarted(n, 3, ls, 6, lease, ret); err != nil || !ok {
+			t.Fatalf("Return(6) at 250 ms = %d, %v; want 3 (300, 400, 500 ms)%s", n, err, bounds)
 		}
 		if n, err := e.l.Return(ctx, ls, 6); !errors.Is(err, bucket.ErrReturned) || n != 0 {
 			t.Fatalf("second Return = %d, %v; want ErrReturned", n, err)
 		}
 		// As if only 7 slots (5 at once, 100 and 200 ms) had been granted:
-		// at 250 ms the bucket holds 2.5 - 2 = 0.5 token.
-		if st, err := e.l.State(ctx, "test", "k", lim); err != nil || !e.nearTokens(st.Tokens, 0.5, lim) {
-			t.Fatalf("State after Return = %+v, %v; want 0.5 tokens", st, err)
+		// at 250 ms the bucket holds 2.5 - 2 = 0.5 token. On redis-server,
+		// as if 10 - n had been: n - 5 tokens and the refill since the
+		// lease, whenever the calls ran.
+		var st bucket.State
+		state := timed(func() { st, err = e.l.State(ctx, "test", "k", lim) })
+		lo := float64(n-5) + lim.PerSecond*state.Sent.Sub(lease.Answered).Seconds() - 1e-3 // the slots' rounding
+		hi := float64(n-5) + lim.PerSecond*state.Answered.Sub(lease.Sent).Seconds() + 1e-3
+		if err != nil || (e.Exact() && st.Tokens != 0.5) || (!e.Exact() && (st.Tokens < min(lo, 5) || st.Tokens > min(hi, 5))) {
+			t.Fatalf("State after Return = %+v, %v; want 0.5 tokens (on redis-server %.3f..%.3f)", st, err, lo, hi)
 		}
 		e.reserves(t, "k", lim, []reserve{{250 * ms, 1, time.Second, true, 50 * ms, 0, false}})
 
@@ -534,19 +557,40 @@ func TestLeaseReturn(t *testing.T) {
 		if err != nil || a.Granted != 10 {
 			t.Fatalf("Lease a = %+v, %v", a, err)
 		}
-		b, err := e.l.Lease(ctx, "test", "k3", lim, 5, 2*time.Second) // 600..1000 ms
+		var b bucket.Lease
+		leaseB := timed(func() { b, err = e.l.Lease(ctx, "test", "k3", lim, 5, 2*time.Second) }) // 600..1000 ms
 		if err != nil || b.Granted != 5 {
 			t.Fatalf("Lease b = %+v, %v", b, err)
 		}
 		if n, err := e.l.Return(ctx, a, 5); err != nil || n != 0 {
 			t.Fatalf("Return of a lease granted before another = %d, %v; want 0 (its slots lapse)", n, err)
 		}
-		if n, err := e.l.Return(ctx, b, 2); err != nil || n != 3 {
-			t.Fatalf("Return of the last lease = %d, %v; want 3 (800, 900, 1000 ms)", n, err)
+		ret = timed(func() { n, err = e.l.Return(ctx, b, 2) })
+		if ok, bounds := e.unstarted(n, 3, b, 2, leaseB, ret); err != nil || !ok {
+			t.Fatalf("Return of the last lease = %d, %v; want 3 (800, 900, 1000 ms)%s", n, err, bounds)
 		}
-		// The next slot follows b's two used ones: at 800 ms.
-		e.reserves(t, "k3", lim, []reserve{{2 * time.Second, 1, 2 * time.Second, true, 800 * ms, 0, false}})
+		// The next slot follows b's used ones: at 800 ms, its first slot
+		// given back (on redis-server, where it stood on the local clock,
+		// within the round trips that map it there, or at once if passed).
+		if e.Exact() {
+			e.reserves(t, "k3", lim, []reserve{{2 * time.Second, 1, 2 * time.Second, true, 800 * ms, 0, false}})
+			return
+		}
+		var r bucket.Reservation
+		res := timed(func() { r, err = e.l.Reserve(ctx, "test", "k3", lim, 1, 2*time.Second) })
+		want := b.Slot(b.Granted - n)
+		if err != nil || !r.OK || r.At.Before(want.Add(-leaseB.Trip())) ||
+			r.At.After(latest(want, res.Answered).Add(res.Trip())) {
+			t.Fatalf("Reserve after the Return = %+v, %v; want its slot at %v (b's slot %d)", r, err, want, b.Granted-n)
+		}
 	})
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // TestReserveNowMulti checks the all-or-nothing take (no wait) of a
@@ -654,42 +698,22 @@ func TestConcurrentAcrossForms(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
 		lim := bucket.Limit{PerSecond: 0.001, Burst: 100} // no refill within the test
-		var mu sync.Mutex
-		granted := 0
-		add := func(n int) { mu.Lock(); granted += n; mu.Unlock() }
-		var wg sync.WaitGroup
-		for g := range 10 {
-			wg.Go(func() {
-				for range 10 {
-					var n int
-					var err error
-					switch g % 4 {
-					case 0:
-						var r bucket.Reservation
-						r, err = e.l.Reserve(ctx, "test", "k", lim, 1, time.Second)
-						n = b2i(r.OK)
-					case 1:
-						var ls bucket.Lease
-						ls, err = e.l.Lease(ctx, "test", "k", lim, 3, 0)
-						n = ls.Granted
-					case 2:
-						var d bucket.Reservation
-						d, err = e.l.Reserve(ctx, "test", "k", lim, 2, 0)
-						n = 2 * b2i(d.OK)
-					case 3:
-						var d bucket.Reservation
-						d, err = e.l.ReserveMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r" + strconv.Itoa(g), Limit: lim, Cost: 1}}, 0)
-						n = b2i(d.OK)
-					}
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					add(n)
-				}
-			})
-		}
-		wg.Wait()
+		granted := redistest.Sum(t, 10, 10, func(g int) (int, error) {
+			switch g % 4 {
+			case 0:
+				r, err := e.l.Reserve(ctx, "test", "k", lim, 1, time.Second)
+				return b2i(r.OK), err
+			case 1:
+				ls, err := e.l.Lease(ctx, "test", "k", lim, 3, 0)
+				return ls.Granted, err
+			case 2:
+				d, err := e.l.Reserve(ctx, "test", "k", lim, 2, 0)
+				return 2 * b2i(d.OK), err
+			default:
+				d, err := e.l.ReserveMulti(ctx, "test", "k", []bucket.Request{{Limit: lim, Cost: 1}, {Sub: "r" + strconv.Itoa(g), Limit: lim, Cost: 1}}, 0)
+				return b2i(d.OK), err
+			}
+		})
 		if granted != 100 {
 			t.Fatalf("granted %d tokens of a bucket of 100", granted)
 		}

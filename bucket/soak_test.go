@@ -214,45 +214,34 @@ func soakChild(t *testing.T) {
 				if left <= 0 {
 					return
 				}
-				if mode == "reserve" {
+				var r bucket.Reservation
+				var err error
+				switch mode {
+				case "reserve":
 					mu.Lock()
 					calls++
 					mu.Unlock()
-				}
-				switch mode {
-				case "reserve":
-					r, err := l.Reserve(ctx, "soak", key, lim, 1, min(200*time.Millisecond, left))
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if !r.OK {
-						time.Sleep(min(r.Wait, time.Until(end)))
-						continue
-					}
-					time.Sleep(time.Until(r.At))
-					record(bucket.RedisSlot(r))
+					r, err = l.Reserve(ctx, "soak", key, lim, 1, min(200*time.Millisecond, left))
 				case "lease":
 					// One Dispenser per process, as the pacer uses it: one
 					// lease of up to 16 slots serves the 8 goroutines.
-					r, err := disp.Next(ctx)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if !r.OK {
-						time.Sleep(min(r.Wait, time.Until(end)))
-						continue
-					}
-					if r.At.After(end) {
-						return // the last lease reached past the end: not counted
-					}
-					time.Sleep(time.Until(r.At))
-					record(bucket.RedisSlot(r))
+					r, err = disp.Next(ctx)
 				default:
-					t.Errorf("mode %q", mode)
+					err = fmt.Errorf("mode %q", mode)
+				}
+				if err != nil {
+					t.Error(err)
 					return
 				}
+				if !r.OK {
+					time.Sleep(min(r.Wait, time.Until(end)))
+					continue
+				}
+				if mode == "lease" && r.At.After(end) {
+					return // the last lease reached past the end: not counted
+				}
+				time.Sleep(time.Until(r.At))
+				record(bucket.RedisSlot(r))
 			}
 		})
 	}

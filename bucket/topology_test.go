@@ -1,39 +1,19 @@
 package bucket_test
 
 import (
-	"context"
 	"net"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/internal/redistest"
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
-
-// noscript counts the NOSCRIPT replies seen by one client.
-type noscript struct{ calls atomic.Int64 }
-
-func (h *noscript) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *noscript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd) // cmd.Err() is set only after the hooks
-		if redis.HasErrorPrefix(err, "NOSCRIPT") || redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			h.calls.Add(1)
-		}
-		return err
-	}
-}
-
-func (h *noscript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 
 // exercise runs every kind of call of l once on a few pacing keys and
 // fails the test on any error.
@@ -128,13 +108,13 @@ func TestCluster(t *testing.T) {
 	}
 
 	// NOSCRIPT on every master: every call recovers (by EVAL).
-	h := new(noscript)
+	h := &redistest.Trips{Match: redistest.NoScriptReply}
 	cc.AddHook(h)
 	if err := cc.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	exercise(t, uniqueLimiter(t, rdb), 12)
-	if h.calls.Load() == 0 {
+	if h.Load() == 0 {
 		t.Fatal("no call met NOSCRIPT after SCRIPT FLUSH on every master")
 	}
 }
@@ -210,7 +190,7 @@ func TestNoScript(t *testing.T) {
 	addr, restart := privateRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { rdb.Close() })
-	h := new(noscript)
+	h := &redistest.Trips{Match: redistest.NoScriptReply}
 	rdb.AddHook(h)
 	ctx := t.Context()
 	l := bucket.New(rdb, bucket.Config{})
@@ -229,8 +209,8 @@ func TestNoScript(t *testing.T) {
 		}},
 		{"restart", restart},
 	} {
-		if r, err := l.Reserve(ctx, "test", "single", lim, 1, 0); err != nil || !r.OK || h.calls.Load() != 0 {
-			t.Fatalf("Reserve before %s = %+v, %v; %d NOSCRIPT", s.name, r, err, h.calls.Load())
+		if r, err := l.Reserve(ctx, "test", "single", lim, 1, 0); err != nil || !r.OK || h.Load() != 0 {
+			t.Fatalf("Reserve before %s = %+v, %v; %d NOSCRIPT", s.name, r, err, h.Load())
 		}
 		// A single call: EVALSHA fails once, EVAL answers and reloads.
 		s.empty()
@@ -240,10 +220,10 @@ func TestNoScript(t *testing.T) {
 		if r, err := l.Reserve(ctx, "test", "single", lim, 1, 0); err != nil || !r.OK {
 			t.Fatalf("second Reserve after %s = %+v, %v", s.name, r, err)
 		}
-		if n := h.calls.Load(); n != 1 {
+		if n := h.Load(); n != 1 {
 			t.Fatalf("after %s: %d single calls met NOSCRIPT, want 1", s.name, n)
 		}
-		h.calls.Store(0)
+		h.Reset()
 		if err := l.Load(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,9 @@
 -- and breaker_read.lua.
 --
 -- Reads no KEYS or ARGV. Defines now (Redis TIME in µs since the Unix
--- epoch) and the function int.
+-- epoch), the function int, and numbers (argv.lua).
+
+-- @include argv
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])

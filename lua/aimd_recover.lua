@@ -71,12 +71,7 @@
 
 -- @include aimd_read
 
-local step_u = tonumber(ARGV[3])
-local factor = tonumber(ARGV[4])
-local window_us = tonumber(ARGV[5])
-local idle_ms = tonumber(ARGV[6])
-local accel = tonumber(ARGV[7])
-local accepted = tonumber(ARGV[8])
+local step_u, factor, window_us, idle_ms, accel, accepted = numbers(3, 8)
 -- Windows a rate at a capacity found cruises there, beyond a clean
 -- window, before the probe above it.
 local cruise = 3

@@ -148,13 +148,7 @@
 
 -- @include aimd_read
 
-local decrease = tonumber(ARGV[3])
-local coalesce_us = tonumber(ARGV[4])
-local cooldown_ms = tonumber(ARGV[5])
-local idle_ms = tonumber(ARGV[6])
-local persist_us = tonumber(ARGV[7])
-local backoff = tonumber(ARGV[8])
-local accepted = tonumber(ARGV[9])
+local decrease, coalesce_us, cooldown_ms, idle_ms, persist_us, backoff, accepted = numbers(3, 9)
 if not int(accepted, 0) then
   return redis.error_reply('ERR aimd: accepted must be an integer >= 0')
 end

@@ -4,7 +4,8 @@
 // truncates to integers).
 //
 // Redis Lua has no require, so code that several scripts share lives once,
-// in a fragment (refill.lua, aimd_read.lua, breaker_read.lua, adapt_base.lua):
+// in a fragment (refill.lua, limit_args.lua, argv.lua, aimd_read.lua, breaker_read.lua,
+// adapt_base.lua):
 // a script's line "-- @include refill" is replaced by refill.lua when the
 // package is initialised (see compose). The exported strings are the
 // composed scripts, ready for EVAL.
@@ -12,7 +13,7 @@
 // Only package bucket and its subpackages may import lua.
 package lua
 
-// State is state.lua with refill.lua: read a bucket and its cooldown without
+// State is state.lua with limit_args.lua and refill.lua: read a bucket and its cooldown without
 // writing; reply {utokens, cooldown_ms}.
 var State = compose("state.lua")
 
@@ -20,13 +21,13 @@ var State = compose("state.lua")
 // never shortening a longer one; reply: the TTL left in milliseconds.
 var Cooldown = compose("cooldown.lua")
 
-// Reserve is reserve.lua with refill.lua: reserve the next free slot of one
+// Reserve is reserve.lua with limit_args.lua and refill.lua: reserve the next free slot of one
 // or more token buckets (all or nothing), or lease up to n slots of one,
 // letting a bucket go into bounded debt; reply {granted, delay_us, wait_us,
 // cooldown, remaining, u0, now_us}.
 var Reserve = compose("reserve.lua")
 
-// LeaseReturn is lease_return.lua with refill.lua: give back the unused, not
+// LeaseReturn is lease_return.lua with limit_args.lua and refill.lua: give back the unused, not
 // yet started slots of a lease; reply: the slots given back.
 var LeaseReturn = compose("lease_return.lua")
 

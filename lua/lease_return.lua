@@ -40,21 +40,12 @@
 -- reserve.lua does; otherwise nothing.
 -- Error reply "ERR lease_return: ..." for malformed ARGV.
 
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local now0 = tonumber(ARGV[4])
-local u0 = tonumber(ARGV[5])
-local granted = tonumber(ARGV[6])
-local used = tonumber(ARGV[7])
-if not rate or rate ~= rate or rate <= 0 or rate == math.huge then
-  return redis.error_reply('ERR lease_return: rate must be a finite number > 0')
-end
-if not burst or burst < 1 or burst ~= math.floor(burst) or burst > 1e9 then
-  return redis.error_reply('ERR lease_return: burst must be an integer in [1, 1e9]')
-end
-if not cost or cost < 1 or cost ~= math.floor(cost) or cost > burst then
-  return redis.error_reply('ERR lease_return: cost must be an integer in [1, burst]')
+-- @include limit_args
+
+local rate, burst, cost, now0, u0, granted, used = numbers(1, 7)
+local bad = limit_error('lease_return', rate, burst, cost)
+if bad then
+  return bad
 end
 if not now0 or now0 < 0 or now0 ~= math.floor(now0) or not u0 or u0 ~= math.floor(u0)
     or u0 < -1e15 or u0 > burst * 1000000 then

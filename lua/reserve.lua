@@ -62,6 +62,8 @@
 -- refusal writes nothing, except re-stamping to now (tokens kept) a bucket
 -- stamped after now. A cooldown refusal never writes.
 
+-- @include limit_args
+
 local nb = #KEYS / 2
 if nb < 1 or nb ~= math.floor(nb) or #ARGV ~= 2 + 3 * nb then
   return redis.error_reply('ERR reserve: want 2 keys and 3 ARGV per bucket')
@@ -76,15 +78,10 @@ if not n or n < 1 or n ~= math.floor(n) or n > 1e9 or (n > 1 and nb > 1) then
 end
 local rates, bursts, costs = {}, {}, {}
 for i = 1, nb do
-  local rate, burst, cost = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1]), tonumber(ARGV[3 * i + 2])
-  if not rate or rate ~= rate or rate <= 0 or rate == math.huge then
-    return redis.error_reply('ERR reserve: rate must be a finite number > 0')
-  end
-  if not burst or burst < 1 or burst ~= math.floor(burst) or burst > 1e9 then
-    return redis.error_reply('ERR reserve: burst must be an integer in [1, 1e9]')
-  end
-  if not cost or cost < 1 or cost ~= math.floor(cost) or cost > burst then
-    return redis.error_reply('ERR reserve: cost must be an integer in [1, burst]')
+  local rate, burst, cost = numbers(3 * i, 3 * i + 2)
+  local bad = limit_error('reserve', rate, burst, cost)
+  if bad then
+    return bad
   end
   rates[i], bursts[i], costs[i] = rate, burst * 1000000, cost * 1000000
 end

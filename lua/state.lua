@@ -15,13 +15,12 @@
 --
 -- Writes: none.
 
-local rate = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-if not rate or rate ~= rate or rate <= 0 or rate == math.huge then
-  return redis.error_reply('ERR state: rate must be a finite number > 0')
-end
-if not burst or burst < 1 or burst ~= math.floor(burst) or burst > 1e9 then
-  return redis.error_reply('ERR state: burst must be an integer in [1, 1e9]')
+-- @include limit_args
+
+local rate, burst = numbers(1, 2)
+local bad = limit_error('state', rate, burst, false)
+if bad then
+  return bad
 end
 local burst_u = burst * 1000000
 

@@ -72,7 +72,6 @@ func (e *env) breakers(t *testing.T, key string, b adapt.Breaker, steps []breake
 // the others wait, until the probe's success closes it.
 func TestBreakerSingleProbe(t *testing.T) {
 	b := adapt.Breaker{OpenFor: 500 * time.Millisecond, ProbeTTL: 600 * time.Millisecond}
-	ms := time.Millisecond
 	each(t, func(t *testing.T, e *env) {
 		e.breakers(t, "k", b, []breakerStep{
 			{at: 0, op: opStatus, state: adapt.BreakerClosed},
@@ -104,7 +103,6 @@ func TestBreakerSingleProbe(t *testing.T) {
 // loses its lease after ProbeTTL, and another replica probes.
 func TestBreakerProbeTTL(t *testing.T) {
 	b := adapt.Breaker{OpenFor: 300 * time.Millisecond, ProbeTTL: 500 * time.Millisecond}
-	ms := time.Millisecond
 	each(t, func(t *testing.T, e *env) {
 		e.breakers(t, "k", b, []breakerStep{
 			{at: 0, op: opHalt, state: adapt.BreakerOpen},
@@ -125,7 +123,6 @@ func TestBreakerProbeTTL(t *testing.T) {
 // period up to MaxOpenFor, and that a success starts over.
 func TestBreakerDoubling(t *testing.T) {
 	b := adapt.Breaker{OpenFor: 400 * time.Millisecond, MaxOpenFor: 1600 * time.Millisecond}
-	ms := time.Millisecond
 	open := adapt.BreakerOpen
 	each(t, func(t *testing.T, e *env) {
 		e.breakers(t, "k", b, []breakerStep{

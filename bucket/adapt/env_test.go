@@ -16,11 +16,8 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-// t0 is where miniredis's clock starts; slack is the tolerance on
-// redis-server's running clock (see redistest).
-var t0 = redistest.T0
-
-const slack = redistest.Slack
+// ms shortens the tables; cd is the cooldown of capacityAIMD's throttles.
+const ms, cd = time.Millisecond, 10 * time.Millisecond
 
 // env is one backend for one test, with the Adapter under test and the
 // bucket.Limiter of the same keys (whose cooldowns a throttle sets).

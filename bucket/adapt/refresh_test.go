@@ -1,42 +1,13 @@
 package adapt_test
 
 import (
-	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
-	"github.com/redis/go-redis/v9"
+	"github.com/pacerhq/pacer/internal/redistest"
 )
-
-// scriptTrips counts the round trips a client makes that run a script
-// (a command or a pipeline with an EVAL or EVALSHA; not a new
-// connection's handshake).
-type scriptTrips struct{ n atomic.Int64 }
-
-func (c *scriptTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *scriptTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.count([]redis.Cmder{cmd})
-		return next(ctx, cmd)
-	}
-}
-func (c *scriptTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.count(cmds)
-		return next(ctx, cmds)
-	}
-}
-func (c *scriptTrips) count(cmds []redis.Cmder) {
-	for _, cmd := range cmds {
-		if n := cmd.Name(); n == "eval" || n == "evalsha" {
-			c.n.Add(1)
-			return
-		}
-	}
-}
 
 // Refresh answers what RecoverAfter, BreakerStatus and Pairs answer, in
 // one round trip; when Redis has no script cached, each part still
@@ -45,14 +16,17 @@ func TestRefresh(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
 		ceiling := bucket.Limit{PerSecond: 80, Burst: 10}
-		a := adapt.AIMD{}
+		// Cooldowns that last the test however late its calls run (the
+		// default, 1 / 80 s, could end before the first read).
+		a := adapt.AIMD{MinCooldown: time.Minute}
+		since := time.Now() // before every end the test reads
 		// Two keys in the same state: a throttle (a cooldown), a throttled
 		// pair, an open breaker.
 		for _, k := range []string{"three", "one"} {
 			if _, err := e.l.ThrottledAfter(ctx, "test", k, ceiling, a, 0, 0, 80); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.l.PairThrottled(ctx, "test", k, "15551234567", 2*time.Second, time.Minute, 0.5); err != nil {
+			if _, err := e.l.PairThrottled(ctx, "test", k, "15551234567", 30*time.Second, time.Minute, 0.5); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := e.l.BreakerResult(ctx, "test", k, adapt.Breaker{}, false, "halt"); err != nil {
@@ -69,8 +43,8 @@ func TestRefresh(t *testing.T) {
 		if want.Adapted.CooldownLeft <= 0 || want.Breaker.State != adapt.BreakerOpen || len(want.Pairs) != 1 {
 			t.Fatalf("the state set up: %+v", want)
 		}
-		var n scriptTrips
-		e.rdb.AddHook(&n)
+		n := &redistest.Trips{Match: redistest.RunsScript}
+		e.rdb.AddHook(n)
 		got := e.l.Refresh(ctx, "test", "one", ceiling, a, 7)
 		check := func(what string, got adapt.Refreshed) {
 			t.Helper()
@@ -79,20 +53,20 @@ func TestRefresh(t *testing.T) {
 			}
 			g, w := got.Adapted, want.Adapted
 			if g.Rate != w.Rate || g.Ceiling != w.Ceiling || g.Increased != w.Increased || g.Decreased != w.Decreased ||
-				!e.near(g.CooldownLeft, w.CooldownLeft) || (g.SinceDecrease < 0) != (w.SinceDecrease < 0) {
+				!e.NearSince(g.CooldownLeft, w.CooldownLeft, since) || (g.SinceDecrease < 0) != (w.SinceDecrease < 0) {
 				t.Fatalf("%s: Adapted %+v; want %+v", what, g, w)
 			}
-			if got.Breaker.State != want.Breaker.State || got.Breaker.Reason != "halt" || !e.near(got.Breaker.OpenLeft, want.Breaker.OpenLeft) {
+			if got.Breaker.State != want.Breaker.State || got.Breaker.Reason != "halt" || !e.NearSince(got.Breaker.OpenLeft, want.Breaker.OpenLeft, since) {
 				t.Fatalf("%s: Breaker %+v; want %+v", what, got.Breaker, want.Breaker)
 			}
 			p, ok := got.Pairs["15551234567"]
-			if len(got.Pairs) != 1 || !ok || p.Rate != 0.5 || !e.near(p.Left, want.Pairs["15551234567"].Left) {
+			if len(got.Pairs) != 1 || !ok || p.Rate != 0.5 || !e.NearSince(p.Left, want.Pairs["15551234567"].Left, since) {
 				t.Fatalf("%s: Pairs %+v; want %+v", what, got.Pairs, want.Pairs)
 			}
 		}
 		check("Refresh", got)
-		if n.n.Load() != 1 {
-			t.Fatalf("Refresh made %d round trips; want 1", n.n.Load())
+		if n.Load() != 1 {
+			t.Fatalf("Refresh made %d round trips; want 1", n.Load())
 		}
 		// The accepted sends were reported: both keys hold a count.
 		for _, k := range []string{"three", "one"} {

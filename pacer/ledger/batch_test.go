@@ -15,37 +15,11 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/internal/redistest"
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/redis/go-redis/v9"
 )
-
-// tripCounter counts the requests a client makes: one per command, one per
-// pipeline.
-type tripCounter struct{ n atomic.Int64 }
-
-func (h *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
-}
-func (h *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
-}
-
-// flushCounter counts a Batcher's flushes: pipelines that start with
-// EVALSHA (not the EVAL that follows a NOSCRIPT).
-type flushCounter struct{ n atomic.Int64 }
-
-func (h *flushCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *flushCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h *flushCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && cmds[0].Name() == "evalsha" {
-			h.n.Add(1)
-		}
-		return next(ctx, cmds)
-	}
-}
 
 // servers returns a miniredis client and a redis-server client, each with
 // its own key prefix.
@@ -126,7 +100,7 @@ func TestBatcherSteps(t *testing.T) {
 func TestBatcherRoundTrips(t *testing.T) {
 	for name, s := range servers(t) {
 		t.Run(name, func(t *testing.T) {
-			trips := &tripCounter{}
+			trips := new(redistest.Trips) // every request: one per command, one per pipeline
 			s.rdb.AddHook(trips)
 			if err := s.rdb.Ping(t.Context()).Err(); err != nil {
 				t.Fatal(err)
@@ -135,7 +109,7 @@ func TestBatcherRoundTrips(t *testing.T) {
 			// so the count does not depend on how fast the goroutines start.
 			b := ledger.NewBatcher(s.rdb, s.keys, ledger.BatchConfig{FlushInterval: 100 * time.Millisecond, MaxBatch: 1000})
 			defer closeBatcher(t, b)
-			base := trips.n.Load()
+			base := trips.Load()
 			const n = 200
 			var wg sync.WaitGroup
 			errs := make(chan error, n)
@@ -161,7 +135,7 @@ func TestBatcherRoundTrips(t *testing.T) {
 			// Whatever the scheduling: the claims take one flush each 100 ms
 			// (at most a few, a script load each the first time), the marks
 			// one more.
-			if got := trips.n.Load() - base; got > 12 {
+			if got := trips.Load() - base; got > 12 {
 				t.Errorf("%d claims and %d marks took %d round trips; want at most 12", n, n, got)
 			} else {
 				t.Logf("%d claims and %d marks: %d round trips", n, n, got)
@@ -385,10 +359,17 @@ func TestBatcherFlush(t *testing.T) {
 	defer closeBatcher(t, b)
 	pc := b.ClaimAsync("whatsapp", "106", "m1", "a", false)
 	b.Flush()
+	wantClaimed(t, pc, "Flush")
+}
+
+// wantClaimed fails t unless pc answers Claimed within 10 s of after (what
+// should have sent it).
+func wantClaimed(t *testing.T, pc *ledger.PendingClaim, after string) {
+	t.Helper()
 	select {
 	case <-pc.Done():
 	case <-time.After(10 * time.Second):
-		t.Fatal("no answer 10 s after Flush")
+		t.Fatalf("no answer 10 s after %s", after)
 	}
 	if got, _, err := pc.Wait(t.Context()); err != nil || got != ledger.Claimed {
 		t.Fatalf("claim = %v, %v; want claimed", got, err)
@@ -402,7 +383,7 @@ func TestBatcherFlushBy(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	flushes := &flushCounter{}
+	flushes := &redistest.Trips{Match: redistest.StartsEvalSha} // the flushes
 	rdb.AddHook(flushes)
 	b := ledger.NewBatcher(rdb, bucket.Keys{}, ledger.BatchConfig{FlushInterval: time.Hour})
 	defer closeBatcher(t, b)
@@ -411,19 +392,12 @@ func TestBatcherFlushBy(t *testing.T) {
 	b.FlushBy(start.Add(200 * time.Millisecond))
 	p2 := b.ClaimAsync("whatsapp", "107", "m2", "a", false)
 	for _, pc := range []*ledger.PendingClaim{p1, p2} {
-		select {
-		case <-pc.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("no answer 10 s after FlushBy 200 ms ahead")
-		}
-		if got, _, err := pc.Wait(t.Context()); err != nil || got != ledger.Claimed {
-			t.Fatalf("claim = %v, %v; want claimed", got, err)
-		}
+		wantClaimed(t, pc, "FlushBy 200 ms ahead")
 	}
 	if took := time.Since(start); took < 150*time.Millisecond {
 		t.Errorf("answered after %v: the flush did not wait for its time (200 ms)", took)
 	}
-	if n := flushes.n.Load(); n != 1 {
+	if n := flushes.Load(); n != 1 {
 		t.Errorf("%d flushes for two claims; want 1", n)
 	}
 }
@@ -469,7 +443,7 @@ func TestBatcherCommandsPerFlush(t *testing.T) {
 			}
 		}
 	}()
-	flushes := &flushCounter{}
+	flushes := &redistest.Trips{Match: redistest.StartsEvalSha} // the flushes
 	rdb.AddHook(flushes)
 	b := ledger.NewBatcher(rdb, keys, ledger.BatchConfig{FlushInterval: 100 * time.Millisecond, MaxBatch: 1000})
 	var wg sync.WaitGroup
@@ -486,7 +460,7 @@ func TestBatcherCommandsPerFlush(t *testing.T) {
 	closeBatcher(t, b)
 	time.Sleep(300 * time.Millisecond) // the last lines are read
 	n := int(named.Load())
-	f := flushes.n.Load()
+	f := flushes.Load()
 	if f == 0 || n > 10*int(f) {
 		t.Errorf("200 claims and 200 marks: %d commands naming the ledger's keys in %d flushes; want at most 10 a flush", n, f)
 	} else {

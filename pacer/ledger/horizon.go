@@ -37,18 +37,26 @@ func (l *Ledger) Horizons(ctx context.Context, channel string, ps []Partition) (
 // it handles that record. One round trip (a pipeline of SETs). Errors
 // wrap Redis's.
 func (l *Ledger) SetHorizons(ctx context.Context, channel string, ps []Partition, offs []int64) error {
+	return l.setOffsets(ctx, "horizons", l.keys.Horizon, channel, ps, offs)
+}
+
+// setOffsets sets the key of channel and each partition ps[i] to offs[i]
+// for the ledger's TTL, in one pipeline; what ("horizons") names them in
+// errors.
+func (l *Ledger) setOffsets(ctx context.Context, what string, key func(channel, group, topic string, partition int32) string,
+	channel string, ps []Partition, offs []int64) error {
 	if len(ps) != len(offs) {
-		return fmt.Errorf("ledger: %d horizons for %d partitions", len(offs), len(ps))
+		return fmt.Errorf("ledger: %d %s for %d partitions", len(offs), what, len(ps))
 	}
 	if len(ps) == 0 {
 		return nil
 	}
 	pipe := l.rdb.Pipeline()
 	for i, p := range ps {
-		pipe.Set(ctx, l.keys.Horizon(channel, p.Group, p.Topic, p.Partition), offs[i], l.ttl)
+		pipe.Set(ctx, key(channel, p.Group, p.Topic, p.Partition), offs[i], l.ttl)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("ledger: set horizons: %w", err)
+		return fmt.Errorf("ledger: set %s: %w", what, err)
 	}
 	return nil
 }
@@ -60,20 +68,7 @@ func (l *Ledger) SetHorizons(ctx context.Context, channel string, ps []Partition
 // have handled), a tighter bound than the horizon, which runs ahead. One
 // round trip (a pipeline of SETs). Errors wrap Redis's.
 func (l *Ledger) SetStopHorizons(ctx context.Context, channel string, ps []Partition, offs []int64) error {
-	if len(ps) != len(offs) {
-		return fmt.Errorf("ledger: %d stop horizons for %d partitions", len(offs), len(ps))
-	}
-	if len(ps) == 0 {
-		return nil
-	}
-	pipe := l.rdb.Pipeline()
-	for i, p := range ps {
-		pipe.Set(ctx, l.keys.StopHorizon(channel, p.Group, p.Topic, p.Partition), offs[i], l.ttl)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("ledger: set stop horizons: %w", err)
-	}
-	return nil
+	return l.setOffsets(ctx, "stop horizons", l.keys.StopHorizon, channel, ps, offs)
 }
 
 // TakeStopHorizons reads and removes the stop horizon of each partition of

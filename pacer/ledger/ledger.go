@@ -45,23 +45,10 @@ const (
 	DeadLettered
 )
 
-func (c ClaimResult) String() string {
-	switch c {
-	case ClaimUnknown:
-		return "unknown"
-	case Claimed:
-		return "claimed"
-	case Delivered:
-		return "delivered"
-	case Abandoned:
-		return "abandoned"
-	case CoolingDown:
-		return "cooldown"
-	case DeadLettered:
-		return "dead-lettered"
-	}
-	return fmt.Sprintf("claim(%d)", int(c))
-}
+var claimNames = [...]string{ClaimUnknown: "unknown", Claimed: "claimed", Delivered: "delivered",
+	Abandoned: "abandoned", CoolingDown: "cooldown", DeadLettered: "dead-lettered"}
+
+func (c ClaimResult) String() string { return enumName(claimNames[:], int(c), "claim") }
 
 // State is what the ledger holds for an id ([Ledger.Lookup]). The zero
 // value, [StateUnknown], is what a failed read answers.
@@ -80,20 +67,17 @@ const (
 	StateDeadLettered
 )
 
-func (s State) String() string {
-	switch s {
-	case StateUnknown:
-		return "unknown"
-	case StateNone:
-		return "none"
-	case StateClaimed:
-		return "claimed"
-	case StateDelivered:
-		return "delivered"
-	case StateDeadLettered:
-		return "dead-lettered"
+var stateNames = [...]string{StateUnknown: "unknown", StateNone: "none", StateClaimed: "claimed",
+	StateDelivered: "delivered", StateDeadLettered: "dead-lettered"}
+
+func (s State) String() string { return enumName(stateNames[:], int(s), "state") }
+
+// enumName is names[i], or "kind(i)" for an i it has no name for.
+func enumName(names []string, i int, kind string) string {
+	if i >= 0 && i < len(names) {
+		return names[i]
 	}
-	return fmt.Sprintf("state(%d)", int(s))
+	return fmt.Sprintf("%s(%d)", kind, i)
 }
 
 // parseState reads ledger.lua's reply s to a read ("q").

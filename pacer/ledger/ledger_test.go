@@ -43,6 +43,22 @@ type stepper interface {
 	Release(ctx context.Context, channel, key, id, owner string) error
 }
 
+// step runs op (claim, force, deliver, release) by owner on message id of
+// key; only a claim answers a ClaimResult.
+func step(ctx context.Context, l stepper, ch, key, id, op, owner string) (got ledger.ClaimResult, err error) {
+	switch op {
+	case "claim", "force":
+		got, _, err = l.Claim(ctx, ch, key, id, owner, op == "force")
+	case "deliver":
+		err = l.Delivered(ctx, ch, key, id, "wamid.X")
+	case "release":
+		err = l.Release(ctx, ch, key, id, owner)
+	default:
+		err = fmt.Errorf("unknown step %q", op)
+	}
+	return got, err
+}
+
 // checkSteps walks one message through claims by several owners, releases,
 // an operator's forced resend and its delivery, checking each answer.
 func checkSteps(t *testing.T, l stepper) {
@@ -68,16 +84,7 @@ func checkSteps(t *testing.T, l stepper) {
 		{"release", "c", ledger.ClaimUnknown},
 		{"claim", "c", ledger.Delivered},
 	} {
-		var got ledger.ClaimResult
-		var err error
-		switch s.op {
-		case "claim", "force":
-			got, _, err = l.Claim(ctx, ch, key, id, s.owner, s.op == "force")
-		case "deliver":
-			err = l.Delivered(ctx, ch, key, id, "wamid.X")
-		case "release":
-			err = l.Release(ctx, ch, key, id, s.owner)
-		}
+		got, err := step(ctx, l, ch, key, id, s.op, s.owner)
 		if err != nil || got != s.want {
 			t.Fatalf("step %d %s(%s): got %v, %v; want %v", i, s.op, s.owner, got, err, s.want)
 		}
@@ -178,6 +185,27 @@ func currentGeneration(gen int64) int64 {
 	return time.Now().UnixMilli() / gen
 }
 
+// planted is an entry written by hand d generations from the current one.
+type planted struct {
+	d        int64
+	field, v string
+}
+
+// plantGenerations returns a ledger of ttl on rdb and keys and the current
+// generation (TTL/4, not about to end), with entries planted in the
+// generations of "whatsapp" they name, as a process that wrote them minutes
+// ago would have left them.
+func plantGenerations(t *testing.T, rdb redis.UniversalClient, keys bucket.Keys, ttl time.Duration, entries []planted) (*ledger.Ledger, int64) {
+	t.Helper()
+	g := currentGeneration(int64(ttl / 4 / time.Millisecond))
+	for _, p := range entries {
+		if err := rdb.HSet(t.Context(), keys.ChannelIDs("whatsapp", g+p.d), p.field, p.v).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ledger.New(rdb, keys, ttl), g
+}
+
 // TestLedgerGenerations: ids live in one hash per generation (TTL/4); an
 // entry is read from the current generation and the 4 before it (so it is
 // seen for the TTL), and the current hash expires when the fourth
@@ -190,25 +218,16 @@ func TestLedgerGenerations(t *testing.T) {
 	for name, s := range servers(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
-			g := currentGeneration(gen)
-			l := ledger.New(s.rdb, s.keys, ttl)
 			const ch = "whatsapp"
-			hkey := func(d int64) string { return s.keys.ChannelIDs(ch, g+d) }
-			for _, p := range []struct {
-				d        int64
-				field, v string
-			}{
+			l, g := plantGenerations(t, s.rdb, s.keys, ttl, []planted{
 				{-4, "106\nold", "d:x"},      // 4 generations back: within the TTL
 				{-5, "106\ngone", "d:x"},     // 5 back: past it
 				{-3, "106\nheld", "c:a"},     // a's claim
 				{-2, "106\ntaken", "c:dead"}, // a dead process's claim
 				{-1, "106\nboth", "d:w"},     // delivered, then claimed again by z
 				{0, "106\nboth", "c:z"},
-			} {
-				if err := s.rdb.HSet(ctx, hkey(p.d), p.field, p.v).Err(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			})
+			hkey := func(d int64) string { return s.keys.ChannelIDs(ch, g+d) }
 			for i, c := range []struct {
 				op, id, owner string
 				want          ledger.ClaimResult
@@ -346,11 +365,9 @@ func TestLedgerDeadLettered(t *testing.T) {
 				var err error
 				switch s.op {
 				case "claim", "force":
-					got, _, err = l.Claim(ctx, ch, key, id, s.owner, s.op == "force")
-				case "deliver":
-					err = l.Delivered(ctx, ch, key, id, "wamid.X")
-				case "release":
-					err = l.Release(ctx, ch, key, id, s.owner)
+					got, err = step(ctx, l, ch, key, id, s.op, s.owner)
+				case "deliver", "release":
+					_, err = step(ctx, l, ch, key, id, s.op, s.owner)
 				case "dead":
 					err = l.DeadLettered(ctx, ch, key, id, "unknown-outcome")
 				case "read":
@@ -419,28 +436,18 @@ func TestLedgerLookup(t *testing.T) {
 // or dead-lettered mark decides, and a delivered mark anywhere wins.
 func TestLedgerDeadLetteredGenerations(t *testing.T) {
 	const ttl = time.Hour
-	gen := int64(ttl / 4 / time.Millisecond)
 	for name, s := range servers(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
-			g := currentGeneration(gen)
-			l := ledger.New(s.rdb, s.keys, ttl)
 			const ch = "whatsapp"
-			for _, p := range []struct {
-				d        int64
-				field, v string
-			}{
+			l, _ := plantGenerations(t, s.rdb, s.keys, ttl, []planted{
 				{-3, "106\nretaken", "x:unknown-outcome"}, // dead-lettered, then taken over by a replay
 				{-1, "106\nretaken", "c:replay"},
 				{-3, "106\nlater", "c:dead"}, // claimed, dead-lettered later
 				{-2, "106\nlater", "x:unknown-outcome"},
 				{-4, "106\nsent", "d:w"}, // delivered, an older-looking mark after
 				{-1, "106\nsent", "x:unknown-outcome"},
-			} {
-				if err := s.rdb.HSet(ctx, s.keys.ChannelIDs(ch, g+p.d), p.field, p.v).Err(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			})
 			for _, c := range []struct {
 				id   string
 				want ledger.ClaimResult
@@ -479,6 +486,16 @@ func BenchmarkLedgerLookup(b *testing.B) {
 	}
 }
 
+// wantOffsets fails t, naming what, unless read (Horizons,
+// TakeStopHorizons) of ps on channel gives want, as fmt.Sprint prints it.
+func wantOffsets(t *testing.T, what string, read func(context.Context, string, []ledger.Partition) ([]int64, error),
+	channel string, ps []ledger.Partition, want string) {
+	t.Helper()
+	if offs, err := read(t.Context(), channel, ps); err != nil || fmt.Sprint(offs) != want {
+		t.Fatalf("%s: %v, %v; want %s", what, offs, err, want)
+	}
+}
+
 // Horizons reads what SetHorizons wrote, -1 where nothing was, on a single
 // server and under Redis Cluster; a value that is not an offset is an
 // error naming the partition, every value then -1.
@@ -487,18 +504,12 @@ func TestHorizons(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			ps := []ledger.Partition{{Group: "g", Topic: "t", Partition: 0}, {Group: "g", Topic: "t", Partition: 1}, {Group: "g2", Topic: "t", Partition: 0}}
-			if offs, err := l.Horizons(ctx, "whatsapp", ps); err != nil || fmt.Sprint(offs) != "[-1 -1 -1]" {
-				t.Fatalf("before any: %v, %v", offs, err)
-			}
+			wantOffsets(t, "before any", l.Horizons, "whatsapp", ps, "[-1 -1 -1]")
 			if err := l.SetHorizons(ctx, "whatsapp", ps[:2], []int64{4097, 12}); err != nil {
 				t.Fatal(err)
 			}
-			if offs, err := l.Horizons(ctx, "whatsapp", ps); err != nil || fmt.Sprint(offs) != "[4097 12 -1]" {
-				t.Fatalf("after SetHorizons: %v, %v; want [4097 12 -1]", offs, err)
-			}
-			if offs, err := l.Horizons(ctx, "sms", ps); err != nil || fmt.Sprint(offs) != "[-1 -1 -1]" {
-				t.Fatalf("another channel's: %v, %v", offs, err)
-			}
+			wantOffsets(t, "after SetHorizons", l.Horizons, "whatsapp", ps, "[4097 12 -1]")
+			wantOffsets(t, "another channel's", l.Horizons, "sms", ps, "[-1 -1 -1]")
 			if err := l.SetHorizons(ctx, "whatsapp", ps, []int64{1}); err == nil {
 				t.Fatal("3 partitions, 1 horizon: no error")
 			}
@@ -526,18 +537,29 @@ func TestStopHorizons(t *testing.T) {
 			if err := l.SetStopHorizons(ctx, "whatsapp", ps[:2], []int64{40, 7}); err != nil {
 				t.Fatal(err)
 			}
-			if offs, err := l.Horizons(ctx, "whatsapp", ps); err != nil || fmt.Sprint(offs) != "[-1 -1 -1]" {
-				t.Fatalf("horizons after SetStopHorizons: %v, %v; want none", offs, err)
-			}
-			if offs, err := l.TakeStopHorizons(ctx, "whatsapp", ps); err != nil || fmt.Sprint(offs) != "[40 7 -1]" {
-				t.Fatalf("first take: %v, %v; want [40 7 -1]", offs, err)
-			}
-			if offs, err := l.TakeStopHorizons(ctx, "whatsapp", ps); err != nil || fmt.Sprint(offs) != "[-1 -1 -1]" {
-				t.Fatalf("second take: %v, %v; want [-1 -1 -1] (taken)", offs, err)
-			}
+			wantOffsets(t, "horizons after SetStopHorizons", l.Horizons, "whatsapp", ps, "[-1 -1 -1]")
+			wantOffsets(t, "first take", l.TakeStopHorizons, "whatsapp", ps, "[40 7 -1]")
+			wantOffsets(t, "second take", l.TakeStopHorizons, "whatsapp", ps, "[-1 -1 -1]")
 			if err := l.SetStopHorizons(ctx, "whatsapp", ps, []int64{1}); err == nil {
 				t.Fatal("3 partitions, 1 stop horizon: no error")
 			}
 		})
+	}
+}
+
+// A ClaimResult and a State print their names, and a value out of range
+// its kind and number.
+func TestNames(t *testing.T) {
+	for _, c := range []struct {
+		got  fmt.Stringer
+		want string
+	}{
+		{ledger.ClaimUnknown, "unknown"}, {ledger.CoolingDown, "cooldown"}, {ledger.DeadLettered, "dead-lettered"},
+		{ledger.ClaimResult(6), "claim(6)"}, {ledger.ClaimResult(-1), "claim(-1)"},
+		{ledger.StateNone, "none"}, {ledger.StateDeadLettered, "dead-lettered"}, {ledger.State(5), "state(5)"},
+	} {
+		if got := c.got.String(); got != c.want {
+			t.Errorf("%#v prints %q, want %q", c.got, got, c.want)
+		}
 	}
 }
