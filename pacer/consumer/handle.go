@@ -662,7 +662,7 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 			p.markDeadLettered(ctx, f.env, o.reason, f.log)
 		}
 	case deferred:
-		if done = p.park(ctx, f.r, time.Now().Add(o.wait)); done {
+		if done = p.park(ctx, f.r, time.Now().Add(o.wait), 0); done {
 			p.m.requeued.WithLabelValues(o.reason).Inc()
 		}
 	}

@@ -16,21 +16,27 @@ import (
 // parked again, due at the same slot (one Kafka write and read per hop:
 // with the default 5s,30s,5m tiers, a record 20 minutes behind its key's
 // backlog is written 4 times). The attempt and requeue counts are
-// unchanged; pacer-parks counts the hops.
-func (p *Pacer) parkCopy(r *kgo.Record, slot time.Time) (*kgo.Record, meta) {
+// unchanged; pacer-parks counts the hops. rate, if > 0, is the key's rate
+// in msgs/s slot was estimated at (envelope.HeaderParkRate), so a raise of
+// the key's rate takes the copy early (see [park.UntilDue]); 0 writes none.
+func (p *Pacer) parkCopy(r *kgo.Record, slot time.Time, rate float64) (*kgo.Record, meta) {
 	m := readMeta(r)
 	tier, after := park.Tier(p.cfg.RetryDelays, time.Until(slot))
 	m.due = time.Now().Add(after)
+	h := park.Headers(m.parks+1, slot)
+	if rate > 0 {
+		h = append(h, park.RateHeader(rate))
+	}
 	return &kgo.Record{Topic: p.cfg.retryTopic(tier), Key: r.Key, Value: r.Value,
-		Headers: m.headers(r, park.Headers(m.parks+1, slot)...)}, m
+		Headers: m.headers(r, h...)}, m
 }
 
 // park writes r's park copy (see parkCopy) and returns true once Kafka
 // acknowledged it (or its DLQ copy, if too large for the retry topic),
-// false if ctx ended first.
-func (p *Pacer) park(ctx context.Context, r *kgo.Record, due time.Time) bool {
+// false if ctx ended first. rate is parkCopy's.
+func (p *Pacer) park(ctx context.Context, r *kgo.Record, due time.Time, rate float64) bool {
 	log := p.log.With("topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
-	c, m := p.parkCopy(r, due)
+	c, m := p.parkCopy(r, due, rate)
 	if err := p.produce(ctx, c, log); err != nil {
 		if errors.Is(err, errTooLarge) {
 			return p.deadLetter(ctx, r, m, "too-large", "the parked copy exceeds the broker's message size", log)
@@ -47,20 +53,21 @@ func (p *Pacer) park(ctx context.Context, r *kgo.Record, due time.Time) bool {
 // that failed is written again by park, in a goroutine. It may block while
 // the client's produce buffer is full, so callers hold no lock.
 //
-// The copy carries the key's rate its due time was estimated at (its
-// ceiling, or its adapted rate if higher: envelope.HeaderParkRate), so a raise of the
-// key's rate takes it early (see [park.UntilDue]).
-func (p *Pacer) parkAsync(ctx context.Context, r *kgo.Record, due time.Time, done func(ok bool)) {
-	c, _ := p.parkCopy(r, due)
-	rate, ceiling := p.keyRates(string(r.Key))
-	c.Headers = append(c.Headers, park.RateHeader(max(rate, ceiling)))
+// The copy carries rate, the key's rate in msgs/s its due time was
+// estimated at (its ceiling, or its adapted rate if higher), so a raise of
+// the key's rate takes it early (see [park.UntilDue]). It is the rate the
+// estimate used, not the key's rate when the copy is written: a key whose
+// limit was loaded meanwhile would otherwise carry a slot spaced at the
+// channel's default under its own higher rate, and never be taken early.
+func (p *Pacer) parkAsync(ctx context.Context, r *kgo.Record, due time.Time, rate float64, done func(ok bool)) {
+	c, _ := p.parkCopy(r, due, rate)
 	p.cl.Produce(ctx, c, func(_ *kgo.Record, err error) {
 		if err == nil {
 			p.qm.parked.Inc()
 			done(true)
 			return
 		}
-		go func() { done(p.park(ctx, r, due)) }()
+		go func() { done(p.park(ctx, r, due, rate)) }()
 	})
 }
 

@@ -1,7 +1,9 @@
 package consumer
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -33,7 +35,7 @@ func TestParkCopy(t *testing.T) {
 			{5 * time.Minute, "t.retry.3", 5 * time.Minute},
 			{20 * time.Minute, "t.retry.3", 5 * time.Minute},
 		} {
-			got, _ := p.parkCopy(r, now.Add(c.wait))
+			got, _ := p.parkCopy(r, now.Add(c.wait), 0)
 			due, _ := strconv.ParseInt(envelope.Header(got, envelope.HeaderDue), 10, 64)
 			if got.Topic != c.topic || time.UnixMilli(due) != now.Add(c.due) {
 				t.Errorf("wait %v: %s due in %v, want %s due in %v", c.wait, got.Topic, time.UnixMilli(due).Sub(now), c.topic, c.due)
@@ -55,6 +57,12 @@ func TestParkCopy(t *testing.T) {
 	})
 }
 
+// slotDue is the due time of w.slotAfter(q, now).
+func slotDue(w *worker, q *keyQueue, now time.Time) time.Time {
+	due, _ := w.slotAfter(q, now)
+	return due
+}
+
 // TestSlotAfter: parked records of a key at 20 msgs/s are due one slot
 // (50 ms) apart, after the records the key holds, and never before a slot
 // already given out, even once time has moved on.
@@ -65,7 +73,7 @@ func TestSlotAfter(t *testing.T) {
 		now := time.Now()
 		var got []time.Duration
 		for range 3 {
-			got = append(got, w.slotAfter(q, now).Sub(now))
+			got = append(got, slotDue(w, q, now).Sub(now))
 		}
 		want := []time.Duration{500 * time.Millisecond, 550 * time.Millisecond, 600 * time.Millisecond}
 		for i := range want {
@@ -74,19 +82,19 @@ func TestSlotAfter(t *testing.T) {
 			}
 		}
 		time.Sleep(100 * time.Millisecond) // the key still holds 10: the next slot follows the last given
-		if d := w.slotAfter(q, time.Now()).Sub(now); d != 650*time.Millisecond {
+		if d := slotDue(w, q, time.Now()).Sub(now); d != 650*time.Millisecond {
 			t.Errorf("after 100 ms: due %v from the start, want 650ms", d)
 		}
 		time.Sleep(2 * time.Second) // all given slots passed: from the held records again
-		if d := w.slotAfter(q, time.Now()).Sub(time.Now()); d != 500*time.Millisecond {
+		if d := slotDue(w, q, time.Now()).Sub(time.Now()); d != 500*time.Millisecond {
 			t.Errorf("after 2 s: due in %v, want 500ms", d)
 		}
 		// A key whose adapted rate fell to 10/s is estimated at its
 		// ceiling of 20/s: its parked records come back no later than
 		// the key, recovering, can send them.
 		q2 := &keyQueue{rate: 10, ceil: 20, running: 2, waiting: make([]*kgo.Record, 8)}
-		if d := w.slotAfter(q2, time.Now()).Sub(time.Now()); d != 500*time.Millisecond {
-			t.Errorf("adapted 10/s, ceiling 20/s: due in %v, want 500ms", d)
+		if due, rate := w.slotAfter(q2, time.Now()); due.Sub(time.Now()) != 500*time.Millisecond || rate != 20 {
+			t.Errorf("adapted 10/s, ceiling 20/s: due in %v estimated at %v/s, want 500ms at 20/s", due.Sub(time.Now()), rate)
 		}
 	})
 }
@@ -106,7 +114,7 @@ func TestRereadCarriedToCopies(t *testing.T) {
 		name string
 		copy func(r *kgo.Record) *kgo.Record
 	}{
-		{"parked", func(r *kgo.Record) *kgo.Record { c, _ := p.parkCopy(r, time.Now().Add(time.Second)); return c }},
+		{"parked", func(r *kgo.Record) *kgo.Record { c, _ := p.parkCopy(r, time.Now().Add(time.Second), 0); return c }},
 		{"chained", func(r *kgo.Record) *kgo.Record { return p.chainCopy(r, chainOf) }},
 		{"retry", func(r *kgo.Record) *kgo.Record {
 			m := readMeta(r)
@@ -151,9 +159,14 @@ func TestParkRateOnlyOnParkedCopies(t *testing.T) {
 		t.Fatalf("park.RateOf = %v, want 48.5", got)
 	}
 	p := &Pacer{cfg: Config{Topic: "t", RetryDelays: []time.Duration{5 * time.Second, 30 * time.Second}}}
-	c, _ := p.parkCopy(r, time.Now().Add(5*time.Second))
+	c, _ := p.parkCopy(r, time.Now().Add(5*time.Second), 0)
 	if got := park.RateOf(c); got != 0 {
 		t.Errorf("a deferred copy kept the park rate %v", got)
+	}
+	// A copy parked for its key's lookahead carries the rate its slot was
+	// estimated at (80), whatever rate the key has when it is written.
+	if c, _ := p.parkCopy(r, time.Now().Add(5*time.Second), 80); park.RateOf(c) != 80 || strings.Count(fmt.Sprint(c.Headers), envelope.HeaderParkRate) != 1 {
+		t.Errorf("parked at 80/s: park rate %v in headers %v, want 80 once", park.RateOf(c), c.Headers)
 	}
 	if envelope.Header(c, "trace") != "x" {
 		t.Errorf("the producer's header was dropped")
@@ -181,7 +194,7 @@ func TestSlotAfterRaise(t *testing.T) {
 			t.Fatalf("200 parked at 20/s: the last due in %v, want 9.95s", d)
 		}
 		q.rate = 100
-		if d := w.slotAfter(q, now).Sub(now); d != 2*time.Second {
+		if d := slotDue(w, q, now).Sub(now); d != 2*time.Second {
 			t.Errorf("after the raise to 100/s: next parked due in %v, want 2s (1.99 s of records ahead, then 10 ms)", d)
 		}
 	})

@@ -235,7 +235,8 @@ func (w *worker) push(rs []*kgo.Record, skip []bool, envs []envelope.Envelope) {
 		e     *pending
 		r     *kgo.Record
 		due   time.Time
-		chain *chain // strict order: parked in this chain
+		rate  float64 // msgs/s due was estimated at; 0: not an estimate
+		chain *chain  // strict order: parked in this chain
 	}
 	var jobs []parkJob
 	now := time.Now()
@@ -327,18 +328,21 @@ func (w *worker) push(rs []*kgo.Record, skip []bool, envs []envelope.Envelope) {
 			// it, not behind); before that it is parked again for the same
 			// slot. Only a full partition parks it behind the key's others.
 			slot, back := park.SlotOf(r)
-			if was := park.RateOf(r); back && was > 0 && slot.After(now) {
+			was := park.RateOf(r)
+			if back && was > 0 && slot.After(now) {
 				// The key's rate rose since the slot was estimated (`pacer
 				// limit set`): the records ahead of it drain faster from now.
 				slot = park.Rescale(slot, now, was, max(q.rate, q.ceil))
+				was = max(was, q.rate, q.ceil)
 			}
 			switch {
 			case back && !full && !slot.After(now.Add(w.p.cfg.Lookahead)):
 			case back && !full:
-				jobs = append(jobs, parkJob{key: k, e: e, r: r, due: slot})
+				jobs = append(jobs, parkJob{key: k, e: e, r: r, due: slot, rate: was})
 				continue
 			default:
-				jobs = append(jobs, parkJob{key: k, e: e, r: r, due: w.slotAfter(q, now)})
+				due, rate := w.slotAfter(q, now)
+				jobs = append(jobs, parkJob{key: k, e: e, r: r, due: due, rate: rate})
 				continue
 			}
 		}
@@ -355,15 +359,16 @@ func (w *worker) push(rs []*kgo.Record, skip []bool, envs []envelope.Envelope) {
 			w.p.parkChained(w.parkCtx, j.r, j.chain, func(copied, ok bool) { w.chainParked(j.chain, j.e, copied, ok) })
 			continue
 		}
-		w.p.parkAsync(w.parkCtx, j.r, j.due, func(ok bool) { w.parked(j.key, j.e, ok) })
+		w.p.parkAsync(w.parkCtx, j.r, j.due, j.rate, func(ok bool) { w.parked(j.key, j.e, ok) })
 	}
 }
 
 // slotAfter estimates when the next record of q's key to be parked will
 // get its slot at the key's ceiling (see [Pacer.keyCeiling]), after those
 // held and those parked before it (their slots moved earlier if the
-// ceiling rose since). Callers hold w.mu.
-func (w *worker) slotAfter(q *keyQueue, now time.Time) time.Time {
+// ceiling rose since), and the rate in msgs/s it was estimated at.
+// Callers hold w.mu.
+func (w *worker) slotAfter(q *keyQueue, now time.Time) (time.Time, float64) {
 	rate := max(q.rate, q.ceil)
 	if q.parkedUntil.After(now) {
 		q.parkedUntil = park.Rescale(q.parkedUntil, now, q.parkRate, rate)
@@ -375,7 +380,7 @@ func (w *worker) slotAfter(q *keyQueue, now time.Time) time.Time {
 		due = next
 	}
 	q.parkedUntil = due
-	return due
+	return due, rate
 }
 
 // dispatch starts q's records while the key has fewer than its in-flight
@@ -639,7 +644,7 @@ func (w *worker) parkHeld(deadline time.Time) {
 		if d := readMeta(e.r).due; d.After(due) {
 			due = d // a retry keeps its backoff
 		}
-		c, _ := w.p.parkCopy(e.r, due)
+		c, _ := w.p.parkCopy(e.r, due, rate)
 		jobs = append(jobs, job{e, c})
 	}
 	w.mu.Unlock()
