@@ -907,6 +907,11 @@ func (p *Pacer) markDeadLettered(ctx context.Context, env envelope.Envelope, rea
 	}
 }
 
+// RetryLogEvery is how often at most a transient failure is logged: the
+// first at once, then one line per interval while they go on, naming how
+// many went unlogged before it (pacer_retries_total counts every one).
+const RetryLogEvery = 10 * time.Second
+
 // retry sends r to the retry tier of its attempt count, or to the DLQ once
 // MaxAttempts requests failed.
 func (p *Pacer) retry(ctx context.Context, r *kgo.Record, m meta, cause error, log *slog.Logger) bool {
@@ -920,7 +925,9 @@ func (p *Pacer) retry(ctx context.Context, r *kgo.Record, m meta, cause error, l
 		d = min(ra, p.cfg.AIMD.MaxCooldown)
 	}
 	m.due = time.Now().Add(d)
-	log.Warn("transient failure; retrying later", "attempt", m.attempt, "after", d, "err", cause)
+	if show, unlogged := p.retryLog.Fail(); show {
+		log.Warn("transient failure; retrying later", "attempt", m.attempt, "after", d, "err", cause, "unlogged_before", unlogged)
+	}
 	if err := p.produce(ctx, &kgo.Record{Topic: p.cfg.retryTopic(tier), Key: r.Key, Value: r.Value, Headers: m.headers(r)}, log); err != nil {
 		if errors.Is(err, errTooLarge) {
 			return p.deadLetter(ctx, r, m, "too-large", "the retry copy exceeds the broker's message size; last: "+cause.Error(), log)

@@ -133,6 +133,7 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/internal/logrepeat"
 	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/campaign"
 	"github.com/pacerhq/pacer/pacer/control"
@@ -488,6 +489,10 @@ type Pacer struct {
 	m             *metrics
 	qm            *queueMetrics
 	log           *slog.Logger
+	// retryLog keeps transient failures (a provider refusing connections:
+	// thousands a second at full pace) to one line per RetryLogEvery;
+	// pacer_retries_total counts them all.
+	retryLog logrepeat.Gate
 
 	consuming atomic.Bool
 	kafkaOK   atomic.Bool
@@ -562,6 +567,7 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, sender: deps.Sender, m: m,
 		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{},
 		ids: map[idRef]chan struct{}{}, handlers: newGoPool(), markBy: newDeadlines(context.Background(), 30*time.Second)}
+	p.retryLog.Every = RetryLogEvery
 	if !p.strict() {
 		p.places = newPlaces(cfg.ProcessInFlight)
 	}

@@ -634,6 +634,33 @@ func TestProgressAndSummaryLogged(t *testing.T) {
 	}
 }
 
+// TestTransientFailuresLoggedOncePerInterval: 30 records refused as
+// transient (a provider refusing connections) are all retried and
+// delivered, but logged in one line, not 30: the first at once, the rest
+// within consumer.RetryLogEvery counted by pacer_retries_total.
+func TestTransientFailuresLoggedOncePerInterval(t *testing.T) {
+	transient := &channels.Error{Channel: "test", Status: 503, Code: "2", Class: channels.Transient}
+	script := map[string][]error{}
+	var ids []string
+	for i := range 30 {
+		id := fmt.Sprintf("t%d", i)
+		script[id] = []error{transient}
+		ids = append(ids, env(id))
+	}
+	h := newHarness(t, script)
+	var logs consumer.SyncBuffer
+	h.cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	h.produce(ids...)
+	s := h.sender
+	h.run(func() bool { return s.total(s.success) == 30 })
+	if got := h.counter("pacer_retries_total"); got != 30 {
+		t.Errorf("pacer_retries_total = %v, want 30", got)
+	}
+	if n := strings.Count(logs.String(), "transient failure; retrying later"); n != 1 {
+		t.Errorf("%d transient failure lines for 30 failures within %v, want 1", n, consumer.RetryLogEvery)
+	}
+}
+
 // TestAccountThrottleCoolsEveryKey: an account-scoped throttle (WhatsApp
 // 80007) of one key holds every key of the channel for its cooldown, through
 // the shared account cooldown, and is counted by scope.

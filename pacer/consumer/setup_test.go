@@ -61,6 +61,17 @@ func (s *scriptSender) count(m map[string]int, id string) int {
 	return m[id]
 }
 
+// total is the sum of m's counts (every id's calls or successes).
+func (s *scriptSender) total(m map[string]int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range m {
+		n += c
+	}
+	return n
+}
+
 type harness struct {
 	t      *testing.T
 	kc     *kfake.Cluster
