@@ -495,6 +495,7 @@ type Pacer struct {
 	retryLog logrepeat.Gate
 
 	consuming atomic.Bool
+	assigned1 atomic.Bool // partitions were assigned at least once
 	kafkaOK   atomic.Bool
 	redisOK   atomic.Bool
 	// redisSeen: a Redis call or ping has succeeded since New (true from
@@ -724,6 +725,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 		go p.watch(ctx, "redis", &p.redisOK, ping, func() { p.m.fallback.WithLabelValues().Set(0) })
 	}
 	go p.sweepLoop(ctx)
+	go p.waitingLog(ctx)
 	go p.releaseLoop(ctx, debug.FreeOSMemory)
 	go p.lagLoop(ctx, cl, topics)
 	if p.cfg.ProgressEvery > 0 {
@@ -883,7 +885,25 @@ func (p *Pacer) publishReady() {
 	p.m.ready.WithLabelValues().Set(v)
 }
 
+// AssignWait is how long after start a pacer with no partitions yet says
+// why it waits (see waitingLog).
+const AssignWait = 10 * time.Second
+
+// waitingLog logs once, AssignWait after start, that the consumer group has
+// not assigned this process any partition yet, and the usual cause: a
+// replica that stopped without leaving the group (a crash, a SIGKILL)
+// holds its partitions until the group's session timeout, during which
+// nothing of them is consumed.
+func (p *Pacer) waitingLog(ctx context.Context) {
+	if !tick.Sleep(ctx, AssignWait) || p.assigned1.Load() {
+		return
+	}
+	p.log.Info("waiting for the consumer group to assign partitions: a replica that stopped without leaving (killed) keeps its partitions until its session timeout (PACER_KAFKA_SESSION_TIMEOUT); with more replicas than partitions some get none",
+		"group", p.cfg.Group, "waited", AssignWait)
+}
+
 func (p *Pacer) assigned(_ context.Context, cl *kgo.Client, parts map[string][]int32) {
+	p.assigned1.Store(true)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for topic, ps := range parts {

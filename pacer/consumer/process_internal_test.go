@@ -6,6 +6,8 @@ package consumer
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -190,4 +192,34 @@ func TestReleaseLoopWhenIdle(t *testing.T) {
 		time.Sleep(3 * time.Minute)
 		check(4, "after a second idle period")
 	})
+}
+
+// TestWaitingForPartitionsLogged: a pacer with no partitions AssignWait
+// after start says once why it waits; one assigned before then says
+// nothing.
+func TestWaitingForPartitionsLogged(t *testing.T) {
+	for _, assigned := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			var buf SyncBuffer
+			p := &Pacer{cfg: Config{Group: "g"}, log: slog.New(slog.NewTextHandler(&buf, nil))}
+			if assigned {
+				time.AfterFunc(AssignWait/2, func() { p.assigned1.Store(true) })
+			}
+			go p.waitingLog(t.Context())
+			time.Sleep(AssignWait - time.Millisecond)
+			synctest.Wait()
+			if buf.String() != "" {
+				t.Fatalf("logged before %v: %s", AssignWait, buf.String())
+			}
+			time.Sleep(time.Minute)
+			synctest.Wait()
+			want := 1
+			if assigned {
+				want = 0
+			}
+			if n := strings.Count(buf.String(), "waiting for the consumer group to assign partitions"); n != want {
+				t.Errorf("assigned at %v: %d waiting lines, want %d: %s", AssignWait/2, n, want, buf.String())
+			}
+		})
+	}
 }
