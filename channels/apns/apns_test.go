@@ -16,7 +16,6 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,15 +107,16 @@ func message() channels.Message {
 func sendErr(t *testing.T, c *apns.Client, m channels.Message) *channels.Error {
 	t.Helper()
 	res, err := c.Send(t.Context(), m)
-	var e *channels.Error
-	if !errors.As(err, &e) {
-		t.Fatalf("Send = %+v, %v; want a *channels.Error", res, err)
+	if err == nil {
+		t.Fatalf("Send = %+v, nil; want an error", res)
 	}
-	if e.Channel != "apns" {
-		t.Errorf("Channel = %q, want apns", e.Channel)
-	}
-	noSecrets(t, err)
-	return e
+	return channeltest.ErrorOf(t, "apns", err, append(channeltest.PEMLines(string(signingKey(t).p8)), device)...)
+}
+
+// sendAnswer sends message() to an HTTP/2 server that answers status and
+// body, and returns the *channels.Error.
+func sendAnswer(t *testing.T, status int, body string) *channels.Error {
+	return sendErr(t, newClient(t, config(t, respond(t, status, body))), message())
 }
 
 // noSecrets fails if the text of err holds the device token or any line of
@@ -206,63 +206,28 @@ func TestSendClassification(t *testing.T) {
 // TestSendUnknownReason: a reason in no table is classified by HTTP status;
 // a 429 throttles the device token (see TestThrottleWithoutReason).
 func TestSendUnknownReason(t *testing.T) {
-	body := channeltest.ReadTestdata(t, "unknown.json")
-	for _, c := range []struct {
-		status int
-		class  channels.Class
-	}{
-		{400, channels.Permanent},
-		{403, channels.Halt},
-		{404, channels.Permanent},
-		{410, channels.Permanent},
-		{413, channels.Permanent},
-		{429, channels.Throttle},
-		{500, channels.Transient},
-		{503, channels.Transient},
-	} {
-		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
-			ts := respond(t, c.status, body)
-			e := sendErr(t, newClient(t, config(t, ts)), message())
-			scope := channels.ScopeKey
-			if c.status == 429 {
-				scope = channels.ScopePair
-			}
-			if e.Class != c.class || e.Code != "SomethingNewFromApple" || e.Scope != scope || e.Err != nil {
-				t.Errorf("got class=%v code=%q scope=%v err=%v; want %v SomethingNewFromApple %v nil",
-					e.Class, e.Code, e.Scope, e.Err, c.class, scope)
-			}
-		})
-	}
+	channeltest.CheckUnknownCode(t, channeltest.ReadTestdata(t, "unknown.json"), "SomethingNewFromApple", channeltest.Statuses{
+		channels.Permanent: {400, 404, 410, 413}, channels.Halt: {403}, channels.Throttle: {429}, channels.Transient: {500, 503},
+	}, sendAnswer, func(t *testing.T, status int, e *channels.Error) {
+		scope := channels.ScopeKey
+		if status == 429 {
+			scope = channels.ScopePair
+		}
+		if e.Scope != scope || e.Err != nil {
+			t.Errorf("got scope=%v err=%v; want %v nil", e.Scope, e.Err, scope)
+		}
+	})
 }
 
 // TestSendNonAPNsBody: a body without a readable reason is classified by
 // status, with no code and an Err.
 func TestSendNonAPNsBody(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		status int
-		body   string
-		class  channels.Class
-	}{
-		{"html 502", 502, "<html><body>Bad Gateway</body></html>", channels.Transient},
-		{"empty 503", 503, "", channels.Transient},
-		{"text 429", 429, "slow down", channels.Throttle},
-		{"text 400", 400, "bad request", channels.Permanent},
-		{"json without reason", 400, `{"error":"x"}`, channels.Permanent},
-		{"reason not a word", 400, `{"reason":"Bad Device Token"}`, channels.Permanent},
-		{"reason not a string", 410, `{"reason":42}`, channels.Permanent},
-		{"text 403", 403, "Forbidden", channels.Halt},
-		{"text 401", 401, "Unauthorized", channels.Permanent},
-		{"201", 201, "", channels.Transient},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			e := sendErr(t, newClient(t, config(t, respond(t, c.status, c.body))), message())
-			if e.Class != c.class || e.Status != c.status || e.Code != "" || e.Err == nil {
-				t.Errorf("got class=%v status=%d code=%q err=%v; want %v %d, no code, an Err",
-					e.Class, e.Status, e.Code, e.Err, c.class, c.status)
-			}
-		})
-	}
+	channeltest.CheckNonProviderBody(t, channeltest.Answers{
+		channels.Transient: {"502 <html><body>Bad Gateway</body></html>", "503", "201"},
+		channels.Throttle:  {"429 slow down"},
+		channels.Permanent: {"400 bad request", `400 {"error":"x"}`, `400 {"reason":"Bad Device Token"}`, `410 {"reason":42}`, "401 Unauthorized"},
+		channels.Halt:      {"403 Forbidden"},
+	}, sendAnswer, nil)
 }
 
 func TestSendSuccess(t *testing.T) {

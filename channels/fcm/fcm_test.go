@@ -52,15 +52,7 @@ func message() channels.Message {
 // is none or if its text holds a secret.
 func checkErr(t *testing.T, err error, secrets ...string) *channels.Error {
 	t.Helper()
-	var e *channels.Error
-	if !errors.As(err, &e) {
-		t.Fatalf("err = %v; want a *channels.Error", err)
-	}
-	if e.Channel != "fcm" {
-		t.Errorf("Channel = %q, want fcm", e.Channel)
-	}
-	channeltest.NoSecrets(t, err, append(secrets, access, recipient)...)
-	return e
+	return channeltest.ErrorOf(t, "fcm", err, append(secrets, access, recipient)...)
 }
 
 // sendErr sends message() through a client of ts and returns the *channels.Error.
@@ -71,6 +63,11 @@ func sendErr(t *testing.T, ts *httptest.Server) *channels.Error {
 		t.Fatalf("Send = %+v, nil; want an error", res)
 	}
 	return checkErr(t, err)
+}
+
+// sendAnswer is sendErr to a server that answers status and body.
+func sendAnswer(t *testing.T, status int, body string) *channels.Error {
+	return sendErr(t, channeltest.Respond(t, status, body))
 }
 
 // TestSendClassification runs every code of providers.md §3.3 through the
@@ -152,59 +149,34 @@ func TestSendCodeBeatsStatus(t *testing.T) {
 
 // TestSendUnknownCode: a code in no table is classified by HTTP status.
 func TestSendUnknownCode(t *testing.T) {
-	body := channeltest.ReadTestdata(t, "unknown.json")
-	for _, c := range []struct {
-		status int
-		class  channels.Class
-		retry  time.Duration
-	}{
-		{400, channels.Permanent, 0},
-		{404, channels.Permanent, 0},
-		{401, channels.Halt, 0},
-		{403, channels.Halt, 0},
-		{429, channels.Throttle, time.Minute},
-		{500, channels.Transient, 0},
-		{503, channels.Transient, 0},
-	} {
-		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
-			e := sendErr(t, channeltest.Respond(t, c.status, body))
-			if e.Class != c.class || e.Code != "FAILED_PRECONDITION" || e.Scope != channels.ScopeKey || e.RetryAfter != c.retry {
-				t.Errorf("got class=%v code=%q scope=%v retry=%v; want %v FAILED_PRECONDITION key %v",
-					e.Class, e.Code, e.Scope, e.RetryAfter, c.class, c.retry)
-			}
-		})
-	}
+	channeltest.CheckUnknownCode(t, channeltest.ReadTestdata(t, "unknown.json"), "FAILED_PRECONDITION", channeltest.Statuses{
+		channels.Permanent: {400, 404}, channels.Halt: {401, 403}, channels.Throttle: {429}, channels.Transient: {500, 503},
+	}, sendAnswer, func(t *testing.T, status int, e *channels.Error) {
+		var retry time.Duration
+		if status == 429 {
+			retry = time.Minute
+		}
+		if e.Scope != channels.ScopeKey || e.RetryAfter != retry {
+			t.Errorf("got scope=%v retry=%v; want key %v", e.Scope, e.RetryAfter, retry)
+		}
+	})
 }
 
 // TestSendNonGoogleBody: a body without a Google error is classified by status.
 func TestSendNonGoogleBody(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		status int
-		body   string
-		class  channels.Class
-	}{
-		{"bare 429", 429, "", channels.Throttle},
-		{"text 429", 429, "Too Many Requests", channels.Throttle},
-		{"html 502", 502, "<html><body>Bad Gateway</body></html>", channels.Transient},
-		{"empty 503", 503, "", channels.Transient},
-		{"text 400", 400, "bad request", channels.Permanent},
-		{"json without error 400", 400, `{"ok":false}`, channels.Permanent},
-		{"html 404", 404, "<html>Not Found</html>", channels.Permanent},
-		{"text 401", 401, "Unauthorized", channels.Halt},
-		{"text 403", 403, "Forbidden", channels.Halt},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			e := sendErr(t, channeltest.Respond(t, c.status, c.body))
-			if e.Class != c.class || e.Status != c.status || e.Code != "" || e.Err == nil || e.Scope != channels.ScopeKey {
-				t.Errorf("got class=%v status=%d code=%q err=%v scope=%v; want %v %d, no code, an Err, key",
-					e.Class, e.Status, e.Code, e.Err, e.Scope, c.class, c.status)
-			}
-			if c.class == channels.Throttle && e.RetryAfter != time.Minute {
-				t.Errorf("bare 429 RetryAfter = %v, want the 1 min floor", e.RetryAfter)
-			}
-		})
-	}
+	channeltest.CheckNonProviderBody(t, channeltest.Answers{
+		channels.Throttle:  {"429", "429 Too Many Requests"},
+		channels.Transient: {"502 <html><body>Bad Gateway</body></html>", "503"},
+		channels.Permanent: {"400 bad request", `400 {"ok":false}`, "404 <html>Not Found</html>"},
+		channels.Halt:      {"401 Unauthorized", "403 Forbidden"},
+	}, sendAnswer, func(t *testing.T, _ channeltest.Answer, e *channels.Error) {
+		if e.Scope != channels.ScopeKey {
+			t.Errorf("Scope = %v, want key", e.Scope)
+		}
+		if e.Class == channels.Throttle && e.RetryAfter != time.Minute {
+			t.Errorf("bare 429 RetryAfter = %v, want the 1 min floor", e.RetryAfter)
+		}
+	})
 }
 
 func TestSendSuccess(t *testing.T) {

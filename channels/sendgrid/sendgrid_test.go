@@ -3,7 +3,6 @@ package sendgrid_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -62,17 +61,13 @@ func sendErr(t *testing.T, ts *httptest.Server) *channels.Error {
 func sendErrWith(t *testing.T, c *sendgrid.Client, m channels.Message) *channels.Error {
 	t.Helper()
 	res, err := c.Send(t.Context(), m)
-	var e *channels.Error
-	if !errors.As(err, &e) {
-		t.Fatalf("Send = %+v, %v; want a *channels.Error", res, err)
+	if err == nil {
+		t.Fatalf("Send = %+v, nil; want an error", res)
 	}
-	if e.Channel != "sendgrid" {
-		t.Errorf("Channel = %q, want sendgrid", e.Channel)
-	}
+	e := channeltest.ErrorOf(t, "sendgrid", err, secrets...)
 	if e.Class == channels.Success {
 		t.Errorf("Class = success in an error")
 	}
-	channeltest.NoSecrets(t, err, secrets...)
 	return e
 }
 

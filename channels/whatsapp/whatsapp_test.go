@@ -46,15 +46,15 @@ func message() channels.Message {
 func sendErr(t *testing.T, ts *httptest.Server) *channels.Error {
 	t.Helper()
 	res, err := newClient(t, ts.URL).Send(t.Context(), message())
-	var e *channels.Error
-	if !errors.As(err, &e) {
-		t.Fatalf("Send = %+v, %v; want a *channels.Error", res, err)
+	if err == nil {
+		t.Fatalf("Send = %+v, nil; want an error", res)
 	}
-	if e.Channel != "whatsapp" {
-		t.Errorf("Channel = %q, want whatsapp", e.Channel)
-	}
-	channeltest.NoSecrets(t, err, token, strings.TrimPrefix(recipient, "+"))
-	return e
+	return channeltest.ErrorOf(t, "whatsapp", err, token, strings.TrimPrefix(recipient, "+"))
+}
+
+// sendAnswer is sendErr to a server that answers status and body.
+func sendAnswer(t *testing.T, status int, body string) *channels.Error {
+	return sendErr(t, channeltest.Respond(t, status, body))
 }
 
 // TestSendClassification runs every code of providers.md §1.4 through the
@@ -150,53 +150,22 @@ func TestSendClassification(t *testing.T) {
 
 // TestSendUnknownCode: a code in no table is classified by HTTP status.
 func TestSendUnknownCode(t *testing.T) {
-	body := channeltest.ReadTestdata(t, "unknown.json")
-	for _, c := range []struct {
-		status int
-		class  channels.Class
-	}{
-		{400, channels.Permanent},
-		{401, channels.Permanent},
-		{404, channels.Permanent},
-		{429, channels.Transient},
-		{500, channels.Transient},
-		{503, channels.Transient},
-	} {
-		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
-			e := sendErr(t, channeltest.Respond(t, c.status, body))
-			if e.Class != c.class || e.Code != "9999999" || e.Scope != channels.ScopeKey {
-				t.Errorf("got class=%v code=%q scope=%v; want %v 9999999 key", e.Class, e.Code, e.Scope, c.class)
-			}
-		})
-	}
+	channeltest.CheckUnknownCode(t, channeltest.ReadTestdata(t, "unknown.json"), "9999999", channeltest.Statuses{
+		channels.Permanent: {400, 401, 404}, channels.Transient: {429, 500, 503},
+	}, sendAnswer, func(t *testing.T, _ int, e *channels.Error) {
+		if e.Scope != channels.ScopeKey {
+			t.Errorf("Scope = %v, want key", e.Scope)
+		}
+	})
 }
 
 // TestSendNonGraphBody: a body without a Graph error is classified by status.
 func TestSendNonGraphBody(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		status int
-		body   string
-		class  channels.Class
-	}{
-		{"html 502", 502, "<html><body>Bad Gateway</body></html>", channels.Transient},
-		{"text 429", 429, "Too Many Requests", channels.Transient},
-		{"empty 503", 503, "", channels.Transient},
-		{"text 400", 400, "bad request", channels.Permanent},
-		{"json without error 400", 400, `{"ok":false}`, channels.Permanent},
-		{"error without code 400", 400, `{"error":{"message":"x"}}`, channels.Permanent},
-		{"text 404", 404, "not found", channels.Permanent},
-		{"text 401", 401, "Unauthorized", channels.Halt},
-		{"text 403", 403, "Forbidden", channels.Halt},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			e := sendErr(t, channeltest.Respond(t, c.status, c.body))
-			if e.Class != c.class || e.Status != c.status || e.Code != "" || e.Err == nil {
-				t.Errorf("got class=%v status=%d code=%q err=%v; want %v %d, no code, an Err",
-					e.Class, e.Status, e.Code, e.Err, c.class, c.status)
-			}
-		})
-	}
+	channeltest.CheckNonProviderBody(t, channeltest.Answers{
+		channels.Transient: {"502 <html><body>Bad Gateway</body></html>", "429 Too Many Requests", "503"},
+		channels.Permanent: {"400 bad request", `400 {"ok":false}`, `400 {"error":{"message":"x"}}`, "404 not found"},
+		channels.Halt:      {"401 Unauthorized", "403 Forbidden"},
+	}, sendAnswer, nil)
 }
 
 func TestSendSuccess(t *testing.T) {

@@ -1,0 +1,113 @@
+package channeltest
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pacerhq/pacer/channels"
+)
+
+// ErrorOf returns the *channels.Error in err, failing t if there is none,
+// if its Channel is not channel or if its text holds one of secrets.
+func ErrorOf(t testing.TB, channel string, err error, secrets ...string) *channels.Error {
+	t.Helper()
+	var e *channels.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("err = %v; want a *channels.Error", err)
+	}
+	if e.Channel != channel {
+		t.Errorf("Channel = %q, want %s", e.Channel, channel)
+	}
+	NoSecrets(t, err, secrets...)
+	return e
+}
+
+// Statuses maps a class to the HTTP statuses whose answers must have it.
+type Statuses map[channels.Class][]int
+
+// Answer is what a provider answers: an HTTP status and a body.
+type Answer struct {
+	Status int
+	Body   string
+}
+
+// Answers maps a class to the answers that must have it, each written as
+// the status, a space and the body ("502 <html>...</html>", "503" for an
+// empty body).
+type Answers map[channels.Class][]string
+
+// parseAnswer reads an answer of [Answers].
+func parseAnswer(t *testing.T, s string) Answer {
+	t.Helper()
+	code, body, _ := strings.Cut(s, " ")
+	status, err := strconv.Atoi(code)
+	if err != nil {
+		t.Fatalf("answer %q: no status before the body", s)
+	}
+	return Answer{status, body}
+}
+
+// SendFunc sends one message through the adapter under test to a server
+// that answers status and body, and returns the send's *channels.Error.
+type SendFunc func(t *testing.T, status int, body string) *channels.Error
+
+// CheckUnknownCode checks that an error body whose code is in none of the
+// adapter's tables is classified by HTTP status: for each status of want, a
+// subtest named by the status sends body and checks that the error has the
+// class and code as its Code. check, if not nil, then checks the adapter's
+// own fields of e (Scope, RetryAfter...).
+func CheckUnknownCode(t *testing.T, body, code string, want Statuses, send SendFunc, check func(t *testing.T, status int, e *channels.Error)) {
+	t.Helper()
+	for _, class := range sortedKeys(want) {
+		for _, status := range want[class] {
+			t.Run(strconv.Itoa(status), func(t *testing.T) {
+				e := send(t, status, body)
+				if e.Class != class || e.Code != code {
+					t.Errorf("got class=%v code=%q; want %v %s", e.Class, e.Code, class, code)
+				}
+				if check != nil {
+					check(t, status, e)
+				}
+			})
+		}
+	}
+}
+
+// CheckNonProviderBody checks that an answer whose body is not the
+// provider's error body is classified by its status alone: for each answer
+// of want, the error has the class, the answer's Status, no Code and an Err
+// saying what could not be read. check, if not nil, then checks the
+// adapter's own fields of e.
+func CheckNonProviderBody(t *testing.T, want Answers, send SendFunc, check func(t *testing.T, a Answer, e *channels.Error)) {
+	t.Helper()
+	for _, class := range sortedKeys(want) {
+		for _, s := range want[class] {
+			a := parseAnswer(t, s)
+			t.Run(fmt.Sprintf("%d %.24q", a.Status, a.Body), func(t *testing.T) {
+				e := send(t, a.Status, a.Body)
+				if e.Class != class || e.Status != a.Status || e.Code != "" || e.Err == nil {
+					t.Errorf("got class=%v status=%d code=%q err=%v; want %v %d, no code, an Err",
+						e.Class, e.Status, e.Code, e.Err, class, a.Status)
+				}
+				if check != nil {
+					check(t, a, e)
+				}
+			})
+		}
+	}
+}
+
+// sortedKeys returns the classes of m in order, so that subtests run in the
+// same order every time.
+func sortedKeys[V any](m map[channels.Class]V) []channels.Class {
+	keys := make([]channels.Class, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
