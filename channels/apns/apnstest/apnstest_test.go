@@ -18,7 +18,6 @@ import (
 
 	"github.com/pacerhq/pacer/channels/apns/apnstest"
 	"github.com/pacerhq/pacer/channels/internal/channeltest"
-	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
 )
 
 const (
@@ -115,17 +114,12 @@ func TestFake(t *testing.T) {
 	k, pub := keys(t)
 	tok := sign(t, k, keyID, teamID, time.Now())
 	var n atomic.Int64
-	channeltest.CheckFake(t, channeltest.Fake[apnstest.KeyStats, apnstest.Arrival]{
-		New: func(c channeltest.FakeConfig) channeltest.FakeServer[apnstest.KeyStats, apnstest.Arrival] {
-			cfg := apnstest.Config{DeviceRate: c.Rate, DeviceBurst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, PublicKey: pub}
-			if c.Listen {
-				return apnstest.NewServer(cfg)
-			}
-			return apnstest.New(cfg)
+	channeltest.CheckFake(t, channeltest.Fake[apnstest.Config, *apnstest.Server, apnstest.KeyStats, apnstest.Arrival]{
+		Config: func(c channeltest.FakeConfig) apnstest.Config {
+			return apnstest.Config{DeviceRate: c.Rate, DeviceBurst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, PublicKey: pub}
 		},
-		FetchStats: apnstest.FetchStats,
-		Common:     func(k apnstest.KeyStats) fakeprovider.KeyStats { return k.KeyStats },
-		Arrival:    func(a apnstest.Arrival) (string, bool) { return a.Key, a.Throttled },
+		New: apnstest.New, NewServer: apnstest.NewServer, FetchStats: apnstest.FetchStats,
+		Arrival: func(a apnstest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Request: func(key, id string) *http.Request {
 			if id == "" { // a body of its own, not a duplicate
 				id = fmt.Sprint("n-", n.Add(1))

@@ -23,7 +23,6 @@ import (
 
 	"github.com/pacerhq/pacer/channels/fcm/fcmtest"
 	"github.com/pacerhq/pacer/channels/internal/channeltest"
-	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
 )
 
 const bearer = "static-test-token"
@@ -318,17 +317,12 @@ func TestValidation(t *testing.T) {
 // the project.
 func TestFake(t *testing.T) {
 	var n atomic.Int64
-	channeltest.CheckFake(t, channeltest.Fake[fcmtest.KeyStats, fcmtest.Arrival]{
-		New: func(c channeltest.FakeConfig) channeltest.FakeServer[fcmtest.KeyStats, fcmtest.Arrival] {
-			cfg := fcmtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, Token: bearer}
-			if c.Listen {
-				return fcmtest.NewServer(cfg)
-			}
-			return fcmtest.New(cfg)
+	channeltest.CheckFake(t, channeltest.Fake[fcmtest.Config, *fcmtest.Server, fcmtest.KeyStats, fcmtest.Arrival]{
+		Config: func(c channeltest.FakeConfig) fcmtest.Config {
+			return fcmtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, Token: bearer}
 		},
-		FetchStats: fcmtest.FetchStats,
-		Common:     func(k fcmtest.KeyStats) fakeprovider.KeyStats { return k.KeyStats },
-		Arrival:    func(a fcmtest.Arrival) (string, bool) { return a.Key, a.Throttled },
+		New: fcmtest.New, NewServer: fcmtest.NewServer, FetchStats: fcmtest.FetchStats,
+		Arrival: func(a fcmtest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Request: func(key, id string) *http.Request {
 			body := msg("dev", id)
 			if id == "" { // a message of its own, not a duplicate

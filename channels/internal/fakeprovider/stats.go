@@ -21,6 +21,10 @@ type KeyStats struct {
 	Last       time.Time `json:"last"`       // last accepted request; zero if none
 }
 
+// Common returns k. A fake whose statistics hold more than KeyStats embeds
+// it, so Common gives the statistics every fake keeps out of any of them.
+func (k KeyStats) Common() KeyStats { return k }
+
 // Stats records requests per key and sums them up as [KeyStats]. The zero
 // value is empty and ready to use. Stats is safe for concurrent use; it
 // expects Record's times in non-decreasing order, which the fakes keep by

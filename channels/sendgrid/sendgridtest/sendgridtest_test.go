@@ -80,19 +80,14 @@ func TestFake(t *testing.T) {
 	for _, k := range channeltest.FakeKeys {
 		keys[k] = "SG." + k
 	}
-	channeltest.CheckFake(t, channeltest.Fake[sendgridtest.KeyStats, sendgridtest.Arrival]{
-		New: func(c channeltest.FakeConfig) channeltest.FakeServer[sendgridtest.KeyStats, sendgridtest.Arrival] {
-			cfg := sendgridtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, APIKeys: keys}
-			if c.Listen {
-				return sendgridtest.NewServer(cfg)
-			}
-			return sendgridtest.New(cfg)
+	channeltest.CheckFake(t, channeltest.Fake[sendgridtest.Config, *sendgridtest.Server, sendgridtest.KeyStats, sendgridtest.Arrival]{
+		Config: func(c channeltest.FakeConfig) sendgridtest.Config {
+			return sendgridtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, APIKeys: keys}
 		},
-		FetchStats: sendgridtest.FetchStats,
-		Common:     func(k sendgridtest.KeyStats) sendgridtest.KeyStats { return k },
-		Arrival:    func(a sendgridtest.Arrival) (string, bool) { return a.Key, a.Throttled },
-		Request:    func(key, id string) *http.Request { return request("SG."+key, mail("a@example.com", id)) },
-		Accepted:   http.StatusAccepted, Throttled: http.StatusTooManyRequests,
+		New: sendgridtest.New, NewServer: sendgridtest.NewServer, FetchStats: sendgridtest.FetchStats,
+		Arrival:  func(a sendgridtest.Arrival) (string, bool) { return a.Key, a.Throttled },
+		Request:  func(key, id string) *http.Request { return request("SG."+key, mail("a@example.com", id)) },
+		Accepted: http.StatusAccepted, Throttled: http.StatusTooManyRequests,
 		Check: func(t testing.TB, status int, h http.Header, body []byte) {
 			switch status {
 			case 202:

@@ -42,17 +42,12 @@ func decodeError(t *testing.T, w *httptest.ResponseRecorder) whatsapptest.ErrorB
 
 // TestFake runs the checks every fake passes.
 func TestFake(t *testing.T) {
-	channeltest.CheckFake(t, channeltest.Fake[whatsapptest.KeyStats, whatsapptest.Arrival]{
-		New: func(c channeltest.FakeConfig) channeltest.FakeServer[whatsapptest.KeyStats, whatsapptest.Arrival] {
-			cfg := whatsapptest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime}
-			if c.Listen {
-				return whatsapptest.NewServer(cfg)
-			}
-			return whatsapptest.New(cfg)
+	channeltest.CheckFake(t, channeltest.Fake[whatsapptest.Config, *whatsapptest.Server, whatsapptest.KeyStats, whatsapptest.Arrival]{
+		Config: func(c channeltest.FakeConfig) whatsapptest.Config {
+			return whatsapptest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime}
 		},
-		FetchStats: whatsapptest.FetchStats,
-		Common:     func(k whatsapptest.KeyStats) whatsapptest.KeyStats { return k },
-		Arrival:    func(a whatsapptest.Arrival) (string, bool) { return a.Key, a.Throttled },
+		New: whatsapptest.New, NewServer: whatsapptest.NewServer, FetchStats: whatsapptest.FetchStats,
+		Arrival: func(a whatsapptest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Request: func(key, id string) *http.Request {
 			return request(key, "", text("+1555000", id))
 		},
