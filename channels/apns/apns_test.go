@@ -2,7 +2,6 @@ package apns_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -643,17 +642,12 @@ func TestSendRetryAfter(t *testing.T) {
 
 func TestSendTransportError(t *testing.T) {
 	channeltest.CheckTransportError(t, func(ts *httptest.Server) error {
-		cfg := apns.Config{BaseURL: ts.URL, KeyID: keyID, TeamID: teamID, PrivateKey: signingKey(t).p8, HTTPClient: ts.Client()}
-		return sendErr(t, newClient(t, cfg), message())
+		return sendErr(t, newClient(t, config(t, ts)), message())
 	})
 }
 
 func TestSendContext(t *testing.T) {
-	c := newClient(t, config(t, h2(t, channeltest.Hang(t))))
-	channeltest.CheckContext(t, func(ctx context.Context) error {
-		_, err := c.Send(ctx, message())
-		return err
-	})
+	channeltest.CheckContext(t, channeltest.SendOf(newClient(t, config(t, h2(t, channeltest.Hang(t)))).Send, message()))
 }
 
 // fake starts an apnstest server that verifies our key, sharing clk.

@@ -514,11 +514,7 @@ func TestSendTransportError(t *testing.T) {
 }
 
 func TestSendContext(t *testing.T) {
-	c := newClient(t, channeltest.Hanging(t).URL)
-	channeltest.CheckContext(t, func(ctx context.Context) error {
-		_, err := c.Send(ctx, message())
-		return err
-	})
+	channeltest.CheckContext(t, channeltest.SendOf(newClient(t, channeltest.Hanging(t).URL).Send, message()))
 }
 
 func TestDefaultLimit(t *testing.T) {
@@ -595,7 +591,6 @@ func TestSendAgainstFake(t *testing.T) {
 func TestConnectionReuse(t *testing.T) {
 	h := channeltest.Responder(202, "", "X-Message-Id", "W_9qHD2LQKSR6ucD1A2R_w")
 	channeltest.CheckReuse(t, h, func(baseURL string) func(context.Context) error {
-		c := newClient(t, baseURL)
-		return func(ctx context.Context) error { _, err := c.Send(ctx, message()); return err }
+		return channeltest.SendOf(newClient(t, baseURL).Send, message())
 	})
 }

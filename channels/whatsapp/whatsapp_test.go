@@ -390,11 +390,7 @@ func TestSendTransportError(t *testing.T) {
 }
 
 func TestSendContext(t *testing.T) {
-	c := newClient(t, channeltest.Hanging(t).URL)
-	channeltest.CheckContext(t, func(ctx context.Context) error {
-		_, err := c.Send(ctx, message())
-		return err
-	})
+	channeltest.CheckContext(t, channeltest.SendOf(newClient(t, channeltest.Hanging(t).URL).Send, message()))
 }
 
 // TestSendAgainstFake runs the adapter against whatsapptest: the fake's
@@ -432,8 +428,7 @@ func TestSendAgainstFake(t *testing.T) {
 func TestConnectionReuse(t *testing.T) {
 	h := channeltest.Responder(200, channeltest.ReadTestdata(t, "success.json"), "Content-Type", "application/json")
 	channeltest.CheckReuse(t, h, func(baseURL string) func(context.Context) error {
-		c := newClient(t, baseURL)
-		return func(ctx context.Context) error { _, err := c.Send(ctx, message()); return err }
+		return channeltest.SendOf(newClient(t, baseURL).Send, message())
 	})
 }
 

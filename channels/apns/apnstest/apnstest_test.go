@@ -119,7 +119,6 @@ func TestFake(t *testing.T) {
 			return apnstest.Config{DeviceRate: c.Rate, DeviceBurst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, PublicKey: pub}
 		},
 		New: apnstest.New, NewServer: apnstest.NewServer, FetchStats: apnstest.FetchStats,
-		Arrival: func(a apnstest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Request: func(key, id string) *http.Request {
 			if id == "" { // a body of its own, not a duplicate
 				id = fmt.Sprint("n-", n.Add(1))
@@ -129,6 +128,7 @@ func TestFake(t *testing.T) {
 			return r
 		},
 		Accepted: http.StatusOK, Throttled: http.StatusTooManyRequests,
+		Arrival: func(a apnstest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Check: func(t testing.TB, status int, h http.Header, body []byte) {
 			id := h.Get("apns-id")
 			if (status == 200 && (len(body) != 0 || len(id) != 36)) ||

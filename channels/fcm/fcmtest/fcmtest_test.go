@@ -322,7 +322,6 @@ func TestFake(t *testing.T) {
 			return fcmtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, Token: bearer}
 		},
 		New: fcmtest.New, NewServer: fcmtest.NewServer, FetchStats: fcmtest.FetchStats,
-		Arrival: func(a fcmtest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Request: func(key, id string) *http.Request {
 			body := msg("dev", id)
 			if id == "" { // a message of its own, not a duplicate
@@ -331,6 +330,7 @@ func TestFake(t *testing.T) {
 			return request(key, bearer, body)
 		},
 		Accepted: http.StatusOK, Throttled: http.StatusTooManyRequests,
+		Arrival: func(a fcmtest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Check: func(t testing.TB, status int, h http.Header, body []byte) {
 			var ok struct{ Name string }
 			var b fcmtest.ErrorBody

@@ -1,6 +1,7 @@
 package channeltest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -24,6 +25,15 @@ func ErrorOf(t testing.TB, channel string, err error, secrets ...string) *channe
 	}
 	NoSecrets(t, err, secrets...)
 	return e
+}
+
+// SendOf returns a send of m through send (a client's Send method) that
+// keeps only its error, as [CheckContext] and [CheckReuse] take it.
+func SendOf(send func(context.Context, channels.Message) (channels.Result, error), m channels.Message) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := send(ctx, m)
+		return err
+	}
 }
 
 // Statuses maps a class to the HTTP statuses whose answers must have it.

@@ -85,9 +85,9 @@ func TestFake(t *testing.T) {
 			return sendgridtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, APIKeys: keys}
 		},
 		New: sendgridtest.New, NewServer: sendgridtest.NewServer, FetchStats: sendgridtest.FetchStats,
-		Arrival:  func(a sendgridtest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Request:  func(key, id string) *http.Request { return request("SG."+key, mail("a@example.com", id)) },
 		Accepted: http.StatusAccepted, Throttled: http.StatusTooManyRequests,
+		Arrival: func(a sendgridtest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Check: func(t testing.TB, status int, h http.Header, body []byte) {
 			switch status {
 			case 202:

@@ -47,11 +47,11 @@ func TestFake(t *testing.T) {
 			return whatsapptest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime}
 		},
 		New: whatsapptest.New, NewServer: whatsapptest.NewServer, FetchStats: whatsapptest.FetchStats,
-		Arrival: func(a whatsapptest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Request: func(key, id string) *http.Request {
 			return request(key, "", text("+1555000", id))
 		},
 		Accepted: http.StatusOK, Throttled: http.StatusTooManyRequests,
+		Arrival: func(a whatsapptest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Check: func(t testing.TB, status int, h http.Header, body []byte) {
 			if ct := h.Get("Content-Type"); ct != "application/json" {
 				t.Errorf("HTTP %d: Content-Type %q", status, ct)
