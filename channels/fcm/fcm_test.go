@@ -497,10 +497,8 @@ func TestSendContext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		channeltest.CheckCanceled(t, func(ctx context.Context) error { // the token request must honour ctx
-			_, err := cl.Send(ctx, message())
-			return err
-		})
+		// The token request must honour ctx.
+		channeltest.CheckCanceled(t, channeltest.SendOf(cl.Send, message()))
 	})
 }
 
