@@ -86,19 +86,11 @@ func config(t *testing.T, ts *httptest.Server) apns.Config {
 func newClient(t *testing.T, cfg apns.Config) *apns.Client {
 	t.Helper()
 	c, err := apns.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return channeltest.Must(t, c, err)
 }
 
 func message() channels.Message {
-	return channels.Message{
-		ID:      "pacer-envelope-0001",
-		Key:     topic,
-		To:      device,
-		Payload: json.RawMessage(`{"headers":{"apns-push-type":"alert","apns-priority":"10"},"aps":{"alert":"hi"}}`),
-	}
+	return channeltest.Message("pacer-envelope-0001", topic, device, `{"headers":{"apns-push-type":"alert","apns-priority":"10"},"aps":{"alert":"hi"}}`)
 }
 
 // sendErr sends m through c and returns the *channels.Error, checking that

@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
-	"github.com/pacerhq/pacer/channels/internal/h2pool"
 	"io"
 	"log"
 	"net/http"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pacerhq/pacer/channels/internal/h2pool"
 
 	"github.com/pacerhq/pacer/channels"
 )

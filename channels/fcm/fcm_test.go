@@ -33,19 +33,11 @@ func newClient(t *testing.T, baseURL string) *fcm.Client {
 	t.Helper()
 	c, err := fcm.New(t.Context(), fcm.Config{BaseURL: baseURL,
 		TokenSource: oauth2.StaticTokenSource(&oauth2.Token{AccessToken: access})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return channeltest.Must(t, c, err)
 }
 
 func message() channels.Message {
-	return channels.Message{
-		ID:      "env-1",
-		Key:     project,
-		To:      recipient,
-		Payload: json.RawMessage(`{"notification":{"title":"Hi","body":"there"},"data":{"k":"v"}}`),
-	}
+	return channeltest.Message("env-1", project, recipient, `{"notification":{"title":"Hi","body":"there"},"data":{"k":"v"}}`)
 }
 
 // checkErr returns the *channels.Error in err, and fails the test if there

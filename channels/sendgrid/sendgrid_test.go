@@ -33,20 +33,12 @@ func keys() map[string]string { return map[string]string{keyName: secret, "trans
 func newClient(t *testing.T, baseURL string) *sendgrid.Client {
 	t.Helper()
 	c, err := sendgrid.New(sendgrid.Config{BaseURL: baseURL, APIKeys: keys(), Now: func() time.Time { return t0 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return channeltest.Must(t, c, err)
 }
 
 func message() channels.Message {
-	return channels.Message{
-		ID:  "env-1",
-		Key: keyName,
-		To:  recipient,
-		Payload: json.RawMessage(`{"from":{"email":"news@example.org"},"subject":"Hi",
-			"content":[{"type":"text/plain","value":"Hello"}]}`),
-	}
+	return channeltest.Message("env-1", keyName, recipient, `{"from":{"email":"news@example.org"},"subject":"Hi",
+			"content":[{"type":"text/plain","value":"Hello"}]}`)
 }
 
 // secrets must stay out of error text, in any case.

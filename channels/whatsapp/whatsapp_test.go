@@ -27,19 +27,11 @@ const (
 func newClient(t *testing.T, baseURL string) *whatsapp.Client {
 	t.Helper()
 	c, err := whatsapp.New(whatsapp.Config{BaseURL: baseURL, Token: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return channeltest.Must(t, c, err)
 }
 
 func message() channels.Message {
-	return channels.Message{
-		ID:      "env-1",
-		Key:     phoneID,
-		To:      recipient,
-		Payload: json.RawMessage(`{"type":"text","text":{"preview_url":false,"body":"hi"}}`),
-	}
+	return channeltest.Message("env-1", phoneID, recipient, `{"type":"text","text":{"preview_url":false,"body":"hi"}}`)
 }
 
 // sendErr sends message() through a client of ts and returns the *channels.Error.

@@ -2,6 +2,7 @@ package channeltest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +12,22 @@ import (
 
 	"github.com/pacerhq/pacer/channels"
 )
+
+// Must returns v, failing t at once if err is not nil: an adapter test's
+// newClient passes it what the adapter's New returned.
+func Must[T any](t testing.TB, v T, err error) T {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Message returns the message an adapter test sends: envelope id id, key,
+// recipient to and payload, a JSON object.
+func Message(id, key, to, payload string) channels.Message {
+	return channels.Message{ID: id, Key: key, To: to, Payload: json.RawMessage(payload)}
+}
 
 // ErrorOf returns the *channels.Error in err, failing t if there is none,
 // if its Channel is not channel or if its text holds one of secrets.
