@@ -182,6 +182,16 @@ func codeOf(t *testing.T, w *httptest.ResponseRecorder) int {
 	return decodeError(t, w).Error.Code
 }
 
+// wantCode posts a text to to with envelope id id from key on s and fails t
+// at once unless the answer's Graph error code is want (0: accepted); what
+// names the request in the failure.
+func wantCode(t *testing.T, s http.Handler, key, to, id string, want int, what string) {
+	t.Helper()
+	if got := codeOf(t, post(s, key, "", text(to, id))); got != want {
+		t.Fatalf("%s: code %d, want %d", what, got, want)
+	}
+}
+
 // TestPairLimit checks 131056 per (number, recipient) with Meta's documented
 // burst and rate, that other recipients and the number's bucket are
 // untouched by it, and the documented body (providers.md §1.4).
@@ -189,28 +199,18 @@ func TestPairLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := whatsapptest.New(whatsapptest.Config{Rate: 1000, PairRate: whatsapptest.PairRate, PairBurst: whatsapptest.PairBurst})
 		for i := range whatsapptest.PairBurst {
-			if got := codeOf(t, post(s, "111", "", text("+1555000", fmt.Sprint(i)))); got != 0 {
-				t.Fatalf("pair request %d: code %d, want 0", i, got)
-			}
+			wantCode(t, s, "111", "+1555000", fmt.Sprint(i), 0, fmt.Sprintf("pair request %d", i))
 			time.Sleep(10 * time.Millisecond)
 		}
 		w := post(s, "111", "", text("+1555000", "over"))
 		if got := codeOf(t, w); got != 131056 || w.Code != http.StatusTooManyRequests {
 			t.Fatalf("46th to one recipient: HTTP %d code %d, want 429 131056", w.Code, got)
 		}
-		if got := codeOf(t, post(s, "111", "", text("+1555999", "other"))); got != 0 {
-			t.Fatalf("another recipient: code %d, want 0", got)
-		}
-		if got := codeOf(t, post(s, "222", "", text("+1555000", "other number"))); got != 0 {
-			t.Fatalf("another number to the same recipient: code %d, want 0", got)
-		}
+		wantCode(t, s, "111", "+1555999", "other", 0, "another recipient")
+		wantCode(t, s, "222", "+1555000", "other number", 0, "another number to the same recipient")
 		time.Sleep(6 * time.Second) // one token at 1 per 6 s (less the 0.45 s spent above)
-		if got := codeOf(t, post(s, "111", "", text("+1555000", "later"))); got != 0 {
-			t.Fatalf("6 s later: code %d, want 0", got)
-		}
-		if got := codeOf(t, post(s, "111", "", text("+1555000", "again"))); got != 131056 {
-			t.Fatalf("at once again: code %d, want 131056", got)
-		}
+		wantCode(t, s, "111", "+1555000", "later", 0, "6 s later")
+		wantCode(t, s, "111", "+1555000", "again", 131056, "at once again")
 		st := s.Stats()["111"]
 		if st.Delivered != whatsapptest.PairBurst+2 || st.Throttled != 2 {
 			t.Fatalf("stats %+v, want %d delivered and 2 throttled", st, whatsapptest.PairBurst+2)
@@ -225,25 +225,17 @@ func TestAccountLimit(t *testing.T) {
 		s := whatsapptest.New(whatsapptest.Config{AccountLimit: 3, AccountWindow: time.Minute,
 			Accounts: map[string]string{"111": "waba-1", "222": "waba-1"}})
 		for i, key := range []string{"111", "222", "111"} {
-			if got := codeOf(t, post(s, key, "", text("+1555000", fmt.Sprint(i)))); got != 0 {
-				t.Fatalf("request %d: code %d, want 0", i, got)
-			}
+			wantCode(t, s, key, "+1555000", fmt.Sprint(i), 0, fmt.Sprintf("request %d", i))
 			time.Sleep(10 * time.Second)
 		}
 		w := post(s, "222", "", text("+1555000", "over"))
 		if got := codeOf(t, w); got != 80007 || w.Code != http.StatusBadRequest {
 			t.Fatalf("4th in the window: HTTP %d code %d, want 400 80007", w.Code, got)
 		}
-		if got := codeOf(t, post(s, "333", "", text("+1555000", "other account"))); got != 0 {
-			t.Fatalf("another account: code %d, want 0", got)
-		}
+		wantCode(t, s, "333", "+1555000", "other account", 0, "another account")
 		time.Sleep(30 * time.Second) // the first request (at 0) has left the window
-		if got := codeOf(t, post(s, "111", "", text("+1555000", "rolled"))); got != 0 {
-			t.Fatalf("after the first left the window: code %d, want 0", got)
-		}
-		if got := codeOf(t, post(s, "111", "", text("+1555000", "full"))); got != 80007 {
-			t.Fatalf("window full again: code %d, want 80007", got)
-		}
+		wantCode(t, s, "111", "+1555000", "rolled", 0, "after the first left the window")
+		wantCode(t, s, "111", "+1555000", "full", 80007, "window full again")
 	})
 }
 
@@ -265,9 +257,7 @@ func TestAdmin(t *testing.T) {
 		}
 		post(s, "111", "", text("+1555000", "a"))
 		time.Sleep(500 * time.Millisecond) // 100/s would have refilled; 1/s has not
-		if got := codeOf(t, post(s, "111", "", text("+1555000", "b"))); got != 130429 {
-			t.Fatalf("at the hidden rate: code %d, want 130429", got)
-		}
+		wantCode(t, s, "111", "+1555000", "b", 130429, "at the hidden rate")
 		time.Sleep(time.Second)
 		if c := admin("/_admin/fail?key=111&n=1"); c != http.StatusNoContent {
 			t.Fatalf("fail: HTTP %d, want 204", c)
@@ -277,9 +267,7 @@ func TestAdmin(t *testing.T) {
 			t.Fatalf("after FailNext: HTTP %d code %d, want 500 131000", w.Code, got)
 		}
 		time.Sleep(time.Second)
-		if got := codeOf(t, post(s, "111", "", text("+1555000", "d"))); got != 0 {
-			t.Fatalf("after the failure: code %d, want 0", got)
-		}
+		wantCode(t, s, "111", "+1555000", "d", 0, "after the failure")
 		// The 500 is counted as a failure, not as a throttle.
 		st := s.Stats()["111"]
 		if st.Delivered != 2 || st.Throttled != 1 || st.Failed != 1 {
