@@ -554,12 +554,7 @@ func TestNew(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := apns.New(c.cfg)
-			switch {
-			case c.field == "" && err != nil:
-				t.Fatalf("New: %v", err)
-			case c.field != "" && (err == nil || !strings.Contains(err.Error(), c.field)):
-				t.Fatalf("New: %v; want an error naming %s", err, c.field)
-			}
+			channeltest.CheckNewErr(t, err, c.field)
 			noSecrets(t, err)
 			for _, secret := range [][]byte{p384, ed, sec1, garbled} {
 				channeltest.NoSecrets(t, err, channeltest.PEMLines(string(secret))...)

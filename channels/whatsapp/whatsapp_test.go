@@ -300,11 +300,8 @@ func TestNew(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := whatsapp.New(c.cfg)
+			channeltest.CheckNewErr(t, err, c.field)
 			switch {
-			case c.field == "" && err != nil:
-				t.Fatalf("New: %v", err)
-			case c.field != "" && (err == nil || !strings.Contains(err.Error(), c.field)):
-				t.Fatalf("New: %v; want an error naming %s", err, c.field)
 			case err != nil && strings.Contains(err.Error(), token):
 				t.Fatalf("New error %q contains the token", err)
 			}

@@ -13,6 +13,18 @@ import (
 	"github.com/pacerhq/pacer/channels"
 )
 
+// CheckNewErr checks err, what an adapter's New returned for a config: nil
+// when field is "", else an error naming field; it fails t at once if not.
+func CheckNewErr(t testing.TB, err error, field string) {
+	t.Helper()
+	switch {
+	case field == "" && err != nil:
+		t.Fatalf("New: %v", err)
+	case field != "" && (err == nil || !strings.Contains(err.Error(), field)):
+		t.Fatalf("New: %v; want an error naming %s", err, field)
+	}
+}
+
 // Must returns v, failing t at once if err is not nil: an adapter test's
 // newClient passes it what the adapter's New returned.
 func Must[T any](t testing.TB, v T, err error) T {
