@@ -30,8 +30,7 @@ const bearer = "static-test-token"
 // request returns a request of body to /v1/projects/{project}/messages:send
 // with the bearer token (none if ""), as the fcm adapter sends it.
 func request(project, token, body string) *http.Request {
-	return channeltest.Request("POST", "/v1/projects/"+project+"/messages:send", body,
-		"Content-Type", "application/json", "Authorization", channeltest.Bearer(token))
+	return channeltest.PostJSON("/v1/projects/"+project+"/messages:send", token, body)
 }
 
 // post sends body to /v1/projects/{project}/messages:send on h and returns

@@ -96,6 +96,14 @@ func Request(method, target, body string, header ...string) *http.Request {
 	return r
 }
 
+// PostJSON returns a POST of body, a JSON document, to target as a server
+// receives it, with the Content-Type application/json and token as a
+// bearer token (none if token is ""), then the headers given in name, value
+// pairs, as [Request] takes them.
+func PostJSON(target, token, body string, header ...string) *http.Request {
+	return Request("POST", target, body, append([]string{"Content-Type", "application/json", "Authorization", Bearer(token)}, header...)...)
+}
+
 // Bearer returns the Authorization header value of token, "Bearer " and
 // the token, or "" for an empty token.
 func Bearer(token string) string {

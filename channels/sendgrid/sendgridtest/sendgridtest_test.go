@@ -24,8 +24,7 @@ const (
 // request returns a request of body to /v3/mail/send with the bearer key
 // (none if "") and the header pairs, as the sendgrid adapter sends it.
 func request(bearer, body string, header ...string) *http.Request {
-	return channeltest.Request("POST", "/v3/mail/send", body, append([]string{"Content-Type", "application/json",
-		"Accept", "application/json", "Authorization", channeltest.Bearer(bearer)}, header...)...)
+	return channeltest.PostJSON("/v3/mail/send", bearer, body, append([]string{"Accept", "application/json"}, header...)...)
 }
 
 // post sends body to /v3/mail/send on h with the bearer key (none if "")

@@ -17,8 +17,7 @@ import (
 // request returns a request of body to /v21.0/{key}/messages with the
 // bearer token (none if ""), as the whatsapp adapter sends it.
 func request(key, bearer, body string) *http.Request {
-	return channeltest.Request("POST", "/v21.0/"+key+"/messages", body,
-		"Content-Type", "application/json", "Authorization", channeltest.Bearer(bearer))
+	return channeltest.PostJSON("/v21.0/"+key+"/messages", bearer, body)
 }
 
 // post sends body to /v21.0/{key}/messages on h and returns the recorded answer.
