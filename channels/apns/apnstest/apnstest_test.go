@@ -111,9 +111,9 @@ func (f *fixture) post(to, payload string) *httptest.ResponseRecorder {
 // key being a device token and an apns-topic of its own, with APNs's
 // answers: a 200 with a new apns-id and no body, a 429 TooManyRequests.
 func TestFake(t *testing.T) {
+	var n atomic.Int64 // numbers the requests without an id
 	k, pub := keys(t)
 	tok := sign(t, k, keyID, teamID, time.Now())
-	var n atomic.Int64
 	channeltest.CheckFake(t, channeltest.Fake[apnstest.Config, *apnstest.Server, apnstest.KeyStats, apnstest.Arrival]{
 		Config: func(c channeltest.FakeConfig) apnstest.Config {
 			return apnstest.Config{DeviceRate: c.Rate, DeviceBurst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, PublicKey: pub}

@@ -45,11 +45,7 @@ func msg(token, id string) string {
 
 func decodeError(t *testing.T, w *httptest.ResponseRecorder) fcmtest.ErrorBody {
 	t.Helper()
-	var b fcmtest.ErrorBody
-	if err := json.Unmarshal(w.Body.Bytes(), &b); err != nil {
-		t.Fatalf("error body %q: %v", w.Body, err)
-	}
-	return b
+	return channeltest.DecodeBody[fcmtest.ErrorBody](t, w)
 }
 
 // detail returns the first detail of b with @type ending in suffix.

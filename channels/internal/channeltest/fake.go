@@ -104,6 +104,17 @@ func PostJSON(target, token, body string, header ...string) *http.Request {
 	return Request("POST", target, body, append([]string{"Content-Type", "application/json", "Authorization", Bearer(token)}, header...)...)
 }
 
+// DecodeBody returns the JSON body of w read as a T, failing t at once if
+// it is not one.
+func DecodeBody[T any](t testing.TB, w *httptest.ResponseRecorder) T {
+	t.Helper()
+	var b T
+	if err := json.Unmarshal(w.Body.Bytes(), &b); err != nil {
+		t.Fatalf("error body %q: %v", w.Body, err)
+	}
+	return b
+}
+
 // Bearer returns the Authorization header value of token, "Bearer " and
 // the token, or "" for an empty token.
 func Bearer(token string) string {

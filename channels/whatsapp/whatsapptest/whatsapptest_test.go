@@ -32,11 +32,7 @@ func text(to, id string) string {
 
 func decodeError(t *testing.T, w *httptest.ResponseRecorder) whatsapptest.ErrorBody {
 	t.Helper()
-	var b whatsapptest.ErrorBody
-	if err := json.Unmarshal(w.Body.Bytes(), &b); err != nil {
-		t.Fatalf("error body %q: %v", w.Body, err)
-	}
-	return b
+	return channeltest.DecodeBody[whatsapptest.ErrorBody](t, w)
 }
 
 // TestFake runs the checks every fake passes.
