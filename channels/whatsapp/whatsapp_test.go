@@ -177,8 +177,21 @@ func TestSendSuccessWithoutID(t *testing.T) {
 	}
 }
 
+// sent returns the JSON text of the body fields the adapter sets in every
+// send, with callback as biz_opaque_callback_data, and of the more fields
+// given in name, value pairs.
+func sent(callback string, more ...string) map[string]string {
+	m := map[string]string{"messaging_product": `"whatsapp"`, "recipient_type": `"individual"`,
+		"to": `"+16505551234"`, "biz_opaque_callback_data": callback}
+	for i := 0; i+1 < len(more); i += 2 {
+		m[more[i]] = more[i+1]
+	}
+	return m
+}
+
 // TestSendRequestShape checks method, path, headers and the merged body.
 func TestSendRequestShape(t *testing.T) {
+	defaultPath := "/" + whatsapp.DefaultAPIVersion + "/" + phoneID + "/messages"
 	ts, got := channeltest.Capture(t, func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, `{"messages":[{"id":"wamid.1"}]}`)
 	})
@@ -195,51 +208,28 @@ func TestSendRequestShape(t *testing.T) {
 		{
 			name:    "payload fields kept, ours win",
 			payload: `{"type":"text","text":{"preview_url":false,"body":"hi \u00e9"},"to":"+1999","messaging_product":"sms","recipient_type":"group","x":[1,2.50]}`,
-			want: map[string]string{
-				"messaging_product":        `"whatsapp"`,
-				"recipient_type":           `"individual"`,
-				"to":                       `"+16505551234"`,
-				"biz_opaque_callback_data": `"env-1"`,
-				"type":                     `"text"`,
-				"text":                     `{"preview_url":false,"body":"hi \u00e9"}`,
-				"x":                        `[1,2.50]`,
-			},
-			path: "/" + whatsapp.DefaultAPIVersion + "/" + phoneID + "/messages",
+			want:    sent(`"env-1"`, "type", `"text"`, "text", `{"preview_url":false,"body":"hi \u00e9"}`, "x", `[1,2.50]`),
+			path:    defaultPath,
 		},
 		{
 			name:    "payload sets biz_opaque_callback_data",
 			payload: `{"biz_opaque_callback_data":"theirs"}`,
-			want: map[string]string{
-				"messaging_product":        `"whatsapp"`,
-				"recipient_type":           `"individual"`,
-				"to":                       `"+16505551234"`,
-				"biz_opaque_callback_data": `"theirs"`,
-			},
-			path: "/" + whatsapp.DefaultAPIVersion + "/" + phoneID + "/messages",
+			want:    sent(`"theirs"`),
+			path:    defaultPath,
 		},
 		{
 			name:    "nil payload, base path and version",
 			base:    "/graph/",
 			version: "v23.0",
 			key:     "a/b",
-			want: map[string]string{
-				"messaging_product":        `"whatsapp"`,
-				"recipient_type":           `"individual"`,
-				"to":                       `"+16505551234"`,
-				"biz_opaque_callback_data": `"env-1"`,
-			},
-			path: "/graph/v23.0/a%2Fb/messages",
+			want:    sent(`"env-1"`),
+			path:    "/graph/v23.0/a%2Fb/messages",
 		},
 		{
 			name:    "null payload",
 			payload: ` null `,
-			want: map[string]string{
-				"messaging_product":        `"whatsapp"`,
-				"recipient_type":           `"individual"`,
-				"to":                       `"+16505551234"`,
-				"biz_opaque_callback_data": `"env-1"`,
-			},
-			path: "/" + whatsapp.DefaultAPIVersion + "/" + phoneID + "/messages",
+			want:    sent(`"env-1"`),
+			path:    defaultPath,
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
