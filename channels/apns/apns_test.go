@@ -120,78 +120,50 @@ func noSecrets(t *testing.T, err error) {
 // TestSendClassification runs every reason of providers.md §2.3 through the
 // adapter with the status Apple documents for it.
 func TestSendClassification(t *testing.T) {
-	const (
-		key  = channels.ScopeKey
-		pair = channels.ScopePair
-	)
-	for _, c := range []struct {
-		reason string
-		status int
-		class  channels.Class
-		scope  channels.Scope
-	}{
-		{"TooManyRequests", 429, channels.Throttle, pair},
-		{"TooManyProviderTokenUpdates", 429, channels.Halt, key},
-		{"ServiceUnavailable", 503, channels.Transient, key},
-		{"Shutdown", 503, channels.Transient, key},
-		{"InternalServerError", 500, channels.Transient, key},
-		{"Unregistered", 410, channels.Permanent, key},
-		{"ExpiredToken", 410, channels.Permanent, key},
-		{"BadDeviceToken", 400, channels.Permanent, key},
-		{"DeviceTokenNotForTopic", 400, channels.Permanent, key},
-		{"BadCollapseId", 400, channels.Permanent, key},
-		{"BadExpirationDate", 400, channels.Permanent, key},
-		{"BadMessageId", 400, channels.Permanent, key},
-		{"BadPriority", 400, channels.Permanent, key},
-		{"BadTopic", 400, channels.Permanent, key},
-		{"DuplicateHeaders", 400, channels.Permanent, key},
-		{"InvalidPushType", 400, channels.Permanent, key},
-		{"MissingDeviceToken", 400, channels.Permanent, key},
-		{"MissingTopic", 400, channels.Permanent, key},
-		{"PayloadEmpty", 400, channels.Permanent, key},
-		{"TopicDisallowed", 400, channels.Permanent, key},
-		{"IdleTimeout", 400, channels.Transient, key},
-		{"ExpiredProviderToken", 403, channels.Halt, key},
-		{"InvalidProviderToken", 403, channels.Halt, key},
-		{"MissingProviderToken", 403, channels.Halt, key},
-		{"UnrelatedKeyIdInToken", 403, channels.Halt, key},
-		{"BadEnvironmentKeyIdInToken", 403, channels.Halt, key},
-		{"BadCertificate", 403, channels.Halt, key},
-		{"BadCertificateEnvironment", 403, channels.Halt, key},
-		{"Forbidden", 403, channels.Halt, key},
-		{"BadPath", 404, channels.Permanent, key},
-		{"MethodNotAllowed", 405, channels.Permanent, key},
-		{"PayloadTooLarge", 413, channels.Permanent, key},
-	} {
-		t.Run(c.reason, func(t *testing.T) {
-			body := channeltest.ReadTestdata(t, c.reason+".json")
-			var hits atomic.Int32
-			ts := h2(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				hits.Add(1)
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(c.status)
-				io.WriteString(w, body)
-			}))
-			e := sendErr(t, newClient(t, config(t, ts)), message())
-			if e.Code != c.reason || e.Status != c.status || e.Class != c.class || e.Scope != c.scope {
-				t.Errorf("got code=%q status=%d class=%v scope=%v; want %q %d %v %v",
-					e.Code, e.Status, e.Class, e.Scope, c.reason, c.status, c.class, c.scope)
-			}
-			if e.Detail == "" || e.RetryAfter != 0 || e.Err != nil {
-				t.Errorf("Detail = %q, RetryAfter = %v, Err = %v; want a detail, 0, nil", e.Detail, e.RetryAfter, e.Err)
-			}
-			if n := hits.Load(); n != 1 {
-				t.Errorf("%d requests, want 1 (a token under 20 min old is not renewed)", n)
-			}
-			since, ok := apns.InvalidSince(e)
-			if want := c.reason == "Unregistered"; ok != want {
-				t.Errorf("InvalidSince ok = %v, want %v", ok, want)
-			}
-			if ok && !since.Equal(time.UnixMilli(1767323045678)) {
-				t.Errorf("InvalidSince = %v, want 2026-01-02T03:04:05.678Z", since.UTC())
-			}
-		})
-	}
+	channeltest.CheckDocumented(t, channeltest.Documented{
+		channels.Throttle: {"TooManyRequests 429"},
+		channels.Transient: {"ServiceUnavailable 503", "Shutdown 503", "InternalServerError 500",
+			"IdleTimeout 400"},
+		channels.Permanent: {"Unregistered 410", "ExpiredToken 410", "BadDeviceToken 400",
+			"DeviceTokenNotForTopic 400", "BadCollapseId 400", "BadExpirationDate 400", "BadMessageId 400",
+			"BadPriority 400", "BadTopic 400", "DuplicateHeaders 400", "InvalidPushType 400",
+			"MissingDeviceToken 400", "MissingTopic 400", "PayloadEmpty 400", "TopicDisallowed 400",
+			"BadPath 404", "MethodNotAllowed 405", "PayloadTooLarge 413"},
+		channels.Halt: {"TooManyProviderTokenUpdates 429", "ExpiredProviderToken 403",
+			"InvalidProviderToken 403", "MissingProviderToken 403", "UnrelatedKeyIdInToken 403",
+			"BadEnvironmentKeyIdInToken 403", "BadCertificate 403", "BadCertificateEnvironment 403",
+			"Forbidden 403"},
+	}, func(t *testing.T, d channeltest.DocumentedError) *channels.Error {
+		var hits atomic.Int32
+		ts := h2(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(d.Status)
+			io.WriteString(w, d.Body)
+		}))
+		e := sendErr(t, newClient(t, config(t, ts)), message())
+		scope := channels.ScopeKey
+		if d.Code == "TooManyRequests" {
+			scope = channels.ScopePair
+		}
+		if e.Scope != scope {
+			t.Errorf("Scope = %v, want %v", e.Scope, scope)
+		}
+		if e.Detail == "" || e.RetryAfter != 0 || e.Err != nil {
+			t.Errorf("Detail = %q, RetryAfter = %v, Err = %v; want a detail, 0, nil", e.Detail, e.RetryAfter, e.Err)
+		}
+		if n := hits.Load(); n != 1 {
+			t.Errorf("%d requests, want 1 (a token under 20 min old is not renewed)", n)
+		}
+		since, ok := apns.InvalidSince(e)
+		if want := d.Code == "Unregistered"; ok != want {
+			t.Errorf("InvalidSince ok = %v, want %v", ok, want)
+		}
+		if ok && !since.Equal(time.UnixMilli(1767323045678)) {
+			t.Errorf("InvalidSince = %v, want 2026-01-02T03:04:05.678Z", since.UTC())
+		}
+		return e
+	})
 }
 
 // TestSendUnknownReason: a reason in no table is classified by HTTP status;

@@ -65,59 +65,44 @@ func sendAnswer(t *testing.T, status int, body string) *channels.Error {
 // TestSendClassification runs every code of providers.md §3.3 through the
 // adapter, each with the HTTP status FCM documents for it.
 func TestSendClassification(t *testing.T) {
-	const (
-		key  = channels.ScopeKey
-		pair = channels.ScopePair
-	)
-	for _, c := range []struct {
-		file   string
-		status int
-		code   string
-		class  channels.Class
-		scope  channels.Scope
-		retry  time.Duration // RetryAfter without a Retry-After header
-	}{
-		{"QUOTA_EXCEEDED.json", 429, "QUOTA_EXCEEDED", channels.Throttle, key, time.Minute},
-		{"QUOTA_EXCEEDED_bare.json", 429, "QUOTA_EXCEEDED", channels.Throttle, key, time.Minute},
-		{"QUOTA_EXCEEDED_topic.json", 429, "QUOTA_EXCEEDED", channels.Throttle, key, time.Minute},
-		{"QUOTA_EXCEEDED_device.json", 429, "QUOTA_EXCEEDED", channels.Throttle, pair, 0},
-		{"RESOURCE_EXHAUSTED.json", 429, "RESOURCE_EXHAUSTED", channels.Throttle, key, time.Minute}, // #719
-		{"UNAVAILABLE.json", 503, "UNAVAILABLE", channels.Transient, key, 0},
-		{"INTERNAL.json", 500, "INTERNAL", channels.Transient, key, 0},
-		{"UNSPECIFIED_ERROR.json", 500, "UNSPECIFIED_ERROR", channels.Transient, key, 0},
-		{"UNREGISTERED.json", 404, "UNREGISTERED", channels.Permanent, key, 0},
-		{"SENDER_ID_MISMATCH.json", 403, "SENDER_ID_MISMATCH", channels.Permanent, key, 0},
-		{"INVALID_ARGUMENT.json", 400, "INVALID_ARGUMENT", channels.Permanent, key, 0},
-		{"INVALID_ARGUMENT_apns.json", 400, "INVALID_ARGUMENT", channels.Permanent, key, 0},
-		{"THIRD_PARTY_AUTH_ERROR.json", 401, "THIRD_PARTY_AUTH_ERROR", channels.Permanent, key, 0},
-		{"APNS_AUTH_ERROR.json", 401, "APNS_AUTH_ERROR", channels.Permanent, key, 0},
-		{"UNAUTHENTICATED.json", 401, "UNAUTHENTICATED", channels.Halt, key, 0},
-		{"PERMISSION_DENIED.json", 403, "PERMISSION_DENIED", channels.Halt, key, 0},
-	} {
-		t.Run(c.file, func(t *testing.T) {
-			body := channeltest.ReadTestdata(t, c.file)
-			var g struct {
-				Error struct {
-					Code    int
-					Message string
-				}
+	channeltest.CheckDocumented(t, channeltest.Documented{
+		channels.Throttle: {"QUOTA_EXCEEDED 429", "QUOTA_EXCEEDED_bare 429 QUOTA_EXCEEDED",
+			"QUOTA_EXCEEDED_topic 429 QUOTA_EXCEEDED", "QUOTA_EXCEEDED_device 429 QUOTA_EXCEEDED",
+			"RESOURCE_EXHAUSTED 429"}, // RESOURCE_EXHAUSTED: #719
+		channels.Transient: {"UNAVAILABLE 503", "INTERNAL 500", "UNSPECIFIED_ERROR 500"},
+		channels.Permanent: {"UNREGISTERED 404", "SENDER_ID_MISMATCH 403", "INVALID_ARGUMENT 400",
+			"INVALID_ARGUMENT_apns 400 INVALID_ARGUMENT", "THIRD_PARTY_AUTH_ERROR 401", "APNS_AUTH_ERROR 401"},
+		channels.Halt: {"UNAUTHENTICATED 401", "PERMISSION_DENIED 403"},
+	}, func(t *testing.T, d channeltest.DocumentedError) *channels.Error {
+		var g struct {
+			Error struct {
+				Code    int
+				Message string
 			}
-			if err := json.Unmarshal([]byte(body), &g); err != nil || g.Error.Code != c.status {
-				t.Fatalf("testdata error.code = %d, %v; want %d", g.Error.Code, err, c.status)
-			}
-			e := sendErr(t, channeltest.Respond(t, c.status, body, "Content-Type", "application/json; charset=UTF-8"))
-			if e.Code != c.code || e.Status != c.status || e.Class != c.class || e.Scope != c.scope {
-				t.Errorf("got code=%q status=%d class=%v scope=%v; want %q %d %v %v",
-					e.Code, e.Status, e.Class, e.Scope, c.code, c.status, c.class, c.scope)
-			}
-			if e.Detail != g.Error.Message[:min(len(g.Error.Message), 200)] {
-				t.Errorf("Detail = %q, want error.message %q", e.Detail, g.Error.Message)
-			}
-			if e.RetryAfter != c.retry || e.Err != nil {
-				t.Errorf("RetryAfter = %v, Err = %v; want %v, nil", e.RetryAfter, e.Err, c.retry)
-			}
-		})
-	}
+		}
+		if err := json.Unmarshal([]byte(d.Body), &g); err != nil || g.Error.Code != d.Status {
+			t.Fatalf("testdata error.code = %d, %v; want %d", g.Error.Code, err, d.Status)
+		}
+		e := sendErr(t, channeltest.Respond(t, d.Status, d.Body, "Content-Type", "application/json; charset=UTF-8"))
+		// A project's quota asks for a minute when FCM names no wait; a
+		// device's rate (QUOTA_EXCEEDED_device) throttles the pair alone.
+		scope, retry := channels.ScopeKey, time.Duration(0)
+		if d.Name == "QUOTA_EXCEEDED_device" {
+			scope = channels.ScopePair
+		} else if d.Class == channels.Throttle {
+			retry = time.Minute
+		}
+		if e.Scope != scope {
+			t.Errorf("Scope = %v, want %v", e.Scope, scope)
+		}
+		if e.Detail != g.Error.Message[:min(len(g.Error.Message), 200)] {
+			t.Errorf("Detail = %q, want error.message %q", e.Detail, g.Error.Message)
+		}
+		if e.RetryAfter != retry || e.Err != nil {
+			t.Errorf("RetryAfter = %v, Err = %v; want %v, nil", e.RetryAfter, e.Err, retry)
+		}
+		return e
+	})
 }
 
 // TestSendCodeBeatsStatus: the code decides, whatever the HTTP status.

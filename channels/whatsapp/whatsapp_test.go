@@ -54,90 +54,42 @@ func sendAnswer(t *testing.T, status int, body string) *channels.Error {
 // codes that third parties saw with 429 run with both, to show the class
 // comes from error.code alone.
 func TestSendClassification(t *testing.T) {
-	const (
-		key     = channels.ScopeKey
-		pair    = channels.ScopePair
-		account = channels.ScopeAccount
-	)
-	for _, c := range []struct {
-		code   string
-		status int
-		class  channels.Class
-		scope  channels.Scope
-	}{
-		{"130429", 400, channels.Throttle, key},
-		{"130429", 429, channels.Throttle, key},
-		{"131056", 400, channels.Throttle, pair},
-		{"131056", 429, channels.Throttle, pair},
-		{"80007", 400, channels.Throttle, account},
-		{"4", 400, channels.Throttle, account},
-		{"4", 429, channels.Throttle, account},
-		{"131048", 400, channels.Throttle, key},
-		{"131049", 400, channels.Permanent, key},
-		{"131057", 500, channels.Transient, key},
-		{"2", 503, channels.Transient, key},
-		{"131000", 500, channels.Transient, key},
-		{"131016", 500, channels.Transient, key},
-		{"1", 400, channels.Transient, key},
-		{"131026", 400, channels.Permanent, key},
-		{"131047", 400, channels.Permanent, key},
-		{"131021", 400, channels.Permanent, key},
-		{"131051", 400, channels.Permanent, key},
-		{"131053", 400, channels.Permanent, key},
-		{"100", 400, channels.Permanent, key},
-		{"131008", 400, channels.Permanent, key},
-		{"131009", 400, channels.Permanent, key},
-		{"33", 400, channels.Permanent, key},
-		{"130472", 400, channels.Permanent, key},
-		{"132000", 400, channels.Permanent, key},
-		{"132001", 404, channels.Permanent, key},
-		{"132005", 400, channels.Permanent, key},
-		{"132007", 400, channels.Permanent, key},
-		{"132012", 400, channels.Permanent, key},
-		{"132015", 400, channels.Permanent, key},
-		{"0", 401, channels.Halt, key},
-		{"190", 401, channels.Halt, key},
-		{"3", 500, channels.Halt, key},
-		{"10", 403, channels.Halt, key},
-		{"200", 403, channels.Halt, key},
-		{"250", 403, channels.Halt, key},
-		{"299", 403, channels.Halt, key},
-		{"131005", 403, channels.Halt, key},
-		{"368", 403, channels.Halt, key},
-		{"131031", 403, channels.Halt, key},
-		{"131042", 400, channels.Halt, key},
-		{"131045", 500, channels.Halt, key},
-		{"133010", 400, channels.Halt, key},
-	} {
-		t.Run(c.code+"/"+strconv.Itoa(c.status), func(t *testing.T) {
-			body := channeltest.ReadTestdata(t, c.code+".json")
-			e := sendErr(t, channeltest.Respond(t, c.status, body, "Content-Type", "application/json"))
-			if e.Code != c.code || e.Status != c.status || e.Class != c.class || e.Scope != c.scope {
-				t.Errorf("got code=%q status=%d class=%v scope=%v; want %q %d %v %v",
-					e.Code, e.Status, e.Class, e.Scope, c.code, c.status, c.class, c.scope)
-			}
-			var g struct{ Error struct{ Message string } }
-			if err := json.Unmarshal([]byte(body), &g); err != nil {
-				t.Fatal(err)
-			}
-			if e.Detail != g.Error.Message {
-				t.Errorf("Detail = %q, want error.message %q", e.Detail, g.Error.Message)
-			}
-			// An account budget is a rolling hour (providers.md §1.4): its
-			// throttles ask for a minute, not the key's 1 s; a spam rate
-			// limit (131048) an hour.
-			wantRetry := time.Duration(0)
-			switch {
-			case c.scope == account:
-				wantRetry = whatsapp.AccountCooldown
-			case c.code == "131048":
-				wantRetry = whatsapp.SpamCooldown
-			}
-			if e.RetryAfter != wantRetry || e.Err != nil {
-				t.Errorf("RetryAfter = %v, Err = %v; want %v, nil", e.RetryAfter, e.Err, wantRetry)
-			}
-		})
-	}
+	scope := map[string]channels.Scope{"131056": channels.ScopePair, "80007": channels.ScopeAccount, "4": channels.ScopeAccount}
+	channeltest.CheckDocumented(t, channeltest.Documented{
+		channels.Throttle:  {"130429 400", "130429 429", "131056 400", "131056 429", "80007 400", "4 400", "4 429", "131048 400"},
+		channels.Transient: {"131057 500", "2 503", "131000 500", "131016 500", "1 400"},
+		channels.Permanent: {"131049 400", "131026 400", "131047 400", "131021 400", "131051 400", "131053 400", "100 400",
+			"131008 400", "131009 400", "33 400", "130472 400", "132000 400", "132001 404", "132005 400", "132007 400",
+			"132012 400", "132015 400"},
+		channels.Halt: {"0 401", "190 401", "3 500", "10 403", "200 403", "250 403", "299 403", "131005 403", "368 403",
+			"131031 403", "131042 400", "131045 500", "133010 400"},
+	}, func(t *testing.T, d channeltest.DocumentedError) *channels.Error {
+		e := sendErr(t, channeltest.Respond(t, d.Status, d.Body, "Content-Type", "application/json"))
+		if e.Scope != scope[d.Code] {
+			t.Errorf("Scope = %v, want %v", e.Scope, scope[d.Code])
+		}
+		var g struct{ Error struct{ Message string } }
+		if err := json.Unmarshal([]byte(d.Body), &g); err != nil {
+			t.Fatal(err)
+		}
+		if e.Detail != g.Error.Message {
+			t.Errorf("Detail = %q, want error.message %q", e.Detail, g.Error.Message)
+		}
+		// An account budget is a rolling hour (providers.md §1.4): its
+		// throttles ask for a minute, not the key's 1 s; a spam rate
+		// limit (131048) an hour.
+		wantRetry := time.Duration(0)
+		switch {
+		case scope[d.Code] == channels.ScopeAccount:
+			wantRetry = whatsapp.AccountCooldown
+		case d.Code == "131048":
+			wantRetry = whatsapp.SpamCooldown
+		}
+		if e.RetryAfter != wantRetry || e.Err != nil {
+			t.Errorf("RetryAfter = %v, Err = %v; want %v, nil", e.RetryAfter, e.Err, wantRetry)
+		}
+		return e
+	})
 }
 
 // TestSendUnknownCode: a code in no table is classified by HTTP status.

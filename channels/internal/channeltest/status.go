@@ -90,6 +90,53 @@ func parseAnswer(t *testing.T, s string) Answer {
 	return Answer{status, body}
 }
 
+// Documented maps a class to a provider's documented errors that an adapter
+// must classify so, each written "name status" or "name status code": the
+// body of testdata/name.json answered with HTTP status gives an error with
+// Code code (name when not written).
+type Documented map[channels.Class][]string
+
+// DocumentedError is one error of [Documented], its body read.
+type DocumentedError struct {
+	Name   string // of the testdata file, without .json
+	Status int
+	Code   string
+	Class  channels.Class
+	Body   string
+}
+
+// CheckDocumented runs a subtest per documented error of want, named
+// name/status: send must send one message to a server answering d.Body
+// with d.Status, check the adapter's own fields of the error (Scope,
+// Detail, RetryAfter...) and return it; CheckDocumented then checks its
+// Code, Status and Class.
+func CheckDocumented(t *testing.T, want Documented, send func(t *testing.T, d DocumentedError) *channels.Error) {
+	t.Helper()
+	for _, class := range sortedKeys(want) {
+		for _, s := range want[class] {
+			f := strings.Fields(s)
+			if len(f) < 2 || len(f) > 3 {
+				t.Fatalf("documented error %q: want name, status and maybe code", s)
+			}
+			d := DocumentedError{Name: f[0], Code: f[0], Class: class}
+			var err error
+			if d.Status, err = strconv.Atoi(f[1]); err != nil {
+				t.Fatalf("documented error %q: %v", s, err)
+			}
+			if len(f) == 3 {
+				d.Code = f[2]
+			}
+			t.Run(d.Name+"/"+f[1], func(t *testing.T) {
+				d.Body = ReadTestdata(t, d.Name+".json")
+				e := send(t, d)
+				if e.Code != d.Code || e.Status != d.Status || e.Class != d.Class {
+					t.Errorf("got code=%q status=%d class=%v; want %q %d %v", e.Code, e.Status, e.Class, d.Code, d.Status, d.Class)
+				}
+			})
+		}
+	}
+}
+
 // SendFunc sends one message through the adapter under test to a server
 // that answers status and body, and returns the send's *channels.Error.
 type SendFunc func(t *testing.T, status int, body string) *channels.Error
