@@ -854,7 +854,7 @@ func TestSendAgainstFake(t *testing.T) {
 		m := message()
 		m.To = fmt.Sprintf("%064x", i/2) // two sends per device
 		return m
-	}, func(m channels.Message) (channels.Result, error) { return c.Send(t.Context(), m) },
+	}, channeltest.Bound(t.Context(), c.Send),
 		func(channels.Result) bool { return true },
 		func(e *channels.Error) bool {
 			return e.Code == "TooManyRequests" && e.Scope == channels.ScopePair && e.Status == 429

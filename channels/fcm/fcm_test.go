@@ -242,7 +242,7 @@ func TestSendRequestShape(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			send := func(m channels.Message) (channels.Result, error) { return cl.Send(t.Context(), m) }
+			send := channeltest.Bound(t.Context(), cl.Send)
 			rq := channeltest.SendCaptured(t, got, send, message(), c.payload, c.key, "projects/p/messages/1")
 			channeltest.CheckPost(t, rq, c.path, access, false)
 			top := channeltest.JSONObject(t, rq.Body)
@@ -727,11 +727,7 @@ func TestSendAgainstFake(t *testing.T) {
 		fake := fcmtest.NewServer(fcmtest.Config{Rate: 0.001, Burst: 3, RetryAfter: 90 * time.Second})
 		defer fake.Close()
 		c := newFakeClient(t, fake, "pacer_id")
-		ok, throttled := channeltest.CountAnswers(t, 5, func(i int) channels.Message {
-			m := message()
-			m.ID = "env-" + strconv.Itoa(i)
-			return m
-		}, func(m channels.Message) (channels.Result, error) { return c.Send(t.Context(), m) },
+		ok, throttled := channeltest.CountAnswers(t, 5, channeltest.Numbered(message()), channeltest.Bound(t.Context(), c.Send),
 			func(res channels.Result) bool {
 				return strings.HasPrefix(res.ProviderID, "projects/"+project+"/messages/")
 			},

@@ -524,11 +524,7 @@ func TestSendAgainstFake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok, throttled := channeltest.CountAnswers(t, 5, func(i int) channels.Message {
-		m := message()
-		m.ID = "env-" + strconv.Itoa(i)
-		return m
-	}, func(m channels.Message) (channels.Result, error) { return c.Send(t.Context(), m) },
+	ok, throttled := channeltest.CountAnswers(t, 5, channeltest.Numbered(message()), channeltest.Bound(t.Context(), c.Send),
 		func(res channels.Result) bool { return len(res.ProviderID) == 22 },
 		// Rate 0.001/s: the next token is 1000 s away, and the epoch rounds up;
 		// the wait is measured on the client's clock, later on a loaded machine.

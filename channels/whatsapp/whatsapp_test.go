@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -189,7 +188,7 @@ func TestSendRequestShape(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			send := func(m channels.Message) (channels.Result, error) { return cl.Send(t.Context(), m) }
+			send := channeltest.Bound(t.Context(), cl.Send)
 			rq := channeltest.SendCaptured(t, got, send, message(), c.payload, c.key, "wamid.1")
 			channeltest.CheckPost(t, rq, c.path, token, true)
 			channeltest.CheckFields(t, "body", channeltest.JSONObject(t, rq.Body), c.want)
@@ -330,7 +329,7 @@ func TestSendAgainstFake(t *testing.T) {
 	fake := whatsapptest.NewServer(whatsapptest.Config{Rate: 0.001, Burst: 3, Token: token})
 	defer fake.Close()
 	c := newClient(t, fake.URL())
-	ok, throttled := channeltest.CountAnswers(t, 5, envMessage, sendOf(t, c),
+	ok, throttled := channeltest.CountAnswers(t, 5, channeltest.Numbered(message()), channeltest.Bound(t.Context(), c.Send),
 		func(res channels.Result) bool { return strings.HasPrefix(res.ProviderID, "wamid.") },
 		func(e *channels.Error) bool {
 			return e.Code == "130429" && e.Scope == channels.ScopeKey && e.Status == 429
@@ -361,16 +360,4 @@ func TestConnectionReuse(t *testing.T) {
 	channeltest.CheckReuse(t, h, func(baseURL string) func(context.Context) error {
 		return channeltest.SendOf(newClient(t, baseURL).Send, message())
 	})
-}
-
-// envMessage returns message() with the envelope id env-i.
-func envMessage(i int) channels.Message {
-	m := message()
-	m.ID = "env-" + strconv.Itoa(i)
-	return m
-}
-
-// sendOf returns c's Send under t's context.
-func sendOf(t *testing.T, c *whatsapp.Client) func(channels.Message) (channels.Result, error) {
-	return func(m channels.Message) (channels.Result, error) { return c.Send(t.Context(), m) }
 }

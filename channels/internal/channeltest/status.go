@@ -65,6 +65,22 @@ func SendOf(send func(context.Context, channels.Message) (channels.Result, error
 	}
 }
 
+// Bound returns send (a client's Send method) bound to ctx, as
+// [CountAnswers] and [SendCaptured] take it.
+func Bound(ctx context.Context, send func(context.Context, channels.Message) (channels.Result, error)) func(channels.Message) (channels.Result, error) {
+	return func(m channels.Message) (channels.Result, error) { return send(ctx, m) }
+}
+
+// Numbered returns the i-th of a run of messages m with envelope ids
+// env-0, env-1...: m with ID "env-" and i.
+func Numbered(m channels.Message) func(i int) channels.Message {
+	return func(i int) channels.Message {
+		m := m
+		m.ID = "env-" + strconv.Itoa(i)
+		return m
+	}
+}
+
 // Statuses maps a class to the HTTP statuses whose answers must have it.
 type Statuses map[channels.Class][]int
 
