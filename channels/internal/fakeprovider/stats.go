@@ -123,6 +123,18 @@ func (s *Stats) Snapshot() map[string]KeyStats {
 	return m
 }
 
+// Extend returns the statistics of each key of extra: the key's
+// [KeyStats] in s joined with its extra counts by join, for a fake whose
+// own KeyStats embeds KeyStats. Keys s has and extra lacks are left out.
+func Extend[E, K any](s *Stats, extra map[string]E, join func(KeyStats, E) K) map[string]K {
+	shared := s.Snapshot()
+	m := make(map[string]K, len(extra))
+	for key, e := range extra {
+		m[key] = join(shared[key], e)
+	}
+	return m
+}
+
 // StatsHandler returns a handler that answers every request with stats()
 // encoded as JSON (HTTP 200, Content-Type application/json). [Setup]
 // mounts it at GET /_stats.
