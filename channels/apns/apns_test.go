@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -446,19 +445,7 @@ func TestPayloadLimits(t *testing.T) {
 			}
 			m := message()
 			m.Payload = json.RawMessage(p)
-			before := hits.Load()
-			_, err := c.Send(t.Context(), m)
-			sent := hits.Load() - before
-			if c2.ok {
-				if err != nil || sent != 1 {
-					t.Fatalf("Send = %v, %d requests; want success", err, sent)
-				}
-				return
-			}
-			var e *channels.Error
-			if !errors.As(err, &e) || e.Class != channels.Permanent || e.Code != "PayloadTooLarge" || sent != 0 {
-				t.Fatalf("Send = %v, %d requests; want permanent PayloadTooLarge, no request", err, sent)
-			}
+			channeltest.CheckLocalLimit(t, hits.Load, channeltest.Bound(t.Context(), c.Send), m, c2.ok, "PayloadTooLarge")
 		})
 	}
 }

@@ -81,6 +81,29 @@ func Numbered(m channels.Message) func(i int) channels.Message {
 	}
 }
 
+// CheckLocalLimit sends m through send against a limit the adapter
+// enforces before sending, count telling how many requests the server has
+// had. Within the limit (ok) the send must succeed with exactly one
+// request; over it, it must fail as Permanent with code, without a
+// request. It fails t at once if not, and returns the send's error.
+func CheckLocalLimit(t *testing.T, count func() int32, send func(channels.Message) (channels.Result, error), m channels.Message, ok bool, code string) error {
+	t.Helper()
+	before := count()
+	_, err := send(m)
+	sent := count() - before
+	if ok {
+		if err != nil || sent != 1 {
+			t.Fatalf("Send = %v with %d requests; want success with 1", err, sent)
+		}
+		return nil
+	}
+	var e *channels.Error
+	if !errors.As(err, &e) || e.Class != channels.Permanent || e.Code != code || sent != 0 {
+		t.Fatalf("Send = %v with %d requests; want Permanent %q and no request", err, sent, code)
+	}
+	return err
+}
+
 // Statuses maps a class to the HTTP statuses whose answers must have it.
 type Statuses map[channels.Class][]int
 
