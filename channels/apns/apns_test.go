@@ -454,30 +454,12 @@ func TestPayloadLimits(t *testing.T) {
 func otherKeys(t *testing.T) (p384, ed, sec1 []byte) {
 	t.Helper()
 	k384, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(k384)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p384 = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	p384 = channeltest.PKCS8(t, channeltest.Must(t, k384, err))
 	_, ked, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if der, err = x509.MarshalPKCS8PrivateKey(ked); err != nil {
-		t.Fatal(err)
-	}
-	ed = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	ed = channeltest.PKCS8(t, channeltest.Must(t, ked, err))
 	k256, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if der, err = x509.MarshalECPrivateKey(k256); err != nil {
-		t.Fatal(err)
-	}
-	sec1 = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	der, err := x509.MarshalECPrivateKey(channeltest.Must(t, k256, err))
+	sec1 = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: channeltest.Must(t, der, err)})
 	return p384, ed, sec1
 }
 

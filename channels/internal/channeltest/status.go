@@ -2,7 +2,9 @@ package channeltest
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"slices"
@@ -33,6 +35,18 @@ func Must[T any](t testing.TB, v T, err error) T {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// PKCS8 returns key, a private key as crypto's GenerateKey functions return
+// it, as PEM-encoded PKCS#8 ("PRIVATE KEY"), failing t at once if it cannot
+// be marshalled.
+func PKCS8(t testing.TB, key any) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 }
 
 // Message returns the message an adapter test sends: envelope id id, key,
