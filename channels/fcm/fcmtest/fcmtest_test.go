@@ -1,14 +1,9 @@
 package fcmtest_test
 
 import (
-	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +15,8 @@ import (
 
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/pacerhq/pacer/channels/fcm/fcmtest"
 	"github.com/pacerhq/pacer/channels/internal/channeltest"
@@ -94,31 +91,24 @@ func keyOf(t *testing.T, keyFile []byte) (*rsa.PrivateKey, map[string]string) {
 	if err := json.Unmarshal(keyFile, &sa); err != nil {
 		t.Fatal(err)
 	}
-	block, _ := pem.Decode([]byte(sa["private_key"]))
-	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	k, err := jwt.ParseRSAPrivateKeyFromPEM([]byte(sa["private_key"]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k.(*rsa.PrivateKey), sa
+	return k, sa
 }
 
-// sign returns a compact RS256 JWS of header and claims.
+// sign returns a compact RS256 JWS of header (as given, whatever its alg
+// says) and claims.
 func sign(t *testing.T, key *rsa.PrivateKey, header, claims map[string]any) string {
 	t.Helper()
-	enc := func(v any) string {
-		b, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return base64.RawURLEncoding.EncodeToString(b)
-	}
-	in := enc(header) + "." + enc(claims)
-	sum := sha256.Sum256([]byte(in))
-	sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, sum[:])
+	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims(claims))
+	tok.Header = header
+	s, err := tok.SignedString(key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return in + "." + base64.RawURLEncoding.EncodeToString(sig)
+	return s
 }
 
 // TestTokenEndpointRefusals: every part of the assertion is checked.
