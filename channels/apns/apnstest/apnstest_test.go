@@ -266,38 +266,51 @@ func TestProviderToken(t *testing.T) {
 	noIat := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"iss": teamID})
 	noIat.Header["kid"] = keyID
 	noIatTok, _ := noIat.SignedString(f.key)
-	for _, c := range []struct {
-		name, auth string
-		status     int
-		reason     string
-	}{
-		{"none", "", 403, "MissingProviderToken"},
-		{"basic", "Basic eDp5", 403, "MissingProviderToken"},
-		{"bearer only", "bearer", 403, "MissingProviderToken"},
-		{"garbage", "bearer not.a.jwt", 403, "InvalidProviderToken"},
-		{"other key", "bearer " + sign(t, other, keyID, teamID, now), 403, "InvalidProviderToken"},
-		{"other kid", "bearer " + sign(t, f.key, "ZZZ123DEFG", teamID, now), 403, "InvalidProviderToken"},
-		{"other team", "bearer " + sign(t, f.key, keyID, "ZZZ123GHIJ", now), 403, "InvalidProviderToken"},
-		{"HS256", "bearer " + hsTok, 403, "InvalidProviderToken"},
-		{"no iat", "bearer " + noIatTok, 403, "InvalidProviderToken"},
-		{"61 min old", "bearer " + sign(t, f.key, keyID, teamID, now.Add(-61*time.Minute)), 403, "ExpiredProviderToken"},
-		{"60 min old", "Bearer " + sign(t, f.key, keyID, teamID, now.Add(-time.Hour)), 200, ""},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			r := req("", device, body)
-			if c.auth != "" {
-				r.Header.Set("Authorization", c.auth)
-			}
-			w := serve(f.s, r)
-			if w.Code != c.status {
-				t.Fatalf("HTTP %d %s; want %d %s", w.Code, w.Body, c.status, c.reason)
-			}
-			if c.reason != "" {
-				if rs, _ := reason(t, w); rs != c.reason {
-					t.Errorf("reason %q, want %q", rs, c.reason)
+	// Each Authorization header (none for "") under the reason APNs refuses
+	// it with, with a 403; under "" the one it accepts, with a 200.
+	auths := map[string]map[string]string{
+		"MissingProviderToken": {
+			"none":        "",
+			"basic":       "Basic eDp5",
+			"bearer only": "bearer",
+		},
+		"InvalidProviderToken": {
+			"garbage":    "bearer not.a.jwt",
+			"other key":  "bearer " + sign(t, other, keyID, teamID, now),
+			"other kid":  "bearer " + sign(t, f.key, "ZZZ123DEFG", teamID, now),
+			"other team": "bearer " + sign(t, f.key, keyID, "ZZZ123GHIJ", now),
+			"HS256":      "bearer " + hsTok,
+			"no iat":     "bearer " + noIatTok,
+		},
+		"ExpiredProviderToken": {
+			"61 min old": "bearer " + sign(t, f.key, keyID, teamID, now.Add(-61*time.Minute)),
+		},
+		"": {
+			"60 min old": "Bearer " + sign(t, f.key, keyID, teamID, now.Add(-time.Hour)),
+		},
+	}
+	for _, want := range []string{"MissingProviderToken", "InvalidProviderToken", "ExpiredProviderToken", ""} {
+		for name, auth := range auths[want] {
+			t.Run(name, func(t *testing.T) {
+				r := req("", device, body)
+				if auth != "" {
+					r.Header.Set("Authorization", auth)
 				}
-			}
-		})
+				status := http.StatusForbidden
+				if want == "" {
+					status = http.StatusOK
+				}
+				w := serve(f.s, r)
+				if w.Code != status {
+					t.Fatalf("HTTP %d %s; want %d %s", w.Code, w.Body, status, want)
+				}
+				if want != "" {
+					if rs, _ := reason(t, w); rs != want {
+						t.Errorf("reason %q, want %q", rs, want)
+					}
+				}
+			})
+		}
 	}
 	if tok := f.s.Tokens(); tok.Tokens != 1 || tok.Invalid != 9 || tok.Expired != 1 {
 		t.Errorf("tokens = %+v; want 1 accepted, 9 invalid, 1 expired", tok)
