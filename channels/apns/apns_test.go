@@ -50,10 +50,7 @@ type key struct {
 func signingKey(t *testing.T) key {
 	t.Helper()
 	k, err := testKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
+	return channeltest.Must(t, k, err)
 }
 
 // newClock returns a settable clock at t0, for a client and a fake.

@@ -313,10 +313,7 @@ func serviceAccount(t *testing.T) (map[string]any, string) {
 func marshal(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return channeltest.Must(t, b, err)
 }
 
 func TestNew(t *testing.T) {
@@ -484,10 +481,7 @@ func TestSendContext(t *testing.T) {
 func newFakeClient(t *testing.T, fake *fcmtest.Server, dataID string) *fcm.Client {
 	t.Helper()
 	c, err := fcm.New(t.Context(), fcm.Config{BaseURL: fake.URL(), CredentialsJSON: fake.ServiceAccountJSON(), DataIDKey: dataID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return channeltest.Must(t, c, err)
 }
 
 // TestTokenCaching: many sends, concurrent or not, make one token request.
@@ -609,10 +603,7 @@ func mintingClient(t *testing.T, baseURL string, minted *atomic.Int32) *fcm.Clie
 		return &oauth2.Token{AccessToken: "tok-" + strconv.Itoa(int(minted.Add(1)))}, nil
 	})
 	c, err := fcm.New(t.Context(), fcm.Config{BaseURL: baseURL, TokenSource: src})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return channeltest.Must(t, c, err)
 }
 
 // tokenFunc is an oauth2.TokenSource made of a function.

@@ -53,10 +53,7 @@ func sign(t *testing.T, k *ecdsa.PrivateKey, kid, iss string, iat time.Time) str
 	tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"iss": iss, "iat": iat.Unix()})
 	tok.Header["kid"] = kid
 	s, err := tok.SignedString(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return channeltest.Must(t, s, err)
 }
 
 // req builds a valid notification request for device with token jwt.

@@ -105,10 +105,7 @@ func sign(t *testing.T, key *rsa.PrivateKey, header, claims map[string]any) stri
 	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims(claims))
 	tok.Header = header
 	s, err := tok.SignedString(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return channeltest.Must(t, s, err)
 }
 
 // TestTokenEndpointRefusals: every part of the assertion is checked.
