@@ -78,6 +78,22 @@ func NewTransport(maxIdlePerHost int, tlsConfig *tls.Config) *http.Transport {
 	return t
 }
 
+// DoSend is [Do] for the one request of a send of channel made under ctx: a
+// request that fails is ctx's error if ctx has ended, else a Transient
+// *Error of channel wrapping the transport's *url.Error, which names the
+// URL, never a header. An adapter whose URL holds a secret redacts it
+// itself rather than use DoSend.
+func DoSend(ctx context.Context, hc *http.Client, req *http.Request, channel string) (*http.Response, error) {
+	resp, err := Do(hc, req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &Error{Channel: channel, Class: Transient, Err: err}
+	}
+	return resp, nil
+}
+
 // ReadBody reads at most limit bytes of body, then discards up to
 // [MaxDrain] more and closes it, so that the connection goes back to the
 // pool: net/http reuses a connection only when its response body was read to

@@ -157,3 +157,28 @@ func TestConnCounter(t *testing.T) {
 		t.Errorf("after a failed dial: opened %d, open %d; want 2, 0", c.Opened(), c.Open())
 	}
 }
+
+// TestDoSend: a failed request is ctx's error once ctx has ended, else a
+// Transient *Error of the channel wrapping the transport's *url.Error.
+func TestDoSend(t *testing.T) {
+	ts := httptest.NewServer(http.NotFoundHandler())
+	ts.Close() // connections are refused
+	req := func(ctx context.Context) *http.Request {
+		r, err := http.NewRequestWithContext(ctx, "POST", ts.URL+"/send", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	_, err := channels.DoSend(t.Context(), http.DefaultClient, req(t.Context()), "x")
+	var e *channels.Error
+	var ue *url.Error
+	if !errors.As(err, &e) || e.Channel != "x" || e.Class != channels.Transient || !errors.As(e.Err, &ue) {
+		t.Errorf("refused: %v; want a transient *channels.Error of x wrapping a *url.Error", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := channels.DoSend(ctx, http.DefaultClient, req(ctx), "x"); err != context.Canceled {
+		t.Errorf("cancelled: %v; want context.Canceled", err)
+	}
+}

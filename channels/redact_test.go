@@ -6,33 +6,37 @@ import (
 	"github.com/pacerhq/pacer/channels"
 )
 
-func TestReplaceNumber(t *testing.T) {
-	for _, r := range []struct{ in, num, want string }{
-		{"(#1300) Something went wrong", "10", "(#1300) Something went wrong"},
-		{"permanent:100 (#100) Invalid parameter", "1", "permanent:100 (#100) Invalid parameter"},
-		{"to 10: (#1300) failed for 10", "10", "to [r]: (#1300) failed for [r]"},
-		{"wa_id:15551234567,", "15551234567", "wa_id:[r],"},
-		{"+15551234567 and 15551234567x", "+15551234567", "[r] and 15551234567x"},
-		{"15551234567", "15551234567", "[r]"},
-		{"1101", "1", "1101"},
-		{"no match", "", "no match"},
+// TestReplace: ReplaceNumber replaces a number only where it stands whole,
+// ReplaceAddress an address in any case where it stands whole; elsewhere
+// (and for an empty one) the text is left as it is.
+func TestReplace(t *testing.T) {
+	replace := map[string]func(s, old, repl string) string{
+		"ReplaceNumber":  channels.ReplaceNumber,
+		"ReplaceAddress": channels.ReplaceAddress,
+	}
+	for _, r := range []struct{ fn, in, old, want string }{
+		{"ReplaceNumber", "to 10: (#1300) failed for 10", "10", "to [r]: (#1300) failed for [r]"},
+		{"ReplaceNumber", "wa_id:15551234567,", "15551234567", "wa_id:[r],"},
+		{"ReplaceNumber", "+15551234567 and 15551234567x", "+15551234567", "[r] and 15551234567x"},
+		{"ReplaceNumber", "15551234567", "15551234567", "[r]"},
+		{"ReplaceAddress", "to Ada@Example.COM twice ada@example.com.", "ada@example.com", "to [r] twice [r]."},
+		{"ReplaceAddress", "<ada@example.com>, xada@example.com", "ada@example.com", "<[r]>, xada@example.com"},
+		{"ReplaceAddress", "ada@example.com.au ada@example.co", "ada@example.co", "ada@example.com.au [r]"},
 	} {
-		if got := channels.ReplaceNumber(r.in, r.num, "[r]"); got != r.want {
-			t.Errorf("ReplaceNumber(%q, %q) = %q, want %q", r.in, r.num, got, r.want)
+		if got := replace[r.fn](r.in, r.old, "[r]"); got != r.want {
+			t.Errorf("%s(%q, %q) = %q, want %q", r.fn, r.in, r.old, got, r.want)
 		}
 	}
-}
-
-func TestReplaceAddress(t *testing.T) {
-	for _, r := range []struct{ in, addr, want string }{
-		{"to Ada@Example.COM twice ada@example.com.", "ada@example.com", "to [r] twice [r]."},
-		{"<ada@example.com>, xada@example.com", "ada@example.com", "<[r]>, xada@example.com"},
-		{"ada@example.com.au ada@example.co", "ada@example.co", "ada@example.com.au [r]"},
-		{"bob.ada@example.com ada@example.com-x", "ada@example.com", "bob.ada@example.com ada@example.com-x"},
-		{"a@b.c", "", "a@b.c"},
+	for _, r := range []struct{ fn, in, old string }{
+		{"ReplaceNumber", "(#1300) Something went wrong", "10"},
+		{"ReplaceNumber", "permanent:100 (#100) Invalid parameter", "1"},
+		{"ReplaceNumber", "1101", "1"},
+		{"ReplaceNumber", "no match", ""},
+		{"ReplaceAddress", "bob.ada@example.com ada@example.com-x", "ada@example.com"},
+		{"ReplaceAddress", "a@b.c", ""},
 	} {
-		if got := channels.ReplaceAddress(r.in, r.addr, "[r]"); got != r.want {
-			t.Errorf("ReplaceAddress(%q, %q) = %q, want %q", r.in, r.addr, got, r.want)
+		if got := replace[r.fn](r.in, r.old, "[r]"); got != r.in {
+			t.Errorf("%s(%q, %q) = %q, want it unchanged", r.fn, r.in, r.old, got)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package apns_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -10,13 +9,11 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,10 +50,7 @@ type key struct {
 func signingKey(t *testing.T) key {
 	t.Helper()
 	k, err := testKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
+	return channeltest.Must(t, k, err)
 }
 
 // newClock returns a settable clock at t0, for a client and a fake.
@@ -88,19 +82,11 @@ func config(t *testing.T, ts *httptest.Server) apns.Config {
 func newClient(t *testing.T, cfg apns.Config) *apns.Client {
 	t.Helper()
 	c, err := apns.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return channeltest.Must(t, c, err)
 }
 
 func message() channels.Message {
-	return channels.Message{
-		ID:      "pacer-envelope-0001",
-		Key:     topic,
-		To:      device,
-		Payload: json.RawMessage(`{"headers":{"apns-push-type":"alert","apns-priority":"10"},"aps":{"alert":"hi"}}`),
-	}
+	return channeltest.Message("pacer-envelope-0001", topic, device, `{"headers":{"apns-push-type":"alert","apns-priority":"10"},"aps":{"alert":"hi"}}`)
 }
 
 // sendErr sends m through c and returns the *channels.Error, checking that
@@ -108,15 +94,16 @@ func message() channels.Message {
 func sendErr(t *testing.T, c *apns.Client, m channels.Message) *channels.Error {
 	t.Helper()
 	res, err := c.Send(t.Context(), m)
-	var e *channels.Error
-	if !errors.As(err, &e) {
-		t.Fatalf("Send = %+v, %v; want a *channels.Error", res, err)
+	if err == nil {
+		t.Fatalf("Send = %+v, nil; want an error", res)
 	}
-	if e.Channel != "apns" {
-		t.Errorf("Channel = %q, want apns", e.Channel)
-	}
-	noSecrets(t, err)
-	return e
+	return channeltest.ErrorOf(t, "apns", err, append(channeltest.PEMLines(string(signingKey(t).p8)), device)...)
+}
+
+// sendAnswer sends message() to an HTTP/2 server that answers status and
+// body, and returns the *channels.Error.
+func sendAnswer(t *testing.T, status int, body string) *channels.Error {
+	return sendErr(t, newClient(t, config(t, respond(t, status, body))), message())
 }
 
 // noSecrets fails if the text of err holds the device token or any line of
@@ -129,140 +116,77 @@ func noSecrets(t *testing.T, err error) {
 // TestSendClassification runs every reason of providers.md §2.3 through the
 // adapter with the status Apple documents for it.
 func TestSendClassification(t *testing.T) {
-	const (
-		key  = channels.ScopeKey
-		pair = channels.ScopePair
-	)
-	for _, c := range []struct {
-		reason string
-		status int
-		class  channels.Class
-		scope  channels.Scope
-	}{
-		{"TooManyRequests", 429, channels.Throttle, pair},
-		{"TooManyProviderTokenUpdates", 429, channels.Halt, key},
-		{"ServiceUnavailable", 503, channels.Transient, key},
-		{"Shutdown", 503, channels.Transient, key},
-		{"InternalServerError", 500, channels.Transient, key},
-		{"Unregistered", 410, channels.Permanent, key},
-		{"ExpiredToken", 410, channels.Permanent, key},
-		{"BadDeviceToken", 400, channels.Permanent, key},
-		{"DeviceTokenNotForTopic", 400, channels.Permanent, key},
-		{"BadCollapseId", 400, channels.Permanent, key},
-		{"BadExpirationDate", 400, channels.Permanent, key},
-		{"BadMessageId", 400, channels.Permanent, key},
-		{"BadPriority", 400, channels.Permanent, key},
-		{"BadTopic", 400, channels.Permanent, key},
-		{"DuplicateHeaders", 400, channels.Permanent, key},
-		{"InvalidPushType", 400, channels.Permanent, key},
-		{"MissingDeviceToken", 400, channels.Permanent, key},
-		{"MissingTopic", 400, channels.Permanent, key},
-		{"PayloadEmpty", 400, channels.Permanent, key},
-		{"TopicDisallowed", 400, channels.Permanent, key},
-		{"IdleTimeout", 400, channels.Transient, key},
-		{"ExpiredProviderToken", 403, channels.Halt, key},
-		{"InvalidProviderToken", 403, channels.Halt, key},
-		{"MissingProviderToken", 403, channels.Halt, key},
-		{"UnrelatedKeyIdInToken", 403, channels.Halt, key},
-		{"BadEnvironmentKeyIdInToken", 403, channels.Halt, key},
-		{"BadCertificate", 403, channels.Halt, key},
-		{"BadCertificateEnvironment", 403, channels.Halt, key},
-		{"Forbidden", 403, channels.Halt, key},
-		{"BadPath", 404, channels.Permanent, key},
-		{"MethodNotAllowed", 405, channels.Permanent, key},
-		{"PayloadTooLarge", 413, channels.Permanent, key},
-	} {
-		t.Run(c.reason, func(t *testing.T) {
-			body := channeltest.ReadTestdata(t, c.reason+".json")
-			var hits atomic.Int32
-			ts := h2(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				hits.Add(1)
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(c.status)
-				io.WriteString(w, body)
-			}))
-			e := sendErr(t, newClient(t, config(t, ts)), message())
-			if e.Code != c.reason || e.Status != c.status || e.Class != c.class || e.Scope != c.scope {
-				t.Errorf("got code=%q status=%d class=%v scope=%v; want %q %d %v %v",
-					e.Code, e.Status, e.Class, e.Scope, c.reason, c.status, c.class, c.scope)
-			}
-			if e.Detail == "" || e.RetryAfter != 0 || e.Err != nil {
-				t.Errorf("Detail = %q, RetryAfter = %v, Err = %v; want a detail, 0, nil", e.Detail, e.RetryAfter, e.Err)
-			}
-			if n := hits.Load(); n != 1 {
-				t.Errorf("%d requests, want 1 (a token under 20 min old is not renewed)", n)
-			}
-			since, ok := apns.InvalidSince(e)
-			if want := c.reason == "Unregistered"; ok != want {
-				t.Errorf("InvalidSince ok = %v, want %v", ok, want)
-			}
-			if ok && !since.Equal(time.UnixMilli(1767323045678)) {
-				t.Errorf("InvalidSince = %v, want 2026-01-02T03:04:05.678Z", since.UTC())
-			}
-		})
-	}
+	channeltest.CheckDocumented(t, channeltest.Documented{
+		channels.Throttle: {"TooManyRequests 429"},
+		channels.Transient: {"ServiceUnavailable 503", "Shutdown 503", "InternalServerError 500",
+			"IdleTimeout 400"},
+		channels.Permanent: {"Unregistered 410", "ExpiredToken 410", "BadDeviceToken 400",
+			"DeviceTokenNotForTopic 400", "BadCollapseId 400", "BadExpirationDate 400", "BadMessageId 400",
+			"BadPriority 400", "BadTopic 400", "DuplicateHeaders 400", "InvalidPushType 400",
+			"MissingDeviceToken 400", "MissingTopic 400", "PayloadEmpty 400", "TopicDisallowed 400",
+			"BadPath 404", "MethodNotAllowed 405", "PayloadTooLarge 413"},
+		channels.Halt: {"TooManyProviderTokenUpdates 429", "ExpiredProviderToken 403",
+			"InvalidProviderToken 403", "MissingProviderToken 403", "UnrelatedKeyIdInToken 403",
+			"BadEnvironmentKeyIdInToken 403", "BadCertificate 403", "BadCertificateEnvironment 403",
+			"Forbidden 403"},
+	}, func(t *testing.T, d channeltest.DocumentedError) *channels.Error {
+		var hits atomic.Int32
+		ts := h2(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(d.Status)
+			io.WriteString(w, d.Body)
+		}))
+		e := sendErr(t, newClient(t, config(t, ts)), message())
+		scope := channels.ScopeKey
+		if d.Code == "TooManyRequests" {
+			scope = channels.ScopePair
+		}
+		if e.Scope != scope {
+			t.Errorf("Scope = %v, want %v", e.Scope, scope)
+		}
+		if e.Detail == "" || e.RetryAfter != 0 || e.Err != nil {
+			t.Errorf("Detail = %q, RetryAfter = %v, Err = %v; want a detail, 0, nil", e.Detail, e.RetryAfter, e.Err)
+		}
+		if n := hits.Load(); n != 1 {
+			t.Errorf("%d requests, want 1 (a token under 20 min old is not renewed)", n)
+		}
+		since, ok := apns.InvalidSince(e)
+		if want := d.Code == "Unregistered"; ok != want {
+			t.Errorf("InvalidSince ok = %v, want %v", ok, want)
+		}
+		if ok && !since.Equal(time.UnixMilli(1767323045678)) {
+			t.Errorf("InvalidSince = %v, want 2026-01-02T03:04:05.678Z", since.UTC())
+		}
+		return e
+	})
 }
 
 // TestSendUnknownReason: a reason in no table is classified by HTTP status;
 // a 429 throttles the device token (see TestThrottleWithoutReason).
 func TestSendUnknownReason(t *testing.T) {
-	body := channeltest.ReadTestdata(t, "unknown.json")
-	for _, c := range []struct {
-		status int
-		class  channels.Class
-	}{
-		{400, channels.Permanent},
-		{403, channels.Halt},
-		{404, channels.Permanent},
-		{410, channels.Permanent},
-		{413, channels.Permanent},
-		{429, channels.Throttle},
-		{500, channels.Transient},
-		{503, channels.Transient},
-	} {
-		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
-			ts := respond(t, c.status, body)
-			e := sendErr(t, newClient(t, config(t, ts)), message())
-			scope := channels.ScopeKey
-			if c.status == 429 {
-				scope = channels.ScopePair
-			}
-			if e.Class != c.class || e.Code != "SomethingNewFromApple" || e.Scope != scope || e.Err != nil {
-				t.Errorf("got class=%v code=%q scope=%v err=%v; want %v SomethingNewFromApple %v nil",
-					e.Class, e.Code, e.Scope, e.Err, c.class, scope)
-			}
-		})
-	}
+	channeltest.CheckUnknownCode(t, channeltest.ReadTestdata(t, "unknown.json"), "SomethingNewFromApple", channeltest.Statuses{
+		channels.Permanent: {400, 404, 410, 413}, channels.Halt: {403}, channels.Throttle: {429}, channels.Transient: {500, 503},
+	}, sendAnswer, func(t *testing.T, status int, e *channels.Error) {
+		scope := channels.ScopeKey
+		if status == 429 {
+			scope = channels.ScopePair
+		}
+		if e.Scope != scope || e.Err != nil {
+			t.Errorf("got scope=%v err=%v; want %v nil", e.Scope, e.Err, scope)
+		}
+	})
 }
 
 // TestSendNonAPNsBody: a body without a readable reason is classified by
 // status, with no code and an Err.
 func TestSendNonAPNsBody(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		status int
-		body   string
-		class  channels.Class
-	}{
-		{"html 502", 502, "<html><body>Bad Gateway</body></html>", channels.Transient},
-		{"empty 503", 503, "", channels.Transient},
-		{"text 429", 429, "slow down", channels.Throttle},
-		{"text 400", 400, "bad request", channels.Permanent},
-		{"json without reason", 400, `{"error":"x"}`, channels.Permanent},
-		{"reason not a word", 400, `{"reason":"Bad Device Token"}`, channels.Permanent},
-		{"reason not a string", 410, `{"reason":42}`, channels.Permanent},
-		{"text 403", 403, "Forbidden", channels.Halt},
-		{"text 401", 401, "Unauthorized", channels.Permanent},
-		{"201", 201, "", channels.Transient},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			e := sendErr(t, newClient(t, config(t, respond(t, c.status, c.body))), message())
-			if e.Class != c.class || e.Status != c.status || e.Code != "" || e.Err == nil {
-				t.Errorf("got class=%v status=%d code=%q err=%v; want %v %d, no code, an Err",
-					e.Class, e.Status, e.Code, e.Err, c.class, c.status)
-			}
-		})
-	}
+	channeltest.CheckNonProviderBody(t, channeltest.Answers{
+		channels.Transient: {"502 <html><body>Bad Gateway</body></html>", "503", "201"},
+		channels.Throttle:  {"429 slow down"},
+		channels.Permanent: {"400 bad request", `400 {"error":"x"}`, `400 {"reason":"Bad Device Token"}`, `410 {"reason":42}`, "401 Unauthorized"},
+		channels.Halt:      {"403 Forbidden"},
+	}, sendAnswer, nil)
 }
 
 func TestSendSuccess(t *testing.T) {
@@ -518,19 +442,7 @@ func TestPayloadLimits(t *testing.T) {
 			}
 			m := message()
 			m.Payload = json.RawMessage(p)
-			before := hits.Load()
-			_, err := c.Send(t.Context(), m)
-			sent := hits.Load() - before
-			if c2.ok {
-				if err != nil || sent != 1 {
-					t.Fatalf("Send = %v, %d requests; want success", err, sent)
-				}
-				return
-			}
-			var e *channels.Error
-			if !errors.As(err, &e) || e.Class != channels.Permanent || e.Code != "PayloadTooLarge" || sent != 0 {
-				t.Fatalf("Send = %v, %d requests; want permanent PayloadTooLarge, no request", err, sent)
-			}
+			channeltest.CheckLocalLimit(t, hits.Load, channeltest.Bound(t.Context(), c.Send), m, c2.ok, "PayloadTooLarge")
 		})
 	}
 }
@@ -539,30 +451,12 @@ func TestPayloadLimits(t *testing.T) {
 func otherKeys(t *testing.T) (p384, ed, sec1 []byte) {
 	t.Helper()
 	k384, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(k384)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p384 = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	p384 = channeltest.PKCS8(t, channeltest.Must(t, k384, err))
 	_, ked, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if der, err = x509.MarshalPKCS8PrivateKey(ked); err != nil {
-		t.Fatal(err)
-	}
-	ed = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	ed = channeltest.PKCS8(t, channeltest.Must(t, ked, err))
 	k256, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if der, err = x509.MarshalECPrivateKey(k256); err != nil {
-		t.Fatal(err)
-	}
-	sec1 = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	der, err := x509.MarshalECPrivateKey(channeltest.Must(t, k256, err))
+	sec1 = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: channeltest.Must(t, der, err)})
 	return p384, ed, sec1
 }
 
@@ -598,12 +492,7 @@ func TestNew(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := apns.New(c.cfg)
-			switch {
-			case c.field == "" && err != nil:
-				t.Fatalf("New: %v", err)
-			case c.field != "" && (err == nil || !strings.Contains(err.Error(), c.field)):
-				t.Fatalf("New: %v; want an error naming %s", err, c.field)
-			}
+			channeltest.CheckNewErr(t, err, c.field)
 			noSecrets(t, err)
 			for _, secret := range [][]byte{p384, ed, sec1, garbled} {
 				channeltest.NoSecrets(t, err, channeltest.PEMLines(string(secret))...)
@@ -678,17 +567,12 @@ func TestSendRetryAfter(t *testing.T) {
 
 func TestSendTransportError(t *testing.T) {
 	channeltest.CheckTransportError(t, func(ts *httptest.Server) error {
-		cfg := apns.Config{BaseURL: ts.URL, KeyID: keyID, TeamID: teamID, PrivateKey: signingKey(t).p8, HTTPClient: ts.Client()}
-		return sendErr(t, newClient(t, cfg), message())
+		return sendErr(t, newClient(t, config(t, ts)), message())
 	})
 }
 
 func TestSendContext(t *testing.T) {
-	c := newClient(t, config(t, h2(t, channeltest.Hang(t))))
-	channeltest.CheckContext(t, func(ctx context.Context) error {
-		_, err := c.Send(ctx, message())
-		return err
-	})
+	channeltest.CheckContext(t, channeltest.SendOf(newClient(t, config(t, h2(t, channeltest.Hang(t)))).Send, message()))
 }
 
 // fake starts an apnstest server that verifies our key, sharing clk.
@@ -936,7 +820,7 @@ func TestSendAgainstFake(t *testing.T) {
 		m := message()
 		m.To = fmt.Sprintf("%064x", i/2) // two sends per device
 		return m
-	}, func(m channels.Message) (channels.Result, error) { return c.Send(t.Context(), m) },
+	}, channeltest.Bound(t.Context(), c.Send),
 		func(channels.Result) bool { return true },
 		func(e *channels.Error) bool {
 			return e.Code == "TooManyRequests" && e.Scope == channels.ScopePair && e.Status == 429

@@ -6,8 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
-	"github.com/pacerhq/pacer/channels/internal/h2pool"
 	"io"
 	"log"
 	"net/http"
@@ -15,6 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pacerhq/pacer/channels/internal/channeltest"
+	"github.com/pacerhq/pacer/channels/internal/h2pool"
 
 	"github.com/pacerhq/pacer/channels"
 )
@@ -220,12 +221,5 @@ func TestIsDeviceToken(t *testing.T) {
 func testP8(t *testing.T) []byte {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	return channeltest.PKCS8(t, channeltest.Must(t, k, err))
 }

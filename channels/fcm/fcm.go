@@ -362,13 +362,9 @@ func (c *Client) post(ctx context.Context, u string, body []byte, access, to str
 	req.Header.Set("Content-Type", "application/json; charset=utf-8")
 	req.Header.Set("Accept", "application/json")
 
-	resp, err := channels.Do(c.hc, req)
+	resp, err := channels.DoSend(ctx, c.hc, req, channel) // its error names the host and project, never the header
 	if err != nil {
-		if ctx.Err() != nil {
-			return channels.Result{}, ctx.Err()
-		}
-		// *url.Error names the URL (host, project), never the header.
-		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Transient, Err: err}
+		return channels.Result{}, err
 	}
 	raw, err := channels.ReadBody(resp.Body, maxBodySize)
 	if err != nil {

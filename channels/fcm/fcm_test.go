@@ -33,34 +33,18 @@ func newClient(t *testing.T, baseURL string) *fcm.Client {
 	t.Helper()
 	c, err := fcm.New(t.Context(), fcm.Config{BaseURL: baseURL,
 		TokenSource: oauth2.StaticTokenSource(&oauth2.Token{AccessToken: access})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return channeltest.Must(t, c, err)
 }
 
 func message() channels.Message {
-	return channels.Message{
-		ID:      "env-1",
-		Key:     project,
-		To:      recipient,
-		Payload: json.RawMessage(`{"notification":{"title":"Hi","body":"there"},"data":{"k":"v"}}`),
-	}
+	return channeltest.Message("env-1", project, recipient, `{"notification":{"title":"Hi","body":"there"},"data":{"k":"v"}}`)
 }
 
 // checkErr returns the *channels.Error in err, and fails the test if there
 // is none or if its text holds a secret.
 func checkErr(t *testing.T, err error, secrets ...string) *channels.Error {
 	t.Helper()
-	var e *channels.Error
-	if !errors.As(err, &e) {
-		t.Fatalf("err = %v; want a *channels.Error", err)
-	}
-	if e.Channel != "fcm" {
-		t.Errorf("Channel = %q, want fcm", e.Channel)
-	}
-	channeltest.NoSecrets(t, err, append(secrets, access, recipient)...)
-	return e
+	return channeltest.ErrorOf(t, "fcm", err, append(secrets, access, recipient)...)
 }
 
 // sendErr sends message() through a client of ts and returns the *channels.Error.
@@ -73,62 +57,52 @@ func sendErr(t *testing.T, ts *httptest.Server) *channels.Error {
 	return checkErr(t, err)
 }
 
+// sendAnswer is sendErr to a server that answers status and body.
+func sendAnswer(t *testing.T, status int, body string) *channels.Error {
+	return sendErr(t, channeltest.Respond(t, status, body))
+}
+
 // TestSendClassification runs every code of providers.md §3.3 through the
 // adapter, each with the HTTP status FCM documents for it.
 func TestSendClassification(t *testing.T) {
-	const (
-		key  = channels.ScopeKey
-		pair = channels.ScopePair
-	)
-	for _, c := range []struct {
-		file   string
-		status int
-		code   string
-		class  channels.Class
-		scope  channels.Scope
-		retry  time.Duration // RetryAfter without a Retry-After header
-	}{
-		{"QUOTA_EXCEEDED.json", 429, "QUOTA_EXCEEDED", channels.Throttle, key, time.Minute},
-		{"QUOTA_EXCEEDED_bare.json", 429, "QUOTA_EXCEEDED", channels.Throttle, key, time.Minute},
-		{"QUOTA_EXCEEDED_topic.json", 429, "QUOTA_EXCEEDED", channels.Throttle, key, time.Minute},
-		{"QUOTA_EXCEEDED_device.json", 429, "QUOTA_EXCEEDED", channels.Throttle, pair, 0},
-		{"RESOURCE_EXHAUSTED.json", 429, "RESOURCE_EXHAUSTED", channels.Throttle, key, time.Minute}, // #719
-		{"UNAVAILABLE.json", 503, "UNAVAILABLE", channels.Transient, key, 0},
-		{"INTERNAL.json", 500, "INTERNAL", channels.Transient, key, 0},
-		{"UNSPECIFIED_ERROR.json", 500, "UNSPECIFIED_ERROR", channels.Transient, key, 0},
-		{"UNREGISTERED.json", 404, "UNREGISTERED", channels.Permanent, key, 0},
-		{"SENDER_ID_MISMATCH.json", 403, "SENDER_ID_MISMATCH", channels.Permanent, key, 0},
-		{"INVALID_ARGUMENT.json", 400, "INVALID_ARGUMENT", channels.Permanent, key, 0},
-		{"INVALID_ARGUMENT_apns.json", 400, "INVALID_ARGUMENT", channels.Permanent, key, 0},
-		{"THIRD_PARTY_AUTH_ERROR.json", 401, "THIRD_PARTY_AUTH_ERROR", channels.Permanent, key, 0},
-		{"APNS_AUTH_ERROR.json", 401, "APNS_AUTH_ERROR", channels.Permanent, key, 0},
-		{"UNAUTHENTICATED.json", 401, "UNAUTHENTICATED", channels.Halt, key, 0},
-		{"PERMISSION_DENIED.json", 403, "PERMISSION_DENIED", channels.Halt, key, 0},
-	} {
-		t.Run(c.file, func(t *testing.T) {
-			body := channeltest.ReadTestdata(t, c.file)
-			var g struct {
-				Error struct {
-					Code    int
-					Message string
-				}
+	channeltest.CheckDocumented(t, channeltest.Documented{
+		channels.Throttle: {"QUOTA_EXCEEDED 429", "QUOTA_EXCEEDED_bare 429 QUOTA_EXCEEDED",
+			"QUOTA_EXCEEDED_topic 429 QUOTA_EXCEEDED", "QUOTA_EXCEEDED_device 429 QUOTA_EXCEEDED",
+			"RESOURCE_EXHAUSTED 429"}, // RESOURCE_EXHAUSTED: #719
+		channels.Transient: {"UNAVAILABLE 503", "INTERNAL 500", "UNSPECIFIED_ERROR 500"},
+		channels.Permanent: {"UNREGISTERED 404", "SENDER_ID_MISMATCH 403", "INVALID_ARGUMENT 400",
+			"INVALID_ARGUMENT_apns 400 INVALID_ARGUMENT", "THIRD_PARTY_AUTH_ERROR 401", "APNS_AUTH_ERROR 401"},
+		channels.Halt: {"UNAUTHENTICATED 401", "PERMISSION_DENIED 403"},
+	}, func(t *testing.T, d channeltest.DocumentedError) *channels.Error {
+		var g struct {
+			Error struct {
+				Code    int
+				Message string
 			}
-			if err := json.Unmarshal([]byte(body), &g); err != nil || g.Error.Code != c.status {
-				t.Fatalf("testdata error.code = %d, %v; want %d", g.Error.Code, err, c.status)
-			}
-			e := sendErr(t, channeltest.Respond(t, c.status, body, "Content-Type", "application/json; charset=UTF-8"))
-			if e.Code != c.code || e.Status != c.status || e.Class != c.class || e.Scope != c.scope {
-				t.Errorf("got code=%q status=%d class=%v scope=%v; want %q %d %v %v",
-					e.Code, e.Status, e.Class, e.Scope, c.code, c.status, c.class, c.scope)
-			}
-			if e.Detail != g.Error.Message[:min(len(g.Error.Message), 200)] {
-				t.Errorf("Detail = %q, want error.message %q", e.Detail, g.Error.Message)
-			}
-			if e.RetryAfter != c.retry || e.Err != nil {
-				t.Errorf("RetryAfter = %v, Err = %v; want %v, nil", e.RetryAfter, e.Err, c.retry)
-			}
-		})
-	}
+		}
+		if err := json.Unmarshal([]byte(d.Body), &g); err != nil || g.Error.Code != d.Status {
+			t.Fatalf("testdata error.code = %d, %v; want %d", g.Error.Code, err, d.Status)
+		}
+		e := sendErr(t, channeltest.Respond(t, d.Status, d.Body, "Content-Type", "application/json; charset=UTF-8"))
+		// A project's quota asks for a minute when FCM names no wait; a
+		// device's rate (QUOTA_EXCEEDED_device) throttles the pair alone.
+		scope, retry := channels.ScopeKey, time.Duration(0)
+		if d.Name == "QUOTA_EXCEEDED_device" {
+			scope = channels.ScopePair
+		} else if d.Class == channels.Throttle {
+			retry = time.Minute
+		}
+		if e.Scope != scope {
+			t.Errorf("Scope = %v, want %v", e.Scope, scope)
+		}
+		if e.Detail != g.Error.Message[:min(len(g.Error.Message), 200)] {
+			t.Errorf("Detail = %q, want error.message %q", e.Detail, g.Error.Message)
+		}
+		if e.RetryAfter != retry || e.Err != nil {
+			t.Errorf("RetryAfter = %v, Err = %v; want %v, nil", e.RetryAfter, e.Err, retry)
+		}
+		return e
+	})
 }
 
 // TestSendCodeBeatsStatus: the code decides, whatever the HTTP status.
@@ -152,59 +126,34 @@ func TestSendCodeBeatsStatus(t *testing.T) {
 
 // TestSendUnknownCode: a code in no table is classified by HTTP status.
 func TestSendUnknownCode(t *testing.T) {
-	body := channeltest.ReadTestdata(t, "unknown.json")
-	for _, c := range []struct {
-		status int
-		class  channels.Class
-		retry  time.Duration
-	}{
-		{400, channels.Permanent, 0},
-		{404, channels.Permanent, 0},
-		{401, channels.Halt, 0},
-		{403, channels.Halt, 0},
-		{429, channels.Throttle, time.Minute},
-		{500, channels.Transient, 0},
-		{503, channels.Transient, 0},
-	} {
-		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
-			e := sendErr(t, channeltest.Respond(t, c.status, body))
-			if e.Class != c.class || e.Code != "FAILED_PRECONDITION" || e.Scope != channels.ScopeKey || e.RetryAfter != c.retry {
-				t.Errorf("got class=%v code=%q scope=%v retry=%v; want %v FAILED_PRECONDITION key %v",
-					e.Class, e.Code, e.Scope, e.RetryAfter, c.class, c.retry)
-			}
-		})
-	}
+	channeltest.CheckUnknownCode(t, channeltest.ReadTestdata(t, "unknown.json"), "FAILED_PRECONDITION", channeltest.Statuses{
+		channels.Permanent: {400, 404}, channels.Halt: {401, 403}, channels.Throttle: {429}, channels.Transient: {500, 503},
+	}, sendAnswer, func(t *testing.T, status int, e *channels.Error) {
+		var retry time.Duration
+		if status == 429 {
+			retry = time.Minute
+		}
+		if e.Scope != channels.ScopeKey || e.RetryAfter != retry {
+			t.Errorf("got scope=%v retry=%v; want key %v", e.Scope, e.RetryAfter, retry)
+		}
+	})
 }
 
 // TestSendNonGoogleBody: a body without a Google error is classified by status.
 func TestSendNonGoogleBody(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		status int
-		body   string
-		class  channels.Class
-	}{
-		{"bare 429", 429, "", channels.Throttle},
-		{"text 429", 429, "Too Many Requests", channels.Throttle},
-		{"html 502", 502, "<html><body>Bad Gateway</body></html>", channels.Transient},
-		{"empty 503", 503, "", channels.Transient},
-		{"text 400", 400, "bad request", channels.Permanent},
-		{"json without error 400", 400, `{"ok":false}`, channels.Permanent},
-		{"html 404", 404, "<html>Not Found</html>", channels.Permanent},
-		{"text 401", 401, "Unauthorized", channels.Halt},
-		{"text 403", 403, "Forbidden", channels.Halt},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			e := sendErr(t, channeltest.Respond(t, c.status, c.body))
-			if e.Class != c.class || e.Status != c.status || e.Code != "" || e.Err == nil || e.Scope != channels.ScopeKey {
-				t.Errorf("got class=%v status=%d code=%q err=%v scope=%v; want %v %d, no code, an Err, key",
-					e.Class, e.Status, e.Code, e.Err, e.Scope, c.class, c.status)
-			}
-			if c.class == channels.Throttle && e.RetryAfter != time.Minute {
-				t.Errorf("bare 429 RetryAfter = %v, want the 1 min floor", e.RetryAfter)
-			}
-		})
-	}
+	channeltest.CheckNonProviderBody(t, channeltest.Answers{
+		channels.Throttle:  {"429", "429 Too Many Requests"},
+		channels.Transient: {"502 <html><body>Bad Gateway</body></html>", "503"},
+		channels.Permanent: {"400 bad request", `400 {"ok":false}`, "404 <html>Not Found</html>"},
+		channels.Halt:      {"401 Unauthorized", "403 Forbidden"},
+	}, sendAnswer, func(t *testing.T, _ channeltest.Answer, e *channels.Error) {
+		if e.Scope != channels.ScopeKey {
+			t.Errorf("Scope = %v, want key", e.Scope)
+		}
+		if e.Class == channels.Throttle && e.RetryAfter != time.Minute {
+			t.Errorf("bare 429 RetryAfter = %v, want the 1 min floor", e.RetryAfter)
+		}
+	})
 }
 
 func TestSendSuccess(t *testing.T) {
@@ -293,7 +242,7 @@ func TestSendRequestShape(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			send := func(m channels.Message) (channels.Result, error) { return cl.Send(t.Context(), m) }
+			send := channeltest.Bound(t.Context(), cl.Send)
 			rq := channeltest.SendCaptured(t, got, send, message(), c.payload, c.key, "projects/p/messages/1")
 			channeltest.CheckPost(t, rq, c.path, access, false)
 			top := channeltest.JSONObject(t, rq.Body)
@@ -364,10 +313,7 @@ func serviceAccount(t *testing.T) (map[string]any, string) {
 func marshal(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return channeltest.Must(t, b, err)
 }
 
 func TestNew(t *testing.T) {
@@ -509,11 +455,7 @@ func TestSendTransportError(t *testing.T) {
 }
 
 func TestSendContext(t *testing.T) {
-	c := newClient(t, channeltest.Hanging(t).URL)
-	channeltest.CheckContext(t, func(ctx context.Context) error {
-		_, err := c.Send(ctx, message())
-		return err
-	})
+	channeltest.CheckContext(t, channeltest.SendOf(newClient(t, channeltest.Hanging(t).URL).Send, message()))
 	t.Run("during the token request", func(t *testing.T) {
 		fake := fcmtest.New(fcmtest.Config{})
 		hang := channeltest.Hang(t)
@@ -529,10 +471,8 @@ func TestSendContext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		channeltest.CheckCanceled(t, func(ctx context.Context) error { // the token request must honour ctx
-			_, err := cl.Send(ctx, message())
-			return err
-		})
+		// The token request must honour ctx.
+		channeltest.CheckCanceled(t, channeltest.SendOf(cl.Send, message()))
 	})
 }
 
@@ -541,10 +481,7 @@ func TestSendContext(t *testing.T) {
 func newFakeClient(t *testing.T, fake *fcmtest.Server, dataID string) *fcm.Client {
 	t.Helper()
 	c, err := fcm.New(t.Context(), fcm.Config{BaseURL: fake.URL(), CredentialsJSON: fake.ServiceAccountJSON(), DataIDKey: dataID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return channeltest.Must(t, c, err)
 }
 
 // TestTokenCaching: many sends, concurrent or not, make one token request.
@@ -666,10 +603,7 @@ func mintingClient(t *testing.T, baseURL string, minted *atomic.Int32) *fcm.Clie
 		return &oauth2.Token{AccessToken: "tok-" + strconv.Itoa(int(minted.Add(1)))}, nil
 	})
 	c, err := fcm.New(t.Context(), fcm.Config{BaseURL: baseURL, TokenSource: src})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return channeltest.Must(t, c, err)
 }
 
 // tokenFunc is an oauth2.TokenSource made of a function.
@@ -784,11 +718,7 @@ func TestSendAgainstFake(t *testing.T) {
 		fake := fcmtest.NewServer(fcmtest.Config{Rate: 0.001, Burst: 3, RetryAfter: 90 * time.Second})
 		defer fake.Close()
 		c := newFakeClient(t, fake, "pacer_id")
-		ok, throttled := channeltest.CountAnswers(t, 5, func(i int) channels.Message {
-			m := message()
-			m.ID = "env-" + strconv.Itoa(i)
-			return m
-		}, func(m channels.Message) (channels.Result, error) { return c.Send(t.Context(), m) },
+		ok, throttled := channeltest.CountAnswers(t, 5, channeltest.Numbered(message()), channeltest.Bound(t.Context(), c.Send),
 			func(res channels.Result) bool {
 				return strings.HasPrefix(res.ProviderID, "projects/"+project+"/messages/")
 			},
@@ -861,7 +791,6 @@ func TestSendAgainstFake(t *testing.T) {
 func TestConnectionReuse(t *testing.T) {
 	h := channeltest.Responder(200, channeltest.ReadTestdata(t, "success.json"), "Content-Type", "application/json")
 	channeltest.CheckReuse(t, h, func(baseURL string) func(context.Context) error {
-		c := newClient(t, baseURL)
-		return func(ctx context.Context) error { _, err := c.Send(ctx, message()); return err }
+		return channeltest.SendOf(newClient(t, baseURL).Send, message())
 	})
 }

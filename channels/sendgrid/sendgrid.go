@@ -296,13 +296,9 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 		req.Header.Set("On-Behalf-Of", k.onBehalfOf)
 	}
 
-	resp, err := channels.Do(c.hc, req)
+	resp, err := channels.DoSend(ctx, c.hc, req, channel) // its error names the host and path, never a header
 	if err != nil {
-		if ctx.Err() != nil {
-			return channels.Result{}, ctx.Err()
-		}
-		// *url.Error names the URL (host and path only), never a header.
-		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Transient, Err: err}
+		return channels.Result{}, err
 	}
 	raw, err := channels.ReadBody(resp.Body, maxRespSize)
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {

@@ -3,7 +3,6 @@ package sendgrid_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -34,20 +33,12 @@ func keys() map[string]string { return map[string]string{keyName: secret, "trans
 func newClient(t *testing.T, baseURL string) *sendgrid.Client {
 	t.Helper()
 	c, err := sendgrid.New(sendgrid.Config{BaseURL: baseURL, APIKeys: keys(), Now: func() time.Time { return t0 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return channeltest.Must(t, c, err)
 }
 
 func message() channels.Message {
-	return channels.Message{
-		ID:  "env-1",
-		Key: keyName,
-		To:  recipient,
-		Payload: json.RawMessage(`{"from":{"email":"news@example.org"},"subject":"Hi",
-			"content":[{"type":"text/plain","value":"Hello"}]}`),
-	}
+	return channeltest.Message("env-1", keyName, recipient, `{"from":{"email":"news@example.org"},"subject":"Hi",
+			"content":[{"type":"text/plain","value":"Hello"}]}`)
 }
 
 // secrets must stay out of error text, in any case.
@@ -62,17 +53,13 @@ func sendErr(t *testing.T, ts *httptest.Server) *channels.Error {
 func sendErrWith(t *testing.T, c *sendgrid.Client, m channels.Message) *channels.Error {
 	t.Helper()
 	res, err := c.Send(t.Context(), m)
-	var e *channels.Error
-	if !errors.As(err, &e) {
-		t.Fatalf("Send = %+v, %v; want a *channels.Error", res, err)
+	if err == nil {
+		t.Fatalf("Send = %+v, nil; want an error", res)
 	}
-	if e.Channel != "sendgrid" {
-		t.Errorf("Channel = %q, want sendgrid", e.Channel)
-	}
+	e := channeltest.ErrorOf(t, "sendgrid", err, secrets...)
 	if e.Class == channels.Success {
 		t.Errorf("Class = success in an error")
 	}
-	channeltest.NoSecrets(t, err, secrets...)
 	return e
 }
 
@@ -449,11 +436,8 @@ func TestNew(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := sendgrid.New(c.cfg)
+			channeltest.CheckNewErr(t, err, c.field)
 			switch {
-			case c.field == "" && err != nil:
-				t.Fatalf("New: %v", err)
-			case c.field != "" && (err == nil || !strings.Contains(err.Error(), c.field)):
-				t.Fatalf("New: %v; want an error naming %s", err, c.field)
 			case err != nil:
 				channeltest.NoSecrets(t, err, secrets...)
 			}
@@ -519,11 +503,7 @@ func TestSendTransportError(t *testing.T) {
 }
 
 func TestSendContext(t *testing.T) {
-	c := newClient(t, channeltest.Hanging(t).URL)
-	channeltest.CheckContext(t, func(ctx context.Context) error {
-		_, err := c.Send(ctx, message())
-		return err
-	})
+	channeltest.CheckContext(t, channeltest.SendOf(newClient(t, channeltest.Hanging(t).URL).Send, message()))
 }
 
 func TestDefaultLimit(t *testing.T) {
@@ -544,11 +524,7 @@ func TestSendAgainstFake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok, throttled := channeltest.CountAnswers(t, 5, func(i int) channels.Message {
-		m := message()
-		m.ID = "env-" + strconv.Itoa(i)
-		return m
-	}, func(m channels.Message) (channels.Result, error) { return c.Send(t.Context(), m) },
+	ok, throttled := channeltest.CountAnswers(t, 5, channeltest.Numbered(message()), channeltest.Bound(t.Context(), c.Send),
 		func(res channels.Result) bool { return len(res.ProviderID) == 22 },
 		// Rate 0.001/s: the next token is 1000 s away, and the epoch rounds up;
 		// the wait is measured on the client's clock, later on a loaded machine.
@@ -600,7 +576,6 @@ func TestSendAgainstFake(t *testing.T) {
 func TestConnectionReuse(t *testing.T) {
 	h := channeltest.Responder(202, "", "X-Message-Id", "W_9qHD2LQKSR6ucD1A2R_w")
 	channeltest.CheckReuse(t, h, func(baseURL string) func(context.Context) error {
-		c := newClient(t, baseURL)
-		return func(ctx context.Context) error { _, err := c.Send(ctx, message()); return err }
+		return channeltest.SendOf(newClient(t, baseURL).Send, message())
 	})
 }

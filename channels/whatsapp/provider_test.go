@@ -5,7 +5,6 @@ package whatsapp_test
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -93,20 +92,8 @@ func TestCallbackDataLimit(t *testing.T) {
 			v, _ := json.Marshal(tc.value)
 			m := message()
 			m.Payload = json.RawMessage(`{"type":"text","text":{"body":"hi"},"biz_opaque_callback_data":` + string(v) + `}`)
-			before := requests.Load()
-			_, err := c.Send(t.Context(), m)
-			sent := requests.Load() - before
-			if tc.ok {
-				if err != nil || sent != 1 {
-					t.Fatalf("Send = %v with %d requests; want success with 1", err, sent)
-				}
-				return
-			}
-			var e *channels.Error
-			if !errors.As(err, &e) || e.Class != channels.Permanent || e.Code != whatsapp.CodeCallbackDataTooLong || sent != 0 {
-				t.Fatalf("Send = %v with %d requests; want Permanent %q and no request", err, sent, whatsapp.CodeCallbackDataTooLong)
-			}
-			if channels.MaybeAccepted(err) {
+			err := channeltest.CheckLocalLimit(t, requests.Load, channeltest.Bound(t.Context(), c.Send), m, tc.ok, whatsapp.CodeCallbackDataTooLong)
+			if !tc.ok && channels.MaybeAccepted(err) {
 				t.Error("MaybeAccepted = true for a message never sent")
 			}
 		})

@@ -19,26 +19,33 @@ import (
 const DefaultAPIVersion = "v26.0"
 
 // retiredOn gives the last day of each Graph API version whose end date Meta
-// has published: from that date on, requests to it fail. Versions before
-// v13.0 ended earlier still (v12.0 on February 8, 2024). Source: the
-// changelog page of [DefaultAPIVersion], read 2026-12-01.
-var retiredOn = map[[2]int]time.Time{
-	{13, 0}: date(2024, 5, 28),
-	{14, 0}: date(2024, 9, 17),
-	{15, 0}: date(2024, 11, 20),
-	{16, 0}: date(2025, 5, 14),
-	{17, 0}: date(2025, 9, 12),
-	{18, 0}: date(2026, 1, 26),
-	{19, 0}: date(2026, 5, 21),
-	{20, 0}: date(2026, 9, 24),
-	{21, 0}: date(2027, 1, 21),
-	{22, 0}: date(2027, 5, 20),
-	{23, 0}: date(2027, 10, 8),
-	{24, 0}: date(2028, 2, 18),
-	{25, 0}: date(2028, 7, 29),
+// has published, from v13.0 on: retiredOn[i] is that of v(13+i).0, from
+// which date on requests to it fail. Versions before v13.0 ended earlier
+// still (v12.0 on February 8, 2024). Source: the changelog page of
+// [DefaultAPIVersion], read 2026-12-01.
+var retiredOn = dates(
+	"2024-05-28", "2024-09-17", "2024-11-20", "2025-05-14", // v13.0 to v16.0
+	"2025-09-12", "2026-01-26", "2026-05-21", "2026-09-24", // v17.0 to v20.0
+	"2027-01-21", "2027-05-20", "2027-10-08", "2028-02-18", // v21.0 to v24.0
+	"2028-07-29", // v25.0
+)
+
+// dates parses days written YYYY-MM-DD, as midnight UTC; it panics on a
+// malformed one, which only an edit of retiredOn could bring.
+func dates(days ...string) []time.Time {
+	out := make([]time.Time, len(days))
+	for i, d := range days {
+		out[i] = must(time.Parse(time.DateOnly, d))
+	}
+	return out
 }
 
-func date(y int, m time.Month, d int) time.Time { return time.Date(y, m, d, 0, 0, 0, 0, time.UTC) }
+func must(t time.Time, err error) time.Time {
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
 
 var versionRE = regexp.MustCompile(`^v([0-9]{1,3})\.([0-9]{1,2})$`)
 
@@ -57,9 +64,9 @@ func Retired(v string, now time.Time) (until time.Time, retired bool, err error)
 	if major < 13 {
 		return time.Time{}, true, nil
 	}
-	until, ok := retiredOn[[2]int{major, minor}]
-	if !ok {
+	if minor != 0 || major-13 >= len(retiredOn) {
 		return time.Time{}, false, nil
 	}
+	until = retiredOn[major-13]
 	return until, !now.Before(until), nil
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,34 +26,26 @@ const (
 func newClient(t *testing.T, baseURL string) *whatsapp.Client {
 	t.Helper()
 	c, err := whatsapp.New(whatsapp.Config{BaseURL: baseURL, Token: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return channeltest.Must(t, c, err)
 }
 
 func message() channels.Message {
-	return channels.Message{
-		ID:      "env-1",
-		Key:     phoneID,
-		To:      recipient,
-		Payload: json.RawMessage(`{"type":"text","text":{"preview_url":false,"body":"hi"}}`),
-	}
+	return channeltest.Message("env-1", phoneID, recipient, `{"type":"text","text":{"preview_url":false,"body":"hi"}}`)
 }
 
 // sendErr sends message() through a client of ts and returns the *channels.Error.
 func sendErr(t *testing.T, ts *httptest.Server) *channels.Error {
 	t.Helper()
 	res, err := newClient(t, ts.URL).Send(t.Context(), message())
-	var e *channels.Error
-	if !errors.As(err, &e) {
-		t.Fatalf("Send = %+v, %v; want a *channels.Error", res, err)
+	if err == nil {
+		t.Fatalf("Send = %+v, nil; want an error", res)
 	}
-	if e.Channel != "whatsapp" {
-		t.Errorf("Channel = %q, want whatsapp", e.Channel)
-	}
-	channeltest.NoSecrets(t, err, token, strings.TrimPrefix(recipient, "+"))
-	return e
+	return channeltest.ErrorOf(t, "whatsapp", err, token, strings.TrimPrefix(recipient, "+"))
+}
+
+// sendAnswer is sendErr to a server that answers status and body.
+func sendAnswer(t *testing.T, status int, body string) *channels.Error {
+	return sendErr(t, channeltest.Respond(t, status, body))
 }
 
 // TestSendClassification runs every code of providers.md §1.4 through the
@@ -62,141 +53,62 @@ func sendErr(t *testing.T, ts *httptest.Server) *channels.Error {
 // codes that third parties saw with 429 run with both, to show the class
 // comes from error.code alone.
 func TestSendClassification(t *testing.T) {
-	const (
-		key     = channels.ScopeKey
-		pair    = channels.ScopePair
-		account = channels.ScopeAccount
-	)
-	for _, c := range []struct {
-		code   string
-		status int
-		class  channels.Class
-		scope  channels.Scope
-	}{
-		{"130429", 400, channels.Throttle, key},
-		{"130429", 429, channels.Throttle, key},
-		{"131056", 400, channels.Throttle, pair},
-		{"131056", 429, channels.Throttle, pair},
-		{"80007", 400, channels.Throttle, account},
-		{"4", 400, channels.Throttle, account},
-		{"4", 429, channels.Throttle, account},
-		{"131048", 400, channels.Throttle, key},
-		{"131049", 400, channels.Permanent, key},
-		{"131057", 500, channels.Transient, key},
-		{"2", 503, channels.Transient, key},
-		{"131000", 500, channels.Transient, key},
-		{"131016", 500, channels.Transient, key},
-		{"1", 400, channels.Transient, key},
-		{"131026", 400, channels.Permanent, key},
-		{"131047", 400, channels.Permanent, key},
-		{"131021", 400, channels.Permanent, key},
-		{"131051", 400, channels.Permanent, key},
-		{"131053", 400, channels.Permanent, key},
-		{"100", 400, channels.Permanent, key},
-		{"131008", 400, channels.Permanent, key},
-		{"131009", 400, channels.Permanent, key},
-		{"33", 400, channels.Permanent, key},
-		{"130472", 400, channels.Permanent, key},
-		{"132000", 400, channels.Permanent, key},
-		{"132001", 404, channels.Permanent, key},
-		{"132005", 400, channels.Permanent, key},
-		{"132007", 400, channels.Permanent, key},
-		{"132012", 400, channels.Permanent, key},
-		{"132015", 400, channels.Permanent, key},
-		{"0", 401, channels.Halt, key},
-		{"190", 401, channels.Halt, key},
-		{"3", 500, channels.Halt, key},
-		{"10", 403, channels.Halt, key},
-		{"200", 403, channels.Halt, key},
-		{"250", 403, channels.Halt, key},
-		{"299", 403, channels.Halt, key},
-		{"131005", 403, channels.Halt, key},
-		{"368", 403, channels.Halt, key},
-		{"131031", 403, channels.Halt, key},
-		{"131042", 400, channels.Halt, key},
-		{"131045", 500, channels.Halt, key},
-		{"133010", 400, channels.Halt, key},
-	} {
-		t.Run(c.code+"/"+strconv.Itoa(c.status), func(t *testing.T) {
-			body := channeltest.ReadTestdata(t, c.code+".json")
-			e := sendErr(t, channeltest.Respond(t, c.status, body, "Content-Type", "application/json"))
-			if e.Code != c.code || e.Status != c.status || e.Class != c.class || e.Scope != c.scope {
-				t.Errorf("got code=%q status=%d class=%v scope=%v; want %q %d %v %v",
-					e.Code, e.Status, e.Class, e.Scope, c.code, c.status, c.class, c.scope)
-			}
-			var g struct{ Error struct{ Message string } }
-			if err := json.Unmarshal([]byte(body), &g); err != nil {
-				t.Fatal(err)
-			}
-			if e.Detail != g.Error.Message {
-				t.Errorf("Detail = %q, want error.message %q", e.Detail, g.Error.Message)
-			}
-			// An account budget is a rolling hour (providers.md §1.4): its
-			// throttles ask for a minute, not the key's 1 s; a spam rate
-			// limit (131048) an hour.
-			wantRetry := time.Duration(0)
-			switch {
-			case c.scope == account:
-				wantRetry = whatsapp.AccountCooldown
-			case c.code == "131048":
-				wantRetry = whatsapp.SpamCooldown
-			}
-			if e.RetryAfter != wantRetry || e.Err != nil {
-				t.Errorf("RetryAfter = %v, Err = %v; want %v, nil", e.RetryAfter, e.Err, wantRetry)
-			}
-		})
-	}
+	scope := map[string]channels.Scope{"131056": channels.ScopePair, "80007": channels.ScopeAccount, "4": channels.ScopeAccount}
+	channeltest.CheckDocumented(t, channeltest.Documented{
+		channels.Throttle:  {"130429 400", "130429 429", "131056 400", "131056 429", "80007 400", "4 400", "4 429", "131048 400"},
+		channels.Transient: {"131057 500", "2 503", "131000 500", "131016 500", "1 400"},
+		channels.Permanent: {"131049 400", "131026 400", "131047 400", "131021 400", "131051 400", "131053 400", "100 400",
+			"131008 400", "131009 400", "33 400", "130472 400", "132000 400", "132001 404", "132005 400", "132007 400",
+			"132012 400", "132015 400"},
+		channels.Halt: {"0 401", "190 401", "3 500", "10 403", "200 403", "250 403", "299 403", "131005 403", "368 403",
+			"131031 403", "131042 400", "131045 500", "133010 400"},
+	}, func(t *testing.T, d channeltest.DocumentedError) *channels.Error {
+		e := sendErr(t, channeltest.Respond(t, d.Status, d.Body, "Content-Type", "application/json"))
+		if e.Scope != scope[d.Code] {
+			t.Errorf("Scope = %v, want %v", e.Scope, scope[d.Code])
+		}
+		var g struct{ Error struct{ Message string } }
+		if err := json.Unmarshal([]byte(d.Body), &g); err != nil {
+			t.Fatal(err)
+		}
+		if e.Detail != g.Error.Message {
+			t.Errorf("Detail = %q, want error.message %q", e.Detail, g.Error.Message)
+		}
+		// An account budget is a rolling hour (providers.md §1.4): its
+		// throttles ask for a minute, not the key's 1 s; a spam rate
+		// limit (131048) an hour.
+		wantRetry := time.Duration(0)
+		switch {
+		case scope[d.Code] == channels.ScopeAccount:
+			wantRetry = whatsapp.AccountCooldown
+		case d.Code == "131048":
+			wantRetry = whatsapp.SpamCooldown
+		}
+		if e.RetryAfter != wantRetry || e.Err != nil {
+			t.Errorf("RetryAfter = %v, Err = %v; want %v, nil", e.RetryAfter, e.Err, wantRetry)
+		}
+		return e
+	})
 }
 
 // TestSendUnknownCode: a code in no table is classified by HTTP status.
 func TestSendUnknownCode(t *testing.T) {
-	body := channeltest.ReadTestdata(t, "unknown.json")
-	for _, c := range []struct {
-		status int
-		class  channels.Class
-	}{
-		{400, channels.Permanent},
-		{401, channels.Permanent},
-		{404, channels.Permanent},
-		{429, channels.Transient},
-		{500, channels.Transient},
-		{503, channels.Transient},
-	} {
-		t.Run(strconv.Itoa(c.status), func(t *testing.T) {
-			e := sendErr(t, channeltest.Respond(t, c.status, body))
-			if e.Class != c.class || e.Code != "9999999" || e.Scope != channels.ScopeKey {
-				t.Errorf("got class=%v code=%q scope=%v; want %v 9999999 key", e.Class, e.Code, e.Scope, c.class)
-			}
-		})
-	}
+	channeltest.CheckUnknownCode(t, channeltest.ReadTestdata(t, "unknown.json"), "9999999", channeltest.Statuses{
+		channels.Permanent: {400, 401, 404}, channels.Transient: {429, 500, 503},
+	}, sendAnswer, func(t *testing.T, _ int, e *channels.Error) {
+		if e.Scope != channels.ScopeKey {
+			t.Errorf("Scope = %v, want key", e.Scope)
+		}
+	})
 }
 
 // TestSendNonGraphBody: a body without a Graph error is classified by status.
 func TestSendNonGraphBody(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		status int
-		body   string
-		class  channels.Class
-	}{
-		{"html 502", 502, "<html><body>Bad Gateway</body></html>", channels.Transient},
-		{"text 429", 429, "Too Many Requests", channels.Transient},
-		{"empty 503", 503, "", channels.Transient},
-		{"text 400", 400, "bad request", channels.Permanent},
-		{"json without error 400", 400, `{"ok":false}`, channels.Permanent},
-		{"error without code 400", 400, `{"error":{"message":"x"}}`, channels.Permanent},
-		{"text 404", 404, "not found", channels.Permanent},
-		{"text 401", 401, "Unauthorized", channels.Halt},
-		{"text 403", 403, "Forbidden", channels.Halt},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			e := sendErr(t, channeltest.Respond(t, c.status, c.body))
-			if e.Class != c.class || e.Status != c.status || e.Code != "" || e.Err == nil {
-				t.Errorf("got class=%v status=%d code=%q err=%v; want %v %d, no code, an Err",
-					e.Class, e.Status, e.Code, e.Err, c.class, c.status)
-			}
-		})
-	}
+	channeltest.CheckNonProviderBody(t, channeltest.Answers{
+		channels.Transient: {"502 <html><body>Bad Gateway</body></html>", "429 Too Many Requests", "503"},
+		channels.Permanent: {"400 bad request", `400 {"ok":false}`, `400 {"error":{"message":"x"}}`, "404 not found"},
+		channels.Halt:      {"401 Unauthorized", "403 Forbidden"},
+	}, sendAnswer, nil)
 }
 
 func TestSendSuccess(t *testing.T) {
@@ -216,8 +128,21 @@ func TestSendSuccessWithoutID(t *testing.T) {
 	}
 }
 
+// sent returns the JSON text of the body fields the adapter sets in every
+// send, with callback as biz_opaque_callback_data, and of the more fields
+// given in name, value pairs.
+func sent(callback string, more ...string) map[string]string {
+	m := map[string]string{"messaging_product": `"whatsapp"`, "recipient_type": `"individual"`,
+		"to": `"+16505551234"`, "biz_opaque_callback_data": callback}
+	for i := 0; i+1 < len(more); i += 2 {
+		m[more[i]] = more[i+1]
+	}
+	return m
+}
+
 // TestSendRequestShape checks method, path, headers and the merged body.
 func TestSendRequestShape(t *testing.T) {
+	defaultPath := "/" + whatsapp.DefaultAPIVersion + "/" + phoneID + "/messages"
 	ts, got := channeltest.Capture(t, func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, `{"messages":[{"id":"wamid.1"}]}`)
 	})
@@ -234,51 +159,28 @@ func TestSendRequestShape(t *testing.T) {
 		{
 			name:    "payload fields kept, ours win",
 			payload: `{"type":"text","text":{"preview_url":false,"body":"hi \u00e9"},"to":"+1999","messaging_product":"sms","recipient_type":"group","x":[1,2.50]}`,
-			want: map[string]string{
-				"messaging_product":        `"whatsapp"`,
-				"recipient_type":           `"individual"`,
-				"to":                       `"+16505551234"`,
-				"biz_opaque_callback_data": `"env-1"`,
-				"type":                     `"text"`,
-				"text":                     `{"preview_url":false,"body":"hi \u00e9"}`,
-				"x":                        `[1,2.50]`,
-			},
-			path: "/" + whatsapp.DefaultAPIVersion + "/" + phoneID + "/messages",
+			want:    sent(`"env-1"`, "type", `"text"`, "text", `{"preview_url":false,"body":"hi \u00e9"}`, "x", `[1,2.50]`),
+			path:    defaultPath,
 		},
 		{
 			name:    "payload sets biz_opaque_callback_data",
 			payload: `{"biz_opaque_callback_data":"theirs"}`,
-			want: map[string]string{
-				"messaging_product":        `"whatsapp"`,
-				"recipient_type":           `"individual"`,
-				"to":                       `"+16505551234"`,
-				"biz_opaque_callback_data": `"theirs"`,
-			},
-			path: "/" + whatsapp.DefaultAPIVersion + "/" + phoneID + "/messages",
+			want:    sent(`"theirs"`),
+			path:    defaultPath,
 		},
 		{
 			name:    "nil payload, base path and version",
 			base:    "/graph/",
 			version: "v23.0",
 			key:     "a/b",
-			want: map[string]string{
-				"messaging_product":        `"whatsapp"`,
-				"recipient_type":           `"individual"`,
-				"to":                       `"+16505551234"`,
-				"biz_opaque_callback_data": `"env-1"`,
-			},
-			path: "/graph/v23.0/a%2Fb/messages",
+			want:    sent(`"env-1"`),
+			path:    "/graph/v23.0/a%2Fb/messages",
 		},
 		{
 			name:    "null payload",
 			payload: ` null `,
-			want: map[string]string{
-				"messaging_product":        `"whatsapp"`,
-				"recipient_type":           `"individual"`,
-				"to":                       `"+16505551234"`,
-				"biz_opaque_callback_data": `"env-1"`,
-			},
-			path: "/" + whatsapp.DefaultAPIVersion + "/" + phoneID + "/messages",
+			want:    sent(`"env-1"`),
+			path:    defaultPath,
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -286,7 +188,7 @@ func TestSendRequestShape(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			send := func(m channels.Message) (channels.Result, error) { return cl.Send(t.Context(), m) }
+			send := channeltest.Bound(t.Context(), cl.Send)
 			rq := channeltest.SendCaptured(t, got, send, message(), c.payload, c.key, "wamid.1")
 			channeltest.CheckPost(t, rq, c.path, token, true)
 			channeltest.CheckFields(t, "body", channeltest.JSONObject(t, rq.Body), c.want)
@@ -339,11 +241,8 @@ func TestNew(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := whatsapp.New(c.cfg)
+			channeltest.CheckNewErr(t, err, c.field)
 			switch {
-			case c.field == "" && err != nil:
-				t.Fatalf("New: %v", err)
-			case c.field != "" && (err == nil || !strings.Contains(err.Error(), c.field)):
-				t.Fatalf("New: %v; want an error naming %s", err, c.field)
 			case err != nil && strings.Contains(err.Error(), token):
 				t.Fatalf("New error %q contains the token", err)
 			}
@@ -421,11 +320,7 @@ func TestSendTransportError(t *testing.T) {
 }
 
 func TestSendContext(t *testing.T) {
-	c := newClient(t, channeltest.Hanging(t).URL)
-	channeltest.CheckContext(t, func(ctx context.Context) error {
-		_, err := c.Send(ctx, message())
-		return err
-	})
+	channeltest.CheckContext(t, channeltest.SendOf(newClient(t, channeltest.Hanging(t).URL).Send, message()))
 }
 
 // TestSendAgainstFake runs the adapter against whatsapptest: the fake's
@@ -434,7 +329,7 @@ func TestSendAgainstFake(t *testing.T) {
 	fake := whatsapptest.NewServer(whatsapptest.Config{Rate: 0.001, Burst: 3, Token: token})
 	defer fake.Close()
 	c := newClient(t, fake.URL())
-	ok, throttled := channeltest.CountAnswers(t, 5, envMessage, sendOf(t, c),
+	ok, throttled := channeltest.CountAnswers(t, 5, channeltest.Numbered(message()), channeltest.Bound(t.Context(), c.Send),
 		func(res channels.Result) bool { return strings.HasPrefix(res.ProviderID, "wamid.") },
 		func(e *channels.Error) bool {
 			return e.Code == "130429" && e.Scope == channels.ScopeKey && e.Status == 429
@@ -463,19 +358,6 @@ func TestSendAgainstFake(t *testing.T) {
 func TestConnectionReuse(t *testing.T) {
 	h := channeltest.Responder(200, channeltest.ReadTestdata(t, "success.json"), "Content-Type", "application/json")
 	channeltest.CheckReuse(t, h, func(baseURL string) func(context.Context) error {
-		c := newClient(t, baseURL)
-		return func(ctx context.Context) error { _, err := c.Send(ctx, message()); return err }
+		return channeltest.SendOf(newClient(t, baseURL).Send, message())
 	})
-}
-
-// envMessage returns message() with the envelope id env-i.
-func envMessage(i int) channels.Message {
-	m := message()
-	m.ID = "env-" + strconv.Itoa(i)
-	return m
-}
-
-// sendOf returns c's Send under t's context.
-func sendOf(t *testing.T, c *whatsapp.Client) func(channels.Message) (channels.Result, error) {
-	return func(m channels.Message) (channels.Result, error) { return c.Send(t.Context(), m) }
 }

@@ -249,12 +249,9 @@ func (s *Server) Unregister(token string) {
 func (s *Server) Stats() map[string]KeyStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	shared := s.stats.Snapshot()
-	m := make(map[string]KeyStats, len(s.unreg))
-	for key, unreg := range s.unreg {
-		m[key] = KeyStats{KeyStats: shared[key], Unregistered: unreg}
-	}
-	return m
+	return fakeprovider.Extend(&s.stats, s.unreg, func(k fakeprovider.KeyStats, unreg int) KeyStats {
+		return KeyStats{KeyStats: k, Unregistered: unreg}
+	})
 }
 
 // Tokens returns what the fake made of provider tokens so far.

@@ -18,7 +18,6 @@ import (
 
 	"github.com/pacerhq/pacer/channels/apns/apnstest"
 	"github.com/pacerhq/pacer/channels/internal/channeltest"
-	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
 )
 
 const (
@@ -54,10 +53,7 @@ func sign(t *testing.T, k *ecdsa.PrivateKey, kid, iss string, iat time.Time) str
 	tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"iss": iss, "iat": iat.Unix()})
 	tok.Header["kid"] = kid
 	s, err := tok.SignedString(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return channeltest.Must(t, s, err)
 }
 
 // req builds a valid notification request for device with token jwt.
@@ -112,20 +108,14 @@ func (f *fixture) post(to, payload string) *httptest.ResponseRecorder {
 // key being a device token and an apns-topic of its own, with APNs's
 // answers: a 200 with a new apns-id and no body, a 429 TooManyRequests.
 func TestFake(t *testing.T) {
+	var n atomic.Int64 // numbers the requests without an id
 	k, pub := keys(t)
 	tok := sign(t, k, keyID, teamID, time.Now())
-	var n atomic.Int64
-	channeltest.CheckFake(t, channeltest.Fake[apnstest.KeyStats, apnstest.Arrival]{
-		New: func(c channeltest.FakeConfig) channeltest.FakeServer[apnstest.KeyStats, apnstest.Arrival] {
-			cfg := apnstest.Config{DeviceRate: c.Rate, DeviceBurst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, PublicKey: pub}
-			if c.Listen {
-				return apnstest.NewServer(cfg)
-			}
-			return apnstest.New(cfg)
+	channeltest.CheckFake(t, channeltest.Fake[apnstest.Config, *apnstest.Server, apnstest.KeyStats, apnstest.Arrival]{
+		Config: func(c channeltest.FakeConfig) apnstest.Config {
+			return apnstest.Config{DeviceRate: c.Rate, DeviceBurst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, PublicKey: pub}
 		},
-		FetchStats: apnstest.FetchStats,
-		Common:     func(k apnstest.KeyStats) fakeprovider.KeyStats { return k.KeyStats },
-		Arrival:    func(a apnstest.Arrival) (string, bool) { return a.Key, a.Throttled },
+		New: apnstest.New, NewServer: apnstest.NewServer, FetchStats: apnstest.FetchStats,
 		Request: func(key, id string) *http.Request {
 			if id == "" { // a body of its own, not a duplicate
 				id = fmt.Sprint("n-", n.Add(1))
@@ -135,6 +125,7 @@ func TestFake(t *testing.T) {
 			return r
 		},
 		Accepted: http.StatusOK, Throttled: http.StatusTooManyRequests,
+		Arrival: func(a apnstest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Check: func(t testing.TB, status int, h http.Header, body []byte) {
 			id := h.Get("apns-id")
 			if (status == 200 && (len(body) != 0 || len(id) != 36)) ||
@@ -272,38 +263,51 @@ func TestProviderToken(t *testing.T) {
 	noIat := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"iss": teamID})
 	noIat.Header["kid"] = keyID
 	noIatTok, _ := noIat.SignedString(f.key)
-	for _, c := range []struct {
-		name, auth string
-		status     int
-		reason     string
-	}{
-		{"none", "", 403, "MissingProviderToken"},
-		{"basic", "Basic eDp5", 403, "MissingProviderToken"},
-		{"bearer only", "bearer", 403, "MissingProviderToken"},
-		{"garbage", "bearer not.a.jwt", 403, "InvalidProviderToken"},
-		{"other key", "bearer " + sign(t, other, keyID, teamID, now), 403, "InvalidProviderToken"},
-		{"other kid", "bearer " + sign(t, f.key, "ZZZ123DEFG", teamID, now), 403, "InvalidProviderToken"},
-		{"other team", "bearer " + sign(t, f.key, keyID, "ZZZ123GHIJ", now), 403, "InvalidProviderToken"},
-		{"HS256", "bearer " + hsTok, 403, "InvalidProviderToken"},
-		{"no iat", "bearer " + noIatTok, 403, "InvalidProviderToken"},
-		{"61 min old", "bearer " + sign(t, f.key, keyID, teamID, now.Add(-61*time.Minute)), 403, "ExpiredProviderToken"},
-		{"60 min old", "Bearer " + sign(t, f.key, keyID, teamID, now.Add(-time.Hour)), 200, ""},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			r := req("", device, body)
-			if c.auth != "" {
-				r.Header.Set("Authorization", c.auth)
-			}
-			w := serve(f.s, r)
-			if w.Code != c.status {
-				t.Fatalf("HTTP %d %s; want %d %s", w.Code, w.Body, c.status, c.reason)
-			}
-			if c.reason != "" {
-				if rs, _ := reason(t, w); rs != c.reason {
-					t.Errorf("reason %q, want %q", rs, c.reason)
+	// Each Authorization header (none for "") under the reason APNs refuses
+	// it with, with a 403; under "" the one it accepts, with a 200.
+	auths := map[string]map[string]string{
+		"MissingProviderToken": {
+			"none":        "",
+			"basic":       "Basic eDp5",
+			"bearer only": "bearer",
+		},
+		"InvalidProviderToken": {
+			"garbage":    "bearer not.a.jwt",
+			"other key":  "bearer " + sign(t, other, keyID, teamID, now),
+			"other kid":  "bearer " + sign(t, f.key, "ZZZ123DEFG", teamID, now),
+			"other team": "bearer " + sign(t, f.key, keyID, "ZZZ123GHIJ", now),
+			"HS256":      "bearer " + hsTok,
+			"no iat":     "bearer " + noIatTok,
+		},
+		"ExpiredProviderToken": {
+			"61 min old": "bearer " + sign(t, f.key, keyID, teamID, now.Add(-61*time.Minute)),
+		},
+		"": {
+			"60 min old": "Bearer " + sign(t, f.key, keyID, teamID, now.Add(-time.Hour)),
+		},
+	}
+	for _, want := range []string{"MissingProviderToken", "InvalidProviderToken", "ExpiredProviderToken", ""} {
+		for name, auth := range auths[want] {
+			t.Run(name, func(t *testing.T) {
+				r := req("", device, body)
+				if auth != "" {
+					r.Header.Set("Authorization", auth)
 				}
-			}
-		})
+				status := http.StatusForbidden
+				if want == "" {
+					status = http.StatusOK
+				}
+				w := serve(f.s, r)
+				if w.Code != status {
+					t.Fatalf("HTTP %d %s; want %d %s", w.Code, w.Body, status, want)
+				}
+				if want != "" {
+					if rs, _ := reason(t, w); rs != want {
+						t.Errorf("reason %q, want %q", rs, want)
+					}
+				}
+			})
+		}
 	}
 	if tok := f.s.Tokens(); tok.Tokens != 1 || tok.Invalid != 9 || tok.Expired != 1 {
 		t.Errorf("tokens = %+v; want 1 accepted, 9 invalid, 1 expired", tok)

@@ -354,13 +354,10 @@ func (s *Server) TokenRequests() int {
 func (s *Server) Stats() map[string]KeyStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	shared := s.stats.Snapshot()
-	m := make(map[string]KeyStats, len(s.refused))
-	for key, r := range s.refused {
-		m[key] = KeyStats{KeyStats: shared[key], DeviceThrottled: r.device, Unregistered: r.unregistered,
+	return fakeprovider.Extend(&s.stats, s.refused, func(k fakeprovider.KeyStats, r *refusals) KeyStats {
+		return KeyStats{KeyStats: k, DeviceThrottled: r.device, Unregistered: r.unregistered,
 			ThirdPartyAuth: r.thirdPartyAuth, Invalid: r.invalid, ServerErrors: r.serverErrors}
-	}
-	return m
+	})
 }
 
 // FetchStats reads GET {baseURL}/_stats from a fake running elsewhere.

@@ -1,14 +1,9 @@
 package fcmtest_test
 
 import (
-	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -21,9 +16,10 @@ import (
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/google"
 
+	"github.com/golang-jwt/jwt/v5"
+
 	"github.com/pacerhq/pacer/channels/fcm/fcmtest"
 	"github.com/pacerhq/pacer/channels/internal/channeltest"
-	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
 )
 
 const bearer = "static-test-token"
@@ -31,8 +27,7 @@ const bearer = "static-test-token"
 // request returns a request of body to /v1/projects/{project}/messages:send
 // with the bearer token (none if ""), as the fcm adapter sends it.
 func request(project, token, body string) *http.Request {
-	return channeltest.Request("POST", "/v1/projects/"+project+"/messages:send", body,
-		"Content-Type", "application/json", "Authorization", channeltest.Bearer(token))
+	return channeltest.PostJSON("/v1/projects/"+project+"/messages:send", token, body)
 }
 
 // post sends body to /v1/projects/{project}/messages:send on h and returns
@@ -47,11 +42,7 @@ func msg(token, id string) string {
 
 func decodeError(t *testing.T, w *httptest.ResponseRecorder) fcmtest.ErrorBody {
 	t.Helper()
-	var b fcmtest.ErrorBody
-	if err := json.Unmarshal(w.Body.Bytes(), &b); err != nil {
-		t.Fatalf("error body %q: %v", w.Body, err)
-	}
-	return b
+	return channeltest.DecodeBody[fcmtest.ErrorBody](t, w)
 }
 
 // detail returns the first detail of b with @type ending in suffix.
@@ -100,31 +91,21 @@ func keyOf(t *testing.T, keyFile []byte) (*rsa.PrivateKey, map[string]string) {
 	if err := json.Unmarshal(keyFile, &sa); err != nil {
 		t.Fatal(err)
 	}
-	block, _ := pem.Decode([]byte(sa["private_key"]))
-	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	k, err := jwt.ParseRSAPrivateKeyFromPEM([]byte(sa["private_key"]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k.(*rsa.PrivateKey), sa
+	return k, sa
 }
 
-// sign returns a compact RS256 JWS of header and claims.
+// sign returns a compact RS256 JWS of header (as given, whatever its alg
+// says) and claims.
 func sign(t *testing.T, key *rsa.PrivateKey, header, claims map[string]any) string {
 	t.Helper()
-	enc := func(v any) string {
-		b, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return base64.RawURLEncoding.EncodeToString(b)
-	}
-	in := enc(header) + "." + enc(claims)
-	sum := sha256.Sum256([]byte(in))
-	sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, sum[:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return in + "." + base64.RawURLEncoding.EncodeToString(sig)
+	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims(claims))
+	tok.Header = header
+	s, err := tok.SignedString(key)
+	return channeltest.Must(t, s, err)
 }
 
 // TestTokenEndpointRefusals: every part of the assertion is checked.
@@ -318,17 +299,11 @@ func TestValidation(t *testing.T) {
 // the project.
 func TestFake(t *testing.T) {
 	var n atomic.Int64
-	channeltest.CheckFake(t, channeltest.Fake[fcmtest.KeyStats, fcmtest.Arrival]{
-		New: func(c channeltest.FakeConfig) channeltest.FakeServer[fcmtest.KeyStats, fcmtest.Arrival] {
-			cfg := fcmtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, Token: bearer}
-			if c.Listen {
-				return fcmtest.NewServer(cfg)
-			}
-			return fcmtest.New(cfg)
+	channeltest.CheckFake(t, channeltest.Fake[fcmtest.Config, *fcmtest.Server, fcmtest.KeyStats, fcmtest.Arrival]{
+		Config: func(c channeltest.FakeConfig) fcmtest.Config {
+			return fcmtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, Token: bearer}
 		},
-		FetchStats: fcmtest.FetchStats,
-		Common:     func(k fcmtest.KeyStats) fakeprovider.KeyStats { return k.KeyStats },
-		Arrival:    func(a fcmtest.Arrival) (string, bool) { return a.Key, a.Throttled },
+		New: fcmtest.New, NewServer: fcmtest.NewServer, FetchStats: fcmtest.FetchStats,
 		Request: func(key, id string) *http.Request {
 			body := msg("dev", id)
 			if id == "" { // a message of its own, not a duplicate
@@ -337,6 +312,7 @@ func TestFake(t *testing.T) {
 			return request(key, bearer, body)
 		},
 		Accepted: http.StatusOK, Throttled: http.StatusTooManyRequests,
+		Arrival: func(a fcmtest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Check: func(t testing.TB, status int, h http.Header, body []byte) {
 			var ok struct{ Name string }
 			var b fcmtest.ErrorBody

@@ -24,18 +24,20 @@ import (
 // keys in advance (SendGrid's API keys) is configured with them.
 var FakeKeys = []string{"1111", "2222", "0a", "0b", "0c"}
 
-// Fake describes a provider fake (channels/*/*test) to [CheckFake]. K is
-// its per-key statistics type and A its arrival type.
-type Fake[K, A any] struct {
-	// New builds the fake with the package's NewServer if c.Listen, else
-	// with its New, so that each key earns c.Rate requests per second into
-	// a bucket of c.Burst (0: ceil(Rate), at least 1) and each answer waits
-	// c.Latency, or a time drawn from c.AnswerTime. CheckFake closes it when the test ends.
-	New func(c FakeConfig) FakeServer[K, A]
+// Fake describes a provider fake (channels/*/*test) to [CheckFake]. C is
+// its Config type, S its Server type, K its per-key statistics type and A
+// its arrival type.
+type Fake[C any, S FakeServer[K, A], K Stats, A any] struct {
+	// Config returns the fake's configuration of c: each key earns c.Rate
+	// requests per second into a bucket of c.Burst (0: ceil(Rate), at least
+	// 1) and each answer waits c.Latency, or a time drawn from c.AnswerTime.
+	Config func(c FakeConfig) C
+	// New and NewServer are the package's New and NewServer; CheckFake
+	// builds the fake with NewServer if c.Listen, else with New, and closes
+	// it when the test ends.
+	New, NewServer func(C) S
 	// FetchStats is the package's FetchStats.
 	FetchStats func(ctx context.Context, hc *http.Client, baseURL string) (map[string]K, error)
-	// Common returns the statistics every fake keeps, out of a K.
-	Common func(K) fakeprovider.KeyStats
 	// Arrival returns the key of an arrival and whether it was throttled.
 	Arrival func(A) (key string, throttled bool)
 	// Request returns a valid request of key as the adapter sends it,
@@ -64,6 +66,12 @@ type FakeConfig struct {
 	AnswerTime answertime.Dist
 }
 
+// Stats is a fake's per-key statistics: [fakeprovider.KeyStats], or a type
+// that embeds it.
+type Stats interface {
+	Common() fakeprovider.KeyStats
+}
+
 // FakeServer is the API every fake's Server has.
 type FakeServer[K, A any] interface {
 	URL() string
@@ -86,6 +94,25 @@ func Request(method, target, body string, header ...string) *http.Request {
 		}
 	}
 	return r
+}
+
+// PostJSON returns a POST of body, a JSON document, to target as a server
+// receives it, with the Content-Type application/json and token as a
+// bearer token (none if token is ""), then the headers given in name, value
+// pairs, as [Request] takes them.
+func PostJSON(target, token, body string, header ...string) *http.Request {
+	return Request("POST", target, body, append([]string{"Content-Type", "application/json", "Authorization", Bearer(token)}, header...)...)
+}
+
+// DecodeBody returns the JSON body of w read as a T, failing t at once if
+// it is not one.
+func DecodeBody[T any](t testing.TB, w *httptest.ResponseRecorder) T {
+	t.Helper()
+	var b T
+	if err := json.Unmarshal(w.Body.Bytes(), &b); err != nil {
+		t.Fatalf("error body %q: %v", w.Body, err)
+	}
+	return b
 }
 
 // Bearer returns the Authorization header value of token, "Bearer " and
@@ -113,7 +140,7 @@ func Serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 // Config.AnswerTime, counted on arrival and waiting side by side; that duplicates are counted by id,
 // never for a throttled request or an empty id; and that GET /_stats serves
 // Stats, which FetchStats reads.
-func CheckFake[K, A any](t *testing.T, f Fake[K, A]) {
+func CheckFake[C any, S FakeServer[K, A], K Stats, A any](t *testing.T, f Fake[C, S, K, A]) {
 	t.Run("limit", func(t *testing.T) { checkLimit(t, f) })
 	t.Run("strict", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
@@ -169,15 +196,19 @@ func CheckFake[K, A any](t *testing.T, f Fake[K, A]) {
 }
 
 // start builds the fake of c, closed when t ends.
-func (f Fake[K, A]) start(t *testing.T, c FakeConfig) FakeServer[K, A] {
-	s := f.New(c)
-	t.Cleanup(s.Close)
-	return s
+func (f Fake[C, S, K, A]) start(t *testing.T, c FakeConfig) FakeServer[K, A] {
+	s := f.New
+	if c.Listen {
+		s = f.NewServer
+	}
+	srv := s(f.Config(c))
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // serve sends the request of key and id to h and returns the status,
 // checked by f.Check.
-func (f Fake[K, A]) serve(t testing.TB, h http.Handler, key, id string) int {
+func (f Fake[C, S, K, A]) serve(t testing.TB, h http.Handler, key, id string) int {
 	t.Helper()
 	w := Serve(h, f.Request(key, id))
 	if f.Check != nil {
@@ -188,7 +219,7 @@ func (f Fake[K, A]) serve(t testing.TB, h http.Handler, key, id string) int {
 
 // send sends the request of key and id to the fake listening at base
 // through hc and returns the status, checked by f.Check.
-func (f Fake[K, A]) send(t testing.TB, hc *http.Client, base, key, id string) (int, error) {
+func (f Fake[C, S, K, A]) send(t testing.TB, hc *http.Client, base, key, id string) (int, error) {
 	r := f.Request(key, id)
 	u, err := url.Parse(base + r.URL.RequestURI())
 	if err != nil {
@@ -211,7 +242,7 @@ func (f Fake[K, A]) send(t testing.TB, hc *http.Client, base, key, id string) (i
 // checkLimit: 2×burst requests at once over HTTP, from concurrent senders,
 // get exactly burst accepted and burst throttled; another key has a bucket
 // of its own.
-func checkLimit[K, A any](t *testing.T, f Fake[K, A]) {
+func checkLimit[C any, S FakeServer[K, A], K Stats, A any](t *testing.T, f Fake[C, S, K, A]) {
 	const burst = 20
 	s := f.start(t, FakeConfig{Rate: 0.001, Burst: burst, Listen: true}) // refills 1 per 1000 s
 	var wg sync.WaitGroup
@@ -233,7 +264,7 @@ func checkLimit[K, A any](t *testing.T, f Fake[K, A]) {
 	if len(codes) != 2 || codes[f.Accepted] != burst || codes[f.Throttled] != burst {
 		t.Fatalf("statuses = %v; want %d×%d and %d×%d", codes, burst, f.Accepted, burst, f.Throttled)
 	}
-	st := f.Common(s.Stats()["1111"])
+	st := s.Stats()["1111"].Common()
 	if st.Delivered != burst || st.Throttled != burst || st.Duplicates != 0 || st.Max1s != burst {
 		t.Errorf("stats = %+v", st)
 	}
@@ -247,7 +278,7 @@ func checkLimit[K, A any](t *testing.T, f Fake[K, A]) {
 
 // checkAdminRate: POST /_admin/rate sets one key's rate, or every key's
 // (current and future), and refuses a rate that is not a number.
-func checkAdminRate[K, A any](t *testing.T, f Fake[K, A]) {
+func checkAdminRate[C any, S FakeServer[K, A], K Stats, A any](t *testing.T, f Fake[C, S, K, A]) {
 	s := f.start(t, FakeConfig{Rate: 0.001, Burst: 1})
 	admin := func(query string, want int) {
 		t.Helper()
@@ -280,7 +311,7 @@ func checkAdminRate[K, A any](t *testing.T, f Fake[K, A]) {
 
 // checkDuplicates: an id accepted twice counts once as a duplicate; a
 // throttled request and an empty id never do, and keys count separately.
-func checkDuplicates[K, A any](t *testing.T, f Fake[K, A]) {
+func checkDuplicates[C any, S FakeServer[K, A], K Stats, A any](t *testing.T, f Fake[C, S, K, A]) {
 	s := f.start(t, FakeConfig{Rate: 0.001, Burst: 4})
 	k, j := "0a", "0b"
 	type req struct{ key, id string }
@@ -291,10 +322,10 @@ func checkDuplicates[K, A any](t *testing.T, f Fake[K, A]) {
 		f.serve(t, s, r.key, r.id)
 	}
 	st := s.Stats()
-	if ks := f.Common(st[k]); ks.Delivered != 4 || ks.Throttled != 2 || ks.Duplicates != 1 {
+	if ks := st[k].Common(); ks.Delivered != 4 || ks.Throttled != 2 || ks.Duplicates != 1 {
 		t.Errorf("%s: %+v; want 4 delivered, 2 throttled, 1 duplicate", k, ks)
 	}
-	if js := f.Common(st[j]); js.Delivered != 1 || js.Duplicates != 0 {
+	if js := st[j].Common(); js.Delivered != 1 || js.Duplicates != 0 {
 		t.Errorf("%s: %+v; want 1 delivered, 0 duplicates", j, js)
 	}
 	var got []string
@@ -309,7 +340,7 @@ func checkDuplicates[K, A any](t *testing.T, f Fake[K, A]) {
 
 // checkStats: GET /_stats serves Stats as JSON with the fake's fields,
 // FetchStats reads it, and a fake built by New has no URL or Client.
-func checkStats[K, A any](t *testing.T, f Fake[K, A]) {
+func checkStats[C any, S FakeServer[K, A], K Stats, A any](t *testing.T, f Fake[C, S, K, A]) {
 	s := f.start(t, FakeConfig{Rate: 0.001, Burst: 2, Listen: true})
 	for _, id := range []string{"a", "a", "b"} {
 		if _, err := f.send(t, s.Client(), s.URL(), "0a", id); err != nil {
@@ -320,8 +351,8 @@ func checkStats[K, A any](t *testing.T, f Fake[K, A]) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := f.Common(s.Stats()["0a"])
-	k := f.Common(got["0a"])
+	want := s.Stats()["0a"].Common()
+	k := got["0a"].Common()
 	if len(got) != 1 || k.Delivered != 2 || k.Throttled != 1 || k.Duplicates != 1 || k.Max1s != 2 ||
 		!k.First.Equal(want.First) || !k.Last.Equal(want.Last) {
 		t.Errorf("FetchStats = %+v, Stats = %+v", got, s.Stats())
@@ -354,7 +385,7 @@ func checkStats[K, A any](t *testing.T, f Fake[K, A]) {
 // accepted, 37 throttled), and each is answered after a time of its own
 // within the bounds: together, not one after the other. Run it in a
 // synctest bubble.
-func checkAnswerTime[K, A any](t *testing.T, f Fake[K, A]) {
+func checkAnswerTime[C any, S FakeServer[K, A], K Stats, A any](t *testing.T, f Fake[C, S, K, A]) {
 	const n = 40
 	d, err := answertime.Uniform(250*time.Millisecond, 350*time.Millisecond)
 	if err != nil {
@@ -382,7 +413,7 @@ func checkAnswerTime[K, A any](t *testing.T, f Fake[K, A]) {
 	if took[0] == took[n-1] {
 		t.Errorf("every answer took %v: the answer time must be drawn per request", took[0])
 	}
-	if st := f.Common(s.Stats()["0a"]); st.Delivered != 3 || st.Throttled != n-3 {
+	if st := s.Stats()["0a"].Common(); st.Delivered != 3 || st.Throttled != n-3 {
 		t.Errorf("stats = %+v; want 3 delivered, %d throttled", st, n-3)
 	}
 }

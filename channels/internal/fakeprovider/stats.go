@@ -21,6 +21,10 @@ type KeyStats struct {
 	Last       time.Time `json:"last"`       // last accepted request; zero if none
 }
 
+// Common returns k. A fake whose statistics hold more than KeyStats embeds
+// it, so Common gives the statistics every fake keeps out of any of them.
+func (k KeyStats) Common() KeyStats { return k }
+
 // Stats records requests per key and sums them up as [KeyStats]. The zero
 // value is empty and ready to use. Stats is safe for concurrent use; it
 // expects Record's times in non-decreasing order, which the fakes keep by
@@ -115,6 +119,18 @@ func (s *Stats) Snapshot() map[string]KeyStats {
 	m := make(map[string]KeyStats, len(s.keys))
 	for key, k := range s.keys {
 		m[key] = k.KeyStats
+	}
+	return m
+}
+
+// Extend returns the statistics of each key of extra: the key's
+// [KeyStats] in s joined with its extra counts by join, for a fake whose
+// own KeyStats embeds KeyStats. Keys s has and extra lacks are left out.
+func Extend[E, K any](s *Stats, extra map[string]E, join func(KeyStats, E) K) map[string]K {
+	shared := s.Snapshot()
+	m := make(map[string]K, len(extra))
+	for key, e := range extra {
+		m[key] = join(shared[key], e)
 	}
 	return m
 }

@@ -184,3 +184,23 @@ func TestFetchStatsErrors(t *testing.T) {
 		t.Errorf("bad URL: err = %v", err)
 	}
 }
+
+// TestExtend: each key of extra gets its shared statistics joined with its
+// extra counts; a key only s has is left out, one only extra has gets zero
+// shared statistics.
+func TestExtend(t *testing.T) {
+	var s Stats
+	at := time.Unix(1000, 0)
+	s.Record("a", "", at, false)
+	s.Record("a", "", at, true)
+	s.Record("only-s", "", at, false)
+	type both struct {
+		KeyStats
+		Extra int
+	}
+	got := Extend(&s, map[string]int{"a": 7, "only-extra": 2}, func(k KeyStats, e int) both { return both{k, e} })
+	if len(got) != 2 || got["a"].Delivered != 1 || got["a"].Throttled != 1 || got["a"].Extra != 7 ||
+		got["only-extra"].Delivered != 0 || got["only-extra"].Extra != 2 {
+		t.Errorf("Extend = %+v", got)
+	}
+}

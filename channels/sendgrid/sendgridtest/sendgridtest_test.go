@@ -24,8 +24,7 @@ const (
 // request returns a request of body to /v3/mail/send with the bearer key
 // (none if "") and the header pairs, as the sendgrid adapter sends it.
 func request(bearer, body string, header ...string) *http.Request {
-	return channeltest.Request("POST", "/v3/mail/send", body, append([]string{"Content-Type", "application/json",
-		"Accept", "application/json", "Authorization", channeltest.Bearer(bearer)}, header...)...)
+	return channeltest.PostJSON("/v3/mail/send", bearer, body, append([]string{"Accept", "application/json"}, header...)...)
 }
 
 // post sends body to /v3/mail/send on h with the bearer key (none if "")
@@ -80,19 +79,14 @@ func TestFake(t *testing.T) {
 	for _, k := range channeltest.FakeKeys {
 		keys[k] = "SG." + k
 	}
-	channeltest.CheckFake(t, channeltest.Fake[sendgridtest.KeyStats, sendgridtest.Arrival]{
-		New: func(c channeltest.FakeConfig) channeltest.FakeServer[sendgridtest.KeyStats, sendgridtest.Arrival] {
-			cfg := sendgridtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, APIKeys: keys}
-			if c.Listen {
-				return sendgridtest.NewServer(cfg)
-			}
-			return sendgridtest.New(cfg)
+	channeltest.CheckFake(t, channeltest.Fake[sendgridtest.Config, *sendgridtest.Server, sendgridtest.KeyStats, sendgridtest.Arrival]{
+		Config: func(c channeltest.FakeConfig) sendgridtest.Config {
+			return sendgridtest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime, APIKeys: keys}
 		},
-		FetchStats: sendgridtest.FetchStats,
-		Common:     func(k sendgridtest.KeyStats) sendgridtest.KeyStats { return k },
-		Arrival:    func(a sendgridtest.Arrival) (string, bool) { return a.Key, a.Throttled },
-		Request:    func(key, id string) *http.Request { return request("SG."+key, mail("a@example.com", id)) },
-		Accepted:   http.StatusAccepted, Throttled: http.StatusTooManyRequests,
+		New: sendgridtest.New, NewServer: sendgridtest.NewServer, FetchStats: sendgridtest.FetchStats,
+		Request:  func(key, id string) *http.Request { return request("SG."+key, mail("a@example.com", id)) },
+		Accepted: http.StatusAccepted, Throttled: http.StatusTooManyRequests,
+		Arrival: func(a sendgridtest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Check: func(t testing.TB, status int, h http.Header, body []byte) {
 			switch status {
 			case 202:

@@ -17,8 +17,7 @@ import (
 // request returns a request of body to /v21.0/{key}/messages with the
 // bearer token (none if ""), as the whatsapp adapter sends it.
 func request(key, bearer, body string) *http.Request {
-	return channeltest.Request("POST", "/v21.0/"+key+"/messages", body,
-		"Content-Type", "application/json", "Authorization", channeltest.Bearer(bearer))
+	return channeltest.PostJSON("/v21.0/"+key+"/messages", bearer, body)
 }
 
 // post sends body to /v21.0/{key}/messages on h and returns the recorded answer.
@@ -33,30 +32,21 @@ func text(to, id string) string {
 
 func decodeError(t *testing.T, w *httptest.ResponseRecorder) whatsapptest.ErrorBody {
 	t.Helper()
-	var b whatsapptest.ErrorBody
-	if err := json.Unmarshal(w.Body.Bytes(), &b); err != nil {
-		t.Fatalf("error body %q: %v", w.Body, err)
-	}
-	return b
+	return channeltest.DecodeBody[whatsapptest.ErrorBody](t, w)
 }
 
 // TestFake runs the checks every fake passes.
 func TestFake(t *testing.T) {
-	channeltest.CheckFake(t, channeltest.Fake[whatsapptest.KeyStats, whatsapptest.Arrival]{
-		New: func(c channeltest.FakeConfig) channeltest.FakeServer[whatsapptest.KeyStats, whatsapptest.Arrival] {
-			cfg := whatsapptest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime}
-			if c.Listen {
-				return whatsapptest.NewServer(cfg)
-			}
-			return whatsapptest.New(cfg)
+	channeltest.CheckFake(t, channeltest.Fake[whatsapptest.Config, *whatsapptest.Server, whatsapptest.KeyStats, whatsapptest.Arrival]{
+		Config: func(c channeltest.FakeConfig) whatsapptest.Config {
+			return whatsapptest.Config{Rate: c.Rate, Burst: c.Burst, Latency: c.Latency, AnswerTime: c.AnswerTime}
 		},
-		FetchStats: whatsapptest.FetchStats,
-		Common:     func(k whatsapptest.KeyStats) whatsapptest.KeyStats { return k },
-		Arrival:    func(a whatsapptest.Arrival) (string, bool) { return a.Key, a.Throttled },
+		New: whatsapptest.New, NewServer: whatsapptest.NewServer, FetchStats: whatsapptest.FetchStats,
 		Request: func(key, id string) *http.Request {
 			return request(key, "", text("+1555000", id))
 		},
 		Accepted: http.StatusOK, Throttled: http.StatusTooManyRequests,
+		Arrival: func(a whatsapptest.Arrival) (string, bool) { return a.Key, a.Throttled },
 		Check: func(t testing.TB, status int, h http.Header, body []byte) {
 			if ct := h.Get("Content-Type"); ct != "application/json" {
 				t.Errorf("HTTP %d: Content-Type %q", status, ct)
@@ -187,6 +177,16 @@ func codeOf(t *testing.T, w *httptest.ResponseRecorder) int {
 	return decodeError(t, w).Error.Code
 }
 
+// wantCode posts a text to to with envelope id id from key on s and fails t
+// at once unless the answer's Graph error code is want (0: accepted); what
+// names the request in the failure.
+func wantCode(t *testing.T, s http.Handler, key, to, id string, want int, what string) {
+	t.Helper()
+	if got := codeOf(t, post(s, key, "", text(to, id))); got != want {
+		t.Fatalf("%s: code %d, want %d", what, got, want)
+	}
+}
+
 // TestPairLimit checks 131056 per (number, recipient) with Meta's documented
 // burst and rate, that other recipients and the number's bucket are
 // untouched by it, and the documented body (providers.md §1.4).
@@ -194,28 +194,18 @@ func TestPairLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := whatsapptest.New(whatsapptest.Config{Rate: 1000, PairRate: whatsapptest.PairRate, PairBurst: whatsapptest.PairBurst})
 		for i := range whatsapptest.PairBurst {
-			if got := codeOf(t, post(s, "111", "", text("+1555000", fmt.Sprint(i)))); got != 0 {
-				t.Fatalf("pair request %d: code %d, want 0", i, got)
-			}
+			wantCode(t, s, "111", "+1555000", fmt.Sprint(i), 0, fmt.Sprintf("pair request %d", i))
 			time.Sleep(10 * time.Millisecond)
 		}
 		w := post(s, "111", "", text("+1555000", "over"))
 		if got := codeOf(t, w); got != 131056 || w.Code != http.StatusTooManyRequests {
 			t.Fatalf("46th to one recipient: HTTP %d code %d, want 429 131056", w.Code, got)
 		}
-		if got := codeOf(t, post(s, "111", "", text("+1555999", "other"))); got != 0 {
-			t.Fatalf("another recipient: code %d, want 0", got)
-		}
-		if got := codeOf(t, post(s, "222", "", text("+1555000", "other number"))); got != 0 {
-			t.Fatalf("another number to the same recipient: code %d, want 0", got)
-		}
+		wantCode(t, s, "111", "+1555999", "other", 0, "another recipient")
+		wantCode(t, s, "222", "+1555000", "other number", 0, "another number to the same recipient")
 		time.Sleep(6 * time.Second) // one token at 1 per 6 s (less the 0.45 s spent above)
-		if got := codeOf(t, post(s, "111", "", text("+1555000", "later"))); got != 0 {
-			t.Fatalf("6 s later: code %d, want 0", got)
-		}
-		if got := codeOf(t, post(s, "111", "", text("+1555000", "again"))); got != 131056 {
-			t.Fatalf("at once again: code %d, want 131056", got)
-		}
+		wantCode(t, s, "111", "+1555000", "later", 0, "6 s later")
+		wantCode(t, s, "111", "+1555000", "again", 131056, "at once again")
 		st := s.Stats()["111"]
 		if st.Delivered != whatsapptest.PairBurst+2 || st.Throttled != 2 {
 			t.Fatalf("stats %+v, want %d delivered and 2 throttled", st, whatsapptest.PairBurst+2)
@@ -230,25 +220,17 @@ func TestAccountLimit(t *testing.T) {
 		s := whatsapptest.New(whatsapptest.Config{AccountLimit: 3, AccountWindow: time.Minute,
 			Accounts: map[string]string{"111": "waba-1", "222": "waba-1"}})
 		for i, key := range []string{"111", "222", "111"} {
-			if got := codeOf(t, post(s, key, "", text("+1555000", fmt.Sprint(i)))); got != 0 {
-				t.Fatalf("request %d: code %d, want 0", i, got)
-			}
+			wantCode(t, s, key, "+1555000", fmt.Sprint(i), 0, fmt.Sprintf("request %d", i))
 			time.Sleep(10 * time.Second)
 		}
 		w := post(s, "222", "", text("+1555000", "over"))
 		if got := codeOf(t, w); got != 80007 || w.Code != http.StatusBadRequest {
 			t.Fatalf("4th in the window: HTTP %d code %d, want 400 80007", w.Code, got)
 		}
-		if got := codeOf(t, post(s, "333", "", text("+1555000", "other account"))); got != 0 {
-			t.Fatalf("another account: code %d, want 0", got)
-		}
+		wantCode(t, s, "333", "+1555000", "other account", 0, "another account")
 		time.Sleep(30 * time.Second) // the first request (at 0) has left the window
-		if got := codeOf(t, post(s, "111", "", text("+1555000", "rolled"))); got != 0 {
-			t.Fatalf("after the first left the window: code %d, want 0", got)
-		}
-		if got := codeOf(t, post(s, "111", "", text("+1555000", "full"))); got != 80007 {
-			t.Fatalf("window full again: code %d, want 80007", got)
-		}
+		wantCode(t, s, "111", "+1555000", "rolled", 0, "after the first left the window")
+		wantCode(t, s, "111", "+1555000", "full", 80007, "window full again")
 	})
 }
 
@@ -270,9 +252,7 @@ func TestAdmin(t *testing.T) {
 		}
 		post(s, "111", "", text("+1555000", "a"))
 		time.Sleep(500 * time.Millisecond) // 100/s would have refilled; 1/s has not
-		if got := codeOf(t, post(s, "111", "", text("+1555000", "b"))); got != 130429 {
-			t.Fatalf("at the hidden rate: code %d, want 130429", got)
-		}
+		wantCode(t, s, "111", "+1555000", "b", 130429, "at the hidden rate")
 		time.Sleep(time.Second)
 		if c := admin("/_admin/fail?key=111&n=1"); c != http.StatusNoContent {
 			t.Fatalf("fail: HTTP %d, want 204", c)
@@ -282,9 +262,7 @@ func TestAdmin(t *testing.T) {
 			t.Fatalf("after FailNext: HTTP %d code %d, want 500 131000", w.Code, got)
 		}
 		time.Sleep(time.Second)
-		if got := codeOf(t, post(s, "111", "", text("+1555000", "d"))); got != 0 {
-			t.Fatalf("after the failure: code %d, want 0", got)
-		}
+		wantCode(t, s, "111", "+1555000", "d", 0, "after the failure")
 		// The 500 is counted as a failure, not as a throttle.
 		st := s.Stats()["111"]
 		if st.Delivered != 2 || st.Throttled != 1 || st.Failed != 1 {
