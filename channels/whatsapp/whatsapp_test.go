@@ -353,11 +353,13 @@ func TestSendAgainstFake(t *testing.T) {
 	}
 }
 
-// TestConnectionReuse: the default client reuses its connections, at most 1
-// new one per 1,000 messages after warm-up (issue 9).
+// TestConnectionReuse: the adapter's own client (its pool bounded to
+// channeltest.ReusePool connections) reuses its connections, at most 1 new
+// one per 1,000 messages after warm-up.
 func TestConnectionReuse(t *testing.T) {
 	h := channeltest.Responder(200, channeltest.ReadTestdata(t, "success.json"), "Content-Type", "application/json")
-	channeltest.CheckReuse(t, h, func(baseURL string) func(context.Context) error {
-		return channeltest.SendOf(newClient(t, baseURL).Send, message())
+	channeltest.CheckReuse(t, h, func(baseURL string, pool int) func(context.Context) error {
+		c, err := whatsapp.New(whatsapp.Config{BaseURL: baseURL, Token: token, MaxIdleConnsPerHost: pool})
+		return channeltest.SendOf(channeltest.Must(t, c, err).Send, message())
 	})
 }

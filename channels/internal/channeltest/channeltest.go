@@ -246,22 +246,27 @@ func ReadTestdata(t testing.TB, name string) string {
 	return string(b)
 }
 
+// ReusePool is the connection bound per host (the adapters'
+// MaxIdleConnsPerHost) [CheckReuse] builds its senders with: smaller than
+// the default so that the sends beyond it stay cheap on a test machine.
+const ReusePool = 512
+
 // ReuseConcurrency is the sends in flight at which [CheckReuse] counts
-// connections: PACER_INFLIGHT's default (32), a process holding 8 keys at
-// that default (256), and twice the default pool (2,048: 64 keys), where
-// the sends beyond the pool wait for one of its connections.
-var ReuseConcurrency = []int{32, 256, 2 * channels.DefaultMaxIdleConnsPerHost}
+// connections: 32, 256, and twice the pool ([ReusePool]), where the sends
+// beyond the pool wait for one of its connections.
+var ReuseConcurrency = []int{32, 256, 2 * ReusePool}
 
 // CheckReuse checks that an adapter reuses its connections: for each of
 // [ReuseConcurrency], it starts an HTTP/1.1 server of h that counts the TCP
-// connections it accepts, builds a sender with newSend(server URL) (the
-// adapter with its default HTTP client), warms it up (one round with every
+// connections it accepts, builds a sender with newSend(server URL,
+// [ReusePool]) (the adapter's own HTTP client, bounded to that many
+// connections per host), warms it up (one round with every
 // send held at the server until all are in, so that as many connections as
 // sends in flight are open, then 2,000 sends), and then makes 4,000 sends at
 // that concurrency. It fails if a send fails, or if those 4,000 sends
 // opened more than 4 new connections (issue 9: at most 1 per 1,000
 // messages).
-func CheckReuse(t *testing.T, h http.Handler, newSend func(baseURL string) func(ctx context.Context) error) {
+func CheckReuse(t *testing.T, h http.Handler, newSend func(baseURL string, pool int) func(ctx context.Context) error) {
 	t.Helper()
 	for _, c := range ReuseConcurrency {
 		var conns atomic.Int64
@@ -282,7 +287,7 @@ func CheckReuse(t *testing.T, h http.Handler, newSend func(baseURL string) func(
 			}
 		}
 		ts.Start()
-		send := newSend(ts.URL)
+		send := newSend(ts.URL, ReusePool)
 		run := func(n int) {
 			t.Helper()
 			var failed atomic.Int64
@@ -308,7 +313,7 @@ func CheckReuse(t *testing.T, h http.Handler, newSend func(baseURL string) func(
 			}
 		}
 		var held sync.WaitGroup
-		hold := min(c, channels.DefaultMaxIdleConnsPerHost)
+		hold := min(c, ReusePool)
 		held.Add(hold)
 		toHold.Store(int64(hold))
 		gate.Store(&held)
