@@ -209,6 +209,25 @@ func (p *proc) metric(t testing.TB, series string) (float64, bool) {
 	return 0, false
 }
 
+// metricSum returns the sum of every series of metric name (any labels)
+// on the process's /metrics; 0 if it has none.
+func (p *proc) metricSum(t testing.TB, name string) float64 {
+	t.Helper()
+	_, body := httpGet(t, "http://"+p.metricsAddr(t)+"/metrics")
+	sum := 0.0
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, name+"{") || strings.HasPrefix(l, name+" ") {
+			f := strings.Fields(l)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				t.Fatalf("/metrics: %s: %v", l, err)
+			}
+			sum += v
+		}
+	}
+	return sum
+}
+
 // mustMetric is metric for a series that must be there.
 func (p *proc) mustMetric(t testing.TB, series string) float64 {
 	t.Helper()

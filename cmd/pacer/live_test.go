@@ -527,8 +527,7 @@ func runPriority(t *testing.T, backlog int, rate float64, replicas int) (time.Du
 	time.Sleep(2 * time.Second) // the rate after it, for Max1s
 	handoffs := 0.0
 	for _, p := range ps {
-		var addr string
-		handoffs += scrape(t, p, &addr, "pacer_priority_handoffs_total")
+		handoffs += p.metricSum(t, "pacer_priority_handoffs_total")
 	}
 	stopAll(t, ps)
 	s := e.fake.Stats()[key]
