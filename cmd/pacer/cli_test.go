@@ -197,10 +197,7 @@ func TestHelp(t *testing.T) {
 // (fake-provider's runs to 60 lines); -h still prints the usage alone
 // (exit status 0).
 func TestUnknownFlagNamedOnce(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
+	for _, c := range []refusal{
 		{[]string{"run", "--chanel", "whatsapp"}, `run: unknown flag --chanel; "pacer run -h" lists the flags`},
 		{[]string{"publish", "--chanel", "whatsapp", "f.jsonl"}, `publish: unknown flag --chanel; "pacer publish -h" lists the flags`},
 		{[]string{"status", "--chanel", "whatsapp"}, `status: unknown flag --chanel; "pacer status -h" lists the flags`},

@@ -22,10 +22,7 @@ import (
 // TestLimitSetRefusesBadValues: invalid values are refused before Redis is
 // touched, with exit status 2 and the flag named.
 func TestLimitSetRefusesBadValues(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		flag string
-	}{
+	for _, c := range []refusal{
 		{[]string{"--rate", "0"}, "--rate"},
 		{[]string{"--rate", "-5"}, "--rate"},
 		{[]string{"--rate", "fast"}, "--rate"},
@@ -42,14 +39,13 @@ func TestLimitSetRefusesBadValues(t *testing.T) {
 		{[]string{"--rate", "5e9", "--burst", "10"}, "--rate"},
 		{[]string{"--burst", "10"}, "--rate is required"},
 	} {
-		var out, errb strings.Builder
 		args := append([]string{"limit", "set", "--channel", "whatsapp", "--key", "106"}, c.args...)
-		code := run(t.Context(), args, strings.NewReader(""), &out, &errb, func(string) (string, bool) { return "", false })
-		if code != 2 || !strings.Contains(errb.String(), c.flag) {
-			t.Errorf("pacer %v: exit %d, stderr %q; want 2 naming %s", args, code, errb.String(), c.flag)
+		code, _, errs := runCLI(nil, args...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("pacer %v: exit %d, stderr %q; want 2 naming %s", args, code, errs, c.want)
 		}
-		if r, _ := strconv.ParseFloat(c.args[1], 64); c.args[0] == "--rate" && r > 1e9 && !strings.Contains(errb.String(), "1e+09") {
-			t.Errorf("pacer %v: stderr %q does not name the highest rate accepted, 1e+09 msgs/s", args, errb.String())
+		if r, _ := strconv.ParseFloat(c.args[1], 64); c.args[0] == "--rate" && r > 1e9 && !strings.Contains(errs, "1e+09") {
+			t.Errorf("pacer %v: stderr %q does not name the highest rate accepted, 1e+09 msgs/s", args, errs)
 		}
 	}
 }
