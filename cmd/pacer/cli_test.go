@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -223,6 +224,37 @@ func TestUnknownFlagNamedOnce(t *testing.T) {
 	if code := run(context.Background(), []string{"run", "-h"}, strings.NewReader(""), &out, &errb, lookupMap(nil)); code != 0 ||
 		strings.Count(out.String()+errb.String(), "usage: pacer run") != 1 {
 		t.Errorf("run -h: exit %d, want 0 and the usage once:\n%s%s", code, out.String(), errb.String())
+	}
+}
+
+// TestLimitSetRefusesBadValues: invalid values are refused before Redis is
+// touched, with exit status 2 and the flag named.
+func TestLimitSetRefusesBadValues(t *testing.T) {
+	for _, c := range []refusal{
+		{[]string{"--rate", "0"}, "--rate"},
+		{[]string{"--rate", "-5"}, "--rate"},
+		{[]string{"--rate", "fast"}, "--rate"},
+		{[]string{"--rate", "NaN"}, "--rate"},
+		{[]string{"--rate", "10", "--burst", "0"}, "--burst"},
+		{[]string{"--rate", "10", "--burst", "2.5"}, "--burst"},
+		{[]string{"--rate", "0.0001", "--burst", "1000000000"}, "--burst"},
+		{[]string{"--rate", "1e-9"}, "--rate"},                    // below one a day
+		{[]string{"--rate", "0.00001", "--burst", "1"}, "--rate"}, // 0.86 a day
+		// Above the highest ceiling a pacer accepts (1e9 msgs/s): a pacer
+		// would refuse it and keep the key's last limit.
+		{[]string{"--rate", "1e308"}, "--rate"},
+		{[]string{"--rate", "1e12"}, "--rate"},
+		{[]string{"--rate", "5e9", "--burst", "10"}, "--rate"},
+		{[]string{"--burst", "10"}, "--rate is required"},
+	} {
+		args := append([]string{"limit", "set", "--channel", "whatsapp", "--key", "106"}, c.args...)
+		code, _, errs := runCLI(nil, args...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("pacer %v: exit %d, stderr %q; want 2 naming %s", args, code, errs, c.want)
+		}
+		if r, _ := strconv.ParseFloat(c.args[1], 64); c.args[0] == "--rate" && r > 1e9 && !strings.Contains(errs, "1e+09") {
+			t.Errorf("pacer %v: stderr %q does not name the highest rate accepted, 1e+09 msgs/s", args, errs)
+		}
 	}
 }
 
