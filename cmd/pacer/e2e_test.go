@@ -279,6 +279,27 @@ func (p *proc) logs() string {
 	return p.log.String()
 }
 
+// cli runs `pacer args...` in e's environment and returns its stdout; a
+// non-zero exit fails the test.
+func (e *e2e) cli(args ...string) string {
+	e.t.Helper()
+	cmd := exec.Command(pacerBin, args...)
+	cmd.Env = e.env()
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		e.t.Fatalf("pacer %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// kill ends the process as a crash does (SIGKILL: no drain, no offset
+// commit) and waits until it has exited.
+func (p *proc) kill() {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
 // stop sends SIGTERM and requires a clean exit within 30 s.
 func (p *proc) stop(t testing.TB) {
 	t.Helper()

@@ -19,7 +19,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -531,8 +530,7 @@ func benchKill(t *testing.T) {
 	time.Sleep(8 * time.Second)
 	parkedBefore := procs[0].metricSum(t, "pacer_parked_total") + procs[1].metricSum(t, "pacer_parked_total")
 	inflight := e.fake.InFlight()
-	procs[0].cmd.Process.Signal(syscall.SIGKILL)
-	<-procs[0].done
+	procs[0].kill()
 	inflight = max(inflight, e.fake.InFlight())
 	adm := kadm.NewClient(newKafkaClient(t, e.brokers))
 	delivered, reasons := e.waitFinished(adm, total, 4*time.Minute)
