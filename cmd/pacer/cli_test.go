@@ -70,6 +70,14 @@ func TestCLIMessages(t *testing.T) {
 		{"bad publish topic", []string{"publish", "--channel", "whatsapp", "--topic", "..", file}, down, 2, `--topic "..": not a Kafka topic name`, ""},
 		{"long dlq topic", []string{"dlq", "replay", "--channel", "whatsapp", "--topic", strings.Repeat("t", 241), "--reason", "malformed"}, down, 2,
 			"--topic: 241 characters, at most 240", ""},
+		// The live-control commands name the command and the setting when
+		// Redis is down, never its password; a bad setting is bad usage.
+		{"limit with redis down", []string{"limit", "get", "--channel", "whatsapp"}, down, 1,
+			"pacer: limit get: cannot reach Redis (PACER_REDIS_URL host 127.0.0.1:1): ", "hunter2"},
+		{"campaign with redis down", []string{"campaign", "status", "--channel", "whatsapp", "--campaign", "x"}, down, 1,
+			"pacer: campaign status: cannot reach Redis (PACER_REDIS_URL host 127.0.0.1:1): ", "hunter2"},
+		{"limit with a bad setting", []string{"limit", "get", "--channel", "whatsapp"}, map[string]string{"PACER_WHATSAPP_RATE": "abc"}, 2,
+			`pacer: invalid configuration: PACER_WHATSAPP_RATE: "abc" is not a number`, "limit get"},
 		{"version", []string{"version"}, nil, 0, "pacer ", ""},
 		// Refused before the demo runs (the demo would print its table first).
 		{"demo report path", []string{"demo", "-report", filepath.Join(dir, "none", "x.json")}, nil, 2,
