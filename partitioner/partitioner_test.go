@@ -10,19 +10,16 @@ import (
 
 // Vectors from Kafka's own UtilsTest.testMurmur2 (clients module).
 func TestMurmur2KafkaVectors(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want int32
-	}{
-		{"21", -973932308},
-		{"foobar", -790332482},
-		{"a-little-bit-long-string", -985981536},
-		{"a-little-bit-longer-string", -1486304829},
-		{"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971},
-		{"abc", 479470107},
+	for in, want := range map[string]int32{
+		"21":                         -973932308,
+		"foobar":                     -790332482,
+		"a-little-bit-long-string":   -985981536,
+		"a-little-bit-longer-string": -1486304829,
+		"abc":                        479470107,
+		"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
 	} {
-		if got := partitioner.Murmur2([]byte(c.in)); got != c.want {
-			t.Errorf("Murmur2(%q) = %d, want %d", c.in, got, c.want)
+		if got := partitioner.Murmur2([]byte(in)); got != want {
+			t.Errorf("Murmur2(%q) = %d, want %d", in, got, want)
 		}
 	}
 }

@@ -4,8 +4,6 @@ package main
 
 import (
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +18,7 @@ import (
 // (one script) and delivered record (one SET) that every message costs.
 // It runs once per sub-benchmark whatever b.N is: the figures are ratios.
 func BenchmarkRedisCallsPerMessage(b *testing.B) {
-	for _, c := range []struct {
-		rate     int
-		seconds  int
-		inflight int
-	}{{80, 10, 32}, {1000, 10, 64}, {10000, 6, 512}} {
+	for _, c := range []struct{ rate, seconds, inflight int }{{80, 10, 32}, {1000, 10, 64}, {10000, 6, 512}} {
 		b.Run(fmt.Sprintf("rate=%d", c.rate), func(b *testing.B) {
 			const key = "1065488880001"
 			e := newE2E(b, whatsapptest.Config{})
@@ -38,16 +32,9 @@ func BenchmarkRedisCallsPerMessage(b *testing.B) {
 			}
 			p := e.run(fmt.Sprintf("PACER_WHATSAPP_RATE=%d", c.rate), fmt.Sprintf("PACER_WHATSAPP_BURST=%d", max(10, c.rate/100)),
 				fmt.Sprintf("PACER_INFLIGHT=%d", c.inflight))
-			var maddr string
-			select {
-			case maddr = <-p.metrics:
-			case <-time.After(30 * time.Second):
-				b.Fatal("no metrics address")
-			}
 			e.waitDelivered(n, time.Duration(c.seconds*4+60)*time.Second, p)
-			_, metrics := httpGet(b, "http://"+maddr+"/metrics")
+			calls, delivered := p.metricSum(b, "pacer_bucket_calls_total"), p.metricSum(b, "pacer_delivered_total")
 			p.stop(b)
-			calls, delivered := metricValue(metrics, "pacer_bucket_calls_total"), metricValue(metrics, "pacer_delivered_total")
 			s := e.fake.Stats()[key]
 			secs := s.Last.Sub(s.First).Seconds()
 			b.ReportMetric(calls/delivered, "bucket-calls/msg")
@@ -58,15 +45,4 @@ func BenchmarkRedisCallsPerMessage(b *testing.B) {
 				c.rate, s.Delivered, secs, float64(s.Delivered)/secs, calls, calls/delivered, s.Max1s, c.rate, max(10, c.rate/100), s.Duplicates)
 		})
 	}
-}
-
-// metricValue returns the value of the first sample of name in a
-// Prometheus text exposition, or 0.
-func metricValue(text, name string) float64 {
-	m := regexp.MustCompile(`(?m)^` + name + `(?:\{[^}]*\})? (\S+)$`).FindStringSubmatch(text)
-	if m == nil {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(m[1], 64)
-	return v
 }

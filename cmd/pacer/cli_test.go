@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,14 @@ func TestCLIMessages(t *testing.T) {
 		{"bad publish topic", []string{"publish", "--channel", "whatsapp", "--topic", "..", file}, down, 2, `--topic "..": not a Kafka topic name`, ""},
 		{"long dlq topic", []string{"dlq", "replay", "--channel", "whatsapp", "--topic", strings.Repeat("t", 241), "--reason", "malformed"}, down, 2,
 			"--topic: 241 characters, at most 240", ""},
+		// The live-control commands name the command and the setting when
+		// Redis is down, never its password; a bad setting is bad usage.
+		{"limit with redis down", []string{"limit", "get", "--channel", "whatsapp"}, down, 1,
+			"pacer: limit get: cannot reach Redis (PACER_REDIS_URL host 127.0.0.1:1): ", "hunter2"},
+		{"campaign with redis down", []string{"campaign", "status", "--channel", "whatsapp", "--campaign", "x"}, down, 1,
+			"pacer: campaign status: cannot reach Redis (PACER_REDIS_URL host 127.0.0.1:1): ", "hunter2"},
+		{"limit with a bad setting", []string{"limit", "get", "--channel", "whatsapp"}, map[string]string{"PACER_WHATSAPP_RATE": "abc"}, 2,
+			`pacer: invalid configuration: PACER_WHATSAPP_RATE: "abc" is not a number`, "limit get"},
 		{"version", []string{"version"}, nil, 0, "pacer ", ""},
 		// Refused before the demo runs (the demo would print its table first).
 		{"demo report path", []string{"demo", "-report", filepath.Join(dir, "none", "x.json")}, nil, 2,
@@ -197,10 +206,7 @@ func TestHelp(t *testing.T) {
 // (fake-provider's runs to 60 lines); -h still prints the usage alone
 // (exit status 0).
 func TestUnknownFlagNamedOnce(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
+	for _, c := range []refusal{
 		{[]string{"run", "--chanel", "whatsapp"}, `run: unknown flag --chanel; "pacer run -h" lists the flags`},
 		{[]string{"publish", "--chanel", "whatsapp", "f.jsonl"}, `publish: unknown flag --chanel; "pacer publish -h" lists the flags`},
 		{[]string{"status", "--chanel", "whatsapp"}, `status: unknown flag --chanel; "pacer status -h" lists the flags`},
@@ -226,6 +232,37 @@ func TestUnknownFlagNamedOnce(t *testing.T) {
 	if code := run(context.Background(), []string{"run", "-h"}, strings.NewReader(""), &out, &errb, lookupMap(nil)); code != 0 ||
 		strings.Count(out.String()+errb.String(), "usage: pacer run") != 1 {
 		t.Errorf("run -h: exit %d, want 0 and the usage once:\n%s%s", code, out.String(), errb.String())
+	}
+}
+
+// TestLimitSetRefusesBadValues: invalid values are refused before Redis is
+// touched, with exit status 2 and the flag named.
+func TestLimitSetRefusesBadValues(t *testing.T) {
+	for _, c := range []refusal{
+		{[]string{"--rate", "0"}, "--rate"},
+		{[]string{"--rate", "-5"}, "--rate"},
+		{[]string{"--rate", "fast"}, "--rate"},
+		{[]string{"--rate", "NaN"}, "--rate"},
+		{[]string{"--rate", "10", "--burst", "0"}, "--burst"},
+		{[]string{"--rate", "10", "--burst", "2.5"}, "--burst"},
+		{[]string{"--rate", "0.0001", "--burst", "1000000000"}, "--burst"},
+		{[]string{"--rate", "1e-9"}, "--rate"},                    // below one a day
+		{[]string{"--rate", "0.00001", "--burst", "1"}, "--rate"}, // 0.86 a day
+		// Above the highest ceiling a pacer accepts (1e9 msgs/s): a pacer
+		// would refuse it and keep the key's last limit.
+		{[]string{"--rate", "1e308"}, "--rate"},
+		{[]string{"--rate", "1e12"}, "--rate"},
+		{[]string{"--rate", "5e9", "--burst", "10"}, "--rate"},
+		{[]string{"--burst", "10"}, "--rate is required"},
+	} {
+		args := append([]string{"limit", "set", "--channel", "whatsapp", "--key", "106"}, c.args...)
+		code, _, errs := runCLI(nil, args...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("pacer %v: exit %d, stderr %q; want 2 naming %s", args, code, errs, c.want)
+		}
+		if r, _ := strconv.ParseFloat(c.args[1], 64); c.args[0] == "--rate" && r > 1e9 && !strings.Contains(errs, "1e+09") {
+			t.Errorf("pacer %v: stderr %q does not name the highest rate accepted, 1e+09 msgs/s", args, errs)
+		}
 	}
 }
 

@@ -1,12 +1,28 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"strings"
 	"testing"
 	"time"
 )
+
+// TestDemoFlagsCheckedFirst: a rate or burst the pacer refuses (the AIMD's
+// range of rates included) is bad usage, exit 2 naming the flag, before
+// anything is started or published.
+func TestDemoFlagsCheckedFirst(t *testing.T) {
+	for _, c := range []refusal{
+		{[]string{"demo", "-rate", "1e12"}, "pacer: demo: -rate: "},
+		{[]string{"demo", "-rate", "0"}, "pacer: demo: -rate: "},
+		{[]string{"demo", "-burst", "0"}, "pacer: demo: -burst: "},
+		{[]string{"demo", "-numbers", "-1"}, "pacer: demo: -numbers -1: must be >= 1"},
+		{[]string{"demo", "-partitions", "0", "-messages", "0"}, "pacer: demo: -messages 0, -partitions 0: must be >= 1"},
+	} {
+		code, out, errs := runCLI(nil, c.args...)
+		if code != 2 || out != "" || !strings.HasPrefix(errs, c.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2, nothing on stdout, %q", c.args, code, out, errs, c.want)
+		}
+	}
+}
 
 // TestDemoPacedRate: the demo judges each key by the rate its messages
 // kept after the first burst, and fails a key below minPaced of the
@@ -14,14 +30,11 @@ import (
 // of its recipient-bucket gate (300 messages at 40 msgs/s, burst 5).
 func TestDemoPacedRate(t *testing.T) {
 	for _, c := range []struct {
-		name      string
-		delivered int
-		burst     int
-		span      time.Duration
-		rate      float64
-		want      float64
-		judged    bool
-		pass      bool
+		name             string
+		delivered, burst int
+		span             time.Duration
+		rate, want       float64
+		judged, pass     bool
 	}{
 		{"fcm before: half the rate", 300, 5, 12690 * time.Millisecond, 40, 295 / 12.69, true, false},
 		{"fcm after", 300, 5, 7540 * time.Millisecond, 40, 295 / 7.54, true, true},
@@ -40,27 +53,5 @@ func TestDemoPacedRate(t *testing.T) {
 				t.Errorf("paced %.2f of %v: pass %v, want %v", got, c.rate, pass, c.pass)
 			}
 		})
-	}
-}
-
-// TestDemoFlagsCheckedFirst: a rate or burst the pacer refuses (the AIMD's
-// range of rates included) is bad usage, exit 2 naming the flag, before
-// anything is started or published.
-func TestDemoFlagsCheckedFirst(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"demo", "-rate", "1e12"}, "pacer: demo: -rate: "},
-		{[]string{"demo", "-rate", "0"}, "pacer: demo: -rate: "},
-		{[]string{"demo", "-burst", "0"}, "pacer: demo: -burst: "},
-		{[]string{"demo", "-numbers", "-1"}, "pacer: demo: -numbers -1: must be >= 1"},
-		{[]string{"demo", "-partitions", "0", "-messages", "0"}, "pacer: demo: -messages 0, -partitions 0: must be >= 1"},
-	} {
-		var out, errb bytes.Buffer
-		code := run(context.Background(), c.args, strings.NewReader(""), &out, &errb, lookupMap(nil))
-		if code != 2 || out.Len() != 0 || !strings.HasPrefix(errb.String(), c.want) {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2, nothing on stdout, %q", c.args, code, out.String(), errb.String(), c.want)
-		}
 	}
 }

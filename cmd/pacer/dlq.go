@@ -14,15 +14,12 @@ import (
 
 func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
 	const usage = "usage: pacer dlq replay --channel C [--topic T] [--reason R] [--campaign X] [--dry-run]"
-	if err := verbHelp(args, stdout, "dlq", usage, [][2]string{
+	_, fs, channel, err := verbCommand(args, stdout, stderr, "dlq", usage, [][2]string{
 		{"replay", "put dead-lettered records of <topic>.dlq back on the main topic"},
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
-	if len(args) == 0 || args[0] != "replay" {
-		return &usageError{usage}
-	}
-	fs, channel := commandFlags("pacer dlq replay", "channel", stderr)
 	topic := fs.String("topic", "", "main topic (default pacer.<channel>); the DLQ is <topic>.dlq")
 	reason := fs.String("reason", "", "replay only this pacer-reason: "+strings.Join(envelope.DLQReasons, ", ")+", or permanent:<provider code>; default all")
 	campaign := fs.String("campaign", "", "replay only envelopes of this campaign; default all")

@@ -209,6 +209,25 @@ func (p *proc) metric(t testing.TB, series string) (float64, bool) {
 	return 0, false
 }
 
+// metricSum returns the sum of every series of metric name (any labels)
+// on the process's /metrics; 0 if it has none.
+func (p *proc) metricSum(t testing.TB, name string) float64 {
+	t.Helper()
+	_, body := httpGet(t, "http://"+p.metricsAddr(t)+"/metrics")
+	sum := 0.0
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, name+"{") || strings.HasPrefix(l, name+" ") {
+			f := strings.Fields(l)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				t.Fatalf("/metrics: %s: %v", l, err)
+			}
+			sum += v
+		}
+	}
+	return sum
+}
+
 // mustMetric is metric for a series that must be there.
 func (p *proc) mustMetric(t testing.TB, series string) float64 {
 	t.Helper()
@@ -258,6 +277,27 @@ func (p *proc) logs() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.log.String()
+}
+
+// cli runs `pacer args...` in e's environment and returns its stdout; a
+// non-zero exit fails the test.
+func (e *e2e) cli(args ...string) string {
+	e.t.Helper()
+	cmd := exec.Command(pacerBin, args...)
+	cmd.Env = e.env()
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		e.t.Fatalf("pacer %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// kill ends the process as a crash does (SIGKILL: no drain, no offset
+// commit) and waits until it has exited.
+func (p *proc) kill() {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
 }
 
 // stop sends SIGTERM and requires a clean exit within 30 s.

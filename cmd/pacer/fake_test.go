@@ -146,10 +146,7 @@ func TestFakeProviderEveryChannel(t *testing.T) {
 // credential flag are refused with exit status 2 naming them, before
 // anything listens.
 func TestFakeProviderRefuses(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
+	for _, c := range []refusal{
 		{[]string{}, "--channel is required (" + channelList() + ")"},
 		{[]string{"--addr", ":0"}, "--channel is required"},
 		{[]string{"--channel", "sms"}, `unknown channel "sms"`},

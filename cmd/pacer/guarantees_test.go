@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -93,8 +92,7 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		t.Logf("kill %d: after %d of %d delivered", kill+1, at, total)
 		before := e.fake.InFlight()
-		procs[0].cmd.Process.Signal(syscall.SIGKILL)
-		<-procs[0].done
+		procs[0].kill()
 		inflight = append(inflight, max(before, e.fake.InFlight()))
 		t.Logf("kill %d: SIGKILL with about %d requests in flight at the fake", kill+1, inflight[kill])
 		procs[0] = e.run(envs...)

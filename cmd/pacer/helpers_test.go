@@ -62,6 +62,13 @@ func waitFor(within time.Duration, cond func() bool) bool {
 	return true
 }
 
+// refusal is a command line main's run must refuse (exit status 2) and
+// text its error must hold.
+type refusal struct {
+	args []string
+	want string
+}
+
 // otherCA writes a CA certificate that signed none of the servers'
 // certificates and returns its file.
 func otherCA(t *testing.T) string {

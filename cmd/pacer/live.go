@@ -17,21 +17,27 @@ import (
 	"github.com/pacerhq/pacer/pacer/control"
 )
 
-// controlStore opens the run-time control store of cfg's Redis and checks
-// that it answers.
-func controlStore(ctx context.Context, cfg config) (*control.Store, func(), error) {
+// controlStore reads ch's settings and opens the run-time control store of
+// their Redis, checking that it answers (a hint names the settings when it
+// does not). cmd ("limit set") prefixes its errors; a setting's error is
+// errConfig's. The func closes the store.
+func controlStore(ctx context.Context, lookup func(string) (string, bool), ch *channel, cmd string) (config, *control.Store, func(), error) {
+	cfg, err := loadConfig(lookup, ch)
+	if err != nil {
+		return cfg, nil, nil, fmt.Errorf("%w: %w", errConfig, err)
+	}
 	rdb, ping, err := pingRedis(ctx, cfg, 3*time.Second)
 	if err != nil {
-		return nil, nil, err
+		return cfg, nil, nil, fmt.Errorf("%s: %w", cmd, err)
 	}
 	if ping != nil {
 		rdb.Close()
 		if h := redisHint(cfg, ping); h != "" {
-			return nil, nil, fmt.Errorf("cannot reach Redis: %s: %v", h, ping)
+			return cfg, nil, nil, fmt.Errorf("%s: cannot reach Redis: %s: %v", cmd, h, ping)
 		}
-		return nil, nil, fmt.Errorf("cannot reach Redis (%s): %v", redisSetting(cfg), ping)
+		return cfg, nil, nil, fmt.Errorf("%s: cannot reach Redis (%s): %v", cmd, redisSetting(cfg), ping)
 	}
-	return control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)), func() { rdb.Close() }, nil
+	return cfg, control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)), func() { rdb.Close() }, nil
 }
 
 const limitUsage = `usage: pacer limit set   --channel C --key K --rate R [--burst B]
@@ -42,18 +48,14 @@ const limitUsage = `usage: pacer limit set   --channel C --key K --rate R [--bur
 // the bucket and the AIMD) applied by every running pacer within about a
 // second. Every change is logged with the old and new values.
 func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
-	if err := verbHelp(args, stdout, "limit", limitUsage, [][2]string{
+	verb, fs, channel, err := verbCommand(args, stdout, stderr, "limit", limitUsage, [][2]string{
 		{"set", "give a pacing key a rate (and burst) of its own; running pacers apply it within about 1 s"},
 		{"get", "show a key's limit, or every key of the channel that has one"},
 		{"unset", "remove a key's limit: the channel's applies again"},
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
-	if len(args) == 0 || (args[0] != "set" && args[0] != "get" && args[0] != "unset") {
-		return &usageError{limitUsage}
-	}
-	verb := args[0]
-	fs, channel := commandFlags("pacer limit "+verb, "channel", stderr)
 	key := fs.String("key", "", "pacing key (for WhatsApp the phone-number ID)")
 	// --rate and --burst exist for set only: get and unset refuse them as
 	// unknown flags and do not list them in -h.
@@ -100,13 +102,9 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 			return &usageError{fmt.Sprintf("limit set: %s: %v", flagName, strings.TrimPrefix(err.Error(), control.ErrInvalid.Error()+": "))}
 		}
 	}
-	cfg, err := loadConfig(lookup, ch)
+	cfg, st, closeFn, err := controlStore(ctx, lookup, ch, "limit "+verb)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errConfig, err)
-	}
-	st, closeFn, err := controlStore(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("limit %s: %w", verb, err)
+		return err
 	}
 	defer closeFn()
 	log := newLogger(cfg, stderr).With("channel", *channel, "key", *key)
@@ -195,24 +193,17 @@ const campaignUsage = `usage: pacer campaign pause|resume|cancel --channel C --c
 // cmdCampaign pauses, resumes or cancels a campaign on every running pacer
 // (within about a second), or shows its progress.
 func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
-	if err := verbHelp(args, stdout, "campaign", campaignUsage, [][2]string{
+	verb, fs, channel, err := verbCommand(args, stdout, stderr, "campaign", campaignUsage, [][2]string{
 		{"pause", "hold a campaign's records on every running pacer, without an attempt"},
 		{"resume", "send a paused campaign's records again"},
 		{"cancel", "send a campaign's records to the DLQ with reason cancelled"},
 		{"status", "a campaign's progress: published, delivered, dead-lettered, remaining, rate, ETA"},
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
-	verbs := map[string]control.State{"pause": control.Paused, "resume": control.Running, "cancel": control.Cancelled, "status": ""}
-	if len(args) == 0 {
-		return &usageError{campaignUsage}
-	}
-	want, ok := verbs[args[0]]
-	if !ok {
-		return &usageError{campaignUsage}
-	}
-	verb := args[0]
-	fs, channel := commandFlags("pacer campaign "+verb, "channel", stderr)
+	// The state the verb sets; status sets none.
+	want := map[string]control.State{"pause": control.Paused, "resume": control.Running, "cancel": control.Cancelled}[verb]
 	campaign := fs.String("campaign", "", "the envelopes' campaign (required; an envelope without one, or with \"\", has no campaign)")
 	// Each verb has only its own flags: another verb's is refused as unknown.
 	asJSON, force := new(bool), new(bool)
@@ -231,13 +222,9 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	if *campaign == "" {
 		return &usageError{"campaign " + verb + ": --campaign is required (an empty campaign is no campaign)"}
 	}
-	cfg, err := loadConfig(lookup, ch)
+	cfg, st, closeFn, err := controlStore(ctx, lookup, ch, "campaign "+verb)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errConfig, err)
-	}
-	st, closeFn, err := controlStore(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("campaign %s: %w", verb, err)
+		return err
 	}
 	defer closeFn()
 	if verb != "status" {

@@ -12,32 +12,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 	"github.com/twmb/franz-go/pkg/kadm"
 )
-
-// cli runs `pacer args...` in e's environment and returns its stdout; a
-// non-zero exit fails the test.
-func (e *e2e) cli(args ...string) string {
-	e.t.Helper()
-	cmd := exec.Command(pacerBin, args...)
-	cmd.Env = e.env()
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		e.t.Fatalf("pacer %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
-	}
-	return out.String()
-}
 
 // rateIn returns the accepted arrivals per second of key (and of ids with
 // prefix idPrefix, "" for all) in [from, to).
@@ -432,8 +416,7 @@ func runRepublish(t *testing.T, how int) {
 		}) {
 			t.Fatalf("the first run never committed every record\n%s", ps[0].logs())
 		}
-		ps[0].cmd.Process.Signal(syscall.SIGKILL)
-		<-ps[0].done
+		ps[0].kill()
 		second := e.run(env...)
 		// The group keeps the killed member until its session times out.
 		if !waitFor(90*time.Second, func() bool {
@@ -527,8 +510,7 @@ func runPriority(t *testing.T, backlog int, rate float64, replicas int) (time.Du
 	time.Sleep(2 * time.Second) // the rate after it, for Max1s
 	handoffs := 0.0
 	for _, p := range ps {
-		var addr string
-		handoffs += scrape(t, p, &addr, "pacer_priority_handoffs_total")
+		handoffs += p.metricSum(t, "pacer_priority_handoffs_total")
 	}
 	stopAll(t, ps)
 	s := e.fake.Stats()[key]

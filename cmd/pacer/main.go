@@ -25,6 +25,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -130,6 +131,21 @@ func verbHelp(args []string, stdout io.Writer, cmd, usage string, verbs [][2]str
 	}
 	fmt.Fprintf(stdout, "\nRun \"pacer %s <subcommand> -h\" for its flags.\n", cmd)
 	return errHelp
+}
+
+// verbCommand starts command cmd ("limit"), whose first argument is one
+// of verbs (name, one-line description): -h prints the usage and the verbs
+// (errHelp); a missing or unknown verb is a usage error. It returns the
+// verb and its flag set, "pacer <cmd> <verb>" with --channel.
+func verbCommand(args []string, stdout, stderr io.Writer, cmd, usage string, verbs [][2]string) (string, *flag.FlagSet, *string, error) {
+	if err := verbHelp(args, stdout, cmd, usage, verbs); err != nil {
+		return "", nil, nil, err
+	}
+	if len(args) == 0 || !slices.ContainsFunc(verbs, func(v [2]string) bool { return v[0] == args[0] }) {
+		return "", nil, nil, &usageError{usage}
+	}
+	fs, channel := commandFlags("pacer "+cmd+" "+args[0], "channel", stderr)
+	return args[0], fs, channel, nil
 }
 
 // errHelp is -h on a subcommand: its usage was printed; exit status 0.

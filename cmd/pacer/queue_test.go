@@ -19,7 +19,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -62,27 +61,6 @@ func rssKB(pid int) int {
 	return 0
 }
 
-// scrape returns the value of metric name (summed over its series) from p's /metrics.
-func scrape(t testing.TB, p *proc, addr *string, name string) float64 {
-	if *addr == "" {
-		select {
-		case *addr = <-p.metrics:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no metrics address logged\n%s", p.logs())
-		}
-	}
-	_, body := httpGet(t, "http://"+*addr+"/metrics")
-	sum := 0.0
-	for _, l := range strings.Split(body, "\n") {
-		if strings.HasPrefix(l, name+"{") || strings.HasPrefix(l, name+" ") {
-			f := strings.Fields(l)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			sum += v
-		}
-	}
-	return sum
-}
-
 // headOfLine is one run of the measurement: big messages for key A,
 // then 20 for B on A's partition and 20 for C on another, at rate msgs/s.
 type headOfLine struct {
@@ -111,7 +89,6 @@ func runHeadOfLine(t *testing.T, big int, rate float64, waitA bool, minRun time.
 	}
 	p := e.run("PACER_WHATSAPP_RATE="+strconv.FormatFloat(rate, 'f', -1, 64), "PACER_WHATSAPP_BURST=1")
 	h := headOfLine{a: ab[0], b: ab[1], c: c, ideal: time.Duration(20 / rate * float64(time.Second))}
-	var addr string
 	start := time.Now()
 	deadline := start.Add(3 * time.Minute)
 	for {
@@ -151,7 +128,7 @@ func runHeadOfLine(t *testing.T, big int, rate float64, waitA bool, minRun time.
 			time.Sleep(time.Second)
 		}
 	}
-	h.parked = scrape(t, p, &addr, "pacer_parked_total")
+	h.parked = p.metricSum(t, "pacer_parked_total")
 	if os.Getenv("PACER_BENCH_DEBUG") != "" {
 		t.Log(p.logs())
 	}
@@ -334,8 +311,7 @@ func benchStrict(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	var addr string
-	parked := scrape(t, p, &addr, "pacer_parked_total")
+	parked := p.metricSum(t, "pacer_parked_total")
 	p.stop(t)
 	stats := e.fake.Stats()
 	sa, sb := stats[ab[0]], stats[ab[1]]
@@ -465,8 +441,7 @@ func benchSpread(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	var addr string
-	parked := scrape(t, p, &addr, "pacer_parked_total")
+	parked := p.metricSum(t, "pacer_parked_total")
 	p.stop(t)
 	stats := e.fake.Stats()
 	var t0 time.Time
@@ -552,12 +527,10 @@ func benchKill(t *testing.T) {
 	}
 	envs := []string{"PACER_WHATSAPP_RATE=50", "PACER_WHATSAPP_BURST=1", "PACER_KAFKA_SESSION_TIMEOUT=6s"}
 	procs := []*proc{e.run(envs...), e.run(envs...)}
-	addrs := make([]string, 2)
 	time.Sleep(8 * time.Second)
-	parkedBefore := scrape(t, procs[0], &addrs[0], "pacer_parked_total") + scrape(t, procs[1], &addrs[1], "pacer_parked_total")
+	parkedBefore := procs[0].metricSum(t, "pacer_parked_total") + procs[1].metricSum(t, "pacer_parked_total")
 	inflight := e.fake.InFlight()
-	procs[0].cmd.Process.Signal(syscall.SIGKILL)
-	<-procs[0].done
+	procs[0].kill()
 	inflight = max(inflight, e.fake.InFlight())
 	adm := kadm.NewClient(newKafkaClient(t, e.brokers))
 	delivered, reasons := e.waitFinished(adm, total, 4*time.Minute)

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/pacerhq/pacer/internal/tlsfail"
 	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -281,13 +282,6 @@ func kafkaCommandFailure(cfg config, err error) error {
 // mend it (credentials, certificates), naming the settings to look at;
 // "" for any other failure (a server that is down, a timeout).
 func redisRefusal(err error) string {
-	var (
-		unknownCA x509.UnknownAuthorityError
-		host      x509.HostnameError
-		invalid   x509.CertificateInvalidError
-		header    tls.RecordHeaderError
-		op        *net.OpError
-	)
 	msg := ""
 	if err != nil {
 		msg = err.Error()
@@ -299,18 +293,21 @@ func redisRefusal(err error) string {
 		return "the database number in PACER_REDIS_URL is beyond the server's databases (its `databases` setting, 16 by default; Redis Cluster has only database 0)"
 	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "without any password configured"):
 		return "authentication failed (PACER_REDIS_USERNAME and PACER_REDIS_PASSWORD, or the user and password of PACER_REDIS_URL)"
-	case errors.As(err, &unknownCA):
-		return "TLS: certificate signed by unknown authority (PACER_REDIS_TLS_CA_FILE)"
-	case errors.As(err, &host):
-		return "TLS: the server's certificate is not valid for " + host.Host + " (PACER_REDIS_TLS_SERVER_NAME)"
-	case errors.As(err, &invalid):
-		return "TLS: " + strings.TrimPrefix(invalid.Error(), "x509: ") + " (the server's certificate; PACER_REDIS_TLS_CA_FILE)"
-	case errors.As(err, &header):
-		return "TLS: the server does not answer in TLS (PACER_REDIS_TLS, or rediss:// in PACER_REDIS_URL)"
-	case errors.As(err, &op) && op.Op == "remote error":
-		return "TLS: the server refused the handshake (" + op.Err.Error() + ") (PACER_REDIS_TLS_CERT_FILE, PACER_REDIS_TLS_KEY_FILE)"
+	}
+	if k, cause := tlsfail.Of(err, "server"); k != tlsfail.None {
+		return cause + redisTLSSettings[k]
 	}
 	return ""
+}
+
+// redisTLSSettings names, after a TLS failure's cause, the settings to
+// look at.
+var redisTLSSettings = map[tlsfail.Kind]string{
+	tlsfail.UnknownCA:   " (PACER_REDIS_TLS_CA_FILE)",
+	tlsfail.Hostname:    " (PACER_REDIS_TLS_SERVER_NAME)",
+	tlsfail.CertInvalid: " (the server's certificate; PACER_REDIS_TLS_CA_FILE)",
+	tlsfail.NotTLS:      " (PACER_REDIS_TLS, or rediss:// in PACER_REDIS_URL)",
+	tlsfail.Refused:     " (PACER_REDIS_TLS_CERT_FILE, PACER_REDIS_TLS_KEY_FILE)",
 }
 
 // redisHint names the settings to look at when Redis fails in the way a

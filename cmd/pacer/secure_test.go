@@ -238,3 +238,26 @@ func TestKafkaFailureNamesCauseAndSetting(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisRefusalNamesSetting: each TLS failure of a Redis connection is
+// reported with its cause in words and the setting to look at, as Kafka's
+// are; an error that is no refusal gives "".
+func TestRedisRefusalNamesSetting(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("dial tcp 10.0.0.1:6380: %w", err) }
+	for want, err := range map[string]error{
+		"TLS: certificate signed by unknown authority (PACER_REDIS_TLS_CA_FILE)": wrap(x509.UnknownAuthorityError{}),
+		"TLS: the server's certificate is not valid for redis.example.com (PACER_REDIS_TLS_SERVER_NAME)": wrap(
+			x509.HostnameError{Certificate: &x509.Certificate{}, Host: "redis.example.com"}),
+		"TLS: certificate has expired or is not yet valid:  (the server's certificate; PACER_REDIS_TLS_CA_FILE)": wrap(
+			x509.CertificateInvalidError{Cert: &x509.Certificate{}, Reason: x509.Expired}),
+		"TLS: the server does not answer in TLS (PACER_REDIS_TLS, or rediss:// in PACER_REDIS_URL)": wrap(
+			tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}),
+		"TLS: the server refused the handshake (tls: certificate required) (PACER_REDIS_TLS_CERT_FILE, PACER_REDIS_TLS_KEY_FILE)": wrap(
+			&net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}),
+		"": wrap(syscall.ECONNREFUSED),
+	} {
+		if got := redisRefusal(err); got != want {
+			t.Errorf("redisRefusal(%v) = %q, want %q", err, got, want)
+		}
+	}
+}

@@ -123,6 +123,7 @@ func TestDataFlowsOneWay(t *testing.T) {
 		"internal/wire":       {mod + "/": "a conversion helper depends on nothing of ours", "github.com/": "a conversion helper is standard library only"},
 		"internal/logrepeat":  {mod + "/": "a logging helper depends on nothing of ours", "github.com/": "a logging helper is standard library only"},
 		"internal/tick":       {mod + "/": "a loop helper depends on nothing of ours", "github.com/": "a loop helper is standard library only"},
+		"internal/tlsfail":    {mod + "/": "a TLS error reader depends on nothing of ours", "github.com/": "a TLS error reader is standard library only"},
 		"lua":                 {mod + "/": "lua holds scripts and nothing else", "github.com/": "lua holds scripts and nothing else"},
 		"partitioner": {
 			mod + "/": "partitioner is pure functions", kafka: "partitioner computes, kgo sends", prom: "only cmd and pacer measure",

@@ -50,6 +50,36 @@ func (h *holdMarks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
+// idClaims is a go-redis hook on a ledger.Batcher's client that counts the
+// claim operations of one envelope id in its ledger.lua calls, alone or in
+// pipelines.
+type idClaims struct {
+	id string
+	n  atomic.Int64
+}
+
+func (c *idClaims) count(cmd redis.Cmder) {
+	if n := cmd.Name(); n == "evalsha" || n == "eval" {
+		c.n.Add(int64(idLedgerOps(cmd.Args(), "cf", c.id)))
+	}
+}
+
+func (c *idClaims) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *idClaims) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (c *idClaims) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
 // sendTogether holds the sends of ids until every one of them has come
 // (or 20 s passed: late is then set). A send follows its claim's answer
 // and comes before its mark, so once all have come every claim of ids is

@@ -3,10 +3,7 @@ package consumer_test
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,53 +12,9 @@ import (
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// idClaims is a go-redis hook on a ledger.Batcher's client that counts the
-// claim operations of one envelope id in its ledger.lua calls (see
-// [ledgerOps] for their arguments).
-type idClaims struct {
-	id string
-	n  atomic.Int64
-}
-
-func (c *idClaims) count(args []any) {
-	if len(args) < 3 {
-		return
-	}
-	nk, err := strconv.Atoi(fmt.Sprint(args[2]))
-	if err != nil {
-		return
-	}
-	for i := 3 + nk + 3; i+1 < len(args); i += 4 {
-		if op := fmt.Sprint(args[i]); (op == "c" || op == "f") && strings.HasSuffix(fmt.Sprint(args[i+1]), c.id) {
-			c.n.Add(1)
-		}
-	}
-}
-
-func (c *idClaims) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *idClaims) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
-			c.count(cmd.Args())
-		}
-		return next(ctx, cmd)
-	}
-}
-func (c *idClaims) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			if n := cmd.Name(); n == "evalsha" || n == "eval" {
-				c.count(cmd.Args())
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
 
 // TestUnknownOutcomeDeadLetteredOnce: a record whose id a dead process
 // claimed is dead-lettered as unknown-outcome once; the copies Kafka
@@ -69,9 +22,7 @@ func (c *idClaims) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // same envelope again) are skipped as duplicates, one read before the next
 // owner's first fetch and one read while it runs, and write no second DLQ
 // copy; a copy replayed from the DLQ is sent.
-func TestUnknownOutcomeDeadLetteredOnce(t *testing.T) {
-	eachLedger(t, testDeadLetteredOnce)
-}
+func TestUnknownOutcomeDeadLetteredOnce(t *testing.T) { eachLedger(t, testDeadLetteredOnce) }
 
 func testDeadLetteredOnce(t *testing.T, batched time.Duration) {
 	h := newHarness(t, nil)

@@ -69,93 +69,63 @@ func (m *metrics) response(class string, e *channels.Error) {
 	m.responses.WithLabelValues(class, code).Inc()
 }
 
+// counter, gauge and histogram make the collector pacer_<name> by the
+// labels given (nil: none), with its help.
+func counter(name string, labels []string, help string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pacer", Name: name, Help: help}, labels)
+}
+
+func gauge(name string, labels []string, help string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "pacer", Name: name, Help: help}, labels)
+}
+
+func histogram(name string, buckets []float64, labels []string, help string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "pacer", Name: name, Help: help, Buckets: buckets}, labels)
+}
+
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		codes: map[string]bool{},
-		throttles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "pacer", Name: "throttles_total",
-			Help: "Provider throttles by scope: key (the pacing key's rate), pair (one recipient of a key: WhatsApp 131056, APNs/FCM per device), account (every key behind the same credentials: WhatsApp 80007, 4).",
-		}, []string{"scope"}),
-		lateSlots: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "pacer", Name: "late_slots_total",
-			Help: "Send slots given up because the sender woke (or its idempotency claim answered) later after the slot than allowed: half the pacing headroom, (burst - paced burst) / rate / 2, and never less than half a slot interval capped at a quarter of the burst's refill time, at least 1 ms; a new slot was taken, so the provider's window is never crowded.",
-		}, nil),
-		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "pacer", Name: "slot_lateness_seconds",
-			Help:    "How long after its send slot a sender woke (every slot: those used and those given up as late).",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 12),
-		}, nil),
-		bucketCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "pacer", Name: "bucket_calls_total",
-			Help: "Token-bucket script calls to Redis (reservations and leases); divided by pacer_delivered_total, the bucket's Redis cost per message.",
-		}, nil),
-		fallback: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "pacer", Name: "redis_fallback",
-			Help: "1 while Redis is down and PACER_REDIS_FAILURE=local paces in-process; 0 otherwise.",
-		}, nil),
-		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "pacer", Name: "responses_total",
-			Help: "Provider answers by class and provider error code (none for success; at most 64 codes, then other).",
-		}, []string{"class", "code"}),
-		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "pacer", Name: "sends_total",
-			Help: "Requests that left the process for a provider, by the class of the response (success, throttle, transient, permanent, halt, unknown: no answer).",
-		}, []string{"class"}),
-		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "pacer", Name: "delivered_total",
-			Help: "Messages the provider accepted.",
-		}, nil),
-		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "pacer", Name: "duplicates_skipped_total",
-			Help: "Re-delivered records whose id the idempotency ledger shows as delivered, or dead-lettered while claimed; not sent, not dead-lettered again.",
-		}, nil),
-		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "pacer", Name: "priority_handoffs_total",
-			Help: "Send slots a normal-priority record gave to a waiting high-priority record of its pacing key.",
-		}, nil),
-		requeued: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "pacer", Name: "requeued_total",
-			Help: "Records put back on a retry topic without an attempt, by reason (cooldown, token-wait, pair-throttle, pair-cooldown, account-cooldown, breaker, paused, not-before).",
-		}, []string{"reason"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "pacer", Name: "retries_total",
-			Help: "Records sent to a retry topic after a transient failure or an unknown outcome.",
-		}, nil),
-		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "pacer", Name: "dlq_total",
-			Help: "Records written to the DLQ topic, by reason (malformed, expired, permanent, attempts-exhausted, unknown-outcome).",
-		}, []string{"reason"}),
-		bucketWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "pacer", Name: "bucket_wait_seconds",
-			Help:    "Time a message waited for a token (including cooldowns) before its send.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
-		}, nil),
-		takeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "pacer", Name: "take_duration_seconds",
-			Help:    "Latency of getting one send slot from the token bucket (a reservation, or a slot of a lease).",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 3, 10),
-		}, nil),
-		sendLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "pacer", Name: "send_duration_seconds",
-			Help:    "Latency of one provider request.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 3, 10),
-		}, nil),
-		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "pacer", Name: "redis_errors_total",
-			Help: "Redis calls (bucket, ledger, the ping as the pacer starts) that failed; the message waits and is never dropped.",
-		}, nil),
-		partitions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "pacer", Name: "partitions_assigned",
-			Help: "Partitions this process currently owns.",
-		}, nil),
-		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "pacer", Name: "records_queued",
-			Help: "Records fetched from Kafka and not yet finished, over all owned partitions.",
-		}, nil),
-		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "pacer", Name: "ready",
-			Help: "1 when the pacer is consuming and Kafka and Redis answer, else 0 (the same as /readyz).",
-		}, nil),
+		throttles: counter("throttles_total", []string{"scope"},
+			"Provider throttles by scope: key (the pacing key's rate), pair (one recipient of a key: WhatsApp 131056, APNs/FCM per device), account (every key behind the same credentials: WhatsApp 80007, 4)."),
+		lateSlots: counter("late_slots_total", nil,
+			"Send slots given up because the sender woke (or its idempotency claim answered) later after the slot than allowed: half the pacing headroom, (burst - paced burst) / rate / 2, and never less than half a slot interval capped at a quarter of the burst's refill time, at least 1 ms; a new slot was taken, so the provider's window is never crowded."),
+		lateness: histogram("slot_lateness_seconds", prometheus.ExponentialBuckets(0.0001, 2, 12), nil,
+			"How long after its send slot a sender woke (every slot: those used and those given up as late)."),
+		bucketCalls: counter("bucket_calls_total", nil,
+			"Token-bucket script calls to Redis (reservations and leases); divided by pacer_delivered_total, the bucket's Redis cost per message."),
+		fallback: gauge("redis_fallback", nil,
+			"1 while Redis is down and PACER_REDIS_FAILURE=local paces in-process; 0 otherwise."),
+		responses: counter("responses_total", []string{"class", "code"},
+			"Provider answers by class and provider error code (none for success; at most 64 codes, then other)."),
+		sends: counter("sends_total", []string{"class"},
+			"Requests that left the process for a provider, by the class of the response (success, throttle, transient, permanent, halt, unknown: no answer)."),
+		delivered: counter("delivered_total", nil,
+			"Messages the provider accepted."),
+		duplicates: counter("duplicates_skipped_total", nil,
+			"Re-delivered records whose id the idempotency ledger shows as delivered, or dead-lettered while claimed; not sent, not dead-lettered again."),
+		handoffs: counter("priority_handoffs_total", nil,
+			"Send slots a normal-priority record gave to a waiting high-priority record of its pacing key."),
+		requeued: counter("requeued_total", []string{"reason"},
+			"Records put back on a retry topic without an attempt, by reason (cooldown, token-wait, pair-throttle, pair-cooldown, account-cooldown, breaker, paused, not-before)."),
+		retries: counter("retries_total", nil,
+			"Records sent to a retry topic after a transient failure or an unknown outcome."),
+		dlq: counter("dlq_total", []string{"reason"},
+			"Records written to the DLQ topic, by reason (malformed, expired, permanent, attempts-exhausted, unknown-outcome)."),
+		bucketWait: histogram("bucket_wait_seconds", prometheus.ExponentialBuckets(0.001, 4, 10), nil,
+			"Time a message waited for a token (including cooldowns) before its send."),
+		takeLatency: histogram("take_duration_seconds", prometheus.ExponentialBuckets(0.0001, 3, 10), nil,
+			"Latency of getting one send slot from the token bucket (a reservation, or a slot of a lease)."),
+		sendLatency: histogram("send_duration_seconds", prometheus.ExponentialBuckets(0.001, 3, 10), nil,
+			"Latency of one provider request."),
+		redisErrors: counter("redis_errors_total", nil,
+			"Redis calls (bucket, ledger, the ping as the pacer starts) that failed; the message waits and is never dropped."),
+		partitions: gauge("partitions_assigned", nil,
+			"Partitions this process currently owns."),
+		queued: gauge("records_queued", nil,
+			"Records fetched from Kafka and not yet finished, over all owned partitions."),
+		ready: gauge("ready", nil,
+			"1 when the pacer is consuming and Kafka and Redis answer, else 0 (the same as /readyz)."),
 	}
 	// Known label values exist from the start, so alerts and rate() see 0
 	// before the first event.

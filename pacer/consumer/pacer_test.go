@@ -27,9 +27,7 @@ import (
 // TestOutcomes runs with the ledger's default flush interval and with 5 ms
 // (claims started ahead of the slot, marks and releases queued): every
 // outcome the same.
-func TestOutcomes(t *testing.T) {
-	eachLedger(t, testOutcomes)
-}
+func TestOutcomes(t *testing.T) { eachLedger(t, testOutcomes) }
 
 func testOutcomes(t *testing.T, batched time.Duration) {
 	throttle := &channels.Error{Channel: "test", Status: 429, Code: "130429", Class: channels.Throttle}
@@ -227,9 +225,7 @@ func TestNewRejectsShortLedgerTTL(t *testing.T) {
 // TestIdempotency: a copy of a delivered id is skipped; an id claimed by a
 // process that died mid-send is dead-lettered as unknown-outcome, unless an
 // operator replayed it from the DLQ.
-func TestIdempotency(t *testing.T) {
-	eachLedger(t, testIdempotency)
-}
+func TestIdempotency(t *testing.T) { eachLedger(t, testIdempotency) }
 
 func testIdempotency(t *testing.T, batched time.Duration) {
 	h := newHarness(t, nil)
@@ -944,9 +940,7 @@ func TestValidateNamesTheField(t *testing.T) {
 // stalled (their idempotency claims waiting on it) must not all send the
 // moment it answers again: each late slot is given up and a new one taken,
 // so no 1 s window holds more than rate + burst requests.
-func TestRedisStallDoesNotBurst(t *testing.T) {
-	eachLedger(t, testRedisStallDoesNotBurst)
-}
+func TestRedisStallDoesNotBurst(t *testing.T) { eachLedger(t, testRedisStallDoesNotBurst) }
 
 func testRedisStallDoesNotBurst(t *testing.T, batched time.Duration) {
 	h := newHarness(t, nil)

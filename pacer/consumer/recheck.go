@@ -21,6 +21,14 @@ const lookupTimeout = 2 * time.Second
 // ledger needlessly.
 const horizonAhead = 4096
 
+// ledgerMissed counts a failed ledger call of the horizon bookkeeping as a
+// Redis error and logs it at debug level with args: each caller goes on
+// without what it asked for (see its message).
+func (p *Pacer) ledgerMissed(msg string, err error, args ...any) {
+	p.m.redisErrors.WithLabelValues().Inc()
+	p.log.Debug(msg, append(args, "err", err)...)
+}
+
 // horizons bounds, for the partitions of a poll, the records skipKnown
 // reads in the ledger, and records how far this process may handle.
 //
@@ -65,8 +73,7 @@ func (p *Pacer) horizons(ctx context.Context, fs []*fetched) {
 		}
 		offs, err := p.ledger.Horizons(hctx, p.cfg.Channel, ps)
 		if err != nil {
-			p.m.redisErrors.WithLabelValues().Inc()
-			p.log.Debug("partition horizons unreadable; the whole backlog is read in the ledger", "err", err)
+			p.ledgerMissed("partition horizons unreadable; the whole backlog is read in the ledger", err)
 		} else {
 			for i, f := range first {
 				f.w.backlogEnd = min(f.hwm, max(offs[i], 0))
@@ -80,8 +87,7 @@ func (p *Pacer) horizons(ctx context.Context, fs []*fetched) {
 		if err == nil {
 			stops, err := p.ledger.TakeStopHorizons(hctx, p.cfg.Channel, ps)
 			if err != nil {
-				p.m.redisErrors.WithLabelValues().Inc()
-				p.log.Debug("stop horizons unreadable; records below the horizons count as read again", "err", err)
+				p.ledgerMissed("stop horizons unreadable; records below the horizons count as read again", err)
 			} else {
 				for i, f := range first {
 					if stops[i] >= 0 {
@@ -105,8 +111,7 @@ func (p *Pacer) horizons(ctx context.Context, fs []*fetched) {
 		return
 	}
 	if err := p.ledger.SetHorizons(hctx, p.cfg.Channel, ps, offs); err != nil {
-		p.m.redisErrors.WithLabelValues().Inc()
-		p.log.Debug("partition horizons not written; tried again at the next poll", "err", err)
+		p.ledgerMissed("partition horizons not written; tried again at the next poll", err)
 		return
 	}
 	for i, w := range ws {
@@ -185,8 +190,7 @@ func (p *Pacer) skipKnown(ctx context.Context, fs []*fetched) {
 	defer cancel()
 	states, err := p.ledger.Lookup(lctx, refs)
 	if err != nil {
-		p.m.redisErrors.WithLabelValues().Inc()
-		p.log.Debug("ledger read of re-read records failed; their claims decide", "records", len(refs), "err", err)
+		p.ledgerMissed("ledger read of re-read records failed; their claims decide", err, "records", len(refs))
 	}
 	n := 0
 	for j, s := range states {
@@ -248,8 +252,7 @@ func (p *Pacer) tightenHorizons(ctx context.Context, cl *kgo.Client, ws []*worke
 		return
 	}
 	if err := p.ledger.SetStopHorizons(hctx, p.cfg.Channel, ps, offs); err != nil {
-		p.m.redisErrors.WithLabelValues().Inc()
-		p.log.Debug("partition stop horizons not written; the next owners count the records below the horizons as read again", "err", err)
+		p.ledgerMissed("partition stop horizons not written; the next owners count the records below the horizons as read again", err)
 	}
 }
 

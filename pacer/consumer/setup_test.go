@@ -601,7 +601,11 @@ func claimOps(args []any) int { return ledgerOps(args, "cf") }
 // "d": delivered marks) in the arguments of one ledger.lua EVALSHA: sha,
 // numkeys, keys, then gen_ms, base, c and operations of four arguments
 // (op, field, arg, cooldown index).
-func ledgerOps(args []any, kinds string) int {
+func ledgerOps(args []any, kinds string) int { return idLedgerOps(args, kinds, "") }
+
+// idLedgerOps is ledgerOps for the operations on one envelope id (their
+// field ends with it); id "" counts them all.
+func idLedgerOps(args []any, kinds, id string) int {
 	if len(args) < 3 {
 		return 0
 	}
@@ -610,8 +614,8 @@ func ledgerOps(args []any, kinds string) int {
 		return 0
 	}
 	n := 0
-	for i := 3 + nk + 3; i < len(args); i += 4 {
-		if op := fmt.Sprint(args[i]); len(op) == 1 && strings.Contains(kinds, op) {
+	for i := 3 + nk + 3; i+1 < len(args); i += 4 {
+		if op := fmt.Sprint(args[i]); len(op) == 1 && strings.Contains(kinds, op) && strings.HasSuffix(fmt.Sprint(args[i+1]), id) {
 			n++
 		}
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/pacer/inflight"
-	"github.com/pacerhq/pacer/pacer/keypace/keypacetest"
 )
 
 // TestKeyInFlight: a key's records in hand follow its answer times at its
@@ -14,7 +13,7 @@ import (
 // pacer's upper bound; a key not known yet counts at the channel's limit
 // (100/s, burst 20), and with no answer yet a 1 s answer time.
 func TestKeyInFlight(t *testing.T) {
-	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, nil)
+	p := localKeys(t, nil)
 	var none inflight.Estimator
 	if got := p.InFlight("unknown", &none, 1024); got != 120+20+32 {
 		t.Errorf("unknown key: %d, want 172 (1.2 x 100/s x 1 s + burst 20 + 32)", got)

@@ -76,6 +76,12 @@ func testKeys(t *testing.T, b Bucket, a Adapter, pol Policy) *Keys {
 	return New(Config{Channel: "test", MaxTokenWait: 5 * time.Second, Bucket: b, Adapter: a, Policy: pol, Default: KeyPolicy{Limit: lim}})
 }
 
+// localKeys is testKeys on a local bucket, with a keypacetest.Adapter.
+func localKeys(t *testing.T, pol Policy) *Keys {
+	t.Helper()
+	return testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, pol)
+}
+
 // An idle key's state is freed by the sweep, without any /metrics scrape,
 // and the slots its lease still held are given back to the bucket; a key
 // with a record in hand is kept however long it waits.
@@ -161,7 +167,7 @@ func TestLimitForDoesNotHoldTheKeyAcrossRedis(t *testing.T) {
 func TestPolicyRefreshedWithinASecond(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		pol := &settablePolicy{lim: bucket.Limit{PerSecond: 50, Burst: 10}}
-		p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, pol)
+		p := localKeys(t, pol)
 		ctx := t.Context()
 		st := p.keyState("k")
 		defer p.done(st)
@@ -182,8 +188,7 @@ func TestPolicyRefreshedWithinASecond(t *testing.T) {
 
 // A policy that cannot pace is refused and the key keeps its last one.
 func TestInvalidPolicyKeepsTheLastOne(t *testing.T) {
-	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{},
-		policyFunc(func(string) KeyPolicy { return KeyPolicy{Limit: bucket.Limit{PerSecond: 0, Burst: 1}} }))
+	p := localKeys(t, policyFunc(func(string) KeyPolicy { return KeyPolicy{Limit: bucket.Limit{PerSecond: 0, Burst: 1}} }))
 	st := p.keyState("k")
 	defer p.done(st)
 	if lim, _ := p.limitFor(t.Context(), time.Now(), "k", st, testLog); lim.PerSecond != 100 {
@@ -277,7 +282,7 @@ func TestLeaseSizeIgnoresHeadroom(t *testing.T) {
 func TestKeyStateBytes(t *testing.T) {
 	const n = 20_000
 	const keyStateBudget = 270 // bytes of live heap per active key (250 measured: the state, 192 B in blocks that fill 8 KiB, the key map and the key's copy)
-	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, nil)
+	p := localKeys(t, nil)
 	ctx := t.Context()
 	keys := make([]string, n)
 	for i := range keys {
@@ -354,7 +359,7 @@ func TestDoneTrimsTheKeyState(t *testing.T) {
 // records are estimated at the ceiling, so a key cut by throttles (40 of
 // 80) must still report 80 there.
 func TestKeyRates(t *testing.T) {
-	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, nil)
+	p := localKeys(t, nil)
 	if r, c := p.Rates("unknown"); r != 100 || c != 100 {
 		t.Errorf("unknown key: rate %v, ceiling %v; want the channel's 100, 100", r, c)
 	}

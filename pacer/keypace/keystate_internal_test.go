@@ -18,7 +18,7 @@ import (
 // among that record's garbage); a key too long for a block is copied
 // alone.
 func TestKeysCopiedTogether(t *testing.T) {
-	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, nil)
+	p := localKeys(t, nil)
 	long := strings.Repeat("x", keyTextMax+1)
 	keys := []string{fmt.Sprintf("2065%07d", 1), fmt.Sprintf("2065%07d", 2), fmt.Sprintf("2065%07d", 3), long}
 	for _, k := range keys {
@@ -83,7 +83,7 @@ func (p *refusingPolicy) KeyPolicy(ctx context.Context, key string) (control.Key
 // with nothing more than any other key.
 func TestKeyRareDroppedOnceUnused(t *testing.T) {
 	pol := &refusingPolicy{}
-	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, pol)
+	p := localKeys(t, pol)
 	pol.Policy = p.policyDefault
 	ctx := t.Context()
 	st := p.keyState("k")

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
-	"github.com/pacerhq/pacer/pacer/keypace/keypacetest"
 )
 
 // TestRaiseKeepsLeasedSlots: when the key's rate rises, the slots this
@@ -24,7 +23,7 @@ func TestRaiseKeepsLeasedSlots(t *testing.T) {
 
 func testRaiseKeepsLeasedSlots(t *testing.T) {
 	ctx := context.Background()
-	p := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, nil)
+	p := localKeys(t, nil)
 	st := p.keyState("k")
 	defer p.done(st)
 	ceiling := bucket.Limit{PerSecond: 80, Burst: 10}

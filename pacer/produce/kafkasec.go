@@ -2,13 +2,12 @@ package produce
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"net"
 	"strings"
 	"syscall"
 
+	"github.com/pacerhq/pacer/internal/tlsfail"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -36,19 +35,18 @@ const (
 	ClosedAtOnce                               // the broker closed the connection at once: TLS or SASL on one side only
 )
 
+// tlsFailures maps the TLS failures [tlsfail.Of] reads to their kinds.
+var tlsFailures = map[tlsfail.Kind]SecurityFailure{
+	tlsfail.UnknownCA: TLSUnknownCA, tlsfail.Hostname: TLSHostname, tlsfail.CertInvalid: TLSCertInvalid,
+	tlsfail.NotTLS: TLSNotTLS, tlsfail.Refused: TLSHandshakeRefused,
+}
+
 // KafkaSecurity says which part of a secured connection err reports as
 // failed, and the cause in words ("authentication failed", "TLS:
 // certificate signed by unknown authority"); NoSecurityFailure and ""
 // when err is no such failure.
 func KafkaSecurity(err error) (SecurityFailure, string) {
-	var (
-		unknownCA x509.UnknownAuthorityError
-		host      x509.HostnameError
-		invalid   x509.CertificateInvalidError
-		header    tls.RecordHeaderError
-		op        *net.OpError
-		eof       *kgo.ErrFirstReadEOF
-	)
+	var eof *kgo.ErrFirstReadEOF
 	switch {
 	case err == nil:
 		return NoSecurityFailure, ""
@@ -56,18 +54,14 @@ func KafkaSecurity(err error) (SecurityFailure, string) {
 		return SASLAuthFailed, "authentication failed"
 	case errors.Is(err, kerr.UnsupportedSaslMechanism), errors.Is(err, kerr.IllegalSaslState):
 		return SASLMechanism, "the brokers do not offer this SASL mechanism on this listener"
-	case errors.As(err, &unknownCA):
-		return TLSUnknownCA, "TLS: certificate signed by unknown authority"
-	case errors.As(err, &host):
-		return TLSHostname, "TLS: the broker's certificate is not valid for " + host.Host
-	case errors.As(err, &invalid):
-		return TLSCertInvalid, "TLS: " + strings.TrimPrefix(invalid.Error(), "x509: ")
-	case errors.As(err, &header):
-		return TLSNotTLS, "TLS: the broker does not answer in TLS (a plaintext or SASL_PLAINTEXT listener)"
-	case errors.As(err, &op) && op.Op == "remote error":
-		// A TLS alert from the broker: "tls: certificate required",
-		// "tls: bad certificate", ...
-		return TLSHandshakeRefused, "TLS: the broker refused the handshake (" + op.Err.Error() + ")"
+	}
+	if k, cause := tlsfail.Of(err, "broker"); k != tlsfail.None {
+		if k == tlsfail.NotTLS {
+			cause += " (a plaintext or SASL_PLAINTEXT listener)"
+		}
+		return tlsFailures[k], cause
+	}
+	switch {
 	case strings.Contains(err.Error(), plaintextToTLS):
 		return TLSToPlaintext, "TLS: the broker answered in TLS to a plaintext client"
 	case errors.As(err, &eof):
