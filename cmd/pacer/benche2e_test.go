@@ -284,6 +284,9 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 		pacerRes.roundTrips = float64(pacerRes.clientCmds)
 	}
 	flushBenchDB(t, addr)
+	if os.Getenv("PACER_BENCH_NO_BASELINE") != "" { // Pacer's figures alone, in half the time
+		return pacerRes, benchResult{delivered: 1, seconds: 1, load: "-"}
+	}
 
 	fake = newSlowFake(t, e, sh.answer)
 	load0 = loadAvg()
