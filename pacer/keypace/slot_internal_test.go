@@ -318,3 +318,33 @@ func TestReserveTakesHeldLeasedSlots(t *testing.T) {
 		}
 	})
 }
+
+// A key whose senders used its last lease whole, as it ran, leases again
+// though fewer senders wait now than a lease holds: the senders kept up
+// with the rate, and a reservation per sender would cost a bucket call
+// each (with a slow provider, most of the key's Redis commands).
+func TestReserveLeasesAgainAfterAWholeLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &leaseCounter{Local: bucket.NewLocal(bucket.LocalConfig{})}
+		p := testKeys(t, b, &keypacetest.Adapter{}, nil)
+		st := p.keyState("k")
+		defer p.done(st)
+		lim := bucket.Limit{PerSecond: 80, Burst: 8}
+		pol := KeyPolicy{Limit: lim}
+		n := p.cfg.leaseSize(lim, lim)
+		st.normalWaiting.Add(int32(n))
+		for i := range n { // the lease's every slot, handed out at once
+			if r, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim); err != nil || !r.OK {
+				t.Fatalf("slot %d: %+v %v", i, r, err)
+			}
+		}
+		st.normalWaiting.Add(int32(1 - n)) // one sender waits now
+		defer st.normalWaiting.Add(-1)
+		if r, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim); err != nil || !r.OK {
+			t.Fatalf("slot %d: %+v %v", n, r, err)
+		}
+		if b.lease != 2 || b.reserves != 0 {
+			t.Errorf("bucket calls for %d slots after a lease used whole: %d leases, %d reservations; want 2 leases", n+1, b.lease, b.reserves)
+		}
+	})
+}
