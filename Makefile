@@ -98,17 +98,22 @@ bench-live:
 # (internal/bench/baseline: a franz-go consumer group that POSTs each record
 # with a pooled HTTP client and commits after the send; bench tooling, not
 # part of Pacer) on the real Kafka broker and redis-server, against the
-# same unlimited fake WhatsApp Cloud API: msgs/s, CPU per 1,000 messages,
-# new TCP connections per 100k, Redis round trips and commands per message
-# (INFO commandstats: the servers it starts serve the bench alone), the
-# machine's CPU and the busiest processes over each run, at 200 keys
+# same unlimited fake WhatsApp Cloud API, both over HTTP/2 (h2c, as to the
+# Cloud API over TLS): msgs/s, each key's share of its rate (min / median),
+# the most one key sent in 1 s against rate + burst, CPU per 1,000
+# messages, connections open (pacer_provider_connections_open, sampled each
+# second) and new connections per 1,000 messages, Redis round trips and
+# commands per message (INFO commandstats: the servers it starts serve the
+# bench alone), the machine's load and CPU over each run, at 200 keys
 # unlimited, 20 numbers at 80/s and 2 numbers at 1,000/s against a
-# provider that answers at once, and beside them against one that answers
-# in 250-350 ms: 20 numbers at 80/s, 2 and 1 numbers at 1,000/s, 50
-# numbers at 80/s (each key's share of its rate, the most one key sent in
-# 1 s); then 50 numbers at 80/s at once. About 12 minutes (each shape,
-# Pacer then the baseline, took 1-2 minutes on 2 busy cores).
-# PACER_BENCH_SHAPES=0,2 picks shapes. With
+# provider that answers at once, and beside them with the fake's own answer
+# time uniform over 250-350 ms: 20 numbers at 80/s, 2 and 1 numbers at
+# 1,000/s, 50 numbers at 80/s; then 50 numbers at 80/s at once (its Redis
+# cost beside the slow one's: PACER_BENCH_SHAPES=6,7), and 1 number at
+# 1,000/s with a log-normal answer time (median 300 ms, p99 2 s). About
+# 12 minutes (each shape, Pacer then the baseline, takes 1-2 minutes on 2
+# busy cores). PACER_BENCH_SHAPES=0,2 picks shapes; PACER_BENCH_NO_BASELINE=1
+# runs Pacer alone. With
 # BENCH_MEMORY=1 it also measures Redis memory before, after a 1M-message
 # campaign and 10 minutes idle (TestLedgerMemoryBench), and a process's
 # memory with 100,000 active keys and after idle (TestKeysMemoryBench):

@@ -31,9 +31,10 @@ type Dispenser struct {
 	maxWait      time.Duration
 	late         time.Duration // a slot older than this (at least Interval) lapses
 
-	mu   sync.Mutex
-	cur  Lease
-	next int // next slot of cur to hand out
+	mu     sync.Mutex
+	cur    Lease
+	next   int  // next slot of cur to hand out
+	lapsed bool // a slot of cur lapsed unused
 }
 
 // NewDispenser returns a Dispenser of (channel, key) under lim that leases
@@ -75,7 +76,7 @@ func (d *Dispenser) Next(ctx context.Context) (Reservation, error) {
 	if ls.Granted == 0 {
 		return Reservation{Remaining: ls.Remaining, Cooldown: ls.Cooldown, Wait: ls.Wait}, nil
 	}
-	d.cur, d.next = ls, 1
+	d.cur, d.next, d.lapsed = ls, 1, false
 	return reservationAt(ls.Start, time.Now(), ls, 0), nil
 }
 
@@ -100,6 +101,7 @@ func (d *Dispenser) held(now time.Time) (Reservation, bool) {
 		if !at.Before(now.Add(-max(d.cur.Interval, d.late))) {
 			return reservationAt(at, now, d.cur, d.next-1), true
 		}
+		d.lapsed = true
 	}
 	return Reservation{}, false
 }
@@ -129,6 +131,19 @@ func (d *Dispenser) Spent(now time.Time) bool {
 	return d.cur.Slot(d.cur.Granted - 1).Before(now.Add(-d.cur.Interval))
 }
 
+// UsedUp reports whether every slot of d's current lease was handed out,
+// none lapsed, and the last of them started within the last within before
+// now: the senders kept up with the lease, so a next one would be used
+// too. False before the first lease.
+func (d *Dispenser) UsedUp(now time.Time, within time.Duration) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cur.Granted == 0 || d.next < d.cur.Granted || d.lapsed {
+		return false
+	}
+	return !d.cur.Slot(d.cur.Granted - 1).Before(now.Add(-within))
+}
+
 // Close gives back the slots of the current lease that were not handed out
 // and have not started ([Limiter.Return]), and reports how many. Next may
 // be called again afterwards; it leases anew.
@@ -136,7 +151,7 @@ func (d *Dispenser) Close(ctx context.Context) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ls, used := d.cur, d.next
-	d.cur, d.next = Lease{}, 0
+	d.cur, d.next, d.lapsed = Lease{}, 0, false
 	if used >= ls.Granted {
 		return 0, nil
 	}

@@ -45,3 +45,46 @@ func TestDispenserWithLate(t *testing.T) {
 		})
 	}
 }
+
+// UsedUp: a lease whose every slot was handed out, none lapsed, and whose
+// last slot started within the span asked about; not one with a slot
+// left, one whose slot lapsed, nor one used up longer ago.
+func TestDispenserUsedUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		lim := bucket.Limit{PerSecond: 1000, Burst: 1} // slots 1 ms apart
+		next := func(d *bucket.Dispenser) {
+			t.Helper()
+			if r, err := d.Next(ctx); err != nil || !r.OK {
+				t.Fatalf("Next = %+v, %v", r, err)
+			}
+		}
+		whole := bucket.NewDispenser(bucket.NewLocal(bucket.LocalConfig{}), "test", "whole", lim, 4, time.Second)
+		if whole.UsedUp(time.Now(), time.Second) {
+			t.Error("UsedUp before the first lease")
+		}
+		for range 3 {
+			next(whole)
+		}
+		if whole.UsedUp(time.Now(), time.Second) {
+			t.Error("UsedUp with a slot of the lease left")
+		}
+		next(whole)
+		if !whole.UsedUp(time.Now(), time.Second) {
+			t.Error("not UsedUp with every slot handed out at once")
+		}
+		time.Sleep(2 * time.Second)
+		if whole.UsedUp(time.Now(), time.Second) {
+			t.Error("UsedUp 2 s after the lease's last slot, asked within 1 s")
+		}
+
+		gap := bucket.NewDispenser(bucket.NewLocal(bucket.LocalConfig{}), "test", "gap", lim, 4, time.Second)
+		next(gap)
+		time.Sleep(2500 * time.Microsecond) // slot 1 (at 1 ms) lapses; 2 (2 ms) is still usable
+		next(gap)
+		next(gap)
+		if gap.UsedUp(time.Now(), time.Second) {
+			t.Error("UsedUp though a slot of the lease lapsed")
+		}
+	})
+}

@@ -7,9 +7,13 @@ package main
 // franz-go consumer group that POSTs each record with one pooled HTTP
 // client and commits after the send; bench tooling, not part of Pacer), on
 // the real Kafka broker and redis-server, against the same unlimited fake
-// WhatsApp Cloud API, and prints what BENCHMARKS.md records: msgs/s, CPU
-// seconds per 1,000 messages, new TCP connections per 100k messages
-// (counted at the fake), and, for Pacer, Redis round trips and commands per
+// WhatsApp Cloud API (over h2c; slow shapes with the fake's own answer
+// time), and prints what BENCHMARKS.md records: msgs/s, each key's share of
+// its rate, the most one key sent in 1 s, CPU seconds per 1,000 messages,
+// new connections per 1,000 messages (Pacer: its
+// pacer_provider_connections_opened_total, with
+// pacer_provider_connections_open sampled each second; the baseline:
+// counted at the fake), and, for Pacer, Redis round trips and commands per
 // delivered message.
 //
 // Redis is counted in a database of its own (benchDB) through MONITOR, so
@@ -21,7 +25,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -29,6 +32,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,6 +43,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
+	"github.com/pacerhq/pacer/internal/answertime"
 	"github.com/pacerhq/pacer/internal/testenv"
 )
 
@@ -52,8 +57,11 @@ var benchDB = func() int {
 }()
 
 // benchShape is one workload: keys x per messages, paced at rate msgs/s
-// per key (burst), against a provider that answers each request answer
-// later (uniform within ±50 ms; 0: at once). Rate 0 keeps the channel's
+// per key (burst), against the fake provider with answer as its answer
+// time (whatsapptest.Config.AnswerTime, in answertime.Parse's form:
+// "250ms-350ms", "lognormal:300ms,p99=2s"; "" answers at once). Pacer
+// speaks HTTP/2 to it (h2c: PACER_WHATSAPP_H2C=true), as it does to the
+// Cloud API over TLS, and so does the baseline. Rate 0 keeps the channel's
 // default limit (WhatsApp: 80/s per number, far above what one process
 // delivers over 200 numbers, so the fake's pace is the limit). Pacer runs
 // with its default in-flight bounds (by Little's law); inflight, when not
@@ -65,12 +73,18 @@ type benchShape struct {
 	rate     float64
 	burst    int
 	inflight int
-	answer   time.Duration
+	answer   string
+	// longest is the answer time the baseline's concurrency is sized by
+	// (Little's law): the uniform's top, the log-normal's p99.
+	longest time.Duration
 }
 
-// answerSpread is how far a slow shape's answer times spread either side
-// of its answer: 300 ms means uniform over 250-350 ms.
-const answerSpread = 50 * time.Millisecond
+// The slow provider of issue #31's shapes: uniform over 250-350 ms (as
+// the WhatsApp Cloud API answers), and log-normal with a tail.
+const (
+	slowUniform   = "250ms-350ms"
+	slowLogNormal = "lognormal:300ms,p99=2s"
+)
 
 // benchResult is what one run measured.
 type benchResult struct {
@@ -78,6 +92,8 @@ type benchResult struct {
 	seconds               float64   // first to last arrival at the fake
 	cpu                   float64   // CPU seconds of the process from first to last arrival
 	conns                 int64     // TCP connections the fake accepted
+	connsOpen             []float64 // pacer_provider_connections_open, sampled each second of the run (Pacer only)
+	connsOpened           float64   // pacer_provider_connections_opened_total at the end (Pacer only)
 	maxInFlight           int       // most requests the fake answered at once (sampled)
 	keyShare              []float64 // each key's msgs/s from its first to its last arrival, over its rate, sorted
 	max1s                 int       // most arrivals of one key in any 1 s window (fake's count)
@@ -104,19 +120,22 @@ func TestE2EBench(t *testing.T) {
 		// 1,000/s per number: a limit that does not bind (the unlimited
 		// fake's pace is the limit; the channel's 80/s x 200 would cap
 		// this shape at 16,000 msgs/s, below the baseline's figure).
-		{"200 keys unlimited", 200, 500, 1000, 10, 0, 0},
-		{"20 numbers at 80/s", 20, 1600, 80, 10, 0, 0},
-		{"2 numbers at 1000/s", 2, 15000, 1000, 10, 0, 0},
+		{"200 keys unlimited", 200, 500, 1000, 10, 0, "", 0},
+		{"20 numbers at 80/s", 20, 1600, 80, 10, 0, "", 0},
+		{"2 numbers at 1000/s", 2, 15000, 1000, 10, 0, "", 0},
 		// The same against a provider that answers in 250-350 ms (as the
 		// WhatsApp Cloud API does), and issue #31's shapes: one number on
 		// the 1,000 msgs/s tier, and 50 numbers at 80/s.
-		{"20 numbers at 80/s, 300 ms", 20, 1600, 80, 10, 0, 300 * time.Millisecond},
-		{"2 numbers at 1000/s, 300 ms", 2, 15000, 1000, 10, 0, 300 * time.Millisecond},
-		{"1 number at 1000/s, 300 ms", 1, 30000, 1000, 10, 0, 300 * time.Millisecond},
-		{"50 numbers at 80/s, 300 ms", 50, 1600, 80, 10, 0, 300 * time.Millisecond},
+		{"20 numbers at 80/s, 250-350 ms", 20, 1600, 80, 10, 0, slowUniform, 350 * time.Millisecond},
+		{"2 numbers at 1000/s, 250-350 ms", 2, 15000, 1000, 10, 0, slowUniform, 350 * time.Millisecond},
+		{"1 number at 1000/s, 250-350 ms", 1, 30000, 1000, 10, 0, slowUniform, 350 * time.Millisecond},
+		{"50 numbers at 80/s, 250-350 ms", 50, 1600, 80, 10, 0, slowUniform, 350 * time.Millisecond},
 		// Its instant twin, for Redis commands per message in one run
 		// (PACER_BENCH_SHAPES=7,6).
-		{"50 numbers at 80/s", 50, 1600, 80, 10, 0, 0},
+		{"50 numbers at 80/s", 50, 1600, 80, 10, 0, "", 0},
+		// One number at 1,000/s against a log-normal answer time (median
+		// 300 ms, p99 2 s).
+		{"1 number at 1000/s, log-normal 300 ms p99 2 s", 1, 30000, 1000, 10, 0, slowLogNormal, 2 * time.Second},
 	}
 	if v := os.Getenv("PACER_BENCH_SHAPES"); v != "" { // e.g. "0,2"
 		var pick []benchShape
@@ -127,23 +146,28 @@ func TestE2EBench(t *testing.T) {
 		shapes = pick
 	}
 	var table strings.Builder
-	table.WriteString("| shape | run | msgs/s | per key, % of its rate (min / median) | most in 1 s (one key) | CPU s per 1,000 msgs | new TCP conns per 100k | Redis round trips per msg | Redis commands per msg | load (1/5/15 min) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	table.WriteString("| shape | run | msgs/s | per key, % of its rate (min / median) | most in 1 s (one key; rate + burst) | CPU s per 1,000 msgs | connections open (median / most) | new conns per 1,000 msgs | Redis round trips per msg | Redis commands per msg | load (1/5/15 min) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, sh := range shapes {
 		t.Run(strings.ReplaceAll(sh.name, " ", "_"), func(t *testing.T) {
 			p, b := benchShapeRun(t, baseline, sh)
 			n := float64(p.delivered)
-			fmt.Fprintf(&table, "| %s | Pacer | %.0f | %s | %d | %.3f | %.0f | %.3f | %.2f | %s |\n", sh.name,
-				n/p.seconds, sharesOf(p.keyShare), p.max1s, p.cpu/n*1000, float64(p.conns)/n*1e5, p.roundTrips/n, float64(p.commands)/n, p.load)
+			limit := "-"
+			if sh.rate > 0 {
+				limit = fmt.Sprintf("%g", sh.rate+float64(sh.burst))
+			}
+			fmt.Fprintf(&table, "| %s | Pacer | %.0f | %s | %d (%s) | %.3f | %s | %.2f | %.3f | %.2f | %s |\n", sh.name,
+				n/p.seconds, sharesOf(p.keyShare), p.max1s, limit, p.cpu/n*1000, openOf(p.connsOpen), p.connsOpened/n*1000,
+				p.roundTrips/n, float64(p.commands)/n, p.load)
 			nb := float64(b.delivered)
-			fmt.Fprintf(&table, "| | baseline | %.0f | %s | %d | %.3f | %.0f | 0 | 0 | %s |\n",
-				nb/b.seconds, sharesOf(b.keyShare), b.max1s, b.cpu/nb*1000, float64(b.conns)/nb*1e5, b.load)
+			fmt.Fprintf(&table, "| | baseline | %.0f | %s | %d (%s) | %.3f | - | %.2f | 0 | 0 | %s |\n",
+				nb/b.seconds, sharesOf(b.keyShare), b.max1s, limit, b.cpu/nb*1000, float64(b.conns)/nb*1000, b.load)
 			var cmds []string
 			for c, k := range p.byCmd {
 				cmds = append(cmds, fmt.Sprintf("%s %.3f", c, float64(k)/n))
 			}
 			sort.Strings(cmds)
-			t.Logf("Pacer: delivered %d (duplicates %d) in %.2fs; CPU %.2fs; %d connections; at most %d requests at once; Redis: %.0f round trips, %d commands (%d sent by a client; -1: not counted); per message: %s",
-				p.delivered, p.duplicates, p.seconds, p.cpu, p.conns, p.maxInFlight, p.roundTrips, p.commands, p.clientCmds, strings.Join(cmds, ", "))
+			t.Logf("Pacer: delivered %d (duplicates %d) in %.2fs; CPU %.2fs; %d connections accepted at the fake (%.0f opened by its metric; open each second: %v); at most %d requests at once; Redis: %.0f round trips, %d commands (%d sent by a client; -1: not counted); per message: %s",
+				p.delivered, p.duplicates, p.seconds, p.cpu, p.conns, p.connsOpened, p.connsOpen, p.maxInFlight, p.roundTrips, p.commands, p.clientCmds, strings.Join(cmds, ", "))
 			t.Logf("baseline: delivered %d (duplicates %d) in %.2fs; CPU %.2fs; %d connections; at most %d requests at once",
 				b.delivered, b.duplicates, b.seconds, b.cpu, b.conns, b.maxInFlight)
 			for _, r := range []struct {
@@ -179,7 +203,7 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 	fake := newSlowFake(t, e, sh.answer)
 	mon := startMonitor(t, addr, benchDB)
 	load0 := loadAvg()
-	var env []string
+	env := []string{"PACER_WHATSAPP_H2C=true"}
 	if sh.inflight > 0 {
 		env = append(env, fmt.Sprintf("PACER_INFLIGHT=%d", sh.inflight))
 	}
@@ -199,7 +223,26 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 			benchCPUProfile(t, p, n, fake, prof)
 		}()
 	}
+	sampled := make(chan []float64)
+	stopSampling := make(chan struct{})
+	go func() { // the connections open, each second while it delivers
+		var open []float64
+		defer func() { sampled <- open }()
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(time.Second):
+			}
+			if v, ok := p.metric(t, `pacer_provider_connections_open{channel="whatsapp"}`); ok {
+				open = append(open, v)
+			}
+		}
+	}()
 	pacerRes = fake.measure(t, p.cmd.Process.Pid, n, within, p.logs)
+	close(stopSampling)
+	pacerRes.connsOpen = <-sampled
+	pacerRes.connsOpened, _ = p.metric(t, `pacer_provider_connections_opened_total{channel="whatsapp"}`)
 	pacerRes.keyShare = fake.keyShares(rate)
 	if rss, ok := p.metric(t, "process_resident_memory_bytes"); ok {
 		t.Logf("Pacer: RSS %.1f MB after the run", rss/1e6)
@@ -245,6 +288,9 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 		pacerRes.roundTrips = float64(pacerRes.clientCmds)
 	}
 	flushBenchDB(t, addr)
+	if os.Getenv("PACER_BENCH_NO_BASELINE") != "" { // Pacer's figures alone, in half the time
+		return pacerRes, benchResult{delivered: 1, seconds: 1, load: "-"}
+	}
 
 	fake = newSlowFake(t, e, sh.answer)
 	load0 = loadAvg()
@@ -252,11 +298,11 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 	// slow provider, what Little's law asks (every key's rate x the
 	// longest answer, with 20% headroom, and 10 more per key).
 	conc := min(sh.keys*32, 1024)
-	if sh.answer > 0 {
-		conc = max(conc, int(float64(sh.keys)*rate*(sh.answer+answerSpread).Seconds()*1.2)+10*sh.keys)
+	if sh.longest > 0 {
+		conc = max(conc, int(float64(sh.keys)*rate*sh.longest.Seconds()*1.2)+10*sh.keys)
 	}
 	cmd := exec.Command(baseline, "-brokers", e.brokers, "-topic", e.topic, "-group", "baseline-"+e.prefix,
-		"-url", e.fakeURL, "-token", "e2e-secret-token", "-concurrency", strconv.Itoa(conc))
+		"-url", e.fakeURL, "-token", "e2e-secret-token", "-concurrency", strconv.Itoa(conc), "-h2c")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -339,35 +385,27 @@ func benchCPUProfile(t *testing.T, p *proc, n int, fake *countingFake, file stri
 type countingFake struct {
 	srv   *whatsapptest.Server
 	conns atomic.Int64
-	// slow: requests held for their answer time (see newSlowFake)
-	slow atomic.Int64
 }
 
-func newCountingFake(t *testing.T, e *e2e) *countingFake { return newSlowFake(t, e, 0) }
+func newCountingFake(t *testing.T, e *e2e) *countingFake { return newSlowFake(t, e, "") }
 
-// newSlowFake is newCountingFake with a provider that counts each request
-// on arrival and answers it uniformly within answer ± answerSpread later
-// (at once when answer is 0).
-func newSlowFake(t *testing.T, e *e2e, answer time.Duration) *countingFake {
-	f := &countingFake{srv: whatsapptest.New(whatsapptest.Config{Token: "e2e-secret-token"})}
-	h := f.srv.Handler()
-	if answer > 0 {
-		inner := h
-		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			f.slow.Add(1)
-			defer f.slow.Add(-1)
-			at := time.Now().Add(answer - answerSpread + time.Duration(mrand.Int64N(int64(2*answerSpread)+1)))
-			rec := httptest.NewRecorder()
-			inner.ServeHTTP(rec, r) // counted now
-			time.Sleep(time.Until(at))
-			for k, v := range rec.Header() {
-				w.Header()[k] = v
-			}
-			w.WriteHeader(rec.Code)
-			w.Write(rec.Body.Bytes())
-		})
+// newSlowFake is newCountingFake with answer as the fake's own answer time
+// (whatsapptest.Config.AnswerTime, answertime.Parse's form; "" answers at
+// once): it counts each request on arrival and answers it that long
+// after. It serves HTTP/1.1 and h2c.
+func newSlowFake(t *testing.T, e *e2e, answer string) *countingFake {
+	at, err := answertime.Parse(answer)
+	if answer == "" {
+		at, err = answertime.Fixed(0), nil
 	}
-	ts := httptest.NewUnstartedServer(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &countingFake{srv: whatsapptest.New(whatsapptest.Config{Token: "e2e-secret-token", AnswerTime: at})}
+	ts := httptest.NewUnstartedServer(f.srv.Handler())
+	ts.Config.Protocols = new(http.Protocols)
+	ts.Config.Protocols.SetHTTP1(true)
+	ts.Config.Protocols.SetUnencryptedHTTP2(true)
 	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
 			f.conns.Add(1)
@@ -398,7 +436,7 @@ func (f *countingFake) measure(t *testing.T, pid, n int, within time.Duration, l
 			got += s.Delivered
 			dups += s.Duplicates
 		}
-		r.maxInFlight = max(r.maxInFlight, f.srv.InFlight(), int(f.slow.Load()))
+		r.maxInFlight = max(r.maxInFlight, f.srv.InFlight())
 		if got > 0 && !started {
 			cpu0, machine0, started = procCPU(t, pid), machineCPU(), true
 			procs0 = allProcCPU()
@@ -455,6 +493,15 @@ func (f *countingFake) keyShares(rate float64) []float64 {
 	}
 	sort.Float64s(out)
 	return out
+}
+
+// openOf is "median / most" of the connections open sampled over a run.
+func openOf(open []float64) string {
+	if len(open) == 0 {
+		return "-"
+	}
+	s := slices.Sorted(slices.Values(open))
+	return fmt.Sprintf("%.0f / %.0f", s[len(s)/2], s[len(s)-1])
 }
 
 // sharesOf is "min / median" of sorted shares, in %.

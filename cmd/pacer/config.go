@@ -116,8 +116,8 @@ type config struct {
 	SendTimeout time.Duration `env:"PACER_SEND_TIMEOUT, default=30s" pacer:"SendTimeout"`
 	// PACER_INFLIGHT: the most records of one pacing key handled at once in a partition; below it a key's bound follows its rate x the provider's answer time (Little's law, with headroom), so a slow provider does not lower its rate; 1 keeps each key's strict order; default 1024.
 	InFlight int `env:"PACER_INFLIGHT, default=1024" pacer:"InFlight"`
-	// PACER_PROCESS_INFLIGHT: records one process handles at once over every partition and key (waiting for a slot, a claim or the provider's answer); more wait in their key's queue; default 4096 (4,000 msgs/s over 50 keys at a 300 ms answer time).
-	ProcessInFlight int `env:"PACER_PROCESS_INFLIGHT, default=4096" pacer:"ProcessInFlight"`
+	// PACER_PROCESS_INFLIGHT: records one process handles at once over every partition and key (waiting for a slot, a claim or the provider's answer); more wait in their key's queue; default 8192 (4,000 msgs/s over 50 keys at a 250-350 ms answer time, each key with room to lease its slots).
+	ProcessInFlight int `env:"PACER_PROCESS_INFLIGHT, default=8192" pacer:"ProcessInFlight"`
 	// PACER_LOOKAHEAD: how much of its pace a key keeps in memory per partition (rate x lookahead records, at least PACER_INFLIGHT); the rest is parked on the retry topics; default 5s.
 	Lookahead time.Duration `env:"PACER_LOOKAHEAD, default=5s" pacer:"Lookahead"`
 	// PACER_LEASE_SIZE: send slots taken from Redis per call for one key; default 0 = automatic (a fifth of a second of slots once that is >= 2, below 20 only while the key has that many messages waiting, else 1).

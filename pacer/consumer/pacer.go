@@ -225,9 +225,14 @@ type Config struct {
 	// ProcessInFlight bounds the records handled at once by the process
 	// over every partition and key (each holds a goroutine while it waits
 	// for its slot, its claim and the provider's answer, and a request on
-	// the wire its connection or stream), 0..65536; default 4096: 4,000
-	// msgs/s over 50 keys at 300 ms (1,200 on the wire and each key's burst
-	// + 32 waiting for slots, so each key can take its slots in leases).
+	// the wire its connection or stream), 0..65536; default 8192: 4,000
+	// msgs/s over 50 keys at 250-350 ms. Each key's own bound is 1.2 x
+	// rate x a high answer time on the wire + burst + 32 waiting for slots,
+	// about 80 at 80/s, so 50 keys fill 4096 places: the records on the wire
+	// then left a key fewer senders waiting than a lease holds, and it
+	// reserved slot by slot (Redis commands per message 1.3-2.3 against
+	// 0.78 with an instant provider) and fell short of its rate (min 75-90%);
+	// with 8192, 97.4% and 0.74 (BENCHMARKS.md, bench-e2e).
 	// Records
 	// beyond it wait in their key's queue, and a freed place goes to the key
 	// waiting longest. Not applied with InFlight 1 (strict order).
@@ -447,7 +452,7 @@ func (c *Config) setDefaults() {
 		c.InFlight = 1024
 	}
 	if c.ProcessInFlight == 0 {
-		c.ProcessInFlight = 4096
+		c.ProcessInFlight = 8192
 	}
 	if c.Lookahead == 0 {
 		c.Lookahead = 5 * time.Second

@@ -334,7 +334,7 @@ func (p *Keys) reserve(ctx context.Context, b Bucket, key, to string, st *keySta
 		}, multiReach(lim, p.cfg.MaxTokenWait))
 	}
 	n := p.cfg.leaseSize(pol.Limit, lim)
-	if n <= 1 || st == nil || (p.cfg.LeaseSize == 0 && n < leaseBacklog && int(st.normalWaiting.Load()) < n) {
+	if n <= 1 || st == nil || (p.cfg.LeaseSize == 0 && n < leaseBacklog && int(st.normalWaiting.Load()) < n && !st.leasing(lim)) {
 		p.mt.BucketCalls.Inc()
 		return b.Reserve(ctx, p.cfg.Channel, key, lim, 1, p.cfg.MaxTokenWait)
 	}
@@ -405,6 +405,27 @@ func (st *keyState) dispenserLocked(ctx context.Context, p *Keys, key string, ce
 	}
 	st.disp = bucket.NewDispenser(countingLeaser{p}, p.cfg.Channel, key, lim, n, p.cfg.MaxTokenWait).WithLate(late)
 	return st.disp
+}
+
+// leasing reports whether the key keeps leasing under lim whatever the
+// number of its senders waiting: its dispenser still holds a slot it could
+// hand out (a reservation of its own would cost a bucket call and leave
+// that slot to lapse), or its senders used the last lease whole as it ran
+// (none lapsed, the last slot within a lease's span ago), so they would use
+// the next. With a slow provider the senders waiting dip below a lease's
+// size while the records on the wire hold their places: at 50 numbers at
+// 80/s reservations of their own were most of the bucket calls (about
+// 20,700 of 25,100 for 80,000 messages, against 7,600 calls in all with an
+// instant provider). A lease whose slots lapsed falls back to counting
+// the senders waiting.
+func (st *keyState) leasing(lim bucket.Limit) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.disp == nil || st.disp.Limit() != lim {
+		return false
+	}
+	now := time.Now()
+	return !st.disp.Spent(now) || st.disp.UsedUp(now, leaseSpan)
 }
 
 // take returns the key's next slot: one the dispenser a raise replaced

@@ -253,3 +253,98 @@ func TestAcquireGivesUpOnlySlotsLaterThanTheHeadroomAllows(t *testing.T) {
 		})
 	}
 }
+
+// leaseCounter counts the Reserve and Lease calls made of a Local bucket.
+type leaseCounter struct {
+	*bucket.Local
+	mu              sync.Mutex
+	reserves, lease int
+}
+
+func (b *leaseCounter) Reserve(ctx context.Context, channel, key string, lim bucket.Limit, cost int, maxWait time.Duration) (bucket.Reservation, error) {
+	b.mu.Lock()
+	b.reserves++
+	b.mu.Unlock()
+	return b.Local.Reserve(ctx, channel, key, lim, cost, maxWait)
+}
+
+func (b *leaseCounter) Lease(ctx context.Context, channel, key string, lim bucket.Limit, n int, maxWait time.Duration) (bucket.Lease, error) {
+	b.mu.Lock()
+	b.lease++
+	b.mu.Unlock()
+	return b.Local.Lease(ctx, channel, key, lim, n, maxWait)
+}
+
+// A key under 100 msgs/s leases only while as many senders wait as a
+// lease holds; once it holds leased slots, a lone sender takes the next of
+// them rather than a reservation of its own, which would cost a bucket
+// call and leave the held slot to lapse (with a slow provider the senders
+// waiting dip below a lease's size while their records are on the wire).
+func TestReserveTakesHeldLeasedSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &leaseCounter{Local: bucket.NewLocal(bucket.LocalConfig{})}
+		p := testKeys(t, b, &keypacetest.Adapter{}, nil)
+		st := p.keyState("k")
+		defer p.done(st)
+		lim := bucket.Limit{PerSecond: 80, Burst: 8}
+		pol := KeyPolicy{Limit: lim}
+		n := p.cfg.leaseSize(lim, lim)
+		if n != 16 {
+			t.Fatalf("lease size at 80/s: %d, want 16", n)
+		}
+		st.normalWaiting.Add(int32(n)) // a backlog: the key leases
+		first, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim)
+		if err != nil || !first.OK {
+			t.Fatalf("first slot: %+v %v", first, err)
+		}
+		st.normalWaiting.Add(int32(1 - n)) // one sender waits now
+		second, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim)
+		if err != nil || !second.OK {
+			t.Fatalf("second slot: %+v %v", second, err)
+		}
+		st.normalWaiting.Add(-1)
+		if b.lease != 1 || b.reserves != 0 {
+			t.Errorf("bucket calls for 2 slots: %d leases, %d reservations; want the lease's second slot (1 lease, 0 reservations)", b.lease, b.reserves)
+		}
+		// Its slots spent (lapsed), the lone sender reserves its own.
+		time.Sleep(time.Second)
+		st.normalWaiting.Add(1)
+		defer st.normalWaiting.Add(-1)
+		if r, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim); err != nil || !r.OK {
+			t.Fatalf("third slot: %+v %v", r, err)
+		}
+		if b.lease != 1 || b.reserves != 1 {
+			t.Errorf("bucket calls after the lease lapsed: %d leases, %d reservations; want 1 and 1", b.lease, b.reserves)
+		}
+	})
+}
+
+// A key whose senders used its last lease whole, as it ran, leases again
+// though fewer senders wait now than a lease holds: the senders kept up
+// with the rate, and a reservation per sender would cost a bucket call
+// each (with a slow provider, most of the key's Redis commands).
+func TestReserveLeasesAgainAfterAWholeLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &leaseCounter{Local: bucket.NewLocal(bucket.LocalConfig{})}
+		p := testKeys(t, b, &keypacetest.Adapter{}, nil)
+		st := p.keyState("k")
+		defer p.done(st)
+		lim := bucket.Limit{PerSecond: 80, Burst: 8}
+		pol := KeyPolicy{Limit: lim}
+		n := p.cfg.leaseSize(lim, lim)
+		st.normalWaiting.Add(int32(n))
+		for i := range n { // the lease's every slot, handed out at once
+			if r, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim); err != nil || !r.OK {
+				t.Fatalf("slot %d: %+v %v", i, r, err)
+			}
+		}
+		st.normalWaiting.Add(int32(1 - n)) // one sender waits now
+		defer st.normalWaiting.Add(-1)
+		if r, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim); err != nil || !r.OK {
+			t.Fatalf("slot %d: %+v %v", n, r, err)
+		}
+		if b.lease != 2 || b.reserves != 0 {
+			t.Errorf("bucket calls for %d slots after a lease used whole: %d leases, %d reservations; want 2 leases", n+1, b.lease, b.reserves)
+		}
+	})
+}

@@ -7,7 +7,7 @@
 // after every record of the batch was sent (at-least-once, no pacing, no
 // idempotency ledger, no retries).
 //
-//	baseline -brokers B -topic T -group G -url BASE -token TOK -concurrency N
+//	baseline -brokers B -topic T -group G -url BASE -token TOK -concurrency N [-h2c]
 //
 // It exits 0 on SIGTERM or SIGINT once the batch in hand is committed.
 package main
@@ -37,6 +37,7 @@ func main() {
 	base := flag.String("url", "", "base URL of the WhatsApp Cloud API (fake)")
 	token := flag.String("token", "", "bearer token")
 	conc := flag.Int("concurrency", 32, "requests in flight at most")
+	h2c := flag.Bool("h2c", false, "HTTP/2 without TLS (prior knowledge) to an http:// URL, as over TLS to the Cloud API")
 	flag.Parse()
 	if *brokers == "" || *topic == "" || *group == "" || *base == "" || *conc < 1 {
 		fmt.Fprintln(os.Stderr, "usage: baseline -brokers B -topic T -group G -url BASE [-token TOK] [-concurrency N]")
@@ -44,13 +45,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, strings.Split(*brokers, ","), *topic, *group, *base, *token, *conc); err != nil {
+	if err := run(ctx, strings.Split(*brokers, ","), *topic, *group, *base, *token, *conc, *h2c); err != nil {
 		fmt.Fprintln(os.Stderr, "baseline:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, brokers []string, topic, group, base, token string, conc int) error {
+func run(ctx context.Context, brokers []string, topic, group, base, token string, conc int, h2c bool) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
@@ -59,6 +60,10 @@ func run(ctx context.Context, brokers []string, topic, group, base, token string
 	defer cl.Close()
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 0, conc // a pool as large as the requests in flight
+	if h2c {
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	}
 	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	jobs := make(chan *kgo.Record)
 	var batch sync.WaitGroup
