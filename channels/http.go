@@ -21,12 +21,13 @@ import (
 // generous cap costs nothing until it is reached; a cap below the sends in
 // flight closes the surplus after every burst and dials it again with a new
 // TLS handshake (with net/http's default of 2 per host, about 0.75 new
-// connections per message at 32 sends in flight). A pacer process has up
-// to PACER_PROCESS_INFLIGHT (default 4096) records in hand at once, so
-// 4096 covers its sends at the default: a send never waits for a
-// connection after its slot (beyond that, sends wait for a connection of
-// the pool, see [NewTransport]; raise it through the adapter's
-// Config.MaxIdleConnsPerHost for more requests at once). Idle connections
+// connections per message at 32 sends in flight). Over HTTP/2 a
+// connection carries the server's SETTINGS_MAX_CONCURRENT_STREAMS sends at
+// once (100-250 at the providers), so 4096 connections cover every send a
+// pacer process has in hand (PACER_PROCESS_INFLIGHT, default 8192); over
+// HTTP/1.1, one send each, sends beyond the bound wait for a connection of
+// the pool (see [NewTransport]): raise it through the adapter's
+// Config.MaxIdleConnsPerHost for more requests at once. Idle connections
 // are closed after [IdleConnTimeout].
 const DefaultMaxIdleConnsPerHost = 4096
 
