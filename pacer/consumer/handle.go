@@ -271,8 +271,13 @@ func (p *Pacer) parkedDuplicate(f *flight) bool {
 	}
 	var delivered bool
 	err := p.redis(f.w.ctx, f.log, func() (err error) {
-		// IsDelivered counts the ledger's own marks not yet written.
-		delivered, err = p.ledger.IsDelivered(f.w.ctx, p.cfg.Channel, f.env.Key, f.env.ID)
+		// IsDelivered counts the ledger's own marks not yet written. A
+		// strict-order key has one record in hand: its read goes at once.
+		if p.strict() {
+			delivered, err = p.ledger.IsDeliveredNow(f.w.ctx, p.cfg.Channel, f.env.Key, f.env.ID)
+		} else {
+			delivered, err = p.ledger.IsDelivered(f.w.ctx, p.cfg.Channel, f.env.Key, f.env.ID)
+		}
 		return err
 	})
 	return err == nil && delivered

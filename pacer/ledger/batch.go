@@ -266,6 +266,19 @@ func (pc *PendingClaim) Wait(ctx context.Context) (ClaimResult, time.Duration, e
 // after it, is found). Errors wrap the Redis error; after Close it reads
 // at once.
 func (b *Batcher) IsDelivered(ctx context.Context, channel, key, id string) (bool, error) {
+	return b.isDelivered(ctx, channel, key, id, false)
+}
+
+// IsDeliveredNow is IsDelivered with its read flushed at once, not at the
+// end of the interval: for a caller with nothing to batch it with, such as
+// a strict-order key, which sends one record at a time, so that each of
+// its parked copies would otherwise wait up to a whole flush interval
+// before its slot (20 ms by default: 37 msgs/s at most).
+func (b *Batcher) IsDeliveredNow(ctx context.Context, channel, key, id string) (bool, error) {
+	return b.isDelivered(ctx, channel, key, id, true)
+}
+
+func (b *Batcher) isDelivered(ctx context.Context, channel, key, id string, now bool) (bool, error) {
 	pc := &PendingClaim{b: b, channel: channel, key: key, id: id, read: true, done: make(chan struct{})}
 	b.mu.Lock()
 	if b.closed {
@@ -275,6 +288,9 @@ func (b *Batcher) IsDelivered(ctx context.Context, channel, key, id string) (boo
 	b.claims = append(b.claims, pc)
 	b.signal()
 	b.mu.Unlock()
+	if now {
+		b.Flush()
+	}
 	select {
 	case <-pc.done:
 	case <-ctx.Done():

@@ -727,6 +727,27 @@ func TestBatcherIsDelivered(t *testing.T) {
 	}
 }
 
+// TestBatcherIsDeliveredNow: IsDeliveredNow's read goes to Redis at once,
+// not at the end of the flush interval (an hour here), and counts a mark
+// queued before it as IsDelivered does.
+func TestBatcherIsDeliveredNow(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	b := ledger.NewBatcher(rdb, bucket.NewKeys(""), ledger.BatchConfig{FlushInterval: time.Hour})
+	defer b.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := b.Delivered(ctx, "whatsapp", "106", "m1", "wamid.1"); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]bool{"m1": true, "m2": false} {
+		if d, err := b.IsDeliveredNow(ctx, "whatsapp", "106", id); err != nil || d != want {
+			t.Fatalf("%s read at once with an hour's flush interval: %v, %v; want %v", id, d, err, want)
+		}
+	}
+}
+
 // gateHook holds each flush (a pipeline that starts with EVALSHA, not a
 // connection's set-up) until release is closed, once held is set.
 type gateHook struct {
