@@ -118,7 +118,7 @@ type config struct {
 	InFlight int `env:"PACER_INFLIGHT, default=1024" pacer:"InFlight"`
 	// PACER_PROCESS_INFLIGHT: records one process handles at once over every partition and key (waiting for a slot, a claim or the provider's answer); more wait in their key's queue; default 8192 (4,000 msgs/s over 50 keys at a 250-350 ms answer time, each key with room to lease its slots).
 	ProcessInFlight int `env:"PACER_PROCESS_INFLIGHT, default=8192" pacer:"ProcessInFlight"`
-	// PACER_LOOKAHEAD: how much of its pace a key keeps in memory per partition (rate x lookahead records, at least PACER_INFLIGHT); the rest is parked on the retry topics; default 5s.
+	// PACER_LOOKAHEAD: how much of its pace a key keeps in memory per partition (rate x lookahead records, at least its in-flight bound); the rest is parked on the retry topics; default 5s.
 	Lookahead time.Duration `env:"PACER_LOOKAHEAD, default=5s" pacer:"Lookahead"`
 	// PACER_LEASE_SIZE: send slots taken from Redis per call for one key; default 0 = automatic (a fifth of a second of slots once that is >= 2, below 20 only while the key has that many messages waiting, else 1).
 	LeaseSize int `env:"PACER_LEASE_SIZE, default=0" pacer:"LeaseSize"`
