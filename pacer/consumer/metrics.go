@@ -28,6 +28,7 @@ type metrics struct {
 	fallback    *prometheus.GaugeVec     // channel
 	bucketCalls *prometheus.CounterVec   // channel
 	lateSlots   *prometheus.CounterVec   // channel
+	overloaded  *prometheus.GaugeVec     // channel
 	lateness    *prometheus.HistogramVec // channel
 	throttles   *prometheus.CounterVec   // channel, scope
 	handoffs    *prometheus.CounterVec   // channel
@@ -90,6 +91,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Provider throttles by scope: key (the pacing key's rate), pair (one recipient of a key: WhatsApp 131056, APNs/FCM per device), account (every key behind the same credentials: WhatsApp 80007, 4)."),
 		lateSlots: counter("late_slots_total", nil,
 			"Send slots given up because the sender woke (or its idempotency claim answered) later after the slot than allowed: half the pacing headroom, (burst - paced burst) / rate / 2, and never less than half a slot interval capped at a quarter of the burst's refill time, at least 1 ms; a new slot was taken, so the provider's window is never crowded."),
+		overloaded: gauge("overloaded", nil,
+			"1 while more than 1% of the send slots of the last minute were given up as late (pacer_late_slots_total over every slot): the process is asked for more than it carries (CPU, or senders waiting on slow answers); it still sends at the conforming rate what it can. 0 otherwise."),
 		lateness: histogram("slot_lateness_seconds", prometheus.ExponentialBuckets(0.0001, 2, 12), nil,
 			"How long after its send slot a sender woke (every slot: those used and those given up as late)."),
 		bucketCalls: counter("bucket_calls_total", nil,
@@ -149,11 +152,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.sendLatencyO, m.latenessO = m.sendLatency.WithLabelValues(), m.lateness.WithLabelValues()
 	m.successNone = m.responses.WithLabelValues("success", "none")
 	m.lateSlots.WithLabelValues()
+	m.overloaded.WithLabelValues()
 	for _, s := range []channels.Scope{channels.ScopeKey, channels.ScopePair, channels.ScopeAccount} {
 		m.throttles.WithLabelValues(s.String())
 	}
 	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.handoffs, m.retries, m.dlq, m.bucketWait, m.takeLatency,
-		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls, m.lateSlots, m.lateness, m.throttles} {
+		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls, m.lateSlots, m.overloaded, m.lateness, m.throttles} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

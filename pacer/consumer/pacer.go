@@ -95,6 +95,7 @@
 //	pacer_send_duration_seconds         histogram: one provider request
 //	pacer_slot_lateness_seconds         histogram: how long after its slot a sender woke
 //	pacer_late_slots_total              slots given up: the sender woke later than half the pacing headroom allows
+//	pacer_overloaded                    1 while over 1% of the last minute's slots were given up as late
 //	pacer_redis_errors_total            failed Redis calls (the record waits)
 //	pacer_partitions_assigned           partitions owned by this process
 //	pacer_records_queued                fetched records not yet finished
@@ -731,6 +732,7 @@ func (p *Pacer) Run(ctx context.Context) error {
 	}
 	go p.sweepLoop(ctx)
 	go p.waitingLog(ctx)
+	go p.overloadLoop(ctx)
 	go p.releaseLoop(ctx, debug.FreeOSMemory)
 	go p.lagLoop(ctx, cl, topics)
 	if p.cfg.ProgressEvery > 0 {
