@@ -289,11 +289,11 @@ func TestStrictOrderParkedAcrossRestart(t *testing.T) {
 	ok := waitFor(30*time.Second, func() bool { return s.drained(h, 150) })
 	// The stale copies are dropped as the retry tier is read, which may
 	// end after the last send: wait for them too (stopping at the last
-	// send counted 137-138 of 140 now and then).
-	waitFor(10*time.Second, func() bool { return counterIn(t, reg, "pacer_parked_stale_total") >= 140 })
+	// send counted 137-138 of 140 now and then; once, 104 after 10 s).
+	waitFor(30*time.Second, func() bool { return counterIn(t, reg, "pacer_parked_stale_total") >= 140 })
 	stop()
 	s.sentInOrder(t, h, ok, 150)
-	t.Logf("first run sent %d; second run dropped %v stale copies, parked %v", len(first), counterIn(t, reg, "pacer_parked_stale_total"), counterIn(t, reg, "pacer_parked_total"))
+	t.Logf("first run sent %d; second run dropped %v stale copies, skipped %v duplicates, parked %v", len(first), counterIn(t, reg, "pacer_parked_stale_total"), counterIn(t, reg, "pacer_duplicates_skipped_total"), counterIn(t, reg, "pacer_parked_total"))
 	if got := counterIn(t, reg, "pacer_parked_stale_total"); got < 140 {
 		t.Errorf("pacer_parked_stale_total = %v in the second run, want >= 140 (the first run's copies)", got)
 	}
