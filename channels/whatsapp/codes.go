@@ -30,6 +30,8 @@ var (
 //     https://developers.facebook.com/documentation/business-messaging/whatsapp/throughput
 //   - [W-AP] rate limits and pair rate limits (131056, 80007, 4):
 //     https://developers.facebook.com/documentation/business-messaging/whatsapp/about-the-platform
+//   - [W-RL] Graph API rate limiting (613):
+//     https://developers.facebook.com/docs/graph-api/overview/rate-limiting
 //   - [3P-W] 131049 and third-party HTTP 429 reports:
 //     https://dualhook.com/docs/whatsapp-error-131056,
 //     https://docs.ycloud.com/reference-link/whatsapp-errors
@@ -41,6 +43,7 @@ var codes = map[int]rule{
 	80007:  throttleAccount, // WABA rate limit, rolling hour [W-AP] [W-EC]
 	4:      throttleAccount, // app reached its API call rate limit [W-EC]
 	131048: throttleKey,     // spam rate limit: a quality restriction of the number; cooldown SpamCooldown [W-EC]
+	613:    throttleKey,     // "Calls to this api have exceeded the rate limit" (Graph API, often HTTP 400) [W-RL]
 
 	// Permanent for this send; the pacer keeps any per-user cooldown.
 	131049: permanent, // not delivered "to maintain healthy ecosystem engagement" [3P-W]

@@ -11,7 +11,7 @@ import (
 
 func TestClassifyTable(t *testing.T) {
 	want := map[channels.Class][]int{
-		channels.Throttle:  {130429, 131056, 80007, 4, 131048},
+		channels.Throttle:  {130429, 131056, 80007, 4, 131048, 613},
 		channels.Transient: {131057, 2, 131000, 131016, 1},
 		channels.Permanent: {131049, 131026, 131047, 131021, 131051, 131053, 100, 131008, 131009, 33, 130472,
 			132000, 132001, 132005, 132007, 132012, 132015},
@@ -39,7 +39,7 @@ func TestClassifyTable(t *testing.T) {
 		}
 	}
 	scopes := map[int]channels.Scope{130429: channels.ScopeKey, 131056: channels.ScopePair,
-		80007: channels.ScopeAccount, 4: channels.ScopeAccount, 131048: channels.ScopeKey}
+		80007: channels.ScopeAccount, 4: channels.ScopeAccount, 131048: channels.ScopeKey, 613: channels.ScopeKey}
 	for code, s := range scopes {
 		if r, _ := classify(code); r.scope != s {
 			t.Errorf("classify(%d).scope = %v, want %v", code, r.scope, s)

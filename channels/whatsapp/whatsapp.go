@@ -187,9 +187,11 @@ func New(cfg Config) (*Client, error) {
 //     [MaxCallbackData] characters: Permanent, Code
 //     [CodeCallbackDataTooLong], and no request is made;
 //   - a Graph error body: classified by error.code through [codes]; an
-//     unknown code by status (429 and 5xx Transient, others Permanent);
-//   - any other non-2xx body: by status (429 and 5xx Transient, 401 and 403
-//     Halt, others Permanent), with Err describing the body;
+//     unknown code by status (429 a Throttle of the key, 5xx Transient,
+//     others Permanent);
+//   - any other non-2xx body: by status (429 a Throttle of the key, 5xx
+//     Transient, 401 and 403 Halt, others Permanent), with Err describing
+//     the body;
 //   - a 2xx body without messages[0].id: Transient, with Err;
 //   - a transport failure: Transient, with Err.
 //
@@ -520,13 +522,18 @@ func (c *Client) failure(status int, retryAfter string, raw []byte, to string, n
 	return e
 }
 
-// statusClass classifies a response by its HTTP status alone: 429 and 5xx
-// are Transient, others Permanent. Without a Graph body, 401 and 403 are
-// Halt: a proxy or gateway refused our credentials, and dead-lettering every
+// statusClass classifies a response by its HTTP status alone: 429 is a
+// Throttle (of the key: the scope [channels.Error] has by default), 5xx
+// Transient, others Permanent. A 429 says "too many requests" whatever
+// code or body comes with it: retried as a transient failure, it would
+// come back at the same rate. Without a Graph body, 401 and 403 are Halt:
+// a proxy or gateway refused our credentials, and dead-lettering every
 // message would lose them.
 func statusClass(status int, noBody bool) channels.Class {
 	switch {
-	case status == http.StatusTooManyRequests || status >= 500:
+	case status == http.StatusTooManyRequests:
+		return channels.Throttle
+	case status >= 500:
 		return channels.Transient
 	case noBody && (status == http.StatusUnauthorized || status == http.StatusForbidden):
 		return channels.Halt

@@ -55,7 +55,7 @@ func sendAnswer(t *testing.T, status int, body string) *channels.Error {
 func TestSendClassification(t *testing.T) {
 	scope := map[string]channels.Scope{"131056": channels.ScopePair, "80007": channels.ScopeAccount, "4": channels.ScopeAccount}
 	channeltest.CheckDocumented(t, channeltest.Documented{
-		channels.Throttle:  {"130429 400", "130429 429", "131056 400", "131056 429", "80007 400", "4 400", "4 429", "131048 400"},
+		channels.Throttle:  {"130429 400", "130429 429", "131056 400", "131056 429", "80007 400", "4 400", "4 429", "131048 400", "613 400"},
 		channels.Transient: {"131057 500", "2 503", "131000 500", "131016 500", "1 400"},
 		channels.Permanent: {"131049 400", "131026 400", "131047 400", "131021 400", "131051 400", "131053 400", "100 400",
 			"131008 400", "131009 400", "33 400", "130472 400", "132000 400", "132001 404", "132005 400", "132007 400",
@@ -94,7 +94,7 @@ func TestSendClassification(t *testing.T) {
 // TestSendUnknownCode: a code in no table is classified by HTTP status.
 func TestSendUnknownCode(t *testing.T) {
 	channeltest.CheckUnknownCode(t, channeltest.ReadTestdata(t, "unknown.json"), "9999999", channeltest.Statuses{
-		channels.Permanent: {400, 401, 404}, channels.Transient: {429, 500, 503},
+		channels.Permanent: {400, 401, 404}, channels.Transient: {500, 503}, channels.Throttle: {429},
 	}, sendAnswer, func(t *testing.T, _ int, e *channels.Error) {
 		if e.Scope != channels.ScopeKey {
 			t.Errorf("Scope = %v, want key", e.Scope)
@@ -105,7 +105,8 @@ func TestSendUnknownCode(t *testing.T) {
 // TestSendNonGraphBody: a body without a Graph error is classified by status.
 func TestSendNonGraphBody(t *testing.T) {
 	channeltest.CheckNonProviderBody(t, channeltest.Answers{
-		channels.Transient: {"502 <html><body>Bad Gateway</body></html>", "429 Too Many Requests", "503"},
+		channels.Transient: {"502 <html><body>Bad Gateway</body></html>", "503"},
+		channels.Throttle:  {"429 Too Many Requests"},
 		channels.Permanent: {"400 bad request", `400 {"ok":false}`, `400 {"error":{"message":"x"}}`, "404 not found"},
 		channels.Halt:      {"401 Unauthorized", "403 Forbidden"},
 	}, sendAnswer, nil)
