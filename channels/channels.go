@@ -100,14 +100,22 @@ type Error struct {
 	Scope      Scope         // what a Throttle applies to; ScopeKey otherwise
 	RetryAfter time.Duration // delay the provider asked for; 0 if none
 	Detail     string        // short provider message, safe to log; may be ""
-	Err        error         // transport or decode cause; may be nil
+	// Trace is the provider's id of the request, what its support asks
+	// for (WhatsApp's fbtrace_id, APNs's apns-id); "" if none.
+	Trace string
+	Err   error // transport or decode cause; may be nil
 }
 
-// Error returns "<channel>: <class> status=<n> code=<c>: <detail>".
+// Error returns "<channel>: <class> status=<n> code=<c> trace=<t>:
+// <detail>: <err>", each part after the status only when set. It is what
+// the logs and a DLQ record's pacer-detail carry.
 func (e *Error) Error() string {
 	s := fmt.Sprintf("%s: %s status=%d", e.Channel, e.Class, e.Status)
 	if e.Code != "" {
 		s += " code=" + e.Code
+	}
+	if e.Trace != "" {
+		s += " trace=" + e.Trace
 	}
 	if e.Detail != "" {
 		s += ": " + e.Detail

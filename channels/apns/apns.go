@@ -375,6 +375,7 @@ func (c *Client) failure(resp *http.Response, raw []byte) *channels.Error {
 		Channel:    channel,
 		Status:     resp.StatusCode,
 		RetryAfter: channels.ParseRetryAfter(resp.Header.Get("Retry-After"), c.now()),
+		Trace:      apnsID(resp.Header.Get("apns-id")),
 	}
 	reason := reasonOf(raw)
 	if e.Class = statusClass(resp.StatusCode); e.Class == channels.Throttle {

@@ -134,6 +134,7 @@ func TestSendClassification(t *testing.T) {
 		ts := h2(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			hits.Add(1)
 			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("apns-id", "EABEAE54-14A8-11E5-B60B-1697F925EC7B")
 			w.WriteHeader(d.Status)
 			io.WriteString(w, d.Body)
 		}))
@@ -150,6 +151,11 @@ func TestSendClassification(t *testing.T) {
 		}
 		if n := hits.Load(); n != 1 {
 			t.Errorf("%d requests, want 1 (a token under 20 min old is not renewed)", n)
+		}
+		// The apns-id is what Apple's support asks for: kept in the logs
+		// and the DLQ record (both carry Error()).
+		if want := "eabeae54-14a8-11e5-b60b-1697f925ec7b"; e.Trace != want || !strings.Contains(e.Error(), "trace="+want) {
+			t.Errorf("Trace = %q, Error() = %q; want the apns-id %s in both", e.Trace, e.Error(), want)
 		}
 		since, ok := apns.InvalidSince(e)
 		if want := d.Code == "Unregistered"; ok != want {

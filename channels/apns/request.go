@@ -260,3 +260,12 @@ func isAlnum(s string) bool {
 	}
 	return true
 }
+
+// apnsID returns the apns-id of a response, lowercased, if it is a UUID,
+// else "": it is logged and written to the DLQ as the failure's trace.
+func apnsID(s string) string {
+	if s = strings.ToLower(s); isUUID(s) {
+		return s
+	}
+	return ""
+}

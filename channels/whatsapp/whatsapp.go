@@ -499,6 +499,7 @@ func (c *Client) failure(status int, retryAfter string, raw []byte, to string, n
 		return e
 	}
 	e.Code = g.Error.Code.String()
+	e.Trace = traceID(g.Error.FBTraceID)
 	detail := g.Error.Message
 	if detail == "" {
 		var d struct {
@@ -520,6 +521,21 @@ func (c *Client) failure(status int, retryAfter string, raw []byte, to string, n
 		e.Class = statusClass(status, false)
 	}
 	return e
+}
+
+// traceID returns id if it looks like an fbtrace_id (at most 64 letters,
+// digits, '_' and '-'), else "": it is logged and written to the DLQ, so a
+// body never puts anything else there.
+func traceID(id string) string {
+	if len(id) > 64 {
+		return ""
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return ""
+		}
+	}
+	return id
 }
 
 // statusClass classifies a response by its HTTP status alone: 429 is a

@@ -67,12 +67,22 @@ func TestSendClassification(t *testing.T) {
 		if e.Scope != scope[d.Code] {
 			t.Errorf("Scope = %v, want %v", e.Scope, scope[d.Code])
 		}
-		var g struct{ Error struct{ Message string } }
+		var g struct {
+			Error struct {
+				Message   string
+				FBTraceID string `json:"fbtrace_id"`
+			}
+		}
 		if err := json.Unmarshal([]byte(d.Body), &g); err != nil {
 			t.Fatal(err)
 		}
 		if e.Detail != g.Error.Message {
 			t.Errorf("Detail = %q, want error.message %q", e.Detail, g.Error.Message)
+		}
+		// The fbtrace_id is what Meta's support asks for: kept in the logs
+		// and the DLQ record (both carry Error()).
+		if tr := g.Error.FBTraceID; tr == "" || e.Trace != tr || !strings.Contains(e.Error(), "trace="+tr) {
+			t.Errorf("Trace = %q, Error() = %q; want the body's fbtrace_id %q in both", e.Trace, e.Error(), tr)
 		}
 		// An account budget is a rolling hour (providers.md §1.4): its
 		// throttles ask for a minute, not the key's 1 s; a spam rate
