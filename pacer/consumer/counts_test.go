@@ -1,12 +1,16 @@
 package consumer_test
 
 import (
+	"context"
+	"fmt"
 	"maps"
 	"testing"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/pacerhq/pacer/pacer/campaign"
 	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/ledger"
@@ -112,4 +116,38 @@ func campaignStore(t *testing.T, tag string) (*redis.Client, bucket.Keys, *contr
 	t.Cleanup(func() { rdb.Close() })
 	keys := bucket.NewKeys(tag + time.Now().Format("150405.000000"))
 	return rdb, keys, control.New(rdb, keys)
+}
+
+// TestCampaignCountsEveryDeadLetter: a record dead-lettered on its way to a
+// retry tier (its attempts exhausted) counts in its campaign as one
+// dead-lettered by its send does, so the campaign's remaining reaches 0.
+func TestCampaignCountsEveryDeadLetter(t *testing.T) {
+	transient := &channels.Error{Channel: "test", Status: 503, Code: "2", Class: channels.Transient}
+	permanent := &channels.Error{Channel: "test", Status: 400, Code: "131026", Class: channels.Permanent}
+	h := newHarness(t, map[string][]error{
+		"broken": {transient, transient, transient},
+		"bad":    {permanent},
+	})
+	var keys bucket.Keys
+	h.campaigns = func(rdb *redis.Client, k bucket.Keys) campaign.Store {
+		keys = k
+		return control.New(rdb, k)
+	}
+	camp := func(id string) string {
+		return fmt.Sprintf(`{"id":%q,"key":"k1","to":"155500%s","campaign":"spring"}`, id, id)
+	}
+	h.produce(camp("ok"), camp("broken"), camp("bad"))
+	h.run(func() bool {
+		return h.sender.count(h.sender.success, "ok") == 1 && h.counter("pacer_dlq_total", "reason", "attempts-exhausted") == 1 &&
+			h.counter("pacer_dlq_total", "reason", "permanent") == 1
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
+	defer rdb.Close()
+	s, err := control.New(rdb, keys).CampaignStatus(context.Background(), "test", "spring")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int64{"attempts-exhausted": 1, "permanent": 1}; s.Delivered != 1 || !maps.Equal(s.DeadLetters, want) {
+		t.Errorf("campaign spring: delivered %d, dead letters %v; want 1, %v", s.Delivered, s.DeadLetters, want)
+	}
 }

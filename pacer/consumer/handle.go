@@ -677,17 +677,7 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 			if cl == nil {
 				p.camps.Count(f.env.Campaign, true, "")
 			} // else counted with its mark (p.delivered)
-		case deadLettered:
-			label := o.reason
-			if i := strings.IndexByte(label, ':'); i > 0 {
-				label = label[:i]
-			}
-			if cl != nil && f.env.Campaign != "" {
-				cl.AddCount(ledger.Count{Name: f.env.Campaign, Field: countDLQ + label, At: time.Now().UnixMilli()})
-			} else {
-				p.camps.Count(f.env.Campaign, false, label)
-			}
-		}
+		} // a dead letter is counted where it is written (deadLetter), whichever path wrote it
 	}
 	// stopped (and pass or again, which never reach here): not finished.
 	if done {
@@ -1018,8 +1008,29 @@ func (p *Pacer) deadLetter(ctx context.Context, r *kgo.Record, m meta, reason, d
 		return false
 	}
 	p.m.dlq.WithLabelValues(label).Inc()
+	p.countDeadLetter(r, label)
 	log.Warn("dead-lettered", "reason", reason, "detail", detail)
 	return true
+}
+
+// countDeadLetter counts r's DLQ copy, whose reason's label (the part
+// before any ':') is label, in r's envelope's campaign (none for a record
+// that does not parse, as for one without a campaign). Every path that dead-letters counts here
+// (a send's outcome, attempts exhausted on the way to a retry tier, a
+// copy too large to park or requeue), so a campaign's remaining reaches 0.
+func (p *Pacer) countDeadLetter(r *kgo.Record, label string) {
+	if p.camps == nil {
+		return
+	}
+	campaign := ""
+	if env, err := envelope.Parse(r.Value); err == nil {
+		campaign = env.Campaign
+	}
+	if cl := p.countingLedger(); cl != nil && campaign != "" {
+		cl.AddCount(ledger.Count{Name: campaign, Field: countDLQ + label, At: time.Now().UnixMilli()})
+	} else {
+		p.camps.Count(campaign, false, label)
+	}
 }
 
 // errTooLarge reports a copy Kafka refuses for its size (MESSAGE_TOO_LARGE):

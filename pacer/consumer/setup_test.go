@@ -18,6 +18,7 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/pacer/campaign"
 	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,6 +96,9 @@ type harness struct {
 	// wrapBucket, if set, wraps each pacer's Deps.Bucket (to watch its
 	// grants).
 	wrapBucket func(consumer.Bucket) consumer.Bucket
+	// campaigns, if set, is each pacer's Deps.Campaigns (live control and
+	// campaign counts), on h's Redis.
+	campaigns func(rdb *redis.Client, keys bucket.Keys) campaign.Store
 }
 
 func newHarness(t *testing.T, script map[string][]error) *harness {
@@ -146,6 +150,9 @@ func (h *harness) start(cfg consumer.Config, sender channels.Sender, reg prometh
 	}
 	deps := consumer.Deps{Bucket: pb, Adapter: adapt.New(rdb, bucket.Config{}), Ledger: bat, Sender: sender,
 		Fallback: bucket.NewLocal(bucket.LocalConfig{Replicas: 2})}
+	if h.campaigns != nil {
+		deps.Campaigns = h.campaigns(rdb, lim.Keys())
+	}
 	if h.ping {
 		deps.RedisPing = func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
 	}
