@@ -20,7 +20,7 @@ import (
 // start-up logs which server it tried (the setting and host), never the
 // password of the URL.
 func TestRunNamesRedisWhenDown(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	e := newE2E(t, whatsapptest.Config{})
 	p := e.run("PACER_REDIS_URL=redis://:hunter2@127.0.0.1:1/0")
 	defer p.stop(t)
@@ -36,7 +36,7 @@ func TestRunNamesRedisWhenDown(t *testing.T) {
 // misspelled setting in its environment (exit 2, naming it and the setting
 // meant, not its value), whatever the command.
 func TestMisspelledSettingStopsStartup(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	cmd := exec.Command(pacerBin, "status", "--channel", "whatsapp")
 	cmd.Env = append(os.Environ(), "PACER_WHATSAP_RATE=hunter2")
 	out, err := cmd.CombinedOutput()

@@ -57,7 +57,7 @@ func (g *tokenGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // no-credentials` delivers it, without a restart. No token appears in the
 // log, the DLQ, /metrics, the replay's output or `pacer status`.
 func TestEndToEndCredentialsPerSender(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const per = 5
 	e := newE2E(t, whatsapptest.Config{})
 	numA, numB, numC := "106540352201", "106540352202", "106540352203"

@@ -67,7 +67,21 @@ func TestMain(m *testing.M) {
 var (
 	measureSlots = make(chan struct{}, runtime.GOMAXPROCS(0))
 	measureTake  sync.Mutex // one test at a time takes its slots
+	// alone is held for reading by the parallel tests that measure
+	// nothing but start processes (parallel), and for writing by a test
+	// measured alone: those run with no other process of the suite's.
+	alone sync.RWMutex
 )
+
+// parallel marks t parallel, like the other tests, for a test that
+// measures nothing but loads the machine (it starts pacer processes): it
+// does not run beside a test measured alone.
+func parallel(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	alone.RLock()
+	t.Cleanup(alone.RUnlock)
+}
 
 // measured marks t parallel, like the other tests, and holds one of
 // measureSlots until t and its cleanups are done.
@@ -78,12 +92,14 @@ func measured(t *testing.T) {
 }
 
 // measuredAlone is measured for a test whose bound leaves no margin for
-// another measurement's load beside it (a strict fake with no spare
-// burst, where a send late by one token interval is a refusal): it holds
-// every slot.
+// another test's load beside it (a strict fake with no spare burst, where
+// a send late by one token interval is a refusal): it holds every slot,
+// and waits for the parallel tests that start processes to finish.
 func measuredAlone(t *testing.T) {
 	t.Helper()
 	t.Parallel()
+	alone.Lock()
+	t.Cleanup(alone.Unlock)
 	holdSlots(t, cap(measureSlots))
 }
 
@@ -621,7 +637,7 @@ func (e *e2e) waitMembersOwn(n int, topic string, within time.Duration, procs ..
 }
 
 func TestPublishRejectsBadLines(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	e := newE2E(t, whatsapptest.Config{})
 	big := `{"id":"big","key":"1","to":"2","payload":{"x":"` + strings.Repeat("a", 1<<20) + `"}}`
 	lines := strings.Join([]string{
@@ -676,7 +692,7 @@ func TestPublishRejectsBadLines(t *testing.T) {
 // (another producer), between good ones: they land in the DLQ with a reason
 // header and the good ones are delivered.
 func TestPoisonRecordsGoToDLQ(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	if _, err := exec.LookPath("kcat"); err != nil {
 		t.Fatal("kcat is required (apt-get install kcat; make test installs it)")
 	}

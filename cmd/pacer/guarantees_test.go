@@ -373,7 +373,7 @@ func TestKafkaRestart(t *testing.T) {
 
 // TestPoisonAmongGood: one poison record among 1,000 good ones.
 func TestPoisonAmongGood(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	e := newE2E(t, whatsapptest.Config{})
 	var b strings.Builder
 	for i := range 1000 {
@@ -405,7 +405,7 @@ func TestPoisonAmongGood(t *testing.T) {
 // dead-lettered as attempts-exhausted. With one attempt allowed, a single
 // requeue counted as an attempt would exhaust a message.
 func TestLongCooldown(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	cooldown := 20 * time.Second
 	if v := os.Getenv("PACER_TEST_COOLDOWN"); v != "" {
 		d, err := time.ParseDuration(v)

@@ -317,7 +317,7 @@ func TestLivePauseShort(t *testing.T) {
 // delivered equals published, campaign status agrees, and a replay of the
 // cancelled ones delivers them (a replayed record is not cancelled again).
 func TestLiveCancel(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	runCancel(t, 150, 1)
 }
 
@@ -380,7 +380,7 @@ func runCancel(t *testing.T, per, replicas int) {
 // as duplicates, so remaining reaches 0 (it read published 80, delivered
 // 40, remaining 40 for good).
 func TestLiveRepublishCounted(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	runRepublish(t, republishLive)
 }
 
@@ -389,7 +389,7 @@ func TestLiveRepublishCounted(t *testing.T) {
 // delivered): the next run reads the second publish past the partitions'
 // horizons, not as records read again, and counts it as duplicates.
 func TestLiveRepublishWhileStopped(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	runRepublish(t, republishStopped)
 }
 
@@ -399,7 +399,7 @@ func TestLiveRepublishWhileStopped(t *testing.T) {
 // and the campaign is published again: the third run counts it as
 // duplicates (it read as records read again, remaining 40 for good).
 func TestLiveRepublishAfterCrash(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	runRepublish(t, republishAfterCrash)
 }
 

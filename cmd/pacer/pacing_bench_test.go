@@ -636,7 +636,7 @@ func perSecond(arr []whatsapptest.Arrival, first time.Time) string {
 // TestPacingOnly guards the bench's subset selection: prefixes, trimmed,
 // and an empty list selects all.
 func TestPacingOnly(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	names := []string{}
 	for _, sc := range pacingScenarios(false) {
 		names = append(names, sc.name)

@@ -176,7 +176,7 @@ func TestEndToEndSecure(t *testing.T) {
 // TestSecureKafkaMechanisms: every SASL mechanism the settings offer, and
 // mTLS with a client certificate, publish through the broker.
 func TestSecureKafkaMechanisms(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newSecureWorld(t, whatsapptest.Config{Rate: 10, Burst: 10})
 	for _, c := range []struct {
 		name string
@@ -208,7 +208,7 @@ func TestSecureKafkaMechanisms(t *testing.T) {
 // for publish and for run (which would otherwise retry until
 // PACER_KAFKA_STARTUP_TIMEOUT), and never echo the password.
 func TestSecureKafkaRefused(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newSecureWorld(t, whatsapptest.Config{Rate: 10, Burst: 10})
 	wrong := "wrong-" + w.prefix
 	pwFile := filepath.Join(t.TempDir(), "wrong-password")
@@ -276,7 +276,7 @@ func containsParts(s, want string) bool {
 // run at once with a cause naming the setting (run would otherwise wait for
 // Redis, not ready), and never echoes the password.
 func TestSecureRedisRefused(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	w := newSecureWorld(t, whatsapptest.Config{Rate: 10, Burst: 10})
 	wrong := "wrong-" + w.prefix
 	w.secrets = append(w.secrets, wrong)
