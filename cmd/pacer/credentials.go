@@ -218,6 +218,12 @@ func plainSecret(content []byte) (string, error) {
 	if strings.ContainsAny(s, "\r\n") {
 		return "", errors.New("the file holds more than one line")
 	}
+	// A secret goes into a request header, where a control character is
+	// refused by the client or the provider: every send would fail later
+	// as a bad request. The character is not quoted (it is in a secret).
+	if i := strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }); i >= 0 {
+		return "", fmt.Errorf("the secret holds a control character (at byte %d)", i)
+	}
 	return s, nil
 }
 

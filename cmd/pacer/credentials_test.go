@@ -199,3 +199,33 @@ func TestCredentialDecodeErrorsQuoteNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainSecretRefusesControlCharacters: a secret file is one line of
+// printable text around white space; a control character inside it (a
+// stray escape, a NUL) is refused when the file is loaded, where the log
+// names the file, rather than failing every send later as a bad request.
+func TestPlainSecretRefusesControlCharacters(t *testing.T) {
+	for _, c := range []struct {
+		content, want, err string
+	}{
+		{"EAAG-token\n", "EAAG-token", ""},
+		{"  EAAG-token \t\n", "EAAG-token", ""},
+		{"", "", "empty"},
+		{"EAAG\nsecond", "", "more than one line"},
+		{"EAAG\x1b[0m-token", "", "control character (at byte 4)"},
+		{"EAAG\x00token", "", "control character (at byte 4)"},
+		{"EAAG\ttoken", "", "control character (at byte 4)"},
+		{"EAAG\x7ftoken", "", "control character (at byte 4)"},
+	} {
+		got, err := plainSecret([]byte(c.content))
+		if c.err == "" {
+			if err != nil || got != c.want {
+				t.Errorf("plainSecret(%q) = %q, %v; want %q", c.content, got, err, c.want)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.err) || strings.Contains(err.Error(), "EAAG") {
+			t.Errorf("plainSecret(%q) error %v; want one saying %q, quoting nothing of the secret", c.content, err, c.err)
+		}
+	}
+}
