@@ -19,7 +19,8 @@ import (
 //	RateLimit: "tenant-day";r=12;t=3600
 //
 // q is the quota (Integer), w the window in seconds (Integer >= 1), r the
-// quota units remaining and t the seconds until more quota is available.
+// quota units remaining (at most q) and t the seconds until more quota is
+// available.
 // The draft's quota units are "requests", "content-bytes" and
 // "concurrent-requests"; message tiers count envelopes, which the draft
 // does not register, so they say so in the vendor parameter pacer-unit and
@@ -30,19 +31,31 @@ import (
 // Source: https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/
 // (fields "RateLimit-Policy" and "RateLimit", read 2026-11).
 
+// quotaOf returns the q and w a tier is advertised with (see above).
+func quotaOf(t quota.Tier) (q, w int64) {
+	switch {
+	case t.Bucket != nil:
+		q, w = int64(math.Round(t.Bucket.PerSecond)), 1
+		if t.Bucket.PerSecond < 1 {
+			q, w = 1, int64(math.Ceil(1/t.Bucket.PerSecond))
+		}
+		return max(q, 1), w
+	case t.Window != nil:
+		return int64(t.Window.Max), max(int64(t.Window.Period/time.Second), 1)
+	}
+	return 0, 1
+}
+
 // policyItem renders one tier as a RateLimit-Policy list member.
 func policyItem(t quota.Tier) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%q", t.Name)
+	q, w := quotaOf(t)
 	switch {
 	case t.Bucket != nil:
-		q, w := int64(math.Round(t.Bucket.PerSecond)), int64(1)
-		if t.Bucket.PerSecond < 1 {
-			q, w = 1, int64(math.Ceil(1/t.Bucket.PerSecond))
-		}
-		fmt.Fprintf(&b, ";q=%d;w=%d;pacer-burst=%d", max(q, 1), w, t.Bucket.Burst)
+		fmt.Fprintf(&b, ";q=%d;w=%d;pacer-burst=%d", q, w, t.Bucket.Burst)
 	case t.Window != nil:
-		fmt.Fprintf(&b, ";q=%d;w=%d", t.Window.Max, max(int64(t.Window.Period/time.Second), 1))
+		fmt.Fprintf(&b, ";q=%d;w=%d", q, w)
 	}
 	if t.Unit == quota.PerMessage {
 		b.WriteString(`;pacer-unit="messages"`)
@@ -85,10 +98,12 @@ func setRateLimit(h http.Header, tiers []quota.Tier, res quota.Result) {
 	h.Set("RateLimit-Policy", strings.Join(items, ", "))
 	i := closest(tiers, res)
 	st := res.Tiers[i]
-	r := st.Remaining
-	if res.Refused == i {
-		r = 0
-	}
+	// r is the quota units remaining of the policy's q: a bucket's burst
+	// above its rate is not advertised as more than q. A refused request
+	// leaves them as they were: a batch larger than what remains is
+	// refused with r naming what a smaller one could still take.
+	q, _ := quotaOf(tiers[i])
+	r := min(int64(st.Remaining), q)
 	reset := st.Reset
 	if st.Wait > reset {
 		reset = st.Wait

@@ -945,3 +945,30 @@ func TestReadyNeedsKafka(t *testing.T) {
 		t.Error("Kafka unreachable: ready")
 	}
 }
+
+// TestRateLimitRemaining: RateLimit's r is the quota units left of the
+// policy's q: a tenant bucket of 5/s with a burst of 10, advertised as
+// q=5, says r=5 with 9 tokens left, not 9; and a batch refused by the day
+// quota because it is larger than what remains says what remains (400),
+// not 0.
+func TestRateLimitRemaining(t *testing.T) {
+	e := newEnv(t, opts{rate: 5, burst: 10, day: 1000})
+	a := e.do(acmeKey, "whatsapp", "application/json", env1("r0"))
+	if a.status != 202 || a.h.Get("RateLimit") != `"tenant";r=5;t=1` {
+		t.Errorf("first request: %d, RateLimit %q; want 202, \"tenant\";r=5;t=1 (9 tokens of q=5)", a.status, a.h.Get("RateLimit"))
+	}
+	batch := func(prefix string, n int) string {
+		var b strings.Builder
+		for i := range n {
+			b.WriteString(env1(fmt.Sprintf("%s%d", prefix, i)) + "\n")
+		}
+		return b.String()
+	}
+	if a := e.do(acmeKey, "whatsapp", "application/x-ndjson", batch("b", 599)); a.status != 202 {
+		t.Fatalf("batch of 599: %d %s", a.status, a.body)
+	}
+	a = e.do(acmeKey, "whatsapp", "application/x-ndjson", batch("c", 500))
+	if p := a.json(t); a.status != 429 || p["tier"] != "tenant-day" || !strings.HasPrefix(a.h.Get("RateLimit"), `"tenant-day";r=400;`) {
+		t.Errorf("batch of 500 with 400 left of the day: %d tier %v, RateLimit %q; want 429 tenant-day, r=400", a.status, p["tier"], a.h.Get("RateLimit"))
+	}
+}
