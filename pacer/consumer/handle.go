@@ -648,6 +648,7 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 		done = true
 	case duplicate:
 		p.m.duplicates.WithLabelValues().Inc()
+		p.tally.count(duplicate)
 		if p.republished(f) {
 			p.countDuplicate(f.env.Campaign)
 		}
@@ -669,6 +670,7 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 	case deferred:
 		if done = p.park(ctx, f.r, time.Now().Add(o.wait), 0); done {
 			p.m.requeued.WithLabelValues(o.reason).Inc()
+			p.tally.count(requeued)
 		}
 	}
 	if done && p.camps != nil {
@@ -679,10 +681,8 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 			} // else counted with its mark (p.delivered)
 		} // a dead letter is counted where it is written (deadLetter), whichever path wrote it
 	}
-	// stopped (and pass or again, which never reach here): not finished.
-	if done {
-		p.tally.count(o.kind)
-	}
+	// The tally counts where the metrics do (deadLetter, retry, requeue,
+	// delivered), so the progress lines add up to them.
 	return done
 }
 
@@ -833,6 +833,7 @@ func (p *Pacer) release(ctx context.Context, env envelope.Envelope, log *slog.Lo
 // happens here: the provider has the message.
 func (p *Pacer) delivered(env envelope.Envelope, res channels.Result, log *slog.Logger) {
 	p.m.deliveredC.Inc()
+	p.tally.count(delivered)
 	dctx := p.markBy.ctx(time.Now())
 	if err := p.redisQueued(dctx, log, func() error {
 		if cl := p.countingLedger(); cl != nil && env.Campaign != "" {
@@ -930,6 +931,7 @@ func (p *Pacer) retry(ctx context.Context, r *kgo.Record, m meta, cause error, l
 		return false
 	}
 	p.m.retries.WithLabelValues().Inc()
+	p.tally.count(retrying)
 	return true
 }
 
@@ -954,6 +956,7 @@ func (p *Pacer) requeue(ctx context.Context, r *kgo.Record, m meta, reason strin
 		return false
 	}
 	p.m.requeued.WithLabelValues(reason).Inc()
+	p.tally.count(requeued)
 	return true
 }
 
@@ -1008,6 +1011,7 @@ func (p *Pacer) deadLetter(ctx context.Context, r *kgo.Record, m meta, reason, d
 		return false
 	}
 	p.m.dlq.WithLabelValues(label).Inc()
+	p.tally.count(deadLettered)
 	p.countDeadLetter(r, label)
 	log.Warn("dead-lettered", "reason", reason, "detail", detail)
 	return true

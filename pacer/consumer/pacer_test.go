@@ -595,17 +595,21 @@ func TestRecordKeyMustMatchEnvelope(t *testing.T) {
 }
 
 // TestProgressAndSummaryLogged: while it delivers, Run logs progress at
-// INFO, and when it stops, a summary of what it finished.
+// INFO, and when it stops, a summary of what it finished, whose counts are
+// the metrics' (a record dead-lettered on its way to a retry tier counts as
+// dead-lettered, its failed tries as retried).
 func TestProgressAndSummaryLogged(t *testing.T) {
-	h := newHarness(t, map[string][]error{"p3": {&channels.Error{Channel: "test", Status: 400, Code: "131026", Class: channels.Permanent}}})
+	transient := &channels.Error{Channel: "test", Status: 503, Code: "2", Class: channels.Transient}
+	h := newHarness(t, map[string][]error{"p3": {&channels.Error{Channel: "test", Status: 400, Code: "131026", Class: channels.Permanent}},
+		"p4": {transient, transient, transient}})
 	var logs consumer.SyncBuffer
 	h.cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	h.cfg.ProgressEvery = time.Second
-	h.produce(env("p1"), env("p2"), env("p3"))
+	h.produce(env("p1"), env("p2"), env("p3"), env("p4"))
 	s := h.sender
 	h.run(func() bool {
 		return s.count(s.success, "p1")+s.count(s.success, "p2") == 2 && h.counter("pacer_dlq_total", "reason", "permanent") == 1 &&
-			strings.Contains(logs.String(), `"msg":"progress"`)
+			h.counter("pacer_dlq_total", "reason", "attempts-exhausted") == 1 && strings.Contains(logs.String(), `"msg":"progress"`)
 	})
 	var progress, summary map[string]any
 	for _, line := range strings.Split(logs.String(), "\n") {
@@ -625,8 +629,8 @@ func TestProgressAndSummaryLogged(t *testing.T) {
 	if progress == nil || progress["delivered"].(float64)+progress["dead_lettered"].(float64) < 1 {
 		t.Errorf("progress line = %v, want one counting what finished", progress)
 	}
-	if summary == nil || summary["delivered"] != 2.0 || summary["dead_lettered"] != 1.0 {
-		t.Errorf("summary = %v, want delivered 2, dead_lettered 1", summary)
+	if summary == nil || summary["delivered"] != 2.0 || summary["dead_lettered"] != 2.0 || summary["retried"] != h.counter("pacer_retries_total") {
+		t.Errorf("summary = %v, want delivered 2, dead_lettered 2, retried %v (pacer_retries_total)", summary, h.counter("pacer_retries_total"))
 	}
 }
 
