@@ -20,6 +20,12 @@ E2E_TIMEOUT ?= 25m
 E2E_PARALLEL ?= 8
 PKGS ?= ./...
 STOP_SERVERS := scripts/kafka.sh stop; scripts/redis.sh stop; scripts/redis-cluster.sh stop
+# STOP_STARTED: what the test and bench targets run when they end: they stop
+# the servers their scripts/test-env.sh started (PACER_TEST_STARTED), and
+# leave those found running (`make servers`, another shell's) alone.
+STOP_STARTED := for s in $${PACER_TEST_STARTED:-}; do scripts/$$s.sh stop; done; \
+	[ -z "$${PACER_TEST_KAFKA_BROKERS:-}" ] || [ "$${PACER_TEST_STARTED:-}" = "kafka redis redis-cluster" ] || \
+	echo "servers found running were left running (make stop-servers stops them)" >&2
 
 .PHONY: build demo test test-e2e bench bench-pacing bench-e2e bench-ingest bench-queue bench-live soak lint servers stop-servers
 
@@ -32,7 +38,7 @@ demo:
 	$(GO) run ./cmd/pacer demo
 
 test:
-	@trap '$(STOP_SERVERS)' EXIT; \
+	@trap '$(STOP_STARTED)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	echo "PACER_TEST_KAFKA_BROKERS=$$PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR=$$PACER_TEST_REDIS_ADDR"; \
 	$(GO) test -race -count=1 -timeout $(GO_TEST_TIMEOUT) $(PKGS)
@@ -42,7 +48,7 @@ test:
 # run a second time without -race.
 E2E_TESTS = $(shell sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\.T).*/\1/p' $$(grep -l '^//go:build e2e' cmd/pacer/*_test.go) | paste -sd'|' -)
 test-e2e:
-	@trap '$(STOP_SERVERS)' EXIT; \
+	@trap '$(STOP_STARTED)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	echo "PACER_TEST_KAFKA_BROKERS=$$PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR=$$PACER_TEST_REDIS_ADDR"; \
 	$(GO) test -tags e2e -count=1 -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) -run '^($(E2E_TESTS))$$' ./cmd/pacer/
@@ -51,7 +57,7 @@ test-e2e:
 # processes x 8 goroutines on one key for 30 s; see bucket/soak_test.go).
 # Figures: BENCHMARKS.md.
 bench:
-	@trap '$(STOP_SERVERS)' EXIT; \
+	@trap '$(STOP_STARTED)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	$(GO) test -tags e2e -bench=. -benchmem -run='^$$' $(PKGS); \
 	$(GO) test -tags soak -run '^TestAccuracySoak$$' -count=1 -v -timeout 10m ./bucket/
@@ -63,7 +69,7 @@ bench:
 # runs its short form. PACER_BENCH_PACING_ONLY="3,7 hidden" runs only the
 # scenarios whose names start with one of the comma-separated prefixes.
 bench-pacing:
-	@trap '$(STOP_SERVERS)' EXIT; \
+	@trap '$(STOP_STARTED)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	PACER_BENCH_PACING=full $(GO) test -tags e2e -count=1 -timeout 40m -v -run '^TestPacingScenarios$$' ./cmd/pacer/ | \
 		grep -v '^\s*pacing_bench_test.go'
@@ -78,7 +84,7 @@ bench-pacing:
 # PACER_BENCH_SPREAD_MAX=20m caps its wait);
 # PACER_BENCH_ENV=K=V,... adds pacer settings. Figures: BENCHMARKS.md.
 bench-queue:
-	@trap '$(STOP_SERVERS)' EXIT; \
+	@trap '$(STOP_STARTED)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	PACER_BENCH_QUEUE=1 $(GO) test -tags e2e -count=1 -timeout 30m -v -run '^TestQueueBench$$' ./cmd/pacer/
 
@@ -90,7 +96,7 @@ bench-queue:
 # runs). About 8 minutes. PACER_BENCH_REPLICAS=N changes the replica
 # count. Figures: BENCHMARKS.md.
 bench-live:
-	@trap '$(STOP_SERVERS)' EXIT; \
+	@trap '$(STOP_STARTED)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	PACER_BENCH_LIVE=1 $(GO) test -tags e2e -count=1 -timeout 40m -v -run '^TestLiveBench$$' ./cmd/pacer/
 
@@ -119,7 +125,7 @@ bench-live:
 # memory with 100,000 active keys and after idle (TestKeysMemoryBench):
 # about 30 minutes more. Figures: BENCHMARKS.md.
 bench-e2e:
-	@trap '$(STOP_SERVERS)' EXIT; \
+	@trap '$(STOP_STARTED)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	PACER_BENCH_E2E=1 $(GO) test -tags e2e -count=1 -timeout 30m -v -run '^TestE2EBench$$' ./cmd/pacer/; \
 	if [ -n "$${BENCH_MEMORY:-}" ]; then \
@@ -129,7 +135,7 @@ bench-e2e:
 # Long runs kept out of `make test-e2e`: the 5-minute cooldown of the delivery
 # guarantees (issue: none dead-lettered as attempts-exhausted).
 soak:
-	@trap '$(STOP_SERVERS)' EXIT; \
+	@trap '$(STOP_STARTED)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	PACER_TEST_COOLDOWN=5m $(GO) test -tags e2e -count=1 -timeout 30m -v -run 'TestLongCooldown' ./cmd/pacer/
 
@@ -152,6 +158,6 @@ stop-servers:
 # the issue asks: about 8 minutes in all). Figures: BENCHMARKS.md.
 PACER_BENCH_DURATION ?= 60s
 bench-ingest:
-	@trap '$(STOP_SERVERS)' EXIT; \
+	@trap '$(STOP_STARTED)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	PACER_BENCH_DURATION=$(PACER_BENCH_DURATION) $(GO) test -tags benchingest -run '^TestLoad' -count=1 -v -timeout 30m ./pacer/ingest/

@@ -11,6 +11,7 @@
 #   export PACER_TEST_REDIS_ADDR=127.0.0.1:PORT
 #   export PACER_TEST_REDIS_CLUSTER=127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3
 #   export PACER_PROMTOOL=<path of promtool>
+#   export PACER_TEST_STARTED='kafka redis redis-cluster'   (those this call started)
 #
 # and the secured listeners of the broker and the server it started
 # (`scripts/kafka.sh env`, `scripts/redis.sh env`): PACER_TEST_KAFKA_SASL_BROKERS
@@ -85,23 +86,30 @@ _pacer_test_env() {
 	fi
 	PACER_PROMTOOL=$promtool
 
-	local secure=()
+	# started: the servers this call started (not found running in their
+	# run directories), the ones the make targets stop when they end.
+	local secure=() started=()
 	if [[ -z ${PACER_TEST_KAFKA_BROKERS:-} ]]; then
+		"$root/scripts/kafka.sh" status >/dev/null 2>&1 || started+=(kafka)
 		PACER_TEST_KAFKA_BROKERS=$("$root/scripts/kafka.sh" start)
 		[[ -n ${PACER_TEST_KAFKA_SASL_BROKERS:-} ]] || secure+=("$("$root/scripts/kafka.sh" env)")
 	fi
 	if [[ -z ${PACER_TEST_REDIS_ADDR:-} ]]; then
+		"$root/scripts/redis.sh" status >/dev/null 2>&1 || started+=(redis)
 		PACER_TEST_REDIS_ADDR=$("$root/scripts/redis.sh" start)
 		[[ -n ${PACER_TEST_REDIS_TLS_ADDR:-} ]] || secure+=("$("$root/scripts/redis.sh" env)")
 	fi
 	if [[ -z ${PACER_TEST_REDIS_CLUSTER:-} ]]; then
+		"$root/scripts/redis-cluster.sh" status >/dev/null 2>&1 || started+=(redis-cluster)
 		PACER_TEST_REDIS_CLUSTER=$("$root/scripts/redis-cluster.sh" start)
 	fi
-	export PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR PACER_TEST_REDIS_CLUSTER PACER_PROMTOOL
+	PACER_TEST_STARTED="${started[*]}"
+	export PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR PACER_TEST_REDIS_CLUSTER PACER_PROMTOOL PACER_TEST_STARTED
 	printf 'export PACER_TEST_KAFKA_BROKERS=%q\n' "$PACER_TEST_KAFKA_BROKERS"
 	printf 'export PACER_TEST_REDIS_ADDR=%q\n' "$PACER_TEST_REDIS_ADDR"
 	printf 'export PACER_TEST_REDIS_CLUSTER=%q\n' "$PACER_TEST_REDIS_CLUSTER"
 	printf 'export PACER_PROMTOOL=%q\n' "$PACER_PROMTOOL"
+	printf 'export PACER_TEST_STARTED=%q\n' "$PACER_TEST_STARTED"
 	# Lines of kafka.sh env and redis.sh env: "export NAME=VALUE" with
 	# values of ports and paths only.
 	local block
