@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -150,6 +151,20 @@ type configError struct {
 }
 
 func (e *configError) Error() string { return e.Var + ": " + e.Problem }
+
+// listenSetting listens on addr, the value of the setting name, or returns
+// a *configError naming it; an address in use says what to do about it (a
+// second process on one host meets the first one's default port).
+func listenSetting(name, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, &configError{name, fmt.Sprintf("%s is in use (another pacer process on this host?): set %s to a free port, or to 127.0.0.1:0 to pick one", addr, name)}
+	}
+	if err != nil {
+		return nil, &configError{name, err.Error()}
+	}
+	return ln, nil
+}
 
 // loadConfig reads the configuration through lookup (os.LookupEnv in main,
 // a map in tests) and validates it for channel ch: every problem found,

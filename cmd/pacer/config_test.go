@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -404,4 +406,26 @@ func TestMisspelledSettings(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("misspelled settings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// TestListenSettingInUse: a listen address another process holds (a
+// second replica on one host meets the first one's default :9464) is
+// refused naming the setting and how to pick a free port.
+func TestListenSettingInUse(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	_, err = listenSetting("PACER_METRICS_ADDR", held.Addr().String())
+	var ce *configError
+	if !errors.As(err, &ce) || ce.Var != "PACER_METRICS_ADDR" || !strings.Contains(err.Error(), "is in use") ||
+		!strings.Contains(err.Error(), "127.0.0.1:0 to pick one") {
+		t.Errorf("listen on a held address: %v; want a configError of PACER_METRICS_ADDR saying it is in use and how to pick a free port", err)
+	}
+	ln, err := listenSetting("PACER_METRICS_ADDR", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("a free port: %v", err)
+	}
+	ln.Close()
 }

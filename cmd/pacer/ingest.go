@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"reflect"
@@ -229,9 +228,9 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
-	ln, err := net.Listen("tcp", ic.Addr)
+	ln, err := listenSetting("PACER_INGEST_ADDR", ic.Addr)
 	if err != nil {
-		return &configError{"PACER_INGEST_ADDR", err.Error()}
+		return err
 	}
 	mux := http.NewServeMux()
 	ops := opsHandler(reg, func() bool {

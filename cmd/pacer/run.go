@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"strings"
@@ -69,9 +68,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return err
 	}
 
-	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	ln, err := listenSetting("PACER_METRICS_ADDR", cfg.MetricsAddr)
 	if err != nil {
-		return &configError{"PACER_METRICS_ADDR", err.Error()}
+		return err
 	}
 	defer ln.Close()
 	rdb, err := newRedis(cfg)
