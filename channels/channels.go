@@ -101,6 +101,14 @@ type Error struct {
 	RetryAfter time.Duration // delay the provider asked for; 0 if none
 	Detail     string        // short provider message, safe to log; may be ""
 	Err        error         // transport or decode cause; may be nil
+	// Gone: the provider says the recipient is dead for this sender and
+	// documents that it will stay so (a device token unregistered from the
+	// app or project): Class is Permanent, and the caller stops sending to
+	// the recipient (suppresses it) as well as dropping the message.
+	Gone bool
+	// GoneSince is when the provider saw the recipient gone, if it said
+	// (APNs's 410 timestamp); zero otherwise.
+	GoneSince time.Time
 }
 
 // Error returns "<channel>: <class> status=<n> code=<c>: <detail>".
