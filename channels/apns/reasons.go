@@ -28,6 +28,7 @@ type rule struct {
 //     https://developer.apple.com/documentation/usernotifications/establishing-a-token-based-connection-to-apns
 //   - 410 can lag days behind an uninstall:
 //     https://developer.apple.com/forums/thread/745902
+//
 // gone are the reasons whose token APNs documents as dead for the topic
 // ("stop sending notifications to that token", 410) [A-RS]: the answer
 // sets channels.Error.Gone. BadDeviceToken and DeviceTokenNotForTopic
