@@ -20,6 +20,7 @@ import (
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/ledger"
+	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
@@ -95,6 +96,9 @@ type harness struct {
 	// wrapBucket, if set, wraps each pacer's Deps.Bucket (to watch its
 	// grants).
 	wrapBucket func(consumer.Bucket) consumer.Bucket
+	// suppress, if true, gives each pacer a Deps.Suppress on its Redis
+	// client (as pacer run does by default).
+	suppress bool
 }
 
 func newHarness(t *testing.T, script map[string][]error) *harness {
@@ -148,6 +152,9 @@ func (h *harness) start(cfg consumer.Config, sender channels.Sender, reg prometh
 		Fallback: bucket.NewLocal(bucket.LocalConfig{Replicas: 2})}
 	if h.ping {
 		deps.RedisPing = func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
+	}
+	if h.suppress {
+		deps.Suppress = suppress.NewStore(rdb, lim.Keys())
 	}
 	p, err := consumer.New(cfg, append([]kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)}, kopts...), deps, reg)
 	if err != nil {
