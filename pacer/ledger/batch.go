@@ -82,8 +82,9 @@ type CountWriter func(ctx context.Context, pipe redis.Pipeliner, counts []Count)
 // node) of ledger.lua calls, one per channel (per pacing key under Redis
 // Cluster, whose keys of one call must share a slot), at most 1,000
 // operations each. Each call runs a handful of commands whatever its size
-// (TIME, MGET of the cooldowns, an HMGET per generation read, one HSET and
-// one PEXPIREAT; see [Ledger]), so Redis commands per message fall as the
+// (TIME, MGET of the cooldowns, an HMGET of each pacing key's
+// suppressions its claims check, an HMGET per generation read, one HSET
+// and one PEXPIREAT; see [Ledger]), so Redis commands per message fall as the
 // batch grows, and round trips per message are about 1 / (messages per
 // flush). Redis runs the operations of a flush in the order they were
 // made, marks and releases before claims, so a claim always sees every
