@@ -146,6 +146,9 @@ func (s *Store) Get(ctx context.Context, channel, key, h string, now time.Time) 
 // device token of hash h again at at: an [Unregistered] entry the provider
 // saw before at (APNs: a token registered after its 410 timestamp is valid
 // again) is removed, and Registered reports true. Any other entry stays.
+// The read and the removal are two calls: a 410 written between them is
+// removed too, and the next send to the token, answered 410 again,
+// suppresses it anew.
 func (s *Store) Registered(ctx context.Context, channel, key, h string, at time.Time) (bool, error) {
 	e, ok, err := s.Get(ctx, channel, key, h, time.Now())
 	if err != nil || !ok || e.Reason != Unregistered || !e.At.Before(at) {
