@@ -88,6 +88,18 @@ func (k Keys) Pairs(channel, key string) string { return k.name(channel, key, "p
 // Breaker is the hash of a pacing key's circuit breaker (package adapt).
 func (k Keys) Breaker(channel, key string) string { return k.name(channel, key, "breaker") }
 
+// Suppressed is the hash of a pacing key's suppressed recipients (package
+// suppress): recipient hash (never the address or token) -> entry. It is
+// in the key's slot, so the ledger's claim reads it in the same call.
+func (k Keys) Suppressed(channel, key string) string { return k.name(channel, key, "suppressed") }
+
+// SuppressedExpiry is the sorted set of a pacing key's suppressions that
+// expire (package suppress): recipient hash -> Unix ms of the expiry, so
+// expired entries are found and removed without a scan.
+func (k Keys) SuppressedExpiry(channel, key string) string {
+	return k.name(channel, key, "suppressed:expiry")
+}
+
 // IDs is the ledger hash of one generation of a pacing key's envelope
 // ids (package ledger), used under Redis Cluster: in the key's slot, beside
 // the cooldown its claims read.

@@ -104,6 +104,14 @@ type Error struct {
 	// for (WhatsApp's fbtrace_id, APNs's apns-id); "" if none.
 	Trace string
 	Err   error // transport or decode cause; may be nil
+	// Gone: the provider says the recipient is dead for this sender and
+	// documents that it will stay so (a device token unregistered from the
+	// app or project): Class is Permanent, and the caller stops sending to
+	// the recipient (suppresses it) as well as dropping the message.
+	Gone bool
+	// GoneSince is when the provider saw the recipient gone, if it said
+	// (APNs's 410 timestamp); zero otherwise.
+	GoneSince time.Time
 }
 
 // Error returns "<channel>: <class> status=<n> code=<c> trace=<t>:

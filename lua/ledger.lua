@@ -17,16 +17,23 @@
 -- KEYS[1]         the first cooldown key: KEYS[1..c] are the cooldown keys
 --                 of the claimed ids' pacing keys (bucket's: the cooldown's
 --                 end in µs of Redis TIME); c may be 0
--- KEYS[c+1..c+7]  the generation hashes of generations base .. base+6, all
+-- KEYS[c+1..2c]   the suppression hashes of the same pacing keys, in the
+--                 same order (package suppress: recipient hash ->
+--                 "<expires_ms> <a|m> <reason> <at_ms>", expires_ms 0 =
+--                 until removed, m = marketing messages only)
+-- KEYS[2c+1..2c+7] the generation hashes of generations base .. base+6, all
 --                 in one Redis Cluster slot with the cooldown keys
 -- ARGV[1]         gen_ms: generation length, integer >= 1 (ms)
--- ARGV[2]         base: the generation of KEYS[c+1], integer; the caller
+-- ARGV[2]         base: the generation of KEYS[2c+1], integer; the caller
 --                 passes its own clock's generation - 5, so Redis TIME's
 --                 generation must be base+4 .. base+6 (clocks apart by less
 --                 than one generation), else an error
 -- ARGV[3]         c: how many of KEYS are cooldown keys, integer >= 0
--- ARGV[4..]       operations, 4 arguments each, run in order:
---                   op, field, arg, cooldown index (1..c, or 0)
+-- ARGV[4..]       operations, 5 arguments each, run in order:
+--                   op, field, arg, cooldown index (1..c, or 0), recipient
+--                 recipient: "" (not checked), else the recipient's hash
+--                   in the suppression hash of the cooldown index ("m"
+--                   before it: a marketing message); claims only
 --                 op "d": mark field delivered, arg = provider id (may be "")
 --                 op "x": mark field dead-lettered, arg = reason (may be
 --                         ""), unless it is delivered
@@ -41,6 +48,8 @@
 --   "c"/"f": "claimed", "delivered" (final, even in a cooldown),
 --        "deadlettered" (its DLQ copy was written; "c" only, nothing
 --        written, even in a cooldown: "f" takes it over as a claim),
+--        "suppressed:<reason>" (the recipient is suppressed, its entry
+--        not expired at Redis TIME; nothing written, even in a cooldown),
 --        "abandoned" (claimed by another owner, which may or may not have
 --        sent it; "c" only, nothing written) or "cooldown:<us>" (the
 --        pacing key cools down <us> more microseconds; nothing written)
@@ -49,6 +58,7 @@
 -- than a generation.
 --
 -- Commands: TIME; MGET of the cooldown keys when a claim is made; one HMGET
+-- per suppression hash a claim with a recipient reads; one HMGET
 -- per generation read (5) when a claim, release, read or dead-lettered
 -- mark is made (delivered marks alone read nothing); one HSET and one PEXPIREAT of the current hash when
 -- anything is written; one HDEL per hash a release drops a claim from.
@@ -65,29 +75,30 @@ end
 if not base or base ~= math.floor(base) then
   return redis.error_reply('ERR ledger: base must be an integer')
 end
-if not c or c < 0 or c ~= math.floor(c) or #KEYS ~= c + 7 then
-  return redis.error_reply('ERR ledger: c must be an integer >= 0 with c + 7 keys')
+if not c or c < 0 or c ~= math.floor(c) or #KEYS ~= 2 * c + 7 then
+  return redis.error_reply('ERR ledger: c must be an integer >= 0 with 2c + 7 keys')
 end
-local nops = (#ARGV - 3) / 4
+local nops = (#ARGV - 3) / 5
 if nops < 1 or nops ~= math.floor(nops) then
-  return redis.error_reply('ERR ledger: operations must come in fours')
+  return redis.error_reply('ERR ledger: operations must come in fives')
 end
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local g = math.floor(math.floor(now_us / 1000) / gen_ms)
-local cur = g - base + 1 -- index of the current generation among KEYS[c+1..c+7]
+local cur = g - base + 1 -- index of the current generation among KEYS[2c+1..2c+7]
 if cur < 5 or cur > 7 then
   return redis.error_reply('ERR ledger: the caller\'s clock is off Redis TIME by more than a generation (' .. gen_ms .. ' ms)')
 end
-local function hkey(i) return KEYS[c + i] end -- i: cur-4 .. cur
+local function hkey(i) return KEYS[2 * c + i] end -- i: cur-4 .. cur
 
 -- The fields to read: those of claims, releases and reads.
 local valid = {d = true, x = true, r = true, c = true, f = true, q = true}
 local fields, seen = {}, {}
 local needcool = false
+local supf = {} -- cooldown index -> the recipient hashes its claims check
 for j = 0, nops - 1 do
-  local at = 4 + 4 * j
+  local at = 4 + 5 * j
   local op, f = ARGV[at], ARGV[at + 1]
   if not valid[op] then
     return redis.error_reply('ERR ledger: operation ' .. (j + 1) .. ' is not d, x, r, c, f or q')
@@ -101,6 +112,12 @@ for j = 0, nops - 1 do
       local ci = tonumber(ARGV[at + 3])
       if not ci or ci < 1 or ci > c then
         return redis.error_reply('ERR ledger: cooldown index of operation ' .. (j + 1) .. ' is outside 1..c')
+      end
+      local to = ARGV[at + 4]
+      if to ~= '' then
+        if string.byte(to, 1) == 109 then to = string.sub(to, 2) end -- 'm'
+        supf[ci] = supf[ci] or {}
+        table.insert(supf[ci], to)
       end
     end
     if not seen[f] then
@@ -121,6 +138,36 @@ if needcool then
       cool[i] = 'cooldown:' .. string.format('%.0f', cd - now_us)
     end
   end
+end
+
+-- The suppressions of the claims' recipients: sup[ci][hash] = the entry
+-- ("<expires_ms> <a|m> <reason> <at_ms>") while it has not expired.
+local sup = {}
+for ci, hs in pairs(supf) do
+  local vals = redis.call('HMGET', KEYS[c + ci], unpack(hs))
+  for k = 1, #hs do
+    local v = vals[k]
+    if v then
+      local e, sc, rs = string.match(v, '^(%d+) (%a) (%S+)')
+      local ems = tonumber(e)
+      if ems and (ems == 0 or ems * 1000 > now_us) then
+        sup[ci] = sup[ci] or {}
+        sup[ci][hs[k]] = {sc, rs}
+      end
+    end
+  end
+end
+-- suppressed returns the reason the claim of operation at is refused for,
+-- or nil.
+local function suppressed(at)
+  local to = ARGV[at + 4]
+  if to == '' then return nil end
+  local marketing = string.byte(to, 1) == 109
+  if marketing then to = string.sub(to, 2) end
+  local s = sup[tonumber(ARGV[at + 3])]
+  local e = s and s[to]
+  if e and (e[1] == 'a' or marketing) then return e[2] end
+  return nil
 end
 
 -- A field read (seen[f]) has: dl[f], its "d:" value if delivered; cl[f],
@@ -172,7 +219,7 @@ end
 
 local out = {}
 for j = 0, nops - 1 do
-  local at = 4 + 4 * j
+  local at = 4 + 5 * j
   local op, f, arg = ARGV[at], ARGV[at + 1], ARGV[at + 2]
   local r
   if op == 'd' then
@@ -205,10 +252,13 @@ for j = 0, nops - 1 do
   else -- 'c' or 'f'
     local claim = cl[f]
     local mine = 'c:' .. arg
+    local why = suppressed(at)
     if dl[f] then
       r = 'delivered'
     elseif op == 'c' and claim and string.byte(claim, 1) == 120 then
       r = 'deadlettered'
+    elseif why then
+      r = 'suppressed:' .. why
     elseif cool[tonumber(ARGV[at + 3])] then
       r = cool[tonumber(ARGV[at + 3])]
     elseif claim and claim ~= mine and op ~= 'f' then

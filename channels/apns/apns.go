@@ -390,8 +390,12 @@ func (c *Client) failure(resp *http.Response, raw []byte) *channels.Error {
 	if r, ok := reasons[reason]; ok {
 		e.Class, e.Scope, e.Detail = r.class, r.scope, r.meaning
 	}
+	e.Gone = gone[reason] && resp.StatusCode == http.StatusGone
 	var b errorBody
 	if json.Unmarshal(raw, &b) == nil && b.Timestamp != nil {
+		if e.Gone {
+			e.GoneSince = time.UnixMilli(*b.Timestamp).UTC()
+		}
 		ts := strconv.FormatInt(*b.Timestamp, 10)
 		if e.Detail != "" {
 			e.Detail += "; "

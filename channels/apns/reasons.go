@@ -28,6 +28,14 @@ type rule struct {
 //     https://developer.apple.com/documentation/usernotifications/establishing-a-token-based-connection-to-apns
 //   - 410 can lag days behind an uninstall:
 //     https://developer.apple.com/forums/thread/745902
+//
+// gone are the reasons whose token APNs documents as dead for the topic
+// ("stop sending notifications to that token", 410) [A-RS]: the answer
+// sets channels.Error.Gone. BadDeviceToken and DeviceTokenNotForTopic
+// (400) may be an environment or topic mismatch of ours, not a dead
+// token, so they only fail the message.
+var gone = map[string]bool{"Unregistered": true, "ExpiredToken": true}
+
 var reasons = map[string]rule{
 	// Throttle: only this device token; "you can retry with a delay". [A-RS]
 	"TooManyRequests": {channels.Throttle, channels.ScopePair, "too many requests to the same device token"}, // 429

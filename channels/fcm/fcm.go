@@ -499,6 +499,9 @@ func (c *Client) failure(resp *http.Response, raw []byte, secrets []string, now 
 		} else {
 			e.Class = statusClass(resp.StatusCode)
 		}
+		// "The app instance was unregistered from FCM ... stop using this
+		// registration token" [F-EC]: the token is dead for the project.
+		e.Gone = e.Code == "UNREGISTERED"
 	}
 	if e.Class == channels.Throttle {
 		e.Scope = throttleScope(ds)

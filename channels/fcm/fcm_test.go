@@ -95,6 +95,9 @@ func TestSendClassification(t *testing.T) {
 		if e.Scope != scope {
 			t.Errorf("Scope = %v, want %v", e.Scope, scope)
 		}
+		if want := d.Code == "UNREGISTERED"; e.Gone != want || !e.GoneSince.IsZero() {
+			t.Errorf("Gone = %v since %v, want %v since nothing", e.Gone, e.GoneSince, want)
+		}
 		if e.Detail != g.Error.Message[:min(len(g.Error.Message), 200)] {
 			t.Errorf("Detail = %q, want error.message %q", e.Detail, g.Error.Message)
 		}

@@ -109,6 +109,8 @@ type config struct {
 	RetryDelays []time.Duration `env:"PACER_RETRY_DELAYS, default=5s,30s,5m" pacer:"RetryDelays"`
 	// PACER_UNKNOWN_OUTCOME: what to do when a send got no answer or a dead process left a claim: dlq or resend; default dlq.
 	UnknownOutcome string `env:"PACER_UNKNOWN_OUTCOME, default=dlq" pacer:"UnknownOutcome"`
+	// PACER_SUPPRESS: whether `pacer run` checks each recipient in its pacing key's suppressions (in the ledger claim's own script call) and suppresses a recipient the provider calls gone (APNs 410, FCM UNREGISTERED); default true.
+	Suppress bool `env:"PACER_SUPPRESS, default=true"`
 	// PACER_REDIS_FAILURE: when Redis is unreachable: closed (stop sending, keep every record) or local (pace in-process at rate / PACER_EXPECTED_REPLICAS); default closed.
 	RedisFailure string `env:"PACER_REDIS_FAILURE, default=closed" pacer:"RedisFailure" unit:"closed|local"`
 	// PACER_EXPECTED_REPLICAS: replicas sharing each channel, for the local failure mode's share of the rate; default 1.

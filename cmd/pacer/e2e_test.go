@@ -258,15 +258,22 @@ var metricsAddrRE = regexp.MustCompile(`msg="metrics listening" addr=(\S+)`)
 
 func (e *e2e) run(extraEnv ...string) *proc {
 	e.t.Helper()
-	cmd := exec.Command(pacerBin, "run", "--channel", "whatsapp", "--topic", e.topic, "--group", "pacer-"+e.prefix)
-	cmd.Env = e.env(extraEnv...)
+	return startPacer(e.t, e.env(extraEnv...), "run", "--channel", "whatsapp", "--topic", e.topic, "--group", "pacer-"+e.prefix)
+}
+
+// startPacer starts the pacer binary with args in env (killed when t
+// ends, if still running) and reads its log.
+func startPacer(t testing.TB, env []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(pacerBin, args...)
+	cmd.Env = env
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	p := &proc{cmd: cmd, metrics: make(chan string, 1), done: make(chan error, 1)}
 	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -281,7 +288,7 @@ func (e *e2e) run(extraEnv ...string) *proc {
 		}
 		p.done <- cmd.Wait()
 	}()
-	e.t.Cleanup(func() {
+	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			cmd.Process.Kill()
 		}

@@ -41,6 +41,7 @@ commands:
   dlq replay     put dead-lettered records back on the main topic
   limit          set, get or unset a pacing key's limit at run time (set|get|unset)
   campaign       pause, resume or cancel a campaign at run time, or show its status
+  suppress       list, add, remove, import or export a pacing key's suppressed recipients
   demo           run the whole flow in-process: embedded Kafka, Redis and a fake provider
   fake-provider  serve a channel's fake provider API, for tests
   version        print the version of this binary
@@ -88,6 +89,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdCampaign(ctx, args[1:], stdout, stderr, lookup)
 	case "dlq":
 		err = cmdDLQ(ctx, args[1:], stdout, stderr, lookup)
+	case "suppress":
+		err = cmdSuppress(ctx, args[1:], stdin, stdout, stderr, lookup)
 	case "fake-provider":
 		err = cmdFakeProvider(ctx, args[1:], stdout, stderr)
 	case "version", "--version":

@@ -19,6 +19,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/pacerhq/pacer/pacer/statuspage"
+	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -124,6 +125,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 			log.Error("idempotency ledger: marks not written at exit; their records read as unknown outcome if delivered again", "err", err)
 		}
 	}()
+	var sup *suppress.Store // PACER_SUPPRESS=false: none
+	if cfg.Suppress {
+		sup = suppress.NewStore(rdb, lim.Keys())
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), trips.collector(ch.name))
 	reg.MustRegister(connMetrics(ch)...)
@@ -132,7 +137,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		consumer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Ledger: led, Sender: sender,
 			Fallback:  bucket.NewLocal(bucket.LocalConfig{Replicas: cfg.ExpectedReplicas}),
 			RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
-			Policy:    policy, Campaigns: ctl}, reg)
+			Policy:    policy, Campaigns: ctl, Suppress: sup}, reg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}

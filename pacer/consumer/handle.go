@@ -418,7 +418,7 @@ const claimTrip = 3 * time.Millisecond
 func (p *Pacer) claimAhead(f *flight, at time.Time) {
 	if f.ahead == nil {
 		force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
-		f.ahead = p.ledger.ClaimAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force)
+		f.ahead = p.ledger.ClaimForAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force, p.recipient(f))
 	}
 	if time.Until(at) < p.ledger.FlushInterval()+claimTrip {
 		p.ledger.FlushBy(at.Add(-claimTrip))
@@ -469,9 +469,12 @@ func (p *Pacer) claim(f *flight) outcome {
 	var res ledger.ClaimResult
 	var cool time.Duration
 	var err error
+	var why string // res Suppressed: the suppression's reason
 	if pc := f.ahead; pc != nil {
 		f.ahead = nil
-		if res, cool, err = pc.Wait(ctx); err != nil && ctx.Err() == nil {
+		res, cool, err = pc.Wait(ctx)
+		why = pc.Suppression()
+		if err != nil && ctx.Err() == nil {
 			p.m.redisErrors.WithLabelValues().Inc()
 			f.log.Debug("claim started ahead failed; claiming again", "err", err)
 		}
@@ -482,7 +485,9 @@ func (p *Pacer) claim(f *flight) outcome {
 	}
 	if res == ledger.ClaimUnknown && ctx.Err() == nil {
 		err = p.redis(ctx, f.log, func() (err error) {
-			res, cool, err = p.ledger.Claim(ctx, p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force)
+			pc := p.ledger.ClaimForAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force, p.recipient(f))
+			res, cool, err = pc.Wait(ctx)
+			why = pc.Suppression()
 			return err
 		})
 	} else if ctx.Err() != nil {
@@ -511,6 +516,8 @@ func (p *Pacer) claim(f *flight) outcome {
 		return p.coolDown(ctx, cool)
 	case ledger.Delivered:
 		return outcome{kind: duplicate}
+	case ledger.Suppressed:
+		return p.suppressed(why)
 	case ledger.DeadLettered:
 		// Dead-lettered already, by a process that stopped before its
 		// offset commit: its DLQ copy is written.
@@ -600,6 +607,9 @@ func (p *Pacer) send(f *flight) outcome {
 		f.m.attempt++
 		return outcome{kind: retrying, err: err}
 	case channels.Permanent:
+		if perr != nil && perr.Gone {
+			p.gone(ctx, f, perr)
+		}
 		if code := codeOf(perr); code == channels.CodeNoCredentials {
 			return dead(code, err.Error()) // replayable as such once the credential exists
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -32,6 +33,8 @@ type metrics struct {
 	lateness    *prometheus.HistogramVec // channel
 	throttles   *prometheus.CounterVec   // channel, scope
 	handoffs    *prometheus.CounterVec   // channel
+	// suppressed, suppressionsAdded: by suppression reason (suppress.Reasons, else other)
+	suppressed, suppressionsAdded *prometheus.CounterVec
 
 	// The children every record updates, looked up once (a vector's
 	// WithLabelValues hashes its labels and takes a lock at each call).
@@ -42,6 +45,15 @@ type metrics struct {
 
 	codesMu sync.Mutex
 	codes   map[string]bool // provider codes given a label so far
+}
+
+// suppressedBy is the pacer_suppressed_total child of reason: one of
+// suppress.Reasons, else "other" (an entry written by something newer).
+func (m *metrics) suppressedBy(reason string) prometheus.Counter {
+	if _, err := suppress.ParseReason(reason); err != nil {
+		reason = "other"
+	}
+	return m.suppressed.WithLabelValues(reason)
 }
 
 // maxCodes bounds the code label of pacer_responses_total: codes beyond the
@@ -107,6 +119,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Messages the provider accepted."),
 		duplicates: counter("duplicates_skipped_total", nil,
 			"Re-delivered records whose id the idempotency ledger shows as delivered, or dead-lettered while claimed; not sent, not dead-lettered again."),
+		suppressed: counter("suppressed_total", []string{"reason"},
+			"Records dead-lettered without a request because their recipient is suppressed for their pacing key, by the suppression's reason (unregistered, undeliverable, marketing-limit, bounce, dropped, spamreport, unsubscribe, manual, other)."),
+		suppressionsAdded: counter("suppressions_added_total", []string{"reason"},
+			"Suppression entries this process wrote from provider answers (a recipient gone: APNs 410 Unregistered or ExpiredToken, FCM UNREGISTERED), by reason."),
 		handoffs: counter("priority_handoffs_total", nil,
 			"Send slots a normal-priority record gave to a waiting high-priority record of its pacing key."),
 		requeued: counter("requeued_total", []string{"reason"},
@@ -143,6 +159,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.requeued.WithLabelValues(r)
 	}
 	m.retries.WithLabelValues()
+	for _, r := range suppress.Reasons {
+		m.suppressed.WithLabelValues(string(r))
+	}
+	m.suppressionsAdded.WithLabelValues(string(suppress.Unregistered))
 	m.handoffs.WithLabelValues()
 	m.duplicates.WithLabelValues()
 	m.redisErrors.WithLabelValues()
@@ -157,7 +177,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.throttles.WithLabelValues(s.String())
 	}
 	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.handoffs, m.retries, m.dlq, m.bucketWait, m.takeLatency,
-		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls, m.lateSlots, m.overloaded, m.lateness, m.throttles} {
+		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls, m.lateSlots, m.overloaded, m.lateness, m.throttles,
+		m.suppressed, m.suppressionsAdded} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

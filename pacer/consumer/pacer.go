@@ -89,7 +89,9 @@
 //	pacer_duplicates_skipped_total      re-delivered records already delivered (or dead-lettered)
 //	pacer_requeued_total{reason}        records put back for later (cooldown, token-wait, halt)
 //	pacer_retries_total                 records sent to a retry topic after a transient failure
-//	pacer_dlq_total{reason}             records dead-lettered, by reason
+//	pacer_dlq_total{reason}             records dead-lettered, by reason (suppressed: see below)
+//	pacer_suppressed_total{reason}      records dead-lettered at their claim: recipient suppressed, by suppression reason
+//	pacer_suppressions_added_total{reason} suppressions written from answers (a recipient gone)
 //	pacer_bucket_wait_seconds           histogram: token wait per message
 //	pacer_take_duration_seconds         histogram: one bucket call to Redis
 //	pacer_send_duration_seconds         histogram: one provider request
@@ -142,6 +144,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/pacerhq/pacer/pacer/park"
 	"github.com/pacerhq/pacer/pacer/produce"
+	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -181,6 +184,13 @@ type Deps struct {
 	// Campaigns holds campaign states (paused, cancelled) and counters
 	// (*control.Store); nil: no campaign control, nothing counted.
 	Campaigns campaign.Store
+	// Suppress holds the recipients each pacing key must not send to; nil:
+	// none. With it, every claim checks its recipient in the same ledger
+	// call (a suppressed one is dead-lettered "suppressed:<reason>"
+	// without a request), and an answer that says the recipient is gone
+	// ([channels.Error].Gone: APNs 410, FCM UNREGISTERED) suppresses it.
+	// It must name its keys as the Ledger does.
+	Suppress *suppress.Store
 }
 
 // Redis failure modes for [Config.RedisFailure].
@@ -479,6 +489,7 @@ type Pacer struct {
 	kopts    []kgo.Opt
 	bucket   Bucket
 	ledger   *ledger.Batcher
+	suppress *suppress.Store // nil: no suppression
 	adapter  Adapter
 	fallback Bucket
 	ping     func(ctx context.Context) error
@@ -571,7 +582,7 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	if err != nil {
 		return nil, fmt.Errorf("pacer: metrics: %w", err)
 	}
-	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, sender: deps.Sender, m: m,
+	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, suppress: deps.Suppress, sender: deps.Sender, m: m,
 		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{},
 		ids: map[idRef]chan struct{}{}, handlers: newGoPool(), markBy: newDeadlines(context.Background(), 30*time.Second)}
 	p.retryLog.Every = RetryLogEvery

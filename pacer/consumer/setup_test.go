@@ -21,6 +21,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/campaign"
 	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/ledger"
+	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
@@ -99,6 +100,9 @@ type harness struct {
 	// campaigns, if set, is each pacer's Deps.Campaigns (live control and
 	// campaign counts), on h's Redis.
 	campaigns func(rdb *redis.Client, keys bucket.Keys) campaign.Store
+	// suppress, if true, gives each pacer a Deps.Suppress on its Redis
+	// client (as pacer run does by default).
+	suppress bool
 }
 
 func newHarness(t *testing.T, script map[string][]error) *harness {
@@ -155,6 +159,9 @@ func (h *harness) start(cfg consumer.Config, sender channels.Sender, reg prometh
 	}
 	if h.ping {
 		deps.RedisPing = func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
+	}
+	if h.suppress {
+		deps.Suppress = suppress.NewStore(rdb, lim.Keys())
 	}
 	p, err := consumer.New(cfg, append([]kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)}, kopts...), deps, reg)
 	if err != nil {

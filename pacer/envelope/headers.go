@@ -62,21 +62,25 @@ const (
 
 // DLQReasons are the values of [HeaderReason] on DLQ records (and the reason
 // label of pacer_dlq_total); a permanent failure's record carries
-// "permanent:<provider code>".
-var DLQReasons = []string{"malformed", "expired", "permanent", "attempts-exhausted", "unknown-outcome", "too-large", "cancelled", "no-credentials"}
+// "permanent:<provider code>", a suppressed recipient's
+// "suppressed:<suppression reason>" (the label stays the part before ':').
+var DLQReasons = []string{"malformed", "expired", "permanent", "attempts-exhausted", "unknown-outcome", "too-large", "cancelled", "no-credentials", "suppressed"}
 
 // CheckReason returns an error naming the valid reasons unless r is one of
-// [DLQReasons] or "permanent:<code>" with a non-empty code.
+// [DLQReasons], "permanent:<code>" with a non-empty code or
+// "suppressed:<reason>" with a non-empty reason.
 func CheckReason(r string) error {
 	for _, d := range DLQReasons {
 		if r == d {
 			return nil
 		}
 	}
-	if code, ok := strings.CutPrefix(r, "permanent:"); ok && strings.TrimSpace(code) != "" {
-		return nil
+	for _, p := range []string{"permanent:", "suppressed:"} {
+		if code, ok := strings.CutPrefix(r, p); ok && strings.TrimSpace(code) != "" {
+			return nil
+		}
 	}
-	return fmt.Errorf("reason %q is not a DLQ reason: %s, or permanent:<provider code>", r, strings.Join(DLQReasons, ", "))
+	return fmt.Errorf("reason %q is not a DLQ reason: %s, permanent:<provider code> or suppressed:<reason>", r, strings.Join(DLQReasons, ", "))
 }
 
 // Header returns the value of r's first header named key, or "" if it has

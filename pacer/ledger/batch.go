@@ -82,8 +82,9 @@ type CountWriter func(ctx context.Context, pipe redis.Pipeliner, counts []Count)
 // node) of ledger.lua calls, one per channel (per pacing key under Redis
 // Cluster, whose keys of one call must share a slot), at most 1,000
 // operations each. Each call runs a handful of commands whatever its size
-// (TIME, MGET of the cooldowns, an HMGET per generation read, one HSET and
-// one PEXPIREAT; see [Ledger]), so Redis commands per message fall as the
+// (TIME, MGET of the cooldowns, an HMGET of each pacing key's
+// suppressions its claims check, an HMGET per generation read, one HSET
+// and one PEXPIREAT; see [Ledger]), so Redis commands per message fall as the
 // batch grows, and round trips per message are about 1 / (messages per
 // flush). Redis runs the operations of a flush in the order they were
 // made, marks and releases before claims, so a claim always sees every
@@ -188,21 +189,32 @@ type PendingClaim struct {
 	read  bool
 	state string
 
-	done  chan struct{}
-	taken bool // under b.mu: a flush took it (it may be written)
-	res   ClaimResult
-	cool  time.Duration
-	err   error
+	to Recipient // checked for suppression in the claim's call
+
+	done   chan struct{}
+	taken  bool // under b.mu: a flush took it (it may be written)
+	res    ClaimResult
+	cool   time.Duration
+	reason string // res Suppressed: the suppression's reason
+	err    error
 }
 
 // ClaimAsync queues a claim of id (see [Ledger.Claim]) for the next flush
 // and returns at once.
 func (b *Batcher) ClaimAsync(channel, key, id, owner string, force bool) *PendingClaim {
-	pc := &PendingClaim{b: b, channel: channel, key: key, id: id, owner: owner, force: force, done: make(chan struct{})}
+	return b.ClaimForAsync(channel, key, id, owner, force, Recipient{})
+}
+
+// ClaimForAsync is ClaimAsync with to's suppression checked in the same
+// script call (no Redis command of its own): a suppressed recipient
+// answers [Suppressed] and claims nothing; [PendingClaim.Suppression]
+// gives the reason.
+func (b *Batcher) ClaimForAsync(channel, key, id, owner string, force bool, to Recipient) *PendingClaim {
+	pc := &PendingClaim{b: b, channel: channel, key: key, id: id, owner: owner, force: force, to: to, done: make(chan struct{})}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		pc.res, pc.cool, pc.err = b.l.Claim(context.Background(), channel, key, id, owner, force)
+		pc.res, pc.cool, pc.reason, pc.err = b.l.claim(context.Background(), channel, key, id, owner, force, to)
 		close(pc.done)
 		return pc
 	}
@@ -211,6 +223,11 @@ func (b *Batcher) ClaimAsync(channel, key, id, owner string, force bool) *Pendin
 	b.mu.Unlock()
 	return pc
 }
+
+// Suppression is the reason of a claim answered [Suppressed] (the
+// suppression entry's, e.g. "unregistered"); "" otherwise. Read it once
+// Done is closed.
+func (pc *PendingClaim) Suppression() string { return pc.reason }
 
 // Done is closed once the claim's answer is known.
 func (pc *PendingClaim) Done() <-chan struct{} { return pc.done }
@@ -547,7 +564,7 @@ type call struct {
 func (c *call) ops() []op {
 	ops := append([]op(nil), c.marks...)
 	for _, pc := range c.claims {
-		o := op{kind: 'c', channel: pc.channel, key: pc.key, id: pc.id, arg: pc.owner}
+		o := op{kind: 'c', channel: pc.channel, key: pc.key, id: pc.id, arg: pc.owner, to: pc.to}
 		if pc.force {
 			o.kind = 'f'
 		}
@@ -669,7 +686,7 @@ func (b *Batcher) flush(ctx context.Context) bool {
 				if pc.read {
 					pc.state = s
 				} else {
-					pc.res, pc.cool, pc.err = parseClaim(name(pc.channel, pc.key, pc.id), s)
+					pc.res, pc.cool, pc.reason, pc.err = parseClaim(name(pc.channel, pc.key, pc.id), s)
 				}
 				close(pc.done)
 			}

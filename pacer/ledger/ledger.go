@@ -43,10 +43,14 @@ const (
 	// is written, [Ledger.DeadLettered]); do not send it, and do not
 	// dead-letter it again. A forced claim takes it over instead.
 	DeadLettered
+	// Suppressed: the claim's recipient ([Recipient]) is suppressed for
+	// its pacing key (package suppress); nothing was claimed. Do not send:
+	// dead-letter it with the reason ([PendingClaim.Suppression]).
+	Suppressed
 )
 
 var claimNames = [...]string{ClaimUnknown: "unknown", Claimed: "claimed", Delivered: "delivered",
-	Abandoned: "abandoned", CoolingDown: "cooldown", DeadLettered: "dead-lettered"}
+	Abandoned: "abandoned", CoolingDown: "cooldown", DeadLettered: "dead-lettered", Suppressed: "suppressed"}
 
 func (c ClaimResult) String() string { return enumName(claimNames[:], int(c), "claim") }
 
@@ -157,6 +161,25 @@ type op struct {
 	kind             byte
 	channel, key, id string
 	arg              string
+	to               Recipient // 'c' and 'f': the recipient checked for suppression
+}
+
+// Recipient is the recipient a claim checks in its pacing key's
+// suppressions ([bucket.Keys].Suppressed), in the same script call: Hash
+// is the recipient's hash as package suppress names it ("" checks
+// nothing), Marketing whether the message is a marketing one (entries for
+// marketing messages only apply to it).
+type Recipient struct {
+	Hash      string
+	Marketing bool
+}
+
+// arg is the recipient's operation argument in ledger.lua.
+func (r Recipient) arg() string {
+	if r.Hash == "" || !r.Marketing {
+		return r.Hash
+	}
+	return "m" + r.Hash
 }
 
 // group names the hash family of channel and key: the channel's, or the
@@ -177,26 +200,29 @@ func (l *Ledger) field(key, id string) string {
 }
 
 // args returns the KEYS and ARGV of one ledger.lua call of ops, all of one
-// group, at now.
+// group, at now: the cooldown keys of the claims' pacing keys, their
+// suppression hashes in the same order, then the generation hashes.
 func (l *Ledger) args(ops []op, now time.Time) ([]string, []any) {
 	ch, key := ops[0].channel, ops[0].key
 	coolIdx := map[string]int{}
-	var keys []string
-	argv := make([]any, 3, 3+4*len(ops))
+	var keys, sup []string
+	argv := make([]any, 3, 3+5*len(ops))
 	for _, o := range ops {
-		ci := 0
+		ci, to := 0, ""
 		if o.kind == 'c' || o.kind == 'f' {
 			ck := l.keys.Cooldown(o.channel, o.key)
 			i, ok := coolIdx[ck]
 			if !ok {
 				keys = append(keys, ck)
+				sup = append(sup, l.keys.Suppressed(o.channel, o.key))
 				i = len(keys)
 				coolIdx[ck] = i
 			}
-			ci = i
+			ci, to = i, o.to.arg()
 		}
-		argv = append(argv, string(o.kind), l.field(o.key, o.id), o.arg, ci)
+		argv = append(argv, string(o.kind), l.field(o.key, o.id), o.arg, ci, to)
 	}
+	keys = append(keys, sup...)
 	base := now.UnixMilli()/l.genMs - 5
 	for g := base; g < base+7; g++ {
 		if l.cluster {
@@ -237,35 +263,45 @@ func name(channel, key, id string) string { return channel + ":" + key + ":" + i
 // wraps the Redis error, or names an unexpected reply) it answers
 // [ClaimUnknown].
 func (l *Ledger) Claim(ctx context.Context, channel, key, id, owner string, force bool) (ClaimResult, time.Duration, error) {
-	o := op{kind: 'c', channel: channel, key: key, id: id, arg: owner}
+	res, cool, _, err := l.claim(ctx, channel, key, id, owner, force, Recipient{})
+	return res, cool, err
+}
+
+// claim is Claim with the recipient's suppression checked; it also
+// returns the suppression's reason when it answers [Suppressed].
+func (l *Ledger) claim(ctx context.Context, channel, key, id, owner string, force bool, to Recipient) (ClaimResult, time.Duration, string, error) {
+	o := op{kind: 'c', channel: channel, key: key, id: id, arg: owner, to: to}
 	if force {
 		o.kind = 'f'
 	}
 	s, err := l.run(ctx, o)
 	if err != nil {
-		return ClaimUnknown, 0, fmt.Errorf("ledger: claim %q: %w", name(channel, key, id), err)
+		return ClaimUnknown, 0, "", fmt.Errorf("ledger: claim %q: %w", name(channel, key, id), err)
 	}
 	return parseClaim(name(channel, key, id), s)
 }
 
-// parseClaim reads ledger.lua's reply s to a claim of id k.
-func parseClaim(k, s string) (ClaimResult, time.Duration, error) {
+// parseClaim reads ledger.lua's reply s to a claim of id k; reason is the
+// suppression's when it answers [Suppressed].
+func parseClaim(k, s string) (res ClaimResult, cool time.Duration, reason string, err error) {
 	switch {
 	case s == "claimed":
-		return Claimed, 0, nil
+		return Claimed, 0, "", nil
 	case s == "delivered":
-		return Delivered, 0, nil
+		return Delivered, 0, "", nil
 	case s == "abandoned":
-		return Abandoned, 0, nil
+		return Abandoned, 0, "", nil
 	case s == "deadlettered":
-		return DeadLettered, 0, nil
+		return DeadLettered, 0, "", nil
+	case strings.HasPrefix(s, "suppressed:") && len(s) > len("suppressed:"):
+		return Suppressed, 0, s[len("suppressed:"):], nil
 	case strings.HasPrefix(s, "cooldown:"):
 		us, err := strconv.ParseInt(s[len("cooldown:"):], 10, 64)
 		if err == nil && us > 0 {
-			return CoolingDown, time.Duration(us) * time.Microsecond, nil
+			return CoolingDown, time.Duration(us) * time.Microsecond, "", nil
 		}
 	}
-	return ClaimUnknown, 0, fmt.Errorf("ledger: claim %q: unexpected reply %q", k, s)
+	return ClaimUnknown, 0, "", fmt.Errorf("ledger: claim %q: unexpected reply %q", k, s)
 }
 
 // IsDelivered reports whether id was recorded delivered: one script call

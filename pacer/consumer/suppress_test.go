@@ -1,0 +1,62 @@
+package consumer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/pacer/suppress"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestSuppressedRecipients: a message to a recipient suppressed for its
+// pacing key is dead-lettered "suppressed:<reason>" without a request; an
+// answer that calls a recipient gone (FCM UNREGISTERED) dead-letters its
+// message as a permanent failure and suppresses the recipient, so the
+// next message to it makes no request either; other recipients are sent.
+func TestSuppressedRecipients(t *testing.T) {
+	gone := &channels.Error{Channel: "test", Status: 404, Code: "UNREGISTERED", Class: channels.Permanent, Gone: true}
+	h := newHarness(t, map[string][]error{"g1": {gone}})
+	h.suppress = true
+	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
+	defer rdb.Close()
+	st := suppress.NewStore(rdb, bucket.NewKeys(""))
+	if _, err := st.Add(context.Background(), "test", "k1", suppress.New(suppress.Hash("155500s1"), suppress.Bounce, time.Time{}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	h.produce(env("g1"), env("s1"), env("ok1"))
+	p, stop := h.start(h.cfg, h.sender, h.reg)
+	defer stop()
+	<-p.Started()
+	got := h.dlq(2)
+	if got[env("g1")] != "permanent:UNREGISTERED" || got[env("s1")] != "suppressed:bounce" {
+		t.Fatalf("DLQ reasons %v; want g1 permanent:UNREGISTERED, s1 suppressed:bounce", got)
+	}
+	if !waitFor(10*time.Second, func() bool { return h.sender.count(h.sender.success, "ok1") == 1 }) {
+		t.Fatal("ok1 was not sent")
+	}
+	// The second message to g1's token, after the answer: no request.
+	g2 := `{"id":"g2","key":"k1","to":"155500g1"}`
+	h.produce(g2)
+	if got := h.dlq(3); got[g2] != "suppressed:unregistered" {
+		t.Fatalf("DLQ reasons %v; want g2 suppressed:unregistered", got)
+	}
+	for id, want := range map[string]int{"g1": 1, "s1": 0, "g2": 0, "ok1": 1} {
+		if n := h.sender.count(h.sender.calls, id); n != want {
+			t.Errorf("%s: %d requests; want %d", id, n, want)
+		}
+	}
+	for _, c := range []struct {
+		name, label string
+		want        float64
+	}{
+		{"pacer_suppressed_total", "bounce", 1}, {"pacer_suppressed_total", "unregistered", 1},
+		{"pacer_suppressions_added_total", "unregistered", 1}, {"pacer_dlq_total", "suppressed", 2},
+	} {
+		if n := h.counter(c.name, "reason", c.label); n != c.want {
+			t.Errorf("%s{reason=%q} = %v; want %v", c.name, c.label, n, c.want)
+		}
+	}
+}
