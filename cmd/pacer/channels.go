@@ -105,6 +105,26 @@ var h2cSetting = setting{"H2C", "false", func(s string) error {
 	return nil
 }, false}
 
+// fcmDataKey checks PACER_FCM_DATA_ID_KEY: empty, or a data key FCM
+// accepts: not "from", "message_type", nor starting with "google" or "gcm"
+// (reserved, https://firebase.google.com/docs/reference/fcm/rest/v1/projects.messages),
+// at most 64 letters, digits, '_' and '-'.
+func fcmDataKey(s string) error {
+	if s == "" {
+		return nil
+	}
+	low := strings.ToLower(s)
+	if low == "from" || low == "message_type" || strings.HasPrefix(low, "google") || strings.HasPrefix(low, "gcm") {
+		return errors.New(`must not be a key FCM reserves ("from", "message_type", or starting with "google" or "gcm")`)
+	}
+	if len(s) > 64 || strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-')
+	}) >= 0 {
+		return errors.New("must be at most 64 letters, digits, '_' and '-', or empty")
+	}
+	return nil
+}
+
 // channelTable lists the channels Pacer serves, one row each. docs/configuration.md's
 // settings table lists every variable of every row.
 var channelTable = []channel{
@@ -296,6 +316,10 @@ var channelTable = []channel{
 			{"BASE_URL", fcm.DefaultBaseURL, httpURL, false},
 			{"CREDENTIALS_FILE", "", nil, false}, // service-account JSON; never logged
 			h2cSetting,
+			// The envelope id in message.data, so an app drops the
+			// duplicate a 503 that had delivered can cause (FCM asks
+			// clients to de-duplicate); "" sends the data map as given.
+			{"DATA_ID_KEY", "pacer_id", fcmDataKey, false},
 		},
 		sender: func(ctx context.Context, v channelVars) (channels.Sender, error) {
 			hc := fcm.NewHTTPClient(v.get("H2C") == "true") // one pool of connections for every credential
@@ -304,7 +328,7 @@ var channelTable = []channel{
 			accounts := newClientCache[*fcm.Client]()
 			newClient := func(js []byte) (*fcm.Client, error) {
 				return accounts.get(fmt.Sprintf("%x", sha256.Sum256(js)), func() (*fcm.Client, error) {
-					return fcm.New(ctx, fcm.Config{BaseURL: v.get("BASE_URL"), CredentialsJSON: js, HTTPClient: hc})
+					return fcm.New(ctx, fcm.Config{BaseURL: v.get("BASE_URL"), CredentialsJSON: js, HTTPClient: hc, DataIDKey: v.get("DATA_ID_KEY")})
 				})
 			}
 			var def channels.Sender

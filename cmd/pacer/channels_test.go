@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/fcm/fcmtest"
 )
 
 // TestChannelTable: names are unique and usable as variable prefixes and
@@ -104,6 +109,59 @@ func TestREADMEListsEverySetting(t *testing.T) {
 	for v := range listed {
 		if !want[v] && !strings.HasPrefix(v, "PACER_TEST_") {
 			t.Errorf("docs/configuration.md's settings tables list %s, which the command does not read", v)
+		}
+	}
+}
+
+// TestFCMDataIDKey: pacer run's FCM sender puts the envelope id in
+// message.data as pacer_id by default (FCM may have delivered a message it
+// answered 503, and the app drops the retried copy by that id); an empty
+// PACER_FCM_DATA_ID_KEY sends the data as given; a key FCM reserves stops
+// start-up naming the setting.
+func TestFCMDataIDKey(t *testing.T) {
+	f := fcmtest.NewServer(fcmtest.Config{})
+	defer f.Close()
+	cred := filepath.Join(t.TempDir(), "sa.json")
+	if err := os.WriteFile(cred, f.ServiceAccountJSON(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := channelNamed("fcm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		set     map[string]string
+		wantID  string
+		refused string
+	}{
+		{nil, "env-0", ""},
+		{map[string]string{"PACER_FCM_DATA_ID_KEY": ""}, "", ""},
+		{map[string]string{"PACER_FCM_DATA_ID_KEY": "google.id"}, "", "PACER_FCM_DATA_ID_KEY"},
+	} {
+		env := map[string]string{"PACER_FCM_BASE_URL": f.URL(), "PACER_FCM_CREDENTIALS_FILE": cred}
+		maps.Copy(env, c.set)
+		cv, errs := readChannel(ch, lookupMap(env))
+		if c.refused != "" {
+			if len(errs) == 0 || !strings.Contains(fmt.Sprint(errs), c.refused) {
+				t.Errorf("%v: errors %v; want one naming %s", c.set, errs, c.refused)
+			}
+			continue
+		}
+		if len(errs) > 0 {
+			t.Fatalf("%v: %v", c.set, errs)
+		}
+		s, err := ch.sender(t.Context(), cv.vars)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := fmt.Sprintf("env-%d", i)
+		if _, err := s.Send(t.Context(), channels.Message{ID: id, Key: "demo-project", To: "device-token-1",
+			Payload: json.RawMessage(`{"data":{"k":"v"}}`)}); err != nil {
+			t.Fatal(err)
+		}
+		as := f.Arrivals()
+		if got := as[len(as)-1].ID; got != c.wantID {
+			t.Errorf("%v: message.data[pacer_id] = %q, want %q", c.set, got, c.wantID)
 		}
 	}
 }
