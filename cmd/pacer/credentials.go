@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,10 +58,14 @@ type keyedSender struct {
 	mu      sync.RWMutex
 	senders map[string]channels.Sender // by pacing key
 	sums    map[string][32]byte        // content digest of each key's file, loaded or refused
+	account map[string]string          // by pacing key: the digest of the credential in use (see Account)
 	vers    map[string]uint64          // by pacing key: +1 each time its credential is added, replaced or removed
 }
 
-var _ consumer.CredentialVersioner = (*keyedSender)(nil)
+var (
+	_ consumer.CredentialVersioner = (*keyedSender)(nil)
+	_ consumer.AccountNamer        = (*keyedSender)(nil)
+)
 
 // CredentialVersion is [consumer.CredentialVersioner]: it changes whenever
 // key's credential file is added, replaced by one that builds a client, or
@@ -84,7 +89,7 @@ func newKeyedSender(ctx context.Context, channel, dir string, build buildFunc, d
 		log = slog.New(slog.DiscardHandler)
 	}
 	k := &keyedSender{channel: channel, dir: dir, build: build, def: def, serves: serves, log: log,
-		senders: map[string]channels.Sender{}, sums: map[string][32]byte{}, vers: map[string]uint64{}}
+		senders: map[string]channels.Sender{}, sums: map[string][32]byte{}, vers: map[string]uint64{}, account: map[string]string{}}
 	if err := k.reload(ctx); err != nil {
 		return nil, &configError{"PACER_CREDENTIALS_DIR", err.Error()}
 	}
@@ -136,6 +141,8 @@ func (k *keyedSender) reload(ctx context.Context) error {
 		if err == nil {
 			k.senders[key] = s
 			k.vers[key]++
+			acct := sha256.Sum256(bytes.TrimSpace(b)) // the credential, whatever white space surrounds it
+			k.account[key] = hex.EncodeToString(acct[:6])
 		}
 		k.mu.Unlock()
 		switch {
@@ -156,6 +163,7 @@ func (k *keyedSender) reload(ctx context.Context) error {
 			delete(k.sums, key)
 			if _, ok := k.senders[key]; ok {
 				delete(k.senders, key)
+				delete(k.account, key)
 				k.vers[key]++
 				removed = append(removed, key)
 			}
@@ -167,6 +175,17 @@ func (k *keyedSender) reload(ctx context.Context) error {
 		k.log.Info("credential removed", "channel", k.channel, "key", key)
 	}
 	return nil
+}
+
+// Account names key's account: the keys whose credential files hold the
+// same credential share one (a digest of it: a token or a service
+// account, never the file's text); "" for a key on the channel's default
+// credential or with none. WhatsApp's 80007 (per business account) and 4
+// (per app) then cool down the keys behind that credential only.
+func (k *keyedSender) Account(key string) string {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.account[key]
 }
 
 func (k *keyedSender) has(key string) bool {

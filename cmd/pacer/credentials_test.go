@@ -229,3 +229,33 @@ func TestPlainSecretRefusesControlCharacters(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyedSenderAccounts: keys whose files hold the same credential share
+// an account (an account-scoped throttle cools them down together), keys
+// with another credential have another, and a key on no file of its own has
+// the channel's (""); the name never holds the credential.
+func TestKeyedSenderAccounts(t *testing.T) {
+	const tokA, tokB = "EAAG-secret-A-111", "EAAG-secret-B-222"
+	m := &secretMount{t: t, dir: t.TempDir()}
+	m.update(map[string]string{"whatsapp.111": tokA, "whatsapp.112": tokA + "\n", "whatsapp.222": tokB})
+	build := func(_ context.Context, _ string, content []byte) (channels.Sender, error) {
+		tok, err := plainSecret(content)
+		if err != nil {
+			return nil, err
+		}
+		return tokenSender(tok), nil
+	}
+	k, err := newKeyedSender(t.Context(), "whatsapp", m.dir, build, tokenSender("default"), nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, a2, b, none := k.Account("111"), k.Account("112"), k.Account("222"), k.Account("333")
+	if a == "" || a != a2 || b == "" || b == a || none != "" {
+		t.Errorf("accounts 111 %q, 112 %q, 222 %q, 333 %q; want 111 = 112 (same token), 222 another, 333 none", a, a2, b, none)
+	}
+	for _, name := range []string{a, b} {
+		if strings.Contains(tokA+tokB, name) {
+			t.Errorf("account name %q is part of a credential", name)
+		}
+	}
+}

@@ -64,6 +64,15 @@ type CredentialVersioner interface {
 	CredentialVersion(key string) uint64
 }
 
+// AccountNamer is a Sender that knows which pacing keys share an account
+// (a credential per key: the pacer's credentials directory): Account
+// returns the name of key's account, "" for the channel's single
+// credential. An account-scoped throttle (WhatsApp 80007, 4) then cools
+// down the keys of that account only, not every key of the channel.
+type AccountNamer interface {
+	Account(key string) string
+}
+
 // shrinkFrom is the peak size from which a map of ids in hand is made anew
 // once it holds a quarter of it or less: a Go map keeps the space of its
 // deleted entries for good. Below it the space kept is about 50 KB at most.
@@ -78,6 +87,9 @@ func (p *Pacer) newKeys() *keypace.Keys {
 			LateSlots: p.m.lateSlots.WithLabelValues(), Handoffs: p.m.handoffs.WithLabelValues()}}
 	if _, ok := p.sender.(CredentialVersioner); ok {
 		cfg.CredentialVersion = p.credentialVersion
+	}
+	if a, ok := p.sender.(AccountNamer); ok {
+		cfg.AccountOf = a.Account
 	}
 	return keypace.New(cfg)
 }

@@ -697,6 +697,64 @@ func TestAccountThrottleCoolsEveryKey(t *testing.T) {
 	}
 }
 
+// accountSender is a scriptSender whose keys belong to the accounts of
+// accounts (consumer.AccountNamer), as the credentials directory says.
+type accountSender struct {
+	*scriptSender
+	accounts map[string]string
+}
+
+func (a accountSender) Account(key string) string { return a.accounts[key] }
+
+// TestAccountThrottleCoolsOnlyItsAccount: with keys behind different
+// credentials (k1 and k3 share one, k2 has its own), an account-scoped
+// throttle of k1 holds k3 for its cooldown and lets k2 send at once: one
+// business's WhatsApp 80007 does not stop the other businesses of the
+// channel.
+func TestAccountThrottleCoolsOnlyItsAccount(t *testing.T) {
+	const cool = 2 * time.Second
+	h := newHarness(t, map[string][]error{
+		"a": {&channels.Error{Channel: "test", Status: 400, Code: "80007", Class: channels.Throttle,
+			Scope: channels.ScopeAccount, RetryAfter: cool}},
+	})
+	h.sender.at = map[string]time.Time{}
+	as := accountSender{h.sender, map[string]string{"k1": "acct-a", "k3": "acct-a", "k2": "acct-b"}}
+	if err := h.cl.ProduceSync(context.Background(), &kgo.Record{Topic: "pacer.test", Key: []byte("k1"),
+		Value: []byte(`{"id":"a","key":"k1","to":"1555000"}`)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	_, stop := h.start(h.cfg, as, h.reg)
+	defer stop()
+	var throttledAt time.Time
+	if !waitFor(20*time.Second, func() bool { return h.sender.count(h.sender.calls, "a") == 1 }) {
+		t.Fatal("the first message was never sent")
+	}
+	h.sender.mu.Lock()
+	throttledAt = h.sender.at["a"]
+	h.sender.mu.Unlock()
+	// Other keys' messages arrive while k1's account cools down.
+	for _, r := range []struct{ key, id string }{{"k2", "b"}, {"k3", "c"}} {
+		if err := h.cl.ProduceSync(context.Background(), &kgo.Record{Topic: "pacer.test", Key: []byte(r.key),
+			Value: []byte(fmt.Sprintf(`{"id":%q,"key":%q,"to":"1555000"}`, r.id, r.key))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !waitFor(20*time.Second, func() bool {
+		return h.sender.count(h.sender.success, "a") == 1 && h.sender.count(h.sender.success, "b") == 1 && h.sender.count(h.sender.success, "c") == 1
+	}) {
+		t.Fatalf("not every message was delivered: %v", h.sender.success)
+	}
+	h.sender.mu.Lock()
+	b, c := h.sender.at["b"].Sub(throttledAt), h.sender.at["c"].Sub(throttledAt)
+	h.sender.mu.Unlock()
+	if c < cool-50*time.Millisecond {
+		t.Errorf("k3 (k1's account) sent %v after k1's account throttle, want >= the %v cooldown", c, cool)
+	}
+	if b >= cool/2 {
+		t.Errorf("k2 (another account) sent %v after k1's account throttle, want well before the %v cooldown ends", b, cool)
+	}
+}
+
 // TestPairThrottleHoldsOnlyThePair: a pair-scoped throttle (WhatsApp
 // 131056) holds that recipient, through a cooldown shared in Redis, for the
 // pair's base cooldown (1 s); another recipient of the same key sends at

@@ -14,18 +14,54 @@ import (
 	"github.com/pacerhq/pacer/pacer/control"
 )
 
-// accountKey is the pacing key under which the cooldown of the channel's
-// account lives in Redis (WhatsApp 80007 and 4 limit the business account
-// or app: every number behind the same credentials). With one credential
-// per channel the account is the channel. "@" starts no provider's key.
-const accountKey = "@account"
+// accountKey is the pacing key under which the cooldown of an account
+// lives in Redis (WhatsApp 80007 and 4 limit the business account or the
+// app: every number behind the same credential). account is the account's
+// name ([Config].AccountOf): "" for the channel's single credential, whose
+// key is "@account". "@" starts no provider's key.
+func accountKey(account string) string {
+	if account == "" {
+		return "@account"
+	}
+	return "@account:" + account
+}
 
-// accountState is this process's view of the account cooldown, re-read from
-// Redis at most once per refreshEvery.
+// accountState is this process's view of one account's cooldown, re-read
+// from Redis at most once per refreshEvery.
 type accountState struct {
 	mu        sync.Mutex
 	until     time.Time
 	refreshed time.Time
+}
+
+// accounts is this process's view of the cooldowns of the channel's
+// accounts, by account name.
+type accounts struct {
+	mu sync.Mutex
+	m  map[string]*accountState
+}
+
+// of returns account's state, made on first use.
+func (a *accounts) of(account string) *accountState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.m[account]
+	if st == nil {
+		if a.m == nil {
+			a.m = map[string]*accountState{}
+		}
+		st = &accountState{}
+		a.m[account] = st
+	}
+	return st
+}
+
+// accountOf returns the account of key (see [Config].AccountOf).
+func (p *Keys) accountOf(key string) string {
+	if p.cfg.AccountOf == nil {
+		return ""
+	}
+	return p.cfg.AccountOf(key)
 }
 
 // Gate refreshes the key's policy and adapted limit (see limitFor) and
@@ -54,17 +90,18 @@ func (k *Key) Gate(ctx context.Context, now time.Time, log *slog.Logger) Verdict
 	return Verdict{}
 }
 
-// accountLeft returns how long the account cooldown lasts from now, as this
-// process last read it (at most refreshEvery ago) or set it. A Redis error
-// keeps the last value.
-func (p *Keys) accountLeft(ctx context.Context, pol KeyPolicy) time.Duration {
-	a := &p.account
+// accountLeft returns how long the cooldown of key's account lasts from
+// now, as this process last read it (at most refreshEvery ago) or set it.
+// A Redis error keeps the last value.
+func (p *Keys) accountLeft(ctx context.Context, key string, pol KeyPolicy) time.Duration {
+	account := p.accountOf(key)
+	a := p.accounts.of(account)
 	a.mu.Lock()
 	now := time.Now()
 	if now.Sub(a.refreshed) >= refreshEvery {
 		a.refreshed = now
 		a.mu.Unlock()
-		ad, err := p.adapter.Adapted(ctx, p.cfg.Channel, accountKey, pol.Limit, pol.AIMD)
+		ad, err := p.adapter.Adapted(ctx, p.cfg.Channel, accountKey(account), pol.Limit, pol.AIMD)
 		a.mu.Lock()
 		if err == nil && ad.CooldownLeft > 0 {
 			a.until = maxTime(a.until, time.Now().Add(ad.CooldownLeft))
@@ -75,12 +112,12 @@ func (p *Keys) accountLeft(ctx context.Context, pol KeyPolicy) time.Duration {
 	return max(left, 0)
 }
 
-// scopeLeft returns how long the record's account (every key behind the
-// channel's credentials) or its pair (key, recipient) is in a cooldown a
+// scopeLeft returns how long the record's account (every key behind its
+// key's credential, see [Config].AccountOf) or its pair (key, recipient) is in a cooldown a
 // throttle of that scope set, and which ("account-cooldown",
 // "pair-cooldown"); 0 when neither is.
 func (k *Key) scopeLeft(ctx context.Context) (time.Duration, string) {
-	left, reason := k.ks.accountLeft(ctx, k.pol), "account-cooldown"
+	left, reason := k.ks.accountLeft(ctx, k.name, k.pol), "account-cooldown"
 	if pl := k.st.pairLeft(k.to, time.Now()); pl > left {
 		left, reason = pl, "pair-cooldown"
 	}

@@ -67,6 +67,11 @@ type Config struct {
 	// CredentialVersion returns the version of a key's credential (see the
 	// pacer's CredentialVersioner); nil when the sender has none.
 	CredentialVersion func(key string) uint64
+	// AccountOf names the account of a pacing key: the keys an
+	// account-scoped throttle (WhatsApp 80007, per business account, and 4,
+	// per app) cools down together are those of one name. nil, or "" for a
+	// key: the channel's single account (one credential for every key).
+	AccountOf func(key string) string
 	// Redis runs op against Redis: in closed failure mode it retries until
 	// op succeeds or ctx ends (ctx.Err()); in local mode it returns
 	// ErrRedisDown when Redis does not answer.

@@ -22,7 +22,7 @@ const (
 
 // Keys is the pacing keys of one channel in this process: the state of
 // each key this process handles (see [Key]), what it needs of the
-// pacer ([Config]), and the channel's account cooldown. Idle keys are
+// pacer ([Config]), and the cooldowns of the channel's accounts. Idle keys are
 // dropped by [Keys.Sweep]. Make it with [New]; it is safe for concurrent
 // use.
 type Keys struct {
@@ -35,7 +35,7 @@ type Keys struct {
 	// policyDefault is the channel's policy from Config: a key's policy
 	// until its first read of Policy.
 	policyDefault StaticPolicy
-	account       accountState
+	accounts      accounts
 
 	// mu guards m (read-locked by a record's lookup of its key's state,
 	// locked to add or sweep one); a state's users change under its own

@@ -241,12 +241,13 @@ func TestAccountLeftNoCooldown(t *testing.T) {
 	p := &Keys{adapter: &keypacetest.Adapter{}, cfg: Config{Channel: "test"}}
 	pol := KeyPolicy{Limit: bucket.Limit{PerSecond: 0.5, Burst: 1}}
 	for i := range 3 {
-		if left := p.accountLeft(t.Context(), pol); left != 0 {
+		if left := p.accountLeft(t.Context(), "k", pol); left != 0 {
 			t.Fatalf("read %d: accountLeft = %v, want 0", i, left)
 		}
-		p.account.mu.Lock()
-		p.account.refreshed = time.Time{} // refresh again
-		p.account.mu.Unlock()
+		a := p.accounts.of("")
+		a.mu.Lock()
+		a.refreshed = time.Time{} // refresh again
+		a.mu.Unlock()
 	}
 }
 

@@ -44,7 +44,7 @@ func (k *Key) Report(ctx context.Context, now time.Time, r Result, log *slog.Log
 			return k.pairThrottled(ctx, perr, log)
 		}
 		if perr != nil && perr.Scope == channels.ScopeAccount {
-			p.accountThrottled(ctx, k.pol, perr, log)
+			p.accountThrottled(ctx, k.name, k.pol, perr, log)
 			return Verdict{Kind: Again} // the account gate holds it
 		}
 		p.throttled(ctx, k.name, k.st, k.pol, k.paced, perr, log)
@@ -103,24 +103,28 @@ func (p *Keys) throttled(ctx context.Context, key string, st *keyState, pol KeyP
 	}
 }
 
-// accountThrottled applies an account-scoped throttle: a cooldown of every
-// key of the channel, shared through Redis, of the provider's hint clamped
+// accountThrottled applies an account-scoped throttle of key: a cooldown
+// of every key of its account (those sharing its credential, see
+// [Config].AccountOf), shared through Redis, of the provider's hint clamped
 // to the key's cooldown bounds (the WhatsApp adapter asks for a minute: the
-// budget is a rolling hour). It returns the cooldown.
-func (p *Keys) accountThrottled(ctx context.Context, pol KeyPolicy, perr *channels.Error, log *slog.Logger) time.Duration {
+// budget is a rolling hour). Other accounts of the channel go on. It
+// returns the cooldown.
+func (p *Keys) accountThrottled(ctx context.Context, key string, pol KeyPolicy, perr *channels.Error, log *slog.Logger) time.Duration {
 	hint := time.Duration(0)
 	if perr != nil {
 		hint = perr.RetryAfter
 	}
 	d := pol.AIMD.CooldownFor(hint)
-	if err := p.redis(ctx, log, func() error { return p.bucket.Cooldown(ctx, p.cfg.Channel, accountKey, d) }); err != nil &&
+	account := p.accountOf(key)
+	if err := p.redis(ctx, log, func() error { return p.bucket.Cooldown(ctx, p.cfg.Channel, accountKey(account), d) }); err != nil &&
 		!errors.Is(err, ErrRedisDown) {
 		return d
 	}
-	p.account.mu.Lock()
-	p.account.until = maxTime(p.account.until, time.Now().Add(d))
-	p.account.mu.Unlock()
-	log.Warn("account throttled: every key of the channel cools down", "code", codeOf(perr), "cooldown", d)
+	a := p.accounts.of(account)
+	a.mu.Lock()
+	a.until = maxTime(a.until, time.Now().Add(d))
+	a.mu.Unlock()
+	log.Warn("account throttled: every key sharing its credential cools down", "code", codeOf(perr), "cooldown", d)
 	return d
 }
 
