@@ -55,8 +55,9 @@ var statuses = map[int]channels.Class{
 
 	// Halt: the credentials or the account. [S-ERR] [S-RESP]
 	http.StatusUnauthorized: channels.Halt, // missing, invalid or revoked key; also "Maximum credits exceeded"
-	http.StatusForbidden:    channels.Halt, // "From address doesn't match Verified Sender Identity", key scopes;
-	// but "temporarily blocked ... due to repeated bad requests" is a Throttle: see blocked.
+	http.StatusForbidden:    channels.Halt, // key scopes; but "temporarily blocked ... due to repeated bad
+	// requests" is a Throttle (see blocked), and "From address doesn't match Verified Sender
+	// Identity" Permanent for its message (see senderIdentity).
 
 	// Halt: "Unavailable due to data residency restrictions" [S-ERR]. The
 	// account of the key keeps its data in a region (an EU regional
@@ -83,6 +84,37 @@ func blocked(messages []string) bool {
 	}
 	return false
 }
+
+// senderIdentityMarkers are lowercase phrases of the 403 that means the
+// mail's from address is not a verified Sender Identity [S-RESP]: a fault
+// of that message's sender, not of the API key.
+var senderIdentityMarkers = []string{"verified sender identity"}
+
+// senderIdentity reports whether any message of a 403 body says the from
+// address is not a verified Sender Identity.
+func senderIdentity(messages []string) bool {
+	for _, m := range messages {
+		m = strings.ToLower(m)
+		for _, k := range senderIdentityMarkers {
+			if strings.Contains(m, k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// CodeSenderIdentity is the Code of a 403 "from address does not match a
+// verified Sender Identity": Permanent for the message, until
+// [SenderIdentityHalt] of the key's answers in a row say it (see Send).
+const CodeSenderIdentity = "sender-identity"
+
+// SenderIdentityHalt is how many sender-identity 403s in a row, with no
+// other answer for the API key between them, make the next one a Halt of
+// the key: then most of its mail comes from an address the account has not
+// verified (a configuration fault), and dead-lettering each message would
+// lose them all.
+const SenderIdentityHalt = 10
 
 // classify returns the class of a non-2xx status whose error body carried
 // messages. A status not in [statuses] is Transient from 500 up, Permanent

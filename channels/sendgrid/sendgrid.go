@@ -60,6 +60,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pacerhq/pacer/channels"
@@ -161,6 +162,9 @@ type Client struct {
 	secrets []string       // every secret, longest first, for redaction
 	hc      *http.Client
 	now     func() time.Time
+
+	mu       sync.Mutex
+	identity map[string]int // by API key name: sender-identity 403s in a row
 }
 
 var _ channels.Sender = (*Client)(nil)
@@ -251,7 +255,10 @@ func token(s string) bool {
 //     Throttle; 500, 502, 503, 504 Transient; 400, 406, 413 Permanent; 401
 //     and 451 (data residency: the key's account is served by a regional
 //     host such as [EUBaseURL]) Halt; 403 Halt, but Throttle when SendGrid
-//     says the account is "temporarily blocked" for repeated bad requests. Err is set when the
+//     says the account is "temporarily blocked" for repeated bad requests,
+//     and Permanent with Code [CodeSenderIdentity] when the from address
+//     is not a verified Sender Identity (a Halt from the
+//     [SenderIdentityHalt]th in a row for the key). Err is set when the
 //     body is not a SendGrid error body;
 //   - a transport failure: Transient, with Err.
 //
@@ -303,6 +310,7 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 	raw, err := channels.ReadBody(resp.Body, maxRespSize)
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		// The status decides: a 202 whose body was cut off is still queued.
+		c.identityRun(m.Key, false)
 		return channels.Result{ProviderID: resp.Header.Get("X-Message-Id")}, nil
 	}
 	if err != nil {
@@ -312,7 +320,27 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 		return channels.Result{}, &channels.Error{Channel: channel, Status: resp.StatusCode,
 			Class: classify(resp.StatusCode, nil), Err: fmt.Errorf("sendgrid: read response: %w", err)}
 	}
-	return channels.Result{}, c.failure(resp, raw, m.To)
+	e := c.failure(resp, raw, m.To)
+	if n := c.identityRun(m.Key, e.Code == CodeSenderIdentity); n >= SenderIdentityHalt {
+		e.Class = channels.Halt // most of the key's mail: the account's configuration
+	}
+	return channels.Result{}, e
+}
+
+// identityRun counts key's sender-identity 403s in a row: one more when
+// mismatch, else none; it returns the count.
+func (c *Client) identityRun(key string, mismatch bool) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !mismatch {
+		delete(c.identity, key)
+		return 0
+	}
+	if c.identity == nil {
+		c.identity = map[string]int{}
+	}
+	c.identity[key]++
+	return c.identity[key]
 }
 
 func tooLarge(n int) *channels.Error {
@@ -434,6 +462,9 @@ func (c *Client) failure(resp *http.Response, raw []byte, to string) *channels.E
 		e.Err = fmt.Errorf("sendgrid: HTTP %d without a SendGrid error body: %w", resp.StatusCode, err)
 	}
 	e.Class = classify(resp.StatusCode, messages)
+	if resp.StatusCode == http.StatusForbidden && e.Class == channels.Halt && senderIdentity(messages) {
+		e.Class, e.Code = channels.Permanent, CodeSenderIdentity
+	}
 	e.Detail = c.redact(strings.Join(parts, "; "), to)
 
 	now := c.now()

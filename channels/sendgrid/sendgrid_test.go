@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,7 +97,7 @@ func TestSendClassification(t *testing.T) {
 		{"401.json", 401, nil, halt, 0, "The provided authorization grant is invalid, expired, or revoked", false},
 		{"401-missing.json", 401, nil, halt, 0, "authorization required", false},
 		{"401-credits.json", 401, nil, halt, 0, "Maximum credits exceeded", false},
-		{"403-identity.json", 403, nil, halt, 0, "from: The from address does not match a verified Sender Identity.", false},
+		{"403-identity.json", 403, nil, permanent, 0, "from: The from address does not match a verified Sender Identity.", false},
 		{"403-scope.json", 403, nil, halt, 0, "access forbidden", false},
 		{"403-blocked.json", 403, nil, throttle, sendgrid.BlockCooldown,
 			"You are temporarily blocked from sending emails due to repeated bad requests.", false},
@@ -107,9 +108,15 @@ func TestSendClassification(t *testing.T) {
 		t.Run(c.file, func(t *testing.T) {
 			body := channeltest.ReadTestdata(t, c.file)
 			e := sendErr(t, channeltest.Respond(t, c.status, body, c.header...))
-			if e.Status != c.status || e.Class != c.class || e.Scope != channels.ScopeKey || e.Code != "" {
-				t.Errorf("got status=%d class=%v scope=%v code=%q; want %d %v key, no code",
-					e.Status, e.Class, e.Scope, e.Code, c.status, c.class)
+			// The sender-identity 403 is about one mail's from address: it
+			// has a code of its own, so it is dead-lettered, not a halt.
+			code := ""
+			if c.file == "403-identity.json" {
+				code = sendgrid.CodeSenderIdentity
+			}
+			if e.Status != c.status || e.Class != c.class || e.Scope != channels.ScopeKey || e.Code != code {
+				t.Errorf("got status=%d class=%v scope=%v code=%q; want %d %v key, code %q",
+					e.Status, e.Class, e.Scope, e.Code, c.status, c.class, code)
 			}
 			if e.RetryAfter != c.retry {
 				t.Errorf("RetryAfter = %v, want %v", e.RetryAfter, c.retry)
@@ -580,4 +587,48 @@ func TestConnectionReuse(t *testing.T) {
 		c, err := sendgrid.New(sendgrid.Config{BaseURL: baseURL, APIKeys: keys(), Now: func() time.Time { return t0 }, MaxIdleConnsPerHost: pool})
 		return channeltest.SendOf(channeltest.Must(t, c, err).Send, message())
 	})
+}
+
+// TestSenderIdentityHaltsOnlyARun: a mail whose from address is not a
+// verified Sender Identity is dead-lettered (Permanent) alone; only
+// SenderIdentityHalt of them in a row for one API key, with no other
+// answer between, halt the key (most of its mail is misconfigured), and
+// an accepted mail starts the count again.
+func TestSenderIdentityHaltsOnlyARun(t *testing.T) {
+	identity := channeltest.ReadTestdata(t, "403-identity.json")
+	var fail atomic.Bool
+	fail.Store(true)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(403)
+			io.WriteString(w, identity)
+			return
+		}
+		w.WriteHeader(202)
+	}))
+	defer ts.Close()
+	c := newClient(t, ts.URL)
+	send := func() channels.Class {
+		_, err := c.Send(t.Context(), message())
+		return channels.ClassOf(err)
+	}
+	for i := 1; i < sendgrid.SenderIdentityHalt; i++ {
+		if got := send(); got != channels.Permanent {
+			t.Fatalf("sender-identity 403 number %d in a row: %v, want permanent", i, got)
+		}
+	}
+	fail.Store(false)
+	if got := send(); got != channels.Success {
+		t.Fatalf("accepted mail: %v", got)
+	}
+	fail.Store(true)
+	for i := 1; i < sendgrid.SenderIdentityHalt; i++ {
+		if got := send(); got != channels.Permanent {
+			t.Fatalf("after an accepted mail, sender-identity 403 number %d: %v, want permanent (the run starts again)", i, got)
+		}
+	}
+	if got := send(); got != channels.Halt {
+		t.Errorf("sender-identity 403 number %d in a row: %v, want halt", sendgrid.SenderIdentityHalt, got)
+	}
 }
