@@ -19,6 +19,15 @@ import (
 // (QUOTA_EXCEEDED) and https://firebase.google.com/docs/cloud-messaging/throttling-and-quotas.
 const QuotaCooldown = time.Minute
 
+// ServerRetry is the smallest RetryAfter of a 5xx answer: FCM asks senders
+// to wait "at least 10 seconds" before retrying a 500 or 503 (with
+// exponential back-off beyond it), where the pacer's first retry tier
+// would come back after 5 s. A longer Retry-After header wins.
+//
+// Source: https://firebase.google.com/docs/cloud-messaging/scale-fcm
+// (retry errors with back-off; providers.md §8.4).
+const ServerRetry = 10 * time.Second
+
 // codes maps an FCM error code to its class: the errorCode of the
 // google.firebase.fcm.v1.FcmError detail when there is one, else the
 // canonical error.status of the Google API error envelope. A code not listed

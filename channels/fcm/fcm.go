@@ -295,7 +295,7 @@ func keySecrets(key string) []string {
 // A Throttle is ScopeKey (the project) unless a detail names a device
 // quota, then ScopePair (see [throttleScope]). A Retry-After header
 // (delta-seconds or HTTP-date) sets RetryAfter; a project throttle waits at
-// least [QuotaCooldown].
+// least [QuotaCooldown], a 5xx at least [ServerRetry].
 //
 // A 401 UNAUTHENTICATED means the access token was refused: Send drops it,
 // fetches a new one and sends once more, since FCM accepted nothing; a
@@ -508,6 +508,9 @@ func (c *Client) failure(resp *http.Response, raw []byte, secrets []string, now 
 		if e.Scope == channels.ScopeKey {
 			e.RetryAfter = max(e.RetryAfter, QuotaCooldown)
 		}
+	}
+	if e.Class == channels.Transient && resp.StatusCode >= 500 {
+		e.RetryAfter = max(e.RetryAfter, ServerRetry)
 	}
 	return e
 }
