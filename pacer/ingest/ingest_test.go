@@ -13,7 +13,9 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +33,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"sigs.k8s.io/yaml"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/internal/testenv"
@@ -186,6 +189,22 @@ func (e *env) do(key, channel, ctype, body string, hdr ...string) answer {
 			}
 		}
 		e.t.Errorf("answer %d %s drifts from openapi.yaml:\n%s", a.status, b, strings.Join(msgs, "\n"))
+	}
+	// A JSON request the API accepted whole must be one the document
+	// describes: a client generated from it must be able to send it.
+	if a.status == 202 && strings.HasPrefix(ctype, "application/json") && !bytes.Contains(b, []byte(`"rejected":[{`)) {
+		rq := mk()
+		rq.URL.Host = "localhost:8080"
+		if ok, verrs := e.oapi.ValidateHttpRequest(rq); !ok {
+			var msgs []string
+			for _, v := range verrs {
+				msgs = append(msgs, v.Message+": "+v.Reason)
+				for _, s := range v.SchemaValidationErrors {
+					msgs = append(msgs, "  "+s.Reason)
+				}
+			}
+			e.t.Errorf("request accepted (202) but not valid by openapi.yaml: %s\n%s", body, strings.Join(msgs, "\n"))
+		}
 	}
 	return a
 }
@@ -970,5 +989,50 @@ func TestRateLimitRemaining(t *testing.T) {
 	a = e.do(acmeKey, "whatsapp", "application/x-ndjson", batch("c", 500))
 	if p := a.json(t); a.status != 429 || p["tier"] != "tenant-day" || !strings.HasPrefix(a.h.Get("RateLimit"), `"tenant-day";r=400;`) {
 		t.Errorf("batch of 500 with 400 left of the day: %d tier %v, RateLimit %q; want 429 tenant-day, r=400", a.status, p["tier"], a.h.Get("RateLimit"))
+	}
+}
+
+// TestEnvelopeFieldsInOpenAPI: an envelope with every field the consumer
+// reads (priority and not_before too) is accepted and valid by
+// openapi.yaml's Envelope, whose additionalProperties is false.
+func TestEnvelopeFieldsInOpenAPI(t *testing.T) {
+	e := newEnv(t, opts{})
+	body := `{"id":"full-1","key":"106540352242922","to":"15551234567","campaign":"spring","priority":"high",` +
+		`"not_before":"2030-01-01T00:00:00Z","expires_at":"2030-01-02T00:00:00Z","payload":{"type":"text","text":{"body":"hi"}}}`
+	if a := e.do(acmeKey, "whatsapp", "application/json", body); a.status != 202 {
+		t.Fatalf("full envelope: %d %s", a.status, a.body)
+	}
+}
+
+// TestOpenAPIEnvelopeIsTheEnvelope: openapi.yaml's Envelope lists exactly
+// the JSON fields of envelope.Envelope, so a field added to one is added
+// to the other (additionalProperties false: a generated client would
+// refuse a valid envelope otherwise).
+func TestOpenAPIEnvelopeIsTheEnvelope(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]json.RawMessage
+			}
+		}
+	}
+	if err := yaml.Unmarshal(ingest.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var spec []string
+	for name := range doc.Components.Schemas["Envelope"].Properties {
+		spec = append(spec, name)
+	}
+	var code []string
+	rt := reflect.TypeFor[envelope.Envelope]()
+	for i := range rt.NumField() {
+		if name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			code = append(code, name)
+		}
+	}
+	slices.Sort(spec)
+	slices.Sort(code)
+	if !slices.Equal(spec, code) {
+		t.Errorf("openapi.yaml Envelope properties %v; envelope.Envelope's JSON fields %v", spec, code)
 	}
 }
