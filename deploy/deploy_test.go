@@ -368,7 +368,14 @@ func TestKubernetesManifests(t *testing.T) {
 					t.Errorf("%s: PACER_DRAIN %q: %v", name, e.Value, err)
 				}
 			}
-			if strings.Contains(e.Name, "TOKEN") || strings.Contains(e.Name, "API_KEYS") || e.Name == "PACER_REDIS_URL" {
+			secret := strings.Contains(e.Name, "TOKEN") || strings.Contains(e.Name, "API_KEYS") || e.Name == "PACER_REDIS_URL"
+			switch {
+			case secret && strings.HasSuffix(e.Name, "_FILE"):
+				// A secret read from a file: the file of a mounted Secret.
+				if !inSecretMount(spec, c, e.Value) {
+					t.Errorf("%s: %s=%q must name a file of a mounted Secret", name, e.Name, e.Value)
+				}
+			case secret:
 				if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
 					t.Errorf("%s: %s must come from a Secret", name, e.Name)
 				}
@@ -518,4 +525,20 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("compose.yaml without %s: %v, want an error naming it", v, err)
 		}
 	}
+}
+
+// inSecretMount reports whether path is under a volume mount of c whose
+// volume in spec is a Secret.
+func inSecretMount(spec corev1.PodSpec, c corev1.Container, path string) bool {
+	for _, m := range c.VolumeMounts {
+		if !strings.HasPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/") {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil {
+				return true
+			}
+		}
+	}
+	return false
 }

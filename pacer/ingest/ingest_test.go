@@ -1036,3 +1036,12 @@ func TestOpenAPIEnvelopeIsTheEnvelope(t *testing.T) {
 		t.Errorf("openapi.yaml Envelope properties %v; envelope.Envelope's JSON fields %v", spec, code)
 	}
 }
+
+// TestTenantsFileNotJSON: a tenants file written in YAML (as a manifest
+// once named it) is refused saying the JSON object expected.
+func TestTenantsFileNotJSON(t *testing.T) {
+	_, err := ingest.ParseTenants([]byte("tenants:\n  - id: acme\n"), []string{"whatsapp"})
+	if err == nil || !strings.Contains(err.Error(), `JSON object {"tenants":[...]}`) || !strings.Contains(err.Error(), "YAML is not read") {
+		t.Errorf("YAML tenants file: %v; want an error saying JSON is expected", err)
+	}
+}

@@ -68,7 +68,7 @@ func ParseTenants(b []byte, channels []string) (*Tenants, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("tenants file: %w", err)
+		return nil, fmt.Errorf(`tenants file: not the JSON object {"tenants":[...]} expected (YAML is not read): %w`, err)
 	}
 	ts := &Tenants{byKey: map[[sha256.Size]byte]*Tenant{}}
 	ids := map[string]bool{}
