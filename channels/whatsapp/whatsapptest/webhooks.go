@@ -53,7 +53,7 @@ type Webhooks struct {
 // (webhooks given up after Attempts), and the statuses sent by kind,
 // duplicates not counted twice.
 type WebhookStats struct {
-	Posts, Retries, Dropped int64
+	Posts, Retries, Dropped                     int64
 	Sent, Delivered, Failed131026, Failed131049 int64
 }
 
