@@ -371,3 +371,25 @@ func TestOutcomeReasons(t *testing.T) {
 		}
 	}
 }
+
+// SendGrid's bounce and group_unsubscribe suppress their addresses for
+// the key the URL names, until removed; a delivered event suppresses none.
+func TestSendGridOutcomes(t *testing.T) {
+	evs, err := parseSendGrid([]byte(sgBody), "marketing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr := miniredis.RunT(t)
+	st := suppress.NewStore(redis.NewClient(&redis.Options{Addr: mr.Addr()}), bucket.NewKeys(""))
+	ctx := context.Background()
+	if err := NewOutcomes(st, nil, nil).Apply(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Unix(1800000000, 0).Add(10 * 365 * 24 * time.Hour)
+	for addr, want := range map[string]suppress.Reason{"a@example.com": suppress.Bounce, "b@example.com": "", "c@example.com": suppress.Unsubscribe} {
+		e, ok, err := st.Get(ctx, "sendgrid", "marketing", suppress.Hash(addr), later)
+		if err != nil || e.Reason != want || ok != (want != "") {
+			t.Errorf("%s ten years on: %+v %v %v, want %q", addr, e, ok, err, want)
+		}
+	}
+}
