@@ -63,9 +63,26 @@ func (o *Outcomes) Apply(ctx context.Context, evs []Event) error {
 		o.m.suppressed.WithLabelValues(g.channel, string(g.reason)).Add(float64(n))
 	}
 	for _, ev := range evs {
-		o.m.applied.WithLabelValues(ev.Channel, ev.Kind).Inc()
+		o.m.applied.WithLabelValues(label(ev.Channel, channels), label(ev.Kind, kinds)).Inc()
 	}
 	return nil
+}
+
+// channels and kinds bound the labels of pacer_webhook_events_applied_total:
+// a record someone else wrote to an events topic may say anything.
+var (
+	channels = map[string]bool{"whatsapp": true, "sendgrid": true}
+	kinds    = map[string]bool{"sent": true, "delivered": true, "read": true, "failed": true, "processed": true, "deferred": true,
+		"bounce": true, "dropped": true, "spamreport": true, "unsubscribe": true, "group_unsubscribe": true,
+		"open": true, "click": true, "group_resubscribe": true}
+)
+
+// label returns v if known holds it, else "other".
+func label(v string, known map[string]bool) string {
+	if known[v] {
+		return v
+	}
+	return "other"
 }
 
 // Run consumes kc (a group consumer of the events topics, auto-commit

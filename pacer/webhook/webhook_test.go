@@ -393,3 +393,18 @@ func TestSendGridOutcomes(t *testing.T) {
 		}
 	}
 }
+
+// A record of an unknown channel or kind is counted as "other": the
+// metric's labels stay bounded whatever the topic holds.
+func TestAppliedLabelsBounded(t *testing.T) {
+	o := NewOutcomes(nil, nil, nil)
+	if err := o.Apply(context.Background(), []Event{{Channel: "pager", Kind: "exploded"}, {Channel: "whatsapp", Kind: "seen-by-cat"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(o.m.applied.WithLabelValues("other", "other")); got != 1 {
+		t.Errorf("other/other counted %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(o.m.applied.WithLabelValues("whatsapp", "other")); got != 1 {
+		t.Errorf("whatsapp/other counted %v, want 1", got)
+	}
+}
