@@ -1,20 +1,18 @@
 package whatsapptest
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"hash/fnv"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
 )
 
 // Webhooks makes a [Server] send signed status webhooks for the messages
@@ -58,30 +56,18 @@ type WebhookStats struct {
 }
 
 type webhookSender struct {
-	cfg     Webhooks
-	wg      sync.WaitGroup
-	rnd     *rand.Rand
-	rmu     sync.Mutex
-	posts   atomic.Int64
-	retries atomic.Int64
-	dropped atomic.Int64
-	kinds   [4]atomic.Int64 // sent, delivered, 131026, 131049
+	cfg   Webhooks
+	hooks fakeprovider.Hooks
+	kinds [4]atomic.Int64 // sent, delivered, 131026, 131049
 }
 
 // SendWebhooks makes s send status webhooks per cfg for every message it
 // accepts from now on. Call it before the sends.
 func (s *Server) SendWebhooks(cfg Webhooks) {
-	if cfg.Retry <= 0 {
-		cfg.Retry = 100 * time.Millisecond
-	}
-	if cfg.Attempts <= 0 {
-		cfg.Attempts = 50
-	}
-	if cfg.Client == nil {
-		cfg.Client = http.DefaultClient
-	}
+	h := &webhookSender{cfg: cfg, hooks: fakeprovider.Hooks{URL: cfg.URL, Retry: cfg.Retry, Attempts: cfg.Attempts, Client: cfg.Client}}
+	h.hooks.Init()
 	s.mu.Lock()
-	s.hooks = &webhookSender{cfg: cfg, rnd: rand.New(rand.NewPCG(1, 2))}
+	s.hooks = h
 	s.mu.Unlock()
 }
 
@@ -94,26 +80,9 @@ func (s *Server) WaitWebhooks(ctx context.Context) (WebhookStats, error) {
 	if h == nil {
 		return WebhookStats{}, nil
 	}
-	done := make(chan struct{})
-	go func() { h.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return h.stats(), ctx.Err()
-	}
-	return h.stats(), nil
-}
-
-func (h *webhookSender) stats() WebhookStats {
-	return WebhookStats{Posts: h.posts.Load(), Retries: h.retries.Load(), Dropped: h.dropped.Load(),
-		Sent: h.kinds[0].Load(), Delivered: h.kinds[1].Load(), Failed131026: h.kinds[2].Load(), Failed131049: h.kinds[3].Load()}
-}
-
-// share maps to onto [0, 1) by a hash, the same for every message to it.
-func share(to string) float64 {
-	f := fnv.New64a()
-	f.Write([]byte(to))
-	return float64(f.Sum64()%1_000_000) / 1_000_000
+	posts, retries, dropped, err := h.hooks.Wait(ctx)
+	return WebhookStats{Posts: posts, Retries: retries, Dropped: dropped,
+		Sent: h.kinds[0].Load(), Delivered: h.kinds[1].Load(), Failed131026: h.kinds[2].Load(), Failed131049: h.kinds[3].Load()}, err
 }
 
 // accepted schedules the webhooks of a message accepted as wamid.
@@ -121,81 +90,39 @@ func (h *webhookSender) accepted(key, to, id, wamid string, at time.Time) {
 	type status struct {
 		name string
 		code int
+		kind int // index in kinds
+		dup  bool
 	}
-	sts := []status{{"sent", 0}, {"delivered", 0}}
-	switch x := share(to); {
+	sts := []status{{"sent", 0, 0, false}, {"delivered", 0, 1, false}}
+	switch x := fakeprovider.Share(to); {
 	case x < h.cfg.Undeliverable:
-		sts = []status{{"failed", 131026}}
+		sts = []status{{"failed", 131026, 2, false}}
 	case x < h.cfg.Undeliverable+h.cfg.MarketingLimit:
-		sts = []status{{"failed", 131049}}
+		sts = []status{{"failed", 131049, 3, false}}
 	}
-	h.rmu.Lock()
-	reorder := h.rnd.Float64() < h.cfg.Reorder
-	dups := make([]bool, len(sts))
-	for i := range dups {
-		dups[i] = h.rnd.Float64() < h.cfg.Duplicate
+	for i := range sts {
+		sts[i].dup = h.hooks.Chance(h.cfg.Duplicate)
 	}
-	h.rmu.Unlock()
-	if reorder {
+	if h.hooks.Chance(h.cfg.Reorder) {
 		for i, j := 0, len(sts)-1; i < j; i, j = i+1, j-1 {
 			sts[i], sts[j] = sts[j], sts[i]
-			dups[i], dups[j] = dups[j], dups[i]
 		}
 	}
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
+	h.hooks.Go(func() {
 		time.Sleep(h.cfg.Delay)
-		for i, st := range sts {
+		for _, st := range sts {
 			body := statusBody(key, to, id, wamid, st.name, st.code, at)
-			for range 1 + btoi(dups[i]) {
-				if !h.post(body) {
-					h.dropped.Add(1)
-				}
+			mac := hmac.New(sha256.New, h.cfg.AppSecret)
+			mac.Write(body)
+			sig := "sha256=" + hex.EncodeToString(mac.Sum(nil))
+			sign := func() http.Header { return http.Header{"X-Hub-Signature-256": {sig}} }
+			h.hooks.Post(body, sign)
+			if st.dup {
+				h.hooks.Post(body, sign)
 			}
-			switch {
-			case st.name == "sent":
-				h.kinds[0].Add(1)
-			case st.name == "delivered":
-				h.kinds[1].Add(1)
-			case st.code == 131026:
-				h.kinds[2].Add(1)
-			default:
-				h.kinds[3].Add(1)
-			}
+			h.kinds[st.kind].Add(1)
 		}
-	}()
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// post sends body until answered 2xx or Attempts run out.
-func (h *webhookSender) post(body []byte) bool {
-	mac := hmac.New(sha256.New, h.cfg.AppSecret)
-	mac.Write(body)
-	sig := "sha256=" + hex.EncodeToString(mac.Sum(nil))
-	wait := h.cfg.Retry
-	for range h.cfg.Attempts {
-		req, _ := http.NewRequest(http.MethodPost, h.cfg.URL, bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Hub-Signature-256", sig)
-		if resp, err := h.cfg.Client.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode/100 == 2 {
-				h.posts.Add(1)
-				return true
-			}
-		}
-		h.retries.Add(1)
-		time.Sleep(wait)
-		wait = min(2*wait, 2*time.Second)
-	}
-	return false
+	})
 }
 
 // statusBody is a Cloud API status webhook of one status, in the shape
