@@ -3,15 +3,20 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/channels/sendgrid/sendgridtest"
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
@@ -141,5 +146,71 @@ func TestFakeWebhooksThroughKafka(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(out.m.suppressed.WithLabelValues("whatsapp", "undeliverable")); got != float64(2*st.Failed131026) {
 		t.Errorf("undeliverable entries added %v, want %d: each duplicate added none", got, 2*st.Failed131026)
+	}
+}
+
+// The SendGrid fake's signed Event Webhook batches, every one sent twice,
+// suppress its bounced, spam-reporting and unsubscribing recipients for
+// the key the URL names, each once, and nobody it delivered to.
+func TestFakeSendGridWebhooks(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod := &memProducer{}
+	srv := New(Config{SendGridKey: &key.PublicKey}, prod, nil)
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	fake := sendgridtest.NewServer(sendgridtest.Config{})
+	t.Cleanup(fake.Close)
+	fake.SendWebhooks(sendgridtest.Webhooks{URL: hs.URL + "/webhook/sendgrid/news", Key: key,
+		Bounce: 0.1, SpamReport: 0.05, Unsubscribe: 0.05, Duplicate: 1})
+	const n = 200
+	for i := range n {
+		body := fmt.Sprintf(`{"personalizations":[{"to":[{"email":"u%d@example.com"}],"custom_args":{"pacer_id":"env-%d"}}],`+
+			`"from":{"email":"news@example.org"},"subject":"Hi","content":[{"type":"text/plain","value":"Hello"}]}`, i, i)
+		req, _ := http.NewRequest("POST", fake.URL()+"/v3/mail/send", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer SG.any")
+		req.Header.Set("Accept", "application/json")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 202 {
+			t.Fatalf("fake answered mail %d with %d", i, resp.StatusCode)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := fake.WaitWebhooks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Dropped != 0 || st.Posts != 2*n || st.Bounce == 0 || st.SpamReport == 0 || st.Unsubscribe == 0 {
+		t.Fatalf("fake webhooks %+v: want %d posts (every batch twice), none dropped, some of each fate", st, 2*n)
+	}
+	evs := prod.events(t)
+	for _, ev := range evs {
+		if ev.Key != "news" || ev.Message == "" {
+			t.Fatalf("event %+v: want key news and the envelope id", ev)
+		}
+	}
+	mr := miniredis.RunT(t)
+	store := suppress.NewStore(redis.NewClient(&redis.Options{Addr: mr.Addr()}), bucket.NewKeys(""))
+	reg := prometheus.NewRegistry()
+	out := NewOutcomes(store, nil, reg)
+	if err := out.Apply(context.Background(), evs); err != nil {
+		t.Fatal(err)
+	}
+	count := map[suppress.Reason]int64{}
+	store.List(context.Background(), "sendgrid", "news", time.Now(), func(e suppress.Entry) error { count[e.Reason]++; return nil })
+	want := map[suppress.Reason]int64{suppress.Bounce: st.Bounce, suppress.SpamReport: st.SpamReport, suppress.Unsubscribe: st.Unsubscribe}
+	if fmt.Sprint(count) != fmt.Sprint(want) {
+		t.Errorf("suppressions %v, want %v", count, want)
+	}
+	if got := testutil.ToFloat64(out.m.suppressed.WithLabelValues("sendgrid", "bounce")); got != float64(st.Bounce) {
+		t.Errorf("bounce entries added %v, want %d (duplicates add none)", got, st.Bounce)
 	}
 }
