@@ -31,6 +31,9 @@ type Config struct {
 	WhatsAppVerifyToken string
 	// SendGridKey verifies SendGrid's Event Webhook signatures.
 	SendGridKey *ecdsa.PublicKey
+	// Secrets, if set, gives senders secrets of their own, over the
+	// single ones above; nil: none.
+	Secrets Secrets
 	// SendGridMaxAge is the oldest signed timestamp accepted; default 10 min.
 	SendGridMaxAge time.Duration
 	// ProduceTimeout is the longest wait for Kafka's acknowledgement
@@ -39,6 +42,17 @@ type Config struct {
 	Logger         *slog.Logger
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+}
+
+// Secrets looks up the secrets of one sender (the credentials directory's
+// files in cmd/pacer). A sender without its own uses the Config's.
+type Secrets interface {
+	// WhatsAppAppSecret returns the app secret that signs the webhooks of
+	// phone-number ID id (digits only), or false.
+	WhatsAppAppSecret(id string) ([]byte, bool)
+	// SendGridKey returns the verification key of SendGrid pacing key key
+	// (letters, digits, '-', '_', '.'; not starting with '.'), or false.
+	SendGridKey(key string) (*ecdsa.PublicKey, bool)
 }
 
 // Producer is what the Server needs of a Kafka client (*kgo.Client).
@@ -80,11 +94,11 @@ func New(cfg Config, kc Producer, reg prometheus.Registerer) *Server {
 		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg, kc: kc, m: newMetrics(reg), mux: http.NewServeMux()}
-	if len(cfg.WhatsAppAppSecret) > 0 {
+	if len(cfg.WhatsAppAppSecret) > 0 || cfg.Secrets != nil {
 		s.mux.HandleFunc("GET /webhook/whatsapp", s.whatsappVerify)
 		s.mux.HandleFunc("POST /webhook/whatsapp", s.whatsapp)
 	}
-	if cfg.SendGridKey != nil {
+	if cfg.SendGridKey != nil || cfg.Secrets != nil {
 		s.mux.HandleFunc("POST /webhook/sendgrid/{key}", s.sendgrid)
 	}
 	return s
@@ -114,8 +128,21 @@ func (s *Server) whatsapp(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	valid, present := whatsappSigned(s.cfg.WhatsAppAppSecret, r.Header.Get("X-Hub-Signature-256"), body)
+	secret := s.cfg.WhatsAppAppSecret
+	if s.cfg.Secrets != nil {
+		// The body is not verified yet: its phone-number ID only chooses
+		// the secret it must be signed with.
+		if id, ok := waSender(body); ok {
+			if own, ok := s.cfg.Secrets.WhatsAppAppSecret(id); ok {
+				secret = own
+			}
+		}
+	}
+	valid, present := whatsappSigned(secret, r.Header.Get("X-Hub-Signature-256"), body)
 	switch {
+	case present && len(secret) == 0:
+		s.refuse(w, "whatsapp", "bad-signature", http.StatusUnauthorized, "no app secret is configured for this sender")
+		return
 	case !present:
 		s.refuse(w, "whatsapp", "unsigned", http.StatusUnauthorized, "X-Hub-Signature-256 is missing")
 		return
@@ -142,7 +169,22 @@ func (s *Server) sendgrid(w http.ResponseWriter, r *http.Request) {
 			"X-Twilio-Email-Event-Webhook-Signature and X-Twilio-Email-Event-Webhook-Timestamp are both required")
 		return
 	}
-	if !sendgridSigned(s.cfg.SendGridKey, sig, ts, body) {
+	key := r.PathValue("key")
+	if !validKey(key) {
+		s.refuse(w, "sendgrid", "malformed", http.StatusBadRequest, "path: the pacing key may hold letters, digits, '-', '_' and '.' and not start with '.'")
+		return
+	}
+	pub := s.cfg.SendGridKey
+	if s.cfg.Secrets != nil {
+		if own, ok := s.cfg.Secrets.SendGridKey(key); ok {
+			pub = own
+		}
+	}
+	if pub == nil {
+		s.refuse(w, "sendgrid", "bad-signature", http.StatusUnauthorized, "no verification key is configured for this pacing key")
+		return
+	}
+	if !sendgridSigned(pub, sig, ts, body) {
 		s.refuse(w, "sendgrid", "bad-signature", http.StatusUnauthorized, "the signature does not verify the timestamp and body with the configured public key")
 		return
 	}
@@ -152,7 +194,6 @@ func (s *Server) sendgrid(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("X-Twilio-Email-Event-Webhook-Timestamp is older than %s", s.cfg.SendGridMaxAge))
 		return
 	}
-	key := r.PathValue("key")
 	evs, err := parseSendGrid(body, key)
 	if err != nil {
 		s.refuse(w, "sendgrid", "malformed", http.StatusBadRequest, err.Error())
@@ -213,4 +254,18 @@ func writeProblem(w http.ResponseWriter, status int, title, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": title, "status": status, "detail": detail})
+}
+
+// validKey reports whether key is a pacing key that can name a file:
+// letters, digits, '-', '_', '.', not empty, not starting with '.'.
+func validKey(key string) bool {
+	if key == "" || key[0] == '.' || len(key) > 200 {
+		return false
+	}
+	for _, c := range key {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }

@@ -408,3 +408,49 @@ func TestAppliedLabelsBounded(t *testing.T) {
 		t.Errorf("whatsapp/other counted %v, want 1", got)
 	}
 }
+
+type ownSecrets struct {
+	wa map[string][]byte
+	sg map[string]*ecdsa.PublicKey
+}
+
+func (o ownSecrets) WhatsAppAppSecret(id string) ([]byte, bool) { s, ok := o.wa[id]; return s, ok }
+func (o ownSecrets) SendGridKey(key string) (*ecdsa.PublicKey, bool) {
+	k, ok := o.sg[key]
+	return k, ok
+}
+
+// A sender with a secret of its own is verified with it, not the
+// default; a sender without one with the default; with neither, refused.
+func TestSecretsPerSender(t *testing.T) {
+	f := newFixture(t)
+	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	own := ownSecrets{wa: map[string][]byte{"1065": []byte("own secret")}, sg: map[string]*ecdsa.PublicKey{"tenant-b": &other.PublicKey}}
+	f.srv = New(Config{WhatsAppAppSecret: secret, WhatsAppVerifyToken: "verify-me", Secrets: own,
+		Now: func() time.Time { return f.now }}, f.kc, f.reg2())
+	f.http.Config.Handler = f.srv
+
+	body := waBody("wamid.A sent") // phone-number ID 1065
+	if s, b := f.postWA(t, body, WhatsAppSignature(secret, body)); s != 401 {
+		t.Errorf("1065 signed with the default secret: %d %s, want 401 (it has its own)", s, b)
+	}
+	if s, b := f.postWA(t, body, WhatsAppSignature([]byte("own secret"), body)); s != 200 {
+		t.Errorf("1065 signed with its own secret: %d %s, want 200", s, b)
+	}
+	body2 := bytes.ReplaceAll(body, []byte(`"1065"`), []byte(`"2077"`))
+	if s, b := f.postWA(t, body2, WhatsAppSignature(secret, body2)); s != 200 {
+		t.Errorf("2077 (no secret of its own) signed with the default: %d %s, want 200", s, b)
+	}
+	sg := []byte(sgBody)
+	if s, b := f.postSG(t, "tenant-b", sg, f.now, other); s != 200 {
+		t.Errorf("tenant-b signed with its own key: %d %s, want 200", s, b)
+	}
+	if s, b := f.postSG(t, "tenant-a", sg, f.now, other); s != 401 || !strings.Contains(b, "no verification key") {
+		t.Errorf("tenant-a (no key at all): %d %s, want 401 naming the missing key", s, b)
+	}
+	if s, b := f.postSG(t, ".hidden", sg, f.now, other); s != 400 {
+		t.Errorf("key .hidden: %d %s, want 400", s, b)
+	}
+}
+
+func (f *fixture) reg2() *prometheus.Registry { f.reg = prometheus.NewRegistry(); return f.reg }

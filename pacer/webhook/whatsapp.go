@@ -116,3 +116,23 @@ func waRecipients(id string) []string {
 	id = strings.TrimPrefix(id, "+")
 	return []string{suppress.Hash(id), suppress.Hash("+" + id)}
 }
+
+// waSender returns the one phone_number_id a webhook body names (digits
+// only), or false when it names none, several, or one of another shape.
+func waSender(body []byte) (string, bool) {
+	var p waPayload
+	if json.Unmarshal(body, &p) != nil {
+		return "", false
+	}
+	id := ""
+	for _, e := range p.Entry {
+		for _, c := range e.Changes {
+			v := c.Value.Metadata.PhoneNumberID
+			if v == "" || strings.Trim(v, "0123456789") != "" || (id != "" && v != id) {
+				return "", false
+			}
+			id = v
+		}
+	}
+	return id, id != ""
+}
