@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"text/tabwriter"
@@ -60,8 +65,8 @@ func loadWebhookConfig(lookup func(string) (string, bool)) (webhookConfig, *ecds
 	if err := listenAddr(c.Addr, ":8090"); err != "" {
 		bad("PACER_WEBHOOK_ADDR", err)
 	}
-	if c.WhatsAppAppSecret == "" && c.SendGridPublicKey == "" {
-		bad("PACER_WEBHOOK_WHATSAPP_APP_SECRET", "set it, PACER_WEBHOOK_SENDGRID_PUBLIC_KEY, or both: without either no webhook is heard")
+	if dir, _ := lookup("PACER_CREDENTIALS_DIR"); c.WhatsAppAppSecret == "" && c.SendGridPublicKey == "" && dir == "" {
+		bad("PACER_WEBHOOK_WHATSAPP_APP_SECRET", "set it, PACER_WEBHOOK_SENDGRID_PUBLIC_KEY, or PACER_CREDENTIALS_DIR (secrets per sender): without any no webhook is heard")
 	}
 	if c.WhatsAppAppSecret != "" && c.WhatsAppVerifyToken == "" {
 		bad("PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN", "required with PACER_WEBHOOK_WHATSAPP_APP_SECRET: Meta's verification GET presents it")
@@ -131,11 +136,15 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 	log := newLogger(cfg, stderr).With("component", "webhook")
+	var secrets webhook.Secrets
+	if dir, _ := lookup("PACER_CREDENTIALS_DIR"); dir != "" {
+		secrets = dirSecrets{dir: dir, log: log}
+	}
 	var channels []string
-	if wc.WhatsAppAppSecret != "" {
+	if wc.WhatsAppAppSecret != "" || secrets != nil {
 		channels = append(channels, "whatsapp")
 	}
-	if sgKey != nil {
+	if sgKey != nil || secrets != nil {
 		channels = append(channels, "sendgrid")
 	}
 	kopts, err := kafkaOpts(cfg)
@@ -162,7 +171,7 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv := webhook.New(webhook.Config{WhatsAppAppSecret: []byte(wc.WhatsAppAppSecret), WhatsAppVerifyToken: wc.WhatsAppVerifyToken,
-		SendGridKey: sgKey, SendGridMaxAge: wc.SendGridMaxAge, ProduceTimeout: wc.ProduceTimeout, Logger: log}, kc, reg)
+		SendGridKey: sgKey, Secrets: secrets, SendGridMaxAge: wc.SendGridMaxAge, ProduceTimeout: wc.ProduceTimeout, Logger: log}, kc, reg)
 
 	errc := make(chan error, 2)
 	if wc.Apply {
@@ -207,4 +216,47 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Drain)
 	defer cancel()
 	return hs.Shutdown(sctx)
+}
+
+// dirSecrets reads the webhook secrets of one sender from the credentials
+// directory: webhook-whatsapp.<phone-number ID> holds a Meta app secret,
+// webhook-sendgrid.<pacing key> a SendGrid verification key (base64 DER
+// or PEM). Files are read at each request (a few hundred bytes), so a
+// Secret mount's update is seen at once. A file that cannot be read or
+// parsed counts as absent and is logged, without its content.
+type dirSecrets struct {
+	dir string
+	log *slog.Logger
+}
+
+func (d dirSecrets) read(name string) ([]byte, bool) {
+	if strings.ContainsAny(name, "/\\") {
+		return nil, false
+	}
+	b, err := os.ReadFile(filepath.Join(d.dir, name))
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			d.log.Warn("webhook secret not readable", "file", name, "err", pathError(err))
+		}
+		return nil, false
+	}
+	b = bytes.TrimRight(b, "\r\n")
+	return b, len(b) > 0
+}
+
+func (d dirSecrets) WhatsAppAppSecret(id string) ([]byte, bool) {
+	return d.read(credentialFileName("webhook-whatsapp", id))
+}
+
+func (d dirSecrets) SendGridKey(key string) (*ecdsa.PublicKey, bool) {
+	b, ok := d.read(credentialFileName("webhook-sendgrid", key))
+	if !ok {
+		return nil, false
+	}
+	k, err := webhook.ParseSendGridKey(string(b))
+	if err != nil {
+		d.log.Warn("webhook verification key not usable", "file", credentialFileName("webhook-sendgrid", key), "err", err)
+		return nil, false
+	}
+	return k, true
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/base64"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,7 +41,7 @@ func TestWebhookConfig(t *testing.T) {
 		env  func(string) (string, bool)
 		want []string
 	}{
-		{env(), []string{"PACER_WEBHOOK_WHATSAPP_APP_SECRET: set it, PACER_WEBHOOK_SENDGRID_PUBLIC_KEY, or both"}},
+		{env(), []string{"PACER_WEBHOOK_WHATSAPP_APP_SECRET: set it, PACER_WEBHOOK_SENDGRID_PUBLIC_KEY, or PACER_CREDENTIALS_DIR"}},
 		{env("PACER_WEBHOOK_WHATSAPP_APP_SECRET", "s"), []string{"PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN: required"}},
 		{env("PACER_WEBHOOK_SENDGRID_PUBLIC_KEY", "!!", "PACER_WEBHOOK_SENDGRID_MAX_AGE", "0s", "PACER_WEBHOOK_ADDR", "nowhere"),
 			[]string{"PACER_WEBHOOK_SENDGRID_PUBLIC_KEY: neither PEM nor base64", "PACER_WEBHOOK_SENDGRID_MAX_AGE: must be > 0", "PACER_WEBHOOK_ADDR: \"nowhere\""}},
@@ -60,5 +61,44 @@ func TestWebhookConfig(t *testing.T) {
 		if strings.Contains(err.Error(), "app-secret") {
 			t.Errorf("error %q shows the secret", err)
 		}
+	}
+}
+
+// Secrets per sender come from the credentials directory:
+// webhook-whatsapp.<phone-number ID> and webhook-sendgrid.<pacing key>;
+// a missing or unusable file is no secret, and a name with a path
+// separator is never read.
+func TestWebhookDirSecrets(t *testing.T) {
+	dir := t.TempDir()
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	os.WriteFile(filepath.Join(dir, "webhook-whatsapp.1065"), []byte("own-secret\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "webhook-sendgrid.news"), []byte(base64.StdEncoding.EncodeToString(der)), 0o600)
+	os.WriteFile(filepath.Join(dir, "webhook-sendgrid.broken"), []byte("not a key"), 0o600)
+	var logs strings.Builder
+	d := dirSecrets{dir: dir, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	if s, ok := d.WhatsAppAppSecret("1065"); !ok || string(s) != "own-secret" {
+		t.Errorf("1065: %q %v, want own-secret", s, ok)
+	}
+	if _, ok := d.WhatsAppAppSecret("2077"); ok {
+		t.Error("2077 has no file but a secret was found")
+	}
+	if got, ok := d.SendGridKey("news"); !ok || !got.Equal(&k.PublicKey) {
+		t.Errorf("news: %v %v, want its key", got, ok)
+	}
+	if _, ok := d.SendGridKey("broken"); ok || !strings.Contains(logs.String(), "webhook-sendgrid.broken") || strings.Contains(logs.String(), "not a key") {
+		t.Errorf("broken: found %v; log %q: want none, the file named, its content not", ok, logs.String())
+	}
+	if _, ok := d.WhatsAppAppSecret("../webhook-whatsapp.1065"); ok {
+		t.Error("a name with a path separator was read")
+	}
+	_, _, err := loadWebhookConfig(func(k string) (string, bool) {
+		if k == "PACER_CREDENTIALS_DIR" {
+			return dir, true
+		}
+		return "", false
+	})
+	if err != nil {
+		t.Errorf("the credentials directory alone: %v, want no error", err)
 	}
 }
