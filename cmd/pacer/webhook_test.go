@@ -69,7 +69,10 @@ func TestWebhookConfig(t *testing.T) {
 // a missing or unusable file is no secret, and a name with a path
 // separator is never read.
 func TestWebhookDirSecrets(t *testing.T) {
-	dir := t.TempDir()
+	top := t.TempDir()
+	dir := filepath.Join(top, "creds")
+	os.Mkdir(dir, 0o700)
+	os.WriteFile(filepath.Join(top, "webhook-whatsapp.9"), []byte("outside"), 0o600)
 	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
 	os.WriteFile(filepath.Join(dir, "webhook-whatsapp.1065"), []byte("own-secret\n"), 0o600)
@@ -89,7 +92,7 @@ func TestWebhookDirSecrets(t *testing.T) {
 	if _, ok := d.SendGridKey("broken"); ok || !strings.Contains(logs.String(), "webhook-sendgrid.broken") || strings.Contains(logs.String(), "not a key") {
 		t.Errorf("broken: found %v; log %q: want none, the file named, its content not", ok, logs.String())
 	}
-	if _, ok := d.WhatsAppAppSecret("../webhook-whatsapp.1065"); ok {
+	if _, ok := d.WhatsAppAppSecret("x/../../webhook-whatsapp.9"); ok {
 		t.Error("a name with a path separator was read")
 	}
 	_, _, err := loadWebhookConfig(func(k string) (string, bool) {
