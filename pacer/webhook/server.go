@@ -119,7 +119,9 @@ func (s *Server) whatsappVerify(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.m.requests.WithLabelValues("whatsapp", "verified").Inc()
-	w.Header().Set("Content-Type", "text/plain")
+	// The challenge is echoed as it came: plain text, never sniffed as HTML.
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	io.WriteString(w, q.Get("hub.challenge"))
 }
 
