@@ -16,6 +16,9 @@
 //   - [github.com/pacerhq/pacer/pacer/statuspage]: the live status page:
 //     every replica's active keys, their limits, rates and breakers, and
 //     the campaigns' progress.
+//   - [github.com/pacerhq/pacer/pacer/webhook]: the providers' status
+//     webhooks (pacer webhook): checks their signatures, produces their
+//     events to pacer.<channel>.events, and applies them (suppressions).
 //
 // The parts they share, which import no application:
 //

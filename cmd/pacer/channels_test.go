@@ -89,7 +89,7 @@ func TestREADMEListsEverySetting(t *testing.T) {
 		listed[string(m[1])] = true
 	}
 	want := map[string]bool{"PACER_CREDENTIALS_DIR": true} // read by every channel row
-	for _, tp := range []reflect.Type{reflect.TypeOf(config{}), reflect.TypeOf(ingestConfig{})} {
+	for _, tp := range []reflect.Type{reflect.TypeOf(config{}), reflect.TypeOf(ingestConfig{}), reflect.TypeOf(webhookConfig{})} {
 		for i := range tp.NumField() {
 			if v := envName(tp.Field(i)); v != "" {
 				want[v] = true

@@ -31,6 +31,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/pacerhq/pacer/pacer/webhook"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -168,6 +169,11 @@ func configDoc(doc string) (string, []string, error) {
 		ing.rows = append(ing.rows, row(e.name, e.unit, e.def))
 	}
 	groups = append(groups, ing)
+	wh := group{title: "`pacer webhook` (besides the Kafka, Redis and log settings above and `PACER_DRAIN`)"}
+	for _, e := range envRows(reflect.TypeOf(webhookConfig{}), nil) {
+		wh.rows = append(wh.rows, row(e.name, e.unit, e.def))
+	}
+	groups = append(groups, wh)
 
 	var b strings.Builder
 	b.WriteString(settingsBegin + "\n")
@@ -439,6 +445,17 @@ func ingestMetrics(t *testing.T) map[string]metricLabels {
 	return rec.labelsOf(t)
 }
 
+// webhookMetrics returns the metrics `pacer webhook` registers beyond
+// the Go and process collectors: the receiver's and the outcome
+// consumer's.
+func webhookMetrics(t *testing.T) map[string]metricLabels {
+	t.Helper()
+	rec := &descRecorder{}
+	webhook.New(webhook.Config{}, nil, rec)
+	webhook.NewOutcomes(nil, nil, rec)
+	return rec.labelsOf(t)
+}
+
 // documentedMetrics reads the metric table under heading of
 // docs/operations.md: name -> variable labels ("a,b").
 func documentedMetrics(t *testing.T, doc, heading string) map[string]string {
@@ -481,6 +498,7 @@ func TestMetricsDoc(t *testing.T) {
 	}{
 		{"### `pacer run`", runMetrics(t), "channel"},
 		{"### `pacer ingest`", ingestMetrics(t), ""},
+		{"### `pacer webhook`", webhookMetrics(t), ""},
 	} {
 		want := documentedMetrics(t, doc, c.heading)
 		for name, l := range c.got {

@@ -254,7 +254,7 @@ func (p *proc) mustMetric(t testing.TB, series string) float64 {
 	return v
 }
 
-var metricsAddrRE = regexp.MustCompile(`msg="metrics listening" addr=(\S+)`)
+var metricsAddrRE = regexp.MustCompile(`msg="(?:metrics|webhook) listening" (?:component=\S+ )?addr=(\S+)`)
 
 func (e *e2e) run(extraEnv ...string) *proc {
 	e.t.Helper()

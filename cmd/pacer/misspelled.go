@@ -23,6 +23,7 @@ var knownSettings = sync.OnceValue(func() map[string]bool {
 		loadConfig(record, &channelTable[i]) // its errors are an empty environment's
 	}
 	loadIngestConfig(record)
+	loadWebhookConfig(record)
 	return known
 })
 

@@ -34,10 +34,11 @@ const fileSuffix = "_FILE"
 // config fields tagged secret and the channel settings marked secret.
 func secretVariables() map[string]bool {
 	out := map[string]bool{}
-	t := reflect.TypeOf(config{})
-	for i := range t.NumField() {
-		if t.Field(i).Tag.Get(secretTag) == "true" {
-			out[envName(t.Field(i))] = true
+	for _, t := range []reflect.Type{reflect.TypeOf(config{}), reflect.TypeOf(webhookConfig{})} {
+		for i := range t.NumField() {
+			if t.Field(i).Tag.Get(secretTag) == "true" {
+				out[envName(t.Field(i))] = true
+			}
 		}
 	}
 	for i := range channelTable {

@@ -5,6 +5,7 @@
 //	  -> pacer/consumer       the consume-pace-send loop
 //	  -> pacer/ingest         the HTTP ingest gateway (+ ingest/quota, ingest/window)
 //	  -> pacer/statuspage     the status page
+//	  -> pacer/webhook        providers' status webhooks -> events topics -> suppressions
 //	  -> pacer/produce        publish, DLQ replay, topics, Kafka errors
 //	       -> pacer/keypace   one pacing key: its gate, slot and report (AIMD, breaker, cooldowns)
 //	       -> pacer/park      what a parked record carries and how it waits
@@ -24,7 +25,7 @@
 //     (the token bucket whose rate bucket/adapt adapts).
 //   - bucket/ imports nothing from pacer/, channels/, partitioner or cmd,
 //     nor Kafka nor Prometheus: it paces and returns values.
-//   - Under pacer/ the applications (consumer, ingest, statuspage) import
+//   - Under pacer/ the applications (consumer, ingest, statuspage, webhook) import
 //     no other application, and the parts they share (envelope, produce,
 //     ledger, suppress, control, keypace, park, campaign) import no application; envelope imports
 //     nothing of ours (TestPacerSiblings). Every package under pacer/ has a place in
@@ -101,6 +102,10 @@ func TestDataFlowsOneWay(t *testing.T) {
 		"pacer/consumer":   {mod + "/cmd": "nothing imports cmd"},
 		"pacer/statuspage": {mod + "/cmd": "nothing imports cmd", mod + "/channels/": "the page shows pacing state, never a provider's", kafka: "the page reads Redis only"},
 		"pacer/ingest":     {mod + "/cmd": "nothing imports cmd", mod + "/channels/": "ingest validates envelopes, providers are the consumer's"},
+		"pacer/webhook": {
+			mod + "/cmd": "nothing imports cmd", mod + "/channels/": "webhooks are read here; adapters only send",
+			mod + "/pacer/ledger": "outcomes reach the claim through suppress", mod + "/pacer/consumer": "an application imports no other",
+		},
 		"pacer/produce": {
 			mod + "/cmd": "nothing imports cmd", mod + "/bucket": "producing does not pace", mod + "/channels": "producing does not send to providers",
 			prom: "produce returns summaries; its callers measure",
@@ -190,6 +195,7 @@ func TestNoPackageImportsItsParent(t *testing.T) {
 var (
 	pacerApps = map[string]bool{
 		mod + "/pacer/consumer": true, mod + "/pacer/ingest": true, mod + "/pacer/statuspage": true,
+		mod + "/pacer/webhook": true,
 	}
 	pacerShared = map[string]bool{
 		mod + "/pacer/envelope": true, mod + "/pacer/produce": true, mod + "/pacer/ledger": true, mod + "/pacer/suppress": true, mod + "/pacer/control": true,

@@ -16,6 +16,10 @@
 // map as sendgrid.Config.APIKeys) it accepts only those secrets and reports
 // by name; without it, it accepts any key and reports by [KeyID].
 //
+// [Server.SendWebhooks] makes it send signed Event Webhook batches for
+// what it accepted (processed, delivered, bounce, spamreport,
+// unsubscribe), late and twice, as SendGrid does.
+//
 // GET /_stats returns [Server.Stats] as JSON, for tests that run the fake in
 // another process; [FetchStats] reads it. POST /_admin/rate?key=K&rate=R
 // calls [Server.SetRate] while it runs.
@@ -136,6 +140,7 @@ type Server struct {
 	limits  *fakeprovider.Limiter // one bucket per API key name
 	stats   fakeprovider.Stats    // by API key name
 	seq     uint64
+	hooks   *webhookSender // SendWebhooks; nil: none
 }
 
 // New returns a Server for cfg without a listener: serve [Server.Handler]
@@ -219,6 +224,9 @@ func (s *Server) arrive(a Arrival, clock func() time.Time) verdict {
 	v.messageID = fmt.Sprintf("%s%010d", s.prefix, s.seq)
 	a.MessageID = v.messageID
 	fakeprovider.Add(&s.Fake, a)
+	if s.hooks != nil {
+		s.hooks.accepted(a.To, a.ID, v.messageID, now)
+	}
 	return v
 }
 

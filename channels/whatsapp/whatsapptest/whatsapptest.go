@@ -8,6 +8,10 @@
 // really sent: how fast per key, how many were throttled, how many were sent
 // twice (by biz_opaque_callback_data, where the pacer puts the envelope id).
 //
+// [Server.SendWebhooks] makes it send signed status webhooks for what it
+// accepted, late, twice and out of order, with failures (131026, 131049)
+// the synchronous answer did not show, as Meta does.
+//
 // GET /_stats returns [Server.Stats] as JSON, for tests that run the fake in
 // another process; [FetchStats] reads it. POST /_admin/rate and
 // POST /_admin/fail change the fake while it runs ([Server.SetRate],
@@ -130,6 +134,7 @@ type Server struct {
 	forced   map[string]int     // ThrottleNext(key, seconds)
 	fail     map[string]int     // FailNext(key, n)
 	seq      uint64
+	hooks    *webhookSender // SendWebhooks; nil: none
 }
 
 // New returns a Server for cfg without a listener: serve [Server.Handler]
@@ -345,7 +350,11 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.seq++
 	wamid := fmt.Sprintf("wamid.FAKE%s%012d", s.prefix, s.seq)
+	hooks := s.hooks
 	s.mu.Unlock()
+	if hooks != nil {
+		hooks.accepted(key, to, id, wamid, time.Now())
+	}
 	fakeprovider.WriteJSON(w, http.StatusOK, success{
 		MessagingProduct: "whatsapp",
 		Contacts:         []contact{{Input: to, WaID: strings.TrimPrefix(to, "+")}},

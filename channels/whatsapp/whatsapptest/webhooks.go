@@ -1,0 +1,145 @@
+package whatsapptest
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
+)
+
+// Webhooks makes a [Server] send signed status webhooks for the messages
+// it accepted, as the Cloud API does (providers.md §8.2): a "sent" and a
+// "delivered" per message, or a "failed" with 131026 or 131049 for the
+// configured shares of recipients (failures the synchronous answer did
+// not show). Each webhook is a POST of one status, signed
+// X-Hub-Signature-256 with AppSecret, retried until answered 2xx.
+type Webhooks struct {
+	// URL receives the POSTs (a pacer webhook's /webhook/whatsapp).
+	URL string
+	// AppSecret signs them (HMAC-SHA256 of the raw body).
+	AppSecret []byte
+	// Delay is how long after the accepted send the first status leaves.
+	Delay time.Duration
+	// Undeliverable is the share (0..1) of recipients whose messages fail
+	// with 131026; MarketingLimit the share failing with 131049. A
+	// recipient's fate is fixed by a hash of its number, so all its
+	// messages share it.
+	Undeliverable, MarketingLimit float64
+	// Duplicate is the share (0..1) of webhooks sent twice.
+	Duplicate float64
+	// Reorder is the share (0..1) of messages whose statuses are sent in
+	// reverse order (a "delivered" before its "sent").
+	Reorder float64
+	// Retry is the wait between attempts of a webhook not answered 2xx;
+	// default 100 ms, doubling up to 2 s, for up to Attempts (default 50).
+	Retry    time.Duration
+	Attempts int
+	// Client sends the POSTs; default http.DefaultClient.
+	Client *http.Client
+}
+
+// WebhookStats counts what the webhook sender did: Posts answered 2xx
+// (duplicates included), Retries (attempts not answered 2xx), Dropped
+// (webhooks given up after Attempts), and the statuses sent by kind,
+// duplicates not counted twice.
+type WebhookStats struct {
+	Posts, Retries, Dropped                     int64
+	Sent, Delivered, Failed131026, Failed131049 int64
+}
+
+type webhookSender struct {
+	cfg   Webhooks
+	hooks fakeprovider.Hooks
+	kinds [4]atomic.Int64 // sent, delivered, 131026, 131049
+}
+
+// SendWebhooks makes s send status webhooks per cfg for every message it
+// accepts from now on. Call it before the sends.
+func (s *Server) SendWebhooks(cfg Webhooks) {
+	h := &webhookSender{cfg: cfg, hooks: fakeprovider.Hooks{URL: cfg.URL, Retry: cfg.Retry, Attempts: cfg.Attempts, Client: cfg.Client}}
+	h.hooks.Init()
+	s.mu.Lock()
+	s.hooks = h
+	s.mu.Unlock()
+}
+
+// WaitWebhooks waits until every webhook due so far was answered 2xx or
+// given up, or ctx ends, and returns the counts.
+func (s *Server) WaitWebhooks(ctx context.Context) (WebhookStats, error) {
+	s.mu.Lock()
+	h := s.hooks
+	s.mu.Unlock()
+	if h == nil {
+		return WebhookStats{}, nil
+	}
+	posts, retries, dropped, err := h.hooks.Wait(ctx)
+	return WebhookStats{Posts: posts, Retries: retries, Dropped: dropped,
+		Sent: h.kinds[0].Load(), Delivered: h.kinds[1].Load(), Failed131026: h.kinds[2].Load(), Failed131049: h.kinds[3].Load()}, err
+}
+
+// accepted schedules the webhooks of a message accepted as wamid.
+func (h *webhookSender) accepted(key, to, id, wamid string, at time.Time) {
+	type status struct {
+		name string
+		code int
+		kind int // index in kinds
+		dup  bool
+	}
+	sts := []status{{"sent", 0, 0, false}, {"delivered", 0, 1, false}}
+	switch x := fakeprovider.Share(to); {
+	case x < h.cfg.Undeliverable:
+		sts = []status{{"failed", 131026, 2, false}}
+	case x < h.cfg.Undeliverable+h.cfg.MarketingLimit:
+		sts = []status{{"failed", 131049, 3, false}}
+	}
+	for i := range sts {
+		sts[i].dup = h.hooks.Chance(h.cfg.Duplicate)
+	}
+	if h.hooks.Chance(h.cfg.Reorder) {
+		for i, j := 0, len(sts)-1; i < j; i, j = i+1, j-1 {
+			sts[i], sts[j] = sts[j], sts[i]
+		}
+	}
+	h.hooks.Go(func() {
+		time.Sleep(h.cfg.Delay)
+		for _, st := range sts {
+			body := statusBody(key, to, id, wamid, st.name, st.code, at)
+			mac := hmac.New(sha256.New, h.cfg.AppSecret)
+			mac.Write(body)
+			sig := "sha256=" + hex.EncodeToString(mac.Sum(nil))
+			sign := func() http.Header { return http.Header{"X-Hub-Signature-256": {sig}} }
+			h.hooks.Post(body, sign)
+			if st.dup {
+				h.hooks.Post(body, sign)
+			}
+			h.kinds[st.kind].Add(1)
+		}
+	})
+}
+
+// statusBody is a Cloud API status webhook of one status, in the shape
+// Meta documents (entry[].changes[].value.statuses[]).
+func statusBody(key, to, id, wamid, status string, code int, at time.Time) []byte {
+	st := map[string]any{"id": wamid, "status": status, "timestamp": strconv.FormatInt(at.Unix(), 10),
+		"recipient_id": strings.TrimPrefix(to, "+")}
+	if id != "" {
+		st["biz_opaque_callback_data"] = id
+	}
+	if code != 0 {
+		title := map[int]string{131026: "Message undeliverable", 131049: "This message was not delivered to maintain healthy ecosystem engagement."}[code]
+		st["errors"] = []map[string]any{{"code": code, "title": title}}
+	}
+	b, _ := json.Marshal(map[string]any{"object": "whatsapp_business_account", "entry": []any{map[string]any{
+		"id": "WABA-" + key, "changes": []any{map[string]any{"field": "messages", "value": map[string]any{
+			"messaging_product": "whatsapp", "metadata": map[string]any{"display_phone_number": key, "phone_number_id": key},
+			"statuses": []any{st}}}}}}})
+	return b
+}

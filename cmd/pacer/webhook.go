@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/pacer/produce"
+	"github.com/pacerhq/pacer/pacer/suppress"
+	"github.com/pacerhq/pacer/pacer/webhook"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// webhookConfig is what `pacer webhook` reads beyond config (Kafka, Redis,
+// logging, PACER_DRAIN). docs/configuration.md has the same table.
+type webhookConfig struct {
+	// PACER_WEBHOOK_ADDR: listen address of the webhook routes, /metrics, /healthz, /readyz; default :8090; "127.0.0.1:0" picks a free port (logged).
+	Addr string `env:"PACER_WEBHOOK_ADDR, default=:8090" unit:"host:port" help:"webhook routes, /metrics, /healthz, /readyz"`
+	// PACER_WEBHOOK_WHATSAPP_APP_SECRET: the Meta app's secret, which signs its webhooks (X-Hub-Signature-256); without it there is no WhatsApp route; may be a file (_FILE); never logged.
+	WhatsAppAppSecret string `env:"PACER_WEBHOOK_WHATSAPP_APP_SECRET" secret:"true" unit:"secret" help:"signs WhatsApp webhooks; none: no WhatsApp route"`
+	// PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN: the token Meta's verification GET must present (hub.verify_token); required with the app secret; may be a file (_FILE); never logged.
+	WhatsAppVerifyToken string `env:"PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN" secret:"true" unit:"secret" help:"hub.verify_token of Meta's handshake"`
+	// PACER_WEBHOOK_SENDGRID_PUBLIC_KEY: the Event Webhook's verification key (base64 DER or PEM, ECDSA P-256); without it there is no SendGrid route; may be a file (_FILE).
+	SendGridPublicKey string `env:"PACER_WEBHOOK_SENDGRID_PUBLIC_KEY" secret:"true" unit:"key" help:"verifies SendGrid webhooks; none: no SendGrid route"`
+	// PACER_WEBHOOK_SENDGRID_MAX_AGE: oldest (or furthest ahead) signed SendGrid timestamp accepted; default 10m.
+	SendGridMaxAge time.Duration `env:"PACER_WEBHOOK_SENDGRID_MAX_AGE, default=10m" unit:"duration" help:"older signed timestamps are refused"`
+	// PACER_WEBHOOK_PRODUCE_TIMEOUT: longest wait for Kafka's acknowledgement of a webhook's events before answering 503; default 10s.
+	ProduceTimeout time.Duration `env:"PACER_WEBHOOK_PRODUCE_TIMEOUT, default=10s" unit:"duration" help:"longest wait for Kafka's ack before 503"`
+	// PACER_WEBHOOK_PARTITIONS: partitions of an events topic the command has to create; default 12.
+	Partitions int `env:"PACER_WEBHOOK_PARTITIONS, default=12" unit:"partitions" help:"of an events topic it creates"`
+	// PACER_WEBHOOK_APPLY: also consume the events topics and apply their outcomes (suppressions) in this process; default true.
+	Apply bool `env:"PACER_WEBHOOK_APPLY, default=true" unit:"true|false" help:"consume the events topics and apply them here"`
+	// PACER_WEBHOOK_GROUP: consumer group of the outcome consumer; default pacer-webhook-outcomes.
+	Group string `env:"PACER_WEBHOOK_GROUP, default=pacer-webhook-outcomes" unit:"text" help:"consumer group applying the events"`
+}
+
+// webhookShared are the settings of config that `pacer webhook` reads too.
+var webhookShared = []string{"PACER_KAFKA_BROKERS", "PACER_KAFKA_TLS", "PACER_KAFKA_SASL_", "PACER_REDIS_", "PACER_DRAIN", "PACER_LOG_"}
+
+// loadWebhookConfig reads webhookConfig through lookup (secrets' _FILE
+// forms included): every problem found, joined, each naming its variable.
+func loadWebhookConfig(lookup func(string) (string, bool)) (webhookConfig, *ecdsa.PublicKey, error) {
+	lookup, fileErrs := secretFiles(lookup)
+	var c webhookConfig
+	errs := processEnv(&c, lookup)
+	bad := func(v, p string) { errs = append(errs, &configError{v, p}) }
+	if err := listenAddr(c.Addr, ":8090"); err != "" {
+		bad("PACER_WEBHOOK_ADDR", err)
+	}
+	if dir, _ := lookup("PACER_CREDENTIALS_DIR"); c.WhatsAppAppSecret == "" && c.SendGridPublicKey == "" && dir == "" {
+		bad("PACER_WEBHOOK_WHATSAPP_APP_SECRET", "set it, PACER_WEBHOOK_SENDGRID_PUBLIC_KEY, or PACER_CREDENTIALS_DIR (secrets per sender): without any no webhook is heard")
+	}
+	if c.WhatsAppAppSecret != "" && c.WhatsAppVerifyToken == "" {
+		bad("PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN", "required with PACER_WEBHOOK_WHATSAPP_APP_SECRET: Meta's verification GET presents it")
+	}
+	var key *ecdsa.PublicKey
+	if c.SendGridPublicKey != "" {
+		var err error
+		if key, err = webhook.ParseSendGridKey(c.SendGridPublicKey); err != nil {
+			bad("PACER_WEBHOOK_SENDGRID_PUBLIC_KEY", err.Error())
+		}
+	}
+	if c.SendGridMaxAge <= 0 {
+		bad("PACER_WEBHOOK_SENDGRID_MAX_AGE", "must be > 0")
+	}
+	if c.ProduceTimeout <= 0 {
+		bad("PACER_WEBHOOK_PRODUCE_TIMEOUT", "must be > 0")
+	}
+	if c.Partitions < 1 {
+		bad("PACER_WEBHOOK_PARTITIONS", "must be >= 1")
+	}
+	if c.Apply && c.Group == "" {
+		bad("PACER_WEBHOOK_GROUP", "must not be empty")
+	}
+	return c, key, errors.Join(append(fileErrs(), errs...)...)
+}
+
+func webhookSettingsHelp() string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nsettings (environment variables; docs/configuration.md gives each one's meaning):")
+	fmt.Fprintln(tw, "  variable\tunit\tdefault\tmeaning")
+	for _, r := range envRows(reflect.TypeOf(webhookConfig{}), nil) {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.name, r.unit, r.def, r.help)
+	}
+	fmt.Fprintln(tw, "\nread as `pacer run` reads them:")
+	for _, r := range envRows(reflect.TypeOf(config{}), func(name string) bool {
+		for _, p := range webhookShared {
+			if strings.HasPrefix(name, p) {
+				return true
+			}
+		}
+		return false
+	}) {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.name, r.unit, r.def)
+	}
+	fmt.Fprintln(tw, "  any secret setting may be given as <VARIABLE>_FILE, a file holding its value")
+	tw.Flush()
+	return b.String()
+}
+
+// cmdWebhook serves the providers' status webhooks (package webhook) and,
+// with PACER_WEBHOOK_APPLY, applies their events in a consumer group of
+// its own: see docs/webhooks.md and docs/decisions/0028.
+func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
+	fs := flag.NewFlagSet("pacer webhook", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: pacer webhook (no flags; configured by environment variables)")
+		fmt.Fprint(stderr, webhookSettingsHelp())
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(lookup, nil)
+	wc, sgKey, werr := loadWebhookConfig(lookup)
+	if err := errors.Join(err, werr); err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+	log := newLogger(cfg, stderr).With("component", "webhook")
+	var secrets webhook.Secrets
+	if dir, _ := lookup("PACER_CREDENTIALS_DIR"); dir != "" {
+		secrets = dirSecrets{dir: dir, log: log}
+	}
+	var channels []string
+	if wc.WhatsAppAppSecret != "" || secrets != nil {
+		channels = append(channels, "whatsapp")
+	}
+	if sgKey != nil || secrets != nil {
+		channels = append(channels, "sendgrid")
+	}
+	kopts, err := kafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
+	kc, err := kgo.NewClient(append(kopts, kgo.ClientID("pacer-webhook"), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordDeliveryTimeout(wc.ProduceTimeout), kgo.ProduceRequestTimeout(wc.ProduceTimeout), kgo.ProducerLinger(0))...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer kc.Close()
+	var topics []string
+	for _, ch := range channels {
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := produce.EnsureTopic(tctx, kc, webhook.Topic(ch), wc.Partitions)
+		cancel()
+		if err != nil {
+			return err
+		}
+		topics = append(topics, webhook.Topic(ch))
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv := webhook.New(webhook.Config{WhatsAppAppSecret: []byte(wc.WhatsAppAppSecret), WhatsAppVerifyToken: wc.WhatsAppVerifyToken,
+		SendGridKey: sgKey, Secrets: secrets, SendGridMaxAge: wc.SendGridMaxAge, ProduceTimeout: wc.ProduceTimeout, Logger: log}, kc, reg)
+
+	errc := make(chan error, 2)
+	if wc.Apply {
+		rdb, err := newRedis(cfg)
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		redis.SetLogger(redisLogger{log})
+		cc, err := kgo.NewClient(append(kopts, kgo.ClientID("pacer-webhook-outcomes"), kgo.ConsumerGroup(wc.Group),
+			kgo.ConsumeTopics(topics...), kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+		if err != nil {
+			return fmt.Errorf("kafka client: %w", err)
+		}
+		defer cc.Close()
+		out := webhook.NewOutcomes(suppress.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)), log, reg)
+		go func() { errc <- out.Run(ctx, cc) }()
+	}
+
+	ln, err := net.Listen("tcp", wc.Addr)
+	if err != nil {
+		return &configError{"PACER_WEBHOOK_ADDR", err.Error()}
+	}
+	mux := http.NewServeMux()
+	ops := opsHandler(reg, func() bool {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return kc.Ping(c) == nil
+	})
+	mux.Handle("/metrics", ops)
+	mux.Handle("/healthz", ops)
+	mux.Handle("/readyz", ops)
+	mux.Handle("/webhook/", srv)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute}
+	log.Info("webhook listening", "addr", ln.Addr().String(), "channels", channels, "apply", wc.Apply)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Drain)
+	defer cancel()
+	return hs.Shutdown(sctx)
+}
+
+// dirSecrets reads the webhook secrets of one sender from the credentials
+// directory: webhook-whatsapp.<phone-number ID> holds a Meta app secret,
+// webhook-sendgrid.<pacing key> a SendGrid verification key (base64 DER
+// or PEM). Files are read at each request (a few hundred bytes), so a
+// Secret mount's update is seen at once. A file that cannot be read or
+// parsed counts as absent and is logged, without its content.
+type dirSecrets struct {
+	dir string
+	log *slog.Logger
+}
+
+func (d dirSecrets) read(name string) ([]byte, bool) {
+	if strings.ContainsAny(name, "/\\") {
+		return nil, false
+	}
+	b, err := os.ReadFile(filepath.Join(d.dir, name))
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			d.log.Warn("webhook secret not readable", "file", name, "err", pathError(err))
+		}
+		return nil, false
+	}
+	b = bytes.TrimRight(b, "\r\n")
+	return b, len(b) > 0
+}
+
+func (d dirSecrets) WhatsAppAppSecret(id string) ([]byte, bool) {
+	return d.read(credentialFileName("webhook-whatsapp", id))
+}
+
+func (d dirSecrets) SendGridKey(key string) (*ecdsa.PublicKey, bool) {
+	b, ok := d.read(credentialFileName("webhook-sendgrid", key))
+	if !ok {
+		return nil, false
+	}
+	k, err := webhook.ParseSendGridKey(string(b))
+	if err != nil {
+		d.log.Warn("webhook verification key not usable", "file", credentialFileName("webhook-sendgrid", key), "err", err)
+		return nil, false
+	}
+	return k, true
+}

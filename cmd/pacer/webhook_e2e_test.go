@@ -1,0 +1,121 @@
+//go:build e2e
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
+	"github.com/pacerhq/pacer/pacer/webhook"
+)
+
+// TestWebhookSuppressionEndToEnd: through real `pacer run` and `pacer
+// webhook` processes, real Kafka and redis-server. The WhatsApp fake
+// reports 20% of the recipients failed with 131026 by webhook only (the
+// sends were answered 200), sends every webhook twice and 30% of the
+// messages' statuses reversed. A second campaign to the same recipients
+// makes no request to those recipients (dead-lettered
+// suppressed:undeliverable) and delivers to the others again; a badly
+// signed webhook is refused and counted.
+func TestWebhookSuppressionEndToEnd(t *testing.T) {
+	e := newE2E(t, whatsapptest.Config{})
+	secret := "e2e-app-secret"
+	wh := startPacer(t, e.env("PACER_WEBHOOK_ADDR=127.0.0.1:0", "PACER_WEBHOOK_WHATSAPP_APP_SECRET="+secret,
+		"PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN=e2e-verify", "PACER_WEBHOOK_GROUP=wh-"+e.prefix, "PACER_WEBHOOK_PARTITIONS=2"), "webhook")
+	base := "http://" + wh.metricsAddr(t)
+	e.fake.SendWebhooks(whatsapptest.Webhooks{URL: base + "/webhook/whatsapp", AppSecret: []byte(secret),
+		Undeliverable: 0.2, Duplicate: 1, Reorder: 0.3, Delay: 50 * time.Millisecond})
+
+	if code, body := httpGet(t, base+"/webhook/whatsapp?hub.mode=subscribe&hub.verify_token=e2e-verify&hub.challenge=77"); code != 200 || body != "77" {
+		t.Fatalf("handshake: %d %q, want 200 77", code, body)
+	}
+	bad := []byte(`{"object":"whatsapp_business_account","entry":[]}`)
+	req, _ := http.NewRequest("POST", base+"/webhook/whatsapp", bytes.NewReader(bad))
+	req.Header.Set("X-Hub-Signature-256", webhook.WhatsAppSignature([]byte("not the secret"), bad))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Fatalf("badly signed webhook answered %d, want 401", resp.StatusCode)
+	}
+	if v := wh.mustMetric(t, `pacer_webhook_requests_total{channel="whatsapp",result="bad-signature"}`); v != 1 {
+		t.Errorf("bad-signature requests %v, want 1", v)
+	}
+
+	const n = 150
+	key := "1065" + e.prefix[len(e.prefix)-8:]
+	lines := func(tag string) string {
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, `{"id":"%s-%d","key":%q,"to":"1555%07d","payload":{"type":"text","text":{"body":"m"}}}`+"\n", tag, i, key, i)
+		}
+		return b.String()
+	}
+	p := e.run()
+	if code, _, errOut := e.publish(lines("c1")); code != 0 {
+		t.Fatalf("publish: %d %s", code, errOut)
+	}
+	e.waitDelivered(n, 90*time.Second, p, wh)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := e.fake.WaitWebhooks(ctx)
+	if err != nil || st.Dropped != 0 {
+		t.Fatalf("webhooks %+v: %v", st, err)
+	}
+	failed := int(st.Failed131026)
+	if failed < 10 || failed > 60 {
+		t.Fatalf("%d of %d recipients failed with 131026, want about 20%%", failed, n)
+	}
+	series := `pacer_webhook_suppressions_added_total{channel="whatsapp",reason="undeliverable"}`
+	if !waitFor(60*time.Second, func() bool { v, _ := wh.metric(t, series); return v >= float64(2*failed) }) {
+		v, _ := wh.metric(t, series)
+		t.Fatalf("%v undeliverable entries added within 60 s, want %d\n%s", v, 2*failed, wh.logs())
+	}
+
+	// Which recipients failed only the fake's webhooks said: the
+	// second campaign's requests per recipient show whom it suppressed.
+	if code, _, errOut := e.publish(lines("c2")); code != 0 {
+		t.Fatalf("publish: %d %s", code, errOut)
+	}
+	if !waitFor(90*time.Second, func() bool {
+		v, _ := p.metric(t, `pacer_dlq_total{channel="whatsapp",reason="suppressed"}`)
+		return v >= float64(failed) && e.deliveredNow() >= 2*n-failed
+	}) {
+		t.Fatalf("second campaign: not %d delivered and %d suppressed within 90 s\n%s", 2*n-failed, failed, p.logs())
+	}
+	time.Sleep(time.Second) // a request to a suppressed recipient would show now
+	perTo := map[string]int{}
+	for _, a := range e.fake.Arrivals() {
+		if !a.Throttled && a.Code == 0 {
+			perTo[a.To]++
+		}
+	}
+	once := 0
+	for to, c := range perTo {
+		switch c {
+		case 1:
+			once++
+		case 2:
+		default:
+			t.Errorf("%s got %d requests, want 1 (suppressed) or 2", to, c)
+		}
+	}
+	if once != failed || len(perTo) != n {
+		t.Errorf("%d recipients asked once (the second campaign suppressed them) of %d, want the %d the fake failed with 131026", once, len(perTo), failed)
+	}
+	if v := p.mustMetric(t, `pacer_suppressed_total{channel="whatsapp",reason="undeliverable"}`); v != float64(failed) {
+		t.Errorf("pacer_suppressed_total{undeliverable} = %v, want %d", v, failed)
+	}
+	t.Logf("%d messages, %d failed by webhook only, %d webhooks posted (every one twice), %d retried; second campaign: %d requests",
+		n, failed, st.Posts, st.Retries, e.deliveredNow()-n)
+	p.stop(t)
+	wh.stop(t)
+}

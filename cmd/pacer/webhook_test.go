@@ -1,0 +1,107 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestWebhookConfig(t *testing.T) {
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	keyFile := filepath.Join(t.TempDir(), "sg.pem")
+	os.WriteFile(keyFile, []byte("-----BEGIN PUBLIC KEY-----\n"+base64.StdEncoding.EncodeToString(der)+"\n-----END PUBLIC KEY-----\n"), 0o600)
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secretFile, []byte("app-secret\n"), 0o600)
+	env := func(kv ...string) func(string) (string, bool) {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+
+	c, key, err := loadWebhookConfig(env("PACER_WEBHOOK_WHATSAPP_APP_SECRET_FILE", secretFile,
+		"PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN", "tok", "PACER_WEBHOOK_SENDGRID_PUBLIC_KEY_FILE", keyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.WhatsAppAppSecret != "app-secret" || key == nil || !key.Equal(&k.PublicKey) || c.Addr != ":8090" || !c.Apply {
+		t.Errorf("config %+v, key %v: want the secret and key read from their files and the defaults", c, key)
+	}
+
+	for _, tc := range []struct {
+		env  func(string) (string, bool)
+		want []string
+	}{
+		{env(), []string{"PACER_WEBHOOK_WHATSAPP_APP_SECRET: set it, PACER_WEBHOOK_SENDGRID_PUBLIC_KEY, or PACER_CREDENTIALS_DIR"}},
+		{env("PACER_WEBHOOK_WHATSAPP_APP_SECRET", "s"), []string{"PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN: required"}},
+		{env("PACER_WEBHOOK_SENDGRID_PUBLIC_KEY", "!!", "PACER_WEBHOOK_SENDGRID_MAX_AGE", "0s", "PACER_WEBHOOK_ADDR", "nowhere"),
+			[]string{"PACER_WEBHOOK_SENDGRID_PUBLIC_KEY: neither PEM nor base64", "PACER_WEBHOOK_SENDGRID_MAX_AGE: must be > 0", "PACER_WEBHOOK_ADDR: \"nowhere\""}},
+		{env("PACER_WEBHOOK_WHATSAPP_APP_SECRET", "s", "PACER_WEBHOOK_WHATSAPP_APP_SECRET_FILE", secretFile, "PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN", "t"),
+			[]string{"PACER_WEBHOOK_WHATSAPP_APP_SECRET and PACER_WEBHOOK_WHATSAPP_APP_SECRET_FILE: set one of them, not both"}},
+	} {
+		_, _, err := loadWebhookConfig(tc.env)
+		if err == nil {
+			t.Errorf("want errors %q, got none", tc.want)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("error %q lacks %q", err, w)
+			}
+		}
+		if strings.Contains(err.Error(), "app-secret") {
+			t.Errorf("error %q shows the secret", err)
+		}
+	}
+}
+
+// Secrets per sender come from the credentials directory:
+// webhook-whatsapp.<phone-number ID> and webhook-sendgrid.<pacing key>;
+// a missing or unusable file is no secret, and a name with a path
+// separator is never read.
+func TestWebhookDirSecrets(t *testing.T) {
+	top := t.TempDir()
+	dir := filepath.Join(top, "creds")
+	os.Mkdir(dir, 0o700)
+	os.WriteFile(filepath.Join(top, "webhook-whatsapp.9"), []byte("outside"), 0o600)
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	os.WriteFile(filepath.Join(dir, "webhook-whatsapp.1065"), []byte("own-secret\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "webhook-sendgrid.news"), []byte(base64.StdEncoding.EncodeToString(der)), 0o600)
+	os.WriteFile(filepath.Join(dir, "webhook-sendgrid.broken"), []byte("not a key"), 0o600)
+	var logs strings.Builder
+	d := dirSecrets{dir: dir, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	if s, ok := d.WhatsAppAppSecret("1065"); !ok || string(s) != "own-secret" {
+		t.Errorf("1065: %q %v, want own-secret", s, ok)
+	}
+	if _, ok := d.WhatsAppAppSecret("2077"); ok {
+		t.Error("2077 has no file but a secret was found")
+	}
+	if got, ok := d.SendGridKey("news"); !ok || !got.Equal(&k.PublicKey) {
+		t.Errorf("news: %v %v, want its key", got, ok)
+	}
+	if _, ok := d.SendGridKey("broken"); ok || !strings.Contains(logs.String(), "webhook-sendgrid.broken") || strings.Contains(logs.String(), "not a key") {
+		t.Errorf("broken: found %v; log %q: want none, the file named, its content not", ok, logs.String())
+	}
+	if _, ok := d.WhatsAppAppSecret("x/../../webhook-whatsapp.9"); ok {
+		t.Error("a name with a path separator was read")
+	}
+	_, _, err := loadWebhookConfig(func(k string) (string, bool) {
+		if k == "PACER_CREDENTIALS_DIR" {
+			return dir, true
+		}
+		return "", false
+	})
+	if err != nil {
+		t.Errorf("the credentials directory alone: %v, want no error", err)
+	}
+}

@@ -1,0 +1,83 @@
+// Package webhook hears what providers report after the send: it receives
+// their status webhooks (WhatsApp Cloud API statuses, SendGrid's Event
+// Webhook), checks each request's signature, and produces its events to
+// the channel's events topic (pacer.<channel>.events, [Topic]) as JSON
+// [Event] records keyed by pacing key, answering 2xx only once Kafka
+// acknowledged them, so that a provider retries whatever was not kept.
+// [Outcomes] consumes those topics and applies what an event means:
+// today, the suppressions of package suppress.
+//
+// Sources: providers.md §8.2 (WhatsApp webhooks: GET verification,
+// X-Hub-Signature-256, statuses[]) and §8.5 (SendGrid Event Webhook,
+// ECDSA over timestamp + raw body).
+package webhook
+
+import (
+	"time"
+
+	"github.com/pacerhq/pacer/pacer/suppress"
+)
+
+// Topic is the events topic of channel: "pacer.<channel>.events".
+func Topic(channel string) string { return "pacer." + channel + ".events" }
+
+// Event is one provider event as the events topic carries it (JSON). No
+// address or phone number is written: the recipient is named by its
+// hashes ([suppress.Hash]).
+type Event struct {
+	// ID names the event for deduplication: "<wamid>:<status>" for
+	// WhatsApp, sg_event_id for SendGrid (else "<sg_message_id>:<event>").
+	ID      string `json:"id"`
+	Channel string `json:"channel"`
+	// Key is the pacing key: the phone-number ID (WhatsApp), the key the
+	// webhook URL names (SendGrid).
+	Key string `json:"key"`
+	// Kind is the provider's status or event name: sent, delivered, read,
+	// failed (WhatsApp); processed, delivered, deferred, bounce, dropped,
+	// spamreport, unsubscribe, group_unsubscribe (SendGrid).
+	Kind string `json:"kind"`
+	// Message is the envelope id the send carried
+	// (biz_opaque_callback_data, custom_args.pacer_id); "" if absent.
+	Message string `json:"message,omitempty"`
+	// ProviderID is the provider's message id (wamid, sg_message_id).
+	ProviderID string `json:"provider_id,omitempty"`
+	// Recipients are the hashes the recipient may have been sent as: a
+	// WhatsApp recipient_id is digits, the envelope's "to" may carry a
+	// "+", so both are listed.
+	Recipients []string `json:"recipients,omitempty"`
+	// Code is the provider's error code (WhatsApp errors[0].code); 0 if none.
+	Code int `json:"code,omitempty"`
+	// At is when the provider saw the event (its timestamp, s precision).
+	At time.Time `json:"at"`
+}
+
+// suppression returns the reason ev suppresses its recipient for, or
+// false: WhatsApp failed with 131026 (undeliverable) or 131049 (marketing
+// limit); SendGrid bounce, dropped, spamreport, unsubscribe and
+// group_unsubscribe.
+func (ev Event) suppression() (suppress.Reason, bool) {
+	switch ev.Channel {
+	case "whatsapp":
+		if ev.Kind != "failed" {
+			return "", false
+		}
+		switch ev.Code {
+		case 131026:
+			return suppress.Undeliverable, true
+		case 131049:
+			return suppress.MarketingLimit, true
+		}
+	case "sendgrid":
+		switch ev.Kind {
+		case "bounce":
+			return suppress.Bounce, true
+		case "dropped":
+			return suppress.Dropped, true
+		case "spamreport":
+			return suppress.SpamReport, true
+		case "unsubscribe", "group_unsubscribe":
+			return suppress.Unsubscribe, true
+		}
+	}
+	return "", false
+}

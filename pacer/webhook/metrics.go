@@ -1,0 +1,45 @@
+package webhook
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	events   *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_requests_total",
+			Help: "Webhook requests by channel and result: accepted, unsigned, bad-signature, stale, malformed, kafka-failed, verified, bad-verify-token."},
+			[]string{"channel", "result"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_events_total",
+			Help: "Events of accepted webhooks produced to the channel's events topic."}, []string{"channel"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.events)
+	}
+	return m
+}
+
+type outcomeMetrics struct {
+	applied    *prometheus.CounterVec
+	suppressed *prometheus.CounterVec
+	errors     prometheus.Counter
+}
+
+func newOutcomeMetrics(reg prometheus.Registerer) *outcomeMetrics {
+	m := &outcomeMetrics{
+		applied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_events_applied_total",
+			Help: "Events read from the events topics and applied, by channel and kind (the provider's status or event name)."},
+			[]string{"channel", "kind"}),
+		suppressed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_suppressions_added_total",
+			Help: "Suppression entries new to Redis, by channel and reason; a duplicate event adds none."},
+			[]string{"channel", "reason"}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "pacer_webhook_apply_errors_total",
+			Help: "Batches of events whose suppressions Redis did not take (retried)."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.applied, m.suppressed, m.errors)
+	}
+	return m
+}

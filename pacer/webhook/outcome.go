@@ -1,0 +1,126 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/pacerhq/pacer/pacer/suppress"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Outcomes applies the events of the events topics. Today that is
+// suppression ([Event] suppression reasons); counting delivered and read
+// per campaign and resolving unknown outcomes are not done yet.
+//
+// Applying is idempotent: an event's entry is a function of the event
+// alone (its expiry runs from the provider's timestamp, not from when it
+// is applied), so the same event applied twice, as a provider's retry or
+// a replayed offset delivers it, writes the same entry, and
+// pacer_webhook_suppressions_added_total counts it once.
+type Outcomes struct {
+	store *suppress.Store
+	log   *slog.Logger
+	m     *outcomeMetrics
+}
+
+// NewOutcomes returns Outcomes writing to store, registering its
+// metrics with reg (nil: none).
+func NewOutcomes(store *suppress.Store, log *slog.Logger, reg prometheus.Registerer) *Outcomes {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Outcomes{store: store, log: log, m: newOutcomeMetrics(reg)}
+}
+
+// Apply applies evs: one suppress.Store.Add per pacing key and reason
+// that has entries. An error leaves the batch to be applied again whole.
+func (o *Outcomes) Apply(ctx context.Context, evs []Event) error {
+	type group struct {
+		channel, key string
+		reason       suppress.Reason
+	}
+	entries := map[group][]suppress.Entry{}
+	for _, ev := range evs {
+		reason, ok := ev.suppression()
+		if !ok {
+			continue
+		}
+		g := group{ev.Channel, ev.Key, reason}
+		for _, h := range ev.Recipients {
+			entries[g] = append(entries[g], suppress.New(h, reason, ev.At, ev.At))
+		}
+	}
+	for g, es := range entries {
+		n, err := o.store.Add(ctx, g.channel, g.key, es...)
+		if err != nil {
+			o.m.errors.Inc()
+			return fmt.Errorf("webhook: apply %d suppressions of %s/%s: %w", len(es), g.channel, g.key, err)
+		}
+		o.m.suppressed.WithLabelValues(g.channel, string(g.reason)).Add(float64(n))
+	}
+	for _, ev := range evs {
+		o.m.applied.WithLabelValues(label(ev.Channel, channels), label(ev.Kind, kinds)).Inc()
+	}
+	return nil
+}
+
+// channels and kinds bound the labels of pacer_webhook_events_applied_total:
+// a record someone else wrote to an events topic may say anything.
+var (
+	channels = map[string]bool{"whatsapp": true, "sendgrid": true}
+	kinds    = map[string]bool{"sent": true, "delivered": true, "read": true, "failed": true, "processed": true, "deferred": true,
+		"bounce": true, "dropped": true, "spamreport": true, "unsubscribe": true, "group_unsubscribe": true,
+		"open": true, "click": true, "group_resubscribe": true}
+)
+
+// label returns v if known holds it, else "other".
+func label(v string, known map[string]bool) string {
+	if known[v] {
+		return v
+	}
+	return "other"
+}
+
+// Run consumes kc (a group consumer of the events topics, auto-commit
+// off) until ctx ends: each poll's events are applied, again every
+// second until Redis takes them, and only then committed. A record that
+// is not an Event is logged and skipped.
+func (o *Outcomes) Run(ctx context.Context, kc *kgo.Client) error {
+	for {
+		fs := kc.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		fs.EachError(func(t string, p int32, err error) {
+			o.log.Warn("events topic fetch failed", "topic", t, "partition", p, "err", err)
+		})
+		var evs []Event
+		fs.EachRecord(func(r *kgo.Record) {
+			var ev Event
+			if err := json.Unmarshal(r.Value, &ev); err != nil || ev.Channel == "" {
+				o.log.Warn("events topic record is not an event; skipped", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+				return
+			}
+			evs = append(evs, ev)
+		})
+		for {
+			err := o.Apply(ctx, evs)
+			if err == nil {
+				break
+			}
+			o.log.Warn("events not applied; retrying in 1s", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+		}
+		if err := kc.CommitUncommittedOffsets(ctx); err != nil && ctx.Err() == nil {
+			o.log.Warn("events topic offsets not committed; the events will be applied again", "err", err)
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package webhook
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pacerhq/pacer/pacer/suppress"
+)
+
+// whatsappSigned reports whether header (X-Hub-Signature-256) is
+// "sha256=<hex HMAC-SHA256(secret, body)>", compared in constant time.
+// The second result is false when header is missing or not of that shape.
+func whatsappSigned(secret []byte, header string, body []byte) (ok, present bool) {
+	hexSig, found := strings.CutPrefix(header, "sha256=")
+	if !found {
+		return false, header != ""
+	}
+	sig, err := hex.DecodeString(hexSig)
+	if err != nil {
+		return false, true
+	}
+	mac := hmac.New(sha256.New, secret)
+	mac.Write(body)
+	return hmac.Equal(sig, mac.Sum(nil)), true
+}
+
+// WhatsAppSignature returns the X-Hub-Signature-256 value Meta sends for
+// body signed with the app secret: "sha256=<hex HMAC-SHA256>".
+func WhatsAppSignature(secret, body []byte) string {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// waPayload is the part of a Cloud API webhook this package reads.
+type waPayload struct {
+	Object string `json:"object"`
+	Entry  []struct {
+		Changes []struct {
+			Field string `json:"field"`
+			Value struct {
+				Metadata struct {
+					PhoneNumberID string `json:"phone_number_id"`
+				} `json:"metadata"`
+				Statuses []struct {
+					ID          string `json:"id"`
+					Status      string `json:"status"`
+					Timestamp   string `json:"timestamp"`
+					RecipientID string `json:"recipient_id"`
+					Callback    string `json:"biz_opaque_callback_data"`
+					Errors      []struct {
+						Code int `json:"code"`
+					} `json:"errors"`
+				} `json:"statuses"`
+			} `json:"value"`
+		} `json:"changes"`
+	} `json:"entry"`
+}
+
+var waStatuses = map[string]bool{"sent": true, "delivered": true, "read": true, "failed": true}
+
+// parseWhatsApp returns the status events of a Cloud API webhook body, or
+// an error naming the first field at fault. Changes without statuses
+// (incoming messages, account updates) yield no event.
+func parseWhatsApp(body []byte) ([]Event, error) {
+	var p waPayload
+	if err := json.Unmarshal(body, &p); err != nil {
+		return nil, fmt.Errorf("body: not a WhatsApp webhook: %w", err)
+	}
+	if p.Object != "whatsapp_business_account" {
+		return nil, fmt.Errorf("object: %q, want \"whatsapp_business_account\"", p.Object)
+	}
+	var out []Event
+	for i, e := range p.Entry {
+		for j, c := range e.Changes {
+			key := c.Value.Metadata.PhoneNumberID
+			for k, s := range c.Value.Statuses {
+				at := fmt.Sprintf("entry[%d].changes[%d].value.statuses[%d]", i, j, k)
+				if key == "" {
+					return nil, fmt.Errorf("entry[%d].changes[%d].value.metadata.phone_number_id: missing", i, j)
+				}
+				if s.ID == "" {
+					return nil, fmt.Errorf("%s.id: missing", at)
+				}
+				if !waStatuses[s.Status] {
+					return nil, fmt.Errorf("%s.status: %q is not sent, delivered, read or failed", at, s.Status)
+				}
+				sec, err := strconv.ParseInt(s.Timestamp, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("%s.timestamp: %q is not Unix seconds", at, s.Timestamp)
+				}
+				if s.RecipientID == "" {
+					return nil, fmt.Errorf("%s.recipient_id: missing", at)
+				}
+				ev := Event{ID: s.ID + ":" + s.Status, Channel: "whatsapp", Key: key, Kind: s.Status, Message: s.Callback,
+					ProviderID: s.ID, At: time.Unix(sec, 0).UTC(), Recipients: waRecipients(s.RecipientID)}
+				if len(s.Errors) > 0 {
+					ev.Code = s.Errors[0].Code
+				}
+				out = append(out, ev)
+			}
+		}
+	}
+	return out, nil
+}
+
+// waRecipients are the hashes of a WhatsApp recipient_id (a wa_id: digits,
+// no "+") as the envelope may have named it: as given, and with a "+".
+func waRecipients(id string) []string {
+	id = strings.TrimPrefix(id, "+")
+	return []string{suppress.Hash(id), suppress.Hash("+" + id)}
+}
+
+// waSender returns the one phone_number_id a webhook body names (digits
+// only), or false when it names none, several, or one of another shape.
+func waSender(body []byte) (string, bool) {
+	var p waPayload
+	if json.Unmarshal(body, &p) != nil {
+		return "", false
+	}
+	id := ""
+	for _, e := range p.Entry {
+		for _, c := range e.Changes {
+			v := c.Value.Metadata.PhoneNumberID
+			if v == "" || strings.Trim(v, "0123456789") != "" || (id != "" && v != id) {
+				return "", false
+			}
+			id = v
+		}
+	}
+	return id, id != ""
+}
