@@ -275,6 +275,16 @@ func (b *leaseCounter) Lease(ctx context.Context, channel, key string, lim bucke
 	return b.Local.Lease(ctx, channel, key, lim, n, maxWait)
 }
 
+// leasingKey returns keys over a bucket that counts its leases and
+// reservations, and the state of their key "k", in hand until t ends.
+func leasingKey(t *testing.T) (*Keys, *leaseCounter, *keyState) {
+	b := &leaseCounter{Local: bucket.NewLocal(bucket.LocalConfig{})}
+	p := testKeys(t, b, &keypacetest.Adapter{}, nil)
+	st := p.keyState("k")
+	t.Cleanup(func() { p.done(st) })
+	return p, b, st
+}
+
 // A key under 100 msgs/s leases only while as many senders wait as a
 // lease holds; once it holds leased slots, a lone sender takes the next of
 // them rather than a reservation of its own, which would cost a bucket
@@ -282,10 +292,7 @@ func (b *leaseCounter) Lease(ctx context.Context, channel, key string, lim bucke
 // waiting dip below a lease's size while their records are on the wire).
 func TestReserveTakesHeldLeasedSlots(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &leaseCounter{Local: bucket.NewLocal(bucket.LocalConfig{})}
-		p := testKeys(t, b, &keypacetest.Adapter{}, nil)
-		st := p.keyState("k")
-		defer p.done(st)
+		p, b, st := leasingKey(t)
 		lim := bucket.Limit{PerSecond: 80, Burst: 8}
 		pol := KeyPolicy{Limit: lim}
 		n := p.cfg.leaseSize(lim, lim)
@@ -325,10 +332,7 @@ func TestReserveTakesHeldLeasedSlots(t *testing.T) {
 // each (with a slow provider, most of the key's Redis commands).
 func TestReserveLeasesAgainAfterAWholeLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &leaseCounter{Local: bucket.NewLocal(bucket.LocalConfig{})}
-		p := testKeys(t, b, &keypacetest.Adapter{}, nil)
-		st := p.keyState("k")
-		defer p.done(st)
+		p, b, st := leasingKey(t)
 		lim := bucket.Limit{PerSecond: 80, Burst: 8}
 		pol := KeyPolicy{Limit: lim}
 		n := p.cfg.leaseSize(lim, lim)
@@ -356,10 +360,7 @@ func TestReserveLeasesAgainAfterAWholeLease(t *testing.T) {
 // reserves its own, granted at once when the key is behind its rate.
 func TestReserveLeasesOnlyForWaitingSenders(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &leaseCounter{Local: bucket.NewLocal(bucket.LocalConfig{})}
-		p := testKeys(t, b, &keypacetest.Adapter{}, nil)
-		st := p.keyState("k")
-		defer p.done(st)
+		p, b, st := leasingKey(t)
 		lim := bucket.Limit{PerSecond: 200, Burst: 1}
 		pol := KeyPolicy{Limit: lim}
 		if n := p.cfg.leaseSize(lim, lim); n != 40 {
