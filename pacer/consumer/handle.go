@@ -239,10 +239,10 @@ func (p *Pacer) admit(f *flight) outcome {
 		return stop()
 	}
 	f.locked = true
+	f.st = p.keys.Get(env.Key, env.To)
 	if p.parkedDuplicate(f) {
 		return outcome{kind: duplicate}
 	}
-	f.st = p.keys.Get(env.Key, env.To)
 	return next()
 }
 
@@ -263,21 +263,25 @@ func (p *Pacer) parkedRates(f *flight) park.Rates {
 // delivered already: a rebalance or crash re-delivers a record parked
 // before, and its second copy comes back too. Asked before the slot, so the
 // duplicate does not spend one of its key's slots (the claim finds it only
-// after the slot); one Redis GET per parked copy. An error answers false:
-// the claim still decides.
+// after the slot); one ledger read per parked copy. An error answers
+// false: the claim still decides.
 func (p *Pacer) parkedDuplicate(f *flight) bool {
 	if f.m.parks == 0 {
 		return false
 	}
+	// The read waits for the ledger's next flush, with the operations of
+	// other records, while other records of its key in this process use
+	// the key's slots meanwhile. The key's only record in hand (in strict
+	// order, every one) would leave the key idle for that wait: its read
+	// goes at once. IsDelivered counts the ledger's own marks not yet
+	// written.
+	var by time.Time
+	if f.st.Alone() {
+		by = time.Now()
+	}
 	var delivered bool
 	err := p.redis(f.w.ctx, f.log, func() (err error) {
-		// IsDelivered counts the ledger's own marks not yet written. A
-		// strict-order key has one record in hand: its read goes at once.
-		if p.strict() {
-			delivered, err = p.ledger.IsDeliveredNow(f.w.ctx, p.cfg.Channel, f.env.Key, f.env.ID)
-		} else {
-			delivered, err = p.ledger.IsDelivered(f.w.ctx, p.cfg.Channel, f.env.Key, f.env.ID)
-		}
+		delivered, err = p.ledger.IsDelivered(f.w.ctx, p.cfg.Channel, f.env.Key, f.env.ID, by)
 		return err
 	})
 	return err == nil && delivered

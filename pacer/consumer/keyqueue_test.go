@@ -334,12 +334,14 @@ func TestRetryTierKeyCooldownDoesNotBlockOthers(t *testing.T) {
 // one would wait 10 s. The same with the ledger's batched writes (the
 // default), and with both copies of each record parked (two crashes in a
 // row): the second copy comes right after the first, whose delivered mark
-// may not be written yet.
+// may not be written yet. And with an hour's flush interval: each copy is
+// its key's only record in hand, so its read goes at once rather than with
+// the ledger's next flush.
 func TestParkedDuplicateSpendsNoSlot(t *testing.T) {
 	for _, tc := range []struct {
 		batched time.Duration
 		pairs   bool
-	}{{0, false}, {20 * time.Millisecond, false}, {20 * time.Millisecond, true}} {
+	}{{0, false}, {20 * time.Millisecond, false}, {20 * time.Millisecond, true}, {time.Hour, false}} {
 		t.Run(fmt.Sprintf("batched=%v,pairs=%v", tc.batched, tc.pairs), func(t *testing.T) {
 			h := newHarness(t, nil)
 			h.batched = tc.batched

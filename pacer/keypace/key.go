@@ -139,6 +139,15 @@ func (k *Key) Held() bool { return k.st != nil }
 // Done counts k's record as no longer in hand (see Get).
 func (k *Key) Done() { k.ks.done(k.st) }
 
+// Alone reports whether k's record is the only record of its key in hand
+// in this process (see Get): none other uses the key's slots while it
+// waits.
+func (k *Key) Alone() bool {
+	k.st.mu.Lock()
+	defer k.st.mu.Unlock()
+	return k.st.users == 1
+}
+
 // Kind is what a verb decided for the record.
 type Kind int
 

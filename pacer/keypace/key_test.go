@@ -109,3 +109,25 @@ func TestVerbsVerdicts(t *testing.T) {
 		}
 	})
 }
+
+// Alone says whether a record is its key's only one in hand in this
+// process: another record of the key (not of another key) makes it false
+// until that one is Done.
+func TestKeyAlone(t *testing.T) {
+	ks := testKeys(t, bucket.NewLocal(bucket.LocalConfig{}), &keypacetest.Adapter{}, nil)
+	a := ks.Get("k", "to")
+	defer a.Done()
+	other := ks.Get("other", "to")
+	defer other.Done()
+	if !a.Alone() {
+		t.Fatalf("the key's only record, another key's beside it: Alone false, want true")
+	}
+	b := ks.Get("k", "to2")
+	if a.Alone() || b.Alone() {
+		t.Errorf("two records of the key in hand: Alone %v, %v; want false, false", a.Alone(), b.Alone())
+	}
+	b.Done()
+	if !a.Alone() {
+		t.Errorf("the other record Done: Alone false, want true")
+	}
+}

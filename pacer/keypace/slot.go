@@ -302,12 +302,23 @@ func lateSlot(ceiling, lim bucket.Limit) time.Duration {
 	return max(share, floor)
 }
 
-// leaseBacklog is the automatic lease size from which a key always leases.
-// A smaller lease (a key under 100 msgs/s) is taken only while the key has
-// at least as many senders waiting for slots in this process, so its slots
-// are used rather than left to lapse; with fewer, each sender reserves its
-// own slot.
+// leaseBacklog is the automatic lease size from which a key leases while
+// another of its senders waits for a slot besides the one asking (see
+// leaseWaiters). A smaller lease (a key under 100 msgs/s) is taken only
+// while the key has at least as many senders waiting for slots in this
+// process, so its slots are used rather than left to lapse; with fewer,
+// each sender reserves its own slot.
 const leaseBacklog = 20
+
+// leaseWaiters is how many senders of a key, the one asking included,
+// must wait for slots in this process for a lease of leaseBacklog slots or
+// more. A lease's slots start one interval apart whether a sender holds
+// them or not: a lone sender asks for the next one only after its send was
+// answered, so with answers longer than an interval it sends late or waits
+// for the slot after, every message (strict order: one record in hand),
+// where a reservation of its own is granted at once. A second sender
+// waiting holds the next slot before it starts.
+const leaseWaiters = 2
 
 // reserve asks b for one slot of key under lim (the adapted limit of
 // pol.Limit): with a recipient bucket (configured, or a pair's learned
@@ -334,7 +345,11 @@ func (p *Keys) reserve(ctx context.Context, b Bucket, key, to string, st *keySta
 		}, multiReach(lim, p.cfg.MaxTokenWait))
 	}
 	n := p.cfg.leaseSize(pol.Limit, lim)
-	if n <= 1 || st == nil || (p.cfg.LeaseSize == 0 && n < leaseBacklog && int(st.normalWaiting.Load()) < n && !st.leasing(lim)) {
+	waiters := n
+	if n >= leaseBacklog {
+		waiters = leaseWaiters
+	}
+	if n <= 1 || st == nil || (p.cfg.LeaseSize == 0 && int(st.normalWaiting.Load()) < waiters && !st.leasing(lim)) {
 		p.mt.BucketCalls.Inc()
 		return b.Reserve(ctx, p.cfg.Channel, key, lim, 1, p.cfg.MaxTokenWait)
 	}

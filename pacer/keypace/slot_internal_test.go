@@ -275,6 +275,16 @@ func (b *leaseCounter) Lease(ctx context.Context, channel, key string, lim bucke
 	return b.Local.Lease(ctx, channel, key, lim, n, maxWait)
 }
 
+// leasingKey returns keys over a bucket that counts its leases and
+// reservations, and the state of their key "k", in hand until t ends.
+func leasingKey(t *testing.T) (*Keys, *leaseCounter, *keyState) {
+	b := &leaseCounter{Local: bucket.NewLocal(bucket.LocalConfig{})}
+	p := testKeys(t, b, &keypacetest.Adapter{}, nil)
+	st := p.keyState("k")
+	t.Cleanup(func() { p.done(st) })
+	return p, b, st
+}
+
 // A key under 100 msgs/s leases only while as many senders wait as a
 // lease holds; once it holds leased slots, a lone sender takes the next of
 // them rather than a reservation of its own, which would cost a bucket
@@ -282,10 +292,7 @@ func (b *leaseCounter) Lease(ctx context.Context, channel, key string, lim bucke
 // waiting dip below a lease's size while their records are on the wire).
 func TestReserveTakesHeldLeasedSlots(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &leaseCounter{Local: bucket.NewLocal(bucket.LocalConfig{})}
-		p := testKeys(t, b, &keypacetest.Adapter{}, nil)
-		st := p.keyState("k")
-		defer p.done(st)
+		p, b, st := leasingKey(t)
 		lim := bucket.Limit{PerSecond: 80, Burst: 8}
 		pol := KeyPolicy{Limit: lim}
 		n := p.cfg.leaseSize(lim, lim)
@@ -325,10 +332,7 @@ func TestReserveTakesHeldLeasedSlots(t *testing.T) {
 // each (with a slow provider, most of the key's Redis commands).
 func TestReserveLeasesAgainAfterAWholeLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &leaseCounter{Local: bucket.NewLocal(bucket.LocalConfig{})}
-		p := testKeys(t, b, &keypacetest.Adapter{}, nil)
-		st := p.keyState("k")
-		defer p.done(st)
+		p, b, st := leasingKey(t)
 		lim := bucket.Limit{PerSecond: 80, Burst: 8}
 		pol := KeyPolicy{Limit: lim}
 		n := p.cfg.leaseSize(lim, lim)
@@ -345,6 +349,43 @@ func TestReserveLeasesAgainAfterAWholeLease(t *testing.T) {
 		}
 		if b.lease != 2 || b.reserves != 0 {
 			t.Errorf("bucket calls for %d slots after a lease used whole: %d leases, %d reservations; want 2 leases", n+1, b.lease, b.reserves)
+		}
+	})
+}
+
+// A key at 100 msgs/s or more (a lease of 20 slots or more) leases only
+// while another of its senders waits besides the one asking: a lone sender
+// (strict order, one record in hand) whose answers take longer than a slot
+// interval could use a lease's slots only late or one interval later, so it
+// reserves its own, granted at once when the key is behind its rate.
+func TestReserveLeasesOnlyForWaitingSenders(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, b, st := leasingKey(t)
+		lim := bucket.Limit{PerSecond: 200, Burst: 1}
+		pol := KeyPolicy{Limit: lim}
+		if n := p.cfg.leaseSize(lim, lim); n != 40 {
+			t.Fatalf("lease size at 200/s: %d, want 40", n)
+		}
+		st.normalWaiting.Add(1) // a lone sender, one message after another
+		for i := range 3 {
+			r, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim)
+			if err != nil || !r.OK {
+				t.Fatalf("slot %d: %+v %v", i, r, err)
+			}
+			time.Sleep(10 * time.Millisecond) // its send, longer than the 5 ms interval
+		}
+		if b.lease != 0 || b.reserves != 3 {
+			t.Errorf("bucket calls of a lone sender for 3 slots: %d leases, %d reservations; want 3 reservations", b.lease, b.reserves)
+		}
+		st.normalWaiting.Add(1) // a second sender waits
+		defer st.normalWaiting.Add(-2)
+		for i := range 2 {
+			if r, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim); err != nil || !r.OK {
+				t.Fatalf("slot %d with 2 senders: %+v %v", i, r, err)
+			}
+		}
+		if b.lease != 1 || b.reserves != 3 {
+			t.Errorf("bucket calls with 2 senders waiting for 2 slots: %d leases, %d reservations; want 1 lease and the 3 reservations before", b.lease, b.reserves)
 		}
 	})
 }

@@ -277,25 +277,15 @@ func (pc *PendingClaim) Wait(ctx context.Context) (ClaimResult, time.Duration, e
 }
 
 // IsDelivered reports whether id was recorded delivered, as
-// [Ledger.IsDelivered] does, read in the next flush after every mark
-// queued before it: a delivered mark this process made and has not written
-// yet counts (a parked copy of a record just delivered, handled right
-// after it, is found). Errors wrap the Redis error; after Close it reads
+// [Ledger.IsDelivered] does, read in a flush after every mark queued
+// before it: a delivered mark this process made and has not written yet
+// counts (a parked copy of a record just delivered, handled right after
+// it, is found). Its flush starts no later than by (at once when by is
+// not after now, as [Batcher.FlushBy] has it), or at the end of the flush
+// interval for a zero by: a caller whose work waits for the answer gives
+// the time it needs it. Errors wrap the Redis error; after Close it reads
 // at once.
-func (b *Batcher) IsDelivered(ctx context.Context, channel, key, id string) (bool, error) {
-	return b.isDelivered(ctx, channel, key, id, false)
-}
-
-// IsDeliveredNow is IsDelivered with its read flushed at once, not at the
-// end of the interval: for a caller with nothing to batch it with, such as
-// a strict-order key, which sends one record at a time, so that each of
-// its parked copies would otherwise wait up to a whole flush interval
-// before its slot (20 ms by default: 37 msgs/s at most).
-func (b *Batcher) IsDeliveredNow(ctx context.Context, channel, key, id string) (bool, error) {
-	return b.isDelivered(ctx, channel, key, id, true)
-}
-
-func (b *Batcher) isDelivered(ctx context.Context, channel, key, id string, now bool) (bool, error) {
+func (b *Batcher) IsDelivered(ctx context.Context, channel, key, id string, by time.Time) (bool, error) {
 	pc := &PendingClaim{b: b, channel: channel, key: key, id: id, read: true, done: make(chan struct{})}
 	b.mu.Lock()
 	if b.closed {
@@ -305,8 +295,8 @@ func (b *Batcher) isDelivered(ctx context.Context, channel, key, id string, now 
 	b.claims = append(b.claims, pc)
 	b.signal()
 	b.mu.Unlock()
-	if now {
-		b.Flush()
+	if !by.IsZero() {
+		b.FlushBy(by)
 	}
 	select {
 	case <-pc.done:

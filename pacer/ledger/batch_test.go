@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -710,16 +711,16 @@ func TestBatcherIsDelivered(t *testing.T) {
 	if err := b.Delivered(ctx, "whatsapp", "106", "m1", "wamid.1"); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := b.IsDelivered(ctx, "whatsapp", "106", "m1"); err != nil || !d {
+	if d, err := b.IsDelivered(ctx, "whatsapp", "106", "m1", time.Time{}); err != nil || !d {
 		t.Fatalf("m1 marked (queued) then read: %v, %v; want true", d, err)
 	}
-	if d, err := b.IsDelivered(ctx, "whatsapp", "106", "m2"); err != nil || d {
+	if d, err := b.IsDelivered(ctx, "whatsapp", "106", "m2", time.Time{}); err != nil || d {
 		t.Fatalf("m2 never marked: %v, %v; want false", d, err)
 	}
 	if _, _, err := b.Claim(ctx, "whatsapp", "106", "m3", "owner", false); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := b.IsDelivered(ctx, "whatsapp", "106", "m3"); err != nil || d {
+	if d, err := b.IsDelivered(ctx, "whatsapp", "106", "m3", time.Time{}); err != nil || d {
 		t.Fatalf("m3 claimed, not delivered: %v, %v; want false", d, err)
 	}
 	if d, err := ledger.New(rdb, bucket.NewKeys(""), 0).IsDelivered(ctx, "whatsapp", "106", "m1"); err != nil || !d {
@@ -727,10 +728,11 @@ func TestBatcherIsDelivered(t *testing.T) {
 	}
 }
 
-// TestBatcherIsDeliveredNow: IsDeliveredNow's read goes to Redis at once,
-// not at the end of the flush interval (an hour here), and counts a mark
-// queued before it as IsDelivered does.
-func TestBatcherIsDeliveredNow(t *testing.T) {
+// TestBatcherIsDeliveredBy: a read's flush starts by the time its caller
+// gives (at once when that is now), not at the end of the flush interval
+// (an hour here), and counts a mark queued before it as any read does; a
+// read given no time waits for the interval.
+func TestBatcherIsDeliveredBy(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
@@ -742,9 +744,21 @@ func TestBatcherIsDeliveredNow(t *testing.T) {
 		t.Fatal(err)
 	}
 	for id, want := range map[string]bool{"m1": true, "m2": false} {
-		if d, err := b.IsDeliveredNow(ctx, "whatsapp", "106", id); err != nil || d != want {
-			t.Fatalf("%s read at once with an hour's flush interval: %v, %v; want %v", id, d, err, want)
+		if d, err := b.IsDelivered(ctx, "whatsapp", "106", id, time.Now()); err != nil || d != want {
+			t.Fatalf("%s read by now with an hour's flush interval: %v, %v; want %v", id, d, err, want)
 		}
+	}
+	start := time.Now()
+	if d, err := b.IsDelivered(ctx, "whatsapp", "106", "m1", start.Add(200*time.Millisecond)); err != nil || !d {
+		t.Fatalf("m1 read by 200 ms from now: %v, %v; want true", d, err)
+	}
+	if waited := time.Since(start); waited < 200*time.Millisecond {
+		t.Errorf("read by 200 ms from now answered after %v: its flush started before it was due", waited)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelShort()
+	if d, err := b.IsDelivered(short, "whatsapp", "106", "m1", time.Time{}); !errors.Is(err, context.DeadlineExceeded) || d {
+		t.Errorf("read given no time, within 200 ms of an hour's interval: %v, %v; want it still waiting (deadline exceeded)", d, err)
 	}
 }
 
