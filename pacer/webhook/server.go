@@ -230,10 +230,7 @@ func (s *Server) produce(w http.ResponseWriter, ctx context.Context, channel str
 		recs[i] = &kgo.Record{Topic: Topic(channel), Key: []byte(ev.Key), Value: v}
 	}
 	if len(recs) > 0 {
-		pctx, cancel := context.WithTimeout(ctx, s.cfg.ProduceTimeout)
-		err := s.kc.ProduceSync(pctx, recs...).FirstErr()
-		cancel()
-		if err != nil {
+		if err := s.produceWithin(ctx, recs); err != nil {
 			s.cfg.Logger.Warn("webhook events not acknowledged by Kafka; answered 503 for the provider to retry",
 				"channel", channel, "events", len(recs), "err", err)
 			s.refuse(w, channel, "kafka-failed", http.StatusServiceUnavailable, "the events could not be stored; retry later")
@@ -244,6 +241,26 @@ func (s *Server) produce(w http.ResponseWriter, ctx context.Context, channel str
 	s.m.events.WithLabelValues(channel).Add(float64(len(recs)))
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, "{\"events\":%d}\n", len(recs))
+}
+
+// produceWithin produces recs and waits for Kafka's acknowledgement of all
+// of them at most Config.ProduceTimeout: the first error, or
+// context.DeadlineExceeded when the time passed first. The answer does not
+// wait for the client to give up on its records: with the brokers down, an
+// idempotent producer keeps records it has sequenced past any timeout, and
+// the provider, not answered, would pile up requests. A record acknowledged
+// after the 503 is produced again by the provider's retry, and applied once.
+func (s *Server) produceWithin(ctx context.Context, recs []*kgo.Record) error {
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.ProduceTimeout)
+	defer cancel()
+	done := make(chan error, 1) // the producer's late answer never blocks
+	go func() { done <- s.kc.ProduceSync(pctx, recs...).FirstErr() }()
+	select {
+	case err := <-done:
+		return err
+	case <-pctx.Done():
+		return pctx.Err()
+	}
 }
 
 func (s *Server) refuse(w http.ResponseWriter, channel, result string, status int, detail string) {

@@ -36,9 +36,16 @@ type memProducer struct {
 	mu   sync.Mutex
 	down bool
 	recs []*kgo.Record
+	// hang, when set, is waited on by ProduceSync whatever its context
+	// says: a client that keeps records it has sequenced while the
+	// brokers are down.
+	hang chan struct{}
 }
 
 func (p *memProducer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults {
+	if p.hang != nil {
+		<-p.hang
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make(kgo.ProduceResults, len(rs))
@@ -454,3 +461,26 @@ func TestSecretsPerSender(t *testing.T) {
 }
 
 func (f *fixture) reg2() *prometheus.Registry { f.reg = prometheus.NewRegistry(); return f.reg }
+
+// TestKafkaHangingAnswers503InTime: a producer that does not give up on its
+// records (the brokers down) still gets the provider a 503 within the
+// produce timeout, not a request left open for minutes.
+func TestKafkaHangingAnswers503InTime(t *testing.T) {
+	prod := &memProducer{hang: make(chan struct{})}
+	defer close(prod.hang)
+	srv := New(Config{WhatsAppAppSecret: secret, ProduceTimeout: 300 * time.Millisecond}, prod, prometheus.NewRegistry())
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	body := waBody("wamid.A failed 131026")
+	req, _ := http.NewRequest("POST", hs.URL+"/webhook/whatsapp", bytes.NewReader(body))
+	req.Header.Set("X-Hub-Signature-256", WhatsAppSignature(secret, body))
+	start := time.Now()
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("hanging producer: %v after %v; want 503 within the 300ms produce timeout", err, time.Since(start))
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Errorf("hanging producer: %d; want 503", resp.StatusCode)
+	}
+}
