@@ -168,7 +168,7 @@ func cmdSuppress(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		if *file != "-" {
 			f, err := os.Open(*file)
 			if err != nil {
-				return fmt.Errorf("suppress import: %s", pathError(err))
+				return fmt.Errorf("suppress import: --file %s: %s", quoteText(*file), pathError(err))
 			}
 			defer f.Close()
 			in = f
@@ -183,7 +183,11 @@ func cmdSuppress(ctx context.Context, args []string, stdin io.Reader, stdout, st
 // the others are imported, and the error then counts the bad lines (exit
 // status 1).
 func importCSV(ctx context.Context, st *suppress.Store, channel, key string, in io.Reader, stdout, stderr io.Writer, now time.Time) error {
-	r := csv.NewReader(bufio.NewReaderSize(in, 1<<16))
+	br := bufio.NewReaderSize(in, 1<<16)
+	if bom, _ := br.Peek(3); string(bom) == "\xef\xbb\xbf" {
+		br.Discard(3) // a UTF-8 byte order mark, as spreadsheets write it
+	}
+	r := csv.NewReader(br)
 	r.FieldsPerRecord = -1
 	r.ReuseRecord = true
 	var batch []suppress.Entry
@@ -205,16 +209,19 @@ func importCSV(ctx context.Context, st *suppress.Store, channel, key string, in 
 		if err == io.EOF {
 			break
 		}
-		line, _ := r.FieldPos(0)
 		var pe *csv.ParseError
 		if errors.As(err, &pe) {
 			bad++
 			fmt.Fprintf(stderr, "line %d: %v\n", pe.StartLine, pe.Err)
+			if errors.Is(pe.Err, csv.ErrQuote) {
+				fmt.Fprintf(stderr, "line %d: a quote opened there is never closed: the lines after it were read as its field, and skipped with it\n", pe.StartLine)
+			}
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("suppress import: line %d: %w", line, err)
+			return fmt.Errorf("suppress import: after %d rows: %w", rows, err)
 		}
+		line, _ := r.FieldPos(0)
 		if first && len(rec) > 0 && strings.EqualFold(strings.TrimSpace(rec[0]), "recipient") {
 			continue // the header
 		}
@@ -244,8 +251,8 @@ func importCSV(ctx context.Context, st *suppress.Store, channel, key string, in 
 
 // parseRecord reads one CSV row: recipient,reason,expires[,seen].
 func parseRecord(rec []string, now time.Time) (suppress.Entry, error) {
-	if len(rec) < 1 || len(rec) > 4 {
-		return suppress.Entry{}, fmt.Errorf("%d fields; want recipient,reason,expires[,seen]", len(rec))
+	if len(rec) < 2 || len(rec) > 4 {
+		return suppress.Entry{}, fmt.Errorf("%d fields; want recipient,reason,expires[,seen] (comma-separated; expires may be empty)", len(rec))
 	}
 	field := func(i int) string {
 		if i < len(rec) {
@@ -289,6 +296,9 @@ func parseRow(h, reason, expires, seen string, now time.Time) (suppress.Entry, e
 			e.Expires = t
 		} else {
 			return suppress.Entry{}, fmt.Errorf("expires %q is not never, a duration > 0 (72h) or an RFC 3339 time", expires)
+		}
+		if !e.Expires.IsZero() && !e.Expires.After(now) {
+			return suppress.Entry{}, fmt.Errorf("expires %q is already past: the entry would suppress nothing", expires)
 		}
 	}
 	return e, nil

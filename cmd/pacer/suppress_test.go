@@ -104,3 +104,36 @@ func TestSuppressImport100k(t *testing.T) {
 		t.Errorf("list ends %q; want 100000 entries", out[max(0, len(out)-80):])
 	}
 }
+
+// TestSuppressImportBadFiles: a quote never closed is reported by its line
+// and the rows before it imported (it panicked and imported nothing); a
+// byte order mark is not part of the first recipient; a line of one field
+// (a semicolon-separated file) and an expiry already past are refused by
+// line number; WhatsApp numbers with and without "+" are one recipient.
+func TestSuppressImportBadFiles(t *testing.T) {
+	env, _ := operatorEnv(t)
+	code, out, errs := runCLI(env, "suppress", "import", "--channel", "sendgrid", "--key", "q1", "--file",
+		csvFile(t, "q.csv", "q@x.com,manual,never\n\"unterminated,manual,never\nr@x.com,manual,never\n"))
+	if code != 1 || !strings.Contains(out, "imported 1 rows") || !strings.Contains(errs, "line 2: ") || !strings.Contains(errs, "never closed") {
+		t.Errorf("unterminated quote: exit %d, %q %q; want exit 1, line 1 imported, line 2 reported", code, out, errs)
+	}
+	code, out, errs = runCLI(env, "suppress", "import", "--channel", "sendgrid", "--key", "q2", "--file",
+		csvFile(t, "b.csv", "\xef\xbb\xbfrecipient,reason,expires\r\nBom@X.com,bounce,never\r\n"))
+	if code != 0 || !strings.Contains(out, "imported 1 rows (1 new") {
+		t.Errorf("BOM and header: exit %d, %q %q; want 1 row imported, no bad line", code, out, errs)
+	}
+	if code, out, _ := runCLI(env, "suppress", "add", "--channel", "sendgrid", "--key", "q2", "--recipient", "bom@x.com"); code != 0 || !strings.Contains(out, "replacing") {
+		t.Errorf("the imported address spelled otherwise: exit %d, %q; want its entry replaced (one recipient)", code, out)
+	}
+	code, out, errs = runCLI(env, "suppress", "import", "--channel", "sendgrid", "--key", "q3", "--file",
+		csvFile(t, "s.csv", "a@x.com;manual;never\nb@x.com,manual,2020-01-01T00:00:00Z\nc@x.com,manual,\n"))
+	if code != 1 || !strings.Contains(out, "imported 1 rows") || !strings.Contains(errs, "line 1: 1 fields") || !strings.Contains(errs, "line 2: expires \"2020-01-01T00:00:00Z\" is already past") {
+		t.Errorf("one field, a past expiry: exit %d, %q %q; want both refused by line, c@x.com imported", code, out, errs)
+	}
+	if code, _, _ := runCLI(env, "suppress", "add", "--channel", "whatsapp", "--key", "106", "--recipient", "15550000002"); code != 0 {
+		t.Fatalf("add: exit %d", code)
+	}
+	if code, out, _ := runCLI(env, "suppress", "add", "--channel", "whatsapp", "--key", "106", "--recipient", "+15550000002"); code != 0 || !strings.Contains(out, "replacing") {
+		t.Errorf("+15550000002 after 15550000002: exit %d, %q; want one recipient (its entry replaced)", code, out)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,16 +167,23 @@ func TestAddRefusesBadEntries(t *testing.T) {
 	}
 }
 
-// TestRecipientHash: a recipient is hashed, "hash:<24 hex>" is taken as it
-// is, anything else after "hash:" is refused.
+// TestRecipientHash: a recipient is hashed in its canonical spelling (a
+// phone number with or without "+", an address in any case, the same
+// recipient), "hash:<24 hex>" is taken as it is (in either case), anything
+// else after "hash:", or a recipient over MaxRecipient bytes, is refused.
 func TestRecipientHash(t *testing.T) {
 	h := suppress.Hash("tok")
-	for in, want := range map[string]string{"tok": h, "hash:" + h: h} {
+	phone, mail := suppress.Hash("15551234567"), suppress.Hash("a.b@example.com")
+	for in, want := range map[string]string{"tok": h, "hash:" + h: h, "HASH:" + strings.ToUpper(h): h,
+		"+15551234567": phone, " 15551234567 ": phone, "A.B@Example.COM": mail, "Tok": suppress.Hash("Tok")} {
 		if got, err := suppress.RecipientHash(in); err != nil || got != want {
 			t.Errorf("RecipientHash(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "hash:", "hash:" + h[:23], "hash:" + h + "0", "hash:" + "ABCDEF0123456789ABCDEF01"} {
+	if suppress.Hash("Tok") == h {
+		t.Error("device tokens are case-sensitive, but Tok and tok hash alike")
+	}
+	for _, bad := range []string{"", "hash:", "hash:" + h[:23], "hash:" + h + "0", "hash:" + "GHIJ0123456789ABCDEF0123", strings.Repeat("x", suppress.MaxRecipient+1)} {
 		if _, err := suppress.RecipientHash(bad); err == nil {
 			t.Errorf("RecipientHash(%q) answered no error", bad)
 		}

@@ -92,14 +92,36 @@ func (r Reason) Default() time.Duration {
 func (r Reason) MarketingOnly() bool { return r == MarketingLimit }
 
 // Hash names a recipient (a device token, phone number or address) in
-// Redis: the first 12 bytes of its SHA-256 in hex (24 characters), as the
-// pacing keys' recipient buckets are named, so no address or token is
-// stored. 96 bits: two of a billion recipients collide with a chance
-// of about 1 in 10^10.
+// Redis: the first 12 bytes of the SHA-256 of its [Canonical] form in hex
+// (24 characters), so no address or token is stored. 96 bits: two of a
+// billion recipients collide with a chance of about 1 in 10^10. A hash of
+// a phone number or address is not a secret: anyone can hash every number
+// and compare; it keeps them out of Redis dumps and logs, no more.
 func Hash(to string) string {
-	h := sha256.Sum256([]byte(to))
+	h := sha256.Sum256([]byte(Canonical(to)))
 	return hex.EncodeToString(h[:12])
 }
+
+// Canonical is the one spelling of a recipient its suppression is kept
+// under, so every spelling of it is refused alike: surrounding white space
+// removed; a phone number without its leading '+' (WhatsApp's webhooks say
+// 15551234567 where an envelope may say +15551234567); an email address
+// in lower case (providers match addresses without regard to case). A
+// device token is kept as it is (FCM tokens are case-sensitive).
+func Canonical(to string) string {
+	to = strings.TrimSpace(to)
+	if d, ok := strings.CutPrefix(to, "+"); ok && d != "" && strings.Trim(d, "0123456789") == "" {
+		return d
+	}
+	if strings.Contains(to, "@") {
+		return strings.ToLower(to)
+	}
+	return to
+}
+
+// MaxRecipient is the longest recipient [RecipientHash] takes, in bytes
+// (an email address is at most 254, a device token a few hundred).
+const MaxRecipient = 1024
 
 // HashPrefix starts a recipient given by its [Hash] rather than itself
 // (what `pacer suppress export` writes, since only hashes are stored).
@@ -108,6 +130,12 @@ const HashPrefix = "hash:"
 // RecipientHash returns the hash of recipient: [Hash] of it, or the hash
 // it names after [HashPrefix] (24 lower-case hex digits, else an error).
 func RecipientHash(recipient string) (string, error) {
+	if len(recipient) >= len(HashPrefix) && strings.EqualFold(recipient[:len(HashPrefix)], HashPrefix) {
+		recipient = HashPrefix + strings.ToLower(recipient[len(HashPrefix):])
+	}
+	if len(recipient) > MaxRecipient {
+		return "", fmt.Errorf("suppress: recipient of %d bytes, at most %d", len(recipient), MaxRecipient)
+	}
 	h, ok := strings.CutPrefix(recipient, HashPrefix)
 	if !ok {
 		if recipient == "" {

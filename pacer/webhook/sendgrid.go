@@ -89,7 +89,9 @@ func parseSendGrid(body []byte, key string) ([]Event, error) {
 	for i, m := range raw {
 		kind, email := str(m, "event"), str(m, "email")
 		if !sgEvents[kind] {
-			return nil, fmt.Errorf("[%d].event: %q is not a SendGrid event", i, kind)
+			// open, click and events SendGrid adds later are skipped:
+			// refusing the batch would lose the bounces beside them.
+			continue
 		}
 		if email == "" {
 			return nil, fmt.Errorf("[%d].email: missing", i)

@@ -89,7 +89,10 @@ func parseWhatsApp(body []byte) ([]Event, error) {
 					return nil, fmt.Errorf("%s.id: missing", at)
 				}
 				if !waStatuses[s.Status] {
-					return nil, fmt.Errorf("%s.status: %q is not sent, delivered, read or failed", at, s.Status)
+					// A status Meta adds later (deleted, warning, played...)
+					// is skipped: refusing the batch would lose the failures
+					// beside it to the provider's retries.
+					continue
 				}
 				sec, err := strconv.ParseInt(s.Timestamp, 10, 64)
 				if err != nil {
@@ -110,11 +113,11 @@ func parseWhatsApp(body []byte) ([]Event, error) {
 	return out, nil
 }
 
-// waRecipients are the hashes of a WhatsApp recipient_id (a wa_id: digits,
-// no "+") as the envelope may have named it: as given, and with a "+".
+// waRecipients is the hash of a WhatsApp recipient_id (a wa_id: digits,
+// no "+"): [suppress.Hash] takes the envelope's "+15551234567" and this
+// "15551234567" as one recipient.
 func waRecipients(id string) []string {
-	id = strings.TrimPrefix(id, "+")
-	return []string{suppress.Hash(id), suppress.Hash("+" + id)}
+	return []string{suppress.Hash(id)}
 }
 
 // waSender returns the one phone_number_id a webhook body names (digits
