@@ -211,3 +211,36 @@ func TestBytesPerRecipient(t *testing.T) {
 		t.Errorf("%.1f bytes per recipient; BytesPerRecipient states at most %d", per, portfolio.BytesPerRecipient)
 	}
 }
+
+// TestGuardOnCluster: under Redis Cluster a portfolio's window and hash
+// share one slot (the script runs), apart from its keys' slots; Set
+// writes both slots; 400 recipients at tier 250 admit exactly 250.
+func TestGuardOnCluster(t *testing.T) {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
+	defer rdb.Close()
+	ctx := context.Background()
+	keys := bucket.NewKeys("tc" + time.Now().Format("150405.000000"))
+	st := portfolio.NewStore(rdb, keys)
+	for _, k := range []string{"106", "107", "108"} {
+		if err := st.Set(ctx, "whatsapp", k, "acme", 250); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for i := range 400 {
+		a, err := st.Admit(ctx, "whatsapp", "acme", suppress.Hash(fmt.Sprint("u", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Verdict == portfolio.New {
+			n++
+		}
+	}
+	s, err := st.Status(ctx, "whatsapp", "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 250 || s.Used != 250 || s.Deferred != 150 || len(s.Keys) != 3 {
+		t.Errorf("%d admitted, status %+v; want 250 admitted, used 250, deferred 150, 3 keys", n, s)
+	}
+}
