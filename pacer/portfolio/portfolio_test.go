@@ -244,3 +244,27 @@ func TestGuardOnCluster(t *testing.T) {
 		t.Errorf("%d admitted, status %+v; want 250 admitted, used 250, deferred 150, 3 keys", n, s)
 	}
 }
+
+// BenchmarkAdmit: one admission (a script call) per op on redis-server,
+// half of them to recipients already in the window.
+func BenchmarkAdmit(b *testing.B) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b), DB: testenv.RedisDB})
+	defer rdb.Close()
+	ctx := context.Background()
+	st := portfolio.NewStore(rdb, bucket.NewKeys("tb"+time.Now().Format("150405.000000")))
+	if err := st.SetTier(ctx, "whatsapp", "bench", 100_000); err != nil {
+		b.Fatal(err)
+	}
+	hashes := make([]string, 1024)
+	for i := range hashes {
+		hashes[i] = suppress.Hash(fmt.Sprint("u", i/2))
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := st.Admit(ctx, "whatsapp", "bench", hashes[i%len(hashes)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
