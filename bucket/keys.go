@@ -118,6 +118,13 @@ func (k Keys) PortfolioMeta(channel, portfolio string) string {
 	return k.Prefix() + ":{portfolio:" + channel + ":" + portfolio + "}:meta"
 }
 
+// PortfolioAccounts is the hash of channel's provider accounts (WhatsApp
+// Business Account IDs, which Meta's account webhooks name) -> business
+// portfolio (package portfolio).
+func (k Keys) PortfolioAccounts(channel string) string {
+	return k.Prefix() + ":portfolio-accounts:" + channel
+}
+
 // PortfolioKeys is the set of a business portfolio's pacing keys.
 func (k Keys) PortfolioKeys(channel, portfolio string) string {
 	return k.Prefix() + ":{portfolio:" + channel + ":" + portfolio + "}:keys"

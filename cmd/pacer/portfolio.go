@@ -16,14 +16,16 @@ import (
 	"github.com/pacerhq/pacer/pacer/portfolio"
 )
 
-const portfolioUsage = `usage: pacer portfolio set    --channel whatsapp --key K --portfolio P [--tier T]
+const portfolioUsage = `usage: pacer portfolio set    --channel whatsapp (--key K | --account A) --portfolio P [--tier T]
        pacer portfolio status --channel whatsapp (--portfolio P | --key K)
 
 A WhatsApp pacing key (phone-number ID) with a portfolio is guarded: its
 business-initiated messages (envelope category marketing, utility or
 authentication; a template without a category) to new recipients are
 deferred while the portfolio has reached its tier of unique recipients
-in the last 24 h. tier: 250, 2000 (TIER_2K), 10000, 100000 or unlimited.`
+in the last 24 h. tier: 250, 2000 (TIER_2K), 10000, 100000 or unlimited.
+--account names the portfolio of a WhatsApp Business Account, whose
+business_capability_update webhooks (pacer webhook) then set its tier.`
 
 // cmdPortfolio sets a pacing key's portfolio and tier, or shows a
 // portfolio's guard.
@@ -37,8 +39,9 @@ func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	}
 	key := fs.String("key", "", "pacing key: the WhatsApp phone-number ID")
 	name := fs.String("portfolio", "", "the business portfolio (e.g. its Meta business ID)")
-	tier := new(string)
+	tier, account := new(string), new(string)
 	if verb == "set" {
+		fs.StringVar(account, "account", "", "a WhatsApp Business Account ID: its tier webhooks (business_capability_update) apply to the portfolio")
 		fs.StringVar(tier, "tier", "", "the portfolio's messaging limit: 250, 2000, 10000, 100000, unlimited or TIER_2K...; empty keeps it")
 	}
 	if err := parseFlags(fs, args[1:]); err != nil {
@@ -58,8 +61,8 @@ func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		}
 	}
 	switch {
-	case verb == "set" && (strings.TrimSpace(*key) == "" || *name == ""):
-		return &usageError{"portfolio set: --key and --portfolio are required"}
+	case verb == "set" && ((strings.TrimSpace(*key) == "" && *account == "") || *name == ""):
+		return &usageError{"portfolio set: --portfolio and --key or --account are required"}
 	case verb == "status" && (*key == "") == (*name == ""):
 		return &usageError{"portfolio status: give --portfolio or --key, one of them"}
 	}
@@ -80,11 +83,28 @@ func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	}
 	st := portfolio.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix))
 	if verb == "set" {
-		if err := st.Set(ctx, *channel, *key, *name, t); err != nil {
+		invalid := func(err error) error {
 			if errors.Is(err, portfolio.ErrInvalid) {
 				return &usageError{"portfolio set: " + strings.TrimPrefix(err.Error(), "portfolio: invalid value: ")}
 			}
 			return fmt.Errorf("portfolio set: %w", err)
+		}
+		if *account != "" {
+			if err := st.SetAccount(ctx, *channel, *account, *name); err != nil {
+				return invalid(err)
+			}
+			fmt.Fprintf(stdout, "whatsapp account %s: its tier webhooks apply to portfolio %s\n", quoteText(*account), quoteText(*name))
+		}
+		if *key == "" {
+			if t != 0 {
+				if err := st.SetTier(ctx, *channel, *name, t); err != nil {
+					return invalid(err)
+				}
+			}
+			return nil
+		}
+		if err := st.Set(ctx, *channel, *key, *name, t); err != nil {
+			return invalid(err)
 		}
 		s, err := st.Status(ctx, *channel, *name)
 		if err != nil {

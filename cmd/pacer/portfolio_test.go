@@ -20,6 +20,9 @@ func TestPortfolioSetStatus(t *testing.T) {
 	if code, _, errs := runCLI(env, "portfolio", "set", "--channel", "whatsapp", "--key", "107", "--portfolio", "acme"); code != 0 {
 		t.Fatalf("set 107: exit %d, %q", code, errs)
 	}
+	if code, out, errs := runCLI(env, "portfolio", "set", "--channel", "whatsapp", "--account", "1029", "--portfolio", "acme"); code != 0 || out != "whatsapp account 1029: its tier webhooks apply to portfolio acme\n" {
+		t.Fatalf("set --account: exit %d, %q %q", code, out, errs)
+	}
 	for _, by := range [][]string{{"--portfolio", "acme"}, {"--key", "107"}} {
 		code, out, errs := runCLI(env, append([]string{"portfolio", "status", "--channel", "whatsapp"}, by...)...)
 		if code != 0 || !strings.Contains(out, "keys:     106 107") || !strings.Contains(out, "tier:     2000") || !strings.Contains(out, "used:     0 (0%)") || !strings.Contains(out, "deferred: 0") {
@@ -34,6 +37,7 @@ func TestPortfolioSetStatus(t *testing.T) {
 		{[]string{"set", "--channel", "whatsapp", "--key", "106", "--portfolio", "a:b"}, "portfolio \"a:b\""},
 		{[]string{"set", "--channel", "fcm", "--key", "106", "--portfolio", "acme"}, "--channel must be whatsapp"},
 		{[]string{"status", "--channel", "whatsapp"}, "give --portfolio or --key"},
+		{[]string{"set", "--channel", "whatsapp", "--portfolio", "acme"}, "--key or --account are required"},
 	} {
 		if code, _, errs := runCLI(env, append([]string{"portfolio"}, c.args...)...); code != 2 || !strings.Contains(errs, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, errs, c.want)

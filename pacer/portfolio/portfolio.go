@@ -156,6 +156,35 @@ func (s *Store) SetTier(ctx context.Context, channel, portfolio string, tier int
 	return nil
 }
 
+// SetAccount names portfolio the business portfolio of channel's provider
+// account (a WhatsApp Business Account ID): what a tier announced by an
+// account webhook (business_capability_update) is applied to.
+func (s *Store) SetAccount(ctx context.Context, channel, account, portfolio string) error {
+	if err := validName(portfolio); err != nil {
+		return err
+	}
+	if account == "" {
+		return fmt.Errorf("%w: the account is empty", ErrInvalid)
+	}
+	if err := s.rdb.HSet(ctx, s.keys.PortfolioAccounts(channel), account, portfolio).Err(); err != nil {
+		return fmt.Errorf("portfolio: set account %s in %s: %w", account, portfolio, err)
+	}
+	return nil
+}
+
+// OfAccount returns the portfolio of channel's provider account; ok is
+// false when none was set.
+func (s *Store) OfAccount(ctx context.Context, channel, account string) (portfolio string, ok bool, err error) {
+	p, err := s.rdb.HGet(ctx, s.keys.PortfolioAccounts(channel), account).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("portfolio: read the portfolio of account %s: %w", account, err)
+	}
+	return p, true, nil
+}
+
 // Of returns the portfolio of channel's pacing key key; ok is false when
 // it has none (the key is not guarded).
 func (s *Store) Of(ctx context.Context, channel, key string) (portfolio string, ok bool, err error) {
