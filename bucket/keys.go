@@ -100,6 +100,36 @@ func (k Keys) SuppressedExpiry(channel, key string) string {
 	return k.name(channel, key, "suppressed:expiry")
 }
 
+// Portfolio is the hash of a pacing key's business portfolio (package
+// portfolio): field "portfolio", the portfolio's name.
+func (k Keys) Portfolio(channel, key string) string { return k.name(channel, key, "portfolio") }
+
+// PortfolioWindow is the sorted set of a business portfolio's recipients
+// of business-initiated messages (package portfolio): recipient hash ->
+// Unix ms of its last one. It shares its Redis Cluster slot with
+// [Keys.PortfolioMeta], not with the portfolio's pacing keys.
+func (k Keys) PortfolioWindow(channel, portfolio string) string {
+	return k.Prefix() + ":{portfolio:" + channel + ":" + portfolio + "}:window"
+}
+
+// PortfolioMeta is the hash of a business portfolio (package portfolio):
+// "tier" and "deferred".
+func (k Keys) PortfolioMeta(channel, portfolio string) string {
+	return k.Prefix() + ":{portfolio:" + channel + ":" + portfolio + "}:meta"
+}
+
+// PortfolioAccounts is the hash of channel's provider accounts (WhatsApp
+// Business Account IDs, which Meta's account webhooks name) -> business
+// portfolio (package portfolio).
+func (k Keys) PortfolioAccounts(channel string) string {
+	return k.Prefix() + ":portfolio-accounts:" + channel
+}
+
+// PortfolioKeys is the set of a business portfolio's pacing keys.
+func (k Keys) PortfolioKeys(channel, portfolio string) string {
+	return k.Prefix() + ":{portfolio:" + channel + ":" + portfolio + "}:keys"
+}
+
 // IDs is the ledger hash of one generation of a pacing key's envelope
 // ids (package ledger), used under Redis Cluster: in the key's slot, beside
 // the cooldown its claims read.

@@ -130,7 +130,7 @@ func TestAlertsUseDocumentedMetrics(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"PacerKeysAtFloor", "PacerBreakerOpen", "PacerDLQGrowing", "PacerConsumerLagETA",
-		"PacerUnderutilized", "PacerRedisFallback", "PacerNoReplicaReady"} {
+		"PacerUnderutilized", "PacerRedisFallback", "PacerNoReplicaReady", "PacerPortfolioNearLimit"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s", want)
 		}

@@ -30,6 +30,9 @@
 //     security failures.
 //   - [github.com/pacerhq/pacer/pacer/ledger]: the idempotency ledger of
 //     envelope ids in Redis, and its write-behind batcher.
+//   - [github.com/pacerhq/pacer/pacer/portfolio]: WhatsApp business
+//     portfolios in Redis: a pacing key's portfolio, its messaging-limit
+//     tier, and the guard of unique recipients per moving 24 h.
 //   - [github.com/pacerhq/pacer/pacer/control]: what an operator changes
 //     while Pacer runs, in Redis: per-key limits, campaign states and
 //     counters, and each key's policy.

@@ -42,6 +42,7 @@ commands:
   limit          set, get or unset a pacing key's limit at run time (set|get|unset)
   campaign       pause, resume or cancel a campaign at run time, or show its status
   suppress       list, add, remove, import or export a pacing key's suppressed recipients
+  portfolio      put a WhatsApp key in a business portfolio, or show its messaging-limit guard (set|status)
   webhook        hear the providers' status webhooks and apply them (suppressions)
   demo           run the whole flow in-process: embedded Kafka, Redis and a fake provider
   fake-provider  serve a channel's fake provider API, for tests
@@ -94,6 +95,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdWebhook(ctx, args[1:], stdout, stderr, lookup)
 	case "suppress":
 		err = cmdSuppress(ctx, args[1:], stdin, stdout, stderr, lookup)
+	case "portfolio":
+		err = cmdPortfolio(ctx, args[1:], stdout, stderr, lookup)
 	case "fake-provider":
 		err = cmdFakeProvider(ctx, args[1:], stdout, stderr)
 	case "version", "--version":

@@ -18,6 +18,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/ledger"
+	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/statuspage"
 	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
@@ -129,6 +130,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	if cfg.Suppress {
 		sup = suppress.NewStore(rdb, lim.Keys())
 	}
+	var port *portfolio.Store // WhatsApp's messaging limit: keys set in a portfolio are guarded
+	if ch.name == "whatsapp" {
+		port = portfolio.NewStore(rdb, lim.Keys())
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), trips.collector(ch.name))
 	reg.MustRegister(connMetrics(ch)...)
@@ -137,7 +142,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		consumer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Ledger: led, Sender: sender,
 			Fallback:  bucket.NewLocal(bucket.LocalConfig{Replicas: cfg.ExpectedReplicas}),
 			RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
-			Policy:    policy, Campaigns: ctl, Suppress: sup}, reg)
+			Policy:    policy, Campaigns: ctl, Suppress: sup, Portfolios: port}, reg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/pacerhq/pacer/pacer/webhook"
@@ -187,7 +188,8 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 			return fmt.Errorf("kafka client: %w", err)
 		}
 		defer cc.Close()
-		out := webhook.NewOutcomes(suppress.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)), log, reg)
+		out := webhook.NewOutcomes(suppress.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)), log, reg).
+			WithPortfolios(portfolio.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)))
 		go func() { errc <- out.Run(ctx, cc) }()
 	}
 

@@ -14,6 +14,7 @@
 //	       -> pacer/envelope  the message and its Kafka headers
 //	       -> pacer/ledger    the idempotency ledger (Redis)
 //	       -> pacer/suppress  suppressed recipients per pacing key (Redis; the ledger's claim reads them)
+//	       -> pacer/portfolio WhatsApp business portfolios: the messaging-limit guard (Redis)
 //	       -> pacer/control   live limits, campaign states, a key's policy (Redis)
 //	            -> bucket     token buckets (+ bucket/adapt: AIMD, breaker) -> lua
 //	  -> channels/<name>      one provider adapter each -> channels (the contract)
@@ -27,12 +28,12 @@
 //     nor Kafka nor Prometheus: it paces and returns values.
 //   - Under pacer/ the applications (consumer, ingest, statuspage, webhook) import
 //     no other application, and the parts they share (envelope, produce,
-//     ledger, suppress, control, keypace, park, campaign) import no application; envelope imports
+//     ledger, suppress, portfolio, control, keypace, park, campaign) import no application; envelope imports
 //     nothing of ours (TestPacerSiblings). Every package under pacer/ has a place in
 //     that list, so a new one must be given its rules. Package pacer itself
 //     is their map (doc.go) and imports nothing.
 //   - Only the packages that run Lua scripts import lua: bucket, its
-//     subpackages, ledger, suppress, control and the ingest quotas.
+//     subpackages, ledger, suppress, portfolio, control and the ingest quotas.
 //   - Only cmd and packages under pacer/ speak Kafka or measure
 //     (Prometheus); providers never import each other; partitioner is pure
 //     functions; lua holds scripts only.
@@ -124,6 +125,7 @@ func TestDataFlowsOneWay(t *testing.T) {
 		"bucket/adapt":        buckets,
 		"pacer/ledger":        store,
 		"pacer/suppress":      store,
+		"pacer/portfolio":     store,
 		"pacer/control":       store,
 		"pacer/ingest/window": store,
 		"pacer/ingest/quota":  store,
@@ -199,7 +201,7 @@ var (
 	}
 	pacerShared = map[string]bool{
 		mod + "/pacer/envelope": true, mod + "/pacer/produce": true, mod + "/pacer/ledger": true, mod + "/pacer/suppress": true, mod + "/pacer/control": true,
-		mod + "/pacer/keypace": true, mod + "/pacer/park": true, mod + "/pacer/campaign": true, mod + "/pacer/inflight": true,
+		mod + "/pacer/portfolio": true, mod + "/pacer/keypace": true, mod + "/pacer/park": true, mod + "/pacer/campaign": true, mod + "/pacer/inflight": true,
 	}
 )
 
@@ -279,7 +281,7 @@ func TestOnlyScriptRunnersImportLua(t *testing.T) {
 		}
 		for _, imp := range f[1:] {
 			if imp == mod+"/lua" {
-				t.Errorf("%s imports lua: only bucket, its subpackages, the ledger, suppress, control and the ingest quotas run the scripts", f[0])
+				t.Errorf("%s imports lua: only bucket, its subpackages, the ledger, suppress, portfolio, control and the ingest quotas run the scripts", f[0])
 			}
 		}
 	}
@@ -289,7 +291,7 @@ func TestOnlyScriptRunnersImportLua(t *testing.T) {
 // subpackages, and the Redis stores beneath pacer/.
 func runsScripts(path string) bool {
 	switch path {
-	case mod + "/lua", mod + "/bucket", mod + "/pacer/ledger", mod + "/pacer/suppress", mod + "/pacer/control", mod + "/pacer/ingest/quota", mod + "/pacer/ingest/window":
+	case mod + "/lua", mod + "/bucket", mod + "/pacer/ledger", mod + "/pacer/suppress", mod + "/pacer/portfolio", mod + "/pacer/control", mod + "/pacer/ingest/quota", mod + "/pacer/ingest/window":
 		return true
 	}
 	return strings.HasPrefix(path, mod+"/bucket/")

@@ -20,6 +20,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/keypace"
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/pacerhq/pacer/pacer/park"
+	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -157,6 +158,9 @@ type flight struct {
 	answers *inflight.Estimator // takes the provider's answer time (its key queue's); may be nil
 
 	waitStart time.Time // since when it waits for a slot
+
+	portfolio string              // the key's portfolio when guard admitted the message
+	admission portfolio.Admission // guard's answer (Verdict 0: not checked)
 }
 
 // handle takes one record to a finished state and returns true, or returns
@@ -242,6 +246,9 @@ func (p *Pacer) admit(f *flight) outcome {
 	f.st = p.keys.Get(env.Key, env.To)
 	if p.parkedDuplicate(f) {
 		return outcome{kind: duplicate}
+	}
+	if o := p.guard(f); o.kind != pass {
+		return o
 	}
 	return next()
 }
@@ -680,6 +687,9 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 		done = p.deadLetter(ctx, f.r, f.m, o.reason, o.detail, f.log)
 		if done && o.keepClaim {
 			p.markDeadLettered(ctx, f.env, o.reason, f.log)
+		}
+		if done && !o.keepClaim {
+			p.giveBack(f) // the provider does not have it
 		}
 	case deferred:
 		if done = p.park(ctx, f.r, time.Now().Add(o.wait), 0); done {

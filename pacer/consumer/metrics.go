@@ -35,6 +35,8 @@ type metrics struct {
 	handoffs    *prometheus.CounterVec   // channel
 	// suppressed, suppressionsAdded: by suppression reason (suppress.Reasons, else other)
 	suppressed, suppressionsAdded *prometheus.CounterVec
+	portfolioUsed                 *prometheus.GaugeVec   // portfolio
+	portfolioDeferred             *prometheus.CounterVec // none
 
 	// The children every record updates, looked up once (a vector's
 	// WithLabelValues hashes its labels and takes a lock at each call).
@@ -123,10 +125,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Records dead-lettered without a request because their recipient is suppressed for their pacing key, by the suppression's reason (unregistered, undeliverable, marketing-limit, bounce, dropped, spamreport, unsubscribe, manual, other)."),
 		suppressionsAdded: counter("suppressions_added_total", []string{"reason"},
 			"Suppression entries this process wrote from provider answers (a recipient gone: APNs 410 Unregistered or ExpiredToken, FCM UNREGISTERED), by reason."),
+		portfolioUsed: gauge("portfolio_used_ratio", []string{"portfolio"},
+			"A WhatsApp business portfolio's unique recipients of business-initiated messages in the last 24 h over its tier (messaging limit), as this process's last admission saw it; absent for an unlimited portfolio."),
+		portfolioDeferred: counter("portfolio_deferred_total", nil,
+			"Business-initiated messages deferred (parked, no attempt) because their portfolio's messaging-limit window was full and their recipient new."),
 		handoffs: counter("priority_handoffs_total", nil,
 			"Send slots a normal-priority record gave to a waiting high-priority record of its pacing key."),
 		requeued: counter("requeued_total", []string{"reason"},
-			"Records put back on a retry topic without an attempt, by reason (cooldown, token-wait, pair-throttle, pair-cooldown, account-cooldown, breaker, paused, not-before)."),
+			"Records put back on a retry topic without an attempt, by reason (cooldown, token-wait, pair-throttle, pair-cooldown, account-cooldown, breaker, paused, not-before, portfolio-limit)."),
 		retries: counter("retries_total", nil,
 			"Records sent to a retry topic after a transient failure or an unknown outcome."),
 		dlq: counter("dlq_total", []string{"reason"},
@@ -155,7 +161,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range envelope.DLQReasons {
 		m.dlq.WithLabelValues(r)
 	}
-	for _, r := range []string{"cooldown", "token-wait", "pair-throttle", "pair-cooldown", "account-cooldown", "breaker", "paused", "not-before"} {
+	for _, r := range []string{"cooldown", "token-wait", "pair-throttle", "pair-cooldown", "account-cooldown", "breaker", "paused", "not-before", "portfolio-limit"} {
 		m.requeued.WithLabelValues(r)
 	}
 	m.retries.WithLabelValues()
@@ -164,6 +170,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.suppressionsAdded.WithLabelValues(string(suppress.Unregistered))
 	m.handoffs.WithLabelValues()
+	m.portfolioDeferred.WithLabelValues()
 	m.duplicates.WithLabelValues()
 	m.redisErrors.WithLabelValues()
 	m.deliveredC = m.delivered.WithLabelValues()
@@ -178,7 +185,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.handoffs, m.retries, m.dlq, m.bucketWait, m.takeLatency,
 		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls, m.lateSlots, m.overloaded, m.lateness, m.throttles,
-		m.suppressed, m.suppressionsAdded} {
+		m.suppressed, m.suppressionsAdded, m.portfolioUsed, m.portfolioDeferred} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -92,6 +92,8 @@
 //	pacer_dlq_total{reason}             records dead-lettered, by reason (suppressed: see below)
 //	pacer_suppressed_total{reason}      records dead-lettered at their claim: recipient suppressed, by suppression reason
 //	pacer_suppressions_added_total{reason} suppressions written from answers (a recipient gone)
+//	pacer_portfolio_used_ratio{portfolio} a WhatsApp portfolio's window over its tier, as this process last saw it
+//	pacer_portfolio_deferred_total      business-initiated messages deferred by the messaging-limit guard
 //	pacer_bucket_wait_seconds           histogram: token wait per message
 //	pacer_take_duration_seconds         histogram: one bucket call to Redis
 //	pacer_send_duration_seconds         histogram: one provider request
@@ -143,6 +145,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/keypace"
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/pacerhq/pacer/pacer/park"
+	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
@@ -191,6 +194,13 @@ type Deps struct {
 	// ([channels.Error].Gone: APNs 410, FCM UNREGISTERED) suppresses it.
 	// It must name its keys as the Ledger does.
 	Suppress *suppress.Store
+	// Portfolios guards WhatsApp's messaging limit; nil: no guard. With
+	// it, a business-initiated message (envelope.BusinessInitiated) of a
+	// key in a portfolio is admitted by the portfolio's window in one
+	// script call, or deferred ("portfolio-limit") until its oldest
+	// recipient leaves it; a reserved recipient whose message is
+	// dead-lettered without an unknown outcome is given back.
+	Portfolios *portfolio.Store
 }
 
 // Redis failure modes for [Config.RedisFailure].
@@ -485,18 +495,20 @@ func (c *Config) retryTopic(n int) string { return fmt.Sprintf("%s.retry.%d", c.
 // Pacer consumes one channel's topics and paces its sends. Create it with
 // [New] and call [Pacer.Run] once.
 type Pacer struct {
-	cfg      Config
-	kopts    []kgo.Opt
-	bucket   Bucket
-	ledger   *ledger.Batcher
-	suppress *suppress.Store // nil: no suppression
-	adapter  Adapter
-	fallback Bucket
-	ping     func(ctx context.Context) error
-	sender   channels.Sender
-	places   *places // the bound of records handled at once; nil in strict order
-	handlers *goPool // the goroutines that handle records
-	policy   control.Policy
+	cfg          Config
+	kopts        []kgo.Opt
+	bucket       Bucket
+	ledger       *ledger.Batcher
+	suppress     *suppress.Store  // nil: no suppression
+	portfolios   *portfolio.Store // nil: no messaging-limit guard
+	portfolioMap portfolioMap
+	adapter      Adapter
+	fallback     Bucket
+	ping         func(ctx context.Context) error
+	sender       channels.Sender
+	places       *places // the bound of records handled at once; nil in strict order
+	handlers     *goPool // the goroutines that handle records
+	policy       control.Policy
 	// policyDefault is the channel's policy from Config: a key's policy
 	// until its first read of Policy.
 	policyDefault control.StaticPolicy
@@ -582,7 +594,7 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	if err != nil {
 		return nil, fmt.Errorf("pacer: metrics: %w", err)
 	}
-	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, suppress: deps.Suppress, sender: deps.Sender, m: m,
+	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, suppress: deps.Suppress, portfolios: deps.Portfolios, sender: deps.Sender, m: m,
 		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{},
 		ids: map[idRef]chan struct{}{}, handlers: newGoPool(), markBy: newDeadlines(context.Background(), 30*time.Second)}
 	p.retryLog.Every = RetryLogEvery

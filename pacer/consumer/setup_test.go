@@ -21,6 +21,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/campaign"
 	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/ledger"
+	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -103,6 +104,9 @@ type harness struct {
 	// suppress, if true, gives each pacer a Deps.Suppress on its Redis
 	// client (as pacer run does by default).
 	suppress bool
+	// portfolios, if not nil, gives each pacer it as Deps.Portfolios (a
+	// store over h's Redis).
+	portfolios *portfolio.Store
 }
 
 func newHarness(t *testing.T, script map[string][]error) *harness {
@@ -163,6 +167,7 @@ func (h *harness) start(cfg consumer.Config, sender channels.Sender, reg prometh
 	if h.suppress {
 		deps.Suppress = suppress.NewStore(rdb, lim.Keys())
 	}
+	deps.Portfolios = h.portfolios
 	p, err := consumer.New(cfg, append([]kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)}, kopts...), deps, reg)
 	if err != nil {
 		closeLedger(h.t, bat)

@@ -10,14 +10,14 @@ import (
 )
 
 // recipient is what f's claim checks in its key's suppressions: the
-// recipient's hash, or nothing without a suppression store. The envelope
-// carries no message category, so no message counts as marketing (an
-// entry for marketing messages only, WhatsApp 131049, refuses none yet).
+// recipient's hash, or nothing without a suppression store. A message
+// whose envelope has category marketing is marked so, and only it is
+// refused by an entry for marketing messages only (WhatsApp 131049).
 func (p *Pacer) recipient(f *flight) ledger.Recipient {
 	if p.suppress == nil || f.env.To == "" {
 		return ledger.Recipient{}
 	}
-	return ledger.Recipient{Hash: suppress.Hash(f.env.To)}
+	return ledger.Recipient{Hash: suppress.Hash(f.env.To), Marketing: f.env.Marketing()}
 }
 
 // suppressed dead-letters a record whose claim found its recipient

@@ -60,3 +60,36 @@ func TestSuppressedRecipients(t *testing.T) {
 		}
 	}
 }
+
+// TestMarketingSuppressionByCategory: an entry for marketing messages only
+// (WhatsApp 131049) refuses a message whose envelope says category
+// marketing, and lets a utility one and an unlabelled one to the same
+// recipient through.
+func TestMarketingSuppressionByCategory(t *testing.T) {
+	h := newHarness(t, nil)
+	h.suppress = true
+	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
+	defer rdb.Close()
+	st := suppress.NewStore(rdb, bucket.NewKeys(""))
+	if _, err := st.Add(context.Background(), "test", "k1", suppress.New(suppress.Hash("155500m1"), suppress.MarketingLimit, time.Time{}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	mk := `{"id":"mk","key":"k1","to":"155500m1","category":"marketing"}`
+	ut := `{"id":"ut","key":"k1","to":"155500m1","category":"utility"}`
+	no := `{"id":"no","key":"k1","to":"155500m1"}`
+	h.produce(mk, ut, no)
+	p, stop := h.start(h.cfg, h.sender, h.reg)
+	defer stop()
+	<-p.Started()
+	if got := h.dlq(1); got[mk] != "suppressed:marketing-limit" {
+		t.Fatalf("DLQ reasons %v; want mk suppressed:marketing-limit", got)
+	}
+	if !waitFor(10*time.Second, func() bool {
+		return h.sender.count(h.sender.success, "ut") == 1 && h.sender.count(h.sender.success, "no") == 1
+	}) {
+		t.Fatalf("ut sent %d, no sent %d; want 1 each", h.sender.count(h.sender.success, "ut"), h.sender.count(h.sender.success, "no"))
+	}
+	if n := h.sender.count(h.sender.calls, "mk"); n != 0 {
+		t.Errorf("mk: %d requests; want 0", n)
+	}
+}

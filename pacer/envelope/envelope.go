@@ -52,7 +52,55 @@ type Envelope struct {
 	Priority Priority `json:"priority,omitempty"`
 	// NotBefore is the earliest time the message may be sent (zero: at once).
 	NotBefore time.Time `json:"not_before,omitzero"`
+	// Category is the message's WhatsApp pricing category ("" when not
+	// given): which messages count against a business portfolio's
+	// messaging limit ([Envelope.BusinessInitiated]) and which a
+	// marketing-only suppression (WhatsApp 131049) refuses.
+	Category Category `json:"category,omitempty"`
 }
+
+// Category is a message's pricing category, as WhatsApp names them
+// (developers.facebook.com/documentation/business-messaging/whatsapp/pricing):
+// marketing, utility and authentication templates open business-initiated
+// conversations; service messages answer a user within the 24 h customer
+// service window.
+type Category string
+
+const (
+	CategoryMarketing      Category = "marketing"
+	CategoryUtility        Category = "utility"
+	CategoryAuthentication Category = "authentication"
+	CategoryService        Category = "service"
+)
+
+// BusinessInitiated reports whether e counts against a WhatsApp business
+// portfolio's messaging limit (unique users per moving 24 h). With a
+// category: marketing, utility and authentication count, service does
+// not. Without one, the payload decides: a template message counts (only
+// a template may open a conversation outside the customer service
+// window, so a template of unknown category is counted, never
+// under-counted); anything else (free-form text, media, reactions) can
+// only be sent inside the window and does not count.
+func (e *Envelope) BusinessInitiated() bool {
+	switch e.Category {
+	case CategoryMarketing, CategoryUtility, CategoryAuthentication:
+		return true
+	case CategoryService:
+		return false
+	}
+	var p struct {
+		Type string `json:"type"`
+	}
+	if len(e.Payload) == 0 || json.Unmarshal(e.Payload, &p) != nil {
+		return false
+	}
+	return p.Type == "template"
+}
+
+// Marketing reports whether e is a marketing message: only its category
+// says so (a template without a category may be a one-time password, and
+// a marketing-only suppression must not refuse it).
+func (e *Envelope) Marketing() bool { return e.Category == CategoryMarketing }
 
 // Priority orders the records of one pacing key: high ones go first.
 type Priority string
@@ -87,11 +135,12 @@ type wireEnvelope struct {
 	ExpiresAt string         `json:"expires_at"`
 	Priority  string         `json:"priority"`
 	NotBefore string         `json:"not_before"`
+	Category  string         `json:"category"`
 }
 
 // fields lists the top-level fields an envelope may have, for the
 // error about an unknown one.
-const fields = "id, key, to, payload, campaign, tenant, expires_at, priority, not_before"
+const fields = "id, key, to, payload, campaign, tenant, expires_at, priority, not_before, category"
 
 // PeekID returns the "id" member of line b when b is a JSON object
 // whose id is a string, else "": what the report of a line that is not
@@ -122,6 +171,7 @@ var utf8BOM = []byte("\xef\xbb\xbf")
 // (required, at most [MaxIDBytes] bytes), key and to (required), payload (a
 // JSON object of at most [MaxPayloadBytes] bytes), expires_at and
 // not_before (RFC 3339), priority ("high" or "normal"; absent means normal),
+// category (marketing, utility, authentication or service; may be absent),
 // or the unknown, duplicated or badly encoded field (a path such as
 // payload/text/body below the top level).
 func Parse(b []byte) (Envelope, error) {
@@ -190,6 +240,12 @@ func Parse(b []byte) (Envelope, error) {
 		env.Priority = PriorityHigh
 	default:
 		return Envelope{}, &Error{Field: "priority", Problem: fmt.Sprintf("%q is neither high nor normal", w.Priority)}
+	}
+	switch c := Category(w.Category); c {
+	case "", CategoryMarketing, CategoryUtility, CategoryAuthentication, CategoryService:
+		env.Category = c
+	default:
+		return Envelope{}, &Error{Field: "category", Problem: fmt.Sprintf("%q is not one of marketing, utility, authentication, service", w.Category)}
 	}
 	return env, nil
 }

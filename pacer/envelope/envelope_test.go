@@ -2,6 +2,7 @@ package envelope_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -135,7 +136,7 @@ func TestEnvelopePriorityNotBefore(t *testing.T) {
 		head + `,"priority":1}`:                        "envelope: priority: must be a string, got a number",
 		head + `,"not_before":"tomorrow"}`:             "envelope: not_before: \"tomorrow\" is not an RFC 3339 time",
 		head + `,"not_before":"2030-01-02T03:04:05Z"}`: "normal 2030-01-02T03:04:05Z",
-		head + `,"priorty":"high"}`:                    "envelope: priorty: unknown field (an envelope has id, key, to, payload, campaign, tenant, expires_at, priority, not_before)",
+		head + `,"priorty":"high"}`:                    "envelope: priorty: unknown field (an envelope has id, key, to, payload, campaign, tenant, expires_at, priority, not_before, category)",
 	} {
 		env, err := envelope.Parse([]byte(in))
 		got := ""
@@ -146,6 +147,40 @@ func TestEnvelopePriorityNotBefore(t *testing.T) {
 			if !env.NotBefore.IsZero() {
 				got += " " + env.NotBefore.Format(time.RFC3339)
 			}
+		}
+		if got != want {
+			t.Errorf("%s: %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestEnvelopeCategory: category takes the four WhatsApp categories (or
+// none) and names itself when wrong; BusinessInitiated counts marketing,
+// utility and authentication, not service, and without a category a
+// template payload only; Marketing needs the category.
+func TestEnvelopeCategory(t *testing.T) {
+	const head = `{"id":"a","key":"k","to":"t"`
+	const tmpl = `,"payload":{"type":"template","template":{"name":"x"}}`
+	const text = `,"payload":{"type":"text","text":{"body":"hi"}}`
+	for in, want := range map[string]string{
+		head + `}`:                                    " business=false marketing=false",
+		head + text + `}`:                             " business=false marketing=false",
+		head + tmpl + `}`:                             " business=true marketing=false",
+		head + `,"category":"marketing"}`:             "marketing business=true marketing=true",
+		head + `,"category":"utility"}`:               "utility business=true marketing=false",
+		head + `,"category":"authentication"}`:        "authentication business=true marketing=false",
+		head + `,"category":"service"` + tmpl + `}`:   "service business=false marketing=false",
+		head + `,"category":"marketing"` + text + `}`: "marketing business=true marketing=true",
+		head + `,"category":"promo"}`:                 `envelope: category: "promo" is not one of marketing, utility, authentication, service`,
+		head + `,"category":"Marketing"}`:             `envelope: category: "Marketing" is not one of marketing, utility, authentication, service`,
+		head + `,"category":2}`:                       "envelope: category: must be a string, got a number",
+	} {
+		env, err := envelope.Parse([]byte(in))
+		got := ""
+		if err != nil {
+			got = err.Error()
+		} else {
+			got = fmt.Sprintf("%s business=%v marketing=%v", env.Category, env.BusinessInitiated(), env.Marketing())
 		}
 		if got != want {
 			t.Errorf("%s: %q, want %q", in, got, want)

@@ -998,7 +998,7 @@ func TestRateLimitRemaining(t *testing.T) {
 func TestEnvelopeFieldsInOpenAPI(t *testing.T) {
 	e := newEnv(t, opts{})
 	body := `{"id":"full-1","key":"106540352242922","to":"15551234567","campaign":"spring","priority":"high",` +
-		`"not_before":"2030-01-01T00:00:00Z","expires_at":"2030-01-02T00:00:00Z","payload":{"type":"text","text":{"body":"hi"}}}`
+		`"not_before":"2030-01-01T00:00:00Z","category":"utility","expires_at":"2030-01-02T00:00:00Z","payload":{"type":"text","text":{"body":"hi"}}}`
 	if a := e.do(acmeKey, "whatsapp", "application/json", body); a.status != 202 {
 		t.Fatalf("full envelope: %d %s", a.status, a.body)
 	}

@@ -49,6 +49,13 @@ type Event struct {
 	Code int `json:"code,omitempty"`
 	// At is when the provider saw the event (its timestamp, s precision).
 	At time.Time `json:"at"`
+	// Account is the provider account an account event names (Kind
+	// "tier": the WhatsApp Business Account ID, the webhook's entry id).
+	Account string `json:"account,omitempty"`
+	// Tier is Kind "tier"'s messaging limit: unique recipients per 24 h,
+	// -1 unlimited (business_capability_update's
+	// max_daily_conversations_per_business).
+	Tier int `json:"tier,omitempty"`
 }
 
 // suppression returns the reason ev suppresses its recipient for, or

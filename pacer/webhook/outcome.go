@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -22,9 +23,10 @@ import (
 // a replayed offset delivers it, writes the same entry, and
 // pacer_webhook_suppressions_added_total counts it once.
 type Outcomes struct {
-	store *suppress.Store
-	log   *slog.Logger
-	m     *outcomeMetrics
+	store      *suppress.Store
+	portfolios *portfolio.Store // nil: tiers announced are not applied
+	log        *slog.Logger
+	m          *outcomeMetrics
 }
 
 // NewOutcomes returns Outcomes writing to store, registering its
@@ -34,6 +36,14 @@ func NewOutcomes(store *suppress.Store, log *slog.Logger, reg prometheus.Registe
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Outcomes{store: store, log: log, m: newOutcomeMetrics(reg)}
+}
+
+// WithPortfolios makes o apply WhatsApp's business_capability_update
+// tiers to the business portfolio of the account that announced them
+// (portfolio.Store.SetAccount); it returns o.
+func (o *Outcomes) WithPortfolios(st *portfolio.Store) *Outcomes {
+	o.portfolios = st
+	return o
 }
 
 // Apply applies evs: one suppress.Store.Add per pacing key and reason
@@ -53,6 +63,25 @@ func (o *Outcomes) Apply(ctx context.Context, evs []Event) error {
 		for _, h := range ev.Recipients {
 			entries[g] = append(entries[g], suppress.New(h, reason, ev.At, ev.At))
 		}
+	}
+	for _, ev := range evs {
+		if ev.Kind != "tier" || o.portfolios == nil {
+			continue
+		}
+		p, ok, err := o.portfolios.OfAccount(ctx, ev.Channel, ev.Account)
+		if err == nil && ok {
+			err = o.portfolios.SetTier(ctx, ev.Channel, p, ev.Tier)
+		}
+		if err != nil {
+			o.m.errors.Inc()
+			return fmt.Errorf("webhook: apply the tier of account %s: %w", ev.Account, err)
+		}
+		if !ok {
+			o.log.Warn("messaging-limit tier announced for an account without a portfolio; `pacer portfolio set --account` names it",
+				"account", ev.Account, "tier", portfolio.TierString(ev.Tier))
+			continue
+		}
+		o.log.Info("messaging-limit tier applied", "account", ev.Account, "portfolio", p, "tier", portfolio.TierString(ev.Tier))
 	}
 	for g, es := range entries {
 		n, err := o.store.Add(ctx, g.channel, g.key, es...)
@@ -74,7 +103,7 @@ var (
 	channels = map[string]bool{"whatsapp": true, "sendgrid": true}
 	kinds    = map[string]bool{"sent": true, "delivered": true, "read": true, "failed": true, "processed": true, "deferred": true,
 		"bounce": true, "dropped": true, "spamreport": true, "unsubscribe": true, "group_unsubscribe": true,
-		"open": true, "click": true, "group_resubscribe": true}
+		"open": true, "click": true, "group_resubscribe": true, "tier": true}
 )
 
 // label returns v if known holds it, else "other".

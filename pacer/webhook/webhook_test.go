@@ -22,6 +22,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -498,5 +499,54 @@ func TestUnknownKindsSkipped(t *testing.T) {
 	evs := f.kc.events(t)
 	if len(evs) != 2 || evs[0].Kind != "failed" || evs[1].Kind != "bounce" {
 		t.Errorf("stored %+v, want the failed status and the bounce", evs)
+	}
+}
+
+// TestCapabilityTier: a business_capability_update is read as a tier
+// event of its account (a bad tier name is an error naming the field);
+// applied, it sets the tier of the account's portfolio, and an account
+// without a portfolio changes nothing.
+func TestCapabilityTier(t *testing.T) {
+	body := func(account, tier string) []byte {
+		return []byte(`{"object":"whatsapp_business_account","entry":[{"id":"` + account + `","time":1800000000,"changes":[{"field":"business_capability_update",` +
+			`"value":{"max_daily_conversation_per_phone":-1,"max_daily_conversations_per_business":"` + tier + `"}}]}]}`)
+	}
+	evs, err := parseWhatsApp(body("1029", "TIER_10K"))
+	if err != nil || len(evs) != 1 || evs[0].Kind != "tier" || evs[0].Account != "1029" || evs[0].Tier != 10000 || evs[0].Channel != "whatsapp" {
+		t.Fatalf("parse: %+v %v; want one tier event of account 1029, 10000", evs, err)
+	}
+	if _, err := parseWhatsApp(body("1029", "TIER_HUGE")); err == nil || !strings.Contains(err.Error(), "max_daily_conversations_per_business") {
+		t.Errorf("a bad tier: %v; want an error naming max_daily_conversations_per_business", err)
+	}
+	unl, _ := parseWhatsApp(body("1029", "TIER_UNLIMITED"))
+	other, _ := parseWhatsApp(body("5555", "TIER_250"))
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	ps := portfolio.NewStore(rdb, bucket.NewKeys(""))
+	ctx := context.Background()
+	if err := ps.Set(ctx, "whatsapp", "106", "acme", 250); err != nil {
+		t.Fatal(err)
+	}
+	if err := ps.SetAccount(ctx, "whatsapp", "1029", "acme"); err != nil {
+		t.Fatal(err)
+	}
+	o := NewOutcomes(suppress.NewStore(rdb, bucket.NewKeys("")), nil, nil).WithPortfolios(ps)
+	tier := func() int {
+		s, err := ps.Status(ctx, "whatsapp", "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Tier
+	}
+	for _, c := range []struct {
+		evs  []Event
+		want int
+	}{{evs, 10000}, {other, 10000}, {unl, portfolio.Unlimited}} {
+		if err := o.Apply(ctx, c.evs); err != nil {
+			t.Fatal(err)
+		}
+		if got := tier(); got != c.want {
+			t.Errorf("after %+v: tier %d; want %d", c.evs, got, c.want)
+		}
 	}
 }

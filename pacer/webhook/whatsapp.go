@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/suppress"
 )
 
@@ -42,10 +43,14 @@ func WhatsAppSignature(secret, body []byte) string {
 type waPayload struct {
 	Object string `json:"object"`
 	Entry  []struct {
+		ID      string `json:"id"` // the WhatsApp Business Account ID
+		Time    int64  `json:"time"`
 		Changes []struct {
 			Field string `json:"field"`
 			Value struct {
-				Metadata struct {
+				// business_capability_update: TIER_250 ... TIER_UNLIMITED
+				MaxDailyConversationsPerBusiness string `json:"max_daily_conversations_per_business"`
+				Metadata                         struct {
 					PhoneNumberID string `json:"phone_number_id"`
 				} `json:"metadata"`
 				Statuses []struct {
@@ -79,6 +84,19 @@ func parseWhatsApp(body []byte) ([]Event, error) {
 	var out []Event
 	for i, e := range p.Entry {
 		for j, c := range e.Changes {
+			if c.Field == "business_capability_update" && c.Value.MaxDailyConversationsPerBusiness != "" {
+				at := fmt.Sprintf("entry[%d].changes[%d].value.max_daily_conversations_per_business", i, j)
+				if e.ID == "" {
+					return nil, fmt.Errorf("entry[%d].id: missing (the WhatsApp Business Account)", i)
+				}
+				tier, err := portfolio.ParseTier(c.Value.MaxDailyConversationsPerBusiness)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %q is not TIER_250 ... TIER_UNLIMITED", at, c.Value.MaxDailyConversationsPerBusiness)
+				}
+				out = append(out, Event{ID: "tier:" + e.ID + ":" + strconv.FormatInt(e.Time, 10) + ":" + portfolio.TierString(tier),
+					Channel: "whatsapp", Kind: "tier", Account: e.ID, Tier: tier, At: time.Unix(e.Time, 0).UTC()})
+				continue
+			}
 			key := c.Value.Metadata.PhoneNumberID
 			for k, s := range c.Value.Statuses {
 				at := fmt.Sprintf("entry[%d].changes[%d].value.statuses[%d]", i, j, k)

@@ -1,0 +1,142 @@
+package main
+
+// pacer portfolio: which WhatsApp business portfolio a pacing key belongs
+// to, its messaging-limit tier, and the guard's state (see
+// pacer/portfolio).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/pacer/portfolio"
+)
+
+const portfolioUsage = `usage: pacer portfolio set    --channel whatsapp (--key K | --account A) --portfolio P [--tier T]
+       pacer portfolio status --channel whatsapp (--portfolio P | --key K)
+
+A WhatsApp pacing key (phone-number ID) with a portfolio is guarded: its
+business-initiated messages (envelope category marketing, utility or
+authentication; a template without a category) to new recipients are
+deferred while the portfolio has reached its tier of unique recipients
+in the last 24 h. tier: 250, 2000 (TIER_2K), 10000, 100000 or unlimited.
+--account names the portfolio of a WhatsApp Business Account, whose
+business_capability_update webhooks (pacer webhook) then set its tier.`
+
+// cmdPortfolio sets a pacing key's portfolio and tier, or shows a
+// portfolio's guard.
+func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
+	verb, fs, channel, err := verbCommand(args, stdout, stderr, "portfolio", portfolioUsage, [][2]string{
+		{"set", "put a pacing key in a business portfolio, and set the portfolio's tier"},
+		{"status", "show a portfolio's tier, recipients in the window, oldest entry's expiry and deferred messages"},
+	})
+	if err != nil {
+		return err
+	}
+	key := fs.String("key", "", "pacing key: the WhatsApp phone-number ID")
+	name := fs.String("portfolio", "", "the business portfolio (e.g. its Meta business ID)")
+	tier, account := new(string), new(string)
+	if verb == "set" {
+		fs.StringVar(account, "account", "", "a WhatsApp Business Account ID: its tier webhooks (business_capability_update) apply to the portfolio")
+		fs.StringVar(tier, "tier", "", "the portfolio's messaging limit: 250, 2000, 10000, 100000, unlimited or TIER_2K...; empty keeps it")
+	}
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	ch, err := channelNamed(*channel)
+	if err != nil {
+		return err
+	}
+	if *channel != "whatsapp" {
+		return &usageError{"portfolio " + verb + ": --channel must be whatsapp (messaging limits are WhatsApp's)"}
+	}
+	t := 0
+	if *tier != "" {
+		if t, err = portfolio.ParseTier(*tier); err != nil {
+			return &usageError{"portfolio set: --tier: " + strings.TrimPrefix(err.Error(), "portfolio: invalid value: ")}
+		}
+	}
+	switch {
+	case verb == "set" && ((strings.TrimSpace(*key) == "" && *account == "") || *name == ""):
+		return &usageError{"portfolio set: --portfolio and --key or --account are required"}
+	case verb == "status" && (*key == "") == (*name == ""):
+		return &usageError{"portfolio status: give --portfolio or --key, one of them"}
+	}
+	cfg, err := loadConfig(lookup, ch)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+	rdb, ping, err := pingRedis(ctx, cfg, 3*time.Second)
+	if err != nil {
+		return fmt.Errorf("portfolio %s: %w", verb, err)
+	}
+	defer rdb.Close()
+	if ping != nil {
+		if h := redisHint(cfg, ping); h != "" {
+			return fmt.Errorf("portfolio %s: cannot reach Redis: %s: %v", verb, h, ping)
+		}
+		return fmt.Errorf("portfolio %s: cannot reach Redis (%s): %v", verb, redisSetting(cfg), ping)
+	}
+	st := portfolio.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix))
+	if verb == "set" {
+		invalid := func(err error) error {
+			if errors.Is(err, portfolio.ErrInvalid) {
+				return &usageError{"portfolio set: " + strings.TrimPrefix(err.Error(), "portfolio: invalid value: ")}
+			}
+			return fmt.Errorf("portfolio set: %w", err)
+		}
+		if *account != "" {
+			if err := st.SetAccount(ctx, *channel, *account, *name); err != nil {
+				return invalid(err)
+			}
+			fmt.Fprintf(stdout, "whatsapp account %s: its tier webhooks apply to portfolio %s\n", quoteText(*account), quoteText(*name))
+		}
+		if *key == "" {
+			if t != 0 {
+				if err := st.SetTier(ctx, *channel, *name, t); err != nil {
+					return invalid(err)
+				}
+			}
+			return nil
+		}
+		if err := st.Set(ctx, *channel, *key, *name, t); err != nil {
+			return invalid(err)
+		}
+		s, err := st.Status(ctx, *channel, *name)
+		if err != nil {
+			return fmt.Errorf("portfolio set: %w", err)
+		}
+		fmt.Fprintf(stdout, "whatsapp %s: in portfolio %s (tier %s)\n", quoteText(*key), quoteText(*name), portfolio.TierString(s.Tier))
+		return nil
+	}
+	if *key != "" {
+		p, ok, err := st.Of(ctx, *channel, *key)
+		if err != nil {
+			return fmt.Errorf("portfolio status: %w", err)
+		}
+		if !ok {
+			fmt.Fprintf(stdout, "whatsapp %s: no portfolio: not guarded (pacer portfolio set --key %s --portfolio P --tier T)\n", quoteText(*key), quoteText(*key))
+			return nil
+		}
+		*name = p
+	}
+	s, err := st.Status(ctx, *channel, *name)
+	if err != nil {
+		return fmt.Errorf("portfolio status: %w", err)
+	}
+	oldest := "-"
+	if !s.Oldest.IsZero() {
+		oldest = s.Oldest.UTC().Format(time.RFC3339)
+	}
+	used := fmt.Sprint(s.Used)
+	if s.Tier > 0 {
+		used = fmt.Sprintf("%d (%.0f%%)", s.Used, 100*s.UsedRatio())
+	}
+	fmt.Fprintf(stdout, "portfolio %s\n  keys:     %s\n  tier:     %s\n  used:     %s unique recipients in the last 24 h\n  oldest:   leaves the window at %s\n  deferred: %d messages (ever)\n",
+		quoteText(s.Portfolio), strings.Join(s.Keys, " "), portfolio.TierString(s.Tier), used, oldest, s.Deferred)
+	return nil
+}

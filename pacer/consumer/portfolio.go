@@ -1,0 +1,96 @@
+package consumer
+
+import (
+	"sync"
+	"time"
+
+	"github.com/pacerhq/pacer/pacer/portfolio"
+	"github.com/pacerhq/pacer/pacer/suppress"
+)
+
+// portfolioEvery is how long a key's portfolio (or its absence) read
+// from Redis is used before it is read again: a `pacer portfolio set`
+// reaches every replica within it. The tier is read by every admission.
+const portfolioEvery = time.Second
+
+// portfolioMap caches each pacing key's portfolio for portfolioEvery.
+type portfolioMap struct {
+	mu sync.Mutex
+	m  map[string]portfolioSeen
+}
+
+type portfolioSeen struct {
+	name string // "" : the key has no portfolio
+	at   time.Time
+}
+
+// guard checks f's business-initiated message (envelope.BusinessInitiated)
+// against the messaging limit of its key's WhatsApp business portfolio
+// (package portfolio): one script call per such message of a key with a
+// portfolio. A recipient new to a full window is deferred (parked, no
+// attempt) until the oldest recipient leaves it. A Redis error lets the
+// message through, logged and counted, as the ledger's failure mode does.
+func (p *Pacer) guard(f *flight) outcome {
+	if p.portfolios == nil || f.env.To == "" || !f.env.BusinessInitiated() {
+		return next()
+	}
+	ctx := f.w.ctx
+	name, err := p.portfolioOf(f)
+	if err == nil && name != "" {
+		var a portfolio.Admission
+		a, err = p.portfolios.Admit(ctx, p.cfg.Channel, name, suppress.Hash(f.env.To))
+		if err == nil {
+			if a.Tier > 0 {
+				p.m.portfolioUsed.WithLabelValues(name).Set(float64(a.Used) / float64(a.Tier))
+			}
+			if a.Verdict == portfolio.Deferred {
+				p.m.portfolioDeferred.WithLabelValues().Inc()
+				return deferUntil("portfolio-limit", a.Wait)
+			}
+			f.portfolio, f.admission = name, a
+		}
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return stop()
+		}
+		p.m.redisErrors.WithLabelValues().Inc()
+		f.log.Warn("messaging-limit guard not checked; sending anyway", "err", err)
+	}
+	return next()
+}
+
+// portfolioOf returns f's key's portfolio, "" for none.
+func (p *Pacer) portfolioOf(f *flight) (string, error) {
+	now := time.Now()
+	p.portfolioMap.mu.Lock()
+	s, ok := p.portfolioMap.m[f.env.Key]
+	p.portfolioMap.mu.Unlock()
+	if ok && now.Sub(s.at) < portfolioEvery {
+		return s.name, nil
+	}
+	name, _, err := p.portfolios.Of(f.w.ctx, p.cfg.Channel, f.env.Key)
+	if err != nil {
+		return "", err
+	}
+	p.portfolioMap.mu.Lock()
+	if p.portfolioMap.m == nil {
+		p.portfolioMap.m = map[string]portfolioSeen{}
+	}
+	p.portfolioMap.m[f.env.Key] = portfolioSeen{name: name, at: now}
+	p.portfolioMap.mu.Unlock()
+	return name, nil
+}
+
+// giveBack returns f's recipient to its portfolio's window when f
+// reserved it and the message was dead-lettered without reaching the
+// provider or refused by it for good: it reached no user.
+func (p *Pacer) giveBack(f *flight) {
+	if f.portfolio == "" || f.admission.Verdict != portfolio.New {
+		return
+	}
+	if _, err := p.portfolios.GiveBack(p.drainBy.ctx(time.Now()), p.cfg.Channel, f.portfolio, f.admission); err != nil {
+		p.m.redisErrors.WithLabelValues().Inc()
+		f.log.Warn("messaging-limit reservation not given back", "err", err)
+	}
+}

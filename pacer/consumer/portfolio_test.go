@@ -1,0 +1,90 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/pacer/portfolio"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestPortfolioGuard: k1's portfolio has tier 3. A template refused for
+// good gives its recipient back; of four templates to new recipients
+// three are sent and one deferred (parked: not sent, not dead-lettered),
+// while a service message and a repeat to a recipient in the window go
+// out; once the window has passed, the deferred one is sent.
+func TestPortfolioGuard(t *testing.T) {
+	bad := &channels.Error{Channel: "test", Status: 400, Code: "BAD", Class: channels.Permanent}
+	h := newHarness(t, map[string][]error{"p1": {bad}})
+	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
+	defer rdb.Close()
+	// Long enough that p1's entry is still in the window when its give-back
+	// is checked (within window/2), short enough to wait out.
+	const window = 5 * time.Second
+	st := portfolio.NewStore(rdb, bucket.NewKeys("")).WithWindow(window)
+	h.portfolios = st
+	ctx := context.Background()
+	if err := st.Set(ctx, "test", "k1", "acme", 3); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := func(id, to string) string {
+		return fmt.Sprintf(`{"id":%q,"key":"k1","to":%q,"payload":{"type":"template","template":{"name":"t"}}}`, id, to)
+	}
+	used := func() int {
+		s, err := st.Status(ctx, "test", "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Used
+	}
+	p, stop := h.start(h.cfg, h.sender, h.reg)
+	defer stop()
+	<-p.Started()
+	h.produce(tmpl("p1", "r0"))
+	if got := h.dlq(1); got[tmpl("p1", "r0")] != "permanent:BAD" {
+		t.Fatalf("DLQ %v; want p1 permanent:BAD", got)
+	}
+	if !waitFor(window/2, func() bool { return used() == 0 }) {
+		t.Fatalf("after p1's permanent failure the window holds %d; want 0 (given back)", used())
+	}
+	h.produce(tmpl("t1", "r1"), tmpl("t2", "r2"), tmpl("t3", "r3"), tmpl("t4", "r4"),
+		`{"id":"s1","key":"k1","to":"r9","category":"service","payload":{"type":"text","text":{"body":"hi"}}}`)
+	sentOf := func(ids ...string) (n int, which string) {
+		for _, id := range ids {
+			if h.sender.count(h.sender.success, id) == 1 {
+				n++
+				which = id
+			}
+		}
+		return n, which
+	}
+	if !waitFor(20*time.Second, func() bool {
+		n, _ := sentOf("t1", "t2", "t3", "t4", "s1")
+		return n == 4 && h.counter("pacer_portfolio_deferred_total") == 1
+	}) {
+		n, _ := sentOf("t1", "t2", "t3", "t4", "s1")
+		t.Fatalf("%d of t1-t4, s1 sent, %v deferred; want 4 sent (3 templates and s1) and 1 deferred", n, h.counter("pacer_portfolio_deferred_total"))
+	}
+	if n, _ := sentOf("t1", "t2", "t3", "t4"); n != 3 || used() != 3 {
+		t.Fatalf("%d templates sent, window %d; want 3 and 3", n, used())
+	}
+	if g := h.gauge("pacer_portfolio_used_ratio"); g != 1 {
+		t.Errorf("pacer_portfolio_used_ratio %v; want 1", g)
+	}
+	_, last := sentOf("t1", "t2", "t3", "t4")
+	again := tmpl("again", map[string]string{"t1": "r1", "t2": "r2", "t3": "r3", "t4": "r4"}[last])
+	h.produce(again)
+	if !waitFor(10*time.Second, func() bool { return h.sender.count(h.sender.success, "again") == 1 }) {
+		t.Fatal("a template to a recipient in the window was not sent")
+	}
+	if !waitFor(window+15*time.Second, func() bool { n, _ := sentOf("t1", "t2", "t3", "t4"); return n == 4 }) {
+		t.Fatal("the deferred template was not sent after the window")
+	}
+	if n := h.dlqRecords(); n != 1 {
+		t.Errorf("%d DLQ records; want 1 (p1 only)", n)
+	}
+}
