@@ -940,6 +940,7 @@ func (p *Pacer) retry(ctx context.Context, r *kgo.Record, m meta, cause error, l
 		return false
 	}
 	p.m.retries.WithLabelValues().Inc()
+	p.wrote("retry", p.cfg.retryTopic(tier))
 	return true
 }
 
@@ -964,6 +965,7 @@ func (p *Pacer) requeue(ctx context.Context, r *kgo.Record, m meta, reason strin
 		return false
 	}
 	p.m.requeued.WithLabelValues(reason).Inc()
+	p.wrote("requeue", p.cfg.retryTopic(tier))
 	return true
 }
 
@@ -1018,6 +1020,7 @@ func (p *Pacer) deadLetter(ctx context.Context, r *kgo.Record, m meta, reason, d
 		return false
 	}
 	p.m.dlq.WithLabelValues(label).Inc()
+	p.wrote("dlq", p.cfg.DLQTopic)
 	log.Warn("dead-lettered", "reason", reason, "detail", detail)
 	return true
 }

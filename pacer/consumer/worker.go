@@ -657,6 +657,7 @@ func (w *worker) parkHeld(deadline time.Time) {
 				return // not finished: read again by the next owner
 			}
 			w.p.qm.parked.Inc()
+			w.p.wrote("park", j.c.Topic)
 			w.mu.Lock()
 			w.finish(j.e)
 			w.mu.Unlock()
