@@ -13,7 +13,6 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/internal/tick"
-	"github.com/pacerhq/pacer/pacer/campaign"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/pacerhq/pacer/pacer/inflight"
@@ -210,7 +209,7 @@ func (p *Pacer) steps(f *flight) outcome {
 // second finds the first's outcome in the ledger) and checks its expiry.
 func (p *Pacer) admit(f *flight) outcome {
 	rates := p.parkedRates(f)
-	if !park.UntilDue(f.w.ctx, f.r, f.m.due, rates) {
+	if !p.resumed(f.r) && !park.UntilDue(f.w.ctx, f.r, f.m.due, rates) {
 		return stop()
 	}
 	var env envelope.Envelope
@@ -292,7 +291,7 @@ func (p *Pacer) campaignGate(f *flight) outcome {
 	}
 	switch st := p.camps.Cached(f.env.Campaign); {
 	case st == control.Paused:
-		return deferUntil("paused", campaign.PausedRecheck)
+		return p.deferPaused()
 	case st == control.Cancelled && !f.m.replayed:
 		return dead("cancelled", "campaign "+f.env.Campaign+" was cancelled")
 	}
@@ -322,7 +321,7 @@ func (p *Pacer) control(f *flight) outcome {
 	case !ok:
 		return stop()
 	case st == control.Paused:
-		return deferUntil("paused", campaign.PausedRecheck)
+		return p.deferPaused()
 	case st == control.Cancelled && !f.m.replayed:
 		return dead("cancelled", "campaign "+f.env.Campaign+" was cancelled")
 	}
@@ -667,7 +666,12 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 			p.markDeadLettered(ctx, f.env, o.reason, f.log)
 		}
 	case deferred:
-		if done = p.park(ctx, f.r, time.Now().Add(o.wait), 0); done {
+		if o.reason == "paused" && !p.strict() {
+			done = p.parkPaused(ctx, f, o.wait)
+		} else {
+			done = p.park(ctx, f.r, time.Now().Add(o.wait), 0)
+		}
+		if done {
 			p.m.requeued.WithLabelValues(o.reason).Inc()
 		}
 	}
