@@ -154,7 +154,8 @@ func TestBacklogParkWritesShort(t *testing.T) {
 // PACER_LOOKAHEAD=1s: the same horizon-to-tier ratio as 100,000 messages
 // with the defaults, in 4 minutes), then, with PACER_BENCH_BACKLOG=full,
 // 100,000 messages with the defaults (21 minutes).
-// PACER_BENCH_BACKLOG_N=n,rate runs that one instead.
+// PACER_BENCH_BACKLOG_N=n,rate runs that one instead, with the settings
+// of PACER_BENCH_BACKLOG_ENV (K=V;K=V) added.
 func TestBacklogBench(t *testing.T) {
 	mode := os.Getenv("PACER_BENCH_BACKLOG")
 	if mode == "" {
@@ -167,7 +168,11 @@ func TestBacklogBench(t *testing.T) {
 		if err1 != nil || err2 != nil {
 			t.Fatalf("PACER_BENCH_BACKLOG_N=%q: want n,rate", v)
 		}
-		t.Log(runBacklog(t, ni, rf))
+		var env []string
+		if v := os.Getenv("PACER_BENCH_BACKLOG_ENV"); v != "" {
+			env = strings.Split(v, ";")
+		}
+		t.Log(runBacklog(t, ni, rf, env...))
 		return
 	}
 	t.Run("Compressed20000", func(t *testing.T) {

@@ -11,11 +11,11 @@ import (
 
 // parkCopy returns the copy of r that parks it until slot, the estimated
 // start of its slot (the caller passes the slot a copy already carries to
-// park it again for the same), or sooner: on the tier [park.Tier] picks.
-// A copy that comes back due before its slot is within the lookahead is
-// parked again, due at the same slot (one Kafka write and read per hop:
-// with the default 5s,30s,5m tiers, a record 20 minutes behind its key's
-// backlog is written 4 times). The attempt and requeue counts are
+// park it again for the same), or sooner: on the park lane or retry tier
+// [Pacer.parkTopic] picks. A copy that comes back due before its slot is
+// within the lookahead is parked again, due at the same slot (one Kafka
+// write and read per hop: on a lane one hop, on the default 5s,30s,5m
+// tiers 4 for a record 20 minutes behind its key's backlog). The attempt and requeue counts are
 // unchanged; pacer-parks counts the hops. rate, if > 0, is the key's rate
 // in msgs/s slot was estimated at (envelope.HeaderParkRate), so a raise of
 // the key's rate takes the copy early (see [park.UntilDue]); 0 writes none.
