@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/park"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -62,43 +63,80 @@ func (p *Pacer) parkTopic(r *kgo.Record, slot time.Time, rate float64) (string, 
 	return p.cfg.retryTopic(tier), after
 }
 
-// lanesAssigned marks the lane partitions among parts unknown and looks, in
-// the background, which hold nothing past the group's commit: those take
-// copies at once, the others once read to their end (see lanesFetched).
+// lanesAssigned marks the lane partitions among parts unknown, then looks
+// which hold nothing past the group's commit: those take copies at once,
+// before the first fetch parks anything (one ListOffsets and one
+// OffsetFetch, within the assignment); the others once read to their end
+// (see lanesFetched). A look that failed, or left some unknown, is tried
+// again in the background every 5 s, 6 times at most.
 func (p *Pacer) lanesAssigned(cl *kgo.Client, parts map[string][]int32) {
-	var topics []string
+	lanes := map[string][]int32{}
 	for topic, ps := range parts {
 		if n := p.cfg.laneOf(topic); n > 0 {
-			topics = append(topics, topic)
+			lanes[topic] = ps
 			for _, part := range ps {
 				p.lanes.Assigned(n, part)
 			}
 		}
 	}
-	if len(topics) == 0 {
+	if len(lanes) == 0 {
+		return
+	}
+	adm := kadm.NewClient(cl)
+	if p.lanesEmpty(adm, lanes) {
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		lags, err := kadm.NewClient(cl).Lag(ctx, p.cfg.Group)
-		if err != nil {
-			p.log.Debug("park lanes: lag not read; each lane takes copies once read to its end", "err", err)
-			return
-		}
-		dl, ok := lags[p.cfg.Group]
-		if !ok || dl.Error() != nil {
-			return
-		}
-		for _, t := range topics {
-			n := p.cfg.laneOf(t)
-			for part, pl := range dl.Lag[t] {
-				if pl.Err == nil && pl.Lag == 0 {
-					p.lanes.Empty(n, part)
-				}
+		for range 6 {
+			if !tick.Sleep(p.sendCtx, 5*time.Second) || p.lanesEmpty(adm, lanes) {
+				return
 			}
 		}
 	}()
+}
+
+// lanesEmpty marks the lane partitions among lanes whose end offset is at
+// the group's commit (or at their start, without one) known and empty,
+// and reports whether none of those still assigned is left unknown.
+func (p *Pacer) lanesEmpty(adm *kadm.Client, lanes map[string][]int32) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var topics []string
+	for t := range lanes {
+		topics = append(topics, t)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		var starts kadm.ListedOffsets
+		var commits kadm.OffsetResponses
+		if starts, err = adm.ListStartOffsets(ctx, topics...); err == nil {
+			commits, err = adm.FetchOffsets(ctx, p.cfg.Group)
+		}
+		for t, ps := range lanes {
+			for _, part := range ps {
+				end, ok := ends.Lookup(t, part)
+				if err != nil || !ok || end.Err != nil {
+					continue
+				}
+				c, committed := commits.Lookup(t, part)
+				start, _ := starts.Lookup(t, part)
+				if (committed && c.Err == nil && c.At >= end.Offset) || (!committed && start.Err == nil && start.Offset >= end.Offset) {
+					p.lanes.Empty(p.cfg.laneOf(t), part)
+				}
+			}
+		}
+	}
+	if err != nil {
+		p.log.Debug("park lanes: offsets not read", "err", err)
+	}
+	for t, ps := range lanes {
+		for _, part := range ps {
+			if p.lanes.Unknown(p.cfg.laneOf(t), part) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // lanesRevoked forgets the lane partitions among parts.

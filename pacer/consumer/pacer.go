@@ -927,6 +927,11 @@ func (p *Pacer) waitingLog(ctx context.Context) {
 }
 
 func (p *Pacer) assigned(_ context.Context, cl *kgo.Client, parts map[string][]int32) {
+	if p.lanes != nil {
+		// After p.mu is let go (deferred first, run last), before the
+		// first fetch of parts.
+		defer p.lanesAssigned(cl, parts)
+	}
 	p.assigned1.Store(true)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -944,9 +949,6 @@ func (p *Pacer) assigned(_ context.Context, cl *kgo.Client, parts map[string][]i
 	// A partition paused by an earlier owner in this client must not stay
 	// paused: franz-go keeps pause state across rebalances.
 	cl.ResumeFetchPartitions(parts)
-	if p.lanes != nil {
-		p.lanesAssigned(cl, parts)
-	}
 	p.m.partitions.WithLabelValues().Set(float64(len(p.workers)))
 	p.log.Info("partitions assigned", "partitions", fmt.Sprint(parts))
 }

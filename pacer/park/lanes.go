@@ -97,6 +97,15 @@ func (l *Lanes) Empty(n int, part int32) {
 	}
 }
 
+// Unknown reports whether lane partition (n, part) is assigned and not yet
+// known (it takes no copy).
+func (l *Lanes) Unknown(n int, part int32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ln := l.parts[lanePart{n, part}]
+	return ln != nil && !ln.known
+}
+
 // Fetched records that records due up to latest were fetched from lane
 // partition (n, part); end is true when they reach its end offset (the
 // high watermark of the fetch): the lane is then known, its horizon the

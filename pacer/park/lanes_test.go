@@ -20,8 +20,14 @@ func TestLanesPick(t *testing.T) {
 	if n, ok := l.Pick(3, at(100)); ok {
 		t.Fatalf("an unknown lane took a copy: lane %d", n)
 	}
+	if !l.Unknown(1, 3) || l.Unknown(1, 4) {
+		t.Errorf("Unknown(1, 3) %v, Unknown(1, 4) %v: want true (assigned, not known), false (not assigned)", l.Unknown(1, 3), l.Unknown(1, 4))
+	}
 	l.Empty(1, 3)
 	l.Empty(2, 3)
+	if l.Unknown(1, 3) {
+		t.Error("lane 1 of partition 3 still unknown once known empty")
+	}
 	l.Fetched(3, 3, at(50), false) // read, not to its end: still unknown
 	for i, c := range []struct {
 		due  int
