@@ -27,7 +27,7 @@ STOP_STARTED := for s in $${PACER_TEST_STARTED:-}; do scripts/$$s.sh stop; done;
 	[ -z "$${PACER_TEST_KAFKA_BROKERS:-}" ] || [ "$${PACER_TEST_STARTED:-}" = "kafka redis redis-cluster" ] || \
 	echo "servers found running were left running (make stop-servers stops them)" >&2
 
-.PHONY: build demo test test-e2e bench bench-pacing bench-e2e bench-ingest bench-queue bench-live soak lint servers stop-servers
+.PHONY: build demo test test-e2e bench bench-pacing bench-e2e bench-ingest bench-queue bench-live bench-backlog soak lint servers stop-servers
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
@@ -87,6 +87,20 @@ bench-queue:
 	@trap '$(STOP_STARTED)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
 	PACER_BENCH_QUEUE=1 $(GO) test -tags e2e -count=1 -timeout 30m -v -run '^TestQueueBench$$' ./cmd/pacer/
+
+# bench-backlog: deep backlogs through `pacer run` (real Kafka and Redis,
+# the strict fake WhatsApp API): one number at 80/s with 20,000 messages
+# and the retry tiers and lookahead a fifth of the defaults (the same
+# horizon-to-tier ratio as 100,000 messages with the defaults, in about 5
+# minutes): Kafka writes per delivered message (pacer_kafka_writes_total
+# by kind and topic), RSS, completion against the ideal, lost and
+# duplicates. PACER_BENCH_BACKLOG=full adds 100,000 messages with the
+# defaults (21 minutes more); PACER_BENCH_BACKLOG_N=n,rate runs that one
+# instead. Figures: BENCHMARKS.md.
+bench-backlog:
+	@trap '$(STOP_SERVERS)' EXIT; \
+	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	PACER_BENCH_BACKLOG=$${PACER_BENCH_BACKLOG:-1} $(GO) test -tags e2e -count=1 -timeout 60m -v -run '^TestBacklogBench$$' ./cmd/pacer/
 
 # bench-live: operating live through 2 replicas of `pacer run` (real Kafka
 # and Redis, the strict fake WhatsApp API): a number at 50/s raised to

@@ -173,7 +173,7 @@ func TestQueuePerKeyShort(t *testing.T) {
 	}
 }
 
-// parkCost reads every copy the retry tiers of e hold and sums up what
+// parkCost reads every copy the retry tiers and park lanes of e hold and sums up what
 // parking cost: copies carrying pacer-parks (park copies and their hops),
 // the records they were made for (distinct ids), the copies of a record
 // made anew from its main partition after a rebalance or crash re-delivered
@@ -193,7 +193,8 @@ func (s parkStats) String() string {
 
 func parkCost(t *testing.T, e *e2e) parkStats {
 	adm := kadm.NewClient(newKafkaClient(t, e.brokers))
-	tiers := []string{e.topic + ".retry.1", e.topic + ".retry.2", e.topic + ".retry.3"}
+	tiers := []string{e.topic + ".retry.1", e.topic + ".retry.2", e.topic + ".retry.3",
+		e.topic + ".park.1", e.topic + ".park.2", e.topic + ".park.3", e.topic + ".park.4"}
 	ends, err := adm.ListEndOffsets(context.Background(), tiers...)
 	if err != nil {
 		t.Logf("park cost: %v", err)
@@ -535,13 +536,14 @@ func benchKill(t *testing.T) {
 	adm := kadm.NewClient(newKafkaClient(t, e.brokers))
 	delivered, reasons := e.waitFinished(adm, total, 4*time.Minute)
 	// How long the last delivery took, and how many copies the retry
-	// tiers received (parks, their hops and requeues).
+	// tiers and park lanes received (parks, their hops and requeues).
 	first, last := e.deliverySpan()
 	copies := int64(0)
-	if ends, err := adm.ListEndOffsets(context.Background(), e.topic+".retry.1", e.topic+".retry.2", e.topic+".retry.3"); err == nil {
+	if ends, err := adm.ListEndOffsets(context.Background(), e.topic+".retry.1", e.topic+".retry.2", e.topic+".retry.3",
+		e.topic+".park.1", e.topic+".park.2", e.topic+".park.3", e.topic+".park.4"); err == nil {
 		ends.Each(func(o kadm.ListedOffset) { copies += o.Offset })
 	}
-	t.Logf("last delivery %v after the first (ideal for the 3,000: 60 s); %d copies written to the retry tiers; %v", last.Sub(first).Round(time.Second), copies, parkCost(t, e))
+	t.Logf("last delivery %v after the first (ideal for the 3,000: 60 s); %d copies written to the retry tiers and park lanes; %v", last.Sub(first).Round(time.Second), copies, parkCost(t, e))
 	throttled := 0
 	for _, st := range e.fake.Stats() {
 		throttled += st.Throttled

@@ -119,6 +119,31 @@ func (c *Live) Cached(campaign string) control.State {
 	return control.Running
 }
 
+// Watched returns campaign's state as last read without waiting, and keeps
+// it read every Refresh (as [Live.State] does); known is false until its
+// first read came back (which this call starts when needed).
+func (c *Live) Watched(campaign string) (st control.State, known bool) {
+	c.mu.Lock()
+	cs := c.states[campaign]
+	first := cs == nil
+	if first {
+		cs = &state{read: make(chan struct{})}
+		c.states[campaign] = cs
+	}
+	cs.lastSeen = time.Now()
+	st = cs.state
+	select {
+	case <-cs.read:
+		known = true
+	default:
+	}
+	c.mu.Unlock()
+	if first {
+		go c.refresh(c.base, []string{campaign})
+	}
+	return st, known
+}
+
 // refresh reads the states of names; an error keeps the last ones (and
 // retries within Refresh).
 func (c *Live) refresh(ctx context.Context, names []string) {

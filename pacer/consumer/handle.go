@@ -13,7 +13,6 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/internal/tick"
-	"github.com/pacerhq/pacer/pacer/campaign"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/pacerhq/pacer/pacer/inflight"
@@ -214,7 +213,7 @@ func (p *Pacer) steps(f *flight) outcome {
 // second finds the first's outcome in the ledger) and checks its expiry.
 func (p *Pacer) admit(f *flight) outcome {
 	rates := p.parkedRates(f)
-	if !park.UntilDue(f.w.ctx, f.r, f.m.due, rates) {
+	if !p.resumed(f.r) && !park.UntilDue(f.w.ctx, f.r, f.m.due, rates) {
 		return stop()
 	}
 	var env envelope.Envelope
@@ -303,7 +302,7 @@ func (p *Pacer) campaignGate(f *flight) outcome {
 	}
 	switch st := p.camps.Cached(f.env.Campaign); {
 	case st == control.Paused:
-		return deferUntil("paused", campaign.PausedRecheck)
+		return p.deferPaused()
 	case st == control.Cancelled && !f.m.replayed:
 		return dead("cancelled", "campaign "+f.env.Campaign+" was cancelled")
 	}
@@ -333,7 +332,7 @@ func (p *Pacer) control(f *flight) outcome {
 	case !ok:
 		return stop()
 	case st == control.Paused:
-		return deferUntil("paused", campaign.PausedRecheck)
+		return p.deferPaused()
 	case st == control.Cancelled && !f.m.replayed:
 		return dead("cancelled", "campaign "+f.env.Campaign+" was cancelled")
 	}
@@ -692,7 +691,12 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 			p.giveBack(f) // the provider does not have it
 		}
 	case deferred:
-		if done = p.park(ctx, f.r, time.Now().Add(o.wait), 0); done {
+		if o.reason == "paused" && !p.strict() {
+			done = p.parkPaused(ctx, f, o.wait)
+		} else {
+			done = p.park(ctx, f.r, time.Now().Add(o.wait), 0)
+		}
+		if done {
 			p.m.requeued.WithLabelValues(o.reason).Inc()
 			p.tally.count(requeued)
 		}
@@ -956,6 +960,7 @@ func (p *Pacer) retry(ctx context.Context, r *kgo.Record, m meta, cause error, l
 	}
 	p.m.retries.WithLabelValues().Inc()
 	p.tally.count(retrying)
+	p.wrote("retry", p.cfg.retryTopic(tier))
 	return true
 }
 
@@ -981,6 +986,7 @@ func (p *Pacer) requeue(ctx context.Context, r *kgo.Record, m meta, reason strin
 	}
 	p.m.requeued.WithLabelValues(reason).Inc()
 	p.tally.count(requeued)
+	p.wrote("requeue", p.cfg.retryTopic(tier))
 	return true
 }
 
@@ -1037,6 +1043,7 @@ func (p *Pacer) deadLetter(ctx context.Context, r *kgo.Record, m meta, reason, d
 	p.m.dlq.WithLabelValues(label).Inc()
 	p.tally.count(deadLettered)
 	p.countDeadLetter(r, label)
+	p.wrote("dlq", p.cfg.DLQTopic)
 	log.Warn("dead-lettered", "reason", reason, "detail", detail)
 	return true
 }

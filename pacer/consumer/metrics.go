@@ -37,6 +37,7 @@ type metrics struct {
 	suppressed, suppressionsAdded *prometheus.CounterVec
 	portfolioUsed                 *prometheus.GaugeVec   // portfolio
 	portfolioDeferred             *prometheus.CounterVec // none
+	writes                        *prometheus.CounterVec // channel, kind, topic
 
 	// The children every record updates, looked up once (a vector's
 	// WithLabelValues hashes its labels and takes a lock at each call).
@@ -133,6 +134,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Send slots a normal-priority record gave to a waiting high-priority record of its pacing key."),
 		requeued: counter("requeued_total", []string{"reason"},
 			"Records put back on a retry topic without an attempt, by reason (cooldown, token-wait, pair-throttle, pair-cooldown, account-cooldown, breaker, paused, not-before, portfolio-limit)."),
+		writes: counter("kafka_writes_total", []string{"kind", "topic"},
+			"Records this process wrote to Kafka and Kafka acknowledged, by kind (park: a copy beyond its key's lookahead, or of a revoked partition's held records; defer: not_before or a paused campaign; chain: strict order; retry; requeue; dlq) and topic (retry.<n>, park.<n>, dlq); divided by pacer_delivered_total, the Kafka writes per delivered message."),
 		retries: counter("retries_total", nil,
 			"Records sent to a retry topic after a transient failure or an unknown outcome."),
 		dlq: counter("dlq_total", []string{"reason"},
@@ -169,6 +172,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.suppressed.WithLabelValues(string(r))
 	}
 	m.suppressionsAdded.WithLabelValues(string(suppress.Unregistered))
+	m.writes.WithLabelValues("park", "retry.1")
 	m.handoffs.WithLabelValues()
 	m.portfolioDeferred.WithLabelValues()
 	m.duplicates.WithLabelValues()
@@ -183,7 +187,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, s := range []channels.Scope{channels.ScopeKey, channels.ScopePair, channels.ScopeAccount} {
 		m.throttles.WithLabelValues(s.String())
 	}
-	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.handoffs, m.retries, m.dlq, m.bucketWait, m.takeLatency,
+	for _, c := range []prometheus.Collector{m.sends, m.delivered, m.duplicates, m.requeued, m.handoffs, m.retries, m.writes, m.dlq, m.bucketWait, m.takeLatency,
 		m.sendLatency, m.redisErrors, m.partitions, m.queued, m.ready, m.responses, m.fallback, m.bucketCalls, m.lateSlots, m.overloaded, m.lateness, m.throttles,
 		m.suppressed, m.suppressionsAdded, m.portfolioUsed, m.portfolioDeferred} {
 		if err := reg.Register(c); err != nil {

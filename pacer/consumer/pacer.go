@@ -514,6 +514,7 @@ type Pacer struct {
 	policyDefault control.StaticPolicy
 	camps         *campaign.Live // nil without Deps.Campaigns
 	parkMarks     park.Marks     // keys' rates as parked records saw them
+	lanes         *park.Lanes    // the park lanes' horizons, per partition owned
 	keys          *keypace.Keys  // the pacing keys: their state, gates, slots and adaptation
 	m             *metrics
 	qm            *queueMetrics
@@ -598,6 +599,9 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{},
 		ids: map[idRef]chan struct{}{}, handlers: newGoPool(), markBy: newDeadlines(context.Background(), 30*time.Second)}
 	p.retryLog.Every = RetryLogEvery
+	if !p.strict() {
+		p.lanes = park.NewLanes(cfg.Lookahead)
+	}
 	if !p.strict() {
 		p.places = newPlaces(cfg.ProcessInFlight)
 	}
@@ -687,6 +691,11 @@ func (p *Pacer) Run(ctx context.Context) error {
 	topics := []string{p.cfg.Topic}
 	for i := range p.cfg.RetryDelays {
 		topics = append(topics, p.cfg.retryTopic(i+1))
+	}
+	if p.lanes != nil {
+		for n := 1; n <= park.LaneCount; n++ {
+			topics = append(topics, p.cfg.laneTopic(n))
+		}
 	}
 	opts := append([]kgo.Opt{}, p.kopts...)
 	opts = append(opts,
@@ -782,6 +791,9 @@ func (p *Pacer) Run(ctx context.Context) error {
 			if len(f.Records) == 0 {
 				return
 			}
+			if p.lanes != nil {
+				p.lanesFetched(f)
+			}
 			p.mu.Lock()
 			w := p.workers[tp{f.Topic, f.Partition}]
 			p.mu.Unlock()
@@ -832,6 +844,11 @@ func (p *Pacer) ensureTopics(ctx context.Context, cl *kgo.Client) error {
 		for i := range p.cfg.RetryDelays {
 			if err == nil {
 				_, err = produce.EnsureTopic(ctx, cl, p.cfg.retryTopic(i+1), n)
+			}
+		}
+		for i := 1; p.lanes != nil && i <= park.LaneCount; i++ {
+			if err == nil {
+				_, err = produce.EnsureTopic(ctx, cl, p.cfg.laneTopic(i), n)
 			}
 		}
 		if err == nil {
@@ -933,6 +950,11 @@ func (p *Pacer) waitingLog(ctx context.Context) {
 }
 
 func (p *Pacer) assigned(_ context.Context, cl *kgo.Client, parts map[string][]int32) {
+	if p.lanes != nil {
+		// After p.mu is let go (deferred first, run last), before the
+		// first fetch of parts.
+		defer p.lanesAssigned(cl, parts)
+	}
 	p.assigned1.Store(true)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -955,7 +977,10 @@ func (p *Pacer) assigned(_ context.Context, cl *kgo.Client, parts map[string][]i
 }
 
 func (p *Pacer) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
-	ws := p.stop(parts, true)
+	ws := p.stop(parts, true) // parks held records, on lanes too
+	if p.lanes != nil {
+		p.lanesRevoked(parts)
+	}
 	p.marksWritten(ctx, ws)
 	if err := cl.CommitMarkedOffsets(ctx); err != nil {
 		p.log.Warn("commit on revoke failed; finished records will be re-delivered", "err", err)
@@ -1005,6 +1030,9 @@ func (p *Pacer) marksWritten(ctx context.Context, ws []*worker) {
 
 func (p *Pacer) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
 	p.stop(parts, false)
+	if p.lanes != nil {
+		p.lanesRevoked(parts)
+	}
 	p.log.Warn("partitions lost", "partitions", fmt.Sprint(parts))
 }
 

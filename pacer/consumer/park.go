@@ -11,23 +11,23 @@ import (
 
 // parkCopy returns the copy of r that parks it until slot, the estimated
 // start of its slot (the caller passes the slot a copy already carries to
-// park it again for the same), or sooner: on the tier [park.Tier] picks.
-// A copy that comes back due before its slot is within the lookahead is
-// parked again, due at the same slot (one Kafka write and read per hop:
-// with the default 5s,30s,5m tiers, a record 20 minutes behind its key's
-// backlog is written 4 times). The attempt and requeue counts are
+// park it again for the same), or sooner: on the park lane or retry tier
+// [Pacer.parkTopic] picks. A copy that comes back due before its slot is
+// within the lookahead is parked again, due at the same slot (one Kafka
+// write and read per hop: on a lane one hop, on the default 5s,30s,5m
+// tiers 4 for a record 20 minutes behind its key's backlog). The attempt and requeue counts are
 // unchanged; pacer-parks counts the hops. rate, if > 0, is the key's rate
 // in msgs/s slot was estimated at (envelope.HeaderParkRate), so a raise of
 // the key's rate takes the copy early (see [park.UntilDue]); 0 writes none.
 func (p *Pacer) parkCopy(r *kgo.Record, slot time.Time, rate float64) (*kgo.Record, meta) {
 	m := readMeta(r)
-	tier, after := park.Tier(p.cfg.RetryDelays, time.Until(slot))
+	topic, after := p.parkTopic(r, slot, rate)
 	m.due = time.Now().Add(after)
 	h := park.Headers(m.parks+1, slot)
 	if rate > 0 {
 		h = append(h, park.RateHeader(rate))
 	}
-	return &kgo.Record{Topic: p.cfg.retryTopic(tier), Key: r.Key, Value: r.Value,
+	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value,
 		Headers: m.headers(r, h...)}, m
 }
 
@@ -44,6 +44,11 @@ func (p *Pacer) park(ctx context.Context, r *kgo.Record, due time.Time, rate flo
 		return false
 	}
 	p.qm.parked.Inc()
+	kind := "defer" // not_before, a paused campaign
+	if rate > 0 {
+		kind = "park"
+	}
+	p.wrote(kind, c.Topic)
 	return true
 }
 
@@ -64,6 +69,7 @@ func (p *Pacer) parkAsync(ctx context.Context, r *kgo.Record, due time.Time, rat
 	p.cl.Produce(ctx, c, func(_ *kgo.Record, err error) {
 		if err == nil {
 			p.qm.parked.Inc()
+			p.wrote("park", c.Topic)
 			done(true)
 			return
 		}
@@ -183,6 +189,7 @@ func (p *Pacer) parkChained(ctx context.Context, r *kgo.Record, c *chain, done f
 	p.cl.Produce(ctx, cp, func(_ *kgo.Record, err error) {
 		if err == nil {
 			p.qm.parked.Inc()
+			p.wrote("chain", cp.Topic)
 			done(true, true)
 			return
 		}
@@ -192,6 +199,7 @@ func (p *Pacer) parkChained(ctx context.Context, r *kgo.Record, c *chain, done f
 			switch {
 			case err == nil:
 				p.qm.parked.Inc()
+				p.wrote("chain", cp.Topic)
 				done(true, true)
 			case errors.Is(err, errTooLarge):
 				done(false, p.deadLetter(ctx, r, readMeta(r), "too-large", "the parked copy exceeds the broker's message size", log))

@@ -409,11 +409,12 @@ func (w *worker) dispatch(q *keyQueue) {
 	}
 	now := time.Now()
 	for !w.stopped && q.running-q.runHigh < n && len(q.waiting) > 0 {
-		if !w.p.strict() && q.dues[0].After(now) && !w.rateRose(q.waiting[0]) {
+		if !w.p.strict() && q.dues[0].After(now) && !w.rateRose(q.waiting[0]) && !w.p.resumed(q.waiting[0]) {
 			wake := q.dues[0]
-			if park.RateOf(q.waiting[0]) > 0 {
-				// A parked copy: its key's rate is looked at again each
-				// second, so a raise starts it early (see rateRose).
+			if park.RateOf(q.waiting[0]) > 0 || envelope.Header(q.waiting[0], envelope.HeaderPaused) != "" {
+				// A parked copy: its key's rate (or its campaign's state)
+				// is looked at again each second, so a raise (a resume)
+				// starts it early (see rateRose, Pacer.resumed).
 				wake = minTime(wake, now.Add(time.Second))
 			}
 			w.wake(q, wake)
@@ -657,6 +658,7 @@ func (w *worker) parkHeld(deadline time.Time) {
 				return // not finished: read again by the next owner
 			}
 			w.p.qm.parked.Inc()
+			w.p.wrote("park", j.c.Topic)
 			w.mu.Lock()
 			w.finish(j.e)
 			w.mu.Unlock()

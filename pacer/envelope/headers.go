@@ -47,6 +47,9 @@ const (
 	// deferral) drops it with Pacer's other headers, so a retry's back-off
 	// or a not_before is never shortened.
 	HeaderParkRate = "pacer-park-rate"
+	// HeaderPaused names the campaign a copy was parked for while paused:
+	// it is taken before its due time once the campaign runs again.
+	HeaderPaused = "pacer-paused"
 )
 
 // Headers of a dead-lettered record only.
