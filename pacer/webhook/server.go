@@ -191,9 +191,18 @@ func (s *Server) sendgrid(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)
-	if age := s.cfg.Now().Sub(time.Unix(sec, 0)); err != nil || age > s.cfg.SendGridMaxAge || age < -s.cfg.SendGridMaxAge {
+	age := s.cfg.Now().Sub(time.Unix(sec, 0))
+	switch {
+	case err != nil:
+		s.refuse(w, "sendgrid", "stale", http.StatusUnauthorized, "X-Twilio-Email-Event-Webhook-Timestamp is not Unix seconds")
+		return
+	case age > s.cfg.SendGridMaxAge:
 		s.refuse(w, "sendgrid", "stale", http.StatusUnauthorized,
 			fmt.Sprintf("X-Twilio-Email-Event-Webhook-Timestamp is older than %s", s.cfg.SendGridMaxAge))
+		return
+	case age < -s.cfg.SendGridMaxAge:
+		s.refuse(w, "sendgrid", "stale", http.StatusUnauthorized,
+			fmt.Sprintf("X-Twilio-Email-Event-Webhook-Timestamp is further ahead than %s: check this host's clock", s.cfg.SendGridMaxAge))
 		return
 	}
 	evs, err := parseSendGrid(body, key)

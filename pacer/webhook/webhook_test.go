@@ -264,7 +264,10 @@ func TestSendGridSignatureAndAge(t *testing.T) {
 	if s, b := f.postSG(t, "marketing", body, f.now.Add(-9*time.Minute), f.key); s != 200 {
 		t.Errorf("9 min old: %d %s, want 200", s, b)
 	}
-	for result, want := range map[string]float64{"unsigned": 1, "bad-signature": 1, "stale": 1} {
+	if s, b := f.postSG(t, "marketing", body, f.now.Add(time.Hour), f.key); s != 401 || !strings.Contains(b, "further ahead than 10m0s") {
+		t.Errorf("an hour ahead: %d %s, want 401 saying further ahead", s, b)
+	}
+	for result, want := range map[string]float64{"unsigned": 1, "bad-signature": 1, "stale": 2} {
 		if got := f.requests("sendgrid", result); got != want {
 			t.Errorf("sendgrid %s counted %v, want %v", result, got, want)
 		}
