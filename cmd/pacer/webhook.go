@@ -10,7 +10,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -174,6 +173,13 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	srv := webhook.New(webhook.Config{WhatsAppAppSecret: []byte(wc.WhatsAppAppSecret), WhatsAppVerifyToken: wc.WhatsAppVerifyToken,
 		SendGridKey: sgKey, Secrets: secrets, SendGridMaxAge: wc.SendGridMaxAge, ProduceTimeout: wc.ProduceTimeout, Logger: log}, kc, reg)
 
+	// Listen first: an address in use stops start-up before the outcome
+	// consumer joins its group (and logs its fetches failing as it leaves).
+	ln, err := listenSetting("PACER_WEBHOOK_ADDR", wc.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 	errc := make(chan error, 2)
 	if wc.Apply {
 		rdb, err := newRedis(cfg)
@@ -193,10 +199,6 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 		go func() { errc <- out.Run(ctx, cc) }()
 	}
 
-	ln, err := net.Listen("tcp", wc.Addr)
-	if err != nil {
-		return &configError{"PACER_WEBHOOK_ADDR", err.Error()}
-	}
 	mux := http.NewServeMux()
 	ops := opsHandler(reg, func() bool {
 		c, cancel := context.WithTimeout(ctx, time.Second)

@@ -118,6 +118,11 @@ func (s *Server) whatsappVerify(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusForbidden, "verification refused", "hub.mode must be subscribe and hub.verify_token the configured token")
 		return
 	}
+	if q.Get("hub.challenge") == "" {
+		s.m.requests.WithLabelValues("whatsapp", "malformed").Inc()
+		writeProblem(w, http.StatusBadRequest, "malformed", "hub.challenge: missing (Meta sends one to echo)")
+		return
+	}
 	s.m.requests.WithLabelValues("whatsapp", "verified").Inc()
 	// The challenge is echoed as it came: plain text, never sniffed as HTML.
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -157,6 +157,7 @@ func TestWhatsAppHandshake(t *testing.T) {
 		{"hub.mode=subscribe&hub.verify_token=verify-mE&hub.challenge=1158201444", 403, ""},
 		{"hub.mode=subscribe&hub.verify_token=&hub.challenge=1", 403, ""},
 		{"hub.mode=unsubscribe&hub.verify_token=verify-me&hub.challenge=1", 403, ""},
+		{"hub.mode=subscribe&hub.verify_token=verify-me", 400, ""}, // nothing to echo: not Meta's handshake
 	} {
 		req, _ := http.NewRequest("GET", f.http.URL+"/webhook/whatsapp?"+c.query, nil)
 		status, body := do(t, req)
