@@ -99,7 +99,7 @@ func runBacklog(t *testing.T, n int, rate float64, env ...string) backlogRun {
 		t.Fatalf("publish: %d %s %s", code, out, errs)
 	}
 	r := backlogRun{n: n, rate: rate, ideal: time.Duration(float64(n) / rate * float64(time.Second))}
-	p := e.run(append([]string{"PACER_WHATSAPP_RATE=" + strconv.FormatFloat(rate, 'f', -1, 64), "PACER_WHATSAPP_BURST=1"}, env...)...)
+	p := e.run(append([]string{"PACER_WHATSAPP_RATE=" + strconv.FormatFloat(rate, 'f', -1, 64), "PACER_WHATSAPP_BURST=1", "PACER_PARK_LANES=true"}, env...)...)
 	deadline := time.Now().Add(r.ideal*3/2 + 2*time.Minute)
 	for e.fake.Stats()[key].Delivered < n {
 		r.maxRSSKB = max(r.maxRSSKB, rssKB(p.cmd.Process.Pid))

@@ -123,6 +123,8 @@ type config struct {
 	ProcessInFlight int `env:"PACER_PROCESS_INFLIGHT, default=8192" pacer:"ProcessInFlight"`
 	// PACER_LOOKAHEAD: how much of its pace a key keeps in memory per partition (rate x lookahead records, at least its in-flight bound); the rest is parked on the retry topics; default 5s.
 	Lookahead time.Duration `env:"PACER_LOOKAHEAD, default=5s" pacer:"Lookahead"`
+	// PACER_PARK_LANES: true parks records beyond a key's lookahead on the park lanes <topic>.park.<n>, written once each whatever their wait, instead of hopping through the retry topics; default false (see docs/decisions/0032).
+	ParkLanes bool `env:"PACER_PARK_LANES, default=false" pacer:"ParkLanes"`
 	// PACER_LEASE_SIZE: send slots taken from Redis per call for one key; default 0 = automatic (a fifth of a second of slots once that is >= 2, below 20 only while the key has that many messages waiting, 20 or more only while at least 2 wait, else 1).
 	LeaseSize int `env:"PACER_LEASE_SIZE, default=0" pacer:"LeaseSize"`
 	// PACER_IDEMPOTENCY_TTL: how long pacer ingest remembers accepted envelope ids and Idempotency-Key answers; default 24h.
@@ -267,7 +269,7 @@ func (c config) pacerConfig(ch *channel) consumer.Config {
 			MinCooldown: c.ThrottleCooldown, MaxCooldown: c.MaxCooldown},
 		Breaker:     adapt.Breaker{OpenFor: c.HaltCooldown, MaxOpenFor: c.BreakerMaxOpen, FloorThrottles: c.BreakerFloorThrottles},
 		MaxAttempts: c.MaxAttempts, Drain: c.Drain, MaxTokenWait: c.MaxTokenWait, RetryDelays: c.RetryDelays,
-		InFlight: c.InFlight, ProcessInFlight: c.ProcessInFlight, Lookahead: c.Lookahead, LeaseSize: c.LeaseSize, SendTimeout: c.SendTimeout, UnknownOutcome: c.UnknownOutcome,
+		InFlight: c.InFlight, ProcessInFlight: c.ProcessInFlight, Lookahead: c.Lookahead, ParkLanes: c.ParkLanes, LeaseSize: c.LeaseSize, SendTimeout: c.SendTimeout, UnknownOutcome: c.UnknownOutcome,
 		IdempotencyTTL: c.LedgerTTL, RedisFailure: c.RedisFailure, StartupTimeout: c.StartupTimeout,
 		ProgressEvery: c.ProgressEvery,
 	}
@@ -493,13 +495,16 @@ func (c config) validate() []error {
 }
 
 // zeroDefault reports whether an env tag's default is 0 ("default=0",
-// "default=0s"; not "default=0.8").
+// "default=0s"; not "default=0.8") or false.
 func zeroDefault(tag string) bool {
 	_, d, ok := strings.Cut(tag, "default=")
 	if !ok {
 		return false
 	}
 	d, _, _ = strings.Cut(d, ",")
+	if d == "false" {
+		return true
+	}
 	if f, err := strconv.ParseFloat(d, 64); err == nil {
 		return f == 0
 	}

@@ -259,12 +259,18 @@ type Config struct {
 	// waiting longest. Not applied with InFlight 1 (strict order).
 	ProcessInFlight int
 	Lookahead       time.Duration // a key holds at most Lookahead x its rate records per partition (at least its in-flight bound); more are parked; >= 0; default 5s
-	LeaseSize       int           // slots per Redis lease, 0..256; 0 (default) = per key, its adapted rate/5 (200 ms of slots) when that is >= 2, else 1 (one reservation per message), not capped by the burst; an automatic lease under 20 slots is taken only while the key has as many senders waiting
-	StartupTimeout  time.Duration // Run fails if the topics cannot be checked (no broker answers) within this; default 1m
-	ProgressEvery   time.Duration // interval of the INFO progress line (delivered, dead-lettered, requeued, retried); default 30s, < 0 = none
-	Owner           string        // this process in ledger claims; default host-pid-random
-	Logger          *slog.Logger  // default slog.Default()
-	RedisName       string        // the Redis server's setting and host, never a password (e.g. "PACER_REDIS_URL host r:6379"), named in the log when it does not answer at start-up; optional
+	// ParkLanes parks those records on the park lanes (one write each,
+	// due at their estimated slot less Lookahead), not the retry tiers.
+	// Off by default: a copy then comes back at its estimated slot
+	// exactly, and a key whose estimate counted a campaign paused since
+	// runs at the estimate's pace, not its rate (decision 0032).
+	ParkLanes      bool
+	LeaseSize      int           // slots per Redis lease, 0..256; 0 (default) = per key, its adapted rate/5 (200 ms of slots) when that is >= 2, else 1 (one reservation per message), not capped by the burst; an automatic lease under 20 slots is taken only while the key has as many senders waiting
+	StartupTimeout time.Duration // Run fails if the topics cannot be checked (no broker answers) within this; default 1m
+	ProgressEvery  time.Duration // interval of the INFO progress line (delivered, dead-lettered, requeued, retried); default 30s, < 0 = none
+	Owner          string        // this process in ledger claims; default host-pid-random
+	Logger         *slog.Logger  // default slog.Default()
+	RedisName      string        // the Redis server's setting and host, never a password (e.g. "PACER_REDIS_URL host r:6379"), named in the log when it does not answer at start-up; optional
 }
 
 // Bounds checked by [Config.Validate].
@@ -515,6 +521,7 @@ type Pacer struct {
 	camps         *campaign.Live // nil without Deps.Campaigns
 	parkMarks     park.Marks     // keys' rates as parked records saw them
 	lanes         *park.Lanes    // the park lanes' horizons, per partition owned
+	usedReadings  sync.Map       // portfolio name -> *usedReading (see portfolioUsed)
 	keys          *keypace.Keys  // the pacing keys: their state, gates, slots and adaptation
 	m             *metrics
 	qm            *queueMetrics
@@ -599,7 +606,7 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{},
 		ids: map[idRef]chan struct{}{}, handlers: newGoPool(), markBy: newDeadlines(context.Background(), 30*time.Second)}
 	p.retryLog.Every = RetryLogEvery
-	if !p.strict() {
+	if !p.strict() && cfg.ParkLanes {
 		p.lanes = park.NewLanes(cfg.Lookahead)
 	}
 	if !p.strict() {

@@ -41,7 +41,7 @@ func (p *Pacer) guard(f *flight) outcome {
 		a, err = p.portfolios.Admit(ctx, p.cfg.Channel, name, suppress.Hash(f.env.To))
 		if err == nil {
 			if a.Tier > 0 {
-				p.m.portfolioUsed.WithLabelValues(name).Set(float64(a.Used) / float64(a.Tier))
+				p.portfolioUsed(name, a)
 			}
 			if a.Verdict == portfolio.Deferred {
 				p.m.portfolioDeferred.WithLabelValues().Inc()
@@ -93,4 +93,30 @@ func (p *Pacer) giveBack(f *flight) {
 		p.m.redisErrors.WithLabelValues().Inc()
 		f.log.Warn("messaging-limit reservation not given back", "err", err)
 	}
+}
+
+// usedReading is the latest reading of a portfolio's window this process
+// set its gauge from: concurrent admissions answer in any order.
+type usedReading struct {
+	mu   sync.Mutex
+	at   int64 // Admission.Score, Unix ms of Redis TIME
+	used int
+}
+
+// portfolioUsed sets pacer_portfolio_used_ratio of portfolio name from a,
+// unless a reading made later on the Redis clock (or in the same ms, with
+// more recipients: admissions only add) was set already. A deferral,
+// which reads the window without a time, is set as it comes.
+func (p *Pacer) portfolioUsed(name string, a portfolio.Admission) {
+	v, _ := p.usedReadings.LoadOrStore(name, &usedReading{})
+	r := v.(*usedReading)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a.Score != 0 {
+		if a.Score < r.at || a.Score == r.at && a.Used < r.used {
+			return
+		}
+		r.at, r.used = a.Score, a.Used
+	}
+	p.m.portfolioUsed.WithLabelValues(name).Set(float64(a.Used) / float64(a.Tier))
 }
