@@ -57,16 +57,23 @@ var ingestShared = []string{"PACER_KAFKA_BROKERS", "PACER_KAFKA_TLS", "PACER_KAF
 // `pacer ingest -h`: its own with unit, default and meaning, then the
 // shared ones with unit and default.
 func ingestSettingsHelp() string {
+	return commandSettingsHelp(reflect.TypeOf(ingestConfig{}), ingestShared)
+}
+
+// commandSettingsHelp lists the variables of a command other than run: own's
+// (its config struct) with unit, default and meaning, then those of
+// `pacer run` whose names start with one of shared, with unit and default.
+func commandSettingsHelp(own reflect.Type, shared []string) string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nsettings (environment variables; docs/configuration.md gives each one's meaning):")
 	fmt.Fprintln(tw, "  variable\tunit\tdefault\tmeaning")
-	for _, r := range envRows(reflect.TypeOf(ingestConfig{}), nil) {
+	for _, r := range envRows(own, nil) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.name, r.unit, r.def, r.help)
 	}
 	fmt.Fprintln(tw, "\nread as `pacer run` reads them:")
 	for _, r := range envRows(reflect.TypeOf(config{}), func(name string) bool {
-		for _, p := range ingestShared {
+		for _, p := range shared {
 			if strings.HasPrefix(name, p) {
 				return true
 			}

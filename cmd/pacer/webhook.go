@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
@@ -94,27 +93,7 @@ func loadWebhookConfig(lookup func(string) (string, bool)) (webhookConfig, *ecds
 }
 
 func webhookSettingsHelp() string {
-	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nsettings (environment variables; docs/configuration.md gives each one's meaning):")
-	fmt.Fprintln(tw, "  variable\tunit\tdefault\tmeaning")
-	for _, r := range envRows(reflect.TypeOf(webhookConfig{}), nil) {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.name, r.unit, r.def, r.help)
-	}
-	fmt.Fprintln(tw, "\nread as `pacer run` reads them:")
-	for _, r := range envRows(reflect.TypeOf(config{}), func(name string) bool {
-		for _, p := range webhookShared {
-			if strings.HasPrefix(name, p) {
-				return true
-			}
-		}
-		return false
-	}) {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.name, r.unit, r.def)
-	}
-	fmt.Fprintln(tw, "  any secret setting may be given as <VARIABLE>_FILE, a file holding its value")
-	tw.Flush()
-	return b.String()
+	return commandSettingsHelp(reflect.TypeOf(webhookConfig{}), webhookShared)
 }
 
 // cmdWebhook serves the providers' status webhooks (package webhook) and,
