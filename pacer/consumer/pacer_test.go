@@ -48,12 +48,13 @@ func testOutcomes(t *testing.T, batched time.Duration) {
 		`not json`, `{"id":"old","key":"k1","to":"1","expires_at":"2001-01-01T00:00:00Z"}`, env("last"))
 	s := h.sender
 	h.run(func() bool {
-		// Every record whose delivery is asserted below: a halt answered
-		// before "ok" was sent parks it behind the breaker until a probe
-		// succeeds, and the run must not stop before that.
+		// Every record whose outcome is asserted below: a halt answered
+		// before "ok" (or "bad") was sent parks it behind the breaker
+		// until a probe succeeds, and the run must not stop before that.
 		return s.count(s.success, "ok") == 1 && s.count(s.success, "last") == 1 && s.count(s.success, "flaky") == 1 &&
 			s.count(s.success, "pair") == 1 && s.count(s.success, "halted") == 1 && s.count(s.success, "throttled") == 1 &&
-			h.counter("pacer_dlq_total", "reason", "attempts-exhausted") == 1
+			h.counter("pacer_dlq_total", "reason", "attempts-exhausted") == 1 && h.counter("pacer_dlq_total", "reason", "permanent") == 1 &&
+			h.counter("pacer_dlq_total", "reason", "malformed") == 1 && h.counter("pacer_dlq_total", "reason", "expired") == 1
 	})
 
 	for id, want := range map[string]int{"ok": 1, "throttled": 3, "pair": 2, "flaky": 2, "broken": 3, "bad": 1, "halted": 2, "last": 1} {
