@@ -897,9 +897,15 @@ func (e *env) adaptsNear(t *testing.T, a adapt.AIMD, steps []aimdStep) (key stri
 				break
 			}
 			if !e.exact() && s.change != 0 {
-				scale := ad.Rate / s.rate // later rates follow this one
+				// Later rates follow this one, and so do the rates later
+				// sends were paced at: a step paced just below the rate
+				// must stay below it (a paced rate above the key's current
+				// one reads as a stale replica's throttle, which cuts
+				// nothing).
+				scale := ad.Rate / s.rate
 				for j := i + 1; j < len(steps); j++ {
 					steps[j].rate = min(steps[j].rate*scale, 100)
+					steps[j].paced *= scale
 				}
 			}
 		}
