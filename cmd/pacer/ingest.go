@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -158,13 +157,7 @@ func limitErrs(prefix string, l bucket.Limit, defRate float64, bad func(v, p str
 }
 
 func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
-	fs := flag.NewFlagSet("pacer ingest", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: pacer ingest (no flags; configured by environment variables)")
-		fmt.Fprint(stderr, ingestSettingsHelp())
-	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseNoFlags("ingest", ingestSettingsHelp, args, stderr); err != nil {
 		return err
 	}
 	// Every channel's settings, none singled out, and ingest's own: every

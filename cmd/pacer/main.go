@@ -169,6 +169,19 @@ func commandFlags(name, what string, stderr io.Writer) (*flag.FlagSet, *string) 
 	return fs, fs.String("channel", "", what+": "+channelList()+" (required)")
 }
 
+// parseNoFlags parses args of `pacer <command>`, a command configured by
+// environment variables only: -h prints its usage and settingsHelp(); any
+// flag or argument is an error.
+func parseNoFlags(command string, settingsHelp func() string, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pacer "+command, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: pacer %s (no flags; configured by environment variables)\n", command)
+		fmt.Fprint(stderr, settingsHelp())
+	}
+	return parseFlags(fs, args)
+}
+
 // parseFlags parses args into fs, flags before and after positional
 // arguments alike (pacer publish f.jsonl --channel whatsapp), and refuses
 // positional arguments unless fs is publish's (which takes FILE). "--" ends

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -100,13 +99,7 @@ func webhookSettingsHelp() string {
 // with PACER_WEBHOOK_APPLY, applies their events in a consumer group of
 // its own: see docs/webhooks.md and docs/decisions/0028.
 func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
-	fs := flag.NewFlagSet("pacer webhook", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: pacer webhook (no flags; configured by environment variables)")
-		fmt.Fprint(stderr, webhookSettingsHelp())
-	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseNoFlags("webhook", webhookSettingsHelp, args, stderr); err != nil {
 		return err
 	}
 	cfg, err := loadConfig(lookup, nil)
