@@ -1426,7 +1426,8 @@ func TestAIMDCeilingRaiseFollowed(t *testing.T) {
 
 // TestAIMDPacingHeadroom checks the limit the pacer takes tokens under:
 // the burst less the tokens Jitter can bunch, or, with a burst of 1, slots
-// Jitter further apart; Jitter < 0 leaves none.
+// Jitter further apart, at a cost of at most 2.5% of the rate; Jitter < 0
+// leaves none.
 func TestAIMDPacingHeadroom(t *testing.T) {
 	for _, tc := range []struct {
 		ceiling bucket.Limit
@@ -1438,7 +1439,9 @@ func TestAIMDPacingHeadroom(t *testing.T) {
 		{bucket.Limit{PerSecond: 80, Burst: 10}, adapt.AIMD{Jitter: 100 * time.Millisecond}, bucket.Limit{PerSecond: 80, Burst: 5}}, // at most half
 		{bucket.Limit{PerSecond: 0.5, Burst: 1}, adapt.AIMD{}, bucket.Limit{PerSecond: 0.5 / 1.0125, Burst: 1}},
 		{bucket.Limit{PerSecond: 40, Burst: 2}, adapt.AIMD{}, bucket.Limit{PerSecond: 40, Burst: 1}},
-		{bucket.Limit{PerSecond: 20, Burst: 1}, adapt.AIMD{}, bucket.Limit{PerSecond: 20 / 1.5, Burst: 1}}, // 0.5 tokens of jitter
+		{bucket.Limit{PerSecond: 20, Burst: 1}, adapt.AIMD{}, bucket.Limit{PerSecond: 20 / 1.025, Burst: 1}}, // 0.5 tokens of jitter: at most 2.5% of the rate
+		{bucket.Limit{PerSecond: 39, Burst: 1}, adapt.AIMD{}, bucket.Limit{PerSecond: 39 / 1.025, Burst: 1}}, // 0.975 tokens: not half the rate
+		{bucket.Limit{PerSecond: 1, Burst: 1}, adapt.AIMD{}, bucket.Limit{PerSecond: 1 / 1.025, Burst: 1}},   // 0.025 tokens: all of it
 		{bucket.Limit{PerSecond: 80, Burst: 1}, adapt.AIMD{}, bucket.Limit{PerSecond: 80, Burst: 1}},       // 2 tokens: no cut
 		{bucket.Limit{PerSecond: 1000, Burst: 10}, adapt.AIMD{}, bucket.Limit{PerSecond: 1000, Burst: 5}},  // leases stay large
 	} {
