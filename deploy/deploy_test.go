@@ -130,9 +130,19 @@ func TestAlertsUseDocumentedMetrics(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"PacerKeysAtFloor", "PacerBreakerOpen", "PacerDLQGrowing", "PacerConsumerLagETA",
-		"PacerUnderutilized", "PacerRedisFallback", "PacerNoReplicaReady", "PacerPortfolioNearLimit"} {
+		"PacerUnderutilized", "PacerRedisFallback", "PacerNoReplicaReady", "PacerPortfolioNearLimit",
+		"PacerIngestServerErrors", "PacerIngestSlow", "PacerIngestRedisFallback", "PacerIngestChannelQuota"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s", want)
+		}
+	}
+	ops, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range alerts {
+		if !strings.Contains(string(ops), "| `"+a+"` |") {
+			t.Errorf("alert %s has no row in docs/operations.md's alerts table", a)
 		}
 	}
 }
@@ -205,10 +215,16 @@ func TestGrafanaDashboard(t *testing.T) {
 			if q.Datasource == nil || q.Datasource.UID != "${datasource}" {
 				t.Errorf("panel %q: a query's datasource is %+v", p.Title, q.Datasource)
 			}
-			if !strings.Contains(q.Expr, `channel=~"$channel"`) {
+			// The ingest API's metrics (pacer_ingest_*) have no channel
+			// label: a filter on it would hide them once a channel is picked.
+			ingest := strings.HasPrefix(p.Title, "Ingest ")
+			if !ingest && !strings.Contains(q.Expr, `channel=~"$channel"`) {
 				t.Errorf("panel %q: %s does not filter on $channel", p.Title, q.Expr)
 			}
 			for _, m := range usedMetrics(q.Expr) {
+				if ingest != strings.HasPrefix(m, "pacer_ingest_") {
+					t.Errorf("panel %q: %s; want the ingest panels (titled \"Ingest ...\") to show pacer_ingest_* only, and only they", p.Title, m)
+				}
 				used[m] = true
 				if !doc[m] {
 					t.Errorf("panel %q uses %s, which docs/operations.md's metrics tables do not list", p.Title, m)
@@ -220,7 +236,11 @@ func TestGrafanaDashboard(t *testing.T) {
 	// floor / in cooldown / breaker open, throttles, DLQ, lag, latency, Redis).
 	for _, m := range []string{"pacer_delivered_total", "pacer_rate_current", "pacer_keys_at_floor", "pacer_keys_cooldown",
 		"pacer_breakers_open", "pacer_sends_total", "pacer_dlq_total", "pacer_consumer_lag_records", "pacer_bucket_wait_seconds",
-		"pacer_send_duration_seconds", "pacer_redis_errors_total", "pacer_redis_fallback"} {
+		"pacer_send_duration_seconds", "pacer_redis_errors_total", "pacer_redis_fallback",
+		// and the ingest API's (pacer ingest)
+		"pacer_ingest_requests_total", "pacer_ingest_messages_total", "pacer_ingest_quota_refusals_total",
+		"pacer_ingest_request_duration_seconds", "pacer_ingest_redis_calls_total", "pacer_ingest_redis_errors_total",
+		"pacer_ingest_redis_fallback"} {
 		if !used[m] {
 			t.Errorf("no panel shows %s", m)
 		}
