@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -532,6 +533,7 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("compose.yaml has no service pacer-%s (services %v)", ch, names)
 		}
 	}
+	checkComposeIngest(t, p)
 	// A required variable left unset is an error naming it, as docker
 	// compose says.
 	for _, v := range required {
@@ -561,4 +563,78 @@ func inSecretMount(spec corev1.PodSpec, c corev1.Container, path string) bool {
 		}
 	}
 	return false
+}
+
+// checkComposeIngest checks compose's pacer-ingest against
+// deploy/k8s/ingest.yaml's container (command, port, address, drain) and
+// against what pacer ingest needs to start: Kafka and Redis as the channels'
+// pacers reach them, healthy first, and its tenants file, a secret mounted
+// where PACER_INGEST_TENANTS points.
+func checkComposeIngest(t *testing.T, p *types.Project) {
+	t.Helper()
+	svc, ok := p.Services["pacer-ingest"]
+	if !ok {
+		t.Fatal("compose.yaml has no service pacer-ingest (pacer ingest)")
+	}
+	var k8s *corev1.Container
+	for _, d := range find[*appsv1.Deployment](manifests(t)) {
+		if d.Name == "pacer-ingest" {
+			k8s = &d.Spec.Template.Spec.Containers[0]
+		}
+	}
+	if k8s == nil {
+		t.Fatal("deploy/k8s has no Deployment pacer-ingest")
+	}
+	env := func(s types.ServiceConfig, name string) string {
+		if v := s.Environment[name]; v != nil {
+			return *v
+		}
+		return ""
+	}
+	k8sEnv := map[string]string{}
+	for _, e := range k8s.Env {
+		k8sEnv[e.Name] = e.Value
+	}
+	if !slices.Equal([]string(svc.Command), k8s.Args) {
+		t.Errorf("pacer-ingest command %q, want %q as in k8s/ingest.yaml", svc.Command, k8s.Args)
+	}
+	for _, name := range []string{"PACER_INGEST_ADDR", "PACER_DRAIN"} {
+		if got, want := env(svc, name), k8sEnv[name]; got != want || want == "" {
+			t.Errorf("pacer-ingest %s = %q, want %q as in k8s/ingest.yaml", name, got, want)
+		}
+	}
+	pacer := p.Services["pacer-whatsapp"]
+	for _, name := range []string{"PACER_KAFKA_BROKERS", "PACER_REDIS_URL"} {
+		if got, want := env(svc, name), env(pacer, name); got != want || want == "" {
+			t.Errorf("pacer-ingest %s = %q, want %q as pacer-whatsapp's", name, got, want)
+		}
+	}
+	published := false
+	for _, port := range svc.Ports {
+		published = published || (hasPort(*k8s, intstr.FromInt32(int32(port.Target))) && port.Published != "" &&
+			strings.HasSuffix(env(svc, "PACER_INGEST_ADDR"), fmt.Sprintf(":%d", port.Target)))
+	}
+	if !published {
+		t.Errorf("pacer-ingest ports %+v: want the container port of k8s/ingest.yaml, where PACER_INGEST_ADDR listens, published", svc.Ports)
+	}
+	for _, dep := range []string{"kafka", "redis"} {
+		if svc.DependsOn[dep].Condition != types.ServiceConditionHealthy {
+			t.Errorf("pacer-ingest depends on %s with %+v, want it healthy first", dep, svc.DependsOn[dep])
+		}
+	}
+	tenants, mounted := env(svc, "PACER_INGEST_TENANTS"), false
+	for _, sec := range svc.Secrets {
+		target := sec.Target
+		if target == "" {
+			target = sec.Source
+		}
+		if !strings.HasPrefix(target, "/") {
+			target = "/run/secrets/" + target
+		}
+		_, defined := p.Secrets[sec.Source]
+		mounted = mounted || (target == tenants && defined)
+	}
+	if !mounted {
+		t.Errorf("pacer-ingest PACER_INGEST_TENANTS = %q, want the file of a secret it mounts (secrets %+v)", tenants, svc.Secrets)
+	}
 }
