@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,6 +97,76 @@ func TestKafkaListenerMismatch(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestIngestStartsWithKafkaMatchingOrDown: the start-up check stops
+// pacer ingest on a refusal only: settings that match the SASL_SSL listener
+// start it, and brokers that are down start it too, with a warning (it
+// serves, not ready, until they answer).
+func TestIngestStartsWithKafkaMatchingOrDown(t *testing.T) {
+	sk := testenv.KafkaSecure(t)
+	tenants := filepath.Join(t.TempDir(), "tenants.json")
+	if err := os.WriteFile(tenants, []byte(`{"tenants":[]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		set  map[string]string
+		warn bool
+	}{
+		{"SCRAM over TLS, SASL_SSL listener", map[string]string{"PACER_KAFKA_BROKERS": sk.SASLBrokers, "PACER_KAFKA_TLS": "true",
+			"PACER_KAFKA_TLS_CA_FILE": sk.CAFile, "PACER_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+			"PACER_KAFKA_SASL_USERNAME": sk.Username, "PACER_KAFKA_SASL_PASSWORD_FILE": sk.PasswordFile}, false},
+		{"nothing listens", map[string]string{"PACER_KAFKA_BROKERS": "127.0.0.1:1"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := map[string]string{"PACER_REDIS_URL": testenv.RedisURL(t), "PACER_INGEST_TENANTS": tenants, "PACER_INGEST_ADDR": "127.0.0.1:0"}
+			for k, v := range c.set {
+				env[k] = v
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var logs lockedBuilder
+			done := make(chan int, 1)
+			go func() { done <- run(ctx, []string{"ingest"}, strings.NewReader(""), &logs, &logs, lookupMap(env)) }()
+			listening := func() bool { return strings.Contains(logs.String(), `"msg":"ingest listening"`) }
+			for !listening() {
+				select {
+				case code := <-done:
+					t.Fatalf("pacer ingest exited %d before listening:\n%s", code, logs.String())
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			cancel()
+			if code := <-done; code != 0 {
+				t.Errorf("exit %d after a stop, want 0:\n%s", code, logs.String())
+			}
+			warned := strings.Contains(logs.String(), `"msg":"kafka not reachable at start-up"`) &&
+				strings.Contains(logs.String(), "nothing listens at the seed brokers")
+			if warned != c.warn {
+				t.Errorf("warned that Kafka is not reachable: %v, want %v:\n%s", warned, c.warn, logs.String())
+			}
+		})
+	}
+}
+
+// lockedBuilder is a strings.Builder that a command writes while the test
+// reads it.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // lastLine returns the last non-empty line of s.
