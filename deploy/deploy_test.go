@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,9 +131,19 @@ func TestAlertsUseDocumentedMetrics(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"PacerKeysAtFloor", "PacerBreakerOpen", "PacerDLQGrowing", "PacerConsumerLagETA",
-		"PacerUnderutilized", "PacerRedisFallback", "PacerNoReplicaReady", "PacerPortfolioNearLimit"} {
+		"PacerUnderutilized", "PacerRedisFallback", "PacerNoReplicaReady", "PacerPortfolioNearLimit",
+		"PacerIngestServerErrors", "PacerIngestSlow", "PacerIngestRedisFallback", "PacerIngestChannelQuota"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s", want)
+		}
+	}
+	ops, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range alerts {
+		if !strings.Contains(string(ops), "| `"+a+"` |") {
+			t.Errorf("alert %s has no row in docs/operations.md's alerts table", a)
 		}
 	}
 }
@@ -205,10 +216,16 @@ func TestGrafanaDashboard(t *testing.T) {
 			if q.Datasource == nil || q.Datasource.UID != "${datasource}" {
 				t.Errorf("panel %q: a query's datasource is %+v", p.Title, q.Datasource)
 			}
-			if !strings.Contains(q.Expr, `channel=~"$channel"`) {
+			// The ingest API's metrics (pacer_ingest_*) have no channel
+			// label: a filter on it would hide them once a channel is picked.
+			ingest := strings.HasPrefix(p.Title, "Ingest ")
+			if !ingest && !strings.Contains(q.Expr, `channel=~"$channel"`) {
 				t.Errorf("panel %q: %s does not filter on $channel", p.Title, q.Expr)
 			}
 			for _, m := range usedMetrics(q.Expr) {
+				if ingest != strings.HasPrefix(m, "pacer_ingest_") {
+					t.Errorf("panel %q: %s; want the ingest panels (titled \"Ingest ...\") to show pacer_ingest_* only, and only they", p.Title, m)
+				}
 				used[m] = true
 				if !doc[m] {
 					t.Errorf("panel %q uses %s, which docs/operations.md's metrics tables do not list", p.Title, m)
@@ -220,7 +237,11 @@ func TestGrafanaDashboard(t *testing.T) {
 	// floor / in cooldown / breaker open, throttles, DLQ, lag, latency, Redis).
 	for _, m := range []string{"pacer_delivered_total", "pacer_rate_current", "pacer_keys_at_floor", "pacer_keys_cooldown",
 		"pacer_breakers_open", "pacer_sends_total", "pacer_dlq_total", "pacer_consumer_lag_records", "pacer_bucket_wait_seconds",
-		"pacer_send_duration_seconds", "pacer_redis_errors_total", "pacer_redis_fallback"} {
+		"pacer_send_duration_seconds", "pacer_redis_errors_total", "pacer_redis_fallback",
+		// and the ingest API's (pacer ingest)
+		"pacer_ingest_requests_total", "pacer_ingest_messages_total", "pacer_ingest_quota_refusals_total",
+		"pacer_ingest_request_duration_seconds", "pacer_ingest_redis_calls_total", "pacer_ingest_redis_errors_total",
+		"pacer_ingest_redis_fallback"} {
 		if !used[m] {
 			t.Errorf("no panel shows %s", m)
 		}
@@ -512,6 +533,7 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("compose.yaml has no service pacer-%s (services %v)", ch, names)
 		}
 	}
+	checkComposeIngest(t, p)
 	// A required variable left unset is an error naming it, as docker
 	// compose says.
 	for _, v := range required {
@@ -541,4 +563,78 @@ func inSecretMount(spec corev1.PodSpec, c corev1.Container, path string) bool {
 		}
 	}
 	return false
+}
+
+// checkComposeIngest checks compose's pacer-ingest against
+// deploy/k8s/ingest.yaml's container (command, port, address, drain) and
+// against what pacer ingest needs to start: Kafka and Redis as the channels'
+// pacers reach them, healthy first, and its tenants file, a secret mounted
+// where PACER_INGEST_TENANTS points.
+func checkComposeIngest(t *testing.T, p *types.Project) {
+	t.Helper()
+	svc, ok := p.Services["pacer-ingest"]
+	if !ok {
+		t.Fatal("compose.yaml has no service pacer-ingest (pacer ingest)")
+	}
+	var k8s *corev1.Container
+	for _, d := range find[*appsv1.Deployment](manifests(t)) {
+		if d.Name == "pacer-ingest" {
+			k8s = &d.Spec.Template.Spec.Containers[0]
+		}
+	}
+	if k8s == nil {
+		t.Fatal("deploy/k8s has no Deployment pacer-ingest")
+	}
+	env := func(s types.ServiceConfig, name string) string {
+		if v := s.Environment[name]; v != nil {
+			return *v
+		}
+		return ""
+	}
+	k8sEnv := map[string]string{}
+	for _, e := range k8s.Env {
+		k8sEnv[e.Name] = e.Value
+	}
+	if !slices.Equal([]string(svc.Command), k8s.Args) {
+		t.Errorf("pacer-ingest command %q, want %q as in k8s/ingest.yaml", svc.Command, k8s.Args)
+	}
+	for _, name := range []string{"PACER_INGEST_ADDR", "PACER_DRAIN"} {
+		if got, want := env(svc, name), k8sEnv[name]; got != want || want == "" {
+			t.Errorf("pacer-ingest %s = %q, want %q as in k8s/ingest.yaml", name, got, want)
+		}
+	}
+	pacer := p.Services["pacer-whatsapp"]
+	for _, name := range []string{"PACER_KAFKA_BROKERS", "PACER_REDIS_URL"} {
+		if got, want := env(svc, name), env(pacer, name); got != want || want == "" {
+			t.Errorf("pacer-ingest %s = %q, want %q as pacer-whatsapp's", name, got, want)
+		}
+	}
+	published := false
+	for _, port := range svc.Ports {
+		published = published || (hasPort(*k8s, intstr.FromInt32(int32(port.Target))) && port.Published != "" &&
+			strings.HasSuffix(env(svc, "PACER_INGEST_ADDR"), fmt.Sprintf(":%d", port.Target)))
+	}
+	if !published {
+		t.Errorf("pacer-ingest ports %+v: want the container port of k8s/ingest.yaml, where PACER_INGEST_ADDR listens, published", svc.Ports)
+	}
+	for _, dep := range []string{"kafka", "redis"} {
+		if svc.DependsOn[dep].Condition != types.ServiceConditionHealthy {
+			t.Errorf("pacer-ingest depends on %s with %+v, want it healthy first", dep, svc.DependsOn[dep])
+		}
+	}
+	tenants, mounted := env(svc, "PACER_INGEST_TENANTS"), false
+	for _, sec := range svc.Secrets {
+		target := sec.Target
+		if target == "" {
+			target = sec.Source
+		}
+		if !strings.HasPrefix(target, "/") {
+			target = "/run/secrets/" + target
+		}
+		_, defined := p.Secrets[sec.Source]
+		mounted = mounted || (target == tenants && defined)
+	}
+	if !mounted {
+		t.Errorf("pacer-ingest PACER_INGEST_TENANTS = %q, want the file of a secret it mounts (secrets %+v)", tenants, svc.Secrets)
+	}
 }

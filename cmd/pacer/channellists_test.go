@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -150,8 +151,9 @@ func TestKubernetesChannels(t *testing.T) {
 }
 
 // TestComposeChannels: deploy/compose.yaml has a service pacer-<name> per
-// row, and no other pacer-* service, running `pacer run --channel <name>`
-// with settings pacer reads (none of another channel's).
+// row, and no other pacer-* service but pacer-ingest, running `pacer run
+// --channel <name>` with settings pacer reads (none of another channel's);
+// pacer-ingest runs `pacer ingest` with settings pacer ingest reads.
 func TestComposeChannels(t *testing.T) {
 	b, err := fs.ReadFile(repo, "deploy/compose.yaml")
 	if err != nil {
@@ -172,6 +174,10 @@ func TestComposeChannels(t *testing.T) {
 		if !ok {
 			continue
 		}
+		if name == "ingest" {
+			checkIngestService(t, svc, s.Command, s.Environment)
+			continue
+		}
 		names = append(names, name)
 		if !slices.Equal(s.Command, []string{"run", "--channel", name}) {
 			t.Errorf("compose service %s runs %q, want run --channel %s", svc, s.Command, name)
@@ -183,6 +189,29 @@ func TestComposeChannels(t *testing.T) {
 		checkEnv(t, "compose service "+svc, name, env)
 	}
 	sameNames(t, "deploy/compose.yaml's pacer-* services", names)
+}
+
+// checkIngestService fails unless compose's service svc runs `pacer
+// ingest` and sets only settings pacer ingest reads: its own
+// (PACER_INGEST_*) and the shared ones of ingestShared.
+func checkIngestService(t *testing.T, svc string, command []string, env map[string]any) {
+	t.Helper()
+	if !slices.Equal(command, []string{"ingest"}) {
+		t.Errorf("compose service %s runs %q, want ingest", svc, command)
+	}
+	own := map[string]bool{}
+	for _, r := range envRows(reflect.TypeOf(ingestConfig{}), nil) {
+		own[r.name] = true
+	}
+	for v := range env {
+		shared := false
+		for _, p := range ingestShared {
+			shared = shared || strings.HasPrefix(v, p)
+		}
+		if !own[v] && !(shared && knownSettings()[v]) {
+			t.Errorf("compose service %s sets %s, which pacer ingest does not read", svc, v)
+		}
+	}
 }
 
 // TestOpenAPIChannels: the ingest API's channel parameter enumerates the

@@ -16,6 +16,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/ingest"
 	"github.com/pacerhq/pacer/pacer/ingest/quota"
+	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -214,6 +215,15 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer kc.Close()
+	// TLS or SASL that does not match the listener, refused credentials or
+	// certificates: stop here, naming the setting, rather than serve 503s.
+	// Brokers down or slow: serve, not ready, until they answer.
+	if refused, err := kafkaStartCheck(ctx, cfg, kc, 5*time.Second); refused != nil {
+		return refused
+	} else if err != nil {
+		cause, _ := produce.KafkaCause(err)
+		log.Warn("kafka not reachable at start-up", "err", err, "cause", cause)
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -12,11 +12,13 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/pacerhq/pacer/internal/tlsfail"
 	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -227,15 +229,17 @@ func kafkaOpts(cfg config) ([]kgo.Opt, error) {
 func kafkaSetting(cfg config, err error) string {
 	kind, _ := produce.KafkaSecurity(err)
 	switch kind {
-	case produce.SASLAuthFailed, produce.SASLMechanism:
+	case produce.SASLAuthFailed:
 		return "PACER_KAFKA_SASL_*"
+	case produce.SASLMechanism, produce.SASLNotOffered, produce.SASLExpected:
+		return "PACER_KAFKA_SASL_MECHANISM"
 	case produce.TLSUnknownCA:
 		return "PACER_KAFKA_TLS_CA_FILE"
 	case produce.TLSHostname:
 		return "PACER_KAFKA_TLS_SERVER_NAME"
 	case produce.TLSCertInvalid:
 		return "the brokers' certificates; PACER_KAFKA_TLS_CA_FILE"
-	case produce.TLSNotTLS, produce.TLSToPlaintext:
+	case produce.TLSNotTLS, produce.TLSToPlaintext, produce.TLSClosed, produce.TLSExpected:
 		return "PACER_KAFKA_TLS"
 	case produce.TLSHandshakeRefused:
 		return "PACER_KAFKA_TLS_CERT_FILE, PACER_KAFKA_TLS_KEY_FILE"
@@ -277,6 +281,27 @@ func kafkaFailure(cfg config, err error) error {
 // the setting.
 func kafkaCommandFailure(cfg config, err error) error {
 	return fmt.Errorf("%w (PACER_KAFKA_BROKERS=%s)", kafkaFailure(cfg, err), strings.Join(cfg.KafkaBrokers, ","))
+}
+
+// kafkaStartCheck asks the brokers for the metadata of no topic, waiting
+// at most wait, for a command that serves without Kafka at hand (ingest):
+// refused is a refusal no retry mends (TLS or SASL that does not match the
+// listener, credentials, certificates), naming the setting and
+// PACER_KAFKA_BROKERS ([kafkaCommandFailure]); other is any other failure
+// (brokers down or slow), for the caller to log as it keeps going.
+func kafkaStartCheck(ctx context.Context, cfg config, kc *kgo.Client, wait time.Duration) (refused, other error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = []kmsg.MetadataRequestTopic{} // none; nil would ask for all
+	_, err := req.RequestWith(ctx, kc)
+	switch {
+	case err == nil:
+		return nil, nil
+	case kafkaSetting(cfg, err) != "":
+		return kafkaCommandFailure(cfg, fmt.Errorf("metadata: %w", err)), nil
+	}
+	return nil, err
 }
 
 // redisRefusal says why Redis refused the connection when no retry can

@@ -135,7 +135,7 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 		_, err := produce.EnsureTopic(tctx, kc, webhook.Topic(ch), wc.Partitions)
 		cancel()
 		if err != nil {
-			return err
+			return kafkaCommandFailure(cfg, err) // names the setting a refusal comes from
 		}
 		topics = append(topics, webhook.Topic(ch))
 	}
