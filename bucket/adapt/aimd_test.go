@@ -1442,8 +1442,8 @@ func TestAIMDPacingHeadroom(t *testing.T) {
 		{bucket.Limit{PerSecond: 20, Burst: 1}, adapt.AIMD{}, bucket.Limit{PerSecond: 20 / 1.025, Burst: 1}}, // 0.5 tokens of jitter: at most 2.5% of the rate
 		{bucket.Limit{PerSecond: 39, Burst: 1}, adapt.AIMD{}, bucket.Limit{PerSecond: 39 / 1.025, Burst: 1}}, // 0.975 tokens: not half the rate
 		{bucket.Limit{PerSecond: 1, Burst: 1}, adapt.AIMD{}, bucket.Limit{PerSecond: 1 / 1.025, Burst: 1}},   // 0.025 tokens: all of it
-		{bucket.Limit{PerSecond: 80, Burst: 1}, adapt.AIMD{}, bucket.Limit{PerSecond: 80, Burst: 1}},       // 2 tokens: no cut
-		{bucket.Limit{PerSecond: 1000, Burst: 10}, adapt.AIMD{}, bucket.Limit{PerSecond: 1000, Burst: 5}},  // leases stay large
+		{bucket.Limit{PerSecond: 80, Burst: 1}, adapt.AIMD{}, bucket.Limit{PerSecond: 80, Burst: 1}},         // 2 tokens: no cut
+		{bucket.Limit{PerSecond: 1000, Burst: 10}, adapt.AIMD{}, bucket.Limit{PerSecond: 1000, Burst: 5}},    // leases stay large
 	} {
 		t.Run(fmt.Sprintf("%v/%v", tc.ceiling, tc.a.Jitter), func(t *testing.T) {
 			e := newMini(t)
