@@ -992,6 +992,28 @@ func TestRateLimitRemaining(t *testing.T) {
 	}
 }
 
+// TestRateLimitResetDayWindow: the t of the day quota on its last 202 is
+// the Retry-After of the next request's 429, not the end of the fixed
+// day: the sliding count falls gradually, so 1000 messages accepted an
+// hour after midnight leave room for one more 86.4 s into the next day
+// (23 h 1 min 26.4 s, 82,887 s rounded up), not at midnight (82,800 s).
+func TestRateLimitResetDayWindow(t *testing.T) {
+	e := newEnv(t, opts{rate: 100, burst: 100, day: 1000})
+	e.mr.SetTime(t0.Add(time.Hour))
+	var b strings.Builder
+	for i := range 1000 {
+		b.WriteString(env1(fmt.Sprintf("d%d", i)) + "\n")
+	}
+	a := e.do(acmeKey, "whatsapp", "application/x-ndjson", b.String())
+	if a.status != 202 || a.h.Get("RateLimit") != `"tenant-day";r=0;t=82887` {
+		t.Errorf("last 202 of the day: %d, RateLimit %q; want \"tenant-day\";r=0;t=82887", a.status, a.h.Get("RateLimit"))
+	}
+	next := e.do(acmeKey, "whatsapp", "application/json", env1("over"))
+	if next.status != 429 || next.h.Get("Retry-After") != "82887" {
+		t.Errorf("next request: %d, Retry-After %q; want 429 after 82887 s, the t of the last 202", next.status, next.h.Get("Retry-After"))
+	}
+}
+
 // TestEnvelopeFieldsInOpenAPI: an envelope with every field the consumer
 // reads (priority and not_before too) is accepted and valid by
 // openapi.yaml's Envelope, whose additionalProperties is false.
