@@ -85,7 +85,8 @@ type Key struct {
 type Campaign struct {
 	Name         string           `json:"name"`
 	State        string           `json:"state"`     // running, paused, cancelled or done (see control.Status)
-	Published    int64            `json:"published"` // -1 when unknown (not published through pacer publish or the ingest API)
+	Published    int64            `json:"published"` // records; an id published again counts again; -1 when unknown (not published through pacer publish or the ingest API)
+	Messages     int64            `json:"messages"`  // distinct ids: published less duplicates, exact once remaining is 0 (control.Status); -1 when published is unknown
 	Delivered    int64            `json:"delivered"`
 	DeadLettered map[string]int64 `json:"dead_lettered"` // by DLQ reason
 	Duplicates   int64            `json:"duplicates"`    // skipped: published again after their id was delivered or dead-lettered
@@ -355,7 +356,7 @@ func (pg *Page) campaigns(ctx context.Context, now time.Time) ([]Campaign, error
 		if !unfinished && now.Sub(st.LastActive) > campaignRecent {
 			continue
 		}
-		out = append(out, Campaign{Name: st.Campaign, State: st.State, Published: st.Published, Delivered: st.Delivered,
+		out = append(out, Campaign{Name: st.Campaign, State: st.State, Published: st.Published, Messages: st.Messages, Delivered: st.Delivered,
 			DeadLettered: st.DeadLetters, Duplicates: st.Duplicates, Remaining: st.Remaining, Achieved: st.Rate, ETASeconds: st.ETASeconds,
 			LastActive: st.LastActive})
 	}

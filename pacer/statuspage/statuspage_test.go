@@ -214,8 +214,8 @@ func TestStatusAddsUpReplicas(t *testing.T) {
 		sp.Remaining != 390 || sp.Achieved < 29.9 || sp.Achieved > 30 || sp.ETASeconds < 13 || sp.ETASeconds > 13.1 {
 		t.Errorf("spring %+v; want running, 600 of 1000 delivered, 10 permanent, 390 remaining at ~29.95/s, ETA ~13 s", sp)
 	}
-	if au.Name != "autumn" || au.State != "paused" || au.Published != 200 || au.Delivered != 50 || au.Duplicates != 30 || au.Remaining != 120 {
-		t.Errorf("autumn %+v; want paused, 50 of 200 delivered, 30 duplicates, 120 remaining", au)
+	if au.Name != "autumn" || au.State != "paused" || au.Published != 200 || au.Delivered != 50 || au.Duplicates != 30 || au.Remaining != 120 || au.Messages != 170 {
+		t.Errorf("autumn %+v; want paused, 50 of 200 delivered, 30 duplicates (170 messages), 120 remaining", au)
 	}
 
 	// Search and top-N over every key.
@@ -408,7 +408,7 @@ func TestPageInChromium(t *testing.T) {
 	if got := campaignRow(t, dom, "spring"); got != "spring|running|600 / 1,000|61 %|390|permanent 10|30|13 s" {
 		t.Errorf("row of campaign spring: %q", got)
 	}
-	if got := campaignRow(t, dom, "autumn"); got != "autumn|paused|50 / 200, 30 duplicates|40 %|120|0|4.9|paused" {
+	if got := campaignRow(t, dom, "autumn"); got != "autumn|paused|50 / 200, 30 duplicates (170 messages)|40 %|120|0|4.9|paused" {
 		t.Errorf("row of campaign autumn: %q", got)
 	}
 	if strings.Contains(dom, `data-campaign="old"`) {
