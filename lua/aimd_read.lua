@@ -128,9 +128,10 @@ end
 -- thousandths; read by `pacer status`), closing the window once it is 5 s
 -- long. Every report counts, whether it comes with a recover or with a
 -- throttle: a key being throttled is still sending. A window that closes
--- more than 10 s after it began went without reports for over 5 s (a key
--- in use reports every second or more often): the key sat idle for part
--- of it, so its count is no measure of the key's pace (a key back at 80/s
+-- more than 15 s after it began went without reports for over 10 s (a key
+-- with messages reports every second or two, one paced at 0.1/s every
+-- 10 s): the key sat idle for part of it, so its count is no measure of
+-- the key's pace (a key back at 80/s
 -- after a pause read a fraction of that); r is removed and a new window
 -- begins, and
 -- `pacer status` says the key is warming up until a window closes in
@@ -150,7 +151,7 @@ local function achieve(accepted)
   if not w or w > now then
     redis.call('HSET', KEYS[4], 'a', accepted, 'w_us', string.format('%.0f', now))
     redis.call('PEXPIRE', KEYS[4], 300000)
-  elseif now - w > 10000000 then
+  elseif now - w > 15000000 then
     redis.call('HDEL', KEYS[4], 'r')
     redis.call('HSET', KEYS[4], 'a', accepted, 'w_us', string.format('%.0f', now))
     redis.call('PEXPIRE', KEYS[4], 300000)

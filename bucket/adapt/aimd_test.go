@@ -1632,10 +1632,11 @@ func TestAchieved(t *testing.T) {
 }
 
 // TestAchievedAfterIdle: a window in which the key went unreported for
-// over 5 s (it sat idle) is no measure of its pace: a key that sent 40 in
-// the first second, paused 14 s and is back at 80/s would read 2.7/s (40
-// over 15 s) for the 5 s after. Achieved says warming up instead, until a
+// over 10 s (it sat idle) is no measure of its pace: a key that sent 40 in
+// the first second, paused 19 s and is back at 80/s would read 2/s (40
+// over 20 s) for the 5 s after. Achieved says warming up instead, until a
 // window without such a gap closes: 400 in the 5 s after the pause, 80/s.
+// A key paced at 0.1/s, reporting every 10 s, still has its rate measured.
 func TestAchievedAfterIdle(t *testing.T) {
 	e := newMini(t)
 	ctx := t.Context()
@@ -1648,15 +1649,22 @@ func TestAchievedAfterIdle(t *testing.T) {
 	}
 	rec(0, 0) // opens the window
 	rec(time.Second, 40)
-	rec(15*time.Second, 0) // the key is used again: its first report
+	rec(20*time.Second, 0) // the key is used again: its first report
 	if a, err := e.l.Achieved(ctx, "test", "k"); err != nil || a.Known || !a.WarmingUp {
-		t.Fatalf("after a window with a 14 s pause: %+v, %v; want warming up", a, err)
+		t.Fatalf("after a window with a 19 s pause: %+v, %v; want warming up", a, err)
 	}
-	for s := 16; s <= 20; s++ {
+	for s := 21; s <= 25; s++ {
 		rec(time.Duration(s)*time.Second, 80)
 	}
 	if a, err := e.l.Achieved(ctx, "test", "k"); err != nil || !a.Known || a.WarmingUp || a.PerSecond != 80 {
 		t.Fatalf("after 5 s back at 80/s: %+v, %v; want 80/s", a, err)
+	}
+	// Paced at 0.1/s: one send reported every 10 s.
+	for s := 35; s <= 55; s += 10 {
+		rec(time.Duration(s)*time.Second, 1)
+	}
+	if a, err := e.l.Achieved(ctx, "test", "k"); err != nil || !a.Known || a.PerSecond != 0.1 {
+		t.Fatalf("a key paced at 0.1/s: %+v, %v; want 0.1/s", a, err)
 	}
 }
 
