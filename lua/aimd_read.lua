@@ -127,8 +127,16 @@ end
 -- of Redis TIME, r: accepted per second over the last window of >= 5 s, in
 -- thousandths; read by `pacer status`), closing the window once it is 5 s
 -- long. Every report counts, whether it comes with a recover or with a
--- throttle: a key being throttled is still sending. A hash of the wrong
--- type is replaced. PEXPIRE 5 min on every write.
+-- throttle: a key being throttled is still sending. A window that closes
+-- more than 15 s after it began went without reports for over 10 s (a key
+-- with messages reports every second or two, one paced at 0.1/s every
+-- 10 s): the key sat idle for part of it, so its count is no measure of
+-- the key's pace (a key back at 80/s
+-- after a pause read a fraction of that); r is removed and a new window
+-- begins, and
+-- `pacer status` says the key is warming up until a window closes in
+-- time. A hash of the wrong type is replaced. PEXPIRE 5 min on every
+-- write.
 local function achieve(accepted)
   if #KEYS < 4 then
     return
@@ -141,6 +149,10 @@ local function achieve(accepted)
     redis.call('DEL', KEYS[4])
   end
   if not w or w > now then
+    redis.call('HSET', KEYS[4], 'a', accepted, 'w_us', string.format('%.0f', now))
+    redis.call('PEXPIRE', KEYS[4], 300000)
+  elseif now - w > 15000000 then
+    redis.call('HDEL', KEYS[4], 'r')
     redis.call('HSET', KEYS[4], 'a', accepted, 'w_us', string.format('%.0f', now))
     redis.call('PEXPIRE', KEYS[4], 300000)
   elseif now - w >= 5000000 then

@@ -36,7 +36,10 @@
 --   wait_us    microseconds until the tier could grant this request's cost
 --              if nothing else is counted; 0 if it can now
 --   reset_us   microseconds until the tier gains quota: a bucket its next
---              whole token (0 when full), a window the end of its fixed window
+--              whole token (0 when full), a window the time until
+--              remaining + 1 units fit (0 when it counts nothing), as
+--              window_wait reckons it: what a refusal of one unit more
+--              would answer as its wait
 --   state      0 new (claimed when granted), 1 claimed by another request
 --              (p:...), 2 done (d)
 -- Error reply "ERR quota: ..." for malformed ARGV.
@@ -184,7 +187,18 @@ for i = 1, T do
     if remaining < 0 then
       remaining = 0
     end
-    reset = t.b - t.elapsed
+    -- The sliding count falls gradually, not at the fixed window's end:
+    -- reset is when one unit more than remaining fits (0 when the window
+    -- is empty), as a bucket's is its next whole token.
+    if est <= 0 then
+      reset = 0
+    else
+      local cur = t.cur
+      if granted then
+        cur = cur + t.cost
+      end
+      reset = window_wait(cur, t.prev, remaining + 1, t.a, t.b, t.elapsed)
+    end
   end
   reply[#reply + 1] = remaining
   reply[#reply + 1] = t.wait

@@ -701,23 +701,40 @@ const (
 	pairForget = 10 * time.Minute
 )
 
-// Achieved returns the accepted sends per second of (channel, key), summed
-// over every replica's reports ([Adapter.RecoverAfter]) over the last
-// window of at least 5 s; ok is false when no window has closed in the
-// last 5 minutes. Errors wrap the Redis error.
-func (l *Adapter) Achieved(ctx context.Context, channel, key string) (perSecond float64, ok bool, err error) {
+// Achieved is a pacing key's achieved rate, as [Adapter.Achieved] reads it.
+type Achieved struct {
+	// PerSecond is the accepted sends per second, summed over every
+	// replica's reports, over the last window of at least 5 s; 0 unless
+	// Known.
+	PerSecond float64
+	// Known is true when such a window has closed in the last 5 minutes.
+	Known bool
+	// WarmingUp is true while the replicas report the key but no full
+	// window has closed since it became active (or since a window in which
+	// it sat idle for over 5 s, which is no measure of its pace).
+	WarmingUp bool
+}
+
+// Achieved returns the achieved rate of (channel, key) ([Adapter.RecoverAfter]
+// and [Adapter.ThrottledAfter] report it): neither Known nor WarmingUp
+// when no replica reported the key in the last 5 minutes. Errors wrap the
+// Redis error.
+func (l *Adapter) Achieved(ctx context.Context, channel, key string) (Achieved, error) {
 	v, err := aimdAchievedScript.Run(ctx, l.rdb, []string{l.keys.Achieved(channel, key)}).Result()
 	if err != nil {
-		return 0, false, fmt.Errorf("adapt: achieved %q: %w", l.keys.Achieved(channel, key), err)
+		return Achieved{}, fmt.Errorf("adapt: achieved %q: %w", l.keys.Achieved(channel, key), err)
 	}
 	n, isInt := v.(int64)
-	if !isInt {
-		return 0, false, fmt.Errorf("adapt: achieved %q: unexpected reply %s", l.keys.Achieved(channel, key), wire.Describe(v))
+	if !isInt || n < -2 {
+		return Achieved{}, fmt.Errorf("adapt: achieved %q: unexpected reply %s", l.keys.Achieved(channel, key), wire.Describe(v))
 	}
-	if n < 0 {
-		return 0, false, nil
+	switch n {
+	case -1:
+		return Achieved{}, nil
+	case -2:
+		return Achieved{WarmingUp: true}, nil
 	}
-	return float64(n) / 1000, true, nil
+	return Achieved{PerSecond: float64(n) / 1000, Known: true}, nil
 }
 
 // Pair is the shared state of one throttled pair (key, recipient).

@@ -1609,8 +1609,8 @@ func TestPairThrottled(t *testing.T) {
 func TestAchieved(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := t.Context()
-		if _, ok, err := e.l.Achieved(ctx, "test", "k"); ok || err != nil {
-			t.Fatalf("Achieved before any report: ok %v, %v", ok, err)
+		if a, err := e.l.Achieved(ctx, "test", "k"); a != (adapt.Achieved{}) || err != nil {
+			t.Fatalf("Achieved before any report: %+v, %v; want neither known nor warming up", a, err)
 		}
 		rec := func(n int) {
 			t.Helper()
@@ -1626,18 +1626,55 @@ func TestAchieved(t *testing.T) {
 		if _, err := e.l.ThrottledAfter(ctx, "test", "k", lim100, adapt.AIMD{}, 0, 150, 0); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok, _ := e.l.Achieved(ctx, "test", "k"); ok {
-			t.Fatal("Achieved before the window closed")
+		if a, _ := e.l.Achieved(ctx, "test", "k"); a.Known || !a.WarmingUp {
+			t.Fatalf("Achieved before the window closed: %+v; want warming up", a)
 		}
 		e.at(5 * time.Second)
 		rec(50)
-		r, ok, err := e.l.Achieved(ctx, "test", "k")
+		a, err := e.l.Achieved(ctx, "test", "k")
 		// 400 in 5 s; on the real clock the window is a little longer (up to
 		// a quarter of a second on a loaded machine).
-		if lo := map[bool]float64{true: 80, false: 76}[e.exact()]; !ok || err != nil || r < lo || r > 80 {
-			t.Fatalf("Achieved = %v, %v, %v; want 80 (400 in 5 s), >= %v on the real clock", r, ok, err, lo)
+		if lo := map[bool]float64{true: 80, false: 76}[e.exact()]; !a.Known || a.WarmingUp || err != nil || a.PerSecond < lo || a.PerSecond > 80 {
+			t.Fatalf("Achieved = %+v, %v; want 80 (400 in 5 s), >= %v on the real clock", a, err, lo)
 		}
 	})
+}
+
+// TestAchievedAfterIdle: a window in which the key went unreported for
+// over 10 s (it sat idle) is no measure of its pace: a key that sent 40 in
+// the first second, paused 19 s and is back at 80/s would read 2/s (40
+// over 20 s) for the 5 s after. Achieved says warming up instead, until a
+// window without such a gap closes: 400 in the 5 s after the pause, 80/s.
+// A key paced at 0.1/s, reporting every 10 s, still has its rate measured.
+func TestAchievedAfterIdle(t *testing.T) {
+	e := newMini(t)
+	ctx := t.Context()
+	rec := func(at time.Duration, n int) {
+		t.Helper()
+		e.at(at)
+		if _, err := e.l.RecoverAfter(ctx, "test", "k", lim100, adapt.AIMD{}, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec(0, 0) // opens the window
+	rec(time.Second, 40)
+	rec(20*time.Second, 0) // the key is used again: its first report
+	if a, err := e.l.Achieved(ctx, "test", "k"); err != nil || a.Known || !a.WarmingUp {
+		t.Fatalf("after a window with a 19 s pause: %+v, %v; want warming up", a, err)
+	}
+	for s := 21; s <= 25; s++ {
+		rec(time.Duration(s)*time.Second, 80)
+	}
+	if a, err := e.l.Achieved(ctx, "test", "k"); err != nil || !a.Known || a.WarmingUp || a.PerSecond != 80 {
+		t.Fatalf("after 5 s back at 80/s: %+v, %v; want 80/s", a, err)
+	}
+	// Paced at 0.1/s: one send reported every 10 s.
+	for s := 35; s <= 55; s += 10 {
+		rec(time.Duration(s)*time.Second, 1)
+	}
+	if a, err := e.l.Achieved(ctx, "test", "k"); err != nil || !a.Known || a.PerSecond != 0.1 {
+		t.Fatalf("a key paced at 0.1/s: %+v, %v; want 0.1/s", a, err)
+	}
 }
 
 // TestAIMDSinceDecrease checks that every reply says how long ago the rate

@@ -57,7 +57,7 @@ func TestOnCluster(t *testing.T) {
 		if allowed, _, _, err := l.BreakerAllow(ctx, "whatsapp", key, b, "a"); err != nil || allowed {
 			t.Fatalf("%s: BreakerAllow while open = %v, %v; want refused", key, allowed, err)
 		}
-		if _, _, err := l.Achieved(ctx, "whatsapp", key); err != nil {
+		if _, err := l.Achieved(ctx, "whatsapp", key); err != nil {
 			t.Fatalf("%s: Achieved: %v", key, err)
 		}
 		want, err := l.Adapted(ctx, "whatsapp", key, ceiling, a)

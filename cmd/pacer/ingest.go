@@ -19,6 +19,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -234,6 +235,7 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		Partitions: ic.Partitions, RedisFailure: cfg.RedisFailure, Logger: log,
 	}, ingest.Deps{Kafka: kc, Quota: q, Fallback: quota.NewLocal(cfg.ExpectedReplicas), Keys: bucket.NewKeys(cfg.RedisPrefix),
 		Tenants: tf.Tenants, Campaigns: control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)),
+		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, KafkaPing: kc.Ping}, reg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
@@ -242,17 +244,8 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	if err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
-	ops := opsHandler(reg, func() bool {
-		c, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		return srv.Ready(c)
-	})
-	mux.Handle("/metrics", ops)
-	mux.Handle("/healthz", ops)
-	mux.Handle("/readyz", ops)
-	mux.Handle("/", srv)
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute}
+	// srv serves /metrics, /healthz and /readyz as well as the API.
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute}
 	log.Info("ingest listening", "addr", ln.Addr().String(), "tenants", tf.Tenants().Len())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

@@ -4,6 +4,7 @@ package main
 // redis-server.
 
 import (
+	"context"
 	crand "crypto/rand"
 	"encoding/hex"
 	"io"
@@ -56,6 +57,33 @@ func TestStatusShowsKeyLimit(t *testing.T) {
 		if len(f) < len(want) || !slices.Equal(f[:len(want)], want) || (len(want) == 3 && f[3] == "(key)") {
 			t.Errorf("status --key %s row %q: want KEY RATE/S LIMIT/S = %v\n%s", key, lines[len(lines)-1], want, out)
 		}
+	}
+}
+
+// TestStatusKeyWarmingUp: a key the replicas report but whose first
+// window of 5 s has not closed shows "warming up" as its ACHIEVED/S and
+// no UTIL, rather than "-" as for a key no replica reported.
+func TestStatusKeyWarmingUp(t *testing.T) {
+	var b [4]byte
+	crand.Read(b[:])
+	prefix := "pacer-warm-" + hex.EncodeToString(b[:])
+	env := map[string]string{"PACER_REDIS_URL": testenv.RedisURL(t), "PACER_REDIS_PREFIX": prefix}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
+	defer rdb.Close()
+	ad := adapt.New(rdb, bucket.Config{Prefix: prefix})
+	if _, err := ad.RecoverAfter(t.Context(), "whatsapp", "107", bucket.Limit{PerSecond: 80, Burst: 10}, adapt.AIMD{}, 40); err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Del(context.Background(), bucket.NewKeys(prefix).Achieved("whatsapp", "107"))
+	var out, errb strings.Builder
+	if code := run(t.Context(), []string{"status", "--channel", "whatsapp", "--key", "107"}, strings.NewReader(""), &out, &errb, lookup); code != 0 {
+		t.Fatalf("pacer status: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	// KEY RATE/S LIMIT/S ACHIEVED/S UTIL ...
+	if f := strings.Fields(lines[len(lines)-1]); len(f) < 6 || f[0] != "107" || f[3]+" "+f[4] != "warming up" || f[5] != "-" {
+		t.Errorf("row %q: want ACHIEVED/S \"warming up\" and UTIL -\n%s", lines[len(lines)-1], out.String())
 	}
 }
 

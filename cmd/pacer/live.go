@@ -277,7 +277,16 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 		return strconv.FormatInt(n, 10)
 	}
 	fmt.Fprintf(stdout, "campaign %s of %s: %s\n", quoteText(s.Campaign), *channel, s.State)
-	fmt.Fprintf(stdout, "  published     %s\n", unknown(s.Published))
+	// published counts records: a file published again after a fix
+	// counts its good lines twice there; messages is the distinct ids,
+	// once the pacer skipped the copies as duplicates.
+	pub, msgs := "unknown", "unknown"
+	if s.Published >= 0 {
+		pub = fmt.Sprintf("%d records (an id published again counts again)", s.Published)
+		msgs = fmt.Sprintf("%d (published less duplicates: its distinct ids, exact once remaining is 0)", s.Messages)
+	}
+	fmt.Fprintf(stdout, "  published     %s\n", pub)
+	fmt.Fprintf(stdout, "  messages      %s\n", msgs)
 	fmt.Fprintf(stdout, "  delivered     %d\n", s.Delivered)
 	reasons := make([]string, 0, len(s.DeadLetters))
 	total := int64(0)
@@ -317,6 +326,7 @@ func unknownCampaign(verb, campaign, channel, hint string) error {
 type campaignJSON struct {
 	control.Status
 	Published  *int64   `json:"published"`   // null: not counted (records not written by pacer publish or ingest)
+	Messages   *int64   `json:"messages"`    // null when published is
 	Remaining  *int64   `json:"remaining"`   // null when published is
 	ETASeconds *float64 `json:"eta_seconds"` // null when unknown
 }
@@ -324,7 +334,7 @@ type campaignJSON struct {
 func statusJSON(s control.Status) campaignJSON {
 	out := campaignJSON{Status: s}
 	if s.Published >= 0 {
-		out.Published = &s.Published
+		out.Published, out.Messages = &s.Published, &s.Messages
 	}
 	if s.Remaining >= 0 {
 		out.Remaining = &s.Remaining

@@ -187,11 +187,13 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		// Utilization: what every replica saw accepted over the last 5 s or
 		// more, over the rate the key is paced at.
 		achieved, util := "-", "-"
-		if r, ok, err := ad.Achieved(ctx, *channel, k); err != nil {
+		if r, err := ad.Achieved(ctx, *channel, k); err != nil {
 			return fmt.Errorf("redis: %w", err)
-		} else if ok {
-			achieved = strconv.FormatFloat(r, 'f', 1, 64)
-			util = fmt.Sprintf("%.0f%%", 100*r/s.Limit.PerSecond)
+		} else if r.WarmingUp {
+			achieved = "warming up"
+		} else if r.Known {
+			achieved = strconv.FormatFloat(r.PerSecond, 'f', 1, 64)
+			util = fmt.Sprintf("%.0f%%", 100*r.PerSecond/s.Limit.PerSecond)
 		}
 		fmt.Fprintf(tw, "%s\t%.4g%s\t%.4g%s\t%s\t%s\t%.1f\t%s\t%s\t%s\n", quoteText(k), s.Limit.PerSecond, floor, ceiling.PerSecond, set,
 			achieved, util, s.Tokens, s.Adapted.CooldownLeft.Round(time.Millisecond), br, s.Breaker.Reason)

@@ -411,9 +411,16 @@ func (s *Store) AddPublished(ctx context.Context, channel string, byCampaign map
 
 // Status is a campaign's progress as the pacers counted it.
 type Status struct {
-	Campaign    string           `json:"campaign"`
-	State       string           `json:"state"`        // running, paused or cancelled; done: running with Published > 0 and Remaining 0
-	Published   int64            `json:"published"`    // -1 when unknown (not published through pacer publish)
+	Campaign  string `json:"campaign"`
+	State     string `json:"state"`     // running, paused or cancelled; done: running with Published > 0 and Remaining 0
+	Published int64  `json:"published"` // records written, an id written again counting again; -1 when unknown (not published through pacer publish or ingest)
+	// Messages is the campaign's distinct messages (ids) as far as the
+	// pacers have seen: Published less Duplicates, the records of an id
+	// published again that the pacer skipped. A record published again
+	// counts in Published at once and in Duplicates once the pacer reaches
+	// it, so Messages is exact once Remaining is 0 (and above it until
+	// then); -1 when Published is unknown.
+	Messages    int64            `json:"messages"`
 	Delivered   int64            `json:"delivered"`    // accepted by the provider
 	DeadLetters map[string]int64 `json:"dead_letters"` // by reason
 	Duplicates  int64            `json:"duplicates"`   // skipped: published again after their id was delivered or dead-lettered
@@ -496,7 +503,9 @@ func parseStatus(campaign string, m map[string]string) Status {
 			st.Rate = float64(st.Delivered-1) / (float64(l-f) / 1000)
 		}
 	}
+	st.Messages = -1
 	if st.Published >= 0 {
+		st.Messages = max(st.Published-st.Duplicates, 0)
 		st.Remaining = max(st.Published-st.Delivered-dead-st.Duplicates, 0)
 		if st.Remaining == 0 {
 			st.ETASeconds = 0

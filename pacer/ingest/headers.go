@@ -20,7 +20,10 @@ import (
 //
 // q is the quota (Integer), w the window in seconds (Integer >= 1), r the
 // quota units remaining (at most q) and t the seconds until more quota is
-// available.
+// made available (draft -10: a sliding window gains quota before its period
+// ends): a bucket's next whole unit, a window's next unit beyond r, which
+// is the Retry-After a request for r+1 units would get (quota.TierState's
+// Reset, rounded up).
 // The draft's quota units are "requests", "content-bytes" and
 // "concurrent-requests"; message tiers count envelopes, which the draft
 // does not register, so they say so in the vendor parameter pacer-unit and

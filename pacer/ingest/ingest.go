@@ -7,7 +7,8 @@
 // `pacer publish` does, and answers 202 only once Kafka acknowledged every
 // record. Every answer carries the IETF RateLimit-Policy and RateLimit
 // fields (see headers.go); errors are RFC 9457 problem+json. The API is
-// described by openapi.yaml in this package, served at /openapi.yaml.
+// described by openapi.yaml in this package, served at /openapi.yaml, with
+// the process's /healthz, /readyz and /metrics (ops.go).
 //
 // # Metrics
 //
@@ -112,6 +113,9 @@ type Deps struct {
 	// (kgo.Client.Ping): without Kafka every request waits out
 	// ProduceTimeout and gets 503, so the gateway is not ready.
 	KafkaPing func(ctx context.Context) error
+	// Metrics, if set, serves GET /metrics (the Prometheus registry's
+	// handler) on the API's address.
+	Metrics http.Handler
 	// Campaigns, if set, counts the envelopes accepted per campaign (once
 	// Kafka acknowledged them; a duplicate is not counted again) for
 	// `pacer campaign status` and the status page.
@@ -130,7 +134,8 @@ type Server struct {
 	deps Deps
 	log  *slog.Logger
 	m    *metrics
-	mux  *http.ServeMux
+	mux  *http.ServeMux // the API's paths
+	ops  *http.ServeMux // /healthz, /readyz, /metrics (ops.go)
 
 	fallback   atomic.Bool // Redis down and local quotas in use
 	partitions sync.Map    // topic -> int
@@ -180,14 +185,15 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer) (*Server, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, m: newMetrics(reg), mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, m: newMetrics(reg), mux: http.NewServeMux(), ops: http.NewServeMux()}
+	s.registerOps(s.ops)
 	s.mux.HandleFunc("POST /v1/channels/{channel}/messages", s.post)
 	s.mux.HandleFunc("/v1/channels/{channel}/messages", s.notAllowed("POST"))
 	s.mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(OpenAPI)
 	})
-	s.mux.HandleFunc("/openapi.yaml", s.notAllowed("GET, HEAD"))
+	s.mux.HandleFunc("/openapi.yaml", s.notAllowed(opsAllow))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, r, problem{Type: "https://pacer.dev/problems/not-found", Title: "Not Found", Status: http.StatusNotFound,
 			Detail: fmt.Sprintf("no resource at %q; messages are POSTed to /v1/channels/{channel}/messages", r.URL.Path)})
@@ -203,8 +209,12 @@ func (s *Server) notAllowed(allow string) http.HandlerFunc {
 	}
 }
 
-// ServeHTTP serves the API.
+// ServeHTTP serves the API and the ops paths (ops.go).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h, pattern := s.ops.Handler(r); pattern != "" {
+		h.ServeHTTP(w, r)
+		return
+	}
 	rw := &statusWriter{ResponseWriter: w}
 	defer func() {
 		if rw.status == 0 {
@@ -213,22 +223,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.m.requests.WithLabelValues(strconv.Itoa(rw.status)).Inc()
 	}()
 	s.mux.ServeHTTP(rw, r)
-}
-
-// Ready reports whether the gateway can take requests: tenants loaded,
-// Kafka answering, and Redis answering (or the local failure mode in
-// force).
-func (s *Server) Ready(ctx context.Context) bool {
-	if s.deps.Tenants() == nil {
-		return false
-	}
-	if s.deps.KafkaPing != nil && s.deps.KafkaPing(ctx) != nil {
-		return false
-	}
-	if s.deps.RedisPing == nil || s.cfg.RedisFailure == "local" {
-		return true
-	}
-	return s.deps.RedisPing(ctx) == nil
 }
 
 // line is one envelope of a request.

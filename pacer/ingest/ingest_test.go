@@ -26,7 +26,9 @@ import (
 	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
+	verrors "github.com/pb33f/libopenapi-validator/errors"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -117,7 +119,8 @@ func newEnv(t *testing.T, o opts) *env {
 		Channels: []string{"whatsapp", "sendgrid"}, IPLimit: o.ip, ChannelLimit: bucket.Limit{PerSecond: 5000, Burst: 5000},
 		TrustedProxies: o.trusted, RedisFailure: o.failure, ProduceTimeout: 3 * time.Second, Partitions: 4,
 	}, ingest.Deps{Kafka: e.kafka, Quota: quota.New(rdb), Fallback: quota.NewLocal(2), Keys: bucket.NewKeys(""),
-		Tenants: func() *ingest.Tenants { return ts }, Campaigns: e.ctl, KafkaPing: e.kafka.Ping}, e.reg)
+		Tenants: func() *ingest.Tenants { return ts }, Campaigns: e.ctl, KafkaPing: e.kafka.Ping,
+		Metrics: promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{})}, e.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -989,6 +992,154 @@ func TestRateLimitRemaining(t *testing.T) {
 	a = e.do(acmeKey, "whatsapp", "application/x-ndjson", batch("c", 500))
 	if p := a.json(t); a.status != 429 || p["tier"] != "tenant-day" || !strings.HasPrefix(a.h.Get("RateLimit"), `"tenant-day";r=400;`) {
 		t.Errorf("batch of 500 with 400 left of the day: %d tier %v, RateLimit %q; want 429 tenant-day, r=400", a.status, p["tier"], a.h.Get("RateLimit"))
+	}
+}
+
+// TestRateLimitResetDayWindow: the t of the day quota on its last 202 is
+// the Retry-After of the next request's 429, not the end of the fixed
+// day: the sliding count falls gradually, so 1000 messages accepted an
+// hour after midnight leave room for one more 86.4 s into the next day
+// (23 h 1 min 26.4 s, 82,887 s rounded up), not at midnight (82,800 s).
+func TestRateLimitResetDayWindow(t *testing.T) {
+	e := newEnv(t, opts{rate: 100, burst: 100, day: 1000})
+	e.mr.SetTime(t0.Add(time.Hour))
+	var b strings.Builder
+	for i := range 1000 {
+		b.WriteString(env1(fmt.Sprintf("d%d", i)) + "\n")
+	}
+	a := e.do(acmeKey, "whatsapp", "application/x-ndjson", b.String())
+	if a.status != 202 || a.h.Get("RateLimit") != `"tenant-day";r=0;t=82887` {
+		t.Errorf("last 202 of the day: %d, RateLimit %q; want \"tenant-day\";r=0;t=82887", a.status, a.h.Get("RateLimit"))
+	}
+	next := e.do(acmeKey, "whatsapp", "application/json", env1("over"))
+	if next.status != 429 || next.h.Get("Retry-After") != "82887" {
+		t.Errorf("next request: %d, Retry-After %q; want 429 after 82887 s, the t of the last 202", next.status, next.h.Get("Retry-After"))
+	}
+}
+
+// verrs renders validation errors of openapi.yaml.
+func verrs(errs []*verrors.ValidationError) string {
+	var msgs []string
+	for _, v := range errs {
+		msgs = append(msgs, v.Message+": "+v.Reason)
+		for _, s := range v.SchemaValidationErrors {
+			msgs = append(msgs, "  "+s.Reason)
+		}
+	}
+	return strings.Join(msgs, "\n")
+}
+
+// TestOpsPathsInOpenAPI: /healthz, /readyz (ready, and not ready naming
+// Kafka), /metrics and /openapi.yaml are described by openapi.yaml: each
+// real request is valid by it and so is its answer; and every path's 405
+// for another method is problem+json with Allow, as the document's
+// MethodNotAllowed says (validated against the path's own operation,
+// under which the document lists it).
+func TestOpsPathsInOpenAPI(t *testing.T) {
+	e := newEnv(t, opts{})
+	down := newEnv(t, opts{kafkaAddrs: []string{"127.0.0.1:1"}})
+	check := func(e *env, method, path, docMethod string, want int, h ...string) answer {
+		t.Helper()
+		a := e.raw(method, path, "", h...)
+		if a.status != want {
+			t.Fatalf("%s %s: %d %s, want %d", method, path, a.status, a.body, want)
+		}
+		vr, _ := http.NewRequest(docMethod, "http://localhost:8080"+path, nil)
+		for i := 0; i+1 < len(h); i += 2 {
+			vr.Header.Set(h[i], h[i+1])
+		}
+		if method == docMethod {
+			if ok, errs := e.oapi.ValidateHttpRequest(vr); !ok {
+				t.Errorf("%s %s: request not valid by openapi.yaml:\n%s", method, path, verrs(errs))
+			}
+		}
+		resp := &http.Response{StatusCode: a.status, Header: a.h, Body: io.NopCloser(bytes.NewReader(a.body)), Request: vr}
+		if ok, errs := e.oapi.ValidateHttpResponse(vr, resp); !ok {
+			t.Errorf("%s %s: answer %d %q drifts from openapi.yaml:\n%s", method, path, a.status, a.body, verrs(errs))
+		}
+		return a
+	}
+	if a := check(e, "GET", "/healthz", "GET", 200); string(a.body) != "ok\n" {
+		t.Errorf("/healthz: %q", a.body)
+	}
+	if a := check(e, "GET", "/readyz", "GET", 200); string(a.body) != "ready\n" {
+		t.Errorf("/readyz: %q", a.body)
+	}
+	if a := check(down, "GET", "/readyz", "GET", 503); !strings.HasPrefix(string(a.body), "not ready: kafka: ") {
+		t.Errorf("/readyz with Kafka unreachable: %q, want it named", a.body)
+	}
+	if a := check(e, "GET", "/metrics", "GET", 200); !strings.Contains(string(a.body), "pacer_ingest_redis_fallback 0") {
+		t.Errorf("/metrics: no pacer_ingest_redis_fallback in %.200q", a.body)
+	}
+	check(e, "GET", "/metrics", "GET", 200, "Accept", "application/openmetrics-text; version=1.0.0")
+	check(e, "GET", "/openapi.yaml", "GET", 200)
+	for _, c := range []struct{ method, path, doc, allow string }{
+		{"GET", "/v1/channels/whatsapp/messages", "POST", "POST"},
+		{"POST", "/openapi.yaml", "GET", "GET, HEAD"},
+		{"POST", "/healthz", "GET", "GET, HEAD"},
+		{"DELETE", "/readyz", "GET", "GET, HEAD"},
+		{"PUT", "/metrics", "GET", "GET, HEAD"},
+	} {
+		a := check(e, c.method, c.path, c.doc, 405)
+		p := isProblem(t, c.method+" "+c.path, a, 405)
+		if a.h.Get("Allow") != c.allow || !strings.Contains(p["detail"].(string), c.method) {
+			t.Errorf("%s %s: Allow %q, detail %q; want Allow %q and the method named", c.method, c.path, a.h.Get("Allow"), p["detail"], c.allow)
+		}
+	}
+	// The ops paths are not answers of the API: of the 200s only GET
+	// /openapi.yaml's counts.
+	if got := testutil.ToFloat64(e.srvMetric("pacer_ingest_requests_total", "200")); got != 1 {
+		t.Errorf("pacer_ingest_requests_total{code=\"200\"} = %v, want 1 (GET /openapi.yaml)", got)
+	}
+}
+
+// TestInvalidParamsNamesDocumented: every 422 the API answers (an
+// Idempotency-Key reused with another body is the only one) names in
+// invalid-params only values openapi.yaml's 422 lists.
+func TestInvalidParamsNamesDocumented(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Responses map[string]struct {
+				Content map[string]struct {
+					Schema struct {
+						AllOf []struct {
+							Properties map[string]struct {
+								Items struct {
+									Properties map[string]struct {
+										Enum []string
+									}
+								}
+							}
+						} `json:"allOf"`
+					}
+				}
+			}
+		}
+	}
+	if err := yaml.Unmarshal(ingest.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, part := range doc.Paths["/v1/channels/{channel}/messages"]["post"].Responses["422"].Content["application/problem+json"].Schema.AllOf {
+		names = append(names, part.Properties["invalid-params"].Items.Properties["name"].Enum...)
+	}
+	if len(names) == 0 {
+		t.Fatal("openapi.yaml's 422 lists no invalid-params names")
+	}
+	e := newEnv(t, opts{})
+	if a := e.do(acmeKey, "whatsapp", "application/json", env1("k1"), "Idempotency-Key", "reused"); a.status != 202 {
+		t.Fatalf("first use of the key: %d %s", a.status, a.body)
+	}
+	a := e.do(acmeKey, "whatsapp", "application/json", env1("k2"), "Idempotency-Key", "reused")
+	p := isProblem(t, "reused Idempotency-Key", a, 422)
+	params, _ := p["invalid-params"].([]any)
+	if len(params) == 0 {
+		t.Fatalf("422 without invalid-params: %s", a.body)
+	}
+	for _, v := range params {
+		if name, _ := v.(map[string]any)["name"].(string); !slices.Contains(names, name) {
+			t.Errorf("422 names %q; openapi.yaml lists %v", name, names)
+		}
 	}
 }
 

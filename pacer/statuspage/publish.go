@@ -24,7 +24,7 @@ const DefaultInterval = 5 * time.Second
 // keeps both in one Redis Cluster slot, so one transaction writes them):
 //
 //	pacer:status:{whatsapp}:replicas          sorted set: replica name -> Unix ms of its last publish
-//	pacer:status:{whatsapp}:replica:<name>    hash: pacing key -> "<achieved msgs/s> <records in hand>"
+//	pacer:status:{whatsapp}:replica:<name>    hash: pacing key -> "<achieved msgs/s> <records in hand>"; achieved is "w" at a key's first reading
 //
 // A replica's hash expires after 3 intervals without a publish, and its
 // entry in the set is ignored after that, so a dead replica drops out.
@@ -135,13 +135,21 @@ func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
 		if ok && was.delivered <= d {
 			d -= was.delivered // else the key's state was freed and counts from 0 again
 		}
-		rate := 0.0
-		if secs > 0 {
-			rate = float64(d) / secs
+		rate, v := 0.0, warmingUp
+		if !ok {
+			// First seen active here: it was active for part of the
+			// interval only, so d over the interval is no rate (a key at
+			// 80/s that began 0.7 s before the reading read 11.5/s).
+			rate = -1
+		} else {
+			if secs > 0 {
+				rate = float64(d) / secs
+			}
+			v = strconv.FormatFloat(rate, 'g', 6, 64)
 		}
 		r := published{delivered: a.Delivered, rate: rate, inHand: int32(min(a.InHand, math.MaxInt32)), gen: p.gen}
 		if p.rewrite || !ok || was.rate != rate || was.inHand != r.inHand {
-			fields = append(fields, a.Key, strconv.FormatFloat(rate, 'g', 6, 64)+" "+strconv.Itoa(a.InHand))
+			fields = append(fields, a.Key, v+" "+strconv.Itoa(a.InHand))
 		}
 		p.prev[a.Key] = r
 	}
@@ -201,23 +209,35 @@ func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
 // one per active key.
 type published struct {
 	delivered uint64  // the key's Delivered at the reading
-	rate      float64 // msgs/s written
+	rate      float64 // msgs/s written; -1: warming up written
 	inHand    int32   // records in hand written
 	gen       uint32  // the Publish that last saw the key active
 }
 
-// parseEntry reads one field value of a replica's hash.
-func parseEntry(v string) (achieved float64, inHand int, ok bool) {
+// warmingUp is the achieved rate a replica publishes for a key it saw
+// active for the first time at this reading: not known yet.
+const warmingUp = "w"
+
+// parseEntry reads one field value of a replica's hash: warming is true
+// (and achieved 0) for a key the replica has not seen active for a whole
+// interval yet.
+func parseEntry(v string) (achieved float64, warming bool, inHand int, ok bool) {
 	a, b, found := strings.Cut(v, " ")
 	if !found {
-		return 0, 0, false
+		return 0, false, 0, false
 	}
-	r, err1 := strconv.ParseFloat(a, 64)
-	n, err2 := strconv.Atoi(b)
-	if err1 != nil || err2 != nil || r < 0 || n < 0 {
-		return 0, 0, false
+	n, err := strconv.Atoi(b)
+	if err != nil || n < 0 {
+		return 0, false, 0, false
 	}
-	return r, n, true
+	if a == warmingUp {
+		return 0, true, n, true
+	}
+	r, err := strconv.ParseFloat(a, 64)
+	if err != nil || r < 0 {
+		return 0, false, 0, false
+	}
+	return r, false, n, true
 }
 
 // Config configures a [Page] and a [Publisher] of one channel.

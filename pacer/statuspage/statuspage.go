@@ -54,10 +54,15 @@ type Key struct {
 	Limit    float64 `json:"limit"`    // configured rate: the AIMD ceiling
 	Burst    int     `json:"burst"`    // configured burst
 	Rate     float64 `json:"rate"`     // adapted rate the pacers take tokens under
-	Achieved float64 `json:"achieved"` // delivered over the last publish interval, summed over replicas
+	Achieved float64 `json:"achieved"` // delivered over the last publish interval, summed over replicas; 0 while WarmingUp
 	// Utilization is Achieved / Rate (the share of the allowed rate used);
-	// low is expected for a key without a backlog.
-	Utilization   float64 `json:"utilization"`
+	// low is expected for a key without a backlog; 0 while WarmingUp.
+	Utilization float64 `json:"utilization"`
+	// WarmingUp is true while a replica has not seen the key active for a
+	// whole publish interval yet (it became active since its last
+	// reading): its rate over the interval is not known, and Achieved and
+	// Utilization are not given.
+	WarmingUp     bool    `json:"warming_up"`
 	Tokens        float64 `json:"tokens"`      // tokens in the bucket under Rate; negative while slots are granted ahead
 	CooldownMS    int64   `json:"cooldown_ms"` // cooldown left, ms; 0 = none
 	AtFloor       bool    `json:"at_floor"`    // adapted rate at the AIMD floor
@@ -80,7 +85,8 @@ type Key struct {
 type Campaign struct {
 	Name         string           `json:"name"`
 	State        string           `json:"state"`     // running, paused, cancelled or done (see control.Status)
-	Published    int64            `json:"published"` // -1 when unknown (not published through pacer publish or the ingest API)
+	Published    int64            `json:"published"` // records; an id published again counts again; -1 when unknown (not published through pacer publish or the ingest API)
+	Messages     int64            `json:"messages"`  // distinct ids: published less duplicates, exact once remaining is 0 (control.Status); -1 when published is unknown
 	Delivered    int64            `json:"delivered"`
 	DeadLettered map[string]int64 `json:"dead_lettered"` // by DLQ reason
 	Duplicates   int64            `json:"duplicates"`    // skipped: published again after their id was delivered or dead-lettered
@@ -105,7 +111,8 @@ type Totals struct {
 	Limit       float64 `json:"limit"`
 	Rate        float64 `json:"rate"`
 	Achieved    float64 `json:"achieved"`
-	Utilization float64 `json:"utilization"` // Achieved / Rate over keys with a backlog; 0 when none
+	Utilization float64 `json:"utilization"` // Achieved / Rate over keys with a backlog, not warming up; 0 when none
+	WarmingUp   int     `json:"warming_up"`  // keys warming up (Key.WarmingUp), left out of Achieved and Utilization
 	Backlog     int     `json:"backlog"`
 	Cooldown    int     `json:"cooldown"`
 	AtFloor     int     `json:"at_floor"`
@@ -143,7 +150,8 @@ var sorts = map[string]func(a, b *Key) int{
 		return cmp.Or(-cmp.Compare(a.Achieved, b.Achieved), strings.Compare(a.Key, b.Key))
 	},
 	"utilization": func(a, b *Key) int {
-		return cmp.Or(cmp.Compare(a.Utilization, b.Utilization), strings.Compare(a.Key, b.Key))
+		// Keys warming up have no utilization yet: after the others.
+		return cmp.Or(cmp.Compare(b2i(a.WarmingUp), b2i(b.WarmingUp)), cmp.Compare(a.Utilization, b.Utilization), strings.Compare(a.Key, b.Key))
 	},
 	"key": func(a, b *Key) int { return strings.Compare(a.Key, b.Key) },
 }
@@ -257,7 +265,7 @@ func (pg *Page) collect(ctx context.Context) (*reading, error) {
 	byKey := map[string]*Key{}
 	for _, c := range cmds {
 		for k, v := range c.Val() {
-			ach, inHand, ok := parseEntry(v)
+			ach, warming, inHand, ok := parseEntry(v)
 			if !ok {
 				continue
 			}
@@ -267,12 +275,16 @@ func (pg *Page) collect(ctx context.Context) (*reading, error) {
 				byKey[k] = row
 			}
 			row.Achieved += ach
+			row.WarmingUp = row.WarmingUp || warming
 			row.Backlog += inHand
 			row.Replicas++
 		}
 	}
 	keys := make([]Key, 0, len(byKey))
 	for _, row := range byKey {
+		if row.WarmingUp {
+			row.Achieved = 0 // some replicas' part only
+		}
 		keys = append(keys, *row)
 	}
 	slices.SortFunc(keys, func(a, b Key) int { return strings.Compare(a.Key, b.Key) })
@@ -309,7 +321,8 @@ func (pg *Page) collect(ctx context.Context) (*reading, error) {
 		t.Rate += k.Rate
 		t.Achieved += k.Achieved
 		t.Backlog += k.Backlog
-		if k.Backlog > 0 {
+		t.WarmingUp += b2i(k.WarmingUp)
+		if k.Backlog > 0 && !k.WarmingUp {
 			backlogAch += k.Achieved
 			backlogRate += k.Rate
 		}
@@ -343,7 +356,7 @@ func (pg *Page) campaigns(ctx context.Context, now time.Time) ([]Campaign, error
 		if !unfinished && now.Sub(st.LastActive) > campaignRecent {
 			continue
 		}
-		out = append(out, Campaign{Name: st.Campaign, State: st.State, Published: st.Published, Delivered: st.Delivered,
+		out = append(out, Campaign{Name: st.Campaign, State: st.State, Published: st.Published, Messages: st.Messages, Delivered: st.Delivered,
 			DeadLettered: st.DeadLetters, Duplicates: st.Duplicates, Remaining: st.Remaining, Achieved: st.Rate, ETASeconds: st.ETASeconds,
 			LastActive: st.LastActive})
 	}
@@ -375,7 +388,7 @@ func (pg *Page) fill(ctx context.Context, k *Key) {
 	k.Breaker = s.Breaker.State.String()
 	k.BreakerLeftMS = s.Breaker.OpenLeft.Milliseconds()
 	k.BreakerReason = s.Breaker.Reason
-	if k.Rate > 0 {
+	if k.Rate > 0 && !k.WarmingUp {
 		k.Utilization = k.Achieved / k.Rate
 	}
 }

@@ -214,8 +214,8 @@ func TestStatusAddsUpReplicas(t *testing.T) {
 		sp.Remaining != 390 || sp.Achieved < 29.9 || sp.Achieved > 30 || sp.ETASeconds < 13 || sp.ETASeconds > 13.1 {
 		t.Errorf("spring %+v; want running, 600 of 1000 delivered, 10 permanent, 390 remaining at ~29.95/s, ETA ~13 s", sp)
 	}
-	if au.Name != "autumn" || au.State != "paused" || au.Published != 200 || au.Delivered != 50 || au.Duplicates != 30 || au.Remaining != 120 {
-		t.Errorf("autumn %+v; want paused, 50 of 200 delivered, 30 duplicates, 120 remaining", au)
+	if au.Name != "autumn" || au.State != "paused" || au.Published != 200 || au.Delivered != 50 || au.Duplicates != 30 || au.Remaining != 120 || au.Messages != 170 {
+		t.Errorf("autumn %+v; want paused, 50 of 200 delivered, 30 duplicates (170 messages), 120 remaining", au)
 	}
 
 	// Search and top-N over every key.
@@ -408,7 +408,7 @@ func TestPageInChromium(t *testing.T) {
 	if got := campaignRow(t, dom, "spring"); got != "spring|running|600 / 1,000|61 %|390|permanent 10|30|13 s" {
 		t.Errorf("row of campaign spring: %q", got)
 	}
-	if got := campaignRow(t, dom, "autumn"); got != "autumn|paused|50 / 200, 30 duplicates|40 %|120|0|4.9|paused" {
+	if got := campaignRow(t, dom, "autumn"); got != "autumn|paused|50 / 200, 30 duplicates (170 messages)|40 %|120|0|4.9|paused" {
 		t.Errorf("row of campaign autumn: %q", got)
 	}
 	if strings.Contains(dom, `data-campaign="old"`) {
@@ -595,5 +595,47 @@ func TestPublishWritesWhatChanged(t *testing.T) {
 	}
 	if ttl := rdb.PTTL(ctx, hk).Val(); ttl <= 0 || ttl > 3*iv {
 		t.Errorf("replica hash TTL %v, want within 3 intervals", ttl)
+	}
+}
+
+// TestKeyWarmingUp: a key that became active since a replica's last
+// reading is warming up: its rate over the interval is not known (56
+// delivered in the 0.7 s since it began at 80/s read as 11.2/s over the
+// 5 s interval, 14 % of its rate), so the page gives no achieved rate or
+// utilization for it, says warming_up and leaves it out of the totals'
+// utilization, until a reading that saw it active for a whole interval.
+func TestKeyWarmingUp(t *testing.T) {
+	rdb, cfg := setup(t)
+	ctx := context.Background()
+	src := &source{}
+	pub := NewPublisher(rdb, cfg, src.get)
+	now := time.Now()
+	publish := func(at time.Time, acts ...KeyActivity) {
+		t.Helper()
+		src.set(acts...)
+		if err := pub.Publish(ctx, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	row := func(key string) (Key, Totals) {
+		t.Helper()
+		st, err := New(rdb, cfg).Status(ctx, key, "", 0)
+		if err != nil || len(st.Keys) != 1 {
+			t.Fatalf("status of %s: %+v, %v", key, st, err)
+		}
+		return st.Keys[0], st.Totals
+	}
+	publish(now.Add(-10*time.Second), act("15550000001", 0, 3))
+	publish(now.Add(-5*time.Second), act("15550000001", 400, 3))
+	publish(now, act("15550000001", 800, 3), act("15550000002", 56, 4))
+	if k, tot := row("15550000002"); !k.WarmingUp || k.Achieved != 0 || k.Utilization != 0 || k.Backlog != 4 || tot.WarmingUp != 1 {
+		t.Errorf("key active for 0.7 s of the interval: %+v, totals %+v; want warming up, no achieved rate or utilization, backlog 4", k, tot)
+	}
+	if k, _ := row("15550000001"); k.WarmingUp || k.Achieved != 80 || k.Utilization != 1 {
+		t.Errorf("key active for the whole interval: %+v; want achieved 80, utilization 1", k)
+	}
+	publish(now.Add(5*time.Second), act("15550000001", 1200, 3), act("15550000002", 456, 4))
+	if k, tot := row("15550000002"); k.WarmingUp || k.Achieved != 80 || k.Utilization != 1 || tot.WarmingUp != 0 {
+		t.Errorf("after a whole interval: %+v, totals %+v; want achieved 80, utilization 1", k, tot)
 	}
 }

@@ -97,6 +97,10 @@ func (l *Local) Take(_ context.Context, r Request) (Result, error) {
 		b    *localBucket
 		w    *localWindow
 		cost int
+		// A window's max (this process's share) and the time elapsed in
+		// its fixed window, for its Reset after the grant.
+		max     int
+		elapsed time.Duration
 	}
 	apply := make([]pending, len(r.Tiers))
 	var longest time.Duration
@@ -137,32 +141,16 @@ func (l *Local) Take(_ context.Context, r Request) (Result, error) {
 				nw.prev = w.cur
 			}
 			elapsed := now.Sub(ws)
-			count := func(c, p int, e time.Duration) int {
-				return c + int(math.Ceil(float64(p)*float64(period-e)/float64(period)))
-			}
-			est := count(nw.cur, nw.prev, elapsed)
+			est := localCount(nw.cur, nw.prev, period, elapsed)
 			switch {
 			case cost > t.Window.Max:
 				st.Wait = -1
 			case cost > 0 && est+cost > t.Window.Max:
-				// Step to the first instant the count allows it: at most
-				// through the end of the next window, in 1/1000 periods.
-				step := max(period/1000, time.Microsecond)
-				st.Wait = 2 * period
-				for e := elapsed + step; e <= elapsed+2*period; e += step {
-					c, p, ee := nw.cur, nw.prev, e
-					if e >= period {
-						c, p, ee = 0, nw.cur, e-period
-					}
-					if count(c, p, ee)+cost <= t.Window.Max {
-						st.Wait = e - elapsed
-						break
-					}
-				}
+				st.Wait = localWindowWait(nw.cur, nw.prev, cost, t.Window.Max, period, elapsed)
 			}
-			apply[i] = pending{w: nw, cost: cost}
+			apply[i] = pending{w: nw, cost: cost, max: t.Window.Max, elapsed: elapsed}
 			st.Remaining = max(t.Window.Max-est, 0)
-			st.Reset = period - elapsed
+			st.Reset = localWindowReset(nw.cur, nw.prev, t.Window.Max, period, elapsed)
 		}
 		if st.Wait != 0 && (res.Refused < 0 || st.Wait == -1 || (longest != -1 && st.Wait > longest)) {
 			res.Refused, longest = i, st.Wait
@@ -187,6 +175,7 @@ func (l *Local) Take(_ context.Context, r Request) (Result, error) {
 			p.w.cur += p.cost
 			l.windows[t.Key] = p.w
 			res.Tiers[i].Remaining = max(res.Tiers[i].Remaining-p.cost, 0)
+			res.Tiers[i].Reset = localWindowReset(p.w.cur, p.w.prev, p.max, t.Window.Period, p.elapsed)
 		}
 	}
 	claim := localRecord{value: "p:" + res.Token, expires: now.Add(r.ClaimTTL)}
@@ -253,4 +242,60 @@ func (l *Local) sweep(now time.Time) {
 			delete(l.windows, k)
 		}
 	}
+}
+
+// localCount is the sliding count e into a fixed window of period holding
+// c, with p in the previous one (window_read.lua's window_count).
+func localCount(c, p int, period, e time.Duration) int {
+	return c + int(math.Ceil(float64(p)*float64(period-e)/float64(period)))
+}
+
+// localWindowWait is how long until n more events fit in a window of limit
+// per period holding cur and prev at elapsed, if nothing else is counted
+// (1 <= n <= limit), at least 1 µs: window_read.lua's window_wait, in
+// whole microseconds as it reckons them.
+func localWindowWait(cur, prev, n, limit int, period, elapsed time.Duration) time.Duration {
+	us := func(d time.Duration) float64 { return float64(d / time.Microsecond) }
+	pd, el := us(period), us(elapsed)
+	count := func(c, p int, e float64) float64 { return float64(c) + math.Ceil(float64(p)*(pd-e)/pd) }
+	// need is the fewest µs e into a window (0 <= e <= period) at which
+	// count(c, p, e) + n <= limit; false if even e = period is too early.
+	need := func(c, p int) (float64, bool) {
+		room := limit - n - c
+		if room < 0 {
+			return 0, false
+		}
+		if p <= room {
+			return 0, true
+		}
+		e := pd - math.Floor(float64(room)*pd/float64(p))
+		for e > 0 && count(c, p, e-1)+float64(n) <= float64(limit) {
+			e--
+		}
+		for e <= pd && count(c, p, e)+float64(n) > float64(limit) {
+			e++
+		}
+		return e, true
+	}
+	var wait float64
+	if e, ok := need(cur, prev); ok && e < pd {
+		wait = e - el
+	} else {
+		e, ok := need(0, cur) // in the next window cur becomes prev
+		if !ok {
+			e = pd
+		}
+		wait = pd - el + e
+	}
+	return time.Duration(max(wait, 1)) * time.Microsecond
+}
+
+// localWindowReset is a window's Reset: how long until one unit more than
+// it has left fits (0 when it counts nothing), as quota.lua answers it.
+func localWindowReset(cur, prev, limit int, period, elapsed time.Duration) time.Duration {
+	est := localCount(cur, prev, period, elapsed)
+	if est <= 0 {
+		return 0
+	}
+	return localWindowWait(cur, prev, max(limit-est, 0)+1, limit, period, elapsed)
 }

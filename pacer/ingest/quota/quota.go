@@ -116,8 +116,13 @@ type TierState struct {
 	// nothing else is counted; 0 if it can now; -1 if it never can (the
 	// cost is above the tier's capacity).
 	Wait time.Duration
-	// Reset is how long until the tier gains quota: a bucket its next
-	// whole unit (0 when full), a window the end of its fixed window.
+	// Reset is how long until the tier gains quota (after this request
+	// when it was granted): a bucket its next whole unit (0 when full), a
+	// window the time until Remaining+1 units fit (0 when it counts
+	// nothing), which is the Wait a request of that many would get. A
+	// sliding window's count falls gradually, as the previous fixed
+	// window's share leaves it, so this is not the end of the fixed window:
+	// a day used up in its last hours may only recover hours into the next.
 	Reset time.Duration
 }
 

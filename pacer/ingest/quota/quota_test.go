@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
@@ -174,6 +175,66 @@ func TestDayWindowBoundary(t *testing.T) {
 	if admitted != 500 {
 		t.Fatalf("half a day after the boundary: %d admitted, want 500", admitted)
 	}
+}
+
+// TestDayWindowReset: a day window's Reset is when one unit more than
+// what remains fits again, which is the Wait of the next request of one
+// message: not the end of the fixed day, since the sliding count falls
+// gradually. 1000 accepted an hour into day 0 and 250 six hours into day
+// 1 leave the count at 1000; it falls to 999 once 251/1000 of day 1 have
+// passed, 86.4 s later (the end of day 1 is 18 h off).
+func TestDayWindowReset(t *testing.T) {
+	day := func(p string) []quota.Tier {
+		return []quota.Tier{{Name: "tenant-day", Key: bucket.NewKeys(p).Ingest("tenant-day", "acme"), Unit: quota.PerMessage,
+			Window: &window.Window{Max: 1000, Period: 24 * time.Hour}}}
+	}
+	// run takes 1000 at 1h, 250 at 30h and then one, with at(d) setting
+	// the quota's clock to d after a midnight.
+	run := func(t *testing.T, q quota.Quota, p string, at func(time.Duration)) {
+		ctx := context.Background()
+		n := 0
+		take := func(count int) quota.Result {
+			t.Helper()
+			var names []string
+			for range count {
+				n++
+				names = append(names, fmt.Sprint("r", n))
+			}
+			r, err := q.Take(ctx, quota.Request{Tiers: day(p), IDs: ids(p, names...), ClaimTTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		at(time.Hour)
+		if r := take(1000); !r.Granted || r.Tiers[0].Reset != 23*time.Hour+86400*ms {
+			t.Errorf("day 0, 1000 of 1000: %+v; want granted, reset 23h1m26.4s (the count of 1000 falls to 999 86.4 s into day 1)", r)
+		}
+		at(30 * time.Hour)
+		last := take(250)
+		if !last.Granted || last.Tiers[0].Remaining != 0 {
+			t.Fatalf("day 1, 250 more: %+v; want granted with 0 remaining", last)
+		}
+		next := take(1)
+		if next.Granted || next.Tiers[0].Wait != 86400*ms {
+			t.Fatalf("day 1, one more: %+v; want refused for 86.4 s", next)
+		}
+		if last.Tiers[0].Reset != next.Tiers[0].Wait {
+			t.Errorf("the last grant's reset %v, the next request's wait %v; want them equal", last.Tiers[0].Reset, next.Tiers[0].Wait)
+		}
+	}
+	redistest.Each(t, func(t *testing.T, e *redistest.Env) {
+		if e.MR == nil {
+			t.Skip("the clock is miniredis's")
+		}
+		run(t, quota.New(e.RDB), e.Prefix, func(d time.Duration) { e.MR.SetTime(redistest.T0.Add(d)) })
+	})
+	t.Run("local", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now() // synctest starts at a midnight
+			run(t, quota.NewLocal(1), "", func(d time.Duration) { time.Sleep(start.Add(d).Sub(time.Now())) })
+		})
+	})
 }
 
 func TestInvalid(t *testing.T) {
