@@ -85,6 +85,14 @@ func (k Keys) Achieved(channel, key string) string { return k.name(channel, key,
 // the recipient, never the address) (package adapt).
 func (k Keys) Pairs(channel, key string) string { return k.name(channel, key, "pairs") }
 
+// PairLimit is the pair-limit bucket of a pacing key and a recipient,
+// named by the recipient's hash (never the address), which the ledger's
+// claim takes a turn of (package ledger, lua/pair_limit.lua): in the key's
+// slot, so the claim's call reaches it.
+func (k Keys) PairLimit(channel, key, hash string) string {
+	return k.name(channel, key, "pair:"+hash)
+}
+
 // Breaker is the hash of a pacing key's circuit breaker (package adapt).
 func (k Keys) Breaker(channel, key string) string { return k.name(channel, key, "breaker") }
 

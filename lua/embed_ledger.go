@@ -1,9 +1,6 @@
 package lua
 
-import _ "embed"
-
 // Ledger runs the idempotency ledger's claims, delivered marks, releases
-// and reads of one flush in one call; see ledger.lua for the contract.
-//
-//go:embed ledger.lua
-var Ledger string
+// and reads of one flush in one call, the claims' pair limits included;
+// see ledger.lua for the contract.
+var Ledger = compose("ledger.lua")

@@ -37,7 +37,7 @@ var scripts = []struct {
 	{"breaker_allow.lua", BreakerAllow, []string{"breaker_read", "adapt_base", "argv"}},
 	{"breaker_result.lua", BreakerResult, []string{"breaker_read", "adapt_base", "argv"}},
 	{"breaker_status.lua", BreakerStatus, []string{"breaker_read", "adapt_base", "argv"}},
-	{"ledger.lua", Ledger, nil},
+	{"ledger.lua", Ledger, []string{"pair_limit"}},
 	{"suppress_add.lua", SuppressAdd, nil},
 	{"portfolio.lua", Portfolio, nil},
 	{"quota.lua", Quota, []string{"refill", "window_read"}},

@@ -21,16 +21,25 @@
 --                 same order (package suppress: recipient hash ->
 --                 "<expires_ms> <a|m> <reason> <at_ms>", expires_ms 0 =
 --                 until removed, m = marketing messages only)
--- KEYS[2c+1..2c+7] the generation hashes of generations base .. base+6, all
---                 in one Redis Cluster slot with the cooldown keys
+-- KEYS[2c+1..2c+p] the pair keys of the claims' pair limits (see
+--                 pair_limit.lua: the pair's next arrival time in µs of
+--                 Redis TIME); p may be 0
+-- KEYS[2c+p+1..2c+p+7] the generation hashes of generations base ..
+--                 base+6, all in one Redis Cluster slot with the cooldown
+--                 and pair keys
 -- ARGV[1]         gen_ms: generation length, integer >= 1 (ms)
--- ARGV[2]         base: the generation of KEYS[2c+1], integer; the caller
+-- ARGV[2]         base: the generation of KEYS[2c+p+1], integer; the caller
 --                 passes its own clock's generation - 5, so Redis TIME's
 --                 generation must be base+4 .. base+6 (clocks apart by less
 --                 than one generation), else an error
 -- ARGV[3]         c: how many of KEYS are cooldown keys, integer >= 0
--- ARGV[4..]       operations, 5 arguments each, run in order:
---                   op, field, arg, cooldown index (1..c, or 0), recipient
+-- ARGV[4]         p: how many of KEYS are pair keys, integer >= 0
+-- ARGV[5..4+2p]   the limit of each pair key, in order: its interval
+--                 (µs, integer >= 1) and its burst (messages, integer >= 1)
+-- ARGV[5+2p..]    operations, 6 arguments each, run in order:
+--                   op, field, arg, cooldown index (1..c, or 0), recipient,
+--                   pair index (1..p: the claim takes a turn of that pair
+--                   key, see "pair:" below; 0 none)
 --                 recipient: "" (not checked), else the recipient's hash
 --                   in the suppression hash of the cooldown index ("m"
 --                   before it: a marketing message); claims only
@@ -53,6 +62,8 @@
 --        "abandoned" (claimed by another owner, which may or may not have
 --        sent it; "c" only, nothing written) or "cooldown:<us>" (the
 --        pacing key cools down <us> more microseconds; nothing written)
+--        or "pair:<us>" (a new claim or a takeover whose pair has no turn
+--        free: the next comes in <us> microseconds; nothing written)
 --   "q": "delivered", "deadlettered", "claimed" or "none"
 -- Error reply "ERR ledger: ..." for malformed ARGV or a clock off by more
 -- than a generation.
@@ -61,12 +72,17 @@
 -- per suppression hash a claim with a recipient reads; one HMGET
 -- per generation read (5) when a claim, release, read or dead-lettered
 -- mark is made (delivered marks alone read nothing); one HSET and one PEXPIREAT of the current hash when
--- anything is written; one HDEL per hash a release drops a claim from.
+-- anything is written; one HDEL per hash a release drops a claim from;
+-- with pair keys, one MGET of them and one SET per pair key a claim took
+-- a turn of.
 --
 -- Writes: HSET of the current generation's hash (claims "c:<owner>",
 -- marks "d:<provider id>" and "x:<reason>"), PEXPIREAT of it at the end of generation
 -- g + 4; HDEL of a released claim from every generation that holds it
--- (older claims it shadowed included, so none comes back).
+-- (older claims it shadowed included, so none comes back); SET of each
+-- pair key changed, with PX until its bucket is full again.
+
+-- @include pair_limit
 
 local gen_ms, base, c = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if not gen_ms or gen_ms < 1 or gen_ms ~= math.floor(gen_ms) then
@@ -75,22 +91,31 @@ end
 if not base or base ~= math.floor(base) then
   return redis.error_reply('ERR ledger: base must be an integer')
 end
-if not c or c < 0 or c ~= math.floor(c) or #KEYS ~= 2 * c + 7 then
-  return redis.error_reply('ERR ledger: c must be an integer >= 0 with 2c + 7 keys')
+local p = tonumber(ARGV[4])
+if not c or c < 0 or c ~= math.floor(c) or not p or p < 0 or p ~= math.floor(p) or #KEYS ~= 2 * c + p + 7 then
+  return redis.error_reply('ERR ledger: c and p must be integers >= 0 with 2c + p + 7 keys')
 end
-local nops = (#ARGV - 3) / 5
+local piv, pb = {}, {} -- pair key index -> interval (µs), burst
+for i = 1, p do
+  piv[i], pb[i] = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
+  if not piv[i] or piv[i] < 1 or piv[i] ~= math.floor(piv[i]) or not pb[i] or pb[i] < 1 or pb[i] ~= math.floor(pb[i]) then
+    return redis.error_reply('ERR ledger: the interval and burst of pair key ' .. i .. ' must be integers >= 1')
+  end
+end
+local op1 = 5 + 2 * p -- the first operation's first argument
+local nops = (#ARGV - op1 + 1) / 6
 if nops < 1 or nops ~= math.floor(nops) then
-  return redis.error_reply('ERR ledger: operations must come in fives')
+  return redis.error_reply('ERR ledger: operations must come in sixes')
 end
 
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local g = math.floor(math.floor(now_us / 1000) / gen_ms)
-local cur = g - base + 1 -- index of the current generation among KEYS[2c+1..2c+7]
+local cur = g - base + 1 -- index of the current generation among KEYS[2c+p+1..2c+p+7]
 if cur < 5 or cur > 7 then
   return redis.error_reply('ERR ledger: the caller\'s clock is off Redis TIME by more than a generation (' .. gen_ms .. ' ms)')
 end
-local function hkey(i) return KEYS[2 * c + i] end -- i: cur-4 .. cur
+local function hkey(i) return KEYS[2 * c + p + i] end -- i: cur-4 .. cur
 
 -- The fields to read: those of claims, releases and reads.
 local valid = {d = true, x = true, r = true, c = true, f = true, q = true}
@@ -98,7 +123,7 @@ local fields, seen = {}, {}
 local needcool = false
 local supf = {} -- cooldown index -> the recipient hashes its claims check
 for j = 0, nops - 1 do
-  local at = 4 + 5 * j
+  local at = op1 + 6 * j
   local op, f = ARGV[at], ARGV[at + 1]
   if not valid[op] then
     return redis.error_reply('ERR ledger: operation ' .. (j + 1) .. ' is not d, x, r, c, f or q')
@@ -118,6 +143,10 @@ for j = 0, nops - 1 do
         if string.byte(to, 1) == 109 then to = string.sub(to, 2) end -- 'm'
         supf[ci] = supf[ci] or {}
         table.insert(supf[ci], to)
+      end
+      local pi = tonumber(ARGV[at + 5])
+      if not pi or pi < 0 or pi > p or pi ~= math.floor(pi) then
+        return redis.error_reply('ERR ledger: pair index of operation ' .. (j + 1) .. ' is outside 0..p')
       end
     end
     if not seen[f] then
@@ -139,6 +168,7 @@ if needcool then
     end
   end
 end
+pair_read(2 * c + 1, p)
 
 -- The suppressions of the claims' recipients: sup[ci][hash] = the entry
 -- ("<expires_ms> <a|m> <reason> <at_ms>") while it has not expired.
@@ -219,7 +249,7 @@ end
 
 local out = {}
 for j = 0, nops - 1 do
-  local at = 4 + 5 * j
+  local at = op1 + 6 * j
   local op, f, arg = ARGV[at], ARGV[at + 1], ARGV[at + 2]
   local r
   if op == 'd' then
@@ -267,10 +297,17 @@ for j = 0, nops - 1 do
       r = 'claimed' -- claimed again (a slot that lapsed): nothing to write
     else
       -- A new claim, or a takeover (older generations' claims stay,
-      -- shadowed by this newer one; a release drops them all).
-      put(f, mine)
-      cl[f] = mine
-      r = 'claimed'
+      -- shadowed by this newer one; a release drops them all), once its
+      -- pair, if any, has a turn free.
+      local pi = tonumber(ARGV[at + 5])
+      local wait = pi > 0 and pair_take(pi, piv[pi], pb[pi], now_us)
+      if wait then
+        r = 'pair:' .. string.format('%.0f', wait)
+      else
+        put(f, mine)
+        cl[f] = mine
+        r = 'claimed'
+      end
     end
   end
   out[j + 1] = r
@@ -287,6 +324,7 @@ if #hs > 0 then
   redis.call('HSET', hkey(cur), unpack(hs))
   redis.call('PEXPIREAT', hkey(cur), string.format('%.0f', (g + 5) * gen_ms))
 end
+pair_write(2 * c + 1, now_us)
 for i = cur - 4, cur do
   if del[i] then
     local fs = {}

@@ -29,6 +29,7 @@ import (
 	"github.com/pacerhq/pacer/channels/sendgrid/sendgridtest"
 	"github.com/pacerhq/pacer/channels/whatsapp"
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
+	"github.com/pacerhq/pacer/pacer/ledger"
 )
 
 // channel is everything the command knows of one provider channel: one row
@@ -81,9 +82,13 @@ func connMetrics(ch *channel) []prometheus.Collector {
 
 // recipientBucket is a channel's optional per-recipient bucket:
 // PACER_<NAME>_<prefix>_RATE (messages per second; 0 = off) and _BURST.
+// With every, the channel also has PACER_<NAME>_<prefix>_INTERVAL (a
+// duration; 0 = off), the pair limit the ledger claim takes a turn of
+// (consumer.Config.Pair), at _BURST.
 type recipientBucket struct {
 	prefix string
 	limit  channels.Limit // the defaults
+	every  time.Duration  // the default of _INTERVAL; 0: the channel has no such variable
 }
 
 // setting is one string variable PACER_<NAME>_<suffix> of a channel.
@@ -130,9 +135,12 @@ func fcmDataKey(s string) error {
 var channelTable = []channel{
 	{
 		name: "whatsapp", keys: "WhatsApp phone-number IDs",
-		conns:     whatsapp.Connections(),
-		limit:     channels.Limit{PerSecond: whatsapp.DefaultRate, Burst: 10},
-		recipient: &recipientBucket{"PAIR", channels.Limit{PerSecond: 0, Burst: 45}}, // Meta: about 1 per 6 s, up to 45 in a burst (error 131056)
+		conns: whatsapp.Connections(),
+		limit: channels.Limit{PerSecond: whatsapp.DefaultRate, Burst: 10},
+		// Meta: about 1 per 6 s, up to 45 in a burst (error 131056), taken by
+		// default in the ledger claim (PAIR_INTERVAL); the slot-time bucket
+		// (PAIR_RATE) is off.
+		recipient: &recipientBucket{"PAIR", channels.Limit{PerSecond: 0, Burst: 45}, 6 * time.Second},
 		settings: []setting{
 			{"BASE_URL", whatsapp.DefaultBaseURL, httpURL, false},
 			{"API_VERSION", whatsapp.DefaultAPIVersion, func(s string) error {
@@ -311,7 +319,7 @@ var channelTable = []channel{
 		name: "fcm", keys: "Firebase projects",
 		conns:     fcm.Connections(),
 		limit:     fcm.DefaultLimit,
-		recipient: &recipientBucket{"DEVICE", fcm.DeviceLimit},
+		recipient: &recipientBucket{"DEVICE", fcm.DeviceLimit, 0}, // no pair limit in the claim: Google publishes none beyond the device rate
 		settings: []setting{
 			{"BASE_URL", fcm.DefaultBaseURL, httpURL, false},
 			{"CREDENTIALS_FILE", "", nil, false}, // service-account JSON; never logged
@@ -499,6 +507,9 @@ func (ch *channel) variables() []string {
 	v := []string{ch.prefix() + "RATE", ch.prefix() + "BURST"}
 	if r := ch.recipient; r != nil {
 		v = append(v, ch.prefix()+r.prefix+"_RATE", ch.prefix()+r.prefix+"_BURST")
+		if r.every > 0 {
+			v = append(v, ch.prefix()+r.prefix+"_INTERVAL")
+		}
 	}
 	for _, s := range ch.settings {
 		v = append(v, ch.prefix()+s.suffix)
@@ -519,6 +530,7 @@ func (ch *channel) defaultRecipientLimit() bucket.Limit {
 type channelConfig struct {
 	limit     bucket.Limit // PACER_<NAME>_RATE, _BURST
 	recipient bucket.Limit // zero when the channel has none or its rate is 0
+	pair      ledger.Pair  // PACER_<NAME>_<prefix>_INTERVAL and _BURST; zero when the channel has none or its interval is 0
 	vars      channelVars
 	// unparsed: a rate or burst is not a number (its default stands in),
 	// so the pacer's rules that compare with this channel's limits cannot
@@ -617,6 +629,10 @@ func readChannel(ch *channel, lookup func(string) (string, bool)) (channelConfig
 		// docs/configuration.md: a recipient bucket's rate 0 = off (the pacer runs
 		// without it), even where its default is on (FCM's device bucket).
 		c.recipient = limit(ch.prefix()+r.prefix+"_", r.limit, true)
+		var err error
+		if c.pair, err = readPair(ch.prefix()+r.prefix+"_", r, get); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, s := range ch.settings {
 		val := get(ch.prefix()+s.suffix, s.def)

@@ -264,7 +264,7 @@ func (c config) pacerConfig(ch *channel) consumer.Config {
 		floor = *c.AIMDFloor
 	}
 	return consumer.Config{
-		Channel: ch.name, Limit: cc.limit, RecipientLimit: cc.recipient,
+		Channel: ch.name, Limit: cc.limit, RecipientLimit: cc.recipient, Pair: cc.pair,
 		AIMD: adapt.AIMD{Decrease: c.AIMDDecrease, Floor: floor, Window: c.AIMDWindow, Step: c.AIMDStep,
 			MinCooldown: c.ThrottleCooldown, MaxCooldown: c.MaxCooldown},
 		Breaker:     adapt.Breaker{OpenFor: c.HaltCooldown, MaxOpenFor: c.BreakerMaxOpen, FloorThrottles: c.BreakerFloorThrottles},
@@ -317,6 +317,7 @@ func (c config) nameField(ch *channel, e *consumer.FieldError) error {
 	vars := map[string]string{"Limit.PerSecond": ch.prefix() + "RATE", "Limit.Burst": ch.prefix() + "BURST"}
 	if r := ch.recipient; r != nil {
 		vars["RecipientLimit.PerSecond"], vars["RecipientLimit.Burst"] = ch.prefix()+r.prefix+"_RATE", ch.prefix()+r.prefix+"_BURST"
+		vars["Pair"] = ch.prefix() + r.prefix + "_INTERVAL"
 	}
 	t := reflect.TypeOf(c)
 	for i := range t.NumField() {
@@ -552,6 +553,9 @@ func settingsHelp(ch *channel) string {
 		fmt.Fprintf(tw, "  %sRATE\t%g\n  %sBURST\t%d\n", r.prefix(), r.limit.PerSecond, r.prefix(), r.limit.Burst)
 		if rb := r.recipient; rb != nil {
 			fmt.Fprintf(tw, "  %s%s_RATE\t%g\n  %s%s_BURST\t%d\n", r.prefix(), rb.prefix, rb.limit.PerSecond, r.prefix(), rb.prefix, rb.limit.Burst)
+			if rb.every > 0 {
+				fmt.Fprintf(tw, "  %s%s_INTERVAL\t%v\n", r.prefix(), rb.prefix, rb.every)
+			}
 		}
 		for _, s := range r.settings {
 			def := s.def

@@ -528,6 +528,8 @@ func (p *Pacer) claim(f *flight) outcome {
 		return outcome{kind: duplicate}
 	case ledger.Suppressed:
 		return p.suppressed(why)
+	case ledger.PairLimited:
+		return p.pairLimited(cool)
 	case ledger.DeadLettered:
 		// Dead-lettered already, by a process that stopped before its
 		// offset commit: its DLQ copy is written.

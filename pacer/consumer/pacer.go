@@ -225,6 +225,12 @@ type Config struct {
 	RetryDelays    []time.Duration // one retry topic "<Topic>.retry.<n>" per delay, each > 0 and none shorter than the one before; default 5s, 30s, 5m
 	Limit          bucket.Limit    // rate and burst per pacing key: the AIMD ceiling; required
 	RecipientLimit bucket.Limit    // a second bucket per (pacing key, recipient), e.g. FCM's per-device limit; zero = none
+	// Pair is the pair limit each message's ledger claim takes a turn of,
+	// per (pacing key, recipient), in the claim's own script call (no
+	// Redis round trip of its own): WhatsApp's 1 per 6 s, burst 45. A
+	// message whose pair has no turn free is deferred ("pair-limit",
+	// parked, no attempt) until the pair's next turn. Zero = none.
+	Pair ledger.Pair
 	// AIMD is the adaptation on throttles; zero fields mean adapt's
 	// defaults. Its MaxCooldown also caps every delay the pacer itself
 	// sets: a retry's wait for a provider's Retry-After, and a requeue's.
@@ -345,6 +351,9 @@ func (c Config) Validate() error {
 	sub("Limit.", c.Limit.Validate())
 	if c.RecipientLimit != (bucket.Limit{}) {
 		sub("RecipientLimit.", c.RecipientLimit.Validate())
+	}
+	if err := c.Pair.Validate(); err != nil {
+		bad("Pair", err)
 	}
 	// The AIMD's own checks run whatever the limit: a bad rate does not
 	// hide a bad AIMD setting. The ceiling's problems are the limit's: said

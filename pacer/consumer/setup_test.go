@@ -87,6 +87,8 @@ type harness struct {
 	// batched is the flush interval of each pacer's ledger.Batcher; 0
 	// means ledger.DefaultFlushInterval, as pacer run has by default.
 	batched time.Duration
+	// hook, if set, is a go-redis hook on every Redis client of a pacer.
+	hook redis.Hook
 	// batchHook, if set, is a go-redis hook on the Batcher's client only.
 	batchHook redis.Hook
 	// afterRun, if set, is called by stop once Run has returned, before the
@@ -144,10 +146,16 @@ func (h *harness) produce(values ...string) {
 func (h *harness) start(cfg consumer.Config, sender channels.Sender, reg prometheus.Registerer, kopts ...kgo.Opt) (p *consumer.Pacer, stop func()) {
 	h.t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: h.raddr, MaxRetries: -1})
+	if h.hook != nil {
+		rdb.AddHook(h.hook)
+	}
 	lim := bucket.New(rdb, bucket.Config{})
 	brdb := rdb
 	if h.batchHook != nil {
 		brdb = redis.NewClient(&redis.Options{Addr: h.raddr, MaxRetries: -1})
+		if h.hook != nil {
+			brdb.AddHook(h.hook)
+		}
 		brdb.AddHook(h.batchHook)
 		h.t.Cleanup(func() { brdb.Close() })
 	}
@@ -618,8 +626,9 @@ func claimOps(args []any) int { return ledgerOps(args, "cf") }
 
 // ledgerOps counts the operations of the kinds given (e.g. "cf": claims,
 // "d": delivered marks) in the arguments of one ledger.lua EVALSHA: sha,
-// numkeys, keys, then gen_ms, base, c and operations of four arguments
-// (op, field, arg, cooldown index).
+// numkeys, keys, then gen_ms, base, c, p, p pair limits of two arguments
+// and operations of six arguments (op, field, arg, cooldown index,
+// recipient, pair index).
 func ledgerOps(args []any, kinds string) int { return idLedgerOps(args, kinds, "") }
 
 // idLedgerOps is ledgerOps for the operations on one envelope id (their
@@ -629,11 +638,15 @@ func idLedgerOps(args []any, kinds, id string) int {
 		return 0
 	}
 	nk, err := strconv.Atoi(fmt.Sprint(args[2]))
+	if err != nil || len(args) < 3+nk+4 {
+		return 0
+	}
+	np, err := strconv.Atoi(fmt.Sprint(args[3+nk+3]))
 	if err != nil {
 		return 0
 	}
 	n := 0
-	for i := 3 + nk + 3; i+1 < len(args); i += 4 {
+	for i := 3 + nk + 4 + 2*np; i+1 < len(args); i += 6 {
 		if op := fmt.Sprint(args[i]); len(op) == 1 && strings.Contains(kinds, op) && strings.HasSuffix(fmt.Sprint(args[i+1]), id) {
 			n++
 		}

@@ -13,11 +13,13 @@ import (
 // recipient's hash, or nothing without a suppression store. A message
 // whose envelope has category marketing is marked so, and only it is
 // refused by an entry for marketing messages only (WhatsApp 131049).
+// With a pair limit (Config.Pair) the claim takes a turn of it too.
 func (p *Pacer) recipient(f *flight) ledger.Recipient {
-	if p.suppress == nil || f.env.To == "" {
+	if f.env.To == "" || (p.suppress == nil && p.cfg.Pair.Off()) {
 		return ledger.Recipient{}
 	}
-	return ledger.Recipient{Hash: suppress.Hash(f.env.To), Marketing: f.env.Marketing()}
+	return ledger.Recipient{Hash: suppress.Hash(f.env.To), Marketing: f.env.Marketing(),
+		Pair: p.cfg.Pair, NoSuppression: p.suppress == nil}
 }
 
 // suppressed dead-letters a record whose claim found its recipient

@@ -208,7 +208,9 @@ func (b *Batcher) ClaimAsync(channel, key, id, owner string, force bool) *Pendin
 // ClaimForAsync is ClaimAsync with to's suppression checked in the same
 // script call (no Redis command of its own): a suppressed recipient
 // answers [Suppressed] and claims nothing; [PendingClaim.Suppression]
-// gives the reason.
+// gives the reason. With to.Pair, a new claim or a takeover takes a turn
+// of the pair's limit in that call too, or answers [PairLimited] and the
+// wait for the pair's next turn ([Pair]).
 func (b *Batcher) ClaimForAsync(channel, key, id, owner string, force bool, to Recipient) *PendingClaim {
 	pc := &PendingClaim{b: b, channel: channel, key: key, id: id, owner: owner, force: force, to: to, done: make(chan struct{})}
 	b.mu.Lock()

@@ -47,10 +47,14 @@ const (
 	// its pacing key (package suppress); nothing was claimed. Do not send:
 	// dead-letter it with the reason ([PendingClaim.Suppression]).
 	Suppressed
+	// PairLimited: the claim's pair ([Recipient].Pair) has no turn free;
+	// nothing was claimed. The duration answered is the wait for the
+	// pair's next turn: claim again no sooner.
+	PairLimited
 )
 
 var claimNames = [...]string{ClaimUnknown: "unknown", Claimed: "claimed", Delivered: "delivered",
-	Abandoned: "abandoned", CoolingDown: "cooldown", DeadLettered: "dead-lettered", Suppressed: "suppressed"}
+	Abandoned: "abandoned", CoolingDown: "cooldown", DeadLettered: "dead-lettered", Suppressed: "suppressed", PairLimited: "pair-limited"}
 
 func (c ClaimResult) String() string { return enumName(claimNames[:], int(c), "claim") }
 
@@ -165,22 +169,35 @@ type op struct {
 }
 
 // Recipient is the recipient a claim checks in its pacing key's
-// suppressions ([bucket.Keys].Suppressed), in the same script call: Hash
-// is the recipient's hash as package suppress names it ("" checks
-// nothing), Marketing whether the message is a marketing one (entries for
-// marketing messages only apply to it).
+// suppressions ([bucket.Keys].Suppressed), and whose pair limit it takes a
+// turn of, in the same script call: Hash is the recipient's hash as
+// package suppress names it ("" checks nothing), Marketing whether the
+// message is a marketing one (entries for marketing messages only apply to
+// it). Pair, if not the zero [Pair], is the limit of the pair (pacing key,
+// Hash) a new claim or a takeover takes a turn of ([bucket.Keys].PairLimit,
+// answered [PairLimited] when none is free); NoSuppression leaves the
+// suppressions unread (the pair limit alone).
 type Recipient struct {
-	Hash      string
-	Marketing bool
+	Hash          string
+	Marketing     bool
+	Pair          Pair
+	NoSuppression bool
 }
 
-// arg is the recipient's operation argument in ledger.lua.
+// arg is the recipient's operation argument in ledger.lua: what its
+// suppression check reads.
 func (r Recipient) arg() string {
-	if r.Hash == "" || !r.Marketing {
-		return r.Hash
+	switch {
+	case r.Hash == "" || r.NoSuppression:
+		return ""
+	case r.Marketing:
+		return "m" + r.Hash
 	}
-	return "m" + r.Hash
+	return r.Hash
 }
+
+// paired reports whether a claim for r takes a pair turn.
+func (r Recipient) paired() bool { return r.Hash != "" && !r.Pair.Off() }
 
 // group names the hash family of channel and key: the channel's, or the
 // pacing key's under Redis Cluster. Operations of one group go in one call.
@@ -201,14 +218,16 @@ func (l *Ledger) field(key, id string) string {
 
 // args returns the KEYS and ARGV of one ledger.lua call of ops, all of one
 // group, at now: the cooldown keys of the claims' pacing keys, their
-// suppression hashes in the same order, then the generation hashes.
+// suppression hashes in the same order, the pair keys of the claims'
+// pairs, then the generation hashes.
 func (l *Ledger) args(ops []op, now time.Time) ([]string, []any) {
 	ch, key := ops[0].channel, ops[0].key
-	coolIdx := map[string]int{}
-	var keys, sup []string
-	argv := make([]any, 3, 3+5*len(ops))
+	coolIdx, pairIdx := map[string]int{}, map[string]int{}
+	var keys, sup, pairKeys []string
+	var limits []any
+	opv := make([]any, 0, 6*len(ops))
 	for _, o := range ops {
-		ci, to := 0, ""
+		ci, to, pi := 0, "", 0
 		if o.kind == 'c' || o.kind == 'f' {
 			ck := l.keys.Cooldown(o.channel, o.key)
 			i, ok := coolIdx[ck]
@@ -219,10 +238,23 @@ func (l *Ledger) args(ops []op, now time.Time) ([]string, []any) {
 				coolIdx[ck] = i
 			}
 			ci, to = i, o.to.arg()
+			if o.to.paired() {
+				pk := l.keys.PairLimit(o.channel, o.key, o.to.Hash)
+				if pi, ok = pairIdx[pk]; !ok {
+					pairKeys = append(pairKeys, pk)
+					every, burst := o.to.Pair.args()
+					limits = append(limits, every, burst)
+					pi = len(pairKeys)
+					pairIdx[pk] = pi
+				}
+			}
 		}
-		argv = append(argv, string(o.kind), l.field(o.key, o.id), o.arg, ci, to)
+		opv = append(opv, string(o.kind), l.field(o.key, o.id), o.arg, ci, to, pi)
 	}
 	keys = append(keys, sup...)
+	keys = append(keys, pairKeys...)
+	argv := make([]any, 4, 4+len(limits)+len(opv))
+	argv = append(append(argv, limits...), opv...)
 	base := now.UnixMilli()/l.genMs - 5
 	for g := base; g < base+7; g++ {
 		if l.cluster {
@@ -231,7 +263,7 @@ func (l *Ledger) args(ops []op, now time.Time) ([]string, []any) {
 			keys = append(keys, l.keys.ChannelIDs(ch, g))
 		}
 	}
-	argv[0], argv[1], argv[2] = l.genMs, base, len(coolIdx)
+	argv[0], argv[1], argv[2], argv[3] = l.genMs, base, len(coolIdx), len(pairKeys)
 	return keys, argv
 }
 
@@ -293,6 +325,11 @@ func parseClaim(k, s string) (res ClaimResult, cool time.Duration, reason string
 		return Abandoned, 0, "", nil
 	case s == "deadlettered":
 		return DeadLettered, 0, "", nil
+	case strings.HasPrefix(s, "pair:"):
+		us, err := strconv.ParseInt(s[len("pair:"):], 10, 64)
+		if err == nil && us > 0 {
+			return PairLimited, pairWait(us), "", nil
+		}
 	case strings.HasPrefix(s, "suppressed:") && len(s) > len("suppressed:"):
 		return Suppressed, 0, s[len("suppressed:"):], nil
 	case strings.HasPrefix(s, "cooldown:"):

@@ -555,7 +555,7 @@ func TestNames(t *testing.T) {
 		want string
 	}{
 		{ledger.ClaimUnknown, "unknown"}, {ledger.CoolingDown, "cooldown"}, {ledger.DeadLettered, "dead-lettered"},
-		{ledger.Suppressed, "suppressed"}, {ledger.ClaimResult(7), "claim(7)"}, {ledger.ClaimResult(-1), "claim(-1)"},
+		{ledger.Suppressed, "suppressed"}, {ledger.PairLimited, "pair-limited"}, {ledger.ClaimResult(8), "claim(8)"}, {ledger.ClaimResult(-1), "claim(-1)"},
 		{ledger.StateNone, "none"}, {ledger.StateDeadLettered, "dead-lettered"}, {ledger.State(5), "state(5)"},
 	} {
 		if got := c.got.String(); got != c.want {
