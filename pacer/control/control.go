@@ -437,7 +437,7 @@ type Status struct {
 	Duplicates  int64            `json:"duplicates"`   // skipped: published again after their id was delivered or dead-lettered
 	Remaining   int64            `json:"remaining"`    // published - delivered - dead-lettered - duplicates, at least 0; -1 when published is unknown
 	Rate        float64          `json:"rate"`         // msgs/s between the first and the last delivery
-	ETASeconds  float64          `json:"eta_seconds"`  // remaining / rate; -1 when unknown or the campaign is paused or cancelled
+	ETASeconds  *float64         `json:"eta_seconds"`  // remaining / rate, s; nil (JSON null) when none: see [Status.ETA]
 	First       time.Time        `json:"first_delivery,omitzero"`
 	Last        time.Time        `json:"last_delivery,omitzero"`
 	LastActive  time.Time        `json:"last_active,omitzero"` // Recent only: its score in the channel's index
@@ -491,7 +491,7 @@ func (s *Store) Recent(ctx context.Context, channel string, since time.Time, n i
 
 // parseStatus reads a campaign's hash.
 func parseStatus(campaign string, m map[string]string) Status {
-	st := Status{Campaign: campaign, State: m["state"], Published: -1, Remaining: -1, ETASeconds: -1, DeadLetters: map[string]int64{}}
+	st := Status{Campaign: campaign, State: m["state"], Published: -1, Remaining: -1, DeadLetters: map[string]int64{}}
 	if st.State == "" {
 		st.State = "running"
 	}
@@ -516,16 +516,33 @@ func parseStatus(campaign string, m map[string]string) Status {
 	}
 	if st.Published >= 0 {
 		st.Remaining = max(st.Published-st.Delivered-dead-st.Duplicates, 0)
-		if st.Remaining == 0 {
-			st.ETASeconds = 0
-		} else if st.State == "running" && st.Rate > 0 { // a paused or cancelled campaign has none
-			st.ETASeconds = float64(st.Remaining) / st.Rate
-		}
 		// Everything published is accounted for: a running campaign is done
 		// (running again if more of it is published).
 		if st.State == "running" && st.Remaining == 0 && st.Published > 0 {
 			st.State = "done"
 		}
 	}
+	st.ETASeconds = st.ETA()
 	return st
+}
+
+// ETA returns the seconds left to deliver s's remaining records at its
+// achieved rate (Remaining / Rate), 0 once nothing remains, or nil when
+// there is none: published unknown, no rate yet (fewer than two
+// deliveries), or the campaign paused or cancelled. It is the one source
+// of a campaign's ETA: `pacer campaign status` (text and --json) and the
+// status page (/status.json) show Status.ETASeconds, which it sets; nil is
+// null in their JSON.
+func (s Status) ETA() *float64 {
+	var eta float64
+	switch {
+	case s.Remaining < 0:
+		return nil
+	case s.Remaining == 0:
+	case (s.State == "running" || s.State == "") && s.Rate > 0:
+		eta = float64(s.Remaining) / s.Rate
+	default:
+		return nil
+	}
+	return &eta
 }

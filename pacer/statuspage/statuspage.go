@@ -86,7 +86,7 @@ type Campaign struct {
 	Duplicates   int64            `json:"duplicates"`    // skipped: published again after their id was delivered or dead-lettered
 	Remaining    int64            `json:"remaining"`     // published - delivered - dead-lettered - duplicates, at least 0; -1 when unknown
 	Achieved     float64          `json:"achieved"`      // msgs/s between its first and last delivery
-	ETASeconds   float64          `json:"eta_seconds"`   // remaining at Achieved; -1 unknown
+	ETASeconds   *float64         `json:"eta_seconds"`   // remaining at Achieved, s; null when none (control.Status.ETA)
 	LastActive   time.Time        `json:"last_active"`   // last publish, count or state change
 }
 
