@@ -3,7 +3,7 @@
 // refreshing itself) and /status.json (the same data).
 //
 // Every replica publishes its active pacing keys to Redis ([Publisher]),
-// with each key's achieved rate and records in hand; the [Page] of any
+// with each key's achieved rate and backlog; the [Page] of any
 // replica reads the union, then each key's shared state (adapted rate,
 // tokens, cooldown, breaker) as `pacer status` does
 // ([adapt.Adapter.Snapshot]), so every replica shows the whole channel.
@@ -64,11 +64,11 @@ type Key struct {
 	Breaker       string  `json:"breaker"`     // closed, open, half-open
 	BreakerLeftMS int64   `json:"breaker_left_ms"`
 	BreakerReason string  `json:"breaker_reason,omitempty"`
-	// Backlog is the key's records the replicas hold in hand (fetched,
-	// not finished: waiting for a token or being sent), summed over them.
-	// SLOT(per-key backlog): records parked beyond the lookahead and the
-	// key's share of the consumer lag are added here when the per-key
-	// queues publish them.
+	// Backlog is the key's records the replicas hold (fetched, not
+	// finished: waiting for a token or being sent) plus those they parked
+	// whose estimated slots are still ahead, summed over them: the figure
+	// `pacer status` shows (consumer.KeyBacklog.Total, from the same
+	// reading of each process, published at different ticks).
 	Backlog  int    `json:"backlog"`
 	Replicas int    `json:"replicas"`        // replicas that handled the key in the last 5 minutes
 	Error    string `json:"error,omitempty"` // its state could not be read
@@ -257,7 +257,7 @@ func (pg *Page) collect(ctx context.Context) (*reading, error) {
 	byKey := map[string]*Key{}
 	for _, c := range cmds {
 		for k, v := range c.Val() {
-			ach, inHand, ok := parseEntry(v)
+			ach, backlog, ok := parseEntry(v)
 			if !ok {
 				continue
 			}
@@ -267,7 +267,7 @@ func (pg *Page) collect(ctx context.Context) (*reading, error) {
 				byKey[k] = row
 			}
 			row.Achieved += ach
-			row.Backlog += inHand
+			row.Backlog += backlog
 			row.Replicas++
 		}
 	}

@@ -69,8 +69,8 @@ func (s *source) get(dst []KeyActivity) []KeyActivity {
 	return append(dst, s.acts...)
 }
 
-func act(key string, delivered uint64, inHand int) KeyActivity {
-	return KeyActivity{Key: key, Delivered: delivered, InHand: inHand}
+func act(key string, delivered uint64, backlog int) KeyActivity {
+	return KeyActivity{Key: key, Delivered: delivered, Backlog: backlog}
 }
 
 // scenario writes a channel with two replicas: key A throttled twice (a
@@ -249,7 +249,7 @@ func TestPublishRestartsFromAFreedKey(t *testing.T) {
 	}
 	v, err := rdb.HGet(ctx, replicaKey(cfg.Prefix, channel, DefaultReplica()), "k").Result()
 	if err != nil || v != "3 1" {
-		t.Fatalf("published %q, %v; want \"3 1\" (30 in 10 s, 1 in hand)", v, err)
+		t.Fatalf("published %q, %v; want \"3 1\" (30 in 10 s, backlog 1)", v, err)
 	}
 	// A key no longer active disappears from the replica's hash.
 	src.set()
@@ -573,7 +573,7 @@ func TestPublishWritesWhatChanged(t *testing.T) {
 		t.Errorf("idle key's field %q: a reading rewrote a value that did not change", v)
 	}
 	if v := field("busy"); v != "10 1" {
-		t.Errorf("busy key's field %q, want \"10 1\" (50 in 5 s, 1 in hand)", v)
+		t.Errorf("busy key's field %q, want \"10 1\" (50 in 5 s, backlog 1)", v)
 	}
 	if v := field("leaving"); v != "" {
 		t.Errorf("a key no longer active still has its field %q", v)
