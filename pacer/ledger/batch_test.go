@@ -685,29 +685,47 @@ func TestBatcherCountsRetried(t *testing.T) {
 	}
 }
 
-// lostAnswer is a connection whose first flush that adds campaign counts
-// reaches Redis, which runs all of it, but whose answer is lost: the
-// flush fails as one that timed out after Redis applied it (a stall
-// longer than the flush's timeout).
+// lostAnswer is a connection whose first call that adds campaign counts
+// (in a flush's pipeline, or alone after a NOSCRIPT) reaches Redis, which
+// runs all of it, but whose answer is lost: the call fails as one that
+// timed out after Redis applied it (a stall longer than the flush's
+// timeout).
 type lostAnswer struct{ lost atomic.Bool }
 
 var errLost = errors.New("read: i/o timeout (the answer was lost after Redis ran the flush)")
 
-func (h *lostAnswer) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *lostAnswer) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+// lose fails cmds, which Redis ran, if they hold the first call that added
+// counts.
+func (h *lostAnswer) lose(cmds []redis.Cmder) bool {
+	counted := slices.ContainsFunc(cmds, func(c redis.Cmder) bool {
+		return (c.Name() == "evalsha" || c.Name() == "eval") && c.Err() == nil && slices.ContainsFunc(c.Args(), func(a any) bool {
+			k, _ := a.(string)
+			return strings.Contains(k, "}:counted:")
+		})
+	})
+	if !counted || !h.lost.CompareAndSwap(false, true) {
+		return false
+	}
+	for _, c := range cmds {
+		c.SetErr(errLost)
+	}
+	return true
+}
+
+func (h *lostAnswer) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lostAnswer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h.lose([]redis.Cmder{cmd}) {
+			return errLost
+		}
+		return err
+	}
+}
 func (h *lostAnswer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
-		counted := slices.ContainsFunc(cmds, func(c redis.Cmder) bool {
-			return c.Name() == "evalsha" && c.Err() == nil && slices.ContainsFunc(c.Args(), func(a any) bool {
-				k, _ := a.(string)
-				return strings.Contains(k, "}:counted:")
-			})
-		})
-		if counted && h.lost.CompareAndSwap(false, true) {
-			for _, c := range cmds {
-				c.SetErr(errLost)
-			}
+		if h.lose(cmds) {
 			return errLost
 		}
 		return err
