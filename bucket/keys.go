@@ -181,6 +181,16 @@ func (k Keys) Campaign(channel, campaign string) string {
 	return k.Prefix() + ":{" + channel + "}:campaign:" + campaign
 }
 
+// CountToken is the token of one batch of campaign counts added (package
+// control): a string of the campaigns refused, kept
+// control.CountTokenTTL, so the same batch sent again adds nothing. In the
+// campaigns' slot.
+//
+//	pacer:{<channel>}:counted:<token>
+func (k Keys) CountToken(channel, token string) string {
+	return k.Prefix() + ":{" + channel + "}:counted:" + token
+}
+
 // Campaigns is the index of a channel's campaigns (package control): a
 // sorted set of campaign names scored by the Unix ms of their last
 // activity (published, counted, state changed), in the campaigns' slot.

@@ -39,6 +39,7 @@ var scripts = []struct {
 	{"breaker_status.lua", BreakerStatus, []string{"breaker_read", "adapt_base", "argv"}},
 	{"ledger.lua", Ledger, []string{"pair_limit"}},
 	{"suppress_add.lua", SuppressAdd, nil},
+	{"campaign_count.lua", CampaignCount, nil},
 	{"portfolio.lua", Portfolio, nil},
 	{"quota.lua", Quota, []string{"refill", "window_read"}},
 	{"quota_finish.lua", QuotaFinish, nil},

@@ -41,7 +41,7 @@ func publishBacklog(ctx context.Context, rdb redis.UniversalClient, prefix, chan
 		if len(top) > 0 {
 			zs := make([]redis.Z, len(top))
 			for i, b := range top {
-				zs[i] = redis.Z{Score: float64(b.Held + b.Parked), Member: b.Key}
+				zs[i] = redis.Z{Score: float64(b.Total()), Member: b.Key}
 			}
 			pipe.ZAdd(ctx, key, zs...)
 			pipe.Expire(ctx, key, 3*backlogEvery)

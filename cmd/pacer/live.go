@@ -306,8 +306,8 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	if s.State == string(control.Paused) || s.State == string(control.Cancelled) {
 		eta = "none (" + s.State + ")"
 	}
-	if s.ETASeconds >= 0 {
-		eta = (time.Duration(s.ETASeconds * float64(time.Second))).Round(time.Second).String()
+	if s.ETASeconds != nil {
+		eta = (time.Duration(*s.ETASeconds * float64(time.Second))).Round(time.Second).String()
 	}
 	fmt.Fprintf(stdout, "  eta           %s\n", eta)
 	return nil
@@ -322,13 +322,13 @@ func unknownCampaign(verb, campaign, channel, hint string) error {
 }
 
 // campaignJSON is `campaign status --json`: [control.Status] with what is
-// not known as null instead of -1.
+// not known as null instead of -1 (eta_seconds is null in control.Status
+// itself, as on the status page).
 type campaignJSON struct {
 	control.Status
-	Published  *int64   `json:"published"`   // null: not counted (records not written by pacer publish or ingest)
-	Messages   *int64   `json:"messages"`    // null when published is
-	Remaining  *int64   `json:"remaining"`   // null when published is
-	ETASeconds *float64 `json:"eta_seconds"` // null when unknown
+	Published *int64 `json:"published"` // null: not counted (records not written by pacer publish or ingest)
+	Messages  *int64 `json:"messages"`  // null when published is
+	Remaining *int64 `json:"remaining"` // null when published is
 }
 
 func statusJSON(s control.Status) campaignJSON {
@@ -338,9 +338,6 @@ func statusJSON(s control.Status) campaignJSON {
 	}
 	if s.Remaining >= 0 {
 		out.Remaining = &s.Remaining
-	}
-	if s.ETASeconds >= 0 {
-		out.ETASeconds = &s.ETASeconds
 	}
 	return out
 }

@@ -238,14 +238,16 @@ func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
 	l.log.Debug(fmt.Sprintf(format, v...), "component", "go-redis")
 }
 
-// activeKeys reads p's active keys for a status page publisher, reusing
-// both slices between readings (100,000 keys every 5 s make no garbage).
+// activeKeys reads p's active keys, each with its backlog as `pacer
+// status` has it, for a status page publisher, reusing the slices between
+// readings (100,000 keys every 5 s make no garbage).
 func activeKeys(p *consumer.Pacer) func(dst []statuspage.KeyActivity) []statuspage.KeyActivity {
 	var acts []consumer.KeyActivity
+	var ks []consumer.KeyStatus
 	return func(dst []statuspage.KeyActivity) []statuspage.KeyActivity {
-		acts = p.AppendActiveKeys(acts[:0])
-		for _, a := range acts {
-			dst = append(dst, statuspage.KeyActivity(a))
+		ks, acts = p.AppendKeyStatus(ks[:0], acts)
+		for _, k := range ks {
+			dst = append(dst, statuspage.KeyActivity(k))
 		}
 		return dst
 	}

@@ -13,12 +13,53 @@ type KeyBacklog struct {
 	Parked int // records this process parked whose estimated slots are still ahead
 }
 
+// Total is the key's backlog in this process, Held + Parked: the one
+// figure `pacer status` and the status page show for it (summed over the
+// running pacers).
+func (b KeyBacklog) Total() int { return b.Held + b.Parked }
+
+// KeyStatus is one pacing key as this process shows it on the status
+// page: Delivered as [KeyActivity] counts it, Backlog its
+// [KeyBacklog.Total] (0 when it has none).
+type KeyStatus struct {
+	Key       string
+	Delivered uint64
+	Backlog   int
+}
+
+// AppendKeyStatus appends to dst every pacing key active in this process
+// ([Pacer.AppendActiveKeys]) or with a backlog in it ([Pacer.Backlog]),
+// once each, in no particular order, with its delivered count and its
+// backlog as Backlog reports it; it returns the extended slice and acts,
+// the active keys it read into acts[:0] (pass both back to reuse them).
+func (p *Pacer) AppendKeyStatus(dst []KeyStatus, acts []KeyActivity) ([]KeyStatus, []KeyActivity) {
+	acts = p.AppendActiveKeys(acts[:0])
+	bl, _ := p.backlogs()
+	by := make(map[string]int, len(bl))
+	for _, b := range bl {
+		by[b.Key] = b.Total()
+	}
+	for _, a := range acts {
+		n, ok := by[a.Key]
+		if ok {
+			delete(by, a.Key)
+		}
+		dst = append(dst, KeyStatus{Key: a.Key, Delivered: a.Delivered, Backlog: n})
+	}
+	for _, b := range bl {
+		if n, ok := by[b.Key]; ok {
+			dst = append(dst, KeyStatus{Key: b.Key, Backlog: n})
+		}
+	}
+	return dst, acts
+}
+
 // Backlog returns the n pacing keys with the largest backlog in this
 // process, largest first; n <= 0 returns all.
 func (p *Pacer) Backlog(n int) []KeyBacklog {
 	out, _ := p.backlogs()
 	slices.SortFunc(out, func(a, b KeyBacklog) int {
-		if d := (b.Held + b.Parked) - (a.Held + a.Parked); d != 0 {
+		if d := b.Total() - a.Total(); d != 0 {
 			return d
 		}
 		return strings.Compare(a.Key, b.Key)

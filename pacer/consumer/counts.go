@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/pacerhq/pacer/pacer/control"
@@ -16,20 +17,23 @@ const (
 	countDuplicates = "duplicates"
 )
 
-// CampaignAdder adds campaign counts to a pipeline; *control.Store
-// implements it.
+// CampaignAdder adds campaign counts to a pipeline, once per token;
+// *control.Store implements it (see [control.Store.AddTo]).
 type CampaignAdder interface {
-	AddTo(ctx context.Context, pipe redis.Pipeliner, channel string, counts map[string]*control.Counts) func() map[string]*control.Counts
+	AddTo(ctx context.Context, pipe redis.Pipeliner, channel, token string, counts map[string]*control.Counts) func() (refused []string, err error)
 }
 
 // CampaignCounts returns the [ledger.CountWriter] that adds the counts of
 // channel's campaigns ([ledger.Count] Name the campaign, Field "delivered",
 // "dlq:<reason>" or "duplicates", At the Unix ms of a delivery) to their counters in
 // store, in the pipeline of the ledger flush that writes the records'
-// marks: give it as the Count of the Batcher given as [Deps].Ledger, with
-// the same store as [Deps].Campaigns.
+// marks, once per batch token (a flush sent again after its answer was
+// lost adds nothing twice): give it as the Count of the Batcher given as
+// [Deps].Ledger, with the same store as [Deps].Campaigns. The counts of a
+// campaign whose key holds another type are refused: the Batcher tries
+// them again.
 func CampaignCounts(store CampaignAdder, channel string) ledger.CountWriter {
-	return func(ctx context.Context, pipe redis.Pipeliner, cs []ledger.Count) func() []ledger.Count {
+	return func(ctx context.Context, pipe redis.Pipeliner, token string, cs []ledger.Count) func() ([]ledger.Count, error) {
 		counts := map[string]*control.Counts{}
 		for _, c := range cs {
 			n := counts[c.Name]
@@ -51,33 +55,19 @@ func CampaignCounts(store CampaignAdder, channel string) ledger.CountWriter {
 			}
 			n.Last = max(n.Last, c.At)
 		}
-		unwritten := store.AddTo(ctx, pipe, channel, counts)
-		return func() []ledger.Count {
-			left := unwritten()
-			if len(left) == 0 {
-				return nil
+		result := store.AddTo(ctx, pipe, channel, token, counts)
+		return func() ([]ledger.Count, error) {
+			refused, err := result()
+			if err != nil || len(refused) == 0 {
+				return nil, err
 			}
 			var out []ledger.Count
 			for _, c := range cs {
-				n := left[c.Name]
-				if n == nil {
-					continue
-				}
-				reason, dlq := strings.CutPrefix(c.Field, countDLQ)
-				switch {
-				case dlq:
-					if n.DeadLetters[reason] > 0 {
-						out = append(out, c)
-					}
-				case c.Field == countDuplicates:
-					if n.Duplicates > 0 {
-						out = append(out, c)
-					}
-				case n.Delivered > 0:
+				if slices.Contains(refused, c.Name) {
 					out = append(out, c)
 				}
 			}
-			return out
+			return out, nil
 		}
 	}
 }

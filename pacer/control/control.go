@@ -10,6 +10,7 @@ package control
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"math"
@@ -21,6 +22,8 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/internal/wire"
+	"github.com/pacerhq/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -303,89 +306,104 @@ type Counts struct {
 	First, Last int64
 }
 
-// Add adds batches of counts, by campaign: one pipelined round trip of a
-// few commands per campaign (see [Store.AddTo]).
+// Add adds batches of counts, by campaign, under a token of its own (see
+// [Store.AddTo]): one round trip. A campaign refused (its key holds
+// another type than a hash) is named in the error; the others are added.
 func (s *Store) Add(ctx context.Context, channel string, counts map[string]*Counts) error {
 	if len(counts) == 0 {
 		return nil
 	}
 	pipe := s.rdb.Pipeline()
-	s.AddTo(ctx, pipe, channel, counts)
-	_, err := pipe.Exec(ctx)
-	return err
+	result := s.AddTo(ctx, pipe, channel, rand.Text(), counts)
+	_, _ = pipe.Exec(ctx)
+	refused, err := result()
+	if err != nil {
+		return err
+	}
+	if len(refused) > 0 {
+		return fmt.Errorf("control: counts of campaigns %s not added: their keys hold another type than a hash", strings.Join(refused, ", "))
+	}
+	return nil
 }
 
-// AddTo adds to pipe, without running it, the writes of batches of counts,
-// by campaign: a few commands per campaign (HINCRBY per counter, HSETNX
-// first_ms, HSET last_ms, and the campaigns' entries in the channel's
-// index), all in the channel's slot, so a pacer adding its counts with its
-// idempotency ledger's flush costs Redis a handful of commands per active
-// campaign per flush, whatever the message rate. Once pipe ran, unwritten
-// returns the counts that were not added (by campaign, only the counters
-// whose HINCRBY failed: those that succeeded must not be added again), or
-// nil when all were; first_ms, last_ms and the index are not counters and
-// are not reported.
-func (s *Store) AddTo(ctx context.Context, pipe redis.Pipeliner, channel string, counts map[string]*Counts) (unwritten func() map[string]*Counts) {
+// CountTokenTTL is how long Redis keeps the token of a batch of counts
+// added by [Store.AddTo]: the same batch sent again under its token within
+// it (its answer was lost though Redis applied it) adds nothing. The
+// ledger's Batcher sends a failed flush's counts again within its back-off
+// of at most 1 s while Redis answers; beyond CountTokenTTL of Redis not
+// answering, a batch applied before that silence may be added twice.
+const CountTokenTTL = 15 * time.Minute
+
+// AddTo adds to pipe, without running it, the writes of a batch of counts,
+// by campaign: one campaign_count.lua call in the channel's slot (HINCRBY
+// per counter, HSETNX first_ms, HSET last_ms unless later, and the
+// campaigns' entries in the channel's index), so a pacer adding its counts
+// with its idempotency ledger's flush costs Redis one call per channel per
+// flush, whatever the message rate. token (non-empty, e.g. 128 random
+// bits) names the batch: Redis adds a token's batch once, keeping the
+// token [CountTokenTTL], so a batch whose answer was lost is sent again
+// under the same token and not added twice.
+//
+// Once pipe ran, result returns refused, the campaigns whose key holds
+// another type than a hash (nothing of theirs added: send their counts
+// again in a later batch, under a new token), and err, set when the call
+// failed or its answer was lost (Redis may or may not have added the
+// batch: send the same batch again under the same token). After a NOSCRIPT
+// (Redis restarted, or its script cache flushed) result runs the script
+// with its text, which loads it: one more round trip.
+func (s *Store) AddTo(ctx context.Context, pipe redis.Pipeliner, channel, token string, counts map[string]*Counts) (result func() (refused []string, err error)) {
 	if len(counts) == 0 {
-		return func() map[string]*Counts { return nil }
+		return func() ([]string, error) { return nil, nil }
 	}
 	names := make([]string, 0, len(counts))
 	for c := range counts {
 		names = append(names, c)
 	}
 	sort.Strings(names)
-	s.touch(ctx, pipe, channel, time.Now(), names...)
-	type incr struct {
-		campaign, reason string // reason "": delivered; reasonDup: duplicates
-		n                int64
-		cmd              *redis.IntCmd
-	}
-	var incrs []incr
+	keys := []string{s.keys.CountToken(channel, token), s.keys.Campaigns(channel)}
+	argv := []any{CountTokenTTL.Milliseconds(), time.Now().UnixMilli(), MaxIndexed}
 	for _, c := range names {
 		n := counts[c]
-		k := s.keys.Campaign(channel, c)
-		if n.Delivered > 0 {
-			incrs = append(incrs, incr{campaign: c, n: n.Delivered, cmd: pipe.HIncrBy(ctx, k, "delivered", n.Delivered)})
-			pipe.HSetNX(ctx, k, "first_ms", n.First)
-			pipe.HSet(ctx, k, "last_ms", n.Last)
+		keys = append(keys, s.keys.Campaign(channel, c))
+		reasons := make([]string, 0, len(n.DeadLetters))
+		for r := range n.DeadLetters {
+			reasons = append(reasons, r)
 		}
-		for r, v := range n.DeadLetters {
-			incrs = append(incrs, incr{campaign: c, reason: r, n: v, cmd: pipe.HIncrBy(ctx, k, "dlq:"+r, v)})
-		}
-		if n.Duplicates > 0 {
-			incrs = append(incrs, incr{campaign: c, reason: reasonDup, n: n.Duplicates, cmd: pipe.HIncrBy(ctx, k, "duplicates", n.Duplicates)})
+		sort.Strings(reasons)
+		argv = append(argv, c, n.Delivered, n.First, n.Last, n.Duplicates, len(reasons))
+		for _, r := range reasons {
+			argv = append(argv, r, n.DeadLetters[r])
 		}
 	}
-	return func() map[string]*Counts {
-		var out map[string]*Counts
-		for _, in := range incrs {
-			if in.cmd.Err() == nil {
-				continue
-			}
-			if out == nil {
-				out = map[string]*Counts{}
-			}
-			m := out[in.campaign]
-			if m == nil {
-				m = &Counts{DeadLetters: map[string]int64{}}
-				out[in.campaign] = m
-			}
-			switch in.reason {
-			case "":
-				m.Delivered, m.First, m.Last = in.n, counts[in.campaign].First, counts[in.campaign].Last
-			case reasonDup:
-				m.Duplicates = in.n
-			default:
-				m.DeadLetters[in.reason] = in.n
-			}
+	cmd := pipe.EvalSha(ctx, countScript.Hash(), keys, argv...)
+	return func() ([]string, error) {
+		v, err := cmd.Result()
+		if wire.NoScript(err) {
+			// Not run: run it with its text, which loads it (one more
+			// round trip, as the ledger's flush does).
+			v, err = s.rdb.Eval(ctx, lua.CampaignCount, keys, argv...).Result()
 		}
-		return out
+		if err != nil {
+			return nil, fmt.Errorf("control: counts of %d campaigns: %w", len(names), err)
+		}
+		reply, _ := v.([]any)
+		if len(reply) == 0 {
+			return nil, fmt.Errorf("control: counts of %d campaigns: unexpected reply %v", len(names), v)
+		}
+		var refused []string
+		for _, p := range reply[1:] {
+			i, ok := p.(int64)
+			if !ok || i < 1 || int(i) > len(names) {
+				return nil, fmt.Errorf("control: counts of %d campaigns: unexpected reply %v", len(names), v)
+			}
+			refused = append(refused, names[i-1])
+		}
+		return refused, nil
 	}
 }
 
-// reasonDup marks the duplicates counter among AddTo's increments (a DLQ
-// reason label never holds a newline).
-const reasonDup = "\nduplicates"
+// countScript adds a batch of counts once per token (campaign_count.lua).
+var countScript = redis.NewScript(lua.CampaignCount)
 
 // AddPublished adds the records published per campaign (by pacer publish
 // or the ingest API, once Kafka acknowledged them): one pipelined round
@@ -426,7 +444,7 @@ type Status struct {
 	Duplicates  int64            `json:"duplicates"`   // skipped: published again after their id was delivered or dead-lettered
 	Remaining   int64            `json:"remaining"`    // published - delivered - dead-lettered - duplicates, at least 0; -1 when published is unknown
 	Rate        float64          `json:"rate"`         // msgs/s between the first and the last delivery
-	ETASeconds  float64          `json:"eta_seconds"`  // remaining / rate; -1 when unknown or the campaign is paused or cancelled
+	ETASeconds  *float64         `json:"eta_seconds"`  // remaining / rate, s; nil (JSON null) when none: see [Status.ETA]
 	First       time.Time        `json:"first_delivery,omitzero"`
 	Last        time.Time        `json:"last_delivery,omitzero"`
 	LastActive  time.Time        `json:"last_active,omitzero"` // Recent only: its score in the channel's index
@@ -480,7 +498,7 @@ func (s *Store) Recent(ctx context.Context, channel string, since time.Time, n i
 
 // parseStatus reads a campaign's hash.
 func parseStatus(campaign string, m map[string]string) Status {
-	st := Status{Campaign: campaign, State: m["state"], Published: -1, Remaining: -1, ETASeconds: -1, DeadLetters: map[string]int64{}}
+	st := Status{Campaign: campaign, State: m["state"], Published: -1, Remaining: -1, DeadLetters: map[string]int64{}}
 	if st.State == "" {
 		st.State = "running"
 	}
@@ -507,16 +525,33 @@ func parseStatus(campaign string, m map[string]string) Status {
 	if st.Published >= 0 {
 		st.Messages = max(st.Published-st.Duplicates, 0)
 		st.Remaining = max(st.Published-st.Delivered-dead-st.Duplicates, 0)
-		if st.Remaining == 0 {
-			st.ETASeconds = 0
-		} else if st.State == "running" && st.Rate > 0 { // a paused or cancelled campaign has none
-			st.ETASeconds = float64(st.Remaining) / st.Rate
-		}
 		// Everything published is accounted for: a running campaign is done
 		// (running again if more of it is published).
 		if st.State == "running" && st.Remaining == 0 && st.Published > 0 {
 			st.State = "done"
 		}
 	}
+	st.ETASeconds = st.ETA()
 	return st
+}
+
+// ETA returns the seconds left to deliver s's remaining records at its
+// achieved rate (Remaining / Rate), 0 once nothing remains, or nil when
+// there is none: published unknown, no rate yet (fewer than two
+// deliveries), or the campaign paused or cancelled. It is the one source
+// of a campaign's ETA: `pacer campaign status` (text and --json) and the
+// status page (/status.json) show Status.ETASeconds, which it sets; nil is
+// null in their JSON.
+func (s Status) ETA() *float64 {
+	var eta float64
+	switch {
+	case s.Remaining < 0:
+		return nil
+	case s.Remaining == 0:
+	case (s.State == "running" || s.State == "") && s.Rate > 0:
+		eta = float64(s.Remaining) / s.Rate
+	default:
+		return nil
+	}
+	return &eta
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
@@ -65,16 +66,31 @@ type Count struct {
 	At          int64
 }
 
-// CountWriter adds to pipe, the pipeline of one flush, the writes of
-// counts (every count queued since the last flush, in the order they were
-// queued), and returns a function that, once pipe ran, returns the counts
-// not written: they are tried again with the next flush, with the marks
-// that failed in this one. Without Redis Cluster the flush runs in one
-// MULTI/EXEC, so its marks and counts are written together or not at all;
-// under Redis Cluster the counts' keys are in another slot than the marks'
-// (see [Batcher.DeliveredCounted]). It is called from the flushing
-// goroutine.
-type CountWriter func(ctx context.Context, pipe redis.Pipeliner, counts []Count) (unwritten func() []Count)
+// CountWriter adds to pipe, the pipeline of one flush, the writes of one
+// batch of counts (in the order they were queued) under token, and returns
+// a function that, once pipe ran, returns refused, the counts Redis
+// answered it did not write (they go again with the next flush, in a new
+// batch under a new token), and err, set when the batch's answer failed or
+// was lost (Redis may have written it or not: the same batch goes again
+// with the next flush, under the same token). The writer must write a
+// token's batch at most once: a batch sent again under a token Redis has
+// seen writes nothing and answers what its first write did (see
+// control.Store.AddTo), so a flush that timed out after Redis applied it
+// does not count twice. A token is 128 random bits, new for each batch.
+//
+// A flush writes at most one new batch (the counts queued since the last
+// flush) plus the batches of earlier flushes sent again. Without Redis
+// Cluster the flush runs in one MULTI/EXEC, so its marks and counts are
+// written together or not at all; under Redis Cluster the counts' keys are
+// in another slot than the marks' (see [Batcher.DeliveredCounted]). It is
+// called from the flushing goroutine.
+type CountWriter func(ctx context.Context, pipe redis.Pipeliner, token string, counts []Count) (result func() (refused []Count, err error))
+
+// countBatch is a batch of counts and the token it was sent under.
+type countBatch struct {
+	token  string
+	counts []Count
+}
 
 // Batcher is a [Ledger] whose operations from many goroutines go to Redis
 // together: every FlushInterval at most, the claims, delivered marks and
@@ -112,8 +128,9 @@ type Batcher struct {
 	mu      sync.Mutex
 	claims  []*PendingClaim
 	marks   []mark
-	counts  []Count  // to write in the flush that writes the marks queued with them
-	waiters []func() // AfterWritten's, in the order given
+	counts  []Count      // to write in the flush that writes the marks queued with them
+	again   []countBatch // batches whose answer was lost: sent again under their token
+	waiters []func()     // AfterWritten's, in the order given
 	closed  bool
 	// flushing: a flush holds marks taken from marks and counts.
 	flushing bool
@@ -382,12 +399,26 @@ func (b *Batcher) writeCounts(ctx context.Context, cs []Count) error {
 		return nil
 	}
 	pipe := b.l.rdb.Pipeline()
-	unwritten := b.count(ctx, pipe, cs)
-	_, err := pipe.Exec(ctx)
-	if left := unwritten(); len(left) > 0 {
-		return fmt.Errorf("ledger: %d counts not written: %w", len(left), cmp(err, errors.New("refused")))
+	result := b.count(ctx, pipe, rand.Text(), cs)
+	_, _ = pipe.Exec(ctx)
+	refused, err := result()
+	if err != nil {
+		return fmt.Errorf("ledger: %d counts not written: %w", len(cs), err)
+	}
+	if len(refused) > 0 {
+		return fmt.Errorf("ledger: %d of %d counts refused by Redis", len(refused), len(cs))
 	}
 	return nil
+}
+
+// countsWaiting is how many counts wait for a flush, new or sent again.
+// Callers hold b.mu.
+func (b *Batcher) countsWaiting() int {
+	n := len(b.counts)
+	for _, c := range b.again {
+		n += len(c.counts)
+	}
+	return n
 }
 
 // Release queues the release of owner's claim on id (see [Ledger.Release])
@@ -437,7 +468,7 @@ func (b *Batcher) signal() {
 	case b.wake <- struct{}{}:
 	default:
 	}
-	if len(b.claims)+len(b.marks)+len(b.counts) >= b.maxBatch {
+	if len(b.claims)+len(b.marks)+b.countsWaiting() >= b.maxBatch {
 		select {
 		case b.full <- struct{}{}:
 		default:
@@ -467,7 +498,7 @@ func (b *Batcher) Close(ctx context.Context) error {
 	for {
 		ok := b.flush(ctx)
 		b.mu.Lock()
-		left := len(b.marks) + len(b.claims) + len(b.counts)
+		left := len(b.marks) + len(b.claims) + b.countsWaiting()
 		b.mu.Unlock()
 		if ok && left == 0 {
 			return nil
@@ -522,7 +553,7 @@ func (b *Batcher) run() {
 			backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
 		}
 		b.mu.Lock()
-		if len(b.claims)+len(b.marks)+len(b.counts) > 0 {
+		if len(b.claims)+len(b.marks)+b.countsWaiting() > 0 {
 			b.signal()
 		}
 		b.mu.Unlock()
@@ -574,14 +605,17 @@ func (c *call) ops() []op {
 // made before it.
 func (b *Batcher) flush(ctx context.Context) bool {
 	b.mu.Lock()
-	marks, claims, counts, waiters := b.marks, b.claims, b.counts, b.waiters
-	b.marks, b.claims, b.counts, b.waiters = nil, nil, nil, nil
+	marks, claims, batches, waiters := b.marks, b.claims, b.again, b.waiters
+	if len(b.counts) > 0 {
+		batches = append(batches, countBatch{token: rand.Text(), counts: b.counts})
+	}
+	b.marks, b.claims, b.counts, b.again, b.waiters = nil, nil, nil, nil, nil
 	for _, c := range claims {
 		c.taken = true
 	}
 	b.flushing = true
 	b.mu.Unlock()
-	if len(marks)+len(claims)+len(counts) == 0 {
+	if len(marks)+len(claims)+len(batches) == 0 {
 		b.written(waiters)
 		return true
 	}
@@ -614,7 +648,7 @@ func (b *Batcher) flush(ctx context.Context) bool {
 
 	now := time.Now()
 	pipe := b.l.rdb.Pipeline()
-	if len(counts) > 0 && !b.l.cluster {
+	if len(batches) > 0 && !b.l.cluster {
 		// The marks and the counts queued with them: both or neither.
 		pipe = b.l.rdb.TxPipeline()
 	}
@@ -622,28 +656,44 @@ func (b *Batcher) flush(ctx context.Context) bool {
 		keys, argv := b.l.args(c.ops(), now)
 		c.cmd = pipe.EvalSha(ctx, ledgerScript.Hash(), keys, argv...)
 	}
-	unwritten := func() []Count { return nil }
-	if len(counts) > 0 {
-		unwritten = b.count(ctx, pipe, counts)
+	results := make([]func() ([]Count, error), len(batches))
+	for i, cb := range batches {
+		results[i] = b.count(ctx, pipe, cb.token, cb.counts)
 	}
 	_, _ = pipe.Exec(ctx) // each command's error is read below
 	// Counts not written go again with the next flush, with the marks that
 	// failed in this one (a NOSCRIPT below fails no count: the counts were
-	// written, and the marks go again at once).
-	failedCounts := unwritten()
+	// written, and the marks go again at once): a batch whose answer was
+	// lost under its token, counts refused in a new batch.
+	var again []countBatch
+	var refused []Count
+	var countErr error
+	ncounts, nfailed := 0, 0
+	for i, cb := range batches {
+		ncounts += len(cb.counts)
+		r, err := results[i]()
+		if err != nil {
+			again = append(again, cb)
+			nfailed += len(cb.counts)
+			countErr = cmp(countErr, err)
+			continue
+		}
+		refused = append(refused, r...)
+		nfailed += len(r)
+	}
 
 	// The script missing from the server's cache (a restart, SCRIPT
 	// FLUSH): the calls that found none go again, with its text, in one
 	// more pipeline.
-	var again []*call
+	var noScript []*call
 	for _, c := range calls {
 		if wire.NoScript(c.cmd.Err()) {
-			again = append(again, c)
+			noScript = append(noScript, c)
 		}
 	}
-	if len(again) > 0 {
+	if len(noScript) > 0 {
 		pipe := b.l.rdb.Pipeline()
-		for _, c := range again {
+		for _, c := range noScript {
 			keys, argv := b.l.args(c.ops(), now)
 			c.cmd = pipe.Eval(ctx, lua.Ledger, keys, argv...)
 		}
@@ -684,16 +734,17 @@ func (b *Batcher) flush(ctx context.Context) bool {
 			}
 		}
 	}
-	if len(failedCounts) > 0 {
-		b.report(fmt.Errorf("ledger: %d of %d counts not written, tried again", len(failedCounts), len(counts)))
+	if nfailed > 0 {
+		b.report(fmt.Errorf("ledger: %d of %d counts not written, tried again: %w", nfailed, ncounts, cmp(countErr, errors.New("refused by Redis"))))
 	}
 	if len(failed) > 0 {
 		b.report(fmt.Errorf("ledger: %d of %d delivered marks or releases not written, tried again: %w", len(failed), len(marks), firstErr))
 	}
-	if len(failed)+len(failedCounts) > 0 {
+	if len(failed)+nfailed > 0 {
 		b.mu.Lock()
 		b.marks = append(failed, b.marks...)
-		b.counts = append(failedCounts, b.counts...)
+		b.again = again
+		b.counts = append(refused, b.counts...)
 		b.waiters = append(waiters, b.waiters...) // wait for the next flush
 		b.flushing = false
 		b.mu.Unlock()
@@ -716,7 +767,7 @@ func (b *Batcher) flush(ctx context.Context) bool {
 // mark.
 func (b *Batcher) AfterWritten(fn func()) {
 	b.mu.Lock()
-	if len(b.marks)+len(b.counts) == 0 && !b.flushing {
+	if len(b.marks)+b.countsWaiting() == 0 && !b.flushing {
 		b.mu.Unlock()
 		fn()
 		return
@@ -745,7 +796,7 @@ func (b *Batcher) Written(ctx context.Context) error {
 func (b *Batcher) written(waiters []func()) {
 	b.mu.Lock()
 	b.flushing = false
-	if len(b.marks)+len(b.counts) == 0 {
+	if len(b.marks)+b.countsWaiting() == 0 {
 		waiters = append(waiters, b.waiters...)
 		b.waiters = nil
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/internal/redistest"
 	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/pacerhq/pacer/pacer/consumer"
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/redis/go-redis/v9"
 )
@@ -514,29 +516,10 @@ func (h *killSwitch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-// hincrCounts is a CountWriter that adds each count's field to the hash
-// key with one HINCRBY per field, and reports as unwritten the counts of a
-// field whose HINCRBY failed.
-func hincrCounts(key string) ledger.CountWriter {
-	return func(ctx context.Context, pipe redis.Pipeliner, cs []ledger.Count) func() []ledger.Count {
-		n := map[string]int64{}
-		for _, c := range cs {
-			n[c.Field]++
-		}
-		cmds := map[string]*redis.IntCmd{}
-		for f, v := range n {
-			cmds[f] = pipe.HIncrBy(ctx, key, f, v)
-		}
-		return func() []ledger.Count {
-			var out []ledger.Count
-			for _, c := range cs {
-				if cmds[c.Field].Err() != nil {
-					out = append(out, c)
-				}
-			}
-			return out
-		}
-	}
+// campaignCounts is the CountWriter a pacer runs: the campaign counters
+// of control.Store on rdb under keys, channel whatsapp.
+func campaignCounts(rdb redis.UniversalClient, keys bucket.Keys) ledger.CountWriter {
+	return consumer.CampaignCounts(control.New(rdb, keys), "whatsapp")
 }
 
 // TestBatcherCountsWithMarks: a count queued with a delivered mark is
@@ -572,7 +555,7 @@ func TestBatcherCountsWithMarks(t *testing.T) {
 			defer rdb.Close()
 			rdb.AddHook(&kill)
 			counter := s.keys.Campaign("whatsapp", "spring")
-			b := ledger.NewBatcher(rdb, s.keys, ledger.BatchConfig{FlushInterval: time.Millisecond, Count: hincrCounts(counter)})
+			b := ledger.NewBatcher(rdb, s.keys, ledger.BatchConfig{FlushInterval: time.Millisecond, Count: campaignCounts(rdb, s.keys)})
 			if !b.Counting() {
 				t.Fatal("Counting() = false with a Count writer")
 			}
@@ -661,7 +644,10 @@ func TestBatcherDeadLettered(t *testing.T) {
 
 // TestBatcherCountsRetried: a flush that fails (Redis refuses every
 // command) writes neither its marks nor their counts; both go again
-// together and are written once, the count added once, not twice.
+// together and are written once, the count added once, not twice. Redis
+// refuses until the test lets it answer, at any point of a flush (between
+// its MULTI and its EXEC too): a flush half run and sent again adds
+// nothing twice.
 func TestBatcherCountsRetried(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
@@ -669,11 +655,11 @@ func TestBatcherCountsRetried(t *testing.T) {
 	var reported atomic.Int64
 	keys := bucket.Keys{}
 	counter := keys.Campaign("whatsapp", "spring")
-	b := ledger.NewBatcher(rdb, keys, ledger.BatchConfig{FlushInterval: time.Millisecond, Count: hincrCounts(counter),
+	b := ledger.NewBatcher(rdb, keys, ledger.BatchConfig{FlushInterval: time.Millisecond, Count: campaignCounts(rdb, keys),
 		OnError: func(error) { reported.Add(1) }})
 	defer closeBatcher(t, b)
 	mr.SetError("LOADING Redis is loading the dataset in memory")
-	b.DeliveredCounted(t.Context(), "whatsapp", "106", "m1", "w", ledger.Count{Name: "spring", Field: "delivered"})
+	b.DeliveredCounted(t.Context(), "whatsapp", "106", "m1", "w", ledger.Count{Name: "spring", Field: "delivered", At: 1_700_000_001_000})
 	b.AddCount(ledger.Count{Name: "spring", Field: "dlq:expired"})
 	deadline := time.Now().Add(10 * time.Second)
 	for reported.Load() < 2 {
@@ -690,12 +676,127 @@ func TestBatcherCountsRetried(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	closeBatcher(t, b)
-	got, err := rdb.HGetAll(t.Context(), counter).Result()
+	got, err := rdb.HMGet(t.Context(), counter, "delivered", "dlq:expired", "first_ms", "last_ms").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]string{"delivered": "1", "dlq:expired": "1"}; !maps.Equal(got, want) {
-		t.Errorf("counts %v; want %v (each once, with its mark)", got, want)
+	if want := []any{"1", "1", "1700000001000", "1700000001000"}; !slices.Equal(got, want) {
+		t.Errorf("delivered, dlq:expired, first_ms, last_ms = %v; want %v (each count once, with its mark)", got, want)
+	}
+}
+
+// lostAnswer is a connection whose first call that adds campaign counts
+// (in a flush's pipeline, or alone after a NOSCRIPT) reaches Redis, which
+// runs all of it, but whose answer is lost: the call fails as one that
+// timed out after Redis applied it (a stall longer than the flush's
+// timeout).
+type lostAnswer struct{ lost atomic.Bool }
+
+var errLost = errors.New("read: i/o timeout (the answer was lost after Redis ran the flush)")
+
+// lose fails cmds, which Redis ran, if they hold the first call that added
+// counts.
+func (h *lostAnswer) lose(cmds []redis.Cmder) bool {
+	counted := slices.ContainsFunc(cmds, func(c redis.Cmder) bool {
+		return (c.Name() == "evalsha" || c.Name() == "eval") && c.Err() == nil && slices.ContainsFunc(c.Args(), func(a any) bool {
+			k, _ := a.(string)
+			return strings.Contains(k, "}:counted:")
+		})
+	})
+	if !counted || !h.lost.CompareAndSwap(false, true) {
+		return false
+	}
+	for _, c := range cmds {
+		c.SetErr(errLost)
+	}
+	return true
+}
+
+func (h *lostAnswer) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lostAnswer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h.lose([]redis.Cmder{cmd}) {
+			return errLost
+		}
+		return err
+	}
+}
+func (h *lostAnswer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if h.lose(cmds) {
+			return errLost
+		}
+		return err
+	}
+}
+
+// TestBatcherCountsAnswerLost: a flush whose counts Redis applied but
+// whose answer was lost is sent again, its counts under the same token:
+// Redis adds them once, so the campaign's counters equal the counts
+// queued exactly (not 4,008 of 4,000), on miniredis, redis-server and
+// Redis Cluster (the token's key in the counters' slot).
+func TestBatcherCountsAnswerLost(t *testing.T) {
+	type target struct {
+		rdb  redis.UniversalClient
+		keys bucket.Keys
+	}
+	targets := map[string]target{}
+	for name, s := range servers(t) {
+		targets[name] = target{s.rdb, s.keys}
+	}
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
+	t.Cleanup(func() { cl.Close() })
+	targets["cluster"] = target{cl, bucket.NewKeys("tbl" + time.Now().Format("150405.000000"))}
+	for name, s := range targets {
+		t.Run(name, func(t *testing.T) {
+			var rdb redis.UniversalClient
+			switch c := s.rdb.(type) { // the process's own connections
+			case *redis.Client:
+				rdb = redis.NewClient(&redis.Options{Addr: c.Options().Addr, DB: c.Options().DB})
+			case *redis.ClusterClient:
+				rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
+			}
+			defer rdb.Close()
+			var hook lostAnswer
+			rdb.AddHook(&hook)
+			var reported atomic.Int64
+			b := ledger.NewBatcher(rdb, s.keys, ledger.BatchConfig{FlushInterval: time.Millisecond, Count: campaignCounts(rdb, s.keys),
+				OnError: func(error) { reported.Add(1) }})
+			const n = 200
+			for i := range n {
+				if err := b.DeliveredCounted(t.Context(), "whatsapp", fmt.Sprint(106+i%7), fmt.Sprint("m", i), "w",
+					ledger.Count{Name: "spring", Field: "delivered", At: 1_700_000_000_000 + int64(i)}); err != nil {
+					t.Fatal(err)
+				}
+				if i%10 == 0 {
+					b.AddCount(ledger.Count{Name: "spring", Field: "dlq:expired"})
+				}
+				if i%20 == 0 {
+					b.Flush()
+				}
+			}
+			closeBatcher(t, b)
+			if !hook.lost.Load() || reported.Load() == 0 {
+				t.Fatalf("lost %v, reported %d: no flush of counts lost its answer", hook.lost.Load(), reported.Load())
+			}
+			st, err := control.New(s.rdb, s.keys).CampaignStatus(t.Context(), "whatsapp", "spring")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Delivered != n || !maps.Equal(st.DeadLetters, map[string]int64{"expired": n / 10}) ||
+				st.First.UnixMilli() != 1_700_000_000_000 || st.Last.UnixMilli() != 1_700_000_000_000+n-1 {
+				t.Errorf("delivered %d, dead letters %v, first %d, last %d; want %d, expired %d, first ...000, last ...%d (each count once)",
+					st.Delivered, st.DeadLetters, st.First.UnixMilli(), st.Last.UnixMilli(), n, n/10, n-1)
+			}
+			l := ledger.New(s.rdb, s.keys, 0)
+			for i := range n {
+				if ok, err := l.IsDelivered(t.Context(), "whatsapp", fmt.Sprint(106+i%7), fmt.Sprint("m", i)); err != nil || !ok {
+					t.Fatalf("m%d delivered = %v, %v; want every mark written", i, ok, err)
+				}
+			}
+		})
 	}
 }
 

@@ -24,7 +24,7 @@ const DefaultInterval = 5 * time.Second
 // keeps both in one Redis Cluster slot, so one transaction writes them):
 //
 //	pacer:status:{whatsapp}:replicas          sorted set: replica name -> Unix ms of its last publish
-//	pacer:status:{whatsapp}:replica:<name>    hash: pacing key -> "<achieved msgs/s> <records in hand>"; achieved is "w" at a key's first reading
+//	pacer:status:{whatsapp}:replica:<name>    hash: pacing key -> "<achieved msgs/s> <backlog>"; achieved is "w" at a key's first reading
 //
 // A replica's hash expires after 3 intervals without a publish, and its
 // entry in the set is ignored after that, so a dead replica drops out.
@@ -44,7 +44,7 @@ func DefaultReplica() string {
 
 // Publisher writes this process's active pacing keys to Redis every
 // interval, with each key's achieved rate over the last interval and its
-// records in hand, so that any replica's status page shows the whole
+// backlog, so that any replica's status page shows the whole
 // channel. One Publisher per process and channel; Run is its only loop.
 type Publisher struct {
 	rdb      redis.UniversalClient
@@ -73,9 +73,11 @@ type KeyActivity struct {
 	// when an idle key's state is freed); the page derives the achieved
 	// rate from two readings.
 	Delivered uint64
-	// InHand is the key's records this process is handling now: fetched,
-	// not yet finished (waiting for a token, being sent).
-	InHand int
+	// Backlog is the key's records in this process: held (fetched, not
+	// yet finished: waiting for a token, being sent) plus the estimated
+	// parked ones whose slots are still ahead, the figure `pacer status`
+	// sums (consumer.KeyBacklog.Total).
+	Backlog int
 }
 
 // NewPublisher returns a Publisher of cfg's channel that calls source at
@@ -108,10 +110,10 @@ func (p *Publisher) Run(ctx context.Context) {
 // Publish writes one reading taken at now: the active keys, each with its
 // achieved rate since the previous reading (messages delivered by this
 // process divided by the seconds between readings; the first reading
-// counts from the first one's time minus one interval) and its records in
-// hand, in one transaction. Only what changed since the last reading is
+// counts from the first one's time minus one interval) and its backlog, in
+// one transaction. Only what changed since the last reading is
 // written: the fields of keys whose value changed, and the keys no longer
-// active removed; an idle key (rate 0, nothing in hand) costs nothing
+// active removed; an idle key (rate 0, no backlog) costs nothing
 // after its first zero. The whole hash is written again after a failed
 // publish or when it was gone (expired, or lost by Redis). 100,000 active
 // keys, rewritten whole every interval, made 20 MB of garbage and 100,000
@@ -147,9 +149,9 @@ func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
 			}
 			v = strconv.FormatFloat(rate, 'g', 6, 64)
 		}
-		r := published{delivered: a.Delivered, rate: rate, inHand: int32(min(a.InHand, math.MaxInt32)), gen: p.gen}
-		if p.rewrite || !ok || was.rate != rate || was.inHand != r.inHand {
-			fields = append(fields, a.Key, v+" "+strconv.Itoa(a.InHand))
+		r := published{delivered: a.Delivered, rate: rate, backlog: int32(min(a.Backlog, math.MaxInt32)), gen: p.gen}
+		if p.rewrite || !ok || was.rate != rate || was.backlog != r.backlog {
+			fields = append(fields, a.Key, v+" "+strconv.Itoa(a.Backlog))
 		}
 		p.prev[a.Key] = r
 	}
@@ -210,7 +212,7 @@ func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
 type published struct {
 	delivered uint64  // the key's Delivered at the reading
 	rate      float64 // msgs/s written; -1: warming up written
-	inHand    int32   // records in hand written
+	backlog   int32   // backlog written
 	gen       uint32  // the Publish that last saw the key active
 }
 
@@ -221,7 +223,7 @@ const warmingUp = "w"
 // parseEntry reads one field value of a replica's hash: warming is true
 // (and achieved 0) for a key the replica has not seen active for a whole
 // interval yet.
-func parseEntry(v string) (achieved float64, warming bool, inHand int, ok bool) {
+func parseEntry(v string) (achieved float64, warming bool, backlog int, ok bool) {
 	a, b, found := strings.Cut(v, " ")
 	if !found {
 		return 0, false, 0, false

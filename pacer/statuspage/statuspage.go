@@ -3,7 +3,7 @@
 // refreshing itself) and /status.json (the same data).
 //
 // Every replica publishes its active pacing keys to Redis ([Publisher]),
-// with each key's achieved rate and records in hand; the [Page] of any
+// with each key's achieved rate and backlog; the [Page] of any
 // replica reads the union, then each key's shared state (adapted rate,
 // tokens, cooldown, breaker) as `pacer status` does
 // ([adapt.Adapter.Snapshot]), so every replica shows the whole channel.
@@ -69,11 +69,11 @@ type Key struct {
 	Breaker       string  `json:"breaker"`     // closed, open, half-open
 	BreakerLeftMS int64   `json:"breaker_left_ms"`
 	BreakerReason string  `json:"breaker_reason,omitempty"`
-	// Backlog is the key's records the replicas hold in hand (fetched,
-	// not finished: waiting for a token or being sent), summed over them.
-	// SLOT(per-key backlog): records parked beyond the lookahead and the
-	// key's share of the consumer lag are added here when the per-key
-	// queues publish them.
+	// Backlog is the key's records the replicas hold (fetched, not
+	// finished: waiting for a token or being sent) plus those they parked
+	// whose estimated slots are still ahead, summed over them: the figure
+	// `pacer status` shows (consumer.KeyBacklog.Total, from the same
+	// reading of each process, published at different ticks).
 	Backlog  int    `json:"backlog"`
 	Replicas int    `json:"replicas"`        // replicas that handled the key in the last 5 minutes
 	Error    string `json:"error,omitempty"` // its state could not be read
@@ -92,7 +92,7 @@ type Campaign struct {
 	Duplicates   int64            `json:"duplicates"`    // skipped: published again after their id was delivered or dead-lettered
 	Remaining    int64            `json:"remaining"`     // published - delivered - dead-lettered - duplicates, at least 0; -1 when unknown
 	Achieved     float64          `json:"achieved"`      // msgs/s between its first and last delivery
-	ETASeconds   float64          `json:"eta_seconds"`   // remaining at Achieved; -1 unknown
+	ETASeconds   *float64         `json:"eta_seconds"`   // remaining at Achieved, s; null when none (control.Status.ETA)
 	LastActive   time.Time        `json:"last_active"`   // last publish, count or state change
 }
 
@@ -265,7 +265,7 @@ func (pg *Page) collect(ctx context.Context) (*reading, error) {
 	byKey := map[string]*Key{}
 	for _, c := range cmds {
 		for k, v := range c.Val() {
-			ach, warming, inHand, ok := parseEntry(v)
+			ach, warming, backlog, ok := parseEntry(v)
 			if !ok {
 				continue
 			}
@@ -276,7 +276,7 @@ func (pg *Page) collect(ctx context.Context) (*reading, error) {
 			}
 			row.Achieved += ach
 			row.WarmingUp = row.WarmingUp || warming
-			row.Backlog += inHand
+			row.Backlog += backlog
 			row.Replicas++
 		}
 	}

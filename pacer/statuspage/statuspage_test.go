@@ -69,8 +69,8 @@ func (s *source) get(dst []KeyActivity) []KeyActivity {
 	return append(dst, s.acts...)
 }
 
-func act(key string, delivered uint64, inHand int) KeyActivity {
-	return KeyActivity{Key: key, Delivered: delivered, InHand: inHand}
+func act(key string, delivered uint64, backlog int) KeyActivity {
+	return KeyActivity{Key: key, Delivered: delivered, Backlog: backlog}
 }
 
 // scenario writes a channel with two replicas: key A throttled twice (a
@@ -211,11 +211,11 @@ func TestStatusAddsUpReplicas(t *testing.T) {
 		sp, au = au, sp
 	}
 	if sp.Name != "spring" || sp.State != "running" || sp.Published != 1000 || sp.Delivered != 600 || sp.DeadLettered["permanent"] != 10 ||
-		sp.Remaining != 390 || sp.Achieved < 29.9 || sp.Achieved > 30 || sp.ETASeconds < 13 || sp.ETASeconds > 13.1 {
+		sp.Remaining != 390 || sp.Achieved < 29.9 || sp.Achieved > 30 || sp.ETASeconds == nil || *sp.ETASeconds < 13 || *sp.ETASeconds > 13.1 {
 		t.Errorf("spring %+v; want running, 600 of 1000 delivered, 10 permanent, 390 remaining at ~29.95/s, ETA ~13 s", sp)
 	}
-	if au.Name != "autumn" || au.State != "paused" || au.Published != 200 || au.Delivered != 50 || au.Duplicates != 30 || au.Remaining != 120 || au.Messages != 170 {
-		t.Errorf("autumn %+v; want paused, 50 of 200 delivered, 30 duplicates (170 messages), 120 remaining", au)
+	if au.Name != "autumn" || au.State != "paused" || au.Published != 200 || au.Delivered != 50 || au.Duplicates != 30 || au.Remaining != 120 || au.Messages != 170 || au.ETASeconds != nil {
+		t.Errorf("autumn %+v; want paused, 50 of 200 delivered, 30 duplicates (170 messages), 120 remaining, no ETA", au)
 	}
 
 	// Search and top-N over every key.
@@ -249,7 +249,7 @@ func TestPublishRestartsFromAFreedKey(t *testing.T) {
 	}
 	v, err := rdb.HGet(ctx, replicaKey(cfg.Prefix, channel, DefaultReplica()), "k").Result()
 	if err != nil || v != "3 1" {
-		t.Fatalf("published %q, %v; want \"3 1\" (30 in 10 s, 1 in hand)", v, err)
+		t.Fatalf("published %q, %v; want \"3 1\" (30 in 10 s, backlog 1)", v, err)
 	}
 	// A key no longer active disappears from the replica's hash.
 	src.set()
@@ -573,7 +573,7 @@ func TestPublishWritesWhatChanged(t *testing.T) {
 		t.Errorf("idle key's field %q: a reading rewrote a value that did not change", v)
 	}
 	if v := field("busy"); v != "10 1" {
-		t.Errorf("busy key's field %q, want \"10 1\" (50 in 5 s, 1 in hand)", v)
+		t.Errorf("busy key's field %q, want \"10 1\" (50 in 5 s, backlog 1)", v)
 	}
 	if v := field("leaving"); v != "" {
 		t.Errorf("a key no longer active still has its field %q", v)
