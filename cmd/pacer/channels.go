@@ -452,6 +452,7 @@ var channelTable = []channel{
 			rate := fs.Float64("rate", sendgrid.DefaultLimit.PerSecond, "requests per second allowed per API key (0 = unlimited; SendGrid publishes no number)")
 			burst := fs.Int("burst", 0, "bucket capacity in requests (0 = ceil(rate))")
 			keys := fs.String("api-keys", "fake=SG.fake-key", "name=key,...: the only API keys accepted, reported by name")
+			noHeaders := fs.Bool("no-ratelimit-headers", false, "answer 429 without X-RateLimit-* headers, as Mail Send may")
 			return func() (*fakeServer, error) {
 				list, err := parseKeyList(*keys)
 				if err == nil && len(list) == 0 {
@@ -460,7 +461,8 @@ var channelTable = []channel{
 				if err != nil {
 					return nil, &usageError{"fake-provider: --api-keys: " + err.Error()}
 				}
-				f := sendgridtest.New(sendgridtest.Config{Rate: *rate, Burst: *burst, APIKeys: list, AnswerTime: fakeAnswerTime(fs)})
+				f := sendgridtest.New(sendgridtest.Config{Rate: *rate, Burst: *burst, APIKeys: list, AnswerTime: fakeAnswerTime(fs),
+					NoRateLimitHeaders: *noHeaders})
 				return &fakeServer{handler: f, settings: func(base, _ string) ([][2]string, error) {
 					return [][2]string{{"PACER_SENDGRID_BASE_URL", base}, {"PACER_SENDGRID_API_KEYS", *keys}, {"PACER_SENDGRID_H2C", "true"}}, nil
 				}}, nil
