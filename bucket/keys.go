@@ -81,6 +81,10 @@ func (k Keys) AIMD(channel, key string) string { return k.name(channel, key, "ai
 // capacity when throttles persist.
 func (k Keys) Achieved(channel, key string) string { return k.name(channel, key, "achieved") }
 
+// ServerErrors is the hash counting a pacing key's server errors (HTTP
+// 5xx) in the current window (package adapt).
+func (k Keys) ServerErrors(channel, key string) string { return k.name(channel, key, "5xx") }
+
 // Pairs is the hash of a pacing key's pair cooldowns, by pair (a hash of
 // the recipient, never the address) (package adapt).
 func (k Keys) Pairs(channel, key string) string { return k.name(channel, key, "pairs") }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -149,6 +151,11 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_AIMD_FLOOR", "0"},
 		{"PACER_AIMD_WINDOW", "0s"},
 		{"PACER_AIMD_STEP", "-1"},
+		{"PACER_SERVER_ERROR_BURST", "-1"},
+		{"PACER_SERVER_ERROR_BURST", "many"},
+		{"PACER_SERVER_ERROR_WINDOW", "0s"},
+		{"PACER_SERVER_ERROR_DECREASE", "1"},
+		{"PACER_SERVER_ERROR_DECREASE", "0"},
 		{"PACER_BREAKER_FLOOR_THROTTLES", "0"},
 		{"PACER_KAFKA_SESSION_TIMEOUT", "10ms"},
 		{"PACER_APNS_RATE", "0"},
@@ -428,4 +435,31 @@ func TestListenSettingInUse(t *testing.T) {
 		t.Fatalf("a free port: %v", err)
 	}
 	ln.Close()
+}
+
+// TestServerErrorSettings: the server-error cut reaches the pacer's AIMD
+// as set (20 in 10s, x0.9 by default), and PACER_SERVER_ERROR_BURST=0
+// turns it off.
+func TestServerErrorSettings(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want adapt.AIMD
+	}{
+		{nil, adapt.AIMD{ServerErrors: 20, ServerErrorWindow: 10 * time.Second, ServerErrorDecrease: 0.9}},
+		{map[string]string{"PACER_SERVER_ERROR_BURST": "5", "PACER_SERVER_ERROR_WINDOW": "1m", "PACER_SERVER_ERROR_DECREASE": "0.5"},
+			adapt.AIMD{ServerErrors: 5, ServerErrorWindow: time.Minute, ServerErrorDecrease: 0.5}},
+		{map[string]string{"PACER_SERVER_ERROR_BURST": "0"}, adapt.AIMD{ServerErrors: -1, ServerErrorWindow: 10 * time.Second, ServerErrorDecrease: 0.9}},
+	} {
+		env := map[string]string{"PACER_WHATSAPP_TOKEN": "t"}
+		maps.Copy(env, c.env)
+		ch := whatsappRow(t)
+		cfg, err := loadConfig(lookupMap(env), ch)
+		if err != nil {
+			t.Fatalf("%v: %v", c.env, err)
+		}
+		a := cfg.pacerConfig(ch).AIMD
+		if a.ServerErrors != c.want.ServerErrors || a.ServerErrorWindow != c.want.ServerErrorWindow || a.ServerErrorDecrease != c.want.ServerErrorDecrease {
+			t.Errorf("%v: AIMD %+v; want server errors %d in %v, x%v", c.env, a, c.want.ServerErrors, c.want.ServerErrorWindow, c.want.ServerErrorDecrease)
+		}
+	}
 }
