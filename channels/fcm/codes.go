@@ -19,10 +19,12 @@ import (
 // (QUOTA_EXCEEDED) and https://firebase.google.com/docs/cloud-messaging/throttling-and-quotas.
 const QuotaCooldown = time.Minute
 
-// ServerRetry is the smallest RetryAfter of a 5xx answer: FCM asks senders
-// to wait "at least 10 seconds" before retrying a 500 or 503 (with
-// exponential back-off beyond it), where the pacer's first retry tier
-// would come back after 5 s. A longer Retry-After header wins.
+// ServerRetry is the wait FCM asks for before a 5xx answer is retried:
+// "at least 10 seconds" for a 500 or 503 (with exponential back-off beyond
+// it), where the pacer's first retry tier would come back after 5 s. It is
+// the default of PACER_FCM_SERVER_RETRY, which the pacer applies when it
+// retries (a longer Retry-After wins); the adapter reports Retry-After as
+// FCM sent it.
 //
 // Source: https://firebase.google.com/docs/cloud-messaging/scale-fcm
 // (retry errors with back-off; providers.md §8.4).

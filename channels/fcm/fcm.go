@@ -303,7 +303,8 @@ func keySecrets(key string) []string {
 // other throttle (RESOURCE_EXHAUSTED without an FcmError, a 429 without a
 // Google body) is ScopeKey. A Retry-After header
 // (delta-seconds or HTTP-date) sets RetryAfter; a project throttle waits at
-// least [QuotaCooldown], a 5xx at least [ServerRetry].
+// least [QuotaCooldown]. A 5xx carries Retry-After as sent: the pacer
+// waits at least [ServerRetry] (PACER_FCM_SERVER_RETRY) before its retry.
 //
 // A 401 UNAUTHENTICATED means the access token was refused: Send drops it,
 // fetches a new one and sends once more, since FCM accepted nothing; a
@@ -521,9 +522,6 @@ func (c *Client) failure(resp *http.Response, raw []byte, secrets []string, proj
 		if e.Scope == channels.ScopeKey {
 			e.RetryAfter = max(e.RetryAfter, QuotaCooldown)
 		}
-	}
-	if e.Class == channels.Transient && resp.StatusCode >= 500 {
-		e.RetryAfter = max(e.RetryAfter, ServerRetry)
 	}
 	return e
 }

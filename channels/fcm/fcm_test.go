@@ -87,15 +87,14 @@ func TestSendClassification(t *testing.T) {
 		// names no wait; a QUOTA_EXCEEDED, which does not say whether the
 		// project or the device is over, throttles the pair alone when its
 		// token is the first refused (each send here is a new client's).
-		// A 5xx waits FCM's 10 s at least.
+		// A 5xx carries no wait of its own: the pacer's retry waits FCM's
+		// 10 s (PACER_FCM_SERVER_RETRY).
 		scope, retry := channels.ScopeKey, time.Duration(0)
 		switch {
 		case d.Name == "QUOTA_EXCEEDED":
 			scope = channels.ScopePair
 		case d.Class == channels.Throttle:
 			retry = time.Minute
-		case d.Status >= 500:
-			retry = fcm.ServerRetry
 		}
 		if e.Scope != scope {
 			t.Errorf("Scope = %v, want %v", e.Scope, scope)
@@ -138,11 +137,8 @@ func TestSendUnknownCode(t *testing.T) {
 		channels.Permanent: {400, 404}, channels.Halt: {401, 403}, channels.Throttle: {429}, channels.Transient: {500, 503},
 	}, sendAnswer, func(t *testing.T, status int, e *channels.Error) {
 		var retry time.Duration
-		switch {
-		case status == 429:
+		if status == 429 {
 			retry = time.Minute
-		case status >= 500:
-			retry = fcm.ServerRetry
 		}
 		if e.Scope != channels.ScopeKey || e.RetryAfter != retry {
 			t.Errorf("got scope=%v retry=%v; want key %v", e.Scope, e.RetryAfter, retry)
@@ -439,12 +435,11 @@ func TestSendRetryAfter(t *testing.T) {
 		{"device, absent", 429, device429, "", channels.Throttle, 0, 0},
 		{"device, seconds", 429, device429, "30", channels.Throttle, 30 * time.Second, 30 * time.Second},
 		{"device, http date", 429, device429, inAnHour.Format(http.TimeFormat), channels.Throttle, 58 * time.Minute, time.Hour},
-		{"503, absent: 10 s floor", 503, unavailable, "", channels.Transient, fcm.ServerRetry, fcm.ServerRetry},
-		{"503, seconds under the floor", 503, unavailable, "7", channels.Transient, fcm.ServerRetry, fcm.ServerRetry},
-		{"503, seconds", 503, unavailable, "30", channels.Transient, 30 * time.Second, 30 * time.Second},
+		{"503, absent", 503, unavailable, "", channels.Transient, 0, 0},
+		{"503, seconds", 503, unavailable, "7", channels.Transient, 7 * time.Second, 7 * time.Second},
 		{"503, http date", 503, unavailable, inAnHour.Format(http.TimeFormat), channels.Transient, 58 * time.Minute, time.Hour},
 		{"503 without a body, seconds", 503, "", "17", channels.Transient, 17 * time.Second, 17 * time.Second},
-		{"503 without a body, absent", 503, "", "", channels.Transient, fcm.ServerRetry, fcm.ServerRetry},
+		{"503 without a body, absent", 503, "", "", channels.Transient, 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var h []string

@@ -105,6 +105,28 @@ var h2cSetting = setting{"H2C", "false", func(s string) error {
 	return nil
 }, false}
 
+// serverRetrySetting is PACER_<NAME>_SERVER_RETRY: the least delay before
+// a message its provider answered with a server error (HTTP 5xx) is
+// retried (consumer.Config.ServerRetry), def the wait the provider asks
+// for (0: none documented).
+func serverRetrySetting(def time.Duration) setting {
+	return setting{"SERVER_RETRY", def.String(), func(s string) error {
+		if _, err := parseServerRetry(s); err != nil {
+			return err
+		}
+		return nil
+	}, false}
+}
+
+// parseServerRetry parses a PACER_<NAME>_SERVER_RETRY value.
+func parseServerRetry(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q is not a duration >= 0 (such as 10s or 15m; 0s = none)", s)
+	}
+	return d, nil
+}
+
 // fcmDataKey checks PACER_FCM_DATA_ID_KEY: empty, or a data key FCM
 // accepts: not "from", "message_type", nor starting with "google" or "gcm"
 // (reserved, https://firebase.google.com/docs/reference/fcm/rest/v1/projects.messages),
@@ -135,6 +157,7 @@ var channelTable = []channel{
 		recipient: &recipientBucket{"PAIR", channels.Limit{PerSecond: 0, Burst: 45}}, // Meta: about 1 per 6 s, up to 45 in a burst (error 131056)
 		settings: []setting{
 			{"BASE_URL", whatsapp.DefaultBaseURL, httpURL, false},
+			serverRetrySetting(0), // Meta documents no wait before retrying a 5xx
 			{"API_VERSION", whatsapp.DefaultAPIVersion, func(s string) error {
 				if _, retired, err := whatsapp.Retired(s, time.Now()); err != nil || retired {
 					return fmt.Errorf("must be a Graph API version Meta still serves, such as %s", whatsapp.DefaultAPIVersion)
@@ -205,6 +228,7 @@ var channelTable = []channel{
 		limit: apns.DefaultLimit,
 		settings: []setting{
 			{"BASE_URL", "https://api.push.apple.com", httpURL, false},
+			serverRetrySetting(apns.ServerRetry),
 			{"KEY_ID", "", nil, false},
 			{"TEAM_ID", "", nil, false},
 			{"KEY_FILE", "", nil, false}, // the .p8 signing key; never logged
@@ -314,6 +338,7 @@ var channelTable = []channel{
 		recipient: &recipientBucket{"DEVICE", fcm.DeviceLimit},
 		settings: []setting{
 			{"BASE_URL", fcm.DefaultBaseURL, httpURL, false},
+			serverRetrySetting(fcm.ServerRetry),
 			{"CREDENTIALS_FILE", "", nil, false}, // service-account JSON; never logged
 			h2cSetting,
 			// The envelope id in message.data, so an app drops the
@@ -388,6 +413,7 @@ var channelTable = []channel{
 		limit: sendgrid.DefaultLimit,
 		settings: []setting{
 			{"BASE_URL", sendgrid.DefaultBaseURL, httpURL, false},
+			serverRetrySetting(0),                     // SendGrid documents no wait before retrying a 5xx
 			{"API_KEYS", "", checkKeyList, true},      // name=key,...
 			{"ON_BEHALF_OF", "", checkKeyList, false}, // name=subuser,...
 			h2cSetting,

@@ -273,8 +273,9 @@ func (c config) pacerConfig(ch *channel) consumer.Config {
 	if serverErrors <= 0 {
 		serverErrors = -1
 	}
+	serverRetry, _ := parseServerRetry(cc.vars.get("SERVER_RETRY")) // checked by readChannel
 	return consumer.Config{
-		Channel: ch.name, Limit: cc.limit, RecipientLimit: cc.recipient,
+		Channel: ch.name, Limit: cc.limit, RecipientLimit: cc.recipient, ServerRetry: serverRetry,
 		AIMD: adapt.AIMD{Decrease: c.AIMDDecrease, Floor: floor, Window: c.AIMDWindow, Step: c.AIMDStep,
 			MinCooldown: c.ThrottleCooldown, MaxCooldown: c.MaxCooldown,
 			ServerErrors: serverErrors, ServerErrorWindow: c.ServerErrorWindow, ServerErrorDecrease: c.ServerErrorDecrease},

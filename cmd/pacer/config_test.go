@@ -151,6 +151,8 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_AIMD_FLOOR", "0"},
 		{"PACER_AIMD_WINDOW", "0s"},
 		{"PACER_AIMD_STEP", "-1"},
+		{"PACER_FCM_SERVER_RETRY", "-1s"},
+		{"PACER_APNS_SERVER_RETRY", "soon"},
 		{"PACER_SERVER_ERROR_BURST", "-1"},
 		{"PACER_SERVER_ERROR_BURST", "many"},
 		{"PACER_SERVER_ERROR_WINDOW", "0s"},
@@ -461,5 +463,29 @@ func TestServerErrorSettings(t *testing.T) {
 		if a.ServerErrors != c.want.ServerErrors || a.ServerErrorWindow != c.want.ServerErrorWindow || a.ServerErrorDecrease != c.want.ServerErrorDecrease {
 			t.Errorf("%v: AIMD %+v; want server errors %d in %v, x%v", c.env, a, c.want.ServerErrors, c.want.ServerErrorWindow, c.want.ServerErrorDecrease)
 		}
+	}
+}
+
+// TestServerRetrySettings: each channel's least delay before a 5xx is
+// retried reaches the pacer: what its provider asks for by default (FCM
+// 10 s, APNs 15 min, none for WhatsApp and SendGrid), or what is set.
+func TestServerRetrySettings(t *testing.T) {
+	want := map[string]time.Duration{"whatsapp": 0, "apns": 15 * time.Minute, "fcm": 10 * time.Second, "sendgrid": 0}
+	cfg, err := loadConfig(lookupMap(map[string]string{"PACER_WHATSAPP_TOKEN": "t"}), whatsappRow(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range channelTable {
+		ch := &channelTable[i]
+		if got := cfg.pacerConfig(ch).ServerRetry; got != want[ch.name] {
+			t.Errorf("%s: ServerRetry %v by default, want %v", ch.name, got, want[ch.name])
+		}
+	}
+	cfg, err = loadConfig(lookupMap(map[string]string{"PACER_WHATSAPP_TOKEN": "t", "PACER_WHATSAPP_SERVER_RETRY": "30s"}), whatsappRow(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.pacerConfig(whatsappRow(t)).ServerRetry; got != 30*time.Second {
+		t.Errorf("PACER_WHATSAPP_SERVER_RETRY=30s: ServerRetry %v", got)
 	}
 }
