@@ -45,3 +45,7 @@ var BreakerStatus = compose("breaker_status.lua")
 // pacing key and lower its adapted rate once per burst of them; reply
 // {urate, change, cooldown_ms, streak, since_us}.
 var AIMDStorm = compose("aimd_storm.lua")
+
+// SlowStart is slow_start.lua: mark a pacing key active and return the µs
+// since its active spell began.
+var SlowStart = compose("slow_start.lua")

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/channels/apns"
 	"github.com/pacerhq/pacer/channels/apns/apnstest"
@@ -125,6 +126,33 @@ func parseServerRetry(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q is not a duration >= 0 (such as 10s or 15m; 0s = none)", s)
 	}
 	return d, nil
+}
+
+// slowStartCheck checks PACER_<NAME>_SLOW_START (the ramp of a key back
+// from idle, adapt.SlowStart.Ramp) or _SLOW_START_IDLE: a duration in
+// [lo, hi].
+func slowStartCheck(lo, hi time.Duration, note string) func(string) error {
+	return func(s string) error {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || d < lo || d > hi {
+			if note != "" {
+				note = "; " + note
+			}
+			return fmt.Errorf("%q is not a duration in [%v, %v]%s", s, lo, hi, note)
+		}
+		return nil
+	}
+}
+
+// slowStartOf returns the slow start a channel's settings ask for: off
+// for a channel without PACER_<NAME>_SLOW_START.
+func slowStartOf(v channelVars) adapt.SlowStart {
+	ramp, err1 := time.ParseDuration(v.get("SLOW_START"))
+	idle, err2 := time.ParseDuration(v.get("SLOW_START_IDLE"))
+	if err1 != nil || err2 != nil { // absent, or refused by its check
+		return adapt.SlowStart{}
+	}
+	return adapt.SlowStart{Ramp: ramp, Idle: idle}
 }
 
 // fcmDataKey checks PACER_FCM_DATA_ID_KEY: empty, or a data key FCM
@@ -339,6 +367,8 @@ var channelTable = []channel{
 		settings: []setting{
 			{"BASE_URL", fcm.DefaultBaseURL, httpURL, false},
 			serverRetrySetting(fcm.ServerRetry),
+			{"SLOW_START", "60s", slowStartCheck(0, time.Hour, "0s = off"), false},
+			{"SLOW_START_IDLE", "5m", slowStartCheck(time.Second, 24*time.Hour, ""), false},
 			{"CREDENTIALS_FILE", "", nil, false}, // service-account JSON; never logged
 			h2cSetting,
 			// The envelope id in message.data, so an app drops the

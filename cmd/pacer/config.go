@@ -276,6 +276,7 @@ func (c config) pacerConfig(ch *channel) consumer.Config {
 	serverRetry, _ := parseServerRetry(cc.vars.get("SERVER_RETRY")) // checked by readChannel
 	return consumer.Config{
 		Channel: ch.name, Limit: cc.limit, RecipientLimit: cc.recipient, ServerRetry: serverRetry,
+		SlowStart: slowStartOf(cc.vars),
 		AIMD: adapt.AIMD{Decrease: c.AIMDDecrease, Floor: floor, Window: c.AIMDWindow, Step: c.AIMDStep,
 			MinCooldown: c.ThrottleCooldown, MaxCooldown: c.MaxCooldown,
 			ServerErrors: serverErrors, ServerErrorWindow: c.ServerErrorWindow, ServerErrorDecrease: c.ServerErrorDecrease},

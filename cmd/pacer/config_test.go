@@ -152,6 +152,9 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_AIMD_WINDOW", "0s"},
 		{"PACER_AIMD_STEP", "-1"},
 		{"PACER_FCM_SERVER_RETRY", "-1s"},
+		{"PACER_FCM_SLOW_START", "2h"},
+		{"PACER_FCM_SLOW_START", "soon"},
+		{"PACER_FCM_SLOW_START_IDLE", "10ms"},
 		{"PACER_APNS_SERVER_RETRY", "soon"},
 		{"PACER_SERVER_ERROR_BURST", "-1"},
 		{"PACER_SERVER_ERROR_BURST", "many"},
@@ -487,5 +490,41 @@ func TestServerRetrySettings(t *testing.T) {
 	}
 	if got := cfg.pacerConfig(whatsappRow(t)).ServerRetry; got != 30*time.Second {
 		t.Errorf("PACER_WHATSAPP_SERVER_RETRY=30s: ServerRetry %v", got)
+	}
+}
+
+// TestSlowStartSettings: FCM projects back from idle ramp over 60 s after
+// 5 minutes idle by default, as set, or not at all (0s); other channels
+// have no slow start.
+func TestSlowStartSettings(t *testing.T) {
+	fcmRow := func() *channel {
+		for i := range channelTable {
+			if channelTable[i].name == "fcm" {
+				return &channelTable[i]
+			}
+		}
+		t.Fatal("no fcm row")
+		return nil
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		want adapt.SlowStart
+	}{
+		{nil, adapt.SlowStart{Ramp: time.Minute, Idle: 5 * time.Minute}},
+		{map[string]string{"PACER_FCM_SLOW_START": "2m", "PACER_FCM_SLOW_START_IDLE": "30s"}, adapt.SlowStart{Ramp: 2 * time.Minute, Idle: 30 * time.Second}},
+		{map[string]string{"PACER_FCM_SLOW_START": "0s"}, adapt.SlowStart{Idle: 5 * time.Minute}},
+	} {
+		env := map[string]string{"PACER_WHATSAPP_TOKEN": "t"}
+		maps.Copy(env, c.env)
+		cfg, err := loadConfig(lookupMap(env), whatsappRow(t))
+		if err != nil {
+			t.Fatalf("%v: %v", c.env, err)
+		}
+		if got := cfg.pacerConfig(fcmRow()).SlowStart; got != c.want {
+			t.Errorf("%v: fcm slow start %+v, want %+v", c.env, got, c.want)
+		}
+		if got := cfg.pacerConfig(whatsappRow(t)).SlowStart; got != (adapt.SlowStart{}) {
+			t.Errorf("whatsapp slow start %+v, want none", got)
+		}
 	}
 }
