@@ -81,6 +81,15 @@ func (k Keys) AIMD(channel, key string) string { return k.name(channel, key, "ai
 // capacity when throttles persist.
 func (k Keys) Achieved(channel, key string) string { return k.name(channel, key, "achieved") }
 
+// ServerErrors is the hash counting a pacing key's server errors (HTTP
+// 5xx) in the current window (package adapt).
+func (k Keys) ServerErrors(channel, key string) string { return k.name(channel, key, "5xx") }
+
+// Start is the start of a pacing key's current active spell, in µs of
+// Redis TIME, kept while the key is active (package adapt): the slow start
+// of a key back from idle ramps from it.
+func (k Keys) Start(channel, key string) string { return k.name(channel, key, "start") }
+
 // Pairs is the hash of a pacing key's pair cooldowns, by pair (a hash of
 // the recipient, never the address) (package adapt).
 func (k Keys) Pairs(channel, key string) string { return k.name(channel, key, "pairs") }

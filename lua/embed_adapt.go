@@ -40,3 +40,12 @@ var BreakerResult = compose("breaker_result.lua")
 // without writing; reply {state, opens, open_left_us, probe_left_us, owner,
 // reason}.
 var BreakerStatus = compose("breaker_status.lua")
+
+// AIMDStorm is aimd_storm.lua with aimd_read.lua: count a server error of a
+// pacing key and lower its adapted rate once per burst of them; reply
+// {urate, change, cooldown_ms, streak, since_us}.
+var AIMDStorm = compose("aimd_storm.lua")
+
+// SlowStart is slow_start.lua: mark a pacing key active and return the µs
+// since its active spell began.
+var SlowStart = compose("slow_start.lua")

@@ -31,6 +31,8 @@ var scripts = []struct {
 	{"aimd_throttle.lua", AIMDThrottle, []string{"aimd_read", "adapt_base", "argv"}},
 	{"aimd_recover.lua", AIMDRecover, []string{"aimd_read", "adapt_base", "argv"}},
 	{"aimd_state.lua", AIMDState, []string{"aimd_read", "adapt_base", "argv"}},
+	{"aimd_storm.lua", AIMDStorm, []string{"aimd_read", "adapt_base", "argv"}},
+	{"slow_start.lua", SlowStart, nil},
 	{"aimd_pair.lua", AIMDPair, []string{"adapt_base", "argv"}},
 	{"aimd_achieved.lua", AIMDAchieved, nil},
 	{"aimd_pairs.lua", AIMDPairs, []string{"adapt_base", "argv"}},

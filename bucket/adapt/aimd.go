@@ -184,6 +184,22 @@ type AIMD struct {
 	// ceiling, uses 1s), and never above MaxCooldown; for MaxCooldown 1h (or
 	// MinCooldown if that is higher).
 	MinCooldown, MaxCooldown time.Duration
+	// ServerErrors is how many server errors (HTTP 5xx answers, reported
+	// by [Adapter.ServerError]) of a key within ServerErrorWindow lower its
+	// rate, once, by ServerErrorDecrease: a provider that answers 5xx in
+	// bursts is overloaded, and FCM asks senders to slow down then
+	// (https://firebase.google.com/docs/cloud-messaging/scale-fcm). At
+	// least 1; 0 means the default 20; a negative value turns the cut off
+	// (5xx answers are then retried and nothing else).
+	ServerErrors int
+	// ServerErrorWindow is the window ServerErrors counts in, from the
+	// first error after the last window or cut. From 1ms to 10 years;
+	// default 10s.
+	ServerErrorWindow time.Duration
+	// ServerErrorDecrease multiplies the rate at a burst of server errors,
+	// in (0, 1), never below Floor: a mild cut, since a 5xx is not a rate
+	// limit. Default 0.9.
+	ServerErrorDecrease float64
 }
 
 // aimdArgs is an AIMD with its defaults filled in for one ceiling, in the
@@ -199,6 +215,9 @@ type aimdArgs struct {
 	minCooldown          time.Duration
 	maxCooldown          time.Duration
 	idleMs               int64
+	storm                int     // ServerErrors; < 0: off
+	stormWindowUs        int64   // ServerErrorWindow in µs
+	stormDecrease        float64 // ServerErrorDecrease
 }
 
 // Validate returns nil if a applies to ceiling, else every problem found,
@@ -310,6 +329,18 @@ func (a AIMD) args(ceiling bucket.Limit) (aimdArgs, error) {
 	}
 	p.minEpisodeUs = roundUp(minEp, time.Microsecond)
 	p.idleMs = roundUp(max(4*window, 4*persist, adaptMinIdle), time.Millisecond)
+	p.storm = a.ServerErrors
+	if p.storm == 0 {
+		p.storm = defaultServerErrors
+	}
+	p.stormWindowUs = roundUp(period("ServerErrorWindow", "server error window", a.ServerErrorWindow, 10*time.Second, time.Millisecond), time.Microsecond)
+	p.stormDecrease = a.ServerErrorDecrease
+	if p.stormDecrease == 0 {
+		p.stormDecrease = 0.9
+	}
+	if !(p.stormDecrease > 0 && p.stormDecrease < 1) {
+		bad("ServerErrorDecrease", "server error decrease %v must be in (0, 1)", a.ServerErrorDecrease)
+	}
 
 	var err error
 	if p.minCooldown, p.maxCooldown, err = a.cooldownsAt(min(max(interval, 10*time.Millisecond), time.Second)); err != nil {

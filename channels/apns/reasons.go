@@ -2,9 +2,23 @@ package apns
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/pacerhq/pacer/channels"
 )
+
+// ServerRetry is the wait Apple asks for before a notification answered
+// with a 5xx status is sent again: "After 15 minutes, you can retry JSON
+// payloads that receive response status codes that begin with 5XX. While
+// retrying, you may employ a back-off technique." That covers every 5xx:
+// the two Apple lists are 500 (InternalServerError) and 503
+// (ServiceUnavailable, Shutdown); 429 and the 4xx reasons are not
+// concerned. It is the default of PACER_APNS_SERVER_RETRY; the adapter
+// itself sets no RetryAfter for them.
+//
+// Source: https://developer.apple.com/documentation/usernotifications/handling-notification-responses-from-apns
+// (providers.md §8.3).
+const ServerRetry = 15 * time.Minute
 
 // rule is what one APNs reason means for the pacer.
 type rule struct {

@@ -19,10 +19,12 @@ import (
 // (QUOTA_EXCEEDED) and https://firebase.google.com/docs/cloud-messaging/throttling-and-quotas.
 const QuotaCooldown = time.Minute
 
-// ServerRetry is the smallest RetryAfter of a 5xx answer: FCM asks senders
-// to wait "at least 10 seconds" before retrying a 500 or 503 (with
-// exponential back-off beyond it), where the pacer's first retry tier
-// would come back after 5 s. A longer Retry-After header wins.
+// ServerRetry is the wait FCM asks for before a 5xx answer is retried:
+// "at least 10 seconds" for a 500 or 503 (with exponential back-off beyond
+// it), where the pacer's first retry tier would come back after 5 s. It is
+// the default of PACER_FCM_SERVER_RETRY, which the pacer applies when it
+// retries (a longer Retry-After wins); the adapter reports Retry-After as
+// FCM sent it.
 //
 // Source: https://firebase.google.com/docs/cloud-messaging/scale-fcm
 // (retry errors with back-off; providers.md §8.4).
@@ -48,7 +50,8 @@ const ServerRetry = 10 * time.Second
 //     still accepts APNS_AUTH_ERROR, the old name of THIRD_PARTY_AUTH_ERROR.
 var codes = map[string]channels.Class{
 	// Throttle: the project quota (600k/min), or a device or topic rate;
-	// see [throttleScope] for the scope and [QuotaCooldown] for the delay.
+	// see [throttleScope] and [QuotaWindow] for the scope and
+	// [QuotaCooldown] for the delay.
 	"QUOTA_EXCEEDED":     channels.Throttle, // 429, FcmError [F-EC]
 	"RESOURCE_EXHAUSTED": channels.Throttle, // 429 without FcmError [F-TQ] [I-FB719]
 
@@ -99,10 +102,9 @@ func statusClass(status int) channels.Class {
 
 // Detail @types of the Google API error envelope.
 const (
-	typeFcmError     = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
-	typeApnsError    = "type.googleapis.com/google.firebase.fcm.v1.ApnsError"
-	typeQuotaFailure = "type.googleapis.com/google.rpc.QuotaFailure"
-	typeErrorInfo    = "type.googleapis.com/google.rpc.ErrorInfo"
+	typeFcmError  = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
+	typeApnsError = "type.googleapis.com/google.firebase.fcm.v1.ApnsError"
+	typeErrorInfo = "type.googleapis.com/google.rpc.ErrorInfo"
 )
 
 // apiError is the Google API error envelope [F-EC]:
@@ -125,7 +127,6 @@ type detail struct {
 	StatusCode int               `json:"statusCode"` // ApnsError: the APNs HTTP status
 	Reason     string            `json:"reason"`     // ApnsError, ErrorInfo
 	Metadata   map[string]string `json:"metadata"`   // ErrorInfo
-	Violations []map[string]any  `json:"violations"` // QuotaFailure; field names vary (camelCase, snake_case)
 }
 
 // decodeDetails decodes the details of e that are JSON objects, skipping
@@ -151,57 +152,38 @@ func errorCode(ds []detail, status string) string {
 	return status
 }
 
-// throttleScope returns the scope of a throttle: ScopePair (this project and
-// this device) when a QuotaFailure or ErrorInfo detail names a device quota
-// in its structure, or an ApnsError relays APNs' per-device 429; ScopeKey
-// (the project) otherwise, including a topic quota, which has the
-// project's 1-minute minimum [F-EC].
-//
-// FCM says the QuotaFailure "specifies which quota was exceeded" [F-EC];
-// google.rpc.QuotaFailure defines a violation's subject as "<kind>:<id>"
-// ("clientip:<ip>", "project:<project id>"), and an ErrorInfo of a quota
-// error names the quota's unit in metadata.quota_unit with its dimension in
-// braces ("1/min/{project}", [I-FB719]). Only those structural fields
-// decide, by exact comparison of the kind or dimension: a project ID or a
-// free-text description that happens to contain "device" (project
-// smartdevice-prod) never makes a project throttle per device.
+// throttleScope returns the scope of a throttle when its details say it
+// in a shape Google documents or was seen to send, with known true:
+// ScopeKey (the project) for a google.rpc.ErrorInfo whose quota_unit has
+// the dimension {project} or whose quota_limit is SendsPerMinutePerProject
+// (the 429 recorded in [I-FB719]); ScopePair (this project and this
+// device) for an ApnsError relaying APNs' 429, which Apple answers for
+// too many requests to one device token [F-APNSERR]. Otherwise known is
+// false and [Client.Send] decides a QUOTA_EXCEEDED by the tokens refused
+// ([QuotaWindow]), any other throttle is the project's:
+// FCM documents no field that tells a device's QUOTA_EXCEEDED from the
+// project's (the QuotaFailure detail "specifies which quota was exceeded",
+// but its subjects are not documented), so no subject is read. A project
+// ID or description that contains "device" decides nothing.
 //
 // Sources: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode
-// (QUOTA_EXCEEDED) and google/rpc/error_details.proto (QuotaFailure.Violation.subject,
-// https://github.com/googleapis/googleapis/blob/master/google/rpc/error_details.proto).
-func throttleScope(ds []detail) channels.Scope {
+// (QUOTA_EXCEEDED), https://firebase.google.com/docs/reference/fcm/rest/v1/ApnsError,
+// https://github.com/firebase/firebase-admin-go/issues/719 (providers.md
+// §3.2, §8.4).
+func throttleScope(ds []detail) (scope channels.Scope, known bool) {
 	for _, d := range ds {
 		switch d.Type {
-		case typeQuotaFailure:
-			for _, v := range d.Violations {
-				if deviceKinds[subjectKind(v)] {
-					return channels.ScopePair
-				}
-			}
 		case typeErrorInfo:
-			if deviceKinds[unitDimension(d.Metadata["quota_unit"])] {
-				return channels.ScopePair
+			if unitDimension(d.Metadata["quota_unit"]) == "project" || d.Metadata["quota_limit"] == "SendsPerMinutePerProject" {
+				return channels.ScopeKey, true
 			}
 		case typeApnsError:
 			if d.StatusCode == http.StatusTooManyRequests {
-				return channels.ScopePair
+				return channels.ScopePair, true
 			}
 		}
 	}
-	return channels.ScopeKey
-}
-
-// deviceKinds are the subject kinds and quota dimensions, lowercase, that
-// name one registration token (one app instance on one device).
-var deviceKinds = map[string]bool{"device": true, "registration_token": true, "token": true, "instance": true}
-
-// subjectKind returns the kind of a QuotaFailure violation's subject, the
-// part before the first colon, lowercase; the whole subject when it has no
-// colon; "" when there is no string subject.
-func subjectKind(v map[string]any) string {
-	s, _ := v["subject"].(string)
-	kind, _, _ := strings.Cut(s, ":")
-	return strings.ToLower(strings.TrimSpace(kind))
+	return channels.ScopeKey, false
 }
 
 // unitDimension returns the dimension of a quota unit such as

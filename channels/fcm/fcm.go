@@ -132,6 +132,7 @@ type Client struct {
 	tokens  *tokens
 	secrets []string // strings of the key to keep out of error text
 	dataID  string
+	quota   quotaRefusals // QUOTA_EXCEEDED refusals of unknown scope
 }
 
 var _ channels.Sender = (*Client)(nil)
@@ -292,10 +293,18 @@ func keySecrets(key string) []string {
 //   - a 2xx body without a name: Transient, with Err.
 //   - a transport failure: Transient, with Err.
 //
-// A Throttle is ScopeKey (the project) unless a detail names a device
-// quota, then ScopePair (see [throttleScope]). A Retry-After header
+// A Throttle's scope is what its body says in the shapes Google documents
+// or was seen to send (see [throttleScope]): the project for the
+// ErrorInfo of a per-project quota, the pair (project, token) for an
+// ApnsError relaying APNs' per-device 429. Any other QUOTA_EXCEEDED, which
+// FCM answers alike for the project's quota and for one device's, is
+// ScopePair for the first token refused and ScopeKey once a second,
+// different token of the project is refused within [QuotaWindow]; any
+// other throttle (RESOURCE_EXHAUSTED without an FcmError, a 429 without a
+// Google body) is ScopeKey. A Retry-After header
 // (delta-seconds or HTTP-date) sets RetryAfter; a project throttle waits at
-// least [QuotaCooldown], a 5xx at least [ServerRetry].
+// least [QuotaCooldown]. A 5xx carries Retry-After as sent: the pacer
+// waits at least [ServerRetry] (PACER_FCM_SERVER_RETRY) before its retry.
 //
 // A 401 UNAUTHENTICATED means the access token was refused: Send drops it,
 // fetches a new one and sends once more, since FCM accepted nothing; a
@@ -330,7 +339,7 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 	if err != nil {
 		return channels.Result{}, c.tokenError(ctx, err, m.To)
 	}
-	res, err := c.post(ctx, u, body, tok.AccessToken, m.To)
+	res, err := c.post(ctx, u, body, tok.AccessToken, m.Key, m.To)
 	if !unauthenticated(err) {
 		return res, err
 	}
@@ -343,7 +352,7 @@ func (c *Client) Send(ctx context.Context, m channels.Message) (channels.Result,
 	if next.AccessToken == tok.AccessToken { // the source has nothing newer
 		return res, err
 	}
-	return c.post(ctx, u, body, next.AccessToken, m.To)
+	return c.post(ctx, u, body, next.AccessToken, m.Key, m.To)
 }
 
 // unauthenticated reports whether err is FCM's refusal of the access token.
@@ -353,7 +362,7 @@ func unauthenticated(err error) bool {
 }
 
 // post sends one request and classifies the answer.
-func (c *Client) post(ctx context.Context, u string, body []byte, access, to string) (channels.Result, error) {
+func (c *Client) post(ctx context.Context, u string, body []byte, access, project, to string) (channels.Result, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil { // only a nil ctx gets here: the URL was checked in New
 		return channels.Result{}, &channels.Error{Channel: channel, Class: channels.Permanent, Err: err}
@@ -377,7 +386,7 @@ func (c *Client) post(ctx context.Context, u string, body []byte, access, to str
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return success(resp.StatusCode, raw)
 	}
-	return channels.Result{}, c.failure(resp, raw, []string{access, to}, time.Now())
+	return channels.Result{}, c.failure(resp, raw, []string{access, to}, project, to, time.Now())
 }
 
 // MaxPayload is the most bytes the keys and values of message.data and
@@ -475,8 +484,9 @@ func success(status int, raw []byte) (channels.Result, error) {
 	return channels.Result{}, &channels.Error{Channel: channel, Status: status, Class: channels.Transient, Err: err}
 }
 
-// failure builds the *channels.Error for a non-2xx response.
-func (c *Client) failure(resp *http.Response, raw []byte, secrets []string, now time.Time) *channels.Error {
+// failure builds the *channels.Error for a non-2xx response to a send to
+// the registration token to of project.
+func (c *Client) failure(resp *http.Response, raw []byte, secrets []string, project, to string, now time.Time) *channels.Error {
 	e := &channels.Error{
 		Channel:    channel,
 		Status:     resp.StatusCode,
@@ -504,13 +514,14 @@ func (c *Client) failure(resp *http.Response, raw []byte, secrets []string, now 
 		e.Gone = e.Code == "UNREGISTERED"
 	}
 	if e.Class == channels.Throttle {
-		e.Scope = throttleScope(ds)
+		scope, known := throttleScope(ds)
+		if !known && e.Code == "QUOTA_EXCEEDED" {
+			scope = c.quota.scope(project, to, now)
+		}
+		e.Scope = scope
 		if e.Scope == channels.ScopeKey {
 			e.RetryAfter = max(e.RetryAfter, QuotaCooldown)
 		}
-	}
-	if e.Class == channels.Transient && resp.StatusCode >= 500 {
-		e.RetryAfter = max(e.RetryAfter, ServerRetry)
 	}
 	return e
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,9 +67,7 @@ func sendAnswer(t *testing.T, status int, body string) *channels.Error {
 // adapter, each with the HTTP status FCM documents for it.
 func TestSendClassification(t *testing.T) {
 	channeltest.CheckDocumented(t, channeltest.Documented{
-		channels.Throttle: {"QUOTA_EXCEEDED 429", "QUOTA_EXCEEDED_bare 429 QUOTA_EXCEEDED",
-			"QUOTA_EXCEEDED_topic 429 QUOTA_EXCEEDED", "QUOTA_EXCEEDED_device 429 QUOTA_EXCEEDED",
-			"RESOURCE_EXHAUSTED 429"}, // RESOURCE_EXHAUSTED: #719
+		channels.Throttle:  {"QUOTA_EXCEEDED 429", "RESOURCE_EXHAUSTED 429"}, // RESOURCE_EXHAUSTED: #719
 		channels.Transient: {"UNAVAILABLE 503", "INTERNAL 500", "UNSPECIFIED_ERROR 500"},
 		channels.Permanent: {"UNREGISTERED 404", "SENDER_ID_MISMATCH 403", "INVALID_ARGUMENT 400",
 			"INVALID_ARGUMENT_apns 400 INVALID_ARGUMENT", "THIRD_PARTY_AUTH_ERROR 401", "APNS_AUTH_ERROR 401"},
@@ -84,17 +83,18 @@ func TestSendClassification(t *testing.T) {
 			t.Fatalf("testdata error.code = %d, %v; want %d", g.Error.Code, err, d.Status)
 		}
 		e := sendErr(t, channeltest.Respond(t, d.Status, d.Body, "Content-Type", "application/json; charset=UTF-8"))
-		// A project's quota asks for a minute when FCM names no wait; a
-		// device's rate (QUOTA_EXCEEDED_device) throttles the pair alone.
-		// A 5xx waits FCM's 10 s at least.
+		// A project's quota (#719's ErrorInfo) asks for a minute when FCM
+		// names no wait; a QUOTA_EXCEEDED, which does not say whether the
+		// project or the device is over, throttles the pair alone when its
+		// token is the first refused (each send here is a new client's).
+		// A 5xx carries no wait of its own: the pacer's retry waits FCM's
+		// 10 s (PACER_FCM_SERVER_RETRY).
 		scope, retry := channels.ScopeKey, time.Duration(0)
 		switch {
-		case d.Name == "QUOTA_EXCEEDED_device":
+		case d.Name == "QUOTA_EXCEEDED":
 			scope = channels.ScopePair
 		case d.Class == channels.Throttle:
 			retry = time.Minute
-		case d.Status >= 500:
-			retry = fcm.ServerRetry
 		}
 		if e.Scope != scope {
 			t.Errorf("Scope = %v, want %v", e.Scope, scope)
@@ -137,11 +137,8 @@ func TestSendUnknownCode(t *testing.T) {
 		channels.Permanent: {400, 404}, channels.Halt: {401, 403}, channels.Throttle: {429}, channels.Transient: {500, 503},
 	}, sendAnswer, func(t *testing.T, status int, e *channels.Error) {
 		var retry time.Duration
-		switch {
-		case status == 429:
+		if status == 429 {
 			retry = time.Minute
-		case status >= 500:
-			retry = fcm.ServerRetry
 		}
 		if e.Scope != channels.ScopeKey || e.RetryAfter != retry {
 			t.Errorf("got scope=%v retry=%v; want key %v", e.Scope, e.RetryAfter, retry)
@@ -412,11 +409,10 @@ func TestDetailTruncated(t *testing.T) {
 }
 
 // TestSendRetryAfter: Retry-After in both forms, and the 1 min floor of a
-// project throttle.
+// project throttle (#719's body), none for a QUOTA_EXCEEDED of a lone token.
 func TestSendRetryAfter(t *testing.T) {
-	project429 := channeltest.ReadTestdata(t, "QUOTA_EXCEEDED.json")
-	device429 := channeltest.ReadTestdata(t, "QUOTA_EXCEEDED_device.json")
-	bare429 := channeltest.ReadTestdata(t, "RESOURCE_EXHAUSTED.json")
+	project429 := channeltest.ReadTestdata(t, "RESOURCE_EXHAUSTED.json")
+	device429 := channeltest.ReadTestdata(t, "QUOTA_EXCEEDED.json")
 	unavailable := channeltest.ReadTestdata(t, "UNAVAILABLE.json")
 	inAnHour := time.Now().Add(time.Hour).UTC()
 	for _, c := range []struct {
@@ -435,16 +431,15 @@ func TestSendRetryAfter(t *testing.T) {
 		{"project, asctime date", 429, project429, inAnHour.Format(time.ANSIC), channels.Throttle, 58 * time.Minute, time.Hour},
 		{"project, past date", 429, project429, "Wed, 21 Oct 2015 07:28:00 GMT", channels.Throttle, time.Minute, time.Minute},
 		{"project, garbage", 429, project429, "soon", channels.Throttle, time.Minute, time.Minute},
-		{"#719, seconds", 429, bare429, "90", channels.Throttle, 90 * time.Second, 90 * time.Second},
+		{"project, seconds over the floor", 429, project429, "90", channels.Throttle, 90 * time.Second, 90 * time.Second},
 		{"device, absent", 429, device429, "", channels.Throttle, 0, 0},
 		{"device, seconds", 429, device429, "30", channels.Throttle, 30 * time.Second, 30 * time.Second},
 		{"device, http date", 429, device429, inAnHour.Format(http.TimeFormat), channels.Throttle, 58 * time.Minute, time.Hour},
-		{"503, absent: 10 s floor", 503, unavailable, "", channels.Transient, fcm.ServerRetry, fcm.ServerRetry},
-		{"503, seconds under the floor", 503, unavailable, "7", channels.Transient, fcm.ServerRetry, fcm.ServerRetry},
-		{"503, seconds", 503, unavailable, "30", channels.Transient, 30 * time.Second, 30 * time.Second},
+		{"503, absent", 503, unavailable, "", channels.Transient, 0, 0},
+		{"503, seconds", 503, unavailable, "7", channels.Transient, 7 * time.Second, 7 * time.Second},
 		{"503, http date", 503, unavailable, inAnHour.Format(http.TimeFormat), channels.Transient, 58 * time.Minute, time.Hour},
 		{"503 without a body, seconds", 503, "", "17", channels.Transient, 17 * time.Second, 17 * time.Second},
-		{"503 without a body, absent", 503, "", "", channels.Transient, fcm.ServerRetry, fcm.ServerRetry},
+		{"503 without a body, absent", 503, "", "", channels.Transient, 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var h []string
@@ -727,21 +722,32 @@ func TestTokenErrors(t *testing.T) {
 // classify as documented and it sees the envelope ids.
 func TestSendAgainstFake(t *testing.T) {
 	t.Run("project quota", func(t *testing.T) {
+		// The fake answers FCM's documented QUOTA_EXCEEDED, which does not
+		// say whose quota it is: the first token refused waits alone, the
+		// second (another token, within a minute) throttles the project.
 		fake := fcmtest.NewServer(fcmtest.Config{Rate: 0.001, Burst: 3, RetryAfter: 90 * time.Second})
 		defer fake.Close()
 		c := newFakeClient(t, fake, "pacer_id")
+		var scopes []channels.Scope
 		ok, throttled := channeltest.CountAnswers(t, 5, channeltest.Numbered(message()), channeltest.Bound(t.Context(), c.Send),
 			func(res channels.Result) bool {
 				return strings.HasPrefix(res.ProviderID, "projects/"+project+"/messages/")
 			},
 			func(e *channels.Error) bool {
-				return e.Code == "QUOTA_EXCEEDED" && e.Scope == channels.ScopeKey && e.Status == 429 && e.RetryAfter == 90*time.Second
+				scopes = append(scopes, e.Scope)
+				return e.Code == "QUOTA_EXCEEDED" && e.Status == 429 && e.RetryAfter == 90*time.Second
 			})
-		if ok != 3 || throttled != 2 {
-			t.Errorf("accepted %d, throttled %d; want 3, 2", ok, throttled)
+		if ok != 3 || throttled != 2 || !slices.Equal(scopes, []channels.Scope{channels.ScopePair, channels.ScopePair}) {
+			t.Errorf("accepted %d, throttled %d as %v; want 3, 2 of one token, each pair", ok, throttled, scopes)
+		}
+		m := message()
+		m.To = "another-device"
+		_, err := c.Send(t.Context(), m)
+		if e := checkErr(t, err); e.Class != channels.Throttle || e.Scope != channels.ScopeKey || e.RetryAfter != 90*time.Second {
+			t.Errorf("a second token refused: %+v; want a project throttle", e)
 		}
 		arr := fake.Arrivals()
-		if len(arr) != 5 || arr[0].ID != "env-0" || arr[4].ID != "env-4" || arr[0].Key != project || arr[0].To != recipient {
+		if len(arr) != 6 || arr[0].ID != "env-0" || arr[4].ID != "env-4" || arr[0].Key != project || arr[0].To != recipient {
 			t.Errorf("arrivals = %+v", arr)
 		}
 	})

@@ -51,38 +51,67 @@ func TestClassifyTable(t *testing.T) {
 	}
 }
 
+// TestThrottleScope: only the shapes Google documents or was seen to send
+// decide a throttle's scope; a QuotaFailure's subject, whose fields FCM
+// does not document, decides nothing (unknown: the tokens refused decide).
 func TestThrottleScope(t *testing.T) {
+	const quotaFailure = `"type.googleapis.com/google.rpc.QuotaFailure"`
+	type want struct {
+		scope channels.Scope
+		known bool
+	}
+	unknown := want{channels.ScopeKey, false}
 	for _, c := range []struct {
 		name    string
 		details string
-		want    channels.Scope
+		want    want
 	}{
-		{"none", `[]`, channels.ScopeKey},
-		{"project quota", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"project:p","description":"Message rate exceeded."}]}]`, channels.ScopeKey},
-		{"topic quota", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"topic","description":"Topic message rate exceeded."}]}]`, channels.ScopeKey},
-		{"project whose ID holds the word device", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"project:smartdevice-prod","description":"Device-heavy project: message rate exceeded."}]}]`, channels.ScopeKey},
-		{"device subject", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"device:fcm-token-1","description":"Device message rate exceeded."}]}]`, channels.ScopePair},
-		{"bare device subject", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"device"}]}]`, channels.ScopePair},
-		{"registration token subject", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"registration_token:abc"}]}]`, channels.ScopePair},
-		{"device only in the description", `[{"@type":"` + typeQuotaFailure + `","violations":[{"description":"Device message rate exceeded."}]}]`, channels.ScopeKey},
-		{"second violation", `[{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"project:p"},{"subject":"device:x"}]}]`, channels.ScopePair},
-		{"error info of #719", `[{"@type":"` + typeErrorInfo + `","reason":"RATE_LIMIT_EXCEEDED","metadata":{"quota_limit":"SendsPerMinutePerProject","quota_unit":"1/min/{project}"}}]`, channels.ScopeKey},
-		{"error info of a project named device", `[{"@type":"` + typeErrorInfo + `","reason":"RATE_LIMIT_EXCEEDED","metadata":{"consumer":"projects/device","quota_unit":"1/min/{project}"}}]`, channels.ScopeKey},
-		{"error info device unit", `[{"@type":"` + typeErrorInfo + `","metadata":{"quota_unit":"1/min/{project}/{device}"}}]`, channels.ScopePair},
-		{"apns 429", `[{"@type":"` + typeApnsError + `","statusCode":429,"reason":"TooManyRequests"}]`, channels.ScopePair},
-		{"apns 400", `[{"@type":"` + typeApnsError + `","statusCode":400,"reason":"BadDeviceToken"}]`, channels.ScopeKey},
-		{"device word in another type", `[{"@type":"type.googleapis.com/google.rpc.Help","violations":[{"subject":"device"}]}]`, channels.ScopeKey},
-		{"odd details skipped", `["x",42,{"@type":"` + typeQuotaFailure + `","violations":[{"subject":"device"}]}]`, channels.ScopePair},
+		{"none", `[]`, unknown},
+		{"project subject", `[{"@type":` + quotaFailure + `,"violations":[{"subject":"project:p","description":"Message rate exceeded."}]}]`, unknown},
+		{"device subject", `[{"@type":` + quotaFailure + `,"violations":[{"subject":"device:fcm-token-1","description":"Device message rate exceeded."}]}]`, unknown},
+		{"registration token subject", `[{"@type":` + quotaFailure + `,"violations":[{"subject":"registration_token:abc"}]}]`, unknown},
+		{"error info of #719", `[{"@type":"` + typeErrorInfo + `","reason":"RATE_LIMIT_EXCEEDED","metadata":{"quota_limit":"SendsPerMinutePerProject","quota_unit":"1/min/{project}"}}]`, want{channels.ScopeKey, true}},
+		{"error info of a project named device", `[{"@type":"` + typeErrorInfo + `","reason":"RATE_LIMIT_EXCEEDED","metadata":{"consumer":"projects/device","quota_unit":"1/min/{project}"}}]`, want{channels.ScopeKey, true}},
+		{"error info of an undocumented unit", `[{"@type":"` + typeErrorInfo + `","metadata":{"quota_unit":"1/min/{project}/{device}"}}]`, unknown},
+		{"apns 429", `[{"@type":"` + typeApnsError + `","statusCode":429,"reason":"TooManyRequests"}]`, want{channels.ScopePair, true}},
+		{"apns 400", `[{"@type":"` + typeApnsError + `","statusCode":400,"reason":"BadDeviceToken"}]`, unknown},
+		{"odd details skipped", `["x",42,{"@type":"` + typeApnsError + `","statusCode":429}]`, want{channels.ScopePair, true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var raw []json.RawMessage
 			if err := json.Unmarshal([]byte(c.details), &raw); err != nil {
 				t.Fatal(err)
 			}
-			if got := throttleScope(decodeDetails(raw)); got != c.want {
-				t.Errorf("throttleScope = %v, want %v", got, c.want)
+			if scope, known := throttleScope(decodeDetails(raw)); scope != c.want.scope || known != c.want.known {
+				t.Errorf("throttleScope = %v, %v; want %v, %v", scope, known, c.want.scope, c.want.known)
 			}
 		})
+	}
+}
+
+// TestQuotaRefusals: a QUOTA_EXCEEDED of unknown scope throttles its token
+// alone, again for the same token; a second token of the project within
+// QuotaWindow throttles the project, and the count starts again after it;
+// other projects and refusals older than the window count apart.
+func TestQuotaRefusals(t *testing.T) {
+	var q quotaRefusals
+	t0 := time.Unix(1_700_000_000, 0)
+	for _, c := range []struct {
+		project, token string
+		at             time.Duration
+		want           channels.Scope
+	}{
+		{"p", "tok-a", 0, channels.ScopePair},
+		{"p", "tok-a", time.Second, channels.ScopePair},                 // the same device again
+		{"q", "tok-b", 2 * time.Second, channels.ScopePair},             // another project
+		{"p", "tok-b", 3 * time.Second, channels.ScopeKey},              // two tokens of p within the window
+		{"p", "tok-c", 4 * time.Second, channels.ScopePair},             // counted anew after the project throttle
+		{"p", "tok-d", 4*time.Second + QuotaWindow, channels.ScopePair}, // tok-c is a window old
+		{"p", "tok-e", 5*time.Second + QuotaWindow, channels.ScopeKey},
+	} {
+		if got := q.scope(c.project, c.token, t0.Add(c.at)); got != c.want {
+			t.Errorf("%s %s at %v: scope %v, want %v", c.project, c.token, c.at, got, c.want)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/channels/fcm"
@@ -15,43 +16,58 @@ import (
 	"github.com/pacerhq/pacer/channels/internal/channeltest"
 )
 
-// TestProjectNamedDeviceThrottlesProject: a project-quota 429 of a project
-// whose ID contains "device" (smartdevice-prod) is a project throttle with
-// FCM's 1-minute minimum, not a per-device one. The QuotaFailure subject
-// is "project:<id>" as google.rpc.QuotaFailure documents it, and the #719
-// ErrorInfo names its unit "1/min/{project}"; the adapter reads those
-// structures, never a substring of them.
+// TestProjectNamedDeviceThrottlesProject: the #719 project-quota 429 of a
+// project whose ID contains "device" (smartdevice-prod) is a project
+// throttle with FCM's 1-minute minimum: the adapter reads the ErrorInfo's
+// quota_unit dimension ("1/min/{project}"), never a substring.
 // Sources: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode
 // (QUOTA_EXCEEDED: "exponential backoff with a minimum initial delay of 1
-// minute"), https://github.com/googleapis/googleapis/blob/master/google/rpc/error_details.proto
-// (QuotaFailure.Violation.subject), https://github.com/firebase/firebase-admin-go/issues/719.
+// minute"), https://github.com/firebase/firebase-admin-go/issues/719.
 func TestProjectNamedDeviceThrottlesProject(t *testing.T) {
-	for _, file := range []string{"QUOTA_EXCEEDED_smartdevice.json", "RESOURCE_EXHAUSTED_smartdevice.json"} {
-		t.Run(file, func(t *testing.T) {
-			ts := channeltest.Respond(t, http.StatusTooManyRequests, channeltest.ReadTestdata(t, file))
-			m := message()
-			m.Key = "smartdevice-prod"
-			_, err := newClient(t, ts.URL).Send(t.Context(), m)
-			e := checkErr(t, err)
-			if e.Class != channels.Throttle || e.Scope != channels.ScopeKey || e.RetryAfter != fcm.QuotaCooldown {
-				t.Errorf("got class=%v scope=%v RetryAfter=%v; want throttle key %v", e.Class, e.Scope, e.RetryAfter, fcm.QuotaCooldown)
-			}
-		})
+	ts := channeltest.Respond(t, http.StatusTooManyRequests, channeltest.ReadTestdata(t, "RESOURCE_EXHAUSTED_smartdevice.json"))
+	m := message()
+	m.Key = "smartdevice-prod"
+	_, err := newClient(t, ts.URL).Send(t.Context(), m)
+	e := checkErr(t, err)
+	if e.Class != channels.Throttle || e.Scope != channels.ScopeKey || e.RetryAfter != fcm.QuotaCooldown {
+		t.Errorf("got class=%v scope=%v RetryAfter=%v; want throttle key %v", e.Class, e.Scope, e.RetryAfter, fcm.QuotaCooldown)
 	}
-	t.Run("against the fake", func(t *testing.T) {
-		fake := fcmtest.NewServer(fcmtest.Config{Rate: 0.001, Burst: 1})
-		defer fake.Close()
-		c := newFakeClient(t, fake, "")
+}
+
+// TestQuotaExceededNeedsTwoTokens: FCM answers one QUOTA_EXCEEDED body for
+// a project's quota and a device's, and documents no field that tells
+// them apart (its QuotaFailure's fields are not documented). A refusal of
+// one token throttles that token alone, however often it repeats and
+// whatever a QuotaFailure says, without the project's minute; a second,
+// different token of the project refused within fcm.QuotaWindow throttles
+// the project for at least fcm.QuotaCooldown. Another project counts apart.
+// Sources: https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode
+// (QUOTA_EXCEEDED), https://firebase.google.com/docs/cloud-messaging/throttling-and-quotas.
+func TestQuotaExceededNeedsTwoTokens(t *testing.T) {
+	// A QuotaFailure whose subject looks like a device names nothing the
+	// adapter may trust: it decides no scope.
+	body := `{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED",
+  "details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"QUOTA_EXCEEDED"},
+    {"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"subject":"device:tok-a"}]}]}}`
+	c := newClient(t, channeltest.Respond(t, http.StatusTooManyRequests, body).URL)
+	for i, s := range []struct {
+		key, to string
+		scope   channels.Scope
+		retry   time.Duration
+	}{
+		{project, "tok-a", channels.ScopePair, 0},
+		{project, "tok-a", channels.ScopePair, 0}, // the same device again
+		{"other-project", "tok-b", channels.ScopePair, 0},
+		{project, "tok-b", channels.ScopeKey, fcm.QuotaCooldown}, // two tokens of one project
+	} {
 		m := message()
-		m.Key = "smartdevice-prod"
-		if _, err := c.Send(t.Context(), m); err != nil {
-			t.Fatal(err)
-		}
+		m.Key, m.To = s.key, s.to
 		_, err := c.Send(t.Context(), m)
-		if e := checkErr(t, err); e.Class != channels.Throttle || e.Scope != channels.ScopeKey || e.RetryAfter < fcm.QuotaCooldown {
-			t.Errorf("got %+v; want a project throttle of at least %v", e, fcm.QuotaCooldown)
+		if e := checkErr(t, err); e.Class != channels.Throttle || e.Scope != s.scope || e.RetryAfter != s.retry {
+			t.Errorf("send %d (%s, %s): class=%v scope=%v RetryAfter=%v; want throttle %v %v",
+				i, s.key, s.to, e.Class, e.Scope, e.RetryAfter, s.scope, s.retry)
 		}
-	})
+	}
 }
 
 // TestThirdPartyAuthOnlyFailsItsMessage: THIRD_PARTY_AUTH_ERROR means the

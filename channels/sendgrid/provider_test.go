@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/channels/internal/channeltest"
 	"github.com/pacerhq/pacer/channels/sendgrid"
@@ -77,5 +78,38 @@ func TestAcceptHeaderAgainstFake(t *testing.T) {
 	}
 	if st := fake.Stats()[keyName]; st.Delivered != 1 {
 		t.Errorf("fake stats %+v; want 1 delivered", st)
+	}
+}
+
+// TestThrottleWithoutRateLimitHeaders: Mail Send may answer 429 without
+// X-RateLimit-* headers (a SendGrid maintainer: "the Rate Limit
+// information is not returned on the mail/send endpoint",
+// https://github.com/sendgrid/sendgrid-go/issues/105). The adapter still
+// throttles the key, with no hint (RetryAfter 0), so the pacer falls back
+// to its documented cooldown (PACER_THROTTLE_COOLDOWN, the AIMD's
+// MinCooldown: by default one token interval of the key's rate within
+// 10 ms .. 1 s) and its rate cut, rather than a wait read from a header
+// that is not there; the accepted sends go on.
+func TestThrottleWithoutRateLimitHeaders(t *testing.T) {
+	fake := sendgridtest.NewServer(sendgridtest.Config{Rate: 0.001, Burst: 2, APIKeys: keys(), NoRateLimitHeaders: true})
+	defer fake.Close()
+	c, err := sendgrid.New(sendgrid.Config{BaseURL: fake.URL(), APIKeys: keys()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, throttled := channeltest.CountAnswers(t, 4, channeltest.Numbered(message()), channeltest.Bound(t.Context(), c.Send),
+		func(res channels.Result) bool { return res.ProviderID != "" },
+		func(e *channels.Error) bool {
+			return e.Class == channels.Throttle && e.Status == 429 && e.Scope == channels.ScopeKey &&
+				e.RetryAfter == 0 && e.Detail == "too many requests"
+		})
+	if ok != 2 || throttled != 2 {
+		t.Errorf("accepted %d, throttled %d; want 2, 2", ok, throttled)
+	}
+	if lo, _ := (adapt.AIMD{}).CooldownBounds(); (adapt.AIMD{}).CooldownFor(0) != lo {
+		t.Errorf("cooldown of a throttle without a hint = %v, want MinCooldown %v", (adapt.AIMD{}).CooldownFor(0), lo)
+	}
+	if st := fake.Stats()[keyName]; st.Delivered != 2 || st.Throttled != 2 {
+		t.Errorf("fake stats = %+v", st)
 	}
 }

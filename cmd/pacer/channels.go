@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/channels/apns"
 	"github.com/pacerhq/pacer/channels/apns/apnstest"
@@ -110,6 +111,55 @@ var h2cSetting = setting{"H2C", "false", func(s string) error {
 	return nil
 }, false}
 
+// serverRetrySetting is PACER_<NAME>_SERVER_RETRY: the least delay before
+// a message its provider answered with a server error (HTTP 5xx) is
+// retried (consumer.Config.ServerRetry), def the wait the provider asks
+// for (0: none documented).
+func serverRetrySetting(def time.Duration) setting {
+	return setting{"SERVER_RETRY", def.String(), func(s string) error {
+		if _, err := parseServerRetry(s); err != nil {
+			return err
+		}
+		return nil
+	}, false}
+}
+
+// parseServerRetry parses a PACER_<NAME>_SERVER_RETRY value.
+func parseServerRetry(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q is not a duration >= 0 (such as 10s or 15m; 0s = none)", s)
+	}
+	return d, nil
+}
+
+// slowStartCheck checks PACER_<NAME>_SLOW_START (the ramp of a key back
+// from idle, adapt.SlowStart.Ramp) or _SLOW_START_IDLE: a duration in
+// [lo, hi].
+func slowStartCheck(lo, hi time.Duration, note string) func(string) error {
+	return func(s string) error {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || d < lo || d > hi {
+			if note != "" {
+				note = "; " + note
+			}
+			return fmt.Errorf("%q is not a duration in [%v, %v]%s", s, lo, hi, note)
+		}
+		return nil
+	}
+}
+
+// slowStartOf returns the slow start a channel's settings ask for: off
+// for a channel without PACER_<NAME>_SLOW_START.
+func slowStartOf(v channelVars) adapt.SlowStart {
+	ramp, err1 := time.ParseDuration(v.get("SLOW_START"))
+	idle, err2 := time.ParseDuration(v.get("SLOW_START_IDLE"))
+	if err1 != nil || err2 != nil { // absent, or refused by its check
+		return adapt.SlowStart{}
+	}
+	return adapt.SlowStart{Ramp: ramp, Idle: idle}
+}
+
 // fcmDataKey checks PACER_FCM_DATA_ID_KEY: empty, or a data key FCM
 // accepts: not "from", "message_type", nor starting with "google" or "gcm"
 // (reserved, https://firebase.google.com/docs/reference/fcm/rest/v1/projects.messages),
@@ -143,6 +193,7 @@ var channelTable = []channel{
 		recipient: &recipientBucket{"PAIR", channels.Limit{PerSecond: 0, Burst: 45}, 6 * time.Second},
 		settings: []setting{
 			{"BASE_URL", whatsapp.DefaultBaseURL, httpURL, false},
+			serverRetrySetting(0), // Meta documents no wait before retrying a 5xx
 			{"API_VERSION", whatsapp.DefaultAPIVersion, func(s string) error {
 				if _, retired, err := whatsapp.Retired(s, time.Now()); err != nil || retired {
 					return fmt.Errorf("must be a Graph API version Meta still serves, such as %s", whatsapp.DefaultAPIVersion)
@@ -213,6 +264,7 @@ var channelTable = []channel{
 		limit: apns.DefaultLimit,
 		settings: []setting{
 			{"BASE_URL", "https://api.push.apple.com", httpURL, false},
+			serverRetrySetting(apns.ServerRetry),
 			{"KEY_ID", "", nil, false},
 			{"TEAM_ID", "", nil, false},
 			{"KEY_FILE", "", nil, false}, // the .p8 signing key; never logged
@@ -322,6 +374,9 @@ var channelTable = []channel{
 		recipient: &recipientBucket{"DEVICE", fcm.DeviceLimit, 0}, // no pair limit in the claim: Google publishes none beyond the device rate
 		settings: []setting{
 			{"BASE_URL", fcm.DefaultBaseURL, httpURL, false},
+			serverRetrySetting(fcm.ServerRetry),
+			{"SLOW_START", "60s", slowStartCheck(0, time.Hour, "0s = off"), false},
+			{"SLOW_START_IDLE", "5m", slowStartCheck(time.Second, 24*time.Hour, ""), false},
 			{"CREDENTIALS_FILE", "", nil, false}, // service-account JSON; never logged
 			h2cSetting,
 			// The envelope id in message.data, so an app drops the
@@ -396,6 +451,7 @@ var channelTable = []channel{
 		limit: sendgrid.DefaultLimit,
 		settings: []setting{
 			{"BASE_URL", sendgrid.DefaultBaseURL, httpURL, false},
+			serverRetrySetting(0),                     // SendGrid documents no wait before retrying a 5xx
 			{"API_KEYS", "", checkKeyList, true},      // name=key,...
 			{"ON_BEHALF_OF", "", checkKeyList, false}, // name=subuser,...
 			h2cSetting,
@@ -460,6 +516,7 @@ var channelTable = []channel{
 			rate := fs.Float64("rate", sendgrid.DefaultLimit.PerSecond, "requests per second allowed per API key (0 = unlimited; SendGrid publishes no number)")
 			burst := fs.Int("burst", 0, "bucket capacity in requests (0 = ceil(rate))")
 			keys := fs.String("api-keys", "fake=SG.fake-key", "name=key,...: the only API keys accepted, reported by name")
+			noHeaders := fs.Bool("no-ratelimit-headers", false, "answer 429 without X-RateLimit-* headers, as Mail Send may")
 			return func() (*fakeServer, error) {
 				list, err := parseKeyList(*keys)
 				if err == nil && len(list) == 0 {
@@ -468,7 +525,8 @@ var channelTable = []channel{
 				if err != nil {
 					return nil, &usageError{"fake-provider: --api-keys: " + err.Error()}
 				}
-				f := sendgridtest.New(sendgridtest.Config{Rate: *rate, Burst: *burst, APIKeys: list, AnswerTime: fakeAnswerTime(fs)})
+				f := sendgridtest.New(sendgridtest.Config{Rate: *rate, Burst: *burst, APIKeys: list, AnswerTime: fakeAnswerTime(fs),
+					NoRateLimitHeaders: *noHeaders})
 				return &fakeServer{handler: f, settings: func(base, _ string) ([][2]string, error) {
 					return [][2]string{{"PACER_SENDGRID_BASE_URL", base}, {"PACER_SENDGRID_API_KEYS", *keys}, {"PACER_SENDGRID_H2C", "true"}}, nil
 				}}, nil

@@ -96,6 +96,12 @@ type config struct {
 	AIMDWindow time.Duration `env:"PACER_AIMD_WINDOW, default=2s" pacer:"AIMD.Window"`
 	// PACER_AIMD_STEP: additive first increase in msgs/s after a throttle; default 0 = multiplicative, +2% (doubling per clean window in a row).
 	AIMDStep float64 `env:"PACER_AIMD_STEP, default=0" pacer:"AIMD.Step"`
+	// PACER_SERVER_ERROR_BURST: server errors (HTTP 5xx) of one key, counted over every replica within PACER_SERVER_ERROR_WINDOW, that cut its rate once by PACER_SERVER_ERROR_DECREASE; 0 = off; default 20.
+	ServerErrorBurst int `env:"PACER_SERVER_ERROR_BURST, default=20" unit:"count"`
+	// PACER_SERVER_ERROR_WINDOW: the window PACER_SERVER_ERROR_BURST counts in, from the first server error after the last window or cut; default 10s.
+	ServerErrorWindow time.Duration `env:"PACER_SERVER_ERROR_WINDOW, default=10s" pacer:"AIMD.ServerErrorWindow"`
+	// PACER_SERVER_ERROR_DECREASE: factor in (0,1) a burst of server errors multiplies the key's rate by (never below PACER_AIMD_FLOOR); default 0.9.
+	ServerErrorDecrease float64 `env:"PACER_SERVER_ERROR_DECREASE, default=0.9" pacer:"AIMD.ServerErrorDecrease"`
 	// PACER_BREAKER_FLOOR_THROTTLES: throttles in a row at the floor that open a key's breaker; default 5.
 	BreakerFloorThrottles int `env:"PACER_BREAKER_FLOOR_THROTTLES, default=5" pacer:"Breaker.FloorThrottles"`
 	// PACER_BREAKER_MAX_OPEN: longest open period of a breaker (it doubles from PACER_HALT_COOLDOWN); default 10m.
@@ -263,10 +269,17 @@ func (c config) pacerConfig(ch *channel) consumer.Config {
 	if c.AIMDFloor != nil {
 		floor = *c.AIMDFloor
 	}
+	serverErrors := c.ServerErrorBurst // 0 = off, which adapt.AIMD spells < 0
+	if serverErrors <= 0 {
+		serverErrors = -1
+	}
+	serverRetry, _ := parseServerRetry(cc.vars.get("SERVER_RETRY")) // checked by readChannel
 	return consumer.Config{
-		Channel: ch.name, Limit: cc.limit, RecipientLimit: cc.recipient, Pair: cc.pair,
+		Channel: ch.name, Limit: cc.limit, RecipientLimit: cc.recipient, Pair: cc.pair, ServerRetry: serverRetry,
+		SlowStart: slowStartOf(cc.vars),
 		AIMD: adapt.AIMD{Decrease: c.AIMDDecrease, Floor: floor, Window: c.AIMDWindow, Step: c.AIMDStep,
-			MinCooldown: c.ThrottleCooldown, MaxCooldown: c.MaxCooldown},
+			MinCooldown: c.ThrottleCooldown, MaxCooldown: c.MaxCooldown,
+			ServerErrors: serverErrors, ServerErrorWindow: c.ServerErrorWindow, ServerErrorDecrease: c.ServerErrorDecrease},
 		Breaker:     adapt.Breaker{OpenFor: c.HaltCooldown, MaxOpenFor: c.BreakerMaxOpen, FloorThrottles: c.BreakerFloorThrottles},
 		MaxAttempts: c.MaxAttempts, Drain: c.Drain, MaxTokenWait: c.MaxTokenWait, RetryDelays: c.RetryDelays,
 		InFlight: c.InFlight, ProcessInFlight: c.ProcessInFlight, Lookahead: c.Lookahead, ParkLanes: c.ParkLanes, LeaseSize: c.LeaseSize, SendTimeout: c.SendTimeout, UnknownOutcome: c.UnknownOutcome,
@@ -439,6 +452,9 @@ func (c config) validate() []error {
 		bad("PACER_REDIS_SENTINEL_ADDRS", "set either PACER_REDIS_CLUSTER_ADDRS or PACER_REDIS_SENTINEL_ADDRS, not both")
 	}
 	c.validateSecurity(bad)
+	if c.ServerErrorBurst < 0 {
+		bad("PACER_SERVER_ERROR_BURST", fmt.Sprintf("%d must be >= 0 (0 turns the cut off)", c.ServerErrorBurst))
+	}
 	if c.KafkaSessionTimeout < time.Second {
 		bad("PACER_KAFKA_SESSION_TIMEOUT", "must be >= 1s")
 	}

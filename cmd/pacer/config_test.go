@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -149,6 +151,16 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_AIMD_FLOOR", "0"},
 		{"PACER_AIMD_WINDOW", "0s"},
 		{"PACER_AIMD_STEP", "-1"},
+		{"PACER_FCM_SERVER_RETRY", "-1s"},
+		{"PACER_FCM_SLOW_START", "2h"},
+		{"PACER_FCM_SLOW_START", "soon"},
+		{"PACER_FCM_SLOW_START_IDLE", "10ms"},
+		{"PACER_APNS_SERVER_RETRY", "soon"},
+		{"PACER_SERVER_ERROR_BURST", "-1"},
+		{"PACER_SERVER_ERROR_BURST", "many"},
+		{"PACER_SERVER_ERROR_WINDOW", "0s"},
+		{"PACER_SERVER_ERROR_DECREASE", "1"},
+		{"PACER_SERVER_ERROR_DECREASE", "0"},
 		{"PACER_BREAKER_FLOOR_THROTTLES", "0"},
 		{"PACER_KAFKA_SESSION_TIMEOUT", "10ms"},
 		{"PACER_APNS_RATE", "0"},
@@ -428,4 +440,91 @@ func TestListenSettingInUse(t *testing.T) {
 		t.Fatalf("a free port: %v", err)
 	}
 	ln.Close()
+}
+
+// TestServerErrorSettings: the server-error cut reaches the pacer's AIMD
+// as set (20 in 10s, x0.9 by default), and PACER_SERVER_ERROR_BURST=0
+// turns it off.
+func TestServerErrorSettings(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want adapt.AIMD
+	}{
+		{nil, adapt.AIMD{ServerErrors: 20, ServerErrorWindow: 10 * time.Second, ServerErrorDecrease: 0.9}},
+		{map[string]string{"PACER_SERVER_ERROR_BURST": "5", "PACER_SERVER_ERROR_WINDOW": "1m", "PACER_SERVER_ERROR_DECREASE": "0.5"},
+			adapt.AIMD{ServerErrors: 5, ServerErrorWindow: time.Minute, ServerErrorDecrease: 0.5}},
+		{map[string]string{"PACER_SERVER_ERROR_BURST": "0"}, adapt.AIMD{ServerErrors: -1, ServerErrorWindow: 10 * time.Second, ServerErrorDecrease: 0.9}},
+	} {
+		env := map[string]string{"PACER_WHATSAPP_TOKEN": "t"}
+		maps.Copy(env, c.env)
+		ch := whatsappRow(t)
+		cfg, err := loadConfig(lookupMap(env), ch)
+		if err != nil {
+			t.Fatalf("%v: %v", c.env, err)
+		}
+		a := cfg.pacerConfig(ch).AIMD
+		if a.ServerErrors != c.want.ServerErrors || a.ServerErrorWindow != c.want.ServerErrorWindow || a.ServerErrorDecrease != c.want.ServerErrorDecrease {
+			t.Errorf("%v: AIMD %+v; want server errors %d in %v, x%v", c.env, a, c.want.ServerErrors, c.want.ServerErrorWindow, c.want.ServerErrorDecrease)
+		}
+	}
+}
+
+// TestServerRetrySettings: each channel's least delay before a 5xx is
+// retried reaches the pacer: what its provider asks for by default (FCM
+// 10 s, APNs 15 min, none for WhatsApp and SendGrid), or what is set.
+func TestServerRetrySettings(t *testing.T) {
+	want := map[string]time.Duration{"whatsapp": 0, "apns": 15 * time.Minute, "fcm": 10 * time.Second, "sendgrid": 0}
+	cfg, err := loadConfig(lookupMap(map[string]string{"PACER_WHATSAPP_TOKEN": "t"}), whatsappRow(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range channelTable {
+		ch := &channelTable[i]
+		if got := cfg.pacerConfig(ch).ServerRetry; got != want[ch.name] {
+			t.Errorf("%s: ServerRetry %v by default, want %v", ch.name, got, want[ch.name])
+		}
+	}
+	cfg, err = loadConfig(lookupMap(map[string]string{"PACER_WHATSAPP_TOKEN": "t", "PACER_WHATSAPP_SERVER_RETRY": "30s"}), whatsappRow(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.pacerConfig(whatsappRow(t)).ServerRetry; got != 30*time.Second {
+		t.Errorf("PACER_WHATSAPP_SERVER_RETRY=30s: ServerRetry %v", got)
+	}
+}
+
+// TestSlowStartSettings: FCM projects back from idle ramp over 60 s after
+// 5 minutes idle by default, as set, or not at all (0s); other channels
+// have no slow start.
+func TestSlowStartSettings(t *testing.T) {
+	fcmRow := func() *channel {
+		for i := range channelTable {
+			if channelTable[i].name == "fcm" {
+				return &channelTable[i]
+			}
+		}
+		t.Fatal("no fcm row")
+		return nil
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		want adapt.SlowStart
+	}{
+		{nil, adapt.SlowStart{Ramp: time.Minute, Idle: 5 * time.Minute}},
+		{map[string]string{"PACER_FCM_SLOW_START": "2m", "PACER_FCM_SLOW_START_IDLE": "30s"}, adapt.SlowStart{Ramp: 2 * time.Minute, Idle: 30 * time.Second}},
+		{map[string]string{"PACER_FCM_SLOW_START": "0s"}, adapt.SlowStart{Idle: 5 * time.Minute}},
+	} {
+		env := map[string]string{"PACER_WHATSAPP_TOKEN": "t"}
+		maps.Copy(env, c.env)
+		cfg, err := loadConfig(lookupMap(env), whatsappRow(t))
+		if err != nil {
+			t.Fatalf("%v: %v", c.env, err)
+		}
+		if got := cfg.pacerConfig(fcmRow()).SlowStart; got != c.want {
+			t.Errorf("%v: fcm slow start %+v, want %+v", c.env, got, c.want)
+		}
+		if got := cfg.pacerConfig(whatsappRow(t)).SlowStart; got != (adapt.SlowStart{}) {
+			t.Errorf("whatsapp slow start %+v, want none", got)
+		}
+	}
 }

@@ -83,6 +83,7 @@ const shrinkFrom = 1024
 func (p *Pacer) newKeys() *keypace.Keys {
 	cfg := keypace.Config{Channel: p.cfg.Channel, Owner: p.cfg.Owner, MaxTokenWait: p.cfg.MaxTokenWait, LeaseSize: p.cfg.LeaseSize,
 		Bucket: p.bucket, Fallback: p.fallback, Adapter: p.adapter, Policy: p.policy, Default: control.KeyPolicy(p.policyDefault), Redis: p.redis,
+		SlowStart: p.cfg.SlowStart,
 		Metrics: keypace.Metrics{BucketCalls: p.m.bucketCallsC, TakeLatency: p.m.takeLatencyO, Lateness: p.m.latenessO,
 			LateSlots: p.m.lateSlots.WithLabelValues(), Handoffs: p.m.handoffs.WithLabelValues()}}
 	if _, ok := p.sender.(CredentialVersioner); ok {

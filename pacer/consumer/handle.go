@@ -938,6 +938,13 @@ func (p *Pacer) markDeadLettered(ctx context.Context, env envelope.Envelope, rea
 // many went unlogged before it (pacer_retries_total counts every one).
 const RetryLogEvery = 10 * time.Second
 
+// serverError reports whether err is the provider's answer with an HTTP
+// 5xx status.
+func serverError(err error) bool {
+	var e *channels.Error
+	return errors.As(err, &e) && e.Status >= 500 && e.Status < 600
+}
+
 // retry sends r to the retry tier of its attempt count, or to the DLQ once
 // MaxAttempts requests failed.
 func (p *Pacer) retry(ctx context.Context, r *kgo.Record, m meta, cause error, log *slog.Logger) bool {
@@ -949,6 +956,9 @@ func (p *Pacer) retry(ctx context.Context, r *kgo.Record, m meta, cause error, l
 	d := base*4/5 + time.Duration(rand.Int64N(int64(base)*2/5+1)) // ±20% jitter
 	if ra := channels.RetryAfter(cause); ra > d {
 		d = min(ra, p.cfg.AIMD.MaxCooldown)
+	}
+	if least := p.cfg.ServerRetry; least > 0 && d < least && serverError(cause) {
+		d = min(least+time.Duration(rand.Int64N(int64(least)/5+1)), p.cfg.AIMD.MaxCooldown)
 	}
 	m.due = time.Now().Add(d)
 	if show, unlogged := p.retryLog.Fail(); show {

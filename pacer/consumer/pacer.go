@@ -234,7 +234,17 @@ type Config struct {
 	// AIMD is the adaptation on throttles; zero fields mean adapt's
 	// defaults. Its MaxCooldown also caps every delay the pacer itself
 	// sets: a retry's wait for a provider's Retry-After, and a requeue's.
-	AIMD           adapt.AIMD
+	AIMD adapt.AIMD
+	// ServerRetry is the least delay before a message the provider
+	// answered with a server error (HTTP 5xx) is retried, when its provider
+	// asks for one (FCM 10 s, APNs 15 min: the channels' defaults in `pacer
+	// run`); the retry waits up to a fifth longer still (jitter), and a
+	// longer Retry-After or retry tier wins. >= 0; 0: none.
+	ServerRetry time.Duration
+	// SlowStart ramps the rate of a pacing key back from idle, shared by
+	// every replica (adapt.SlowStart: FCM asks for a ramp of at least 60 s);
+	// zero: off.
+	SlowStart      adapt.SlowStart
 	Breaker        adapt.Breaker // per-key breaker on halts; zero fields mean adapt's defaults
 	MaxAttempts    int           // requests per record before DLQ on transient failures; >= 0; default 5
 	MaxTokenWait   time.Duration // longest wait for a token or cooldown in place; longer requeues; default 5s
@@ -381,6 +391,10 @@ func (c Config) Validate() error {
 	default:
 		badf("UnknownOutcome", "%q is not dlq or resend", c.UnknownOutcome)
 	}
+	if c.ServerRetry < 0 {
+		badf("ServerRetry", "%v must be >= 0", c.ServerRetry)
+	}
+	sub("SlowStart.", c.SlowStart.Validate())
 	for i, d := range c.RetryDelays {
 		if d <= 0 {
 			badf("RetryDelays", "entry %d is %v; each delay must be > 0", i+1, d)

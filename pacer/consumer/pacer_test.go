@@ -1184,3 +1184,52 @@ func TestRedisFailureLocalStaysLocal(t *testing.T) {
 		t.Error("Redis back: the queued delivered marks were not written within 30s")
 	}
 }
+
+// TestServerRetryFloor: a message the provider answered with a server
+// error (HTTP 5xx) is retried no sooner than Config.ServerRetry (up to a
+// fifth later: jitter), where its retry tier would bring it back sooner;
+// a transient failure of another status (APNs IdleTimeout, 400)
+// keeps its tier's delay.
+func TestServerRetryFloor(t *testing.T) {
+	const least = 2 * time.Minute
+	h := newHarness(t, map[string][]error{
+		"server":  {&channels.Error{Channel: "test", Status: 503, Code: "UNAVAILABLE", Class: channels.Transient}},
+		"network": {&channels.Error{Channel: "test", Status: 400, Code: "IdleTimeout", Class: channels.Transient}},
+	})
+	h.cfg.ServerRetry = least
+	start := time.Now()
+	h.produce(env("server"), env("network"))
+	h.run(func() bool { return h.counter("pacer_retries_total") == 2 })
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.kc.ListenAddrs()...), kgo.ConsumeTopics("pacer.test.retry.1"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	due := map[string]time.Duration{} // envelope id => due - start
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for len(due) < 2 && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			for _, hd := range r.Headers {
+				if hd.Key == "pacer-due" {
+					var ms int64
+					fmt.Sscan(string(hd.Value), &ms)
+					id := "network"
+					if strings.Contains(string(r.Value), `"server"`) {
+						id = "server"
+					}
+					due[id] = time.UnixMilli(ms).Sub(start)
+				}
+			}
+		})
+	}
+	// The run took a few seconds at most on a loaded machine.
+	if d, ok := due["server"]; !ok || d < least || d > least*6/5+5*time.Second {
+		t.Errorf("server error: due %v after the start (found %v), want %v..%v", d.Round(time.Millisecond), ok, least, least*6/5)
+	}
+	if tier := h.cfg.RetryDelays[0]; !func() bool { d, ok := due["network"]; return ok && d >= tier*4/5 && d <= tier*6/5+5*time.Second }() {
+		t.Errorf("a 400: due %v after the start, want the first tier's %v ±20%%", due["network"].Round(time.Millisecond), tier)
+	}
+}

@@ -229,6 +229,7 @@ func (p *Keys) limitFor(ctx context.Context, now time.Time, key string, st *keyS
 	if aerr != nil {
 		st.accepted.Add(n) // reported with the next call
 	}
+	ramp := p.slowStart(ctx, key)
 
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -270,6 +271,9 @@ func (p *Keys) limitFor(ctx context.Context, now time.Time, key string, st *keyS
 		if a.Increased {
 			log.Info("clean window: rate raised", "rate", a.Rate, "ceiling", a.Ceiling)
 		}
+		if most := pol.Limit.PerSecond * ramp; a.Rate > most {
+			a.Rate = most // the slow start of a key back from idle
+		}
 		st.set(a, pol.Limit, now)
 	} else if ceilingChanged {
 		st.limit = pol.Limit
@@ -305,6 +309,30 @@ func (p *Keys) limitFor(ctx context.Context, now time.Time, key string, st *keyS
 	}
 	st.rareTidy()
 	return st.limit, *st.pol
+}
+
+// activeMarker is an Adapter that marks a key active and says since when,
+// for the slow start of a key back from idle, as [adapt.Adapter.Active]
+// does.
+type activeMarker interface {
+	Active(ctx context.Context, channel, key string, s adapt.SlowStart) (time.Duration, error)
+}
+
+// slowStart marks key active in Redis (shared by every replica) and
+// returns the share of its rate it may be paced at: Config.SlowStart's
+// ramp since the key came back from idle, 1 without a slow start, once
+// the ramp is over, or when Redis does not answer (the ramp is a courtesy
+// to the provider, never a reason to hold a key).
+func (p *Keys) slowStart(ctx context.Context, key string) float64 {
+	am, ok := p.adapter.(activeMarker)
+	if !ok || p.cfg.SlowStart.Ramp <= 0 {
+		return 1
+	}
+	elapsed, err := am.Active(ctx, p.cfg.Channel, key, p.cfg.SlowStart)
+	if err != nil {
+		return 1
+	}
+	return p.cfg.SlowStart.Factor(elapsed)
 }
 
 // credentialReplaced reports whether the key's breaker was opened, in this

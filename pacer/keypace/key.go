@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -72,6 +73,9 @@ type Config struct {
 	// per app) cools down together are those of one name. nil, or "" for a
 	// key: the channel's single account (one credential for every key).
 	AccountOf func(key string) string
+	// SlowStart ramps the rate of a key back from idle (see
+	// adapt.SlowStart); zero: off.
+	SlowStart adapt.SlowStart
 	// Redis runs op against Redis: in closed failure mode it retries until
 	// op succeeds or ctx ends (ctx.Err()); in local mode it returns
 	// ErrRedisDown when Redis does not answer.

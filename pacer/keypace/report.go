@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
 )
@@ -49,6 +50,10 @@ func (k *Key) Report(ctx context.Context, now time.Time, r Result, log *slog.Log
 		}
 		p.throttled(ctx, k.name, k.st, k.pol, k.paced, perr, log)
 		return Verdict{Kind: Again}
+	case channels.Transient:
+		if perr != nil && perr.Status >= 500 {
+			p.serverError(ctx, k.name, k.st, k.pol, log)
+		}
 	case channels.Halt:
 		log.Error("provider refuses this pacing key (credentials or account); opening its breaker, nothing dropped",
 			"code", codeOf(perr), "err", r.Err)
@@ -101,6 +106,36 @@ func (p *Keys) throttled(ctx context.Context, key string, st *keyState, pol KeyP
 	if pol.Breaker.FloorTripped(a) {
 		p.breakerResult(ctx, key, st, pol, false, "throttled at the floor: "+code, log)
 	}
+}
+
+// serverErrorer is an Adapter that counts a key's server errors and
+// lowers its rate on a burst of them, as [adapt.Adapter.ServerError] does.
+type serverErrorer interface {
+	ServerError(ctx context.Context, channel, key string, ceiling bucket.Limit, a adapt.AIMD) (adapt.Adapted, error)
+}
+
+// serverError reports a server error (HTTP 5xx) of key to the shared
+// adaptive state: a burst of them, counted across replicas, lowers the
+// key's rate once by a mild factor ([adapt.AIMD].ServerErrors). The
+// message itself is retried after its retry delay by the caller. Without
+// Redis (or an Adapter that does not count them) nothing changes.
+func (p *Keys) serverError(ctx context.Context, key string, st *keyState, pol KeyPolicy, log *slog.Logger) {
+	se, ok := p.adapter.(serverErrorer)
+	if !ok || pol.AIMD.ServerErrors < 0 {
+		return
+	}
+	var a adapt.Adapted
+	if err := p.redis(ctx, log, func() (err error) {
+		a, err = se.ServerError(ctx, p.cfg.Channel, key, pol.Limit, pol.AIMD)
+		return err
+	}); err != nil || !a.Decreased {
+		return
+	}
+	st.mu.Lock()
+	st.set(a, pol.Limit, time.Now())
+	st.mu.Unlock()
+	st.dropLease(ctx)
+	log.Warn("burst of server errors: rate lowered", "rate", a.Rate, "ceiling", a.Ceiling)
 }
 
 // accountThrottled applies an account-scoped throttle of key: a cooldown

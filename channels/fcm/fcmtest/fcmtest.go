@@ -11,15 +11,20 @@
 //   - POST /v1/projects/{project}/messages:send: it checks the bearer token
 //     (401 UNAUTHENTICATED), validates the body, data and notification
 //     together at most 4,096 bytes (400 INVALID_ARGUMENT), enforces a hidden
-//     token bucket per project (429 QUOTA_EXCEEDED with a QuotaFailure whose
-//     subject is "project:<id>", or the bare RESOURCE_EXHAUSTED of
-//     firebase-admin-go#719) and optionally per registration token (429
-//     QUOTA_EXCEEDED, subject "device:<token>"), answers 404 UNREGISTERED
+//     token bucket per project (429 QUOTA_EXCEEDED, or the ErrorInfo-only
+//     RESOURCE_EXHAUSTED of firebase-admin-go#719) and optionally per
+//     registration token (429 QUOTA_EXCEEDED), answers 404 UNREGISTERED
 //     for tokens registered as dead, 401 THIRD_PARTY_AUTH_ERROR for tokens
 //     of iOS or web apps whose APNs or web push credentials are broken
 //     ([Server.FailThirdPartyAuth]), 500 INTERNAL or 503 UNAVAILABLE while a
 //     project is in an outage ([Server.SetOutage]), and otherwise accepts
 //     with a unique message name.
+//
+// A QUOTA_EXCEEDED is the body FCM documents, the Google API error envelope
+// with an FcmError detail and nothing else, the same for the project's
+// quota and a device's: FCM documents no field that tells them apart
+// (https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode), so
+// the fake gives an adapter no hint the real API would not.
 //
 // As FCM does, the project quota counts messages, client errors included
 // (every 4xx but 429: a body refused with 400, a dead token, a third-party
@@ -107,8 +112,7 @@ type Config struct {
 	// QuotaErrorInfo makes a project throttle answer the shape seen in
 	// firebase-admin-go#719: status RESOURCE_EXHAUSTED with a
 	// google.rpc.ErrorInfo RATE_LIMIT_EXCEEDED and no FcmError detail.
-	// Default: the documented FcmError QUOTA_EXCEEDED with a
-	// google.rpc.QuotaFailure.
+	// Default: the documented FcmError QUOTA_EXCEEDED, as for a device.
 	QuotaErrorInfo bool
 	// Unregistered lists registration tokens answered 404 UNREGISTERED;
 	// [Server.Unregister] adds more.
@@ -505,12 +509,10 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 					"url":         "https://cloud.google.com/docs/quotas/help/request_increase"}}})
 			return
 		}
-		writeError(w, http.StatusTooManyRequests, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).",
-			fcmError("QUOTA_EXCEEDED"), quotaFailure("project:"+key, "Message rate exceeded."))
+		quotaExceeded(w)
 	case throttledDevice:
 		s.retryAfter(w)
-		writeError(w, http.StatusTooManyRequests, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).",
-			fcmError("QUOTA_EXCEEDED"), quotaFailure("device:"+m.target, "Device message rate exceeded."))
+		quotaExceeded(w)
 	case thirdPartyAuth:
 		writeError(w, http.StatusUnauthorized, "UNAUTHENTICATED", "Auth error from APNS or Web Push Service",
 			fcmError("THIRD_PARTY_AUTH_ERROR"),
@@ -805,12 +807,12 @@ func fcmError(code string) map[string]any {
 	return map[string]any{"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": code}
 }
 
-// quotaFailure is a google.rpc.QuotaFailure detail. FCM does not document
-// its wording; the descriptions follow the three QUOTA_EXCEEDED cases of
-// https://firebase.google.com/docs/reference/fcm/rest/v1/ErrorCode.
-func quotaFailure(subject, description string) map[string]any {
-	return map[string]any{"@type": "type.googleapis.com/google.rpc.QuotaFailure",
-		"violations": []map[string]string{{"subject": subject, "description": description}}}
+// quotaExceeded answers FCM's documented 429 QUOTA_EXCEEDED: the Google
+// API error envelope with the canonical RESOURCE_EXHAUSTED message and an
+// FcmError, whichever quota (project or device) was exceeded.
+func quotaExceeded(w http.ResponseWriter) {
+	writeError(w, http.StatusTooManyRequests, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).",
+		fcmError("QUOTA_EXCEEDED"))
 }
 
 // writeError answers with the Google API error envelope.

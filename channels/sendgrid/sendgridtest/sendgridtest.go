@@ -5,7 +5,7 @@
 // checks the bearer API key (401), validates the body and lists every
 // problem in an errors body (400), enforces its own token bucket per API key
 // (429 with X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset
-// in Unix epoch seconds), and otherwise answers 202 with an empty body and a
+// in Unix epoch seconds, or without them: Config.NoRateLimitHeaders), and otherwise answers 202 with an empty body and a
 // unique X-Message-Id. It records every request that passed authentication
 // and validation as an [Arrival], so a test can check what the pacer really
 // sent: how fast per API key, how many were throttled, how many were sent
@@ -92,6 +92,13 @@ type Config struct {
 	// accounts whose data lives in a region this host does not serve, such
 	// as EU regional subusers: their requests are answered 451.
 	RegionalKeys []string
+	// NoRateLimitHeaders answers a 429 without X-RateLimit-Limit,
+	// X-RateLimit-Remaining and X-RateLimit-Reset (the body alone), as
+	// Mail Send may: a SendGrid maintainer wrote that "the Rate Limit
+	// information is not returned on the mail/send endpoint"
+	// (https://github.com/sendgrid/sendgrid-go/issues/105, providers.md
+	// §4.1 and §8.5), so an adapter must pace without them.
+	NoRateLimitHeaders bool
 }
 
 // Arrival is one valid request the fake received.
@@ -133,6 +140,7 @@ type Server struct {
 	blockAfter int
 	blockFor   time.Duration
 	regional   map[string]bool
+	noHeaders  bool // Config.NoRateLimitHeaders
 
 	mu      sync.Mutex
 	bad     map[string]int        // API key name -> bad requests in a row
@@ -155,6 +163,7 @@ func New(cfg Config) *Server {
 
 		blockAfter: cfg.BlockAfter,
 		blockFor:   cfg.BlockFor,
+		noHeaders:  cfg.NoRateLimitHeaders,
 		regional:   map[string]bool{},
 		bad:        map[string]int{},
 		blocked:    map[string]time.Time{},
@@ -372,11 +381,13 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !v.allowed {
-		h := w.Header()
-		h.Set("X-RateLimit-Limit", strconv.Itoa(v.limit))
-		h.Set("X-RateLimit-Remaining", "0")
-		// Epoch seconds, rounded up: no token is there before this second.
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilUnix(v.reset), 10))
+		if !s.noHeaders {
+			h := w.Header()
+			h.Set("X-RateLimit-Limit", strconv.Itoa(v.limit))
+			h.Set("X-RateLimit-Remaining", "0")
+			// Epoch seconds, rounded up: no token is there before this second.
+			h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilUnix(v.reset), 10))
+		}
 		writeErrors(w, http.StatusTooManyRequests, item("", MsgTooMany, ""))
 		return
 	}

@@ -130,6 +130,25 @@ func TestThrottleHeaders(t *testing.T) {
 	}
 }
 
+// TestNoRateLimitHeaders: in that mode a 429 has SendGrid's body and no
+// X-RateLimit-* header, as Mail Send may answer.
+func TestNoRateLimitHeaders(t *testing.T) {
+	s := sendgridtest.New(sendgridtest.Config{Rate: 0.001, Burst: 1, NoRateLimitHeaders: true})
+	if w := post(s, secret, mail("a@example.com", "")); w.Code != 202 {
+		t.Fatalf("first: HTTP %d, want 202", w.Code)
+	}
+	w := post(s, secret, mail("a@example.com", ""))
+	h := w.Header()
+	if w.Code != 429 || w.Body.String() != `{"errors":[{"field":null,"message":"too many requests"}]}`+"\n" {
+		t.Errorf("HTTP %d %s; want 429 with SendGrid's body", w.Code, w.Body)
+	}
+	for _, name := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"} {
+		if v := h.Values(name); v != nil {
+			t.Errorf("%s = %q, want absent", name, v)
+		}
+	}
+}
+
 // TestPerKeyBuckets: each API key has its own bucket.
 func TestPerKeyBuckets(t *testing.T) {
 	s := sendgridtest.New(sendgridtest.Config{Rate: 0.001, Burst: 1,
