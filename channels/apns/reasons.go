@@ -13,12 +13,22 @@ import (
 // retrying, you may employ a back-off technique." That covers every 5xx:
 // the two Apple lists are 500 (InternalServerError) and 503
 // (ServiceUnavailable, Shutdown); 429 and the 4xx reasons are not
-// concerned. It is the default of PACER_APNS_SERVER_RETRY; the adapter
-// itself sets no RetryAfter for them.
+// concerned. The adapter itself sets no RetryAfter for them; `pacer run`
+// waits PACER_APNS_SERVER_RETRY (default [DefaultServerRetry]).
 //
 // Source: https://developer.apple.com/documentation/usernotifications/handling-notification-responses-from-apns
 // (providers.md §8.3).
 const ServerRetry = 15 * time.Minute
+
+// DefaultServerRetry is `pacer run`'s default wait before a notification
+// answered with a 5xx is retried: 5 minutes, the longest default retry
+// tier, not Apple's [ServerRetry]. A retry copy waiting holds back its
+// partition's offset commit, and the idempotency ledger must remember
+// every delivered record behind it that long (PACER_LEDGER_TTL, 7m by
+// default, at least 1.2 x the longest retry delay + 1m): Apple's 15
+// minutes needs PACER_LEDGER_TTL=19m, about 2.7 times the ledger's Redis
+// memory, which `pacer run` refuses to start without.
+const DefaultServerRetry = 5 * time.Minute
 
 // rule is what one APNs reason means for the pacer.
 type rule struct {

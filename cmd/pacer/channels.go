@@ -264,7 +264,7 @@ var channelTable = []channel{
 		limit: apns.DefaultLimit,
 		settings: []setting{
 			{"BASE_URL", "https://api.push.apple.com", httpURL, false},
-			serverRetrySetting(apns.ServerRetry),
+			serverRetrySetting(apns.DefaultServerRetry),
 			{"KEY_ID", "", nil, false},
 			{"TEAM_ID", "", nil, false},
 			{"KEY_FILE", "", nil, false}, // the .p8 signing key; never logged

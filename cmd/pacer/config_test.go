@@ -471,9 +471,10 @@ func TestServerErrorSettings(t *testing.T) {
 
 // TestServerRetrySettings: each channel's least delay before a 5xx is
 // retried reaches the pacer: what its provider asks for by default (FCM
-// 10 s, APNs 15 min, none for WhatsApp and SendGrid), or what is set.
+// 10 s; APNs 5 min, the longest retry tier, where Apple asks for 15; none
+// for WhatsApp and SendGrid), or what is set.
 func TestServerRetrySettings(t *testing.T) {
-	want := map[string]time.Duration{"whatsapp": 0, "apns": 15 * time.Minute, "fcm": 10 * time.Second, "sendgrid": 0}
+	want := map[string]time.Duration{"whatsapp": 0, "apns": 5 * time.Minute, "fcm": 10 * time.Second, "sendgrid": 0}
 	cfg, err := loadConfig(lookupMap(map[string]string{"PACER_WHATSAPP_TOKEN": "t"}), whatsappRow(t))
 	if err != nil {
 		t.Fatal(err)
@@ -490,6 +491,41 @@ func TestServerRetrySettings(t *testing.T) {
 	}
 	if got := cfg.pacerConfig(whatsappRow(t)).ServerRetry; got != 30*time.Second {
 		t.Errorf("PACER_WHATSAPP_SERVER_RETRY=30s: ServerRetry %v", got)
+	}
+}
+
+// TestServerRetryNeedsTheLedger: a server error's retry holds back its
+// partition's commit like a retry tier's, so the ledger must remember the
+// records behind it that long: Apple's 15 minutes with the default
+// PACER_LEDGER_TTL (7m) stops start-up naming PACER_LEDGER_TTL; 19m
+// (1.2 x 15m + 1m) is enough. Each channel's default starts.
+func TestServerRetryNeedsTheLedger(t *testing.T) {
+	apnsRow, err := channelNamed("apns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range channelTable {
+		cfg, err := loadConfig(lookupMap(nil), &ch)
+		if err == nil {
+			err = cfg.pacerConfig(&ch).Validate()
+		}
+		if err != nil {
+			t.Errorf("%s with its default server retry: %v", ch.name, err)
+		}
+	}
+	cfg, err := loadConfig(lookupMap(map[string]string{"PACER_APNS_SERVER_RETRY": "15m"}), apnsRow)
+	if err == nil {
+		err = cfg.pacerConfig(apnsRow).Validate()
+	}
+	if err == nil || !strings.Contains(err.Error(), "PACER_LEDGER_TTL") && !strings.Contains(err.Error(), "IdempotencyTTL") {
+		t.Errorf("PACER_APNS_SERVER_RETRY=15m with PACER_LEDGER_TTL 7m: %v; want an error naming PACER_LEDGER_TTL", err)
+	}
+	cfg, err = loadConfig(lookupMap(map[string]string{"PACER_APNS_SERVER_RETRY": "15m", "PACER_LEDGER_TTL": "19m"}), apnsRow)
+	if err == nil {
+		err = cfg.pacerConfig(apnsRow).Validate()
+	}
+	if err != nil {
+		t.Errorf("PACER_APNS_SERVER_RETRY=15m with PACER_LEDGER_TTL=19m: %v", err)
 	}
 }
 

@@ -130,6 +130,7 @@ import (
 	"math"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -431,8 +432,9 @@ func (c Config) Validate() error {
 	// (pacer ingest answers it for PACER_IDEMPOTENCY_TTL). A send needs time for
 	// one round trip, and a progress line more often than every second is
 	// noise.
-	if minTTL := MinLedgerTTL(c.RetryDelays); c.IdempotencyTTL != 0 && c.IdempotencyTTL < minTTL {
-		badf("IdempotencyTTL", "%v is too short: delivered ids must be remembered at least %v (1.2 x the longest retry delay + 1m, 5m at least), or re-delivered copies are sent again", c.IdempotencyTTL, minTTL)
+	// A server error's retry (ServerRetry) is a retry delay like the tiers'.
+	if minTTL := MinLedgerTTL(append(slices.Clone(c.RetryDelays), c.ServerRetry)); c.IdempotencyTTL != 0 && c.IdempotencyTTL < minTTL {
+		badf("IdempotencyTTL", "%v is too short: delivered ids must be remembered at least %v (1.2 x the longest retry delay or server-error retry + 1m, 5m at least), or re-delivered copies are sent again", c.IdempotencyTTL, minTTL)
 	}
 	if c.SendTimeout > 0 && c.SendTimeout < 100*time.Millisecond { // a negative one is said above
 		badf("SendTimeout", "%v must be >= 100ms: no provider answers faster", c.SendTimeout)
