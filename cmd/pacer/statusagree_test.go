@@ -18,7 +18,8 @@ import (
 // /status.json give each campaign the same eta_seconds, byte for byte,
 // from the same counters: a number while it runs, 0 once done, and null
 // when there is none (paused, cancelled, published unknown), never -1 in
-// one and null in the other.
+// one and null in the other. Likewise published, messages and remaining:
+// null when published is unknown, in both.
 func TestCampaignETAOneSource(t *testing.T) {
 	env, st := operatorEnv(t)
 	ctx := context.Background()
@@ -55,27 +56,38 @@ func TestCampaignETAOneSource(t *testing.T) {
 	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/status.json", nil))
 	var page struct {
 		Campaigns []struct {
-			Name string          `json:"name"`
-			ETA  json.RawMessage `json:"eta_seconds"`
+			Name      string          `json:"name"`
+			ETA       json.RawMessage `json:"eta_seconds"`
+			Published json.RawMessage `json:"published"`
+			Messages  json.RawMessage `json:"messages"`
+			Remaining json.RawMessage `json:"remaining"`
 		} `json:"campaigns"`
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &page); rec.Code != 200 || err != nil {
 		t.Fatalf("/status.json: %d %s: %v", rec.Code, rec.Body, err)
 	}
 	onPage := map[string]string{}
+	counts := map[string][3]string{}
 	for _, c := range page.Campaigns {
 		onPage[c.Name] = string(c.ETA)
+		counts[c.Name] = [3]string{string(c.Published), string(c.Messages), string(c.Remaining)}
 	}
 	for c, w := range want {
 		code, out, errs := runCLI(env, "campaign", "status", "--channel", "whatsapp", "--campaign", c, "--json")
 		var cli struct {
-			ETA json.RawMessage `json:"eta_seconds"`
+			ETA       json.RawMessage `json:"eta_seconds"`
+			Published json.RawMessage `json:"published"`
+			Messages  json.RawMessage `json:"messages"`
+			Remaining json.RawMessage `json:"remaining"`
 		}
 		if err := json.Unmarshal([]byte(out), &cli); code != 0 || err != nil {
 			t.Fatalf("campaign status %s --json: exit %d, %q %q: %v", c, code, out, errs, err)
 		}
 		if string(cli.ETA) != w || onPage[c] != w {
 			t.Errorf("%s: eta_seconds %s in campaign status --json, %s on /status.json; want %s in both", c, cli.ETA, onPage[c], w)
+		}
+		if got := [3]string{string(cli.Published), string(cli.Messages), string(cli.Remaining)}; got != counts[c] || (c == "unknown") != (got == [3]string{"null", "null", "null"}) {
+			t.Errorf("%s: published, messages, remaining %v in campaign status --json, %v on /status.json; want the same, null only when published is unknown", c, got, counts[c])
 		}
 	}
 }

@@ -85,15 +85,58 @@ type Key struct {
 type Campaign struct {
 	Name         string           `json:"name"`
 	State        string           `json:"state"`     // running, paused, cancelled or done (see control.Status)
-	Published    int64            `json:"published"` // records; an id published again counts again; -1 when unknown (not published through pacer publish or the ingest API)
-	Messages     int64            `json:"messages"`  // distinct ids: published less duplicates, exact once remaining is 0 (control.Status); -1 when published is unknown
+	Published    int64            `json:"published"` // records; an id published again counts again; -1 (JSON null) when unknown (not published through pacer publish or the ingest API)
+	Messages     int64            `json:"messages"`  // distinct ids: published less duplicates, exact once remaining is 0 (control.Status); -1 (JSON null) when published is unknown
 	Delivered    int64            `json:"delivered"`
 	DeadLettered map[string]int64 `json:"dead_lettered"` // by DLQ reason
 	Duplicates   int64            `json:"duplicates"`    // skipped: published again after their id was delivered or dead-lettered
-	Remaining    int64            `json:"remaining"`     // published - delivered - dead-lettered - duplicates, at least 0; -1 when unknown
+	Remaining    int64            `json:"remaining"`     // published - delivered - dead-lettered - duplicates, at least 0; -1 (JSON null) when unknown
 	Achieved     float64          `json:"achieved"`      // msgs/s between its first and last delivery
 	ETASeconds   *float64         `json:"eta_seconds"`   // remaining at Achieved, s; null when none (control.Status.ETA)
 	LastActive   time.Time        `json:"last_active"`   // last publish, count or state change
+}
+
+// MarshalJSON writes c with published, messages and remaining null when
+// unknown (-1), as `pacer campaign status --json` writes them: one
+// representation of "not known" for each figure.
+func (c Campaign) MarshalJSON() ([]byte, error) {
+	type plain Campaign
+	known := func(n int64) *int64 {
+		if n < 0 {
+			return nil
+		}
+		return &n
+	}
+	return json.Marshal(struct {
+		plain
+		Published *int64 `json:"published"`
+		Messages  *int64 `json:"messages"`
+		Remaining *int64 `json:"remaining"`
+	}{plain(c), known(c.Published), known(c.Messages), known(c.Remaining)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes: null as -1.
+func (c *Campaign) UnmarshalJSON(b []byte) error {
+	type plain Campaign
+	var v struct {
+		plain
+		Published *int64 `json:"published"`
+		Messages  *int64 `json:"messages"`
+		Remaining *int64 `json:"remaining"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*c = Campaign(v.plain)
+	c.Published, c.Messages, c.Remaining = unknownAsMinus1(v.Published), unknownAsMinus1(v.Messages), unknownAsMinus1(v.Remaining)
+	return nil
+}
+
+func unknownAsMinus1(p *int64) int64 {
+	if p == nil {
+		return -1
+	}
+	return *p
 }
 
 // Which campaigns the page shows: those unfinished (remaining above 0) or
