@@ -7,6 +7,7 @@ package campaign
 
 import (
 	"context"
+	"crypto/rand"
 	"log/slog"
 	"sync"
 	"time"
@@ -20,7 +21,9 @@ import (
 // it.
 type Store interface {
 	States(ctx context.Context, channel string, campaigns []string) ([]control.State, error)
-	Add(ctx context.Context, channel string, counts map[string]*control.Counts) error
+	// AddBatch adds a batch of counts under token, once per token (see
+	// control.Store.AddBatch).
+	AddBatch(ctx context.Context, channel, token string, counts map[string]*control.Counts) (refused []string, err error)
 }
 
 // Campaign control timing.
@@ -55,6 +58,15 @@ type Live struct {
 
 	mu     sync.Mutex
 	states map[string]*state
+	counts map[string]*control.Counts
+	// unsure is the batch whose add failed (Redis may have added it): sent
+	// again under its token before anything else, so it is added once.
+	unsure *batch
+}
+
+// batch is a batch of counts and the token it was first sent under.
+type batch struct {
+	token  string
 	counts map[string]*control.Counts
 }
 
@@ -236,37 +248,61 @@ func (c *Live) add(campaign string, inc func(*control.Counts)) {
 	inc(n)
 }
 
-// Flush adds the counts gathered so far to Redis; on failure they are kept
-// for the next flush.
+// Flush adds the counts gathered so far to Redis, once: a batch whose add
+// failed (Redis may have added it, its answer lost) is kept with its token
+// and sent again under it, first, by the next flush; the counts gathered
+// meanwhile wait until it went through. The counts of campaigns Redis
+// refused (their key holds another type) are kept for the next flush,
+// under a new token.
 func (c *Live) Flush(ctx context.Context) {
 	c.mu.Lock()
-	counts := c.counts
-	c.counts = map[string]*control.Counts{}
+	b := c.unsure
+	c.unsure = nil
+	if b == nil && len(c.counts) > 0 {
+		b = &batch{token: rand.Text(), counts: c.counts}
+		c.counts = map[string]*control.Counts{}
+	}
 	c.mu.Unlock()
-	if len(counts) == 0 {
+	if b == nil {
 		return
 	}
-	if err := c.store.Add(ctx, c.channel, counts); err != nil {
+	refused, err := c.store.AddBatch(ctx, c.channel, b.token, b.counts)
+	if err != nil {
 		c.log.Warn("campaign counters not written; retrying", "err", err)
 		c.mu.Lock()
-		for k, n := range counts {
-			m := c.counts[k]
-			if m == nil {
-				c.counts[k] = n
-				continue
-			}
-			m.Delivered += n.Delivered
-			m.Duplicates += n.Duplicates
-			m.First = min(m.First, n.First)
-			if m.First == 0 {
-				m.First = n.First
-			}
-			m.Last = max(m.Last, n.Last)
-			for r, v := range n.DeadLetters {
-				m.DeadLetters[r] += v
-			}
+		c.unsure = b
+		c.mu.Unlock()
+		return
+	}
+	if len(refused) > 0 {
+		c.log.Warn("campaign counters refused: the campaigns' keys hold another type than a hash; retrying", "campaigns", refused)
+		c.mu.Lock()
+		for _, k := range refused {
+			c.merge(k, b.counts[k])
 		}
 		c.mu.Unlock()
+	}
+}
+
+// merge adds n to campaign k's counts not yet written. Callers hold c.mu.
+func (c *Live) merge(k string, n *control.Counts) {
+	if n == nil {
+		return
+	}
+	m := c.counts[k]
+	if m == nil {
+		c.counts[k] = n
+		return
+	}
+	m.Delivered += n.Delivered
+	m.Duplicates += n.Duplicates
+	m.First = min(m.First, n.First)
+	if m.First == 0 {
+		m.First = n.First
+	}
+	m.Last = max(m.Last, n.Last)
+	for r, v := range n.DeadLetters {
+		m.DeadLetters[r] += v
 	}
 }
 

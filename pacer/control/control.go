@@ -310,13 +310,7 @@ type Counts struct {
 // [Store.AddTo]): one round trip. A campaign refused (its key holds
 // another type than a hash) is named in the error; the others are added.
 func (s *Store) Add(ctx context.Context, channel string, counts map[string]*Counts) error {
-	if len(counts) == 0 {
-		return nil
-	}
-	pipe := s.rdb.Pipeline()
-	result := s.AddTo(ctx, pipe, channel, rand.Text(), counts)
-	_, _ = pipe.Exec(ctx)
-	refused, err := result()
+	refused, err := s.AddBatch(ctx, channel, rand.Text(), counts)
 	if err != nil {
 		return err
 	}
@@ -324,6 +318,22 @@ func (s *Store) Add(ctx context.Context, channel string, counts map[string]*Coun
 		return fmt.Errorf("control: counts of campaigns %s not added: their keys hold another type than a hash", strings.Join(refused, ", "))
 	}
 	return nil
+}
+
+// AddBatch adds a batch of counts, by campaign, under token (see
+// [Store.AddTo]): one round trip. It returns the campaigns refused (their
+// key holds another type than a hash: nothing of theirs added, send them
+// again under a new token) and err when the call failed or its answer was
+// lost, Redis having added the batch or not: send the same batch again
+// under the same token, and it is added once.
+func (s *Store) AddBatch(ctx context.Context, channel, token string, counts map[string]*Counts) (refused []string, err error) {
+	if len(counts) == 0 {
+		return nil, nil
+	}
+	pipe := s.rdb.Pipeline()
+	result := s.AddTo(ctx, pipe, channel, token, counts)
+	_, _ = pipe.Exec(ctx)
+	return result()
 }
 
 // CountTokenTTL is how long Redis keeps the token of a batch of counts
