@@ -141,7 +141,9 @@ func TestPairLimitPaces(t *testing.T) {
 				if r != ledger.PairLimited {
 					t.Fatalf("claim %d answered %v", i, r)
 				}
+				mu.Lock()
 				refusals++
+				mu.Unlock()
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
