@@ -46,7 +46,12 @@ func TestSuppressionEndToEnd(t *testing.T) {
 		return append(append(os.Environ(),
 			"PACER_KAFKA_BROKERS="+testenv.KafkaBrokers(t), "PACER_REDIS_URL="+testenv.RedisURL(t),
 			"PACER_REDIS_PREFIX="+prefix, "PACER_FCM_BASE_URL="+fake.URL(), "PACER_FCM_CREDENTIALS_FILE="+creds,
-			"PACER_METRICS_ADDR=127.0.0.1:0", "PACER_LOG_FORMAT=text", "PACER_DRAIN=10s"), extra...)
+			"PACER_METRICS_ADDR=127.0.0.1:0", "PACER_LOG_FORMAT=text", "PACER_DRAIN=10s",
+			// No slow start: the first pacer would ramp the project (cold
+			// here) through its campaigns and the second not, and the
+			// longer run takes more of the periodic round trips per
+			// message, whatever suppression costs.
+			"PACER_FCM_SLOW_START=0s"), extra...)
 	}
 	publish := func(topic, tag string) {
 		t.Helper()
