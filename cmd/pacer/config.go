@@ -17,6 +17,7 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/pacer/consumer"
+	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/redis/go-redis/v9"
 	"github.com/sethvargo/go-envconfig"
 )
@@ -117,6 +118,8 @@ type config struct {
 	UnknownOutcome string `env:"PACER_UNKNOWN_OUTCOME, default=dlq" pacer:"UnknownOutcome"`
 	// PACER_SUPPRESS: whether `pacer run` checks each recipient in its pacing key's suppressions (in the ledger claim's own script call) and suppresses a recipient the provider calls gone (APNs 410, FCM UNREGISTERED); default true.
 	Suppress bool `env:"PACER_SUPPRESS, default=true"`
+	// PACER_PORTFOLIO_WINDOW: the moving window of WhatsApp's messaging limit (unique recipients of business-initiated messages per business portfolio), 1s..24h; default 24h, WhatsApp's own; shorter only for tests and demonstrations.
+	PortfolioWindow time.Duration `env:"PACER_PORTFOLIO_WINDOW, default=24h"`
 	// PACER_REDIS_FAILURE: when Redis is unreachable: closed (stop sending, keep every record) or local (pace in-process at rate / PACER_EXPECTED_REPLICAS); default closed.
 	RedisFailure string `env:"PACER_REDIS_FAILURE, default=closed" pacer:"RedisFailure" unit:"closed|local"`
 	// PACER_EXPECTED_REPLICAS: replicas sharing each channel, for the local failure mode's share of the rate; default 1.
@@ -489,6 +492,9 @@ func (c config) validate() []error {
 	}
 	if c.ExpectedReplicas < 1 {
 		bad("PACER_EXPECTED_REPLICAS", "must be >= 1")
+	}
+	if c.PortfolioWindow < time.Second || c.PortfolioWindow > portfolio.Window {
+		bad("PACER_PORTFOLIO_WINDOW", fmt.Sprintf("%v must be 1s..24h (WhatsApp's window is 24h)", c.PortfolioWindow))
 	}
 	v, t := reflect.ValueOf(c), reflect.TypeOf(c)
 	for i := range t.NumField() {

@@ -143,6 +143,9 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_IDEMPOTENCY_TTL", "0s"},
 		{"PACER_REDIS_FAILURE", "open"},
 		{"PACER_EXPECTED_REPLICAS", "0"},
+		{"PACER_PORTFOLIO_WINDOW", "500ms"},
+		{"PACER_PORTFOLIO_WINDOW", "48h"},
+		{"PACER_PORTFOLIO_WINDOW", "daily"},
 		{"PACER_METRICS_ADDR", ""}, // would listen on a random port of every interface
 		{"PACER_METRICS_ADDR", "9464"},
 		{"PACER_AIMD_DECREASE", "1.5"},

@@ -18,8 +18,9 @@ import (
 // Webhooks makes a [Server] send signed status webhooks for the messages
 // it accepted, as the Cloud API does (providers.md §8.2): a "sent" and a
 // "delivered" per message, or a "failed" with 131026 or 131049 for the
-// configured shares of recipients (failures the synchronous answer did
-// not show). Each webhook is a POST of one status, signed
+// configured shares of recipients, or with [MessagingLimitCode] for a
+// template past its portfolio's messaging limit (failures the synchronous
+// answer did not show). Each webhook is a POST of one status, signed
 // X-Hub-Signature-256 with AppSecret, retried until answered 2xx.
 type Webhooks struct {
 	// URL receives the POSTs (a pacer webhook's /webhook/whatsapp).
@@ -49,16 +50,18 @@ type Webhooks struct {
 // WebhookStats counts what the webhook sender did: Posts answered 2xx
 // (duplicates included), Retries (attempts not answered 2xx), Dropped
 // (webhooks given up after Attempts), and the statuses sent by kind,
-// duplicates not counted twice.
+// duplicates not counted twice (FailedLimit: failed with
+// [MessagingLimitCode], past the messaging limit).
 type WebhookStats struct {
 	Posts, Retries, Dropped                     int64
 	Sent, Delivered, Failed131026, Failed131049 int64
+	FailedLimit                                 int64
 }
 
 type webhookSender struct {
 	cfg   Webhooks
 	hooks fakeprovider.Hooks
-	kinds [4]atomic.Int64 // sent, delivered, 131026, 131049
+	kinds [5]atomic.Int64 // sent, delivered, 131026, 131049, MessagingLimitCode
 }
 
 // SendWebhooks makes s send status webhooks per cfg for every message it
@@ -82,11 +85,13 @@ func (s *Server) WaitWebhooks(ctx context.Context) (WebhookStats, error) {
 	}
 	posts, retries, dropped, err := h.hooks.Wait(ctx)
 	return WebhookStats{Posts: posts, Retries: retries, Dropped: dropped,
-		Sent: h.kinds[0].Load(), Delivered: h.kinds[1].Load(), Failed131026: h.kinds[2].Load(), Failed131049: h.kinds[3].Load()}, err
+		Sent: h.kinds[0].Load(), Delivered: h.kinds[1].Load(), Failed131026: h.kinds[2].Load(), Failed131049: h.kinds[3].Load(),
+		FailedLimit: h.kinds[4].Load()}, err
 }
 
-// accepted schedules the webhooks of a message accepted as wamid.
-func (h *webhookSender) accepted(key, to, id, wamid string, at time.Time) {
+// accepted schedules the webhooks of a message accepted as wamid; over:
+// past its portfolio's messaging limit.
+func (h *webhookSender) accepted(key, to, id, wamid string, over bool, at time.Time) {
 	type status struct {
 		name string
 		code int
@@ -95,6 +100,8 @@ func (h *webhookSender) accepted(key, to, id, wamid string, at time.Time) {
 	}
 	sts := []status{{"sent", 0, 0, false}, {"delivered", 0, 1, false}}
 	switch x := fakeprovider.Share(to); {
+	case over:
+		sts = []status{{"failed", MessagingLimitCode, 4, false}}
 	case x < h.cfg.Undeliverable:
 		sts = []status{{"failed", 131026, 2, false}}
 	case x < h.cfg.Undeliverable+h.cfg.MarketingLimit:
@@ -134,7 +141,8 @@ func statusBody(key, to, id, wamid, status string, code int, at time.Time) []byt
 		st["biz_opaque_callback_data"] = id
 	}
 	if code != 0 {
-		title := map[int]string{131026: "Message undeliverable", 131049: "This message was not delivered to maintain healthy ecosystem engagement."}[code]
+		title := map[int]string{131026: "Message undeliverable", 131049: "This message was not delivered to maintain healthy ecosystem engagement.",
+			MessagingLimitCode: "Spam rate limit hit"}[code]
 		st["errors"] = []map[string]any{{"code": code, "title": title}}
 	}
 	b, _ := json.Marshal(map[string]any{"object": "whatsapp_business_account", "entry": []any{map[string]any{

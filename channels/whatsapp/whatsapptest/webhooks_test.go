@@ -143,3 +143,66 @@ func statusNames(ss []status) []string {
 	}
 	return out
 }
+
+// A template past its portfolio's messaging limit was answered 200; its
+// status webhook says failed with MessagingLimitCode, the others sent
+// and delivered.
+func TestWebhooksMessagingLimit(t *testing.T) {
+	var mu sync.Mutex
+	codes := map[string]int{} // envelope id -> failed code, 0 if delivered
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var p struct {
+			Entry []struct {
+				Changes []struct {
+					Value struct {
+						Statuses []struct {
+							Status   string
+							Callback string `json:"biz_opaque_callback_data"`
+							Errors   []struct{ Code int }
+						} `json:"statuses"`
+					} `json:"value"`
+				} `json:"changes"`
+			} `json:"entry"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+			t.Errorf("webhook body: %v", err)
+			return
+		}
+		s := p.Entry[0].Changes[0].Value.Statuses[0]
+		mu.Lock()
+		defer mu.Unlock()
+		if s.Status == "failed" {
+			codes[s.Callback] = s.Errors[0].Code
+		} else if _, ok := codes[s.Callback]; !ok {
+			codes[s.Callback] = 0
+		}
+	}))
+	t.Cleanup(recv.Close)
+	fake := whatsapptest.NewServer(whatsapptest.Config{MessagingLimit: 2})
+	t.Cleanup(fake.Close)
+	fake.SendWebhooks(whatsapptest.Webhooks{URL: recv.URL, AppSecret: []byte("s"), Retry: time.Millisecond})
+	for i, to := range []string{"+1555001", "+1555002", "+1555003", "+1555001"} {
+		resp, err := http.Post(fake.URL()+"/v21.0/1065/messages", "application/json", strings.NewReader(template(to, fmt.Sprint(i))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("template %d: HTTP %d, want 200", i, resp.StatusCode)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := fake.WaitWebhooks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := map[string]int{"0": 0, "1": 0, "2": whatsapptest.MessagingLimitCode, "3": 0}; fmt.Sprint(codes) != fmt.Sprint(want) {
+		t.Errorf("statuses by envelope id %v, want %v (the third recipient past the tier of 2)", codes, want)
+	}
+	if st.FailedLimit != 1 || st.Delivered != 3 {
+		t.Errorf("stats %+v, want 1 failed past the limit and 3 delivered", st)
+	}
+}

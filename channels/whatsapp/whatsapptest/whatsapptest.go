@@ -24,7 +24,11 @@
 // bucket per (phone-number ID, recipient) answering 131056; with
 // AccountLimit, at most AccountLimit requests per AccountWindow (rolling)
 // per account answering 80007. A request refused by one limit takes no token
-// of the others. A Server is safe for concurrent use.
+// of the others. With MessagingLimit, the messaging limit of a business
+// portfolio: a template to a recipient new to a full window is accepted
+// (HTTP 200, a wamid) and fails later by status webhook with
+// [MessagingLimitCode], as WhatsApp refuses nothing synchronously past it.
+// A Server is safe for concurrent use.
 package whatsapptest
 
 import (
@@ -82,7 +86,29 @@ type Config struct {
 	// Accounts maps a phone-number ID to its account (WABA) ID; an ID not
 	// in it is an account of its own.
 	Accounts map[string]string
+	// MessagingLimit is the tier of every business portfolio: how many
+	// unique recipients its numbers may send business-initiated messages
+	// (templates) in any MessagingWindow; 0 (or less) is unlimited. A
+	// recipient counts from an accepted template until MessagingWindow after
+	// its last one; a template to a new recipient past the tier is accepted
+	// and fails by webhook with MessagingLimitCode (providers.md §1.1, §8.2
+	// [W-ML]: 250, 2,000, 10,000, 100,000 or unlimited per portfolio, moving
+	// 24 h, shared by its numbers, no synchronous error).
+	MessagingLimit int
+	// MessagingWindow is the moving window of MessagingLimit; default 24h.
+	MessagingWindow time.Duration
+	// Portfolios maps a phone-number ID to its business portfolio; an ID
+	// not in it is a portfolio of its own.
+	Portfolios map[string]string
 }
+
+// MessagingLimitCode is the error code of the failed status of a template
+// past the portfolio's messaging limit. WhatsApp documents no code of its
+// own for it (providers.md §1.1: "No dedicated synchronous code found");
+// 131048 is the documented one whose text says it: "Message failed to send
+// because there are restrictions on how many messages can be sent from this
+// phone number" (providers.md §1.4 [W-EC]).
+const MessagingLimitCode = 131048
 
 // The pair limit Meta documents for a business number and one user
 // (providers.md §1.4 [W-AP]): one message per 6 s, bursts of up to 45.
@@ -99,6 +125,11 @@ type Arrival struct {
 	At        time.Time // when it arrived
 	Throttled bool      // answered a throttle (Code) instead of accepted
 	Code      int       // 0 when accepted; 130429, 131056, 80007, or 131000 (a 500 from FailNext)
+	// Template: the request was a template (business-initiated).
+	Template bool
+	// OverLimit: accepted, but past its portfolio's messaging limit: its
+	// status webhook says failed with MessagingLimitCode.
+	OverLimit bool
 }
 
 // KeyStats summarises the arrivals of one phone-number ID: Delivered
@@ -134,7 +165,12 @@ type Server struct {
 	forced   map[string]int     // ThrottleNext(key, seconds)
 	fail     map[string]int     // FailNext(key, n)
 	seq      uint64
-	hooks    *webhookSender // SendWebhooks; nil: none
+	hooks    *webhookSender                  // SendWebhooks; nil: none
+	msgLimit int                             // Config.MessagingLimit
+	msgWin   time.Duration                   // Config.MessagingWindow
+	folios   map[string]string               // Config.Portfolios
+	windows  map[string]map[string]time.Time // portfolio -> recipient -> its last counted template
+	over     map[string]int                  // portfolio -> templates past its limit
 }
 
 // New returns a Server for cfg without a listener: serve [Server.Handler]
@@ -153,6 +189,14 @@ func New(cfg Config) *Server {
 		acctLog:  map[string][]time.Time{},
 		forced:   map[string]int{},
 		fail:     map[string]int{},
+		msgLimit: cfg.MessagingLimit,
+		msgWin:   cfg.MessagingWindow,
+		folios:   maps.Clone(cfg.Portfolios),
+		windows:  map[string]map[string]time.Time{},
+		over:     map[string]int{},
+	}
+	if s.msgWin <= 0 {
+		s.msgWin = 24 * time.Hour
 	}
 	if s.status == 0 {
 		s.status = http.StatusTooManyRequests
@@ -225,15 +269,75 @@ func (s *Server) account(key string) string {
 	return "number:" + key
 }
 
+// portfolio returns the business portfolio of phone-number ID key.
+func (s *Server) portfolio(key string) string {
+	if p, ok := s.folios[key]; ok {
+		return p
+	}
+	return "number:" + key
+}
+
+// countTemplate counts an accepted template of key to to in its
+// portfolio's window at now and reports whether it is past the messaging
+// limit. Called with s.mu held.
+func (s *Server) countTemplate(key, to string, now time.Time) (over bool) {
+	if s.msgLimit <= 0 {
+		return false
+	}
+	p := s.portfolio(key)
+	w := s.windows[p]
+	if w == nil {
+		w = map[string]time.Time{}
+		s.windows[p] = w
+	}
+	for r, at := range w {
+		if now.Sub(at) >= s.msgWin {
+			delete(w, r)
+		}
+	}
+	if _, ok := w[to]; !ok && len(w) >= s.msgLimit {
+		s.over[p]++
+		return true
+	}
+	w[to] = now
+	return false
+}
+
+// MessagingLimitStats is one portfolio's messaging limit as the fake
+// counted it: Recipients in its window now (unique "to" of accepted
+// templates within the last MessagingWindow, at most the tier), and
+// OverLimit, the templates accepted past the tier, ever (each fails by
+// webhook with [MessagingLimitCode]).
+type MessagingLimitStats struct {
+	Recipients int
+	OverLimit  int
+}
+
+// MessagingLimit returns the messaging-limit counts of portfolio (a name
+// of Config.Portfolios, or "number:<id>" for a number without one).
+func (s *Server) MessagingLimit(portfolio string) MessagingLimitStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	n := 0
+	for _, at := range s.windows[portfolio] {
+		if now.Sub(at) < s.msgWin {
+			n++
+		}
+	}
+	return MessagingLimitStats{Recipients: n, OverLimit: s.over[portfolio]}
+}
+
 // arrive records a valid request for key and returns the code of its
 // answer: 0 to accept, 130429 (the number's bucket), 131056 (the pair's
-// bucket), 80007 (the account's budget) or 131000 (FailNext). It reads the
-// time from clock under the lock, so arrival times never go backwards.
-func (s *Server) arrive(key, to, id string, clock func() time.Time) int {
+// bucket), 80007 (the account's budget) or 131000 (FailNext); over is true
+// when an accepted template is past its portfolio's messaging limit. It
+// reads the time from clock under the lock, so arrival times never go
+// backwards.
+func (s *Server) arrive(key, to, id string, template bool, clock func() time.Time) (code int, over bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := clock()
-	code := 0
 	acct := s.account(key)
 	if s.acctMax > 0 {
 		log := s.acctLog[acct]
@@ -263,16 +367,18 @@ func (s *Server) arrive(key, to, id string, clock func() time.Time) int {
 		if s.fail[key] > 0 {
 			s.fail[key]--
 			code = 131000
+		} else if template {
+			over = s.countTemplate(key, to, now)
 		}
 	}
 	throttled := code != 0 && code != 131000
-	fakeprovider.Add(&s.Fake, Arrival{Key: key, To: to, ID: id, At: now, Throttled: throttled, Code: code})
+	fakeprovider.Add(&s.Fake, Arrival{Key: key, To: to, ID: id, At: now, Throttled: throttled, Code: code, Template: template, OverLimit: over})
 	if code == 131000 {
 		s.stats.RecordFailed(key) // injected by FailNext: a failure, not a throttle
 	} else {
 		s.stats.Record(key, id, now, code != 0)
 	}
-	return code
+	return code, over
 }
 
 // Stats returns the statistics of every phone-number ID seen so far.
@@ -326,7 +432,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		writeError(w, s.status, 130429, "(#130429) Rate limit hit", "Cloud API message throughput has been reached.")
 		return
 	}
-	code := s.arrive(key, to, id, time.Now)
+	typ, _ := body["type"].(string)
+	code, over := s.arrive(key, to, id, typ == "template", time.Now)
 	if !fakeprovider.Sleep(r.Context(), s.answer.Draw()) {
 		return
 	}
@@ -353,7 +460,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	hooks := s.hooks
 	s.mu.Unlock()
 	if hooks != nil {
-		hooks.accepted(key, to, id, wamid, time.Now())
+		hooks.accepted(key, to, id, wamid, over, time.Now())
 	}
 	fakeprovider.WriteJSON(w, http.StatusOK, success{
 		MessagingProduct: "whatsapp",

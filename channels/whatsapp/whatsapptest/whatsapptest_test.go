@@ -270,3 +270,55 @@ func TestAdmin(t *testing.T) {
 		}
 	})
 }
+
+func template(to, id string) string {
+	return fmt.Sprintf(`{"messaging_product":"whatsapp","to":%q,"type":"template",
+		"template":{"name":"offer","language":{"code":"en"}},"biz_opaque_callback_data":%q}`, to, id)
+}
+
+// TestMessagingLimit checks the messaging limit of a business portfolio
+// (providers.md §1.1 [W-ML]): unique recipients of templates over a moving
+// window, shared by the portfolio's numbers; a template to a new
+// recipient past the tier is accepted synchronously (200) and marked to
+// fail later; a recipient in the window, a free-form message and another
+// portfolio are not limited; a recipient counts until the window after
+// its last template.
+func TestMessagingLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := whatsapptest.New(whatsapptest.Config{MessagingLimit: 2, MessagingWindow: time.Hour,
+			Portfolios: map[string]string{"111": "p", "222": "p"}})
+		send := func(key, body string) {
+			t.Helper()
+			if w := post(s, key, "", body); w.Code != http.StatusOK {
+				t.Fatalf("HTTP %d %s, want 200: the limit refuses nothing synchronously", w.Code, w.Body)
+			}
+		}
+		send("111", template("+1555001", "a"))
+		time.Sleep(30 * time.Minute)
+		send("222", template("+1555002", "b")) // the portfolio's second number
+		send("111", template("+1555003", "c")) // past the tier: accepted, fails later
+		send("222", text("+1555004", "d"))     // free-form: not counted
+		send("333", template("+1555005", "e")) // a portfolio of its own
+		send("222", template("+1555001", "f")) // in the window: refreshed at 30 min
+		if got := s.MessagingLimit("p"); got != (whatsapptest.MessagingLimitStats{Recipients: 2, OverLimit: 1}) {
+			t.Fatalf("portfolio p: %+v, want 2 recipients and 1 over the limit", got)
+		}
+		time.Sleep(time.Hour) // +1555002 (30 min) and +1555001 (refreshed at 30 min) left
+		send("111", template("+1555003", "g"))
+		if got := s.MessagingLimit("p"); got != (whatsapptest.MessagingLimitStats{Recipients: 1, OverLimit: 1}) {
+			t.Fatalf("portfolio p after the window: %+v, want 1 recipient, still 1 over the limit", got)
+		}
+		over := map[string]bool{}
+		for _, a := range s.Arrivals() {
+			if a.OverLimit {
+				over[a.ID] = true
+			}
+			if a.Template == (a.ID == "d") {
+				t.Errorf("arrival %s: Template %v", a.ID, a.Template)
+			}
+		}
+		if len(over) != 1 || !over["c"] {
+			t.Fatalf("over the limit: %v, want only c", over)
+		}
+	})
+}
