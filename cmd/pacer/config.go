@@ -264,6 +264,16 @@ func processEnv[T any](target *T, lookup func(string) (string, bool)) []error {
 	}
 }
 
+// guardWindow is how long the messaging-limit guard keeps a recipient:
+// PACER_PORTFOLIO_WINDOW, plus how long before its arrival at WhatsApp a
+// message can be admitted (its lookahead, then at most a send timeout),
+// since the guard stamps the admission and WhatsApp counts the arrival: a
+// recipient must not leave the guard's window while WhatsApp still counts
+// it. The same in `pacer run`, `pacer webhook` and `pacer portfolio`.
+func (c config) guardWindow() time.Duration {
+	return c.PortfolioWindow + c.Lookahead + c.SendTimeout
+}
+
 // pacerConfig returns the consumer.Config of channel ch from c: everything
 // but Topic, Group and Logger.
 func (c config) pacerConfig(ch *channel) consumer.Config {

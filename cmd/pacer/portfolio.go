@@ -81,7 +81,7 @@ func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		}
 		return fmt.Errorf("portfolio %s: cannot reach Redis (%s): %v", verb, redisSetting(cfg), ping)
 	}
-	st := portfolio.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)).WithWindow(cfg.PortfolioWindow)
+	st := portfolio.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)).WithWindow(cfg.guardWindow())
 	if verb == "set" {
 		invalid := func(err error) error {
 			if errors.Is(err, portfolio.ErrInvalid) {

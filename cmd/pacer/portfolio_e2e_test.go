@@ -36,11 +36,13 @@ func TestMessagingLimitEndToEnd(t *testing.T) {
 		// are running before it starts: publish, 250 deliveries, the
 		// repeats), which takes a few seconds, tens on a loaded machine.
 		window = 40 * time.Second
-		// The guard admits a recipient before the message's send slot and
-		// WhatsApp counts it on arrival, up to PACER_LOOKAHEAD (5 s) and an
-		// answer later: the fake's window ends that much earlier, or it
-		// would still count a recipient the guard has already let go.
-		margin = 6 * time.Second
+		// sendTimeout: PACER_SEND_TIMEOUT, short here. The guard keeps a
+		// recipient window + PACER_LOOKAHEAD (5 s) + PACER_SEND_TIMEOUT, as
+		// long as a message admitted by it can take to reach WhatsApp,
+		// which counts from the arrival: the fake's window is the
+		// portfolio's own.
+		sendTimeout = 2 * time.Second
+		margin      = 5*time.Second + sendTimeout
 	)
 	// Every candidate number is in the fake's portfolio; two are chosen
 	// once the replicas own their partitions.
@@ -48,13 +50,13 @@ func TestMessagingLimitEndToEnd(t *testing.T) {
 	for _, k := range candidateKeys() {
 		brand[k] = "brand"
 	}
-	e := newE2E(t, whatsapptest.Config{MessagingLimit: tier, MessagingWindow: window - margin, Portfolios: brand})
+	e := newE2E(t, whatsapptest.Config{MessagingLimit: tier, MessagingWindow: window, Portfolios: brand})
 	// The statuses go to a receiver that takes them: what counts is how
 	// many the fake sent failed, which WaitWebhooks tells.
 	hooks := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(hooks.Close)
 	e.fake.SendWebhooks(whatsapptest.Webhooks{URL: hooks.URL, AppSecret: []byte("e2e"), Delay: 10 * time.Millisecond})
-	env := []string{"PACER_PORTFOLIO_WINDOW=" + window.String()}
+	env := []string{"PACER_PORTFOLIO_WINDOW=" + window.String(), "PACER_SEND_TIMEOUT=" + sendTimeout.String()}
 	var ps []*proc
 	for range 3 {
 		ps = append(ps, e.run(env...))
@@ -140,8 +142,8 @@ func TestMessagingLimitEndToEnd(t *testing.T) {
 	}
 	time.Sleep(time.Second) // a message the guard let through too many would show now
 	first := time.Since(start)
-	if first >= window-margin {
-		t.Fatalf("the first phase took %v, not within the window %v less %v: the machine is too slow for this test's window", first, window, margin)
+	if first >= window {
+		t.Fatalf("the first phase took %v, not within the window %v: the machine is too slow for this test's window", first, window)
 	}
 	lim := e.fake.MessagingLimit("brand")
 	distinct := map[string]bool{}
@@ -167,8 +169,8 @@ func TestMessagingLimitEndToEnd(t *testing.T) {
 	t.Logf("after %v: %s", first.Round(time.Millisecond), strings.TrimSpace(st))
 
 	// The window moves past the first recipients: the deferred go out.
-	if !waitFor(window+60*time.Second, func() bool { return e.deliveredNow() >= n+repeats }) {
-		t.Fatalf("after the window: %d of %d delivered within %v\n%s", e.deliveredNow(), n+repeats, window+60*time.Second, logs())
+	if !waitFor(window+margin+60*time.Second, func() bool { return e.deliveredNow() >= n+repeats }) {
+		t.Fatalf("after the window: %d of %d delivered within %v\n%s", e.deliveredNow(), n+repeats, window+margin+60*time.Second, logs())
 	}
 	time.Sleep(time.Second)
 	ids := map[string]int{}

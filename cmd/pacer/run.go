@@ -132,7 +132,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	}
 	var port *portfolio.Store // WhatsApp's messaging limit: keys set in a portfolio are guarded
 	if ch.name == "whatsapp" {
-		port = portfolio.NewStore(rdb, lim.Keys()).WithWindow(cfg.PortfolioWindow)
+		port = portfolio.NewStore(rdb, lim.Keys()).WithWindow(cfg.guardWindow())
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), trips.collector(ch.name))

@@ -167,7 +167,7 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 		}
 		defer cc.Close()
 		out := webhook.NewOutcomes(suppress.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)), log, reg).
-			WithPortfolios(portfolio.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)).WithWindow(cfg.PortfolioWindow))
+			WithPortfolios(portfolio.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)).WithWindow(cfg.guardWindow()))
 		go func() { errc <- out.Run(ctx, cc) }()
 	}
 
