@@ -12,7 +12,7 @@ import (
 
 // Quality events of WhatsApp's phone_number_quality_update webhook
 // (developers.facebook.com/documentation/business-messaging/whatsapp/webhooks/reference/phone_number_quality_update;
-// docs/webhooks.md). Meta's reference of May 2026 lists ONBOARDING and
+// docs/webhooks.md). Meta's current reference lists ONBOARDING and
 // THROUGHPUT_UPGRADE (providers.md §1.1: "Completion triggers the webhook
 // phone_number_quality_update with event=THROUGHPUT_UPGRADE"); its
 // earlier versions, and the providers relaying it, list FLAGGED,
