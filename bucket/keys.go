@@ -130,7 +130,7 @@ func (k Keys) PortfolioWindow(channel, portfolio string) string {
 }
 
 // PortfolioMeta is the hash of a business portfolio (package portfolio):
-// "tier" and "deferred".
+// "tier", "deferred", "quality", "quality_at" and "paused".
 func (k Keys) PortfolioMeta(channel, portfolio string) string {
 	return k.Prefix() + ":{portfolio:" + channel + ":" + portfolio + "}:meta"
 }
@@ -140,6 +140,19 @@ func (k Keys) PortfolioMeta(channel, portfolio string) string {
 // portfolio (package portfolio).
 func (k Keys) PortfolioAccounts(channel string) string {
 	return k.Prefix() + ":portfolio-accounts:" + channel
+}
+
+// Portfolios is the set of channel's business portfolio names (package
+// portfolio), for the status page to list them.
+func (k Keys) Portfolios(channel string) string {
+	return k.Prefix() + ":portfolios:" + channel
+}
+
+// PhoneNumbers is the hash of channel's business display phone numbers
+// (digits, as Meta's webhooks write them) -> pacing key (phone-number
+// ID): what a webhook naming a number by its display number applies to.
+func (k Keys) PhoneNumbers(channel string) string {
+	return k.Prefix() + ":phone-numbers:" + channel
 }
 
 // PortfolioKeys is the set of a business portfolio's pacing keys.

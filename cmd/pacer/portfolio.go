@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/portfolio"
 )
 
 const portfolioUsage = `usage: pacer portfolio set    --channel whatsapp (--key K | --account A) --portfolio P [--tier T]
        pacer portfolio status --channel whatsapp (--portfolio P | --key K)
+       pacer portfolio resume --channel whatsapp --portfolio P
 
 A WhatsApp pacing key (phone-number ID) with a portfolio is guarded: its
 business-initiated messages (envelope category marketing, utility or
@@ -25,19 +27,25 @@ authentication; a template without a category) to new recipients are
 deferred while the portfolio has reached its tier of unique recipients
 in the last 24 h. tier: 250, 2000 (TIER_2K), 10000, 100000 or unlimited.
 --account names the portfolio of a WhatsApp Business Account, whose
-business_capability_update webhooks (pacer webhook) then set its tier.`
+business_capability_update webhooks (pacer webhook) then set its tier.
+With PACER_WEBHOOK_QUALITY_PAUSE=true a quality downgrade webhook pauses
+the portfolio's marketing messages until resume (or an upgrade webhook).`
 
 // cmdPortfolio sets a pacing key's portfolio and tier, or shows a
 // portfolio's guard.
 func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
 	verb, fs, channel, err := verbCommand(args, stdout, stderr, "portfolio", portfolioUsage, [][2]string{
 		{"set", "put a pacing key in a business portfolio, and set the portfolio's tier"},
-		{"status", "show a portfolio's tier, recipients in the window, oldest entry's expiry and deferred messages"},
+		{"status", "show a portfolio's tier, recipients in the window, oldest entry's expiry, deferred messages and quality"},
+		{"resume", "send a portfolio's marketing messages again after a quality downgrade paused them"},
 	})
 	if err != nil {
 		return err
 	}
-	key := fs.String("key", "", "pacing key: the WhatsApp phone-number ID")
+	key := new(string)
+	if verb != "resume" {
+		fs.StringVar(key, "key", "", "pacing key: the WhatsApp phone-number ID")
+	}
 	name := fs.String("portfolio", "", "the business portfolio (e.g. its Meta business ID)")
 	tier, account := new(string), new(string)
 	if verb == "set" {
@@ -65,6 +73,8 @@ func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		return &usageError{"portfolio set: --portfolio and --key or --account are required"}
 	case verb == "status" && (*key == "") == (*name == ""):
 		return &usageError{"portfolio status: give --portfolio or --key, one of them"}
+	case verb == "resume" && *name == "":
+		return &usageError{"portfolio resume: give --portfolio (marketing is paused per portfolio)"}
 	}
 	cfg, err := loadConfig(lookup, ch)
 	if err != nil {
@@ -113,6 +123,21 @@ func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		fmt.Fprintf(stdout, "whatsapp %s: in portfolio %s (tier %s)\n", quoteText(*key), quoteText(*name), portfolio.TierString(s.Tier))
 		return nil
 	}
+	if verb == "resume" {
+		was, err := st.Resume(ctx, *channel, *name)
+		if errors.Is(err, portfolio.ErrInvalid) {
+			return &usageError{"portfolio resume: " + strings.TrimPrefix(err.Error(), "portfolio: invalid value: ")}
+		}
+		if err != nil {
+			return fmt.Errorf("portfolio resume: %w", err)
+		}
+		if !was {
+			fmt.Fprintf(stdout, "portfolio %s: marketing was not paused\n", quoteText(*name))
+			return nil
+		}
+		fmt.Fprintf(stdout, "portfolio %s: marketing resumed (deferred messages are sent within %s)\n", quoteText(*name), consumer.QualityRecheck)
+		return nil
+	}
 	if *key != "" {
 		p, ok, err := st.Of(ctx, *channel, *key)
 		if err != nil {
@@ -136,7 +161,20 @@ func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	if s.Tier > 0 {
 		used = fmt.Sprintf("%d (%.0f%%)", s.Used, 100*s.UsedRatio())
 	}
-	fmt.Fprintf(stdout, "portfolio %s\n  keys:     %s\n  tier:     %s\n  used:     %s unique recipients in the last 24 h\n  oldest:   leaves the window at %s\n  deferred: %d messages (ever)\n",
-		quoteText(s.Portfolio), strings.Join(s.Keys, " "), portfolio.TierString(s.Tier), used, oldest, s.Deferred)
+	fmt.Fprintf(stdout, "portfolio %s\n  keys:     %s\n  tier:     %s\n  used:     %s unique recipients in the last 24 h\n  oldest:   leaves the window at %s\n  deferred: %d messages (ever)\n  quality:  %s\n",
+		quoteText(s.Portfolio), strings.Join(s.Keys, " "), portfolio.TierString(s.Tier), used, oldest, s.Deferred, qualityText(s))
 	return nil
+}
+
+// qualityText is a portfolio's quality as `pacer portfolio status` shows
+// it: the last quality event and its time, and the pause.
+func qualityText(s portfolio.Status) string {
+	if s.Quality == "" {
+		return "- (no quality webhook applied)"
+	}
+	q := fmt.Sprintf("%s at %s", quoteText(s.Quality), s.QualityAt.Format(time.RFC3339))
+	if s.Paused != "" {
+		q += "; marketing PAUSED (pacer portfolio resume --portfolio " + quoteText(s.Portfolio) + ")"
+	}
+	return q
 }

@@ -1,8 +1,15 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/pacer/portfolio"
+	"github.com/pacerhq/pacer/pacer/suppress"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestPortfolioSetStatus: a key without a portfolio says it is not
@@ -25,9 +32,43 @@ func TestPortfolioSetStatus(t *testing.T) {
 	}
 	for _, by := range [][]string{{"--portfolio", "acme"}, {"--key", "107"}} {
 		code, out, errs := runCLI(env, append([]string{"portfolio", "status", "--channel", "whatsapp"}, by...)...)
-		if code != 0 || !strings.Contains(out, "keys:     106 107") || !strings.Contains(out, "tier:     2000") || !strings.Contains(out, "used:     0 (0%)") || !strings.Contains(out, "deferred: 0") {
+		if code != 0 || !strings.Contains(out, "keys:     106 107") || !strings.Contains(out, "tier:     2000") || !strings.Contains(out, "used:     0 (0%)") || !strings.Contains(out, "deferred: 0") ||
+			!strings.Contains(out, "quality:  - (no quality webhook applied)") {
 			t.Errorf("status %v: exit %d, %q %q", by, code, out, errs)
 		}
+	}
+	// A quality downgrade applied with the pause on (pacer webhook), a
+	// marketing message deferred and one admitted: status shows them all;
+	// resume ends the pause.
+	opt, err := redis.ParseURL(env["PACER_REDIS_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	ps := portfolio.NewStore(rdb, bucket.NewKeys(env["PACER_REDIS_PREFIX"]))
+	ctx := context.Background()
+	if err := ps.SetQuality(ctx, "whatsapp", "acme", portfolio.Flagged, time.Date(2027, 1, 15, 8, 0, 0, 0, time.UTC), true); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []bool{true, false} {
+		if _, err := ps.Admit(ctx, "whatsapp", "acme", suppress.Hash("+15550001"), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errs := runCLI(env, "portfolio", "status", "--channel", "whatsapp", "--portfolio", "acme")
+	if code != 0 || !strings.Contains(out, "used:     1 (0%)") || !strings.Contains(out, "oldest:   leaves the window at 20") || !strings.Contains(out, "deferred: 1 messages") ||
+		!strings.Contains(out, "quality:  FLAGGED at 2027-01-15T08:00:00Z; marketing PAUSED (pacer portfolio resume --portfolio acme)") {
+		t.Errorf("status after FLAGGED: exit %d, %q %q", code, out, errs)
+	}
+	if code, out, errs := runCLI(env, "portfolio", "resume", "--channel", "whatsapp", "--portfolio", "acme"); code != 0 || out != "portfolio acme: marketing resumed (deferred messages are sent within 30s)\n" {
+		t.Errorf("resume: exit %d, %q %q", code, out, errs)
+	}
+	if code, out, errs := runCLI(env, "portfolio", "resume", "--channel", "whatsapp", "--portfolio", "acme"); code != 0 || out != "portfolio acme: marketing was not paused\n" {
+		t.Errorf("resume again: exit %d, %q %q", code, out, errs)
+	}
+	if _, out, _ := runCLI(env, "portfolio", "status", "--channel", "whatsapp", "--portfolio", "acme"); !strings.Contains(out, "quality:  FLAGGED at 2027-01-15T08:00:00Z\n") {
+		t.Errorf("status after resume: %q; want quality FLAGGED, not paused", out)
 	}
 	for _, c := range []struct {
 		args []string
@@ -38,6 +79,7 @@ func TestPortfolioSetStatus(t *testing.T) {
 		{[]string{"set", "--channel", "fcm", "--key", "106", "--portfolio", "acme"}, "--channel must be whatsapp"},
 		{[]string{"status", "--channel", "whatsapp"}, "give --portfolio or --key"},
 		{[]string{"set", "--channel", "whatsapp", "--portfolio", "acme"}, "--key or --account are required"},
+		{[]string{"resume", "--channel", "whatsapp"}, "give --portfolio"},
 	} {
 		if code, _, errs := runCLI(env, append([]string{"portfolio"}, c.args...)...); code != 2 || !strings.Contains(errs, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, errs, c.want)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/pacerhq/pacer/pacer/suppress"
@@ -48,6 +49,8 @@ type webhookConfig struct {
 	Apply bool `env:"PACER_WEBHOOK_APPLY, default=true" unit:"true|false" help:"consume the events topics and apply them here"`
 	// PACER_WEBHOOK_GROUP: consumer group of the outcome consumer; default pacer-webhook-outcomes.
 	Group string `env:"PACER_WEBHOOK_GROUP, default=pacer-webhook-outcomes" unit:"text" help:"consumer group applying the events"`
+	// PACER_WEBHOOK_QUALITY_PAUSE: a WhatsApp quality downgrade (phone_number_quality_update FLAGGED or DOWNGRADE) pauses the marketing of its account's portfolio until `pacer portfolio resume` or an upgrade event; default false (recorded only).
+	QualityPause bool `env:"PACER_WEBHOOK_QUALITY_PAUSE, default=false" unit:"true|false" help:"a quality downgrade pauses its portfolio's marketing"`
 }
 
 // webhookShared are the settings of config that `pacer webhook` reads too.
@@ -87,6 +90,9 @@ func loadWebhookConfig(lookup func(string) (string, bool)) (webhookConfig, *ecds
 	}
 	if c.Apply && c.Group == "" {
 		bad("PACER_WEBHOOK_GROUP", "must not be empty")
+	}
+	if c.QualityPause && !c.Apply {
+		bad("PACER_WEBHOOK_QUALITY_PAUSE", "needs PACER_WEBHOOK_APPLY=true: only the process applying the events pauses a portfolio")
 	}
 	return c, key, errors.Join(append(fileErrs(), errs...)...)
 }
@@ -166,8 +172,9 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 			return fmt.Errorf("kafka client: %w", err)
 		}
 		defer cc.Close()
-		out := webhook.NewOutcomes(suppress.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)), log, reg).
-			WithPortfolios(portfolio.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)).WithWindow(cfg.guardWindow()))
+		keys := bucket.NewKeys(cfg.RedisPrefix)
+		out := webhook.NewOutcomes(suppress.NewStore(rdb, keys), log, reg).WithPortfolios(portfolio.NewStore(rdb, keys).WithWindow(cfg.guardWindow())).
+			WithLimits(control.New(rdb, keys)).WithQualityPause(wc.QualityPause)
 		go func() { errc <- out.Run(ctx, cc) }()
 	}
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -119,4 +120,82 @@ func TestWebhookSuppressionEndToEnd(t *testing.T) {
 		n, failed, st.Posts, st.Retries, e.deliveredNow()-n)
 	p.stop(t)
 	wh.stop(t)
+}
+
+// TestWebhookThroughputAndQualityEndToEnd: through a real `pacer
+// webhook` process, real Kafka and redis-server, with
+// PACER_WEBHOOK_QUALITY_PAUSE=true. A status webhook names the number's
+// display number beside its phone-number ID; Meta's THROUGHPUT_UPGRADE
+// for that display number then makes the key's limit (the one `pacer
+// limit set` writes, which every `pacer run` re-reads each second:
+// TestLiveLimitRaiseShort) 1,000 msgs/s within 1 s of the POST. A FLAGGED
+// event pauses the account's portfolio's marketing, which `pacer portfolio
+// status` shows and `pacer portfolio resume` ends.
+func TestWebhookThroughputAndQualityEndToEnd(t *testing.T) {
+	e := newE2E(t, whatsapptest.Config{})
+	secret := "e2e-app-secret"
+	wh := startPacer(t, e.env("PACER_WEBHOOK_ADDR=127.0.0.1:0", "PACER_WEBHOOK_WHATSAPP_APP_SECRET="+secret,
+		"PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN=e2e-verify", "PACER_WEBHOOK_GROUP=wh-"+e.prefix, "PACER_WEBHOOK_PARTITIONS=2",
+		"PACER_WEBHOOK_QUALITY_PAUSE=true"), "webhook")
+	defer wh.stop(t)
+	base := "http://" + wh.metricsAddr(t)
+	suffix := e.prefix[len(e.prefix)-8:]
+	key, number, account := "1065"+suffix, "1555"+suffix, "waba-"+suffix
+	env := map[string]string{"PACER_REDIS_URL": e.redis, "PACER_REDIS_PREFIX": e.prefix}
+	if code, _, errs := runCLI(env, "portfolio", "set", "--channel", "whatsapp", "--key", key, "--account", account, "--portfolio", "acme", "--tier", "unlimited"); code != 0 {
+		t.Fatalf("portfolio set: exit %d %s", code, errs)
+	}
+	if code, _, errs := runCLI(env, "limit", "set", "--channel", "whatsapp", "--key", key, "--rate", "80", "--burst", "40"); code != 0 {
+		t.Fatalf("limit set: exit %d %s", code, errs)
+	}
+	post := func(body string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", base+"/webhook/whatsapp", strings.NewReader(body))
+		req.Header.Set("X-Hub-Signature-256", webhook.WhatsAppSignature([]byte(secret), []byte(body)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("webhook answered %d, want 200", resp.StatusCode)
+		}
+	}
+	quality := func(event string) string {
+		return `{"object":"whatsapp_business_account","entry":[{"id":"` + account + `","time":1800000000,"changes":[{"field":"phone_number_quality_update",` +
+			`"value":{"display_phone_number":"` + number + `","event":"` + event + `","current_limit":"TIER_UNLIMITED"}}]}]}`
+	}
+	post(`{"object":"whatsapp_business_account","entry":[{"id":"` + account + `","changes":[{"field":"messages","value":{"messaging_product":"whatsapp",` +
+		`"metadata":{"display_phone_number":"` + number + `","phone_number_id":"` + key + `"},` +
+		`"statuses":[{"id":"wamid.e2e","status":"sent","timestamp":"1800000000","recipient_id":"15550001"}]}}]}]}`)
+	applied := `pacer_webhook_events_applied_total{channel="whatsapp",kind="sent"}`
+	if !waitFor(60*time.Second, func() bool { v, _ := wh.metric(t, applied); return v >= 1 }) {
+		t.Fatalf("the status webhook was not applied within 60 s\n%s", wh.logs())
+	}
+	limit := func() string {
+		_, out, _ := runCLI(env, "limit", "get", "--channel", "whatsapp", "--key", key)
+		return out
+	}
+	raised := regexp.MustCompile(`(?m)^` + key + `\s+1000\s+40$`)
+	start := time.Now()
+	post(quality("THROUGHPUT_UPGRADE"))
+	if !waitFor(time.Second-time.Since(start), func() bool { return raised.MatchString(limit()) }) {
+		t.Fatalf("1 s after THROUGHPUT_UPGRADE, pacer limit get says %q; want 1000 msgs/s\n%s", limit(), wh.logs())
+	}
+	t.Logf("limit raised %v after the POST: %s", time.Since(start), strings.TrimSpace(limit()))
+
+	post(quality("FLAGGED"))
+	status := func() string {
+		_, out, _ := runCLI(env, "portfolio", "status", "--channel", "whatsapp", "--portfolio", "acme")
+		return out
+	}
+	if !waitFor(30*time.Second, func() bool { return strings.Contains(status(), "FLAGGED at 2027-01-15T08:00:00Z; marketing PAUSED") }) {
+		t.Fatalf("portfolio status after FLAGGED: %q; want marketing paused\n%s", status(), wh.logs())
+	}
+	if code, out, errs := runCLI(env, "portfolio", "resume", "--channel", "whatsapp", "--portfolio", "acme"); code != 0 || !strings.Contains(out, "marketing resumed") {
+		t.Fatalf("resume: exit %d %q %q", code, out, errs)
+	}
+	if out := status(); !strings.Contains(out, "quality:  FLAGGED at 2027-01-15T08:00:00Z\n") {
+		t.Errorf("portfolio status after resume: %q; want FLAGGED, not paused", out)
+	}
 }

@@ -33,7 +33,7 @@ func TestWebhookConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.WhatsAppAppSecret != "app-secret" || key == nil || !key.Equal(&k.PublicKey) || c.Addr != ":8090" || !c.Apply {
+	if c.WhatsAppAppSecret != "app-secret" || key == nil || !key.Equal(&k.PublicKey) || c.Addr != ":8090" || !c.Apply || c.QualityPause {
 		t.Errorf("config %+v, key %v: want the secret and key read from their files and the defaults", c, key)
 	}
 
@@ -47,6 +47,9 @@ func TestWebhookConfig(t *testing.T) {
 			[]string{"PACER_WEBHOOK_SENDGRID_PUBLIC_KEY: neither PEM nor base64", "PACER_WEBHOOK_SENDGRID_MAX_AGE: must be > 0", "PACER_WEBHOOK_ADDR: \"nowhere\""}},
 		{env("PACER_WEBHOOK_WHATSAPP_APP_SECRET", "s", "PACER_WEBHOOK_WHATSAPP_APP_SECRET_FILE", secretFile, "PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN", "t"),
 			[]string{"PACER_WEBHOOK_WHATSAPP_APP_SECRET and PACER_WEBHOOK_WHATSAPP_APP_SECRET_FILE: set one of them, not both"}},
+		{env("PACER_WEBHOOK_SENDGRID_PUBLIC_KEY_FILE", keyFile, "PACER_WEBHOOK_QUALITY_PAUSE", "maybe"), []string{"PACER_WEBHOOK_QUALITY_PAUSE"}},
+		{env("PACER_WEBHOOK_SENDGRID_PUBLIC_KEY_FILE", keyFile, "PACER_WEBHOOK_QUALITY_PAUSE", "true", "PACER_WEBHOOK_APPLY", "false"),
+			[]string{"PACER_WEBHOOK_QUALITY_PAUSE: needs PACER_WEBHOOK_APPLY=true"}},
 	} {
 		_, _, err := loadWebhookConfig(tc.env)
 		if err == nil {

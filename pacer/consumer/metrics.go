@@ -129,11 +129,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		portfolioUsed: gauge("portfolio_used_ratio", []string{"portfolio"},
 			"A WhatsApp business portfolio's unique recipients of business-initiated messages in the last 24 h over its tier (messaging limit), as this process's last admission saw it; absent for an unlimited portfolio."),
 		portfolioDeferred: counter("portfolio_deferred_total", nil,
-			"Business-initiated messages deferred (parked, no attempt) because their portfolio's messaging-limit window was full and their recipient new."),
+			"Business-initiated messages deferred (parked, no attempt) because their portfolio's messaging-limit window was full and their recipient new, or, category marketing, because the portfolio's marketing is paused after a quality downgrade."),
 		handoffs: counter("priority_handoffs_total", nil,
 			"Send slots a normal-priority record gave to a waiting high-priority record of its pacing key."),
 		requeued: counter("requeued_total", []string{"reason"},
-			"Records put back on a retry topic without an attempt, by reason (cooldown, token-wait, pair-throttle, pair-cooldown, account-cooldown, breaker, paused, not-before, portfolio-limit, pair-limit)."),
+			"Records put back on a retry topic without an attempt, by reason (cooldown, token-wait, pair-throttle, pair-cooldown, account-cooldown, breaker, paused, not-before, portfolio-limit, portfolio-quality, pair-limit)."),
 		writes: counter("kafka_writes_total", []string{"kind", "topic"},
 			"Records this process wrote to Kafka and Kafka acknowledged, by kind (park: a copy beyond its key's lookahead, or of a revoked partition's held records; defer: not_before or a paused campaign; chain: strict order; retry; requeue; dlq) and topic (retry.<n>, park.<n>, dlq); divided by pacer_delivered_total, the Kafka writes per delivered message."),
 		retries: counter("retries_total", nil,
@@ -164,7 +164,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range envelope.DLQReasons {
 		m.dlq.WithLabelValues(r)
 	}
-	for _, r := range []string{"cooldown", "token-wait", "pair-throttle", "pair-cooldown", "account-cooldown", "breaker", "paused", "not-before", "portfolio-limit", "pair-limit"} {
+	for _, r := range []string{"cooldown", "token-wait", "pair-throttle", "pair-cooldown", "account-cooldown", "breaker", "paused", "not-before", "portfolio-limit", "portfolio-quality", "pair-limit"} {
 		m.requeued.WithLabelValues(r)
 	}
 	m.retries.WithLabelValues()

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/suppress"
 )
@@ -12,6 +13,13 @@ import (
 // from Redis is used before it is read again: a `pacer portfolio set`
 // reaches every replica within it. The tier is read by every admission.
 const portfolioEvery = time.Second
+
+// QualityRecheck is how long a marketing message of a portfolio whose
+// marketing is paused (portfolio.Paused) is parked before it is checked
+// again: a resume reaches the messages parked before it within this.
+const QualityRecheck = 30 * time.Second
+
+var qualityRecheck = QualityRecheck // tests shorten it
 
 // portfolioMap caches each pacing key's portfolio for portfolioEvery.
 type portfolioMap struct {
@@ -28,7 +36,10 @@ type portfolioSeen struct {
 // against the messaging limit of its key's WhatsApp business portfolio
 // (package portfolio): one script call per such message of a key with a
 // portfolio. A recipient new to a full window is deferred (parked, no
-// attempt) until the oldest recipient leaves it. A Redis error lets the
+// attempt) until the oldest recipient leaves it; a message of category
+// marketing while the portfolio's marketing is paused after a quality
+// downgrade is deferred ("portfolio-quality") and checked again every
+// qualityRecheck. A Redis error lets the
 // message through, logged and counted, as the ledger's failure mode does.
 func (p *Pacer) guard(f *flight) outcome {
 	if p.portfolios == nil || f.env.To == "" || !f.env.BusinessInitiated() {
@@ -38,8 +49,13 @@ func (p *Pacer) guard(f *flight) outcome {
 	name, err := p.portfolioOf(f)
 	if err == nil && name != "" {
 		var a portfolio.Admission
-		a, err = p.portfolios.Admit(ctx, p.cfg.Channel, name, suppress.Hash(f.env.To))
+		marketing := f.env.Category == envelope.CategoryMarketing
+		a, err = p.portfolios.Admit(ctx, p.cfg.Channel, name, suppress.Hash(f.env.To), marketing)
 		if err == nil {
+			if a.Verdict == portfolio.Paused {
+				p.m.portfolioDeferred.WithLabelValues().Inc()
+				return deferUntil("portfolio-quality", qualityRecheck)
+			}
 			if a.Tier > 0 {
 				p.portfolioUsed(name, a)
 			}

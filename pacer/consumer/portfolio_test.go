@@ -8,6 +8,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/redis/go-redis/v9"
 )
@@ -86,5 +87,55 @@ func TestPortfolioGuard(t *testing.T) {
 	}
 	if n := h.dlqRecords(); n != 1 {
 		t.Errorf("%d DLQ records; want 1 (p1 only)", n)
+	}
+}
+
+// TestPortfolioQualityPause: k1's portfolio had a quality downgrade with
+// the pause on. Its marketing template is deferred ("portfolio-quality":
+// parked, counted in the portfolio's deferred, not sent) while a utility
+// template and a service message go out; once the operator resumes the
+// portfolio, the marketing template is sent at its next check.
+func TestPortfolioQualityPause(t *testing.T) {
+	consumer.SetQualityRecheck(t, time.Second)
+	h := newHarness(t, nil)
+	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
+	defer rdb.Close()
+	st := portfolio.NewStore(rdb, bucket.NewKeys(""))
+	h.portfolios = st
+	ctx := context.Background()
+	if err := st.Set(ctx, "test", "k1", "acme", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetQuality(ctx, "test", "acme", portfolio.Flagged, time.Unix(1_800_000_000, 0), true); err != nil {
+		t.Fatal(err)
+	}
+	p, stop := h.start(h.cfg, h.sender, h.reg)
+	defer stop()
+	<-p.Started()
+	h.produce(`{"id":"m1","key":"k1","to":"r1","category":"marketing","payload":{"type":"template","template":{"name":"t"}}}`,
+		`{"id":"u1","key":"k1","to":"r2","category":"utility","payload":{"type":"template","template":{"name":"t"}}}`,
+		`{"id":"s1","key":"k1","to":"r3","category":"service","payload":{"type":"text","text":{"body":"hi"}}}`)
+	if !waitFor(20*time.Second, func() bool {
+		return h.sender.count(h.sender.success, "u1") == 1 && h.sender.count(h.sender.success, "s1") == 1 &&
+			h.counter("pacer_requeued_total", "reason", "portfolio-quality") >= 1
+	}) {
+		t.Fatalf("u1 sent %d, s1 sent %d, requeued portfolio-quality %v; want 1, 1 and >= 1",
+			h.sender.count(h.sender.success, "u1"), h.sender.count(h.sender.success, "s1"), h.counter("pacer_requeued_total", "reason", "portfolio-quality"))
+	}
+	if n := h.sender.count(h.sender.success, "m1"); n != 0 {
+		t.Fatalf("the marketing template was sent %d times while its portfolio's marketing was paused", n)
+	}
+	s, err := st.Status(ctx, "test", "acme")
+	if err != nil || s.Deferred < 1 || s.Paused != portfolio.Flagged || s.Quality != portfolio.Flagged {
+		t.Fatalf("status %+v %v; want deferred >= 1, paused and quality FLAGGED", s, err)
+	}
+	if ok, err := st.Resume(ctx, "test", "acme"); err != nil || !ok {
+		t.Fatalf("Resume = %v %v; want true (it was paused)", ok, err)
+	}
+	if !waitFor(20*time.Second, func() bool { return h.sender.count(h.sender.success, "m1") == 1 }) {
+		t.Fatal("the marketing template was not sent after the resume")
+	}
+	if n := h.dlqRecords(); n != 0 {
+		t.Errorf("%d DLQ records; want none", n)
 	}
 }

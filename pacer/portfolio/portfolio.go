@@ -130,6 +130,7 @@ func (s *Store) Set(ctx context.Context, channel, key, portfolio string, tier in
 		}
 		p.HSet(ctx, s.keys.Portfolio(channel, key), "portfolio", portfolio)
 		p.SAdd(ctx, s.keys.PortfolioKeys(channel, portfolio), key)
+		p.SAdd(ctx, s.keys.Portfolios(channel), portfolio)
 		if tier != 0 {
 			p.HSet(ctx, s.keys.PortfolioMeta(channel, portfolio), "tier", tier)
 		}
@@ -150,7 +151,12 @@ func (s *Store) SetTier(ctx context.Context, channel, portfolio string, tier int
 	if tier == 0 || tier < Unlimited {
 		return fmt.Errorf("%w: tier %d", ErrInvalid, tier)
 	}
-	if err := s.rdb.HSet(ctx, s.keys.PortfolioMeta(channel, portfolio), "tier", tier).Err(); err != nil {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, s.keys.PortfolioMeta(channel, portfolio), "tier", tier)
+		p.SAdd(ctx, s.keys.Portfolios(channel), portfolio)
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("portfolio: set the tier of %s: %w", portfolio, err)
 	}
 	return nil
@@ -212,10 +218,15 @@ const (
 	// Deferred: the window is full and the recipient new. Park the message
 	// until [Admission.Wait] has passed; nothing was reserved.
 	Deferred
+	// Paused: a marketing message of a portfolio whose marketing is paused
+	// after a quality downgrade ([Store.SetQuality]); nothing was reserved.
+	// Park it until the operator ([Store.Resume]) or an upgrade webhook
+	// resumes marketing; Wait is 0.
+	Paused
 )
 
 func (v Verdict) String() string {
-	return map[Verdict]string{New: "new", Seen: "seen", Deferred: "deferred"}[v]
+	return map[Verdict]string{New: "new", Seen: "seen", Deferred: "deferred", Paused: "paused"}[v]
 }
 
 // Admission is the guard's answer for one message.
@@ -231,10 +242,16 @@ type Admission struct {
 // Admit checks the recipient hash (suppress.Hash of the address) of a
 // business-initiated message of portfolio against its window and tier, in
 // one script call on Redis TIME: New and Seen reserve or refresh it,
-// Deferred reserves nothing and counts the deferral.
-func (s *Store) Admit(ctx context.Context, channel, portfolio, hash string) (Admission, error) {
+// Deferred reserves nothing and counts the deferral. marketing is true
+// for a message of category marketing: while the portfolio's marketing is
+// paused it is Paused (counted as deferred), whatever the window holds.
+func (s *Store) Admit(ctx context.Context, channel, portfolio, hash string, marketing bool) (Admission, error) {
 	keys := []string{s.keys.PortfolioWindow(channel, portfolio), s.keys.PortfolioMeta(channel, portfolio)}
-	v, err := script.Run(ctx, s.rdb, keys, "a", hash, s.window.Milliseconds()).Slice()
+	m := ""
+	if marketing {
+		m = "m"
+	}
+	v, err := script.Run(ctx, s.rdb, keys, "a", hash, s.window.Milliseconds(), m).Slice()
 	if err != nil {
 		return Admission{}, fmt.Errorf("portfolio: admit to %s: %w", portfolio, err)
 	}
@@ -253,6 +270,8 @@ func (s *Store) Admit(ctx context.Context, channel, portfolio, hash string) (Adm
 		a.Verdict, a.Score = Seen, n
 	case "deferred":
 		a.Verdict, a.Wait = Deferred, time.Duration(n)*time.Millisecond
+	case "paused":
+		a.Verdict = Paused
 	default:
 		return Admission{}, fmt.Errorf("portfolio: admit to %s: unexpected verdict %q", portfolio, verdict)
 	}
@@ -281,7 +300,15 @@ type Status struct {
 	Tier      int       // [Unlimited] when none is set
 	Used      int       // recipients in the window now
 	Oldest    time.Time // when the oldest recipient leaves the window; zero if empty
-	Deferred  int64     // messages deferred by the guard, ever
+	Deferred  int64     // messages deferred by the guard (window full or marketing paused), ever, summed over replicas
+	// Quality is the last phone_number_quality_update event applied to
+	// the portfolio (FLAGGED, DOWNGRADE, UNFLAGGED, UPGRADE,
+	// THROUGHPUT_UPGRADE); "" when none was.
+	Quality   string
+	QualityAt time.Time // when Meta sent it (the webhook entry's time); zero if none
+	// Paused is the quality event that paused the portfolio's marketing;
+	// "" while marketing is not paused.
+	Paused string
 }
 
 // UsedRatio is Used / Tier, 0 for an unlimited portfolio.
@@ -324,7 +351,22 @@ func (s *Store) Status(ctx context.Context, channel, portfolio string) (Status, 
 		st.Tier = t
 	}
 	st.Deferred, _ = strconv.ParseInt(m["deferred"], 10, 64)
+	st.Quality, st.Paused = m["quality"], m["paused"]
+	if sec, err := strconv.ParseInt(m["quality_at"], 10, 64); err == nil {
+		st.QualityAt = time.Unix(sec, 0).UTC()
+	}
 	st.Keys = keys.Val()
 	slices.Sort(st.Keys)
 	return st, nil
+}
+
+// Names returns channel's portfolios (those given a key or a tier),
+// sorted.
+func (s *Store) Names(ctx context.Context, channel string) ([]string, error) {
+	names, err := s.rdb.SMembers(ctx, s.keys.Portfolios(channel)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("portfolio: list the portfolios: %w", err)
+	}
+	slices.Sort(names)
+	return names, nil
 }

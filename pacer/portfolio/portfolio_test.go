@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 func admit(t *testing.T, st *portfolio.Store, p, to string) portfolio.Admission {
 	t.Helper()
-	a, err := st.Admit(context.Background(), "whatsapp", p, suppress.Hash(to))
+	a, err := st.Admit(context.Background(), "whatsapp", p, suppress.Hash(to), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestAdmitExactAcrossReplicas(t *testing.T) {
 		var deferred atomic.Int64
 		n := redistest.CountConcurrent(t, 8, 50, func() (bool, error) {
 			st := portfolio.NewStore(e.RDB, keys)
-			a, err := st.Admit(context.Background(), "whatsapp", "acme", suppress.Hash(fmt.Sprint("u", next.Add(1))))
+			a, err := st.Admit(context.Background(), "whatsapp", "acme", suppress.Hash(fmt.Sprint("u", next.Add(1))), false)
 			if a.Verdict == portfolio.Deferred {
 				deferred.Add(1)
 			}
@@ -228,7 +228,7 @@ func TestGuardOnCluster(t *testing.T) {
 	}
 	n := 0
 	for i := range 400 {
-		a, err := st.Admit(ctx, "whatsapp", "acme", suppress.Hash(fmt.Sprint("u", i)))
+		a, err := st.Admit(ctx, "whatsapp", "acme", suppress.Hash(fmt.Sprint("u", i)), false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,9 +262,92 @@ func BenchmarkAdmit(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		if _, err := st.Admit(ctx, "whatsapp", "bench", hashes[i%len(hashes)]); err != nil {
+		if _, err := st.Admit(ctx, "whatsapp", "bench", hashes[i%len(hashes)], false); err != nil {
 			b.Fatal(err)
 		}
 		i++
 	}
+}
+
+// TestQualityPause: a downgrade recorded without the pause changes no
+// admission; with it, the portfolio's marketing messages are Paused
+// (nothing reserved, counted as deferred) even to a recipient in the
+// window, while its other business-initiated messages are admitted; an
+// upgrade event, or Resume, lets marketing through again. Status shows
+// the quality, its time and the pause.
+func TestQualityPause(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, e *redistest.Env) {
+		ctx := context.Background()
+		st := portfolio.NewStore(e.RDB, bucket.NewKeys(e.Prefix))
+		if err := st.Set(ctx, "whatsapp", "106", "acme", 100); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Unix(1_800_000_000, 0).UTC()
+		admitM := func(to string, marketing bool) portfolio.Admission {
+			t.Helper()
+			a, err := st.Admit(ctx, "whatsapp", "acme", suppress.Hash(to), marketing)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return a
+		}
+		status := func() portfolio.Status {
+			t.Helper()
+			s, err := st.Status(ctx, "whatsapp", "acme")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		if err := st.SetQuality(ctx, "whatsapp", "acme", portfolio.Flagged, at, false); err != nil {
+			t.Fatal(err)
+		}
+		if a := admitM("r1", true); a.Verdict != portfolio.New {
+			t.Fatalf("marketing after FLAGGED without the pause: %v; want new", a.Verdict)
+		}
+		if s := status(); s.Quality != "FLAGGED" || !s.QualityAt.Equal(at) || s.Paused != "" {
+			t.Fatalf("status %+v; want quality FLAGGED at %v, not paused", s, at)
+		}
+		if err := st.SetQuality(ctx, "whatsapp", "acme", portfolio.Downgrade, at.Add(time.Hour), true); err != nil {
+			t.Fatal(err)
+		}
+		for _, to := range []string{"r1", "r2"} { // in the window, and new
+			if a := admitM(to, true); a.Verdict != portfolio.Paused || a.Used != 1 || a.Wait != 0 {
+				t.Fatalf("marketing to %s while paused: %+v; want paused, used 1, no wait", to, a)
+			}
+		}
+		if a := admitM("r3", false); a.Verdict != portfolio.New || a.Used != 2 {
+			t.Fatalf("utility while paused: %+v; want new, used 2", a)
+		}
+		if s := status(); s.Paused != "DOWNGRADE" || s.Quality != "DOWNGRADE" || s.Deferred != 2 || s.Used != 2 {
+			t.Fatalf("status %+v; want paused by DOWNGRADE, 2 deferred, 2 used", s)
+		}
+		if err := st.SetQuality(ctx, "whatsapp", "acme", portfolio.Unflagged, at.Add(2*time.Hour), true); err != nil {
+			t.Fatal(err)
+		}
+		if a := admitM("r2", true); a.Verdict != portfolio.New {
+			t.Fatalf("marketing after UNFLAGGED: %v; want new", a.Verdict)
+		}
+		if err := st.SetQuality(ctx, "whatsapp", "acme", portfolio.Flagged, at.Add(3*time.Hour), true); err != nil {
+			t.Fatal(err)
+		}
+		if a := admitM("r4", true); a.Verdict != portfolio.Paused {
+			t.Fatalf("marketing after FLAGGED: %v; want paused", a.Verdict)
+		}
+		if ok, err := st.Resume(ctx, "whatsapp", "acme"); err != nil || !ok {
+			t.Fatalf("Resume = %v %v; want true", ok, err)
+		}
+		if ok, err := st.Resume(ctx, "whatsapp", "acme"); err != nil || ok {
+			t.Fatalf("Resume again = %v %v; want false (not paused)", ok, err)
+		}
+		if a := admitM("r4", true); a.Verdict != portfolio.New {
+			t.Fatalf("marketing after Resume: %v; want new", a.Verdict)
+		}
+		if s := status(); s.Paused != "" || s.Quality != "FLAGGED" || s.Deferred != 3 {
+			t.Fatalf("status %+v; want not paused, quality FLAGGED, 3 deferred", s)
+		}
+		if names, err := st.Names(ctx, "whatsapp"); err != nil || len(names) != 1 || names[0] != "acme" {
+			t.Fatalf("Names = %v %v; want [acme]", names, err)
+		}
+	})
 }

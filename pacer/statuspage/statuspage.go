@@ -13,7 +13,9 @@
 // A reading of N keys costs one sorted-set read, one HGETALL per live
 // replica and 3 N read-only scripts (run 16 at a time), plus one
 // sorted-set read and one HGETALL per campaign of the last week (at most
-// 200, pipelined) for the campaigns' progress; it is cached for
+// 200, pipelined) for the campaigns' progress, and on WhatsApp one set
+// read plus one TIME and one pipelined read per business portfolio (at
+// most 200) for the messaging-limit guards; it is cached for
 // half an interval, so any number of viewers cost one reading per 2.5 s
 // at most, and none while nobody looks. The page shows the top N keys
 // (default 100, at most 1000) under a sort order, and a search box that
@@ -37,6 +39,7 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/pacer/control"
+	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -176,8 +179,39 @@ type Status struct {
 	Matched        int        `json:"matched"`   // active keys matching Query
 	Keys           []Key      `json:"keys"`      // the first rows of the matches under Sort
 	Campaigns      []Campaign `json:"campaigns"` // unfinished first, then by last activity
-	Errors         []string   `json:"errors,omitempty"`
+	// Portfolios are the channel's WhatsApp business portfolios (package
+	// portfolio), by name; empty on other channels.
+	Portfolios []Portfolio `json:"portfolios"`
+	Errors     []string    `json:"errors,omitempty"`
 }
+
+// Portfolio is one WhatsApp business portfolio's messaging-limit guard,
+// as `pacer portfolio status` shows it (portfolio.Status).
+type Portfolio struct {
+	Name string   `json:"name"`
+	Keys []string `json:"keys"` // its pacing keys, sorted
+	// Tier is its messaging limit in unique recipients per 24 h; -1
+	// unlimited (or none set).
+	Tier int `json:"tier"`
+	Used int `json:"used"` // unique recipients in the window now
+	// OldestExpiry is when the oldest recipient leaves the window; null
+	// when the window is empty.
+	OldestExpiry *time.Time `json:"oldest_expiry"`
+	// Deferred is its messages deferred by the guard (window full, or
+	// marketing paused), ever, summed over every replica (a Redis counter).
+	Deferred int64 `json:"deferred"`
+	// Quality is the last phone_number_quality_update event applied
+	// (FLAGGED, DOWNGRADE, UNFLAGGED, UPGRADE, THROUGHPUT_UPGRADE); ""
+	// when none was.
+	Quality   string     `json:"quality"`
+	QualityAt *time.Time `json:"quality_at"` // when Meta sent it; null when none
+	// MarketingPaused is the quality event that paused its marketing
+	// messages; "" when they are not paused.
+	MarketingPaused string `json:"marketing_paused"`
+}
+
+// maxPortfolios bounds the portfolios one reading shows.
+const maxPortfolios = 200
 
 // Sort orders of the rows.
 var sorts = map[string]func(a, b *Key) int{
@@ -223,6 +257,7 @@ type reading struct {
 	replicas []string
 	keys     []Key // sorted by key
 	camps    []Campaign
+	ports    []Portfolio
 	errors   []string
 	totals   Totals
 }
@@ -230,10 +265,11 @@ type reading struct {
 // Page collects and serves the status of one channel. It is safe for
 // concurrent use.
 type Page struct {
-	rdb redis.UniversalClient
-	ad  *adapt.Adapter
-	ctl *control.Store
-	cfg Config
+	rdb  redis.UniversalClient
+	ad   *adapt.Adapter
+	ctl  *control.Store
+	port *portfolio.Store
+	cfg  Config
 
 	collectMu sync.Mutex // one reading at a time
 	mu        sync.Mutex
@@ -248,7 +284,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Page {
 		panic("statuspage: Config.Policy is required")
 	}
 	return &Page{rdb: rdb, ad: adapt.New(rdb, bucket.Config{Prefix: cfg.Prefix}),
-		ctl: control.New(rdb, bucket.NewKeys(cfg.Prefix)), cfg: cfg}
+		ctl: control.New(rdb, bucket.NewKeys(cfg.Prefix)), port: portfolio.NewStore(rdb, bucket.NewKeys(cfg.Prefix)), cfg: cfg}
 }
 
 // maxAge is how long a reading is served before the next request reads again.
@@ -354,7 +390,11 @@ func (pg *Page) collect(ctx context.Context) (*reading, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &reading{at: time.Now(), replicas: replicas, keys: keys, camps: camps}
+	ports, err := pg.portfolios(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := &reading{at: time.Now(), replicas: replicas, keys: keys, camps: camps, ports: ports}
 	t := &r.totals
 	var backlogAch, backlogRate float64
 	for i := range keys {
@@ -384,6 +424,41 @@ func (pg *Page) collect(ctx context.Context) (*reading, error) {
 	}
 	r.took = time.Since(start)
 	return r, nil
+}
+
+// portfolios reads the channel's WhatsApp business portfolios (at most
+// maxPortfolios, by name): one SMEMBERS, then per portfolio one TIME and
+// one pipelined read of its window, hash and keys. None on other
+// channels.
+func (pg *Page) portfolios(ctx context.Context) ([]Portfolio, error) {
+	out := []Portfolio{}
+	if pg.cfg.Channel != "whatsapp" {
+		return out, nil
+	}
+	names, err := pg.port.Names(ctx, pg.cfg.Channel)
+	if err != nil {
+		return nil, fmt.Errorf("statuspage: %w", err)
+	}
+	for _, n := range names[:min(len(names), maxPortfolios)] {
+		st, err := pg.port.Status(ctx, pg.cfg.Channel, n)
+		if err != nil {
+			return nil, fmt.Errorf("statuspage: %w", err)
+		}
+		p := Portfolio{Name: n, Keys: st.Keys, Tier: st.Tier, Used: st.Used, Deferred: st.Deferred, Quality: st.Quality, MarketingPaused: st.Paused}
+		if p.Keys == nil {
+			p.Keys = []string{}
+		}
+		if !st.Oldest.IsZero() {
+			o := st.Oldest.UTC()
+			p.OldestExpiry = &o
+		}
+		if !st.QualityAt.IsZero() {
+			q := st.QualityAt
+			p.QualityAt = &q
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // campaigns reads the channel's campaigns to show at now (see
@@ -467,8 +542,9 @@ func (pg *Page) Status(ctx context.Context, query, sortBy string, rows int) (*St
 		Channel: pg.cfg.Channel, CollectedAt: r.at, CollectMS: float64(r.took.Microseconds()) / 1000,
 		RefreshSeconds: pg.cfg.Interval.Seconds(), Replicas: r.replicas, Totals: r.totals,
 		Query: query, Sort: sortBy, Matched: len(matched), Keys: make([]Key, len(top)),
-		Campaigns: r.camps,
-		Errors:    r.errors,
+		Campaigns:  r.camps,
+		Portfolios: r.ports,
+		Errors:     r.errors,
 	}
 	for i, k := range top {
 		st.Keys[i] = *k

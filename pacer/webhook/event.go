@@ -34,7 +34,9 @@ type Event struct {
 	Key string `json:"key"`
 	// Kind is the provider's status or event name: sent, delivered, read,
 	// failed (WhatsApp); processed, delivered, deferred, bounce, dropped,
-	// spamreport, unsubscribe, group_unsubscribe (SendGrid).
+	// spamreport, unsubscribe, group_unsubscribe (SendGrid); or an account
+	// event's: tier (business_capability_update), quality
+	// (phone_number_quality_update).
 	Kind string `json:"kind"`
 	// Message is the envelope id the send carried
 	// (biz_opaque_callback_data, custom_args.pacer_id); "" if absent.
@@ -56,6 +58,15 @@ type Event struct {
 	// -1 unlimited (business_capability_update's
 	// max_daily_conversations_per_business).
 	Tier int `json:"tier,omitempty"`
+	// Number is the business's own display phone number (digits) the
+	// event names: Kind "quality"'s display_phone_number, a status's
+	// metadata.display_phone_number (which teaches the number's pacing
+	// key, for the quality events that name only the number). Never a
+	// recipient's.
+	Number string `json:"number,omitempty"`
+	// Quality is Kind "quality"'s phone_number_quality_update event:
+	// FLAGGED, DOWNGRADE, UNFLAGGED, UPGRADE or THROUGHPUT_UPGRADE.
+	Quality string `json:"quality,omitempty"`
 }
 
 // suppression returns the reason ev suppresses its recipient for, or

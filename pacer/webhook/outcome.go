@@ -3,19 +3,23 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Outcomes applies the events of the events topics. Today that is
-// suppression ([Event] suppression reasons); counting delivered and read
-// per campaign and resolving unknown outcomes are not done yet.
+// Outcomes applies the events of the events topics: suppressions ([Event]
+// suppression reasons) and, with WithPortfolios, WhatsApp's account
+// events (tiers, quality, throughput upgrades); counting delivered and
+// read per campaign and resolving unknown outcomes are not done yet.
 //
 // Applying is idempotent: an event's entry is a function of the event
 // alone (its expiry runs from the provider's timestamp, not from when it
@@ -23,11 +27,22 @@ import (
 // a replayed offset delivers it, writes the same entry, and
 // pacer_webhook_suppressions_added_total counts it once.
 type Outcomes struct {
-	store      *suppress.Store
-	portfolios *portfolio.Store // nil: tiers announced are not applied
-	log        *slog.Logger
-	m          *outcomeMetrics
+	store        *suppress.Store
+	portfolios   *portfolio.Store // nil: tiers and quality announced are not applied
+	limits       *control.Store   // nil: throughput upgrades are not applied
+	qualityPause bool             // a quality downgrade pauses its portfolio's marketing
+	log          *slog.Logger
+	m            *outcomeMetrics
+
+	numbersMu sync.Mutex
+	numbers   map[string]string // display number -> pacing key this process recorded
 }
+
+// UpgradedThroughput is a WhatsApp number's throughput once Meta upgraded
+// it, in msgs/s: "1,000 msg/s by automatic upgrade", announced by
+// phone_number_quality_update with event THROUGHPUT_UPGRADE (providers.md
+// §1.1 and §8.2, developers.facebook.com/documentation/business-messaging/whatsapp/throughput).
+const UpgradedThroughput = 1000.0
 
 // NewOutcomes returns Outcomes writing to store, registering its
 // metrics with reg (nil: none).
@@ -43,6 +58,32 @@ func NewOutcomes(store *suppress.Store, log *slog.Logger, reg prometheus.Registe
 // (portfolio.Store.SetAccount); it returns o.
 func (o *Outcomes) WithPortfolios(st *portfolio.Store) *Outcomes {
 	o.portfolios = st
+	return o
+}
+
+// WithLimits makes o apply WhatsApp's throughput upgrades
+// (phone_number_quality_update, event THROUGHPUT_UPGRADE): the number's
+// per-key limit (control.Store.SetLimit, as `pacer limit set` writes it,
+// re-read by every pacer within about a second) becomes
+// [UpgradedThroughput] msgs/s, its burst kept from the key's limit if one
+// was set, else 0 (the channel's configured burst: Meta documents no
+// burst). The event names the number by its display number: the key is
+// the one status webhooks named with it (their metadata), recorded as
+// they are applied; it needs WithPortfolios. It returns o.
+func (o *Outcomes) WithLimits(ctl *control.Store) *Outcomes {
+	o.limits = ctl
+	return o
+}
+
+// WithQualityPause makes a quality downgrade (phone_number_quality_update,
+// event FLAGGED or DOWNGRADE) pause the marketing of the portfolio of the
+// account that announced it, when pause is true
+// (PACER_WEBHOOK_QUALITY_PAUSE): its keys' category marketing messages are
+// deferred until `pacer portfolio resume` or an upgrade event (UNFLAGGED,
+// UPGRADE, THROUGHPUT_UPGRADE). Off, a downgrade is only recorded as the
+// portfolio's quality. It returns o.
+func (o *Outcomes) WithQualityPause(pause bool) *Outcomes {
+	o.qualityPause = pause
 	return o
 }
 
@@ -83,6 +124,19 @@ func (o *Outcomes) Apply(ctx context.Context, evs []Event) error {
 		}
 		o.log.Info("messaging-limit tier applied", "account", ev.Account, "portfolio", p, "tier", portfolio.TierString(ev.Tier))
 	}
+	if err := o.applyNumbers(ctx, evs); err != nil {
+		o.m.errors.Inc()
+		return err
+	}
+	for _, ev := range evs {
+		if ev.Kind != "quality" || o.portfolios == nil {
+			continue
+		}
+		if err := o.applyQuality(ctx, ev); err != nil {
+			o.m.errors.Inc()
+			return err
+		}
+	}
 	for g, es := range entries {
 		n, err := o.store.Add(ctx, g.channel, g.key, es...)
 		if err != nil {
@@ -103,8 +157,88 @@ var (
 	channels = map[string]bool{"whatsapp": true, "sendgrid": true}
 	kinds    = map[string]bool{"sent": true, "delivered": true, "read": true, "failed": true, "processed": true, "deferred": true,
 		"bounce": true, "dropped": true, "spamreport": true, "unsubscribe": true, "group_unsubscribe": true,
-		"open": true, "click": true, "group_resubscribe": true, "tier": true}
+		"open": true, "click": true, "group_resubscribe": true, "tier": true, "quality": true}
 )
+
+// applyNumbers records the pacing key of each display number a status
+// event names (its metadata), once per pair and process.
+func (o *Outcomes) applyNumbers(ctx context.Context, evs []Event) error {
+	if o.portfolios == nil {
+		return nil
+	}
+	for _, ev := range evs {
+		if ev.Channel != "whatsapp" || ev.Number == "" || ev.Key == "" || ev.Kind == "quality" {
+			continue
+		}
+		o.numbersMu.Lock()
+		known := o.numbers[ev.Number] == ev.Key
+		o.numbersMu.Unlock()
+		if known {
+			continue
+		}
+		if err := o.portfolios.SetNumber(ctx, ev.Channel, ev.Number, ev.Key); err != nil {
+			return fmt.Errorf("webhook: %w", err)
+		}
+		o.numbersMu.Lock()
+		if o.numbers == nil {
+			o.numbers = map[string]string{}
+		}
+		o.numbers[ev.Number] = ev.Key
+		o.numbersMu.Unlock()
+	}
+	return nil
+}
+
+// applyQuality applies one phone_number_quality_update: a throughput
+// upgrade raises its number's per-key limit (WithLimits), and the event
+// becomes the quality of the account's portfolio, pausing or resuming its
+// marketing (WithQualityPause). A number or account Pacer cannot place is
+// logged and skipped.
+func (o *Outcomes) applyQuality(ctx context.Context, ev Event) error {
+	if ev.Quality == portfolio.ThroughputUpgrade && o.limits != nil {
+		key, ok, err := o.portfolios.KeyOfNumber(ctx, ev.Channel, ev.Number)
+		if err != nil {
+			return fmt.Errorf("webhook: apply the throughput upgrade of %s: %w", ev.Number, err)
+		}
+		if !ok {
+			o.log.Warn("throughput upgrade of a display number no status webhook has named yet; set its limit with `pacer limit set`",
+				"number", ev.Number, "rate", UpgradedThroughput)
+		} else {
+			old, had, err := o.limits.Limit(ctx, ev.Channel, key)
+			if err != nil && !errors.Is(err, control.ErrInvalid) {
+				return fmt.Errorf("webhook: apply the throughput upgrade of %s: %w", key, err)
+			}
+			l := control.KeyLimit{Key: key, PerSecond: UpgradedThroughput}
+			if had {
+				l.Burst = old.Burst
+			}
+			if _, _, err := o.limits.SetLimit(ctx, ev.Channel, l); err != nil {
+				return fmt.Errorf("webhook: apply the throughput upgrade of %s: %w", key, err)
+			}
+			o.log.Info("throughput upgrade applied: the key's limit is raised", "key", key, "rate", l.PerSecond, "burst", l.Burst)
+		}
+	}
+	p, ok, err := o.portfolios.OfAccount(ctx, ev.Channel, ev.Account)
+	if err != nil {
+		return fmt.Errorf("webhook: apply the quality of account %s: %w", ev.Account, err)
+	}
+	if !ok {
+		o.log.Warn("quality event of an account without a portfolio; `pacer portfolio set --account` names it",
+			"account", ev.Account, "event", ev.Quality)
+		return nil
+	}
+	if err := o.portfolios.SetQuality(ctx, ev.Channel, p, ev.Quality, ev.At, o.qualityPause); err != nil {
+		return fmt.Errorf("webhook: apply the quality of account %s: %w", ev.Account, err)
+	}
+	switch {
+	case portfolio.QualityDowngrade(ev.Quality) && o.qualityPause:
+		o.log.Warn("quality downgrade: the portfolio's marketing is paused until `pacer portfolio resume` or an upgrade",
+			"account", ev.Account, "portfolio", p, "event", ev.Quality, "number", ev.Number)
+	default:
+		o.log.Info("quality event applied", "account", ev.Account, "portfolio", p, "event", ev.Quality, "number", ev.Number)
+	}
+	return nil
+}
 
 // label returns v if known holds it, else "other".
 func label(v string, known map[string]bool) string {

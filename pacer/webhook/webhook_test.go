@@ -200,7 +200,7 @@ func TestWhatsAppSignature(t *testing.T) {
 		t.Fatalf("produced %d events, want 1 (only the signed request's)", len(evs))
 	}
 	want := Event{ID: "wamid.A:failed", Channel: "whatsapp", Key: "1065", Kind: "failed", Message: "env-wamid.A", ProviderID: "wamid.A",
-		Recipients: []string{suppress.Hash("15551230000")}, Code: 131026, At: time.Unix(1800000000, 0).UTC()}
+		Recipients: []string{suppress.Hash("15551230000")}, Code: 131026, At: time.Unix(1800000000, 0).UTC(), Number: "1555"}
 	if fmt.Sprint(evs[0]) != fmt.Sprint(want) {
 		t.Errorf("event %+v, want %+v", evs[0], want)
 	}

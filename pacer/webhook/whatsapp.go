@@ -50,8 +50,12 @@ type waPayload struct {
 			Value struct {
 				// business_capability_update: TIER_250 ... TIER_UNLIMITED
 				MaxDailyConversationsPerBusiness string `json:"max_daily_conversations_per_business"`
-				Metadata                         struct {
-					PhoneNumberID string `json:"phone_number_id"`
+				// phone_number_quality_update: the number and its event
+				DisplayPhoneNumber string `json:"display_phone_number"`
+				Event              string `json:"event"`
+				Metadata           struct {
+					PhoneNumberID      string `json:"phone_number_id"`
+					DisplayPhoneNumber string `json:"display_phone_number"`
 				} `json:"metadata"`
 				Statuses []struct {
 					ID          string `json:"id"`
@@ -70,9 +74,13 @@ type waPayload struct {
 
 var waStatuses = map[string]bool{"sent": true, "delivered": true, "read": true, "failed": true}
 
-// parseWhatsApp returns the status events of a Cloud API webhook body, or
-// an error naming the first field at fault. Changes without statuses
-// (incoming messages, account updates) yield no event.
+// parseWhatsApp returns the events of a Cloud API webhook body, or an
+// error naming the first field at fault: one per message status, one
+// "tier" per business_capability_update, one "quality" per
+// phone_number_quality_update of a quality or throughput event
+// (FLAGGED, DOWNGRADE, UNFLAGGED, UPGRADE, THROUGHPUT_UPGRADE; others,
+// such as ONBOARDING, yield none). Other changes (incoming messages)
+// yield no event.
 func parseWhatsApp(body []byte) ([]Event, error) {
 	var p waPayload
 	if err := json.Unmarshal(body, &p); err != nil {
@@ -95,6 +103,22 @@ func parseWhatsApp(body []byte) ([]Event, error) {
 				}
 				out = append(out, Event{ID: "tier:" + e.ID + ":" + strconv.FormatInt(e.Time, 10) + ":" + portfolio.TierString(tier),
 					Channel: "whatsapp", Kind: "tier", Account: e.ID, Tier: tier, At: time.Unix(e.Time, 0).UTC()})
+				continue
+			}
+			if c.Field == "phone_number_quality_update" {
+				v := c.Value
+				if !portfolio.QualityDowngrade(v.Event) && !portfolio.QualityUpgrade(v.Event) {
+					continue // ONBOARDING, or an event Meta adds later: nothing to apply
+				}
+				if e.ID == "" {
+					return nil, fmt.Errorf("entry[%d].id: missing (the WhatsApp Business Account)", i)
+				}
+				if v.DisplayPhoneNumber == "" {
+					return nil, fmt.Errorf("entry[%d].changes[%d].value.display_phone_number: missing", i, j)
+				}
+				out = append(out, Event{ID: "quality:" + e.ID + ":" + v.DisplayPhoneNumber + ":" + strconv.FormatInt(e.Time, 10) + ":" + v.Event,
+					Channel: "whatsapp", Kind: "quality", Account: e.ID, Number: v.DisplayPhoneNumber, Quality: v.Event,
+					At: time.Unix(e.Time, 0).UTC()})
 				continue
 			}
 			key := c.Value.Metadata.PhoneNumberID
@@ -120,7 +144,8 @@ func parseWhatsApp(body []byte) ([]Event, error) {
 					return nil, fmt.Errorf("%s.recipient_id: missing", at)
 				}
 				ev := Event{ID: s.ID + ":" + s.Status, Channel: "whatsapp", Key: key, Kind: s.Status, Message: s.Callback,
-					ProviderID: s.ID, At: time.Unix(sec, 0).UTC(), Recipients: waRecipients(s.RecipientID)}
+					ProviderID: s.ID, At: time.Unix(sec, 0).UTC(), Recipients: waRecipients(s.RecipientID),
+					Number: c.Value.Metadata.DisplayPhoneNumber}
 				if len(s.Errors) > 0 {
 					ev.Code = s.Errors[0].Code
 				}
