@@ -161,8 +161,12 @@ func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	if s.Tier > 0 {
 		used = fmt.Sprintf("%d (%.0f%%)", s.Used, 100*s.UsedRatio())
 	}
-	fmt.Fprintf(stdout, "portfolio %s\n  keys:     %s\n  tier:     %s\n  used:     %s unique recipients in the last 24 h\n  oldest:   leaves the window at %s\n  deferred: %d messages (ever)\n  quality:  %s\n",
-		quoteText(s.Portfolio), strings.Join(s.Keys, " "), portfolio.TierString(s.Tier), used, oldest, s.Deferred, qualityText(s))
+	window := "24 h"
+	if cfg.PortfolioWindow != portfolio.Window {
+		window = cfg.PortfolioWindow.String() // PACER_PORTFOLIO_WINDOW, for tests and demonstrations
+	}
+	fmt.Fprintf(stdout, "portfolio %s\n  keys:     %s\n  tier:     %s\n  used:     %s unique recipients in the last %s\n  oldest:   leaves the window at %s\n  deferred: %d messages (ever)\n  quality:  %s\n",
+		quoteText(s.Portfolio), strings.Join(s.Keys, " "), portfolio.TierString(s.Tier), used, window, oldest, s.Deferred, qualityText(s))
 	return nil
 }
 
