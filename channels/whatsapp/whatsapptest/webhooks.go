@@ -17,7 +17,7 @@ import (
 
 // Webhooks makes a [Server] send signed status webhooks for the messages
 // it accepted, as the Cloud API does (providers.md §8.2): a "sent" and a
-// "delivered" per message, or a "failed" with 131026 or 131049 for the
+// "delivered" per message (and a "read" for a share of them), or a "failed" with 131026 or 131049 for the
 // configured shares of recipients (failures the synchronous answer did
 // not show). Each webhook is a POST of one status, signed
 // X-Hub-Signature-256 with AppSecret, retried until answered 2xx.
@@ -33,10 +33,15 @@ type Webhooks struct {
 	// recipient's fate is fixed by a hash of its number, so all its
 	// messages share it.
 	Undeliverable, MarketingLimit float64
+	// Read is the share (0..1) of delivered messages also read: a "read"
+	// status follows their "delivered". A recipient's fate is fixed by a
+	// hash of its number, as above.
+	Read float64
 	// Duplicate is the share (0..1) of webhooks sent twice.
 	Duplicate float64
 	// Reorder is the share (0..1) of messages whose statuses are sent in
-	// reverse order (a "delivered" before its "sent").
+	// reverse order (a "delivered" before its "sent", a "read" before its
+	// "delivered").
 	Reorder float64
 	// Retry is the wait between attempts of a webhook not answered 2xx;
 	// default 100 ms, doubling up to 2 s, for up to Attempts (default 50).
@@ -51,14 +56,14 @@ type Webhooks struct {
 // (webhooks given up after Attempts), and the statuses sent by kind,
 // duplicates not counted twice.
 type WebhookStats struct {
-	Posts, Retries, Dropped                     int64
-	Sent, Delivered, Failed131026, Failed131049 int64
+	Posts, Retries, Dropped                           int64
+	Sent, Delivered, Read, Failed131026, Failed131049 int64
 }
 
 type webhookSender struct {
 	cfg   Webhooks
 	hooks fakeprovider.Hooks
-	kinds [4]atomic.Int64 // sent, delivered, 131026, 131049
+	kinds [5]atomic.Int64 // sent, delivered, 131026, 131049, read
 }
 
 // SendWebhooks makes s send status webhooks per cfg for every message it
@@ -82,11 +87,13 @@ func (s *Server) WaitWebhooks(ctx context.Context) (WebhookStats, error) {
 	}
 	posts, retries, dropped, err := h.hooks.Wait(ctx)
 	return WebhookStats{Posts: posts, Retries: retries, Dropped: dropped,
-		Sent: h.kinds[0].Load(), Delivered: h.kinds[1].Load(), Failed131026: h.kinds[2].Load(), Failed131049: h.kinds[3].Load()}, err
+		Sent: h.kinds[0].Load(), Delivered: h.kinds[1].Load(), Read: h.kinds[4].Load(),
+		Failed131026: h.kinds[2].Load(), Failed131049: h.kinds[3].Load()}, err
 }
 
-// accepted schedules the webhooks of a message accepted as wamid.
-func (h *webhookSender) accepted(key, to, id, wamid string, at time.Time) {
+// accepted schedules the webhooks of a message accepted as wamid; cb is
+// the request's biz_opaque_callback_data, echoed in each.
+func (h *webhookSender) accepted(key, to, cb, wamid string, at time.Time) {
 	type status struct {
 		name string
 		code int
@@ -99,6 +106,8 @@ func (h *webhookSender) accepted(key, to, id, wamid string, at time.Time) {
 		sts = []status{{"failed", 131026, 2, false}}
 	case x < h.cfg.Undeliverable+h.cfg.MarketingLimit:
 		sts = []status{{"failed", 131049, 3, false}}
+	case x >= 1-h.cfg.Read:
+		sts = append(sts, status{"read", 0, 4, false})
 	}
 	for i := range sts {
 		sts[i].dup = h.hooks.Chance(h.cfg.Duplicate)
@@ -111,7 +120,7 @@ func (h *webhookSender) accepted(key, to, id, wamid string, at time.Time) {
 	h.hooks.Go(func() {
 		time.Sleep(h.cfg.Delay)
 		for _, st := range sts {
-			body := statusBody(key, to, id, wamid, st.name, st.code, at)
+			body := statusBody(key, to, cb, wamid, st.name, st.code, at)
 			mac := hmac.New(sha256.New, h.cfg.AppSecret)
 			mac.Write(body)
 			sig := "sha256=" + hex.EncodeToString(mac.Sum(nil))
@@ -127,11 +136,11 @@ func (h *webhookSender) accepted(key, to, id, wamid string, at time.Time) {
 
 // statusBody is a Cloud API status webhook of one status, in the shape
 // Meta documents (entry[].changes[].value.statuses[]).
-func statusBody(key, to, id, wamid, status string, code int, at time.Time) []byte {
+func statusBody(key, to, cb, wamid, status string, code int, at time.Time) []byte {
 	st := map[string]any{"id": wamid, "status": status, "timestamp": strconv.FormatInt(at.Unix(), 10),
 		"recipient_id": strings.TrimPrefix(to, "+")}
-	if id != "" {
-		st["biz_opaque_callback_data"] = id
+	if cb != "" {
+		st["biz_opaque_callback_data"] = cb
 	}
 	if code != 0 {
 		title := map[int]string{131026: "Message undeliverable", 131049: "This message was not delivered to maintain healthy ecosystem engagement."}[code]
