@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/pacerhq/pacer/pacer/suppress"
@@ -167,7 +168,8 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 		}
 		defer cc.Close()
 		out := webhook.NewOutcomes(suppress.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)), log, reg).
-			WithPortfolios(portfolio.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)))
+			WithPortfolios(portfolio.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix))).
+			WithCounts(control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)))
 		go func() { errc <- out.Run(ctx, cc) }()
 	}
 
