@@ -33,7 +33,8 @@ const (
 // OutcomeTTL is how long Redis remembers the outcome kinds counted for a
 // message, after its last new one: a duplicate within it counts nothing.
 // It outlasts the providers' retries of a webhook (Meta's for up to 7
-// days, SendGrid's for up to 24 h; docs/webhooks.md) with a day to spare.
+// days as reported by third parties, SendGrid's for up to 24 h,
+// providers.md §8.5; sources in docs/webhooks.md) with a day to spare.
 // Each message costs Redis one small hash for that long.
 const OutcomeTTL = 8 * 24 * time.Hour
 

@@ -4,8 +4,9 @@
 // the channel's events topic (pacer.<channel>.events, [Topic]) as JSON
 // [Event] records keyed by pacing key, answering 2xx only once Kafka
 // acknowledged them, so that a provider retries whatever was not kept.
-// [Outcomes] consumes those topics and applies what an event means:
-// today, the suppressions of package suppress.
+// [Outcomes] consumes those topics and applies what an event means: the
+// suppressions of package suppress, portfolio tiers, and each campaign's
+// outcome counts (package control).
 //
 // Sources: providers.md §8.2 (WhatsApp webhooks: GET verification,
 // X-Hub-Signature-256, statuses[]) and §8.5 (SendGrid Event Webhook,
