@@ -213,6 +213,18 @@ func (k Keys) CountToken(channel, token string) string {
 	return k.Prefix() + ":{" + channel + "}:counted:" + token
 }
 
+// Outcomes is the hash of the outcome kinds already counted for the
+// message of envelope id (package control: device_delivered, read,
+// failed, bounced, suppressed -> 1), kept control.OutcomeTTL after its
+// last new kind, so a provider's duplicate or a replayed event counts
+// once. In the campaigns' slot, so one call checks it and adds to the
+// campaign's counters.
+//
+//	pacer:{<channel>}:outcomes:<id>
+func (k Keys) Outcomes(channel, id string) string {
+	return k.Prefix() + ":{" + channel + "}:outcomes:" + id
+}
+
 // Campaigns is the index of a channel's campaigns (package control): a
 // sorted set of campaign names scored by the Unix ms of their last
 // activity (published, counted, state changed), in the campaigns' slot.

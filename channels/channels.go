@@ -25,6 +25,11 @@ type Message struct {
 	Key     string          // pacing key: for WhatsApp the business phone-number ID
 	To      string          // recipient address; never logged
 	Payload json.RawMessage // JSON object merged into the provider request body; may be nil
+	// Campaign is the envelope's campaign ("" if none). The adapters whose
+	// provider echoes per-message data in its status webhooks send it
+	// (WhatsApp in biz_opaque_callback_data, SendGrid as
+	// custom_args.pacer_campaign), so those events count per campaign.
+	Campaign string
 }
 
 // Result is what a successful send returns.

@@ -7,3 +7,9 @@ import _ "embed"
 //
 //go:embed campaign_count.lua
 var CampaignCount string
+
+// OutcomeCount counts providers' outcomes in their campaigns once per
+// message and kind; see outcome_count.lua for the contract.
+//
+//go:embed outcome_count.lua
+var OutcomeCount string

@@ -42,6 +42,7 @@ var scripts = []struct {
 	{"ledger.lua", Ledger, []string{"pair_limit"}},
 	{"suppress_add.lua", SuppressAdd, nil},
 	{"campaign_count.lua", CampaignCount, nil},
+	{"outcome_count.lua", OutcomeCount, nil},
 	{"portfolio.lua", Portfolio, nil},
 	{"quota.lua", Quota, []string{"refill", "window_read"}},
 	{"quota_finish.lua", QuotaFinish, nil},

@@ -11,7 +11,8 @@
 //     in an error.
 //   - To is the recipient address: personalizations[0].to[0].email.
 //   - ID is sent as personalizations[0].custom_args.pacer_id, which SendGrid
-//     echoes in every Event Webhook event of the mail.
+//     echoes in every Event Webhook event of the mail; Campaign, when set,
+//     as custom_args.pacer_campaign, echoed the same way.
 //   - Payload is the mail body without personalizations: a JSON object with
 //     from, subject, content, template_id, reply_to, attachments,
 //     categories, mail_settings and so on, kept as sent (less insignificant
@@ -31,7 +32,8 @@
 //	 "personalizations":[{"to":[{"email":"<m.To>"}],"dynamic_template_data":{"name":"Ada"},
 //	   "custom_args":{"campaign":"c9","pacer_id":"<m.ID>"}}]}
 //
-// to and custom_args.pacer_id are ours: a payload value for them is replaced.
+// to, custom_args.pacer_id and custom_args.pacer_campaign (when the
+// message has a campaign) are ours: a payload value for them is replaced.
 // A payload with "personalizations" (plural) is refused, since the adapter
 // sends exactly one recipient per message.
 //
@@ -371,6 +373,9 @@ func requestBody(m channels.Message) ([]byte, error) {
 	}
 	if m.ID != "" {
 		args["pacer_id"] = quote(m.ID)
+	}
+	if m.Campaign != "" {
+		args["pacer_campaign"] = quote(m.Campaign)
 	}
 	if len(args) > 0 {
 		if p["custom_args"], err = encode(args); err != nil {

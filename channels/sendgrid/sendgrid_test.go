@@ -215,6 +215,7 @@ func TestSendRequestShape(t *testing.T) {
 		base    string
 		key     string
 		id      string
+		camp    string
 		payload string
 		want    map[string]string // JSON text of each top-level field
 		p0      map[string]string // JSON text of each field of personalizations[0]
@@ -245,12 +246,12 @@ func TestSendRequestShape(t *testing.T) {
 			auth: "Bearer " + secret, path: "/v3/mail/send",
 		},
 		{
-			name: "nil payload, other key, On-Behalf-Of, base path",
-			base: "/proxy/", key: "transactional", id: "env-2",
+			name: "nil payload, other key, On-Behalf-Of, base path, campaign",
+			base: "/proxy/", key: "transactional", id: "env-2", camp: "spring:26",
 			want: map[string]string{},
 			p0: map[string]string{
 				"to":          `[{"email":"ada.lovelace@example.com"}]`,
-				"custom_args": `{"pacer_id":"env-2"}`,
+				"custom_args": `{"pacer_campaign":"spring:26","pacer_id":"env-2"}`,
 			},
 			auth: "Bearer " + secret2, obo: "sub-eu", path: "/proxy/v3/mail/send",
 		},
@@ -268,7 +269,7 @@ func TestSendRequestShape(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m := channels.Message{ID: c.id, Key: c.key, To: recipient, Payload: json.RawMessage(c.payload)}
+			m := channels.Message{ID: c.id, Key: c.key, To: recipient, Payload: json.RawMessage(c.payload), Campaign: c.camp}
 			res, err := cl.Send(t.Context(), m)
 			if err != nil || res.ProviderID != "m1" {
 				t.Fatalf("Send = %+v, %v", res, err)

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/pacerhq/pacer/channels/whatsapp/callback"
 	"io"
 	"net/http"
 	"net/url"
@@ -174,8 +175,9 @@ func New(cfg Config) (*Client, error) {
 
 // Send posts m to /{version}/{m.Key}/messages. The body is m.Payload (a JSON
 // object, or empty) with messaging_product "whatsapp", recipient_type
-// "individual" and to m.To set over it, and biz_opaque_callback_data m.ID
-// added unless the payload sets it (Meta echoes it in status webhooks).
+// "individual" and to m.To set over it, and biz_opaque_callback_data
+// [callback.Data](m.ID, m.Campaign) added unless the payload sets it (Meta
+// echoes it in status webhooks).
 //
 // On HTTP 2xx with messages[0].id, Send returns that wamid as
 // Result.ProviderID: the message was accepted, not yet delivered. Otherwise
@@ -305,7 +307,7 @@ func appendRequestBody(dst []byte, m channels.Message) ([]byte, bool) {
 		val  []byte // compact JSON
 	}
 	var fields []field
-	var callback []byte // the payload's biz_opaque_callback_data
+	var own []byte // the payload's biz_opaque_callback_data
 	p := bytes.TrimSpace(m.Payload)
 	if len(p) > 0 && !bytes.Equal(p, []byte("null")) {
 		if p[0] != '{' {
@@ -342,7 +344,7 @@ func appendRequestBody(dst []byte, m channels.Message) ([]byte, bool) {
 			case "messaging_product", "recipient_type", "to":
 				continue // ours win
 			case "biz_opaque_callback_data":
-				callback = val
+				own = val
 				continue
 			}
 			// A name given twice keeps its last value, as a map would.
@@ -364,18 +366,19 @@ func appendRequestBody(dst []byte, m channels.Message) ([]byte, bool) {
 		return nil, false
 	}
 	switch {
-	case callback != nil:
+	case own != nil:
 		var v string
-		if json.Unmarshal(callback, &v) != nil || utf8.RuneCountInString(v) > MaxCallbackData {
+		if json.Unmarshal(own, &v) != nil || utf8.RuneCountInString(v) > MaxCallbackData {
 			return nil, false
 		}
-		dst = append(append(dst, `,"biz_opaque_callback_data":`...), callback...)
+		dst = append(append(dst, `,"biz_opaque_callback_data":`...), own...)
 	case m.ID != "":
-		if utf8.RuneCountInString(m.ID) > MaxCallbackData {
+		cb := callback.Data(m.ID, m.Campaign)
+		if utf8.RuneCountInString(cb) > MaxCallbackData {
 			return nil, false
 		}
 		dst = append(dst, `,"biz_opaque_callback_data":`...)
-		if dst, err = jsontext.AppendQuote(dst, m.ID); err != nil {
+		if dst, err = jsontext.AppendQuote(dst, cb); err != nil {
 			return nil, false
 		}
 	}
@@ -409,7 +412,7 @@ func requestBodyMap(m channels.Message) ([]byte, error) {
 	set("recipient_type", "individual")
 	set("to", m.To)
 	if _, ok := fields["biz_opaque_callback_data"]; !ok && m.ID != "" {
-		set("biz_opaque_callback_data", m.ID)
+		set("biz_opaque_callback_data", callback.Data(m.ID, m.Campaign))
 	}
 	if raw, ok := fields["biz_opaque_callback_data"]; ok {
 		var v string
@@ -424,12 +427,13 @@ func requestBodyMap(m channels.Message) ([]byte, error) {
 }
 
 // MaxCallbackData is the longest biz_opaque_callback_data the Cloud API
-// takes, in characters. Send puts the envelope id there (at most 128 bytes),
-// so only a payload that sets the field itself can exceed it.
+// takes, in characters. Send puts the envelope id and campaign there
+// ([callback.Data] leaves a campaign out rather than exceed it), so only a
+// payload that sets the field itself can exceed it.
 //
 // Source: https://developers.facebook.com/docs/whatsapp/cloud-api/reference/messages
 // (biz_opaque_callback_data: "Maximum 512 characters").
-const MaxCallbackData = 512
+const MaxCallbackData = callback.MaxLen
 
 // CodeCallbackDataTooLong is the Code of the Permanent error Send returns,
 // without a request, for a biz_opaque_callback_data that is not a string

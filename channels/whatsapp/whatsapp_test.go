@@ -166,6 +166,7 @@ func TestSendRequestShape(t *testing.T) {
 		payload string
 		want    map[string]string // JSON text of each body field
 		path    string
+		camp    string // the message's campaign
 	}{
 		{
 			name:    "payload fields kept, ours win",
@@ -174,7 +175,14 @@ func TestSendRequestShape(t *testing.T) {
 			path:    defaultPath,
 		},
 		{
-			name:    "payload sets biz_opaque_callback_data",
+			name: "campaign carried beside the id",
+			camp: "spring:26",
+			want: sent(`"pacer1:9:spring:26:env-1"`),
+			path: defaultPath,
+		},
+		{
+			name:    "payload sets biz_opaque_callback_data, campaign not carried",
+			camp:    "spring",
 			payload: `{"biz_opaque_callback_data":"theirs"}`,
 			want:    sent(`"theirs"`),
 			path:    defaultPath,
@@ -200,7 +208,9 @@ func TestSendRequestShape(t *testing.T) {
 				t.Fatal(err)
 			}
 			send := channeltest.Bound(t.Context(), cl.Send)
-			rq := channeltest.SendCaptured(t, got, send, message(), c.payload, c.key, "wamid.1")
+			m := message()
+			m.Campaign = c.camp
+			rq := channeltest.SendCaptured(t, got, send, m, c.payload, c.key, "wamid.1")
 			channeltest.CheckPost(t, rq, c.path, token, true)
 			channeltest.CheckFields(t, "body", channeltest.JSONObject(t, rq.Body), c.want)
 		})

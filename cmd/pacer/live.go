@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -300,6 +302,7 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 		fmt.Fprintf(stdout, "    %-20s %d\n", r, s.DeadLetters[r])
 	}
 	fmt.Fprintf(stdout, "  duplicates    %d\n", s.Duplicates)
+	writeOutcomes(stdout, s)
 	fmt.Fprintf(stdout, "  remaining     %s\n", unknown(s.Remaining))
 	fmt.Fprintf(stdout, "  rate          %.1f msgs/s\n", s.Rate)
 	eta := "unknown"
@@ -311,6 +314,37 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	}
 	fmt.Fprintf(stdout, "  eta           %s\n", eta)
 	return nil
+}
+
+// writeOutcomes writes the outcomes providers reported after the send
+// (package webhook), each line only when its count is not 0: delivered
+// to the device, read, and by reason failed after acceptance, bounced
+// and suppressed.
+func writeOutcomes(w io.Writer, s control.Status) {
+	if s.DeviceDelivered > 0 {
+		fmt.Fprintf(w, "  on device     %d (delivered to the device, or the mail server)\n", s.DeviceDelivered)
+	}
+	if s.Read > 0 {
+		fmt.Fprintf(w, "  read          %d\n", s.Read)
+	}
+	for _, g := range []struct {
+		label string
+		by    map[string]int64
+	}{{"failed", s.Failed}, {"bounced", s.Bounced}, {"suppressed", s.Suppressed}} {
+		total := int64(0)
+		for _, n := range g.by {
+			total += n
+		}
+		if total == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "  %-13s %d\n", g.label, total)
+		for _, r := range slices.Sorted(maps.Keys(g.by)) {
+			if g.by[r] > 0 {
+				fmt.Fprintf(w, "    %-20s %d\n", r, g.by[r])
+			}
+		}
+	}
 }
 
 // unknownCampaign is the usage error (exit status 2) of a campaign Redis

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,6 +89,49 @@ func TestCampaignETAOneSource(t *testing.T) {
 		}
 		if got := [3]string{string(cli.Published), string(cli.Messages), string(cli.Remaining)}; got != counts[c] || (c == "unknown") != (got == [3]string{"null", "null", "null"}) {
 			t.Errorf("%s: published, messages, remaining %v in campaign status --json, %v on /status.json; want the same, null only when published is unknown", c, got, counts[c])
+		}
+	}
+}
+
+// TestCampaignStatusOutcomes: `campaign status` shows the outcomes the
+// webhooks counted, each line only when not 0 (with its reasons), and
+// --json always has them: 0 and {} when none.
+func TestCampaignStatusOutcomes(t *testing.T) {
+	env, st := operatorEnv(t)
+	ctx := context.Background()
+	if err := st.AddPublished(ctx, "whatsapp", map[string]int64{"spring": 5, "quiet": 2}); err != nil {
+		t.Fatal(err)
+	}
+	outs := []control.Outcome{{ID: "m1", Kind: control.DeviceDelivered}, {ID: "m2", Kind: control.DeviceDelivered},
+		{ID: "m2", Kind: control.Read}, {ID: "m3", Kind: control.Failed, Reason: "131026"},
+		{ID: "m4", Kind: control.Failed, Reason: "131049"}, {ID: "m3", Kind: control.Suppressed, Reason: "undeliverable"}}
+	for i := range outs {
+		outs[i].Campaign = "spring"
+	}
+	if _, err := st.CountOutcomes(ctx, "whatsapp", outs); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(env, "campaign", "status", "--channel", "whatsapp", "--campaign", "spring")
+	if code != 0 {
+		t.Fatalf("campaign status: exit %d, %q %q", code, out, errs)
+	}
+	want := "  on device     2 (delivered to the device, or the mail server)\n  read          1\n  failed        2\n" +
+		"    131026               1\n    131049               1\n  suppressed    1\n    undeliverable        1\n"
+	if !strings.Contains(out, want) || strings.Contains(out, "bounced") {
+		t.Errorf("campaign status:\n%s\nwant the lines\n%s(and no bounced line)", out, want)
+	}
+	code, out, errs = runCLI(env, "campaign", "status", "--channel", "whatsapp", "--campaign", "quiet")
+	if code != 0 || strings.Contains(out, "on device") || strings.Contains(out, "read ") || strings.Contains(out, "failed") {
+		t.Errorf("campaign status of quiet: exit %d, %q %q; want no outcome lines", code, out, errs)
+	}
+	code, out, errs = runCLI(env, "campaign", "status", "--channel", "whatsapp", "--campaign", "quiet", "--json")
+	var got map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil {
+		t.Fatalf("campaign status --json: exit %d, %q %q: %v", code, out, errs, err)
+	}
+	for f, w := range map[string]string{"device_delivered": "0", "read": "0", "failed": "{}", "bounced": "{}", "suppressed": "{}"} {
+		if string(got[f]) != w {
+			t.Errorf("quiet --json %s = %s, want %s", f, got[f], w)
 		}
 	}
 }

@@ -174,7 +174,7 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 		defer cc.Close()
 		keys := bucket.NewKeys(cfg.RedisPrefix)
 		out := webhook.NewOutcomes(suppress.NewStore(rdb, keys), log, reg).WithPortfolios(portfolio.NewStore(rdb, keys).WithWindow(cfg.guardWindow())).
-			WithLimits(control.New(rdb, keys)).WithQualityPause(wc.QualityPause)
+			WithLimits(control.New(rdb, keys)).WithQualityPause(wc.QualityPause).WithCounts(control.New(rdb, keys))
 		go func() { errc <- out.Run(ctx, cc) }()
 	}
 

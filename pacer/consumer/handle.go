@@ -563,7 +563,7 @@ func sleep(ctx context.Context, d time.Duration) bool { return tick.Sleep(ctx, d
 // send makes one request and classifies the answer.
 func (p *Pacer) send(f *flight) outcome {
 	ctx := f.w.ctx
-	msg := channels.Message{ID: f.env.ID, Key: f.env.Key, To: f.env.To, Payload: f.env.Payload}
+	msg := channels.Message{ID: f.env.ID, Key: f.env.Key, To: f.env.To, Payload: f.env.Payload, Campaign: f.env.Campaign}
 	start := time.Now()
 	f.sent = true
 	f.cred = p.credentialVersion(f.env.Key)

@@ -458,6 +458,19 @@ type Status struct {
 	First       time.Time        `json:"first_delivery,omitzero"`
 	Last        time.Time        `json:"last_delivery,omitzero"`
 	LastActive  time.Time        `json:"last_active,omitzero"` // Recent only: its score in the channel's index
+
+	// The outcomes providers reported after accepting its messages
+	// (package webhook, [Store.CountOutcomes]), each message counted once
+	// per kind: DeviceDelivered (WhatsApp delivered or read, SendGrid
+	// delivered or open), Read (WhatsApp read, SendGrid open), and by
+	// reason Failed (WhatsApp failed, by error code; SendGrid dropped),
+	// Bounced (SendGrid bounce, by type) and Suppressed (the recipients
+	// its outcomes suppressed, by suppression reason). Maps are never nil.
+	DeviceDelivered int64            `json:"device_delivered"`
+	Read            int64            `json:"read"`
+	Failed          map[string]int64 `json:"failed"`
+	Bounced         map[string]int64 `json:"bounced"`
+	Suppressed      map[string]int64 `json:"suppressed"`
 }
 
 // Known reports whether Redis holds anything of campaign on channel: a
@@ -508,7 +521,8 @@ func (s *Store) Recent(ctx context.Context, channel string, since time.Time, n i
 
 // parseStatus reads a campaign's hash.
 func parseStatus(campaign string, m map[string]string) Status {
-	st := Status{Campaign: campaign, State: m["state"], Published: -1, Remaining: -1, DeadLetters: map[string]int64{}}
+	st := Status{Campaign: campaign, State: m["state"], Published: -1, Remaining: -1, DeadLetters: map[string]int64{},
+		Failed: map[string]int64{}, Bounced: map[string]int64{}, Suppressed: map[string]int64{}}
 	if st.State == "" {
 		st.State = "running"
 	}
@@ -518,11 +532,24 @@ func parseStatus(campaign string, m map[string]string) Status {
 	}
 	st.Delivered = num("delivered")
 	st.Duplicates = num("duplicates")
+	st.DeviceDelivered = num(DeviceDelivered)
+	st.Read = num(Read)
 	dead := int64(0)
 	for f := range m {
-		if r, ok := strings.CutPrefix(f, "dlq:"); ok {
+		kind, r, ok := strings.Cut(f, ":")
+		if !ok {
+			continue
+		}
+		switch kind {
+		case "dlq":
 			st.DeadLetters[r] = num(f)
 			dead += num(f)
+		case Failed:
+			st.Failed[r] = num(f)
+		case Bounced:
+			st.Bounced[r] = num(f)
+		case Suppressed:
+			st.Suppressed[r] = num(f)
 		}
 	}
 	if f, l := num("first_ms"), num("last_ms"); f > 0 && l > 0 {

@@ -97,6 +97,15 @@ type Campaign struct {
 	Achieved     float64          `json:"achieved"`      // msgs/s between its first and last delivery
 	ETASeconds   *float64         `json:"eta_seconds"`   // remaining at Achieved, s; null when none (control.Status.ETA)
 	LastActive   time.Time        `json:"last_active"`   // last publish, count or state change
+	// The outcomes providers reported after the send (control.Status),
+	// each message counted once per kind: device_delivered, read, and by
+	// reason failed (after acceptance), bounced and suppressed; maps are
+	// {} when none.
+	DeviceDelivered int64            `json:"device_delivered"`
+	Read            int64            `json:"read"`
+	Failed          map[string]int64 `json:"failed"`
+	Bounced         map[string]int64 `json:"bounced"`
+	Suppressed      map[string]int64 `json:"suppressed"`
 }
 
 // MarshalJSON writes c with published, messages and remaining null when
@@ -476,7 +485,8 @@ func (pg *Page) campaigns(ctx context.Context, now time.Time) ([]Campaign, error
 		}
 		out = append(out, Campaign{Name: st.Campaign, State: st.State, Published: st.Published, Messages: st.Messages, Delivered: st.Delivered,
 			DeadLettered: st.DeadLetters, Duplicates: st.Duplicates, Remaining: st.Remaining, Achieved: st.Rate, ETASeconds: st.ETASeconds,
-			LastActive: st.LastActive})
+			LastActive: st.LastActive, DeviceDelivered: st.DeviceDelivered, Read: st.Read, Failed: st.Failed, Bounced: st.Bounced,
+			Suppressed: st.Suppressed})
 	}
 	// Unfinished first; Recent gave them most recently active first.
 	slices.SortStableFunc(out, func(a, b Campaign) int { return -cmp.Compare(b2i(a.Remaining > 0), b2i(b.Remaining > 0)) })

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -130,7 +131,8 @@ func scenario(t *testing.T, rdb redis.UniversalClient, cfg Config) {
 
 // campaignScenario writes three campaigns' counters as the pacers,
 // pacer publish and pacer campaign do: spring running (1,000 published, 600
-// delivered over 20 s, 10 dead-lettered as permanent), autumn paused (200
+// delivered over 20 s, 10 dead-lettered as permanent; 3 on the device, 1
+// read, 1 failed 131026 and suppressed), autumn paused (200
 // published, 50 delivered, 30 skipped as published again), and old, finished 2 hours ago (not shown).
 func campaignScenario(t *testing.T, rdb redis.UniversalClient, cfg Config) {
 	t.Helper()
@@ -145,6 +147,17 @@ func campaignScenario(t *testing.T, rdb redis.UniversalClient, cfg Config) {
 		"autumn": {Delivered: 50, DeadLetters: map[string]int64{}, Duplicates: 30, First: now.Add(-10 * time.Second).UnixMilli(), Last: now.UnixMilli()},
 		"old":    {Delivered: 10, DeadLetters: map[string]int64{}, First: now.Add(-3 * time.Hour).UnixMilli(), Last: now.Add(-2 * time.Hour).UnixMilli()},
 	}); err != nil {
+		t.Fatal(err)
+	}
+	// spring's webhooks: 3 messages on the device, one of them read, one
+	// failed 131026 and its recipient suppressed.
+	outs := []control.Outcome{{ID: "s1", Kind: control.DeviceDelivered}, {ID: "s2", Kind: control.DeviceDelivered},
+		{ID: "s3", Kind: control.DeviceDelivered}, {ID: "s3", Kind: control.Read},
+		{ID: "s4", Kind: control.Failed, Reason: "131026"}, {ID: "s4", Kind: control.Suppressed, Reason: "undeliverable"}}
+	for i := range outs {
+		outs[i].Campaign = "spring"
+	}
+	if _, err := ctl.CountOutcomes(ctx, channel, outs); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ctl.SetState(ctx, channel, "autumn", control.Paused); err != nil {
@@ -213,6 +226,13 @@ func TestStatusAddsUpReplicas(t *testing.T) {
 	if sp.Name != "spring" || sp.State != "running" || sp.Published != 1000 || sp.Delivered != 600 || sp.DeadLettered["permanent"] != 10 ||
 		sp.Remaining != 390 || sp.Achieved < 29.9 || sp.Achieved > 30 || sp.ETASeconds == nil || *sp.ETASeconds < 13 || *sp.ETASeconds > 13.1 {
 		t.Errorf("spring %+v; want running, 600 of 1000 delivered, 10 permanent, 390 remaining at ~29.95/s, ETA ~13 s", sp)
+	}
+	if sp.DeviceDelivered != 3 || sp.Read != 1 || !maps.Equal(sp.Failed, map[string]int64{"131026": 1}) || len(sp.Bounced) != 0 ||
+		!maps.Equal(sp.Suppressed, map[string]int64{"undeliverable": 1}) {
+		t.Errorf("spring's outcomes %+v; want 3 on the device, 1 read, failed 131026 1, suppressed undeliverable 1", sp)
+	}
+	if au.Failed == nil || au.Bounced == nil || au.Suppressed == nil {
+		t.Errorf("autumn's outcome maps %v %v %v; want {} (never null in JSON)", au.Failed, au.Bounced, au.Suppressed)
 	}
 	if au.Name != "autumn" || au.State != "paused" || au.Published != 200 || au.Delivered != 50 || au.Duplicates != 30 || au.Remaining != 120 || au.Messages != 170 || au.ETASeconds != nil {
 		t.Errorf("autumn %+v; want paused, 50 of 200 delivered, 30 duplicates (170 messages), 120 remaining, no ETA", au)
@@ -404,11 +424,11 @@ func TestPageInChromium(t *testing.T) {
 	if !strings.Contains(dom, `title="halt: 131031 account locked"`) {
 		t.Errorf("the breaker's reason is not on the page")
 	}
-	// campaign | state | delivered / published | progress | remaining | dead-lettered | achieved | ETA
-	if got := campaignRow(t, dom, "spring"); got != "spring|running|600 / 1,000|61 %|390|permanent 10|30|13 s" {
+	// campaign | state | delivered / published | progress | remaining | dead-lettered | outcomes | achieved | ETA
+	if got := campaignRow(t, dom, "spring"); got != "spring|running|600 / 1,000|61 %|390|permanent 10|on device 3, read 1, failed 1 (131026 1), suppressed 1 (undeliverable 1)|30|13 s" {
 		t.Errorf("row of campaign spring: %q", got)
 	}
-	if got := campaignRow(t, dom, "autumn"); got != "autumn|paused|50 / 200, 30 duplicates (170 messages)|40 %|120|0|4.9|paused" {
+	if got := campaignRow(t, dom, "autumn"); got != "autumn|paused|50 / 200, 30 duplicates (170 messages)|40 %|120|0|—|4.9|paused" {
 		t.Errorf("row of campaign autumn: %q", got)
 	}
 	if strings.Contains(dom, `data-campaign="old"`) {

@@ -4,8 +4,9 @@
 // the channel's events topic (pacer.<channel>.events, [Topic]) as JSON
 // [Event] records keyed by pacing key, answering 2xx only once Kafka
 // acknowledged them, so that a provider retries whatever was not kept.
-// [Outcomes] consumes those topics and applies what an event means:
-// today, the suppressions of package suppress.
+// [Outcomes] consumes those topics and applies what an event means: the
+// suppressions of package suppress, portfolio tiers, and each campaign's
+// outcome counts (package control).
 //
 // Sources: providers.md §8.2 (WhatsApp webhooks: GET verification,
 // X-Hub-Signature-256, statuses[]) and §8.5 (SendGrid Event Webhook,
@@ -13,8 +14,10 @@
 package webhook
 
 import (
+	"strconv"
 	"time"
 
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/suppress"
 )
 
@@ -39,8 +42,16 @@ type Event struct {
 	// (phone_number_quality_update).
 	Kind string `json:"kind"`
 	// Message is the envelope id the send carried
-	// (biz_opaque_callback_data, custom_args.pacer_id); "" if absent.
+	// (biz_opaque_callback_data, read by callback.Parse;
+	// custom_args.pacer_id); "" if absent.
 	Message string `json:"message,omitempty"`
+	// Campaign is the envelope's campaign the send carried
+	// (biz_opaque_callback_data; custom_args.pacer_campaign); "" if absent
+	// (a message of no campaign, or sent before campaigns were carried):
+	// the event then counts in no campaign.
+	Campaign string `json:"campaign,omitempty"`
+	// Reason is a SendGrid bounce's type: "bounce" or "blocked"; "" else.
+	Reason string `json:"reason,omitempty"`
 	// ProviderID is the provider's message id (wamid, sg_message_id).
 	ProviderID string `json:"provider_id,omitempty"`
 	// Recipients are the hashes the recipient may have been sent as: a
@@ -98,4 +109,53 @@ func (ev Event) suppression() (suppress.Reason, bool) {
 		}
 	}
 	return "", false
+}
+
+// outcomes returns what ev counts in its campaign (control.Outcome), none
+// when it names no envelope id or no campaign:
+//
+//   - WhatsApp delivered: device_delivered; read: device_delivered and
+//     read (a read message was delivered, and a read that arrives before
+//     its delivered, or without one, counts it once); failed:
+//     failed:<error code> ("unknown" without one);
+//   - SendGrid delivered: device_delivered; open: device_delivered and
+//     read; dropped: failed:dropped; bounce: bounced:<type> (bounce or
+//     blocked; bounce when absent);
+//   - and suppressed:<reason> for an event that suppresses its recipient
+//     ([Event] suppression).
+//
+// sent, processed, deferred and the others count nothing: "accepted" is
+// the pacer's own delivered count.
+func (ev Event) outcomes() []control.Outcome {
+	if ev.Message == "" || ev.Campaign == "" {
+		return nil
+	}
+	o := func(kind, reason string) control.Outcome {
+		return control.Outcome{ID: ev.Message, Campaign: ev.Campaign, Kind: kind, Reason: reason}
+	}
+	var out []control.Outcome
+	switch ev.Channel + "/" + ev.Kind {
+	case "whatsapp/delivered", "sendgrid/delivered":
+		out = append(out, o(control.DeviceDelivered, ""))
+	case "whatsapp/read", "sendgrid/open":
+		out = append(out, o(control.DeviceDelivered, ""), o(control.Read, ""))
+	case "whatsapp/failed":
+		code := "unknown"
+		if ev.Code != 0 {
+			code = strconv.Itoa(ev.Code)
+		}
+		out = append(out, o(control.Failed, code))
+	case "sendgrid/dropped":
+		out = append(out, o(control.Failed, "dropped"))
+	case "sendgrid/bounce":
+		reason := ev.Reason
+		if reason != "blocked" {
+			reason = "bounce"
+		}
+		out = append(out, o(control.Bounced, reason))
+	}
+	if r, ok := ev.suppression(); ok {
+		out = append(out, o(control.Suppressed, string(r)))
+	}
+	return out
 }

@@ -24,6 +24,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 type outcomeMetrics struct {
 	applied    *prometheus.CounterVec
 	suppressed *prometheus.CounterVec
+	counted    *prometheus.CounterVec
 	errors     prometheus.Counter
 }
 
@@ -35,11 +36,14 @@ func newOutcomeMetrics(reg prometheus.Registerer) *outcomeMetrics {
 		suppressed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_suppressions_added_total",
 			Help: "Suppression entries new to Redis, by channel and reason; a duplicate event adds none."},
 			[]string{"channel", "reason"}),
+		counted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_outcomes_total",
+			Help: "Campaign outcomes of applied events, by channel, outcome (device_delivered, read, failed, bounced, suppressed) and result: counted, duplicate (counted before), refused (the campaign's key is not a hash)."},
+			[]string{"channel", "outcome", "result"}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "pacer_webhook_apply_errors_total",
-			Help: "Batches of events whose suppressions Redis did not take (retried)."}),
+			Help: "Batches of events whose suppressions or counts Redis did not take (retried)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.applied, m.suppressed, m.errors)
+		reg.MustRegister(m.applied, m.suppressed, m.counted, m.errors)
 	}
 	return m
 }

@@ -17,19 +17,24 @@ import (
 )
 
 // Outcomes applies the events of the events topics: suppressions ([Event]
-// suppression reasons) and, with WithPortfolios, WhatsApp's account
-// events (tiers, quality, throughput upgrades); counting delivered and
-// read per campaign and resolving unknown outcomes are not done yet.
+// suppression reasons), the counts of each campaign's outcomes
+// ([Outcomes.WithCounts]) and, with WithPortfolios, WhatsApp's account
+// events (tiers, quality, throughput upgrades); resolving unknown outcomes
+// is not done yet.
 //
 // Applying is idempotent: an event's entry is a function of the event
 // alone (its expiry runs from the provider's timestamp, not from when it
 // is applied), so the same event applied twice, as a provider's retry or
 // a replayed offset delivers it, writes the same entry, and
-// pacer_webhook_suppressions_added_total counts it once.
+// pacer_webhook_suppressions_added_total counts it once; a campaign's
+// counters go up once per message and outcome kind
+// (control.Store.CountOutcomes), whatever the order and the number of
+// times its events come.
 type Outcomes struct {
 	store        *suppress.Store
 	portfolios   *portfolio.Store // nil: tiers and quality announced are not applied
 	limits       *control.Store   // nil: throughput upgrades are not applied
+	counts       *control.Store   // nil: outcomes are not counted per campaign
 	qualityPause bool             // a quality downgrade pauses its portfolio's marketing
 	log          *slog.Logger
 	m            *outcomeMetrics
@@ -51,6 +56,15 @@ func NewOutcomes(store *suppress.Store, log *slog.Logger, reg prometheus.Registe
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Outcomes{store: store, log: log, m: newOutcomeMetrics(reg)}
+}
+
+// WithCounts makes o count each campaign's outcomes in st's campaign
+// hashes (device_delivered, read, failed:<reason>, bounced:<reason>,
+// suppressed:<reason>; see [Event] outcomes), each message once per kind;
+// it returns o.
+func (o *Outcomes) WithCounts(st *control.Store) *Outcomes {
+	o.counts = st
+	return o
 }
 
 // WithPortfolios makes o apply WhatsApp's business_capability_update
@@ -88,7 +102,10 @@ func (o *Outcomes) WithQualityPause(pause bool) *Outcomes {
 }
 
 // Apply applies evs: one suppress.Store.Add per pacing key and reason
-// that has entries. An error leaves the batch to be applied again whole.
+// that has entries, then one control.Store.CountOutcomes per channel and
+// [maxCounted] outcomes. An error leaves the batch to be applied again
+// whole: the suppressions write the same entries and the counts add only
+// what was not counted.
 func (o *Outcomes) Apply(ctx context.Context, evs []Event) error {
 	type group struct {
 		channel, key string
@@ -145,8 +162,55 @@ func (o *Outcomes) Apply(ctx context.Context, evs []Event) error {
 		}
 		o.m.suppressed.WithLabelValues(g.channel, string(g.reason)).Add(float64(n))
 	}
+	if err := o.count(ctx, evs); err != nil {
+		o.m.errors.Inc()
+		return err
+	}
 	for _, ev := range evs {
 		o.m.applied.WithLabelValues(label(ev.Channel, channels), label(ev.Kind, kinds)).Inc()
+	}
+	return nil
+}
+
+// maxCounted is the most outcomes one CountOutcomes call carries (two
+// keys each).
+const maxCounted = 500
+
+// count counts the campaign outcomes of evs, per channel.
+func (o *Outcomes) count(ctx context.Context, evs []Event) error {
+	if o.counts == nil {
+		return nil
+	}
+	byChannel := map[string][]control.Outcome{}
+	var order []string
+	for _, ev := range evs {
+		outs := ev.outcomes()
+		if len(outs) == 0 {
+			continue
+		}
+		if _, ok := byChannel[ev.Channel]; !ok {
+			order = append(order, ev.Channel)
+		}
+		byChannel[ev.Channel] = append(byChannel[ev.Channel], outs...)
+	}
+	for _, ch := range order {
+		outs := byChannel[ch]
+		for len(outs) > 0 {
+			n := min(len(outs), maxCounted)
+			got, err := o.counts.CountOutcomes(ctx, ch, outs[:n])
+			if err != nil {
+				return fmt.Errorf("webhook: count %d outcomes of %s: %w", n, ch, err)
+			}
+			for i, r := range got {
+				result := map[int]string{1: "counted", 0: "duplicate", -1: "refused"}[r]
+				o.m.counted.WithLabelValues(label(ch, channels), outs[i].Kind, result).Inc()
+				if r < 0 {
+					o.log.Warn("campaign outcome not counted: the campaign's key holds another type than a hash",
+						"channel", ch, "campaign", outs[i].Campaign, "outcome", outs[i].Kind)
+				}
+			}
+			outs = outs[n:]
+		}
 	}
 	return nil
 }

@@ -74,7 +74,7 @@ var sgEvents = map[string]bool{"processed": true, "delivered": true, "deferred":
 // parseSendGrid returns the events of an Event Webhook body (a JSON
 // array) for pacing key key, or an error naming the first field at
 // fault. custom_args are flattened into each event by SendGrid, so the
-// envelope id is the event's pacer_id.
+// envelope id is the event's pacer_id and its campaign pacer_campaign.
 func parseSendGrid(body []byte, key string) ([]Event, error) {
 	var raw []map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil {
@@ -100,10 +100,13 @@ func parseSendGrid(body []byte, key string) ([]Event, error) {
 		if err := json.Unmarshal(m["timestamp"], &ts); err != nil {
 			return nil, fmt.Errorf("[%d].timestamp: not Unix seconds", i)
 		}
-		ev := Event{ID: str(m, "sg_event_id"), Channel: "sendgrid", Key: key, Kind: kind, Message: str(m, "pacer_id"),
+		ev := Event{ID: str(m, "sg_event_id"), Channel: "sendgrid", Key: key, Kind: kind, Message: str(m, "pacer_id"), Campaign: str(m, "pacer_campaign"),
 			ProviderID: str(m, "sg_message_id"), At: time.Unix(ts, 0).UTC(), Recipients: []string{suppress.Hash(email)}}
 		if ev.ID == "" {
 			ev.ID = ev.ProviderID + ":" + kind
+		}
+		if kind == "bounce" {
+			ev.Reason = str(m, "type")
 		}
 		if kind == "bounce" || kind == "dropped" {
 			ev.Code, _ = strconv.Atoi(strings.SplitN(str(m, "status"), ".", 2)[0])

@@ -107,6 +107,7 @@ type Arrival struct {
 	OnBehalfOf string    // the On-Behalf-Of header; "" if absent
 	To         string    // personalizations[0].to[0].email
 	ID         string    // custom_args.pacer_id of personalizations[0], else of the mail; "" if absent
+	Campaign   string    // custom_args.pacer_campaign, read as ID is; "" if absent
 	MessageID  string    // X-Message-Id answered; "" if throttled
 	At         time.Time // when it arrived
 	Throttled  bool      // answered 429 instead of accepted
@@ -234,7 +235,7 @@ func (s *Server) arrive(a Arrival, clock func() time.Time) verdict {
 	a.MessageID = v.messageID
 	fakeprovider.Add(&s.Fake, a)
 	if s.hooks != nil {
-		s.hooks.accepted(a.To, a.ID, v.messageID, now)
+		s.hooks.accepted(a.To, a.ID, a.Campaign, v.messageID, now)
 	}
 	return v
 }
@@ -375,6 +376,11 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		a.ID = id
 	} else if id, ok := m.CustomArgs["pacer_id"].(string); ok {
 		a.ID = id
+	}
+	if c, ok := m.Personalizations[0].CustomArgs["pacer_campaign"].(string); ok {
+		a.Campaign = c
+	} else if c, ok := m.CustomArgs["pacer_campaign"].(string); ok {
+		a.Campaign = c
 	}
 	v := s.arrive(a, time.Now)
 	if !fakeprovider.Sleep(r.Context(), s.answer.Draw()) {

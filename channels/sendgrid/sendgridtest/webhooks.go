@@ -24,7 +24,7 @@ import (
 // array), signed with Key over the timestamp and the body
 // (X-Twilio-Email-Event-Webhook-Signature and -Timestamp), retried until
 // answered 2xx; custom_args come flattened into each event, pacer_id
-// among them.
+// and pacer_campaign among them.
 type Webhooks struct {
 	// URL receives the POSTs (a pacer webhook's /webhook/sendgrid/{key}).
 	URL string
@@ -91,7 +91,7 @@ func (s *Server) WaitWebhooks(ctx context.Context) (WebhookStats, error) {
 }
 
 // accepted schedules the batch of a mail to to, accepted as messageID.
-func (h *webhookSender) accepted(to, id, messageID string, at time.Time) {
+func (h *webhookSender) accepted(to, id, campaign, messageID string, at time.Time) {
 	kinds := []string{"processed", "delivered"}
 	x := fakeprovider.Share(to)
 	switch c := h.cfg; {
@@ -108,6 +108,9 @@ func (h *webhookSender) accepted(to, id, messageID string, at time.Time) {
 			"sg_event_id": fmt.Sprintf("ev-%s-%d", messageID, h.seq.Add(1)), "sg_message_id": messageID + ".filter0001"}
 		if id != "" {
 			ev["pacer_id"] = id
+		}
+		if campaign != "" {
+			ev["pacer_campaign"] = campaign
 		}
 		if k == "bounce" {
 			ev["status"], ev["reason"], ev["type"] = "5.1.1", "550 5.1.1 The email account that you tried to reach does not exist.", "bounce"

@@ -17,10 +17,11 @@ import (
 
 // Webhooks makes a [Server] send signed status webhooks for the messages
 // it accepted, as the Cloud API does (providers.md §8.2): a "sent" and a
-// "delivered" per message, or a "failed" with 131026 or 131049 for the
-// configured shares of recipients, or with [MessagingLimitCode] for a
-// template past its portfolio's messaging limit (failures the synchronous
-// answer did not show). Each webhook is a POST of one status, signed
+// "delivered" per message (and a "read" for a share of them), or a
+// "failed" with 131026 or 131049 for the configured shares of recipients,
+// or with [MessagingLimitCode] for a template past its portfolio's
+// messaging limit (failures the synchronous answer did not show). Each
+// webhook is a POST of one status, signed
 // X-Hub-Signature-256 with AppSecret, retried until answered 2xx.
 type Webhooks struct {
 	// URL receives the POSTs (a pacer webhook's /webhook/whatsapp).
@@ -34,10 +35,15 @@ type Webhooks struct {
 	// recipient's fate is fixed by a hash of its number, so all its
 	// messages share it.
 	Undeliverable, MarketingLimit float64
+	// Read is the share (0..1) of delivered messages also read: a "read"
+	// status follows their "delivered". A recipient's fate is fixed by a
+	// hash of its number, as above.
+	Read float64
 	// Duplicate is the share (0..1) of webhooks sent twice.
 	Duplicate float64
 	// Reorder is the share (0..1) of messages whose statuses are sent in
-	// reverse order (a "delivered" before its "sent").
+	// reverse order (a "delivered" before its "sent", a "read" before its
+	// "delivered").
 	Reorder float64
 	// Retry is the wait between attempts of a webhook not answered 2xx;
 	// default 100 ms, doubling up to 2 s, for up to Attempts (default 50).
@@ -53,15 +59,15 @@ type Webhooks struct {
 // duplicates not counted twice (FailedLimit: failed with
 // [MessagingLimitCode], past the messaging limit).
 type WebhookStats struct {
-	Posts, Retries, Dropped                     int64
-	Sent, Delivered, Failed131026, Failed131049 int64
-	FailedLimit                                 int64
+	Posts, Retries, Dropped                           int64
+	Sent, Delivered, Read, Failed131026, Failed131049 int64
+	FailedLimit                                       int64
 }
 
 type webhookSender struct {
 	cfg   Webhooks
 	hooks fakeprovider.Hooks
-	kinds [5]atomic.Int64 // sent, delivered, 131026, 131049, MessagingLimitCode
+	kinds [6]atomic.Int64 // sent, delivered, 131026, 131049, MessagingLimitCode, read
 }
 
 // SendWebhooks makes s send status webhooks per cfg for every message it
@@ -85,13 +91,14 @@ func (s *Server) WaitWebhooks(ctx context.Context) (WebhookStats, error) {
 	}
 	posts, retries, dropped, err := h.hooks.Wait(ctx)
 	return WebhookStats{Posts: posts, Retries: retries, Dropped: dropped,
-		Sent: h.kinds[0].Load(), Delivered: h.kinds[1].Load(), Failed131026: h.kinds[2].Load(), Failed131049: h.kinds[3].Load(),
-		FailedLimit: h.kinds[4].Load()}, err
+		Sent: h.kinds[0].Load(), Delivered: h.kinds[1].Load(), Read: h.kinds[5].Load(),
+		Failed131026: h.kinds[2].Load(), Failed131049: h.kinds[3].Load(), FailedLimit: h.kinds[4].Load()}, err
 }
 
-// accepted schedules the webhooks of a message accepted as wamid; over:
-// past its portfolio's messaging limit.
-func (h *webhookSender) accepted(key, to, id, wamid string, over bool, at time.Time) {
+// accepted schedules the webhooks of a message accepted as wamid; cb is
+// the request's biz_opaque_callback_data, echoed in each; over: past its
+// portfolio's messaging limit.
+func (h *webhookSender) accepted(key, to, cb, wamid string, over bool, at time.Time) {
 	type status struct {
 		name string
 		code int
@@ -106,6 +113,8 @@ func (h *webhookSender) accepted(key, to, id, wamid string, over bool, at time.T
 		sts = []status{{"failed", 131026, 2, false}}
 	case x < h.cfg.Undeliverable+h.cfg.MarketingLimit:
 		sts = []status{{"failed", 131049, 3, false}}
+	case x >= 1-h.cfg.Read:
+		sts = append(sts, status{"read", 0, 5, false})
 	}
 	for i := range sts {
 		sts[i].dup = h.hooks.Chance(h.cfg.Duplicate)
@@ -118,7 +127,7 @@ func (h *webhookSender) accepted(key, to, id, wamid string, over bool, at time.T
 	h.hooks.Go(func() {
 		time.Sleep(h.cfg.Delay)
 		for _, st := range sts {
-			body := statusBody(key, to, id, wamid, st.name, st.code, at)
+			body := statusBody(key, to, cb, wamid, st.name, st.code, at)
 			mac := hmac.New(sha256.New, h.cfg.AppSecret)
 			mac.Write(body)
 			sig := "sha256=" + hex.EncodeToString(mac.Sum(nil))
@@ -134,11 +143,11 @@ func (h *webhookSender) accepted(key, to, id, wamid string, over bool, at time.T
 
 // statusBody is a Cloud API status webhook of one status, in the shape
 // Meta documents (entry[].changes[].value.statuses[]).
-func statusBody(key, to, id, wamid, status string, code int, at time.Time) []byte {
+func statusBody(key, to, cb, wamid, status string, code int, at time.Time) []byte {
 	st := map[string]any{"id": wamid, "status": status, "timestamp": strconv.FormatInt(at.Unix(), 10),
 		"recipient_id": strings.TrimPrefix(to, "+")}
-	if id != "" {
-		st["biz_opaque_callback_data"] = id
+	if cb != "" {
+		st["biz_opaque_callback_data"] = cb
 	}
 	if code != 0 {
 		title := map[int]string{131026: "Message undeliverable", 131049: "This message was not delivered to maintain healthy ecosystem engagement.",

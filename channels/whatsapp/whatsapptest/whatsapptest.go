@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
+	"github.com/pacerhq/pacer/channels/whatsapp/callback"
 	"github.com/pacerhq/pacer/internal/answertime"
 )
 
@@ -121,7 +122,7 @@ const (
 type Arrival struct {
 	Key       string    // phone-number ID from the path
 	To        string    // the request's "to"
-	ID        string    // the request's "biz_opaque_callback_data"; "" if absent
+	ID        string    // the envelope id of the request's "biz_opaque_callback_data" (callback.Parse); "" if absent
 	At        time.Time // when it arrived
 	Throttled bool      // answered a throttle (Code) instead of accepted
 	Code      int       // 0 when accepted; 130429, 131056, 80007, or 131000 (a 500 from FailNext)
@@ -414,7 +415,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, 100, "(#100) Invalid parameter", "to is required")
 		return
 	}
-	id, _ := body["biz_opaque_callback_data"].(string)
+	cb, _ := body["biz_opaque_callback_data"].(string)
+	id, _ := callback.Parse(cb)
 	key := r.PathValue("key")
 
 	s.mu.Lock()
@@ -460,7 +462,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	hooks := s.hooks
 	s.mu.Unlock()
 	if hooks != nil {
-		hooks.accepted(key, to, id, wamid, over, time.Now())
+		hooks.accepted(key, to, cb, wamid, over, time.Now())
 	}
 	fakeprovider.WriteJSON(w, http.StatusOK, success{
 		MessagingProduct: "whatsapp",

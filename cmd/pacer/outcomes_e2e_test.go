@@ -1,0 +1,115 @@
+//go:build e2e
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+// TestWebhookCampaignOutcomesEndToEnd: through real `pacer run` and
+// `pacer webhook` processes, real Kafka and redis-server. The WhatsApp
+// fake sends its status webhooks late, every one twice, and half of the
+// messages' statuses in reverse order (a read before its delivered);
+// shares of recipients fail 131026 or 131049 and a share read. `campaign
+// status --json` then reports exactly the delivered-to-device, read and
+// failed counts the fake decided, each message once.
+func TestWebhookCampaignOutcomesEndToEnd(t *testing.T) {
+	e := newE2E(t, whatsapptest.Config{})
+	secret := "e2e-app-secret"
+	wh := startPacer(t, e.env("PACER_WEBHOOK_ADDR=127.0.0.1:0", "PACER_WEBHOOK_WHATSAPP_APP_SECRET="+secret,
+		"PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN=e2e-verify", "PACER_WEBHOOK_GROUP=wh-"+e.prefix, "PACER_WEBHOOK_PARTITIONS=2"), "webhook")
+	e.fake.SendWebhooks(whatsapptest.Webhooks{URL: "http://" + wh.metricsAddr(t) + "/webhook/whatsapp", AppSecret: []byte(secret),
+		Undeliverable: 0.15, MarketingLimit: 0.1, Read: 0.4, Duplicate: 1, Reorder: 0.5, Delay: 200 * time.Millisecond})
+
+	const n = 150
+	key := "1065" + e.prefix[len(e.prefix)-8:]
+	var b strings.Builder
+	// The events topic is shared by every run on the broker, and a new
+	// group reads it from the start: this run's campaign and ids are its
+	// own, so earlier runs' events count elsewhere.
+	campaign := "oc:" + e.prefix
+	for i := range n {
+		fmt.Fprintf(&b, `{"id":"%s-%d","key":%q,"to":"1555%07d","campaign":%q,"payload":{"type":"text","text":{"body":"m"}}}`+"\n",
+			e.prefix, i, key, i, campaign)
+	}
+	p := e.run()
+	if code, _, errOut := e.publish(b.String()); code != 0 {
+		t.Fatalf("publish: %d %s", code, errOut)
+	}
+	e.waitDelivered(n, 90*time.Second, p, wh)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	fs, err := e.fake.WaitWebhooks(ctx)
+	if err != nil || fs.Dropped != 0 {
+		t.Fatalf("webhooks %+v: %v", fs, err)
+	}
+	if d, dups := e.delivered(); d != n || dups != 0 {
+		t.Fatalf("the fake accepted %d messages (%d twice), want %d once", d, dups, n)
+	}
+	if fs.Read < 20 || fs.Failed131026 < 5 || fs.Failed131049 < 3 || fs.Delivered+fs.Failed131026+fs.Failed131049 != n {
+		t.Fatalf("the fake decided %+v; want about 40%% read, 15%% 131026, 10%% 131049 of %d", fs, n)
+	}
+
+	type status struct {
+		DeviceDelivered int64            `json:"device_delivered"`
+		Read            int64            `json:"read"`
+		Failed          map[string]int64 `json:"failed"`
+		Bounced         map[string]int64 `json:"bounced"`
+		Suppressed      map[string]int64 `json:"suppressed"`
+	}
+	want := status{DeviceDelivered: fs.Delivered, Read: fs.Read,
+		Failed:     map[string]int64{"131026": fs.Failed131026, "131049": fs.Failed131049},
+		Bounced:    map[string]int64{},
+		Suppressed: map[string]int64{"undeliverable": fs.Failed131026, "marketing-limit": fs.Failed131049}}
+	read := func() status {
+		var st status
+		if err := json.Unmarshal([]byte(e.cli("campaign", "status", "--channel", "whatsapp", "--campaign", campaign, "--json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	same := func(a, b status) bool {
+		return a.DeviceDelivered == b.DeviceDelivered && a.Read == b.Read && maps.Equal(a.Failed, b.Failed) &&
+			maps.Equal(a.Bounced, b.Bounced) && maps.Equal(a.Suppressed, b.Suppressed)
+	}
+	// Every webhook was answered 200, so its event is in Kafka: once the
+	// outcome group has no lag, every one (each twice) has been applied
+	// and committed, and a count of more would show.
+	adm := kadm.NewClient(newKafkaClient(t, e.brokers))
+	group := "wh-" + e.prefix
+	if !waitFor(60*time.Second, func() bool {
+		lags, err := adm.Lag(context.Background(), group)
+		return err == nil && lags[group].Lag.Total() == 0 && len(lags[group].Lag) > 0
+	}) {
+		t.Fatalf("the outcome group %s still lags after 60 s\n%s", group, wh.logs())
+	}
+	var got status
+	if got = read(); !same(got, want) {
+		t.Fatalf("campaign status --json outcomes %+v; want %+v (what the fake decided, each message once)\n%s", got, want, wh.logs())
+	}
+	if v := wh.mustMetric(t, `pacer_webhook_outcomes_total{channel="whatsapp",outcome="device_delivered",result="duplicate"}`); v < float64(fs.Delivered) {
+		t.Errorf("device_delivered duplicates %v, want at least %d (every webhook came twice)", v, fs.Delivered)
+	}
+	text := e.cli("campaign", "status", "--channel", "whatsapp", "--campaign", campaign)
+	for _, line := range []string{
+		fmt.Sprintf("  on device     %d ", fs.Delivered), fmt.Sprintf("  read          %d\n", fs.Read),
+		fmt.Sprintf("  failed        %d\n", fs.Failed131026+fs.Failed131049), fmt.Sprintf("    131026               %d\n", fs.Failed131026),
+	} {
+		if !strings.Contains(text, line) {
+			t.Errorf("campaign status lacks %q:\n%s", line, text)
+		}
+	}
+	t.Logf("%d messages: %d delivered (%d read), %d failed 131026, %d failed 131049; %d webhooks posted; campaign status %+v",
+		n, fs.Delivered, fs.Read, fs.Failed131026, fs.Failed131049, fs.Posts, got)
+	p.stop(t)
+	wh.stop(t)
+}
