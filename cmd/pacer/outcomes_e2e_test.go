@@ -24,11 +24,8 @@ import (
 // failed counts the fake decided, each message once.
 func TestWebhookCampaignOutcomesEndToEnd(t *testing.T) {
 	e := newE2E(t, whatsapptest.Config{})
-	secret := "e2e-app-secret"
-	wh := startPacer(t, e.env("PACER_WEBHOOK_ADDR=127.0.0.1:0", "PACER_WEBHOOK_WHATSAPP_APP_SECRET="+secret,
-		"PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN=e2e-verify", "PACER_WEBHOOK_GROUP=wh-"+e.prefix, "PACER_WEBHOOK_PARTITIONS=2"), "webhook")
-	e.fake.SendWebhooks(whatsapptest.Webhooks{URL: "http://" + wh.metricsAddr(t) + "/webhook/whatsapp", AppSecret: []byte(secret),
-		Undeliverable: 0.15, MarketingLimit: 0.1, Read: 0.4, Duplicate: 1, Reorder: 0.5, Delay: 200 * time.Millisecond})
+	wh, _ := e.startWebhook(t, whatsapptest.Webhooks{Undeliverable: 0.15, MarketingLimit: 0.1, Read: 0.4, Duplicate: 1, Reorder: 0.5,
+		Delay: 200 * time.Millisecond})
 
 	const n = 150
 	key := "1065" + e.prefix[len(e.prefix)-8:]

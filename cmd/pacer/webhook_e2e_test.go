@@ -26,12 +26,7 @@ import (
 // signed webhook is refused and counted.
 func TestWebhookSuppressionEndToEnd(t *testing.T) {
 	e := newE2E(t, whatsapptest.Config{})
-	secret := "e2e-app-secret"
-	wh := startPacer(t, e.env("PACER_WEBHOOK_ADDR=127.0.0.1:0", "PACER_WEBHOOK_WHATSAPP_APP_SECRET="+secret,
-		"PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN=e2e-verify", "PACER_WEBHOOK_GROUP=wh-"+e.prefix, "PACER_WEBHOOK_PARTITIONS=2"), "webhook")
-	base := "http://" + wh.metricsAddr(t)
-	e.fake.SendWebhooks(whatsapptest.Webhooks{URL: base + "/webhook/whatsapp", AppSecret: []byte(secret),
-		Undeliverable: 0.2, Duplicate: 1, Reorder: 0.3, Delay: 50 * time.Millisecond})
+	wh, base := e.startWebhook(t, whatsapptest.Webhooks{Undeliverable: 0.2, Duplicate: 1, Reorder: 0.3, Delay: 50 * time.Millisecond})
 
 	if code, body := httpGet(t, base+"/webhook/whatsapp?hub.mode=subscribe&hub.verify_token=e2e-verify&hub.challenge=77"); code != 200 || body != "77" {
 		t.Fatalf("handshake: %d %q, want 200 77", code, body)
@@ -133,7 +128,7 @@ func TestWebhookSuppressionEndToEnd(t *testing.T) {
 // status` shows and `pacer portfolio resume` ends.
 func TestWebhookThroughputAndQualityEndToEnd(t *testing.T) {
 	e := newE2E(t, whatsapptest.Config{})
-	secret := "e2e-app-secret"
+	secret := webhookSecret
 	wh := startPacer(t, e.env("PACER_WEBHOOK_ADDR=127.0.0.1:0", "PACER_WEBHOOK_WHATSAPP_APP_SECRET="+secret,
 		"PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN=e2e-verify", "PACER_WEBHOOK_GROUP=wh-"+e.prefix, "PACER_WEBHOOK_PARTITIONS=2",
 		"PACER_WEBHOOK_QUALITY_PAUSE=true"), "webhook")
@@ -198,4 +193,22 @@ func TestWebhookThroughputAndQualityEndToEnd(t *testing.T) {
 	if out := status(); !strings.Contains(out, "quality:  FLAGGED at 2027-01-15T08:00:00Z\n") {
 		t.Errorf("portfolio status after resume: %q; want FLAGGED, not paused", out)
 	}
+}
+
+// webhookSecret is the WhatsApp app secret of the e2e tests' `pacer
+// webhook`.
+const webhookSecret = "e2e-app-secret"
+
+// startWebhook starts a `pacer webhook` of e's settings (the WhatsApp app
+// secret webhookSecret, verify token e2e-verify, its own group) and makes
+// e's fake send its status webhooks there, as hooks says (its URL and
+// AppSecret filled in). It returns the process and its base URL.
+func (e *e2e) startWebhook(t *testing.T, hooks whatsapptest.Webhooks) (*proc, string) {
+	t.Helper()
+	wh := startPacer(t, e.env("PACER_WEBHOOK_ADDR=127.0.0.1:0", "PACER_WEBHOOK_WHATSAPP_APP_SECRET="+webhookSecret,
+		"PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN=e2e-verify", "PACER_WEBHOOK_GROUP=wh-"+e.prefix, "PACER_WEBHOOK_PARTITIONS=2"), "webhook")
+	base := "http://" + wh.metricsAddr(t)
+	hooks.URL, hooks.AppSecret = base+"/webhook/whatsapp", []byte(webhookSecret)
+	e.fake.SendWebhooks(hooks)
+	return wh, base
 }

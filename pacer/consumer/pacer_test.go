@@ -898,32 +898,12 @@ func TestMaxCooldownCapsRetryAndRequeue(t *testing.T) {
 	})
 
 	// The copies on the retry topics carry their due time.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.kc.ListenAddrs()...), kgo.ConsumeTopics("pacer.test.retry.1", "pacer.test.retry.2"),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	due := map[string]time.Duration{} // envelope id => due - start
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for len(due) < 2 && ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
-			for _, hd := range r.Headers {
-				if hd.Key == "pacer-due" {
-					var ms int64
-					fmt.Sscan(string(hd.Value), &ms)
-					id := "flaky"
-					if strings.Contains(string(r.Value), "cooled") {
-						id = "cooled"
-					}
-					if _, seen := due[id]; !seen {
-						due[id] = time.UnixMilli(ms).Sub(start)
-					}
-				}
-			}
-		})
-	}
+	due := h.dueTimes(t, start, []string{"pacer.test.retry.1", "pacer.test.retry.2"}, func(v string) string {
+		if strings.Contains(v, "cooled") {
+			return "cooled"
+		}
+		return "flaky"
+	})
 	// A requeue adds up to a tenth of jitter; the run took a few seconds at most.
 	for _, id := range []string{"flaky", "cooled"} {
 		d, ok := due[id]
@@ -1201,7 +1181,27 @@ func TestServerRetryFloor(t *testing.T) {
 	h.produce(env("server"), env("network"))
 	h.run(func() bool { return h.counter("pacer_retries_total") == 2 })
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.kc.ListenAddrs()...), kgo.ConsumeTopics("pacer.test.retry.1"),
+	due := h.dueTimes(t, start, []string{"pacer.test.retry.1"}, func(v string) string {
+		if strings.Contains(v, `"server"`) {
+			return "server"
+		}
+		return "network"
+	})
+	// The run took a few seconds at most on a loaded machine.
+	if d, ok := due["server"]; !ok || d < least || d > least*6/5+5*time.Second {
+		t.Errorf("server error: due %v after the start (found %v), want %v..%v", d.Round(time.Millisecond), ok, least, least*6/5)
+	}
+	if tier := h.cfg.RetryDelays[0]; !func() bool { d, ok := due["network"]; return ok && d >= tier*4/5 && d <= tier*6/5+5*time.Second }() {
+		t.Errorf("a 400: due %v after the start, want the first tier's %v ±20%%", due["network"].Round(time.Millisecond), tier)
+	}
+}
+
+// dueTimes reads the retry copies on topics for up to 5 s, until it has
+// two ids (idOf names a copy's envelope id from its value), and returns
+// each id's first pacer-due header as a time since start.
+func (h *harness) dueTimes(t *testing.T, start time.Time, topics []string, idOf func(value string) string) map[string]time.Duration {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.kc.ListenAddrs()...), kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
@@ -1216,20 +1216,12 @@ func TestServerRetryFloor(t *testing.T) {
 				if hd.Key == "pacer-due" {
 					var ms int64
 					fmt.Sscan(string(hd.Value), &ms)
-					id := "network"
-					if strings.Contains(string(r.Value), `"server"`) {
-						id = "server"
+					if id := idOf(string(r.Value)); due[id] == 0 {
+						due[id] = time.UnixMilli(ms).Sub(start)
 					}
-					due[id] = time.UnixMilli(ms).Sub(start)
 				}
 			}
 		})
 	}
-	// The run took a few seconds at most on a loaded machine.
-	if d, ok := due["server"]; !ok || d < least || d > least*6/5+5*time.Second {
-		t.Errorf("server error: due %v after the start (found %v), want %v..%v", d.Round(time.Millisecond), ok, least, least*6/5)
-	}
-	if tier := h.cfg.RetryDelays[0]; !func() bool { d, ok := due["network"]; return ok && d >= tier*4/5 && d <= tier*6/5+5*time.Second }() {
-		t.Errorf("a 400: due %v after the start, want the first tier's %v ±20%%", due["network"].Round(time.Millisecond), tier)
-	}
+	return due
 }

@@ -530,29 +530,11 @@ func campaignCounts(rdb redis.UniversalClient, keys bucket.Keys) ledger.CountWri
 // mark, none marked without its count. Also under Redis Cluster, where the
 // count's key is in another slot than the marks'.
 func TestBatcherCountsWithMarks(t *testing.T) {
-	type target struct {
-		rdb  redis.UniversalClient
-		keys bucket.Keys
-	}
-	targets := map[string]target{}
-	for name, s := range servers(t) {
-		targets[name] = target{s.rdb, s.keys}
-	}
-	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
-	t.Cleanup(func() { cl.Close() })
-	targets["cluster"] = target{cl, bucket.NewKeys("tbk" + time.Now().Format("150405.000000"))}
-	for name, s := range targets {
+	for name, s := range countTargets(t, "tbk") {
 		t.Run(name, func(t *testing.T) {
 			var kill killSwitch
 			kill.after = 3
-			var rdb redis.UniversalClient
-			switch c := s.rdb.(type) { // the process's own connections
-			case *redis.Client:
-				rdb = redis.NewClient(&redis.Options{Addr: c.Options().Addr, DB: c.Options().DB})
-			case *redis.ClusterClient:
-				rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
-			}
-			defer rdb.Close()
+			rdb := ownClient(t, s.rdb)
 			rdb.AddHook(&kill)
 			counter := s.keys.Campaign("whatsapp", "spring")
 			b := ledger.NewBatcher(rdb, s.keys, ledger.BatchConfig{FlushInterval: time.Millisecond, Count: campaignCounts(rdb, s.keys)})
@@ -738,27 +720,9 @@ func (h *lostAnswer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // queued exactly (not 4,008 of 4,000), on miniredis, redis-server and
 // Redis Cluster (the token's key in the counters' slot).
 func TestBatcherCountsAnswerLost(t *testing.T) {
-	type target struct {
-		rdb  redis.UniversalClient
-		keys bucket.Keys
-	}
-	targets := map[string]target{}
-	for name, s := range servers(t) {
-		targets[name] = target{s.rdb, s.keys}
-	}
-	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
-	t.Cleanup(func() { cl.Close() })
-	targets["cluster"] = target{cl, bucket.NewKeys("tbl" + time.Now().Format("150405.000000"))}
-	for name, s := range targets {
+	for name, s := range countTargets(t, "tbl") {
 		t.Run(name, func(t *testing.T) {
-			var rdb redis.UniversalClient
-			switch c := s.rdb.(type) { // the process's own connections
-			case *redis.Client:
-				rdb = redis.NewClient(&redis.Options{Addr: c.Options().Addr, DB: c.Options().DB})
-			case *redis.ClusterClient:
-				rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
-			}
-			defer rdb.Close()
+			rdb := ownClient(t, s.rdb)
 			var hook lostAnswer
 			rdb.AddHook(&hook)
 			var reported atomic.Int64
@@ -970,4 +934,37 @@ func TestBatcherAfterWritten(t *testing.T) {
 			t.Errorf("waiter %s saw the mark %q, want it written (d:w)", name, v)
 		}
 	}
+}
+
+// countTarget is a Redis to write campaign counts to, with its keys.
+type countTarget struct {
+	rdb  redis.UniversalClient
+	keys bucket.Keys
+}
+
+// countTargets returns the servers of [servers] and Redis Cluster (keys
+// under prefix and the time), by name.
+func countTargets(t *testing.T, prefix string) map[string]countTarget {
+	targets := map[string]countTarget{}
+	for name, s := range servers(t) {
+		targets[name] = countTarget{s.rdb, s.keys}
+	}
+	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
+	t.Cleanup(func() { cl.Close() })
+	targets["cluster"] = countTarget{cl, bucket.NewKeys(prefix + time.Now().Format("150405.000000"))}
+	return targets
+}
+
+// ownClient returns a client of its own (a process's own connections) to
+// the server or cluster rdb talks to, closed when t ends.
+func ownClient(t *testing.T, rdb redis.UniversalClient) redis.UniversalClient {
+	var own redis.UniversalClient
+	switch c := rdb.(type) {
+	case *redis.Client:
+		own = redis.NewClient(&redis.Options{Addr: c.Options().Addr, DB: c.Options().DB})
+	case *redis.ClusterClient:
+		own = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
+	}
+	t.Cleanup(func() { own.Close() })
+	return own
 }
