@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/pacerhq/pacer/channels/whatsapp/callback"
 	"io"
 	"net/http"
 	"net/url"
@@ -176,7 +175,7 @@ func New(cfg Config) (*Client, error) {
 // Send posts m to /{version}/{m.Key}/messages. The body is m.Payload (a JSON
 // object, or empty) with messaging_product "whatsapp", recipient_type
 // "individual" and to m.To set over it, and biz_opaque_callback_data
-// [callback.Data](m.ID, m.Campaign) added unless the payload sets it (Meta
+// [channels.CallbackData](m.ID, m.Campaign) added unless the payload sets it (Meta
 // echoes it in status webhooks).
 //
 // On HTTP 2xx with messages[0].id, Send returns that wamid as
@@ -373,7 +372,7 @@ func appendRequestBody(dst []byte, m channels.Message) ([]byte, bool) {
 		}
 		dst = append(append(dst, `,"biz_opaque_callback_data":`...), own...)
 	case m.ID != "":
-		cb := callback.Data(m.ID, m.Campaign)
+		cb := channels.CallbackData(m.ID, m.Campaign)
 		if utf8.RuneCountInString(cb) > MaxCallbackData {
 			return nil, false
 		}
@@ -412,7 +411,7 @@ func requestBodyMap(m channels.Message) ([]byte, error) {
 	set("recipient_type", "individual")
 	set("to", m.To)
 	if _, ok := fields["biz_opaque_callback_data"]; !ok && m.ID != "" {
-		set("biz_opaque_callback_data", callback.Data(m.ID, m.Campaign))
+		set("biz_opaque_callback_data", channels.CallbackData(m.ID, m.Campaign))
 	}
 	if raw, ok := fields["biz_opaque_callback_data"]; ok {
 		var v string
@@ -428,12 +427,12 @@ func requestBodyMap(m channels.Message) ([]byte, error) {
 
 // MaxCallbackData is the longest biz_opaque_callback_data the Cloud API
 // takes, in characters. Send puts the envelope id and campaign there
-// ([callback.Data] leaves a campaign out rather than exceed it), so only a
+// ([channels.CallbackData] leaves a campaign out rather than exceed it), so only a
 // payload that sets the field itself can exceed it.
 //
 // Source: https://developers.facebook.com/docs/whatsapp/cloud-api/reference/messages
 // (biz_opaque_callback_data: "Maximum 512 characters").
-const MaxCallbackData = callback.MaxLen
+const MaxCallbackData = channels.MaxCallbackLen
 
 // CodeCallbackDataTooLong is the Code of the Permanent error Send returns,
 // without a request, for a biz_opaque_callback_data that is not a string

@@ -42,7 +42,7 @@ type Event struct {
 	// (phone_number_quality_update).
 	Kind string `json:"kind"`
 	// Message is the envelope id the send carried
-	// (biz_opaque_callback_data, read by callback.Parse;
+	// (biz_opaque_callback_data, read by channels.ParseCallbackData;
 	// custom_args.pacer_id); "" if absent.
 	Message string `json:"message,omitempty"`
 	// Campaign is the envelope's campaign the send carried

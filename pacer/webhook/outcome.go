@@ -167,7 +167,7 @@ func (o *Outcomes) Apply(ctx context.Context, evs []Event) error {
 		return err
 	}
 	for _, ev := range evs {
-		o.m.applied.WithLabelValues(label(ev.Channel, channels), label(ev.Kind, kinds)).Inc()
+		o.m.applied.WithLabelValues(label(ev.Channel, knownChannels), label(ev.Kind, kinds)).Inc()
 	}
 	return nil
 }
@@ -203,7 +203,7 @@ func (o *Outcomes) count(ctx context.Context, evs []Event) error {
 			}
 			for i, r := range got {
 				result := map[int]string{1: "counted", 0: "duplicate", -1: "refused"}[r]
-				o.m.counted.WithLabelValues(label(ch, channels), outs[i].Kind, result).Inc()
+				o.m.counted.WithLabelValues(label(ch, knownChannels), outs[i].Kind, result).Inc()
 				if r < 0 {
 					o.log.Warn("campaign outcome not counted: the campaign's key holds another type than a hash",
 						"channel", ch, "campaign", outs[i].Campaign, "outcome", outs[i].Kind)
@@ -215,11 +215,11 @@ func (o *Outcomes) count(ctx context.Context, evs []Event) error {
 	return nil
 }
 
-// channels and kinds bound the labels of pacer_webhook_events_applied_total:
+// knownChannels and kinds bound the labels of pacer_webhook_events_applied_total:
 // a record someone else wrote to an events topic may say anything.
 var (
-	channels = map[string]bool{"whatsapp": true, "sendgrid": true}
-	kinds    = map[string]bool{"sent": true, "delivered": true, "read": true, "failed": true, "processed": true, "deferred": true,
+	knownChannels = map[string]bool{"whatsapp": true, "sendgrid": true}
+	kinds         = map[string]bool{"sent": true, "delivered": true, "read": true, "failed": true, "processed": true, "deferred": true,
 		"bounce": true, "dropped": true, "spamreport": true, "unsubscribe": true, "group_unsubscribe": true,
 		"open": true, "click": true, "group_resubscribe": true, "tier": true, "quality": true}
 )

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pacerhq/pacer/channels/whatsapp/callback"
+	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/suppress"
 )
@@ -144,7 +144,7 @@ func parseWhatsApp(body []byte) ([]Event, error) {
 				if s.RecipientID == "" {
 					return nil, fmt.Errorf("%s.recipient_id: missing", at)
 				}
-				id, campaign := callback.Parse(s.Callback)
+				id, campaign := channels.ParseCallbackData(s.Callback)
 				ev := Event{ID: s.ID + ":" + s.Status, Channel: "whatsapp", Key: key, Kind: s.Status, Message: id, Campaign: campaign,
 					ProviderID: s.ID, At: time.Unix(sec, 0).UTC(), Recipients: waRecipients(s.RecipientID),
 					Number: c.Value.Metadata.DisplayPhoneNumber}

@@ -43,8 +43,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/channels/internal/fakeprovider"
-	"github.com/pacerhq/pacer/channels/whatsapp/callback"
 	"github.com/pacerhq/pacer/internal/answertime"
 )
 
@@ -122,7 +122,7 @@ const (
 type Arrival struct {
 	Key       string    // phone-number ID from the path
 	To        string    // the request's "to"
-	ID        string    // the envelope id of the request's "biz_opaque_callback_data" (callback.Parse); "" if absent
+	ID        string    // the envelope id of the request's "biz_opaque_callback_data" (channels.ParseCallbackData); "" if absent
 	At        time.Time // when it arrived
 	Throttled bool      // answered a throttle (Code) instead of accepted
 	Code      int       // 0 when accepted; 130429, 131056, 80007, or 131000 (a 500 from FailNext)
@@ -416,7 +416,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cb, _ := body["biz_opaque_callback_data"].(string)
-	id, _ := callback.Parse(cb)
+	id, _ := channels.ParseCallbackData(cb)
 	key := r.PathValue("key")
 
 	s.mu.Lock()
