@@ -179,11 +179,21 @@ func TestWebhookThroughputAndQualityEndToEnd(t *testing.T) {
 	}
 	t.Logf("limit raised %v after the POST: %s", time.Since(start), strings.TrimSpace(limit()))
 
-	post(quality("FLAGGED"))
 	status := func() string {
 		_, out, _ := runCLI(env, "portfolio", "status", "--channel", "whatsapp", "--portfolio", "acme")
 		return out
 	}
+	// A tier announced by business_capability_update is the guard's tier
+	// (read from Redis at every admission) within 1 s of the POST.
+	start = time.Now()
+	post(`{"object":"whatsapp_business_account","entry":[{"id":"` + account + `","time":1800000000,"changes":[{"field":"business_capability_update",` +
+		`"value":{"max_daily_conversation_per_phone":-1,"max_daily_conversations_per_business":"TIER_10K"}}]}]}`)
+	if !waitFor(time.Second-time.Since(start), func() bool { return strings.Contains(status(), "tier:     10000") }) {
+		t.Fatalf("1 s after business_capability_update TIER_10K, portfolio status says %q; want tier 10000\n%s", status(), wh.logs())
+	}
+	t.Logf("tier set %v after the POST", time.Since(start))
+
+	post(quality("FLAGGED"))
 	if !waitFor(30*time.Second, func() bool { return strings.Contains(status(), "FLAGGED at 2027-01-15T08:00:00Z; marketing PAUSED") }) {
 		t.Fatalf("portfolio status after FLAGGED: %q; want marketing paused\n%s", status(), wh.logs())
 	}
