@@ -89,8 +89,9 @@ func parseSendGrid(body []byte, key string) ([]Event, error) {
 	for i, m := range raw {
 		kind, email := str(m, "event"), str(m, "email")
 		if !sgEvents[kind] {
-			// open, click and events SendGrid adds later are skipped:
-			// refusing the batch would lose the bounces beside them.
+			// Events SendGrid adds later are skipped: refusing the batch
+			// would lose the bounces beside them. (open counts as read,
+			// click counts nothing.)
 			continue
 		}
 		if email == "" {
