@@ -113,14 +113,14 @@ func TestStatusPageLiveCampaign(t *testing.T) {
 		t.Fatalf("the campaign was over (%d delivered) before the page was read: the test shows nothing live", accepted)
 	}
 
-	// campaign | state | delivered / published | progress | remaining | dead-lettered | achieved/s | ETA
+	// campaign | state | delivered / published | progress | remaining | dead-lettered | outcomes | achieved/s | ETA
 	c := domRow(dom, "data-campaign", "spring-live")
-	if len(c) != 8 {
+	if len(c) != 9 {
 		t.Fatalf("campaign row %q; page:\n%s", c, dom)
 	}
 	dp := strings.Split(c[2], " / ")
-	if c[1] != "running" || len(dp) != 2 || num(t, dp[1]) != 2*per || c[5] != "0" {
-		t.Errorf("campaign row %q: want running, published %d, nothing dead-lettered", c, 2*per)
+	if c[1] != "running" || len(dp) != 2 || num(t, dp[1]) != 2*per || c[5] != "0" || c[6] != "—" {
+		t.Errorf("campaign row %q: want running, published %d, nothing dead-lettered, no webhook outcomes (none sent)", c, 2*per)
 	}
 	delivered := num(t, dp[0])
 	if delivered < float64(before.Delivered) || delivered > float64(accepted) {
@@ -129,11 +129,11 @@ func TestStatusPageLiveCampaign(t *testing.T) {
 	if rem := num(t, c[4]); rem != 2*per-delivered {
 		t.Errorf("remaining %v, want published - delivered = %v", rem, 2*per-delivered)
 	}
-	if ach := num(t, c[6]); ach < 0.5*2*rate || ach > 2*rate+5 {
+	if ach := num(t, c[7]); ach < 0.5*2*rate || ach > 2*rate+5 {
 		t.Errorf("achieved %v msgs/s, want about %d (two numbers at %d)", ach, 2*rate, rate)
 	}
-	if !regexp.MustCompile(`^\d+(\.\d)? s$`).MatchString(c[7]) {
-		t.Errorf("ETA %q, want seconds", c[7])
+	if !regexp.MustCompile(`^\d+(\.\d)? s$`).MatchString(c[8]) {
+		t.Errorf("ETA %q, want seconds", c[8])
 	}
 	// key | limit | rate | achieved | utilization | tokens | cooldown | breaker | backlog | replicas
 	for _, k := range keys {
