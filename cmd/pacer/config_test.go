@@ -204,6 +204,30 @@ func TestRunExitCodes(t *testing.T) {
 	})
 }
 
+// TestOpsPathsGetOnly: the ops paths of `pacer run` and `pacer webhook`
+// answer GET and HEAD; another method gets a 405 problem+json with Allow.
+func TestOpsPathsGetOnly(t *testing.T) {
+	h := opsHandler(prometheus.NewRegistry(), func() bool { return true })
+	for _, p := range []string{"/metrics", "/healthz", "/readyz"} {
+		for _, m := range []string{"GET", "HEAD"} {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(m, p, nil))
+			if rec.Code != http.StatusOK {
+				t.Errorf("%s %s: %d, want 200", m, p, rec.Code)
+			}
+		}
+		for _, m := range []string{"POST", "DELETE", "PUT"} {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(m, p, strings.NewReader("x")))
+			if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != "GET, HEAD" ||
+				rec.Header().Get("Content-Type") != "application/problem+json" || !strings.Contains(rec.Body.String(), m+" is not allowed on "+p) {
+				t.Errorf("%s %s: %d, Allow %q, %q %q; want 405 problem+json, Allow GET, HEAD", m, p, rec.Code, rec.Header().Get("Allow"),
+					rec.Header().Get("Content-Type"), rec.Body)
+			}
+		}
+	}
+}
+
 // TestPprofOnlyWhenAsked: the ops server serves Go's profiles only with
 // PACER_PPROF (registerPprof), never by default.
 func TestPprofOnlyWhenAsked(t *testing.T) {

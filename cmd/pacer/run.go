@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -193,16 +194,31 @@ func opsHandler(reg *prometheus.Registry, ready func() bool, extra ...func(*http
 	for _, add := range extra {
 		add(mux)
 	}
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ready\n")
 	})
+	// GET (and HEAD) only, as on `pacer ingest`'s ops paths: another
+	// method is a 405 problem+json naming what is allowed.
+	for _, p := range []string{"/metrics", "/healthz", "/readyz"} {
+		mux.HandleFunc(p, opsNotAllowed)
+	}
 	return mux
+}
+
+// opsNotAllowed answers a method other than GET or HEAD on an ops path:
+// 405, Allow, and an RFC 9457 problem naming the method and the path.
+func opsNotAllowed(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", "GET, HEAD")
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(http.StatusMethodNotAllowed)
+	json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": "Method Not Allowed", "status": http.StatusMethodNotAllowed,
+		"detail": fmt.Sprintf("%s is not allowed on %s; allowed: GET, HEAD", r.Method, r.URL.Path)})
 }
 
 // registerPprof serves Go's runtime profiles under /debug/pprof/
