@@ -108,6 +108,7 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_WHATSAPP_RATE", "1e308"},
 		{"PACER_INFLIGHT", "0"},
 		{"PACER_WHATSAPP_PAIR_RATE", "-1"},
+		{"PACER_WHATSAPP_PAIR_BURST", "-1"},
 		{"PACER_REDIS_SENTINEL_MASTER", "mymaster"},
 		{"PACER_RETRY_DELAYS", ","},
 		{"PACER_AIMD_FLOOR", "20000"},

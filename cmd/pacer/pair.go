@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +31,9 @@ func readPair(prefix string, r *recipientBucket, get func(name, def string) stri
 		return ledger.Pair{}, nil
 	}
 	burst, err := strconv.Atoi(strings.TrimSpace(get(prefix+"BURST", strconv.Itoa(r.limit.Burst))))
+	if err == nil && burst < 0 { // 0 and non-numbers are said by the recipient bucket's check
+		return ledger.Pair{}, &configError{prefix + "BURST", fmt.Sprintf("must be at least 1 (the pair limit's burst; default %d)", r.limit.Burst)}
+	}
 	if err != nil || burst < 1 {
 		burst = r.limit.Burst
 	}

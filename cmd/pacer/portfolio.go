@@ -165,7 +165,7 @@ func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	if cfg.PortfolioWindow != portfolio.Window {
 		window = cfg.PortfolioWindow.String() // PACER_PORTFOLIO_WINDOW, for tests and demonstrations
 	}
-	fmt.Fprintf(stdout, "portfolio %s\n  keys:     %s\n  tier:     %s\n  used:     %s unique recipients in the last %s\n  oldest:   leaves the window at %s\n  deferred: %d messages (ever)\n  quality:  %s\n",
+	fmt.Fprintf(stdout, "portfolio %s\n  keys:     %s\n  tier:     %s\n  used:     %s unique recipients in the last %s\n  oldest:   leaves the window at %s\n  deferred: %d deferrals (ever; a message deferred again counts again)\n  quality:  %s\n",
 		quoteText(s.Portfolio), strings.Join(s.Keys, " "), portfolio.TierString(s.Tier), used, window, oldest, s.Deferred, qualityText(s))
 	return nil
 }

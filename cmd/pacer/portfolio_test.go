@@ -57,7 +57,7 @@ func TestPortfolioSetStatus(t *testing.T) {
 		}
 	}
 	code, out, errs := runCLI(env, "portfolio", "status", "--channel", "whatsapp", "--portfolio", "acme")
-	if code != 0 || !strings.Contains(out, "used:     1 (0%)") || !strings.Contains(out, "oldest:   leaves the window at 20") || !strings.Contains(out, "deferred: 1 messages") ||
+	if code != 0 || !strings.Contains(out, "used:     1 (0%)") || !strings.Contains(out, "oldest:   leaves the window at 20") || !strings.Contains(out, "deferred: 1 deferrals") ||
 		!strings.Contains(out, "quality:  FLAGGED at 2027-01-15T08:00:00Z; marketing PAUSED (pacer portfolio resume --portfolio acme)") {
 		t.Errorf("status after FLAGGED: exit %d, %q %q", code, out, errs)
 	}

@@ -74,7 +74,8 @@ func (s *Store) WithWindow(d time.Duration) *Store {
 
 // ParseTier reads a tier: a positive number of recipients ("250",
 // "2000"), WhatsApp's names ("TIER_250", "TIER_2K", "TIER_10K",
-// "TIER_100K", "TIER_UNLIMITED", also without "TIER_") or "unlimited".
+// "TIER_100K", "TIER_UNLIMITED", also without "TIER_"; any "TIER_<n>K" is
+// n thousand) or "unlimited".
 // Anything else is an error wrapping [ErrInvalid].
 func ParseTier(s string) (int, error) {
 	u := strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(s)), "TIER_")
@@ -88,7 +89,12 @@ func ParseTier(s string) (int, error) {
 	case "100K":
 		return 100000, nil
 	}
+	mult := 1
+	if k, ok := strings.CutSuffix(u, "K"); ok { // TIER_1K and names Meta adds later
+		u, mult = k, 1000
+	}
 	n, err := strconv.Atoi(u)
+	n *= mult
 	if err != nil || n < 1 {
 		return 0, fmt.Errorf("%w: tier %q is not a positive number of recipients, TIER_250 ... TIER_100K or unlimited", ErrInvalid, s)
 	}

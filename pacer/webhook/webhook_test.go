@@ -519,8 +519,28 @@ func TestCapabilityTier(t *testing.T) {
 	if err != nil || len(evs) != 1 || evs[0].Kind != "tier" || evs[0].Account != "1029" || evs[0].Tier != 10000 || evs[0].Channel != "whatsapp" {
 		t.Fatalf("parse: %+v %v; want one tier event of account 1029, 10000", evs, err)
 	}
-	if _, err := parseWhatsApp(body("1029", "TIER_HUGE")); err == nil || !strings.Contains(err.Error(), "max_daily_conversations_per_business") {
-		t.Errorf("a bad tier: %v; want an error naming max_daily_conversations_per_business", err)
+	// Meta's reference types the field as an integer (-1: unlimited); a
+	// value not understood is skipped, the batch's other events kept.
+	raw := func(account, v string) []byte {
+		return []byte(`{"object":"whatsapp_business_account","entry":[{"id":"` + account + `","time":1800000000,"changes":[` +
+			`{"field":"messages","value":{"metadata":{"phone_number_id":"106"},"statuses":[{"id":"wamid.1","status":"delivered","timestamp":"1800000000","recipient_id":"15550001","biz_opaque_callback_data":"m1"}]}},` +
+			`{"field":"business_capability_update","value":{"max_daily_conversations_per_business":` + v + `}}]}]}`)
+	}
+	for v, want := range map[string]int{`2000`: 2000, `-1`: portfolio.Unlimited, `"TIER_1K"`: 1000, `"TIER_2K"`: 2000, `"TIER_HUGE"`: 0, `{"x":1}`: 0, `1.5`: 0} {
+		evs, err := parseWhatsApp(raw("1029", v))
+		var tiers []int
+		statuses := 0
+		for _, ev := range evs {
+			switch ev.Kind {
+			case "tier":
+				tiers = append(tiers, ev.Tier)
+			case "delivered":
+				statuses++
+			}
+		}
+		if err != nil || statuses != 1 || (want == 0) != (len(tiers) == 0) || (want != 0 && (len(tiers) != 1 || tiers[0] != want)) {
+			t.Errorf("max_daily_conversations_per_business %s: tiers %v, %d statuses, %v; want tier %d (0: none) and the status kept", v, tiers, statuses, err, want)
+		}
 	}
 	unl, _ := parseWhatsApp(body("1029", "TIER_UNLIMITED"))
 	other, _ := parseWhatsApp(body("5555", "TIER_250"))

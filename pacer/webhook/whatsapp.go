@@ -49,8 +49,9 @@ type waPayload struct {
 		Changes []struct {
 			Field string `json:"field"`
 			Value struct {
-				// business_capability_update: TIER_250 ... TIER_UNLIMITED
-				MaxDailyConversationsPerBusiness string `json:"max_daily_conversations_per_business"`
+				// business_capability_update: a number of recipients (2000;
+				// -1: unlimited) or a tier name (TIER_250 ... TIER_UNLIMITED)
+				MaxDailyConversationsPerBusiness json.RawMessage `json:"max_daily_conversations_per_business"`
 				// phone_number_quality_update: the number and its event
 				DisplayPhoneNumber string `json:"display_phone_number"`
 				Event              string `json:"event"`
@@ -93,14 +94,13 @@ func parseWhatsApp(body []byte) ([]Event, error) {
 	var out []Event
 	for i, e := range p.Entry {
 		for j, c := range e.Changes {
-			if c.Field == "business_capability_update" && c.Value.MaxDailyConversationsPerBusiness != "" {
-				at := fmt.Sprintf("entry[%d].changes[%d].value.max_daily_conversations_per_business", i, j)
+			if raw := c.Value.MaxDailyConversationsPerBusiness; c.Field == "business_capability_update" && len(raw) > 0 && string(raw) != "null" {
 				if e.ID == "" {
 					return nil, fmt.Errorf("entry[%d].id: missing (the WhatsApp Business Account)", i)
 				}
-				tier, err := portfolio.ParseTier(c.Value.MaxDailyConversationsPerBusiness)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %q is not TIER_250 ... TIER_UNLIMITED", at, c.Value.MaxDailyConversationsPerBusiness)
+				tier, ok := capabilityTier(raw)
+				if !ok {
+					continue // a value Meta adds later: skipped, the batch's other events stored
 				}
 				out = append(out, Event{ID: "tier:" + e.ID + ":" + strconv.FormatInt(e.Time, 10) + ":" + portfolio.TierString(tier),
 					Channel: "whatsapp", Kind: "tier", Account: e.ID, Tier: tier, At: time.Unix(e.Time, 0).UTC()})
@@ -183,4 +183,25 @@ func waSender(body []byte) (string, bool) {
 		}
 	}
 	return id, id != ""
+}
+
+// capabilityTier reads business_capability_update's
+// max_daily_conversations_per_business: Meta's reference types it as an
+// integer (2000; -1 for unlimited, as the per-phone field it replaces),
+// and earlier payloads wrote a tier name ("TIER_2K"), so both are read
+// ([portfolio.ParseTier]). ok is false for anything else.
+func capabilityTier(raw json.RawMessage) (tier int, ok bool) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		var n json.Number
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return 0, false
+		}
+		if v, err := n.Int64(); err == nil && v < 0 {
+			return portfolio.Unlimited, true
+		}
+		s = n.String()
+	}
+	t, err := portfolio.ParseTier(s)
+	return t, err == nil
 }
