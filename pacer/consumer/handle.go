@@ -427,12 +427,19 @@ const claimTrip = 3 * time.Millisecond
 // read as abandoned (unknown outcome), never as sent twice.
 func (p *Pacer) claimAhead(f *flight, at time.Time) {
 	if f.ahead == nil {
-		force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
-		f.ahead = p.ledger.ClaimForAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force, p.recipient(f))
+		f.ahead = p.claimAsync(f)
 	}
 	if time.Until(at) < p.ledger.FlushInterval()+claimTrip {
 		p.ledger.FlushBy(at.Add(-claimTrip))
 	}
+}
+
+// claimAsync starts the ledger claim of f's id, with its recipient's
+// suppression checked in the same call. A replayed record, or any record
+// when unknown outcomes are resent, claims by force (see [ledger.Ledger.Claim]).
+func (p *Pacer) claimAsync(f *flight) *ledger.PendingClaim {
+	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
+	return p.ledger.ClaimForAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force, p.recipient(f))
 }
 
 // settleAhead takes back the claims started ahead that were not used:
@@ -475,7 +482,6 @@ func (p *Pacer) claim(f *flight) outcome {
 		}
 		return p.coolDown(ctx, cool)
 	}
-	force := f.m.replayed || p.cfg.UnknownOutcome == UnknownOutcomeResend
 	var res ledger.ClaimResult
 	var cool time.Duration
 	var err error
@@ -495,7 +501,7 @@ func (p *Pacer) claim(f *flight) outcome {
 	}
 	if res == ledger.ClaimUnknown && ctx.Err() == nil {
 		err = p.redis(ctx, f.log, func() (err error) {
-			pc := p.ledger.ClaimForAsync(p.cfg.Channel, f.env.Key, f.env.ID, p.cfg.Owner, force, p.recipient(f))
+			pc := p.claimAsync(f)
 			res, cool, err = pc.Wait(ctx)
 			why = pc.Suppression()
 			return err

@@ -78,13 +78,13 @@ func (p *Pacer) guard(f *flight) outcome {
 
 // portfolioOf returns f's key's portfolio, "" for none.
 func (p *Pacer) portfolioOf(f *flight) (string, error) {
-	now := time.Now()
 	p.portfolioMap.mu.Lock()
 	s, ok := p.portfolioMap.m[f.env.Key]
 	p.portfolioMap.mu.Unlock()
-	if ok && now.Sub(s.at) < portfolioEvery {
+	if ok && time.Since(s.at) < portfolioEvery {
 		return s.name, nil
 	}
+	read := time.Now()
 	name, _, err := p.portfolios.Of(f.w.ctx, p.cfg.Channel, f.env.Key)
 	if err != nil {
 		return "", err
@@ -93,7 +93,7 @@ func (p *Pacer) portfolioOf(f *flight) (string, error) {
 	if p.portfolioMap.m == nil {
 		p.portfolioMap.m = map[string]portfolioSeen{}
 	}
-	p.portfolioMap.m[f.env.Key] = portfolioSeen{name: name, at: now}
+	p.portfolioMap.m[f.env.Key] = portfolioSeen{name: name, at: read}
 	p.portfolioMap.mu.Unlock()
 	return name, nil
 }

@@ -1,8 +1,6 @@
 package keypace
 
 import (
-	"context"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -274,14 +272,6 @@ func (ps *pairState) merge(pairs map[string]adapt.Pair, began, now time.Time) {
 	}
 }
 
-// maxTime returns the later of a and b.
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
 // current returns the key's adapted limit and policy as last read (no
 // Redis call), or lim and pol while the key has not been read yet: a
 // sender that waited (for a place among the key's senders, a slot) uses
@@ -322,47 +312,6 @@ func (st *keyState) seen(at instant) {
 	}
 }
 
-func (st *keyState) set(a adapt.Adapted, ceiling bucket.Limit, now time.Time) {
-	if a.Rate < st.adapted.Rate {
-		// The decrease was made a.SinceDecrease before the reply (by
-		// another replica, up to a refresh ago); now less that is no
-		// earlier than it on this clock, as the reply came after the
-		// script ran. Unknown: now, so every slot held is dropped.
-		at := now.Add(-max(a.SinceDecrease, 0)).UnixNano()
-		st.cutAt.Store(max(at, st.cutAt.Load()+1)) // under mu: its only writer
-	}
-	st.adapted = a
-	st.limit = a.Limit(ceiling)
-	if a.CooldownLeft > 0 {
-		st.cooldownUntil = instantOf(now.Add(a.CooldownLeft))
-	}
-	if a.Rate < a.Ceiling || !st.cooldownUntil.IsZero() {
-		st.adapting.Store(true)
-	}
-}
-
-// refreshInterval is how long after the last read of the key's state the
-// next one is due at now: refreshAdapting while the key adapts (its last
-// known adapted rate is below its ceiling, or a throttle or cooldown of it
-// that this process saw ended less than adaptingFor before now), else
-// refreshEvery. Callers hold st.mu.
-func (st *keyState) refreshInterval(now instant) time.Duration {
-	if st.adapted.Rate < st.adapted.Ceiling ||
-		(!st.cooldownUntil.IsZero() && now.Sub(st.cooldownUntil) < adaptingFor) {
-		return refreshAdapting
-	}
-	return refreshEvery
-}
-
-// haltedWith records that a request sent with credential version v was
-// refused by a halt.
-func (st *keyState) haltedWith(v uint64) {
-	st.mu.Lock()
-	r := st.rareSet()
-	r.haltCred, r.haltCredSet = v, true
-	st.mu.Unlock()
-}
-
 // aheadGate returns the semaphore of the n senders that may hold a slot of
 // the key not yet started (n from [aheadSenders]). A sender takes a place
 // before asking for a slot and gives it back to the same channel once its
@@ -392,94 +341,4 @@ func (st *keyState) handoffChan(create bool) chan struct{} {
 		r.handoff = make(chan struct{})
 	}
 	return r.handoff
-}
-
-// dropLease gives back the key's leased slots that have not started (after
-// a throttle, so the lowered rate applies at once).
-func (st *keyState) dropLease(ctx context.Context) {
-	st.mu.Lock()
-	d := st.disp
-	st.disp = nil
-	st.dropPrev()
-	st.mu.Unlock()
-	if d != nil {
-		d.Close(ctx)
-	}
-}
-
-// clockBase is the origin of every [instant]: when the package was
-// initialized, with its monotonic clock reading.
-var clockBase = time.Now()
-
-// instant is a time kept in a key's state: the nanoseconds from clockBase
-// to it, 8 bytes where a time.Time takes 24 (a key's state keeps four, and
-// a process up to 100,000 states). 0 is the zero time.Time ("never").
-//
-// An instant is made from a time.Time ([instantOf], [nowInstant]) and
-// compares as that time would: the difference from clockBase is read on the
-// monotonic clock when the time has a monotonic reading (every time.Now()
-// of the process does), so a step of the wall clock changes no comparison,
-// as with time.Time. Inside a testing/synctest bubble, whose clock has no
-// monotonic reading (and starts in 2000), the difference is of wall times:
-// negative, and consistent among the bubble's times.
-//
-// Sub and After treat the zero instant as time.Time treats its zero value
-// (the year 1, long before any time of the process), so a key never read
-// is due for a read and a cooldown never set is over.
-type instant int64
-
-// instantOf returns t as an instant. A t that falls exactly on clockBase
-// is taken 1 ns later (0 is the zero instant); one more than about 292
-// years from clockBase saturates, as time.Time's Sub does.
-func instantOf(t time.Time) instant {
-	if t.IsZero() {
-		return 0
-	}
-	d := t.Sub(clockBase)
-	if d == 0 {
-		d = 1
-	}
-	return instant(d)
-}
-
-// nowInstant returns time.Now() as an instant.
-func nowInstant() instant { return instantOf(time.Now()) }
-
-// IsZero reports whether i is the zero instant.
-func (i instant) IsZero() bool { return i == 0 }
-
-// Time returns i as a time.Time (the zero time.Time for the zero
-// instant). Outside a synctest bubble it carries a monotonic reading.
-func (i instant) Time() time.Time {
-	if i == 0 {
-		return time.Time{}
-	}
-	return clockBase.Add(time.Duration(i))
-}
-
-// Sub returns the duration i - u, as time.Time's Sub would for their
-// times (saturating at the largest or smallest time.Duration). The zero
-// instant, like the zero time.Time (the year 1), lies more than 292 years
-// before every other, so a difference with it saturates.
-func (i instant) Sub(u instant) time.Duration {
-	d := time.Duration(i - u)
-	switch {
-	case i == u:
-		return 0
-	case u == 0, i >= 0 && u < 0 && d < 0:
-		return math.MaxInt64
-	case i == 0, i < 0 && u > 0 && d > 0:
-		return math.MinInt64
-	}
-	return d
-}
-
-// After reports whether i is after u. The zero instant is before every
-// other (as the zero time.Time is before every time of the process), so
-// no clock is read.
-func (i instant) After(u instant) bool {
-	if i == 0 || u == 0 {
-		return i != 0 && u == 0
-	}
-	return i > u
 }
