@@ -28,6 +28,8 @@ deferred while the portfolio has reached its tier of unique recipients
 in the last 24 h. tier: 250, 2000 (TIER_2K), 10000, 100000 or unlimited.
 --account names the portfolio of a WhatsApp Business Account, whose
 business_capability_update webhooks (pacer webhook) then set its tier.
+The limit a phone_number_quality_update carries sets the tier of the
+portfolio of its number's key, else of its account.
 With PACER_WEBHOOK_QUALITY_PAUSE=true a quality downgrade webhook pauses
 the portfolio's marketing messages until resume (or an upgrade webhook).`
 

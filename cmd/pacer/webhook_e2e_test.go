@@ -125,7 +125,9 @@ func TestWebhookSuppressionEndToEnd(t *testing.T) {
 // limit set` writes, which every `pacer run` re-reads each second:
 // TestLiveLimitRaiseShort) 1,000 msgs/s within 1 s of the POST. A FLAGGED
 // event pauses the account's portfolio's marketing, which `pacer portfolio
-// status` shows and `pacer portfolio resume` ends.
+// status` shows and `pacer portfolio resume` ends. The messaging-limit
+// tiers of business_capability_update and of phone_number_quality_update
+// are the portfolio's within 1 s of their POSTs.
 func TestWebhookThroughputAndQualityEndToEnd(t *testing.T) {
 	e := newE2E(t, whatsapptest.Config{})
 	secret := webhookSecret
@@ -192,6 +194,17 @@ func TestWebhookThroughputAndQualityEndToEnd(t *testing.T) {
 		t.Fatalf("1 s after business_capability_update TIER_10K, portfolio status says %q; want tier 10000\n%s", status(), wh.logs())
 	}
 	t.Logf("tier set %v after the POST", time.Since(start))
+	// So is the limit a phone_number_quality_update carries for the number
+	// (its key's portfolio): max_daily_conversations_per_business over the
+	// deprecated current_limit, old_limit not read.
+	start = time.Now()
+	post(`{"object":"whatsapp_business_account","entry":[{"id":"` + account + `","time":1800000000,"changes":[{"field":"phone_number_quality_update",` +
+		`"value":{"display_phone_number":"` + number + `","event":"UPGRADE","old_limit":"TIER_10K","current_limit":"TIER_UNLIMITED",` +
+		`"max_daily_conversations_per_business":"TIER_100K"}}]}]}`)
+	if !waitFor(time.Second-time.Since(start), func() bool { return strings.Contains(status(), "tier:     100000\n") }) {
+		t.Fatalf("1 s after phone_number_quality_update TIER_100K, portfolio status says %q; want tier 100000\n%s", status(), wh.logs())
+	}
+	t.Logf("tier from the quality update set %v after the POST", time.Since(start))
 
 	post(quality("FLAGGED"))
 	if !waitFor(30*time.Second, func() bool { return strings.Contains(status(), "FLAGGED at 2027-01-15T08:00:00Z; marketing PAUSED") }) {

@@ -62,17 +62,21 @@ type Event struct {
 	Code int `json:"code,omitempty"`
 	// At is when the provider saw the event (its timestamp, s precision).
 	At time.Time `json:"at"`
-	// Account is the provider account an account event names (Kind
-	// "tier": the WhatsApp Business Account ID, the webhook's entry id).
+	// Account is the provider account an account event names (Kinds
+	// "tier" and "quality": the WhatsApp Business Account ID, the
+	// webhook's entry id).
 	Account string `json:"account,omitempty"`
 	// Tier is Kind "tier"'s messaging limit: unique recipients per 24 h,
 	// -1 unlimited (business_capability_update's
-	// max_daily_conversations_per_business).
+	// max_daily_conversations_per_business; phone_number_quality_update's
+	// max_daily_conversations_per_business, else current_limit).
 	Tier int `json:"tier,omitempty"`
 	// Number is the business's own display phone number (digits) the
-	// event names: Kind "quality"'s display_phone_number, a status's
+	// event names: Kind "quality"'s and a phone_number_quality_update
+	// "tier"'s display_phone_number (a tier with a number applies to the
+	// number's portfolio, one without to its account's), a status's
 	// metadata.display_phone_number (which teaches the number's pacing
-	// key, for the quality events that name only the number). Never a
+	// key, for the events that name only the number). Never a
 	// recipient's.
 	Number string `json:"number,omitempty"`
 	// Quality is Kind "quality"'s phone_number_quality_update event:

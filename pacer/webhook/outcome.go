@@ -41,6 +41,7 @@ type Outcomes struct {
 
 	numbersMu sync.Mutex
 	numbers   map[string]string // display number -> pacing key this process recorded
+	unplaced  map[string]bool   // display numbers whose tier found no portfolio, logged once
 }
 
 // UpgradedThroughput is a WhatsApp number's throughput once Meta upgraded
@@ -67,9 +68,14 @@ func (o *Outcomes) WithCounts(st *control.Store) *Outcomes {
 	return o
 }
 
-// WithPortfolios makes o apply WhatsApp's business_capability_update
-// tiers to the business portfolio of the account that announced them
-// (portfolio.Store.SetAccount); it returns o.
+// WithPortfolios makes o apply WhatsApp's messaging-limit tiers
+// (portfolio.Store.SetTier, read by every replica's guard at its next
+// admission): a business_capability_update's to the business portfolio of
+// the account that announced it (portfolio.Store.SetAccount), a
+// phone_number_quality_update's to the portfolio of its display number
+// (the pacing key status webhooks named beside it, in a portfolio by
+// `pacer portfolio set --key`; else its account's). It records quality
+// events too (WithQualityPause). It returns o.
 func (o *Outcomes) WithPortfolios(st *portfolio.Store) *Outcomes {
 	o.portfolios = st
 	return o
@@ -122,28 +128,20 @@ func (o *Outcomes) Apply(ctx context.Context, evs []Event) error {
 			entries[g] = append(entries[g], suppress.New(h, reason, ev.At, ev.At))
 		}
 	}
+	// Numbers first: a tier or quality event naming a display number finds
+	// the key a status of the same batch named beside it.
+	if err := o.applyNumbers(ctx, evs); err != nil {
+		o.m.errors.Inc()
+		return err
+	}
 	for _, ev := range evs {
 		if ev.Kind != "tier" || o.portfolios == nil {
 			continue
 		}
-		p, ok, err := o.portfolios.OfAccount(ctx, ev.Channel, ev.Account)
-		if err == nil && ok {
-			err = o.portfolios.SetTier(ctx, ev.Channel, p, ev.Tier)
-		}
-		if err != nil {
+		if err := o.applyTier(ctx, ev); err != nil {
 			o.m.errors.Inc()
-			return fmt.Errorf("webhook: apply the tier of account %s: %w", ev.Account, err)
+			return err
 		}
-		if !ok {
-			o.log.Warn("messaging-limit tier announced for an account without a portfolio; `pacer portfolio set --account` names it",
-				"account", ev.Account, "tier", portfolio.TierString(ev.Tier))
-			continue
-		}
-		o.log.Info("messaging-limit tier applied", "account", ev.Account, "portfolio", p, "tier", portfolio.TierString(ev.Tier))
-	}
-	if err := o.applyNumbers(ctx, evs); err != nil {
-		o.m.errors.Inc()
-		return err
 	}
 	for _, ev := range evs {
 		if ev.Kind != "quality" || o.portfolios == nil {
@@ -251,6 +249,76 @@ func (o *Outcomes) applyNumbers(ctx context.Context, evs []Event) error {
 		o.numbersMu.Unlock()
 	}
 	return nil
+}
+
+// applyTier applies one "tier" event: the tier becomes that of the
+// portfolio of its account (business_capability_update) or of its display
+// number (phone_number_quality_update, [Outcomes.WithPortfolios]), which
+// every replica's guard reads at its next admission. One that Pacer
+// cannot place is logged (once per display number and process for a
+// number's) and changes nothing.
+func (o *Outcomes) applyTier(ctx context.Context, ev Event) error {
+	tier := portfolio.TierString(ev.Tier)
+	if ev.Number == "" {
+		p, ok, err := o.portfolios.OfAccount(ctx, ev.Channel, ev.Account)
+		if err == nil && ok {
+			err = o.portfolios.SetTier(ctx, ev.Channel, p, ev.Tier)
+		}
+		if err != nil {
+			return fmt.Errorf("webhook: apply the tier of account %s: %w", ev.Account, err)
+		}
+		if !ok {
+			o.log.Warn("messaging-limit tier announced for an account without a portfolio; `pacer portfolio set --account` names it",
+				"account", ev.Account, "tier", tier)
+			return nil
+		}
+		o.log.Info("messaging-limit tier applied", "account", ev.Account, "portfolio", p, "tier", tier)
+		return nil
+	}
+	p, ok, err := o.portfolioOfNumber(ctx, ev.Channel, ev.Number, ev.Account)
+	if err == nil && ok {
+		err = o.portfolios.SetTier(ctx, ev.Channel, p, ev.Tier)
+	}
+	if err != nil {
+		return fmt.Errorf("webhook: apply the tier of display number %s: %w", ev.Number, err)
+	}
+	o.numbersMu.Lock()
+	logged := o.unplaced[ev.Number]
+	if ok {
+		delete(o.unplaced, ev.Number)
+	} else if !logged {
+		if o.unplaced == nil {
+			o.unplaced = map[string]bool{}
+		}
+		o.unplaced[ev.Number] = true
+	}
+	o.numbersMu.Unlock()
+	switch {
+	case ok:
+		o.log.Info("messaging-limit tier applied", "number", ev.Number, "account", ev.Account, "portfolio", p, "tier", tier)
+	case !logged:
+		o.log.Warn("messaging-limit tier announced for a display number without a portfolio, not applied (logged once per number); "+
+			"`pacer portfolio set --key` (its phone-number ID) or `--account` names it",
+			"number", ev.Number, "account", ev.Account, "tier", tier)
+	}
+	return nil
+}
+
+// portfolioOfNumber returns the portfolio of channel's display number
+// number: that of the pacing key the status webhooks named beside it
+// (portfolio.Store.KeyOfNumber, then Of), else that of its account, as a
+// quality event is placed; ok is false when neither has one.
+func (o *Outcomes) portfolioOfNumber(ctx context.Context, channel, number, account string) (p string, ok bool, err error) {
+	key, known, err := o.portfolios.KeyOfNumber(ctx, channel, number)
+	if err != nil {
+		return "", false, err
+	}
+	if known {
+		if p, ok, err := o.portfolios.Of(ctx, channel, key); err != nil || ok {
+			return p, ok, err
+		}
+	}
+	return o.portfolios.OfAccount(ctx, channel, account)
 }
 
 // applyQuality applies one phone_number_quality_update: a throughput

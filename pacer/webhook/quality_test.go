@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -31,17 +32,23 @@ func qualityBody(account, number, event string) []byte {
 }
 
 // TestParseQuality: a phone_number_quality_update of a quality or
-// throughput event is one "quality" event of its account and number;
-// ONBOARDING yields none; a missing display number is an error naming
-// the field.
+// throughput event is one "quality" event of its account and number,
+// followed by the "tier" its current_limit carries (TestQualityTier);
+// ONBOARDING yields the tier only, and nothing without a limit; a missing
+// display number is an error naming the field.
 func TestParseQuality(t *testing.T) {
 	evs, err := parseWhatsApp(qualityBody("waba", "1555", "THROUGHPUT_UPGRADE"))
-	if err != nil || len(evs) != 1 || evs[0].Kind != "quality" || evs[0].Account != "waba" || evs[0].Number != "1555" ||
-		evs[0].Quality != "THROUGHPUT_UPGRADE" || !evs[0].At.Equal(time.Unix(1_800_000_000, 0)) {
-		t.Fatalf("parse: %+v %v; want one quality event THROUGHPUT_UPGRADE of waba, number 1555", evs, err)
+	if err != nil || len(evs) != 2 || evs[0].Kind != "quality" || evs[0].Account != "waba" || evs[0].Number != "1555" ||
+		evs[0].Quality != "THROUGHPUT_UPGRADE" || !evs[0].At.Equal(time.Unix(1_800_000_000, 0)) ||
+		evs[1].Kind != "tier" || evs[1].Tier != portfolio.Unlimited || evs[1].Number != "1555" {
+		t.Fatalf("parse: %+v %v; want a quality event THROUGHPUT_UPGRADE of waba, number 1555, and its tier unlimited", evs, err)
 	}
-	if evs, err := parseWhatsApp(qualityBody("waba", "1555", "ONBOARDING")); err != nil || len(evs) != 0 {
-		t.Errorf("ONBOARDING: %+v %v; want no event", evs, err)
+	if evs, err := parseWhatsApp(qualityBody("waba", "1555", "ONBOARDING")); err != nil || len(evs) != 1 || evs[0].Kind != "tier" {
+		t.Errorf("ONBOARDING: %+v %v; want its tier only", evs, err)
+	}
+	noLimit := bytes.Replace(qualityBody("waba", "1555", "ONBOARDING"), []byte(`,"current_limit":"TIER_UNLIMITED"`), nil, 1)
+	if evs, err := parseWhatsApp(noLimit); err != nil || len(evs) != 0 {
+		t.Errorf("ONBOARDING without a limit: %+v %v; want no event", evs, err)
 	}
 	if _, err := parseWhatsApp(qualityBody("waba", "", "FLAGGED")); err == nil || !strings.Contains(err.Error(), "display_phone_number") {
 		t.Errorf("no display number: %v; want an error naming display_phone_number", err)

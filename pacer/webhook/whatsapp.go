@@ -50,8 +50,13 @@ type waPayload struct {
 			Field string `json:"field"`
 			Value struct {
 				// business_capability_update: a number of recipients (2000;
-				// -1: unlimited) or a tier name (TIER_250 ... TIER_UNLIMITED)
+				// -1: unlimited) or a tier name (TIER_250 ... TIER_UNLIMITED);
+				// phone_number_quality_update: the owning portfolio's
+				// messaging limit, a tier name
 				MaxDailyConversationsPerBusiness json.RawMessage `json:"max_daily_conversations_per_business"`
+				// phone_number_quality_update: the number's messaging limit
+				// or throughput level, a tier name (deprecated by Meta)
+				CurrentLimit json.RawMessage `json:"current_limit"`
 				// phone_number_quality_update: the number and its event
 				DisplayPhoneNumber string `json:"display_phone_number"`
 				Event              string `json:"event"`
@@ -78,11 +83,14 @@ var waStatuses = map[string]bool{"sent": true, "delivered": true, "read": true, 
 
 // parseWhatsApp returns the events of a Cloud API webhook body, or an
 // error naming the first field at fault: one per message status, one
-// "tier" per business_capability_update, one "quality" per
-// phone_number_quality_update of a quality or throughput event
-// (FLAGGED, DOWNGRADE, UNFLAGGED, UPGRADE, THROUGHPUT_UPGRADE; others,
-// such as ONBOARDING, yield none). Other changes (incoming messages)
-// yield no event.
+// "tier" per business_capability_update (of its account), and per
+// phone_number_quality_update one "quality" for a quality or throughput
+// event (FLAGGED, DOWNGRADE, UNFLAGGED, UPGRADE, THROUGHPUT_UPGRADE;
+// others, such as ONBOARDING, yield none) and one "tier" of its display
+// number when it carries a messaging limit understood ([qualityTier]),
+// whatever its event. A tier value not understood is skipped, the
+// batch's other events kept. Other changes (incoming messages) yield no
+// event.
 func parseWhatsApp(body []byte) ([]Event, error) {
 	var p waPayload
 	if err := json.Unmarshal(body, &p); err != nil {
@@ -108,8 +116,10 @@ func parseWhatsApp(body []byte) ([]Event, error) {
 			}
 			if c.Field == "phone_number_quality_update" {
 				v := c.Value
-				if !portfolio.QualityDowngrade(v.Event) && !portfolio.QualityUpgrade(v.Event) {
-					continue // ONBOARDING, or an event Meta adds later: nothing to apply
+				quality := portfolio.QualityDowngrade(v.Event) || portfolio.QualityUpgrade(v.Event)
+				tier, hasTier := qualityTier(v.MaxDailyConversationsPerBusiness, v.CurrentLimit)
+				if !quality && !hasTier {
+					continue // ONBOARDING without a limit, or an event Meta adds later: nothing to apply
 				}
 				if e.ID == "" {
 					return nil, fmt.Errorf("entry[%d].id: missing (the WhatsApp Business Account)", i)
@@ -117,9 +127,15 @@ func parseWhatsApp(body []byte) ([]Event, error) {
 				if v.DisplayPhoneNumber == "" {
 					return nil, fmt.Errorf("entry[%d].changes[%d].value.display_phone_number: missing", i, j)
 				}
-				out = append(out, Event{ID: "quality:" + e.ID + ":" + v.DisplayPhoneNumber + ":" + strconv.FormatInt(e.Time, 10) + ":" + v.Event,
-					Channel: "whatsapp", Kind: "quality", Account: e.ID, Number: v.DisplayPhoneNumber, Quality: v.Event,
-					At: time.Unix(e.Time, 0).UTC()})
+				at, sec := time.Unix(e.Time, 0).UTC(), strconv.FormatInt(e.Time, 10)
+				if quality {
+					out = append(out, Event{ID: "quality:" + e.ID + ":" + v.DisplayPhoneNumber + ":" + sec + ":" + v.Event,
+						Channel: "whatsapp", Kind: "quality", Account: e.ID, Number: v.DisplayPhoneNumber, Quality: v.Event, At: at})
+				}
+				if hasTier {
+					out = append(out, Event{ID: "tier:" + e.ID + ":" + v.DisplayPhoneNumber + ":" + sec + ":" + portfolio.TierString(tier),
+						Channel: "whatsapp", Kind: "tier", Account: e.ID, Number: v.DisplayPhoneNumber, Tier: tier, At: at})
+				}
 				continue
 			}
 			key := c.Value.Metadata.PhoneNumberID
@@ -204,4 +220,31 @@ func capabilityTier(raw json.RawMessage) (tier int, ok bool) {
 	}
 	t, err := portfolio.ParseTier(s)
 	return t, err == nil
+}
+
+// qualityTier reads the messaging limit a phone_number_quality_update
+// carries: max_daily_conversations_per_business (the owning business
+// portfolio's limit) when the value has it, else current_limit (the
+// number's limit or throughput level, which Meta's reference says is
+// removed in February 2026 in favour of the former). Both are tier names
+// (TIER_50, TIER_250, TIER_1K, TIER_2K, TIER_10K, TIER_100K,
+// TIER_UNLIMITED), read as business_capability_update's are
+// ([capabilityTier]); TIER_NOT_SET (a number that never sent) and any
+// other value are not a limit: ok is false. old_limit, the limit before
+// the change, is not read.
+//
+// Sources: developers.facebook.com/documentation/business-messaging/whatsapp/webhooks/reference/phone_number_quality_update
+// (its example carries current_limit TIER_UNLIMITED, the throughput
+// level, beside max_daily_conversations_per_business TIER_2K: the
+// latter wins); TIER_1K as providers relaying the webhook list it
+// (docs.wati.io/reference/phone-number-quality-update); docs/webhooks.md.
+func qualityTier(maxDaily, current json.RawMessage) (tier int, ok bool) {
+	raw := maxDaily
+	if len(raw) == 0 || string(raw) == "null" {
+		raw = current
+	}
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, false
+	}
+	return capabilityTier(raw)
 }
