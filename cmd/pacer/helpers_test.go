@@ -62,6 +62,17 @@ func waitFor(within time.Duration, cond func() bool) bool {
 	return true
 }
 
+// writeFile writes content to a file name in a directory of the test's
+// own (removed when it ends), mode 0600, and returns the file's path.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // refusal is a command line main's run must refuse (exit status 2) and
 // text its error must hold.
 type refusal struct {

@@ -19,25 +19,12 @@ import (
 	"github.com/pacerhq/pacer/pacer/control"
 )
 
-// controlStore reads ch's settings and opens the run-time control store of
-// their Redis, checking that it answers (a hint names the settings when it
-// does not). cmd ("limit set") prefixes its errors; a setting's error is
-// errConfig's. The func closes the store.
+// controlStore opens the run-time control store of ch's Redis, as
+// commandRedis opens the client. The func closes the store.
 func controlStore(ctx context.Context, lookup func(string) (string, bool), ch *channel, cmd string) (config, *control.Store, func(), error) {
-	cfg, err := loadConfig(lookup, ch)
+	cfg, rdb, err := commandRedis(ctx, lookup, ch, cmd)
 	if err != nil {
-		return cfg, nil, nil, fmt.Errorf("%w: %w", errConfig, err)
-	}
-	rdb, ping, err := pingRedis(ctx, cfg, 3*time.Second)
-	if err != nil {
-		return cfg, nil, nil, fmt.Errorf("%s: %w", cmd, err)
-	}
-	if ping != nil {
-		rdb.Close()
-		if h := redisHint(cfg, ping); h != "" {
-			return cfg, nil, nil, fmt.Errorf("%s: cannot reach Redis: %s: %v", cmd, h, ping)
-		}
-		return cfg, nil, nil, fmt.Errorf("%s: cannot reach Redis (%s): %v", cmd, redisSetting(cfg), ping)
+		return cfg, nil, nil, err
 	}
 	return cfg, control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)), func() { rdb.Close() }, nil
 }

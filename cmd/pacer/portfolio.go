@@ -76,21 +76,11 @@ func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	case verb == "resume" && *name == "":
 		return &usageError{"portfolio resume: give --portfolio (marketing is paused per portfolio)"}
 	}
-	cfg, err := loadConfig(lookup, ch)
+	cfg, rdb, err := commandRedis(ctx, lookup, ch, "portfolio "+verb)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errConfig, err)
-	}
-	rdb, ping, err := pingRedis(ctx, cfg, 3*time.Second)
-	if err != nil {
-		return fmt.Errorf("portfolio %s: %w", verb, err)
+		return err
 	}
 	defer rdb.Close()
-	if ping != nil {
-		if h := redisHint(cfg, ping); h != "" {
-			return fmt.Errorf("portfolio %s: cannot reach Redis: %s: %v", verb, h, ping)
-		}
-		return fmt.Errorf("portfolio %s: cannot reach Redis (%s): %v", verb, redisSetting(cfg), ping)
-	}
 	st := portfolio.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)).WithWindow(cfg.guardWindow())
 	if verb == "set" {
 		invalid := func(err error) error {

@@ -90,21 +90,11 @@ func cmdSuppress(ctx context.Context, args []string, stdin io.Reader, stdout, st
 			}
 		}
 	}
-	cfg, err := loadConfig(lookup, ch)
+	cfg, rdb, err := commandRedis(ctx, lookup, ch, "suppress "+verb)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errConfig, err)
-	}
-	rdb, ping, err := pingRedis(ctx, cfg, 3*time.Second)
-	if err != nil {
-		return fmt.Errorf("suppress %s: %w", verb, err)
+		return err
 	}
 	defer rdb.Close()
-	if ping != nil {
-		if h := redisHint(cfg, ping); h != "" {
-			return fmt.Errorf("suppress %s: cannot reach Redis: %s: %v", verb, h, ping)
-		}
-		return fmt.Errorf("suppress %s: cannot reach Redis (%s): %v", verb, redisSetting(cfg), ping)
-	}
 	st := suppress.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix))
 	name := *channel + " " + quoteText(*key)
 	switch verb {
