@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -52,14 +53,7 @@ func consumeAll(t testing.TB, brokers, topic string, want int) []*kgo.Record {
 // waitFor polls cond every 100 ms until it holds (true) or within passes
 // (false).
 func waitFor(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return true
+	return testenv.WaitFor(within, 100*time.Millisecond, cond)
 }
 
 // writeFile writes content to a file name in a directory of the test's

@@ -53,10 +53,7 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 		fs.StringVar(rate, "rate", "", fmt.Sprintf("the key's rate in msgs/s (>= %.6g, one a day; <= %.6g)", control.MinKeyRate, control.MaxKeyRate))
 		fs.StringVar(burst, "burst", "", "the key's burst in messages (>= 1); default the channel's")
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	ch, err := channelNamed(*channel)
+	ch, err := parseChannelFlags(fs, args[1:], channel)
 	if err != nil {
 		return err
 	}
@@ -201,10 +198,7 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	} else {
 		fs.BoolVar(force, "force", false, "set the state of a campaign Redis does not know yet (none of its records published or sent so far)")
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	ch, err := channelNamed(*channel)
+	ch, err := parseChannelFlags(fs, args[1:], channel)
 	if err != nil {
 		return err
 	}

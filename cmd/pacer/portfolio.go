@@ -52,10 +52,7 @@ func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		fs.StringVar(account, "account", "", "a WhatsApp Business Account ID: its tier webhooks (business_capability_update) apply to the portfolio")
 		fs.StringVar(tier, "tier", "", "the portfolio's messaging limit: 250, 2000, 10000, 100000, unlimited or TIER_2K...; empty keeps it")
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	ch, err := channelNamed(*channel)
+	ch, err := parseChannelFlags(fs, args[1:], channel)
 	if err != nil {
 		return err
 	}

@@ -62,10 +62,7 @@ func cmdSuppress(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		fs.StringVar(reason, "reason", string(suppress.Manual), "why: unregistered, undeliverable, marketing-limit, bounce, dropped, spamreport, unsubscribe or manual")
 		fs.StringVar(expires, "expires", "", "when it ends: never, a duration (72h) or an RFC 3339 time; default the reason's (7 days for undeliverable, 24 h for marketing-limit, else never)")
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	ch, err := channelNamed(*channel)
+	ch, err := parseChannelFlags(fs, args[1:], channel)
 	if err != nil {
 		return err
 	}
