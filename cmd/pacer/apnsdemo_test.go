@@ -15,10 +15,7 @@ import (
 // devices at a demo rate of 1/s with a burst of 1 are all accepted.
 // Source: https://developer.apple.com/documentation/usernotifications/handling-notification-responses-from-apns
 func TestAPNsDemoFakeHasNoTopicLimit(t *testing.T) {
-	ch, err := channelNamed("apns")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := channelRow(t, "apns")
 	f, err := ch.demo(t.Context(), 1, 1, 1)
 	if f != nil {
 		defer f.close()

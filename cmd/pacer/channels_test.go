@@ -125,10 +125,7 @@ func TestFCMDataIDKey(t *testing.T) {
 	if err := os.WriteFile(cred, f.ServiceAccountJSON(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ch, err := channelNamed("fcm")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := channelRow(t, "fcm")
 	for i, c := range []struct {
 		set     map[string]string
 		wantID  string

@@ -26,7 +26,14 @@ func lookupMap(m map[string]string) func(string) (string, bool) {
 // whatsappRow is the whatsapp row of the channel table.
 func whatsappRow(t *testing.T) *channel {
 	t.Helper()
-	ch, err := channelNamed("whatsapp")
+	return channelRow(t, "whatsapp")
+}
+
+// channelRow is the row of the channel table named name; there being none
+// fails the test.
+func channelRow(t *testing.T, name string) *channel {
+	t.Helper()
+	ch, err := channelNamed(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,10 +535,7 @@ func TestServerRetrySettings(t *testing.T) {
 // PACER_LEDGER_TTL (7m) stops start-up naming PACER_LEDGER_TTL; 19m
 // (1.2 x 15m + 1m) is enough. Each channel's default starts.
 func TestServerRetryNeedsTheLedger(t *testing.T) {
-	apnsRow, err := channelNamed("apns")
-	if err != nil {
-		t.Fatal(err)
-	}
+	apnsRow := channelRow(t, "apns")
 	for _, ch := range channelTable {
 		cfg, err := loadConfig(lookupMap(nil), &ch)
 		if err == nil {

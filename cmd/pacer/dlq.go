@@ -24,10 +24,7 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	reason := fs.String("reason", "", "replay only this pacer-reason: "+strings.Join(envelope.DLQReasons, ", ")+", permanent:<provider code> or suppressed:<reason>; default all")
 	campaign := fs.String("campaign", "", "replay only envelopes of this campaign; default all")
 	dry := fs.Bool("dry-run", false, "list and count what would be replayed, write nothing")
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	ch, err := channelNamed(*channel)
+	ch, err := parseChannelFlags(fs, args[1:], channel)
 	if err != nil {
 		return err
 	}

@@ -400,10 +400,7 @@ func (noSender) Send(context.Context, channels.Message) (channels.Result, error)
 // beside Go's and the process's: the pacer's, and the Redis round trips.
 func runMetrics(t *testing.T) map[string]metricLabels {
 	t.Helper()
-	ch, err := channelNamed("whatsapp")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := whatsappRow(t)
 	cfg, err := loadConfig(func(k string) (string, bool) {
 		if k == "PACER_WHATSAPP_TOKEN" {
 			return "doc-token", true

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -52,14 +53,18 @@ func consumeAll(t testing.TB, brokers, topic string, want int) []*kgo.Record {
 // waitFor polls cond every 100 ms until it holds (true) or within passes
 // (false).
 func waitFor(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
+	return testenv.WaitFor(within, 100*time.Millisecond, cond)
+}
+
+// writeFile writes content to a file name in a directory of the test's
+// own (removed when it ends), mode 0600, and returns the file's path.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	return true
+	return f
 }
 
 // refusal is a command line main's run must refuse (exit status 2) and

@@ -159,17 +159,15 @@ func limitErrs(prefix string, l bucket.Limit, defRate float64, bad func(v, p str
 }
 
 func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
-	if err := parseNoFlags("ingest", ingestSettingsHelp, args, stderr); err != nil {
+	var ic ingestConfig
+	var proxies []netip.Prefix
+	cfg, log, err := startService("ingest", ingestSettingsHelp, args, stderr, lookup, func() (err error) {
+		ic, proxies, err = loadIngestConfig(lookup)
+		return err
+	})
+	if err != nil {
 		return err
 	}
-	// Every channel's settings, none singled out, and ingest's own: every
-	// problem of both at once.
-	cfg, err := loadConfig(lookup, nil)
-	ic, proxies, ierr := loadIngestConfig(lookup)
-	if err := errors.Join(err, ierr); err != nil {
-		return fmt.Errorf("%w: %w", errConfig, err)
-	}
-	log := newLogger(cfg, stderr).With("component", "ingest")
 	var channels []string
 	for _, row := range channelTable {
 		channels = append(channels, row.name)
@@ -247,14 +245,5 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	// srv serves /metrics, /healthz and /readyz as well as the API.
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute}
 	log.Info("ingest listening", "addr", ln.Addr().String(), "tenants", tf.Tenants().Len())
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Drain)
-	defer cancel()
-	return hs.Shutdown(sctx)
+	return serveUntilDone(ctx, hs, ln, make(chan error, 1), cfg.Drain)
 }

@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"io"
 	"log/slog"
 	"slices"
@@ -16,18 +14,14 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/internal/testenv"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestStatusShowsKeyLimit: `pacer status` shows a key's own limit (`pacer
 // limit set`) as its LIMIT/S, marked "(key)", and paces the key's row with
 // it; a key without one shows the channel's limit the pacers recorded.
 func TestStatusShowsKeyLimit(t *testing.T) {
-	var b [4]byte
-	crand.Read(b[:])
-	prefix := "pacer-status-" + hex.EncodeToString(b[:])
-	env := map[string]string{"PACER_REDIS_URL": testenv.RedisURL(t), "PACER_REDIS_PREFIX": prefix}
-	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	prefix, rdb, _ := limitTest(t)
+	lookup := lookupMap(map[string]string{"PACER_REDIS_URL": testenv.RedisURL(t), "PACER_REDIS_PREFIX": prefix})
 	pacer := func(args ...string) string {
 		t.Helper()
 		var out, errb strings.Builder
@@ -36,8 +30,6 @@ func TestStatusShowsKeyLimit(t *testing.T) {
 		}
 		return out.String()
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
-	defer rdb.Close()
 	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 80, Burst: 10}, limitTTL, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	pacer("limit", "set", "--channel", "whatsapp", "--key", "106", "--rate", "12", "--burst", "3")
 	// A key with state: its row comes from the snapshot, not the idle line.
@@ -64,13 +56,8 @@ func TestStatusShowsKeyLimit(t *testing.T) {
 // window of 5 s has not closed shows "warming up" as its ACHIEVED/S and
 // no UTIL, rather than "-" as for a key no replica reported.
 func TestStatusKeyWarmingUp(t *testing.T) {
-	var b [4]byte
-	crand.Read(b[:])
-	prefix := "pacer-warm-" + hex.EncodeToString(b[:])
-	env := map[string]string{"PACER_REDIS_URL": testenv.RedisURL(t), "PACER_REDIS_PREFIX": prefix}
-	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
-	defer rdb.Close()
+	prefix, rdb, _ := limitTest(t)
+	lookup := lookupMap(map[string]string{"PACER_REDIS_URL": testenv.RedisURL(t), "PACER_REDIS_PREFIX": prefix})
 	ad := adapt.New(rdb, bucket.Config{Prefix: prefix})
 	if _, err := ad.RecoverAfter(t.Context(), "whatsapp", "107", bucket.Limit{PerSecond: 80, Burst: 10}, adapt.AIMD{}, 40); err != nil {
 		t.Fatal(err)
@@ -91,12 +78,7 @@ func TestStatusKeyWarmingUp(t *testing.T) {
 // the one recorded for its channel says so (both values) at start-up; the
 // same limit again is no warning.
 func TestPublishLimitWarnsOfAnother(t *testing.T) {
-	var b [4]byte
-	crand.Read(b[:])
-	prefix := "pacer-limitwarn-" + hex.EncodeToString(b[:])
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), DB: testenv.RedisDB})
-	defer rdb.Close()
-	defer rdb.Del(t.Context(), limitKey(prefix, "whatsapp"))
+	prefix, rdb, _ := limitTest(t)
 	var logs strings.Builder
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	publishLimit(t.Context(), rdb, prefix, "whatsapp", bucket.Limit{PerSecond: 50, Burst: 10}, limitTTL, log)

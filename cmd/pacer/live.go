@@ -19,25 +19,12 @@ import (
 	"github.com/pacerhq/pacer/pacer/control"
 )
 
-// controlStore reads ch's settings and opens the run-time control store of
-// their Redis, checking that it answers (a hint names the settings when it
-// does not). cmd ("limit set") prefixes its errors; a setting's error is
-// errConfig's. The func closes the store.
+// controlStore opens the run-time control store of ch's Redis, as
+// commandRedis opens the client. The func closes the store.
 func controlStore(ctx context.Context, lookup func(string) (string, bool), ch *channel, cmd string) (config, *control.Store, func(), error) {
-	cfg, err := loadConfig(lookup, ch)
+	cfg, rdb, err := commandRedis(ctx, lookup, ch, cmd)
 	if err != nil {
-		return cfg, nil, nil, fmt.Errorf("%w: %w", errConfig, err)
-	}
-	rdb, ping, err := pingRedis(ctx, cfg, 3*time.Second)
-	if err != nil {
-		return cfg, nil, nil, fmt.Errorf("%s: %w", cmd, err)
-	}
-	if ping != nil {
-		rdb.Close()
-		if h := redisHint(cfg, ping); h != "" {
-			return cfg, nil, nil, fmt.Errorf("%s: cannot reach Redis: %s: %v", cmd, h, ping)
-		}
-		return cfg, nil, nil, fmt.Errorf("%s: cannot reach Redis (%s): %v", cmd, redisSetting(cfg), ping)
+		return cfg, nil, nil, err
 	}
 	return cfg, control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)), func() { rdb.Close() }, nil
 }
@@ -66,10 +53,7 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 		fs.StringVar(rate, "rate", "", fmt.Sprintf("the key's rate in msgs/s (>= %.6g, one a day; <= %.6g)", control.MinKeyRate, control.MaxKeyRate))
 		fs.StringVar(burst, "burst", "", "the key's burst in messages (>= 1); default the channel's")
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	ch, err := channelNamed(*channel)
+	ch, err := parseChannelFlags(fs, args[1:], channel)
 	if err != nil {
 		return err
 	}
@@ -214,10 +198,7 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	} else {
 		fs.BoolVar(force, "force", false, "set the state of a campaign Redis does not know yet (none of its records published or sent so far)")
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	ch, err := channelNamed(*channel)
+	ch, err := parseChannelFlags(fs, args[1:], channel)
 	if err != nil {
 		return err
 	}

@@ -182,6 +182,16 @@ func parseNoFlags(command string, settingsHelp func() string, args []string, std
 	return parseFlags(fs, args)
 }
 
+// parseChannelFlags parses args into fs as parseFlags does and returns the
+// channel that fs's --channel flag, name, names (a usage error when it
+// names none or no channel of Pacer's).
+func parseChannelFlags(fs *flag.FlagSet, args []string, name *string) (*channel, error) {
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	return channelNamed(*name)
+}
+
 // parseFlags parses args into fs, flags before and after positional
 // arguments alike (pacer publish f.jsonl --channel whatsapp), and refuses
 // positional arguments unless fs is publish's (which takes FILE). "--" ends

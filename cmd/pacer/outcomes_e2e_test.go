@@ -43,12 +43,7 @@ func TestWebhookCampaignOutcomesEndToEnd(t *testing.T) {
 		t.Fatalf("publish: %d %s", code, errOut)
 	}
 	e.waitDelivered(n, 90*time.Second, p, wh)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	fs, err := e.fake.WaitWebhooks(ctx)
-	if err != nil || fs.Dropped != 0 {
-		t.Fatalf("webhooks %+v: %v", fs, err)
-	}
+	fs := e.waitWebhooks(t)
 	if d, dups := e.delivered(); d != n || dups != 0 {
 		t.Fatalf("the fake accepted %d messages (%d twice), want %d once", d, dups, n)
 	}

@@ -15,10 +15,7 @@ import (
 // refused naming the variable. A channel with no documented pair limit
 // has none.
 func TestPairSettings(t *testing.T) {
-	wa, err := channelNamed("whatsapp")
-	if err != nil {
-		t.Fatal(err)
-	}
+	wa := whatsappRow(t)
 	for _, c := range []struct {
 		set  map[string]string
 		want ledger.Pair

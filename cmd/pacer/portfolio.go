@@ -54,10 +54,7 @@ func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		fs.StringVar(account, "account", "", "a WhatsApp Business Account ID: its tier webhooks (business_capability_update) apply to the portfolio")
 		fs.StringVar(tier, "tier", "", "the portfolio's messaging limit: 250, 2000, 10000, 100000, unlimited or TIER_2K...; empty keeps it")
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	ch, err := channelNamed(*channel)
+	ch, err := parseChannelFlags(fs, args[1:], channel)
 	if err != nil {
 		return err
 	}
@@ -78,21 +75,11 @@ func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	case verb == "resume" && *name == "":
 		return &usageError{"portfolio resume: give --portfolio (marketing is paused per portfolio)"}
 	}
-	cfg, err := loadConfig(lookup, ch)
+	cfg, rdb, err := commandRedis(ctx, lookup, ch, "portfolio "+verb)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errConfig, err)
-	}
-	rdb, ping, err := pingRedis(ctx, cfg, 3*time.Second)
-	if err != nil {
-		return fmt.Errorf("portfolio %s: %w", verb, err)
+		return err
 	}
 	defer rdb.Close()
-	if ping != nil {
-		if h := redisHint(cfg, ping); h != "" {
-			return fmt.Errorf("portfolio %s: cannot reach Redis: %s: %v", verb, h, ping)
-		}
-		return fmt.Errorf("portfolio %s: cannot reach Redis (%s): %v", verb, redisSetting(cfg), ping)
-	}
 	st := portfolio.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)).WithWindow(cfg.guardWindow())
 	if verb == "set" {
 		invalid := func(err error) error {

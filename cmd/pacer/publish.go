@@ -25,10 +25,7 @@ func cmdPublish(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	topic := fs.String("topic", "", "topic to publish to (default pacer.<channel>)")
 	partitions := fs.Int("partitions", 12, "partitions of the topic if publish has to create it")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	ch, err := channelNamed(*channel)
+	ch, err := parseChannelFlags(fs, args, channel)
 	if err != nil {
 		return err
 	}

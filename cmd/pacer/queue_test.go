@@ -423,14 +423,7 @@ func benchSpread(t *testing.T) {
 	// At most 3 times the largest number's ideal plus 2 minutes, or
 	// PACER_BENCH_SPREAD_MAX (a duration): the figures are then those of
 	// what was delivered by then, and the run fails on the records left.
-	deadline := time.Now().Add(time.Duration(float64(hi)/rate*3+120) * time.Second)
-	if v := os.Getenv("PACER_BENCH_SPREAD_MAX"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("PACER_BENCH_SPREAD_MAX=%q: %v", v, err)
-		}
-		deadline = time.Now().Add(d)
-	}
+	deadline := time.Now().Add(benchSetting(t, "PACER_BENCH_SPREAD_MAX", time.Duration(float64(hi)/rate*3+120)*time.Second, time.ParseDuration))
 	for {
 		maxRSS = max(maxRSS, rssKB(p.cmd.Process.Pid))
 		got := 0

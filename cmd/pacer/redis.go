@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -76,6 +77,30 @@ func pingRedis(ctx context.Context, cfg config, within time.Duration) (rdb redis
 	pctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	return rdb, rdb.Ping(pctx).Err(), nil
+}
+
+// commandRedis reads ch's settings for an operator command and opens their
+// Redis, checking within 3 s that it answers: a Redis that does not is an
+// error naming the settings (and a hint where one fits). cmd ("limit set")
+// prefixes the errors; a setting's error is errConfig's. The caller closes
+// the client.
+func commandRedis(ctx context.Context, lookup func(string) (string, bool), ch *channel, cmd string) (config, redis.UniversalClient, error) {
+	cfg, err := loadConfig(lookup, ch)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("%w: %w", errConfig, err)
+	}
+	rdb, ping, err := pingRedis(ctx, cfg, 3*time.Second)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("%s: %w", cmd, err)
+	}
+	if ping != nil {
+		rdb.Close()
+		if h := redisHint(cfg, ping); h != "" {
+			return cfg, nil, fmt.Errorf("%s: cannot reach Redis: %s: %v", cmd, h, ping)
+		}
+		return cfg, nil, fmt.Errorf("%s: cannot reach Redis (%s): %v", cmd, redisSetting(cfg), ping)
+	}
+	return cfg, rdb, nil
 }
 
 // onEachServer runs scan on the single server of rdb, or on every master

@@ -41,10 +41,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		ch, _ := channelNamed(*channel)
 		fmt.Fprint(stderr, settingsHelp(ch))
 	}
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	ch, err := channelNamed(*channel)
+	ch, err := parseChannelFlags(fs, args, channel)
 	if err != nil {
 		return err
 	}

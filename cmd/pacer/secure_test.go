@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -16,15 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-func writeFile(t *testing.T, name, content string) string {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
 
 // TestSecretFiles: each secret variable may be a file (<VARIABLE>_FILE),
 // whose trailing newline is dropped; the other variables may not.

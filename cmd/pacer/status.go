@@ -104,10 +104,7 @@ const maxStatusKeys = 1000
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
 	fs, channel := commandFlags("pacer status", "channel", stderr)
 	key := fs.String("key", "", "one pacing key; default: every key with state in Redis (cooldown, adapted rate, breaker, bucket)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	ch, err := channelNamed(*channel)
+	ch, err := parseChannelFlags(fs, args, channel)
 	if err != nil {
 		return err
 	}

@@ -62,10 +62,7 @@ func cmdSuppress(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		fs.StringVar(reason, "reason", string(suppress.Manual), "why: unregistered, undeliverable, marketing-limit, bounce, dropped, spamreport, unsubscribe or manual")
 		fs.StringVar(expires, "expires", "", "when it ends: never, a duration (72h) or an RFC 3339 time; default the reason's (7 days for undeliverable, 24 h for marketing-limit, else never)")
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	ch, err := channelNamed(*channel)
+	ch, err := parseChannelFlags(fs, args[1:], channel)
 	if err != nil {
 		return err
 	}
@@ -90,21 +87,11 @@ func cmdSuppress(ctx context.Context, args []string, stdin io.Reader, stdout, st
 			}
 		}
 	}
-	cfg, err := loadConfig(lookup, ch)
+	cfg, rdb, err := commandRedis(ctx, lookup, ch, "suppress "+verb)
 	if err != nil {
-		return fmt.Errorf("%w: %w", errConfig, err)
-	}
-	rdb, ping, err := pingRedis(ctx, cfg, 3*time.Second)
-	if err != nil {
-		return fmt.Errorf("suppress %s: %w", verb, err)
+		return err
 	}
 	defer rdb.Close()
-	if ping != nil {
-		if h := redisHint(cfg, ping); h != "" {
-			return fmt.Errorf("suppress %s: cannot reach Redis: %s: %v", verb, h, ping)
-		}
-		return fmt.Errorf("suppress %s: cannot reach Redis (%s): %v", verb, redisSetting(cfg), ping)
-	}
 	st := suppress.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix))
 	name := *channel + " " + quoteText(*key)
 	switch verb {

@@ -3,24 +3,12 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pacerhq/pacer/pacer/suppress"
 )
-
-// csvFile writes text to a file of the test's and returns its path.
-func csvFile(t *testing.T, name, text string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // TestSuppressImportExport: an import reports each bad line by its number
 // and imports every other row (exit 1); list shows them; export writes
@@ -29,7 +17,7 @@ func csvFile(t *testing.T, name, text string) string {
 func TestSuppressImportExport(t *testing.T) {
 	env, _ := operatorEnv(t)
 	csvText := "recipient,reason,expires\ntok-1,unregistered,\ntok-2,lost,\ntok-3,undeliverable,\ntok-4,bounce,soon\nhash:" + suppress.Hash("tok-6") + ",,never\n,manual,\ntok-8,ma\"nual,\ntok-9,manual,\n"
-	code, out, errs := runCLI(env, "suppress", "import", "--channel", "fcm", "--key", "proj", "--file", csvFile(t, "s.csv", csvText))
+	code, out, errs := runCLI(env, "suppress", "import", "--channel", "fcm", "--key", "proj", "--file", writeFile(t, "s.csv", csvText))
 	if code != 1 || !strings.Contains(out, "imported 4 rows") {
 		t.Fatalf("import: exit %d, stdout %q, stderr %q; want exit 1 and 4 rows imported", code, out, errs)
 	}
@@ -49,7 +37,7 @@ func TestSuppressImportExport(t *testing.T) {
 	if !strings.Contains(exported, "hash:"+suppress.Hash("tok-1")+",unregistered,never,") {
 		t.Errorf("export %q lacks tok-1's row", exported)
 	}
-	code, out, errs = runCLI(env, "suppress", "import", "--channel", "fcm", "--key", "proj2", "--file", csvFile(t, "e.csv", exported))
+	code, out, errs = runCLI(env, "suppress", "import", "--channel", "fcm", "--key", "proj2", "--file", writeFile(t, "e.csv", exported))
 	if code != 0 || !strings.Contains(out, "imported 4 rows (4 new") {
 		t.Fatalf("import of the export: exit %d, %q %q", code, out, errs)
 	}
@@ -88,7 +76,7 @@ func TestSuppressImport100k(t *testing.T) {
 	for i := range 100_000 {
 		fmt.Fprintf(&b, "user%06d@example.com,%s,\n", i, reasons[i%len(reasons)])
 	}
-	f := csvFile(t, "100k.csv", b.String())
+	f := writeFile(t, "100k.csv", b.String())
 	start := time.Now()
 	code, out, errs := runCLI(env, "suppress", "import", "--channel", "sendgrid", "--key", "k", "--file", f)
 	took := time.Since(start)
@@ -113,12 +101,12 @@ func TestSuppressImport100k(t *testing.T) {
 func TestSuppressImportBadFiles(t *testing.T) {
 	env, _ := operatorEnv(t)
 	code, out, errs := runCLI(env, "suppress", "import", "--channel", "sendgrid", "--key", "q1", "--file",
-		csvFile(t, "q.csv", "q@x.com,manual,never\n\"unterminated,manual,never\nr@x.com,manual,never\n"))
+		writeFile(t, "q.csv", "q@x.com,manual,never\n\"unterminated,manual,never\nr@x.com,manual,never\n"))
 	if code != 1 || !strings.Contains(out, "imported 1 rows") || !strings.Contains(errs, "line 2: ") || !strings.Contains(errs, "never closed") {
 		t.Errorf("unterminated quote: exit %d, %q %q; want exit 1, line 1 imported, line 2 reported", code, out, errs)
 	}
 	code, out, errs = runCLI(env, "suppress", "import", "--channel", "sendgrid", "--key", "q2", "--file",
-		csvFile(t, "b.csv", "\xef\xbb\xbfrecipient,reason,expires\r\nBom@X.com,bounce,never\r\n"))
+		writeFile(t, "b.csv", "\xef\xbb\xbfrecipient,reason,expires\r\nBom@X.com,bounce,never\r\n"))
 	if code != 0 || !strings.Contains(out, "imported 1 rows (1 new") {
 		t.Errorf("BOM and header: exit %d, %q %q; want 1 row imported, no bad line", code, out, errs)
 	}
@@ -126,7 +114,7 @@ func TestSuppressImportBadFiles(t *testing.T) {
 		t.Errorf("the imported address spelled otherwise: exit %d, %q; want its entry replaced (one recipient)", code, out)
 	}
 	code, out, errs = runCLI(env, "suppress", "import", "--channel", "sendgrid", "--key", "q3", "--file",
-		csvFile(t, "s.csv", "a@x.com;manual;never\nb@x.com,manual,2020-01-01T00:00:00Z\nc@x.com,manual,\n"))
+		writeFile(t, "s.csv", "a@x.com;manual;never\nb@x.com,manual,2020-01-01T00:00:00Z\nc@x.com,manual,\n"))
 	if code != 1 || !strings.Contains(out, "imported 1 rows") || !strings.Contains(errs, "line 1: 1 fields") || !strings.Contains(errs, "line 2: expires \"2020-01-01T00:00:00Z\" is already past") {
 		t.Errorf("one field, a past expiry: exit %d, %q %q; want both refused by line, c@x.com imported", code, out, errs)
 	}

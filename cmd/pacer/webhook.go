@@ -105,15 +105,15 @@ func webhookSettingsHelp() string {
 // with PACER_WEBHOOK_APPLY, applies their events in a consumer group of
 // its own: see docs/webhooks.md and docs/decisions/0028.
 func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
-	if err := parseNoFlags("webhook", webhookSettingsHelp, args, stderr); err != nil {
+	var wc webhookConfig
+	var sgKey *ecdsa.PublicKey
+	cfg, log, err := startService("webhook", webhookSettingsHelp, args, stderr, lookup, func() (err error) {
+		wc, sgKey, err = loadWebhookConfig(lookup)
+		return err
+	})
+	if err != nil {
 		return err
 	}
-	cfg, err := loadConfig(lookup, nil)
-	wc, sgKey, werr := loadWebhookConfig(lookup)
-	if err := errors.Join(err, werr); err != nil {
-		return fmt.Errorf("%w: %w", errConfig, err)
-	}
-	log := newLogger(cfg, stderr).With("component", "webhook")
 	var secrets webhook.Secrets
 	if dir, _ := lookup("PACER_CREDENTIALS_DIR"); dir != "" {
 		secrets = dirSecrets{dir: dir, log: log}
@@ -190,15 +190,7 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	mux.Handle("/webhook/", srv)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute}
 	log.Info("webhook listening", "addr", ln.Addr().String(), "channels", channels, "apply", wc.Apply)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Drain)
-	defer cancel()
-	return hs.Shutdown(sctx)
+	return serveUntilDone(ctx, hs, ln, errc, cfg.Drain)
 }
 
 // dirSecrets reads the webhook secrets of one sender from the credentials

@@ -32,15 +32,8 @@ func TestWebhookSuppressionEndToEnd(t *testing.T) {
 		t.Fatalf("handshake: %d %q, want 200 77", code, body)
 	}
 	bad := []byte(`{"object":"whatsapp_business_account","entry":[]}`)
-	req, _ := http.NewRequest("POST", base+"/webhook/whatsapp", bytes.NewReader(bad))
-	req.Header.Set("X-Hub-Signature-256", webhook.WhatsAppSignature([]byte("not the secret"), bad))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 401 {
-		t.Fatalf("badly signed webhook answered %d, want 401", resp.StatusCode)
+	if code := postWhatsAppWebhook(t, base, "not the secret", bad); code != 401 {
+		t.Fatalf("badly signed webhook answered %d, want 401", code)
 	}
 	if v := wh.mustMetric(t, `pacer_webhook_requests_total{channel="whatsapp",result="bad-signature"}`); v != 1 {
 		t.Errorf("bad-signature requests %v, want 1", v)
@@ -60,12 +53,7 @@ func TestWebhookSuppressionEndToEnd(t *testing.T) {
 		t.Fatalf("publish: %d %s", code, errOut)
 	}
 	e.waitDelivered(n, 90*time.Second, p, wh)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	st, err := e.fake.WaitWebhooks(ctx)
-	if err != nil || st.Dropped != 0 {
-		t.Fatalf("webhooks %+v: %v", st, err)
-	}
+	st := e.waitWebhooks(t)
 	failed := int(st.Failed131026)
 	if failed < 10 || failed > 60 {
 		t.Fatalf("%d of %d recipients failed with 131026, want about 20%%", failed, n)
@@ -147,15 +135,8 @@ func TestWebhookThroughputAndQualityEndToEnd(t *testing.T) {
 	}
 	post := func(body string) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", base+"/webhook/whatsapp", strings.NewReader(body))
-		req.Header.Set("X-Hub-Signature-256", webhook.WhatsAppSignature([]byte(secret), []byte(body)))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("webhook answered %d, want 200", resp.StatusCode)
+		if code := postWhatsAppWebhook(t, base, secret, []byte(body)); code != 200 {
+			t.Fatalf("webhook answered %d, want 200", code)
 		}
 	}
 	quality := func(event string) string {
@@ -222,6 +203,21 @@ func TestWebhookThroughputAndQualityEndToEnd(t *testing.T) {
 // webhook`.
 const webhookSecret = "e2e-app-secret"
 
+// postWhatsAppWebhook posts body to the WhatsApp webhook of the `pacer
+// webhook` at base, signed with app secret secret as Meta signs
+// (X-Hub-Signature-256), and returns the answer's status code.
+func postWhatsAppWebhook(t *testing.T, base, secret string, body []byte) int {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/webhook/whatsapp", bytes.NewReader(body))
+	req.Header.Set("X-Hub-Signature-256", webhook.WhatsAppSignature([]byte(secret), body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // startWebhook starts a `pacer webhook` of e's settings (the WhatsApp app
 // secret webhookSecret, verify token e2e-verify, its own group) and makes
 // e's fake send its status webhooks there, as hooks says (its URL and
@@ -234,4 +230,18 @@ func (e *e2e) startWebhook(t *testing.T, hooks whatsapptest.Webhooks) (*proc, st
 	hooks.URL, hooks.AppSecret = base+"/webhook/whatsapp", []byte(webhookSecret)
 	e.fake.SendWebhooks(hooks)
 	return wh, base
+}
+
+// waitWebhooks waits at most 60 s until e's fake has sent every status
+// webhook it decided on, failing the test if it could not or dropped any,
+// and returns what it decided.
+func (e *e2e) waitWebhooks(t *testing.T) whatsapptest.WebhookStats {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := e.fake.WaitWebhooks(ctx)
+	if err != nil || st.Dropped != 0 {
+		t.Fatalf("webhooks %+v: %v", st, err)
+	}
+	return st
 }

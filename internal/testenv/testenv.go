@@ -1,5 +1,6 @@
 // Package testenv gives Go tests the addresses of real servers: a
-// redis-server and an Apache Kafka broker (KRaft, single node).
+// redis-server and an Apache Kafka broker (KRaft, single node); WaitFor
+// polls for what a test waits on from them.
 //
 // Order of resolution:
 //

@@ -98,18 +98,7 @@ func (c *Live) Start(ctx context.Context) {
 // ago); the first call for a campaign reads it. ok is false when ctx ended
 // before the first read.
 func (c *Live) State(ctx context.Context, campaign string) (control.State, bool) {
-	c.mu.Lock()
-	cs := c.states[campaign]
-	first := cs == nil
-	if first {
-		cs = &state{read: make(chan struct{})}
-		c.states[campaign] = cs
-	}
-	cs.lastSeen = time.Now()
-	c.mu.Unlock()
-	if first {
-		go c.refresh(c.base, []string{campaign})
-	}
+	cs := c.seen(campaign)
 	select {
 	case <-cs.read:
 	case <-ctx.Done():
@@ -135,6 +124,21 @@ func (c *Live) Cached(campaign string) control.State {
 // it read every Refresh (as [Live.State] does); known is false until its
 // first read came back (which this call starts when needed).
 func (c *Live) Watched(campaign string) (st control.State, known bool) {
+	cs := c.seen(campaign)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-cs.read:
+		known = true
+	default:
+	}
+	return cs.state, known
+}
+
+// seen returns campaign's entry, marked seen now so that it is read every
+// Refresh for the next 5 minutes; for a campaign not seen before (or
+// forgotten) it makes one and starts its first read.
+func (c *Live) seen(campaign string) *state {
 	c.mu.Lock()
 	cs := c.states[campaign]
 	first := cs == nil
@@ -143,17 +147,11 @@ func (c *Live) Watched(campaign string) (st control.State, known bool) {
 		c.states[campaign] = cs
 	}
 	cs.lastSeen = time.Now()
-	st = cs.state
-	select {
-	case <-cs.read:
-		known = true
-	default:
-	}
 	c.mu.Unlock()
 	if first {
 		go c.refresh(c.base, []string{campaign})
 	}
-	return st, known
+	return cs
 }
 
 // refresh reads the states of names; an error keeps the last ones (and

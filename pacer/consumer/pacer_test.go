@@ -662,16 +662,22 @@ func TestTransientFailuresLoggedOncePerInterval(t *testing.T) {
 	}
 }
 
+// throttledHarness is newHarness with message a's first request answered
+// by throttle and the sender recording when it sent each message
+// (h.sender.at).
+func throttledHarness(t *testing.T, throttle *channels.Error) *harness {
+	h := newHarness(t, map[string][]error{"a": {throttle}})
+	h.sender.at = map[string]time.Time{}
+	return h
+}
+
 // TestAccountThrottleCoolsEveryKey: an account-scoped throttle (WhatsApp
 // 80007) of one key holds every key of the channel for its cooldown, through
 // the shared account cooldown, and is counted by scope.
 func TestAccountThrottleCoolsEveryKey(t *testing.T) {
 	const cool = 600 * time.Millisecond
-	h := newHarness(t, map[string][]error{
-		"a": {&channels.Error{Channel: "test", Status: 400, Code: "80007", Class: channels.Throttle,
-			Scope: channels.ScopeAccount, RetryAfter: cool}},
-	})
-	h.sender.at = map[string]time.Time{}
+	h := throttledHarness(t, &channels.Error{Channel: "test", Status: 400, Code: "80007", Class: channels.Throttle,
+		Scope: channels.ScopeAccount, RetryAfter: cool})
 	h.produce(env("a"))
 	var throttledAt time.Time
 	h.run(func() bool {
@@ -714,11 +720,8 @@ func (a accountSender) Account(key string) string { return a.accounts[key] }
 // channel.
 func TestAccountThrottleCoolsOnlyItsAccount(t *testing.T) {
 	const cool = 2 * time.Second
-	h := newHarness(t, map[string][]error{
-		"a": {&channels.Error{Channel: "test", Status: 400, Code: "80007", Class: channels.Throttle,
-			Scope: channels.ScopeAccount, RetryAfter: cool}},
-	})
-	h.sender.at = map[string]time.Time{}
+	h := throttledHarness(t, &channels.Error{Channel: "test", Status: 400, Code: "80007", Class: channels.Throttle,
+		Scope: channels.ScopeAccount, RetryAfter: cool})
 	as := accountSender{h.sender, map[string]string{"k1": "acct-a", "k3": "acct-a", "k2": "acct-b"}}
 	if err := h.cl.ProduceSync(context.Background(), &kgo.Record{Topic: "pacer.test", Key: []byte("k1"),
 		Value: []byte(`{"id":"a","key":"k1","to":"1555000"}`)}).FirstErr(); err != nil {
@@ -761,10 +764,7 @@ func TestAccountThrottleCoolsOnlyItsAccount(t *testing.T) {
 // pair's base cooldown (1 s); another recipient of the same key sends at
 // once, and the key's rate is not touched.
 func TestPairThrottleHoldsOnlyThePair(t *testing.T) {
-	h := newHarness(t, map[string][]error{
-		"a": {&channels.Error{Channel: "test", Status: 400, Code: "131056", Class: channels.Throttle, Scope: channels.ScopePair}},
-	})
-	h.sender.at = map[string]time.Time{}
+	h := throttledHarness(t, &channels.Error{Channel: "test", Status: 400, Code: "131056", Class: channels.Throttle, Scope: channels.ScopePair})
 	h.produce(`{"id":"a","key":"k1","to":"1555000111"}`)
 	var throttledAt time.Time
 	produced := false
@@ -817,10 +817,7 @@ func TestPairThrottleHoldsOnlyThePair(t *testing.T) {
 // once the cooldown ends, not at once into the provider's emptied pair
 // bucket; another recipient of the key is not paced by it.
 func TestPairLearnedRatePacesThePair(t *testing.T) {
-	h := newHarness(t, map[string][]error{
-		"a": {&channels.Error{Channel: "test", Status: 400, Code: "131056", Class: channels.Throttle, Scope: channels.ScopePair}},
-	})
-	h.sender.at = map[string]time.Time{}
+	h := throttledHarness(t, &channels.Error{Channel: "test", Status: 400, Code: "131056", Class: channels.Throttle, Scope: channels.ScopePair})
 	h.produce(`{"id":"a","key":"k1","to":"1555000111"}`)
 	ids := []string{"b1", "b2", "b3"}
 	produced := false

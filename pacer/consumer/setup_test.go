@@ -18,6 +18,7 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/pacerhq/pacer/pacer/campaign"
 	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/ledger"
@@ -262,14 +263,7 @@ func (h *harness) run(done func() bool) {
 // waitFor polls cond every 10 ms until it holds (true) or within passes
 // (false).
 func waitFor(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
+	return testenv.WaitFor(within, 10*time.Millisecond, cond)
 }
 
 // eachLedger runs f as subtests batched=0s and batched=5ms: with the

@@ -11,6 +11,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// suppressingHarness is newHarness(t, script) with the pacer checking
+// suppressions and recipient to of pacing key k1 suppressed for reason,
+// without expiry.
+func suppressingHarness(t *testing.T, script map[string][]error, to string, reason suppress.Reason) *harness {
+	t.Helper()
+	h := newHarness(t, script)
+	h.suppress = true
+	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
+	defer rdb.Close()
+	st := suppress.NewStore(rdb, bucket.NewKeys(""))
+	if _, err := st.Add(context.Background(), "test", "k1", suppress.New(suppress.Hash(to), reason, time.Time{}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // TestSuppressedRecipients: a message to a recipient suppressed for its
 // pacing key is dead-lettered "suppressed:<reason>" without a request; an
 // answer that calls a recipient gone (FCM UNREGISTERED) dead-letters its
@@ -18,14 +34,7 @@ import (
 // next message to it makes no request either; other recipients are sent.
 func TestSuppressedRecipients(t *testing.T) {
 	gone := &channels.Error{Channel: "test", Status: 404, Code: "UNREGISTERED", Class: channels.Permanent, Gone: true}
-	h := newHarness(t, map[string][]error{"g1": {gone}})
-	h.suppress = true
-	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
-	defer rdb.Close()
-	st := suppress.NewStore(rdb, bucket.NewKeys(""))
-	if _, err := st.Add(context.Background(), "test", "k1", suppress.New(suppress.Hash("155500s1"), suppress.Bounce, time.Time{}, time.Now())); err != nil {
-		t.Fatal(err)
-	}
+	h := suppressingHarness(t, map[string][]error{"g1": {gone}}, "155500s1", suppress.Bounce)
 	h.produce(env("g1"), env("s1"), env("ok1"))
 	p, stop := h.start(h.cfg, h.sender, h.reg)
 	defer stop()
@@ -66,14 +75,7 @@ func TestSuppressedRecipients(t *testing.T) {
 // marketing, and lets a utility one and an unlabelled one to the same
 // recipient through.
 func TestMarketingSuppressionByCategory(t *testing.T) {
-	h := newHarness(t, nil)
-	h.suppress = true
-	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
-	defer rdb.Close()
-	st := suppress.NewStore(rdb, bucket.NewKeys(""))
-	if _, err := st.Add(context.Background(), "test", "k1", suppress.New(suppress.Hash("155500m1"), suppress.MarketingLimit, time.Time{}, time.Now())); err != nil {
-		t.Fatal(err)
-	}
+	h := suppressingHarness(t, nil, "155500m1", suppress.MarketingLimit)
 	mk := `{"id":"mk","key":"k1","to":"155500m1","category":"marketing"}`
 	ut := `{"id":"ut","key":"k1","to":"155500m1","category":"utility"}`
 	no := `{"id":"no","key":"k1","to":"155500m1"}`

@@ -275,14 +275,19 @@ func (b *leaseCounter) Lease(ctx context.Context, channel, key string, lim bucke
 	return b.Local.Lease(ctx, channel, key, lim, n, maxWait)
 }
 
-// leasingKey returns keys over a bucket that counts its leases and
-// reservations, and the state of their key "k", in hand until t ends.
-func leasingKey(t *testing.T) (*Keys, *leaseCounter, *keyState) {
+// leasingKey makes keys over a bucket that counts its leases and
+// reservations, with key "k" limited to lim. It returns the bucket, k's
+// state (in hand until t ends), the size of k's lease at lim and a call
+// reserving k's next slot (to recipient "to").
+func leasingKey(t *testing.T, lim bucket.Limit) (*leaseCounter, *keyState, int, func() (bucket.Reservation, error)) {
 	b := &leaseCounter{Local: bucket.NewLocal(bucket.LocalConfig{})}
 	p := testKeys(t, b, &keypacetest.Adapter{}, nil)
 	st := p.keyState("k")
 	t.Cleanup(func() { p.done(st) })
-	return p, b, st
+	reserve := func() (bucket.Reservation, error) {
+		return p.reserve(t.Context(), b, "k", "to", st, KeyPolicy{Limit: lim}, lim)
+	}
+	return b, st, p.cfg.leaseSize(lim, lim), reserve
 }
 
 // A key under 100 msgs/s leases only while as many senders wait as a
@@ -292,20 +297,17 @@ func leasingKey(t *testing.T) (*Keys, *leaseCounter, *keyState) {
 // waiting dip below a lease's size while their records are on the wire).
 func TestReserveTakesHeldLeasedSlots(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, b, st := leasingKey(t)
-		lim := bucket.Limit{PerSecond: 80, Burst: 8}
-		pol := KeyPolicy{Limit: lim}
-		n := p.cfg.leaseSize(lim, lim)
+		b, st, n, reserve := leasingKey(t, bucket.Limit{PerSecond: 80, Burst: 8})
 		if n != 16 {
 			t.Fatalf("lease size at 80/s: %d, want 16", n)
 		}
 		st.normalWaiting.Add(int32(n)) // a backlog: the key leases
-		first, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim)
+		first, err := reserve()
 		if err != nil || !first.OK {
 			t.Fatalf("first slot: %+v %v", first, err)
 		}
 		st.normalWaiting.Add(int32(1 - n)) // one sender waits now
-		second, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim)
+		second, err := reserve()
 		if err != nil || !second.OK {
 			t.Fatalf("second slot: %+v %v", second, err)
 		}
@@ -317,7 +319,7 @@ func TestReserveTakesHeldLeasedSlots(t *testing.T) {
 		time.Sleep(time.Second)
 		st.normalWaiting.Add(1)
 		defer st.normalWaiting.Add(-1)
-		if r, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim); err != nil || !r.OK {
+		if r, err := reserve(); err != nil || !r.OK {
 			t.Fatalf("third slot: %+v %v", r, err)
 		}
 		if b.lease != 1 || b.reserves != 1 {
@@ -332,19 +334,16 @@ func TestReserveTakesHeldLeasedSlots(t *testing.T) {
 // each (with a slow provider, most of the key's Redis commands).
 func TestReserveLeasesAgainAfterAWholeLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, b, st := leasingKey(t)
-		lim := bucket.Limit{PerSecond: 80, Burst: 8}
-		pol := KeyPolicy{Limit: lim}
-		n := p.cfg.leaseSize(lim, lim)
+		b, st, n, reserve := leasingKey(t, bucket.Limit{PerSecond: 80, Burst: 8})
 		st.normalWaiting.Add(int32(n))
 		for i := range n { // the lease's every slot, handed out at once
-			if r, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim); err != nil || !r.OK {
+			if r, err := reserve(); err != nil || !r.OK {
 				t.Fatalf("slot %d: %+v %v", i, r, err)
 			}
 		}
 		st.normalWaiting.Add(int32(1 - n)) // one sender waits now
 		defer st.normalWaiting.Add(-1)
-		if r, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim); err != nil || !r.OK {
+		if r, err := reserve(); err != nil || !r.OK {
 			t.Fatalf("slot %d: %+v %v", n, r, err)
 		}
 		if b.lease != 2 || b.reserves != 0 {
@@ -360,15 +359,13 @@ func TestReserveLeasesAgainAfterAWholeLease(t *testing.T) {
 // reserves its own, granted at once when the key is behind its rate.
 func TestReserveLeasesOnlyForWaitingSenders(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, b, st := leasingKey(t)
-		lim := bucket.Limit{PerSecond: 200, Burst: 1}
-		pol := KeyPolicy{Limit: lim}
-		if n := p.cfg.leaseSize(lim, lim); n != 40 {
+		b, st, n, reserve := leasingKey(t, bucket.Limit{PerSecond: 200, Burst: 1})
+		if n != 40 {
 			t.Fatalf("lease size at 200/s: %d, want 40", n)
 		}
 		st.normalWaiting.Add(1) // a lone sender, one message after another
 		for i := range 3 {
-			r, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim)
+			r, err := reserve()
 			if err != nil || !r.OK {
 				t.Fatalf("slot %d: %+v %v", i, r, err)
 			}
@@ -380,7 +377,7 @@ func TestReserveLeasesOnlyForWaitingSenders(t *testing.T) {
 		st.normalWaiting.Add(1) // a second sender waits
 		defer st.normalWaiting.Add(-2)
 		for i := range 2 {
-			if r, err := p.reserve(t.Context(), b, "k", "to", st, pol, lim); err != nil || !r.OK {
+			if r, err := reserve(); err != nil || !r.OK {
 				t.Fatalf("slot %d with 2 senders: %+v %v", i, r, err)
 			}
 		}

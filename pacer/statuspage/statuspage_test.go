@@ -58,6 +58,15 @@ func setup(t *testing.T) (redis.UniversalClient, Config) {
 }
 
 // source is a settable list of active keys for a Publisher.
+// setupPublisher is setup with a Publisher of cfg publishing what src is
+// set to.
+func setupPublisher(t *testing.T) (redis.UniversalClient, Config, *source, *Publisher) {
+	t.Helper()
+	rdb, cfg := setup(t)
+	src := &source{}
+	return rdb, cfg, src, NewPublisher(rdb, cfg, src.get)
+}
+
 type source struct {
 	mu   sync.Mutex
 	acts []KeyActivity
@@ -250,10 +259,8 @@ func TestStatusAddsUpReplicas(t *testing.T) {
 }
 
 func TestPublishRestartsFromAFreedKey(t *testing.T) {
-	rdb, cfg := setup(t)
+	rdb, cfg, src, pub := setupPublisher(t)
 	ctx := context.Background()
-	src := &source{}
-	pub := NewPublisher(rdb, cfg, src.get)
 	now := time.Now()
 	src.set(act("j", 100, 0), act("k", 500, 0))
 	if err := pub.Publish(ctx, now.Add(-10*time.Second)); err != nil {
@@ -460,11 +467,9 @@ func TestPageInChromium(t *testing.T) {
 // generous (a loaded 2-core machine, the race detector); the figures are
 // logged.
 func TestPageWith10000Keys(t *testing.T) {
-	rdb, cfg := setup(t)
+	rdb, cfg, src, pub := setupPublisher(t)
 	ctx := context.Background()
 	const n = 10000
-	src := &source{}
-	pub := NewPublisher(rdb, cfg, src.get)
 	acts := make([]KeyActivity, n)
 	for i := range acts {
 		acts[i] = act(fmt.Sprintf("1666%07d", i), uint64(i%50), i%7)
@@ -559,11 +564,9 @@ func TestPageWith10000Keys(t *testing.T) {
 // changed and removes those no longer active, so idle keys cost nothing;
 // a hash lost from Redis is written whole again at the next reading.
 func TestPublishWritesWhatChanged(t *testing.T) {
-	rdb, cfg := setup(t)
+	rdb, cfg, src, pub := setupPublisher(t)
 	ctx := context.Background()
 	hk := replicaKey(cfg.Prefix, channel, DefaultReplica())
-	src := &source{}
-	pub := NewPublisher(rdb, cfg, src.get)
 	now := time.Now()
 	field := func(k string) string {
 		t.Helper()
@@ -625,10 +628,8 @@ func TestPublishWritesWhatChanged(t *testing.T) {
 // utilization for it, says warming_up and leaves it out of the totals'
 // utilization, until a reading that saw it active for a whole interval.
 func TestKeyWarmingUp(t *testing.T) {
-	rdb, cfg := setup(t)
+	rdb, cfg, src, pub := setupPublisher(t)
 	ctx := context.Background()
-	src := &source{}
-	pub := NewPublisher(rdb, cfg, src.get)
 	now := time.Now()
 	publish := func(at time.Time, acts ...KeyActivity) {
 		t.Helper()
