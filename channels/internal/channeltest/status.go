@@ -91,6 +91,18 @@ func ErrorOf(t testing.TB, channel string, err error, secrets ...string) *channe
 	return e
 }
 
+// SendError sends m through send (a client's Send method) and returns the
+// *channels.Error of the error it must return, checked as [ErrorOf] checks
+// it; a send that succeeds fails t at once.
+func SendError(t testing.TB, channel string, send func(context.Context, channels.Message) (channels.Result, error), m channels.Message, secrets ...string) *channels.Error {
+	t.Helper()
+	res, err := send(t.Context(), m)
+	if err == nil {
+		t.Fatalf("Send = %+v, nil; want an error", res)
+	}
+	return ErrorOf(t, channel, err, secrets...)
+}
+
 // SendOf returns a send of m through send (a client's Send method) that
 // keeps only its error, as [CheckContext] and [CheckReuse] take it.
 func SendOf(send func(context.Context, channels.Message) (channels.Result, error), m channels.Message) func(context.Context) error {
