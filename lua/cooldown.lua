@@ -21,8 +21,7 @@ if bad then
   return bad
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- @include clock
 local want = now + ms * 1000
 
 local ok, cur = pcall(redis.call, 'GET', KEYS[1])

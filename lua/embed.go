@@ -4,7 +4,7 @@
 // truncates to integers).
 //
 // Redis Lua has no require, so code that several scripts share lives once,
-// in a fragment (refill.lua, limit_args.lua, argv.lua, int_arg.lua, aimd_read.lua, breaker_read.lua,
+// in a fragment (refill.lua, limit_args.lua, argv.lua, int_arg.lua, clock.lua, aimd_read.lua, breaker_read.lua,
 // adapt_base.lua):
 // a script's line "-- @include refill" is replaced by refill.lua when the
 // package is initialised (see compose). The exported strings are the

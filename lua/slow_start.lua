@@ -28,8 +28,7 @@ if bad then
   return bad
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- @include clock
 
 local start, seen
 local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'start_us', 'seen_us')
