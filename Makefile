@@ -27,6 +27,14 @@ STOP_STARTED := for s in $${PACER_TEST_STARTED:-}; do scripts/$$s.sh stop; done;
 	[ -z "$${PACER_TEST_KAFKA_BROKERS:-}" ] || [ "$${PACER_TEST_STARTED:-}" = "kafka redis redis-cluster" ] || \
 	echo "servers found running were left running (make stop-servers stops them)" >&2
 
+# WITH_SERVERS: how the test and bench targets begin: scripts/test-env.sh
+# starts the servers not running yet and its PACER_TEST_* settings are
+# exported to the recipe, whose end runs STOP_STARTED.
+WITH_SERVERS = trap '$(STOP_STARTED)' EXIT; env_out=$$(scripts/test-env.sh); eval "$$env_out"
+# e2e_run: the go test command of cmd/pacer's e2e-tagged tests matching
+# -run $(2), verbose, with timeout $(1).
+e2e_run = $(GO) test -tags e2e -count=1 -timeout $(1) -v -run '$(2)' ./cmd/pacer/
+
 .PHONY: build demo test test-e2e bench bench-pacing bench-e2e bench-ingest bench-queue bench-live bench-backlog soak lint servers stop-servers
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
@@ -38,8 +46,7 @@ demo:
 	$(GO) run ./cmd/pacer demo
 
 test:
-	@trap '$(STOP_STARTED)' EXIT; \
-	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	@$(WITH_SERVERS); \
 	echo "PACER_TEST_KAFKA_BROKERS=$$PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR=$$PACER_TEST_REDIS_ADDR"; \
 	$(GO) test -race -count=1 -timeout $(GO_TEST_TIMEOUT) $(PKGS)
 
@@ -48,8 +55,7 @@ test:
 # run a second time without -race.
 E2E_TESTS = $(shell sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\.T).*/\1/p' $$(grep -l '^//go:build e2e' cmd/pacer/*_test.go) | paste -sd'|' -)
 test-e2e:
-	@trap '$(STOP_STARTED)' EXIT; \
-	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	@$(WITH_SERVERS); \
 	echo "PACER_TEST_KAFKA_BROKERS=$$PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR=$$PACER_TEST_REDIS_ADDR"; \
 	$(GO) test -tags e2e -count=1 -parallel $(E2E_PARALLEL) -timeout $(E2E_TIMEOUT) -run '^($(E2E_TESTS))$$' ./cmd/pacer/
 
@@ -57,8 +63,7 @@ test-e2e:
 # processes x 8 goroutines on one key for 30 s; see bucket/soak_test.go).
 # Figures: BENCHMARKS.md.
 bench:
-	@trap '$(STOP_STARTED)' EXIT; \
-	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	@$(WITH_SERVERS); \
 	$(GO) test -tags e2e -bench=. -benchmem -run='^$$' $(PKGS); \
 	$(GO) test -tags soak -run '^TestAccuracySoak$$' -count=1 -v -timeout 10m ./bucket/
 
@@ -69,9 +74,8 @@ bench:
 # runs its short form. PACER_BENCH_PACING_ONLY="3,7 hidden" runs only the
 # scenarios whose names start with one of the comma-separated prefixes.
 bench-pacing:
-	@trap '$(STOP_STARTED)' EXIT; \
-	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
-	PACER_BENCH_PACING=full $(GO) test -tags e2e -count=1 -timeout 40m -v -run '^TestPacingScenarios$$' ./cmd/pacer/ | \
+	@$(WITH_SERVERS); \
+	PACER_BENCH_PACING=full $(call e2e_run,40m,^TestPacingScenarios$$) | \
 		grep -v '^\s*pacing_bench_test.go'
 
 # bench-queue: queues per pacing key through `pacer run` (real Kafka and
@@ -84,9 +88,8 @@ bench-pacing:
 # PACER_BENCH_SPREAD_MAX=20m caps its wait);
 # PACER_BENCH_ENV=K=V,... adds pacer settings. Figures: BENCHMARKS.md.
 bench-queue:
-	@trap '$(STOP_STARTED)' EXIT; \
-	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
-	PACER_BENCH_QUEUE=1 $(GO) test -tags e2e -count=1 -timeout 30m -v -run '^TestQueueBench$$' ./cmd/pacer/
+	@$(WITH_SERVERS); \
+	PACER_BENCH_QUEUE=1 $(call e2e_run,30m,^TestQueueBench$$)
 
 # bench-backlog: deep backlogs through `pacer run` (real Kafka and Redis,
 # the strict fake WhatsApp API): one number at 80/s with 20,000 messages
@@ -100,7 +103,7 @@ bench-queue:
 bench-backlog:
 	@trap '$(STOP_SERVERS)' EXIT; \
 	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
-	PACER_BENCH_BACKLOG=$${PACER_BENCH_BACKLOG:-1} $(GO) test -tags e2e -count=1 -timeout 60m -v -run '^TestBacklogBench$$' ./cmd/pacer/
+	PACER_BENCH_BACKLOG=$${PACER_BENCH_BACKLOG:-1} $(call e2e_run,60m,^TestBacklogBench$$)
 
 # bench-live: operating live through 2 replicas of `pacer run` (real Kafka
 # and Redis, the strict fake WhatsApp API): a number at 50/s raised to
@@ -110,9 +113,8 @@ bench-backlog:
 # runs). About 8 minutes. PACER_BENCH_REPLICAS=N changes the replica
 # count. Figures: BENCHMARKS.md.
 bench-live:
-	@trap '$(STOP_STARTED)' EXIT; \
-	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
-	PACER_BENCH_LIVE=1 $(GO) test -tags e2e -count=1 -timeout 40m -v -run '^TestLiveBench$$' ./cmd/pacer/
+	@$(WITH_SERVERS); \
+	PACER_BENCH_LIVE=1 $(call e2e_run,40m,^TestLiveBench$$)
 
 # bench-e2e: one `pacer run` process beside a minimal baseline
 # (internal/bench/baseline: a franz-go consumer group that POSTs each record
@@ -139,19 +141,17 @@ bench-live:
 # memory with 100,000 active keys and after idle (TestKeysMemoryBench):
 # about 30 minutes more. Figures: BENCHMARKS.md.
 bench-e2e:
-	@trap '$(STOP_STARTED)' EXIT; \
-	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
-	PACER_BENCH_E2E=1 $(GO) test -tags e2e -count=1 -timeout 30m -v -run '^TestE2EBench$$' ./cmd/pacer/; \
+	@$(WITH_SERVERS); \
+	PACER_BENCH_E2E=1 $(call e2e_run,30m,^TestE2EBench$$); \
 	if [ -n "$${BENCH_MEMORY:-}" ]; then \
-	  PACER_BENCH_MEMORY=1 PACER_BENCH_KEYS=1 $(GO) test -tags e2e -count=1 -timeout 90m -v -run '^(TestLedgerMemoryBench|TestKeysMemoryBench)$$' ./cmd/pacer/; \
+	  PACER_BENCH_MEMORY=1 PACER_BENCH_KEYS=1 $(call e2e_run,90m,^(TestLedgerMemoryBench|TestKeysMemoryBench)$$); \
 	fi
 
 # Long runs kept out of `make test-e2e`: the 5-minute cooldown of the delivery
 # guarantees (issue: none dead-lettered as attempts-exhausted).
 soak:
-	@trap '$(STOP_STARTED)' EXIT; \
-	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
-	PACER_TEST_COOLDOWN=5m $(GO) test -tags e2e -count=1 -timeout 30m -v -run 'TestLongCooldown' ./cmd/pacer/
+	@$(WITH_SERVERS); \
+	PACER_TEST_COOLDOWN=5m $(call e2e_run,30m,TestLongCooldown)
 
 lint:
 	$(GO) vet ./...
@@ -172,6 +172,5 @@ stop-servers:
 # the issue asks: about 8 minutes in all). Figures: BENCHMARKS.md.
 PACER_BENCH_DURATION ?= 60s
 bench-ingest:
-	@trap '$(STOP_STARTED)' EXIT; \
-	env_out=$$(scripts/test-env.sh); eval "$$env_out"; \
+	@$(WITH_SERVERS); \
 	PACER_BENCH_DURATION=$(PACER_BENCH_DURATION) $(GO) test -tags benchingest -run '^TestLoad' -count=1 -v -timeout 30m ./pacer/ingest/

@@ -108,16 +108,28 @@ func (l *Limiter) ReserveMulti(ctx context.Context, channel, key string, reqs []
 	if err != nil {
 		return Reservation{}, err
 	}
+	rep, recv, err := l.runReserve(ctx, "reserve", keys, args, 1, maxWait, reqs[0].Limit.Burst)
+	if err != nil {
+		return Reservation{}, err
+	}
+	return rep.reservation(recv), nil
+}
+
+// runReserve runs reserve.lua with keys and args built by multiCall for up
+// to n slots, bucket 1 having burst1 tokens, and returns its checked reply
+// and when it was received. Its errors name op ("reserve", "lease") and
+// the first key, and wrap the Redis error or describe a reply out of shape.
+func (l *Limiter) runReserve(ctx context.Context, op string, keys []string, args []any, n int, maxWait time.Duration, burst1 int) (reserveReply, time.Time, error) {
 	v, err := reserveScript.Run(ctx, l.rdb, keys, args...).Result()
 	recv := time.Now()
 	if err != nil {
-		return Reservation{}, fmt.Errorf("bucket: reserve %q: %w", keys[0], err)
+		return reserveReply{}, recv, fmt.Errorf("bucket: %s %q: %w", op, keys[0], err)
 	}
-	rep, ok := parseReserve(v, 1, waitUS(maxWait), reqs[0].Limit.Burst)
+	rep, ok := parseReserve(v, n, waitUS(maxWait), burst1)
 	if !ok {
-		return Reservation{}, fmt.Errorf("bucket: reserve %q: unexpected reply %s", keys[0], wire.Describe(v))
+		return reserveReply{}, recv, fmt.Errorf("bucket: %s %q: unexpected reply %s", op, keys[0], wire.Describe(v))
 	}
-	return rep.reservation(recv), nil
+	return rep, recv, nil
 }
 
 // maxRequests is the most buckets one multi-bucket call takes.
@@ -299,14 +311,9 @@ func (l *Limiter) Lease(ctx context.Context, channel, key string, lim Limit, n i
 	if err != nil {
 		return Lease{}, err
 	}
-	v, err := reserveScript.Run(ctx, l.rdb, keys, args...).Result()
-	recv := time.Now()
+	rep, recv, err := l.runReserve(ctx, "lease", keys, args, n, maxWait, lim.Burst)
 	if err != nil {
-		return Lease{}, fmt.Errorf("bucket: lease %q: %w", keys[0], err)
-	}
-	rep, ok := parseReserve(v, n, waitUS(maxWait), lim.Burst)
-	if !ok {
-		return Lease{}, fmt.Errorf("bucket: lease %q: unexpected reply %s", keys[0], wire.Describe(v))
+		return Lease{}, err
 	}
 	return rep.lease(recv, &leaseSource{channel: channel, key: key, lim: lim}), nil
 }

@@ -2,13 +2,12 @@
 -- splices it in place of the line "-- @include adapt_base" of aimd_read.lua
 -- and breaker_read.lua.
 --
--- Reads no KEYS or ARGV. Defines now (Redis TIME in µs since the Unix
+-- Reads no KEYS or ARGV. Defines now (clock.lua: Redis TIME in µs since the Unix
 -- epoch), the function int, and numbers (argv.lua).
 
 -- @include argv
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- @include clock
 
 -- int returns v as a number if it is a finite integer >= lo, else nil.
 local function int(v, lo)

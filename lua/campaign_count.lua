@@ -35,15 +35,13 @@
 -- hash holds a later one (when delivered > 0); ZADD of the campaigns to
 -- KEYS[2] at now_ms and ZREMRANGEBYRANK of all but its keep most recent.
 
+-- @include int_arg
+
 local token_ms, now_ms, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if not token_ms or token_ms < 1 or token_ms ~= math.floor(token_ms) then
-  return redis.error_reply('ERR campaign count: token_ms must be an integer >= 1')
-end
-if not now_ms or now_ms ~= math.floor(now_ms) then
-  return redis.error_reply('ERR campaign count: now_ms must be an integer')
-end
-if not keep or keep < 1 or keep ~= math.floor(keep) then
-  return redis.error_reply('ERR campaign count: keep must be an integer >= 1')
+local bad = int_error('campaign count', 'token_ms', token_ms, 1) or int_error('campaign count', 'now_ms', now_ms)
+  or int_error('campaign count', 'keep', keep, 1)
+if bad then
+  return bad
 end
 
 local function count(v)

@@ -13,13 +13,15 @@
 -- TIME, not the TTL, so every replica (and every Redis that honours TIME but
 -- not expiry in real time) sees the same end.
 
+-- @include int_arg
+
 local ms = tonumber(ARGV[1])
-if not ms or ms < 1 or ms ~= math.floor(ms) or ms == math.huge then
-  return redis.error_reply('ERR cooldown: ms must be an integer >= 1')
+local bad = int_error('cooldown', 'ms', ms, 1, true)
+if bad then
+  return bad
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- @include clock
 local want = now + ms * 1000
 
 local ok, cur = pcall(redis.call, 'GET', KEYS[1])

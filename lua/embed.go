@@ -4,7 +4,7 @@
 // truncates to integers).
 //
 // Redis Lua has no require, so code that several scripts share lives once,
-// in a fragment (refill.lua, limit_args.lua, argv.lua, aimd_read.lua, breaker_read.lua,
+// in a fragment (refill.lua, limit_args.lua, argv.lua, int_arg.lua, clock.lua, aimd_read.lua, breaker_read.lua,
 // adapt_base.lua):
 // a script's line "-- @include refill" is replaced by refill.lua when the
 // package is initialised (see compose). The exported strings are the
@@ -17,7 +17,7 @@ package lua
 // writing; reply {utokens, cooldown_ms}.
 var State = compose("state.lua")
 
-// Cooldown is cooldown.lua: set a cooldown to at least ms milliseconds,
+// Cooldown is cooldown.lua with int_arg.lua: set a cooldown to at least ms milliseconds,
 // never shortening a longer one; reply: the TTL left in milliseconds.
 var Cooldown = compose("cooldown.lua")
 

@@ -46,6 +46,6 @@ var BreakerStatus = compose("breaker_status.lua")
 // {urate, change, cooldown_ms, streak, since_us}.
 var AIMDStorm = compose("aimd_storm.lua")
 
-// SlowStart is slow_start.lua: mark a pacing key active and return the µs
+// SlowStart is slow_start.lua with int_arg.lua: mark a pacing key active and return the µs
 // since its active spell began.
 var SlowStart = compose("slow_start.lua")

@@ -83,13 +83,12 @@
 -- pair key changed, with PX until its bucket is full again.
 
 -- @include pair_limit
+-- @include int_arg
 
 local gen_ms, base, c = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if not gen_ms or gen_ms < 1 or gen_ms ~= math.floor(gen_ms) then
-  return redis.error_reply('ERR ledger: gen_ms must be an integer >= 1')
-end
-if not base or base ~= math.floor(base) then
-  return redis.error_reply('ERR ledger: base must be an integer')
+local bad = int_error('ledger', 'gen_ms', gen_ms, 1) or int_error('ledger', 'base', base)
+if bad then
+  return bad
 end
 local p = tonumber(ARGV[4])
 if not c or c < 0 or c ~= math.floor(c) or not p or p < 0 or p ~= math.floor(p) or #KEYS ~= 2 * c + p + 7 then

@@ -32,15 +32,13 @@
 -- the campaigns counted to KEYS[1] at now_ms and ZREMRANGEBYRANK of all
 -- but its keep most recent.
 
+-- @include int_arg
+
 local ttl_ms, now_ms, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if not ttl_ms or ttl_ms < 1 or ttl_ms ~= math.floor(ttl_ms) then
-  return redis.error_reply('ERR outcome count: ttl_ms must be an integer >= 1')
-end
-if not now_ms or now_ms ~= math.floor(now_ms) then
-  return redis.error_reply('ERR outcome count: now_ms must be an integer')
-end
-if not keep or keep < 1 or keep ~= math.floor(keep) then
-  return redis.error_reply('ERR outcome count: keep must be an integer >= 1')
+local bad = int_error('outcome count', 'ttl_ms', ttl_ms, 1) or int_error('outcome count', 'now_ms', now_ms)
+  or int_error('outcome count', 'keep', keep, 1)
+if bad then
+  return bad
 end
 local n = (#ARGV - 3) / 3
 if n < 1 or n ~= math.floor(n) or #KEYS ~= 2 * n + 1 then

@@ -3,13 +3,12 @@
 -- token bucket, so that all of them read, refill and store a bucket with
 -- the same code (Redis Lua has no require).
 --
--- Reads no KEYS or ARGV. Defines now (Redis TIME in µs since the Unix
+-- Reads no KEYS or ARGV. Defines now (clock.lua: Redis TIME in µs since the Unix
 -- epoch), max_debt, and the functions refill, read, ttl_ms, store, slot and
 -- cooldown_left. refill is the one place in Lua that computes a bucket's
 -- refill; its one twin in Go is bucket/refill.go (for bucket.Local).
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- @include clock
 -- A debt (negative utokens) deeper than 10^9 tokens marks a corrupt hash.
 local max_debt = 1e15
 

@@ -20,13 +20,15 @@
 -- Writes: HSET KEYS[1] start_us, seen_us (DEL first if it has the wrong
 -- type) and PEXPIRE KEYS[1] idle_ms.
 
+-- @include int_arg
+
 local idle_ms = tonumber(ARGV[1])
-if not idle_ms or idle_ms < 1 or idle_ms ~= math.floor(idle_ms) or idle_ms == math.huge then
-  return redis.error_reply('ERR slow start: idle_ms must be an integer >= 1')
+local bad = int_error('slow start', 'idle_ms', idle_ms, 1, true)
+if bad then
+  return bad
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- @include clock
 
 local start, seen
 local ok, h = pcall(redis.call, 'HMGET', KEYS[1], 'start_us', 'seen_us')

@@ -37,8 +37,7 @@ if not n or n < 1 or n ~= math.floor(n) or n > max then
   return redis.error_reply('ERR window: n must be an integer in [1, max]')
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- @include clock
 -- @include window_read
 
 local cur, prev, w, elapsed, wrongtype = window_read(KEYS[1], period)

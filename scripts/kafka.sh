@@ -41,8 +41,9 @@ RUN=${PACER_KAFKA_RUN:-$CACHE/kafka/run}
 READY_TIMEOUT=${PACER_KAFKA_READY_TIMEOUT:-90}
 HEAP=${PACER_KAFKA_HEAP:--Xms512m -Xmx1g}
 
-log() { printf 'kafka.sh: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
+SELF=kafka.sh
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 
 # ------------------------------------------------------------------ fetch
 
@@ -138,8 +139,6 @@ storage_tool() {
 		echo org.apache.kafka.tools.StorageTool
 	fi
 }
-
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 pick_port() {
 	# Below the Linux ephemeral range (32768+) so outgoing connections do
@@ -405,27 +404,13 @@ restart() {
 	die "broker not ready within ${READY_TIMEOUT}s of a restart"
 }
 
-env_lines() {
-	broker_pid >/dev/null && [[ -s $RUN/env ]] || die "no running broker in $RUN (scripts/kafka.sh start)"
-	cat "$RUN/env"
-}
-
-status() {
-	if broker_pid >/dev/null && [[ -s $RUN/bootstrap ]]; then
-		echo "running $(cat "$RUN/bootstrap") pid $(broker_pid)"
-	else
-		echo "stopped"
-		return 1
-	fi
-}
-
 case "${1:-}" in
 fetch) fetch ;;
 start) start ;;
 stop) stop ;;
-env) env_lines ;;
+env) env_lines broker_pid broker ;;
 restart) restart ;;
-status) status ;;
+status) server_status broker_pid bootstrap ;;
 *)
 	echo "usage: $0 {fetch|start|stop|restart|status|env}" >&2
 	exit 2

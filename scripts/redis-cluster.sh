@@ -17,10 +17,9 @@ CACHE=${PACER_CACHE_DIR:-$ROOT/.cache}
 RUN=${PACER_REDIS_CLUSTER_RUN:-$CACHE/redis-cluster/run}
 NODES=3
 
-log() { printf 'redis-cluster.sh: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
-
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+SELF=redis-cluster.sh
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 
 node_pid() { # node_pid I: pid of node I if it runs
 	local pid f=$RUN/node$1/redis.pid

@@ -21,10 +21,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${PACER_CACHE_DIR:-$ROOT/.cache}
 RUN=${PACER_REDIS_RUN:-$CACHE/redis/run}
 
-log() { printf 'redis.sh: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
-
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+SELF=redis.sh
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 
 # PING in the inline protocol over bash's /dev/tcp (no redis-cli needed)
 ping_redis() {
@@ -124,25 +123,11 @@ stop_server() {
 	rm -f "$RUN/redis.pid" "$RUN/addr" "$RUN/env"
 }
 
-env_lines() {
-	server_pid >/dev/null && [[ -s $RUN/env ]] || die "no running redis-server in $RUN (scripts/redis.sh start)"
-	cat "$RUN/env"
-}
-
-status() {
-	if server_pid >/dev/null && [[ -s $RUN/addr ]]; then
-		echo "running $(cat "$RUN/addr") pid $(server_pid)"
-	else
-		echo "stopped"
-		return 1
-	fi
-}
-
 case "${1:-}" in
 start) start ;;
 stop) stop_server ;;
-env) env_lines ;;
-status) status ;;
+env) env_lines server_pid redis-server ;;
+status) server_status server_pid addr ;;
 *)
 	echo "usage: $0 {start|stop|status|env}" >&2
 	exit 2

@@ -93,11 +93,7 @@ func message() channels.Message {
 // its text holds neither the device token nor the key.
 func sendErr(t *testing.T, c *apns.Client, m channels.Message) *channels.Error {
 	t.Helper()
-	res, err := c.Send(t.Context(), m)
-	if err == nil {
-		t.Fatalf("Send = %+v, nil; want an error", res)
-	}
-	return channeltest.ErrorOf(t, "apns", err, append(channeltest.PEMLines(string(signingKey(t).p8)), device)...)
+	return channeltest.SendError(t, "apns", c.Send, m, append(channeltest.PEMLines(string(signingKey(t).p8)), device)...)
 }
 
 // sendAnswer sends message() to an HTTP/2 server that answers status and

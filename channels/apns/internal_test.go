@@ -34,26 +34,20 @@ func TestReasonsTable(t *testing.T) {
 			"MissingProviderToken", "UnrelatedKeyIdInToken", "BadEnvironmentKeyIdInToken", "BadCertificate",
 			"BadCertificateEnvironment", "Forbidden"},
 	}
-	n := 0
-	for class, list := range want {
-		for _, reason := range list {
-			r, ok := reasons[reason]
-			if !ok || r.class != class || r.meaning == "" {
-				t.Errorf("reasons[%q] = %+v, %v; want %v with a meaning", reason, r, ok, class)
-			}
-			if wantScope := channels.ScopeKey; reason == "TooManyRequests" {
-				if r.scope != channels.ScopePair {
-					t.Errorf("TooManyRequests scope = %v, want pair", r.scope)
-				}
-			} else if r.scope != wantScope {
-				t.Errorf("reasons[%q].scope = %v, want key", reason, r.scope)
-			}
-			n++
+	channeltest.CheckClassTable(t, "reasons", len(reasons), want, func(reason string) (channels.Class, bool) {
+		r, ok := reasons[reason]
+		if ok && r.meaning == "" {
+			t.Errorf("reasons[%q] has no meaning", reason)
 		}
-	}
-	if n != len(reasons) {
-		t.Errorf("reasons has %d entries, the test lists %d", len(reasons), n)
-	}
+		if wantScope := channels.ScopeKey; reason == "TooManyRequests" {
+			if r.scope != channels.ScopePair {
+				t.Errorf("TooManyRequests scope = %v, want pair", r.scope)
+			}
+		} else if r.scope != wantScope {
+			t.Errorf("reasons[%q].scope = %v, want key", reason, r.scope)
+		}
+		return r.class, ok
+	})
 }
 
 func TestStatusClass(t *testing.T) {

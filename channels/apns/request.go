@@ -237,24 +237,24 @@ func isUUID(s string) bool {
 // digits. Apple says device tokens vary in length, so no length is fixed;
 // 1024 digits is far beyond any seen.
 func isDeviceToken(s string) bool {
-	if s == "" || len(s)%2 != 0 || len(s) > 1024 {
+	if len(s)%2 != 0 || len(s) > 1024 {
 		return false
 	}
-	for _, c := range []byte(s) {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-			return false
-		}
-	}
-	return true
+	return allBytes(s, func(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' })
 }
 
 // isAlnum reports whether s is non-empty ASCII letters and digits.
 func isAlnum(s string) bool {
+	return allBytes(s, func(c byte) bool { return '0' <= c && c <= '9' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' })
+}
+
+// allBytes reports whether s is non-empty and every byte of it is ok.
+func allBytes(s string, ok func(c byte) bool) bool {
 	if s == "" {
 		return false
 	}
 	for _, c := range []byte(s) {
-		if !('0' <= c && c <= '9' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z') {
+		if !ok(c) {
 			return false
 		}
 	}

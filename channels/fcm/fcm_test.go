@@ -51,11 +51,7 @@ func checkErr(t *testing.T, err error, secrets ...string) *channels.Error {
 // sendErr sends message() through a client of ts and returns the *channels.Error.
 func sendErr(t *testing.T, ts *httptest.Server) *channels.Error {
 	t.Helper()
-	res, err := newClient(t, ts.URL).Send(t.Context(), message())
-	if err == nil {
-		t.Fatalf("Send = %+v, nil; want an error", res)
-	}
-	return checkErr(t, err)
+	return channeltest.SendError(t, "fcm", newClient(t, ts.URL).Send, message(), access, recipient)
 }
 
 // sendAnswer is sendErr to a server that answers status and body.

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/internal/channeltest"
 )
 
 // TestClassifyTable pins [codes] to providers.md §3.3, so an edit to one of
@@ -24,18 +25,10 @@ func TestClassifyTable(t *testing.T) {
 		channels.Permanent: {"UNREGISTERED", "SENDER_ID_MISMATCH", "INVALID_ARGUMENT", "THIRD_PARTY_AUTH_ERROR", "APNS_AUTH_ERROR"},
 		channels.Halt:      {"UNAUTHENTICATED", "PERMISSION_DENIED"},
 	}
-	n := 0
-	for class, list := range want {
-		for _, code := range list {
-			if got, ok := codes[code]; !ok || got != class {
-				t.Errorf("codes[%q] = %v, %v; want %v", code, got, ok, class)
-			}
-			n++
-		}
-	}
-	if n != len(codes) {
-		t.Errorf("codes has %d entries, the test lists %d", len(codes), n)
-	}
+	channeltest.CheckClassTable(t, "codes", len(codes), want, func(code string) (channels.Class, bool) {
+		c, ok := codes[code]
+		return c, ok
+	})
 	for _, c := range []struct {
 		status int
 		class  channels.Class

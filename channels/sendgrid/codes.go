@@ -73,17 +73,7 @@ var statuses = map[int]channels.Class{
 var blockedMarkers = []string{"temporarily blocked", "temporary block"}
 
 // blocked reports whether any message of a 403 body is the temporary block.
-func blocked(messages []string) bool {
-	for _, m := range messages {
-		m = strings.ToLower(m)
-		for _, k := range blockedMarkers {
-			if strings.Contains(m, k) {
-				return true
-			}
-		}
-	}
-	return false
-}
+func blocked(messages []string) bool { return anyMarker(messages, blockedMarkers) }
 
 // senderIdentityMarkers are lowercase phrases of the 403 that means the
 // mail's from address is not a verified Sender Identity [S-RESP]: a fault
@@ -92,10 +82,14 @@ var senderIdentityMarkers = []string{"verified sender identity"}
 
 // senderIdentity reports whether any message of a 403 body says the from
 // address is not a verified Sender Identity.
-func senderIdentity(messages []string) bool {
+func senderIdentity(messages []string) bool { return anyMarker(messages, senderIdentityMarkers) }
+
+// anyMarker reports whether any of messages, lowercased, contains any of
+// markers (lowercase phrases).
+func anyMarker(messages, markers []string) bool {
 	for _, m := range messages {
 		m = strings.ToLower(m)
-		for _, k := range senderIdentityMarkers {
+		for _, k := range markers {
 			if strings.Contains(m, k) {
 				return true
 			}

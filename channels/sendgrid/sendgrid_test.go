@@ -53,11 +53,7 @@ func sendErr(t *testing.T, ts *httptest.Server) *channels.Error {
 
 func sendErrWith(t *testing.T, c *sendgrid.Client, m channels.Message) *channels.Error {
 	t.Helper()
-	res, err := c.Send(t.Context(), m)
-	if err == nil {
-		t.Fatalf("Send = %+v, nil; want an error", res)
-	}
-	e := channeltest.ErrorOf(t, "sendgrid", err, secrets...)
+	e := channeltest.SendError(t, "sendgrid", c.Send, m, secrets...)
 	if e.Class == channels.Success {
 		t.Errorf("Class = success in an error")
 	}

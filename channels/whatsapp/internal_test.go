@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/internal/channeltest"
 )
 
 func TestClassifyTable(t *testing.T) {
@@ -20,19 +21,11 @@ func TestClassifyTable(t *testing.T) {
 	for code := 200; code <= 299; code++ {
 		want[channels.Halt] = append(want[channels.Halt], code)
 	}
-	n := 0
-	for class, list := range want {
-		for _, code := range list {
-			r, ok := classify(code)
-			if !ok || r.class != class {
-				t.Errorf("classify(%d) = %v, %v; want %v", code, r.class, ok, class)
-			}
-			n++
-		}
-	}
-	if n-100 != len(codes) {
-		t.Errorf("codes has %d entries, the test lists %d besides 200-299", len(codes), n-100)
-	}
+	// classify answers 200-299 without entries in codes.
+	channeltest.CheckClassTable(t, "classify", len(codes)+100, want, func(code int) (channels.Class, bool) {
+		r, ok := classify(code)
+		return r.class, ok
+	})
 	for _, code := range []int{-1, 5, 199, 300, 133016, 9999999} {
 		if r, ok := classify(code); ok {
 			t.Errorf("classify(%d) = %v, true; want unknown", code, r)

@@ -36,11 +36,7 @@ func message() channels.Message {
 // sendErr sends message() through a client of ts and returns the *channels.Error.
 func sendErr(t *testing.T, ts *httptest.Server) *channels.Error {
 	t.Helper()
-	res, err := newClient(t, ts.URL).Send(t.Context(), message())
-	if err == nil {
-		t.Fatalf("Send = %+v, nil; want an error", res)
-	}
-	return channeltest.ErrorOf(t, "whatsapp", err, token, strings.TrimPrefix(recipient, "+"))
+	return channeltest.SendError(t, "whatsapp", newClient(t, ts.URL).Send, message(), token, strings.TrimPrefix(recipient, "+"))
 }
 
 // sendAnswer is sendErr to a server that answers status and body.

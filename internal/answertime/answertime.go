@@ -127,28 +127,10 @@ func Parse(s string) (Dist, error) {
 		if !ok {
 			return bad(errSyntax)
 		}
-		median, err1 := time.ParseDuration(m)
-		p99, err2 := time.ParseDuration(p)
-		if err := errors.Join(err1, err2); err != nil {
-			return bad(errSyntax)
-		}
-		d, err := LogNormal(median, p99)
-		if err != nil {
-			return bad(errors.New("want 0 < median <= p99"))
-		}
-		return d, nil
+		return pair(m, p, LogNormal, "want 0 < median <= p99", bad)
 	}
 	if lo, hi, ok := strings.Cut(s, "-"); ok && lo != "" {
-		l, err1 := time.ParseDuration(lo)
-		h, err2 := time.ParseDuration(hi)
-		if err := errors.Join(err1, err2); err != nil {
-			return bad(errSyntax)
-		}
-		d, err := Uniform(l, h)
-		if err != nil {
-			return bad(errors.New("want 0 <= low <= high"))
-		}
-		return d, nil
+		return pair(lo, hi, Uniform, "want 0 <= low <= high", bad)
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
@@ -158,4 +140,20 @@ func Parse(s string) (Dist, error) {
 		return bad(errors.New("want a duration >= 0"))
 	}
 	return Fixed(v), nil
+}
+
+// pair parses the two durations a and b of a two-parameter form and makes
+// its Dist with mk; a duration that does not parse is errSyntax, a Dist mk
+// refuses is want. bad quotes the whole answer time in the error.
+func pair(a, b string, mk func(a, b time.Duration) (Dist, error), want string, bad func(error) (Dist, error)) (Dist, error) {
+	x, err1 := time.ParseDuration(a)
+	y, err2 := time.ParseDuration(b)
+	if err := errors.Join(err1, err2); err != nil {
+		return bad(errSyntax)
+	}
+	d, err := mk(x, y)
+	if err != nil {
+		return bad(errors.New(want))
+	}
+	return d, nil
 }

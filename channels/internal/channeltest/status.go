@@ -15,6 +15,27 @@ import (
 	"github.com/pacerhq/pacer/channels"
 )
 
+// CheckClassTable checks a provider's table of error codes against want,
+// the codes of each class its documentation lists: lookup(code) must find
+// each listed code with that class, and the table must hold size entries,
+// as many as want lists (more is a code classed with no documentation
+// checked here). table names the table in the failures ("codes").
+func CheckClassTable[K comparable](t testing.TB, table string, size int, want map[channels.Class][]K, lookup func(K) (channels.Class, bool)) {
+	t.Helper()
+	n := 0
+	for class, list := range want {
+		for _, code := range list {
+			if got, ok := lookup(code); !ok || got != class {
+				t.Errorf("%s[%#v] = %v, %v; want %v", table, code, got, ok, class)
+			}
+			n++
+		}
+	}
+	if n != size {
+		t.Errorf("%s has %d entries, the test lists %d", table, size, n)
+	}
+}
+
 // CheckNewErr checks err, what an adapter's New returned for a config: nil
 // when field is "", else an error naming field; it fails t at once if not.
 func CheckNewErr(t testing.TB, err error, field string) {
@@ -68,6 +89,18 @@ func ErrorOf(t testing.TB, channel string, err error, secrets ...string) *channe
 	}
 	NoSecrets(t, err, secrets...)
 	return e
+}
+
+// SendError sends m through send (a client's Send method) and returns the
+// *channels.Error of the error it must return, checked as [ErrorOf] checks
+// it; a send that succeeds fails t at once.
+func SendError(t testing.TB, channel string, send func(context.Context, channels.Message) (channels.Result, error), m channels.Message, secrets ...string) *channels.Error {
+	t.Helper()
+	res, err := send(t.Context(), m)
+	if err == nil {
+		t.Fatalf("Send = %+v, nil; want an error", res)
+	}
+	return ErrorOf(t, channel, err, secrets...)
 }
 
 // SendOf returns a send of m through send (a client's Send method) that

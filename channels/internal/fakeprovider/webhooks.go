@@ -37,6 +37,45 @@ type Hooks struct {
 	dropped atomic.Int64
 }
 
+// Installed holds a fake's webhook sender S, nil until the fake's
+// SendWebhooks installs one, and the [Hooks] it sends through. Its methods
+// are safe for concurrent use.
+type Installed[S any] struct {
+	mu     sync.Mutex
+	sender *S
+	hooks  *Hooks
+}
+
+// Install initialises hooks ([Hooks.Init]) and makes sender, which sends
+// through them, the one [Installed.Sender] returns from now on.
+func (in *Installed[S]) Install(sender *S, hooks *Hooks) {
+	hooks.Init()
+	in.mu.Lock()
+	in.sender, in.hooks = sender, hooks
+	in.mu.Unlock()
+}
+
+// Sender returns the installed sender, nil if none.
+func (in *Installed[S]) Sender() *S {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.sender
+}
+
+// Wait waits for the installed sender's webhooks as [Hooks.Wait] does and
+// returns the sender with the counts; with none installed it returns nil
+// and zeros at once.
+func (in *Installed[S]) Wait(ctx context.Context) (sender *S, posts, retries, dropped int64, err error) {
+	in.mu.Lock()
+	sender, hooks := in.sender, in.hooks
+	in.mu.Unlock()
+	if sender == nil {
+		return nil, 0, 0, 0, nil
+	}
+	posts, retries, dropped, err = hooks.Wait(ctx)
+	return sender, posts, retries, dropped, err
+}
+
 // Init sets the defaults; call it once before Go.
 func (h *Hooks) Init() {
 	if h.Retry <= 0 {

@@ -149,7 +149,7 @@ type Server struct {
 	limits  *fakeprovider.Limiter // one bucket per API key name
 	stats   fakeprovider.Stats    // by API key name
 	seq     uint64
-	hooks   *webhookSender // SendWebhooks; nil: none
+	hooks   fakeprovider.Installed[webhookSender] // SendWebhooks
 }
 
 // New returns a Server for cfg without a listener: serve [Server.Handler]
@@ -234,8 +234,8 @@ func (s *Server) arrive(a Arrival, clock func() time.Time) verdict {
 	v.messageID = fmt.Sprintf("%s%010d", s.prefix, s.seq)
 	a.MessageID = v.messageID
 	fakeprovider.Add(&s.Fake, a)
-	if s.hooks != nil {
-		s.hooks.accepted(a.To, a.ID, a.Campaign, v.messageID, now)
+	if h := s.hooks.Sender(); h != nil {
+		h.accepted(a.To, a.ID, a.Campaign, v.messageID, now)
 	}
 	return v
 }

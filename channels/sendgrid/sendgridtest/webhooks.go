@@ -69,22 +69,16 @@ func (s *Server) SendWebhooks(cfg Webhooks) {
 	for _, k := range []string{"processed", "delivered", "bounce", "spamreport", "unsubscribe"} {
 		h.kinds[k] = new(atomic.Int64)
 	}
-	h.hooks.Init()
-	s.mu.Lock()
-	s.hooks = h
-	s.mu.Unlock()
+	s.hooks.Install(h, &h.hooks)
 }
 
 // WaitWebhooks waits until every batch due so far was answered 2xx or
 // given up, or ctx ends, and returns the counts.
 func (s *Server) WaitWebhooks(ctx context.Context) (WebhookStats, error) {
-	s.mu.Lock()
-	h := s.hooks
-	s.mu.Unlock()
+	h, posts, retries, dropped, err := s.hooks.Wait(ctx)
 	if h == nil {
 		return WebhookStats{}, nil
 	}
-	posts, retries, dropped, err := h.hooks.Wait(ctx)
 	return WebhookStats{Posts: posts, Retries: retries, Dropped: dropped, Processed: h.kinds["processed"].Load(),
 		Delivered: h.kinds["delivered"].Load(), Bounce: h.kinds["bounce"].Load(), SpamReport: h.kinds["spamreport"].Load(),
 		Unsubscribe: h.kinds["unsubscribe"].Load()}, err

@@ -74,22 +74,16 @@ type webhookSender struct {
 // accepts from now on. Call it before the sends.
 func (s *Server) SendWebhooks(cfg Webhooks) {
 	h := &webhookSender{cfg: cfg, hooks: fakeprovider.Hooks{URL: cfg.URL, Retry: cfg.Retry, Attempts: cfg.Attempts, Client: cfg.Client}}
-	h.hooks.Init()
-	s.mu.Lock()
-	s.hooks = h
-	s.mu.Unlock()
+	s.hooks.Install(h, &h.hooks)
 }
 
 // WaitWebhooks waits until every webhook due so far was answered 2xx or
 // given up, or ctx ends, and returns the counts.
 func (s *Server) WaitWebhooks(ctx context.Context) (WebhookStats, error) {
-	s.mu.Lock()
-	h := s.hooks
-	s.mu.Unlock()
+	h, posts, retries, dropped, err := s.hooks.Wait(ctx)
 	if h == nil {
 		return WebhookStats{}, nil
 	}
-	posts, retries, dropped, err := h.hooks.Wait(ctx)
 	return WebhookStats{Posts: posts, Retries: retries, Dropped: dropped,
 		Sent: h.kinds[0].Load(), Delivered: h.kinds[1].Load(), Read: h.kinds[5].Load(),
 		Failed131026: h.kinds[2].Load(), Failed131049: h.kinds[3].Load(), FailedLimit: h.kinds[4].Load()}, err

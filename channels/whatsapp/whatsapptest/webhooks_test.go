@@ -18,6 +18,26 @@ import (
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 )
 
+// statusWebhook is the body of a status webhook as the tests read it: the
+// fields of Meta's status notification that the fake fills.
+type statusWebhook struct {
+	Entry []struct {
+		Changes []struct {
+			Value struct {
+				Metadata struct {
+					PhoneNumberID string `json:"phone_number_id"`
+				} `json:"metadata"`
+				Statuses []struct {
+					ID, Status  string
+					RecipientID string `json:"recipient_id"`
+					Callback    string `json:"biz_opaque_callback_data"`
+					Errors      []struct{ Code int }
+				} `json:"statuses"`
+			} `json:"value"`
+		} `json:"changes"`
+	} `json:"entry"`
+}
+
 // The fake's status webhooks are signed as Meta signs them, echo the
 // envelope id, give every message of a recipient the same fate, come
 // twice with Duplicate 1 and in reverse with Reorder 1, and are retried
@@ -41,23 +61,7 @@ func TestWebhooks(t *testing.T) {
 			w.WriteHeader(503)
 			return
 		}
-		var p struct {
-			Entry []struct {
-				Changes []struct {
-					Value struct {
-						Metadata struct {
-							PhoneNumberID string `json:"phone_number_id"`
-						} `json:"metadata"`
-						Statuses []struct {
-							ID, Status  string
-							RecipientID string `json:"recipient_id"`
-							Callback    string `json:"biz_opaque_callback_data"`
-							Errors      []struct{ Code int }
-						} `json:"statuses"`
-					} `json:"value"`
-				} `json:"changes"`
-			} `json:"entry"`
-		}
+		var p statusWebhook
 		if err := json.Unmarshal(body, &p); err != nil {
 			t.Errorf("webhook body: %v", err)
 			return
@@ -151,19 +155,7 @@ func TestWebhooksMessagingLimit(t *testing.T) {
 	var mu sync.Mutex
 	codes := map[string]int{} // envelope id -> failed code, 0 if delivered
 	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var p struct {
-			Entry []struct {
-				Changes []struct {
-					Value struct {
-						Statuses []struct {
-							Status   string
-							Callback string `json:"biz_opaque_callback_data"`
-							Errors   []struct{ Code int }
-						} `json:"statuses"`
-					} `json:"value"`
-				} `json:"changes"`
-			} `json:"entry"`
-		}
+		var p statusWebhook
 		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
 			t.Errorf("webhook body: %v", err)
 			return

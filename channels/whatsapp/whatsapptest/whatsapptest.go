@@ -166,12 +166,12 @@ type Server struct {
 	forced   map[string]int     // ThrottleNext(key, seconds)
 	fail     map[string]int     // FailNext(key, n)
 	seq      uint64
-	hooks    *webhookSender                  // SendWebhooks; nil: none
-	msgLimit int                             // Config.MessagingLimit
-	msgWin   time.Duration                   // Config.MessagingWindow
-	folios   map[string]string               // Config.Portfolios
-	windows  map[string]map[string]time.Time // portfolio -> recipient -> its last counted template
-	over     map[string]int                  // portfolio -> templates past its limit
+	hooks    fakeprovider.Installed[webhookSender] // SendWebhooks
+	msgLimit int                                   // Config.MessagingLimit
+	msgWin   time.Duration                         // Config.MessagingWindow
+	folios   map[string]string                     // Config.Portfolios
+	windows  map[string]map[string]time.Time       // portfolio -> recipient -> its last counted template
+	over     map[string]int                        // portfolio -> templates past its limit
 }
 
 // New returns a Server for cfg without a listener: serve [Server.Handler]
@@ -459,8 +459,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.seq++
 	wamid := fmt.Sprintf("wamid.FAKE%s%012d", s.prefix, s.seq)
-	hooks := s.hooks
 	s.mu.Unlock()
+	hooks := s.hooks.Sender()
 	if hooks != nil {
 		hooks.accepted(key, to, cb, wamid, over, time.Now())
 	}
