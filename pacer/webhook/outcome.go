@@ -134,22 +134,20 @@ func (o *Outcomes) Apply(ctx context.Context, evs []Event) error {
 		o.m.errors.Inc()
 		return err
 	}
-	for _, ev := range evs {
-		if ev.Kind != "tier" || o.portfolios == nil {
-			continue
-		}
-		if err := o.applyTier(ctx, ev); err != nil {
-			o.m.errors.Inc()
-			return err
-		}
-	}
-	for _, ev := range evs {
-		if ev.Kind != "quality" || o.portfolios == nil {
-			continue
-		}
-		if err := o.applyQuality(ctx, ev); err != nil {
-			o.m.errors.Inc()
-			return err
+	// Then tiers, then quality events: a batch's tier is set before a
+	// quality event of the same batch is looked at.
+	for _, kind := range []struct {
+		name  string
+		apply func(context.Context, Event) error
+	}{{"tier", o.applyTier}, {"quality", o.applyQuality}} {
+		for _, ev := range evs {
+			if ev.Kind != kind.name || o.portfolios == nil {
+				continue
+			}
+			if err := kind.apply(ctx, ev); err != nil {
+				o.m.errors.Inc()
+				return err
+			}
 		}
 	}
 	for g, es := range entries {
