@@ -197,10 +197,12 @@ type Deps struct {
 	Suppress *suppress.Store
 	// Portfolios guards WhatsApp's messaging limit; nil: no guard. With
 	// it, a business-initiated message (envelope.BusinessInitiated) of a
-	// key in a portfolio is admitted by the portfolio's window in one
-	// script call, or deferred ("portfolio-limit") until its oldest
-	// recipient leaves it; a reserved recipient whose message is
-	// dead-lettered without an unknown outcome is given back.
+	// key in a portfolio is admitted by the portfolio's window, in one
+	// script call per portfolio per ledger flush (the admissions ride in
+	// Ledger's pipeline: no round trip of their own), or deferred
+	// ("portfolio-limit") until its oldest recipient leaves it; a
+	// reserved recipient whose message is dead-lettered without an
+	// unknown outcome is given back.
 	Portfolios *portfolio.Store
 }
 
@@ -532,6 +534,7 @@ type Pacer struct {
 	ledger       *ledger.Batcher
 	suppress     *suppress.Store  // nil: no suppression
 	portfolios   *portfolio.Store // nil: no messaging-limit guard
+	admissions   *portfolio.Batch // the guard's admissions, in the ledger's flushes
 	portfolioMap portfolioMap
 	adapter      Adapter
 	fallback     Bucket
@@ -631,6 +634,9 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{},
 		ids: map[idRef]chan struct{}{}, handlers: newGoPool(), markBy: newDeadlines(context.Background(), 30*time.Second)}
 	p.retryLog.Every = RetryLogEvery
+	if deps.Portfolios != nil {
+		p.admissions = deps.Portfolios.Batched(deps.Ledger)
+	}
 	if !p.strict() && cfg.ParkLanes {
 		p.lanes = park.NewLanes(cfg.Lookahead)
 	}

@@ -34,8 +34,10 @@ type portfolioSeen struct {
 
 // guard checks f's business-initiated message (envelope.BusinessInitiated)
 // against the messaging limit of its key's WhatsApp business portfolio
-// (package portfolio): one script call per such message of a key with a
-// portfolio. A recipient new to a full window is deferred (parked, no
+// (package portfolio). Its admission rides in the ledger's next flush
+// (portfolio.Batch: one script call per portfolio per flush, no round trip
+// of its own); the key's only record in hand has that flush start at once,
+// as parkedDuplicate's read does, rather than leave the key idle. A recipient new to a full window is deferred (parked, no
 // attempt) until the oldest recipient leaves it; a message of category
 // marketing while the portfolio's marketing is paused after a quality
 // downgrade is deferred ("portfolio-quality") and checked again every
@@ -50,7 +52,11 @@ func (p *Pacer) guard(f *flight) outcome {
 	if err == nil && name != "" {
 		var a portfolio.Admission
 		marketing := f.env.Category == envelope.CategoryMarketing
-		a, err = p.portfolios.Admit(ctx, p.cfg.Channel, name, suppress.Hash(f.env.To), marketing)
+		var by time.Time
+		if f.st.Alone() {
+			by = time.Now()
+		}
+		a, err = p.admissions.Admit(ctx, p.cfg.Channel, name, suppress.Hash(f.env.To), marketing, by)
 		if err == nil {
 			if a.Verdict == portfolio.Paused {
 				p.m.portfolioDeferred.WithLabelValues().Inc()

@@ -3,6 +3,8 @@ package consumer_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,5 +139,83 @@ func TestPortfolioQualityPause(t *testing.T) {
 	}
 	if n := h.dlqRecords(); n != 0 {
 		t.Errorf("%d DLQ records; want none", n)
+	}
+}
+
+// guardCalls counts a client's portfolio.lua calls on window (a command
+// naming it): those sent alone (a round trip of their own) and the
+// admissions of those answered without error in a pipeline.
+type guardCalls struct {
+	window             string
+	alone, inPipelines atomic.Int64
+}
+
+func (g *guardCalls) admissions(c redis.Cmder) int64 {
+	a := c.Args()
+	if len(a) < 6 || !strings.HasPrefix(c.Name(), "eval") || a[3] != g.window {
+		return 0
+	}
+	if a[5] == "b" { // eval, script, 2, window, hash, "b", window_ms, pairs of hash, marketing
+		return int64(len(a)-7) / 2
+	}
+	return 1
+}
+
+func (g *guardCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *guardCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		g.alone.Add(g.admissions(cmd))
+		return next(ctx, cmd)
+	}
+}
+func (g *guardCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if c.Err() == nil {
+				g.inPipelines.Add(g.admissions(c))
+			}
+		}
+		return err
+	}
+}
+
+// TestPortfolioGuardRidesLedgerFlush: 40 templates of a key in a
+// portfolio are each admitted once, all in the ledger's flush pipelines
+// (or the pipeline that sends a call again with the script's text after
+// NOSCRIPT): no admission is a Redis call of its own.
+func TestPortfolioGuardRidesLedgerFlush(t *testing.T) {
+	h := newHarness(t, nil)
+	keys := bucket.NewKeys("")
+	calls := &guardCalls{window: keys.PortfolioWindow("test", "acme")}
+	h.batchHook = calls
+	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
+	defer rdb.Close()
+	rdb.AddHook(calls)
+	st := portfolio.NewStore(rdb, keys)
+	h.portfolios = st
+	if err := st.Set(context.Background(), "test", "k1", "acme", 1000); err != nil {
+		t.Fatal(err)
+	}
+	p, stop := h.start(h.cfg, h.sender, h.reg)
+	defer stop()
+	<-p.Started()
+	const n = 40
+	var msgs []string
+	for i := range n {
+		msgs = append(msgs, fmt.Sprintf(`{"id":"t%d","key":"k1","to":"r%d","payload":{"type":"template","template":{"name":"t"}}}`, i, i))
+	}
+	h.produce(msgs...)
+	sent := func() (k int) {
+		for i := range n {
+			k += h.sender.count(h.sender.success, fmt.Sprint("t", i))
+		}
+		return k
+	}
+	if !waitFor(20*time.Second, func() bool { return sent() == n }) {
+		t.Fatalf("%d of %d templates sent", sent(), n)
+	}
+	if a, in := calls.alone.Load(), calls.inPipelines.Load(); a != 0 || in != n {
+		t.Errorf("%d templates: %d admissions in calls of their own, %d in pipelines; want 0 and %d (each once, in the ledger's flush)", n, a, in, n)
 	}
 }

@@ -115,7 +115,8 @@ type countBatch struct {
 // crash that lost its mark. Close writes what waits.
 // DeliveredCounted queues a count (a campaign's) with the mark, written
 // in the same flush ([BatchConfig.Count]), so a crash leaves the counts as
-// it leaves the marks.
+// it leaves the marks. Another store's work rides in the same pipeline
+// with [Batcher.Ride] (the messaging-limit guard's admissions).
 //
 // A Batcher is safe for concurrent use.
 type Batcher struct {
@@ -130,6 +131,7 @@ type Batcher struct {
 	marks   []mark
 	counts  []Count      // to write in the flush that writes the marks queued with them
 	again   []countBatch // batches whose answer was lost: sent again under their token
+	riders  []Rider      // other stores' work for the next flush ([Batcher.Ride])
 	waiters []func()     // AfterWritten's, in the order given
 	closed  bool
 	// flushing: a flush holds marks taken from marks and counts.
@@ -468,7 +470,7 @@ func (b *Batcher) signal() {
 	case b.wake <- struct{}{}:
 	default:
 	}
-	if len(b.claims)+len(b.marks)+b.countsWaiting() >= b.maxBatch {
+	if len(b.claims)+len(b.marks)+len(b.riders)+b.countsWaiting() >= b.maxBatch {
 		select {
 		case b.full <- struct{}{}:
 		default:
@@ -498,7 +500,7 @@ func (b *Batcher) Close(ctx context.Context) error {
 	for {
 		ok := b.flush(ctx)
 		b.mu.Lock()
-		left := len(b.marks) + len(b.claims) + b.countsWaiting()
+		left := len(b.marks) + len(b.claims) + len(b.riders) + b.countsWaiting()
 		b.mu.Unlock()
 		if ok && left == 0 {
 			return nil
@@ -553,7 +555,7 @@ func (b *Batcher) run() {
 			backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
 		}
 		b.mu.Lock()
-		if len(b.claims)+len(b.marks)+b.countsWaiting() > 0 {
+		if len(b.claims)+len(b.marks)+len(b.riders)+b.countsWaiting() > 0 {
 			b.signal()
 		}
 		b.mu.Unlock()
@@ -605,17 +607,17 @@ func (c *call) ops() []op {
 // made before it.
 func (b *Batcher) flush(ctx context.Context) bool {
 	b.mu.Lock()
-	marks, claims, batches, waiters := b.marks, b.claims, b.again, b.waiters
+	marks, claims, batches, waiters, riders := b.marks, b.claims, b.again, b.waiters, b.riders
 	if len(b.counts) > 0 {
 		batches = append(batches, countBatch{token: rand.Text(), counts: b.counts})
 	}
-	b.marks, b.claims, b.counts, b.again, b.waiters = nil, nil, nil, nil, nil
+	b.marks, b.claims, b.counts, b.again, b.waiters, b.riders = nil, nil, nil, nil, nil, nil
 	for _, c := range claims {
 		c.taken = true
 	}
 	b.flushing = true
 	b.mu.Unlock()
-	if len(marks)+len(claims)+len(batches) == 0 {
+	if len(marks)+len(claims)+len(batches)+len(riders) == 0 {
 		b.written(waiters)
 		return true
 	}
@@ -660,7 +662,9 @@ func (b *Batcher) flush(ctx context.Context) bool {
 	for i, cb := range batches {
 		results[i] = b.count(ctx, pipe, cb.token, cb.counts)
 	}
+	answerRiders := ride(ctx, pipe, riders)
 	_, _ = pipe.Exec(ctx) // each command's error is read below
+	answerRiders()
 	// Counts not written go again with the next flush, with the marks that
 	// failed in this one (a NOSCRIPT below fails no count: the counts were
 	// written, and the marks go again at once): a batch whose answer was

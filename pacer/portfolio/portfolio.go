@@ -16,7 +16,10 @@
 // The window is a sorted set per portfolio (recipient [suppress.Hash] ->
 // Redis TIME in ms of its last business-initiated message), changed only
 // by one Lua script on the server's clock, so it is exact across
-// replicas. Memory: see [BytesPerRecipient].
+// replicas. Memory: see [BytesPerRecipient]. [Store.Admit] is one script
+// call and one round trip per message; a [Batch] puts the admissions that
+// wait in the pipeline another store sends anyway (the ledger's flush),
+// one script call per portfolio per flush.
 package portfolio
 
 import (
@@ -252,15 +255,26 @@ type Admission struct {
 // for a message of category marketing: while the portfolio's marketing is
 // paused it is Paused (counted as deferred), whatever the window holds.
 func (s *Store) Admit(ctx context.Context, channel, portfolio, hash string, marketing bool) (Admission, error) {
-	keys := []string{s.keys.PortfolioWindow(channel, portfolio), s.keys.PortfolioMeta(channel, portfolio)}
 	m := ""
 	if marketing {
 		m = "m"
 	}
-	v, err := script.Run(ctx, s.rdb, keys, "a", hash, s.window.Milliseconds(), m).Slice()
+	v, err := script.Run(ctx, s.rdb, s.windowKeys(channel, portfolio), "a", hash, s.window.Milliseconds(), m).Slice()
 	if err != nil {
 		return Admission{}, fmt.Errorf("portfolio: admit to %s: %w", portfolio, err)
 	}
+	return parseAdmission(portfolio, hash, v)
+}
+
+// windowKeys are the keys of portfolio.lua's calls for portfolio: its
+// window and its hash (one slot: the portfolio's hash tag).
+func (s *Store) windowKeys(channel, portfolio string) []string {
+	return []string{s.keys.PortfolioWindow(channel, portfolio), s.keys.PortfolioMeta(channel, portfolio)}
+}
+
+// parseAdmission reads v, portfolio.lua's answer for one admission of
+// hash: {verdict, score_or_wait_ms, used, tier}.
+func parseAdmission(portfolio, hash string, v []any) (Admission, error) {
 	if len(v) != 4 {
 		return Admission{}, fmt.Errorf("portfolio: admit to %s: unexpected reply %v", portfolio, v)
 	}
@@ -291,8 +305,7 @@ func (s *Store) GiveBack(ctx context.Context, channel, portfolio string, a Admis
 	if a.Verdict != New {
 		return false, nil
 	}
-	keys := []string{s.keys.PortfolioWindow(channel, portfolio), s.keys.PortfolioMeta(channel, portfolio)}
-	n, err := script.Run(ctx, s.rdb, keys, "r", a.Hash, a.Score).Int()
+	n, err := script.Run(ctx, s.rdb, s.windowKeys(channel, portfolio), "r", a.Hash, a.Score).Int()
 	if err != nil {
 		return false, fmt.Errorf("portfolio: give back to %s: %w", portfolio, err)
 	}
