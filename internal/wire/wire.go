@@ -61,3 +61,19 @@ func Describe(v any) string {
 func NoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
+
+// EvalAgain hands send the calls whose EVALSHA found no script in the
+// server's cache (NoScript of err(c): a Redis restart, SCRIPT FLUSH), all
+// at once, for one more pipeline with the script's text; send is not
+// called when none did.
+func EvalAgain[C any](calls []C, err func(C) error, send func(again []C)) {
+	var again []C
+	for _, c := range calls {
+		if NoScript(err(c)) {
+			again = append(again, c)
+		}
+	}
+	if len(again) > 0 {
+		send(again)
+	}
+}

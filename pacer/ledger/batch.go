@@ -689,20 +689,14 @@ func (b *Batcher) flush(ctx context.Context) bool {
 	// The script missing from the server's cache (a restart, SCRIPT
 	// FLUSH): the calls that found none go again, with its text, in one
 	// more pipeline.
-	var noScript []*call
-	for _, c := range calls {
-		if wire.NoScript(c.cmd.Err()) {
-			noScript = append(noScript, c)
-		}
-	}
-	if len(noScript) > 0 {
+	wire.EvalAgain(calls, func(c *call) error { return c.cmd.Err() }, func(again []*call) {
 		pipe := b.l.rdb.Pipeline()
-		for _, c := range noScript {
+		for _, c := range again {
 			keys, argv := b.l.args(c.ops(), now)
 			c.cmd = pipe.Eval(ctx, lua.Ledger, keys, argv...)
 		}
 		_, _ = pipe.Exec(ctx)
-	}
+	})
 
 	var failed []mark
 	var firstErr error

@@ -426,17 +426,11 @@ func (l *Ledger) Lookup(ctx context.Context, refs []Ref) ([]State, error) {
 	run(func(p redis.Pipeliner, keys []string, argv []any) *redis.Cmd {
 		return p.EvalSha(ctx, ledgerScript.Hash(), keys, argv...)
 	}, calls)
-	var again []*call
-	for _, c := range calls {
-		if wire.NoScript(c.cmd.Err()) {
-			again = append(again, c)
-		}
-	}
-	if len(again) > 0 {
+	wire.EvalAgain(calls, func(c *call) error { return c.cmd.Err() }, func(again []*call) {
 		run(func(p redis.Pipeliner, keys []string, argv []any) *redis.Cmd {
 			return p.Eval(ctx, lua.Ledger, keys, argv...)
 		}, again)
-	}
+	})
 	var first error
 	for _, c := range calls {
 		v, err := c.cmd.Result()

@@ -173,19 +173,13 @@ func (b *Batch) write(ctx context.Context, pipe redis.Pipeliner) func() {
 		c.cmd = pipe.EvalSha(ctx, script.Hash(), c.keys, c.args...)
 	}
 	return func() {
-		var noScript []*batchCall
-		for _, c := range calls {
-			if wire.NoScript(c.cmd.Err()) {
-				noScript = append(noScript, c)
+		wire.EvalAgain(calls, func(c *batchCall) error { return c.cmd.Err() }, func(again []*batchCall) {
+			pipe := b.s.rdb.Pipeline()
+			for _, c := range again {
+				c.cmd = pipe.Eval(ctx, lua.Portfolio, c.keys, c.args...)
 			}
-		}
-		if len(noScript) > 0 {
-			again := b.s.rdb.Pipeline()
-			for _, c := range noScript {
-				c.cmd = again.Eval(ctx, lua.Portfolio, c.keys, c.args...)
-			}
-			_, _ = again.Exec(ctx)
-		}
+			_, _ = pipe.Exec(ctx)
+		})
 		for _, c := range calls {
 			c.answer()
 		}

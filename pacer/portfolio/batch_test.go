@@ -244,3 +244,36 @@ func TestBatchRidesLedgerFlush(t *testing.T) {
 			n, p, s, calls, adm, n)
 	}
 }
+
+// TestBatchAfterScriptFlush: a flush that finds the ledger's and the
+// guard's scripts gone from Redis's cache (a restart, SCRIPT FLUSH) sends
+// them again with their text: the claim and the admissions still answer,
+// none fails with NOSCRIPT.
+func TestBatchAfterScriptFlush(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, e *redistest.Env) {
+		if e.Exact() {
+			e.MR.SetTime(time.Now()) // the ledger's claims check the caller's clock against Redis TIME
+		}
+		ctx := context.Background()
+		keys := bucket.NewKeys(e.Prefix)
+		st := portfolio.NewStore(e.RDB, keys)
+		if err := st.SetTier(ctx, "whatsapp", "acme", 2); err != nil {
+			t.Fatal(err)
+		}
+		led := ledger.NewBatcher(e.RDB, keys, ledger.BatchConfig{FlushInterval: time.Hour})
+		defer led.Close(ctx)
+		bt := st.Batched(led)
+		first := queueInOrder(t, bt, led, "whatsapp", []msg{{"acme", "u1", false}}) // both scripts cached
+		if err := e.RDB.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		pc := led.ClaimAsync("whatsapp", "106", "id1", "me", false)
+		got := queueInOrder(t, bt, led, "whatsapp", []msg{{"acme", "u2", false}, {"acme", "u3", false}})
+		if r, _, err := pc.Wait(ctx); err != nil || r != ledger.Claimed {
+			t.Errorf("claim after SCRIPT FLUSH: %v, %v; want claimed", r, err)
+		}
+		if first[0].Verdict != portfolio.New || got[0].Verdict != portfolio.New || got[0].Used != 2 || got[1].Verdict != portfolio.Deferred {
+			t.Errorf("admissions %+v, then after SCRIPT FLUSH %+v; want new, then new (2 of 2) and deferred", first, got)
+		}
+	})
+}

@@ -190,14 +190,20 @@ func (s *Store) SetAccount(ctx context.Context, channel, account, portfolio stri
 // OfAccount returns the portfolio of channel's provider account; ok is
 // false when none was set.
 func (s *Store) OfAccount(ctx context.Context, channel, account string) (portfolio string, ok bool, err error) {
-	p, err := s.rdb.HGet(ctx, s.keys.PortfolioAccounts(channel), account).Result()
+	return s.hget(ctx, s.keys.PortfolioAccounts(channel), account, "the portfolio of account "+account)
+}
+
+// hget reads field of the hash at key; ok is false when the field is not
+// set. An error names what was read (what).
+func (s *Store) hget(ctx context.Context, key, field, what string) (v string, ok bool, err error) {
+	v, err = s.rdb.HGet(ctx, key, field).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", false, nil
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("portfolio: read the portfolio of account %s: %w", account, err)
+		return "", false, fmt.Errorf("portfolio: read %s: %w", what, err)
 	}
-	return p, true, nil
+	return v, true, nil
 }
 
 // Of returns the portfolio of channel's pacing key key; ok is false when

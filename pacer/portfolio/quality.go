@@ -2,7 +2,6 @@ package portfolio
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -99,12 +98,5 @@ func (s *Store) SetNumber(ctx context.Context, channel, number, key string) erro
 // KeyOfNumber returns the pacing key of channel's display phone number
 // ([Store.SetNumber]); ok is false when none is known.
 func (s *Store) KeyOfNumber(ctx context.Context, channel, number string) (key string, ok bool, err error) {
-	k, err := s.rdb.HGet(ctx, s.keys.PhoneNumbers(channel), number).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("portfolio: read the pacing key of display number %s: %w", number, err)
-	}
-	return k, true, nil
+	return s.hget(ctx, s.keys.PhoneNumbers(channel), number, "the pacing key of display number "+number)
 }
