@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -126,7 +125,7 @@ func TestIngestStartsWithKafkaMatchingOrDown(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			var logs lockedBuilder
+			var logs testenv.Buffer
 			done := make(chan int, 1)
 			go func() { done <- run(ctx, []string{"ingest"}, strings.NewReader(""), &logs, &logs, lookupMap(env)) }()
 			listening := func() bool { return strings.Contains(logs.String(), `"msg":"ingest listening"`) }
@@ -148,25 +147,6 @@ func TestIngestStartsWithKafkaMatchingOrDown(t *testing.T) {
 			}
 		})
 	}
-}
-
-// lockedBuilder is a strings.Builder that a command writes while the test
-// reads it.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // lastLine returns the last non-empty line of s.

@@ -113,16 +113,8 @@ type harness struct {
 }
 
 func newHarness(t *testing.T, script map[string][]error) *harness {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "pacer.test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
+	kc := testenv.FakeKafka(t, 2, "pacer.test")
+	cl := testenv.KafkaClient(t, kc.ListenAddrs())
 	mr := miniredis.RunT(t)
 	return &harness{t: t, kc: kc, cl: cl, mr: mr, raddr: mr.Addr(), reg: prometheus.NewRegistry(),
 		sender: &scriptSender{script: script, calls: map[string]int{}, success: map[string]int{}},
@@ -233,11 +225,7 @@ func (h *harness) startConsuming() *consumer.Pacer {
 // takes more than 5 s.
 func closeLedger(t *testing.T, l *ledger.Batcher) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := l.Close(ctx); err != nil {
-		t.Errorf("ledger Close: %v", err)
-	}
+	testenv.CloseWithin(t, 5*time.Second, "ledger Close", l.Close)
 }
 
 // newLedger returns the production ledger over rdb (nil for a test that

@@ -92,22 +92,13 @@ func newEnv(t *testing.T, o opts) *env {
 	}
 	e := &env{t: t, mr: miniredis.RunT(t), reg: prometheus.NewRegistry()}
 	e.mr.SetTime(t0) // TIME in scripts; the test moves it
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "pacer.whatsapp", "pacer.sendgrid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
-	e.kc = kc
+	e.kc = testenv.FakeKafka(t, 4, "pacer.whatsapp", "pacer.sendgrid")
 	addrs := o.kafkaAddrs
 	if addrs == nil {
-		addrs = kc.ListenAddrs()
+		addrs = e.kc.ListenAddrs()
 	}
-	e.kafka, err = kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+	e.kafka = testenv.KafkaClient(t, addrs, kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.kafka.Close)
 	ts, err := ingest.ParseTenants([]byte(tenantsJSON(o.rate, o.burst, o.day)), []string{"whatsapp", "sendgrid"})
 	if err != nil {
 		t.Fatal(err)

@@ -78,11 +78,7 @@ func entries(t *testing.T, rdb redis.Cmdable, keys bucket.Keys) map[string]strin
 
 func closeBatcher(t *testing.T, b *ledger.Batcher) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := b.Close(ctx); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
+	testenv.CloseWithin(t, 10*time.Second, "Close", b.Close)
 }
 
 // TestBatcherSteps: through a Batcher, each step answers as through the

@@ -18,11 +18,11 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels/sendgrid/sendgridtest"
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
+	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -48,16 +48,8 @@ func (f *flaky) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceR
 // Kafka while Kafka refuses the first ones: the fake retries, and each
 // 131026 and 131049 recipient is suppressed once, nobody else.
 func TestFakeWebhooksThroughKafka(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, Topic("whatsapp")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	pc, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pc.Close)
+	cluster := testenv.FakeKafka(t, 2, Topic("whatsapp"))
+	pc := testenv.KafkaClient(t, cluster.ListenAddrs())
 	prod := &flaky{kc: pc}
 	prod.down.Store(true)
 	reg := prometheus.NewRegistry()

@@ -17,7 +17,6 @@ import (
 	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -75,24 +74,12 @@ func TestThroughputUpgradeRaisesLimit(t *testing.T) {
 	}
 	ps := portfolio.NewStore(e.RDB, keys)
 
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, Topic("whatsapp")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	pc, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ProducerLinger(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pc.Close)
+	cluster := testenv.FakeKafka(t, 2, Topic("whatsapp"))
+	pc := testenv.KafkaClient(t, cluster.ListenAddrs(), kgo.ProducerLinger(0))
 	hs := httptest.NewServer(New(Config{WhatsAppAppSecret: secret, WhatsAppVerifyToken: "v"}, pc, prometheus.NewRegistry()))
 	t.Cleanup(hs.Close)
-	cc, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumerGroup("outcomes"),
+	cc := testenv.KafkaClient(t, cluster.ListenAddrs(), kgo.ConsumerGroup("outcomes"),
 		kgo.ConsumeTopics(Topic("whatsapp")), kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cc.Close)
 	out := NewOutcomes(suppress.NewStore(e.RDB, keys), nil, nil).WithPortfolios(ps).WithLimits(ctl)
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -143,6 +130,22 @@ func TestThroughputUpgradeRaisesLimit(t *testing.T) {
 	}
 }
 
+// accountPortfolios returns the keys and a portfolio store over e in which
+// WhatsApp pacing key 1065 is in portfolio "acme" at tier (0: none set)
+// and provider account is in portfolio ofAccount.
+func accountPortfolios(t *testing.T, e *redistest.Env, tier int, account, ofAccount string) (bucket.Keys, *portfolio.Store) {
+	t.Helper()
+	keys := bucket.NewKeys(e.Prefix)
+	ps := portfolio.NewStore(e.RDB, keys)
+	if err := ps.Set(t.Context(), "whatsapp", "1065", "acme", tier); err != nil {
+		t.Fatal(err)
+	}
+	if err := ps.SetAccount(t.Context(), "whatsapp", account, ofAccount); err != nil {
+		t.Fatal(err)
+	}
+	return keys, ps
+}
+
 // TestQualityDowngradePause: with the pause on, a FLAGGED webhook pauses
 // the marketing of its account's portfolio and an UNFLAGGED one resumes
 // it; with it off, a DOWNGRADE is recorded as the portfolio's quality and
@@ -150,14 +153,7 @@ func TestThroughputUpgradeRaisesLimit(t *testing.T) {
 func TestQualityDowngradePause(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, e *redistest.Env) {
 		ctx := context.Background()
-		keys := bucket.NewKeys(e.Prefix)
-		ps := portfolio.NewStore(e.RDB, keys)
-		if err := ps.Set(ctx, "whatsapp", "1065", "acme", 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := ps.SetAccount(ctx, "whatsapp", "waba", "acme"); err != nil {
-			t.Fatal(err)
-		}
+		keys, ps := accountPortfolios(t, e, 0, "waba", "acme")
 		apply := func(o *Outcomes, account, event string) portfolio.Status {
 			t.Helper()
 			evs, err := parseWhatsApp(qualityBody(account, "1555", event))

@@ -1,16 +1,14 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/internal/redistest"
+	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/suppress"
 )
@@ -78,24 +76,6 @@ func TestQualityTier(t *testing.T) {
 	}
 }
 
-// logBuffer is a slog destination tests read.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestQualityTierApplied: the tier of a phone_number_quality_update
 // becomes the tier of its display number's portfolio (the pacing key the
 // status webhooks named beside the number, in a portfolio), which another
@@ -105,15 +85,8 @@ func (l *logBuffer) String() string {
 func TestQualityTierApplied(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, e *redistest.Env) {
 		ctx := context.Background()
-		keys := bucket.NewKeys(e.Prefix)
-		ps := portfolio.NewStore(e.RDB, keys)
-		if err := ps.Set(ctx, "whatsapp", "1065", "acme", 250); err != nil {
-			t.Fatal(err)
-		}
-		if err := ps.SetAccount(ctx, "whatsapp", "waba-beta", "beta"); err != nil {
-			t.Fatal(err)
-		}
-		var logs logBuffer
+		keys, ps := accountPortfolios(t, e, 250, "waba-beta", "beta")
+		var logs testenv.Buffer
 		o := NewOutcomes(suppress.NewStore(e.RDB, keys), slog.New(slog.NewTextHandler(&logs, nil)), nil).WithPortfolios(ps)
 		apply := func(bodies ...[]byte) {
 			t.Helper()
