@@ -17,6 +17,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/sethvargo/go-envconfig v1.4.3
+	github.com/standard-webhooks/standard-webhooks/libraries v1.3.0
 	github.com/tsenart/vegeta/v12 v12.13.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0

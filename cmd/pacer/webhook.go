@@ -39,6 +39,8 @@ type webhookConfig struct {
 	WhatsAppVerifyToken string `env:"PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN" secret:"true" unit:"secret" help:"hub.verify_token of Meta's handshake"`
 	// PACER_WEBHOOK_SENDGRID_PUBLIC_KEY: the Event Webhook's verification key (base64 DER or PEM, ECDSA P-256); without it there is no SendGrid route; may be a file (_FILE).
 	SendGridPublicKey string `env:"PACER_WEBHOOK_SENDGRID_PUBLIC_KEY" secret:"true" unit:"key" help:"verifies SendGrid webhooks; none: no SendGrid route"`
+	// PACER_WEBHOOK_GENERIC_SECRET: the secret(s) signing the platform's own outcomes (Standard Webhooks, whsec_<base64>, several separated by white space while one is rotated); without it there is no generic route; may be a file (_FILE); never logged.
+	GenericSecret string `env:"PACER_WEBHOOK_GENERIC_SECRET" secret:"true" unit:"secret" help:"signs POST /webhook/generic; none: no generic route"`
 	// PACER_WEBHOOK_SENDGRID_MAX_AGE: oldest (or furthest ahead) signed SendGrid timestamp accepted; default 10m.
 	SendGridMaxAge time.Duration `env:"PACER_WEBHOOK_SENDGRID_MAX_AGE, default=10m" unit:"duration" help:"older signed timestamps are refused"`
 	// PACER_WEBHOOK_PRODUCE_TIMEOUT: longest wait for Kafka's acknowledgement of a webhook's events before answering 503; default 10s.
@@ -58,7 +60,7 @@ var webhookShared = []string{"PACER_KAFKA_BROKERS", "PACER_KAFKA_TLS", "PACER_KA
 
 // loadWebhookConfig reads webhookConfig through lookup (secrets' _FILE
 // forms included): every problem found, joined, each naming its variable.
-func loadWebhookConfig(lookup func(string) (string, bool)) (webhookConfig, *ecdsa.PublicKey, error) {
+func loadWebhookConfig(lookup func(string) (string, bool)) (webhookConfig, *ecdsa.PublicKey, [][]byte, error) {
 	lookup, fileErrs := secretFiles(lookup)
 	var c webhookConfig
 	errs := processEnv(&c, lookup)
@@ -66,8 +68,15 @@ func loadWebhookConfig(lookup func(string) (string, bool)) (webhookConfig, *ecds
 	if err := listenAddr(c.Addr, ":8090"); err != "" {
 		bad("PACER_WEBHOOK_ADDR", err)
 	}
-	if dir, _ := lookup("PACER_CREDENTIALS_DIR"); c.WhatsAppAppSecret == "" && c.SendGridPublicKey == "" && dir == "" {
-		bad("PACER_WEBHOOK_WHATSAPP_APP_SECRET", "set it, PACER_WEBHOOK_SENDGRID_PUBLIC_KEY, or PACER_CREDENTIALS_DIR (secrets per sender): without any no webhook is heard")
+	if dir, _ := lookup("PACER_CREDENTIALS_DIR"); c.WhatsAppAppSecret == "" && c.SendGridPublicKey == "" && c.GenericSecret == "" && dir == "" {
+		bad("PACER_WEBHOOK_WHATSAPP_APP_SECRET", "set it, PACER_WEBHOOK_SENDGRID_PUBLIC_KEY, PACER_WEBHOOK_GENERIC_SECRET, or PACER_CREDENTIALS_DIR (secrets per sender): without any no webhook is heard")
+	}
+	var generic [][]byte
+	if c.GenericSecret != "" {
+		var err error
+		if generic, err = webhook.ParseGenericSecrets(c.GenericSecret); err != nil {
+			bad("PACER_WEBHOOK_GENERIC_SECRET", err.Error())
+		}
 	}
 	if c.WhatsAppAppSecret != "" && c.WhatsAppVerifyToken == "" {
 		bad("PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN", "required with PACER_WEBHOOK_WHATSAPP_APP_SECRET: Meta's verification GET presents it")
@@ -94,7 +103,7 @@ func loadWebhookConfig(lookup func(string) (string, bool)) (webhookConfig, *ecds
 	if c.QualityPause && !c.Apply {
 		bad("PACER_WEBHOOK_QUALITY_PAUSE", "needs PACER_WEBHOOK_APPLY=true: only the process applying the events pauses a portfolio")
 	}
-	return c, key, errors.Join(append(fileErrs(), errs...)...)
+	return c, key, generic, errors.Join(append(fileErrs(), errs...)...)
 }
 
 func webhookSettingsHelp() string {
@@ -107,8 +116,9 @@ func webhookSettingsHelp() string {
 func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
 	var wc webhookConfig
 	var sgKey *ecdsa.PublicKey
+	var genericKeys [][]byte
 	cfg, log, err := startService("webhook", webhookSettingsHelp, args, stderr, lookup, func() (err error) {
-		wc, sgKey, err = loadWebhookConfig(lookup)
+		wc, sgKey, genericKeys, err = loadWebhookConfig(lookup)
 		return err
 	})
 	if err != nil {
@@ -125,6 +135,11 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	if sgKey != nil || secrets != nil {
 		channels = append(channels, "sendgrid")
 	}
+	eventChannels := channels
+	if genericKeys != nil {
+		channels = append(channels, "generic")
+		eventChannels = webhook.GenericChannels // the platform's outcomes name any of them
+	}
 	kopts, err := kafkaOpts(cfg)
 	if err != nil {
 		return err
@@ -136,7 +151,7 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	}
 	defer kc.Close()
 	var topics []string
-	for _, ch := range channels {
+	for _, ch := range eventChannels {
 		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := produce.EnsureTopic(tctx, kc, webhook.Topic(ch), wc.Partitions)
 		cancel()
@@ -149,7 +164,7 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv := webhook.New(webhook.Config{WhatsAppAppSecret: []byte(wc.WhatsAppAppSecret), WhatsAppVerifyToken: wc.WhatsAppVerifyToken,
-		SendGridKey: sgKey, Secrets: secrets, SendGridMaxAge: wc.SendGridMaxAge, ProduceTimeout: wc.ProduceTimeout, Logger: log}, kc, reg)
+		SendGridKey: sgKey, Secrets: secrets, GenericSecrets: genericKeys, SendGridMaxAge: wc.SendGridMaxAge, ProduceTimeout: wc.ProduceTimeout, Logger: log}, kc, reg)
 
 	// Listen first: an address in use stops start-up before the outcome
 	// consumer joins its group (and logs its fetches failing as it leaves).

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -28,7 +29,7 @@ func TestWebhookConfig(t *testing.T) {
 		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 	}
 
-	c, key, err := loadWebhookConfig(env("PACER_WEBHOOK_WHATSAPP_APP_SECRET_FILE", secretFile,
+	c, key, _, err := loadWebhookConfig(env("PACER_WEBHOOK_WHATSAPP_APP_SECRET_FILE", secretFile,
 		"PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN", "tok", "PACER_WEBHOOK_SENDGRID_PUBLIC_KEY_FILE", keyFile))
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +42,10 @@ func TestWebhookConfig(t *testing.T) {
 		env  func(string) (string, bool)
 		want []string
 	}{
-		{env(), []string{"PACER_WEBHOOK_WHATSAPP_APP_SECRET: set it, PACER_WEBHOOK_SENDGRID_PUBLIC_KEY, or PACER_CREDENTIALS_DIR"}},
+		{env(), []string{"PACER_WEBHOOK_WHATSAPP_APP_SECRET: set it, PACER_WEBHOOK_SENDGRID_PUBLIC_KEY, PACER_WEBHOOK_GENERIC_SECRET, or PACER_CREDENTIALS_DIR"}},
+		{env("PACER_WEBHOOK_GENERIC_SECRET", "whsec_"+base64.StdEncoding.EncodeToString([]byte("app-secret"))),
+			[]string{"PACER_WEBHOOK_GENERIC_SECRET: secret 1 of 1: 10 bytes once decoded, want 24 to 64"}},
+		{env("PACER_WEBHOOK_GENERIC_SECRET", "app-secret"), []string{"PACER_WEBHOOK_GENERIC_SECRET: secret 1 of 1: not whsec_ followed by base64"}},
 		{env("PACER_WEBHOOK_WHATSAPP_APP_SECRET", "s"), []string{"PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN: required"}},
 		{env("PACER_WEBHOOK_SENDGRID_PUBLIC_KEY", "!!", "PACER_WEBHOOK_SENDGRID_MAX_AGE", "0s", "PACER_WEBHOOK_ADDR", "nowhere"),
 			[]string{"PACER_WEBHOOK_SENDGRID_PUBLIC_KEY: neither PEM nor base64", "PACER_WEBHOOK_SENDGRID_MAX_AGE: must be > 0", "PACER_WEBHOOK_ADDR: \"nowhere\""}},
@@ -51,7 +55,7 @@ func TestWebhookConfig(t *testing.T) {
 		{env("PACER_WEBHOOK_SENDGRID_PUBLIC_KEY_FILE", keyFile, "PACER_WEBHOOK_QUALITY_PAUSE", "true", "PACER_WEBHOOK_APPLY", "false"),
 			[]string{"PACER_WEBHOOK_QUALITY_PAUSE: needs PACER_WEBHOOK_APPLY=true"}},
 	} {
-		_, _, err := loadWebhookConfig(tc.env)
+		_, _, _, err := loadWebhookConfig(tc.env)
 		if err == nil {
 			t.Errorf("want errors %q, got none", tc.want)
 			continue
@@ -98,7 +102,7 @@ func TestWebhookDirSecrets(t *testing.T) {
 	if _, ok := d.WhatsAppAppSecret("x/../../webhook-whatsapp.9"); ok {
 		t.Error("a name with a path separator was read")
 	}
-	_, _, err := loadWebhookConfig(func(k string) (string, bool) {
+	_, _, _, err := loadWebhookConfig(func(k string) (string, bool) {
 		if k == "PACER_CREDENTIALS_DIR" {
 			return dir, true
 		}
@@ -106,5 +110,25 @@ func TestWebhookDirSecrets(t *testing.T) {
 	})
 	if err != nil {
 		t.Errorf("the credentials directory alone: %v, want no error", err)
+	}
+}
+
+// PACER_WEBHOOK_GENERIC_SECRET_FILE holds the generic route's secrets, one
+// per line while one is rotated: each becomes an HMAC key.
+func TestWebhookGenericSecretFile(t *testing.T) {
+	k1, k2 := bytes.Repeat([]byte{1}, 24), bytes.Repeat([]byte{2}, 32)
+	file := filepath.Join(t.TempDir(), "generic")
+	os.WriteFile(file, []byte("whsec_"+base64.StdEncoding.EncodeToString(k1)+"\nwhsec_"+base64.StdEncoding.EncodeToString(k2)+"\n"), 0o600)
+	_, _, keys, err := loadWebhookConfig(func(k string) (string, bool) {
+		if k == "PACER_WEBHOOK_GENERIC_SECRET_FILE" {
+			return file, true
+		}
+		return "", false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 || !bytes.Equal(keys[0], k1) || !bytes.Equal(keys[1], k2) {
+		t.Errorf("keys %x, want %x and %x", keys, k1, k2)
 	}
 }

@@ -29,17 +29,19 @@ func Topic(channel string) string { return "pacer." + channel + ".events" }
 // hashes ([suppress.Hash]).
 type Event struct {
 	// ID names the event for deduplication: "<wamid>:<status>" for
-	// WhatsApp, sg_event_id for SendGrid (else "<sg_message_id>:<event>").
+	// WhatsApp, sg_event_id for SendGrid (else "<sg_message_id>:<event>"),
+	// "generic:<webhook-id>:<index>" for the platform's outcomes.
 	ID      string `json:"id"`
 	Channel string `json:"channel"`
 	// Key is the pacing key: the phone-number ID (WhatsApp), the key the
-	// webhook URL names (SendGrid).
+	// webhook URL names (SendGrid), the outcome's key (generic route).
 	Key string `json:"key"`
 	// Kind is the provider's status or event name: sent, delivered, read,
 	// failed (WhatsApp); processed, delivered, deferred, bounce, dropped,
 	// spamreport, unsubscribe, group_unsubscribe (SendGrid); or an account
 	// event's: tier (business_capability_update), quality
-	// (phone_number_quality_update).
+	// (phone_number_quality_update); or the platform's: suppress,
+	// unsuppress ([KindSuppress], the generic route).
 	Kind string `json:"kind"`
 	// Message is the envelope id the send carried
 	// (biz_opaque_callback_data, read by channels.ParseCallbackData;
@@ -50,8 +52,11 @@ type Event struct {
 	// (a message of no campaign, or sent before campaigns were carried):
 	// the event then counts in no campaign.
 	Campaign string `json:"campaign,omitempty"`
-	// Reason is a SendGrid bounce's type: "bounce" or "blocked"; "" else.
+	// Reason is a SendGrid bounce's type: "bounce" or "blocked"; a
+	// platform suppress's reason (a [suppress.Reason]); "" else.
 	Reason string `json:"reason,omitempty"`
+	// Until is when a platform suppress ends; zero: until removed.
+	Until time.Time `json:"until,omitzero"`
 	// ProviderID is the provider's message id (wamid, sg_message_id).
 	ProviderID string `json:"provider_id,omitempty"`
 	// Recipients are the hashes the recipient may have been sent as: a

@@ -10,7 +10,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_requests_total",
-			Help: "Webhook requests by channel and result: accepted, unsigned, bad-signature, stale, malformed, kafka-failed, verified, bad-verify-token."},
+			Help: "Webhook requests by channel (whatsapp, sendgrid, generic) and result: accepted, unsigned, bad-signature, stale, malformed, kafka-failed, verified, bad-verify-token."},
 			[]string{"channel", "result"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_events_total",
 			Help: "Events of accepted webhooks produced to the channel's events topic."}, []string{"channel"}),
@@ -24,6 +24,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 type outcomeMetrics struct {
 	applied    *prometheus.CounterVec
 	suppressed *prometheus.CounterVec
+	removed    *prometheus.CounterVec
 	counted    *prometheus.CounterVec
 	errors     prometheus.Counter
 }
@@ -36,6 +37,9 @@ func newOutcomeMetrics(reg prometheus.Registerer) *outcomeMetrics {
 		suppressed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_suppressions_added_total",
 			Help: "Suppression entries new to Redis, by channel and reason; a duplicate event adds none."},
 			[]string{"channel", "reason"}),
+		removed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_suppressions_removed_total",
+			Help: "Suppression entries removed by the platform's unsuppress outcomes, by channel; one already gone removes none."},
+			[]string{"channel"}),
 		counted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_outcomes_total",
 			Help: "Campaign outcomes of applied events, by channel, outcome (device_delivered, read, failed, bounced, suppressed) and result: counted, duplicate (counted before), refused (the campaign's key is not a hash)."},
 			[]string{"channel", "outcome", "result"}),
@@ -43,7 +47,7 @@ func newOutcomeMetrics(reg prometheus.Registerer) *outcomeMetrics {
 			Help: "Batches of events whose suppressions or counts Redis did not take (retried)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.applied, m.suppressed, m.counted, m.errors)
+		reg.MustRegister(m.applied, m.suppressed, m.removed, m.counted, m.errors)
 	}
 	return m
 }

@@ -17,7 +17,8 @@ import (
 )
 
 // Outcomes applies the events of the events topics: suppressions ([Event]
-// suppression reasons), the counts of each campaign's outcomes
+// suppression reasons; the platform's suppress and unsuppress outcomes,
+// [Server] generic route), the counts of each campaign's outcomes
 // ([Outcomes.WithCounts]) and, with WithPortfolios, WhatsApp's account
 // events (tiers, quality, throughput upgrades); resolving unknown outcomes
 // is not done yet.
@@ -158,6 +159,10 @@ func (o *Outcomes) Apply(ctx context.Context, evs []Event) error {
 		}
 		o.m.suppressed.WithLabelValues(g.channel, string(g.reason)).Add(float64(n))
 	}
+	if err := o.applyPlatform(ctx, evs); err != nil {
+		o.m.errors.Inc()
+		return err
+	}
 	if err := o.count(ctx, evs); err != nil {
 		o.m.errors.Inc()
 		return err
@@ -214,10 +219,11 @@ func (o *Outcomes) count(ctx context.Context, evs []Event) error {
 // knownChannels and kinds bound the labels of pacer_webhook_events_applied_total:
 // a record someone else wrote to an events topic may say anything.
 var (
-	knownChannels = map[string]bool{"whatsapp": true, "sendgrid": true}
+	knownChannels = map[string]bool{"whatsapp": true, "sendgrid": true, "apns": true, "fcm": true}
 	kinds         = map[string]bool{"sent": true, "delivered": true, "read": true, "failed": true, "processed": true, "deferred": true,
 		"bounce": true, "dropped": true, "spamreport": true, "unsubscribe": true, "group_unsubscribe": true,
-		"open": true, "click": true, "group_resubscribe": true, "tier": true, "quality": true}
+		"open": true, "click": true, "group_resubscribe": true, "tier": true, "quality": true,
+		KindSuppress: true, KindUnsuppress: true}
 )
 
 // applyNumbers records the pacing key of each display number a status

@@ -34,6 +34,10 @@ type Config struct {
 	// Secrets, if set, gives senders secrets of their own, over the
 	// single ones above; nil: none.
 	Secrets Secrets
+	// GenericSecrets are the HMAC keys of the generic route
+	// ([ParseGenericSecrets]): a signature by any of them is accepted;
+	// none: no generic route.
+	GenericSecrets [][]byte
 	// SendGridMaxAge is the oldest signed timestamp accepted; default 10 min.
 	SendGridMaxAge time.Duration
 	// ProduceTimeout is the longest wait for Kafka's acknowledgement
@@ -65,11 +69,12 @@ type Producer interface {
 //	GET  /webhook/whatsapp        Meta's verification handshake
 //	POST /webhook/whatsapp        signed status webhooks
 //	POST /webhook/sendgrid/{key}  signed Event Webhook batches for pacing key {key}
+//	POST /webhook/generic         the platform's own outcomes, Standard Webhooks signed (generic.go)
 //
 // An accepted request's events are produced to their channel's events
 // topic, and the answer is 200 only once Kafka acknowledged every one of
 // them (503 otherwise: the provider retries). Refusals are RFC 9457
-// problem+json: 401 unsigned or badly signed, 401 stale (SendGrid), 400
+// problem+json: 401 unsigned or badly signed, 401 stale (SendGrid, generic), 400
 // malformed (naming the field), 503 Kafka failed.
 type Server struct {
 	cfg Config
@@ -100,6 +105,9 @@ func New(cfg Config, kc Producer, reg prometheus.Registerer) *Server {
 	}
 	if cfg.SendGridKey != nil || cfg.Secrets != nil {
 		s.mux.HandleFunc("POST /webhook/sendgrid/{key}", s.sendgrid)
+	}
+	if len(cfg.GenericSecrets) > 0 {
+		s.mux.HandleFunc("POST /webhook/generic", s.generic)
 	}
 	return s
 }
@@ -233,7 +241,8 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, channel string) ([
 	return body, true
 }
 
-// produce writes evs to channel's events topic, keyed by pacing key, and
+// produce writes evs to their channel's events topic, keyed by pacing key
+// (channel labels the metrics: a generic request's span channels), and
 // answers 200 once Kafka acknowledged all of them, else 503. An event
 // produced before a failure is produced again with the provider's retry:
 // the outcome consumer applies it once either way.
@@ -241,7 +250,7 @@ func (s *Server) produce(w http.ResponseWriter, ctx context.Context, channel str
 	recs := make([]*kgo.Record, len(evs))
 	for i, ev := range evs {
 		v, _ := json.Marshal(ev)
-		recs[i] = &kgo.Record{Topic: Topic(channel), Key: []byte(ev.Key), Value: v}
+		recs[i] = &kgo.Record{Topic: Topic(ev.Channel), Key: []byte(ev.Key), Value: v}
 	}
 	if len(recs) > 0 {
 		if err := s.produceWithin(ctx, recs); err != nil {
