@@ -35,7 +35,7 @@ WITH_SERVERS = trap '$(STOP_STARTED)' EXIT; env_out=$$(scripts/test-env.sh); eva
 # -run $(2), verbose, with timeout $(1).
 e2e_run = $(GO) test -tags e2e -count=1 -timeout $(1) -v -run '$(2)' ./cmd/pacer/
 
-.PHONY: build demo test test-e2e bench bench-pacing bench-e2e bench-ingest bench-queue bench-live bench-backlog soak lint servers stop-servers
+.PHONY: build demo test test-e2e bench bench-pacing bench-e2e bench-ingest bench-queue bench-live bench-backlog bench-webhooks soak lint servers stop-servers
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
@@ -146,6 +146,22 @@ bench-e2e:
 	if [ -n "$${BENCH_MEMORY:-}" ]; then \
 	  PACER_BENCH_MEMORY=1 PACER_BENCH_KEYS=1 $(call e2e_run,90m,^(TestLedgerMemoryBench|TestKeysMemoryBench)$$); \
 	fi
+
+# bench-webhooks: hearing the provider after the send (cmd/pacer/
+# webhooks_bench_test.go): 10,000 marketing templates on 20 numbers through
+# real `pacer run` and `pacer webhook` processes, redis-server and a Kafka
+# broker of the bench's own (testenv.PrivateBroker), against the strict fake
+# WhatsApp API, whose status webhooks fail 2% of the recipients with 131026
+# and 1% with 131049, come twice and 10% reversed; the broker stops for
+# 20 s while they flow. Checks the campaign's counts exact, 0 requests to
+# the suppressed recipients in a second campaign, 401 for bad signatures.
+# About 2 minutes. PACER_BENCH_WEBHOOKS_N=500 PACER_BENCH_WEBHOOKS_DOWN=15s
+# make it small (an outage under the receiver's 10 s produce timeout holds
+# the webhooks rather than refusing them); PACER_BENCH_WEBHOOKS_DELAY (5s) is
+# the fake's wait before the first status. Figures: BENCHMARKS.md.
+bench-webhooks:
+	@$(WITH_SERVERS); \
+	PACER_BENCH_WEBHOOKS=1 $(call e2e_run,30m,^TestWebhooksBench$$)
 
 # Long runs kept out of `make test-e2e`: the 5-minute cooldown of the delivery
 # guarantees (issue: none dead-lettered as attempts-exhausted).

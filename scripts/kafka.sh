@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/kafka.sh {fetch|start|stop|restart|status|env}
+# scripts/kafka.sh {fetch|start|stop|down|up|restart|status|env}
 #
 # A real single-node Apache Kafka broker (KRaft, broker+controller) on
 # 127.0.0.1 for tests, assembled from Maven Central jars (no Docker).
@@ -22,7 +22,10 @@
 #           PACER_TEST_KAFKA_CA, PACER_TEST_KAFKA_CLIENT_CERT, _CLIENT_KEY,
 #           PACER_TEST_KAFKA_SASL_USERNAME, PACER_TEST_KAFKA_SASL_PASSWORD_FILE
 #   stop    SIGTERM, then SIGKILL after 30 s
-#   restart stop, then start again on the same ports and data
+#   down    stop the broker (as stop does) but keep its ports and data for up
+#   up      start a broker stopped by down again on the same ports and data
+#           and wait until it serves Metadata; print its address
+#   restart down, then up: what a rolling restart looks like to clients
 #   status  print the address and exit 0 if running, else exit 1
 #
 # Environment: PACER_CACHE_DIR, PACER_KAFKA_RUN, PACER_KAFKA_VERSION
@@ -376,13 +379,26 @@ stop() {
 	rm -f "$RUN/pid" "$RUN/bootstrap" "$RUN/env"
 }
 
-# restart stops the broker and starts it again on the same ports and data
-# (no format): what a rolling restart looks like to clients.
-restart() {
-	local pid addr jvm deadline
-	[[ -s $RUN/server.properties && -s $RUN/bootstrap ]] || die "no running broker in $RUN to restart"
-	addr=$(cat "$RUN/bootstrap")
+# down stops the broker and keeps its configuration, data and address for
+# up: an outage of a length the caller chooses.
+down() {
+	local pid
+	[[ -s $RUN/server.properties && -s $RUN/bootstrap ]] || die "no broker in $RUN to stop (start it first)"
 	if pid=$(broker_pid); then kill_broker "$pid"; fi
+	rm -f "$RUN/pid"
+}
+
+# up starts the broker that down stopped on the same ports and data (no
+# format) and waits until it serves Metadata; already running: prints its
+# address.
+up() {
+	local pid addr jvm deadline
+	[[ -s $RUN/server.properties && -s $RUN/bootstrap ]] || die "no broker in $RUN to start again (start it first)"
+	addr=$(cat "$RUN/bootstrap")
+	if broker_pid >/dev/null; then
+		echo "$addr"
+		return 0
+	fi
 	jvm=("${JVM_OPTS[@]}" "-Dkafka.logs.dir=$RUN/logs" "-Dlog4j2.configurationFile=$RUN/log4j2.properties")
 	rm -f "$RUN/pid"
 	# shellcheck disable=SC2086,SC2016
@@ -393,7 +409,7 @@ restart() {
 	pid=$(cat "$RUN/pid")
 	deadline=$((SECONDS + READY_TIMEOUT))
 	while ((SECONDS < deadline)); do
-		kill -0 "$pid" 2>/dev/null || { log_tail; die "broker exited during restart"; }
+		kill -0 "$pid" 2>/dev/null || { log_tail; die "broker exited while starting again"; }
 		if broker_ready "$addr"; then
 			echo "$addr"
 			return 0
@@ -401,18 +417,27 @@ restart() {
 		sleep 0.5
 	done
 	log_tail
-	die "broker not ready within ${READY_TIMEOUT}s of a restart"
+	die "broker not ready within ${READY_TIMEOUT}s of starting again"
+}
+
+# restart stops the broker and starts it again on the same ports and data
+# (no format): what a rolling restart looks like to clients.
+restart() {
+	down
+	up
 }
 
 case "${1:-}" in
 fetch) fetch ;;
 start) start ;;
 stop) stop ;;
+down) down ;;
+up) up ;;
 env) env_lines broker_pid broker ;;
 restart) restart ;;
 status) server_status broker_pid bootstrap ;;
 *)
-	echo "usage: $0 {fetch|start|stop|restart|status|env}" >&2
+	echo "usage: $0 {fetch|start|stop|down|up|restart|status|env}" >&2
 	exit 2
 	;;
 esac

@@ -308,17 +308,44 @@ func runScript(script, verb string, timeout time.Duration, env ...string) (strin
 // and data). A failing script call fails the test with its output.
 func PrivateKafka(t testing.TB) (brokers string, restart func()) {
 	t.Helper()
-	run := "PACER_KAFKA_RUN=" + t.TempDir()
-	kafka := func(verb string) string {
-		out, err := runScript("kafka.sh", verb, 8*time.Minute, run)
-		if err != nil {
-			t.Fatalf("testenv: %v", err)
-		}
-		return strings.TrimSpace(out)
+	b := PrivateBroker(t)
+	return b.Addr, func() { b.Down(); b.Up() }
+}
+
+// Broker is a private Kafka broker of one test ([PrivateBroker]).
+type Broker struct {
+	// Addr is its bootstrap address, host:port, the same after Up.
+	Addr string
+	t    testing.TB
+	run  string // PACER_KAFKA_RUN=<its run directory>
+}
+
+// PrivateBroker starts a broker of the test's own as [PrivateKafka] does,
+// stopped when the test ends, whose outages the test makes with Down and
+// Up.
+func PrivateBroker(t testing.TB) *Broker {
+	t.Helper()
+	b := &Broker{t: t, run: "PACER_KAFKA_RUN=" + t.TempDir()}
+	b.Addr = b.kafka("start")
+	t.Cleanup(func() { b.kafka("stop") })
+	return b
+}
+
+// Down stops the broker (SIGTERM, SIGKILL after 30 s) and returns once it
+// has exited; its ports and data are kept for Up.
+func (b *Broker) Down() { b.t.Helper(); b.kafka("down") }
+
+// Up starts the broker again on the same ports and data and returns once
+// it serves Metadata.
+func (b *Broker) Up() { b.t.Helper(); b.kafka("up") }
+
+func (b *Broker) kafka(verb string) string {
+	b.t.Helper()
+	out, err := runScript("kafka.sh", verb, 8*time.Minute, b.run)
+	if err != nil {
+		b.t.Fatalf("testenv: %v", err)
 	}
-	brokers = kafka("start")
-	t.Cleanup(func() { kafka("stop") })
-	return brokers, func() { kafka("restart") }
+	return strings.TrimSpace(out)
 }
 
 // RepoRoot walks up from the working directory to the directory holding

@@ -46,11 +46,30 @@ type Webhooks struct {
 	// "delivered").
 	Reorder float64
 	// Retry is the wait between attempts of a webhook not answered 2xx;
-	// default 100 ms, doubling up to 2 s, for up to Attempts (default 50).
+	// default 100 ms, doubling up to 2 s, for up to Attempts (default 50):
+	// over 90 s of waits (plus each attempt's own time: a receiver whose
+	// Kafka is down holds it up to its produce timeout) before a webhook
+	// is given up, which covers an outage of a minute of the receiver or
+	// its Kafka. Meta retries for up to 7 days (docs/webhooks.md).
 	Retry    time.Duration
 	Attempts int
 	// Client sends the POSTs; default http.DefaultClient.
 	Client *http.Client
+}
+
+// Fails returns the error code with which w's status webhooks fail every
+// message to recipient to (its number as the request's "to" spells it):
+// 131026 for the Undeliverable share of recipients, 131049 for the
+// MarketingLimit share, 0 for the others (delivered, unless past a
+// messaging limit).
+func (w Webhooks) Fails(to string) int {
+	switch x := fakeprovider.Share(to); {
+	case x < w.Undeliverable:
+		return 131026
+	case x < w.Undeliverable+w.MarketingLimit:
+		return 131049
+	}
+	return 0
 }
 
 // WebhookStats counts what the webhook sender did: Posts answered 2xx
@@ -100,14 +119,14 @@ func (h *webhookSender) accepted(key, to, cb, wamid string, over bool, at time.T
 		dup  bool
 	}
 	sts := []status{{"sent", 0, 0, false}, {"delivered", 0, 1, false}}
-	switch x := fakeprovider.Share(to); {
+	switch code := h.cfg.Fails(to); {
 	case over:
 		sts = []status{{"failed", MessagingLimitCode, 4, false}}
-	case x < h.cfg.Undeliverable:
+	case code == 131026:
 		sts = []status{{"failed", 131026, 2, false}}
-	case x < h.cfg.Undeliverable+h.cfg.MarketingLimit:
+	case code == 131049:
 		sts = []status{{"failed", 131049, 3, false}}
-	case x >= 1-h.cfg.Read:
+	case fakeprovider.Share(to) >= 1-h.cfg.Read:
 		sts = append(sts, status{"read", 0, 5, false})
 	}
 	for i := range sts {
