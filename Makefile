@@ -151,7 +151,9 @@ bench-e2e:
 # webhooks_bench_test.go): 10,000 marketing templates on 20 numbers through
 # real `pacer run` and `pacer webhook` processes, redis-server and a Kafka
 # broker of the bench's own (testenv.PrivateBroker), against the strict fake
-# WhatsApp API, whose status webhooks fail 2% of the recipients with 131026
+# WhatsApp API (answers in 250-350 ms; PACER_BENCH_WEBHOOKS_ANSWER takes
+# "300ms", "250ms-350ms" or "lognormal:300ms,p99=2s"), whose status
+# webhooks fail 2% of the recipients with 131026
 # and 1% with 131049, come twice and 10% reversed; the broker stops for
 # 20 s while they flow. Checks the campaign's counts exact, 0 requests to
 # the suppressed recipients in a second campaign, 401 for bad signatures.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
+	"github.com/pacerhq/pacer/internal/answertime"
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/twmb/franz-go/pkg/kadm"
 )
@@ -23,7 +24,8 @@ import (
 // broker of its own (stopped mid-run) and redis-server. A campaign of
 // PACER_BENCH_WEBHOOKS_N marketing templates (default 10,000) on 20
 // numbers, one per recipient, to the strict fake WhatsApp API (80/s per
-// number, burst 2, 5 ms answers, as the other benches) whose status
+// number, burst 2, answers taking PACER_BENCH_WEBHOOKS_ANSWER, default
+// 250ms-350ms, as the Cloud API's typical 200-500 ms) whose status
 // webhooks, PACER_BENCH_WEBHOOKS_DELAY after each send (default 5s), fail
 // 2% of the recipients with 131026 and 1% with 131049, come twice each and
 // reversed for 10% of the messages. Once every message was sent, the
@@ -49,12 +51,14 @@ func TestWebhooksBench(t *testing.T) {
 	n := envInt(t, "PACER_BENCH_WEBHOOKS_N", 10_000)
 	down := envDuration(t, "PACER_BENCH_WEBHOOKS_DOWN", 20*time.Second)
 	delay := envDuration(t, "PACER_BENCH_WEBHOOKS_DELAY", 5*time.Second)
+	typical, _ := answertime.Uniform(250*time.Millisecond, 350*time.Millisecond)
+	answer := benchSetting(t, "PACER_BENCH_WEBHOOKS_ANSWER", typical, answertime.Parse)
 	const numbers = 20
 	if n < numbers {
 		t.Fatalf("PACER_BENCH_WEBHOOKS_N=%d: want at least one message per number (%d)", n, numbers)
 	}
 	broker := testenv.PrivateBroker(t)
-	e := newE2E(t, whatsapptest.Config{Rate: 80, Burst: 2, Latency: 5 * time.Millisecond})
+	e := newE2E(t, whatsapptest.Config{Rate: 80, Burst: 2, AnswerTime: answer})
 	e.brokers = broker.Addr
 	// A provider sends over many connections at once; a cap keeps the
 	// ones waiting on a stopped broker (PACER_WEBHOOK_PRODUCE_TIMEOUT
