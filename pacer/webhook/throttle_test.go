@@ -2,18 +2,26 @@ package webhook
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 	"github.com/pacerhq/pacer/internal/redistest"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/keypace"
 	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // waThrottle is the scope and least cooldown of the WhatsApp throttles
@@ -180,4 +188,93 @@ func TestWebhookPairThrottle(t *testing.T) {
 			t.Errorf("counted pair %v, account skipped %v; want 1, 1", pair, skipped)
 		}
 	})
+}
+
+// capture is a Producer that keeps the events of the records it is given.
+type capture struct {
+	mu  sync.Mutex
+	evs []Event
+}
+
+func (c *capture) ProduceSync(_ context.Context, rs ...*kgo.Record) kgo.ProduceResults {
+	out := make(kgo.ProduceResults, len(rs))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, r := range rs {
+		var ev Event
+		out[i] = kgo.ProduceResult{Record: r, Err: json.Unmarshal(r.Value, &ev)}
+		c.evs = append(c.evs, ev)
+	}
+	return out
+}
+
+// TestFakeThrottleWebhooks: the WhatsApp fake's 130429 status webhooks
+// (for messages its answer accepted, late, each sent twice) become key
+// throttles of the number: those of the first messages, applied at once,
+// set the cooldown (the first, lone) and count in its hold; those of the
+// later messages, applied 800ms on, cut the rate once; every retry is a
+// duplicate.
+func TestFakeThrottleWebhooks(t *testing.T) {
+	prod := &capture{}
+	hs := httptest.NewServer(New(Config{WhatsAppAppSecret: secret, WhatsAppVerifyToken: "v"}, prod, nil))
+	t.Cleanup(hs.Close)
+	fake := whatsapptest.NewServer(whatsapptest.Config{})
+	t.Cleanup(fake.Close)
+	fake.SendWebhooks(whatsapptest.Webhooks{URL: hs.URL + "/webhook/whatsapp", AppSecret: secret, Throttled: 1, Duplicate: 1,
+		Delay: 50 * time.Millisecond, Retry: 20 * time.Millisecond})
+	const n = 10
+	for i := range n {
+		body := fmt.Sprintf(`{"messaging_product":"whatsapp","to":"+1555000%04d","type":"text","text":{"body":"hi"}}`, i)
+		resp, err := http.Post(fake.URL()+"/v21.0/1065/messages", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("fake answered send %d with %d", i, resp.StatusCode)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := fake.WaitWebhooks(ctx)
+	if err != nil || st.Failed130429 != n || st.Posts != 2*n || st.Sent != 0 {
+		t.Fatalf("fake webhooks %+v, %v; want %d messages failed 130429, each posted twice", st, err, n)
+	}
+	prod.mu.Lock()
+	evs := prod.evs
+	prod.mu.Unlock()
+	byMessage := map[string][]Event{}
+	var order []string
+	for _, ev := range evs {
+		if ev.Kind != "failed" || ev.Code != 130429 || ev.Key != "1065" {
+			t.Fatalf("event %+v; want a failed 130429 of key 1065", ev)
+		}
+		if _, ok := byMessage[ev.ProviderID]; !ok {
+			order = append(order, ev.ProviderID)
+		}
+		byMessage[ev.ProviderID] = append(byMessage[ev.ProviderID], ev)
+	}
+	var first, later []Event
+	for i, id := range order {
+		if i < n/2 {
+			first = append(first, byMessage[id]...)
+		} else {
+			later = append(later, byMessage[id]...)
+		}
+	}
+
+	f := newThrottleFixture(t, redistest.Mini(t))
+	f.o.now = time.Now // the fake's timestamps are the wall clock's
+	f.apply(t, first...)
+	if a := f.state(t); a.Rate != 80 || a.CooldownLeft <= 0 || f.count("cooldown") != n/2 || f.count("duplicate") != n/2 {
+		t.Fatalf("first messages' throttles: rate %v, cooldown %v, counted cooldown %v, duplicate %v; want 80, a cooldown, %d, %d",
+			a.Rate, a.CooldownLeft, f.count("cooldown"), f.count("duplicate"), n/2, n/2)
+	}
+	f.e.MR.SetTime(redistest.T0.Add(800 * time.Millisecond))
+	f.apply(t, later...)
+	a := f.state(t)
+	if !(a.Rate >= 64 && a.Rate < 80) || f.count("decreased") != 1 || f.count("cooldown") != n-1 || f.count("duplicate") != n || f.count("stale") != 0 {
+		t.Fatalf("later messages' throttles: rate %v, decreased %v, cooldown %v, duplicate %v, stale %v; want one cut (64..80), 1, %d, %d, 0",
+			a.Rate, f.count("decreased"), f.count("cooldown"), f.count("duplicate"), f.count("stale"), n-1, n)
+	}
 }
