@@ -415,6 +415,18 @@ func (a AIMD) cooldownsAt(loDef time.Duration) (lo, hi time.Duration, err error)
 	return lo, hi, nil
 }
 
+// PersistFor returns [AIMD].Persist as a throttle of a key of ceiling
+// ceiling uses it, its default filled in (4 token intervals at the
+// ceiling, at least 2s), rounded up to the microsecond; an error as
+// [AIMD.Validate]'s when a does not apply to ceiling.
+func (a AIMD) PersistFor(ceiling bucket.Limit) (time.Duration, error) {
+	p, err := a.args(ceiling)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(p.persistUs) * time.Microsecond, nil
+}
+
 // CooldownBounds returns MinCooldown and MaxCooldown with their defaults
 // as [AIMD.CooldownFor] knows them (no ceiling: MinCooldown 1s), or 1s and
 // 1h if they are invalid.

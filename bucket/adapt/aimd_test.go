@@ -1780,3 +1780,24 @@ func TestAIMDShortEpisode(t *testing.T) {
 		})
 	}
 }
+
+// TestPersistFor: Persist's default is 4 token intervals at the ceiling,
+// at least 2s; a value set is kept; an AIMD that does not apply is an error.
+func TestPersistFor(t *testing.T) {
+	for _, c := range []struct {
+		a    adapt.AIMD
+		lim  bucket.Limit
+		want time.Duration
+	}{
+		{adapt.AIMD{}, bucket.Limit{PerSecond: 80, Burst: 10}, 2 * time.Second},
+		{adapt.AIMD{}, bucket.Limit{PerSecond: 0.5, Burst: 1}, 8 * time.Second},
+		{adapt.AIMD{Persist: 3 * time.Second}, bucket.Limit{PerSecond: 80, Burst: 10}, 3 * time.Second},
+	} {
+		if got, err := c.a.PersistFor(c.lim); err != nil || got != c.want {
+			t.Errorf("%+v at %v: PersistFor = %v, %v; want %v", c.a, c.lim, got, err, c.want)
+		}
+	}
+	if _, err := (adapt.AIMD{Decrease: 2}).PersistFor(bucket.Limit{PerSecond: 80, Burst: 10}); !errors.Is(err, adapt.ErrInvalidAIMD) {
+		t.Errorf("Decrease 2: err %v; want adapt.ErrInvalidAIMD", err)
+	}
+}

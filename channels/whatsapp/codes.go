@@ -1,6 +1,10 @@
 package whatsapp
 
-import "github.com/pacerhq/pacer/channels"
+import (
+	"time"
+
+	"github.com/pacerhq/pacer/channels"
+)
 
 // rule is what one Cloud API error.code means for the pacer.
 type rule struct {
@@ -96,4 +100,23 @@ func classify(code int) (rule, bool) {
 		return halt, true
 	}
 	return rule{}, false
+}
+
+// ThrottleOf returns what a Cloud API error.code means when it is a
+// throttle, wherever it arrives: in the answer to a send, or in a status
+// webhook's errors[] (130429 does: Meta's webhook example carries it,
+// providers.md §1.2). scope is the unit it limits (the number, the pair
+// number -> recipient, the account or app: [codes]), least the smallest
+// cooldown the pacer keeps for it ([AccountCooldown] for an account
+// scope, [SpamCooldown] for 131048, else 0: the pacer's own). ok is false
+// for a code that is not a throttle.
+func ThrottleOf(code int) (scope channels.Scope, least time.Duration, ok bool) {
+	r, found := classify(code)
+	if !found || r.class != channels.Throttle {
+		return 0, 0, false
+	}
+	if r.scope == channels.ScopeAccount {
+		least = AccountCooldown
+	}
+	return r.scope, max(least, cooldowns[code]), true
 }

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/channels/internal/channeltest"
@@ -115,6 +116,29 @@ func TestRequestBodyWays(t *testing.T) {
 		json.Unmarshal(want, &w)
 		if !reflect.DeepEqual(g, w) {
 			t.Errorf("%s: body %s, the map's way %s", c.payload, got, want)
+		}
+	}
+}
+
+// TestThrottleOf: the throttles of a status webhook's errors[] have the
+// scope and least cooldown the answer to a send gives them; other codes
+// are not throttles.
+func TestThrottleOf(t *testing.T) {
+	for _, c := range []struct {
+		code  int
+		scope channels.Scope
+		least time.Duration
+	}{
+		{130429, channels.ScopeKey, 0}, {131056, channels.ScopePair, 0}, {80007, channels.ScopeAccount, AccountCooldown},
+		{4, channels.ScopeAccount, AccountCooldown}, {131048, channels.ScopeKey, SpamCooldown}, {613, channels.ScopeKey, 0},
+	} {
+		if scope, least, ok := ThrottleOf(c.code); !ok || scope != c.scope || least != c.least {
+			t.Errorf("ThrottleOf(%d) = %v, %v, %v; want %v, %v, true", c.code, scope, least, ok, c.scope, c.least)
+		}
+	}
+	for _, code := range []int{131026, 131049, 131057, 190, 250, 999999} {
+		if _, _, ok := ThrottleOf(code); ok {
+			t.Errorf("ThrottleOf(%d): a throttle; want none", code)
 		}
 	}
 }

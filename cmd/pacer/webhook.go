@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/bucket/adapt"
+	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/channels/whatsapp"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/produce"
@@ -53,10 +56,13 @@ type webhookConfig struct {
 	Group string `env:"PACER_WEBHOOK_GROUP, default=pacer-webhook-outcomes" unit:"text" help:"consumer group applying the events"`
 	// PACER_WEBHOOK_QUALITY_PAUSE: a WhatsApp quality downgrade (phone_number_quality_update FLAGGED or DOWNGRADE) pauses the marketing of its account's portfolio until `pacer portfolio resume` or an upgrade event; default false (recorded only).
 	QualityPause bool `env:"PACER_WEBHOOK_QUALITY_PAUSE, default=false" unit:"true|false" help:"a quality downgrade pauses its portfolio's marketing"`
+	// PACER_WEBHOOK_THROTTLES: a throttle a WhatsApp status webhook reports (a failed status with 130429, 131048, 613: the key's AIMD and cooldown; 131056: the pair's cooldown) is applied to the shared state every `pacer run` reads; the channel's rate and AIMD settings (PACER_WHATSAPP_RATE, PACER_WHATSAPP_BURST, PACER_WHATSAPP_PAIR_RATE, PACER_AIMD_*, PACER_THROTTLE_COOLDOWN, PACER_MAX_COOLDOWN) must then be those of `pacer run`; default false.
+	Throttles bool `env:"PACER_WEBHOOK_THROTTLES, default=false" unit:"true|false" help:"apply throttles reported by status webhooks to the keys' AIMD and cooldowns"`
 }
 
 // webhookShared are the settings of config that `pacer webhook` reads too.
-var webhookShared = []string{"PACER_KAFKA_BROKERS", "PACER_KAFKA_TLS", "PACER_KAFKA_SASL_", "PACER_REDIS_", "PACER_DRAIN", "PACER_LOG_"}
+var webhookShared = []string{"PACER_KAFKA_BROKERS", "PACER_KAFKA_TLS", "PACER_KAFKA_SASL_", "PACER_REDIS_", "PACER_DRAIN", "PACER_LOG_",
+	"PACER_AIMD_", "PACER_THROTTLE_COOLDOWN", "PACER_MAX_COOLDOWN"}
 
 // loadWebhookConfig reads webhookConfig through lookup (secrets' _FILE
 // forms included): every problem found, joined, each naming its variable.
@@ -102,6 +108,9 @@ func loadWebhookConfig(lookup func(string) (string, bool)) (webhookConfig, *ecds
 	}
 	if c.QualityPause && !c.Apply {
 		bad("PACER_WEBHOOK_QUALITY_PAUSE", "needs PACER_WEBHOOK_APPLY=true: only the process applying the events pauses a portfolio")
+	}
+	if c.Throttles && !c.Apply {
+		bad("PACER_WEBHOOK_THROTTLES", "needs PACER_WEBHOOK_APPLY=true: only the process applying the events applies their throttles")
 	}
 	return c, key, generic, errors.Join(append(fileErrs(), errs...)...)
 }
@@ -190,6 +199,9 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 		keys := bucket.NewKeys(cfg.RedisPrefix)
 		out := webhook.NewOutcomes(suppress.NewStore(rdb, keys), log, reg).WithPortfolios(portfolio.NewStore(rdb, keys).WithWindow(cfg.guardWindow())).
 			WithLimits(control.New(rdb, keys)).WithQualityPause(wc.QualityPause).WithCounts(control.New(rdb, keys))
+		if wc.Throttles {
+			out = out.WithThrottles(webhookThrottles(cfg, rdb, keys))
+		}
 		go func() { errc <- out.Run(ctx, cc) }()
 	}
 
@@ -249,4 +261,29 @@ func (d dirSecrets) SendGridKey(key string) (*ecdsa.PublicKey, bool) {
 		return nil, false
 	}
 	return k, true
+}
+
+// webhookThrottles is what `pacer webhook` applies the throttles of
+// WhatsApp status webhooks with (webhook.Outcomes.WithThrottles): the
+// pacers' adaptive state, the key policy `pacer run` of the channel reads
+// (its configuration, PACER_WHATSAPP_* and PACER_AIMD_*, under the limits
+// set at run time), and the Cloud API's throttle codes
+// (whatsapp.ThrottleOf).
+func webhookThrottles(cfg config, rdb redis.UniversalClient, keys bucket.Keys) webhook.Throttles {
+	ch, err := channelNamed("whatsapp")
+	if err != nil {
+		panic(err) // channelTable lists whatsapp
+	}
+	pc := cfg.pacerConfig(ch)
+	base := control.KeyPolicy{Limit: pc.Limit, RecipientLimit: pc.RecipientLimit, AIMD: pc.AIMD, Breaker: pc.Breaker}
+	return webhook.Throttles{
+		Adapter: adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix}),
+		Policy:  map[string]control.Policy{ch.name: control.OverridePolicy{Base: base, Channel: ch.name, Store: control.New(rdb, keys)}},
+		Throttle: func(channel string, code int) (channels.Scope, time.Duration, bool) {
+			if channel != ch.name {
+				return 0, 0, false
+			}
+			return whatsapp.ThrottleOf(code)
+		},
+	}
 }

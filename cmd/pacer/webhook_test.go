@@ -12,6 +12,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/channels"
+	"github.com/pacerhq/pacer/pacer/control"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestWebhookConfig(t *testing.T) {
@@ -34,7 +40,7 @@ func TestWebhookConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.WhatsAppAppSecret != "app-secret" || key == nil || !key.Equal(&k.PublicKey) || c.Addr != ":8090" || !c.Apply || c.QualityPause {
+	if c.WhatsAppAppSecret != "app-secret" || key == nil || !key.Equal(&k.PublicKey) || c.Addr != ":8090" || !c.Apply || c.QualityPause || c.Throttles {
 		t.Errorf("config %+v, key %v: want the secret and key read from their files and the defaults", c, key)
 	}
 
@@ -54,6 +60,8 @@ func TestWebhookConfig(t *testing.T) {
 		{env("PACER_WEBHOOK_SENDGRID_PUBLIC_KEY_FILE", keyFile, "PACER_WEBHOOK_QUALITY_PAUSE", "maybe"), []string{"PACER_WEBHOOK_QUALITY_PAUSE"}},
 		{env("PACER_WEBHOOK_SENDGRID_PUBLIC_KEY_FILE", keyFile, "PACER_WEBHOOK_QUALITY_PAUSE", "true", "PACER_WEBHOOK_APPLY", "false"),
 			[]string{"PACER_WEBHOOK_QUALITY_PAUSE: needs PACER_WEBHOOK_APPLY=true"}},
+		{env("PACER_WEBHOOK_SENDGRID_PUBLIC_KEY_FILE", keyFile, "PACER_WEBHOOK_THROTTLES", "true", "PACER_WEBHOOK_APPLY", "false"),
+			[]string{"PACER_WEBHOOK_THROTTLES: needs PACER_WEBHOOK_APPLY=true"}},
 	} {
 		_, _, _, err := loadWebhookConfig(tc.env)
 		if err == nil {
@@ -130,5 +138,33 @@ func TestWebhookGenericSecretFile(t *testing.T) {
 	}
 	if len(keys) != 2 || !bytes.Equal(keys[0], k1) || !bytes.Equal(keys[1], k2) {
 		t.Errorf("keys %x, want %x and %x", keys, k1, k2)
+	}
+}
+
+// TestWebhookThrottlesWiring: `pacer webhook` applies a WhatsApp status's
+// throttle with the key policy `pacer run` of WhatsApp reads (its rate,
+// burst and AIMD settings) and the Cloud API's scopes; another channel's
+// codes are no throttle.
+func TestWebhookThrottlesWiring(t *testing.T) {
+	cfg, err := loadConfig(lookupMap(map[string]string{"PACER_WHATSAPP_RATE": "200", "PACER_WHATSAPP_BURST": "20",
+		"PACER_AIMD_DECREASE": "0.5", "PACER_MAX_COOLDOWN": "10m"}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // not contacted: no per-key limit read
+	defer rdb.Close()
+	th := webhookThrottles(cfg, rdb, bucket.NewKeys(cfg.RedisPrefix))
+	pol, ok := th.Policy["whatsapp"].(control.OverridePolicy)
+	if !ok || pol.Base.Limit != (bucket.Limit{PerSecond: 200, Burst: 20}) || pol.Base.AIMD.Decrease != 0.5 || pol.Base.AIMD.MaxCooldown != 10*time.Minute {
+		t.Errorf("whatsapp policy %+v; want run's: 200/s burst 20, decrease 0.5, max cooldown 10m, under the limits set at run time", th.Policy["whatsapp"])
+	}
+	if scope, _, ok := th.Throttle("whatsapp", 130429); !ok || scope != channels.ScopeKey {
+		t.Errorf("whatsapp 130429: %v %v; want a key throttle", scope, ok)
+	}
+	if scope, _, ok := th.Throttle("whatsapp", 131056); !ok || scope != channels.ScopePair {
+		t.Errorf("whatsapp 131056: %v %v; want a pair throttle", scope, ok)
+	}
+	if _, _, ok := th.Throttle("sendgrid", 130429); ok {
+		t.Errorf("sendgrid 130429: a throttle; want none")
 	}
 }

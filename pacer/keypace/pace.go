@@ -585,27 +585,35 @@ func (p *Keys) accountThrottled(ctx context.Context, key string, pol KeyPolicy, 
 	return d
 }
 
+// PairThrottle returns what a pair-scoped throttle of a key of policy pol
+// with the provider's hint (its Retry-After; 0 if none) sets through
+// [adapt.Adapter.PairThrottled]: the pair's first cooldown base (the hint,
+// or one token interval of the recipient bucket, at least a second, at
+// most maxCooldown; later ones a minute or more, adapt.PairAgain),
+// maxCooldown (pol's MaxCooldown), and the pair's rate after its first
+// throttle in msgs/s (the configured recipient rate, else one message per
+// base; halved by each later throttle). The pacer's answer path and the
+// status webhooks' (package webhook) both use it.
+func PairThrottle(pol KeyPolicy, hint time.Duration) (base, maxCooldown time.Duration, rate float64) {
+	base = max(hint, time.Second)
+	if rl := pol.RecipientLimit; rl.PerSecond > 0 {
+		base = max(base, time.Duration(float64(time.Second)/rl.PerSecond))
+	}
+	_, maxCooldown = pol.AIMD.CooldownBounds()
+	base = min(base, maxCooldown)
+	rate = 1 / base.Seconds()
+	if rl := pol.RecipientLimit; rl.PerSecond > 0 {
+		rate = min(rate, rl.PerSecond)
+	}
+	return base, maxCooldown, rate
+}
+
 // pairThrottled holds one message whose recipient alone is limited
 // (WhatsApp 131056 asks for 4^n s between tries), not the key.
 func (k *Key) pairThrottled(ctx context.Context, perr *channels.Error, log *slog.Logger) Verdict {
 	p := k.ks
 	k.pairThrottles++
-	// The pair's first cooldown: the provider's hint, or one token interval
-	// of the recipient bucket, at least a second; later ones a minute or
-	// more (adapt.PairAgain), shared by every replica through Redis.
-	base := max(perr.RetryAfter, time.Second)
-	if rl := k.pol.RecipientLimit; rl.PerSecond > 0 {
-		base = max(base, time.Duration(float64(time.Second)/rl.PerSecond))
-	}
-	_, maxCD := k.pol.AIMD.CooldownBounds()
-	base = min(base, maxCD)
-	// The pair's rate after its first throttle: the configured recipient
-	// rate, else one message per base cooldown; halved by each later
-	// throttle (adapt.Adapter.PairThrottled).
-	rate := 1 / base.Seconds()
-	if rl := k.pol.RecipientLimit; rl.PerSecond > 0 {
-		rate = min(rate, rl.PerSecond)
-	}
+	base, maxCD, rate := PairThrottle(k.pol, perr.RetryAfter)
 	sub := recipientSub(k.to)
 	// Held in this process before Redis is written: a message of the pair
 	// this process handles during the write (one that read Redis after it,

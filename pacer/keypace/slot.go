@@ -2,8 +2,6 @@ package keypace
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"math"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/internal/tick"
+	"github.com/pacerhq/pacer/pacer/suppress"
 )
 
 // reserveAhead is how far ahead of now, at the key's adapted rate, the
@@ -365,11 +364,18 @@ func multiReach(lim bucket.Limit, maxWait time.Duration) time.Duration {
 }
 
 // recipientSub names a recipient's sub-bucket by a hash, so no address or
-// device token is written into a Redis key.
+// device token is written into a Redis key: [PairSub] of its
+// [suppress.Hash], which takes every spelling of one recipient alike
+// ("+15551234567" and WhatsApp's "15551234567"), so a pair throttle a
+// status webhook reports names the sub-bucket the pacer sends under.
 func recipientSub(to string) string {
-	h := sha256.Sum256([]byte(to))
-	return "to:" + hex.EncodeToString(h[:12])
+	return PairSub(suppress.Hash(to))
 }
+
+// PairSub names the pair (key, recipient) of the recipient whose
+// [suppress.Hash] is hash, as the pacer keeps its cooldown and learned
+// rate ([adapt.Adapter.PairThrottled]): "to:<hash>".
+func PairSub(hash string) string { return "to:" + hash }
 
 // countingLeaser counts the Lease calls a Dispenser makes in
 // pacer_bucket_calls_total.

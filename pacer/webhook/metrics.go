@@ -26,6 +26,7 @@ type outcomeMetrics struct {
 	suppressed *prometheus.CounterVec
 	removed    *prometheus.CounterVec
 	counted    *prometheus.CounterVec
+	throttles  *prometheus.CounterVec
 	errors     prometheus.Counter
 }
 
@@ -43,11 +44,14 @@ func newOutcomeMetrics(reg prometheus.Registerer) *outcomeMetrics {
 		counted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_outcomes_total",
 			Help: "Campaign outcomes of applied events, by channel, outcome (device_delivered, read, failed, bounced, suppressed) and result: counted, duplicate (counted before), refused (the campaign's key is not a hash)."},
 			[]string{"channel", "outcome", "result"}),
+		throttles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_throttles_total",
+			Help: "Throttles reported by status webhooks, by channel, scope (key, pair, account) and result: decreased (the key's rate lowered), cooldown (a lone throttle or one of the same episode: the key's cooldown only), pair (the pair's cooldown and rate), stale (too late to act on, dropped), duplicate (applied before), skipped (account scope, not applied)."},
+			[]string{"channel", "scope", "result"}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "pacer_webhook_apply_errors_total",
 			Help: "Batches of events whose suppressions or counts Redis did not take (retried)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.applied, m.suppressed, m.removed, m.counted, m.errors)
+		reg.MustRegister(m.applied, m.suppressed, m.removed, m.counted, m.throttles, m.errors)
 	}
 	return m
 }

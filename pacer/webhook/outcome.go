@@ -20,8 +20,9 @@ import (
 // suppression reasons; the platform's suppress and unsuppress outcomes,
 // [Server] generic route), the counts of each campaign's outcomes
 // ([Outcomes.WithCounts]) and, with WithPortfolios, WhatsApp's account
-// events (tiers, quality, throughput upgrades); resolving unknown outcomes
-// is not done yet.
+// events (tiers, quality, throughput upgrades) and, with WithThrottles, the
+// throttles a failed status reports; resolving unknown outcomes is not
+// done yet.
 //
 // Applying is idempotent: an event's entry is a function of the event
 // alone (its expiry runs from the provider's timestamp, not from when it
@@ -37,6 +38,8 @@ type Outcomes struct {
 	limits       *control.Store   // nil: throughput upgrades are not applied
 	counts       *control.Store   // nil: outcomes are not counted per campaign
 	qualityPause bool             // a quality downgrade pauses its portfolio's marketing
+	throttles    *throttles       // nil: throttles reported by webhook are not applied (WithThrottles)
+	now          func() time.Time // the clock a throttle's staleness is read on
 	log          *slog.Logger
 	m            *outcomeMetrics
 
@@ -57,7 +60,7 @@ func NewOutcomes(store *suppress.Store, log *slog.Logger, reg prometheus.Registe
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Outcomes{store: store, log: log, m: newOutcomeMetrics(reg)}
+	return &Outcomes{store: store, now: time.Now, log: log, m: newOutcomeMetrics(reg)}
 }
 
 // WithCounts makes o count each campaign's outcomes in st's campaign
@@ -164,6 +167,12 @@ func (o *Outcomes) Apply(ctx context.Context, evs []Event) error {
 		return err
 	}
 	if err := o.count(ctx, evs); err != nil {
+		o.m.errors.Inc()
+		return err
+	}
+	// Throttles last: those applied are not applied again when the batch
+	// is (throttle.go).
+	if err := o.applyThrottles(ctx, evs); err != nil {
 		o.m.errors.Inc()
 		return err
 	}

@@ -18,8 +18,8 @@ import (
 // Webhooks makes a [Server] send signed status webhooks for the messages
 // it accepted, as the Cloud API does (providers.md §8.2): a "sent" and a
 // "delivered" per message (and a "read" for a share of them), or a
-// "failed" with 131026 or 131049 for the configured shares of recipients,
-// or with [MessagingLimitCode] for a template past its portfolio's
+// "failed" with 131026, 131049 or 130429 for the configured shares of
+// recipients, or with [MessagingLimitCode] for a template past its portfolio's
 // messaging limit (failures the synchronous answer did not show). Each
 // webhook is a POST of one status, signed
 // X-Hub-Signature-256 with AppSecret, retried until answered 2xx.
@@ -35,6 +35,12 @@ type Webhooks struct {
 	// recipient's fate is fixed by a hash of its number, so all its
 	// messages share it.
 	Undeliverable, MarketingLimit float64
+	// Throttled is the share (0..1) of recipients whose messages, accepted
+	// by the answer, fail with 130429 "Rate limit hit" in their status
+	// webhook: Meta's own webhook errors example carries it (providers.md
+	// §1.2, [W-WH] developers.secure.facebook.com/documentation/business-messaging/whatsapp/webhooks/reference/messages/errors).
+	// A recipient's fate is fixed by a hash of its number, as above.
+	Throttled float64
 	// Read is the share (0..1) of delivered messages also read: a "read"
 	// status follows their "delivered". A recipient's fate is fixed by a
 	// hash of its number, as above.
@@ -80,13 +86,13 @@ func (w Webhooks) Fails(to string) int {
 type WebhookStats struct {
 	Posts, Retries, Dropped                           int64
 	Sent, Delivered, Read, Failed131026, Failed131049 int64
-	FailedLimit                                       int64
+	FailedLimit, Failed130429                         int64
 }
 
 type webhookSender struct {
 	cfg   Webhooks
 	hooks fakeprovider.Hooks
-	kinds [6]atomic.Int64 // sent, delivered, 131026, 131049, MessagingLimitCode, read
+	kinds [7]atomic.Int64 // sent, delivered, 131026, 131049, MessagingLimitCode, read, 130429
 }
 
 // SendWebhooks makes s send status webhooks per cfg for every message it
@@ -105,7 +111,7 @@ func (s *Server) WaitWebhooks(ctx context.Context) (WebhookStats, error) {
 	}
 	return WebhookStats{Posts: posts, Retries: retries, Dropped: dropped,
 		Sent: h.kinds[0].Load(), Delivered: h.kinds[1].Load(), Read: h.kinds[5].Load(),
-		Failed131026: h.kinds[2].Load(), Failed131049: h.kinds[3].Load(), FailedLimit: h.kinds[4].Load()}, err
+		Failed131026: h.kinds[2].Load(), Failed131049: h.kinds[3].Load(), FailedLimit: h.kinds[4].Load(), Failed130429: h.kinds[6].Load()}, err
 }
 
 // accepted schedules the webhooks of a message accepted as wamid; cb is
@@ -126,6 +132,8 @@ func (h *webhookSender) accepted(key, to, cb, wamid string, over bool, at time.T
 		sts = []status{{"failed", 131026, 2, false}}
 	case code == 131049:
 		sts = []status{{"failed", 131049, 3, false}}
+	case fakeprovider.Share(to) < h.cfg.Undeliverable+h.cfg.MarketingLimit+h.cfg.Throttled:
+		sts = []status{{"failed", 130429, 6, false}}
 	case fakeprovider.Share(to) >= 1-h.cfg.Read:
 		sts = append(sts, status{"read", 0, 5, false})
 	}
@@ -164,7 +172,7 @@ func statusBody(key, to, cb, wamid, status string, code int, at time.Time) []byt
 	}
 	if code != 0 {
 		title := map[int]string{131026: "Message undeliverable", 131049: "This message was not delivered to maintain healthy ecosystem engagement.",
-			MessagingLimitCode: "Spam rate limit hit"}[code]
+			MessagingLimitCode: "Spam rate limit hit", 130429: "Rate limit hit"}[code]
 		st["errors"] = []map[string]any{{"code": code, "title": title}}
 	}
 	b, _ := json.Marshal(map[string]any{"object": "whatsapp_business_account", "entry": []any{map[string]any{
