@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/bucket/adapt"
@@ -82,4 +83,27 @@ func (o OverridePolicy) KeyPolicy(ctx context.Context, key string) (KeyPolicy, e
 		kp.AIMD.Floor = l.PerSecond
 	}
 	return kp, nil
+}
+
+// PairThrottle returns what a pair-scoped throttle of a key of policy pol
+// with the provider's hint (its Retry-After; 0 if none) sets through
+// adapt.Adapter.PairThrottled: the pair's first cooldown base (the hint,
+// or one token interval of the recipient bucket, at least a second, at
+// most maxCooldown; later ones a minute or more, adapt.PairAgain),
+// maxCooldown (pol's MaxCooldown), and the pair's rate after its first
+// throttle in msgs/s (the configured recipient rate, else one message per
+// base; halved by each later throttle). The pacer's answer path (package
+// keypace) and the status webhooks' (package webhook) both use it.
+func (pol KeyPolicy) PairThrottle(hint time.Duration) (base, maxCooldown time.Duration, rate float64) {
+	base = max(hint, time.Second)
+	if rl := pol.RecipientLimit; rl.PerSecond > 0 {
+		base = max(base, time.Duration(float64(time.Second)/rl.PerSecond))
+	}
+	_, maxCooldown = pol.AIMD.CooldownBounds()
+	base = min(base, maxCooldown)
+	rate = 1 / base.Seconds()
+	if rl := pol.RecipientLimit; rl.PerSecond > 0 {
+		rate = min(rate, rl.PerSecond)
+	}
+	return base, maxCooldown, rate
 }

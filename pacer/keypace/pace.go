@@ -20,7 +20,9 @@ import (
 // Gate, asked before a slot (the key's limit and policy refreshed from
 // Redis, its breaker, the cooldowns of its account and pair), and Report,
 // told the provider's answer after the send (the AIMD, the cooldowns of
-// the answer's scope, the breaker). Slot, the third verb, is in slot.go.
+// the answer's scope, the breaker). The pair state (each recipient's
+// cooldown and learned rate) lives here too. Slot, the third verb, is in
+// slot.go.
 
 // accountKey is the pacing key under which the cooldown of an account
 // lives in Redis (WhatsApp 80007 and 4 limit the business account or the
@@ -585,35 +587,12 @@ func (p *Keys) accountThrottled(ctx context.Context, key string, pol KeyPolicy, 
 	return d
 }
 
-// PairThrottle returns what a pair-scoped throttle of a key of policy pol
-// with the provider's hint (its Retry-After; 0 if none) sets through
-// [adapt.Adapter.PairThrottled]: the pair's first cooldown base (the hint,
-// or one token interval of the recipient bucket, at least a second, at
-// most maxCooldown; later ones a minute or more, adapt.PairAgain),
-// maxCooldown (pol's MaxCooldown), and the pair's rate after its first
-// throttle in msgs/s (the configured recipient rate, else one message per
-// base; halved by each later throttle). The pacer's answer path and the
-// status webhooks' (package webhook) both use it.
-func PairThrottle(pol KeyPolicy, hint time.Duration) (base, maxCooldown time.Duration, rate float64) {
-	base = max(hint, time.Second)
-	if rl := pol.RecipientLimit; rl.PerSecond > 0 {
-		base = max(base, time.Duration(float64(time.Second)/rl.PerSecond))
-	}
-	_, maxCooldown = pol.AIMD.CooldownBounds()
-	base = min(base, maxCooldown)
-	rate = 1 / base.Seconds()
-	if rl := pol.RecipientLimit; rl.PerSecond > 0 {
-		rate = min(rate, rl.PerSecond)
-	}
-	return base, maxCooldown, rate
-}
-
 // pairThrottled holds one message whose recipient alone is limited
 // (WhatsApp 131056 asks for 4^n s between tries), not the key.
 func (k *Key) pairThrottled(ctx context.Context, perr *channels.Error, log *slog.Logger) Verdict {
 	p := k.ks
 	k.pairThrottles++
-	base, maxCD, rate := PairThrottle(k.pol, perr.RetryAfter)
+	base, maxCD, rate := k.pol.PairThrottle(perr.RetryAfter)
 	sub := recipientSub(k.to)
 	// Held in this process before Redis is written: a message of the pair
 	// this process handles during the write (one that read Redis after it,
@@ -805,4 +784,127 @@ func (i instant) After(u instant) bool {
 		return i != 0 && u == 0
 	}
 	return i > u
+}
+
+// pairs returns the key's pair state, nil when none of its pairs is
+// known. Callers hold st.mu.
+func (st *keyState) pairs() *pairState {
+	if st.rare == nil {
+		return nil
+	}
+	return st.rare.pairs
+}
+
+// pairState is what a key's process knows of its pairs (key, recipient):
+// until holds the recipients (by recipientSub) in a pair cooldown, with its
+// end; rates their learned rates (msgs/s). Set by this process's pair
+// throttles and re-read from Redis with the rest of the key's state.
+type pairState struct {
+	until map[string]time.Time
+	rates map[string]float64
+	// rateAt is when this process set each rate of rates it learned from
+	// its own throttle: a refresh whose read of Redis began before that
+	// keeps it (its read may predate the write).
+	rateAt map[string]time.Time
+}
+
+// pairLeft returns how long the pair (key, recipient to) is in cooldown from now, as
+// this process knows it.
+func (st *keyState) pairLeft(to string, now time.Time) time.Duration {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	ps := st.pairs()
+	if ps == nil || len(ps.until) == 0 {
+		return 0 // no pair of the key cools down: no hash of the recipient
+	}
+	return max(ps.until[recipientSub(to)].Sub(now), 0)
+}
+
+// setPair records that the pair (key, sub) cools down for d from now and
+// is paced at rate msgs/s (0: no learned rate) after.
+func (st *keyState) setPair(sub string, d time.Duration, rate float64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	r := st.rareSet()
+	if r.pairs == nil {
+		r.pairs = &pairState{}
+	}
+	ps := r.pairs
+	if ps.until == nil {
+		ps.until = map[string]time.Time{}
+	}
+	ps.until[sub] = maxTime(ps.until[sub], time.Now().Add(d))
+	if rate > 0 {
+		if ps.rates == nil {
+			ps.rates = map[string]float64{}
+		}
+		ps.rates[sub] = rate
+		if ps.rateAt == nil {
+			ps.rateAt = map[string]time.Time{}
+		}
+		ps.rateAt[sub] = time.Now()
+	}
+}
+
+// anyPairRate reports whether any pair of the key has a learned rate.
+func (st *keyState) anyPairRate() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	ps := st.pairs()
+	return ps != nil && len(ps.rates) > 0
+}
+
+// pairRate returns the learned rate of the pair (key, sub) in msgs/s, 0
+// when it has none.
+func (st *keyState) pairRate(sub string) float64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	ps := st.pairs()
+	if ps == nil {
+		return 0
+	}
+	return ps.rates[sub]
+}
+
+// merge takes the key's pairs as read from Redis (a read that began at
+// began) at now: cooldowns end at the later of the read's and this
+// process's own; rates are the read's, plus those this process learned
+// after the read began (its throttle's write may postdate the read).
+func (ps *pairState) merge(pairs map[string]adapt.Pair, began, now time.Time) {
+	for sub, until := range ps.until { // keep what this process set since
+		if until.Before(now) {
+			delete(ps.until, sub)
+		}
+	}
+	// Keep the rates this process learned after the read began (a
+	// throttle's write to Redis the read may not have seen).
+	var kept map[string]float64
+	for sub, at := range ps.rateAt {
+		if _, read := pairs[sub]; !read && at.After(began) {
+			if kept == nil {
+				kept = map[string]float64{}
+			}
+			kept[sub] = ps.rates[sub]
+		} else {
+			delete(ps.rateAt, sub)
+		}
+	}
+	if len(ps.rateAt) == 0 {
+		ps.rateAt = nil
+	}
+	ps.rates = kept
+	for sub, pr := range pairs {
+		if pr.Left > 0 {
+			if ps.until == nil {
+				ps.until = map[string]time.Time{}
+			}
+			ps.until[sub] = maxTime(ps.until[sub], now.Add(pr.Left))
+		}
+		if pr.Rate > 0 {
+			if ps.rates == nil {
+				ps.rates = map[string]float64{}
+			}
+			ps.rates[sub] = pr.Rate
+		}
+	}
 }

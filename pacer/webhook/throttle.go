@@ -141,7 +141,7 @@ func (o *Outcomes) applyThrottle(ctx context.Context, t *throttles, ev Event, sc
 	var rate float64
 	switch scope {
 	case channels.ScopePair:
-		base, maxCD, rate = keypace.PairThrottle(pol, least)
+		base, maxCD, rate = pol.PairThrottle(least)
 		window = base
 	default:
 		persist, err := pol.AIMD.PersistFor(pol.Limit)
