@@ -25,6 +25,8 @@ type outcomeMetrics struct {
 	applied    *prometheus.CounterVec
 	suppressed *prometheus.CounterVec
 	counted    *prometheus.CounterVec
+	matched    *prometheus.CounterVec
+	resolved   *prometheus.CounterVec
 	errors     prometheus.Counter
 }
 
@@ -39,11 +41,17 @@ func newOutcomeMetrics(reg prometheus.Registerer) *outcomeMetrics {
 		counted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_outcomes_total",
 			Help: "Campaign outcomes of applied events, by channel, outcome (device_delivered, read, failed, bounced, suppressed) and result: counted, duplicate (counted before), refused (the campaign's key is not a hash)."},
 			[]string{"channel", "outcome", "result"}),
+		matched: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_provider_id_matches_total",
+			Help: "Events that named no envelope id looked up by the provider's message id in the ledger, by channel and found (true, false)."},
+			[]string{"channel", "found"}),
+		resolved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_unknown_resolved_total",
+			Help: "Unknown outcomes (sends whose answer was lost) the providers' webhooks resolved, by channel and outcome: delivered (counted delivered once), failed (a failed event counted), unresolved (still claimed after the ledger's TTL), dropped (too many waiting)."},
+			[]string{"channel", "outcome"}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "pacer_webhook_apply_errors_total",
 			Help: "Batches of events whose suppressions or counts Redis did not take (retried)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.applied, m.suppressed, m.counted, m.errors)
+		reg.MustRegister(m.applied, m.suppressed, m.counted, m.matched, m.resolved, m.errors)
 	}
 	return m
 }
