@@ -57,3 +57,26 @@ func (l *Ledger) Outcome(ctx context.Context, channel, key, id string) (string, 
 	}
 	return "", fmt.Errorf("ledger: read %q: unexpected reply %q", name(channel, key, id), s)
 }
+
+// Unsettled reports, for each id of ids of channel in order (keys[i] the
+// pacing key of ids[i]), whether the ledger holds it claimed or
+// dead-lettered: an id whose send's outcome may be unknown
+// ([Ledger.Outcome] tells which). It reads them as [Ledger.Lookup] does,
+// pipelined, writing nothing: what a batch of webhook events is first
+// checked with, so that only those few are read one by one. Errors are
+// Lookup's; an id whose read failed reads true.
+func (l *Ledger) Unsettled(ctx context.Context, channel string, keys, ids []string) ([]bool, error) {
+	if len(keys) != len(ids) {
+		return nil, fmt.Errorf("ledger: %d pacing keys for %d ids", len(keys), len(ids))
+	}
+	refs := make([]Ref, len(ids))
+	for i := range ids {
+		refs[i] = Ref{Channel: channel, Key: keys[i], ID: ids[i]}
+	}
+	st, err := l.Lookup(ctx, refs)
+	out := make([]bool, len(refs))
+	for i, s := range st {
+		out[i] = s == StateClaimed || s == StateDeadLettered || s == StateUnknown
+	}
+	return out, err
+}

@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -77,7 +78,8 @@ func TestBatcherKeepsProviderID(t *testing.T) {
 	}
 }
 
-// TestLedgerOutcome: Outcome reads each state, with a dead-letter's reason.
+// TestLedgerOutcome: Outcome reads each state, with a dead-letter's
+// reason; Unsettled tells the claimed and dead-lettered ones.
 func TestLedgerOutcome(t *testing.T) {
 	ctx := context.Background()
 	for name, l := range ledgers(t) {
@@ -101,6 +103,10 @@ func TestLedgerOutcome(t *testing.T) {
 				if got, err := l.Outcome(ctx, ch, key, id); err != nil || got != want {
 					t.Errorf("Outcome(%s) = %q, %v; want %q", id, got, err, want)
 				}
+			}
+			ids := []string{"claimed", "dead", "sent", "never"}
+			if got, err := l.Unsettled(ctx, ch, []string{key, key, key, key}, ids); err != nil || !slices.Equal(got, []bool{true, true, false, false}) {
+				t.Errorf("Unsettled(%v) = %v, %v; want [true true false false]", ids, got, err)
 			}
 		})
 	}

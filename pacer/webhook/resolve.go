@@ -15,8 +15,12 @@ import (
 // package ledger's *Ledger, which cmd/pacer passes to
 // [Outcomes.WithLedger]. Package webhook does not import package ledger
 // (internal/deptest: an application never takes a claim); it only names
-// these three methods of it.
+// these methods of it.
 type Ledger interface {
+	// Unsettled reports, per id of ids (all of channel, keys[i] the
+	// pacing key of ids[i]), whether the ledger holds it claimed or
+	// dead-lettered; pipelined, one round trip.
+	Unsettled(ctx context.Context, channel string, keys, ids []string) ([]bool, error)
 	// ByProvider returns the envelope id and campaign whose delivered
 	// mark kept the provider's message id providerID; ok false if none.
 	ByProvider(ctx context.Context, channel, key, providerID string) (id, campaign string, ok bool, err error)
@@ -157,16 +161,49 @@ func (o *Outcomes) resolveUnknown(ctx context.Context, evs []Event, failed []fai
 				"channel", ev.Channel, "key", ev.Key, "message", ev.Message, "campaign", ev.Campaign, "reason", f.reason)
 		}
 	}
+	// The ids the provider says it took, by channel, read in one round
+	// trip each: only those neither delivered nor unknown to the ledger
+	// (claimed, dead-lettered) are read again, one by one.
 	done := map[pendingID]bool{}
+	var ks []pendingID
+	var ps []pendingEvent
 	for _, ev := range evs {
 		k := pendingID{ev.Channel, ev.Key, ev.Message}
 		if ev.Message == "" || ev.Key == "" || !sentKinds[ev.Channel+"/"+ev.Kind] || done[k] {
 			continue
 		}
 		done[k] = true
-		if err := o.resolveSent(ctx, k, pendingEvent{providerID: ev.ProviderID, campaign: ev.Campaign}, true); err != nil {
-			return err
+		ks, ps = append(ks, k), append(ps, pendingEvent{providerID: ev.ProviderID, campaign: ev.Campaign})
+	}
+	for len(ks) > 0 {
+		ch := ks[0].channel
+		var keys, ids []string
+		var idx []int
+		for i, k := range ks {
+			if k.channel == ch {
+				keys, ids, idx = append(keys, k.key), append(ids, k.id), append(idx, i)
+			}
 		}
+		open, err := o.resolve.ledger.Unsettled(ctx, ch, keys, ids)
+		if err != nil {
+			return fmt.Errorf("webhook: read %d ids of %s in the ledger: %w", len(ids), ch, err)
+		}
+		for j, i := range idx {
+			if !open[j] {
+				continue
+			}
+			if err := o.resolveSent(ctx, ks[i], ps[i], true); err != nil {
+				return err
+			}
+		}
+		var restK []pendingID
+		var restP []pendingEvent
+		for i, k := range ks {
+			if k.channel != ch {
+				restK, restP = append(restK, k), append(restP, ps[i])
+			}
+		}
+		ks, ps = restK, restP
 	}
 	return nil
 }

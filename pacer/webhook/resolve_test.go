@@ -18,9 +18,16 @@ import (
 
 // flakyMark is a Ledger whose first DeliveredIn fails, as a crash between a
 // resolution's count and its mark would leave it.
+// It counts the ids read one by one (Outcome).
 type flakyMark struct {
 	Ledger
 	failed bool
+	read   map[string]int
+}
+
+func (f *flakyMark) Outcome(ctx context.Context, channel, key, id string) (string, error) {
+	f.read[id]++
+	return f.Ledger.Outcome(ctx, channel, key, id)
 }
 
 func (f *flakyMark) DeliveredIn(ctx context.Context, channel, key, id, providerID, campaign string) error {
@@ -39,7 +46,7 @@ func (f *flakyMark) DeliveredIn(ctx context.Context, channel, key, id, providerI
 // delivered once and taken out of dlq:unknown-outcome, and marked
 // delivered (a DLQ replay's forced claim answers delivered); m3 (sent by
 // a live sender meanwhile) and m4 (dead-lettered permanent) are left as
-// they are; m5's failed event counts failed:131026 and leaves it
+// they are, and m6 (sent as usual) is not read one by one; m5's failed event counts failed:131026 and leaves it
 // dead-lettered.
 func TestResolveUnknownOutcomes(t *testing.T) {
 	for name, rdb := range countServers(t) {
@@ -48,7 +55,7 @@ func TestResolveUnknownOutcomes(t *testing.T) {
 			keys := bucket.NewKeys("tru" + name + time.Now().Format("150405.000000"))
 			st := control.New(rdb, keys)
 			l := ledger.New(rdb, keys, 0)
-			led := &flakyMark{Ledger: l}
+			led := &flakyMark{Ledger: l, read: map[string]int{}}
 			o := NewOutcomes(suppress.NewStore(rdb, keys), nil, prometheus.NewRegistry()).WithCounts(st).WithLedger(led, time.Minute)
 			const ch, key = "whatsapp", "1065"
 			for _, id := range []string{"m1", "m2", "m3", "m4", "m5"} {
@@ -65,7 +72,10 @@ func TestResolveUnknownOutcomes(t *testing.T) {
 			rdb.HIncrBy(ctx, keys.Campaign(ch, "c1"), control.UnknownOutcome, 2)
 
 			var evs []Event
-			for _, id := range []string{"m1", "m2", "m3", "m4"} {
+			if err := l.Delivered(ctx, ch, key, "m6", "wamid.m6"); err != nil { // sent as usual
+				t.Fatal(err)
+			}
+			for _, id := range []string{"m1", "m2", "m3", "m4", "m6"} {
 				evs = append(evs, waEvent(id, "sent", 0), waEvent(id, "delivered", 0), waEvent(id, "read", 0))
 			}
 			evs = append(evs, waEvent("m5", "failed", 131026))
@@ -122,6 +132,9 @@ func TestResolveUnknownOutcomes(t *testing.T) {
 			}
 			if got := o.Pending(); got != 0 {
 				t.Errorf("%d sent events still wait; want 0", got)
+			}
+			if led.read["m6"] != 0 || led.read["m1"] == 0 {
+				t.Errorf("ids read one by one %v; want m1 and not m6 (the batch's read found it delivered)", led.read)
 			}
 			for outcome, want := range map[string]float64{"delivered": 2, "failed": 1} {
 				if got := testutil.ToFloat64(o.m.resolved.WithLabelValues(ch, outcome)); got != want {
