@@ -14,6 +14,13 @@
 -- anywhere is delivered; otherwise the newest generation holding a "c:" or
 -- an "x:" value decides: the claim's owner, or dead-lettered.
 --
+-- Provider ids: a delivered mark with a provider id also writes, in the
+-- same hash, the provider-id field the caller names ("<pacing key>\n\1<provider
+-- id>", or "\1<provider id>" in a pacing key's hash: no envelope id holds a
+-- control character, so it names no id) with value "i:<envelope id>",
+-- then "\n<campaign>" if it has one: an event that names only the provider's
+-- message id finds its envelope id for as long as the mark is kept.
+--
 -- KEYS[1]         the first cooldown key: KEYS[1..c] are the cooldown keys
 --                 of the claimed ids' pacing keys (bucket's: the cooldown's
 --                 end in µs of Redis TIME); c may be 0
@@ -43,13 +50,19 @@
 --                 recipient: "" (not checked), else the recipient's hash
 --                   in the suppression hash of the cooldown index ("m"
 --                   before it: a marketing message); claims only
---                 op "d": mark field delivered, arg = provider id (may be "")
+--                 op "d": mark field delivered, arg = provider id (may be
+--                         ""); its cooldown index is the provider-id field
+--                         ("" none) and its recipient that field's value
+--                         after "i:" (the envelope id, then
+--                         "\n<campaign>" if any)
 --                 op "x": mark field dead-lettered, arg = reason (may be
 --                         ""), unless it is delivered
 --                 op "r": release arg's (the owner's) claim on field
 --                 op "c": claim field for owner arg; "f": the same, taking
 --                         over a claim left by another owner (force)
 --                 op "q": read field, writing nothing
+--                 op "u": the same, with a dead-letter's reason
+--                 op "p": read the provider-id field field, writing nothing
 --
 -- Reply: an array, one string per operation in order:
 --   "d", "x": "ok"
@@ -65,6 +78,8 @@
 --        or "pair:<us>" (a new claim or a takeover whose pair has no turn
 --        free: the next comes in <us> microseconds; nothing written)
 --   "q": "delivered", "deadlettered", "claimed" or "none"
+--   "u": "delivered", "deadlettered:<reason>", "claimed" or "none"
+--   "p": the provider-id field's value "i:..." (the newest), or "none"
 -- Error reply "ERR ledger: ..." for malformed ARGV or a clock off by more
 -- than a generation.
 --
@@ -77,7 +92,7 @@
 -- a turn of.
 --
 -- Writes: HSET of the current generation's hash (claims "c:<owner>",
--- marks "d:<provider id>" and "x:<reason>"), PEXPIREAT of it at the end of generation
+-- marks "d:<provider id>" and "x:<reason>", provider-id fields), PEXPIREAT of it at the end of generation
 -- g + 4; HDEL of a released claim from every generation that holds it
 -- (older claims it shadowed included, so none comes back); SET of each
 -- pair key changed, with PX until its bucket is full again.
@@ -117,7 +132,7 @@ end
 local function hkey(i) return KEYS[2 * c + p + i] end -- i: cur-4 .. cur
 
 -- The fields to read: those of claims, releases and reads.
-local valid = {d = true, x = true, r = true, c = true, f = true, q = true}
+local valid = {d = true, x = true, r = true, c = true, f = true, q = true, u = true, p = true}
 local fields, seen = {}, {}
 local needcool = false
 local supf = {} -- cooldown index -> the recipient hashes its claims check
@@ -125,10 +140,10 @@ for j = 0, nops - 1 do
   local at = op1 + 6 * j
   local op, f = ARGV[at], ARGV[at + 1]
   if not valid[op] then
-    return redis.error_reply('ERR ledger: operation ' .. (j + 1) .. ' is not d, x, r, c, f or q')
+    return redis.error_reply('ERR ledger: operation ' .. (j + 1) .. ' is not d, x, r, c, f, q, u or p')
   end
   if op ~= 'd' then
-    if op ~= 'x' and op ~= 'q' and ARGV[at + 2] == '' then
+    if (op == 'r' or op == 'c' or op == 'f') and ARGV[at + 2] == '' then
       return redis.error_reply('ERR ledger: the owner of operation ' .. (j + 1) .. ' is empty')
     end
     if op == 'c' or op == 'f' then
@@ -203,7 +218,7 @@ end
 -- the newest "c:" or "x:" value (a claim, or dead-lettered); held[f][i],
 -- generation i holds a value for it. Plain tables by field, no table per
 -- field unless a generation holds one: a new id's claim allocates nothing.
-local dl, cl, held = {}, {}, {}
+local dl, cl, held, ix = {}, {}, {}, {}
 local nf = #fields
 if nf > 0 then
   for i = cur, cur - 4, -1 do -- newest first
@@ -224,6 +239,8 @@ if nf > 0 then
             if not dl[f] then dl[f] = v end
           elseif (b1 == 99 or b1 == 120) and not cl[f] then -- 'c', 'x'
             cl[f] = v
+          elseif b1 == 105 and not ix[f] then -- 'i': a provider-id field
+            ix[f] = v
           end
         end
       end
@@ -255,6 +272,12 @@ for j = 0, nops - 1 do
     local v = 'd:' .. arg
     put(f, v)
     if seen[f] then dl[f] = v end
+    local pf = ARGV[at + 3]
+    if arg ~= '' and pf ~= '' and pf ~= '0' then
+      local pv = 'i:' .. ARGV[at + 4]
+      put(pf, pv)
+      if seen[pf] then ix[pf] = pv end
+    end
     r = 'ok'
   elseif op == 'x' then
     if not dl[f] then -- a delivered mark stays (in its generation too)
@@ -267,6 +290,12 @@ for j = 0, nops - 1 do
     local claim = cl[f]
     local dead = claim and string.byte(claim, 1) == 120
     r = (dl[f] and 'delivered') or (dead and 'deadlettered') or (claim and 'claimed') or 'none'
+  elseif op == 'u' then
+    local claim = cl[f]
+    local dead = claim and string.byte(claim, 1) == 120
+    r = (dl[f] and 'delivered') or (dead and 'deadlettered:' .. string.sub(claim, 3)) or (claim and 'claimed') or 'none'
+  elseif op == 'p' then
+    r = ix[f] or 'none'
   elseif op == 'r' then
     if not dl[f] and cl[f] == 'c:' .. arg then
       cl[f] = nil

@@ -16,10 +16,13 @@
 --           (Unix ms)
 -- ARGV[3]   keep: how many campaigns the index keeps (the most recent),
 --           integer >= 1
--- ARGV[4..] three arguments per outcome: campaign, kind (the name the
+-- ARGV[4..] four arguments per outcome: campaign, kind (the name the
 --           message is counted once under: device_delivered, read,
---           failed, bounced, suppressed) and field (the campaign hash's
---           counter: device_delivered, read, or <kind>:<reason>)
+--           failed, bounced, suppressed, resolved), field (the campaign
+--           hash's counter it adds one to: device_delivered, read,
+--           <kind>:<reason>, or delivered for resolved) and undo (a
+--           counter it takes one from, "" none: dlq:unknown-outcome for
+--           resolved)
 --
 -- Reply: an array with one integer per outcome, in order: 1 counted now,
 -- 0 counted before (its kind is in the message's hash), -1 refused (the
@@ -28,7 +31,7 @@
 -- (nothing written).
 --
 -- Writes: per outcome counted now, HSETNX kind 1 and PEXPIRE ttl_ms of
--- its outcome hash and HINCRBY field 1 of its campaign's hash; ZADD of
+-- its outcome hash and HINCRBY field 1 (and undo -1) of its campaign's hash; ZADD of
 -- the campaigns counted to KEYS[1] at now_ms and ZREMRANGEBYRANK of all
 -- but its keep most recent.
 
@@ -40,12 +43,12 @@ local bad = int_error('outcome count', 'ttl_ms', ttl_ms, 1) or int_error('outcom
 if bad then
   return bad
 end
-local n = (#ARGV - 3) / 3
+local n = (#ARGV - 3) / 4
 if n < 1 or n ~= math.floor(n) or #KEYS ~= 2 * n + 1 then
-  return redis.error_reply('ERR outcome count: want 3 arguments and 2 keys per outcome')
+  return redis.error_reply('ERR outcome count: want 4 arguments and 2 keys per outcome')
 end
 for i = 1, n do
-  local at = 3 + 3 * (i - 1)
+  local at = 3 + 4 * (i - 1)
   if ARGV[at + 1] == '' or ARGV[at + 2] == '' or ARGV[at + 3] == '' then
     return redis.error_reply('ERR outcome count: outcome ' .. i .. ' needs a campaign, a kind and a field')
   end
@@ -53,8 +56,8 @@ end
 
 local out, z, seen = {}, {}, {}
 for i = 1, n do
-  local at = 3 + 3 * (i - 1)
-  local campaign, kind, field = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+  local at = 3 + 4 * (i - 1)
+  local campaign, kind, field, undo = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
   local ok, camp = KEYS[2 * i], KEYS[2 * i + 1]
   local t = redis.call('TYPE', camp)['ok']
   if t ~= 'hash' and t ~= 'none' then
@@ -62,6 +65,7 @@ for i = 1, n do
   elseif redis.call('HSETNX', ok, kind, 1) == 1 then
     redis.call('PEXPIRE', ok, ttl_ms)
     redis.call('HINCRBY', camp, field, 1)
+    if undo ~= '' then redis.call('HINCRBY', camp, undo, -1) end
     out[i] = 1
     if not seen[campaign] then
       seen[campaign] = true

@@ -18,7 +18,8 @@
 //     the campaigns' progress.
 //   - [github.com/pacerhq/pacer/pacer/webhook]: the providers' status
 //     webhooks (pacer webhook): checks their signatures, produces their
-//     events to pacer.<channel>.events, and applies them (suppressions).
+//     events to pacer.<channel>.events, and applies them (suppressions,
+//     campaign outcomes, unknown outcomes resolved through the ledger).
 //
 // The parts they share, which import no application:
 //

@@ -21,6 +21,7 @@ import (
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/channels/whatsapp"
 	"github.com/pacerhq/pacer/pacer/control"
+	"github.com/pacerhq/pacer/pacer/ledger"
 	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/pacerhq/pacer/pacer/suppress"
@@ -198,7 +199,8 @@ func cmdWebhook(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 		defer cc.Close()
 		keys := bucket.NewKeys(cfg.RedisPrefix)
 		out := webhook.NewOutcomes(suppress.NewStore(rdb, keys), log, reg).WithPortfolios(portfolio.NewStore(rdb, keys).WithWindow(cfg.guardWindow())).
-			WithLimits(control.New(rdb, keys)).WithQualityPause(wc.QualityPause).WithCounts(control.New(rdb, keys))
+			WithLimits(control.New(rdb, keys)).WithQualityPause(wc.QualityPause).WithCounts(control.New(rdb, keys)).
+			WithLedger(ledger.New(rdb, keys, cfg.LedgerTTL), cfg.LedgerTTL)
 		if wc.Throttles {
 			out = out.WithThrottles(webhookThrottles(cfg, rdb, keys))
 		}

@@ -105,7 +105,7 @@ func TestDataFlowsOneWay(t *testing.T) {
 		"pacer/ingest":     {mod + "/cmd": "nothing imports cmd", mod + "/channels/": "ingest validates envelopes, providers are the consumer's"},
 		"pacer/webhook": {
 			mod + "/cmd": "nothing imports cmd", mod + "/channels/": "webhooks are read here; adapters only send",
-			mod + "/pacer/ledger": "outcomes reach the claim through suppress", mod + "/pacer/consumer": "an application imports no other",
+			mod + "/pacer/ledger": "outcomes reach the claim through suppress, the ledger through the webhook.Ledger cmd wires", mod + "/pacer/consumer": "an application imports no other",
 		},
 		"pacer/produce": {
 			mod + "/cmd": "nothing imports cmd", mod + "/bucket": "producing does not pace", mod + "/channels": "producing does not send to providers",

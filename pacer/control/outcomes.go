@@ -28,7 +28,17 @@ const (
 	// Suppressed: its outcome suppressed the recipient; the reason is the
 	// suppression's (undeliverable, bounce, unsubscribe...).
 	Suppressed = "suppressed"
+	// Resolved: its send's answer was lost and it was dead-lettered as
+	// unknown-outcome, then the provider's webhook said it was sent:
+	// counted once as delivered ("delivered" up one) and taken out of
+	// "dlq:unknown-outcome" (down one). No reason.
+	Resolved = "resolved"
 )
+
+// UnknownOutcome is the campaign counter of records dead-lettered because
+// their send's outcome is unknown (the consumer's dlq:<reason> count), the
+// counter a [Resolved] outcome takes one from.
+const UnknownOutcome = "dlq:unknown-outcome"
 
 // OutcomeTTL is how long Redis remembers the outcome kinds counted for a
 // message, after its last new one: a duplicate within it counts nothing.
@@ -45,12 +55,15 @@ const OutcomeTTL = 8 * 24 * time.Hour
 type Outcome struct {
 	ID       string // the envelope id; required
 	Campaign string // required
-	Kind     string // DeviceDelivered, Read, Failed, Bounced or Suppressed
+	Kind     string // DeviceDelivered, Read, Failed, Bounced, Suppressed or Resolved
 	Reason   string // required for Failed, Bounced and Suppressed; "" otherwise
 }
 
 // field is o's counter in the campaign's hash.
 func (o Outcome) field() string {
+	if o.Kind == Resolved {
+		return "delivered"
+	}
 	if o.Reason == "" {
 		return o.Kind
 	}
@@ -66,7 +79,7 @@ func (o Outcome) validate() error {
 		return fmt.Errorf("%w: outcome of %s: campaign is required", ErrInvalid, o.ID)
 	}
 	switch o.Kind {
-	case DeviceDelivered, Read:
+	case DeviceDelivered, Read, Resolved:
 		if o.Reason != "" {
 			return fmt.Errorf("%w: outcome %s of %s: takes no reason (%q)", ErrInvalid, o.Kind, o.ID, o.Reason)
 		}
@@ -75,7 +88,7 @@ func (o Outcome) validate() error {
 			return fmt.Errorf("%w: outcome %s of %s: reason is required", ErrInvalid, o.Kind, o.ID)
 		}
 	default:
-		return fmt.Errorf("%w: outcome of %s: kind %q (device_delivered, read, failed, bounced or suppressed)", ErrInvalid, o.ID, o.Kind)
+		return fmt.Errorf("%w: outcome of %s: kind %q (device_delivered, read, failed, bounced, suppressed or resolved)", ErrInvalid, o.ID, o.Kind)
 	}
 	return nil
 }
@@ -94,14 +107,18 @@ func (s *Store) CountOutcomes(ctx context.Context, channel string, outs []Outcom
 	}
 	keys := make([]string, 0, 1+2*len(outs))
 	keys = append(keys, s.keys.Campaigns(channel))
-	argv := make([]any, 0, 3+3*len(outs))
+	argv := make([]any, 0, 3+4*len(outs))
 	argv = append(argv, OutcomeTTL.Milliseconds(), time.Now().UnixMilli(), MaxIndexed)
 	for _, o := range outs {
 		if err := o.validate(); err != nil {
 			return nil, err
 		}
 		keys = append(keys, s.keys.Outcomes(channel, o.ID), s.keys.Campaign(channel, o.Campaign))
-		argv = append(argv, o.Campaign, o.Kind, o.field())
+		undo := ""
+		if o.Kind == Resolved {
+			undo = UnknownOutcome
+		}
+		argv = append(argv, o.Campaign, o.Kind, o.field(), undo)
 	}
 	v, err := s.rdb.EvalSha(ctx, outcomeScript.Hash(), keys, argv...).Result()
 	if wire.NoScript(err) {

@@ -350,8 +350,9 @@ func (b *Batcher) Delivered(ctx context.Context, channel, key, id, providerID st
 // without, DeliveredCounted is Delivered and AddCount does nothing.
 func (b *Batcher) Counting() bool { return b.count != nil }
 
-// DeliveredCounted queues the mark of id as delivered, as Delivered does,
-// and c with it: c is written in the flush that writes the mark, and
+// DeliveredCounted queues the mark of id as delivered, as Delivered does
+// (its provider id kept with c's campaign, [Ledger.DeliveredIn]), and c
+// with it: c is written in the flush that writes the mark, and
 // tried again with it when that flush fails, so a count never reaches
 // Redis long before or after its mark. Without Redis Cluster they go in one
 // MULTI/EXEC: a crash (of the process or of its connection) leaves both or
@@ -364,9 +365,9 @@ func (b *Batcher) DeliveredCounted(ctx context.Context, channel, key, id, provid
 	if b.count == nil {
 		cs = nil
 	}
-	return b.queue(ctx, mark{kind: 'd', channel: channel, key: key, id: id, arg: providerID}, cs,
+	return b.queue(ctx, mark{kind: 'd', channel: channel, key: key, id: id, arg: providerID, campaign: c.Name}, cs,
 		func() error {
-			if err := b.l.Delivered(ctx, channel, key, id, providerID); err != nil {
+			if err := b.l.DeliveredIn(ctx, channel, key, id, providerID, c.Name); err != nil {
 				return err
 			}
 			return b.writeCounts(ctx, cs)

@@ -465,8 +465,16 @@ func TestBatcherCommandsPerFlush(t *testing.T) {
 	} else {
 		t.Logf("200 claims and 200 marks: %d commands naming the ledger's keys in %d flushes", n, f)
 	}
-	if got := len(entries(t, rdb, keys)); got != 200 {
-		t.Errorf("%d ids recorded; want 200", got)
+	ids, pids := 0, 0 // ids, and the provider-id fields of their marks (one of provider id "w" per pacing key)
+	for f := range entries(t, rdb, keys) {
+		if strings.Contains(f, "\x01") {
+			pids++
+		} else {
+			ids++
+		}
+	}
+	if ids != 200 || pids != 20 {
+		t.Errorf("%d ids and %d provider-id fields recorded; want 200 and 20", ids, pids)
 	}
 }
 

@@ -166,6 +166,7 @@ type op struct {
 	channel, key, id string
 	arg              string
 	to               Recipient // 'c' and 'f': the recipient checked for suppression
+	campaign         string    // 'd': the id's campaign, kept with its provider id ("" none)
 }
 
 // Recipient is the recipient a claim checks in its pacing key's
@@ -216,6 +217,11 @@ func (l *Ledger) field(key, id string) string {
 	return key + "\n" + id
 }
 
+// providerField is the hash field that holds the envelope id of
+// providerID: an envelope id holds no control character, so "\x01" before
+// it names no id's field.
+func (l *Ledger) providerField(key, providerID string) string { return l.field(key, "\x01"+providerID) }
+
 // args returns the KEYS and ARGV of one ledger.lua call of ops, all of one
 // group, at now: the cooldown keys of the claims' pacing keys, their
 // suppression hashes in the same order, the pair keys of the claims'
@@ -248,6 +254,15 @@ func (l *Ledger) args(ops []op, now time.Time) ([]string, []any) {
 					pairIdx[pk] = pi
 				}
 			}
+		}
+		if o.kind == 'd' && o.arg != "" {
+			// The provider-id field and its value (ledger.lua, op "d").
+			v := o.id
+			if o.campaign != "" {
+				v += "\n" + o.campaign
+			}
+			opv = append(opv, "d", l.field(o.key, o.id), o.arg, l.providerField(o.key, o.arg), v, 0)
+			continue
 		}
 		opv = append(opv, string(o.kind), l.field(o.key, o.id), o.arg, ci, to, pi)
 	}
@@ -354,9 +369,16 @@ func (l *Ledger) IsDelivered(ctx context.Context, channel, key, id string) (bool
 }
 
 // Delivered records that id was accepted by the provider (providerID, may
-// be empty), for the ledger's TTL. Errors wrap the Redis error.
+// be empty), for the ledger's TTL; with a providerID, [Ledger.ByProvider]
+// finds id by it as long. Errors wrap the Redis error.
 func (l *Ledger) Delivered(ctx context.Context, channel, key, id, providerID string) error {
-	if _, err := l.run(ctx, op{kind: 'd', channel: channel, key: key, id: id, arg: providerID}); err != nil {
+	return l.DeliveredIn(ctx, channel, key, id, providerID, "")
+}
+
+// DeliveredIn is [Ledger.Delivered] of an id of campaign ("" none), which
+// [Ledger.ByProvider] answers with it.
+func (l *Ledger) DeliveredIn(ctx context.Context, channel, key, id, providerID, campaign string) error {
+	if _, err := l.run(ctx, op{kind: 'd', channel: channel, key: key, id: id, arg: providerID, campaign: campaign}); err != nil {
 		return fmt.Errorf("ledger: deliver %q: %w", name(channel, key, id), err)
 	}
 	return nil

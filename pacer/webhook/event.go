@@ -5,8 +5,10 @@
 // [Event] records keyed by pacing key, answering 2xx only once Kafka
 // acknowledged them, so that a provider retries whatever was not kept.
 // [Outcomes] consumes those topics and applies what an event means: the
-// suppressions of package suppress, portfolio tiers, and each campaign's
-// outcome counts (package control).
+// suppressions of package suppress, portfolio tiers, each campaign's
+// outcome counts (package control) and, given the idempotency ledger
+// ([Outcomes.WithLedger]), the unknown outcomes its webhooks resolve and
+// the events matched by the provider's message id alone.
 //
 // Sources: providers.md §8.2 (WhatsApp webhooks: GET verification,
 // X-Hub-Signature-256, statuses[]) and §8.5 (SendGrid Event Webhook,

@@ -27,6 +27,8 @@ type outcomeMetrics struct {
 	removed    *prometheus.CounterVec
 	counted    *prometheus.CounterVec
 	throttles  *prometheus.CounterVec
+	matched    *prometheus.CounterVec
+	resolved   *prometheus.CounterVec
 	errors     prometheus.Counter
 }
 
@@ -47,11 +49,17 @@ func newOutcomeMetrics(reg prometheus.Registerer) *outcomeMetrics {
 		throttles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_throttles_total",
 			Help: "Throttles reported by status webhooks, by channel, scope (key, pair, account) and result: decreased (the key's rate lowered), cooldown (a lone throttle or one of the same episode: the key's cooldown only), pair (the pair's cooldown and rate), stale (too late to act on, dropped), duplicate (applied before), skipped (account scope, not applied)."},
 			[]string{"channel", "scope", "result"}),
+		matched: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_provider_id_matches_total",
+			Help: "Events that named no envelope id looked up by the provider's message id in the ledger, by channel and found (true, false)."},
+			[]string{"channel", "found"}),
+		resolved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_webhook_unknown_resolved_total",
+			Help: "Unknown outcomes (sends whose answer was lost) the providers' webhooks resolved, by channel and outcome: delivered (counted delivered once), failed (a failed event counted), unresolved (still claimed after the ledger's TTL), dropped (too many waiting)."},
+			[]string{"channel", "outcome"}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "pacer_webhook_apply_errors_total",
 			Help: "Batches of events whose suppressions or counts Redis did not take (retried)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.applied, m.suppressed, m.removed, m.counted, m.throttles, m.errors)
+		reg.MustRegister(m.applied, m.suppressed, m.removed, m.counted, m.throttles, m.matched, m.resolved, m.errors)
 	}
 	return m
 }

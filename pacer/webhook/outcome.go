@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/suppress"
@@ -20,9 +21,10 @@ import (
 // suppression reasons; the platform's suppress and unsuppress outcomes,
 // [Server] generic route), the counts of each campaign's outcomes
 // ([Outcomes.WithCounts]) and, with WithPortfolios, WhatsApp's account
-// events (tiers, quality, throughput upgrades) and, with WithThrottles, the
-// throttles a failed status reports; resolving unknown outcomes is not
-// done yet.
+// events (tiers, quality, throughput upgrades), with WithThrottles the
+// throttles a failed status reports and, with WithLedger, the matching of
+// events by the provider's message id and the resolution of unknown
+// outcomes (resolve.go).
 //
 // Applying is idempotent: an event's entry is a function of the event
 // alone (its expiry runs from the provider's timestamp, not from when it
@@ -40,6 +42,7 @@ type Outcomes struct {
 	qualityPause bool             // a quality downgrade pauses its portfolio's marketing
 	throttles    *throttles       // nil: throttles reported by webhook are not applied (WithThrottles)
 	now          func() time.Time // the clock a throttle's staleness is read on
+	resolve      *resolver        // nil: no matching by provider id, no unknown outcome resolved
 	log          *slog.Logger
 	m            *outcomeMetrics
 
@@ -117,6 +120,11 @@ func (o *Outcomes) WithQualityPause(pause bool) *Outcomes {
 // whole: the suppressions write the same entries and the counts add only
 // what was not counted.
 func (o *Outcomes) Apply(ctx context.Context, evs []Event) error {
+	evs, err := o.match(ctx, evs)
+	if err != nil {
+		o.m.errors.Inc()
+		return err
+	}
 	type group struct {
 		channel, key string
 		reason       suppress.Reason
@@ -166,7 +174,12 @@ func (o *Outcomes) Apply(ctx context.Context, evs []Event) error {
 		o.m.errors.Inc()
 		return err
 	}
-	if err := o.count(ctx, evs); err != nil {
+	failed, err := o.count(ctx, evs)
+	if err != nil {
+		o.m.errors.Inc()
+		return err
+	}
+	if err := o.resolveUnknown(ctx, evs, failed); err != nil {
 		o.m.errors.Inc()
 		return err
 	}
@@ -186,12 +199,20 @@ func (o *Outcomes) Apply(ctx context.Context, evs []Event) error {
 // keys each).
 const maxCounted = 500
 
-// count counts the campaign outcomes of evs, per channel.
-func (o *Outcomes) count(ctx context.Context, evs []Event) error {
+// failure is a failed outcome counted now and the event that counted it.
+type failure struct {
+	event  Event
+	reason string
+}
+
+// count counts the campaign outcomes of evs, per channel, and returns the
+// failed ones counted now (not before).
+func (o *Outcomes) count(ctx context.Context, evs []Event) ([]failure, error) {
 	if o.counts == nil {
-		return nil
+		return nil, nil
 	}
 	byChannel := map[string][]control.Outcome{}
+	events := map[string][]Event{} // the event of each outcome of byChannel
 	var order []string
 	for _, ev := range evs {
 		outs := ev.outcomes()
@@ -202,16 +223,23 @@ func (o *Outcomes) count(ctx context.Context, evs []Event) error {
 			order = append(order, ev.Channel)
 		}
 		byChannel[ev.Channel] = append(byChannel[ev.Channel], outs...)
+		for range outs {
+			events[ev.Channel] = append(events[ev.Channel], ev)
+		}
 	}
+	var failed []failure
 	for _, ch := range order {
-		outs := byChannel[ch]
+		outs, ofs := byChannel[ch], events[ch]
 		for len(outs) > 0 {
 			n := min(len(outs), maxCounted)
 			got, err := o.counts.CountOutcomes(ctx, ch, outs[:n])
 			if err != nil {
-				return fmt.Errorf("webhook: count %d outcomes of %s: %w", n, ch, err)
+				return nil, fmt.Errorf("webhook: count %d outcomes of %s: %w", n, ch, err)
 			}
 			for i, r := range got {
+				if r == 1 && outs[i].Kind == control.Failed {
+					failed = append(failed, failure{ofs[i], outs[i].Reason})
+				}
 				result := map[int]string{1: "counted", 0: "duplicate", -1: "refused"}[r]
 				o.m.counted.WithLabelValues(label(ch, knownChannels), outs[i].Kind, result).Inc()
 				if r < 0 {
@@ -219,10 +247,10 @@ func (o *Outcomes) count(ctx context.Context, evs []Event) error {
 						"channel", ch, "campaign", outs[i].Campaign, "outcome", outs[i].Kind)
 				}
 			}
-			outs = outs[n:]
+			outs, ofs = outs[n:], ofs[n:]
 		}
 	}
-	return nil
+	return failed, nil
 }
 
 // knownChannels and kinds bound the labels of pacer_webhook_events_applied_total:
@@ -396,8 +424,16 @@ func label(v string, known map[string]bool) string {
 // Run consumes kc (a group consumer of the events topics, auto-commit
 // off) until ctx ends: each poll's events are applied, again every
 // second until Redis takes them, and only then committed. A record that
-// is not an Event is logged and skipped.
+// is not an Event is logged and skipped. With WithLedger it looks at
+// the waiting sent events every second ([Outcomes.ResolvePending]).
 func (o *Outcomes) Run(ctx context.Context, kc *kgo.Client) error {
+	if o.resolve != nil {
+		go tick.Every(ctx, time.Second, func(time.Time) {
+			if err := o.ResolvePending(ctx); err != nil && ctx.Err() == nil {
+				o.log.Warn("waiting sent events not resolved; trying again in 1s", "err", err)
+			}
+		})
+	}
 	for {
 		fs := kc.PollFetches(ctx)
 		if ctx.Err() != nil {

@@ -437,6 +437,12 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	typ, _ := body["type"].(string)
 	code, over := s.arrive(key, to, id, typ == "template", time.Now)
 	if !fakeprovider.Sleep(r.Context(), s.answer.Draw()) {
+		// The client hung up (its process died, its deadline passed) after
+		// the request arrived whole: Meta still takes the message and its
+		// status webhooks tell (only the answer is lost).
+		if code == 0 {
+			s.accept(key, to, cb, over)
+		}
 		return
 	}
 	switch code {
@@ -456,19 +462,25 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 			"Message failed to send due to an unknown error.")
 		return
 	}
-	s.mu.Lock()
-	s.seq++
-	wamid := fmt.Sprintf("wamid.FAKE%s%012d", s.prefix, s.seq)
-	s.mu.Unlock()
-	hooks := s.hooks.Sender()
-	if hooks != nil {
-		hooks.accepted(key, to, cb, wamid, over, time.Now())
-	}
+	wamid := s.accept(key, to, cb, over)
 	fakeprovider.WriteJSON(w, http.StatusOK, success{
 		MessagingProduct: "whatsapp",
 		Contacts:         []contact{{Input: to, WaID: strings.TrimPrefix(to, "+")}},
 		Messages:         []message{{ID: wamid, MessageStatus: "accepted"}},
 	})
+}
+
+// accept takes an arrived message: it returns its new wamid and
+// schedules its status webhooks, if any are sent.
+func (s *Server) accept(key, to, cb string, over bool) string {
+	s.mu.Lock()
+	s.seq++
+	wamid := fmt.Sprintf("wamid.FAKE%s%012d", s.prefix, s.seq)
+	s.mu.Unlock()
+	if hooks := s.hooks.Sender(); hooks != nil {
+		hooks.accepted(key, to, cb, wamid, over, time.Now())
+	}
+	return wamid
 }
 
 // success is the documented HTTP 200 body of /messages.
