@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -62,16 +61,12 @@ func TestFakeWebhooksThroughKafka(t *testing.T) {
 	fake.SendWebhooks(whatsapptest.Webhooks{URL: hs.URL + "/webhook/whatsapp", AppSecret: secret,
 		Undeliverable: 0.2, MarketingLimit: 0.1, Duplicate: 1, Reorder: 0.5, Retry: 20 * time.Millisecond})
 	const n = 200
+	bodies := make([]string, n)
 	for i := range n {
-		body := fmt.Sprintf(`{"messaging_product":"whatsapp","to":"+1555000%04d","type":"text","text":{"body":"hi"},"biz_opaque_callback_data":"env-%d"}`, i, i)
-		resp, err := http.Post(fake.URL()+"/v21.0/1065/messages", "application/json", bytes.NewReader([]byte(body)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("fake answered send %d with %d", i, resp.StatusCode)
-		}
+		bodies[i] = fmt.Sprintf(`{"messaging_product":"whatsapp","to":"+1555000%04d","type":"text","text":{"body":"hi"},"biz_opaque_callback_data":"env-%d"}`, i, i)
+	}
+	if err := fake.Send("1065", bodies...); err != nil {
+		t.Fatal(err)
 	}
 	// Kafka comes back once the fake has met its refusals.
 	deadline := time.Now().Add(30 * time.Second)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -223,16 +221,12 @@ func TestFakeThrottleWebhooks(t *testing.T) {
 	fake.SendWebhooks(whatsapptest.Webhooks{URL: hs.URL + "/webhook/whatsapp", AppSecret: secret, Throttled: 1, Duplicate: 1,
 		Delay: 50 * time.Millisecond, Retry: 20 * time.Millisecond})
 	const n = 10
+	bodies := make([]string, n)
 	for i := range n {
-		body := fmt.Sprintf(`{"messaging_product":"whatsapp","to":"+1555000%04d","type":"text","text":{"body":"hi"}}`, i)
-		resp, err := http.Post(fake.URL()+"/v21.0/1065/messages", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("fake answered send %d with %d", i, resp.StatusCode)
-		}
+		bodies[i] = fmt.Sprintf(`{"messaging_product":"whatsapp","to":"+1555000%04d","type":"text","text":{"body":"hi"}}`, i)
+	}
+	if err := fake.Send("1065", bodies...); err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

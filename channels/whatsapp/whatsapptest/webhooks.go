@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -180,4 +181,21 @@ func statusBody(key, to, cb, wamid, status string, code int, at time.Time) []byt
 			"messaging_product": "whatsapp", "metadata": map[string]any{"display_phone_number": key, "phone_number_id": key},
 			"statuses": []any{st}}}}}}})
 	return b
+}
+
+// Send posts each of bodies (a Cloud API message request) to the fake's
+// /v21.0/<key>/messages in turn, as a test's traffic for its webhooks,
+// and returns an error naming the first one not answered 200.
+func (s *Server) Send(key string, bodies ...string) error {
+	for i, body := range bodies {
+		resp, err := http.Post(s.URL()+"/v21.0/"+key+"/messages", "application/json", strings.NewReader(body))
+		if err != nil {
+			return fmt.Errorf("send %d: %w", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("send %d: HTTP %d, want 200", i, resp.StatusCode)
+		}
+	}
+	return nil
 }

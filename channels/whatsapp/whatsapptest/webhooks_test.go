@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -84,12 +83,9 @@ func TestWebhooks(t *testing.T) {
 		Duplicate: 1, Reorder: 1, Retry: time.Millisecond})
 	const n = 40
 	for i := range n {
-		resp, err := http.Post(fake.URL()+"/v21.0/1065/messages", "application/json",
-			strings.NewReader(text(fmt.Sprintf("+1555%04d", i%20), fmt.Sprintf("env-%d", i))))
-		if err != nil {
+		if err := fake.Send("1065", text(fmt.Sprintf("+1555%04d", i%20), fmt.Sprintf("env-%d", i))); err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -174,13 +170,8 @@ func TestWebhooksMessagingLimit(t *testing.T) {
 	t.Cleanup(fake.Close)
 	fake.SendWebhooks(whatsapptest.Webhooks{URL: recv.URL, AppSecret: []byte("s"), Retry: time.Millisecond})
 	for i, to := range []string{"+1555001", "+1555002", "+1555003", "+1555001"} {
-		resp, err := http.Post(fake.URL()+"/v21.0/1065/messages", "application/json", strings.NewReader(template(to, fmt.Sprint(i))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("template %d: HTTP %d, want 200", i, resp.StatusCode)
+		if err := fake.Send("1065", template(to, fmt.Sprint(i))); err != nil {
+			t.Fatalf("template %d: %v", i, err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
