@@ -104,16 +104,7 @@ func TestCrashRecovery(t *testing.T) {
 		p.stop(t)
 	}
 	_, dups := e.delivered()
-	unknown, both := 0, 0
-	for id, r := range reasons {
-		if r != "unknown-outcome" {
-			t.Errorf("DLQ %s: reason %q, want only unknown-outcome", id, r)
-		}
-		unknown++
-		if delivered[id] {
-			both++ // sent by the process that died before it could record so
-		}
-	}
+	unknown, both := unknownOutcomes(t, reasons, delivered) // both: sent by the process that died before it could record so
 	lost := total - len(union(delivered, reasons))
 	copies := len(consumeAll(t, e.brokers, e.topic+".dlq", 0))
 	t.Logf("delivered %d, duplicates %d, unknown-outcome %d (of which the provider had %d) in %d DLQ records, lost %d of %d",
@@ -457,4 +448,21 @@ func TestLongCooldown(t *testing.T) {
 	if dlq := e.dlqReasons(0); len(dlq) != 0 {
 		t.Errorf("DLQ = %v, want empty", dlq)
 	}
+}
+
+// unknownOutcomes counts the dead letters of reasons (by envelope id), all
+// of which must be unknown-outcome (another reason fails t), and how many
+// of them the provider had nonetheless (delivered).
+func unknownOutcomes(t testing.TB, reasons map[string]string, delivered map[string]bool) (unknown, had int) {
+	t.Helper()
+	for id, r := range reasons {
+		if r != "unknown-outcome" {
+			t.Errorf("DLQ %s: reason %q, want only unknown-outcome", id, r)
+		}
+		unknown++
+		if delivered[id] {
+			had++
+		}
+	}
+	return unknown, had
 }

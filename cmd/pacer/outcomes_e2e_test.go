@@ -51,28 +51,10 @@ func TestWebhookCampaignOutcomesEndToEnd(t *testing.T) {
 		t.Fatalf("the fake decided %+v; want about 40%% read, 15%% 131026, 10%% 131049 of %d", fs, n)
 	}
 
-	type status struct {
-		DeviceDelivered int64            `json:"device_delivered"`
-		Read            int64            `json:"read"`
-		Failed          map[string]int64 `json:"failed"`
-		Bounced         map[string]int64 `json:"bounced"`
-		Suppressed      map[string]int64 `json:"suppressed"`
-	}
-	want := status{DeviceDelivered: fs.Delivered, Read: fs.Read,
-		Failed:     map[string]int64{"131026": fs.Failed131026, "131049": fs.Failed131049},
-		Bounced:    map[string]int64{},
-		Suppressed: map[string]int64{"undeliverable": fs.Failed131026, "marketing-limit": fs.Failed131049}}
-	read := func() status {
-		var st status
-		if err := json.Unmarshal([]byte(e.cli("campaign", "status", "--channel", "whatsapp", "--campaign", campaign, "--json")), &st); err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
-	same := func(a, b status) bool {
-		return a.DeviceDelivered == b.DeviceDelivered && a.Read == b.Read && maps.Equal(a.Failed, b.Failed) &&
-			maps.Equal(a.Bounced, b.Bounced) && maps.Equal(a.Suppressed, b.Suppressed)
-	}
+	want := fakeOutcomes(fs)
+	read := func() campaignOutcomes { return e.outcomesOf(t, campaign) }
+	same := campaignOutcomes.equal
+
 	// Every webhook was answered 200, so its event is in Kafka: once the
 	// outcome group has no lag, every one (each twice) has been applied
 	// and committed, and a count of more would show.
@@ -84,7 +66,7 @@ func TestWebhookCampaignOutcomesEndToEnd(t *testing.T) {
 	}) {
 		t.Fatalf("the outcome group %s still lags after 60 s\n%s", group, wh.logs())
 	}
-	var got status
+	var got campaignOutcomes
 	if got = read(); !same(got, want) {
 		t.Fatalf("campaign status --json outcomes %+v; want %+v (what the fake decided, each message once)\n%s", got, want, wh.logs())
 	}
@@ -104,4 +86,37 @@ func TestWebhookCampaignOutcomesEndToEnd(t *testing.T) {
 		n, fs.Delivered, fs.Read, fs.Failed131026, fs.Failed131049, fs.Posts, got)
 	p.stop(t)
 	wh.stop(t)
+}
+
+// campaignOutcomes is the outcomes part of `campaign status --json`.
+type campaignOutcomes struct {
+	DeviceDelivered int64            `json:"device_delivered"`
+	Read            int64            `json:"read"`
+	Failed          map[string]int64 `json:"failed"`
+	Bounced         map[string]int64 `json:"bounced"`
+	Suppressed      map[string]int64 `json:"suppressed"`
+}
+
+// fakeOutcomes is what `campaign status` counts, each event once, for the
+// fates the WhatsApp fake's webhooks decided (fs).
+func fakeOutcomes(fs whatsapptest.WebhookStats) campaignOutcomes {
+	return campaignOutcomes{DeviceDelivered: fs.Delivered, Read: fs.Read,
+		Failed:     map[string]int64{"131026": fs.Failed131026, "131049": fs.Failed131049},
+		Suppressed: map[string]int64{"undeliverable": fs.Failed131026, "marketing-limit": fs.Failed131049}}
+}
+
+// equal reports whether a and b count the same (an empty map equals none).
+func (a campaignOutcomes) equal(b campaignOutcomes) bool {
+	return a.DeviceDelivered == b.DeviceDelivered && a.Read == b.Read && maps.Equal(a.Failed, b.Failed) &&
+		maps.Equal(a.Bounced, b.Bounced) && maps.Equal(a.Suppressed, b.Suppressed)
+}
+
+// outcomesOf reads campaign's outcomes with `pacer campaign status --json`.
+func (e *e2e) outcomesOf(t testing.TB, campaign string) campaignOutcomes {
+	t.Helper()
+	var st campaignOutcomes
+	if err := json.Unmarshal([]byte(e.cli("campaign", "status", "--channel", "whatsapp", "--campaign", campaign, "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

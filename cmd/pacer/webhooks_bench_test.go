@@ -4,9 +4,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"os"
 	"strings"
@@ -161,20 +159,8 @@ func TestWebhooksBench(t *testing.T) {
 		t.Fatalf("the fake decided %+v for %d messages; want every message delivered or failed, some 131026 and some 131049", fs, n)
 	}
 
-	type status struct {
-		DeviceDelivered int64            `json:"device_delivered"`
-		Read            int64            `json:"read"`
-		Failed          map[string]int64 `json:"failed"`
-		Suppressed      map[string]int64 `json:"suppressed"`
-	}
-	want := status{DeviceDelivered: fs.Delivered, Read: fs.Read,
-		Failed:     map[string]int64{"131026": fs.Failed131026, "131049": fs.Failed131049},
-		Suppressed: map[string]int64{"undeliverable": fs.Failed131026, "marketing-limit": fs.Failed131049}}
-	var got status
-	if err := json.Unmarshal([]byte(e.cli("campaign", "status", "--channel", "whatsapp", "--campaign", campaign1, "--json")), &got); err != nil {
-		t.Fatal(err)
-	}
-	if got.DeviceDelivered != want.DeviceDelivered || got.Read != want.Read || !maps.Equal(got.Failed, want.Failed) || !maps.Equal(got.Suppressed, want.Suppressed) {
+	want, got := fakeOutcomes(fs), e.outcomesOf(t, campaign1)
+	if !got.equal(want) {
 		t.Errorf("campaign status --json %+v; want %+v (what the fake decided, each event once)", got, want)
 	}
 	for reason, w := range map[string]int64{"undeliverable": fs.Failed131026, "marketing-limit": fs.Failed131049} {
