@@ -8,9 +8,11 @@ package message
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
@@ -121,4 +123,40 @@ func state(e ledger.Entry) string {
 		}
 	}
 	return "none"
+}
+
+// Store looks messages up for the ingest API's tenants: a tenant sees
+// only the ids it published ([Store.ForTenant]).
+type Store struct {
+	rdb  redis.Cmdable
+	keys bucket.Keys
+	led  *ledger.Ledger
+}
+
+// NewStore returns a Store over rdb whose ledger keeps ids ledgerTTL
+// (PACER_LEDGER_TTL; 0 means ledger.DefaultTTL).
+func NewStore(rdb redis.Cmdable, keys bucket.Keys, ledgerTTL time.Duration) *Store {
+	return &Store{rdb: rdb, keys: keys, led: ledger.New(rdb, keys, ledgerTTL)}
+}
+
+// ForTenant looks up id of channel as [Lookup] does, when tenant
+// published it through the ingest API: its id record (bucket.Keys.Ingest
+// "id", "<tenant>:<channel>:<id>", kept PACER_IDEMPOTENCY_TTL) names the
+// pacing key ("d:<pacing key>"). found is false for an id the tenant did
+// not publish (another tenant's, or one published before its records
+// named the pacing key) and for one neither the ledger nor the events
+// hold. Three round trips; errors wrap the Redis error.
+func (s *Store) ForTenant(ctx context.Context, tenant, channel, id string) (m Message, found bool, err error) {
+	v, err := s.rdb.Get(ctx, s.keys.Ingest("id", tenant+":"+channel+":"+id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return Message{}, false, nil
+	}
+	if err != nil {
+		return Message{}, false, fmt.Errorf("message: read the id record of %s: %w", id, err)
+	}
+	key, ok := strings.CutPrefix(v, "d:")
+	if !ok || key == "" {
+		return Message{}, false, nil
+	}
+	return Lookup(ctx, s.rdb, s.keys, s.led, channel, key, id)
 }
