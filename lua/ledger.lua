@@ -94,7 +94,7 @@
 -- a turn of.
 --
 -- Writes: HSET of the current generation's hash (claims "c:<owner>",
--- marks "d:<provider id>" and "x:<reason>"), PEXPIREAT of it at the end of generation
+-- marks "d:<provider id>" and "x:<reason>", attempts "<field>\na"), PEXPIREAT of it at the end of generation
 -- g + 4; HDEL of a released claim from every generation that holds it
 -- (older claims it shadowed included, so none comes back); SET of each
 -- pair key changed, with PX until its bucket is full again.
