@@ -215,7 +215,8 @@ func (k Keys) CountToken(channel, token string) string {
 
 // Outcomes is the hash of the outcome kinds already counted for the
 // message of envelope id (package control: device_delivered, read,
-// failed, bounced, suppressed -> 1), kept control.OutcomeTTL after its
+// failed, bounced, suppressed -> the Unix ms it was heard at; "1" when
+// written by an earlier Pacer), kept control.OutcomeTTL after its
 // last new kind, so a provider's duplicate or a replayed event counts
 // once. In the campaigns' slot, so one call checks it and adds to the
 // campaign's counters.

@@ -21,6 +21,13 @@
 -- then "\n<campaign>" if it has one: an event that names only the provider's
 -- message id finds its envelope id for as long as the mark is kept.
 --
+-- Attempts: field "<field>\na" (an id holds no control character, so it
+-- names no id) holds the attempts written to that generation, oldest
+-- first, one line each: "<ms> <outcome> <code>" (ms of Redis TIME, then
+-- the caller's words: see ledger.Attempt), at most 5 lines: an attempt
+-- appends to the current generation's field and drops its oldest line
+-- beyond 5. A read ("h") gives every generation's lines, oldest first.
+--
 -- KEYS[1]         the first cooldown key: KEYS[1..c] are the cooldown keys
 --                 of the claimed ids' pacing keys (bucket's: the cooldown's
 --                 end in µs of Redis TIME); c may be 0
@@ -63,6 +70,11 @@
 --                 op "q": read field, writing nothing
 --                 op "u": the same, with a dead-letter's reason
 --                 op "p": read the provider-id field field, writing nothing
+--                 op "a": append attempt line arg ("<outcome> <code>",
+--                         non-empty) to field's attempts, prefixed with
+--                         the ms of Redis TIME; reads the current
+--                         generation's attempts only
+--                 op "h": read field and its attempts, writing nothing
 --
 -- Reply: an array, one string per operation in order:
 --   "d", "x": "ok"
@@ -80,19 +92,24 @@
 --   "q": "delivered", "deadlettered", "claimed" or "none"
 --   "u": "delivered", "deadlettered:<reason>", "claimed" or "none"
 --   "p": the provider-id field's value "i:..." (the newest), or "none"
+--   "a": "ok"
+--   "h": the value that decides the field's state ("d:<provider id>",
+--        "c:<owner>", "x:<reason>", or "" for none), then, each after a
+--        "\n", the attempt lines of every generation, oldest first
 -- Error reply "ERR ledger: ..." for malformed ARGV or a clock off by more
 -- than a generation.
 --
 -- Commands: TIME; MGET of the cooldown keys when a claim is made; one HMGET
 -- per suppression hash a claim with a recipient reads; one HMGET
 -- per generation read (5) when a claim, release, read or dead-lettered
--- mark is made (delivered marks alone read nothing); one HSET and one PEXPIREAT of the current hash when
+-- mark is made (delivered marks alone read nothing); one HMGET of the
+-- current hash when attempts are appended; one HSET and one PEXPIREAT of the current hash when
 -- anything is written; one HDEL per hash a release drops a claim from;
 -- with pair keys, one MGET of them and one SET per pair key a claim took
 -- a turn of.
 --
 -- Writes: HSET of the current generation's hash (claims "c:<owner>",
--- marks "d:<provider id>" and "x:<reason>", provider-id fields), PEXPIREAT of it at the end of generation
+-- marks "d:<provider id>" and "x:<reason>", attempts "<field>\na", provider-id fields), PEXPIREAT of it at the end of generation
 -- g + 4; HDEL of a released claim from every generation that holds it
 -- (older claims it shadowed included, so none comes back); SET of each
 -- pair key changed, with PX until its bucket is full again.
@@ -132,17 +149,35 @@ end
 local function hkey(i) return KEYS[2 * c + p + i] end -- i: cur-4 .. cur
 
 -- The fields to read: those of claims, releases and reads.
-local valid = {d = true, x = true, r = true, c = true, f = true, q = true, u = true, p = true}
+local valid = {d = true, x = true, r = true, c = true, f = true, q = true, u = true, p = true, a = true, h = true}
 local fields, seen = {}, {}
+local afields, aseen = {}, {} -- attempts fields appended to (current generation read)
+local ishist = {}             -- attempts fields of reads ("h"), read in every generation
 local needcool = false
 local supf = {} -- cooldown index -> the recipient hashes its claims check
 for j = 0, nops - 1 do
   local at = op1 + 6 * j
   local op, f = ARGV[at], ARGV[at + 1]
   if not valid[op] then
-    return redis.error_reply('ERR ledger: operation ' .. (j + 1) .. ' is not d, x, r, c, f, q, u or p')
+    return redis.error_reply('ERR ledger: operation ' .. (j + 1) .. ' is not d, x, r, c, f, q, u, p, a or h')
   end
-  if op ~= 'd' then
+  if op == 'a' then
+    if ARGV[at + 2] == '' then
+      return redis.error_reply('ERR ledger: the attempt of operation ' .. (j + 1) .. ' is empty')
+    end
+    local af = f .. '\na'
+    if not aseen[af] then
+      aseen[af] = true
+      afields[#afields + 1] = af
+    end
+  elseif op ~= 'd' then
+    if op == 'h' then
+      local af = f .. '\na'
+      if not ishist[af] then
+        ishist[af] = true
+        fields[#fields + 1] = af
+      end
+    end
     if (op == 'r' or op == 'c' or op == 'f') and ARGV[at + 2] == '' then
       return redis.error_reply('ERR ledger: the owner of operation ' .. (j + 1) .. ' is empty')
     end
@@ -219,14 +254,18 @@ end
 -- generation i holds a value for it. Plain tables by field, no table per
 -- field unless a generation holds one: a new id's claim allocates nothing.
 local dl, cl, held, ix = {}, {}, {}, {}
+local hist = {} -- attempts field of a read -> generation -> its lines
 local nf = #fields
 if nf > 0 then
   for i = cur, cur - 4, -1 do -- newest first
     local vals = redis.call('HMGET', hkey(i), unpack(fields))
     for k = 1, nf do
       local v = vals[k]
-      if v then
-        local f = fields[k]
+      local f = fields[k]
+      if v and ishist[f] then
+        hist[f] = hist[f] or {}
+        hist[f][i] = v
+      elseif v then
         local h = held[f]
         if not h then
           h = {}
@@ -247,6 +286,15 @@ if nf > 0 then
     end
   end
 end
+
+-- The current generation's attempts of the fields appended to.
+local acur = {}
+if #afields > 0 then
+  local vals = redis.call('HMGET', hkey(cur), unpack(afields))
+  for k = 1, #afields do acur[afields[k]] = vals[k] or false end
+end
+local now_ms = string.format('%.0f', math.floor(now_us / 1000))
+local keep_attempts = 5
 
 -- Run the operations in order; collect the writes.
 local set = {}    -- field -> value for the current hash
@@ -286,6 +334,32 @@ for j = 0, nops - 1 do
       cl[f] = v
     end
     r = 'ok'
+  elseif op == 'a' then
+    local af = f .. '\na'
+    local v = now_ms .. ' ' .. arg
+    local old = acur[af]
+    if old then
+      v = old .. '\n' .. v
+      local n = select(2, string.gsub(v, '\n', '')) + 1
+      while n > keep_attempts do
+        v = string.sub(v, string.find(v, '\n', 1, true) + 1)
+        n = n - 1
+      end
+    end
+    acur[af] = v
+    if hist[af] then hist[af][cur] = v end
+    put(af, v)
+    r = 'ok'
+  elseif op == 'h' then
+    local af = f .. '\na'
+    local parts = {dl[f] or cl[f] or ''}
+    local h = hist[af]
+    if h then
+      for i = cur - 4, cur do
+        if h[i] then parts[#parts + 1] = h[i] end
+      end
+    end
+    r = table.concat(parts, '\n')
   elseif op == 'q' then
     local claim = cl[f]
     local dead = claim and string.byte(claim, 1) == 120

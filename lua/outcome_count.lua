@@ -7,7 +7,7 @@
 -- KEYS[1]   the channel's campaign index, a sorted set: campaign -> Unix
 --           ms of its last activity
 -- KEYS[2..] two keys per outcome of ARGV, in the same order: the
---           message's outcome hash (bucket.Keys.Outcomes: kind -> 1) and
+--           message's outcome hash (bucket.Keys.Outcomes: kind -> Unix ms heard) and
 --           the campaign's hash (bucket.Keys.Campaign), all in the
 --           channel's slot
 -- ARGV[1]   ttl_ms: how long a message's outcome hash is kept after its
@@ -30,8 +30,9 @@
 -- Error reply "ERR outcome count: ..." for malformed ARGV or KEYS
 -- (nothing written).
 --
--- Writes: per outcome counted now, HSETNX kind 1 and PEXPIRE ttl_ms of
--- its outcome hash and HINCRBY field 1 (and undo -1) of its campaign's hash; ZADD of
+-- Writes: per outcome counted now, HSETNX kind now_ms (when it was heard)
+-- and PEXPIRE ttl_ms of its outcome hash and HINCRBY field 1 (and undo -1)
+-- of its campaign's hash; ZADD of
 -- the campaigns counted to KEYS[1] at now_ms and ZREMRANGEBYRANK of all
 -- but its keep most recent.
 
@@ -62,7 +63,7 @@ for i = 1, n do
   local t = redis.call('TYPE', camp)['ok']
   if t ~= 'hash' and t ~= 'none' then
     out[i] = -1
-  elseif redis.call('HSETNX', ok, kind, 1) == 1 then
+  elseif redis.call('HSETNX', ok, kind, ARGV[2]) == 1 then
     redis.call('PEXPIRE', ok, ttl_ms)
     redis.call('HINCRBY', camp, field, 1)
     if undo ~= '' then redis.call('HINCRBY', camp, undo, -1) end

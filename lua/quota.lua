@@ -11,7 +11,7 @@
 -- KEYS[T+1]       when ARGV[3] is 1: the request's idempotency-key record
 -- KEYS[T+1+I..]   N id records, one per distinct envelope id (I = ARGV[3]);
 --                 a record holds "p:<token>" while a request is producing
---                 that id and "d" once Kafka acknowledged it
+--                 that id and "d" (or "d:<pacing key>") once Kafka acknowledged it
 -- ARGV[1]  T: number of tiers, integer in [1, 16]
 -- ARGV[2]  N: number of id records, integer >= 0
 -- ARGV[3]  1 if KEYS[T+1] is an idempotency-key record, else 0

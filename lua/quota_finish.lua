@@ -11,11 +11,14 @@
 -- ARGV[4]  done_ms: TTL of a done record in milliseconds, integer >= 1
 -- ARGV[5]  stored: the value to keep in the idempotency-key record (the
 --          answer to replay); "" releases the record instead
+-- ARGV[6..5+D] optional: the pacing key of each done id record, in order;
+--          the record then holds "d:<pacing key>" (the ingest API's
+--          message lookup reads it), "d" without
 --
 -- Reply: integer, the records written or deleted.
 -- Error reply "ERR quota_finish: ..." for malformed ARGV.
 --
--- Writes: each done id record SET "d" PX done_ms; each released id record
+-- Writes: each done id record SET "d" (or "d:<pacing key>") PX done_ms; each released id record
 -- DEL, only while it still holds "p:<token>" (a claim that expired and was
 -- taken by another request is not ours to drop); the idempotency-key record
 -- SET stored PX done_ms, or DEL (only while it holds "p:<token>").
@@ -56,7 +59,8 @@ if I == 1 then
 end
 for k = 1 + I, #KEYS do
   if k <= I + D then
-    redis.call('SET', KEYS[k], 'd', 'PX', done_ms)
+    local pk = ARGV[5 + k - I]
+    redis.call('SET', KEYS[k], (pk and pk ~= '') and ('d:' .. pk) or 'd', 'PX', done_ms)
     n = n + 1
   else
     release(KEYS[k])

@@ -52,6 +52,10 @@
 //   - [github.com/pacerhq/pacer/pacer/inflight]: how many records of a
 //     key are in hand at once, by Little's law: its rate x its provider's
 //     answer time, estimated from its answers.
+//   - [github.com/pacerhq/pacer/pacer/message]: one message looked up by
+//     its envelope id: its ledger entry, newest attempts and the events
+//     its provider's webhooks reported (`pacer message show`, the ingest
+//     API's GET /v1/messages/{id}).
 //
 // The rules between them are checked by internal/deptest.
 package pacer

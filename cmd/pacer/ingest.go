@@ -16,6 +16,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/ingest"
 	"github.com/pacerhq/pacer/pacer/ingest/quota"
+	"github.com/pacerhq/pacer/pacer/message"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -233,6 +234,7 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		Partitions: ic.Partitions, RedisFailure: cfg.RedisFailure, Logger: log,
 	}, ingest.Deps{Kafka: kc, Quota: q, Fallback: quota.NewLocal(cfg.ExpectedReplicas), Keys: bucket.NewKeys(cfg.RedisPrefix),
 		Tenants: tf.Tenants, Campaigns: control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)),
+		Messages:  message.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix), cfg.LedgerTTL),
 		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, KafkaPing: kc.Ping}, reg)
 	if err != nil {

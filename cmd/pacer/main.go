@@ -8,6 +8,7 @@
 //	pacer dlq replay --channel whatsapp  put DLQ records back on the main topic
 //	pacer limit set|get|unset            per-key limits at run time
 //	pacer campaign pause|resume|cancel   campaign control at run time; status: its progress
+//	pacer message show --channel C --id  one message's state, attempts and webhook events
 //	pacer demo                           the whole flow in-process, no servers
 //	pacer fake-provider --channel C      a channel's fake provider API, for tests
 //
@@ -44,6 +45,7 @@ commands:
   suppress       list, add, remove, import or export a pacing key's suppressed recipients
   portfolio      put a WhatsApp key in a business portfolio, or show its messaging-limit guard (set|status)
   webhook        hear the providers' status webhooks and apply them (suppressions)
+  message        show one message: its state, attempts, provider message id and webhook events
   demo           run the whole flow in-process: embedded Kafka, Redis and a fake provider
   fake-provider  serve a channel's fake provider API, for tests
   version        print the version of this binary
@@ -97,6 +99,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdSuppress(ctx, args[1:], stdin, stdout, stderr, lookup)
 	case "portfolio":
 		err = cmdPortfolio(ctx, args[1:], stdout, stderr, lookup)
+	case "message":
+		err = cmdMessage(ctx, args[1:], stdout, stderr, lookup)
 	case "fake-provider":
 		err = cmdFakeProvider(ctx, args[1:], stdout, stderr)
 	case "version", "--version":

@@ -16,6 +16,7 @@
 //	       -> pacer/suppress  suppressed recipients per pacing key (Redis; the ledger's claim reads them)
 //	       -> pacer/portfolio WhatsApp business portfolios: the messaging-limit guard (Redis)
 //	       -> pacer/control   live limits, campaign states, a key's policy (Redis)
+//	       -> pacer/message   one message looked up: its ledger entry, attempts, webhook events
 //	            -> bucket     token buckets (+ bucket/adapt: AIMD, breaker) -> lua
 //	  -> channels/<name>      one provider adapter each -> channels (the contract)
 //
@@ -28,7 +29,7 @@
 //     nor Kafka nor Prometheus: it paces and returns values.
 //   - Under pacer/ the applications (consumer, ingest, statuspage, webhook) import
 //     no other application, and the parts they share (envelope, produce,
-//     ledger, suppress, portfolio, control, keypace, park, campaign) import no application; envelope imports
+//     ledger, suppress, portfolio, control, keypace, park, campaign, message) import no application; envelope imports
 //     nothing of ours (TestPacerSiblings). Every package under pacer/ has a place in
 //     that list, so a new one must be given its rules. Package pacer itself
 //     is their map (doc.go) and imports nothing.
@@ -202,6 +203,7 @@ var (
 	pacerShared = map[string]bool{
 		mod + "/pacer/envelope": true, mod + "/pacer/produce": true, mod + "/pacer/ledger": true, mod + "/pacer/suppress": true, mod + "/pacer/control": true,
 		mod + "/pacer/portfolio": true, mod + "/pacer/keypace": true, mod + "/pacer/park": true, mod + "/pacer/campaign": true, mod + "/pacer/inflight": true,
+		mod + "/pacer/message": true,
 	}
 )
 

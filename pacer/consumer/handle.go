@@ -146,6 +146,7 @@ type flight struct {
 	st      keypace.Key            // the record's pacing key; the zero Key until the envelope is parsed
 	cred    uint64                 // CredentialVersion of the key when the request left
 	sent    bool                   // a request left: its outcome is written even after a revoke
+	code    string                 // the last request's answer as the ledger's attempts keep it (answerCode)
 	slotAt  time.Time              // when the send slot started (the slot step returned)
 	claimed bool                   // this flight holds the id's claim in the ledger
 	ahead   *ledger.PendingClaim   // a claim started before the slot began (see claimAhead)
@@ -578,6 +579,7 @@ func (p *Pacer) send(f *flight) outcome {
 	class := channels.ClassOf(err)
 	var perr *channels.Error
 	errors.As(err, &perr)
+	f.code = answerCode(err)
 
 	if err != nil && channels.MaybeAccepted(err) {
 		// No answer: the provider may have the message.
@@ -666,6 +668,7 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 		defer f.st.Done()
 	}
 	p.settleAhead(f)
+	p.attempted(ctx, f, o, f.log)
 	if f.claimed && o.kind != delivered && !o.keepClaim {
 		p.release(ctx, f.env, f.log)
 	}

@@ -120,6 +120,9 @@ type Deps struct {
 	// Kafka acknowledged them; a duplicate is not counted again) for
 	// `pacer campaign status` and the status page.
 	Campaigns PublishedCounter
+	// Messages, if set, answers GET /v1/messages/{id} (a tenant's own
+	// messages); without it that path answers 404.
+	Messages MessageLookup
 }
 
 // PublishedCounter adds envelopes published per campaign to the
@@ -189,6 +192,8 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer) (*Server, error) {
 	s.registerOps(s.ops)
 	s.mux.HandleFunc("POST /v1/channels/{channel}/messages", s.post)
 	s.mux.HandleFunc("/v1/channels/{channel}/messages", s.notAllowed("POST"))
+	s.mux.HandleFunc("GET /v1/messages/{id}", s.getMessage)
+	s.mux.HandleFunc("/v1/messages/{id}", s.notAllowed(messagesAllow))
 	s.mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(OpenAPI)
@@ -435,12 +440,14 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 		pending    = 0
 	)
 	campaignOf := map[int]string{} // by id index, for a late acknowledgement
+	keyOf := map[int]string{}      // by id index: the pacing key its done record names
 	for i := range lines {
 		l := &lines[i]
 		if l.err != nil || l.dupOf > 0 || res.IDs[l.idx] != quota.IDNew {
 			continue
 		}
 		pending++
+		keyOf[l.idx] = l.env.Key
 		rec := &kgo.Record{Topic: topic, Key: []byte(l.env.Key), Value: l.value,
 			Partition: partitioner.Partition([]byte(l.env.Key), parts)}
 		if l.env.Campaign != "" {
@@ -483,7 +490,7 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 		mu.Unlock()
 		go func() {
 			<-done // every callback has come: the live maps are final
-			s.settleLate(context.WithoutCancel(ctx), liveAcked, liveFailed, late, campaignOf, req.IDs, res.Token, channel)
+			s.settleLate(context.WithoutCancel(ctx), liveAcked, liveFailed, late, campaignOf, keyOf, req.IDs, res.Token, channel)
 		}()
 	}
 
@@ -534,6 +541,7 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, channel str
 			outcomes[failedOutcome]++
 		default:
 			fin.Done = append(fin.Done, req.IDs[l.idx])
+			fin.DoneKeys = append(fin.DoneKeys, l.env.Key)
 			ans.Accepted = append(ans.Accepted, Accepted{Line: l.n, ID: l.env.ID})
 			outcomes[accepted]++
 			if l.env.Campaign != "" {
@@ -605,13 +613,14 @@ var errProduceTimeout = errors.New("no acknowledgement within the produce timeou
 // Kafka stay silent past the claim TTL the claim lapses and a retry
 // produces again (the pacer's idempotency ledger keeps that from being
 // sent twice).
-func (s *Server) settleLate(ctx context.Context, acked map[int]bool, failed map[int]error, late map[int]bool, campaignOf map[int]string, ids []string, token, channel string) {
+func (s *Server) settleLate(ctx context.Context, acked map[int]bool, failed map[int]error, late map[int]bool, campaignOf, keyOf map[int]string, ids []string, token, channel string) {
 	fin := quota.Finish{Token: token, DoneTTL: s.cfg.IdempotencyTTL}
 	published := map[string]int64{}
 	for idx := range late {
 		switch {
 		case acked[idx]:
 			fin.Done = append(fin.Done, ids[idx])
+			fin.DoneKeys = append(fin.DoneKeys, keyOf[idx])
 			if c := campaignOf[idx]; c != "" {
 				published[c]++
 			}

@@ -42,6 +42,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/ingest"
 	"github.com/pacerhq/pacer/pacer/ingest/quota"
+	"github.com/pacerhq/pacer/pacer/message"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -69,6 +70,7 @@ type env struct {
 	srv   *ingest.Server
 	reg   *prometheus.Registry
 	ctl   *control.Store // campaign counters on the same miniredis
+	rdb   *redis.Client  // the miniredis
 	url   string
 	oapi  validator.Validator
 }
@@ -106,12 +108,14 @@ func newEnv(t *testing.T, o opts) *env {
 	rdb := redis.NewClient(&redis.Options{Addr: e.mr.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
 	e.ctl = control.New(rdb, bucket.NewKeys(""))
+	e.rdb = rdb
 	e.srv, err = ingest.New(ingest.Config{
 		Channels: []string{"whatsapp", "sendgrid"}, IPLimit: o.ip, ChannelLimit: bucket.Limit{PerSecond: 5000, Burst: 5000},
 		TrustedProxies: o.trusted, RedisFailure: o.failure, ProduceTimeout: 3 * time.Second, Partitions: 4,
 	}, ingest.Deps{Kafka: e.kafka, Quota: quota.New(rdb), Fallback: quota.NewLocal(2), Keys: bucket.NewKeys(""),
 		Tenants: func() *ingest.Tenants { return ts }, Campaigns: e.ctl, KafkaPing: e.kafka.Ping,
-		Metrics: promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{})}, e.reg)
+		Messages: message.NewStore(rdb, bucket.NewKeys(""), 0),
+		Metrics:  promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{})}, e.reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -160,7 +160,8 @@ func (l *Ledger) TTL() time.Duration { return l.ttl }
 
 // op is one operation of ledger.lua: kind 'd' (delivered, arg the provider
 // id), 'x' (dead-lettered, arg the reason), 'r' (release, arg the owner), 'c' or 'f' (claim, forced claim, arg
-// the owner) or 'q' (read).
+// the owner), 'q' (read), 'a' (an attempt, arg "<outcome> <code>", see
+// history.go) or 'h' (read with the attempts).
 type op struct {
 	kind             byte
 	channel, key, id string

@@ -152,7 +152,11 @@ type Finish struct {
 	Token   string   // Result.Token
 	IdemKey string   // Request.IdemKey; "" when none
 	Done    []string // id keys Kafka acknowledged: kept as done records for DoneTTL
-	Release []string // id keys claimed but not produced: released for a retry
+	// DoneKeys, when not nil, has one pacing key per id of Done, in
+	// order: its done record holds "d:<pacing key>" rather than "d", so
+	// the tenant's own message lookup finds the ledger entry.
+	DoneKeys []string
+	Release  []string // id keys claimed but not produced: released for a retry
 	// Stored is kept in the Idempotency-Key record for DoneTTL (the answer
 	// to replay); "" releases the record.
 	Stored  string
@@ -315,7 +319,15 @@ func (l *Limiter) Finish(ctx context.Context, f Finish) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	err := finishScript.Run(ctx, l.rdb, keys, hasIdem, f.Token, len(f.Done), f.DoneTTL.Milliseconds(), f.Stored).Err()
+	if f.DoneKeys != nil && len(f.DoneKeys) != len(f.Done) {
+		return fmt.Errorf("%w: finish: %d pacing keys for %d done ids", ErrInvalid, len(f.DoneKeys), len(f.Done))
+	}
+	args := make([]any, 0, 5+len(f.DoneKeys))
+	args = append(args, hasIdem, f.Token, len(f.Done), f.DoneTTL.Milliseconds(), f.Stored)
+	for _, k := range f.DoneKeys {
+		args = append(args, k)
+	}
+	err := finishScript.Run(ctx, l.rdb, keys, args...).Err()
 	if err != nil {
 		return fmt.Errorf("quota: finish: %w", err)
 	}

@@ -1,0 +1,90 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/pacerhq/pacer/bucket"
+	"github.com/pacerhq/pacer/pacer/ingest/quota"
+	"github.com/pacerhq/pacer/pacer/message"
+)
+
+// MessageLookup finds a message a tenant published; *message.Store
+// implements it. found is false for an id the tenant did not publish or
+// Pacer holds nothing of.
+type MessageLookup interface {
+	ForTenant(ctx context.Context, tenant, channel, id string) (m message.Message, found bool, err error)
+}
+
+// getMessage answers GET /v1/messages/{id}?channel=C: the message
+// (package message) when the request's tenant published it, else 404,
+// never 403, so a tenant learns nothing of another's ids. It costs the
+// ip and tenant tiers one request each, and answers their RateLimit
+// fields as a publish does.
+func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) {
+	id, channel := r.PathValue("id"), r.URL.Query().Get("channel")
+	refuse := func(status int, p problem, h ...string) {
+		p.Status = status
+		s.refuse(w, r, p, h...)
+	}
+	key, ok := bearer(r.Header.Get("Authorization"))
+	tenant := s.deps.Tenants().Lookup(key)
+	if !ok || tenant == nil {
+		detail := "the Authorization header must be \"Bearer <api key>\""
+		if ok {
+			detail = "the API key is not known"
+		}
+		refuse(http.StatusUnauthorized, problem{Type: "https://pacer.dev/problems/unauthorized", Title: "Unauthorized", Detail: detail},
+			"WWW-Authenticate", `Bearer realm="pacer"`)
+		return
+	}
+	if channel == "" {
+		refuse(http.StatusBadRequest, problem{Type: "https://pacer.dev/problems/invalid-query", Title: "Invalid query",
+			Detail:        "the query parameter channel is required (GET /v1/messages/{id}?channel=whatsapp)",
+			InvalidParams: []invalidParam{{Name: "channel", Reason: "required"}}})
+		return
+	}
+	unknown := problem{Type: "https://pacer.dev/problems/unknown-message", Title: "Unknown message",
+		Detail: fmt.Sprintf("no message %q of channel %q published by this tenant is known (never published, not yet sent, or older than the ledger keeps it)", id, channel)}
+	if !s.serves(channel) || !tenant.Allowed(channel) || s.deps.Messages == nil {
+		refuse(http.StatusNotFound, unknown)
+		return
+	}
+	tiers := []quota.Tier{
+		s.ipTier(r),
+		{Name: "tenant", Key: s.deps.Keys.Ingest("tenant", tenant.ID), Unit: quota.PerRequest,
+			Bucket: &bucket.Limit{PerSecond: tenant.RequestsPerSecond, Burst: tenant.Burst}},
+	}
+	res, ok := s.take(r.Context(), w, quota.Request{Tiers: tiers, ClaimTTL: time.Second})
+	if !ok {
+		return
+	}
+	setRateLimit(w.Header(), tiers, res)
+	if !res.Granted {
+		s.tooMany(w, tiers, res)
+		return
+	}
+	m, found, err := s.deps.Messages.ForTenant(r.Context(), tenant.ID, channel, id)
+	if err != nil {
+		s.m.redisErrors.Inc()
+		s.log.Warn("redis: message lookup failed; answering 503", "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, problem{Type: "https://pacer.dev/problems/lookup-unavailable", Title: "Message store unavailable",
+			Status: http.StatusServiceUnavailable, Detail: "the message store does not answer; retry later"})
+		return
+	}
+	if !found {
+		unknown.Status = http.StatusNotFound
+		writeProblem(w, unknown)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(m)
+}
+
+// messagesAllow is what /v1/messages/{id} allows (a GET pattern serves
+// HEAD too).
+const messagesAllow = "GET, HEAD"
