@@ -297,6 +297,23 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, p problem, h ...
 	writeProblem(w, p)
 }
 
+// authenticate returns the tenant of r's API key (Authorization: Bearer),
+// or answers 401 problem+json naming what is wrong (no bearer key, or a
+// key not known) and returns nil.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) *Tenant {
+	key, ok := bearer(r.Header.Get("Authorization"))
+	if tenant := s.deps.Tenants().Lookup(key); ok && tenant != nil {
+		return tenant
+	}
+	detail := "the Authorization header must be \"Bearer <api key>\""
+	if ok {
+		detail = "the API key is not known"
+	}
+	s.refuse(w, r, problem{Type: "https://pacer.dev/problems/unauthorized", Title: "Unauthorized", Status: http.StatusUnauthorized, Detail: detail},
+		"WWW-Authenticate", `Bearer realm="pacer"`)
+	return nil
+}
+
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	ipTier := s.ipTier(r)
@@ -305,15 +322,8 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		p.Status = status
 		s.refuse(w, r, p, h...)
 	}
-	key, ok := bearer(r.Header.Get("Authorization"))
-	tenant := s.deps.Tenants().Lookup(key)
-	if !ok || tenant == nil {
-		detail := "the Authorization header must be \"Bearer <api key>\""
-		if ok {
-			detail = "the API key is not known"
-		}
-		refuse(http.StatusUnauthorized, problem{Type: "https://pacer.dev/problems/unauthorized", Title: "Unauthorized", Detail: detail},
-			"WWW-Authenticate", `Bearer realm="pacer"`)
+	tenant := s.authenticate(w, r)
+	if tenant == nil {
 		return
 	}
 	if !s.serves(channel) {

@@ -152,22 +152,10 @@ func (a answer) json(t *testing.T) map[string]any {
 	return m
 }
 
-// do sends a request and checks request and answer against openapi.yaml.
-func (e *env) do(key, channel, ctype, body string, hdr ...string) answer {
+// send sends the request mk makes and checks the answer against
+// openapi.yaml (mk is called again for the request the check reads).
+func (e *env) send(mk func() *http.Request) answer {
 	e.t.Helper()
-	mk := func() *http.Request {
-		r, _ := http.NewRequest("POST", e.url+"/v1/channels/"+channel+"/messages", strings.NewReader(body))
-		if key != "" {
-			r.Header.Set("Authorization", "Bearer "+key)
-		}
-		if ctype != "" {
-			r.Header.Set("Content-Type", ctype)
-		}
-		for i := 0; i+1 < len(hdr); i += 2 {
-			r.Header.Set(hdr[i], hdr[i+1])
-		}
-		return r
-	}
 	resp, err := http.DefaultClient.Do(mk())
 	if err != nil {
 		e.t.Fatal(err)
@@ -188,6 +176,27 @@ func (e *env) do(key, channel, ctype, body string, hdr ...string) answer {
 		}
 		e.t.Errorf("answer %d %s drifts from openapi.yaml:\n%s", a.status, b, strings.Join(msgs, "\n"))
 	}
+	return a
+}
+
+// do sends a request and checks request and answer against openapi.yaml.
+func (e *env) do(key, channel, ctype, body string, hdr ...string) answer {
+	e.t.Helper()
+	mk := func() *http.Request {
+		r, _ := http.NewRequest("POST", e.url+"/v1/channels/"+channel+"/messages", strings.NewReader(body))
+		if key != "" {
+			r.Header.Set("Authorization", "Bearer "+key)
+		}
+		if ctype != "" {
+			r.Header.Set("Content-Type", ctype)
+		}
+		for i := 0; i+1 < len(hdr); i += 2 {
+			r.Header.Set(hdr[i], hdr[i+1])
+		}
+		return r
+	}
+	a := e.send(mk)
+	b := a.body
 	// A JSON request the API accepted whole must be one the document
 	// describes: a client generated from it must be able to send it.
 	if a.status == 202 && strings.HasPrefix(ctype, "application/json") && !bytes.Contains(b, []byte(`"rejected":[{`)) {

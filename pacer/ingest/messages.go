@@ -30,15 +30,8 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) {
 		p.Status = status
 		s.refuse(w, r, p, h...)
 	}
-	key, ok := bearer(r.Header.Get("Authorization"))
-	tenant := s.deps.Tenants().Lookup(key)
-	if !ok || tenant == nil {
-		detail := "the Authorization header must be \"Bearer <api key>\""
-		if ok {
-			detail = "the API key is not known"
-		}
-		refuse(http.StatusUnauthorized, problem{Type: "https://pacer.dev/problems/unauthorized", Title: "Unauthorized", Detail: detail},
-			"WWW-Authenticate", `Bearer realm="pacer"`)
+	tenant := s.authenticate(w, r)
+	if tenant == nil {
 		return
 	}
 	if channel == "" {

@@ -1,9 +1,7 @@
 package ingest_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -24,27 +22,7 @@ func (e *env) get(key, path string) answer {
 		}
 		return r
 	}
-	resp, err := http.DefaultClient.Do(mk())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	a := answer{status: resp.StatusCode, h: resp.Header, body: b}
-	resp.Body = io.NopCloser(bytes.NewReader(b))
-	vr := mk()
-	vr.URL.Host = "localhost:8080"
-	if ok, verrs := e.oapi.ValidateHttpResponse(vr, resp); !ok {
-		var msgs []string
-		for _, v := range verrs {
-			msgs = append(msgs, v.Message+": "+v.Reason)
-			for _, s := range v.SchemaValidationErrors {
-				msgs = append(msgs, "  "+s.Reason)
-			}
-		}
-		e.t.Errorf("answer %d %s drifts from openapi.yaml:\n%s", a.status, b, strings.Join(msgs, "\n"))
-	}
-	return a
+	return e.send(mk)
 }
 
 // TestGetMessage: a tenant's GET of an id it published answers the
