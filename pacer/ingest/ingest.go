@@ -281,20 +281,29 @@ func (s *Server) ipTier(r *http.Request) quota.Tier {
 // forbidden and malformed requests cost their IP and nothing else. A spent
 // IP tier answers 429 instead.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, p problem, h ...string) {
-	tiers := []quota.Tier{s.ipTier(r)}
-	res, ok := s.take(r.Context(), w, quota.Request{Tiers: tiers, ClaimTTL: time.Second})
-	if !ok {
-		return
-	}
-	setRateLimit(w.Header(), tiers, res)
-	if !res.Granted {
-		s.tooMany(w, tiers, res)
+	if !s.charge(w, r, []quota.Tier{s.ipTier(r)}) {
 		return
 	}
 	for i := 0; i+1 < len(h); i += 2 {
 		w.Header().Set(h[i], h[i+1])
 	}
 	writeProblem(w, p)
+}
+
+// charge counts r as one request of each of tiers and sets their
+// RateLimit fields; it returns false once it answered instead: 429 when a
+// tier is spent, or the quota store's failure (see take).
+func (s *Server) charge(w http.ResponseWriter, r *http.Request, tiers []quota.Tier) bool {
+	res, ok := s.take(r.Context(), w, quota.Request{Tiers: tiers, ClaimTTL: time.Second})
+	if !ok {
+		return false
+	}
+	setRateLimit(w.Header(), tiers, res)
+	if !res.Granted {
+		s.tooMany(w, tiers, res)
+		return false
+	}
+	return true
 }
 
 // authenticate returns the tenant of r's API key (Authorization: Bearer),

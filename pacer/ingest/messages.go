@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/pacer/ingest/quota"
@@ -26,16 +25,12 @@ type MessageLookup interface {
 // fields as a publish does.
 func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) {
 	id, channel := r.PathValue("id"), r.URL.Query().Get("channel")
-	refuse := func(status int, p problem, h ...string) {
-		p.Status = status
-		s.refuse(w, r, p, h...)
-	}
 	tenant := s.authenticate(w, r)
 	if tenant == nil {
 		return
 	}
 	if channel == "" {
-		refuse(http.StatusBadRequest, problem{Type: "https://pacer.dev/problems/invalid-query", Title: "Invalid query",
+		s.refuse(w, r, problem{Type: "https://pacer.dev/problems/invalid-query", Title: "Invalid query", Status: http.StatusBadRequest,
 			Detail:        "the query parameter channel is required (GET /v1/messages/{id}?channel=whatsapp)",
 			InvalidParams: []invalidParam{{Name: "channel", Reason: "required"}}})
 		return
@@ -43,7 +38,8 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) {
 	unknown := problem{Type: "https://pacer.dev/problems/unknown-message", Title: "Unknown message",
 		Detail: fmt.Sprintf("no message %q of channel %q published by this tenant is known (never published, not yet sent, or older than the ledger keeps it)", id, channel)}
 	if !s.serves(channel) || !tenant.Allowed(channel) || s.deps.Messages == nil {
-		refuse(http.StatusNotFound, unknown)
+		unknown.Status = http.StatusNotFound
+		s.refuse(w, r, unknown)
 		return
 	}
 	tiers := []quota.Tier{
@@ -51,13 +47,7 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) {
 		{Name: "tenant", Key: s.deps.Keys.Ingest("tenant", tenant.ID), Unit: quota.PerRequest,
 			Bucket: &bucket.Limit{PerSecond: tenant.RequestsPerSecond, Burst: tenant.Burst}},
 	}
-	res, ok := s.take(r.Context(), w, quota.Request{Tiers: tiers, ClaimTTL: time.Second})
-	if !ok {
-		return
-	}
-	setRateLimit(w.Header(), tiers, res)
-	if !res.Granted {
-		s.tooMany(w, tiers, res)
+	if !s.charge(w, r, tiers) {
 		return
 	}
 	m, found, err := s.deps.Messages.ForTenant(r.Context(), tenant.ID, channel, id)
