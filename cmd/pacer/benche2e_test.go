@@ -731,8 +731,8 @@ func TestLedgerMemoryBench(t *testing.T) {
 	if os.Getenv("PACER_BENCH_MEMORY") == "" {
 		t.Skip("measurement: run with PACER_BENCH_MEMORY=1 (make bench-e2e)")
 	}
-	n := benchSetting(t, "PACER_BENCH_MEMORY_N", 1_000_000, strconv.Atoi)
-	idle := benchSetting(t, "PACER_BENCH_IDLE", 10*time.Minute, time.ParseDuration)
+	n := envSetting(t, "PACER_BENCH_MEMORY_N", 1_000_000, strconv.Atoi)
+	idle := envSetting(t, "PACER_BENCH_IDLE", 10*time.Minute, time.ParseDuration)
 	const keys = 200
 	e := newE2E(t, whatsapptest.Config{})
 	addr := testenv.RedisAddr(t)
@@ -815,8 +815,8 @@ func TestKeysMemoryBench(t *testing.T) {
 	if os.Getenv("PACER_BENCH_KEYS") == "" {
 		t.Skip("measurement: run with PACER_BENCH_KEYS=1")
 	}
-	n := benchSetting(t, "PACER_BENCH_KEYS_N", 100_000, strconv.Atoi)
-	idle := benchSetting(t, "PACER_BENCH_KEYS_IDLE", 7*time.Minute, time.ParseDuration)
+	n := envSetting(t, "PACER_BENCH_KEYS_N", 100_000, strconv.Atoi)
+	idle := envSetting(t, "PACER_BENCH_KEYS_IDLE", 7*time.Minute, time.ParseDuration)
 	e := newE2E(t, whatsapptest.Config{})
 	e.redis = fmt.Sprintf("redis://%s/%d", testenv.RedisAddr(t), benchDB+1)
 	fake := newCountingFake(t, e)
@@ -885,20 +885,4 @@ func TestKeysMemoryBench(t *testing.T) {
 		(rss1-rss0)/float64(n), (heap1-heap0)/float64(n), (rss15-rss0)/float64(n), (heap15-heap0)/float64(n),
 		(rss2m-rss0)/float64(n), (heap2m-heap0)/float64(n), (rss2-rss0)/float64(n), (heap2-heap0)/float64(n))
 	flushDB(t, testenv.RedisAddr(t), benchDB+1)
-}
-
-// benchSetting returns environment variable name as parse reads it, or def
-// when it is unset or empty; a value parse refuses fails the test naming
-// the variable.
-func benchSetting[T any](t *testing.T, name string, def T, parse func(string) (T, error)) T {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	x, err := parse(v)
-	if err != nil {
-		t.Fatalf("%s=%q: %v", name, v, err)
-	}
-	return x
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 	"github.com/pacerhq/pacer/internal/testenv"
 	"github.com/pacerhq/pacer/pacer/statuspage"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -296,6 +297,19 @@ func startPacer(t testing.TB, env []string, args ...string) *proc {
 	return p
 }
 
+// redisClient returns a client of e's Redis, closed when the test ends; a
+// URL it cannot parse fails the test.
+func (e *e2e) redisClient() *redis.Client {
+	e.t.Helper()
+	opt, err := redis.ParseURL(e.redis)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	e.t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
 func (p *proc) logs() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -362,20 +376,20 @@ func (e *e2e) deliveredNow() (n int) {
 	return n
 }
 
-// envInt returns the whole number in variable name, or def when it is
-// unset; a value that is not one fails t (a measurement's knob mistyped
-// would otherwise run with 0).
-func envInt(t testing.TB, name string, def int) int {
+// envSetting returns environment variable name as parse reads it, or def
+// when it is unset or empty; a value parse refuses fails the test naming
+// the variable (a measurement's knob mistyped would otherwise run with 0).
+func envSetting[T any](t testing.TB, name string, def T, parse func(string) (T, error)) T {
 	t.Helper()
 	v := os.Getenv(name)
 	if v == "" {
 		return def
 	}
-	n, err := strconv.Atoi(v)
+	x, err := parse(v)
 	if err != nil {
-		t.Fatalf("%s=%q: not a whole number", name, v)
+		t.Fatalf("%s=%q: %v", name, v, err)
 	}
-	return n
+	return x
 }
 
 // deliverySpan returns the first and the last arrival the fake accepted,

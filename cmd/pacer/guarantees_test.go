@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -135,13 +134,7 @@ func TestCrashRecovery(t *testing.T) {
 	}
 
 	// The campaign's counters against the ledger's delivered marks.
-	opt, err := redis.ParseURL(e.redis)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	led := ledger.New(rdb, bucket.NewKeys(e.prefix), 0)
+	led := ledger.New(e.redisClient(), bucket.NewKeys(e.prefix), 0)
 	marked := 0
 	for _, k := range keys {
 		for i := range per {
@@ -397,21 +390,9 @@ func TestPoisonAmongGood(t *testing.T) {
 // requeue counted as an attempt would exhaust a message.
 func TestLongCooldown(t *testing.T) {
 	parallel(t)
-	cooldown := 20 * time.Second
-	if v := os.Getenv("PACER_TEST_COOLDOWN"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("PACER_TEST_COOLDOWN: %v", err)
-		}
-		cooldown = d
-	}
+	cooldown := envSetting(t, "PACER_TEST_COOLDOWN", 20*time.Second, time.ParseDuration)
 	e := newE2E(t, whatsapptest.Config{})
-	ro, err := redis.ParseURL(e.redis)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(ro)
-	defer rdb.Close()
+	rdb := e.redisClient()
 	if err := bucket.New(rdb, bucket.Config{Prefix: e.prefix}).Cooldown(context.Background(), "whatsapp", "107", cooldown); err != nil {
 		t.Fatal(err)
 	}

@@ -603,7 +603,7 @@ func TestLiveBench(t *testing.T) {
 	if os.Getenv("PACER_BENCH_LIVE") == "" {
 		t.Skip("measurement: run with PACER_BENCH_LIVE=1 (make bench-live)")
 	}
-	n := envInt(t, "PACER_BENCH_REPLICAS", 2)
+	n := envSetting(t, "PACER_BENCH_REPLICAS", 2, strconv.Atoi)
 	t.Logf("load before: %s", loadavg())
 	t.Run("LimitRaise", func(t *testing.T) { runLimitRaise(t, 3000, 5*time.Second, n) })
 	t.Run("Pause", func(t *testing.T) { runPause(t, 20, 400, 5*time.Second, 10*time.Second, n) })

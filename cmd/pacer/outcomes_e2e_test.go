@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
-	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // TestWebhookCampaignOutcomesEndToEnd: through real `pacer run` and
@@ -58,14 +56,7 @@ func TestWebhookCampaignOutcomesEndToEnd(t *testing.T) {
 	// Every webhook was answered 200, so its event is in Kafka: once the
 	// outcome group has no lag, every one (each twice) has been applied
 	// and committed, and a count of more would show.
-	adm := kadm.NewClient(newKafkaClient(t, e.brokers))
-	group := "wh-" + e.prefix
-	if !waitFor(60*time.Second, func() bool {
-		lags, err := adm.Lag(context.Background(), group)
-		return err == nil && lags[group].Lag.Total() == 0 && len(lags[group].Lag) > 0
-	}) {
-		t.Fatalf("the outcome group %s still lags after 60 s\n%s", group, wh.logs())
-	}
+	e.waitOutcomesApplied(t, wh, 60*time.Second)
 	var got campaignOutcomes
 	if got = read(); !same(got, want) {
 		t.Fatalf("campaign status --json outcomes %+v; want %+v (what the fake decided, each message once)\n%s", got, want, wh.logs())

@@ -36,12 +36,7 @@ func TestMessagingLimitBench(t *testing.T) {
 	)
 	e := newE2E(t, whatsapptest.Config{})
 	ctx := context.Background()
-	opt, err := redis.ParseURL(e.redis)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
+	rdb := e.redisClient()
 	keys := bucket.NewKeys(e.prefix)
 	win, meta := keys.PortfolioWindow("whatsapp", "brand"), keys.PortfolioMeta("whatsapp", "brand")
 	t.Cleanup(func() { rdb.Del(ctx, win, meta) })

@@ -423,7 +423,7 @@ func benchSpread(t *testing.T) {
 	// At most 3 times the largest number's ideal plus 2 minutes, or
 	// PACER_BENCH_SPREAD_MAX (a duration): the figures are then those of
 	// what was delivered by then, and the run fails on the records left.
-	deadline := time.Now().Add(benchSetting(t, "PACER_BENCH_SPREAD_MAX", time.Duration(float64(hi)/rate*3+120)*time.Second, time.ParseDuration))
+	deadline := time.Now().Add(envSetting(t, "PACER_BENCH_SPREAD_MAX", time.Duration(float64(hi)/rate*3+120)*time.Second, time.ParseDuration))
 	for {
 		maxRSS = max(maxRSS, rssKB(p.cmd.Process.Pid))
 		got := 0

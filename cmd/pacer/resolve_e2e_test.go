@@ -13,7 +13,6 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 	"github.com/pacerhq/pacer/pacer/ledger"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 )
 
@@ -85,13 +84,7 @@ func TestUnknownOutcomesResolvedEndToEnd(t *testing.T) {
 	}
 
 	// The ledger holds every message the fake took delivered.
-	opt, err := redis.ParseURL(e.redis)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	led := ledger.New(rdb, bucket.NewKeys(e.prefix), 0)
+	led := ledger.New(e.redisClient(), bucket.NewKeys(e.prefix), 0)
 	for i := range n {
 		id := fmt.Sprintf("%s-%d", e.prefix, i)
 		if !delivered[id] {

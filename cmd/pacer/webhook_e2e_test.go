@@ -14,6 +14,7 @@ import (
 
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 	"github.com/pacerhq/pacer/pacer/webhook"
+	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // TestWebhookSuppressionEndToEnd: through real `pacer run` and `pacer
@@ -230,6 +231,22 @@ func (e *e2e) startWebhook(t *testing.T, hooks whatsapptest.Webhooks) (*proc, st
 	hooks.URL, hooks.AppSecret = base+"/webhook/whatsapp", []byte(webhookSecret)
 	e.fake.SendWebhooks(hooks)
 	return wh, base
+}
+
+// waitOutcomesApplied waits at most within until the outcome group of the
+// webhook command wh (wh-<prefix>, as startWebhook names it) has no lag
+// left: every status event in Kafka has been applied and committed. It
+// fails the test, with wh's log, if the group still lags then.
+func (e *e2e) waitOutcomesApplied(t *testing.T, wh *proc, within time.Duration) {
+	t.Helper()
+	adm := kadm.NewClient(newKafkaClient(t, e.brokers))
+	group := "wh-" + e.prefix
+	if !waitFor(within, func() bool {
+		lags, err := adm.Lag(context.Background(), group)
+		return err == nil && lags[group].Lag.Total() == 0 && len(lags[group].Lag) > 0
+	}) {
+		t.Fatalf("the outcome group %s still lags after %v\n%s", group, within, wh.logs())
+	}
 }
 
 // waitWebhooks waits at most 60 s until e's fake has sent every status

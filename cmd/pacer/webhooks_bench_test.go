@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,6 @@ import (
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 	"github.com/pacerhq/pacer/internal/answertime"
 	"github.com/pacerhq/pacer/internal/testenv"
-	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // TestWebhooksBench (make bench-webhooks): hearing the provider after the
@@ -46,11 +46,11 @@ func TestWebhooksBench(t *testing.T) {
 	if os.Getenv("PACER_BENCH_WEBHOOKS") != "1" {
 		t.Skip("a bench of minutes that stops a Kafka broker of its own: PACER_BENCH_WEBHOOKS=1 runs it (make bench-webhooks)")
 	}
-	n := envInt(t, "PACER_BENCH_WEBHOOKS_N", 10_000)
-	down := envDuration(t, "PACER_BENCH_WEBHOOKS_DOWN", 20*time.Second)
-	delay := envDuration(t, "PACER_BENCH_WEBHOOKS_DELAY", 5*time.Second)
+	n := envSetting(t, "PACER_BENCH_WEBHOOKS_N", 10_000, strconv.Atoi)
+	down := envSetting(t, "PACER_BENCH_WEBHOOKS_DOWN", 20*time.Second, time.ParseDuration)
+	delay := envSetting(t, "PACER_BENCH_WEBHOOKS_DELAY", 5*time.Second, time.ParseDuration)
 	typical, _ := answertime.Uniform(250*time.Millisecond, 350*time.Millisecond)
-	answer := benchSetting(t, "PACER_BENCH_WEBHOOKS_ANSWER", typical, answertime.Parse)
+	answer := envSetting(t, "PACER_BENCH_WEBHOOKS_ANSWER", typical, answertime.Parse)
 	const numbers = 20
 	if n < numbers {
 		t.Fatalf("PACER_BENCH_WEBHOOKS_N=%d: want at least one message per number (%d)", n, numbers)
@@ -146,14 +146,7 @@ func TestWebhooksBench(t *testing.T) {
 		t.Fatalf("webhooks after the broker came back: %+v: %v (Dropped: given up after the fake's retries)\n%s", fs, err, wh.logs())
 	}
 	drained := time.Since(up)
-	adm := kadm.NewClient(newKafkaClient(t, e.brokers))
-	group := "wh-" + e.prefix
-	if !waitFor(5*time.Minute, func() bool {
-		lags, err := adm.Lag(context.Background(), group)
-		return err == nil && lags[group].Lag.Total() == 0 && len(lags[group].Lag) > 0
-	}) {
-		t.Fatalf("the outcome group %s still lags 5 min after the webhooks drained\n%s", group, wh.logs())
-	}
+	e.waitOutcomesApplied(t, wh, 5*time.Minute) // after the webhooks drained
 	applied := time.Since(up)
 	if fs.Delivered+fs.Failed131026+fs.Failed131049 != int64(n) || fs.Failed131026 == 0 || fs.Failed131049 == 0 {
 		t.Fatalf("the fake decided %+v for %d messages; want every message delivered or failed, some 131026 and some 131049", fs, n)
@@ -264,19 +257,4 @@ func TestWebhooksBench(t *testing.T) {
 		len(reqs2), toFailed2, to49, to26, wh.mustMetric(t, `pacer_webhook_requests_total{channel="whatsapp",result="bad-signature"}`))
 	p.stop(t)
 	wh.stop(t)
-}
-
-// envDuration returns the duration in variable name, or def when it is
-// unset; a value that is not one fails t.
-func envDuration(t testing.TB, name string, def time.Duration) time.Duration {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		t.Fatalf("%s=%q: not a duration (20s, 1m)", name, v)
-	}
-	return d
 }
