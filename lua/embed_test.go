@@ -44,8 +44,8 @@ var scripts = []struct {
 	{"campaign_count.lua", CampaignCount, []string{"int_arg", "count_args"}},
 	{"outcome_count.lua", OutcomeCount, []string{"int_arg", "count_args"}},
 	{"portfolio.lua", Portfolio, nil},
-	{"quota.lua", Quota, []string{"refill", "window_read", "clock"}},
-	{"quota_finish.lua", QuotaFinish, nil},
+	{"quota.lua", Quota, []string{"int_arg", "claim_args", "refill", "window_read", "clock"}},
+	{"quota_finish.lua", QuotaFinish, []string{"int_arg", "claim_args"}},
 }
 
 // TestContracts checks that every script opens with its contract (style.md
@@ -187,6 +187,41 @@ func TestCountArgs(t *testing.T) {
 			if want := "ERR " + c.script + ": " + a.want; err == nil || err.Error() != want {
 				t.Errorf("%s %v: %v, want %q", c.script, a.argv, err, want)
 			}
+		}
+	}
+	if keys := mr.Keys(); len(keys) != 0 {
+		t.Errorf("keys written: %v", keys)
+	}
+}
+
+// TestClaimArgs: quota.lua and quota_finish.lua refuse a malformed
+// idempotency flag, an empty token and a malformed TTL with an error naming
+// the script and the argument (claim_args.lua, int_arg.lua), writing
+// nothing.
+func TestClaimArgs(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	for _, c := range []struct {
+		src  string
+		keys []string
+		argv []any
+		want string
+	}{
+		// quota.lua: T, N, I, token, claim_ms, then one bucket tier's arguments.
+		{Quota, []string{"{q}:b", "{q}:i", "{q}:j"}, []any{1, 0, 2, "tok", 1000}, "ERR quota: ARGV[3] must be 0 or 1"},
+		{Quota, []string{"{q}:b"}, []any{1, 0, 0, "", 1000}, "ERR quota: token must not be empty"},
+		{Quota, []string{"{q}:b"}, []any{1, 0, 0, "tok", 0}, "ERR quota: claim_ms must be an integer >= 1"},
+		{Quota, []string{"{q}:b"}, []any{1, 0, 0, "tok", 1.5}, "ERR quota: claim_ms must be an integer >= 1"},
+		// quota_finish.lua: I, token, D, done_ms, stored.
+		{QuotaFinish, []string{"{q}:id"}, []any{"x", "tok", 1, 1000, ""}, "ERR quota_finish: ARGV[1] must be 0 or 1"},
+		{QuotaFinish, []string{"{q}:id"}, []any{0, "", 1, 1000, ""}, "ERR quota_finish: token must not be empty"},
+		{QuotaFinish, []string{"{q}:id"}, []any{0, "tok", 1, 0, ""}, "ERR quota_finish: done_ms must be an integer >= 1"},
+		{QuotaFinish, []string{"{q}:id"}, []any{0, "tok", 1}, "ERR quota_finish: done_ms must be an integer >= 1"},
+	} {
+		err := redis.NewScript(c.src).Run(t.Context(), rdb, c.keys, c.argv...).Err()
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%v: %v, want %q", c.argv, err, c.want)
 		}
 	}
 	if keys := mr.Keys(); len(keys) != 0 {
