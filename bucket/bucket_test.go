@@ -60,13 +60,22 @@ type take struct {
 	cooldown  bool
 }
 
+// reserveAt sets the clock to at since the start of the test and reserves
+// cost tokens of key under lim, waiting at most maxWait. Besides Reserve's
+// answer it gives the call's bounds: c, when it was sent and answered, and
+// lo, hi, how far redis-server's clock may be off at (both 0 on miniredis,
+// see redistest.Env.Ran).
+func (e *env) reserveAt(t *testing.T, at time.Duration, key string, lim bucket.Limit, cost int, maxWait time.Duration) (r bucket.Reservation, c redistest.Call, lo, hi time.Duration, err error) {
+	e.At(at)
+	c = redistest.Timed(func() { r, err = e.l.Reserve(t.Context(), "test", key, lim, cost, maxWait) })
+	lo, hi = e.Ran(at, c)
+	return r, c, lo, hi, err
+}
+
 func (e *env) takes(t *testing.T, key string, lim bucket.Limit, steps []take) {
 	t.Helper()
 	for i, s := range steps {
-		e.At(s.at)
-		var d bucket.Reservation
-		var err error
-		lo, hi := e.Ran(s.at, redistest.Timed(func() { d, err = e.l.Reserve(t.Context(), "test", key, lim, s.cost, 0) }))
+		d, _, lo, hi, err := e.reserveAt(t, s.at, key, lim, s.cost, 0)
 		if err != nil || d.OK != s.allowed || d.Remaining != s.remaining ||
 			d.Cooldown != s.cooldown || !e.NearShift(d.Wait, s.wait, lo, hi) {
 			t.Fatalf("step %d (at %v, cost %d): got %+v, %v; want allowed=%v remaining=%d wait=%v cooldown=%v",
@@ -349,36 +358,51 @@ func TestCooldownKeepsRemaining(t *testing.T) {
 // sense is a fresh, full bucket, and is repaired by the next grant.
 func TestCorruptHashIsFull(t *testing.T) {
 	lim := bucket.Limit{PerSecond: 1, Burst: 3}
-	for _, tc := range append([]redistest.Corrupt{
-		{Name: "empty fields", Write: redistest.HSet("utokens", "", "ts_us", "")},
-		{Name: "words", Write: redistest.HSet("utokens", "lots", "ts_us", "yesterday")},
-		{Name: "no stamp", Write: redistest.HSet("utokens", "0")},
-		{Name: "no tokens", Write: redistest.HSet("ts_us", "1")},
-		{Name: "nan", Write: redistest.HSet("utokens", "nan", "ts_us", "nan")},
-		{Name: "inf", Write: redistest.HSet("utokens", "inf", "ts_us", "-inf")},
-		{Name: "negative", Write: redistest.HSet("utokens", "-5000000", "ts_us", "1")},
-	}, redistest.WrongTypes...) {
+	eachCorrupt(t, func(t *testing.T, e *env, bk string) {
+		ctx := t.Context()
+		if st, err := e.l.State(ctx, "test", "k", lim); err != nil || st.Tokens != 3 {
+			t.Fatalf("State = %+v, %v; want 3 tokens", st, err)
+		}
+		e.takes(t, "k", lim, []take{
+			{0, 3, true, 0, 0, false},
+			{0, 1, false, 0, time.Second, false},
+		})
+		h := e.RDB.HGetAll(ctx, bk).Val()
+		if _, err := strconv.ParseInt(h["utokens"], 10, 64); err != nil {
+			t.Fatalf("not repaired: %v", h)
+		}
+		if _, err := strconv.ParseInt(h["ts_us"], 10, 64); err != nil {
+			t.Fatalf("not repaired: %v", h)
+		}
+	})
+}
+
+// corruptBuckets are bucket states that make no sense: every script reads
+// them as a fresh, full bucket.
+var corruptBuckets = append([]redistest.Corrupt{
+	{Name: "empty fields", Write: redistest.HSet("utokens", "", "ts_us", "")},
+	{Name: "words", Write: redistest.HSet("utokens", "lots", "ts_us", "yesterday")},
+	{Name: "no stamp", Write: redistest.HSet("utokens", "0")},
+	{Name: "no tokens", Write: redistest.HSet("ts_us", "1")},
+	{Name: "nan", Write: redistest.HSet("utokens", "nan", "ts_us", "nan")},
+	{Name: "inf", Write: redistest.HSet("utokens", "inf", "ts_us", "-inf")},
+	{Name: "negative", Write: redistest.HSet("utokens", "-5000000", "ts_us", "1")},
+	{Name: "debt too deep", Write: redistest.HSet("utokens", "-1000000000000001", "ts_us", "1")},
+	{Name: "stamp < 0", Write: redistest.HSet("utokens", "0", "ts_us", "-1")},
+}, redistest.WrongTypes...)
+
+// eachCorrupt runs f as a subtest per corrupt bucket state against each
+// backend, once the state is written at bk, the bucket of key "k" on
+// channel "test".
+func eachCorrupt(t *testing.T, f func(t *testing.T, e *env, bk string)) {
+	for _, tc := range corruptBuckets {
 		t.Run(tc.Name, func(t *testing.T) {
 			each(t, func(t *testing.T, e *env) {
-				ctx := t.Context()
 				bk := e.keys.Bucket("test", "k")
-				if err := tc.Write(ctx, e.RDB, bk); err != nil {
+				if err := tc.Write(t.Context(), e.RDB, bk); err != nil {
 					t.Fatal(err)
 				}
-				if st, err := e.l.State(ctx, "test", "k", lim); err != nil || st.Tokens != 3 {
-					t.Fatalf("State = %+v, %v; want 3 tokens", st, err)
-				}
-				e.takes(t, "k", lim, []take{
-					{0, 3, true, 0, 0, false},
-					{0, 1, false, 0, time.Second, false},
-				})
-				h := e.RDB.HGetAll(ctx, bk).Val()
-				if _, err := strconv.ParseInt(h["utokens"], 10, 64); err != nil {
-					t.Fatalf("not repaired: %v", h)
-				}
-				if _, err := strconv.ParseInt(h["ts_us"], 10, 64); err != nil {
-					t.Fatalf("not repaired: %v", h)
-				}
+				f(t, e, bk)
 			})
 		})
 	}

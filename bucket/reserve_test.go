@@ -1,7 +1,6 @@
 package bucket_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // reserve is one step of a step table for Reserve.
@@ -30,14 +28,9 @@ type reserve struct {
 func (e *env) reserves(t *testing.T, key string, lim bucket.Limit, steps []reserve) {
 	t.Helper()
 	for i, s := range steps {
-		e.At(s.at)
-		var r bucket.Reservation
-		var err error
-		c := redistest.Timed(func() { r, err = e.l.Reserve(t.Context(), "test", key, lim, s.cost, s.maxWait) })
-		before := c.Sent
-		lo, hi := e.Ran(s.at, c)
+		r, c, lo, hi, err := e.reserveAt(t, s.at, key, lim, s.cost, s.maxWait)
 		if err != nil || r.OK != s.ok || r.Cooldown != s.cooldown || !e.NearShift(r.Delay, s.delay, lo, hi) || !e.NearShift(r.Wait, s.wait, lo, hi) ||
-			(r.OK && (r.At.Before(before.Add(r.Delay)) || r.At.After(time.Now().Add(r.Delay)))) || (!r.OK && !r.At.IsZero()) {
+			(r.OK && (r.At.Before(c.Sent.Add(r.Delay)) || r.At.After(time.Now().Add(r.Delay)))) || (!r.OK && !r.At.IsZero()) {
 			t.Fatalf("step %d (at %v, cost %d, maxWait %v): got %+v, %v; want ok=%v delay=%v wait=%v cooldown=%v",
 				i, s.at, s.cost, s.maxWait, r, err, s.ok, s.delay, s.wait, s.cooldown)
 		}
@@ -293,38 +286,18 @@ func TestReserveClockSteppedBack(t *testing.T) {
 // bucket as fresh and full, and repair it.
 func TestReserveCorruptHashIsFull(t *testing.T) {
 	lim := bucket.Limit{PerSecond: 1, Burst: 3}
-	for _, tc := range []struct {
-		name  string
-		write func(ctx context.Context, rdb *redis.Client, key string) error
-	}{
-		{"words", redistest.HSet("utokens", "lots", "ts_us", "yesterday")},
-		{"no stamp", redistest.HSet("utokens", "0")},
-		{"nan", redistest.HSet("utokens", "nan", "ts_us", "nan")},
-		{"debt too deep", redistest.HSet("utokens", "-1000000000000001", "ts_us", "1")},
-		{"stamp < 0", redistest.HSet("utokens", "0", "ts_us", "-1")},
-		{"string key", func(ctx context.Context, rdb *redis.Client, key string) error {
-			return rdb.Set(ctx, key, "junk", 0).Err()
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			each(t, func(t *testing.T, e *env) {
-				ctx := t.Context()
-				bk := e.keys.Bucket("test", "k")
-				if err := tc.write(ctx, e.RDB, bk); err != nil {
-					t.Fatal(err)
-				}
-				ls, err := e.l.Lease(ctx, "test", "k", lim, 4, 1500*ms)
-				if err != nil || ls.Granted != 4 || !e.Near(ls.Slot(3).Sub(ls.Start), time.Second) {
-					t.Fatalf("Lease = %+v, %v; want 4 slots, 3 at once", ls, err)
-				}
-				e.reserves(t, "k", lim, []reserve{{0, 1, 3 * time.Second, true, 2 * time.Second, 0, false}})
-				h := e.RDB.HGetAll(ctx, bk).Val()
-				if u, err := strconv.ParseInt(h["utokens"], 10, 64); err != nil || u != -2e6 && e.Exact() {
-					t.Fatalf("not repaired: %v", h)
-				}
-			})
-		})
-	}
+	eachCorrupt(t, func(t *testing.T, e *env, bk string) {
+		ctx := t.Context()
+		ls, err := e.l.Lease(ctx, "test", "k", lim, 4, 1500*ms)
+		if err != nil || ls.Granted != 4 || !e.Near(ls.Slot(3).Sub(ls.Start), time.Second) {
+			t.Fatalf("Lease = %+v, %v; want 4 slots, 3 at once", ls, err)
+		}
+		e.reserves(t, "k", lim, []reserve{{0, 1, 3 * time.Second, true, 2 * time.Second, 0, false}})
+		h := e.RDB.HGetAll(ctx, bk).Val()
+		if u, err := strconv.ParseInt(h["utokens"], 10, 64); err != nil || u != -2e6 && e.Exact() {
+			t.Fatalf("not repaired: %v", h)
+		}
+	})
 }
 
 // TestIdleMonth checks that 30 idle days refill to burst without overflow,

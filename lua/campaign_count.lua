@@ -36,10 +36,9 @@
 -- KEYS[2] at now_ms and ZREMRANGEBYRANK of all but its keep most recent.
 
 -- @include int_arg
+-- @include count_args
 
-local token_ms, now_ms, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local bad = int_error('campaign count', 'token_ms', token_ms, 1) or int_error('campaign count', 'now_ms', now_ms)
-  or int_error('campaign count', 'keep', keep, 1)
+local token_ms, now_ms, keep, bad = count_args('campaign count', 'token_ms')
 if bad then
   return bad
 end

@@ -1,10 +1,10 @@
 package lua
 
 // CampaignCount adds one batch of campaign counts once per token; see
-// campaign_count.lua (with int_arg.lua) for the contract.
+// campaign_count.lua (with int_arg.lua and count_args.lua) for the contract.
 var CampaignCount = compose("campaign_count.lua")
 
 // OutcomeCount counts providers' outcomes in their campaigns once per
-// message and kind; see outcome_count.lua (with int_arg.lua) for the
+// message and kind; see outcome_count.lua (with int_arg.lua and count_args.lua) for the
 // contract.
 var OutcomeCount = compose("outcome_count.lua")

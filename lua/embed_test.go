@@ -41,11 +41,11 @@ var scripts = []struct {
 	{"breaker_status.lua", BreakerStatus, []string{"breaker_read", "adapt_base", "argv", "clock"}},
 	{"ledger.lua", Ledger, []string{"pair_limit", "int_arg"}},
 	{"suppress_add.lua", SuppressAdd, nil},
-	{"campaign_count.lua", CampaignCount, []string{"int_arg"}},
-	{"outcome_count.lua", OutcomeCount, []string{"int_arg"}},
+	{"campaign_count.lua", CampaignCount, []string{"int_arg", "count_args"}},
+	{"outcome_count.lua", OutcomeCount, []string{"int_arg", "count_args"}},
 	{"portfolio.lua", Portfolio, nil},
-	{"quota.lua", Quota, []string{"refill", "window_read", "clock"}},
-	{"quota_finish.lua", QuotaFinish, nil},
+	{"quota.lua", Quota, []string{"int_arg", "claim_args", "refill", "window_read", "clock"}},
+	{"quota_finish.lua", QuotaFinish, []string{"int_arg", "claim_args"}},
 }
 
 // TestContracts checks that every script opens with its contract (style.md
@@ -156,5 +156,75 @@ func TestScriptsLoad(t *testing.T) {
 				t.Errorf("%s: SCRIPT LOAD %s = %s, want %s", name, s.file, sha, want)
 			}
 		}
+	}
+}
+
+// TestCountArgs: both counts refuse malformed leading arguments with an
+// error naming the script and the argument (count_args.lua), writing
+// nothing.
+func TestCountArgs(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	for _, c := range []struct {
+		src, script, ttl string
+		keys             []string
+	}{
+		{CampaignCount, "campaign count", "token_ms", []string{"{c}:token", "{c}:index"}},
+		{OutcomeCount, "outcome count", "ttl_ms", []string{"{c}:index"}},
+	} {
+		for _, a := range []struct {
+			argv []any
+			want string
+		}{
+			{[]any{0, 1, 1}, c.ttl + " must be an integer >= 1"},
+			{[]any{"x", 1, 1}, c.ttl + " must be an integer >= 1"},
+			{[]any{1, 1.5, 1}, "now_ms must be an integer"},
+			{[]any{1, 1, 0}, "keep must be an integer >= 1"},
+			{[]any{1, 1}, "keep must be an integer >= 1"},
+		} {
+			err := redis.NewScript(c.src).Run(t.Context(), rdb, c.keys, a.argv...).Err()
+			if want := "ERR " + c.script + ": " + a.want; err == nil || err.Error() != want {
+				t.Errorf("%s %v: %v, want %q", c.script, a.argv, err, want)
+			}
+		}
+	}
+	if keys := mr.Keys(); len(keys) != 0 {
+		t.Errorf("keys written: %v", keys)
+	}
+}
+
+// TestClaimArgs: quota.lua and quota_finish.lua refuse a malformed
+// idempotency flag, an empty token and a malformed TTL with an error naming
+// the script and the argument (claim_args.lua, int_arg.lua), writing
+// nothing.
+func TestClaimArgs(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	for _, c := range []struct {
+		src  string
+		keys []string
+		argv []any
+		want string
+	}{
+		// quota.lua: T, N, I, token, claim_ms, then one bucket tier's arguments.
+		{Quota, []string{"{q}:b", "{q}:i", "{q}:j"}, []any{1, 0, 2, "tok", 1000}, "ERR quota: ARGV[3] must be 0 or 1"},
+		{Quota, []string{"{q}:b"}, []any{1, 0, 0, "", 1000}, "ERR quota: token must not be empty"},
+		{Quota, []string{"{q}:b"}, []any{1, 0, 0, "tok", 0}, "ERR quota: claim_ms must be an integer >= 1"},
+		{Quota, []string{"{q}:b"}, []any{1, 0, 0, "tok", 1.5}, "ERR quota: claim_ms must be an integer >= 1"},
+		// quota_finish.lua: I, token, D, done_ms, stored.
+		{QuotaFinish, []string{"{q}:id"}, []any{"x", "tok", 1, 1000, ""}, "ERR quota_finish: ARGV[1] must be 0 or 1"},
+		{QuotaFinish, []string{"{q}:id"}, []any{0, "", 1, 1000, ""}, "ERR quota_finish: token must not be empty"},
+		{QuotaFinish, []string{"{q}:id"}, []any{0, "tok", 1, 0, ""}, "ERR quota_finish: done_ms must be an integer >= 1"},
+		{QuotaFinish, []string{"{q}:id"}, []any{0, "tok", 1}, "ERR quota_finish: done_ms must be an integer >= 1"},
+	} {
+		err := redis.NewScript(c.src).Run(t.Context(), rdb, c.keys, c.argv...).Err()
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%v: %v, want %q", c.argv, err, c.want)
+		}
+	}
+	if keys := mr.Keys(); len(keys) != 0 {
+		t.Errorf("keys written: %v", keys)
 	}
 }

@@ -37,10 +37,9 @@
 -- but its keep most recent.
 
 -- @include int_arg
+-- @include count_args
 
-local ttl_ms, now_ms, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local bad = int_error('outcome count', 'ttl_ms', ttl_ms, 1) or int_error('outcome count', 'now_ms', now_ms)
-  or int_error('outcome count', 'keep', keep, 1)
+local ttl_ms, now_ms, keep, bad = count_args('outcome count', 'ttl_ms')
 if bad then
   return bad
 end

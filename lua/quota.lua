@@ -51,6 +51,9 @@
 -- SET "p:<token>" PX claim_ms; the idempotency-key record likewise.
 -- A refusal, or status 2, writes nothing.
 
+-- @include int_arg
+-- @include claim_args
+
 local T = tonumber(ARGV[1])
 local N = tonumber(ARGV[2])
 local I = tonumber(ARGV[3])
@@ -62,14 +65,9 @@ end
 if not N or N < 0 or N ~= math.floor(N) or #KEYS ~= T + N + (I or 0) then
   return redis.error_reply('ERR quota: N must match the keys')
 end
-if I ~= 0 and I ~= 1 then
-  return redis.error_reply('ERR quota: ARGV[3] must be 0 or 1')
-end
-if not token or token == '' then
-  return redis.error_reply('ERR quota: token must not be empty')
-end
-if not claim_ms or claim_ms < 1 or claim_ms ~= math.floor(claim_ms) then
-  return redis.error_reply('ERR quota: claim_ms must be an integer >= 1')
+local bad = claim_error('quota', I, 'ARGV[3]', token) or int_error('quota', 'claim_ms', claim_ms, 1)
+if bad then
+  return bad
 end
 
 -- @include refill

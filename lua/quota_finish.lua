@@ -23,22 +23,24 @@
 -- taken by another request is not ours to drop); the idempotency-key record
 -- SET stored PX done_ms, or DEL (only while it holds "p:<token>").
 
+-- @include int_arg
+-- @include claim_args
+
 local I = tonumber(ARGV[1])
 local token = ARGV[2]
 local D = tonumber(ARGV[3])
 local done_ms = tonumber(ARGV[4])
 local stored = ARGV[5]
-if I ~= 0 and I ~= 1 then
-  return redis.error_reply('ERR quota_finish: ARGV[1] must be 0 or 1')
-end
-if not token or token == '' then
-  return redis.error_reply('ERR quota_finish: token must not be empty')
+local bad = claim_error('quota_finish', I, 'ARGV[1]', token)
+if bad then
+  return bad
 end
 if not D or D < 0 or D ~= math.floor(D) or D > #KEYS - I then
   return redis.error_reply('ERR quota_finish: D must be an integer in [0, ids]')
 end
-if not done_ms or done_ms < 1 or done_ms ~= math.floor(done_ms) then
-  return redis.error_reply('ERR quota_finish: done_ms must be an integer >= 1')
+bad = int_error('quota_finish', 'done_ms', done_ms, 1)
+if bad then
+  return bad
 end
 
 local claim = 'p:' .. token

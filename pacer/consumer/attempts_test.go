@@ -8,7 +8,6 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/pacer/ledger"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestAttemptsInLedger: each request's outcome is kept in the ledger
@@ -29,8 +28,7 @@ func TestAttemptsInLedger(t *testing.T) {
 		return h.sender.count(h.sender.success, "flaky") == 1 && h.counter("pacer_dlq_total", "reason", "attempts-exhausted") == 1 &&
 			h.counter("pacer_dlq_total", "reason", "permanent") == 1
 	})
-	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
-	defer rdb.Close()
+	rdb := h.redis()
 	l := ledger.New(rdb, bucket.New(rdb, bucket.Config{}).Keys(), 0)
 	for id, want := range map[string]string{
 		"flaky":  "delivered p-flaky [retry/2 delivered/]",

@@ -142,8 +142,7 @@ func TestCommitWaitsForMarks(t *testing.T) {
 	for i, id := range ids {
 		refs[i] = ledger.Ref{Channel: "test", Key: "k1", ID: id}
 	}
-	plain := redis.NewClient(&redis.Options{Addr: h.raddr})
-	defer plain.Close()
+	plain := h.redis()
 	look := ledger.New(plain, bucket.New(plain, bucket.Config{}).Keys(), 0)
 	lookup := func() []ledger.State {
 		states, err := look.Lookup(context.Background(), refs)

@@ -149,8 +149,7 @@ func TestCampaignCountsEveryDeadLetter(t *testing.T) {
 		return h.sender.count(h.sender.success, "ok") == 1 && h.counter("pacer_dlq_total", "reason", "attempts-exhausted") == 1 &&
 			h.counter("pacer_dlq_total", "reason", "permanent") == 1
 	})
-	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
-	defer rdb.Close()
+	rdb := h.redis()
 	s, err := control.New(rdb, keys).CampaignStatus(context.Background(), "test", "spring")
 	if err != nil {
 		t.Fatal(err)

@@ -23,8 +23,7 @@ import (
 func TestPortfolioGuard(t *testing.T) {
 	bad := &channels.Error{Channel: "test", Status: 400, Code: "BAD", Class: channels.Permanent}
 	h := newHarness(t, map[string][]error{"p1": {bad}})
-	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
-	defer rdb.Close()
+	rdb := h.redis()
 	// Long enough that p1's entry is still in the window when its give-back
 	// is checked (within window/2), short enough to wait out.
 	const window = 5 * time.Second
@@ -100,8 +99,7 @@ func TestPortfolioGuard(t *testing.T) {
 func TestPortfolioQualityPause(t *testing.T) {
 	consumer.SetQualityRecheck(t, time.Second)
 	h := newHarness(t, nil)
-	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
-	defer rdb.Close()
+	rdb := h.redis()
 	st := portfolio.NewStore(rdb, bucket.NewKeys(""))
 	h.portfolios = st
 	ctx := context.Background()
@@ -189,8 +187,7 @@ func TestPortfolioGuardRidesLedgerFlush(t *testing.T) {
 	keys := bucket.NewKeys("")
 	calls := &guardCalls{window: keys.PortfolioWindow("test", "acme")}
 	h.batchHook = calls
-	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
-	defer rdb.Close()
+	rdb := h.redis()
 	rdb.AddHook(calls)
 	st := portfolio.NewStore(rdb, keys)
 	h.portfolios = st

@@ -547,13 +547,18 @@ func (h *harness) histCount(name string) uint64 {
 	return n
 }
 
-// plainLedger returns a ledger on h's Redis that writes at once (not
-// batched), for a test to set or read ids as another process would; its
-// client is closed when the test ends.
-func (h *harness) plainLedger() *ledger.Ledger {
+// redis returns a client on h's Redis for a test to read or set what the
+// pacer keeps there; it is closed when the test ends.
+func (h *harness) redis() *redis.Client {
 	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
 	h.t.Cleanup(func() { rdb.Close() })
-	return ledger.New(rdb, bucket.Keys{}, 0)
+	return rdb
+}
+
+// plainLedger returns a ledger on h's Redis that writes at once (not
+// batched), for a test to set or read ids as another process would.
+func (h *harness) plainLedger() *ledger.Ledger {
+	return ledger.New(h.redis(), bucket.Keys{}, 0)
 }
 
 // deadClaims claims ids of key k1 for "dead-process", as a process that

@@ -8,7 +8,6 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/pacer/suppress"
-	"github.com/redis/go-redis/v9"
 )
 
 // suppressingHarness is newHarness(t, script) with the pacer checking
@@ -18,8 +17,7 @@ func suppressingHarness(t *testing.T, script map[string][]error, to string, reas
 	t.Helper()
 	h := newHarness(t, script)
 	h.suppress = true
-	rdb := redis.NewClient(&redis.Options{Addr: h.raddr})
-	defer rdb.Close()
+	rdb := h.redis()
 	st := suppress.NewStore(rdb, bucket.NewKeys(""))
 	if _, err := st.Add(context.Background(), "test", "k1", suppress.New(suppress.Hash(to), reason, time.Time{}, time.Now())); err != nil {
 		t.Fatal(err)
