@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -81,6 +82,17 @@ func cmdPortfolio(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	}
 	defer rdb.Close()
 	st := portfolio.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix)).WithWindow(cfg.guardWindow())
+	if verb != "set" && *name != "" {
+		// status and resume of a portfolio nothing named: a typo, said so
+		// (exit 1) rather than shown as an empty portfolio.
+		names, err := st.Names(ctx, *channel)
+		if err != nil {
+			return fmt.Errorf("portfolio %s: %w", verb, err)
+		}
+		if !slices.Contains(names, *name) {
+			return fmt.Errorf("portfolio %s: no portfolio %s of whatsapp: no key, account or tier names it (pacer portfolio set)", verb, quoteText(*name))
+		}
+	}
 	if verb == "set" {
 		invalid := func(err error) error {
 			if errors.Is(err, portfolio.ErrInvalid) {

@@ -85,4 +85,18 @@ func TestPortfolioSetStatus(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, errs, c.want)
 		}
 	}
+	// A portfolio nothing names (a typo) is said so, exit 1, by status and
+	// resume; one named by an account alone is known.
+	for _, verb := range []string{"status", "resume"} {
+		if code, out, errs := runCLI(env, "portfolio", verb, "--channel", "whatsapp", "--portfolio", "acne"); code != 1 || out != "" ||
+			!strings.Contains(errs, "no portfolio acne of whatsapp") {
+			t.Errorf("%s of an unknown portfolio: exit %d, %q %q; want 1 naming it", verb, code, out, errs)
+		}
+	}
+	if code, _, errs := runCLI(env, "portfolio", "set", "--channel", "whatsapp", "--account", "2040", "--portfolio", "beta"); code != 0 {
+		t.Fatalf("set --account of beta: exit %d, %q", code, errs)
+	}
+	if code, out, errs := runCLI(env, "portfolio", "status", "--channel", "whatsapp", "--portfolio", "beta"); code != 0 || !strings.Contains(out, "portfolio beta") {
+		t.Errorf("status of a portfolio named by an account: exit %d, %q %q", code, out, errs)
+	}
 }

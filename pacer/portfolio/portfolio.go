@@ -29,6 +29,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 	"time"
 
 	"github.com/pacerhq/pacer/bucket"
@@ -113,11 +114,15 @@ func TierString(tier int) string {
 }
 
 func validName(p string) error {
-	if p == "" || strings.ContainsAny(p, "{}: \t\r\n") {
-		return fmt.Errorf("%w: portfolio %q must be non-empty, without spaces, braces or colons", ErrInvalid, p)
+	if p == "" || len(p) > maxName || strings.ContainsAny(p, "{}: ") || strings.ContainsFunc(p, unicode.IsControl) {
+		return fmt.Errorf("%w: portfolio %q must be 1 to %d bytes, without spaces, braces, colons or control characters", ErrInvalid, p, maxName)
 	}
 	return nil
 }
+
+// maxName is the longest portfolio name, in bytes (a Meta business ID is
+// about 16 digits).
+const maxName = 128
 
 // Set puts channel's pacing key key in portfolio (moving it out of any
 // other) and, when tier is not 0, sets the portfolio's tier (a number of
@@ -181,7 +186,11 @@ func (s *Store) SetAccount(ctx context.Context, channel, account, portfolio stri
 	if account == "" {
 		return fmt.Errorf("%w: the account is empty", ErrInvalid)
 	}
-	if err := s.rdb.HSet(ctx, s.keys.PortfolioAccounts(channel), account, portfolio).Err(); err != nil {
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, s.keys.PortfolioAccounts(channel), account, portfolio)
+		p.SAdd(ctx, s.keys.Portfolios(channel), portfolio)
+		return nil
+	}); err != nil {
 		return fmt.Errorf("portfolio: set account %s in %s: %w", account, portfolio, err)
 	}
 	return nil
@@ -385,7 +394,7 @@ func (s *Store) Status(ctx context.Context, channel, portfolio string) (Status, 
 	return st, nil
 }
 
-// Names returns channel's portfolios (those given a key or a tier),
+// Names returns channel's portfolios (those given a key, an account or a tier),
 // sorted.
 func (s *Store) Names(ctx context.Context, channel string) ([]string, error) {
 	names, err := s.rdb.SMembers(ctx, s.keys.Portfolios(channel)).Result()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -174,7 +175,7 @@ func TestParseTierAndNames(t *testing.T) {
 		}
 	}
 	st := portfolio.NewStore(redistest.Mini(t).RDB, bucket.NewKeys(""))
-	for _, p := range []string{"", "a b", "a{b}", "a:b"} {
+	for _, p := range []string{"", "a b", "a{b}", "a:b", "a\x1b[31mb", "a\tb", strings.Repeat("x", 129)} {
 		if err := st.Set(context.Background(), "whatsapp", "106", p, 250); !errors.Is(err, portfolio.ErrInvalid) {
 			t.Errorf("Set portfolio %q: %v; want ErrInvalid", p, err)
 		}
