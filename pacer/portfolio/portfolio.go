@@ -29,8 +29,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode"
 	"time"
+	"unicode"
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/lua"
