@@ -94,7 +94,11 @@ func printMessage(w io.Writer, m message.Message) {
 	}
 	fmt.Fprintln(w)
 	if len(m.Attempts) == 0 {
-		fmt.Fprintln(w, "attempts: none recorded")
+		if m.State == "delivered" {
+			fmt.Fprintln(w, "attempts: delivered at its first request (its mark says so; no line is kept for it)")
+		} else {
+			fmt.Fprintln(w, "attempts: none recorded")
+		}
 	} else {
 		fmt.Fprintf(w, "attempts (the newest %d kept):\n", ledger.HistoryAttempts)
 	}

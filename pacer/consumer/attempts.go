@@ -61,9 +61,12 @@ func (p *Pacer) attemptOutcome(f *flight, o outcome) string {
 // attempted queues, in the ledger, the attempt of f's request that o
 // ends, before the release or mark o writes, so both go in one flush (no
 // round trip of its own): `pacer message show` and the ingest API's
-// message lookup read it. Nothing when no request left.
+// message lookup read it. Nothing when no request left, nor for a message
+// delivered at its first request (no attempt or requeue before it), most
+// messages: its delivered mark says as much, and the line would double
+// the ledger's memory per message (decision 0036).
 func (p *Pacer) attempted(ctx context.Context, f *flight, o outcome, log *slog.Logger) {
-	if !f.sent {
+	if !f.sent || (o.kind == delivered && f.m.attempt == 0 && f.m.requeues == 0) {
 		return
 	}
 	a := ledger.Attempt{Outcome: p.attemptOutcome(f, o), Code: f.code}
