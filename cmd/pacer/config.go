@@ -132,8 +132,8 @@ type config struct {
 	ProcessInFlight int `env:"PACER_PROCESS_INFLIGHT, default=8192" pacer:"ProcessInFlight"`
 	// PACER_LOOKAHEAD: how much of its pace a key keeps in memory per partition (rate x lookahead records, at least its in-flight bound); the rest is parked on the retry topics; default 5s.
 	Lookahead time.Duration `env:"PACER_LOOKAHEAD, default=5s" pacer:"Lookahead"`
-	// PACER_PARK_LANES: true parks records beyond a key's lookahead on the park lanes <topic>.park.<n>, written once each whatever their wait, instead of hopping through the retry topics; default false (see docs/decisions/0032).
-	ParkLanes bool `env:"PACER_PARK_LANES, default=false" pacer:"ParkLanes"`
+	// PACER_PARK_LANES: true parks records beyond a key's lookahead on the park lanes <topic>.park.<n>, written once each whatever their wait, instead of hopping through the retry topics; false keeps them on the retry topics; default true (see docs/decisions/0032).
+	ParkLanes bool `env:"PACER_PARK_LANES, default=true" pacer:"ParkLanes"`
 	// PACER_LEASE_SIZE: send slots taken from Redis per call for one key; default 0 = automatic (a fifth of a second of slots once that is >= 2, below 20 only while the key has that many messages waiting, 20 or more only while at least 2 wait, else 1).
 	LeaseSize int `env:"PACER_LEASE_SIZE, default=0" pacer:"LeaseSize"`
 	// PACER_IDEMPOTENCY_TTL: how long pacer ingest remembers accepted envelope ids and Idempotency-Key answers; default 24h.

@@ -223,12 +223,15 @@ type pauseRun struct {
 	bBefore, bPaused         float64 // campaign B msgs/s per number
 	resumeFirst              time.Duration
 	lost, dups               int
+	paused, resumed          time.Time // when the pause and the resume were asked
+	keys                     []string
+	arrivals                 []whatsapptest.Arrival
 }
 
 // runPause: campaigns A and B interleaved on two numbers at rate/s each;
 // A is paused pauseAt after the first send, or later once pauseAfterA of
 // its records were sent, for pauseFor, then resumed.
-func runPause(t *testing.T, rate float64, per int, pauseAt, pauseFor time.Duration, replicas int) pauseRun {
+func runPause(t *testing.T, rate float64, per int, pauseAt, pauseFor time.Duration, replicas int, env ...string) pauseRun {
 	e := newE2E(t, whatsapptest.Config{Rate: rate, Burst: 2, Latency: 5 * time.Millisecond})
 	keys := []string{"10654810001", "10654810002"}
 	var b strings.Builder
@@ -241,7 +244,7 @@ func runPause(t *testing.T, rate float64, per int, pauseAt, pauseFor time.Durati
 		lb = append(lb, la[i], la[half+i])
 	}
 	rs := strconv.FormatFloat(rate, 'f', -1, 64)
-	ps := e.startAndPublish(strings.Join(lb, ""), replicas, "PACER_WHATSAPP_RATE="+rs, "PACER_WHATSAPP_BURST=1")
+	ps := e.startAndPublish(strings.Join(lb, ""), replicas, append([]string{"PACER_WHATSAPP_RATE=" + rs, "PACER_WHATSAPP_BURST=1"}, env...)...)
 	e.waitProgress(0, 60*time.Second, ps...)
 	t0 := time.Now()
 	time.Sleep(pauseAt)
@@ -259,7 +262,7 @@ func runPause(t *testing.T, rate float64, per int, pauseAt, pauseFor time.Durati
 	e.waitDelivered(4*per, 180*time.Second, ps...)
 	stopAll(t, ps)
 	as := e.fake.Arrivals()
-	var r pauseRun
+	r := pauseRun{paused: paused, resumed: resumed, keys: keys, arrivals: as}
 	for _, k := range keys {
 		r.aBefore += rateIn(as, k, "A-", t0, paused) / 2
 		r.bBefore += rateIn(as, k, "B-", t0, paused) / 2
@@ -310,6 +313,30 @@ func TestLivePauseShort(t *testing.T) {
 	}
 	if r.resumeFirst < 0 || r.resumeFirst > 8*time.Second {
 		t.Errorf("first A send %v after resume, want within 8 s", r.resumeFirst)
+	}
+}
+
+// TestLivePauseLanes: a backlog deep enough that, when A is paused, B's
+// records come from the park lanes, their slots estimated with A's records
+// interleaved (every other slot). A copy comes back a lookahead (2 s here)
+// before its slot, so B runs at the number's whole rate for about that
+// long on the copies already back; from 4 s into the pause on, it keeps
+// that rate only if its copies are taken before their estimated slots
+// because the key has room, not at the estimate's pace (half the rate).
+func TestLivePauseLanes(t *testing.T) {
+	parallel(t)
+	const rate = 40
+	r := runPause(t, rate, 600, 5*time.Second, 10*time.Second, 1, "PACER_LOOKAHEAD=2s")
+	var b float64
+	for _, k := range r.keys {
+		b += rateIn(r.arrivals, k, "B-", r.paused.Add(4*time.Second), r.resumed) / float64(len(r.keys))
+	}
+	t.Logf("B while A paused, from 4 s into the pause: %.1f msgs/s per number (rate %d)", b, rate)
+	if r.aPaused != 0 {
+		t.Errorf("campaign A sent %.2f msgs/s per number while paused, want 0", r.aPaused)
+	}
+	if b < 0.8*rate {
+		t.Errorf("campaign B at %.1f msgs/s per number while A was paused, want >= %.0f: its parked copies came back at the estimate's pace", b, 0.8*rate)
 	}
 }
 

@@ -209,12 +209,12 @@ func (p *Pacer) steps(f *flight) outcome {
 
 // admit holds the record until it is due (only its key waits, the
 // partition goes on; a parked copy is taken early after a raise of its
-// key's rate, see [park.UntilDue]), parses it, takes its id in this
+// key's rate or when its key has room, see [park.UntilDue]), parses it, takes its id in this
 // process (two copies of one id are handled one after the other, so the
 // second finds the first's outcome in the ledger) and checks its expiry.
 func (p *Pacer) admit(f *flight) outcome {
 	rates := p.parkedRates(f)
-	if !p.resumed(f.r) && !park.UntilDue(f.w.ctx, f.r, f.m.due, rates) {
+	if !p.resumed(f.r) && !park.UntilDue(f.w.ctx, f.r, f.m.due, rates, p.keyRoom) {
 		return stop()
 	}
 	var env envelope.Envelope

@@ -409,12 +409,14 @@ func (w *worker) dispatch(q *keyQueue) {
 	}
 	now := time.Now()
 	for !w.stopped && q.running-q.runHigh < n && len(q.waiting) > 0 {
-		if !w.p.strict() && q.dues[0].After(now) && !w.rateRose(q.waiting[0]) && !w.p.resumed(q.waiting[0]) {
+		if !w.p.strict() && q.dues[0].After(now) && !w.rateRose(q.waiting[0]) && !w.p.resumed(q.waiting[0]) && !w.p.parkedRoom(q.waiting[0]) {
 			wake := q.dues[0]
 			if park.RateOf(q.waiting[0]) > 0 || envelope.Header(q.waiting[0], envelope.HeaderPaused) != "" {
-				// A parked copy: its key's rate (or its campaign's state)
-				// is looked at again each second, so a raise (a resume)
-				// starts it early (see rateRose, Pacer.resumed).
+				// A parked copy: its key's rate, room (or its campaign's
+				// state) is looked at again each second, so a raise, room
+				// (a resume) starts it early (see rateRose, parkedRoom,
+				// Pacer.resumed); between, each record of the key that
+				// finishes looks again.
 				wake = minTime(wake, now.Add(time.Second))
 			}
 			w.wake(q, wake)
@@ -447,6 +449,22 @@ func (w *worker) rateRose(r *kgo.Record) bool {
 	k := string(r.Key)
 	rate, ceiling := w.p.keyRates(k)
 	return max(rate, ceiling) > was
+}
+
+// parkedRoom reports whether r is a parked copy (one carrying the rate its
+// slot was estimated at) whose key has room for it now (see
+// [Pacer.keyRoom]): it starts before its due time.
+func (p *Pacer) parkedRoom(r *kgo.Record) bool {
+	return park.RateOf(r) > 0 && p.keyRoom(string(r.Key))
+}
+
+// keyRoom reports whether key has room for a parked copy before its due
+// time (see [park.UntilDue]): fewer of its records wait for slots in this
+// process than the slots its adapted rate grants in a park.Recheck, plus
+// one. Such a key would leave slots unused before the copy looks again.
+func (p *Pacer) keyRoom(key string) bool {
+	rate := p.keyRate(key)
+	return p.keys.SlotWaiters(key) < int(math.Ceil(rate*park.Recheck.Seconds()))+1
 }
 
 // minTime returns the earlier of a and b.

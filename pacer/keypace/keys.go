@@ -264,6 +264,20 @@ func (p *Keys) AppendActive(dst []Activity) []Activity {
 	return out
 }
 
+// SlotWaiters returns how many of key's normal records wait for a slot in
+// this process now (in Slot: for a token, a lease's slot, a cooldown's
+// end), 0 for a key it holds no state of. It takes the key table's lock
+// briefly and calls neither Redis nor Kafka.
+func (p *Keys) SlotWaiters(key string) int {
+	p.mu.Lock()
+	st := p.m[key]
+	p.mu.Unlock()
+	if st == nil {
+		return 0
+	}
+	return int(st.normalWaiting.Load())
+}
+
 // Rates returns key's rate and ceiling in msgs/s as this process knows
 // them: the rate adapted (by AIMD and the key's policy) if the key was
 // sent for lately, and the ceiling, its policy's rate once read; each the

@@ -147,19 +147,42 @@ type Rates func(key string, was float64) (float64, time.Time)
 // records ahead had drained at it since then ([Rescale]). A lowered rate
 // keeps due: the copy comes back early and waits for its slot in the
 // bucket, as every parked copy may.
-func UntilDue(ctx context.Context, r *kgo.Record, due time.Time, rates Rates) bool {
+//
+// Such a copy is also taken at once, at the start and at every Recheck,
+// when room (may be nil) reports that its key has room for it: too few of
+// its records wait for slots in this process to use the slots coming
+// (see [Room]). Its due time was estimated with the records then ahead of
+// it, and some of those may never be sent at their slots: a paused or
+// cancelled campaign's records interleaved with its own on one key, ids
+// found delivered, expired messages. Without it the key would run, from
+// its parked copies alone, at the pace of the estimate: half its rate when
+// half the records ahead are a paused campaign's.
+func UntilDue(ctx context.Context, r *kgo.Record, due time.Time, rates Rates, room Room) bool {
 	was, key := RateOf(r), string(r.Key)
 	var rate func(was float64) (float64, time.Time)
+	var free func() bool
 	if was > 0 && key != "" {
 		rate = func(was float64) (float64, time.Time) { return rates(key, was) }
+		if room != nil {
+			free = func() bool { return room(key) }
+		}
 	}
-	return waitRescaled(ctx, due, was, rate)
+	return waitRescaled(ctx, due, was, rate, free)
 }
 
+// Room reports whether key has room for a parked copy before its due
+// time: fewer of its records wait for slots in this process than it can
+// send before the copy looks again (see UntilDue).
+type Room func(key string) bool
+
 // waitRescaled is UntilDue for a copy estimated at was msgs/s whose key's rate
-// rate answers; a nil rate keeps due.
-func waitRescaled(ctx context.Context, due time.Time, was float64, rate func(was float64) (float64, time.Time)) bool {
+// rate answers; a nil rate keeps due. free, if not nil, ends the wait at
+// once when it reports true.
+func waitRescaled(ctx context.Context, due time.Time, was float64, rate func(was float64) (float64, time.Time), free func() bool) bool {
 	for {
+		if free != nil && time.Now().Before(due) && free() {
+			return ctx.Err() == nil
+		}
 		if rate != nil && time.Now().Before(due) {
 			if r, since := rate(was); r > was {
 				due, was = Rescale(due, since, was, r), r

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestWaitRescaled: a record parked 20 s ahead at 50 msgs/s whose key is
@@ -47,9 +49,9 @@ func TestWaitRescaled(t *testing.T) {
 				// Other parked records of the key watch it from the start.
 				watch, stop := context.WithCancel(context.Background())
 				defer stop()
-				go waitRescaled(watch, start.Add(time.Hour), 50, rate)
+				go waitRescaled(watch, start.Add(time.Hour), 50, rate, nil)
 				time.Sleep(c.startAt)
-				if !waitRescaled(context.Background(), start.Add(20*time.Second), 50, rate) {
+				if !waitRescaled(context.Background(), start.Add(20*time.Second), 50, rate, nil) {
 					t.Fatal("waitRescaled reported a cancelled context")
 				}
 				got := time.Since(start)
@@ -65,8 +67,49 @@ func TestWaitRescaled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if waitRescaled(ctx, time.Now().Add(time.Minute), 50, func(float64) (float64, time.Time) { return 50, time.Now() }) {
+		if waitRescaled(ctx, time.Now().Add(time.Minute), 50, func(float64) (float64, time.Time) { return 50, time.Now() }, nil) {
 			t.Errorf("a wait cut by its context reported true")
+		}
+	})
+}
+
+// TestWaitTakenWhenKeyHasRoom: a copy parked 20 s ahead is taken within a
+// Recheck of its key having room (here from 3 s on), its rate unchanged;
+// without room it waits its whole 20 s; a copy parked without a rate (a
+// deferral, not_before) never looks at the room.
+func TestWaitTakenWhenKeyHasRoom(t *testing.T) {
+	same := func(was float64) (float64, time.Time) { return was, time.Time{} }
+	for _, c := range []struct {
+		name   string
+		roomAt time.Duration // when the key has room, 0 never
+		want   time.Duration
+	}{
+		{"room from 3 s", 3 * time.Second, 3 * time.Second},
+		{"never room", 0, 20 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				free := func() bool { return c.roomAt > 0 && time.Since(start) >= c.roomAt }
+				if !waitRescaled(context.Background(), start.Add(20*time.Second), 50, same, free) {
+					t.Fatal("waitRescaled reported a cancelled context")
+				}
+				if got := time.Since(start); got < c.want || got > c.want+Recheck {
+					t.Errorf("taken after %v, want %v (within %v)", got, c.want, Recheck)
+				}
+			})
+		})
+	}
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		r := &kgo.Record{Key: []byte("k")} // no park rate: a deferral
+		asked := false
+		room := func(string) bool { asked = true; return true }
+		if !UntilDue(context.Background(), r, start.Add(5*time.Second), nil, room) {
+			t.Fatal("UntilDue reported a cancelled context")
+		}
+		if got := time.Since(start); got != 5*time.Second || asked {
+			t.Errorf("a deferred copy taken after %v (room asked: %v), want 5s, never asked", got, asked)
 		}
 	})
 }
