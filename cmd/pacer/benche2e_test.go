@@ -136,6 +136,17 @@ func TestE2EBench(t *testing.T) {
 		// One number at 1,000/s against a log-normal answer time (median
 		// 300 ms, p99 2 s).
 		{"1 number at 1000/s, log-normal 300 ms p99 2 s", 1, 30000, 1000, 10, 0, slowLogNormal, 2 * time.Second},
+		// Overload (PACER_BENCH_SHAPES=9,10,11,12,13): 200 numbers whose
+		// rates add up to a quarter of what one process carries on 2
+		// cores, then half, about all, twice and three times that
+		// (PACER_BENCH_NO_BASELINE=1: Pacer alone). What it delivers at
+		// twice its best load against its best, its slots lapsed, and
+		// whether it said so (pacer_overloaded, the "overloaded" log).
+		{"200 numbers at 20/s", 200, 600, 20, 10, 0, "", 0},
+		{"200 numbers at 40/s", 200, 800, 40, 10, 0, "", 0},
+		{"200 numbers at 80/s", 200, 1200, 80, 10, 0, "", 0},
+		{"200 numbers at 160/s", 200, 1600, 160, 10, 0, "", 0},
+		{"200 numbers at 240/s", 200, 1600, 240, 10, 0, "", 0},
 	}
 	if v := os.Getenv("PACER_BENCH_SHAPES"); v != "" { // e.g. "0,2"
 		var pick []benchShape
@@ -223,6 +234,7 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 			benchCPUProfile(t, p, n, fake, prof)
 		}()
 	}
+	var overloadedSeconds atomic.Int64 // seconds of the run pacer_overloaded read 1
 	sampled := make(chan []float64)
 	stopSampling := make(chan struct{})
 	go func() { // the connections open, each second while it delivers
@@ -236,6 +248,9 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 			}
 			if v, ok := p.metric(t, `pacer_provider_connections_open{channel="whatsapp"}`); ok {
 				open = append(open, v)
+			}
+			if v, ok := p.metric(t, `pacer_overloaded{channel="whatsapp"}`); ok && v > 0 {
+				overloadedSeconds.Add(1)
 			}
 		}
 	}()
@@ -260,8 +275,10 @@ func benchShapeRun(t *testing.T, baseline string, sh benchShape) (pacerRes, base
 	if !ok {
 		parked, _ = p.metric(t, `pacer_parked_total`)
 	}
-	t.Logf("Pacer: %.0f slots given up as late, %.0f bucket calls, %.0f records parked, %d rebalances (partitions revoked)",
-		late, calls, parked, strings.Count(p.logs(), `msg="partitions revoked"`))
+	slots, _ := p.metric(t, `pacer_slot_lateness_seconds_count{channel="whatsapp"}`)
+	t.Logf("Pacer: %.0f slots given up as late (%.2f%% of %.0f), %.0f bucket calls, %.0f records parked, %d rebalances (partitions revoked); pacer_overloaded 1 in %d of the run's seconds, %d \"overloaded\" log lines",
+		late, late/max(slots, 1)*100, slots, calls, parked, strings.Count(p.logs(), `msg="partitions revoked"`),
+		overloadedSeconds.Load(), strings.Count(p.logs(), "overloaded:"))
 	{ // where the records that went back to Kafka went, by reason
 		_, body := httpGet(t, "http://"+p.metricsAddr(t)+"/metrics")
 		var back []string
