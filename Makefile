@@ -35,7 +35,7 @@ WITH_SERVERS = trap '$(STOP_STARTED)' EXIT; env_out=$$(scripts/test-env.sh); eva
 # -run $(2), verbose, with timeout $(1).
 e2e_run = $(GO) test -tags e2e -count=1 -timeout $(1) -v -run '$(2)' ./cmd/pacer/
 
-.PHONY: build demo test test-e2e bench bench-pacing bench-e2e bench-ingest bench-queue bench-live bench-backlog bench-webhooks soak lint servers stop-servers
+.PHONY: build demo test test-e2e bench bench-pacing bench-e2e bench-ingest bench-queue bench-live bench-backlog bench-webhooks bench-overload bench-capacity soak lint servers stop-servers
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
@@ -164,6 +164,25 @@ bench-e2e:
 bench-webhooks:
 	@$(WITH_SERVERS); \
 	PACER_BENCH_WEBHOOKS=1 $(call e2e_run,30m,^TestWebhooksBench$$)
+
+# bench-overload: one `pacer run` (PACER_BENCH_NO_BASELINE) with 200
+# numbers at 20, 40, 80, 160 and 240 msgs/s each (a quarter to about three
+# times what it carries on 2 cores), against the instant fake: msgs/s at
+# each load, slots given up as late, and what it told the operator
+# (pacer_overloaded, the "overloaded" log). About 8 minutes. Figures:
+# BENCHMARKS.md.
+bench-overload:
+	@$(WITH_SERVERS); \
+	PACER_BENCH_E2E=1 PACER_BENCH_NO_BASELINE=1 PACER_BENCH_SHAPES=9,10,11,12,13 $(call e2e_run,40m,^TestE2EBench$$)
+
+# bench-capacity: the check of docs/capacity.md: numbers at 80/s against
+# the fake answering in 250-350 ms on the Redis Cluster the servers start,
+# one `pacer run` with 25 numbers, then 3 replicas with 75
+# (PACER_BENCH_CAPACITY_KEYS sets the 25): msgs/s per process and Redis
+# commands per message. About 4 minutes. Figures: BENCHMARKS.md.
+bench-capacity:
+	@$(WITH_SERVERS); \
+	PACER_BENCH_CAPACITY=1 $(call e2e_run,30m,^TestCapacityBench$$)
 
 # Long runs kept out of `make test-e2e`: the 5-minute cooldown of the delivery
 # guarantees (issue: none dead-lettered as attempts-exhausted).
