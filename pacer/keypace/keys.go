@@ -230,7 +230,7 @@ const shrinkFrom = 1024
 const freeOSFrom = 10_000
 
 // Activity is one active pacing key as this process sees it, for a
-// status page that adds up every replica's view. 32 bytes: a publisher
+// status page that adds up every replica's view. 40 bytes: a publisher
 // keeps one per active key between its readings.
 type Activity struct {
 	Key string
@@ -239,6 +239,10 @@ type Activity struct {
 	// when an idle key's state is freed); a reader derives the achieved
 	// rate from two readings.
 	Delivered uint64
+	// Throttled counts the provider's throttles of the key's sends
+	// through this process (every scope: key, pair, account), from the
+	// same start as Delivered.
+	Throttled uint64
 	// InHand is the key's records this process is handling now: fetched,
 	// not yet finished (waiting for a token, being sent).
 	InHand int
@@ -256,7 +260,7 @@ func (p *Keys) AppendActive(dst []Activity) []Activity {
 	for k, st := range p.m {
 		st.mu.Lock()
 		if st.users > 0 || now.Sub(st.lastSeen) <= activeFor {
-			out = append(out, Activity{Key: k, Delivered: st.delivered.Load(), InHand: int(st.users)})
+			out = append(out, Activity{Key: k, Delivered: st.delivered.Load(), Throttled: st.throttled.Load(), InHand: int(st.users)})
 		}
 		st.mu.Unlock()
 	}
