@@ -55,6 +55,14 @@ type Keys struct {
 	// text is the block the keys of m are copied into (see keyTextBlock):
 	// its bytes up to len are keys, never written again.
 	text []byte
+
+	// throttleCount counts, per key of m the provider throttled through this
+	// process (every scope), its throttles: a map of the few keys
+	// throttled rather than 8 bytes more in every key's state
+	// (TestKeyStateBytes); an entry goes with its key's state at a sweep.
+	// thMu guards it, taken after mu when both are.
+	thMu          sync.Mutex
+	throttleCount map[string]uint64
 }
 
 // keyStateBlock is how many keys' states are allocated together. A
@@ -191,6 +199,7 @@ func (p *Keys) Sweep(ctx context.Context, now time.Time) int {
 		st.mu.Lock()
 		if st.users == 0 && at.Sub(st.lastSeen) > activeFor {
 			delete(p.m, k)
+			p.forgetThrottles(k)
 			idle = append(idle, st)
 		} else if st.users == 0 {
 			st.trim(now) // a dispenser whose slots lapsed since the key's last record
@@ -256,16 +265,38 @@ type Activity struct {
 func (p *Keys) AppendActive(dst []Activity) []Activity {
 	now := nowInstant()
 	p.mu.Lock()
+	p.thMu.Lock()
 	out := slices.Grow(dst, len(p.m))
 	for k, st := range p.m {
 		st.mu.Lock()
 		if st.users > 0 || now.Sub(st.lastSeen) <= activeFor {
-			out = append(out, Activity{Key: k, Delivered: st.delivered.Load(), Throttled: st.throttled.Load(), InHand: int(st.users)})
+			out = append(out, Activity{Key: k, Delivered: st.delivered.Load(), Throttled: p.throttleCount[k], InHand: int(st.users)})
 		}
 		st.mu.Unlock()
 	}
+	p.thMu.Unlock()
 	p.mu.Unlock()
 	return out
+}
+
+// countThrottle counts one provider throttle of key (Activity.Throttled).
+func (p *Keys) countThrottle(key string) {
+	p.thMu.Lock()
+	if p.throttleCount == nil {
+		p.throttleCount = map[string]uint64{}
+	}
+	p.throttleCount[key]++
+	p.thMu.Unlock()
+}
+
+// forgetThrottles drops key's count with its state; callers hold p.mu.
+func (p *Keys) forgetThrottles(key string) {
+	p.thMu.Lock()
+	delete(p.throttleCount, key)
+	if len(p.throttleCount) == 0 {
+		p.throttleCount = nil // a Go map keeps the space of its deleted entries
+	}
+	p.thMu.Unlock()
 }
 
 // Rates returns key's rate and ceiling in msgs/s as this process knows

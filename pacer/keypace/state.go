@@ -81,7 +81,6 @@ type keyState struct {
 	// it, keyRare.raisedAfter).
 	lastSeen  instant
 	delivered atomic.Uint64 // messages of this key the provider accepted through this process
-	throttled atomic.Uint64 // provider throttles of this key's sends through this process, every scope
 
 	// accepted counts the sends of the key the provider accepted since the
 	// last report to the shared state (RecoverAfter, ThrottledAfter).
