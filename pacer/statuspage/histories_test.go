@@ -26,7 +26,9 @@ func dipScenario(t *testing.T) (srv *httptest.Server, key string, base time.Time
 	ctx := context.Background()
 	key = "15550000042"
 	base = time.Now().Truncate(history.Step)
-	dip := func(at time.Time) bool { return at.After(base.Add(-6*time.Minute)) && !at.After(base.Add(-5*time.Minute)) }
+	dip := func(at time.Time) bool {
+		return at.After(base.Add(-6*time.Minute)) && !at.After(base.Add(-5*time.Minute))
+	}
 	for _, r := range []struct {
 		name string
 		rate float64
@@ -156,4 +158,34 @@ func TestHistoryDipInChromium(t *testing.T) {
 		t.Errorf("line around the dip: y %s; want %s", line, want)
 	}
 	_ = base
+}
+
+// A replica writes only the keys whose points changed; when its history
+// hash was gone (expired, or lost by Redis), the next publish finds out
+// and the one after writes every kept key again.
+func TestHistoryWrittenAgainWhenGone(t *testing.T) {
+	rdb, cfg, src, pub := setupPublisher(t)
+	ctx := context.Background()
+	hk := cfg.Prefix + ":status:{" + channel + "}:history:" + pub.replica
+	at := time.Now()
+	src.set(KeyActivity{Key: "a", Delivered: 50}, KeyActivity{Key: "b", Delivered: 10})
+	if err := pub.Publish(ctx, at); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rdb.HLen(ctx, hk).Result(); err != nil || n != 2 {
+		t.Fatalf("after the first publish: %d keys in %s, %v; want 2", n, hk, err)
+	}
+	rdb.Del(ctx, hk)
+	src.set(KeyActivity{Key: "a", Delivered: 60}, KeyActivity{Key: "b", Delivered: 10}) // b unchanged
+	for i := 1; i <= 2; i++ {
+		if err := pub.Publish(ctx, at.Add(time.Duration(i)*5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ks, err := rdb.HKeys(ctx, hk).Result(); err != nil || fmt.Sprint(ks) != "[a b]" && fmt.Sprint(ks) != "[b a]" {
+		t.Fatalf("after the hash was gone: %v in %s, %v; want a and b written again", ks, hk, err)
+	}
+	if ttl := rdb.PTTL(ctx, hk).Val(); ttl < 59*time.Minute || ttl > time.Hour {
+		t.Errorf("history hash expires in %v, want an hour", ttl)
+	}
 }
