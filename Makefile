@@ -173,7 +173,7 @@ bench-webhooks:
 # BENCHMARKS.md.
 bench-overload:
 	@$(WITH_SERVERS); \
-	PACER_BENCH_E2E=1 PACER_BENCH_NO_BASELINE=1 PACER_BENCH_SHAPES=9,10,11,12,13 $(call e2e_run,40m,^TestE2EBench$$)
+	PACER_BENCH_E2E=1 PACER_BENCH_NO_BASELINE=1 PACER_BENCH_SHAPES=9,10,11,12,13,14 $(call e2e_run,40m,^TestE2EBench$$)
 
 # bench-capacity: the check of docs/capacity.md: numbers at 80/s against
 # the fake answering in 250-350 ms on the Redis Cluster the servers start,

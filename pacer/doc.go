@@ -15,7 +15,8 @@
 //     produces them to the channel's topic.
 //   - [github.com/pacerhq/pacer/pacer/statuspage]: the live status page:
 //     every replica's active keys, their limits, rates and breakers, and
-//     the campaigns' progress.
+//     the campaigns' progress; each key's last hour kept by every replica
+//     (statuspage/history).
 //   - [github.com/pacerhq/pacer/pacer/webhook]: the providers' status
 //     webhooks (pacer webhook): checks their signatures, produces their
 //     events to pacer.<channel>.events, and applies them (suppressions,

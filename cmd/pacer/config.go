@@ -76,6 +76,8 @@ type config struct {
 	MetricsAddr string `env:"PACER_METRICS_ADDR, default=:9464"`
 	// PACER_PPROF: true also serves Go's profiles (/debug/pprof/) on PACER_METRICS_ADDR; default false.
 	Pprof bool `env:"PACER_PPROF, default=false"`
+	// PACER_STATUS_HISTORY_KEYS: pacing keys whose last hour (a point per 10 s) each pacer run replica keeps for the status page, its most active; about 4.9 KB of memory and at most 1.8 KB of Redis each; 1..100000; default 1000.
+	StatusHistoryKeys int `env:"PACER_STATUS_HISTORY_KEYS, default=1000" unit:"keys"`
 	// PACER_LOG_LEVEL: debug, info, warn or error; default info.
 	LogLevel string `env:"PACER_LOG_LEVEL, default=info" unit:"debug|info|warn|error"`
 	// PACER_LOG_FORMAT: json or text; default json.
@@ -502,6 +504,9 @@ func (c config) validate() []error {
 	}
 	if c.ExpectedReplicas < 1 {
 		bad("PACER_EXPECTED_REPLICAS", "must be >= 1")
+	}
+	if c.StatusHistoryKeys < 1 || c.StatusHistoryKeys > 100_000 {
+		bad("PACER_STATUS_HISTORY_KEYS", fmt.Sprintf("%d is outside 1..100000", c.StatusHistoryKeys))
 	}
 	if c.PortfolioWindow < time.Second || c.PortfolioWindow > portfolio.Window {
 		bad("PACER_PORTFOLIO_WINDOW", fmt.Sprintf("%v must be 1s..24h (WhatsApp's window is 24h)", c.PortfolioWindow))

@@ -151,6 +151,8 @@ func TestLoadConfigNamesTheBadVariable(t *testing.T) {
 		{"PACER_IDEMPOTENCY_TTL", "0s"},
 		{"PACER_REDIS_FAILURE", "open"},
 		{"PACER_EXPECTED_REPLICAS", "0"},
+		{"PACER_STATUS_HISTORY_KEYS", "0"},
+		{"PACER_STATUS_HISTORY_KEYS", "100001"},
 		{"PACER_PORTFOLIO_WINDOW", "500ms"},
 		{"PACER_PORTFOLIO_WINDOW", "48h"},
 		{"PACER_PORTFOLIO_WINDOW", "daily"},

@@ -19,11 +19,12 @@ type KeyBacklog struct {
 func (b KeyBacklog) Total() int { return b.Held + b.Parked }
 
 // KeyStatus is one pacing key as this process shows it on the status
-// page: Delivered as [KeyActivity] counts it, Backlog its
+// page: Delivered and Throttled as [KeyActivity] counts them, Backlog its
 // [KeyBacklog.Total] (0 when it has none).
 type KeyStatus struct {
 	Key       string
 	Delivered uint64
+	Throttled uint64
 	Backlog   int
 }
 
@@ -44,7 +45,7 @@ func (p *Pacer) AppendKeyStatus(dst []KeyStatus, acts []KeyActivity) ([]KeyStatu
 		if ok {
 			delete(by, a.Key)
 		}
-		dst = append(dst, KeyStatus{Key: a.Key, Delivered: a.Delivered, Backlog: n})
+		dst = append(dst, KeyStatus{Key: a.Key, Delivered: a.Delivered, Throttled: a.Throttled, Backlog: n})
 	}
 	for _, b := range bl {
 		if n, ok := by[b.Key]; ok {

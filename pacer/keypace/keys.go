@@ -55,6 +55,14 @@ type Keys struct {
 	// text is the block the keys of m are copied into (see keyTextBlock):
 	// its bytes up to len are keys, never written again.
 	text []byte
+
+	// throttleCount counts, per key of m the provider throttled through this
+	// process (every scope), its throttles: a map of the few keys
+	// throttled rather than 8 bytes more in every key's state
+	// (TestKeyStateBytes); an entry goes with its key's state at a sweep.
+	// thMu guards it, taken after mu when both are.
+	thMu          sync.Mutex
+	throttleCount map[string]uint64
 }
 
 // keyStateBlock is how many keys' states are allocated together. A
@@ -191,6 +199,7 @@ func (p *Keys) Sweep(ctx context.Context, now time.Time) int {
 		st.mu.Lock()
 		if st.users == 0 && at.Sub(st.lastSeen) > activeFor {
 			delete(p.m, k)
+			p.forgetThrottles(k)
 			idle = append(idle, st)
 		} else if st.users == 0 {
 			st.trim(now) // a dispenser whose slots lapsed since the key's last record
@@ -230,7 +239,7 @@ const shrinkFrom = 1024
 const freeOSFrom = 10_000
 
 // Activity is one active pacing key as this process sees it, for a
-// status page that adds up every replica's view. 32 bytes: a publisher
+// status page that adds up every replica's view. 40 bytes: a publisher
 // keeps one per active key between its readings.
 type Activity struct {
 	Key string
@@ -239,6 +248,10 @@ type Activity struct {
 	// when an idle key's state is freed); a reader derives the achieved
 	// rate from two readings.
 	Delivered uint64
+	// Throttled counts the provider's throttles of the key's sends
+	// through this process (every scope: key, pair, account), from the
+	// same start as Delivered.
+	Throttled uint64
 	// InHand is the key's records this process is handling now: fetched,
 	// not yet finished (waiting for a token, being sent).
 	InHand int
@@ -252,14 +265,16 @@ type Activity struct {
 func (p *Keys) AppendActive(dst []Activity) []Activity {
 	now := nowInstant()
 	p.mu.Lock()
+	p.thMu.Lock()
 	out := slices.Grow(dst, len(p.m))
 	for k, st := range p.m {
 		st.mu.Lock()
 		if st.users > 0 || now.Sub(st.lastSeen) <= activeFor {
-			out = append(out, Activity{Key: k, Delivered: st.delivered.Load(), InHand: int(st.users)})
+			out = append(out, Activity{Key: k, Delivered: st.delivered.Load(), Throttled: p.throttleCount[k], InHand: int(st.users)})
 		}
 		st.mu.Unlock()
 	}
+	p.thMu.Unlock()
 	p.mu.Unlock()
 	return out
 }
@@ -276,6 +291,26 @@ func (p *Keys) SlotWaiters(key string) int {
 		return 0
 	}
 	return int(st.normalWaiting.Load())
+}
+
+// countThrottle counts one provider throttle of key (Activity.Throttled).
+func (p *Keys) countThrottle(key string) {
+	p.thMu.Lock()
+	if p.throttleCount == nil {
+		p.throttleCount = map[string]uint64{}
+	}
+	p.throttleCount[key]++
+	p.thMu.Unlock()
+}
+
+// forgetThrottles drops key's count with its state; callers hold p.mu.
+func (p *Keys) forgetThrottles(key string) {
+	p.thMu.Lock()
+	delete(p.throttleCount, key)
+	if len(p.throttleCount) == 0 {
+		p.throttleCount = nil // a Go map keeps the space of its deleted entries
+	}
+	p.thMu.Unlock()
 }
 
 // Rates returns key's rate and ceiling in msgs/s as this process knows

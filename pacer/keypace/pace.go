@@ -465,6 +465,7 @@ func (k *Key) Report(ctx context.Context, now time.Time, r Result, log *slog.Log
 		k.st.delivered.Add(1)
 		p.reportIfDue(ctx, now, k.name, k.st, log)
 	case channels.Throttle:
+		p.countThrottle(k.name)
 		if perr != nil && perr.Scope == channels.ScopePair {
 			return k.pairThrottled(ctx, perr, log)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/control"
+	"github.com/pacerhq/pacer/pacer/statuspage/history"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -61,10 +62,13 @@ type Publisher struct {
 	gen     uint32 // Publish calls so far (wraps after 680 years at 5 s)
 	peak    int    // the most keys prev held since it was made
 	rewrite bool   // the next Publish writes the whole hash again
+
+	hist       *history.Recorder // this replica's last hour of its keys (package history)
+	histFields []any             // the last history write's, reused
 }
 
 // KeyActivity is one active pacing key as this process sees it: what a
-// [Publisher] reads at each publish. 32 bytes: a publisher keeps one per
+// [Publisher] reads at each publish. 40 bytes: a publisher keeps one per
 // active key between its readings.
 type KeyActivity struct {
 	Key string
@@ -73,6 +77,10 @@ type KeyActivity struct {
 	// when an idle key's state is freed); the page derives the achieved
 	// rate from two readings.
 	Delivered uint64
+	// Throttled counts the provider's throttles of the key's sends
+	// through this process (every scope), from the same start as
+	// Delivered: the history shows those of each step.
+	Throttled uint64
 	// Backlog is the key's records in this process: held (fetched, not
 	// yet finished: waiting for a token, being sent) plus the estimated
 	// parked ones whose slots are still ahead, the figure `pacer status`
@@ -87,7 +95,7 @@ type KeyActivity struct {
 func NewPublisher(rdb redis.UniversalClient, cfg Config, source func(dst []KeyActivity) []KeyActivity) *Publisher {
 	cfg.setDefaults()
 	return &Publisher{rdb: rdb, prefix: cfg.Prefix, channel: cfg.Channel, replica: cfg.Replica, interval: cfg.Interval,
-		source: source, log: cfg.Logger}
+		source: source, log: cfg.Logger, hist: history.NewRecorder(cfg.HistoryKeys)}
 }
 
 // Run publishes every interval until ctx ends, then removes this
@@ -133,10 +141,12 @@ func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
 	var fields []any
 	for _, a := range acts {
 		was, ok := p.prev[a.Key]
-		d := a.Delivered
-		if ok && was.delivered <= d {
+		d, th := a.Delivered, a.Throttled
+		if ok && was.delivered <= d && was.throttled <= th {
 			d -= was.delivered // else the key's state was freed and counts from 0 again
+			th -= was.throttled
 		}
+		p.hist.Add(a.Key, p.prevAt, now, d, th, a.Backlog)
 		rate, v := 0.0, warmingUp
 		if !ok {
 			// First seen active here: it was active for part of the
@@ -149,7 +159,7 @@ func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
 			}
 			v = strconv.FormatFloat(rate, 'g', 6, 64)
 		}
-		r := published{delivered: a.Delivered, rate: rate, backlog: int32(min(a.Backlog, math.MaxInt32)), gen: p.gen}
+		r := published{delivered: a.Delivered, throttled: a.Throttled, rate: rate, backlog: int32(min(a.Backlog, math.MaxInt32)), gen: p.gen}
 		if p.rewrite || !ok || was.rate != rate || was.backlog != r.backlog {
 			fields = append(fields, a.Key, v+" "+strconv.Itoa(a.Backlog))
 		}
@@ -197,6 +207,7 @@ func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
 		return nil
 	})
 	p.prevAt = now
+	herr := p.writeHistory(ctx, now)
 	if err != nil {
 		p.rewrite = true
 		return fmt.Errorf("statuspage: publish %q: %w", hk, err)
@@ -204,13 +215,34 @@ func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
 	// The hash was gone before this reading: the next one writes it whole
 	// (an interval with only the changed keys shown).
 	p.rewrite = kept != nil && !kept.Val() && len(p.prev) > 0
+	return herr
+}
+
+// writeHistory writes the keys whose history changed at this reading
+// (history.Recorder.Flush) to this replica's history hash; all of them
+// again at the next reading when the write failed or the hash was gone.
+func (p *Publisher) writeHistory(ctx context.Context, now time.Time) error {
+	clear(p.histFields)
+	fields, gone := p.hist.Flush(now, p.histFields[:0])
+	p.histFields = fields
+	if p.hist.Len() == 0 && len(gone) == 0 {
+		return nil // nothing kept: no write
+	}
+	kept, err := history.Write(ctx, p.rdb, p.prefix, p.channel, p.replica, now, fields, gone)
+	if err != nil || (!kept && len(fields) < 2*p.hist.Len()) {
+		p.hist.Rewrite()
+	}
+	if err != nil {
+		return fmt.Errorf("statuspage: %w", err)
+	}
 	return nil
 }
 
-// published is what a Publisher last published of one key: 24 bytes,
+// published is what a Publisher last published of one key: 32 bytes,
 // one per active key.
 type published struct {
 	delivered uint64  // the key's Delivered at the reading
+	throttled uint64  // the key's Throttled at the reading
 	rate      float64 // msgs/s written; -1: warming up written
 	backlog   int32   // backlog written
 	gen       uint32  // the Publish that last saw the key active
@@ -252,6 +284,11 @@ type Config struct {
 	Interval time.Duration // publish and refresh interval; default DefaultInterval
 	Replica  string        // this process in the replica set; default DefaultReplica()
 	Logger   *slog.Logger  // default slog.Default()
+
+	// HistoryKeys is how many keys a Publisher keeps the last hour of
+	// (package history: the most active; history.RingBytes each);
+	// default history.DefaultKeys.
+	HistoryKeys int
 }
 
 func (c *Config) setDefaults() {

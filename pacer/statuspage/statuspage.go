@@ -40,6 +40,7 @@ import (
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/portfolio"
+	"github.com/pacerhq/pacer/pacer/statuspage/history"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -80,6 +81,10 @@ type Key struct {
 	Backlog  int    `json:"backlog"`
 	Replicas int    `json:"replicas"`        // replicas that handled the key in the last 5 minutes
 	Error    string `json:"error,omitempty"` // its state could not be read
+	// History is the key's last hour, summed over the replicas (package
+	// history); on the first HistoryRows rows of an answer, and absent
+	// when no replica kept it.
+	History *history.Series `json:"history,omitempty"`
 }
 
 // Campaign is one active campaign's progress, from the counters the
@@ -559,6 +564,7 @@ func (pg *Page) Status(ctx context.Context, query, sortBy string, rows int) (*St
 	for i, k := range top {
 		st.Keys[i] = *k
 	}
+	pg.addHistory(ctx, st)
 	if st.Replicas == nil {
 		st.Replicas = []string{}
 	}
