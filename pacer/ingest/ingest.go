@@ -123,6 +123,12 @@ type Deps struct {
 	// Messages, if set, answers GET /v1/messages/{id} (a tenant's own
 	// messages); without it that path answers 404.
 	Messages MessageLookup
+	// Control, if set, gives each campaign published through the API to
+	// the tenant that first published to it (a publish naming another's
+	// is 409) and serves a tenant its own campaigns under
+	// /v1/channels/{channel}/campaigns (campaigns.go); without it no
+	// campaign is owned and those paths list none and answer 404.
+	Control CampaignControl
 }
 
 // PublishedCounter adds envelopes published per campaign to the
@@ -194,6 +200,7 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer) (*Server, error) {
 	s.mux.HandleFunc("/v1/channels/{channel}/messages", s.notAllowed("POST"))
 	s.mux.HandleFunc("GET /v1/messages/{id}", s.getMessage)
 	s.mux.HandleFunc("/v1/messages/{id}", s.notAllowed(messagesAllow))
+	s.registerCampaigns(s.mux)
 	s.mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(OpenAPI)
@@ -390,6 +397,12 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 				Detail: fmt.Sprintf("%d envelopes exceed policy %q, which allows at most %d at once; split the batch", valid, t.Name, t.Capacity())})
 			return
 		}
+	}
+	// A campaign is claimed before the quota step, so nothing is counted
+	// or produced for a batch naming another tenant's campaign.
+	if cp := s.claimCampaigns(ctx, channel, tenant, lines); cp != nil {
+		refuse(cp.Status, cp.problem, cp.header...)
+		return
 	}
 
 	// Distinct ids, in line order.
