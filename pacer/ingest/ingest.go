@@ -5,8 +5,12 @@
 // channel messages/s) and claims the envelope ids in one atomic Redis step
 // (its subpackage quota), produces the envelopes to the channel's topic as
 // `pacer publish` does, and answers 202 only once Kafka acknowledged every
-// record. Every answer carries the IETF RateLimit-Policy and RateLimit
-// fields (see headers.go); errors are RFC 9457 problem+json. The API is
+// record. A tenant reads what became of its messages (GET
+// /v1/messages/{id}, messages.go) and lists, reads, pauses, resumes and
+// cancels its own campaigns, those it first published to
+// (/v1/channels/{channel}/campaigns, campaigns.go). Every answer carries
+// the IETF RateLimit-Policy and RateLimit fields (see headers.go); errors
+// are RFC 9457 problem+json. The API is
 // described by openapi.yaml in this package, served at /openapi.yaml, with
 // the process's /healthz, /readyz and /metrics (ops.go).
 //
