@@ -26,6 +26,7 @@ const DefaultPrefix = "pacer"
 //	pacer:{whatsapp:106540352242922}:limit              Limit
 //	pacer:{<scope>:<key>}:window                        Window
 //	pacer:{whatsapp}:campaign:<campaign>                Campaign
+//	pacer:{whatsapp}:tenant-campaigns:<tenant>          TenantCampaigns
 //	pacer:{whatsapp}:ids:<generation>                   ChannelIDs
 //	pacer:{whatsapp}:horizon:<group>:<topic>:<part>     Horizon
 //
@@ -233,6 +234,16 @@ func (k Keys) Outcomes(channel, id string) string {
 //	pacer:{<channel>}:campaigns
 func (k Keys) Campaigns(channel string) string {
 	return k.Prefix() + ":{" + channel + "}:campaigns"
+}
+
+// TenantCampaigns is the index of a tenant's campaigns of a channel
+// (package control): a sorted set of the campaigns the ingest API's
+// tenant owns (the campaign hash's tenant field), scored by the Unix ms of
+// its last publish to each, in the campaigns' slot.
+//
+//	pacer:{<channel>}:tenant-campaigns:<tenant>
+func (k Keys) TenantCampaigns(channel, tenant string) string {
+	return k.Prefix() + ":{" + channel + "}:tenant-campaigns:" + tenant
 }
 
 // Window is the sliding-window counter of (scope, key), e.g. scope "tenant"

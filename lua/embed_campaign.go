@@ -8,3 +8,8 @@ var CampaignCount = compose("campaign_count.lua")
 // message and kind; see outcome_count.lua (with int_arg.lua and count_args.lua) for the
 // contract.
 var OutcomeCount = compose("outcome_count.lua")
+
+// CampaignClaim claims campaigns for a tenant of the ingest API, the
+// first publisher owning each; see campaign_claim.lua (with int_arg.lua)
+// for the contract.
+var CampaignClaim = compose("campaign_claim.lua")

@@ -43,6 +43,7 @@ var scripts = []struct {
 	{"suppress_add.lua", SuppressAdd, nil},
 	{"campaign_count.lua", CampaignCount, []string{"int_arg", "count_args"}},
 	{"outcome_count.lua", OutcomeCount, []string{"int_arg", "count_args"}},
+	{"campaign_claim.lua", CampaignClaim, []string{"int_arg"}},
 	{"portfolio.lua", Portfolio, nil},
 	{"quota.lua", Quota, []string{"int_arg", "claim_args", "refill", "window_read", "clock"}},
 	{"quota_finish.lua", QuotaFinish, []string{"int_arg", "claim_args"}},

@@ -1,6 +1,6 @@
 -- int_arg.lua: a fragment, not a script. compose (lua/compose.go) splices
 -- it in place of the line "-- @include int_arg" of cooldown.lua,
--- slow_start.lua, ledger.lua, campaign_count.lua, outcome_count.lua,
+-- slow_start.lua, ledger.lua, campaign_count.lua, campaign_claim.lua, outcome_count.lua,
 -- quota.lua and quota_finish.lua.
 --
 -- Reads no KEYS or ARGV. Defines int_error(script, name, v, min, finite):

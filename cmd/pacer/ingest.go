@@ -227,13 +227,14 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ctl := control.New(rdb, bucket.NewKeys(cfg.RedisPrefix))
 	srv, err := ingest.New(ingest.Config{
 		Channels: channels, IPLimit: bucket.Limit{PerSecond: ic.IPRate, Burst: ic.IPBurst},
 		ChannelLimit:   bucket.Limit{PerSecond: ic.ChannelRate, Burst: ic.ChannelBurst},
 		TrustedProxies: proxies, IdempotencyTTL: cfg.IdempotencyTTL, ProduceTimeout: ic.ProduceTimeout,
 		Partitions: ic.Partitions, RedisFailure: cfg.RedisFailure, Logger: log,
 	}, ingest.Deps{Kafka: kc, Quota: q, Fallback: quota.NewLocal(cfg.ExpectedReplicas), Keys: bucket.NewKeys(cfg.RedisPrefix),
-		Tenants: tf.Tenants, Campaigns: control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)),
+		Tenants: tf.Tenants, Campaigns: ctl, Control: ctl,
 		Messages:  message.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix), cfg.LedgerTTL),
 		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, KafkaPing: kc.Ping}, reg)

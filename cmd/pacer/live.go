@@ -222,28 +222,16 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 		if err != nil {
 			return fmt.Errorf("campaign %s: %w", verb, err)
 		}
-		name := func(s control.State) string {
-			if s == control.Running {
-				return "running"
-			}
-			return string(s)
-		}
-		newLogger(cfg, stderr).Info("campaign state set", "channel", *channel, "campaign", *campaign, "old", name(old), "new", name(want))
-		fmt.Fprintf(stdout, "campaign %s of %s: %s (was %s); running pacers apply it within about 1 s\n", quoteText(*campaign), *channel, name(want), name(old))
+		newLogger(cfg, stderr).Info("campaign state set", "channel", *channel, "campaign", *campaign, "old", old.Name(), "new", want.Name())
+		fmt.Fprintf(stdout, "campaign %s of %s: %s (was %s); running pacers apply it within about 1 s\n", quoteText(*campaign), *channel, want.Name(), old.Name())
 		if want == control.Cancelled {
 			fmt.Fprintf(stdout, "its records go to the DLQ with reason cancelled; pacer dlq replay --channel %s --reason cancelled --campaign %s puts them back\n", *channel, quoteText(*campaign))
 		}
 		return nil
 	}
-	s, err := st.CampaignStatus(ctx, *channel, *campaign)
+	s, known, err := st.Find(ctx, *channel, *campaign)
 	if err != nil {
 		return fmt.Errorf("campaign status: %w", err)
-	}
-	known := true
-	if s.State == "running" && s.Published < 0 && s.Delivered == 0 && len(s.DeadLetters) == 0 && s.Duplicates == 0 {
-		if known, err = st.Known(ctx, *channel, *campaign); err != nil {
-			return fmt.Errorf("campaign status: %w", err)
-		}
 	}
 	if !known {
 		return unknownCampaign(verb, *campaign, *channel, "")
@@ -251,7 +239,7 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(statusJSON(s))
+		return enc.Encode(s.JSON())
 	}
 	unknown := func(n int64) string {
 		if n < 0 {
@@ -260,6 +248,9 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 		return strconv.FormatInt(n, 10)
 	}
 	fmt.Fprintf(stdout, "campaign %s of %s: %s\n", quoteText(s.Campaign), *channel, s.State)
+	if s.Tenant != "" {
+		fmt.Fprintf(stdout, "  tenant        %s (published through the ingest API)\n", s.Tenant)
+	}
 	// published counts records: a file published again after a fix
 	// counts its good lines twice there; messages is the distinct ids,
 	// once the pacer skipped the copies as duplicates.
@@ -334,25 +325,4 @@ func writeOutcomes(w io.Writer, s control.Status) {
 func unknownCampaign(verb, campaign, channel, hint string) error {
 	return &usageError{fmt.Sprintf("campaign %s: campaign %s of %s is not known (nothing published, sent or set for it); check the name%s",
 		verb, quoteText(campaign), channel, hint)}
-}
-
-// campaignJSON is `campaign status --json`: [control.Status] with what is
-// not known as null instead of -1 (eta_seconds is null in control.Status
-// itself, as on the status page).
-type campaignJSON struct {
-	control.Status
-	Published *int64 `json:"published"` // null: not counted (records not written by pacer publish or ingest)
-	Messages  *int64 `json:"messages"`  // null when published is
-	Remaining *int64 `json:"remaining"` // null when published is
-}
-
-func statusJSON(s control.Status) campaignJSON {
-	out := campaignJSON{Status: s}
-	if s.Published >= 0 {
-		out.Published, out.Messages = &s.Published, &s.Messages
-	}
-	if s.Remaining >= 0 {
-		out.Remaining = &s.Remaining
-	}
-	return out
 }

@@ -457,7 +457,10 @@ type Status struct {
 	ETASeconds  *float64         `json:"eta_seconds"`  // remaining / rate, s; nil (JSON null) when none: see [Status.ETA]
 	First       time.Time        `json:"first_delivery,omitzero"`
 	Last        time.Time        `json:"last_delivery,omitzero"`
-	LastActive  time.Time        `json:"last_active,omitzero"` // Recent only: its score in the channel's index
+	LastActive  time.Time        `json:"last_active,omitzero"` // Recent and TenantCampaigns only: its score in the channel's index
+	// Tenant is the ingest API's tenant that owns the campaign (the first
+	// to publish to it); empty for one published outside the API.
+	Tenant string `json:"tenant,omitempty"`
 
 	// The outcomes providers reported after accepting its messages
 	// (package webhook, [Store.CountOutcomes]), each message counted once
@@ -521,7 +524,7 @@ func (s *Store) Recent(ctx context.Context, channel string, since time.Time, n i
 
 // parseStatus reads a campaign's hash.
 func parseStatus(campaign string, m map[string]string) Status {
-	st := Status{Campaign: campaign, State: m["state"], Published: -1, Remaining: -1, DeadLetters: map[string]int64{},
+	st := Status{Campaign: campaign, State: m["state"], Tenant: m["tenant"], Published: -1, Remaining: -1, DeadLetters: map[string]int64{},
 		Failed: map[string]int64{}, Bounced: map[string]int64{}, Suppressed: map[string]int64{}}
 	if st.State == "" {
 		st.State = "running"

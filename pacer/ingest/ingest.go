@@ -5,8 +5,12 @@
 // channel messages/s) and claims the envelope ids in one atomic Redis step
 // (its subpackage quota), produces the envelopes to the channel's topic as
 // `pacer publish` does, and answers 202 only once Kafka acknowledged every
-// record. Every answer carries the IETF RateLimit-Policy and RateLimit
-// fields (see headers.go); errors are RFC 9457 problem+json. The API is
+// record. A tenant reads what became of its messages (GET
+// /v1/messages/{id}, messages.go) and lists, reads, pauses, resumes and
+// cancels its own campaigns, those it first published to
+// (/v1/channels/{channel}/campaigns, campaigns.go). Every answer carries
+// the IETF RateLimit-Policy and RateLimit fields (see headers.go); errors
+// are RFC 9457 problem+json. The API is
 // described by openapi.yaml in this package, served at /openapi.yaml, with
 // the process's /healthz, /readyz and /metrics (ops.go).
 //
@@ -16,7 +20,7 @@
 //	pacer_ingest_messages_total{outcome}              envelope lines: accepted, duplicate, rejected (every invalid line, a 400's too), failed
 //	pacer_ingest_quota_refusals_total{tier}           429s by the tier that refused
 //	pacer_ingest_request_duration_seconds             time to answer a POST
-//	pacer_ingest_redis_calls_total{call}              quota script calls: take, finish
+//	pacer_ingest_redis_calls_total{call}              Redis round trips: take, finish (quota scripts), claim (campaign owners), published
 //	pacer_ingest_redis_errors_total                   quota calls that failed on Redis
 //	pacer_ingest_redis_fallback                       1 while quotas are per process (PACER_REDIS_FAILURE=local)
 package ingest
@@ -123,6 +127,12 @@ type Deps struct {
 	// Messages, if set, answers GET /v1/messages/{id} (a tenant's own
 	// messages); without it that path answers 404.
 	Messages MessageLookup
+	// Control, if set, gives each campaign published through the API to
+	// the tenant that first published to it (a publish naming another's
+	// is 409) and serves a tenant its own campaigns under
+	// /v1/channels/{channel}/campaigns (campaigns.go); without it no
+	// campaign is owned and those paths list none and answer 404.
+	Control CampaignControl
 }
 
 // PublishedCounter adds envelopes published per campaign to the
@@ -194,6 +204,7 @@ func New(cfg Config, deps Deps, reg prometheus.Registerer) (*Server, error) {
 	s.mux.HandleFunc("/v1/channels/{channel}/messages", s.notAllowed("POST"))
 	s.mux.HandleFunc("GET /v1/messages/{id}", s.getMessage)
 	s.mux.HandleFunc("/v1/messages/{id}", s.notAllowed(messagesAllow))
+	s.registerCampaigns(s.mux)
 	s.mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Write(OpenAPI)
@@ -390,6 +401,12 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 				Detail: fmt.Sprintf("%d envelopes exceed policy %q, which allows at most %d at once; split the batch", valid, t.Name, t.Capacity())})
 			return
 		}
+	}
+	// A campaign is claimed before the quota step, so nothing is counted
+	// or produced for a batch naming another tenant's campaign.
+	if cp := s.claimCampaigns(ctx, channel, tenant, lines); cp != nil {
+		refuse(cp.Status, cp.problem, cp.header...)
+		return
 	}
 
 	// Distinct ids, in line order.

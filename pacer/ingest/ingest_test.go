@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -70,7 +71,8 @@ type env struct {
 	srv   *ingest.Server
 	reg   *prometheus.Registry
 	ctl   *control.Store // campaign counters on the same miniredis
-	rdb   *redis.Client  // the miniredis
+	rdb   *redis.Client  // the miniredis, or the redis-server of opts.realRedis
+	keys  bucket.Keys    // the gateway's key names
 	url   string
 	oapi  validator.Validator
 }
@@ -82,6 +84,10 @@ type opts struct {
 	failure    string
 	trusted    []netip.Prefix
 	kafkaAddrs []string // default: the kfake cluster
+	tenants    string   // the tenants file; default tenantsJSON(rate, burst, day)
+	// realRedis runs the gateway on the test redis-server (testenv) under
+	// a key prefix of its own, instead of miniredis (e.mr is then nil).
+	realRedis bool
 }
 
 func newEnv(t *testing.T, o opts) *env {
@@ -92,8 +98,15 @@ func newEnv(t *testing.T, o opts) *env {
 	if o.ip.PerSecond == 0 {
 		o.ip = bucket.Limit{PerSecond: 1000, Burst: 1000}
 	}
-	e := &env{t: t, mr: miniredis.RunT(t), reg: prometheus.NewRegistry()}
-	e.mr.SetTime(t0) // TIME in scripts; the test moves it
+	e := &env{t: t, reg: prometheus.NewRegistry()}
+	addr, db, keys := "", 0, bucket.NewKeys("")
+	if o.realRedis {
+		addr, db, keys = testenv.RedisAddr(t), testenv.RedisDB, bucket.NewKeys("ingest-test-"+rand.Text())
+	} else {
+		e.mr = miniredis.RunT(t)
+		e.mr.SetTime(t0) // TIME in scripts; the test moves it
+		addr = e.mr.Addr()
+	}
 	e.kc = testenv.FakeKafka(t, 4, "pacer.whatsapp", "pacer.sendgrid")
 	addrs := o.kafkaAddrs
 	if addrs == nil {
@@ -101,20 +114,24 @@ func newEnv(t *testing.T, o opts) *env {
 	}
 	e.kafka = testenv.KafkaClient(t, addrs, kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordDeliveryTimeout(2*time.Second))
-	ts, err := ingest.ParseTenants([]byte(tenantsJSON(o.rate, o.burst, o.day)), []string{"whatsapp", "sendgrid"})
+	if o.tenants == "" {
+		o.tenants = tenantsJSON(o.rate, o.burst, o.day)
+	}
+	ts, err := ingest.ParseTenants([]byte(o.tenants), []string{"whatsapp", "sendgrid"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: e.mr.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DB: db, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
-	e.ctl = control.New(rdb, bucket.NewKeys(""))
+	e.keys = keys
+	e.ctl = control.New(rdb, keys)
 	e.rdb = rdb
 	e.srv, err = ingest.New(ingest.Config{
 		Channels: []string{"whatsapp", "sendgrid"}, IPLimit: o.ip, ChannelLimit: bucket.Limit{PerSecond: 5000, Burst: 5000},
 		TrustedProxies: o.trusted, RedisFailure: o.failure, ProduceTimeout: 3 * time.Second, Partitions: 4,
-	}, ingest.Deps{Kafka: e.kafka, Quota: quota.New(rdb), Fallback: quota.NewLocal(2), Keys: bucket.NewKeys(""),
-		Tenants: func() *ingest.Tenants { return ts }, Campaigns: e.ctl, KafkaPing: e.kafka.Ping,
-		Messages: message.NewStore(rdb, bucket.NewKeys(""), 0),
+	}, ingest.Deps{Kafka: e.kafka, Quota: quota.New(rdb), Fallback: quota.NewLocal(2), Keys: keys,
+		Tenants: func() *ingest.Tenants { return ts }, Campaigns: e.ctl, Control: e.ctl, KafkaPing: e.kafka.Ping,
+		Messages: message.NewStore(rdb, keys, 0),
 		Metrics:  promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{})}, e.reg)
 	if err != nil {
 		t.Fatal(err)
