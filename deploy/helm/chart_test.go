@@ -473,7 +473,7 @@ func TestOptionalTemplates(t *testing.T) {
 		tr := so.Spec.Triggers[0]
 		m := tr.Metadata
 		if tr.Type != "kafka" || m["consumerGroup"] != "pacer-"+ch || m["topic"] != "pacer."+ch || m["lagThreshold"] != "1000" ||
-			m["bootstrapServers"] != "kafka-0.kafka:9092,kafka-1.kafka:9092,kafka-2.kafka:9092" || m["allowIdleConsumers"] != "false" ||
+			m["bootstrapServers"] != "kafka-0.kafka:9092,kafka-1.kafka:9092,kafka-2.kafka:9092" || m["allowIdleConsumers"] != "false" || m["offsetResetPolicy"] != "earliest" ||
 			tr.AuthenticationRef == nil || tr.AuthenticationRef.Name != "pacer-kafka" {
 			t.Errorf("ScaledObject %s: trigger %s %v auth %+v", so.Metadata.Name, tr.Type, m, tr.AuthenticationRef)
 		}
@@ -581,6 +581,9 @@ func TestBadValues(t *testing.T) {
 		{"SASL without a user",
 			map[string]any{"kafka": map[string]any{"sasl": map[string]any{"mechanism": "PLAIN"}}},
 			"kafka.sasl.username is required with kafka.sasl.mechanism"},
+		{"a setting the values own",
+			map[string]any{"config": map[string]any{"PACER_EXPECTED_REPLICAS": "3"}},
+			"config.PACER_EXPECTED_REPLICAS: set the replicas values (each Deployment sets its own) instead"},
 		{"no credentials",
 			map[string]any{"channels": map[string]any{"fcm": map[string]any{"credentialsSecrets": []any{}}}},
 			"channels.fcm.credentialsSecrets: name at least one Secret"},
@@ -597,3 +600,61 @@ func metav1LabelSelector(s metav1.LabelSelector) (labels.Selector, error) {
 }
 
 func labelsSet(m map[string]string) labels.Set { return labels.Set(m) }
+
+// valuePaths returns the dotted paths of values.yaml's values, as
+// docs/kubernetes.md's table names them: a channel's as
+// channels.<name>.X, and maps that hold settings, resources, labels or a
+// Secret's name and key as one value.
+func valuePaths(prefix string, m map[string]any) []string {
+	var out []string
+	for k, v := range m {
+		p := prefix + k
+		if prefix == "channels." {
+			p = "channels.<name>"
+		}
+		sub, isMap := v.(map[string]any)
+		switch {
+		case !isMap || k == "config" || k == "env" || k == "resources" || k == "labels" || strings.HasSuffix(k, "Secret"):
+			out = append(out, p)
+		default:
+			out = append(out, valuePaths(p+".", sub)...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// TestValuesDocumented: docs/kubernetes.md's table has a row for every
+// value of values.yaml, and no row for a value the chart does not have.
+func TestValuesDocumented(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vals map[string]any
+	if err := yaml.Unmarshal(b, &vals); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../../docs/kubernetes.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-zA-Z.<>]+)` \\|").FindAllStringSubmatch(string(doc), -1) {
+		rows[m[1]] = true
+	}
+	paths := valuePaths("", vals)
+	if len(paths) < 50 {
+		t.Fatalf("%d values found in values.yaml", len(paths))
+	}
+	for _, p := range paths {
+		if !rows[p] {
+			t.Errorf("value %s has no row in docs/kubernetes.md's values table", p)
+		}
+		delete(rows, p)
+	}
+	delete(rows, "channels.<name>.keda") // set per channel only, not in values.yaml
+	for r := range rows {
+		t.Errorf("docs/kubernetes.md documents %s, which values.yaml does not have", r)
+	}
+}
