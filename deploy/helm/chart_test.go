@@ -36,12 +36,19 @@ const chartDir = "pacer"
 // error a `fail` or `required` in a template gives.
 func render(t *testing.T, vals map[string]any) (map[string]string, error) {
 	t.Helper()
+	return renderSchema(t, vals, false)
+}
+
+// renderSchema is render, with values.schema.json skipped if skipSchema
+// (helm template --skip-schema-validation).
+func renderSchema(t *testing.T, vals map[string]any, skipSchema bool) (map[string]string, error) {
+	t.Helper()
 	ch, err := loader.LoadDir(chartDir)
 	if err != nil {
 		t.Fatalf("load %s: %v", chartDir, err)
 	}
 	v, err := util.ToRenderValuesWithSchemaValidation(ch, vals,
-		common.ReleaseOptions{Name: "pacer", Namespace: "pacer", IsInstall: true, Revision: 1}, common.DefaultCapabilities, false)
+		common.ReleaseOptions{Name: "pacer", Namespace: "pacer", IsInstall: true, Revision: 1}, common.DefaultCapabilities, skipSchema)
 	if err != nil {
 		return nil, err
 	}
@@ -571,13 +578,19 @@ func TestBadValues(t *testing.T) {
 			"keda.minReplicaCount 5 and maxReplicaCount 4"},
 		{"no replicas",
 			map[string]any{"channels": map[string]any{"sendgrid": map[string]any{"replicas": 0}}},
-			"channels.sendgrid.replicas 0: want at least 1"},
+			"at '/channels/sendgrid/replicas': minimum: got 0, want 1"},
 		{"unknown channel",
 			map[string]any{"channels": map[string]any{"telegram": map[string]any{"enabled": true}}},
-			`channels.telegram: Pacer has no channel "telegram"`},
+			"at '/channels': additional properties 'telegram' not allowed"},
 		{"SASL mechanism",
 			map[string]any{"kafka": map[string]any{"sasl": map[string]any{"mechanism": "GSSAPI"}}},
-			`kafka.sasl.mechanism "GSSAPI": want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512`},
+			"at '/kafka/sasl/mechanism': value must be one of '', 'PLAIN', 'SCRAM-SHA-256', 'SCRAM-SHA-512'"},
+		{"a misspelt value",
+			map[string]any{"channels": map[string]any{"fcm": map[string]any{"replica": 3}}},
+			"at '/channels/fcm': additional properties 'replica' not allowed"},
+		{"a port that is no number",
+			map[string]any{"metricsPort": "9464"},
+			"at '/metricsPort': got string, want integer"},
 		{"SASL without a user",
 			map[string]any{"kafka": map[string]any{"sasl": map[string]any{"mechanism": "PLAIN"}}},
 			"kafka.sasl.username is required with kafka.sasl.mechanism"},
@@ -591,6 +604,24 @@ func TestBadValues(t *testing.T) {
 		_, err := render(t, tc.vals)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v\nwant an error saying %q", tc.name, err, tc.want)
+		}
+	}
+	// The templates refuse what the schema refuses too, for
+	// helm template --skip-schema-validation.
+	for _, tc := range []struct {
+		vals map[string]any
+		want string
+	}{
+		{map[string]any{"channels": map[string]any{"sendgrid": map[string]any{"replicas": 0}}},
+			"channels.sendgrid.replicas 0: want at least 1"},
+		{map[string]any{"channels": map[string]any{"telegram": map[string]any{"enabled": true}}},
+			`channels.telegram: Pacer has no channel "telegram"`},
+		{map[string]any{"kafka": map[string]any{"sasl": map[string]any{"mechanism": "GSSAPI"}}},
+			`kafka.sasl.mechanism "GSSAPI": want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512`},
+	} {
+		_, err := renderSchema(t, tc.vals, true)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("without the schema, %v: %v\nwant an error saying %q", tc.vals, err, tc.want)
 		}
 	}
 }
@@ -656,5 +687,28 @@ func TestValuesDocumented(t *testing.T) {
 	delete(rows, "channels.<name>.keda") // set per channel only, not in values.yaml
 	for r := range rows {
 		t.Errorf("docs/kubernetes.md documents %s, which values.yaml does not have", r)
+	}
+}
+
+// TestKedaPerChannel: a channel's own keda values override keda's, and
+// its PACER_EXPECTED_REPLICAS follows its own maxReplicaCount.
+func TestKedaPerChannel(t *testing.T) {
+	objs := objects(t, map[string]any{
+		"keda": map[string]any{"enabled": true, "maxReplicaCount": 8},
+		"channels": map[string]any{
+			"fcm":      map[string]any{"partitions": 6, "keda": map[string]any{"maxReplicaCount": 6, "lagThreshold": 50}},
+			"apns":     map[string]any{"enabled": false},
+			"sendgrid": map[string]any{"enabled": false},
+		},
+		"ingest": map[string]any{"enabled": false},
+	})
+	checkPods(t, objs, map[string]int{"pacer-fcm": 6, "pacer-whatsapp": 8})
+	got := map[string]string{}
+	for _, so := range find[*scaledObject](objs) {
+		got[so.Metadata.Name] = fmt.Sprintf("%d-%d lag %s", *so.Spec.MinReplicaCount, *so.Spec.MaxReplicaCount, so.Spec.Triggers[0].Metadata["lagThreshold"])
+	}
+	want := map[string]string{"pacer-fcm": "1-6 lag 50", "pacer-whatsapp": "1-8 lag 1000"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("ScaledObjects %v, want %v", got, want)
 	}
 }
