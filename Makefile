@@ -49,7 +49,7 @@ test:
 	@$(WITH_SERVERS); \
 	echo "PACER_TEST_KAFKA_BROKERS=$$PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR=$$PACER_TEST_REDIS_ADDR"; \
 	rc=0; $(GO) test -race -count=1 -timeout $(GO_TEST_TIMEOUT) $(PKGS) || rc=$$?; \
-	if [ "$(PKGS)" = "./..." ]; then $(MAKE) -s test-helm || rc=$$?; fi; \
+	if [ "$(PKGS)" = "./..." ]; then $(HELM_TEST) || rc=$$?; fi; \
 	exit $$rc
 
 # test-helm: the Helm chart's tests (deploy/helm, a Go module of its own so
@@ -58,8 +58,9 @@ test:
 # tests render templates, and Helm's packages take minutes to build with
 # it). About 5 s once built; the first build about 2 minutes. `make test`
 # runs it.
+HELM_TEST = (cd deploy/helm && $(GO) test -count=1 -timeout 10m ./...)
 test-helm:
-	cd deploy/helm && $(GO) test -count=1 -timeout 10m ./...
+	@$(HELM_TEST)
 
 # test-e2e: the tests of cmd/pacer's files tagged e2e (`make test` runs the
 # package's other tests). -run names them, so the in-process tests do not
