@@ -35,7 +35,7 @@ WITH_SERVERS = trap '$(STOP_STARTED)' EXIT; env_out=$$(scripts/test-env.sh); eva
 # -run $(2), verbose, with timeout $(1).
 e2e_run = $(GO) test -tags e2e -count=1 -timeout $(1) -v -run '$(2)' ./cmd/pacer/
 
-.PHONY: build demo test test-e2e bench bench-pacing bench-e2e bench-ingest bench-queue bench-live bench-backlog bench-webhooks bench-overload bench-capacity soak lint servers stop-servers
+.PHONY: build demo test test-helm test-e2e bench bench-pacing bench-e2e bench-ingest bench-queue bench-live bench-backlog bench-webhooks bench-overload bench-capacity soak lint servers stop-servers
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
 
@@ -48,7 +48,19 @@ demo:
 test:
 	@$(WITH_SERVERS); \
 	echo "PACER_TEST_KAFKA_BROKERS=$$PACER_TEST_KAFKA_BROKERS PACER_TEST_REDIS_ADDR=$$PACER_TEST_REDIS_ADDR"; \
-	$(GO) test -race -count=1 -timeout $(GO_TEST_TIMEOUT) $(PKGS)
+	rc=0; $(GO) test -race -count=1 -timeout $(GO_TEST_TIMEOUT) $(PKGS) || rc=$$?; \
+	if [ "$(PKGS)" = "./..." ]; then $(HELM_TEST) || rc=$$?; fi; \
+	exit $$rc
+
+# test-helm: the Helm chart's tests (deploy/helm, a Go module of its own so
+# that Helm's dependencies stay out of Pacer's): the chart rendered and
+# linted in-process with Helm's Go library. No servers; without -race (the
+# tests render templates, and Helm's packages take minutes to build with
+# it). About 5 s once built; the first build about 2 minutes. `make test`
+# runs it.
+HELM_TEST = (cd deploy/helm && $(GO) test -count=1 -timeout 10m ./...)
+test-helm:
+	@$(HELM_TEST)
 
 # test-e2e: the tests of cmd/pacer's files tagged e2e (`make test` runs the
 # package's other tests). -run names them, so the in-process tests do not
@@ -192,6 +204,7 @@ soak:
 
 lint:
 	$(GO) vet ./...
+	cd deploy/helm && $(GO) vet ./...
 
 # Start the servers and leave them running (for repeated `go test` runs):
 #   eval "$(make -s servers)"

@@ -382,6 +382,26 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 		probe(c.LivenessProbe, "/healthz")
 		probe(c.ReadinessProbe, "/readyz")
+		// Before /healthz answers, `pacer run` may wait up to
+		// PACER_KAFKA_STARTUP_TIMEOUT (1m) for a seed broker: the startup
+		// probe holds the liveness probe back longer than that.
+		probe(c.StartupProbe, "/healthz")
+		if p := c.StartupProbe; p != nil && p.PeriodSeconds*p.FailureThreshold <= 60 {
+			t.Errorf("%s: the startup probe allows %d s, want more than PACER_KAFKA_STARTUP_TIMEOUT (60 s)", name, p.PeriodSeconds*p.FailureThreshold)
+		}
+		// The local failure mode's share of a rate is 1/PACER_EXPECTED_REPLICAS:
+		// each Deployment sets its own, equal to its replicas.
+		expected := ""
+		for _, e := range c.Env {
+			if e.Name == "PACER_EXPECTED_REPLICAS" {
+				expected = e.Value
+			}
+		}
+		if d.Spec.Replicas == nil {
+			t.Errorf("%s: no replicas", name)
+		} else if expected != fmt.Sprint(*d.Spec.Replicas) {
+			t.Errorf("%s: PACER_EXPECTED_REPLICAS %q, want its replicas %d", name, expected, *d.Spec.Replicas)
+		}
 		drain := 30 * time.Second // PACER_DRAIN's default
 		for _, e := range c.Env {
 			if e.Name == "PACER_DRAIN" {
@@ -446,6 +466,11 @@ func TestKubernetesManifests(t *testing.T) {
 			if ef.ConfigMapRef != nil && !slices.ContainsFunc(cms, func(cm *corev1.ConfigMap) bool { return cm.Name == ef.ConfigMapRef.Name }) {
 				t.Errorf("%s: ConfigMap %s is not among the manifests", name, ef.ConfigMapRef.Name)
 			}
+		}
+	}
+	for _, cm := range cms {
+		if _, ok := cm.Data["PACER_EXPECTED_REPLICAS"]; ok {
+			t.Errorf("ConfigMap %s sets PACER_EXPECTED_REPLICAS for every Deployment; each Deployment sets its own", cm.Name)
 		}
 	}
 	for _, ch := range channelNames(t) {
