@@ -161,7 +161,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	go publishBacklog(ctx, rdb, cfg.RedisPrefix, ch.name, p.Owner(), p, log)
 	// The status page: this replica publishes its active keys, and its page
 	// shows every replica's, with each key's limit as set at run time.
-	scfg := statuspage.Config{Channel: ch.name, Prefix: cfg.RedisPrefix, Logger: log, Policy: policy, HistoryKeys: cfg.StatusHistoryKeys}
+	scfg := statuspage.Config{Channel: ch.name, Prefix: cfg.RedisPrefix, Logger: log, Policy: policy, HistoryKeys: cfg.StatusHistoryKeys, Overloaded: p.Overloaded}
 	go statuspage.NewPublisher(rdb, scfg, activeKeys(p)).Run(ctx)
 	extra := []func(*http.ServeMux){statuspage.New(rdb, scfg).Register}
 	if cfg.Pprof {

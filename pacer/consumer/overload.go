@@ -50,6 +50,11 @@ func (p *Pacer) overloadLoop(ctx context.Context) {
 	tick.Every(ctx, OverloadLook, func(now time.Time) { p.lookOverload(&w, now) })
 }
 
+// Overloaded reports whether the last look found more than OverloadShare
+// of the last minute's send slots given up as late (pacer_overloaded): the
+// status page names such a replica.
+func (p *Pacer) Overloaded() bool { return p.isOverloaded.Load() }
+
 // overloadNow reads the counters at now.
 func (p *Pacer) overloadNow(now time.Time) overload {
 	return overload{lapsed: counterValue(p.m.lateSlots.WithLabelValues()), slots: sampleCount(p.m.latenessO), at: now}
@@ -70,6 +75,7 @@ func (p *Pacer) lookOverload(w *overloadWatch, now time.Time) {
 	lapsed, slots := cur.lapsed-from.lapsed, cur.slots-from.slots
 	over := slots > 0 && lapsed > OverloadShare*slots
 	g := p.m.overloaded.WithLabelValues()
+	p.isOverloaded.Store(over)
 	if !over {
 		g.Set(0)
 		return

@@ -529,6 +529,7 @@ func (c *Config) retryTopic(n int) string { return fmt.Sprintf("%s.retry.%d", c.
 // [New] and call [Pacer.Run] once.
 type Pacer struct {
 	cfg          Config
+	isOverloaded atomic.Bool // the last overload look's verdict (see Overloaded)
 	kopts        []kgo.Opt
 	bucket       Bucket
 	ledger       *ledger.Batcher

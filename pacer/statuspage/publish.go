@@ -33,6 +33,13 @@ func replicasKey(prefix, channel string) string {
 	return prefix + ":status:{" + channel + "}:replicas"
 }
 
+// overloadedKey is the sorted set of replicas that said at their last
+// publish they are overloaded (Config.Overloaded): replica name -> Unix ms
+// of that publish; a replica that no longer is, or stopped, leaves it.
+func overloadedKey(prefix, channel string) string {
+	return prefix + ":status:{" + channel + "}:overloaded"
+}
+
 func replicaKey(prefix, channel, replica string) string {
 	return prefix + ":status:{" + channel + "}:replica:" + replica
 }
@@ -48,14 +55,15 @@ func DefaultReplica() string {
 // backlog, so that any replica's status page shows the whole
 // channel. One Publisher per process and channel; Run is its only loop.
 type Publisher struct {
-	rdb      redis.UniversalClient
-	prefix   string
-	channel  string
-	replica  string
-	interval time.Duration
-	source   func(dst []KeyActivity) []KeyActivity
-	acts     []KeyActivity // the last reading's, reused
-	log      *slog.Logger
+	rdb        redis.UniversalClient
+	prefix     string
+	channel    string
+	replica    string
+	interval   time.Duration
+	source     func(dst []KeyActivity) []KeyActivity
+	overloaded func() bool   // Config.Overloaded
+	acts       []KeyActivity // the last reading's, reused
+	log        *slog.Logger
 
 	prev    map[string]published // per active key: what the last reading (at prevAt) saw and wrote
 	prevAt  time.Time
@@ -95,7 +103,7 @@ type KeyActivity struct {
 func NewPublisher(rdb redis.UniversalClient, cfg Config, source func(dst []KeyActivity) []KeyActivity) *Publisher {
 	cfg.setDefaults()
 	return &Publisher{rdb: rdb, prefix: cfg.Prefix, channel: cfg.Channel, replica: cfg.Replica, interval: cfg.Interval,
-		source: source, log: cfg.Logger, hist: history.NewRecorder(cfg.HistoryKeys)}
+		source: source, log: cfg.Logger, hist: history.NewRecorder(cfg.HistoryKeys), overloaded: cfg.Overloaded}
 }
 
 // Run publishes every interval until ctx ends, then removes this
@@ -111,6 +119,7 @@ func (p *Publisher) Run(ctx context.Context) {
 	tick.Every(ctx, p.interval, publish)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	p.rdb.ZRem(cctx, replicasKey(p.prefix, p.channel), p.replica)
+	p.rdb.ZRem(cctx, overloadedKey(p.prefix, p.channel), p.replica)
 	p.rdb.Del(cctx, replicaKey(p.prefix, p.channel, p.replica))
 	cancel()
 }
@@ -202,6 +211,15 @@ func (p *Publisher) Publish(ctx context.Context, now time.Time) error {
 			tx.PExpire(ctx, hk, 3*p.interval)
 		}
 		tx.ZAdd(ctx, rk, redis.Z{Score: float64(now.UnixMilli()), Member: p.replica})
+		if p.overloaded != nil {
+			ok := overloadedKey(p.prefix, p.channel)
+			if p.overloaded() {
+				tx.ZAdd(ctx, ok, redis.Z{Score: float64(now.UnixMilli()), Member: p.replica})
+				tx.PExpire(ctx, ok, time.Hour)
+			} else {
+				tx.ZRem(ctx, ok, p.replica)
+			}
+		}
 		tx.ZRemRangeByScore(ctx, rk, "-inf", strconv.FormatInt(now.Add(-time.Hour).UnixMilli(), 10))
 		tx.PExpire(ctx, rk, time.Hour)
 		return nil
@@ -284,6 +302,11 @@ type Config struct {
 	Interval time.Duration // publish and refresh interval; default DefaultInterval
 	Replica  string        // this process in the replica set; default DefaultReplica()
 	Logger   *slog.Logger  // default slog.Default()
+
+	// Overloaded, if set, reports at each publish whether this process
+	// gives up more than 1% of its send slots as late (consumer
+	// Pacer.Overloaded, pacer_overloaded): the page names such replicas.
+	Overloaded func() bool
 
 	// HistoryKeys is how many keys a Publisher keeps the last hour of
 	// (package history: the most active; history.RingBytes each);

@@ -182,17 +182,21 @@ type Totals struct {
 
 // Status is the answer of /status.json.
 type Status struct {
-	Channel        string     `json:"channel"`
-	CollectedAt    time.Time  `json:"collected_at"`
-	CollectMS      float64    `json:"collect_ms"` // how long the Redis reading took
-	RefreshSeconds float64    `json:"refresh_seconds"`
-	Replicas       []string   `json:"replicas"` // replicas that published within 3 intervals
-	Totals         Totals     `json:"totals"`
-	Query          string     `json:"query"`
-	Sort           string     `json:"sort"`
-	Matched        int        `json:"matched"`   // active keys matching Query
-	Keys           []Key      `json:"keys"`      // the first rows of the matches under Sort
-	Campaigns      []Campaign `json:"campaigns"` // unfinished first, then by last activity
+	Channel        string    `json:"channel"`
+	CollectedAt    time.Time `json:"collected_at"`
+	CollectMS      float64   `json:"collect_ms"` // how long the Redis reading took
+	RefreshSeconds float64   `json:"refresh_seconds"`
+	Replicas       []string  `json:"replicas"` // replicas that published within 3 intervals
+	// Overloaded are the replicas among Replicas that said at their last
+	// publish they give up more than 1% of their send slots as late
+	// (pacer_overloaded): asked for more than they carry.
+	Overloaded []string   `json:"overloaded"`
+	Totals     Totals     `json:"totals"`
+	Query      string     `json:"query"`
+	Sort       string     `json:"sort"`
+	Matched    int        `json:"matched"`   // active keys matching Query
+	Keys       []Key      `json:"keys"`      // the first rows of the matches under Sort
+	Campaigns  []Campaign `json:"campaigns"` // unfinished first, then by last activity
 	// Portfolios are the channel's WhatsApp business portfolios (package
 	// portfolio), by name; empty on other channels.
 	Portfolios []Portfolio `json:"portfolios"`
@@ -269,7 +273,8 @@ type reading struct {
 	at       time.Time
 	took     time.Duration
 	replicas []string
-	keys     []Key // sorted by key
+	overload []string // of replicas, those overloaded at their last publish
+	keys     []Key    // sorted by key
 	camps    []Campaign
 	ports    []Portfolio
 	errors   []string
@@ -343,6 +348,13 @@ func (pg *Page) collect(ctx context.Context) (*reading, error) {
 		return nil, fmt.Errorf("statuspage: read %q: %w", rk, err)
 	}
 	slices.Sort(replicas)
+	ok := overloadedKey(pg.cfg.Prefix, pg.cfg.Channel)
+	overloaded, err := pg.rdb.ZRangeByScore(ctx, ok, &redis.ZRangeBy{Min: strconv.FormatInt(since, 10), Max: "+inf"}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("statuspage: read %q: %w", ok, err)
+	}
+	overloaded = slices.DeleteFunc(overloaded, func(r string) bool { _, live := slices.BinarySearch(replicas, r); return !live })
+	slices.Sort(overloaded)
 	cmds := make([]*redis.MapStringStringCmd, len(replicas))
 	if len(replicas) > 0 {
 		_, err = pg.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -408,7 +420,7 @@ func (pg *Page) collect(ctx context.Context) (*reading, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &reading{at: time.Now(), replicas: replicas, keys: keys, camps: camps, ports: ports}
+	r := &reading{at: time.Now(), replicas: replicas, overload: overloaded, keys: keys, camps: camps, ports: ports}
 	t := &r.totals
 	var backlogAch, backlogRate float64
 	for i := range keys {
@@ -555,7 +567,7 @@ func (pg *Page) Status(ctx context.Context, query, sortBy string, rows int) (*St
 	top := topN(matched, rows, order)
 	st := &Status{
 		Channel: pg.cfg.Channel, CollectedAt: r.at, CollectMS: float64(r.took.Microseconds()) / 1000,
-		RefreshSeconds: pg.cfg.Interval.Seconds(), Replicas: r.replicas, Totals: r.totals,
+		RefreshSeconds: pg.cfg.Interval.Seconds(), Replicas: r.replicas, Overloaded: r.overload, Totals: r.totals,
 		Query: query, Sort: sortBy, Matched: len(matched), Keys: make([]Key, len(top)),
 		Campaigns:  r.camps,
 		Portfolios: r.ports,
@@ -565,6 +577,9 @@ func (pg *Page) Status(ctx context.Context, query, sortBy string, rows int) (*St
 		st.Keys[i] = *k
 	}
 	pg.addHistory(ctx, st)
+	if st.Overloaded == nil {
+		st.Overloaded = []string{}
+	}
 	if st.Replicas == nil {
 		st.Replicas = []string{}
 	}

@@ -15,7 +15,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -658,5 +660,46 @@ func TestKeyWarmingUp(t *testing.T) {
 	publish(now.Add(5*time.Second), act("15550000001", 1200, 3), act("15550000002", 456, 4))
 	if k, tot := row("15550000002"); k.WarmingUp || k.Achieved != 80 || k.Utilization != 1 || tot.WarmingUp != 0 {
 		t.Errorf("after a whole interval: %+v, totals %+v; want achieved 80, utilization 1", k, tot)
+	}
+}
+
+// TestOverloadedReplicasNamed: a replica that says at its publish it is
+// overloaded is named in /status.json's overloaded (and the page's
+// banner); once it says it is not, or stops, it is not; a replica that
+// never says (no Config.Overloaded) is never named.
+func TestOverloadedReplicasNamed(t *testing.T) {
+	rdb, cfg := setup(t)
+	ctx := context.Background()
+	var over atomic.Bool
+	over.Store(true)
+	r1, r2, r3 := cfg, cfg, cfg
+	r1.Replica, r1.Overloaded = "r1", over.Load
+	r2.Replica, r2.Overloaded = "r2", func() bool { return false }
+	r3.Replica = "r3"
+	src := &source{}
+	src.set(act("15550000001", 0, 0))
+	pubs := []*Publisher{NewPublisher(rdb, r1, src.get), NewPublisher(rdb, r2, src.get), NewPublisher(rdb, r3, src.get)}
+	read := func() []string {
+		t.Helper()
+		for _, p := range pubs {
+			if err := p.Publish(ctx, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, err := New(rdb, cfg).Status(ctx, "", "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Replicas) != 3 {
+			t.Fatalf("replicas %v, want r1 r2 r3", st.Replicas)
+		}
+		return st.Overloaded
+	}
+	if got := read(); !slices.Equal(got, []string{"r1"}) {
+		t.Errorf("overloaded %v, want [r1]", got)
+	}
+	over.Store(false)
+	if got := read(); len(got) != 0 {
+		t.Errorf("after r1 said it no longer is: overloaded %v, want none", got)
 	}
 }
