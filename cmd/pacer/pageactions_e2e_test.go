@@ -21,6 +21,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/pacerhq/pacer/channels/whatsapp/whatsapptest"
 	"github.com/pacerhq/pacer/internal/testenv"
+	"github.com/pacerhq/pacer/pacer/produce"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 var pageAddrRE = regexp.MustCompile(`msg="status page listening" addr=(\S+)`)
@@ -39,12 +41,26 @@ func credentialsFile(t *testing.T, file, name, token string) string {
 // viewer logs in and clicks pause on the campaign: the page shows the
 // refusal (403) and the campaign keeps sending. An operator logs in and
 // clicks pause: the page shows it paused, and the fake provider receives
-// none of its messages later than 2 s after the click.
+// none of its messages later than 2 s after the click. The operator then
+// sets a key's limit from its form (pacer limit get shows it), lists the
+// DLQ by reason, views a record (its key, reason and value) and replays
+// the two listed, logged with the operator's name.
 func TestPageActionsInChromium(t *testing.T) {
 	measured(t)
 	const viewerToken, operatorToken = "e2e-viewer-token", "e2e-operator-token"
 	e := newE2E(t, whatsapptest.Config{Rate: 40, Burst: 1, Latency: 5 * time.Millisecond})
 	keys := []string{"10654860001", "10654860002"}
+	// Two records the pacer dead-letters as malformed, for the DLQ part,
+	// ahead of the campaign.
+	cl := newKafkaClient(t, e.brokers)
+	if _, err := produce.EnsureTopic(context.Background(), cl, e.topic, 2); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: e.topic, Key: []byte(keys[0]), Value: []byte(fmt.Sprintf("broken %d", i))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var b strings.Builder
 	campaignLines(&b, "e2e-pause", keys, 600, "")
 	if code, out, errs := e.publish(b.String(), "--partitions", "2"); code != 0 {
@@ -166,4 +182,69 @@ func TestPageActionsInChromium(t *testing.T) {
 		t.Errorf("the provider received the campaign's last message %v after the click (%d at the click, %d now); want within 2 s", late, atClick, total)
 	}
 	t.Logf("paused from the page: last send %v after the click; %d of %d delivered", last.Sub(clicked).Round(time.Millisecond), total, 2*600)
+
+	// The operator sets a key's limit from its form.
+	msg := func(prefix string) string {
+		t.Helper()
+		m, err := chromedp.Run(ctx, chromedp.Poll[string](fmt.Sprintf(`(t => t.startsWith(%q) && t)(document.getElementById("action-msg").textContent)`, prefix),
+			chromedp.WithPollingTimeout(60*time.Second)))
+		if err != nil {
+			got, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#action-msg")))
+			t.Fatalf("no message starting %q: %v; the page shows %q", prefix, err, got)
+		}
+		return m
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.CSS("#limit-key"), keys[1]),
+		chromedp.SendKeys(chromedp.CSS("#limit-rate"), "7"),
+		chromedp.Click(chromedp.CSS(`#limit-form button[data-limit="set"]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if m := msg("key "); m != "key "+keys[1]+": limit 7 msgs/s, burst the channel's (was the channel's)" {
+		t.Errorf("after set limit the page shows %q", m)
+	}
+	if out := e.cli("limit", "get", "--channel", "whatsapp", "--key", keys[1]); !strings.Contains(out, keys[1]+"  7 ") {
+		t.Errorf("limit get after the page set it:\n%s", out)
+	}
+
+	// The operator browses the DLQ by reason, views a record and replays
+	// both (the confirmation answered yes).
+	var rows []string
+	if !waitFor(60*time.Second, func() bool {
+		if err := chromedp.Do(ctx,
+			chromedp.SetValue(chromedp.CSS("#dlq-reason"), "malformed"),
+			chromedp.Click(chromedp.CSS(`#dlq-form button[type="submit"]`)),
+			chromedp.WaitVisible(chromedp.CSS("#dlq-count")),
+		); err != nil {
+			t.Fatal(err)
+		}
+		n, _ := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#dlq tr[data-dlq]")].map(r => r.textContent)`))
+		rows = n
+		return len(rows) == 2
+	}) {
+		t.Fatalf("the DLQ list never showed the 2 malformed records: %q\n%s", rows, p.logs())
+	}
+	view, err := chromedp.Run(ctx, chromedp.Poll[string](`(() => { const b = document.querySelector("#dlq tr[data-dlq] button"); if (b && !b.dataset.clicked) { b.dataset.clicked = 1; b.click(); }
+		const r = document.getElementById("dlq-record"); return !r.hidden && r.textContent; })()`, chromedp.WithPollingTimeout(60*time.Second)))
+	var rec struct {
+		Key, Reason, Value string
+		Attempts           int
+	}
+	if err != nil || json.Unmarshal([]byte(view), &rec) != nil || rec.Key != keys[0] || rec.Reason != "malformed" || !strings.HasPrefix(rec.Value, "broken ") {
+		t.Errorf("the DLQ record viewed: %v %s; want key %s, malformed, its value", err, view, keys[0])
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](
+		`window.confirm = () => true; document.querySelectorAll("#dlq input[type=checkbox]").forEach(c => c.checked = true); true`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#dlq-replay"))); err != nil {
+		t.Fatal(err)
+	}
+	if m := msg("replayed"); m != "replayed 2 DLQ record(s) to "+e.topic {
+		t.Errorf("after the replay the page shows %q", m)
+	}
+	if !strings.Contains(p.logs(), `msg="dlq replayed" component="status page" by=otto topic=`+e.topic+` replayed=2`) {
+		t.Errorf("the replay is not logged with the operator's name\n%s", p.logs())
+	}
 }
