@@ -465,3 +465,20 @@ func TestDLQActions(t *testing.T) {
 		t.Errorf("replay log: %v; want one line by otto, 2 records replayed", lines)
 	}
 }
+
+// TestDescribe: what `pacer run` logs at start-up about who may read and
+// who may act.
+func TestDescribe(t *testing.T) {
+	for _, c := range []struct {
+		auth            *actions.Auth
+		reading, acting string
+	}{
+		{mustAuth(t, nil, nil, false), "closed: no credential is configured, every reading is refused", "off: no operator is configured"},
+		{mustAuth(t, nil, nil, true), "open: no credential needed", "off: no operator is configured"},
+		{mustAuth(t, viewers, operators, false), "1 viewer(s) and 1 operator(s)", "1 operator(s)"},
+	} {
+		if r, a := c.auth.Describe(); r != c.reading || a != c.acting {
+			t.Errorf("Describe() = %q, %q; want %q, %q", r, a, c.reading, c.acting)
+		}
+	}
+}

@@ -148,7 +148,7 @@ func (a *Auth) OpenRead() bool { return a.openRead }
 func (a *Auth) Describe() (reading, acting string) {
 	switch {
 	case a.openRead:
-		reading = "open: no credential needed (PACER_PAGE_OPEN_READ)"
+		reading = "open: no credential needed"
 	case a.viewers+a.operators == 0:
 		reading = "closed: no credential is configured, every reading is refused"
 	default:
