@@ -16,7 +16,9 @@
 //   - [github.com/pacerhq/pacer/pacer/statuspage]: the live status page:
 //     every replica's active keys, their limits, rates and breakers, and
 //     the campaigns' progress; each key's last hour kept by every replica
-//     (statuspage/history).
+//     (statuspage/history); statuspage/actions adds who may read it and
+//     who may act from it (pause, resume, cancel a campaign, a key's
+//     limit, the DLQ).
 //   - [github.com/pacerhq/pacer/pacer/webhook]: the providers' status
 //     webhooks (pacer webhook): checks their signatures, produces their
 //     events to pacer.<channel>.events, and applies them (suppressions,
@@ -57,6 +59,10 @@
 //     its envelope id: its ledger entry, newest attempts and the events
 //     its provider's webhooks reported (`pacer message show`, the ingest
 //     API's GET /v1/messages/{id}).
+//   - [github.com/pacerhq/pacer/pacer/operate]: an operator's actions,
+//     validated, done and logged with who acted and the old and new
+//     values, shared by the commands (pacer campaign, limit, dlq) and the
+//     status page's actions.
 //
 // The rules between them are checked by internal/deptest.
 package pacer

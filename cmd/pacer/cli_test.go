@@ -357,6 +357,16 @@ would replay 6 of 7 DLQ records to ` + topic + `
 	if n := strings.Count(out.String(), "\n"); n != strings.Count(want, "\n")+4 { // and one line per reason
 		t.Errorf("stdout has %d lines, want the records, the summary and 4 reasons:\n%s", n, out.String())
 	}
+	// --key: the record key, or the envelope's for a record without one.
+	for key, want := range map[string]string{"106": "would write key 106 id a1 campaign spring reason cancelled\nwould replay 1 of 7",
+		"110": "would write key - id e5 campaign - reason expired (paced by the envelope key 110)\nwould replay 1 of 7"} {
+		var kout bytes.Buffer
+		code := run(ctx, []string{"dlq", "replay", "--channel", "whatsapp", "--topic", topic, "--dry-run", "--key", key}, strings.NewReader(""), &kout, &errb,
+			lookupMap(map[string]string{"PACER_KAFKA_BROKERS": brokers}))
+		if code != 0 || !strings.HasPrefix(kout.String(), want) {
+			t.Errorf("--key %s: exit %d, stdout:\n%s\nwant it starting:\n%s", key, code, kout.String(), want)
+		}
+	}
 	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatal(err)

@@ -78,6 +78,14 @@ type config struct {
 	Pprof bool `env:"PACER_PPROF, default=false"`
 	// PACER_STATUS_HISTORY_KEYS: pacing keys whose last hour (a point per 10 s) each pacer run replica keeps for the status page, its most active; about 4.9 KB of memory and at most 1.8 KB of Redis each; 1..100000; default 1000.
 	StatusHistoryKeys int `env:"PACER_STATUS_HISTORY_KEYS, default=1000" unit:"keys"`
+	// PACER_PAGE_ADDR: listen address of the status page (/status, /status.json, its actions) on a listener of its own; default none: on PACER_METRICS_ADDR.
+	PageAddr string `env:"PACER_PAGE_ADDR" unit:"host:port"`
+	// PACER_PAGE_VIEWERS_FILE: JSON list of {name, token_sha256} whose bearer tokens may read the status page; default none.
+	PageViewersFile string `env:"PACER_PAGE_VIEWERS_FILE" unit:"path"`
+	// PACER_PAGE_OPERATORS_FILE: JSON list of {name, token_sha256} whose bearer tokens may read the status page and act from it (pause, resume, cancel, limits, DLQ replay); default none: no action is served.
+	PageOperatorsFile string `env:"PACER_PAGE_OPERATORS_FILE" unit:"path"`
+	// PACER_PAGE_OPEN_READ: true lets a request without a credential read the status page's data; default false: reading needs a viewer's or an operator's token.
+	PageOpenRead bool `env:"PACER_PAGE_OPEN_READ, default=false"`
 	// PACER_LOG_LEVEL: debug, info, warn or error; default info.
 	LogLevel string `env:"PACER_LOG_LEVEL, default=info" unit:"debug|info|warn|error"`
 	// PACER_LOG_FORMAT: json or text; default json.
@@ -501,6 +509,11 @@ func (c config) validate() []error {
 	}
 	if err := listenAddr(c.MetricsAddr, ":9464"); err != "" {
 		bad("PACER_METRICS_ADDR", err)
+	}
+	if c.PageAddr != "" {
+		if err := listenAddr(c.PageAddr, "127.0.0.1:9465"); err != "" {
+			bad("PACER_PAGE_ADDR", err)
+		}
 	}
 	if c.ExpectedReplicas < 1 {
 		bad("PACER_EXPECTED_REPLICAS", "must be >= 1")

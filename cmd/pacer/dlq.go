@@ -2,18 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
 
 	"github.com/pacerhq/pacer/pacer/envelope"
+	"github.com/pacerhq/pacer/pacer/operate"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup func(string) (string, bool)) error {
-	const usage = "usage: pacer dlq replay --channel C [--topic T] [--reason R] [--campaign X] [--dry-run]"
+	const usage = "usage: pacer dlq replay --channel C [--topic T] [--reason R] [--campaign X] [--key K] [--dry-run]"
 	_, fs, channel, err := verbCommand(args, stdout, stderr, "dlq", usage, [][2]string{
 		{"replay", "put dead-lettered records of <topic>.dlq back on the main topic"},
 	})
@@ -23,11 +25,13 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	topic := fs.String("topic", "", "main topic (default pacer.<channel>); the DLQ is <topic>.dlq")
 	reason := fs.String("reason", "", "replay only this pacer-reason: "+strings.Join(envelope.DLQReasons, ", ")+", permanent:<provider code> or suppressed:<reason>; default all")
 	campaign := fs.String("campaign", "", "replay only envelopes of this campaign; default all")
+	key := fs.String("key", "", "replay only records of this pacing key; default all")
 	dry := fs.Bool("dry-run", false, "list and count what would be replayed, write nothing")
 	ch, err := parseChannelFlags(fs, args[1:], channel)
 	if err != nil {
 		return err
 	}
+	filter := operate.DLQFilter{Reason: *reason, Campaign: *campaign, Key: *key}
 	if *reason != "" {
 		if err := envelope.CheckReason(*reason); err != nil {
 			return &usageError{"dlq replay: --reason: " + err.Error()}
@@ -53,24 +57,11 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
-	// A DLQ that does not exist holds nothing to replay: say so, and create
-	// no topic on the way.
-	dlq := *topic + ".dlq"
-	if n, err := produce.TopicPartitions(ctx, cl, dlq); err != nil {
-		return kafkaCommandFailure(cfg, err)
-	} else if n == 0 {
-		return fmt.Errorf("dlq replay: DLQ topic %s does not exist: nothing was dead-lettered from %s yet, or --channel/--topic name another topic", dlq, *topic)
-	}
-	n, err := produce.EnsureTopic(ctx, cl, *topic, 12)
-	if err != nil {
-		return kafkaCommandFailure(cfg, err)
-	}
-	rc := produce.ReplayConfig{DLQTopic: dlq, Topic: *topic, Partitions: n,
-		Reason: *reason, Campaign: *campaign, DryRun: *dry}
+	rp := operate.Replay{Topic: *topic, Filter: filter, DryRun: *dry}
 	if *dry {
 		// One line per record a replay would write, so that the ids can be
 		// checked with the provider first.
-		rc.Chosen = func(r produce.ReplayedRecord) {
+		rp.Chosen = func(r produce.ReplayedRecord) {
 			id := quoteText(r.ID)
 			if r.Err != nil {
 				id = "- (value is not an envelope)"
@@ -97,9 +88,14 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 			fmt.Fprintln(stdout)
 		}
 	}
-	s, err := produce.Replay(ctx, cl, rc)
+	// A DLQ that does not exist holds nothing to replay: say so, and
+	// create no topic on the way.
+	s, err := operate.ReplayDLQ(ctx, cl, newLogger(cfg, stderr), "", rp)
+	if errors.Is(err, operate.ErrNoDLQ) {
+		return fmt.Errorf("dlq replay: DLQ topic %s.dlq does not exist: nothing was dead-lettered from %s yet, or --channel/--topic name another topic", *topic, *topic)
+	}
 	if err != nil && s.Scanned == 0 {
-		return err // nothing done: the error alone, no "replayed 0" line above it
+		return kafkaCommandFailure(cfg, err) // nothing done: the error alone, no "replayed 0" line above it
 	}
 	verb := "replayed"
 	if *dry {
@@ -117,8 +113,8 @@ func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	for _, r := range reasons {
 		fmt.Fprintf(stdout, "  %-28s %d\n", r, s.ByReason[r])
 	}
-	if err == nil && s.Replayed == 0 && s.Scanned > 0 && (*reason != "" || *campaign != "") {
-		fmt.Fprintln(stderr, "pacer: no DLQ record matched --reason/--campaign")
+	if err == nil && s.Replayed == 0 && s.Scanned > 0 && (*reason != "" || *campaign != "" || *key != "") {
+		fmt.Fprintln(stderr, "pacer: no DLQ record matched --reason/--campaign/--key")
 	}
 	return err
 }

@@ -161,6 +161,7 @@ func (e *e2e) env(extra ...string) []string {
 		"PACER_WHATSAPP_BASE_URL="+fakeURL,
 		"PACER_WHATSAPP_TOKEN=e2e-secret-token",
 		"PACER_METRICS_ADDR=127.0.0.1:0",
+		"PACER_PAGE_OPEN_READ=true", // the tests read /status.json without a token; TestPageActionsInChromium closes it
 		"PACER_LOG_FORMAT=text",
 		"PACER_DRAIN=10s",
 	), extra...)

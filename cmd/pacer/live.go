@@ -3,11 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
-	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/pacerhq/pacer/bucket"
 	"github.com/pacerhq/pacer/pacer/control"
+	"github.com/pacerhq/pacer/pacer/operate"
 )
 
 // controlStore opens the run-time control store of ch's Redis, as
@@ -62,30 +62,8 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 	}
 	var kl control.KeyLimit
 	if verb == "set" {
-		if *rate == "" {
-			return &usageError{"limit set: --rate is required (the key's rate in msgs/s)"}
-		}
-		r, err := strconv.ParseFloat(*rate, 64)
-		if err != nil || !(r > 0) || math.IsInf(r, 0) {
-			return &usageError{fmt.Sprintf("limit set: --rate %q must be a number of msgs/s > 0", *rate)}
-		}
-		if r < control.MinKeyRate {
-			return &usageError{fmt.Sprintf("limit set: --rate %q is below one message a day (%.6g msgs/s); pause the key's campaign instead", *rate, control.MinKeyRate)}
-		}
-		kl = control.KeyLimit{Key: *key, PerSecond: r}
-		if *burst != "" {
-			b, err := strconv.Atoi(*burst)
-			if err != nil || b < 1 {
-				return &usageError{fmt.Sprintf("limit set: --burst %q must be a whole number of messages >= 1", *burst)}
-			}
-			kl.Burst = b
-		}
-		if err := kl.Validate(); err != nil {
-			flagName := "--rate"
-			if strings.Contains(err.Error(), "burst") {
-				flagName = "--burst"
-			}
-			return &usageError{fmt.Sprintf("limit set: %s: %v", flagName, strings.TrimPrefix(err.Error(), control.ErrInvalid.Error()+": "))}
+		if kl, err = operate.ParseLimit(*key, *rate, *burst); err != nil {
+			return operateUsage("limit set", err)
 		}
 	}
 	cfg, st, closeFn, err := controlStore(ctx, lookup, ch, "limit "+verb)
@@ -93,7 +71,7 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 		return err
 	}
 	defer closeFn()
-	log := newLogger(cfg, stderr).With("channel", *channel, "key", *key)
+	log := newLogger(cfg, stderr)
 	show := func(l control.KeyLimit) string {
 		if l.Burst == 0 {
 			return fmt.Sprintf("%.6g msgs/s, burst the channel's", l.PerSecond)
@@ -102,22 +80,20 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 	}
 	switch verb {
 	case "set":
-		old, had, err := st.SetLimit(ctx, *channel, kl)
+		old, had, err := operate.SetLimit(ctx, st, log, "", *channel, kl)
 		if err != nil {
 			return fmt.Errorf("limit set: %w", err)
 		}
-		logChange(log, "key limit set", old, had, &kl)
 		was := "the channel's"
 		if had {
 			was = show(old)
 		}
 		fmt.Fprintf(stdout, "%s %s: %s (was %s); running pacers apply it within about 1 s\n", *channel, quoteText(*key), show(kl), was)
 	case "unset":
-		old, had, err := st.UnsetLimit(ctx, *channel, *key)
+		old, had, err := operate.UnsetLimit(ctx, st, log, "", *channel, *key)
 		if err != nil {
 			return fmt.Errorf("limit unset: %w", err)
 		}
-		logChange(log, "key limit unset", old, had, nil)
 		if !had {
 			fmt.Fprintf(stdout, "%s %s: no limit was set; the channel's applies\n", *channel, quoteText(*key))
 		} else {
@@ -153,24 +129,13 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer, look
 	return nil
 }
 
-// logChange logs a limit change with the old and new values.
-func logChange(log *slog.Logger, msg string, old control.KeyLimit, had bool, nw *control.KeyLimit) {
-	attrs := []any{}
-	if had && old.Burst == 0 {
-		attrs = append(attrs, "old_rate", old.PerSecond, "old_burst", "channel's")
-	} else if had {
-		attrs = append(attrs, "old_rate", old.PerSecond, "old_burst", old.Burst)
-	} else {
-		attrs = append(attrs, "old", "channel's")
+// operateUsage turns a refused field of package operate into the usage
+// error (exit status 2) of command cmd naming its flag.
+func operateUsage(cmd string, err error) error {
+	if fe, ok := operate.IsFieldError(err); ok {
+		return &usageError{fmt.Sprintf("%s: --%s %s", cmd, fe.Field, fe.Problem)}
 	}
-	if nw != nil && nw.Burst == 0 {
-		attrs = append(attrs, "rate", nw.PerSecond, "burst", "channel's")
-	} else if nw != nil {
-		attrs = append(attrs, "rate", nw.PerSecond, "burst", nw.Burst)
-	} else {
-		attrs = append(attrs, "new", "channel's")
-	}
-	log.Info(msg, attrs...)
+	return err
 }
 
 const campaignUsage = `usage: pacer campaign pause|resume|cancel --channel C --campaign X
@@ -211,19 +176,15 @@ func cmdCampaign(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	}
 	defer closeFn()
 	if verb != "status" {
-		known, err := st.Known(ctx, *channel, *campaign)
-		if err != nil {
-			return fmt.Errorf("campaign %s: %w", verb, err)
-		}
-		if !known && !*force {
+		old, err := operate.SetCampaignState(ctx, st, newLogger(cfg, stderr), "", *channel, *campaign, want, *force)
+		if errors.Is(err, operate.ErrUnknownCampaign) {
 			return unknownCampaign(verb, *campaign, *channel, ", or add --force to set the state of a campaign not yet published")
 		}
-		old, err := st.SetState(ctx, *channel, *campaign, want)
 		if err != nil {
 			return fmt.Errorf("campaign %s: %w", verb, err)
 		}
-		newLogger(cfg, stderr).Info("campaign state set", "channel", *channel, "campaign", *campaign, "old", old.Name(), "new", want.Name())
-		fmt.Fprintf(stdout, "campaign %s of %s: %s (was %s); running pacers apply it within about 1 s\n", quoteText(*campaign), *channel, want.Name(), old.Name())
+		name := operate.StateName
+		fmt.Fprintf(stdout, "campaign %s of %s: %s (was %s); running pacers apply it within about 1 s\n", quoteText(*campaign), *channel, name(want), name(old))
 		if want == control.Cancelled {
 			fmt.Fprintf(stdout, "its records go to the DLQ with reason cancelled; pacer dlq replay --channel %s --reason cancelled --campaign %s puts them back\n", *channel, quoteText(*campaign))
 		}

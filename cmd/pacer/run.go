@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"strings"
@@ -73,6 +75,17 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return err
 	}
 	defer ln.Close()
+	auth, err := pageAuth(cfg)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConfig, err)
+	}
+	var pageLn net.Listener // nil: the status page is on the metrics listener
+	if cfg.PageAddr != "" {
+		if pageLn, err = listenSetting("PACER_PAGE_ADDR", cfg.PageAddr); err != nil {
+			return err
+		}
+		defer pageLn.Close()
+	}
 	rdb, err := newRedis(cfg)
 	if err != nil {
 		return err
@@ -163,7 +176,21 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	// shows every replica's, with each key's limit as set at run time.
 	scfg := statuspage.Config{Channel: ch.name, Prefix: cfg.RedisPrefix, Logger: log, Policy: policy, HistoryKeys: cfg.StatusHistoryKeys, Overloaded: p.Overloaded}
 	go statuspage.NewPublisher(rdb, scfg, activeKeys(p)).Run(ctx)
-	extra := []func(*http.ServeMux){statuspage.New(rdb, scfg).Register}
+	// Reading it and acting from it need the credentials of
+	// PACER_PAGE_*; on PACER_PAGE_ADDR it has a listener of its own.
+	topicName := cmp.Or(*topic, "pacer."+ch.name)
+	page := statusPage(rdb, scfg, auth, ctl, topicName, kopts, log)
+	var extra []func(*http.ServeMux)
+	if pageLn == nil {
+		extra = append(extra, page)
+	} else {
+		mux := http.NewServeMux()
+		page(mux)
+		psrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go psrv.Serve(pageLn)
+		defer psrv.Close()
+		log.Info("status page listening", "addr", pageLn.Addr().String())
+	}
 	if cfg.Pprof {
 		extra = append(extra, registerPprof)
 	}

@@ -4,8 +4,9 @@
 //	cmd/pacer                 wiring only; nothing imports cmd
 //	  -> pacer/consumer       the consume-pace-send loop
 //	  -> pacer/ingest         the HTTP ingest gateway (+ ingest/quota, ingest/window)
-//	  -> pacer/statuspage     the status page
+//	  -> pacer/statuspage     the status page (+ statuspage/actions: who may read and act, the actions' API)
 //	  -> pacer/webhook        providers' status webhooks -> events topics -> suppressions
+//	  -> pacer/operate        an operator's actions, shared by the commands and the page's (campaigns, limits, DLQ)
 //	  -> pacer/produce        publish, DLQ replay, topics, Kafka errors
 //	       -> pacer/keypace   one pacing key: its gate, slot and report (AIMD, breaker, cooldowns)
 //	       -> pacer/park      what a parked record carries and how it waits
@@ -29,7 +30,7 @@
 //     nor Kafka nor Prometheus: it paces and returns values.
 //   - Under pacer/ the applications (consumer, ingest, statuspage, webhook) import
 //     no other application, and the parts they share (envelope, produce,
-//     ledger, suppress, portfolio, control, keypace, park, campaign, message) import no application; envelope imports
+//     ledger, suppress, portfolio, control, keypace, park, campaign, message, operate) import no application; envelope imports
 //     nothing of ours (TestPacerSiblings). Every package under pacer/ has a place in
 //     that list, so a new one must be given its rules. Package pacer itself
 //     is their map (doc.go) and imports nothing.
@@ -121,6 +122,13 @@ func TestDataFlowsOneWay(t *testing.T) {
 			mod + "/bucket": "a parked record reads its key's rate through its caller", mod + "/channels": "parking never sends",
 			mod + "/cmd": "nothing imports cmd", prom: "park returns values; the consumer measures",
 		},
+		"pacer/statuspage/actions": {
+			mod + "/cmd": "nothing imports cmd", mod + "/channels/": "an operator acts on pacing state, never through a provider",
+			mod + "/pacer/consumer": "actions reach the pacers through Redis (package control), not their code",
+		},
+		"pacer/operate": {
+			mod + "/cmd": "nothing imports cmd", mod + "/channels": "operating a channel never sends", prom: "operate returns values and logs; its callers measure",
+		},
 		"deploy":              {mod + "/": "deploy's tests check the deployment files, not Pacer's code"},
 		"bucket":              buckets,
 		"bucket/adapt":        buckets,
@@ -203,7 +211,7 @@ var (
 	pacerShared = map[string]bool{
 		mod + "/pacer/envelope": true, mod + "/pacer/produce": true, mod + "/pacer/ledger": true, mod + "/pacer/suppress": true, mod + "/pacer/control": true,
 		mod + "/pacer/portfolio": true, mod + "/pacer/keypace": true, mod + "/pacer/park": true, mod + "/pacer/campaign": true, mod + "/pacer/inflight": true,
-		mod + "/pacer/message": true,
+		mod + "/pacer/message": true, mod + "/pacer/operate": true,
 	}
 )
 

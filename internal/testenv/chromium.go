@@ -17,16 +17,7 @@ import (
 // Under -short with $PACER_CHROMIUM unset it skips the test.
 func Chromium(t testing.TB, args ...string) []byte {
 	t.Helper()
-	bin := os.Getenv("PACER_CHROMIUM")
-	if bin == "" {
-		skipShort(t, "browser", "PACER_CHROMIUM")
-	}
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("chromium"); err != nil {
-			t.Fatalf("no chromium on PATH (scripts/test-env.sh installs Debian's; or set PACER_CHROMIUM): the page cannot be checked in a browser")
-		}
-	}
+	bin := ChromiumPath(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
@@ -42,4 +33,22 @@ func Chromium(t testing.TB, args ...string) []byte {
 		t.Fatalf("chromium %s: %v\n%s", strings.Join(args, " "), err, e)
 	}
 	return stdout.Bytes()
+}
+
+// ChromiumPath returns the Chromium binary [Chromium] runs, for a test
+// that drives it itself (over the DevTools protocol); without one it
+// fails the test, or skips it under -short with $PACER_CHROMIUM unset.
+func ChromiumPath(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv("PACER_CHROMIUM")
+	if bin == "" {
+		skipShort(t, "browser", "PACER_CHROMIUM")
+	}
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("chromium"); err != nil {
+			t.Fatalf("no chromium on PATH (scripts/test-env.sh installs Debian's; or set PACER_CHROMIUM): the page cannot be checked in a browser")
+		}
+	}
+	return bin
 }

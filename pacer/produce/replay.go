@@ -19,7 +19,14 @@ type ReplayConfig struct {
 	Partitions int    // partitions of Topic, > 0
 	Reason     string // replay only records whose pacer-reason is Reason or starts with Reason+":"; "" = all
 	Campaign   string // replay only envelopes of this campaign; "" = all
-	DryRun     bool   // count, write nothing
+	// Key replays only records of this pacing key: the record key, or
+	// the envelope's key for a record without one; "" = all.
+	Key string
+	// Only, if not empty, replays only the records at these positions of
+	// the DLQ (and only their partitions are read, from the lowest
+	// position asked); the other choices apply too.
+	Only   []Position
+	DryRun bool // count, write nothing
 	// Chosen, if set, is called with each record written back (or that
 	// would be, with DryRun), in the order read (per DLQ partition, by
 	// offset), from Replay's goroutine.
@@ -36,6 +43,15 @@ type ReplayedRecord struct {
 	Key, ID, Campaign, Reason string
 	EnvelopeKey               string
 	Err                       error
+	// Record is the DLQ record as read (its partition, offset, headers
+	// and value); not to be changed.
+	Record *kgo.Record
+}
+
+// Position is one record's place in a topic.
+type Position struct {
+	Partition int32 `json:"partition"`
+	Offset    int64 `json:"offset"`
 }
 
 // ReplaySummary counts what [Replay] did.
@@ -71,6 +87,20 @@ func Replay(ctx context.Context, cl *kgo.Client, cfg ReplayConfig) (ReplaySummar
 	if err != nil {
 		return s, fmt.Errorf("pacer: replay: start offsets of %s: %w", cfg.DLQTopic, err)
 	}
+	// With Only, each asked partition is read from its lowest position
+	// asked to its highest.
+	var only map[Position]bool
+	lowest, highest := map[int32]int64{}, map[int32]int64{}
+	if len(cfg.Only) > 0 {
+		only = map[Position]bool{}
+		for _, p := range cfg.Only {
+			only[p] = true
+			if lo, ok := lowest[p.Partition]; !ok || p.Offset < lo {
+				lowest[p.Partition] = p.Offset
+			}
+			highest[p.Partition] = max(highest[p.Partition], p.Offset)
+		}
+	}
 	want := map[int32]int64{}
 	from := map[string]map[int32]kgo.Offset{cfg.DLQTopic: {}}
 	ends.Each(func(o kadm.ListedOffset) {
@@ -81,6 +111,14 @@ func Replay(ctx context.Context, cl *kgo.Client, cfg ReplayConfig) (ReplaySummar
 		start := int64(0)
 		if so, ok := starts.Lookup(cfg.DLQTopic, o.Partition); ok && so.Err == nil {
 			start = so.Offset
+		}
+		if only != nil {
+			lo, asked := lowest[o.Partition]
+			if !asked {
+				return
+			}
+			start = max(start, lo)
+			o.Offset = min(o.Offset, highest[o.Partition]+1)
 		}
 		if o.Offset > start {
 			want[o.Partition] = o.Offset
@@ -119,6 +157,9 @@ func Replay(ctx context.Context, cl *kgo.Client, cfg ReplayConfig) (ReplaySummar
 				delete(want, r.Partition)
 			}
 			s.Scanned++
+			if only != nil && !only[Position{r.Partition, r.Offset}] {
+				return
+			}
 			reason := envelope.Header(r, envelope.HeaderReason)
 			if cfg.Reason != "" && reason != cfg.Reason && !strings.HasPrefix(reason, cfg.Reason+":") {
 				return
@@ -126,6 +167,15 @@ func Replay(ctx context.Context, cl *kgo.Client, cfg ReplayConfig) (ReplaySummar
 			env, perr := envelope.Parse(r.Value)
 			if cfg.Campaign != "" && (perr != nil || env.Campaign != cfg.Campaign) {
 				return
+			}
+			if cfg.Key != "" {
+				key := string(r.Key)
+				if key == "" && perr == nil {
+					key = env.Key
+				}
+				if key != cfg.Key {
+					return
+				}
 			}
 			if perr == nil {
 				id := env.Key + "\x00" + env.ID
@@ -138,7 +188,7 @@ func Replay(ctx context.Context, cl *kgo.Client, cfg ReplayConfig) (ReplaySummar
 			s.Replayed++
 			s.ByReason[reason]++
 			if cfg.Chosen != nil {
-				rr := ReplayedRecord{Key: string(r.Key), Reason: reason, Err: perr}
+				rr := ReplayedRecord{Key: string(r.Key), Reason: reason, Err: perr, Record: r}
 				if perr == nil {
 					rr.ID, rr.Campaign, rr.EnvelopeKey = env.ID, env.Campaign, env.Key
 				}

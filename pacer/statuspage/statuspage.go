@@ -1,6 +1,7 @@
 // Package statuspage is the live status page of one channel, served by
 // `pacer run` on its metrics listener: /status (HTML, no external assets,
-// refreshing itself) and /status.json (the same data).
+// refreshing itself) and /status.json (the same data). Who may read it
+// and act from it, and the actions' API, are package statuspage/actions'.
 //
 // Every replica publishes its active pacing keys to Redis ([Publisher]),
 // with each key's achieved rate and backlog; the [Page] of any
