@@ -390,6 +390,7 @@ func TestPageInChromium(t *testing.T) {
 	src := &source{}
 	c := cfg
 	c.Replica = "r3"
+	c.Overloaded = func() bool { return true } // named in the page's banner
 	pub := NewPublisher(rdb, c, src.get)
 	var first, then []KeyActivity
 	for i := range 9 {
@@ -415,6 +416,9 @@ func TestPageInChromium(t *testing.T) {
 	dom := string(chromium(t, "--virtual-time-budget=10000", "--dump-dom", srv.URL+"/status"))
 	if got := byID(t, dom, "channel"); got != channel {
 		t.Errorf("channel %q", got)
+	}
+	if got := byID(t, dom, "overloaded"); !strings.HasPrefix(got, "Overloaded: r3 gave up more than 1%") {
+		t.Errorf("overloaded banner %q, want it to name r3", got)
 	}
 	for id, want := range map[string]string{"t-keys": "12", "t-open": "1", "t-cooldown": "1", "t-floor": "0", "t-achieved": "612"} {
 		if got := byID(t, dom, id); got != want {
