@@ -47,13 +47,25 @@ type ingestConfig struct {
 	ProduceTimeout time.Duration `env:"PACER_INGEST_PRODUCE_TIMEOUT, default=10s" unit:"duration" help:"longest wait for Kafka's ack before 503"`
 	// PACER_INGEST_PARTITIONS: partitions of a channel topic the gateway has to create; default 12.
 	Partitions int `env:"PACER_INGEST_PARTITIONS, default=12" unit:"partitions" help:"of a channel topic the gateway creates"`
+	// PACER_CALLBACK_BATCH: most outcomes in one callback POST to a tenant; default 100.
+	CallbackBatch int `env:"PACER_CALLBACK_BATCH, default=100" unit:"outcomes" help:"most outcomes per callback POST"`
+	// PACER_CALLBACK_WAIT: longest an outcome waits for its callback batch to fill before the batch is sent; default 1s.
+	CallbackWait time.Duration `env:"PACER_CALLBACK_WAIT, default=1s" unit:"duration" help:"longest wait for a batch to fill"`
+	// PACER_CALLBACK_TIMEOUT: one callback POST, the receiver's answer included; default 10s.
+	CallbackTimeout time.Duration `env:"PACER_CALLBACK_TIMEOUT, default=10s" unit:"duration" help:"one callback POST"`
+	// PACER_CALLBACK_MAX_BACKOFF: longest wait between two attempts of a callback batch its receiver did not acknowledge (the first wait is 1s, then doubling, with 20% jitter); default 5m.
+	CallbackMaxBackoff time.Duration `env:"PACER_CALLBACK_MAX_BACKOFF, default=5m" unit:"duration" help:"longest wait between attempts of a batch"`
+	// PACER_CALLBACK_DEDUPE_TTL: how long an outcome sent to its tenant is remembered in Redis, so that a copy read again (a replayed outcomes topic) is not sent again; default 168h.
+	CallbackDedupeTTL time.Duration `env:"PACER_CALLBACK_DEDUPE_TTL, default=168h" unit:"duration" help:"how long an outcome sent is remembered"`
+	// PACER_CALLBACK_MAX_PENDING: outcomes of one tenant held in memory while its receiver does not acknowledge them; past it, the outcomes topic partitions they came from pause; default 10000.
+	CallbackMaxPending int `env:"PACER_CALLBACK_MAX_PENDING, default=10000" unit:"outcomes" help:"per tenant, before its partitions pause"`
 }
 
 // ingestShared are the settings of config that `pacer ingest` reads too
 // (Kafka, Redis, logging, drain, Redis failure mode, idempotency TTL), as
 // prefixes of their names; docs/configuration.md says what each means.
 var ingestShared = []string{"PACER_KAFKA_BROKERS", "PACER_KAFKA_TLS", "PACER_KAFKA_SASL_", "PACER_REDIS_",
-	"PACER_EXPECTED_REPLICAS", "PACER_IDEMPOTENCY_TTL", "PACER_DRAIN", "PACER_LOG_"}
+	"PACER_EXPECTED_REPLICAS", "PACER_IDEMPOTENCY_TTL", "PACER_DRAIN", "PACER_LOG_", "PACER_CALLBACK_TOPIC"}
 
 // ingestSettingsHelp lists every variable `pacer ingest` reads, for
 // `pacer ingest -h`: its own with unit, default and meaning, then the
@@ -113,6 +125,7 @@ func loadIngestConfig(lookup func(string) (string, bool)) (ingestConfig, []netip
 	if c.Partitions < 1 {
 		bad("PACER_INGEST_PARTITIONS", "must be >= 1")
 	}
+	checkCallbackConfig(c, bad)
 	var proxies []netip.Prefix
 	for _, s := range c.TrustedProxies {
 		p, err := netip.ParsePrefix(s)
@@ -244,6 +257,11 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	if err != nil {
 		return err
 	}
+	stopCallbacks, err := startCallbacks(ctx, cfg, ic, tf, rdb, kopts, log, reg)
+	if err != nil {
+		return err
+	}
+	defer stopCallbacks()
 	// srv serves /metrics, /healthz and /readyz as well as the API.
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute}
 	log.Info("ingest listening", "addr", ln.Addr().String(), "tenants", tf.Tenants().Len())

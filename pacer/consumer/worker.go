@@ -719,7 +719,7 @@ func (w *worker) markCommit(r *kgo.Record) {
 	}
 	c.waiting = true
 	c.mu.Unlock()
-	w.p.ledger.AfterWritten(func() { w.marked(r) })
+	w.p.afterWritten(func() { w.marked(r) })
 }
 
 // marked marks r, whose records' marks are written, and waits for the
@@ -735,7 +735,7 @@ func (w *worker) marked(r *kgo.Record) {
 		return
 	}
 	c.mu.Unlock()
-	w.p.ledger.AfterWritten(func() { w.marked(next) })
+	w.p.afterWritten(func() { w.marked(next) })
 }
 
 // commitHead returns the head waiting to be marked for commit, or nil.
