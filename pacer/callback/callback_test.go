@@ -345,14 +345,23 @@ func TestCallbackDedupe(t *testing.T) {
 	if !testenv.WaitFor(30*time.Second, 20*time.Millisecond, func() bool { return len(rcv.got()) == 10 }) {
 		t.Fatalf("within 30s the receiver got %v", rcv.got())
 	}
+	rcv.mu.Lock()
+	before := len(rcv.attempts)
+	rcv.mu.Unlock()
 	e.publish("acme", ms...) // a replay, after they were acknowledged
 	if !testenv.WaitFor(30*time.Second, 20*time.Millisecond, func() bool {
-		return metric(reg, "pacer_callback_duplicates_total", "acme") == 10
+		rcv.mu.Lock()
+		sentAgain := len(rcv.attempts) > before
+		rcv.mu.Unlock()
+		return sentAgain || metric(reg, "pacer_callback_duplicates_total", "acme") == 10
 	}) {
 		t.Fatalf("pacer_callback_duplicates_total{tenant=acme} = %v within 30s, want 10",
 			metric(reg, "pacer_callback_duplicates_total", "acme"))
 	}
 	wantOnce(t, rcv.got(), "acme", ms)
+	if n := metric(reg, "pacer_callback_duplicates_total", "acme"); n != 10 {
+		t.Errorf("pacer_callback_duplicates_total{tenant=acme} = %v, want 10", n)
+	}
 	rcv.mu.Lock()
 	defer rcv.mu.Unlock()
 	for _, a := range rcv.attempts {
@@ -382,8 +391,18 @@ func TestCallbackDownTenantDoesNotBlockAnother(t *testing.T) {
 	rcvB, srvB := newReceiver(t, key(7), ok)
 	_, reg, _ := e.start(callback.Config{Wait: 50 * time.Millisecond, Batch: 10, FirstBackoff: 100 * time.Millisecond, MaxBackoff: 300 * time.Millisecond},
 		map[string]callback.Receiver{"a": {URL: srvA.URL, SecretFile: secretFile(t, key(6))}, "b": {URL: srvB.URL, SecretFile: secretFile(t, key(7))}})
+	// a's first outcomes, then b's once a's receiver refused a batch,
+	// interleaved with more of a's.
+	e.publish("a", ids("a0", 10)...)
+	if !testenv.WaitFor(30*time.Second, 20*time.Millisecond, func() bool {
+		return metric(reg, "pacer_callback_attempts_failed_total", "a") >= 1
+	}) {
+		t.Fatal("no failed attempt to a's receiver within 30s")
+	}
 	for i := range 5 {
-		e.publish("a", ids(fmt.Sprintf("a%d", i), 10)...)
+		if i > 0 {
+			e.publish("a", ids(fmt.Sprintf("a%d", i), 10)...)
+		}
 		e.publish("b", ids(fmt.Sprintf("b%d", i), 10)...)
 	}
 	if !testenv.WaitFor(30*time.Second, 20*time.Millisecond, func() bool { return len(rcvB.got()) == 50 }) {
