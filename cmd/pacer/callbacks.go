@@ -22,6 +22,12 @@ import (
 // checkCallbackConfig reports the PACER_CALLBACK_* settings of c that are
 // out of range.
 func checkCallbackConfig(c ingestConfig, bad func(v, p string)) {
+	if c.TopicPrefix == "" || checkTopic("x", c.TopicPrefix+"whatsapp") != nil {
+		bad("PACER_INGEST_TOPIC_PREFIX", "must be a topic prefix: ASCII letters, digits, '.', '_' and '-'")
+	}
+	if c.CallbackGroup == "" {
+		bad("PACER_CALLBACK_GROUP", "must not be empty")
+	}
 	if c.CallbackBatch < 1 || c.CallbackBatch > 10000 {
 		bad("PACER_CALLBACK_BATCH", "must be in 1..10000")
 	}
@@ -40,6 +46,15 @@ func checkCallbackConfig(c ingestConfig, bad func(v, p string)) {
 	if c.CallbackMaxPending < c.CallbackBatch {
 		bad("PACER_CALLBACK_MAX_PENDING", "must be >= PACER_CALLBACK_BATCH")
 	}
+}
+
+// callbackTopicErr says what is wrong with PACER_CALLBACK_TOPIC, "" if
+// nothing.
+func callbackTopicErr(topic string) string {
+	if topic == "" || checkTopic("x", topic) != nil {
+		return "must be a Kafka topic name: ASCII letters, digits, '.', '_' and '-'"
+	}
+	return ""
 }
 
 // newOutcomeWriter returns the writer of `pacer run`'s outcome records
@@ -82,7 +97,7 @@ func startCallbacks(ctx context.Context, cfg config, ic ingestConfig, tf *ingest
 		}
 		return callback.Receiver{URL: t.CallbackURL, SecretFile: t.CallbackSecretFile}, true
 	}
-	d, err := callback.New(callback.Config{Topic: cfg.CallbackTopic, Batch: ic.CallbackBatch, Wait: ic.CallbackWait,
+	d, err := callback.New(callback.Config{Topic: cfg.CallbackTopic, Group: ic.CallbackGroup, Batch: ic.CallbackBatch, Wait: ic.CallbackWait,
 		Timeout: ic.CallbackTimeout, MaxBackoff: ic.CallbackMaxBackoff, DedupeTTL: ic.CallbackDedupeTTL,
 		MaxPending: ic.CallbackMaxPending, Partitions: ic.Partitions, KeyPrefix: cfg.RedisPrefix + ":", Logger: log}, rdb, receivers, reg)
 	if err != nil {

@@ -473,6 +473,9 @@ func (c config) validate() []error {
 	if c.KafkaSessionTimeout < time.Second {
 		bad("PACER_KAFKA_SESSION_TIMEOUT", "must be >= 1s")
 	}
+	if p := callbackTopicErr(c.CallbackTopic); p != "" {
+		bad("PACER_CALLBACK_TOPIC", p)
+	}
 	// The URL may hold a password: errors describe it, never echo it.
 	if u, err := url.Parse(c.RedisURL); err != nil {
 		switch {

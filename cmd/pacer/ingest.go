@@ -47,6 +47,10 @@ type ingestConfig struct {
 	ProduceTimeout time.Duration `env:"PACER_INGEST_PRODUCE_TIMEOUT, default=10s" unit:"duration" help:"longest wait for Kafka's ack before 503"`
 	// PACER_INGEST_PARTITIONS: partitions of a channel topic the gateway has to create; default 12.
 	Partitions int `env:"PACER_INGEST_PARTITIONS, default=12" unit:"partitions" help:"of a channel topic the gateway creates"`
+	// PACER_INGEST_TOPIC_PREFIX: starts every channel topic the gateway writes to: <prefix><channel>; a pacer run behind it then consumes --topic <prefix><channel>; default pacer. (the topics pacer run consumes by default).
+	TopicPrefix string `env:"PACER_INGEST_TOPIC_PREFIX, default=pacer." unit:"topic prefix" help:"channel topics are <prefix><channel>"`
+	// PACER_CALLBACK_GROUP: consumer group of the callback dispatcher on the outcomes topic (PACER_CALLBACK_TOPIC); default pacer-callbacks.
+	CallbackGroup string `env:"PACER_CALLBACK_GROUP, default=pacer-callbacks" unit:"group" help:"the callback dispatcher's consumer group"`
 	// PACER_CALLBACK_BATCH: most outcomes in one callback POST to a tenant; default 100.
 	CallbackBatch int `env:"PACER_CALLBACK_BATCH, default=100" unit:"outcomes" help:"most outcomes per callback POST"`
 	// PACER_CALLBACK_WAIT: longest an outcome waits for its callback batch to fill before the batch is sent; default 1s.
@@ -244,7 +248,7 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		Channels: channels, IPLimit: bucket.Limit{PerSecond: ic.IPRate, Burst: ic.IPBurst},
 		ChannelLimit:   bucket.Limit{PerSecond: ic.ChannelRate, Burst: ic.ChannelBurst},
 		TrustedProxies: proxies, IdempotencyTTL: cfg.IdempotencyTTL, ProduceTimeout: ic.ProduceTimeout,
-		Partitions: ic.Partitions, RedisFailure: cfg.RedisFailure, Logger: log,
+		Partitions: ic.Partitions, RedisFailure: cfg.RedisFailure, Logger: log, TopicPrefix: ic.TopicPrefix,
 	}, ingest.Deps{Kafka: kc, Quota: q, Fallback: quota.NewLocal(cfg.ExpectedReplicas), Keys: bucket.NewKeys(cfg.RedisPrefix),
 		Tenants: tf.Tenants, Campaigns: control.New(rdb, bucket.NewKeys(cfg.RedisPrefix)),
 		Messages:  message.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix), cfg.LedgerTTL),
