@@ -20,6 +20,10 @@
 //     webhooks (pacer webhook): checks their signatures, produces their
 //     events to pacer.<channel>.events, and applies them (suppressions,
 //     campaign outcomes, unknown outcomes resolved through the ledger).
+//   - [github.com/pacerhq/pacer/pacer/callback]: the tenants' callbacks
+//     (run by pacer ingest): reads the outcomes topic and POSTs each
+//     tenant's outcomes to its callback_url in signed batches, retried
+//     with back-off, once per outcome.
 //
 // The parts they share, which import no application:
 //
@@ -56,6 +60,9 @@
 //     its envelope id: its ledger entry, newest attempts and the events
 //     its provider's webhooks reported (`pacer message show`, the ingest
 //     API's GET /v1/messages/{id}).
+//   - [github.com/pacerhq/pacer/pacer/outcomes]: the outcomes topic: the
+//     record of a tenant's message's final outcome, and the asynchronous
+//     writer the consumer commits behind.
 //
 // The rules between them are checked by internal/deptest.
 package pacer

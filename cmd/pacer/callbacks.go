@@ -58,10 +58,11 @@ func callbackTopicErr(topic string) string {
 }
 
 // newOutcomeWriter returns the writer of `pacer run`'s outcome records
-// (PACER_CALLBACK_TOPIC), with its own producer, and the function that
+// (PACER_CALLBACK_TOPIC), with its own producer and its metrics labelled
+// channel as the pacer's are, and the function that
 // waits (at most drain) for its records and closes it. The topic is
 // created in the background when missing: the records wait for it.
-func newOutcomeWriter(ctx context.Context, cfg config, kopts []kgo.Opt, log *slog.Logger, reg prometheus.Registerer) (*outcomes.Writer, func(drain time.Duration), error) {
+func newOutcomeWriter(ctx context.Context, cfg config, channel string, kopts []kgo.Opt, log *slog.Logger, reg prometheus.Registerer) (*outcomes.Writer, func(drain time.Duration), error) {
 	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...), kgo.ClientID("pacer-outcomes"),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(5*time.Millisecond),
 		// A Kafka outage's outcomes wait here, not in the pacing path.
@@ -74,7 +75,7 @@ func newOutcomeWriter(ctx context.Context, cfg config, kopts []kgo.Opt, log *slo
 			log.Warn("outcomes topic not checked; outcome records wait until it exists", "topic", cfg.CallbackTopic, "err", err)
 		}
 	}()
-	w := outcomes.NewWriter(cl, cfg.CallbackTopic, log, reg)
+	w := outcomes.NewWriter(cl, cfg.CallbackTopic, log, prometheus.WrapRegistererWith(prometheus.Labels{"channel": channel}, reg))
 	return w, func(drain time.Duration) {
 		actx, cancel := context.WithTimeout(context.Background(), drain)
 		defer cancel()

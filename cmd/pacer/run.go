@@ -135,7 +135,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), trips.collector(ch.name))
 	reg.MustRegister(connMetrics(ch)...)
-	outs, closeOutcomes, err := newOutcomeWriter(ctx, cfg, kopts, log, reg)
+	outs, closeOutcomes, err := newOutcomeWriter(ctx, cfg, ch.name, kopts, log, reg)
 	if err != nil {
 		return err
 	}

@@ -36,12 +36,14 @@
 //
 // # Metrics
 //
-//	pacer_callback_batches_sent_total{tenant}        batches a receiver acknowledged (2xx)
-//	pacer_callback_outcomes_sent_total{tenant}       outcomes in them
-//	pacer_callback_attempts_failed_total{tenant}     POSTs not answered 2xx (retried)
-//	pacer_callback_duplicates_total{tenant}          outcomes dropped as sent before
-//	pacer_callback_outcomes_pending{tenant}          outcomes read and not yet acknowledged
-//	pacer_callback_oldest_pending_seconds{tenant}    age of the oldest of them, from its outcome's time
+// No label names a tenant; the log names the tenant of a failed attempt.
+//
+//	pacer_callback_batches_sent_total        batches a receiver acknowledged (2xx)
+//	pacer_callback_outcomes_sent_total       outcomes in them
+//	pacer_callback_attempts_failed_total     POSTs not answered 2xx (retried)
+//	pacer_callback_duplicates_total          outcomes dropped as sent before
+//	pacer_callback_outcomes_pending          outcomes read and not yet acknowledged
+//	pacer_callback_oldest_pending_seconds    age of the oldest of them, from its outcome's time
 package callback
 
 import (
@@ -447,8 +449,8 @@ func (d *Dispatcher) send(ctx context.Context, t *tenantQ) {
 			return
 		}
 		d.markSent(ctx, batch)
-		d.m.batches.WithLabelValues(t.id).Inc()
-		d.m.sent.WithLabelValues(t.id).Add(float64(len(batch)))
+		d.m.batches.Inc()
+		d.m.sent.Add(float64(len(batch)))
 		d.mu.Lock()
 		d.finished(t, batch)
 		d.mu.Unlock()
@@ -526,7 +528,7 @@ func (d *Dispatcher) unsent(ctx context.Context, t *tenantQ, batch []*item) []*i
 				}
 			}
 			if len(dups) > 0 {
-				d.m.duplicates.WithLabelValues(t.id).Add(float64(len(dups)))
+				d.m.duplicates.Add(float64(len(dups)))
 				d.mu.Lock()
 				d.finished(t, dups)
 				d.mu.Unlock()
@@ -592,7 +594,7 @@ func (d *Dispatcher) post(ctx context.Context, tenant string, batch []*item) boo
 		if ctx.Err() != nil {
 			return false
 		}
-		d.m.failed.WithLabelValues(tenant).Inc()
+		d.m.failed.Inc()
 		wait := b.NextBackOff()
 		d.log.Warn("callback not acknowledged; sending the batch again", "tenant", tenant, "url", rcv.URL,
 			"webhook_id", id, "outcomes", len(batch), "attempt", attempt, "after", wait.Round(time.Millisecond), "err", err)
@@ -678,17 +680,18 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 	for {
 		d.mu.Lock()
 		now := time.Now()
-		for id, q := range d.tenants {
-			oldest := now
+		oldest, pending := now, 0
+		for _, q := range d.tenants {
+			pending += len(q.items)
 			for _, it := range q.items {
 				if it.rec.At.Before(oldest) {
 					oldest = it.rec.At
 				}
 			}
-			d.m.pending.WithLabelValues(id).Set(float64(len(q.items)))
-			d.m.oldest.WithLabelValues(id).Set(now.Sub(oldest).Seconds())
 		}
 		d.mu.Unlock()
+		d.m.pending.Set(float64(pending))
+		d.m.oldest.Set(now.Sub(oldest).Seconds())
 		select {
 		case <-ctx.Done():
 			return
@@ -708,17 +711,19 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// metrics carry no tenant label (no Pacer metric names a tenant): the
+// log names the tenant of each failed attempt.
 type metrics struct {
-	batches, sent, failed, duplicates *prometheus.CounterVec
-	pending, oldest                   *prometheus.GaugeVec
+	batches, sent, failed, duplicates prometheus.Counter
+	pending, oldest                   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	c := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"tenant"})
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
-	g := func(name, help string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"tenant"})
+	g := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 	}
 	m := &metrics{
 		batches:    c("pacer_callback_batches_sent_total", "Callback batches a tenant's receiver acknowledged (2xx)."),
@@ -726,7 +731,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		failed:     c("pacer_callback_attempts_failed_total", "Callback POSTs not answered 2xx (the batch is sent again after a back-off)."),
 		duplicates: c("pacer_callback_duplicates_total", "Outcomes dropped before their batch: sent before (same tenant, message id and outcome)."),
 		pending:    g("pacer_callback_outcomes_pending", "Outcomes read from the outcomes topic and not yet acknowledged by their receiver."),
-		oldest:     g("pacer_callback_oldest_pending_seconds", "Age of the oldest outcome pending, from its outcome's time (0: none)."),
+		oldest:     g("pacer_callback_oldest_pending_seconds", "Age of the oldest outcome pending over every tenant, from its outcome's time (0: none)."),
 	}
 	if reg != nil {
 		for _, col := range []prometheus.Collector{m.batches, m.sent, m.failed, m.duplicates, m.pending, m.oldest} {
