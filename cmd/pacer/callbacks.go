@@ -70,16 +70,21 @@ func newOutcomeWriter(ctx context.Context, cfg config, channel string, kopts []k
 	if err != nil {
 		return nil, nil, fmt.Errorf("kafka client: %w", err)
 	}
+	ectx, stopEnsure := context.WithCancel(ctx)
+	ensured := make(chan struct{})
 	go func() {
-		if _, err := produce.EnsureTopic(ctx, cl, cfg.CallbackTopic, 12); err != nil && ctx.Err() == nil {
+		defer close(ensured)
+		if _, err := produce.EnsureTopic(ectx, cl, cfg.CallbackTopic, 12); err != nil && ectx.Err() == nil {
 			log.Warn("outcomes topic not checked; outcome records wait until it exists", "topic", cfg.CallbackTopic, "err", err)
 		}
 	}()
 	w := outcomes.NewWriter(cl, cfg.CallbackTopic, log, prometheus.WrapRegistererWith(prometheus.Labels{"channel": channel}, reg))
 	return w, func(drain time.Duration) {
+		stopEnsure()
+		<-ensured
 		actx, cancel := context.WithTimeout(context.Background(), drain)
 		defer cancel()
-		if err := w.Acked(actx); err != nil {
+		if err := w.Close(actx); err != nil {
 			log.Error("outcome records not acknowledged at exit; their records are read again by the next owner", "waiting", w.Waiting())
 		}
 		cl.Close()

@@ -225,13 +225,23 @@ func (d *Dispatcher) Run(ctx context.Context, kopts []kgo.Opt) error {
 	if err != nil {
 		return fmt.Errorf("callback: kafka client: %w", err)
 	}
-	_, err = produce.EnsureTopic(ctx, admin, d.cfg.Topic, d.cfg.Partitions)
-	admin.Close()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
+	// Kafka down at start-up: tried again (1 s doubling to 30 s) until it
+	// answers, while the gateway serves.
+	wait := &backoff.ExponentialBackOff{InitialInterval: time.Second, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: 30 * time.Second}
+	wait.Reset()
+	for {
+		_, err = produce.EnsureTopic(ctx, admin, d.cfg.Topic, d.cfg.Partitions)
+		if err == nil || ctx.Err() != nil {
+			break
 		}
-		return fmt.Errorf("callback: topic %s: %w", d.cfg.Topic, err)
+		d.log.Warn("outcomes topic not checked; trying again", "topic", d.cfg.Topic, "err", err)
+		if !sleep(ctx, wait.NextBackOff()) {
+			break
+		}
+	}
+	admin.Close()
+	if ctx.Err() != nil {
+		return nil
 	}
 	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...),
 		kgo.ConsumerGroup(d.cfg.Group), kgo.ConsumeTopics(d.cfg.Topic),

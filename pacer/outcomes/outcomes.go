@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -79,10 +80,11 @@ func FromDeadLetter(dlqReason string) (outcome, reason, code string) {
 // Writer writes outcome records to the outcomes topic, asynchronously.
 // Safe for concurrent use.
 type Writer struct {
-	cl    *kgo.Client
-	topic string
-	log   *slog.Logger
-	m     writerMetrics
+	cl     *kgo.Client
+	topic  string
+	log    *slog.Logger
+	m      writerMetrics
+	closed atomic.Bool // Close was called: failed writes are not retried
 
 	mu      sync.Mutex
 	next    uint64          // sequence of the next record written
@@ -147,6 +149,9 @@ func (w *Writer) produce(rec *kgo.Record, seq uint64, b *backoff.ExponentialBack
 	// A fresh record per attempt: kgo keeps the first Produce's state.
 	attempt := &kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Value}
 	w.cl.Produce(context.Background(), attempt, func(_ *kgo.Record, err error) {
+		if err != nil && w.closed.Load() {
+			return // the client is closing: the source records are read again
+		}
 		if err != nil {
 			w.m.failed.Inc()
 			d := b.NextBackOff()
@@ -205,6 +210,16 @@ func (w *Writer) Acked(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Close waits until the records written are acknowledged or ctx ends
+// (its error), then stops retrying failed writes (their source records'
+// offsets were not committed: they are read again). Call it before
+// closing the client.
+func (w *Writer) Close(ctx context.Context) error {
+	err := w.Acked(ctx)
+	w.closed.Store(true)
+	return err
 }
 
 // Waiting returns how many records written are not yet acknowledged.
