@@ -273,7 +273,7 @@ func TestCallbacksEndToEnd(t *testing.T) {
 	_, metrics := httpGet(t, "http://"+addr+"/metrics")
 	dups := 0.0
 	for _, l := range strings.Split(metrics, "\n") {
-		if strings.HasPrefix(l, "pacer_callback_duplicates_total{") {
+		if strings.HasPrefix(l, "pacer_callback_duplicates_total ") {
 			var v float64
 			fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v)
 			dups += v
