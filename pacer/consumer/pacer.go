@@ -21,6 +21,10 @@
 // A record is finished once the provider accepted it or Kafka acknowledged
 // its copy on the retry or DLQ topic; offsets are committed only up to the
 // lowest unfinished record, so a crash re-delivers and never skips.
+// With [Deps].Outcomes, the final outcome of a record whose envelope names
+// a tenant is written to the outcomes topic (without waiting), and its
+// offset also waits for Kafka's acknowledgement of that record
+// (outcomes.go): the tenants' callbacks never miss an outcome.
 //
 // # Outcomes
 //
