@@ -23,6 +23,10 @@
 //     webhooks (pacer webhook): checks their signatures, produces their
 //     events to pacer.<channel>.events, and applies them (suppressions,
 //     campaign outcomes, unknown outcomes resolved through the ledger).
+//   - [github.com/pacerhq/pacer/pacer/callback]: the tenants' callbacks
+//     (run by pacer ingest): reads the outcomes topic and POSTs each
+//     tenant's outcomes to its callback_url in signed batches, retried
+//     with back-off, once per outcome.
 //
 // The parts they share, which import no application:
 //
@@ -63,6 +67,9 @@
 //     validated, done and logged with who acted and the old and new
 //     values, shared by the commands (pacer campaign, limit, dlq) and the
 //     status page's actions.
+//   - [github.com/pacerhq/pacer/pacer/outcomes]: the outcomes topic: the
+//     record of a tenant's message's final outcome, and the asynchronous
+//     writer the consumer commits behind.
 //
 // The rules between them are checked by internal/deptest.
 package pacer

@@ -146,6 +146,8 @@ type config struct {
 	ParkLanes bool `env:"PACER_PARK_LANES, default=true" pacer:"ParkLanes"`
 	// PACER_LEASE_SIZE: send slots taken from Redis per call for one key; default 0 = automatic (a fifth of a second of slots once that is >= 2, below 20 only while the key has that many messages waiting, 20 or more only while at least 2 wait, else 1).
 	LeaseSize int `env:"PACER_LEASE_SIZE, default=0" pacer:"LeaseSize"`
+	// PACER_CALLBACK_TOPIC: the outcomes topic: pacer run writes the final outcome of every message of a tenant to it, and pacer ingest's callback dispatcher reads it; default pacer.outcomes.
+	CallbackTopic string `env:"PACER_CALLBACK_TOPIC, default=pacer.outcomes" unit:"topic"`
 	// PACER_IDEMPOTENCY_TTL: how long pacer ingest remembers accepted envelope ids and Idempotency-Key answers; default 24h.
 	IdempotencyTTL time.Duration `env:"PACER_IDEMPOTENCY_TTL, default=24h"`
 	// PACER_LEDGER_TTL: how long pacer run's idempotency ledger keeps a claim or delivered mark in Redis; at least 1.2 x the longest retry delay + 1m (5m at least); default 7m.
@@ -480,6 +482,9 @@ func (c config) validate() []error {
 	}
 	if c.KafkaSessionTimeout < time.Second {
 		bad("PACER_KAFKA_SESSION_TIMEOUT", "must be >= 1s")
+	}
+	if p := callbackTopicErr(c.CallbackTopic); p != "" {
+		bad("PACER_CALLBACK_TOPIC", p)
 	}
 	// The URL may hold a password: errors describe it, never echo it.
 	if u, err := url.Parse(c.RedisURL); err != nil {

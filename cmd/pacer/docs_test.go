@@ -31,6 +31,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/pacerhq/pacer/pacer/callback"
+	"github.com/pacerhq/pacer/pacer/outcomes"
 	"github.com/pacerhq/pacer/pacer/webhook"
 	"go/ast"
 	"go/parser"
@@ -415,6 +417,7 @@ func runMetrics(t *testing.T) map[string]metricLabels {
 	rec := &descRecorder{}
 	rec.MustRegister((&roundTrips{}).collector(ch.name))
 	rec.MustRegister(connMetrics(ch)...)
+	outcomes.NewWriter(nil, "", nil, prometheus.WrapRegistererWith(prometheus.Labels{"channel": ch.name}, rec))
 	_, err = consumer.New(cfg.pacerConfig(ch), []kgo.Opt{kgo.SeedBrokers("127.0.0.1:9")},
 		consumer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: led, Sender: noSender{}}, rec)
 	if err != nil {
@@ -437,6 +440,9 @@ func ingestMetrics(t *testing.T) map[string]metricLabels {
 		ChannelLimit: bucket.Limit{PerSecond: 10000, Burst: 10000}},
 		ingest.Deps{Kafka: kc, Quota: quota.New(nil), Keys: bucket.NewKeys(""), Tenants: func() *ingest.Tenants { return nil }}, rec)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := callback.New(callback.Config{}, nil, nil, rec); err != nil { // the callback dispatcher's
 		t.Fatal(err)
 	}
 	return rec.labelsOf(t)

@@ -47,13 +47,29 @@ type ingestConfig struct {
 	ProduceTimeout time.Duration `env:"PACER_INGEST_PRODUCE_TIMEOUT, default=10s" unit:"duration" help:"longest wait for Kafka's ack before 503"`
 	// PACER_INGEST_PARTITIONS: partitions of a channel topic the gateway has to create; default 12.
 	Partitions int `env:"PACER_INGEST_PARTITIONS, default=12" unit:"partitions" help:"of a channel topic the gateway creates"`
+	// PACER_INGEST_TOPIC_PREFIX: starts every channel topic the gateway writes to: <prefix><channel>; a pacer run behind it then consumes --topic <prefix><channel>; default pacer. (the topics pacer run consumes by default).
+	TopicPrefix string `env:"PACER_INGEST_TOPIC_PREFIX, default=pacer." unit:"topic prefix" help:"channel topics are <prefix><channel>"`
+	// PACER_CALLBACK_GROUP: consumer group of the callback dispatcher on the outcomes topic (PACER_CALLBACK_TOPIC); default pacer-callbacks.
+	CallbackGroup string `env:"PACER_CALLBACK_GROUP, default=pacer-callbacks" unit:"group" help:"the callback dispatcher's consumer group"`
+	// PACER_CALLBACK_BATCH: most outcomes in one callback POST to a tenant; default 100.
+	CallbackBatch int `env:"PACER_CALLBACK_BATCH, default=100" unit:"outcomes" help:"most outcomes per callback POST"`
+	// PACER_CALLBACK_WAIT: longest an outcome waits for its callback batch to fill before the batch is sent; default 1s.
+	CallbackWait time.Duration `env:"PACER_CALLBACK_WAIT, default=1s" unit:"duration" help:"longest wait for a batch to fill"`
+	// PACER_CALLBACK_TIMEOUT: one callback POST, the receiver's answer included; default 10s.
+	CallbackTimeout time.Duration `env:"PACER_CALLBACK_TIMEOUT, default=10s" unit:"duration" help:"one callback POST"`
+	// PACER_CALLBACK_MAX_BACKOFF: longest wait between two attempts of a callback batch its receiver did not acknowledge (the first wait is 1s, then doubling, with 20% jitter); default 5m.
+	CallbackMaxBackoff time.Duration `env:"PACER_CALLBACK_MAX_BACKOFF, default=5m" unit:"duration" help:"longest wait between attempts of a batch"`
+	// PACER_CALLBACK_DEDUPE_TTL: how long an outcome sent to its tenant is remembered in Redis, so that a copy read again (a replayed outcomes topic) is not sent again; default 168h.
+	CallbackDedupeTTL time.Duration `env:"PACER_CALLBACK_DEDUPE_TTL, default=168h" unit:"duration" help:"how long an outcome sent is remembered"`
+	// PACER_CALLBACK_MAX_PENDING: outcomes of one tenant held in memory while its receiver does not acknowledge them; past it, the outcomes topic partitions they came from pause; default 10000.
+	CallbackMaxPending int `env:"PACER_CALLBACK_MAX_PENDING, default=10000" unit:"outcomes" help:"per tenant, before its partitions pause"`
 }
 
 // ingestShared are the settings of config that `pacer ingest` reads too
 // (Kafka, Redis, logging, drain, Redis failure mode, idempotency TTL), as
 // prefixes of their names; docs/configuration.md says what each means.
 var ingestShared = []string{"PACER_KAFKA_BROKERS", "PACER_KAFKA_TLS", "PACER_KAFKA_SASL_", "PACER_REDIS_",
-	"PACER_EXPECTED_REPLICAS", "PACER_IDEMPOTENCY_TTL", "PACER_DRAIN", "PACER_LOG_"}
+	"PACER_EXPECTED_REPLICAS", "PACER_IDEMPOTENCY_TTL", "PACER_DRAIN", "PACER_LOG_", "PACER_CALLBACK_TOPIC"}
 
 // ingestSettingsHelp lists every variable `pacer ingest` reads, for
 // `pacer ingest -h`: its own with unit, default and meaning, then the
@@ -113,6 +129,7 @@ func loadIngestConfig(lookup func(string) (string, bool)) (ingestConfig, []netip
 	if c.Partitions < 1 {
 		bad("PACER_INGEST_PARTITIONS", "must be >= 1")
 	}
+	checkCallbackConfig(c, bad)
 	var proxies []netip.Prefix
 	for _, s := range c.TrustedProxies {
 		p, err := netip.ParsePrefix(s)
@@ -232,7 +249,7 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 		Channels: channels, IPLimit: bucket.Limit{PerSecond: ic.IPRate, Burst: ic.IPBurst},
 		ChannelLimit:   bucket.Limit{PerSecond: ic.ChannelRate, Burst: ic.ChannelBurst},
 		TrustedProxies: proxies, IdempotencyTTL: cfg.IdempotencyTTL, ProduceTimeout: ic.ProduceTimeout,
-		Partitions: ic.Partitions, RedisFailure: cfg.RedisFailure, Logger: log,
+		Partitions: ic.Partitions, RedisFailure: cfg.RedisFailure, Logger: log, TopicPrefix: ic.TopicPrefix,
 	}, ingest.Deps{Kafka: kc, Quota: q, Fallback: quota.NewLocal(cfg.ExpectedReplicas), Keys: bucket.NewKeys(cfg.RedisPrefix),
 		Tenants: tf.Tenants, Campaigns: ctl, Control: ctl,
 		Messages:  message.NewStore(rdb, bucket.NewKeys(cfg.RedisPrefix), cfg.LedgerTTL),
@@ -245,6 +262,11 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	if err != nil {
 		return err
 	}
+	stopCallbacks, err := startCallbacks(ctx, cfg, ic, tf, rdb, kopts, log, reg)
+	if err != nil {
+		return err
+	}
+	defer stopCallbacks()
 	// srv serves /metrics, /healthz and /readyz as well as the API.
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute}
 	log.Info("ingest listening", "addr", ln.Addr().String(), "tenants", tf.Tenants().Len())

@@ -148,12 +148,17 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), trips.collector(ch.name))
 	reg.MustRegister(connMetrics(ch)...)
+	outs, closeOutcomes, err := newOutcomeWriter(ctx, cfg, ch.name, kopts, log, reg)
+	if err != nil {
+		return err
+	}
+	defer func() { closeOutcomes(cfg.Drain) }()
 	p, err := consumer.New(pc, append(kopts, kgo.ClientID("pacer-"+ch.name),
 		kgo.SessionTimeout(cfg.KafkaSessionTimeout), kgo.HeartbeatInterval(min(3*time.Second, cfg.KafkaSessionTimeout/3))),
 		consumer.Deps{Bucket: lim, Adapter: adapt.New(rdb, bucket.Config{Prefix: cfg.RedisPrefix}), Ledger: led, Sender: sender,
 			Fallback:  bucket.NewLocal(bucket.LocalConfig{Replicas: cfg.ExpectedReplicas}),
 			RedisPing: func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
-			Policy:    policy, Campaigns: ctl, Suppress: sup, Portfolios: port}, reg)
+			Policy:    policy, Campaigns: ctl, Suppress: sup, Portfolios: port, Outcomes: outs}, reg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}

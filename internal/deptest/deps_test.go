@@ -206,12 +206,12 @@ func TestNoPackageImportsItsParent(t *testing.T) {
 var (
 	pacerApps = map[string]bool{
 		mod + "/pacer/consumer": true, mod + "/pacer/ingest": true, mod + "/pacer/statuspage": true,
-		mod + "/pacer/webhook": true,
+		mod + "/pacer/webhook": true, mod + "/pacer/callback": true,
 	}
 	pacerShared = map[string]bool{
 		mod + "/pacer/envelope": true, mod + "/pacer/produce": true, mod + "/pacer/ledger": true, mod + "/pacer/suppress": true, mod + "/pacer/control": true,
 		mod + "/pacer/portfolio": true, mod + "/pacer/keypace": true, mod + "/pacer/park": true, mod + "/pacer/campaign": true, mod + "/pacer/inflight": true,
-		mod + "/pacer/message": true, mod + "/pacer/operate": true,
+		mod + "/pacer/message": true, mod + "/pacer/operate": true, mod + "/pacer/outcomes": true,
 	}
 )
 

@@ -687,6 +687,7 @@ func (p *Pacer) finish(f *flight, o outcome) bool {
 			f.log.Debug("already dead-lettered; skipped")
 		} else {
 			f.log.Debug("already delivered; skipped")
+			p.deliveredOutcome(&f.env) // again: it may have been lost with a crash
 		}
 		done = true
 	case requeued:
@@ -873,6 +874,7 @@ func (p *Pacer) release(ctx context.Context, env envelope.Envelope, log *slog.Lo
 func (p *Pacer) delivered(env envelope.Envelope, res channels.Result, log *slog.Logger) {
 	p.m.deliveredC.Inc()
 	p.tally.count(delivered)
+	p.deliveredOutcome(&env)
 	dctx := p.markBy.ctx(time.Now())
 	if err := p.redisQueued(dctx, log, func() error {
 		if cl := p.countingLedger(); cl != nil && env.Campaign != "" {
@@ -1063,6 +1065,7 @@ func (p *Pacer) deadLetter(ctx context.Context, r *kgo.Record, m meta, reason, d
 	}
 	p.m.dlq.WithLabelValues(label).Inc()
 	p.tally.count(deadLettered)
+	p.deadLetterOutcome(r, reason)
 	p.countDeadLetter(r, label)
 	p.wrote("dlq", p.cfg.DLQTopic)
 	log.Warn("dead-lettered", "reason", reason, "detail", detail)

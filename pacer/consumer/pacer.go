@@ -21,6 +21,10 @@
 // A record is finished once the provider accepted it or Kafka acknowledged
 // its copy on the retry or DLQ topic; offsets are committed only up to the
 // lowest unfinished record, so a crash re-delivers and never skips.
+// With [Deps].Outcomes, the final outcome of a record whose envelope names
+// a tenant is written to the outcomes topic (without waiting), and its
+// offset also waits for Kafka's acknowledgement of that record
+// (outcomes.go): the tenants' callbacks never miss an outcome.
 //
 // # Outcomes
 //
@@ -145,6 +149,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/keypace"
 	"github.com/pacerhq/pacer/pacer/ledger"
+	"github.com/pacerhq/pacer/pacer/outcomes"
 	"github.com/pacerhq/pacer/pacer/park"
 	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/produce"
@@ -204,6 +209,11 @@ type Deps struct {
 	// reserved recipient whose message is dead-lettered without an
 	// unknown outcome is given back.
 	Portfolios *portfolio.Store
+	// Outcomes, when set, receives the final outcome of every record
+	// whose envelope names a tenant (delivered, failed, suppressed,
+	// dead-lettered; outcomes.go), for the tenants' callbacks; a
+	// record's offset is committed only once its outcome is in Kafka.
+	Outcomes *outcomes.Writer
 }
 
 // Redis failure modes for [Config.RedisFailure].
@@ -535,6 +545,7 @@ type Pacer struct {
 	ledger       *ledger.Batcher
 	suppress     *suppress.Store  // nil: no suppression
 	portfolios   *portfolio.Store // nil: no messaging-limit guard
+	outcomes     *outcomes.Writer // nil: no outcome records
 	admissions   *portfolio.Batch // the guard's admissions, in the ledger's flushes
 	portfolioMap portfolioMap
 	adapter      Adapter
@@ -631,7 +642,7 @@ func New(cfg Config, kopts []kgo.Opt, deps Deps, reg prometheus.Registerer) (*Pa
 	if err != nil {
 		return nil, fmt.Errorf("pacer: metrics: %w", err)
 	}
-	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, suppress: deps.Suppress, portfolios: deps.Portfolios, sender: deps.Sender, m: m,
+	p := &Pacer{cfg: cfg, kopts: kopts, bucket: deps.Bucket, adapter: deps.Adapter, fallback: deps.Fallback, ping: deps.RedisPing, ledger: deps.Ledger, suppress: deps.Suppress, portfolios: deps.Portfolios, outcomes: deps.Outcomes, sender: deps.Sender, m: m,
 		log: newLazyLogger(cfg.Logger).With("channel", cfg.Channel), workers: map[tp]*worker{},
 		ids: map[idRef]chan struct{}{}, handlers: newGoPool(), markBy: newDeadlines(context.Background(), 30*time.Second)}
 	p.retryLog.Every = RetryLogEvery
@@ -1058,6 +1069,10 @@ func (p *Pacer) marksWritten(ctx context.Context, ws []*worker) {
 	}
 	if err := p.ledger.Written(ctx); err != nil {
 		p.log.Warn("idempotency ledger: marks not written before the commit; their records will be read again", "err", err)
+		return
+	}
+	if err := p.outcomesAcked(ctx); err != nil {
+		p.log.Warn("outcome records not acknowledged before the commit; their records will be read again", "err", err)
 		return
 	}
 	for i, w := range ws {

@@ -201,6 +201,11 @@ func (p *Pacer) skipKnown(ctx context.Context, fs []*fetched) {
 			}
 			a.f.skip[a.i] = true
 			n++
+			if s == ledger.StateDelivered {
+				// Its outcome again: one written before a crash may not
+				// have reached Kafka (the callbacks count it once).
+				p.deliveredOutcome(&a.f.envs[a.i])
+			}
 		}
 	}
 	if n > 0 {

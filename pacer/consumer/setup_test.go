@@ -22,6 +22,7 @@ import (
 	"github.com/pacerhq/pacer/pacer/campaign"
 	"github.com/pacerhq/pacer/pacer/consumer"
 	"github.com/pacerhq/pacer/pacer/ledger"
+	"github.com/pacerhq/pacer/pacer/outcomes"
 	"github.com/pacerhq/pacer/pacer/portfolio"
 	"github.com/pacerhq/pacer/pacer/suppress"
 	"github.com/prometheus/client_golang/prometheus"
@@ -110,6 +111,8 @@ type harness struct {
 	// portfolios, if not nil, gives each pacer it as Deps.Portfolios (a
 	// store over h's Redis).
 	portfolios *portfolio.Store
+	// outcomes, if not nil, is each pacer's Deps.Outcomes.
+	outcomes *outcomes.Writer
 }
 
 func newHarness(t *testing.T, script map[string][]error) *harness {
@@ -169,6 +172,7 @@ func (h *harness) start(cfg consumer.Config, sender channels.Sender, reg prometh
 		deps.Suppress = suppress.NewStore(rdb, lim.Keys())
 	}
 	deps.Portfolios = h.portfolios
+	deps.Outcomes = h.outcomes
 	p, err := consumer.New(cfg, append([]kgo.Opt{kgo.SeedBrokers(h.kc.ListenAddrs()...)}, kopts...), deps, reg)
 	if err != nil {
 		closeLedger(h.t, bat)

@@ -737,7 +737,7 @@ func (w *worker) markCommit(r *kgo.Record) {
 	}
 	c.waiting = true
 	c.mu.Unlock()
-	w.p.ledger.AfterWritten(func() { w.marked(r) })
+	w.p.afterWritten(func() { w.marked(r) })
 }
 
 // marked marks r, whose records' marks are written, and waits for the
@@ -753,7 +753,7 @@ func (w *worker) marked(r *kgo.Record) {
 		return
 	}
 	c.mu.Unlock()
-	w.p.ledger.AfterWritten(func() { w.marked(next) })
+	w.p.afterWritten(func() { w.marked(next) })
 }
 
 // commitHead returns the head waiting to be marked for commit, or nil.

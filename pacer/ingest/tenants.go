@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -47,6 +48,15 @@ type Tenant struct {
 	MessagesPerDay int `json:"messages_per_day"`
 	// Channels the tenant may publish to.
 	Channels []string `json:"channels"`
+	// CallbackURL, when set, receives the outcomes of the tenant's
+	// messages: signed batches POSTed by the callback dispatcher
+	// (docs/webhooks.md#tenant-callbacks). An absolute http or https URL.
+	CallbackURL string `json:"callback_url,omitempty"`
+	// CallbackSecretFile is the path of the file holding the callbacks'
+	// signing secrets (whsec_<base64>, whitespace-separated: each signs,
+	// for rotation); required with CallbackURL. The file is read by the
+	// dispatcher; the tenants file never holds a secret.
+	CallbackSecretFile string `json:"callback_secret_file,omitempty"`
 }
 
 // Tenants is a loaded tenants file: every tenant by the SHA-256 of each of
@@ -54,6 +64,7 @@ type Tenant struct {
 type Tenants struct {
 	byKey map[[sha256.Size]byte]*Tenant
 	count int
+	byID  map[string]*Tenant
 }
 
 var tenantID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
@@ -115,6 +126,16 @@ func ParseTenants(b []byte, channels []string) (*Tenants, error) {
 		if len(t.Channels) == 0 {
 			bad("channels", "at least one channel is required")
 		}
+		switch u, err := url.Parse(t.CallbackURL); {
+		case t.CallbackURL == "":
+			if t.CallbackSecretFile != "" {
+				bad("callback_secret_file", "given without callback_url")
+			}
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			bad("callback_url", "must be an absolute http or https URL")
+		case t.CallbackSecretFile == "":
+			bad("callback_secret_file", "required with callback_url: the path of the file holding the signing secrets")
+		}
 		for _, c := range t.Channels {
 			known := false
 			for _, s := range channels {
@@ -129,7 +150,19 @@ func ParseTenants(b []byte, channels []string) (*Tenants, error) {
 		return nil, errors.Join(errs...)
 	}
 	ts.count = len(f.Tenants)
+	ts.byID = map[string]*Tenant{}
+	for i := range f.Tenants {
+		ts.byID[f.Tenants[i].ID] = &f.Tenants[i]
+	}
 	return ts, nil
+}
+
+// ByID returns the tenant whose id is id, or nil.
+func (ts *Tenants) ByID(id string) *Tenant {
+	if ts == nil {
+		return nil
+	}
+	return ts.byID[id]
 }
 
 // Lookup returns the tenant whose API key is key, or nil. Only the key's
