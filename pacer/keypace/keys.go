@@ -293,16 +293,6 @@ func (p *Keys) SlotWaiters(key string) int {
 	return int(st.normalWaiting.Load())
 }
 
-// countThrottle counts one provider throttle of key (Activity.Throttled).
-func (p *Keys) countThrottle(key string) {
-	p.thMu.Lock()
-	if p.throttleCount == nil {
-		p.throttleCount = map[string]uint64{}
-	}
-	p.throttleCount[key]++
-	p.thMu.Unlock()
-}
-
 // forgetThrottles drops key's count with its state; callers hold p.mu.
 func (p *Keys) forgetThrottles(key string) {
 	p.thMu.Lock()

@@ -442,6 +442,16 @@ type Result struct {
 	Cred  uint64 // Config.CredentialVersion of the key when the request left
 }
 
+// countThrottle counts one provider throttle of key (Activity.Throttled).
+func (p *Keys) countThrottle(key string) {
+	p.thMu.Lock()
+	if p.throttleCount == nil {
+		p.throttleCount = map[string]uint64{}
+	}
+	p.throttleCount[key]++
+	p.thMu.Unlock()
+}
+
 // Report takes the provider's answer to the record's send: to the
 // breaker when the send was its probe; an accepted send to the key's
 // counters (and its report to the shared state when due, see
