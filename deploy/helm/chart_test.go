@@ -2,6 +2,7 @@ package helm
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -710,5 +711,196 @@ func TestKedaPerChannel(t *testing.T) {
 	want := map[string]string{"pacer-fcm": "1-6 lag 50", "pacer-whatsapp": "1-8 lag 1000"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("ScaledObjects %v, want %v", got, want)
+	}
+}
+
+// TestKedaChannelZero: a channel's own keda value wins even when it is 0
+// (sprig's merge would take the 0 for unset and keep keda's 1).
+func TestKedaChannelZero(t *testing.T) {
+	objs := objects(t, map[string]any{
+		"keda": map[string]any{"enabled": true},
+		"channels": map[string]any{
+			"fcm": map[string]any{"keda": map[string]any{"minReplicaCount": 0, "cooldownPeriod": 0}},
+		},
+	})
+	for _, so := range find[*scaledObject](objs) {
+		wantMin, wantCool := int32(1), int32(300)
+		if so.Metadata.Name == "pacer-fcm" {
+			wantMin, wantCool = 0, 0
+		}
+		if *so.Spec.MinReplicaCount != wantMin || *so.Spec.CooldownPeriod != wantCool {
+			t.Errorf("ScaledObject %s: minReplicaCount %d cooldownPeriod %d, want %d and %d",
+				so.Metadata.Name, *so.Spec.MinReplicaCount, *so.Spec.CooldownPeriod, wantMin, wantCool)
+		}
+	}
+}
+
+// TestSettingsOwnedOrSecret: every setting a value of the chart sets, and
+// every secret of docs/configuration.md, is refused in config and in each
+// env, naming the value to use (else it is written twice, or a secret
+// lands in a ConfigMap or a pod's spec).
+func TestSettingsOwnedOrSecret(t *testing.T) {
+	owned := map[string]string{
+		"PACER_KAFKA_BROKERS": "kafka.brokers", "PACER_KAFKA_TLS": "kafka.tls.enabled",
+		"PACER_KAFKA_TLS_CA_FILE": "kafka.tls.caKey", "PACER_KAFKA_TLS_CERT_FILE": "kafka.tls.certKey",
+		"PACER_KAFKA_TLS_KEY_FILE": "kafka.tls.keyKey", "PACER_KAFKA_TLS_SERVER_NAME": "kafka.tls.serverName",
+		"PACER_KAFKA_SASL_MECHANISM": "kafka.sasl.mechanism", "PACER_KAFKA_SASL_USERNAME": "kafka.sasl.username",
+		"PACER_KAFKA_SASL_PASSWORD_FILE": "kafka.sasl.passwordSecret", "PACER_METRICS_ADDR": "metricsPort",
+		"PACER_REDIS_URL": "redis.urlSecret", "PACER_REDIS_USERNAME": "redis.username",
+		"PACER_REDIS_PASSWORD_FILE": "redis.passwordSecret", "PACER_REDIS_TLS": "redis.tls.enabled",
+		"PACER_REDIS_TLS_CA_FILE": "redis.tls.caKey", "PACER_REDIS_TLS_CERT_FILE": "redis.tls.certKey",
+		"PACER_REDIS_TLS_KEY_FILE": "redis.tls.keyKey", "PACER_REDIS_TLS_SERVER_NAME": "redis.tls.serverName",
+		"PACER_DRAIN": "drain", "PACER_EXPECTED_REPLICAS": "replicas", "PACER_CREDENTIALS_DIR": "credentialsDirSecrets",
+		"PACER_INGEST_ADDR": "ingest.port", "PACER_INGEST_TENANTS": "ingest.tenantsSecret",
+		"PACER_INGEST_TOPIC_PREFIX": "topicPrefix",
+	}
+	// The secrets: the rows of docs/configuration.md of type secret(s).
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := regexp.MustCompile("(?m)^\\| `(PACER_[A-Z0-9_]+)` \\| secrets? \\|").FindAllStringSubmatch(string(doc), -1)
+	if len(secrets) < 7 {
+		t.Fatalf("%d secret rows in docs/configuration.md", len(secrets))
+	}
+	want := map[string]string{}
+	for k, v := range owned {
+		want[k] = v
+	}
+	for _, m := range secrets {
+		want[m[1]] = m[1] + " is a secret"
+	}
+	// Each value the chart sets, on, so that a duplicate would show.
+	base := allOn()
+	base["kafka"].(map[string]any)["tls"].(map[string]any)["certKey"] = "tls.crt"
+	base["kafka"].(map[string]any)["tls"].(map[string]any)["keyKey"] = "tls.key"
+	base["kafka"].(map[string]any)["tls"].(map[string]any)["serverName"] = "kafka"
+	base["redis"].(map[string]any)["tls"].(map[string]any)["serverName"] = "redis"
+	base["topicPrefix"] = "acme."
+	if _, err := render(t, base); err != nil {
+		t.Fatalf("every value on: %v", err)
+	}
+	for key, says := range want {
+		for _, where := range []string{"config", "ingest.env", "channels.whatsapp.env"} {
+			vals := maps.Clone(base)
+			set := map[string]any{key: "x"}
+			switch where {
+			case "config":
+				vals["config"] = set
+			case "ingest.env":
+				vals["ingest"] = map[string]any{"env": set}
+			default:
+				vals["channels"] = map[string]any{"whatsapp": map[string]any{"env": set}}
+			}
+			_, err := render(t, vals)
+			if err == nil || !strings.Contains(err.Error(), where+"."+key) || !strings.Contains(err.Error(), says) {
+				t.Errorf("%s.%s: %v\nwant an error naming it and saying %q", where, key, err, says)
+			}
+		}
+	}
+	// The outcomes topic is shared by pacer run (writes) and pacer ingest
+	// (reads): fine in config, refused in a single component's env.
+	if _, err := render(t, map[string]any{"config": map[string]any{"PACER_CALLBACK_TOPIC": "acme.outcomes"}}); err != nil {
+		t.Errorf("config.PACER_CALLBACK_TOPIC: %v", err)
+	}
+	_, err = render(t, map[string]any{"ingest": map[string]any{"env": map[string]any{"PACER_CALLBACK_TOPIC": "acme.outcomes"}}})
+	if err == nil || !strings.Contains(err.Error(), "ingest.env.PACER_CALLBACK_TOPIC: set config.PACER_CALLBACK_TOPIC") {
+		t.Errorf("ingest.env.PACER_CALLBACK_TOPIC: %v", err)
+	}
+}
+
+// TestTopicPrefix: topicPrefix names the topic ingest writes, each
+// channel runs on and KEDA watches alike.
+func TestTopicPrefix(t *testing.T) {
+	objs := objects(t, map[string]any{"topicPrefix": "acme.", "keda": map[string]any{"enabled": true}})
+	deps := deployments(objs)
+	if e, ok := envOf(deps["pacer-ingest"].Spec.Template.Spec.Containers[0], "PACER_INGEST_TOPIC_PREFIX"); !ok || e.Value != "acme." {
+		t.Errorf("pacer-ingest: PACER_INGEST_TOPIC_PREFIX %q, want acme.", e.Value)
+	}
+	for _, ch := range []string{"apns", "fcm", "sendgrid", "whatsapp"} {
+		args := deps["pacer-"+ch].Spec.Template.Spec.Containers[0].Args
+		if want := []string{"run", "--channel", ch, "--topic", "acme." + ch}; !slices.Equal(args, want) {
+			t.Errorf("pacer-%s: args %q, want %q", ch, args, want)
+		}
+	}
+	for _, so := range find[*scaledObject](objs) {
+		ch := strings.TrimPrefix(so.Metadata.Name, "pacer-")
+		if got := so.Spec.Triggers[0].Metadata["topic"]; got != "acme."+ch {
+			t.Errorf("ScaledObject %s: topic %q, want acme.%s", so.Metadata.Name, got, ch)
+		}
+	}
+}
+
+// TestDisruptionBudgets: a PodDisruptionBudget never blocks a node drain:
+// 1 replica gets none (minAvailable 1 would forbid every eviction), KEDA
+// (which may scale to 1) maxUnavailable 1, 2 or more minAvailable 1.
+func TestDisruptionBudgets(t *testing.T) {
+	pdbs := func(vals map[string]any) map[string]string {
+		out := map[string]string{}
+		for _, p := range find[*policyv1.PodDisruptionBudget](objects(t, vals)) {
+			switch {
+			case p.Spec.MinAvailable != nil && p.Spec.MaxUnavailable == nil:
+				out[p.Name] = "minAvailable " + p.Spec.MinAvailable.String()
+			case p.Spec.MaxUnavailable != nil && p.Spec.MinAvailable == nil:
+				out[p.Name] = "maxUnavailable " + p.Spec.MaxUnavailable.String()
+			default:
+				out[p.Name] = fmt.Sprintf("%+v", p.Spec)
+			}
+		}
+		return out
+	}
+	got := pdbs(map[string]any{
+		"channels": map[string]any{"fcm": map[string]any{"replicas": 1}, "apns": map[string]any{"enabled": false}, "sendgrid": map[string]any{"enabled": false}},
+		"ingest":   map[string]any{"replicas": 1},
+	})
+	if want := map[string]string{"pacer-whatsapp": "minAvailable 1"}; !maps.Equal(got, want) {
+		t.Errorf("PodDisruptionBudgets %v, want %v", got, want)
+	}
+	got = pdbs(map[string]any{"keda": map[string]any{"enabled": true, "minReplicaCount": 1},
+		"channels": map[string]any{"apns": map[string]any{"enabled": false}, "sendgrid": map[string]any{"enabled": false}, "whatsapp": map[string]any{"enabled": false}}})
+	if want := map[string]string{"pacer-fcm": "maxUnavailable 1", "pacer-ingest": "minAvailable 1"}; !maps.Equal(got, want) {
+		t.Errorf("with KEDA, PodDisruptionBudgets %v, want %v", got, want)
+	}
+}
+
+// TestBadTypes: null, strings and fractions where a whole number belongs,
+// and a drain that is no duration, are refused by the schema and, without
+// it (--skip-schema-validation), by the templates.
+func TestBadTypes(t *testing.T) {
+	for _, tc := range []struct {
+		vals             map[string]any
+		schema, template string
+	}{
+		{map[string]any{"channels": map[string]any{"fcm": map[string]any{"partitions": nil}}},
+			"at '/channels/fcm': missing property 'partitions'", "channels.fcm.partitions: got invalid <nil>, want a whole number"},
+		{map[string]any{"channels": map[string]any{"fcm": map[string]any{"partitions": "12"}}},
+			"at '/channels/fcm/partitions': got string, want integer", "channels.fcm.partitions: got string 12, want a whole number"},
+		{map[string]any{"channels": map[string]any{"fcm": map[string]any{"partitions": 0}}},
+			"at '/channels/fcm/partitions': minimum: got 0, want 1", "channels.fcm.partitions 0: want at least 1"},
+		{map[string]any{"channels": map[string]any{"apns": map[string]any{"replicas": 2.5}}},
+			"at '/channels/apns/replicas': got number, want integer", "channels.apns.replicas: got float64 2.5, want a whole number"},
+		{map[string]any{"ingest": map[string]any{"replicas": "2"}},
+			"at '/ingest/replicas': got string, want integer", "ingest.replicas: got string 2, want a whole number"},
+		{map[string]any{"drain": 30},
+			"at '/drain': got number, want string", "drain: got int 30, want a duration such as 30s"},
+		{map[string]any{"drain": "30 seconds"},
+			"at '/drain': '30 seconds' does not match pattern", "drain: got string 30 seconds, want a duration"},
+		{map[string]any{"keda": map[string]any{"enabled": true, "maxReplicaCount": "12"}},
+			"at '/keda/maxReplicaCount': got string, want integer", "keda.maxReplicaCount: got string 12, want a whole number"},
+		{map[string]any{"keda": map[string]any{"enabled": true}, "channels": map[string]any{"sendgrid": map[string]any{"keda": map[string]any{"minReplicaCount": "0"}}}},
+			"at '/channels/sendgrid/keda/minReplicaCount': got string, want integer", "channels.sendgrid.keda.minReplicaCount: got string 0, want a whole number"},
+		{map[string]any{"channels": map[string]any{"fcm": map[string]any{"replica": 3}}},
+			"at '/channels/fcm': additional properties 'replica' not allowed", `channels.fcm.replica: a channel has no value "replica"`},
+		{map[string]any{"topicPrefix": "acme/"},
+			"at '/topicPrefix': 'acme/' does not match pattern", "topicPrefix acme/: want 1 to 200 of"},
+	} {
+		_, err := render(t, tc.vals)
+		if err == nil || !strings.Contains(err.Error(), tc.schema) {
+			t.Errorf("%v: %v\nwant an error saying %q", tc.vals, err, tc.schema)
+		}
+		_, err = renderSchema(t, tc.vals, true)
+		if err == nil || !strings.Contains(err.Error(), tc.template) {
+			t.Errorf("without the schema, %v: %v\nwant an error saying %q", tc.vals, err, tc.template)
+		}
 	}
 }

@@ -20,6 +20,15 @@ a channel Pacer does not have is refused.
 {{- if not (has $name $known) -}}
 {{- fail (printf "channels.%s: Pacer has no channel %q (it has %s)" $name $name (join ", " $known)) -}}
 {{- end -}}
+{{- if not (kindIs "map" $ch) -}}
+{{- fail (printf "channels.%s: got %s, want a map of the channel's values" $name (kindOf $ch)) -}}
+{{- end -}}
+{{- $fields := list "enabled" "replicas" "partitions" "credentialsSecrets" "credentialsDirSecrets" "env" "resources" "keda" -}}
+{{- range $f, $_ := $ch -}}
+{{- if not (has $f $fields) -}}
+{{- fail (printf "channels.%s.%s: a channel has no value %q (it has %s)" $name $f $f (join ", " $fields)) -}}
+{{- end -}}
+{{- end -}}
 {{- if $ch.enabled -}}
 {{- $out = append $out $name -}}
 {{- end -}}
@@ -34,10 +43,19 @@ JSON. Called with (dict "root" $ "name" $name).
 */}}
 {{- define "pacer.keda" -}}
 {{- $ch := index .root.Values.channels .name -}}
-{{- $k := merge (dict) (deepCopy ($ch.keda | default dict)) (deepCopy .root.Values.keda) -}}
+{{- $k := deepCopy .root.Values.keda -}}
+{{- /* Each value the channel sets wins, 0 and "" included (sprig's
+merge would take them for unset and keep keda's). */ -}}
+{{- range $key, $v := ($ch.keda | default dict) -}}
+{{- $_ := set $k $key $v -}}
+{{- end -}}
+{{- range $key := list "minReplicaCount" "maxReplicaCount" "lagThreshold" "pollingInterval" "cooldownPeriod" -}}
+{{- $where := ternary (printf "channels.%s.keda.%s" $.name $key) (printf "keda.%s" $key) (hasKey ($ch.keda | default dict) $key) -}}
+{{- $_ := include "pacer.int" (dict "path" $where "v" (get $k $key)) -}}
+{{- end -}}
 {{- $max := int $k.maxReplicaCount -}}
 {{- $min := int $k.minReplicaCount -}}
-{{- $parts := int $ch.partitions -}}
+{{- $parts := include "pacer.int" (dict "path" (printf "channels.%s.partitions" .name) "v" $ch.partitions) | int -}}
 {{- if gt $max $parts -}}
 {{- fail (printf "channels.%s: keda.maxReplicaCount %d is above the topic's %d partitions (channels.%s.partitions): the replicas past them would get no partition and idle" .name $max $parts .name) -}}
 {{- end -}}
@@ -160,4 +178,92 @@ seccompProfile: {type: RuntimeDefault}
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
 capabilities: {drop: [ALL]}
+{{- end -}}
+
+{{/*
+pacer.int: .v, a whole number, as text; anything else (a string, null, a
+fraction, a misspelt value's absence) fails naming .path. The schema
+refuses the same; this holds with --skip-schema-validation too. Numbers
+from a values file are float64, from --set int64.
+*/}}
+{{- define "pacer.int" -}}
+{{- $v := .v -}}
+{{- if or (kindIs "int" $v) (kindIs "int64" $v) -}}
+{{ $v }}
+{{- else if and (kindIs "float64" $v) (eq (float64 (int64 $v)) $v) -}}
+{{ int64 $v }}
+{{- else -}}
+{{- fail (printf "%s: got %s %v, want a whole number" .path (kindOf $v) $v) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+pacer.checkDrain: drain is a Go duration (e.g. 30s), or fail.
+*/}}
+{{- define "pacer.checkDrain" -}}
+{{- $d := .Values.drain -}}
+{{- if not (and (kindIs "string" $d) (regexMatch "^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$" $d)) -}}
+{{- fail (printf "drain: got %s %v, want a duration such as 30s" (kindOf $d) $d) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+pacer.checkSettings: refuses, in a map of settings (config, or a
+component's env, named .where), every setting a value of the chart sets
+(it would be written twice, or one would silently win) and every secret
+of docs/configuration.md (a ConfigMap or a pod's spec is readable by
+whoever can read the namespace). In an env, also the settings every
+component must share. Called with (dict "where" "config" "settings" M).
+*/}}
+{{- define "pacer.checkSettings" -}}
+{{- $owned := dict
+  "PACER_KAFKA_BROKERS" "kafka.brokers"
+  "PACER_KAFKA_TLS" "kafka.tls.enabled"
+  "PACER_KAFKA_TLS_CA_FILE" "kafka.tls.secret and kafka.tls.caKey"
+  "PACER_KAFKA_TLS_CERT_FILE" "kafka.tls.secret and kafka.tls.certKey"
+  "PACER_KAFKA_TLS_KEY_FILE" "kafka.tls.secret and kafka.tls.keyKey"
+  "PACER_KAFKA_TLS_SERVER_NAME" "kafka.tls.serverName"
+  "PACER_KAFKA_SASL_MECHANISM" "kafka.sasl.mechanism"
+  "PACER_KAFKA_SASL_USERNAME" "kafka.sasl.username"
+  "PACER_KAFKA_SASL_PASSWORD_FILE" "kafka.sasl.passwordSecret"
+  "PACER_METRICS_ADDR" "metricsPort"
+  "PACER_REDIS_URL" "redis.urlSecret"
+  "PACER_REDIS_USERNAME" "redis.username"
+  "PACER_REDIS_PASSWORD_FILE" "redis.passwordSecret"
+  "PACER_REDIS_TLS" "redis.tls.enabled"
+  "PACER_REDIS_TLS_CA_FILE" "redis.tls.secret and redis.tls.caKey"
+  "PACER_REDIS_TLS_CERT_FILE" "redis.tls.secret and redis.tls.certKey"
+  "PACER_REDIS_TLS_KEY_FILE" "redis.tls.secret and redis.tls.keyKey"
+  "PACER_REDIS_TLS_SERVER_NAME" "redis.tls.serverName"
+  "PACER_DRAIN" "drain"
+  "PACER_EXPECTED_REPLICAS" "the replicas values (each Deployment sets its own)"
+  "PACER_CREDENTIALS_DIR" "channels.<name>.credentialsDirSecrets"
+  "PACER_INGEST_ADDR" "ingest.port"
+  "PACER_INGEST_TENANTS" "ingest.tenantsSecret"
+  "PACER_INGEST_TOPIC_PREFIX" "topicPrefix (it names the topics of ingest, of each channel's pacer run and of KEDA alike)"
+-}}
+{{- $secrets := dict
+  "PACER_KAFKA_SASL_PASSWORD" "kafka.sasl.passwordSecret"
+  "PACER_REDIS_PASSWORD" "redis.passwordSecret"
+  "PACER_WHATSAPP_TOKEN" "a Secret in channels.whatsapp.credentialsSecrets and channels.whatsapp.env.PACER_WHATSAPP_TOKEN_FILE naming its file"
+  "PACER_SENDGRID_API_KEYS" "a Secret in channels.sendgrid.credentialsSecrets and channels.sendgrid.env.PACER_SENDGRID_API_KEYS_FILE naming its file"
+  "PACER_WEBHOOK_WHATSAPP_APP_SECRET" "a mounted Secret and PACER_WEBHOOK_WHATSAPP_APP_SECRET_FILE naming its file"
+  "PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN" "a mounted Secret and PACER_WEBHOOK_WHATSAPP_VERIFY_TOKEN_FILE naming its file"
+  "PACER_WEBHOOK_GENERIC_SECRET" "a mounted Secret and PACER_WEBHOOK_GENERIC_SECRET_FILE naming its file"
+-}}
+{{- $shared := dict
+  "PACER_CALLBACK_TOPIC" "config.PACER_CALLBACK_TOPIC (pacer run writes the outcomes topic and pacer ingest reads it: every component must have the same)"
+-}}
+{{- $where := .where -}}
+{{- range $k, $_ := (.settings | default dict) -}}
+{{- if hasKey $owned $k -}}
+{{- fail (printf "%s.%s: set %s instead" $where $k (get $owned $k)) -}}
+{{- end -}}
+{{- if hasKey $secrets $k -}}
+{{- fail (printf "%s.%s is a secret, which must not be in a ConfigMap or a pod's spec: use %s" $where $k (get $secrets $k)) -}}
+{{- end -}}
+{{- if and (ne $where "config") (hasKey $shared $k) -}}
+{{- fail (printf "%s.%s: set %s instead" $where $k (get $shared $k)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
