@@ -518,6 +518,8 @@ func (c config) validate() []error {
 	if c.PageAddr != "" {
 		if err := listenAddr(c.PageAddr, "127.0.0.1:9465"); err != "" {
 			bad("PACER_PAGE_ADDR", err)
+		} else if sameListener(c.PageAddr, c.MetricsAddr) {
+			bad("PACER_PAGE_ADDR", fmt.Sprintf("%s is the metrics address (PACER_METRICS_ADDR=%s): give the status page another port, or unset PACER_PAGE_ADDR to serve it beside /metrics", c.PageAddr, c.MetricsAddr))
 		}
 	}
 	if c.ExpectedReplicas < 1 {
@@ -682,6 +684,19 @@ func listenAddr(a, def string) string {
 		return fmt.Sprintf("%q is not host:port (such as %s or 127.0.0.1:0)", a, def)
 	}
 	return ""
+}
+
+// sameListener reports whether listening on a and on b would take one
+// port: the same port (not 0, which picks a free one) on the same host,
+// or on a host that is every address ("", 0.0.0.0, ::).
+func sameListener(a, b string) bool {
+	ha, pa, erra := net.SplitHostPort(a)
+	hb, pb, errb := net.SplitHostPort(b)
+	if erra != nil || errb != nil || pa != pb || pa == "0" {
+		return false
+	}
+	any := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || any(ha) || any(hb)
 }
 
 // validPort reports whether p is a TCP port number, 1..65535.

@@ -53,9 +53,11 @@ import (
 	"github.com/pacerhq/pacer/bucket/adapt"
 	"github.com/pacerhq/pacer/channels"
 	"github.com/pacerhq/pacer/pacer/consumer"
+	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/ingest"
 	"github.com/pacerhq/pacer/pacer/ingest/quota"
 	"github.com/pacerhq/pacer/pacer/ledger"
+	"github.com/pacerhq/pacer/pacer/statuspage/actions"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -418,6 +420,12 @@ func runMetrics(t *testing.T) map[string]metricLabels {
 	rec.MustRegister((&roundTrips{}).collector(ch.name))
 	rec.MustRegister(connMetrics(ch)...)
 	outcomes.NewWriter(nil, "", nil, prometheus.WrapRegistererWith(prometheus.Labels{"channel": ch.name}, rec))
+	pageAuth, err := actions.NewAuth(nil, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actions.New(actions.Config{Channel: ch.name, Control: control.New(nil, bucket.NewKeys("")), Auth: pageAuth,
+		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"channel": ch.name}, rec)})
 	_, err = consumer.New(cfg.pacerConfig(ch), []kgo.Opt{kgo.SeedBrokers("127.0.0.1:9")},
 		consumer.Deps{Bucket: bucket.New(nil, bucket.Config{}), Adapter: adapt.New(nil, bucket.Config{}), Ledger: led, Sender: noSender{}}, rec)
 	if err != nil {

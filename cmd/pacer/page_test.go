@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"net"
+	"testing"
+)
 
 // TestRunPageSettings: the status page's settings of `pacer run`: a bad
 // listen address or credential file exits 2 naming the variable, and a
@@ -17,9 +20,24 @@ func TestRunPageSettings(t *testing.T) {
 	}
 	tokenFile := writeFile(t, "operators.json", `[{"name":"otto","token_sha256":"`+token+`"}]`)
 	notJSON := writeFile(t, "viewers.yaml", "- name: vera\n")
+	noOperator := writeFile(t, "none.json", "[]")
+	dir := t.TempDir()
+	// A held port makes the run stop after the start-up checks.
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
 	runCLICases(t, []cliCase{
 		{"bad page addr", []string{"run", "--channel", "whatsapp"}, base("PACER_PAGE_ADDR", "9465"), 2, "PACER_PAGE_ADDR", token},
-		{"viewers file missing", []string{"run", "--channel", "whatsapp"}, base("PACER_PAGE_VIEWERS_FILE", "/nonexistent/viewers.json"), 2, "PACER_PAGE_VIEWERS_FILE: no such file", token},
+		{"viewers file missing", []string{"run", "--channel", "whatsapp"}, base("PACER_PAGE_VIEWERS_FILE", "/nonexistent/viewers.json"), 2, "PACER_PAGE_VIEWERS_FILE: /nonexistent/viewers.json: no such file", token},
+		{"operators file missing", []string{"run", "--channel", "whatsapp"}, base("PACER_PAGE_OPERATORS_FILE", "/nonexistent/operators.json"), 2, "PACER_PAGE_OPERATORS_FILE: /nonexistent/operators.json: no such file", token},
+		{"operators file a directory", []string{"run", "--channel", "whatsapp"}, base("PACER_PAGE_OPERATORS_FILE", dir), 2, "PACER_PAGE_OPERATORS_FILE: " + dir + " is a directory, not a credentials file", token},
+		{"page on the metrics address", []string{"run", "--channel", "whatsapp"}, base("PACER_METRICS_ADDR", "127.0.0.1:9464", "PACER_PAGE_ADDR", "127.0.0.1:9464"), 2,
+			"PACER_PAGE_ADDR: 127.0.0.1:9464 is the metrics address (PACER_METRICS_ADDR=127.0.0.1:9464): give the status page another port, or unset PACER_PAGE_ADDR to serve it beside /metrics", "in use"},
+		{"page on every address of the metrics port", []string{"run", "--channel", "whatsapp"}, base("PACER_METRICS_ADDR", "127.0.0.1:9464", "PACER_PAGE_ADDR", ":9464"), 2, ":9464 is the metrics address", "in use"},
+		{"operators file of no operator", []string{"run", "--channel", "whatsapp"}, base("PACER_PAGE_OPERATORS_FILE", noOperator, "PACER_PAGE_ADDR", held.Addr().String()), 2,
+			`"level":"WARN","msg":"status page actions are off: the operators file lists no operator","PACER_PAGE_OPERATORS_FILE":"` + noOperator + `"`, token},
 		{"viewers file not JSON", []string{"run", "--channel", "whatsapp"}, base("PACER_PAGE_VIEWERS_FILE", notJSON), 2, "PACER_PAGE_VIEWERS_FILE", token},
 		{"token instead of its digest", []string{"run", "--channel", "whatsapp"}, base("PACER_PAGE_OPERATORS_FILE", tokenFile), 2, `entry 1 ("otto"): token_sha256 must be 64 hex digits`, token},
 	})

@@ -75,7 +75,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 		return err
 	}
 	defer ln.Close()
-	auth, err := pageAuth(cfg)
+	auth, err := pageAuth(cfg, log)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
@@ -184,7 +184,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, lookup
 	// Reading it and acting from it need the credentials of
 	// PACER_PAGE_*; on PACER_PAGE_ADDR it has a listener of its own.
 	topicName := cmp.Or(*topic, "pacer."+ch.name)
-	page := statusPage(rdb, scfg, auth, ctl, topicName, kopts, log)
+	page := statusPage(rdb, scfg, auth, ctl, topicName, kopts, log, reg)
 	var extra []func(*http.ServeMux)
 	if pageLn == nil {
 		extra = append(extra, page)

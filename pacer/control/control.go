@@ -55,6 +55,16 @@ const MinKeyRate = 1.0 / 86400
 // higher one and keeps the key's last limit.
 const MaxKeyRate = adapt.MaxRate
 
+// MaxKeyBurst is the largest per-key burst accepted, in messages: the
+// largest capacity a token bucket holds (package bucket's [bucket.Limit]:
+// Burst 1 to 10^9, counted in millionths exact below 2^53), which is one
+// second at [MaxKeyRate].
+const MaxKeyBurst = 1_000_000_000
+
+// maxKeyRefill is the longest a key's bucket may take to refill from
+// empty, burst / rate: the bucket's own bound ([bucket.Limit.Validate]).
+const maxKeyRefill = 100 * 365 * 24 * time.Hour
+
 // ErrInvalid wraps the reason a limit or campaign state is refused.
 var ErrInvalid = errors.New("control: invalid value")
 
@@ -77,6 +87,12 @@ func (l KeyLimit) Validate() error {
 	}
 	if l.Burst < 0 {
 		return fmt.Errorf("%w: burst %d must be >= 1 (or 0 for the channel's)", ErrInvalid, l.Burst)
+	}
+	if l.Burst > MaxKeyBurst {
+		return fmt.Errorf("%w: burst %d is above the highest a pacer accepts (%d messages)", ErrInvalid, l.Burst, MaxKeyBurst)
+	}
+	if refill := float64(l.Burst) / l.PerSecond; refill > maxKeyRefill.Seconds() {
+		return fmt.Errorf("%w: burst %d takes longer than 100 years to refill at %v msgs/s: at most %.0f at that rate", ErrInvalid, l.Burst, l.PerSecond, math.Floor(l.PerSecond*maxKeyRefill.Seconds()))
 	}
 	if err := (bucket.Limit{PerSecond: l.PerSecond, Burst: max(l.Burst, 1)}).Validate(); err != nil {
 		return fmt.Errorf("%w: burst: %v", ErrInvalid, err)

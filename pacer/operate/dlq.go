@@ -8,11 +8,13 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/pacerhq/pacer/pacer/envelope"
 	"github.com/pacerhq/pacer/pacer/produce"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -31,8 +33,9 @@ func (f DLQFilter) Check() error {
 	if f.Reason == "" {
 		return nil
 	}
-	if err := envelope.CheckReason(f.Reason); err != nil {
-		return &FieldError{"reason", fmt.Sprintf("%q is not a DLQ reason (%v)", f.Reason, err)}
+	if envelope.CheckReason(f.Reason) != nil {
+		return &FieldError{"reason", fmt.Sprintf("%q is not a DLQ reason: %s, permanent:<provider code> or suppressed:<reason>",
+			f.Reason, strings.Join(envelope.DLQReasons, ", "))}
 	}
 	return nil
 }
@@ -173,11 +176,44 @@ type Replay struct {
 	Chosen func(produce.ReplayedRecord)
 }
 
+// checkPositions returns [ErrNotFound] naming the first of only that is
+// not a record of dlq: a partition it does not have, or an offset outside
+// the partition's records (before its start or at or past its end).
+func checkPositions(ctx context.Context, cl *kgo.Client, dlq string, only []produce.Position) error {
+	if len(only) == 0 {
+		return nil
+	}
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, dlq)
+	if err != nil {
+		return fmt.Errorf("end offsets of %s: %w", dlq, err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, dlq)
+	if err != nil {
+		return fmt.Errorf("start offsets of %s: %w", dlq, err)
+	}
+	for _, p := range only {
+		end, ok := ends.Lookup(dlq, p.Partition)
+		if !ok || end.Err != nil {
+			return fmt.Errorf("%w: %s has no partition %d (partitions 0..%d)", ErrNotFound, dlq, p.Partition, len(ends[dlq])-1)
+		}
+		start := int64(0)
+		if so, ok := starts.Lookup(dlq, p.Partition); ok && so.Err == nil {
+			start = so.Offset
+		}
+		if p.Offset < start || p.Offset >= end.Offset {
+			return fmt.Errorf("%w: %s partition %d has no offset %d (it holds offsets %d..%d)", ErrNotFound, dlq, p.Partition, p.Offset, start, end.Offset-1)
+		}
+	}
+	return nil
+}
+
 // ReplayDLQ writes the chosen records of rp.Topic's DLQ back to
 // rp.Topic (created with 12 partitions if missing), as [produce.Replay]
 // does, and logs "dlq replayed" with the topic, the choice, the records
 // put back by reason, and by (not for a dry run). It returns [ErrNoDLQ]
-// when the DLQ does not exist, a [*FieldError] for a bad filter or
+// when the DLQ does not exist, [ErrNotFound] when a position of rp.Only
+// is not a record of the DLQ (nothing is replayed then), a [*FieldError] for a bad filter or
 // position; other errors are Kafka's, with the summary of what was done
 // before them.
 func ReplayDLQ(ctx context.Context, cl *kgo.Client, log *slog.Logger, by string, rp Replay) (produce.ReplaySummary, error) {
@@ -194,6 +230,9 @@ func ReplayDLQ(ctx context.Context, cl *kgo.Client, log *slog.Logger, by string,
 	}
 	dlq, err := dlqTopic(ctx, cl, rp.Topic)
 	if err != nil {
+		return produce.ReplaySummary{}, err
+	}
+	if err := checkPositions(ctx, cl, dlq, rp.Only); err != nil {
 		return produce.ReplaySummary{}, err
 	}
 	n, err := produce.EnsureTopic(ctx, cl, rp.Topic, 12)

@@ -25,6 +25,9 @@ func TestParseLimit(t *testing.T) {
 		{"106", "1e12", "", control.KeyLimit{}, "rate", "1e+12 is above the highest a pacer accepts (1e+09 msgs/s)"},
 		{"106", "5", "0", control.KeyLimit{}, "burst", `"0" must be a whole number of messages >= 1`},
 		{"106", "5", "2.5", control.KeyLimit{}, "burst", `"2.5" must be a whole number of messages >= 1`},
+		{"106", "20", "1000000000", control.KeyLimit{Key: "106", PerSecond: 20, Burst: 1_000_000_000}, "", ""},
+		{"106", "20", "1000000001", control.KeyLimit{}, "burst", "1000000001 is above the highest a pacer accepts (1000000000 messages)"},
+		{"106", "0.001", "10000000", control.KeyLimit{}, "burst", "10000000 takes longer than 100 years to refill at 0.001 msgs/s: at most 3153600 at that rate"},
 	} {
 		got, err := operate.ParseLimit(c.key, c.rate, c.burst)
 		fe, isField := operate.IsFieldError(err)

@@ -40,7 +40,8 @@ var ErrUnknownCampaign = errors.New("operate: campaign not known")
 var ErrNoDLQ = errors.New("operate: DLQ topic does not exist")
 
 // ErrNotFound is returned by [ShowDLQ] when no DLQ record is at the
-// position asked.
+// position asked, and by [ReplayDLQ] when one of the positions asked is
+// not a record of the DLQ.
 var ErrNotFound = errors.New("operate: no DLQ record there")
 
 // withBy adds who acted to log, when known.

@@ -22,7 +22,9 @@
 //
 // Every action is logged at INFO by package operate with by (the
 // credential's name), the old and the new value; a refused one at WARN
-// with the name and role that tried. Bad input is a 400 problem+json
+// with the name and role that tried. A token no file lists is logged at
+// WARN with the remote address and the path (never the token), once a
+// second per address at most, and counted in pacer_page_refused_total. Bad input is a 400 problem+json
 // (RFC 9457) whose invalid-params name the field.
 package actions
 
@@ -31,15 +33,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/pacerhq/pacer/pacer/control"
 	"github.com/pacerhq/pacer/pacer/operate"
 	"github.com/pacerhq/pacer/pacer/produce"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -62,40 +69,120 @@ type Config struct {
 	Kafka  func() (*kgo.Client, error)
 	Auth   *Auth        // required
 	Logger *slog.Logger // default slog.Default()
+	// Metrics, if set, registers pacer_page_refused_total{reason}.
+	Metrics prometheus.Registerer
+	Now     func() time.Time // the clock of the refusal log's rate limit; default time.Now
 }
 
 // API serves the actions. It is safe for concurrent use.
 type API struct {
-	cfg   Config
-	dlqMu sync.Mutex // one DLQ reading at a time per process
+	cfg     Config
+	dlqMu   sync.Mutex // one DLQ reading at a time per process
+	refused *prometheus.CounterVec
+
+	logMu     sync.Mutex
+	lastLog   map[string]time.Time // remote address: when its last refusal was logged
+	sinceLast map[string]int       // remote address: refusals not logged since
 }
+
+// Refusal reasons, the reason label of pacer_page_refused_total.
+const (
+	RefusedUnknownToken = "unknown-token" // a bearer token no credentials file lists
+	RefusedNotOperator  = "not-operator"  // a viewer's token on an action
+)
+
+// refusalLogEvery is how often at most a refused token of one remote
+// address is logged; the refusals between are counted in the next line.
+const refusalLogEvery = time.Second
 
 // New returns the API of cfg.
 func New(cfg Config) *API {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if cfg.Auth == nil || cfg.Control == nil || cfg.Channel == "" {
 		panic("actions: Config.Auth, Control and Channel are required")
 	}
-	return &API{cfg: cfg}
+	a := &API{cfg: cfg, lastLog: map[string]time.Time{}, sinceLast: map[string]int{},
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_page_refused_total",
+			Help: "Status page requests refused for their credential, by reason: unknown-token, not-operator."}, []string{"reason"})}
+	for _, r := range []string{RefusedUnknownToken, RefusedNotOperator} {
+		a.refused.WithLabelValues(r)
+	}
+	if cfg.Metrics != nil {
+		cfg.Metrics.MustRegister(a.refused)
+	}
+	return a
+}
+
+// badToken counts and logs at WARN a request refused for a token no file
+// lists: its remote address, method, path and the problem, never the
+// token. One line per remote address per refusalLogEvery at most, with
+// the refusals not logged since (suppressed), so a flood does not flood
+// the log.
+func (a *API) badToken(r *http.Request, err error) {
+	a.refused.WithLabelValues(RefusedUnknownToken).Inc()
+	remote := r.RemoteAddr
+	if host, _, herr := net.SplitHostPort(remote); herr == nil {
+		remote = host
+	}
+	now := a.cfg.Now()
+	a.logMu.Lock()
+	if last, ok := a.lastLog[remote]; ok && now.Sub(last) < refusalLogEvery {
+		a.sinceLast[remote]++
+		a.logMu.Unlock()
+		return
+	}
+	if len(a.lastLog) >= 10_000 { // bound the memory of a flood from many addresses
+		clear(a.lastLog)
+		clear(a.sinceLast)
+	}
+	suppressed := a.sinceLast[remote]
+	a.lastLog[remote] = now
+	delete(a.sinceLast, remote)
+	a.logMu.Unlock()
+	a.cfg.Logger.Warn("status page token refused", "remote", remote, "method", r.Method, "path", r.URL.Path, "problem", err.Error(), "suppressed", suppressed)
 }
 
 // Mount registers the page, its data and the actions on mux: page serves
 // the page's own GET /status and GET /status.json (statuspage.Page's
 // Register), and /status.json is served only to a request allowed to read.
+// Every other answer under /status/api/ is problem+json too: a known path
+// with another method is 405 with Allow, an unknown path 404 naming it.
 func (a *API) Mount(mux *http.ServeMux, page http.Handler) {
 	mux.Handle("GET /status", page)
 	mux.Handle("GET /status.json", a.reader(page))
-	mux.HandleFunc("GET /status/api/whoami", a.whoami)
-	for _, verb := range []string{"pause", "resume", "cancel"} {
-		mux.Handle("POST /status/api/campaign/"+verb, a.operator(a.campaign(verb)))
+	allow := map[string]string{}
+	handle := func(method, path string, h http.Handler) {
+		allow[path] = method
+		mux.Handle(method+" "+path, h)
 	}
-	mux.Handle("POST /status/api/limit/set", a.operator(http.HandlerFunc(a.limitSet)))
-	mux.Handle("POST /status/api/limit/unset", a.operator(http.HandlerFunc(a.limitUnset)))
-	mux.Handle("GET /status/api/dlq", a.operator(http.HandlerFunc(a.dlqList)))
-	mux.Handle("GET /status/api/dlq/record", a.operator(http.HandlerFunc(a.dlqRecord)))
-	mux.Handle("POST /status/api/dlq/replay", a.operator(http.HandlerFunc(a.dlqReplay)))
+	handle("GET", "/status/api/whoami", http.HandlerFunc(a.whoami))
+	for _, verb := range []string{"pause", "resume", "cancel"} {
+		handle("POST", "/status/api/campaign/"+verb, a.operator(a.campaign(verb)))
+	}
+	handle("POST", "/status/api/limit/set", a.operator(http.HandlerFunc(a.limitSet)))
+	handle("POST", "/status/api/limit/unset", a.operator(http.HandlerFunc(a.limitUnset)))
+	handle("GET", "/status/api/dlq", a.operator(http.HandlerFunc(a.dlqList)))
+	handle("GET", "/status/api/dlq/record", a.operator(http.HandlerFunc(a.dlqRecord)))
+	handle("POST", "/status/api/dlq/replay", a.operator(http.HandlerFunc(a.dlqReplay)))
+	// The patterns above are more specific than this one, which gets
+	// only what none of them serves.
+	mux.HandleFunc("/status/api/", func(w http.ResponseWriter, r *http.Request) {
+		method, ok := allow[r.URL.Path]
+		if !ok {
+			writeProblem(w, http.StatusNotFound, fmt.Sprintf("%s is not a path of the status page's API", r.URL.Path))
+			return
+		}
+		if method == "GET" {
+			method = "GET, HEAD"
+		}
+		w.Header().Set("Allow", method)
+		writeProblem(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: this path answers %s only", r.Method, r.URL.Path, method))
+	})
 }
 
 // problem is an RFC 9457 problem details object.
@@ -140,6 +227,9 @@ func badField(w http.ResponseWriter, field, reason string) {
 func (a *API) reader(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _, err := a.cfg.Auth.identify(r)
+		if err != nil && !errors.Is(err, errNoToken) {
+			a.badToken(r, err)
+		}
 		if err != nil && !(errors.Is(err, errNoToken) && a.cfg.Auth.OpenRead()) {
 			writeProblem(w, http.StatusUnauthorized, "reading the status needs a viewer's or an operator's token: "+err.Error())
 			return
@@ -161,10 +251,14 @@ func (a *API) operator(next http.Handler) http.Handler {
 		}
 		name, role, err := a.cfg.Auth.identify(r)
 		if err != nil {
+			if !errors.Is(err, errNoToken) {
+				a.badToken(r, err)
+			}
 			writeProblem(w, http.StatusUnauthorized, "acting needs an operator's token: "+err.Error())
 			return
 		}
 		if role != Operator {
+			a.refused.WithLabelValues(RefusedNotOperator).Inc()
 			a.cfg.Logger.Warn("status page action refused", "by", name, "role", role.String(), "method", r.Method, "path", r.URL.Path)
 			writeProblem(w, http.StatusForbidden, fmt.Sprintf("%s %q may read the status but not act: acting needs an operator's token", role, name))
 			return
@@ -179,28 +273,79 @@ func by(r *http.Request) string { s, _ := r.Context().Value(byKey{}).(string); r
 func (a *API) whoami(w http.ResponseWriter, r *http.Request) {
 	name, role, err := a.cfg.Auth.identify(r)
 	if err != nil && !errors.Is(err, errNoToken) {
+		a.badToken(r, err)
 		writeProblem(w, http.StatusUnauthorized, err.Error())
 		return
 	}
 	writeJSON(w, map[string]any{"name": name, "role": role.String(), "actions": a.cfg.Auth.Actions(), "open_read": a.cfg.Auth.OpenRead()})
 }
 
-// decode reads r's JSON body into v: 400 naming the problem (an unknown
-// field by name) and false when it cannot.
+// decode reads r's JSON body, one JSON object and nothing after it, into
+// v: 400 naming the problem (an unknown field by name, a field of the
+// wrong type by name, "body" for anything else) and false when it cannot.
+// The answer names JSON's types, never Go's.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
 		var ute *json.UnmarshalTypeError
-		if errors.As(err, &ute) && ute.Field != "" {
-			badField(w, ute.Field, fmt.Sprintf("must be a JSON %s, not %s", ute.Type.Kind(), ute.Value))
-			return false
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &ute) && ute.Field != "":
+			badField(w, ute.Field, "must be "+jsonType(ute.Type))
+		case errors.As(err, &ute):
+			badField(w, "body", "must be a JSON object")
+		case errors.As(err, &mbe):
+			badField(w, "body", fmt.Sprintf("must be at most %d bytes", maxBody))
+		case errors.Is(err, io.EOF):
+			badField(w, "body", "is empty: send a JSON object")
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			badField(w, "body", "has an "+strings.TrimPrefix(err.Error(), "json: ")+": see the fields of this path in docs/operations.md")
+		default:
+			badField(w, "body", "is not JSON: "+strings.TrimPrefix(err.Error(), "json: "))
 		}
-		badField(w, "body", "is not the JSON object expected: "+err.Error())
+		return false
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		badField(w, "body", "must be one JSON object with nothing after it")
 		return false
 	}
 	return true
+}
+
+// jsonType names t's JSON type for an error: "a string", "a number"...
+func jsonType(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		if t == reflect.TypeFor[json.Number]() {
+			return "a number"
+		}
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16,
+		reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	}
+	return "a JSON object"
+}
+
+// number returns the text of the JSON number raw ("" when absent or
+// null); false, after answering 400 naming field, when raw is another
+// JSON type (a string "20" is not the number 20).
+func number(w http.ResponseWriter, field string, raw json.RawMessage) (string, bool) {
+	s := strings.TrimSpace(string(raw))
+	if s == "" || s == "null" {
+		return "", true
+	}
+	if _, err := strconv.ParseFloat(s, 64); err != nil || !json.Valid(raw) {
+		badField(w, field, "must be a number")
+		return "", false
+	}
+	return s, true
 }
 
 // failed answers err of an action: a refused field 400, anything else
@@ -259,14 +404,22 @@ func limitOf(l control.KeyLimit, had bool) *limitJSON {
 
 func (a *API) limitSet(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Key   string      `json:"key"`
-		Rate  json.Number `json:"rate"`
-		Burst json.Number `json:"burst"`
+		Key   string          `json:"key"`
+		Rate  json.RawMessage `json:"rate"`
+		Burst json.RawMessage `json:"burst"`
 	}
 	if !decode(w, r, &req) {
 		return
 	}
-	kl, err := operate.ParseLimit(req.Key, req.Rate.String(), req.Burst.String())
+	rate, ok := number(w, "rate", req.Rate)
+	if !ok {
+		return
+	}
+	burst, ok := number(w, "burst", req.Burst)
+	if !ok {
+		return
+	}
+	kl, err := operate.ParseLimit(req.Key, rate, burst)
 	if err != nil {
 		a.failed(w, r, err)
 		return
@@ -387,6 +540,11 @@ func (a *API) dlqReplay(w http.ResponseWriter, r *http.Request) {
 	}
 	a.withKafka(w, r, func(ctx context.Context, cl *kgo.Client) error {
 		s, err := operate.ReplayDLQ(ctx, cl, a.cfg.Logger, by(r), operate.Replay{Topic: a.cfg.Topic, Filter: req.DLQFilter, Only: req.Records})
+		if errors.Is(err, operate.ErrNotFound) {
+			msg := strings.TrimPrefix(err.Error(), operate.ErrNotFound.Error()+": ") + "; nothing was replayed"
+			writeProblem(w, http.StatusNotFound, "records: "+msg, invalidParam{"records", msg})
+			return nil
+		}
 		if err != nil {
 			return err
 		}

@@ -86,6 +86,12 @@ type world struct {
 // auth; withKafka also gives them a real Kafka broker and a topic.
 func newWorld(t *testing.T, auth *actions.Auth, withKafka bool) *world {
 	t.Helper()
+	return newWorldWith(t, auth, withKafka, nil)
+}
+
+// newWorldWith is newWorld with set, if not nil, changing the Config.
+func newWorldWith(t *testing.T, auth *actions.Auth, withKafka bool, set func(*actions.Config)) *world {
+	t.Helper()
 	opt, err := redis.ParseURL(testenv.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +118,9 @@ func newWorld(t *testing.T, auth *actions.Auth, withKafka bool) *world {
 			return kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 		}
 		w.cl = testenv.KafkaClient(t, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	}
+	if set != nil {
+		set(&cfg)
 	}
 	// The page itself is package statuspage's: here a stand-in that
 	// says which path it served.

@@ -19,7 +19,10 @@ import (
 //
 // The file holds only the token's SHA-256 (`printf %s "$TOKEN" |
 // sha256sum`), never a token, as the ingest tenants file holds its API
-// keys'. Name is who acted in the log of every action.
+// keys'. Name is who acted in the log of every action. Nothing tells a
+// SHA-256 from a token of 64 hex digits when a file is read: a token
+// written as is (or hashed with echo's newline) is found only when it is
+// used, and refused saying so.
 type Credential struct {
 	// Name is 1 to 64 of [A-Za-z0-9._@-].
 	Name string `json:"name"`
@@ -161,15 +164,21 @@ func (a *Auth) Describe() (reading, acting string) {
 	return reading, acting
 }
 
-// errNoToken and errBadToken are why a request has no role.
+// errNoToken, errBadToken and the others are why a request has no role.
+// errTokenInFile and errNewlineDigest are a known token written wrongly
+// in a credentials file: they are still refused, with the fix.
 var (
-	errNoToken  = errors.New("no credential: send Authorization: Bearer <token>")
-	errBadToken = errors.New("the bearer token is not one this page knows")
+	errNoToken       = errors.New("no credential: send Authorization: Bearer <token>")
+	errBadToken      = errors.New("the bearer token is not one this page knows")
+	errTokenInFile   = errors.New(`the bearer token is not one this page knows: a credentials file holds this token itself as token_sha256, not its SHA-256; write the output of printf %s "$TOKEN" | sha256sum there instead`)
+	errNewlineDigest = errors.New(`the bearer token is not one this page knows: a credentials file holds the SHA-256 of this token followed by a newline (echo adds one); write the output of printf %s "$TOKEN" | sha256sum there instead`)
 )
 
 // identify returns who sent r: the credential's name and role, None and
 // errNoToken without an Authorization header, errBadToken for a token (or
-// a header) it does not know. Only the token's SHA-256 is compared.
+// a header) it does not know, errTokenInFile or errNewlineDigest for a
+// token a credentials file holds wrongly. Only the token's SHA-256 (and,
+// to find such a file, the token itself) is compared.
 func (a *Auth) identify(r *http.Request) (name string, role Role, err error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
@@ -179,8 +188,20 @@ func (a *Auth) identify(r *http.Request) (name string, role Role, err error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
 		return "", None, errBadToken
 	}
-	w, ok := a.byDigest[sha256.Sum256([]byte(strings.TrimSpace(tok)))]
+	tok = strings.TrimSpace(tok)
+	w, ok := a.byDigest[sha256.Sum256([]byte(tok))]
 	if !ok {
+		// Nothing tells a digest from a token of 64 hex digits when a
+		// file is read: a token written as is, or hashed with echo's
+		// newline, shows only when it is used.
+		if d, err := hex.DecodeString(tok); err == nil && len(d) == sha256.Size {
+			if _, ok := a.byDigest[[sha256.Size]byte(d)]; ok {
+				return "", None, errTokenInFile
+			}
+		}
+		if _, ok := a.byDigest[sha256.Sum256([]byte(tok+"\n"))]; ok {
+			return "", None, errNewlineDigest
+		}
 		return "", None, errBadToken
 	}
 	return w.name, w.role, nil
