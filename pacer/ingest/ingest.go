@@ -152,6 +152,7 @@ type Server struct {
 
 	fallback   atomic.Bool // Redis down and local quotas in use
 	partitions sync.Map    // topic -> int
+	ownedKeys  ownedKeys   // pacing keys known to be a tenant's (campaigns.go)
 }
 
 // New validates cfg and returns a Server registering its metrics on reg.
@@ -402,9 +403,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	// A campaign is claimed before the quota step, so nothing is counted
-	// or produced for a batch naming another tenant's campaign.
-	if cp := s.claimCampaigns(ctx, channel, tenant, lines); cp != nil {
+	// Campaigns and pacing keys are claimed before the quota step, so
+	// nothing is counted or produced for a batch naming another tenant's.
+	if cp := s.claim(ctx, channel, tenant, lines); cp != nil {
 		refuse(cp.Status, cp.problem, cp.header...)
 		return
 	}
