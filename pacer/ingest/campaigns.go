@@ -296,7 +296,9 @@ func (o *ownedKeys) add(channel, tenant string, keys []string) {
 // taken) of each such line; nil when every one is the tenant's, or no
 // Control is set. Pacing keys this process saw claimed by the tenant are
 // not sent again, so a request of known keys and no campaign makes no
-// Redis call. A campaign store that does not answer is a 503.
+// Redis call. A campaign store that does not answer is a 503, except for
+// a publish naming no campaign under PACER_REDIS_FAILURE=local, whose
+// pacing keys are then accepted unchecked.
 func (s *Server) claim(ctx context.Context, channel string, tenant *Tenant, lines []line) *bodyProblem {
 	if s.deps.Control == nil {
 		return nil
@@ -323,6 +325,12 @@ func (s *Server) claim(ctx context.Context, channel string, tenant *Tenant, line
 	owners, keyOwners, err := s.deps.Control.Claim(ctx, channel, tenant.ID, names, keys)
 	if err != nil {
 		s.m.redisErrors.Inc()
+		if len(names) == 0 && s.cfg.RedisFailure == "local" {
+			// PACER_REDIS_FAILURE=local keeps accepting without Redis:
+			// pacing keys go unchecked until it answers again.
+			s.log.Warn("redis: pacing key claim failed; accepting unchecked (PACER_REDIS_FAILURE=local)", "channel", channel, "err", err)
+			return nil
+		}
 		s.log.Warn("redis: campaign and pacing key claim failed; answering 503", "channel", channel, "err", err)
 		return bodyRefusal(problem{Type: "https://pacer.dev/problems/control-unavailable", Title: "Campaign store unavailable",
 			Status: http.StatusServiceUnavailable, Detail: "the campaign store does not answer; retry later"}, "Retry-After", "1")
