@@ -395,3 +395,24 @@ func TestClaimAllOrNothing(t *testing.T) {
 		t.Errorf("acme on the refused batch's key: %d %s; want 202", a.status, a.body)
 	}
 }
+
+// TestPublishRefusesBadCampaign: a campaign name the campaign paths could
+// never name (a control character) or longer than 128 bytes is refused at
+// publish, 400 naming the field campaign, so no tenant owns a campaign it
+// cannot pause.
+func TestPublishRefusesBadCampaign(t *testing.T) {
+	e := newEnv(t, opts{realRedis: true, tenants: twoTenants(100, 100)})
+	for _, c := range []struct{ campaign, reason string }{
+		{`spr\u0007ing`, "envelope: campaign: contains a control character"},
+		{strings.Repeat("x", 200_000), "envelope: campaign: 200000 bytes, at most 128 allowed"},
+	} {
+		body := fmt.Sprintf(`{"id":"bad","key":%q,"to":"15551234567","campaign":"%s"}`, pacingKey(acmeKey), c.campaign)
+		a := e.do(acmeKey, "whatsapp", "application/json", body)
+		if a.status != 400 || !strings.Contains(string(a.body), `"name":"campaign","reason":"`+c.reason+`"`) {
+			t.Errorf("publish of campaign %.20q: %d %.300s; want 400 naming campaign: %s", c.campaign, a.status, a.body, c.reason)
+		}
+	}
+	if recs := e.records("pacer.whatsapp"); len(recs["bad"]) != 0 {
+		t.Errorf("%d records of the refused envelopes; want none", len(recs["bad"]))
+	}
+}

@@ -958,6 +958,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, tenant *Tenant
 	for i := range lines {
 		l := &lines[i]
 		env, err := envelope.Parse(l.value)
+		if err == nil {
+			err = envelope.CheckCampaign(env.Campaign)
+		}
 		if err != nil {
 			l.err = envelopeError(err)
 			l.env.ID = envelope.PeekID(l.value) // named in the rejection, if it has one
