@@ -778,12 +778,14 @@ func (s *Server) countPublished(ctx context.Context, channel string, byCampaign 
 func (s *Server) tooMany(w http.ResponseWriter, tiers []quota.Tier, res quota.Result) {
 	t := tiers[res.Refused]
 	s.m.refusals.WithLabelValues(t.Name).Inc()
-	wait := res.Tiers[res.Refused].Wait
-	w.Header().Set("Retry-After", strconv.FormatInt(max(seconds(wait), 1), 10))
+	// The detail says the Retry-After: the wait rounded up to whole
+	// seconds, at least 1.
+	after := max(seconds(res.Tiers[res.Refused].Wait), 1)
+	w.Header().Set("Retry-After", strconv.FormatInt(after, 10))
 	writeProblem(w, problem{
 		Type: "https://iana.org/assignments/http-problem-types#quota-exceeded", Title: "Request cannot be satisfied as assigned quota has been exceeded",
 		Status: http.StatusTooManyRequests, Tier: t.Name, ViolatedPolicies: []string{t.Name},
-		Detail: fmt.Sprintf("quota %q exceeded; retry in %s", t.Name, wait.Round(time.Millisecond)),
+		Detail: fmt.Sprintf("quota %q exceeded; retry in %ds", t.Name, after),
 	})
 }
 
