@@ -20,7 +20,7 @@
 //	pacer_ingest_messages_total{outcome}              envelope lines: accepted, duplicate, rejected (every invalid line, a 400's too), failed
 //	pacer_ingest_quota_refusals_total{tier}           429s by the tier that refused
 //	pacer_ingest_request_duration_seconds             time to answer a POST
-//	pacer_ingest_redis_calls_total{call}              Redis round trips: take, finish (quota scripts), claim (campaign owners), published
+//	pacer_ingest_redis_calls_total{call}              Redis round trips: take, finish (quota scripts), claim (campaign and pacing key owners), published
 //	pacer_ingest_redis_errors_total                   quota calls that failed on Redis
 //	pacer_ingest_redis_fallback                       1 while quotas are per process (PACER_REDIS_FAILURE=local)
 package ingest
