@@ -246,6 +246,16 @@ func (k Keys) TenantCampaigns(channel, tenant string) string {
 	return k.Prefix() + ":{" + channel + "}:tenant-campaigns:" + tenant
 }
 
+// KeyOwners is the hash of a channel's pacing keys owned by tenants of
+// the ingest API (package control): pacing key -> the tenant that first
+// published to it through the API; set once, never changed. In the
+// campaigns' slot, so one script claims a publish's campaigns and keys.
+//
+//	pacer:{<channel>}:key-owners
+func (k Keys) KeyOwners(channel string) string {
+	return k.Prefix() + ":{" + channel + "}:key-owners"
+}
+
 // Window is the sliding-window counter of (scope, key), e.g. scope "tenant"
 // or "ip" (package window).
 func (k Keys) Window(scope, key string) string { return k.name(scope, key, "window") }

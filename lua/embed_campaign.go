@@ -9,7 +9,7 @@ var CampaignCount = compose("campaign_count.lua")
 // contract.
 var OutcomeCount = compose("outcome_count.lua")
 
-// CampaignClaim claims campaigns for a tenant of the ingest API, the
-// first publisher owning each; see campaign_claim.lua (with int_arg.lua)
+// CampaignClaim claims campaigns and pacing keys for a tenant of the
+// ingest API, all or nothing, the first publisher owning each; see campaign_claim.lua (with int_arg.lua)
 // for the contract.
 var CampaignClaim = compose("campaign_claim.lua")

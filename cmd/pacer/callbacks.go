@@ -119,3 +119,11 @@ func startCallbacks(ctx context.Context, cfg config, ic ingestConfig, tf *ingest
 	}()
 	return func() { cancel(); <-done }, nil
 }
+
+// checkCallbackSecrets checks a tenant's callback_secret_file when the
+// tenants file is loaded: it exists and holds whsec_ secrets
+// (callback.ReadSecrets; its errors name the file, never a secret).
+func checkCallbackSecrets(path string) error {
+	_, err := callback.ReadSecrets(path)
+	return err
+}

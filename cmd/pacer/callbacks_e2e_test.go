@@ -159,11 +159,15 @@ func TestCallbacksEndToEnd(t *testing.T) {
 	publish := func(tenant, key string) []string {
 		var b strings.Builder
 		var ids []string
+		first := 0 // a pacing key belongs to its first tenant: each its own three
+		if tenant == tenantB {
+			first = 3
+		}
 		for i := range n {
 			mid := fmt.Sprintf("%s-%03d", tenant, i)
 			ids = append(ids, mid)
 			fmt.Fprintf(&b, `{"id":%q,"key":"1065%s%d","to":"1555%07d","campaign":"camp-%s","payload":{"type":"text","text":{"body":"m"}}}`+"\n",
-				mid, id, i%3, i, tenant)
+				mid, id, first+i%3, i, tenant)
 		}
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/channels/whatsapp/messages", strings.NewReader(b.String()))
 		req.Header.Set("Authorization", "Bearer "+key)

@@ -190,7 +190,7 @@ func cmdIngest(ctx context.Context, args []string, stdout, stderr io.Writer, loo
 	for _, row := range channelTable {
 		channels = append(channels, row.name)
 	}
-	tf, err := ingest.LoadTenantFile(ic.Tenants, channels)
+	tf, err := ingest.LoadTenantFileChecked(ic.Tenants, channels, checkCallbackSecrets)
 	if err != nil {
 		return &configError{"PACER_INGEST_TENANTS", err.Error()}
 	}

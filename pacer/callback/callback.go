@@ -51,10 +51,12 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -588,9 +590,7 @@ func (d *Dispatcher) post(ctx context.Context, tenant string, batch []*item) boo
 		panic(fmt.Sprintf("callback: marshal: %v", err))
 	}
 	id := "msg_" + strings.ReplaceAll(uuid.NewString(), "-", "")
-	b := &backoff.ExponentialBackOff{InitialInterval: d.cfg.FirstBackoff, RandomizationFactor: 0.2,
-		Multiplier: 2, MaxInterval: d.cfg.MaxBackoff}
-	b.Reset()
+	b := newBackoff(d.cfg.FirstBackoff, d.cfg.MaxBackoff)
 	for attempt := 1; ; attempt++ {
 		rcv, ok := d.receivers(tenant)
 		if !ok {
@@ -605,13 +605,44 @@ func (d *Dispatcher) post(ctx context.Context, tenant string, batch []*item) boo
 			return false
 		}
 		d.m.failed.Inc()
-		wait := b.NextBackOff()
-		d.log.Warn("callback not acknowledged; sending the batch again", "tenant", tenant, "url", rcv.URL,
+		wait := b.next()
+		d.log.Warn("callback not acknowledged; sending the batch again", "tenant", tenant, "url", redacted(rcv.URL),
 			"webhook_id", id, "outcomes", len(batch), "attempt", attempt, "after", wait.Round(time.Millisecond), "err", err)
 		if !sleep(ctx, wait) {
 			return false
 		}
 	}
+}
+
+// cappedBackoff is an exponential back-off with ±20% jitter whose waits
+// never exceed its max, jitter included: MaxBackoff is the longest wait.
+type cappedBackoff struct {
+	b   *backoff.ExponentialBackOff
+	max time.Duration
+}
+
+// newBackoff returns the back-off of a batch's retries: first, then
+// doubling, each ±20%, never more than max.
+func newBackoff(first, max time.Duration) *cappedBackoff {
+	b := &backoff.ExponentialBackOff{InitialInterval: first, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: max}
+	b.Reset()
+	return &cappedBackoff{b: b, max: max}
+}
+
+// next returns the wait before the next attempt, at most max.
+func (c *cappedBackoff) next() time.Duration {
+	return min(c.b.NextBackOff(), c.max)
+}
+
+// redacted returns a callback_url fit for logs: its password, if any,
+// replaced by xxxxx (url.URL.Redacted); a URL that does not parse is not
+// shown at all.
+func redacted(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(callback_url does not parse)"
+	}
+	return u.Redacted()
 }
 
 // attempt POSTs body once, signed with every secret of rcv's file.
@@ -637,7 +668,9 @@ func (d *Dispatcher) attempt(ctx context.Context, rcv Receiver, id string, body 
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, rcv.URL, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("callback_url: %w", err)
+		// The parse error quotes the URL, password and all: name only the
+		// field.
+		return errors.New("callback_url: not a valid URL")
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(standardwebhooks.HeaderWebhookID, id)

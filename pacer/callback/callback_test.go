@@ -161,7 +161,9 @@ func (rc *receiver) got() map[string]int {
 func (e *env) start(cfg callback.Config, rcv map[string]callback.Receiver) (d *callback.Dispatcher, reg *prometheus.Registry, stop func()) {
 	e.t.Helper()
 	cfg.Topic, cfg.Group, cfg.KeyPrefix = e.topic, e.group, e.prefix
-	cfg.Logger = slog.New(slog.NewTextHandler(tlog{e.t}, nil))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(tlog{e.t}, nil))
+	}
 	reg = prometheus.NewRegistry()
 	var mu sync.Mutex
 	d, err := callback.New(cfg, e.rdb, func(id string) (callback.Receiver, bool) {
@@ -467,4 +469,53 @@ type tlog struct{ t *testing.T }
 func (w tlog) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(b)))
 	return len(b), nil
+}
+
+// lockedBuf is a log sink the test reads while the dispatcher writes.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A callback_url with user:password is logged with the password
+// redacted on each retry, never in clear.
+func TestCallbackRetryLogRedactsPassword(t *testing.T) {
+	e := newEnv(t, 1)
+	var mu sync.Mutex
+	calls := 0
+	rcv, srv := newReceiver(t, key(8), func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls <= 2 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusNoContent
+	})
+	withPass := strings.Replace(srv.URL, "http://", "http://user:pa55word@", 1)
+	var logs lockedBuf
+	e.start(callback.Config{Wait: 50 * time.Millisecond, FirstBackoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+		map[string]callback.Receiver{"acme": {URL: withPass, SecretFile: secretFile(t, key(8))}})
+	e.publish("acme", ids("p", 2)...)
+	if !testenv.WaitFor(30*time.Second, 20*time.Millisecond, func() bool { return len(rcv.got()) == 2 }) {
+		t.Fatalf("within 30s the receiver got %v", rcv.got())
+	}
+	out := logs.String()
+	want := "url=" + strings.Replace(srv.URL, "http://", "http://user:xxxxx@", 1)
+	if strings.Contains(out, "pa55word") || strings.Count(out, want) != 2 {
+		t.Errorf("logs hold the password, or not %q twice (two retries):\n%s", want, out)
+	}
 }

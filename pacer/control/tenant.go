@@ -14,50 +14,73 @@ import (
 // first published to it: its hash's field tenant names it, and the
 // tenant's index of the channel (bucket.Keys.TenantCampaigns) lists it. A
 // campaign published by `pacer publish` or written to Kafka directly has
-// no tenant field: it belongs to nobody, and no tenant sees it.
+// no tenant field: it belongs to nobody, and no tenant sees it. A pacing
+// key belongs, likewise, to the tenant that first published to it through
+// the ingest API (bucket.Keys.KeyOwners); another tenant's publish naming
+// it is refused, so no tenant can take another's message ids in the
+// ledger, which is keyed by (channel, pacing key, id).
 
-// claimScript claims campaigns for a tenant (campaign_claim.lua).
+// claimScript claims campaigns and pacing keys for a tenant
+// (campaign_claim.lua).
 var claimScript = redis.NewScript(lua.CampaignClaim)
 
-// ClaimCampaigns makes each of campaigns of channel that Redis holds
-// nothing of the tenant's, and returns the owner of each, in order: a
+// Claim claims for tenant, all or nothing, the campaigns and pacing keys
+// of a publish to channel, and returns the owner of each, in order: a
 // tenant id, or "" for none (a campaign that existed before without one:
 // published outside the API, or counted or controlled by an operator).
-// The tenant owns those whose owner is tenant; they are marked published
-// now in its index (kept to [MaxIndexed]). One campaign_claim.lua call,
-// atomic, in the channel's slot: two tenants claiming one name at once
-// get the same owner. Campaign names must be non-empty.
-func (s *Store) ClaimCampaigns(ctx context.Context, channel, tenant string, campaigns []string) (owners []string, err error) {
-	if len(campaigns) == 0 {
-		return nil, nil
+// A campaign Redis holds nothing of, or a pacing key no tenant owns, is
+// free. When every one is tenant's or free, the free ones become tenant's
+// (the campaigns marked published now in its index, kept to
+// [MaxIndexed]) and every owner returned is tenant; when any is
+// another's (or nobody's), nothing is written and a free one is returned
+// as tenant. One campaign_claim.lua call, atomic, in the channel's slot:
+// two tenants claiming one name or key at once get the same owner.
+// Campaign names and pacing keys must be non-empty.
+func (s *Store) Claim(ctx context.Context, channel, tenant string, campaigns, keys []string) (campaignOwners, keyOwners []string, err error) {
+	if len(campaigns) == 0 && len(keys) == 0 {
+		return nil, nil, nil
 	}
 	if tenant == "" {
-		return nil, fmt.Errorf("%w: tenant is required", ErrInvalid)
+		return nil, nil, fmt.Errorf("%w: tenant is required", ErrInvalid)
 	}
-	keys := make([]string, 0, len(campaigns)+1)
-	keys = append(keys, s.keys.TenantCampaigns(channel, tenant))
-	argv := make([]any, 0, len(campaigns)+3)
+	rkeys := make([]string, 0, len(campaigns)+2)
+	rkeys = append(rkeys, s.keys.TenantCampaigns(channel, tenant), s.keys.KeyOwners(channel))
+	argv := make([]any, 0, len(campaigns)+len(keys)+3)
 	argv = append(argv, tenant, time.Now().UnixMilli(), MaxIndexed)
 	for _, c := range campaigns {
 		if c == "" {
-			return nil, fmt.Errorf("%w: campaign is required", ErrInvalid)
+			return nil, nil, fmt.Errorf("%w: campaign is required", ErrInvalid)
 		}
-		keys = append(keys, s.keys.Campaign(channel, c))
+		rkeys = append(rkeys, s.keys.Campaign(channel, c))
 		argv = append(argv, c)
 	}
-	v, err := claimScript.Run(ctx, s.rdb, keys, argv...).Result()
+	for _, k := range keys {
+		if k == "" {
+			return nil, nil, fmt.Errorf("%w: pacing key is required", ErrInvalid)
+		}
+		argv = append(argv, k)
+	}
+	v, err := claimScript.Run(ctx, s.rdb, rkeys, argv...).Result()
 	if err != nil {
-		return nil, fmt.Errorf("control: claim of %d campaigns: %w", len(campaigns), err)
+		return nil, nil, fmt.Errorf("control: claim of %d campaigns and %d pacing keys: %w", len(campaigns), len(keys), err)
 	}
 	reply, _ := v.([]any)
-	if len(reply) != len(campaigns) {
-		return nil, fmt.Errorf("control: claim of %d campaigns: unexpected reply %v", len(campaigns), v)
+	var cs, ks []any
+	if len(reply) == 2 {
+		cs, _ = reply[0].([]any)
+		ks, _ = reply[1].([]any)
 	}
-	owners = make([]string, len(reply))
-	for i, o := range reply {
-		owners[i], _ = o.(string)
+	if len(cs) != len(campaigns) || len(ks) != len(keys) {
+		return nil, nil, fmt.Errorf("control: claim of %d campaigns and %d pacing keys: unexpected reply %v", len(campaigns), len(keys), v)
 	}
-	return owners, nil
+	str := func(vs []any) []string {
+		out := make([]string, len(vs))
+		for i, o := range vs {
+			out[i], _ = o.(string)
+		}
+		return out
+	}
+	return str(cs), str(ks), nil
 }
 
 // TenantCampaigns returns the statuses of the campaigns of channel that

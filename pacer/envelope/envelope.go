@@ -27,7 +27,32 @@ const (
 	MaxIDBytes = 128
 	// MaxPayloadBytes is the largest payload accepted, in bytes of JSON (1 MiB).
 	MaxPayloadBytes = 1 << 20
+	// MaxCampaignBytes is the longest campaign name a publisher (pacer
+	// publish, the ingest API) accepts, in bytes.
+	MaxCampaignBytes = 128
 )
+
+// CheckCampaign returns what is wrong with an envelope's campaign name
+// for a publisher, as an *[Error] naming the field campaign, or nil: at
+// most [MaxCampaignBytes] bytes of valid UTF-8 without control characters,
+// so that every name published can be named again by `pacer campaign` and
+// the ingest API's campaign paths (an empty name is none). Publishers
+// (pacer publish, the ingest API) call it after [Parse]; Parse itself
+// does not, so records already in Kafka with other names are still
+// delivered.
+func CheckCampaign(c string) error {
+	switch {
+	case c == "":
+		return nil
+	case len(c) > MaxCampaignBytes:
+		return &Error{Field: "campaign", Problem: fmt.Sprintf("%d bytes, at most %d allowed", len(c), MaxCampaignBytes)}
+	case !utf8.ValidString(c):
+		return &Error{Field: "campaign", Problem: "not valid UTF-8"}
+	case strings.IndexFunc(c, unicode.IsControl) >= 0:
+		return &Error{Field: "campaign", Problem: "contains a control character"}
+	}
+	return nil
+}
 
 // Envelope is one message as published to a channel topic, one JSON object
 // per Kafka record value (and per line of a campaign file):

@@ -187,3 +187,27 @@ func TestEnvelopeCategory(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckCampaign: a publisher refuses a campaign name it could never
+// name again: longer than MaxCampaignBytes, invalid UTF-8, or with a
+// control character; the error names the field campaign.
+func TestCheckCampaign(t *testing.T) {
+	for _, c := range []string{"", "spring", "printemps-été", strings.Repeat("x", envelope.MaxCampaignBytes)} {
+		if err := envelope.CheckCampaign(c); err != nil {
+			t.Errorf("CheckCampaign(%.20q): %v; want nil", c, err)
+		}
+	}
+	for _, c := range []struct{ name, want string }{
+		{strings.Repeat("x", envelope.MaxCampaignBytes+1), "envelope: campaign: 129 bytes, at most 128 allowed"},
+		{strings.Repeat("x", 200_000), "envelope: campaign: 200000 bytes, at most 128 allowed"},
+		{"spr\ning", "envelope: campaign: contains a control character"},
+		{"spr\x7fing", "envelope: campaign: contains a control character"},
+		{"caf\xe9", "envelope: campaign: not valid UTF-8"},
+	} {
+		err := envelope.CheckCampaign(c.name)
+		var ee *envelope.Error
+		if err == nil || err.Error() != c.want || !errors.As(err, &ee) || ee.Field != "campaign" {
+			t.Errorf("CheckCampaign(%.20q): %v; want %q naming campaign", c.name, err, c.want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -17,11 +18,14 @@ import (
 
 // CampaignControl is campaign ownership and control for tenants;
 // *control.Store implements it. A campaign belongs to the tenant that
-// first published to it through this API (see [control.Store.ClaimCampaigns]).
+// first published to it through this API, and so does a pacing key (see
+// [control.Store.Claim]).
 type CampaignControl interface {
-	// ClaimCampaigns makes the campaigns Redis holds nothing of the
-	// tenant's and returns each one's owner ("" for none).
-	ClaimCampaigns(ctx context.Context, channel, tenant string, campaigns []string) (owners []string, err error)
+	// Claim makes the campaigns Redis holds nothing of and the pacing keys
+	// no tenant owns the tenant's, all or nothing (nothing when any is
+	// another's), and returns each one's owner ("" for none; a free one as
+	// tenant).
+	Claim(ctx context.Context, channel, tenant string, campaigns, keys []string) (campaignOwners, keyOwners []string, err error)
 	// TenantCampaigns lists at most n of the tenant's campaigns, the one
 	// published to last first.
 	TenantCampaigns(ctx context.Context, channel, tenant string, n int) ([]control.Status, error)
@@ -255,51 +259,121 @@ func (s *Server) setCampaignState(w http.ResponseWriter, r *http.Request, verb s
 	json.NewEncoder(w).Encode(StateChange{Campaign: campaign, State: want.Name(), Previous: old.Name()})
 }
 
-// claimCampaigns claims the campaigns of a publish's valid lines for
-// tenant before anything is produced. It returns the refusal of the lines
-// naming a campaign another owns (or one published outside the API): a
-// 409 naming the field campaign of each such line; nil when every
-// campaign is the tenant's, or none is named, or no Control is set. A
-// campaign store that does not answer is a 503.
-func (s *Server) claimCampaigns(ctx context.Context, channel string, tenant *Tenant, lines []line) *bodyProblem {
+// maxOwnedKeys bounds the pacing keys a process remembers as owned; past
+// it the memory starts over (a forgotten key costs one Redis call again).
+const maxOwnedKeys = 100_000
+
+// ownedKeys remembers pacing keys this process saw claimed by a tenant:
+// (channel, key) -> tenant. An owner never changes once set, so a key
+// remembered as the publishing tenant's needs no Redis call.
+type ownedKeys struct {
+	mu sync.Mutex
+	m  map[[2]string]string
+}
+
+func (o *ownedKeys) owner(channel, key string) string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.m[[2]string{channel, key}]
+}
+
+func (o *ownedKeys) add(channel, tenant string, keys []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil || len(o.m)+len(keys) > maxOwnedKeys {
+		o.m = make(map[[2]string]string, len(keys))
+	}
+	for _, k := range keys {
+		o.m[[2]string{channel, k}] = tenant
+	}
+}
+
+// claim claims the campaigns and pacing keys of a publish's valid lines
+// for tenant, all or nothing, before anything is produced. It returns the
+// refusal of the lines naming a campaign or a pacing key another owns (or
+// a campaign published outside the API): a 409 naming the field campaign
+// (type campaign-taken) or key (type key-taken, when no campaign is
+// taken) of each such line; nil when every one is the tenant's, or no
+// Control is set. Pacing keys this process saw claimed by the tenant are
+// not sent again, so a request of known keys and no campaign makes no
+// Redis call. A campaign store that does not answer is a 503, except for
+// a publish naming no campaign under PACER_REDIS_FAILURE=local, whose
+// pacing keys are then accepted unchecked.
+func (s *Server) claim(ctx context.Context, channel string, tenant *Tenant, lines []line) *bodyProblem {
 	if s.deps.Control == nil {
 		return nil
 	}
-	var names []string
-	seen := map[string]bool{}
+	var names, keys []string
+	seen, seenKey := map[string]bool{}, map[string]bool{}
 	for _, l := range lines {
-		if l.err == nil && l.env.Campaign != "" && !seen[l.env.Campaign] {
-			seen[l.env.Campaign] = true
-			names = append(names, l.env.Campaign)
+		if l.err != nil {
+			continue
+		}
+		if c := l.env.Campaign; c != "" && !seen[c] {
+			seen[c] = true
+			names = append(names, c)
+		}
+		if k := l.env.Key; !seenKey[k] && s.ownedKeys.owner(channel, k) != tenant.ID {
+			seenKey[k] = true
+			keys = append(keys, k)
 		}
 	}
-	if len(names) == 0 {
+	if len(names) == 0 && len(keys) == 0 {
 		return nil
 	}
 	s.m.redisCalls.WithLabelValues("claim").Inc()
-	owners, err := s.deps.Control.ClaimCampaigns(ctx, channel, tenant.ID, names)
+	owners, keyOwners, err := s.deps.Control.Claim(ctx, channel, tenant.ID, names, keys)
 	if err != nil {
 		s.m.redisErrors.Inc()
-		s.log.Warn("redis: campaign claim failed; answering 503", "channel", channel, "err", err)
+		if len(names) == 0 && s.cfg.RedisFailure == "local" {
+			// PACER_REDIS_FAILURE=local keeps accepting without Redis:
+			// pacing keys go unchecked until it answers again.
+			s.log.Warn("redis: pacing key claim failed; accepting unchecked (PACER_REDIS_FAILURE=local)", "channel", channel, "err", err)
+			return nil
+		}
+		s.log.Warn("redis: campaign and pacing key claim failed; answering 503", "channel", channel, "err", err)
 		return bodyRefusal(problem{Type: "https://pacer.dev/problems/control-unavailable", Title: "Campaign store unavailable",
 			Status: http.StatusServiceUnavailable, Detail: "the campaign store does not answer; retry later"}, "Retry-After", "1")
 	}
-	taken := map[string]bool{}
+	taken, takenKey := map[string]bool{}, map[string]bool{}
 	for i, o := range owners {
 		if o != tenant.ID {
 			taken[names[i]] = true
 		}
 	}
-	if len(taken) == 0 {
+	for i, o := range keyOwners {
+		if o != tenant.ID {
+			takenKey[keys[i]] = true
+		}
+	}
+	if len(taken) == 0 && len(takenKey) == 0 {
+		s.ownedKeys.add(channel, tenant.ID, keys)
 		return nil
 	}
 	const reason = "this campaign name is taken: it was first published by another tenant, or outside this API; choose another name"
+	const keyReason = "this pacing key is taken: another tenant first published to it; publish only to your own pacing keys"
 	p := problem{Type: "https://pacer.dev/problems/campaign-taken", Title: "Campaign name taken", Status: http.StatusConflict}
+	if len(taken) == 0 {
+		p.Type, p.Title = "https://pacer.dev/problems/key-taken", "Pacing key taken"
+	}
 	for _, l := range lines {
-		if l.err == nil && taken[l.env.Campaign] {
+		if l.err != nil {
+			continue
+		}
+		if taken[l.env.Campaign] {
 			p.InvalidParams = append(p.InvalidParams, invalidParam{Line: l.n, ID: l.env.ID, Name: "campaign", Reason: reason})
 		}
+		if takenKey[l.env.Key] {
+			p.InvalidParams = append(p.InvalidParams, invalidParam{Line: l.n, ID: l.env.ID, Name: "key", Reason: keyReason})
+		}
 	}
-	p.Detail = fmt.Sprintf("%d envelope(s) name a campaign this tenant does not own: %s; nothing was published", len(p.InvalidParams), reason)
+	switch {
+	case len(takenKey) == 0:
+		p.Detail = fmt.Sprintf("%d envelope(s) name a campaign this tenant does not own: %s; nothing was published", len(p.InvalidParams), reason)
+	case len(taken) == 0:
+		p.Detail = fmt.Sprintf("%d envelope(s) name a pacing key this tenant does not own: %s; nothing was published", len(p.InvalidParams), keyReason)
+	default:
+		p.Detail = fmt.Sprintf("%d field(s) name a campaign or pacing key this tenant does not own; nothing was published", len(p.InvalidParams))
+	}
 	return bodyRefusal(p)
 }

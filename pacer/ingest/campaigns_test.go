@@ -37,13 +37,23 @@ func (e *env) post(key, path string) answer {
 	})
 }
 
+// pacingKey is the pacing key a tenant's publish uses: each tenant its
+// own (a pacing key belongs to its first tenant).
+func pacingKey(key string) string {
+	if key == acmeKey {
+		return "106540352242922"
+	}
+	return "106540352242923"
+}
+
 // publish publishes envelopes of campaign c with ids to whatsapp as key's
-// tenant and fails the test unless every one is accepted.
+// tenant, on its pacingKey, and fails the test unless every one is
+// accepted.
 func (e *env) publish(key, c string, ids ...string) {
 	e.t.Helper()
 	var lines []string
 	for _, id := range ids {
-		lines = append(lines, fmt.Sprintf(`{"id":%q,"key":"106540352242922","to":"15551234567","campaign":%q}`, id, c))
+		lines = append(lines, fmt.Sprintf(`{"id":%q,"key":%q,"to":"15551234567","campaign":%q}`, id, pacingKey(key), c))
 	}
 	if a := e.do(key, "whatsapp", "application/x-ndjson", strings.Join(lines, "\n")); a.status != 202 || strings.Contains(string(a.body), `"rejected":[{`) {
 		e.t.Fatalf("publish of campaign %s as %s: %d %s; want 202, every envelope accepted", c, key, a.status, a.body)
@@ -291,7 +301,7 @@ func TestCampaignClaimRace(t *testing.T) {
 			wg.Go(func() {
 				resp, err := http.DefaultClient.Do(func() *http.Request {
 					r, _ := http.NewRequest("POST", e.url+"/v1/channels/whatsapp/messages",
-						strings.NewReader(fmt.Sprintf(`{"id":"r-%s-%d","key":"k","to":"1","campaign":"race"}`, key, i)))
+						strings.NewReader(fmt.Sprintf(`{"id":"r-%s-%d","key":%q,"to":"1","campaign":"race"}`, key, i, pacingKey(key))))
 					r.Header.Set("Authorization", "Bearer "+key)
 					r.Header.Set("Content-Type", "application/json")
 					return r
@@ -321,5 +331,88 @@ func TestCampaignClaimRace(t *testing.T) {
 	}
 	if !all(status[winner], 202) || !all(status[loser], 409) || st.Published != 10 {
 		t.Errorf("owner %q: winner's answers %v, loser's %v, published %d; want 10x202, 10x409, 10", st.Tenant, status[winner], status[loser], st.Published)
+	}
+}
+
+// TestPacingKeyOwned: a pacing key belongs to the tenant that first
+// published to it. Another tenant's publish naming it, alone or with a
+// key of its own, is 409 key-taken naming the field key of each such
+// line; nothing is produced or claimed, so the owner's next id on that
+// key is accepted and produced (the ledger, keyed by channel, pacing key
+// and id, never sees the other's copy).
+func TestPacingKeyOwned(t *testing.T) {
+	e := newEnv(t, opts{realRedis: true, tenants: twoTenants(100, 100)})
+	const acmes, others = "106540352242920", "106540352242929"
+	a := e.do(acmeKey, "whatsapp", "application/json", fmt.Sprintf(`{"id":"a-1","key":%q,"to":"15551234567"}`, acmes))
+	if a.status != 202 {
+		t.Fatalf("acme's first publish: %d %s; want 202", a.status, a.body)
+	}
+	body := fmt.Sprintf(`{"id":"o-1","key":%q,"to":"15551234567"}`+"\n"+`{"id":"a-2","key":%q,"to":"15551234567"}`, others, acmes)
+	a = e.do(otherKey, "whatsapp", "application/x-ndjson", body)
+	if a.status != 409 || !strings.Contains(string(a.body), "/key-taken") ||
+		!strings.Contains(string(a.body), `"line":2,"id":"a-2","name":"key"`) || strings.Contains(string(a.body), `"line":1`) {
+		t.Fatalf("other's publish on acme's key: %d %s; want 409 key-taken naming key of line 2 only", a.status, a.body)
+	}
+	// The refused batch claimed nothing: acme may take the other key too.
+	for _, id := range []string{"a-2", "a-3"} {
+		k := acmes
+		if id == "a-3" {
+			k = others
+		}
+		if a := e.do(acmeKey, "whatsapp", "application/json", fmt.Sprintf(`{"id":%q,"key":%q,"to":"15551234567"}`, id, k)); a.status != 202 || !strings.Contains(string(a.body), `"accepted":[{"line":1,"id":"`+id+`"}]`) {
+			t.Errorf("acme's %s on %s: %d %s; want 202, accepted", id, k, a.status, a.body)
+		}
+	}
+	recs := e.records("pacer.whatsapp")
+	if len(recs["o-1"]) != 0 || len(recs["a-2"]) != 1 || len(recs["a-3"]) != 1 {
+		t.Errorf("records o-1 %d, a-2 %d, a-3 %d; want 0, 1 (acme's), 1", len(recs["o-1"]), len(recs["a-2"]), len(recs["a-3"]))
+	}
+	// Known to this process now: the other is still refused.
+	if a := e.do(otherKey, "whatsapp", "application/json", fmt.Sprintf(`{"id":"o-2","key":%q,"to":"15551234567"}`, others)); a.status != 409 {
+		t.Errorf("other's publish on %s, now acme's: %d %s; want 409", others, a.status, a.body)
+	}
+}
+
+// TestClaimAllOrNothing: a publish refused 409 for another's campaign
+// claims none of its new campaign names.
+func TestClaimAllOrNothing(t *testing.T) {
+	e := newEnv(t, opts{realRedis: true, tenants: twoTenants(100, 100)})
+	e.publish(acmeKey, "spring", "a-1")
+	body := fmt.Sprintf(`{"id":"o-1","key":%q,"to":"15551234567","campaign":"fresh"}`+"\n"+
+		`{"id":"o-2","key":%q,"to":"15551234567","campaign":"spring"}`, pacingKey(otherKey), pacingKey(otherKey))
+	if a := e.do(otherKey, "whatsapp", "application/x-ndjson", body); a.status != 409 || !strings.Contains(string(a.body), `"line":2,"id":"o-2","name":"campaign"`) {
+		t.Fatalf("other's publish of fresh and spring: %d %s; want 409 naming campaign of line 2", a.status, a.body)
+	}
+	if st, known, err := e.ctl.Find(t.Context(), "whatsapp", "fresh"); err != nil || known {
+		t.Errorf("fresh after the refused publish: %+v known %v, %v; want unknown (not claimed)", st, known, err)
+	}
+	e.publish(acmeKey, "fresh", "a-2")
+	if st, _, _ := e.ctl.Find(t.Context(), "whatsapp", "fresh"); st.Tenant != "acme" {
+		t.Errorf("fresh's owner %q; want acme", st.Tenant)
+	}
+	// Nor the pacing key: acme may publish on it.
+	if a := e.do(acmeKey, "whatsapp", "application/json", fmt.Sprintf(`{"id":"a-3","key":%q,"to":"15551234567"}`, pacingKey(otherKey))); a.status != 202 {
+		t.Errorf("acme on the refused batch's key: %d %s; want 202", a.status, a.body)
+	}
+}
+
+// TestPublishRefusesBadCampaign: a campaign name the campaign paths could
+// never name (a control character) or longer than 128 bytes is refused at
+// publish, 400 naming the field campaign, so no tenant owns a campaign it
+// cannot pause.
+func TestPublishRefusesBadCampaign(t *testing.T) {
+	e := newEnv(t, opts{realRedis: true, tenants: twoTenants(100, 100)})
+	for _, c := range []struct{ campaign, reason string }{
+		{`spr\u0007ing`, "envelope: campaign: contains a control character"},
+		{strings.Repeat("x", 200_000), "envelope: campaign: 200000 bytes, at most 128 allowed"},
+	} {
+		body := fmt.Sprintf(`{"id":"bad","key":%q,"to":"15551234567","campaign":"%s"}`, pacingKey(acmeKey), c.campaign)
+		a := e.do(acmeKey, "whatsapp", "application/json", body)
+		if a.status != 400 || !strings.Contains(string(a.body), `"name":"campaign","reason":"`+c.reason+`"`) {
+			t.Errorf("publish of campaign %.20q: %d %.300s; want 400 naming campaign: %s", c.campaign, a.status, a.body, c.reason)
+		}
+	}
+	if recs := e.records("pacer.whatsapp"); len(recs["bad"]) != 0 {
+		t.Errorf("%d records of the refused envelopes; want none", len(recs["bad"]))
 	}
 }

@@ -20,7 +20,7 @@
 //	pacer_ingest_messages_total{outcome}              envelope lines: accepted, duplicate, rejected (every invalid line, a 400's too), failed
 //	pacer_ingest_quota_refusals_total{tier}           429s by the tier that refused
 //	pacer_ingest_request_duration_seconds             time to answer a POST
-//	pacer_ingest_redis_calls_total{call}              Redis round trips: take, finish (quota scripts), claim (campaign owners), published
+//	pacer_ingest_redis_calls_total{call}              Redis round trips: take, finish (quota scripts), claim (campaign and pacing key owners), published
 //	pacer_ingest_redis_errors_total                   quota calls that failed on Redis
 //	pacer_ingest_redis_fallback                       1 while quotas are per process (PACER_REDIS_FAILURE=local)
 package ingest
@@ -152,6 +152,7 @@ type Server struct {
 
 	fallback   atomic.Bool // Redis down and local quotas in use
 	partitions sync.Map    // topic -> int
+	ownedKeys  ownedKeys   // pacing keys known to be a tenant's (campaigns.go)
 }
 
 // New validates cfg and returns a Server registering its metrics on reg.
@@ -402,9 +403,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	// A campaign is claimed before the quota step, so nothing is counted
-	// or produced for a batch naming another tenant's campaign.
-	if cp := s.claimCampaigns(ctx, channel, tenant, lines); cp != nil {
+	// Campaigns and pacing keys are claimed before the quota step, so
+	// nothing is counted or produced for a batch naming another tenant's.
+	if cp := s.claim(ctx, channel, tenant, lines); cp != nil {
 		refuse(cp.Status, cp.problem, cp.header...)
 		return
 	}
@@ -777,12 +778,14 @@ func (s *Server) countPublished(ctx context.Context, channel string, byCampaign 
 func (s *Server) tooMany(w http.ResponseWriter, tiers []quota.Tier, res quota.Result) {
 	t := tiers[res.Refused]
 	s.m.refusals.WithLabelValues(t.Name).Inc()
-	wait := res.Tiers[res.Refused].Wait
-	w.Header().Set("Retry-After", strconv.FormatInt(max(seconds(wait), 1), 10))
+	// The detail says the Retry-After: the wait rounded up to whole
+	// seconds, at least 1.
+	after := max(seconds(res.Tiers[res.Refused].Wait), 1)
+	w.Header().Set("Retry-After", strconv.FormatInt(after, 10))
 	writeProblem(w, problem{
 		Type: "https://iana.org/assignments/http-problem-types#quota-exceeded", Title: "Request cannot be satisfied as assigned quota has been exceeded",
 		Status: http.StatusTooManyRequests, Tier: t.Name, ViolatedPolicies: []string{t.Name},
-		Detail: fmt.Sprintf("quota %q exceeded; retry in %s", t.Name, wait.Round(time.Millisecond)),
+		Detail: fmt.Sprintf("quota %q exceeded; retry in %ds", t.Name, after),
 	})
 }
 
@@ -957,6 +960,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, tenant *Tenant
 	for i := range lines {
 		l := &lines[i]
 		env, err := envelope.Parse(l.value)
+		if err == nil {
+			err = envelope.CheckCampaign(env.Campaign)
+		}
 		if err != nil {
 			l.err = envelopeError(err)
 			l.env.ID = envelope.PeekID(l.value) // named in the rejection, if it has one

@@ -1217,3 +1217,19 @@ func TestTenantsFileNotJSON(t *testing.T) {
 		t.Errorf("YAML tenants file: %v; want an error saying JSON is expected", err)
 	}
 }
+
+// TestQuotaRefusalDetailAgreesWithRetryAfter: a 429 whose wait is under a
+// millisecond says "retry in 1s" in its detail, as its Retry-After does
+// (both rounded up to whole seconds), never "retry in 0s".
+func TestQuotaRefusalDetailAgreesWithRetryAfter(t *testing.T) {
+	e := newEnv(t, opts{rate: 1, burst: 1, day: 1000})
+	if a := e.do(acmeKey, "whatsapp", "application/json", env1("d0")); a.status != 202 {
+		t.Fatalf("first request: %d %s", a.status, a.body)
+	}
+	e.mr.SetTime(t0.Add(time.Second - 200*time.Microsecond))
+	a := e.do(acmeKey, "whatsapp", "application/json", env1("d1"))
+	if p := a.json(t); a.status != 429 || a.h.Get("Retry-After") != "1" || p["detail"] != `quota "tenant" exceeded; retry in 1s` {
+		t.Errorf("request 200µs before the refill: %d, Retry-After %q, detail %q; want 429, 1, %q",
+			a.status, a.h.Get("Retry-After"), p["detail"], `quota "tenant" exceeded; retry in 1s`)
+	}
+}

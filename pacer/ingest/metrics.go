@@ -24,7 +24,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pacer_ingest_request_duration_seconds",
 			Help: "Time to answer a POST, in seconds.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		redisCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pacer_ingest_redis_calls_total",
-			Help: "Redis round trips by call: take, finish (quota scripts), claim (campaign owners), published (campaign counts)."}, []string{"call"}),
+			Help: "Redis round trips by call: take, finish (quota scripts), claim (campaign and pacing key owners), published (campaign counts)."}, []string{"call"}),
 		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "pacer_ingest_redis_errors_total",
 			Help: "Redis calls (quota, campaign owners, counts and controls) that failed."}),
 		fallback: prometheus.NewGauge(prometheus.GaugeOpts{Name: "pacer_ingest_redis_fallback",

@@ -62,9 +62,10 @@ type Tenant struct {
 // Tenants is a loaded tenants file: every tenant by the SHA-256 of each of
 // its API keys.
 type Tenants struct {
-	byKey map[[sha256.Size]byte]*Tenant
-	count int
-	byID  map[string]*Tenant
+	byKey   map[[sha256.Size]byte]*Tenant
+	count   int
+	byID    map[string]*Tenant
+	ordered []*Tenant // in file order
 }
 
 var tenantID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
@@ -153,6 +154,7 @@ func ParseTenants(b []byte, channels []string) (*Tenants, error) {
 	ts.byID = map[string]*Tenant{}
 	for i := range f.Tenants {
 		ts.byID[f.Tenants[i].ID] = &f.Tenants[i]
+		ts.ordered = append(ts.ordered, &f.Tenants[i])
 	}
 	return ts, nil
 }
@@ -192,6 +194,7 @@ func (t *Tenant) Allowed(channel string) bool {
 type TenantFile struct {
 	path     string
 	channels []string
+	secrets  func(path string) error // checks a callback_secret_file; nil: not checked
 	cur      atomic.Pointer[Tenants]
 	stamp    string // SHA-256 of the file last read; Watch's goroutine only
 	readLog  logrepeat.Gate
@@ -206,11 +209,40 @@ func (e *readError) Unwrap() error { return e.err }
 
 // LoadTenantFile reads and validates the tenants file at path.
 func LoadTenantFile(path string, channels []string) (*TenantFile, error) {
-	tf := &TenantFile{path: path, channels: channels}
+	return LoadTenantFileChecked(path, channels, nil)
+}
+
+// LoadTenantFileChecked is [LoadTenantFile] that, at the first load and
+// every reload, also runs secrets on each tenant's callback_secret_file
+// (pacer ingest passes callback.ReadSecrets: the file must exist and hold
+// whsec_ secrets). Its error, which must name the file but never a
+// secret, fails the load, naming the tenant and the field. A file that
+// fails the check on reload is retried at every poll (it may be fixed
+// without the tenants file changing) and logged as an unreadable tenants
+// file is: the tenants before stay in force.
+func LoadTenantFileChecked(path string, channels []string, secrets func(path string) error) (*TenantFile, error) {
+	tf := &TenantFile{path: path, channels: channels, secrets: secrets}
 	if _, err := tf.reload(); err != nil {
 		return nil, err
 	}
 	return tf, nil
+}
+
+// checkSecrets runs tf.secrets on every callback_secret_file of ts.
+func (tf *TenantFile) checkSecrets(ts *Tenants) error {
+	if tf.secrets == nil {
+		return nil
+	}
+	var errs []error
+	for _, t := range ts.ordered {
+		if t.CallbackSecretFile == "" {
+			continue
+		}
+		if err := tf.secrets(t.CallbackSecretFile); err != nil {
+			errs = append(errs, fmt.Errorf("tenant %q: callback_secret_file: %w", t.ID, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Tenants returns the tenants last loaded.
@@ -233,6 +265,10 @@ func (tf *TenantFile) reload() (bool, error) {
 	ts, err := ParseTenants(b, tf.channels)
 	if err != nil {
 		return false, err
+	}
+	if err := tf.checkSecrets(ts); err != nil {
+		tf.stamp = "" // checked again at the next poll
+		return false, &readError{err}
 	}
 	tf.cur.Store(ts)
 	return true, nil

@@ -56,7 +56,8 @@ func (s PublishSummary) Rate() float64 {
 }
 
 // Publish reads a campaign, one envelope per line (blank lines skipped),
-// validates each line with [envelope.Parse] and produces the valid ones to
+// validates each line with [envelope.Parse] and [envelope.CheckCampaign]
+// and produces the valid ones to
 // cfg.Topic with the pacing key as record key, on the partition Kafka's Java
 // client would choose for that key. cl should be an idempotent producer with
 // acks=all (kgo's defaults) and kgo.ManualPartitioner.
@@ -99,6 +100,9 @@ func Publish(ctx context.Context, cl *kgo.Client, r io.Reader, cfg PublishConfig
 		}
 		if len(trimSpace(b)) > 0 {
 			env, verr := envelope.Parse(b)
+			if verr == nil {
+				verr = envelope.CheckCampaign(env.Campaign)
+			}
 			if verr != nil {
 				mu.Lock()
 				failed++
