@@ -190,14 +190,14 @@ func TestPageActionsInChromium(t *testing.T) {
 			chromedp.WithPollingTimeout(60*time.Second)))
 		if err != nil {
 			got, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#action-msg")))
-			t.Fatalf("no message starting %q: %v; the page shows %q", prefix, err, got)
+			t.Fatalf("no message starting %q: %v; the page shows %q\n%s", prefix, err, got, p.logs())
 		}
 		return m
 	}
 	if err := chromedp.Do(ctx,
 		chromedp.SendKeys(chromedp.CSS("#limit-key"), keys[1]),
 		chromedp.SendKeys(chromedp.CSS("#limit-rate"), "7"),
-		chromedp.Click(chromedp.CSS(`#limit-form button[data-limit="set"]`)),
+		domClick(`#limit-form button[data-limit="set"]`),
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestPageActionsInChromium(t *testing.T) {
 	if !waitFor(60*time.Second, func() bool {
 		if err := chromedp.Do(ctx,
 			chromedp.SetValue(chromedp.CSS("#dlq-reason"), "malformed"),
-			chromedp.Click(chromedp.CSS(`#dlq-form button[type="submit"]`)),
+			domClick(`#dlq-form button[type="submit"]`),
 			chromedp.WaitVisible(chromedp.CSS("#dlq-count")),
 		); err != nil {
 			t.Fatal(err)
@@ -238,7 +238,7 @@ func TestPageActionsInChromium(t *testing.T) {
 		`window.confirm = () => true; document.querySelectorAll("#dlq input[type=checkbox]").forEach(c => c.checked = true); true`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#dlq-replay"))); err != nil {
+	if err := chromedp.Do(ctx, domClick("#dlq-replay")); err != nil {
 		t.Fatal(err)
 	}
 	if m := msg("replayed"); m != "replayed 2 DLQ record(s) to "+e.topic {
@@ -247,4 +247,19 @@ func TestPageActionsInChromium(t *testing.T) {
 	if !strings.Contains(p.logs(), `msg="dlq replayed" component="status page" by=otto topic=`+e.topic+` replayed=2`) {
 		t.Errorf("the replay is not logged with the operator's name\n%s", p.logs())
 	}
+}
+
+// domClick waits until the element sel names is visible and clicks it
+// through the DOM (element.click()), not at its position on the screen:
+// the page redraws its tables every few seconds, and on a loaded machine a
+// mouse click computed before a redraw lands on whatever moved under it
+// (a limit form submitted by such a click never was).
+func domClick(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.WaitVisible(chromedp.CSS(sel)),
+		chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			_, err := chromedp.Evaluate[bool](fmt.Sprintf(`(b => { b.click(); return true; })(document.querySelector(%q))`, sel))(ctx, t)
+			return err
+		}),
+	)
 }
