@@ -25,8 +25,10 @@ func TestPortfolioGuard(t *testing.T) {
 	h := newHarness(t, map[string][]error{"p1": {bad}})
 	rdb := h.redis()
 	// Long enough that p1's entry is still in the window when its give-back
-	// is checked (within window/2), short enough to wait out.
-	const window = 5 * time.Second
+	// is checked (within window/2), and that the fourth template is still
+	// deferred when the others are seen sent on a loaded machine; short
+	// enough to wait out.
+	const window = 10 * time.Second
 	st := portfolio.NewStore(rdb, bucket.NewKeys("")).WithWindow(window)
 	h.portfolios = st
 	ctx := context.Background()
@@ -64,12 +66,14 @@ func TestPortfolioGuard(t *testing.T) {
 		}
 		return n, which
 	}
+	// The deferred template comes back and is deferred again at each look
+	// until the window passes: the counter counts deferrals, at least one.
 	if !waitFor(20*time.Second, func() bool {
 		n, _ := sentOf("t1", "t2", "t3", "t4", "s1")
-		return n == 4 && h.counter("pacer_portfolio_deferred_total") == 1
+		return n == 4 && h.counter("pacer_portfolio_deferred_total") >= 1
 	}) {
 		n, _ := sentOf("t1", "t2", "t3", "t4", "s1")
-		t.Fatalf("%d of t1-t4, s1 sent, %v deferred; want 4 sent (3 templates and s1) and 1 deferred", n, h.counter("pacer_portfolio_deferred_total"))
+		t.Fatalf("%d of t1-t4, s1 sent, %v deferrals; want 4 sent (3 templates and s1) and at least 1 deferral", n, h.counter("pacer_portfolio_deferred_total"))
 	}
 	if n, _ := sentOf("t1", "t2", "t3", "t4"); n != 3 || used() != 3 {
 		t.Fatalf("%d templates sent, window %d; want 3 and 3", n, used())
