@@ -64,6 +64,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/google/uuid"
+	"github.com/pacerhq/pacer/internal/tick"
 	"github.com/pacerhq/pacer/pacer/outcomes"
 	"github.com/pacerhq/pacer/pacer/produce"
 	"github.com/prometheus/client_golang/prometheus"
@@ -237,7 +238,7 @@ func (d *Dispatcher) Run(ctx context.Context, kopts []kgo.Opt) error {
 			break
 		}
 		d.log.Warn("outcomes topic not checked; trying again", "topic", d.cfg.Topic, "err", err)
-		if !sleep(ctx, wait.NextBackOff()) {
+		if !tick.Sleep(ctx, wait.NextBackOff()) {
 			break
 		}
 	}
@@ -551,7 +552,7 @@ func (d *Dispatcher) unsent(ctx context.Context, t *tenantQ, batch []*item) []*i
 			return nil
 		}
 		d.log.Warn("redis: outcomes sent before not checked; trying again in 1s", "tenant", t.id, "err", err)
-		if !sleep(ctx, time.Second) {
+		if !tick.Sleep(ctx, time.Second) {
 			return nil
 		}
 	}
@@ -571,7 +572,7 @@ func (d *Dispatcher) markSent(ctx context.Context, batch []*item) {
 			return
 		}
 		d.log.Warn("redis: outcomes sent not marked; trying again in 1s", "err", err)
-		if !sleep(ctx, time.Second) {
+		if !tick.Sleep(ctx, time.Second) {
 			return
 		}
 	}
@@ -608,7 +609,7 @@ func (d *Dispatcher) post(ctx context.Context, tenant string, batch []*item) boo
 		wait := b.next()
 		d.log.Warn("callback not acknowledged; sending the batch again", "tenant", tenant, "url", redacted(rcv.URL),
 			"webhook_id", id, "outcomes", len(batch), "attempt", attempt, "after", wait.Round(time.Millisecond), "err", err)
-		if !sleep(ctx, wait) {
+		if !tick.Sleep(ctx, wait) {
 			return false
 		}
 	}
@@ -740,17 +741,6 @@ func (d *Dispatcher) gaugeLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
